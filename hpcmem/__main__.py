@@ -1,0 +1,3 @@
+from hpcmem.cli import main
+
+main()

@@ -1,0 +1,33 @@
+"""Errors a user can act on: every problem is gathered, each names the rule and the fix."""
+
+from __future__ import annotations
+
+
+class HpcmemError(Exception):
+    """Base of errors that the CLI prints as a message (never as a traceback)."""
+
+
+class SpecError(HpcmemError):
+    """One or more invalid settings; `problems` holds each message on its own."""
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(f"- {p}" for p in self.problems))
+
+
+class Problems:
+    """Collects problems so that all of them are reported together (STYLE rule 4)."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, message: str) -> None:
+        self.items.append(message)
+
+    def check(self, ok: bool, message: str) -> None:
+        if not ok:
+            self.items.append(message)
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise SpecError(self.items)

@@ -1,0 +1,257 @@
+"""The specs: frozen, keyword-only dataclasses that every layer reads.
+
+One name per setting: a field here carries the TRL / transformers / accelerate config field name it stands for
+(`max_length`, `packing_strategy`, `zero_stage`, ...). The CLI flag, the preset key and the template variable use the
+same name. Field defaults are TRL 1.16's defaults (trl/trainer/*_config.py, model_config.py); hpcmem-only fields are
+marked as such. Basic ranges are checked here; TRL's cross-field verdicts live in `hpcmem.rules`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from typing import Any, Literal
+
+from hpcmem.errors import Problems
+
+Trainer = Literal["sft", "dpo", "reward", "grpo", "rloo"]
+TRAINERS: tuple[str, ...] = ("sft", "dpo", "reward", "grpo", "rloo")
+DTYPES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
+PACKING_STRATEGIES = ("bfd", "bfd_split", "wrapped")
+OPTIMIZERS = (
+    "adamw_torch_fused", "adamw_torch", "adamw_torch_foreach", "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit",
+    "paged_adamw_32bit", "adafactor", "sgd",
+)
+DISTRIBUTED_TYPES = ("NO", "MULTI_GPU", "DEEPSPEED", "FSDP")
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+VLLM_MODES = ("colocate", "server")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer as its HF `config.json` describes it (names follow transformers' config keys)."""
+
+    name: str
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    tie_word_embeddings: bool
+    hidden_act: str = "silu"
+    qkv_bias: bool = False          # q/k/v projections carry a bias (Qwen2)
+    o_bias: bool = False
+    mlp_bias: bool = False
+    gated_mlp: bool = True          # gate/up/down (SwiGLU/GeGLU); False: up/down only
+    qk_norm: bool = False           # per-head RMSNorm on q and k (Qwen3, Gemma3)
+    norms_per_layer: int = 2        # 2 (Llama) or 4 (Gemma2/3 sandwich norms)
+    # Mixture of experts (0 experts means dense). Names follow Qwen/Mixtral configs.
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+    shared_expert_gate: bool = False
+    num_dense_layers: int = 0       # leading layers with a dense MLP in an MoE model
+    max_position_embeddings: int = 4096
+    extra_params: int = 0           # parameters the formula does not place (architecture quirks), counted verbatim
+
+    def __post_init__(self) -> None:
+        p = Problems()
+        for f in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                  "head_dim"):
+            p.check(getattr(self, f) > 0, f"model {self.name}: {f} must be > 0, got {getattr(self, f)}")
+        if self.num_key_value_heads > 0:
+            p.check(self.num_attention_heads % self.num_key_value_heads == 0,
+                    f"model {self.name}: num_attention_heads {self.num_attention_heads} is not a multiple of "
+                    f"num_key_value_heads {self.num_key_value_heads}")
+        if self.num_experts:
+            p.check(0 < self.num_experts_per_tok <= self.num_experts,
+                    f"model {self.name}: num_experts_per_tok {self.num_experts_per_tok} must be in 1..{self.num_experts}")
+            p.check(self.moe_intermediate_size > 0, f"model {self.name}: an MoE needs moe_intermediate_size > 0")
+        p.raise_if_any()
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @cached_property
+    def num_params(self) -> int:
+        from hpcmem.models.params import count_params
+
+        return count_params(self).total
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainSpec:
+    """The trainer and its TRL 1.16 config fields (SFTConfig/DPOConfig/RewardConfig/GRPOConfig/RLOOConfig + ModelConfig)."""
+
+    trainer: Trainer
+    # ModelConfig / model_init_kwargs
+    dtype: str = "float32"                       # TRL loads in float32 unless model_init_kwargs/ModelConfig dtype is set
+    attn_implementation: str = "sdpa"            # transformers' default when unset
+    use_peft: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_target_modules: tuple[str, ...] = ()    # empty: peft's per-architecture default (q_proj, v_proj for Llama)
+    load_in_4bit: bool = False
+    load_in_8bit: bool = False
+    use_bnb_nested_quant: bool = False
+    # TrainingArguments as TRL's _BaseConfig overrides them
+    per_device_train_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    gradient_checkpointing: bool = True
+    gradient_checkpointing_kwargs: dict[str, Any] = field(default_factory=dict)
+    bf16: bool = True                            # None in TRL → True unless fp16
+    fp16: bool = False
+    optim: str = "adamw_torch_fused"
+    # SFT / DPO / Reward data shape
+    max_length: int | None = 1024
+    packing: bool = False
+    packing_strategy: str = "bfd"
+    padding_free: bool = False
+    pad_to_multiple_of: int | None = None
+    activation_offloading: bool = False
+    # DPO
+    precompute_ref_log_probs: bool = False
+    # GRPO / RLOO
+    num_generations: int = 8                     # RLOO's default is 2 (set by hpcmem.trl_config)
+    steps_per_generation: int | None = None      # None → gradient_accumulation_steps
+    generation_batch_size: int | None = None
+    max_completion_length: int = 512
+    beta: float = 0.0                            # GRPO 0.0 (no reference); RLOO 0.05; DPO 0.1 (unused for memory)
+    use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    vllm_gpu_memory_utilization: float = 0.3
+    vllm_tensor_parallel_size: int = 1
+    vllm_enable_sleep_mode: bool = False
+    ds3_gather_for_generation: bool = True
+    cast_lm_head_to_fp32: bool = False
+    # hpcmem-only: the longest prompt of a GRPO/RLOO batch (TRL has no max_prompt_length any more)
+    max_prompt_length: int = 512
+
+    def __post_init__(self) -> None:
+        p = Problems()
+        p.check(self.trainer in TRAINERS, f"trainer must be one of {', '.join(TRAINERS)}; got {self.trainer!r}")
+        p.check(self.dtype in DTYPES or self.dtype == "auto",
+                f"dtype must be one of {', '.join(DTYPES)} or auto; got {self.dtype!r}")
+        p.check(self.packing_strategy in PACKING_STRATEGIES,
+                f"packing_strategy must be one of {', '.join(PACKING_STRATEGIES)}; got {self.packing_strategy!r}")
+        p.check(self.optim in OPTIMIZERS, f"optim {self.optim!r} is not modelled; choose one of {', '.join(OPTIMIZERS)}")
+        p.check(self.vllm_mode in VLLM_MODES, f"vllm_mode must be colocate or server; got {self.vllm_mode!r}")
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "lora_r", "num_generations",
+                     "vllm_tensor_parallel_size", "max_completion_length", "max_prompt_length"):
+            p.check(getattr(self, name) >= 1, f"{name} must be ≥ 1; got {getattr(self, name)}")
+        for name in ("max_length", "pad_to_multiple_of", "steps_per_generation", "generation_batch_size"):
+            value = getattr(self, name)
+            p.check(value is None or value >= 1, f"{name} must be ≥ 1 or None; got {value}")
+        p.check(0.0 < self.vllm_gpu_memory_utilization <= 1.0,
+                f"vllm_gpu_memory_utilization must be in (0, 1]; got {self.vllm_gpu_memory_utilization}")
+        p.check(not (self.load_in_4bit and self.load_in_8bit), "load_in_4bit and load_in_8bit exclude each other")
+        p.check(not (self.bf16 and self.fp16), "bf16 and fp16 exclude each other; set one of them")
+        p.raise_if_any()
+
+    @property
+    def selective_checkpointing(self) -> bool:
+        """TRL's `gradient_checkpointing_kwargs={"selective": True}` (trl/models/selective_activation_checkpointing.py)."""
+        return bool(self.gradient_checkpointing_kwargs.get("selective"))
+
+    @property
+    def quantized(self) -> bool:
+        return self.load_in_4bit or self.load_in_8bit
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes per element of the loaded (unquantized) weights; `auto` takes the checkpoint's bf16."""
+        return DTYPES.get(self.dtype, 2)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelSpec:
+    """How the job is spread, in accelerate's own names (accelerate config YAML keys)."""
+
+    num_processes: int = 1                      # total across machines, as accelerate counts it
+    num_machines: int = 1
+    distributed_type: str = "NO"
+    zero_stage: int = 0
+    offload_optimizer_device: str = "none"
+    offload_param_device: str = "none"
+    fsdp_version: int = 2
+    fsdp_offload_params: bool = False
+    fsdp_reshard_after_forward: bool = True
+
+    def __post_init__(self) -> None:
+        p = Problems()
+        p.check(self.num_processes >= 1 and self.num_machines >= 1,
+                f"num_processes ({self.num_processes}) and num_machines ({self.num_machines}) must be ≥ 1")
+        p.check(self.num_processes % max(self.num_machines, 1) == 0,
+                f"num_processes {self.num_processes} must be a multiple of num_machines {self.num_machines} "
+                "(same GPUs on every node)")
+        p.check(self.distributed_type in DISTRIBUTED_TYPES,
+                f"distributed_type must be one of {', '.join(DISTRIBUTED_TYPES)}; got {self.distributed_type!r}")
+        p.check(self.zero_stage in (0, 1, 2, 3), f"zero_stage must be 0–3; got {self.zero_stage}")
+        p.check(self.fsdp_version in (1, 2), f"fsdp_version must be 1 or 2; got {self.fsdp_version}")
+        for name in ("offload_optimizer_device", "offload_param_device"):
+            p.check(getattr(self, name) in OFFLOAD_DEVICES,
+                    f"{name} must be one of {', '.join(OFFLOAD_DEVICES)}; got {getattr(self, name)!r}")
+        if self.distributed_type == "DEEPSPEED":
+            p.check(self.zero_stage >= 1 or self.offload_optimizer_device == "none",
+                    "offload_optimizer_device needs ZeRO stage ≥ 1")
+            p.check(self.zero_stage == 3 or self.offload_param_device == "none",
+                    f"offload_param_device needs ZeRO-3 (zero_stage is {self.zero_stage})")
+        p.check(self.distributed_type != "NO" or self.num_processes == 1,
+                f"distributed_type NO runs one process; num_processes is {self.num_processes} "
+                "(use MULTI_GPU, DEEPSPEED or FSDP)")
+        p.raise_if_any()
+
+    @property
+    def world_size(self) -> int:
+        return self.num_processes
+
+    @property
+    def gpus_per_machine(self) -> int:
+        return self.num_processes // self.num_machines
+
+    @property
+    def deepspeed(self) -> bool:
+        return self.distributed_type == "DEEPSPEED"
+
+    @property
+    def fsdp(self) -> bool:
+        return self.distributed_type == "FSDP"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSpec:
+    """One GPU model from the catalog (hpcmem/gpus.json) with its calibration, when probes exist."""
+
+    name: str
+    memory_bytes: int
+    bf16_tflops: float
+    memory_bandwidth_gbps: float = 0.0
+    context_bytes: int = 0          # CUDA context + libraries; 0 → the uncalibrated default in estimate.device
+    calibrated: bool = False
+    calibration_source: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """Everything an estimate needs. `expandable_segments` mirrors PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."""
+
+    model: ModelSpec
+    train: TrainSpec
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)
+    gpu: GpuSpec | None = None
+    expandable_segments: bool = False
+    tokens_per_micro_batch: int | None = None   # hpcmem-only: from a length profile (hpcmem lengths), else worst case
+
+    def __post_init__(self) -> None:
+        from hpcmem.rules import check_job
+
+        check_job(self)
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
