@@ -1,0 +1,85 @@
+"""The analytic estimate: pure, stdlib only (a test proves importing it leaves torch unimported).
+
+`estimate(job)` returns an `Estimate` with named components per phase and the three peaks (allocated, reserved,
+device). The sub-modules each hold one idea: shape (micro-batch and precisions), states (weights, gradients,
+optimizer, sharding), activations, lora, loss (TRL's fused LM head), step (phases), device (allocator and context).
+"""
+
+from __future__ import annotations
+
+from hpcmem.estimate.breakdown import Component, Estimate, Phase
+from hpcmem.estimate.device import device_terms
+from hpcmem.estimate.lora import lora_layout
+from hpcmem.estimate.loss import loss_bytes
+from hpcmem.estimate.shape import micro_batch, precision
+from hpcmem.estimate.states import model_states, optimizer_step_transient, param_parts
+from hpcmem.estimate.step import build_phases
+from hpcmem.rules import job_warnings
+from hpcmem.spec import JobSpec
+
+__all__ = ["Component", "Estimate", "Phase", "estimate"]
+
+NOT_MODELLED = (
+    "NCCL/DeepSpeed communication buffers beyond one communicator (uncalibrated constant)",
+    "kernel workspaces other than the CUDA context default",
+    "dataloader pinned memory and host-side tensors",
+    "memory of evaluation, generation and checkpoint saving",
+)
+
+
+def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
+    t, par, m = job.train, job.parallel, job.model
+    bits = [f"model {m.name} ({m.num_params / 1e9:.2f} B params)", t.trainer.upper(), f"dtype {t.dtype}"]
+    if lora_note:
+        bits.append(lora_note)
+    if t.trainer in ("sft", "dpo", "reward"):
+        bits.append(f"max_length {t.max_length}")
+    if t.packing:
+        bits.append(f"packing {t.packing_strategy}")
+    elif t.padding_free:
+        bits.append("padding-free")
+    gc = "off" if not t.gradient_checkpointing else ("selective" if t.selective_checkpointing else "full")
+    bits.append(f"GC {gc}")
+    if t.activation_offloading:
+        bits.append("activation offloading")
+    if par.deepspeed:
+        bits.append(f"ZeRO-{par.zero_stage}")
+    elif par.fsdp:
+        bits.append(f"FSDP{par.fsdp_version}")
+    elif par.world_size > 1:
+        bits.append("DDP")
+    bits.append(f"{par.world_size} GPU{'s' if par.world_size > 1 else ''}" +
+                (f" ({par.num_machines} nodes)" if par.num_machines > 1 else ""))
+    bits.append(f"micro-batch: {mb_source}")
+    return " · ".join(bits)
+
+
+def estimate(job: JobSpec) -> Estimate:
+    mb = micro_batch(job)
+    prec = precision(job)
+    parts = param_parts(job.model)
+    lora = lora_layout(job)
+    states = model_states(job, prec, lora)
+    loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled)
+    phases, act_host, transient = build_phases(job, mb, prec, parts, states, lora, loss,
+                                               optimizer_step_transient(job, states, parts))
+    dev = device_terms(job, transient)
+    lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
+    warnings = list(job_warnings(job))
+    if job.gpu is None:
+        warnings.append("no --gpu given: no fit verdict")
+    return Estimate(
+        model_name=job.model.name,
+        num_params=job.model.num_params,
+        summary=_summary(job, mb.source, lora_note),
+        phases=tuple(phases),
+        reserved_extra_bytes=dev.reserved_extra,
+        device_extra_bytes=dev.device_extra,
+        device_note=dev.note,
+        gpu_name=job.gpu.name if job.gpu else None,
+        gpu_memory_bytes=job.gpu.memory_bytes if job.gpu else None,
+        host_bytes=states.host + act_host,
+        warnings=tuple(warnings),
+        not_modelled=NOT_MODELLED,
+        calibrated=dev.calibrated,
+    )

@@ -1,0 +1,32 @@
+"""`hpcmem estimate <trainer> …`: per-GPU memory of a TRL job, before it burns GPU hours."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+
+
+@click.command(name="estimate")
+@TRAINER_ARG
+@job_options
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object (stable contract) instead of a table")
+def command(trainer: str, as_json: bool, **kwargs) -> None:
+    """Estimate peak allocated / reserved / device memory per GPU for a TRL trainer.
+
+    Flags and --config keys are TRL's own field names (SFTConfig, DPOConfig, GRPOConfig, ModelConfig …).
+    Example: hpcmem estimate sft --model_name_or_path Qwen/Qwen2.5-7B --use_peft --gpu H100-80GB
+    """
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.table import render
+
+    job, ignored = job_from_cli(trainer, kwargs)
+    est = estimate(job)
+    if as_json:
+        click.echo(json.dumps({**est.to_json(), "ignored_settings": ignored}, indent=2))
+    else:
+        click.echo(render(est))
+        if ignored:
+            click.echo("ignored (no memory effect modelled): " + ", ".join(ignored))

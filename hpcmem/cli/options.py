@@ -1,0 +1,169 @@
+"""The job flags shared by estimate, trace, probe, plan and submit — generated from the specs, so a setting has one
+name everywhere (TRL's field name; `--max_length` and `--max-length` both work). Every flag defaults to "not given",
+which lets `job_from_cli` apply the precedence: TRL defaults < preset < --config YAML < flags.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, fields
+from typing import Any, Callable
+
+import click
+
+from hpcmem.errors import HpcmemError
+from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
+
+TRAINER_ARG = click.argument("trainer", type=click.Choice(["sft", "dpo", "reward", "grpo", "rloo"]))
+
+
+class _OptionalBool(click.ParamType):
+    name = "[true|false]"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        self.fail(f"{value!r} is not a boolean (true/false)", param, ctx)
+
+
+class _OptionalInt(click.ParamType):
+    name = "INT|none"
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, int):
+            return value
+        if str(value).lower() in ("none", "null"):
+            return "none"
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is not an integer or 'none'", param, ctx)
+
+
+class _Json(click.ParamType):
+    name = "JSON"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, dict):
+            return value
+        try:
+            out = json.loads(value)
+        except json.JSONDecodeError as exc:
+            self.fail(f"{value!r} is not JSON ({exc.msg}); e.g. '{{\"selective\": true}}'", param, ctx)
+        if not isinstance(out, dict):
+            self.fail("expected a JSON object", param, ctx)
+        return out
+
+
+def _param_type(name: str, default: Any) -> click.ParamType | type:
+    if isinstance(default, bool):
+        return _OptionalBool()
+    if name in ("max_length", "pad_to_multiple_of", "steps_per_generation", "generation_batch_size"):
+        return _OptionalInt()
+    if isinstance(default, int):
+        return int
+    if isinstance(default, float):
+        return float
+    if name == "gradient_checkpointing_kwargs":
+        return _Json()
+    return str
+
+
+def _default_of(f) -> Any:
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def spec_options() -> list[click.Option]:
+    out = []
+    for cls in (TrainSpec, ParallelSpec):
+        for f in fields(cls):
+            if f.name == "trainer":
+                continue
+            default = _default_of(f)
+            ptype = _param_type(f.name, default)
+            kw: dict[str, Any] = {"default": None, "show_default": False, "help": f"(default {default!r})"}
+            if isinstance(ptype, _OptionalBool):
+                kw.update(is_flag=False, flag_value="true")
+            if f.name == "lora_target_modules":
+                kw.update(multiple=True, help="module names (repeat or comma-separate); all-linear; "
+                                               "default: peft's per-architecture choice")
+            decls = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
+            out.append(click.Option(decls + [f.name], type=ptype, **kw))
+    return out
+
+
+def job_options(func: Callable) -> Callable:
+    """Add every job flag to a click command (its callback receives them as keyword arguments)."""
+    extra = [
+        click.Option(["--config", "config"], type=click.Path(dir_okay=False), default=None,
+                     help="the YAML you pass to `trl <trainer> --config`"),
+        click.Option(["--accelerate_config", "--accelerate-config", "accelerate_config"], default=None,
+                     help="zero1|zero2|zero3|fsdp1|fsdp2|multi_gpu|single_gpu or an accelerate YAML"),
+        click.Option(["--model_name_or_path", "--model-name-or-path", "model_name_or_path"], default=None,
+                     help="catalog id (hpcmem models list), config.json or folder"),
+        click.Option(["--gpu", "gpu"], default=None, help="GPU model for the fit verdict (hpcmem gpus)"),
+        click.Option(["--expandable_segments", "--expandable-segments", "expandable_segments"], type=_OptionalBool(),
+                     is_flag=False, flag_value="true", default=None,
+                     help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the job"),
+        click.Option(["--lengths", "lengths"], type=click.Path(dir_okay=False), default=None,
+                     help="length profile from `hpcmem lengths --save` (worst micro-batch from real data)"),
+    ]
+    func.__click_params__ = list(getattr(func, "__click_params__", [])) + list(reversed(spec_options() + extra))
+    return func
+
+
+def collect(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The flags the user actually gave, with 'none' turned into None."""
+    out = {}
+    for key, value in kwargs.items():
+        if value is None or value == ():
+            continue
+        if key == "lora_target_modules":
+            value = tuple(x.strip() for v in value for x in v.split(",") if x.strip())
+        out[key] = None if value == "none" else value
+    return out
+
+
+def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | None = None) -> tuple[JobSpec, list[str]]:
+    """Merge defaults < preset < --config YAML < flags, then build and validate the JobSpec."""
+    from hpcmem.trl_config import accelerate_settings, build_job, read_yaml
+
+    given = collect(kwargs)
+    config_path = given.pop("config", None)
+    accel = given.pop("accelerate_config", None)
+    lengths_path = given.pop("lengths", None)
+    settings: dict[str, Any] = dict(preset or {})
+    if config_path:
+        settings.update(read_yaml(config_path))
+    if accel:
+        settings.update(accelerate_settings(accel))
+    elif settings.get("accelerate_config"):
+        settings.update(accelerate_settings(str(settings["accelerate_config"])))
+    settings.pop("accelerate_config", None)
+    settings.update(given)
+    if lengths_path:
+        settings["tokens_per_micro_batch"] = _tokens_from_profile(lengths_path, trainer, settings)
+    return build_job(trainer, settings)
+
+
+def _tokens_from_profile(path: str, trainer: str, settings: dict[str, Any]) -> int:
+    try:
+        from hpcmem.data.profile import load_profile, tokens_per_micro_batch
+    except ImportError:
+        raise HpcmemError("--lengths needs hpcmem.data.profile (the lengths tool)") from None
+    profile = load_profile(path)
+    return tokens_per_micro_batch(
+        profile,
+        max_length=settings.get("max_length", 1024),
+        per_device_train_batch_size=settings.get("per_device_train_batch_size", 8),
+        packing=bool(settings.get("packing", False)),
+        packing_strategy=settings.get("packing_strategy", "bfd"),
+        padding_free=bool(settings.get("padding_free", False)),
+        pad_to_multiple_of=settings.get("pad_to_multiple_of"),
+    )
+

@@ -1,0 +1,105 @@
+"""Saved activations per decoder layer, for gradient checkpointing off / full / selective, and activation offloading.
+
+Starting point: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", s·b·h·(34 +
+5·a·s/h) bytes per GPT layer in 16-bit. That formula does not fit a Llama-family layer in TRL, so every term below
+is derived from what autograd saves in transformers' modelling code (modeling_llama.py and kin), checked against the
+trace (hpcmem trace; estimator/LOG.md):
+
+- RMSNorm (LlamaRMSNorm.forward) upcasts its input to fp32 (saved by pow/mul: 4 B/elt), saves the normalised tensor
+  in the residual dtype for the weight multiply, and its output is saved by the next linear in the compute dtype.
+- Flash/SDPA-flash attention saves q (after RoPE), k, v, the output (a view of o_proj's input) and an fp32
+  logsumexp per head and token (no s×s matrix). Eager attention also keeps the [b, heads, s, s] probabilities.
+- A gated MLP saves gate out (for the activation), act out and up out (for the product) and the product (for
+  down_proj): 4 tensors of the intermediate size.
+- Under bf16 autocast with fp32 weights, autocast caches a 16-bit copy of every weight it casts and autograd saves
+  it: 2 B per layer parameter.
+"""
+
+from __future__ import annotations
+
+from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate.shape import MicroBatch, Precision
+from hpcmem.spec import ModelSpec
+
+FP32 = 4
+# Sizes of the fp32 logsumexp saved by flash attention: one value per (token, head).
+LSE_BYTES = FP32
+
+
+def _norm_saved(h: int, prec: Precision, feeds_linear: bool) -> int:
+    """Bytes per token one RMSNorm keeps: the fp32 input, the normalised tensor, and (before a linear) its output.
+
+    When the input is already fp32 the upcast is the input itself, which stays alive anyway as the residual stream."""
+    out = prec.act * h if feeds_linear else 0
+    return FP32 * h + prec.residual * h + out
+
+
+def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -> int:
+    q = m.num_attention_heads * m.head_dim
+    kv = m.num_key_value_heads * m.head_dim
+    per_token = prec.act * (2 * q + 2 * kv) + LSE_BYTES * m.num_attention_heads
+    if m.qk_norm:   # per-head RMSNorm on q and k before RoPE (Qwen3): fp32 input + normalised tensor
+        per_token += (FP32 + prec.act) * (q + kv)
+    total = per_token * mb.tokens
+    if attn == "eager":  # softmax probabilities [rows, heads, seq, seq] in the compute dtype, kept for backward
+        total += prec.act * m.num_attention_heads * mb.rows * mb.seq * mb.seq
+    return total
+
+
+def _mlp_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, layer: int) -> int:
+    tensors = 4 if m.gated_mlp else 2
+    if m.is_moe and layer >= m.num_dense_layers:
+        routed = mb.tokens * m.num_experts_per_tok
+        experts = routed * (tensors * m.moe_intermediate_size + m.hidden_size) * prec.act
+        router = mb.tokens * m.num_experts * FP32 * 2          # router logits (fp32 softmax in and out)
+        shared = mb.tokens * tensors * m.shared_expert_intermediate_size * prec.act
+        return experts + router + shared
+    return mb.tokens * tensors * m.intermediate_size * prec.act
+
+
+def autocast_weight_copies(layer_params: int, prec: Precision) -> int:
+    """16-bit copies of one layer's fp32 weights that autocast caches and autograd keeps (torch autocast cache)."""
+    return 2 * layer_params if prec.autocast else 0
+
+
+def layer_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, *, attn: str, layer: int, layer_params: int,
+                lora: LoraLayout) -> dict[str, int]:
+    """Everything one layer keeps for backward with checkpointing off, by term."""
+    h = m.hidden_size
+    norms = 2 * _norm_saved(h, prec, feeds_linear=True) * mb.tokens
+    if m.norms_per_layer == 4:   # Gemma2/3 post-norms feed the residual add, not a linear
+        norms += 2 * _norm_saved(h, prec, feeds_linear=False) * mb.tokens
+    return {
+        "norms": norms,
+        "attention": _attention_saved(m, mb, prec, attn),
+        "mlp": _mlp_saved(m, mb, prec, layer),
+        "autocast_weights": autocast_weight_copies(layer_params, prec),
+        "lora": lora.saved_per_layer(mb.tokens, prec),
+    }
+
+
+def checkpoint_bytes(m: ModelSpec, mb: MicroBatch, prec: Precision) -> int:
+    """Full checkpointing (non-reentrant, TRL's default) keeps only each layer's input hidden state."""
+    return prec.residual * m.hidden_size * mb.tokens
+
+
+def selective_bytes(m: ModelSpec, mb: MicroBatch, prec: Precision) -> int:
+    """TRL's selective checkpointing (trl/models/selective_activation_checkpointing.py) saves the attention op's
+    outputs (output + logsumexp) besides the layer input, and recomputes the rest."""
+    q = m.num_attention_heads * m.head_dim
+    per_token = prec.act * q + LSE_BYTES * m.num_attention_heads
+    return checkpoint_bytes(m, mb, prec) + per_token * mb.tokens
+
+
+def backward_transient(m: ModelSpec, mb: MicroBatch, prec: Precision) -> int:
+    """Gradients of one layer's intermediates alive at once during its backward: the incoming and outgoing
+    hidden-state gradients plus two intermediate-size gradients of the MLP (autograd frees each after use)."""
+    inter = m.moe_intermediate_size * m.num_experts_per_tok if m.is_moe else m.intermediate_size
+    return mb.tokens * (2 * prec.residual * m.hidden_size + 2 * prec.act * inter)
+
+
+def offloaded_on_gpu(saved_tensors_bytes: list[int]) -> int:
+    """Activation offloading (trl/models/activation_offloading.py) moves saved tensors ≥ 1 KiB to pinned CPU memory;
+    while copies stream, up to 5 recent tensors stay on the GPU, and backward prefetches the next ones. The GPU
+    keeps about the five largest tensors of a layer."""
+    return sum(sorted(saved_tensors_bytes, reverse=True)[:5])

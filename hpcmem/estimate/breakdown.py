@@ -1,0 +1,94 @@
+"""The result of an estimate: named components, phases, three peaks. Totals are derived from parts, never stored."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True, kw_only=True)
+class Component:
+    """Bytes one GPU holds for one reason. `note` says the formula's inputs in words the user knows."""
+
+    name: str
+    bytes: int
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Phase:
+    """The live bytes at the worst instant of one phase of the step: resident components + this phase's own ones."""
+
+    name: str
+    components: tuple[Component, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(c.bytes for c in self.components)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    model_name: str
+    num_params: int
+    summary: str
+    phases: tuple[Phase, ...]
+    reserved_extra_bytes: int           # allocator: reserved − allocated at the peak
+    device_extra_bytes: int             # CUDA context, libraries, NCCL, vLLM pool outside PyTorch's allocator
+    device_note: str
+    gpu_name: str | None = None
+    gpu_memory_bytes: int | None = None
+    host_bytes: int = 0                 # CPU RAM per process for offloaded states / activations
+    warnings: tuple[str, ...] = ()
+    not_modelled: tuple[str, ...] = ()
+    calibrated: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def peak_phase(self) -> Phase:
+        return max(self.phases, key=lambda p: p.bytes)
+
+    @property
+    def peak_allocated_bytes(self) -> int:
+        return self.peak_phase.bytes
+
+    @property
+    def peak_reserved_bytes(self) -> int:
+        return self.peak_allocated_bytes + self.reserved_extra_bytes
+
+    @property
+    def device_peak_bytes(self) -> int:
+        return self.peak_reserved_bytes + self.device_extra_bytes
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.gpu_memory_bytes is None else self.device_peak_bytes <= self.gpu_memory_bytes
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        return None if self.gpu_memory_bytes is None else self.gpu_memory_bytes - self.device_peak_bytes
+
+    def to_json(self) -> dict:
+        """The stable contract scripts and `hpcmem validate` rely on (issue 2)."""
+        peak = self.peak_phase
+        return {
+            "model": {"name": self.model_name, "num_params": self.num_params},
+            "summary": self.summary,
+            "per_gpu": {
+                "peak_allocated_bytes": self.peak_allocated_bytes,
+                "peak_reserved_bytes": self.peak_reserved_bytes,
+                "device_peak_bytes": self.device_peak_bytes,
+                "phase": peak.name,
+                "components": {c.name: c.bytes for c in peak.components},
+                "notes": {c.name: c.note for c in peak.components if c.note},
+                "host_bytes": self.host_bytes,
+                "calibrated": self.calibrated,
+            },
+            "phases": {p.name: p.bytes for p in self.phases},
+            "gpu": None if self.gpu_name is None else {"name": self.gpu_name, "memory_bytes": self.gpu_memory_bytes},
+            "fits": self.fits,
+            "headroom_bytes": self.headroom_bytes,
+            "warnings": list(self.warnings),
+            "not_modelled": list(self.not_modelled),
+        }

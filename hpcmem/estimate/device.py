@@ -1,0 +1,46 @@
+"""What a GPU spends outside PyTorch's live tensors: allocator slack (reserved − allocated) and the device level
+(CUDA context, libraries, NCCL). Every constant is named, says where it comes from, and yields to probe calibration
+(hpcmem validate --against probes) when records exist for the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcmem.spec import JobSpec
+
+MIB = 1024**2
+# Uncalibrated defaults (no probe records yet). Sources: MEMORY-FACTS.md "Terms outside tensors" — CUDA context +
+# libraries 0.3–2 GiB; NCCL communicators and buffers per process group. Replace by fitted values per GPU/driver.
+DEFAULT_CONTEXT_BYTES = 600 * MIB          # CUDA context + cuBLAS/cuDNN workspaces on Hopper, driver 5xx
+DEFAULT_NCCL_BYTES = 400 * MIB             # one NCCL communicator's buffers (world > 1)
+# Caching allocator (c10/cuda/CUDACachingAllocator.cpp): ≥1 MiB requests come from 20 MiB or 2 MiB-rounded segments
+# and freed blocks stay reserved; transient tensors of varying size fragment the pool. Fraction of the transient
+# bytes (activations + temporaries) kept as slack, uncalibrated; expandable_segments maps pages on demand and
+# removes most of it (a reported QLoRA peak fell 16.4 → 10.8 GiB reserved).
+FRAGMENTATION_FRACTION = 0.10
+EXPANDABLE_FRACTION = 0.02
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceTerms:
+    reserved_extra: int
+    device_extra: int
+    note: str
+    calibrated: bool
+
+
+def device_terms(job: JobSpec, transient_bytes: int, vllm_bytes: int = 0) -> DeviceTerms:
+    fraction = EXPANDABLE_FRACTION if job.expandable_segments else FRAGMENTATION_FRACTION
+    reserved_extra = int(fraction * transient_bytes)
+    gpu = job.gpu
+    calibrated = bool(gpu and gpu.calibrated)
+    context = gpu.context_bytes if calibrated else DEFAULT_CONTEXT_BYTES
+    nccl = DEFAULT_NCCL_BYTES if job.parallel.world_size > 1 else 0
+    parts = [f"context {context / MIB:.0f} MiB" + ("" if calibrated else " (uncalibrated)")]
+    if nccl:
+        parts.append(f"NCCL {nccl / MIB:.0f} MiB")
+    if vllm_bytes:
+        parts.append(f"vLLM pool {vllm_bytes / 1024**3:.1f} GiB")
+    return DeviceTerms(reserved_extra=reserved_extra, device_extra=context + nccl + vllm_bytes,
+                       note=", ".join(parts), calibrated=calibrated)

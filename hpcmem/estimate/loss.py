@@ -1,0 +1,50 @@
+"""TRL 1.16's fused LM head (trl/trainer/utils.py add_fused_lm_head, trl/kernels/chunked_logprob.py).
+
+SFT, DPO, GRPO and RLOO never materialise [B, S, V] logits. The forward projects the positions whose label ≠ −100
+(on CUDA: `hidden_states[mask]`, a copy) in tiles of TOKEN_CHUNK_SIZE tokens × CHUNK_SIZE vocabulary entries into
+one reused buffer `mm_buf` in the compute dtype, folding each tile into seven fp32 per-token statistics; it saves
+`hidden`, `log_z` and the targets. The backward allocates an fp32 `grad_hidden` [N, H], an fp32 `grad_weight` [V, H]
+when the head trains, the same tile buffer, and casts both gradients back to the parameter dtype on return.
+Reward has a 1-output score head instead (no vocabulary logits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcmem.estimate.shape import MicroBatch, Precision
+from hpcmem.spec import JobSpec
+
+TOKEN_CHUNK_SIZE = 4096          # chunked_logprob.py TOKEN_CHUNK_SIZE
+VOCAB_CHUNK_SIZE = 32768         # trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
+FORWARD_STATS = 7                # running_max, sum_exp, x_sum_exp, sq_sum_exp, z_sum, max_before_target, target_logit
+FP32, INT64 = 4, 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossBytes:
+    saved: int                   # kept from forward to backward
+    forward_transient: int
+    backward_transient: int      # fp32 gradient accumulators + tile + casts, at the backward's return
+    note: str
+
+
+def loss_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool) -> LossBytes:
+    m = job.model
+    h, v, n = m.hidden_size, m.vocab_size, mb.label_tokens
+    if job.train.trainer == "reward":
+        # score head: [rows, seq, 1] logits; the pooled value per row
+        return LossBytes(saved=mb.tokens * prec.act, forward_transient=mb.tokens * FP32, backward_transient=
+                         mb.tokens * h * prec.residual, note="score head (1 output)")
+    compute = 4 if job.train.cast_lm_head_to_fp32 else prec.act
+    hidden_bytes = 4 if job.train.cast_lm_head_to_fp32 else prec.residual
+    tile = min(n, TOKEN_CHUNK_SIZE) * min(v, VOCAB_CHUNK_SIZE) * compute
+    saved = n * h * hidden_bytes + n * (FP32 + INT64) + mb.tokens * 1          # hidden[mask], log_z, targets, mask
+    weight_cast = min(v, VOCAB_CHUNK_SIZE) * h * compute if prec.weight != compute else 0
+    chunk_cast = min(n, TOKEN_CHUNK_SIZE) * h * compute if hidden_bytes != compute else 0
+    fwd = tile + FORWARD_STATS * n * FP32 + weight_cast + chunk_cast
+    grad_weight = v * h * (FP32 + prec.weight) if head_trains else 0
+    bwd = tile + weight_cast + chunk_cast + n * h * (FP32 + hidden_bytes) + n * FP32 + grad_weight
+    note = (f"fused LM head: {n} scored tokens, tiles {min(n, TOKEN_CHUNK_SIZE)}×{min(v, VOCAB_CHUNK_SIZE)}, "
+            "no [B,S,V] logits")
+    return LossBytes(saved=saved, forward_transient=fwd, backward_transient=bwd, note=note)

@@ -1,0 +1,80 @@
+"""The worst-case micro-batch a trainer feeds the model, and the precisions its tensors take.
+
+Shapes follow TRL 1.16's collators: SFT pads each batch to its longest row (worst case: every row max_length long);
+packing bfd/bfd_split turns padding-free on, so the micro-batch is ONE row of ≤ B × max_length tokens
+(sft_trainer.py: `self.padding_free = args.padding_free or (args.packing and strategy in {bfd, bfd_split})`);
+wrapped packing keeps B rows of max_length; DPO and Reward run chosen and rejected in one forward of 2B rows;
+GRPO/RLOO train on B rows of prompt + completion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcmem.spec import JobSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class MicroBatch:
+    rows: int
+    seq: int                 # tokens per row (padded)
+    label_tokens: int        # positions the LM head projects (label ≠ −100; CUDA/Triton path scores only those)
+    padding_free: bool
+    source: str              # how the size was chosen, for the output
+
+    @property
+    def tokens(self) -> int:
+        return self.rows * self.seq
+
+
+@dataclass(frozen=True, kw_only=True)
+class Precision:
+    weight: int              # bytes per loaded weight element
+    act: int                 # bytes of matmul outputs (autocast dtype when bf16/fp16 is on)
+    residual: int            # bytes of the residual stream (follows the weights: fp32 weights keep it fp32)
+    autocast: bool           # weights in fp32 but compute in bf16/fp16: autocast caches 16-bit weight copies
+
+
+def _round_up(value: int, multiple: int | None) -> int:
+    return value if not multiple else -(-value // multiple) * multiple
+
+
+def micro_batch(job: JobSpec) -> MicroBatch:
+    t, m = job.train, job.model
+    b = t.per_device_train_batch_size
+    if t.trainer in ("grpo", "rloo"):
+        seq = _round_up(t.max_prompt_length + t.max_completion_length, t.pad_to_multiple_of)
+        return MicroBatch(rows=b, seq=seq, label_tokens=b * t.max_completion_length, padding_free=False,
+                          source=f"{b} completions × (prompt {t.max_prompt_length} + completion "
+                                 f"{t.max_completion_length})")
+    max_len = t.max_length if t.max_length is not None else m.max_position_embeddings
+    if t.trainer in ("dpo", "reward"):
+        seq = _round_up(max_len, t.pad_to_multiple_of)
+        return MicroBatch(rows=2 * b, seq=seq, label_tokens=2 * b * (seq - 1), padding_free=False,
+                          source=f"chosen+rejected: 2×{b} rows × {seq}")
+    padding_free = t.padding_free or (t.packing and t.packing_strategy in ("bfd", "bfd_split"))
+    if job.tokens_per_micro_batch is not None:
+        tokens = job.tokens_per_micro_batch
+        src = "length profile"
+    else:
+        tokens = b * max_len
+        src = "worst case: every row max_length"
+    if padding_free:
+        seq = _round_up(tokens, t.pad_to_multiple_of)
+        return MicroBatch(rows=1, seq=seq, label_tokens=seq - 1, padding_free=True,
+                          source=f"padding-free: one row of {seq} tokens ({src})")
+    seq = _round_up(-(-tokens // b), t.pad_to_multiple_of)
+    return MicroBatch(rows=b, seq=seq, label_tokens=b * (seq - 1), padding_free=False,
+                      source=f"padded: {b} rows × {seq} ({src})")
+
+
+def precision(job: JobSpec) -> Precision:
+    t = job.train
+    weight = 2 if job.parallel.deepspeed and (t.bf16 or t.fp16) else t.weight_bytes  # DeepSpeed casts the module
+    if job.parallel.fsdp and (t.bf16 or t.fp16):
+        weight = t.weight_bytes                                  # FSDP keeps sharded params; compute in 16-bit
+    mixed = t.bf16 or t.fp16
+    act = 2 if mixed or weight == 2 else 4
+    fsdp_mixed = job.parallel.fsdp and mixed       # FSDP's MixedPrecisionPolicy gathers 16-bit params: no autocast
+    return Precision(weight=weight, act=act, residual=act if fsdp_mixed else weight,
+                     autocast=mixed and weight == 4 and not fsdp_mixed)

@@ -1,0 +1,155 @@
+"""Model states per GPU: weights, gradients, optimizer states, their sharding (ZeRO, FSDP) and CPU offload.
+
+Formulas:
+- ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", §5): with Ψ
+  parameters, N ranks and K = 12 bytes of fp32 optimizer state per parameter (master copy + Adam m, v), per GPU
+  ZeRO-1 = 2Ψ + 2Ψ + KΨ/N, ZeRO-2 = 2Ψ + (2 + K)Ψ/N, ZeRO-3 = (2 + 2 + K)Ψ/N. DeepSpeed casts the module to its
+  16-bit dtype (engine `_configure_distributed_model`), so the 2-byte weights hold whatever dtype TRL loaded.
+- Plain PyTorch / DDP (transformers Trainer): weights, gradients and torch AdamW's two states all take the parameter
+  dtype (torch/optim/adamw.py `zeros_like(p)`), so fp32 loads cost 4 + 4 + 8 B/param and bf16 loads 2 + 2 + 4.
+  DDP's reducer holds flat gradient buckets the size of all gradients unless gradient_as_bucket_view
+  (torch DistributedDataParallel docs), which accelerate leaves False.
+- FSDP2 (torch.distributed.fsdp.fully_shard): parameters, gradients and optimizer states are sharded in the
+  parameter dtype; each unit (decoder layer) is all-gathered in the mixed-precision dtype while it runs.
+- bitsandbytes: 8-bit Adam keeps 1 B per state + an fp32 absmax per 256-element block for tensors ≥ 4096 elements
+  (bitsandbytes/optim/optimizer.py, min_8bit_size); 4-bit NF4 weights take 0.5 B + an fp32 absmax per 64 (QLoRA,
+  Dettmers et al. 2023), double quantization 8-bit absmax + an fp32 per 256 absmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcmem.estimate.lora import LoraLayout, layer_linears
+from hpcmem.estimate.shape import Precision
+from hpcmem.spec import JobSpec, ModelSpec
+
+ADAM_STATES = 2
+BNB_BLOCK = 256                 # 8-bit optimizer absmax block
+NF4_BLOCK = 64                  # 4-bit weight quantization block (QLoRA)
+NESTED_BLOCK = 256              # double quantization: blocks of absmax values
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamParts:
+    total: int
+    embed: int
+    lm_head: int                 # 0 when tied to the embedding
+    per_layer: int               # the largest decoder layer
+    layer_linear: int            # nn.Linear weights of one layer + expert weights (what bitsandbytes quantizes)
+
+    @property
+    def layers(self) -> int:
+        return self.total - self.embed - self.lm_head
+
+
+def param_parts(m: ModelSpec) -> ParamParts:
+    total = m.num_params
+    embed = m.vocab_size * m.hidden_size
+    head = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size
+    per_layer = (total - embed - head - m.hidden_size) // m.num_hidden_layers
+    linear = sum(i * o for i, o in layer_linears(m).values())
+    if m.is_moe:
+        per_expert = (3 if m.gated_mlp else 2) * m.hidden_size * m.moe_intermediate_size
+        shared = (3 if m.gated_mlp else 2) * m.hidden_size * m.shared_expert_intermediate_size
+        linear += m.num_experts * per_expert + shared
+    return ParamParts(total=total, embed=embed, lm_head=head, per_layer=per_layer, layer_linear=min(linear, per_layer))
+
+
+@dataclass(frozen=True, kw_only=True)
+class States:
+    """Bytes per GPU of each state, plus what lives in host RAM."""
+
+    weights: int
+    quant_constants: int
+    gradients: int
+    optimizer: int
+    master: int                  # fp32 master copy (DeepSpeed)
+    grad_buffers: int            # DDP buckets / DeepSpeed reduce buckets / fp32 grad partition
+    gathered: int                # ZeRO-3 / FSDP parameters all-gathered for the running layer(s)
+    host: int
+    trainable: int
+    notes: dict
+
+
+def _optimizer_bytes_per_param(optim: str, param_bytes: int) -> float:
+    if optim in ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach"):
+        return ADAM_STATES * param_bytes
+    if optim in ("adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit"):
+        return ADAM_STATES * (1 + 4 / BNB_BLOCK)
+    if optim == "paged_adamw_32bit":
+        return ADAM_STATES * 4
+    if optim == "adafactor":
+        return 0.0   # factored second moment: rows + cols per matrix, counted by the caller
+    return 0.0       # sgd: HF's default momentum 0 keeps no state
+
+
+def _quantized_weights(parts: ParamParts, job: JobSpec, w: int) -> tuple[int, int]:
+    """(weight bytes, quantization constants) with a 4/8-bit base: layer linears quantized, the rest in `w`."""
+    t, m = job.train, job.model
+    linear = parts.layer_linear * m.num_hidden_layers
+    rest = (parts.total - linear) * w
+    if t.load_in_4bit:
+        consts = linear / NF4_BLOCK * (1 + 4 / NESTED_BLOCK) if t.use_bnb_nested_quant else linear / NF4_BLOCK * 4
+        return int(rest + linear / 2), int(consts)
+    rows = sum(o for _, o in layer_linears(m).values()) * m.num_hidden_layers
+    return int(rest + linear), int(rows * 4)       # LLM.int8: 1 B/param + an fp32 scale per output row
+
+
+def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
+    t, par, m = job.train, job.parallel, job.model
+    parts = param_parts(m)
+    n = par.world_size
+    w = prec.weight
+    notes: dict[str, str] = {}
+    if t.quantized:
+        weights, consts = _quantized_weights(parts, job, w)
+    else:
+        weights, consts = parts.total * w, 0
+    trainable = lora.num_params if lora.enabled else parts.total
+    gbytes = lora.adapter_bytes if lora.enabled else w
+    weights += lora.num_params * lora.adapter_bytes
+    grads = trainable * gbytes
+    opt = int(trainable * _optimizer_bytes_per_param(t.optim, gbytes))
+    if t.optim == "adafactor":
+        opt = int(trainable ** 0.5 * 4 * 2 * m.num_hidden_layers)      # factored rows + cols, fp32, order of √Ψ
+    master = grad_buffers = gathered = host = 0
+    if par.deepspeed and par.zero_stage >= 1:
+        # DeepSpeed keeps an fp32 master and fp32 Adam states per partition: K = 12 (ZeRO paper).
+        master = trainable * 4 // n
+        opt = trainable * 8 // n
+        if par.zero_stage >= 2:
+            grads = grads // n
+        grad_buffers = trainable * 4 // n                             # fp32 gradient partition for the step
+        if par.zero_stage == 3:
+            weights = weights // n
+            gathered = 2 * parts.per_layer * 2 + (parts.embed + parts.lm_head) * 2   # current + prefetched layer
+        if par.offload_optimizer_device != "none":
+            host += master + opt + grad_buffers
+            notes["offload"] = f"optimizer states offloaded to {par.offload_optimizer_device}"
+            master = opt = grad_buffers = 0
+        if par.offload_param_device != "none":
+            host += weights
+            weights = 0
+    elif par.fsdp:
+        weights, grads, opt = weights // n, grads // n, opt // n
+        gathered = 2 * parts.per_layer * prec.act + (parts.embed + parts.lm_head) * prec.act
+        if par.fsdp_offload_params:
+            host += weights + grads + opt
+            weights = grads = opt = 0
+    elif par.distributed_type == "MULTI_GPU" and n > 1:
+        grad_buffers = grads          # DDP reducer buckets
+        notes["ddp"] = "DDP gradient buckets = gradient size (gradient_as_bucket_view False)"
+    return States(weights=weights, quant_constants=consts, gradients=grads, optimizer=opt, master=master,
+                  grad_buffers=grad_buffers, gathered=gathered, host=host, trainable=trainable, notes=notes)
+
+
+def optimizer_step_transient(job: JobSpec, states: States, parts: ParamParts) -> int:
+    """Temporaries of `optimizer.step()`: fused AdamW none; foreach AdamW a list the size of the trainable
+    parameters (torch/optim/adamw.py _multi_tensor_adamw); the for-loop twice the largest tensor; 8-bit kernels none."""
+    optim = job.train.optim
+    if optim in ("adamw_torch", "adamw_torch_foreach"):
+        return states.gradients
+    if optim == "adafactor":
+        return 2 * max(parts.embed, parts.per_layer) * 4 // max(job.parallel.world_size, 1)
+    return 0

@@ -1,0 +1,114 @@
+"""One steady-state training step (the second optimizer step: states exist), phase by phase.
+
+Peak ≈ max(P + O + A + T_bwd, P + G + O + T_opt) (ACCURACY.md). Backward runs the layers from last to first: at
+layer k the saved activations of layers < k are still alive, the gradients of layers > k already exist, and layer k
+holds its (recomputed, under checkpointing) activations plus its gradient temporaries. The worst k is found by
+evaluating every layer.
+"""
+
+from __future__ import annotations
+
+from hpcmem.estimate import activations as act
+from hpcmem.estimate.breakdown import Component, Phase
+from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate.loss import LossBytes
+from hpcmem.estimate.shape import MicroBatch, Precision
+from hpcmem.estimate.states import ParamParts, States
+from hpcmem.spec import JobSpec
+
+GIB = 1024**3
+
+
+def _resident(s: States, lora: LoraLayout) -> list[Component]:
+    out = [Component(name="weights", bytes=s.weights - lora.num_params * lora.adapter_bytes)]
+    if s.quant_constants:
+        out.append(Component(name="quantization constants", bytes=s.quant_constants))
+    if lora.enabled:
+        out.append(Component(name="lora adapters", bytes=lora.num_params * lora.adapter_bytes,
+                             note=f"{lora.num_params:,} params r={lora.r} on {','.join(n for n, *_ in lora.adapted)}"))
+    out.append(Component(name="optimizer states", bytes=s.optimizer))
+    if s.master:
+        out.append(Component(name="fp32 master weights", bytes=s.master))
+    if s.grad_buffers and s.notes.get("ddp"):
+        out.append(Component(name="gradient buckets", bytes=s.grad_buffers, note=s.notes["ddp"]))
+    return out
+
+
+def layer_terms(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, lora: LoraLayout) -> list[dict]:
+    m = job.model
+    return [act.layer_saved(m, mb, prec, attn=job.train.attn_implementation, layer=k, layer_params=parts.per_layer,
+                            lora=lora) for k in range(m.num_hidden_layers)]
+
+
+def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
+                 loss: LossBytes, opt_transient: int) -> tuple[list[Phase], int, int]:
+    """Returns (phases, host bytes of offloaded activations, transient bytes for the allocator model)."""
+    t, m = job.train, job.model
+    L = m.num_hidden_layers
+    resident = _resident(s, lora)
+    terms = layer_terms(job, mb, prec, parts, lora)
+    full = [sum(d.values()) for d in terms]
+    if not t.gradient_checkpointing:
+        kept = full
+        mode = "no checkpointing"
+    elif t.selective_checkpointing:
+        kept = [act.selective_bytes(m, mb, prec)] * L
+        mode = "selective checkpointing"
+    else:
+        kept = [act.checkpoint_bytes(m, mb, prec)] * L
+        mode = "full checkpointing"
+    rope = 2 * mb.tokens * m.head_dim * prec.residual
+    final_norm = (4 + prec.residual) * m.hidden_size * mb.tokens
+    outside = rope + final_norm + loss.saved
+    host = 0
+    if t.activation_offloading:
+        host = sum(kept)
+        gpu_kept = act.offloaded_on_gpu(kept if t.gradient_checkpointing else [v for d in terms for v in d.values()])
+        kept = [gpu_kept] + [0] * (L - 1)
+        mode += " + activation offloading"
+    saved_total = sum(kept) + outside
+    gathered = [Component(name="gathered parameters", bytes=s.gathered)] if s.gathered else []
+    accum_grads = s.gradients if t.gradient_accumulation_steps > 1 else 0
+    grads_note = "kept across gradient accumulation" if accum_grads else ""
+    autocast_cache = 2 * parts.layers if prec.autocast and t.gradient_checkpointing else 0
+    activations = Component(name="activations", bytes=saved_total,
+                            note=f"{mode}: {mb.source}; {L} layers")
+    forward = Phase(name="forward", components=(
+        *resident, *gathered, activations,
+        *([Component(name="gradients", bytes=accum_grads, note=grads_note)] if accum_grads else []),
+        *([Component(name="autocast weight cache", bytes=autocast_cache,
+                     note="bf16 copies of fp32 weights held until autocast exits")] if autocast_cache else []),
+        Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note)))
+    head_trains = not lora.enabled
+    head_grad_bytes = (parts.lm_head or parts.embed) * prec.weight if head_trains else 0
+    layer_grad = (s.gradients - head_grad_bytes - (parts.embed * prec.weight if head_trains and parts.lm_head else 0))
+    layer_grad = max(layer_grad, 0) // L
+    head_phase = Phase(name="backward (LM head)", components=(
+        *resident, *gathered, activations,
+        *([Component(name="gradients", bytes=accum_grads, note=grads_note)] if accum_grads else []),
+        Component(name="loss / fused LM head", bytes=loss.backward_transient,
+                  note="fp32 grad accumulators + tile at the head's backward")))
+    best: Phase | None = None
+    for k in range(L - 1, -1, -1):
+        below = sum(kept[:k]) + rope
+        recompute = full[k] if t.gradient_checkpointing else 0
+        own = kept[k] if not t.gradient_checkpointing else kept[k]
+        done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
+        transient = act.backward_transient(m, mb, prec) + layer_grad
+        comps = (*resident, *gathered,
+                 Component(name="activations", bytes=below + own, note=f"layers < {k} + layer {k}"),
+                 *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
+                 Component(name="gradients", bytes=done, note=grads_note or f"layers > {k} done"),
+                 Component(name="backward temporaries", bytes=transient))
+        phase = Phase(name=f"backward (layer {k})", components=comps)
+        if best is None or phase.bytes > best.bytes:
+            best = phase
+    grads_all = Component(name="gradients", bytes=s.gradients)
+    step_extra = [Component(name="gradient buffers", bytes=s.grad_buffers, note="fp32 gradient partition")] \
+        if s.grad_buffers and not s.notes.get("ddp") else []
+    optimizer = Phase(name="optimizer step", components=(
+        *resident, grads_all, *step_extra,
+        Component(name="optimizer step temporaries", bytes=opt_transient)))
+    phases = [forward, head_phase, best, optimizer]
+    transient = max(saved_total + loss.backward_transient, full[0] + act.backward_transient(m, mb, prec))
+    return [p for p in phases if p is not None], host, transient

@@ -1,0 +1,39 @@
+"""The estimate as a table a person reads (pure: returns text)."""
+
+from __future__ import annotations
+
+from hpcmem.estimate.breakdown import Estimate
+
+GIB = 1024**3
+
+
+def gib(n: int | float) -> str:
+    return f"{n / GIB:8.2f} GiB"
+
+
+def render(est: Estimate) -> str:
+    peak = est.peak_phase
+    lines = [est.summary, "", f"{'component':<30}{'per GPU':>14}   note"]
+    for c in peak.components:
+        if c.bytes:
+            lines.append(f"{c.name:<30}{gib(c.bytes):>14}   {c.note}")
+    lines.append("")
+    lines.append(f"{'peak allocated':<30}{gib(est.peak_allocated_bytes):>14}   phase: {peak.name}")
+    lines.append(f"{'peak reserved':<30}{gib(est.peak_reserved_bytes):>14}   allocator slack "
+                 f"{est.reserved_extra_bytes / GIB:.2f} GiB")
+    verdict = ""
+    if est.gpu_memory_bytes:
+        share = est.device_peak_bytes / est.gpu_memory_bytes
+        verdict = (f"of {est.gpu_memory_bytes / GIB:.1f} GiB ({est.gpu_name}) → "
+                   + (f"fits, {100 * (1 - share):.0f} % headroom" if est.fits else
+                      f"DOES NOT FIT ({100 * share:.0f} % of the card)"))
+    lines.append(f"{'device peak':<30}{gib(est.device_peak_bytes):>14}   {verdict}")
+    lines.append(f"{'':<30}{'':>14}   ({est.device_note})")
+    if est.host_bytes:
+        lines.append(f"{'host RAM per process':<30}{gib(est.host_bytes):>14}   offloaded states/activations")
+    lines.append("")
+    lines.append("phases: " + " · ".join(f"{p.name} {p.bytes / GIB:.2f}" for p in est.phases) + " GiB")
+    for w in est.warnings:
+        lines.append(f"warning: {w}")
+    lines.append("not modelled: " + "; ".join(est.not_modelled))
+    return "\n".join(lines)

@@ -1,0 +1,147 @@
+"""Read what a TRL user already has — the YAML given to `trl <trainer> --config`, an accelerate config — into specs.
+
+Precedence: TRL 1.16 defaults < preset < the user's TRL YAML < CLI flags. Keys are TRL's own field names; keys
+hpcmem does not model are listed back to the user as ignored, never silently dropped. Trainer-specific defaults come
+from trl/trainer/*_config.py (1.16): RLOO num_generations 2 and beta 0.05, DPO beta 0.1, GRPO beta 0.0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from hpcmem.errors import HpcmemError, SpecError
+from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
+
+TRAINER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "sft": {},
+    "dpo": {"beta": 0.1},
+    "reward": {},
+    "grpo": {"beta": 0.0, "num_generations": 8},
+    "rloo": {"beta": 0.05, "num_generations": 2},
+}
+# TRL's shipped accelerate configs (trl/accelerate_configs/*.yaml, 1.16), by the name `trl --accelerate_config` takes.
+SHIPPED_ACCELERATE = {
+    "single_gpu": {"distributed_type": "NO"},
+    "multi_gpu": {"distributed_type": "MULTI_GPU"},
+    "zero1": {"distributed_type": "DEEPSPEED", "zero_stage": 1},
+    "zero2": {"distributed_type": "DEEPSPEED", "zero_stage": 2},
+    "zero3": {"distributed_type": "DEEPSPEED", "zero_stage": 3},
+    "fsdp1": {"distributed_type": "FSDP", "fsdp_version": 1},
+    "fsdp2": {"distributed_type": "FSDP", "fsdp_version": 2},
+}
+TRAIN_FIELDS = {f.name for f in fields(TrainSpec)} - {"trainer"}
+PARALLEL_FIELDS = {f.name for f in fields(ParallelSpec)}
+# Settings that live outside TrainSpec but in the same YAML / flag namespace.
+JOB_FIELDS = {"model_name_or_path", "expandable_segments", "gpu", "tokens_per_micro_batch"}
+
+
+def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise HpcmemError(f"config file {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise HpcmemError(f"{p} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise HpcmemError(f"{p} must hold a mapping of TRL fields, got {type(data).__name__}")
+    return data
+
+
+def accelerate_settings(name_or_path: str) -> dict[str, Any]:
+    """ParallelSpec fields from a shipped config name or an accelerate YAML file (accelerate's own key names)."""
+    if name_or_path in SHIPPED_ACCELERATE:
+        return dict(SHIPPED_ACCELERATE[name_or_path])
+    if not Path(name_or_path).is_file():
+        raise HpcmemError(f"--accelerate_config {name_or_path!r} is neither a shipped TRL config "
+                          f"({', '.join(SHIPPED_ACCELERATE)}) nor a file")
+    raw = read_yaml(name_or_path)
+    out: dict[str, Any] = {k: raw[k] for k in ("distributed_type", "num_processes", "num_machines") if k in raw}
+    ds = raw.get("deepspeed_config") or {}
+    for key in ("zero_stage", "offload_optimizer_device", "offload_param_device"):
+        if key in ds:
+            out[key] = ds[key]
+    fsdp = raw.get("fsdp_config") or {}
+    for key in ("fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward"):
+        if key in fsdp:
+            out[key] = fsdp[key]
+    return out
+
+
+def _coerce_dtype(settings: dict[str, Any]) -> None:
+    """`model_init_kwargs: {dtype: ...}` (SFTConfig) and ModelConfig `dtype` name the same load dtype."""
+    mik = settings.pop("model_init_kwargs", None)
+    if isinstance(mik, str):
+        mik = json.loads(mik)
+    if isinstance(mik, dict) and "dtype" in mik and "dtype" not in settings:
+        settings["dtype"] = mik["dtype"]
+    if "torch_dtype" in settings and "dtype" not in settings:
+        settings["dtype"] = settings.pop("torch_dtype")
+
+
+def _normalise(settings: dict[str, Any]) -> dict[str, Any]:
+    out = dict(settings)
+    _coerce_dtype(out)
+    if out.get("dtype") is None and "dtype" in out:
+        out["dtype"] = "float32"
+    if isinstance(out.get("gradient_checkpointing_kwargs"), str):
+        out["gradient_checkpointing_kwargs"] = json.loads(out["gradient_checkpointing_kwargs"])
+    if out.get("gradient_checkpointing_kwargs") is None and "gradient_checkpointing_kwargs" in out:
+        out["gradient_checkpointing_kwargs"] = {}
+    targets = out.get("lora_target_modules")
+    if isinstance(targets, str):
+        out["lora_target_modules"] = tuple(x.strip() for x in targets.split(",") if x.strip())
+    elif isinstance(targets, (list, tuple)):
+        out["lora_target_modules"] = tuple(targets)
+    elif "lora_target_modules" in out and targets is None:
+        out["lora_target_modules"] = ()
+    if out.get("bf16") is None and "bf16" in out:
+        out["bf16"] = not out.get("fp16", False)
+    if out.get("attn_implementation") is None and "attn_implementation" in out:
+        out["attn_implementation"] = "sdpa"
+    return out
+
+
+def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None) -> tuple[JobSpec, list[str]]:
+    """Settings (already merged by precedence) → JobSpec, plus the names hpcmem ignored (no memory effect modelled)."""
+    from hpcmem.gpus import gpu_spec
+    from hpcmem.models import resolve_model
+
+    s = _normalise(settings)
+    if trainer not in TRAINER_DEFAULTS:
+        raise SpecError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINER_DEFAULTS)}")
+    train_kw = {**TRAINER_DEFAULTS[trainer], **{k: v for k, v in s.items() if k in TRAIN_FIELDS}}
+    par_kw = {k: v for k, v in s.items() if k in PARALLEL_FIELDS}
+    if par_kw.get("num_processes", 1) > 1 and "distributed_type" not in par_kw:
+        par_kw["distributed_type"] = "MULTI_GPU"
+    ignored = sorted(k for k in s if k not in TRAIN_FIELDS | PARALLEL_FIELDS | JOB_FIELDS)
+    if model is None:
+        name = s.get("model_name_or_path")
+        if not name:
+            raise SpecError("model_name_or_path is required (a catalog id such as Qwen/Qwen2.5-7B, a config.json, "
+                            "or a folder holding one; see `hpcmem models list`)")
+        model = resolve_model(str(name))
+    if gpu is None and s.get("gpu"):
+        gpu = gpu_spec(str(s["gpu"]))
+    try:
+        job = JobSpec(model=model, train=TrainSpec(trainer=trainer, **train_kw), parallel=ParallelSpec(**par_kw),
+                      gpu=gpu, expandable_segments=bool(s.get("expandable_segments", False)),
+                      tokens_per_micro_batch=s.get("tokens_per_micro_batch"))
+    except TypeError as exc:
+        raise SpecError(f"invalid setting: {exc}") from None
+    return job, ignored
+
+
+def expandable_from_env(environ: dict[str, str]) -> bool:
+    """PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF = expandable_segments:True (torch allocator config syntax)."""
+    for key in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        conf = environ.get(key, "")
+        if "expandable_segments:true" in conf.replace(" ", "").lower():
+            return True
+    return False
