@@ -140,6 +140,14 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
     elif par.distributed_type == "MULTI_GPU" and n > 1:
         grad_buffers = grads          # DDP reducer buckets
         notes["ddp"] = "DDP gradient buckets = gradient size (gradient_as_bucket_view False)"
+    shard = {1: "", 2: "", 3: f"sharded /{n}"}.get(par.zero_stage, "") if par.deepspeed else (
+        f"sharded /{n}" if par.fsdp else "")
+    dtype = {4: "fp32", 2: "16-bit", 1: "8-bit"}.get(w, "")
+    notes.setdefault("weights", " · ".join(x for x in (
+        dtype + (" base, 4-bit NF4 linears" if t.load_in_4bit else " base, int8 linears" if t.load_in_8bit else ""),
+        shard, "offloaded" if par.offload_param_device != "none" else "") if x))
+    notes.setdefault("optimizer", f"{t.optim} on {trainable:,} trainable params" + (
+        f", partitioned /{n}" if (par.deepspeed and par.zero_stage >= 1) or par.fsdp else ""))
     return States(weights=weights, quant_constants=consts, gradients=grads, optimizer=opt, master=master,
                   grad_buffers=grad_buffers, gathered=gathered, host=host, trainable=trainable, notes=notes)
 

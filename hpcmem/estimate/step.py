@@ -20,15 +20,16 @@ GIB = 1024**3
 
 
 def _resident(s: States, lora: LoraLayout) -> list[Component]:
-    out = [Component(name="weights", bytes=s.weights - lora.num_params * lora.adapter_bytes)]
+    out = [Component(name="weights", bytes=s.weights - lora.num_params * lora.adapter_bytes,
+                     note=s.notes.get("weights", ""))]
     if s.quant_constants:
         out.append(Component(name="quantization constants", bytes=s.quant_constants))
     if lora.enabled:
         out.append(Component(name="lora adapters", bytes=lora.num_params * lora.adapter_bytes,
                              note=f"{lora.num_params:,} params r={lora.r} on {','.join(n for n, *_ in lora.adapted)}"))
-    out.append(Component(name="optimizer states", bytes=s.optimizer))
+    out.append(Component(name="optimizer states", bytes=s.optimizer, note=s.notes.get("optimizer", "")))
     if s.master:
-        out.append(Component(name="fp32 master weights", bytes=s.master))
+        out.append(Component(name="fp32 master weights", bytes=s.master, note="DeepSpeed fp32 partition"))
     if s.grad_buffers and s.notes.get("ddp"):
         out.append(Component(name="gradient buckets", bytes=s.grad_buffers, note=s.notes["ddp"]))
     return out

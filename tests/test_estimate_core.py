@@ -1,0 +1,134 @@
+"""Issue 2: the analytic estimator's invariants, known answers from the ZeRO paper, and import hygiene."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hpcmem.estimate import estimate
+from hpcmem.estimate.shape import micro_batch
+from hpcmem.estimate.states import model_states, param_parts
+from hpcmem.estimate.lora import lora_layout
+from hpcmem.estimate.shape import precision
+from hpcmem.models import resolve_model
+from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
+
+LLAMA = resolve_model("meta-llama/Llama-3.1-8B")
+
+
+def job(model=LLAMA, par=None, **train):
+    return JobSpec(model=model, train=TrainSpec(trainer=train.pop("trainer", "sft"), **train),
+                   parallel=par or ParallelSpec())
+
+
+def test_estimate_core_does_not_import_torch():
+    code = ("import sys, hpcmem.estimate, hpcmem.cli.estimate, hpcmem.trl_config; "
+            "assert 'torch' not in sys.modules, 'torch imported'; "
+            "assert 'transformers' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("kw", [
+    {}, {"gradient_checkpointing": False, "per_device_train_batch_size": 1},
+    {"use_peft": True, "dtype": "bfloat16"}, {"load_in_4bit": True, "use_peft": True},
+    {"packing": True, "activation_offloading": True}, {"gradient_checkpointing_kwargs": {"selective": True}},
+    {"optim": "adamw_torch", "gradient_accumulation_steps": 4},
+])
+def test_every_phase_total_is_the_sum_of_its_parts(kw):
+    est = estimate(job(**kw))
+    out = est.to_json()
+    assert sum(out["per_gpu"]["components"].values()) == out["per_gpu"]["peak_allocated_bytes"]
+    for phase in est.phases:
+        assert phase.bytes == sum(c.bytes for c in phase.components)
+    assert out["per_gpu"]["peak_reserved_bytes"] >= out["per_gpu"]["peak_allocated_bytes"]
+    assert out["per_gpu"]["device_peak_bytes"] >= out["per_gpu"]["peak_reserved_bytes"]
+
+
+def _deepspeed_state_bytes(stage, n):
+    j = job(par=ParallelSpec(num_processes=n, distributed_type="DEEPSPEED", zero_stage=stage), dtype="bfloat16")
+    s = model_states(j, precision(j), lora_layout(j))
+    return s.weights + s.gradients + s.master + s.optimizer, j.model.num_params
+
+
+@pytest.mark.parametrize("n", [1, 8, 64])
+def test_zero_paper_known_answers(n):
+    # Rajbhandari et al. 2020 §5.1 / Fig. 1, K = 12: ZeRO-1 4Ψ + KΨ/N, ZeRO-2 2Ψ + (2+K)Ψ/N, ZeRO-3 (4+K)Ψ/N.
+    # Paper's example Ψ = 7.5 B, N = 64: 31.4 GB, 16.6 GB, 1.9 GB — checked against the formula below.
+    psi = 7.5e9
+    assert round((4 * psi + 12 * psi / 64) / 1e9, 1) == 31.4
+    assert round((2 * psi + 14 * psi / 64) / 1e9, 1) == 16.6
+    assert round(16 * psi / 64 / 1e9, 1) == 1.9
+    got1, p = _deepspeed_state_bytes(1, n)
+    got2, _ = _deepspeed_state_bytes(2, n)
+    got3, _ = _deepspeed_state_bytes(3, n)
+    assert got1 == pytest.approx(4 * p + 12 * p / n, rel=1e-6)
+    assert got2 == pytest.approx(2 * p + 14 * p / n, rel=1e-6)
+    assert got3 == pytest.approx(16 * p / n, rel=1e-6)
+
+
+def test_plain_trainer_bytes_per_param_follow_the_load_dtype():
+    # MEMORY-FACTS rule 1: fp32 load → 4 + 4 + 8 B/param; bf16 load → 2 + 2 + 4 (torch AdamW states in param dtype).
+    for dtype, per_param in (("float32", 16), ("bfloat16", 8)):
+        j = job(dtype=dtype)
+        s = model_states(j, precision(j), lora_layout(j))
+        assert s.weights + s.gradients + s.optimizer == per_param * j.model.num_params
+
+
+def test_lora_adapter_count_by_hand():
+    # Llama-3.1-8B, r=16 on q_proj and v_proj (peft's default for llama): per layer 16·(4096+4096) + 16·(4096+1024).
+    j = job(use_peft=True)
+    lora = lora_layout(j)
+    assert lora.num_params == 32 * (16 * (4096 + 4096) + 16 * (4096 + 1024))
+    assert lora.adapter_bytes == 4          # fp32 adapters by default (peft autocast_adapter_dtype)
+
+
+def test_micro_batch_shapes_follow_trl_collators():
+    assert micro_batch(job(per_device_train_batch_size=4, max_length=2048)).tokens == 4 * 2048
+    packed = micro_batch(job(per_device_train_batch_size=4, max_length=2048, packing=True))
+    assert (packed.rows, packed.seq, packed.padding_free) == (1, 8192, True)
+    wrapped = micro_batch(job(per_device_train_batch_size=4, max_length=2048, packing=True, packing_strategy="wrapped"))
+    assert (wrapped.rows, wrapped.seq, wrapped.padding_free) == (4, 2048, False)
+    padded = micro_batch(job(per_device_train_batch_size=3, max_length=1000, pad_to_multiple_of=64))
+    assert padded.seq == 1024
+    dpo = micro_batch(job(trainer="dpo", per_device_train_batch_size=2, max_length=512))
+    assert (dpo.rows, dpo.seq) == (4, 512)
+
+
+def test_checkpointing_orders_activation_memory():
+    # LoRA keeps model states small so the backward (activation) phase sets the peak.
+    kw = {"per_device_train_batch_size": 2, "dtype": "bfloat16", "use_peft": True}
+    off = estimate(job(gradient_checkpointing=False, **kw))
+    sel = estimate(job(gradient_checkpointing_kwargs={"selective": True}, **kw))
+    full = estimate(job(**kw))
+    assert off.peak_allocated_bytes > sel.peak_allocated_bytes > full.peak_allocated_bytes
+
+
+def test_expandable_segments_shrinks_reserved_only():
+    base = job(dtype="bfloat16", per_device_train_batch_size=2)
+    plain = estimate(base)
+    exp = estimate(JobSpec(model=base.model, train=base.train, expandable_segments=True))
+    assert exp.peak_allocated_bytes == plain.peak_allocated_bytes
+    assert exp.peak_reserved_bytes < plain.peak_reserved_bytes
+
+
+def test_zero3_and_offload_reduce_per_gpu_and_move_bytes_to_host():
+    single = estimate(job(dtype="bfloat16"))
+    z3 = estimate(job(dtype="bfloat16", par=ParallelSpec(num_processes=8, distributed_type="DEEPSPEED", zero_stage=3)))
+    off = estimate(job(dtype="bfloat16", par=ParallelSpec(num_processes=8, distributed_type="DEEPSPEED", zero_stage=3,
+                                                          offload_optimizer_device="cpu", offload_param_device="cpu")))
+    assert single.peak_allocated_bytes > z3.peak_allocated_bytes > off.peak_allocated_bytes
+    assert off.host_bytes > 0 and z3.host_bytes == 0
+
+
+def test_json_contract_keys():
+    from hpcmem.gpus import gpu_spec
+
+    base = job()
+    out = estimate(JobSpec(model=base.model, train=base.train, gpu=gpu_spec("H100-80GB"))).to_json()
+    assert set(out["model"]) >= {"name", "num_params"}
+    assert set(out["per_gpu"]) >= {"peak_allocated_bytes", "peak_reserved_bytes", "device_peak_bytes", "phase",
+                                   "components"}
+    assert out["gpu"]["name"] == "H100-80GB" and isinstance(out["fits"], bool)
+    assert isinstance(out["warnings"], list) and isinstance(out["not_modelled"], list)
+    json.dumps(out)
