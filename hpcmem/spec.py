@@ -54,9 +54,16 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     shared_expert_intermediate_size: int = 0
     shared_expert_gate: bool = False
-    num_dense_layers: int = 0       # leading layers with a dense MLP in an MoE model
+    num_dense_layers: int = 0       # MoE layers with a dense MLP instead (leading, or Qwen's mlp_only_layers/sparse step)
     max_position_embeddings: int = 4096
     extra_params: int = 0           # parameters the formula does not place (architecture quirks), counted verbatim
+    # Layout quirks, set by hpcmem.models.config (transformers 5.24 modeling_<type>.py)
+    qk_norm_scope: Literal["head", "proj"] = "head"  # RMSNorm over head_dim (Qwen3, Gemma3) or all heads (OLMo2)
+    fused_qkv: bool = False         # one qkv_proj Linear instead of q/k/v_proj (Phi-3); same weight count
+    fused_gate_up: bool = False     # one gate_up_proj Linear instead of gate/up_proj (Phi-3); same weight count
+    final_logit_softcapping: float = 0.0   # tanh cap on logits, 0: none (Gemma2 30.0: extra logits-sized tensors)
+    attn_logit_softcapping: float = 0.0    # tanh cap on scores, 0: none (Gemma2 50.0: no sdpa, eager attention)
+    wrapper_model_type: str = ""    # outer model_type of a config with text_config (gemma3): its towers are not counted
 
     def __post_init__(self) -> None:
         p = Problems()
@@ -71,6 +78,10 @@ class ModelSpec:
             p.check(0 < self.num_experts_per_tok <= self.num_experts,
                     f"model {self.name}: num_experts_per_tok {self.num_experts_per_tok} must be in 1..{self.num_experts}")
             p.check(self.moe_intermediate_size > 0, f"model {self.name}: an MoE needs moe_intermediate_size > 0")
+        p.check(self.qk_norm_scope in ("head", "proj"),
+                f"model {self.name}: qk_norm_scope must be head or proj; got {self.qk_norm_scope!r}")
+        p.check(0 <= self.num_dense_layers <= self.num_hidden_layers,
+                f"model {self.name}: num_dense_layers {self.num_dense_layers} must be in 0..{self.num_hidden_layers}")
         p.raise_if_any()
 
     @property

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcmem.estimate.lora import LoraLayout, layer_linears
+from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.shape import Precision
+from hpcmem.models.params import count_params, linear_modules
 from hpcmem.spec import JobSpec, ModelSpec
 
 ADAM_STATES = 2
@@ -36,7 +37,8 @@ class ParamParts:
     embed: int
     lm_head: int                 # 0 when tied to the embedding
     per_layer: int               # the largest decoder layer
-    layer_linear: int            # nn.Linear weights of one layer + expert weights (what bitsandbytes quantizes)
+    quantizable: int             # nn.Linear weights of all layers (what bitsandbytes replaces; fused experts are not)
+    linear_rows: int             # output rows of those linears (LLM.int8 keeps an fp32 scale per row)
 
     @property
     def layers(self) -> int:
@@ -44,16 +46,16 @@ class ParamParts:
 
 
 def param_parts(m: ModelSpec) -> ParamParts:
-    total = m.num_params
-    embed = m.vocab_size * m.hidden_size
-    head = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size
-    per_layer = (total - embed - head - m.hidden_size) // m.num_hidden_layers
-    linear = sum(i * o for i, o in layer_linears(m).values())
-    if m.is_moe:
-        per_expert = (3 if m.gated_mlp else 2) * m.hidden_size * m.moe_intermediate_size
-        shared = (3 if m.gated_mlp else 2) * m.hidden_size * m.shared_expert_intermediate_size
-        linear += m.num_experts * per_expert + shared
-    return ParamParts(total=total, embed=embed, lm_head=head, per_layer=per_layer, layer_linear=min(linear, per_layer))
+    b = count_params(m)
+    dense = b.attention_per_layer + b.norms_per_layer + b.mlp_per_layer
+    moe = b.attention_per_layer + b.norms_per_layer + b.experts_per_layer + b.router_per_layer + \
+        b.shared_expert_per_layer
+    linears = [mod for mod in linear_modules(m) if mod.nn_linear]
+    return ParamParts(total=b.total, embed=b.embed, lm_head=b.lm_head,
+                      per_layer=max(dense if b.num_dense_layers else 0, moe if b.num_moe_layers else 0),
+                      quantizable=sum(mod.in_features * mod.out_features * mod.count_per_layer * mod.num_layers
+                                      for mod in linears),
+                      linear_rows=sum(mod.out_features * mod.count_per_layer * mod.num_layers for mod in linears))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,14 +88,13 @@ def _optimizer_bytes_per_param(optim: str, param_bytes: int) -> float:
 
 def _quantized_weights(parts: ParamParts, job: JobSpec, w: int) -> tuple[int, int]:
     """(weight bytes, quantization constants) with a 4/8-bit base: layer linears quantized, the rest in `w`."""
-    t, m = job.train, job.model
-    linear = parts.layer_linear * m.num_hidden_layers
+    t = job.train
+    linear = parts.quantizable
     rest = (parts.total - linear) * w
     if t.load_in_4bit:
         consts = linear / NF4_BLOCK * (1 + 4 / NESTED_BLOCK) if t.use_bnb_nested_quant else linear / NF4_BLOCK * 4
         return int(rest + linear / 2), int(consts)
-    rows = sum(o for _, o in layer_linears(m).values()) * m.num_hidden_layers
-    return int(rest + linear), int(rows * 4)       # LLM.int8: 1 B/param + an fp32 scale per output row
+    return int(rest + linear), int(parts.linear_rows * 4)       # LLM.int8: 1 B/param + an fp32 scale per output row
 
 
 def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:

@@ -26,7 +26,7 @@ def _resident(s: States, lora: LoraLayout) -> list[Component]:
         out.append(Component(name="quantization constants", bytes=s.quant_constants))
     if lora.enabled:
         out.append(Component(name="lora adapters", bytes=lora.num_params * lora.adapter_bytes,
-                             note=f"{lora.num_params:,} params r={lora.r} on {','.join(n for n, *_ in lora.adapted)}"))
+                             note=f"{lora.num_params:,} params r={lora.r} on {','.join(mod.leaf for mod in lora.adapted)}"))
     out.append(Component(name="optimizer states", bytes=s.optimizer, note=s.notes.get("optimizer", "")))
     if s.master:
         out.append(Component(name="fp32 master weights", bytes=s.master, note="DeepSpeed fp32 partition"))

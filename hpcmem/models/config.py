@@ -1,0 +1,177 @@
+"""HF `config.json` dict → `ModelSpec`, the way transformers 5.24 reads it.
+
+Each supported `model_type` has a row in `ARCHITECTURES`: the config class defaults for keys a config.json may omit
+(transformers/models/<type>/configuration_<type>.py) and the layout its modeling file builds
+(transformers/models/<type>/modeling_<type>.py: bias flags, q/k norms, sandwich norms, fused projections, MoE block).
+A missing key takes the config class default, exactly as `AutoConfig.for_model(**cfg)` would; the torch tier checks
+these rows against the installed transformers (tests/test_models_torch.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from hpcmem.errors import Problems, SpecError
+from hpcmem.spec import ModelSpec
+
+# q/k/v/o bias rule of the modeling file:
+#   attention_bias — q, k, v and o all follow config.attention_bias (Llama, Qwen3, Gemma2/3, OLMo2, Qwen3-MoE)
+#   qkv_always     — q, k, v always carry a bias, o never (Qwen2Attention: `bias=True` hard-coded)
+#   qkv_bias_key   — q, k, v follow config.qkv_bias, o never (Qwen2-MoE)
+#   none           — no bias anywhere (Mistral, Mixtral, Phi-3)
+BiasRule = Literal["attention_bias", "qkv_always", "qkv_bias_key", "none"]
+MoeRule = Literal["", "mixtral", "qwen2_moe", "qwen3_moe"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Arch:
+    """How transformers 5.24 builds one model_type, and its config-class defaults for omitted keys."""
+
+    defaults: dict[str, Any]
+    bias: BiasRule = "none"
+    mlp_bias_key: bool = False                 # gate/up/down follow config.mlp_bias (LlamaMLP only)
+    qk_norm: Literal["", "head", "proj"] = ""
+    norms_per_layer: int = 2
+    fused: bool = False                        # Phi-3: qkv_proj + gate_up_proj
+    act_key: str = "hidden_act"                # Gemma reads hidden_activation
+    moe: MoeRule = ""
+    notes: tuple[str, ...] = ()                # quirks worth knowing (documentation only)
+
+
+_DENSE = {"hidden_act": "silu", "tie_word_embeddings": False}
+# head_dim None: hidden_size // num_attention_heads. num_key_value_heads None: num_attention_heads.
+ARCHITECTURES: dict[str, Arch] = {
+    "llama": Arch(bias="attention_bias", mlp_bias_key=True, defaults={
+        **_DENSE, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": None, "head_dim": None, "attention_bias": False,
+        "mlp_bias": False, "max_position_embeddings": 2048}),
+    "mistral": Arch(defaults={
+        **_DENSE, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None, "max_position_embeddings": 131072}),
+    "qwen2": Arch(bias="qkv_always", defaults={
+        **_DENSE, "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": None, "max_position_embeddings": 32768},
+        notes=("Qwen2Attention hard-codes bias=True on q/k/v; config.attention_bias is not read",)),
+    "qwen3": Arch(bias="attention_bias", qk_norm="head", defaults={
+        **_DENSE, "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "attention_bias": False,
+        "max_position_embeddings": 32768}),
+    "gemma2": Arch(bias="attention_bias", norms_per_layer=4, act_key="hidden_activation", defaults={
+        "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True, "vocab_size": 256000,
+        "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8,
+        "num_key_value_heads": 4, "head_dim": 256, "attention_bias": False, "max_position_embeddings": 8192,
+        "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0},
+        notes=("Gemma2PreTrainedModel._supports_sdpa is False (softcapping): attention runs eager",
+               "embeddings are scaled by sqrt(hidden_size) (no parameter)")),
+    "gemma3_text": Arch(bias="attention_bias", qk_norm="head", norms_per_layer=4, act_key="hidden_activation",
+                        defaults={
+        "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True, "vocab_size": 262208,
+        "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8,
+        "num_key_value_heads": 4, "head_dim": 256, "attention_bias": False, "max_position_embeddings": 131072,
+        "final_logit_softcapping": None, "attn_logit_softcapping": None}),
+    "phi3": Arch(fused=True, defaults={
+        **_DENSE, "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": None, "head_dim": None, "max_position_embeddings": 4096},
+        notes=("fused qkv_proj and gate_up_proj Linears: LoRA targets are qkv_proj/gate_up_proj",)),
+    "olmo2": Arch(bias="attention_bias", qk_norm="proj", defaults={
+        **_DENSE, "vocab_size": 50304, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": None, "head_dim": None, "attention_bias": False,
+        "max_position_embeddings": 2048},
+        notes=("norms after attention and MLP only (no input_layernorm); q/k norms span all heads",)),
+    "mixtral": Arch(moe="mixtral", defaults={
+        **_DENSE, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None, "max_position_embeddings": 131072,
+        "num_local_experts": 8, "num_experts_per_tok": 2}),
+    "qwen2_moe": Arch(bias="qkv_bias_key", moe="qwen2_moe", defaults={
+        **_DENSE, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": None, "max_position_embeddings": 32768,
+        "qkv_bias": True, "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632, "decoder_sparse_step": 1, "mlp_only_layers": None}),
+    "qwen3_moe": Arch(bias="attention_bias", qk_norm="head", moe="qwen3_moe", defaults={
+        **_DENSE, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": None, "attention_bias": False,
+        "max_position_embeddings": 32768, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+        "decoder_sparse_step": 1, "mlp_only_layers": None}),
+}
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(ARCHITECTURES))
+_INT_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+
+
+def unwrap_text_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A multimodal config (gemma3, …) nests its decoder under `text_config`; return (decoder dict, outer type)."""
+    inner = cfg.get("text_config")
+    if not isinstance(inner, dict) or cfg.get("model_type") in ARCHITECTURES:
+        return cfg, ""
+    merged = dict(inner)
+    # The outer config owns tying for multimodal wrappers (Gemma3Config.tie_word_embeddings).
+    if "tie_word_embeddings" not in merged and "tie_word_embeddings" in cfg:
+        merged["tie_word_embeddings"] = cfg["tie_word_embeddings"]
+    return merged, str(cfg.get("model_type", ""))
+
+
+def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
+    """Read a transformers config.json dict into a `ModelSpec` (see `ARCHITECTURES` for what is read and why)."""
+    if not isinstance(cfg, dict):
+        raise SpecError(f"model {name}: config must be a JSON object, got {type(cfg).__name__}")
+    cfg, wrapper = unwrap_text_config(cfg)
+    model_type = cfg.get("model_type")
+    arch = ARCHITECTURES.get(str(model_type))
+    if arch is None:
+        outer = f" (inside {wrapper})" if wrapper else ""
+        raise SpecError(
+            f"model {name}: model_type {model_type!r}{outer} is not supported; hpcmem counts decoder-only "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}. Use one of them or `hpcmem models list` for the offline catalog.")
+
+    def get(key: str) -> Any:
+        return cfg[key] if key in cfg else arch.defaults.get(key)
+
+    p = Problems()
+    for key in _INT_KEYS:
+        value = get(key)
+        p.check(isinstance(value, int) and not isinstance(value, bool) and value > 0,
+                f"model {name}: {key} must be a positive integer, got {value!r}")
+    p.raise_if_any()
+    heads, hidden = get("num_attention_heads"), get("hidden_size")
+    kv_heads = get("num_key_value_heads") or heads
+    head_dim = get("head_dim") or hidden // heads
+    bias_on = {"attention_bias": bool(get("attention_bias")), "qkv_always": True,
+               "qkv_bias_key": bool(get("qkv_bias")), "none": False}[arch.bias]
+    return ModelSpec(
+        name=name, model_type=str(model_type), vocab_size=get("vocab_size"), hidden_size=hidden,
+        intermediate_size=get("intermediate_size"), num_hidden_layers=get("num_hidden_layers"),
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+        tie_word_embeddings=bool(get("tie_word_embeddings")), hidden_act=str(get(arch.act_key) or "silu"),
+        qkv_bias=bias_on, o_bias=bias_on and arch.bias == "attention_bias",
+        mlp_bias=bool(get("mlp_bias")) if arch.mlp_bias_key else False,
+        qk_norm=bool(arch.qk_norm), qk_norm_scope=arch.qk_norm or "head", norms_per_layer=arch.norms_per_layer,
+        fused_qkv=arch.fused, fused_gate_up=arch.fused,
+        max_position_embeddings=int(get("max_position_embeddings") or 0) or 4096,
+        final_logit_softcapping=float(get("final_logit_softcapping") or 0.0),
+        attn_logit_softcapping=float(get("attn_logit_softcapping") or 0.0),
+        wrapper_model_type=wrapper, **_moe_fields(arch.moe, get),
+    )
+
+
+def _moe_fields(rule: MoeRule, get: Any) -> dict[str, Any]:
+    """Expert counts and dense-layer placement of an MoE block (empty for a dense model)."""
+    if rule == "mixtral":
+        # MixtralDecoderLayer: every layer is sparse; each expert is an intermediate_size SwiGLU (modeling_mixtral.py).
+        return {"num_experts": int(get("num_local_experts")), "num_experts_per_tok": int(get("num_experts_per_tok")),
+                "moe_intermediate_size": int(get("intermediate_size"))}
+    num_experts = int(get("num_experts") or 0) if rule else 0
+    if num_experts == 0:
+        return {}
+    # Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer: layer i is sparse iff i not in mlp_only_layers and
+    # (i + 1) % decoder_sparse_step == 0; any other layer holds a dense intermediate_size MLP.
+    step = int(get("decoder_sparse_step") or 1)
+    only = set(get("mlp_only_layers") or ())
+    dense = sum(1 for i in range(int(get("num_hidden_layers"))) if i in only or (i + 1) % step != 0)
+    fields = {"num_experts": num_experts, "num_experts_per_tok": int(get("num_experts_per_tok")),
+              "moe_intermediate_size": int(get("moe_intermediate_size")), "num_dense_layers": dense}
+    if rule == "qwen2_moe":
+        # Qwen2MoeSparseMoeBlock always builds shared_expert (an MLP of shared_expert_intermediate_size) and
+        # shared_expert_gate = Linear(hidden, 1); Qwen3-MoE has neither.
+        fields |= {"shared_expert_intermediate_size": int(get("shared_expert_intermediate_size") or 0),
+                   "shared_expert_gate": True}
+    return fields

@@ -1,0 +1,222 @@
+"""Parameter counts and the Linear layers of a decoder, from a `ModelSpec` alone (stdlib).
+
+Every count is the shape of a tensor that transformers 5.24 allocates (transformers/models/<type>/modeling_<type>.py):
+
+    embed_tokens  V·H                          lm_head  V·H, 0 when tie_word_embeddings (one shared tensor)
+    q_proj  H·(n_h·d) [+ n_h·d]   k_proj, v_proj  H·(n_kv·d) [+ n_kv·d]   o_proj  (n_h·d)·H [+ H]
+    q_norm/k_norm  d each (Qwen3, Gemma3) or n_h·d + n_kv·d (OLMo2)
+    dense MLP  3·H·I (gate, up, down; SwiGLU/GeGLU) [+ 2·I + H bias]; Phi-3 fuses gate/up into gate_up_proj [2I, H]
+    experts  E·3·H·I_moe as two 3D nn.Parameters: gate_up_proj [E, 2·I_moe, H], down_proj [E, H, I_moe]
+    router  E·H (a TopKRouter `weight` nn.Parameter)     shared expert  3·H·S + H (Qwen2-MoE shared_expert_gate)
+    RMSNorm  H each, norms_per_layer per layer (2; Gemma2/3 sandwich: 4) + one final norm
+
+V vocab, H hidden, d head_dim, n_h/n_kv query/key-value heads, I intermediate, E experts, S shared expert width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+from hpcmem.errors import SpecError
+from hpcmem.spec import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamBreakdown:
+    """Parameters by place; `total` is the sum of the parts (checked in __post_init__)."""
+
+    embed: int
+    attention_per_layer: int          # q/k/v/o weights + biases + q/k norms
+    norms_per_layer: int              # RMSNorm weights of one decoder layer
+    mlp_per_layer: int                # dense MLP, in each of the `num_dense_layers`
+    experts_per_layer: int            # routed experts, in each of the `num_moe_layers`
+    router_per_layer: int
+    shared_expert_per_layer: int      # shared expert MLP + its gate (Qwen2-MoE)
+    num_layers: int
+    num_dense_layers: int             # layers holding a dense MLP (all of them for a dense model)
+    num_moe_layers: int
+    final_norm: int
+    lm_head: int                      # 0 when tied to embed
+    extra: int                        # ModelSpec.extra_params, counted verbatim
+    experts_active_per_layer: int     # routed expert parameters one token passes through (top-k of E)
+    total: int
+
+    def __post_init__(self) -> None:
+        assert self.num_dense_layers + self.num_moe_layers == self.num_layers, self
+        parts = sum(self.parts().values())
+        assert parts == self.total, f"parameter parts add up to {parts:,}, total says {self.total:,}"
+
+    def parts(self) -> dict[str, int]:
+        """Whole-model parameters per component; their sum is `total`."""
+        return {
+            "embed": self.embed,
+            "attention": self.num_layers * self.attention_per_layer,
+            "norms": self.num_layers * self.norms_per_layer + self.final_norm,
+            "mlp": self.num_dense_layers * self.mlp_per_layer,
+            "experts": self.num_moe_layers * self.experts_per_layer,
+            "router": self.num_moe_layers * self.router_per_layer,
+            "shared_expert": self.num_moe_layers * self.shared_expert_per_layer,
+            "lm_head": self.lm_head,
+            "extra": self.extra,
+        }
+
+    @property
+    def active(self) -> int:
+        """Parameters one token uses: total less the routed experts it is not sent to (Fedus et al. 2021, §2)."""
+        return self.total - self.num_moe_layers * (self.experts_per_layer - self.experts_active_per_layer)
+
+    def as_dict(self) -> dict[str, int]:
+        return {**asdict(self), "active": self.active}
+
+
+class LinearModule(NamedTuple):
+    """A weight matrix inside every one of `num_layers` decoder layers; `name` is its path inside the layer."""
+
+    name: str                 # e.g. "self_attn.q_proj", "mlp.experts.gate_up_proj"
+    in_features: int
+    out_features: int
+    count_per_layer: int      # matrices of this shape per layer (E for fused experts)
+    num_layers: int           # decoder layers that hold it
+    kind: str                 # attention | mlp | shared_expert | expert | router
+    nn_linear: bool           # an nn.Linear (LoRA target_modules / "all-linear" reach it); False: a bare nn.Parameter
+    bias: bool
+
+    @property
+    def leaf(self) -> str:
+        """The last name part, which peft target_modules match (peft tuners_utils.py check_target_module_exists)."""
+        return self.name.rsplit(".", 1)[-1]
+
+    @property
+    def params(self) -> int:
+        return (self.in_features * self.out_features + (self.out_features if self.bias else 0)) * self.count_per_layer
+
+
+def linear_modules(spec: ModelSpec) -> list[LinearModule]:
+    """The weight matrices of the decoder layers (not embed/lm_head), as transformers 5.24 names them.
+
+    MoE experts are NOT nn.Linear in transformers 5.24: MixtralExperts / Qwen2MoeExperts / Qwen3MoeExperts hold two
+    3D nn.Parameters, so peft's `target_modules` (and "all-linear") skip them; peft reaches them only through
+    `LoraConfig(target_parameters=[...])`. The router (`mlp.gate`) is a TopKRouter holding a bare `weight` too.
+    """
+    h, d, n_h, n_kv, L = (spec.hidden_size, spec.head_dim, spec.num_attention_heads, spec.num_key_value_heads,
+                          spec.num_hidden_layers)
+    q_out, kv_out = n_h * d, n_kv * d
+    mods: list[LinearModule] = []
+    if spec.fused_qkv:  # Phi3Attention.qkv_proj: out = n_h·d + 2·n_kv·d
+        mods.append(LinearModule("self_attn.qkv_proj", h, q_out + 2 * kv_out, 1, L, "attention", True, spec.qkv_bias))
+    else:
+        mods += [LinearModule("self_attn.q_proj", h, q_out, 1, L, "attention", True, spec.qkv_bias),
+                 LinearModule("self_attn.k_proj", h, kv_out, 1, L, "attention", True, spec.qkv_bias),
+                 LinearModule("self_attn.v_proj", h, kv_out, 1, L, "attention", True, spec.qkv_bias)]
+    mods.append(LinearModule("self_attn.o_proj", q_out, h, 1, L, "attention", True, spec.o_bias))
+    num_dense = L - _num_moe_layers(spec)
+    if num_dense:
+        mods += _mlp("mlp", h, spec.intermediate_size, num_dense, "mlp", spec)
+    if spec.is_moe:
+        n_moe, e, i_moe = L - num_dense, spec.num_experts, spec.moe_intermediate_size
+        mods += [LinearModule("mlp.gate", h, e, 1, n_moe, "router", False, False),
+                 LinearModule("mlp.experts.gate_up_proj", h, 2 * i_moe, e, n_moe, "expert", False, False),
+                 LinearModule("mlp.experts.down_proj", i_moe, h, e, n_moe, "expert", False, False)]
+        if spec.shared_expert_intermediate_size or spec.shared_expert_gate:  # Qwen2-MoE builds it even at width 0
+            mods += _mlp("mlp.shared_expert", h, spec.shared_expert_intermediate_size, n_moe, "shared_expert", spec)
+        if spec.shared_expert_gate:
+            mods.append(LinearModule("mlp.shared_expert_gate", h, 1, 1, n_moe, "shared_expert", True, False))
+    return mods
+
+
+def _mlp(prefix: str, h: int, i: int, layers: int, kind: str, spec: ModelSpec) -> list[LinearModule]:
+    b = spec.mlp_bias and kind == "mlp"
+    down = LinearModule(f"{prefix}.down_proj", i, h, 1, layers, kind, True, b)
+    if not spec.gated_mlp:
+        return [LinearModule(f"{prefix}.up_proj", h, i, 1, layers, kind, True, b), down]
+    if spec.fused_gate_up:  # Phi3MLP.gate_up_proj: [2I, H]
+        return [LinearModule(f"{prefix}.gate_up_proj", h, 2 * i, 1, layers, kind, True, b), down]
+    return [LinearModule(f"{prefix}.gate_proj", h, i, 1, layers, kind, True, b),
+            LinearModule(f"{prefix}.up_proj", h, i, 1, layers, kind, True, b), down]
+
+
+def _num_moe_layers(spec: ModelSpec) -> int:
+    return spec.num_hidden_layers - spec.num_dense_layers if spec.is_moe else 0
+
+
+def count_params(spec: ModelSpec) -> ParamBreakdown:
+    """Exact parameter count of `AutoModelForCausalLM.from_config(config)` (tied weights counted once)."""
+    h, d, L = spec.hidden_size, spec.head_dim, spec.num_hidden_layers
+    mods = linear_modules(spec)
+
+    def per_layer(kind: str) -> int:
+        return sum(m.params for m in mods if m.kind == kind)
+
+    qk_norm = 0
+    if spec.qk_norm:  # Qwen3RMSNorm(head_dim) ×2 | Olmo2RMSNorm(n_h·d) + Olmo2RMSNorm(n_kv·d)
+        qk_norm = 2 * d if spec.qk_norm_scope == "head" else (spec.num_attention_heads + spec.num_key_value_heads) * d
+    n_moe = _num_moe_layers(spec)
+    experts = per_layer("expert")
+    breakdown = ParamBreakdown(
+        embed=spec.vocab_size * h,
+        attention_per_layer=per_layer("attention") + qk_norm,
+        norms_per_layer=spec.norms_per_layer * h,
+        mlp_per_layer=per_layer("mlp"),
+        experts_per_layer=experts,
+        router_per_layer=per_layer("router"),
+        shared_expert_per_layer=per_layer("shared_expert"),
+        num_layers=L, num_dense_layers=L - n_moe, num_moe_layers=n_moe,
+        final_norm=h,
+        lm_head=0 if spec.tie_word_embeddings else spec.vocab_size * h,
+        extra=spec.extra_params,
+        experts_active_per_layer=experts * spec.num_experts_per_tok // spec.num_experts if spec.is_moe else 0,
+        total=_total_from_modules(spec, mods, qk_norm),
+    )
+    return breakdown
+
+
+def _total_from_modules(spec: ModelSpec, mods: list[LinearModule], qk_norm: int) -> int:
+    """The total counted a second way, module by module over all layers, so ParamBreakdown's check means something."""
+    h = spec.hidden_size
+    matrices = sum(m.params * m.num_layers for m in mods)
+    norms = spec.num_hidden_layers * (spec.norms_per_layer * h + qk_norm) + h
+    embeddings = spec.vocab_size * h * (1 if spec.tie_word_embeddings else 2)
+    return matrices + norms + embeddings + spec.extra_params
+
+
+# peft 0.21.2 peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING, for the model_types hpcmem
+# reads (None: peft has no entry, and get_peft_model raises "Please specify `target_modules` or `target_parameters`").
+# tests/test_models_torch.py checks this table against the installed peft.
+PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...] | None] = {
+    "llama": ("q_proj", "v_proj"),
+    "mistral": ("q_proj", "v_proj"),
+    "qwen2": ("q_proj", "v_proj"),
+    "qwen3": ("q_proj", "v_proj"),
+    "gemma2": ("q_proj", "v_proj"),
+    "gemma3_text": ("q_proj", "v_proj"),
+    "mixtral": ("q_proj", "v_proj"),
+    "gemma3": None,
+    "phi3": None,
+    "olmo2": None,
+    "qwen2_moe": None,
+    "qwen3_moe": None,
+}
+
+
+def peft_model_type(spec: ModelSpec) -> str:
+    """The model_type peft looks up: the loaded model's own (the wrapper's, for a gemma3 with a text_config)."""
+    return spec.wrapper_model_type or spec.model_type
+
+
+def peft_default_targets(model_type: str) -> tuple[str, ...]:
+    """peft's default LoRA target_modules for this architecture (what an empty lora_target_modules means)."""
+    if model_type not in PEFT_DEFAULT_TARGETS:
+        raise SpecError(f"no peft default LoRA targets recorded for model_type {model_type!r}; known: "
+                        f"{', '.join(sorted(PEFT_DEFAULT_TARGETS))}. Set lora_target_modules explicitly.")
+    targets = PEFT_DEFAULT_TARGETS[model_type]
+    if targets is None:
+        raise SpecError(f"peft has no default LoRA target_modules for model_type {model_type!r}: get_peft_model would "
+                        "raise. Set lora_target_modules (e.g. all-linear, or the names in `hpcmem models show`).")
+    return targets
+
+
+def all_linear_targets(spec: ModelSpec) -> tuple[str, ...]:
+    """Leaf names peft's "all-linear" selects in the decoder layers: every nn.Linear except the output layer
+    (peft/tuners/tuners_utils.py _maybe_include_all_linear_layers). Fused experts and the router are not nn.Linear."""
+    return tuple(dict.fromkeys(m.leaf for m in linear_modules(spec) if m.nn_linear))

@@ -1,0 +1,101 @@
+"""Find a model's config.json: a local path, the offline catalog, or (online only) the Hugging Face Hub."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from hpcmem.errors import SpecError
+from hpcmem.models.config import model_spec_from_config
+from hpcmem.spec import ModelSpec
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# huggingface_hub/constants.py: HF_HUB_OFFLINE is on when its value is one of these (case-insensitive).
+_TRUE = {"1", "ON", "YES", "TRUE"}
+
+
+@lru_cache(maxsize=1)
+def catalog() -> dict[str, dict[str, Any]]:
+    """hub id → {"hub_id", "source", "config"} for every hpcmem/models/catalog/*.json (public config.json numbers)."""
+    entries: dict[str, dict[str, Any]] = {}
+    folder = resources.files("hpcmem.models").joinpath("catalog")
+    for item in sorted(folder.iterdir(), key=lambda p: p.name):
+        if item.name.endswith(".json"):
+            doc = json.loads(item.read_text(encoding="utf-8"))
+            entries[doc["hub_id"]] = doc
+    return entries
+
+
+def catalog_ids() -> list[str]:
+    return sorted(catalog(), key=str.lower)
+
+
+def catalog_entry(name: str) -> dict[str, Any] | None:
+    """The catalog entry whose hub id equals `name`, ignoring case."""
+    by_lower = {hub_id.lower(): doc for hub_id, doc in catalog().items()}
+    return by_lower.get(name.strip().lower())
+
+
+def hub_offline(environ: dict[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return env.get("HF_HUB_OFFLINE", "").strip().upper() in _TRUE
+
+
+def resolve_model(name_or_path: str, *, offline: bool | None = None) -> ModelSpec:
+    """A `ModelSpec` for a config.json path, a folder holding one, a catalog hub id (any case), else the Hub.
+
+    The Hub is asked only when HF_HUB_OFFLINE is unset (or `offline=False`) and huggingface_hub is importable; it
+    downloads config.json alone, into the user's own HF cache.
+    """
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        return _spec_from_path(path, name_or_path)
+    entry = catalog_entry(name_or_path)
+    if entry is not None:
+        return model_spec_from_config(entry["config"], entry["hub_id"])
+    offline = hub_offline() if offline is None else offline
+    if not offline and _HUB_ID.match(name_or_path) and _hub_available():
+        return model_spec_from_config(_hub_config(name_or_path), name_or_path)
+    raise SpecError(
+        f"unknown model {name_or_path}: not a path, not in the catalog (hpcmem models list), and offline / "
+        "huggingface_hub not installed; pass a local config.json")
+
+
+def _spec_from_path(path: Path, name: str) -> ModelSpec:
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise SpecError(f"model {name}: folder {path} holds no config.json; pass the config.json itself or its folder")
+    return model_spec_from_config(_read_json(file), name)
+
+
+def _read_json(file: Path) -> Any:
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecError(f"cannot read model config {file}: {exc}") from exc
+
+
+def _hub_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("huggingface_hub") is not None
+
+
+def _hub_config(repo_id: str) -> Any:
+    """Download config.json only (huggingface_hub.hf_hub_download caches it in the user's HF cache)."""
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return _read_json(Path(hf_hub_download(repo_id, "config.json")))
+    except SpecError:
+        raise
+    except Exception as exc:  # gated repo, unknown repo, no network: all end the same way for the user
+        raise SpecError(
+            f"unknown model {repo_id}: not a path, not in the catalog (hpcmem models list), and the Hub said "
+            f"{type(exc).__name__}: {exc}. Pass a local config.json (or `huggingface-cli login` for a gated model)."
+        ) from exc
