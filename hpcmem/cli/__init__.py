@@ -54,7 +54,9 @@ def main() -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except HpcmemError as exc:
-        click.echo(f"hpcmem: error:\n{exc}" if "\n" in str(exc) else f"hpcmem: error: {exc}", err=True)
+        problems = getattr(exc, "problems", None) or [str(exc)]
+        text = problems[0] if len(problems) == 1 else "\n" + "\n".join(f"- {p}" for p in problems)
+        click.echo(f"hpcmem: error: {text}", err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
