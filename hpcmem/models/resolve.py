@@ -86,10 +86,26 @@ def _hub_available() -> bool:
     return importlib.util.find_spec("huggingface_hub") is not None
 
 
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """One quick TCP connect before asking the Hub: huggingface_hub retries an unreachable host for ~20 s."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        with socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
 def _hub_config(repo_id: str) -> Any:
     """Download config.json only (huggingface_hub.hf_hub_download caches it in the user's HF cache)."""
     from huggingface_hub import hf_hub_download
 
+    if not _hub_reachable():
+        raise SpecError(f"unknown model {repo_id}: not a path, not in the catalog (hpcmem models list), and the Hub "
+                        "is not reachable from here. Pass a local config.json or a folder holding one.")
     try:
         return _read_json(Path(hf_hub_download(repo_id, "config.json")))
     except SpecError:
