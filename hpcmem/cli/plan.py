@@ -1,0 +1,39 @@
+"""`hpcmem plan <trainer> …`: the fastest combination of memory techniques that fits, and why."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from hpcmem.cli.options import TRAINER_ARG, collect, job_from_cli, job_options
+
+
+@click.command(name="plan")
+@TRAINER_ARG
+@job_options
+@click.option("--global_batch_size", "--global-batch-size", "global_batch_size", type=int, default=None,
+              help="samples per optimizer step, kept while batch × accumulation vary "
+                   "(default per_device_train_batch_size × gradient_accumulation_steps × num_processes)")
+@click.option("--allow_peft", "--allow-peft", "allow_peft", is_flag=True, help="also try LoRA and QLoRA")
+@click.option("--top", type=int, default=10, show_default=True, help="plans to show")
+@click.option("--explain", is_flag=True, help="reasons for every plan and the faster combinations that lost")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
+def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: int, explain: bool, as_json: bool,
+            **kwargs) -> None:
+    """Search gradient checkpointing, activation offloading, packing, batch × accumulation, ZeRO / FSDP and
+    offload (and LoRA/QLoRA with --allow_peft) for the fastest setup that fits --gpu. A flag you give is fixed.
+
+    Example: hpcmem plan sft --model_name_or_path meta-llama/Llama-3.1-8B --gpu H100-80GB --num_processes 8
+    """
+    from hpcmem.errors import HpcmemError
+    from hpcmem.plan import search
+    from hpcmem.plan.explain import render, to_json
+    from hpcmem.trl_config import read_yaml
+
+    if not kwargs.get("gpu"):
+        raise HpcmemError("hpcmem plan needs --gpu (see `hpcmem gpus`)")
+    job, _ = job_from_cli(trainer, kwargs)
+    fixed = set(collect(kwargs)) | (set(read_yaml(kwargs["config"])) if kwargs.get("config") else set())
+    report = search(job, job.gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft, top=top)
+    click.echo(json.dumps(to_json(report), indent=2) if as_json else render(report, explain=explain))

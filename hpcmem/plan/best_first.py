@@ -1,0 +1,333 @@
+"""Best-first search over knob combinations: the fastest ones that fit, found with few full estimates.
+
+1. Every combination gets a throughput (hpcmem.plan.throughput; microseconds, memoised per distinct setting).
+2. Walk them fastest first. A combination is fully estimated (hpcmem.estimate.estimate, the same function as
+   `hpcmem estimate`) unless a monotone lower bound already rejects it: within one (sharding, peft, packing) group,
+   memory never falls when the micro-batch grows, checkpointing goes full → selective → off, or activation offloading /
+   expandable_segments are turned off (tests/test_plan.py checks the estimator obeys this). So one combination that
+   does not fit rejects every combination that dominates it, and the group's floor (smallest batch, full
+   checkpointing, offloading and expandable_segments on) rejects the whole group at once.
+3. Combinations TRL refuses are skipped: `hpcmem.plan.knobs.apply` builds a JobSpec, whose rules raise SpecError.
+4. Stop when `top` plans fit: every combination not yet walked is slower than all of them (rank bound).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+from typing import Collection
+
+from hpcmem.errors import SpecError
+from hpcmem.estimate import Estimate, estimate
+from hpcmem.estimate.lora import lora_layout
+from hpcmem.estimate.shape import micro_batch
+from hpcmem.plan.knobs import GC_VALUES, Knobs, apply, axes, combinations, job_knobs
+from hpcmem.plan.throughput import (
+    PADDED_FILL_FRACTION, Setting, Throughput, flops_params, interconnect_gbps, throughput,
+)
+from hpcmem.spec import GpuSpec, JobSpec
+
+GIB = 1024**3
+_GC_SAVING = {g: i for i, g in enumerate(GC_VALUES)}       # off 0 < selective 1 < full 2 (more saving)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    rank: int
+    knobs: Knobs
+    job: JobSpec
+    estimate: Estimate
+    speed: Throughput
+
+    @property
+    def peak_allocated_bytes(self) -> int:
+        return self.estimate.peak_allocated_bytes
+
+    @property
+    def device_peak_bytes(self) -> int:
+        return self.estimate.device_peak_bytes
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.estimate.headroom_bytes or 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """What the search learned about one walked combination."""
+
+    knobs: Knobs
+    speed: Throughput
+    how: str                    # estimate | bound | rules
+    fits: bool
+    device_peak_bytes: int | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchStats:
+    combinations: int           # enumerated; each got a throughput and a verdict (below) or was rank-pruned
+    full_estimates: int
+    bound_rejected: int
+    rule_rejected: int
+    rank_pruned: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.combinations / self.seconds if self.seconds else float("inf")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanReport:
+    plans: tuple[Plan, ...]
+    walked: tuple[Verdict, ...]         # in throughput order, fits or not
+    stats: SearchStats
+    gpu: GpuSpec
+    global_batch_size: int
+    base: JobSpec
+    speeds: dict             # Knobs → Throughput, every enumerated combination
+    fixed: tuple[str, ...] = ()
+
+
+# Sharding chains, most memory first: each step shards or offloads one more state (ZeRO §5: P_os ⊂ P_os+g ⊂ P_os+g+p;
+# offloading moves a GPU state to the host). Checked on the estimator by tests/test_plan.py.
+SHARDING_CHAINS = (("zero1", "zero2", "zero2+offload_opt"), ("zero3", "zero3+offload_opt", "zero3+offload_all"),
+                   ("fsdp2", "fsdp2+offload"))
+_CHAIN = {name: (i, pos) for i, chain in enumerate(SHARDING_CHAINS) for pos, name in enumerate(chain)}
+
+
+def _chain_bottom(sharding: str) -> str:
+    if sharding not in _CHAIN:
+        return sharding
+    i, _ = _CHAIN[sharding]
+    return SHARDING_CHAINS[i][-1]
+
+
+def _sharding_geq(hi: str, lo: str) -> bool:
+    if hi == lo:
+        return True
+    a, b = _CHAIN.get(hi), _CHAIN.get(lo)
+    return a is not None and b is not None and a[0] == b[0] and a[1] <= b[1]
+
+
+def _group(k: Knobs) -> tuple:
+    """Combinations whose memory the bound compares. Gradient accumulation > 1 keeps gradients across micro-batches
+    (estimate/step.py), so accum 1 and > 1 are separate groups."""
+    return (_chain_bottom(k.sharding), k.peft, k.pack, k.accum > 1)
+
+
+def _dominates(hi: Knobs, lo: Knobs) -> bool:
+    """hi needs at least the memory of lo (same group assumed): a larger micro-batch or expandable_segments off never
+    needs less. Checkpointing orders memory only without activation offloading: offloading with checkpointing off
+    moves every saved tensor to the host (estimate/activations.py). tests/test_plan.py checks this on the estimator."""
+    if hi.batch < lo.batch or hi.expandable_segments > lo.expandable_segments or \
+            not _sharding_geq(hi.sharding, lo.sharding):
+        return False
+    if hi.activation_offloading != lo.activation_offloading:
+        return False        # offloading with checkpointing on adds staging buffers: no order either way
+    if hi.activation_offloading:
+        return hi.gc == lo.gc
+    return _GC_SAVING[hi.gc] <= _GC_SAVING[lo.gc]
+
+
+class _Speeds:
+    """Throughput per combination, memoised on the few inputs that differ between combinations."""
+
+    def __init__(self, job: JobSpec, gpu: GpuSpec) -> None:
+        m, par = job.model, job.parallel
+        self.job = job
+        self.cache: dict[tuple, Throughput] = {}
+        self.shape: dict[tuple, tuple[int, float, int]] = {}
+        self.trainable: dict[str, int] = {}
+        self.model_kw = dict(n_flops=flops_params(m), n_params=m.num_params, layers=m.num_hidden_layers,
+                             attn_width=m.num_attention_heads * m.head_dim, hidden=m.hidden_size,
+                             world=par.world_size, num_machines=par.num_machines, peak_tflops=gpu.bf16_tflops,
+                             link_gbps=interconnect_gbps(gpu.name, par.num_machines))
+
+    def _shape(self, pack: str, batch: int) -> tuple[int, float, int]:
+        """Tokens computed per micro-batch (estimate.shape.micro_batch, the estimator's own), useful share, span."""
+        key = (pack, batch)
+        if key not in self.shape:
+            t = replace(self.job.train, per_device_train_batch_size=batch, packing=pack == "packing",
+                        padding_free=pack == "padding_free")
+            mb = micro_batch(SimpleNamespace(train=t, model=self.job.model,
+                                             tokens_per_micro_batch=self.job.tokens_per_micro_batch))
+            max_len = t.max_length or self.job.model.max_position_embeddings
+            if mb.padding_free:
+                self.shape[key] = (mb.tokens, 1.0, max(1, int(max_len * PADDED_FILL_FRACTION)))
+            else:
+                self.shape[key] = (mb.tokens, PADDED_FILL_FRACTION, mb.seq)
+        return self.shape[key]
+
+    def _trainable(self, peft: str) -> int:
+        if peft not in self.trainable:
+            if peft in ("none",):
+                self.trainable[peft] = self.job.model.num_params
+            else:
+                t = replace(self.job.train, use_peft=True, load_in_4bit=peft == "qlora")
+                self.trainable[peft] = lora_layout(SimpleNamespace(train=t, model=self.job.model,
+                                                                   parallel=self.job.parallel)).num_params
+        return self.trainable[peft]
+
+    def __call__(self, k: Knobs, fields: dict) -> Throughput:
+        key = (k.gc, k.activation_offloading, k.pack, k.batch, k.accum, k.sharding, k.peft)
+        hit = self.cache.get(key)
+        if hit is None:
+            tokens, useful, span = self._shape(k.pack, k.batch)
+            dist, stage = fields["distributed_type"], fields["zero_stage"]
+            sharding = "fsdp" if dist == "FSDP" else (f"zero{stage}" if dist == "DEEPSPEED" and stage else "ddp")
+            s = Setting(tokens=tokens, useful_fraction=useful, attn_seq=span, grad_accum=k.accum, gc=k.gc,
+                        activation_offloading=k.activation_offloading, sharding=sharding,
+                        offload_optimizer=fields["offload_optimizer_device"] != "none" or fields["fsdp_offload_params"],
+                        offload_params=fields["offload_param_device"] != "none" or fields["fsdp_offload_params"],
+                        peft=k.peft if k.peft in ("none", "lora", "qlora") else "lora",
+                        trainable_params=self._trainable(k.peft))
+            hit = self.cache[key] = throughput(s, **self.model_kw)
+        return hit
+
+
+def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_batch_size: int | None = None,
+           allow_peft: bool = False, top: int | None = 10) -> PlanReport:
+    """Rank the combinations of free knobs that fit `gpu`, fastest first (see the module docstring).
+
+    `top=None` walks every combination (no rank bound): each gets a fit verdict, for the benchmark and tests."""
+    start = time.perf_counter()
+    base = replace(base, gpu=gpu) if base.gpu != gpu else base
+    own = job_knobs(base)
+    gbs = global_batch_size or own.batch * own.accum * base.parallel.world_size
+    combos = combinations(axes(base, fixed, gbs, allow_peft))
+    speeds = _Speeds(base, gpu)
+    par_fields = {name: _parallel_fields(base, name) for name in {k.sharding for k in combos}}
+    scored = sorted(((speeds(k, par_fields[k.sharding]), k) for k in combos),
+                    key=lambda sk: (-round(sk[0].tokens_per_s_per_gpu, 6), sk[1].techniques()))
+    walker = _Walker(base)
+    plans: list[Plan] = []
+    walked: list[Verdict] = []
+    accepted: set[Knobs] = set()
+    speeds_by_knobs = {k: sp for sp, k in scored}
+    for speed, k in scored:
+        if top is not None and len(plans) >= top:
+            break
+        twin = k._replace(expandable_segments=True)
+        if not k.expandable_segments and twin in speeds_by_knobs:
+            walker.judge(twin, speed)       # same speed, less memory: if it does not fit, neither does k (bound)
+        v, job, est = walker.judge(k, speed)
+        walked.append(v)
+        if v.fits:
+            accepted.add(k)
+            if k.expandable_segments and k._replace(expandable_segments=False) in accepted:
+                continue        # same speed, one more setting: not worth a row
+            plans.append(Plan(rank=len(plans) + 1, knobs=k, job=job, estimate=est, speed=speed))
+    stats = SearchStats(combinations=len(combos), full_estimates=walker.full, bound_rejected=walker.bound,
+                        rule_rejected=walker.rules, rank_pruned=len(combos) - len(walked),
+                        seconds=time.perf_counter() - start)
+    return PlanReport(plans=tuple(plans), walked=tuple(walked), stats=stats, gpu=gpu, global_batch_size=gbs,
+                      base=base, speeds=speeds_by_knobs, fixed=tuple(sorted(fixed)))
+
+
+def _parallel_fields(base: JobSpec, sharding: str) -> dict:
+    from hpcmem.plan.knobs import _parallel
+
+    p = _parallel(base.parallel, sharding)
+    return {f: getattr(p, f) for f in ("distributed_type", "zero_stage", "offload_optimizer_device",
+                                       "offload_param_device", "fsdp_offload_params")}
+
+
+def _states_floor(est: Estimate) -> int:
+    """A lower bound on the device peak of every combination with the same sharding and PEFT: the optimizer-step phase
+    (weights, gradients, optimizer states; estimate/step.py) plus the device terms outside the allocator do not depend
+    on checkpointing, offloading of activations, packing or the micro-batch; the allocator slack is ≥ 0."""
+    step = next((p.bytes for p in est.phases if p.name == "optimizer step"), 0)
+    return step + est.device_extra_bytes
+
+
+class _Walker:
+    """Decides fit for combinations: monotone bound first, then rules + the full estimate."""
+
+    def __init__(self, base: JobSpec) -> None:
+        self.base = base
+        self.infeasible: dict[tuple, list[tuple[Knobs, int]]] = {}
+        self.floors: set[tuple] = set()
+        self.full = self.bound = self.rules = 0
+        self.refused: dict[Knobs, str] = {}
+        self.states_floor: dict[tuple[str, str], int] = {}
+        self.judged: dict[Knobs, tuple] = {}
+        self.memory = base.gpu.memory_bytes if base.gpu else 0
+
+    def _estimate(self, k: Knobs) -> tuple[JobSpec | None, Estimate | None, str]:
+        # check_job does not read expandable_segments (an allocator setting): one verdict serves both values.
+        rule_key = k._replace(expandable_segments=False)
+        if rule_key in self.refused:
+            return None, None, self.refused[rule_key]
+        try:
+            job = apply(self.base, k)
+        except SpecError as exc:
+            self.refused[rule_key] = exc.problems[0]
+            return None, None, exc.problems[0]
+        self.full += 1
+        est = estimate(job)
+        self.states_floor.setdefault((k.sharding, k.peft), _states_floor(est))
+        return job, est, ""
+
+    def _record(self, k: Knobs, est: Estimate) -> None:
+        self.infeasible.setdefault(_group(k), []).append((k, est.device_peak_bytes))
+
+    def _floor(self, k: Knobs) -> None:
+        """Estimate the least-memory member of k's part of its group once: if it does not fit, none does."""
+        key = (_group(k), k.sharding, k.activation_offloading, k.gc if k.activation_offloading else "")
+        if key in self.floors:
+            return
+        self.floors.add(key)
+        per_gpu = k.batch * k.accum
+        floor = k._replace(batch=1 if k.accum > 1 else k.batch, accum=per_gpu if k.accum > 1 else k.accum,
+                           gc=k.gc if k.activation_offloading else "full", expandable_segments=True)
+        _, est, _ = self._estimate(floor)
+        if est is not None and not est.fits:
+            self._record(floor, est)
+
+    def _bound(self, k: Knobs, speed: Throughput) -> Verdict | None:
+        floor = self.states_floor.get((k.sharding, k.peft), 0)
+        if floor > self.memory:
+            self.bound += 1
+            return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None,
+                           why=f"needs ≥ {floor / GIB:.1f} GiB at the optimizer step alone ({k.sharding}, {k.peft})")
+        for lo, need in self.infeasible.get(_group(k), ()):
+            if _dominates(k, lo):
+                self.bound += 1
+                return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None,
+                               why=f"needs ≥ {need / GIB:.1f} GiB (as {lo.label()})")
+        return None
+
+    def judge(self, k: Knobs, speed: Throughput) -> tuple[Verdict, JobSpec | None, Estimate | None]:
+        """The verdict on k, memoised (the walk may ask for a combination ahead of its turn)."""
+        if k not in self.judged:
+            self.judged[k] = self._judge(k, speed)
+        return self.judged[k]
+
+    def _judge(self, k: Knobs, speed: Throughput) -> tuple[Verdict, JobSpec | None, Estimate | None]:
+        v = self._bound(k, speed)
+        if v is None:
+            self._floor(k)
+            v = self._bound(k, speed)
+        if v is not None:
+            return v, None, None
+        job, est, problem = self._estimate(k)
+        if est is None:
+            self.rules += 1
+            return Verdict(knobs=k, speed=speed, how="rules", fits=False, why=problem), None, None
+        if not est.fits:
+            self._record(k, est)
+            return Verdict(knobs=k, speed=speed, how="estimate", fits=False, device_peak_bytes=est.device_peak_bytes,
+                           why=f"needs {est.device_peak_bytes / GIB:.1f} GiB > {est.gpu_memory_bytes / GIB:.1f} GiB"
+                           ), job, est
+        return Verdict(knobs=k, speed=speed, how="estimate", fits=True,
+                       device_peak_bytes=est.device_peak_bytes), job, est
+
+
+def plan(job: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_batch_size: int | None = None,
+         allow_peft: bool = False, top: int = 10) -> list[Plan]:
+    """The `top` fastest combinations that fit, best first (for `hpcmem submit --plan`)."""
+    return list(search(job, gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft,
+                       top=top).plans)

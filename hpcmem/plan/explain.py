@@ -1,0 +1,150 @@
+"""Why each knob of a plan is on, why faster alternatives lost, and the table / JSON the CLI prints.
+
+A knob's reason is read off its neighbour — the same combination with that knob off: it does not fit (memory),
+TRL refuses it (rules), or it fits but is slower (speed). Neighbours the search did not walk are estimated here with
+the same `hpcmem.estimate.estimate`.
+"""
+
+from __future__ import annotations
+
+from hpcmem.errors import SpecError
+from hpcmem.estimate import estimate
+from hpcmem.plan.knobs import GIVEN, Knobs, apply
+from hpcmem.plan.best_first import GIB, Plan, PlanReport
+
+FASTER_SHOWN = 8        # rejected faster alternatives listed by --explain
+
+
+def _neighbours(k: Knobs, per_gpu: int) -> list[tuple[str, Knobs]]:
+    out = []
+    if k.gc != "off":
+        out.append((f"gradient_checkpointing {k.gc}", k._replace(gc="off")))
+    if k.activation_offloading:
+        out.append(("activation_offloading", k._replace(activation_offloading=False)))
+    if k.pack != "padded":
+        out.append((k.pack, k._replace(pack="padded")))
+    if k.sharding not in ("ddp", GIVEN):
+        out.append((k.sharding, k._replace(sharding="ddp")))
+    if k.peft not in ("none", GIVEN):
+        out.append((k.peft, k._replace(peft="none")))
+    if k.expandable_segments:
+        out.append(("expandable_segments", k._replace(expandable_segments=False)))
+    if k.batch < per_gpu:
+        out.append((f"per_device_train_batch_size {k.batch} × accumulation {k.accum}",
+                    k._replace(batch=per_gpu, accum=1)))
+    return out
+
+
+def _verdict(report: PlanReport, k: Knobs) -> tuple[str, float | None]:
+    """('fits' | 'needs X GiB' | TRL's refusal, tokens/s or None)."""
+    speed = report.speeds.get(k)
+    tps = speed.tokens_per_s_per_gpu if speed else None
+    try:
+        job = apply(report.base, k)
+    except SpecError as exc:
+        return f"TRL refuses it: {exc.problems[0]}", tps
+    est = estimate(job)
+    if est.fits:
+        return "fits", tps
+    return f"needs {est.device_peak_bytes / GIB:.1f} GiB > {est.gpu_memory_bytes / GIB:.1f} GiB", tps
+
+
+def reasons(report: PlanReport, p: Plan) -> list[str]:
+    """One line per knob that is on: what happens without it."""
+    per_gpu = report.global_batch_size // report.base.parallel.world_size
+    out = []
+    for name, off in _neighbours(p.knobs, per_gpu):
+        if _fixed(report, name):
+            out.append(f"{name}: given (fixed)")
+            continue
+        verdict, tps = _verdict(report, off)
+        mine = p.speed.tokens_per_s_per_gpu
+        if verdict != "fits":
+            out.append(f"{name}: {'rules' if verdict.startswith('TRL') else 'memory'} — without it {verdict}")
+        elif tps is not None and tps < mine * 0.9995:
+            out.append(f"{name}: speed — {100 * (mine / tps - 1):+.1f} % tokens/s over the same without it")
+        else:
+            out.append(f"{name}: not needed — without it fits at the same or better speed (alternative)")
+    return out or ["nothing on: the job fits as TRL's defaults with gradient checkpointing off"]
+
+
+def _fixed(report: PlanReport, name: str) -> bool:
+    from hpcmem.plan.knobs import FIXING_FLAGS
+
+    axis = {"gradient_checkpointing": "gc", "activation_offloading": "activation_offloading",
+            "expandable_segments": "expandable_segments"}.get(name.split(" ")[0])
+    if axis is None:
+        axis = ("peft" if name in ("lora", "qlora") else "pack" if name in ("packing", "padding_free")
+                else "batch" if name.startswith("per_device") else "sharding")
+    return any(f in report.fixed for f in FIXING_FLAGS[axis])
+
+
+def faster_rejected(report: PlanReport) -> list[str]:
+    best = report.plans[0].speed.tokens_per_s_per_gpu if report.plans else 0.0
+    lines, refused = [], 0
+    for v in report.walked:
+        if v.fits or v.speed.tokens_per_s_per_gpu <= best:
+            continue
+        if v.how == "rules":
+            refused += 1
+        elif len(lines) < FASTER_SHOWN:
+            lines.append(f"{v.knobs.label():58s} {v.speed.tokens_per_s_per_gpu:9.0f} tok/s  ✗ {v.why}")
+    if refused:
+        lines.append(f"… and {refused} faster combinations TRL's rules refuse (hpcmem.rules)")
+    return lines
+
+
+def render(report: PlanReport, explain: bool = False) -> str:
+    s = report.stats
+    base = report.base
+    head = (f"plan: {base.model.name} · {base.train.trainer.upper()} · {base.parallel.world_size}×{report.gpu.name}"
+            f" ({base.parallel.num_machines} node{'s' if base.parallel.num_machines > 1 else ''}) · global batch "
+            f"{report.global_batch_size} · fixed: {', '.join(report.fixed) or 'nothing'}")
+    lines = [head, f"{'#':>2} {'knobs':58s} {'alloc':>7} {'device':>7} {'free':>6} {'tok/s/GPU':>9} {'step s':>7}"]
+    for p in report.plans:
+        lines.append(f"{p.rank:>2} {p.knobs.label():58s} {p.peak_allocated_bytes / GIB:6.1f}G "
+                     f"{p.device_peak_bytes / GIB:6.1f}G {p.headroom_bytes / GIB:5.1f}G "
+                     f"{p.speed.tokens_per_s_per_gpu:9.0f} {p.speed.step_s:7.2f}")
+    if not report.plans:
+        lines.append("   nothing fits: allow PEFT (--allow_peft), shorten max_length, add GPUs or pick a larger GPU")
+    for p in report.plans[:1] if not explain else report.plans:
+        lines.append(f"why #{p.rank}: " + "; ".join(reasons(report, p)))
+    if explain:
+        faster = faster_rejected(report)
+        if faster:
+            lines.append("faster combinations that lost:")
+            lines.extend("   " + x for x in faster)
+    lines.append(f"searched {s.combinations} combinations in {s.seconds * 1000:.0f} ms: {s.full_estimates} full "
+                 f"estimates, {s.bound_rejected} rejected by a monotone bound, {s.rule_rejected} refused by TRL "
+                 f"rules, {s.rank_pruned} slower than the plans shown")
+    lines.append("speed is a ranking model (hpcmem/plan/throughput.py, uncalibrated constants), memory is "
+                 "`hpcmem estimate`'s")
+    return "\n".join(lines)
+
+
+def to_json(report: PlanReport) -> dict:
+    s = report.stats
+    return {
+        "gpu": report.gpu.name,
+        "world_size": report.base.parallel.world_size,
+        "global_batch_size": report.global_batch_size,
+        "fixed": list(report.fixed),
+        "plans": [{
+            "rank": p.rank,
+            "knobs": p.knobs._asdict(),
+            "peak_allocated_bytes": p.peak_allocated_bytes,
+            "device_peak_bytes": p.device_peak_bytes,
+            "headroom_bytes": p.headroom_bytes,
+            "tokens_per_s_per_gpu": p.speed.tokens_per_s_per_gpu,
+            "step_s": p.speed.step_s,
+            "mfu": p.speed.mfu,
+            "reasons": reasons(report, p),
+        } for p in report.plans],
+        "rejected_faster": [{"knobs": v.knobs._asdict(), "tokens_per_s_per_gpu": v.speed.tokens_per_s_per_gpu,
+                             "why": v.why, "how": v.how}
+                            for v in report.walked if not v.fits and report.plans and
+                            v.speed.tokens_per_s_per_gpu > report.plans[0].speed.tokens_per_s_per_gpu],
+        "stats": {"combinations": s.combinations, "full_estimates": s.full_estimates,
+                  "bound_rejected": s.bound_rejected, "rule_rejected": s.rule_rejected,
+                  "rank_pruned": s.rank_pruned, "seconds": s.seconds},
+    }

@@ -1,0 +1,154 @@
+"""The knobs the planner turns, the values each may take, and how one combination becomes a JobSpec.
+
+A flag the user gave is fixed (its axis holds the job's own value); every other knob is searched. Turning knobs into
+a JobSpec goes through the spec constructors, so TRL's rules (hpcmem.rules.check_job) prune invalid combinations —
+the planner holds no copy of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+from itertools import product
+from typing import Collection, NamedTuple
+
+from hpcmem.errors import SpecError
+from hpcmem.spec import JobSpec, ParallelSpec
+
+GC_VALUES = ("off", "selective", "full")
+PACK_VALUES = ("padded", "packing", "padding_free")
+PEFT_VALUES = ("none", "lora", "qlora")
+# name → ParallelSpec fields (accelerate's names); "ddp" is NO on one GPU, MULTI_GPU on more.
+SHARDINGS: dict[str, dict] = {
+    "ddp": {},
+    "zero1": {"distributed_type": "DEEPSPEED", "zero_stage": 1},
+    "zero2": {"distributed_type": "DEEPSPEED", "zero_stage": 2},
+    "zero2+offload_opt": {"distributed_type": "DEEPSPEED", "zero_stage": 2, "offload_optimizer_device": "cpu"},
+    "zero3": {"distributed_type": "DEEPSPEED", "zero_stage": 3},
+    "zero3+offload_opt": {"distributed_type": "DEEPSPEED", "zero_stage": 3, "offload_optimizer_device": "cpu"},
+    "zero3+offload_all": {"distributed_type": "DEEPSPEED", "zero_stage": 3, "offload_optimizer_device": "cpu",
+                          "offload_param_device": "cpu"},
+    "fsdp2": {"distributed_type": "FSDP", "fsdp_version": 2},
+    "fsdp2+offload": {"distributed_type": "FSDP", "fsdp_version": 2, "fsdp_offload_params": True},
+}
+GIVEN = "given"          # axis value meaning "the job's own setting" (a fixed flag outside the named choices)
+# Flags whose presence fixes an axis (TRL / accelerate field names, as `hpcmem.cli.options.collect` returns them).
+FIXING_FLAGS = {
+    "gc": ("gradient_checkpointing", "gradient_checkpointing_kwargs"),
+    "activation_offloading": ("activation_offloading",),
+    "pack": ("packing", "padding_free", "packing_strategy"),
+    "sharding": ("accelerate_config", "distributed_type", "zero_stage", "offload_optimizer_device",
+                 "offload_param_device", "fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward"),
+    "peft": ("use_peft", "load_in_4bit", "load_in_8bit"),
+    "batch": ("per_device_train_batch_size",),
+    "accum": ("gradient_accumulation_steps",),
+    "expandable_segments": ("expandable_segments",),
+}
+
+
+class Knobs(NamedTuple):
+    """One combination. A tuple (hashable, cheap): the planner evaluates tens of thousands per second."""
+
+    gc: str
+    activation_offloading: bool
+    pack: str
+    batch: int                  # per_device_train_batch_size
+    accum: int                  # gradient_accumulation_steps
+    sharding: str
+    peft: str
+    expandable_segments: bool
+
+    def techniques(self) -> int:
+        """How many memory techniques are on (ties in speed go to fewer)."""
+        return ((self.gc != "off") + self.activation_offloading + (self.sharding not in ("ddp", GIVEN)) +
+                (self.peft not in ("none", GIVEN)) + self.expandable_segments)
+
+    def label(self) -> str:
+        bits = [f"b{self.batch}×ga{self.accum}", f"GC {self.gc}"]
+        if self.activation_offloading:
+            bits.append("act-offload")
+        if self.pack != "padded":
+            bits.append(self.pack)
+        bits.append(self.sharding)
+        if self.peft != "none":
+            bits.append(self.peft)
+        if self.expandable_segments:
+            bits.append("expandable")
+        return " ".join(bits)
+
+
+def job_knobs(job: JobSpec) -> Knobs:
+    """The knobs a job already has (the fixed axes take these)."""
+    t, par = job.train, job.parallel
+    gc = "off" if not t.gradient_checkpointing else ("selective" if t.selective_checkpointing else "full")
+    pack = "packing" if t.packing else ("padding_free" if t.padding_free else "padded")
+    peft = ("qlora" if t.load_in_4bit else "lora") if t.use_peft and not t.load_in_8bit else \
+        ("none" if not t.use_peft else GIVEN)
+    sharding = next((k for k in SHARDINGS if _parallel(par, k) == par), GIVEN)
+    return Knobs(gc, t.activation_offloading, pack, t.per_device_train_batch_size, t.gradient_accumulation_steps,
+                 sharding, peft, job.expandable_segments)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_peft: bool) -> dict[str, list]:
+    """The values each knob may take. Batch and accumulation are tied: batch × accum × world = global batch."""
+    own = job_knobs(job)
+    world = job.parallel.world_size
+    if global_batch_size % world:
+        raise SpecError(f"global_batch_size {global_batch_size} is not a multiple of num_processes {world}")
+    per_gpu = global_batch_size // world
+
+    def axis(name: str, values) -> list:
+        return [getattr(own, name)] if any(f in fixed for f in FIXING_FLAGS[name]) else list(values)
+
+    batches = axis("batch", _divisors(per_gpu))
+    if "gradient_accumulation_steps" in fixed:
+        batches = [b for b in batches if b * own.accum == per_gpu] or [per_gpu // own.accum]
+    return {
+        "gc": axis("gc", GC_VALUES),
+        "activation_offloading": axis("activation_offloading", (False, True)),
+        "pack": axis("pack", PACK_VALUES),
+        "batch": batches,
+        "sharding": axis("sharding", SHARDINGS),
+        "peft": axis("peft", PEFT_VALUES if allow_peft else ("none",)),
+        "expandable_segments": axis("expandable_segments", (False, True)),
+        "_per_gpu": [per_gpu],
+    }
+
+
+def combinations(ax: dict[str, list]) -> list[Knobs]:
+    per_gpu = ax["_per_gpu"][0]
+    return [Knobs(gc, off, pack, b, max(1, per_gpu // b), sh, peft, exp) for gc, off, pack, b, sh, peft, exp in
+            product(ax["gc"], ax["activation_offloading"], ax["pack"], ax["batch"], ax["sharding"], ax["peft"],
+                    ax["expandable_segments"])]
+
+
+@lru_cache(maxsize=256)
+def _parallel(par: ParallelSpec, sharding: str) -> ParallelSpec:
+    if sharding == GIVEN:
+        return par
+    base = {"distributed_type": "MULTI_GPU" if par.world_size > 1 else "NO"}
+    return ParallelSpec(num_processes=par.num_processes, num_machines=par.num_machines,
+                        **{**base, **SHARDINGS[sharding]})
+
+
+def apply(job: JobSpec, k: Knobs) -> JobSpec:
+    """The JobSpec for a combination; raises SpecError where TRL's rules (hpcmem.rules) refuse it."""
+    t = job.train
+    gc_kwargs = {k2: v for k2, v in t.gradient_checkpointing_kwargs.items() if k2 != "selective"}
+    if k.gc == "selective":
+        gc_kwargs["selective"] = True
+    changes = dict(gradient_checkpointing=k.gc != "off", gradient_checkpointing_kwargs=gc_kwargs,
+                   activation_offloading=k.activation_offloading, packing=k.pack == "packing",
+                   padding_free=k.pack == "padding_free", per_device_train_batch_size=k.batch,
+                   gradient_accumulation_steps=k.accum)
+    if k.pack == "packing" and not t.packing:
+        changes["packing_strategy"] = "bfd"
+    if k.peft != GIVEN:
+        changes.update(use_peft=k.peft != "none", load_in_4bit=k.peft == "qlora", load_in_8bit=False)
+    train = replace(t, **changes)
+    return JobSpec(model=job.model, train=train, parallel=_parallel(job.parallel, k.sharding), gpu=job.gpu,
+                   expandable_segments=k.expandable_segments, tokens_per_micro_batch=job.tokens_per_micro_batch)

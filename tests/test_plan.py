@@ -1,0 +1,144 @@
+"""Issue 8: `hpcmem plan` — the fastest combination that fits, pruned by TRL's rules, memory from `hpcmem estimate`."""
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+from hpcmem.cli import cli
+from hpcmem.errors import SpecError
+from hpcmem.estimate import estimate
+from hpcmem.gpus import gpu_spec
+from hpcmem.plan import apply, plan, search
+from hpcmem.plan.knobs import axes, combinations
+from hpcmem.plan.best_first import _dominates, _group
+from hpcmem.trl_config import build_job
+
+LLAMA8B = "meta-llama/Llama-3.1-8B"
+SMALL = "Qwen/Qwen2.5-0.5B"
+
+
+def base(trainer="sft", model=SMALL, **settings):
+    job, _ = build_job(trainer, {"model_name_or_path": model, **settings})
+    return job
+
+
+def test_plan_core_does_not_import_torch():
+    code = "import sys, hpcmem.plan, hpcmem.cli.plan; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_small_model_turns_no_memory_technique_on():
+    best = plan(base(), gpu_spec("H100-80GB"))[0]
+    k = best.knobs
+    assert (k.gc, k.activation_offloading, k.sharding, k.peft, k.expandable_segments) == \
+        ("off", False, "ddp", "none", False)
+    assert k.batch == 8 and k.accum == 1
+
+
+def test_more_gpu_memory_never_slower_best_plan():
+    h100 = gpu_spec("H100-80GB")
+    job = base(model=LLAMA8B, max_length=2048)
+    last = 0.0
+    for gib in (24, 32, 48, 80, 141, 192):
+        plans = plan(job, replace(h100, memory_bytes=gib * 1024**3), top=1)
+        tps = plans[0].speed.tokens_per_s_per_gpu if plans else 0.0
+        assert tps >= last, f"{gib} GiB: best {tps:.0f} tok/s < {last:.0f} with less memory"
+        last = tps
+    assert last > 0
+
+
+def test_only_zero3_with_offload_fits_8b_full_on_one_24gb_gpu():
+    report = search(base(model=LLAMA8B), gpu_spec("RTX-4090"), top=None)
+    fitting = {p.knobs.sharding for p in report.plans}
+    assert fitting and fitting <= {"zero3+offload_all", "fsdp2+offload"}, fitting
+    assert report.plans[0].knobs.sharding in ("zero3+offload_all", "fsdp2+offload")
+    fixed = search(base(model=LLAMA8B, accelerate_config="zero3"), gpu_spec("RTX-4090"),
+                   fixed={"distributed_type", "zero_stage"}, top=3)
+    assert not fixed.plans      # ZeRO-3 without offload is given (fixed): nothing fits
+
+
+def test_plan_memory_is_the_estimate():
+    job = base(model=LLAMA8B, num_processes=8)
+    report = search(job, gpu_spec("H100-80GB"), top=5)
+    for p in report.plans:
+        assert estimate(apply(report.base, p.knobs)).device_peak_bytes == p.device_peak_bytes
+    k = report.plans[0].knobs
+    flags = ["estimate", "sft", "--model_name_or_path", LLAMA8B, "--gpu", "H100-80GB", "--num_processes", "8",
+             "--gradient_checkpointing", str(k.gc != "off"), "--activation_offloading", str(k.activation_offloading),
+             "--packing", str(k.pack == "packing"), "--per_device_train_batch_size", str(k.batch),
+             "--gradient_accumulation_steps", str(k.accum), "--expandable_segments", str(k.expandable_segments),
+             "--json"]
+    flags += {"zero3": ["--accelerate_config", "zero3"], "fsdp2": ["--accelerate_config", "fsdp2"],
+              "zero1": ["--accelerate_config", "zero1"], "zero2": ["--accelerate_config", "zero2"]}[k.sharding]
+    if k.gc == "selective":
+        flags += ["--gradient_checkpointing_kwargs", '{"selective": true}']
+    out = CliRunner().invoke(cli, flags, catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["per_gpu"]["device_peak_bytes"] == report.plans[0].device_peak_bytes
+
+
+def test_rank_bound_keeps_the_exhaustive_top():
+    job = base(max_length=2048)
+    gpu = replace(gpu_spec("L4"), memory_bytes=12 * 1024**3)
+    fast = search(job, gpu, top=5)
+    full = search(job, gpu, top=None)
+    assert [p.knobs for p in fast.plans] == [p.knobs for p in full.plans[:5]]
+    assert fast.stats.full_estimates < full.stats.full_estimates
+
+
+@pytest.mark.parametrize("trainer,processes", [("sft", 1), ("dpo", 2)])
+def test_monotone_bound_holds_on_the_estimator(trainer, processes):
+    """The search rejects combinations that dominate one that does not fit; check that domination is real."""
+    job = base(trainer, num_processes=processes, gpu="H100-80GB")
+    mem = {}
+    for k in combinations(axes(job, (), 8 * processes, allow_peft=False)):
+        try:
+            mem[k] = estimate(apply(job, k)).device_peak_bytes
+        except SpecError:
+            pass
+    groups = {}
+    for k in mem:
+        groups.setdefault(_group(k), []).append(k)
+    for ks in groups.values():
+        for hi in ks:
+            for lo in ks:
+                if hi != lo and _dominates(hi, lo):
+                    assert mem[hi] >= mem[lo], (hi, lo)
+
+
+def test_rules_prune_what_trl_refuses():
+    sft = search(base(), gpu_spec("L4"), top=None)
+    assert sft.stats.rule_rejected > 0
+    assert all(p.knobs.pack != "padding_free" for p in sft.plans)   # max_length set: SFTTrainer raises
+    dpo = search(base("dpo"), gpu_spec("H100-80GB"), top=None)
+    assert all(p.knobs.gc != "selective" and p.knobs.pack != "packing" for p in dpo.plans)
+
+
+def test_given_flags_are_fixed():
+    job = base(gradient_checkpointing=True, per_device_train_batch_size=2, gradient_accumulation_steps=4)
+    plans = plan(job, gpu_spec("H100-80GB"), fixed={"gradient_checkpointing", "per_device_train_batch_size",
+                                                     "gradient_accumulation_steps"})
+    assert plans and all(p.knobs.gc == "full" and (p.knobs.batch, p.knobs.accum) == (2, 4) for p in plans)
+
+
+def test_peft_only_when_allowed():
+    job = base(model=LLAMA8B)
+    assert all(p.knobs.peft == "none" for p in plan(job, gpu_spec("L4")))
+    best = plan(job, gpu_spec("L4"), allow_peft=True)[0]
+    assert best.knobs.peft in ("lora", "qlora")
+
+
+def test_cli_plan_table_json_and_explain():
+    runner = CliRunner()
+    args = ["plan", "sft", "--model_name_or_path", LLAMA8B, "--gpu", "RTX-4090"]
+    table = runner.invoke(cli, args + ["--explain", "--top", "3"], catch_exceptions=False)
+    assert table.exit_code == 0, table.output
+    assert "why #1" in table.output and "faster combinations that lost" in table.output
+    data = json.loads(runner.invoke(cli, args + ["--json"], catch_exceptions=False).output)
+    assert data["plans"] and data["plans"][0]["reasons"] and data["stats"]["combinations"] > 0
+    no_gpu = runner.invoke(cli, ["plan", "sft", "--model_name_or_path", SMALL])
+    assert no_gpu.exit_code != 0
