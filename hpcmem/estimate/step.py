@@ -62,12 +62,17 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     final_norm = (4 + prec.residual) * m.hidden_size * mb.tokens
     outside = rope + final_norm + loss.saved
     host = 0
+    on_gpu_cap = None                   # activation offloading: at most this many saved bytes stay on the GPU
     if t.activation_offloading:
         host = sum(kept)
-        gpu_kept = act.offloaded_on_gpu(kept if t.gradient_checkpointing else [v for d in terms for v in d.values()])
-        kept = [gpu_kept] + [0] * (L - 1)
+        on_gpu_cap = act.offloaded_on_gpu(kept if t.gradient_checkpointing else
+                                          [v for d in terms for v in d.values()])
         mode += " + activation offloading"
-    saved_total = sum(kept) + outside
+
+    def on_gpu(saved: int) -> int:
+        return saved if on_gpu_cap is None else min(saved, on_gpu_cap)
+
+    saved_total = on_gpu(sum(kept)) + outside
     gathered = [Component(name="gathered parameters", bytes=s.gathered)] if s.gathered else []
     accum_grads = s.gradients if t.gradient_accumulation_steps > 1 else 0
     grads_note = "kept across gradient accumulation" if accum_grads else ""
@@ -91,13 +96,12 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
                   note="fp32 grad accumulators + tile at the head's backward")))
     best: Phase | None = None
     for k in range(L - 1, -1, -1):
-        below = sum(kept[:k]) + rope
+        below_and_own = on_gpu(sum(kept[:k + 1])) + rope
         recompute = full[k] if t.gradient_checkpointing else 0
-        own = kept[k] if not t.gradient_checkpointing else kept[k]
         done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
         transient = act.backward_transient(m, mb, prec) + layer_grad
         comps = (*resident, *gathered,
-                 Component(name="activations", bytes=below + own, note=f"layers < {k} + layer {k}"),
+                 Component(name="activations", bytes=below_and_own, note=f"layers ≤ {k}"),
                  *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
                  Component(name="gradients", bytes=done, note=grads_note or f"layers > {k} done"),
                  Component(name="backward temporaries", bytes=transient))
