@@ -1,0 +1,55 @@
+"""`hpcmem lengths`: profile a dataset's token lengths for a TRL trainer and advise on max_length and packing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from hpcmem.data.batches import TRAINERS
+
+
+@click.command("lengths")
+@click.argument("data")
+@click.option("--tokenizer", required=True, help="Local tokenizer folder, or a Hub name already in the local cache.")
+@click.option("--trainer", type=click.Choice(TRAINERS), default="sft", show_default=True,
+              help="Tokenize as this trainer does: sft (text / messages / prompt+completion), dpo and reward "
+                   "(prompt+chosen and prompt+rejected), grpo (the prompt).")
+@click.option("--split", default="train", show_default=True, help="Split of a DatasetDict folder or a cached dataset.")
+@click.option("--dataset-text-field", default="text", show_default=True, help="SFT column holding plain text.")
+@click.option("--per-device-train-batch-size", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Examples per micro-batch for the padded / padding-free figures.")
+@click.option("--pad-to-multiple-of", type=click.IntRange(min=1), default=None,
+              help="Round each micro-batch's sequence length up to a multiple of this (default: no rounding).")
+@click.option("--max-length", "max_lengths", type=click.IntRange(min=1), multiple=True,
+              help="Also profile this max_length (repeatable); powers of two, p95 and p99 always are.")
+@click.option("--dataset-num-proc", "--num-proc", "dataset_num_proc", type=click.IntRange(min=1), default=None,
+              help="Processes that tokenize (large data); default one.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write a histogram PNG here (needs matplotlib).")
+@click.option("--log-x", is_flag=True, help="Logarithmic length axis for the histograms (long tails).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the profile JSON (hpcmem.lengths/1) instead of the report.")
+@click.option("--save", "save_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the profile JSON here, for `hpcmem estimate --lengths FILE`.")
+def command(data, tokenizer, trainer, split, dataset_text_field, per_device_train_batch_size, pad_to_multiple_of,
+            max_lengths, dataset_num_proc, plot_path, log_x, as_json, save_path):
+    """Token lengths of DATA as TRL's TRAINER tokenizes it: percentiles, histogram, what each max_length truncates,
+    and rows, padding and worst / typical tokens per micro-batch for padded, padding-free and packing bfd /
+    bfd_split / wrapped (TRL's own pack_dataset). DATA: a .jsonl/.json/.csv/.parquet file, a save_to_disk folder or
+    a dataset name in the local cache. Never contacts the Hub."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from hpcmem.data.profiler import profile_dataset
+    from hpcmem.data.render import plot, report
+
+    profile = profile_dataset(data, tokenizer, trainer=trainer, split=split, dataset_text_field=dataset_text_field,
+                              per_device_train_batch_size=per_device_train_batch_size,
+                              pad_to_multiple_of=pad_to_multiple_of, max_lengths=max_lengths,
+                              num_proc=dataset_num_proc)
+    if save_path:
+        save_path.write_text(json.dumps(profile, indent=1) + "\n")
+    if plot_path:
+        plot(profile, str(plot_path), log_x=log_x)
+    click.echo(json.dumps(profile, indent=1) if as_json else report(profile, log_x=log_x))

@@ -1,0 +1,89 @@
+"""Open the user's dataset and tokenizer, offline. datasets/transformers are imported inside the functions."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from hpcmem.data.errors import DataNotFound, EmptyDataset, TokenizerNotFound, UnknownFormat
+
+# file extension → the `datasets` builder that reads it
+FILE_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def describe_formats() -> str:
+    return ", ".join(FILE_FORMATS) + ", a folder written by Dataset.save_to_disk, or a dataset name in the local cache"
+
+
+@contextlib.contextmanager
+def _offline() -> Iterator[None]:
+    """Never reach the Hub: datasets and huggingface_hub read these flags at import, so set them for the call."""
+    import datasets.config
+    import huggingface_hub.constants as hub
+
+    saved = datasets.config.HF_HUB_OFFLINE, hub.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = hub.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, hub.HF_HUB_OFFLINE = saved
+
+
+def load_data(data: str, *, split: str = "train", cache_dir: str | None = None):
+    """DATA (a file, a save_to_disk folder or a cached dataset name) → one `datasets.Dataset` (the split)."""
+    import datasets
+
+    path = Path(data)
+    if path.is_dir() and ((path / "state.json").exists() or (path / "dataset_dict.json").exists()):
+        loaded = datasets.load_from_disk(str(path))
+    elif path.is_file():
+        builder = FILE_FORMATS.get(path.suffix.lower())
+        if builder is None:
+            raise UnknownFormat(f"{data}: unknown format {path.suffix or '(no extension)'!r}; "
+                                f"hpcmem lengths reads {describe_formats()}")
+        if path.stat().st_size == 0:
+            raise EmptyDataset(f"{data}: the file is empty")
+        try:
+            loaded = datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=cache_dir)
+        except Exception as exc:  # the builders raise many kinds; all mean the file does not parse
+            if "corresponds to no data" in str(exc):   # datasets' words for a file with a header and no rows
+                raise EmptyDataset(f"{data}: the file has no rows") from exc
+            raise UnknownFormat(f"{data}: not readable as {builder}: {exc}") from exc
+    elif path.exists() or os.sep in data or data.startswith("."):
+        raise DataNotFound(f"{data}: not a file of a known format nor a save_to_disk folder; expected "
+                           f"{describe_formats()}")
+    else:
+        try:
+            with _offline():
+                loaded = datasets.load_dataset(data, split=split, cache_dir=cache_dir)
+        except Exception as exc:
+            raise DataNotFound(f"{data}: no such file, and no dataset of that name (split {split!r}) in the local "
+                               f"cache ({exc.__class__.__name__}: {exc}); download it first or pass a file") from exc
+    return _pick_split(loaded, split, data)
+
+
+def _pick_split(loaded, split: str, data: str):
+    import datasets
+
+    if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+            raise DataNotFound(f"{data}: no split {split!r}; it has {', '.join(loaded)} — pass --split")
+        loaded = loaded[split]
+    if len(loaded) == 0:
+        raise EmptyDataset(f"{data}: the dataset (split {split!r}) has no rows")
+    return loaded
+
+
+def load_tokenizer(name_or_path: str):
+    """A local tokenizer folder or a cached Hub name; `local_files_only` keeps it offline."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
+    except Exception as exc:  # OSError, ValueError, … : all mean there is no usable tokenizer there
+        raise TokenizerNotFound(f"tokenizer {name_or_path!r} not found locally ({exc.__class__.__name__}: "
+                                f"{str(exc).splitlines()[0] if str(exc) else ''}); pass a folder holding "
+                                "tokenizer.json / tokenizer_config.json, or a Hub name already in the local "
+                                "cache") from exc

@@ -1,0 +1,80 @@
+"""Packed row lengths from TRL's own `trl.pack_dataset` (datasets, pyarrow, trl imported inside the functions).
+
+Packing sees only how long each sequence is, so the profiler hands it a stand-in dataset: one `input_ids` list per
+example of the right length, filled with int8 zeros (the token values never matter to bfd, bfd_split or wrapped).
+It is packed as SFTTrainer packs it: `pack_dataset(dataset, max_length, strategy, map_kwargs)` over the
+untruncated sequences in dataset order (shuffle_dataset=False, TRL's default), in `datasets.map`'s default batches
+of PACK_BATCH_SIZE examples, in one process (dataset_num_proc=None, TRL's default). Different (max_length,
+strategy) runs are independent, so large datasets spread the runs over worker processes; each run itself is
+exactly TRL's.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+PACK_BATCH_SIZE = 1000           # datasets.Dataset.map's default batch_size, which pack_dataset keeps
+PARALLEL_MIN_EXAMPLES = 20_000   # below this, worker start-up costs more than it saves
+
+
+def stand_in(lengths: Sequence[int]):
+    """A datasets.Dataset with one zero-filled `input_ids` row per length."""
+    import numpy as np
+    import pyarrow as pa
+    from datasets import Dataset
+
+    sizes = np.asarray(lengths, dtype=np.int64)
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    values = pa.array(np.zeros(int(offsets[-1]), dtype=np.int8))
+    if offsets[-1] < 2**31 - 1:
+        column = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
+    else:
+        column = pa.LargeListArray.from_arrays(pa.array(offsets), values)
+    return Dataset(pa.table({"input_ids": column}))
+
+
+def packed_row_lengths(dataset, max_length: int, strategy: str) -> list[int]:
+    """Row lengths of `trl.pack_dataset(dataset, max_length, strategy)`, in the packed dataset's order."""
+    import pyarrow.compute as pc
+    from trl import pack_dataset
+
+    packed = pack_dataset(dataset, max_length, strategy,
+                          {"keep_in_memory": True, "desc": f"Packing max_length={max_length} {strategy}"})
+    return pc.list_value_length(packed.data.column("input_ids")).to_pylist()
+
+
+_WORKER_DATASET = None
+
+
+def _init_worker(lengths: Sequence[int]) -> None:
+    global _WORKER_DATASET
+    import datasets
+
+    datasets.disable_progress_bars()
+    _WORKER_DATASET = stand_in(lengths)
+
+
+def _run(job: tuple[int, str]) -> tuple[tuple[int, str], list[int]]:
+    return job, packed_row_lengths(_WORKER_DATASET, *job)
+
+
+def pack_all(lengths: Sequence[int], jobs: Sequence[tuple[int, str]], *,
+             num_proc: int | None = None) -> dict[tuple[int, str], list[int]]:
+    """{(max_length, strategy): packed row lengths} for every job; worker processes when the data is large."""
+    from datasets.utils.tqdm import tqdm
+
+    workers = min(len(jobs), num_proc or os.cpu_count() or 1)
+    if workers <= 1 or len(lengths) < PARALLEL_MIN_EXAMPLES:
+        dataset = stand_in(lengths)
+        return {job: packed_row_lengths(dataset, *job) for job in jobs}
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    out = {}
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method), initializer=_init_worker,
+                             initargs=(list(lengths),)) as pool:
+        for job, rows in tqdm(pool.map(_run, jobs), total=len(jobs), desc=f"Packing ({workers} processes)"):
+            out[job] = rows
+    return out

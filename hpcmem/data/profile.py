@@ -1,0 +1,142 @@
+"""The length profile JSON ("hpcmem.lengths/1") and the one question the estimator asks of it (stdlib only).
+
+Schema `hpcmem.lengths/1` (written by `hpcmem lengths --save`, read by `hpcmem estimate --lengths`):
+
+    schema        "hpcmem.lengths/1"
+    source        {data, split, tokenizer, trainer: sft|dpo|reward|grpo, format, dataset_text_field,
+                   trl_version, hpcmem_version, created}
+    settings      {per_device_train_batch_size, pad_to_multiple_of, pack_batch_size}: what the table rows assume
+    examples      number of examples
+    row_parts     the per-example parts that become micro-batch rows: ["length"] (sft), ["chosen", "rejected"]
+                  (dpo, reward: prompt included), ["prompt"] (grpo)
+    stats         {count, total_tokens, min, mean, p50, p90, p95, p99, p99.9, max} over all rows (sequences)
+    part_stats    {part: stats} for every part (incl. "prompt" where the trainer tokenizes it alone)
+    histogram     [[length, count], …] over all rows, ascending: order-free, always present
+    order         {"encoding": "zlib+base64 uint32le", "parts": {part: blob}} per-example lengths in dataset order,
+                  or null when the dataset has more than MAX_ORDERED_EXAMPLES examples
+    candidates    [{max_length (null = no truncation), label, examples, truncated_examples, dropped_examples,
+                   tokens_total, tokens_lost,
+                   strategies: {padded | padding_free | bfd | bfd_split | wrapped:
+                                {rows, micro_batches, tokens, tensor_tokens, padding_fraction, tokens_lost,
+                                 worst_tokens_per_micro_batch, typical_tokens_per_micro_batch,
+                                 padding_free (flattened rows?),
+                                 row_lengths (packing only: packed row lengths in trl.pack_dataset order, a blob)
+                                 | same_as (bfd_split when no sequence exceeds max_length: identical to bfd)}}}]
+    recommendation {max_length, packing, packing_strategy, padding_free, reason}
+
+Token counts of a micro-batch are tensor tokens: rows × padded length, or the one flattened row when padding-free.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+import zlib
+from array import array
+from collections.abc import Iterable, Mapping
+
+from hpcmem.data.batches import PACKING_STRATEGIES, ROW_PARTS, kept_rows, micro_batches, round_up
+from hpcmem.data.errors import ProfileError
+from hpcmem.data.stats import expand
+
+SCHEMA = "hpcmem.lengths/1"
+ENCODING = "zlib+base64 uint32le"
+MAX_ORDERED_EXAMPLES = 2_000_000   # above this, only the histogram is stored (a few MiB of JSON at most)
+
+
+def encode_lengths(values: Iterable[int]) -> str:
+    """Lengths → zlib-compressed little-endian uint32, base64 text."""
+    data = array("I" if array("I").itemsize == 4 else "L", values)
+    if sys.byteorder == "big":
+        data.byteswap()
+    return base64.b64encode(zlib.compress(data.tobytes(), 6)).decode("ascii")
+
+
+def decode_lengths(text: str) -> list[int]:
+    data = array("I" if array("I").itemsize == 4 else "L")
+    data.frombytes(zlib.decompress(base64.b64decode(text)))
+    if sys.byteorder == "big":
+        data.byteswap()
+    return data.tolist()
+
+
+def check_profile(profile: Mapping) -> None:
+    if not isinstance(profile, Mapping) or profile.get("schema") != SCHEMA:
+        found = profile.get("schema") if isinstance(profile, Mapping) else type(profile).__name__
+        raise ProfileError(f"not a length profile: schema is {found!r}, expected {SCHEMA!r} "
+                           "(make one with `hpcmem lengths DATA --tokenizer PATH --save profile.json`)")
+    order = profile.get("order")
+    if order is not None and order.get("encoding") != ENCODING:
+        raise ProfileError(f"profile lengths use encoding {order.get('encoding')!r}; this hpcmem reads {ENCODING!r}")
+
+
+def ordered_parts(profile: Mapping) -> dict[str, list[int]] | None:
+    order = profile.get("order")
+    return None if order is None else {name: decode_lengths(blob) for name, blob in order["parts"].items()}
+
+
+def packed_rows(profile: Mapping, max_length: int, strategy: str) -> list[int] | None:
+    """Packed row lengths stored for (max_length, strategy), or None when that max_length was not profiled."""
+    for cand in profile.get("candidates", []):
+        if cand["max_length"] == max_length and strategy in cand["strategies"]:
+            entry = cand["strategies"][strategy]
+            entry = cand["strategies"][entry["same_as"]] if "same_as" in entry else entry
+            return decode_lengths(entry["row_lengths"])
+    return None
+
+
+def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_device_train_batch_size: int,
+                           packing: bool, packing_strategy: str, padding_free: bool,
+                           pad_to_multiple_of: int | None) -> int:
+    """Tensor tokens of the worst (largest) micro-batch this profile's dataset makes with these settings.
+
+    worst = the max over the micro-batches taken in dataset order, per_device_train_batch_size examples each, after
+    the trainer's max_length rules (hpcmem.data.batches). Exact whenever the profile holds the lengths in order
+    (always, up to MAX_ORDERED_EXAMPLES examples) and, with packing, when max_length was one of the profiled
+    candidates (TRL's packed rows are stored). Otherwise an upper bound: padded = rows × longest kept sequence,
+    padding-free = the sum of the longest rows, packing = rows × max_length.
+    GRPO: the prompt part only (max_length is ignored; add B × max_completion_length for the completions).
+    DPO: padding_free falls back to padding in TRL 1.16, as here.
+    """
+    check_profile(profile)
+    trainer = profile["source"]["trainer"]
+    batch = per_device_train_batch_size
+    if batch < 1:
+        raise ProfileError(f"per_device_train_batch_size must be ≥ 1; got {batch}")
+    if packing:
+        if trainer != "sft":
+            raise ProfileError(f"packing is an SFTTrainer feature; this profile was made for {trainer}")
+        if packing_strategy not in PACKING_STRATEGIES:
+            raise ProfileError(f"packing_strategy must be one of {', '.join(PACKING_STRATEGIES)}; "
+                               f"got {packing_strategy!r}")
+        if max_length is None:
+            raise ProfileError("packing needs a max_length (the packed row length)")
+        flatten = padding_free or packing_strategy != "wrapped"
+        rows = packed_rows(profile, max_length, packing_strategy)
+        if rows is None:  # every packed row is at most max_length long
+            return round_up(batch * max_length, pad_to_multiple_of) if flatten else \
+                batch * round_up(max_length, pad_to_multiple_of)
+        batches = micro_batches(rows, batch, flatten=flatten, pad_to_multiple_of=pad_to_multiple_of)
+        return max(tensor for _, tensor in batches)
+    flatten = padding_free and trainer == "sft"
+    parts = ordered_parts(profile)
+    if parts is not None:
+        kept = kept_rows(trainer, parts, max_length)
+        batches = micro_batches(kept.rows, batch * kept.rows_per_example, flatten=flatten,
+                                pad_to_multiple_of=pad_to_multiple_of)
+        return max((tensor for _, tensor in batches), default=0)
+    return _bound_from_histogram(profile, trainer, max_length, batch, flatten, pad_to_multiple_of)
+
+
+def _bound_from_histogram(profile: Mapping, trainer: str, max_length: int | None, batch: int, flatten: bool,
+                          pad_to_multiple_of: int | None) -> int:
+    cap = None if trainer == "grpo" else max_length
+    lengths = expand(profile["histogram"])
+    if cap is not None:
+        lengths = [n for n in lengths if n <= cap] if trainer == "reward" else [min(n, cap) for n in lengths]
+    rows = min(len(lengths), batch * len(ROW_PARTS[trainer]))
+    if rows == 0:
+        return 0
+    if flatten:
+        return round_up(sum(lengths[-rows:]), pad_to_multiple_of)
+    return rows * round_up(lengths[-1], pad_to_multiple_of)
