@@ -1,0 +1,104 @@
+"""`hpcmem submit <trainer> --preset P …`: estimate, refuse what will not fit, write the run folder, submit."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+from hpcmem.errors import HpcmemError
+
+
+def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise HpcmemError(f"--env {item!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def _trl_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The user's TRL YAML as written (fields hpcmem does not model travel unchanged) + --model_name_or_path."""
+    from hpcmem.trl_config import read_yaml
+
+    fields = read_yaml(kwargs["config"]) if kwargs.get("config") else {}
+    if kwargs.get("model_name_or_path"):
+        fields["model_name_or_path"] = kwargs["model_name_or_path"]
+    return fields
+
+
+def _build(trainer: str, preset_ref: str, launch: dict[str, Any], kwargs: dict[str, Any]):
+    from hpcmem.launch import LaunchOptions, load_preset
+
+    preset = load_preset(preset_ref)
+    if kwargs.get("gpu") and kwargs["gpu"].lower() != preset.gpu.lower():
+        raise HpcmemError(f"--gpu {kwargs['gpu']} disagrees with preset {preset.name} ({preset.gpu}): submit runs on "
+                          "the preset's GPU; drop --gpu or choose another preset")
+    job, _ = job_from_cli(trainer, kwargs, preset={**preset.defaults, "gpu": preset.gpu})
+    options = LaunchOptions(env=_env_pairs(launch.pop("env")), trl_fields=_trl_fields(kwargs), **launch)
+    return job, preset, options
+
+
+def _report(done, as_json: bool, dry_run: bool) -> None:
+    p = done.prepared
+    if as_json:
+        click.echo(json.dumps({"run_dir": done.run_dir, "job_id": done.job_id, "backend": done.submitted.backend,
+                               "fits": p.fit.fits if p.fit else None, "script": p.files.script}, indent=2))
+        return
+    if dry_run:
+        click.echo(p.contents["job.sbatch"])
+    launch = p.launch
+    click.echo(f"preset {launch.preset.name}: partition {launch.preset.partition}, {launch.nodes} node(s) × "
+               f"{launch.gpus_per_node} × {launch.preset.gpu}, time {launch.time}")
+    if p.fit:
+        click.echo(p.fit.message())
+    click.echo(f"run folder {done.run_dir}: " + ", ".join(sorted(p.contents)))
+    if done.submitted.detail:
+        click.echo(done.submitted.detail)
+    if done.job_id:
+        click.echo(f"submitted job {done.job_id}; follow it with: hpcmem status {done.run_dir} · hpcmem logs "
+                   f"{done.run_dir}")
+
+
+@click.command(name="submit")
+@TRAINER_ARG
+@job_options
+@click.option("--preset", "preset_ref", required=True, help="preset NAME on the search path or a FILE (hpcmem presets list)")
+@click.option("--backend", type=click.Choice(["sbatch", "submitit", "dry-run"]), default="sbatch", show_default=True)
+@click.option("--dry-run", is_flag=True, help="write the run folder and print the script; submit nothing")
+@click.option("--force", is_flag=True, help="submit even when the estimate says the job does not fit")
+@click.option("--requeue", is_flag=True, help="before the time limit, requeue and resume from the newest checkpoint")
+@click.option("--max-restarts", "--max_restarts", "max_restarts", type=int, default=3, show_default=True)
+@click.option("--time", default=None, help="SLURM time limit (D-HH:MM:SS); default: the preset's max_time")
+@click.option("--job-name", "--job_name", "job_name", default="", help="default hpcmem-<trainer>")
+@click.option("--runs-dir", "runs_dir", default="runs", show_default=True, help="where run folders are created")
+@click.option("--env", "env", multiple=True, help="NAME=VALUE exported in the job (repeatable); secrets: export "
+              "them before submitting instead, sbatch passes your environment on and nothing is written")
+@click.option("--vllm-placement", "vllm_placement", type=click.Choice(["node", "split"]), default="node",
+              show_default=True, help="vllm_mode server: trl vllm-serve on its own node, or on GPUs of the one node")
+@click.option("--account", default=None, help="default: the preset's")
+@click.option("--qos", default=None, help="default: the preset's")
+@click.option("--entry", default=None, help="training script to launch instead of `-m trl.scripts.<trainer>`")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def command(trainer: str, preset_ref: str, backend: str, dry_run: bool, force: bool, runs_dir: str, as_json: bool,
+            **kwargs) -> None:
+    """Submit a TRL fine-tuning job to SLURM, after checking that it fits in GPU memory.
+
+    Flags and --config keys are TRL's field names. Writes runs/<name>-<time>/ (script, accelerate/DeepSpeed/TRL
+    configs, resolved spec, estimate, job id). Example:
+    hpcmem submit sft --config sft.yaml --preset mycluster-h100 --num_machines 2 --num_processes 16 --requeue
+    """
+    from hpcmem.launch import submit
+
+    launch = {k: kwargs.pop(k) for k in ("requeue", "max_restarts", "time", "job_name", "env", "vllm_placement",
+                                          "account", "qos", "entry")}
+    job, preset, options = _build(trainer, preset_ref, launch, kwargs)
+    done = submit(job, preset, options, backend="dry-run" if dry_run else backend, runs_root=runs_dir, force=force)
+    if backend == "submitit" and not dry_run:
+        click.echo(f"submitted job {done.job_id} through submitit")
+        return
+    _report(done, as_json, dry_run)

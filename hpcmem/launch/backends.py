@@ -1,0 +1,135 @@
+"""Backends: where a prepared run goes. `DryRun` (nothing), `Sbatch` (primary), `Submitit` (Python users).
+
+Every command goes through a `Runner` (argv → CompletedProcess), so tests replace the scheduler with a recorder and
+the slurm test tier with a real slurmctld. Commands are argv lists, never a shell string.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from hpcmem.errors import HpcmemError
+
+if TYPE_CHECKING:
+    from hpcmem.launch.submission import Prepared
+
+Runner = Callable[[list[str]], subprocess.CompletedProcess]
+
+
+def run_command(argv: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess:
+    """The real runner: no shell, text output captured, never raises on a non-zero exit."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        raise HpcmemError(f"{argv[0]} not found: is SLURM installed here (or use --backend dry-run)?") from None
+
+
+class SubmitError(HpcmemError):
+    """SLURM refused the job; the message carries SLURM's words and what hpcmem asked for."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    backend: str
+    job_id: str | None
+    detail: str = ""
+    handle: Any = None          # the submitit Job for the submitit backend
+
+
+class Backend(Protocol):
+    name: str
+
+    def submit(self, prepared: Prepared) -> Submitted: ...
+
+
+@dataclass
+class DryRun:
+    """Writes the run folder and submits nothing; the script printed is exactly what sbatch would get."""
+
+    name: str = "dry-run"
+
+    def submit(self, prepared: Prepared) -> Submitted:
+        return Submitted(self.name, None, f"dry run: nothing submitted; sbatch {prepared.files.script}")
+
+
+_JOB_ID = re.compile(r"^(\d+)(?:;\S+)?$|Submitted batch job (\d+)")
+
+
+def parse_job_id(stdout: str) -> str:
+    """`sbatch --parsable` prints `jobid[;cluster]`; plain sbatch prints `Submitted batch job N`."""
+    for line in stdout.strip().splitlines():
+        m = _JOB_ID.search(line.strip())
+        if m:
+            return m.group(1) or m.group(2)
+    raise SubmitError(f"could not read a job id from sbatch's output: {stdout.strip()!r}")
+
+
+@dataclass
+class Sbatch:
+    """`sbatch --test-only` first (SLURM validates the request without queueing it), then `sbatch --parsable`."""
+
+    runner: Runner = field(default=run_command)
+    preflight: bool = True
+    name: str = "sbatch"
+
+    def test_only(self, prepared: Prepared) -> str:
+        done = self.runner(["sbatch", "--test-only", prepared.files.script])
+        if done.returncode != 0:
+            raise SubmitError(_refusal("sbatch --test-only", done, prepared))
+        return (done.stderr or done.stdout).strip()   # "sbatch: Job N to start at … on nodes …" (stderr)
+
+    def submit(self, prepared: Prepared) -> Submitted:
+        detail = self.test_only(prepared) if self.preflight else ""
+        done = self.runner(["sbatch", "--parsable", prepared.files.script])
+        if done.returncode != 0:
+            raise SubmitError(_refusal("sbatch", done, prepared))
+        return Submitted(self.name, parse_job_id(done.stdout), detail)
+
+
+def _refusal(what: str, done: subprocess.CompletedProcess, prepared: Prepared) -> str:
+    launch = prepared.launch
+    said = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+    return (f"{what} rejected the job: {said}\n"
+            f"hpcmem asked partition {launch.preset.partition!r} for {launch.nodes} node(s) × "
+            f"{launch.gpus_per_node} GPU(s) × {launch.cpus_per_task} CPUs for {launch.time}; "
+            f"check the preset against the cluster with `hpcmem presets check {launch.preset.name}` "
+            f"(script: {prepared.files.script})")
+
+
+@dataclass
+class Submitit:
+    """submitit's AutoExecutor runs the same per-task command under its own sbatch script.
+
+    submitit renders `--gpus-per-node` and wraps each task in `srun … python -m submitit.core._submit`; the task runs
+    hpcmem's launcher through `submitit.helpers.CommandFunction`. Its requeue pickles Python callables and uses a
+    step-wide USR2 (which kills `accelerate launch` mid-save), so `--requeue` stays with the sbatch backend.
+    """
+
+    name: str = "submitit"
+    cluster: str | None = None     # None: auto (slurm when sbatch exists); "local"/"debug" for tests
+
+    def submit(self, prepared: Prepared) -> Submitted:
+        import submitit
+
+        from hpcmem.launch.submitit_setup import executor_parameters, task_argv
+
+        launch = prepared.launch
+        if launch.options.requeue:
+            raise HpcmemError("--requeue needs the sbatch backend (submitit's requeue is step-wide USR2 + pickles)")
+        folder = f"{prepared.files.run_dir}/submitit/%j"
+        executor = submitit.AutoExecutor(folder=folder, cluster=self.cluster)
+        executor.update_parameters(**executor_parameters(prepared, executor.cluster))
+        job = executor.submit(submitit.helpers.CommandFunction(task_argv(prepared), verbose=True))
+        return Submitted(self.name, str(job.job_id), f"submitit folder {folder}", handle=job)
+
+
+BACKENDS = {"dry-run": DryRun, "sbatch": Sbatch, "submitit": Submitit}
+
+
+def backend(name: str, **kwargs) -> Backend:
+    if name not in BACKENDS:
+        raise HpcmemError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    return BACKENDS[name](**kwargs)

@@ -1,0 +1,162 @@
+"""A launch = one JobSpec + the site's Preset + the choices that only matter to SLURM (LaunchOptions).
+
+`Launch` derives the allocation (nodes, GPUs per node, the vLLM server's place) and checks it against the preset,
+gathering every problem with its numbers before anything is written or submitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Mapping
+
+from hpcmem.errors import Problems
+from hpcmem.launch.presets import Preset, format_time, parse_time_min
+
+if TYPE_CHECKING:
+    from hpcmem.spec import JobSpec
+
+VLLM_PLACEMENTS = ("node", "split")
+# Ports derived from the job id, so that two jobs sharing a node never collide (and a requeued job keeps its ports).
+PORT_BASE, PORT_SPAN = 20000, 10000
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchOptions:
+    """SLURM-side choices of one submission (hpcmem-only names; TRL fields live in the spec and `trl_fields`)."""
+
+    job_name: str = ""                          # "" → hpcmem-<trainer>
+    time: str | None = None                     # SLURM time format; None → the preset's max_time
+    requeue: bool = False                       # trap B:USR1 before the limit, requeue, resume from a checkpoint
+    max_restarts: int = 3                       # requeues hpcmem asks for before it lets the job end
+    vllm_placement: str = "node"                # vllm_mode=server: "node" (one extra node) or "split" (GPUs of one)
+    account: str | None = None                  # None → the preset's
+    qos: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)          # extra variables (--env NAME=VALUE)
+    trl_fields: Mapping[str, Any] = field(default_factory=dict)   # the user's TRL YAML (model, dataset, output_dir…)
+    entry: str | None = None                    # training script; None → `--module trl.scripts.<trainer>`
+    cpus_per_task: int | None = None            # None → the preset's cpus_per_node
+    workdir: str = ""                           # sbatch --chdir ("" → the submitting directory): relative paths
+                                                # of the TRL YAML (dataset, output_dir) resolve here
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    job: JobSpec
+    preset: Preset
+    options: LaunchOptions
+    run_dir: str                                # absolute; the run folder the script writes logs into
+
+    @property
+    def trainer(self) -> str:
+        return self.job.train.trainer
+
+    @property
+    def job_name(self) -> str:
+        return self.options.job_name or f"hpcmem-{self.trainer}"
+
+    @property
+    def use_cpu(self) -> bool:
+        return bool(self.options.trl_fields.get("use_cpu"))
+
+    @property
+    def vllm_server(self) -> bool:
+        t = self.job.train
+        return t.trainer in ("grpo", "rloo") and t.use_vllm and t.vllm_mode == "server"
+
+    @property
+    def vllm_gpus(self) -> int:
+        return self.job.train.vllm_tensor_parallel_size if self.vllm_server else 0
+
+    @property
+    def train_nodes(self) -> int:
+        return self.job.parallel.num_machines
+
+    @property
+    def procs_per_node(self) -> int:
+        return self.job.parallel.gpus_per_machine
+
+    @property
+    def nodes(self) -> int:
+        extra = 1 if self.vllm_server and self.options.vllm_placement == "node" else 0
+        return self.train_nodes + extra
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs asked for on every node (SLURM gives each node of one job the same count)."""
+        if not self.vllm_server:
+            return self.procs_per_node
+        if self.options.vllm_placement == "split":
+            return self.procs_per_node + self.vllm_gpus
+        return max(self.procs_per_node, self.vllm_gpus)
+
+    @property
+    def cpus_per_task(self) -> int:
+        return self.options.cpus_per_task or self.preset.cpus_per_node
+
+    @property
+    def omp_num_threads(self) -> int:
+        return max(1, self.cpus_per_task // max(1, self.procs_per_node))
+
+    @property
+    def time_min(self) -> int:
+        return parse_time_min(self.options.time) if self.options.time else self.preset.max_time_min
+
+    @property
+    def time(self) -> str:
+        return format_time(self.time_min)
+
+    @property
+    def template(self) -> str:
+        if self.vllm_server:
+            return "sbatch/vllm.sh.j2"
+        return "sbatch/multi.sh.j2" if self.train_nodes > 1 else "sbatch/single.sh.j2"
+
+    @cached_property
+    def problems(self) -> list[str]:
+        """Everything that makes this launch impossible on the preset's partition, each with its numbers."""
+        p = Problems()
+        pre, opt = self.preset, self.options
+        p.check(self.gpus_per_node <= pre.gpus_per_node,
+                f"{self.gpus_per_node} GPUs per node requested ({self._gpu_story()}), but {pre.name} nodes have "
+                f"{pre.gpus_per_node}: lower num_processes or raise num_machines")
+        if pre.max_nodes:
+            p.check(self.nodes <= pre.max_nodes, f"{self.nodes} nodes requested; {pre.name} allows {pre.max_nodes}")
+        p.check(self.cpus_per_task <= pre.cpus_per_node,
+                f"cpus_per_task {self.cpus_per_task} exceeds {pre.name}'s {pre.cpus_per_node} CPUs per node")
+        p.check(self.time_min <= pre.max_time_min,
+                f"time {self.time} exceeds {pre.name}'s max_time {pre.max_time}")
+        if opt.requeue:
+            p.check(pre.signal_lead_s < self.time_min * 60,
+                    f"signal_lead_s {pre.signal_lead_s} s must be shorter than the time limit {self.time}")
+            p.check(opt.max_restarts >= 1, f"max_restarts must be ≥ 1 with requeue, got {opt.max_restarts}")
+        p.check(opt.vllm_placement in VLLM_PLACEMENTS,
+                f"vllm_placement must be one of {', '.join(VLLM_PLACEMENTS)}, got {opt.vllm_placement!r}")
+        if self.vllm_server and opt.vllm_placement == "split":
+            p.check(self.train_nodes == 1, "vllm_placement split shares one node; with num_machines "
+                    f"{self.train_nodes} use vllm_placement node")
+        if self.vllm_server:
+            p.check(bool(opt.trl_fields.get("model_name_or_path")),
+                    "vllm_mode server needs model_name_or_path in the TRL YAML (trl vllm-serve serves it)")
+        for what, value in (("job name", self.job_name), ("run folder", self.run_dir), ("workdir", opt.workdir)):
+            # sbatch's directive parser ends a value at the end of its #SBATCH line.
+            p.check("\n" not in value and "\r" not in value,
+                    f"{what} {value!r} contains a line break, which no #SBATCH line can carry")
+        # SLURM filename patterns (--output) drop every backslash and then expand no %j (sbatch(1)).
+        p.check("\\" not in self.run_dir, f"run folder {self.run_dir!r} contains a backslash, which SLURM removes "
+                "from --output paths; choose another --runs-dir")
+        for name in opt.env:
+            p.check(name.isidentifier(), f"--env name {name!r} is not a valid variable name")
+        return p.items
+
+    def _gpu_story(self) -> str:
+        story = f"{self.procs_per_node} training processes per node"
+        if self.vllm_server:
+            story += f", vLLM tensor_parallel_size {self.vllm_gpus} ({self.options.vllm_placement})"
+        return story
+
+    def check(self) -> None:
+        from hpcmem.errors import SpecError
+
+        if self.problems:
+            raise SpecError(self.problems)

@@ -1,0 +1,96 @@
+"""The run folder: everything a submission used, written once, never overwritten.
+
+```
+<runs>/<job-name>-<YYYYmmdd-HHMMSS>/
+  job.sbatch          the exact script given to sbatch
+  accelerate.yaml     generated from the spec (never TRL's shipped configs)
+  deepspeed.json      when distributed_type is DEEPSPEED
+  trl.yaml            the user's TRL fields + the spec's values + hpcmem's choices
+  spec.json           the resolved JobSpec, preset and launch options
+  estimate.json       the memory estimate the submission was checked against
+  job_id              written by the backend after submission
+  logs/               batch-<jobid>.log, node<N>.log (one per node, appended across requeues), vllm.log
+  output/             TRL output_dir unless the user's YAML names another
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from hpcmem.errors import HpcmemError
+from hpcmem.launch.sbatch import RunFiles
+
+SCRIPT, ACCELERATE, DEEPSPEED, TRL, SPEC, ESTIMATE, JOB_ID = (
+    "job.sbatch", "accelerate.yaml", "deepspeed.json", "trl.yaml", "spec.json", "estimate.json", "job_id")
+
+
+def new_run_dir(runs_root: str | Path, job_name: str, *, now: dt.datetime | None = None) -> Path:
+    """A fresh folder name under `runs_root` (absolute); `-2`, `-3`… when the second already exists."""
+    stamp = (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", job_name).strip("_") or "run"
+    base = Path(runs_root).expanduser().absolute() / f"{slug}-{stamp}"
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+def run_files(run_dir: Path, *, deepspeed: bool, output_dir: str | None) -> RunFiles:
+    return RunFiles(
+        run_dir=str(run_dir), script=str(run_dir / SCRIPT), accelerate_config=str(run_dir / ACCELERATE),
+        trl_config=str(run_dir / TRL), logs_dir=str(run_dir / "logs"),
+        output_dir=output_dir or str(run_dir / "output"),
+        deepspeed_config=str(run_dir / DEEPSPEED) if deepspeed else None,
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def write(run_dir: Path, contents: dict[str, str]) -> None:
+    """Create `run_dir` (it must not exist) and write each file; refuses to touch an existing folder."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise HpcmemError(f"run folder {run_dir} already exists; hpcmem never overwrites a run") from None
+    (run_dir / "logs").mkdir()
+    for name, text in contents.items():
+        path = run_dir / name
+        with open(path, "x") as fh:       # "x": fail rather than overwrite
+            fh.write(text)
+        if name == SCRIPT:
+            path.chmod(0o755)
+
+
+def spec_json(launch) -> str:
+    """The resolved JobSpec, preset and options of a Launch, as JSON."""
+    return json.dumps({"job": _jsonable(launch.job), "preset": _jsonable(launch.preset),
+                       "options": _jsonable(launch.options), "run_dir": launch.run_dir}, indent=2, default=str) + "\n"
+
+
+def record_job_id(run_dir: Path, job_id: str, backend: str) -> None:
+    with open(run_dir / JOB_ID, "x") as fh:
+        fh.write(f"{job_id}\n")
+    with open(run_dir / "backend", "x") as fh:
+        fh.write(f"{backend}\n")
+
+
+def read_job_id(run_dir: str | Path) -> str:
+    path = Path(run_dir) / JOB_ID
+    if not path.is_file():
+        raise HpcmemError(f"{run_dir} has no job_id: not a submitted hpcmem run (a --dry-run writes none)")
+    return path.read_text().strip()

@@ -1,0 +1,121 @@
+"""From specs to a submitted job: prepare (pure: every file's text), check the fit, write the run folder, submit.
+
+`submit(...)` is the Python API behind `hpcmem submit`; with `backend="submitit"` it returns the submitit Job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from hpcmem.errors import HpcmemError
+from hpcmem.launch import runfolder
+from hpcmem.launch.backends import Runner, Submitted, backend as make_backend
+from hpcmem.launch.configs import accelerate_config, deepspeed_config
+from hpcmem.launch.fit import FitReport, check_fit
+from hpcmem.launch.job import Launch, LaunchOptions
+from hpcmem.launch.presets import Preset
+from hpcmem.launch.sbatch import RunFiles, render_sbatch
+from hpcmem.launch.trl_yaml import trl_config
+
+
+class DoesNotFit(HpcmemError):
+    """The estimate says the job runs out of GPU memory; the message lists the cheapest changes that fit."""
+
+    def __init__(self, report: FitReport):
+        self.report = report
+        super().__init__(report.message())
+
+
+@dataclass(frozen=True)
+class Prepared:
+    launch: Launch
+    files: RunFiles
+    contents: dict[str, str]          # run-folder file name → text
+    fit: FitReport | None
+
+
+def _yaml(data: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def _with_preset_gpu(job, preset: Preset):
+    gpu = preset.gpu_spec()
+    return job if job.gpu == gpu else dataclasses.replace(job, gpu=gpu)
+
+
+def prepare(job, preset: Preset, options: LaunchOptions, *, runs_root: str | Path = "runs",
+            run_dir: str | Path | None = None, estimator: Callable | None = None, fit: bool = True) -> Prepared:
+    """Every file of the run folder as text, and the fit verdict; writes nothing."""
+    job = _with_preset_gpu(job, preset)
+    if not options.workdir:
+        options = dataclasses.replace(options, workdir=os.getcwd())
+    folder = Path(run_dir).absolute() if run_dir else runfolder.new_run_dir(runs_root, options.job_name or
+                                                                           f"hpcmem-{job.train.trainer}")
+    launch = Launch(job=job, preset=preset, options=options, run_dir=str(folder))
+    launch.check()
+    files = runfolder.run_files(folder, deepspeed=job.parallel.deepspeed,
+                                output_dir=options.trl_fields.get("output_dir"))
+    report = check_fit(job, estimator=estimator) if fit else None
+    contents = {
+        runfolder.ACCELERATE: _yaml(accelerate_config(job, deepspeed_config_file=files.deepspeed_config,
+                                                      use_cpu=launch.use_cpu)),
+        runfolder.TRL: _yaml(trl_config(job, options.trl_fields, output_dir=files.output_dir)),
+        runfolder.SCRIPT: render_sbatch(launch, files),
+        runfolder.SPEC: runfolder.spec_json(launch),
+        runfolder.ESTIMATE: _estimate_json(report),
+    }
+    if job.parallel.deepspeed:
+        contents[runfolder.DEEPSPEED] = json.dumps(deepspeed_config(job), indent=2) + "\n"
+    return Prepared(launch=launch, files=files, contents=contents, fit=report)
+
+
+def _estimate_json(report: FitReport | None) -> str:
+    if report is None:
+        return json.dumps({"checked": False}, indent=2) + "\n"
+    data = {"checked": True, **report.estimate_json, "fits": report.fits,
+            "fixes": [{"flags": f.flags, "device_peak_bytes": f.device_peak_bytes} for f in report.fixes]}
+    return json.dumps(data, indent=2) + "\n"
+
+
+def submit(job, preset: Preset, options: LaunchOptions | None = None, *, backend: str = "sbatch",
+           runs_root: str | Path = "runs", run_dir: str | Path | None = None, force: bool = False,
+           runner: Runner | None = None, estimator: Callable | None = None, **backend_kwargs):
+    """Check the fit, write the run folder, submit. Returns a `Submission`, or the submitit Job for backend="submitit".
+
+    Refuses (DoesNotFit, nothing written) when the estimate exceeds the GPU, unless `force`.
+    """
+    options = options or LaunchOptions()
+    prepared = prepare(job, preset, options, runs_root=runs_root, run_dir=run_dir, estimator=estimator)
+    if prepared.fit is not None and not prepared.fit.fits and not force:
+        raise DoesNotFit(prepared.fit)
+    if runner is not None:
+        backend_kwargs["runner"] = runner
+    chosen = make_backend(backend, **backend_kwargs)
+    runfolder.write(Path(prepared.files.run_dir), prepared.contents)
+    result: Submitted = chosen.submit(prepared)
+    if result.job_id is not None:
+        runfolder.record_job_id(Path(prepared.files.run_dir), result.job_id, chosen.name)
+    return result.handle if backend == "submitit" else Submission(result, prepared)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What `submit` returns for the sbatch and dry-run backends: the backend's answer and the prepared run."""
+
+    submitted: Submitted
+    prepared: Prepared
+
+    @property
+    def job_id(self) -> str | None:
+        return self.submitted.job_id
+
+    @property
+    def run_dir(self) -> str:
+        return self.prepared.files.run_dir

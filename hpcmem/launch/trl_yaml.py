@@ -1,0 +1,80 @@
+"""Pure renderer: the TRL YAML a job runs with = the user's own fields + the spec's values + hpcmem's choices.
+
+A spec field is written when the user's YAML names it or when the spec's value differs from the spec default (it was
+chosen: on the command line, by a preset, by the planner). Fields the trainer's config class does not declare are
+never written, because `TrlParser` turns unknown YAML keys into extra `accelerate launch` arguments (`trl sft`) or
+drops them (`python -m trl.scripts.sft`). The field tables below are TRL 1.16's (trl/trainer/*_config.py,
+trl/trainer/model_config.py); tests/test_launch_parsers.py pins them against the installed dataclasses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, fields
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from hpcmem.spec import JobSpec
+
+MODEL_CONFIG_FIELDS = ("dtype", "attn_implementation", "use_peft", "lora_r", "lora_alpha", "lora_target_modules",
+                       "load_in_4bit", "load_in_8bit", "use_bnb_nested_quant")
+_COMMON = ("per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
+           "gradient_checkpointing_kwargs", "bf16", "fp16", "optim", "pad_to_multiple_of")
+_GENERATION = ("num_generations", "steps_per_generation", "generation_batch_size", "max_completion_length", "beta",
+               "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size",
+               "vllm_enable_sleep_mode", "ds3_gather_for_generation")
+TRAINER_FIELDS: dict[str, tuple[str, ...]] = {
+    "sft": _COMMON + ("max_length", "packing", "packing_strategy", "padding_free", "activation_offloading"),
+    "dpo": _COMMON + ("max_length", "padding_free", "activation_offloading", "precompute_ref_log_probs", "beta"),
+    "reward": _COMMON + ("max_length", "activation_offloading"),
+    "grpo": _COMMON + _GENERATION + ("cast_lm_head_to_fp32",),
+    "rloo": _COMMON + _GENERATION,
+}
+# Names that belong to hpcmem/accelerate, not to TRL: removed from a user's TRL YAML before it is written.
+HPCMEM_ONLY = ("gpu", "accelerate_config", "lengths", "max_prompt_length", "expandable_segments", "tokens_per_micro_batch", "num_processes", "num_machines",
+               "distributed_type", "zero_stage", "offload_optimizer_device", "offload_param_device", "fsdp_version",
+               "fsdp_offload_params", "fsdp_reshard_after_forward")
+DEFAULT_OUTPUT_SUBDIR = "output"
+
+
+def trl_fields(trainer: str) -> tuple[str, ...]:
+    """The spec fields that `trl.scripts.<trainer>` reads (its config class + ModelConfig)."""
+    return TRAINER_FIELDS[trainer] + MODEL_CONFIG_FIELDS
+
+
+def _plain(value: Any) -> Any:
+    if value == ("all-linear",):
+        return "all-linear"          # peft's special value is a string; ["all-linear"] would name a module
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _same(user_value: Any, spec_value: Any) -> bool:
+    if isinstance(user_value, str) and isinstance(spec_value, tuple):
+        return tuple(x.strip() for x in user_value.split(",") if x.strip()) == spec_value
+    if isinstance(user_value, list):
+        return tuple(user_value) == spec_value
+    return user_value == spec_value
+
+
+def trl_config(job: JobSpec, user_fields: Mapping[str, Any], *, output_dir: str) -> dict[str, Any]:
+    """The resolved TRL YAML as a dict. `output_dir` is used when the user's YAML has none (checkpoints land there)."""
+    from hpcmem.spec import TrainSpec
+
+    defaults = {f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+                for f in fields(TrainSpec)}
+    out = {k: v for k, v in user_fields.items() if k not in HPCMEM_ONLY}
+    for name in trl_fields(job.train.trainer):
+        value = getattr(job.train, name)
+        if name in out and _same(out[name], value):
+            continue                 # the user's own spelling of the same value ("all-linear", "q_proj,v_proj")
+        if name in out or value != defaults.get(name):
+            out[name] = _plain(value)
+    out.setdefault("output_dir", output_dir)
+    return out
+
+
+def output_dir_of(config: Mapping[str, Any]) -> str:
+    return str(config["output_dir"])

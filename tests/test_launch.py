@@ -1,0 +1,356 @@
+"""Launch, fast tier (no torch, no SLURM): presets, pure renderers, quoting, run folder, backends with a recorder."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpcmem.errors import HpcmemError, SpecError
+from hpcmem.launch import presets
+from hpcmem.launch.configs import accelerate_config, deepspeed_config
+from hpcmem.launch.sbatch import environment, render_sbatch
+from hpcmem.launch.trl_yaml import TRAINER_FIELDS, MODEL_CONFIG_FIELDS, HPCMEM_ONLY, trl_config
+from tests.launch_helpers import PRESET, Recorder, files, job, launch, preset
+
+SHIPPED = sorted(presets.SHIPPED_DIR.glob("*.yaml"))
+
+
+# ---- presets ----------------------------------------------------------------------------------------------------
+
+def test_shipped_presets_are_valid_and_listed():
+    assert len(SHIPPED) >= 2
+    for path in SHIPPED:
+        p = presets.load(path)
+        assert p.name == path.stem and p.gpu_spec().memory_bytes > 0
+    assert {p.stem for p in SHIPPED} <= {p.stem for p in presets.available()}
+
+
+def test_unknown_key_names_the_file_and_the_allowed_keys(tmp_path):
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump({**PRESET, "gpus": 4, "partiton": "x"}))
+    with pytest.raises(SpecError) as err:
+        presets.load(path)
+    text = str(err.value)
+    assert f"preset {path}: unknown key 'gpus'" in text and "unknown key 'partiton'" in text
+    assert "allowed keys: name, partition, gpu, gpus_per_node" in text
+
+
+def test_every_problem_is_reported_together(tmp_path):
+    bad = {"partition": "gpu", "gpu": "H100-80GB", "gpus_per_node": 0, "cpus_per_node": "many", "max_time": "soon",
+           "gpu_request": "gpus", "container": {"kind": "docker", "image": "x", "tag": 1}, "defaults": {"lr": 1}}
+    with pytest.raises(SpecError) as err:
+        presets.from_dict(bad, source="s.yaml", default_name="s")
+    assert len(err.value.problems) == 7, err.value.problems
+    assert any("defaults has unknown field 'lr'" in p for p in err.value.problems)
+
+
+def test_gpu_must_be_in_the_catalog():
+    with pytest.raises(SpecError, match="gpu 'H900' is not in the GPU catalog"):
+        presets.from_dict({**PRESET, "gpu": "H900"}, source="s.yaml", default_name="s")
+
+
+def test_search_path_env_first_then_shipped(tmp_path, monkeypatch):
+    first, second = tmp_path / "a", tmp_path / "b"
+    for folder, partition in ((first, "first"), (second, "second")):
+        folder.mkdir()
+        (folder / "site.yaml").write_text(yaml.safe_dump({**PRESET, "partition": partition}))
+    monkeypatch.setenv(presets.ENV_PRESETS, f"{first}:{second}")
+    assert presets.load("site").partition == "first"
+    assert presets.load("example-h100").source.endswith("hpcmem/presets/example-h100.yaml")
+    assert presets.load(second / "site.yaml").partition == "second"        # a FILE is read as given
+    with pytest.raises(HpcmemError, match="preset 'nope' not found; looked in .*available: .*example-h100"):
+        presets.load("nope")
+
+
+@pytest.mark.parametrize("text,minutes", [("30", 30), ("1:30", 2), ("02:00:00", 120), ("1-00", 1440),
+                                          ("1-02:30", 1590), ("2-00:00:00", 2880), ("UNLIMITED", 10**9)])
+def test_slurm_time_formats(text, minutes):
+    assert presets.parse_time_min(text) == minutes
+
+
+# ---- pure renderers -------------------------------------------------------------------------------------------
+
+def test_accelerate_config_multi_node_is_c10d_with_an_endpoint():
+    cfg = accelerate_config(job(num_machines=2, num_processes=16))
+    assert cfg["distributed_type"] == "MULTI_GPU" and cfg["num_machines"] == 2 and cfg["num_processes"] == 16
+    # same_network false is what makes accelerate pass --rdzv_endpoint (c10d ignores master_addr/port)
+    assert cfg["rdzv_backend"] == "c10d" and cfg["same_network"] is False
+    assert "machine_rank" not in cfg and "main_process_ip" not in cfg      # per task, on the launcher's command line
+    assert cfg["mixed_precision"] == "bf16"
+
+
+def test_accelerate_config_single_node_is_static_and_fp16_maps():
+    cfg = accelerate_config(job(num_processes=4, bf16=False, fp16=True))
+    assert (cfg["rdzv_backend"], cfg["same_network"], cfg["mixed_precision"]) == ("static", True, "fp16")
+    assert accelerate_config(job())["distributed_type"] == "NO"
+
+
+def test_deepspeed_config_lives_in_its_file():
+    j = job(num_processes=8, distributed_type="DEEPSPEED", zero_stage=3, offload_optimizer_device="cpu",
+            offload_param_device="cpu")
+    cfg = accelerate_config(j, deepspeed_config_file="/r/deepspeed.json")
+    assert cfg["deepspeed_config"] == {"deepspeed_config_file": "/r/deepspeed.json",
+                                       "deepspeed_multinode_launcher": "standard", "zero3_init_flag": True}
+    assert "mixed_precision" not in cfg            # accelerate refuses it next to a deepspeed_config_file
+    ds = deepspeed_config(j)
+    zero = ds["zero_optimization"]
+    assert zero["stage"] == 3 and zero["offload_optimizer"]["device"] == "cpu" and zero["offload_param"]["device"] == "cpu"
+    assert zero["stage3_gather_16bit_weights_on_model_save"] is True and zero["reduce_bucket_size"] == "auto"
+    assert ds["bf16"] == {"enabled": True} and ds["train_micro_batch_size_per_gpu"] == "auto"
+    with pytest.raises(ValueError):
+        accelerate_config(j)
+
+
+def test_fsdp_blocks():
+    two = accelerate_config(job(num_processes=8, distributed_type="FSDP", fsdp_offload_params=True))["fsdp_config"]
+    assert two["fsdp_version"] == 2 and two["fsdp_offload_params"] is True and two["fsdp_reshard_after_forward"] is True
+    one = accelerate_config(job(num_processes=8, distributed_type="FSDP", fsdp_version=1))["fsdp_config"]
+    assert one["fsdp_reshard_after_forward"] == "FULL_SHARD" and one["fsdp_sync_module_states"] is True
+
+
+def test_trl_yaml_keeps_user_fields_and_pins_chosen_spec_fields():
+    user = {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "learning_rate": 2e-4, "lora_target_modules": "all-linear",
+            "per_device_train_batch_size": 8, "gpu": "H100-80GB", "accelerate_config": "zero3", "use_peft": True}
+    j = job(use_peft=True, lora_target_modules=("all-linear",), per_device_train_batch_size=2, packing=True)
+    out = trl_config(j, user, output_dir="/r/output")
+    assert out["learning_rate"] == 2e-4 and out["lora_target_modules"] == "all-linear"
+    assert out["per_device_train_batch_size"] == 2 and out["packing"] is True      # CLI beat the YAML
+    assert "gpu" not in out and "accelerate_config" not in out and out["output_dir"] == "/r/output"
+    assert "beta" not in out and "max_prompt_length" not in out                    # defaults are not written
+
+
+def test_trl_yaml_writes_only_fields_the_trainer_declares():
+    out = trl_config(job("dpo", max_length=2048, beta=0.2), {}, output_dir="o")
+    assert out["beta"] == 0.2 and "packing" not in out and "num_generations" not in out
+    out = trl_config(job("rloo"), {}, output_dir="o")
+    assert out["num_generations"] == 2 and out["beta"] == 0.05 and "max_length" not in out
+
+
+def test_one_name_per_setting_across_spec_trl_yaml_and_cli():
+    from hpcmem.cli.options import spec_options
+    from hpcmem.spec import ParallelSpec, TrainSpec, field_names
+
+    spec = set(field_names(TrainSpec)) | set(field_names(ParallelSpec))
+    written = set(MODEL_CONFIG_FIELDS).union(*TRAINER_FIELDS.values())
+    assert written <= spec and set(HPCMEM_ONLY) - {"gpu", "accelerate_config", "lengths"} <= spec | {
+        "expandable_segments", "tokens_per_micro_batch"}
+    assert (set(field_names(TrainSpec)) - {"trainer"}) <= written | set(HPCMEM_ONLY)
+    flags = {o.name for o in spec_options()}
+    assert written <= flags and set(presets.default_keys()) <= flags | {"expandable_segments", "tokens_per_micro_batch"}
+
+
+# ---- the sbatch script ----------------------------------------------------------------------------------------
+
+def _srun_line(script: str) -> list[str]:
+    line = next(line for line in script.splitlines() if line.startswith("srun "))
+    return shlex.split(line.rstrip(" &"))
+
+
+def test_per_task_variables_expand_inside_each_task():
+    lnch = launch(job(num_machines=4, num_processes=32))
+    argv = _srun_line(render_sbatch(lnch, files(lnch)))
+    assert argv[:7] == ["srun", "--nodes=4", "--ntasks=4", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+                        "--wait=60", f"--output={lnch.run_dir}/logs/node%n.log"]
+    body = argv[argv.index("-c") + 1]                          # the whole launcher is ONE quoted argument
+    assert '--machine_rank "$SLURM_NODEID"' in body and '--main_process_ip "$MASTER_ADDR"' in body
+    assert "--num_machines 4 --num_processes 32" in body and "--rdzv_backend c10d" in body
+    assert '"is_host=$(( SLURM_NODEID == 0 ))"' in body and "--module trl.scripts.sft" in body
+    assert not any("SLURM_NODEID" in a for a in argv[: argv.index("-c")])
+
+
+def test_environment_and_directives():
+    lnch = launch(job(num_processes=8, expandable_segments=True), requeue=True, env={"WANDB_PROJECT": "x y"})
+    script = render_sbatch(lnch, files(lnch))
+    for line in ("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                 "export PYTORCH_ALLOC_CONF=expandable_segments:True", "export TORCH_NCCL_ASYNC_ERROR_HANDLING=1",
+                 "export SRUN_CPUS_PER_TASK=64", "export OMP_NUM_THREADS=8", "export HF_HUB_OFFLINE=1",
+                 "export WANDB_PROJECT='x y'", "module load cuda/12.4", "source /shared/venvs/trl/bin/activate",
+                 "#SBATCH --gres=gpu:8", "#SBATCH --signal=B:USR1@300", "#SBATCH --requeue", "#SBATCH --mem=500G",
+                 "#SBATCH --account=ml", f"#SBATCH --chdir=/home/user/project", "#SBATCH --open-mode=append",
+                 "trap hpcmem_requeue USR1", "scontrol requeue \"$SLURM_JOB_ID\""):
+        assert line in script, line
+    names = [v.name for v in environment(lnch)]
+    assert names.index("NCCL_SOCKET_IFNAME") > names.index("OMP_NUM_THREADS")   # the preset can override hpcmem
+
+
+def test_gpus_per_node_form_and_typed_gres():
+    lnch = launch(job(num_processes=4), preset(gpu_request="gpus_per_node", gres_type="h100"))
+    assert "#SBATCH --gpus-per-node=h100:4" in render_sbatch(lnch, files(lnch))
+    lnch = launch(job(num_processes=4), preset(gres_type="h100"))
+    assert "#SBATCH --gres=gpu:h100:4" in render_sbatch(lnch, files(lnch))
+
+
+def test_vllm_server_gets_vllm_server_host_not_server_ip():
+    j = job("grpo", num_machines=2, num_processes=16, use_vllm=True, vllm_mode="server", vllm_tensor_parallel_size=2)
+    lnch = launch(j)
+    script = render_sbatch(lnch, files(lnch))
+    assert lnch.nodes == 3 and "#SBATCH --nodes=3" in script
+    assert "trl vllm-serve --model Qwen/Qwen2.5-0.5B --tensor_parallel_size 2" in script
+    assert '--vllm_server_host "$VLLM_ADDR"' in script and "--server_ip" not in script
+    assert '--exclude="$VLLM_NODE"' in script and '--nodelist="$VLLM_NODE"' in script
+    split = launch(job("grpo", num_processes=6, use_vllm=True, vllm_mode="server", vllm_tensor_parallel_size=2,
+                       per_device_train_batch_size=4), vllm_placement="split")
+    text = render_sbatch(split, files(split))
+    assert split.gpus_per_node == 8 and "#SBATCH --gres=gpu:8" in text and 'CUDA_VISIBLE_DEVICES="$TRAIN_GPUS"' in text
+
+
+def test_launch_problems_are_gathered_with_numbers():
+    lnch = launch(job(num_processes=16), preset(max_nodes=1), time="3-00:00:00", job_name="a\nb", requeue=True,
+                  max_restarts=0)
+    with pytest.raises(SpecError) as err:
+        lnch.check()
+    text = str(err.value)
+    assert "16 GPUs per node requested (16 training processes per node), but site nodes have 8" in text
+    assert "time 3-00:00:00 exceeds site's max_time 1-00:00:00" in text
+    assert "contains a line break" in text and "max_restarts must be ≥ 1" in text
+    bad = launch(job(num_processes=8))
+    bad = type(bad)(job=bad.job, preset=bad.preset, options=bad.options, run_dir="/a\\b")
+    with pytest.raises(SpecError, match="backslash"):
+        bad.check()
+
+
+HOSTILE = "$(touch {m}) `touch {m}` 'q' \"d\" ; touch {m} & \\ %\nline2"
+STUBS = {
+    # srun: run the command once per task, with that task's SLURM_NODEID/SLURM_PROCID (as srun does on each node)
+    "srun": "import os, subprocess, sys\n"
+            "args = sys.argv[1:]; n = int(next(a for a in args if a.startswith('--ntasks=')).split('=')[1])\n"
+            "cmd = args[args.index('bash'):]\n"
+            "sys.exit(max(subprocess.run(cmd, env={**os.environ, 'SLURM_NODEID': str(i), 'SLURM_PROCID': str(i),"
+            " 'SLURM_NNODES': str(n)}).returncode for i in range(n)))\n",
+    "scontrol": "import sys\nprint('n1\\nn2' if sys.argv[1:3] == ['show', 'hostnames'] else 'NodeName=n1 "
+                "NodeAddr=10.1.2.3 NodeHostName=n1')\n",
+    "accelerate": "import json, os, sys\nwith open(os.environ['STUB_OUT'], 'a') as fh:\n"
+                  "    fh.write(json.dumps({'argv': sys.argv[1:], 'value': os.environ.get('HOSTILE_VALUE'),"
+                  " 'master': os.environ['MASTER_ADDR']}) + '\\n')\n",
+}
+
+
+def test_the_script_runs_with_stub_slurm_and_keeps_values_data(tmp_path):
+    """The whole script under bash with fake srun/scontrol/accelerate: one launcher per node, each with its own
+    machine_rank; a hostile env value and job name arrive intact and nothing in them runs."""
+    mark = tmp_path / "pwned"
+    value = HOSTILE.format(m=mark)
+    for name, code in STUBS.items():
+        (tmp_path / name).write_text(f"#!{sys.executable}\n{code}")
+        (tmp_path / name).chmod(0o755)
+    lnch = launch(job(num_machines=2, num_processes=16), env={"HOSTILE_VALUE": value},
+                  job_name=f"x $(touch {mark}) ;", workdir=str(tmp_path))
+    script = render_sbatch(lnch, files(lnch)).replace("module load", ": module load").replace("source /", ": /")
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "STUB_OUT": str(tmp_path / "calls.jsonl"), "SLURM_JOB_ID": "123",
+           "SLURM_JOB_NODELIST": "n[1-2]"}
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    ranks = sorted(c["argv"][c["argv"].index("--machine_rank") + 1] for c in calls)
+    assert ranks == ["0", "1"] and {c["value"] for c in calls} == {value} and {c["master"] for c in calls} == {
+        "10.1.2.3"}
+    assert "--main_process_port" in calls[0]["argv"] and calls[0]["argv"][-2:] == ["--config", files(lnch).trl_config]
+    assert not mark.exists()
+    assert "hpcmem: job 123 on n1 n2; master 10.1.2.3:20123" in done.stdout
+
+
+# ---- run folder, backends, submit ----------------------------------------------------------------------------
+
+def _fake_estimator(peak_gib: float):
+    class Est:
+        device_peak_bytes = int(peak_gib * 2**30)
+        peak_allocated_bytes = int(peak_gib * 0.9 * 2**30)
+        peak_reserved_bytes = int(peak_gib * 0.95 * 2**30)
+
+        def to_json(self):
+            return {"per_gpu": {"device_peak_bytes": self.device_peak_bytes}}
+    return lambda job: Est()
+
+
+def test_submit_writes_the_run_folder_and_parses_the_job_id(tmp_path):
+    from hpcmem.launch import LaunchOptions, submit
+
+    rec = Recorder({("sbatch", "--test-only"): (0, "", "sbatch: Job 7 to start at 2025-01-01T00:00:00 using 64 "
+                                                "processors on nodes n1 in partition gpu"),
+                    ("sbatch", "--parsable"): (0, "4242;cluster\n", "")})
+    done = submit(job(num_processes=8), preset(), LaunchOptions(workdir=str(tmp_path)), runs_root=tmp_path / "runs",
+                  runner=rec, estimator=_fake_estimator(10))
+    run = Path(done.run_dir)
+    assert done.job_id == "4242" and (run / "job_id").read_text() == "4242\n"
+    assert [c[:2] for c in rec.calls] == [["sbatch", "--test-only"], ["sbatch", "--parsable"]]
+    assert rec.calls[1][2] == str(run / "job.sbatch")
+    assert sorted(p.name for p in run.iterdir()) == ["accelerate.yaml", "backend", "estimate.json", "job.sbatch",
+                                                     "job_id", "logs", "spec.json", "trl.yaml"]
+    assert json.loads((run / "spec.json").read_text())["job"]["parallel"]["num_processes"] == 8
+    with pytest.raises(HpcmemError, match="already exists; hpcmem never overwrites"):
+        submit(job(num_processes=8), preset(), LaunchOptions(), run_dir=run, runner=rec,
+               estimator=_fake_estimator(10))
+
+
+def test_refuses_what_does_not_fit_unless_forced(tmp_path):
+    from hpcmem.launch import DoesNotFit, LaunchOptions, submit
+
+    rec = Recorder({("sbatch",): (0, "1\n", "")})
+    with pytest.raises(DoesNotFit) as err:
+        submit(job(num_processes=8), preset(), LaunchOptions(), runs_root=tmp_path, runner=rec,
+               estimator=_fake_estimator(120))
+    assert "does not fit: device peak 120.0 GiB" in str(err.value) and "79.6 GiB on H100-80GB" in str(err.value)
+    assert not list(tmp_path.iterdir()) and rec.calls == []
+    done = submit(job(num_processes=8), preset(), LaunchOptions(), runs_root=tmp_path, runner=rec, force=True,
+                  estimator=_fake_estimator(120))
+    assert done.job_id == "1"
+
+
+def test_sbatch_refusal_is_a_clear_hpcmem_error(tmp_path):
+    from hpcmem.launch import LaunchOptions, prepare
+    from hpcmem.launch.backends import Sbatch, SubmitError
+
+    prepared = prepare(job(num_processes=8), preset(), LaunchOptions(), runs_root=tmp_path,
+                       estimator=_fake_estimator(1))
+    rec = Recorder({("sbatch",): (1, "", "sbatch: error: Batch job submission failed: Requested node configuration "
+                                  "is not available")})
+    with pytest.raises(SubmitError) as err:
+        Sbatch(runner=rec).submit(prepared)
+    assert "Requested node configuration is not available" in str(err.value)
+    assert "1 node(s) × 8 GPU(s) × 64 CPUs" in str(err.value) and "hpcmem presets check site" in str(err.value)
+
+
+def test_cheapest_fixes_come_from_the_real_estimator():
+    from hpcmem.launch.fit import check_fit
+
+    report = check_fit(job(model_name_or_path="Qwen/Qwen2.5-7B", use_peft=False, max_length=4096,
+                           per_device_train_batch_size=8, num_processes=4, gpu="L40S"))
+    assert not report.fits and report.fixes
+    assert all(f.device_peak_bytes <= report.gpu_memory_bytes for f in report.fixes)
+
+
+def test_status_from_scontrol_then_sacct(tmp_path):
+    from hpcmem.launch.monitor import status
+
+    (tmp_path / "job_id").write_text("12\n")
+    rec = Recorder({("scontrol",): (0, "JobId=12 JobName=a b JobState=RUNNING Reason=None Restarts=1 "
+                                       "RunTime=00:01:02 NodeList=n[1-2]\n", "")})
+    st = status(tmp_path, runner=rec)
+    assert (st.state, st.source, st.fields["JobName"], st.fields["Restarts"]) == ("RUNNING", "scontrol", "a b", "1")
+    gone = Recorder({("sacct",): (1, "", "Slurm accounting storage is disabled")})
+    st = status(tmp_path, runner=gone)
+    assert st.state == "UNKNOWN" and "MinJobAge" in st.note
+
+
+def test_cli_dry_run_and_refusal(tmp_path):
+    env_cmd = [sys.executable, "-m", "hpcmem", "submit", "sft", "--model_name_or_path", "Qwen/Qwen2.5-0.5B",
+               "--preset", "example-h100", "--num_processes", "8", "--runs-dir", str(tmp_path)]
+    done = subprocess.run(env_cmd + ["--dry-run"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "#SBATCH --partition=gpu-h100" in done.stdout and "dry run: nothing submitted" in done.stdout
+    refused = subprocess.run(env_cmd[:-4] + ["--preset", "example-l40s", "--model_name_or_path", "Qwen/Qwen2.5-7B",
+                                             "--use_peft", "false", "--max_length", "8192", "--num_processes", "4",
+                                             "--dry-run"], capture_output=True, text=True, cwd=tmp_path)
+    assert refused.returncode != 0 and "does not fit" in refused.stderr and "GiB" in refused.stderr
+
+
+def test_launch_core_stays_light():
+    code = ("import sys, hpcmem.launch, hpcmem.cli.submit, hpcmem.launch.monitor, hpcmem.launch.preset_check;"
+            "assert not {'torch', 'transformers', 'trl', 'submitit'} & set(sys.modules), sys.modules.keys()")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
