@@ -65,16 +65,30 @@ def _run(job: tuple[int, str]) -> tuple[tuple[int, str], list[int]]:
 def pack_all(lengths: Sequence[int], jobs: Sequence[tuple[int, str]], *,
              num_proc: int | None = None) -> dict[tuple[int, str], list[int]]:
     """{(max_length, strategy): packed row lengths} for every job; worker processes when the data is large."""
+    import datasets
     from datasets.utils.tqdm import tqdm
 
     workers = min(len(jobs), num_proc or os.cpu_count() or 1)
     if workers <= 1 or len(lengths) < PARALLEL_MIN_EXAMPLES:
+        bar = tqdm(total=len(jobs), desc="Packing with trl.pack_dataset")
         dataset = stand_in(lengths)
-        return {job: packed_row_lengths(dataset, *job) for job in jobs}
+        quiet = datasets.are_progress_bars_disabled()
+        datasets.disable_progress_bars()   # one bar for all runs, not one per run
+        try:
+            out = {}
+            for job in jobs:
+                out[job] = packed_row_lengths(dataset, *job)
+                bar.update()
+            return out
+        finally:
+            bar.close()
+            if not quiet:
+                datasets.enable_progress_bars()
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     out = {}
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method), initializer=_init_worker,
                              initargs=(list(lengths),)) as pool:
-        for job, rows in tqdm(pool.map(_run, jobs), total=len(jobs), desc=f"Packing ({workers} processes)"):
+        runs = tqdm(pool.map(_run, jobs), total=len(jobs), desc=f"Packing with trl.pack_dataset ({workers} processes)")
+        for job, rows in runs:
             out[job] = rows
     return out
