@@ -13,7 +13,8 @@ from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.loss import loss_bytes
 from hpcmem.estimate.shape import micro_batch, precision
 from hpcmem.estimate.states import model_states, optimizer_step_transient, param_parts
-from hpcmem.estimate.step import build_phases
+from hpcmem.estimate.step import build_phases, resident_components
+from hpcmem.estimate.trainers import trainer_extras
 from hpcmem.rules import job_warnings
 from hpcmem.spec import JobSpec
 
@@ -23,8 +24,9 @@ NOT_MODELLED = (
     "NCCL/DeepSpeed communication buffers beyond one communicator (uncalibrated constant)",
     "kernel workspaces other than the CUDA context default",
     "dataloader pinned memory and host-side tensors",
-    "memory of evaluation, generation and checkpoint saving",
+    "memory of evaluation and checkpoint saving",
 )
+VLLM_NOT_TRACED = "vLLM's pool is modelled from its documented rule (vllm_gpu_memory_utilization × device memory), not traced"
 
 
 def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
@@ -61,11 +63,18 @@ def estimate(job: JobSpec) -> Estimate:
     lora = lora_layout(job)
     states = model_states(job, prec, lora)
     loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled)
+    extras = trainer_extras(job, parts, prec)
     phases, act_host, transient = build_phases(job, mb, prec, parts, states, lora, loss,
-                                               optimizer_step_transient(job, states, parts))
-    dev = device_terms(job, transient)
+                                               optimizer_step_transient(job, states, parts), extras.resident)
+    base = (*resident_components(states, lora), *extras.resident)
+    phases += [Phase(name=p.name, components=base + p.components) for p in extras.phases]
+    if extras.vllm_pool_asleep:
+        phases.append(Phase(name="generation (vLLM awake)", components=base + (
+            Component(name="vLLM pool", bytes=extras.vllm_pool_asleep,
+                      note="vllm_gpu_memory_utilization × device memory; released by sleep mode while training"),)))
+    dev = device_terms(job, transient, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
-    warnings = list(job_warnings(job))
+    warnings = list(job_warnings(job)) + list(extras.notes)
     if job.gpu is None:
         warnings.append("no --gpu given: no fit verdict")
     return Estimate(
@@ -80,6 +89,6 @@ def estimate(job: JobSpec) -> Estimate:
         gpu_memory_bytes=job.gpu.memory_bytes if job.gpu else None,
         host_bytes=states.host + act_host,
         warnings=tuple(warnings),
-        not_modelled=NOT_MODELLED,
+        not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ()),
         calibrated=dev.calibrated,
     )

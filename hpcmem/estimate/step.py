@@ -19,7 +19,8 @@ from hpcmem.spec import JobSpec
 GIB = 1024**3
 
 
-def _resident(s: States, lora: LoraLayout) -> list[Component]:
+def resident_components(s: States, lora: LoraLayout) -> list[Component]:
+    """Model states held through every phase of the step."""
     out = [Component(name="weights", bytes=s.weights - lora.num_params * lora.adapter_bytes,
                      note=s.notes.get("weights", ""))]
     if s.quant_constants:
@@ -42,11 +43,12 @@ def layer_terms(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts
 
 
 def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
-                 loss: LossBytes, opt_transient: int) -> tuple[list[Phase], int, int]:
+                 loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()
+                 ) -> tuple[list[Phase], int, int]:
     """Returns (phases, host bytes of offloaded activations, transient bytes for the allocator model)."""
     t, m = job.train, job.model
     L = m.num_hidden_layers
-    resident = _resident(s, lora)
+    resident = resident_components(s, lora) + list(extra_resident)
     terms = layer_terms(job, mb, prec, parts, lora)
     full = [sum(d.values()) for d in terms]
     if not t.gradient_checkpointing:

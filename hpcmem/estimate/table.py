@@ -32,7 +32,10 @@ def render(est: Estimate) -> str:
     if est.host_bytes:
         lines.append(f"{'host RAM per process':<30}{gib(est.host_bytes):>14}   offloaded states/activations")
     lines.append("")
-    lines.append("phases: " + " · ".join(f"{p.name} {p.bytes / GIB:.2f}" for p in est.phases) + " GiB")
+    lines.append("phases (allocated):")
+    for p in est.phases:
+        mark = "  ← peak" if p is peak else ""
+        lines.append(f"  {p.name:<28}{gib(p.bytes):>14}{mark}")
     for w in est.warnings:
         lines.append(f"warning: {w}")
     lines.append("not modelled: " + "; ".join(est.not_modelled))

@@ -1,0 +1,127 @@
+"""What DPO, GRPO and RLOO add to a step: a reference model, no-grad passes, generation, vLLM, weight sync.
+
+Rules (trl 1.16; MEMORY-FACTS rules 3–5, checked against the installed source):
+- Reference model (dpo_trainer.py, grpo_trainer.py, rloo_trainer.py): a second full model from the policy's
+  `model_init_kwargs` (fp32 unless dtype), absent with PEFT (adapters disabled act as reference), with
+  `precompute_ref_log_probs` (DPO) or `beta == 0` (GRPO default). `prepare_deepspeed` (trl/models/utils.py) runs it at
+  ZeRO stage 0 unless the policy uses ZeRO-3: a FULL 16-bit replica per GPU under ZeRO-1/2, a /N partition under ZeRO-3.
+- No-grad passes (reference forward, RLOO/GRPO-with-vLLM old log-probs): one layer's intermediates at a time, plus the
+  fused head's tile; chunked by per_device_train_batch_size.
+- Generation (HF `generate`, no vLLM): KV cache 2 · layers · kv_heads · head_dim · tokens · rows · bytes for all
+  generation rows of the rank at once (per_device_train_batch_size × steps_per_generation); with ZeRO-3 and
+  `ds3_gather_for_generation` the whole model is gathered on every GPU.
+- vLLM colocate reserves `vllm_gpu_memory_utilization` × device memory per rank at start (outside PyTorch's allocator);
+  `vllm_enable_sleep_mode` releases it while training (level 2), so the peak becomes max(train, resident + pool).
+  Server mode puts nothing on the training GPUs.
+- Weight sync to vLLM: PEFT + ZeRO-3 gathers the whole model (merge of adapters); otherwise one layer at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcmem.estimate.breakdown import Component, Phase
+from hpcmem.estimate.shape import Precision
+from hpcmem.estimate.states import ParamParts
+from hpcmem.rules import generation_batch_size
+from hpcmem.spec import JobSpec
+
+FP32 = 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainerExtras:
+    resident: tuple[Component, ...]       # held through every phase (reference model)
+    phases: tuple[Phase, ...]             # extra phases, each with the resident base added by the caller
+    vllm_pool: int                        # device-level bytes outside the allocator while training (0: none/asleep)
+    vllm_pool_asleep: int                 # pool that sleep mode releases during training
+    notes: tuple[str, ...]
+
+
+def has_reference(job: JobSpec) -> bool:
+    t = job.train
+    if t.use_peft:
+        return False
+    if t.trainer == "dpo":
+        return not t.precompute_ref_log_probs
+    if t.trainer in ("grpo", "rloo"):
+        return t.beta != 0.0
+    return False
+
+
+def reference_bytes(job: JobSpec, parts: ParamParts) -> int:
+    par, t = job.parallel, job.train
+    ref_dtype = 2 if par.deepspeed and (t.bf16 or t.fp16) else t.weight_bytes
+    full = parts.total * ref_dtype
+    if (par.deepspeed and par.zero_stage == 3) or par.fsdp:
+        return full // par.world_size
+    return full
+
+
+def _no_grad_pass(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
+    """Live bytes of a no-grad forward: hidden state in/out, one layer's widest intermediates, the fused head tile."""
+    m = job.model
+    tokens = rows * seq
+    inter = m.moe_intermediate_size * m.num_experts_per_tok if m.is_moe else m.intermediate_size
+    hidden = 2 * tokens * m.hidden_size * max(prec.residual, prec.act)
+    mlp = 3 * tokens * inter * prec.act
+    tile = min(tokens, 4096) * min(m.vocab_size, 32768) * prec.act
+    return hidden + mlp + tile + tokens * 3 * FP32
+
+
+def kv_cache_bytes(job: JobSpec, rows: int, tokens_per_row: int, dtype_bytes: int) -> int:
+    m = job.model
+    return 2 * m.num_hidden_layers * m.num_key_value_heads * m.head_dim * tokens_per_row * rows * dtype_bytes
+
+
+def trainer_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerExtras:
+    t, par = job.train, job.parallel
+    resident: list[Component] = []
+    phases: list[Phase] = []
+    notes: list[str] = []
+    if has_reference(job):
+        where = "partition" if (par.deepspeed and par.zero_stage == 3) or par.fsdp else "full replica per GPU"
+        resident.append(Component(name="reference model", bytes=reference_bytes(job, parts), note=where))
+    b = t.per_device_train_batch_size
+    if t.trainer == "dpo" and has_reference(job):
+        phases.append(Phase(name="reference forward", components=(
+            Component(name="no-grad pass", bytes=_no_grad_pass(job, 2 * b, t.max_length or 1024, prec),
+                      note="chosen+rejected through the reference model"),)))
+    if t.trainer not in ("grpo", "rloo"):
+        return TrainerExtras(resident=tuple(resident), phases=tuple(phases), vllm_pool=0, vllm_pool_asleep=0,
+                             notes=tuple(notes))
+    seq = t.max_prompt_length + t.max_completion_length
+    if has_reference(job):
+        phases.append(Phase(name="reference forward", components=(
+            Component(name="no-grad pass", bytes=_no_grad_pass(job, b, seq, prec)),)))
+    if t.trainer == "rloo" or t.use_vllm:
+        phases.append(Phase(name="old log-prob pass", components=(
+            Component(name="no-grad pass", bytes=_no_grad_pass(job, b, seq, prec),
+                      note="chunked by per_device_train_batch_size"),)))
+    gen_rows = generation_batch_size(job) // par.world_size
+    pool = asleep = 0
+    if not t.use_vllm:
+        kv = kv_cache_bytes(job, gen_rows, seq, prec.weight)
+        comps = [Component(name="KV cache", bytes=kv, note=f"{gen_rows} rows × {seq} tokens, HF generate")]
+        if par.deepspeed and par.zero_stage == 3 and t.ds3_gather_for_generation:
+            comps.append(Component(name="gathered model (ds3_gather_for_generation)", bytes=parts.total * 2))
+        comps.append(Component(name="generation logits", bytes=gen_rows * job.model.vocab_size * FP32 * 2))
+        phases.append(Phase(name="generation", components=tuple(comps)))
+    elif t.vllm_mode == "colocate":
+        if job.gpu is None:
+            notes.append("vLLM colocate pool needs --gpu (vllm_gpu_memory_utilization × device memory); not counted")
+        else:
+            share = int(t.vllm_gpu_memory_utilization * job.gpu.memory_bytes)
+            if t.vllm_enable_sleep_mode:
+                asleep = share
+            else:
+                pool = share
+        if par.deepspeed and par.zero_stage == 3:
+            sync = parts.total * 2 if t.use_peft else 2 * parts.per_layer
+            phases.append(Phase(name="weight sync", components=(
+                Component(name="gathered for vLLM sync", bytes=sync,
+                          note="PEFT + ZeRO-3 gathers the whole model" if t.use_peft else "one layer at a time"),)))
+    else:
+        notes.append("vLLM server mode: generation runs on separate GPUs (trl vllm-serve), nothing on these")
+    return TrainerExtras(resident=tuple(resident), phases=tuple(phases), vllm_pool=pool, vllm_pool_asleep=asleep,
+                         notes=tuple(notes))
