@@ -125,3 +125,11 @@ def test_fuzzed_flags_never_raise_a_traceback(trainer, picks, data):
     # click usage errors exit 2 via SystemExit; hpcmem's own errors are HpcmemError (main() prints them).
     assert result.exception is None or isinstance(result.exception, (SystemExit, HpcmemError)), \
         f"{args} raised {result.exception!r}"
+
+
+def test_literal_none_string_stays_a_string_for_choice_fields():
+    # --offload_optimizer_device none is the accelerate value "none"; only INT|none flags turn "none" into None.
+    result = CliRunner().invoke(cli, ["estimate", "sft", "--model_name_or_path", "Qwen/Qwen2.5-0.5B",
+                                      "--offload_optimizer_device", "none", "--max_length", "none",
+                                      "--padding_free", "--json"])
+    assert result.exception is None, result.output

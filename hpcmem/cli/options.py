@@ -31,14 +31,24 @@ class _OptionalBool(click.ParamType):
         self.fail(f"{value!r} is not a boolean (true/false)", param, ctx)
 
 
+class _Unset:
+    """What `--max_length none` parses to: an explicit None, told apart from "flag not given"."""
+
+    def __repr__(self) -> str:
+        return "none"
+
+
+EXPLICIT_NONE = _Unset()
+
+
 class _OptionalInt(click.ParamType):
     name = "INT|none"
 
     def convert(self, value, param, ctx):
         if value is None or isinstance(value, int):
             return value
-        if str(value).lower() in ("none", "null"):
-            return "none"
+        if value is EXPLICIT_NONE or str(value).lower() in ("none", "null"):
+            return EXPLICIT_NONE
         try:
             return int(value)
         except ValueError:
@@ -125,7 +135,7 @@ def collect(kwargs: dict[str, Any]) -> dict[str, Any]:
             continue
         if key == "lora_target_modules":
             value = tuple(x.strip() for v in value for x in v.split(",") if x.strip())
-        out[key] = None if value == "none" else value
+        out[key] = None if value is EXPLICIT_NONE else value
     return out
 
 
