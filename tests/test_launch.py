@@ -9,70 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.launch import presets
 from hpcmem.launch.configs import accelerate_config, deepspeed_config
 from hpcmem.launch.sbatch import environment, render_sbatch
 from hpcmem.launch.trl_yaml import TRAINER_FIELDS, MODEL_CONFIG_FIELDS, HPCMEM_ONLY, trl_config
-from tests.launch_helpers import PRESET, Recorder, files, job, launch, preset
-
-SHIPPED = sorted(presets.SHIPPED_DIR.glob("*.yaml"))
-
-
-# ---- presets ----------------------------------------------------------------------------------------------------
-
-def test_shipped_presets_are_valid_and_listed():
-    assert len(SHIPPED) >= 2
-    for path in SHIPPED:
-        p = presets.load(path)
-        assert p.name == path.stem and p.gpu_spec().memory_bytes > 0
-    assert {p.stem for p in SHIPPED} <= {p.stem for p in presets.available()}
-
-
-def test_unknown_key_names_the_file_and_the_allowed_keys(tmp_path):
-    path = tmp_path / "site.yaml"
-    path.write_text(yaml.safe_dump({**PRESET, "gpus": 4, "partiton": "x"}))
-    with pytest.raises(SpecError) as err:
-        presets.load(path)
-    text = str(err.value)
-    assert f"preset {path}: unknown key 'gpus'" in text and "unknown key 'partiton'" in text
-    assert "allowed keys: name, partition, gpu, gpus_per_node" in text
-
-
-def test_every_problem_is_reported_together(tmp_path):
-    bad = {"partition": "gpu", "gpu": "H100-80GB", "gpus_per_node": 0, "cpus_per_node": "many", "max_time": "soon",
-           "gpu_request": "gpus", "container": {"kind": "docker", "image": "x", "tag": 1}, "defaults": {"lr": 1}}
-    with pytest.raises(SpecError) as err:
-        presets.from_dict(bad, source="s.yaml", default_name="s")
-    assert len(err.value.problems) == 7, err.value.problems
-    assert any("defaults has unknown field 'lr'" in p for p in err.value.problems)
-
-
-def test_gpu_must_be_in_the_catalog():
-    with pytest.raises(SpecError, match="gpu 'H900' is not in the GPU catalog"):
-        presets.from_dict({**PRESET, "gpu": "H900"}, source="s.yaml", default_name="s")
-
-
-def test_search_path_env_first_then_shipped(tmp_path, monkeypatch):
-    first, second = tmp_path / "a", tmp_path / "b"
-    for folder, partition in ((first, "first"), (second, "second")):
-        folder.mkdir()
-        (folder / "site.yaml").write_text(yaml.safe_dump({**PRESET, "partition": partition}))
-    monkeypatch.setenv(presets.ENV_PRESETS, f"{first}:{second}")
-    assert presets.load("site").partition == "first"
-    assert presets.load("example-h100").source.endswith("hpcmem/presets/example-h100.yaml")
-    assert presets.load(second / "site.yaml").partition == "second"        # a FILE is read as given
-    with pytest.raises(HpcmemError, match="preset 'nope' not found; looked in .*available: .*example-h100"):
-        presets.load("nope")
-
-
-@pytest.mark.parametrize("text,minutes", [("30", 30), ("1:30", 2), ("02:00:00", 120), ("1-00", 1440),
-                                          ("1-02:30", 1590), ("2-00:00:00", 2880), ("UNLIMITED", 10**9)])
-def test_slurm_time_formats(text, minutes):
-    assert presets.parse_time_min(text) == minutes
-
+from tests.launch_helpers import Recorder, files, job, launch, preset
 
 # ---- pure renderers -------------------------------------------------------------------------------------------
 
@@ -172,7 +115,7 @@ def test_environment_and_directives():
                  "export SRUN_CPUS_PER_TASK=64", "export OMP_NUM_THREADS=8", "export HF_HUB_OFFLINE=1",
                  "export WANDB_PROJECT='x y'", "module load cuda/12.4", "source /shared/venvs/trl/bin/activate",
                  "#SBATCH --gres=gpu:8", "#SBATCH --signal=B:USR1@300", "#SBATCH --requeue", "#SBATCH --mem=500G",
-                 "#SBATCH --account=ml", f"#SBATCH --chdir=/home/user/project", "#SBATCH --open-mode=append",
+                 "#SBATCH --account=ml", "#SBATCH --chdir=/home/user/project", "#SBATCH --open-mode=append",
                  "trap hpcmem_requeue USR1", "scontrol requeue \"$SLURM_JOB_ID\""):
         assert line in script, line
     names = [v.name for v in environment(lnch)]
@@ -213,6 +156,12 @@ def test_launch_problems_are_gathered_with_numbers():
     bad = type(bad)(job=bad.job, preset=bad.preset, options=bad.options, run_dir="/a\\b")
     with pytest.raises(SpecError, match="backslash"):
         bad.check()
+
+
+def test_requeue_warns_when_nothing_can_resume():
+    lnch = launch(job(), requeue=True, trl_fields={"save_strategy": "no", "save_only_model": True})
+    assert len(lnch.warnings) == 2 and "save_strategy is 'no'" in lnch.warnings[0]
+    assert launch(job(), requeue=True).warnings == []
 
 
 HOSTILE = "$(touch {m}) `touch {m}` 'q' \"d\" ; touch {m} & \\ %\nline2"
@@ -325,6 +274,21 @@ def test_cheapest_fixes_come_from_the_real_estimator():
     assert all(f.device_peak_bytes <= report.gpu_memory_bytes for f in report.fixes)
 
 
+def test_submitit_gets_the_same_allocation_and_setup(tmp_path):
+    from hpcmem.launch import LaunchOptions, prepare
+    from hpcmem.launch.backends import Submitit
+
+    prepared = prepare(job(num_machines=2, num_processes=16), preset(gres_type="h100"), LaunchOptions(),
+                       runs_root=tmp_path, estimator=_fake_estimator(1))
+    params = Submitit.parameters(prepared, "slurm")
+    assert (params["nodes"], params["tasks_per_node"], params["cpus_per_task"]) == (2, 1, 64)
+    assert params["slurm_additional_parameters"]["gres"] == "gpu:h100:8" and params["timeout_min"] == 1440
+    assert 'MASTER_ADDR=$(hpcmem_node_addr "${HPCMEM_NODES[0]}")' in params["slurm_setup"][0]
+    assert Submitit.parameters(prepared, "local") == {k: params[k] for k in
+                                                      ("name", "timeout_min", "nodes", "tasks_per_node",
+                                                       "cpus_per_task")}
+
+
 def test_status_from_scontrol_then_sacct(tmp_path):
     from hpcmem.launch.monitor import status
 
@@ -348,6 +312,31 @@ def test_cli_dry_run_and_refusal(tmp_path):
                                              "--use_peft", "false", "--max_length", "8192", "--num_processes", "4",
                                              "--dry-run"], capture_output=True, text=True, cwd=tmp_path)
     assert refused.returncode != 0 and "does not fit" in refused.stderr and "GiB" in refused.stderr
+
+
+def test_admin_template_override(tmp_path, monkeypatch):
+    """$HPCMEM_TEMPLATES goes first; files it lacks still come from the shipped templates."""
+    (tmp_path / "sbatch").mkdir()
+    (tmp_path / "sbatch" / "single.sh.j2").write_text('{% extends "sbatch/base.sh.j2" %}\n'
+                                                      '{% block topology %}\n# site hook\n{% endblock %}\n')
+    monkeypatch.setenv("HPCMEM_TEMPLATES", str(tmp_path))
+    lnch = launch(job(num_processes=8))
+    script = render_sbatch(lnch, files(lnch))
+    assert "# site hook" in script and "#SBATCH --partition=gpu" in script
+
+
+def test_logs_command_tails_each_log(tmp_path):
+    from click.testing import CliRunner
+
+    from hpcmem.cli.logs import command
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "node0.log").write_text("".join(f"line {i}\n" for i in range(50)))
+    (tmp_path / "logs" / "batch-7.log").write_text("hpcmem: job 7\n")
+    out = CliRunner().invoke(command, [str(tmp_path), "-n", "2"]).output
+    assert "==> " in out and "line 48\nline 49" in out and "line 47" not in out and "hpcmem: job 7" in out
+    only = CliRunner().invoke(command, [str(tmp_path), "--node", "0", "-n", "1"]).output
+    assert "batch-7" not in only and "line 49" in only
 
 
 def test_launch_core_stays_light():

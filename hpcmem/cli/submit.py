@@ -53,9 +53,11 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
         click.echo(p.contents["job.sbatch"])
     launch = p.launch
     click.echo(f"preset {launch.preset.name}: partition {launch.preset.partition}, {launch.nodes} node(s) × "
-               f"{launch.gpus_per_node} × {launch.preset.gpu}, time {launch.time}")
+               f"{launch.gpus_per_node} {launch.preset.gpu} GPU(s) × {launch.cpus_per_task} CPUs, time {launch.time}")
     if p.fit:
         click.echo(p.fit.message())
+    for warning in launch.warnings:
+        click.echo(f"warning: {warning}")
     click.echo(f"run folder {done.run_dir}: " + ", ".join(sorted(p.contents)))
     if done.submitted.detail:
         click.echo(done.submitted.detail)

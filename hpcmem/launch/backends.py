@@ -103,8 +103,9 @@ def _refusal(what: str, done: subprocess.CompletedProcess, prepared: Prepared) -
 class Submitit:
     """submitit's AutoExecutor runs the same per-task command under its own sbatch script.
 
-    submitit renders `--gpus-per-node` and wraps each task in `srun … python -m submitit.core._submit`; the task runs
-    hpcmem's launcher through `submitit.helpers.CommandFunction`. Its requeue pickles Python callables and uses a
+    submitit writes its own sbatch file (sorted `#SBATCH` lines, the `slurm_setup` lines, then `srun … python -m
+    submitit.core._submit`); each task runs hpcmem's per-node `bash -c` launcher through
+    `submitit.helpers.CommandFunction`, so `$SLURM_NODEID` still expands inside each task. Its requeue pickles Python callables and uses a
     step-wide USR2 (which kills `accelerate launch` mid-save), so `--requeue` stays with the sbatch backend.
     """
 
@@ -114,16 +115,36 @@ class Submitit:
     def submit(self, prepared: Prepared) -> Submitted:
         import submitit
 
-        from hpcmem.launch.submitit_setup import executor_parameters, task_argv
+        from hpcmem.launch.sbatch import task_argv
 
         launch = prepared.launch
         if launch.options.requeue:
             raise HpcmemError("--requeue needs the sbatch backend (submitit's requeue is step-wide USR2 + pickles)")
         folder = f"{prepared.files.run_dir}/submitit/%j"
         executor = submitit.AutoExecutor(folder=folder, cluster=self.cluster)
-        executor.update_parameters(**executor_parameters(prepared, executor.cluster))
-        job = executor.submit(submitit.helpers.CommandFunction(task_argv(prepared), verbose=True))
+        executor.update_parameters(**self.parameters(prepared, executor.cluster))
+        job = executor.submit(submitit.helpers.CommandFunction(task_argv(launch, prepared.files), verbose=True))
         return Submitted(self.name, str(job.job_id), f"submitit folder {folder}", handle=job)
+
+    @staticmethod
+    def parameters(prepared: Prepared, cluster: str) -> dict[str, Any]:
+        """The same allocation, environment (templates/sbatch/setup.sh.j2) and per-node launcher as the script."""
+        from hpcmem.launch.sbatch import allocation, template_context
+        from hpcmem.launch.templating import render
+
+        launch = prepared.launch
+        if launch.vllm_server:
+            raise HpcmemError("the submitit backend runs one launcher per node; vllm_mode server needs sbatch")
+        params: dict[str, Any] = {"name": launch.job_name, "timeout_min": launch.time_min, "nodes": launch.nodes,
+                                  "tasks_per_node": 1, "cpus_per_task": launch.cpus_per_task}
+        if cluster == "slurm":
+            params.update(
+                slurm_partition=launch.preset.partition,
+                slurm_setup=[render("sbatch/setup.sh.j2", **template_context(launch, prepared.files))],
+                slurm_srun_args=["--kill-on-bad-exit=1", "--wait=60"],
+                slurm_additional_parameters=allocation(launch),   # gres or gpus-per-node, mem, account, qos, chdir
+            )
+        return params
 
 
 BACKENDS = {"dry-run": DryRun, "sbatch": Sbatch, "submitit": Submitit}

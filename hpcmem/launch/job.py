@@ -40,6 +40,10 @@ class LaunchOptions:
                                                 # of the TRL YAML (dataset, output_dir) resolve here
 
 
+def default_job_name(options: LaunchOptions, trainer: str) -> str:
+    return options.job_name or f"hpcmem-{trainer}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Launch:
     job: JobSpec
@@ -53,7 +57,7 @@ class Launch:
 
     @property
     def job_name(self) -> str:
-        return self.options.job_name or f"hpcmem-{self.trainer}"
+        return default_job_name(self.options, self.trainer)
 
     @property
     def use_cpu(self) -> bool:
@@ -148,6 +152,18 @@ class Launch:
         for name in opt.env:
             p.check(name.isidentifier(), f"--env name {name!r} is not a valid variable name")
         return p.items
+
+    @property
+    def warnings(self) -> list[str]:
+        """What will run but not as the user probably hopes."""
+        out: list[str] = []
+        fields = self.options.trl_fields
+        if self.options.requeue and str(fields.get("save_strategy", "steps")).lower() == "no":
+            out.append("--requeue resumes from checkpoints, but save_strategy is 'no': a restart begins at step 0")
+        if self.options.requeue and fields.get("save_only_model"):
+            out.append("save_only_model: true keeps no optimizer/scheduler/RNG state, which \"prevents resuming "
+                       "training from the checkpoint\" (transformers TrainingArguments); a restart cannot resume")
+        return out
 
     def _gpu_story(self) -> str:
         story = f"{self.procs_per_node} training processes per node"

@@ -188,6 +188,11 @@ def from_dict(data: Any, *, source: str, default_name: str) -> Preset:
 def _check_time(value: Any, source: str, p: Problems) -> None:
     if value is None:
         return
+    if not isinstance(value, str):
+        # YAML 1.1 reads an unquoted 12:00:00 as the base-60 integer 43200: refuse numbers rather than guess.
+        p.add(f"preset {source}: max_time must be quoted text such as \"12:00:00\" or \"2-00:00:00\" "
+              f"(got the number {value!r}; unquoted H:M:S is read by YAML as base 60)")
+        return
     try:
         parse_time_min(value)
     except ValueError:

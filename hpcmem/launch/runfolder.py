@@ -21,10 +21,13 @@ import datetime as dt
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import HpcmemError
 from hpcmem.launch.sbatch import RunFiles
+
+if TYPE_CHECKING:
+    from hpcmem.launch.job import Launch
 
 SCRIPT, ACCELERATE, DEEPSPEED, TRL, SPEC, ESTIMATE, JOB_ID = (
     "job.sbatch", "accelerate.yaml", "deepspeed.json", "trl.yaml", "spec.json", "estimate.json", "job_id")
@@ -76,7 +79,7 @@ def write(run_dir: Path, contents: dict[str, str]) -> None:
             path.chmod(0o755)
 
 
-def spec_json(launch) -> str:
+def spec_json(launch: Launch) -> str:
     """The resolved JobSpec, preset and options of a Launch, as JSON."""
     return json.dumps({"job": _jsonable(launch.job), "preset": _jsonable(launch.preset),
                        "options": _jsonable(launch.options), "run_dir": launch.run_dir}, indent=2, default=str) + "\n"

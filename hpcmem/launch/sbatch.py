@@ -8,7 +8,7 @@ each SLURM task — `$SLURM_NODEID`, `$MASTER_ADDR` — never in the batch shell
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from hpcmem.launch.job import PORT_BASE, PORT_SPAN, Launch
 from hpcmem.launch.templating import Shell, join, render
@@ -75,7 +75,7 @@ def _accelerate_args(launch: Launch, files: RunFiles, *, multi_node: bool) -> li
     return args
 
 
-def _task(launch: Launch, files: RunFiles, *, multi_node: bool, extra: list[Any] = ()) -> Shell:
+def _task(launch: Launch, files: RunFiles, *, multi_node: bool, extra: Sequence[Any] = ()) -> Shell:
     """The command one SLURM task runs; `$VARS` in it expand when the task starts, on its own node."""
     argv = join([*_accelerate_args(launch, files, multi_node=multi_node), *extra])
     resume = Shell('${HPCMEM_RESUME:+--resume_from_checkpoint "$HPCMEM_RESUME"}')
@@ -83,7 +83,7 @@ def _task(launch: Launch, files: RunFiles, *, multi_node: bool, extra: list[Any]
     return Shell(f"{head}; exec {argv} {resume}")
 
 
-def _srun(launch: Launch, files: RunFiles, nodes: int, log: str, extra: list[Any] = ()) -> Shell:
+def _srun(launch: Launch, files: RunFiles, nodes: int, log: str, extra: Sequence[Any] = ()) -> Shell:
     args: list[Any] = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
                        "--kill-on-bad-exit=1", "--wait=60", f"--output={_pattern(files.logs_dir)}/{log}",
                        f"--error={_pattern(files.logs_dir)}/{log}", "--open-mode=append", *extra]
@@ -116,29 +116,32 @@ def task_argv(launch: Launch, files: RunFiles) -> list[str]:
     return [str(a) for a in _wrap_argv(launch, _task(launch, files, multi_node=launch.train_nodes > 1))]
 
 
-def sbatch_directives(launch: Launch, files: RunFiles) -> list[tuple[str, Any]]:
-    """(option, value) pairs for `#SBATCH --option=value`; value None → a bare flag. Sorted by option."""
+def allocation(launch: Launch) -> dict[str, Any]:
+    """The sbatch options for GPUs, memory and accounting (shared with the submitit backend)."""
     pre, opt = launch.preset, launch.options
-    d: dict[str, Any] = {
-        "job-name": launch.job_name, "partition": pre.partition, "nodes": launch.nodes, "ntasks-per-node": 1,
-        "cpus-per-task": launch.cpus_per_task, "time": launch.time,
-        "output": f"{_pattern(files.logs_dir)}/batch-%j.log", "open-mode": "append",
-    }
-    if opt.workdir:
-        d["chdir"] = opt.workdir
-    if pre.gpu_request == "gres":
-        d["gres"] = f"gpu:{pre.gres_type}:{launch.gpus_per_node}" if pre.gres_type else f"gpu:{launch.gpus_per_node}"
-    else:
-        d["gpus-per-node"] = f"{pre.gres_type}:{launch.gpus_per_node}" if pre.gres_type else launch.gpus_per_node
+    gpus = f"{pre.gres_type}:{launch.gpus_per_node}" if pre.gres_type else launch.gpus_per_node
+    out: dict[str, Any] = {"gres": f"gpu:{gpus}"} if pre.gpu_request == "gres" else {"gpus-per-node": gpus}
     if pre.memory_per_node_gb:
-        d["mem"] = f"{pre.memory_per_node_gb}G"
+        out["mem"] = f"{pre.memory_per_node_gb}G"
     for key, value in (("account", opt.account or pre.account), ("qos", opt.qos or pre.qos),
                        ("constraint", pre.constraint)):
         if value:
-            d[key] = value
-    if opt.requeue:
+            out[key] = value
+    if opt.workdir:
+        out["chdir"] = opt.workdir
+    return out
+
+
+def sbatch_directives(launch: Launch, files: RunFiles) -> list[tuple[str, Any]]:
+    """(option, value) pairs for `#SBATCH --option=value`; value None → a bare flag. Sorted by option."""
+    d: dict[str, Any] = {
+        "job-name": launch.job_name, "partition": launch.preset.partition, "nodes": launch.nodes,
+        "ntasks-per-node": 1, "cpus-per-task": launch.cpus_per_task, "time": launch.time,
+        "output": f"{_pattern(files.logs_dir)}/batch-%j.log", "open-mode": "append", **allocation(launch),
+    }
+    if launch.options.requeue:
         d["requeue"] = None
-        d["signal"] = f"B:USR1@{pre.signal_lead_s}"
+        d["signal"] = f"B:USR1@{launch.preset.signal_lead_s}"
     else:
         d["no-requeue"] = None
     return sorted(d.items())

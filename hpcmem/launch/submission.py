@@ -10,17 +10,20 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from hpcmem.errors import HpcmemError
 from hpcmem.launch import runfolder
 from hpcmem.launch.backends import Runner, Submitted, backend as make_backend
 from hpcmem.launch.configs import accelerate_config, deepspeed_config
 from hpcmem.launch.fit import FitReport, check_fit
-from hpcmem.launch.job import Launch, LaunchOptions
+from hpcmem.launch.job import Launch, LaunchOptions, default_job_name
 from hpcmem.launch.presets import Preset
 from hpcmem.launch.sbatch import RunFiles, render_sbatch
 from hpcmem.launch.trl_yaml import trl_config
+
+if TYPE_CHECKING:
+    from hpcmem.spec import JobSpec
 
 
 class DoesNotFit(HpcmemError):
@@ -45,19 +48,19 @@ def _yaml(data: dict[str, Any]) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
-def _with_preset_gpu(job, preset: Preset):
+def _with_preset_gpu(job: JobSpec, preset: Preset) -> JobSpec:
     gpu = preset.gpu_spec()
     return job if job.gpu == gpu else dataclasses.replace(job, gpu=gpu)
 
 
-def prepare(job, preset: Preset, options: LaunchOptions, *, runs_root: str | Path = "runs",
+def prepare(job: JobSpec, preset: Preset, options: LaunchOptions, *, runs_root: str | Path = "runs",
             run_dir: str | Path | None = None, estimator: Callable | None = None, fit: bool = True) -> Prepared:
     """Every file of the run folder as text, and the fit verdict; writes nothing."""
     job = _with_preset_gpu(job, preset)
     if not options.workdir:
         options = dataclasses.replace(options, workdir=os.getcwd())
-    folder = Path(run_dir).absolute() if run_dir else runfolder.new_run_dir(runs_root, options.job_name or
-                                                                           f"hpcmem-{job.train.trainer}")
+    name = default_job_name(options, job.train.trainer)
+    folder = Path(run_dir).absolute() if run_dir else runfolder.new_run_dir(runs_root, name)
     launch = Launch(job=job, preset=preset, options=options, run_dir=str(folder))
     launch.check()
     files = runfolder.run_files(folder, deepspeed=job.parallel.deepspeed,
@@ -84,7 +87,7 @@ def _estimate_json(report: FitReport | None) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def submit(job, preset: Preset, options: LaunchOptions | None = None, *, backend: str = "sbatch",
+def submit(job: JobSpec, preset: Preset, options: LaunchOptions | None = None, *, backend: str = "sbatch",
            runs_root: str | Path = "runs", run_dir: str | Path | None = None, force: bool = False,
            runner: Runner | None = None, estimator: Callable | None = None, **backend_kwargs):
     """Check the fit, write the run folder, submit. Returns a `Submission`, or the submitit Job for backend="submitit".
