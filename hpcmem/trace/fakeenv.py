@@ -1,0 +1,94 @@
+"""The fake world the trace runs in: a FakeTensorMode on the fake CPU, the value oracle, and the two patches that
+let library code treat fake tensors like real ones.
+
+Why each adjustment (feasibility notes in design/ACCURACY.md, checked again on torch 2.13 / transformers 5.24):
+
+- Fake **cpu**, not meta or fake cuda: meta and fake cuda send SDPA to the math kernel (saves [B, H, S, S]); fake
+  cpu picks `_scaled_dot_product_flash_attention_for_cpu` (out + fp32 logsumexp, what CUDA flash saves).
+- `allow_non_fake_inputs`: a few real constants (module-level tensors, scalars made by torch itself) meet fake ones.
+- `transformers.masking_utils.is_tracing` counts a FakeTensor as "tracing" (utils/import_utils.py `is_tracing`) and
+  then always builds the 4-D attention mask and never skips it for SDPA's `is_causal`, which a real run does when
+  nothing is padded. The trace answers the padding question with real values from the oracle instead, so the
+  patched `is_tracing` ignores fake tensors (dynamo/jit/stream capture still count).
+- `nn.Module._apply` (`.to()`, `.float()`) always swaps a FakeTensor parameter, and `torch.utils.swap_tensors`
+  refuses a tensor that the fake mode's memo holds a weak reference to; PEFT moves every new adapter with `.to()`.
+  For two fake tensors the swap becomes `param.data = new` (what `_apply` does for real tensors).
+- MoE experts (transformers' default `grouped_mm` implementation): the meta kernel of `aten._grouped_mm` accepts
+  only bf16 operands (a CUDA rule), the CPU kernel also takes fp32. For fp32 weights the fake world routes them to
+  transformers' own `grouped_mm_fallback` custom op, whose fake kernel returns the same [tokens·top_k, out] tensor.
+- The real collator runs on real tensors (its `nonzero`/`int(...)` need values); its batch becomes fake tensors whose
+  values the oracle knows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+
+@contextlib.contextmanager
+def patched(obj: Any, name: str, value: Any) -> Iterator[None]:
+    """Set `obj.name` for the duration of the block, then put the original back."""
+    original = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, original)
+
+
+@contextlib.contextmanager
+def fake_world() -> Iterator[tuple[Any, Any]]:
+    """Enter a FakeTensorMode (fake cpu) with the value oracle on top; yields (fake_mode, oracle)."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    import transformers.masking_utils as masking_utils
+    from transformers.utils.import_utils import is_jit_tracing, is_torchdynamo_compiling
+
+    from hpcmem.trace.oracle import make_oracle
+
+    def is_tracing_real(tensor: Any = None) -> bool:
+        return is_torchdynamo_compiling() or is_jit_tracing()
+
+    import torch
+    import torch.utils
+
+    original_swap = torch.utils.swap_tensors
+
+    def swap_tensors(t1: Any, t2: Any) -> None:
+        if isinstance(t1, FakeTensor) and isinstance(t2, FakeTensor):
+            t1.data = t2.data
+            return
+        original_swap(t1, t2)
+
+    import transformers.integrations.moe as moe
+
+    can_grouped_mm = moe._can_use_grouped_mm
+
+    def can_use_grouped_mm(input: Any, weight: Any, offs: Any) -> bool:
+        return weight.dtype == torch.bfloat16 and can_grouped_mm(input, weight, offs)
+
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    oracle = make_oracle(fake_mode)
+    with patched(masking_utils, "is_tracing", is_tracing_real), patched(torch.utils, "swap_tensors", swap_tensors), \
+            patched(moe, "_can_use_grouped_mm", can_use_grouped_mm), fake_mode, oracle:
+        yield fake_mode, oracle
+
+
+def fake_collator(collator: Any, oracle: Any, tracker: Any) -> Any:
+    """Run TRL's collator on real tensors, hand the model fake copies with known values (tagged as activation)."""
+    import torch
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    def collate(examples: Any) -> Any:
+        with _disable_current_modes():
+            batch = collator(examples)
+        fakes: dict[int, Any] = {}     # the collator hands out one tensor under two keys (cu_seq_lens_q/_k)
+        for v in batch.values():
+            if isinstance(v, torch.Tensor) and id(v) not in fakes:
+                fakes[id(v)] = oracle.fake_of(v)
+        fake = {k: fakes[id(v)] if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        tracker.tag([v for v in fake.values() if isinstance(v, torch.Tensor)], "activation")
+        return fake
+
+    return collate

@@ -1,0 +1,166 @@
+"""`--kernels cuda`: where a CUDA GPU allocates differently from the fake-CPU trace, and how the trace maps it.
+
+Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Mapped:
+
+1. SDPA, flash-eligible (no mask, fp16/bf16 inputs after autocast, head_dim ≤ 256 and a multiple of 8): CUDA runs
+   `aten._scaled_dot_product_flash_attention`. Its saved set equals the CPU flash kernel's on torch 2.13 (q, k, v —
+   GQA stays unexpanded on both —, out in [B, S, H, D] layout, fp32 logsumexp [B, H, S]; checked on fake and real
+   CPU tensors), plus the philox seed/offset tensors. The trace calls the CUDA op itself (its meta kernel runs on
+   fake tensors), so those small tensors and the op identity TRL's selective-checkpointing policy matches are the
+   GPU's. With a mask (padding, packed documents) CUDA takes memory-efficient attention, whose saved set (q, k, v,
+   the bias, out, logsumexp) equals the CPU flash kernel's with a mask: not remapped.
+2. FlashAttention-2 backward workspace (pytorch aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp
+   `mha_bwd`): softmax_d fp32 [B, H, S↑128], dq_accum fp32 [B, S↑128, H, D↑32], and under GQA dk/dv_expanded
+   [B, S, H, D] in the input dtype, alive together with dq/dk/dv while the kernel runs. Added as a transient
+   reservation when the backward op runs.
+3. TRL's fused LM head (trl/kernels/chunked_logprob.py, trl/trainer/utils.py `add_fused_lm_head`): on CUDA
+   `_use_triton` is true, so (a) only positions with a label ≠ -100 are gathered (`hidden_states[mask]`) and
+   scattered back, (b) the fold of each [4096, 32768] tile into the running logsumexp runs in Triton and allocates
+   nothing, where the CPU fallback (`_forward_tile`/`_backward_tile`) materialises several fp32 tile-sized
+   temporaries, (c) `_addmm_fp32` accumulates with `addmm(out_dtype=float32, out=acc)` instead of fp32 copies of
+   both operands. The trace patches `_use_triton` to true and the two kernels to no-allocation stand-ins.
+4. torch optimizers left at foreach=None (HF's "adamw_torch", SGD): torch picks the foreach implementation for CUDA
+   tensors and the for-loop one for CPU tensors (torch/optim/optimizer.py `_default_to_fused_or_foreach`); foreach
+   holds a parameter-sized list of temporaries. The trace makes the same choice as on CUDA.
+5. Every block is rounded up to 512 bytes (CUDACachingAllocator `kMinBlockSize`): the tracker's `round_to`.
+
+Not mapped (documented in the result's not_modelled): cuBLAS/cuBLASLt workspaces (constant per handle, seen by
+probes), memory-efficient attention's backward workspace (the masked SDPA path), CUDA autocast's fp32 op list (CPU
+autocast keeps exp/log/pow/softmax in bf16; in the supported families these ops already see fp32 inputs), the 8-byte
+RNG state tensors of CUDA flash, `_foreach_norm` in gradient clipping (same outputs as the CPU norms).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from hpcmem.spec import JobSpec
+
+FLASH_MAX_HEAD_DIM = 256
+
+
+@contextlib.contextmanager
+def cuda_mapping(tracker: Any, job: JobSpec) -> Iterator[list[str]]:
+    """Apply the CUDA mapping while the block runs; yields the notes that go into the result."""
+    notes: list[str] = []
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_flash_sdpa(tracker, notes))
+        stack.enter_context(_fused_head_triton(notes))
+        stack.enter_context(_foreach_default(notes))
+        notes.append("every block rounded up to 512 bytes (CUDA caching allocator)")
+        yield notes
+
+
+def _round(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+# -- 1 + 2: SDPA → CUDA flash attention ---------------------------------------------------------------------------
+@contextlib.contextmanager
+def _flash_sdpa(tracker: Any, notes: list[str]) -> Iterator[None]:
+    import torch
+    import torch.nn.functional as F
+
+    from hpcmem.trace.fakeenv import patched
+
+    original = F.scaled_dot_product_attention
+    aten = torch.ops.aten
+    used = [0]
+
+    def sdpa(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+             is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
+        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else query.dtype
+        head_dim = query.shape[-1]
+        heads_ok = key.shape[-3] == query.shape[-3] or (enable_gqa and query.shape[-3] % key.shape[-3] == 0)
+        if (attn_mask is not None or dtype not in (torch.float16, torch.bfloat16) or head_dim > FLASH_MAX_HEAD_DIM
+                or head_dim % 8 or not heads_ok):
+            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                            scale=scale, enable_gqa=enable_gqa)
+        used[0] += 1
+        q, k, v = (t.to(dtype) for t in (query, key, value))    # what CUDA autocast's cast does
+        return aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
+
+    def flash_backward_workspace(args: Any, kwargs: Any, out: Any) -> int:
+        q, k = args[1], args[2]     # (grad_out, query, key, value, out, logsumexp, ...)
+        b, h, s, d = q.shape
+        s128, d32 = _round(s, 128), _round(d, 32)
+        workspace = _nbytes(b * h * s128, 4) + _nbytes(b * s128 * h * d32, 4)        # softmax_d, dq_accum
+        if k.shape[1] != h:
+            workspace += 2 * _nbytes(b * k.shape[2] * h * d, q.element_size())      # dk/dv_expanded
+        return workspace
+
+    tracker.workspace[aten._scaled_dot_product_flash_attention_backward.default] = flash_backward_workspace
+    try:
+        with patched(F, "scaled_dot_product_attention", sdpa):
+            yield
+    finally:
+        tracker.workspace.pop(aten._scaled_dot_product_flash_attention_backward.default, None)
+    if used[0]:
+        notes.append(f"SDPA → CUDA flash attention op with the FA2 backward workspace, in {used[0]} calls")
+
+
+def _nbytes(numel: int, itemsize: int) -> int:
+    return _round(numel * itemsize, 512)
+
+
+# -- 3: TRL's fused LM head on a Triton device ----------------------------------------------------------------------
+class _NoAllocKernel:
+    """Stands in for a Triton kernel that folds a tile in place: `kernel[grid](...)` allocates nothing."""
+
+    def __getitem__(self, grid: Any) -> Any:
+        return lambda *args, **kwargs: None
+
+
+@contextlib.contextmanager
+def _fused_head_triton(notes: list[str]) -> Iterator[None]:
+    import types
+
+    import torch
+    import trl.kernels.chunked_logprob as chunked
+    import trl.trainer.utils as trl_utils
+
+    from hpcmem.trace.fakeenv import patched
+
+    def addmm_fp32(acc: Any, a: Any, b: Any) -> None:
+        # chunked_logprob._addmm_fp32 on CUDA with 16-bit operands: no fp32 copies of a and b.
+        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+
+    had_triton = hasattr(chunked, "triton")
+    triton_stub = chunked.triton if had_triton else types.SimpleNamespace(cdiv=lambda a, b: -(-a // b))
+    if not had_triton:
+        chunked.triton = triton_stub
+    try:
+        with contextlib.ExitStack() as stack:
+            for module in (chunked, trl_utils):
+                stack.enter_context(patched(module, "_use_triton", lambda device: True))
+            stack.enter_context(patched(chunked, "_forward_kernel", _NoAllocKernel()))
+            stack.enter_context(patched(chunked, "_backward_kernel", _NoAllocKernel()))
+            stack.enter_context(patched(chunked, "_addmm_fp32", addmm_fp32))
+            yield
+    finally:
+        if not had_triton:
+            del chunked.triton
+    notes.append("TRL fused LM head on its Triton path: valid positions only, no fp32 tile temporaries")
+
+
+# -- 4: foreach optimizers, as torch picks them for CUDA tensors ---------------------------------------------------
+@contextlib.contextmanager
+def _foreach_default(notes: list[str]) -> Iterator[None]:
+    import torch.optim.adam as adam
+    import torch.optim.sgd as sgd
+
+    from hpcmem.trace.fakeenv import patched
+
+    def on_cuda(params: Any, differentiable: bool, use_fused: bool = False) -> tuple[bool, bool]:
+        if differentiable:
+            return False, False
+        return use_fused, not use_fused
+
+    with contextlib.ExitStack() as stack:
+        for module in (adam, sgd):
+            if hasattr(module, "_default_to_fused_or_foreach"):
+                stack.enter_context(patched(module, "_default_to_fused_or_foreach", on_cuda))
+        yield
+    notes.append("optimizers with foreach=None run foreach, as torch picks for CUDA tensors")

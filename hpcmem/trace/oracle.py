@@ -1,0 +1,205 @@
+"""Give fake tensors the values that control flow reads, so the real HF/TRL code takes the path a real run takes.
+
+Fake tensors carry shapes, not values. A training step still reads a few values: the dataloader's seed
+(`.item()`), transformers' "is the padding mask all ones?" test that decides between a materialised attention mask
+and SDPA's `is_causal` (masking_utils.py `_ignore_causal_mask_sdpa`), packed-sequence detection from `position_ids`,
+TRL's metric scalars, the Trainer's NaN check on the loss, and — on the CUDA mapping of TRL's fused LM head — the
+boolean gather of the positions whose label is not -100.
+
+`ValueOracle` is a dispatch mode entered inside the `FakeTensorMode`. It keeps a real copy next to every small fake
+tensor whose inputs all have real copies (the batch from the collator, `arange`, `tensor(...)`, and everything
+computed from them: masks, position ids, label counts, an optimizer's step count); integer and boolean tensors up to
+MAX_KNOWN_NUMEL elements, floating ones only up to MAX_KNOWN_FLOAT_NUMEL, so weights and activations never run twice. Ops run on the fake tensors as usual and, when every input is
+known and the output is small, once more on the real copies. An op the fake mode cannot run without values (nonzero,
+a boolean index, `.item()`) runs on the real copies and its output becomes fake again. A value nobody can know (a
+scalar computed from fake weights: the loss, an entropy) reads as 0 / False / 0.0 and is counted in `unknown_reads`
+— memory never depends on those values in the supported paths (the Trainer's NaN check wants False).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+# Real copies are kept only for tensors up to this many elements (a [B, S] batch row set, a [B, 1, S, S] bool mask
+# of 4k tokens is 16 M elements and is not needed as a value: only its `.all()` is read, on the 2-D padding mask).
+MAX_KNOWN_NUMEL = 1 << 22
+
+
+# Floating tensors are kept only as scalars and tiny vectors (an optimizer's `step` count, a learning rate), so
+# weights and activations never run twice.
+MAX_KNOWN_FLOAT_NUMEL = 64
+
+
+def make_oracle(fake_mode: Any, max_known_numel: int = MAX_KNOWN_NUMEL) -> Any:
+    """A `ValueOracle` dispatch mode bound to `fake_mode` (enter it inside the fake mode)."""
+    import torch
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensor
+    from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+    from torch.utils._pytree import tree_map
+    from torch.utils.weak import WeakIdKeyDictionary
+
+    aten = torch.ops.aten
+    prim_device = torch.ops.prim.device.default
+    data_dependent = (DataDependentOutputException, DynamicOutputShapeException)
+    bool_index_ops = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
+                      aten._index_put_impl_.default, aten._unsafe_index.Tensor}
+
+    class ValueOracle(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False    # nothing is compiled in the trace; skips a per-op dynamo-disable wrapper
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.observer: Any = None               # a StorageTracker counting op outputs (saves a second mode)
+            self.known = WeakIdKeyDictionary()      # fake tensor -> real tensor
+            self.poisoned = WeakIdKeyDictionary()   # fake storage -> True: written with values nobody knows
+            self.unknown_reads: Counter[str] = Counter()
+            self._writes: dict[Any, tuple[int, ...]] = {}
+
+        # -- public helpers ------------------------------------------------------------------------------------
+        def fake_of(self, real: Any) -> Any:
+            """A fake tensor with the real tensor's value known (for a batch made by the real collator)."""
+            if isinstance(real, FakeTensor):
+                raise TypeError("fake_of needs a real tensor (make it outside the fake mode)")
+            with _disable_current_modes():
+                real = real.clone()
+            fake = fake_mode.from_tensor(real)
+            self.known[fake] = real
+            return fake
+
+        def value_of(self, t: Any) -> Any:
+            """The real value of a tensor, or None when unknown."""
+            if isinstance(t, FakeTensor):
+                real = self.known.get(t)
+                if real is not None and self.poisoned and t.untyped_storage() in self.poisoned:
+                    del self.known[t]
+                    return None
+                return real
+            return t if isinstance(t, torch.Tensor) else None
+
+        # -- dispatch ---------------------------------------------------------------------------------------------
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func is prim_device and type(args[0]) is FakeTensor:
+                return args[0].fake_device      # `.device` reads are two thirds of all dispatches; skip the rest
+            kwargs = kwargs or {}
+            if func is aten._local_scalar_dense.default:
+                return self._scalar(args[0])
+            if func in bool_index_ops:
+                args = self._long_indices(func, args)
+            reals = self._reals(args, kwargs)
+            try:
+                out = func(*args, **kwargs)
+            except data_dependent:
+                if reals is None:
+                    raise RuntimeError(
+                        f"hpcmem trace: {func} needs values of tensors computed from fake weights; this code path "
+                        "is not supported by the trace") from None
+                out = self._from_real(func, reals)
+                if self.observer is not None:
+                    self.observer.observe(func, args, kwargs, out)
+                return out
+            if reals is not None:
+                self._propagate(func, out, reals, args, kwargs)
+            else:
+                self._forget_written(func, args, kwargs)
+            if self.observer is not None:
+                self.observer.observe(func, args, kwargs, out)
+            return out
+
+        def _scalar(self, t: Any) -> Any:
+            real = self.value_of(t)
+            if real is not None:
+                with _disable_current_modes():
+                    return real.item()
+            self.unknown_reads[str(t.dtype)] += 1
+            if t.dtype == torch.bool:
+                return False
+            return 0 if not t.dtype.is_floating_point else 0.0
+
+        def _reals(self, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+            """Args and kwargs with every tensor replaced by its real copy, or None if one is unknown."""
+            missing = False
+
+            def swap(x: Any) -> Any:
+                nonlocal missing
+                if isinstance(x, torch.Tensor):
+                    real = self.value_of(x)
+                    if real is None:
+                        missing = True
+                    return real
+                return x
+
+            for a in args:          # fast exit: the first big fake operand settles it
+                if isinstance(a, FakeTensor) and a not in self.known:
+                    return None
+            out = tree_map(swap, (args, kwargs))
+            return None if missing else out
+
+        def _run_real(self, func: Any, reals: tuple[Any, Any]) -> Any:
+            with _disable_current_modes():
+                return func(*reals[0], **reals[1])
+
+        def _propagate(self, func: Any, out: Any, reals: tuple[Any, Any], args: Any, kwargs: Any) -> None:
+            fakes = [o for o in _flat(out) if isinstance(o, torch.Tensor)]
+            if any(f.numel() > (MAX_KNOWN_FLOAT_NUMEL if f.dtype.is_floating_point or f.dtype.is_complex
+                                else max_known_numel) for f in fakes):
+                self._forget_written(func, args, kwargs)
+                return
+            real_out = self._run_real(func, reals)
+            for f, r in zip(_flat(out), _flat(real_out), strict=False):
+                if isinstance(f, torch.Tensor) and isinstance(r, torch.Tensor):
+                    self.known[f] = r
+
+        def _from_real(self, func: Any, reals: tuple[Any, Any]) -> Any:
+            real_out = self._run_real(func, reals)
+
+            def to_fake(r: Any) -> Any:
+                return self.fake_of(r) if isinstance(r, torch.Tensor) else r
+
+            return tree_map(to_fake, real_out)
+
+        def _long_indices(self, func: Any, args: Any) -> Any:
+            """Rewrite known boolean index masks as long index tensors (what nonzero would give)."""
+            indices = args[1]
+            if not any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices):
+                return args
+            new: list[Any] = []
+            for i in indices:
+                if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8):
+                    real = self.value_of(i)
+                    if real is None:
+                        return args     # let the fake mode raise; nothing known to rewrite with
+                    with _disable_current_modes():
+                        found = real.bool().nonzero(as_tuple=True)
+                    new.extend(self.fake_of(r) for r in found)
+                else:
+                    new.append(i)
+            return (args[0], new, *args[2:])
+
+        def _forget_written(self, func: Any, args: Any, kwargs: Any) -> None:
+            """An op wrote into a tensor with values we do not know: drop its real copy."""
+            targets = [args[pos] for pos in self._written_positions(func) if pos < len(args)]
+            targets += [v for v in kwargs.values() if isinstance(v, FakeTensor)] if "out" in kwargs else []
+            for target in targets:
+                if isinstance(target, FakeTensor):
+                    self.known.pop(target, None)
+                    self.poisoned[target.untyped_storage()] = True
+
+        def _written_positions(self, func: Any) -> tuple[int, ...]:
+            pos = self._writes.get(func)
+            if pos is None:
+                pos = tuple(i for i, a in enumerate(func._schema.arguments)
+                            if a.alias_info is not None and a.alias_info.is_write)
+                self._writes[func] = pos
+            return pos
+
+    return ValueOracle()
+
+
+def _flat(obj: Any) -> list[Any]:
+    if isinstance(obj, (list, tuple)):
+        return [x for o in obj for x in _flat(o)]
+    return [obj]
+

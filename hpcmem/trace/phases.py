@@ -1,0 +1,144 @@
+"""Hook a Trainer so the StorageTracker knows the step, the phase, the layer and what each storage is.
+
+Nothing here changes what is allocated: wrappers only push phase names and labels, hooks only relabel storages
+(a gradient when it lands in `.grad`, optimizer states after `step()`).
+
+| phase | entered by | storages born inside are |
+|---|---|---|
+| step N / forward | `Trainer.compute_loss` (SFTTrainer's: backbone + fused LM head + metrics) | activation |
+| step N / backward | `Accelerator.backward` | temporary (a gradient becomes grad) |
+| step N / optimizer | `Trainer._clip_grad_norm`, then `Optimizer.step` | temporary (states become optimizer) |
+
+The decoder layer that runs is the phase detail ("layer 7"): set by a forward pre-hook, which also fires when
+gradient checkpointing recomputes a layer in backward, and by a gradient hook on each layer's output.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+from hpcmem.trace.tracker import StorageTracker
+
+
+@dataclass
+class StepPeak:
+    step: int
+    peak_bytes: int
+    phase: str
+    components: dict[str, int]
+
+
+@dataclass
+class Instrumented:
+    """Live hooks on one trainer; `remove()` takes them all off."""
+
+    tracker: StorageTracker
+    step_peaks: list[StepPeak] = field(default_factory=list)
+    _handles: list[Any] = field(default_factory=list)
+    _undo: list[Any] = field(default_factory=list)
+    _step: int = 0
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        for undo in reversed(self._undo):
+            undo()
+        self._handles.clear()
+        self._undo.clear()
+
+    def close_step(self) -> None:
+        """Record the peak of the step that just ended and start the next one from what is live."""
+        tr = self.tracker
+        if self._step:
+            self.step_peaks.append(StepPeak(self._step, tr.peak_bytes, tr.peak_phase, dict(tr.peak_by_category)))
+
+
+def instrument(trainer: Any, tracker: StorageTracker) -> Instrumented:
+    """Tag the model's tensors and wrap the trainer's forward, backward and optimizer step with phases."""
+    inst = Instrumented(tracker)
+    model = trainer.model
+    tracker.tag(list(model.parameters()) + list(model.buffers()), "param")
+    for p in model.parameters():
+        if p.requires_grad:
+            inst._handles.append(p.register_post_accumulate_grad_hook(lambda p: tracker.tag(p.grad, "grad")))
+    _wrap_method(inst, trainer, trainer, "compute_loss", "forward", "activation")
+    _wrap_method(inst, trainer, trainer.accelerator, "backward", "backward", "temporary")
+    _wrap_method(inst, trainer, trainer, "_clip_grad_norm", "optimizer", "temporary")
+    _hook_optimizer(inst, trainer)
+    _hook_layers(inst, model)
+    return inst
+
+
+def _step_name(inst: Instrumented, trainer: Any) -> str:
+    step = trainer.state.global_step + 1
+    if step != inst._step:
+        inst.close_step()
+        inst._step = step
+        if step > 1:
+            inst.tracker.reset_peak()
+    return f"step {step}"
+
+
+def _wrap_method(inst: Instrumented, trainer: Any, obj: Any, name: str, phase: str, label: str) -> None:
+    original = getattr(obj, name)
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with inst.tracker.phase(f"{_step_name(inst, trainer)} / {phase}"), inst.tracker.label(label):
+            if phase == "backward":
+                inst.tracker.set_detail("lm head / loss")     # backward starts at the loss
+            return original(*args, **kwargs)
+
+    had_own = name in vars(obj)
+    setattr(obj, name, wrapper)
+    inst._undo.append(lambda: setattr(obj, name, original) if had_own else delattr(obj, name))
+
+
+def _hook_optimizer(inst: Instrumented, trainer: Any) -> None:
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    tracker = inst.tracker
+
+    def pre(optimizer: Any, args: Any, kwargs: Any) -> None:
+        tracker.push_phase(f"{_step_name(inst, trainer)} / optimizer")
+        tracker.push_label("temporary")
+
+    def post(optimizer: Any, args: Any, kwargs: Any) -> None:
+        tracker.pop_label()
+        tracker.pop_phase()
+        tracker.tag([t for state in optimizer.state.values() for t in state.values()
+                     if isinstance(t, torch.Tensor)], "optimizer")
+
+    inst._handles.append(register_optimizer_step_pre_hook(pre))
+    inst._handles.append(register_optimizer_step_post_hook(post))
+
+
+def _hook_layers(inst: Instrumented, model: Any) -> None:
+    """Name the decoder layer that runs; "lm head / loss" after the last layer and when backward starts;
+    "embeddings" once the gradient has left layer 0."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    tracker = inst.tracker
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    for i, layer in enumerate(layers):
+        name = f"layer {i}"
+        after = "lm head / loss" if i == len(layers) - 1 else None
+
+        def pre(module: Any, args: Any, kwargs: Any, name: str = name, first: bool = i == 0) -> None:
+            tracker.set_detail(name)
+            hidden = args[0] if args else kwargs.get("hidden_states")
+            if first and getattr(hidden, "requires_grad", False):
+                hidden.register_hook(lambda grad: tracker.set_detail("embeddings"))
+
+        def post(module: Any, args: Any, out: Any, name: str = name, after: str | None = after) -> None:
+            hidden = out[0] if isinstance(out, tuple) else out
+            if getattr(hidden, "requires_grad", False):
+                hidden.register_hook(lambda grad, name=name: tracker.set_detail(name))
+            if after:
+                tracker.set_detail(after)
+
+        inst._handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
+        inst._handles.append(layer.register_forward_hook(post))

@@ -1,0 +1,161 @@
+"""`run_trace`: two optimizer steps of TRL's real SFTTrainer on a fake, full-size model, every storage counted.
+
+    result = run_trace(job)                 # kernels="cuda": what a CUDA GPU allocates
+    result = run_trace(job, kernels="cpu")  # what a CPU run allocates (the self-check's reference)
+
+The model is built from its config inside a FakeTensorMode on the fake CPU with the load dtype TRL uses; the
+trainer is TRL's own (PEFT wrapping, gradient checkpointing, selective checkpointing, fused LM head, collator,
+optimizer, gradient clipping) and `trainer.train()` runs `max_steps=2`: optimizer states are born in step 1, so the
+steady peak is in step 2. See `hpcmem.trace.fakeenv` for the adjustments the fake world needs and
+`hpcmem.trace.kernels` for the CUDA mapping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Literal
+
+from hpcmem.errors import SpecError
+from hpcmem.spec import JobSpec
+from hpcmem.trace.data import design_batch
+from hpcmem.trace.result import TraceResult, versions
+
+Kernels = Literal["cuda", "cpu"]
+KERNELS: tuple[str, ...] = ("cuda", "cpu")
+
+# What the trace runs that is not TRL/transformers code, always.
+ADJUSTMENTS: tuple[str, ...] = (
+    "Trainer._move_model_to_device skipped and accelerate device_placement off (fake parameters cannot be swapped)",
+    "collator runs on real tensors; the batch is handed over as fake tensors with known values",
+    "transformers.masking_utils.is_tracing ignores FakeTensor (mask decisions use the batch's real values)",
+    "values read from tensors computed from fake weights (loss, metrics) read as 0 / False",
+)
+
+
+def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False) -> TraceResult:
+    """Trace two training steps of `job` (single GPU) and return the peak and its breakdown."""
+    if kernels not in KERNELS:
+        raise SpecError(f"kernels must be one of {', '.join(KERNELS)}; got {kernels!r}")
+    _check_single_gpu(job)
+    from hpcmem.trace.trainer import require_traceable
+
+    require_traceable(job)
+    start = time.perf_counter()
+    from hpcmem.trace.fakeenv import fake_collator, fake_world
+    from hpcmem.trace.kernels import cuda_mapping
+    from hpcmem.trace.tracker import CUDA_BLOCK_BYTES, StorageTracker
+
+    design = design_batch(job)
+    tracker = StorageTracker(round_to=CUDA_BLOCK_BYTES if kernels == "cuda" else 1, timeline=timeline)
+    notes: list[str] = list(ADJUSTMENTS)
+    with _quiet(), fake_world() as (_, oracle):
+        mapping = cuda_mapping(tracker, job) if kernels == "cuda" else contextlib.nullcontext([])
+        with mapping as mapped:
+            trainer, num_params = _build(job, design)
+            trainer.data_collator = fake_collator(trainer.data_collator, oracle, tracker)
+            _offload(job, trainer, tracker, notes)
+            result = _train(trainer, tracker, oracle)
+        notes += list(mapped)
+    if oracle.unknown_reads:
+        notes.append(f"unknown values read as defaults: {dict(oracle.unknown_reads)}")
+    return _result(job, tracker, result, kernels, notes, num_params, design, time.perf_counter() - start)
+
+
+def _check_single_gpu(job: JobSpec) -> None:
+    par = job.parallel
+    if par.world_size > 1 or par.deepspeed or par.fsdp:
+        raise SpecError(f"the trace runs one GPU; this job has {par.world_size} process(es) with "
+                        f"{par.distributed_type}: trace the single-GPU job and shard analytically "
+                        "(`hpcmem estimate` does both)")
+
+
+def _build(job: JobSpec, design: Any) -> tuple[Any, int]:
+    """The fake model in the load dtype (default dtype set to it, as the brief's feasibility run did) and TRL's
+    trainer around it; returns (trainer, parameters of the model before PEFT adds adapters)."""
+    import torch
+
+    from hpcmem.trace.trainer import build_model, build_trainer, load_dtype
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(load_dtype(job))
+    try:
+        model = build_model(job)
+    finally:
+        torch.set_default_dtype(previous)
+    num_params = sum(p.numel() for p in model.parameters())
+    trainer = build_trainer(job, model, design, fake=True)
+    return trainer, num_params
+
+
+def _offload(job: JobSpec, trainer: Any, tracker: Any, notes: list[str]) -> None:
+    """Install the activation-offloading emulation where SFTTrainer.training_step looks for its context."""
+    if job.train.activation_offloading:
+        from hpcmem.trace.offload import OffloadEmulation
+
+        OffloadEmulation(trainer, tracker)
+        notes.append(OffloadEmulation.NOTE)
+
+
+def _train(trainer: Any, tracker: Any, oracle: Any) -> Any:
+    """`trainer.train()` with the tracker counting every op output (through the oracle's dispatch: one mode, not
+    two, on the per-op path)."""
+    from hpcmem.trace.phases import instrument
+
+    inst = instrument(trainer, tracker)
+    oracle.observer = tracker
+    try:
+        trainer.train()
+        inst.close_step()
+    finally:
+        oracle.observer = None
+        inst.remove()
+    return inst
+
+
+def _result(job: JobSpec, tracker: Any, inst: Any, kernels: str, notes: list[str], num_params: int,
+            design: Any, seconds: float) -> TraceResult:
+    best = max(inst.step_peaks, key=lambda s: s.peak_bytes)
+    warnings = []
+    if job.train.gradient_accumulation_steps > 2:
+        warnings.append(f"gradient_accumulation_steps {job.train.gradient_accumulation_steps} traced as 2: from the "
+                        "second micro-batch on every micro-batch holds the same memory")
+    return TraceResult(
+        model_name=job.model.name, num_params=num_params, peak_allocated_bytes=best.peak_bytes, phase=best.phase,
+        components=best.components, kernels=kernels, versions=versions(), seconds=seconds, reimplemented=notes,
+        warnings=warnings,
+        step_peaks=[{"step": s.step, "peak_allocated_bytes": s.peak_bytes, "phase": s.phase} for s in inst.step_peaks],
+        batch={"layout": design.layout, "shape": list(design.batch_shape), "tokens": design.tokens,
+               "documents": len(design.documents), "note": design.note},
+        offloaded_host_peak_bytes=tracker.peak_uncounted_bytes, num_ops=tracker.num_ops, timeline=tracker.timeline,
+    )
+
+
+@contextlib.contextmanager
+def _quiet() -> Any:
+    """Silence transformers/TRL/datasets progress bars and info logs during the trace; whatever a library still prints
+    (DeepSpeed's logger writes its accelerator notice to stdout when transformers imports it) goes to stderr, so
+    `--json` output stays clean."""
+    import logging
+    import sys
+    import warnings
+
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    loggers = [logging.getLogger(n) for n in ("trl", "accelerate", "datasets")]
+    old = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(level)
+        datasets.enable_progress_bars()
+        for lg, lv in zip(loggers, old, strict=True):
+            lg.setLevel(lv)

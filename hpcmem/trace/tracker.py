@@ -1,0 +1,288 @@
+"""Count live tensor bytes, storage by storage, as every aten op runs — for real and fake tensors alike.
+
+A `TorchDispatchMode` sees the output of every op below autograd. Each output's `untyped_storage()` is registered
+once (views share their base's storage, so a view adds nothing) and a weak reference with a callback takes its bytes
+off the count when the storage dies. PyTorch keeps one Python object per storage (PyObject preservation), so the
+callback fires when the C++ storage is freed, not when a Python name goes away. Feasibility notes in
+design/ACCURACY.md: this matched `torch.distributed._tools.mem_tracker.MemTracker` to the byte and ran ~10× faster.
+
+What it counts: the bytes of storages born as op outputs while the tracker is active, plus those handed to `tag()`.
+What it cannot see: allocations inside a kernel (workspaces, internal upcasts) — the same blind spot on a real CPU run
+and on a fake one, which is what makes the self-check meaningful; CUDA-side workspaces are added by
+`hpcmem.trace.kernels` as explicit `reserve()` calls.
+
+`round_to=512` reproduces the CUDA caching allocator's rounding of every request to 512 bytes (c10/cuda/
+CUDACachingAllocator.cpp, `kMinBlockSize`); `round_to=1` counts exact bytes as a CPU run allocates them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+CATEGORIES: tuple[str, ...] = ("param", "grad", "optimizer", "activation", "temporary")
+CUDA_BLOCK_BYTES = 512
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    """One change of the live total: the op count when it happened, the phase, and the bytes live after it."""
+
+    seq: int
+    phase: str
+    current_bytes: int
+
+
+def round_up(nbytes: int, multiple: int) -> int:
+    if multiple <= 1 or nbytes == 0:
+        return nbytes
+    return -(-nbytes // multiple) * multiple
+
+
+class StorageTracker:
+    """Live and peak tensor bytes by category, with the phase of the peak.
+
+    Use as a context manager around the code to measure. Storages born inside `label(category)` take that category,
+    otherwise `default_category`; `tag(tensors, category)` registers or relabels existing ones (parameters before
+    the step, a gradient once it lands in `.grad`, optimizer states after `step()`); relabelling a storage that was
+    alive at the peak instant moves its bytes in `peak_by_category` too (a gradient born just before the peak is
+    counted as a gradient, not as a temporary). `phase(name)` names what is
+    running; the innermost names are joined with " / " in `peak_phase`. Categories in `uncounted` (default "host":
+    activation-offloading copies in pinned host memory) are tracked in `by_category` but left out of the device
+    total; `peak_uncounted_bytes` is their own peak.
+    """
+
+    def __init__(self, *, round_to: int = 1, timeline: bool = False, default_category: str = "temporary",
+                 uncounted: tuple[str, ...] = ("host",)) -> None:
+        if round_to < 1:
+            raise ValueError(f"round_to must be ≥ 1 (512 for the CUDA mapping, 1 for cpu); got {round_to}")
+        self.round_to = round_to
+        self.default_category = default_category
+        self.current_bytes = 0
+        self.peak_bytes = 0
+        self.peak_phase = ""
+        self.peak_by_category: dict[str, int] = {}
+        self.by_category: dict[str, int] = {}
+        self.timeline: list[TimelinePoint] | None = [] if timeline else None
+        self.num_ops = 0
+        self.uncounted = uncounted          # categories kept apart from the device total (offloaded host copies)
+        self.peak_uncounted_bytes = 0
+        self._live: dict[int, list[Any]] = {}   # id(storage) -> [weakref, bytes, category, op count at birth]
+        self._peak_seq = -1
+        self._labels: list[str] = []
+        self._phases: list[str] = []
+        self._detail: str | None = None
+        self._mode: Any = None
+        import torch
+
+        self._tensor_type: Any = torch.Tensor
+        # op -> fn(args, kwargs, out) -> bytes a kernel allocates internally while it runs (CUDA mapping)
+        self.workspace: dict[Any, Any] = {}
+
+    # -- context management ------------------------------------------------------------------------------------
+    def __enter__(self) -> StorageTracker:
+        self._mode = _make_mode(self)
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        mode, self._mode = self._mode, None
+        mode.__exit__(*exc)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Name what runs inside (nested names join: "step 2 / backward"); entering or leaving clears the detail."""
+        self.push_phase(name)
+        try:
+            yield
+        finally:
+            self.pop_phase()
+
+    def push_phase(self, name: str) -> None:
+        """`phase()` without a `with` block, for hooks that see only the start and the end."""
+        self._phases.append(name)
+        self._detail = None
+
+    def pop_phase(self) -> None:
+        self._phases.pop()
+        self._detail = None
+
+    def set_detail(self, name: str | None) -> None:
+        """Name the part of the current phase that runs now (e.g. "layer 31"), until the next detail or phase."""
+        self._detail = name
+
+    @property
+    def current_phase(self) -> str:
+        parts = self._phases + [self._detail] if self._detail else self._phases
+        return " / ".join(parts)
+
+    @contextlib.contextmanager
+    def label(self, category: str) -> Iterator[None]:
+        """Storages born inside take `category`."""
+        self._labels.append(category)
+        try:
+            yield
+        finally:
+            self._labels.pop()
+
+    def push_label(self, category: str) -> None:
+        """`label()` without a `with` block (for pre/post hook pairs)."""
+        self._labels.append(category)
+
+    def pop_label(self) -> None:
+        self._labels.pop()
+
+    def tag(self, tensors: Any, category: str) -> None:
+        """Register (if unseen) and relabel the storages of a tensor, or of every tensor in a nested structure."""
+        for t in _iter_tensors(tensors):
+            self._register(t, category, relabel=True)
+
+    def reserve(self, nbytes: int, category: str = "temporary") -> None:
+        """Count bytes that no tensor holds (a kernel's workspace); pair with `release()`."""
+        self._add(round_up(nbytes, self.round_to), category)
+
+    def release(self, nbytes: int, category: str = "temporary") -> None:
+        self._sub(round_up(nbytes, self.round_to), category)
+
+    def reset_peak(self) -> None:
+        """Start a new peak from what is live now."""
+        self.peak_bytes = self.current_bytes
+        self.peak_phase = self.current_phase
+        self.peak_by_category = {k: v for k, v in self.by_category.items() if v and k not in self.uncounted}
+        self._peak_seq = self.num_ops
+
+    def live_bytes_of(self, category: str) -> int:
+        return self.by_category.get(category, 0)
+
+    # -- bookkeeping ---------------------------------------------------------------------------------------------
+    def _category_for_birth(self) -> str:
+        return self._labels[-1] if self._labels else self.default_category
+
+    def _register(self, t: Any, category: str | None, relabel: bool = False) -> None:
+        st = t.untyped_storage()
+        key = id(st)
+        entry = self._live.get(key)
+        if entry is not None and entry[0]() is st:
+            nbytes = round_up(st.nbytes(), self.round_to)
+            if nbytes != entry[1]:          # resized in place (resize_, set_)
+                self._sub(entry[1], entry[2])
+                entry[1] = nbytes
+                self._add(nbytes, entry[2])
+            if relabel and category is not None and category != entry[2]:
+                self._move(entry[1], entry[2], category)
+                if entry[3] <= self._peak_seq and entry[2] not in self.uncounted and category not in self.uncounted:
+                    # alive at the peak instant: what it is now is what it was for (a gradient not yet in .grad)
+                    self._move_peak(entry[1], entry[2], category)
+                entry[2] = category
+            return
+        nbytes = round_up(st.nbytes(), self.round_to)
+        category = category or self._category_for_birth()
+        entry = [None, nbytes, category, self.num_ops]
+        entry[0] = weakref.ref(st, self._on_free(key, entry))
+        self._live[key] = entry
+        self._add(nbytes, category)
+
+    def _on_free(self, key: int, entry: list[Any]) -> Any:
+        def free(_ref: Any) -> None:
+            if self._live.get(key) is entry:
+                del self._live[key]
+            self._sub(entry[1], entry[2])
+        return free
+
+    def _add(self, nbytes: int, category: str) -> None:
+        if not nbytes:
+            return
+        self.by_category[category] = self.by_category.get(category, 0) + nbytes
+        if category in self.uncounted:
+            self.peak_uncounted_bytes = max(self.peak_uncounted_bytes, self._uncounted_now())
+            return
+        self.current_bytes += nbytes
+        if self.current_bytes > self.peak_bytes:
+            self.peak_bytes = self.current_bytes
+            self.peak_phase = self.current_phase
+            self.peak_by_category = {k: v for k, v in self.by_category.items() if v and k not in self.uncounted}
+            self._peak_seq = self.num_ops
+        self._note()
+
+    def _sub(self, nbytes: int, category: str) -> None:
+        if not nbytes:
+            return
+        self.by_category[category] = self.by_category.get(category, 0) - nbytes
+        if category in self.uncounted:
+            return
+        self.current_bytes -= nbytes
+        self._note()
+
+    def _move(self, nbytes: int, old: str, new: str) -> None:
+        self._sub(nbytes, old)
+        self._add(nbytes, new)
+
+    def _move_peak(self, nbytes: int, old: str, new: str) -> None:
+        self.peak_by_category[old] = self.peak_by_category.get(old, 0) - nbytes
+        self.peak_by_category[new] = self.peak_by_category.get(new, 0) + nbytes
+        self.peak_by_category = {k: v for k, v in self.peak_by_category.items() if v}
+
+    def _uncounted_now(self) -> int:
+        return sum(self.by_category.get(c, 0) for c in self.uncounted)
+
+    def _note(self) -> None:
+        if self.timeline is not None:
+            self.timeline.append(TimelinePoint(self.num_ops, self.current_phase, self.current_bytes))
+
+    def observe(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        """Count the storages `func` returned (and its workspace, if one is registered). The tracker's own mode calls
+        this for every op; another dispatch mode already on the stack may call it instead of entering the tracker."""
+        self._track_outputs(out, self._tensor_type)
+        if self.workspace:
+            extra = self.workspace.get(func)
+            if extra is not None:
+                nbytes = extra(args, kwargs or {}, out)
+                self.reserve(nbytes, "temporary")
+                self.release(nbytes, "temporary")
+
+    def _track_outputs(self, out: Any, tensor_type: type) -> None:
+        self.num_ops += 1
+        if isinstance(out, tensor_type):
+            self._register(out, None)
+        elif isinstance(out, (list, tuple)):
+            for t in out:
+                if isinstance(t, tensor_type):
+                    self._register(t, None)
+                elif isinstance(t, (list, tuple)):
+                    self._track_nested(t, tensor_type)
+
+    def _track_nested(self, out: Any, tensor_type: type) -> None:
+        for t in _iter_tensors(out):
+            self._register(t, None)
+
+
+def _iter_tensors(obj: Any) -> Iterable[Any]:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _iter_tensors(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _iter_tensors(o)
+
+
+def _make_mode(tracker: StorageTracker) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _StorageMode(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False    # nothing is compiled under the tracker; skips a per-op dynamo-disable wrapper
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            tracker.observe(func, args, kwargs, out)
+            return out
+
+    return _StorageMode()

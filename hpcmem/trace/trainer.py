@@ -1,0 +1,144 @@
+"""Build TRL 1.16's own `SFTTrainer` for a `JobSpec`: the model from its config, the SFTConfig, PEFT, the dataset.
+
+Shared by the trace (inside a FakeTensorMode) and the self-check (real tensors): what differs is only where the
+tensors live. The TRL pieces are the real ones — `SFTTrainer.__init__` applies `get_peft_model`,
+`enable_input_require_grads`, selective checkpointing (`enable_selective_activation_checkpointing`), the fused LM
+head (`add_fused_lm_head`), and `Trainer` applies `gradient_checkpointing_enable(gradient_checkpointing_kwargs)`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+from hpcmem.errors import SpecError
+from hpcmem.spec import JobSpec
+from hpcmem.trace.data import BatchDesign, make_dataset, make_tokenizer
+from hpcmem.trace.hf_config import catalog_config, hf_config_dict
+
+# Optimizers the trace can build on CPU (bitsandbytes kernels need a GPU). "adamw_torch_foreach" is hpcmem's name for
+# torch AdamW with foreach=True (HF's "adamw_torch" leaves foreach to torch, which picks it on CUDA).
+TRACEABLE_OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach", "adafactor", "sgd")
+TRACE_STEPS = 2          # optimizer states are born in step 1; the steady peak is in step 2
+MAX_TRACED_ACCUMULATION = 2   # from the second micro-batch on, every accumulation step holds the same memory
+
+
+def check_traceable(job: JobSpec) -> list[str]:
+    """Problems that keep the trace from running this job (the analytic estimate may still cover it)."""
+    t, problems = job.train, []
+    if t.trainer != "sft":
+        problems.append(f"the trace runs SFTTrainer only; trainer {t.trainer!r} is estimated analytically")
+    if t.quantized:
+        problems.append("load_in_4bit/load_in_8bit need bitsandbytes on a GPU; the trace cannot run QLoRA")
+    if t.optim not in TRACEABLE_OPTIMIZERS:
+        problems.append(f"optim {t.optim!r} needs bitsandbytes; traceable: {', '.join(TRACEABLE_OPTIMIZERS)}")
+    if t.fp16:
+        problems.append("fp16 autocast with a GradScaler is not traced on CPU; use bf16 (the TRL default)")
+    if t.attn_implementation not in ("sdpa", "eager"):
+        problems.append(f"attn_implementation {t.attn_implementation!r}: the trace runs sdpa or eager "
+                        "(flash-attn kernels need CUDA)")
+    return problems
+
+
+def require_traceable(job: JobSpec) -> None:
+    problems = check_traceable(job)
+    if problems:
+        raise SpecError(problems)
+
+
+def model_config(job: JobSpec) -> Any:
+    from transformers import AutoConfig
+
+    cfg = dict(catalog_config(job.model) or hf_config_dict(job.model))
+    for key in ("architectures", "torch_dtype", "dtype", "quantization_config", "auto_map", "transformers_version"):
+        cfg.pop(key, None)      # not architecture: the trace sets dtype itself and never quantizes
+    model_type = cfg.pop("model_type")
+    config = AutoConfig.for_model(model_type, **cfg)
+    if (getattr(config, "pad_token_id", None) or 0) >= config.vocab_size:
+        # a class default (Phi-3: 32000) past a smaller vocabulary; the trace's tokenizer pads with id 0 anyway
+        config = AutoConfig.for_model(model_type, **{**cfg, "pad_token_id": None})
+    return config
+
+
+def load_dtype(job: JobSpec) -> Any:
+    """TRL's `create_model_from_path` dtype: float32 unless model_init_kwargs set one; `auto` reads bf16 weights."""
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
+        job.train.dtype, torch.bfloat16)
+
+
+def build_model(job: JobSpec) -> Any:
+    """`AutoModelForCausalLM.from_config` in the load dtype (random weights: from_pretrained's tensors, no file)."""
+    from transformers import AutoModelForCausalLM
+
+    # "sdpa" is also the spec's default for "unset": pass None so transformers picks sdpa when the model supports it
+    # and eager when not (Gemma-2: `_supports_sdpa` is False), as it does for a user who set nothing.
+    attn = None if job.train.attn_implementation == "sdpa" else job.train.attn_implementation
+    return AutoModelForCausalLM.from_config(model_config(job), dtype=load_dtype(job), attn_implementation=attn)
+
+
+def peft_config(job: JobSpec) -> Any:
+    """trl.trainer.utils.get_peft_config with ModelConfig defaults (dropout 0.05, bias none, CAUSAL_LM)."""
+    t = job.train
+    if not t.use_peft:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(task_type="CAUSAL_LM", r=t.lora_r, lora_alpha=t.lora_alpha, lora_dropout=0.05, bias="none",
+                      target_modules=list(t.lora_target_modules) or None)
+
+
+def sft_config(job: JobSpec, output_dir: str | None = None) -> Any:
+    from trl import SFTConfig
+
+    t = job.train
+    optim = "adamw_torch" if t.optim == "adamw_torch_foreach" else t.optim
+    return SFTConfig(
+        output_dir=output_dir or tempfile.mkdtemp(prefix="hpcmem-trace-"),
+        max_steps=TRACE_STEPS, per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=traced_accumulation(job),
+        gradient_checkpointing=t.gradient_checkpointing,
+        gradient_checkpointing_kwargs=dict(t.gradient_checkpointing_kwargs) or None,
+        bf16=t.bf16, fp16=t.fp16, optim=optim,
+        max_length=t.max_length, packing=t.packing, packing_strategy=t.packing_strategy,
+        padding_free=t.padding_free, pad_to_multiple_of=t.pad_to_multiple_of,
+        activation_offloading=False,     # emulated by hpcmem.trace.offload (TRL's needs a CUDA/XPU accelerator)
+        train_sampling_strategy="sequential", report_to="none", disable_tqdm=True, logging_steps=10_000,
+        save_strategy="no", use_cpu=True, dataloader_num_workers=0, seed=0,
+    )
+
+
+def traced_accumulation(job: JobSpec) -> int:
+    return min(job.train.gradient_accumulation_steps, MAX_TRACED_ACCUMULATION)
+
+
+def build_trainer(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> Any:
+    """TRL's SFTTrainer around `model`. With `fake`, the two adjustments a fake model needs (see `_fake_trainer`)."""
+    from trl import SFTTrainer
+
+    num_micro_batches = TRACE_STEPS * traced_accumulation(job)
+    dataset = make_dataset(design, num_micro_batches, job.model.vocab_size)
+    cls = _fake_trainer() if fake else SFTTrainer
+    trainer = cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=make_tokenizer(),
+                  peft_config=peft_config(job))
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    for callback in (PrinterCallback, ProgressCallback):    # they print the final metrics to stdout
+        trainer.remove_callback(callback)
+    if fake:
+        # accelerate's prepare_model calls model.to(device): a module of fake parameters cannot swap them.
+        trainer.accelerator.device_placement = False
+    return trainer
+
+
+def _fake_trainer() -> type:
+    from trl import SFTTrainer
+
+    class FakeModelSFTTrainer(SFTTrainer):
+        """SFTTrainer minus `Trainer._move_model_to_device` (the fake model already sits on the fake CPU)."""
+
+        def _move_model_to_device(self, model: Any, device: Any) -> None:
+            return None
+
+    return FakeModelSFTTrainer

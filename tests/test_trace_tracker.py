@@ -1,0 +1,158 @@
+"""StorageTracker on small real (and fake) tensors, against bytes computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hpcmem.trace.tracker import StorageTracker, round_up  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+def test_round_up():
+    assert round_up(0, 512) == 0
+    assert round_up(1, 512) == 512
+    assert round_up(512, 512) == 512
+    assert round_up(513, 512) == 1024
+    assert round_up(7, 1) == 7
+
+
+def test_counts_births_and_frees_of_real_tensors():
+    tr = StorageTracker()
+    with tr:
+        a = torch.empty(1000)                        # 4000 B
+        b = torch.ones(3, dtype=torch.bfloat16)      # 6 B
+        assert tr.current_bytes == 4006
+        del a
+        assert tr.current_bytes == 6
+        c = torch.zeros(10, dtype=torch.int64)       # 80 B
+        assert tr.current_bytes == 86
+    assert tr.peak_bytes == 4006
+    assert tr.peak_by_category == {"temporary": 4006}
+    del b, c
+
+
+def test_views_share_their_base_storage():
+    tr = StorageTracker()
+    with tr:
+        a = torch.empty(100)
+        v = a.view(10, 10)[2:5]
+        t = a.t() if a.dim() == 2 else a.unsqueeze(0)
+        assert tr.current_bytes == 400
+    del a, v, t
+
+
+def test_in_place_ops_add_nothing():
+    tr = StorageTracker()
+    with tr:
+        a = torch.zeros(64)
+        a.add_(1).mul_(2)
+        assert tr.current_bytes == 256
+    del a
+
+
+def test_labels_tags_phases_and_peak_breakdown():
+    tr = StorageTracker()
+    w = torch.ones(256)                              # born before the tracker: counted once tagged
+    with tr:
+        tr.tag(w, "param")
+        assert tr.current_bytes == 1024
+        with tr.phase("step 1 / forward"), tr.label("activation"):
+            act = torch.empty(128)                   # 512 B
+        with tr.phase("step 1 / backward"):
+            tmp = torch.empty(64)                    # 256 B, default category
+            grad = torch.empty(256)                  # 1024 B, peak here
+        assert tr.peak_bytes == 1024 + 512 + 256 + 1024
+        assert tr.peak_phase == "step 1 / backward"
+        del tmp
+        tr.tag(grad, "grad")                         # alive at the peak: the peak breakdown follows the relabel
+    assert tr.peak_by_category == {"param": 1024, "activation": 512, "temporary": 256, "grad": 1024}
+    assert sum(tr.peak_by_category.values()) == tr.peak_bytes
+    assert tr.by_category["grad"] == 1024 and tr.by_category["temporary"] == 0
+    del act, grad
+
+
+def test_detail_and_nested_phase_names():
+    tr = StorageTracker()
+    with tr, tr.phase("step 2"), tr.phase("backward"):
+        tr.set_detail("layer 3")
+        keep = torch.empty(10)
+        assert tr.current_phase == "step 2 / backward / layer 3"
+    assert tr.peak_phase == "step 2 / backward / layer 3"
+    del keep
+
+
+def test_cuda_rounding_counts_blocks_of_512_bytes():
+    tr = StorageTracker(round_to=512)
+    with tr:
+        a = torch.empty(3)                           # 12 B -> 512
+        b = torch.empty(129)                         # 516 B -> 1024
+        assert tr.current_bytes == 1536
+    del a, b
+
+
+def test_uncounted_host_category_is_kept_apart():
+    tr = StorageTracker()
+    with tr:
+        with tr.label("host"):
+            h = torch.empty(1000)
+        d = torch.empty(10)
+        assert tr.current_bytes == 40
+        assert tr.by_category["host"] == 4000
+    assert tr.peak_uncounted_bytes == 4000
+    assert "host" not in tr.peak_by_category
+    del h, d
+
+
+def test_workspace_reservation_shows_in_the_peak_only():
+    tr = StorageTracker()
+    tr.workspace[torch.ops.aten.mm.default] = lambda args, kwargs, out: 1000
+    with tr:
+        a = torch.ones(2, 2)
+        c = a @ a
+        assert tr.current_bytes == 32
+    assert tr.peak_bytes == 32 + 1000
+    del a, c
+
+
+def test_timeline_records_every_change():
+    tr = StorageTracker(timeline=True)
+    with tr:
+        a = torch.empty(4)
+        del a
+    assert [p.current_bytes for p in tr.timeline] == [16, 0]
+
+
+def test_backward_and_optimizer_on_a_real_linear():
+    lin = torch.nn.Linear(8, 4)                      # weight 128 B, bias 16 B
+    opt = torch.optim.AdamW(lin.parameters(), foreach=False)
+    tr = StorageTracker()
+    with tr:
+        tr.tag(list(lin.parameters()), "param")
+        x = torch.ones(2, 8)
+        lin(x).sum().backward()
+        tr.tag([p.grad for p in lin.parameters()], "grad")
+        opt.step()
+        states = [t for s in opt.state.values() for t in s.values()]
+        tr.tag(states, "optimizer")
+        assert tr.by_category["grad"] == 144
+        # exp_avg + exp_avg_sq per parameter, plus one float32 scalar `step` each
+        assert tr.by_category["optimizer"] == 2 * 144 + 2 * 4
+    del x, states
+
+
+def test_fake_tensors_are_counted_like_real_ones():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        tr = StorageTracker()
+        with tr:
+            a = torch.empty(4096, 4096, dtype=torch.bfloat16)
+            b = a @ a
+            assert tr.current_bytes == 2 * 4096 * 4096 * 2
+            del b
+            assert tr.current_bytes == 4096 * 4096 * 2
+        del a
+    assert tr.peak_bytes == 2 * 4096 * 4096 * 2
