@@ -210,6 +210,7 @@ def test_profile_module_is_stdlib_only():
     assert out.strip() == "[]"
 
 
+@pytest.mark.torch
 def test_report_names_every_strategy_and_the_recommendation():
     pytest.importorskip("trl")
     from hpcmem.data.profiler import build_profile
@@ -222,3 +223,23 @@ def test_report_names_every_strategy_and_the_recommendation():
     text = report(json.loads(json.dumps(profile)))
     for needle in ("p99.9", "padded", "padding-free", "packing bfd", "packing wrapped", "recommendation:", "2^10"):
         assert needle in text
+
+
+def test_load_profile_reads_checks_and_names_the_problem(tmp_path):
+    from hpcmem.data.profile import load_profile
+
+    good = tmp_path / "p.json"
+    good.write_text(json.dumps(_fake_profile()))
+    assert _ask(load_profile(str(good))) == 14
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ProfileError, match="not JSON"):
+        load_profile(str(tmp_path / "bad.json"))
+    with pytest.raises(ProfileError, match="cannot read"):
+        load_profile(str(tmp_path / "missing.json"))
+
+
+def test_a_profile_answers_only_for_its_own_trainer():
+    assert _ask(_fake_profile(), trainer="sft") == 14
+    with pytest.raises(ProfileError, match="made for sft, not dpo"):
+        _ask(_fake_profile(), trainer="dpo")
+    assert _ask(_fake_profile("grpo", {"prompt": [30, 7]}), trainer="rloo") == 60

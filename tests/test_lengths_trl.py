@@ -160,40 +160,79 @@ def _datasets(rng):
     }
 
 
+def _trl_trainer(trainer: str, data, tok, out_dir, **config):
+    """A real TRL 1.16 trainer around a 1-layer random Llama (CPU), so its own _prepare_dataset and collator run."""
+    from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
+    from trl import DPOConfig, DPOTrainer, RewardConfig, RewardTrainer, SFTConfig, SFTTrainer
+
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, pad_token_id=tok.pad_token_id)
+    args = dict(output_dir=str(out_dir), report_to=[], use_cpu=True, bf16=False, **{"max_length": None, **config})
+    if trainer == "sft":
+        return SFTTrainer(model=LlamaForCausalLM(cfg), args=SFTConfig(**args), train_dataset=data, processing_class=tok)
+    if trainer == "dpo":
+        return DPOTrainer(model=LlamaForCausalLM(cfg), ref_model=LlamaForCausalLM(cfg), args=DPOConfig(**args),
+                          train_dataset=data, processing_class=tok)
+    model = LlamaForSequenceClassification(LlamaConfig(**{**cfg.to_dict(), "num_labels": 1, "id2label": {0: "r"}}))
+    return RewardTrainer(model=model, args=RewardConfig(**args), train_dataset=data, processing_class=tok)
+
+
 @pytest.mark.parametrize("trainer,name", [("sft", "sft_text"), ("sft", "sft_messages"), ("sft", "sft_pc"),
                                           ("sft", "sft_conv_pc"), ("dpo", "pref"), ("dpo", "pref_implicit_chat"),
                                           ("reward", "pref")])
 def test_lengths_are_what_the_trl_trainer_tokenizes(trainer, name, tok_dir, tmp):
-    import torch  # noqa: F401
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
-    from trl import DPOConfig, DPOTrainer, RewardConfig, RewardTrainer, SFTConfig, SFTTrainer
+    from transformers import AutoTokenizer
 
     from hpcmem.data.tokenize import tokenize_lengths
 
     tok = AutoTokenizer.from_pretrained(tok_dir)
     data = datasets.Dataset.from_dict(_datasets(random.Random(3))[name])
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, pad_token_id=tok.pad_token_id)
-    common = dict(output_dir=str(tmp / "out"), max_length=None, report_to=[], use_cpu=True, bf16=False)
+    td = _trl_trainer(trainer, data, tok, tmp / "out").train_dataset
     if trainer == "sft":
-        t = SFTTrainer(model=LlamaForCausalLM(cfg), args=SFTConfig(**common), train_dataset=data, processing_class=tok)
-        theirs = {"length": [len(x) for x in t.train_dataset["input_ids"]]}
+        theirs = {"length": [len(x) for x in td["input_ids"]]}
         if "prompt" in data.column_names:   # the prompt part is what completion_only_loss masks out
-            theirs["prompt"] = [sum(1 for label in x if label == -100) for x in t.train_dataset["labels"]]
+            theirs["prompt"] = [sum(1 for label in x if label == -100) for x in td["labels"]]
     elif trainer == "dpo":
-        t = DPOTrainer(model=LlamaForCausalLM(cfg), ref_model=LlamaForCausalLM(cfg), args=DPOConfig(**common),
-                       train_dataset=data, processing_class=tok)
-        td = t.train_dataset
         theirs = {"prompt": [len(x) for x in td["prompt_ids"]],
                   **{k: [len(a) + len(b) for a, b in zip(td["prompt_ids"], td[f"{k}_ids"])]
                      for k in ("chosen", "rejected")}}
     else:
-        model = LlamaForSequenceClassification(LlamaConfig(**{**cfg.to_dict(), "num_labels": 1, "id2label": {0: "r"}}))
-        t = RewardTrainer(model=model, args=RewardConfig(**common), train_dataset=data, processing_class=tok)
-        theirs = {k: [len(x) for x in t.train_dataset[f"{k}_ids"]] for k in ("chosen", "rejected")}
+        theirs = {k: [len(x) for x in td[f"{k}_ids"]] for k in ("chosen", "rejected")}
     _, mine = tokenize_lengths(data, tok, trainer=trainer)
     for part, values in theirs.items():
         assert mine[part] == values, part
+
+
+@pytest.mark.parametrize("trainer,name,config", [
+    ("sft", "sft_text", {}),
+    ("sft", "sft_text", {"padding_free": True}),
+    ("sft", "sft_pc", {"max_length": 20, "pad_to_multiple_of": 8}),     # cuts, drops (prompt ≥ 20), rounding
+    ("sft", "sft_text", {"max_length": 64, "packing": True, "packing_strategy": "bfd"}),
+    ("sft", "sft_text", {"max_length": 40, "packing": True, "packing_strategy": "bfd_split"}),
+    ("sft", "sft_text", {"max_length": 64, "packing": True, "packing_strategy": "wrapped"}),
+    ("dpo", "pref", {"max_length": 30}),
+    ("reward", "pref", {"max_length": 40}),
+])
+def test_worst_micro_batch_is_the_largest_batch_trl_collates(trainer, name, config, tok_dir, tmp):
+    """tokens_per_micro_batch = max over TRL's own collated micro-batches (in order) of input_ids.numel()."""
+    from transformers import AutoTokenizer
+
+    from hpcmem.data.profiler import build_profile
+    from hpcmem.data.tokenize import tokenize_lengths
+
+    batch = 4
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    data = datasets.Dataset.from_dict(_datasets(random.Random(5))[name])
+    t = _trl_trainer(trainer, data, tok, tmp / "out", per_device_train_batch_size=batch, **config)
+    rows = [t.train_dataset[i] for i in range(len(t.train_dataset))]
+    theirs = max(t.data_collator(rows[i:i + batch])["input_ids"].numel() for i in range(0, len(rows), batch))
+    _, parts = tokenize_lengths(data, tok, trainer=trainer)
+    extra = [config["max_length"]] if config.get("max_length") else []
+    profile = build_profile(parts, source={"trainer": trainer}, per_device_train_batch_size=batch,
+                            pad_to_multiple_of=None, max_lengths=extra)
+    ask = {"max_length": None, "packing": False, "packing_strategy": "bfd", "padding_free": False,
+           "pad_to_multiple_of": None, **config}
+    assert tokens_per_micro_batch(json.loads(json.dumps(profile)), per_device_train_batch_size=batch, **ask) == theirs
 
 
 def test_grpo_prompt_lengths_include_the_generation_prompt(tok_dir):
@@ -230,8 +269,11 @@ def test_formats_folders_and_splits(tok_dir, tmp, capsys):
     ds.to_csv(str(tmp / "d.csv"), index=False)
     (tmp / "d.json").write_text(json.dumps([{"text": t} for t in rows["text"]]))
     ds.save_to_disk(str(tmp / "saved"))
+    (tmp / "files").mkdir()
+    ds.to_json(str(tmp / "files" / "train.jsonl"))
     datasets.DatasetDict({"train": ds, "test": ds.select([0])}).save_to_disk(str(tmp / "dict"))
-    cases = ((tmp / "d.csv", []), (tmp / "d.json", []), (tmp / "saved", []), (tmp / "dict", ["--split", "test"]))
+    cases = ((tmp / "d.csv", []), (tmp / "d.json", []), (tmp / "saved", []), (tmp / "files", []),
+             (tmp / "dict", ["--split", "test"]))
     for data, extra in cases:
         code, out, err = _run_cli(["lengths", str(data), "--tokenizer", tok_dir, "--json", *extra], capsys)
         assert code == 0, err

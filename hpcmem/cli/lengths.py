@@ -10,6 +10,13 @@ import click
 
 from hpcmem.data.batches import TRAINERS
 
+FILE = click.Path(dir_okay=False, path_type=Path)
+
+
+def _names(field: str, *more: str) -> list[str]:
+    """A TRL field's flag spellings, as elsewhere in hpcmem: --max_length and --max-length."""
+    return [f"--{field}", f"--{field.replace('_', '-')}", *more]
+
 
 @click.command("lengths")
 @click.argument("data")
@@ -18,28 +25,27 @@ from hpcmem.data.batches import TRAINERS
               help="Tokenize as this trainer does: sft (text / messages / prompt+completion), dpo and reward "
                    "(prompt+chosen and prompt+rejected), grpo (the prompt).")
 @click.option("--split", default="train", show_default=True, help="Split of a DatasetDict folder or a cached dataset.")
-@click.option("--dataset-text-field", default="text", show_default=True, help="SFT column holding plain text.")
-@click.option("--per-device-train-batch-size", type=click.IntRange(min=1), default=8, show_default=True,
+@click.option(*_names("dataset_text_field"), default="text", show_default=True, help="SFT column holding plain text.")
+@click.option(*_names("per_device_train_batch_size"), type=click.IntRange(min=1), default=8, show_default=True,
               help="Examples per micro-batch for the padded / padding-free figures.")
-@click.option("--pad-to-multiple-of", type=click.IntRange(min=1), default=None,
+@click.option(*_names("pad_to_multiple_of"), type=click.IntRange(min=1), default=None,
               help="Round each micro-batch's sequence length up to a multiple of this (default: no rounding).")
-@click.option("--max-length", "max_lengths", type=click.IntRange(min=1), multiple=True,
+@click.option(*_names("max_length", "max_lengths"), type=click.IntRange(min=1), multiple=True,
               help="Also profile this max_length (repeatable); powers of two, p95 and p99 always are.")
-@click.option("--dataset-num-proc", "--num-proc", "dataset_num_proc", type=click.IntRange(min=1), default=None,
-              help="Processes that tokenize (large data); default one.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write a histogram PNG here (needs matplotlib).")
-@click.option("--log-x", is_flag=True, help="Logarithmic length axis for the histograms (long tails).")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the profile JSON (hpcmem.lengths/1) instead of the report.")
-@click.option("--save", "save_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option(*_names("dataset_num_proc", "--num_proc", "--num-proc"), type=click.IntRange(min=1), default=None,
+              help="Processes that tokenize (default one) and that run the packing candidates (default: every "
+                   "core, from 20k examples up).")
+@click.option("--plot", "plot_path", type=FILE, default=None, help="Also write a histogram PNG here (matplotlib).")
+@click.option("--log-x", "--log_x", "log_x", is_flag=True, help="Logarithmic length axis for the histograms.")
+@click.option("--json", "as_json", is_flag=True, help="Print the profile JSON (hpcmem.lengths/1), not the report.")
+@click.option("--save", "save_path", type=FILE, default=None,
               help="Write the profile JSON here, for `hpcmem estimate --lengths FILE`.")
 def command(data, tokenizer, trainer, split, dataset_text_field, per_device_train_batch_size, pad_to_multiple_of,
             max_lengths, dataset_num_proc, plot_path, log_x, as_json, save_path):
     """Token lengths of DATA as TRL's TRAINER tokenizes it: percentiles, histogram, what each max_length truncates,
     and rows, padding and worst / typical tokens per micro-batch for padded, padding-free and packing bfd /
-    bfd_split / wrapped (TRL's own pack_dataset). DATA: a .jsonl/.json/.csv/.parquet file, a save_to_disk folder or
-    a dataset name in the local cache. Never contacts the Hub."""
+    bfd_split / wrapped (TRL's own pack_dataset). DATA: a .jsonl/.json/.csv/.parquet file, a save_to_disk folder, a
+    folder of data files or a dataset name in the local cache. Never contacts the Hub."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from hpcmem.data.profiler import profile_dataset
     from hpcmem.data.render import plot, report

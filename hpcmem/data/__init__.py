@@ -6,6 +6,6 @@ truncates, and what each batching strategy (padded, padding-free, packing bfd / 
 everything that reads datasets or tokenizers imports them inside functions.
 """
 
-from hpcmem.data.profile import SCHEMA, tokens_per_micro_batch
+from hpcmem.data.profile import SCHEMA, load_profile, tokens_per_micro_batch
 
-__all__ = ["SCHEMA", "tokens_per_micro_batch"]
+__all__ = ["SCHEMA", "load_profile", "tokens_per_micro_batch"]

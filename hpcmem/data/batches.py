@@ -95,8 +95,10 @@ def micro_batches(rows: Sequence[int], rows_per_batch: int, *, flatten: bool,
     for start in range(0, len(rows), rows_per_batch):
         group = rows[start:start + rows_per_batch]
         real = sum(group)
-        tensor = round_up(real, pad_to_multiple_of) if flatten else len(group) * round_up(max(group), pad_to_multiple_of)
-        out.append((real, tensor))
+        if flatten:
+            out.append((real, round_up(real, pad_to_multiple_of)))
+        else:
+            out.append((real, len(group) * round_up(max(group), pad_to_multiple_of)))
     return out
 
 

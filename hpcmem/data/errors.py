@@ -26,7 +26,11 @@ class EmptyDataset(LengthsError):
 
 
 class TokenizerNotFound(LengthsError):
-    """--tokenizer is not a local tokenizer folder nor a tokenizer in the local cache, or it cannot render chats."""
+    """--tokenizer is not a local tokenizer folder nor a tokenizer in the local cache."""
+
+
+class TokenizerUnfit(LengthsError):
+    """The tokenizer lacks what TRL needs for this data: a chat template (chats) or an EOS token (plain text)."""
 
 
 class ProfileError(LengthsError):

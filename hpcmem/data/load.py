@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,8 @@ FILE_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "p
 
 
 def describe_formats() -> str:
-    return ", ".join(FILE_FORMATS) + ", a folder written by Dataset.save_to_disk, or a dataset name in the local cache"
+    return (", ".join(FILE_FORMATS) + " files, a folder written by Dataset.save_to_disk, a folder of such files, or a "
+            "dataset name in the local cache")
 
 
 @contextlib.contextmanager
@@ -32,36 +32,44 @@ def _offline() -> Iterator[None]:
 
 
 def load_data(data: str, *, split: str = "train", cache_dir: str | None = None):
-    """DATA (a file, a save_to_disk folder or a cached dataset name) → one `datasets.Dataset` (the split)."""
+    """DATA → one `datasets.Dataset` (the split): a .jsonl/.json/.csv/.parquet file, a save_to_disk folder, a folder
+    of data files, or a dataset name in the local cache."""
     import datasets
 
     path = Path(data)
     if path.is_dir() and ((path / "state.json").exists() or (path / "dataset_dict.json").exists()):
         loaded = datasets.load_from_disk(str(path))
     elif path.is_file():
-        builder = FILE_FORMATS.get(path.suffix.lower())
-        if builder is None:
-            raise UnknownFormat(f"{data}: unknown format {path.suffix or '(no extension)'!r}; "
-                                f"hpcmem lengths reads {describe_formats()}")
-        if path.stat().st_size == 0:
-            raise EmptyDataset(f"{data}: the file is empty")
-        try:
-            loaded = datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=cache_dir)
-        except Exception as exc:  # the builders raise many kinds; all mean the file does not parse
-            if "corresponds to no data" in str(exc):   # datasets' words for a file with a header and no rows
-                raise EmptyDataset(f"{data}: the file has no rows") from exc
-            raise UnknownFormat(f"{data}: not readable as {builder}: {exc}") from exc
-    elif path.exists() or os.sep in data or data.startswith("."):
-        raise DataNotFound(f"{data}: not a file of a known format nor a save_to_disk folder; expected "
-                           f"{describe_formats()}")
-    else:
+        loaded = _load_file(path, cache_dir)
+    elif not path.is_dir() and (path.is_absolute() or data.startswith((".", "~"))):
+        raise DataNotFound(f"{data}: no such file or folder; expected {describe_formats()}")
+    else:  # a folder of data files, or a name: datasets resolves both, offline
         try:
             with _offline():
                 loaded = datasets.load_dataset(data, split=split, cache_dir=cache_dir)
         except Exception as exc:
-            raise DataNotFound(f"{data}: no such file, and no dataset of that name (split {split!r}) in the local "
-                               f"cache ({exc.__class__.__name__}: {exc}); download it first or pass a file") from exc
+            what = "no readable data files in that folder" if path.is_dir() else \
+                "no such file, and no dataset of that name in the local cache"
+            raise DataNotFound(f"{data}: {what} (split {split!r}; {exc.__class__.__name__}: {exc}); download it "
+                               "first or pass a file") from exc
     return _pick_split(loaded, split, data)
+
+
+def _load_file(path: Path, cache_dir: str | None):
+    import datasets
+
+    builder = FILE_FORMATS.get(path.suffix.lower())
+    if builder is None:
+        raise UnknownFormat(f"{path}: unknown format {path.suffix or '(no extension)'!r}; "
+                            f"hpcmem lengths reads {describe_formats()}")
+    if path.stat().st_size == 0:
+        raise EmptyDataset(f"{path}: the file is empty")
+    try:
+        return datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=cache_dir)
+    except Exception as exc:  # the builders raise many kinds; all mean the file does not parse
+        if "corresponds to no data" in str(exc):   # datasets' words for a file with a header and no rows
+            raise EmptyDataset(f"{path}: the file has no rows") from exc
+        raise UnknownFormat(f"{path}: not readable as {builder}: {exc}") from exc
 
 
 def _pick_split(loaded, split: str, data: str):

@@ -1,7 +1,8 @@
 """Packed row lengths from TRL's own `trl.pack_dataset` (datasets, pyarrow, trl imported inside the functions).
 
 Packing sees only how long each sequence is, so the profiler hands it a stand-in dataset: one `input_ids` list per
-example of the right length, filled with int8 zeros (the token values never matter to bfd, bfd_split or wrapped).
+example of the right length, of Arrow nulls (no memory for values; token values never matter to bfd, bfd_split or
+wrapped, and a test pins the rows against `pack_dataset` on real token ids).
 It is packed as SFTTrainer packs it: `pack_dataset(dataset, max_length, strategy, map_kwargs)` over the
 untruncated sequences in dataset order (shuffle_dataset=False, TRL's default), in `datasets.map`'s default batches
 of PACK_BATCH_SIZE examples, in one process (dataset_num_proc=None, TRL's default). Different (max_length,
@@ -21,7 +22,7 @@ PARALLEL_MIN_EXAMPLES = 20_000   # below this, worker start-up costs more than i
 
 
 def stand_in(lengths: Sequence[int]):
-    """A datasets.Dataset with one zero-filled `input_ids` row per length."""
+    """A datasets.Dataset with one `input_ids` row of nulls per length."""
     import numpy as np
     import pyarrow as pa
     from datasets import Dataset
@@ -29,7 +30,7 @@ def stand_in(lengths: Sequence[int]):
     sizes = np.asarray(lengths, dtype=np.int64)
     offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    values = pa.array(np.zeros(int(offsets[-1]), dtype=np.int8))
+    values = pa.nulls(int(offsets[-1]))
     if offsets[-1] < 2**31 - 1:
         column = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
     else:

@@ -30,6 +30,7 @@ Token counts of a micro-batch are tensor tokens: rows × padded length, or the o
 from __future__ import annotations
 
 import base64
+import json
 import sys
 import zlib
 from array import array
@@ -70,6 +71,20 @@ def check_profile(profile: Mapping) -> None:
         raise ProfileError(f"profile lengths use encoding {order.get('encoding')!r}; this hpcmem reads {ENCODING!r}")
 
 
+def load_profile(path: str) -> dict:
+    """Read and check a profile file (`hpcmem lengths --save FILE`)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            profile = json.load(f)
+    except OSError as exc:
+        raise ProfileError(f"cannot read the length profile {path}: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{path} is not JSON ({exc.msg}, line {exc.lineno}); expected a profile written by "
+                           "`hpcmem lengths --save`") from exc
+    check_profile(profile)
+    return profile
+
+
 def ordered_parts(profile: Mapping) -> dict[str, list[int]] | None:
     order = profile.get("order")
     return None if order is None else {name: decode_lengths(blob) for name, blob in order["parts"].items()}
@@ -87,7 +102,7 @@ def packed_rows(profile: Mapping, max_length: int, strategy: str) -> list[int] |
 
 def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_device_train_batch_size: int,
                            packing: bool, packing_strategy: str, padding_free: bool,
-                           pad_to_multiple_of: int | None) -> int:
+                           pad_to_multiple_of: int | None, trainer: str | None = None) -> int:
     """Tensor tokens of the worst (largest) micro-batch this profile's dataset makes with these settings.
 
     worst = the max over the micro-batches taken in dataset order, per_device_train_batch_size examples each, after
@@ -97,9 +112,15 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
     padding-free = the sum of the longest rows, packing = rows × max_length.
     GRPO: the prompt part only (max_length is ignored; add B × max_completion_length for the completions).
     DPO: padding_free falls back to padding in TRL 1.16, as here.
+    `trainer`, when given, must be the one the profile was tokenized for (a grpo profile also serves rloo, which
+    tokenizes prompts the same way).
     """
     check_profile(profile)
-    trainer = profile["source"]["trainer"]
+    made_for = profile["source"]["trainer"]
+    if trainer is not None and trainer != made_for and not (trainer == "rloo" and made_for == "grpo"):
+        raise ProfileError(f"the length profile was made for {made_for}, not {trainer}: profile again with "
+                           f"`hpcmem lengths DATA --tokenizer PATH --trainer {trainer}`")
+    trainer = made_for
     batch = per_device_train_batch_size
     if batch < 1:
         raise ProfileError(f"per_device_train_batch_size must be ≥ 1; got {batch}")

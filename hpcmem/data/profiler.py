@@ -42,10 +42,10 @@ def build_profile(parts: Mapping[str, Sequence[int]], *, source: Mapping, per_de
     num_examples = len(parts[names[0]])
     if num_examples == 0:
         raise EmptyDataset("the dataset has no rows")
-    bad = [m for m in max_lengths if m < 1]
-    if bad or per_device_train_batch_size < 1:
-        raise LengthsError(f"max_length and per_device_train_batch_size must be ≥ 1; got {bad or ''} "
-                           f"{per_device_train_batch_size}")
+    max_lengths = tuple(max_lengths)
+    if any(m < 1 for m in max_lengths) or per_device_train_batch_size < 1:
+        raise LengthsError(f"max_length and per_device_train_batch_size must be ≥ 1; got max_length "
+                           f"{list(max_lengths)}, per_device_train_batch_size {per_device_train_batch_size}")
     rows = [n for example in zip(*(parts[name] for name in names)) for n in example]
     stats = length_stats(sorted(rows))
     sized = candidates(stats, max_lengths) if trainer != "grpo" else []

@@ -95,8 +95,8 @@ def report(profile: Mapping, *, log_x: bool = False) -> str:
                      "data pre-truncated to it")
     rec = profile["recommendation"]
     how = "padded" if not rec["packing"] else f"packing=True, packing_strategy={rec['packing_strategy']}"
-    chosen = rec["max_length"] if rec["max_length"] is not None else "none"
-    lines += ["", f"recommendation: max_length {chosen} · {how}", f"  {rec['reason']}"]
+    chosen = f"max_length {rec['max_length']}" if rec["max_length"] is not None else "prompts not truncated"
+    lines += ["", f"recommendation: {chosen} · {how}", f"  {rec['reason']}"]
     return "\n".join(lines)
 
 
@@ -111,11 +111,11 @@ def plot(profile: Mapping, path: str, *, log_x: bool = False) -> None:
     edges = [low for low, _, _ in bins(hist, log_x=log_x, num_bins=60)] + [hist[-1][0] + 1]
     fig, ax = plt.subplots(figsize=(9, 4.5))
     ax.hist([n for n, _ in hist], bins=edges, weights=[c for _, c in hist], color="#4c72b0")
-    for name, style in (("p50", ":"), ("p95", "--"), ("p99", "-.")):
-        ax.axvline(stats[name], color="#444444", linestyle=style, label=f"{name} = {stats[name]:,}")
     rec = profile["recommendation"]["max_length"]
-    if rec is not None:
-        ax.axvline(rec, color="#c44e52", label=f"recommended max_length = {rec:,}")
+    if rec is not None:  # drawn first and wide, so a percentile at the same length stays visible on top
+        ax.axvline(rec, color="#c44e52", linewidth=4, alpha=0.5, label=f"recommended max_length = {rec:,}")
+    for name, style in (("p50", ":"), ("p95", "--"), ("p99", "-.")):
+        ax.axvline(stats[name], color="#222222", linestyle=style, label=f"{name} = {stats[name]:,}")
     if log_x:
         ax.set_xscale("log")
     src = profile["source"]

@@ -55,10 +55,10 @@ def candidates(stats: Mapping, extra: Iterable[int] = ()) -> list[tuple[int, str
     while p <= high:
         powers.append(p)
         p <<= 1
+    for name in ("p95", "p99"):
+        labels.setdefault(max(1, int(stats[name])), []).append(name)
     for p in powers[-MAX_POWER_OF_TWO_CANDIDATES:]:
         labels.setdefault(p, []).append(f"2^{p.bit_length() - 1}")
-    for name in ("p95", "p99"):
-        labels.setdefault(max(1, int(stats[name])), []).insert(0, name)
     for value in extra:
         labels.setdefault(int(value), []).insert(0, "asked")
     return [(value, " · ".join(names)) for value, names in sorted(labels.items())]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hpcmem.data.errors import LengthsError, MissingColumn, TokenizerNotFound
+from hpcmem.data.errors import LengthsError, MissingColumn, TokenizerUnfit
 
 PARTS = {"sft": ("length",), "sft_prompt": ("length", "prompt"), "dpo": ("prompt", "chosen", "rejected"),
          "reward": ("chosen", "rejected"), "grpo": ("prompt",)}
@@ -31,7 +31,9 @@ def detect_format(trainer: str, columns: list[str], first: Mapping, dataset_text
             return "tokenized"
         if "prompt" in columns:
             if "completion" not in columns:
-                raise MissingColumn(f"SFT data with a 'prompt' column needs a 'completion' column; found: {have}")
+                hint = " (preference data? use --trainer dpo or reward)" if "chosen" in columns else ""
+                raise MissingColumn(f"SFT data with a 'prompt' column needs a 'completion' column; found: {have}"
+                                    + hint)
             return "conversational_prompt_completion" if conv else "prompt_completion"
         if conv and ("messages" in columns or "conversations" in columns):
             return "conversational"
@@ -60,10 +62,10 @@ def part_names(trainer: str, fmt: str) -> tuple[str, ...]:
 
 def check_tokenizer(tokenizer, fmt: str) -> None:
     if fmt.startswith("conversational") and not getattr(tokenizer, "chat_template", None):
-        raise TokenizerNotFound(f"the data is conversational ({fmt}) but the tokenizer has no chat_template; "
+        raise TokenizerUnfit(f"the data is conversational ({fmt}) but the tokenizer has no chat_template; "
                                 "use the model's instruct tokenizer or set tokenizer.chat_template")
     if fmt in ("text", "prompt_completion", "preference") and tokenizer.eos_token is None:
-        raise TokenizerNotFound("the tokenizer has no eos_token, which TRL appends to non-conversational text")
+        raise TokenizerUnfit("the tokenizer has no eos_token, which TRL appends to non-conversational text")
 
 
 def text_lengths(tokenizer, texts: list[str], *, add_special_tokens: bool = True) -> list[int]:
@@ -153,7 +155,8 @@ def tokenize_lengths(dataset, tokenizer, *, trainer: str, dataset_text_field: st
         return fmt, {"length": pc.list_value_length(dataset.data.column("input_ids")).to_pylist()}
     check_tokenizer(tokenizer, fmt)
     try:
-        out = dataset.map(lengths_batch, batched=True, num_proc=num_proc, remove_columns=columns,
+        # keep_in_memory: the lengths are small, and no cache file lands in the user's save_to_disk folder
+        out = dataset.map(lengths_batch, batched=True, num_proc=num_proc, remove_columns=columns, keep_in_memory=True,
                           desc=f"Tokenizing for {trainer} ({fmt})",
                           fn_kwargs={"tokenizer": tokenizer, "trainer": trainer, "fmt": fmt,
                                      "text_field": dataset_text_field})
