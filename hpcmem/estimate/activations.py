@@ -26,10 +26,14 @@ FP32 = 4
 LSE_BYTES = FP32
 
 
-def _norm_saved(h: int, prec: Precision, feeds_linear: bool) -> int:
+def _norm_saved(h: int, prec: Precision, feeds_linear: bool, frozen: bool) -> int:
     """Bytes per token one RMSNorm keeps: the fp32 input, the normalised tensor, and (before a linear) its output.
 
-    When the input is already fp32 the upcast is the input itself, which stays alive anyway as the residual stream."""
+    When the input is already fp32 the upcast is the input itself, which stays alive anyway as the residual stream.
+    With frozen weights (LoRA) neither the norm's weight multiply nor the frozen linears after it need their inputs
+    for a weight gradient, so only the fp32 upcast (for the input gradient) is kept."""
+    if frozen:
+        return FP32 * h
     out = prec.act * h if feeds_linear else 0
     return FP32 * h + prec.residual * h + out
 
@@ -46,8 +50,9 @@ def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -
     return total
 
 
-def _mlp_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, layer: int) -> int:
-    tensors = 4 if m.gated_mlp else 2
+def _mlp_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, layer: int, frozen: bool) -> int:
+    # gate out, act out, up out, and the product for down_proj's weight gradient (not kept when down_proj is frozen)
+    tensors = (4 if m.gated_mlp else 2) - (1 if frozen else 0)
     if m.is_moe and layer >= m.num_dense_layers:
         routed = mb.tokens * m.num_experts_per_tok
         experts = routed * (tensors * m.moe_intermediate_size + m.hidden_size) * prec.act
@@ -64,15 +69,17 @@ def autocast_weight_copies(layer_params: int, prec: Precision) -> int:
 
 def layer_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, *, attn: str, layer: int, layer_params: int,
                 lora: LoraLayout) -> dict[str, int]:
-    """Everything one layer keeps for backward with checkpointing off, by term."""
+    """Everything one layer keeps for backward with checkpointing off, by term. With LoRA the base weights are
+    frozen: linears keep no inputs for weight gradients; the adapters keep their own (LoraLayout)."""
     h = m.hidden_size
-    norms = 2 * _norm_saved(h, prec, feeds_linear=True) * mb.tokens
+    frozen = lora.enabled
+    norms = 2 * _norm_saved(h, prec, feeds_linear=True, frozen=frozen) * mb.tokens
     if m.norms_per_layer == 4:   # Gemma2/3 post-norms feed the residual add, not a linear
-        norms += 2 * _norm_saved(h, prec, feeds_linear=False) * mb.tokens
+        norms += 2 * _norm_saved(h, prec, feeds_linear=False, frozen=frozen) * mb.tokens
     return {
         "norms": norms,
         "attention": _attention_saved(m, mb, prec, attn),
-        "mlp": _mlp_saved(m, mb, prec, layer),
+        "mlp": _mlp_saved(m, mb, prec, layer, frozen),
         "autocast_weights": autocast_weight_copies(layer_params, prec),
         "lora": lora.saved_per_layer(mb.tokens, prec),
     }

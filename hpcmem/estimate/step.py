@@ -111,11 +111,32 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         if best is None or phase.bytes > best.bytes:
             best = phase
     grads_all = Component(name="gradients", bytes=s.gradients)
+    embed_phase = _embedding_backward(job, mb, prec, parts, resident, grads_all, head_trains)
     step_extra = [Component(name="gradient buffers", bytes=s.grad_buffers, note="fp32 gradient partition")] \
         if s.grad_buffers and not s.notes.get("ddp") else []
     optimizer = Phase(name="optimizer step", components=(
         *resident, grads_all, *step_extra,
         Component(name="optimizer step temporaries", bytes=opt_transient)))
-    phases = [forward, head_phase, best, optimizer]
+    phases = [forward, head_phase, best, optimizer, embed_phase]
     transient = max(saved_total + loss.backward_transient, full[0] + act.backward_transient(m, mb, prec))
     return [p for p in phases if p is not None], host, transient
+
+
+def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, resident: list[Component],
+                        grads_all: Component, head_trains: bool) -> Phase | None:
+    """The last instant of backward: every gradient exists and the embedding's arrives. With tied embeddings the
+    embedding's [V, H] gradient is added to the LM head's out of place (autograd AccumulateGrad), so two more [V, H]
+    tensors are alive for a moment; untied, the gradient of the embedding output ([T, H], twice) is. Seen in the
+    trace (estimator/LOG.md). Sharded gradients (ZeRO-2/3, FSDP) go through reduce buckets instead: not added."""
+    par = job.parallel
+    if not head_trains or (par.deepspeed and par.zero_stage >= 2) or par.fsdp:
+        return None
+    m = job.model
+    if parts.lm_head == 0:
+        extra = 2 * m.vocab_size * m.hidden_size * prec.weight
+        note = "tied: embedding gradient + out-of-place sum with the head's"
+    else:
+        extra = 2 * mb.tokens * m.hidden_size * prec.residual
+        note = "gradient of the embedding output"
+    return Phase(name="backward (embeddings)", components=(
+        *resident, grads_all, Component(name="embedding backward", bytes=extra, note=note)))

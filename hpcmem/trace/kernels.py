@@ -23,6 +23,10 @@ Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Map
    tensors and the for-loop one for CPU tensors (torch/optim/optimizer.py `_default_to_fused_or_foreach`); foreach
    holds a parameter-sized list of temporaries. The trace makes the same choice as on CUDA.
 5. Every block is rounded up to 512 bytes (CUDACachingAllocator `kMinBlockSize`): the tracker's `round_to`.
+6. Dropout in training (peft's lora_dropout, TRL 0.05 by default): on CPU `at::dropout` takes `_dropout_impl`, a
+   mask in the INPUT dtype from `bernoulli_` that `mul` saves (4 B/elt for peft's fp32 adapter inputs); on CUDA
+   `is_fused_kernel_acceptable` sends it to `aten::native_dropout`, which saves a bool mask (1 B/elt)
+   (aten/src/ATen/native/Dropout.cpp). The trace calls `native_dropout` as CUDA does.
 
 Not mapped (documented in the result's not_modelled): cuBLAS/cuBLASLt workspaces (constant per handle, seen by
 probes), memory-efficient attention's backward workspace (the masked SDPA path), CUDA autocast's fp32 op list (CPU
@@ -49,6 +53,7 @@ def cuda_mapping(tracker: Any, job: JobSpec) -> Iterator[list[str]]:
         stack.enter_context(_flash_sdpa(tracker, notes))
         stack.enter_context(_fused_head_triton(notes))
         stack.enter_context(_foreach_default(notes))
+        stack.enter_context(_native_dropout(notes))
         notes.append("every block rounded up to 512 bytes (CUDA caching allocator)")
         yield notes
 
@@ -164,3 +169,26 @@ def _foreach_default(notes: list[str]) -> Iterator[None]:
                 stack.enter_context(patched(module, "_default_to_fused_or_foreach", on_cuda))
         yield
     notes.append("optimizers with foreach=None run foreach, as torch picks for CUDA tensors")
+
+
+# -- 6: dropout → the fused CUDA kernel with a bool mask -----------------------------------------------------------
+@contextlib.contextmanager
+def _native_dropout(notes: list[str]) -> Iterator[None]:
+    import torch
+    import torch.nn.functional as F
+
+    from hpcmem.trace.fakeenv import patched
+
+    original = F.dropout
+    used = [0]
+
+    def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        if not training or p == 0.0 or inplace or not input.is_floating_point():
+            return original(input, p, training, inplace)
+        used[0] += 1
+        return torch.ops.aten.native_dropout(input, p, True)[0]
+
+    with patched(F, "dropout", dropout):
+        yield
+    if used[0]:
+        notes.append(f"dropout → CUDA native_dropout with a bool mask, in {used[0]} calls")

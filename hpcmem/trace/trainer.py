@@ -86,7 +86,7 @@ def peft_config(job: JobSpec) -> Any:
     from peft import LoraConfig
 
     return LoraConfig(task_type="CAUSAL_LM", r=t.lora_r, lora_alpha=t.lora_alpha, lora_dropout=0.05, bias="none",
-                      target_modules=list(t.lora_target_modules) or None)
+                      target_modules=_peft_targets(t.lora_target_modules))
 
 
 def sft_config(job: JobSpec, output_dir: str | None = None) -> Any:
@@ -142,3 +142,10 @@ def _fake_trainer() -> type:
             return None
 
     return FakeModelSFTTrainer
+
+
+def _peft_targets(targets: tuple[str, ...]) -> list[str] | str | None:
+    """peft's LoraConfig takes the special value "all-linear" only as a plain string (peft/tuners/tuners_utils.py)."""
+    if "all-linear" in targets:
+        return "all-linear"
+    return list(targets) or None

@@ -1,0 +1,193 @@
+"""`hpcmem validate --against trace`: run the case matrix through the trace and the estimate, keep the records, print
+the error per cell (trainer × technique) of the allocated peak.
+
+Cases are data (estimator/cases/*.yaml): `cases:` is a list of mappings with an `id`, the `trainer` and TRL fields
+(what `--config` takes), optionally `ci: true` for the subset CI runs. Each case is traced in a worker process
+(`--kernels cuda` mapping) and estimated in the parent; records go to estimator/traces/<cases file stem>.jsonl with the
+versions of torch/transformers/trl/peft, one line per case.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcmem.errors import HpcmemError
+from hpcmem.validate.cells import cell_of
+from hpcmem.validate.table import median, quantile
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseResult:
+    case_id: str
+    trainer: str
+    technique: str
+    estimated: int
+    traced: int
+    seconds: float
+    record: dict
+
+    @property
+    def err_pct(self) -> float:
+        return 100.0 * (self.estimated - self.traced) / self.traced
+
+
+def load_cases(path: str | Path, *, ci_only: bool = False) -> list[dict[str, Any]]:
+    from hpcmem.trl_config import read_yaml
+
+    data = read_yaml(path)
+    cases = data.get("cases")
+    if not isinstance(cases, list) or not cases:
+        raise HpcmemError(f"{path}: expected a `cases:` list of mappings")
+    defaults = data.get("defaults") or {}
+    out, seen = [], set()
+    for i, case in enumerate(cases):
+        if not isinstance(case, dict) or "id" not in case or "trainer" not in case:
+            raise HpcmemError(f"{path}: case #{i + 1} needs an `id` and a `trainer`")
+        if case["id"] in seen:
+            raise HpcmemError(f"{path}: duplicate case id {case['id']!r}")
+        seen.add(case["id"])
+        if ci_only and not case.get("ci"):
+            continue
+        out.append({**defaults, **case})
+    return out
+
+
+def _job(case: dict[str, Any]):
+    from hpcmem.trl_config import build_job
+
+    settings = {k: v for k, v in case.items() if k not in ("id", "trainer", "ci")}
+    return build_job(case["trainer"], settings)[0]
+
+
+def _trace_one(case: dict[str, Any]) -> dict[str, Any]:
+    """Worker: trace one case (imports torch lazily, once per worker process)."""
+    from hpcmem.trace import run_trace
+
+    start = time.perf_counter()
+    result = run_trace(_job(case), kernels="cuda").to_json()
+    return {"case": case, "trace": result, "seconds": time.perf_counter() - start}
+
+
+def _result(done: dict[str, Any]) -> CaseResult:
+    from hpcmem.estimate import estimate
+
+    case = done["case"]
+    job = _job(case)
+    est = estimate(job).to_json()
+    job_dict = {"train": {"trainer": job.train.trainer, **{k: getattr(job.train, k) for k in (
+        "use_peft", "load_in_4bit", "load_in_8bit", "gradient_checkpointing", "gradient_checkpointing_kwargs",
+        "packing", "packing_strategy", "padding_free", "activation_offloading")}}, "parallel": {}}
+    trainer, technique = cell_of(job_dict)
+    traced = done["trace"]["per_gpu"]["peak_allocated_bytes"]
+    record = {"case": case, "cell": f"{trainer}/{technique}", "estimated": est["per_gpu"]["peak_allocated_bytes"],
+              "estimated_phase": est["per_gpu"]["phase"], "traced": traced,
+              "traced_phase": done["trace"]["per_gpu"]["phase"], "traced_components": done["trace"]["per_gpu"][
+                  "components"], "versions": done["trace"].get("trace", {}).get("versions", {}),
+              "seconds": round(done["seconds"], 2)}
+    return CaseResult(case_id=str(case["id"]), trainer=trainer, technique=technique,
+                      estimated=est["per_gpu"]["peak_allocated_bytes"], traced=traced, seconds=done["seconds"],
+                      record=record)
+
+
+def run_cases(cases: list[dict[str, Any]], *, workers: int = 2, progress=None) -> list[CaseResult]:
+    """Trace every case (in `workers` processes) and compare with the estimate."""
+    import multiprocessing as mp
+
+    results: list[CaseResult] = []
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(processes=max(1, workers), maxtasksperchild=8) as pool:
+        for i, done in enumerate(pool.imap_unordered(_trace_one, cases), 1):
+            res = _result(done)
+            results.append(res)
+            if progress:
+                progress(i, len(cases), res)
+    return sorted(results, key=lambda r: r.case_id)
+
+
+def cell_table(results: list[CaseResult]) -> list[dict[str, Any]]:
+    cells: dict[tuple[str, str], list[float]] = {}
+    for r in results:
+        cells.setdefault((r.trainer, r.technique), []).append(r.err_pct)
+    cells[("all", "all")] = [r.err_pct for r in results]
+    rows = []
+    for (trainer, technique), errs in sorted(cells.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):
+        abs_errs = [abs(e) for e in errs]
+        rows.append({"trainer": trainer, "technique": technique, "n": len(errs), "median_abs_err_pct": median(abs_errs),
+                     "p95_abs_err_pct": quantile(abs_errs, 0.95), "max_abs_err_pct": max(abs_errs),
+                     "bias_pct": sum(errs) / len(errs)})
+    return rows
+
+
+def render_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| trainer | technique | n | median abs err % | p95 | max | bias % |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['trainer']} | {r['technique']} | {r['n']} | {r['median_abs_err_pct']:.2f} | "
+                     f"{r['p95_abs_err_pct']:.2f} | {r['max_abs_err_pct']:.2f} | {r['bias_pct']:+.2f} |")
+    return "\n".join(lines)
+
+
+def write_records(results: list[CaseResult], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r.record, sort_keys=True) + "\n" for r in results))
+    tmp.replace(path)
+
+
+def worst(results: list[CaseResult], k: int = 3) -> list[CaseResult]:
+    return sorted(results, key=lambda r: abs(r.err_pct), reverse=True)[:k]
+
+
+def _progress(i: int, n: int, r: CaseResult) -> None:
+    print(f"[{i}/{n}] {r.case_id:<40} est {r.estimated / 2**30:8.2f} GiB  trace {r.traced / 2**30:8.2f} GiB  "
+          f"err {r.err_pct:+6.2f} %  ({r.seconds:.1f} s)", file=sys.stderr, flush=True)
+
+
+def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as_json: bool = False,
+        write: bool = True, **_ignored) -> list[dict[str, Any]]:
+    """CLI entry: run the matrix, write records and estimator/ACCURACY-trace.md, print the table."""
+    import click
+
+    from hpcmem.probe.record import estimator_dir
+
+    root = estimator_dir()
+    paths = [Path(cases)] if cases else sorted((root / "cases").glob("*.yaml"))
+    all_results: list[CaseResult] = []
+    for path in paths:
+        chosen = load_cases(path, ci_only=ci_only)
+        if not chosen:
+            continue
+        click.echo(f"{path.name}: {len(chosen)} cases, {workers} workers", err=True)
+        results = run_cases(chosen, workers=workers, progress=_progress)
+        if write:
+            write_records(results, root / "traces" / f"{path.stem}{'-ci' if ci_only else ''}.jsonl")
+        all_results += results
+    if not all_results:
+        raise HpcmemError("no cases to run (estimator/cases/*.yaml, or --cases FILE)")
+    rows = cell_table(all_results)
+    if write and not cases and not ci_only:
+        (root / "ACCURACY-trace.md").write_text(report_markdown(rows, all_results))
+    if as_json:
+        click.echo(json.dumps({"cells": rows, "cases": [r.record for r in all_results]}, indent=1))
+    else:
+        click.echo(render_table(rows))
+        for r in worst(all_results):
+            click.echo(f"largest: {r.case_id} {r.err_pct:+.2f} % (estimate phase {r.record['estimated_phase']}, "
+                       f"trace phase {r.record['traced_phase']})")
+    return rows
+
+
+def report_markdown(rows: list[dict[str, Any]], results: list[CaseResult]) -> str:
+    versions = next((r.record["versions"] for r in results if r.record.get("versions")), {})
+    head = ("# Accuracy of the estimate against the trace (allocated peak)\n\n"
+            "Produced by `hpcmem validate --against trace` (all of estimator/cases/*.yaml, `--kernels cuda` "
+            "mapping). err % = 100·(estimate − trace)/trace.\n\n"
+            f"Versions: {', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}\n\n")
+    tail = "\n\nLargest errors:\n\n" + "\n".join(
+        f"- {r.case_id}: {r.err_pct:+.2f} % (estimate phase {r.record['estimated_phase']}; trace phase "
+        f"{r.record['traced_phase']})" for r in worst(results, 5)) + "\n"
+    return head + render_table(rows) + tail
