@@ -1,0 +1,41 @@
+"""`hpcmem probe <trainer> …`: run N real steps of the TRL trainer on random weights and record the peaks."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+
+
+@click.command(name="probe")
+@TRAINER_ARG
+@job_options
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
+              help="cuda: allocator + NVML peaks; cpu: tracked tensor bytes and RSS (tiny models, sharding checks)")
+@click.option("--steps", type=click.IntRange(2), default=3, show_default=True,
+              help="optimizer steps to run; the peak is taken after --warmup-steps")
+@click.option("--warmup-steps", "--warmup_steps", "warmup_steps", type=click.IntRange(0), default=1,
+              show_default=True, help="steps left out of the peak (optimizer states are born in step 1)")
+@click.option("--capacity-bytes", "--capacity_bytes", "capacity_bytes", type=click.IntRange(1), default=None,
+              help="pretend the device holds only this many bytes (an OOM is then recorded, not raised)")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="records file (default estimator/probes/<gpu>.jsonl, cpu.jsonl for --device cpu)")
+@click.option("--no-record", "no_record", is_flag=True, help="measure and print, write nothing")
+@click.option("--json", "as_json", is_flag=True, help="print the whole record as JSON")
+def command(trainer: str, device: str, steps: int, warmup_steps: int, capacity_bytes: int | None, out: str | None,
+            no_record: bool, as_json: bool, **kwargs) -> None:
+    """Measure a TRL job for real: the estimate is made first and stored with the measurement.
+
+    Random weights are built from the model config (a catalog id or a config.json; a folder with weights loads
+    them). Multi-process jobs (--num_processes 2 --accelerate_config zero3) start one worker per rank on this machine.
+    Example: hpcmem probe sft --model_name_or_path Qwen/Qwen2.5-0.5B --max_length 2048 --device cuda
+    """
+    from hpcmem.probe import run_probe
+    from hpcmem.probe.summary import summary
+
+    job, _ = job_from_cli(trainer, kwargs)
+    record = run_probe(job, device=device, steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes,
+                       out=out, write=not no_record)
+    click.echo(json.dumps(record, indent=1, default=str) if as_json else summary(record))

@@ -1,0 +1,57 @@
+"""`hpcmem validate --against probes|trace`: how far the estimate is from the instruments, per cell and peak."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import click
+
+from hpcmem.errors import HpcmemError
+
+
+@click.command(name="validate")
+@click.option("--against", type=click.Choice(["probes", "trace"]), default="probes", show_default=True,
+              help="probes: GPU/CPU probe records (estimator/probes); trace: the trace matrix")
+@click.option("--records", multiple=True, type=click.Path(exists=True),
+              help="records files or folders (default estimator/probes/)")
+@click.option("--gpu", default=None, help="only this GPU model's records (e.g. H100-80GB, cpu)")
+@click.option("--png", type=click.Path(dir_okay=False), default=None,
+              help="write the predicted-vs-measured scatter here (default estimator/accuracy-probes.png)")
+@click.option("--no-png", is_flag=True, help="no scatter")
+@click.option("--fit", is_flag=True, help="fit the per-GPU calibration from the records and store it "
+                                           "(estimator/calibration/<gpu>.json, with provenance)")
+@click.option("--stored", is_flag=True, help="use the estimates stored in the records instead of re-estimating")
+@click.option("--json", "as_json", is_flag=True, help="print the table as JSON")
+@click.option("--cases", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="with --against trace: one case file (default every estimator/cases/*.yaml)")
+@click.option("--ci", "ci_only", is_flag=True, help="with --against trace: only the cases marked ci: true")
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
+              help="with --against trace: trace processes in parallel (each holds torch, ~1 GiB)")
+def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | None, no_png: bool, fit: bool,
+            stored: bool, as_json: bool, cases: str | None, ci_only: bool, workers: int) -> None:
+    """Error of the estimate per trainer × technique and per peak (allocated, reserved, device): n, median, p95 and
+    max |error| %, bias, and the safe bound's under-estimate rate and slack."""
+    if against == "trace":
+        if importlib.util.find_spec("hpcmem.validate.trace") is None:
+            raise HpcmemError("validate --against trace is not available yet (hpcmem.validate.trace is missing); "
+                              "use --against probes")
+        from hpcmem.validate import trace
+
+        trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json)
+        return
+    from hpcmem.probe.record import estimator_dir
+    from hpcmem.validate import against_probes
+    from hpcmem.validate.table import render
+
+    out_png = None if no_png else (png or estimator_dir() / "accuracy-probes.png")
+    report = against_probes(list(records) or None, png=out_png, fit=fit, stored=stored, gpu=gpu)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=1))
+        return
+    click.echo(f"{report.num_records} probe records from {', '.join(report.files) or 'nowhere'}")
+    click.echo(render(report.rows) if report.rows else "no estimate/measurement pairs")
+    for line in report.notes + [f"calibration written: {c}" for c in report.calibrations]:
+        click.echo(f"note: {line}")
+    if report.png:
+        click.echo(f"scatter: {report.png}")

@@ -1,0 +1,56 @@
+"""Instrument 2: run N real steps of the real TRL trainer on cuda or cpu and record the peaks (design/ACCURACY.md).
+
+`run_probe(job, ...)` estimates first, measures (one process, or one worker per rank for multi-process jobs), and
+appends one JSON line to `estimator/probes/<gpu>.jsonl`. Heavy packages load inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+
+def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int = 1,
+              capacity_bytes: int | None = None, out: str | Path | None = None, write: bool = True
+              ) -> dict[str, Any]:
+    """Estimate, run, record. Returns the record; `write=False` keeps it out of the records file."""
+    from hpcmem.probe.record import append_record, records_path
+    from hpcmem.probe.runner import estimate_before, make_record, measure, quiet
+
+    if steps <= warmup_steps:
+        raise ValueError(f"steps ({steps}) must exceed warmup_steps ({warmup_steps}): the peak is taken after warm-up")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            from hpcmem.errors import HpcmemError
+
+            raise HpcmemError("no CUDA device here: probe on a GPU node, or use --device cpu with a tiny model")
+    started = time.time()
+    estimate, estimate_error = estimate_before(job)
+    if job.parallel.world_size > 1:
+        from hpcmem.probe.dist import run_ranks
+
+        measured = run_ranks(job, device=device, steps=steps, warmup_steps=warmup_steps,
+                             capacity_bytes=capacity_bytes)
+    else:
+        quiet()
+        measured = measure(job, device=device, steps=steps, warmup_steps=warmup_steps,
+                           capacity_bytes=capacity_bytes)
+    if measured.get("status") == "error":
+        from hpcmem.errors import HpcmemError
+
+        tails = [r.get("log_tail", "") for r in measured.get("ranks", []) if r.get("status") == "error"]
+        raise HpcmemError("probe failed (no record written); last output of the failing rank:\n" + tails[0][-3000:])
+    record = make_record(job, measured=measured, estimate=estimate, estimate_error=estimate_error, device=device,
+                         steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes, started=started)
+    record["timings"] = {"wall_s": round(time.time() - started, 3), **(measured.get("timings") or {})}
+    if write:
+        gpu = (record.get("gpu") or {}).get("gpu_name") if device != "cpu" else None
+        path = Path(out) if out else records_path(gpu)
+        append_record(path, record)
+        record["_path"] = str(path)
+    return record

@@ -1,0 +1,186 @@
+"""The GPU kit: a representative probe matrix that fits one short GPU lease (≤ 8 minutes on one H100/H200).
+
+    python -m hpcmem.probe.matrix --device cuda --out $OUT/probes.jsonl      # on the GPU node
+    python -m hpcmem.probe.matrix --device cpu --tiny --only sft-qwen05-full  # the same cases, shrunk, on a CPU
+
+Cases run in priority order, one `hpcmem probe` subprocess each (a fresh CUDA context per case, so the device peak
+and the allocator start clean); a case is skipped when the time left is below its expected cost. Every case appends
+its record to `--out`; an OOM is a record too. `--tiny` keeps each case's architecture (model_type, layout) but
+shrinks it to a few MB and its lengths to 64 tokens, which is how tests run the kit without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BF16 = {"dtype": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    trainer: str
+    model: str
+    flags: dict[str, Any] = field(default_factory=dict)
+    cost_s: float = 25.0                       # expected wall time on one H100/H200, start-up included
+    capacity_gib: float | None = None          # simulate a smaller GPU (an OOM data point)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+Q05, L1, L8, M7, Q7 = ("Qwen/Qwen2.5-0.5B", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B",
+                       "mistralai/Mistral-7B-v0.3", "Qwen/Qwen2.5-7B")
+SFT = {"max_length": 2048, "per_device_train_batch_size": 4}
+CASES: tuple[Case, ...] = (
+    Case("sft-qwen05-full", "sft", Q05, {**SFT, **BF16}),
+    Case("sft-qwen05-full-fp32load", "sft", Q05, dict(SFT)),
+    Case("sft-qwen05-full-nogc", "sft", Q05, {**SFT, **BF16, "gradient_checkpointing": False}),
+    Case("sft-qwen05-lora", "sft", Q05, {**SFT, **BF16, "use_peft": True}),
+    Case("sft-qwen05-pack-bfd", "sft", Q05, {**SFT, **BF16, "packing": True}),
+    Case("sft-llama1b-sac", "sft", L1, {**SFT, **BF16, "gradient_checkpointing_kwargs": {"selective": True}}),
+    Case("sft-llama1b-expandable", "sft", L1, {**SFT, **BF16},
+         env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTORCH_ALLOC_CONF": "expandable_segments:True"}),
+    Case("dpo-qwen05-full", "dpo", Q05, {"max_length": 1024, "per_device_train_batch_size": 4, **BF16}),
+    Case("dpo-qwen05-lora", "dpo", Q05, {"max_length": 1024, "per_device_train_batch_size": 4, **BF16,
+                                         "use_peft": True}),
+    Case("grpo-qwen05-full", "grpo", Q05, {"per_device_train_batch_size": 8, "num_generations": 4,
+                                           "max_prompt_length": 128, "max_completion_length": 256, **BF16}, 40.0),
+    Case("sft-llama8b-lora", "sft", L8, {"max_length": 2048, "per_device_train_batch_size": 2, **BF16,
+                                         "use_peft": True}, 45.0),
+    Case("sft-llama8b-full", "sft", L8, {"max_length": 1024, "per_device_train_batch_size": 1, **BF16}, 60.0),
+    Case("sft-mistral7b-lora-pack", "sft", M7, {"max_length": 2048, "per_device_train_batch_size": 2, **BF16,
+                                                "use_peft": True, "packing": True}, 45.0),
+    Case("sft-qwen7b-lora", "sft", Q7, {"max_length": 4096, "per_device_train_batch_size": 1, **BF16,
+                                        "use_peft": True}, 45.0),
+    Case("sft-gemma3-1b-lora", "sft", "google/gemma-3-1b-pt", {**SFT, **BF16, "use_peft": True}),
+    Case("sft-phi3-mini-lora", "sft", "microsoft/Phi-3-mini-4k-instruct", {**SFT, **BF16, "use_peft": True,
+                                                                            "lora_target_modules": "all-linear"}, 35.0),
+    Case("grpo-qwen05-lora", "grpo", Q05, {"per_device_train_batch_size": 8, "num_generations": 4,
+                                           "max_prompt_length": 128, "max_completion_length": 256, **BF16,
+                                           "use_peft": True}, 40.0),
+    Case("sft-llama8b-full-oom", "sft", L8, {"max_length": 2048, "per_device_train_batch_size": 2}, 45.0,
+         capacity_gib=40.0),
+    Case("sft-qwen3moe-lora", "sft", "Qwen/Qwen3-30B-A3B", {"max_length": 1024, "per_device_train_batch_size": 1,
+                                                             **BF16, "use_peft": True,
+                                                             "lora_target_modules": "q_proj,k_proj,v_proj,o_proj"},
+         90.0),
+)
+TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512}
+TINY_LENGTHS = {"max_length": 64, "per_device_train_batch_size": 2, "max_prompt_length": 16,
+                "max_completion_length": 16, "num_generations": 2}
+
+
+def tiny_config(model: str, folder: Path) -> str:
+    """The catalog model's config with tiny dimensions, written as folder/<name>.json."""
+    from hpcmem.probe.fixtures import hf_config
+
+    cfg = {**hf_config(model), **TINY}
+    for key in ("num_local_experts", "num_experts"):
+        if key in cfg:
+            cfg[key] = min(int(cfg[key]), 4)
+    if "num_experts_per_tok" in cfg:
+        cfg["num_experts_per_tok"] = min(int(cfg["num_experts_per_tok"]), 2)
+    for key in ("moe_intermediate_size", "shared_expert_intermediate_size"):
+        if key in cfg:
+            cfg[key] = 32
+    path = folder / (model.replace("/", "--") + ".json")
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def command_line(case: Case, *, device: str, out: str, model: str, tiny: bool, steps: int) -> list[str]:
+    flags = dict(case.flags)
+    if tiny:
+        flags.update({k: v for k, v in TINY_LENGTHS.items() if k in flags or k in ("max_length",)})
+        if case.trainer in ("grpo", "rloo"):
+            flags.pop("max_length", None)
+    argv = [sys.executable, "-m", "hpcmem", "probe", case.trainer, "--model_name_or_path", model,
+            "--device", device, "--steps", str(steps), "--out", out]
+    for key, value in flags.items():
+        argv += [f"--{key}", json.dumps(value) if isinstance(value, dict) else str(value).lower()
+                 if isinstance(value, bool) else str(value)]
+    if case.capacity_gib is not None:
+        capacity = int(case.capacity_gib * 1024**3) if not tiny else 4 * 1024**2
+        argv += ["--capacity-bytes", str(capacity)]
+    return argv
+
+
+def run(cases: list[Case], *, device: str, out: str, budget_s: float, tiny: bool, steps: int,
+        case_timeout_s: float) -> list[dict[str, Any]]:
+    start = time.monotonic()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="hpcmem-matrix-") as tmp:
+        for case in cases:
+            left = budget_s - (time.monotonic() - start)
+            if left < case.cost_s:
+                results.append({"case": case.name, "status": "skipped", "why": f"{left:.0f} s left < {case.cost_s}"})
+                continue
+            model = tiny_config(case.model, Path(tmp)) if tiny else case.model
+            argv = command_line(case, device=device, out=out, model=model, tiny=tiny, steps=steps)
+            env = {**os.environ, "HF_HUB_OFFLINE": "1", "HPCMEM_PROBE_CASE": case.name, **case.env}
+            t0 = time.monotonic()
+            try:
+                proc = subprocess.run(argv, env=env, capture_output=True, text=True,
+                                      timeout=min(case_timeout_s, max(left, 1.0)))
+                status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+                tail = (proc.stdout + proc.stderr)[-1500:]
+            except subprocess.TimeoutExpired:
+                status, tail = "timeout", ""
+            results.append({"case": case.name, "status": status, "seconds": round(time.monotonic() - t0, 1),
+                            **({"tail": tail} if status != "ok" else {})})
+            print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m hpcmem.probe.matrix", description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--out", default=None, help="records file (default estimator/probes/<gpu>.jsonl)")
+    ap.add_argument("--budget-s", type=float, default=480.0, help="stop starting cases after this (default 8 min)")
+    ap.add_argument("--case-timeout-s", type=float, default=180.0)
+    ap.add_argument("--only", default=None, help="comma-separated case names")
+    ap.add_argument("--tiny", action="store_true", help="shrink every model (CPU tests)")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--list", action="store_true", help="print the cases and exit")
+    args = ap.parse_args(argv)
+    cases = list(CASES)
+    if args.only:
+        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = sorted(set(wanted) - {c.name for c in cases})
+        if unknown:
+            ap.error(f"unknown case(s) {', '.join(unknown)}; --list shows them")
+        cases = [c for c in cases if c.name in wanted]
+    if args.list:
+        for c in cases:
+            print(f"{c.name:28} {c.trainer:5} {c.model:28} ~{c.cost_s:.0f}s {json.dumps(c.flags)}")
+        return 0
+    out = args.out or str(_default_out(args.device))
+    results = run(cases, device=args.device, out=out, budget_s=args.budget_s, tiny=args.tiny, steps=args.steps,
+                  case_timeout_s=args.case_timeout_s)
+    failed = [r for r in results if r["status"] not in ("ok", "skipped")]
+    print(json.dumps({"records": out, "ran": sum(r["status"] == "ok" for r in results), "failed": len(failed),
+                      "skipped": sum(r["status"] == "skipped" for r in results)}))
+    return 1 if failed else 0
+
+
+def _default_out(device: str) -> Path:
+    from hpcmem.probe.record import records_path
+
+    if device == "cpu":
+        return records_path(None)
+    import torch
+
+    return records_path(torch.cuda.get_device_name(0))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Build the real TRL trainer for a JobSpec: its config class filled from the spec (same field names), TRL's own PEFT
+config (`trl.get_peft_config(ModelConfig(...))`), the DeepSpeed / FSDP blocks the launcher would write
+(`hpcmem.launch.configs`), a local tokenizer and dataset.
+
+CPU runs of sharded jobs: DeepSpeed runs on its CPU accelerator over gloo as is. accelerate never enters FSDP on CPU
+(state.py keeps MULTI_CPU and ignores the plugin), so `enable_fsdp_on_cpu` switches the accelerator state to FSDP with
+the plugin the TrainingArguments already built — the same fully_shard path a GPU run takes, on gloo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from typing import Any
+
+from hpcmem.errors import HpcmemError
+from hpcmem.probe import fixtures
+
+TRAINERS = {"sft": ("SFTTrainer", "SFTConfig"), "dpo": ("DPOTrainer", "DPOConfig"),
+            "grpo": ("GRPOTrainer", "GRPOConfig"), "rloo": ("RLOOTrainer", "RLOOConfig"),
+            "reward": ("RewardTrainer", "RewardConfig")}
+# TrainSpec fields that are also TRL config fields of the same name (STYLE: one name per setting).
+SHARED_FIELDS = (
+    "per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
+    "gradient_checkpointing_kwargs", "bf16", "fp16", "optim", "max_length", "packing", "packing_strategy",
+    "padding_free", "pad_to_multiple_of", "activation_offloading", "precompute_ref_log_probs", "num_generations",
+    "steps_per_generation", "generation_batch_size", "max_completion_length", "beta", "use_vllm", "vllm_mode",
+    "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_enable_sleep_mode", "ds3_gather_for_generation",
+    "cast_lm_head_to_fp32",
+)
+
+
+class ProbeUnsupported(HpcmemError):
+    """A job the probe cannot run here (the message says why and what to do)."""
+
+
+def check_supported(job: Any, device: str) -> None:
+    t = job.train
+    problems = []
+    if t.quantized:
+        problems.append("4/8-bit bases need bitsandbytes weights from from_pretrained; the probe builds random "
+                        "weights from a config — probe the unquantized LoRA job or pass a local quantized checkpoint")
+    if t.use_vllm:
+        problems.append("use_vllm: the probe runs transformers generation; vLLM pools are not probed yet")
+    if device == "cpu" and job.parallel.fsdp and job.parallel.fsdp_version != 2:
+        problems.append("FSDP1 on CPU is not supported by the probe (FSDP2 is)")
+    if problems:
+        raise ProbeUnsupported("; ".join(problems))
+
+
+def trainer_config(job: Any, *, steps: int, device: str, output_dir: str) -> tuple[Any, list[str]]:
+    """The TRL config object for the job, and the spec fields this TRL version's config does not have."""
+    import trl
+
+    t = job.train
+    cls = getattr(trl, TRAINERS[t.trainer][1])
+    names = {f.name for f in dataclasses.fields(cls)}
+    kw: dict[str, Any] = {}
+    dropped = []
+    defaults = type(t)(trainer=t.trainer)
+    for name in SHARED_FIELDS:
+        value = getattr(t, name)
+        if name in names:
+            kw[name] = dict(value) if isinstance(value, dict) else value
+        elif value != getattr(defaults, name):
+            dropped.append(name)
+    kw.update(
+        output_dir=output_dir, max_steps=steps, report_to="none", save_strategy="no", disable_tqdm=True,
+        logging_steps=10**6, dataloader_num_workers=0, learning_rate=1e-6, use_cpu=device == "cpu",
+        model_init_kwargs={"dtype": t.dtype, "attn_implementation": t.attn_implementation},
+    )
+    if t.trainer in ("grpo", "rloo"):
+        # random weights emit EOS at random: force every completion to its full length (the estimate's worst case)
+        kw["generation_kwargs"] = {"min_new_tokens": t.max_completion_length}
+    if t.trainer in ("sft", "dpo"):
+        kw["dataset_num_proc"] = None
+    kw.update(_parallel_args(job))
+    return cls(**{k: v for k, v in kw.items() if k in names or k in _TRAINING_ARGS}), dropped
+
+
+_TRAINING_ARGS = {"output_dir", "max_steps", "report_to", "save_strategy", "disable_tqdm", "logging_steps",
+                  "dataloader_num_workers", "learning_rate", "use_cpu", "deepspeed", "fsdp", "fsdp_config"}
+
+
+def _parallel_args(job: Any) -> dict[str, Any]:
+    from hpcmem.launch.configs import deepspeed_config, fsdp_config
+
+    par = job.parallel
+    if par.deepspeed:
+        return {"deepspeed": deepspeed_config(job)}
+    if par.fsdp:
+        block = {k.removeprefix("fsdp_"): v for k, v in fsdp_config(job).items()}
+        block["cpu_ram_efficient_loading"] = False       # every rank builds its own random weights
+        return {"fsdp": "full_shard", "fsdp_config": block}
+    return {}
+
+
+def peft_config(job: Any) -> Any:
+    """TRL's own LoRA config from ModelConfig fields (lora_dropout etc. keep TRL's defaults)."""
+    t = job.train
+    if not t.use_peft:
+        return None
+    from trl import ModelConfig, get_peft_config
+
+    targets = list(t.lora_target_modules) or None
+    if targets == ["all-linear"]:
+        targets = "all-linear"
+    return get_peft_config(ModelConfig(use_peft=True, lora_r=t.lora_r, lora_alpha=t.lora_alpha,
+                                       lora_target_modules=targets))
+
+
+def build_trainer(job: Any, *, steps: int, device: str, model_id: str, cfg: dict[str, Any]) -> tuple[Any, list[str]]:
+    """The trainer, ready to `train()`; call inside `fixtures.random_weights(cfg, model_id)` unless real weights."""
+    import trl
+
+    check_supported(job, device)
+    t = job.train
+    out = tempfile.mkdtemp(prefix="hpcmem-probe-")
+    args, dropped = trainer_config(job, steps=steps, device=device, output_dir=out)
+    if device == "cpu" and job.parallel.deepspeed and job.parallel.world_size > 1:
+        # accelerate stays MULTI_CPU on CPU and never starts deepspeed.comm; ZeRO-3's zero.Init (run inside
+        # from_config) would then see a world of 1
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend="gloo")
+    cls = getattr(trl, TRAINERS[t.trainer][0])
+    kw: dict[str, Any] = {"model": model_id, "args": args,
+                          "train_dataset": fixtures.dataset(job, steps),
+                          "processing_class": fixtures.tokenizer(job.model.vocab_size),
+                          "peft_config": peft_config(job)}
+    if t.trainer in ("grpo", "rloo"):
+        kw["reward_funcs"] = [fixtures.length_reward]
+    trainer = cls(**kw)
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)        # no log lines from the probe's steps
+    if device == "cpu" and job.parallel.fsdp:
+        enable_fsdp_on_cpu(trainer)
+    return trainer, dropped
+
+
+def enable_fsdp_on_cpu(trainer: Any) -> None:
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    state = trainer.accelerator.state
+    plugin = FullyShardedDataParallelPlugin(**dict(trainer.args.fsdp_plugin_args or {}))
+    if trainer.accelerator.mixed_precision != "no":
+        plugin.set_mixed_precision(trainer.accelerator.mixed_precision)
+    state.distributed_type = DistributedType.FSDP
+    state.fsdp_plugin = plugin
+    trainer.is_fsdp_enabled = True

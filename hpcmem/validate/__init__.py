@@ -1,0 +1,60 @@
+"""Accuracy of the estimator against its instruments: per trainer × technique cell and per peak, with a safe bound.
+
+`against_probes(...)` reads probe records, re-estimates them, and returns the table (and, on request, fits and stores
+the per-GPU calibration and draws the scatter). Stdlib apart from matplotlib for the PNG. The calibration loader the
+estimator uses is `hpcmem.validate.calibration.load_calibration`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcmem.validate.table import CellStats
+
+
+@dataclass
+class Report:
+    rows: list[CellStats]
+    notes: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    png: str | None = None
+    calibrations: list[str] = field(default_factory=list)
+    num_records: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {"cells": [asdict(r) for r in self.rows], "notes": self.notes, "files": self.files, "png": self.png,
+                "calibrations": self.calibrations, "num_records": self.num_records}
+
+
+def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | None = None, fit: bool = False,
+                   stored: bool = False, gpu: str | None = None) -> Report:
+    from hpcmem.probe.record import estimator_dir
+    from hpcmem.validate import calibration
+    from hpcmem.validate.probes import load
+    from hpcmem.validate.table import table
+
+    loaded = load(list(paths) if paths else [estimator_dir() / "probes"], stored=stored, gpu=gpu)
+    report = Report(rows=[], notes=list(loaded.notes), files=loaded.files, num_records=len(loaded.records))
+    slugs = sorted({p.gpu for p in loaded.points})
+    if fit:
+        for slug in slugs:
+            recs = [r for r in loaded.records if r.get("_slug") == slug]
+            cal = calibration.fit(recs, [p for p in loaded.points if p.gpu == slug], slug, loaded.files)
+            report.calibrations.append(str(calibration.save(cal)))
+    margins: dict[tuple[str, str], float] = {}
+    for slug in slugs:
+        found = calibration.margins_for(slug)
+        if not found:
+            report.notes.append(f"{slug}: uncalibrated (no estimator/calibration/{slug}.json): safe-bound margin 0")
+        margins.update({(slug, peak): m for peak, m in found.items()})
+    report.rows = table(loaded.points, margins)
+    if png and loaded.points:
+        from hpcmem.validate.plot import scatter
+
+        report.png = str(scatter(loaded.points, png))
+    return report
+

@@ -1,0 +1,87 @@
+"""Probe records (fast tier, no torch): atomic appends under many concurrent writers, slugs, spec round trip."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+from pathlib import Path
+
+import pytest
+
+from hpcmem.probe.record import (append_record, gpu_slug, job_from_dict, job_to_dict, package_versions, read_records,
+                                 records_path, relevant_env)
+
+NUM_WRITERS = 64
+LINES_EACH = 12
+
+
+def _writer(path: str, writer: int) -> None:
+    for seq in range(LINES_EACH):
+        # sizes from tiny to well past PIPE_BUF (4 KiB) and a page: a torn line would show as bad JSON
+        pad = "x" * ((writer * 7919 + seq * 104729) % 200_000)
+        append_record(path, {"writer": writer, "seq": seq, "pad": pad, "nested": {"w": writer, "list": [seq] * 5}})
+
+
+def test_many_concurrent_writers_keep_every_line_whole(tmp_path: Path) -> None:
+    path = str(tmp_path / "probes" / "cpu.jsonl")
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(path, w)) for w in range(NUM_WRITERS)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    raw = Path(path).read_bytes()
+    assert raw.endswith(b"\n")
+    lines = raw.split(b"\n")[:-1]
+    assert len(lines) == NUM_WRITERS * LINES_EACH
+    seen = set()
+    for line in lines:
+        rec = json.loads(line)                      # every line parses: none torn or interleaved
+        assert rec["nested"]["w"] == rec["writer"]
+        assert len(rec["pad"]) == (rec["writer"] * 7919 + rec["seq"] * 104729) % 200_000
+        seen.add((rec["writer"], rec["seq"]))
+    assert seen == {(w, s) for w in range(NUM_WRITERS) for s in range(LINES_EACH)}
+    assert len(read_records(path)) == NUM_WRITERS * LINES_EACH
+
+
+def test_read_records_names_the_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    append_record(path, {"a": 1})
+    with open(path, "a") as fh:
+        fh.write('{"torn": \n')
+    with pytest.raises(ValueError, match=r"x.jsonl:2"):
+        read_records(path)
+
+
+@pytest.mark.parametrize(("name", "slug"), [("NVIDIA H200", "nvidia-h200"),
+                                            ("NVIDIA A100-SXM4-80GB", "nvidia-a100-sxm4-80gb"),
+                                            (None, "cpu"), ("", "cpu")])
+def test_gpu_slug(name: str | None, slug: str) -> None:
+    assert gpu_slug(name) == slug
+
+
+def test_records_live_per_gpu(tmp_path: Path) -> None:
+    assert records_path(None, tmp_path) == tmp_path / "probes" / "cpu.jsonl"
+    assert records_path("NVIDIA H100 80GB HBM3", tmp_path) == tmp_path / "probes" / "nvidia-h100-80gb-hbm3.jsonl"
+
+
+def test_job_round_trips_through_a_record() -> None:
+    from hpcmem.trl_config import build_job
+
+    job, _ = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "use_peft": True,
+                               "lora_target_modules": "q_proj,v_proj", "packing": True,
+                               "distributed_type": "DEEPSPEED", "zero_stage": 3, "num_processes": 4})
+    data = json.loads(json.dumps(job_to_dict(job)))
+    assert job_from_dict(data) == job
+
+
+def test_versions_and_env_are_read_without_importing_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    before = "torch" in sys.modules
+    versions = package_versions()
+    assert {"python", "torch", "transformers", "trl", "peft", "accelerate", "deepspeed"} <= set(versions)
+    assert relevant_env()["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert ("torch" in sys.modules) == before
