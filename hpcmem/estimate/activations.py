@@ -39,15 +39,26 @@ def _norm_saved(h: int, prec: Precision, feeds_linear: bool, frozen: bool) -> in
 
 
 def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -> int:
+    """q, k, v, out and the fp32 logsumexp. With a padding mask, transformers' `use_gqa_in_sdpa` is false, so k and v
+    are repeated to every head before SDPA (integrations/sdpa_attention.py), and SDPA turns the boolean mask into an
+    additive [rows, 1, seq, seq] bias in the compute dtype that it keeps for backward (CUDA: memory-efficient kernel)."""
     q = m.num_attention_heads * m.head_dim
     kv = m.num_key_value_heads * m.head_dim
-    per_token = prec.act * (2 * q + 2 * kv) + LSE_BYTES * m.num_attention_heads
+    kv_saved = q if mb.masked else kv
+    per_token = prec.act * (2 * q + 2 * kv_saved) + LSE_BYTES * m.num_attention_heads
     if m.qk_norm:   # per-head RMSNorm on q and k before RoPE (Qwen3): fp32 input + normalised tensor
         per_token += (FP32 + prec.act) * (q + kv)
     total = per_token * mb.tokens
     if attn == "eager":  # softmax probabilities [rows, heads, seq, seq] in the compute dtype, kept for backward
         total += prec.act * m.num_attention_heads * mb.rows * mb.seq * mb.seq
+    elif mb.masked:
+        total += prec.act * mb.rows * mb.seq * mb.seq
     return total
+
+
+def mask_bytes(mb: MicroBatch) -> int:
+    """The boolean 4-D mask [rows, 1, seq, seq] built once per forward and shared by the layers."""
+    return mb.rows * mb.seq * mb.seq if mb.masked else 0
 
 
 def _mlp_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, layer: int, frozen: bool) -> int:

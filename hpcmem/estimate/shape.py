@@ -23,6 +23,12 @@ class MicroBatch:
     source: str              # how the size was chosen, for the output
 
     @property
+    def masked(self) -> bool:
+        """Padded rows of different lengths need a 4-D attention mask (transformers masking_utils); the worst case
+        keeps one row a token shorter, as real batches are. One row, or padding-free rows, need none."""
+        return self.rows > 1 and not self.padding_free
+
+    @property
     def tokens(self) -> int:
         return self.rows * self.seq
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate.lora import backward_transient as lora_backward_transient
 from hpcmem.estimate.loss import LossBytes
 from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, States
@@ -62,7 +63,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         mode = "full checkpointing"
     rope = 2 * mb.tokens * m.head_dim * prec.residual
     final_norm = (4 + prec.residual) * m.hidden_size * mb.tokens
-    outside = rope + final_norm + loss.saved
+    outside = rope + final_norm + loss.saved + act.mask_bytes(mb)
     host = 0
     on_gpu_cap = None                   # activation offloading: at most this many saved bytes stay on the GPU
     if t.activation_offloading:
@@ -98,10 +99,11 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
                   note="fp32 grad accumulators + tile at the head's backward")))
     best: Phase | None = None
     for k in range(L - 1, -1, -1):
-        below_and_own = on_gpu(sum(kept[:k + 1])) + rope
+        # under checkpointing each layer's inputs (hidden state, RoPE, the boolean mask) stay referenced
+        below_and_own = on_gpu(sum(kept[:k + 1])) + rope + (act.mask_bytes(mb) if t.gradient_checkpointing else 0)
         recompute = full[k] if t.gradient_checkpointing else 0
         done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
-        transient = act.backward_transient(m, mb, prec) + layer_grad
+        transient = act.backward_transient(m, mb, prec) + layer_grad + lora_backward_transient(lora, mb.tokens, prec)
         comps = (*resident, *gathered,
                  Component(name="activations", bytes=below_and_own, note=f"layers ≤ {k}"),
                  *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
