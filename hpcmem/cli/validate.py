@@ -28,8 +28,10 @@ from hpcmem.errors import HpcmemError
 @click.option("--ci", "ci_only", is_flag=True, help="with --against trace: only the cases marked ci: true")
 @click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
               help="with --against trace: trace processes in parallel (each holds torch, ~1 GiB)")
+@click.option("--rescore", is_flag=True, help="with --against trace: re-estimate the stored traces "
+                                              "(estimator/traces/) without tracing again")
 def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | None, no_png: bool, fit: bool,
-            stored: bool, as_json: bool, cases: str | None, ci_only: bool, workers: int) -> None:
+            stored: bool, as_json: bool, cases: str | None, ci_only: bool, workers: int, rescore: bool) -> None:
     """Error of the estimate per trainer × technique and per peak (allocated, reserved, device): n, median, p95 and
     max |error| %, bias, and the safe bound's under-estimate rate and slack."""
     if against == "trace":
@@ -38,7 +40,7 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
                               "use --against probes")
         from hpcmem.validate import trace
 
-        trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json)
+        trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json, rescore_only=rescore)
         return
     from hpcmem.probe.record import estimator_dir
     from hpcmem.validate import against_probes

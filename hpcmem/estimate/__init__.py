@@ -77,6 +77,9 @@ def estimate(job: JobSpec) -> Estimate:
     warnings = list(job_warnings(job)) + list(extras.notes)
     if job.gpu is None:
         warnings.append("no --gpu given: no fit verdict")
+    if job.train.max_length is None and job.tokens_per_micro_batch is None and job.train.trainer == "sft":
+        warnings.append("max_length none and no length profile: rows are assumed max_position_embeddings long; "
+                        "profile the data (hpcmem lengths --save p.json, then --lengths p.json)")
     return Estimate(
         model_name=job.model.name,
         num_params=job.model.num_params,

@@ -26,7 +26,16 @@ FP32 = 4
 LSE_BYTES = FP32
 
 
-def _norm_saved(h: int, prec: Precision, feeds_linear: bool, frozen: bool) -> int:
+# Gemma's RMSNorm multiplies by (1 + weight) in fp32 and casts at the end (modeling_gemma2/3.py Gemma*RMSNorm), so
+# the normalised tensor it keeps for the weight gradient is fp32 whatever the residual dtype.
+FP32_NORM_MULTIPLY = ("gemma", "gemma2", "gemma3", "gemma3_text")
+
+
+def _normed_bytes(m: ModelSpec, prec: Precision) -> int:
+    return FP32 if m.model_type in FP32_NORM_MULTIPLY else prec.residual
+
+
+def _norm_saved(h: int, prec: Precision, feeds_linear: bool, frozen: bool, normed: int | None = None) -> int:
     """Bytes per token one RMSNorm keeps: the fp32 input, the normalised tensor, and (before a linear) its output.
 
     When the input is already fp32 the upcast is the input itself, which stays alive anyway as the residual stream.
@@ -35,7 +44,7 @@ def _norm_saved(h: int, prec: Precision, feeds_linear: bool, frozen: bool) -> in
     if frozen:
         return FP32 * h
     out = prec.act * h if feeds_linear else 0
-    return FP32 * h + prec.residual * h + out
+    return FP32 * h + (prec.residual if normed is None else normed) * h + out
 
 
 def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -> int:
@@ -46,8 +55,8 @@ def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -
     kv = m.num_key_value_heads * m.head_dim
     kv_saved = q if mb.masked else kv
     per_token = prec.act * (2 * q + 2 * kv_saved) + LSE_BYTES * m.num_attention_heads
-    if m.qk_norm:   # per-head RMSNorm on q and k before RoPE (Qwen3): fp32 input + normalised tensor
-        per_token += (FP32 + prec.act) * (q + kv)
+    if m.qk_norm:   # per-head RMSNorm on q and k before RoPE (Qwen3, Gemma3): fp32 input + normalised tensor
+        per_token += (FP32 + _normed_bytes(m, prec)) * (q + kv)
     total = per_token * mb.tokens
     if attn == "eager":  # softmax probabilities [rows, heads, seq, seq] in the compute dtype, kept for backward
         total += prec.act * m.num_attention_heads * mb.rows * mb.seq * mb.seq
@@ -84,9 +93,10 @@ def layer_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, *, attn: str, lay
     frozen: linears keep no inputs for weight gradients; the adapters keep their own (LoraLayout)."""
     h = m.hidden_size
     frozen = lora.enabled
-    norms = 2 * _norm_saved(h, prec, feeds_linear=True, frozen=frozen) * mb.tokens
+    normed = _normed_bytes(m, prec)
+    norms = 2 * _norm_saved(h, prec, feeds_linear=True, frozen=frozen, normed=normed) * mb.tokens
     if m.norms_per_layer == 4:   # Gemma2/3 post-norms feed the residual add, not a linear
-        norms += 2 * _norm_saved(h, prec, feeds_linear=False, frozen=frozen) * mb.tokens
+        norms += 2 * _norm_saved(h, prec, feeds_linear=False, frozen=frozen, normed=normed) * mb.tokens
     return {
         "norms": norms,
         "attention": _attention_saved(m, mb, prec, attn),

@@ -64,7 +64,8 @@ def micro_batch(job: JobSpec) -> MicroBatch:
         src = "length profile"
     else:
         tokens = b * max_len
-        src = "worst case: every row max_length"
+        src = ("worst case: every row max_length" if t.max_length is not None else
+               f"max_length none: every row max_position_embeddings {m.max_position_embeddings} — pass --lengths")
     if padding_free:
         seq = _round_up(tokens, t.pad_to_multiple_of)
         return MicroBatch(rows=1, seq=seq, label_tokens=seq - 1, padding_free=True,

@@ -94,6 +94,19 @@ def _result(done: dict[str, Any]) -> CaseResult:
                       record=record)
 
 
+def rescore(path: Path) -> list[CaseResult]:
+    """Re-estimate the cases of a records file against their stored traces (no tracing: seconds, not minutes)."""
+    results = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        done = {"case": rec["case"], "seconds": rec.get("seconds", 0.0),
+                "trace": {"per_gpu": {"peak_allocated_bytes": rec["traced"], "phase": rec["traced_phase"],
+                                      "components": rec.get("traced_components", {})},
+                          "trace": {"versions": rec.get("versions", {})}}}
+        results.append(_result(done))
+    return sorted(results, key=lambda r: r.case_id)
+
+
 def run_cases(cases: list[dict[str, Any]], *, workers: int = 2, progress=None) -> list[CaseResult]:
     """Trace every case (in `workers` processes) and compare with the estimate."""
     import multiprocessing as mp
@@ -148,8 +161,9 @@ def _progress(i: int, n: int, r: CaseResult) -> None:
 
 
 def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as_json: bool = False,
-        write: bool = True, **_ignored) -> list[dict[str, Any]]:
-    """CLI entry: run the matrix, write records and estimator/ACCURACY-trace.md, print the table."""
+        write: bool = True, rescore_only: bool = False, **_ignored) -> list[dict[str, Any]]:
+    """CLI entry: run the matrix (or re-estimate stored traces), write records and estimator/ACCURACY-trace.md,
+    print the table."""
     import click
 
     from hpcmem.probe.record import estimator_dir
@@ -158,18 +172,24 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
     paths = [Path(cases)] if cases else sorted((root / "cases").glob("*.yaml"))
     all_results: list[CaseResult] = []
     for path in paths:
-        chosen = load_cases(path, ci_only=ci_only)
-        if not chosen:
-            continue
-        click.echo(f"{path.name}: {len(chosen)} cases, {workers} workers", err=True)
-        results = run_cases(chosen, workers=workers, progress=_progress)
-        if write:
-            write_records(results, root / "traces" / f"{path.stem}{'-ci' if ci_only else ''}.jsonl")
+        records = root / "traces" / f"{path.stem}{'-ci' if ci_only else ''}.jsonl"
+        if rescore_only:
+            if not records.is_file():
+                raise HpcmemError(f"no stored traces at {records}; run without --rescore first")
+            results = rescore(records)
+        else:
+            chosen = load_cases(path, ci_only=ci_only)
+            if not chosen:
+                continue
+            click.echo(f"{path.name}: {len(chosen)} cases, {workers} workers", err=True)
+            results = run_cases(chosen, workers=workers, progress=_progress)
+            if write:
+                write_records(results, records)
         all_results += results
     if not all_results:
         raise HpcmemError("no cases to run (estimator/cases/*.yaml, or --cases FILE)")
     rows = cell_table(all_results)
-    if write and not cases and not ci_only:
+    if write and not ci_only:
         (root / "ACCURACY-trace.md").write_text(report_markdown(rows, all_results))
     if as_json:
         click.echo(json.dumps({"cells": rows, "cases": [r.record for r in all_results]}, indent=1))
