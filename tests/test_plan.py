@@ -142,3 +142,24 @@ def test_cli_plan_table_json_and_explain():
     assert data["plans"] and data["plans"][0]["reasons"] and data["stats"]["combinations"] > 0
     no_gpu = runner.invoke(cli, ["plan", "sft", "--model_name_or_path", SMALL])
     assert no_gpu.exit_code != 0
+
+
+def test_submit_plan_writes_the_top_plan(tmp_path):
+    """`hpcmem submit --plan` takes the planner's top plan: its knobs reach the generated TRL and accelerate files,
+    and the fit check passes for it (8B full fine-tuning alone does not fit one L40S)."""
+    import yaml
+    from click.testing import CliRunner
+
+    from hpcmem.cli import cli
+
+    args = ["submit", "sft", "--model_name_or_path", "meta-llama/Llama-3.1-8B", "--max_length", "2048",
+            "--preset", "example-l40s", "--dry-run", "--runs-dir", str(tmp_path)]
+    refused = CliRunner().invoke(cli, args)
+    assert refused.exception is not None            # does not fit without a plan
+    result = CliRunner().invoke(cli, args + ["--plan"])
+    assert result.exception is None, result.output
+    run_dir = next(tmp_path.iterdir())
+    accel = yaml.safe_load((run_dir / "accelerate.yaml").read_text())
+    estimate = __import__("json").loads((run_dir / "estimate.json").read_text())
+    assert estimate["fits"] is True
+    assert accel["distributed_type"] in ("DEEPSPEED", "FSDP")

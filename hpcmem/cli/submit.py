@@ -31,7 +31,26 @@ def _trl_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def _build(trainer: str, preset_ref: str, launch: dict[str, Any], kwargs: dict[str, Any]):
+def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool):
+    """`--plan`: the planner's fastest combination that fits; every flag the user gave stays fixed."""
+    from hpcmem.cli.options import collect
+    from hpcmem.plan import plan
+
+    given = set(collect(kwargs)) - {"config", "accelerate_config", "lengths", "gpu", "model_name_or_path"}
+    if kwargs.get("config"):
+        from hpcmem.trl_config import read_yaml
+
+        given |= set(read_yaml(kwargs["config"]))
+    plans = plan(job, job.gpu, fixed=given, allow_peft=allow_peft, top=1)
+    if not plans:
+        raise HpcmemError(f"--plan: no combination of free knobs fits on {job.gpu.name}; "
+                          "see `hpcmem plan … --explain`")
+    click.echo(f"plan: {plans[0].knobs}", err=True)
+    return plans[0].job
+
+
+def _build(trainer: str, preset_ref: str, launch: dict[str, Any], kwargs: dict[str, Any], use_plan: bool = False,
+           allow_peft: bool = False):
     from hpcmem.launch import LaunchOptions, load_preset
 
     preset = load_preset(preset_ref)
@@ -39,6 +58,8 @@ def _build(trainer: str, preset_ref: str, launch: dict[str, Any], kwargs: dict[s
         raise HpcmemError(f"--gpu {kwargs['gpu']} disagrees with preset {preset.name} ({preset.gpu}): submit runs on "
                           "the preset's GPU; drop --gpu or choose another preset")
     job, _ = job_from_cli(trainer, kwargs, preset={**preset.defaults, "gpu": preset.gpu})
+    if use_plan:
+        job = _top_plan(job, kwargs, allow_peft)
     options = LaunchOptions(env=_env_pairs(launch.pop("env")), trl_fields=_trl_fields(kwargs), **launch)
     return job, preset, options
 
@@ -86,8 +107,11 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
 @click.option("--qos", default=None, help="default: the preset's")
 @click.option("--entry", default=None, help="training script to launch instead of `-m trl.scripts.<trainer>`")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+@click.option("--plan", "use_plan", is_flag=True, help="submit the fastest plan that fits (hpcmem plan); the flags "
+              "you give stay fixed")
+@click.option("--allow_peft", "--allow-peft", "allow_peft", is_flag=True, help="with --plan: LoRA/QLoRA may be chosen")
 def command(trainer: str, preset_ref: str, backend: str, dry_run: bool, force: bool, runs_dir: str, as_json: bool,
-            **kwargs) -> None:
+            use_plan: bool, allow_peft: bool, **kwargs) -> None:
     """Submit a TRL fine-tuning job to SLURM, after checking that it fits in GPU memory.
 
     Flags and --config keys are TRL's field names. Writes runs/<name>-<time>/ (script, accelerate/DeepSpeed/TRL
@@ -98,7 +122,7 @@ def command(trainer: str, preset_ref: str, backend: str, dry_run: bool, force: b
 
     launch = {k: kwargs.pop(k) for k in ("requeue", "max_restarts", "time", "job_name", "env", "vllm_placement",
                                           "account", "qos", "entry")}
-    job, preset, options = _build(trainer, preset_ref, launch, kwargs)
+    job, preset, options = _build(trainer, preset_ref, launch, kwargs, use_plan, allow_peft)
     done = submit(job, preset, options, backend="dry-run" if dry_run else backend, runs_root=runs_dir, force=force)
     if backend == "submitit" and not dry_run:
         click.echo(f"submitted job {done.job_id} through submitit")
