@@ -119,8 +119,10 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         # DeepSpeed keeps an fp32 master and fp32 Adam states per partition: K = 12 (ZeRO paper).
         master = trainable * 4 // n
         opt = trainable * 8 // n
-        if par.zero_stage >= 2:
-            grads = grads // n
+        # DeepSpeed 0.19 reduces gradients into their partitions as they are produced under stage 1 as well as 2
+        # (same DeepSpeedZeroOptimizer path; measured per rank on CPU, estimator/LOG.md): 2Ψ/N, where the paper's
+        # ZeRO-1 keeps the full 2Ψ (see zero_paper_bytes).
+        grads = grads // n
         grad_buffers = trainable * 4 // n                             # fp32 gradient partition for the step
         if par.zero_stage == 3:
             weights = weights // n
@@ -151,6 +153,12 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         f", partitioned /{n}" if (par.deepspeed and par.zero_stage >= 1) or par.fsdp else ""))
     return States(weights=weights, quant_constants=consts, gradients=grads, optimizer=opt, master=master,
                   grad_buffers=grad_buffers, gathered=gathered, host=host, trainable=trainable, notes=notes)
+
+
+def zero_paper_bytes(stage: int, psi: float, n: int, k: int = 12) -> float:
+    """Model-state bytes per GPU in the ZeRO paper (Rajbhandari et al. 2020, §5, mixed-precision Adam K = 12):
+    stage 0 (DDP) (2 + 2 + K)Ψ, ZeRO-1 (P_os) 4Ψ + KΨ/N, ZeRO-2 (P_os+g) 2Ψ + (2 + K)Ψ/N, ZeRO-3 (4 + K)Ψ/N."""
+    return {0: (4 + k) * psi, 1: 4 * psi + k * psi / n, 2: 2 * psi + (2 + k) * psi / n, 3: (4 + k) * psi / n}[stage]
 
 
 def optimizer_step_transient(job: JobSpec, states: States, parts: ParamParts) -> int:
