@@ -17,7 +17,7 @@ from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
                    "blocks); cpu: what a CPU run allocates (the self-check's reference)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (the estimate JSON contract)")
 def command(trainer: str, kernels: str, as_json: bool, **kwargs) -> None:
-    """Trace one GPU's peak allocated memory by running TRL's SFTTrainer on a fake, full-size model.
+    """Trace one GPU's peak allocated memory by running TRL's own trainer (SFT, DPO, Reward) on a fake, full-size model.
 
     Takes the same flags as `hpcmem estimate` (TRL field names). Needs the [train] extra (torch, transformers,
     trl, peft); runs on a login node in seconds to a minute, no GPU. Multi-GPU layouts: trace the single-GPU job,

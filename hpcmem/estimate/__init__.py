@@ -12,7 +12,7 @@ from hpcmem.estimate.device import device_terms
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.loss import loss_bytes
 from hpcmem.estimate.shape import micro_batch, precision
-from hpcmem.estimate.states import model_states, optimizer_step_transient, param_parts
+from hpcmem.estimate.states import job_param_parts, model_states, optimizer_step_transient
 from hpcmem.estimate.step import build_phases, resident_components
 from hpcmem.estimate.trainers import trainer_extras
 from hpcmem.rules import job_warnings
@@ -59,7 +59,7 @@ def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
 def estimate(job: JobSpec) -> Estimate:
     mb = micro_batch(job)
     prec = precision(job)
-    parts = param_parts(job.model)
+    parts = job_param_parts(job)
     lora = lora_layout(job)
     states = model_states(job, prec, lora)
     loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled)

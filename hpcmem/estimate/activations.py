@@ -53,8 +53,12 @@ def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -
     additive [rows, 1, seq, seq] bias in the compute dtype that it keeps for backward (CUDA: memory-efficient kernel)."""
     q = m.num_attention_heads * m.head_dim
     kv = m.num_key_value_heads * m.head_dim
-    kv_saved = q if mb.masked else kv
+    repeated = mb.masked and m.num_key_value_heads != m.num_attention_heads
+    kv_saved = q if repeated else kv
     per_token = prec.act * (2 * q + 2 * kv_saved) + LSE_BYTES * m.num_attention_heads
+    if m.fused_qkv and not repeated:
+        # Phi-3's v is a slice of the fused qkv_proj output: saving v keeps the whole [T, q + 2kv] storage alive
+        per_token += prec.act * (q + kv)
     if m.qk_norm:   # per-head RMSNorm on q and k before RoPE (Qwen3, Gemma3): fp32 input + normalised tensor
         per_token += (FP32 + _normed_bytes(m, prec)) * (q + kv)
     total = per_token * mb.tokens

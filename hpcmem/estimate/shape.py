@@ -22,11 +22,16 @@ class MicroBatch:
     padding_free: bool
     source: str              # how the size was chosen, for the output
 
+    attn_implementation: str = "sdpa"
+
     @property
     def masked(self) -> bool:
-        """Padded rows of different lengths need a 4-D attention mask (transformers masking_utils); the worst case
-        keeps one row a token shorter, as real batches are. One row, or padding-free rows, need none."""
-        return self.rows > 1 and not self.padding_free
+        """Whether attention gets a 4-D mask (transformers masking_utils): padded rows of different lengths (the worst
+        case keeps one row a token shorter, as real batches are), or — without a FlashAttention kernel — the
+        block-diagonal mask of several documents in one padding-free row. One unpadded row needs none."""
+        if self.padding_free:
+            return "flash" not in self.attn_implementation
+        return self.rows > 1
 
     @property
     def tokens(self) -> int:
@@ -69,6 +74,7 @@ def micro_batch(job: JobSpec) -> MicroBatch:
     if padding_free:
         seq = _round_up(tokens, t.pad_to_multiple_of)
         return MicroBatch(rows=1, seq=seq, label_tokens=seq - 1, padding_free=True,
+                          attn_implementation=t.attn_implementation,
                           source=f"padding-free: one row of {seq} tokens ({src})")
     seq = _round_up(-(-tokens // b), t.pad_to_multiple_of)
     return MicroBatch(rows=b, seq=seq, label_tokens=b * (seq - 1), padding_free=False,

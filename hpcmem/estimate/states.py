@@ -45,6 +45,20 @@ class ParamParts:
         return self.total - self.embed - self.lm_head
 
 
+def reward_parts(parts: ParamParts, m: ModelSpec) -> ParamParts:
+    """RewardTrainer's AutoModelForSequenceClassification: the causal LM's vocabulary head is replaced by a 1-output
+    `score` Linear(hidden, 1, bias=False) (transformers modeling_*ForSequenceClassification), never tied."""
+    score = m.hidden_size
+    return ParamParts(total=parts.total - parts.lm_head + score, embed=parts.embed, lm_head=score,
+                      per_layer=parts.per_layer, quantizable=parts.quantizable, linear_rows=parts.linear_rows)
+
+
+def job_param_parts(job: JobSpec) -> ParamParts:
+    """The parameters the trainer's model class holds: the causal LM's, or the reward model's (score head)."""
+    parts = param_parts(job.model)
+    return reward_parts(parts, job.model) if job.train.trainer == "reward" else parts
+
+
 def param_parts(m: ModelSpec) -> ParamParts:
     b = count_params(m)
     dense = b.attention_per_layer + b.norms_per_layer + b.mlp_per_layer
@@ -99,7 +113,7 @@ def _quantized_weights(parts: ParamParts, job: JobSpec, w: int) -> tuple[int, in
 
 def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
     t, par, m = job.train, job.parallel, job.model
-    parts = param_parts(m)
+    parts = job_param_parts(job)
     n = par.world_size
     w = prec.weight
     notes: dict[str, str] = {}

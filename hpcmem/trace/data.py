@@ -43,6 +43,8 @@ class BatchDesign:
 
 def design_batch(job: JobSpec) -> BatchDesign:
     t = job.train
+    if t.trainer in ("dpo", "reward"):
+        return design_preference(job)
     b, length = t.per_device_train_batch_size, t.max_length
     tpmb = job.tokens_per_micro_batch
     mult = t.pad_to_multiple_of or 1
@@ -105,4 +107,74 @@ def make_tokenizer() -> Any:
 
     vocab = {"<pad>": PAD_ID, "<eos>": EOS_ID, "<unk>": UNK_ID}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+
+
+# -- preference trainers (DPO, reward) ---------------------------------------------------------------------------------
+WORD = "x"          # the one word of the preference tokenizer (id FIRST_TOKEN_ID)
+
+
+def design_preference(job: JobSpec) -> BatchDesign:
+    """The worst-case DPO / reward micro-batch: B chosen rows then B rejected rows, all max_length tokens long except
+    the last rejected one (one token shorter: padding, so an attention mask, as real pairs of unequal length give).
+
+    DPO rows are prompt + completion truncated per row with keep_start (DataCollatorForPreference): the chosen rows
+    are longer than max_length before truncation. Reward rows are pre-tokenized and kept whole (RewardTrainer drops
+    pairs longer than max_length, it never truncates)."""
+    t = job.train
+    b, length = t.per_device_train_batch_size, t.max_length
+    if length is None:
+        raise SpecError(f"the {t.trainer} trace needs max_length (the longest chosen/rejected sequence)")
+    if length < 4:
+        raise SpecError(f"the {t.trainer} trace needs max_length ≥ 4; got {length}")
+    mult = t.pad_to_multiple_of or 1
+    rows = (length,) * (2 * b - 1) + (length - 1,)
+    width = _round(length, mult)
+    return BatchDesign("preference", rows, (2 * b, width), 2 * b * width,
+                       f"{b} chosen + {b} rejected rows of {length} tokens (last rejected row one token shorter)")
+
+
+def preference_prompt_length(job: JobSpec) -> int:
+    """DPO prompt tokens per row: half of max_length (a prompt must be shorter than max_length or TRL drops it)."""
+    return max(1, (job.train.max_length or 4) // 2)
+
+
+def make_preference_dataset(job: JobSpec, design: BatchDesign, num_micro_batches: int) -> Any:
+    """DPO: text rows of the word tokenizer (DPOTrainer always tokenizes; it appends eos to each completion).
+    Reward: pre-tokenized `chosen_ids` / `rejected_ids` (RewardTrainer skips tokenization for them)."""
+    from datasets import Dataset
+
+    b = job.train.per_device_train_batch_size
+    length = design.documents[0]
+    last = design.documents[-1]
+    if job.train.trainer == "reward":
+        span = max(job.model.vocab_size - FIRST_TOKEN_ID, 1)
+        chosen, rejected = [], []
+        for _ in range(num_micro_batches):
+            for i in range(b):
+                chosen.append([FIRST_TOKEN_ID + (7 * i + k) % span for k in range(length)])
+                n = last if i == b - 1 else length
+                rejected.append([FIRST_TOKEN_ID + (11 * i + k) % span for k in range(n)])
+        return Dataset.from_dict({"chosen_ids": chosen, "rejected_ids": rejected})
+    prompt_len = preference_prompt_length(job)
+    over = 8                                     # chosen rows run past max_length: keep_start truncation cuts them
+    words = lambda n: " ".join([WORD] * n)      # noqa: E731
+    prompts, chosen, rejected = [], [], []
+    for _ in range(num_micro_batches):
+        for i in range(b):
+            prompts.append(words(prompt_len))
+            chosen.append(" " + words(length - prompt_len - 1 + over))          # + eos
+            n = (last if i == b - 1 else length + over) - prompt_len - 1
+            rejected.append(" " + words(n))
+    return Dataset.from_dict({"prompt": prompts, "chosen": chosen, "rejected": rejected})
+
+
+def make_word_tokenizer() -> Any:
+    """pad 0, eos 1, unk 2 and the word "x" (3), split on whitespace: text of n words is n tokens, "<eos>" one more."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": PAD_ID, "<eos>": EOS_ID, "<unk>": UNK_ID, WORD: FIRST_TOKEN_ID}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")

@@ -8,6 +8,7 @@ Nothing here changes what is allocated: wrappers only push phase names and label
 | step N / forward | `Trainer.compute_loss` (SFTTrainer's: backbone + fused LM head + metrics) | activation |
 | step N / backward | `Accelerator.backward` | temporary (a gradient becomes grad) |
 | step N / optimizer | `Trainer._clip_grad_norm`, then `Optimizer.step` | temporary (states become optimizer) |
+| step N / forward / reference forward | DPO's reference forward inside `compute_loss` (`hpcmem.trace.pref.hook_reference`) | activation |
 
 The decoder layer that runs is the phase detail ("layer 7"): set by a forward pre-hook, which also fires when
 gradient checkpointing recomputes a layer in backward, and by a gradient hook on each layer's output.
@@ -68,6 +69,14 @@ def instrument(trainer: Any, tracker: StorageTracker) -> Instrumented:
     _wrap_method(inst, trainer, trainer, "_clip_grad_norm", "optimizer", "temporary")
     _hook_optimizer(inst, trainer)
     _hook_layers(inst, model)
+    ref = getattr(trainer, "ref_model", None)
+    if ref is not None:     # DPO's second model: frozen weights, counted with the parameters
+        tracker.tag(list(ref.parameters()) + list(ref.buffers()), "param")
+        _hook_layers(inst, ref)
+    if hasattr(trainer, "precompute_ref_logps"):    # DPOTrainer
+        from hpcmem.trace.pref import hook_reference
+
+        inst._undo.append(hook_reference(tracker))
     return inst
 
 

@@ -1,4 +1,5 @@
-"""`run_trace`: two optimizer steps of TRL's real SFTTrainer on a fake, full-size model, every storage counted.
+"""`run_trace`: two optimizer steps of TRL's real SFTTrainer, DPOTrainer or RewardTrainer on a fake, full-size
+model, every storage counted.
 
     result = run_trace(job)                 # kernels="cuda": what a CUDA GPU allocates
     result = run_trace(job, kernels="cpu")  # what a CPU run allocates (the self-check's reference)
@@ -48,7 +49,7 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
 
     design = design_batch(job)
     tracker = StorageTracker(round_to=CUDA_BLOCK_BYTES if kernels == "cuda" else 1, timeline=timeline)
-    notes: list[str] = list(ADJUSTMENTS)
+    notes: list[str] = list(ADJUSTMENTS) + trainer_notes(job)
     with _quiet(), fake_world() as (_, oracle):
         mapping = cuda_mapping(tracker, job) if kernels == "cuda" else contextlib.nullcontext([])
         with mapping as mapped:
@@ -60,6 +61,22 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
     if oracle.unknown_reads:
         notes.append(f"unknown values read as defaults: {dict(oracle.unknown_reads)}")
     return _result(job, tracker, result, kernels, notes, num_params, design, time.perf_counter() - start)
+
+
+def trainer_notes(job: JobSpec) -> list[str]:
+    """What the trace does differently from a real run of a non-SFT trainer."""
+    t = job.train
+    if t.trainer == "dpo":
+        from hpcmem.trace.pref import PRECOMPUTE_NOTE
+
+        notes = ["DPO: the reference model (full fine-tuning) is a second model built from the config in the "
+                 "policy's dtype, as TRL's create_model_from_path(dtype=model.dtype) loads it"] \
+            if not (t.use_peft or t.precompute_ref_log_probs) else []
+        return notes + ([PRECOMPUTE_NOTE] if t.precompute_ref_log_probs else [])
+    if t.trainer == "reward":
+        return ["reward: AutoModelForSequenceClassification.from_config(num_labels=1) stands for the checkpoint TRL "
+                "loads" + ("; LoRA task_type SEQ_CLS (score head trained as a module to save)" if t.use_peft else "")]
+    return []
 
 
 def _check_single_gpu(job: JobSpec) -> None:

@@ -19,6 +19,7 @@ from hpcmem.trace.hf_config import catalog_config, hf_config_dict
 # Optimizers the trace can build on CPU (bitsandbytes kernels need a GPU). "adamw_torch_foreach" is hpcmem's name for
 # torch AdamW with foreach=True (HF's "adamw_torch" leaves foreach to torch, which picks it on CUDA).
 TRACEABLE_OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach", "adafactor", "sgd")
+TRACEABLE_TRAINERS = ("sft", "dpo", "reward")
 TRACE_STEPS = 2          # optimizer states are born in step 1; the steady peak is in step 2
 MAX_TRACED_ACCUMULATION = 2   # from the second micro-batch on, every accumulation step holds the same memory
 
@@ -26,8 +27,16 @@ MAX_TRACED_ACCUMULATION = 2   # from the second micro-batch on, every accumulati
 def check_traceable(job: JobSpec) -> list[str]:
     """Problems that keep the trace from running this job (the analytic estimate may still cover it)."""
     t, problems = job.train, []
-    if t.trainer != "sft":
-        problems.append(f"the trace runs SFTTrainer only; trainer {t.trainer!r} is estimated analytically")
+    if t.trainer not in TRACEABLE_TRAINERS:
+        problems.append(f"the trace runs {', '.join(TRACEABLE_TRAINERS)}; trainer {t.trainer!r} is estimated "
+                        "analytically")
+    if t.trainer in ("dpo", "reward"):
+        if t.packing or t.padding_free:
+            problems.append(f"{t.trainer}: packing/padding_free are not traced (TRL {t.trainer} pads every pair)")
+        if t.max_length is None or t.max_length < 4:
+            problems.append(f"{t.trainer}: the trace needs max_length ≥ 4 (the longest chosen/rejected sequence)")
+        if t.activation_offloading:
+            problems.append(f"{t.trainer}: activation_offloading is traced for SFT only")
     if t.quantized:
         problems.append("load_in_4bit/load_in_8bit need bitsandbytes on a GPU; the trace cannot run QLoRA")
     if t.optim not in TRACEABLE_OPTIMIZERS:
@@ -75,7 +84,28 @@ def build_model(job: JobSpec) -> Any:
     # "sdpa" is also the spec's default for "unset": pass None so transformers picks sdpa when the model supports it
     # and eager when not (Gemma-2: `_supports_sdpa` is False), as it does for a user who set nothing.
     attn = None if job.train.attn_implementation == "sdpa" else job.train.attn_implementation
+    if job.train.trainer == "reward":
+        # RewardTrainer's create_model_from_path: AutoModelForSequenceClassification with num_labels=1; the pad id
+        # tells the head which position is the last token of each row (the trace's tokenizer pads with 0)
+        from transformers import AutoModelForSequenceClassification
+
+        config = model_config(job)
+        config.num_labels = 1
+        config.pad_token_id = 0
+        return AutoModelForSequenceClassification.from_config(config, dtype=load_dtype(job), attn_implementation=attn)
     return AutoModelForCausalLM.from_config(model_config(job), dtype=load_dtype(job), attn_implementation=attn)
+
+
+def build_model_in_dtype(job: JobSpec) -> Any:
+    """`build_model` with torch's default dtype set to the load dtype (as the trace builds its policy)."""
+    import torch
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(load_dtype(job))
+    try:
+        return build_model(job)
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def peft_config(job: JobSpec) -> Any:
@@ -117,11 +147,16 @@ def build_trainer(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) 
     """TRL's SFTTrainer around `model`. With `fake`, the two adjustments a fake model needs (see `_fake_trainer`)."""
     from trl import SFTTrainer
 
-    num_micro_batches = TRACE_STEPS * traced_accumulation(job)
-    dataset = make_dataset(design, num_micro_batches, job.model.vocab_size)
-    cls = _fake_trainer() if fake else SFTTrainer
-    trainer = cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=make_tokenizer(),
-                  peft_config=peft_config(job))
+    if job.train.trainer in ("dpo", "reward"):
+        from hpcmem.trace.pref import build_dpo, build_reward
+
+        trainer = (build_dpo if job.train.trainer == "dpo" else build_reward)(job, model, design, fake=fake)
+    else:
+        num_micro_batches = TRACE_STEPS * traced_accumulation(job)
+        dataset = make_dataset(design, num_micro_batches, job.model.vocab_size)
+        cls = _fake_trainer() if fake else SFTTrainer
+        trainer = cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=make_tokenizer(),
+                      peft_config=peft_config(job))
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     for callback in (PrinterCallback, ProgressCallback):    # they print the final metrics to stdout

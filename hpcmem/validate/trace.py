@@ -65,11 +65,15 @@ def _job(case: dict[str, Any]):
 
 
 def _trace_one(case: dict[str, Any]) -> dict[str, Any]:
-    """Worker: trace one case (imports torch lazily, once per worker process)."""
+    """Worker: trace one case (imports torch lazily, once per worker process). A case that fails is returned with
+    its error, so one bad case never costs the rest of the matrix."""
     from hpcmem.trace import run_trace
 
     start = time.perf_counter()
-    result = run_trace(_job(case), kernels="cuda").to_json()
+    try:
+        result = run_trace(_job(case), kernels="cuda").to_json()
+    except Exception as exc:  # noqa: BLE001 — reported per case by the caller
+        return {"case": case, "error": f"{type(exc).__name__}: {exc}"[:500], "seconds": time.perf_counter() - start}
     return {"case": case, "trace": result, "seconds": time.perf_counter() - start}
 
 
@@ -107,18 +111,33 @@ def rescore(path: Path) -> list[CaseResult]:
     return sorted(results, key=lambda r: r.case_id)
 
 
-def run_cases(cases: list[dict[str, Any]], *, workers: int = 2, progress=None) -> list[CaseResult]:
-    """Trace every case (in `workers` processes) and compare with the estimate."""
+def run_cases(cases: list[dict[str, Any]], *, workers: int = 2, progress=None,
+              records: Path | None = None) -> list[CaseResult]:
+    """Trace every case (in `workers` processes) and compare with the estimate. With `records`, each finished case
+    is appended at once (a long matrix keeps what it measured if it is stopped); failures raise at the end, listed."""
     import multiprocessing as mp
 
     results: list[CaseResult] = []
+    failures: list[str] = []
+    if records is not None:
+        records.parent.mkdir(parents=True, exist_ok=True)
+        records.write_text("")
     ctx = mp.get_context("spawn")
     with ctx.Pool(processes=max(1, workers), maxtasksperchild=8) as pool:
         for i, done in enumerate(pool.imap_unordered(_trace_one, cases), 1):
+            if "error" in done:
+                failures.append(f"{done['case']['id']}: {done['error']}")
+                print(f"[{i}/{len(cases)}] {done['case']['id']} FAILED: {done['error']}", file=sys.stderr, flush=True)
+                continue
             res = _result(done)
             results.append(res)
+            if records is not None:
+                with records.open("a") as fh:
+                    fh.write(json.dumps(res.record, sort_keys=True) + "\n")
             if progress:
                 progress(i, len(cases), res)
+    if failures:
+        raise HpcmemError(f"{len(failures)} of {len(cases)} cases could not be traced:\n" + "\n".join(failures))
     return sorted(results, key=lambda r: r.case_id)
 
 
@@ -182,9 +201,9 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
             if not chosen:
                 continue
             click.echo(f"{path.name}: {len(chosen)} cases, {workers} workers", err=True)
-            results = run_cases(chosen, workers=workers, progress=_progress)
+            results = run_cases(chosen, workers=workers, progress=_progress, records=records if write else None)
             if write:
-                write_records(results, records)
+                write_records(results, records)       # sorted by case id
         all_results += results
     if not all_results:
         raise HpcmemError("no cases to run (estimator/cases/*.yaml, or --cases FILE)")

@@ -1,0 +1,135 @@
+"""TRL 1.16's own `DPOTrainer` and `RewardTrainer` for a `JobSpec` (the preference trainers the trace runs).
+
+DPO reference model, as TRL decides it (trl/trainer/dpo_trainer.py `__init__`):
+
+| job | reference | where its forward runs |
+|---|---|---|
+| full fine-tuning | a second model of the same class, in the policy's dtype (TRL loads it with `dtype=model.dtype`); the trace builds it from the config, as it does the policy | `_compute_loss`, after the policy forward, under `no_grad` with the fused LM head (log-probs only) |
+| use_peft | none: the policy with its adapters disabled (`use_adapter(model, None)`) | same place, same head |
+| precompute_ref_log_probs | none (unless given): one pass over the dataset in `__init__` (`_precompute_ref_logps`) stores `ref_chosen_logps`/`ref_rejected_logps` columns | before training; the trace adds the columns without running the pass (its memory is one no-grad forward, less than a step) and traces the training steps only |
+
+Reward: `AutoModelForSequenceClassification.from_config(config, num_labels=1)` (what RewardTrainer's
+`create_model_from_path` loads), a pre-tokenized `chosen_ids`/`rejected_ids` dataset; LoRA with task_type SEQ_CLS
+(peft then trains the `score` head as a module to save, TRL's documented reward setup).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from typing import Any
+
+from hpcmem.spec import JobSpec
+from hpcmem.trace.data import BatchDesign, make_preference_dataset, make_word_tokenizer
+
+PRECOMPUTE_NOTE = ("precompute_ref_log_probs: TRL's reference pass over the dataset (in DPOTrainer.__init__, before "
+                   "training) is not traced; its ref_chosen_logps/ref_rejected_logps columns are filled with 0.0 and "
+                   "only the training steps are traced")
+
+
+def common_args(job: JobSpec, output_dir: str | None = None) -> dict[str, Any]:
+    from hpcmem.trace.trainer import TRACE_STEPS, traced_accumulation
+
+    t = job.train
+    optim = "adamw_torch" if t.optim == "adamw_torch_foreach" else t.optim
+    return dict(
+        output_dir=output_dir or tempfile.mkdtemp(prefix="hpcmem-trace-"),
+        max_steps=TRACE_STEPS, per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=traced_accumulation(job),
+        gradient_checkpointing=t.gradient_checkpointing,
+        gradient_checkpointing_kwargs=dict(t.gradient_checkpointing_kwargs) or None,
+        bf16=t.bf16, fp16=t.fp16, optim=optim, max_length=t.max_length, pad_to_multiple_of=t.pad_to_multiple_of,
+        activation_offloading=False,
+        train_sampling_strategy="sequential", report_to="none", disable_tqdm=True, logging_steps=10_000,
+        save_strategy="no", use_cpu=True, dataloader_num_workers=0, seed=0,
+    )
+
+
+def build_dpo(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> Any:
+    from trl import DPOConfig
+
+    from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, peft_config, traced_accumulation
+
+    t = job.train
+    args = DPOConfig(**common_args(job), beta=t.beta, precompute_ref_log_probs=t.precompute_ref_log_probs)
+    ref = None
+    if not t.use_peft and not t.precompute_ref_log_probs:
+        ref = build_model_in_dtype(job)     # TRL would load the same checkpoint again in the policy's dtype
+    dataset = make_preference_dataset(job, design, TRACE_STEPS * traced_accumulation(job))
+    cls = _dpo_class(fake)
+    with _no_hash() if t.precompute_ref_log_probs else contextlib.nullcontext():
+        trainer = cls(model=model, ref_model=ref, args=args, train_dataset=dataset,
+                      processing_class=make_word_tokenizer(), peft_config=peft_config(job))
+    return trainer
+
+
+def build_reward(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> Any:
+    from trl import RewardConfig
+
+    from hpcmem.trace.trainer import TRACE_STEPS, peft_config, traced_accumulation
+
+    args = RewardConfig(**common_args(job))
+    dataset = make_preference_dataset(job, design, TRACE_STEPS * traced_accumulation(job))
+    cfg = peft_config(job)
+    if cfg is not None:
+        cfg.task_type = "SEQ_CLS"
+    from hpcmem.trace.data import make_tokenizer
+
+    return _reward_class(fake)(model=model, args=args, train_dataset=dataset, processing_class=make_tokenizer(),
+                               peft_config=cfg)
+
+
+@contextlib.contextmanager
+def _no_hash() -> Any:
+    """`hash_module` reads every weight's bytes (the precompute cache key): fake weights have none."""
+    import trl.trainer.dpo_trainer as dpo
+
+    from hpcmem.trace.fakeenv import patched
+
+    with patched(dpo, "hash_module", lambda module: "hpcmem-trace"):
+        yield
+
+
+def _dpo_class(fake: bool) -> type:
+    from trl import DPOTrainer
+
+    class TracedDPOTrainer(DPOTrainer):
+        def _precompute_ref_logps(self, dataset: Any, name: str, batch_size: int) -> Any:
+            n = len(dataset)
+            return dataset.add_column("ref_chosen_logps", [0.0] * n).add_column("ref_rejected_logps", [0.0] * n)
+
+        if fake:
+            def _move_model_to_device(self, model: Any, device: Any) -> None:
+                return None
+
+    return TracedDPOTrainer
+
+
+def _reward_class(fake: bool) -> type:
+    from trl import RewardTrainer
+
+    if not fake:
+        return RewardTrainer
+
+    class FakeModelRewardTrainer(RewardTrainer):
+        def _move_model_to_device(self, model: Any, device: Any) -> None:
+            return None
+
+    return FakeModelRewardTrainer
+
+
+def hook_reference(tracker: Any) -> Any:
+    """Label DPO's reference forward "step N / forward / reference forward": both reference paths (a ref model, the
+    policy with adapters off) run inside `disable_gradient_checkpointing` (dpo_trainer.py `_compute_loss`). Returns the
+    undo."""
+    import trl.trainer.dpo_trainer as dpo
+
+    original = dpo.disable_gradient_checkpointing
+
+    @contextlib.contextmanager
+    def labelled(*args: Any, **kwargs: Any) -> Any:
+        with tracker.phase("reference forward"), tracker.label("activation"), original(*args, **kwargs):
+            yield
+
+    dpo.disable_gradient_checkpointing = labelled
+    return lambda: setattr(dpo, "disable_gradient_checkpointing", original)
