@@ -22,13 +22,14 @@ FIELD_TRAINERS: dict[str, tuple[str, ...]] = {
     "padding_free": ("sft", "dpo"),
     "activation_offloading": ("sft", "dpo", "reward"),
     "precompute_ref_log_probs": ("dpo",),
+    "disable_dropout": ("dpo", "reward", "grpo", "rloo"),
     "use_vllm": ("grpo", "rloo"),
     "vllm_enable_sleep_mode": ("grpo", "rloo"),
     "generation_batch_size": ("grpo", "rloo"),
     "steps_per_generation": ("grpo", "rloo"),
 }
 # Values that mean "the field is not used" (so a default never trips the rule above).
-_UNSET = {"packing": False, "padding_free": False, "activation_offloading": False, "precompute_ref_log_probs": False,
+_UNSET = {"disable_dropout": False, "packing": False, "padding_free": False, "activation_offloading": False, "precompute_ref_log_probs": False,
           "use_vllm": False, "vllm_enable_sleep_mode": False, "generation_batch_size": None,
           "steps_per_generation": None}
 

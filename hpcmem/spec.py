@@ -125,6 +125,9 @@ class TrainSpec:
     padding_free: bool = False
     pad_to_multiple_of: int | None = None
     activation_offloading: bool = False
+    # DPO / Reward / GRPO / RLOO: sets every nn.Dropout to p=0 (trl/trainer/utils.py disable_dropout_in_model);
+    # TRL's default is True for DPO and Reward (set by hpcmem.trl_config), False for GRPO and RLOO
+    disable_dropout: bool = False
     # DPO
     precompute_ref_log_probs: bool = False
     # GRPO / RLOO

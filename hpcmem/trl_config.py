@@ -2,7 +2,8 @@
 
 Precedence: TRL 1.16 defaults < preset < the user's TRL YAML < CLI flags. Keys are TRL's own field names; keys
 hpcmem does not model are listed back to the user as ignored, never silently dropped. Trainer-specific defaults come
-from trl/trainer/*_config.py (1.16): RLOO num_generations 2 and beta 0.05, DPO beta 0.1, GRPO beta 0.0.
+from trl/trainer/*_config.py (1.16): RLOO num_generations 2 and beta 0.05, DPO beta 0.1, GRPO beta 0.0;
+disable_dropout True for DPO and Reward.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
 
 TRAINER_DEFAULTS: dict[str, dict[str, Any]] = {
     "sft": {},
-    "dpo": {"beta": 0.1},
-    "reward": {},
+    "dpo": {"beta": 0.1, "disable_dropout": True},
+    "reward": {"disable_dropout": True},
     "grpo": {"beta": 0.0, "num_generations": 8},
     "rloo": {"beta": 0.05, "num_generations": 2},
 }

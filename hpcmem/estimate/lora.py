@@ -26,6 +26,7 @@ class LoraLayout:
     adapted: tuple[LinearModule, ...] = ()
     adapter_bytes: int = 4
     num_layers: int = 0
+    dropout: bool = True          # lora_dropout active (TRL's 0.05); DPO/Reward's disable_dropout sets p = 0
 
     @property
     def num_params(self) -> int:
@@ -37,7 +38,8 @@ class LoraLayout:
         [tokens, r] output for lora_B (peft/tuners/lora/layer.py Linear.forward)."""
         if not self.enabled:
             return 0
-        per_token = sum((m.in_features * (LORA_DROPOUT_MASK_BYTES + prec.act) + self.r * prec.act)
+        mask = LORA_DROPOUT_MASK_BYTES if self.dropout else 0
+        per_token = sum((m.in_features * (mask + prec.act) + self.r * prec.act)
                         * m.count_per_layer * m.num_layers for m in self.adapted)
         return per_token * tokens // max(self.num_layers, 1)     # averaged over layers that hold the module
 
@@ -66,4 +68,4 @@ def lora_layout(job: JobSpec) -> LoraLayout:
     else:
         adapter_bytes = 4
     return LoraLayout(enabled=True, r=t.lora_r, adapted=chosen, adapter_bytes=adapter_bytes,
-                      num_layers=m.num_hidden_layers)
+                      num_layers=m.num_hidden_layers, dropout=not t.disable_dropout)

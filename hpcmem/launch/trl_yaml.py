@@ -24,10 +24,11 @@ _GENERATION = ("num_generations", "steps_per_generation", "generation_batch_size
                "vllm_enable_sleep_mode", "ds3_gather_for_generation")
 TRAINER_FIELDS: dict[str, tuple[str, ...]] = {
     "sft": _COMMON + ("max_length", "packing", "packing_strategy", "padding_free", "activation_offloading"),
-    "dpo": _COMMON + ("max_length", "padding_free", "activation_offloading", "precompute_ref_log_probs", "beta"),
-    "reward": _COMMON + ("max_length", "activation_offloading"),
-    "grpo": _COMMON + _GENERATION + ("cast_lm_head_to_fp32",),
-    "rloo": _COMMON + _GENERATION,
+    "dpo": _COMMON + ("max_length", "padding_free", "activation_offloading", "precompute_ref_log_probs", "beta",
+                      "disable_dropout"),
+    "reward": _COMMON + ("max_length", "activation_offloading", "disable_dropout"),
+    "grpo": _COMMON + _GENERATION + ("cast_lm_head_to_fp32", "disable_dropout"),
+    "rloo": _COMMON + _GENERATION + ("disable_dropout",),
 }
 # Names that belong to hpcmem/accelerate, not to TRL: removed from a user's TRL YAML before it is written.
 HPCMEM_ONLY = ("gpu", "accelerate_config", "lengths", "max_prompt_length", "expandable_segments", "tokens_per_micro_batch", "num_processes", "num_machines",
