@@ -47,7 +47,7 @@ def _norm_saved(h: int, prec: Precision, feeds_linear: bool, frozen: bool, norme
     return FP32 * h + (prec.residual if normed is None else normed) * h + out
 
 
-def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -> int:
+def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str, frozen: bool = False) -> int:
     """q, k, v, out and the fp32 logsumexp. With a padding mask, transformers' `use_gqa_in_sdpa` is false, so k and v
     are repeated to every head before SDPA (integrations/sdpa_attention.py), and SDPA turns the boolean mask into an
     additive [rows, 1, seq, seq] bias in the compute dtype that it keeps for backward (CUDA: memory-efficient kernel)."""
@@ -60,7 +60,8 @@ def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -
         # Phi-3's v is a slice of the fused qkv_proj output: saving v keeps the whole [T, q + 2kv] storage alive
         per_token += prec.act * (q + kv)
     if m.qk_norm:   # per-head RMSNorm on q and k before RoPE (Qwen3, Gemma3): fp32 input + normalised tensor
-        per_token += (FP32 + _normed_bytes(m, prec)) * (q + kv)
+        # (frozen norm weights under LoRA: only the fp32 upcast, as for the layer norms)
+        per_token += (FP32 + (0 if frozen else _normed_bytes(m, prec))) * (q + kv)
     total = per_token * mb.tokens
     if attn == "eager":  # softmax probabilities [rows, heads, seq, seq] in the compute dtype, kept for backward
         total += prec.act * m.num_attention_heads * mb.rows * mb.seq * mb.seq
@@ -103,7 +104,7 @@ def layer_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, *, attn: str, lay
         norms += 2 * _norm_saved(h, prec, feeds_linear=False, frozen=frozen, normed=normed) * mb.tokens
     return {
         "norms": norms,
-        "attention": _attention_saved(m, mb, prec, attn),
+        "attention": _attention_saved(m, mb, prec, attn, frozen),
         "mlp": _mlp_saved(m, mb, prec, layer, frozen),
         "autocast_weights": autocast_weight_copies(layer_params, prec),
         "lora": lora.saved_per_layer(mb.tokens, prec),

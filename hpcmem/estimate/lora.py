@@ -53,7 +53,9 @@ def backward_transient(lora: LoraLayout, tokens: int, prec: Precision) -> int:
     if not lora.enabled or not lora.adapted:
         return 0
     widest = max(mod.in_features for mod in lora.adapted)
-    return tokens * widest * (2 * lora.adapter_bytes - 1)
+    # without dropout (DPO/Reward disable_dropout) the fp32 gradient through the dropout step does not exist
+    per_element = 2 * lora.adapter_bytes - 1 - (0 if lora.dropout else lora.adapter_bytes)
+    return tokens * widest * per_element
 
 
 def lora_layout(job: JobSpec) -> LoraLayout:

@@ -79,7 +79,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     gathered = [Component(name="gathered parameters", bytes=s.gathered)] if s.gathered else []
     accum_grads = s.gradients if t.gradient_accumulation_steps > 1 else 0
     grads_note = "kept across gradient accumulation" if accum_grads else ""
-    autocast_cache = 2 * parts.layers if prec.autocast and t.gradient_checkpointing else 0
+    # torch autocast caches the 16-bit copy only of leaf weights that require grad (cached_cast): all layer weights
+    # in full fine-tuning, only the adapters under LoRA; the cache lives until autocast exits (end of forward)
+    cached = lora.num_params if lora.enabled else parts.layers
+    autocast_cache = 2 * cached if prec.autocast and t.gradient_checkpointing else 0
     activations = Component(name="activations", bytes=saved_total,
                             note=f"{mode}: {mb.source}; {L} layers")
     forward = Phase(name="forward", components=(
