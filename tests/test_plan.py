@@ -153,7 +153,7 @@ def test_submit_plan_writes_the_top_plan(tmp_path):
     from hpcmem.cli import cli
 
     args = ["submit", "sft", "--model_name_or_path", "meta-llama/Llama-3.1-8B", "--max_length", "2048",
-            "--preset", "example-l40s", "--dry-run", "--runs-dir", str(tmp_path)]
+            "--use_peft", "false", "--preset", "example-l40s", "--dry-run", "--runs-dir", str(tmp_path)]
     refused = CliRunner().invoke(cli, args)
     assert refused.exception is not None            # does not fit without a plan
     result = CliRunner().invoke(cli, args + ["--plan"])
