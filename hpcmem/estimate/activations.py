@@ -53,7 +53,9 @@ def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str, f
     additive [rows, 1, seq, seq] bias in the compute dtype that it keeps for backward (CUDA: memory-efficient kernel)."""
     q = m.num_attention_heads * m.head_dim
     kv = m.num_key_value_heads * m.head_dim
-    repeated = mb.masked and m.num_key_value_heads != m.num_attention_heads
+    attn = effective_attention(m, attn)
+    eager = attn == "eager"
+    repeated = (mb.masked or eager) and m.num_key_value_heads != m.num_attention_heads
     kv_saved = q if repeated else kv
     per_token = prec.act * (2 * q + 2 * kv_saved) + LSE_BYTES * m.num_attention_heads
     if m.fused_qkv and not repeated:
@@ -63,11 +65,20 @@ def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str, f
         # (frozen norm weights under LoRA: only the fp32 upcast, as for the layer norms)
         per_token += (FP32 + (0 if frozen else _normed_bytes(m, prec))) * (q + kv)
     total = per_token * mb.tokens
-    if attn == "eager":  # softmax probabilities [rows, heads, seq, seq] in the compute dtype, kept for backward
-        total += prec.act * m.num_attention_heads * mb.rows * mb.seq * mb.seq
+    if eager:
+        # eager_attention_forward: softmax(dtype=fp32) keeps its fp32 output and the 16-bit probabilities are kept
+        # by the product with v; Gemma2's tanh soft-capping keeps its output too. [rows, heads, seq, seq] each.
+        per_score = FP32 + prec.act + (prec.act if m.attn_logit_softcapping else 0)
+        total += per_score * m.num_attention_heads * mb.rows * mb.seq * mb.seq
     elif mb.masked:
         total += prec.act * mb.rows * mb.seq * mb.seq
     return total
+
+
+def effective_attention(m: ModelSpec, attn: str) -> str:
+    """The kernel transformers runs: Gemma2 (attention logit soft-capping) declares `_supports_sdpa = False` and
+    runs eager whatever is asked (modeling_gemma2.py)."""
+    return "eager" if m.attn_logit_softcapping else attn
 
 
 def mask_bytes(mb: MicroBatch) -> int:
@@ -124,11 +135,17 @@ def selective_bytes(m: ModelSpec, mb: MicroBatch, prec: Precision) -> int:
     return checkpoint_bytes(m, mb, prec) + per_token * mb.tokens
 
 
-def backward_transient(m: ModelSpec, mb: MicroBatch, prec: Precision) -> int:
+def backward_transient(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str = "sdpa") -> int:
     """Gradients of one layer's intermediates alive at once during its backward: the incoming and outgoing
-    hidden-state gradients plus two intermediate-size gradients of the MLP (autograd frees each after use)."""
+    hidden-state gradients plus the larger of the MLP's (two intermediate-size gradients) and, for eager attention,
+    the score gradients (the probabilities' gradient and softmax's fp32 one, [rows, heads, seq, seq] each);
+    autograd frees each after use."""
     inter = m.moe_intermediate_size * m.num_experts_per_tok if m.is_moe else m.intermediate_size
-    return mb.tokens * (2 * prec.residual * m.hidden_size + 2 * prec.act * inter)
+    mlp = mb.tokens * 2 * prec.act * inter
+    scores = 0
+    if effective_attention(m, attn) == "eager":
+        scores = (FP32 + prec.act) * m.num_attention_heads * mb.rows * mb.seq * mb.seq
+    return mb.tokens * 2 * prec.residual * m.hidden_size + max(mlp, scores)
 
 
 def offloaded_on_gpu(saved_tensors_bytes: list[int]) -> int:

@@ -106,7 +106,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         below_and_own = on_gpu(sum(kept[:k + 1])) + rope + (act.mask_bytes(mb) if t.gradient_checkpointing else 0)
         recompute = full[k] if t.gradient_checkpointing else 0
         done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
-        transient = act.backward_transient(m, mb, prec) + layer_grad + lora_backward_transient(lora, mb.tokens, prec)
+        transient = act.backward_transient(m, mb, prec, t.attn_implementation) + layer_grad + lora_backward_transient(lora, mb.tokens, prec)
         comps = (*resident, *gathered,
                  Component(name="activations", bytes=below_and_own, note=f"layers ≤ {k}"),
                  *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
@@ -123,7 +123,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         *resident, grads_all, *step_extra,
         Component(name="optimizer step temporaries", bytes=opt_transient)))
     phases = [forward, head_phase, best, optimizer, embed_phase]
-    transient = max(saved_total + loss.backward_transient, full[0] + act.backward_transient(m, mb, prec))
+    transient = max(saved_total + loss.backward_transient, full[0] + act.backward_transient(m, mb, prec, t.attn_implementation))
     return [p for p in phases if p is not None], host, transient
 
 

@@ -196,6 +196,8 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
             if not records.is_file():
                 raise HpcmemError(f"no stored traces at {records}; run without --rescore first")
             results = rescore(records)
+            if write:
+                write_records(results, records)       # the stored traces with today's estimates
         else:
             chosen = load_cases(path, ci_only=ci_only)
             if not chosen:
