@@ -140,12 +140,25 @@ def backward_transient(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str 
     hidden-state gradients plus the larger of the MLP's (two intermediate-size gradients) and, for eager attention,
     the score gradients (the probabilities' gradient and softmax's fp32 one, [rows, heads, seq, seq] each);
     autograd frees each after use."""
+    return backward_parts(m, mb, prec, attn)[0] + max(backward_parts(m, mb, prec, attn)[1:])
+
+
+def backward_parts(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -> tuple[int, int, int]:
+    """(hidden-state gradients, MLP backward gradients, eager score gradients). The MLP runs its backward first,
+    while the whole layer's saved tensors are alive; by the attention's backward, the MLP's saved tensors are freed
+    (autograd drops each once unpacked), which the caller accounts for."""
     inter = m.moe_intermediate_size * m.num_experts_per_tok if m.is_moe else m.intermediate_size
     mlp = mb.tokens * 2 * prec.act * inter
-    scores = 0
+    q = m.num_attention_heads * m.head_dim
+    kv = m.num_key_value_heads * m.head_dim
     if effective_attention(m, attn) == "eager":
         scores = (FP32 + prec.act) * m.num_attention_heads * mb.rows * mb.seq * mb.seq
-    return mb.tokens * 2 * prec.residual * m.hidden_size + max(mlp, scores)
+    else:
+        # SDPA backward: dq, dk, dv plus FlashAttention-2's workspace (flash_api.cpp mha_bwd: fp32 dq_accum, and
+        # dk/dv expanded to every head under GQA)
+        expanded = 2 * prec.act * q if kv != q else 0
+        scores = mb.tokens * (prec.act * (q + 2 * kv) + FP32 * q + expanded)
+    return mb.tokens * 2 * prec.residual * m.hidden_size, mlp, scores
 
 
 def offloaded_on_gpu(saved_tensors_bytes: list[int]) -> int:

@@ -33,26 +33,33 @@ class LoraLayout:
         return sum(self.r * (m.in_features + m.out_features) * m.count_per_layer * m.num_layers
                    for m in self.adapted)
 
-    def saved_per_layer(self, tokens: int, prec: Precision) -> int:
+    def modules(self, part: str | None = None) -> tuple[LinearModule, ...]:
+        """Adapted modules, all or those of one part of the layer ("attention", or "mlp" for MLP/expert linears)."""
+        if part is None:
+            return self.adapted
+        return tuple(m for m in self.adapted if (m.kind == "attention") == (part == "attention"))
+
+    def saved_per_layer(self, tokens: int, prec: Precision, part: str | None = None) -> int:
         """Each adapted linear keeps the dropout mask, its input to lora_A in the compute dtype, and lora_A's
         [tokens, r] output for lora_B (peft/tuners/lora/layer.py Linear.forward)."""
         if not self.enabled:
             return 0
         mask = LORA_DROPOUT_MASK_BYTES if self.dropout else 0
         per_token = sum((m.in_features * (mask + prec.act) + self.r * prec.act)
-                        * m.count_per_layer * m.num_layers for m in self.adapted)
+                        * m.count_per_layer * m.num_layers for m in self.modules(part))
         return per_token * tokens // max(self.num_layers, 1)     # averaged over layers that hold the module
 
 
-def backward_transient(lora: LoraLayout, tokens: int, prec: Precision) -> int:
+def backward_transient(lora: LoraLayout, tokens: int, prec: Precision, part: str | None = None) -> int:
     """Gradient temporaries of one adapter's backward, alive beside the base path's input gradient: peft casts the
     input to the adapter dtype before dropout (peft/tuners/lora/layer.py `_cast_input_dtype`), so the gradient runs
     back through lora_A's compute-dtype cast, dropout and that cast in the adapter dtype — about
     (2 · adapter bytes − 1) bytes per input element at once for the widest adapted input (7 B for fp32 adapters under
     bf16 autocast; matches the trace of Qwen2.5-0.5B with down_proj adapters to 2 %, estimator/LOG.md)."""
-    if not lora.enabled or not lora.adapted:
+    mods = lora.modules(part) if lora.enabled else ()
+    if not mods:
         return 0
-    widest = max(mod.in_features for mod in lora.adapted)
+    widest = max(mod.in_features for mod in mods)
     # without dropout (DPO/Reward disable_dropout) the fp32 gradient through the dropout step does not exist
     per_element = 2 * lora.adapter_bytes - 1 - (0 if lora.dropout else lora.adapter_bytes)
     return tokens * widest * per_element

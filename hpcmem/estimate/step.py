@@ -106,7 +106,12 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         below_and_own = on_gpu(sum(kept[:k + 1])) + rope + (act.mask_bytes(mb) if t.gradient_checkpointing else 0)
         recompute = full[k] if t.gradient_checkpointing else 0
         done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
-        transient = act.backward_transient(m, mb, prec, t.attn_implementation) + layer_grad + lora_backward_transient(lora, mb.tokens, prec)
+        hidden_t, mlp_t, scores_t = act.backward_parts(m, mb, prec, t.attn_implementation)
+        # by the attention's backward the MLP's saved tensors (and the post-attention norm's) are already freed
+        freed = terms[k]["mlp"] + terms[k]["norms"] // 2 + lora.saved_per_layer(mb.tokens, prec, "mlp")
+        mlp_side = mlp_t + lora_backward_transient(lora, mb.tokens, prec, "mlp")
+        attention_side = max(scores_t - freed, 0) + lora_backward_transient(lora, mb.tokens, prec, "attention")
+        transient = hidden_t + max(mlp_side, attention_side) + layer_grad
         comps = (*resident, *gathered,
                  Component(name="activations", bytes=below_and_own, note=f"layers ≤ {k}"),
                  *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
