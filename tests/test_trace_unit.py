@@ -101,8 +101,8 @@ def test_run_trace_refuses_what_it_cannot_run():
     with pytest.raises(SpecError, match="one GPU"):
         run_trace(JobSpec(model=llama(), train=TrainSpec(trainer="sft"),
                           parallel=ParallelSpec(num_processes=8, distributed_type="DEEPSPEED", zero_stage=3)))
-    with pytest.raises(SpecError, match="estimated analytically"):
-        run_trace(JobSpec(model=llama(), train=TrainSpec(trainer="grpo")))
+    with pytest.raises(SpecError, match="use_vllm"):
+        run_trace(JobSpec(model=llama(), train=TrainSpec(trainer="grpo", use_vllm=True)))
     with pytest.raises(SpecError, match="kernels"):
         run_trace(job(), kernels="tpu")
 

@@ -45,6 +45,10 @@ def design_batch(job: JobSpec) -> BatchDesign:
     t = job.train
     if t.trainer in ("dpo", "reward"):
         return design_preference(job)
+    if t.trainer in ("grpo", "rloo"):
+        from hpcmem.trace.rl import design_rl
+
+        return design_rl(job)
     b, length = t.per_device_train_batch_size, t.max_length
     tpmb = job.tokens_per_micro_batch
     mult = t.pad_to_multiple_of or 1

@@ -8,6 +8,7 @@ Nothing here changes what is allocated: wrappers only push phase names and label
 | step N / forward | `Trainer.compute_loss` (SFTTrainer's: backbone + fused LM head + metrics) | activation |
 | step N / backward | `Accelerator.backward` | temporary (a gradient becomes grad) |
 | step N / optimizer | `Trainer._clip_grad_norm`, then `Optimizer.step` | temporary (states become optimizer) |
+| step N / scoring | GRPO/RLOO `_generate_and_score_completions` (prompt+completion batch, no-grad reference / old log-prob passes) | activation |
 | step N / forward / reference forward | DPO's reference forward inside `compute_loss` (`hpcmem.trace.pref.hook_reference`) | activation |
 
 The decoder layer that runs is the phase detail ("layer 7"): set by a forward pre-hook, which also fires when
@@ -65,6 +66,8 @@ def instrument(trainer: Any, tracker: StorageTracker) -> Instrumented:
         if p.requires_grad:
             inst._handles.append(p.register_post_accumulate_grad_hook(lambda p: tracker.tag(p.grad, "grad")))
     _wrap_method(inst, trainer, trainer, "compute_loss", "forward", "activation")
+    if hasattr(trainer, "_generate_and_score_completions"):     # GRPO/RLOO: the batch and its no-grad scoring passes
+        _wrap_method(inst, trainer, trainer, "_generate_and_score_completions", "scoring", "activation")
     _wrap_method(inst, trainer, trainer.accelerator, "backward", "backward", "temporary")
     _wrap_method(inst, trainer, trainer, "_clip_grad_norm", "optimizer", "temporary")
     _hook_optimizer(inst, trainer)

@@ -54,7 +54,8 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
         mapping = cuda_mapping(tracker, job) if kernels == "cuda" else contextlib.nullcontext([])
         with mapping as mapped:
             trainer, num_params = _build(job, design)
-            trainer.data_collator = fake_collator(trainer.data_collator, oracle, tracker)
+            if job.train.trainer not in ("grpo", "rloo"):    # GRPO/RLOO collate nothing (identity on prompts)
+                trainer.data_collator = fake_collator(trainer.data_collator, oracle, tracker)
             _offload(job, trainer, tracker, notes)
             result = _train(trainer, tracker, oracle)
         notes += list(mapped)
@@ -73,6 +74,10 @@ def trainer_notes(job: JobSpec) -> list[str]:
                  "policy's dtype, as TRL's create_model_from_path(dtype=model.dtype) loads it"] \
             if not (t.use_peft or t.precompute_ref_log_probs) else []
         return notes + ([PRECOMPUTE_NOTE] if t.precompute_ref_log_probs else [])
+    if t.trainer in ("grpo", "rloo"):
+        from hpcmem.trace.rl import rl_notes
+
+        return rl_notes(job)
     if t.trainer == "reward":
         return ["reward: AutoModelForSequenceClassification.from_config(num_labels=1) stands for the checkpoint TRL "
                 "loads" + ("; LoRA task_type SEQ_CLS (score head trained as a module to save)" if t.use_peft else "")]

@@ -19,7 +19,7 @@ from hpcmem.trace.hf_config import catalog_config, hf_config_dict
 # Optimizers the trace can build on CPU (bitsandbytes kernels need a GPU). "adamw_torch_foreach" is hpcmem's name for
 # torch AdamW with foreach=True (HF's "adamw_torch" leaves foreach to torch, which picks it on CUDA).
 TRACEABLE_OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach", "adafactor", "sgd")
-TRACEABLE_TRAINERS = ("sft", "dpo", "reward")
+TRACEABLE_TRAINERS = ("sft", "dpo", "reward", "grpo", "rloo")
 TRACE_STEPS = 2          # optimizer states are born in step 1; the steady peak is in step 2
 MAX_TRACED_ACCUMULATION = 2   # from the second micro-batch on, every accumulation step holds the same memory
 
@@ -37,6 +37,10 @@ def check_traceable(job: JobSpec) -> list[str]:
             problems.append(f"{t.trainer}: the trace needs max_length ≥ 4 (the longest chosen/rejected sequence)")
         if t.activation_offloading:
             problems.append(f"{t.trainer}: activation_offloading is traced for SFT only")
+    if t.trainer in ("grpo", "rloo"):
+        from hpcmem.trace.rl import check_rl
+
+        problems += check_rl(job)
     if t.quantized:
         problems.append("load_in_4bit/load_in_8bit need bitsandbytes on a GPU; the trace cannot run QLoRA")
     if t.optim not in TRACEABLE_OPTIMIZERS:
@@ -147,7 +151,11 @@ def build_trainer(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) 
     """TRL's SFTTrainer around `model`. With `fake`, the two adjustments a fake model needs (see `_fake_trainer`)."""
     from trl import SFTTrainer
 
-    if job.train.trainer in ("dpo", "reward"):
+    if job.train.trainer in ("grpo", "rloo"):
+        from hpcmem.trace.rl import build_rl
+
+        trainer = build_rl(job, model, design, fake=fake)
+    elif job.train.trainer in ("dpo", "reward"):
         from hpcmem.trace.pref import build_dpo, build_reward
 
         trainer = (build_dpo if job.train.trainer == "dpo" else build_reward)(job, model, design, fake=fake)

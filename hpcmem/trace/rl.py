@@ -1,0 +1,162 @@
+"""TRL 1.16's own `GRPOTrainer` and `RLOOTrainer` for a `JobSpec` (the online RL trainers the trace runs).
+
+The training step is TRL's: `_prepare_inputs` → `_generate_and_score_completions` (tokenize the prompts, build the
+[B·steps_per_generation, P + C] prompt+completion batch, the reference log-prob pass when beta > 0, rewards,
+advantages) → `compute_loss` (per-token log-probs through the fused LM head, the loss) → backward → optimizer step.
+
+What is not TRL's: generation. HF `generate` on fake tensors cannot decide which token comes next, so the trainer's
+`_generate_single_turn` is replaced by one that answers every prompt with `max_completion_length` copies of one
+ordinary token (no EOS: every completion runs to the limit, the longest batch TRL can build), and the reward is a
+constant function. Prompts are `max_prompt_length` words of the word tokenizer (one token per word).
+
+Reference model (beta > 0), as TRL decides it (grpo_trainer.py / rloo_trainer.py `__init__`):
+full fine-tuning → a second model from `create_model_from_path(model id, dtype=policy dtype)`, here built from the
+config in the policy's dtype; LoRA → none (adapters disabled for the reference pass); beta 0 → none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from hpcmem.spec import JobSpec
+from hpcmem.trace.data import FIRST_TOKEN_ID, WORD, BatchDesign
+
+RL_TRAINERS = ("grpo", "rloo")
+GENERATION_NOTE = ("{name}: generation is not traced — the trainer's _generate_single_turn is replaced by fixed "
+                   "completions of max_completion_length tokens (no EOS) and the reward by a constant function; "
+                   "TRL's scoring pass (reference log-probs when beta > 0), loss, backward and optimizer step run as "
+                   "in a real run")
+REF_NOTE = ("{name}: the reference model (beta > 0, full fine-tuning) is a second model built from the config in the "
+            "policy's dtype, as TRL's create_model_from_path(dtype=model.dtype) loads it")
+
+
+def check_rl(job: JobSpec) -> list[str]:
+    """What keeps the RL trace from running (the analytic estimate may still cover it)."""
+    t, problems = job.train, []
+    name = t.trainer
+    if t.use_vllm:
+        problems.append(f"{name}: use_vllm is not traced (vLLM's engine and KV cache live outside torch's allocator "
+                        "on the trainer's side); the analytic estimate covers it")
+    if t.packing or t.padding_free:
+        problems.append(f"{name}: packing/padding_free do not apply to {name} (TRL pads prompt+completion)")
+    if t.activation_offloading:
+        problems.append(f"{name}: activation_offloading is traced for SFT only")
+    if t.steps_per_generation is not None and t.steps_per_generation != t.gradient_accumulation_steps:
+        problems.append(f"{name}: the trace runs steps_per_generation = gradient_accumulation_steps (TRL's default); "
+                        f"got {t.steps_per_generation}")
+    if t.generation_batch_size is not None:
+        problems.append(f"{name}: generation_batch_size is not traced (leave it to TRL's default)")
+    if name == "rloo" and t.cast_lm_head_to_fp32:
+        problems.append("rloo: RLOOConfig has no cast_lm_head_to_fp32 (GRPO only)")
+    rows = t.per_device_train_batch_size * traced_steps_per_generation(job)
+    if rows % t.num_generations:
+        problems.append(f"{name}: per_device_train_batch_size × steps_per_generation ({rows}) must be a multiple of "
+                        f"num_generations ({t.num_generations}) — TRL's own rule")
+    return problems
+
+
+def traced_steps_per_generation(job: JobSpec) -> int:
+    from hpcmem.trace.trainer import traced_accumulation
+
+    return traced_accumulation(job)
+
+
+def design_rl(job: JobSpec) -> BatchDesign:
+    t = job.train
+    b, p, c = t.per_device_train_batch_size, t.max_prompt_length, t.max_completion_length
+    mult = t.pad_to_multiple_of or 1
+    width = -(-p // mult) * mult + -(-c // mult) * mult
+    return BatchDesign("prompt+completion", (p + c,) * b, (b, width), b * width,
+                       f"{b} rows of {p} prompt + {c} completion tokens (completions run to max_completion_length)")
+
+
+def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> Any:
+    from datasets import Dataset
+
+    from hpcmem.trace.pref import common_args
+    from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, peft_config, traced_accumulation
+
+    t = job.train
+    args = common_args(job)
+    for key in ("max_length", "activation_offloading"):     # SFT/DPO-only fields
+        args.pop(key)
+    if t.trainer == "grpo":
+        from trl import GRPOConfig as Config
+    else:
+        from trl import RLOOConfig as Config
+    config = Config(**args, beta=t.beta, num_generations=t.num_generations,
+                    max_completion_length=t.max_completion_length, use_vllm=False,
+                    disable_dropout=t.disable_dropout,
+                    **({"cast_lm_head_to_fp32": t.cast_lm_head_to_fp32} if t.trainer == "grpo" else {}))
+    rows = TRACE_STEPS * traced_accumulation(job) * t.per_device_train_batch_size
+    prompts = [" ".join([WORD] * t.max_prompt_length) for _ in range(rows)]
+    dataset = Dataset.from_dict({"prompt": prompts})
+    from hpcmem.trace.data import make_word_tokenizer
+
+    module = _module(t.trainer)
+    from hpcmem.trace.fakeenv import patched
+
+    ref_builder = lambda *a, **k: build_model_in_dtype(job)    # noqa: E731
+    with patched(module, "create_model_from_path", ref_builder):
+        trainer = _rl_class(t.trainer, fake, t.max_completion_length)(
+            model=model, reward_funcs=_constant_reward, args=config, train_dataset=dataset,
+            processing_class=make_word_tokenizer(), peft_config=peft_config(job))
+    return trainer
+
+
+def rl_notes(job: JobSpec) -> list[str]:
+    t = job.train
+    name = t.trainer.upper()
+    notes = [GENERATION_NOTE.format(name=name)]
+    if t.beta != 0.0 and not t.use_peft:
+        notes.append(REF_NOTE.format(name=name))
+    return notes
+
+
+def _constant_reward(completions: Any, **kwargs: Any) -> list[float]:
+    return [0.0] * len(completions)
+
+
+def _module(trainer: str) -> Any:
+    if trainer == "grpo":
+        import trl.trainer.grpo_trainer as module
+    else:
+        import trl.trainer.rloo_trainer as module
+    return module
+
+
+@contextlib.contextmanager
+def _scalar_metrics(module: Any) -> Any:
+    """TRL's `nanmin`/`nanmax` (metrics only) as a zero scalar: their boolean index needs values nobody knows."""
+    from hpcmem.trace.fakeenv import patched
+
+    names = [n for n in ("nanmin", "nanmax") if hasattr(module, n)]
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            stack.enter_context(patched(module, name, lambda tensor: tensor.new_zeros(())))
+        yield
+
+
+def _rl_class(trainer: str, fake: bool, completion_length: int) -> type:
+    if trainer == "grpo":
+        from trl import GRPOTrainer as Base
+    else:
+        from trl import RLOOTrainer as Base
+
+    class TracedRLTrainer(Base):
+        def _generate_single_turn(self, prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
+            completions = [[FIRST_TOKEN_ID] * completion_length for _ in prompt_ids]
+            return (completions, None) if trainer == "grpo" else completions     # GRPO: (ids, sampling logprobs)
+
+        if fake:
+            def _move_model_to_device(self, model: Any, device: Any) -> None:
+                return None
+
+            def _compute_loss(self, model: Any, inputs: Any) -> Any:
+                # the clip-ratio metrics' nanmin/nanmax boolean-index a scalar computed from fake weights
+                with _scalar_metrics(_module(trainer)):
+                    return super()._compute_loss(model, inputs)
+
+    TracedRLTrainer.__name__ = f"Traced{Base.__name__}"
+    return TracedRLTrainer

@@ -1,0 +1,98 @@
+"""The trace for the online RL trainers: GRPO and RLOO's training step (TRL's scoring pass, compute_loss, backward,
+optimizer step; generation replaced by fixed full-length completions, see hpcmem.trace.rl) counts on fake tensors
+the same peak as a REAL two-step run of the same trainer on the CPU (tiny model, same StorageTracker, same
+patches). Cases files build as jobs the trace accepts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+from hpcmem.errors import SpecError  # noqa: E402
+from hpcmem.spec import JobSpec, ModelSpec, TrainSpec  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+TOLERANCE = 0.01        # the brief's bar; measured: identical to the byte
+CASES_DIR = Path(__file__).resolve().parents[1] / "estimator" / "cases"
+
+
+def tiny_job(trainer: str, **train) -> JobSpec:
+    model = ModelSpec(name="tiny-llama", model_type="llama", vocab_size=1000, hidden_size=128, intermediate_size=256,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                      tie_word_embeddings=False)
+    settings = {"per_device_train_batch_size": 4, "num_generations": 2, "max_prompt_length": 16,
+                "max_completion_length": 24, **train}
+    return JobSpec(model=model, train=TrainSpec(trainer=trainer, **settings))
+
+
+CASES = {
+    "grpo-no-ref": ("grpo", {}),
+    "grpo-ref-model": ("grpo", {"beta": 0.04}),
+    "grpo-lora-ref-adapters-off": ("grpo", {"beta": 0.04, "use_peft": True, "lora_r": 8}),
+    "grpo-gc-off": ("grpo", {"gradient_checkpointing": False}),
+    "grpo-accumulation-2": ("grpo", {"gradient_accumulation_steps": 2, "per_device_train_batch_size": 2}),
+    "rloo-ref-model": ("rloo", {"beta": 0.05}),
+    "rloo-lora": ("rloo", {"beta": 0.05, "use_peft": True, "lora_r": 8, "gradient_checkpointing": False}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_trace_matches_a_real_cpu_run(case):
+    from hpcmem.trace import measure_cpu, run_trace
+
+    trainer, settings = CASES[case]
+    job = tiny_job(trainer, **dict(settings))
+    real = measure_cpu(job)
+    traced = run_trace(job, kernels="cpu")
+    delta = (traced.peak_allocated_bytes - real.peak_allocated_bytes) / real.peak_allocated_bytes
+    assert abs(delta) <= TOLERANCE, (case, real.peak_allocated_bytes, traced.peak_allocated_bytes, real.phase,
+                                     traced.phase)
+    assert traced.phase == real.phase
+    assert [s["step"] for s in traced.step_peaks] == [1, 2]
+    assert traced.batch["shape"] == [job.train.per_device_train_batch_size, 40]
+    assert any("_generate_single_turn" in n for n in traced.reimplemented)
+
+
+def test_reference_pass_is_in_the_scoring_phase_and_the_reference_is_counted():
+    from hpcmem.trace import run_trace
+
+    with_ref = run_trace(tiny_job("grpo", beta=0.04), kernels="cpu", timeline=True)
+    assert any(p.phase.startswith("step 2 / scoring") for p in with_ref.timeline)
+    no_ref = run_trace(tiny_job("grpo"), kernels="cpu")
+    # the second model's weights (fp32 here) are the difference in parameters
+    assert with_ref.components["param"] > no_ref.components["param"]
+    assert any("reference model" in n for n in with_ref.reimplemented)
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"use_vllm": True}, "use_vllm"),
+    ({"steps_per_generation": 4}, "steps_per_generation"),
+    ({"activation_offloading": True}, "activation_offloading"),
+])
+def test_unsupported_settings_are_refused(settings, words):
+    from hpcmem.trace import run_trace
+
+    with pytest.raises(SpecError, match=words):
+        run_trace(tiny_job("grpo", **settings), kernels="cpu")
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo"])
+def test_case_files_build_and_are_traceable(name):
+    from hpcmem.estimate import estimate
+    from hpcmem.trace.trainer import check_traceable
+    from hpcmem.trl_config import build_job, read_yaml
+
+    data = read_yaml(CASES_DIR / f"{name}.yaml")
+    ids = [c["id"] for c in data["cases"]]
+    assert len(ids) == len(set(ids)) and len(ids) >= 8
+    assert 2 <= sum(bool(c.get("ci")) for c in data["cases"]) <= 3
+    for case in data["cases"]:
+        settings = {k: v for k, v in case.items() if k not in ("id", "trainer", "ci")}
+        job, _ = build_job(case["trainer"], settings)
+        assert job.train.trainer == name
+        assert not check_traceable(job), (case["id"], check_traceable(job))
+        assert estimate(job).peak_allocated_bytes > 0
