@@ -27,6 +27,7 @@ class LossBytes:
     forward_transient: int
     backward_transient: int      # fp32 gradient accumulators + tile + casts, at the backward's return
     note: str
+    head_gradient: int = 0       # the returned input gradient: fp32 grad_hidden [N, H] and its cast
 
 
 def loss_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool) -> LossBytes:
@@ -47,4 +48,5 @@ def loss_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool)
     bwd = tile + weight_cast + chunk_cast + n * h * (FP32 + hidden_bytes) + n * FP32 + grad_weight
     note = (f"fused LM head: {n} scored tokens, tiles {min(n, TOKEN_CHUNK_SIZE)}×{min(v, VOCAB_CHUNK_SIZE)}, "
             "no [B,S,V] logits")
-    return LossBytes(saved=saved, forward_transient=fwd, backward_transient=bwd, note=note)
+    return LossBytes(saved=saved, forward_transient=fwd, backward_transient=bwd, note=note,
+                     head_gradient=n * h * (FP32 + hidden_bytes))

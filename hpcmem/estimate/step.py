@@ -112,6 +112,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         mlp_side = mlp_t + lora_backward_transient(lora, mb.tokens, prec, "mlp")
         attention_side = max(scores_t - freed, 0) + lora_backward_transient(lora, mb.tokens, prec, "attention")
         transient = hidden_t + max(mlp_side, attention_side) + layer_grad
+        if k == L - 1 and lora.enabled:
+            # with a frozen head the fused head's returned input gradient (fp32 [N, H] and its cast) is still alive in
+            # the first layer's backward (seen in the trace: LoRA cases were 6·H·N short; full fine-tuning is not)
+            transient += loss.head_gradient
         comps = (*resident, *gathered,
                  Component(name="activations", bytes=below_and_own, note=f"layers ≤ {k}"),
                  *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),

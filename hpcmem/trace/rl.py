@@ -5,7 +5,8 @@ The training step is TRL's: `_prepare_inputs` → `_generate_and_score_completio
 advantages) → `compute_loss` (per-token log-probs through the fused LM head, the loss) → backward → optimizer step.
 
 What is not TRL's: generation. HF `generate` on fake tensors cannot decide which token comes next, so the trainer's
-`_generate_single_turn` is replaced by one that answers every prompt with `max_completion_length` copies of one
+`_generate_single_turn` is replaced by one that answers every prompt (the last one token shorter, so the batch is
+padded like real completions of different lengths) with `max_completion_length` copies of one
 ordinary token (no EOS: every completion runs to the limit, the longest batch TRL can build), and the reward is a
 constant function. Prompts are `max_prompt_length` words of the word tokenizer (one token per word).
 
@@ -146,7 +147,11 @@ def _rl_class(trainer: str, fake: bool, completion_length: int) -> type:
 
     class TracedRLTrainer(Base):
         def _generate_single_turn(self, prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
+            # every completion runs to max_completion_length but the last, one token shorter: real completions end at
+            # different lengths, so the batch carries a padding mask (the same convention as SFT's padded worst case)
             completions = [[FIRST_TOKEN_ID] * completion_length for _ in prompt_ids]
+            if len(completions) > 1 and completion_length > 1:
+                completions[-1] = completions[-1][:-1]
             return (completions, None) if trainer == "grpo" else completions     # GRPO: (ids, sampling logprobs)
 
         if fake:
