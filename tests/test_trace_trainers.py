@@ -10,18 +10,17 @@ import pytest
 
 pytest.importorskip("trl")
 
-from hpcmem.spec import JobSpec, ModelSpec, TrainSpec  # noqa: E402
+from hpcmem.spec import JobSpec, TrainSpec  # noqa: E402
+
+from tests.trace_helpers import TINY_LLAMA, trace_matches_cpu  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-TOLERANCE = 0.01        # the brief's bar; measured: identical to the byte
 CASES_DIR = Path(__file__).resolve().parents[1] / "estimator" / "cases"
 
 
 def tiny_job(trainer: str, **train) -> JobSpec:
-    model = ModelSpec(name="tiny-llama", model_type="llama", vocab_size=1000, hidden_size=128, intermediate_size=256,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                      tie_word_embeddings=False)
+    model = TINY_LLAMA
     settings = {"max_length": 64, "per_device_train_batch_size": 2, **train}
     return JobSpec(model=model, train=TrainSpec(trainer=trainer, **settings))
 
@@ -39,17 +38,9 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_trace_matches_a_real_cpu_run(case):
-    from hpcmem.trace import measure_cpu, run_trace
-
     trainer, settings = CASES[case]
     job = tiny_job(trainer, **dict(settings))
-    real = measure_cpu(job)
-    traced = run_trace(job, kernels="cpu")
-    delta = (traced.peak_allocated_bytes - real.peak_allocated_bytes) / real.peak_allocated_bytes
-    assert abs(delta) <= TOLERANCE, (case, real.peak_allocated_bytes, traced.peak_allocated_bytes, real.phase,
-                                     traced.phase)
-    assert traced.phase == real.phase
-    assert [s["step"] for s in traced.step_peaks] == [1, 2]
+    real, traced = trace_matches_cpu(job, case)
     assert traced.batch["shape"] == [4, 64] or case == "dpo-optimizer-peak"
     if case == "dpo-optimizer-peak":
         assert "optimizer" in real.phase
