@@ -39,8 +39,17 @@ def resident_components(s: States, lora: LoraLayout) -> list[Component]:
 
 def layer_terms(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, lora: LoraLayout) -> list[dict]:
     m = job.model
-    return [act.layer_saved(m, mb, prec, attn=job.train.attn_implementation, layer=k, layer_params=parts.per_layer,
-                            lora=lora) for k in range(m.num_hidden_layers)]
+
+    def saved(k: int) -> dict:
+        return act.layer_saved(m, mb, prec, attn=job.train.attn_implementation, layer=k, layer_params=parts.per_layer,
+                               lora=lora)
+
+    # layers differ only by dense vs MoE MLP: compute each kind once (the planner calls this thousands of times)
+    first = saved(0)
+    if not m.is_moe or m.num_dense_layers == 0:
+        return [first] * m.num_hidden_layers
+    sparse = saved(m.num_dense_layers)
+    return [first if k < m.num_dense_layers else sparse for k in range(m.num_hidden_layers)]
 
 
 def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
@@ -100,30 +109,38 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         *([Component(name="gradients", bytes=accum_grads, note=grads_note)] if accum_grads else []),
         Component(name="loss / fused LM head", bytes=loss.backward_transient,
                   note="fp32 grad accumulators + tile at the head's backward")))
-    best: Phase | None = None
-    for k in range(L - 1, -1, -1):
-        # under checkpointing each layer's inputs (hidden state, RoPE, the boolean mask) stay referenced
-        below_and_own = on_gpu(sum(kept[:k + 1])) + rope + (act.mask_bytes(mb) if t.gradient_checkpointing else 0)
+    # per-layer constants of the backward, then the worst layer k found numerically before any Phase is built
+    hidden_t, mlp_t, scores_t = act.backward_parts(m, mb, prec, t.attn_implementation)
+    lora_mlp_saved = lora.saved_per_layer(mb.tokens, prec, "mlp")
+    mlp_side = mlp_t + lora_backward_transient(lora, mb.tokens, prec, "mlp")
+    lora_attention_t = lora_backward_transient(lora, mb.tokens, prec, "attention")
+    held = rope + (act.mask_bytes(mb) if t.gradient_checkpointing else 0)   # inputs kept for the recompute
+    prefix = [0]
+    for v in kept:
+        prefix.append(prefix[-1] + v)
+    base = sum(c.bytes for c in (*resident, *gathered))
+
+    def layer_instant(k: int) -> tuple[int, int, int, int]:
+        below_and_own = on_gpu(prefix[k + 1]) + held
         recompute = full[k] if t.gradient_checkpointing else 0
         done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
-        hidden_t, mlp_t, scores_t = act.backward_parts(m, mb, prec, t.attn_implementation)
         # by the attention's backward the MLP's saved tensors (and the post-attention norm's) are already freed
-        freed = terms[k]["mlp"] + terms[k]["norms"] // 2 + lora.saved_per_layer(mb.tokens, prec, "mlp")
-        mlp_side = mlp_t + lora_backward_transient(lora, mb.tokens, prec, "mlp")
-        attention_side = max(scores_t - freed, 0) + lora_backward_transient(lora, mb.tokens, prec, "attention")
-        transient = hidden_t + max(mlp_side, attention_side) + layer_grad
+        freed = terms[k]["mlp"] + terms[k]["norms"] // 2 + lora_mlp_saved
+        transient = hidden_t + max(mlp_side, max(scores_t - freed, 0) + lora_attention_t) + layer_grad
         if k == L - 1 and lora.enabled:
             # with a frozen head the fused head's returned input gradient (fp32 [N, H] and its cast) is still alive in
             # the first layer's backward (seen in the trace: LoRA cases were 6·H·N short; full fine-tuning is not)
             transient += loss.head_gradient
-        comps = (*resident, *gathered,
-                 Component(name="activations", bytes=below_and_own, note=f"layers ≤ {k}"),
-                 *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
-                 Component(name="gradients", bytes=done, note=grads_note or f"layers > {k} done"),
-                 Component(name="backward temporaries", bytes=transient))
-        phase = Phase(name=f"backward (layer {k})", components=comps)
-        if best is None or phase.bytes > best.bytes:
-            best = phase
+        return below_and_own, recompute, done, transient
+
+    worst_k = max(range(L - 1, -1, -1), key=lambda k: base + sum(layer_instant(k)))
+    below_and_own, recompute, done, transient = layer_instant(worst_k)
+    best = Phase(name=f"backward (layer {worst_k})", components=(
+        *resident, *gathered,
+        Component(name="activations", bytes=below_and_own, note=f"layers ≤ {worst_k}"),
+        *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
+        Component(name="gradients", bytes=done, note=grads_note or f"layers > {worst_k} done"),
+        Component(name="backward temporaries", bytes=transient)))
     grads_all = Component(name="gradients", bytes=s.gradients)
     embed_phase = _embedding_backward(job, mb, prec, parts, resident, grads_all, head_trains)
     step_extra = [Component(name="gradient buffers", bytes=s.grad_buffers, note="fp32 gradient partition")] \
