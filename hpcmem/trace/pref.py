@@ -16,7 +16,6 @@ Reward: `AutoModelForSequenceClassification.from_config(config, num_labels=1)` (
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from typing import Any
 
 from hpcmem.spec import JobSpec
@@ -27,28 +26,10 @@ PRECOMPUTE_NOTE = ("precompute_ref_log_probs: TRL's reference pass over the data
                    "only the training steps are traced")
 
 
-def common_args(job: JobSpec, output_dir: str | None = None) -> dict[str, Any]:
-    from hpcmem.trace.trainer import TRACE_STEPS, traced_accumulation
-
-    t = job.train
-    optim = "adamw_torch" if t.optim == "adamw_torch_foreach" else t.optim
-    return dict(
-        output_dir=output_dir or tempfile.mkdtemp(prefix="hpcmem-trace-"),
-        max_steps=TRACE_STEPS, per_device_train_batch_size=t.per_device_train_batch_size,
-        gradient_accumulation_steps=traced_accumulation(job),
-        gradient_checkpointing=t.gradient_checkpointing,
-        gradient_checkpointing_kwargs=dict(t.gradient_checkpointing_kwargs) or None,
-        bf16=t.bf16, fp16=t.fp16, optim=optim, max_length=t.max_length, pad_to_multiple_of=t.pad_to_multiple_of,
-        activation_offloading=False,
-        train_sampling_strategy="sequential", report_to="none", disable_tqdm=True, logging_steps=10_000,
-        save_strategy="no", use_cpu=True, dataloader_num_workers=0, seed=0,
-    )
-
-
 def build_dpo(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> Any:
     from trl import DPOConfig
 
-    from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, peft_config, traced_accumulation
+    from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, common_args, peft_config, traced_accumulation
 
     t = job.train
     args = DPOConfig(**common_args(job), beta=t.beta, precompute_ref_log_probs=t.precompute_ref_log_probs)
@@ -66,7 +47,7 @@ def build_dpo(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> A
 def build_reward(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> Any:
     from trl import RewardConfig
 
-    from hpcmem.trace.trainer import TRACE_STEPS, peft_config, traced_accumulation
+    from hpcmem.trace.trainer import TRACE_STEPS, common_args, peft_config, traced_accumulation
 
     args = RewardConfig(**common_args(job))
     dataset = make_preference_dataset(job, design, TRACE_STEPS * traced_accumulation(job))

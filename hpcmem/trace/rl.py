@@ -75,7 +75,7 @@ def design_rl(job: JobSpec) -> BatchDesign:
 def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> Any:
     from datasets import Dataset
 
-    from hpcmem.trace.pref import common_args
+    from hpcmem.trace.trainer import common_args
     from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, peft_config, traced_accumulation
 
     t = job.train

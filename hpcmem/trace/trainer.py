@@ -123,24 +123,30 @@ def peft_config(job: JobSpec) -> Any:
                       target_modules=_peft_targets(t.lora_target_modules))
 
 
-def sft_config(job: JobSpec, output_dir: str | None = None) -> Any:
-    from trl import SFTConfig
-
+def common_args(job: JobSpec, output_dir: str | None = None) -> dict[str, Any]:
+    """TrainingArguments every traced trainer shares: two steps, the job's batch/precision/checkpointing, nothing
+    that writes, logs or shuffles."""
     t = job.train
     optim = "adamw_torch" if t.optim == "adamw_torch_foreach" else t.optim
-    return SFTConfig(
+    return dict(
         output_dir=output_dir or tempfile.mkdtemp(prefix="hpcmem-trace-"),
         max_steps=TRACE_STEPS, per_device_train_batch_size=t.per_device_train_batch_size,
         gradient_accumulation_steps=traced_accumulation(job),
         gradient_checkpointing=t.gradient_checkpointing,
         gradient_checkpointing_kwargs=dict(t.gradient_checkpointing_kwargs) or None,
-        bf16=t.bf16, fp16=t.fp16, optim=optim,
-        max_length=t.max_length, packing=t.packing, packing_strategy=t.packing_strategy,
-        padding_free=t.padding_free, pad_to_multiple_of=t.pad_to_multiple_of,
+        bf16=t.bf16, fp16=t.fp16, optim=optim, max_length=t.max_length, pad_to_multiple_of=t.pad_to_multiple_of,
         activation_offloading=False,     # emulated by hpcmem.trace.offload (TRL's needs a CUDA/XPU accelerator)
         train_sampling_strategy="sequential", report_to="none", disable_tqdm=True, logging_steps=10_000,
         save_strategy="no", use_cpu=True, dataloader_num_workers=0, seed=0,
     )
+
+
+def sft_config(job: JobSpec, output_dir: str | None = None) -> Any:
+    from trl import SFTConfig
+
+    t = job.train
+    return SFTConfig(**common_args(job, output_dir), packing=t.packing, packing_strategy=t.packing_strategy,
+                     padding_free=t.padding_free)
 
 
 def traced_accumulation(job: JobSpec) -> int:
