@@ -8,7 +8,7 @@ import pytest
 
 from hpcmem.estimate import estimate
 from hpcmem.estimate.shape import micro_batch
-from hpcmem.estimate.states import model_states, param_parts
+from hpcmem.estimate.states import model_states
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.shape import precision
 from hpcmem.models import resolve_model

@@ -135,18 +135,11 @@ def selective_bytes(m: ModelSpec, mb: MicroBatch, prec: Precision) -> int:
     return checkpoint_bytes(m, mb, prec) + per_token * mb.tokens
 
 
-def backward_transient(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str = "sdpa") -> int:
-    """Gradients of one layer's intermediates alive at once during its backward: the incoming and outgoing
-    hidden-state gradients plus the larger of the MLP's (two intermediate-size gradients) and, for eager attention,
-    the score gradients (the probabilities' gradient and softmax's fp32 one, [rows, heads, seq, seq] each);
-    autograd frees each after use."""
-    return backward_parts(m, mb, prec, attn)[0] + max(backward_parts(m, mb, prec, attn)[1:])
-
-
 def backward_parts(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -> tuple[int, int, int]:
-    """(hidden-state gradients, MLP backward gradients, eager score gradients). The MLP runs its backward first,
-    while the whole layer's saved tensors are alive; by the attention's backward, the MLP's saved tensors are freed
-    (autograd drops each once unpacked), which the caller accounts for."""
+    """Gradients of one layer's intermediates alive during its backward: (hidden-state gradients, MLP backward
+    gradients, attention backward gradients — eager score gradients or SDPA's dq/dk/dv + workspace). The MLP runs its
+    backward first, while the whole layer's saved tensors are alive; by the attention's backward, the MLP's saved
+    tensors are freed (autograd drops each once unpacked), which the caller accounts for."""
     inter = m.moe_intermediate_size * m.num_experts_per_tok if m.is_moe else m.intermediate_size
     mlp = mb.tokens * 2 * prec.act * inter
     q = m.num_attention_heads * m.head_dim

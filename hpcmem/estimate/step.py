@@ -149,7 +149,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         *resident, grads_all, *step_extra,
         Component(name="optimizer step temporaries", bytes=opt_transient)))
     phases = [forward, head_phase, best, optimizer, embed_phase]
-    transient = max(saved_total + loss.backward_transient, full[0] + act.backward_transient(m, mb, prec, t.attn_implementation))
+    transient = max(saved_total + loss.backward_transient, full[0] + hidden_t + max(mlp_t, scores_t))
     return [p for p in phases if p is not None], host, transient
 
 
