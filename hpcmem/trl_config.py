@@ -97,9 +97,9 @@ def _normalise(settings: dict[str, Any]) -> dict[str, Any]:
         out["gradient_checkpointing_kwargs"] = {}
     targets = out.get("lora_target_modules")
     if isinstance(targets, str):
-        out["lora_target_modules"] = tuple(x.strip() for x in targets.split(",") if x.strip())
-    elif isinstance(targets, (list, tuple)):
-        out["lora_target_modules"] = tuple(targets)
+        targets = [targets]
+    if isinstance(targets, (list, tuple)):       # YAML list, one string, or repeated --lora_target_modules flags
+        out["lora_target_modules"] = tuple(x.strip() for item in targets for x in str(item).split(",") if x.strip())
     elif "lora_target_modules" in out and targets is None:
         out["lora_target_modules"] = ()
     if out.get("bf16") is None and "bf16" in out:

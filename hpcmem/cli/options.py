@@ -128,13 +128,11 @@ def job_options(func: Callable) -> Callable:
 
 
 def collect(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The flags the user actually gave, with 'none' turned into None."""
+    """The flags the user actually gave, with 'none' turned into None (values are normalised by trl_config)."""
     out = {}
     for key, value in kwargs.items():
         if value is None or value == ():
             continue
-        if key == "lora_target_modules":
-            value = tuple(x.strip() for v in value for x in v.split(",") if x.strip())
         out[key] = None if value is EXPLICIT_NONE else value
     return out
 
