@@ -10,38 +10,29 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcmem.errors import Problems
+from hpcmem.trl_fields import owners
 
 if TYPE_CHECKING:
     from hpcmem.spec import JobSpec
 
 CONFIG_CLASS = {"sft": "SFTConfig", "dpo": "DPOConfig", "reward": "RewardConfig", "grpo": "GRPOConfig",
                 "rloo": "RLOOConfig"}
-# Which trainer's config declares a field (trl/trainer/*_config.py, 1.16).
-FIELD_TRAINERS: dict[str, tuple[str, ...]] = {
-    "packing": ("sft",),
-    "padding_free": ("sft", "dpo"),
-    "activation_offloading": ("sft", "dpo", "reward"),
-    "precompute_ref_log_probs": ("dpo",),
-    "disable_dropout": ("dpo", "reward", "grpo", "rloo"),
-    "use_vllm": ("grpo", "rloo"),
-    "vllm_enable_sleep_mode": ("grpo", "rloo"),
-    "generation_batch_size": ("grpo", "rloo"),
-    "steps_per_generation": ("grpo", "rloo"),
-}
-# Values that mean "the field is not used" (so a default never trips the rule above).
-_UNSET = {"disable_dropout": False, "packing": False, "padding_free": False, "activation_offloading": False, "precompute_ref_log_probs": False,
-          "use_vllm": False, "vllm_enable_sleep_mode": False, "generation_batch_size": None,
-          "steps_per_generation": None}
+# Fields only some trainers' configs declare (hpcmem.trl_fields), with the value that means "not used" — so a
+# default never trips the rule below.
+_UNSET = {"disable_dropout": False, "packing": False, "padding_free": False, "activation_offloading": False,
+          "precompute_ref_log_probs": False, "use_vllm": False, "vllm_enable_sleep_mode": False,
+          "generation_batch_size": None, "steps_per_generation": None}
+FIELD_TRAINERS: dict[str, tuple[str, ...]] = {name: owners(name) for name in _UNSET}
 
 
 def check_job(job: JobSpec) -> None:
     t, par = job.train, job.parallel
     p = Problems()
-    for name, owners in FIELD_TRAINERS.items():
-        if t.trainer not in owners and getattr(t, name) != _UNSET[name]:
-            where = "/".join(CONFIG_CLASS[o] for o in owners)
+    for name, declared_by in FIELD_TRAINERS.items():
+        if t.trainer not in declared_by and getattr(t, name) != _UNSET[name]:
+            where = "/".join(CONFIG_CLASS[o] for o in declared_by)
             p.add(f"{name} is a {where} field; {CONFIG_CLASS[t.trainer]} has no {name} field — remove it "
-                  f"or use `hpcmem estimate {owners[0]}`")
+                  f"or use `hpcmem estimate {declared_by[0]}`")
     # sft_trainer.py: padding_free without packing does not enforce max_length.
     if t.trainer == "sft" and t.padding_free and not t.packing and t.max_length is not None:
         p.add("padding_free=True without packing does not enforce max_length (SFTTrainer raises): enable packing "

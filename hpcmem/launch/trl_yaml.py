@@ -3,8 +3,8 @@
 A spec field is written when the user's YAML names it or when the spec's value differs from the spec default (it was
 chosen: on the command line, by a preset, by the planner). Fields the trainer's config class does not declare are
 never written, because `TrlParser` turns unknown YAML keys into extra `accelerate launch` arguments (`trl sft`) or
-drops them (`python -m trl.scripts.sft`). The field tables below are TRL 1.16's (trl/trainer/*_config.py,
-trl/trainer/model_config.py); tests/test_launch_parsers.py pins them against the installed dataclasses.
+drops them (`python -m trl.scripts.sft`). The field tables are TRL 1.16's (hpcmem/trl_fields.py);
+tests/test_launch_parsers.py pins them against the installed dataclasses.
 """
 
 from __future__ import annotations
@@ -12,24 +12,11 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
+from hpcmem.trl_fields import MODEL_CONFIG_FIELDS, TRAINER_FIELDS
+
 if TYPE_CHECKING:
     from hpcmem.spec import JobSpec
 
-MODEL_CONFIG_FIELDS = ("dtype", "attn_implementation", "use_peft", "lora_r", "lora_alpha", "lora_target_modules",
-                       "load_in_4bit", "load_in_8bit", "use_bnb_nested_quant")
-_COMMON = ("per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
-           "gradient_checkpointing_kwargs", "bf16", "fp16", "optim", "pad_to_multiple_of")
-_GENERATION = ("num_generations", "steps_per_generation", "generation_batch_size", "max_completion_length", "beta",
-               "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size",
-               "vllm_enable_sleep_mode", "ds3_gather_for_generation")
-TRAINER_FIELDS: dict[str, tuple[str, ...]] = {
-    "sft": _COMMON + ("max_length", "packing", "packing_strategy", "padding_free", "activation_offloading"),
-    "dpo": _COMMON + ("max_length", "padding_free", "activation_offloading", "precompute_ref_log_probs", "beta",
-                      "disable_dropout"),
-    "reward": _COMMON + ("max_length", "activation_offloading", "disable_dropout"),
-    "grpo": _COMMON + _GENERATION + ("cast_lm_head_to_fp32", "disable_dropout"),
-    "rloo": _COMMON + _GENERATION + ("disable_dropout",),
-}
 # Names that belong to hpcmem/accelerate, not to TRL: removed from a user's TRL YAML before it is written.
 HPCMEM_ONLY = ("gpu", "accelerate_config", "lengths", "max_prompt_length", "expandable_segments", "tokens_per_micro_batch", "num_processes", "num_machines",
                "distributed_type", "zero_stage", "offload_optimizer_device", "offload_param_device", "fsdp_version",
