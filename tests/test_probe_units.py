@@ -3,9 +3,12 @@ committed CPU records staying readable by `hpcmem validate`."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
-from hpcmem.probe.dist import merge_ranks
+from hpcmem.probe.dist import merge_ranks, supervise
 from hpcmem.probe.matrix import CASES, command_line, main
 from hpcmem.probe.record import estimator_dir, read_records
 from hpcmem.probe.runner import PhaseClock
@@ -88,3 +91,33 @@ def test_committed_cpu_records_validate() -> None:
     report = against_probes([path])
     assert report.rows and not [n for n in report.notes if "failed" in n or "no estimate" in n]
     assert {r.technique for r in report.rows} >= {"full+gc", "lora+gc", "full+gc+zero3x2", "full+gc+fsdp2x2"}
+
+
+def _rank_process(tmp: Path, rank: int, status: str | None, sleep_s: float) -> subprocess.Popen:
+    """A real process standing in for one rank: writes its result file (if given a status) after `sleep_s`."""
+    write = (f"import json, pathlib; pathlib.Path({str(tmp)!r}, 'rank{rank}.json').write_text(json.dumps("
+             f"{{'status': {status!r}, 'rank': {rank}}}))") if status else "pass"
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({sleep_s}); {write}"])
+
+
+def test_a_rank_that_ran_out_of_memory_does_not_leave_its_peer_hanging(tmp_path: Path) -> None:
+    # rank 0 records an OOM at once; rank 1 is "blocked in a collective" (sleeps far past the grace period)
+    procs = [_rank_process(tmp_path, 0, "oom", 0.0), _rank_process(tmp_path, 1, None, 300.0)]
+    t0 = time.monotonic()
+    codes, stopped = supervise(procs, tmp_path, timeout_s=600, grace_s=1.0)
+    assert time.monotonic() - t0 < 30
+    assert codes[0] == 0 and codes[1] != 0
+    assert list(stopped) == [1] and "rank 0 finished with 'oom'" in stopped[1]
+
+
+def test_healthy_ranks_are_left_to_finish(tmp_path: Path) -> None:
+    # rank 0 finishes ok early; rank 1 takes longer than the grace period: an ok peer is no reason to stop it
+    procs = [_rank_process(tmp_path, 0, "ok", 0.0), _rank_process(tmp_path, 1, "ok", 2.5)]
+    codes, stopped = supervise(procs, tmp_path, timeout_s=600, grace_s=0.5)
+    assert codes == [0, 0] and stopped == {}
+
+
+def test_aborted_peer_does_not_hide_the_oom() -> None:
+    merged = merge_ranks([{"status": "oom", "rank": 0, "peak_allocated_bytes": 5, "oom": {"phase": "backward"}},
+                          {"status": "aborted", "rank": 1, "reason": "stopped after rank 0 finished with 'oom'"}])
+    assert merged["status"] == "oom" and merged["oom"]["phase"] == "backward"

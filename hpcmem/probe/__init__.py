@@ -40,11 +40,15 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
         quiet()
         measured = measure(job, device=device, steps=steps, warmup_steps=warmup_steps,
                            capacity_bytes=capacity_bytes)
-    if measured.get("status") == "error":
+    if measured.get("status") in ("error", "aborted"):
         from hpcmem.errors import HpcmemError
 
-        tails = [r.get("log_tail", "") for r in measured.get("ranks", []) if r.get("status") == "error"]
-        raise HpcmemError("probe failed (no record written); last output of the failing rank:\n" + tails[0][-3000:])
+        ranks = measured.get("ranks", [])
+        tails = [r.get("log_tail", "") for r in ranks if r.get("status") == "error"]
+        if tails:
+            raise HpcmemError("probe failed (no record written); last output of the failing rank:\n" + tails[0][-3000:])
+        reasons = sorted({r.get("reason", "") for r in ranks if r.get("status") == "aborted"})
+        raise HpcmemError("probe failed (no record written): " + "; ".join(reasons))
     record = make_record(job, measured=measured, estimate=estimate, estimate_error=estimate_error, device=device,
                          steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes, started=started)
     record["timings"] = {"wall_s": round(time.time() - started, 3), **(measured.get("timings") or {})}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 WORKER_TIMEOUT_S = 1800
+PEER_GRACE_S = 20.0  # how long the other ranks may still finish after one failed
 
 
 def free_port() -> int:
@@ -47,29 +48,68 @@ def run_ranks(job: Any, *, device: str, steps: int, warmup_steps: int, capacity_
             log = open(Path(tmp) / f"rank{rank}.log", "wb")
             procs.append((subprocess.Popen([sys.executable, "-m", "hpcmem.probe.dist", str(payload), tmp], env=env,
                                            stdout=log, stderr=subprocess.STDOUT), log))
-        deadline = time.monotonic() + timeout_s
-        codes = []
-        for proc, log in procs:
-            try:
-                codes.append(proc.wait(timeout=max(1.0, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                codes.append(proc.wait())
+        codes, stopped = supervise([proc for proc, _ in procs], Path(tmp), timeout_s=timeout_s)
+        for _, log in procs:
             log.close()
         ranks = []
         for rank, code in enumerate(codes):
             out = Path(tmp) / f"rank{rank}.json"
             if out.is_file():
                 ranks.append(json.loads(out.read_text()))
+            elif rank in stopped:
+                ranks.append({"status": "aborted", "rank": rank, "exit_code": code, "reason": stopped[rank]})
             else:
                 tail = (Path(tmp) / f"rank{rank}.log").read_bytes()[-4000:].decode(errors="replace")
                 ranks.append({"status": "error", "rank": rank, "exit_code": code, "log_tail": tail})
     return merge_ranks(ranks)
 
 
+def supervise(procs: list[subprocess.Popen], out_dir: Path, *, timeout_s: float,
+              grace_s: float = PEER_GRACE_S, poll_s: float = 0.2) -> tuple[list[int], dict[int, str]]:
+    """Wait for every rank; return (exit codes, {rank: why it was stopped}).
+
+    A rank that ran out of memory (or failed) leaves its peers blocked in the next collective until the process
+    group's timeout (30 min for gloo and NCCL). Once a rank has finished with anything but "ok", the others get
+    `grace_s` to finish on their own and are then killed, so one rank's OOM is a record in seconds, not a hang."""
+    deadline = time.monotonic() + timeout_s
+    failed: tuple[int, str] | None = None
+    failed_at = 0.0
+    stopped: dict[int, str] = {}
+    while True:
+        now = time.monotonic()
+        running = [rank for rank, proc in enumerate(procs) if proc.poll() is None]
+        if not running:
+            break
+        if failed is None:
+            failed = _first_failure(procs, out_dir)
+            failed_at = now
+        limit = deadline if failed is None else min(deadline, failed_at + grace_s)
+        if now >= limit:
+            why = (f"stopped after rank {failed[0]} finished with {failed[1]!r} and this rank was still waiting "
+                   f"{grace_s:.0f} s later" if failed is not None else f"no result within {timeout_s:.0f} s")
+            for rank in running:
+                procs[rank].kill()
+                stopped[rank] = why
+            break
+        time.sleep(poll_s)
+    return [proc.wait() for proc in procs], stopped
+
+
+def _first_failure(procs: list[subprocess.Popen], out_dir: Path) -> tuple[int, str] | None:
+    for rank, proc in enumerate(procs):
+        code = proc.poll()
+        if code is None:
+            continue
+        out = out_dir / f"rank{rank}.json"
+        status = json.loads(out.read_text()).get("status", "error") if out.is_file() else "error"
+        if status != "ok" or code != 0:
+            return rank, status if status != "ok" else f"exit code {code}"
+    return None
+
+
 def merge_ranks(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """One measurement for the run: each peak is the worst rank's (what must fit on every GPU); ranks kept whole."""
-    order = {"error": 2, "oom": 1, "ok": 0}
+    order = {"error": 3, "oom": 2, "aborted": 1, "ok": 0}
     status = max((r.get("status", "error") for r in ranks), key=lambda s: order.get(s, 2))
     merged: dict[str, Any] = {"status": status, "ranks": ranks}
     for key in ("peak_allocated_bytes", "peak_reserved_bytes", "device_peak_bytes", "device_sampled_peak_bytes",

@@ -31,7 +31,8 @@ def summary(record: dict[str, Any]) -> str:
     if record.get("estimate") is None:
         lines.append(f"  estimate: none ({record.get('estimate_error')})")
     for r in m.get("ranks") or []:
-        lines.append(f"  rank {r.get('rank')}: {r.get('status')} allocated {_gib(r.get('peak_allocated_bytes'))}")
+        why = f" ({r['reason']})" if r.get("reason") else ""
+        lines.append(f"  rank {r.get('rank')}: {r.get('status')} allocated {_gib(r.get('peak_allocated_bytes'))}{why}")
     if record.get("_path"):
         lines.append(f"  record appended to {record['_path']}")
     return "\n".join(lines)
