@@ -265,13 +265,32 @@ def test_sbatch_refusal_is_a_clear_hpcmem_error(tmp_path):
     assert "1 node(s) × 8 GPU(s) × 64 CPUs" in str(err.value) and "hpcmem presets check site" in str(err.value)
 
 
-def test_cheapest_fixes_come_from_the_real_estimator():
-    from hpcmem.launch.fit import check_fit
+def test_refusal_fixes_are_flags_that_fit_when_pasted_back(tmp_path):
+    """The refusal's changes are the planner's plans written as flags: appended to the refused command they must
+    parse (the real CLI) and the estimate must then fit with exactly the peak the refusal printed."""
+    from click.testing import CliRunner
 
-    report = check_fit(job(model_name_or_path="Qwen/Qwen2.5-7B", use_peft=False, max_length=4096,
-                           per_device_train_batch_size=8, num_processes=4, gpu="L40S"))
-    assert not report.fits and report.fixes
-    assert all(f.device_peak_bytes <= report.gpu_memory_bytes for f in report.fixes)
+    from hpcmem.cli import cli
+    from hpcmem.launch.submission import DoesNotFit
+
+    base = ["sft", "--model_name_or_path", "Qwen/Qwen2.5-7B", "--use_peft", "false", "--max_length", "4096",
+            "--per_device_train_batch_size", "8", "--num_processes", "4"]
+    refused = CliRunner().invoke(cli, ["submit", *base, "--preset", "example-l40s", "--dry-run",
+                                       "--runs-dir", str(tmp_path / "runs")])
+    assert isinstance(refused.exception, DoesNotFit), refused.output
+    message = str(refused.exception)
+    assert "changes that fit, fastest first" in message, message
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())   # nothing written
+    lines = [ln for ln in message.splitlines() if ln.startswith("  --")]
+    assert not any("--packing" in ln for ln in lines)           # a refusal does not change what a batch holds
+    assert lines
+    for line in lines:
+        flags, peak = line.split("   → ")
+        out = CliRunner().invoke(cli, ["estimate", *base, "--gpu", "L40S", *shlex.split(flags), "--json"])
+        assert out.exit_code == 0, out.output
+        est = json.loads(out.output)
+        assert est["fits"] is True, line
+        assert f"{est['per_gpu']['device_peak_bytes'] / 1024**3:.1f} GiB" == peak.split(" (")[0], line
 
 
 def test_submitit_gets_the_same_allocation_and_setup(tmp_path):

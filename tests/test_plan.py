@@ -163,3 +163,23 @@ def test_submit_plan_writes_the_top_plan(tmp_path):
     estimate = __import__("json").loads((run_dir / "estimate.json").read_text())
     assert estimate["fits"] is True
     assert accel["distributed_type"] in ("DEEPSPEED", "FSDP")
+
+
+def test_plan_flags_reproduce_each_plan_through_the_cli():
+    """`hpcmem plan --json` gives each plan as flags; appended to the user's command they must parse and give that
+    plan's device peak (the flags are the inverse of the CLI's option generator, not a second spelling)."""
+    user = ["sft", "--model_name_or_path", "Qwen/Qwen2.5-7B", "--use_peft", "false", "--max_length", "4096",
+            "--num_processes", "4", "--gpu", "L40S"]
+    out = CliRunner().invoke(cli, ["plan", *user, "--top", "4", "--json"], catch_exceptions=False)
+    plans = json.loads(out.output)["plans"]
+    assert len(plans) == 4 and all(p["flags"] for p in plans)
+    for p in plans:
+        est = CliRunner().invoke(cli, ["estimate", *user, *p["flags"], "--json"], catch_exceptions=False)
+        assert est.exit_code == 0, est.output
+        assert json.loads(est.output)["per_gpu"]["device_peak_bytes"] == p["device_peak_bytes"], p["flags"]
+
+
+def test_without_allow_peft_a_lora_job_stays_lora():
+    job = base(model=LLAMA8B, use_peft=True)
+    assert {p.knobs.peft for p in plan(job, gpu_spec("L40S"), top=5)} == {"lora"}
+    assert {p.knobs.peft for p in plan(base(model=LLAMA8B), gpu_spec("H100-80GB"), top=5)} == {"none"}

@@ -1,13 +1,9 @@
-"""Will the job fit? The estimate against the preset's GPU, and, when it does not, the cheapest changes that would.
-
-A change is tried on a copy of the spec and estimated again; changes are listed in the order that costs the run the
-least (allocator setting, then recomputation, then smaller micro-batches with the same effective batch, then more
-sharding/offload, then LoRA). Single changes first; when none fits alone, the cumulative chain is tried.
+"""Will the job fit? The estimate against the preset's GPU, and, when it does not, the changes that would: the
+planner's fastest plans (hpcmem.plan) written as the flags to add.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -21,8 +17,9 @@ GIB = 1024**3
 
 @dataclass(frozen=True)
 class Fix:
-    flags: str              # what to add to the command line
+    flags: str              # what to add to the command line (shell-quoted)
     device_peak_bytes: int
+    label: str = ""         # the plan's knobs in words (hpcmem plan's column)
 
 
 @dataclass(frozen=True)
@@ -44,10 +41,11 @@ class FitReport:
             return f"fits: {head}"
         lines = [f"does not fit: {head}"]
         if self.fixes:
-            lines.append("cheapest changes that fit:")
-            lines += [f"  {f.flags}   → {f.device_peak_bytes / GIB:.1f} GiB" for f in self.fixes]
+            lines.append("changes that fit, fastest first (hpcmem plan):")
+            lines += [f"  {f.flags}   → {f.device_peak_bytes / GIB:.1f} GiB ({f.label})" for f in self.fixes]
         else:
-            lines.append("no single change tried fits: use a larger GPU, more nodes, or a smaller model")
+            lines.append("no combination of memory techniques fits, even with LoRA: use a larger GPU, more GPUs or "
+                         "nodes, a shorter max_length, or a smaller model")
         lines.append("(--force submits anyway)")
         return "\n".join(lines)
 
@@ -65,71 +63,22 @@ def check_fit(job: JobSpec, *, estimator: Callable | None = None, max_fixes: int
     estimate = estimator or _estimator()
     est = estimate(job)
     fits = est.device_peak_bytes <= job.gpu.memory_bytes
-    fixes = () if fits else tuple(suggest_fixes(job, estimate, limit=max_fixes))
+    # fixes come from the real estimator's search; an injected estimator (tests) gets none
+    fixes = () if fits or estimator is not None else tuple(suggest_fixes(job, limit=max_fixes))
     return FitReport(fits=fits, device_peak_bytes=est.device_peak_bytes, peak_allocated_bytes=est.peak_allocated_bytes,
                      peak_reserved_bytes=est.peak_reserved_bytes, gpu_name=job.gpu.name,
                      gpu_memory_bytes=job.gpu.memory_bytes, estimate_json=est.to_json(), fixes=fixes)
 
 
-def _replace(job: JobSpec, train: dict | None = None, parallel: dict | None = None, **top) -> JobSpec:
-    t = dataclasses.replace(job.train, **(train or {}))
-    p = dataclasses.replace(job.parallel, **(parallel or {}))
-    return dataclasses.replace(job, train=t, parallel=p, **top)
+def suggest_fixes(job: JobSpec, *, limit: int = 3) -> list[Fix]:
+    """The `limit` fastest plans that fit, as changes to the job's flags — `hpcmem plan`'s search (one search in the
+    product), keeping the global batch. Changes that alter what is trained come last: packing is offered only when the
+    job packs already, and LoRA only when nothing fits without it."""
+    from hpcmem.plan import plan
+    from hpcmem.plan.flags import flags_line
 
-
-def _candidates(job: JobSpec) -> list[tuple[str, Callable[[JobSpec], JobSpec]]]:
-    """(flags, change) in order of cost to the run; each change applies to any spec (for the cumulative chain)."""
-    t, par = job.train, job.parallel
-    out: list[tuple[str, Callable[[JobSpec], JobSpec]]] = []
-    if not job.expandable_segments:
-        out.append(("--expandable_segments true", lambda j: _replace(j, expandable_segments=True)))
-    if not t.gradient_checkpointing:
-        out.append(("--gradient_checkpointing true", lambda j: _replace(j, {"gradient_checkpointing": True})))
-    bs, ga = t.per_device_train_batch_size, t.gradient_accumulation_steps
-    while bs > 1:
-        bs, ga = bs // 2, ga * 2
-        out.append((f"--per_device_train_batch_size {bs} --gradient_accumulation_steps {ga}",
-                    lambda j, bs=bs, ga=ga: _replace(j, {"per_device_train_batch_size": bs,
-                                                         "gradient_accumulation_steps": ga})))
-    if par.num_processes > 1 and not par.fsdp and (not par.deepspeed or par.zero_stage < 3):
-        for stage in (2, 3):
-            if not par.deepspeed or par.zero_stage < stage:
-                out.append((f"--distributed_type DEEPSPEED --zero_stage {stage}",
-                            lambda j, s=stage: _replace(j, parallel={"distributed_type": "DEEPSPEED", "zero_stage": s})))
-    if par.deepspeed and par.zero_stage >= 1 and par.offload_optimizer_device == "none":
-        out.append(("--offload_optimizer_device cpu", lambda j: _replace(j, parallel={"offload_optimizer_device": "cpu"})))
-    if t.trainer in ("sft", "dpo", "reward") and not t.activation_offloading:
-        out.append(("--activation_offloading true", lambda j: _replace(j, {"activation_offloading": True})))
-    if not t.use_peft:
-        out.append(("--use_peft true", lambda j: _replace(j, {"use_peft": True})))
-    return out
-
-
-def suggest_fixes(job: JobSpec, estimate: Callable, *, limit: int = 3) -> list[Fix]:
-    """Up to `limit` single changes that fit; else the shortest cumulative chain of changes that fits."""
-    applied: list[tuple[str, JobSpec]] = []
-    fixes: list[Fix] = []
-    for flags, change in _candidates(job):
-        try:
-            applied.append((flags, change(job)))
-        except (HpcmemError, TypeError, ValueError):
-            continue   # a change the spec refuses in this combination
-        peak = estimate(applied[-1][1]).device_peak_bytes
-        if peak <= job.gpu.memory_bytes:
-            fixes.append(Fix(flags, peak))
-            if len(fixes) == limit:
-                break
-    if fixes:
-        return fixes
-    chain: dict[str, str] = {}     # first flag → flags: a smaller batch supersedes the previous one
-    cumulative = job
-    for flags, change in _candidates(job):
-        try:
-            cumulative = change(cumulative)
-        except (HpcmemError, TypeError, ValueError):
-            continue
-        chain[flags.split()[0]] = flags
-        peak = estimate(cumulative).device_peak_bytes
-        if peak <= job.gpu.memory_bytes:
-            return [Fix(" ".join(chain.values()), peak)]
+    for allow_peft in (False, True):
+        plans = plan(job, job.gpu, allow_peft=allow_peft, top=limit, exclude={"pack": ["packing"]})
+        if plans:
+            return [Fix(flags_line(job, p.job), p.device_peak_bytes, p.knobs.label()) for p in plans]
     return []

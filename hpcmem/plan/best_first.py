@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
-from typing import Collection
+from typing import Collection, Mapping
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate import Estimate, estimate
@@ -189,7 +189,8 @@ class _Speeds:
 
 
 def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_batch_size: int | None = None,
-           allow_peft: bool = False, top: int | None = 10) -> PlanReport:
+           allow_peft: bool = False, top: int | None = 10,
+           exclude: Mapping[str, Collection] | None = None) -> PlanReport:
     """Rank the combinations of free knobs that fit `gpu`, fastest first (see the module docstring).
 
     `top=None` walks every combination (no rank bound): each gets a fit verdict, for the benchmark and tests."""
@@ -197,7 +198,7 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
     base = replace(base, gpu=gpu) if base.gpu != gpu else base
     own = job_knobs(base)
     gbs = global_batch_size or own.batch * own.accum * base.parallel.world_size
-    combos = combinations(axes(base, fixed, gbs, allow_peft))
+    combos = combinations(axes(base, fixed, gbs, allow_peft, exclude))
     speeds = _Speeds(base, gpu)
     par_fields = {name: _parallel_fields(base, name) for name in {k.sharding for k in combos}}
     scored = sorted(((speeds(k, par_fields[k.sharding]), k) for k in combos),
@@ -327,7 +328,7 @@ class _Walker:
 
 
 def plan(job: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_batch_size: int | None = None,
-         allow_peft: bool = False, top: int = 10) -> list[Plan]:
-    """The `top` fastest combinations that fit, best first (for `hpcmem submit --plan`)."""
+         allow_peft: bool = False, top: int = 10, exclude: Mapping[str, Collection] | None = None) -> list[Plan]:
+    """The `top` fastest combinations that fit, best first (for `hpcmem submit --plan` and the refusal's fixes)."""
     return list(search(job, gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft,
-                       top=top).plans)
+                       top=top, exclude=exclude).plans)

@@ -11,6 +11,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.plan.knobs import GIVEN, Knobs, apply
 from hpcmem.plan.best_first import GIB, Plan, PlanReport
+from hpcmem.plan.flags import changed_flags, flags_line
 
 FASTER_SHOWN = 8        # rejected faster alternatives listed by --explain
 
@@ -109,6 +110,7 @@ def render(report: PlanReport, explain: bool = False) -> str:
         lines.append("   nothing fits: allow PEFT (--allow_peft), shorten max_length, add GPUs or pick a larger GPU")
     for p in report.plans[:1] if not explain else report.plans:
         lines.append(f"why #{p.rank}: " + "; ".join(reasons(report, p)))
+        lines.append(f"#{p.rank} as flags: {flags_line(base, p.job)}")
     if explain:
         faster = faster_rejected(report)
         if faster:
@@ -139,6 +141,7 @@ def to_json(report: PlanReport) -> dict:
             "step_s": p.speed.step_s,
             "mfu": p.speed.mfu,
             "reasons": reasons(report, p),
+            "flags": changed_flags(report.base, p.job),
         } for p in report.plans],
         "rejected_faster": [{"knobs": v.knobs._asdict(), "tokens_per_s_per_gpu": v.speed.tokens_per_s_per_gpu,
                              "why": v.why, "how": v.how}

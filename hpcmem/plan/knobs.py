@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 from itertools import product
-from typing import Collection, NamedTuple
+from typing import Collection, Mapping, NamedTuple
 
 from hpcmem.errors import SpecError
 from hpcmem.spec import JobSpec, ParallelSpec
@@ -93,8 +93,11 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_peft: bool) -> dict[str, list]:
-    """The values each knob may take. Batch and accumulation are tied: batch × accum × world = global batch."""
+def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_peft: bool,
+         exclude: Mapping[str, Collection] | None = None) -> dict[str, list]:
+    """The values each knob may take. Batch and accumulation are tied: batch × accum × world = global batch.
+    `exclude` removes values from a free axis (e.g. {"pack": ["packing"]}: do not change what a batch holds); the
+    job's own value always stays."""
     own = job_knobs(job)
     world = job.parallel.world_size
     if global_batch_size % world:
@@ -102,7 +105,10 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
     per_gpu = global_batch_size // world
 
     def axis(name: str, values) -> list:
-        return [getattr(own, name)] if any(f in fixed for f in FIXING_FLAGS[name]) else list(values)
+        if any(f in fixed for f in FIXING_FLAGS[name]):
+            return [getattr(own, name)]
+        drop = set((exclude or {}).get(name, ())) - {getattr(own, name)}
+        return [v for v in values if v not in drop]
 
     batches = axis("batch", _divisors(per_gpu))
     if "gradient_accumulation_steps" in fixed:
@@ -113,7 +119,8 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
         "pack": axis("pack", PACK_VALUES),
         "batch": batches,
         "sharding": axis("sharding", SHARDINGS),
-        "peft": axis("peft", PEFT_VALUES if allow_peft else ("none",)),
+        # without allow_peft the job keeps its own choice (full or LoRA): PEFT changes what is trained
+        "peft": axis("peft", PEFT_VALUES) if allow_peft else [own.peft],
         "expandable_segments": axis("expandable_segments", (False, True)),
         "_per_gpu": [per_gpu],
     }
