@@ -21,7 +21,8 @@ CONFIG_CLASS = {"sft": "SFTConfig", "dpo": "DPOConfig", "reward": "RewardConfig"
 # default never trips the rule below.
 _UNSET = {"disable_dropout": False, "packing": False, "padding_free": False, "activation_offloading": False,
           "precompute_ref_log_probs": False, "use_vllm": False, "vllm_enable_sleep_mode": False,
-          "generation_batch_size": None, "steps_per_generation": None}
+          "generation_batch_size": None, "steps_per_generation": None, "num_iterations": 1,
+          "vllm_importance_sampling_correction": True}
 FIELD_TRAINERS: dict[str, tuple[str, ...]] = {name: owners(name) for name in _UNSET}
 
 

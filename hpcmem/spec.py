@@ -135,12 +135,14 @@ class TrainSpec:
     steps_per_generation: int | None = None      # None → gradient_accumulation_steps
     generation_batch_size: int | None = None
     max_completion_length: int = 512
+    num_iterations: int = 1                      # μ: optimisation passes over each generated batch
     beta: float = 0.0                            # GRPO 0.0 (no reference); RLOO 0.05; DPO 0.1 (unused for memory)
     use_vllm: bool = False
     vllm_mode: str = "colocate"
     vllm_gpu_memory_utilization: float = 0.3
     vllm_tensor_parallel_size: int = 1
     vllm_enable_sleep_mode: bool = False
+    vllm_importance_sampling_correction: bool = True   # GRPO only
     ds3_gather_for_generation: bool = True
     cast_lm_head_to_fp32: bool = False
     # hpcmem-only: the longest prompt of a GRPO/RLOO batch (TRL has no max_prompt_length any more)
@@ -156,7 +158,7 @@ class TrainSpec:
         p.check(self.optim in OPTIMIZERS, f"optim {self.optim!r} is not modelled; choose one of {', '.join(OPTIMIZERS)}")
         p.check(self.vllm_mode in VLLM_MODES, f"vllm_mode must be colocate or server; got {self.vllm_mode!r}")
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "lora_r", "num_generations",
-                     "vllm_tensor_parallel_size", "max_completion_length", "max_prompt_length"):
+                     "vllm_tensor_parallel_size", "max_completion_length", "max_prompt_length", "num_iterations"):
             p.check(getattr(self, name) >= 1, f"{name} must be ≥ 1; got {getattr(self, name)}")
         for name in ("max_length", "pad_to_multiple_of", "steps_per_generation", "generation_batch_size"):
             value = getattr(self, name)

@@ -10,7 +10,8 @@ MODEL_CONFIG_FIELDS = ("dtype", "attn_implementation", "use_peft", "lora_r", "lo
                        "load_in_4bit", "load_in_8bit", "use_bnb_nested_quant")
 _COMMON = ("per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
            "gradient_checkpointing_kwargs", "bf16", "fp16", "optim", "pad_to_multiple_of")
-_GENERATION = ("num_generations", "steps_per_generation", "generation_batch_size", "max_completion_length", "beta",
+_GENERATION = ("num_generations", "steps_per_generation", "generation_batch_size", "max_completion_length",
+               "num_iterations", "beta",
                "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size",
                "vllm_enable_sleep_mode", "ds3_gather_for_generation")
 TRAINER_FIELDS: dict[str, tuple[str, ...]] = {
@@ -18,7 +19,7 @@ TRAINER_FIELDS: dict[str, tuple[str, ...]] = {
     "dpo": _COMMON + ("max_length", "padding_free", "activation_offloading", "precompute_ref_log_probs", "beta",
                       "disable_dropout"),
     "reward": _COMMON + ("max_length", "activation_offloading", "disable_dropout"),
-    "grpo": _COMMON + _GENERATION + ("cast_lm_head_to_fp32", "disable_dropout"),
+    "grpo": _COMMON + _GENERATION + ("vllm_importance_sampling_correction", "cast_lm_head_to_fp32", "disable_dropout"),
     "rloo": _COMMON + _GENERATION + ("disable_dropout",),
 }
 

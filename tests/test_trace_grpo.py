@@ -87,3 +87,33 @@ def test_case_files_build_and_are_traceable(name):
         assert job.train.trainer == name
         assert not check_traceable(job), (case["id"], check_traceable(job))
         assert estimate(job).peak_allocated_bytes > 0
+
+
+@pytest.mark.parametrize("trainer,settings", [
+    ("grpo", {}),                                          # aligned: TRL skips the pass
+    ("grpo", {"num_iterations": 2}),                       # μ = 2: samples reused by a newer policy
+    ("grpo", {"gradient_accumulation_steps": 2, "per_device_train_batch_size": 2, "num_iterations": 2}),
+    ("rloo", {"beta": 0.0}),                               # RLOO always scores old log-probs
+])
+def test_old_logprob_pass_is_counted_exactly_when_trl_runs_it(trainer, settings):
+    """The answer comes from the real trainer: run two CPU steps and see whether the policy's no-grad log-prob pass
+    ran while scoring (beta 0: no reference model, so every scoring call of the policy is that pass)."""
+    import torch
+
+    from hpcmem.estimate.trainers import computes_old_logps
+    from hpcmem.trace.data import design_batch
+    from hpcmem.trace.trainer import build_model, build_trainer
+
+    job = tiny_job(trainer, **settings)
+    trainer_obj = build_trainer(job, build_model(job), design_batch(job), fake=False)
+    scoring_calls = []
+    original = trainer_obj._get_per_token_logps_and_entropies
+
+    def spy(*args, **kwargs):
+        if not torch.is_grad_enabled():
+            scoring_calls.append(1)
+        return original(*args, **kwargs)
+
+    trainer_obj._get_per_token_logps_and_entropies = spy
+    trainer_obj.train()
+    assert bool(scoring_calls) == computes_old_logps(job), (settings, len(scoring_calls))

@@ -5,8 +5,8 @@ Rules (trl 1.16; MEMORY-FACTS rules 3–5, checked against the installed source)
   `model_init_kwargs` (fp32 unless dtype), absent with PEFT (adapters disabled act as reference), with
   `precompute_ref_log_probs` (DPO) or `beta == 0` (GRPO default). `prepare_deepspeed` (trl/models/utils.py) runs it at
   ZeRO stage 0 unless the policy uses ZeRO-3: a FULL 16-bit replica per GPU under ZeRO-1/2, a /N partition under ZeRO-3.
-- No-grad passes (reference forward, RLOO/GRPO-with-vLLM old log-probs): one layer's intermediates at a time, plus the
-  fused head's tile; chunked by per_device_train_batch_size.
+- No-grad passes (reference forward, old log-probs — see `computes_old_logps`): one layer's intermediates at a time,
+  plus the fused head's tile; chunked by per_device_train_batch_size.
 - Generation (HF `generate`, no vLLM): KV cache 2 · layers · kv_heads · head_dim · tokens · rows · bytes for all
   generation rows of the rank at once (per_device_train_batch_size × steps_per_generation); with ZeRO-3 and
   `ds3_gather_for_generation` the whole model is gathered on every GPU.
@@ -27,6 +27,20 @@ from hpcmem.rules import generation_batch_size
 from hpcmem.spec import JobSpec
 
 FP32 = 4
+
+
+def computes_old_logps(job: JobSpec) -> bool:
+    """Does the trainer run the policy's no-grad log-prob pass after generating? RLOO always does
+    (rloo_trainer.py `_generate_and_score_completions`); GRPO only when generation and optimisation are misaligned —
+    gradient_accumulation_steps not a multiple of steps_per_generation × num_iterations — or for vLLM's importance
+    sampling correction (grpo_trainer.py, same method, trl 1.16)."""
+    t = job.train
+    if t.trainer == "rloo":
+        return True
+    if t.trainer != "grpo":
+        return False
+    generate_every = (t.steps_per_generation or t.gradient_accumulation_steps) * t.num_iterations
+    return t.gradient_accumulation_steps % generate_every != 0 or (t.use_vllm and t.vllm_importance_sampling_correction)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +108,7 @@ def trainer_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerE
     if has_reference(job):
         phases.append(Phase(name="reference forward", components=(
             Component(name="no-grad pass", bytes=_no_grad_pass(job, b, seq, prec)),)))
-    if t.trainer == "rloo" or t.use_vllm:
+    if computes_old_logps(job):
         phases.append(Phase(name="old log-prob pass", components=(
             Component(name="no-grad pass", bytes=_no_grad_pass(job, b, seq, prec),
                       note="chunked by per_device_train_batch_size"),)))

@@ -15,19 +15,15 @@ from typing import Any
 
 from hpcmem.errors import HpcmemError
 from hpcmem.probe import fixtures
+from hpcmem.trl_fields import MODEL_CONFIG_FIELDS, TRAINER_FIELDS
 
 TRAINERS = {"sft": ("SFTTrainer", "SFTConfig"), "dpo": ("DPOTrainer", "DPOConfig"),
             "grpo": ("GRPOTrainer", "GRPOConfig"), "rloo": ("RLOOTrainer", "RLOOConfig"),
             "reward": ("RewardTrainer", "RewardConfig")}
-# TrainSpec fields that are also TRL config fields of the same name (STYLE: one name per setting).
-SHARED_FIELDS = (
-    "per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
-    "gradient_checkpointing_kwargs", "bf16", "fp16", "optim", "max_length", "packing", "packing_strategy",
-    "padding_free", "pad_to_multiple_of", "activation_offloading", "precompute_ref_log_probs", "num_generations",
-    "steps_per_generation", "generation_batch_size", "max_completion_length", "beta", "use_vllm", "vllm_mode",
-    "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_enable_sleep_mode", "ds3_gather_for_generation",
-    "cast_lm_head_to_fp32",
-)
+# TrainSpec fields that are also TRL config fields of the same name (STYLE: one name per setting); ModelConfig's go
+# through model_init_kwargs / peft_config instead.
+SHARED_FIELDS = tuple(dict.fromkeys(name for fields in TRAINER_FIELDS.values() for name in fields
+                                    if name not in MODEL_CONFIG_FIELDS))
 
 
 class ProbeUnsupported(HpcmemError):

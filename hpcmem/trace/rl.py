@@ -87,7 +87,7 @@ def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> An
     else:
         from trl import RLOOConfig as Config
     config = Config(**args, beta=t.beta, num_generations=t.num_generations,
-                    max_completion_length=t.max_completion_length, use_vllm=False,
+                    max_completion_length=t.max_completion_length, num_iterations=t.num_iterations, use_vllm=False,
                     disable_dropout=t.disable_dropout,
                     **({"cast_lm_head_to_fp32": t.cast_lm_head_to_fp32} if t.trainer == "grpo" else {}))
     rows = TRACE_STEPS * traced_accumulation(job) * t.per_device_train_batch_size
