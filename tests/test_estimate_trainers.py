@@ -52,14 +52,14 @@ def test_grpo_beta_zero_has_no_reference_and_rloo_has_one():
 def test_generation_kv_cache_by_hand():
     est = run("grpo", dtype="bfloat16")                   # 8 completions × (512 prompt + 512 completion)
     kv = 2 * 28 * 4 * 128 * 1024 * 8 * 2
-    assert component(phase(est, "generation"), "KV cache") == kv
+    assert component(phase(est, "generation (last token)"), "KV cache") == kv
     est4 = run("grpo", dtype="bfloat16", steps_per_generation=4)   # rows per rank = 8 × 4
-    assert component(phase(est4, "generation"), "KV cache") == 4 * kv
+    assert component(phase(est4, "generation (last token)"), "KV cache") == 4 * kv
 
 
 def test_ds3_gather_for_generation_materialises_the_full_model():
-    on = phase(run("grpo", par=z(3), dtype="bfloat16"), "generation")
-    off = phase(run("grpo", par=z(3), dtype="bfloat16", ds3_gather_for_generation=False), "generation")
+    on = phase(run("grpo", par=z(3), dtype="bfloat16"), "generation (prefill)")
+    off = phase(run("grpo", par=z(3), dtype="bfloat16", ds3_gather_for_generation=False), "generation (prefill)")
     assert component(on, "gathered model (ds3_gather_for_generation)") == PSI * 2
     assert component(off, "gathered model (ds3_gather_for_generation)") == 0
 

@@ -117,3 +117,23 @@ def test_old_logprob_pass_is_counted_exactly_when_trl_runs_it(trainer, settings)
     trainer_obj._get_per_token_logps_and_entropies = spy
     trainer_obj.train()
     assert bool(scoring_calls) == computes_old_logps(job), (settings, len(scoring_calls))
+
+
+@pytest.mark.parametrize("settings", [
+    {"max_prompt_length": 512, "max_completion_length": 8, "use_peft": True, "lora_r": 8},    # the prefill peaks
+    {"max_prompt_length": 16, "max_completion_length": 120, "use_peft": True, "lora_r": 8},   # the last token peaks
+    {"max_prompt_length": 256, "max_completion_length": 64, "dtype": "bfloat16"},             # full, 16-bit weights
+])
+def test_generation_phase_matches_transformers_generate(settings):
+    """HF generate (no vLLM), run as TRL calls it on fake tensors to full length: its peak in step 2 (after the
+    optimizer states exist) against the estimator's two generation instants (prefill, last token)."""
+    from hpcmem.estimate import estimate
+    from hpcmem.trace import run_trace
+
+    job = tiny_job("grpo", **{"per_device_train_batch_size": 8, "num_generations": 4, **settings})
+    traced = run_trace(job, kernels="cuda", timeline=True, generation=True)
+    points = [p.current_bytes for p in traced.timeline
+              if p.phase.startswith("step 2") and "generation" in p.phase]
+    assert points, "no generation phase in the trace"
+    est = max(p.bytes for p in estimate(job).phases if p.name.startswith("generation"))
+    assert abs(est - max(points)) / max(points) <= 0.03, (est, max(points))

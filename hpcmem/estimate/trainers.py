@@ -88,6 +88,34 @@ def kv_cache_bytes(job: JobSpec, rows: int, tokens_per_row: int, dtype_bytes: in
     return 2 * m.num_hidden_layers * m.num_key_value_heads * m.head_dim * tokens_per_row * rows * dtype_bytes
 
 
+def generation_instants(job: JobSpec, rows: int, act: int) -> list[tuple[str, tuple[Component, ...]]]:
+    """The two peaks of transformers' `generate` (generation/utils.py `_sample`, no_grad, outside autocast: tensors in
+    the weights' dtype `act`), each row running to max_completion_length:
+    - end of the prefill (last layer's MLP): the KV cache of the prompts, and per prompt token the embeddings (kept by
+      the model's forward), the layer's input (kept by the caller's loop), its residual and normalised hidden, three
+      [T, intermediate] MLP tensors (act(gate), up, their product) and RoPE's fp32 cos/sin;
+    - the last token: the whole KV cache, plus one layer's keys (DynamicCache's `torch.cat` builds the longer tensor
+      before the old one is freed), plus the last position's logits, their fp32 copy and the softmax (rows × vocab).
+    Checked against the trace with `run_trace(..., generation=True)` (tests/test_trace_grpo.py)."""
+    m, t = job.model, job.train
+    prompt, total = t.max_prompt_length, t.max_prompt_length + t.max_completion_length
+    tokens = rows * prompt
+    inter = m.moe_intermediate_size * m.num_experts_per_tok if m.is_moe else m.intermediate_size
+    prefill_act = tokens * (4 * m.hidden_size + 3 * inter) * act + 2 * tokens * m.head_dim * FP32
+    kv_all = kv_cache_bytes(job, rows, total, act)
+    return [
+        ("generation (prefill)", (
+            Component(name="KV cache", bytes=kv_cache_bytes(job, rows, prompt, act),
+                      note=f"{rows} rows × {prompt} prompt tokens"),
+            Component(name="prefill activations", bytes=prefill_act, note="last layer, no grad"))),
+        ("generation (last token)", (
+            Component(name="KV cache", bytes=kv_all, note=f"{rows} rows × {total} tokens, HF generate"),
+            Component(name="cache growth", bytes=kv_all // (2 * m.num_hidden_layers),
+                      note="one layer's keys twice during torch.cat"),
+            Component(name="generation logits", bytes=rows * m.vocab_size * (act + 2 * FP32)))),
+    ]
+
+
 def trainer_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerExtras:
     t, par = job.train, job.parallel
     resident: list[Component] = []
@@ -115,12 +143,10 @@ def trainer_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerE
     gen_rows = generation_batch_size(job) // par.world_size
     pool = asleep = 0
     if not t.use_vllm:
-        kv = kv_cache_bytes(job, gen_rows, seq, prec.weight)
-        comps = [Component(name="KV cache", bytes=kv, note=f"{gen_rows} rows × {seq} tokens, HF generate")]
-        if par.deepspeed and par.zero_stage == 3 and t.ds3_gather_for_generation:
-            comps.append(Component(name="gathered model (ds3_gather_for_generation)", bytes=parts.total * 2))
-        comps.append(Component(name="generation logits", bytes=gen_rows * job.model.vocab_size * FP32 * 2))
-        phases.append(Phase(name="generation", components=tuple(comps)))
+        gathered = (Component(name="gathered model (ds3_gather_for_generation)", bytes=parts.total * 2),) \
+            if par.deepspeed and par.zero_stage == 3 and t.ds3_gather_for_generation else ()
+        phases += [Phase(name=name, components=(*gathered, *comps))
+                   for name, comps in generation_instants(job, gen_rows, prec.weight)]
     elif t.vllm_mode == "colocate":
         if job.gpu is None:
             notes.append("vLLM colocate pool needs --gpu (vllm_gpu_memory_utilization × device memory); not counted")

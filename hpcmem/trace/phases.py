@@ -9,6 +9,7 @@ Nothing here changes what is allocated: wrappers only push phase names and label
 | step N / backward | `Accelerator.backward` | temporary (a gradient becomes grad) |
 | step N / optimizer | `Trainer._clip_grad_norm`, then `Optimizer.step` | temporary (states become optimizer) |
 | step N / scoring | GRPO/RLOO `_generate_and_score_completions` (prompt+completion batch, no-grad reference / old log-prob passes) | activation |
+| step N / scoring / step N / generation | transformers' `generate` (only with `run_trace(..., generation=True)`) | activation |
 | step N / forward / reference forward | DPO's reference forward inside `compute_loss` (`hpcmem.trace.pref.hook_reference`) | activation |
 
 The decoder layer that runs is the phase detail ("layer 7"): set by a forward pre-hook, which also fires when
@@ -68,6 +69,8 @@ def instrument(trainer: Any, tracker: StorageTracker) -> Instrumented:
     _wrap_method(inst, trainer, trainer, "compute_loss", "forward", "activation")
     if hasattr(trainer, "_generate_and_score_completions"):     # GRPO/RLOO: the batch and its no-grad scoring passes
         _wrap_method(inst, trainer, trainer, "_generate_and_score_completions", "scoring", "activation")
+    if hasattr(trainer, "_traced_generate"):    # hpcmem.trace.rl with generation on: transformers' generate
+        _wrap_method(inst, trainer, trainer, "_traced_generate", "generation", "activation")
     _wrap_method(inst, trainer, trainer.accelerator, "backward", "backward", "temporary")
     _wrap_method(inst, trainer, trainer, "_clip_grad_norm", "optimizer", "temporary")
     _hook_optimizer(inst, trainer)

@@ -34,6 +34,7 @@ class TraceResult:
     offloaded_host_peak_bytes: int = 0
     num_ops: int = 0
     timeline: list[Any] | None = None       # TimelinePoints when run_trace(..., timeline=True); not in the JSON
+    allocator: dict[str, dict[str, Any]] | None = None  # mode -> simulated allocator stats (run_trace allocator=)
 
     def __post_init__(self) -> None:
         total = sum(self.components.values())
@@ -41,6 +42,12 @@ class TraceResult:
             raise ValueError(f"components add up to {total} bytes, not the peak {self.peak_allocated_bytes}")
 
     def to_json(self) -> dict[str, Any]:
+        out = self._json()
+        if self.allocator is not None:     # only when the allocator model ran (hpcmem.trace.allocator)
+            out["trace"]["allocator"] = {mode: dict(stats) for mode, stats in self.allocator.items()}
+        return out
+
+    def _json(self) -> dict[str, Any]:
         return {
             "model": {"name": self.model_name, "num_params": self.num_params},
             "per_gpu": {

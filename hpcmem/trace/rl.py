@@ -4,11 +4,14 @@ The training step is TRL's: `_prepare_inputs` → `_generate_and_score_completio
 [B·steps_per_generation, P + C] prompt+completion batch, the reference log-prob pass when beta > 0, rewards,
 advantages) → `compute_loss` (per-token log-probs through the fused LM head, the loss) → backward → optimizer step.
 
-What is not TRL's: generation. HF `generate` on fake tensors cannot decide which token comes next, so the trainer's
-`_generate_single_turn` is replaced by one that answers every prompt (the last one token shorter, so the batch is
+What is not TRL's: the generated tokens. HF `generate` on fake tensors cannot decide which token comes next, so the
+trainer's `_generate_single_turn` is replaced by one that answers every prompt (the last one token shorter, so the batch is
 padded like real completions of different lengths) with `max_completion_length` copies of one
 ordinary token (no EOS: every completion runs to the limit, the longest batch TRL can build), and the reward is a
-constant function. Prompts are `max_prompt_length` words of the word tokenizer (one token per word).
+constant function. Prompts are `max_prompt_length` words of the word tokenizer (one token per word). With
+`generation=True` (`run_trace(..., generation=True)`) the replacement first runs TRL's own `generate` call to full
+length — KV cache, logits, sampling — under the phase "generation", then drops its output; off by default because a
+decode step costs a whole forward of fake-tensor dispatch (~1.4 s per token for a 0.5B model with LoRA).
 
 Reference model (beta > 0), as TRL decides it (grpo_trainer.py / rloo_trainer.py `__init__`):
 full fine-tuning → a second model from `create_model_from_path(model id, dtype=policy dtype)`, here built from the
@@ -28,6 +31,9 @@ GENERATION_NOTE = ("{name}: generation is not traced — the trainer's _generate
                    "completions of max_completion_length tokens (no EOS) and the reward by a constant function; "
                    "TRL's scoring pass (reference log-probs when beta > 0), loss, backward and optimizer step run as "
                    "in a real run")
+TRACED_GENERATION_NOTE = ("{name}: transformers' generate runs as TRL calls it (phase 'generation'), every row to "
+                          "max_completion_length (no token is known, so none reads as finished); its output is then "
+                          "replaced by fixed completions of that length and the reward by a constant function")
 REF_NOTE = ("{name}: the reference model (beta > 0, full fine-tuning) is a second model built from the config in the "
             "policy's dtype, as TRL's create_model_from_path(dtype=model.dtype) loads it")
 
@@ -72,7 +78,7 @@ def design_rl(job: JobSpec) -> BatchDesign:
                        f"{b} rows of {p} prompt + {c} completion tokens (completions run to max_completion_length)")
 
 
-def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> Any:
+def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generation: bool = False) -> Any:
     from datasets import Dataset
 
     from hpcmem.trace.trainer import common_args
@@ -100,16 +106,16 @@ def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> An
 
     ref_builder = lambda *a, **k: build_model_in_dtype(job)    # noqa: E731
     with patched(module, "create_model_from_path", ref_builder):
-        trainer = _rl_class(t.trainer, fake, t.max_completion_length)(
+        trainer = _rl_class(t.trainer, fake, t.max_completion_length, generation)(
             model=model, reward_funcs=_constant_reward, args=config, train_dataset=dataset,
             processing_class=make_word_tokenizer(), peft_config=peft_config(job))
     return trainer
 
 
-def rl_notes(job: JobSpec) -> list[str]:
+def rl_notes(job: JobSpec, generation: bool = False) -> list[str]:
     t = job.train
     name = t.trainer.upper()
-    notes = [GENERATION_NOTE.format(name=name)]
+    notes = [(TRACED_GENERATION_NOTE if generation else GENERATION_NOTE).format(name=name)]
     if t.beta != 0.0 and not t.use_peft:
         notes.append(REF_NOTE.format(name=name))
     return notes
@@ -139,7 +145,7 @@ def _scalar_metrics(module: Any) -> Any:
         yield
 
 
-def _rl_class(trainer: str, fake: bool, completion_length: int) -> type:
+def _rl_class(trainer: str, fake: bool, completion_length: int, generation: bool = False) -> type:
     if trainer == "grpo":
         from trl import GRPOTrainer as Base
     else:
@@ -147,12 +153,49 @@ def _rl_class(trainer: str, fake: bool, completion_length: int) -> type:
 
     class TracedRLTrainer(Base):
         def _generate_single_turn(self, prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
+            if fake and generation:
+                self._traced_generate(prompt_ids)
             # every completion runs to max_completion_length but the last, one token shorter: real completions end at
             # different lengths, so the batch carries a padding mask (the same convention as SFT's padded worst case)
             completions = [[FIRST_TOKEN_ID] * completion_length for _ in prompt_ids]
             if len(completions) > 1 and completion_length > 1:
                 completions[-1] = completions[-1][:-1]
             return (completions, None) if trainer == "grpo" else completions     # GRPO: (ids, sampling logprobs)
+
+        def _traced_generate(self, prompt_ids: Any) -> None:
+            """TRL's own generate call (grpo_trainer.py / rloo_trainer.py `_generate_single_turn`, transformers path):
+            left-padded prompts, `unwrap_model_for_generation`, no_grad, `generation_config`. On fake tensors no
+            token is known, so no row ever reads as finished: all run to max_completion_length, the KV cache grows
+            to its largest. The output is dropped; the completions come from the fixed ones below."""
+            import torch
+            from transformers import Trainer
+            from transformers.generation.utils import GenerationMixin
+            from trl.models import unwrap_model_for_generation
+
+            from hpcmem.trace.fakeenv import patched
+
+            width = max(len(p) for p in prompt_ids)
+            pad = self.pad_token_id if getattr(self, "pad_token_id", None) is not None else 0
+            ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompt_ids])
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids])
+            inputs = Trainer._prepare_inputs(self, {"input_ids": ids, "attention_mask": mask})
+            with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                             gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                                             generation_kwargs=self.generation_kwargs,
+                                             gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
+                                             ) as unwrapped, torch.no_grad():
+                steps = [self.generation_config.max_new_tokens]
+
+                def has_unfinished(*args: Any, **kwargs: Any) -> bool:
+                    # generate's stop test reads `unfinished_sequences.max() == 0` (StopCheck): a value no fake
+                    # tensor has; the loop instead runs exactly max_new_tokens times (one token per iteration)
+                    steps[0] -= 1
+                    return steps[0] >= 0
+
+                # on the mixin: a PeftModel's generate runs its base model's loop
+                with patched(GenerationMixin, "_has_unfinished_sequences", has_unfinished):
+                    out = unwrapped.generate(**inputs, generation_config=self.generation_config)
+            del out
 
         if fake:
             def _move_model_to_device(self, model: Any, device: Any) -> None:

@@ -3,6 +3,7 @@ model, every storage counted.
 
     result = run_trace(job)                 # kernels="cuda": what a CUDA GPU allocates
     result = run_trace(job, kernels="cpu")  # what a CPU run allocates (the self-check's reference)
+    result = run_trace(job, allocator="both")   # + simulated caching allocator (hpcmem.trace.allocator)
 
 The model is built from its config inside a FakeTensorMode on the fake CPU with the load dtype TRL uses; the
 trainer is TRL's own (PEFT wrapping, gradient checkpointing, selective checkpointing, fused LM head, collator,
@@ -34,8 +35,15 @@ ADJUSTMENTS: tuple[str, ...] = (
 )
 
 
-def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False) -> TraceResult:
-    """Trace two training steps of `job` (single GPU) and return the peak and its breakdown."""
+def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False,
+              allocator: bool | str = False, generation: bool = False) -> TraceResult:
+    """Trace two training steps of `job` (single GPU) and return the peak and its breakdown.
+
+    `generation` (GRPO/RLOO, off by default: slow): run TRL's transformers `generate` call to full length in the
+    phase "generation" instead of skipping it (hpcmem.trace.rl).
+
+    `allocator` (off by default): replay every counted device allocation through the caching-allocator model —
+    True/"default", "expandable" (expandable_segments:True) or "both"; its stats land in `result.allocator`."""
     if kernels not in KERNELS:
         raise SpecError(f"kernels must be one of {', '.join(KERNELS)}; got {kernels!r}")
     _check_single_gpu(job)
@@ -48,12 +56,14 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
     from hpcmem.trace.tracker import CUDA_BLOCK_BYTES, StorageTracker
 
     design = design_batch(job)
-    tracker = StorageTracker(round_to=CUDA_BLOCK_BYTES if kernels == "cuda" else 1, timeline=timeline)
-    notes: list[str] = list(ADJUSTMENTS) + trainer_notes(job)
+    sim = _allocator_sim(allocator)
+    tracker = StorageTracker(round_to=CUDA_BLOCK_BYTES if kernels == "cuda" else 1, timeline=timeline,
+                             allocator=sim)
+    notes: list[str] = list(ADJUSTMENTS) + trainer_notes(job, generation)
     with _quiet(), fake_world() as (_, oracle):
         mapping = cuda_mapping(tracker, job) if kernels == "cuda" else contextlib.nullcontext([])
         with mapping as mapped:
-            trainer, num_params = _build(job, design)
+            trainer, num_params = _build(job, design, generation)
             if job.train.trainer not in ("grpo", "rloo"):    # GRPO/RLOO collate nothing (identity on prompts)
                 trainer.data_collator = fake_collator(trainer.data_collator, oracle, tracker)
             _offload(job, trainer, tracker, notes)
@@ -61,10 +71,27 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
         notes += list(mapped)
     if oracle.unknown_reads:
         notes.append(f"unknown values read as defaults: {dict(oracle.unknown_reads)}")
-    return _result(job, tracker, result, kernels, notes, num_params, design, time.perf_counter() - start)
+    out = _result(job, tracker, result, kernels, notes, num_params, design, time.perf_counter() - start)
+    if sim is not None:
+        out.allocator = sim.stats()
+    return out
 
 
-def trainer_notes(job: JobSpec) -> list[str]:
+def _allocator_sim(choice: Any) -> Any:
+    """The simulated caching allocator(s) the tracker feeds, or None when off (an object with malloc/free/stats is
+    used as given: hpcmem.bench.allocator_sim records the event stream that way)."""
+    from hpcmem.trace.allocator import AllocatorSet, allocator_modes
+
+    if hasattr(choice, "malloc"):
+        return choice
+    try:
+        modes = allocator_modes(choice)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    return AllocatorSet(modes) if modes else None
+
+
+def trainer_notes(job: JobSpec, generation: bool = False) -> list[str]:
     """What the trace does differently from a real run of a non-SFT trainer."""
     t = job.train
     if t.trainer == "dpo":
@@ -77,7 +104,7 @@ def trainer_notes(job: JobSpec) -> list[str]:
     if t.trainer in ("grpo", "rloo"):
         from hpcmem.trace.rl import rl_notes
 
-        return rl_notes(job)
+        return rl_notes(job, generation)
     if t.trainer == "reward":
         return ["reward: AutoModelForSequenceClassification.from_config(num_labels=1) stands for the checkpoint TRL "
                 "loads" + ("; LoRA task_type SEQ_CLS (score head trained as a module to save)" if t.use_peft else "")]
@@ -92,7 +119,7 @@ def _check_single_gpu(job: JobSpec) -> None:
                         "(`hpcmem estimate` does both)")
 
 
-def _build(job: JobSpec, design: Any) -> tuple[Any, int]:
+def _build(job: JobSpec, design: Any, generation: bool = False) -> tuple[Any, int]:
     """The fake model in the load dtype (default dtype set to it, as the brief's feasibility run did) and TRL's
     trainer around it; returns (trainer, parameters of the model before PEFT adds adapters)."""
     import torch
@@ -106,7 +133,7 @@ def _build(job: JobSpec, design: Any) -> tuple[Any, int]:
     finally:
         torch.set_default_dtype(previous)
     num_params = sum(p.numel() for p in model.parameters())
-    trainer = build_trainer(job, model, design, fake=True)
+    trainer = build_trainer(job, model, design, fake=True, generation=generation)
     return trainer, num_params
 
 

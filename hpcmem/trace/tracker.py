@@ -13,6 +13,10 @@ and on a fake one, which is what makes the self-check meaningful; CUDA-side work
 
 `round_to=512` reproduces the CUDA caching allocator's rounding of every request to 512 bytes (c10/cuda/
 CUDACachingAllocator.cpp, `kMinBlockSize`); `round_to=1` counts exact bytes as a CPU run allocates them.
+
+`allocator=` (default None: off) is a listener with `malloc(nbytes) -> handle` / `free(handle)`, e.g.
+`hpcmem.trace.allocator.CachingAllocator`: every counted birth, death, resize and `reserve()`/`release()` of device
+bytes reaches it in the order the tracker counts them, so it can replay the caching allocator (reserved bytes).
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ class StorageTracker:
     """
 
     def __init__(self, *, round_to: int = 1, timeline: bool = False, default_category: str = "temporary",
-                 uncounted: tuple[str, ...] = ("host",)) -> None:
+                 uncounted: tuple[str, ...] = ("host",), allocator: Any = None) -> None:
         if round_to < 1:
             raise ValueError(f"round_to must be ≥ 1 (512 for the CUDA mapping, 1 for cpu); got {round_to}")
         self.round_to = round_to
@@ -81,6 +85,8 @@ class StorageTracker:
         self._tensor_type: Any = torch.Tensor
         # op -> fn(args, kwargs, out) -> bytes a kernel allocates internally while it runs (CUDA mapping)
         self.workspace: dict[Any, Any] = {}
+        self.allocator = allocator           # optional malloc/free listener (see the module docstring)
+        self._reserved_handles: dict[tuple[str, int], list[Any]] = {}
 
     # -- context management ------------------------------------------------------------------------------------
     def __enter__(self) -> StorageTracker:
@@ -142,10 +148,20 @@ class StorageTracker:
 
     def reserve(self, nbytes: int, category: str = "temporary") -> None:
         """Count bytes that no tensor holds (a kernel's workspace); pair with `release()`."""
-        self._add(round_up(nbytes, self.round_to), category)
+        nbytes = round_up(nbytes, self.round_to)
+        self._add(nbytes, category)
+        if self.allocator is not None:
+            handle = self._malloc(nbytes, category)
+            if handle is not None:
+                self._reserved_handles.setdefault((category, nbytes), []).append(handle)
 
     def release(self, nbytes: int, category: str = "temporary") -> None:
-        self._sub(round_up(nbytes, self.round_to), category)
+        nbytes = round_up(nbytes, self.round_to)
+        self._sub(nbytes, category)
+        if self.allocator is not None:
+            stack = self._reserved_handles.get((category, nbytes))
+            if stack:
+                self.allocator.free(stack.pop())
 
     def reset_peak(self) -> None:
         """Start a new peak from what is live now."""
@@ -171,8 +187,14 @@ class StorageTracker:
                 self._sub(entry[1], entry[2])
                 entry[1] = nbytes
                 self._add(nbytes, entry[2])
+                if self.allocator is not None:  # the same order as the count: old block freed, new one taken
+                    self._free(entry[4])
+                    entry[4] = self._malloc(nbytes, entry[2])
             if relabel and category is not None and category != entry[2]:
                 self._move(entry[1], entry[2], category)
+                if self.allocator is not None and (entry[2] in self.uncounted) != (category in self.uncounted):
+                    self._free(entry[4])       # moved between device and host categories
+                    entry[4] = self._malloc(entry[1], category)
                 if entry[3] <= self._peak_seq and entry[2] not in self.uncounted and category not in self.uncounted:
                     # alive at the peak instant: what it is now is what it was for (a gradient not yet in .grad)
                     self._move_peak(entry[1], entry[2], category)
@@ -180,17 +202,32 @@ class StorageTracker:
             return
         nbytes = round_up(st.nbytes(), self.round_to)
         category = category or self._category_for_birth()
-        entry = [None, nbytes, category, self.num_ops]
+        entry = [None, nbytes, category, self.num_ops, None]   # [.., allocator handle]
         entry[0] = weakref.ref(st, self._on_free(key, entry))
         self._live[key] = entry
         self._add(nbytes, category)
+        if self.allocator is not None:
+            entry[4] = self._malloc(nbytes, category)
 
     def _on_free(self, key: int, entry: list[Any]) -> Any:
         def free(_ref: Any) -> None:
             if self._live.get(key) is entry:
                 del self._live[key]
             self._sub(entry[1], entry[2])
+            if self.allocator is not None:
+                self._free(entry[4])
         return free
+
+    # -- allocator listener (off unless `allocator=` is given) ----------------------------------------------------
+    def _malloc(self, nbytes: int, category: str) -> Any:
+        """The listener's handle for device bytes; None for host categories and empty storages (nothing to free)."""
+        if not nbytes or category in self.uncounted:
+            return None
+        return self.allocator.malloc(nbytes)
+
+    def _free(self, handle: Any) -> None:
+        if handle is not None:
+            self.allocator.free(handle)
 
     def _add(self, nbytes: int, category: str) -> None:
         if not nbytes:

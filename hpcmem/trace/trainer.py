@@ -153,14 +153,14 @@ def traced_accumulation(job: JobSpec) -> int:
     return min(job.train.gradient_accumulation_steps, MAX_TRACED_ACCUMULATION)
 
 
-def build_trainer(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> Any:
+def build_trainer(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generation: bool = False) -> Any:
     """TRL's SFTTrainer around `model`. With `fake`, the two adjustments a fake model needs (see `_fake_trainer`)."""
     from trl import SFTTrainer
 
     if job.train.trainer in ("grpo", "rloo"):
         from hpcmem.trace.rl import build_rl
 
-        trainer = build_rl(job, model, design, fake=fake)
+        trainer = build_rl(job, model, design, fake=fake, generation=generation)
     elif job.train.trainer in ("dpo", "reward"):
         from hpcmem.trace.pref import build_dpo, build_reward
 
