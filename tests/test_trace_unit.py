@@ -127,3 +127,28 @@ def test_supported_types_build_in_transformers():
         cfg = dict(hf_config_dict(llama(model_type=kind, **extra)))
         config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
         assert config.hidden_size == 64 and config.num_hidden_layers == 2
+
+
+def test_cli_trace_runs_generation_and_the_allocator_model(tmp_path):
+    """`hpcmem trace grpo --generation --allocator both` on a tiny config: generate's phase is named in the notes,
+    both allocator models report a reserved peak ≥ the allocated one; --generation is refused for SFT."""
+    pytest.importorskip("trl")
+    from click.testing import CliRunner
+
+    from tests.trace_helpers import TINY_LLAMA
+
+    from hpcmem.cli import cli
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(hf_config_dict(TINY_LLAMA)))
+    args = ["trace", "grpo", "--model_name_or_path", str(config), "--per_device_train_batch_size", "4",
+            "--num_generations", "2", "--max_prompt_length", "16", "--max_completion_length", "8"]
+    out = CliRunner().invoke(cli, args + ["--generation", "--allocator", "both", "--json"], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)      # `output` also holds stderr (DeepSpeed's accelerator warning)
+    allocated = data["per_gpu"]["peak_allocated_bytes"]
+    assert {"default", "expandable"} == set(data["trace"]["allocator"])
+    assert all(s["peak_reserved_bytes"] >= allocated for s in data["trace"]["allocator"].values())
+    assert any("generate runs as TRL calls it" in n for n in data["trace"]["reimplemented"])
+    refused = CliRunner().invoke(cli, ["trace", "sft", "--model_name_or_path", str(config), "--generation"])
+    assert refused.exit_code == 2 and "--generation is for grpo/rloo" in refused.output

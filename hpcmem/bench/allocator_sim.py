@@ -162,6 +162,7 @@ def main() -> None:
     parser.add_argument("--ids", default=None, help="comma-separated case ids (any ci flag)")
     parser.add_argument("--dump", type=Path, default=None, help="write the event stream of the first case here")
     parser.add_argument("--replay", type=Path, default=None, help="replay a dumped stream on CUDA")
+    parser.add_argument("--save", type=Path, default=None, help="write the rows as JSON (with versions) here")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.replay is not None:
@@ -177,6 +178,12 @@ def main() -> None:
         rows.append(row)
         print(f"{row['id']}: {row['seconds']:.0f} s", flush=True)
     print(table(rows))
+    if args.save is not None:
+        from hpcmem.trace.result import versions
+
+        args.save.write_text(json.dumps({"versions": versions(), "cases": [str(c) for c in args.cases],
+                                         "rows": rows}, indent=1) + "\n")
+        print(f"rows → {args.save}")
 
 
 if __name__ == "__main__":
