@@ -155,6 +155,25 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def fit(rows: list[dict]) -> dict:
+    """The slack fraction of hpcmem.estimate.device: median (reserved − alloc) / alloc on the even-indexed rows, and
+    the error of the reserved peak on the odd-indexed (held-out) rows, next to the former 10 % / 2 % of transient."""
+    train, test = rows[0::2], rows[1::2]
+    out: dict = {"n_train": len(train), "n_test": len(test)}
+    for key, mode, former in (("resv", "default", 0.10), ("exp", "expandable", 0.02)):
+        f = statistics.median((r[key] - r["alloc"]) / r["alloc"] for r in train)
+        entry = {"fraction_of_allocated": round(f, 4)}
+        for name, pred in (("fitted", lambda r: r["alloc"] * (1 + f)),
+                           ("former", lambda r: r["alloc"] + former * r["transient"])):
+            errs = sorted(abs(100.0 * (pred(r) - r[key]) / r[key]) for r in test)
+            entry[name] = {"median_abs_err_pct": round(statistics.median(errs), 2),
+                           "p90_abs_err_pct": round(errs[max(0, int(0.9 * len(errs)) - 1)], 2),
+                           "max_abs_err_pct": round(errs[-1], 2),
+                           "under": sum(pred(r) < r[key] for r in test)}
+        out[mode] = entry
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="*", type=Path, default=[CASES_DIR / f for f in DEFAULT_FILES])
@@ -162,11 +181,15 @@ def main() -> None:
     parser.add_argument("--ids", default=None, help="comma-separated case ids (any ci flag)")
     parser.add_argument("--dump", type=Path, default=None, help="write the event stream of the first case here")
     parser.add_argument("--replay", type=Path, default=None, help="replay a dumped stream on CUDA")
-    parser.add_argument("--save", type=Path, default=None, help="write the rows as JSON (with versions) here")
+    parser.add_argument("--save", type=Path, default=None, help="write the rows and the fit as JSON (with versions)")
+    parser.add_argument("--refit", type=Path, default=None, help="print the fit of rows saved earlier (no tracing)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.replay is not None:
         replay(args.replay)
+        return
+    if args.refit is not None:
+        print(json.dumps(fit(json.loads(args.refit.read_text())["rows"]), indent=1))
         return
     ids = set(args.ids.split(",")) if args.ids else None
     if args.dump is not None:
@@ -178,11 +201,13 @@ def main() -> None:
         rows.append(row)
         print(f"{row['id']}: {row['seconds']:.0f} s", flush=True)
     print(table(rows))
+    fitted = fit(rows) if len(rows) > 1 else None
+    print(json.dumps(fitted, indent=1))
     if args.save is not None:
         from hpcmem.trace.result import versions
 
         args.save.write_text(json.dumps({"versions": versions(), "cases": [str(c) for c in args.cases],
-                                         "rows": rows}, indent=1) + "\n")
+                                         "fit": fitted, "rows": rows}, indent=1) + "\n")
         print(f"rows → {args.save}")
 
 

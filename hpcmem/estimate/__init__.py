@@ -64,15 +64,15 @@ def estimate(job: JobSpec) -> Estimate:
     states = model_states(job, prec, lora)
     loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled)
     extras = trainer_extras(job, parts, prec)
-    phases, act_host, transient = build_phases(job, mb, prec, parts, states, lora, loss,
-                                               optimizer_step_transient(job, states, parts), extras.resident)
+    phases, act_host = build_phases(job, mb, prec, parts, states, lora, loss,
+                                    optimizer_step_transient(job, states, parts), extras.resident)
     base = (*resident_components(states, lora), *extras.resident)
     phases += [Phase(name=p.name, components=base + p.components) for p in extras.phases]
     if extras.vllm_pool_asleep:
         phases.append(Phase(name="generation (vLLM awake)", components=base + (
             Component(name="vLLM pool", bytes=extras.vllm_pool_asleep,
                       note="vllm_gpu_memory_utilization × device memory; released by sleep mode while training"),)))
-    dev = device_terms(job, transient, vllm_bytes=extras.vllm_pool)
+    dev = device_terms(job, max(p.bytes for p in phases), vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
     warnings = list(job_warnings(job)) + list(extras.notes)
     if job.gpu is None:

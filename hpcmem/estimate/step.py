@@ -55,7 +55,7 @@ def layer_terms(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts
 def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
                  loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()
                  ) -> tuple[list[Phase], int, int]:
-    """Returns (phases, host bytes of offloaded activations, transient bytes for the allocator model)."""
+    """Returns (phases, host bytes of offloaded activations)."""
     t, m = job.train, job.model
     L = m.num_hidden_layers
     resident = resident_components(s, lora) + list(extra_resident)
@@ -149,8 +149,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         *resident, grads_all, *step_extra,
         Component(name="optimizer step temporaries", bytes=opt_transient)))
     phases = [forward, head_phase, best, optimizer, embed_phase]
-    transient = max(saved_total + loss.backward_transient, full[0] + hidden_t + max(mlp_t, scores_t))
-    return [p for p in phases if p is not None], host, transient
+    return [p for p in phases if p is not None], host
 
 
 def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, resident: list[Component],
