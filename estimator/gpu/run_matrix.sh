@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU kit: run the representative probe matrix on one GPU within one short lease (≤ 8 minutes) and write the
-# records. Usage (from the project root, with the [train] extras installed):
+# The GPU kit: run the representative probe matrix on one GPU within one short lease (≤ 8 minutes: 7 for the matrix,
+# ~1 for the allocator replay) and write the records. Usage (from the project root, with the [train] extras installed):
 #   estimator/gpu/run_matrix.sh                     # records → estimator/probes/<gpu>.jsonl
 #   OUT=/some/dir estimator/gpu/run_matrix.sh       # records → $OUT/probes.jsonl (bring them back, then append)
 #   estimator/gpu/run_matrix.sh --only sft-qwen05-full,dpo-qwen05-lora --budget-s 120
@@ -11,7 +11,16 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$PWD/.torch_extensions}"
 unset PYTORCH_CUDA_ALLOC_CONF PYTORCH_ALLOC_CONF   # cases that want expandable_segments set it themselves
 PY="${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}"
-args=(--device "${DEVICE:-cuda}" --budget-s "${BUDGET_S:-480}")
+args=(--device "${DEVICE:-cuda}" --budget-s "${BUDGET_S:-420}")
 if [ -n "${OUT:-}" ]; then mkdir -p "$OUT"; args+=(--out "$OUT/probes.jsonl"); fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>/dev/null || true
-exec "$PY" -m hpcmem.probe.matrix "${args[@]}" "$@"
+"$PY" -m hpcmem.probe.matrix "${args[@]}" "$@"
+# Then (~1 min, REPLAY=0 skips it): the caching-allocator model against the real allocator — one traced case's
+# malloc/free stream replayed with torch.empty on this GPU, default and expandable_segments (hpcmem.bench.allocator_sim).
+if [ "${REPLAY:-1}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
+  events="${OUT:-/tmp}/allocator-events.json"
+  "$PY" -m hpcmem.bench.allocator_sim --ids "${REPLAY_CASE:-qwen05-bf16-gc-2k}" --dump "$events"
+  { "$PY" -m hpcmem.bench.allocator_sim --replay "$events"
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" -m hpcmem.bench.allocator_sim --replay "$events"
+  } | tee "${OUT:-/tmp}/allocator-replay.txt"
+fi
