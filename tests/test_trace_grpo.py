@@ -13,6 +13,7 @@ pytest.importorskip("trl")
 
 from hpcmem.errors import SpecError  # noqa: E402
 from hpcmem.spec import JobSpec, TrainSpec  # noqa: E402
+from hpcmem.validate.trace import CASE_KEYS  # noqa: E402
 
 from tests.trace_helpers import TINY_LLAMA, trace_matches_cpu  # noqa: E402
 
@@ -82,7 +83,7 @@ def test_case_files_build_and_are_traceable(name):
     assert len(ids) == len(set(ids)) and len(ids) >= 8
     assert 2 <= sum(bool(c.get("ci")) for c in data["cases"]) <= 3
     for case in data["cases"]:
-        settings = {k: v for k, v in case.items() if k not in ("id", "trainer", "ci")}
+        settings = {k: v for k, v in case.items() if k not in CASE_KEYS}
         job, _ = build_job(case["trainer"], settings)
         assert job.train.trainer == name
         assert not check_traceable(job), (case["id"], check_traceable(job))

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("trl")
 
 from hpcmem.spec import JobSpec, TrainSpec  # noqa: E402
+from hpcmem.validate.trace import CASE_KEYS  # noqa: E402
 
 from tests.trace_helpers import TINY_LLAMA, trace_matches_cpu  # noqa: E402
 
@@ -69,7 +70,7 @@ def test_case_files_build_and_are_traceable(name):
     assert len(ids) == len(set(ids))
     assert sum(bool(c.get("ci")) for c in data["cases"]) >= 4
     for case in data["cases"]:
-        settings = {k: v for k, v in case.items() if k not in ("id", "trainer", "ci")}
+        settings = {k: v for k, v in case.items() if k not in CASE_KEYS}
         job, _ = build_job(case["trainer"], settings)
         assert job.train.trainer == name
         assert not check_traceable(job), (case["id"], check_traceable(job))

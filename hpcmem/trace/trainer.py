@@ -21,7 +21,7 @@ from hpcmem.trace.hf_config import catalog_config, hf_config_dict
 TRACEABLE_OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach", "adafactor", "sgd")
 TRACEABLE_TRAINERS = ("sft", "dpo", "reward", "grpo", "rloo")
 TRACE_STEPS = 2          # optimizer states are born in step 1; the steady peak is in step 2
-MAX_TRACED_ACCUMULATION = 2   # from the second micro-batch on, every accumulation step holds the same memory
+MAX_TRACED_ACCUMULATION = 2   # SFT/DPO/Reward: from the second micro-batch on, every one holds the same memory
 
 
 def check_traceable(job: JobSpec) -> list[str]:
@@ -150,6 +150,10 @@ def sft_config(job: JobSpec, output_dir: str | None = None) -> Any:
 
 
 def traced_accumulation(job: JobSpec) -> int:
+    """Micro-batches per traced step. GRPO/RLOO keep all of them: one generation round covers B × steps_per_generation
+    (= gradient_accumulation_steps) rows, so the generation batch and its buffers grow with the accumulation."""
+    if job.train.trainer in ("grpo", "rloo"):
+        return job.train.gradient_accumulation_steps
     return min(job.train.gradient_accumulation_steps, MAX_TRACED_ACCUMULATION)
 
 

@@ -57,10 +57,15 @@ def load_cases(path: str | Path, *, ci_only: bool = False) -> list[dict[str, Any
     return out
 
 
+# Case keys that are not job settings: `trace_generation: true` runs transformers' generate to full length in the
+# trace (GRPO/RLOO; slow, so only for cases whose generation phase matters).
+CASE_KEYS = ("id", "trainer", "ci", "trace_generation")
+
+
 def _job(case: dict[str, Any]):
     from hpcmem.trl_config import build_job
 
-    settings = {k: v for k, v in case.items() if k not in ("id", "trainer", "ci")}
+    settings = {k: v for k, v in case.items() if k not in CASE_KEYS}
     return build_job(case["trainer"], settings)[0]
 
 
@@ -71,7 +76,7 @@ def _trace_one(case: dict[str, Any]) -> dict[str, Any]:
 
     start = time.perf_counter()
     try:
-        result = run_trace(_job(case), kernels="cuda").to_json()
+        result = run_trace(_job(case), kernels="cuda", generation=bool(case.get("trace_generation"))).to_json()
     except Exception as exc:  # noqa: BLE001 — reported per case by the caller
         return {"case": case, "error": f"{type(exc).__name__}: {exc}"[:500], "seconds": time.perf_counter() - start}
     return {"case": case, "trace": result, "seconds": time.perf_counter() - start}
