@@ -128,9 +128,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         freed = terms[k]["mlp"] + terms[k]["norms"] // 2 + lora_mlp_saved
         transient = hidden_t + max(mlp_side, max(scores_t - freed, 0) + lora_attention_t) + layer_grad
         if k == L - 1 and lora.enabled:
-            # with a frozen head the fused head's returned input gradient (fp32 [N, H] and its cast) is still alive in
-            # the first layer's backward (seen in the trace: LoRA cases were 6·H·N short; full fine-tuning is not)
-            transient += loss.head_gradient
+            # with a frozen head the gradient the fused head returns, scattered back over every position, is still
+            # alive in the first layer's backward (seen in the trace: LoRA cases were 6·H·T short; full fine-tuning
+            # is not); T, not the scored tokens: GRPO/RLOO score only completions (estimator/LOG.md)
+            transient += loss.backbone_gradient
         return below_and_own, recompute, done, transient
 
     worst_k = max(range(L - 1, -1, -1), key=lambda k: base + sum(layer_instant(k)))
