@@ -167,6 +167,8 @@ def _rl_class(trainer: str, fake: bool, completion_length: int, generation: bool
             left-padded prompts, `unwrap_model_for_generation`, no_grad, `generation_config`. On fake tensors no
             token is known, so no row ever reads as finished: all run to max_completion_length, the KV cache grows
             to its largest. The output is dropped; the completions come from the fixed ones below."""
+            import sys
+
             import torch
             from transformers import Trainer
             from transformers.generation.utils import GenerationMixin
@@ -184,12 +186,18 @@ def _rl_class(trainer: str, fake: bool, completion_length: int, generation: bool
                                              generation_kwargs=self.generation_kwargs,
                                              gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
                                              ) as unwrapped, torch.no_grad():
-                steps = [self.generation_config.max_new_tokens]
+                total = self.generation_config.max_new_tokens
+                steps = [total]
+                every = max(1, total // 10)
 
                 def has_unfinished(*args: Any, **kwargs: Any) -> bool:
                     # generate's stop test reads `unfinished_sequences.max() == 0` (StopCheck): a value no fake
                     # tensor has; the loop instead runs exactly max_new_tokens times (one token per iteration)
                     steps[0] -= 1
+                    done = total - steps[0] - 1
+                    if done and done % every == 0:      # a long trace says where it is (stderr: --json stays clean)
+                        print(f"hpcmem trace: generate {done}/{total} tokens (step {self.state.global_step + 1})",
+                              file=sys.stderr, flush=True)
                     return steps[0] >= 0
 
                 # on the mixin: a PeftModel's generate runs its base model's loop
