@@ -13,7 +13,7 @@ pytest.importorskip("trl")
 
 from hpcmem.errors import SpecError  # noqa: E402
 from hpcmem.spec import JobSpec, TrainSpec  # noqa: E402
-from hpcmem.validate.trace import CASE_KEYS  # noqa: E402
+from hpcmem.validate.trace import case_job  # noqa: E402
 
 from tests.trace_helpers import TINY_LLAMA, trace_matches_cpu  # noqa: E402
 
@@ -76,15 +76,14 @@ def test_unsupported_settings_are_refused(settings, words):
 def test_case_files_build_and_are_traceable(name):
     from hpcmem.estimate import estimate
     from hpcmem.trace.trainer import check_traceable
-    from hpcmem.trl_config import build_job, read_yaml
+    from hpcmem.trl_config import read_yaml
 
     data = read_yaml(CASES_DIR / f"{name}.yaml")
     ids = [c["id"] for c in data["cases"]]
     assert len(ids) == len(set(ids)) and len(ids) >= 8
     assert 2 <= sum(bool(c.get("ci")) for c in data["cases"]) <= 3
     for case in data["cases"]:
-        settings = {k: v for k, v in case.items() if k not in CASE_KEYS}
-        job, _ = build_job(case["trainer"], settings)
+        job = case_job(case)
         assert job.train.trainer == name
         assert not check_traceable(job), (case["id"], check_traceable(job))
         assert estimate(job).peak_allocated_bytes > 0

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("trl")
 
 from hpcmem.spec import JobSpec, TrainSpec  # noqa: E402
-from hpcmem.validate.trace import CASE_KEYS  # noqa: E402
+from hpcmem.validate.trace import case_job  # noqa: E402
 
 from tests.trace_helpers import TINY_LLAMA, trace_matches_cpu  # noqa: E402
 
@@ -63,14 +63,13 @@ def test_dpo_reference_forward_is_a_phase_and_the_reference_is_counted():
 @pytest.mark.parametrize("name", ["dpo", "reward"])
 def test_case_files_build_and_are_traceable(name):
     from hpcmem.trace.trainer import check_traceable
-    from hpcmem.trl_config import build_job, read_yaml
+    from hpcmem.trl_config import read_yaml
 
     data = read_yaml(CASES_DIR / f"{name}.yaml")
     ids = [c["id"] for c in data["cases"]]
     assert len(ids) == len(set(ids))
     assert sum(bool(c.get("ci")) for c in data["cases"]) >= 4
     for case in data["cases"]:
-        settings = {k: v for k, v in case.items() if k not in CASE_KEYS}
-        job, _ = build_job(case["trainer"], settings)
+        job = case_job(case)
         assert job.train.trainer == name
         assert not check_traceable(job), (case["id"], check_traceable(job))

@@ -32,10 +32,10 @@ def test_ci_subset_within_bounds(case_file):
 
 def test_case_files_are_well_formed():
     from hpcmem.estimate import estimate
-    from hpcmem.validate.trace import _job, load_cases
+    from hpcmem.validate.trace import case_job, load_cases
 
     for path in sorted((ROOT / "estimator" / "cases").glob("*.yaml")):
         cases = load_cases(path)
         assert cases, path
         for case in cases:
-            estimate(_job(case))    # every case is a valid job (TRL rules, peft targets) the estimator can answer
+            estimate(case_job(case))    # every case is a valid job (TRL rules, peft targets) the estimator can answer

@@ -10,8 +10,8 @@ hpcmem.trace.allocator) and prints:
     t-alloc    the simulated torch `max_memory_allocated()` (unsplit blocks count whole)
     resv/exp   simulated `max_memory_reserved()`, default and expandable_segments:True
     %alloc     (reserved − alloc) / alloc, default / expandable
-    %trans     (reserved − alloc) / transient bytes (alloc − param − grad − optimizer at the peak): the quantity
-               hpcmem.estimate.device multiplies by FRAGMENTATION_FRACTION 0.10 / EXPANDABLE_FRACTION 0.02
+    %trans     (reserved − alloc) / transient bytes (alloc − param − grad − optimizer at the peak): the base of the
+               former rule (10 % / 2 % of transient); hpcmem.estimate.device now takes a fraction of alloc (`fit`)
 
 A measurement to report, not a test; nothing is written unless asked:
 
@@ -38,6 +38,7 @@ CASES_DIR = Path(__file__).resolve().parents[2] / "estimator" / "cases"
 DEFAULT_FILES = ("sft.yaml", "dpo.yaml")
 STEADY = ("param", "grad", "optimizer")
 GIB = 1024**3
+FORMER_FRACTIONS = {"default": 0.10, "expandable": 0.02}   # the rule before the fit: a fraction of transient bytes
 
 
 def pick_cases(files: list[Path], per_file: int, ids: set[str] | None) -> list[dict]:
@@ -54,10 +55,10 @@ def pick_cases(files: list[Path], per_file: int, ids: set[str] | None) -> list[d
 def measure(case: dict) -> dict:
     """Trace one case with both allocator models; the row of the table."""
     from hpcmem.trace import run_trace
-    from hpcmem.validate.trace import _job
+    from hpcmem.validate.trace import case_job
 
     start = time.perf_counter()
-    r = run_trace(_job(case), kernels="cuda", allocator="both")
+    r = run_trace(case_job(case), kernels="cuda", allocator="both")
     alloc = r.peak_allocated_bytes
     transient = alloc - sum(r.components.get(k, 0) for k in STEADY)
     row = {"id": str(case["id"]), "alloc": alloc, "transient": transient, "seconds": time.perf_counter() - start,
@@ -93,10 +94,10 @@ class Recorder:
 
 def dump(case: dict, path: Path) -> None:
     from hpcmem.trace import run_trace
-    from hpcmem.validate.trace import _job
+    from hpcmem.validate.trace import case_job
 
     rec = Recorder()
-    r = run_trace(_job(case), kernels="cuda", allocator=rec)
+    r = run_trace(case_job(case), kernels="cuda", allocator=rec)
     path.write_text(json.dumps({"case": case["id"], "peak_allocated_bytes": r.peak_allocated_bytes,
                                 "model": rec.stats(), "events": rec.events}))
     print(f"{len(rec.events)} events of {case['id']} → {path}")
@@ -150,8 +151,7 @@ def table(rows: list[dict]) -> str:
         med = [statistics.median(100.0 * (r[k] - r["alloc"]) / r[den] for r in rows if r[den])
                for k, den in (("resv", "alloc"), ("exp", "alloc"), ("resv", "transient"), ("exp", "transient"))]
         lines.append(f"{'median':<69}{med[0]:6.1f} /{med[1]:6.1f}{med[2]:6.1f} /{med[3]:6.1f}")
-    lines.append("GiB; %: (reserved − alloc) relative to alloc and to the transient bytes; estimator today: "
-                 "10 % (default) / 2 % (expandable) of transient")
+    lines.append("GiB; %: (reserved − alloc) relative to alloc and to the transient bytes")
     return "\n".join(lines)
 
 
@@ -160,7 +160,8 @@ def fit(rows: list[dict]) -> dict:
     the error of the reserved peak on the odd-indexed (held-out) rows, next to the former 10 % / 2 % of transient."""
     train, test = rows[0::2], rows[1::2]
     out: dict = {"n_train": len(train), "n_test": len(test)}
-    for key, mode, former in (("resv", "default", 0.10), ("exp", "expandable", 0.02)):
+    for key, mode in (("resv", "default"), ("exp", "expandable")):
+        former = FORMER_FRACTIONS[mode]
         f = statistics.median((r[key] - r["alloc"]) / r["alloc"] for r in train)
         entry = {"fraction_of_allocated": round(f, 4)}
         for name, pred in (("fitted", lambda r: r["alloc"] * (1 + f)),

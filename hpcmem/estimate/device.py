@@ -25,6 +25,7 @@ DEFAULT_NCCL_BYTES = 400 * MIB             # one NCCL communicator's buffers (wo
 FRAGMENTATION_FRACTION = 0.050
 EXPANDABLE_FRACTION = 0.024
 
+
 @dataclass(frozen=True, kw_only=True)
 class DeviceTerms:
     reserved_extra: int

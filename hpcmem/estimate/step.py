@@ -54,7 +54,7 @@ def layer_terms(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts
 
 def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
                  loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()
-                 ) -> tuple[list[Phase], int, int]:
+                 ) -> tuple[list[Phase], int]:
     """Returns (phases, host bytes of offloaded activations)."""
     t, m = job.train, job.model
     L = m.num_hidden_layers

@@ -8,8 +8,9 @@ Rules (trl 1.16; MEMORY-FACTS rules 3–5, checked against the installed source)
 - No-grad passes (reference forward, old log-probs — see `computes_old_logps`): one layer's intermediates at a time,
   plus the fused head's tile; chunked by per_device_train_batch_size.
 - Generation (HF `generate`, no vLLM): KV cache 2 · layers · kv_heads · head_dim · tokens · rows · bytes for all
-  generation rows of the rank at once (per_device_train_batch_size × steps_per_generation); with ZeRO-3 and
-  `ds3_gather_for_generation` the whole model is gathered on every GPU.
+  generation rows of the rank at once (per_device_train_batch_size × steps_per_generation), at two instants — the
+  prefill and the last token (`generation_instants`); with ZeRO-3 and `ds3_gather_for_generation` the whole model is
+  gathered on every GPU.
 - vLLM colocate reserves `vllm_gpu_memory_utilization` × device memory per rank at start (outside PyTorch's allocator);
   `vllm_enable_sleep_mode` releases it while training (level 2), so the peak becomes max(train, resident + pool).
   Server mode puts nothing on the training GPUs.

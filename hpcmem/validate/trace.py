@@ -62,7 +62,7 @@ def load_cases(path: str | Path, *, ci_only: bool = False) -> list[dict[str, Any
 CASE_KEYS = ("id", "trainer", "ci", "trace_generation")
 
 
-def _job(case: dict[str, Any]):
+def case_job(case: dict[str, Any]):
     from hpcmem.trl_config import build_job
 
     settings = {k: v for k, v in case.items() if k not in CASE_KEYS}
@@ -76,7 +76,7 @@ def _trace_one(case: dict[str, Any]) -> dict[str, Any]:
 
     start = time.perf_counter()
     try:
-        result = run_trace(_job(case), kernels="cuda", generation=bool(case.get("trace_generation"))).to_json()
+        result = run_trace(case_job(case), kernels="cuda", generation=bool(case.get("trace_generation"))).to_json()
     except Exception as exc:  # noqa: BLE001 — reported per case by the caller
         return {"case": case, "error": f"{type(exc).__name__}: {exc}"[:500], "seconds": time.perf_counter() - start}
     return {"case": case, "trace": result, "seconds": time.perf_counter() - start}
@@ -86,7 +86,7 @@ def _result(done: dict[str, Any]) -> CaseResult:
     from hpcmem.estimate import estimate
 
     case = done["case"]
-    job = _job(case)
+    job = case_job(case)
     est = estimate(job).to_json()
     job_dict = {"train": {"trainer": job.train.trainer, **{k: getattr(job.train, k) for k in (
         "use_peft", "load_in_4bit", "load_in_8bit", "gradient_checkpointing", "gradient_checkpointing_kwargs",
