@@ -85,3 +85,48 @@ def test_versions_and_env_are_read_without_importing_torch(monkeypatch: pytest.M
     assert {"python", "torch", "transformers", "trl", "peft", "accelerate", "deepspeed"} <= set(versions)
     assert relevant_env()["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert ("torch" in sys.modules) == before
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, True),
+    ({"PYTORCH_ALLOC_CONF": "max_split_size_mb:128, expandable_segments:true"}, True),
+    ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}, False),
+    ({"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.6"}, False),
+    ({}, False),
+    (None, False),
+])
+def test_expandable_segments_read_from_the_allocator_env(env, expected):
+    from hpcmem.probe.record import expandable_in_env
+
+    assert expandable_in_env(env) is expected
+
+
+def test_record_job_is_the_job_as_it_ran():
+    """A record made under expandable_segments:True with a spec that said otherwise, on a GPU the spec did not name,
+    re-estimates as an expandable job on that catalog GPU (its calibration and cuBLAS workspace size)."""
+    from hpcmem.cli.options import job_from_cli
+    from hpcmem.probe.record import job_to_dict
+    from hpcmem.validate.probes import record_job
+
+    job, _ = job_from_cli("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "max_length": 512})
+    rec = {"job": job_to_dict(job), "env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+           "gpu": {"gpu_name": "NVIDIA H200", "memory_bytes": 150109880320}}
+    ran = record_job(rec)
+    assert ran.expandable_segments and ran.gpu is not None and ran.gpu.name == "H200"
+    assert ran.gpu.compute_capability == "9.0"
+    assert not record_job({"job": job_to_dict(job)}).expandable_segments
+
+
+def test_probe_sets_the_allocator_env_the_spec_asks_for(monkeypatch):
+    from hpcmem.cli.options import job_from_cli
+    from hpcmem.probe import align_allocator
+
+    job, _ = job_from_cli("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "expandable_segments": True})
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64")
+    assert align_allocator(job, "cuda") is job
+    import os
+
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:64,expandable_segments:True"
+    plain, _ = job_from_cli("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B"})
+    assert align_allocator(plain, "cuda").expandable_segments          # the env now says so: the job follows
+    assert align_allocator(plain, "cpu") is plain

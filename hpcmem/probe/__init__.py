@@ -29,6 +29,7 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
             from hpcmem.errors import HpcmemError
 
             raise HpcmemError("no CUDA device here: probe on a GPU node, or use --device cpu with a tiny model")
+    job = align_allocator(job, device)
     started = time.time()
     estimate, estimate_error = estimate_before(job)
     if job.parallel.world_size > 1:
@@ -58,3 +59,22 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
         append_record(path, record)
         record["_path"] = str(path)
     return record
+
+
+def align_allocator(job: Any, device: str) -> Any:
+    """Make the run and its estimate agree on expandable_segments. Asked for in the spec → set in the environment
+    before CUDA's allocator starts (the ranks inherit it); set in the environment only → the job is estimated as
+    such. (Two H200 records of 2026-11-29 ran under the variable with a spec that said otherwise.)"""
+    import dataclasses
+    import os
+
+    from hpcmem.probe.record import expandable_in_env
+
+    if device != "cuda":
+        return job
+    if expandable_in_env(dict(os.environ)):
+        return job if job.expandable_segments else dataclasses.replace(job, expandable_segments=True)
+    if job.expandable_segments:
+        current = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = ",".join(p for p in (current, "expandable_segments:True") if p)
+    return job

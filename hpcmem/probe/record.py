@@ -28,6 +28,17 @@ ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 ENV_KEYS = ALLOC_ENV + ("CUDA_VISIBLE_DEVICES", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "OMP_NUM_THREADS")
 
 
+def expandable_in_env(env: dict[str, str] | None) -> bool:
+    """Whether the allocator settings ask for expandable_segments:True. torch reads PYTORCH_CUDA_ALLOC_CONF and, since
+    2.9, PYTORCH_ALLOC_CONF, as comma-separated key:value pairs (c10/core/AllocatorConfig.cpp)."""
+    for key in ALLOC_ENV:
+        for part in (env or {}).get(key, "").replace(" ", "").split(","):
+            name, _, value = part.partition(":")
+            if name == "expandable_segments" and value.lower() == "true":
+                return True
+    return False
+
+
 def gpu_slug(gpu_name: str | None) -> str:
     """File-name form of a GPU model: "NVIDIA H200" → "nvidia-h200"; None (a CPU run) → "cpu"."""
     if not gpu_name:
@@ -114,9 +125,9 @@ def job_to_dict(job: Any) -> dict[str, Any]:
     return json.loads(json.dumps(asdict(job), default=_jsonable))
 
 
-def job_from_dict(data: dict[str, Any]) -> Any:
-    """Rebuild a JobSpec from `job_to_dict`; keys the current specs no longer have are dropped (listed in
-    `data["_dropped"]` by the caller if it cares)."""
+def job_from_dict(data: dict[str, Any], env: dict[str, str] | None = None) -> Any:
+    """Rebuild a JobSpec from `job_to_dict`; keys the current specs no longer have are dropped. `env` is the record's
+    allocator environment: a run made under expandable_segments:True is such a job, whatever its spec said."""
     from hpcmem.spec import GpuSpec, JobSpec, ModelSpec, ParallelSpec, TrainSpec
 
     def build(cls: type, d: dict[str, Any] | None) -> Any:
@@ -128,7 +139,7 @@ def job_from_dict(data: dict[str, Any]) -> Any:
 
     return JobSpec(model=build(ModelSpec, data["model"]), train=build(TrainSpec, data["train"]),
                    parallel=build(ParallelSpec, data.get("parallel") or {}), gpu=build(GpuSpec, data.get("gpu")),
-                   expandable_segments=bool(data.get("expandable_segments", False)),
+                   expandable_segments=bool(data.get("expandable_segments", False)) or expandable_in_env(env),
                    tokens_per_micro_batch=data.get("tokens_per_micro_batch"))
 
 

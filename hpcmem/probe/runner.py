@@ -12,6 +12,7 @@ An out-of-memory error is a result, not a crash: the record says "oom" and that 
 from __future__ import annotations
 
 import gc
+import os
 import time
 from typing import Any
 
@@ -255,7 +256,7 @@ def make_record(job: Any, *, measured: dict[str, Any], estimate: dict[str, Any] 
     job_dict = job_to_dict(job)
     trainer, technique = cell_of(job_dict)
     return {
-        "schema": SCHEMA, "id": uuid.uuid4().hex, "source": "probe",
+        "schema": SCHEMA, "id": uuid.uuid4().hex, "source": "probe", "case": os.environ.get("HPCMEM_PROBE_CASE"),
         "created": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds"),
         "device": device, "gpu": info if device != "cpu" else None,
         "cell": {"trainer": trainer, "technique": technique},

@@ -63,12 +63,29 @@ def estimate_for(rec: dict[str, Any], stored: bool) -> tuple[dict[str, Any] | No
     try:
         from hpcmem.estimate import estimate
 
-        return estimate(job_from_dict(rec["job"])).to_json(), None
+        return estimate(record_job(rec)).to_json(), None
     except Exception as exc:  # noqa: BLE001 - an old record whose spec no longer builds keeps its stored estimate
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         if saved:
             return saved, f"record {rec.get('id', '?')[:8]}: re-estimate failed ({why}); used the stored estimate"
         return None, f"record {rec.get('id', '?')[:8]}: no estimate ({why})"
+
+
+def record_job(rec: dict[str, Any]) -> Any:
+    """The job as it ran: the record's spec, its allocator environment, and — when the spec named no GPU — the catalog
+    GPU the probe ran on, so that the GPU's calibration and its cuBLAS workspace size apply."""
+    import dataclasses
+
+    job = job_from_dict(rec["job"], rec.get("env"))
+    info = rec.get("gpu") or {}
+    if job.gpu is None and info.get("gpu_name"):
+        from hpcmem.gpus import gpu_spec
+        from hpcmem.validate.calibration import catalog_name_for
+
+        name = catalog_name_for(info["gpu_name"], info.get("memory_bytes"))
+        if name:
+            job = dataclasses.replace(job, gpu=gpu_spec(name))
+    return job
 
 
 def points_of(rec: dict[str, Any], estimate: dict[str, Any], slug: str) -> list[Point]:
