@@ -122,9 +122,10 @@ def _words(n: int, seed: int, vocab: int) -> str:
 
 
 def dataset(job: Any, steps: int) -> Any:
-    """Rows of the lengths the estimate assumes (the worst case). SFT: the trace's worst-case micro-batch design
-    (`hpcmem.trace.data.design_batch`: full rows with a ragged last one, two documents per packed bin, …) so that
-    a CPU probe and a trace see the same batches. DPO: prompt + completion reach max_length. GRPO/RLOO: prompts of
+    """Rows of the lengths the estimate assumes (the worst case). SFT and reward: the trace's worst-case micro-batch
+    design (`hpcmem.trace.data.design_batch`: full rows with a ragged last one, two documents per packed bin, B
+    chosen + B rejected rows of max_length, …) so that a CPU probe and a trace see the same batches. DPO: prompt +
+    completion reach max_length. GRPO/RLOO: prompts of
     max_prompt_length tokens (completions are forced to max_completion_length by `generation_kwargs`)."""
     from datasets import Dataset
 
@@ -149,11 +150,12 @@ def dataset(job: Any, steps: int) -> Any:
     if t.trainer in ("grpo", "rloo"):
         return Dataset.from_dict({"prompt": [_words(t.max_prompt_length, i, vocab) for i in range(num_rows)]})
     if t.trainer == "reward":
-        half = length // 2
-        return Dataset.from_dict({
-            "chosen": [_words(half, i, vocab) for i in range(num_rows)],
-            "rejected": [_words(half, i + 1, vocab) for i in range(num_rows)],
-        })
+        # the trace's worst case: chosen and rejected rows of max_length tokens each (pre-tokenized ids, which
+        # RewardTrainer keeps whole). Until 2026-11-29 the probe gave each max_length // 2 words, half the tokens
+        # the estimate assumes: the H200 reward record of that day ran that way (estimator/LOG.md).
+        from hpcmem.trace.data import design_preference, make_preference_dataset
+
+        return make_preference_dataset(job, design_preference(job), micro_batches)
     raise ValueError(f"no probe dataset for trainer {t.trainer}")
 
 
