@@ -46,6 +46,10 @@ def load(paths: list[str | Path], *, stored: bool = False, gpu: str | None = Non
         for rec in read_records(f):
             if rec.get("source", "probe") != "probe" or rec.get("status") not in ("ok", "oom"):
                 continue
+            if rec.get("excluded"):        # kept for the record, left out of the accuracy, and said so
+                loaded.notes.append(f"record {str(rec.get('id', '?'))[:8]} ({rec.get('case') or '-'}) excluded: "
+                                    f"{rec['excluded']}")
+                continue
             rec["_slug"] = slug            # in memory only: the file the record came from names its GPU
             loaded.records.append(rec)
             estimate, note = estimate_for(rec, stored)
