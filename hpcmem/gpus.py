@@ -34,6 +34,7 @@ def gpu_spec(name: str) -> GpuSpec:
         memory_bytes=entry["memory_bytes"],
         bf16_tflops=entry["bf16_tflops"],
         memory_bandwidth_gbps=entry.get("memory_bandwidth_gbps", 0.0),
+        compute_capability=str(entry.get("compute_capability", "")),
         context_bytes=int(calibration["context_bytes"]) if calibration else 0,
         calibrated=calibration is not None,
         calibration_source=calibration.get("source", "") if calibration else "",

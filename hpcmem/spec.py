@@ -247,6 +247,7 @@ class GpuSpec:
     memory_bytes: int
     bf16_tflops: float
     memory_bandwidth_gbps: float = 0.0
+    compute_capability: str = ""  # "9.0" (CUDA major.minor) picks the cuBLAS workspace size
     context_bytes: int = 0          # CUDA context + libraries; 0 → the uncalibrated default in estimate.device
     calibrated: bool = False
     calibration_source: str = ""

@@ -128,6 +128,7 @@ def test_generation_phase_matches_transformers_generate(settings):
     """HF generate (no vLLM), run as TRL calls it on fake tensors to full length: its peak in step 2 (after the
     optimizer states exist) against the estimator's two generation instants (prefill, last token)."""
     from hpcmem.estimate import estimate
+    from hpcmem.estimate.workspaces import tensor_bytes
     from hpcmem.trace import run_trace
 
     job = tiny_job("grpo", **{"per_device_train_batch_size": 8, "num_generations": 4, **settings})
@@ -135,5 +136,5 @@ def test_generation_phase_matches_transformers_generate(settings):
     points = [p.current_bytes for p in traced.timeline
               if p.phase.startswith("step 2") and "generation" in p.phase]
     assert points, "no generation phase in the trace"
-    est = max(p.bytes for p in estimate(job).phases if p.name.startswith("generation"))
+    est = max(tensor_bytes(p) for p in estimate(job).phases if p.name.startswith("generation"))
     assert abs(est - max(points)) / max(points) <= 0.03, (est, max(points))

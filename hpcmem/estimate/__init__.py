@@ -15,6 +15,8 @@ from hpcmem.estimate.shape import micro_batch, precision
 from hpcmem.estimate.states import job_param_parts, model_states, optimizer_step_transient
 from hpcmem.estimate.step import build_phases, resident_components
 from hpcmem.estimate.trainers import trainer_extras
+from hpcmem.estimate.workspaces import NAME as WORKSPACES
+from hpcmem.estimate.workspaces import cublas_workspaces
 from hpcmem.rules import job_warnings
 from hpcmem.spec import JobSpec
 
@@ -22,7 +24,7 @@ __all__ = ["Component", "Estimate", "Phase", "estimate"]
 
 NOT_MODELLED = (
     "NCCL/DeepSpeed communication buffers beyond one communicator (uncalibrated constant)",
-    "kernel workspaces other than the CUDA context default",
+    "kernel workspaces other than cuBLAS's and the CUDA context default",
     "dataloader pinned memory and host-side tensors",
     "memory of evaluation and checkpoint saving",
 )
@@ -72,6 +74,9 @@ def estimate(job: JobSpec) -> Estimate:
         phases.append(Phase(name="generation (vLLM awake)", components=base + (
             Component(name="vLLM pool", bytes=extras.vllm_pool_asleep,
                       note="vllm_gpu_memory_utilization × device memory; released by sleep mode while training"),)))
+    ws_bytes, ws_note = cublas_workspaces(job.gpu)
+    workspaces = Component(name=WORKSPACES, bytes=ws_bytes, note=ws_note)
+    phases = [Phase(name=p.name, components=(*p.components, workspaces)) for p in phases]
     dev = device_terms(job, max(p.bytes for p in phases), vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
     warnings = list(job_warnings(job)) + list(extras.notes)

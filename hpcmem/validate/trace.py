@@ -84,10 +84,14 @@ def _trace_one(case: dict[str, Any]) -> dict[str, Any]:
 
 def _result(done: dict[str, Any]) -> CaseResult:
     from hpcmem.estimate import estimate
+    from hpcmem.estimate.workspaces import tensor_bytes
 
     case = done["case"]
     job = case_job(case)
-    est = estimate(job).to_json()
+    full = estimate(job)
+    est = full.to_json()
+    # the trace sees tensors only: compare it with the estimate's tensor peak (cuBLAS workspaces left out)
+    est["per_gpu"]["peak_allocated_bytes"] = max(tensor_bytes(p) for p in full.phases)
     job_dict = {"train": {"trainer": job.train.trainer, **{k: getattr(job.train, k) for k in (
         "use_peft", "load_in_4bit", "load_in_8bit", "gradient_checkpointing", "gradient_checkpointing_kwargs",
         "packing", "packing_strategy", "padding_free", "activation_offloading")}}, "parallel": {}}
