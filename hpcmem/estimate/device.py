@@ -10,9 +10,12 @@ from dataclasses import dataclass
 from hpcmem.spec import JobSpec
 
 MIB = 1024**2
-# Uncalibrated defaults (no probe records yet). Sources: MEMORY-FACTS.md "Terms outside tensors" — CUDA context +
-# libraries 0.3–2 GiB; NCCL communicators and buffers per process group. Replace by fitted values per GPU/driver.
-DEFAULT_CONTEXT_BYTES = 600 * MIB          # CUDA context + cuBLAS/cuDNN workspaces on Hopper, driver 5xx
+# Defaults for a GPU without its own calibration. Context: everything outside PyTorch's allocator (CUDA context,
+# loaded kernels, library handles), measured as device − reserved on the H200 records of 2026-11-29 (driver 580.159,
+# torch 2.11 + CUDA 13.0): 1,381–1,408 MiB over 20 runs, median 1,382 MiB (estimator/calibration/h200.json). It was a
+# 600 MiB guess from MEMORY-FACTS.md's 0.3–2 GiB range, which read every small job 20–33 % under at the device level.
+# Other GPUs, drivers and CUDA versions differ: their own probe records replace this. NCCL: per process group.
+DEFAULT_CONTEXT_BYTES = 1382 * MIB
 DEFAULT_NCCL_BYTES = 400 * MIB             # one NCCL communicator's buffers (world > 1)
 # Caching allocator (c10/cuda/CUDACachingAllocator.cpp): requests come from 2 MiB / 20 MiB / 2 MiB-rounded segments,
 # freed blocks stay reserved, tensors of different lifetimes fragment the segments. Slack = fraction × the peak
