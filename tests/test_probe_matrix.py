@@ -25,6 +25,7 @@ def test_tiny_matrix_on_cpu_writes_records(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = read_records(out)
     assert [(r["cell"]["trainer"], r["status"]) for r in records] == [("sft", "ok"), ("grpo", "ok"), ("sft", "oom")]
+    assert [r["case"] for r in records] == cases.split(",")          # each record names its matrix case
     grpo = records[1]["measured"]
     assert "generation" in grpo["phases"] and records[0]["cell"]["technique"] == "lora+gc"
     assert all(r["job"]["model"]["hidden_size"] == 64 for r in records)
