@@ -47,11 +47,11 @@ if delay:
 sys.argv[0] = "trl.scripts.sft"
 runpy.run_module("trl.scripts.sft", run_name="__main__", alter_sys=True)
 
-# trl.scripts.sft returns with the gloo process group still alive. Left to interpreter exit, its worker threads are
-# torn down in no set order, and once in a CI run the rank aborted after "Training completed" ("terminate called
-# without an active exception", exit -6); torchrun then failed the step and the job. torch asks programs to call
-# destroy_process_group() before exit (its ProcessGroup warning says so); the entry does, as a careful user would.
-import torch.distributed as dist  # noqa: E402
-
-if dist.is_available() and dist.is_initialized():
-    dist.destroy_process_group()
+# torch 2.13 (CPU, gloo) sometimes aborts while a finished rank's interpreter tears down: "terminate called without an
+# active exception", exit -6, seen in CI after "Training completed" and again locally with destroy_process_group()
+# called first; torchrun then fails the step and the job. The launcher is what these tests check, not torch's exit
+# path: once training has returned (model saved by every rank), the entry flushes its output and leaves without
+# running interpreter or static destructors.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
