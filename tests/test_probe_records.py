@@ -130,3 +130,16 @@ def test_probe_sets_the_allocator_env_the_spec_asks_for(monkeypatch):
     plain, _ = job_from_cli("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B"})
     assert align_allocator(plain, "cuda").expandable_segments          # the env now says so: the job follows
     assert align_allocator(plain, "cpu") is plain
+
+
+@pytest.mark.parametrize("reported, memory, expected", [
+    ("NVIDIA H200", 150109880320, "H200"),                       # what the H200 of 2026-11-29 reported
+    ("NVIDIA H100 80GB HBM3", 85520809984, "H100-80GB"),
+    ("NVIDIA A100-SXM4-40GB", 42298834944, "A100-40GB"),
+    ("Tesla T4", 15835660288, None),                             # not in the catalog: no GPU, no calibration
+])
+def test_driver_names_map_to_catalog_gpus(reported, memory, expected):
+    from hpcmem.validate.probes import catalog_gpu
+
+    gpu = catalog_gpu(reported, memory)
+    assert (gpu.name if gpu else None) == expected

@@ -30,6 +30,8 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
 
             raise HpcmemError("no CUDA device here: probe on a GPU node, or use --device cpu with a tiny model")
     job = align_allocator(job, device)
+    if device == "cuda" and job.gpu is None:
+        job = on_this_gpu(job)
     started = time.time()
     estimate, estimate_error = estimate_before(job)
     if job.parallel.world_size > 1:
@@ -78,3 +80,17 @@ def align_allocator(job: Any, device: str) -> Any:
         current = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = ",".join(p for p in (current, "expandable_segments:True") if p)
     return job
+
+
+def on_this_gpu(job: Any) -> Any:
+    """A job with no --gpu, probed on CUDA, is estimated for the GPU it runs on (its calibration, its cuBLAS
+    workspace size, a fit verdict), when the catalog knows that GPU."""
+    import dataclasses
+
+    import torch
+
+    from hpcmem.validate.probes import catalog_gpu
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    gpu = catalog_gpu(props.name, int(props.total_memory))
+    return dataclasses.replace(job, gpu=gpu) if gpu else job

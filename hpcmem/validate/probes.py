@@ -82,14 +82,17 @@ def record_job(rec: dict[str, Any]) -> Any:
 
     job = job_from_dict(rec["job"], rec.get("env"))
     info = rec.get("gpu") or {}
-    if job.gpu is None and info.get("gpu_name"):
-        from hpcmem.gpus import gpu_spec
-        from hpcmem.validate.calibration import catalog_name_for
+    gpu = catalog_gpu(info.get("gpu_name"), info.get("memory_bytes")) if job.gpu is None else None
+    return dataclasses.replace(job, gpu=gpu) if gpu else job
 
-        name = catalog_name_for(info["gpu_name"], info.get("memory_bytes"))
-        if name:
-            job = dataclasses.replace(job, gpu=gpu_spec(name))
-    return job
+
+def catalog_gpu(device_name: str | None, memory_bytes: int | None) -> Any:
+    """The catalog GpuSpec (with its calibration) of a driver-reported GPU, or None when the catalog has no match."""
+    from hpcmem.gpus import gpu_spec
+    from hpcmem.validate.calibration import catalog_name_for
+
+    name = catalog_name_for(device_name, memory_bytes)
+    return gpu_spec(name) if name else None
 
 
 def points_of(rec: dict[str, Any], estimate: dict[str, Any], slug: str) -> list[Point]:
