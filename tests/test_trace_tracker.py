@@ -156,3 +156,62 @@ def test_fake_tensors_are_counted_like_real_ones():
             assert tr.current_bytes == 4096 * 4096 * 2
         del a
     assert tr.peak_bytes == 2 * 4096 * 4096 * 2
+
+
+V, H, T = 4096, 64, 64          # a tied [V, H] bf16 weight: 512 KiB
+
+
+class _FreshGradHead(torch.autograd.Function):
+    """An LM head that returns a fresh, dense weight gradient, as TRL's fused head does."""
+
+    @staticmethod
+    def forward(ctx, h, w):
+        ctx.save_for_backward(h, w)
+        return (h @ w.t()).float().sum()
+
+    @staticmethod
+    def backward(ctx, g):
+        h, w = ctx.saved_tensors     # one op per gradient, so the embedding's backward is the step's peak
+        return torch.full_like(h, 0.5), torch.full_like(w, 0.25)
+
+
+def _tied_loss():
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(V, H, dtype=torch.bfloat16))
+    x = torch.nn.functional.embedding(torch.randint(0, V, (T,)), weight) * 2
+    return _FreshGradHead.apply(x, weight), weight
+
+
+def test_unobserved_autograd_sums_a_tied_weights_gradients_in_place():
+    """The independent reference, taken with torch's profiler and no dispatch mode: the input buffer adds the
+    embedding's gradient into the head's in place (`aten::add_`, no bytes), never an out-of-place [V, H] sum."""
+    from torch.profiler import ProfilerActivity, profile
+
+    loss, _ = _tied_loss()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        loss.backward()
+    events = [(e.name, e.cpu_memory_usage) for e in prof.events() if e.name in ("aten::add", "aten::add_")]
+    assert ("aten::add_", 0) in events and ("aten::add", V * H * 2) not in events, events
+
+
+def test_tracker_keeps_that_sum_in_place(monkeypatch):
+    """Under the tracker (a dispatch mode) autograd would sum out of place; `accumulation_op` restores the in-place
+    sum. By hand (the weight was born before the tracker; 4 B is the fp32 seed gradient of the loss):
+    in place, the peak is at the embedding's backward: head gradient + embedding gradient + the incoming [T, H];
+    out of place, at the sum: head gradient + embedding gradient + their sum. The gradient is the same."""
+    import hpcmem.trace.tracker as tracker_module
+
+    def backward_peak(in_place: bool):
+        if not in_place:
+            monkeypatch.setattr(tracker_module, "ACCUMULATE_IN_PLACE_UNDER", frozenset())
+        loss, weight = _tied_loss()
+        tr = StorageTracker()
+        with tr:
+            loss.backward()
+        return tr.peak_bytes, weight.grad.clone()
+
+    peak_in_place, grad_in_place = backward_peak(True)
+    peak_out_of_place, grad_out_of_place = backward_peak(False)
+    assert peak_in_place == 2 * V * H * 2 + T * H * 2 + 4
+    assert peak_out_of_place == 3 * V * H * 2 + 4
+    assert torch.equal(grad_in_place, grad_out_of_place)

@@ -88,6 +88,8 @@ def make_oracle(fake_mode: Any, max_known_numel: int = MAX_KNOWN_NUMEL) -> Any:
                 return self._scalar(args[0])
             if func in bool_index_ops:
                 args = self._long_indices(func, args)
+            if self.observer is not None:
+                func = self.observer.accumulation_op(func, args, kwargs)
             reals = self._reals(args, kwargs)
             try:
                 out = func(*args, **kwargs)

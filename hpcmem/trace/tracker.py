@@ -11,6 +11,15 @@ What it cannot see: allocations inside a kernel (workspaces, internal upcasts) �
 and on a fake one, which is what makes the self-check meaningful; CUDA-side workspaces are added by
 `hpcmem.trace.kernels` as explicit `reserve()` calls.
 
+Observing changes one thing, which the tracker undoes: autograd's input buffer sums two gradients of one tensor in
+place when it holds the last reference to the first (torch/csrc/autograd/input_buffer.cpp `accumulate`,
+`can_accumulate_inplace`), and under any `TorchDispatchMode` that check fails, so the sum is made out of place. For
+a tied [V, H] weight that is V × H more bytes at the embedding's backward than a real step holds (CPU profiler without
+a mode: `aten::add_`, 0 B; with a mode that only forwards the call: `aten::add`, V × H × 2 B; the H200 records of
+2026-11-29 read the in-place step). `accumulation_op()` turns that one sum — the one made while EmbeddingBackward0 is
+the running node, whose own formula is a single op — back into `add_` when the first gradient is a dense, non-view
+tensor, as it is from TRL's fused LM head.
+
 `round_to=512` reproduces the CUDA caching allocator's rounding of every request to 512 bytes (c10/cuda/
 CUDACachingAllocator.cpp, `kMinBlockSize`); `round_to=1` counts exact bytes as a CPU run allocates them.
 
@@ -29,6 +38,7 @@ from typing import Any
 
 CATEGORIES: tuple[str, ...] = ("param", "grad", "optimizer", "activation", "temporary")
 CUDA_BLOCK_BYTES = 512
+ACCUMULATE_IN_PLACE_UNDER = frozenset({"EmbeddingBackward0"})   # nodes whose formula makes no add of its own
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,25 @@ class StorageTracker:
         self.workspace: dict[Any, Any] = {}
         self.allocator = allocator           # optional malloc/free listener (see the module docstring)
         self._reserved_handles: dict[tuple[str, int], list[Any]] = {}
+
+    # -- autograd's in-place accumulation (see the module docstring) ---------------------------------------------
+    def accumulation_op(self, func: Any, args: Any, kwargs: Any) -> Any:
+        """`aten.add_.Tensor` for the input buffer's sum of a tied weight's two gradients, else `func` unchanged."""
+        import torch
+
+        aten = torch.ops.aten
+        if func is not aten.add.Tensor or kwargs or len(args) != 2 or torch.is_grad_enabled():
+            return func
+        node = torch._C._current_autograd_node()
+        if node is None or node.name() not in ACCUMULATE_IN_PLACE_UNDER:
+            return func
+        first, second = args
+        if not (isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor)):
+            return func
+        if (first._base is not None or first.shape != second.shape or first.dtype != second.dtype
+                or not first.is_contiguous()):
+            return func
+        return aten.add_.Tensor
 
     # -- context management ------------------------------------------------------------------------------------
     def __enter__(self) -> StorageTracker:
@@ -318,6 +347,7 @@ def _make_mode(tracker: StorageTracker) -> Any:
             return False    # nothing is compiled under the tracker; skips a per-op dynamo-disable wrapper
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            func = tracker.accumulation_op(func, args, kwargs)
             out = func(*args, **(kwargs or {}))
             tracker.observe(func, args, kwargs, out)
             return out
