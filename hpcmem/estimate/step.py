@@ -155,17 +155,23 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
 
 def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, resident: list[Component],
                         grads_all: Component, head_trains: bool) -> Phase | None:
-    """The last instant of backward: every gradient exists and the embedding's arrives. With tied embeddings the
-    embedding's [V, H] gradient is added to the LM head's out of place (autograd AccumulateGrad), so two more [V, H]
-    tensors are alive for a moment; untied, the gradient of the embedding output ([T, H], twice) is. Seen in the
-    trace (estimator/LOG.md). Sharded gradients (ZeRO-2/3, FSDP) go through reduce buckets instead: not added."""
+    """The last instant of backward: every gradient exists and the embedding's arrives. With tied embeddings and an
+    LM head, the embedding's fresh [V, H] gradient is summed into the head's, which waits in autograd's input buffer,
+    in place (torch/csrc/autograd/input_buffer.cpp `accumulate`: TRL's fused head returns a fresh dense gradient), so
+    one more [V, H] is alive, next to the incoming [T, H] gradient; the H200 records of 2026-11-29 read this, and the
+    trace models it (hpcmem/trace/tracker.py `accumulation_op`). Without an LM head (Reward) the former rule stays:
+    two [V, H]. Untied, the gradient of the embedding output ([T, H], twice) is alive. Sharded gradients (ZeRO-2/3,
+    FSDP) go through reduce buckets instead: not added."""
     par = job.parallel
     if not head_trains or (par.deepspeed and par.zero_stage >= 2) or par.fsdp:
         return None
     m = job.model
-    if parts.lm_head == 0:
+    if parts.lm_head == 0 and job.train.trainer != "reward":
+        extra = m.vocab_size * m.hidden_size * prec.weight + mb.tokens * m.hidden_size * prec.residual
+        note = "tied: embedding gradient, summed into the head's in place, + the incoming [T, H] gradient"
+    elif parts.lm_head == 0:
         extra = 2 * m.vocab_size * m.hidden_size * prec.weight
-        note = "tied: embedding gradient + out-of-place sum with the head's"
+        note = "tied weights, no LM head: embedding gradient and a copy"
     else:
         extra = 2 * mb.tokens * m.hidden_size * prec.residual
         note = "gradient of the embedding output"
