@@ -41,8 +41,8 @@ Q05, L1, L8, M7, Q7 = ("Qwen/Qwen2.5-0.5B", "meta-llama/Llama-3.2-1B", "meta-lla
 SFT = {"max_length": 2048, "per_device_train_batch_size": 4}
 CASES: tuple[Case, ...] = (
     Case("sft-qwen05-full", "sft", Q05, {**SFT, **BF16}),
-    # tied embeddings with short rows: the last backward instant is the estimate's peak, 2 × [V, H] above the
-    # gradients; the H200 of 2026-11-29 suggested 1 × (estimator/LOG.md) — this case decides
+    # tied embeddings with short rows: the estimate's peak is the last backward instant, one [V, H] above the
+    # gradients (two until the trace stopped its observer effect; estimator/LOG.md) — this case checks it there
     Case("sft-qwen05-tied-short", "sft", Q05, {"max_length": 512, "per_device_train_batch_size": 2, **BF16}),
     Case("reward-qwen05-full", "reward", Q05, {"max_length": 1024, "per_device_train_batch_size": 4, **BF16}),
     Case("rloo-qwen05-lora", "rloo", Q05, {"per_device_train_batch_size": 8, "num_generations": 4,
