@@ -93,6 +93,7 @@ class StorageTracker:
         import torch
 
         self._tensor_type: Any = torch.Tensor
+        self._aten_add, self._aten_add_ = torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor   # accumulation_op
         # op -> fn(args, kwargs, out) -> bytes a kernel allocates internally while it runs (CUDA mapping)
         self.workspace: dict[Any, Any] = {}
         self.allocator = allocator           # optional malloc/free listener (see the module docstring)
@@ -100,11 +101,13 @@ class StorageTracker:
 
     # -- autograd's in-place accumulation (see the module docstring) ---------------------------------------------
     def accumulation_op(self, func: Any, args: Any, kwargs: Any) -> Any:
-        """`aten.add_.Tensor` for the input buffer's sum of a tied weight's two gradients, else `func` unchanged."""
+        """`aten.add_.Tensor` for the input buffer's sum of a tied weight's two gradients, else `func` unchanged.
+        Called for every op the trace sees: anything but `add.Tensor` leaves at the first comparison."""
+        if func is not self._aten_add:
+            return func
         import torch
 
-        aten = torch.ops.aten
-        if func is not aten.add.Tensor or kwargs or len(args) != 2 or torch.is_grad_enabled():
+        if kwargs or len(args) != 2 or torch.is_grad_enabled():
             return func
         node = torch._C._current_autograd_node()
         if node is None or node.name() not in ACCUMULATE_IN_PLACE_UNDER:
@@ -115,7 +118,7 @@ class StorageTracker:
         if (first._base is not None or first.shape != second.shape or first.dtype != second.dtype
                 or not first.is_contiguous()):
             return func
-        return aten.add_.Tensor
+        return self._aten_add_
 
     # -- context management ------------------------------------------------------------------------------------
     def __enter__(self) -> StorageTracker:
