@@ -39,6 +39,11 @@ def expandable_in_env(env: dict[str, str] | None) -> bool:
     return False
 
 
+def ran_expandable(job_data: dict[str, Any] | None, env: dict[str, str] | None) -> bool:
+    """Whether a recorded run had expandable segments: its spec asked for them or its allocator environment set them."""
+    return bool((job_data or {}).get("expandable_segments", False)) or expandable_in_env(env)
+
+
 def gpu_slug(gpu_name: str | None) -> str:
     """File-name form of a GPU model: "NVIDIA H200" → "nvidia-h200"; None (a CPU run) → "cpu"."""
     if not gpu_name:
@@ -139,7 +144,7 @@ def job_from_dict(data: dict[str, Any], env: dict[str, str] | None = None) -> An
 
     return JobSpec(model=build(ModelSpec, data["model"]), train=build(TrainSpec, data["train"]),
                    parallel=build(ParallelSpec, data.get("parallel") or {}), gpu=build(GpuSpec, data.get("gpu")),
-                   expandable_segments=bool(data.get("expandable_segments", False)) or expandable_in_env(env),
+                   expandable_segments=ran_expandable(data, env),
                    tokens_per_micro_batch=data.get("tokens_per_micro_batch"))
 
 

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hpcmem.probe.record import estimator_dir, expandable_in_env, gpu_slug
+from hpcmem.probe.record import estimator_dir, gpu_slug, ran_expandable
 from hpcmem.validate.table import PEAKS, Point, median, quantile
 
 HOLDOUT_EVERY = 5
@@ -177,8 +177,7 @@ def _allocator(records: list[dict[str, Any]]) -> dict[str, Any]:
     for r in records:
         m = r.get("measured") or {}
         if m.get("peak_reserved_bytes") and m.get("peak_allocated_bytes"):
-            expandable = (r.get("job") or {}).get("expandable_segments") or expandable_in_env(r.get("env"))
-            key = "expandable_segments" if expandable else "default"
+            key = "expandable_segments" if ran_expandable(r.get("job"), r.get("env")) else "default"
             groups.setdefault(key, []).append((float(m["peak_allocated_bytes"]), float(m["peak_reserved_bytes"])))
     return {k: _linear(v) for k, v in sorted(groups.items())}
 
