@@ -41,6 +41,15 @@ def gpu_spec(name: str) -> GpuSpec:
     )
 
 
+def gpu_for_device(device_name: str | None, memory_bytes: int | None) -> GpuSpec | None:
+    """The catalog GPU (with its calibration) of a driver-reported name and memory ("NVIDIA H200", 150109880320 B →
+    H200), or None when the catalog has no match."""
+    from hpcmem.validate.calibration import catalog_name_for
+
+    name = catalog_name_for(device_name, memory_bytes)
+    return gpu_spec(name) if name else None
+
+
 def _calibration(name: str) -> dict | None:
     """Fitted constants from probe records (hpcmem.validate.calibration), when that module and data exist."""
     try:

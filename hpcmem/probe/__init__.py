@@ -89,8 +89,8 @@ def on_this_gpu(job: Any) -> Any:
 
     import torch
 
-    from hpcmem.validate.probes import catalog_gpu
+    from hpcmem.gpus import gpu_for_device
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    gpu = catalog_gpu(props.name, int(props.total_memory))
+    gpu = gpu_for_device(props.name, int(props.total_memory))
     return dataclasses.replace(job, gpu=gpu) if gpu else job

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcmem.gpus import gpu_for_device
 from hpcmem.probe.record import gpu_slug, job_from_dict, read_records
 from hpcmem.validate.cells import cell_of
 from hpcmem.validate.table import PEAKS, Point
@@ -82,17 +83,8 @@ def record_job(rec: dict[str, Any]) -> Any:
 
     job = job_from_dict(rec["job"], rec.get("env"))
     info = rec.get("gpu") or {}
-    gpu = catalog_gpu(info.get("gpu_name"), info.get("memory_bytes")) if job.gpu is None else None
+    gpu = gpu_for_device(info.get("gpu_name"), info.get("memory_bytes")) if job.gpu is None else None
     return dataclasses.replace(job, gpu=gpu) if gpu else job
-
-
-def catalog_gpu(device_name: str | None, memory_bytes: int | None) -> Any:
-    """The catalog GpuSpec (with its calibration) of a driver-reported GPU, or None when the catalog has no match."""
-    from hpcmem.gpus import gpu_spec
-    from hpcmem.validate.calibration import catalog_name_for
-
-    name = catalog_name_for(device_name, memory_bytes)
-    return gpu_spec(name) if name else None
 
 
 def points_of(rec: dict[str, Any], estimate: dict[str, Any], slug: str) -> list[Point]:
