@@ -125,8 +125,8 @@ def dataset(job: Any, steps: int) -> Any:
     """Rows of the lengths the estimate assumes (the worst case). SFT and reward: the trace's worst-case micro-batch
     design (`hpcmem.trace.data.design_batch`: full rows with a ragged last one, two documents per packed bin, B
     chosen + B rejected rows of max_length, …) so that a CPU probe and a trace see the same batches. DPO: prompt +
-    completion reach max_length. GRPO/RLOO: prompts of
-    max_prompt_length tokens (completions are forced to max_completion_length by `generation_kwargs`)."""
+    completion reach max_length. GRPO/RLOO: prompts of max_prompt_length tokens (completions are forced to
+    max_completion_length by `generation_kwargs`)."""
     from datasets import Dataset
 
     t = job.train
