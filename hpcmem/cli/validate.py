@@ -19,8 +19,11 @@ from hpcmem.errors import HpcmemError
 @click.option("--png", type=click.Path(dir_okay=False), default=None,
               help="write the predicted-vs-measured scatter here (default estimator/accuracy-probes.png)")
 @click.option("--no-png", is_flag=True, help="no scatter")
-@click.option("--fit", is_flag=True, help="fit the per-GPU calibration from the records and store it "
-                                           "(estimator/calibration/<gpu>.json, with provenance)")
+@click.option("--fit", is_flag=True, help="fit the per-GPU calibration from the records and store it as "
+              "<gpu>.json with provenance (in $HPCMEM_DATA/calibrations when set, else hpcmem/calibrations/ in a "
+              "checkout, else ~/.config/hpcmem/calibrations)")
+@click.option("--fit-dir", "--fit_dir", "fit_dir", type=click.Path(file_okay=False), default=None,
+              help="with --fit: write the calibration into this folder instead")
 @click.option("--stored", is_flag=True, help="use the estimates stored in the records instead of re-estimating")
 @click.option("--json", "as_json", is_flag=True, help="print the table as JSON")
 @click.option("--cases", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -31,7 +34,8 @@ from hpcmem.errors import HpcmemError
 @click.option("--rescore", is_flag=True, help="with --against trace: re-estimate the stored traces "
                                               "(estimator/traces/) without tracing again")
 def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | None, no_png: bool, fit: bool,
-            stored: bool, as_json: bool, cases: str | None, ci_only: bool, workers: int, rescore: bool) -> None:
+            fit_dir: str | None, stored: bool, as_json: bool, cases: str | None, ci_only: bool, workers: int,
+            rescore: bool) -> None:
     """Error of the estimate per trainer × technique and per peak (allocated, reserved, device): n, median, p95 and
     max |error| %, bias, and the safe bound's under-estimate rate and slack."""
     if against == "trace":
@@ -47,7 +51,7 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
     from hpcmem.validate.table import render
 
     out_png = None if no_png else (png or estimator_dir() / "accuracy-probes.png")
-    report = against_probes(list(records) or None, png=out_png, fit=fit, stored=stored, gpu=gpu)
+    report = against_probes(list(records) or None, png=out_png, fit=fit, stored=stored, gpu=gpu, fit_dir=fit_dir)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=1))
         return
