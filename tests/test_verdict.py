@@ -133,7 +133,7 @@ def test_submit_refuses_a_tight_job_with_the_numbers_and_fixes_unless_forced(tmp
            "--runs-dir", str(tmp_path / "runs")]
     refused = subprocess.run(cmd, capture_output=True, text=True)
     assert refused.returncode == 2, refused.stderr
-    assert "hpcmem: error: tight — the point estimate fits, the safe bound does not" in refused.stderr
+    assert "hpcmem: error: tight: the point estimate fits, the safe bound does not" in refused.stderr
     assert "usable on L40S" in refused.stderr and "changes whose safe bound fits" in refused.stderr
     assert not (tmp_path / "runs").exists()
     forced = subprocess.run(cmd + ["--force"], capture_output=True, text=True)

@@ -60,15 +60,16 @@ class FitVerdict:
             return (f"does not fit: device peak {self.device_peak_bytes / GIB:.1f} GiB > "
                     f"{self.capacity_bytes / GIB:.1f} GiB usable on {self.gpu_name}")
         cal = self.calibration
-        head = "fits" if self.level == FITS else "tight — the point estimate fits, the safe bound does not —"
+        head = "fits" if self.level == FITS else "tight: the point estimate fits, the safe bound does not"
         bound = (f"safe bound {self.safe_device_peak_bytes / GIB:.1f} of {self.capacity_bytes / GIB:.1f} GiB "
                  f"(device peak {self.device_peak_bytes / GIB:.1f} + {100 * self.margin:.1f} %)")
         if cal["status"] == "calibrated":
-            return f"{head} with {pct(100 * self.coverage)} % coverage: {bound}, calibrated on {cal['gpu']}, n = {cal['n']}"
+            return (f"{head} with {pct(100 * self.coverage)} % coverage: {bound}, calibrated on {cal['gpu']}, "
+                    f"n = {cal['n']}")
         if cal["status"] == "default":
-            return (f"{head} ({self.gpu_name} uncalibrated, coverage unknown): {bound}, default margin from "
+            return (f"{head} ({self.gpu_name} uncalibrated, coverage unknown) — {bound}, default margin from "
                     f"{cal['gpu']}'s records (n = {cal['n']}, {pct(100 * cal['coverage'])} % coverage there)")
-        return f"{head} (no calibration anywhere: margin 0): {bound}"
+        return f"{head} (no calibration anywhere: margin 0) — {bound}"
 
 
 def pct(value: float | None) -> str:
