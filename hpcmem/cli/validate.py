@@ -11,8 +11,10 @@ from hpcmem.errors import HpcmemError
 
 
 @click.command(name="validate")
-@click.option("--against", type=click.Choice(["probes", "trace"]), default="probes", show_default=True,
-              help="probes: GPU/CPU probe records (estimator/probes); trace: the trace matrix")
+@click.option("--against", type=click.Choice(["probes", "trace", "boundary"]), default="probes", show_default=True,
+              help="probes: GPU/CPU probe records (estimator/probes); trace: the trace matrix; boundary: the probe "
+                   "runs predicted at 85–105 % of their capacity — false fits and false refusals, by the point "
+                   "estimate and by the safe bound")
 @click.option("--records", multiple=True, type=click.Path(exists=True),
               help="records files or folders (default estimator/probes/)")
 @click.option("--gpu", default=None, help="only this GPU model's records (e.g. H100-80GB, cpu)")
@@ -50,6 +52,10 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
     from hpcmem.validate import against_probes
     from hpcmem.validate.table import render
 
+    if against == "boundary":
+        _boundary(list(records) or [estimator_dir() / "probes"], stored, gpu, as_json)
+        return
+
     out_png = None if no_png else (png or estimator_dir() / "accuracy-probes.png")
     report = against_probes(list(records) or None, png=out_png, fit=fit, stored=stored, gpu=gpu, fit_dir=fit_dir)
     if as_json:
@@ -61,3 +67,20 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
         click.echo(f"note: {line}")
     if report.png:
         click.echo(f"scatter: {report.png}")
+
+
+def _boundary(paths: list, stored: bool, gpu: str | None, as_json: bool) -> None:
+    from dataclasses import asdict
+
+    from hpcmem.validate import boundary
+
+    table, notes = boundary.rows(paths, stored=stored, gpu=gpu)
+    if as_json:
+        click.echo(json.dumps({"window": boundary.WINDOW, "summary": boundary.summary(table),
+                               "runs": [{**asdict(r), "fraction": round(r.fraction, 4), "point_fits": r.point_fits,
+                                         "safe_fits": r.safe_fits} for r in table], "notes": notes}, indent=1))
+        return
+    click.echo(boundary.render(table) if table else "no probe runs predicted at 85–105 % of their capacity yet "
+               "(the GPU kit's boundary sweep makes them: estimator/gpu/run_matrix.sh)")
+    for line in notes:
+        click.echo(f"note: {line}")

@@ -26,7 +26,8 @@ from hpcmem.gpus import gpu_slug
 SCHEMA = 1
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "deepspeed", "datasets", "nvidia-ml-py", "hpcmem")
 ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-ENV_KEYS = ALLOC_ENV + ("CUDA_VISIBLE_DEVICES", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "OMP_NUM_THREADS")
+ENV_KEYS = ALLOC_ENV + ("CUDA_VISIBLE_DEVICES", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "OMP_NUM_THREADS",
+                       "HPCMEM_PROBE_SHARED_GPU")
 
 
 def expandable_in_env(env: dict[str, str] | None) -> bool:
