@@ -123,3 +123,21 @@ def test_the_whole_kit_runs_on_a_cpu_with_shrunk_models(tmp_path: Path) -> None:
 
     table, _ = rows([out], window=(0.85, 1.3))     # sized at ≥ 110 %: past the report's default 85–105 % window
     assert [r.case for r in table] == ["boundary-q05-full-110"] and not table[0].ran and not table[0].point_fits
+
+
+def test_every_kit_case_is_a_job_hpcmem_accepts() -> None:
+    """The probe and `hpcmem estimate` share their flags: every case the kit can start — the matrix, the new cells,
+    one boundary size per base — parses into a job TRL's rules accept (a refusal on the GPU would waste the lease)."""
+    from hpcmem.gpus import gpu_spec
+    from hpcmem.probe.matrix import CASES, Case, command_line
+
+    sized = boundary.sweep(gpu_spec("H100-80GB"), gpu_spec("H100-80GB").usable_bytes,
+                           targets=(0.93,))
+    cases = list(CASES) + [Case(s.name, s.base.trainer, s.base.model, s.flags, sized=True) for s in sized]
+    for case in cases:
+        argv = command_line(case, device="cuda", out="/dev/null", model=case.model, tiny=False, steps=3)
+        flags = argv[argv.index("probe") + 2:]
+        drop = {"--device", "--steps", "--out", "--capacity-bytes"}
+        kept = [a for i, a in enumerate(flags) if a not in drop and (i == 0 or flags[i - 1] not in drop)]
+        out = CliRunner().invoke(cli, ["estimate", case.trainer, *kept, "--json"])
+        assert out.exit_code == 0, (case.name, out.output[-500:])

@@ -150,3 +150,15 @@ def test_every_catalog_gpu_states_its_usable_capacity_and_its_source() -> None:
     for r in rows:
         assert 0 < r["capacity_bytes"] < r["memory_bytes"] and r["capacity_source"], r["name"]
         assert r["capacity_derived"] == r["capacity_source"].startswith("derived"), r["name"]
+
+
+def test_fit_writes_where_the_search_path_looks(tmp_path, monkeypatch) -> None:
+    """--fit writes to $HPCMEM_DATA/calibrations when set (searched first), else in a checkout into the package's
+    own calibrations/ (the files that ship) — both folders gpu_spec reads."""
+    from hpcmem.datapath import PACKAGE_DIR, search_dirs
+    from hpcmem.validate.calibration import default_fit_dir
+
+    assert (PACKAGE_DIR.parent / "pyproject.toml").is_file()          # these tests run from a checkout
+    assert default_fit_dir() == PACKAGE_DIR / "calibrations" == search_dirs("calibrations")[-1]
+    monkeypatch.setenv("HPCMEM_DATA", str(tmp_path / "site"))
+    assert default_fit_dir() == tmp_path / "site" / "calibrations" == search_dirs("calibrations")[0]

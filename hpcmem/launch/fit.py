@@ -80,9 +80,9 @@ def check_fit(job: JobSpec, *, estimator: Callable | None = None, max_fixes: int
 
 
 def suggest_fixes(job: JobSpec, *, limit: int = 3) -> list[Fix]:
-    """The `limit` best plans whose safe bound fits (hpcmem plan's order), as changes to the job's flags — `hpcmem plan`'s search (one search in the
-    product), keeping the global batch. Changes that alter what is trained come last: packing is offered only when the
-    job packs already, and LoRA only when nothing fits without it."""
+    """The `limit` best plans whose safe bound fits, in `hpcmem plan`'s order, as changes to the job's flags — its
+    search (one search in the product), keeping the global batch. Changes that alter what is trained come last:
+    packing is offered only when the job packs already, and LoRA only when nothing fits without it."""
     from hpcmem.plan import plan
     from hpcmem.plan.flags import flags_line
 

@@ -17,31 +17,24 @@ CPU it is the tracked tensor bytes ("tensors") against a simulated capacity (`--
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from hpcmem.probe.matrix import Case
 from hpcmem.spec import GpuSpec
 
 Q05, L1, L3 = "Qwen/Qwen2.5-0.5B", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B"
 NOGC = {"dtype": "bfloat16", "gradient_checkpointing": False}
 
 
-@dataclass(frozen=True)
-class Base:
-    name: str
-    trainer: str
-    model: str
-    flags: dict[str, Any] = field(default_factory=dict)
-    cost_s: float = 30.0                 # one run on an H100/H200, start-up included (an OOM ends sooner)
-
-
-BASES: tuple[Base, ...] = (
-    Base("q05-full", "sft", Q05, dict(NOGC), 25.0),
-    Base("l1b-lora", "sft", L1, {**NOGC, "use_peft": True}, 30.0),
-    Base("l3b-full", "sft", L3, dict(NOGC), 45.0),
-    Base("q05-lora", "sft", Q05, {**NOGC, "use_peft": True}, 25.0),
-    Base("l1b-full", "sft", L1, dict(NOGC), 30.0),
-    Base("l3b-lora", "sft", L3, {**NOGC, "use_peft": True}, 40.0),
+# One model × one technique each (cost_s: one run on an H100/H200, start-up included; an OOM ends sooner).
+BASES: tuple[Case, ...] = (
+    Case("q05-full", "sft", Q05, dict(NOGC), 25.0),
+    Case("l1b-lora", "sft", L1, {**NOGC, "use_peft": True}, 30.0),
+    Case("l3b-full", "sft", L3, dict(NOGC), 45.0),
+    Case("q05-lora", "sft", Q05, {**NOGC, "use_peft": True}, 25.0),
+    Case("l1b-full", "sft", L1, dict(NOGC), 30.0),
+    Case("l3b-lora", "sft", L3, {**NOGC, "use_peft": True}, 40.0),
 )
 TARGETS = (0.93, 0.99, 1.03, 0.88, 0.96, 1.05)
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -51,7 +44,7 @@ MAX_LENGTH = 8192
 
 @dataclass(frozen=True)
 class Sized:
-    base: Base
+    base: Case
     target: float
     batch: int
     max_length: int
@@ -71,7 +64,7 @@ class Sized:
         return {**self.base.flags, "per_device_train_batch_size": self.batch, "max_length": self.max_length}
 
 
-def predicted(base: Base, model: str, batch: int, max_length: int, gpu: GpuSpec, peak: str) -> int:
+def predicted(base: Case, model: str, batch: int, max_length: int, gpu: GpuSpec, peak: str) -> int:
     """The estimate's peak for the base at this size on `gpu`: "device", or "tensors" (what a CPU probe tracks:
     the allocated peak without cuBLAS's workspaces)."""
     from hpcmem.estimate import estimate
@@ -84,7 +77,7 @@ def predicted(base: Base, model: str, batch: int, max_length: int, gpu: GpuSpec,
     return est.device_peak_bytes if peak == "device" else tensor_bytes(est.peak_phase)
 
 
-def size_for(base: Base, model: str, target: float, gpu: GpuSpec, capacity: int, peak: str,
+def size_for(base: Case, model: str, target: float, gpu: GpuSpec, capacity: int, peak: str,
              max_positions: int, max_length: int = MAX_LENGTH) -> Sized | None:
     """The smallest max_length (at the smallest batch that can) whose predicted peak reaches target × capacity."""
     goal = target * capacity
@@ -108,7 +101,7 @@ def size_for(base: Base, model: str, target: float, gpu: GpuSpec, capacity: int,
 
 
 def sweep(gpu: GpuSpec, capacity: int, *, peak: str = "device", models: dict[str, str] | None = None,
-          bases: tuple[Base, ...] = BASES, targets: tuple[float, ...] = TARGETS,
+          bases: tuple[Case, ...] = BASES, targets: tuple[float, ...] = TARGETS,
           max_length: int = MAX_LENGTH) -> list[Sized]:
     """Every (target, base) run in priority order; a base that cannot reach a target on this GPU is left out.
 

@@ -135,14 +135,14 @@ def random_checkpoint(model: str, folder: Path) -> str:
 def schedule(gpu: Any, kit: Kit | None, args: argparse.Namespace) -> dict[str, list[Any]]:
     """The cases of each step; the boundary ones sized for `gpu` by the estimate (their sizes under "sizes")."""
     peak = "tensors" if args.device == "cpu" else "device"
-    models = {b.model: kit.resolve(Case(b.name, b.trainer, b.model)) for b in boundary.BASES} if kit else None
+    models = {b.model: kit.resolve(b) for b in boundary.BASES} if kit else None
     targets = tuple(float(t) for t in args.targets.split(",")) if args.targets else boundary.TARGETS
     sized = boundary.sweep(gpu, gpu.usable_bytes, peak=peak, models=models, targets=targets,
                            max_length=boundary.LENGTH_STEP if args.device == "cpu" else boundary.MAX_LENGTH)
     sized = sized[:args.boundary]
     capacity = TINY_CAPACITY if args.device == "cpu" else None
-    bound = [Case(s.name, s.base.trainer, s.base.model, s.flags, s.base.cost_s, solo=True, sized=True,
-                  capacity_bytes=capacity) for s in sized]
+    bound = [dataclasses.replace(s.base, name=s.name, flags=s.flags, solo=True, sized=True, capacity_bytes=capacity)
+             for s in sized]
     compare = [c for c in CASES if c.name in concurrent.COMPARE]
     sizes = [{"case": s.name, "per_device_train_batch_size": s.batch, "max_length": s.max_length,
               "predicted_bytes": s.predicted_bytes, "predicted_fraction": round(s.fraction, 4)} for s in sized]
