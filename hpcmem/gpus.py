@@ -1,60 +1,89 @@
-"""The GPU catalog (hpcmem/gpus.json, data): name → memory and speed, plus probe calibration when records exist."""
+"""The GPU catalog (hpcmem/gpus.json, data): name → memory, usable capacity and speed, plus the probe calibration
+(hpcmem.gpu_calibration) when records exist for the GPU."""
 
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 from hpcmem.errors import HpcmemError
 from hpcmem.spec import GpuSpec
 
 
 @lru_cache(maxsize=1)
-def _catalog() -> dict[str, dict]:
-    raw = json.loads(resources.files("hpcmem").joinpath("gpus.json").read_text())
-    table: dict[str, dict] = {}
-    for entry in raw["gpus"]:
-        for key in [entry["name"], *entry.get("aliases", [])]:
-            table[key.lower()] = entry
-    return table
+def catalog_entries() -> tuple[dict[str, Any], ...]:
+    return tuple(json.loads(resources.files("hpcmem").joinpath("gpus.json").read_text())["gpus"])
+
+
+@lru_cache(maxsize=1)
+def _by_name() -> dict[str, dict]:
+    return {key.lower(): e for e in catalog_entries() for key in [e["name"], *e.get("aliases", [])]}
+
+
+def catalog_entry(name: str) -> dict[str, Any] | None:
+    """The gpus.json entry for a catalog name or alias (any case), or None."""
+    return _by_name().get(name.strip().lower())
 
 
 def gpu_names() -> list[str]:
-    return sorted({e["name"] for e in _catalog().values()})
+    return sorted({e["name"] for e in catalog_entries()})
+
+
+def gpu_slug(gpu_name: str | None) -> str:
+    """File-name form of a GPU model: "NVIDIA H200" → "nvidia-h200"; None (a CPU run) → "cpu"."""
+    if not gpu_name:
+        return "cpu"
+    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-") or "unknown"
 
 
 def gpu_spec(name: str) -> GpuSpec:
-    entry = _catalog().get(name.strip().lower())
+    entry = catalog_entry(name)
     if entry is None:
         raise HpcmemError(f"unknown GPU {name!r}; known: {', '.join(gpu_names())} (hpcmem gpus)")
-    calibration = _calibration(entry["name"])
+    from hpcmem.gpu_calibration import default_margins, load_calibration, peak_margins
+
+    calibration = load_calibration(entry["name"])
+    calibrated = calibration is not None and "context_bytes" in calibration
+    margins = peak_margins(calibration) if calibrated else default_margins()
     return GpuSpec(
         name=entry["name"],
         memory_bytes=entry["memory_bytes"],
         bf16_tflops=entry["bf16_tflops"],
         memory_bandwidth_gbps=entry.get("memory_bandwidth_gbps", 0.0),
         compute_capability=str(entry.get("compute_capability", "")),
-        context_bytes=int(calibration["context_bytes"]) if calibration else 0,
-        calibrated=calibration is not None,
-        calibration_source=calibration.get("source", "") if calibration else "",
+        context_bytes=int(calibration["context_bytes"]) if calibrated else 0,
+        calibrated=calibrated,
+        calibration_source=calibration.get("source", "") if calibrated else "",
+        capacity_bytes=int(entry.get("capacity_bytes") or 0),
+        margins=tuple(margins[p] for p in sorted(margins)),
     )
 
 
 def gpu_for_device(device_name: str | None, memory_bytes: int | None) -> GpuSpec | None:
     """The catalog GPU (with its calibration) of a driver-reported name and memory ("NVIDIA H200", 150109880320 B →
     H200), or None when the catalog has no match."""
-    from hpcmem.validate.calibration import catalog_name_for
-
     name = catalog_name_for(device_name, memory_bytes)
     return gpu_spec(name) if name else None
 
 
-def _calibration(name: str) -> dict | None:
-    """Fitted constants from probe records (hpcmem.validate.calibration), when that module and data exist."""
-    try:
-        from hpcmem.validate.calibration import load_calibration
-    except ImportError:
+def catalog_name_for(device_name: str | None, memory_bytes: int | None) -> str | None:
+    """Which catalog GPU a driver-reported name is: its model token ("H100") in the name, the variant tokens (PCIe,
+    NVL) agreeing, and the memory within 8 % of the catalog's."""
+    if not device_name:
         return None
-    found = load_calibration(name)
-    return found if found and "context_bytes" in found else None
+    text = device_name.lower().replace(" ", "-")
+    best, best_score = None, -1
+    for entry in catalog_entries():
+        tokens = entry["name"].lower().split("-")
+        if tokens[0] not in text:
+            continue
+        if memory_bytes and abs(entry["memory_bytes"] - memory_bytes) > 0.08 * entry["memory_bytes"]:
+            continue
+        variants = [t for t in ("pcie", "nvl", "sxm") if t in text]
+        score = sum(t in tokens for t in variants) - sum(t not in text for t in tokens[1:] if not t.endswith("gb"))
+        if score > best_score:
+            best, best_score = entry["name"], score
+    return best

@@ -240,17 +240,40 @@ class ParallelSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PeakMargin:
+    """How much one peak's estimate is widened for the safe bound: predicted · (1 + margin) covered `coverage` of
+    `n` probe runs on `calibrated_on` (hpcmem.gpu_calibration). `default` marks a margin borrowed from other GPUs'
+    records because this GPU has none of its own."""
+
+    peak: str                       # allocated | reserved | device
+    margin: float
+    coverage: float
+    n: int
+    calibrated_on: str
+    default: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class GpuSpec:
     """One GPU model from the catalog (hpcmem/gpus.json) with its calibration, when probes exist."""
 
     name: str
-    memory_bytes: int
+    memory_bytes: int               # the total nvidia-smi / NVML reports
     bf16_tflops: float
     memory_bandwidth_gbps: float = 0.0
     compute_capability: str = ""  # "9.0" (CUDA major.minor) picks the cuBLAS workspace size
     context_bytes: int = 0          # CUDA context + libraries; 0 → the uncalibrated default in estimate.device
     calibrated: bool = False
     calibration_source: str = ""
+    capacity_bytes: int = 0         # what torch can use (mem_get_info's total); 0 → memory_bytes
+    margins: tuple[PeakMargin, ...] = ()
+
+    @property
+    def usable_bytes(self) -> int:
+        return self.capacity_bytes or self.memory_bytes
+
+    def margin(self, peak: str) -> PeakMargin | None:
+        return next((m for m in self.margins if m.peak == peak), None)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -82,7 +82,8 @@ def test_h200_records_meet_the_published_targets():
 def test_h200_calibration_context_is_the_records_median():
     """The committed calibration's context is the median of device − reserved over its training records (recomputed
     here from the raw measurements), and an H200 estimate applies it."""
-    from hpcmem.validate.calibration import held_out, load_calibration
+    from hpcmem.gpu_calibration import load_calibration
+    from hpcmem.validate.calibration import held_out
 
     cal = load_calibration("H200")
     assert cal is not None

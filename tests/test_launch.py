@@ -244,7 +244,7 @@ def test_refuses_what_does_not_fit_unless_forced(tmp_path):
     with pytest.raises(DoesNotFit) as err:
         submit(job(num_processes=8), preset(), LaunchOptions(), runs_root=tmp_path, runner=rec,
                estimator=_fake_estimator(120))
-    assert "does not fit: device peak 120.0 GiB" in str(err.value) and "79.6 GiB on H100-80GB" in str(err.value)
+    assert "does not fit: device peak 120.0 GiB > 79.1 GiB usable on H100-80GB" in str(err.value)
     assert not list(tmp_path.iterdir()) and rec.calls == []
     done = submit(job(num_processes=8), preset(), LaunchOptions(), runs_root=tmp_path, runner=rec, force=True,
                   estimator=_fake_estimator(120))
@@ -279,18 +279,20 @@ def test_refusal_fixes_are_flags_that_fit_when_pasted_back(tmp_path):
                                        "--runs-dir", str(tmp_path / "runs")])
     assert isinstance(refused.exception, DoesNotFit), refused.output
     message = str(refused.exception)
-    assert "changes that fit, fastest first" in message, message
+    assert "changes whose safe bound fits, best first" in message, message
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())   # nothing written
     lines = [ln for ln in message.splitlines() if ln.startswith("  --")]
     assert not any("--packing" in ln for ln in lines)           # a refusal does not change what a batch holds
     assert lines
     for line in lines:
-        flags, peak = line.split("   → ")
+        flags, peaks = line.split("   → ")
+        peak, safe = peaks.split(", safe ")
         out = CliRunner().invoke(cli, ["estimate", *base, "--gpu", "L40S", *shlex.split(flags), "--json"])
         assert out.exit_code == 0, out.output
         est = json.loads(out.output)
         assert est["fits"] is True, line
-        assert f"{est['per_gpu']['device_peak_bytes'] / 1024**3:.1f} GiB" == peak.split(" (")[0], line
+        assert f"{est['per_gpu']['device_peak_bytes'] / 1024**3:.1f} GiB" == peak, line
+        assert f"{est['verdict']['safe_device_peak_bytes'] / 1024**3:.1f} GiB" == safe.split(" (")[0], line
 
 
 def test_submitit_gets_the_same_allocation_and_setup(tmp_path):

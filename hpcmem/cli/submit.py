@@ -68,7 +68,9 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
     p = done.prepared
     if as_json:
         click.echo(json.dumps({"run_dir": done.run_dir, "job_id": done.job_id, "backend": done.submitted.backend,
-                               "fits": p.fit.fits if p.fit else None, "script": p.files.script}, indent=2))
+                               "fits": p.fit.fits if p.fit else None,
+                               "verdict": p.fit.verdict.to_json() if p.fit and p.fit.verdict else None,
+                               "script": p.files.script}, indent=2))
         return
     if dry_run:
         click.echo(p.contents["job.sbatch"])

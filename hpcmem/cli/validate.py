@@ -11,16 +11,21 @@ from hpcmem.errors import HpcmemError
 
 
 @click.command(name="validate")
-@click.option("--against", type=click.Choice(["probes", "trace"]), default="probes", show_default=True,
-              help="probes: GPU/CPU probe records (estimator/probes); trace: the trace matrix")
+@click.option("--against", type=click.Choice(["probes", "trace", "boundary"]), default="probes", show_default=True,
+              help="probes: GPU/CPU probe records (estimator/probes); trace: the trace matrix; boundary: the probe "
+                   "runs predicted at 85–105 % of their capacity — false fits and false refusals, by the point "
+                   "estimate and by the safe bound")
 @click.option("--records", multiple=True, type=click.Path(exists=True),
               help="records files or folders (default estimator/probes/)")
 @click.option("--gpu", default=None, help="only this GPU model's records (e.g. H100-80GB, cpu)")
 @click.option("--png", type=click.Path(dir_okay=False), default=None,
               help="write the predicted-vs-measured scatter here (default estimator/accuracy-probes.png)")
 @click.option("--no-png", is_flag=True, help="no scatter")
-@click.option("--fit", is_flag=True, help="fit the per-GPU calibration from the records and store it "
-                                           "(estimator/calibration/<gpu>.json, with provenance)")
+@click.option("--fit", is_flag=True, help="fit the per-GPU calibration from the records and store it as "
+              "<gpu>.json with provenance (in $HPCMEM_DATA/calibrations when set, else hpcmem/calibrations/ in a "
+              "checkout, else ~/.config/hpcmem/calibrations)")
+@click.option("--fit-dir", "--fit_dir", "fit_dir", type=click.Path(file_okay=False), default=None,
+              help="with --fit: write the calibration into this folder instead")
 @click.option("--stored", is_flag=True, help="use the estimates stored in the records instead of re-estimating")
 @click.option("--json", "as_json", is_flag=True, help="print the table as JSON")
 @click.option("--cases", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -31,7 +36,8 @@ from hpcmem.errors import HpcmemError
 @click.option("--rescore", is_flag=True, help="with --against trace: re-estimate the stored traces "
                                               "(estimator/traces/) without tracing again")
 def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | None, no_png: bool, fit: bool,
-            stored: bool, as_json: bool, cases: str | None, ci_only: bool, workers: int, rescore: bool) -> None:
+            fit_dir: str | None, stored: bool, as_json: bool, cases: str | None, ci_only: bool, workers: int,
+            rescore: bool) -> None:
     """Error of the estimate per trainer × technique and per peak (allocated, reserved, device): n, median, p95 and
     max |error| %, bias, and the safe bound's under-estimate rate and slack."""
     if against == "trace":
@@ -46,8 +52,12 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
     from hpcmem.validate import against_probes
     from hpcmem.validate.table import render
 
+    if against == "boundary":
+        _boundary(list(records) or [estimator_dir() / "probes"], stored, gpu, as_json)
+        return
+
     out_png = None if no_png else (png or estimator_dir() / "accuracy-probes.png")
-    report = against_probes(list(records) or None, png=out_png, fit=fit, stored=stored, gpu=gpu)
+    report = against_probes(list(records) or None, png=out_png, fit=fit, stored=stored, gpu=gpu, fit_dir=fit_dir)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=1))
         return
@@ -57,3 +67,20 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
         click.echo(f"note: {line}")
     if report.png:
         click.echo(f"scatter: {report.png}")
+
+
+def _boundary(paths: list, stored: bool, gpu: str | None, as_json: bool) -> None:
+    from dataclasses import asdict
+
+    from hpcmem.validate import boundary
+
+    table, notes = boundary.rows(paths, stored=stored, gpu=gpu)
+    if as_json:
+        click.echo(json.dumps({"window": boundary.WINDOW, "summary": boundary.summary(table),
+                               "runs": [{**asdict(r), "fraction": round(r.fraction, 4), "point_fits": r.point_fits,
+                                         "safe_fits": r.safe_fits} for r in table], "notes": notes}, indent=1))
+        return
+    click.echo(boundary.render(table) if table else "no probe runs predicted at 85–105 % of their capacity yet "
+               "(the GPU kit's boundary sweep makes them: estimator/gpu/run_matrix.sh)")
+    for line in notes:
+        click.echo(f"note: {line}")

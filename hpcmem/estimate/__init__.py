@@ -99,4 +99,5 @@ def estimate(job: JobSpec) -> Estimate:
         warnings=tuple(warnings),
         not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ()),
         calibrated=dev.calibrated,
+        gpu=job.gpu,
     )

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hpcmem.estimate.verdict import FitVerdict, judge
+from hpcmem.spec import GpuSpec
+
 GIB = 1024**3
 
 
@@ -44,6 +47,7 @@ class Estimate:
     not_modelled: tuple[str, ...] = ()
     calibrated: bool = False
     extra: dict = field(default_factory=dict)
+    gpu: GpuSpec | None = None          # the GPU judged against (capacity, margins); None: no verdict
 
     @property
     def peak_phase(self) -> Phase:
@@ -62,16 +66,25 @@ class Estimate:
         return self.peak_reserved_bytes + self.device_extra_bytes
 
     @property
+    def verdict(self) -> FitVerdict | None:
+        """Fits · tight · does not fit, on the safe bound (hpcmem.estimate.verdict); None without a GPU."""
+        return None if self.gpu is None else judge(self.device_peak_bytes, self.gpu)
+
+    @property
     def fits(self) -> bool | None:
-        return None if self.gpu_memory_bytes is None else self.device_peak_bytes <= self.gpu_memory_bytes
+        v = self.verdict
+        return None if v is None else v.fits
 
     @property
     def headroom_bytes(self) -> int | None:
-        return None if self.gpu_memory_bytes is None else self.gpu_memory_bytes - self.device_peak_bytes
+        """Usable capacity left above the safe bound."""
+        v = self.verdict
+        return None if v is None else v.headroom_bytes
 
     def to_json(self) -> dict:
-        """The stable contract scripts and `hpcmem validate` rely on (issue 2)."""
+        """The stable contract scripts and `hpcmem validate` rely on (README, Estimate: `--json`)."""
         peak = self.peak_phase
+        verdict = self.verdict
         return {
             "model": {"name": self.model_name, "num_params": self.num_params},
             "summary": self.summary,
@@ -86,8 +99,10 @@ class Estimate:
                 "calibrated": self.calibrated,
             },
             "phases": {p.name: p.bytes for p in self.phases},
-            "gpu": None if self.gpu_name is None else {"name": self.gpu_name, "memory_bytes": self.gpu_memory_bytes},
+            "gpu": None if self.gpu_name is None else {"name": self.gpu_name, "memory_bytes": self.gpu_memory_bytes,
+                                                       "capacity_bytes": verdict.capacity_bytes if verdict else None},
             "fits": self.fits,
+            "verdict": verdict.to_json() if verdict else None,
             "headroom_bytes": self.headroom_bytes,
             "warnings": list(self.warnings),
             "not_modelled": list(self.not_modelled),

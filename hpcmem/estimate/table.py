@@ -23,14 +23,12 @@ def render(est: Estimate) -> str:
     lines.append(f"{'peak reserved':<30}{gib(est.peak_reserved_bytes):>14}   allocator slack "
                  f"{est.reserved_extra_bytes / GIB:.2f} GiB ({100 * slack:.1f} % of allocated, from a model of the "
                  f"caching allocator; estimate/device.py)")
-    verdict = ""
-    if est.gpu_memory_bytes:
-        share = est.device_peak_bytes / est.gpu_memory_bytes
-        verdict = (f"of {est.gpu_memory_bytes / GIB:.1f} GiB ({est.gpu_name}) → "
-                   + (f"fits, {100 * (1 - share):.0f} % headroom" if est.fits else
-                      f"DOES NOT FIT ({100 * share:.0f} % of the card)"))
-    lines.append(f"{'device peak':<30}{gib(est.device_peak_bytes):>14}   {verdict}")
+    verdict = est.verdict
+    where = (f"of {verdict.capacity_bytes / GIB:.1f} GiB usable on {est.gpu_name}" if verdict else "")
+    lines.append(f"{'device peak':<30}{gib(est.device_peak_bytes):>14}   {where}")
     lines.append(f"{'':<30}{'':>14}   ({est.device_note})")
+    if verdict:
+        lines.append(f"{'verdict':<30}{'':>14}   {verdict.line()}")
     if est.host_bytes:
         lines.append(f"{'host RAM per process':<30}{gib(est.host_bytes):>14}   offloaded states/activations")
     lines.append("")

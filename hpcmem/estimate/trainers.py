@@ -152,7 +152,9 @@ def trainer_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerE
         if job.gpu is None:
             notes.append("vLLM colocate pool needs --gpu (vllm_gpu_memory_utilization × device memory); not counted")
         else:
-            share = int(t.vllm_gpu_memory_utilization * job.gpu.memory_bytes)
+            # vllm/v1/worker/gpu_worker.py Worker.init_device: requested_memory = MemorySnapshot().total_memory ×
+            # gpu_memory_utilization, the total of torch.cuda.mem_get_info() — the GPU's usable capacity
+            share = int(t.vllm_gpu_memory_utilization * job.gpu.usable_bytes)
             if t.vllm_enable_sleep_mode:
                 asleep = share
             else:

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 
 class DoesNotFit(HpcmemError):
-    """The estimate says the job runs out of GPU memory; the message lists the cheapest changes that fit."""
+    """The verdict is "tight" or "does not fit" (hpcmem.estimate.verdict); the message gives the numbers and the
+    changes whose safe bound fits."""
 
     def __init__(self, report: FitReport):
         self.report = report
@@ -83,7 +84,8 @@ def _estimate_json(report: FitReport | None) -> str:
     if report is None:
         return json.dumps({"checked": False}, indent=2) + "\n"
     data = {"checked": True, **report.estimate_json, "fits": report.fits,
-            "fixes": [{"flags": f.flags, "device_peak_bytes": f.device_peak_bytes} for f in report.fixes]}
+            "fixes": [{"flags": f.flags, "device_peak_bytes": f.device_peak_bytes,
+                       "safe_device_peak_bytes": f.safe_device_peak_bytes} for f in report.fixes]}
     return json.dumps(data, indent=2) + "\n"
 
 
@@ -92,7 +94,7 @@ def submit(job: JobSpec, preset: Preset, options: LaunchOptions | None = None, *
            runner: Runner | None = None, estimator: Callable | None = None, **backend_kwargs):
     """Check the fit, write the run folder, submit. Returns a `Submission`, or the submitit Job for backend="submitit".
 
-    Refuses (DoesNotFit, nothing written) when the estimate exceeds the GPU, unless `force`.
+    Refuses (DoesNotFit, nothing written) when the verdict is "tight" or "does not fit", unless `force`.
     """
     options = options or LaunchOptions()
     prepared = prepare(job, preset, options, runs_root=runs_root, run_dir=run_dir, estimator=estimator)

@@ -8,7 +8,20 @@
    does not fit rejects every combination that dominates it, and the group's floor (smallest batch, full
    checkpointing, offloading and expandable_segments on) rejects the whole group at once.
 3. Combinations TRL refuses are skipped: `hpcmem.plan.knobs.apply` builds a JobSpec, whose rules raise SpecError.
-4. Stop when `top` plans fit: every combination not yet walked is slower than all of them (rank bound).
+4. Stop when `top` plans fit and every combination not yet walked is slower, by more than the throughput model's
+   stated uncertainty (THROUGHPUT_UNCERTAINTY in hpcmem.plan.throughput), than the band the top-th plan falls in
+   (rank bound: no such combination can be ranked into the top, see below).
+
+Fit is `hpcmem estimate`'s verdict (hpcmem.estimate.verdict): a combination fits when its safe bound — the device
+peak widened by the GPU's calibrated margin — fits the capacity torch can use; "tight" combinations are not offered.
+
+Order of the plans (`rank_plans`): the throughput model is uncalibrated and cannot tell apart plans whose tokens/s
+differ by less than THROUGHPUT_UNCERTAINTY (10 %). So the fastest plan and every plan within 10 % of it form a band;
+the next band starts at the fastest plan left, and so on. Inside a band, headroom decides where it is scarce: a plan
+is comfortable when its headroom (capacity − safe bound) would hold the margin once more (≥ margin × device peak: a
+device peak off by twice the calibrated margin still fits). Comfortable plans come first, fastest first; the others
+follow, most headroom first. A plan ≥ 10 % faster always comes first; among plans the model cannot separate, one that
+may run short of memory never outranks one that will not.
 """
 
 from __future__ import annotations
@@ -22,9 +35,10 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import Estimate, estimate
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.shape import micro_batch
+from hpcmem.estimate.verdict import safe_bound
 from hpcmem.plan.knobs import GC_VALUES, Knobs, apply, axes, combinations, job_knobs
 from hpcmem.plan.throughput import (
-    PADDED_FILL_FRACTION, Setting, Throughput, flops_params, interconnect_gbps, throughput,
+    PADDED_FILL_FRACTION, THROUGHPUT_UNCERTAINTY, Setting, Throughput, flops_params, interconnect_gbps, throughput,
 )
 from hpcmem.spec import GpuSpec, JobSpec
 
@@ -49,7 +63,12 @@ class Plan:
         return self.estimate.device_peak_bytes
 
     @property
+    def safe_device_peak_bytes(self) -> int:
+        return self.estimate.verdict.safe_device_peak_bytes
+
+    @property
     def headroom_bytes(self) -> int:
+        """Usable capacity left above the safe bound."""
         return self.estimate.headroom_bytes or 0
 
 
@@ -209,8 +228,9 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
     accepted: set[Knobs] = set()
     speeds_by_knobs = {k: sp for sp, k in scored}
     for speed, k in scored:
-        if top is not None and len(plans) >= top:
-            break
+        if top is not None and len(plans) >= top and \
+                speed.tokens_per_s_per_gpu < (1 - THROUGHPUT_UNCERTAINTY) * _band_start(plans, top - 1):
+            break       # every plan left is slower than the band the top-th plan ranks in: nothing can move up
         twin = k._replace(expandable_segments=True)
         if not k.expandable_segments and twin in speeds_by_knobs:
             walker.judge(twin, speed)       # same speed, less memory: if it does not fit, neither does k (bound)
@@ -221,11 +241,40 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
             if k.expandable_segments and k._replace(expandable_segments=False) in accepted:
                 continue        # same speed, one more setting: not worth a row
             plans.append(Plan(rank=len(plans) + 1, knobs=k, job=job, estimate=est, speed=speed))
+    plans = rank_plans(plans)[:top] if top is not None else rank_plans(plans)
     stats = SearchStats(combinations=len(combos), full_estimates=walker.full, bound_rejected=walker.bound,
                         rule_rejected=walker.rules, rank_pruned=len(combos) - len(walked),
                         seconds=time.perf_counter() - start)
     return PlanReport(plans=tuple(plans), walked=tuple(walked), stats=stats, gpu=gpu, global_batch_size=gbs,
                       base=base, speeds=speeds_by_knobs, fixed=tuple(sorted(fixed)))
+
+
+def rank_plans(plans: list[Plan]) -> list[Plan]:
+    """Speed bands, then comfortable plans by speed and the rest by headroom (module docstring); ranks renumbered."""
+    rest = sorted(plans, key=lambda p: -p.speed.tokens_per_s_per_gpu)
+    out: list[Plan] = []
+    while rest:
+        floor = (1 - THROUGHPUT_UNCERTAINTY) * rest[0].speed.tokens_per_s_per_gpu
+        band = [p for p in rest if p.speed.tokens_per_s_per_gpu >= floor]
+        rest = rest[len(band):]
+        out += sorted(band, key=lambda p: (0, -p.speed.tokens_per_s_per_gpu) if comfortable(p)
+                      else (1, -p.headroom_bytes))
+    return [replace(p, rank=i) for i, p in enumerate(out, 1)]
+
+
+def _band_start(plans: list[Plan], i: int) -> float:
+    """Tokens/s of the fastest plan in the band of plans[i] (plans in walk order: fastest first)."""
+    start = plans[0].speed.tokens_per_s_per_gpu
+    for p in plans[1:i + 1]:
+        if p.speed.tokens_per_s_per_gpu < (1 - THROUGHPUT_UNCERTAINTY) * start:
+            start = p.speed.tokens_per_s_per_gpu
+    return start
+
+
+def comfortable(p: Plan) -> bool:
+    """Headroom for the margin once more: capacity − safe bound ≥ margin × device peak."""
+    v = p.estimate.verdict
+    return v.headroom_bytes >= v.margin * v.device_peak_bytes
 
 
 def _parallel_fields(base: JobSpec, sharding: str) -> dict:
@@ -255,7 +304,8 @@ class _Walker:
         self.refused: dict[Knobs, str] = {}
         self.states_floor: dict[tuple[str, str], int] = {}
         self.judged: dict[Knobs, tuple] = {}
-        self.memory = base.gpu.memory_bytes if base.gpu else 0
+        self.gpu = base.gpu
+        self.memory = base.gpu.usable_bytes if base.gpu else 0
 
     def _estimate(self, k: Knobs) -> tuple[JobSpec | None, Estimate | None, str]:
         # check_job does not read expandable_segments (an allocator setting): one verdict serves both values.
@@ -273,7 +323,7 @@ class _Walker:
         return job, est, ""
 
     def _record(self, k: Knobs, est: Estimate) -> None:
-        self.infeasible.setdefault(_group(k), []).append((k, est.device_peak_bytes))
+        self.infeasible.setdefault(_group(k), []).append((k, est.verdict.safe_device_peak_bytes))
 
     def _floor(self, k: Knobs) -> None:
         """Estimate the least-memory member of k's part of its group once: if it does not fit, none does."""
@@ -290,15 +340,16 @@ class _Walker:
 
     def _bound(self, k: Knobs, speed: Throughput) -> Verdict | None:
         floor = self.states_floor.get((k.sharding, k.peft), 0)
-        if floor > self.memory:
+        if floor and safe_bound(floor, self.gpu) > self.memory:
             self.bound += 1
             return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None,
-                           why=f"needs ≥ {floor / GIB:.1f} GiB at the optimizer step alone ({k.sharding}, {k.peft})")
+                           why=f"safe bound ≥ {safe_bound(floor, self.gpu) / GIB:.1f} GiB at the optimizer step alone "
+                               f"({k.sharding}, {k.peft})")
         for lo, need in self.infeasible.get(_group(k), ()):
             if _dominates(k, lo):
                 self.bound += 1
                 return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None,
-                               why=f"needs ≥ {need / GIB:.1f} GiB (as {lo.label()})")
+                               why=f"safe bound ≥ {need / GIB:.1f} GiB (as {lo.label()})")
         return None
 
     def judge(self, k: Knobs, speed: Throughput) -> tuple[Verdict, JobSpec | None, Estimate | None]:
@@ -321,10 +372,18 @@ class _Walker:
         if not est.fits:
             self._record(k, est)
             return Verdict(knobs=k, speed=speed, how="estimate", fits=False, device_peak_bytes=est.device_peak_bytes,
-                           why=f"needs {est.device_peak_bytes / GIB:.1f} GiB > {est.gpu_memory_bytes / GIB:.1f} GiB"
-                           ), job, est
+                           why=not_fitting(est)), job, est
         return Verdict(knobs=k, speed=speed, how="estimate", fits=True,
                        device_peak_bytes=est.device_peak_bytes), job, est
+
+
+def not_fitting(est: Estimate) -> str:
+    """Why an estimate is not offered, in numbers: the point estimate or, when tight, its safe bound."""
+    v = est.verdict
+    if v.device_peak_bytes > v.capacity_bytes:
+        return f"needs {v.device_peak_bytes / GIB:.1f} GiB > {v.capacity_bytes / GIB:.1f} GiB usable"
+    return (f"tight: safe bound {v.safe_device_peak_bytes / GIB:.1f} GiB > {v.capacity_bytes / GIB:.1f} GiB usable "
+            f"(device peak {v.device_peak_bytes / GIB:.1f} GiB)")
 
 
 def plan(job: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_batch_size: int | None = None,

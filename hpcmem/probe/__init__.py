@@ -34,7 +34,9 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
         job = on_this_gpu(job)
     started = time.time()
     estimate, estimate_error = estimate_before(job)
-    if job.parallel.world_size > 1:
+    if job.parallel.world_size > 1 or job.parallel.deepspeed:
+        # DeepSpeed initialises torch.distributed even for one process, from the torchrun variables (RANK,
+        # MASTER_ADDR, …) that run_ranks sets: a single-GPU ZeRO run is a world of one worker
         from hpcmem.probe.dist import run_ranks
 
         measured = run_ranks(job, device=device, steps=steps, warmup_steps=warmup_steps,

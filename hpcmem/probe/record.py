@@ -16,16 +16,18 @@ import fcntl
 import json
 import os
 import platform
-import re
 from dataclasses import asdict, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from hpcmem.gpus import gpu_slug
+
 SCHEMA = 1
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "deepspeed", "datasets", "nvidia-ml-py", "hpcmem")
 ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-ENV_KEYS = ALLOC_ENV + ("CUDA_VISIBLE_DEVICES", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "OMP_NUM_THREADS")
+ENV_KEYS = ALLOC_ENV + ("CUDA_VISIBLE_DEVICES", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "OMP_NUM_THREADS",
+                       "HPCMEM_PROBE_SHARED_GPU")
 
 
 def expandable_in_env(env: dict[str, str] | None) -> bool:
@@ -42,13 +44,6 @@ def expandable_in_env(env: dict[str, str] | None) -> bool:
 def ran_expandable(job_data: dict[str, Any] | None, env: dict[str, str] | None) -> bool:
     """Whether a recorded run had expandable segments: its spec asked for them or its allocator environment set them."""
     return bool((job_data or {}).get("expandable_segments", False)) or expandable_in_env(env)
-
-
-def gpu_slug(gpu_name: str | None) -> str:
-    """File-name form of a GPU model: "NVIDIA H200" → "nvidia-h200"; None (a CPU run) → "cpu"."""
-    if not gpu_name:
-        return "cpu"
-    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-") or "unknown"
 
 
 def estimator_dir() -> Path:

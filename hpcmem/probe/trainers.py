@@ -33,9 +33,10 @@ class ProbeUnsupported(HpcmemError):
 def check_supported(job: Any, device: str) -> None:
     t = job.train
     problems = []
-    if t.quantized:
-        problems.append("4/8-bit bases need bitsandbytes weights from from_pretrained; the probe builds random "
-                        "weights from a config — probe the unquantized LoRA job or pass a local quantized checkpoint")
+    if t.quantized and not (device == "cuda" and fixtures.has_weights(job.model.name)):
+        problems.append("4/8-bit bases are quantized by bitsandbytes inside from_pretrained, on CUDA: the probe "
+                        "builds random weights from a config — pass a local checkpoint folder (config.json + weights) "
+                        "and --device cuda, or probe the unquantized LoRA job")
     if t.use_vllm:
         problems.append("use_vllm: the probe runs transformers generation; vLLM pools are not probed yet")
     if device == "cpu" and job.parallel.fsdp and job.parallel.fsdp_version != 2:
@@ -76,6 +77,17 @@ def trainer_config(job: Any, *, steps: int, device: str, output_dir: str) -> tup
 
 _TRAINING_ARGS = {"output_dir", "max_steps", "report_to", "save_strategy", "disable_tqdm", "logging_steps",
                   "dataloader_num_workers", "learning_rate", "use_cpu", "deepspeed", "fsdp", "fsdp_config"}
+
+
+def quantization_config(t: Any) -> Any:
+    """The BitsAndBytesConfig TRL's own scripts hand the trainer for a 4/8-bit base (trl/scripts/sft.py main:
+    `quantization_config=get_quantization_config(model_args)`), or None."""
+    if not t.quantized:
+        return None
+    from trl import ModelConfig, get_quantization_config
+
+    return get_quantization_config(ModelConfig(load_in_4bit=t.load_in_4bit, load_in_8bit=t.load_in_8bit,
+                                               use_bnb_nested_quant=t.use_bnb_nested_quant, dtype=t.dtype))
 
 
 def _parallel_args(job: Any) -> dict[str, Any]:
@@ -126,6 +138,8 @@ def build_trainer(job: Any, *, steps: int, device: str, model_id: str, cfg: dict
                           "peft_config": peft_config(job)}
     if t.trainer in ("grpo", "rloo"):
         kw["reward_funcs"] = [fixtures.length_reward]
+    if t.quantized:
+        kw["quantization_config"] = quantization_config(t)
     trainer = cls(**kw)
     from transformers.trainer_callback import PrinterCallback
 

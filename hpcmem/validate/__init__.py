@@ -2,7 +2,7 @@
 
 `against_probes(...)` reads probe records, re-estimates them, and returns the table (and, on request, fits and stores
 the per-GPU calibration and draws the scatter). Stdlib apart from matplotlib for the PNG. The calibration loader the
-estimator uses is `hpcmem.validate.calibration.load_calibration`.
+estimator uses is `hpcmem.gpu_calibration.load_calibration`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ class Report:
 
 
 def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | None = None, fit: bool = False,
-                   stored: bool = False, gpu: str | None = None) -> Report:
+                   stored: bool = False, gpu: str | None = None, fit_dir: str | Path | None = None) -> Report:
+    """`fit=True` stores each GPU's calibration in `fit_dir` (default: calibration.default_fit_dir())."""
     from hpcmem.probe.record import estimator_dir
     from hpcmem.validate import calibration
     from hpcmem.validate.probes import load
@@ -44,12 +45,14 @@ def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | N
         for slug in slugs:
             recs = [r for r in loaded.records if r.get("_slug") == slug]
             cal = calibration.fit(recs, [p for p in loaded.points if p.gpu == slug], slug, loaded.files)
-            report.calibrations.append(str(calibration.save(cal)))
+            folder = Path(fit_dir) if fit_dir else calibration.default_fit_dir()
+            report.calibrations.append(str(calibration.save(cal, folder)))
     margins: dict[tuple[str, str], float] = {}
     for slug in slugs:
         found = calibration.margins_for(slug)
         if not found:
-            report.notes.append(f"{slug}: uncalibrated (no estimator/calibration/{slug}.json): safe-bound margin 0")
+            report.notes.append(f"{slug}: uncalibrated (no calibrations/{slug}.json on the search path, "
+                                "hpcmem.gpu_calibration): safe-bound margin 0")
         margins.update({(slug, peak): m for peak, m in found.items()})
     report.rows = table(loaded.points, margins)
     if png and loaded.points:

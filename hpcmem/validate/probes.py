@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcmem.gpus import gpu_for_device
-from hpcmem.probe.record import gpu_slug, job_from_dict, read_records
+from hpcmem.gpus import gpu_for_device, gpu_slug
+from hpcmem.probe.record import job_from_dict, read_records
 from hpcmem.validate.cells import cell_of
 from hpcmem.validate.table import PEAKS, Point
 
