@@ -36,14 +36,17 @@ ADJUSTMENTS: tuple[str, ...] = (
 
 
 def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False,
-              allocator: bool | str = False, generation: bool = False) -> TraceResult:
+              allocator: bool | str = False, generation: bool = False, snapshot: Any = None) -> TraceResult:
     """Trace two training steps of `job` (single GPU) and return the peak and its breakdown.
 
     `generation` (GRPO/RLOO, off by default: slow): run TRL's transformers `generate` call to full length in the
     phase "generation" instead of skipping it (hpcmem.trace.rl).
 
     `allocator` (off by default): replay every counted device allocation through the caching-allocator model —
-    True/"default", "expandable" (expandable_segments:True) or "both"; its stats land in `result.allocator`."""
+    True/"default", "expandable" (expandable_segments:True) or "both"; its stats land in `result.allocator`.
+
+    `snapshot` (a hpcmem.trace.snapshot.SnapshotRecorder, off by default) records every device allocation with its
+    Python frames and phase, in the layout of torch's memory snapshot; the allocator model, if any, still hears all."""
     if kernels not in KERNELS:
         raise SpecError(f"kernels must be one of {', '.join(KERNELS)}; got {kernels!r}")
     _check_single_gpu(job)
@@ -57,8 +60,13 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
 
     design = design_batch(job)
     sim = _allocator_sim(allocator)
+    listener = sim
+    if snapshot is not None:
+        snapshot.inner, listener = sim, snapshot
     tracker = StorageTracker(round_to=CUDA_BLOCK_BYTES if kernels == "cuda" else 1, timeline=timeline,
-                             allocator=sim)
+                             allocator=listener)
+    if snapshot is not None:
+        snapshot.phase = lambda: tracker.current_phase
     notes: list[str] = list(ADJUSTMENTS) + trainer_notes(job, generation)
     with _quiet(), fake_world() as (_, oracle):
         mapping = cuda_mapping(tracker, job) if kernels == "cuda" else contextlib.nullcontext([])

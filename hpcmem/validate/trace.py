@@ -10,13 +10,13 @@ versions of torch/transformers/trl/peft, one line per case.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hpcmem.errors import HpcmemError
+from hpcmem.progress import Progress
 from hpcmem.validate.cells import cell_of
 from hpcmem.validate.table import median, quantile
 
@@ -120,10 +120,11 @@ def rescore(path: Path) -> list[CaseResult]:
     return sorted(results, key=lambda r: r.case_id)
 
 
-def run_cases(cases: list[dict[str, Any]], *, workers: int = 2, progress=None,
+def run_cases(cases: list[dict[str, Any]], *, workers: int = 2, progress: Progress | None = None,
               records: Path | None = None) -> list[CaseResult]:
     """Trace every case (in `workers` processes) and compare with the estimate. With `records`, each finished case
-    is appended at once (a long matrix keeps what it measured if it is stopped); failures raise at the end, listed."""
+    is appended at once (a long matrix keeps what it measured if it is stopped); failures raise at the end, listed.
+    `progress` (hpcmem.progress) hears of every finished case."""
     import multiprocessing as mp
 
     results: list[CaseResult] = []
@@ -133,10 +134,12 @@ def run_cases(cases: list[dict[str, Any]], *, workers: int = 2, progress=None,
         records.write_text("")
     ctx = mp.get_context("spawn")
     with ctx.Pool(processes=max(1, workers), maxtasksperchild=8) as pool:
-        for i, done in enumerate(pool.imap_unordered(_trace_one, cases), 1):
+        for done in pool.imap_unordered(_trace_one, cases):
             if "error" in done:
                 failures.append(f"{done['case']['id']}: {done['error']}")
-                print(f"[{i}/{len(cases)}] {done['case']['id']} FAILED: {done['error']}", file=sys.stderr, flush=True)
+                if progress:
+                    progress.note(f"{done['case']['id']} FAILED: {done['error']}")
+                    progress.advance()
                 continue
             res = _result(done)
             results.append(res)
@@ -144,7 +147,7 @@ def run_cases(cases: list[dict[str, Any]], *, workers: int = 2, progress=None,
                 with records.open("a") as fh:
                     fh.write(json.dumps(res.record, sort_keys=True) + "\n")
             if progress:
-                progress(i, len(cases), res)
+                progress.advance(detail=_detail(res))
     if failures:
         raise HpcmemError(f"{len(failures)} of {len(cases)} cases could not be traced:\n" + "\n".join(failures))
     return sorted(results, key=lambda r: r.case_id)
@@ -183,9 +186,9 @@ def worst(results: list[CaseResult], k: int = 3) -> list[CaseResult]:
     return sorted(results, key=lambda r: abs(r.err_pct), reverse=True)[:k]
 
 
-def _progress(i: int, n: int, r: CaseResult) -> None:
-    print(f"[{i}/{n}] {r.case_id:<40} est {r.estimated / 2**30:8.2f} GiB  trace {r.traced / 2**30:8.2f} GiB  "
-          f"err {r.err_pct:+6.2f} %  ({r.seconds:.1f} s)", file=sys.stderr, flush=True)
+def _detail(r: CaseResult) -> str:
+    return (f"{r.case_id:<40} est {r.estimated / 2**30:8.2f} GiB  trace {r.traced / 2**30:8.2f} GiB  "
+            f"err {r.err_pct:+6.2f} %  ({r.seconds:.1f} s)")
 
 
 def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as_json: bool = False,
@@ -211,8 +214,8 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
             chosen = load_cases(path, ci_only=ci_only)
             if not chosen:
                 continue
-            click.echo(f"{path.name}: {len(chosen)} cases, {workers} workers", err=True)
-            results = run_cases(chosen, workers=workers, progress=_progress, records=records if write else None)
+            with Progress(len(chosen), f"{path.name} ({workers} workers)", enabled=not as_json) as bar:
+                results = run_cases(chosen, workers=workers, progress=bar, records=records if write else None)
             if write:
                 write_records(results, records)       # sorted by case id
         all_results += results
