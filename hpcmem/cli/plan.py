@@ -18,9 +18,11 @@ from hpcmem.cli.options import TRAINER_ARG, collect, job_from_cli, job_options
 @click.option("--allow_peft", "--allow-peft", "allow_peft", is_flag=True, help="also try LoRA and QLoRA")
 @click.option("--top", type=int, default=10, show_default=True, help="plans to show")
 @click.option("--explain", is_flag=True, help="reasons for every plan and the faster combinations that lost")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="also draw the searched combinations (speed vs safe device peak) as a PNG (needs matplotlib)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
-def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: int, explain: bool, as_json: bool,
-            **kwargs) -> None:
+def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: int, explain: bool,
+            plot_path: str | None, as_json: bool, **kwargs) -> None:
     """Search gradient checkpointing, activation offloading, packing, batch × accumulation, ZeRO / FSDP and
     offload (and LoRA/QLoRA with --allow_peft) for the fastest setup that fits --gpu. A flag you give is fixed.
 
@@ -36,4 +38,16 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
     job, _ = job_from_cli(trainer, kwargs)
     fixed = set(collect(kwargs)) | (set(read_yaml(kwargs["config"])) if kwargs.get("config") else set())
     report = search(job, job.gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft, top=top)
-    click.echo(json.dumps(to_json(report), indent=2) if as_json else render(report, explain=explain))
+    picture = _plot(report, plot_path) if plot_path else None
+    if as_json:
+        click.echo(json.dumps({**to_json(report), **({"plot": picture} if picture else {})}, indent=2))
+        return
+    click.echo(render(report, explain=explain))
+    if picture:
+        click.echo(f"plot: {picture}")
+
+
+def _plot(report, path: str) -> str:
+    from hpcmem.plots.plan_plot import draw
+
+    return str(draw(report, path))
