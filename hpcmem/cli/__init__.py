@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 
 import click
@@ -44,19 +45,47 @@ def cli() -> None:
     """GPU memory for TRL fine-tuning: estimate, trace, probe, validate, plan and launch on SLURM."""
 
 
-def main() -> None:
+def _say(text: str) -> None:
+    click.echo(f"hpcmem: error: {text}", err=True)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit status. Every failure prints one line (or one line per gathered problem) to
+    stderr, never a traceback: 2 for bad input, 130 for Ctrl-C, 70 (EX_SOFTWARE) for a bug in hpcmem itself."""
     try:
-        cli.main(standalone_mode=False)
+        # standalone_mode=False: click raises usage errors and *returns* the status of ctx.exit(n)
+        status = cli.main(args=argv, prog_name="hpcmem", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
-        sys.exit(130)
-    except click.ClickException as exc:
+        return 130
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except getattr(click.exceptions, "NoArgsIsHelpError", ()) as exc:   # a bare group: its help, as click shows it
         exc.show()
-        sys.exit(exc.exit_code)
+        return exc.exit_code
+    except click.UsageError as exc:          # one line: the flag, the value and the rule, then where to look
+        where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        _say(f"{' '.join(exc.format_message().split())}{where}")
+        return exc.exit_code
+    except click.ClickException as exc:
+        _say(" ".join(exc.format_message().split()))
+        return exc.exit_code
     except HpcmemError as exc:
         problems = getattr(exc, "problems", None) or [str(exc)]
-        text = problems[0] if len(problems) == 1 else "\n" + "\n".join(f"- {p}" for p in problems)
-        click.echo(f"hpcmem: error: {text}", err=True)
-        sys.exit(2)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        _say(problems[0] if len(problems) == 1 else "\n" + "\n".join(f"- {p}" for p in problems))
+        return 2
+    except KeyboardInterrupt:
+        click.echo("aborted", err=True)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, the traceback on request
+        if os.environ.get("HPCMEM_DEBUG"):
+            raise
+        first = (str(exc).splitlines() or [""])[0][:200]
+        _say(f"internal error ({type(exc).__name__}: {first}); this is a bug in hpcmem — rerun with "
+             "HPCMEM_DEBUG=1 for the traceback and report it")
+        return 70
+    return status if isinstance(status, int) else 0
+
+
+def main() -> None:
+    sys.exit(run())
