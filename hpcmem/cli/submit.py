@@ -74,7 +74,7 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
         click.echo(p.contents["job.sbatch"])
     launch = p.launch
     click.echo(f"preset {launch.preset.name}: partition {launch.preset.partition}, {launch.nodes} node(s) × "
-               f"{launch.gpus_per_node} {launch.preset.gpu} GPU(s) × {launch.cpus_per_task} CPUs, time {launch.time}")
+               f"{launch.gpus_per_node} {launch.preset.gpu} GPU(s) × {launch.cpus_per_task} CPUs, time {launch.time_limit.describe()}")
     if p.fit:
         click.echo(p.fit.message())
     for warning in launch.warnings:
@@ -96,7 +96,8 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
 @click.option("--force", is_flag=True, help="submit even when the estimate says the job does not fit")
 @click.option("--requeue", is_flag=True, help="before the time limit, requeue and resume from the newest checkpoint")
 @click.option("--max-restarts", "--max_restarts", "max_restarts", type=int, default=3, show_default=True)
-@click.option("--time", default=None, help="SLURM time limit (D-HH:MM:SS); default: the preset's max_time")
+@click.option("--time", default=None, help="SLURM time limit, as sbatch reads it: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S "
+              "or UNLIMITED (0 and -1 also mean no limit); default: the preset's max_time")
 @click.option("--job-name", "--job_name", "job_name", default="", help="default hpcmem-<trainer>")
 @click.option("--runs-dir", "runs_dir", default="runs", show_default=True, help="where run folders are created")
 @click.option("--env", "env", multiple=True, help="NAME=VALUE exported in the job (repeatable); secrets: export "

@@ -11,7 +11,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping
 
 from hpcmem.errors import Problems
-from hpcmem.launch.presets import Preset, format_time, parse_time_min
+from hpcmem.launch import slurm_time
+from hpcmem.launch.presets import Preset
+from hpcmem.launch.slurm_time import TimeLimit
 
 if TYPE_CHECKING:
     from hpcmem.spec import JobSpec
@@ -103,12 +105,19 @@ class Launch:
         return max(1, self.cpus_per_task // max(1, self.procs_per_node))
 
     @property
-    def time_min(self) -> int:
-        return parse_time_min(self.options.time) if self.options.time else self.preset.max_time_min
+    def time_limit(self) -> TimeLimit:
+        """The job's limit as SLURM reads it: --time, else the preset's max_time (ValueError when not a SLURM time)."""
+        return slurm_time.parse(self.options.time) if self.options.time is not None else self.preset.max_time_limit
 
     @property
     def time(self) -> str:
-        return format_time(self.time_min)
+        """The text of `#SBATCH --time`, exactly as given."""
+        return self.time_limit.text
+
+    @property
+    def time_min(self) -> int | None:
+        """Minutes of the limit, None for no limit."""
+        return self.time_limit.minutes
 
     @property
     def template(self) -> str:
@@ -128,11 +137,8 @@ class Launch:
             p.check(self.nodes <= pre.max_nodes, f"{self.nodes} nodes requested; {pre.name} allows {pre.max_nodes}")
         p.check(self.cpus_per_task <= pre.cpus_per_node,
                 f"cpus_per_task {self.cpus_per_task} exceeds {pre.name}'s {pre.cpus_per_node} CPUs per node")
-        p.check(self.time_min <= pre.max_time_min,
-                f"time {self.time} exceeds {pre.name}'s max_time {pre.max_time}")
+        self._check_time(p)
         if opt.requeue:
-            p.check(pre.signal_lead_s < self.time_min * 60,
-                    f"signal_lead_s {pre.signal_lead_s} s must be shorter than the time limit {self.time}")
             p.check(opt.max_restarts >= 1, f"max_restarts must be ≥ 1 with requeue, got {opt.max_restarts}")
         p.check(opt.vllm_placement in VLLM_PLACEMENTS,
                 f"vllm_placement must be one of {', '.join(VLLM_PLACEMENTS)}, got {opt.vllm_placement!r}")
@@ -160,10 +166,26 @@ class Launch:
         fields = self.options.trl_fields
         if self.options.requeue and str(fields.get("save_strategy", "steps")).lower() == "no":
             out.append("--requeue resumes from checkpoints, but save_strategy is 'no': a restart begins at step 0")
+        if self.options.requeue and not self.problems and self.time_limit.unlimited:
+            out.append(f"--requeue acts at signal_lead_s before the time limit, but time {self.time} is no limit: "
+                       "the job is never requeued")
         if self.options.requeue and fields.get("save_only_model"):
             out.append("save_only_model: true keeps no optimizer/scheduler/RNG state, which \"prevents resuming "
                        "training from the checkpoint\" (transformers TrainingArguments); a restart cannot resume")
         return out
+
+    def _check_time(self, p: Problems) -> None:
+        try:
+            limit, cap = self.time_limit, self.preset.max_time_limit
+        except ValueError as exc:
+            p.add(f"--time: {exc}")
+            return
+        p.check(limit.fits_within(cap), f"time {limit.describe()} exceeds {self.preset.name}'s max_time "
+                f"{cap.describe()}" + (" (SLURM reads 0 and -1 as no limit)" if limit.unlimited else ""))
+        if self.options.requeue and limit.minutes is not None:
+            p.check(self.preset.signal_lead_s < limit.minutes * 60,
+                    f"signal_lead_s {self.preset.signal_lead_s} s must be shorter than the time limit "
+                    f"{limit.describe()}")
 
     def _gpu_story(self) -> str:
         story = f"{self.procs_per_node} training processes per node"

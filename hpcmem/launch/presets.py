@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hpcmem.errors import HpcmemError, Problems, SpecError
+from hpcmem.launch import slurm_time
+from hpcmem.launch.slurm_time import TimeLimit
 
 ENV_PRESETS = "HPCMEM_PRESETS"
 SYSTEM_DIR = Path("/etc/hpcmem/presets")
@@ -43,7 +45,7 @@ class Preset:
     gpu: str                                 # a GPU catalog name (hpcmem gpus): memory and speed come from there
     gpus_per_node: int
     cpus_per_node: int
-    max_time: str                            # SLURM time format: "MM", "HH:MM:SS", "D-HH[:MM[:SS]]"
+    max_time: str                            # a SLURM time limit (hpcmem.launch.slurm_time), e.g. "2-00:00:00"
     memory_per_node_gb: int | None = None    # None → no --mem line (the partition's default)
     gpu_request: str = "gres"                # "gres" → --gres=gpu[:type]:G ; "gpus_per_node" → --gpus-per-node
     gres_type: str | None = None             # e.g. "h100" → --gres=gpu:h100:8
@@ -61,8 +63,8 @@ class Preset:
     description: str = ""
 
     @property
-    def max_time_min(self) -> int:
-        return parse_time_min(self.max_time)
+    def max_time_limit(self) -> TimeLimit:
+        return slurm_time.parse(self.max_time)
 
     def gpu_spec(self):
         """The catalog entry for `gpu` (hpcmem.gpus)."""
@@ -77,35 +79,6 @@ _REQUIRED = ("partition", "gpu", "gpus_per_node", "cpus_per_node", "max_time")
 _INT = ("gpus_per_node", "cpus_per_node", "memory_per_node_gb", "max_nodes", "signal_lead_s", "max_array_size")
 _STR = ("name", "partition", "gpu", "max_time", "gpu_request", "gres_type", "account", "qos", "constraint",
         "description")
-
-
-def parse_time_min(text: str | int) -> int:
-    """SLURM's time formats (sbatch(1) --time) → whole minutes, seconds rounded up. "UNLIMITED" → a large number."""
-    s = str(text).strip()
-    if s.upper() in ("UNLIMITED", "INFINITE"):
-        return 10**9
-    days = 0
-    if "-" in s:
-        d, s = s.split("-", 1)
-        days = int(d)
-        parts = [int(p) for p in s.split(":")]
-        h, m, sec = (parts + [0, 0])[:3]
-    else:
-        parts = [int(p) for p in s.split(":")]
-        if len(parts) == 1:
-            h, m, sec = 0, parts[0], 0
-        elif len(parts) == 2:
-            h, m, sec = 0, parts[0], parts[1]
-        else:
-            h, m, sec = parts[:3]
-    return days * 1440 + h * 60 + m + (1 if sec else 0)
-
-
-def format_time(minutes: int) -> str:
-    """Minutes → SLURM's D-HH:MM:SS."""
-    d, rest = divmod(int(minutes), 1440)
-    h, m = divmod(rest, 60)
-    return f"{d}-{h:02d}:{m:02d}:00" if d else f"{h:02d}:{m:02d}:00"
 
 
 def search_dirs() -> list[Path]:
@@ -194,9 +167,9 @@ def _check_time(value: Any, source: str, p: Problems) -> None:
               f"(got the number {value!r}; unquoted H:M:S is read by YAML as base 60)")
         return
     try:
-        parse_time_min(value)
-    except ValueError:
-        p.add(f"preset {source}: max_time {value!r} is not a SLURM time (MM, HH:MM:SS, D-HH:MM:SS)")
+        slurm_time.parse(value)
+    except ValueError as exc:
+        p.add(f"preset {source}: max_time: {exc}")
 
 
 def _check_lists(data: dict, source: str, p: Problems) -> None:
