@@ -151,7 +151,7 @@ def test_launch_problems_are_gathered_with_numbers():
     text = str(err.value)
     assert "16 GPUs per node requested (16 training processes per node), but site nodes have 8" in text
     assert "time 3-00:00:00 exceeds site's max_time 1-00:00:00" in text
-    assert "contains a line break" in text and "max_restarts must be ≥ 1" in text
+    assert "job name must be text without control characters" in text and "max_restarts must be ≥ 1" in text
     bad = launch(job(num_processes=8))
     bad = type(bad)(job=bad.job, preset=bad.preset, options=bad.options, run_dir="/a\\b")
     with pytest.raises(SpecError, match="backslash"):

@@ -11,8 +11,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping
 
 from hpcmem.errors import Problems
+from hpcmem.inputs.values import InputError, shown, text
 from hpcmem.launch import slurm_time
-from hpcmem.launch.presets import Preset
+from hpcmem.launch.presets import ENV_NAME, Preset
 from hpcmem.launch.slurm_time import TimeLimit
 
 if TYPE_CHECKING:
@@ -148,15 +149,7 @@ class Launch:
         if self.vllm_server:
             p.check(bool(opt.trl_fields.get("model_name_or_path")),
                     "vllm_mode server needs model_name_or_path in the TRL YAML (trl vllm-serve serves it)")
-        for what, value in (("job name", self.job_name), ("run folder", self.run_dir), ("workdir", opt.workdir)):
-            # sbatch's directive parser ends a value at the end of its #SBATCH line.
-            p.check("\n" not in value and "\r" not in value,
-                    f"{what} {value!r} contains a line break, which no #SBATCH line can carry")
-        # SLURM filename patterns (--output) drop every backslash and then expand no %j (sbatch(1)).
-        p.check("\\" not in self.run_dir, f"run folder {self.run_dir!r} contains a backslash, which SLURM removes "
-                "from --output paths; choose another --runs-dir")
-        for name in opt.env:
-            p.check(name.isidentifier(), f"--env name {name!r} is not a valid variable name")
+        self._check_script_values(p)
         return p.items
 
     @property
@@ -173,6 +166,41 @@ class Launch:
             out.append("save_only_model: true keeps no optimizer/scheduler/RNG state, which \"prevents resuming "
                        "training from the checkpoint\" (transformers TrainingArguments); a restart cannot resume")
         return out
+
+    def sbatch_texts(self) -> dict[str, Any]:
+        """Every text value that becomes part of an `#SBATCH` line, by the name the user knows it by."""
+        pre, opt = self.preset, self.options
+        return {"job name": self.job_name, "partition": pre.partition, "account": opt.account or pre.account,
+                "qos": opt.qos or pre.qos, "constraint": pre.constraint, "gres_type": pre.gres_type,
+                "run folder": self.run_dir, "workdir": opt.workdir}
+
+    def script_words(self) -> dict[str, Any]:
+        """Text values that reach the script as quoted shell words (any character but NUL)."""
+        fields = self.options.trl_fields
+        words = {"entry": self.options.entry, "output_dir": fields.get("output_dir"),
+                 "model_name_or_path": fields.get("model_name_or_path") if self.vllm_server else None}
+        words.update({f"--env {k}": value for k, value in self.options.env.items()})
+        return words
+
+    def _check_script_values(self, p: Problems) -> None:
+        """sbatch's directive parser ends a value at its line's end (src/sbatch/opt.c `get_argument`), so an
+        #SBATCH value holds no control character; a shell word holds no NUL (no argv can)."""
+        for what, value in self.sbatch_texts().items():
+            if value is not None:
+                try:
+                    text(what, value, max_len=4096)
+                except InputError as exc:
+                    p.add(f"{exc.problems[0]}: no #SBATCH line can carry it")
+        for what, value in self.script_words().items():
+            if value is not None:
+                p.check(isinstance(value, str) and "\x00" not in value,
+                        f"{what} must be text without a NUL character; got {shown(value)}")
+        # SLURM filename patterns (--output) drop every backslash and then expand no %j (sbatch(1)).
+        p.check("\\" not in self.run_dir, f"run folder {self.run_dir!r} contains a backslash, which SLURM removes "
+                "from --output paths; choose another --runs-dir")
+        for name in self.options.env:
+            p.check(bool(ENV_NAME.fullmatch(name)), f"--env name {shown(name)} is not a shell variable name "
+                    "([A-Za-z_][A-Za-z0-9_]*)")
 
     def _check_time(self, p: Problems) -> None:
         try:
