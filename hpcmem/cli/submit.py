@@ -95,7 +95,8 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="write the run folder and print the script; submit nothing")
 @click.option("--force", is_flag=True, help="submit even when the estimate says the job does not fit")
 @click.option("--requeue", is_flag=True, help="before the time limit, requeue and resume from the newest checkpoint")
-@click.option("--max-restarts", "--max_restarts", "max_restarts", type=int, default=3, show_default=True)
+@click.option("--max-restarts", "--max_restarts", "max_restarts", type=click.IntRange(0, 1000), default=3,
+              show_default=True)
 @click.option("--time", default=None, help="SLURM time limit, as sbatch reads it: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S "
               "or UNLIMITED (0 and -1 also mean no limit); default: the preset's max_time")
 @click.option("--job-name", "--job_name", "job_name", default="", help="default hpcmem-<trainer>")
