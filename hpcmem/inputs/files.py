@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from hpcmem.errors import HpcmemError
+from hpcmem.errors import SpecError
 
 KIB, MIB = 1024, 1024**2
 MAX_DEPTH = 64                  # nesting levels of a YAML or JSON document (real configs use fewer than 10)
@@ -26,8 +26,8 @@ MAX_BYTES = {"config": 1 * MIB, "accelerate config": 1 * MIB, "preset": 1 * MIB,
              "length profile": 256 * MIB, "probe records": 256 * MIB}
 
 
-class InputFileError(HpcmemError):
-    """A file hpcmem refuses to read, with the reason."""
+class InputFileError(SpecError):
+    """A file hpcmem refuses to read, with the reason (one problem: the CLI prints one line)."""
 
 
 def _size(n: int) -> str:
@@ -171,9 +171,25 @@ def load_json_file(path: str | os.PathLike, what: str) -> Any:
     return load_json(read_text(path, what), f"{what} {path}")
 
 
+def user_path(text: str | os.PathLike) -> Path:
+    """A path as typed: `~` and `~user` expanded when they name a home, else kept as written."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:            # ~nosuchuser
+        return Path(text)
+
+
 def is_file(path: str | os.PathLike) -> bool:
     """Path.is_file that answers False (not an exception) for names the OS refuses (too long, NUL)."""
     try:
         return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def exists(path: str | os.PathLike) -> bool:
+    """Path.exists that answers False (not an exception) for names the OS refuses (too long, NUL)."""
+    try:
+        return Path(path).exists()
     except (OSError, ValueError):
         return False

@@ -51,7 +51,8 @@ def integer(field: str, value: Any, *, lo: int | None = None, hi: int = MAX_COUN
     if isinstance(value, str) and text_ok and _INT_TEXT.fullmatch(value.strip()):
         value = int(value.strip())
     if isinstance(value, float):
-        rule += " (a fraction is not a count)" if math.isfinite(value) else " (NaN and infinity are not counts)"
+        rule += (" (NaN and infinity are not counts)" if not math.isfinite(value) else
+                 " (written without a fraction or exponent)" if value.is_integer() else " (a fraction is not a count)")
     if isinstance(value, bool) or not isinstance(value, int):
         raise fail(field, value, rule)
     if (lo is not None and value < lo) or value > hi:

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from hpcmem.errors import HpcmemError, Problems, SpecError
 from hpcmem.inputs import values as v
-from hpcmem.inputs.files import is_file, load_yaml_file
+from hpcmem.inputs.files import is_file, load_yaml_file, user_path
 from hpcmem.inputs.settings import check_settings
 from hpcmem.inputs.values import InputError, shown
 from hpcmem.launch import slurm_time
@@ -105,7 +105,7 @@ def available() -> list[Path]:
 
 def find(ref: str | os.PathLike) -> Path:
     """A file path as given, else the first `NAME.yaml`/`NAME.yml` on the search path."""
-    path = Path(ref).expanduser()
+    path = user_path(ref)
     if is_file(path):
         return path
     for d in search_dirs():

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import HpcmemError
+from hpcmem.inputs.files import user_path
 from hpcmem.launch.sbatch import RunFiles
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def new_run_dir(runs_root: str | Path, job_name: str, *, now: dt.datetime | None
     is cut to MAX_SLUG characters here only: the job keeps its whole name."""
     stamp = (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", job_name).strip("_")[:MAX_SLUG] or "run"
-    root = Path(runs_root).expanduser().absolute()
+    root = user_path(runs_root).absolute()
     try:
         if root.exists() and not root.is_dir():
             raise HpcmemError(f"runs folder {root} is a file, not a folder; choose another --runs-dir")
