@@ -162,11 +162,12 @@ def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | 
 
 def _tokens_from_profile(path: str, trainer: str, settings: dict[str, Any]) -> int:
     try:
+        from hpcmem.data.errors import ProfileError
         from hpcmem.data.profile import load_profile, tokens_per_micro_batch
     except ImportError:
         raise HpcmemError("--lengths needs hpcmem.data.profile (the lengths tool)") from None
     profile = load_profile(path)
-    return tokens_per_micro_batch(
+    tokens = tokens_per_micro_batch(
         profile, trainer=trainer,
         max_length=settings.get("max_length", 1024),
         per_device_train_batch_size=settings.get("per_device_train_batch_size", 8),
@@ -175,4 +176,8 @@ def _tokens_from_profile(path: str, trainer: str, settings: dict[str, Any]) -> i
         padding_free=bool(settings.get("padding_free", False)),
         pad_to_multiple_of=settings.get("pad_to_multiple_of"),
     )
+    if tokens < 1:
+        raise ProfileError(f"the length profile {path} leaves no row to train on with these settings (no examples, "
+                           "or every one dropped by max_length)")
+    return tokens
 
