@@ -108,6 +108,9 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
 @click.option("--account", default=None, help="default: the preset's")
 @click.option("--qos", default=None, help="default: the preset's")
 @click.option("--entry", default=None, help="training script to launch instead of `-m trl.scripts.<trainer>`")
+@click.option("--reuse-output-dir", "--reuse_output_dir", "reuse_output_dir", is_flag=True,
+              help="submit even when output_dir already holds another run's checkpoints (this run resumes only from "
+                   "its own)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--plan", "use_plan", is_flag=True, help="submit the fastest plan that fits (hpcmem plan); the flags "
               "you give stay fixed")
@@ -123,7 +126,7 @@ def command(trainer: str, preset_ref: str, backend: str, dry_run: bool, force: b
     from hpcmem.launch import submit
 
     launch = {k: kwargs.pop(k) for k in ("requeue", "max_restarts", "time", "job_name", "env", "vllm_placement",
-                                          "account", "qos", "entry")}
+                                          "account", "qos", "entry", "reuse_output_dir")}
     job, preset, options = _build(trainer, preset_ref, launch, kwargs, use_plan, allow_peft)
     done = submit(job, preset, options, backend="dry-run" if dry_run else backend, runs_root=runs_dir, force=force)
     if backend == "submitit" and not dry_run:

@@ -41,6 +41,7 @@ class LaunchOptions:
     cpus_per_task: int | None = None            # None → the preset's cpus_per_node
     workdir: str = ""                           # sbatch --chdir ("" → the submitting directory): relative paths
                                                 # of the TRL YAML (dataset, output_dir) resolve here
+    reuse_output_dir: bool = False              # submit even when output_dir holds another run's checkpoints
 
 
 def default_job_name(options: LaunchOptions, trainer: str) -> str:
