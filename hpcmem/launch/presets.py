@@ -168,7 +168,7 @@ def from_dict(data: Any, *, source: str, default_name: str) -> Preset:
     if data.get("defaults") is not None and c(check_settings, data["defaults"], "defaults") is not None:
         _check_defaults(data["defaults"], source, c.problems)
     c.problems.raise_if_any()
-    kwargs = {k: v for k, v in data.items() if k in YAML_KEYS and k != "container"}
+    kwargs = {k: v for k, v in data.items() if k in YAML_KEYS and k != "container" and v is not None}
     for key in ("modules", "setup"):
         kwargs[key] = tuple(data.get(key) or ())
     kwargs["env"] = {str(k): str(x) for k, x in (data.get("env") or {}).items()}

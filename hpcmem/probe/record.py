@@ -129,8 +129,17 @@ _RECORD_SHAPE: dict[str, tuple[type, ...]] = {
     "id": (str, int), "source": (str,), "status": (str,), "case": (str,), "device": (str,), "excluded": (str, bool),
     "job": (dict,), "env": (dict,), "gpu": (dict,), "measured": (dict,), "estimate": (dict,), "run": (dict,),
 }
-_NUMBERS = {"measured": ("peak_allocated_bytes", "peak_reserved_bytes", "device_peak_bytes"),
-            "run": ("capacity_bytes",), "gpu": ("memory_bytes",)}
+_OBJECTS = (("estimate", "per_gpu"), ("measured", "oom"))          # nested objects that may be absent or null
+_NUMBERS = {("measured",): ("peak_allocated_bytes", "peak_reserved_bytes", "device_peak_bytes"),
+            ("run",): ("capacity_bytes",), ("gpu",): ("memory_bytes",), ("measured", "oom"): ("need_at_least_bytes",),
+            ("estimate", "per_gpu"): ("peak_allocated_bytes", "peak_reserved_bytes", "device_peak_bytes")}
+
+
+def _at(record: dict[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = record
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
 
 
 def check_record(record: dict[str, Any], where: str) -> None:
@@ -145,26 +154,30 @@ def check_record(record: dict[str, Any], where: str) -> None:
         if value is not None and not isinstance(value, kinds):
             raise bad(key, value, " or ".join(k.__name__ for k in kinds))
     job = record.get("job")
-    if job is not None:
-        for part in ("model", "train"):
-            if not isinstance(job.get(part), dict):
-                raise bad(f"job.{part}", job.get(part), "an object")
-        for part in ("parallel", "gpu"):
-            if job.get(part) is not None and not isinstance(job[part], dict):
-                raise bad(f"job.{part}", job[part], "an object or null")
-        if not isinstance(job["train"].get("trainer"), str):
-            raise bad("job.train.trainer", job["train"].get("trainer"), "a trainer name")
+    if not isinstance(job, dict):
+        raise bad("job", job, "an object (the job spec the record ran)")
+    for part in ("model", "train"):
+        if not isinstance(job.get(part), dict):
+            raise bad(f"job.{part}", job.get(part), "an object")
+    for part in ("parallel", "gpu"):
+        if job.get(part) is not None and not isinstance(job[part], dict):
+            raise bad(f"job.{part}", job[part], "an object or null")
+    if not isinstance(job["train"].get("trainer"), str):
+        raise bad("job.train.trainer", job["train"].get("trainer"), "a trainer name")
     for name, value in (record.get("env") or {}).items():
         if not isinstance(value, str):
             raise bad(f"env.{name}", value, "text")
     if (record.get("gpu") or {}).get("gpu_name") is not None and not isinstance(record["gpu"]["gpu_name"], str):
         raise bad("gpu.gpu_name", record["gpu"]["gpu_name"], "text or null")
+    for path in _OBJECTS:
+        if _at(record, path) is not None and not isinstance(_at(record, path), dict):
+            raise bad(".".join(path), _at(record, path), "an object or null")
     for block, keys in _NUMBERS.items():
         for key in keys:
-            value = (record.get(block) or {}).get(key)
+            value = (_at(record, block) or {}).get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not 0 <= value < 2**63):
-                raise bad(f"{block}.{key}", value, "a byte count (a number ≥ 0) or null")
+                raise bad(".".join((*block, key)), value, "a byte count (a number ≥ 0) or null")
 
 
 def read_all(root: Path | None = None) -> list[dict[str, Any]]:
