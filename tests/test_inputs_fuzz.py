@@ -95,9 +95,11 @@ def check(budget: Budget, argv: list[str]) -> tuple[int, str]:
     text = err.getvalue()
     assert "Traceback" not in text and status != 70, f"hpcmem {argv!r}:\n{text}{_traceback(argv)}"
     assert status in (0, 2), (status, argv, text)
-    if status == 2:
+    if status == 2:     # one line; or one per gathered problem; or submit's refusal with the fixes that would fit
         lines = text.rstrip("\n").split("\n")
-        assert lines[0].startswith("hpcmem: error: ") and all(x.startswith("- ") for x in lines[1:]), (argv, text)
+        assert lines[0].startswith("hpcmem: error: "), (argv, text)
+        assert lines[0].startswith("hpcmem: error: does not fit: ") or all(x.startswith("- ") for x in lines[1:]), (
+            argv, text)
     return status, out.getvalue()
 
 

@@ -46,8 +46,8 @@ def read_bytes(path: str | os.PathLike, what: str) -> bytes:
                 raise InputFileError(f"{what} {path} is {_size(info.st_size)}; hpcmem reads at most "
                                      f"{_size(limit)} for a {what}")
             data = fh.read(limit + 1)
-    except OSError as exc:
-        raise InputFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:       # ValueError: a NUL in the name
+        raise InputFileError(f"cannot read {what} {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     if len(data) > limit:
         raise InputFileError(f"{what} {path} grew beyond {_size(limit)} while being read")
     return data

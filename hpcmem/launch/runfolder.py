@@ -51,8 +51,8 @@ def new_run_dir(runs_root: str | Path, job_name: str, *, now: dt.datetime | None
         while candidate.exists():
             n += 1
             candidate = base.with_name(f"{base.name}-{n}")
-    except OSError as exc:
-        raise HpcmemError(f"cannot use runs folder {root}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:       # ValueError: a NUL in the name
+        raise HpcmemError(f"cannot use runs folder {str(root)!r}: {getattr(exc, 'strerror', None) or exc}") from None
     return candidate
 
 
@@ -81,8 +81,8 @@ def write(run_dir: Path, contents: dict[str, str]) -> None:
         run_dir.mkdir(parents=True, exist_ok=False)
     except FileExistsError:
         raise HpcmemError(f"run folder {run_dir} already exists; hpcmem never overwrites a run") from None
-    except OSError as exc:
-        raise HpcmemError(f"cannot create run folder {run_dir}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:
+        raise HpcmemError(f"cannot create run folder {str(run_dir)!r}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         (run_dir / "logs").mkdir()
         for name, text in contents.items():
