@@ -52,9 +52,13 @@ def _say(text: str) -> None:
 def run(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit status. Every failure prints one line (or one line per gathered problem) to
     stderr, never a traceback: 2 for bad input, 130 for Ctrl-C, 70 (EX_SOFTWARE) for a bug in hpcmem itself."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if any("\x00" in a for a in args):        # no exec'd argv holds one; a caller's list could, and os.stat raises
+        _say("an argument holds a NUL character")
+        return 2
     try:
         # standalone_mode=False: click raises usage errors and *returns* the status of ctx.exit(n)
-        status = cli.main(args=argv, prog_name="hpcmem", standalone_mode=False)
+        status = cli.main(args=args, prog_name="hpcmem", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
