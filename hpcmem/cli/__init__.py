@@ -45,6 +45,12 @@ def cli() -> None:
     """GPU memory for TRL fine-tuning: estimate, trace, probe, validate, plan and launch on SLURM."""
 
 
+def _escaped(text: str) -> str:
+    """A message as one line: control characters a user's value or file name brought in are shown escaped."""
+    return "".join(c.encode("unicode_escape").decode("ascii") if ord(c) < 32 or 127 <= ord(c) < 160 else c
+                   for c in text)
+
+
 def _say(text: str) -> None:
     click.echo(f"hpcmem: error: {text}", err=True)
 
@@ -69,13 +75,16 @@ def run(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except click.UsageError as exc:          # one line: the flag, the value and the rule, then where to look
         where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
-        _say(f"{' '.join(exc.format_message().split())}{where}")
+        _say(f"{_escaped(' '.join(exc.format_message().split()))}{where}")
         return exc.exit_code
     except click.ClickException as exc:
-        _say(" ".join(exc.format_message().split()))
+        _say(_escaped(" ".join(exc.format_message().split())))
         return exc.exit_code
     except HpcmemError as exc:
-        problems = getattr(exc, "problems", None) or [str(exc)]
+        if getattr(exc, "report", None) is not None:      # submit's refusal: the numbers, then one fix per line
+            _say(str(exc))
+            return 2
+        problems = [_escaped(p) for p in (getattr(exc, "problems", None) or [str(exc)])]
         _say(problems[0] if len(problems) == 1 else "\n" + "\n".join(f"- {p}" for p in problems))
         return 2
     except KeyboardInterrupt:

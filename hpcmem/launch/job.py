@@ -205,9 +205,10 @@ class Launch:
 
     def _check_time(self, p: Problems) -> None:
         try:
-            limit, cap = self.time_limit, self.preset.max_time_limit
+            cap = self.preset.max_time_limit
+            limit = self.time_limit
         except ValueError as exc:
-            p.add(f"--time: {exc}")
+            p.add(f"{'--time' if self.options.time is not None else f'preset {self.preset.name} max_time'}: {exc}")
             return
         p.check(limit.fits_within(cap), f"time {limit.describe()} exceeds {self.preset.name}'s max_time "
                 f"{cap.describe()}" + (" (SLURM reads 0 and -1 as no limit)" if limit.unlimited else ""))
