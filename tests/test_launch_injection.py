@@ -163,6 +163,16 @@ def _expected_arguments(prepared) -> list[str]:
     return [f"--{k}" if v is None else f"--{k}={v}" for k, v in sbatch_directives(prepared.launch, prepared.files)]
 
 
+TALLY = {"ran": 0, "refused": 0}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tally():
+    yield
+    print(f"\ninjection: {len(PAYLOADS)} payload classes × {len(CASES)} fields = {sum(TALLY.values())} cases: "
+          f"{TALLY['ran']} scripts run by bash, {TALLY['refused']} refused")
+
+
 @pytest.mark.parametrize("kind,key", CASES, ids=[f"{k}:{f}" for k, f in CASES])
 def test_payloads_stay_data_or_are_refused(kind, key, stubs, tmp_path):
     ran = refused = 0
@@ -185,6 +195,8 @@ def test_payloads_stay_data_or_are_refused(kind, key, stubs, tmp_path):
         _arrives_intact(kind, key, value, tmp)
         ran += 1
     assert ran + refused == len(PAYLOADS)
+    TALLY["ran"] += ran
+    TALLY["refused"] += refused
 
 
 def _arrives_intact(kind: str, key: str, value: str, tmp: Path) -> None:
