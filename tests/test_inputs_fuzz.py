@@ -160,12 +160,14 @@ PLAN_BUDGET = Budget("plan / submit flags", 8)
 def test_fuzz_plan_and_submit_flags(tmp_path_factory, command, flags):
     if PLAN_BUDGET.spent():
         return
+    runs = tmp_path_factory.mktemp("runs")
+    # a fuzzed --runs-dir stays inside the test's folder: submit writes the run folder there
+    flags = [(f, str(runs / v.replace("..", "__").lstrip("/~")) if f == "--runs-dir" else v) for f, v in flags]
     extra = [x for pair in flags for x in pair if not (command == "plan" and pair[0] in SUBMIT_FLAGS)
              and not (command == "submit" and pair[0] in PLAN_FLAGS)]
     if command == "plan":
         argv = ["plan", "sft", *MODEL, "--gpu", "H100-80GB", *extra, "--json"]
     else:
-        runs = tmp_path_factory.mktemp("runs")
         argv = ["submit", "sft", *MODEL, "--preset", "example-h100", "--dry-run", "--runs-dir", str(runs), *extra]
     status, out = check(PLAN_BUDGET, argv)
     if status == 0 and command == "plan":
@@ -336,8 +338,14 @@ def test_fuzz_probe_records(tmp_path_factory, edits, raw):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _counts():
-    yield
+def _counts(tmp_path_factory):
+    """Run from a scratch folder (whatever a fuzzed relative path creates lands there); print the counts."""
+    home = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    try:
+        yield
+    finally:
+        os.chdir(home)
     for budget in (ESTIMATE_BUDGET, PLAN_BUDGET, YAML_BUDGET, ACCEL_BUDGET, PRESET_BUDGET, PROFILE_BUDGET,
                    CONFIG_BUDGET, RECORDS_BUDGET):
         budget.report()
