@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, Literal
 
-from hpcmem.errors import Problems
+from hpcmem.errors import Problems, SpecError
 
 Trainer = Literal["sft", "dpo", "reward", "grpo", "rloo"]
 TRAINERS: tuple[str, ...] = ("sft", "dpo", "reward", "grpo", "rloo")
@@ -290,6 +290,9 @@ class JobSpec:
     def __post_init__(self) -> None:
         from hpcmem.rules import check_job
 
+        tokens = self.tokens_per_micro_batch
+        if tokens is not None and tokens < 1:
+            raise SpecError(f"tokens_per_micro_batch must be ≥ 1 or None; got {tokens}")
         check_job(self)
 
 

@@ -7,16 +7,18 @@ import json
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, collect, job_from_cli, job_options
+from hpcmem.inputs import MAX_COUNT
 
 
 @click.command(name="plan")
 @TRAINER_ARG
 @job_options
-@click.option("--global_batch_size", "--global-batch-size", "global_batch_size", type=int, default=None,
+@click.option("--global_batch_size", "--global-batch-size", "global_batch_size", type=click.IntRange(1, MAX_COUNT),
+              default=None,
               help="samples per optimizer step, kept while batch × accumulation vary "
                    "(default per_device_train_batch_size × gradient_accumulation_steps × num_processes)")
 @click.option("--allow_peft", "--allow-peft", "allow_peft", is_flag=True, help="also try LoRA and QLoRA")
-@click.option("--top", type=int, default=10, show_default=True, help="plans to show")
+@click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="plans to show")
 @click.option("--explain", is_flag=True, help="reasons for every plan and the faster combinations that lost")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
 def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: int, explain: bool, as_json: bool,

@@ -76,7 +76,7 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
         click.echo(p.contents["job.sbatch"])
     launch = p.launch
     click.echo(f"preset {launch.preset.name}: partition {launch.preset.partition}, {launch.nodes} node(s) × "
-               f"{launch.gpus_per_node} {launch.preset.gpu} GPU(s) × {launch.cpus_per_task} CPUs, time {launch.time}")
+               f"{launch.gpus_per_node} {launch.preset.gpu} GPU(s) × {launch.cpus_per_task} CPUs, time {launch.time_limit.describe()}")
     if p.fit:
         click.echo(p.fit.message())
     for warning in launch.warnings:
@@ -97,8 +97,10 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="write the run folder and print the script; submit nothing")
 @click.option("--force", is_flag=True, help="submit even when the estimate says the job does not fit")
 @click.option("--requeue", is_flag=True, help="before the time limit, requeue and resume from the newest checkpoint")
-@click.option("--max-restarts", "--max_restarts", "max_restarts", type=int, default=3, show_default=True)
-@click.option("--time", default=None, help="SLURM time limit (D-HH:MM:SS); default: the preset's max_time")
+@click.option("--max-restarts", "--max_restarts", "max_restarts", type=click.IntRange(0, 1000), default=3,
+              show_default=True)
+@click.option("--time", default=None, help="SLURM time limit, as sbatch reads it: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S "
+              "or UNLIMITED (0 and -1 also mean no limit); default: the preset's max_time")
 @click.option("--job-name", "--job_name", "job_name", default="", help="default hpcmem-<trainer>")
 @click.option("--runs-dir", "runs_dir", default="runs", show_default=True, help="where run folders are created")
 @click.option("--env", "env", multiple=True, help="NAME=VALUE exported in the job (repeatable); secrets: export "
@@ -108,6 +110,9 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
 @click.option("--account", default=None, help="default: the preset's")
 @click.option("--qos", default=None, help="default: the preset's")
 @click.option("--entry", default=None, help="training script to launch instead of `-m trl.scripts.<trainer>`")
+@click.option("--reuse-output-dir", "--reuse_output_dir", "reuse_output_dir", is_flag=True,
+              help="submit even when output_dir already holds another run's checkpoints (this run resumes only from "
+                   "its own)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--plan", "use_plan", is_flag=True, help="submit the fastest plan that fits (hpcmem plan); the flags "
               "you give stay fixed")
@@ -123,7 +128,7 @@ def command(trainer: str, preset_ref: str, backend: str, dry_run: bool, force: b
     from hpcmem.launch import submit
 
     launch = {k: kwargs.pop(k) for k in ("requeue", "max_restarts", "time", "job_name", "env", "vllm_placement",
-                                          "account", "qos", "entry")}
+                                          "account", "qos", "entry", "reuse_output_dir")}
     job, preset, options = _build(trainer, preset_ref, launch, kwargs, use_plan, allow_peft)
     done = submit(job, preset, options, backend="dry-run" if dry_run else backend, runs_root=runs_dir, force=force)
     if backend == "submitit" and not dry_run:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from hpcmem.errors import HpcmemError
-from hpcmem.launch import runfolder
+from hpcmem.launch import checkpoints, runfolder
 from hpcmem.launch.backends import Runner, Submitted, backend as make_backend
 from hpcmem.launch.configs import accelerate_config, deepspeed_config
 from hpcmem.launch.fit import FitReport, check_fit
@@ -100,6 +100,7 @@ def submit(job: JobSpec, preset: Preset, options: LaunchOptions | None = None, *
     prepared = prepare(job, preset, options, runs_root=runs_root, run_dir=run_dir, estimator=estimator)
     if prepared.fit is not None and not prepared.fit.fits and not force:
         raise DoesNotFit(prepared.fit)
+    _refuse_foreign_checkpoints(prepared)
     if runner is not None:
         backend_kwargs["runner"] = runner
     chosen = make_backend(backend, **backend_kwargs)
@@ -108,6 +109,15 @@ def submit(job: JobSpec, preset: Preset, options: LaunchOptions | None = None, *
     if result.job_id is not None:
         runfolder.record_job_id(Path(prepared.files.run_dir), result.job_id, chosen.name)
     return result.handle if backend == "submitit" else Submission(result, prepared)
+
+
+def _refuse_foreign_checkpoints(prepared: Prepared) -> None:
+    """An output_dir that already holds checkpoints holds another run's (hpcmem.launch.checkpoints)."""
+    opt = prepared.launch.options
+    folder = checkpoints.output_path(prepared.files.output_dir, opt.workdir)
+    found = checkpoints.checkpoint_dirs(folder)
+    if found and not opt.reuse_output_dir:
+        raise HpcmemError(checkpoints.foreign_message(folder, found))
 
 
 @dataclass(frozen=True)
