@@ -15,6 +15,11 @@ class Component:
     bytes: int
     note: str = ""
 
+    def __post_init__(self) -> None:
+        # Bytes are counted, never made up by subtraction: a negative part is an estimator bug, stopped here.
+        if self.bytes < 0:
+            raise ValueError(f"component {self.name!r} has {self.bytes} bytes; every component is ≥ 0")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Phase:

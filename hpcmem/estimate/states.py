@@ -76,7 +76,8 @@ def param_parts(m: ModelSpec) -> ParamParts:
 class States:
     """Bytes per GPU of each state, plus what lives in host RAM."""
 
-    weights: int
+    weights: int                 # the model's own (base) weights, as they rest on this rank
+    adapters: int                # LoRA adapter weights, as they rest on this rank (0 without PEFT)
     quant_constants: int
     gradients: int
     optimizer: int
@@ -123,7 +124,7 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         weights, consts = parts.total * w, 0
     trainable = lora.num_params if lora.enabled else parts.total
     gbytes = lora.adapter_bytes if lora.enabled else w
-    weights += lora.num_params * lora.adapter_bytes
+    adapters = lora.num_params * lora.adapter_bytes
     grads = trainable * gbytes
     opt = int(trainable * _optimizer_bytes_per_param(t.optim, gbytes))
     if t.optim == "adafactor":
@@ -140,20 +141,33 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         grad_buffers = trainable * 4 // n                             # fp32 gradient partition for the step
         if par.zero_stage == 3:
             weights = weights // n
-            gathered = 2 * parts.per_layer * 2 + (parts.embed + parts.lm_head) * 2   # current + prefetched layer
+            adapters = zero3_adapter_bytes(lora, n, persistence_threshold(job))
+            notes["adapters"] = f"partitioned /{n}, those ≤ {persistence_threshold(job):,} elements also whole"
+            unit = parts.per_layer + lora.params_per_layer
+            gathered = 2 * unit * 2 + (parts.embed + parts.lm_head) * 2   # current + prefetched layer
         if par.offload_optimizer_device != "none":
             host += master + opt + grad_buffers
             notes["offload"] = f"optimizer states offloaded to {par.offload_optimizer_device}"
             master = opt = grad_buffers = 0
         if par.offload_param_device != "none":
-            host += weights
-            weights = 0
+            host += weights + adapters
+            weights = adapters = 0
     elif par.fsdp:
-        weights, grads, opt = weights // n, grads // n, opt // n
-        gathered = 2 * parts.per_layer * prec.act + (parts.embed + parts.lm_head) * prec.act
+        weights = weights // n
+        if lora.enabled:
+            # every adapter matrix is its own dim-0 shard (padded): r < N leaves ranks a padded row, so the adapters,
+            # their gradients and Adam states take ceil(rows / N) rows per rank, not 1/N of the bytes
+            shard = fsdp_shard_numel(lora.matrices(), n)
+            adapters, grads = shard * lora.adapter_bytes, shard * gbytes
+            notes["adapters"] = f"dim-0 shards /{n}"
+            opt = int(shard * _optimizer_bytes_per_param(t.optim, gbytes))
+        else:
+            grads, opt = grads // n, opt // n
+        unit = parts.per_layer + lora.params_per_layer
+        gathered = 2 * unit * prec.act + (parts.embed + parts.lm_head) * prec.act
         if par.fsdp_offload_params:
-            host += weights + grads + opt
-            weights = grads = opt = 0
+            host += weights + adapters + grads + opt
+            weights = adapters = grads = opt = 0
     elif par.distributed_type == "MULTI_GPU" and n > 1:
         grad_buffers = grads          # DDP reducer buckets
         notes["ddp"] = "DDP gradient buckets = gradient size (gradient_as_bucket_view False)"
@@ -165,8 +179,33 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         shard, "offloaded" if par.offload_param_device != "none" else "") if x))
     notes.setdefault("optimizer", f"{t.optim} on {trainable:,} trainable params" + (
         f", partitioned /{n}" if (par.deepspeed and par.zero_stage >= 1) or par.fsdp else ""))
-    return States(weights=weights, quant_constants=consts, gradients=grads, optimizer=opt, master=master,
+    return States(weights=weights, adapters=adapters, quant_constants=consts, gradients=grads, optimizer=opt, master=master,
                   grad_buffers=grad_buffers, gathered=gathered, host=host, trainable=trainable, notes=notes)
+
+
+def persistence_threshold(job: JobSpec) -> int:
+    """ZeRO-3 keeps a parameter of at most this many elements whole on every rank, beside its partition
+    (deepspeed/runtime/zero/parameter_offload.py `mark_persistent_parameters`); transformers fills the "auto" value
+    hpcmem writes with 10 × hidden_size (integrations/deepspeed.py `trainer_config_finalize`)."""
+    return 10 * job.model.hidden_size
+
+
+def zero3_adapter_bytes(lora: LoraLayout, n: int, threshold: int) -> int:
+    """LoRA adapters under ZeRO-3: peft adds them after zero.Init, and DeepSpeed's engine partitions them like any
+    other parameter (parameter_offload.py `_convert_to_zero_parameters`): ceil(numel / N) elements per rank, plus the
+    whole matrix when it is small enough to persist — lora_A of a small r usually is. 16-bit: DeepSpeed casts the
+    module (lora.adapter_bytes is 2 there)."""
+    numel = 0
+    for rows, cols, count in lora.matrices():
+        size = rows * cols
+        numel += (-(-size // n) + (size if size <= threshold else 0)) * count
+    return numel * lora.adapter_bytes
+
+
+def fsdp_shard_numel(matrices: tuple[tuple[int, int, int], ...], n: int) -> int:
+    """Elements per rank of matrices under FSDP2: fully_shard splits each parameter on dim 0 into N chunks padded to
+    the first chunk's size (torch/distributed/fsdp/_fully_shard/_fsdp_param.py `_init_sharded_param`)."""
+    return sum(-(-rows // n) * cols * count for rows, cols, count in matrices)
 
 
 def zero_paper_bytes(stage: int, psi: float, n: int, k: int = 12) -> float:
