@@ -65,11 +65,13 @@ def accelerate_settings(name_or_path: str) -> dict[str, Any]:
     raw = read_yaml(name_or_path)
     out: dict[str, Any] = {k: raw[k] for k in ("distributed_type", "num_processes", "num_machines") if k in raw}
     ds = raw.get("deepspeed_config") or {}
-    for key in ("zero_stage", "offload_optimizer_device", "offload_param_device"):
+    for key in ("zero_stage", "offload_optimizer_device", "offload_param_device", "zero3_init_flag",
+                "zero3_save_16bit_model"):
         if key in ds:
             out[key] = ds[key]
     fsdp = raw.get("fsdp_config") or {}
-    for key in ("fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward"):
+    for key in ("fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward", "fsdp_state_dict_type",
+                "fsdp_cpu_ram_efficient_loading"):
         if key in fsdp:
             out[key] = fsdp[key]
     return out
