@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hpcmem.estimate.host import HostEstimate
 
 GIB = 1024**3
 
@@ -45,6 +49,7 @@ class Estimate:
     gpu_name: str | None = None
     gpu_memory_bytes: int | None = None
     host_bytes: int = 0                 # CPU RAM per process for offloaded states / activations
+    host: HostEstimate | None = None    # host RAM of the whole job per rank and per node (estimate/host.py)
     warnings: tuple[str, ...] = ()
     not_modelled: tuple[str, ...] = ()
     calibrated: bool = False
@@ -91,6 +96,7 @@ class Estimate:
                 "calibrated": self.calibrated,
             },
             "phases": {p.name: p.bytes for p in self.phases},
+            "host": self.host.to_json() if self.host is not None else None,
             "gpu": None if self.gpu_name is None else {"name": self.gpu_name, "memory_bytes": self.gpu_memory_bytes},
             "fits": self.fits,
             "headroom_bytes": self.headroom_bytes,

@@ -39,6 +39,8 @@ class ParamParts:
     per_layer: int               # the largest decoder layer
     quantizable: int             # nn.Linear weights of all layers (what bitsandbytes replaces; fused experts are not)
     linear_rows: int             # output rows of those linears (LLM.int8 keeps an fp32 scale per row)
+    largest_tensor: int = 0      # elements of the largest single parameter (embedding, head, a linear, fused experts)
+    largest_module: int = 0      # elements a module holds directly (fused experts: gate_up + down in one module)
 
     @property
     def layers(self) -> int:
@@ -50,7 +52,8 @@ def reward_parts(parts: ParamParts, m: ModelSpec) -> ParamParts:
     `score` Linear(hidden, 1, bias=False) (transformers modeling_*ForSequenceClassification), never tied."""
     score = m.hidden_size
     return ParamParts(total=parts.total - parts.lm_head + score, embed=parts.embed, lm_head=score,
-                      per_layer=parts.per_layer, quantizable=parts.quantizable, linear_rows=parts.linear_rows)
+                      per_layer=parts.per_layer, quantizable=parts.quantizable, linear_rows=parts.linear_rows,
+                      largest_tensor=parts.largest_tensor, largest_module=parts.largest_module)
 
 
 def job_param_parts(job: JobSpec) -> ParamParts:
@@ -64,8 +67,13 @@ def param_parts(m: ModelSpec) -> ParamParts:
     dense = b.attention_per_layer + b.norms_per_layer + b.mlp_per_layer
     moe = b.attention_per_layer + b.norms_per_layer + b.experts_per_layer + b.router_per_layer + \
         b.shared_expert_per_layer
-    linears = [mod for mod in linear_modules(m) if mod.nn_linear]
+    mods = linear_modules(m)
+    linears = [mod for mod in mods if mod.nn_linear]
+    tensors = [mod.in_features * mod.out_features * mod.count_per_layer for mod in mods]
+    experts = sum(t for mod, t in zip(mods, tensors) if mod.kind == "expert")   # one Experts module per layer
     return ParamParts(total=b.total, embed=b.embed, lm_head=b.lm_head,
+                      largest_tensor=max([b.embed, b.lm_head, *tensors]),
+                      largest_module=max([b.embed, b.lm_head, experts, *tensors]),
                       per_layer=max(dense if b.num_dense_layers else 0, moe if b.num_moe_layers else 0),
                       quantizable=sum(mod.in_features * mod.out_features * mod.count_per_layer * mod.num_layers
                                       for mod in linears),

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable
 from hpcmem.errors import HpcmemError
 
 if TYPE_CHECKING:
+    from hpcmem.estimate.host import HostCheck
     from hpcmem.spec import JobSpec
 
 GIB = 1024**3
@@ -32,20 +33,25 @@ class FitReport:
     gpu_memory_bytes: int
     estimate_json: dict
     fixes: tuple[Fix, ...] = field(default=())
+    host: HostCheck | None = None       # host RAM per node vs the preset's memory_per_node_gb (None: not given)
 
     def message(self) -> str:
         head = (f"device peak {self.device_peak_bytes / GIB:.1f} GiB per GPU (allocated "
                 f"{self.peak_allocated_bytes / GIB:.1f}, reserved {self.peak_reserved_bytes / GIB:.1f}) "
                 f"vs {self.gpu_memory_bytes / GIB:.1f} GiB on {self.gpu_name}")
+        gpu = f"{'fits' if self.device_peak_bytes <= self.gpu_memory_bytes else 'does not fit'}: {head}"
+        lines = [gpu]
+        if self.host is not None:
+            host = self.host.message("(the preset's memory_per_node_gb)")
+            lines = [gpu, host] if self.host.fits else [host, gpu]
         if self.fits:
-            return f"fits: {head}"
-        lines = [f"does not fit: {head}"]
+            return "\n".join(lines)
         if self.fixes:
             lines.append("changes that fit, fastest first (hpcmem plan):")
             lines += [f"  {f.flags}   → {f.device_peak_bytes / GIB:.1f} GiB ({f.label})" for f in self.fixes]
         else:
             lines.append("no combination of memory techniques fits, even with LoRA: use a larger GPU, more GPUs or "
-                         "nodes, a shorter max_length, or a smaller model")
+                         "nodes (more host RAM), a shorter max_length, or a smaller model")
         lines.append("(--force submits anyway)")
         return "\n".join(lines)
 
@@ -56,21 +62,28 @@ def _estimator() -> Callable:
     return estimate
 
 
-def check_fit(job: JobSpec, *, estimator: Callable | None = None, max_fixes: int = 3) -> FitReport:
-    """Estimate `job` on its GPU (job.gpu must be set: submit takes it from the preset)."""
+def check_fit(job: JobSpec, *, estimator: Callable | None = None, max_fixes: int = 3,
+              memory_per_node_bytes: int | None = None) -> FitReport:
+    """Estimate `job` on its GPU (job.gpu must be set: submit takes it from the preset) and, when the preset says how
+    much memory a node grants, its host RAM per node."""
+    from hpcmem.estimate.host import check_host
+
     if job.gpu is None:
         raise HpcmemError("no GPU for the fit check: the preset's gpu must be in the catalog (hpcmem gpus)")
     estimate = estimator or _estimator()
     est = estimate(job)
-    fits = est.device_peak_bytes <= job.gpu.memory_bytes
+    est_host = getattr(est, "host", None)        # an injected estimator (tests) may model no host RAM
+    host = check_host(est_host, memory_per_node_bytes) if memory_per_node_bytes and est_host is not None else None
+    fits = est.device_peak_bytes <= job.gpu.memory_bytes and (host is None or host.fits)
     # fixes come from the real estimator's search; an injected estimator (tests) gets none
-    fixes = () if fits or estimator is not None else tuple(suggest_fixes(job, limit=max_fixes))
+    fixes = () if fits or estimator is not None else tuple(suggest_fixes(job, limit=max_fixes,
+                                                                          memory_per_node_bytes=memory_per_node_bytes))
     return FitReport(fits=fits, device_peak_bytes=est.device_peak_bytes, peak_allocated_bytes=est.peak_allocated_bytes,
                      peak_reserved_bytes=est.peak_reserved_bytes, gpu_name=job.gpu.name,
-                     gpu_memory_bytes=job.gpu.memory_bytes, estimate_json=est.to_json(), fixes=fixes)
+                     gpu_memory_bytes=job.gpu.memory_bytes, estimate_json=est.to_json(), fixes=fixes, host=host)
 
 
-def suggest_fixes(job: JobSpec, *, limit: int = 3) -> list[Fix]:
+def suggest_fixes(job: JobSpec, *, limit: int = 3, memory_per_node_bytes: int | None = None) -> list[Fix]:
     """The `limit` fastest plans that fit, as changes to the job's flags — `hpcmem plan`'s search (one search in the
     product), keeping the global batch. Changes that alter what is trained come last: packing is offered only when the
     job packs already, and LoRA only when nothing fits without it."""
@@ -78,7 +91,8 @@ def suggest_fixes(job: JobSpec, *, limit: int = 3) -> list[Fix]:
     from hpcmem.plan.flags import flags_line
 
     for allow_peft in (False, True):
-        plans = plan(job, job.gpu, allow_peft=allow_peft, top=limit, exclude={"pack": ["packing"]})
+        plans = plan(job, job.gpu, allow_peft=allow_peft, top=limit, exclude={"pack": ["packing"]},
+                     host_memory_per_node_bytes=memory_per_node_bytes)
         if plans:
             return [Fix(flags_line(job, p.job), p.device_peak_bytes, p.knobs.label()) for p in plans]
     return []
