@@ -60,9 +60,9 @@ def test_no_component_is_negative_and_parts_add_up(model, trainer, layout, world
                  **LAYOUTS[layout], **picks}
     try:
         job, _ = build_job(trainer, settings_)
+        est = estimate(job)          # a few refusals surface only here (no peft default targets for a model type)
     except SpecError:
         assume(False)
-    est = estimate(job)
     for phase in est.phases:
         assert all(c.bytes >= 0 for c in phase.components), phase
         assert phase.bytes == sum(c.bytes for c in phase.components)

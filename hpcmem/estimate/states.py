@@ -29,6 +29,7 @@ ADAM_STATES = 2
 BNB_BLOCK = 256                 # 8-bit optimizer absmax block
 NF4_BLOCK = 64                  # 4-bit weight quantization block (QLoRA)
 NESTED_BLOCK = 256              # double quantization: blocks of absmax values
+ZERO3_MAX_LIVE = 10**9          # stage3_max_live_parameters (and max_reuse_distance) hpcmem writes (launch/configs.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,7 +153,14 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
             adapters = zero3_adapter_bytes(lora, n, persistence_threshold(job))
             notes["adapters"] = f"partitioned /{n}, those ≤ {persistence_threshold(job):,} elements also whole"
             unit = parts.per_layer + lora.params_per_layer
-            gathered = 2 * unit * 2 + (parts.embed + parts.lm_head) * 2   # current + prefetched layer
+            # current + prefetched layer, embedding and head; but DeepSpeed releases a fetched parameter only past
+            # max_reuse_distance / max_live_parameters (partitioned_param_coordinator.py `release_sub_module`):
+            # with hpcmem's 1e9 a model under 1e9 parameters stays gathered whole once fetched (measured per rank on
+            # CPU, estimator/LOG.md), a larger one keeps up to 1e9
+            fetched = min(parts.total + lora.num_params, ZERO3_MAX_LIVE)
+            gathered = max(2 * unit + parts.embed + parts.lm_head, fetched) * 2
+            if par.offload_param_device != "none":
+                gathered += offload_staging(unit, n)
         if par.offload_optimizer_device != "none":
             host += master + opt + grad_buffers
             notes["offload"] = f"optimizer states offloaded to {par.offload_optimizer_device}"
@@ -174,6 +182,7 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         unit = parts.per_layer + lora.params_per_layer
         gathered = 2 * unit * prec.act + (parts.embed + parts.lm_head) * prec.act
         if par.fsdp_offload_params:
+            gathered += offload_staging(unit, n)
             host += weights + adapters + grads + opt
             weights = adapters = grads = opt = 0
     elif par.distributed_type == "MULTI_GPU" and n > 1:
@@ -189,6 +198,14 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         f", partitioned /{n}" if (par.deepspeed and par.zero_stage >= 1) or par.fsdp else ""))
     return States(weights=weights, adapters=adapters, quant_constants=consts, gradients=grads, optimizer=opt, master=master,
                   grad_buffers=grad_buffers, gathered=gathered, host=host, trainable=trainable, notes=notes)
+
+
+def offload_staging(unit: int, n: int) -> int:
+    """Offloaded parameters reach the GPU through a copy of the unit's local shard before the all-gather (FSDP2:
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py `foreach_all_gather` moves offloaded shards to the
+    device; ZeRO-3: the partition is fetched from host memory before its all-gather): one unit's shard, 16-bit
+    (measured on 2 CPU ranks: ≈ one layer / N in both, estimator/LOG.md)."""
+    return -(-unit // n) * 2
 
 
 def persistence_threshold(job: JobSpec) -> int:
