@@ -24,18 +24,6 @@ MEASURED = {  # layout → (weights, fp32 master, optimizer states, gradients)
 }
 
 
-@pytest.mark.parametrize("layout", sorted(MEASURED))
-def test_sharded_states_match_the_engines(layout):
-    kind, stage = layout
-    par = ParallelSpec(num_processes=2, distributed_type=kind, zero_stage=stage)
-    job = JobSpec(model=TINY, train=TrainSpec(trainer="sft", dtype="bfloat16", max_length=64), parallel=par)
-    s = model_states(job, precision(job), lora_layout(job))
-    assert TINY.num_params == 1_705_216
-    for name, got, want in zip(("weights", "master", "optimizer", "gradients"),
-                               (s.weights, s.master, s.optimizer, s.gradients), MEASURED[layout]):
-        assert got == pytest.approx(want, rel=0.03, abs=64), f"{kind} {stage} {name}: {got} vs measured {want}"
-
-
 # LoRA r=8 on all linears of the same tiny model (65,536 adapter params), bytes per rank before the optimizer step,
 # MEASURED the same way (2 CPU processes, gloo; estimator/LOG.md, sharded LoRA). Base weights and adapters together
 # as the engines hold them: ZeRO-2 keeps both whole (adapters cast to bf16); ZeRO-3 partitions the adapters but keeps
@@ -45,20 +33,22 @@ MEASURED_LORA = {  # layout → (weights incl. adapters, fp32 master, optimizer 
     ("DEEPSPEED", 3): (1_855_232, 131_072, 262_148, 65_544),
     ("FSDP", 0): (1_836_288, 0, 262_256, 131_072),
 }
+LORA = {"max_length": 32, "use_peft": True, "lora_r": 8, "lora_target_modules": ("all-linear",)}
+CASES = [(layout, {"max_length": 64}, MEASURED[layout]) for layout in sorted(MEASURED)] + \
+        [(layout, LORA, MEASURED_LORA[layout]) for layout in sorted(MEASURED_LORA)]
 
 
-@pytest.mark.parametrize("layout", sorted(MEASURED_LORA))
-def test_sharded_lora_states_match_the_engines(layout):
+@pytest.mark.parametrize("layout,train,measured", CASES, ids=lambda v: str(v.get("use_peft", "")) if
+                         isinstance(v, dict) else None)
+def test_sharded_states_match_the_engines(layout, train, measured):
     kind, stage = layout
     par = ParallelSpec(num_processes=2, distributed_type=kind, zero_stage=stage)
-    train = TrainSpec(trainer="sft", dtype="bfloat16", max_length=32, use_peft=True, lora_r=8,
-                      lora_target_modules=("all-linear",))
-    job = JobSpec(model=TINY, train=train, parallel=par)
+    job = JobSpec(model=TINY, train=TrainSpec(trainer="sft", dtype="bfloat16", **train), parallel=par)
     lora = lora_layout(job)
     s = model_states(job, precision(job), lora)
-    assert lora.num_params == 65_536
+    assert TINY.num_params == 1_705_216 and lora.num_params == (65_536 if lora.enabled else 0)
     for name, got, want in zip(("weights", "master", "optimizer", "gradients"),
-                               (s.weights + s.adapters, s.master, s.optimizer, s.gradients), MEASURED_LORA[layout]):
+                               (s.weights + s.adapters, s.master, s.optimizer, s.gradients), measured):
         assert got == pytest.approx(want, rel=0.03, abs=64), f"{kind} {stage} {name}: {got} vs measured {want}"
 
 
