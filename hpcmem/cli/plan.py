@@ -20,9 +20,11 @@ from hpcmem.inputs import MAX_COUNT
 @click.option("--allow_peft", "--allow-peft", "allow_peft", is_flag=True, help="also try LoRA and QLoRA")
 @click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="plans to show")
 @click.option("--explain", is_flag=True, help="reasons for every plan and the faster combinations that lost")
+@click.option("--preset", "preset_ref", default=None, help="plan for a cluster preset (hpcmem presets list): its GPU "
+              "and defaults, and plans whose host RAM per node exceeds its memory_per_node_gb are refused")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
 def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: int, explain: bool, as_json: bool,
-            **kwargs) -> None:
+            preset_ref: str | None, **kwargs) -> None:
     """Search gradient checkpointing, activation offloading, packing, batch × accumulation, ZeRO / FSDP and
     offload (and LoRA/QLoRA with --allow_peft) for the fastest setup that fits --gpu. A flag you give is fixed.
 
@@ -33,9 +35,14 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
     from hpcmem.plan.explain import render, to_json
     from hpcmem.trl_config import read_yaml
 
-    if not kwargs.get("gpu"):
-        raise HpcmemError("hpcmem plan needs --gpu (see `hpcmem gpus`)")
-    job, _ = job_from_cli(trainer, kwargs)
+    from hpcmem.launch.presets import load as load_preset
+    from hpcmem.launch.presets import preset_settings
+
+    preset = load_preset(preset_ref) if preset_ref else None
+    if not kwargs.get("gpu") and preset is None:
+        raise HpcmemError("hpcmem plan needs --gpu (see `hpcmem gpus`) or --preset (see `hpcmem presets list`)")
+    job, _ = job_from_cli(trainer, kwargs, preset=preset_settings(preset, kwargs.get("gpu")) if preset else None)
     fixed = set(collect(kwargs)) | (set(read_yaml(kwargs["config"])) if kwargs.get("config") else set())
-    report = search(job, job.gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft, top=top)
+    report = search(job, job.gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft, top=top,
+                    host_memory_per_node_bytes=preset.memory_per_node_bytes if preset else None)
     click.echo(json.dumps(to_json(report), indent=2) if as_json else render(report, explain=explain))

@@ -31,35 +31,38 @@ def _trl_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool):
-    """`--plan`: the planner's fastest combination that fits; every flag the user gave stays fixed."""
+def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool, preset):
+    """`--plan`: the planner's fastest combination that fits the GPU and the node's host RAM; every flag the user
+    gave stays fixed."""
     from hpcmem.cli.options import collect
-    from hpcmem.plan import plan
+    from hpcmem.plan import search
+    from hpcmem.plan.explain import host_lines
 
     given = set(collect(kwargs)) - {"config", "accelerate_config", "lengths", "gpu", "model_name_or_path"}
     if kwargs.get("config"):
         from hpcmem.trl_config import read_yaml
 
         given |= set(read_yaml(kwargs["config"]))
-    plans = plan(job, job.gpu, fixed=given, allow_peft=allow_peft, top=1)
-    if not plans:
-        raise HpcmemError(f"--plan: no combination of free knobs fits on {job.gpu.name}; "
-                          "see `hpcmem plan … --explain`")
-    click.echo(f"plan: {plans[0].knobs}", err=True)
-    return plans[0].job
+    report = search(job, job.gpu, fixed=given, allow_peft=allow_peft, top=1,
+                    host_memory_per_node_bytes=preset.memory_per_node_bytes)
+    if not report.plans:
+        raise HpcmemError("\n".join([f"--plan: no combination of free knobs fits on {job.gpu.name}"
+                                     f"{' and in ' + preset.name + ' host RAM' if preset.memory_per_node_bytes else ''}"
+                                     "; see `hpcmem plan … --preset " + preset.name + " --explain`",
+                                     *host_lines(report)]))
+    click.echo(f"plan: {report.plans[0].knobs}", err=True)
+    return report.plans[0].job
 
 
 def _build(trainer: str, preset_ref: str, launch: dict[str, Any], kwargs: dict[str, Any], use_plan: bool = False,
            allow_peft: bool = False):
     from hpcmem.launch import LaunchOptions, load_preset
+    from hpcmem.launch.presets import preset_settings
 
     preset = load_preset(preset_ref)
-    if kwargs.get("gpu") and kwargs["gpu"].lower() != preset.gpu.lower():
-        raise HpcmemError(f"--gpu {kwargs['gpu']} disagrees with preset {preset.name} ({preset.gpu}): submit runs on "
-                          "the preset's GPU; drop --gpu or choose another preset")
-    job, _ = job_from_cli(trainer, kwargs, preset={**preset.defaults, "gpu": preset.gpu})
+    job, _ = job_from_cli(trainer, kwargs, preset=preset_settings(preset, kwargs.get("gpu")))
     if use_plan:
-        job = _top_plan(job, kwargs, allow_peft)
+        job = _top_plan(job, kwargs, allow_peft, preset)
     options = LaunchOptions(env=_env_pairs(launch.pop("env")), trl_fields=_trl_fields(kwargs), **launch)
     return job, preset, options
 

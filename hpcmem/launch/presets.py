@@ -69,6 +69,11 @@ class Preset:
     description: str = ""
 
     @property
+    def memory_per_node_bytes(self) -> int | None:
+        """`--mem=<n>G` in bytes: SLURM's G suffix is 1024 megabytes of 1024² bytes (sbatch(1) --mem)."""
+        return None if self.memory_per_node_gb is None else self.memory_per_node_gb * 1024**3
+
+    @property
     def max_time_limit(self) -> TimeLimit:
         return slurm_time.parse(self.max_time)
 
@@ -77,6 +82,15 @@ class Preset:
         from hpcmem.gpus import gpu_spec
 
         return gpu_spec(self.gpu)
+
+
+def preset_settings(preset: Preset, gpu_flag: str | None = None) -> dict[str, Any]:
+    """The job settings a preset brings: its `defaults` and its GPU. A --gpu naming another GPU is refused: the job
+    runs on the preset's."""
+    if gpu_flag and gpu_flag.lower() != preset.gpu.lower():
+        raise HpcmemError(f"--gpu {gpu_flag} disagrees with preset {preset.name} ({preset.gpu}): the job runs on the "
+                          "preset's GPU; drop --gpu or choose another preset")
+    return {**preset.defaults, "gpu": preset.gpu}
 
 
 YAML_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Preset) if f.name != "source")

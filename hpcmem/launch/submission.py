@@ -66,7 +66,7 @@ def prepare(job: JobSpec, preset: Preset, options: LaunchOptions, *, runs_root: 
     launch.check()
     files = runfolder.run_files(folder, deepspeed=job.parallel.deepspeed,
                                 output_dir=options.trl_fields.get("output_dir"))
-    report = check_fit(job, estimator=estimator) if fit else None
+    report = check_fit(job, estimator=estimator, memory_per_node_bytes=preset.memory_per_node_bytes) if fit else None
     contents = {
         runfolder.ACCELERATE: _yaml(accelerate_config(job, deepspeed_config_file=files.deepspeed_config,
                                                       use_cpu=launch.use_cpu)),
@@ -84,6 +84,9 @@ def _estimate_json(report: FitReport | None) -> str:
     if report is None:
         return json.dumps({"checked": False}, indent=2) + "\n"
     data = {"checked": True, **report.estimate_json, "fits": report.fits,
+            "host_check": None if report.host is None else {
+                "fits": report.host.fits, "per_node_bytes": report.host.need_bytes,
+                "capacity_bytes": report.host.capacity_bytes, "phase": report.host.phase},
             "fixes": [{"flags": f.flags, "device_peak_bytes": f.device_peak_bytes,
                        "safe_device_peak_bytes": f.safe_device_peak_bytes} for f in report.fixes]}
     return json.dumps(data, indent=2) + "\n"
