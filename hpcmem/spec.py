@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, Literal
 
-from hpcmem.errors import Problems
+from hpcmem.errors import Problems, SpecError
 
 Trainer = Literal["sft", "dpo", "reward", "grpo", "rloo"]
 TRAINERS: tuple[str, ...] = ("sft", "dpo", "reward", "grpo", "rloo")
@@ -25,6 +25,9 @@ OPTIMIZERS = (
 DISTRIBUTED_TYPES = ("NO", "MULTI_GPU", "DEEPSPEED", "FSDP")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 VLLM_MODES = ("colocate", "server")
+EVAL_STRATEGIES = ("no", "steps", "epoch")                     # transformers IntervalStrategy
+SAVE_STRATEGIES = ("no", "steps", "epoch", "best")             # transformers SaveStrategy
+FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")   # FSDP2 has no LOCAL_STATE_DICT (accelerate)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +121,14 @@ class TrainSpec:
     bf16: bool = True                            # None in TRL → True unless fp16
     fp16: bool = False
     optim: str = "adamw_torch_fused"
+    # TrainingArguments of the job around the steps (transformers 5.24 training_args.py defaults): evaluation,
+    # checkpoints, data loading
+    per_device_eval_batch_size: int = 8
+    eval_strategy: str = "no"
+    save_strategy: str = "steps"
+    save_only_model: bool = False                # True: checkpoints skip the optimizer and scheduler states
+    dataloader_num_workers: int = 0
+    dataloader_pin_memory: bool = True
     # SFT / DPO / Reward data shape
     max_length: int | None = 1024
     packing: bool = False
@@ -157,7 +168,13 @@ class TrainSpec:
                 f"packing_strategy must be one of {', '.join(PACKING_STRATEGIES)}; got {self.packing_strategy!r}")
         p.check(self.optim in OPTIMIZERS, f"optim {self.optim!r} is not modelled; choose one of {', '.join(OPTIMIZERS)}")
         p.check(self.vllm_mode in VLLM_MODES, f"vllm_mode must be colocate or server; got {self.vllm_mode!r}")
-        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "lora_r", "num_generations",
+        p.check(self.eval_strategy in EVAL_STRATEGIES,
+                f"eval_strategy must be one of {', '.join(EVAL_STRATEGIES)}; got {self.eval_strategy!r}")
+        p.check(self.save_strategy in SAVE_STRATEGIES,
+                f"save_strategy must be one of {', '.join(SAVE_STRATEGIES)}; got {self.save_strategy!r}")
+        p.check(self.dataloader_num_workers >= 0,
+                f"dataloader_num_workers must be ≥ 0; got {self.dataloader_num_workers}")
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "lora_r", "num_generations",
                      "vllm_tensor_parallel_size", "max_completion_length", "max_prompt_length", "num_iterations"):
             p.check(getattr(self, name) >= 1, f"{name} must be ≥ 1; got {getattr(self, name)}")
         for name in ("max_length", "pad_to_multiple_of", "steps_per_generation", "generation_batch_size"):
@@ -197,9 +214,19 @@ class ParallelSpec:
     fsdp_version: int = 2
     fsdp_offload_params: bool = False
     fsdp_reshard_after_forward: bool = True
+    # Loading and saving. Defaults: TRL's shipped zero3.yaml (zero3_init_flag, zero3_save_16bit_model — DeepSpeed's
+    # stage3_gather_16bit_weights_on_model_save) and fsdp2.yaml (cpu_ram_efficient_loading); the state dict type is
+    # accelerate's FSDP2 default (utils/dataclasses.py `set_state_dict_type`), which TRL's fsdp2.yaml sets to FULL.
+    zero3_init_flag: bool = True
+    zero3_save_16bit_model: bool = True
+    fsdp_state_dict_type: str = "SHARDED_STATE_DICT"
+    fsdp_cpu_ram_efficient_loading: bool = True
 
     def __post_init__(self) -> None:
         p = Problems()
+        p.check(self.fsdp_state_dict_type in FSDP_STATE_DICT_TYPES,
+                f"fsdp_state_dict_type must be one of {', '.join(FSDP_STATE_DICT_TYPES)}; "
+                f"got {self.fsdp_state_dict_type!r}")
         p.check(self.num_processes >= 1 and self.num_machines >= 1,
                 f"num_processes ({self.num_processes}) and num_machines ({self.num_machines}) must be ≥ 1")
         p.check(self.num_processes % max(self.num_machines, 1) == 0,
@@ -290,6 +317,9 @@ class JobSpec:
     def __post_init__(self) -> None:
         from hpcmem.rules import check_job
 
+        tokens = self.tokens_per_micro_batch
+        if tokens is not None and tokens < 1:
+            raise SpecError(f"tokens_per_micro_batch must be ≥ 1 or None; got {tokens}")
         check_job(self)
 
 

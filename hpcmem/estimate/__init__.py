@@ -8,7 +8,11 @@ optimizer, sharding), activations, lora, loss (TRL's fused LM head), step (phase
 from __future__ import annotations
 
 from hpcmem.estimate.breakdown import Component, Estimate, Phase
+from hpcmem.estimate.checkpoint import NAME as SAVE_PHASE
+from hpcmem.estimate.checkpoint import save_bytes
 from hpcmem.estimate.device import device_terms
+from hpcmem.estimate.evaluation import eval_phase
+from hpcmem.estimate.host import host_estimate
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.loss import loss_bytes
 from hpcmem.estimate.shape import micro_batch, precision
@@ -25,8 +29,7 @@ __all__ = ["Component", "Estimate", "Phase", "estimate"]
 NOT_MODELLED = (
     "NCCL/DeepSpeed communication buffers beyond one communicator (uncalibrated constant)",
     "kernel workspaces other than cuBLAS's and the CUDA context default",
-    "dataloader pinned memory and host-side tensors",
-    "memory of evaluation and checkpoint saving",
+    "dataloader pinned batches; vLLM's host memory",
 )
 VLLM_NOT_TRACED = "vLLM's pool is modelled from its documented rule (vllm_gpu_memory_utilization × device memory), not traced"
 
@@ -58,6 +61,24 @@ def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
     return " · ".join(bits)
 
 
+def _job_phases(job: JobSpec, parts, prec, lora, states, base: tuple[Component, ...]) -> list[Phase]:
+    """Phases outside the training step: evaluation (when eval_strategy asks) and checkpoint saving (always: TRL's
+    scripts end with save_model), each beside the resident states and the units ZeRO-3 / FSDP keep gathered."""
+    par = job.parallel
+    kept: tuple[Component, ...] = ()
+    if par.deepspeed and par.zero_stage == 3 and states.gradients:
+        # ZeRO-3 allocates its 16-bit gradient partition once (stage3.py `grad_partitions_flat_buffer`) and keeps it
+        # between steps; torch and ZeRO-1/2 free gradients after the step (measured per rank on CPU, estimator/LOG.md)
+        kept = (Component(name="gradient partition", bytes=states.gradients, note="ZeRO-3 keeps it between steps"),)
+    gathered = (Component(name="gathered parameters", bytes=states.gathered),) if states.gathered else ()
+    out = []
+    evaluation = eval_phase(job, parts, prec, base + kept + gathered)
+    if evaluation is not None:
+        out.append(evaluation)
+    out.append(Phase(name=SAVE_PHASE, components=base + kept + save_bytes(job, parts, prec, lora, states).gpu))
+    return out
+
+
 def estimate(job: JobSpec) -> Estimate:
     mb = micro_batch(job)
     prec = precision(job)
@@ -70,6 +91,7 @@ def estimate(job: JobSpec) -> Estimate:
                                     optimizer_step_transient(job, states, parts), extras.resident)
     base = (*resident_components(states, lora), *extras.resident)
     phases += [Phase(name=p.name, components=base + p.components) for p in extras.phases]
+    phases += _job_phases(job, parts, prec, lora, states, base)
     if extras.vllm_pool_asleep:
         phases.append(Phase(name="generation (vLLM awake)", components=base + (
             Component(name="vLLM pool", bytes=extras.vllm_pool_asleep,
@@ -96,6 +118,7 @@ def estimate(job: JobSpec) -> Estimate:
         gpu_name=job.gpu.name if job.gpu else None,
         gpu_memory_bytes=job.gpu.memory_bytes if job.gpu else None,
         host_bytes=states.host + act_host,
+        host=host_estimate(job, parts, states, act_host, save_bytes(job, parts, prec, lora, states)),
         warnings=tuple(warnings),
         not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ()),
         calibrated=dev.calibrated,

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hpcmem.estimate.verdict import FitVerdict, judge
 from hpcmem.spec import GpuSpec
+
+if TYPE_CHECKING:
+    from hpcmem.estimate.host import HostEstimate
 
 GIB = 1024**3
 
@@ -17,6 +21,11 @@ class Component:
     name: str
     bytes: int
     note: str = ""
+
+    def __post_init__(self) -> None:
+        # Bytes are counted, never made up by subtraction: a negative part is an estimator bug, stopped here.
+        if self.bytes < 0:
+            raise ValueError(f"component {self.name!r} has {self.bytes} bytes; every component is ≥ 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +52,7 @@ class Estimate:
     gpu_name: str | None = None
     gpu_memory_bytes: int | None = None
     host_bytes: int = 0                 # CPU RAM per process for offloaded states / activations
+    host: HostEstimate | None = None    # host RAM of the whole job per rank and per node (estimate/host.py)
     warnings: tuple[str, ...] = ()
     not_modelled: tuple[str, ...] = ()
     calibrated: bool = False
@@ -99,6 +109,7 @@ class Estimate:
                 "calibrated": self.calibrated,
             },
             "phases": {p.name: p.bytes for p in self.phases},
+            "host": self.host.to_json() if self.host is not None else None,
             "gpu": None if self.gpu_name is None else {"name": self.gpu_name, "memory_bytes": self.gpu_memory_bytes,
                                                        "capacity_bytes": verdict.capacity_bytes if verdict else None},
             "fits": self.fits,

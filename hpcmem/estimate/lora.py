@@ -33,6 +33,20 @@ class LoraLayout:
         return sum(self.r * (m.in_features + m.out_features) * m.count_per_layer * m.num_layers
                    for m in self.adapted)
 
+    def matrices(self) -> tuple[tuple[int, int, int], ...]:
+        """(rows, columns, how many) of every adapter weight: lora_A is [r, in], lora_B is [out, r]
+        (peft/tuners/lora/layer.py `update_layer`: nn.Linear(in, r) and nn.Linear(r, out))."""
+        out = []
+        for m in self.adapted:
+            count = m.count_per_layer * m.num_layers
+            out += [(self.r, m.in_features, count), (m.out_features, self.r, count)]
+        return tuple(out)
+
+    @property
+    def params_per_layer(self) -> int:
+        """Adapter parameters of the largest decoder layer (what a per-layer FSDP unit or ZeRO-3 fetch adds)."""
+        return sum(self.r * (m.in_features + m.out_features) * m.count_per_layer for m in self.adapted)
+
     def modules(self, part: str | None = None) -> tuple[LinearModule, ...]:
         """Adapted modules, all or those of one part of the layer ("attention", or "mlp" for MLP/expert linears)."""
         if part is None:

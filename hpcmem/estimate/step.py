@@ -22,13 +22,14 @@ GIB = 1024**3
 
 def resident_components(s: States, lora: LoraLayout) -> list[Component]:
     """Model states held through every phase of the step."""
-    out = [Component(name="weights", bytes=s.weights - lora.num_params * lora.adapter_bytes,
-                     note=s.notes.get("weights", ""))]
+    out = [Component(name="weights", bytes=s.weights, note=s.notes.get("weights", ""))]
     if s.quant_constants:
         out.append(Component(name="quantization constants", bytes=s.quant_constants))
     if lora.enabled:
-        out.append(Component(name="lora adapters", bytes=lora.num_params * lora.adapter_bytes,
-                             note=f"{lora.num_params:,} params r={lora.r} on {','.join(mod.leaf for mod in lora.adapted)}"))
+        out.append(Component(name="lora adapters", bytes=s.adapters,
+                             note=" · ".join(x for x in (
+                                 f"{lora.num_params:,} params r={lora.r} on {','.join(mod.leaf for mod in lora.adapted)}",
+                                 s.notes.get("adapters", "")) if x)))
     out.append(Component(name="optimizer states", bytes=s.optimizer, note=s.notes.get("optimizer", "")))
     if s.master:
         out.append(Component(name="fp32 master weights", bytes=s.master, note="DeepSpeed fp32 partition"))

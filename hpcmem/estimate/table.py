@@ -31,6 +31,8 @@ def render(est: Estimate) -> str:
         lines.append(f"{'verdict':<30}{'':>14}   {verdict.line()}")
     if est.host_bytes:
         lines.append(f"{'host RAM per process':<30}{gib(est.host_bytes):>14}   offloaded states/activations")
+    if est.host is not None:
+        lines.append(_host_line(est.host))
     lines.append("")
     lines.append("phases (allocated):")
     for p in est.phases:
@@ -40,3 +42,11 @@ def render(est: Estimate) -> str:
         lines.append(f"warning: {w}")
     lines.append("not modelled: " + "; ".join(est.not_modelled))
     return "\n".join(lines)
+
+
+def _host_line(host) -> str:
+    peak = host.peak_phase
+    others = f" + {host.ranks_per_node - 1} × {peak.other_bytes / GIB:.1f}" if host.ranks_per_node > 1 else ""
+    workers = f" + workers {host.workers.bytes / GIB:.1f}" if host.workers.bytes else ""
+    return (f"{'host RAM per node':<30}{gib(host.per_node_bytes):>14}   phase: {peak.name} (rank 0 "
+            f"{peak.rank0_bytes / GIB:.1f}{others}{workers}; process baseline uncalibrated off the H200)")

@@ -56,7 +56,7 @@ def accelerate_config(job: JobSpec, *, deepspeed_config_file: str | None = None,
         config["deepspeed_config"] = {
             "deepspeed_config_file": deepspeed_config_file,
             "deepspeed_multinode_launcher": "standard",   # torchrun on each node; no pdsh/ssh hostfile
-            "zero3_init_flag": par.zero_stage == 3,
+            "zero3_init_flag": par.zero_stage == 3 and par.zero3_init_flag,
         }
     else:
         config["mixed_precision"] = mixed_precision(job)
@@ -77,8 +77,8 @@ def deepspeed_config(job: JobSpec) -> dict[str, Any]:
 
     "auto" is resolved by transformers (integrations/deepspeed.py `HfTrainerDeepSpeedConfig.trainer_config_process`
     for batch/accumulation/clipping/optimizer, `trainer_config_finalize` for the hidden-size-based buckets), so the
-    JSON cannot disagree with the TRL YAML. `stage3_gather_16bit_weights_on_model_save` lets `save_model` write a
-    full 16-bit model under ZeRO-3 (what TRL's zero3.yaml asks with zero3_save_16bit_model).
+    JSON cannot disagree with the TRL YAML. `stage3_gather_16bit_weights_on_model_save` (the spec's
+    zero3_save_16bit_model, on in TRL's zero3.yaml) lets `save_model` write a full 16-bit model under ZeRO-3.
     """
     par, t = job.parallel, job.train
     zero: dict[str, Any] = {
@@ -97,7 +97,7 @@ def deepspeed_config(job: JobSpec) -> dict[str, Any]:
             "stage3_param_persistence_threshold": AUTO,
             "stage3_max_live_parameters": 1e9,
             "stage3_max_reuse_distance": 1e9,
-            "stage3_gather_16bit_weights_on_model_save": True,
+            "stage3_gather_16bit_weights_on_model_save": par.zero3_save_16bit_model,
             "sub_group_size": 1e9,
         })
         if par.offload_param_device != "none":
@@ -118,18 +118,19 @@ def deepspeed_config(job: JobSpec) -> dict[str, Any]:
 def fsdp_config(job: JobSpec) -> dict[str, Any]:
     """accelerate's FSDP block (keys as in trl/accelerate_configs/fsdp2.yaml), version and offload from the spec.
 
-    Activation checkpointing stays TRL's `gradient_checkpointing` (one name per setting); the state dict is sharded so
-    that checkpoints (and requeue resumes) do not gather the full model on rank 0.
+    Activation checkpointing stays TRL's `gradient_checkpointing` (one name per setting); the state dict is sharded by
+    default (the spec's fsdp_state_dict_type) so that checkpoints (and requeue resumes) do not gather the full model on
+    rank 0.
     """
     par = job.parallel
     config: dict[str, Any] = {
         "fsdp_version": par.fsdp_version,
         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-        "fsdp_cpu_ram_efficient_loading": True,
+        "fsdp_cpu_ram_efficient_loading": par.fsdp_cpu_ram_efficient_loading,
         "fsdp_sync_module_states": True,         # required with cpu_ram_efficient_loading (accelerate utils/launch.py)
         "fsdp_offload_params": par.fsdp_offload_params,
         "fsdp_reshard_after_forward": par.fsdp_reshard_after_forward,
-        "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+        "fsdp_state_dict_type": par.fsdp_state_dict_type,
         "fsdp_activation_checkpointing": False,
     }
     if par.fsdp_version == 1:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from hpcmem.launch.checkpoints import MARKER_PREFIX
 from hpcmem.launch.job import PORT_BASE, PORT_SPAN, Launch
 from hpcmem.launch.templating import Shell, join, render
 
@@ -159,7 +160,7 @@ def template_context(launch: Launch, files: RunFiles) -> dict[str, Any]:
         "env": environment(launch), "port_base": PORT_BASE, "port_span": PORT_SPAN,
         "modules": launch.preset.modules, "setup": [Shell(s) for s in launch.preset.setup],
         "requeue": launch.options.requeue, "max_restarts": launch.options.max_restarts,
-        "signal_lead_s": launch.preset.signal_lead_s,
+        "signal_lead_s": launch.preset.signal_lead_s, "marker_prefix": MARKER_PREFIX,
     }
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hpcmem.errors import Problems, SpecError
+from hpcmem.inputs.model_config import check_model_config
 from hpcmem.spec import ModelSpec
 
 # q/k/v/o bias rule of the modeling file:
@@ -112,8 +113,7 @@ def unwrap_text_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
     """Read a transformers config.json dict into a `ModelSpec` (see `ARCHITECTURES` for what is read and why)."""
-    if not isinstance(cfg, dict):
-        raise SpecError(f"model {name}: config must be a JSON object, got {type(cfg).__name__}")
+    check_model_config(cfg, name)         # JSON types and ranges of every key read below (hpcmem.inputs)
     cfg, wrapper = unwrap_text_config(cfg)
     model_type = cfg.get("model_type")
     arch = ARCHITECTURES.get(str(model_type))

@@ -82,6 +82,7 @@ class Verdict:
     fits: bool
     device_peak_bytes: int | None = None
     why: str = ""
+    host_per_node_bytes: int | None = None      # set when host RAM refused it (how == "host")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +109,7 @@ class PlanReport:
     base: JobSpec
     speeds: dict             # Knobs → Throughput, every enumerated combination
     fixed: tuple[str, ...] = ()
+    host_capacity_bytes: int | None = None      # host RAM a node grants (a preset's memory_per_node_gb), if known
 
 
 # Sharding chains, most memory first: each step shards or offloads one more state (ZeRO §5: P_os ⊂ P_os+g ⊂ P_os+g+p;
@@ -209,10 +211,13 @@ class _Speeds:
 
 def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_batch_size: int | None = None,
            allow_peft: bool = False, top: int | None = 10,
-           exclude: Mapping[str, Collection] | None = None) -> PlanReport:
+           exclude: Mapping[str, Collection] | None = None,
+           host_memory_per_node_bytes: int | None = None) -> PlanReport:
     """Rank the combinations of free knobs that fit `gpu`, fastest first (see the module docstring).
 
-    `top=None` walks every combination (no rank bound): each gets a fit verdict, for the benchmark and tests."""
+    `top=None` walks every combination (no rank bound): each gets a fit verdict, for the benchmark and tests.
+    `host_memory_per_node_bytes`: a combination whose host RAM per node (estimate/host.py) exceeds it does not fit
+    either (it is not used as a memory bound: offloading trades GPU bytes for host bytes)."""
     start = time.perf_counter()
     base = replace(base, gpu=gpu) if base.gpu != gpu else base
     own = job_knobs(base)
@@ -222,7 +227,7 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
     par_fields = {name: _parallel_fields(base, name) for name in {k.sharding for k in combos}}
     scored = sorted(((speeds(k, par_fields[k.sharding]), k) for k in combos),
                     key=lambda sk: (-round(sk[0].tokens_per_s_per_gpu, 6), sk[1].techniques()))
-    walker = _Walker(base)
+    walker = _Walker(base, host_memory_per_node_bytes)
     plans: list[Plan] = []
     walked: list[Verdict] = []
     accepted: set[Knobs] = set()
@@ -246,7 +251,8 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
                         rule_rejected=walker.rules, rank_pruned=len(combos) - len(walked),
                         seconds=time.perf_counter() - start)
     return PlanReport(plans=tuple(plans), walked=tuple(walked), stats=stats, gpu=gpu, global_batch_size=gbs,
-                      base=base, speeds=speeds_by_knobs, fixed=tuple(sorted(fixed)))
+                      base=base, speeds=speeds_by_knobs, fixed=tuple(sorted(fixed)),
+                      host_capacity_bytes=host_memory_per_node_bytes)
 
 
 def rank_plans(plans: list[Plan]) -> list[Plan]:
@@ -296,8 +302,9 @@ def _states_floor(est: Estimate) -> int:
 class _Walker:
     """Decides fit for combinations: monotone bound first, then rules + the full estimate."""
 
-    def __init__(self, base: JobSpec) -> None:
+    def __init__(self, base: JobSpec, host_capacity: int | None = None) -> None:
         self.base = base
+        self.host_capacity = host_capacity
         self.infeasible: dict[tuple, list[tuple[Knobs, int]]] = {}
         self.floors: set[tuple] = set()
         self.full = self.bound = self.rules = 0
@@ -373,6 +380,11 @@ class _Walker:
             self._record(k, est)
             return Verdict(knobs=k, speed=speed, how="estimate", fits=False, device_peak_bytes=est.device_peak_bytes,
                            why=not_fitting(est)), job, est
+        if self.host_capacity is not None and est.host is not None and est.host.per_node_bytes > self.host_capacity:
+            return Verdict(knobs=k, speed=speed, how="host", fits=False, device_peak_bytes=est.device_peak_bytes,
+                           host_per_node_bytes=est.host.per_node_bytes,
+                           why=f"host RAM {est.host.per_node_bytes / GIB:.1f} GiB per node at "
+                               f"{est.host.peak_phase.name} > {self.host_capacity / GIB:.1f} GiB"), job, est
         return Verdict(knobs=k, speed=speed, how="estimate", fits=True,
                        device_peak_bytes=est.device_peak_bytes), job, est
 
@@ -387,7 +399,8 @@ def not_fitting(est: Estimate) -> str:
 
 
 def plan(job: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_batch_size: int | None = None,
-         allow_peft: bool = False, top: int = 10, exclude: Mapping[str, Collection] | None = None) -> list[Plan]:
+         allow_peft: bool = False, top: int = 10, exclude: Mapping[str, Collection] | None = None,
+         host_memory_per_node_bytes: int | None = None) -> list[Plan]:
     """The `top` fastest combinations that fit, best first (for `hpcmem submit --plan` and the refusal's fixes)."""
     return list(search(job, gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft,
-                       top=top, exclude=exclude).plans)
+                       top=top, exclude=exclude, host_memory_per_node_bytes=host_memory_per_node_bytes).plans)

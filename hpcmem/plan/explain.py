@@ -127,6 +127,7 @@ def render(report: PlanReport, explain: bool = False) -> str:
                      f"{p.headroom_bytes / GIB:5.1f}G {p.speed.tokens_per_s_per_gpu:9.0f} {p.speed.step_s:7.2f}")
     if not report.plans:
         lines.append("   nothing fits: allow PEFT (--allow_peft), shorten max_length, add GPUs or pick a larger GPU")
+    lines += host_lines(report)
     for p in report.plans[:1] if not explain else report.plans:
         lines.append(f"why #{p.rank}: " + "; ".join(reasons(report, p)))
         lines.append(f"#{p.rank} as flags: {flags_line(base, p.job)}")
@@ -163,6 +164,21 @@ def _capacity_line(report: PlanReport) -> str:
             f"{100 * m['margin']:.1f} % ({how}) · free = capacity − safe; tight plans are not offered")
 
 
+def host_lines(report: PlanReport) -> list[str]:
+    """Host RAM per node against what a node grants, when a preset said (estimate/host.py)."""
+    cap = report.host_capacity_bytes
+    if cap is None:
+        return []
+    out = [f"host RAM per node checked against {cap / GIB:.1f} GiB (preset memory_per_node_gb)" +
+           (f": #1 needs {report.plans[0].estimate.host.per_node_bytes / GIB:.1f} GiB" if report.plans else "")]
+    host = [v for v in report.walked if v.how == "host"]
+    if host:
+        least = min(host, key=lambda v: v.host_per_node_bytes or 0)
+        out.append(f"   {len(host)} combinations fit the GPU but not the node's host RAM, e.g. "
+                   f"{least.knobs.label()}: {least.why}")
+    return out
+
+
 def to_json(report: PlanReport) -> dict:
     s = report.stats
     return {
@@ -175,6 +191,7 @@ def to_json(report: PlanReport) -> dict:
         "world_size": report.base.parallel.world_size,
         "global_batch_size": report.global_batch_size,
         "fixed": list(report.fixed),
+        "host_capacity_bytes": report.host_capacity_bytes,
         "plans": [{
             "rank": p.rank,
             "knobs": p.knobs._asdict(),
@@ -183,6 +200,7 @@ def to_json(report: PlanReport) -> dict:
             "safe_device_peak_bytes": p.safe_device_peak_bytes,
             "capacity_bytes": report.gpu.usable_bytes,
             "headroom_bytes": p.headroom_bytes,
+            "host_per_node_bytes": p.estimate.host.per_node_bytes if p.estimate.host else None,
             "tokens_per_s_per_gpu": p.speed.tokens_per_s_per_gpu,
             "step_s": p.speed.step_s,
             "mfu": p.speed.mfu,

@@ -89,8 +89,14 @@ def job_knobs(job: JobSpec) -> Knobs:
                  sharding, peft, job.expandable_segments)
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+# The micro-batch axis: divisors of the per-GPU batch up to this many rows (plus the job's own). The search stays
+# bounded whatever global batch is asked for; a micro-batch of more rows is searched only when the job has it.
+MAX_SEARCHED_BATCH = 1024
+
+
+def _divisors(n: int, cap: int = MAX_SEARCHED_BATCH) -> list[int]:
+    """Divisors of n up to `cap`: at most `cap` trial divisions, however large n is."""
+    return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
 
 
 def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_peft: bool,
@@ -100,8 +106,8 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
     job's own value always stays."""
     own = job_knobs(job)
     world = job.parallel.world_size
-    if global_batch_size % world:
-        raise SpecError(f"global_batch_size {global_batch_size} is not a multiple of num_processes {world}")
+    if global_batch_size < world or global_batch_size % world:
+        raise SpecError(f"global_batch_size {global_batch_size} is not a positive multiple of num_processes {world}")
     per_gpu = global_batch_size // world
 
     def axis(name: str, values) -> list:
@@ -110,7 +116,8 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
         drop = set((exclude or {}).get(name, ())) - {getattr(own, name)}
         return [v for v in values if v not in drop]
 
-    batches = axis("batch", _divisors(per_gpu))
+    own_batch = [own.batch] if per_gpu % own.batch == 0 and own.batch > MAX_SEARCHED_BATCH else []
+    batches = axis("batch", _divisors(per_gpu) + own_batch)
     if "gradient_accumulation_steps" in fixed:
         batches = [b for b in batches if b * own.accum == per_gpu] or [per_gpu // own.accum]
     return {

@@ -12,9 +12,10 @@ from typing import Any
 
 
 def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int = 1,
-              capacity_bytes: int | None = None, out: str | Path | None = None, write: bool = True
-              ) -> dict[str, Any]:
-    """Estimate, run, record. Returns the record; `write=False` keeps it out of the records file."""
+              capacity_bytes: int | None = None, out: str | Path | None = None, write: bool = True,
+              after: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Estimate, run, record. Returns the record; `write=False` keeps it out of the records file. `after`: phases of
+    the job to run once training is done, each measured on its own ("evaluation", "checkpoint save")."""
     from hpcmem.probe.record import append_record, records_path
     from hpcmem.probe.runner import estimate_before, make_record, measure, quiet
 
@@ -40,11 +41,11 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
         from hpcmem.probe.dist import run_ranks
 
         measured = run_ranks(job, device=device, steps=steps, warmup_steps=warmup_steps,
-                             capacity_bytes=capacity_bytes)
+                             capacity_bytes=capacity_bytes, after=after)
     else:
         quiet()
         measured = measure(job, device=device, steps=steps, warmup_steps=warmup_steps,
-                           capacity_bytes=capacity_bytes)
+                           capacity_bytes=capacity_bytes, after=after)
     if measured.get("status") in ("error", "aborted"):
         from hpcmem.errors import HpcmemError
 

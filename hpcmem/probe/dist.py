@@ -29,7 +29,7 @@ def free_port() -> int:
 
 
 def run_ranks(job: Any, *, device: str, steps: int, warmup_steps: int, capacity_bytes: int | None,
-              timeout_s: float = WORKER_TIMEOUT_S) -> dict[str, Any]:
+              timeout_s: float = WORKER_TIMEOUT_S, after: tuple[str, ...] = ()) -> dict[str, Any]:
     """Measure every rank of `job.parallel.num_processes` local processes; return the merged measurement."""
     from hpcmem.probe.record import job_to_dict
 
@@ -37,7 +37,8 @@ def run_ranks(job: Any, *, device: str, steps: int, warmup_steps: int, capacity_
     with tempfile.TemporaryDirectory(prefix="hpcmem-ranks-") as tmp:
         payload = Path(tmp) / "payload.json"
         payload.write_text(json.dumps({"job": job_to_dict(job), "device": device, "steps": steps,
-                                       "warmup_steps": warmup_steps, "capacity_bytes": capacity_bytes}))
+                                       "warmup_steps": warmup_steps, "capacity_bytes": capacity_bytes,
+                                       "after": list(after)}))
         port = free_port()
         procs = []
         for rank in range(world):
@@ -137,7 +138,8 @@ def _worker(payload_path: str, out_dir: str) -> int:
     rank = int(os.environ["RANK"])
     job = job_from_dict(payload["job"])
     result = measure(job, device=payload["device"], steps=payload["steps"], warmup_steps=payload["warmup_steps"],
-                     capacity_bytes=payload["capacity_bytes"], local_rank=int(os.environ["LOCAL_RANK"]), shards=True)
+                     capacity_bytes=payload["capacity_bytes"], local_rank=int(os.environ["LOCAL_RANK"]), shards=True,
+                     after=tuple(payload.get("after", ())))
     result["rank"] = rank
     tmp = Path(out_dir) / f".rank{rank}.json"
     tmp.write_text(json.dumps(result, default=str))

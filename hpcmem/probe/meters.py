@@ -302,6 +302,19 @@ def reset_rss_peak() -> None:
         pass
 
 
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the kernel (glibc `malloc_trim(0)`), so the RSS is the memory in use;
+    elsewhere nothing happens."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _host_memory_bytes() -> int | None:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

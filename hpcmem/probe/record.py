@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from hpcmem.errors import SpecError
 from hpcmem.gpus import gpu_slug
 
 SCHEMA = 1
@@ -78,25 +79,99 @@ def append_record(path: str | os.PathLike, record: dict[str, Any]) -> None:
         os.close(fd)
 
 
+class RecordError(SpecError, ValueError):
+    """A records file or record hpcmem cannot read, naming the file, the line and the field (a ValueError too, as
+    before it was one of hpcmem's errors)."""
+
+
 def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Every record of a JSONL file (a shared lock keeps a writer from appending half-way through the read)."""
+    """Every record of a JSONL file (a shared lock keeps a writer from appending half-way through the read); the file
+    is read within hpcmem.inputs.files' limits and each line must be a JSON object."""
+    from hpcmem.inputs.files import MAX_BYTES, check_depth
+
     p = Path(path)
     if not p.is_file():
         return []
+    limit = MAX_BYTES["probe records"]
     with open(p, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size > limit:
+            raise RecordError(f"probe records {p} are larger than {limit // 2**20} MiB; split the file")
         fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
         try:
-            data = fh.read()
+            data = fh.read(limit + 1)
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
     out = []
     for number, raw in enumerate(data.splitlines(), 1):
         if raw.strip():
             try:
-                out.append(json.loads(raw))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{p}:{number}: not a JSON record ({exc.msg})") from None
+                record = json.loads(raw.decode("utf-8"))
+                check_depth(record, f"{p}:{number}")
+            except UnicodeDecodeError as exc:
+                raise RecordError(f"{p}:{number}: not UTF-8 text (byte 0x{raw[exc.start]:02x})") from None
+            except (json.JSONDecodeError, RecursionError) as exc:
+                why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+                raise RecordError(f"{p}:{number}: not a JSON record ({why})") from None
+            if not isinstance(record, dict):
+                raise RecordError(f"{p}:{number}: a record is a JSON object; got {type(record).__name__}")
+            out.append(record)
     return out
+
+
+# What `hpcmem validate --against probes` reads of a record: key → the JSON types it may have (None: may be absent).
+_RECORD_SHAPE: dict[str, tuple[type, ...]] = {
+    "id": (str, int), "source": (str,), "status": (str,), "case": (str,), "device": (str,), "excluded": (str, bool),
+    "job": (dict,), "env": (dict,), "gpu": (dict,), "measured": (dict,), "estimate": (dict,), "run": (dict,),
+}
+_OBJECTS = (("estimate", "per_gpu"), ("measured", "oom"))          # nested objects that may be absent or null
+_NUMBERS = {("measured",): ("peak_allocated_bytes", "peak_reserved_bytes", "device_peak_bytes"),
+            ("run",): ("capacity_bytes",), ("gpu",): ("memory_bytes",), ("measured", "oom"): ("need_at_least_bytes",),
+            ("estimate", "per_gpu"): ("peak_allocated_bytes", "peak_reserved_bytes", "device_peak_bytes")}
+
+
+def _at(record: dict[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = record
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def check_record(record: dict[str, Any], where: str) -> None:
+    """The parts of a record the accuracy tables read have the types they need; RecordError names the first that
+    does not (`where` is FILE:LINE)."""
+    def bad(field: str, value: Any, rule: str) -> RecordError:
+        text = repr(value)
+        return RecordError(f"{where}: {field} must be {rule}; got {text if len(text) <= 60 else text[:59] + '…'}")
+
+    for key, kinds in _RECORD_SHAPE.items():
+        value = record.get(key)
+        if value is not None and not isinstance(value, kinds):
+            raise bad(key, value, " or ".join(k.__name__ for k in kinds))
+    job = record.get("job")
+    if not isinstance(job, dict):
+        raise bad("job", job, "an object (the job spec the record ran)")
+    for part in ("model", "train"):
+        if not isinstance(job.get(part), dict):
+            raise bad(f"job.{part}", job.get(part), "an object")
+    for part in ("parallel", "gpu"):
+        if job.get(part) is not None and not isinstance(job[part], dict):
+            raise bad(f"job.{part}", job[part], "an object or null")
+    if not isinstance(job["train"].get("trainer"), str):
+        raise bad("job.train.trainer", job["train"].get("trainer"), "a trainer name")
+    for name, value in (record.get("env") or {}).items():
+        if not isinstance(value, str):
+            raise bad(f"env.{name}", value, "text")
+    if (record.get("gpu") or {}).get("gpu_name") is not None and not isinstance(record["gpu"]["gpu_name"], str):
+        raise bad("gpu.gpu_name", record["gpu"]["gpu_name"], "text or null")
+    for path in _OBJECTS:
+        if _at(record, path) is not None and not isinstance(_at(record, path), dict):
+            raise bad(".".join(path), _at(record, path), "an object or null")
+    for block, keys in _NUMBERS.items():
+        for key in keys:
+            value = (_at(record, block) or {}).get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0 <= value < 2**63):
+                raise bad(".".join((*block, key)), value, "a byte count (a number ≥ 0) or null")
 
 
 def read_all(root: Path | None = None) -> list[dict[str, Any]]:

@@ -32,7 +32,11 @@ class PhaseClock:
         self.setup: dict[str, dict[str, int]] = {}
         self.steps: dict[int, dict[str, dict[str, int]]] = {}
 
+    pinned = False      # while a job phase runs (probe/job_phases.py), the trainer's own seams do not switch
+
     def switch(self, phase: str, step: int | None = None) -> None:
+        if self.pinned:
+            return
         segment = self.meter.segment()
         bucket = self.setup if self.step is None else self.steps.setdefault(self.step, {})
         slot = bucket.setdefault(self.phase, {})
@@ -109,8 +113,9 @@ def make_meter(device: str, capacity_bytes: int | None, local_rank: int = 0) -> 
 
 
 def measure(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int = 1,
-            capacity_bytes: int | None = None, local_rank: int = 0, shards: bool | None = None) -> dict[str, Any]:
-    """Run the trainer and return what was measured (no estimate, no file)."""
+            capacity_bytes: int | None = None, local_rank: int = 0, shards: bool | None = None,
+            after: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the trainer and return what was measured (no estimate, no file); then the job phases `after` asks for."""
     import torch
 
     from hpcmem.probe.trainers import build_trainer
@@ -139,6 +144,10 @@ def measure(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int 
             trainer.train()
             clock.switch("end")
             timings["train_s"] = time.perf_counter() - t1
+            if after:
+                from hpcmem.probe.job_phases import run_job_phases
+
+                result["job_phases"] = run_job_phases(trainer, job, clock, after)
         except (torch.OutOfMemoryError, RuntimeError) as exc:
             if not is_oom(exc):
                 raise

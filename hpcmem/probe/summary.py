@@ -30,9 +30,16 @@ def summary(record: dict[str, Any]) -> str:
         lines.append(f"  measured peak in: {m['peak_phase']} (estimate: {est.get('phase', '-')})")
     if record.get("estimate") is None:
         lines.append(f"  estimate: none ({record.get('estimate_error')})")
-    for r in m.get("ranks") or []:
-        why = f" ({r['reason']})" if r.get("reason") else ""
-        lines.append(f"  rank {r.get('rank')}: {r.get('status')} allocated {_gib(r.get('peak_allocated_bytes'))}{why}")
+    phases = (record.get("estimate") or {}).get("phases") or {}
+    for r in m.get("ranks") or [m]:
+        if r is not m:
+            why = f" ({r['reason']})" if r.get("reason") else ""
+            lines.append(f"  rank {r.get('rank')}: {r.get('status')} allocated "
+                         f"{_gib(r.get('peak_allocated_bytes'))}{why}")
+        for name, jp in (r.get("job_phases") or {}).items():
+            grew = jp["rss_peak_bytes"] - jp["rss_before_bytes"]
+            lines.append(f"    {name}: allocated {_gib(jp.get('allocated_bytes'))} (estimate {_gib(phases.get(name))}),"
+                         f" RSS +{_gib(grew)}")
     if record.get("_path"):
         lines.append(f"  record appended to {record['_path']}")
     return "\n".join(lines)

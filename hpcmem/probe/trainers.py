@@ -62,7 +62,9 @@ def trainer_config(job: Any, *, steps: int, device: str, output_dir: str) -> tup
         elif value != getattr(defaults, name):
             dropped.append(name)
     kw.update(
-        output_dir=output_dir, max_steps=steps, report_to="none", save_strategy="no", disable_tqdm=True,
+        # evaluation and checkpoints run once, after training, when the probe is asked (probe/job_phases.py)
+        output_dir=output_dir, max_steps=steps, report_to="none", save_strategy="no", eval_strategy="no",
+        disable_tqdm=True,
         logging_steps=10**6, dataloader_num_workers=0, learning_rate=1e-6, use_cpu=device == "cpu",
         model_init_kwargs={"dtype": t.dtype, "attn_implementation": t.attn_implementation},
     )
@@ -75,7 +77,8 @@ def trainer_config(job: Any, *, steps: int, device: str, output_dir: str) -> tup
     return cls(**{k: v for k, v in kw.items() if k in names or k in _TRAINING_ARGS}), dropped
 
 
-_TRAINING_ARGS = {"output_dir", "max_steps", "report_to", "save_strategy", "disable_tqdm", "logging_steps",
+_TRAINING_ARGS = {"output_dir", "max_steps", "report_to", "save_strategy", "eval_strategy", "disable_tqdm",
+                  "logging_steps",
                   "dataloader_num_workers", "learning_rate", "use_cpu", "deepspeed", "fsdp", "fsdp_config"}
 
 
@@ -156,6 +159,11 @@ def enable_fsdp_on_cpu(trainer: Any) -> None:
     plugin = FullyShardedDataParallelPlugin(**dict(trainer.args.fsdp_plugin_args or {}))
     if trainer.accelerator.mixed_precision != "no":
         plugin.set_mixed_precision(trainer.accelerator.mixed_precision)
+    if getattr(plugin.cpu_offload, "pin_memory", False):
+        # a CPU-only torch cannot pin memory (no accelerator); the offloaded shards are the same bytes, unpinned
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        plugin.cpu_offload = CPUOffloadPolicy(pin_memory=False)
     state.distributed_type = DistributedType.FSDP
     state.fsdp_plugin = plugin
     trainer.is_fsdp_enabled = True

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.gpus import gpu_for_device, gpu_slug
-from hpcmem.probe.record import job_from_dict, read_records
+from hpcmem.probe.record import check_record, job_from_dict, read_records
 from hpcmem.validate.cells import cell_of
 from hpcmem.validate.table import PEAKS, Point
 
@@ -44,7 +44,8 @@ def load(paths: list[str | Path], *, stored: bool = False, gpu: str | None = Non
         slug = f.stem
         if gpu and slug != gpu_slug(gpu):
             continue
-        for rec in read_records(f):
+        for number, rec in enumerate(read_records(f), 1):
+            check_record(rec, f"{f} record {number}")
             if rec.get("source", "probe") != "probe" or rec.get("status") not in ("ok", "oom"):
                 continue
             if rec.get("excluded"):        # kept for the record, left out of the accuracy, and said so
@@ -64,7 +65,7 @@ def load(paths: list[str | Path], *, stored: bool = False, gpu: str | None = Non
 def estimate_for(rec: dict[str, Any], stored: bool) -> tuple[dict[str, Any] | None, str | None]:
     saved = rec.get("estimate")
     if stored:
-        return saved, None if saved else f"record {rec.get('id', '?')[:8]}: no stored estimate"
+        return saved, None if saved else f"record {str(rec.get('id', '?'))[:8]}: no stored estimate"
     try:
         from hpcmem.estimate import estimate
 
@@ -72,8 +73,8 @@ def estimate_for(rec: dict[str, Any], stored: bool) -> tuple[dict[str, Any] | No
     except Exception as exc:  # noqa: BLE001 - an old record whose spec no longer builds keeps its stored estimate
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         if saved:
-            return saved, f"record {rec.get('id', '?')[:8]}: re-estimate failed ({why}); used the stored estimate"
-        return None, f"record {rec.get('id', '?')[:8]}: no estimate ({why})"
+            return saved, f"record {str(rec.get('id', '?'))[:8]}: re-estimate failed ({why}); used the stored estimate"
+        return None, f"record {str(rec.get('id', '?'))[:8]}: no estimate ({why})"
 
 
 def record_job(rec: dict[str, Any]) -> Any:
