@@ -26,7 +26,7 @@ def command(trainer: str, plot_path: str | None, as_json: bool, **kwargs) -> Non
 
     job, ignored = job_from_cli(trainer, kwargs)
     est = estimate(job)
-    picture = _plot(est, plot_path) if plot_path else None
+    picture = _plot(est, plot_path, job.parallel.world_size) if plot_path else None
     if as_json:
         click.echo(json.dumps({**est.to_json(), "ignored_settings": ignored,
                                **({"plot": picture} if picture else {})}, indent=2))
@@ -38,7 +38,7 @@ def command(trainer: str, plot_path: str | None, as_json: bool, **kwargs) -> Non
             click.echo(f"plot: {picture}")
 
 
-def _plot(est, path: str) -> str:
+def _plot(est, path: str, world_size: int) -> str:
     from hpcmem.plots.estimate_plot import draw
 
-    return str(draw(est, path))
+    return str(draw(est, path, world_size=world_size))

@@ -5,6 +5,11 @@ Bars are what one GPU holds at each phase's worst instant (allocated: the compon
 numbers as the table). The peak phase's bar continues above its allocated bytes with what is not a live tensor —
 the caching allocator's slack (reserved − allocated) and what lives outside PyTorch's allocator (CUDA context,
 NCCL, vLLM's pool) — up to the device peak, which is what the verdict compares (hpcmem.estimate.verdict).
+
+With more than one GPU rank every rank holds the same GPU bytes (the estimate is per rank), but the ranks do not hold
+the same host RAM: rank 0 loads, gathers and writes what the others do not. A second panel then shows host RAM by
+phase for rank 0 and for each other rank of a node, stacked by component, with the node's total written above
+(hpcmem.estimate.host).
 """
 
 from __future__ import annotations
@@ -41,10 +46,25 @@ def stacks(est: Any) -> tuple[list[str], list[str], dict[str, list[float]]]:
     return phases, names, values
 
 
-def draw(est: Any, path: str | Path, *, title: str = "") -> Path:
+def draw(est: Any, path: str | Path, *, world_size: int = 1, title: str = "") -> Path:
+    """The PNG; `world_size` > 1 (the job's GPU ranks) adds the host-RAM panel of rank 0 and the other ranks."""
     plt = pyplot("hpcmem estimate --plot")
+    phases = [p.name for p in est.phases]
+    ranks = est.host is not None and world_size > 1
+    width = max(8.0, 1.25 * len(phases) + 4.0)
+    if ranks:
+        fig, (ax, host_ax) = plt.subplots(1, 2, figsize=(width + 6.5, 5.8), gridspec_kw={"width_ratios": [3, 2]})
+        _host_panel(host_ax, est.host)
+    else:
+        fig, ax = plt.subplots(figsize=(width, 5.8))
+    _gpu_panel(ax, est)
+    fig.suptitle(title or _wrap(est.summary, 150, max_lines=3), fontsize=8)
+    fig.tight_layout()
+    return save(fig, path)
+
+
+def _gpu_panel(ax: Any, est: Any) -> None:
     phases, names, values = stacks(est)
-    fig, ax = plt.subplots(figsize=(max(8.0, 1.25 * len(phases) + 4.0), 5.8))
     bottom = [0.0] * len(phases)
     xs = list(range(len(phases)))
     for i, name in enumerate(names):
@@ -56,12 +76,41 @@ def draw(est: Any, path: str | Path, *, title: str = "") -> Path:
     ax.set_xticks(xs, [_wrap(p) for p in phases], fontsize=8)
     peak = phases.index(est.peak_phase.name)
     ax.get_xticklabels()[peak].set_fontweight("bold")
-    ax.set_ylabel("GiB per GPU")
-    ax.set_title(title or _wrap(est.summary, 110, max_lines=3), fontsize=8)
+    ax.set_ylabel("GiB per GPU (every rank)")
+    ax.set_title("GPU memory by phase", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.set_ylim(0, max(max(bottom), _top(est)) * 1.12)
-    fig.tight_layout()
-    return save(fig, path)
+
+
+def _host_panel(ax: Any, host: Any) -> None:
+    """Host RAM by phase: rank 0 and one other rank side by side, stacked by component."""
+    names: list[str] = []
+    for p in host.phases:
+        for c in (*p.rank0, *p.other):
+            if c.bytes and c.name not in names:
+                names.append(c.name)
+    colour = {n: PALETTE[(i + 6) % len(PALETTE)] for i, n in enumerate(names)}
+    many = True
+    for i, p in enumerate(host.phases):
+        for j, (label, comps) in enumerate((("rank 0", p.rank0), ("each other rank", p.other))[:1 + many]):
+            x, bottom = 3 * i + j, 0.0
+            for c in comps:
+                if c.bytes:
+                    ax.bar(x, c.bytes / GIB, bottom=bottom, color=colour[c.name], edgecolor="white", linewidth=0.5,
+                           label=c.name if c.name not in ax.get_legend_handles_labels()[1] else None)
+                    bottom += c.bytes / GIB
+            ax.annotate(label, (x, 0), xytext=(0, -12), textcoords="offset points", ha="center", fontsize=6,
+                        rotation=0)
+        node = host.node_bytes(p) / GIB
+        ax.annotate(f"node {node:.1f} GiB", (3 * i + 0.5 * many, max(p.rank0_bytes, p.other_bytes) / GIB),
+                    xytext=(0, 4), textcoords="offset points", ha="center", fontsize=7)
+    ax.set_xticks([3 * i + 0.5 * many for i in range(len(host.phases))], [p.name for p in host.phases], fontsize=8)
+    ax.tick_params(axis="x", pad=14)
+    ax.set_ylabel("host RAM, GiB per process")
+    ax.set_title(f"host RAM by phase ({host.ranks_per_node} rank(s) per node; node = rank 0 + "
+                 f"{host.ranks_per_node - 1} × other + dataloader workers)", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", frameon=False)
+    ax.margins(y=0.15)
 
 
 def _lines(ax: Any, est: Any) -> None:

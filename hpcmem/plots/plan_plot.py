@@ -2,9 +2,9 @@
 against safe device peak, the GPU's usable capacity as a line, the plans offered marked and the chosen one starred.
 
 x: the safe bound (device peak × (1 + the GPU's margin), hpcmem.estimate.verdict) — what decides whether a plan is
-offered; y: the throughput model's tokens/s per GPU (a ranking model, not a measurement). Combinations the search
-rejected without a full estimate (a monotone bound or TRL's rules) have no peak of their own and are only counted
-in the legend.
+offered; y: the throughput model's tokens/s per GPU (a ranking model, not a measurement). Combinations that fit the
+GPU but not a preset's host RAM per node are drawn apart. Combinations the search rejected without a full estimate
+(a monotone bound or TRL's rules) have no peak of their own and are only counted in the legend.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from hpcmem.plots.mpl import GIB, pyplot, save
 def points(report: Any) -> dict[str, list[tuple[float, float]]]:
     """(safe bound GiB, tokens/s) of the walked combinations, by what became of them."""
     offered = {p.knobs for p in report.plans}
-    out: dict[str, list[tuple[float, float]]] = {"fits": [], "does not fit": []}
+    out: dict[str, list[tuple[float, float]]] = {"fits": [], "does not fit": [], "host RAM over the node's": []}
     for v in report.walked:
-        if v.how != "estimate" or v.device_peak_bytes is None or v.knobs in offered:
+        if v.how not in ("estimate", "host") or v.device_peak_bytes is None or v.knobs in offered:
             continue
         safe = safe_bound(v.device_peak_bytes, report.gpu) / GIB
-        out["fits" if v.fits else "does not fit"].append((safe, v.speed.tokens_per_s_per_gpu))
+        kind = "host RAM over the node's" if v.how == "host" else "fits" if v.fits else "does not fit"
+        out[kind].append((safe, v.speed.tokens_per_s_per_gpu))
     return out
 
 
@@ -32,8 +33,8 @@ def draw(report: Any, path: str | Path) -> Path:
     plt = pyplot("hpcmem plan --plot")
     fig, ax = plt.subplots(figsize=(9, 5.6))
     capacity = report.gpu.usable_bytes / GIB
-    styles = {"fits": dict(color="#7fa7d1", marker="o", s=18), "does not fit": dict(color="#bbbbbb", marker="x",
-                                                                                     s=18)}
+    styles = {"fits": dict(color="#7fa7d1", marker="o", s=18), "does not fit": dict(color="#bbbbbb", marker="x", s=18),
+              "host RAM over the node's": dict(color="#e3a857", marker="^", s=18)}
     for kind, pts in points(report).items():
         if pts:
             ax.scatter(*zip(*pts), label=f"{kind} ({len(pts)})", **styles[kind])
