@@ -140,3 +140,20 @@ def test_plan_with_a_preset_offers_only_plans_whose_host_ram_fits():
 def test_new_fields_refuse_values_trl_and_accelerate_do_not_take(field, value):
     res = _cli(["estimate", "sft", "--model_name_or_path", "Qwen/Qwen2.5-0.5B", f"--{field}", value])
     assert res.exit_code != 0 and field in str(res.exception or res.output)
+
+
+def test_plan_stops_at_a_host_floor_no_knob_lowers():
+    """Per-rank baselines and dataloader workers are the same for every combination: when they alone exceed the
+    node, the search says so and estimates nothing (it used to estimate every combination, seconds per refusal)."""
+    from hpcmem.cli.options import job_from_cli
+    from hpcmem.plan import search
+
+    job, _ = job_from_cli("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "gpu": "H100-80GB",
+                                  "dataloader_num_workers": 4000})
+    node = 1000 * 1024**3
+    report = search(job, job.gpu, host_memory_per_node_bytes=node)
+    # 1 rank: the 1,797 MiB baseline + 4,000 workers × 512 MiB = 2,049,797 MiB = 2001.8 GiB > 1000 GiB
+    assert report.plans == () and report.stats.full_estimates == 0
+    assert "at least 2001.8 GiB" in report.note
+    fine = search(job, job.gpu, host_memory_per_node_bytes=2100 * 1024**3, top=1)
+    assert fine.note == "" and fine.plans

@@ -29,6 +29,9 @@ from hpcmem.cli import run
 from hpcmem.inputs.settings import checkers
 
 TIME_LIMIT_S = 20.0          # per input: far above any legitimate run here (≤ 3 s), so only a hang trips it
+# submit's refusals are several lines by design: the verdict (does not fit / tight) or the host-RAM line first, then
+# the numbers and the plans that would fit
+REFUSALS = ("hpcmem: error: does not fit: ", "hpcmem: error: tight: ", "hpcmem: error: host RAM does not fit: ")
 SCALE = float(os.environ.get("HPCMEM_FUZZ_SCALE", "1"))    # e.g. 20 for a deeper local run (budgets and examples)
 FUZZ = settings(derandomize=True, deadline=None, database=None, max_examples=int(400 * SCALE),
                 suppress_health_check=list(HealthCheck))
@@ -98,8 +101,7 @@ def check(budget: Budget, argv: list[str]) -> tuple[int, str]:
     if status == 2:     # one line; or one per gathered problem; or submit's refusal with the fixes that would fit
         lines = text.rstrip("\n").split("\n")
         assert lines[0].startswith("hpcmem: error: "), (argv, text)
-        assert lines[0].startswith("hpcmem: error: does not fit: ") or all(x.startswith("- ") for x in lines[1:]), (
-            argv, text)
+        assert lines[0].startswith(REFUSALS) or all(x.startswith("- ") for x in lines[1:]), (argv, text)
     return status, out.getvalue()
 
 

@@ -143,6 +143,14 @@ def host_estimate(job: JobSpec, parts: ParamParts, states: States, offloaded_act
                         offloaded_bytes=states.host + offloaded_activations, notes=(load_note,))
 
 
+def fixed_node_bytes(host: HostEstimate) -> int:
+    """Host bytes of a node that no memory technique changes: every rank's process baseline and the dataloader
+    workers. A planner can stop at once when this alone exceeds the node's memory."""
+    first = host.phases[0]
+    base = next((c.bytes for c in first.other if c.name == "process baseline"), 0)
+    return host.ranks_per_node * base + host.workers.bytes
+
+
 @dataclass(frozen=True, kw_only=True)
 class HostCheck:
     fits: bool

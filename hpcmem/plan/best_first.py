@@ -110,6 +110,7 @@ class PlanReport:
     speeds: dict             # Knobs → Throughput, every enumerated combination
     fixed: tuple[str, ...] = ()
     host_capacity_bytes: int | None = None      # host RAM a node grants (a preset's memory_per_node_gb), if known
+    note: str = ""                              # why nothing was walked (a floor no knob can lower), if so
 
 
 # Sharding chains, most memory first: each step shards or offloads one more state (ZeRO §5: P_os ⊂ P_os+g ⊂ P_os+g+p;
@@ -228,6 +229,9 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
     scored = sorted(((speeds(k, par_fields[k.sharding]), k) for k in combos),
                     key=lambda sk: (-round(sk[0].tokens_per_s_per_gpu, 6), sk[1].techniques()))
     walker = _Walker(base, host_memory_per_node_bytes)
+    note = _host_floor_note(base, host_memory_per_node_bytes)
+    if note:
+        scored = []         # no combination can fit the node: do not estimate them one by one
     plans: list[Plan] = []
     walked: list[Verdict] = []
     accepted: set[Knobs] = set()
@@ -252,7 +256,22 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
                         seconds=time.perf_counter() - start)
     return PlanReport(plans=tuple(plans), walked=tuple(walked), stats=stats, gpu=gpu, global_batch_size=gbs,
                       base=base, speeds=speeds_by_knobs, fixed=tuple(sorted(fixed)),
-                      host_capacity_bytes=host_memory_per_node_bytes)
+                      host_capacity_bytes=host_memory_per_node_bytes, note=note)
+
+
+def _host_floor_note(base: JobSpec, capacity: int | None) -> str:
+    """Why nothing can fit a node's host RAM whatever the knobs (baseline per rank + dataloader workers), or ""."""
+    if capacity is None:
+        return ""
+    from hpcmem.estimate.host import fixed_node_bytes
+
+    host = estimate(base).host
+    floor = fixed_node_bytes(host) if host is not None else 0
+    if floor <= capacity:
+        return ""
+    return (f"host RAM per node is at least {floor / GIB:.1f} GiB whatever the memory techniques (process baselines "
+            f"of {host.ranks_per_node} rank(s) + {host.workers.note}) > {capacity / GIB:.1f} GiB: lower "
+            "dataloader_num_workers or use fewer GPUs per node")
 
 
 def rank_plans(plans: list[Plan]) -> list[Plan]:

@@ -125,7 +125,7 @@ def render(report: PlanReport, explain: bool = False) -> str:
         lines.append(f"{p.rank:>2} {p.knobs.label():58s} {p.peak_allocated_bytes / GIB:6.1f}G "
                      f"{p.device_peak_bytes / GIB:6.1f}G {p.safe_device_peak_bytes / GIB:6.1f}G "
                      f"{p.headroom_bytes / GIB:5.1f}G {p.speed.tokens_per_s_per_gpu:9.0f} {p.speed.step_s:7.2f}")
-    if not report.plans:
+    if not report.plans and not report.note:
         lines.append("   nothing fits: allow PEFT (--allow_peft), shorten max_length, add GPUs or pick a larger GPU")
     lines += host_lines(report)
     for p in report.plans[:1] if not explain else report.plans:
@@ -136,9 +136,12 @@ def render(report: PlanReport, explain: bool = False) -> str:
         if faster:
             lines.append("faster combinations that lost:")
             lines.extend("   " + x for x in faster)
-    lines.append(f"searched {s.combinations} combinations in {s.seconds * 1000:.0f} ms: {s.full_estimates} full "
-                 f"estimates, {s.bound_rejected} rejected by a monotone bound, {s.rule_rejected} refused by TRL "
-                 f"rules, {s.rank_pruned} slower than the plans shown")
+    if report.note:
+        lines.append(f"searched none of {s.combinations} combinations: the host-RAM floor above rules them all out")
+    else:
+        lines.append(f"searched {s.combinations} combinations in {s.seconds * 1000:.0f} ms: {s.full_estimates} full "
+                     f"estimates, {s.bound_rejected} rejected by a monotone bound, {s.rule_rejected} refused by TRL "
+                     f"rules, {s.rank_pruned} slower than the plans shown")
     lines.append(f"speed is a ranking model (hpcmem/plan/throughput.py, uncalibrated constants, ±"
                  f"{100 * THROUGHPUT_UNCERTAINTY:.0f} %: within it, plans short of headroom rank last), memory is "
                  "`hpcmem estimate`'s")
@@ -169,6 +172,8 @@ def host_lines(report: PlanReport) -> list[str]:
     cap = report.host_capacity_bytes
     if cap is None:
         return []
+    if report.note:
+        return [f"   {report.note}"]
     out = [f"host RAM per node checked against {cap / GIB:.1f} GiB (preset memory_per_node_gb)" +
            (f": #1 needs {report.plans[0].estimate.host.per_node_bytes / GIB:.1f} GiB" if report.plans else "")]
     host = [v for v in report.walked if v.how == "host"]
@@ -191,6 +196,7 @@ def to_json(report: PlanReport) -> dict:
         "world_size": report.base.parallel.world_size,
         "global_batch_size": report.global_batch_size,
         "fixed": list(report.fixed),
+        "note": report.note or None,
         "host_capacity_bytes": report.host_capacity_bytes,
         "plans": [{
             "rank": p.rank,
