@@ -87,3 +87,44 @@ def test_progress_redraws_on_a_terminal_and_writes_lines_in_a_pipe():
     assert "\r" not in pipe.getvalue() and lines[-1] == "trace: [20/20]"
     assert len(lines) == 10 and lines[3] == "trace: [8/20] case x"     # every tenth (2 items); a detail rides along
     assert quiet.getvalue() == ""
+
+
+def test_estimate_and_plan_pictures(tmp_path):
+    """Both pictures are drawn from the estimate and the plan the commands print (sharded: the host-RAM panel too)."""
+    est_png, plan_png = tmp_path / "e.png", tmp_path / "p.png"
+    base = [sys.executable, "-m", "hpcmem"]
+    job = ["sft", "--model_name_or_path", "meta-llama/Llama-3.1-8B", "--dtype", "bfloat16", "--max_length", "2048",
+           "--gpu", "H100-80GB"]
+    done = subprocess.run([*base, "estimate", *job, "--accelerate_config", "zero3", "--num_processes", "8", "--plot",
+                           str(est_png), "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json_of(done)["plot"] == str(est_png) and est_png.read_bytes()[:4] == b"\x89PNG"
+    done = subprocess.run([*base, "plan", *job, "--plot", str(plan_png), "--json"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json_of(done)["plot"] == str(plan_png) and plan_png.read_bytes()[:4] == b"\x89PNG"
+
+
+def json_of(done) -> dict:
+    import json
+
+    return json.loads(done.stdout)
+
+
+def test_plan_picture_points_are_the_walked_estimates():
+    """Every point drawn is a combination the search estimated in full, at its safe bound (device × (1 + margin))."""
+    from hpcmem.cli.options import job_from_cli
+    from hpcmem.plan import search
+    from hpcmem.plots.plan_plot import points
+
+    job, _ = job_from_cli("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "gpu": "L4", "dtype": "bfloat16"})
+    report = search(job, job.gpu, top=3)
+    drawn = points(report)
+    estimated = [v for v in report.walked if v.how == "estimate" and v.knobs not in {p.knobs for p in report.plans}]
+    assert sum(len(v) for v in drawn.values()) == len(estimated)
+    margin = report.gpu.margin("device").margin
+    for safe, _speed in drawn["fits"]:
+        assert safe <= report.gpu.usable_bytes / 2**30 + 1e-9
+    some = estimated[0]
+    assert any(abs(safe - some.device_peak_bytes * (1 + margin) / 2**30) < 1e-6 for pts in drawn.values()
+               for safe, _ in pts)

@@ -40,3 +40,9 @@ def test_installed_wheel_is_calibrated_outside_the_checkout(tmp_path: Path) -> N
                   "import hpcmem, importlib.util as u; print(hpcmem.__file__); print(u.find_spec('torch') is None)"],
                  cwd=tmp_path, env=env).stdout.split()
     assert where[0].startswith(str(venv)) and where[1] == "True"      # the installed copy, and no torch there
+    # the light install has no matplotlib: a picture is refused in one line that says how to get it, no traceback
+    pic = subprocess.run([str(venv / "bin" / "hpcmem"), "estimate", "sft", "--model_name_or_path", "Qwen/Qwen2.5-7B",
+                          "--gpu", "H200", "--plot", str(tmp_path / "e.png")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert pic.returncode == 2 and not (tmp_path / "e.png").exists()
+    assert len(pic.stderr.strip().splitlines()) == 1 and "matplotlib" in pic.stderr and "Traceback" not in pic.stderr

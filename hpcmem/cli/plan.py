@@ -22,9 +22,11 @@ from hpcmem.inputs import MAX_COUNT
 @click.option("--explain", is_flag=True, help="reasons for every plan and the faster combinations that lost")
 @click.option("--preset", "preset_ref", default=None, help="plan for a cluster preset (hpcmem presets list): its GPU "
               "and defaults, and plans whose host RAM per node exceeds its memory_per_node_gb are refused")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="also draw the searched combinations (speed vs safe device peak) as a PNG (needs matplotlib)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
 def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: int, explain: bool, as_json: bool,
-            preset_ref: str | None, **kwargs) -> None:
+            preset_ref: str | None, plot_path: str | None, **kwargs) -> None:
     """Search gradient checkpointing, activation offloading, packing, batch × accumulation, ZeRO / FSDP and
     offload (and LoRA/QLoRA with --allow_peft) for the fastest setup that fits --gpu. A flag you give is fixed.
 
@@ -45,4 +47,16 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
     fixed = set(collect(kwargs)) | (set(read_yaml(kwargs["config"])) if kwargs.get("config") else set())
     report = search(job, job.gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft, top=top,
                     host_memory_per_node_bytes=preset.memory_per_node_bytes if preset else None)
-    click.echo(json.dumps(to_json(report), indent=2) if as_json else render(report, explain=explain))
+    picture = _plot(report, plot_path) if plot_path else None
+    if as_json:
+        click.echo(json.dumps({**to_json(report), **({"plot": picture} if picture else {})}, indent=2))
+        return
+    click.echo(render(report, explain=explain))
+    if picture:
+        click.echo(f"plot: {picture}")
+
+
+def _plot(report, path: str) -> str:
+    from hpcmem.plots.plan_plot import draw
+
+    return str(draw(report, path))

@@ -20,7 +20,7 @@ PHASE_COLOURS = ("#dbe9f6", "#fde2cf", "#dcefd9", "#eadcf1", "#f9f3c5", "#e8e8e8
 
 def phase_group(phase: str) -> str:
     """The first two levels of a trace phase ("step 2 / backward / layer 5" → "step 2 / backward")."""
-    return " / ".join(phase.split(" / ")[:2]) if phase and phase != SETUP else SETUP
+    return " / ".join(phase.split(" / ")[:2]) if phase else SETUP
 
 
 def spans(phases: list[str]) -> list[tuple[int, int, str]]:

@@ -27,6 +27,7 @@ BASE_ADDRESS = 0x7F0000000000      # where a CUDA allocation might start; any no
 ALIGN = 512                        # c10/cuda/CUDACachingAllocator.cpp kMinBlockSize
 MAX_FRAMES = 48
 SETUP = "setup (before step 1)"
+TEARDOWN = "outside a step (between steps, after the last)"
 _SKIP_FILES = ("hpcmem/trace/tracker.py", "hpcmem/trace/snapshot.py", "torch/utils/_python_dispatch.py",
                "torch/_subclasses/fake_tensor.py", "torch/_subclasses/meta_utils.py")
 
@@ -46,6 +47,7 @@ class SnapshotRecorder:
         self._top = BASE_ADDRESS
         self._next_handle = 0
         self._frame_cache: dict[tuple[str, int, str], dict[str, Any]] = {}
+        self._stepped = False
 
     # -- the listener protocol (StorageTracker) ------------------------------------------------------------------
     def malloc(self, nbytes: int) -> int:
@@ -110,10 +112,10 @@ class SnapshotRecorder:
     def _event(self, action: str, address: int, nbytes: int, frames: list) -> None:
         self.events.append({"action": action, "addr": address, "size": nbytes, "stream": 0, "frames": frames,
                             "time_us": len(self.events)})
-        self.phases.append(self.phase() or SETUP)     # where the event happens (a free's frames are its birth's)
+        self.phases.append(self._phase_now())     # where the event happens (a free's frames are its birth's)
 
     def _frames(self) -> list[dict[str, Any]]:
-        out = [self._frame("hpcmem phase", 0, self.phase() or SETUP)]
+        out = [self._frame("hpcmem phase", 0, self._phase_now())]
         frame = sys._getframe(2)
         while frame is not None and len(out) < self.max_frames:
             code = frame.f_code
@@ -121,6 +123,13 @@ class SnapshotRecorder:
                 out.append(self._frame(code.co_filename, frame.f_lineno, code.co_name))
             frame = frame.f_back
         return out
+
+    def _phase_now(self) -> str:
+        phase = self.phase()
+        if phase:
+            self._stepped = self._stepped or phase.startswith("step ")
+            return phase
+        return TEARDOWN if self._stepped else SETUP
 
     def _frame(self, filename: str, line: int, name: str) -> dict[str, Any]:
         """One dict per distinct frame, shared by every event (pickle stores it once)."""
