@@ -7,41 +7,43 @@ returns what TRL only warns about or silently changes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import MISSING, fields
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import Problems
-from hpcmem.trl_fields import owners
+from hpcmem.trainers import REGISTRY, entry
 
 if TYPE_CHECKING:
     from hpcmem.spec import JobSpec
 
-CONFIG_CLASS = {"sft": "SFTConfig", "dpo": "DPOConfig", "reward": "RewardConfig", "grpo": "GRPOConfig",
-                "rloo": "RLOOConfig"}
-# Fields only some trainers' configs declare (hpcmem.trl_fields), with the value that means "not used" — so a
-# default never trips the rule below.
-_UNSET = {"disable_dropout": False, "packing": False, "padding_free": False, "activation_offloading": False,
-          "precompute_ref_log_probs": False, "use_vllm": False, "vllm_enable_sleep_mode": False,
-          "generation_batch_size": None, "steps_per_generation": None, "num_iterations": 1,
-          "vllm_importance_sampling_correction": True}
-FIELD_TRAINERS: dict[str, tuple[str, ...]] = {name: owners(name) for name in _UNSET}
+
+@lru_cache(maxsize=1)
+def exclusive_fields() -> dict[str, Any]:
+    """TrainSpec fields that only some trainers' configs declare, with TrainSpec's default — the value that means "not
+    used" — so that a default never trips the rule in `check_job`."""
+    from hpcmem.spec import TrainSpec
+
+    declared = [set(e.fields) for e in REGISTRY.values()]
+    some = set.union(*declared) - set.intersection(*declared)
+    return {f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+            for f in fields(TrainSpec) if f.name in some}
 
 
 def check_job(job: JobSpec) -> None:
     t, par = job.train, job.parallel
+    e = entry(t.trainer)
     p = Problems()
-    for name, declared_by in FIELD_TRAINERS.items():
-        if t.trainer not in declared_by and getattr(t, name) != _UNSET[name]:
-            where = "/".join(CONFIG_CLASS[o] for o in declared_by)
-            p.add(f"{name} is a {where} field; {CONFIG_CLASS[t.trainer]} has no {name} field — remove it "
-                  f"or use `hpcmem estimate {declared_by[0]}`")
-    # sft_trainer.py: padding_free without packing does not enforce max_length.
-    if t.trainer == "sft" and t.padding_free and not t.packing and t.max_length is not None:
-        p.add("padding_free=True without packing does not enforce max_length (SFTTrainer raises): enable packing "
-              "(packing=True, packing_strategy=bfd) or set max_length None (--max_length none) with pre-truncated data")
+    for name, unset in exclusive_fields().items():
+        if not e.declares(name) and getattr(t, name) != unset:
+            declared_by = [o for o in REGISTRY.values() if o.declares(name)]
+            where = "/".join(o.config_class for o in declared_by)
+            p.add(f"{name} is a {where} field; {e.config_class} has no {name} field — remove it "
+                  f"or use `hpcmem estimate {declared_by[0].name}`")
     if t.selective_checkpointing:
         # sft_trainer.py: the SAC wrapper strips `selective`; other trainers pass it to torch.utils.checkpoint.
-        if t.trainer != "sft":
-            p.add(f"gradient_checkpointing_kwargs selective is SFT-only in TRL 1.16; {CONFIG_CLASS[t.trainer]} "
+        if e.name != "sft":
+            p.add(f"gradient_checkpointing_kwargs selective is SFT-only in TRL 1.16; {e.config_class} "
                   "passes it to torch.utils.checkpoint, which rejects it — drop it")
         if not t.gradient_checkpointing:
             p.add("gradient_checkpointing_kwargs={'selective': True} requires gradient_checkpointing=True")
@@ -54,12 +56,21 @@ def check_job(job: JobSpec) -> None:
         # transformers Trainer: "You cannot perform fine-tuning on purely quantized models".
         p.add("load_in_4bit/load_in_8bit train only adapters: add use_peft (QLoRA); transformers refuses to "
               "fine-tune a purely quantized model")
-    if t.trainer in ("grpo", "rloo"):
-        _check_generation(job, p)
+    trainer_rules = e.hook("rules")
+    if trainer_rules is not None:
+        trainer_rules(job, p)
     p.raise_if_any()
 
 
-def _check_generation(job: JobSpec, p: Problems) -> None:
+def check_sft(job: JobSpec, p: Problems) -> None:
+    """sft_trainer.py: padding_free without packing does not enforce max_length."""
+    t = job.train
+    if t.padding_free and not t.packing and t.max_length is not None:
+        p.add("padding_free=True without packing does not enforce max_length (SFTTrainer raises): enable packing "
+              "(packing=True, packing_strategy=bfd) or set max_length None (--max_length none) with pre-truncated data")
+
+
+def check_generation(job: JobSpec, p: Problems) -> None:
     """grpo_config.py / rloo_config.py __post_init__: generation batch arithmetic."""
     t = job.train
     world = job.parallel.world_size
@@ -89,15 +100,16 @@ def generation_batch_size(job: JobSpec) -> int:
 
 def job_warnings(job: JobSpec) -> list[str]:
     t = job.train
+    e = entry(t.trainer)
     out: list[str] = []
-    if t.trainer == "dpo" and t.padding_free:
-        out.append("DPOTrainer 1.16 warns that padding_free is temporarily unavailable and falls back to padding; "
-                   "estimated as padded")
-    if t.trainer == "sft" and t.packing and t.packing_strategy == "wrapped" and t.padding_free:
+    if t.padding_free and not e.packs:
+        out.append(f"{e.trainer_class} 1.16 warns that padding_free is temporarily unavailable and falls back to "
+                   "padding; estimated as padded")
+    if t.packing and t.packing_strategy == "wrapped" and t.padding_free:
         out.append("padding_free with packing_strategy wrapped is not recommended by TRL (documents mix in a row)")
-    if t.trainer == "sft" and t.padding_free and not t.packing and t.per_device_train_batch_size == 1:
+    if e.packs and t.padding_free and not t.packing and t.per_device_train_batch_size == 1:
         out.append("padding-free with per_device_train_batch_size 1 gains nothing (TRL warns); raise the batch size")
-    if t.trainer == "sft" and (t.padding_free or (t.packing and t.packing_strategy != "wrapped")) and \
+    if e.packs and (t.padding_free or (t.packing and t.packing_strategy != "wrapped")) and \
             "flash" not in t.attn_implementation:
         out.append(f"padding-free rows with attn_implementation={t.attn_implementation}: transformers builds a "
                    "block-diagonal mask; a FlashAttention variant avoids it")

@@ -13,9 +13,9 @@ from functools import cached_property
 from typing import Any, Literal
 
 from hpcmem.errors import Problems, SpecError
+from hpcmem.trainers import names as trainer_names
 
-Trainer = Literal["sft", "dpo", "reward", "grpo", "rloo"]
-TRAINERS: tuple[str, ...] = ("sft", "dpo", "reward", "grpo", "rloo")
+TRAINERS: tuple[str, ...] = trainer_names()      # hpcmem.trainers: one entry per TRL trainer
 DTYPES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
 PACKING_STRATEGIES = ("bfd", "bfd_split", "wrapped")
 OPTIMIZERS = (
@@ -102,7 +102,7 @@ class ModelSpec:
 class TrainSpec:
     """The trainer and its TRL 1.16 config fields (SFTConfig/DPOConfig/RewardConfig/GRPOConfig/RLOOConfig + ModelConfig)."""
 
-    trainer: Trainer
+    trainer: str                                 # a name in hpcmem.trainers (`trl <trainer>`)
     # ModelConfig / model_init_kwargs
     dtype: str = "float32"                       # TRL loads in float32 unless model_init_kwargs/ModelConfig dtype is set
     attn_implementation: str = "sdpa"            # transformers' default when unset
@@ -137,12 +137,12 @@ class TrainSpec:
     pad_to_multiple_of: int | None = None
     activation_offloading: bool = False
     # DPO / Reward / GRPO / RLOO: sets every nn.Dropout to p=0 (trl/trainer/utils.py disable_dropout_in_model);
-    # TRL's default is True for DPO and Reward (set by hpcmem.trl_config), False for GRPO and RLOO
+    # TRL's default is True for DPO and Reward (their registry entries' defaults), False for GRPO and RLOO
     disable_dropout: bool = False
     # DPO
     precompute_ref_log_probs: bool = False
     # GRPO / RLOO
-    num_generations: int = 8                     # RLOO's default is 2 (set by hpcmem.trl_config)
+    num_generations: int = 8                     # RLOO's default is 2 (its registry entry's default)
     steps_per_generation: int | None = None      # None → gradient_accumulation_steps
     generation_batch_size: int | None = None
     max_completion_length: int = 512

@@ -2,8 +2,7 @@
 
 Precedence: TRL 1.16 defaults < preset < the user's TRL YAML < CLI flags. Keys are TRL's own field names; keys
 hpcmem does not model are listed back to the user as ignored, never silently dropped. Trainer-specific defaults come
-from trl/trainer/*_config.py (1.16): RLOO num_generations 2 and beta 0.05, DPO beta 0.1, GRPO beta 0.0;
-disable_dropout True for DPO and Reward.
+from trl/trainer/*_config.py (1.16), kept in each trainer's registry entry (hpcmem.trainers).
 """
 
 from __future__ import annotations
@@ -17,14 +16,7 @@ from hpcmem.inputs.files import is_file, load_yaml_file
 from hpcmem.inputs.settings import check_settings
 from hpcmem.inputs.values import json_object, shown
 from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
-
-TRAINER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "sft": {},
-    "dpo": {"beta": 0.1, "disable_dropout": True},
-    "reward": {"disable_dropout": True},
-    "grpo": {"beta": 0.0, "num_generations": 8},
-    "rloo": {"beta": 0.05, "num_generations": 2},
-}
+from hpcmem.trainers import entry
 # TRL's shipped accelerate configs (trl/accelerate_configs/*.yaml, 1.16), by the name `trl --accelerate_config` takes.
 SHIPPED_ACCELERATE = {
     "single_gpu": {"distributed_type": "NO"},
@@ -116,9 +108,8 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None) -
     from hpcmem.models import resolve_model
 
     s = _normalise(check_settings(settings, "settings"))
-    if trainer not in TRAINER_DEFAULTS:
-        raise SpecError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINER_DEFAULTS)}")
-    train_kw = {**TRAINER_DEFAULTS[trainer], **{k: v for k, v in s.items() if k in TRAIN_FIELDS}}
+    defaults = entry(trainer).defaults
+    train_kw = {**defaults, **{k: v for k, v in s.items() if k in TRAIN_FIELDS}}
     par_kw = {k: v for k, v in s.items() if k in PARALLEL_FIELDS}
     if par_kw.get("num_processes", 1) > 1 and "distributed_type" not in par_kw:
         par_kw["distributed_type"] = "MULTI_GPU"

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from hpcmem.launch.configs import accelerate_config, deepspeed_config
-from hpcmem.launch.trl_yaml import MODEL_CONFIG_FIELDS, TRAINER_FIELDS, trl_config
+from hpcmem.launch.trl_yaml import trl_config
+from hpcmem.trainers import MODEL_CONFIG_FIELDS, REGISTRY
 from tests.launch_helpers import job
 
 pytestmark = pytest.mark.torch
@@ -108,7 +109,7 @@ def test_trl_parser_takes_the_yaml_with_nothing_left_over(trainer, tmp_path):
     j = job(trainer, **TRAINER_CASES[trainer])
     user = {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dataset_name": "trl-lib/Capybara", "learning_rate": 1e-5,
             "use_cpu": True, "bf16": False, "report_to": "none"}
-    if trainer in ("grpo", "rloo"):
+    if REGISTRY[trainer].generates:
         user["reward_model_name_or_path"] = "Qwen/Qwen2.5-0.5B"
     data = trl_config(dataclasses.replace(j, train=dataclasses.replace(j.train, bf16=False)), user,
                       output_dir=str(tmp_path / "out"))
@@ -120,7 +121,7 @@ def test_trl_parser_takes_the_yaml_with_nothing_left_over(trainer, tmp_path):
     assert config_left == [] and cli_left == []
     by_name = {f.name: getattr(obj, f.name) for obj in parsed for f in dataclasses.fields(obj)}
     for key, value in data.items():
-        if key not in TRAINER_FIELDS[trainer] + MODEL_CONFIG_FIELDS:
+        if key not in REGISTRY[trainer].fields + MODEL_CONFIG_FIELDS:
             continue                              # the user's own fields: TrainingArguments may normalise them
         expected = list(value) if isinstance(value, tuple) else value
         assert by_name[key] == expected or str(by_name[key]) == str(expected), key
@@ -129,14 +130,17 @@ def test_trl_parser_takes_the_yaml_with_nothing_left_over(trainer, tmp_path):
 def test_trainer_field_tables_match_trl_dataclasses():
     from hpcmem.spec import TrainSpec, field_names
 
-    classes = {"sft": trl.SFTConfig, "dpo": trl.DPOConfig, "reward": trl.RewardConfig, "grpo": trl.GRPOConfig,
-               "rloo": trl.RLOOConfig}
     model = {f.name for f in dataclasses.fields(trl.ModelConfig)}
     spec = set(field_names(TrainSpec)) - {"trainer"}
     assert set(MODEL_CONFIG_FIELDS) == spec & model
-    for trainer, cls in classes.items():
-        declared = {f.name for f in dataclasses.fields(cls)}
-        assert set(TRAINER_FIELDS[trainer]) == (spec - model) & declared, trainer
+    for name, e in REGISTRY.items():
+        cls = getattr(trl, e.config_class)
+        assert getattr(trl, e.trainer_class).__module__ == f"trl.trainer.{name}_trainer"
+        assert importlib.import_module(e.script).make_parser    # `trl <name>` runs this script
+        declared = {f.name: f.default for f in dataclasses.fields(cls)}
+        assert set(e.fields) == (spec - model) & set(declared), name
+        for key, value in e.defaults.items():                 # the entry's defaults are the config class's
+            assert declared[key] == value, (name, key)
 
 
 @pytest.mark.parametrize("stage,offload", [(2, "none"), (2, "cpu"), (3, "none"), (3, "cpu")])

@@ -13,8 +13,9 @@ import click
 
 from hpcmem.errors import HpcmemError
 from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
+from hpcmem.trainers import names
 
-TRAINER_ARG = click.argument("trainer", type=click.Choice(["sft", "dpo", "reward", "grpo", "rloo"]))
+TRAINER_ARG = click.argument("trainer", type=click.Choice(names()))
 
 
 class _OptionalBool(click.ParamType):

@@ -23,6 +23,7 @@ from hpcmem.estimate.workspaces import NAME as WORKSPACES
 from hpcmem.estimate.workspaces import cublas_workspaces
 from hpcmem.rules import job_warnings
 from hpcmem.spec import JobSpec
+from hpcmem.trainers import entry
 
 __all__ = ["Component", "Estimate", "Phase", "estimate"]
 
@@ -39,7 +40,7 @@ def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
     bits = [f"model {m.name} ({m.num_params / 1e9:.2f} B params)", t.trainer.upper(), f"dtype {t.dtype}"]
     if lora_note:
         bits.append(lora_note)
-    if t.trainer in ("sft", "dpo", "reward"):
+    if entry(t.trainer).declares("max_length"):
         bits.append(f"max_length {t.max_length}")
     if t.packing:
         bits.append(f"packing {t.packing_strategy}")
@@ -104,7 +105,7 @@ def estimate(job: JobSpec) -> Estimate:
     warnings = list(job_warnings(job)) + list(extras.notes)
     if job.gpu is None:
         warnings.append("no --gpu given: no fit verdict")
-    if job.train.max_length is None and job.tokens_per_micro_batch is None and job.train.trainer == "sft":
+    if job.train.max_length is None and job.tokens_per_micro_batch is None and entry(job.train.trainer).packs:
         warnings.append("max_length none and no length profile: rows are assumed max_position_embeddings long; "
                         "profile the data (hpcmem lengths --save p.json, then --lengths p.json)")
     return Estimate(

@@ -24,6 +24,7 @@ from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.shape import Precision
 from hpcmem.models.params import count_params, linear_modules
 from hpcmem.spec import JobSpec, ModelSpec
+from hpcmem.trainers import entry
 
 ADAM_STATES = 2
 BNB_BLOCK = 256                 # 8-bit optimizer absmax block
@@ -60,7 +61,7 @@ def reward_parts(parts: ParamParts, m: ModelSpec) -> ParamParts:
 def job_param_parts(job: JobSpec) -> ParamParts:
     """The parameters the trainer's model class holds: the causal LM's, or the reward model's (score head)."""
     parts = param_parts(job.model)
-    return reward_parts(parts, job.model) if job.train.trainer == "reward" else parts
+    return reward_parts(parts, job.model) if entry(job.train.trainer).head == "score" else parts
 
 
 def param_parts(m: ModelSpec) -> ParamParts:

@@ -16,6 +16,7 @@ from hpcmem.estimate.loss import LossBytes
 from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.spec import JobSpec
+from hpcmem.trainers import entry
 
 GIB = 1024**3
 
@@ -167,7 +168,7 @@ def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: Pa
     if not head_trains or (par.deepspeed and par.zero_stage >= 2) or par.fsdp:
         return None
     m = job.model
-    if parts.lm_head == 0 and job.train.trainer != "reward":
+    if parts.lm_head == 0 and entry(job.train.trainer).head == "lm":
         extra = m.vocab_size * m.hidden_size * prec.weight + mb.tokens * m.hidden_size * prec.residual
         note = "tied: embedding gradient, summed into the head's in place, + the incoming [T, H] gradient"
     elif parts.lm_head == 0:

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-TRL_MODULES = ("sft_trainer", "dpo_trainer", "grpo_trainer", "rloo_trainer", "reward_trainer")
 NUM_SPECIAL = 3     # pad 0, eos 1, unk 2 — the trace's ids (hpcmem.trace.data), so both feed TRL the same rows
 
 
@@ -83,7 +82,9 @@ def random_weights(cfg: dict[str, Any], model_id: str, init_device: str | None =
         with torch.device(device) if device else contextlib.nullcontext():
             return arch.from_config(config, dtype=dtype, **({"attn_implementation": attn} if attn else {}))
 
-    modules = [importlib.import_module(f"trl.trainer.{m}") for m in TRL_MODULES]
+    from hpcmem.trainers import names
+
+    modules = [importlib.import_module(f"trl.trainer.{name}_trainer") for name in names()]
     saved = [(m, m.create_model_from_path) for m in modules if hasattr(m, "create_model_from_path")]
     try:
         for m, _ in saved:
@@ -122,49 +123,74 @@ def _words(n: int, seed: int, vocab: int) -> str:
 
 
 def dataset(job: Any, steps: int) -> Any:
-    """Rows of the lengths the estimate assumes (the worst case). SFT and reward: the trace's worst-case micro-batch
-    design (`hpcmem.trace.data.design_batch`: full rows with a ragged last one, two documents per packed bin, B
-    chosen + B rejected rows of max_length, …) so that a CPU probe and a trace see the same batches. DPO: prompt +
-    completion reach max_length. GRPO/RLOO: prompts of max_prompt_length tokens (completions are forced to
-    max_completion_length by `generation_kwargs`)."""
+    """Rows of the lengths the estimate assumes (the worst case), built by the trainer's registry hook
+    `probe_dataset`."""
+    from hpcmem.trainers import entry
+
+    return entry(job.train.trainer).hook("probe_dataset")(job, steps)
+
+
+def _micro_batches(job: Any, steps: int) -> int:
+    return job.train.gradient_accumulation_steps * job.parallel.world_size * (steps + 2)
+
+
+def design_dataset(job: Any, steps: int) -> Any:
+    """SFT: the trace's worst-case micro-batch design (`hpcmem.trace.data.design_batch`: full rows with a ragged last
+    one, two documents per packed bin, …) so that a CPU probe and a trace see the same batches."""
+    from hpcmem.trace.data import design_batch, make_dataset
+
+    return make_dataset(design_batch(job), _micro_batches(job, steps), job.model.vocab_size)
+
+
+def dpo_dataset(job: Any, steps: int) -> Any:
+    """DPO: prompt + completion reach max_length."""
     from datasets import Dataset
 
-    t = job.train
     vocab = job.model.vocab_size - NUM_SPECIAL
-    length = t.max_length or job.tokens_per_micro_batch or 1024
-    micro_batches = t.gradient_accumulation_steps * job.parallel.world_size * (steps + 2)
+    length = job.train.max_length or job.tokens_per_micro_batch or 1024
     num_rows = rows_needed(job, steps)
-    if t.trainer == "sft":
-        from hpcmem.trace.data import design_batch, make_dataset
+    prompt = length // 2
+    rest = length - prompt
+    return Dataset.from_dict({
+        "prompt": [_words(prompt, i, vocab) for i in range(num_rows)],
+        # TRL concatenates prompt + completion text: the leading space keeps the word boundary
+        "chosen": [" " + _words(rest, i + 1, vocab) for i in range(num_rows)],
+        "rejected": [" " + _words(rest, i + 2, vocab) for i in range(num_rows)],
+    })
 
-        return make_dataset(design_batch(job), micro_batches, job.model.vocab_size)
-    if t.trainer == "dpo":
-        prompt = length // 2
-        rest = length - prompt
-        return Dataset.from_dict({
-            "prompt": [_words(prompt, i, vocab) for i in range(num_rows)],
-            # TRL concatenates prompt + completion text: the leading space keeps the word boundary
-            "chosen": [" " + _words(rest, i + 1, vocab) for i in range(num_rows)],
-            "rejected": [" " + _words(rest, i + 2, vocab) for i in range(num_rows)],
-        })
-    if t.trainer in ("grpo", "rloo"):
-        return Dataset.from_dict({"prompt": [_words(t.max_prompt_length, i, vocab) for i in range(num_rows)]})
-    if t.trainer == "reward":
-        # the trace's worst case: chosen and rejected rows of max_length tokens each (pre-tokenized ids, which
-        # RewardTrainer keeps whole). Until 2026-11-29 the probe gave each max_length // 2 words, half the tokens
-        # the estimate assumes: the H200 reward record of that day ran that way (estimator/LOG.md).
-        from hpcmem.trace.data import design_preference, make_preference_dataset
 
-        return make_preference_dataset(job, design_preference(job), micro_batches)
-    raise ValueError(f"no probe dataset for trainer {t.trainer}")
+def prompt_dataset(job: Any, steps: int) -> Any:
+    """GRPO/RLOO: prompts of max_prompt_length tokens (completions are forced to max_completion_length by
+    `generation_kwargs`)."""
+    from datasets import Dataset
+
+    vocab = job.model.vocab_size - NUM_SPECIAL
+    return Dataset.from_dict({"prompt": [_words(job.train.max_prompt_length, i, vocab)
+                                         for i in range(rows_needed(job, steps))]})
+
+
+def reward_dataset(job: Any, steps: int) -> Any:
+    """Reward: the trace's worst case, chosen and rejected rows of max_length tokens each (pre-tokenized ids, which
+    RewardTrainer keeps whole). Until 2026-11-29 the probe gave each max_length // 2 words, half the tokens the
+    estimate assumes: the H200 reward record of that day ran that way (estimator/LOG.md)."""
+    from hpcmem.trace.data import design_preference, make_preference_dataset
+
+    return make_preference_dataset(job, design_preference(job), _micro_batches(job, steps))
 
 
 def rows_needed(job: Any, steps: int) -> int:
+    from hpcmem.trainers import entry
+
     t = job.train
     per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps * job.parallel.world_size
-    if t.trainer in ("grpo", "rloo"):
+    if entry(t.trainer).generates:
         per_step = max(per_step, t.generation_batch_size or 0) * (t.steps_per_generation or 1)
     return max(16, per_step * (steps + 2))
+
+
+def reward_kwargs(job: Any) -> dict[str, Any]:
+    """GRPO/RLOO take reward functions."""
+    return {"reward_funcs": [length_reward]}
 
 
 def length_reward(completions: list[Any], **_: Any) -> list[float]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.spec import JobSpec
+from hpcmem.trainers import entry
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 FIRST_TOKEN_ID = 3
@@ -42,13 +43,12 @@ class BatchDesign:
 
 
 def design_batch(job: JobSpec) -> BatchDesign:
-    t = job.train
-    if t.trainer in ("dpo", "reward"):
-        return design_preference(job)
-    if t.trainer in ("grpo", "rloo"):
-        from hpcmem.trace.rl import design_rl
+    """The worst-case micro-batch of the job's trainer (its registry hook `trace_design`)."""
+    return entry(job.train.trainer).hook("trace_design")(job)
 
-        return design_rl(job)
+
+def design_sft(job: JobSpec) -> BatchDesign:
+    t = job.train
     b, length = t.per_device_train_batch_size, t.max_length
     tpmb = job.tokens_per_micro_batch
     mult = t.pad_to_multiple_of or 1
@@ -151,7 +151,7 @@ def make_preference_dataset(job: JobSpec, design: BatchDesign, num_micro_batches
     b = job.train.per_device_train_batch_size
     length = design.documents[0]
     last = design.documents[-1]
-    if job.train.trainer == "reward":
+    if entry(job.train.trainer).head == "score":     # RewardTrainer reads pre-tokenized chosen/rejected ids
         span = max(job.model.vocab_size - FIRST_TOKEN_ID, 1)
         chosen, rejected = [], []
         for _ in range(num_micro_batches):

@@ -26,7 +26,33 @@ PRECOMPUTE_NOTE = ("precompute_ref_log_probs: TRL's reference pass over the data
                    "only the training steps are traced")
 
 
-def build_dpo(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> Any:
+def check_preference(job: JobSpec) -> list[str]:
+    """What keeps the DPO / reward trace from running (the analytic estimate may still cover it)."""
+    t, problems = job.train, []
+    if t.packing or t.padding_free:
+        problems.append(f"{t.trainer}: packing/padding_free are not traced (TRL {t.trainer} pads every pair)")
+    if t.max_length is None or t.max_length < 4:
+        problems.append(f"{t.trainer}: the trace needs max_length ≥ 4 (the longest chosen/rejected sequence)")
+    if t.activation_offloading:
+        problems.append(f"{t.trainer}: activation_offloading is traced for SFT only")
+    return problems
+
+
+def dpo_notes(job: JobSpec, generation: bool = False) -> list[str]:
+    t = job.train
+    notes = ["DPO: the reference model (full fine-tuning) is a second model built from the config in the "
+             "policy's dtype, as TRL's create_model_from_path(dtype=model.dtype) loads it"] \
+        if not (t.use_peft or t.precompute_ref_log_probs) else []
+    return notes + ([PRECOMPUTE_NOTE] if t.precompute_ref_log_probs else [])
+
+
+def reward_notes(job: JobSpec, generation: bool = False) -> list[str]:
+    return ["reward: AutoModelForSequenceClassification.from_config(num_labels=1) stands for the checkpoint TRL "
+            "loads" + ("; LoRA task_type SEQ_CLS (score head trained as a module to save)" if job.train.use_peft
+                       else "")]
+
+
+def build_dpo(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generation: bool = False) -> Any:
     from trl import DPOConfig
 
     from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, common_args, peft_config, traced_accumulation
@@ -44,7 +70,7 @@ def build_dpo(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> A
     return trainer
 
 
-def build_reward(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> Any:
+def build_reward(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generation: bool = False) -> Any:
     from trl import RewardConfig
 
     from hpcmem.trace.trainer import TRACE_STEPS, common_args, peft_config, traced_accumulation

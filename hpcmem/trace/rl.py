@@ -25,8 +25,8 @@ from typing import Any
 
 from hpcmem.spec import JobSpec
 from hpcmem.trace.data import FIRST_TOKEN_ID, WORD, BatchDesign
+from hpcmem.trainers import entry
 
-RL_TRAINERS = ("grpo", "rloo")
 GENERATION_NOTE = ("{name}: generation is not traced — the trainer's _generate_single_turn is replaced by fixed "
                    "completions of max_completion_length tokens (no EOS) and the reward by a constant function; "
                    "TRL's scoring pass (reference log-probs when beta > 0), loss, backward and optimizer step run as "
@@ -54,8 +54,6 @@ def check_rl(job: JobSpec) -> list[str]:
                         f"got {t.steps_per_generation}")
     if t.generation_batch_size is not None:
         problems.append(f"{name}: generation_batch_size is not traced (leave it to TRL's default)")
-    if name == "rloo" and t.cast_lm_head_to_fp32:
-        problems.append("rloo: RLOOConfig has no cast_lm_head_to_fp32 (GRPO only)")
     rows = t.per_device_train_batch_size * traced_steps_per_generation(job)
     if rows % t.num_generations:
         problems.append(f"{name}: per_device_train_batch_size × steps_per_generation ({rows}) must be a multiple of "
@@ -84,18 +82,17 @@ def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, gener
     from hpcmem.trace.trainer import common_args
     from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, peft_config, traced_accumulation
 
+    import trl
+
     t = job.train
+    e = entry(t.trainer)
     args = common_args(job)
     for key in ("max_length", "activation_offloading"):     # SFT/DPO-only fields
         args.pop(key)
-    if t.trainer == "grpo":
-        from trl import GRPOConfig as Config
-    else:
-        from trl import RLOOConfig as Config
-    config = Config(**args, beta=t.beta, num_generations=t.num_generations,
-                    max_completion_length=t.max_completion_length, num_iterations=t.num_iterations, use_vllm=False,
-                    disable_dropout=t.disable_dropout,
-                    **({"cast_lm_head_to_fp32": t.cast_lm_head_to_fp32} if t.trainer == "grpo" else {}))
+    config = getattr(trl, e.config_class)(
+        **args, beta=t.beta, num_generations=t.num_generations, max_completion_length=t.max_completion_length,
+        num_iterations=t.num_iterations, use_vllm=False, disable_dropout=t.disable_dropout,
+        **({"cast_lm_head_to_fp32": t.cast_lm_head_to_fp32} if e.declares("cast_lm_head_to_fp32") else {}))
     rows = TRACE_STEPS * traced_accumulation(job) * t.per_device_train_batch_size
     prompts = [" ".join([WORD] * t.max_prompt_length) for _ in range(rows)]
     dataset = Dataset.from_dict({"prompt": prompts})
@@ -126,11 +123,10 @@ def _constant_reward(completions: Any, **kwargs: Any) -> list[float]:
 
 
 def _module(trainer: str) -> Any:
-    if trainer == "grpo":
-        import trl.trainer.grpo_trainer as module
-    else:
-        import trl.trainer.rloo_trainer as module
-    return module
+    """The module that defines the trainer class (trl/trainer/<name>_trainer.py)."""
+    import importlib
+
+    return importlib.import_module(f"trl.trainer.{trainer}_trainer")
 
 
 @contextlib.contextmanager
@@ -146,10 +142,11 @@ def _scalar_metrics(module: Any) -> Any:
 
 
 def _rl_class(trainer: str, fake: bool, completion_length: int, generation: bool = False) -> type:
-    if trainer == "grpo":
-        from trl import GRPOTrainer as Base
-    else:
-        from trl import RLOOTrainer as Base
+    import trl
+
+    Base = getattr(trl, entry(trainer).trainer_class)
+    # GRPO's _generate_single_turn also returns the sampling log-probs (for its importance-sampling correction)
+    with_logprobs = entry(trainer).declares("vllm_importance_sampling_correction")
 
     class TracedRLTrainer(Base):
         def _generate_single_turn(self, prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
@@ -160,7 +157,7 @@ def _rl_class(trainer: str, fake: bool, completion_length: int, generation: bool
             completions = [[FIRST_TOKEN_ID] * completion_length for _ in prompt_ids]
             if len(completions) > 1 and completion_length > 1:
                 completions[-1] = completions[-1][:-1]
-            return (completions, None) if trainer == "grpo" else completions     # GRPO: (ids, sampling logprobs)
+            return (completions, None) if with_logprobs else completions     # GRPO: (ids, sampling logprobs)
 
         def _traced_generate(self, prompt_ids: Any) -> None:
             """TRL's own generate call (grpo_trainer.py / rloo_trainer.py `_generate_single_turn`, transformers path):

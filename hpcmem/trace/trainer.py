@@ -15,11 +15,12 @@ from hpcmem.errors import SpecError
 from hpcmem.spec import JobSpec
 from hpcmem.trace.data import BatchDesign, make_dataset, make_tokenizer
 from hpcmem.trace.hf_config import catalog_config, hf_config_dict
+from hpcmem.trainers import REGISTRY, entry
 
 # Optimizers the trace can build on CPU (bitsandbytes kernels need a GPU). "adamw_torch_foreach" is hpcmem's name for
 # torch AdamW with foreach=True (HF's "adamw_torch" leaves foreach to torch, which picks it on CUDA).
 TRACEABLE_OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach", "adafactor", "sgd")
-TRACEABLE_TRAINERS = ("sft", "dpo", "reward", "grpo", "rloo")
+TRACEABLE_TRAINERS = tuple(name for name, e in REGISTRY.items() if e.hooks.trace_build)
 TRACE_STEPS = 2          # optimizer states are born in step 1; the steady peak is in step 2
 MAX_TRACED_ACCUMULATION = 2   # SFT/DPO/Reward: from the second micro-batch on, every one holds the same memory
 
@@ -30,17 +31,9 @@ def check_traceable(job: JobSpec) -> list[str]:
     if t.trainer not in TRACEABLE_TRAINERS:
         problems.append(f"the trace runs {', '.join(TRACEABLE_TRAINERS)}; trainer {t.trainer!r} is estimated "
                         "analytically")
-    if t.trainer in ("dpo", "reward"):
-        if t.packing or t.padding_free:
-            problems.append(f"{t.trainer}: packing/padding_free are not traced (TRL {t.trainer} pads every pair)")
-        if t.max_length is None or t.max_length < 4:
-            problems.append(f"{t.trainer}: the trace needs max_length ≥ 4 (the longest chosen/rejected sequence)")
-        if t.activation_offloading:
-            problems.append(f"{t.trainer}: activation_offloading is traced for SFT only")
-    if t.trainer in ("grpo", "rloo"):
-        from hpcmem.trace.rl import check_rl
-
-        problems += check_rl(job)
+    trainer_check = entry(t.trainer).hook("trace_check") if t.trainer in TRACEABLE_TRAINERS else None
+    if trainer_check is not None:
+        problems += trainer_check(job)
     if t.quantized:
         problems.append("load_in_4bit/load_in_8bit need bitsandbytes on a GPU; the trace cannot run QLoRA")
     if t.optim not in TRACEABLE_OPTIMIZERS:
@@ -88,7 +81,7 @@ def build_model(job: JobSpec) -> Any:
     # "sdpa" is also the spec's default for "unset": pass None so transformers picks sdpa when the model supports it
     # and eager when not (Gemma-2: `_supports_sdpa` is False), as it does for a user who set nothing.
     attn = None if job.train.attn_implementation == "sdpa" else job.train.attn_implementation
-    if job.train.trainer == "reward":
+    if entry(job.train.trainer).head == "score":
         # RewardTrainer's create_model_from_path: AutoModelForSequenceClassification with num_labels=1; the pad id
         # tells the head which position is the last token of each row (the trace's tokenizer pads with 0)
         from transformers import AutoModelForSequenceClassification
@@ -152,29 +145,15 @@ def sft_config(job: JobSpec, output_dir: str | None = None) -> Any:
 def traced_accumulation(job: JobSpec) -> int:
     """Micro-batches per traced step. GRPO/RLOO keep all of them: one generation round covers B × steps_per_generation
     (= gradient_accumulation_steps) rows, so the generation batch and its buffers grow with the accumulation."""
-    if job.train.trainer in ("grpo", "rloo"):
+    if entry(job.train.trainer).generates:
         return job.train.gradient_accumulation_steps
     return min(job.train.gradient_accumulation_steps, MAX_TRACED_ACCUMULATION)
 
 
 def build_trainer(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generation: bool = False) -> Any:
-    """TRL's SFTTrainer around `model`. With `fake`, the two adjustments a fake model needs (see `_fake_trainer`)."""
-    from trl import SFTTrainer
-
-    if job.train.trainer in ("grpo", "rloo"):
-        from hpcmem.trace.rl import build_rl
-
-        trainer = build_rl(job, model, design, fake=fake, generation=generation)
-    elif job.train.trainer in ("dpo", "reward"):
-        from hpcmem.trace.pref import build_dpo, build_reward
-
-        trainer = (build_dpo if job.train.trainer == "dpo" else build_reward)(job, model, design, fake=fake)
-    else:
-        num_micro_batches = TRACE_STEPS * traced_accumulation(job)
-        dataset = make_dataset(design, num_micro_batches, job.model.vocab_size)
-        cls = _fake_trainer() if fake else SFTTrainer
-        trainer = cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=make_tokenizer(),
-                      peft_config=peft_config(job))
+    """TRL's own trainer around `model`, built by the trainer's registry hook (`trace_build`). With `fake`, the
+    adjustments a fake model needs (no `_move_model_to_device`, no device placement)."""
+    trainer = entry(job.train.trainer).hook("trace_build")(job, model, design, fake=fake, generation=generation)
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     for callback in (PrinterCallback, ProgressCallback):    # they print the final metrics to stdout
@@ -183,6 +162,17 @@ def build_trainer(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, 
         # accelerate's prepare_model calls model.to(device): a module of fake parameters cannot swap them.
         trainer.accelerator.device_placement = False
     return trainer
+
+
+def build_sft(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generation: bool = False) -> Any:
+    """TRL's SFTTrainer around `model` on the design's pre-tokenized rows."""
+    from trl import SFTTrainer
+
+    num_micro_batches = TRACE_STEPS * traced_accumulation(job)
+    dataset = make_dataset(design, num_micro_batches, job.model.vocab_size)
+    cls = _fake_trainer() if fake else SFTTrainer
+    return cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=make_tokenizer(),
+               peft_config=peft_config(job))
 
 
 def _fake_trainer() -> type:
