@@ -10,51 +10,24 @@ for that id only. A local folder with real weights is loaded for real.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-NUM_SPECIAL = 3     # pad 0, eos 1, unk 2 — the trace's ids (hpcmem.trace.data), so both feed TRL the same rows
+from hpcmem.trace.pieces import auto_config, config_dict
+from hpcmem.trace.pieces import tokenizer as word_tokenizer
+
+NUM_SPECIAL = 3     # pad 0, eos 1, unk 2 — hpcmem.trace.pieces.SPECIAL_IDS, so trace and probe feed TRL the same rows
 
 
 def hf_config(model_name: str) -> dict[str, Any]:
-    """The config.json dict of a model: a local file or folder, else the offline catalog."""
-    from hpcmem.errors import SpecError
-    from hpcmem.models import catalog_entry
-
-    path = Path(model_name).expanduser()
-    if path.exists():
-        file = path / "config.json" if path.is_dir() else path
-        return json.loads(file.read_text(encoding="utf-8"))
-    entry = catalog_entry(model_name)
-    if entry is None:
-        raise SpecError(f"probe: no config for model {model_name!r}; pass a config.json or a catalog id")
-    return dict(entry["config"])
+    """The config.json dict of a model: a local file or folder, else the offline catalog (hpcmem.trace.pieces)."""
+    return config_dict(model_name)
 
 
 def has_weights(model_name: str) -> bool:
     path = Path(model_name).expanduser()
     return path.is_dir() and any(f.suffix in (".safetensors", ".bin") for f in path.iterdir())
-
-
-def special_ids(vocab_size: int) -> dict[str, int]:
-    return {"pad": 0, "eos": 1, "unk": 2}
-
-
-def make_config(cfg: dict[str, Any], model_id: str) -> Any:
-    """A transformers config from the dict, with our tokenizer's special ids and `_name_or_path` = model_id."""
-    from transformers import AutoConfig
-
-    data = {k: v for k, v in cfg.items() if k not in ("architectures", "transformers_version", "auto_map")}
-    data.pop("torch_dtype", None)
-    data.pop("dtype", None)
-    model_type = data.pop("model_type")
-    ids = special_ids(int(cfg["vocab_size"]))
-    data.update(pad_token_id=ids["pad"], eos_token_id=ids["eos"], bos_token_id=None)
-    config = AutoConfig.for_model(model_type, **data)
-    config._name_or_path = model_id
-    return config
 
 
 @contextlib.contextmanager
@@ -76,7 +49,7 @@ def random_weights(cfg: dict[str, Any], model_id: str, init_device: str | None =
         if isinstance(dtype, str):
             dtype = torch.bfloat16 if dtype == "auto" else getattr(torch, dtype)
         arch = architecture or transformers.AutoModelForCausalLM
-        config = make_config(cfg, model_id)
+        config = auto_config(cfg, model_id)
         attn = kwargs.get("attn_implementation")
         device = init_device if init_device and not _zero3_enabled() else None
         with torch.device(device) if device else contextlib.nullcontext():
@@ -104,18 +77,9 @@ def _zero3_enabled() -> bool:
 
 
 def tokenizer(vocab_size: int) -> Any:
-    """A word-level tokenizer: pad/eos/unk = 0/1/2, then "t3" … "t{V-1}": one word = one token, every id decodes."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    ids = special_ids(vocab_size)
-    vocab = {"<pad>": ids["pad"], "<eos>": ids["eos"], "<unk>": ids["unk"]}
-    vocab.update({f"t{i}": i for i in range(NUM_SPECIAL, vocab_size)})
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.Sequence([])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>",
-                                   model_max_length=1 << 30)
+    """A word-level tokenizer whose words cover the vocabulary: pad/eos/unk = 0/1/2, then "t3" … "t{V-1}" (the
+    trace's, hpcmem.trace.pieces)."""
+    return word_tokenizer(vocab_size - NUM_SPECIAL)
 
 
 def _words(n: int, seed: int, vocab: int) -> str:

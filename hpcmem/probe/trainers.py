@@ -103,17 +103,10 @@ def _parallel_args(job: Any) -> dict[str, Any]:
 
 
 def peft_config(job: Any) -> Any:
-    """TRL's own LoRA config from ModelConfig fields (lora_dropout etc. keep TRL's defaults)."""
-    t = job.train
-    if not t.use_peft:
-        return None
-    from trl import ModelConfig, get_peft_config
+    """TRL's own LoRA config from ModelConfig fields, as the trace builds it (hpcmem.trace.pieces)."""
+    from hpcmem.trace.pieces import peft_config as lora_config
 
-    targets = list(t.lora_target_modules) or None
-    if targets == ["all-linear"]:
-        targets = "all-linear"
-    return get_peft_config(ModelConfig(use_peft=True, lora_r=t.lora_r, lora_alpha=t.lora_alpha,
-                                       lora_target_modules=targets))
+    return lora_config(job)
 
 
 def build_trainer(job: Any, *, steps: int, device: str, model_id: str, cfg: dict[str, Any]) -> tuple[Any, list[str]]:

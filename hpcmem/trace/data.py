@@ -25,10 +25,8 @@ from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.spec import JobSpec
+from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
 from hpcmem.trainers import entry
-
-PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
-FIRST_TOKEN_ID = 3
 
 
 @dataclass(frozen=True)
@@ -103,19 +101,7 @@ def make_dataset(design: BatchDesign, num_micro_batches: int, vocab_size: int) -
     return Dataset.from_dict({"input_ids": dataset_rows(design, num_micro_batches, vocab_size)})
 
 
-def make_tokenizer() -> Any:
-    """A three-token WordLevel tokenizer (pad 0, eos 1, unk 2): the dataset is pre-tokenized, TRL only needs the
-    special tokens and a `PreTrainedTokenizerBase`. Built in-process, no Hub access."""
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": PAD_ID, "<eos>": EOS_ID, "<unk>": UNK_ID}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-
-
 # -- preference trainers (DPO, reward) ---------------------------------------------------------------------------------
-WORD = "x"          # the one word of the preference tokenizer (id FIRST_TOKEN_ID)
 
 
 def design_preference(job: JobSpec) -> BatchDesign:
@@ -171,14 +157,3 @@ def make_preference_dataset(job: JobSpec, design: BatchDesign, num_micro_batches
             n = (last if i == b - 1 else length + over) - prompt_len - 1
             rejected.append(" " + words(n))
     return Dataset.from_dict({"prompt": prompts, "chosen": chosen, "rejected": rejected})
-
-
-def make_word_tokenizer() -> Any:
-    """pad 0, eos 1, unk 2 and the word "x" (3), split on whitespace: text of n words is n tokens, "<eos>" one more."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": PAD_ID, "<eos>": EOS_ID, "<unk>": UNK_ID, WORD: FIRST_TOKEN_ID}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")

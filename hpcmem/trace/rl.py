@@ -24,7 +24,9 @@ import contextlib
 from typing import Any
 
 from hpcmem.spec import JobSpec
-from hpcmem.trace.data import FIRST_TOKEN_ID, WORD, BatchDesign
+from hpcmem.trace import pieces
+from hpcmem.trace.data import BatchDesign
+from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
 from hpcmem.trainers import entry
 
 GENERATION_NOTE = ("{name}: generation is not traced — the trainer's _generate_single_turn is replaced by fixed "
@@ -96,8 +98,6 @@ def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, gener
     rows = TRACE_STEPS * traced_accumulation(job) * t.per_device_train_batch_size
     prompts = [" ".join([WORD] * t.max_prompt_length) for _ in range(rows)]
     dataset = Dataset.from_dict({"prompt": prompts})
-    from hpcmem.trace.data import make_word_tokenizer
-
     module = _module(t.trainer)
     from hpcmem.trace.fakeenv import patched
 
@@ -105,7 +105,7 @@ def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, gener
     with patched(module, "create_model_from_path", ref_builder):
         trainer = _rl_class(t.trainer, fake, t.max_completion_length, generation)(
             model=model, reward_funcs=_constant_reward, args=config, train_dataset=dataset,
-            processing_class=make_word_tokenizer(), peft_config=peft_config(job))
+            processing_class=pieces.tokenizer(), peft_config=peft_config(job))
     return trainer
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.spec import JobSpec
-from hpcmem.trace.data import BatchDesign, make_dataset, make_tokenizer
-from hpcmem.trace.hf_config import catalog_config, hf_config_dict
+from hpcmem.trace import pieces
+from hpcmem.trace.data import BatchDesign, make_dataset
 from hpcmem.trainers import REGISTRY, entry
 
 # Optimizers the trace can build on CPU (bitsandbytes kernels need a GPU). "adamw_torch_foreach" is hpcmem's name for
@@ -53,17 +53,9 @@ def require_traceable(job: JobSpec) -> None:
 
 
 def model_config(job: JobSpec) -> Any:
-    from transformers import AutoConfig
-
-    cfg = dict(catalog_config(job.model) or hf_config_dict(job.model))
-    for key in ("architectures", "torch_dtype", "dtype", "quantization_config", "auto_map", "transformers_version"):
-        cfg.pop(key, None)      # not architecture: the trace sets dtype itself and never quantizes
-    model_type = cfg.pop("model_type")
-    config = AutoConfig.for_model(model_type, **cfg)
-    if (getattr(config, "pad_token_id", None) or 0) >= config.vocab_size:
-        # a class default (Phi-3: 32000) past a smaller vocabulary; the trace's tokenizer pads with id 0 anyway
-        config = AutoConfig.for_model(model_type, **{**cfg, "pad_token_id": None})
-    return config
+    """The model's transformers config, found and built as the probe builds it (hpcmem.trace.pieces); the trace sets
+    the dtype itself and never quantizes."""
+    return pieces.auto_config(pieces.config_dict(job.model.name, job.model))
 
 
 def load_dtype(job: JobSpec) -> Any:
@@ -106,14 +98,8 @@ def build_model_in_dtype(job: JobSpec) -> Any:
 
 
 def peft_config(job: JobSpec) -> Any:
-    """trl.trainer.utils.get_peft_config with ModelConfig defaults (dropout 0.05, bias none, CAUSAL_LM)."""
-    t = job.train
-    if not t.use_peft:
-        return None
-    from peft import LoraConfig
-
-    return LoraConfig(task_type="CAUSAL_LM", r=t.lora_r, lora_alpha=t.lora_alpha, lora_dropout=0.05, bias="none",
-                      target_modules=_peft_targets(t.lora_target_modules))
+    """TRL's LoRA config of the job (hpcmem.trace.pieces, shared with the probe)."""
+    return pieces.peft_config(job)
 
 
 def common_args(job: JobSpec, output_dir: str | None = None) -> dict[str, Any]:
@@ -171,7 +157,7 @@ def build_sft(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, gene
     num_micro_batches = TRACE_STEPS * traced_accumulation(job)
     dataset = make_dataset(design, num_micro_batches, job.model.vocab_size)
     cls = _fake_trainer() if fake else SFTTrainer
-    return cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=make_tokenizer(),
+    return cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=pieces.tokenizer(),
                peft_config=peft_config(job))
 
 
@@ -185,10 +171,3 @@ def _fake_trainer() -> type:
             return None
 
     return FakeModelSFTTrainer
-
-
-def _peft_targets(targets: tuple[str, ...]) -> list[str] | str | None:
-    """peft's LoraConfig takes the special value "all-linear" only as a plain string (peft/tuners/tuners_utils.py)."""
-    if "all-linear" in targets:
-        return "all-linear"
-    return list(targets) or None
