@@ -101,6 +101,7 @@ TRAINER_CASES = {
     "grpo": {"num_generations": 4, "per_device_train_batch_size": 4, "max_completion_length": 256,
              "use_vllm": True, "vllm_mode": "server"},
     "rloo": {"num_generations": 4, "per_device_train_batch_size": 4, "beta": 0.1},
+    "kto": {"beta": 0.2, "max_length": 512, "precompute_ref_log_probs": True, "per_device_train_batch_size": 4},
 }
 
 

@@ -16,13 +16,14 @@ from hpcmem.trainers.common import MODEL_CONFIG_FIELDS
 from hpcmem.trainers.dpo import ENTRY as DPO
 from hpcmem.trainers.entry import Hooks, TrainerEntry
 from hpcmem.trainers.grpo import ENTRY as GRPO
+from hpcmem.trainers.kto import ENTRY as KTO
 from hpcmem.trainers.reward import ENTRY as REWARD
 from hpcmem.trainers.rloo import ENTRY as RLOO
 from hpcmem.trainers.sft import ENTRY as SFT
 
 __all__ = ["MODEL_CONFIG_FIELDS", "Hooks", "TrainerEntry", "REGISTRY", "entry", "names", "owners"]
 
-REGISTRY: dict[str, TrainerEntry] = {e.name: e for e in (SFT, DPO, REWARD, GRPO, RLOO)}
+REGISTRY: dict[str, TrainerEntry] = {e.name: e for e in (SFT, DPO, REWARD, GRPO, RLOO, KTO)}
 
 
 def names() -> tuple[str, ...]:
