@@ -156,6 +156,10 @@ class TrainSpec:
     vllm_importance_sampling_correction: bool = True   # GRPO only
     ds3_gather_for_generation: bool = True
     cast_lm_head_to_fp32: bool = False
+    # Distillation: the teacher (DistillationConfig), loaded with teacher_model_init_kwargs (TRL's script passes
+    # ModelConfig's dtype there unless the user's kwargs say otherwise)
+    teacher_model_name_or_path: str | None = None
+    teacher_model_init_kwargs: dict[str, Any] | None = None
     # hpcmem-only: the longest prompt of a GRPO/RLOO batch (TRL has no max_prompt_length any more)
     max_prompt_length: int = 512
 
@@ -190,6 +194,13 @@ class TrainSpec:
     def selective_checkpointing(self) -> bool:
         """TRL's `gradient_checkpointing_kwargs={"selective": True}` (trl/models/selective_activation_checkpointing.py)."""
         return bool(self.gradient_checkpointing_kwargs.get("selective"))
+
+    @property
+    def teacher_dtype(self) -> str:
+        """The teacher's load dtype: teacher_model_init_kwargs' dtype, else the student's (trl/scripts/distillation.py
+        hands ModelConfig.dtype to both)."""
+        dtype = (self.teacher_model_init_kwargs or {}).get("dtype") or self.dtype
+        return str(dtype).removeprefix("torch.")
 
     @property
     def quantized(self) -> bool:
@@ -313,6 +324,7 @@ class JobSpec:
     gpu: GpuSpec | None = None
     expandable_segments: bool = False
     tokens_per_micro_batch: int | None = None   # hpcmem-only: from a length profile (hpcmem lengths), else worst case
+    teacher: ModelSpec | None = None            # distillation: the model teacher_model_name_or_path names
 
     def __post_init__(self) -> None:
         from hpcmem.rules import check_job

@@ -120,12 +120,13 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None) -
             raise SpecError("model_name_or_path is required (a catalog id such as Qwen/Qwen2.5-7B, a config.json, "
                             "or a folder holding one; see `hpcmem models list`)")
         model = resolve_model(str(name))
+    teacher = resolve_model(str(s["teacher_model_name_or_path"])) if s.get("teacher_model_name_or_path") else None
     if gpu is None and s.get("gpu"):
         gpu = gpu_spec(str(s["gpu"]))
     try:
         job = JobSpec(model=model, train=TrainSpec(trainer=trainer, **train_kw), parallel=ParallelSpec(**par_kw),
                       gpu=gpu, expandable_segments=bool(s.get("expandable_segments", False)),
-                      tokens_per_micro_batch=s.get("tokens_per_micro_batch"))
+                      tokens_per_micro_batch=s.get("tokens_per_micro_batch"), teacher=teacher)
     except TypeError as exc:
         raise SpecError(f"invalid setting: {exc}") from None
     return job, ignored

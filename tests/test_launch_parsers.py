@@ -102,6 +102,8 @@ TRAINER_CASES = {
              "use_vllm": True, "vllm_mode": "server"},
     "rloo": {"num_generations": 4, "per_device_train_batch_size": 4, "beta": 0.1},
     "kto": {"beta": 0.2, "max_length": 512, "precompute_ref_log_probs": True, "per_device_train_batch_size": 4},
+    "distillation": {"teacher_model_name_or_path": "Qwen/Qwen2.5-1.5B", "max_completion_length": 256, "beta": 0.5,
+                     "teacher_model_init_kwargs": {"dtype": "bfloat16"}},
 }
 
 
@@ -110,13 +112,14 @@ def test_trl_parser_takes_the_yaml_with_nothing_left_over(trainer, tmp_path):
     j = job(trainer, **TRAINER_CASES[trainer])
     user = {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dataset_name": "trl-lib/Capybara", "learning_rate": 1e-5,
             "use_cpu": True, "bf16": False, "report_to": "none"}
-    if REGISTRY[trainer].generates:
-        user["reward_model_name_or_path"] = "Qwen/Qwen2.5-0.5B"
+    script = importlib.import_module(f"trl.scripts.{trainer}")
+    if any(f.name == "reward_model_name_or_path" for cls in script.make_parser().dataclass_types
+           for f in dataclasses.fields(cls)):
+        user["reward_model_name_or_path"] = "Qwen/Qwen2.5-0.5B"      # GRPO/RLOO's scripts need a reward
     data = trl_config(dataclasses.replace(j, train=dataclasses.replace(j.train, bf16=False)), user,
                       output_dir=str(tmp_path / "out"))
     path = tmp_path / "trl.yaml"
     path.write_text(yaml.safe_dump(data))
-    script = importlib.import_module(f"trl.scripts.{trainer}")
     *parsed, config_left, cli_left = script.make_parser().parse_args_and_config(
         ["--config", str(path)], return_remaining_strings=True, separate_remaining_strings=True)
     assert config_left == [] and cli_left == []

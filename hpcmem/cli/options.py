@@ -80,7 +80,7 @@ def _param_type(name: str, default: Any) -> click.ParamType | type:
         return int
     if isinstance(default, float):
         return float
-    if name == "gradient_checkpointing_kwargs":
+    if name.endswith("_kwargs"):                # gradient_checkpointing_kwargs, teacher_model_init_kwargs
         return _Json()
     return str
 

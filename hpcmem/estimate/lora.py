@@ -59,7 +59,8 @@ class LoraLayout:
         if not self.enabled:
             return 0
         mask = LORA_DROPOUT_MASK_BYTES if self.dropout else 0
-        per_token = sum((m.in_features * (mask + prec.act) + self.r * prec.act)
+        act = prec.act if prec.amp else self.adapter_bytes     # without autocast the adapters compute in their dtype
+        per_token = sum((m.in_features * (mask + act) + self.r * act)
                         * m.count_per_layer * m.num_layers for m in self.modules(part))
         return per_token * tokens // max(self.num_layers, 1)     # averaged over layers that hold the module
 

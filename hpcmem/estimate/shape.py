@@ -45,6 +45,7 @@ class Precision:
     act: int                 # bytes of matmul outputs (autocast dtype when bf16/fp16 is on)
     residual: int            # bytes of the residual stream (follows the weights: fp32 weights keep it fp32)
     autocast: bool           # weights in fp32 but compute in bf16/fp16: autocast caches 16-bit weight copies
+    amp: bool = True         # autocast is active at all (False: fp32 LoRA adapters compute, and save, in fp32)
 
 
 def _round_up(value: int, multiple: int | None) -> int:
@@ -93,7 +94,10 @@ def precision(job: JobSpec) -> Precision:
         # 16-bit. Frozen (LoRA base) weights keep the load dtype.
         weight = t.weight_bytes if t.use_peft else 4
     mixed = t.bf16 or t.fp16
-    act = 2 if mixed or weight == 2 else 4
     fsdp_mixed = job.parallel.fsdp and mixed       # FSDP's MixedPrecisionPolicy gathers 16-bit params: no autocast
+    if not entry(t.trainer).autocast and not fsdp_mixed:
+        # the trainer's forward never enters accelerate's autocast wrapper (trainers/entry.py `autocast`)
+        return Precision(weight=weight, act=weight, residual=weight, autocast=False, amp=False)
+    act = 2 if mixed or weight == 2 else 4
     return Precision(weight=weight, act=act, residual=act if fsdp_mixed else weight,
                      autocast=mixed and weight == 4 and not fsdp_mixed)

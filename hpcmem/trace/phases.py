@@ -75,10 +75,10 @@ def instrument(trainer: Any, tracker: StorageTracker) -> Instrumented:
     _wrap_method(inst, trainer, trainer, "_clip_grad_norm", "optimizer", "temporary")
     _hook_optimizer(inst, trainer)
     _hook_layers(inst, model)
-    ref = getattr(trainer, "ref_model", None)
-    if ref is not None:     # DPO's second model: frozen weights, counted with the parameters
-        tracker.tag(list(ref.parameters()) + list(ref.buffers()), "param")
-        _hook_layers(inst, ref)
+    for other in (getattr(trainer, "ref_model", None), getattr(trainer, "teacher_model", None)):
+        if other is not None:       # a reference model, a distillation teacher: frozen weights, counted as params
+            tracker.tag(list(other.parameters()) + list(other.buffers()), "param")
+            _hook_layers(inst, other)
     if hasattr(trainer, "precompute_ref_logps"):    # DPOTrainer, KTOTrainer
         from hpcmem.trace.pref import hook_reference
 

@@ -159,48 +159,7 @@ def _rl_class(trainer: str, fake: bool, completion_length: int, generation: bool
                 completions[-1] = completions[-1][:-1]
             return (completions, None) if with_logprobs else completions     # GRPO: (ids, sampling logprobs)
 
-        def _traced_generate(self, prompt_ids: Any) -> None:
-            """TRL's own generate call (grpo_trainer.py / rloo_trainer.py `_generate_single_turn`, transformers path):
-            left-padded prompts, `unwrap_model_for_generation`, no_grad, `generation_config`. On fake tensors no
-            token is known, so no row ever reads as finished: all run to max_completion_length, the KV cache grows
-            to its largest. The output is dropped; the completions come from the fixed ones below."""
-            import sys
-
-            import torch
-            from transformers import Trainer
-            from transformers.generation.utils import GenerationMixin
-            from trl.models import unwrap_model_for_generation
-
-            from hpcmem.trace.fakeenv import patched
-
-            width = max(len(p) for p in prompt_ids)
-            pad = self.pad_token_id if getattr(self, "pad_token_id", None) is not None else 0
-            ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompt_ids])
-            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids])
-            inputs = Trainer._prepare_inputs(self, {"input_ids": ids, "attention_mask": mask})
-            with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                             gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                                             generation_kwargs=self.generation_kwargs,
-                                             gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
-                                             ) as unwrapped, torch.no_grad():
-                total = self.generation_config.max_new_tokens
-                steps = [total]
-                every = max(1, total // 10)
-
-                def has_unfinished(*args: Any, **kwargs: Any) -> bool:
-                    # generate's stop test reads `unfinished_sequences.max() == 0` (StopCheck): a value no fake
-                    # tensor has; the loop instead runs exactly max_new_tokens times (one token per iteration)
-                    steps[0] -= 1
-                    done = total - steps[0] - 1
-                    if done and done % every == 0:      # a long trace says where it is (stderr: --json stays clean)
-                        print(f"hpcmem trace: generate {done}/{total} tokens (step {self.state.global_step + 1})",
-                              file=sys.stderr, flush=True)
-                    return steps[0] >= 0
-
-                # on the mixin: a PeftModel's generate runs its base model's loop
-                with patched(GenerationMixin, "_has_unfinished_sequences", has_unfinished):
-                    out = unwrapped.generate(**inputs, generation_config=self.generation_config)
-            del out
+        _traced_generate = traced_generate
 
         if fake:
             def _move_model_to_device(self, model: Any, device: Any) -> None:
@@ -213,3 +172,48 @@ def _rl_class(trainer: str, fake: bool, completion_length: int, generation: bool
 
     TracedRLTrainer.__name__ = f"Traced{Base.__name__}"
     return TracedRLTrainer
+
+
+def traced_generate(self: Any, prompt_ids: Any) -> None:
+    """TRL's own generate call (grpo_trainer.py / rloo_trainer.py `_generate_single_turn`, transformers path):
+    left-padded prompts, `unwrap_model_for_generation`, no_grad, `generation_config`. On fake tensors no
+    token is known, so no row ever reads as finished: all run to max_completion_length, the KV cache grows
+    to its largest. The output is dropped; the caller answers with fixed completions. Bound as the trainer's
+    `_traced_generate`, which hpcmem.trace.phases labels "generation"."""
+    import sys
+
+    import torch
+    from transformers import Trainer
+    from transformers.generation.utils import GenerationMixin
+    from trl.models import unwrap_model_for_generation
+
+    from hpcmem.trace.fakeenv import patched
+
+    width = max(len(p) for p in prompt_ids)
+    pad = self.pad_token_id if getattr(self, "pad_token_id", None) is not None else 0
+    ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompt_ids])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids])
+    inputs = Trainer._prepare_inputs(self, {"input_ids": ids, "attention_mask": mask})
+    with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                     gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                                     generation_kwargs=self.generation_kwargs,
+                                     gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
+                                     ) as unwrapped, torch.no_grad():
+        total = self.generation_config.max_new_tokens
+        steps = [total]
+        every = max(1, total // 10)
+
+        def has_unfinished(*args: Any, **kwargs: Any) -> bool:
+            # generate's stop test reads `unfinished_sequences.max() == 0` (StopCheck): a value no fake
+            # tensor has; the loop instead runs exactly max_new_tokens times (one token per iteration)
+            steps[0] -= 1
+            done = total - steps[0] - 1
+            if done and done % every == 0:      # a long trace says where it is (stderr: --json stays clean)
+                print(f"hpcmem trace: generate {done}/{total} tokens (step {self.state.global_step + 1})",
+                      file=sys.stderr, flush=True)
+            return steps[0] >= 0
+
+        # on the mixin: a PeftModel's generate runs its base model's loop
+        with patched(GenerationMixin, "_has_unfinished_sequences", has_unfinished):
+            out = unwrapped.generate(**inputs, generation_config=self.generation_config)
+    del out

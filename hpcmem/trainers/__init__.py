@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from hpcmem.errors import SpecError
 from hpcmem.trainers.common import MODEL_CONFIG_FIELDS
+from hpcmem.trainers.distillation import ENTRY as DISTILLATION
 from hpcmem.trainers.dpo import ENTRY as DPO
 from hpcmem.trainers.entry import Hooks, TrainerEntry
 from hpcmem.trainers.grpo import ENTRY as GRPO
@@ -23,7 +24,7 @@ from hpcmem.trainers.sft import ENTRY as SFT
 
 __all__ = ["MODEL_CONFIG_FIELDS", "Hooks", "TrainerEntry", "REGISTRY", "entry", "names", "owners"]
 
-REGISTRY: dict[str, TrainerEntry] = {e.name: e for e in (SFT, DPO, REWARD, GRPO, RLOO, KTO)}
+REGISTRY: dict[str, TrainerEntry] = {e.name: e for e in (SFT, DPO, REWARD, GRPO, RLOO, KTO, DISTILLATION)}
 
 
 def names() -> tuple[str, ...]:

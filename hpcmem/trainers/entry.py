@@ -54,6 +54,11 @@ class TrainerEntry:
     reference: Reference = "none"           # when a second (frozen) model is held
     old_logps: OldLogps = "never"           # the policy's no-grad log-prob pass after generating
     packs: bool = False                     # padding_free / packing change the batch (else padded rows)
+    # the training forward runs under accelerate's autocast wrapper of model.forward (accelerator.py prepare_model);
+    # False where the trainer calls its loss through trl.models.utils._ForwardRedirection, which swaps that forward
+    # for its own and never enters the wrapper: 16-bit weights compute in 16-bit, fp32 ones (and LoRA's fp32
+    # adapters) in fp32
+    autocast: bool = True
     hooks: Hooks = field(default_factory=Hooks)
 
     def __post_init__(self) -> None:
