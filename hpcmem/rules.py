@@ -52,6 +52,8 @@ def check_job(job: JobSpec) -> None:
         if t.use_peft and par.deepspeed and par.zero_stage == 3:
             p.add("selective checkpointing is not supported with PEFT + DeepSpeed ZeRO-3 (it forces reentrant "
                   "checkpointing); use full checkpointing or another ZeRO stage")
+    if t.use_peft:
+        _check_lora_variants(job, p)
     if t.quantized and not t.use_peft:
         # transformers Trainer: "You cannot perform fine-tuning on purely quantized models".
         p.add("load_in_4bit/load_in_8bit train only adapters: add use_peft (QLoRA); transformers refuses to "
@@ -60,6 +62,27 @@ def check_job(job: JobSpec) -> None:
     if trainer_rules is not None:
         trainer_rules(job, p)
     p.raise_if_any()
+
+
+def _check_lora_variants(job: JobSpec, p: Problems) -> None:
+    """peft's own refusals (tuners/lora/layer.py ParamWrapper.__init__) and what hpcmem sizes (estimate/lora_variants.py)."""
+    from hpcmem.estimate.lora_variants import SIZED_MODULES, targeted_parameters
+
+    t = job.train
+    unsized = [n for n in t.lora_modules_to_save if n not in SIZED_MODULES]
+    if unsized:
+        p.add(f"lora_modules_to_save {', '.join(unsized)}: hpcmem sizes the trainable copies of "
+              f"{', '.join(SIZED_MODULES)} only")
+    if t.lora_target_parameters:
+        if t.lora_dropout:
+            p.add(f"lora_target_parameters needs lora_dropout 0 (peft's ParamWrapper raises: it cannot apply dropout "
+                  f"to a parameter); got {t.lora_dropout}")
+        if t.use_dora:
+            p.add("lora_target_parameters does not work with use_dora (peft's ParamWrapper raises)")
+        if not targeted_parameters(job):
+            p.add(f"lora_target_parameters {', '.join(t.lora_target_parameters)} names no parameter of "
+                  f"{job.model.name} (peft raises; the fused experts are mlp.experts.gate_up_proj, "
+                  "mlp.experts.down_proj)")
 
 
 def check_sft(job: JobSpec, p: Problems) -> None:

@@ -110,6 +110,10 @@ class TrainSpec:
     lora_r: int = 16
     lora_alpha: int = 32
     lora_target_modules: tuple[str, ...] = ()    # empty: peft's per-architecture default (q_proj, v_proj for Llama)
+    lora_dropout: float = 0.05                   # 0: peft puts nn.Identity where the dropout was (no mask, no copy)
+    use_dora: bool = False                       # DoRA: a magnitude vector per adapted linear (peft/tuners/lora/dora.py)
+    lora_modules_to_save: tuple[str, ...] = ()   # whole modules trained beside the adapters (peft ModulesToSaveWrapper)
+    lora_target_parameters: tuple[str, ...] = ()     # LoRA on nn.Parameters by name (peft ParamWrapper: MoE experts)
     load_in_4bit: bool = False
     load_in_8bit: bool = False
     use_bnb_nested_quant: bool = False
@@ -184,6 +188,7 @@ class TrainSpec:
         for name in ("max_length", "pad_to_multiple_of", "steps_per_generation", "generation_batch_size"):
             value = getattr(self, name)
             p.check(value is None or value >= 1, f"{name} must be ≥ 1 or None; got {value}")
+        p.check(0.0 <= self.lora_dropout < 1.0, f"lora_dropout must be in [0, 1); got {self.lora_dropout}")
         p.check(0.0 < self.vllm_gpu_memory_utilization <= 1.0,
                 f"vllm_gpu_memory_utilization must be in (0, 1]; got {self.vllm_gpu_memory_utilization}")
         p.check(not (self.load_in_4bit and self.load_in_8bit), "load_in_4bit and load_in_8bit exclude each other")

@@ -88,13 +88,14 @@ def _normalise(settings: dict[str, Any]) -> dict[str, Any]:
                                                            out["gradient_checkpointing_kwargs"])
     if out.get("gradient_checkpointing_kwargs") is None and "gradient_checkpointing_kwargs" in out:
         out["gradient_checkpointing_kwargs"] = {}
-    targets = out.get("lora_target_modules")
-    if isinstance(targets, str):
-        targets = [targets]
-    if isinstance(targets, (list, tuple)):       # YAML list, one string, or repeated --lora_target_modules flags
-        out["lora_target_modules"] = tuple(x.strip() for item in targets for x in str(item).split(",") if x.strip())
-    elif "lora_target_modules" in out and targets is None:
-        out["lora_target_modules"] = ()
+    for name in ("lora_target_modules", "lora_modules_to_save", "lora_target_parameters"):
+        names = out.get(name)
+        if isinstance(names, str):
+            names = [names]
+        if isinstance(names, (list, tuple)):       # YAML list, one string, or repeated flags
+            out[name] = tuple(x.strip() for item in names for x in str(item).split(",") if x.strip())
+        elif name in out and names is None:        # TRL's default None: peft's own choice / nothing
+            out[name] = ()
     if out.get("bf16") is None and "bf16" in out:
         out["bf16"] = not out.get("fp16", False)
     if out.get("attn_implementation") is None and "attn_implementation" in out:

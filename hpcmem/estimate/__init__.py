@@ -86,7 +86,7 @@ def estimate(job: JobSpec) -> Estimate:
     parts = job_param_parts(job)
     lora = lora_layout(job)
     states = model_states(job, prec, lora)
-    loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled)
+    loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled or lora.trains_head)
     extras = trainer_extras(job, parts, prec)
     phases, act_host = build_phases(job, mb, prec, parts, states, lora, loss,
                                     optimizer_step_transient(job, states, parts), extras.resident)

@@ -137,6 +137,14 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
     adapters = lora.num_params * lora.adapter_bytes
     grads = trainable * gbytes
     opt = int(trainable * _optimizer_bytes_per_param(t.optim, gbytes))
+    copies = lora.saved_numel if lora.enabled else 0
+    if copies:
+        # lora_modules_to_save: trainable copies in the base dtype (hpcmem.estimate.lora_variants)
+        adapters += copies * w
+        grads += copies * w
+        opt += int(copies * _optimizer_bytes_per_param(t.optim, w))
+        trainable += copies
+        notes["adapters"] = "with the trainable copies of " + ", ".join(n for n, _ in lora.saved_modules)
     if t.optim == "adafactor":
         opt = int(trainable ** 0.5 * 4 * 2 * m.num_hidden_layers)      # factored rows + cols, fp32, order of √Ψ
     master = grad_buffers = gathered = host = 0

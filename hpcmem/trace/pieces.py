@@ -92,6 +92,9 @@ def peft_config(job: JobSpec) -> Any:
         targets = "all-linear"          # peft's special value is a plain string (peft/tuners/tuners_utils.py)
     return get_peft_config(ModelConfig(
         use_peft=True, lora_r=t.lora_r, lora_alpha=t.lora_alpha, lora_target_modules=targets,
+        lora_dropout=t.lora_dropout, use_dora=t.use_dora,
+        lora_modules_to_save=list(t.lora_modules_to_save) or None,
+        lora_target_parameters=list(t.lora_target_parameters) or None,
         lora_task_type="SEQ_CLS" if entry(t.trainer).head == "score" else "CAUSAL_LM"))
 
 

@@ -1,0 +1,77 @@
+"""LoRA's variants that change what peft holds and saves: modules to save, DoRA, LoRA on parameters.
+
+- lora_modules_to_save (peft/utils/other.py ModulesToSaveWrapper): the named module is deep-copied; the copy trains,
+  the original stays frozen beside it — the copy's weights, gradients and optimizer states in the base dtype.
+  hpcmem sizes lm_head and embed_tokens (V × H each; a tied head gets its own copy) and a reward model's score (H).
+  A trained lm_head copy makes TRL's fused head compute its fp32 [V, H] gradient (it reads the copy's weight: seen
+  in a CPU run), a trained embed_tokens copy a dense [V, H] gradient.
+- use_dora (peft/tuners/lora/dora.py DoraLinearLayer, variants.py DoraLinearVariant.forward): a magnitude vector
+  (out_features, adapter dtype) per adapted linear. Each forward builds the adapter's dense weight through an
+  identity matrix (`lora_B(lora_A(eye(in)))`: [in, in] then [in, out]), an fp32 copy of the base weight and their
+  sum for the column norm — transient, one linear at a time — and keeps for backward the base output and the LoRA
+  output ([tokens, out] each, `(m - 1) * base + m * lora`). With dropout (not nn.Identity) DoRA recomputes the base
+  output with `F.linear(x, W)` on the base weight cast to the input's dtype, and that copy of W is saved too.
+- lora_target_parameters (peft/tuners/lora/layer.py ParamWrapper): LoRA on a bare nn.Parameter, in practice the
+  fused experts of an MoE layer (r·(in + out) per expert). During the layer's forward `nn.utils.parametrize` holds
+  the adapted parameter W + ΔW (a fused expert stack: one `baddbmm`, `_LoraFactorsProxy`) in the parameter's dtype,
+  and the expert matmuls save it for their input gradient: one copy of the targeted parameters per layer, kept
+  until that layer's backward. peft refuses it with lora_dropout ≠ 0 or use_dora (hpcmem.rules).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hpcmem.models.params import LinearModule, linear_modules
+from hpcmem.spec import JobSpec
+
+if TYPE_CHECKING:
+    from hpcmem.estimate.lora import LoraLayout
+    from hpcmem.estimate.shape import Precision
+
+SIZED_MODULES = ("lm_head", "embed_tokens", "score")       # lora_modules_to_save names hpcmem sizes
+
+
+def modules_to_save(job: JobSpec) -> tuple[tuple[str, int], ...]:
+    """(name, elements) of each module peft copies for training."""
+    from hpcmem.trainers import entry
+
+    m = job.model
+    sizes = {"lm_head": m.vocab_size * m.hidden_size, "embed_tokens": m.vocab_size * m.hidden_size,
+             "score": m.hidden_size}
+    if entry(job.train.trainer).head == "score":
+        sizes["lm_head"] = 0                          # a reward model has no vocabulary head to copy
+    return tuple((name, sizes[name]) for name in job.train.lora_modules_to_save if name in sizes)
+
+
+def targeted_parameters(job: JobSpec) -> tuple[LinearModule, ...]:
+    """The parameters lora_target_parameters names (peft matches the end of the parameter's name)."""
+    names = job.train.lora_target_parameters
+    return tuple(mod for mod in linear_modules(job.model)
+                 if any(f"{mod.name}.weight".endswith(n) or mod.name.endswith(n) for n in names))
+
+
+def saved_per_token(lora: LoraLayout, mods: tuple[LinearModule, ...], prec: Precision) -> int:
+    """DoRA's base and LoRA outputs kept per token, over all layers."""
+    if not lora.dora:
+        return 0
+    return sum(m.out_features * (prec.act + lora.adapter_bytes) * m.count_per_layer * m.num_layers for m in mods)
+
+
+def saved_weights(lora: LoraLayout, mods: tuple[LinearModule, ...], prec: Precision) -> int:
+    """Weight-sized tensors kept for backward, over all layers: DoRA's cast base weight when dropout is on; the
+    adapted parameters of lora_target_parameters."""
+    dora = sum(m.in_features * m.out_features * lora.adapter_bytes * m.count_per_layer * m.num_layers
+               for m in mods) if lora.dora and lora.dropout else 0
+    targeted = sum(m.in_features * m.out_features * prec.weight * m.count_per_layer * m.num_layers
+                   for m in lora.targeted)
+    return dora + targeted
+
+
+def forward_transient(lora: LoraLayout) -> int:
+    """DoRA's weight norm of the widest adapted linear: eye [in, in], lora_A(eye) [in, r], the dense adapter weight
+    [in, out], the base weight's fp32 copy and its sum with the scaled adapter weight, in the adapter dtype."""
+    if not (lora.enabled and lora.dora and lora.adapted):
+        return 0
+    return max((m.in_features * (m.in_features + lora.r) + 4 * m.in_features * m.out_features) * lora.adapter_bytes
+               for m in lora.adapted)
