@@ -125,6 +125,8 @@ class TrainSpec:
     bf16: bool = True                            # None in TRL → True unless fp16
     fp16: bool = False
     optim: str = "adamw_torch_fused"
+    max_grad_norm: float = 1.0                   # gradient clipping; 0 (or None in TRL): none
+    torch_compile: bool = False                  # torch.compile(inductor) of the model: estimated as eager, labelled
     # TrainingArguments of the job around the steps (transformers 5.24 training_args.py defaults): evaluation,
     # checkpoints, data loading
     per_device_eval_batch_size: int = 8
@@ -189,6 +191,7 @@ class TrainSpec:
             value = getattr(self, name)
             p.check(value is None or value >= 1, f"{name} must be ≥ 1 or None; got {value}")
         p.check(0.0 <= self.lora_dropout < 1.0, f"lora_dropout must be in [0, 1); got {self.lora_dropout}")
+        p.check(self.max_grad_norm >= 0.0, f"max_grad_norm must be ≥ 0 (0: no clipping); got {self.max_grad_norm}")
         p.check(0.0 < self.vllm_gpu_memory_utilization <= 1.0,
                 f"vllm_gpu_memory_utilization must be in (0, 1]; got {self.vllm_gpu_memory_utilization}")
         p.check(not (self.load_in_4bit and self.load_in_8bit), "load_in_4bit and load_in_8bit exclude each other")

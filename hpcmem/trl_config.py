@@ -17,6 +17,7 @@ from hpcmem.inputs.settings import check_settings
 from hpcmem.inputs.values import json_object, shown
 from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
 from hpcmem.trainers import entry
+from hpcmem.trainers.fields import check_fields
 # TRL's shipped accelerate configs (trl/accelerate_configs/*.yaml, 1.16), by the name `trl --accelerate_config` takes.
 SHIPPED_ACCELERATE = {
     "single_gpu": {"distributed_type": "NO"},
@@ -28,6 +29,7 @@ SHIPPED_ACCELERATE = {
     "fsdp2": {"distributed_type": "FSDP", "fsdp_version": 2},
 }
 TRAIN_FIELDS = {f.name for f in fields(TrainSpec)} - {"trainer"}
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")     # torch.compile modes that use CUDA graphs
 PARALLEL_FIELDS = {f.name for f in fields(ParallelSpec)}
 # Settings that live outside TrainSpec but in the same YAML / flag namespace.
 JOB_FIELDS = {"model_name_or_path", "expandable_segments", "gpu", "tokens_per_micro_batch"}
@@ -100,7 +102,27 @@ def _normalise(settings: dict[str, Any]) -> dict[str, Any]:
         out["bf16"] = not out.get("fp16", False)
     if out.get("attn_implementation") is None and "attn_implementation" in out:
         out["attn_implementation"] = "sdpa"
+    _aliases(out)
     return out
+
+
+def _aliases(out: dict[str, Any]) -> None:
+    """TrainingArguments' own resolution (transformers training_args.py `__post_init__`): activation_checkpointing*
+    win over their deprecated gradient_checkpointing* aliases when set; a torch_compile_backend or _mode turns
+    torch_compile on; a max_grad_norm of None means no clipping."""
+    for new, old in (("activation_checkpointing", "gradient_checkpointing"),
+                     ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs")):
+        if out.get(new) is not None:
+            value = out[new]
+            out[old] = json_object(new, value) if new.endswith("kwargs") and isinstance(value, str) else value
+    if out.get("torch_compile_backend") or out.get("torch_compile_mode"):
+        out["torch_compile"] = True
+    if out.get("torch_compile_mode") in CUDA_GRAPH_MODES:
+        raise SpecError(f"torch_compile_mode={out['torch_compile_mode']!r} is refused: it captures CUDA graphs, whose "
+                        "static copies of the graph's inputs and outputs hpcmem does not model (use 'default' or "
+                        "'max-autotune-no-cudagraphs')")
+    if "max_grad_norm" in out and out["max_grad_norm"] is None:
+        out["max_grad_norm"] = 0.0
 
 
 def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None) -> tuple[JobSpec, list[str]]:
@@ -109,12 +131,14 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None) -
     from hpcmem.models import resolve_model
 
     s = _normalise(check_settings(settings, "settings"))
-    defaults = entry(trainer).defaults
+    e = entry(trainer)
+    not_read = check_fields(e.config_class, {k: v for k, v in s.items() if k not in TRAIN_FIELDS | PARALLEL_FIELDS})
+    defaults = e.defaults
     train_kw = {**defaults, **{k: v for k, v in s.items() if k in TRAIN_FIELDS}}
     par_kw = {k: v for k, v in s.items() if k in PARALLEL_FIELDS}
     if par_kw.get("num_processes", 1) > 1 and "distributed_type" not in par_kw:
         par_kw["distributed_type"] = "MULTI_GPU"
-    ignored = sorted(k for k in s if k not in TRAIN_FIELDS | PARALLEL_FIELDS | JOB_FIELDS)
+    ignored = sorted(k for k in not_read if k not in JOB_FIELDS)
     if model is None:
         name = s.get("model_name_or_path")
         if not name:

@@ -32,6 +32,11 @@ NOT_MODELLED = (
     "kernel workspaces other than cuBLAS's and the CUDA context default",
     "dataloader pinned batches; vLLM's host memory",
 )
+# torch.compile (TrainingArguments.torch_compile → `torch.compile(model)`, inductor): AOTAutograd's min-cut partitioner
+# chooses what the compiled forward saves, recomputing cheap pointwise ops instead of keeping them; the eager step
+# keeps everything autograd saves.
+TORCH_COMPILE_NOTE = ("torch_compile: estimated as the eager step — inductor's partitioner recomputes cheap ops "
+                      "instead of saving them, so the compiled step usually keeps less; not traced")
 VLLM_NOT_TRACED = "vLLM's pool is modelled from its documented rule (vllm_gpu_memory_utilization × device memory), not traced"
 
 
@@ -89,7 +94,7 @@ def estimate(job: JobSpec) -> Estimate:
     loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled or lora.trains_head)
     extras = trainer_extras(job, parts, prec)
     phases, act_host = build_phases(job, mb, prec, parts, states, lora, loss,
-                                    optimizer_step_transient(job, states, parts), extras.resident)
+                                    optimizer_step_transient(job, states, parts, lora), extras.resident)
     base = (*resident_components(states, lora), *extras.resident)
     phases += [Phase(name=p.name, components=base + p.components) for p in extras.phases]
     phases += _job_phases(job, parts, prec, lora, states, base)
@@ -105,6 +110,8 @@ def estimate(job: JobSpec) -> Estimate:
     warnings = list(job_warnings(job)) + list(extras.notes)
     if job.gpu is None:
         warnings.append("no --gpu given: no fit verdict")
+    if job.train.torch_compile:
+        warnings.append(TORCH_COMPILE_NOTE)
     if job.train.max_length is None and job.tokens_per_micro_batch is None and entry(job.train.trainer).packs:
         warnings.append("max_length none and no length profile: rows are assumed max_position_embeddings long; "
                         "profile the data (hpcmem lengths --save p.json, then --lengths p.json)")

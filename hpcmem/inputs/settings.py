@@ -54,6 +54,7 @@ _EXTRA: dict[str, Checker] = {
     "dtype": _nullable(lambda n, x: v.text(n, x, max_len=64)),
     "attn_implementation": _nullable(lambda n, x: v.text(n, x, max_len=64)),
     "bf16": _nullable(v.boolean),
+    "max_grad_norm": _nullable(v.number),
 }
 
 

@@ -40,6 +40,9 @@ def check_traceable(job: JobSpec) -> list[str]:
         problems.append(f"optim {t.optim!r} needs bitsandbytes; traceable: {', '.join(TRACEABLE_OPTIMIZERS)}")
     if t.fp16:
         problems.append("fp16 autocast with a GradScaler is not traced on CPU; use bf16 (the TRL default)")
+    if t.torch_compile:
+        problems.append("torch_compile: inductor's compiled graph is not traced on fake tensors (the estimate is the "
+                        "eager step's)")
     if t.attn_implementation not in ("sdpa", "eager"):
         problems.append(f"attn_implementation {t.attn_implementation!r}: the trace runs sdpa or eager "
                         "(flash-attn kernels need CUDA)")
@@ -113,7 +116,8 @@ def common_args(job: JobSpec, output_dir: str | None = None) -> dict[str, Any]:
         gradient_accumulation_steps=traced_accumulation(job),
         gradient_checkpointing=t.gradient_checkpointing,
         gradient_checkpointing_kwargs=dict(t.gradient_checkpointing_kwargs) or None,
-        bf16=t.bf16, fp16=t.fp16, optim=optim, max_length=t.max_length, pad_to_multiple_of=t.pad_to_multiple_of,
+        bf16=t.bf16, fp16=t.fp16, optim=optim, max_grad_norm=t.max_grad_norm, max_length=t.max_length,
+        pad_to_multiple_of=t.pad_to_multiple_of,
         activation_offloading=False,     # emulated by hpcmem.trace.offload (TRL's needs a CUDA/XPU accelerator)
         train_sampling_strategy="sequential", report_to="none", disable_tqdm=True, logging_steps=10_000,
         save_strategy="no", use_cpu=True, dataloader_num_workers=0, seed=0,
