@@ -107,6 +107,8 @@ def backward_transient(lora: LoraLayout, tokens: int, prec: Precision, part: str
     widest = max(mod.in_features for mod in mods)
     # without dropout (DPO/Reward disable_dropout) the fp32 gradient through the dropout step does not exist
     per_element = 2 * lora.adapter_bytes - 1 - (0 if lora.dropout else lora.adapter_bytes)
+    if lora.dora:
+        return lora_variants.backward_transient(lora, mods, tokens, per_element)
     return tokens * widest * per_element
 
 

@@ -95,7 +95,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     # in full fine-tuning, only the adapters under LoRA; the cache lives until autocast exits (end of forward)
     cached = lora.num_params if lora.enabled else parts.layers
     autocast_cache = 2 * cached if prec.autocast and t.gradient_checkpointing else 0
-    dora_t = lora_variants.forward_transient(lora)
+    dora_t = lora_variants.forward_transient(lora, mb.tokens)
     activations = Component(name="activations", bytes=saved_total,
                             note=f"{mode}: {mb.source}; {L} layers")
     forward = Phase(name="forward", components=(
@@ -104,7 +104,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         *([Component(name="autocast weight cache", bytes=autocast_cache,
                      note="bf16 copies of fp32 weights held until autocast exits")] if autocast_cache else []),
         Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note),
-        *([Component(name="DoRA weight norm", bytes=dora_t, note="the widest adapted linear's, one at a time")]
+        *([Component(name="DoRA forward", bytes=dora_t, note="the worst adapted linear's, one at a time")]
           if dora_t else [])))
     head_trains = not lora.enabled or lora.trains_head
     head_grad_bytes = (parts.lm_head or parts.embed) * prec.weight if head_trains else 0
@@ -118,7 +118,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     # per-layer constants of the backward, then the worst layer k found numerically before any Phase is built
     hidden_t, mlp_t, scores_t = act.backward_parts(m, mb, prec, t.attn_implementation)
     if t.gradient_checkpointing:
-        scores_t += dora_t                  # the recompute runs DoRA's weight norm again
+        scores_t += dora_t                  # the recompute runs DoRA's forward again
     lora_mlp_saved = lora.saved_per_layer(mb.tokens, prec, "mlp")
     mlp_side = mlp_t + lora_backward_transient(lora, mb.tokens, prec, "mlp")
     lora_attention_t = lora_backward_transient(lora, mb.tokens, prec, "attention")
