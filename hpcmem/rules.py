@@ -52,6 +52,14 @@ def check_job(job: JobSpec) -> None:
         if t.use_peft and par.deepspeed and par.zero_stage == 3:
             p.add("selective checkpointing is not supported with PEFT + DeepSpeed ZeRO-3 (it forces reentrant "
                   "checkpointing); use full checkpointing or another ZeRO stage")
+        elif t.use_peft and e.name == "sft":
+            # sft_trainer.py wraps the PeftModel's gradient_checkpointing_enable (selective_activation_checkpointing.py)
+            # but transformers 5's Trainer calls activation_checkpointing_enable, which the PeftModel forwards to the
+            # unwrapped base model: `selective` reaches torch.utils.checkpoint at the first forward
+            p.add("selective checkpointing with PEFT dies at the first step in TRL 1.16 + transformers 5 (torch's "
+                  "checkpoint raises 'Unexpected keyword arguments: selective': SFTTrainer wraps the PeftModel's "
+                  "gradient_checkpointing_enable, transformers enables checkpointing on the base model); use full "
+                  "checkpointing with use_peft")
     if t.use_peft:
         _check_lora_variants(job, p)
     if t.quantized and not t.use_peft:

@@ -43,3 +43,6 @@ def check(job: JobSpec, p: Problems) -> None:
               "teacher with the same vocabulary")
     if not 0.0 <= t.beta <= 1.0:
         p.add(f"beta must be in [0.0, 1.0] for distillation (DistillationConfig raises); got {t.beta}")
+    if job.train.use_peft and "lm_head" in job.train.lora_target_modules:
+        p.add("lora_target_modules lm_head: DistillationTrainer reads lm_head.weight directly, so an adapter there "
+              "would never train (DistillationTrainer.__init__ raises) — remove lm_head")

@@ -30,3 +30,6 @@ def check(job: JobSpec, p: Problems) -> None:
     if job.train.per_device_train_batch_size <= 1:
         p.add("per_device_train_batch_size must be > 1 for KTO (KTOTrainer raises: with one row the KL term equals the "
               f"implied reward); got {job.train.per_device_train_batch_size}")
+    if job.train.use_peft and "lm_head" in job.train.lora_target_modules:
+        p.add("lora_target_modules lm_head: KTOTrainer reads lm_head.weight directly, so an adapter there would never "
+              "train (KTOTrainer.__init__ raises) — remove lm_head")
