@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hpcmem.launch.parallelism import parallelism_block
+
 if TYPE_CHECKING:
     from hpcmem.spec import JobSpec
 
@@ -62,6 +64,9 @@ def accelerate_config(job: JobSpec, *, deepspeed_config_file: str | None = None,
         config["mixed_precision"] = mixed_precision(job)
     if par.fsdp:
         config["fsdp_config"] = fsdp_config(job)
+    block = parallelism_block(par)          # CP / SP / HSDP sizes, keys as accelerate's launcher reads them
+    if block:
+        config["parallelism_config"] = block
     return config
 
 

@@ -40,15 +40,17 @@ def parallelism_settings(block: Any, source: str, distributed_type: Any = None) 
     if not isinstance(block, dict):
         raise HpcmemError(f"{source}: parallelism_config must be a mapping of parallelism_config_* keys; "
                           f"got {shown(block)}")
+    bare = [key for key in block if key in ARGUMENTS]
+    if bare:
+        fixed = ", ".join(f"{PREFIX}{key}: {shown(block[key])}" for key in bare)
+        raise HpcmemError(
+            f"{source}: parallelism_config key(s) {', '.join(bare)} are not read by accelerate 1.15 — its launcher "
+            f"copies the block's keys verbatim onto its {PREFIX}* arguments (commands/launch.py), so they would be "
+            f"dropped and the job would run without them; write {fixed}")
     out: dict[str, Any] = {}
     for key, value in block.items():
         name = key[len(PREFIX):] if isinstance(key, str) and key.startswith(PREFIX) else None
         if name is None:
-            if key in ARGUMENTS:
-                raise HpcmemError(
-                    f"{source}: parallelism_config key {key} is not read by accelerate 1.15 — its launcher copies the "
-                    f"block's keys verbatim onto its {PREFIX}* arguments (commands/launch.py), so `{key}` would be "
-                    f"dropped and the job would run without it; write {PREFIX}{key}: {shown(value)}")
             out[f"parallelism_config.{shown(key, 40)}"] = value      # accelerate ignores it too
         elif name in BACKENDS:
             if value != BACKENDS[name]:
