@@ -236,3 +236,21 @@ def _write(tmp_path, data: dict) -> str:
     path = tmp_path / "rendered.yaml"
     path.write_text(yaml.safe_dump(data))
     return str(path)
+
+
+@pytest.mark.parametrize("value,want", [("FULL_SHARD", True), ("SHARD_GRAD_OP", False), ("2", False), (1, True),
+                                        ("NO_SHARD", "not modelled"), ("HALF", "must be one of")])
+def test_fsdp1_sharding_strategies_read_as_accelerate_reads_them(tmp_path, value, want):
+    """TRL's fsdp1.yaml says fsdp_reshard_after_forward: FULL_SHARD — a sharding strategy name or its number for
+    FSDP1 (accelerate utils/dataclasses.py FullyShardedDataParallelPlugin); FULL_SHARD reshards after forward."""
+    path = yaml_file(tmp_path, {**FSDP2, "fsdp_config": {"fsdp_version": 1, "fsdp_reshard_after_forward": value}})
+    if isinstance(want, bool):
+        assert accelerate_settings(path)["fsdp_reshard_after_forward"] is want
+    else:
+        with pytest.raises(HpcmemError, match=want):
+            accelerate_settings(path)
+
+
+def test_fsdp_without_a_version_is_fsdp1_as_accelerate_launch_defaults(tmp_path):
+    path = yaml_file(tmp_path, {**FSDP2, "fsdp_config": {"fsdp_offload_params": False}})
+    assert accelerate_settings(path)["fsdp_version"] == 1          # commands/launch.py --fsdp_version default "1"

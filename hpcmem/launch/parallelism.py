@@ -89,3 +89,25 @@ def parallelism_block(par: Any) -> dict[str, Any] | None:
         block[PREFIX + "sp_backend"] = BACKENDS["sp_backend"]
         block[PREFIX + "sp_attn_implementation"] = par.sp_attn_implementation
     return block
+
+
+# accelerate's FSDP1 sharding strategies, numbered as torch's ShardingStrategy (utils/constants.py
+# FSDP_SHARDING_STRATEGY; utils/dataclasses.py FullyShardedDataParallelPlugin.__post_init__ reads a name or its number)
+FSDP1_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
+
+
+def reshard_after_forward(value: Any, fsdp_version: Any, source: str) -> Any:
+    """`fsdp_reshard_after_forward` as accelerate reads it: a boolean for FSDP2; for FSDP1 a sharding strategy (TRL's
+    fsdp1.yaml: FULL_SHARD), which hpcmem keeps as the boolean it means — FULL_SHARD frees the gathered unit after
+    forward, SHARD_GRAD_OP keeps it. The other FSDP1 strategies are not modelled."""
+    if str(fsdp_version) != "1" or isinstance(value, bool):
+        return value
+    text = str(value).strip().upper()
+    name = FSDP1_STRATEGIES[int(text) - 1] if text.isdigit() and 1 <= int(text) <= 5 else text
+    if name in FSDP1_STRATEGIES[:2]:
+        return name == "FULL_SHARD"
+    if name in FSDP1_STRATEGIES:
+        raise HpcmemError(f"{source}: fsdp_reshard_after_forward {name} is not modelled (hpcmem estimates FSDP1's "
+                          "FULL_SHARD and SHARD_GRAD_OP); use one of them or FSDP2")
+    raise HpcmemError(f"{source}: fsdp_reshard_after_forward must be one of {', '.join(FSDP1_STRATEGIES)} under FSDP1 "
+                      f"(accelerate FullyShardedDataParallelPlugin); got {shown(value)}")
