@@ -254,3 +254,25 @@ def test_fsdp1_sharding_strategies_read_as_accelerate_reads_them(tmp_path, value
 def test_fsdp_without_a_version_is_fsdp1_as_accelerate_launch_defaults(tmp_path):
     path = yaml_file(tmp_path, {**FSDP2, "fsdp_config": {"fsdp_offload_params": False}})
     assert accelerate_settings(path)["fsdp_version"] == 1          # commands/launch.py --fsdp_version default "1"
+
+
+def test_the_gpu_campaign_cases_are_jobs_hpcmem_estimates():
+    """estimator/gpu/layouts.yaml: the layouts only a GPU can measure, each a job hpcmem estimates as written."""
+    from pathlib import Path
+
+    cases = yaml.safe_load((Path(__file__).resolve().parents[1] / "estimator/gpu/layouts.yaml").read_text())["cases"]
+    assert len({c["id"] for c in cases}) == len(cases)
+    for case in cases:
+        settings = {k: v for k, v in case.items() if k not in ("id", "trainer", "gpus", "measures")}
+        job, ignored = build_job(case["trainer"], {**settings, "gpu": "H100-80GB"})
+        assert ignored == [] and job.parallel.layout.active and job.parallel.world_size == case["gpus"], case["id"]
+        assert estimate(job).device_peak_bytes > 0
+
+
+def test_json_names_the_layout(tmp_path):
+    job, _ = from_yaml(yaml_file(tmp_path, FSDP2, dp_shard_size=2, cp_size=4))
+    lay = estimate(job).to_json()["layout"]
+    assert (lay["cp_size"], lay["dp_shard_size"], lay["state_shards"], lay["data_parallel_size"]) == (4, 2, 8, 2)
+    assert lay["tokens_per_rank"] == 65536 // 4
+    plain, _ = from_yaml(yaml_file(tmp_path, FSDP2))
+    assert estimate(plain).to_json()["layout"] is None

@@ -15,7 +15,7 @@ from hpcmem.estimate.evaluation import eval_phase
 from hpcmem.estimate.host import host_estimate
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.loss import loss_bytes
-from hpcmem.estimate.parallel import layout_note, local_micro_batch, sequence_buffers
+from hpcmem.estimate.parallel import layout_json, layout_note, local_micro_batch, sequence_buffers
 from hpcmem.estimate.shape import micro_batch, precision
 from hpcmem.estimate.states import job_param_parts, model_states, optimizer_step_transient
 from hpcmem.estimate.step import build_phases, resident_components
@@ -127,4 +127,5 @@ def estimate(job: JobSpec) -> Estimate:
         not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ()),
         calibrated=dev.calibrated,
         gpu=job.gpu,
+        extra={"layout": layout_json(job, mb)},
     )

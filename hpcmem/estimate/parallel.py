@@ -71,32 +71,44 @@ def sequence_buffers(job: JobSpec, mb: MicroBatch, prec: Precision) -> SequenceB
 
 
 def _ring_buffers(job: JobSpec, mb: MicroBatch, prec: Precision) -> SequenceBuffers:
+    """The worst rank of torch's ring, where a step merges a whole local block (load balancing gives rank 0
+    half-size steps). Counted from `_templated_ring_attention(_backward)` and held to a CPU run of that code
+    (hpcmem.probe.seq_buffers; tests/test_probe_layouts.py):
+    forward — the other ranks' k/v (all-gather: every rank's; all-to-all: the chunk received and the one in use),
+    `_SDPAMerger`'s fp32 output, the block's output and its fp32 copy, and the merge's two fp32 temporaries, plus
+    fp32 logsumexp pieces;
+    backward — the other ranks' k/v again, the local k/v it sends, the fp32 dq accumulator, fp32 dk/dv four times over
+    (received from the previous rank, the buffer sent on, the one received, the accumulation's copy), and the kernel's
+    dq with dk/dv of a half-size block."""
     m, cp = job.model, job.parallel.cp_size
     t, a = mb.tokens, prec.act
     q, kv, heads = m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim, m.num_attention_heads
     local_kv = 2 * t * kv * a                                    # torch.cat([k.flatten(), v.flatten()])
     allgather = job.parallel.cp_comm_strategy == "allgather"
-    others = cp * local_kv if allgather else 2 * local_kv        # gathered k/v of all ranks, or one chunk in flight
-    merge = t * (q + heads) * FP32 * 2 + t * q * a               # fp32 running out + lse, fp32 copy of a block's out
-    forward = others + local_kv + merge
-    grads = t * (q + 2 * kv) * FP32                              # fp32 dq, dk, dv accumulators
-    dkv = 2 * (2 * t * kv * FP32)                                # fp32 dk/dv sent and received by the rotater
-    backward = others + local_kv + grads + dkv + t * (q + 2 * kv) * a
+    others = cp * local_kv if allgather else 2 * local_kv
+    forward = others + t * q * (4 * FP32 + a) + 4 * t * heads * FP32
+    backward = others + local_kv + t * q * FP32 + 4 * (2 * t * kv * FP32) + t * (q + kv) * a
     how = f"all-gathered k/v of {cp} ranks" if allgather else "one neighbour's k/v chunk"
     return SequenceBuffers(forward=forward, backward=backward, name="context-parallel attention",
                            note=f"ring attention over cp {cp}: {how}, fp32 merge and dq/dk/dv (torch context_parallel)")
 
 
 def _ulysses_buffers(job: JobSpec, mb: MicroBatch, prec: Precision) -> SequenceBuffers:
+    """`UlyssesSPAttentionHF.forward` and its backward on the local micro-batch `mb`, beside what the single-GPU terms
+    already count (q, k, v, the attention output and logsumexp kept for backward; dq, dk, dv in backward). Counted from
+    DeepSpeed's code and held to a CPU run of it (hpcmem.probe.seq_buffers; tests/test_probe_layouts.py):
+    kept — the output re-laid back to the local tokens is o_proj's input, a tensor of its own beside the attention's
+    [S, heads/sp] output (one tensor on one GPU), and k, v of a replicated kv head keep S × head_dim each;
+    forward — the caller's q, k, v stay alive while their re-laid copies run, and the exchange holds two more copies
+    of the largest tensor; backward — the gradients go through the same two copies."""
     m, sp = job.model, job.parallel.sp_size
     t, a = mb.tokens, prec.act
     q, kv = m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim
     replicate = max(1, sp // m.num_key_value_heads)              # UlyssesSPAttentionHF.kv_replication_factor
     kv_in = kv * replicate                                       # k/v width entering the all-to-all (repeat_interleave)
-    qkv = t * (q + 2 * kv_in) * a
-    forward = qkv + 2 * t * q * a                                # caller's q/k/v + the largest tensor's two copies
-    backward = 2 * qkv
-    kept = 2 * t * (kv_in - kv) * a                              # k, v of a replicated head: S × head_dim each
+    kept = t * q * a + 2 * t * (kv_in - kv) * a
+    forward = t * (q + 2 * kv_in) * a + 2 * t * q * a
+    backward = 2 * t * q * a
     note = f"Ulysses all-to-all over sp {sp}: heads/{sp} × whole sequence in attention (DeepSpeed ulysses_sp)"
     if replicate > 1:
         note += f"; kv heads replicated ×{replicate}"
@@ -114,3 +126,14 @@ def layout_note(job: JobSpec) -> str:
     if job.parallel.fsdp:
         return f"{lay.label()} (states sharded over {lay.state_shards})"
     return lay.label()
+
+
+def layout_json(job: JobSpec, mb: MicroBatch) -> dict | None:
+    """`--json`'s "layout": the sizes in force, the ranks sharing the states and a rank's tokens (null without a
+    parallelism config)."""
+    lay = job.parallel.layout
+    if not lay.active:
+        return None
+    return {"dp_replicate_size": lay.dp_replicate, "dp_shard_size": lay.dp_shard, "tp_size": lay.tp,
+            "cp_size": lay.cp, "sp_size": lay.sp, "data_parallel_size": lay.data_parallel,
+            "state_shards": lay.state_shards, "tokens_per_rank": mb.tokens, "label": lay.label()}
