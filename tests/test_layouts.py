@@ -194,15 +194,18 @@ def test_kv_heads_replicated_when_sp_exceeds_them():
     from hpcmem.estimate.parallel import local_micro_batch, sequence_buffers
     from hpcmem.estimate.shape import micro_batch, precision
 
+    # every layer keeps the output re-laid to its 2048 local tokens beside the attention's own: 2048 × q width × bf16
     job = job_with({**SP8, "sp_size": 4, "num_processes": 4}, model=resolve_model("meta-llama/Llama-3.2-1B"),
-                   gradient_checkpointing=False)                     # 32 heads, 8 kv heads: no replication
-    assert sequence_buffers(job, micro_batch(job), precision(job)).kept_per_layer == 0
+                   gradient_checkpointing=False)                     # 32 heads × 64, 8 kv heads: no replication
+    mb = local_micro_batch(job, micro_batch(job))
+    assert sequence_buffers(job, mb, precision(job)).kept_per_layer == 2048 * 32 * 64 * 2
     small = resolve_model("Qwen/Qwen2.5-1.5B")                       # 12 heads, 2 kv heads, head_dim 128
     job = job_with({**SP8, "sp_size": 4, "num_processes": 4}, model=small)
     mb = local_micro_batch(job, micro_batch(job))
-    # per tensor: the whole 8192-token sequence × one replicated head × 128 × bf16, minus the local formula's
+    # + per tensor: the whole 8192-token sequence × one replicated head × 128 × bf16, minus the local formula's
     # 2048 tokens × 2 kv heads × 128 × bf16; for k and v
-    assert sequence_buffers(job, mb, precision(job)).kept_per_layer == 2 * (8192 * 128 * 2 - 2048 * 2 * 128 * 2)
+    replicated = 2 * (8192 * 128 * 2 - 2048 * 2 * 128 * 2)
+    assert sequence_buffers(job, mb, precision(job)).kept_per_layer == 2048 * 12 * 128 * 2 + replicated
 
 
 def test_single_gpu_is_one_process_from_the_file_and_by_name(tmp_path):
