@@ -44,28 +44,24 @@ def component(est, name: str) -> int:
     return next(c.bytes for c in est.peak_phase.components if c.name == name)
 
 
-def test_cp4_names_the_layout_and_keeps_a_quarter_of_the_sequence(tmp_path):
-    job, _ = from_yaml(yaml_file(tmp_path, FSDP2, dp_shard_size=2, cp_size=4))
-    plain, _ = from_yaml(yaml_file(tmp_path, FSDP2))
+# (base config, split, name in the summary, weight bytes per rank): FSDP2 shards over the flattened dp_shard × cp
+# mesh, all 8 ranks, in fp32 (accelerate upcasts under bf16); ZeRO-3 over DeepSpeed's sequence-data-parallel group,
+# all 8 ranks, 16-bit (engine.py seq_data_parallel_group)
+SPLITS = [(FSDP2, {"cp_size": 4}, "dp_shard 2 × cp 4", PSI * 4 // 8), (ZERO3, {"sp_size": 4}, "sp 4 × dp 2", PSI * 2 // 8)]
+
+
+@pytest.mark.parametrize("base,split,name,weights", SPLITS, ids=["cp4", "sp4"])
+def test_a_split_row_names_the_layout_and_keeps_a_quarter_of_the_sequence(tmp_path, base, split, name, weights):
+    job, _ = from_yaml(yaml_file(tmp_path, base, dp_shard_size=2, **split))
+    plain, _ = from_yaml(yaml_file(tmp_path, base))
     est, ref = estimate(job), estimate(plain)
-    assert "dp_shard 2 × cp 4" in est.summary and "16384 tokens per rank" in est.summary
+    assert name in est.summary and "16384 tokens per rank" in est.summary
     # full checkpointing keeps each layer's bf16 input: 36 layers × 2 B × 4096 × (65536 / 4) tokens (+ RoPE cos/sin)
     assert component(est, "activations") == pytest.approx(LAYERS * 2 * H * 65536 // 4, rel=0.005)
     assert component(est, "activations") == pytest.approx(component(ref, "activations") / 4, rel=0.001)
-    # FSDP2 shards over the flattened dp_shard × cp mesh: all 8 ranks, fp32 (accelerate upcasts under bf16)
-    assert est.peak_phase.components[0].bytes == PSI * 4 // 8
+    assert est.peak_phase.components[0].bytes == weights
     assert est.fits and est.device_peak_bytes < ref.device_peak_bytes
-
-
-def test_sp4_under_zero3_splits_the_sequence_and_shards_over_every_rank(tmp_path):
-    job, _ = from_yaml(yaml_file(tmp_path, ZERO3, dp_shard_size=2, sp_size=4))
-    plain, _ = from_yaml(yaml_file(tmp_path, ZERO3))
-    est, ref = estimate(job), estimate(plain)
-    assert "sp 4 × dp 2" in est.summary and "16384 tokens per rank" in est.summary
-    assert component(est, "activations") == pytest.approx(LAYERS * 2 * H * 65536 // 4, rel=0.005)
-    # ZeRO-3 over the sequence-data-parallel group (all 8 ranks): 16-bit weights / 8 (engine.py seq_data_parallel_group)
-    assert est.peak_phase.components[0].bytes == PSI * 2 // 8
-    assert any("do not act under DeepSpeed" in w for w in est.warnings)
+    assert any("do not act under DeepSpeed" in w for w in est.warnings) == ("sp_size" in split)
 
 
 def test_hsdp_shards_within_the_group_and_replicates_across(tmp_path):
