@@ -275,3 +275,51 @@ def test_json_names_the_layout(tmp_path):
     assert lay["tokens_per_rank"] == 65536 // 4
     plain, _ = from_yaml(yaml_file(tmp_path, FSDP2))
     assert estimate(plain).to_json()["layout"] is None
+
+
+def test_the_planner_proposes_a_split_row_when_data_parallel_plans_must_offload_activations():
+    """Qwen3-8B at 131,072 tokens on 8 × H100: every data-parallel plan that fits offloads activations, so context
+    and sequence parallelism are searched; the first plan splits the row, its safe bound fits, and its flags rebuild
+    the same job."""
+    import shlex
+
+    from hpcmem.cli.options import job_from_cli
+    from hpcmem.gpus import gpu_spec
+    from hpcmem.plan import search
+    from hpcmem.plan.flags import flags_line
+
+    base = {"model_name_or_path": "Qwen/Qwen3-8B", "max_length": 131072, "num_processes": 8}
+    job, _ = build_job("sft", base)
+    gpu = gpu_spec("H100-80GB")
+    report = search(job, gpu, fixed=set(base), top=5)
+    best = report.plans[0]
+    assert best.job.parallel.layout.seq_shards > 1, best.knobs.label()
+    assert best.safe_device_peak_bytes <= gpu.usable_bytes
+    from hpcmem.plan.layouts import split
+
+    assert any(v.fits and v.knobs.activation_offloading and not split(v.knobs.sharding)[1]
+               for v in report.walked)                      # a data-parallel plan fitted, by offloading activations
+    flags = shlex.split(flags_line(job, best.job))
+    given = dict(zip(flags[::2], flags[1::2]))
+    rebuilt, _ = job_from_cli("sft", {**base, **{k.lstrip("-"): v for k, v in given.items()}})
+    assert rebuilt.parallel == best.job.parallel and estimate(rebuilt).device_peak_bytes == best.device_peak_bytes
+    short, _ = build_job("sft", {**base, "max_length": 2048})
+    assert all(p.job.parallel.layout.seq_shards == 1 for p in search(short, gpu, fixed=set(base), top=5).plans)
+
+
+def test_submit_dry_run_writes_the_layout_into_the_accelerate_yaml(tmp_path):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "hpcmem", "submit", "sft", "--model_name_or_path", "Qwen/Qwen3-8B", "--max_length",
+           "131072", "--num_processes", "8", "--preset", "example-h100", "--plan", "--dry-run", "--runs-dir",
+           str(tmp_path)]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    config = yaml.safe_load((folder / "accelerate.yaml").read_text())
+    block = config["parallelism_config"]
+    assert max(block["parallelism_config_cp_size"], block["parallelism_config_sp_size"]) > 1
+    trl = yaml.safe_load((folder / "trl.yaml").read_text())
+    split = max(block["parallelism_config_cp_size"] * 2, block["parallelism_config_sp_size"])
+    assert trl["pad_to_multiple_of"] % split == 0

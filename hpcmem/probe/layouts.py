@@ -13,14 +13,14 @@ from typing import Any
 
 def parallelism_env(job: Any) -> dict[str, str]:
     """PARALLELISM_CONFIG_* and ACCELERATE_USE_PARALLELISM_CONFIG for the job's layout ({} without one)."""
-    from accelerate.commands.launch import launch_command_parser
-    from accelerate.utils.launch import prepare_extend_env_parallelism_config
-
     from hpcmem.launch.parallelism import parallelism_block
 
     block = parallelism_block(job.parallel)
     if not block:
         return {}
+    from accelerate.commands.launch import launch_command_parser
+    from accelerate.utils.launch import prepare_extend_env_parallelism_config
+
     args = launch_command_parser().parse_args(["x.py"])        # accelerate's defaults for every argument
     for key, value in block.items():
         setattr(args, key, value)
