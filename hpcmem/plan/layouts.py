@@ -20,6 +20,10 @@ from hpcmem.spec import JobSpec
 # sharding name of the planner → the data-parallel sharding a layout is built on
 CP_BASES = ("fsdp2", "fsdp2+offload")
 SP_BASES = ("zero3", "zero3+offload_opt")
+# Largest split searched: the ranks of one row exchange k/v (CP) or every head (SP) once per layer, which only pays
+# inside fast interconnect domains; TRL's own long-context example splits a row over the 8 GPUs of one node. A bound
+# on the search, not a rule: a given cp_size/sp_size of any size is estimated.
+MAX_SPLIT = 64
 # fields that fix the layout when given (they belong to the sharding axis)
 LAYOUT_FIELDS = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size", "cp_comm_strategy",
                  "sp_attn_implementation")
@@ -56,10 +60,12 @@ def train_changes(job: JobSpec, name: str) -> dict[str, Any]:
 
 def layout_names(job: JobSpec) -> list[str]:
     """Every layout worth estimating for the job: SFT (the trainer TRL splits sequences for), more than one rank."""
+    from hpcmem.plan.knobs import _divisors
+
     world = job.parallel.world_size
     if job.train.trainer != "sft" or world < 2:
         return []
-    sizes = [d for d in range(2, world + 1) if world % d == 0]
+    sizes = [d for d in _divisors(world, MAX_SPLIT) if d > 1]
     return [f"{base}+cp{d}" for d in sizes for base in CP_BASES] + \
         [f"{base}+sp{d}" for d in sizes for base in SP_BASES]
 
