@@ -48,7 +48,7 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
 
         trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json, rescore_only=rescore)
         return
-    from hpcmem.probe.record import estimator_dir
+    from hpcmem.record import estimator_dir
     from hpcmem.validate import against_probes
     from hpcmem.validate.table import render
 

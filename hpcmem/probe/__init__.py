@@ -13,9 +13,12 @@ from typing import Any
 
 def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int = 1,
               capacity_bytes: int | None = None, out: str | Path | None = None, write: bool = True
-              ) -> dict[str, Any]:
-    """Estimate, run, record. Returns the record; `write=False` keeps it out of the records file."""
-    from hpcmem.probe.record import append_record, records_path
+              ) -> Any:
+    """Estimate, run, record. Returns the Record (hpcmem.record); `write=False` keeps it out of the records file,
+    else it is appended to `record_file(record, out)`."""
+    import dataclasses
+
+    from hpcmem.record import append_record
     from hpcmem.probe.runner import estimate_before, make_record, measure, quiet
 
     if steps <= warmup_steps:
@@ -56,13 +59,18 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
         raise HpcmemError("probe failed (no record written): " + "; ".join(reasons))
     record = make_record(job, measured=measured, estimate=estimate, estimate_error=estimate_error, device=device,
                          steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes, started=started)
-    record["timings"] = {"wall_s": round(time.time() - started, 3), **(measured.get("timings") or {})}
+    record = dataclasses.replace(record, timings={"wall_s": round(time.time() - started, 3),
+                                                  **(measured.get("timings") or {})})
     if write:
-        gpu = (record.get("gpu") or {}).get("gpu_name") if device != "cpu" else None
-        path = Path(out) if out else records_path(gpu)
-        append_record(path, record)
-        record["_path"] = str(path)
+        append_record(record_file(record, out), record)
     return record
+
+
+def record_file(record: Any, out: str | Path | None) -> Path:
+    """Where a probe's record goes: `out`, else estimator/probes/<the GPU it ran on>.jsonl (cpu.jsonl on CPU)."""
+    from hpcmem.record import records_path
+
+    return Path(out) if out else records_path(record.gpu_name if record.device != "cpu" else None)
 
 
 def align_allocator(job: Any, device: str) -> Any:
@@ -72,7 +80,7 @@ def align_allocator(job: Any, device: str) -> Any:
     import dataclasses
     import os
 
-    from hpcmem.probe.record import expandable_in_env
+    from hpcmem.record import expandable_in_env
 
     if device != "cuda":
         return job

@@ -31,7 +31,7 @@ def free_port() -> int:
 def run_ranks(job: Any, *, device: str, steps: int, warmup_steps: int, capacity_bytes: int | None,
               timeout_s: float = WORKER_TIMEOUT_S) -> dict[str, Any]:
     """Measure every rank of `job.parallel.num_processes` local processes; return the merged measurement."""
-    from hpcmem.probe.record import job_to_dict
+    from hpcmem.record import job_to_dict
 
     world = job.parallel.num_processes
     with tempfile.TemporaryDirectory(prefix="hpcmem-ranks-") as tmp:
@@ -122,6 +122,12 @@ def merge_ranks(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         for key in ("peak_phase", "phases", "device_info", "timings", "not_applied"):
             merged[key] = worst.get(key)
         merged["worst_rank"] = ranks.index(worst)
+    timed = [r for r in ranks if r.get("status") == "ok" and r.get("step_times_s")]
+    if timed and len({len(r["step_times_s"]) for r in timed}) == 1:
+        # a step ends for the job when its slowest rank ends it; tokens are per GPU (each rank's own micro-batches)
+        merged["step_times_s"] = [max(times) for times in zip(*(r["step_times_s"] for r in timed))]
+        merged["tokens_per_step"] = [round(sum(t) / len(t)) for t in zip(*(r.get("tokens_per_step") or
+                                                                         [0] * len(r["step_times_s"]) for r in timed))]
     ooms = [r["oom"] for r in ranks if r.get("oom")]
     if ooms:
         merged["oom"] = ooms[0]
@@ -129,7 +135,7 @@ def merge_ranks(ranks: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _worker(payload_path: str, out_dir: str) -> int:
-    from hpcmem.probe.record import job_from_dict
+    from hpcmem.record import job_from_dict
     from hpcmem.probe.runner import measure, quiet
 
     quiet()

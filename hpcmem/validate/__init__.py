@@ -33,7 +33,7 @@ class Report:
 def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | None = None, fit: bool = False,
                    stored: bool = False, gpu: str | None = None, fit_dir: str | Path | None = None) -> Report:
     """`fit=True` stores each GPU's calibration in `fit_dir` (default: calibration.default_fit_dir())."""
-    from hpcmem.probe.record import estimator_dir
+    from hpcmem.record import estimator_dir
     from hpcmem.validate import calibration
     from hpcmem.validate.probes import load
     from hpcmem.validate.table import table
@@ -43,7 +43,7 @@ def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | N
     slugs = sorted({p.gpu for p in loaded.points})
     if fit:
         for slug in slugs:
-            recs = [r for r in loaded.records if r.get("_slug") == slug]
+            recs = loaded.by_gpu.get(slug, [])
             cal = calibration.fit(recs, [p for p in loaded.points if p.gpu == slug], slug, loaded.files)
             folder = Path(fit_dir) if fit_dir else calibration.default_fit_dir()
             report.calibrations.append(str(calibration.save(cal, folder)))
