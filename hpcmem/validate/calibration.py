@@ -54,8 +54,12 @@ def held_out(record_id: str) -> bool:
     return int(hashlib.sha1(record_id.encode()).hexdigest(), 16) % HOLDOUT_EVERY == 0
 
 
-def fit(records: list[Record], points: list[Point], gpu: str, sources: list[str]) -> dict[str, Any]:
-    """Fit one GPU's constants from its records and the estimate/measurement points made from them."""
+def fit(records: list[Record], points: list[Point], gpu: str, sources: list[str],
+        speed: list[Any] | None = None) -> dict[str, Any]:
+    """Fit one GPU's constants from its records and the estimate/measurement points made from them; with `speed`
+    rows (hpcmem.validate.speed) also the throughput model's MFU curve when enough runs timed their steps."""
+    from hpcmem.validate.speed import fit_mfu
+
     ok = [r for r in records if r.status == "ok"]
     train_ids = {r.id for r in records if not held_out(r.id)}
     train = [p for p in points if p.record_id in train_ids]
@@ -84,6 +88,7 @@ def fit(records: list[Record], points: list[Point], gpu: str, sources: list[str]
         "allocator": _allocator([r for r in ok if r.id in train_ids]),
         "margins": {k: v for k, v in margins.items() if v is not None},
         "held_out": _held_out_report(test, margins),
+        **({"throughput": mfu} if (mfu := fit_mfu(speed or [])) else {}),
     }
 
 
