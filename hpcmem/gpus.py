@@ -80,6 +80,15 @@ def _with_calibration(name: str, **fields: Any) -> GpuSpec:
                    campaign=campaign_of(calibration) if calibration else None, **fields)
 
 
+def recalibrated(spec: GpuSpec) -> GpuSpec:
+    """The same GPU (catalog or described) with the calibration on the search path now, not the one it had when a
+    record stored it."""
+    return _with_calibration(spec.name, memory_bytes=spec.memory_bytes, bf16_tflops=spec.bf16_tflops,
+                             memory_bandwidth_gbps=spec.memory_bandwidth_gbps,
+                             compute_capability=spec.compute_capability, capacity_bytes=spec.capacity_bytes,
+                             capacity_note=spec.capacity_note)
+
+
 def gpu_for_device(device_name: str | None, memory_bytes: int | None) -> GpuSpec | None:
     """The catalog GPU (with its calibration) of a driver-reported name and memory ("NVIDIA H200", 150109880320 B →
     H200), or None when the catalog has no match."""

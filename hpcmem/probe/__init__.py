@@ -16,10 +16,8 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
               ) -> Any:
     """Estimate, run, record. Returns the Record (hpcmem.record); `write=False` keeps it out of the records file,
     else it is appended to `record_file(record, out)`."""
-    import dataclasses
-
+    from hpcmem.probe.runner import estimate_before, measure, quiet
     from hpcmem.record import append_record
-    from hpcmem.probe.runner import estimate_before, make_record, measure, quiet
 
     if steps <= warmup_steps:
         raise ValueError(f"steps ({steps}) must exceed warmup_steps ({warmup_steps}): the peak is taken after warm-up")
@@ -48,9 +46,23 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
         quiet()
         measured = measure(job, device=device, steps=steps, warmup_steps=warmup_steps,
                            capacity_bytes=capacity_bytes)
-    if measured.get("status") in ("error", "aborted"):
-        from hpcmem.errors import HpcmemError
+    record = finished_record(job, measured, estimate=estimate, estimate_error=estimate_error, device=device,
+                             steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes, started=started)
+    if write:
+        append_record(record_file(record, out), record)
+    return record
 
+
+def finished_record(job: Any, measured: dict[str, Any], *, estimate: dict[str, Any] | None, estimate_error: str | None,
+                    device: str, steps: int, warmup_steps: int, capacity_bytes: int | None, started: float) -> Any:
+    """The Record of a measurement (this process's, or ranks merged by hpcmem.probe.dist); a run that failed or was
+    stopped is an HpcmemError naming why (the failing rank's last output), never a record."""
+    import dataclasses
+
+    from hpcmem.errors import HpcmemError
+    from hpcmem.probe.runner import make_record
+
+    if measured.get("status") in ("error", "aborted"):
         ranks = measured.get("ranks", [])
         tails = [r.get("log_tail", "") for r in ranks if r.get("status") == "error"]
         if tails:
@@ -59,11 +71,8 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
         raise HpcmemError("probe failed (no record written): " + "; ".join(reasons))
     record = make_record(job, measured=measured, estimate=estimate, estimate_error=estimate_error, device=device,
                          steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes, started=started)
-    record = dataclasses.replace(record, timings={"wall_s": round(time.time() - started, 3),
-                                                  **(measured.get("timings") or {})})
-    if write:
-        append_record(record_file(record, out), record)
-    return record
+    return dataclasses.replace(record, timings={"wall_s": round(time.time() - started, 3),
+                                                **(measured.get("timings") or {})})
 
 
 def record_file(record: Any, out: str | Path | None) -> Path:

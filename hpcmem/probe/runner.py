@@ -163,6 +163,10 @@ def measure(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int 
             trainer.train()
             clock.switch("end")
             timings["train_s"] = time.perf_counter() - t1
+        except ImportError as exc:      # a package the job needs is missing here (flash_attn, bitsandbytes…)
+            from hpcmem.errors import HpcmemError
+
+            raise HpcmemError(f"the run cannot start on this machine: {type(exc).__name__}: {exc}") from None
         except (torch.OutOfMemoryError, RuntimeError) as exc:
             if not is_oom(exc):
                 raise

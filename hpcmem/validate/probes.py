@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcmem.gpus import gpu_for_device, gpu_slug
+from hpcmem.gpus import gpu_for_device, gpu_slug, recalibrated
 from hpcmem.record import PEAK_KEYS, Record, read_records
 from hpcmem.validate.table import PEAKS, Point
 
@@ -76,13 +76,16 @@ def estimate_for(rec: Record, stored: bool) -> tuple[dict[str, Any] | None, str 
 
 
 def record_job(rec: Record) -> Any:
-    """The job as it ran: the record's spec, its allocator environment, and — when the spec named no GPU — the catalog
-    GPU the probe ran on, so that the GPU's calibration and its cuBLAS workspace size apply."""
+    """The job as it ran: the record's spec, its allocator environment, and its GPU with today's calibration — the
+    one the spec named (catalog or described), else the catalog GPU the probe ran on — so that the GPU's
+    calibration and its cuBLAS workspace size apply."""
     import dataclasses
 
     job = rec.job_spec()
     info = rec.gpu
-    gpu = gpu_for_device(info.gpu_name, info.memory_bytes) if job.gpu is None and info else None
+    if job.gpu is not None:
+        return dataclasses.replace(job, gpu=recalibrated(job.gpu))
+    gpu = gpu_for_device(info.gpu_name, info.memory_bytes) if info else None
     return dataclasses.replace(job, gpu=gpu) if gpu else job
 
 
