@@ -99,13 +99,16 @@ def plan_cases(gpu: GpuSpec, *, gpus_per_node: int, max_nodes: int | None, tiny:
     peak = "tensors" if tiny else "device"
     sized_gpu = dataclasses.replace(gpu, capacity_bytes=capacity)
     notes: list[str] = []
-    cases = (_kit(sized_gpu, resolve, peak, tiny, notes) + _sized(sized_gpu, resolve, peak, tiny, notes)
-             + _boundary(sized_gpu, resolve, peak, tiny) + _multi(sized_gpu, resolve, peak, tiny, gpus_per_node,
-                                                                   max_nodes, notes)
-             + [_predicted(c, sized_gpu, resolve, peak) for c in extra])
-    if only:
-        patterns = [p.strip() for p in only.split(",") if p.strip()]
-        cases = [c for c in cases if any(fnmatch.fnmatchcase(c.name, p) for p in patterns)]
+    patterns = [p.strip() for p in (only or "*").split(",") if p.strip()]
+
+    def wanted(name: str) -> bool:          # checked before a case is sized: --only makes small campaigns cheap
+        return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+    cases = (_kit(sized_gpu, resolve, peak, tiny, notes, wanted)
+             + _sized(sized_gpu, resolve, peak, tiny, notes, wanted)
+             + _boundary(sized_gpu, resolve, peak, tiny, wanted)
+             + _multi(sized_gpu, resolve, peak, tiny, gpus_per_node, max_nodes, notes, wanted)
+             + [_predicted(c, sized_gpu, resolve, peak) for c in extra if wanted(c.name)])
     names = [c.name for c in cases]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -170,9 +173,9 @@ def _tiny_flags(case: Case, tiny: bool) -> Case:
     return dataclasses.replace(case, flags=flags, capacity_gib=None, capacity_bytes=capacity)
 
 
-def _kit(gpu, resolve, peak, tiny, notes) -> list[CampaignCase]:
+def _kit(gpu, resolve, peak, tiny, notes, wanted) -> list[CampaignCase]:
     out = []
-    for case in CASES:
+    for case in (c for c in CASES if wanted(c.name)):
         cc = _predicted(CampaignCase(case=_tiny_flags(case, tiny), family="kit"), gpu, resolve, peak)
         simulated = case.capacity_gib is not None
         if cc.fraction is not None and cc.fraction > OVER and not simulated:
@@ -203,13 +206,15 @@ def _as_case(sized: boundary.Sized, name: str, family: str, gpu: GpuSpec, tiny: 
                         predicted_bytes=sized.predicted_bytes, capacity_bytes=gpu.usable_bytes)
 
 
-def _sized(gpu, resolve, peak, tiny, notes) -> list[CampaignCase]:
+def _sized(gpu, resolve, peak, tiny, notes, wanted) -> list[CampaignCase]:
     bases = [("sft", m, t) for m in SWEEP_MODELS for t in SWEEP_TECHNIQUES]
     bases += [(trainer, m, t) for trainer, m in PREFERENCE for t in ("full+gc", "lora+gc")]
     out = []
     for i, (trainer, short, technique) in enumerate(bases):
         target = SPAN[i % len(SPAN)]
         name = f"{trainer}-{short}-{technique}-{round(100 * target)}"
+        if not wanted(name):
+            continue
         base = Case(name, trainer, SWEEP_MODELS[short], dict(SWEEP_TECHNIQUES[technique]))
         sized = _size(base, target, gpu, resolve, peak, tiny)
         if sized is None:
@@ -219,11 +224,14 @@ def _sized(gpu, resolve, peak, tiny, notes) -> list[CampaignCase]:
     return out
 
 
-def _boundary(gpu, resolve, peak, tiny) -> list[CampaignCase]:
+def _boundary(gpu, resolve, peak, tiny, wanted) -> list[CampaignCase]:
+    names = [f"boundary-{b.name}-{round(100 * t)}" for b in boundary.BASES for t in boundary.TARGETS]
+    if not any(map(wanted, names)):
+        return []
     models = {b.model: resolve(b.model) for b in boundary.BASES}
     top = boundary.LENGTH_STEP if tiny else boundary.MAX_LENGTH
     return [_as_case(s, s.name, "boundary", gpu, tiny)
-            for s in boundary.sweep(gpu, gpu.usable_bytes, peak=peak, models=models, max_length=top)]
+            for s in boundary.sweep(gpu, gpu.usable_bytes, peak=peak, models=models, max_length=top) if wanted(s.name)]
 
 
 def _expanded(flags: dict[str, Any]) -> dict[str, Any]:
@@ -232,7 +240,7 @@ def _expanded(flags: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def _multi(gpu, resolve, peak, tiny, gpus_per_node, max_nodes, notes) -> list[CampaignCase]:
+def _multi(gpu, resolve, peak, tiny, gpus_per_node, max_nodes, notes, wanted) -> list[CampaignCase]:
     layouts = [(n, 1) for n in sorted({2, gpus_per_node}) if 2 <= n <= gpus_per_node]
     if max_nodes is None or max_nodes >= 2:
         layouts.append((gpus_per_node, 2))
@@ -244,6 +252,8 @@ def _multi(gpu, resolve, peak, tiny, gpus_per_node, max_nodes, notes) -> list[Ca
             ranks = per_node * nodes
             where = f"{nodes}node-x{ranks}" if nodes > 1 else f"x{ranks}"
             name = f"{layout}-{where}-{MULTI_MODEL}"
+            if not wanted(name):
+                continue
             layout_flags = {**BF16, **_expanded(flags), "num_processes": ranks, "num_machines": nodes}
             base = Case(name, "sft", SWEEP_MODELS[MULTI_MODEL], layout_flags, 60.0, solo=True)
             sized = _size(base, MULTI_TARGET, gpu, resolve, peak, tiny)

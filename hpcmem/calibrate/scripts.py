@@ -108,22 +108,34 @@ def _steps(job: Job, preset: Preset, campaign_dir: str, command: tuple[str, ...]
                   f"elif (( prepared == {ALREADY} )); then true; else (exit \"$prepared\"); fi")], give_up
 
 
-def render_job(job: Job, preset: Preset, *, campaign_dir: str, campaign_name: str, time: str,
-               command: tuple[str, ...] = COMMAND) -> str:
-    """The whole script of one campaign job."""
+def _resources(job: Job, preset: Preset) -> tuple[int, int | None]:
+    """CPUs per task and memory (GB, None: the partition's default): the job's share of a node's, by GPUs."""
     share = job.gpus / preset.gpus_per_node if job.gpus else 0.0
     cpus = max(1, int(preset.cpus_per_node * share)) if job.kind != "collect" else min(2, preset.cpus_per_node)
     if job.kind == "multi":
         cpus = max(1, cpus // job.gpus)                     # per rank
     memory = (max(1, int(preset.memory_per_node_gb * share)) if preset.memory_per_node_gb and share else None)
-    if job.kind == "collect":
-        memory = min(COLLECT_MEMORY_GB, preset.memory_per_node_gb or COLLECT_MEMORY_GB)
+    if job.kind == "collect":       # without the preset's memory per node, the partition's default
+        memory = min(COLLECT_MEMORY_GB, preset.memory_per_node_gb) if preset.memory_per_node_gb else None
+    return cpus, memory
+
+
+def job_directives(job: Job, preset: Preset, *, campaign_dir: str, time: str) -> list[tuple[str, Any]]:
+    """(option, value) pairs of the job's #SBATCH lines, sorted; value None → a bare flag."""
+    cpus, memory = _resources(job, preset)
+    return _directives(job, preset, campaign_dir, time=time, cpus=cpus, memory_gb=memory)
+
+
+def render_job(job: Job, preset: Preset, *, campaign_dir: str, campaign_name: str, time: str,
+               command: tuple[str, ...] = COMMAND) -> str:
+    """The whole script of one campaign job."""
+    cpus, _ = _resources(job, preset)
     steps, give_up = _steps(job, preset, campaign_dir, command)
     what = {"array": f"job array of {len(job.cases)} single-node case(s) on {job.gpus} GPU(s) each",
             "multi": f"case {job.cases[0] if job.cases else '-'} on {job.nodes} node(s) × {job.gpus} GPU(s)",
             "collect": "the collect job (merge, fit, report, install)"}[job.kind]
     return render("sbatch/calibrate.sh.j2", what=what, campaign_name=campaign_name,
-                  directives=_directives(job, preset, campaign_dir, time=time, cpus=cpus, memory_gb=memory),
+                  directives=job_directives(job, preset, campaign_dir=campaign_dir, time=time),
                   files={"run_dir": campaign_dir}, env=_environment(preset, cpus), modules=preset.modules,
                   setup=[Shell(s) for s in preset.setup], port_base=PORT_BASE, port_span=PORT_SPAN,
                   steps=steps, retry=job.kind != "collect", retry_code=RETRY, give_up=give_up)

@@ -92,9 +92,15 @@ def running_jobs(runner: Runner, ids: list[str]) -> set[str] | None:
 def _campaign(preset: Preset, opt: Options, runner: Runner) -> Campaign:
     from hpcmem.gpus import gpu_spec
 
+    from hpcmem.inputs.files import is_file
+    from hpcmem.inputs.values import shown
+
     gpu = gpu_spec(preset.gpu)
     root = opt.campaign_dir.absolute()
-    if (root / "campaign.json").is_file():
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 or c == "\\" for c in str(root)):
+        # the folder reaches #SBATCH --output, which ends at a line break and from which SLURM drops backslashes
+        raise HpcmemError(f"--campaign folder must hold no control character or backslash; got {shown(str(root))}")
+    if is_file(root / "campaign.json"):
         camp = Campaign.load(root)
         same = (camp.data["preset"], camp.data["gpu_name"], camp.data["device"], camp.data["tiny"])
         if same != (preset.name, gpu.name, opt.device, opt.tiny):
@@ -126,8 +132,9 @@ def plan(preset: Preset, opt: Options, runner: Runner, *, models_dir: Path | Non
         out.notes.append("squeue did not answer: jobs of earlier submissions are assumed finished")
     in_flight = {case for jid in (alive or set()) for case in jobs[jid]}
     for c in cases:
-        why = ("recorded" if c.name in done else "in flight" if c.name in in_flight else
-               f"failed: {failed[c.name]}" if c.name in failed and not opt.retry_failed else None)
+        why = ("recorded" if c.name in done else
+               f"failed: {failed[c.name]}" if c.name in failed and not opt.retry_failed else
+               "in flight" if c.name in in_flight else None)
         if why:
             out.skipped[c.name] = why
         else:

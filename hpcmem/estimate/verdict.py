@@ -75,8 +75,10 @@ class FitVerdict:
             return (f"{head} with {pct(100 * self.coverage)} % coverage: {bound}, calibrated on {cal['gpu']}, "
                     f"n = {cal['n']}")
         if cal["status"] == "default":
-            return (f"{head} ({self.gpu_name} uncalibrated, coverage unknown) — {bound}, default margin from "
-                    f"{cal['gpu']}'s records (n = {cal['n']}, {pct(100 * cal['coverage'])} % coverage there)")
+            rehearsed = (f"; campaign {campaign['name']} at {campaign['site']} on {campaign['date']} ran on "
+                         f"{campaign['device']}" if campaign else "")
+            return (f"{head} ({self.gpu_name} uncalibrated{rehearsed}, coverage unknown) — {bound}, default margin "
+                    f"from {cal['gpu']}'s records (n = {cal['n']}, {pct(100 * cal['coverage'])} % coverage there)")
         return f"{head} (no calibration anywhere: margin 0) — {bound}"
 
 
