@@ -194,3 +194,13 @@ def test_a_gpu_campaign_is_named_by_every_verdict_on_its_gpu(tmp_path, monkeypat
     date = cal["campaign"]["date"]
     assert f"calibrated at hpc-east on {date}, n = {m['n']} (campaign l40s-campaign)" in est, est
     assert f"{100 * m['margin']:.1f} %" in est and (tmp_path / "l40s-campaign" / "report" / "report.md").is_file()
+
+
+def test_planning_a_campaign_stays_light():
+    """Planning and printing a campaign (on a login node) never imports torch, transformers, trl or deepspeed."""
+    code = ("import sys, io, contextlib; from hpcmem.cli import run\n"
+            "with contextlib.redirect_stdout(io.StringIO()): assert run(['calibrate', '--preset', 'example-h100', "
+            "'--dry-run', '--json']) == 0\n"
+            "assert not {'torch', 'transformers', 'trl', 'deepspeed'} & set(sys.modules), sorted(sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
