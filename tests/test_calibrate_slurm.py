@@ -14,17 +14,15 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.slurm import jobs
-from tests.slurm.cluster import PARTITION, SlurmCluster, slurm_available
+from tests.slurm.cluster import PARTITION, SlurmCluster, running_cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 
@@ -35,16 +33,7 @@ FAILING = "site-no-flash-attn"
 
 @pytest.fixture(scope="module")
 def cluster():
-    if not slurm_available():
-        pytest.skip("slurmctld is not installed (`make slurm-deps` installs it as root)")
-    root = Path(tempfile.mkdtemp(prefix="hpcmem-slurm-"))   # no spaces: slurm.conf paths are not quoted
-    c = SlurmCluster(root)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    yield from running_cluster()
 
 
 def _site(tmp: Path) -> dict:
@@ -64,8 +53,10 @@ def _site(tmp: Path) -> dict:
 
 
 def _hpcmem(cluster: SlurmCluster, env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    # DeepSpeed's CPU ranks JIT-build a shared-memory op on first use: the Makefile's cache (minutes under load)
-    ext = os.environ.get("TORCH_EXTENSIONS_DIR") or str(jobs.ROOT / ".torch_extensions")
+    # DeepSpeed's CPU ranks JIT-build a shared-memory op on first use (minutes on a loaded 2-core machine), and
+    # rebuild it whenever the compile command differs, as it does between SLURM's task environment and a shell: the
+    # jobs get their own cache next to the Makefile's, so neither evicts the other's build
+    ext = str(Path(os.environ.get("TORCH_EXTENSIONS_DIR") or jobs.ROOT / ".torch_extensions") / "slurm-jobs")
     full = {**cluster.env, **env, "PYTHONPATH": str(jobs.ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "TORCH_EXTENSIONS_DIR": ext}
     done = subprocess.run([sys.executable, "-m", "hpcmem", *args], env=full, capture_output=True, text=True,
@@ -127,6 +118,7 @@ def test_a_campaign_runs_retries_collects_and_installs(cluster, tmp_path):
     assert set(records) == {"sft-q05-full+gc-20", REQUEUED, "zero3-2node-x2-l1b"}
     zero3 = records["zero3-2node-x2-l1b"]
     assert zero3.job["parallel"]["zero_stage"] == 3 and [r.rank for r in zero3.measured.ranks] == [0, 1]
+    assert zero3.status == "ok" and all(r.peak_allocated_bytes and r.step_times_s for r in zero3.measured.ranks)
     assert all(r.campaign == "campaign" for r in records.values())
 
     cal = json.loads((Path(env["HPCMEM_DATA"]) / "calibrations" / "testgpu.json").read_text())

@@ -104,13 +104,16 @@ STUBS = {
 }
 
 
-@pytest.fixture(scope="module")
-def stubs(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("stubs")
-    for name, body in STUBS.items():
+def _stub_folder(folder: Path, table: dict[str, str]) -> Path:
+    for name, body in table.items():
         (folder / name).write_text(f"#!/bin/bash\n{body}")
         (folder / name).chmod(0o755)
     return folder
+
+
+@pytest.fixture(scope="module")
+def stubs(tmp_path_factory):
+    return _stub_folder(tmp_path_factory.mktemp("stubs"), STUBS)
 
 
 # ---- building one case through the real edges ------------------------------------------------------------------
@@ -232,11 +235,7 @@ CAMPAIGN_STUBS = {
 
 @pytest.fixture(scope="module")
 def campaign_stubs(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("campaign-stubs")
-    for name, body in CAMPAIGN_STUBS.items():
-        (folder / name).write_text(f"#!/bin/bash\n{body}")
-        (folder / name).chmod(0o755)
-    return folder
+    return _stub_folder(tmp_path_factory.mktemp("campaign-stubs"), CAMPAIGN_STUBS)
 
 
 def _campaign_plan(kind: str, key: str, value: str, tmp: Path):

@@ -88,7 +88,7 @@ def fail(camp: Campaign, cc: CampaignCase, reason: str, code: int, *, local: boo
          final: bool = False) -> int:
     """Record a failed attempt: RETRY when this was the task's first attempt under SLURM, else failed for good."""
     status = camp.status(cc.name)
-    attempt = attempt_number()
+    attempt = len(status.get("attempts") or []) if local else attempt_number()
     status.setdefault("attempts", []).append({"job_id": os.environ.get("SLURM_JOB_ID"), "restart": attempt,
                                               "exit": code, "reason": reason, "time": now()})
     retry = not final and not local and attempt == 0 and "SLURM_JOB_ID" in os.environ

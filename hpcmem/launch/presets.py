@@ -75,7 +75,7 @@ class Preset:
         return slurm_time.parse(self.max_time)
 
     def gpu_spec(self):
-        """The catalog entry for `gpu` (hpcmem.gpus)."""
+        """The GPU `gpu` names: a catalog entry or the site's description (hpcmem.gpus), with its calibration."""
         from hpcmem.gpus import gpu_spec
 
         return gpu_spec(self.gpu)

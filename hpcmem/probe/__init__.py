@@ -1,4 +1,4 @@
-"""Instrument 2: run N real steps of the real TRL trainer on cuda or cpu and record the peaks (design/ACCURACY.md).
+"""Instrument 2: run N real steps of the real TRL trainer on cuda or cpu and record the peaks.
 
 `run_probe(job, ...)` estimates first, measures (one process, or one worker per rank for multi-process jobs), and
 appends one JSON line to `estimator/probes/<gpu>.jsonl`. Heavy packages load inside the functions that need them.
