@@ -270,14 +270,14 @@ def test_campaign_scripts_keep_payloads_data(kind, key, campaign_stubs, tmp_path
             refused += 1
             continue
         assert [j.kind for j in plan.jobs] == ["array", "multi", "collect"], name
-        for job in plan.jobs:
-            text = plan.scripts[job.group]
-            script = tmp / f"{job.group}.sbatch"
+        for sjob in plan.jobs:
+            text = plan.scripts[sjob.group]
+            script = tmp / f"{sjob.group}.sbatch"
             script.write_text(text)
             env = {"PATH": f"{campaign_stubs}:/usr/bin:/bin", "STUB_DIR": str(tmp), "SLURM_JOB_ID": "4242",
                    "SLURM_ARRAY_TASK_ID": "0", "SLURM_JOB_NODELIST": "n1", "HOME": str(tmp)}
             done = subprocess.run(["bash", str(script)], env=env, cwd=tmp, capture_output=True, timeout=60)
-            assert done.returncode == 0, (name, job.group, done.stderr.decode()[-2000:])
+            assert done.returncode == 0, (name, sjob.group, done.stderr.decode()[-2000:])
             time = plan.campaign.data.get("collect_time") if job.kind == "collect" else None
             expected = job_directives(job, pre, campaign_dir=str(plan.campaign.root),
                                       time=_time(job.kind, kind, key, value, time))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -172,14 +171,19 @@ def rank_worker(work: str) -> int:
     return code or (0 if status == "ok" else 3)
 
 
-def run_local(camp: Campaign, names: list[str]) -> dict[str, str]:
-    """Every case in turn in this machine's session (no scheduler): one retry each; multi-node cases are skipped."""
+def run_local(camp: Campaign, names: list[str], *, quiet: bool = False) -> dict[str, str]:
+    """Every case in turn in this machine's session (no scheduler): one retry each; multi-node cases are skipped.
+    Progress goes to stderr (hpcmem.progress), none when `quiet` (--json)."""
+    from hpcmem.progress import Progress
+
+    bar = Progress(len(names), "calibrate --local", enabled=not quiet)
     outcome = {}
     groups = {name: (gid, i) for gid, g in camp.data["groups"].items() for i, name in enumerate(g["cases"])}
     for name in names:
         cc = camp.case(name)
         if cc.nodes > 1:
             outcome[name] = "skipped: needs several nodes (submit the campaign to SLURM)"
+            bar.advance(detail=f"{name}: {outcome[name]}")
             continue
         gid, index = groups[name]
         code = 1
@@ -188,5 +192,6 @@ def run_local(camp: Campaign, names: list[str]) -> dict[str, str]:
             if code == 0:
                 break
         outcome[name] = "done" if code == 0 else f"failed: {camp.status(name)['attempts'][-1]['reason']}"
-        print(f"hpcmem: {name}: {outcome[name]}", file=sys.stderr, flush=True)
+        bar.advance(detail=f"{name}: {outcome[name]}")
+    bar.close()
     return outcome

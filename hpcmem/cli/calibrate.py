@@ -59,7 +59,7 @@ def _print_plan(p: Any, *, dry_run: bool) -> None:
         click.echo(f"note: {note}")
     ids = [f"<{j.group}>" for j in p.jobs if j.kind != "collect"]
     if dry_run and p.jobs:
-        click.echo(f"\nsubmission order: " + "; ".join(f"sbatch --parsable scripts/{j.group}.sbatch" for j in p.jobs
+        click.echo("\nsubmission order: " + "; ".join(f"sbatch --parsable scripts/{j.group}.sbatch" for j in p.jobs
                                                         if j.kind != "collect")
                    + f"; sbatch --parsable --dependency=afterany:{':'.join(ids)} scripts/{p.jobs[-1].group}.sbatch")
 
@@ -113,7 +113,7 @@ def _local(p: Any, kw: dict[str, Any]) -> None:
     from hpcmem.calibrate.task import run_local
 
     record(p)
-    outcome = run_local(p.campaign, p.pending)
+    outcome = run_local(p.campaign, p.pending, quiet=kw["as_json"])
     out = collect(p.campaign, install_dir=kw["install_dir"], png=not kw["no_png"])
     click.echo(json.dumps({"cases": outcome, **out}, indent=1, default=str) if kw["as_json"] else
                f"local campaign: {sum(v == 'done' for v in outcome.values())} of {len(outcome)} ran; calibration "
