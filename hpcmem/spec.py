@@ -301,8 +301,20 @@ class PeakMargin:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Campaign:
+    """The calibration campaign that measured a GPU (`hpcmem calibrate`): where, when, how many runs."""
+
+    name: str
+    site: str
+    date: str                       # YYYY-MM-DD of the fit
+    n: int                          # probe records the calibration was fitted on
+    device: str = "cuda"            # cuda, or cpu for a rehearsal that measured no GPU
+
+
+@dataclass(frozen=True, kw_only=True)
 class GpuSpec:
-    """One GPU model from the catalog (hpcmem/gpus.json) with its calibration, when probes exist."""
+    """One GPU model from the catalog (hpcmem/gpus.json) or described by a site (hpcmem.gpu_describe), with its
+    calibration when probes exist."""
 
     name: str
     memory_bytes: int               # the total nvidia-smi / NVML reports
@@ -314,6 +326,8 @@ class GpuSpec:
     calibration_source: str = ""
     capacity_bytes: int = 0         # what torch can use (mem_get_info's total); 0 → memory_bytes
     margins: tuple[PeakMargin, ...] = ()
+    capacity_note: str = ""         # how the usable capacity is known when no measurement gave it (derived, described)
+    campaign: Campaign | None = None
 
     @property
     def usable_bytes(self) -> int:

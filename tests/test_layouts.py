@@ -256,15 +256,13 @@ def test_fsdp_without_a_version_is_fsdp1_as_accelerate_launch_defaults(tmp_path)
 
 
 def test_the_gpu_campaign_cases_are_jobs_hpcmem_estimates():
-    """estimator/gpu/layouts.yaml: the layouts only a GPU can measure, each a job hpcmem estimates as written."""
-    from pathlib import Path
+    """hpcmem calibrate's long-context family: the layouts only a GPU can measure, each a job hpcmem estimates as
+    written, one node of 8 GPUs."""
+    from hpcmem.calibrate.long_context import CASES, GPUS
 
-    cases = yaml.safe_load((Path(__file__).resolve().parents[1] / "estimator/gpu/layouts.yaml").read_text())["cases"]
-    assert len({c["id"] for c in cases}) == len(cases)
-    for case in cases:
-        settings = {k: v for k, v in case.items() if k not in ("id", "trainer", "gpus", "measures")}
-        job, ignored = build_job(case["trainer"], {**settings, "gpu": "H100-80GB"})
-        assert ignored == [] and job.parallel.layout.active and job.parallel.world_size == case["gpus"], case["id"]
+    for name, (model, flags, _) in CASES.items():
+        job, ignored = build_job("sft", {"model_name_or_path": model, **flags, "gpu": "H100-80GB"})
+        assert ignored == [] and job.parallel.layout.active and job.parallel.world_size == GPUS, name
         assert estimate(job).device_peak_bytes > 0
 
 

@@ -97,7 +97,7 @@ def probe(config: str, **settings) -> dict:
 
     job, _ = build_job("sft", {"model_name_or_path": config, "max_length": 1024, "per_device_train_batch_size": 1,
                                "dtype": "bfloat16", "pad_to_multiple_of": 4, **settings})
-    record = run_probe(job, device="cpu", steps=2, write=False)
+    record = run_probe(job, device="cpu", steps=2, write=False).to_json()
     measured = record["measured"]
     ranks = measured.get("ranks", [measured])
     assert measured["status"] == "ok", [r.get("log_tail", "")[-2000:] for r in ranks]

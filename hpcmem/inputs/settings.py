@@ -43,7 +43,7 @@ def _kind(default: Any, nullable: bool) -> Checker:
 # Settings outside the spec dataclasses, and spec fields TRL also accepts as null (its default is None there).
 _EXTRA: dict[str, Checker] = {
     "model_name_or_path": lambda n, x: v.text(n, x),
-    "gpu": lambda n, x: v.text(n, x, max_len=64),
+    "gpu": lambda n, x: v.text(n, x, max_len=256),    # a catalog name or a description (hpcmem.gpu_describe)
     "accelerate_config": lambda n, x: v.text(n, x),
     "expandable_segments": v.boolean,
     "tokens_per_micro_batch": v.optional_integer,

@@ -39,7 +39,8 @@ from hpcmem.estimate.verdict import safe_bound
 from hpcmem.plan import layouts
 from hpcmem.plan.knobs import GC_VALUES, Knobs, apply, axes, combinations, job_knobs
 from hpcmem.plan.throughput import (
-    PADDED_FILL_FRACTION, THROUGHPUT_UNCERTAINTY, Setting, Throughput, flops_params, interconnect_gbps, throughput,
+    PADDED_FILL_FRACTION, THROUGHPUT_UNCERTAINTY, Setting, Throughput, flops_params, interconnect_gbps, mfu_curve,
+    throughput,
 )
 from hpcmem.spec import GpuSpec, JobSpec
 
@@ -155,7 +156,7 @@ def _dominates(hi: Knobs, lo: Knobs) -> bool:
     return _GC_SAVING[hi.gc] <= _GC_SAVING[lo.gc]
 
 
-class _Speeds:
+class Speeds:
     """Throughput per combination, memoised on the few inputs that differ between combinations."""
 
     def __init__(self, job: JobSpec, gpu: GpuSpec) -> None:
@@ -168,7 +169,7 @@ class _Speeds:
                              attn_width=m.num_attention_heads * m.head_dim, hidden=m.hidden_size,
                              kv_width=m.num_key_value_heads * m.head_dim,
                              world=par.world_size, num_machines=par.num_machines, peak_tflops=gpu.bf16_tflops,
-                             link_gbps=interconnect_gbps(gpu.name, par.num_machines))
+                             link_gbps=interconnect_gbps(gpu.name, par.num_machines), mfu_curve=mfu_curve(gpu.name))
 
     def _shape(self, pack: str, batch: int) -> tuple[int, float, int]:
         """Tokens computed per micro-batch (estimate.shape.micro_batch, the estimator's own), useful share, span."""
@@ -229,7 +230,7 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
     own = job_knobs(base)
     gbs = global_batch_size or own.batch * own.accum * base.parallel.layout.data_parallel
     combos = combinations(axes(base, fixed, gbs, allow_peft, exclude))
-    speeds = _Speeds(base, gpu)
+    speeds = Speeds(base, gpu)
     par_fields = {name: _parallel_fields(base, name) for name in {k.sharding for k in combos}}
     scored = sorted(((speeds(k, par_fields[k.sharding]), k) for k in combos),
                     key=lambda sk: (-round(sk[0].tokens_per_s_per_gpu, 6), sk[1].techniques()))

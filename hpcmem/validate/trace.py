@@ -17,7 +17,7 @@ from typing import Any
 
 from hpcmem.errors import HpcmemError
 from hpcmem.progress import Progress
-from hpcmem.validate.cells import cell_of
+from hpcmem.record.cells import cell_of
 from hpcmem.validate.table import median, quantile
 
 
@@ -197,7 +197,7 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
     print the table."""
     import click
 
-    from hpcmem.probe.record import estimator_dir
+    from hpcmem.record import estimator_dir
 
     root = estimator_dir()
     paths = [Path(cases)] if cases else sorted((root / "cases").glob("*.yaml"))

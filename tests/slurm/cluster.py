@@ -19,7 +19,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,3 +185,30 @@ class SlurmCluster:
             if token.startswith("JobState="):
                 return token.split("=", 1)[1]
         return "UNKNOWN"
+
+
+def require_slurm() -> None:
+    """Skip without SLURM unless root, who installs it the way `make slurm-deps` does."""
+    import pytest
+
+    if slurm_available():
+        return
+    if os.geteuid() != 0:
+        pytest.skip("slurmctld is not installed and we are not root (`make slurm-deps` installs it as root)")
+    subprocess.run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm",
+                   shell=True, check=False, timeout=900, capture_output=True)
+    if not slurm_available():
+        pytest.fail("we are root but slurm-wlm did not install (see `make slurm-deps`)")
+
+
+def running_cluster() -> Iterator[SlurmCluster]:
+    """A started private cluster for a test module's fixture; stopped and removed afterwards."""
+    require_slurm()
+    root = Path(tempfile.mkdtemp(prefix="hpcmem-slurm-"))   # no spaces: slurm.conf paths are not quoted
+    c = SlurmCluster(root)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(root, ignore_errors=True)
