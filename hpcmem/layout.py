@@ -68,7 +68,8 @@ class Layout:
         return self.world
 
     def label(self) -> str:
-        """`dp_shard 2 × cp 4`: the dimensions in force, in accelerate's mesh order (parallelism_config.py `_get_mesh`)."""
+        """`dp_shard 2 × cp 4`: the dimensions in force, in accelerate's mesh order (parallelism_config.py
+        `_get_mesh`)."""
         if self.sp > 1:
             return f"sp {self.sp} × dp {self.data_parallel}"
         dims = [(n, s) for n, s in (("dp_replicate", self.dp_replicate), ("dp_shard", self.dp_shard), ("cp", self.cp),

@@ -109,7 +109,8 @@ def layout_warnings(job: JobSpec) -> list[str]:
     out = []
     if par.distributed_type == "NO" and par.num_processes > 1:
         out.append(f"distributed_type NO: accelerate launches one process whatever num_processes says "
-                   f"({par.num_processes}; commands/launch.py `launch_command` → `simple_launcher`): estimated on 1 GPU")
+                   f"({par.num_processes}; commands/launch.py `launch_command` → `simple_launcher`): "
+                   "estimated on 1 GPU")
     if lay.sp > 1 and (lay.dp_shard > 1 or lay.dp_replicate > 1):
         out.append(f"dp_shard_size/dp_replicate_size do not act under DeepSpeed: ZeRO partitions over all {lay.world} "
                    "ranks and the sp groups are formed by DeepSpeed (accelerate builds no mesh for sequence "

@@ -47,7 +47,8 @@ def component(est, name: str) -> int:
 # (base config, split, name in the summary, weight bytes per rank): FSDP2 shards over the flattened dp_shard × cp
 # mesh, all 8 ranks, in fp32 (accelerate upcasts under bf16); ZeRO-3 over DeepSpeed's sequence-data-parallel group,
 # all 8 ranks, 16-bit (engine.py seq_data_parallel_group)
-SPLITS = [(FSDP2, {"cp_size": 4}, "dp_shard 2 × cp 4", PSI * 4 // 8), (ZERO3, {"sp_size": 4}, "sp 4 × dp 2", PSI * 2 // 8)]
+SPLITS = [(FSDP2, {"cp_size": 4}, "dp_shard 2 × cp 4", PSI * 4 // 8),
+          (ZERO3, {"sp_size": 4}, "sp 4 × dp 2", PSI * 2 // 8)]
 
 
 @pytest.mark.parametrize("base,split,name,weights", SPLITS, ids=["cp4", "sp4"])
@@ -124,7 +125,8 @@ def test_keys_accelerate_reads_without_memory_effect_are_listed_as_ignored(tmp_p
 @pytest.mark.parametrize("kw,rule", [
     ({"distributed_type": "FSDP", "num_processes": 8, "cp_size": 4}, "covers"),
     ({"distributed_type": "FSDP", "num_processes": 8, "cp_size": 2, "sp_size": 4}, "exclude each other"),
-    ({"distributed_type": "DEEPSPEED", "zero_stage": 3, "num_processes": 8, "cp_size": 8}, "needs distributed_type FSDP"),
+    ({"distributed_type": "DEEPSPEED", "zero_stage": 3, "num_processes": 8, "cp_size": 8},
+     "needs distributed_type FSDP"),
     ({"distributed_type": "FSDP", "num_processes": 8, "sp_size": 8}, "needs distributed_type DEEPSPEED"),
     ({"distributed_type": "DEEPSPEED", "zero_stage": 3, "num_processes": 6, "sp_size": 4}, "multiple of sp_size"),
     ({"distributed_type": "FSDP", "fsdp_version": 1, "num_processes": 8, "dp_shard_size": 8}, "FSDP version 2"),

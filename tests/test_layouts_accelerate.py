@@ -54,7 +54,8 @@ def test_every_shipped_trl_config_estimates_as_accelerate_launches_it(name, tmp_
     by_name, _ = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "max_length": 512,
                                    **accelerate_settings(Path(name).stem)})
     assert by_name.parallel.distributed_type == job.parallel.distributed_type
-    assert SHIPPED_ACCELERATE[Path(name).stem] == {k: getattr(job.parallel, k) for k in SHIPPED_ACCELERATE[Path(name).stem]}
+    shipped = SHIPPED_ACCELERATE[Path(name).stem]
+    assert shipped == {k: getattr(job.parallel, k) for k in shipped}
 
 
 def test_bare_parallelism_keys_never_reach_the_processes(tmp_path, monkeypatch):

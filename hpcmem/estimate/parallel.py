@@ -3,7 +3,8 @@
 
 - The sequence: every rank holds 1/cp (or 1/sp) of each row. torch's `context_parallel` shards input_ids, labels,
   shift_labels and position_ids along the sequence (transformers trainer.py `_prepare_context_parallel_inputs`,
-  torch/distributed/tensor/experimental/_context_parallel/_attention.py `context_parallel` → `_context_parallel_buffers`),
+  torch/distributed/tensor/experimental/_context_parallel/_attention.py `context_parallel` →
+  `_context_parallel_buffers`),
   with the head-tail load balancer when the length divides 2·cp (`_create_default_load_balancer`): each rank keeps two
   chunks of S/(2·cp), S/cp tokens in all. DeepSpeed's `UlyssesSPDataLoaderAdapter.refill` cuts each row into sp
   contiguous chunks. Everything outside attention — embeddings, norms, MLP, the fused LM head and its loss — then runs
