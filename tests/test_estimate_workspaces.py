@@ -12,6 +12,7 @@ import pytest
 from hpcmem.estimate import estimate
 from hpcmem.estimate.workspaces import NAME, tensor_bytes
 from hpcmem.gpus import gpu_spec
+from hpcmem.record import Record
 from hpcmem.validate.probes import record_job
 
 H200_RECORDS = Path(__file__).resolve().parents[1] / "estimator" / "probes" / "nvidia-h200.jsonl"
@@ -54,7 +55,7 @@ def test_h200_optimizer_phase_holds_exactly_the_states_and_two_workspaces():
     for rec in _records():
         if rec["status"] != "ok" or rec["model_config"]["model_type"] not in ("llama", "mistral", "phi3", "qwen3_moe"):
             continue
-        est = estimate(record_job(rec))
+        est = estimate(record_job(Record.from_json(rec)))
         phase = next(p for p in est.phases if p.name.startswith("optimizer"))
         measured = rec["measured"]["phases"]["optimizer"]["allocated_bytes"]
         assert abs(measured - phase.bytes) <= 5 * 1024**2, (rec["case"], measured, phase.bytes)

@@ -278,9 +278,9 @@ def test_campaign_scripts_keep_payloads_data(kind, key, campaign_stubs, tmp_path
                    "SLURM_ARRAY_TASK_ID": "0", "SLURM_JOB_NODELIST": "n1", "HOME": str(tmp)}
             done = subprocess.run(["bash", str(script)], env=env, cwd=tmp, capture_output=True, timeout=60)
             assert done.returncode == 0, (name, sjob.group, done.stderr.decode()[-2000:])
-            time = plan.campaign.data.get("collect_time") if job.kind == "collect" else None
-            expected = job_directives(job, pre, campaign_dir=str(plan.campaign.root),
-                                      time=_time(job.kind, kind, key, value, time))
+            time = plan.campaign.data.get("collect_time") if sjob.kind == "collect" else None
+            expected = job_directives(sjob, pre, campaign_dir=str(plan.campaign.root),
+                                      time=_time(sjob.kind, kind, key, value, time))
             assert sbatch_arguments(text) == [f"--{k}" if v is None else f"--{k}={v}" for k, v in expected], name
         assert not mark.exists() and not list(tmp.rglob(MARK)), f"{name}: the payload ran"
         calls = [c.split(b"\0")[:-1] for c in (tmp / "hpcmem.argv").read_bytes().split(b"\n") if c]
