@@ -10,6 +10,7 @@ Four families, every case a hpcmem.probe.matrix.Case (one probe run) plus how ma
   boundary  the kit's OOM-boundary sweep (hpcmem.probe.boundary.sweep): 88–105 % of capacity, Latin-square order
   multi     DDP, ZeRO-1/2/3 (ZeRO-2/3 also with CPU offload) and FSDP2 on 2 GPUs and on every GPU of a node, and one
             ZeRO-3 run on 2 nodes when the preset allows 2 nodes; sized to MULTI_TARGET of each GPU; recorded per rank
+  long      context / sequence parallelism and HSDP on one node of 8 GPUs, as written (hpcmem.calibrate.long_context)
 `tiny` (CPU rehearsals: `--device cpu --tiny`) shrinks every model as the kit does (hpcmem.probe.matrix.tiny_config)
 and sizes against the kit's simulated capacity (TINY_CAPACITY bytes of tracked tensors).
 """
@@ -59,7 +60,7 @@ class CampaignCase:
     """One probe run of a campaign: the kit's Case, its GPUs per node and nodes, and what the estimate predicts."""
 
     case: Case
-    family: str                          # kit | sized | boundary | multi | site
+    family: str                          # kit | sized | boundary | multi | long | site
     gpus: int = 1                        # GPUs (ranks) per node
     nodes: int = 1
     target: float | None = None          # the fraction of capacity it was sized to
@@ -104,10 +105,13 @@ def plan_cases(gpu: GpuSpec, *, gpus_per_node: int, max_nodes: int | None, tiny:
     def wanted(name: str) -> bool:          # checked before a case is sized: --only makes small campaigns cheap
         return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
+    from hpcmem.calibrate import long_context
+
     cases = (_kit(sized_gpu, resolve, peak, tiny, notes, wanted)
              + _sized(sized_gpu, resolve, peak, tiny, notes, wanted)
              + _boundary(sized_gpu, resolve, peak, tiny, wanted)
              + _multi(sized_gpu, resolve, peak, tiny, gpus_per_node, max_nodes, notes, wanted)
+             + long_context.cases(sized_gpu, resolve, peak, tiny, gpus_per_node, notes, wanted, _predicted)
              + [_predicted(c, sized_gpu, resolve, peak) for c in extra if wanted(c.name)])
     names = [c.name for c in cases]
     dupes = sorted({n for n in names if names.count(n) > 1})

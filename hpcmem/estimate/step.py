@@ -13,6 +13,7 @@ from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.lora import backward_transient as lora_backward_transient
 from hpcmem.estimate.loss import LossBytes
+from hpcmem.estimate.parallel import SequenceBuffers
 from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.spec import JobSpec
@@ -54,14 +55,15 @@ def layer_terms(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts
 
 
 def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
-                 loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()
-                 ) -> tuple[list[Phase], int]:
-    """Returns (phases, host bytes of offloaded activations)."""
+                 loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = (),
+                 seq: SequenceBuffers = SequenceBuffers()) -> tuple[list[Phase], int]:
+    """Returns (phases, host bytes of offloaded activations). `seq`: what a context/sequence-parallel attention adds
+    per layer (hpcmem.estimate.parallel); `mb` is then the rank's share of the sequence."""
     t, m = job.train, job.model
     L = m.num_hidden_layers
     resident = resident_components(s, lora) + list(extra_resident)
     terms = layer_terms(job, mb, prec, parts, lora)
-    full = [sum(d.values()) for d in terms]
+    full = [sum(d.values()) + seq.kept_per_layer for d in terms]
     if not t.gradient_checkpointing:
         kept = full
         mode = "no checkpointing"
@@ -100,6 +102,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         *([Component(name="gradients", bytes=accum_grads, note=grads_note)] if accum_grads else []),
         *([Component(name="autocast weight cache", bytes=autocast_cache,
                      note="bf16 copies of fp32 weights held until autocast exits")] if autocast_cache else []),
+        *([Component(name=seq.name, bytes=seq.forward, note=seq.note)] if seq.forward else []),
         Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note)))
     head_trains = not lora.enabled
     head_grad_bytes = (parts.lm_head or parts.embed) * prec.weight if head_trains else 0
@@ -127,7 +130,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
         # by the attention's backward the MLP's saved tensors (and the post-attention norm's) are already freed
         freed = terms[k]["mlp"] + terms[k]["norms"] // 2 + lora_mlp_saved
-        transient = hidden_t + max(mlp_side, max(scores_t - freed, 0) + lora_attention_t) + layer_grad
+        transient = hidden_t + max(mlp_side, max(scores_t - freed, 0) + lora_attention_t) + layer_grad + \
+            max(seq.forward, seq.backward)
         if k == L - 1 and lora.enabled:
             # with a frozen head the gradient the fused head returns, scattered back over every position, is still
             # alive in the first layer's backward (seen in the trace: LoRA cases were 6·H·T short; full fine-tuning
@@ -142,7 +146,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         Component(name="activations", bytes=below_and_own, note=f"layers ≤ {worst_k}"),
         *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
         Component(name="gradients", bytes=done, note=grads_note or f"layers > {worst_k} done"),
-        Component(name="backward temporaries", bytes=transient)))
+        Component(name="backward temporaries", bytes=transient,
+                  note=f"incl. {seq.name} {max(seq.forward, seq.backward) / GIB:.2f} GiB" if seq.name else "")))
     grads_all = Component(name="gradients", bytes=s.gradients)
     embed_phase = _embedding_backward(job, mb, prec, parts, resident, grads_all, head_trains)
     step_extra = [Component(name="gradient buffers", bytes=s.grad_buffers, note="fp32 gradient partition")] \

@@ -60,7 +60,7 @@ def environment(launch: Launch) -> list[EnvVar]:
 def _accelerate_args(launch: Launch, files: RunFiles, *, multi_node: bool) -> list[Any]:
     par = launch.job.parallel
     args: list[Any] = ["accelerate", "launch", "--config_file", files.accelerate_config,
-                       "--num_machines", par.num_machines, "--num_processes", par.num_processes]
+                       "--num_machines", par.num_machines, "--num_processes", par.world_size]
     if multi_node:
         args += ["--machine_rank", Shell('"$SLURM_NODEID"'), "--main_process_ip", Shell('"$MASTER_ADDR"'),
                  "--main_process_port", Shell('"$MASTER_PORT"'), "--rdzv_backend", "c10d",

@@ -128,11 +128,13 @@ class Setting:
     offload_params: bool
     peft: str                   # none | lora | qlora
     trainable_params: int
+    seq_shards: int = 1         # ranks one row is split over (context / sequence parallelism); `tokens` is the share
+    seq_split: str = ""         # "cp" | "sp" | ""
 
 
 def throughput(s: Setting, *, n_flops: int, n_params: int, layers: int, attn_width: int, hidden: int,
                world: int, num_machines: int, peak_tflops: float, link_gbps: float,
-               mfu_curve: MfuCurve = DEFAULT_MFU) -> Throughput:
+               mfu_curve: MfuCurve = DEFAULT_MFU, kv_width: int = 0) -> Throughput:
     per_tok = (4 if s.peft != "none" else 6) * n_flops + 12 * layers * attn_width * s.attn_seq
     if s.gc == "full":
         per_tok += 2 * n_flops + 4 * layers * attn_width * s.attn_seq
@@ -143,7 +145,7 @@ def throughput(s: Setting, *, n_flops: int, n_params: int, layers: int, attn_wid
     if s.peft == "qlora":
         micro_compute *= QLORA_DEQUANT_SLOWDOWN
     compute = micro_compute * s.grad_accum
-    comm_bytes = _comm_bytes(s, n_params, world)
+    comm_bytes = _comm_bytes(s, n_params, world) + _sequence_comm_bytes(s, layers, attn_width, kv_width or attn_width)
     comm = comm_bytes / (link_gbps * 1e9) * (1 - COMM_OVERLAP_FRACTION) if world > 1 else 0.0
     offload = _offload_seconds(s, n_params, world, layers, hidden)
     step = compute + comm + offload
@@ -160,6 +162,23 @@ def _comm_bytes(s: Setting, n_params: int, world: int) -> float:
         gathers = 2 * (2 * n_params) * s.grad_accum       # all-gather params in forward and backward, each micro-step
         return ring * (gathers + grads * s.grad_accum)    # reduce-scatter gradients every micro-step
     return ring * 2 * grads                               # one all-reduce (or RS + AG) per step
+
+
+def _sequence_comm_bytes(s: Setting, layers: int, attn_width: int, kv_width: int) -> float:
+    """Bytes each rank moves per optimizer step for a split row, per layer and pass (forward, the recompute under
+    full checkpointing, backward). CP (torch ring attention, hpcmem.estimate.parallel): the other ranks' bf16 k/v
+    each pass, plus fp32 dk/dv passed around the ring in backward. SP (DeepSpeed Ulysses): all-to-alls of q, k, v
+    and the output, (sp − 1)/sp of the local share each, forward and backward."""
+    if s.seq_shards == 1:
+        return 0.0
+    passes = 3 if s.gc == "full" else 2
+    others = (s.seq_shards - 1) / s.seq_shards
+    if s.seq_split == "cp":
+        kv_row = 2 * s.tokens * s.seq_shards * kv_width                     # k and v of the whole row, elements
+        per_layer = others * kv_row * (2 * passes + 4)                      # bf16 gathers + fp32 dk/dv in backward
+    else:
+        per_layer = others * 2 * s.tokens * (2 * attn_width + 2 * kv_width) * passes
+    return per_layer * layers * s.grad_accum
 
 
 def _offload_seconds(s: Setting, n_params: int, world: int, layers: int, hidden: int) -> float:

@@ -10,11 +10,13 @@ the plugin the TrainingArguments already built — the same fully_shard path a G
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 from typing import Any
 
 from hpcmem.errors import HpcmemError
 from hpcmem.probe import fixtures
+from hpcmem.probe.layouts import attach_parallelism_on_cpu, needs_cpu_fsdp_mesh, parallelism_env
 from hpcmem.trl_fields import MODEL_CONFIG_FIELDS, TRAINER_FIELDS
 
 TRAINERS = {"sft": ("SFTTrainer", "SFTConfig"), "dpo": ("DPOTrainer", "DPOConfig"),
@@ -134,6 +136,9 @@ def build_trainer(job: Any, *, steps: int, device: str, model_id: str, cfg: dict
         import deepspeed
 
         deepspeed.init_distributed(dist_backend="gloo")
+    # a parallelism config reaches Accelerator through the environment, as from `accelerate launch`
+    if not needs_cpu_fsdp_mesh(job, device):
+        os.environ.update(parallelism_env(job))
     cls = getattr(trl, TRAINERS[t.trainer][0])
     kw: dict[str, Any] = {"model": model_id, "args": args,
                           "train_dataset": fixtures.dataset(job, steps),
@@ -149,6 +154,8 @@ def build_trainer(job: Any, *, steps: int, device: str, model_id: str, cfg: dict
     trainer.remove_callback(PrinterCallback)        # no log lines from the probe's steps
     if device == "cpu" and job.parallel.fsdp:
         enable_fsdp_on_cpu(trainer)
+    if needs_cpu_fsdp_mesh(job, device):
+        attach_parallelism_on_cpu(trainer, job)
     return trainer, dropped
 
 
