@@ -65,7 +65,8 @@ def measure(case: dict) -> dict:
            "t_alloc": r.allocator["default"]["peak_allocated_bytes"]}
     for mode, key in (("default", "resv"), ("expandable", "exp")):
         st = r.allocator[mode]
-        assert st["peak_requested_bytes"] == alloc, (case["id"], mode, st["peak_requested_bytes"], alloc)
+        # the replay adds cuBLAS's workspaces (hpcmem.trace.replay) to the traced tensors
+        assert st["peak_requested_bytes"] == alloc + st["workspace_bytes"], (case["id"], mode)
         row[key] = st["peak_reserved_bytes"]
         row[f"{key}_segments"] = st["peak_segments"]
     return row
