@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -178,11 +177,12 @@ def table(rows: list[dict[str, Any]], markdown: bool = False) -> str:
             f"{r['resv_model'] / MIB:,.0f}", f"{r['resv_err_pct']:+.2f}", f"{(r['resv_gpu'] - r['alloc_gpu']) / MIB:,.0f}",
             f"{(r['resv_model'] - r['alloc_model']) / MIB:,.0f}"))
     if rows:
+        from hpcmem.validate.table import median, quantile
+
         for key in ("alloc_err_pct", "resv_err_pct"):
-            errs = sorted(abs(r[key]) for r in rows)
-            p95 = errs[min(len(errs) - 1, int(round(0.95 * (len(errs) - 1))))]
-            lines.append(f"{key}: n {len(errs)}, median |err| {statistics.median(errs):.2f} %, p95 {p95:.2f} %, "
-                         f"max {errs[-1]:.2f} %, under {sum(r[key] < 0 for r in rows)}")
+            errs = [abs(r[key]) for r in rows]
+            lines.append(f"{key}: n {len(errs)}, median |err| {median(errs):.2f} %, p95 {quantile(errs, 0.95):.2f} %, "
+                         f"max {max(errs):.2f} %, under {sum(r[key] < 0 for r in rows)}")
     lines.append("MiB; err % = 100·(model − GPU)/GPU; slack = reserved − allocated")
     return "\n".join(lines)
 
