@@ -301,20 +301,3 @@ def test_trace_with_the_allocator_model():
     off = run_trace(job)
     assert off.allocator is None and "allocator" not in off.to_json()["trace"]
     assert off.peak_allocated_bytes == r.peak_allocated_bytes
-
-
-def test_estimator_slack_fractions_are_the_committed_fit():
-    """hpcmem.estimate.device's slack fractions are the fit of the rows in estimator/allocator-sim.json (the allocator
-    model replaying the CI traces): the constants cannot drift from their provenance."""
-    import json
-    from pathlib import Path
-
-    from hpcmem.bench.allocator_sim import fit
-    from hpcmem.estimate.device import EXPANDABLE_FRACTION, FRAGMENTATION_FRACTION
-
-    data = json.loads((Path(__file__).resolve().parents[1] / "estimator" / "allocator-sim.json").read_text())
-    fitted = fit(data["rows"])
-    assert fitted == data["fit"]
-    assert FRAGMENTATION_FRACTION == round(fitted["default"]["fraction_of_allocated"], 3)
-    assert EXPANDABLE_FRACTION == round(fitted["expandable"]["fraction_of_allocated"], 3)
-    assert fitted["default"]["fitted"]["median_abs_err_pct"] < fitted["default"]["former"]["median_abs_err_pct"]
