@@ -54,9 +54,8 @@ def probe_batches(job: Any, steps: int) -> Iterator[None]:
       probe's did (B = 4: steps 1 and 3 of 3, not step 2);
     - DPO: the probe's text rows all reach max_length (no padded row);
     - GRPO/RLOO: the probe forces every completion to max_completion_length (`min_new_tokens`): no shorter one."""
-    import hpcmem.trace.pref as pref
-    import hpcmem.trace.rl as rl
     import hpcmem.trace.trainer as builders
+    from hpcmem.trace import pref, rl
 
     t = job.train
     micro_batches = t.gradient_accumulation_steps * job.parallel.world_size * (steps + 2)
