@@ -7,7 +7,7 @@ optimizer, sharding), activations, lora, loss (TRL's fused LM head), step (phase
 
 from __future__ import annotations
 
-from hpcmem.estimate.allocator import allocator_slack, slack_terms
+from hpcmem.estimate.allocator import allocator_slack
 from hpcmem.estimate.breakdown import Component, Estimate, Phase
 from hpcmem.estimate.device import device_terms
 from hpcmem.estimate.lora import lora_layout
@@ -78,7 +78,7 @@ def estimate(job: JobSpec) -> Estimate:
     ws_bytes, ws_note = cublas_workspaces(job.gpu)
     workspaces = Component(name=WORKSPACES, bytes=ws_bytes, note=ws_note)
     phases = [Phase(name=p.name, components=(*p.components, workspaces)) for p in phases]
-    slack = allocator_slack(job, slack_terms(job, mb, prec, lora, max(p.bytes for p in phases)))
+    slack = allocator_slack(job, mb, prec, lora, max(p.bytes for p in phases))
     dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
     warnings = list(job_warnings(job)) + list(extras.notes)
