@@ -38,9 +38,14 @@ from hpcmem.errors import HpcmemError
               help="with --against trace: trace processes in parallel (each holds torch, ~1 GiB)")
 @click.option("--rescore", is_flag=True, help="with --against trace: re-estimate the stored traces "
                                               "(estimator/traces/) without tracing again")
+@click.option("--reserved", is_flag=True, help="with --against trace: score the estimate's reserved peak against the "
+                                               "caching-allocator model replaying each trace (traced with the model "
+                                               "on, resumably; with --rescore, from the stored numbers)")
+@click.option("--events", "events_dir", type=click.Path(file_okay=False), default=None,
+              help="with --against trace --reserved: also keep each case's device stream here (gzip JSON)")
 def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | None, no_png: bool, fit: bool,
             fit_dir: str | None, stored: bool, speed: bool, as_json: bool, cases: str | None, ci_only: bool,
-            workers: int, rescore: bool) -> None:
+            workers: int, rescore: bool, reserved: bool, events_dir: str | None) -> None:
     """Error of the estimate per trainer × technique and per peak (allocated, reserved, device): n, median, p95 and
     max |error| %, bias, and the safe bound's under-estimate rate and slack."""
     if against == "trace":
@@ -49,7 +54,8 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
                               "use --against probes")
         from hpcmem.validate import trace
 
-        trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json, rescore_only=rescore)
+        trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json, rescore_only=rescore,
+                  reserved=reserved, events_dir=events_dir)
         return
     from hpcmem.record import estimator_dir
     from hpcmem.validate import against_probes

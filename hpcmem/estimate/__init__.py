@@ -7,6 +7,7 @@ optimizer, sharding), activations, lora, loss (TRL's fused LM head), step (phase
 
 from __future__ import annotations
 
+from hpcmem.estimate.allocator import allocator_slack
 from hpcmem.estimate.breakdown import Component, Estimate, Phase
 from hpcmem.estimate.checkpoint import NAME as SAVE_PHASE
 from hpcmem.estimate.checkpoint import save_bytes
@@ -103,7 +104,8 @@ def estimate(job: JobSpec) -> Estimate:
     ws_bytes, ws_note = cublas_workspaces(job.gpu)
     workspaces = Component(name=WORKSPACES, bytes=ws_bytes, note=ws_note)
     phases = [Phase(name=p.name, components=(*p.components, workspaces)) for p in phases]
-    dev = device_terms(job, max(p.bytes for p in phases), vllm_bytes=extras.vllm_pool)
+    slack = allocator_slack(job, mb, prec, lora, max(p.bytes for p in phases))
+    dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
     warnings = list(job_warnings(job)) + list(extras.notes)
     if job.gpu is None:
