@@ -1,9 +1,10 @@
 """One steady-state training step (the second optimizer step: states exist), phase by phase.
 
-Peak ≈ max(P + O + A + T_bwd, P + G + O + T_opt) (ACCURACY.md). Backward runs the layers from last to first: at
-layer k the saved activations of layers < k are still alive, the gradients of layers > k already exist, and layer k
-holds its (recomputed, under checkpointing) activations plus its gradient temporaries. The worst k is found by
-evaluating every layer.
+Peak ≈ max(P + O + A + T_bwd, P + G + O + T_opt): the backward's peak or the optimizer step's (Rajbhandari et al.
+2020, "ZeRO", §3 for the model-state terms P, G, O). Backward runs the layers from last to first: at layer k the
+saved activations of layers < k are still alive, the gradients of layers > k already exist, and layer k holds its
+(recomputed, under checkpointing) activations plus its gradient temporaries. The worst k is found by evaluating
+every layer.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A `TorchDispatchMode` sees the output of every op below autograd. Each output's 
 once (views share their base's storage, so a view adds nothing) and a weak reference with a callback takes its bytes
 off the count when the storage dies. PyTorch keeps one Python object per storage (PyObject preservation), so the
 callback fires when the C++ storage is freed, not when a Python name goes away. Feasibility notes in
-design/ACCURACY.md: this matched `torch.distributed._tools.mem_tracker.MemTracker` to the byte and ran ~10× faster.
+Checked when it was written: this matched `torch.distributed._tools.mem_tracker.MemTracker` to the byte and ran ~10× faster.
 
 What it counts: the bytes of storages born as op outputs while the tracker is active, plus those handed to `tag()`.
 What it cannot see: allocations inside a kernel (workspaces, internal upcasts) — the same blind spot on a real CPU run

@@ -1,6 +1,6 @@
 """A private SLURM 22.05 cluster on 127.0.0.1 for the slurm test tier: slurmctld + slurmd n1/n2, fake GPUs.
 
-What works here (shared/design/LAUNCH.md, "A real scheduler in the tests"): auth/none + cred/none (no munge),
+What works here (a real scheduler in the tests): auth/none + cred/none (no munge),
 proctrack/linuxproc, task/none, select/cons_tres, two `slurmd -N` on distinct ports with NodeAddr=127.0.0.1, gres
 `File=` pointing at character devices (links to /dev/null when mknod is not allowed), no cgroup.conf. The daemons run
 as the invoking user (root in CI; an unprivileged user with SLURM installed works too). Every daemon starts under `setsid` (so killing the caller's
