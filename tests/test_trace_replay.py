@@ -94,7 +94,7 @@ def test_h200_streams_reproduce_the_measured_reserved_peak():
     """The allocator model + workspaces, replaying the traced step of an H200 probe run, against that run's
     torch.cuda.max_memory_reserved() (estimator/allocator/nvidia-h200: `python -m hpcmem.bench.allocator_records`)."""
     from hpcmem.bench.allocator_records import EVENTS, RECORDS, score, scored
-    from hpcmem.probe.record import read_records
+    from hpcmem.record import read_lines as read_records
     from hpcmem.trace.events import load
 
     records = {r["case"]: r for r in scored(read_records(RECORDS))}

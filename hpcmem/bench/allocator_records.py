@@ -40,7 +40,7 @@ def scored(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def record_job(rec: dict[str, Any]) -> Any:
-    from hpcmem.probe.record import job_from_dict
+    from hpcmem.record import job_from_dict
 
     return job_from_dict(rec["job"], rec.get("env"))
 
@@ -187,7 +187,7 @@ def table(rows: list[dict[str, Any]], markdown: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hpcmem.probe.record import read_records
+    from hpcmem.record import read_lines as read_records
     from hpcmem.trace.events import load
 
     ap = argparse.ArgumentParser(prog="python -m hpcmem.bench.allocator_records", description=__doc__.splitlines()[0])
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             seconds = trace_record(rec, out, generation=generation)
             print(f"[{i}/{len(records)}] {rec['case']}: {seconds:.0f} s → {out}", file=sys.stderr, flush=True)
     if args.cuda_replay:
-        from hpcmem.probe.record import expandable_in_env
+        from hpcmem.record import expandable_in_env
 
         expandable = expandable_in_env(dict(os.environ))
         for rec in records:
