@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.datapath import search_dirs
-from hpcmem.spec import PeakMargin
+from hpcmem.spec import Campaign, PeakMargin
 
 KIND = "calibrations"
 
@@ -76,13 +76,24 @@ def peak_margins(calibration: dict[str, Any], *, default: bool = False) -> dict[
     return out
 
 
+def campaign_of(calibration: dict[str, Any]) -> Campaign | None:
+    """The campaign a calibration file names (`hpcmem calibrate --collect` writes it), or None (a fit by hand)."""
+    c = calibration.get("campaign")
+    try:
+        return Campaign(name=str(c["name"]), site=str(c["site"]), date=str(c["date"]), n=int(c["n"]),
+                        device=str(c.get("device", "cuda"))) if isinstance(c, dict) else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def default_margins() -> dict[str, PeakMargin]:
-    """Per peak, the largest margin of any calibrated GPU on the search path (the first file per GPU counts)."""
+    """Per peak, the largest margin of any GPU calibrated on a GPU (context measured) on the search path; the first
+    file per GPU counts."""
     seen: set[str] = set()
     best: dict[str, PeakMargin] = {}
     for path in calibration_files():
         data = _read(path)
-        if data is None or path.stem == "cpu" or not data.get("catalog_name"):
+        if data is None or path.stem == "cpu" or not data.get("catalog_name") or "context_bytes" not in data:
             continue
         key = str(data["catalog_name"])
         if key in seen:

@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import Problems
+from hpcmem.layout_rules import check_layout, layout_warnings
 from hpcmem.trainers import REGISTRY, entry
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ def check_job(job: JobSpec) -> None:
     trainer_rules = e.hook("rules")
     if trainer_rules is not None:
         trainer_rules(job, p)
+    check_layout(job, p)            # context / sequence parallelism (hpcmem.layout_rules)
     p.raise_if_any()
 
 
@@ -148,4 +150,4 @@ def job_warnings(job: JobSpec) -> list[str]:
         out.append("PEFT + ZeRO-3 forces reentrant gradient checkpointing (TRL sets use_reentrant=True)")
     if job.parallel.distributed_type == "NO" and job.parallel.num_machines > 1:
         out.append("num_machines > 1 without a distributed type")
-    return out
+    return out + layout_warnings(job)

@@ -67,6 +67,7 @@ class ModelSpec:
     final_logit_softcapping: float = 0.0   # tanh cap on logits, 0: none (Gemma2 30.0: extra logits-sized tensors)
     attn_logit_softcapping: float = 0.0    # tanh cap on scores, 0: none (Gemma2 50.0: no sdpa, eager attention)
     wrapper_model_type: str = ""    # outer model_type of a config with text_config (gemma3): its towers are not counted
+    sliding_window: int = 0         # a window some layer attends within (0: every layer sees the whole sequence)
 
     def __post_init__(self) -> None:
         p = Problems()
@@ -240,6 +241,15 @@ class ParallelSpec:
     zero3_save_16bit_model: bool = True
     fsdp_state_dict_type: str = "SHARDED_STATE_DICT"
     fsdp_cpu_ram_efficient_loading: bool = True
+    # accelerate's ParallelismConfig (accelerate/parallelism_config.py; `parallelism_config_<name>` in an accelerate
+    # YAML): 1 = dimension off. What each does per rank and accelerate's rules for them: hpcmem.layout.
+    dp_replicate_size: int = 1
+    dp_shard_size: int = 1
+    tp_size: int = 1
+    cp_size: int = 1
+    sp_size: int = 1
+    cp_comm_strategy: str = "allgather"          # torch context parallelism's k/v rotation (accelerate's default)
+    sp_attn_implementation: str = "sdpa"         # the kernel Ulysses wraps; must be the model's (accelerate's default)
 
     def __post_init__(self) -> None:
         p = Problems()
@@ -263,18 +273,28 @@ class ParallelSpec:
                     "offload_optimizer_device needs ZeRO stage ≥ 1")
             p.check(self.zero_stage == 3 or self.offload_param_device == "none",
                     f"offload_param_device needs ZeRO-3 (zero_stage is {self.zero_stage})")
-        p.check(self.distributed_type != "NO" or self.num_processes == 1,
-                f"distributed_type NO runs one process; num_processes is {self.num_processes} "
-                "(use MULTI_GPU, DEEPSPEED or FSDP)")
+        from hpcmem.layout import layout_problems
+
+        for problem in layout_problems(self):
+            p.add(problem)
         p.raise_if_any()
 
     @property
     def world_size(self) -> int:
-        return self.num_processes
+        """Processes accelerate starts: distributed_type NO is one process whatever num_processes says
+        (accelerate commands/launch.py `launch_command` → `simple_launcher`; TRL's single_gpu.yaml says 8)."""
+        return 1 if self.distributed_type == "NO" else self.num_processes
 
     @property
     def gpus_per_machine(self) -> int:
-        return self.num_processes // self.num_machines
+        return self.world_size // self.num_machines or 1
+
+    @property
+    def layout(self):
+        """The device mesh per rank (hpcmem.layout.Layout)."""
+        from hpcmem.layout import layout_of
+
+        return layout_of(self)
 
     @property
     def deepspeed(self) -> bool:
@@ -300,8 +320,20 @@ class PeakMargin:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Campaign:
+    """The calibration campaign that measured a GPU (`hpcmem calibrate`): where, when, how many runs."""
+
+    name: str
+    site: str
+    date: str                       # YYYY-MM-DD of the fit
+    n: int                          # probe records the calibration was fitted on
+    device: str = "cuda"            # cuda, or cpu for a rehearsal that measured no GPU
+
+
+@dataclass(frozen=True, kw_only=True)
 class GpuSpec:
-    """One GPU model from the catalog (hpcmem/gpus.json) with its calibration, when probes exist."""
+    """One GPU model from the catalog (hpcmem/gpus.json) or described by a site (hpcmem.gpu_describe), with its
+    calibration when probes exist."""
 
     name: str
     memory_bytes: int               # the total nvidia-smi / NVML reports
@@ -313,6 +345,8 @@ class GpuSpec:
     calibration_source: str = ""
     capacity_bytes: int = 0         # what torch can use (mem_get_info's total); 0 → memory_bytes
     margins: tuple[PeakMargin, ...] = ()
+    capacity_note: str = ""         # how the usable capacity is known when no measurement gave it (derived, described)
+    campaign: Campaign | None = None
 
     @property
     def usable_bytes(self) -> int:

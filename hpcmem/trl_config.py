@@ -15,6 +15,8 @@ from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.inputs.files import is_file, load_yaml_file
 from hpcmem.inputs.settings import check_settings
 from hpcmem.inputs.values import json_object, shown
+from hpcmem.launch.parallelism import parallelism_settings, reshard_after_forward
+from hpcmem.layout_rules import check_layout_settings
 from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
 from hpcmem.trainers import entry
 from hpcmem.trainers.fields import check_fields
@@ -66,6 +68,13 @@ def accelerate_settings(name_or_path: str) -> dict[str, Any]:
             raise HpcmemError(f"accelerate config {name_or_path}: {block} must be a mapping of accelerate keys; "
                               f"got {shown(section)}")
         out.update({key: section[key] for key in keys if key in section})
+    if out.get("distributed_type") == "FSDP" and "fsdp_version" not in out:
+        out["fsdp_version"] = 1     # accelerate launch's --fsdp_version default (commands/launch.py), not hpcmem's 2
+    if "fsdp_reshard_after_forward" in out:
+        out["fsdp_reshard_after_forward"] = reshard_after_forward(
+            out["fsdp_reshard_after_forward"], out.get("fsdp_version", 1), f"accelerate config {name_or_path}")
+    out.update(parallelism_settings(raw.get("parallelism_config"), f"accelerate config {name_or_path}",
+                                    raw.get("distributed_type")))
     return check_settings(out, f"accelerate config {name_or_path}")
 
 
@@ -154,6 +163,7 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None) -
                       tokens_per_micro_batch=s.get("tokens_per_micro_batch"), teacher=teacher)
     except TypeError as exc:
         raise SpecError(f"invalid setting: {exc}") from None
+    check_layout_settings(s, job)       # TRL fields outside the spec that a layout refuses (hpcmem.layout_rules)
     return job, ignored
 
 

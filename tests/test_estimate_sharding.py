@@ -1,9 +1,9 @@
-"""Issue 5: the estimator's sharded terms held to per-rank measurements of the real engines.
+"""The estimator's sharded terms held to per-rank measurements of the real engines.
 
 The numbers below were MEASURED (not computed by hpcmem): 2 CPU processes over gloo running DeepSpeed 0.19.8
 ZeRO-1/2/3 and accelerate 1.15 FSDP2 on the 2-layer tiny Llama of estimator/probes/models/ (Ψ = 1,705,216, bf16
 load), bytes per rank just before the optimizer step — see estimator/LOG.md (2026-11-29, CPU probes) and
-tests/test_probe_sharding.py, which re-measures them. Tolerance 3 % (issue 5)."""
+tests/test_probe_sharding.py, which re-measures them. Tolerance 3 %."""
 
 from pathlib import Path
 

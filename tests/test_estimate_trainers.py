@@ -1,4 +1,4 @@
-"""Issue 4: reference model placement, generation KV cache, vLLM pool and weight sync, against hand calculations."""
+"""Reference model placement, generation KV cache, vLLM pool and weight sync, against hand calculations."""
 
 import pytest
 

@@ -57,8 +57,8 @@ PRESET_INTEGERS = ("gpus_per_node", "cpus_per_node", "memory_per_node_gb", "max_
 PRESET_LISTS = ("modules",)
 PRESET_NOT_IN_SCRIPT = {
     "description": "shown by `presets show` only",
-    "gpu": "a GPU catalog name: memory and speed for the fit check, never written to the script",
-    "max_array_size": "the probe matrix's array limit",
+    "gpu": "a GPU catalog name or description: memory and speed for the fit check, never written to the script",
+    "max_array_size": "an integer: bounds the calibration campaign's --array ranges, which hpcmem computes",
     "defaults": "TRL field defaults: typed by hpcmem.inputs.settings, written to trl.yaml (YAML-quoted)",
     "setup": "the admin's own shell lines, trusted as shell by design (README: Presets); a NUL is refused",
 }
@@ -104,13 +104,16 @@ STUBS = {
 }
 
 
-@pytest.fixture(scope="module")
-def stubs(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("stubs")
-    for name, body in STUBS.items():
+def _stub_folder(folder: Path, table: dict[str, str]) -> Path:
+    for name, body in table.items():
         (folder / name).write_text(f"#!/bin/bash\n{body}")
         (folder / name).chmod(0o755)
     return folder
+
+
+@pytest.fixture(scope="module")
+def stubs(tmp_path_factory):
+    return _stub_folder(tmp_path_factory.mktemp("stubs"), STUBS)
 
 
 # ---- building one case through the real edges ------------------------------------------------------------------
@@ -169,7 +172,8 @@ TALLY = {"ran": 0, "refused": 0}
 @pytest.fixture(scope="module", autouse=True)
 def _tally():
     yield
-    print(f"\ninjection: {len(PAYLOADS)} payload classes × {len(CASES)} fields = {sum(TALLY.values())} cases: "
+    print(f"\ninjection: {len(PAYLOADS)} payload classes × ({len(CASES)} job + {len(CAMPAIGN_CASES)} campaign) fields "
+          f"= {sum(TALLY.values())} cases: "
           f"{TALLY['ran']} scripts run by bash, {TALLY['refused']} refused")
 
 
@@ -209,3 +213,89 @@ def _arrives_intact(kind: str, key: str, value: str, tmp: Path) -> None:
         assert env[b"HOSTILE"] == value.encode()
     if (kind, key) == ("trl field", "model_name_or_path"):
         assert value.encode() in (tmp / "trl.argv").read_bytes().split(b"\0")
+
+
+# ---- the calibration campaign's scripts (hpcmem calibrate) -------------------------------------------------------
+CAMPAIGN_CASES = ([("preset", k) for k in PRESET_TEXT + PRESET_INTEGERS + PRESET_LISTS]
+                  + [("preset env", "name"), ("preset env", "value")]
+                  + [(kind, k) for kind in ("pyxis", "apptainer") for k in CONTAINER_FIELDS]
+                  + [("campaign", "folder"), ("campaign", "time"), ("campaign", "collect_time")])
+CAMPAIGN_STUBS = {
+    # srun: run what follows its own options (hpcmem, bash -c BODY, or apptainer) as task 0 of 1
+    "srun": 'for ((i = 1; i <= $#; i++)); do a=${!i}; n=$((i + 1))\n'
+            '  if [[ $a == hpcmem || $a == apptainer || ( $a == bash && ${!n} == -c ) ]]; then\n'
+            '    SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NTASKS=1 SLURM_NODEID=0 exec "${@:i}"; fi; done\nexit 3\n',
+    "apptainer": 'for ((i = 1; i <= $#; i++)); do a=${!i}\n'
+                 '  if [[ $a == hpcmem || $a == bash ]]; then exec "${@:i}"; fi; done\nexit 3\n',
+    "scontrol": STUBS["scontrol"],
+    "module": STUBS["module"],
+    "hpcmem": 'printf "%s\\0" "$@" >> "$STUB_DIR/hpcmem.argv"; printf "\\n" >> "$STUB_DIR/hpcmem.argv"\n',
+}
+
+
+@pytest.fixture(scope="module")
+def campaign_stubs(tmp_path_factory):
+    return _stub_folder(tmp_path_factory.mktemp("campaign-stubs"), CAMPAIGN_STUBS)
+
+
+def _campaign_plan(kind: str, key: str, value: str, tmp: Path):
+    from hpcmem.calibrate import submit as sub
+    from tests.launch_helpers import Recorder
+
+    pre = presets.from_dict(_preset_data(kind, key, value), source="site.yaml", default_name="site")
+    opts = {"campaign_dir": tmp / (f"camp {value}" if key == "folder" else "camp"),
+            "only": "sft-qwen05-lora,zero3-2node-*", "site": "s"}
+    if kind == "campaign" and key != "folder":
+        opts[key] = value
+    return sub.plan(pre, sub.Options(**opts), Recorder({})), pre
+
+
+@pytest.mark.parametrize("kind,key", CAMPAIGN_CASES, ids=[f"{k}:{f}" for k, f in CAMPAIGN_CASES])
+def test_campaign_scripts_keep_payloads_data(kind, key, campaign_stubs, tmp_path):
+    """The array, multi-node and collect scripts of a campaign: each payload is refused in one line or stays data
+    (bash runs every script to its hpcmem step; sbatch reads back every directive hpcmem meant)."""
+    from hpcmem.calibrate.scripts import job_directives
+
+    ran = refused = 0
+    for n, (name, template) in enumerate(PAYLOADS.items()):
+        tmp = tmp_path / f"p{n}"
+        tmp.mkdir()
+        mark = tmp / MARK
+        value = template.format(m=mark)
+        try:
+            plan, pre = _campaign_plan(kind, key, value, tmp)
+        except HpcmemError as exc:
+            problems = getattr(exc, "problems", None) or [str(exc)]
+            assert all("\n" not in p for p in problems), (name, problems)
+            refused += 1
+            continue
+        assert [j.kind for j in plan.jobs] == ["array", "multi", "collect"], name
+        for sjob in plan.jobs:
+            text = plan.scripts[sjob.group]
+            script = tmp / f"{sjob.group}.sbatch"
+            script.write_text(text)
+            env = {"PATH": f"{campaign_stubs}:/usr/bin:/bin", "STUB_DIR": str(tmp), "SLURM_JOB_ID": "4242",
+                   "SLURM_ARRAY_TASK_ID": "0", "SLURM_JOB_NODELIST": "n1", "HOME": str(tmp)}
+            done = subprocess.run(["bash", str(script)], env=env, cwd=tmp, capture_output=True, timeout=60)
+            assert done.returncode == 0, (name, sjob.group, done.stderr.decode()[-2000:])
+            time = plan.campaign.data.get("collect_time") if sjob.kind == "collect" else None
+            expected = job_directives(sjob, pre, campaign_dir=str(plan.campaign.root),
+                                      time=_time(sjob.kind, kind, key, value, time))
+            assert sbatch_arguments(text) == [f"--{k}" if v is None else f"--{k}={v}" for k, v in expected], name
+        assert not mark.exists() and not list(tmp.rglob(MARK)), f"{name}: the payload ran"
+        calls = [c.split(b"\0")[:-1] for c in (tmp / "hpcmem.argv").read_bytes().split(b"\n") if c]
+        folder = str(plan.campaign.root).encode()
+        # array: --run-task; multi: prepare, one rank, finish; collect: --collect — the folder arrives intact
+        assert [c[1:3] for c in calls] == [[b"--run-task", folder], [b"--run-task", folder], [b"--rank-worker",
+                                           folder + b"/work/zero3-2node-x16-l1b"], [b"--run-task", folder],
+                                           [b"--collect", folder]], name
+        ran += 1
+    assert ran + refused == len(PAYLOADS)
+    TALLY["ran"] += ran
+    TALLY["refused"] += refused
+
+
+def _time(job_kind: str, kind: str, key: str, value: str, _unused) -> str:
+    if kind == "campaign" and key == ("collect_time" if job_kind == "collect" else "time"):
+        return value
+    return "20" if job_kind == "collect" else "30"

@@ -7,44 +7,22 @@ slurmctld is missing AND we are not root; as root a missing SLURM is installed t
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.slurm import jobs
-from tests.slurm.cluster import SlurmCluster, slurm_available
+from tests.slurm.cluster import SlurmCluster, running_cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 
 
-def _require_slurm() -> None:
-    if slurm_available():
-        return
-    if os.geteuid() != 0:
-        pytest.skip("slurmctld is not installed and we are not root (`make slurm-deps` installs it as root)")
-    subprocess.run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm",
-                   shell=True, check=False, timeout=900, capture_output=True)
-    if not slurm_available():
-        pytest.fail("we are root but slurm-wlm did not install (see `make slurm-deps`)")
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    _require_slurm()
-    root = Path(tempfile.mkdtemp(prefix="hpcmem-slurm-"))   # no spaces: slurm.conf paths are not quoted
-    c = SlurmCluster(root)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    yield from running_cluster()
 
 
 @pytest.fixture(scope="module")

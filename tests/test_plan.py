@@ -1,4 +1,4 @@
-"""Issue 8: `hpcmem plan` — the fastest combination that fits, pruned by TRL's rules, memory from `hpcmem estimate`."""
+"""`hpcmem plan` — the fastest combination that fits, pruned by TRL's rules, memory from `hpcmem estimate`."""
 
 import json
 import subprocess

@@ -66,9 +66,12 @@ def test_pack_keeps_each_group_within_the_capacity() -> None:
     assert concurrent.pack({n: 1 for n in "abcdef"}, capacity=10, max_group=4) == [list("abcd"), list("ef")]
 
 
-def _rec(case: str, alloc: int, reserved: int, device: int, nvml: str = "nvml per-process") -> dict:
-    return {"case": case, "status": "ok", "measured": {"peak_allocated_bytes": alloc, "peak_reserved_bytes": reserved,
-                                                       "device_peak_bytes": device, "totals": {"nvml": nvml}}}
+def _rec(case: str, alloc: int, reserved: int, device: int, nvml: str = "nvml per-process"):
+    from hpcmem.record import Record
+
+    return Record.from_json({"case": case, "status": "ok", "job": {"model": {}, "train": {"trainer": "sft"}},
+                             "measured": {"peak_allocated_bytes": alloc, "peak_reserved_bytes": reserved,
+                                          "device_peak_bytes": device, "totals": {"nvml": nvml}}})
 
 
 def test_solo_and_shared_must_record_the_same_peaks() -> None:
@@ -103,7 +106,7 @@ def test_the_whole_kit_runs_on_a_cpu_with_shrunk_models(tmp_path: Path) -> None:
     both at once): every run leaves a record, the shared ones say so, the check agrees, and the boundary report
     judges the run."""
     pytest.importorskip("trl")
-    from hpcmem.probe.record import read_records
+    from hpcmem.record import read_records
 
     out = tmp_path / "cpu.jsonl"
     done = subprocess.run([sys.executable, "-m", "hpcmem.probe.kit", "--device", "cpu", "--tiny", "--boundary", "1",
@@ -111,11 +114,11 @@ def test_the_whole_kit_runs_on_a_cpu_with_shrunk_models(tmp_path: Path) -> None:
                            "--out", str(out)], capture_output=True, text=True, timeout=900,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    records = {r["case"]: r for r in read_records(out)}
+    records = {r.case: r for r in read_records(out)}
     assert set(records) == {"boundary-q05-full-110", *concurrent.COMPARE,
                             *(n + concurrent.SHARED_SUFFIX for n in concurrent.COMPARE)}
-    assert records["boundary-q05-full-110"]["status"] == "oom"
-    assert all(records[n + concurrent.SHARED_SUFFIX]["env"].get("HPCMEM_PROBE_SHARED_GPU") == "1"
+    assert records["boundary-q05-full-110"].status == "oom"
+    assert all(records[n + concurrent.SHARED_SUFFIX].env.get("HPCMEM_PROBE_SHARED_GPU") == "1"
                for n in concurrent.COMPARE)
     summary = json.loads((tmp_path / "cpu.jsonl.summary.json").read_text())
     assert summary["shared_ok"] is True and summary["failed"] == 0

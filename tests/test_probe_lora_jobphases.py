@@ -91,7 +91,7 @@ def _run(layout: str, config_path: str) -> tuple[str, dict, object]:
                                "per_device_eval_batch_size": 2, "eval_strategy": "steps", "dtype": "bfloat16",
                                "num_processes": N, **parallel, **LORA})
     if layout not in _RECORDS:
-        _RECORDS[layout] = run_probe(job, device="cpu", steps=2, write=False, after=after)
+        _RECORDS[layout] = run_probe(job, device="cpu", steps=2, write=False, after=after).to_json()
     record = _RECORDS[layout]
     assert record["status"] == "ok", [r.get("log_tail", "")[-2000:] for r in record["measured"]["ranks"]]
     return layout, record, job

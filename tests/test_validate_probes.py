@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hpcmem.probe.record import append_record, job_to_dict
+from hpcmem.record import append_record, job_to_dict
 from hpcmem.gpu_calibration import load_calibration
 from hpcmem.validate import against_probes
 from hpcmem.validate.calibration import held_out

@@ -1,4 +1,4 @@
-"""Cold `hpcmem estimate` wall time vs `python -c "import torch, transformers"`, in one run (issue 2).
+"""Cold `hpcmem estimate` wall time vs `python -c "import torch, transformers"`, in one run.
 
 Target: median cold estimate ≤ 0.25 s and ≥ 20× faster than importing torch + transformers.
 Run: python -m hpcmem.bench.estimate_bench [--runs 7]

@@ -25,6 +25,7 @@ COMMANDS = {
     "logs": "logs",
     "gpus": "gpus",
     "models": "models",
+    "calibrate": "calibrate",
 }
 
 

@@ -34,11 +34,12 @@ def command(trainer: str, device: str, steps: int, warmup_steps: int, capacity_b
     them). Multi-process jobs (--num_processes 2 --accelerate_config zero3) start one worker per rank on this machine.
     Example: hpcmem probe sft --model_name_or_path Qwen/Qwen2.5-0.5B --max_length 2048 --device cuda
     """
-    from hpcmem.probe import run_probe
+    from hpcmem.probe import record_file, run_probe
     from hpcmem.probe.summary import summary
 
     job, _ = job_from_cli(trainer, kwargs)
     phases = tuple({"evaluation": "evaluation", "save": "checkpoint save"}[a] for a in after)
     record = run_probe(job, device=device, steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes,
                        out=out, write=not no_record, after=phases)
-    click.echo(json.dumps(record, indent=1, default=str) if as_json else summary(record))
+    path = None if no_record else record_file(record, out)
+    click.echo(json.dumps(record.to_json(), indent=1, default=str) if as_json else summary(record, path))

@@ -27,6 +27,9 @@ from hpcmem.errors import HpcmemError
 @click.option("--fit-dir", "--fit_dir", "fit_dir", type=click.Path(file_okay=False), default=None,
               help="with --fit: write the calibration into this folder instead")
 @click.option("--stored", is_flag=True, help="use the estimates stored in the records instead of re-estimating")
+@click.option("--speed", is_flag=True, help="with --against probes: predicted vs measured tokens/s per run and the rank "
+              "agreement (Kendall's tau) of the planner's ordering; with --fit the GPU's MFU curve is fitted from the "
+              "runs that timed their steps")
 @click.option("--json", "as_json", is_flag=True, help="print the table as JSON")
 @click.option("--cases", type=click.Path(exists=True, dir_okay=False), default=None,
               help="with --against trace: one case file (default every estimator/cases/*.yaml)")
@@ -35,9 +38,14 @@ from hpcmem.errors import HpcmemError
               help="with --against trace: trace processes in parallel (each holds torch, ~1 GiB)")
 @click.option("--rescore", is_flag=True, help="with --against trace: re-estimate the stored traces "
                                               "(estimator/traces/) without tracing again")
+@click.option("--reserved", is_flag=True, help="with --against trace: score the estimate's reserved peak against the "
+                                               "caching-allocator model replaying each trace (traced with the model "
+                                               "on, resumably; with --rescore, from the stored numbers)")
+@click.option("--events", "events_dir", type=click.Path(file_okay=False), default=None,
+              help="with --against trace --reserved: also keep each case's device stream here (gzip JSON)")
 def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | None, no_png: bool, fit: bool,
-            fit_dir: str | None, stored: bool, as_json: bool, cases: str | None, ci_only: bool, workers: int,
-            rescore: bool) -> None:
+            fit_dir: str | None, stored: bool, speed: bool, as_json: bool, cases: str | None, ci_only: bool,
+            workers: int, rescore: bool, reserved: bool, events_dir: str | None) -> None:
     """Error of the estimate per trainer × technique and per peak (allocated, reserved, device): n, median, p95 and
     max |error| %, bias, and the safe bound's under-estimate rate and slack."""
     if against == "trace":
@@ -46,9 +54,10 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
                               "use --against probes")
         from hpcmem.validate import trace
 
-        trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json, rescore_only=rescore)
+        trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json, rescore_only=rescore,
+                  reserved=reserved, events_dir=events_dir)
         return
-    from hpcmem.probe.record import estimator_dir
+    from hpcmem.record import estimator_dir
     from hpcmem.validate import against_probes
     from hpcmem.validate.table import render
 
@@ -57,12 +66,18 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
         return
 
     out_png = None if no_png else (png or estimator_dir() / "accuracy-probes.png")
-    report = against_probes(list(records) or None, png=out_png, fit=fit, stored=stored, gpu=gpu, fit_dir=fit_dir)
+    report = against_probes(list(records) or None, png=out_png, fit=fit, stored=stored, gpu=gpu, fit_dir=fit_dir,
+                            speed=speed)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=1))
         return
     click.echo(f"{report.num_records} probe records from {', '.join(report.files) or 'nowhere'}")
     click.echo(render(report.rows) if report.rows else "no estimate/measurement pairs")
+    if speed:
+        from hpcmem.validate.speed import render as render_speed
+
+        click.echo("\nspeed: tokens/s per GPU, measured vs the planner's throughput model (hpcmem.validate.speed)")
+        click.echo(render_speed(report.speed) if report.speed else "no timed runs the model covers")
     for line in report.notes + [f"calibration written: {c}" for c in report.calibrations]:
         click.echo(f"note: {line}")
     if report.png:

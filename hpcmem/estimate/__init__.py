@@ -7,6 +7,7 @@ optimizer, sharding), activations, lora, loss (TRL's fused LM head), step (phase
 
 from __future__ import annotations
 
+from hpcmem.estimate.allocator import allocator_slack
 from hpcmem.estimate.breakdown import Component, Estimate, Phase
 from hpcmem.estimate.checkpoint import NAME as SAVE_PHASE
 from hpcmem.estimate.checkpoint import save_bytes
@@ -15,6 +16,7 @@ from hpcmem.estimate.evaluation import eval_phase
 from hpcmem.estimate.host import host_estimate
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.loss import loss_bytes
+from hpcmem.estimate.parallel import layout_json, layout_note, local_micro_batch, sequence_buffers
 from hpcmem.estimate.shape import micro_batch, precision
 from hpcmem.estimate.states import job_param_parts, model_states, optimizer_step_transient
 from hpcmem.estimate.step import build_phases, resident_components
@@ -63,6 +65,8 @@ def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
         bits.append("DDP")
     bits.append(f"{par.world_size} GPU{'s' if par.world_size > 1 else ''}" +
                 (f" ({par.num_machines} nodes)" if par.num_machines > 1 else ""))
+    if layout_note(job):
+        bits.append(layout_note(job))
     bits.append(f"micro-batch: {mb_source}")
     return " · ".join(bits)
 
@@ -86,15 +90,16 @@ def _job_phases(job: JobSpec, parts, prec, lora, states, base: tuple[Component, 
 
 
 def estimate(job: JobSpec) -> Estimate:
-    mb = micro_batch(job)
     prec = precision(job)
+    mb = local_micro_batch(job, micro_batch(job))
     parts = job_param_parts(job)
     lora = lora_layout(job)
     states = model_states(job, prec, lora)
     loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled or lora.trains_head)
     extras = trainer_extras(job, parts, prec)
     phases, act_host = build_phases(job, mb, prec, parts, states, lora, loss,
-                                    optimizer_step_transient(job, states, parts, lora), extras.resident)
+                                    optimizer_step_transient(job, states, parts, lora), extras.resident,
+                                    sequence_buffers(job, mb, prec))
     base = (*resident_components(states, lora), *extras.resident)
     phases += [Phase(name=p.name, components=base + p.components) for p in extras.phases]
     phases += _job_phases(job, parts, prec, lora, states, base)
@@ -105,7 +110,8 @@ def estimate(job: JobSpec) -> Estimate:
     ws_bytes, ws_note = cublas_workspaces(job.gpu)
     workspaces = Component(name=WORKSPACES, bytes=ws_bytes, note=ws_note)
     phases = [Phase(name=p.name, components=(*p.components, workspaces)) for p in phases]
-    dev = device_terms(job, max(p.bytes for p in phases), vllm_bytes=extras.vllm_pool)
+    slack = allocator_slack(job, mb, prec, lora, max(p.bytes for p in phases))
+    dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
     warnings = list(job_warnings(job)) + list(extras.notes)
     if job.gpu is None:
@@ -131,4 +137,5 @@ def estimate(job: JobSpec) -> Estimate:
         not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ()),
         calibrated=dev.calibrated,
         gpu=job.gpu,
+        extra={"layout": layout_json(job, mb)},
     )

@@ -117,4 +117,5 @@ class Estimate:
             "headroom_bytes": self.headroom_bytes,
             "warnings": list(self.warnings),
             "not_modelled": list(self.not_modelled),
+            "layout": self.extra.get("layout"),         # the parallelism_config in force (hpcmem.layout), or null
         }

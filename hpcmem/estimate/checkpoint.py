@@ -92,7 +92,7 @@ def _model_step(job: JobSpec, parts: ParamParts, prec: Precision, lora: LoraLayo
 
 
 def _optimizer_step(job: JobSpec, parts: ParamParts, prec: Precision, lora: LoraLayout) -> SaveBytes:
-    par, n = job.parallel, job.parallel.world_size
+    par, n = job.parallel, job.parallel.layout.state_shards
     trainable = lora.num_params if lora.enabled else parts.total
     largest = max((r * c for r, c, _ in lora.matrices()), default=0) if lora.enabled else parts.largest_tensor
     if par.fsdp and par.fsdp_state_dict_type == "FULL_STATE_DICT":

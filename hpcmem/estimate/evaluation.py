@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hpcmem.estimate.breakdown import Component, Phase
+from hpcmem.estimate.parallel import local_micro_batch
 from hpcmem.estimate.shape import Precision, micro_batch
 from hpcmem.estimate.states import ParamParts
 from hpcmem.estimate.trainers import generation_phases, no_grad_pass
@@ -35,7 +36,7 @@ def eval_phase(job: JobSpec, parts: ParamParts, prec: Precision, held: tuple[Com
         return None
     eval_job = replace(job, train=replace(t, per_device_train_batch_size=t.per_device_eval_batch_size),
                        tokens_per_micro_batch=None)
-    mb = micro_batch(eval_job)
+    mb = local_micro_batch(job, micro_batch(eval_job), evaluation=True)
     score = Component(name="eval forward (no grad)", bytes=no_grad_pass(job, mb.rows, mb.seq, prec),
                       note=f"per_device_eval_batch_size {t.per_device_eval_batch_size}: {mb.source}")
     candidates = [(score,)]

@@ -3,8 +3,8 @@
 Adapter size (Hu et al. 2021, "LoRA"): r·(in + out) per adapted linear. Placement follows peft: `lora_target_modules`
 names the modules; empty means peft's per-architecture default
 (peft TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING); "all-linear" means every nn.Linear of the decoder layers.
-Dtypes (MEMORY-FACTS): adapters are fp32 by default (peft autocast_adapter_dtype); with a quantized base TRL casts
-trainable parameters to bf16 (sft_trainer.py); DeepSpeed casts the whole module to its 16-bit dtype.
+Dtypes (peft and TRL 1.16 source): adapters are fp32 by default (peft autocast_adapter_dtype); with a quantized base
+TRL casts trainable parameters to bf16 (sft_trainer.py); DeepSpeed casts the whole module to its 16-bit dtype.
 """
 
 from __future__ import annotations

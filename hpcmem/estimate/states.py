@@ -125,7 +125,7 @@ def _quantized_weights(parts: ParamParts, job: JobSpec, w: int) -> tuple[int, in
 def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
     t, par, m = job.train, job.parallel, job.model
     parts = job_param_parts(job)
-    n = par.world_size
+    n = par.layout.state_shards        # every rank, or FSDP2's dp_shard × cp mesh (HSDP replicates across it)
     w = prec.weight
     notes: dict[str, str] = {}
     if t.quantized:

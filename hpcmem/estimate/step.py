@@ -1,9 +1,10 @@
 """One steady-state training step (the second optimizer step: states exist), phase by phase.
 
-Peak ≈ max(P + O + A + T_bwd, P + G + O + T_opt) (ACCURACY.md). Backward runs the layers from last to first: at
-layer k the saved activations of layers < k are still alive, the gradients of layers > k already exist, and layer k
-holds its (recomputed, under checkpointing) activations plus its gradient temporaries. The worst k is found by
-evaluating every layer.
+Peak ≈ max(P + O + A + T_bwd, P + G + O + T_opt): the backward's peak or the optimizer step's (Rajbhandari et al.
+2020, "ZeRO", §3 for the model-state terms P, G, O). Backward runs the layers from last to first: at layer k the
+saved activations of layers < k are still alive, the gradients of layers > k already exist, and layer k holds its
+(recomputed, under checkpointing) activations plus its gradient temporaries. The worst k is found by evaluating
+every layer.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from hpcmem.estimate import lora_variants
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.lora import backward_transient as lora_backward_transient
 from hpcmem.estimate.loss import LossBytes
+from hpcmem.estimate.parallel import SequenceBuffers
 from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.spec import JobSpec
@@ -56,14 +58,15 @@ def layer_terms(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts
 
 
 def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
-                 loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()
-                 ) -> tuple[list[Phase], int]:
-    """Returns (phases, host bytes of offloaded activations)."""
+                 loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = (),
+                 seq: SequenceBuffers = SequenceBuffers()) -> tuple[list[Phase], int]:
+    """Returns (phases, host bytes of offloaded activations). `seq`: what a context/sequence-parallel attention adds
+    per layer (hpcmem.estimate.parallel); `mb` is then the rank's share of the sequence."""
     t, m = job.train, job.model
     L = m.num_hidden_layers
     resident = resident_components(s, lora) + list(extra_resident)
     terms = layer_terms(job, mb, prec, parts, lora)
-    full = [sum(d.values()) for d in terms]
+    full = [sum(d.values()) + seq.kept_per_layer for d in terms]
     if not t.gradient_checkpointing:
         kept = full
         mode = "no checkpointing"
@@ -103,6 +106,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         *([Component(name="gradients", bytes=accum_grads, note=grads_note)] if accum_grads else []),
         *([Component(name="autocast weight cache", bytes=autocast_cache,
                      note="bf16 copies of fp32 weights held until autocast exits")] if autocast_cache else []),
+        *([Component(name=seq.name, bytes=seq.forward, note=seq.note)] if seq.forward else []),
         Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note),
         *([Component(name="DoRA forward", bytes=dora_t, note="the worst adapted linear's, one at a time")]
           if dora_t else [])))
@@ -134,7 +138,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
         # by the attention's backward the MLP's saved tensors (and the post-attention norm's) are already freed
         freed = terms[k]["mlp"] + terms[k]["norms"] // 2 + lora_mlp_saved
-        transient = hidden_t + max(mlp_side, max(scores_t - freed, 0) + lora_attention_t) + layer_grad
+        transient = hidden_t + max(mlp_side, max(scores_t - freed, 0) + lora_attention_t) + layer_grad + \
+            max(seq.forward, seq.backward)
         if k == L - 1 and lora.enabled:
             # with a frozen head the gradient the fused head returns, scattered back over every position, is still
             # alive in the first layer's backward (seen in the trace: LoRA cases were 6·H·T short; full fine-tuning
@@ -149,7 +154,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         Component(name="activations", bytes=below_and_own, note=f"layers ≤ {worst_k}"),
         *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
         Component(name="gradients", bytes=done, note=grads_note or f"layers > {worst_k} done"),
-        Component(name="backward temporaries", bytes=transient)))
+        Component(name="backward temporaries", bytes=transient,
+                  note=f"incl. {seq.name} {max(seq.forward, seq.backward) / GIB:.2f} GiB" if seq.name else "")))
     grads_all = Component(name="gradients", bytes=s.gradients)
     embed_phase = _embedding_backward(job, mb, prec, parts, resident, grads_all, head_trains, lora)
     step_extra = [Component(name="gradient buffers", bytes=s.grad_buffers, note="fp32 gradient partition")] \

@@ -21,8 +21,8 @@ def render(est: Estimate) -> str:
     lines.append(f"{'peak allocated':<30}{gib(est.peak_allocated_bytes):>14}   phase: {peak.name}")
     slack = est.reserved_extra_bytes / est.peak_allocated_bytes if est.peak_allocated_bytes else 0.0
     lines.append(f"{'peak reserved':<30}{gib(est.peak_reserved_bytes):>14}   allocator slack "
-                 f"{est.reserved_extra_bytes / GIB:.2f} GiB ({100 * slack:.1f} % of allocated, from a model of the "
-                 f"caching allocator; estimate/device.py)")
+                 f"{est.reserved_extra_bytes / GIB:.2f} GiB ({100 * slack:.1f} % of allocated, from the caching "
+                 f"allocator's mechanics; estimate/allocator.py)")
     verdict = est.verdict
     where = (f"of {verdict.capacity_bytes / GIB:.1f} GiB usable on {est.gpu_name}" if verdict else "")
     lines.append(f"{'device peak':<30}{gib(est.device_peak_bytes):>14}   {where}")

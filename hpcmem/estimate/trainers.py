@@ -1,6 +1,6 @@
 """What DPO, GRPO and RLOO add to a step: a reference model, no-grad passes, generation, vLLM, weight sync.
 
-Rules (trl 1.16; MEMORY-FACTS rules 3–5, checked against the installed source):
+Rules (trl 1.16, checked against the installed source):
 - Reference model (dpo_trainer.py, grpo_trainer.py, rloo_trainer.py): a second full model from the policy's
   `model_init_kwargs` (fp32 unless dtype), absent with PEFT (adapters disabled act as reference), with
   `precompute_ref_log_probs` (DPO) or `beta == 0` (GRPO default). `prepare_deepspeed` (trl/models/utils.py) runs it at

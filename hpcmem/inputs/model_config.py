@@ -19,9 +19,9 @@ _COUNTS: dict[str, tuple[int, bool]] = {
     "num_attention_heads": (1, False), "num_key_value_heads": (1, True), "head_dim": (1, True),
     "max_position_embeddings": (1, True), "num_local_experts": (0, True), "num_experts": (0, True),
     "num_experts_per_tok": (0, True), "moe_intermediate_size": (0, True),
-    "shared_expert_intermediate_size": (0, True), "decoder_sparse_step": (1, True),
+    "shared_expert_intermediate_size": (0, True), "decoder_sparse_step": (1, True), "sliding_window": (0, True),
 }
-_FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "qkv_bias")
+_FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "qkv_bias", "use_sliding_window")
 _FLOATS = ("final_logit_softcapping", "attn_logit_softcapping")
 _NAMES = ("model_type", "hidden_act", "hidden_activation")
 
@@ -63,6 +63,10 @@ def _check(cfg: dict, p: Problems) -> None:
     elif only is not None:
         for i, index in enumerate(only):
             _gather(p, v.integer, f"mlp_only_layers[{i}]", index, lo=0, hi=layers - 1, text_ok=False)
+    types = cfg.get("layer_types")
+    if types is not None and (not isinstance(types, list) or len(types) > MAX_LAYERS or
+                              not all(isinstance(t, str) and len(t) <= 64 for t in types)):
+        p.add(v.fail("layer_types", types, "a list of attention type names").problems[0])
     for key in _FLAGS:
         if cfg.get(key) is not None:
             _gather(p, v.boolean, key, cfg[key], text_ok=False)

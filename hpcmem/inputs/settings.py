@@ -45,7 +45,7 @@ _EXTRA: dict[str, Checker] = {
     "model_name_or_path": lambda n, x: v.text(n, x),
     "teacher_model_name_or_path": _nullable(lambda n, x: v.text(n, x)),
     "teacher_model_init_kwargs": _nullable(v.json_object),
-    "gpu": lambda n, x: v.text(n, x, max_len=64),
+    "gpu": lambda n, x: v.text(n, x, max_len=256),    # a catalog name or a description (hpcmem.gpu_describe)
     "accelerate_config": lambda n, x: v.text(n, x),
     "expandable_segments": v.boolean,
     "tokens_per_micro_batch": v.optional_integer,

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hpcmem.launch.parallelism import parallelism_block
+
 if TYPE_CHECKING:
     from hpcmem.spec import JobSpec
 
@@ -41,11 +43,11 @@ def accelerate_config(job: JobSpec, *, deepspeed_config_file: str | None = None,
     config: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "debug": False,
-        "distributed_type": _distributed_type(job),
+        "distributed_type": par.distributed_type,
         "downcast_bf16": "no",
         "main_training_function": "main",
         "num_machines": par.num_machines,
-        "num_processes": par.num_processes,
+        "num_processes": par.world_size,
         "rdzv_backend": "c10d" if multi_node else "static",
         "same_network": not multi_node,
         "use_cpu": use_cpu,
@@ -62,14 +64,10 @@ def accelerate_config(job: JobSpec, *, deepspeed_config_file: str | None = None,
         config["mixed_precision"] = mixed_precision(job)
     if par.fsdp:
         config["fsdp_config"] = fsdp_config(job)
+    block = parallelism_block(par)          # CP / SP / HSDP sizes, keys as accelerate's launcher reads them
+    if block:
+        config["parallelism_config"] = block
     return config
-
-
-def _distributed_type(job: JobSpec) -> str:
-    par = job.parallel
-    if par.distributed_type == "NO" and par.num_processes > 1:
-        return "MULTI_GPU"
-    return par.distributed_type
 
 
 def deepspeed_config(job: JobSpec) -> dict[str, Any]:

@@ -48,7 +48,9 @@ class Preset:
     name: str
     source: str                              # the file it came from (not a YAML key)
     partition: str
-    gpu: str                                 # a GPU catalog name (hpcmem gpus): memory and speed come from there
+    gpu: str                                 # a GPU catalog name (hpcmem gpus), or a GPU the site describes (a
+                                             # mapping {name, memory_gb, usable_gb, compute_capability, bf16_tflops}
+                                             # or a size such as 96GB; hpcmem.gpu_describe), kept as its text form
     gpus_per_node: int
     cpus_per_node: int
     max_time: str                            # a SLURM time limit (hpcmem.launch.slurm_time), e.g. "2-00:00:00"
@@ -78,7 +80,7 @@ class Preset:
         return slurm_time.parse(self.max_time)
 
     def gpu_spec(self):
-        """The catalog entry for `gpu` (hpcmem.gpus)."""
+        """The GPU `gpu` names: a catalog entry or the site's description (hpcmem.gpus), with its calibration."""
         from hpcmem.gpus import gpu_spec
 
         return gpu_spec(self.gpu)
@@ -160,6 +162,7 @@ def from_dict(data: Any, *, source: str, default_name: str) -> Preset:
     if not isinstance(data, dict):
         raise SpecError(f"preset {source}: must be a YAML mapping of keys to values, got {type(data).__name__}")
     c = _Checked(source)
+    data = {**data, "gpu": _gpu_text(data.get("gpu"), c)}
     for key in sorted(set(data) - set(YAML_KEYS), key=repr):
         c.add(f"unknown key {shown(key)}; allowed keys: {', '.join(YAML_KEYS)}")
     for key in _REQUIRED:
@@ -237,6 +240,16 @@ def _check_lists(data: dict, c: _Checked) -> None:
             c(v.no_nul, f"env {name}", str(value))
 
 
+def _gpu_text(value: Any, c: _Checked) -> Any:
+    """A described GPU (a mapping) as the one-line form every reader parses (hpcmem.gpu_describe); else as given."""
+    if not isinstance(value, dict):
+        return value
+    from hpcmem.gpu_describe import parse
+
+    described = c(parse, value)
+    return described.text if described is not None else ""     # the refusal is already a problem
+
+
 def _check_gpu(name: Any, source: str, p: Problems) -> None:
     """The GPU must be in the catalog (hpcmem.gpus); without the catalog any name is accepted here."""
     if not isinstance(name, str) or not name:
@@ -248,7 +261,8 @@ def _check_gpu(name: Any, source: str, p: Problems) -> None:
     try:
         gpu_spec(name)
     except (KeyError, ValueError, HpcmemError) as exc:
-        p.add(f"preset {source}: gpu {name!r} is not in the GPU catalog ({exc}); `hpcmem gpus` lists the names")
+        p.add(f"preset {source}: gpu {name!r} is not in the GPU catalog nor a GPU description ({exc}); "
+              "`hpcmem gpus` lists the names")
 
 
 def _container(value: Any, c: _Checked) -> Container | None:

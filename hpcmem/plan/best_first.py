@@ -36,9 +36,11 @@ from hpcmem.estimate import Estimate, estimate
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.shape import micro_batch
 from hpcmem.estimate.verdict import safe_bound
+from hpcmem.plan import layouts
 from hpcmem.plan.knobs import GC_VALUES, Knobs, apply, axes, combinations, job_knobs
 from hpcmem.plan.throughput import (
-    PADDED_FILL_FRACTION, THROUGHPUT_UNCERTAINTY, Setting, Throughput, flops_params, interconnect_gbps, throughput,
+    PADDED_FILL_FRACTION, THROUGHPUT_UNCERTAINTY, Setting, Throughput, flops_params, interconnect_gbps, mfu_curve,
+    throughput,
 )
 from hpcmem.spec import GpuSpec, JobSpec
 
@@ -154,7 +156,7 @@ def _dominates(hi: Knobs, lo: Knobs) -> bool:
     return _GC_SAVING[hi.gc] <= _GC_SAVING[lo.gc]
 
 
-class _Speeds:
+class Speeds:
     """Throughput per combination, memoised on the few inputs that differ between combinations."""
 
     def __init__(self, job: JobSpec, gpu: GpuSpec) -> None:
@@ -165,8 +167,9 @@ class _Speeds:
         self.trainable: dict[str, int] = {}
         self.model_kw = dict(n_flops=flops_params(m), n_params=m.num_params, layers=m.num_hidden_layers,
                              attn_width=m.num_attention_heads * m.head_dim, hidden=m.hidden_size,
+                             kv_width=m.num_key_value_heads * m.head_dim,
                              world=par.world_size, num_machines=par.num_machines, peak_tflops=gpu.bf16_tflops,
-                             link_gbps=interconnect_gbps(gpu.name, par.num_machines))
+                             link_gbps=interconnect_gbps(gpu.name, par.num_machines), mfu_curve=mfu_curve(gpu.name))
 
     def _shape(self, pack: str, batch: int) -> tuple[int, float, int]:
         """Tokens computed per micro-batch (estimate.shape.micro_batch, the estimator's own), useful share, span."""
@@ -198,6 +201,8 @@ class _Speeds:
         hit = self.cache.get(key)
         if hit is None:
             tokens, useful, span = self._shape(k.pack, k.batch)
+            shards = max(fields["cp_size"], fields["sp_size"])        # a sequence-split layout: the rank's share
+            tokens = -(-tokens // shards)
             dist, stage = fields["distributed_type"], fields["zero_stage"]
             sharding = "fsdp" if dist == "FSDP" else (f"zero{stage}" if dist == "DEEPSPEED" and stage else "ddp")
             s = Setting(tokens=tokens, useful_fraction=useful, attn_seq=span, grad_accum=k.accum, gc=k.gc,
@@ -205,7 +210,8 @@ class _Speeds:
                         offload_optimizer=fields["offload_optimizer_device"] != "none" or fields["fsdp_offload_params"],
                         offload_params=fields["offload_param_device"] != "none" or fields["fsdp_offload_params"],
                         peft=k.peft if k.peft in ("none", "lora", "qlora") else "lora",
-                        trainable_params=self._trainable(k.peft))
+                        trainable_params=self._trainable(k.peft), seq_shards=shards,
+                        seq_split="cp" if fields["cp_size"] > 1 else "sp" if fields["sp_size"] > 1 else "")
             hit = self.cache[key] = throughput(s, **self.model_kw)
         return hit
 
@@ -222,9 +228,9 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
     start = time.perf_counter()
     base = replace(base, gpu=gpu) if base.gpu != gpu else base
     own = job_knobs(base)
-    gbs = global_batch_size or own.batch * own.accum * base.parallel.world_size
+    gbs = global_batch_size or own.batch * own.accum * base.parallel.layout.data_parallel
     combos = combinations(axes(base, fixed, gbs, allow_peft, exclude))
-    speeds = _Speeds(base, gpu)
+    speeds = Speeds(base, gpu)
     par_fields = {name: _parallel_fields(base, name) for name in {k.sharding for k in combos}}
     scored = sorted(((speeds(k, par_fields[k.sharding]), k) for k in combos),
                     key=lambda sk: (-round(sk[0].tokens_per_s_per_gpu, 6), sk[1].techniques()))
@@ -234,14 +240,41 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
         scored = []         # no combination can fit the node: do not estimate them one by one
     plans: list[Plan] = []
     walked: list[Verdict] = []
-    accepted: set[Knobs] = set()
+    _walk(scored, walker, top, plans, walked)
+    if not note and layouts.wanted(plans, fixed):
+        # context / sequence parallelism (hpcmem.plan.layouts): one more walk over the layouts, ranked together
+        names = layouts.layout_names(base)
+        extra = [k for ax in layouts.batch_axes(axes(base, fixed, gbs, allow_peft, exclude), base, fixed, gbs, names)
+                 for k in combinations(ax)]
+        par_fields.update({name: _parallel_fields(base, name) for name in names})
+        more = sorted(((speeds(k, par_fields[k.sharding]), k) for k in extra),
+                      key=lambda sk: (-round(sk[0].tokens_per_s_per_gpu, 6), sk[1].techniques()))
+        combos += extra
+        scored += more
+        _walk(more, walker, top, plans, walked)
     speeds_by_knobs = {k: sp for sp, k in scored}
+    plans = rank_plans(plans)[:top] if top is not None else rank_plans(plans)
+    stats = SearchStats(combinations=len(combos), full_estimates=walker.full, bound_rejected=walker.bound,
+                        rule_rejected=walker.rules, rank_pruned=len(combos) - len(walked),
+                        seconds=time.perf_counter() - start)
+    return PlanReport(plans=tuple(plans), walked=tuple(walked), stats=stats, gpu=gpu, global_batch_size=gbs,
+                      base=base, speeds=speeds_by_knobs, fixed=tuple(sorted(fixed)),
+                      host_capacity_bytes=host_memory_per_node_bytes, note=note)
+
+
+def _walk(scored: list, walker: "_Walker", top: int | None, plans: list[Plan], walked: list[Verdict]) -> None:
+    """Walk `scored` (fastest first), appending what fits to `plans` and every verdict to `walked` (module docstring,
+    steps 2–4)."""
+    accepted = {p.knobs for p in plans}
+    in_walk = {k for _, k in scored}
+    start = len(plans)
     for speed, k in scored:
-        if top is not None and len(plans) >= top and \
-                speed.tokens_per_s_per_gpu < (1 - THROUGHPUT_UNCERTAINTY) * _band_start(plans, top - 1):
+        fresh = plans[start:]
+        if top is not None and len(fresh) >= top and \
+                speed.tokens_per_s_per_gpu < (1 - THROUGHPUT_UNCERTAINTY) * _band_start(fresh, top - 1):
             break       # every plan left is slower than the band the top-th plan ranks in: nothing can move up
         twin = k._replace(expandable_segments=True)
-        if not k.expandable_segments and twin in speeds_by_knobs:
+        if not k.expandable_segments and twin in in_walk:
             walker.judge(twin, speed)       # same speed, less memory: if it does not fit, neither does k (bound)
         v, job, est = walker.judge(k, speed)
         walked.append(v)
@@ -250,13 +283,6 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
             if k.expandable_segments and k._replace(expandable_segments=False) in accepted:
                 continue        # same speed, one more setting: not worth a row
             plans.append(Plan(rank=len(plans) + 1, knobs=k, job=job, estimate=est, speed=speed))
-    plans = rank_plans(plans)[:top] if top is not None else rank_plans(plans)
-    stats = SearchStats(combinations=len(combos), full_estimates=walker.full, bound_rejected=walker.bound,
-                        rule_rejected=walker.rules, rank_pruned=len(combos) - len(walked),
-                        seconds=time.perf_counter() - start)
-    return PlanReport(plans=tuple(plans), walked=tuple(walked), stats=stats, gpu=gpu, global_batch_size=gbs,
-                      base=base, speeds=speeds_by_knobs, fixed=tuple(sorted(fixed)),
-                      host_capacity_bytes=host_memory_per_node_bytes, note=note)
 
 
 def _host_floor_note(base: JobSpec, capacity: int | None) -> str:
@@ -307,7 +333,7 @@ def _parallel_fields(base: JobSpec, sharding: str) -> dict:
 
     p = _parallel(base.parallel, sharding)
     return {f: getattr(p, f) for f in ("distributed_type", "zero_stage", "offload_optimizer_device",
-                                       "offload_param_device", "fsdp_offload_params")}
+                                       "offload_param_device", "fsdp_offload_params", "cp_size", "sp_size")}
 
 
 def _states_floor(est: Estimate) -> int:

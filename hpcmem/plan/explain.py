@@ -53,7 +53,7 @@ def _verdict(report: PlanReport, k: Knobs) -> tuple[str, float | None]:
 
 def reasons(report: PlanReport, p: Plan) -> list[str]:
     """One line per knob that is on: what happens without it."""
-    per_gpu = report.global_batch_size // report.base.parallel.world_size
+    per_gpu = report.global_batch_size // p.job.parallel.layout.data_parallel     # rows per data-parallel rank
     out = []
     for name, off in _neighbours(p.knobs, per_gpu):
         if _fixed(report, name):

@@ -13,6 +13,7 @@ from itertools import product
 from typing import Collection, Mapping, NamedTuple
 
 from hpcmem.errors import SpecError
+from hpcmem.plan.layouts import layout_fields, split, train_changes
 from hpcmem.spec import JobSpec, ParallelSpec
 
 GC_VALUES = ("off", "selective", "full")
@@ -38,7 +39,9 @@ FIXING_FLAGS = {
     "activation_offloading": ("activation_offloading",),
     "pack": ("packing", "padding_free", "packing_strategy"),
     "sharding": ("accelerate_config", "distributed_type", "zero_stage", "offload_optimizer_device",
-                 "offload_param_device", "fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward"),
+                 "offload_param_device", "fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward",
+                 "dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size", "cp_comm_strategy",
+                 "sp_attn_implementation"),
     "peft": ("use_peft", "load_in_4bit", "load_in_8bit"),
     "batch": ("per_device_train_batch_size",),
     "accum": ("gradient_accumulation_steps",),
@@ -105,9 +108,10 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
     `exclude` removes values from a free axis (e.g. {"pack": ["packing"]}: do not change what a batch holds); the
     job's own value always stays."""
     own = job_knobs(job)
-    world = job.parallel.world_size
+    world = job.parallel.layout.data_parallel       # ranks training different batches (world / (tp·cp·sp))
     if global_batch_size < world or global_batch_size % world:
-        raise SpecError(f"global_batch_size {global_batch_size} is not a positive multiple of num_processes {world}")
+        raise SpecError(f"global_batch_size {global_batch_size} is not a positive multiple of the {world} "
+                        "data-parallel ranks (num_processes / (cp × sp × tp))")
     per_gpu = global_batch_size // world
 
     def axis(name: str, values) -> list:
@@ -145,8 +149,9 @@ def _parallel(par: ParallelSpec, sharding: str) -> ParallelSpec:
     if sharding == GIVEN:
         return par
     base = {"distributed_type": "MULTI_GPU" if par.world_size > 1 else "NO"}
+    data_parallel, _, _ = split(sharding)           # fsdp2+cp4: FSDP2's fields + the layout's (hpcmem.plan.layouts)
     return ParallelSpec(num_processes=par.num_processes, num_machines=par.num_machines,
-                        **{**base, **SHARDINGS[sharding]})
+                        **{**base, **SHARDINGS[data_parallel], **layout_fields(sharding, par.world_size)})
 
 
 def apply(job: JobSpec, k: Knobs) -> JobSpec:
@@ -163,6 +168,10 @@ def apply(job: JobSpec, k: Knobs) -> JobSpec:
         changes["packing_strategy"] = "bfd"
     if k.peft != GIVEN:
         changes.update(use_peft=k.peft != "none", load_in_4bit=k.peft == "qlora", load_in_8bit=False)
+    changes.update(train_changes(job, k.sharding))
     train = replace(t, **changes)
-    return JobSpec(model=job.model, train=train, parallel=_parallel(job.parallel, k.sharding), gpu=job.gpu,
+    par = _parallel(job.parallel, k.sharding)
+    if par.sp_size > 1 and k.sharding != GIVEN:
+        par = replace(par, sp_attn_implementation=train.attn_implementation)   # Ulysses wraps the model's kernel
+    return JobSpec(model=job.model, train=train, parallel=par, gpu=job.gpu,
                    expandable_segments=k.expandable_segments, tokens_per_micro_batch=job.tokens_per_micro_batch)

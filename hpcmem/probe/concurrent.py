@@ -70,17 +70,17 @@ def _close(a: float | None, b: float | None, rel: float) -> bool:
     return abs(a - b) <= max(rel * max(a, b), SLACK_BYTES if rel > ALLOCATED_TOL else 0)
 
 
-def compare(records: list[dict[str, Any]], names: tuple[str, ...] = COMPARE, device: str = "cuda") -> dict[str, Any]:
+def compare(records: list[Any], names: tuple[str, ...] = COMPARE, device: str = "cuda") -> dict[str, Any]:
     """Solo vs shared peaks of the COMPARE cases (records by `case`: NAME and NAME+shared, the newest of each)."""
-    by_case = {r.get("case"): r for r in records}         # later records win
+    by_case = {r.case: r for r in records}                # later records win (hpcmem.record.Record)
     rows, agree = [], True
     for name in names:
         solo, shared = by_case.get(name), by_case.get(name + SHARED_SUFFIX)
-        if not solo or not shared or solo.get("status") != "ok" or shared.get("status") != "ok":
+        if not solo or not shared or solo.status != "ok" or shared.status != "ok":
             rows.append({"case": name, "agree": False, "why": "a run is missing or did not finish"})
             agree = False
             continue
-        m1, m2 = solo["measured"], shared["measured"]
+        m1, m2 = solo.measured.to_json(), shared.measured.to_json()
         row = {"case": name}
         checks = [("peak_allocated_bytes", ALLOCATED_TOL)]
         if device == "cuda":

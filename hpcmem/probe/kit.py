@@ -192,12 +192,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def execute(kit: Kit, plan: dict[str, list[Any]], gpu: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from hpcmem.probe.record import read_records
+    from hpcmem.record import read_records
 
     total, check, shared_ok = args.budget_s, None, None
     steps = set(args.only_steps.split(","))
     if args.skip_done:
-        done = {r.get("case") for r in read_records(args.out) if r.get("status") in ("ok", "oom")}
+        done = {r.case for r in read_records(args.out) if r.finished}
         plan = {k: [c for c in v if getattr(c, "name", None) not in done] if k != "sizes" else v
                 for k, v in plan.items()}
     if "boundary" in steps:
@@ -232,7 +232,7 @@ def dry_run(plan: dict[str, list[Any]], gpu: Any, args: argparse.Namespace) -> d
 
 
 def _default_out(device_name: str | None) -> Path:
-    from hpcmem.probe.record import records_path
+    from hpcmem.record import records_path
 
     return records_path(device_name)
 

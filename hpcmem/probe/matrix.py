@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _default_out(device: str) -> Path:
-    from hpcmem.probe.record import records_path
+    from hpcmem.record import records_path
 
     if device == "cpu":
         return records_path(None)

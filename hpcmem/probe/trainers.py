@@ -10,11 +10,13 @@ the plugin the TrainingArguments already built — the same fully_shard path a G
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 from typing import Any
 
 from hpcmem.errors import HpcmemError
 from hpcmem.probe import fixtures
+from hpcmem.probe.layouts import attach_parallelism_on_cpu, needs_cpu_fsdp_mesh, parallelism_env
 from hpcmem.trainers import MODEL_CONFIG_FIELDS, REGISTRY, entry
 
 # TrainSpec fields that are also TRL config fields of the same name (STYLE: one name per setting); ModelConfig's go
@@ -123,6 +125,9 @@ def build_trainer(job: Any, *, steps: int, device: str, model_id: str, cfg: dict
         import deepspeed
 
         deepspeed.init_distributed(dist_backend="gloo")
+    # a parallelism config reaches Accelerator through the environment, as from `accelerate launch`
+    if not needs_cpu_fsdp_mesh(job, device):
+        os.environ.update(parallelism_env(job))
     e = entry(t.trainer)
     cls = getattr(trl, e.trainer_class)
     kw: dict[str, Any] = {"model": model_id, "args": args,
@@ -140,6 +145,8 @@ def build_trainer(job: Any, *, steps: int, device: str, model_id: str, cfg: dict
     trainer.remove_callback(PrinterCallback)        # no log lines from the probe's steps
     if device == "cpu" and job.parallel.fsdp:
         enable_fsdp_on_cpu(trainer)
+    if needs_cpu_fsdp_mesh(job, device):
+        attach_parallelism_on_cpu(trainer, job)
     return trainer, dropped
 
 

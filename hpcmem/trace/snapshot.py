@@ -75,6 +75,12 @@ class SnapshotRecorder:
     def stats(self) -> dict[str, Any]:
         return self.inner.stats() if self.inner is not None else {}
 
+    def __getattr__(self, name: str) -> Any:
+        """The tracker's optional hooks (`bind`, `op`: hpcmem.trace.events.EventLog) reach the inner listener."""
+        if name in ("bind", "op") and self.__dict__.get("inner") is not None:
+            return getattr(self.__dict__["inner"], name)
+        raise AttributeError(name)
+
     # -- results -------------------------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """The torch-snapshot dict: the event stream and the blocks alive at the end."""

@@ -102,8 +102,8 @@ FIELDS: dict[str, Field] = {
     "use_cpu": _no("the job runs on the CPU: nothing on a GPU to estimate"),
     "accelerator_config": _no("accelerate's dataloader options (dispatch_batches, split_batches): the same micro-batch "
                               "per rank"),
-    "parallelism_config": _ref("context/tensor/sequence parallelism shards the sequence or the layers; not modelled "
-                               "— set the layout with --accelerate_config"),
+    "parallelism_config": _ref("the layout (cp_size, sp_size, dp_shard_size, …) is read from the accelerate config "
+                               "(its parallelism_config_* keys) or hpcmem's flags; one in the TRL YAML is not read"),
     "dataloader_drop_last": _RUN,
     "dataloader_persistent_workers": _no("keeps the dataloader workers (host RAM: dataloader_num_workers) alive"),
     "dataloader_prefetch_factor": _no("batches queued on the host by each worker"),

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcmem.record import Record
+
 WINDOW = (0.85, 1.05)
 
 
@@ -49,38 +51,38 @@ class Row:
         return self.safe_bytes <= self.capacity_bytes
 
 
-def row_of(rec: dict[str, Any], estimate: dict[str, Any]) -> Row | None:
+def row_of(rec: Record, estimate: dict[str, Any]) -> Row | None:
     """The boundary judgement of one record (None when it has no capacity or prediction to judge)."""
     from hpcmem.estimate.verdict import judge
     from hpcmem.gpu_calibration import load_calibration
     from hpcmem.validate.probes import record_job
 
     per_gpu = estimate.get("per_gpu") or {}
-    simulated = (rec.get("run") or {}).get("capacity_bytes")
-    capacity = simulated or (rec.get("gpu") or {}).get("memory_bytes")
-    on_gpu = rec.get("device") != "cpu"
+    simulated = rec.run.capacity_bytes
+    capacity = simulated or (rec.gpu.memory_bytes if rec.gpu else None)
+    on_gpu = rec.device != "cpu"
     if on_gpu:       # a simulated capacity caps the allocator (set_per_process_memory_fraction): the reserved peak
         predicted = per_gpu.get("peak_reserved_bytes" if simulated else "device_peak_bytes")
     else:
         components = per_gpu.get("components") or {}
         predicted = (per_gpu.get("peak_allocated_bytes") or 0) - components.get("cuBLAS workspaces", 0)
-    if not capacity or not predicted or rec.get("status") not in ("ok", "oom"):
+    if not capacity or not predicted or not rec.finished:
         return None
     gpu = record_job(rec).gpu if on_gpu else None
     safe = judge(int(predicted), dataclasses.replace(gpu, capacity_bytes=int(capacity))).safe_device_peak_bytes \
         if gpu is not None else int(predicted)
     cal = load_calibration(gpu.name) if gpu is not None and gpu.calibrated else None
     fitted = ((cal or {}).get("provenance") or {}).get("fitted_at")
-    return Row(case=str(rec.get("case") or rec.get("id", "?"))[:40], gpu=gpu.name if gpu else "cpu",
+    return Row(case=str(rec.case or rec.id or "?")[:40], gpu=gpu.name if gpu else "cpu",
                predicted_bytes=int(predicted), safe_bytes=int(safe), capacity_bytes=int(capacity),
-               ran=rec["status"] == "ok", in_sample=None if not fitted else str(rec.get("created", "")) < fitted)
+               ran=rec.status == "ok", in_sample=None if not fitted else str(rec.created or "") < fitted)
 
 
 def rows(paths: list[str | Path], *, stored: bool = False, gpu: str | None = None,
          window: tuple[float, float] = WINDOW) -> tuple[list[Row], list[str]]:
     from hpcmem.validate.probes import estimate_for, load
 
-    loaded = load(paths, stored=True, gpu=gpu)          # records only; the estimate is made below
+    loaded = load(paths, gpu=gpu, estimate=False)       # records only; the estimate is made below
     out, notes = [], list(loaded.notes)
     for rec in loaded.records:
         est, note = estimate_for(rec, stored)

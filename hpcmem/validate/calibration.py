@@ -33,7 +33,7 @@ from typing import Any
 from hpcmem.datapath import ENV_DATA, PACKAGE_DIR, write_dir
 from hpcmem.gpu_calibration import KIND, load_calibration, peak_margins
 from hpcmem.gpus import catalog_name_for, gpu_slug
-from hpcmem.probe.record import ran_expandable
+from hpcmem.record import Record
 from hpcmem.validate.table import PEAKS, Point, median, quantile
 
 HOLDOUT_EVERY = 5
@@ -54,17 +54,21 @@ def held_out(record_id: str) -> bool:
     return int(hashlib.sha1(record_id.encode()).hexdigest(), 16) % HOLDOUT_EVERY == 0
 
 
-def fit(records: list[dict[str, Any]], points: list[Point], gpu: str, sources: list[str]) -> dict[str, Any]:
-    """Fit one GPU's constants from its records and the estimate/measurement points made from them."""
-    ok = [r for r in records if r.get("status") == "ok"]
-    train_ids = {str(r.get("id")) for r in records if not held_out(str(r.get("id")))}
+def fit(records: list[Record], points: list[Point], gpu: str, sources: list[str],
+        speed: list[Any] | None = None) -> dict[str, Any]:
+    """Fit one GPU's constants from its records and the estimate/measurement points made from them; with `speed`
+    rows (hpcmem.validate.speed) also the throughput model's MFU curve when enough runs timed their steps."""
+    from hpcmem.validate.speed import fit_mfu
+
+    ok = [r for r in records if r.status == "ok"]
+    train_ids = {r.id for r in records if not held_out(r.id)}
     train = [p for p in points if p.record_id in train_ids]
     test = [p for p in points if p.record_id not in train_ids]
     margins = {peak: _margin([p for p in train if p.peak == peak]) for peak in PEAKS}
-    devices = sorted({str((r.get("gpu") or {}).get("gpu_name")) for r in records if r.get("gpu")})
-    memory = next((int((r.get("gpu") or {}).get("memory_bytes") or 0) for r in records if r.get("gpu")), None)
+    devices = sorted({str(r.gpu_name) for r in records if r.gpu})
+    memory = next((int(r.gpu.memory_bytes or 0) for r in records if r.gpu), None)
     catalog_name = catalog_name_for(devices[0], memory) if devices else None
-    context = _context([r for r in ok if str(r.get("id")) in train_ids])
+    context = _context([r for r in ok if r.id in train_ids])
     main_driver = max(context, key=lambda d: context[d]["n"]) if context else None
     fitted_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     return {
@@ -77,13 +81,14 @@ def fit(records: list[dict[str, Any]], points: list[Point], gpu: str, sources: l
             "sources": sources, "num_records": len(records),
             "num_train_records": len(train_ids), "num_test_records": len(records) - len(train_ids),
             "split": f"held out when sha1(record id) % {HOLDOUT_EVERY} == 0",
-            "record_ids_sha1": hashlib.sha1("".join(sorted(str(r.get("id")) for r in records)).encode()).hexdigest(),
+            "record_ids_sha1": hashlib.sha1("".join(sorted(r.id for r in records)).encode()).hexdigest(),
             "versions": _versions(records),
         },
         "context": context,
-        "allocator": _allocator([r for r in ok if str(r.get("id")) in train_ids]),
+        "allocator": _allocator([r for r in ok if r.id in train_ids]),
         "margins": {k: v for k, v in margins.items() if v is not None},
         "held_out": _held_out_report(test, margins),
+        **({"throughput": mfu} if (mfu := fit_mfu(speed or [])) else {}),
     }
 
 
@@ -128,24 +133,24 @@ def _held_out_report(test: list[Point], margins: dict[str, Any]) -> dict[str, An
     return out
 
 
-def _context(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _context(records: list[Record]) -> dict[str, Any]:
     by_driver: dict[str, list[int]] = {}
     for r in records:
-        m = r.get("measured") or {}
-        if m.get("device_peak_bytes") and m.get("peak_reserved_bytes"):
-            driver = str((r.get("gpu") or {}).get("driver") or "unknown")
-            by_driver.setdefault(driver, []).append(int(m["device_peak_bytes"]) - int(m["peak_reserved_bytes"]))
+        m = r.measured
+        if m.device_peak_bytes and m.peak_reserved_bytes:
+            driver = str((r.gpu.driver if r.gpu else None) or "unknown")
+            by_driver.setdefault(driver, []).append(m.device_peak_bytes - m.peak_reserved_bytes)
     return {d: {"median_bytes": int(median(v)), "p95_bytes": int(quantile(v, 0.95)), "n": len(v)}
             for d, v in sorted(by_driver.items())}
 
 
-def _allocator(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _allocator(records: list[Record]) -> dict[str, Any]:
     groups: dict[str, list[tuple[float, float]]] = {}
     for r in records:
-        m = r.get("measured") or {}
-        if m.get("peak_reserved_bytes") and m.get("peak_allocated_bytes"):
-            key = "expandable_segments" if ran_expandable(r.get("job"), r.get("env")) else "default"
-            groups.setdefault(key, []).append((float(m["peak_allocated_bytes"]), float(m["peak_reserved_bytes"])))
+        m = r.measured
+        if m.peak_reserved_bytes and m.peak_allocated_bytes:
+            key = "expandable_segments" if r.expandable else "default"
+            groups.setdefault(key, []).append((float(m.peak_allocated_bytes), float(m.peak_reserved_bytes)))
     return {k: _linear(v) for k, v in sorted(groups.items())}
 
 
@@ -164,10 +169,10 @@ def _linear(xy: list[tuple[float, float]]) -> dict[str, Any]:
             "median_ratio": round(median([y / x for x, y in xy if x]), 6)}
 
 
-def _versions(records: list[dict[str, Any]]) -> dict[str, list[str]]:
+def _versions(records: list[Record]) -> dict[str, list[str]]:
     out: dict[str, set[str]] = {}
     for r in records:
-        for k, v in (r.get("versions") or {}).items():
+        for k, v in r.versions.items():
             if v:
                 out.setdefault(k, set()).add(str(v))
     return {k: sorted(v) for k, v in sorted(out.items())}
