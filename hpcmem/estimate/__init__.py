@@ -104,7 +104,7 @@ def estimate(job: JobSpec) -> Estimate:
     ws_bytes, ws_note = cublas_workspaces(job.gpu)
     workspaces = Component(name=WORKSPACES, bytes=ws_bytes, note=ws_note)
     phases = [Phase(name=p.name, components=(*p.components, workspaces)) for p in phases]
-    slack = allocator_slack(job, mb, prec, lora, max(p.bytes for p in phases))
+    slack = allocator_slack(job, mb, prec, lora, phases)
     dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
     warnings = list(job_warnings(job)) + list(extras.notes)

@@ -20,6 +20,12 @@ from hpcmem.estimate.states import ParamParts, States
 from hpcmem.spec import JobSpec
 
 GIB = 1024**3
+# phase and component names other modules read back (hpcmem.estimate.allocator replays the step from them)
+FORWARD = "forward"
+BACKWARD = "backward"               # every backward phase's name starts with it
+OPTIMIZER_STEP = "optimizer step"
+OPTIMIZER_STATES = "optimizer states"
+GRADIENTS = "gradients"
 
 
 def resident_components(s: States, lora: LoraLayout) -> list[Component]:
@@ -32,7 +38,7 @@ def resident_components(s: States, lora: LoraLayout) -> list[Component]:
                              note=" · ".join(x for x in (
                                  f"{lora.num_params:,} params r={lora.r} on {','.join(mod.leaf for mod in lora.adapted)}",
                                  s.notes.get("adapters", "")) if x)))
-    out.append(Component(name="optimizer states", bytes=s.optimizer, note=s.notes.get("optimizer", "")))
+    out.append(Component(name=OPTIMIZER_STATES, bytes=s.optimizer, note=s.notes.get("optimizer", "")))
     if s.master:
         out.append(Component(name="fp32 master weights", bytes=s.master, note="DeepSpeed fp32 partition"))
     if s.grad_buffers and s.notes.get("ddp"):
@@ -98,9 +104,9 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     autocast_cache = 2 * cached if prec.autocast and t.gradient_checkpointing else 0
     activations = Component(name="activations", bytes=saved_total,
                             note=f"{mode}: {mb.source}; {L} layers")
-    forward = Phase(name="forward", components=(
+    forward = Phase(name=FORWARD, components=(
         *resident, *gathered, activations,
-        *([Component(name="gradients", bytes=accum_grads, note=grads_note)] if accum_grads else []),
+        *([Component(name=GRADIENTS, bytes=accum_grads, note=grads_note)] if accum_grads else []),
         *([Component(name="autocast weight cache", bytes=autocast_cache,
                      note="bf16 copies of fp32 weights held until autocast exits")] if autocast_cache else []),
         *([Component(name=seq.name, bytes=seq.forward, note=seq.note)] if seq.forward else []),
@@ -111,7 +117,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     layer_grad = max(layer_grad, 0) // L
     head_phase = Phase(name="backward (LM head)", components=(
         *resident, *gathered, activations,
-        *([Component(name="gradients", bytes=accum_grads, note=grads_note)] if accum_grads else []),
+        *([Component(name=GRADIENTS, bytes=accum_grads, note=grads_note)] if accum_grads else []),
         Component(name="loss / fused LM head", bytes=loss.backward_transient,
                   note="fp32 grad accumulators + tile at the head's backward")))
     # per-layer constants of the backward, then the worst layer k found numerically before any Phase is built
@@ -146,14 +152,14 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         *resident, *gathered,
         Component(name="activations", bytes=below_and_own, note=f"layers ≤ {worst_k}"),
         *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
-        Component(name="gradients", bytes=done, note=grads_note or f"layers > {worst_k} done"),
+        Component(name=GRADIENTS, bytes=done, note=grads_note or f"layers > {worst_k} done"),
         Component(name="backward temporaries", bytes=transient,
                   note=f"incl. {seq.name} {max(seq.forward, seq.backward) / GIB:.2f} GiB" if seq.name else "")))
-    grads_all = Component(name="gradients", bytes=s.gradients)
+    grads_all = Component(name=GRADIENTS, bytes=s.gradients)
     embed_phase = _embedding_backward(job, mb, prec, parts, resident, grads_all, head_trains)
     step_extra = [Component(name="gradient buffers", bytes=s.grad_buffers, note="fp32 gradient partition")] \
         if s.grad_buffers and not s.notes.get("ddp") else []
-    optimizer = Phase(name="optimizer step", components=(
+    optimizer = Phase(name=OPTIMIZER_STEP, components=(
         *resident, grads_all, *step_extra,
         Component(name="optimizer step temporaries", bytes=opt_transient)))
     phases = [forward, head_phase, best, optimizer, embed_phase]
