@@ -11,8 +11,9 @@ from hpcmem.errors import HpcmemError
 
 
 @click.command(name="validate")
-@click.option("--against", type=click.Choice(["probes", "trace"]), default="probes", show_default=True,
-              help="probes: GPU/CPU probe records (estimator/probes); trace: the trace matrix")
+@click.option("--against", type=click.Choice(["probes", "trace", "coverage"]), default="probes", show_default=True,
+              help="probes: GPU/CPU probe records (estimator/probes); trace: the trace matrix; coverage: every "
+                   "covered model type against a trace (estimator/coverage.jsonl)")
 @click.option("--records", multiple=True, type=click.Path(exists=True),
               help="records files or folders (default estimator/probes/)")
 @click.option("--gpu", default=None, help="only this GPU model's records (e.g. H100-80GB, cpu)")
@@ -30,10 +31,20 @@ from hpcmem.errors import HpcmemError
               help="with --against trace: trace processes in parallel (each holds torch, ~1 GiB)")
 @click.option("--rescore", is_flag=True, help="with --against trace: re-estimate the stored traces "
                                               "(estimator/traces/) without tracing again")
+@click.option("--types", default=None, help="with --against coverage: comma-separated model types (default all)")
+@click.option("--redo", is_flag=True, help="with --against coverage: trace types again that have records")
 def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | None, no_png: bool, fit: bool,
-            stored: bool, as_json: bool, cases: str | None, ci_only: bool, workers: int, rescore: bool) -> None:
+            stored: bool, as_json: bool, cases: str | None, ci_only: bool, workers: int, rescore: bool,
+            types: str | None, redo: bool) -> None:
     """Error of the estimate per trainer × technique and per peak (allocated, reserved, device): n, median, p95 and
     max |error| %, bias, and the safe bound's under-estimate rate and slack."""
+    if against == "coverage":
+        from hpcmem.validate import coverage
+
+        recs = coverage.run([t.strip() for t in types.split(",")] if types else None, redo=redo, workers=workers,
+                            progress=coverage.print_progress)
+        click.echo(json.dumps(recs, indent=1) if as_json else f"{len(recs)} records appended (estimator/coverage.jsonl)")
+        return
     if against == "trace":
         if importlib.util.find_spec("hpcmem.validate.trace") is None:
             raise HpcmemError("validate --against trace is not available yet (hpcmem.validate.trace is missing); "

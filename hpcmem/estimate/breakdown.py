@@ -44,6 +44,7 @@ class Estimate:
     not_modelled: tuple[str, ...] = ()
     calibrated: bool = False
     extra: dict = field(default_factory=dict)
+    made: str = "derived"               # how the layers' terms were made: derived formulas, or a learned profile
 
     @property
     def peak_phase(self) -> Phase:
@@ -73,7 +74,7 @@ class Estimate:
         """The stable contract scripts and `hpcmem validate` rely on (issue 2)."""
         peak = self.peak_phase
         return {
-            "model": {"name": self.model_name, "num_params": self.num_params},
+            "model": {"name": self.model_name, "num_params": self.num_params, "made": self.made},
             "summary": self.summary,
             "per_gpu": {
                 "peak_allocated_bytes": self.peak_allocated_bytes,

@@ -56,6 +56,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
                  loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()
                  ) -> tuple[list[Phase], int]:
     """Returns (phases, host bytes of offloaded activations)."""
+    if job.model.learned is not None:
+        from hpcmem.estimate.learned import learned_phases
+
+        return learned_phases(job, mb, prec, parts, s, lora, loss, opt_transient, extra_resident), 0
     t, m = job.train, job.model
     L = m.num_hidden_layers
     resident = resident_components(s, lora) + list(extra_resident)
@@ -142,15 +146,22 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
         Component(name="gradients", bytes=done, note=grads_note or f"layers > {worst_k} done"),
         Component(name="backward temporaries", bytes=transient)))
+    phases = [forward, head_phase, best, *closing_phases(job, mb, prec, parts, s, resident, opt_transient)]
+    return phases, host
+
+
+def closing_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States,
+                   resident: list[Component], opt_transient: int) -> list[Phase]:
+    """The last instant of backward (embeddings) and the optimizer step: states and gradients only, whatever the
+    layers are (shared by the derived and the learned layer terms)."""
     grads_all = Component(name="gradients", bytes=s.gradients)
-    embed_phase = _embedding_backward(job, mb, prec, parts, resident, grads_all, head_trains)
+    embed_phase = _embedding_backward(job, mb, prec, parts, resident, grads_all, head_trains=not job.train.use_peft)
     step_extra = [Component(name="gradient buffers", bytes=s.grad_buffers, note="fp32 gradient partition")] \
         if s.grad_buffers and not s.notes.get("ddp") else []
     optimizer = Phase(name="optimizer step", components=(
         *resident, grads_all, *step_extra,
         Component(name="optimizer step temporaries", bytes=opt_transient)))
-    phases = [forward, head_phase, best, optimizer, embed_phase]
-    return [p for p in phases if p is not None], host
+    return [p for p in (optimizer, embed_phase) if p is not None]
 
 
 def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, resident: list[Component],

@@ -110,6 +110,11 @@ def unwrap_text_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
     return merged, str(cfg.get("model_type", ""))
 
 
+def has_family(cfg: dict[str, Any]) -> bool:
+    """Whether a family descriptor covers the config's decoder (its own type, or a multimodal config's text_config)."""
+    return isinstance(cfg, dict) and str(unwrap_text_config(cfg)[0].get("model_type")) in ARCHITECTURES
+
+
 def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
     """Read a transformers config.json dict into a `ModelSpec` (see `ARCHITECTURES` for what is read and why)."""
     if not isinstance(cfg, dict):

@@ -36,11 +36,14 @@ ADJUSTMENTS: tuple[str, ...] = (
 
 
 def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False,
-              allocator: bool | str = False, generation: bool = False) -> TraceResult:
+              allocator: bool | str = False, generation: bool = False, steps: int | None = None) -> TraceResult:
     """Trace two training steps of `job` (single GPU) and return the peak and its breakdown.
 
     `generation` (GRPO/RLOO, off by default: slow): run TRL's transformers `generate` call to full length in the
     phase "generation" instead of skipping it (hpcmem.trace.rl).
+
+    `steps` (default 2): optimizer steps to run; 1 sees every activation term of the step without the optimizer
+    states (hpcmem.trace.learn reads the layers' terms from it, at half the cost).
 
     `allocator` (off by default): replay every counted device allocation through the caching-allocator model —
     True/"default", "expandable" (expandable_segments:True) or "both"; its stats land in `result.allocator`."""
@@ -64,6 +67,8 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
         mapping = cuda_mapping(tracker, job) if kernels == "cuda" else contextlib.nullcontext([])
         with mapping as mapped:
             trainer, num_params = _build(job, design, generation)
+            if steps is not None:
+                trainer.args.max_steps = steps
             if job.train.trainer not in ("grpo", "rloo"):    # GRPO/RLOO collate nothing (identity on prompts)
                 trainer.data_collator = fake_collator(trainer.data_collator, oracle, tracker)
             _offload(job, trainer, tracker, notes)

@@ -62,7 +62,12 @@ def require_traceable(job: JobSpec) -> None:
 def model_config(job: JobSpec) -> Any:
     from transformers import AutoConfig
 
-    cfg = dict(catalog_config(job.model) or hf_config_dict(job.model))
+    if job.model.learned is not None:       # a learned profile carries its config.json (the decoder is built)
+        from hpcmem.models.profile import backbone_config
+
+        cfg = backbone_config(job.model.learned.config)
+    else:
+        cfg = dict(catalog_config(job.model) or hf_config_dict(job.model))
     for key in ("architectures", "torch_dtype", "dtype", "quantization_config", "auto_map", "transformers_version"):
         cfg.pop(key, None)      # not architecture: the trace sets dtype itself and never quantizes
     model_type = cfg.pop("model_type")

@@ -1,0 +1,198 @@
+"""`hpcmem validate --against coverage`: every covered model type's estimate held to a trace of the same job.
+
+What "the trace" is here (the sweep must fit a shared two-core machine): for each type of hpcmem/models/coverage.json
+that is not refused or not applicable, its reference config — the catalog entry of that type if there is one, else the
+transformers config class's defaults (the sizes of the checkpoint its docstring names), with `CONFIG_FIXES` where
+those defaults do not build — at full width, cut to at most EVAL_LAYERS decoder layers (every per-layer list cut
+alike); TRL's SFTTrainer traced for two optimizer steps (`--kernels cuda`), bf16 weights, 2 padded rows of 1,024
+tokens, for three techniques: full fine-tuning + GC, LoRA + GC (peft's default targets, else all-linear), full
+fine-tuning without GC. The estimate is `hpcmem estimate`'s allocated tensor peak (cuBLAS workspaces left out, as in
+`validate --against trace`). A derived type is estimated from its family descriptor; a learned type from a profile
+learned from the full config (hpcmem.trace.learn: three lengths ≤ 768 tokens at the reduced depth D ≤ 12), laid over
+the traced depth: the comparison is out of sample in depth (unless the type is no deeper than D) and in length.
+
+Records go to estimator/coverage.jsonl, one line per type and technique (or one error line per type), appended as
+they finish; a run skips types that already have records unless --redo.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+EVAL_LAYERS = 16
+EVAL_ROWS, EVAL_SEQ = 2, 1024
+TECHNIQUES = {"full+gc": ("full", True), "lora+gc": ("lora", True), "full gc off": ("full", False)}
+# Class defaults that do not build a model in transformers 5.24, and the smallest change that does (the values of the
+# checkpoint the config class names where it has them).
+CONFIG_FIXES: dict[str, dict[str, Any]] = {
+    "hunyuan_v1_dense": {"head_dim": 128},
+    "hunyuan_v1_moe": {"head_dim": 128},
+    "ministral": {"head_dim": 128},
+    "nemotron": {"num_key_value_heads": 8},
+    "dots1": {"n_routed_experts": 128, "n_shared_experts": 2, "num_experts_per_tok": 6, "moe_intermediate_size": 1408,
+              "first_k_dense_replace": 1},
+    "dbrx": {"attn_config": {"kv_n_heads": 8, "rope_theta": 500000.0, "clip_qkv": 8}},
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+}
+
+
+def reference_config(model_type: str) -> tuple[dict[str, Any], str]:
+    """(config dict, where it came from) for a type: its catalog entry, else the config class defaults (+ fix)."""
+    from hpcmem.models import catalog
+
+    for hub_id, doc in sorted(catalog().items()):
+        if doc["config"].get("model_type") == model_type:
+            return dict(doc["config"]), f"catalog {hub_id}"
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model(model_type).to_dict()
+    cfg = {k: v for k, v in cfg.items() if k not in ("transformers_version", "architectures", "_name_or_path",
+                                                       "dtype", "torch_dtype")}
+    fix = CONFIG_FIXES.get(model_type, {})
+    return json.loads(json.dumps({**cfg, **fix}, default=str)), "config class defaults" + (
+        f" + {sorted(fix)}" if fix else "")
+
+
+def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tuple[Any, int, int]:
+    """(ModelSpec of the config cut to ≤ EVAL_LAYERS layers, traced layers, real layers), named by the cut config's
+    file in `folder` (the trace builds from it). A learned profile is laid over the cut depth with its own terms
+    (hpcmem.trace.layout.layer_map); the cut ends on a layer of the real last layer's kind."""
+    from dataclasses import replace
+
+    from hpcmem.models.config import model_spec_from_config
+    from hpcmem.models.profile import backbone_config, spec_from_profile
+    from hpcmem.trace import layout as lay
+
+    decoder = backbone_config(cfg)
+    config = lay.build_meta(decoder).config
+    key = lay.layers_key(config)
+    real = int(getattr(config, "num_hidden_layers"))
+    depth = min(real, EVAL_LAYERS)
+    if profile is not None and depth < real:
+        kinds, floor = profile.layer_kinds, profile.provenance["depth"]
+        depth = max((d for d in range(floor, depth + 1) if kinds[d - 1] == kinds[-1]), default=depth)
+    cut = lay.reduced_config(decoder, key, depth, real) if depth < real else decoder
+    if isinstance(cfg.get("text_config"), dict) and "model_type" in cfg["text_config"] and depth < real:
+        cut = {**cfg, "text_config": {**cfg["text_config"], **{k: cut[k] for k in cut if k in cfg["text_config"]
+                                                               or k == key}}}
+    path = folder / f"{name}-{depth}.json"
+    path.write_text(json.dumps(cut, indent=1, default=str))
+    if profile is None:
+        return model_spec_from_config(cut, str(path)), depth, real
+    kinds = profile.layer_kinds[:depth]
+    small = replace(profile, layer_kinds=kinds, layer_map=profile.layer_map[:depth - 1] + profile.layer_map[-1:]
+                    if depth < real else profile.layer_map, config=cut)
+    return spec_from_profile(small, str(path)), depth, real
+
+
+def eval_job(spec: Any, technique: str) -> Any:
+    from hpcmem.models.params import all_linear_targets, peft_default_targets
+    from hpcmem.spec import JobSpec, TrainSpec
+
+    kind, gc = TECHNIQUES[technique]
+    targets: tuple[str, ...] = ()
+    if kind == "lora":
+        try:
+            peft_default_targets(spec)
+        except Exception:  # noqa: BLE001 — peft has no default: all-linear, as a user would set
+            targets = ("all-linear",)
+        if not all_linear_targets(spec):
+            raise ValueError("no nn.Linear in the decoder layers for LoRA")
+    return JobSpec(model=spec, train=TrainSpec(
+        trainer="sft", dtype="bfloat16", use_peft=kind == "lora", lora_target_modules=targets,
+        gradient_checkpointing=gc, max_length=EVAL_SEQ, per_device_train_batch_size=EVAL_ROWS))
+
+
+def sweep_type(model_type: str) -> list[dict[str, Any]]:
+    """Every record of one type (a worker's task; imports torch)."""
+    from hpcmem.models.coverage import classification, type_status
+
+    entry = classification()["types"].get(model_type)
+    status, reason = type_status(model_type, entry)
+    base = {"model_type": model_type, "class": entry["class"] if entry else None, "status": status}
+    if status not in ("derived", "learned"):
+        return [{**base, "skipped": reason}]
+    start = time.perf_counter()
+    stage = "config"
+    try:
+        cfg, source = reference_config(model_type)
+        base["config"] = source
+        profile = None
+        if status == "learned":
+            from hpcmem.trace.learn import learn
+
+            stage = "learn"
+            profile = learn(cfg, model_type, dtypes=("bfloat16",), workers=1,
+                            cells=[(t, g) for t, g in TECHNIQUES.values()])
+            base |= {"learned_depth": profile.provenance["depth"], "learn_seconds": profile.provenance["seconds"],
+                     "not_learned": profile.provenance["not_learned"]}
+        stage = "eval model"
+        import tempfile
+
+        spec, depth, real = eval_model(cfg, model_type, profile, Path(tempfile.mkdtemp(prefix="hpcmem-coverage-")))
+        base |= {"made": "learned" if profile else "derived", "layers": depth, "layers_real": real,
+                 "num_params_traced": spec.num_params}
+    except Exception as exc:  # noqa: BLE001 — recorded with the stage it failed in
+        return [{**base, "error": f"{stage}: {type(exc).__name__}: {exc}"[:600],
+                 "seconds": round(time.perf_counter() - start, 1)}]
+    return [_case(base, spec, technique) for technique in TECHNIQUES]
+
+
+def _case(base: dict[str, Any], spec: Any, technique: str) -> dict[str, Any]:
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.trace import run_trace
+
+    start = time.perf_counter()
+    rec = {**base, "technique": technique}
+    try:
+        job = eval_job(spec, technique)
+        est = estimate(job)
+        estimated = max(tensor_bytes(p) for p in est.phases)
+        traced = run_trace(job)
+    except Exception as exc:  # noqa: BLE001 — one technique that cannot run is recorded, the others go on
+        return {**rec, "error": f"{type(exc).__name__}: {exc}"[:600], "seconds": round(time.perf_counter() - start, 1)}
+    peak = traced.peak_allocated_bytes
+    return {**rec, "estimated": estimated, "traced": peak, "err_pct": round(100.0 * (estimated - peak) / peak, 3),
+            "estimated_phase": est.peak_phase.name, "traced_phase": traced.phase,
+            "lora_targets": list(job.train.lora_target_modules) or None,
+            "versions": traced.versions, "seconds": round(time.perf_counter() - start, 1)}
+
+
+def run(types: list[str] | None, *, redo: bool = False, workers: int = 1, records: Path | None = None,
+        progress: Any = None) -> list[dict[str, Any]]:
+    """Sweep the types (default: every classified type), appending records as each type finishes."""
+    import multiprocessing as mp
+
+    from hpcmem.models.coverage import classification
+    from hpcmem.probe.record import estimator_dir
+
+    path = records or estimator_dir() / "coverage.jsonl"
+    done = set() if redo or not path.is_file() else {
+        json.loads(line)["model_type"] for line in path.read_text().splitlines() if line.strip()}
+    if redo and path.is_file() and types:
+        keep = [line for line in path.read_text().splitlines() if line.strip()
+                and json.loads(line)["model_type"] not in types]
+        path.write_text("".join(line + "\n" for line in keep))
+    todo = [t for t in (types or list(classification()["types"])) if t not in done]
+    out: list[dict[str, Any]] = []
+    with mp.get_context("spawn").Pool(processes=max(1, workers), maxtasksperchild=1) as pool:
+        for i, recs in enumerate(pool.imap_unordered(sweep_type, todo), 1):
+            with path.open("a") as fh:
+                for rec in recs:
+                    fh.write(json.dumps(rec, sort_keys=True) + "\n")
+            out += recs
+            if progress:
+                progress(i, len(todo), recs)
+    return out
+
+
+def print_progress(i: int, n: int, recs: list[dict[str, Any]]) -> None:
+    first = recs[0]
+    what = first.get("skipped") or first.get("error") or ", ".join(
+        f"{r['technique']} {r['err_pct']:+.2f} %" if "err_pct" in r else f"{r['technique']} error" for r in recs)
+    print(f"[{i}/{n}] {first['model_type']} ({first.get('status')}): {str(what)[:160]}", file=sys.stderr, flush=True)
