@@ -253,10 +253,17 @@ def spec_from_profile(p: LearnedProfile, name: str):
 
 
 def backbone_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The decoder a text fine-tune trains: a multimodal config's `text_config` (its towers are not counted, as for
-    the derived families), with the outer tie_word_embeddings when the inner one is absent; else the config."""
+    """The decoder a text fine-tune trains: the `text_config` of a family hpcmem/models/coverage.json marks
+    multimodal (its towers are not counted, as for the derived families), with the outer tie_word_embeddings when the
+    inner one is absent; else the config itself (Emu3, Mllama: their causal-LM class takes the whole config)."""
+    from hpcmem.models.coverage import classification
+
     inner = cfg.get("text_config")
     if not isinstance(inner, dict) or "model_type" not in inner:
+        return dict(cfg)
+    table = classification()["types"]
+    entry = table.get(str(cfg.get("model_type")))
+    if entry is not None and entry["class"] != "multimodal" or entry is None and inner["model_type"] not in table:
         return dict(cfg)
     merged = dict(inner)
     if "tie_word_embeddings" not in merged and "tie_word_embeddings" in cfg:

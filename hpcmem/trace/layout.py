@@ -152,13 +152,13 @@ def layout(cfg: dict[str, Any]) -> Layout:
 
 
 def choose_depth(kinds: tuple[int, ...]) -> int:
-    """The fewest layers D (≥ 3) whose middle layers 1..D−2 hold every kind, so each real layer has a stand-in that
-    is neither first nor last (or the real depth, when that is as small)."""
+    """The fewest layers D (≥ 3) whose middle layers 1..D−2 hold every kind found after layer 0 (layer 0 stands for
+    itself), so each real layer has a stand-in that is neither first nor last (or the real depth, if that small)."""
     n = len(kinds)
     if n <= 3:
         return n
     for depth in range(3, min(n, MAX_DEPTH) + 1):
-        if set(kinds[1:depth - 1]) >= set(kinds):
+        if set(kinds[1:depth - 1]) >= set(kinds[1:]):
             return depth
     if n <= MAX_DEPTH:
         return n
@@ -187,8 +187,21 @@ def last_layer_terms(terms: list[Any], kinds: tuple[int, ...], depth: int) -> li
     return [*terms, terms[rep[kinds[-1]]] + terms[depth - 1] - terms[rep[kinds[depth - 1]]]]
 
 
+def _layer_keyed(value: Any) -> bool:
+    """A dict keyed by layer index (Gemma-4's `per_layer_config`: {"5": {...}, …})."""
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(k, int) or isinstance(k, str) and k.isdigit() for k in value)
+
+
 def reduced_config(cfg: dict[str, Any], key: str, depth: int, layers: int) -> dict[str, Any]:
-    """The config with `depth` layers: the layer count set, and every per-layer list (length = layers) cut."""
-    out = {k: (v[:depth] if isinstance(v, list) and len(v) == layers and layers > depth else v) for k, v in cfg.items()}
+    """The config with `depth` layers: the layer count set, every per-layer list (length = layers) cut, and every
+    dict keyed by layer index kept below `depth`."""
+    out = {}
+    for k, v in cfg.items():
+        if isinstance(v, list) and len(v) == layers and layers > depth:
+            v = v[:depth]
+        elif _layer_keyed(v):
+            v = {i: x for i, x in v.items() if int(i) < depth}
+        out[k] = v
     out[key] = depth
     return out

@@ -194,7 +194,7 @@ def reduced(decoder: dict[str, Any]) -> tuple[lay.Layout, lay.Layout, int, dict[
 
 
 def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] = tuple(PRECISIONS),
-          cells: Any = CELLS, workers: int = 2, progress: Any = None) -> LearnedProfile:
+          cells: Any = CELLS, workers: int = 2, check: bool = True, progress: Any = None) -> LearnedProfile:
     """Trace the reduced model for every cell and return the real model's profile (not yet saved)."""
     start = time.perf_counter()
     decoder = backbone_config(cfg)
@@ -223,7 +223,7 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     if not fitted:
         raise SpecError(f"model {name}: no cell could be traced: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
     checks = {key: _check(probe, fitted, learn_job(spec, dtype, "full", True, SEQS[1]))
-              for dtype in dtypes if (key := cell_key(PRECISIONS[dtype], "full", True)) in fitted}
+              for dtype in dtypes if check and (key := cell_key(PRECISIONS[dtype], "full", True)) in fitted}
     provenance |= {"seconds": round(time.perf_counter() - start, 1), "check_err_pct": checks,
                    "not_learned": skipped, "versions": _versions(),
                    "summary": f"traced at {depth} of {len(full.layer_kinds)} layers"}
