@@ -9,7 +9,7 @@ these rows against the installed transformers (tests/test_models_torch.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hpcmem.errors import Problems, SpecError
@@ -37,6 +37,7 @@ class Arch:
     act_key: str = "hidden_act"                # Gemma reads hidden_activation
     moe: MoeRule = ""
     notes: tuple[str, ...] = ()                # quirks worth knowing (documentation only)
+    aliases: dict[str, str] = field(default_factory=dict)   # config class attribute_map: config.json key → ours
 
 
 _DENSE = {"hidden_act": "silu", "tie_word_embeddings": False}
@@ -79,6 +80,22 @@ ARCHITECTURES: dict[str, Arch] = {
         "num_attention_heads": 32, "num_key_value_heads": None, "head_dim": None, "attention_bias": False,
         "max_position_embeddings": 2048},
         notes=("norms after attention and MLP only (no input_layernorm); q/k norms span all heads",)),
+    # Types transformers' causal-LM mapping builds with LlamaForCausalLM itself: Llama's layout, their config class's
+    # defaults and attribute_map (configuration_exaone.py, configuration_internlm3.py, configuration_iquestcoder.py).
+    "exaone": Arch(bias="attention_bias", mlp_bias_key=True, aliases={
+        "num_layers": "num_hidden_layers", "activation_function": "hidden_act"}, defaults={
+        **_DENSE, "vocab_size": 102400, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None, "attention_bias": False,
+        "mlp_bias": False, "max_position_embeddings": 4096}, notes=("built by LlamaForCausalLM",)),
+    "internlm3": Arch(bias="attention_bias", mlp_bias_key=True, aliases={
+        "qkv_bias": "attention_bias", "bias": "mlp_bias"}, defaults={
+        **_DENSE, "vocab_size": 128512, "hidden_size": 4096, "intermediate_size": 10240, "num_hidden_layers": 48,
+        "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "attention_bias": False,
+        "mlp_bias": False, "max_position_embeddings": 32768}, notes=("built by LlamaForCausalLM",)),
+    "iquestcoder": Arch(bias="attention_bias", mlp_bias_key=True, defaults={
+        **_DENSE, "vocab_size": 76800, "hidden_size": 5120, "intermediate_size": 27648, "num_hidden_layers": 80,
+        "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "attention_bias": False,
+        "mlp_bias": False, "max_position_embeddings": 131072}, notes=("built by LlamaForCausalLM",)),
     "mixtral": Arch(moe="mixtral", defaults={
         **_DENSE, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None, "max_position_embeddings": 131072,
@@ -127,6 +144,9 @@ def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
         raise SpecError(
             f"model {name}: model_type {model_type!r}{outer} is not supported; hpcmem counts decoder-only "
             f"{', '.join(SUPPORTED_MODEL_TYPES)}. Use one of them or `hpcmem models list` for the offline catalog.")
+
+    if arch.aliases:
+        cfg = {arch.aliases.get(k, k): v for k, v in cfg.items()}
 
     def get(key: str) -> Any:
         return cfg[key] if key in cfg else arch.defaults.get(key)
