@@ -22,6 +22,7 @@ from hpcmem.models import (  # noqa: E402
     linear_modules,
     model_spec_from_config,
     peft_default_targets,
+    resolve_model,
 )
 from hpcmem.models.params import PEFT_DEFAULT_TARGETS  # noqa: E402
 from hpcmem.errors import SpecError  # noqa: E402
@@ -61,13 +62,14 @@ def expected_weights(spec) -> Counter:
 
 @pytest.mark.parametrize("hub_id", catalog_ids())
 def test_catalog_count_equals_meta_model(hub_id):
+    """Derived counts and the shipped learned profiles' counts alike equal transformers' own instantiation."""
     model = meta_model(catalog()[hub_id]["config"])
-    assert numel(model) == count_params(model_spec_from_config(catalog()[hub_id]["config"], hub_id)).total
+    assert numel(model) == count_params(resolve_model(hub_id)).total
 
 
 @pytest.mark.parametrize("hub_id", catalog_ids())
 def test_linear_modules_equal_meta_model(hub_id):
-    spec = model_spec_from_config(catalog()[hub_id]["config"], hub_id)
+    spec = resolve_model(hub_id)
     assert layer_weights(meta_model(catalog()[hub_id]["config"])) == expected_weights(spec)
 
 

@@ -41,8 +41,12 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
     if against == "coverage":
         from hpcmem.validate import coverage
 
-        recs = coverage.run([t.strip() for t in types.split(",")] if types else None, redo=redo, workers=workers,
-                            progress=coverage.print_progress)
+        chosen = [t.strip() for t in types.split(",")] if types else None
+        if rescore:
+            recs = coverage.rescore(types=chosen)
+            coverage.write_records(recs)
+        else:
+            recs = coverage.run(chosen, redo=redo, workers=workers, progress=coverage.print_progress)
         click.echo(json.dumps(recs, indent=1) if as_json else f"{len(recs)} records appended (estimator/coverage.jsonl)")
         return
     if against == "trace":

@@ -60,7 +60,8 @@ def type_status(model_type: str, entry: dict[str, Any] | None) -> tuple[str, str
     decoder = entry.get("backbone", model_type)
     if decoder in ARCHITECTURES:
         return "derived", f"family descriptor {decoder!r} (hpcmem/models/config.py)"
-    return "learned", "needs a learned profile: hpcmem models learn CONFIG (torch; about a minute)"
+    reason = "needs a learned profile: hpcmem models learn CONFIG (torch; about a minute)"
+    return "learned", f"{reason}; {entry['kernels']}" if entry.get("kernels") else reason
 
 
 def coverage_rows(mapping: dict[str, str] | None = None) -> list[dict[str, Any]]:

@@ -295,3 +295,14 @@ def _versions() -> dict[str, str]:
 
 def stderr_progress(message: str) -> None:
     print(f"learn: {message}", file=sys.stderr, flush=True)
+
+
+def provisional_spec(cfg: dict[str, Any], name: str) -> Any:
+    """A ModelSpec from the meta model alone (parameters, layers; no learned terms): what a probe needs to run a
+    type that has no family descriptor and no profile. Its estimate is refused (no cell learned), and says so."""
+    lo = lay.layout(backbone_config(cfg))
+    profile = _profile(lo, model_type=str(cfg.get("model_type", lo.model_type)), sha=config_hash(cfg), cfg=cfg,
+                       layer_map=tuple(range(len(lo.layer_kinds))), cells={},
+                       peft=_peft_defaults(str(cfg.get("model_type")), lo.model_type),
+                       provenance={"attention": lo.attention, "summary": "not learned: parameters only"})
+    return spec_from_profile(profile, name)

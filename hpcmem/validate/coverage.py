@@ -89,6 +89,24 @@ def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tu
     return spec_from_profile(small, str(path)), depth, real
 
 
+def profiles_dir() -> Path:
+    from hpcmem.probe.record import estimator_dir
+
+    return estimator_dir() / "coverage-profiles"
+
+
+def save_sweep_profile(profile: Any, model_type: str) -> None:
+    """Keep the sweep's learned profile (without its config: `reference_config` rebuilds it) so the records can be
+    re-estimated after an estimator change without tracing again (`rescore`)."""
+    from hpcmem.models.profile import profile_to_dict
+
+    doc = profile_to_dict(profile)
+    doc["config"] = {"model_type": doc["config"].get("model_type"), "rebuilt_by": "reference_config"}
+    folder = profiles_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{model_type}.json").write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+
+
 def eval_job(spec: Any, technique: str) -> Any:
     from hpcmem.models.params import all_linear_targets, peft_default_targets
     from hpcmem.spec import JobSpec, TrainSpec
@@ -130,6 +148,7 @@ def sweep_type(model_type: str) -> list[dict[str, Any]]:
                             cells=[(t, g) for t, g in TECHNIQUES.values()])
             base |= {"learned_depth": profile.provenance["depth"], "learn_seconds": profile.provenance["seconds"],
                      "not_learned": profile.provenance["not_learned"]}
+            save_sweep_profile(profile, model_type)
         stage = "eval model"
         import tempfile
 
@@ -196,3 +215,52 @@ def print_progress(i: int, n: int, recs: list[dict[str, Any]]) -> None:
     what = first.get("skipped") or first.get("error") or ", ".join(
         f"{r['technique']} {r['err_pct']:+.2f} %" if "err_pct" in r else f"{r['technique']} error" for r in recs)
     print(f"[{i}/{n}] {first['model_type']} ({first.get('status')}): {str(what)[:160]}", file=sys.stderr, flush=True)
+
+
+def rescore(path: Path | None = None, types: list[str] | None = None) -> list[dict[str, Any]]:
+    """Re-estimate stored records against their stored traces (no tracing: the estimator changed, the traces did not).
+    Learned types take their profile from estimator/coverage-profiles/ (a record without one is left as it was)."""
+    import dataclasses
+    import tempfile
+
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.models.profile import profile_from_dict
+    from hpcmem.probe.record import estimator_dir
+
+    path = path or estimator_dir() / "coverage.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    folder = Path(tempfile.mkdtemp(prefix="hpcmem-coverage-"))
+    specs: dict[str, Any] = {}
+    out = []
+    for rec in records:
+        name = rec["model_type"]
+        if "err_pct" not in rec or (types and name not in types):
+            out.append(rec)
+            continue
+        if name not in specs:
+            cfg, _ = reference_config(name)
+            profile = None
+            if rec.get("made") == "learned":
+                file = profiles_dir() / f"{name}.json"
+                profile = (dataclasses.replace(profile_from_dict(json.loads(file.read_text())), config=cfg)
+                           if file.is_file() else None)
+            specs[name] = eval_model(cfg, name, profile, folder)[0] if profile or rec.get("made") == "derived" \
+                else None
+        if specs[name] is None:
+            out.append(rec)
+            continue
+        est = estimate(eval_job(specs[name], rec["technique"]))
+        estimated = max(tensor_bytes(p) for p in est.phases)
+        out.append({**rec, "estimated": estimated, "estimated_phase": est.peak_phase.name,
+                    "err_pct": round(100.0 * (estimated - rec["traced"]) / rec["traced"], 3)})
+    return out
+
+
+def write_records(records: list[dict[str, Any]], path: Path | None = None) -> None:
+    from hpcmem.probe.record import estimator_dir
+
+    path = path or estimator_dir() / "coverage.jsonl"
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+    tmp.replace(path)
