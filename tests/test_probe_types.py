@@ -30,11 +30,15 @@ def test_every_supported_type_has_a_tiny_config():
 
 # Types whose shrunken config cannot be built the generic way, and why.
 NOT_PROBED = {
-    "dory": "looped layers: input/recurrent/output layer counts must add up to a depth the shrinker does not keep",
+    "qwen4_exp": "its config class defaults do not build a model (indexer sizes unset) and no published config is known",
+    "qwen4_exp_text": "its config class defaults do not build a model (indexer sizes unset) and no published config is "
+                      "known",
 }
+# Settings a type needs to train at all: JetMoe has no gradient checkpointing (transformers raises), so GC off.
+SETTINGS = {"jetmoe": {"gradient_checkpointing": False}}
 
 
-@pytest.mark.parametrize("model_type", sorted(TINY))
+@pytest.mark.parametrize("model_type", sorted(set(TINY) & set(supported())))
 def test_probe_records_one_step(model_type, tmp_path):
     from hpcmem.cli.probe import probe_model
     from hpcmem.probe import run_probe
@@ -42,7 +46,8 @@ def test_probe_records_one_step(model_type, tmp_path):
 
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY[model_type]))
-    settings = {"model_name_or_path": str(config), "max_length": 32, "per_device_train_batch_size": 2}
+    settings = {"model_name_or_path": str(config), "max_length": 32, "per_device_train_batch_size": 2,
+                **SETTINGS.get(model_type, {})}
     job, _ = build_job("sft", settings, model=probe_model(settings))
     out = tmp_path / "probe.jsonl"
     record = run_probe(job, device="cpu", steps=1, warmup_steps=0, out=out)

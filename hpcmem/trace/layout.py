@@ -9,6 +9,7 @@ layer or its attention module carries) agree.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,8 +44,10 @@ def build_meta(cfg: dict[str, Any]) -> Any:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    data = {k: v for k, v in cfg.items() if k not in ("architectures", "auto_map", "transformers_version",
-                                                       "torch_dtype", "dtype", "quantization_config")}
+    # a deep copy: transformers standardises nested dicts (rope_scaling) in place, which would change the caller's
+    # config (and its hash, hpcmem.models.profile.config_hash)
+    data = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in (
+        "architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "quantization_config")}
     model_type = data.pop("model_type")
     config = AutoConfig.for_model(model_type, **data)
     with torch.device("meta"):

@@ -197,6 +197,7 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
           cells: Any = CELLS, workers: int = 2, check: bool = True, progress: Any = None) -> LearnedProfile:
     """Trace the reduced model for every cell and return the real model's profile (not yet saved)."""
     start = time.perf_counter()
+    sha = config_hash(cfg)                      # before anything reads it: the profile is this config's
     decoder = backbone_config(cfg)
     full, small, depth, small_cfg = reduced(decoder)
     outer = str(cfg.get("model_type", full.model_type))
@@ -227,7 +228,7 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     provenance |= {"seconds": round(time.perf_counter() - start, 1), "check_err_pct": checks,
                    "not_learned": skipped, "versions": _versions(),
                    "summary": f"traced at {depth} of {len(full.layer_kinds)} layers"}
-    return _profile(full, model_type=outer, sha=config_hash(cfg), cfg=cfg,
+    return _profile(full, model_type=outer, sha=sha, cfg=cfg,
                     layer_map=lay.layer_map(full.layer_kinds, depth), cells=fitted, peft=peft, provenance=provenance)
 
 

@@ -8,6 +8,7 @@ head (`add_fused_lm_head`), and `Trainer` applies `gradient_checkpointing_enable
 
 from __future__ import annotations
 
+import copy
 import tempfile
 from typing import Any
 
@@ -68,6 +69,7 @@ def model_config(job: JobSpec) -> Any:
         cfg = backbone_config(job.model.learned.config)
     else:
         cfg = dict(catalog_config(job.model) or hf_config_dict(job.model))
+    cfg = copy.deepcopy(cfg)                # transformers standardises nested dicts (rope_scaling) in place
     for key in ("architectures", "torch_dtype", "dtype", "quantization_config", "auto_map", "transformers_version"):
         cfg.pop(key, None)      # not architecture: the trace sets dtype itself and never quantizes
     model_type = cfg.pop("model_type")

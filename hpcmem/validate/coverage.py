@@ -37,6 +37,12 @@ CONFIG_FIXES: dict[str, dict[str, Any]] = {
               "first_k_dense_replace": 1},
     "dbrx": {"attn_config": {"kv_n_heads": 8, "rope_theta": 500000.0, "clip_qkv": 8}},
     "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+    # LFM2's class default makes every layer attention: give it (and LFM2-MoE, whose default has no pattern) the
+    # short-convolution layers LFM2 checkpoints have (full attention at layers 2, 5, 8, 10, 12, 14 of 16)
+    "lfm2": {"num_hidden_layers": 16, "layer_types": [
+        "full_attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)]},
+    "lfm2_moe": {"num_hidden_layers": 16, "layer_types": [
+        "full_attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)]},
 }
 
 
