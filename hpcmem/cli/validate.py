@@ -47,7 +47,12 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
             coverage.write_records(recs)
         else:
             recs = coverage.run(chosen, redo=redo, workers=workers, progress=coverage.print_progress)
-        click.echo(json.dumps(recs, indent=1) if as_json else f"{len(recs)} records appended (estimator/coverage.jsonl)")
+        from hpcmem.probe.record import estimator_dir
+
+        report = estimator_dir() / "COVERAGE.md"
+        report.write_text(coverage.report_markdown(coverage.load_records()))
+        click.echo(json.dumps(recs, indent=1) if as_json else f"{len(recs)} records (estimator/coverage.jsonl); "
+                                                               f"table: {report}")
         return
     if against == "trace":
         if importlib.util.find_spec("hpcmem.validate.trace") is None:

@@ -11,8 +11,9 @@ The phases are the derived ones' (hpcmem.estimate.step) with those terms in plac
     LM head backward states + Σ kept + head_other + LM head backward temporaries
     layer k backward states + Σ_{j≤k} kept_j + entry_other + gradients of layers > k (and the head) + peak_k
 
-The lora cells were traced with TRL's LoRA on every Linear at r = 16 (`REFERENCE_LORA`); a job with other targets or
-rank gets the difference of the two adapters' saved inputs and backward temporaries, from hpcmem.estimate.lora.
+The lora cells were traced with TRL's LoRA at r = 16 on every Linear, or on the attention projections where peft
+refuses that (the profile's `lora_reference`); a job with other targets or rank gets the difference of the two
+adapters' saved inputs and backward temporaries, from hpcmem.estimate.lora.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from hpcmem.estimate.loss import LossBytes
 from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.models.params import LinearModule
-from hpcmem.models.profile import REFERENCE_LORA, Cell, LayerKind, LearnedProfile, cell_key
+from hpcmem.models.profile import Cell, LayerKind, LearnedProfile, cell_key
 from hpcmem.spec import JobSpec
 
 REFERENCE_ADAPTER_BYTES = 4       # peft keeps adapters in fp32 (autocast_adapter_dtype) in the traced jobs
@@ -68,10 +69,13 @@ def _kind_modules(kind: LayerKind, leaves: set[str] | None) -> tuple[LinearModul
                  for lin in kind.linears if lin.nn_linear and (leaves is None or lin.name.rsplit(".", 1)[-1] in leaves))
 
 
-def _adapters(kind: LayerKind, lora: LoraLayout, reference: bool) -> LoraLayout:
-    if reference:
-        return LoraLayout(enabled=True, r=REFERENCE_LORA["lora_r"], adapted=_kind_modules(kind, None),
-                          adapter_bytes=REFERENCE_ADAPTER_BYTES, num_layers=1, dropout=True)
+def layer_adapters(kind: LayerKind, lora: LoraLayout, reference: dict | None) -> LoraLayout:
+    """The adapters one layer of `kind` carries: the user's, or (`reference`) those the lora cells were traced with."""
+    if reference is not None:
+        targets = reference["lora_target_modules"]
+        return LoraLayout(enabled=True, r=reference["lora_r"], adapted=_kind_modules(
+            kind, None if targets == ["all-linear"] else set(targets)), adapter_bytes=REFERENCE_ADAPTER_BYTES,
+            num_layers=1, dropout=True)
     leaves = {m.leaf for m in lora.adapted}
     return LoraLayout(enabled=True, r=lora.r, adapted=_kind_modules(kind, leaves), adapter_bytes=lora.adapter_bytes,
                       num_layers=1, dropout=lora.dropout)
@@ -80,6 +84,7 @@ def _adapters(kind: LayerKind, lora: LoraLayout, reference: bool) -> LoraLayout:
 @dataclass(frozen=True)
 class LayerBytes:
     fwd: list[int]
+    fpeak: list[int]
     kept: list[int]
     peak: list[int]
     grads: list[int]          # gradient bytes each layer's backward leaves (its weights', or its adapters')
@@ -93,30 +98,50 @@ def _quad(mb: MicroBatch, p: LearnedProfile) -> int:
 def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, cell: Cell) -> LayerBytes:
     p: LearnedProfile = job.model.learned
     tokens, quad, gc = mb.tokens, _quad(mb, p), job.train.gradient_checkpointing
-    out = LayerBytes([], [], [], [])
+    out = LayerBytes([], [], [], [], [])
     per_kind: dict[int, tuple[int, int, int]] = {}
     for kind_id in set(p.layer_kinds):
         kind = p.kinds[kind_id]
         if not lora.enabled:
             per_kind[kind_id] = (0, 0, kind.params * prec.weight)
             continue
-        mine, ref = _adapters(kind, lora, False), _adapters(kind, lora, True)
+        mine, ref = layer_adapters(kind, lora, None), layer_adapters(kind, lora, p.lora_reference)
         d_saved = mine.saved_per_layer(tokens, prec) - ref.saved_per_layer(tokens, prec)
         d_temp = backward_transient(mine, tokens, prec) - backward_transient(ref, tokens, prec)
         per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes)
     for j, r in enumerate(p.layer_map):
         d_saved, d_temp, grad = per_kind[p.layer_kinds[j]]
-        fwd, kept, peak = (cell.fwd[r].at(tokens, quad), cell.kept[r].at(tokens, quad),
-                           cell.peak[r].at(tokens, quad))
+        fwd, fpeak, kept, peak = (cell.fwd[r].at(tokens, quad), cell.fpeak[r].at(tokens, quad),
+                                  cell.kept[r].at(tokens, quad), cell.peak[r].at(tokens, quad))
         if gc:              # the adapters' saved inputs exist only in the recompute
             peak += d_saved + d_temp
         else:
-            fwd, kept, peak = fwd + d_saved, kept + d_saved, peak + d_temp
+            fwd, fpeak, kept, peak = fwd + d_saved, fpeak + d_saved, kept + d_saved, peak + d_temp
         out.fwd.append(max(fwd, 0))
+        out.fpeak.append(max(fpeak, 0))
         out.kept.append(max(kept, 0))
         out.peak.append(max(peak, 0))
         out.grads.append(grad)
     return out
+
+
+def _forward_phase(lb: LayerBytes, entry: int, head_other: int, loss: LossBytes, held: tuple[Component, ...],
+                   note: str) -> Phase:
+    """The forward's highest instant: inside a layer (what layers before it left + its own peak) or in the LM head
+    (every layer's + the head's saved and forward bytes + what else the head holds)."""
+    below = entry
+    worst, worst_at = -1, None
+    for k, (left, top) in enumerate(zip(lb.fwd, lb.fpeak, strict=True)):
+        if below + top > worst:
+            worst, worst_at = below + top, k
+        below += left
+    head = below + loss.saved + head_other + loss.forward_transient
+    if head >= worst:
+        return Phase(name="forward", components=(
+            *held, Component(name="activations", bytes=below + loss.saved + head_other, note=note),
+            Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note)))
+    return Phase(name=f"forward (layer {worst_at})", components=(
+        *held, Component(name="activations", bytes=worst, note=f"{note}; layers < {worst_at} and layer {worst_at}")))
 
 
 def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
@@ -132,11 +157,8 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     accum = s.gradients if t.gradient_accumulation_steps > 1 else 0
     accum_c = [Component(name="gradients", bytes=accum, note="kept across gradient accumulation")] if accum else []
     how = f"learned profile ({p.provenance.get('summary', 'traced')})"
-    fwd_act = sum(lb.fwd) + cell.forward_other.at(tokens, quad) + loss.saved
-    forward = Phase(name="forward", components=(
-        *resident, *gathered, *accum_c,
-        Component(name="activations", bytes=fwd_act, note=f"{how}: {mb.source}; {L} layers"),
-        Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note)))
+    forward = _forward_phase(lb, cell.forward_entry.at(tokens, quad), cell.forward_other.at(tokens, quad), loss,
+                             (*resident, *gathered, *accum_c), f"{how}: {mb.source}; {L} layers")
     head = Phase(name="backward (LM head)", components=(
         *resident, *gathered, *accum_c,
         Component(name="activations", bytes=sum(lb.kept) + cell.head_other.at(tokens, quad), note=how),

@@ -10,9 +10,11 @@ A profile belongs to one config.json (its canonical SHA-256). It holds what the 
   bytes = a + b·tokens + c·rows·seq²  (linear in tokens; c carries the [rows, seq, seq] attention masks/scores),
   fitted exactly on three sequence lengths at two rows (hpcmem/trace/learn.py says how each is measured):
     fwd[k]   bytes layer k leaves alive when its forward ends (what it keeps, plus autocast's weight cache)
+    fpeak[k] the highest bytes above layer k's start while its forward runs
     kept[k]  bytes layer k keeps into backward (freed when its backward ends)
     peak[k]  the highest bytes above its entry while layer k runs its backward (recompute + temporaries)
-    forward_other, head_other, entry_other: what the forward, the LM head's backward and every layer's backward
+    forward_entry: what the forward holds when layer 0 starts (embeddings, masks, rotary tables) beyond the states;
+    forward_other, head_other, entry_other: what the LM head's forward, its backward and every layer's backward
              entry hold beyond the states, the layers' terms, the gradients done and the fused LM head's own terms.
   Terms are indexed by a layer of the traced reduced-depth model; `layer_map` says which one each real layer takes.
 
@@ -31,7 +33,7 @@ from typing import Any
 from hpcmem.datapath import search_dirs, write_dir
 from hpcmem.errors import SpecError
 
-FORMAT = "hpcmem-learned-profile/1"
+FORMAT = "hpcmem-learned-profile/2"
 KIND = "profiles"
 PRECISIONS = ("w4a2", "w2a2")           # fp32 weights + bf16 autocast (TRL's default load) | bf16/fp16 weights
 TECHNIQUES = ("full", "lora")
@@ -39,8 +41,10 @@ CHECKPOINTING = ("gc", "nogc")
 # keys of a config.json that do not change the architecture (left out of the hash)
 VOLATILE_KEYS = ("_name_or_path", "transformers_version", "torch_dtype", "dtype", "architectures", "auto_map",
                  "_commit_hash", "use_cache")
-# The LoRA the lora cells were traced with (TRL's get_peft_config defaults, all-linear): the estimate adds the
-# difference of the user's adapters to these with hpcmem.estimate.lora's own formulas.
+# The LoRA the lora cells are traced with (TRL's get_peft_config defaults, all-linear; where peft refuses that — fused
+# experts become ParamWrappers, which refuse dropout — the attention projections): the profile records the one used
+# (provenance "lora_reference"), and the estimate adds the difference of the user's adapters to it with
+# hpcmem.estimate.lora's own formulas.
 REFERENCE_LORA = {"lora_r": 16, "lora_target_modules": ["all-linear"]}
 
 
@@ -72,8 +76,10 @@ class Poly:
 @dataclass(frozen=True)
 class Cell:
     fwd: tuple[Poly, ...]
+    fpeak: tuple[Poly, ...]
     kept: tuple[Poly, ...]
     peak: tuple[Poly, ...]
+    forward_entry: Poly
     forward_other: Poly
     head_other: Poly
     entry_other: Poly
@@ -132,6 +138,10 @@ class LearnedProfile:
     def cell_keys(self) -> list[str]:
         return sorted(self.cells)
 
+    @property
+    def lora_reference(self) -> dict[str, Any]:
+        return self.provenance.get("lora_reference") or REFERENCE_LORA
+
 
 def cell_key(precision: str, technique: str, gc: bool) -> str:
     return f"{precision}/{technique}/{'gc' if gc else 'nogc'}"
@@ -143,7 +153,8 @@ def _poly(v: list[float]) -> Poly:
 
 
 def _cell(d: dict[str, Any]) -> Cell:
-    return Cell(fwd=tuple(map(_poly, d["fwd"])), kept=tuple(map(_poly, d["kept"])), peak=tuple(map(_poly, d["peak"])),
+    return Cell(fwd=tuple(map(_poly, d["fwd"])), fpeak=tuple(map(_poly, d["fpeak"])), kept=tuple(map(_poly, d["kept"])),
+                peak=tuple(map(_poly, d["peak"])), forward_entry=_poly(d["forward_entry"]),
                 forward_other=_poly(d["forward_other"]), head_other=_poly(d["head_other"]),
                 entry_other=_poly(d["entry_other"]))
 
@@ -182,8 +193,9 @@ def profile_to_dict(p: LearnedProfile) -> dict[str, Any]:
                                for x in k.linears]} for k in p.kinds],
         "layer_kinds": list(p.layer_kinds), "layer_map": list(p.layer_map),
         "peft_default_targets": list(p.peft_default_targets) if p.peft_default_targets is not None else None,
-        "cells": {key: {"fwd": [_p(x) for x in c.fwd], "kept": [_p(x) for x in c.kept],
-                        "peak": [_p(x) for x in c.peak], "forward_other": _p(c.forward_other),
+        "cells": {key: {"fwd": [_p(x) for x in c.fwd], "fpeak": [_p(x) for x in c.fpeak],
+                        "kept": [_p(x) for x in c.kept], "peak": [_p(x) for x in c.peak],
+                        "forward_entry": _p(c.forward_entry), "forward_other": _p(c.forward_other),
                         "head_other": _p(c.head_other), "entry_other": _p(c.entry_other)}
                   for key, c in sorted(p.cells.items())},
         "config": p.config,

@@ -60,7 +60,7 @@ def cuda_mapping(tracker: Any, job: JobSpec) -> Iterator[list[str]]:
         stack.enter_context(_native_dropout(notes))
         from hpcmem.trace.kernels_linear import linear_attention_kernels
 
-        stack.enter_context(linear_attention_kernels(notes))    # 7: linear-attention hybrids' kernels
+        stack.enter_context(linear_attention_kernels(notes, job))    # 7: linear-attention hybrids' kernels
         notes.append("every block rounded up to 512 bytes (CUDA caching allocator)")
         yield notes
 

@@ -193,12 +193,25 @@ def _counted(fn: Any) -> Any:
     return call
 
 
+def hybrid_modules(job: Any) -> list[str]:
+    """The modeling modules (of MODULES) the job's model is built from: its type's, and its decoder's."""
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    types = {job.model.model_type}
+    if job.model.learned is not None:
+        from hpcmem.models.profile import backbone_config
+
+        types.add(str(backbone_config(job.model.learned.config).get("model_type", "")))
+    return sorted({m for t in types if t and (m := model_type_to_module_name(t)) in MODULES})
+
+
 @contextlib.contextmanager
-def linear_attention_kernels(notes: list[str]) -> Iterator[None]:
-    """Replace the torch fallbacks of every hybrid modeling module with the kernels' stand-ins while the block runs."""
+def linear_attention_kernels(notes: list[str], job: Any) -> Iterator[None]:
+    """Replace the torch fallbacks of the job's hybrid modeling module with the kernels' stand-ins while the block
+    runs (only that module is imported: the model build imports it anyway)."""
     patched: list[tuple[Any, str, Any]] = []
     _CALLS["n"] = 0
-    for name in MODULES:
+    for name in hybrid_modules(job):
         try:
             module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
         except ImportError:

@@ -3,15 +3,17 @@
 1. The layout (hpcmem.trace.layout): the meta model's parameters by place and its layer kinds; the fewest layers D
    whose middle layers hold every kind (`choose_depth`); the config cut to D layers, checked to build the same first
    D layers as the real model.
-2. For each precision (float32 load → `w4a2`, bfloat16 → `w2a2`), technique (full; LoRA on every Linear at r = 16)
-   and checkpointing (full, off), TRL's SFTTrainer is traced (hpcmem.trace.run_trace, CUDA mapping, timeline on) on
-   the D-layer model with 2 padded rows of SEQS tokens each, one optimizer step. From that step's timeline (hpcmem.trace.phases names the
-   phase and layer of every point):
-     fwd[k]  = bytes when layer k+1 (or the LM head) starts its forward − bytes when layer k starts
-     kept[k] = entry(k) − entry(k−1) + the gradients layer k's backward creates
-               (entry(k): bytes when the gradient reaches layer k; entry(−1): when it reaches the embeddings)
-     peak[k] = the highest bytes during layer k's backward − entry(k)
-     forward_other = forward peak − states − Σ fwd − the fused LM head's saved and forward bytes (hpcmem.estimate)
+2. For each precision (float32 load → `w4a2`, bfloat16 → `w2a2`), technique (full; LoRA at r = 16 on every Linear,
+   or on the attention projections where peft refuses that: `lora_reference`) and checkpointing (full, off), TRL's
+   SFTTrainer is traced (hpcmem.trace.run_trace, CUDA mapping, timeline on) on the D-layer model with 2 padded rows of
+   SEQS tokens each, for one optimizer step (TRACED_STEP). From that step's timeline (hpcmem.trace.phases names the
+   phase and layer of every point; start(k): bytes when layer k starts its forward, start(D): when the LM head does):
+     fwd[k]   = start(k+1) − start(k);  fpeak[k] = the highest bytes during layer k's forward − start(k)
+     kept[k]  = entry(k) − entry(k−1) + the gradients layer k's backward creates
+                (entry(k): bytes when the gradient reaches layer k; entry(−1): when it reaches the embeddings)
+     peak[k]  = the highest bytes during layer k's backward − entry(k)
+     forward_entry = start(0) − states
+     forward_other = the LM head's forward peak − start(D) − the fused LM head's saved and forward bytes
      head_other    = LM head backward peak − states − Σ kept − the head's backward bytes
      entry_other   = entry(D−1) − states − Σ kept − the head's gradients
    States, gradients and the head are the estimate's own (hpcmem.estimate), computed for the same D-layer job, so the
@@ -92,15 +94,16 @@ def measure(timeline: list[Any], depth: int, step: int = 2) -> dict[str, Any]:
     except KeyError as exc:
         raise SpecError(f"the trace's timeline has no phase {exc}: the layers did not run as hpcmem.trace.phases "
                         "expects (one decoder layer after the other)") from None
-    forward_peak = max(p.current_bytes for p in points if p.phase.startswith(fwd))
+    fwd_peak = [peak[f"{fwd} / layer {k}"] for k in range(depth)]
+    head_fwd_peak = peak[f"{fwd} / lm head / loss"]
     head_peak = peak[f"{bwd} / lm head / loss"]
-    return {"start": start, "entry": entry, "entry_embed": entry_embed, "bwd_peak": bwd_peak,
-            "forward_peak": forward_peak, "head_peak": head_peak}
+    return {"start": start, "entry": entry, "entry_embed": entry_embed, "bwd_peak": bwd_peak, "fwd_peak": fwd_peak,
+            "head_fwd_peak": head_fwd_peak, "head_peak": head_peak}
 
 
 def known_parts(job: JobSpec) -> dict[str, Any]:
     """What the estimate computes itself for the job: states, the LM head's terms, each layer's gradients."""
-    from hpcmem.estimate.learned import _adapters
+    from hpcmem.estimate.learned import layer_adapters
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.estimate.loss import loss_bytes
     from hpcmem.estimate.shape import micro_batch, precision
@@ -111,7 +114,7 @@ def known_parts(job: JobSpec) -> dict[str, Any]:
     s = model_states(job, prec, lora)
     loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled)
     p = job.model.learned
-    grads = [(_adapters(p.kinds[k], lora, False).num_params * lora.adapter_bytes) if lora.enabled
+    grads = [(layer_adapters(p.kinds[k], lora, None).num_params * lora.adapter_bytes) if lora.enabled
              else p.kinds[k].params * prec.weight for k in p.layer_kinds]
     # the traced step is the first: no optimizer state exists yet (every activation term is step 2's: checked)
     base = sum(c.bytes for c in resident_components(s, lora)) + s.gathered - s.optimizer - s.master
@@ -127,10 +130,12 @@ def terms(meas: dict[str, Any], known: dict[str, Any]) -> dict[str, Any]:
     if kept[0] is None:
         kept[0] = kept[1] if depth > 1 else 0
     fwd = [meas["start"][k + 1] - meas["start"][k] for k in range(depth)]
-    loss, base = known["loss"], known["base"]
+    loss, base, start = known["loss"], known["base"], meas["start"]
     return {
         "fwd": fwd, "kept": kept, "peak": [meas["bwd_peak"][k] - entry[k] for k in range(depth)],
-        "forward_other": meas["forward_peak"] - base - sum(fwd) - loss.saved - loss.forward_transient,
+        "fpeak": [meas["fwd_peak"][k] - start[k] for k in range(depth)],
+        "forward_entry": start[0] - base,
+        "forward_other": meas["head_fwd_peak"] - start[depth] - loss.saved - loss.forward_transient,
         "head_other": meas["head_peak"] - base - sum(kept) - loss.backward_transient,
         "entry_other": entry[-1] - base - sum(kept) - known["head_grads"],
     }
@@ -143,7 +148,8 @@ def fit_cell(samples: list[dict[str, Any]], kinds: tuple[int, ...] | None = None
         polys = [fit([s[name][k] for s in samples]) for k in range(depth)]
         return tuple(lay.last_layer_terms(polys, kinds, depth) if kinds else polys)
 
-    return Cell(fwd=per_layer("fwd"), kept=per_layer("kept"), peak=per_layer("peak"),
+    return Cell(fwd=per_layer("fwd"), fpeak=per_layer("fpeak"), kept=per_layer("kept"), peak=per_layer("peak"),
+                forward_entry=fit([s["forward_entry"] for s in samples]),
                 forward_other=fit([s["forward_other"] for s in samples]),
                 head_other=fit([s["head_other"] for s in samples]),
                 entry_other=fit([s["entry_other"] for s in samples]))
@@ -171,11 +177,32 @@ def _profile(lo: lay.Layout, *, model_type: str, sha: str, cfg: dict[str, Any], 
 
 
 def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int) -> JobSpec:
-    lora = technique == "lora"
+    lora, ref = technique == "lora", spec.learned.lora_reference
     return JobSpec(model=spec, train=TrainSpec(
-        trainer="sft", dtype=dtype, use_peft=lora, lora_r=REFERENCE_LORA["lora_r"],
-        lora_target_modules=tuple(REFERENCE_LORA["lora_target_modules"]) if lora else (),
+        trainer="sft", dtype=dtype, use_peft=lora, lora_r=ref["lora_r"],
+        lora_target_modules=tuple(ref["lora_target_modules"]) if lora else (),
         gradient_checkpointing=gc, max_length=seq, per_device_train_batch_size=ROWS))
+
+
+def lora_reference(cfg: dict[str, Any], lo: lay.Layout) -> dict[str, Any] | None:
+    """The LoRA the lora cells are traced with: TRL's (r 16, dropout 0.05) on all-linear where peft takes it on this
+    model (peft turns fused experts into ParamWrappers, which refuse dropout), else on the attention projections;
+    None when peft takes neither."""
+    import peft
+
+    attention = sorted({x.name.rsplit(".", 1)[-1] for k in lo.kinds for x in k.linears
+                        if x.nn_linear and "attn" in x.name.lower()})
+    for targets in (["all-linear"], attention):
+        if not targets:
+            continue
+        try:
+            peft.get_peft_model(lay.build_meta(cfg), peft.LoraConfig(
+                r=REFERENCE_LORA["lora_r"], lora_alpha=32, lora_dropout=0.05, bias="none", task_type="CAUSAL_LM",
+                target_modules=targets[0] if targets == ["all-linear"] else targets))
+        except Exception:  # noqa: BLE001 — peft refuses this target set: try the next
+            continue
+        return {"lora_r": REFERENCE_LORA["lora_r"], "lora_target_modules": targets}
+    return None
 
 
 def reduced(decoder: dict[str, Any]) -> tuple[lay.Layout, lay.Layout, int, dict[str, Any]]:
@@ -202,12 +229,13 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     full, small, depth, small_cfg = reduced(decoder)
     outer = str(cfg.get("model_type", full.model_type))
     peft = _peft_defaults(outer, full.model_type)
+    reference = lora_reference(small_cfg, small) if any(t == "lora" for t, _ in cells) else None
     provenance: dict[str, Any] = {"attention": small.attention, "depth": depth, "rows": ROWS, "seqs": list(SEQS),
-                                  "traced_type": full.model_type}
+                                  "traced_type": full.model_type, "lora_reference": reference}
     probe = _profile(small, model_type=outer, sha="", cfg=small_cfg, layer_map=tuple(range(depth)), cells={},
                      peft=peft, provenance=provenance)
     spec = spec_from_profile(probe, probe.model_type)
-    wanted = [(tech, gc) for tech, gc in CELLS if (tech, gc) in set(cells)]
+    wanted = [(tech, gc) for tech, gc in CELLS if (tech, gc) in set(cells) and (tech == "full" or reference)]
     tasks = [(PRECISIONS[d], d, tech, gc, seq) for d in dtypes for tech, gc in wanted for seq in SEQS]
     done = _run_samples(probe, [t[1:] for t in tasks], depth, workers, progress, start)
     fitted: dict[str, Cell] = {}

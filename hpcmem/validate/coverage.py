@@ -33,6 +33,7 @@ CONFIG_FIXES: dict[str, dict[str, Any]] = {
     "hunyuan_v1_moe": {"head_dim": 128},
     "ministral": {"head_dim": 128},
     "nemotron": {"num_key_value_heads": 8},
+    "deepseek_v2": {"num_experts_per_tok": 6},
     "dots1": {"n_routed_experts": 128, "n_shared_experts": 2, "num_experts_per_tok": 6, "moe_intermediate_size": 1408,
               "first_k_dense_replace": 1},
     "dbrx": {"attn_config": {"kv_n_heads": 8, "rope_theta": 500000.0, "clip_qkv": 8}},
@@ -122,8 +123,10 @@ def eval_job(spec: Any, technique: str) -> Any:
     if kind == "lora":
         try:
             peft_default_targets(spec)
-        except Exception:  # noqa: BLE001 — peft has no default: all-linear, as a user would set
-            targets = ("all-linear",)
+        except Exception:  # noqa: BLE001 — peft has no default: all-linear, as a user would set (or, where peft
+            # refuses all-linear with TRL's dropout, the attention projections the profile was traced with)
+            ref = spec.learned.lora_reference if spec.learned is not None else {"lora_target_modules": ["all-linear"]}
+            targets = tuple(ref["lora_target_modules"])
         if not all_linear_targets(spec):
             raise ValueError("no nn.Linear in the decoder layers for LoRA")
     return JobSpec(model=spec, train=TrainSpec(
@@ -270,3 +273,47 @@ def write_records(records: list[dict[str, Any]], path: Path | None = None) -> No
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
     tmp.replace(path)
+
+
+def report_markdown(records: list[dict[str, Any]]) -> str:
+    """estimator/COVERAGE.md: the status of every type, the measured error of every covered one, the worst ten."""
+    from hpcmem.models.coverage import coverage_rows, sweep_summary
+
+    rows = coverage_rows()
+    measured = sweep_summary(records)
+    errors = {r["model_type"]: r["error"] for r in records if "error" in r and "technique" not in r}
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    text = [r for r in rows if r["class"] != "not_applicable"]
+    within = [r["model_type"] for r in text if (m := measured.get(r["model_type"])) and m["techniques"] == 3
+              and m["max_abs_err_pct"] <= 3.0]
+    lines = ["# Coverage: every causal-LM type of the installed transformers, held to the trace", "",
+             "Produced by `hpcmem validate --against coverage` (hpcmem/validate/coverage.py says what the trace is: "
+             f"the type's reference config at full width, ≤ {EVAL_LAYERS} layers, SFT, bf16, 2 × {EVAL_SEQ} tokens; "
+             "full + GC, LoRA + GC, full without GC). err % = 100·(estimate − trace)/trace; a type counts as within "
+             "3 % when all three techniques are.", "",
+             "| status | types |", "|---|---|"]
+    lines += [f"| {s} | {n} |" for s, n in sorted(counts.items())]
+    lines += ["", f"Decoder-only text types (decoder + multimodal backbones): {len(text)}; within 3 % of the trace: "
+              f"{len(within)} ({100 * len(within) / max(len(text), 1):.0f} %).", "",
+              "| model type | class | status | made | max \\|err\\| % | note |", "|---|---|---|---|---|---|"]
+    for r in text:
+        m = measured.get(r["model_type"])
+        note = errors.get(r["model_type"], "") or ("" if r["status"] in ("derived", "learned") else r["reason"])
+        err = f"{m['max_abs_err_pct']:.2f}" + ("" if m["techniques"] == 3 else f" ({m['techniques']}/3)") if m \
+            else "not measured"
+        lines.append(f"| {r['model_type']} | {r['class']} | {r['status']} | {(m or {}).get('made') or ''} | {err} "
+                     f"| {note[:160].replace('|', '/')} |")
+    worst = sorted((rec for rec in records if "err_pct" in rec), key=lambda rec: -abs(rec["err_pct"]))[:10]
+    lines += ["", "Worst ten cases:", ""] + [
+        f"- {w['model_type']} {w['technique']}: {w['err_pct']:+.2f} % (estimate phase {w['estimated_phase']}; "
+        f"trace phase {w['traced_phase']})" for w in worst]
+    return "\n".join(lines) + "\n"
+
+
+def load_records(path: Path | None = None) -> list[dict[str, Any]]:
+    from hpcmem.probe.record import estimator_dir
+
+    path = path or estimator_dir() / "coverage.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
