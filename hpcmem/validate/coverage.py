@@ -33,7 +33,7 @@ CONFIG_FIXES: dict[str, dict[str, Any]] = {
     "hunyuan_v1_moe": {"head_dim": 128},
     "ministral": {"head_dim": 128},
     "nemotron": {"num_key_value_heads": 8},
-    "deepseek_v2": {"num_experts_per_tok": 6},
+    "deepseek_v2": {"num_experts_per_tok": 6, "moe_intermediate_size": 1408},   # 1407: grouped_mm needs 16-B rows
     "dots1": {"n_routed_experts": 128, "n_shared_experts": 2, "num_experts_per_tok": 6, "moe_intermediate_size": 1408,
               "first_k_dense_replace": 1},
     "dbrx": {"attn_config": {"kv_n_heads": 8, "rope_theta": 500000.0, "clip_qkv": 8}},
