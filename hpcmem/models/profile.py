@@ -105,10 +105,10 @@ class LayerKind:
     linears: tuple[Linear, ...]
 
 
-@dataclass(frozen=True)
-class LearnedProfile:
-    model_type: str
-    config_sha256: str
+@dataclass(frozen=True, kw_only=True)
+class ParamLayout:
+    """A model's parameters by place, as the meta model holds them (hpcmem.trace.layout measures it)."""
+
     hidden_size: int
     vocab_size: int
     tie_word_embeddings: bool
@@ -118,6 +118,12 @@ class LearnedProfile:
     other: int                          # parameters outside embedding, head and decoder layers (final norm, …)
     kinds: tuple[LayerKind, ...]
     layer_kinds: tuple[int, ...]        # kind of each real decoder layer
+
+
+@dataclass(frozen=True, kw_only=True)
+class LearnedProfile(ParamLayout):
+    model_type: str
+    config_sha256: str
     layer_map: tuple[int, ...]          # traced layer whose terms each real layer takes
     peft_default_targets: tuple[str, ...] | None
     cells: dict[str, Cell] = field(compare=False, repr=False)

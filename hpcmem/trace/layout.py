@@ -14,26 +14,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import SpecError
-from hpcmem.models.profile import LayerKind, Linear
+from hpcmem.models.profile import LayerKind, Linear, ParamLayout
 
 MAX_DEPTH = 12            # the deepest reduced model the learner traces
 LAYER_ATTRS = ("attention_type", "layer_type", "is_sliding", "sliding_window", "use_rope", "is_causal")
 TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_experts_per_token", "moe_k", "n_activated_experts")
 
 
-@dataclass(frozen=True)
-class Layout:
+@dataclass(frozen=True, kw_only=True)
+class Layout(ParamLayout):
     model_type: str                 # the decoder's (text) model type
-    hidden_size: int
-    vocab_size: int
-    tie_word_embeddings: bool
-    max_position_embeddings: int
-    embed: int
-    lm_head: int
-    other: int
     total: int
-    kinds: tuple[LayerKind, ...]
-    layer_kinds: tuple[int, ...]
     signatures: tuple[Any, ...]
     attention: str                  # the attention implementation transformers chose (sdpa | eager | …)
     layers_key: str                 # the config key that holds the layer count

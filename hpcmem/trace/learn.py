@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from hpcmem.errors import SpecError
-from hpcmem.models.profile import (REFERENCE_LORA, Cell, LearnedProfile, Poly, backbone_config, cell_key,
-                                   config_hash, spec_from_profile)
+from hpcmem.models.profile import (REFERENCE_LORA, Cell, LearnedProfile, ParamLayout, Poly, backbone_config,
+                                   cell_key, config_hash, spec_from_profile)
 from hpcmem.spec import JobSpec, TrainSpec
 from hpcmem.trace import layout as lay
 
@@ -169,11 +169,9 @@ def _peft_defaults(*model_types: str) -> tuple[str, ...] | None:
 
 def _profile(lo: lay.Layout, *, model_type: str, sha: str, cfg: dict[str, Any], layer_map: tuple[int, ...],
              cells: dict[str, Cell], peft: tuple[str, ...] | None, provenance: dict[str, Any]) -> LearnedProfile:
-    return LearnedProfile(
-        model_type=model_type, config_sha256=sha, hidden_size=lo.hidden_size, vocab_size=lo.vocab_size,
-        tie_word_embeddings=lo.tie_word_embeddings, max_position_embeddings=lo.max_position_embeddings,
-        embed=lo.embed, lm_head=lo.lm_head, other=lo.other, kinds=lo.kinds, layer_kinds=lo.layer_kinds,
-        layer_map=layer_map, peft_default_targets=peft, cells=cells, config=cfg, provenance=provenance)
+    params = {f.name: getattr(lo, f.name) for f in fields(ParamLayout)}
+    return LearnedProfile(**params, model_type=model_type, config_sha256=sha, layer_map=layer_map,
+                          peft_default_targets=peft, cells=cells, config=cfg, provenance=provenance)
 
 
 def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int) -> JobSpec:
