@@ -30,17 +30,24 @@ class Layout(ParamLayout):
     layers_key: str                 # the config key that holds the layer count
 
 
-def build_meta(cfg: dict[str, Any]) -> Any:
-    """`AutoModelForCausalLM.from_config` on the meta device (no memory), attention left to transformers."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+def hf_config(cfg: dict[str, Any]) -> Any:
+    """The transformers config object of a config.json dict (architecture keys only)."""
+    from transformers import AutoConfig
 
     # a deep copy: transformers standardises nested dicts (rope_scaling) in place, which would change the caller's
     # config (and its hash, hpcmem.models.profile.config_hash)
     data = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in (
         "architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "quantization_config")}
     model_type = data.pop("model_type")
-    config = AutoConfig.for_model(model_type, **data)
+    return AutoConfig.for_model(model_type, **data)
+
+
+def build_meta(cfg: dict[str, Any]) -> Any:
+    """`AutoModelForCausalLM.from_config` on the meta device (no memory), attention left to transformers."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = hf_config(cfg)
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(config)
 

@@ -75,7 +75,7 @@ def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tu
     from hpcmem.trace import layout as lay
 
     decoder = backbone_config(cfg)
-    config = lay.build_meta(decoder).config
+    config = lay.hf_config(decoder)
     key = lay.layers_key(config)
     real = int(getattr(config, "num_hidden_layers"))
     depth = min(real, EVAL_LAYERS)
@@ -229,12 +229,10 @@ def print_progress(i: int, n: int, recs: list[dict[str, Any]]) -> None:
 def rescore(path: Path | None = None, types: list[str] | None = None) -> list[dict[str, Any]]:
     """Re-estimate stored records against their stored traces (no tracing: the estimator changed, the traces did not).
     Learned types take their profile from estimator/coverage-profiles/ (a record without one is left as it was)."""
-    import dataclasses
     import tempfile
 
     from hpcmem.estimate import estimate
     from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.models.profile import profile_from_dict
     from hpcmem.probe.record import estimator_dir
 
     path = path or estimator_dir() / "coverage.jsonl"
@@ -251,9 +249,7 @@ def rescore(path: Path | None = None, types: list[str] | None = None) -> list[di
             cfg, _ = reference_config(name)
             profile = None
             if rec.get("made") == "learned":
-                file = profiles_dir() / f"{name}.json"
-                profile = (dataclasses.replace(profile_from_dict(json.loads(file.read_text())), config=cfg)
-                           if file.is_file() else None)
+                profile = _sweep_profile(name, cfg)
             specs[name] = eval_model(cfg, name, profile, folder)[0] if profile or rec.get("made") == "derived" \
                 else None
         if specs[name] is None:
@@ -264,6 +260,21 @@ def rescore(path: Path | None = None, types: list[str] | None = None) -> list[di
         out.append({**rec, "estimated": estimated, "estimated_phase": est.peak_phase.name,
                     "err_pct": round(100.0 * (estimated - rec["traced"]) / rec["traced"], 3)})
     return out
+
+
+def _sweep_profile(name: str, cfg: dict[str, Any]) -> Any:
+    """The profile the sweep learned for a type, with its reference config put back; None when absent or of an older
+    format (the type is swept again then)."""
+    import dataclasses
+
+    from hpcmem.errors import SpecError
+    from hpcmem.models.profile import profile_from_dict
+
+    file = profiles_dir() / f"{name}.json"
+    try:
+        return dataclasses.replace(profile_from_dict(json.loads(file.read_text())), config=cfg)
+    except (OSError, ValueError, SpecError):
+        return None
 
 
 def write_records(records: list[dict[str, Any]], path: Path | None = None) -> None:
