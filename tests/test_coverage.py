@@ -106,6 +106,20 @@ def test_learned_estimate_is_torch_free_and_labelled(tmp_path):
     assert out["peak"] > 0
 
 
+def test_estimate_cli_on_a_learned_config_never_imports_torch(tmp_path):
+    """`hpcmem estimate sft --model_name_or_path <config.json>` with the profile `hpcmem models learn` saves for it:
+    the CLI runs with torch, transformers and trl made unimportable (an import would fail the command)."""
+    config = _install_fixture(tmp_path)
+    code = ("import sys; sys.modules.update(dict.fromkeys(('torch', 'transformers', 'trl', 'peft'))); "
+            "from hpcmem.cli import main; sys.argv[0] = 'hpcmem'; main()")
+    env = {"HPCMEM_DATA": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code, "estimate", "sft", "--model_name_or_path", str(config),
+                          "--max_length", "512", "--json"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert "learned profile" in json.dumps(doc)
+
+
 def test_learned_profile_refuses_what_it_did_not_learn(tmp_path, monkeypatch):
     monkeypatch.setenv("HPCMEM_DATA", str(tmp_path))
     from hpcmem.estimate import estimate
@@ -133,3 +147,31 @@ def test_models_coverage_cli_lists_every_type_with_class_and_status():
     statuses = {r["model_type"]: r["status"] for r in rows}
     assert statuses["llama"] == "derived" and statuses["exaone"] == "derived"
     assert statuses["mamba2"] == "refused" and statuses["gpt_oss"] == "learned" and statuses["qwen3_5"] == "learned"
+
+
+def test_reduced_depth_candidates_end_on_the_last_layers_kind_when_the_first_does_not():
+    from hpcmem.trace.layout import candidate_depths, choose_depth
+
+    gemma4 = tuple(1 if i % 6 == 5 else 0 for i in range(30))     # sliding ×5, full — the last layer is full
+    # layers 1..5 hold both kinds at D = 7, which ends on a sliding layer; D = 12 ends on a full one like layer 29
+    assert choose_depth(gemma4) == 7 and candidate_depths(gemma4) == [7, 12]
+    assert candidate_depths((0,) * 32) == [3]                        # one kind: the first depth already ends on it
+    olmo3 = (0, 0, 0, 1, 0, 0, 0, 1)
+    assert candidate_depths(olmo3) == [5, 8]                         # 8 = the real depth: the full model itself
+
+
+def test_coverage_outcomes_count_every_decoder_type_once():
+    from hpcmem.validate.coverage import outcomes
+
+    rows = [{"model_type": t, "class": c, "status": s} for t, c, s in (
+        ("a", "decoder", "learned"), ("b", "decoder", "derived"), ("c", "multimodal", "learned"),
+        ("d", "decoder", "refused"), ("e", "not_applicable", "not applicable"), ("f", "decoder", "learned"),
+        ("g", "decoder", "learned"))]
+    ok = [{"model_type": "a", "technique": t, "err_pct": 0.5} for t in ("full+gc", "lora+gc", "full gc off")]
+    records = ok + [{"model_type": "b", "technique": "full+gc", "err_pct": -3.2},
+                    {"model_type": "c", "technique": "full+gc", "err_pct": 0.1},
+                    {"model_type": "c", "technique": "lora+gc", "error": "ValueError: x"},
+                    {"model_type": "f", "error": "learn: SpecError: y"}]
+    got = outcomes(rows, records)
+    assert got == {"within 3 %": ["a"], "over 3 %": ["b"], "failed": ["c", "f"], "not measured": ["g"],
+                   "refused": ["d"]}

@@ -167,6 +167,15 @@ def choose_depth(kinds: tuple[int, ...]) -> int:
                     "reduced model")
 
 
+def candidate_depths(kinds: tuple[int, ...]) -> list[int]:
+    """`choose_depth`, then — when its last layer's kind is not the real last layer's — the smallest deeper D ≤
+    MAX_DEPTH that ends on the real last kind: some configs do not build cut elsewhere (transformers forces Gemma-4's
+    last layer to full attention, whose per-layer head size the cut config then lacks)."""
+    first = choose_depth(kinds)
+    aligned = next((d for d in range(first, min(len(kinds), MAX_DEPTH) + 1) if kinds[d - 1] == kinds[-1]), None)
+    return [first] + ([aligned] if aligned is not None and aligned != first else [])
+
+
 def layer_map(kinds: tuple[int, ...], depth: int) -> tuple[int, ...]:
     """The traced layer each real layer takes its terms from: itself below depth − 1, the last middle traced layer of
     its kind further on, and for the real last layer the traced last one — or, when the two differ in kind, index

@@ -204,18 +204,25 @@ def lora_reference(cfg: dict[str, Any], lo: lay.Layout) -> dict[str, Any] | None
 
 
 def reduced(decoder: dict[str, Any]) -> tuple[lay.Layout, lay.Layout, int, dict[str, Any]]:
-    """(full layout, reduced layout, depth, reduced config); the reduced model's layers must be the real first ones."""
+    """(full layout, reduced layout, depth, reduced config); the reduced model's layers must be the real first ones.
+    The depths of `layout.candidate_depths` are tried in turn."""
     full = lay.layout(decoder)
-    depth = lay.choose_depth(full.layer_kinds)
-    if depth == len(full.layer_kinds):
-        return full, full, depth, decoder
     count = decoder.get(full.layers_key)
-    small_cfg = lay.reduced_config(decoder, full.layers_key, depth, count if isinstance(count, int) else -1)
-    small = lay.layout(small_cfg)
-    if small.signatures != full.signatures[:depth]:
-        raise SpecError(f"model_type {decoder.get('model_type')!r}: a {depth}-layer config does not build the real "
-                        "first layers (the layer pattern is not set per layer in the config); cannot learn it")
-    return full, small, depth, small_cfg
+    why = ""
+    for depth in lay.candidate_depths(full.layer_kinds):
+        if depth == len(full.layer_kinds):
+            return full, full, depth, decoder
+        small_cfg = lay.reduced_config(decoder, full.layers_key, depth, count if isinstance(count, int) else -1)
+        try:
+            small = lay.layout(small_cfg)
+        except (ValueError, TypeError, IndexError, KeyError) as exc:   # transformers refuses the cut config
+            why = f"a {depth}-layer config does not build ({type(exc).__name__}: {exc})"
+            continue
+        if small.signatures == full.signatures[:depth]:
+            return full, small, depth, small_cfg
+        why = (f"a {depth}-layer config does not build the real first layers (the layer pattern is not set per layer "
+               "in the config)")
+    raise SpecError(f"model_type {decoder.get('model_type')!r}: {why}; cannot learn it")
 
 
 def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] = tuple(PRECISIONS),
