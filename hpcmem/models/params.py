@@ -242,6 +242,12 @@ PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...] | None] = {
 }
 
 
+# Types whose default peft 0.21.2 loses: its transformers-v5 MoE conversion (peft/utils/transformers_weight_conversion.py
+# _convert_peft_config_moe, for the types of its _MOE_FUSED_TARGETS) sets an unset target_modules to an empty set before
+# LoraModel._prepare_adapter_config looks the default up, so get_peft_model raises NoMatchingPeftModuleError.
+PEFT_DEFAULT_LOST = frozenset({"mixtral"})
+
+
 def peft_model_type(spec: ModelSpec) -> str:
     """The model_type peft looks up: the loaded model's own (the wrapper's, for a gemma3 with a text_config)."""
     return spec.wrapper_model_type or spec.model_type
@@ -260,6 +266,10 @@ def peft_default_targets(model_type: str | ModelSpec) -> tuple[str, ...]:
     if model_type not in PEFT_DEFAULT_TARGETS:
         raise SpecError(f"no peft default LoRA targets recorded for model_type {model_type!r}; known: "
                         f"{', '.join(sorted(PEFT_DEFAULT_TARGETS))}. Set lora_target_modules explicitly.")
+    if model_type in PEFT_DEFAULT_LOST:
+        raise SpecError(f"peft 0.21.2 drops its default LoRA target_modules for model_type {model_type!r} (its MoE "
+                        "conversion empties them first): get_peft_model would raise. Set lora_target_modules (e.g. "
+                        "q_proj,k_proj,v_proj,o_proj).")
     targets = PEFT_DEFAULT_TARGETS[model_type]
     if targets is None:
         raise SpecError(f"peft has no default LoRA target_modules for model_type {model_type!r}: get_peft_model would "
