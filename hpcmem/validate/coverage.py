@@ -91,8 +91,11 @@ def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tu
     if profile is None:
         return model_spec_from_config(cut, str(path)), depth, real
     kinds = profile.layer_kinds[:depth]
+    # parameters outside the layers can grow with depth (Gemma-4's per-layer input embedding is [V, layers × 256]):
+    # the cut model's own count, from its meta model
+    other = lay.layout(backbone_config(cut)).other if depth < real else profile.other
     small = replace(profile, layer_kinds=kinds, layer_map=profile.layer_map[:depth - 1] + profile.layer_map[-1:]
-                    if depth < real else profile.layer_map, config=cut)
+                    if depth < real else profile.layer_map, config=cut, other=other)
     return spec_from_profile(small, str(path)), depth, real
 
 
@@ -132,10 +135,10 @@ def eval_job(spec: Any, technique: str, targets: tuple[str, ...] | None = None) 
                 targets = tuple(spec.learned.lora_reference["lora_target_modules"])
             elif any(m.kind == "expert" for m in mods):
                 targets = tuple(dict.fromkeys(m.leaf for m in mods if m.kind == "attention" and m.nn_linear))
-            else:
+            elif all_linear_targets(spec):
                 targets = ("all-linear",)
-        if not all_linear_targets(spec):
-            raise ValueError("no nn.Linear in the decoder layers for LoRA")
+            else:
+                raise ValueError("no nn.Linear in the decoder layers for LoRA")
     return JobSpec(model=spec, train=TrainSpec(
         trainer="sft", dtype="bfloat16", use_peft=kind == "lora", lora_target_modules=tuple(targets or ()),
         gradient_checkpointing=gc, max_length=EVAL_SEQ, per_device_train_batch_size=EVAL_ROWS))
