@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from importlib import resources
 
+from hpcmem.datapath import PACKAGE_DIR
 from hpcmem.errors import HpcmemError
 from hpcmem.spec import GpuSpec
 
 
 @lru_cache(maxsize=1)
 def _catalog() -> dict[str, dict]:
-    raw = json.loads(resources.files("hpcmem").joinpath("gpus.json").read_text())
+    raw = json.loads((PACKAGE_DIR / "gpus.json").read_text(encoding="utf-8"))
     table: dict[str, dict] = {}
     for entry in raw["gpus"]:
         for key in [entry["name"], *entry.get("aliases", [])]:

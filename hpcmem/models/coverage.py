@@ -17,9 +17,10 @@ import ast
 import importlib.util
 import json
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from hpcmem.datapath import PACKAGE_DIR
 
 MAPPING_NAME = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
 STATUSES = ("derived", "learned", "refused", "not applicable", "unclassified")
@@ -27,7 +28,7 @@ STATUSES = ("derived", "learned", "refused", "not applicable", "unclassified")
 
 @lru_cache(maxsize=1)
 def classification() -> dict[str, Any]:
-    return json.loads(resources.files("hpcmem.models").joinpath("coverage.json").read_text(encoding="utf-8"))
+    return json.loads((PACKAGE_DIR / "models" / "coverage.json").read_text(encoding="utf-8"))
 
 
 def installed_mapping() -> dict[str, str] | None:

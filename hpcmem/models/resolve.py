@@ -6,10 +6,10 @@ import json
 import os
 import re
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hpcmem.datapath import PACKAGE_DIR
 from hpcmem.errors import SpecError
 from hpcmem.models.config import has_family, model_spec_from_config
 from hpcmem.spec import ModelSpec
@@ -23,7 +23,7 @@ _TRUE = {"1", "ON", "YES", "TRUE"}
 def catalog() -> dict[str, dict[str, Any]]:
     """hub id → {"hub_id", "source", "config"} for every hpcmem/models/catalog/*.json (public config.json numbers)."""
     entries: dict[str, dict[str, Any]] = {}
-    folder = resources.files("hpcmem.models").joinpath("catalog")
+    folder = PACKAGE_DIR / "models" / "catalog"
     for item in sorted(folder.iterdir(), key=lambda p: p.name):
         if item.name.endswith(".json"):
             doc = json.loads(item.read_text(encoding="utf-8"))
