@@ -111,16 +111,18 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes)
     for j, r in enumerate(p.layer_map):
         d_saved, d_temp, grad = per_kind[p.layer_kinds[j]]
-        fwd, fpeak, kept, peak = (cell.fwd[r].at(tokens, quad), cell.fpeak[r].at(tokens, quad),
-                                  cell.kept[r].at(tokens, quad), cell.peak[r].at(tokens, quad))
+        raw = (cell.fwd[r].at(tokens, quad), cell.fpeak[r].at(tokens, quad), cell.kept[r].at(tokens, quad),
+               cell.peak[r].at(tokens, quad))
+        fwd, fpeak, kept, peak = raw
         if gc:              # the adapters' saved inputs exist only in the recompute
             peak += d_saved + d_temp
         else:
             fwd, fpeak, kept, peak = fwd + d_saved, fpeak + d_saved, kept + d_saved, peak + d_temp
-        out.fwd.append(max(fwd, 0))
-        out.fpeak.append(max(fpeak, 0))
-        out.kept.append(max(kept, 0))
-        out.peak.append(max(peak, 0))
+        # an adapter change never takes a term below zero; a learned term that is negative stays as learned (layer 0's
+        # kept is, where the embeddings' backward entry holds more than layer 0 left: Gemma-4's per-layer inputs)
+        for dest, value, learned in zip((out.fwd, out.fpeak, out.kept, out.peak), (fwd, fpeak, kept, peak), raw,
+                                        strict=True):
+            dest.append(max(value, min(learned, 0)))
         out.grads.append(grad)
     return out
 
