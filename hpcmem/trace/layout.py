@@ -72,13 +72,19 @@ def _signature(layer: Any, i: int, config: Any) -> Any:
 
 
 def _weights(layer: Any) -> tuple[Linear, ...]:
-    """Every ≥2-D weight of a layer as peft sees it: nn.Linear modules, fused 3-D experts, bare 2-D routers."""
+    """Every ≥2-D weight of a layer as peft sees it: nn.Linear modules and transformers' Conv1D (GPT-2's [in, out]
+    linears, which peft's all-linear and target_modules reach alike: peft/tuners/tuners_utils.py
+    _maybe_include_all_linear_layers), fused 3-D experts, bare 2-D routers."""
     import torch
+    from transformers.pytorch_utils import Conv1D
 
     out = []
     for path, mod in layer.named_modules():
         if isinstance(mod, torch.nn.Linear):
             out.append(Linear(path, mod.in_features, mod.out_features, 1, True, mod.bias is not None))
+            continue
+        if isinstance(mod, Conv1D):
+            out.append(Linear(path, int(mod.weight.shape[0]), int(mod.weight.shape[1]), 1, True, mod.bias is not None))
             continue
         for pname, p in mod.named_parameters(recurse=False):
             name = f"{path}.{pname}" if path else pname
