@@ -1,9 +1,12 @@
-"""The GPU catalog (hpcmem/gpus.json, data): name → memory and speed, plus probe calibration when records exist."""
+"""The GPU catalog (hpcmem/gpus.json, data): name → memory, usable capacity and speed, plus the probe calibration
+(hpcmem.gpu_calibration) when records exist for the GPU."""
 
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
+from typing import Any
 
 from hpcmem.datapath import PACKAGE_DIR
 from hpcmem.errors import HpcmemError
@@ -11,50 +14,104 @@ from hpcmem.spec import GpuSpec
 
 
 @lru_cache(maxsize=1)
-def _catalog() -> dict[str, dict]:
-    raw = json.loads((PACKAGE_DIR / "gpus.json").read_text(encoding="utf-8"))
-    table: dict[str, dict] = {}
-    for entry in raw["gpus"]:
-        for key in [entry["name"], *entry.get("aliases", [])]:
-            table[key.lower()] = entry
-    return table
+def catalog_entries() -> tuple[dict[str, Any], ...]:
+    return tuple(json.loads((PACKAGE_DIR / "gpus.json").read_text(encoding="utf-8"))["gpus"])
+
+
+@lru_cache(maxsize=1)
+def _by_name() -> dict[str, dict]:
+    return {key.lower(): e for e in catalog_entries() for key in [e["name"], *e.get("aliases", [])]}
+
+
+def catalog_entry(name: str) -> dict[str, Any] | None:
+    """The gpus.json entry for a catalog name or alias (any case), or None."""
+    return _by_name().get(name.strip().lower())
 
 
 def gpu_names() -> list[str]:
-    return sorted({e["name"] for e in _catalog().values()})
+    return sorted({e["name"] for e in catalog_entries()})
+
+
+def gpu_slug(gpu_name: str | None) -> str:
+    """File-name form of a GPU model: "NVIDIA H200" → "nvidia-h200"; None (a CPU run) → "cpu"."""
+    if not gpu_name:
+        return "cpu"
+    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-") or "unknown"
 
 
 def gpu_spec(name: str) -> GpuSpec:
-    entry = _catalog().get(name.strip().lower())
-    if entry is None:
-        raise HpcmemError(f"unknown GPU {name!r}; known: {', '.join(gpu_names())} (hpcmem gpus)")
-    calibration = _calibration(entry["name"])
-    return GpuSpec(
-        name=entry["name"],
-        memory_bytes=entry["memory_bytes"],
-        bf16_tflops=entry["bf16_tflops"],
-        memory_bandwidth_gbps=entry.get("memory_bandwidth_gbps", 0.0),
-        compute_capability=str(entry.get("compute_capability", "")),
-        context_bytes=int(calibration["context_bytes"]) if calibration else 0,
-        calibrated=calibration is not None,
-        calibration_source=calibration.get("source", "") if calibration else "",
-    )
+    """A catalog GPU (name or alias, any case) or a described one (hpcmem.gpu_describe: `96GB`,
+    `name=…,memory=…`), with its calibration when one is on the search path."""
+    entry = catalog_entry(name)
+    if entry is not None:
+        return _with_calibration(
+            entry["name"], memory_bytes=entry["memory_bytes"], bf16_tflops=entry["bf16_tflops"],
+            memory_bandwidth_gbps=entry.get("memory_bandwidth_gbps", 0.0),
+            compute_capability=str(entry.get("compute_capability", "")),
+            capacity_bytes=int(entry.get("capacity_bytes") or 0),
+            capacity_note=entry.get("capacity_source", "") if entry.get("capacity_derived") else "")
+    from hpcmem.gpu_describe import parse
+
+    described = parse(name)
+    if described is None:
+        raise HpcmemError(f"unknown GPU {name!r}; known: {', '.join(gpu_names())} (hpcmem gpus); or describe yours: "
+                          "--gpu 96GB, or --gpu 'name=MyGPU,memory=96GB,usable=95.2GiB,cc=9.0,tflops=400'")
+    if catalog_entry(described.name) is not None:
+        raise HpcmemError(f"gpu name {described.name!r} is in the catalog; use it by name or describe it under "
+                          "another name")
+    return _with_calibration(described.name, memory_bytes=described.memory_bytes, bf16_tflops=described.bf16_tflops,
+                             memory_bandwidth_gbps=described.memory_bandwidth_gbps,
+                             compute_capability=described.compute_capability,
+                             capacity_bytes=described.capacity_bytes, capacity_note=described.note)
+
+
+def _with_calibration(name: str, **fields: Any) -> GpuSpec:
+    """The GPU with its own calibration (context, margins, the campaign that measured it) or, without one, the
+    default margins borrowed from the calibrated GPUs (hpcmem.gpu_calibration)."""
+    from hpcmem.gpu_calibration import campaign_of, default_margins, load_calibration, peak_margins
+
+    calibration = load_calibration(name)
+    calibrated = calibration is not None and "context_bytes" in calibration
+    own = peak_margins(calibration) if calibrated else {}
+    margins = own or default_margins()
+    return GpuSpec(name=name, context_bytes=int(calibration["context_bytes"]) if calibrated else 0,
+                   calibrated=calibrated, calibration_source=calibration.get("source", "") if calibrated else "",
+                   margins=tuple(margins[p] for p in sorted(margins)),
+                   campaign=campaign_of(calibration) if calibration else None, **fields)
+
+
+def recalibrated(spec: GpuSpec) -> GpuSpec:
+    """The same GPU (catalog or described) with the calibration on the search path now, not the one it had when a
+    record stored it."""
+    return _with_calibration(spec.name, memory_bytes=spec.memory_bytes, bf16_tflops=spec.bf16_tflops,
+                             memory_bandwidth_gbps=spec.memory_bandwidth_gbps,
+                             compute_capability=spec.compute_capability, capacity_bytes=spec.capacity_bytes,
+                             capacity_note=spec.capacity_note)
 
 
 def gpu_for_device(device_name: str | None, memory_bytes: int | None) -> GpuSpec | None:
     """The catalog GPU (with its calibration) of a driver-reported name and memory ("NVIDIA H200", 150109880320 B →
     H200), or None when the catalog has no match."""
-    from hpcmem.validate.calibration import catalog_name_for
-
     name = catalog_name_for(device_name, memory_bytes)
     return gpu_spec(name) if name else None
 
 
-def _calibration(name: str) -> dict | None:
-    """Fitted constants from probe records (hpcmem.validate.calibration), when that module and data exist."""
-    try:
-        from hpcmem.validate.calibration import load_calibration
-    except ImportError:
+def catalog_name_for(device_name: str | None, memory_bytes: int | None) -> str | None:
+    """Which catalog GPU a driver-reported name is: its model token ("H100") in the name, the variant tokens (PCIe,
+    NVL) agreeing, and the memory within 8 % of the catalog's."""
+    if not device_name:
         return None
-    found = load_calibration(name)
-    return found if found and "context_bytes" in found else None
+    text = device_name.lower().replace(" ", "-")
+    words = set(re.split(r"[^a-z0-9]+", text))
+    best, best_score = None, -1
+    for entry in catalog_entries():
+        tokens = entry["name"].lower().split("-")
+        if tokens[0] not in words:       # a whole word: "b200" is not in "nvidia-gb200", "l4" not in "nvidia-l40s"
+            continue
+        if memory_bytes and abs(entry["memory_bytes"] - memory_bytes) > 0.08 * entry["memory_bytes"]:
+            continue
+        variants = [t for t in ("pcie", "nvl", "sxm") if t in text]
+        score = sum(t in tokens for t in variants) - sum(t not in text for t in tokens[1:] if not t.endswith("gb"))
+        if score > best_score:
+            best, best_score = entry["name"], score
+    return best

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcmem.errors import Problems
+from hpcmem.layout_rules import check_layout, layout_warnings
 from hpcmem.trl_fields import owners
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ def check_job(job: JobSpec) -> None:
               "fine-tune a purely quantized model")
     if t.trainer in ("grpo", "rloo"):
         _check_generation(job, p)
+    check_layout(job, p)            # context / sequence parallelism (hpcmem.layout_rules)
     p.raise_if_any()
 
 
@@ -105,4 +107,4 @@ def job_warnings(job: JobSpec) -> list[str]:
         out.append("PEFT + ZeRO-3 forces reentrant gradient checkpointing (TRL sets use_reentrant=True)")
     if job.parallel.distributed_type == "NO" and job.parallel.num_machines > 1:
         out.append("num_machines > 1 without a distributed type")
-    return out
+    return out + layout_warnings(job)

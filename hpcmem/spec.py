@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, Literal
 
-from hpcmem.errors import Problems
+from hpcmem.errors import Problems, SpecError
 
 Trainer = Literal["sft", "dpo", "reward", "grpo", "rloo"]
 TRAINERS: tuple[str, ...] = ("sft", "dpo", "reward", "grpo", "rloo")
@@ -25,6 +25,9 @@ OPTIMIZERS = (
 DISTRIBUTED_TYPES = ("NO", "MULTI_GPU", "DEEPSPEED", "FSDP")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 VLLM_MODES = ("colocate", "server")
+EVAL_STRATEGIES = ("no", "steps", "epoch")                     # transformers IntervalStrategy
+SAVE_STRATEGIES = ("no", "steps", "epoch", "best")             # transformers SaveStrategy
+FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")   # FSDP2 has no LOCAL_STATE_DICT (accelerate)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +67,7 @@ class ModelSpec:
     final_logit_softcapping: float = 0.0   # tanh cap on logits, 0: none (Gemma2 30.0: extra logits-sized tensors)
     attn_logit_softcapping: float = 0.0    # tanh cap on scores, 0: none (Gemma2 50.0: no sdpa, eager attention)
     wrapper_model_type: str = ""    # outer model_type of a config with text_config (gemma3): its towers are not counted
+    sliding_window: int = 0         # a window some layer attends within (0: every layer sees the whole sequence)
     # A learned profile (hpcmem.models.profile.LearnedProfile) when no family descriptor covers the model type: its
     # parameter layout and per-layer terms replace the derived ones (the estimate says so)
     learned: Any = field(default=None, compare=False, repr=False)
@@ -121,6 +125,14 @@ class TrainSpec:
     bf16: bool = True                            # None in TRL → True unless fp16
     fp16: bool = False
     optim: str = "adamw_torch_fused"
+    # TrainingArguments of the job around the steps (transformers 5.24 training_args.py defaults): evaluation,
+    # checkpoints, data loading
+    per_device_eval_batch_size: int = 8
+    eval_strategy: str = "no"
+    save_strategy: str = "steps"
+    save_only_model: bool = False                # True: checkpoints skip the optimizer and scheduler states
+    dataloader_num_workers: int = 0
+    dataloader_pin_memory: bool = True
     # SFT / DPO / Reward data shape
     max_length: int | None = 1024
     packing: bool = False
@@ -160,7 +172,13 @@ class TrainSpec:
                 f"packing_strategy must be one of {', '.join(PACKING_STRATEGIES)}; got {self.packing_strategy!r}")
         p.check(self.optim in OPTIMIZERS, f"optim {self.optim!r} is not modelled; choose one of {', '.join(OPTIMIZERS)}")
         p.check(self.vllm_mode in VLLM_MODES, f"vllm_mode must be colocate or server; got {self.vllm_mode!r}")
-        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "lora_r", "num_generations",
+        p.check(self.eval_strategy in EVAL_STRATEGIES,
+                f"eval_strategy must be one of {', '.join(EVAL_STRATEGIES)}; got {self.eval_strategy!r}")
+        p.check(self.save_strategy in SAVE_STRATEGIES,
+                f"save_strategy must be one of {', '.join(SAVE_STRATEGIES)}; got {self.save_strategy!r}")
+        p.check(self.dataloader_num_workers >= 0,
+                f"dataloader_num_workers must be ≥ 0; got {self.dataloader_num_workers}")
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "lora_r", "num_generations",
                      "vllm_tensor_parallel_size", "max_completion_length", "max_prompt_length", "num_iterations"):
             p.check(getattr(self, name) >= 1, f"{name} must be ≥ 1; got {getattr(self, name)}")
         for name in ("max_length", "pad_to_multiple_of", "steps_per_generation", "generation_batch_size"):
@@ -200,9 +218,28 @@ class ParallelSpec:
     fsdp_version: int = 2
     fsdp_offload_params: bool = False
     fsdp_reshard_after_forward: bool = True
+    # Loading and saving. Defaults: TRL's shipped zero3.yaml (zero3_init_flag, zero3_save_16bit_model — DeepSpeed's
+    # stage3_gather_16bit_weights_on_model_save) and fsdp2.yaml (cpu_ram_efficient_loading); the state dict type is
+    # accelerate's FSDP2 default (utils/dataclasses.py `set_state_dict_type`), which TRL's fsdp2.yaml sets to FULL.
+    zero3_init_flag: bool = True
+    zero3_save_16bit_model: bool = True
+    fsdp_state_dict_type: str = "SHARDED_STATE_DICT"
+    fsdp_cpu_ram_efficient_loading: bool = True
+    # accelerate's ParallelismConfig (accelerate/parallelism_config.py; `parallelism_config_<name>` in an accelerate
+    # YAML): 1 = dimension off. What each does per rank and accelerate's rules for them: hpcmem.layout.
+    dp_replicate_size: int = 1
+    dp_shard_size: int = 1
+    tp_size: int = 1
+    cp_size: int = 1
+    sp_size: int = 1
+    cp_comm_strategy: str = "allgather"          # torch context parallelism's k/v rotation (accelerate's default)
+    sp_attn_implementation: str = "sdpa"         # the kernel Ulysses wraps; must be the model's (accelerate's default)
 
     def __post_init__(self) -> None:
         p = Problems()
+        p.check(self.fsdp_state_dict_type in FSDP_STATE_DICT_TYPES,
+                f"fsdp_state_dict_type must be one of {', '.join(FSDP_STATE_DICT_TYPES)}; "
+                f"got {self.fsdp_state_dict_type!r}")
         p.check(self.num_processes >= 1 and self.num_machines >= 1,
                 f"num_processes ({self.num_processes}) and num_machines ({self.num_machines}) must be ≥ 1")
         p.check(self.num_processes % max(self.num_machines, 1) == 0,
@@ -220,18 +257,28 @@ class ParallelSpec:
                     "offload_optimizer_device needs ZeRO stage ≥ 1")
             p.check(self.zero_stage == 3 or self.offload_param_device == "none",
                     f"offload_param_device needs ZeRO-3 (zero_stage is {self.zero_stage})")
-        p.check(self.distributed_type != "NO" or self.num_processes == 1,
-                f"distributed_type NO runs one process; num_processes is {self.num_processes} "
-                "(use MULTI_GPU, DEEPSPEED or FSDP)")
+        from hpcmem.layout import layout_problems
+
+        for problem in layout_problems(self):
+            p.add(problem)
         p.raise_if_any()
 
     @property
     def world_size(self) -> int:
-        return self.num_processes
+        """Processes accelerate starts: distributed_type NO is one process whatever num_processes says
+        (accelerate commands/launch.py `launch_command` → `simple_launcher`; TRL's single_gpu.yaml says 8)."""
+        return 1 if self.distributed_type == "NO" else self.num_processes
 
     @property
     def gpus_per_machine(self) -> int:
-        return self.num_processes // self.num_machines
+        return self.world_size // self.num_machines or 1
+
+    @property
+    def layout(self):
+        """The device mesh per rank (hpcmem.layout.Layout)."""
+        from hpcmem.layout import layout_of
+
+        return layout_of(self)
 
     @property
     def deepspeed(self) -> bool:
@@ -243,17 +290,54 @@ class ParallelSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class GpuSpec:
-    """One GPU model from the catalog (hpcmem/gpus.json) with its calibration, when probes exist."""
+class PeakMargin:
+    """How much one peak's estimate is widened for the safe bound: predicted · (1 + margin) covered `coverage` of
+    `n` probe runs on `calibrated_on` (hpcmem.gpu_calibration). `default` marks a margin borrowed from other GPUs'
+    records because this GPU has none of its own."""
+
+    peak: str                       # allocated | reserved | device
+    margin: float
+    coverage: float
+    n: int
+    calibrated_on: str
+    default: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Campaign:
+    """The calibration campaign that measured a GPU (`hpcmem calibrate`): where, when, how many runs."""
 
     name: str
-    memory_bytes: int
+    site: str
+    date: str                       # YYYY-MM-DD of the fit
+    n: int                          # probe records the calibration was fitted on
+    device: str = "cuda"            # cuda, or cpu for a rehearsal that measured no GPU
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSpec:
+    """One GPU model from the catalog (hpcmem/gpus.json) or described by a site (hpcmem.gpu_describe), with its
+    calibration when probes exist."""
+
+    name: str
+    memory_bytes: int               # the total nvidia-smi / NVML reports
     bf16_tflops: float
     memory_bandwidth_gbps: float = 0.0
     compute_capability: str = ""  # "9.0" (CUDA major.minor) picks the cuBLAS workspace size
     context_bytes: int = 0          # CUDA context + libraries; 0 → the uncalibrated default in estimate.device
     calibrated: bool = False
     calibration_source: str = ""
+    capacity_bytes: int = 0         # what torch can use (mem_get_info's total); 0 → memory_bytes
+    margins: tuple[PeakMargin, ...] = ()
+    capacity_note: str = ""         # how the usable capacity is known when no measurement gave it (derived, described)
+    campaign: Campaign | None = None
+
+    @property
+    def usable_bytes(self) -> int:
+        return self.capacity_bytes or self.memory_bytes
+
+    def margin(self, peak: str) -> PeakMargin | None:
+        return next((m for m in self.margins if m.peak == peak), None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -270,6 +354,9 @@ class JobSpec:
     def __post_init__(self) -> None:
         from hpcmem.rules import check_job
 
+        tokens = self.tokens_per_micro_batch
+        if tokens is not None and tokens < 1:
+            raise SpecError(f"tokens_per_micro_batch must be ≥ 1 or None; got {tokens}")
         check_job(self)
 
 

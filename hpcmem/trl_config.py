@@ -8,13 +8,16 @@ disable_dropout True for DPO and Reward.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
 from hpcmem.errors import HpcmemError, SpecError
+from hpcmem.inputs.files import is_file, load_yaml_file
+from hpcmem.inputs.settings import check_settings
+from hpcmem.inputs.values import json_object, shown
+from hpcmem.launch.parallelism import parallelism_settings, reshard_after_forward
+from hpcmem.layout_rules import check_layout_settings
 from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
 
 TRAINER_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -40,18 +43,16 @@ PARALLEL_FIELDS = {f.name for f in fields(ParallelSpec)}
 JOB_FIELDS = {"model_name_or_path", "expandable_segments", "gpu", "tokens_per_micro_batch"}
 
 
-def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    import yaml
-
-    p = Path(path)
-    if not p.is_file():
-        raise HpcmemError(f"config file {p} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise HpcmemError(f"{p} is not valid YAML: {exc}") from None
+def read_yaml(path: str | os.PathLike, what: str = "config") -> dict[str, Any]:
+    """A YAML mapping read within hpcmem.inputs.files' limits (size, UTF-8, nesting, aliases); keys are not checked
+    here (hpcmem.inputs.settings does, naming the file)."""
+    if not is_file(path):
+        raise HpcmemError(f"{what} file {path} does not exist")
+    data = load_yaml_file(path, what)
+    if data is None:
+        return {}
     if not isinstance(data, dict):
-        raise HpcmemError(f"{p} must hold a mapping of TRL fields, got {type(data).__name__}")
+        raise HpcmemError(f"{what} {path} must hold a mapping of field names to values, got {type(data).__name__}")
     return data
 
 
@@ -59,27 +60,35 @@ def accelerate_settings(name_or_path: str) -> dict[str, Any]:
     """ParallelSpec fields from a shipped config name or an accelerate YAML file (accelerate's own key names)."""
     if name_or_path in SHIPPED_ACCELERATE:
         return dict(SHIPPED_ACCELERATE[name_or_path])
-    if not Path(name_or_path).is_file():
-        raise HpcmemError(f"--accelerate_config {name_or_path!r} is neither a shipped TRL config "
+    if not is_file(name_or_path):
+        raise HpcmemError(f"--accelerate_config {shown(name_or_path)} is neither a shipped TRL config "
                           f"({', '.join(SHIPPED_ACCELERATE)}) nor a file")
-    raw = read_yaml(name_or_path)
+    raw = read_yaml(name_or_path, "accelerate config")
     out: dict[str, Any] = {k: raw[k] for k in ("distributed_type", "num_processes", "num_machines") if k in raw}
-    ds = raw.get("deepspeed_config") or {}
-    for key in ("zero_stage", "offload_optimizer_device", "offload_param_device"):
-        if key in ds:
-            out[key] = ds[key]
-    fsdp = raw.get("fsdp_config") or {}
-    for key in ("fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward"):
-        if key in fsdp:
-            out[key] = fsdp[key]
-    return out
+    for block, keys in (("deepspeed_config", ("zero_stage", "offload_optimizer_device", "offload_param_device",
+                                              "zero3_init_flag", "zero3_save_16bit_model")),
+                        ("fsdp_config", ("fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward",
+                                         "fsdp_state_dict_type", "fsdp_cpu_ram_efficient_loading"))):
+        section = raw.get(block) or {}
+        if not isinstance(section, dict):
+            raise HpcmemError(f"accelerate config {name_or_path}: {block} must be a mapping of accelerate keys; "
+                              f"got {shown(section)}")
+        out.update({key: section[key] for key in keys if key in section})
+    if out.get("distributed_type") == "FSDP" and "fsdp_version" not in out:
+        out["fsdp_version"] = 1     # accelerate launch's --fsdp_version default (commands/launch.py), not hpcmem's 2
+    if "fsdp_reshard_after_forward" in out:
+        out["fsdp_reshard_after_forward"] = reshard_after_forward(
+            out["fsdp_reshard_after_forward"], out.get("fsdp_version", 1), f"accelerate config {name_or_path}")
+    out.update(parallelism_settings(raw.get("parallelism_config"), f"accelerate config {name_or_path}",
+                                    raw.get("distributed_type")))
+    return check_settings(out, f"accelerate config {name_or_path}")
 
 
 def _coerce_dtype(settings: dict[str, Any]) -> None:
     """`model_init_kwargs: {dtype: ...}` (SFTConfig) and ModelConfig `dtype` name the same load dtype."""
     mik = settings.pop("model_init_kwargs", None)
-    if isinstance(mik, str):
-        mik = json.loads(mik)
+    if mik is not None:
+        mik = json_object("model_init_kwargs", mik)
     if isinstance(mik, dict) and "dtype" in mik and "dtype" not in settings:
         settings["dtype"] = mik["dtype"]
     if "torch_dtype" in settings and "dtype" not in settings:
@@ -92,7 +101,8 @@ def _normalise(settings: dict[str, Any]) -> dict[str, Any]:
     if out.get("dtype") is None and "dtype" in out:
         out["dtype"] = "float32"
     if isinstance(out.get("gradient_checkpointing_kwargs"), str):
-        out["gradient_checkpointing_kwargs"] = json.loads(out["gradient_checkpointing_kwargs"])
+        out["gradient_checkpointing_kwargs"] = json_object("gradient_checkpointing_kwargs",
+                                                           out["gradient_checkpointing_kwargs"])
     if out.get("gradient_checkpointing_kwargs") is None and "gradient_checkpointing_kwargs" in out:
         out["gradient_checkpointing_kwargs"] = {}
     targets = out.get("lora_target_modules")
@@ -114,7 +124,7 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None) -
     from hpcmem.gpus import gpu_spec
     from hpcmem.models import resolve_model
 
-    s = _normalise(settings)
+    s = _normalise(check_settings(settings, "settings"))
     if trainer not in TRAINER_DEFAULTS:
         raise SpecError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINER_DEFAULTS)}")
     train_kw = {**TRAINER_DEFAULTS[trainer], **{k: v for k, v in s.items() if k in TRAIN_FIELDS}}
@@ -136,6 +146,7 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None) -
                       tokens_per_micro_batch=s.get("tokens_per_micro_batch"))
     except TypeError as exc:
         raise SpecError(f"invalid setting: {exc}") from None
+    check_layout_settings(s, job)       # TRL fields outside the spec that a layout refuses (hpcmem.layout_rules)
     return job, ignored
 
 

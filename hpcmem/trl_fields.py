@@ -9,7 +9,9 @@ from __future__ import annotations
 MODEL_CONFIG_FIELDS = ("dtype", "attn_implementation", "use_peft", "lora_r", "lora_alpha", "lora_target_modules",
                        "load_in_4bit", "load_in_8bit", "use_bnb_nested_quant")
 _COMMON = ("per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
-           "gradient_checkpointing_kwargs", "bf16", "fp16", "optim", "pad_to_multiple_of")
+           "gradient_checkpointing_kwargs", "bf16", "fp16", "optim", "pad_to_multiple_of",
+           "per_device_eval_batch_size", "eval_strategy", "save_strategy", "save_only_model", "dataloader_num_workers",
+           "dataloader_pin_memory")
 _GENERATION = ("num_generations", "steps_per_generation", "generation_batch_size", "max_completion_length",
                "num_iterations", "beta",
                "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size",

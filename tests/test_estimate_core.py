@@ -1,4 +1,4 @@
-"""Issue 2: the analytic estimator's invariants, known answers from the ZeRO paper, and import hygiene."""
+"""The analytic estimator's invariants, known answers from the ZeRO paper, and import hygiene."""
 
 import json
 import subprocess
@@ -76,7 +76,7 @@ def test_estimator_states_follow_the_paper_for_zero2_and_zero3(n):
 
 
 def test_plain_trainer_bytes_per_param_follow_the_load_dtype():
-    # MEMORY-FACTS rule 1: fp32 load → 4 + 4 + 8 B/param; bf16 load → 2 + 2 + 4 (torch AdamW states in param dtype).
+    # TRL loads in the checkpoint's dtype: fp32 load → 4 + 4 + 8 B/param; bf16 load → 2 + 2 + 4 (torch AdamW states in param dtype).
     for dtype, per_param in (("float32", 16), ("bfloat16", 8)):
         j = job(dtype=dtype)
         s = model_states(j, precision(j), lora_layout(j))

@@ -1,4 +1,4 @@
-"""Issue 4: reference model placement, generation KV cache, vLLM pool and weight sync, against hand calculations."""
+"""Reference model placement, generation KV cache, vLLM pool and weight sync, against hand calculations."""
 
 import pytest
 
@@ -66,7 +66,7 @@ def test_ds3_gather_for_generation_materialises_the_full_model():
 
 def test_vllm_colocate_pool_and_sleep_mode():
     awake = run("grpo", gpu=H100, use_vllm=True, dtype="bfloat16", use_peft=True)
-    pool = int(0.3 * H100.memory_bytes)
+    pool = int(0.3 * H100.capacity_bytes)     # vLLM takes its share of torch.cuda.mem_get_info()'s total
     assert awake.device_extra_bytes - run("grpo", gpu=H100, dtype="bfloat16", use_peft=True).device_extra_bytes \
         == pool
     asleep = run("grpo", gpu=H100, use_vllm=True, vllm_enable_sleep_mode=True, dtype="bfloat16", use_peft=True)

@@ -12,6 +12,7 @@ import pytest
 from hpcmem.estimate import estimate
 from hpcmem.estimate.workspaces import NAME, tensor_bytes
 from hpcmem.gpus import gpu_spec
+from hpcmem.record import Record
 from hpcmem.validate.probes import record_job
 
 H200_RECORDS = Path(__file__).resolve().parents[1] / "estimator" / "probes" / "nvidia-h200.jsonl"
@@ -54,7 +55,7 @@ def test_h200_optimizer_phase_holds_exactly_the_states_and_two_workspaces():
     for rec in _records():
         if rec["status"] != "ok" or rec["model_config"]["model_type"] not in ("llama", "mistral", "phi3", "qwen3_moe"):
             continue
-        est = estimate(record_job(rec))
+        est = estimate(record_job(Record.from_json(rec)))
         phase = next(p for p in est.phases if p.name.startswith("optimizer"))
         measured = rec["measured"]["phases"]["optimizer"]["allocated_bytes"]
         assert abs(measured - phase.bytes) <= 5 * 1024**2, (rec["case"], measured, phase.bytes)
@@ -63,16 +64,17 @@ def test_h200_optimizer_phase_holds_exactly_the_states_and_two_workspaces():
 
 
 def test_h200_records_meet_the_published_targets():
-    """ACCURACY.md targets against GPU probes: median |err| ≤ 3 % on every peak, reserved p95 ≤ 8 %, device ≤ 5 %.
-    Held here: the medians, reserved p95 ≤ 8 %, allocated p95 ≤ 2 % and device p95 ≤ 5.5 % — the device target is
-    missed by a hair (5.09 %: the smallest jobs' allocator slack is 10–14 %, the estimator's rule 5 %; estimator/LOG.md).
-    The thresholds only tighten; this holds the estimator to the committed records and calibration."""
+    """Targets against GPU probes: median |err| ≤ 3 % on every peak, reserved p95 ≤ 8 %, device ≤ 5 %. Held here: the
+    medians, allocated p95 ≤ 2 %, reserved p95 ≤ 5 % and device p95 ≤ 4.5 % (4.74 % and 4.20 % with the allocator
+    slack from its mechanics, estimator/LOG.md; the slack coefficients were fitted to the allocator model over the
+    trace matrix, not to these records, but the records chose which terms it has: in-sample). The thresholds only
+    tighten; this holds the estimator to the committed records and calibration."""
     from hpcmem.validate.probes import load
     from hpcmem.validate.table import median, quantile
 
     _records()
     loaded = load([H200_RECORDS])
-    for peak, p95_max in (("allocated", 2.0), ("reserved", 8.0), ("device", 5.5)):
+    for peak, p95_max in (("allocated", 2.0), ("reserved", 5.0), ("device", 4.5)):
         errs = [abs(p.err_pct) for p in loaded.points if p.peak == peak and not p.censored]
         assert len(errs) >= 20, peak
         assert median(errs) <= 3.0, (peak, median(errs))
@@ -82,7 +84,8 @@ def test_h200_records_meet_the_published_targets():
 def test_h200_calibration_context_is_the_records_median():
     """The committed calibration's context is the median of device − reserved over its training records (recomputed
     here from the raw measurements), and an H200 estimate applies it."""
-    from hpcmem.validate.calibration import held_out, load_calibration
+    from hpcmem.gpu_calibration import load_calibration
+    from hpcmem.validate.calibration import held_out
 
     cal = load_calibration("H200")
     assert cal is not None

@@ -151,7 +151,7 @@ def test_launch_problems_are_gathered_with_numbers():
     text = str(err.value)
     assert "16 GPUs per node requested (16 training processes per node), but site nodes have 8" in text
     assert "time 3-00:00:00 exceeds site's max_time 1-00:00:00" in text
-    assert "contains a line break" in text and "max_restarts must be ≥ 1" in text
+    assert "job name must be text without control characters" in text and "max_restarts must be ≥ 1" in text
     bad = launch(job(num_processes=8))
     bad = type(bad)(job=bad.job, preset=bad.preset, options=bad.options, run_dir="/a\\b")
     with pytest.raises(SpecError, match="backslash"):
@@ -204,6 +204,60 @@ def test_the_script_runs_with_stub_slurm_and_keeps_values_data(tmp_path):
     assert "hpcmem: job 123 on n1 n2; master 10.1.2.3:20123" in done.stdout
 
 
+def test_a_restart_resumes_only_from_its_own_checkpoints(tmp_path):
+    """Another run's newer-numbered checkpoint-5000 sits in output_dir: the first start marks the folder, the
+    restart resumes from checkpoint-4 that this run wrote after its mark, never from checkpoint-5000."""
+    import os
+
+    for name, code in STUBS.items():
+        (tmp_path / name).write_text(f"#!{sys.executable}\n{code}")
+        (tmp_path / name).chmod(0o755)
+    out = tmp_path / "out"
+    (out / "checkpoint-5000").mkdir(parents=True)
+    (out / "checkpoint-5000" / "trainer_state.json").write_text("{}")
+    os.utime(out / "checkpoint-5000" / "trainer_state.json", (1, 1))
+    lnch = launch(job(), requeue=True, workdir=str(tmp_path))
+    script = render_sbatch(lnch, files(lnch, output_dir=str(out)))
+    script = script.replace("module load", ": module load").replace("source /", ": /")
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "STUB_OUT": str(tmp_path / "calls.jsonl"), "SLURM_JOB_ID": "77",
+           "SLURM_JOB_NODELIST": "n1"}
+
+    def resumed_from(restart: int) -> list[str]:
+        (tmp_path / "calls.jsonl").unlink(missing_ok=True)
+        done = subprocess.run(["bash", "-c", script], env={**env, "SLURM_RESTART_COUNT": str(restart)},
+                              capture_output=True, text=True, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        argv = json.loads((tmp_path / "calls.jsonl").read_text().splitlines()[0])["argv"]
+        return argv[argv.index("--resume_from_checkpoint") + 1:] if "--resume_from_checkpoint" in argv else []
+
+    assert resumed_from(0) == [] and (out / ".hpcmem-run-77").is_file()
+    assert resumed_from(1) == []                                   # only the other run's checkpoint: start over
+    (out / "checkpoint-4").mkdir()
+    (out / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    mark = (out / ".hpcmem-run-77").stat().st_mtime
+    os.utime(out / "checkpoint-4" / "trainer_state.json", (mark + 5, mark + 5))
+    assert resumed_from(1) == [str(out / "checkpoint-4")]
+
+
+def test_submit_refuses_an_output_dir_with_another_runs_checkpoints(tmp_path):
+    from hpcmem.launch import LaunchOptions, submit
+
+    out = tmp_path / "shared-out"
+    (out / "checkpoint-5000").mkdir(parents=True)
+    (out / ".hpcmem-run-12").write_text("hpcmem run /old/run, job 12\n")
+    options = LaunchOptions(workdir=str(tmp_path), trl_fields={"output_dir": "shared-out"})   # relative to workdir
+    with pytest.raises(HpcmemError) as err:
+        submit(job(), preset(), options, backend="dry-run", runs_root=tmp_path / "runs", estimator=_fake_estimator(1))
+    text = str(err.value)
+    assert f"output_dir {out} already holds checkpoint-5000 from another run" in text
+    assert "hpcmem run /old/run, job 12" in text and "--reuse-output-dir" in text
+    assert not (tmp_path / "runs").exists()                        # nothing written
+    reuse = LaunchOptions(workdir=str(tmp_path), trl_fields={"output_dir": "shared-out"}, reuse_output_dir=True)
+    done = submit(job(), preset(), reuse, backend="dry-run", runs_root=tmp_path / "runs",
+                  estimator=_fake_estimator(1))
+    assert Path(done.run_dir).is_dir()
+
+
 # ---- run folder, backends, submit ----------------------------------------------------------------------------
 
 def _fake_estimator(peak_gib: float):
@@ -244,7 +298,7 @@ def test_refuses_what_does_not_fit_unless_forced(tmp_path):
     with pytest.raises(DoesNotFit) as err:
         submit(job(num_processes=8), preset(), LaunchOptions(), runs_root=tmp_path, runner=rec,
                estimator=_fake_estimator(120))
-    assert "does not fit: device peak 120.0 GiB" in str(err.value) and "79.6 GiB on H100-80GB" in str(err.value)
+    assert "does not fit: device peak 120.0 GiB > 79.1 GiB usable on H100-80GB" in str(err.value)
     assert not list(tmp_path.iterdir()) and rec.calls == []
     done = submit(job(num_processes=8), preset(), LaunchOptions(), runs_root=tmp_path, runner=rec, force=True,
                   estimator=_fake_estimator(120))
@@ -279,18 +333,20 @@ def test_refusal_fixes_are_flags_that_fit_when_pasted_back(tmp_path):
                                        "--runs-dir", str(tmp_path / "runs")])
     assert isinstance(refused.exception, DoesNotFit), refused.output
     message = str(refused.exception)
-    assert "changes that fit, fastest first" in message, message
+    assert "changes whose safe bound fits, best first" in message, message
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())   # nothing written
     lines = [ln for ln in message.splitlines() if ln.startswith("  --")]
     assert not any("--packing" in ln for ln in lines)           # a refusal does not change what a batch holds
     assert lines
     for line in lines:
-        flags, peak = line.split("   → ")
+        flags, peaks = line.split("   → ")
+        peak, safe = peaks.split(", safe ")
         out = CliRunner().invoke(cli, ["estimate", *base, "--gpu", "L40S", *shlex.split(flags), "--json"])
         assert out.exit_code == 0, out.output
         est = json.loads(out.output)
         assert est["fits"] is True, line
-        assert f"{est['per_gpu']['device_peak_bytes'] / 1024**3:.1f} GiB" == peak.split(" (")[0], line
+        assert f"{est['per_gpu']['device_peak_bytes'] / 1024**3:.1f} GiB" == peak, line
+        assert f"{est['verdict']['safe_device_peak_bytes'] / 1024**3:.1f} GiB" == safe.split(" (")[0], line
 
 
 def test_submitit_gets_the_same_allocation_and_setup(tmp_path):

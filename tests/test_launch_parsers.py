@@ -31,6 +31,11 @@ LAYOUTS = {
                       "offload_optimizer_device": "cpu", "offload_param_device": "cpu"},
     "fsdp2-two-nodes": {"num_machines": 2, "num_processes": 16, "distributed_type": "FSDP"},
     "fsdp1": {"num_processes": 8, "distributed_type": "FSDP", "fsdp_version": 1, "fsdp_offload_params": True},
+    # parallelism_config layouts: accelerate's launcher must hand them to the processes unchanged
+    "fsdp2-cp4-hsdp": {"num_processes": 16, "num_machines": 2, "distributed_type": "FSDP", "dp_replicate_size": 2,
+                       "dp_shard_size": 2, "cp_size": 4, "pad_to_multiple_of": 8, "max_length": 4096},
+    "zero3-sp2": {"num_processes": 8, "distributed_type": "DEEPSPEED", "zero_stage": 3, "sp_size": 2,
+                  "pad_to_multiple_of": 2, "max_length": 4096},      # Qwen2.5-0.5B: 14 heads, 2 kv heads
 }
 
 
@@ -88,8 +93,29 @@ def test_accelerate_reads_the_config_and_validates_the_launch(layout, tmp_path, 
             monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
             with patch_environment(**env):
                 FullyShardedDataParallelPlugin()
+    if j.parallel.layout.active:
+        _assert_parallelism_reaches_accelerate(j, env)
     if j.parallel.num_machines > 1:                       # c10d gets a real endpoint, not localhost:29400
         assert args.rdzv_endpoint == "10.0.0.1:29555" and args.nnodes == str(j.parallel.num_machines)
+
+
+def _assert_parallelism_reaches_accelerate(j, env) -> None:
+    """The environment accelerate's launcher built from the YAML becomes the ParallelismConfig every rank's
+    Accelerator constructs (accelerator.py: `ParallelismConfig()` reads PARALLELISM_CONFIG_*)."""
+    from accelerate import ParallelismConfig
+    from accelerate.utils import patch_environment
+
+    assert env["ACCELERATE_USE_PARALLELISM_CONFIG"] == "true"
+    with patch_environment(**env):
+        pc = ParallelismConfig()
+    par = j.parallel
+    got = (pc.dp_replicate_size, pc.dp_shard_size, pc.tp_size, pc.cp_size, pc.sp_size)
+    assert got == (par.dp_replicate_size, par.dp_shard_size, par.tp_size, par.cp_size, par.sp_size)
+    assert pc.sp_backend == "deepspeed" and pc.cp_backend == "torch"
+    if par.cp_size > 1:
+        assert pc.cp_handler.cp_comm_strategy == par.cp_comm_strategy
+    if par.sp_size > 1:
+        assert pc.sp_handler.sp_attn_implementation == par.sp_attn_implementation
 
 
 TRAINER_CASES = {

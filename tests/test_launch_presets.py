@@ -64,10 +64,28 @@ def test_search_path_env_first_then_shipped(tmp_path, monkeypatch):
         presets.load("nope")
 
 
-@pytest.mark.parametrize("text,minutes", [("30", 30), ("1:30", 2), ("02:00:00", 120), ("1-00", 1440),
-                                          ("1-02:30", 1590), ("2-00:00:00", 2880), ("UNLIMITED", 10**9)])
+# Expected minutes worked by hand from SLURM's rules (src/common/parse_time.c time_str2secs / time_str2mins: seconds
+# round up; src/common/slurm_opt.c arg_set_time_limit: 0 means no limit, written None here).
+@pytest.mark.parametrize("text,minutes", [
+    ("30", 30), ("1:30", 2), ("0:59", 1), ("02:00:00", 120), ("1:2:3", 63), ("1-00", 1440), ("1-2", 1560),
+    ("1-02:30", 1590), ("1-2:3:4", 1564), ("2-00:00:00", 2880), ("5-", 7200), ("0", None), ("0:0:0", None),
+    ("-0", None), ("-1", None), ("UNLIMITED", None), ("infinite", None),
+])
 def test_slurm_time_formats(text, minutes):
-    assert presets.parse_time_min(text) == minutes
+    from hpcmem.launch import slurm_time
+
+    limit = slurm_time.parse(text)
+    assert (limit.text, limit.minutes) == (text, minutes)
+
+
+@pytest.mark.parametrize("text", ["garbage", "", " 5", "1:2:3:4", "0-0:-5", "1--5", "1:-5", "-5", "-2-00:00:00",
+                                  "1-2:3:4:5", ":5", "5:", "1:2-3", "+5", "99999999999", "30000-00:00:00"])
+def test_slurm_time_refusals_name_the_text_and_the_rule(text):
+    from hpcmem.launch import slurm_time
+
+    with pytest.raises(ValueError) as err:
+        slurm_time.parse(text)
+    assert repr(text) in str(err.value) and "\n" not in str(err.value)
 
 
 def test_preset_check_with_recorded_slurm_output():

@@ -7,44 +7,22 @@ slurmctld is missing AND we are not root; as root a missing SLURM is installed t
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.slurm import jobs
-from tests.slurm.cluster import SlurmCluster, slurm_available
+from tests.slurm.cluster import SlurmCluster, running_cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 
 
-def _require_slurm() -> None:
-    if slurm_available():
-        return
-    if os.geteuid() != 0:
-        pytest.skip("slurmctld is not installed and we are not root (`make slurm-deps` installs it as root)")
-    subprocess.run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm",
-                   shell=True, check=False, timeout=900, capture_output=True)
-    if not slurm_available():
-        pytest.fail("we are root but slurm-wlm did not install (see `make slurm-deps`)")
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    _require_slurm()
-    root = Path(tempfile.mkdtemp(prefix="hpcmem-slurm-"))   # no spaces: slurm.conf paths are not quoted
-    c = SlurmCluster(root)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    yield from running_cluster()
 
 
 @pytest.fixture(scope="module")
@@ -156,13 +134,22 @@ def test_two_node_sft_runs_end_to_end(cluster, site, tiny, tmp_path):
     assert "node0.log <==" in tail.stdout and "node1.log <==" in tail.stdout and "batch-" in tail.stdout
 
 
-def test_requeue_resumes_from_the_newest_checkpoint(cluster, site, tiny, tmp_path):
-    """USR1 to the batch shell → scontrol requeue → restart resumes from checkpoint-K; steps continue at K+1."""
+def test_requeue_resumes_from_its_own_newest_checkpoint(cluster, site, tiny, tmp_path):
+    """USR1 to the batch shell → scontrol requeue → restart resumes from checkpoint-K; steps continue at K+1.
+
+    output_dir already holds another run's complete checkpoint-5000: submit refuses it until --reuse-output-dir, and
+    the restart resumes from this run's own checkpoint-K, not from the higher-numbered foreign one."""
     out = tmp_path / "out"
+    foreign = out / "checkpoint-5000"
+    foreign.mkdir(parents=True)
+    (foreign / "trainer_state.json").write_text(json.dumps({"global_step": 5000, "log_history": []}))
     trl_yaml = jobs.write_trl_yaml(tmp_path / "sft.yaml", tiny, out, max_steps=16, save_steps=4)
-    done = jobs.hpcmem_submit(cluster, "sft", "--config", str(trl_yaml), "--preset", str(site / "testcluster.yaml"),
-                              "--num_machines", "2", "--num_processes", "2", "--entry", str(jobs.ENTRY),
-                              "--requeue", "--time", "10", "--env", "HPCMEM_TEST_STEP_SLEEP=0.6", cwd=tmp_path)
+    args = ("sft", "--config", str(trl_yaml), "--preset", str(site / "testcluster.yaml"), "--num_machines", "2",
+            "--num_processes", "2", "--entry", str(jobs.ENTRY), "--requeue", "--time", "10", "--env",
+            "HPCMEM_TEST_STEP_SLEEP=0.6")
+    refused = jobs.hpcmem_submit(cluster, *args, cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and "already holds checkpoint-5000 from another run" in refused.stderr, refused
+    done = jobs.hpcmem_submit(cluster, *args, "--reuse-output-dir", cwd=tmp_path)
     info = jobs.submitted(done)
     jobs.wait_for(lambda: (out / "checkpoint-4" / "trainer_state.json").is_file(), 180, "checkpoint-4", cluster)
     cluster.run("scancel", "--batch", "--signal=USR1", info["job_id"])
@@ -181,6 +168,28 @@ def test_requeue_resumes_from_the_newest_checkpoint(cluster, site, tiny, tmp_pat
     final = json.loads((out / "checkpoint-16" / "trainer_state.json").read_text())
     assert final["global_step"] == 16
     assert [e["step"] for e in final["log_history"] if "loss" in e] == list(range(1, 17))
+
+
+def test_time_limits_mean_to_slurm_what_hpcmem_reads(cluster):
+    """Real sbatch/slurmctld 22.05 against hpcmem.launch.slurm_time: the limit a held job gets (scontrol's TimeLimit)
+    is the one hpcmem computed, in every format; what hpcmem refuses, sbatch refuses too."""
+    from hpcmem.launch import slurm_time
+    from hpcmem.launch.monitor import parse_scontrol
+
+    for text in ("30", "5:30", "0:59", "1:2:3", "1-2", "1-02:30", "1-2:3:4", "5-", "0", "-0", "-1", "UNLIMITED",
+                 "infinite"):
+        done = cluster.run("sbatch", "--parsable", "--hold", f"--time={text}", "--output=/dev/null", "--wrap=true",
+                           check=False)
+        assert done.returncode == 0, (text, done.stderr)
+        job_id = done.stdout.strip().split(";")[0]
+        applied = parse_scontrol(cluster.run("scontrol", "show", "job", "-o", job_id).stdout)["TimeLimit"]
+        cluster.run("scancel", job_id)
+        assert slurm_time.parse(applied).minutes == slurm_time.parse(text).minutes, (text, applied)
+    for text in ("0-0:-5", "1:2:3:4", "1--5", "garbage", "5:"):
+        refused = cluster.run("sbatch", "--test-only", f"--time={text}", "--wrap=true", check=False)
+        assert refused.returncode != 0 and "Invalid --time" in refused.stderr, (text, refused.stderr)
+        with pytest.raises(ValueError):
+            slurm_time.parse(text)
 
 
 HOSTILE = "$(touch pwned) `touch pwned` 'single' \"double\" ; touch pwned & \\ 100%"

@@ -201,7 +201,7 @@ def test_resolve_file_and_folder(tmp_path):
     with pytest.raises(SpecError, match="holds no config.json"):
         resolve_model(str(tmp_path))
     (tmp_path / "bad.json").write_text("{nope")
-    with pytest.raises(SpecError, match="cannot read model config"):
+    with pytest.raises(SpecError, match="model config .*bad.json is not JSON"):
         resolve_model(str(tmp_path / "bad.json"))
 
 

@@ -1,4 +1,4 @@
-"""Issue 8: `hpcmem plan` — the fastest combination that fits, pruned by TRL's rules, memory from `hpcmem estimate`."""
+"""`hpcmem plan` — the fastest combination that fits, pruned by TRL's rules, memory from `hpcmem estimate`."""
 
 import json
 import subprocess
@@ -40,15 +40,68 @@ def test_small_model_turns_no_memory_technique_on():
 
 
 def test_more_gpu_memory_never_slower_best_plan():
+    """More usable memory never makes the fastest fitting combination slower; the plan ranked first stays within the
+    throughput model's uncertainty of it (plans it cannot tell apart are ordered by headroom)."""
+    from hpcmem.plan.throughput import THROUGHPUT_UNCERTAINTY
+
     h100 = gpu_spec("H100-80GB")
     job = base(model=LLAMA8B, max_length=2048)
-    last = 0.0
+    last_fastest = last_first = 0.0
     for gib in (24, 32, 48, 80, 141, 192):
-        plans = plan(job, replace(h100, memory_bytes=gib * 1024**3), top=1)
-        tps = plans[0].speed.tokens_per_s_per_gpu if plans else 0.0
-        assert tps >= last, f"{gib} GiB: best {tps:.0f} tok/s < {last:.0f} with less memory"
-        last = tps
-    assert last > 0
+        report = search(job, replace(h100, capacity_bytes=gib * 1024**3), top=1)
+        fastest = max((v.speed.tokens_per_s_per_gpu for v in report.walked if v.fits), default=0.0)
+        first = report.plans[0].speed.tokens_per_s_per_gpu if report.plans else 0.0
+        assert fastest >= last_fastest, f"{gib} GiB: fastest {fastest:.0f} tok/s < {last_fastest:.0f} with less memory"
+        assert first >= (1 - THROUGHPUT_UNCERTAINTY) * max(fastest, last_first), (gib, first, fastest, last_first)
+        last_fastest, last_first = fastest, first
+    assert last_fastest > 0
+
+
+@pytest.mark.parametrize("gpu,settings", [
+    ("L4", {"use_peft": True, "dtype": "bfloat16", "max_length": 4096}),
+    ("H100-80GB", {"use_peft": True, "dtype": "bfloat16", "max_length": 4096}),
+    ("H100-80GB", {"dtype": "bfloat16", "max_length": 4096}),
+    ("L4", {"dtype": "bfloat16", "max_length": 4096}),
+])
+def test_no_plan_whose_safe_bound_exceeds_the_usable_capacity(gpu, settings):
+    """Every plan offered leaves its safe bound (device peak · (1 + the device margin of the GPU's calibration, or the
+    default one)) inside what torch can use on the GPU — the catalog's capacity, below nvidia-smi's total."""
+    import json as _json
+    from importlib import resources
+
+    spec = gpu_spec(gpu)
+    entry = next(e for e in _json.loads(resources.files("hpcmem").joinpath("gpus.json").read_text())["gpus"]
+                 if e["name"] == gpu)
+    margin = spec.margin("device").margin
+    report = search(base(model=LLAMA8B, **settings), spec, top=10)
+    assert report.plans
+    for p in report.plans:
+        assert p.estimate.verdict.capacity_bytes == entry["capacity_bytes"] < entry["memory_bytes"]
+        assert p.safe_device_peak_bytes >= p.device_peak_bytes * (1 + margin)
+        assert p.safe_device_peak_bytes <= entry["capacity_bytes"], p.knobs
+
+
+def test_ranking_puts_headroom_first_only_inside_the_models_uncertainty():
+    """rank_plans by hand: speeds 100, 95, 92, 80, 75 tok/s (bands of 10 %: {100, 95, 92}, {80, 75}); margin 5 %,
+    device peak 50 GiB, so a plan is comfortable with ≥ 2.5 GiB above its safe bound."""
+    from types import SimpleNamespace
+
+    from hpcmem.plan.best_first import Plan, rank_plans
+
+    def fake(name, tps, headroom_gib):
+        verdict = SimpleNamespace(headroom_bytes=int(headroom_gib * 2**30), margin=0.05,
+                                  device_peak_bytes=50 * 2**30)
+        est = SimpleNamespace(headroom_bytes=verdict.headroom_bytes, verdict=verdict)
+        return Plan(rank=0, knobs=name, job=None, estimate=est,
+                    speed=SimpleNamespace(tokens_per_s_per_gpu=tps))
+
+    plans = [fake("a", 100, 0.5), fake("b", 95, 1.0), fake("c", 92, 9.0), fake("d", 80, 0.1), fake("e", 75, 3.0)]
+    # band 1: c is comfortable (9 ≥ 2.5) and comes first; a and b are not: more headroom first (b 1.0, a 0.5).
+    # band 2 starts at 80: e is comfortable, d is not.
+    assert [p.knobs for p in rank_plans(plans)] == ["c", "b", "a", "e", "d"]
+    assert [p.rank for p in rank_plans(plans)] == [1, 2, 3, 4, 5]
+    roomy = [fake("a", 100, 5.0), fake("b", 95, 9.0)]       # both comfortable: speed decides
+    assert [p.knobs for p in rank_plans(roomy)] == ["a", "b"]
 
 
 def test_only_zero3_with_offload_fits_8b_full_on_one_24gb_gpu():
@@ -81,12 +134,16 @@ def test_plan_memory_is_the_estimate():
     assert json.loads(out.output)["per_gpu"]["device_peak_bytes"] == report.plans[0].device_peak_bytes
 
 
-def test_rank_bound_keeps_the_exhaustive_top():
-    job = base(max_length=2048)
-    gpu = replace(gpu_spec("L4"), memory_bytes=12 * 1024**3)
-    fast = search(job, gpu, top=5)
-    full = search(job, gpu, top=None)
-    assert [p.knobs for p in fast.plans] == [p.knobs for p in full.plans[:5]]
+@pytest.mark.parametrize("model,gpu,gib,top,peft", [(SMALL, "L4", 12, 5, False), (LLAMA8B, "H100-80GB", 80, 3, False),
+                                                    (LLAMA8B, "L4", 22, 1, True)])
+def test_rank_bound_keeps_the_exhaustive_top(model, gpu, gib, top, peft):
+    """Stopping early (rank bound) gives the same first plans as walking every combination, speed bands and the
+    headroom order inside them included."""
+    job = base(model=model, max_length=2048)
+    gpu = replace(gpu_spec(gpu), capacity_bytes=gib * 1024**3)
+    fast = search(job, gpu, top=top, allow_peft=peft)
+    full = search(job, gpu, top=None, allow_peft=peft)
+    assert [p.knobs for p in fast.plans] == [p.knobs for p in full.plans[:top]]
     assert fast.stats.full_estimates < full.stats.full_estimates
 
 

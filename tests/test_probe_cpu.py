@@ -47,26 +47,31 @@ def sft_record(tiny_config: str, tmp_path_factory: pytest.TempPathFactory) -> tu
 
 
 def test_probe_writes_one_whole_record(sft_record: tuple[dict, Path]) -> None:
-    from hpcmem.probe.record import read_records
+    from hpcmem.record import SCHEMA, read_records
 
     record, out = sft_record
     (stored,) = read_records(out)
-    assert stored["id"] == record["id"] and stored["status"] == "ok"
-    assert stored["cell"] == {"trainer": "sft", "technique": "full+gc"}
-    assert {"python", "torch", "transformers", "trl", "peft", "accelerate", "deepspeed"} <= set(stored["versions"])
-    assert stored["job"]["train"]["max_length"] == 64 and stored["run"]["steps"] == 3
-    m = stored["measured"]
-    assert m["measured_steps"] == [1, 2]                                 # step 0 is the warm-up
-    assert {"forward", "backward", "optimizer"} <= set(m["phases"])
-    assert m["peak_allocated_bytes"] == max(p["allocated_bytes"] for p in m["phases"].values())
-    assert m["peak_reserved_bytes"] is None and m["totals"]["rss_peak_bytes"] > m["peak_allocated_bytes"]
-    assert m["timings"]["train_s"] > 0 and stored["timings"]["wall_s"] >= m["timings"]["train_s"]
-    assert stored["estimate"] is None or stored["estimate"]["per_gpu"]["peak_allocated_bytes"] > 0
+    assert stored.id == record["id"] and stored.status == "ok" and record["schema"] == SCHEMA
+    assert stored.cell == ("sft", "full+gc") and record["cell"] == {"trainer": "sft", "technique": "full+gc"}
+    assert {"python", "torch", "transformers", "trl", "peft", "accelerate", "deepspeed"} <= set(stored.versions)
+    assert stored.job["train"]["max_length"] == 64 and stored.run.steps == 3
+    m = stored.measured
+    assert m.extra["measured_steps"] == [1, 2]                          # step 0 is the warm-up
+    assert {"forward", "backward", "optimizer"} <= set(m.extra["phases"])
+    assert m.peak_allocated_bytes == max(p["allocated_bytes"] for p in m.extra["phases"].values())
+    assert m.peak_reserved_bytes is None and m.extra["totals"]["rss_peak_bytes"] > m.peak_allocated_bytes
+    assert m.extra["timings"]["train_s"] > 0 and stored.timings["wall_s"] >= m.extra["timings"]["train_s"]
+    assert stored.estimate is None or stored.estimate["per_gpu"]["peak_allocated_bytes"] > 0
+    # speed: steps 1 and 2 timed (step 0 is not); each held rows of 64 and 63 tokens (FLAGS; the probe's batch makes
+    # its last row one token shorter so that it carries padding and an attention mask), one padding token unmasked
+    assert len(m.step_times_s) == 2 and all(t > 0 for t in m.step_times_s)
+    assert m.tokens_per_step == (64 + 63, 64 + 63)
+    assert m.tokens_per_s == pytest.approx(2 * 127 / sum(m.step_times_s))
 
 
 def test_probe_peak_matches_the_cpu_trace(sft_record: tuple[dict, Path]) -> None:
     """The probe and the trace count the same steps of the same trainer: within 1 %."""
-    from hpcmem.probe.record import job_from_dict
+    from hpcmem.record import job_from_dict
 
     run_trace = pytest.importorskip("hpcmem.trace.run").run_trace
     record, _ = sft_record
@@ -79,7 +84,7 @@ def test_probe_peak_matches_the_cpu_trace(sft_record: tuple[dict, Path]) -> None
 def test_reward_probe_runs_the_rows_the_trace_assumes(tiny_config: str, tmp_path: Path) -> None:
     """Reward: B chosen + B rejected rows of max_length each in both (the probe once gave each row max_length // 2
     words, so its H200 record read 9 % under the estimate); the peaks agree within 1 %."""
-    from hpcmem.probe.record import job_from_dict
+    from hpcmem.record import job_from_dict
 
     run_trace = pytest.importorskip("hpcmem.trace.run").run_trace
     record = _probe(["reward", "--model_name_or_path", tiny_config, *FLAGS, "--device", "cpu",
@@ -98,9 +103,9 @@ def test_oom_is_recorded_not_raised(tiny_config: str, tmp_path: Path) -> None:
     oom = record["measured"]["oom"]
     assert oom["need_at_least_bytes"] == 12_000_000 and oom["verdict"].startswith("did not fit; measured ≥ capacity")
     assert oom["phase"] in ("forward", "backward", "optimizer") and oom["step"] == 0
-    from hpcmem.probe.record import read_records
+    from hpcmem.record import read_records
 
-    assert [r["status"] for r in read_records(out)] == ["oom"]
+    assert [r.status for r in read_records(out)] == ["oom"]
 
 
 def test_probe_refuses_cuda_without_a_gpu(tiny_config: str) -> None:

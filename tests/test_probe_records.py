@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcmem.probe.record import (append_record, gpu_slug, job_from_dict, job_to_dict, package_versions, read_records,
-                                 records_path, relevant_env)
+from hpcmem.gpus import gpu_slug
+from hpcmem.record import (append_record, job_from_dict, job_to_dict, package_versions, read_lines, read_records,
+                           records_path, relevant_env)
 
 NUM_WRITERS = 64
 LINES_EACH = 12
@@ -42,7 +43,7 @@ def test_many_concurrent_writers_keep_every_line_whole(tmp_path: Path) -> None:
         assert len(rec["pad"]) == (rec["writer"] * 7919 + rec["seq"] * 104729) % 200_000
         seen.add((rec["writer"], rec["seq"]))
     assert seen == {(w, s) for w in range(NUM_WRITERS) for s in range(LINES_EACH)}
-    assert len(read_records(path)) == NUM_WRITERS * LINES_EACH
+    assert len(read_lines(path)) == NUM_WRITERS * LINES_EACH
 
 
 def test_read_records_names_the_bad_line(tmp_path: Path) -> None:
@@ -96,7 +97,7 @@ def test_versions_and_env_are_read_without_importing_torch(monkeypatch: pytest.M
     (None, False),
 ])
 def test_expandable_segments_read_from_the_allocator_env(env, expected):
-    from hpcmem.probe.record import expandable_in_env
+    from hpcmem.record import expandable_in_env
 
     assert expandable_in_env(env) is expected
 
@@ -105,16 +106,16 @@ def test_record_job_is_the_job_as_it_ran():
     """A record made under expandable_segments:True with a spec that said otherwise, on a GPU the spec did not name,
     re-estimates as an expandable job on that catalog GPU (its calibration and cuBLAS workspace size)."""
     from hpcmem.cli.options import job_from_cli
-    from hpcmem.probe.record import job_to_dict
+    from hpcmem.record import Record, job_to_dict
     from hpcmem.validate.probes import record_job
 
     job, _ = job_from_cli("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "max_length": 512})
-    rec = {"job": job_to_dict(job), "env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
-           "gpu": {"gpu_name": "NVIDIA H200", "memory_bytes": 150109880320}}
+    rec = Record.from_json({"job": job_to_dict(job), "env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+                            "gpu": {"gpu_name": "NVIDIA H200", "memory_bytes": 150109880320}})
     ran = record_job(rec)
     assert ran.expandable_segments and ran.gpu is not None and ran.gpu.name == "H200"
     assert ran.gpu.compute_capability == "9.0"
-    assert not record_job({"job": job_to_dict(job)}).expandable_segments
+    assert not record_job(Record.from_json({"job": job_to_dict(job)})).expandable_segments
 
 
 def test_probe_sets_the_allocator_env_the_spec_asks_for(monkeypatch):
@@ -143,3 +144,72 @@ def test_driver_names_map_to_catalog_gpus(reported, memory, expected):
 
     gpu = gpu_for_device(reported, memory)
     assert (gpu.name if gpu else None) == expected
+
+
+# -- the typed, versioned record -----------------------------------------------------------------------------------
+COMMITTED = sorted((Path(__file__).resolve().parents[1] / "estimator" / "probes").glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.name)
+def test_committed_records_upgrade_and_lose_nothing(path: Path) -> None:
+    """Every committed line (schema 1) reads as a Record, is written back at the current schema with every key and
+    value it had (the new fields empty), and reads again to the same Record."""
+    from hpcmem.record import SCHEMA, Record
+
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    assert lines and {x["schema"] for x in lines} == {1}
+    for line in lines:
+        rec = Record.from_json(line, str(path))
+        out = json.loads(json.dumps(rec.to_json()))
+        assert out["schema"] == SCHEMA == 2
+        for key, value in line.items():
+            if key != "schema":
+                assert _contains(out[key], value), key
+        assert out["measured"]["step_times_s"] == [] and out["campaign"] is None
+        assert Record.from_json(out, "again") == rec
+
+
+def _contains(big, small) -> bool:
+    """`small` is `big` with some keys left out (the upgrade only adds)."""
+    if isinstance(small, dict):
+        return isinstance(big, dict) and all(k in big and _contains(big[k], v) for k, v in small.items())
+    if isinstance(small, list):
+        return isinstance(big, list) and len(big) == len(small) and all(map(_contains, big, small))
+    return big == small
+
+
+def test_a_newer_schema_and_bad_speed_fields_are_refused_by_line() -> None:
+    from hpcmem.record import Record, RecordError
+
+    base = {"job": {"model": {}, "train": {"trainer": "sft"}}, "status": "ok"}
+    with pytest.raises(RecordError, match=r"f.jsonl:3: schema 3 is newer than this hpcmem reads \(2\)"):
+        Record.from_json({**base, "schema": 3}, "f.jsonl:3")
+    with pytest.raises(RecordError, match=r"f:1: measured.tokens_per_step must be a list of whole numbers ≥ 0"):
+        Record.from_json({**base, "measured": {"step_times_s": [1.0], "tokens_per_step": [2.5]}}, "f:1")
+    with pytest.raises(RecordError, match=r"f:1: measured.step_times_s must be a list of numbers ≥ 0"):
+        Record.from_json({**base, "measured": {"step_times_s": [-1.0]}}, "f:1")
+    with pytest.raises(RecordError, match=r"f:1: measured.ranks\[1\].peak_allocated_bytes must be a byte count"):
+        Record.from_json({**base, "measured": {"ranks": [{}, {"peak_allocated_bytes": "7"}]}}, "f:1")
+    rec = Record.from_json({**base, "measured": {"step_times_s": [0.5, 1.5], "tokens_per_step": [100, 300]}})
+    assert rec.measured.tokens_per_s == 200.0               # (100 + 300) tokens / (0.5 + 1.5) s, by hand
+
+
+def test_record_readers_do_not_import_probe_and_validate_does_not_either() -> None:
+    """The record is its own module: probe → record ← validate, no cycle (imports read from the source)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "hpcmem"
+
+    def imported(folder: str) -> set[str]:
+        out = set()
+        for path in (root / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    out.add(node.module)
+                elif isinstance(node, ast.Import):
+                    out.update(a.name for a in node.names)
+        return out
+
+    assert not {m for m in imported("record") if m.startswith(("hpcmem.probe", "hpcmem.validate"))}
+    assert not {m for m in imported("validate") if m.startswith("hpcmem.probe")}
+    assert not {m for m in imported("probe") if m.startswith("hpcmem.validate")}

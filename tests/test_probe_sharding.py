@@ -78,7 +78,7 @@ def test_per_rank_terms_match_the_sharding_formulas(layout: str, tiny_config: st
 
     job, _ = build_job("sft", {"model_name_or_path": tiny_config, "max_length": 32, "per_device_train_batch_size": 2,
                                "dtype": "bfloat16", "num_processes": N, **accelerate_settings(layout)})
-    record = run_probe(job, device="cpu", steps=2, write=False)
+    record = run_probe(job, device="cpu", steps=2, write=False).to_json()
     ranks = record["measured"]["ranks"]
     assert record["status"] == "ok", [r.get("log_tail", "")[-2000:] for r in ranks]
     assert [r["rank"] for r in ranks] == [0, 1]

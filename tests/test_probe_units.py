@@ -10,9 +10,9 @@ from pathlib import Path
 
 from hpcmem.probe.dist import merge_ranks, supervise
 from hpcmem.probe.matrix import CASES, command_line, main
-from hpcmem.probe.record import estimator_dir, read_records
 from hpcmem.probe.runner import PhaseClock
-from hpcmem.validate.cells import cell_of
+from hpcmem.record import estimator_dir, read_records
+from hpcmem.record.cells import cell_of
 
 
 class FakeMeter:
@@ -87,7 +87,7 @@ def test_committed_cpu_records_validate() -> None:
 
     path = estimator_dir() / "probes" / "cpu.jsonl"
     records = read_records(path)
-    assert len(records) >= 5 and {r["cell"]["trainer"] for r in records} >= {"sft", "dpo", "grpo"}
+    assert len(records) >= 5 and {r.cell[0] for r in records} >= {"sft", "dpo", "grpo"}
     report = against_probes([path])
     assert report.rows and not [n for n in report.notes if "failed" in n or "no estimate" in n]
     assert {r.technique for r in report.rows} >= {"full+gc", "lora+gc", "full+gc+zero3x2", "full+gc+fsdp2x2"}

@@ -1,4 +1,4 @@
-"""Issue 2: each TRL 1.16 verdict hpcmem reproduces — an error where TRL raises, a warning where it only warns."""
+"""Each TRL 1.16 verdict hpcmem reproduces — an error where TRL raises, a warning where it only warns."""
 
 import pytest
 from click.testing import CliRunner

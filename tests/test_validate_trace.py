@@ -1,6 +1,6 @@
-"""Issue 3 / 4: the estimator held to the trace on the CI subset of the case matrix (cases marked ci: true).
+"""The estimator held to the trace on the CI subset of the case matrix (cases marked ci: true).
 
-Thresholds (ACCURACY.md): allocated-peak |error| median ≤ 1 %, max ≤ 3 %. Thresholds only ever tighten."""
+Thresholds (the project's accuracy targets, README): allocated-peak |error| median ≤ 1 %, max ≤ 3 %. Thresholds only ever tighten."""
 
 from pathlib import Path
 

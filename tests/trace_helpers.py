@@ -2,7 +2,7 @@
 
 from hpcmem.spec import ModelSpec
 
-TOLERANCE = 0.01        # the brief's bar (issue 3): trace within 1 % of a real CPU step; measured: identical to the byte
+TOLERANCE = 0.01        # the bar: trace within 1 % of a real CPU step; measured: identical to the byte
 
 TINY_LLAMA = ModelSpec(name="tiny-llama", model_type="llama", vocab_size=1000, hidden_size=128, intermediate_size=256,
                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The GPU kit: run the representative probe matrix on one GPU within one short lease (≤ 8 minutes: 7 for the matrix,
-# ~1 for the allocator replay) and write the records. Usage (from the project root, with the [train] extras installed):
+# The GPU kit: one short lease (≤ 8 minutes: 7 for the probes, ~1 for the allocator replay), most valuable first —
+# the OOM-boundary sweep sized for this GPU, the cells no GPU has measured, a solo-vs-shared check, then the rest of
+# the matrix, several small probes at once when the check agreed (hpcmem/probe/kit.py says how). Usage (from the
+# project root, with the [train] extras installed):
 #   estimator/gpu/run_matrix.sh                     # records → estimator/probes/<gpu>.jsonl
 #   OUT=/some/dir estimator/gpu/run_matrix.sh       # records → $OUT/probes.jsonl (bring them back, then append)
-#   estimator/gpu/run_matrix.sh --only sft-qwen05-full,dpo-qwen05-lora --budget-s 120
+#   estimator/gpu/run_matrix.sh --only-steps boundary --budget-s 200     # a step only; --skip-done continues a lease
+#   .venv/bin/python -m hpcmem.probe.kit --dry-run --gpu H100-80GB       # the schedule, without a GPU
 # Every case is one `hpcmem probe` process (random weights from the offline catalog config, no download).
+# Afterwards: hpcmem validate --against boundary --records $OUT/probes.jsonl   (false fits / false refusals)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -14,7 +18,7 @@ PY="${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python
 args=(--device "${DEVICE:-cuda}" --budget-s "${BUDGET_S:-420}")
 if [ -n "${OUT:-}" ]; then mkdir -p "$OUT"; args+=(--out "$OUT/probes.jsonl"); fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>/dev/null || true
-"$PY" -m hpcmem.probe.matrix "${args[@]}" "$@"
+"$PY" -m hpcmem.probe.kit "${args[@]}" "$@"
 # Then (~1 min, REPLAY=0 skips it): the caching-allocator model against the real allocator — one traced case's
 # malloc/free stream replayed with torch.empty on this GPU, default and expandable_segments (hpcmem.bench.allocator_sim).
 if [ "${REPLAY:-1}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then

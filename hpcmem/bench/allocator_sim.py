@@ -10,8 +10,9 @@ hpcmem.trace.allocator) and prints:
     t-alloc    the simulated torch `max_memory_allocated()` (unsplit blocks count whole)
     resv/exp   simulated `max_memory_reserved()`, default and expandable_segments:True
     %alloc     (reserved − alloc) / alloc, default / expandable
-    %trans     (reserved − alloc) / transient bytes (alloc − param − grad − optimizer at the peak): the base of the
-               former rule (10 % / 2 % of transient); hpcmem.estimate.device now takes a fraction of alloc (`fit`)
+    %trans     (reserved − alloc) / transient bytes (alloc − param − grad − optimizer at the peak): the base of an
+               early rule (10 % / 2 % of transient); `fit` was the later 5 % / 2.4 % of alloc (estimator/LOG.md),
+               since replaced by hpcmem.estimate.allocator (python -m hpcmem.bench.reserved_fit)
 
 A measurement to report, not a test; nothing is written unless asked:
 
@@ -65,7 +66,8 @@ def measure(case: dict) -> dict:
            "t_alloc": r.allocator["default"]["peak_allocated_bytes"]}
     for mode, key in (("default", "resv"), ("expandable", "exp")):
         st = r.allocator[mode]
-        assert st["peak_requested_bytes"] == alloc, (case["id"], mode, st["peak_requested_bytes"], alloc)
+        # the replay adds cuBLAS's workspaces (hpcmem.trace.replay) to the traced tensors
+        assert st["peak_requested_bytes"] == alloc + st["workspace_bytes"], (case["id"], mode)
         row[key] = st["peak_reserved_bytes"]
         row[f"{key}_segments"] = st["peak_segments"]
     return row
@@ -156,7 +158,7 @@ def table(rows: list[dict]) -> str:
 
 
 def fit(rows: list[dict]) -> dict:
-    """The slack fraction of hpcmem.estimate.device: median (reserved − alloc) / alloc on the even-indexed rows, and
+    """The former slack fraction (until hpcmem.estimate.allocator): median (reserved − alloc) / alloc on the even-indexed rows, and
     the error of the reserved peak on the odd-indexed (held-out) rows, next to the former 10 % / 2 % of transient."""
     train, test = rows[0::2], rows[1::2]
     out: dict = {"n_train": len(train), "n_test": len(test)}

@@ -1,4 +1,4 @@
-"""How many knob combinations `hpcmem plan` evaluates per second, and how long one full plan takes (issue 8).
+"""How many knob combinations `hpcmem plan` evaluates per second, and how long one full plan takes.
 
 Targets: ≥ 50,000 evaluated combinations per second on one core; a full plan for one model/cluster in ≤ 1 s.
 "Evaluated" = enumerated, given a throughput, and settled: by a full `hpcmem.estimate.estimate`, by the monotone

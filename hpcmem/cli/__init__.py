@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 
 import click
@@ -24,6 +25,7 @@ COMMANDS = {
     "logs": "logs",
     "gpus": "gpus",
     "models": "models",
+    "calibrate": "calibrate",
 }
 
 
@@ -44,19 +46,60 @@ def cli() -> None:
     """GPU memory for TRL fine-tuning: estimate, trace, probe, validate, plan and launch on SLURM."""
 
 
-def main() -> None:
+def _escaped(text: str) -> str:
+    """A message as one line: control characters a user's value or file name brought in are shown escaped."""
+    return "".join(c.encode("unicode_escape").decode("ascii") if ord(c) < 32 or 127 <= ord(c) < 160 else c
+                   for c in text)
+
+
+def _say(text: str) -> None:
+    click.echo(f"hpcmem: error: {text}", err=True)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit status. Every failure prints one line (or one line per gathered problem) to
+    stderr, never a traceback: 2 for bad input, 130 for Ctrl-C, 70 (EX_SOFTWARE) for a bug in hpcmem itself."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if any("\x00" in a for a in args):        # no exec'd argv holds one; a caller's list could, and os.stat raises
+        _say("an argument holds a NUL character")
+        return 2
     try:
-        cli.main(standalone_mode=False)
+        # standalone_mode=False: click raises usage errors and *returns* the status of ctx.exit(n)
+        status = cli.main(args=args, prog_name="hpcmem", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except HpcmemError as exc:
-        problems = getattr(exc, "problems", None) or [str(exc)]
-        text = problems[0] if len(problems) == 1 else "\n" + "\n".join(f"- {p}" for p in problems)
-        click.echo(f"hpcmem: error: {text}", err=True)
-        sys.exit(2)
+        return 130
     except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
+    except getattr(click.exceptions, "NoArgsIsHelpError", ()) as exc:   # a bare group: its help, as click shows it
+        exc.show()
+        return exc.exit_code
+    except click.UsageError as exc:          # one line: the flag, the value and the rule, then where to look
+        where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        _say(f"{_escaped(' '.join(exc.format_message().split()))}{where}")
+        return exc.exit_code
+    except click.ClickException as exc:
+        _say(_escaped(" ".join(exc.format_message().split())))
+        return exc.exit_code
+    except HpcmemError as exc:
+        if getattr(exc, "report", None) is not None:      # submit's refusal: the numbers, then one fix per line
+            _say(str(exc))
+            return 2
+        problems = [_escaped(p) for p in (getattr(exc, "problems", None) or [str(exc)])]
+        _say(problems[0] if len(problems) == 1 else "\n" + "\n".join(f"- {p}" for p in problems))
+        return 2
+    except KeyboardInterrupt:
+        click.echo("aborted", err=True)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, the traceback on request
+        if os.environ.get("HPCMEM_DEBUG"):
+            raise
+        first = (str(exc).splitlines() or [""])[0][:200]
+        _say(f"internal error ({type(exc).__name__}: {first}); this is a bug in hpcmem — rerun with "
+             "HPCMEM_DEBUG=1 for the traceback and report it")
+        return 70
+    return status if isinstance(status, int) else 0
+
+
+def main() -> None:
+    sys.exit(run())

@@ -12,8 +12,12 @@ from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
 @click.command(name="estimate")
 @TRAINER_ARG
 @job_options
+@click.option("--preset", "preset_ref", default=None, help="a site preset (hpcmem presets list): its GPU and defaults "
+              "apply, as `hpcmem submit --preset` would run the job (--gpu still overrides the GPU)")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="also draw the phases as stacked bars with capacity and safe bound, as a PNG (needs matplotlib)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (stable contract) instead of a table")
-def command(trainer: str, as_json: bool, **kwargs) -> None:
+def command(trainer: str, plot_path: str | None, as_json: bool, preset_ref: str | None, **kwargs) -> None:
     """Estimate peak allocated / reserved / device memory per GPU for a TRL trainer.
 
     Flags and --config keys are TRL's own field names (SFTConfig, DPOConfig, GRPOConfig, ModelConfig …).
@@ -22,11 +26,27 @@ def command(trainer: str, as_json: bool, **kwargs) -> None:
     from hpcmem.estimate import estimate
     from hpcmem.estimate.table import render
 
-    job, ignored = job_from_cli(trainer, kwargs)
+    preset = None
+    if preset_ref:
+        from hpcmem.launch import load_preset
+
+        found = load_preset(preset_ref)
+        preset = {**found.defaults, "gpu": found.gpu}
+    job, ignored = job_from_cli(trainer, kwargs, preset=preset)
     est = estimate(job)
+    picture = _plot(est, plot_path, job.parallel.world_size) if plot_path else None
     if as_json:
-        click.echo(json.dumps({**est.to_json(), "ignored_settings": ignored}, indent=2))
+        click.echo(json.dumps({**est.to_json(), "ignored_settings": ignored,
+                               **({"plot": picture} if picture else {})}, indent=2))
     else:
         click.echo(render(est))
         if ignored:
             click.echo("ignored (no memory effect modelled): " + ", ".join(ignored))
+        if picture:
+            click.echo(f"plot: {picture}")
+
+
+def _plot(est, path: str, world_size: int) -> str:
+    from hpcmem.plots.estimate_plot import draw
+
+    return str(draw(est, path, world_size=world_size))

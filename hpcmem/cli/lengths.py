@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import click
@@ -47,13 +48,20 @@ def command(data, tokenizer, trainer, split, dataset_text_field, per_device_trai
     bfd_split / wrapped (TRL's own pack_dataset). DATA: a .jsonl/.json/.csv/.parquet file, a save_to_disk folder, a
     folder of data files or a dataset name in the local cache. Never contacts the Hub."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import datasets
+
     from hpcmem.data.profiler import profile_dataset
     from hpcmem.data.render import plot, report
 
+    # progress: datasets' bars on a terminal; plain stage lines when stderr is piped; nothing with --json
+    bars = not as_json and sys.stderr.isatty()
+    if not bars:
+        datasets.disable_progress_bars()
+    say = None if as_json or bars else (lambda text: click.echo(f"lengths: {text}", err=True))
     profile = profile_dataset(data, tokenizer, trainer=trainer, split=split, dataset_text_field=dataset_text_field,
                               per_device_train_batch_size=per_device_train_batch_size,
                               pad_to_multiple_of=pad_to_multiple_of, max_lengths=max_lengths,
-                              num_proc=dataset_num_proc)
+                              num_proc=dataset_num_proc, say=say)
     if save_path:
         save_path.write_text(json.dumps(profile, indent=1) + "\n")
     if plot_path:

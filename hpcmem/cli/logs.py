@@ -9,8 +9,10 @@ import click
 
 @click.command(name="logs")
 @click.argument("run", type=click.Path(exists=True, file_okay=False))
-@click.option("-n", "--lines", default=20, show_default=True, help="lines per log")
-@click.option("--node", type=int, default=None, help="only node N's log (node0.log is the rank-0 node)")
+@click.option("-n", "--lines", type=click.IntRange(min=0, max=10**6), default=20, show_default=True,
+              help="lines per log")
+@click.option("--node", type=click.IntRange(min=0, max=10**6), default=None,
+              help="only node N's log (node0.log is the rank-0 node)")
 @click.option("-f", "--follow", is_flag=True, help="keep printing new lines (Ctrl-C to stop)")
 def command(run: str, lines: int, node: int | None, follow: bool) -> None:
     """Tail the logs in RUN/logs: batch-<jobid>.log, node<N>.log (appended across requeues), vllm.log."""

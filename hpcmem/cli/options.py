@@ -140,21 +140,22 @@ def collect(kwargs: dict[str, Any]) -> dict[str, Any]:
 def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | None = None, *,
                  model: Any = None) -> tuple[JobSpec, list[str]]:
     """Merge defaults < preset < --config YAML < flags, then build and validate the JobSpec."""
+    from hpcmem.inputs.settings import check_settings
     from hpcmem.trl_config import accelerate_settings, build_job, read_yaml
 
     given = collect(kwargs)
     config_path = given.pop("config", None)
     accel = given.pop("accelerate_config", None)
     lengths_path = given.pop("lengths", None)
-    settings: dict[str, Any] = dict(preset or {})
+    settings: dict[str, Any] = check_settings(preset or {}, "preset defaults")
     if config_path:
-        settings.update(read_yaml(config_path))
+        settings.update(check_settings(read_yaml(config_path), f"config {config_path}"))
     if accel:
         settings.update(accelerate_settings(accel))
     elif settings.get("accelerate_config"):
-        settings.update(accelerate_settings(str(settings["accelerate_config"])))
+        settings.update(accelerate_settings(settings["accelerate_config"]))
     settings.pop("accelerate_config", None)
-    settings.update(given)
+    settings.update(check_settings(given, "command line"))
     if lengths_path:
         settings["tokens_per_micro_batch"] = _tokens_from_profile(lengths_path, trainer, settings)
     return build_job(trainer, settings, model=model)
@@ -162,12 +163,13 @@ def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | 
 
 def _tokens_from_profile(path: str, trainer: str, settings: dict[str, Any]) -> int:
     try:
+        from hpcmem.data.errors import ProfileError
         from hpcmem.data.profile import load_profile, tokens_per_micro_batch
     except ImportError:
         raise HpcmemError("--lengths needs hpcmem.data.profile (the lengths tool)") from None
     profile = load_profile(path)
-    return tokens_per_micro_batch(
-        profile,
+    tokens = tokens_per_micro_batch(
+        profile, trainer=trainer,
         max_length=settings.get("max_length", 1024),
         per_device_train_batch_size=settings.get("per_device_train_batch_size", 8),
         packing=bool(settings.get("packing", False)),
@@ -175,4 +177,8 @@ def _tokens_from_profile(path: str, trainer: str, settings: dict[str, Any]) -> i
         padding_free=bool(settings.get("padding_free", False)),
         pad_to_multiple_of=settings.get("pad_to_multiple_of"),
     )
+    if tokens < 1:
+        raise ProfileError(f"the length profile {path} leaves no row to train on with these settings (no examples, "
+                           "or every one dropped by max_length)")
+    return tokens
 

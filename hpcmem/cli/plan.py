@@ -7,20 +7,26 @@ import json
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, collect, job_from_cli, job_options
+from hpcmem.inputs import MAX_COUNT
 
 
 @click.command(name="plan")
 @TRAINER_ARG
 @job_options
-@click.option("--global_batch_size", "--global-batch-size", "global_batch_size", type=int, default=None,
+@click.option("--global_batch_size", "--global-batch-size", "global_batch_size", type=click.IntRange(1, MAX_COUNT),
+              default=None,
               help="samples per optimizer step, kept while batch × accumulation vary "
                    "(default per_device_train_batch_size × gradient_accumulation_steps × num_processes)")
 @click.option("--allow_peft", "--allow-peft", "allow_peft", is_flag=True, help="also try LoRA and QLoRA")
-@click.option("--top", type=int, default=10, show_default=True, help="plans to show")
+@click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="plans to show")
 @click.option("--explain", is_flag=True, help="reasons for every plan and the faster combinations that lost")
+@click.option("--preset", "preset_ref", default=None, help="plan for a cluster preset (hpcmem presets list): its GPU "
+              "and defaults, and plans whose host RAM per node exceeds its memory_per_node_gb are refused")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="also draw the searched combinations (speed vs safe device peak) as a PNG (needs matplotlib)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
 def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: int, explain: bool, as_json: bool,
-            **kwargs) -> None:
+            preset_ref: str | None, plot_path: str | None, **kwargs) -> None:
     """Search gradient checkpointing, activation offloading, packing, batch × accumulation, ZeRO / FSDP and
     offload (and LoRA/QLoRA with --allow_peft) for the fastest setup that fits --gpu. A flag you give is fixed.
 
@@ -31,9 +37,26 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
     from hpcmem.plan.explain import render, to_json
     from hpcmem.trl_config import read_yaml
 
-    if not kwargs.get("gpu"):
-        raise HpcmemError("hpcmem plan needs --gpu (see `hpcmem gpus`)")
-    job, _ = job_from_cli(trainer, kwargs)
+    from hpcmem.launch.presets import load as load_preset
+    from hpcmem.launch.presets import preset_settings
+
+    preset = load_preset(preset_ref) if preset_ref else None
+    if not kwargs.get("gpu") and preset is None:
+        raise HpcmemError("hpcmem plan needs --gpu (see `hpcmem gpus`) or --preset (see `hpcmem presets list`)")
+    job, _ = job_from_cli(trainer, kwargs, preset=preset_settings(preset, kwargs.get("gpu")) if preset else None)
     fixed = set(collect(kwargs)) | (set(read_yaml(kwargs["config"])) if kwargs.get("config") else set())
-    report = search(job, job.gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft, top=top)
-    click.echo(json.dumps(to_json(report), indent=2) if as_json else render(report, explain=explain))
+    report = search(job, job.gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft, top=top,
+                    host_memory_per_node_bytes=preset.memory_per_node_bytes if preset else None)
+    picture = _plot(report, plot_path) if plot_path else None
+    if as_json:
+        click.echo(json.dumps({**to_json(report), **({"plot": picture} if picture else {})}, indent=2))
+        return
+    click.echo(render(report, explain=explain))
+    if picture:
+        click.echo(f"plot: {picture}")
+
+
+def _plot(report, path: str) -> str:
+    from hpcmem.plots.plan_plot import draw
+
+    return str(draw(report, path))

@@ -17,16 +17,32 @@ def command() -> None:
 
 
 @command.command(name="list")
-def list_presets() -> None:
+@click.option("--json", "as_json", is_flag=True, help="one JSON list: name, partition, gpu, gpus_per_node, max_time, "
+              "file, and the problem of a preset that does not load (null when it loads)")
+def list_presets(as_json: bool) -> None:
     """Every preset on the search path (a name found twice: the first folder wins)."""
+    from hpcmem.errors import HpcmemError
     from hpcmem.launch import presets
 
+    rows = []
     for path in presets.available():
         try:
             p = presets.load(path)
-            click.echo(f"{p.name:28} {p.partition:14} {p.gpus_per_node} × {p.gpu:12} max {p.max_time:12} {path}")
-        except Exception as exc:  # a broken preset is listed with its problem, the others still show
-            click.echo(f"{path.stem:28} INVALID: {exc}")
+            rows.append({"name": p.name, "partition": p.partition, "gpu": p.gpu, "gpus_per_node": p.gpus_per_node,
+                         "max_time": p.max_time, "file": str(path), "problem": None})
+        except HpcmemError as exc:  # a broken preset is listed with its problem, the others still show
+            problems = getattr(exc, "problems", None) or [str(exc)]
+            rows.append({"name": path.stem, "partition": None, "gpu": None, "gpus_per_node": None, "max_time": None,
+                         "file": str(path), "problem": "; ".join(problems)})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        if r["problem"] is None:
+            click.echo(f"{r['name']:28} {r['partition']:14} {r['gpus_per_node']} × {r['gpu']:12} max "
+                       f"{r['max_time']:12} {r['file']}")
+        else:
+            click.echo(f"{r['name']:28} INVALID: {r['problem']}")
 
 
 @command.command(name="show")

@@ -43,20 +43,24 @@ def probe_model(kwargs: dict) -> Any:
               help="pretend the device holds only this many bytes (an OOM is then recorded, not raised)")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="records file (default estimator/probes/<gpu>.jsonl, cpu.jsonl for --device cpu)")
+@click.option("--after", "after", multiple=True, type=click.Choice(["evaluation", "save"]),
+              help="after training, run one evaluation / one checkpoint save and measure each (repeatable)")
 @click.option("--no-record", "no_record", is_flag=True, help="measure and print, write nothing")
 @click.option("--json", "as_json", is_flag=True, help="print the whole record as JSON")
 def command(trainer: str, device: str, steps: int, warmup_steps: int, capacity_bytes: int | None, out: str | None,
-            no_record: bool, as_json: bool, **kwargs) -> None:
+            after: tuple[str, ...], no_record: bool, as_json: bool, **kwargs) -> None:
     """Measure a TRL job for real: the estimate is made first and stored with the measurement.
 
     Random weights are built from the model config (a catalog id or a config.json; a folder with weights loads
     them). Multi-process jobs (--num_processes 2 --accelerate_config zero3) start one worker per rank on this machine.
     Example: hpcmem probe sft --model_name_or_path Qwen/Qwen2.5-0.5B --max_length 2048 --device cuda
     """
-    from hpcmem.probe import run_probe
+    from hpcmem.probe import record_file, run_probe
     from hpcmem.probe.summary import summary
 
     job, _ = job_from_cli(trainer, kwargs, model=probe_model(kwargs))
+    phases = tuple({"evaluation": "evaluation", "save": "checkpoint save"}[a] for a in after)
     record = run_probe(job, device=device, steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes,
-                       out=out, write=not no_record)
-    click.echo(json.dumps(record, indent=1, default=str) if as_json else summary(record))
+                       out=out, write=not no_record, after=phases)
+    path = None if no_record else record_file(record, out)
+    click.echo(json.dumps(record.to_json(), indent=1, default=str) if as_json else summary(record, path))

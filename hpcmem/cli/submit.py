@@ -31,35 +31,38 @@ def _trl_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool):
-    """`--plan`: the planner's fastest combination that fits; every flag the user gave stays fixed."""
+def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool, preset):
+    """`--plan`: the planner's fastest combination that fits the GPU and the node's host RAM; every flag the user
+    gave stays fixed."""
     from hpcmem.cli.options import collect
-    from hpcmem.plan import plan
+    from hpcmem.plan import search
+    from hpcmem.plan.explain import host_lines
 
     given = set(collect(kwargs)) - {"config", "accelerate_config", "lengths", "gpu", "model_name_or_path"}
     if kwargs.get("config"):
         from hpcmem.trl_config import read_yaml
 
         given |= set(read_yaml(kwargs["config"]))
-    plans = plan(job, job.gpu, fixed=given, allow_peft=allow_peft, top=1)
-    if not plans:
-        raise HpcmemError(f"--plan: no combination of free knobs fits on {job.gpu.name}; "
-                          "see `hpcmem plan … --explain`")
-    click.echo(f"plan: {plans[0].knobs}", err=True)
-    return plans[0].job
+    report = search(job, job.gpu, fixed=given, allow_peft=allow_peft, top=1,
+                    host_memory_per_node_bytes=preset.memory_per_node_bytes)
+    if not report.plans:
+        raise HpcmemError("\n".join([f"--plan: no combination of free knobs fits on {job.gpu.name}"
+                                     f"{' and in ' + preset.name + ' host RAM' if preset.memory_per_node_bytes else ''}"
+                                     "; see `hpcmem plan … --preset " + preset.name + " --explain`",
+                                     *host_lines(report)]))
+    click.echo(f"plan: {report.plans[0].knobs}", err=True)
+    return report.plans[0].job
 
 
 def _build(trainer: str, preset_ref: str, launch: dict[str, Any], kwargs: dict[str, Any], use_plan: bool = False,
            allow_peft: bool = False):
     from hpcmem.launch import LaunchOptions, load_preset
+    from hpcmem.launch.presets import preset_settings
 
     preset = load_preset(preset_ref)
-    if kwargs.get("gpu") and kwargs["gpu"].lower() != preset.gpu.lower():
-        raise HpcmemError(f"--gpu {kwargs['gpu']} disagrees with preset {preset.name} ({preset.gpu}): submit runs on "
-                          "the preset's GPU; drop --gpu or choose another preset")
-    job, _ = job_from_cli(trainer, kwargs, preset={**preset.defaults, "gpu": preset.gpu})
+    job, _ = job_from_cli(trainer, kwargs, preset=preset_settings(preset, kwargs.get("gpu")))
     if use_plan:
-        job = _top_plan(job, kwargs, allow_peft)
+        job = _top_plan(job, kwargs, allow_peft, preset)
     options = LaunchOptions(env=_env_pairs(launch.pop("env")), trl_fields=_trl_fields(kwargs), **launch)
     return job, preset, options
 
@@ -68,13 +71,15 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
     p = done.prepared
     if as_json:
         click.echo(json.dumps({"run_dir": done.run_dir, "job_id": done.job_id, "backend": done.submitted.backend,
-                               "fits": p.fit.fits if p.fit else None, "script": p.files.script}, indent=2))
+                               "fits": p.fit.fits if p.fit else None,
+                               "verdict": p.fit.verdict.to_json() if p.fit and p.fit.verdict else None,
+                               "script": p.files.script}, indent=2))
         return
     if dry_run:
         click.echo(p.contents["job.sbatch"])
     launch = p.launch
     click.echo(f"preset {launch.preset.name}: partition {launch.preset.partition}, {launch.nodes} node(s) × "
-               f"{launch.gpus_per_node} {launch.preset.gpu} GPU(s) × {launch.cpus_per_task} CPUs, time {launch.time}")
+               f"{launch.gpus_per_node} {launch.preset.gpu} GPU(s) × {launch.cpus_per_task} CPUs, time {launch.time_limit.describe()}")
     if p.fit:
         click.echo(p.fit.message())
     for warning in launch.warnings:
@@ -95,8 +100,10 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="write the run folder and print the script; submit nothing")
 @click.option("--force", is_flag=True, help="submit even when the estimate says the job does not fit")
 @click.option("--requeue", is_flag=True, help="before the time limit, requeue and resume from the newest checkpoint")
-@click.option("--max-restarts", "--max_restarts", "max_restarts", type=int, default=3, show_default=True)
-@click.option("--time", default=None, help="SLURM time limit (D-HH:MM:SS); default: the preset's max_time")
+@click.option("--max-restarts", "--max_restarts", "max_restarts", type=click.IntRange(0, 1000), default=3,
+              show_default=True)
+@click.option("--time", default=None, help="SLURM time limit, as sbatch reads it: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S "
+              "or UNLIMITED (0 and -1 also mean no limit); default: the preset's max_time")
 @click.option("--job-name", "--job_name", "job_name", default="", help="default hpcmem-<trainer>")
 @click.option("--runs-dir", "runs_dir", default="runs", show_default=True, help="where run folders are created")
 @click.option("--env", "env", multiple=True, help="NAME=VALUE exported in the job (repeatable); secrets: export "
@@ -106,6 +113,9 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
 @click.option("--account", default=None, help="default: the preset's")
 @click.option("--qos", default=None, help="default: the preset's")
 @click.option("--entry", default=None, help="training script to launch instead of `-m trl.scripts.<trainer>`")
+@click.option("--reuse-output-dir", "--reuse_output_dir", "reuse_output_dir", is_flag=True,
+              help="submit even when output_dir already holds another run's checkpoints (this run resumes only from "
+                   "its own)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--plan", "use_plan", is_flag=True, help="submit the fastest plan that fits (hpcmem plan); the flags "
               "you give stay fixed")
@@ -121,7 +131,7 @@ def command(trainer: str, preset_ref: str, backend: str, dry_run: bool, force: b
     from hpcmem.launch import submit
 
     launch = {k: kwargs.pop(k) for k in ("requeue", "max_restarts", "time", "job_name", "env", "vllm_placement",
-                                          "account", "qos", "entry")}
+                                          "account", "qos", "entry", "reuse_output_dir")}
     job, preset, options = _build(trainer, preset_ref, launch, kwargs, use_plan, allow_peft)
     done = submit(job, preset, options, backend="dry-run" if dry_run else backend, runs_root=runs_dir, force=force)
     if backend == "submitit" and not dry_run:

@@ -20,8 +20,14 @@ from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
                                       "(hpcmem/trace/allocator.py) and report its reserved peak")
 @click.option("--generation", is_flag=True,
               help="GRPO/RLOO: run transformers' generate to full length (slow: a forward per token)")
+@click.option("--snapshot", "snapshot_path", type=click.Path(dir_okay=False), default=None,
+              help="write the traced allocation stream (with each allocation's Python frames) as a PyTorch memory "
+                   "snapshot pickle: drop it on https://pytorch.org/memory_viz")
+@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False), default=None,
+              help="write live memory over the traced step as a PNG (needs matplotlib)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (the estimate JSON contract)")
-def command(trainer: str, kernels: str, allocator: str, generation: bool, as_json: bool, **kwargs) -> None:
+def command(trainer: str, kernels: str, allocator: str, generation: bool, snapshot_path: str | None,
+            timeline_path: str | None, as_json: bool, **kwargs) -> None:
     """Trace one GPU's peak allocated memory by running TRL's own trainer (SFT, DPO, Reward) on a fake, full-size model.
 
     Takes the same flags as `hpcmem estimate` (TRL field names). Needs the [train] extra (torch, transformers,
@@ -34,10 +40,16 @@ def command(trainer: str, kernels: str, allocator: str, generation: bool, as_jso
     job, ignored = job_from_cli(trainer, kwargs)
     if generation and trainer not in ("grpo", "rloo"):
         raise click.UsageError(f"--generation is for grpo/rloo (they generate); {trainer} does not")
+    recorder = _recorder() if snapshot_path or timeline_path else None
+    if timeline_path:
+        from hpcmem.plots.mpl import pyplot
+
+        pyplot("hpcmem trace --timeline")          # before minutes of tracing, not after
     result = run_trace(job, kernels=kernels, allocator=False if allocator == "off" else allocator,
-                       generation=generation)
+                       generation=generation, snapshot=recorder)
+    pictures = _write_pictures(recorder, job, snapshot_path, timeline_path)
     if as_json:
-        click.echo(json.dumps({**result.to_json(), "ignored_settings": ignored}, indent=2))
+        click.echo(json.dumps({**result.to_json(), "ignored_settings": ignored, **pictures}, indent=2))
     else:
         click.echo(result.to_text())
         for mode, stats in (result.allocator or {}).items():
@@ -46,3 +58,26 @@ def command(trainer: str, kernels: str, allocator: str, generation: bool, as_jso
                        f"{stats['peak_segments']} segments")
         if ignored:
             click.echo("ignored (no memory effect traced): " + ", ".join(ignored))
+        if "snapshot" in pictures:
+            click.echo(f"snapshot: {pictures['snapshot']} — drop it on https://pytorch.org/memory_viz")
+        if "timeline" in pictures:
+            click.echo(f"timeline: {pictures['timeline']}")
+
+
+def _recorder():
+    from hpcmem.trace.snapshot import SnapshotRecorder
+
+    return SnapshotRecorder()
+
+
+def _write_pictures(recorder, job, snapshot_path: str | None, timeline_path: str | None) -> dict[str, str]:
+    out = {}
+    if snapshot_path:
+        out["snapshot"] = str(recorder.write(snapshot_path))
+    if timeline_path:
+        from hpcmem.plots.timeline import draw_recorder
+
+        title = f"hpcmem trace · {job.train.trainer} · {job.model.name} · traced allocations (CUDA mapping)"
+        out["timeline"] = str(draw_recorder(recorder, timeline_path, title=title,
+                                            capacity_bytes=job.gpu.memory_bytes if job.gpu else None))
+    return out

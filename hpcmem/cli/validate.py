@@ -11,18 +11,27 @@ from hpcmem.errors import HpcmemError
 
 
 @click.command(name="validate")
-@click.option("--against", type=click.Choice(["probes", "trace", "coverage"]), default="probes", show_default=True,
-              help="probes: GPU/CPU probe records (estimator/probes); trace: the trace matrix; coverage: every "
-                   "covered model type against a trace (estimator/coverage.jsonl)")
+@click.option("--against", type=click.Choice(["probes", "trace", "boundary", "coverage"]), default="probes",
+              show_default=True,
+              help="probes: GPU/CPU probe records (estimator/probes); trace: the trace matrix; boundary: the probe "
+                   "runs predicted at 85–105 % of their capacity — false fits and false refusals, by the point "
+                   "estimate and by the safe bound; coverage: every covered model type against a trace "
+                   "(estimator/coverage.jsonl)")
 @click.option("--records", multiple=True, type=click.Path(exists=True),
               help="records files or folders (default estimator/probes/)")
 @click.option("--gpu", default=None, help="only this GPU model's records (e.g. H100-80GB, cpu)")
 @click.option("--png", type=click.Path(dir_okay=False), default=None,
               help="write the predicted-vs-measured scatter here (default estimator/accuracy-probes.png)")
 @click.option("--no-png", is_flag=True, help="no scatter")
-@click.option("--fit", is_flag=True, help="fit the per-GPU calibration from the records and store it "
-                                           "(estimator/calibration/<gpu>.json, with provenance)")
+@click.option("--fit", is_flag=True, help="fit the per-GPU calibration from the records and store it as "
+              "<gpu>.json with provenance (in $HPCMEM_DATA/calibrations when set, else hpcmem/calibrations/ in a "
+              "checkout, else ~/.config/hpcmem/calibrations)")
+@click.option("--fit-dir", "--fit_dir", "fit_dir", type=click.Path(file_okay=False), default=None,
+              help="with --fit: write the calibration into this folder instead")
 @click.option("--stored", is_flag=True, help="use the estimates stored in the records instead of re-estimating")
+@click.option("--speed", is_flag=True, help="with --against probes: predicted vs measured tokens/s per run and the rank "
+              "agreement (Kendall's tau) of the planner's ordering; with --fit the GPU's MFU curve is fitted from the "
+              "runs that timed their steps")
 @click.option("--json", "as_json", is_flag=True, help="print the table as JSON")
 @click.option("--cases", type=click.Path(exists=True, dir_okay=False), default=None,
               help="with --against trace: one case file (default every estimator/cases/*.yaml)")
@@ -31,11 +40,17 @@ from hpcmem.errors import HpcmemError
               help="with --against trace: trace processes in parallel (each holds torch, ~1 GiB)")
 @click.option("--rescore", is_flag=True, help="with --against trace: re-estimate the stored traces "
                                               "(estimator/traces/) without tracing again")
+@click.option("--reserved", is_flag=True, help="with --against trace: score the estimate's reserved peak against the "
+                                               "caching-allocator model replaying each trace (traced with the model "
+                                               "on, resumably; with --rescore, from the stored numbers)")
+@click.option("--events", "events_dir", type=click.Path(file_okay=False), default=None,
+              help="with --against trace --reserved: also keep each case's device stream here (gzip JSON)")
 @click.option("--types", default=None, help="with --against coverage: comma-separated model types (default all)")
 @click.option("--redo", is_flag=True, help="with --against coverage: trace types again that have records")
 def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | None, no_png: bool, fit: bool,
-            stored: bool, as_json: bool, cases: str | None, ci_only: bool, workers: int, rescore: bool,
-            types: str | None, redo: bool) -> None:
+            fit_dir: str | None, stored: bool, speed: bool, as_json: bool, cases: str | None, ci_only: bool,
+            workers: int, rescore: bool, reserved: bool, events_dir: str | None, types: str | None,
+            redo: bool) -> None:
     """Error of the estimate per trainer × technique and per peak (allocated, reserved, device): n, median, p95 and
     max |error| %, bias, and the safe bound's under-estimate rate and slack."""
     if against == "coverage":
@@ -47,7 +62,7 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
             coverage.write_records(recs)
         else:
             recs = coverage.run(chosen, redo=redo, workers=workers, progress=coverage.print_progress)
-        from hpcmem.probe.record import estimator_dir
+        from hpcmem.record import estimator_dir
 
         report = estimator_dir() / "COVERAGE.md"
         report.write_text(coverage.report_markdown(coverage.load_records()))
@@ -60,20 +75,48 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
                               "use --against probes")
         from hpcmem.validate import trace
 
-        trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json, rescore_only=rescore)
+        trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json, rescore_only=rescore,
+                  reserved=reserved, events_dir=events_dir)
         return
-    from hpcmem.probe.record import estimator_dir
+    from hpcmem.record import estimator_dir
     from hpcmem.validate import against_probes
     from hpcmem.validate.table import render
 
+    if against == "boundary":
+        _boundary(list(records) or [estimator_dir() / "probes"], stored, gpu, as_json)
+        return
+
     out_png = None if no_png else (png or estimator_dir() / "accuracy-probes.png")
-    report = against_probes(list(records) or None, png=out_png, fit=fit, stored=stored, gpu=gpu)
+    report = against_probes(list(records) or None, png=out_png, fit=fit, stored=stored, gpu=gpu, fit_dir=fit_dir,
+                            speed=speed)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=1))
         return
     click.echo(f"{report.num_records} probe records from {', '.join(report.files) or 'nowhere'}")
     click.echo(render(report.rows) if report.rows else "no estimate/measurement pairs")
+    if speed:
+        from hpcmem.validate.speed import render as render_speed
+
+        click.echo("\nspeed: tokens/s per GPU, measured vs the planner's throughput model (hpcmem.validate.speed)")
+        click.echo(render_speed(report.speed) if report.speed else "no timed runs the model covers")
     for line in report.notes + [f"calibration written: {c}" for c in report.calibrations]:
         click.echo(f"note: {line}")
     if report.png:
         click.echo(f"scatter: {report.png}")
+
+
+def _boundary(paths: list, stored: bool, gpu: str | None, as_json: bool) -> None:
+    from dataclasses import asdict
+
+    from hpcmem.validate import boundary
+
+    table, notes = boundary.rows(paths, stored=stored, gpu=gpu)
+    if as_json:
+        click.echo(json.dumps({"window": boundary.WINDOW, "summary": boundary.summary(table),
+                               "runs": [{**asdict(r), "fraction": round(r.fraction, 4), "point_fits": r.point_fits,
+                                         "safe_fits": r.safe_fits} for r in table], "notes": notes}, indent=1))
+        return
+    click.echo(boundary.render(table) if table else "no probe runs predicted at 85–105 % of their capacity yet "
+               "(the GPU kit's boundary sweep makes them: estimator/gpu/run_matrix.sh)")
+    for line in notes:
+        click.echo(f"note: {line}")

@@ -30,7 +30,7 @@ Token counts of a micro-batch are tensor tokens: rows × padded length, or the o
 from __future__ import annotations
 
 import base64
-import json
+import binascii
 import sys
 import zlib
 from array import array
@@ -38,10 +38,12 @@ from collections.abc import Iterable, Mapping
 
 from hpcmem.data.batches import PACKING_STRATEGIES, ROW_PARTS, kept_rows, micro_batches, round_up
 from hpcmem.data.errors import ProfileError
-from hpcmem.data.stats import expand
+from hpcmem.data.profile_schema import ENCODING, MAX_DECODED, SCHEMA, check_profile
+from hpcmem.errors import SpecError
+from hpcmem.inputs.files import load_json_file
 
-SCHEMA = "hpcmem.lengths/1"
-ENCODING = "zlib+base64 uint32le"
+__all__ = ["ENCODING", "SCHEMA", "check_profile", "decode_lengths", "encode_lengths", "load_profile",
+           "tokens_per_micro_batch"]
 MAX_ORDERED_EXAMPLES = 2_000_000   # above this, only the histogram is stored (a few MiB of JSON at most)
 
 
@@ -53,41 +55,44 @@ def encode_lengths(values: Iterable[int]) -> str:
     return base64.b64encode(zlib.compress(data.tobytes(), 6)).decode("ascii")
 
 
-def decode_lengths(text: str) -> list[int]:
+def decode_lengths(text: str, max_values: int = MAX_DECODED) -> list[int]:
+    """The lengths of `encode_lengths`; a blob that is not one, or that inflates past `max_values` lengths, is a
+    ProfileError (a few KiB of zlib can stand for gigabytes)."""
     data = array("I" if array("I").itemsize == 4 else "L")
-    data.frombytes(zlib.decompress(base64.b64decode(text)))
+    try:
+        inflate = zlib.decompressobj()
+        raw = inflate.decompress(base64.b64decode(text, validate=True), max_values * data.itemsize + 1)
+    except (binascii.Error, zlib.error, TypeError, ValueError) as exc:
+        raise ProfileError(f"a length blob of the profile is corrupt ({exc}); profile the data again") from None
+    if len(raw) > max_values * data.itemsize or not inflate.eof or len(raw) % data.itemsize:
+        raise ProfileError(f"a length blob of the profile is corrupt (cut short, not whole uint32 values, or more "
+                           f"than {max_values:,} lengths); profile the data again")
+    data.frombytes(raw)
     if sys.byteorder == "big":
         data.byteswap()
     return data.tolist()
 
 
-def check_profile(profile: Mapping) -> None:
-    if not isinstance(profile, Mapping) or profile.get("schema") != SCHEMA:
-        found = profile.get("schema") if isinstance(profile, Mapping) else type(profile).__name__
-        raise ProfileError(f"not a length profile: schema is {found!r}, expected {SCHEMA!r} "
-                           "(make one with `hpcmem lengths DATA --tokenizer PATH --save profile.json`)")
-    order = profile.get("order")
-    if order is not None and order.get("encoding") != ENCODING:
-        raise ProfileError(f"profile lengths use encoding {order.get('encoding')!r}; this hpcmem reads {ENCODING!r}")
-
-
 def load_profile(path: str) -> dict:
-    """Read and check a profile file (`hpcmem lengths --save FILE`)."""
+    """Read and check a profile file (`hpcmem lengths --save FILE`) within the input limits."""
     try:
-        with open(path, encoding="utf-8") as f:
-            profile = json.load(f)
-    except OSError as exc:
-        raise ProfileError(f"cannot read the length profile {path}: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{path} is not JSON ({exc.msg}, line {exc.lineno}); expected a profile written by "
-                           "`hpcmem lengths --save`") from exc
+        profile = load_json_file(path, "length profile")
+    except SpecError as exc:
+        raise ProfileError(exc.problems[0]) from None
     check_profile(profile)
     return profile
 
 
 def ordered_parts(profile: Mapping) -> dict[str, list[int]] | None:
+    """Per-example lengths by part, in dataset order (every part one value per example), or None."""
     order = profile.get("order")
-    return None if order is None else {name: decode_lengths(blob) for name, blob in order["parts"].items()}
+    if order is None:
+        return None
+    parts = {name: decode_lengths(blob) for name, blob in order["parts"].items()}
+    if len({len(values) for values in parts.values()}) > 1:
+        counts = ", ".join(f"{name} {len(values):,}" for name, values in parts.items())
+        raise ProfileError(f"length profile: its parts disagree on the number of examples ({counts})")
+    return parts
 
 
 def packed_rows(profile: Mapping, max_length: int, strategy: str) -> list[int] | None:
@@ -138,7 +143,7 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
             return round_up(batch * max_length, pad_to_multiple_of) if flatten else \
                 batch * round_up(max_length, pad_to_multiple_of)
         batches = micro_batches(rows, batch, flatten=flatten, pad_to_multiple_of=pad_to_multiple_of)
-        return max(tensor for _, tensor in batches)
+        return max((tensor for _, tensor in batches), default=0)
     flatten = padding_free and trainer == "sft"
     parts = ordered_parts(profile)
     if parts is not None:
@@ -151,13 +156,20 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
 
 def _bound_from_histogram(profile: Mapping, trainer: str, max_length: int | None, batch: int, flatten: bool,
                           pad_to_multiple_of: int | None) -> int:
+    """From the [length, count] pairs alone (work in the number of pairs, not in the counts they hold)."""
     cap = None if trainer == "grpo" else max_length
-    lengths = expand(profile["histogram"])
+    pairs = [(n, c) for n, c in profile["histogram"] if c > 0]
     if cap is not None:
-        lengths = [n for n in lengths if n <= cap] if trainer == "reward" else [min(n, cap) for n in lengths]
-    rows = min(len(lengths), batch * len(ROW_PARTS[trainer]))
+        pairs = [(n, c) for n, c in pairs if n <= cap] if trainer == "reward" else [(min(n, cap), c) for n, c in pairs]
+    rows = min(sum(c for _, c in pairs), batch * len(ROW_PARTS[trainer]))
     if rows == 0:
         return 0
-    if flatten:
-        return round_up(sum(lengths[-rows:]), pad_to_multiple_of)
-    return rows * round_up(lengths[-1], pad_to_multiple_of)
+    if not flatten:
+        return rows * round_up(max(n for n, _ in pairs), pad_to_multiple_of)
+    longest, left = 0, rows                      # the sum of the `rows` longest sequences
+    for n, c in sorted(pairs, reverse=True):
+        take = min(c, left)
+        longest, left = longest + n * take, left - take
+        if not left:
+            break
+    return round_up(longest, pad_to_multiple_of)

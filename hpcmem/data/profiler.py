@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from hpcmem.data.batches import PACKING_STRATEGIES, ROW_PARTS, kept_rows, micro_batches, summarize
 from hpcmem.data.errors import EmptyDataset, LengthsError
@@ -17,17 +17,23 @@ from hpcmem.data.stats import candidates, histogram, length_stats, recommend
 def profile_dataset(data: str, tokenizer: str, *, trainer: str = "sft", split: str = "train",
                     dataset_text_field: str = "text", per_device_train_batch_size: int = 8,
                     pad_to_multiple_of: int | None = None, max_lengths: Iterable[int] = (),
-                    num_proc: int | None = None, cache_dir: str | None = None) -> dict:
-    """Profile DATA with the tokenizer at TOKENIZER for TRAINER; see hpcmem.data.profile for the schema."""
+                    num_proc: int | None = None, cache_dir: str | None = None,
+                    say: Callable[[str], None] | None = None) -> dict:
+    """Profile DATA with the tokenizer at TOKENIZER for TRAINER; see hpcmem.data.profile for the schema. `say` hears
+    each stage as it starts (the CLI prints them as plain lines when its progress bars are off)."""
     from hpcmem.data.load import load_data, load_tokenizer
     from hpcmem.data.tokenize import tokenize_lengths
 
+    say = say or (lambda _text: None)
+    say(f"loading the tokenizer {tokenizer} and the data {data}")
     tok = load_tokenizer(tokenizer)
     dataset = load_data(data, split=split, cache_dir=cache_dir)
+    say(f"tokenizing {len(dataset):,} examples as {trainer} does")
     fmt, parts = tokenize_lengths(dataset, tok, trainer=trainer, dataset_text_field=dataset_text_field,
                                   num_proc=num_proc)
     source = {"data": data, "split": split, "tokenizer": tokenizer, "trainer": trainer, "format": fmt,
               "dataset_text_field": dataset_text_field}
+    say("statistics, truncation and packing per max_length candidate")
     return build_profile(parts, source=source, per_device_train_batch_size=per_device_train_batch_size,
                          pad_to_multiple_of=pad_to_multiple_of, max_lengths=max_lengths, num_proc=num_proc)
 

@@ -102,11 +102,9 @@ def report(profile: Mapping, *, log_x: bool = False) -> str:
 
 def plot(profile: Mapping, path: str, *, log_x: bool = False) -> None:
     """Histogram of tokens per sequence with p50/p95/p99 and the recommended max_length, saved as a PNG."""
-    import matplotlib
+    from hpcmem.plots.mpl import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot("hpcmem lengths --plot")
     hist, stats = profile["histogram"], profile["stats"]
     edges = [low for low, _, _ in bins(hist, log_x=log_x, num_bins=60)] + [hist[-1][0] + 1]
     fig, ax = plt.subplots(figsize=(9, 4.5))

@@ -7,10 +7,16 @@ optimizer, sharding), activations, lora, loss (TRL's fused LM head), step (phase
 
 from __future__ import annotations
 
+from hpcmem.estimate.allocator import allocator_slack
 from hpcmem.estimate.breakdown import Component, Estimate, Phase
+from hpcmem.estimate.checkpoint import NAME as SAVE_PHASE
+from hpcmem.estimate.checkpoint import save_bytes
 from hpcmem.estimate.device import device_terms
+from hpcmem.estimate.evaluation import eval_phase
+from hpcmem.estimate.host import host_estimate
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.loss import loss_bytes
+from hpcmem.estimate.parallel import layout_json, layout_note, local_micro_batch, sequence_buffers
 from hpcmem.estimate.shape import micro_batch, precision
 from hpcmem.estimate.states import job_param_parts, model_states, optimizer_step_transient
 from hpcmem.estimate.step import build_phases, resident_components
@@ -25,8 +31,7 @@ __all__ = ["Component", "Estimate", "Phase", "estimate"]
 NOT_MODELLED = (
     "NCCL/DeepSpeed communication buffers beyond one communicator (uncalibrated constant)",
     "kernel workspaces other than cuBLAS's and the CUDA context default",
-    "dataloader pinned memory and host-side tensors",
-    "memory of evaluation and checkpoint saving",
+    "dataloader pinned batches; vLLM's host memory",
 )
 VLLM_NOT_TRACED = "vLLM's pool is modelled from its documented rule (vllm_gpu_memory_utilization × device memory), not traced"
 
@@ -54,22 +59,44 @@ def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
         bits.append("DDP")
     bits.append(f"{par.world_size} GPU{'s' if par.world_size > 1 else ''}" +
                 (f" ({par.num_machines} nodes)" if par.num_machines > 1 else ""))
+    if layout_note(job):
+        bits.append(layout_note(job))
     bits.append(f"micro-batch: {mb_source}")
     return " · ".join(bits)
 
 
+def _job_phases(job: JobSpec, parts, prec, lora, states, base: tuple[Component, ...]) -> list[Phase]:
+    """Phases outside the training step: evaluation (when eval_strategy asks) and checkpoint saving (always: TRL's
+    scripts end with save_model), each beside the resident states and the units ZeRO-3 / FSDP keep gathered."""
+    par = job.parallel
+    kept: tuple[Component, ...] = ()
+    if par.deepspeed and par.zero_stage == 3 and states.gradients:
+        # ZeRO-3 allocates its 16-bit gradient partition once (stage3.py `grad_partitions_flat_buffer`) and keeps it
+        # between steps; torch and ZeRO-1/2 free gradients after the step (measured per rank on CPU, estimator/LOG.md)
+        kept = (Component(name="gradient partition", bytes=states.gradients, note="ZeRO-3 keeps it between steps"),)
+    gathered = (Component(name="gathered parameters", bytes=states.gathered),) if states.gathered else ()
+    out = []
+    evaluation = eval_phase(job, parts, prec, base + kept + gathered)
+    if evaluation is not None:
+        out.append(evaluation)
+    out.append(Phase(name=SAVE_PHASE, components=base + kept + save_bytes(job, parts, prec, lora, states).gpu))
+    return out
+
+
 def estimate(job: JobSpec) -> Estimate:
-    mb = micro_batch(job)
     prec = precision(job)
+    mb = local_micro_batch(job, micro_batch(job))
     parts = job_param_parts(job)
     lora = lora_layout(job)
     states = model_states(job, prec, lora)
     loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled)
     extras = trainer_extras(job, parts, prec)
     phases, act_host = build_phases(job, mb, prec, parts, states, lora, loss,
-                                    optimizer_step_transient(job, states, parts), extras.resident)
+                                    optimizer_step_transient(job, states, parts), extras.resident,
+                                    sequence_buffers(job, mb, prec))
     base = (*resident_components(states, lora), *extras.resident)
     phases += [Phase(name=p.name, components=base + p.components) for p in extras.phases]
+    phases += _job_phases(job, parts, prec, lora, states, base)
     if extras.vllm_pool_asleep:
         phases.append(Phase(name="generation (vLLM awake)", components=base + (
             Component(name="vLLM pool", bytes=extras.vllm_pool_asleep,
@@ -77,7 +104,8 @@ def estimate(job: JobSpec) -> Estimate:
     ws_bytes, ws_note = cublas_workspaces(job.gpu)
     workspaces = Component(name=WORKSPACES, bytes=ws_bytes, note=ws_note)
     phases = [Phase(name=p.name, components=(*p.components, workspaces)) for p in phases]
-    dev = device_terms(job, max(p.bytes for p in phases), vllm_bytes=extras.vllm_pool)
+    slack = allocator_slack(job, mb, prec, lora, max(p.bytes for p in phases))
+    dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
     warnings = list(job_warnings(job)) + list(extras.notes)
     if job.gpu is None:
@@ -96,10 +124,13 @@ def estimate(job: JobSpec) -> Estimate:
         gpu_name=job.gpu.name if job.gpu else None,
         gpu_memory_bytes=job.gpu.memory_bytes if job.gpu else None,
         host_bytes=states.host + act_host,
+        host=host_estimate(job, parts, states, act_host, save_bytes(job, parts, prec, lora, states)),
         warnings=tuple(warnings),
         not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ()),
         calibrated=dev.calibrated,
         made=made_by(job),
+        gpu=job.gpu,
+        extra={"layout": layout_json(job, mb)},
     )
 
 

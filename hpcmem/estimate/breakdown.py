@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from hpcmem.estimate.verdict import FitVerdict, judge
+from hpcmem.spec import GpuSpec
+
+if TYPE_CHECKING:
+    from hpcmem.estimate.host import HostEstimate
 
 GIB = 1024**3
 
@@ -14,6 +21,11 @@ class Component:
     name: str
     bytes: int
     note: str = ""
+
+    def __post_init__(self) -> None:
+        # Bytes are counted, never made up by subtraction: a negative part is an estimator bug, stopped here.
+        if self.bytes < 0:
+            raise ValueError(f"component {self.name!r} has {self.bytes} bytes; every component is ≥ 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,11 +52,13 @@ class Estimate:
     gpu_name: str | None = None
     gpu_memory_bytes: int | None = None
     host_bytes: int = 0                 # CPU RAM per process for offloaded states / activations
+    host: HostEstimate | None = None    # host RAM of the whole job per rank and per node (estimate/host.py)
     warnings: tuple[str, ...] = ()
     not_modelled: tuple[str, ...] = ()
     calibrated: bool = False
     extra: dict = field(default_factory=dict)
     made: str = "derived"               # how the layers' terms were made: derived formulas, or a learned profile
+    gpu: GpuSpec | None = None          # the GPU judged against (capacity, margins); None: no verdict
 
     @property
     def peak_phase(self) -> Phase:
@@ -63,16 +77,25 @@ class Estimate:
         return self.peak_reserved_bytes + self.device_extra_bytes
 
     @property
+    def verdict(self) -> FitVerdict | None:
+        """Fits · tight · does not fit, on the safe bound (hpcmem.estimate.verdict); None without a GPU."""
+        return None if self.gpu is None else judge(self.device_peak_bytes, self.gpu)
+
+    @property
     def fits(self) -> bool | None:
-        return None if self.gpu_memory_bytes is None else self.device_peak_bytes <= self.gpu_memory_bytes
+        v = self.verdict
+        return None if v is None else v.fits
 
     @property
     def headroom_bytes(self) -> int | None:
-        return None if self.gpu_memory_bytes is None else self.gpu_memory_bytes - self.device_peak_bytes
+        """Usable capacity left above the safe bound."""
+        v = self.verdict
+        return None if v is None else v.headroom_bytes
 
     def to_json(self) -> dict:
-        """The stable contract scripts and `hpcmem validate` rely on (issue 2)."""
+        """The stable contract scripts and `hpcmem validate` rely on (README, Estimate: `--json`)."""
         peak = self.peak_phase
+        verdict = self.verdict
         return {
             "model": {"name": self.model_name, "num_params": self.num_params, "made": self.made},
             "summary": self.summary,
@@ -87,9 +110,13 @@ class Estimate:
                 "calibrated": self.calibrated,
             },
             "phases": {p.name: p.bytes for p in self.phases},
-            "gpu": None if self.gpu_name is None else {"name": self.gpu_name, "memory_bytes": self.gpu_memory_bytes},
+            "host": self.host.to_json() if self.host is not None else None,
+            "gpu": None if self.gpu_name is None else {"name": self.gpu_name, "memory_bytes": self.gpu_memory_bytes,
+                                                       "capacity_bytes": verdict.capacity_bytes if verdict else None},
             "fits": self.fits,
+            "verdict": verdict.to_json() if verdict else None,
             "headroom_bytes": self.headroom_bytes,
             "warnings": list(self.warnings),
             "not_modelled": list(self.not_modelled),
+            "layout": self.extra.get("layout"),         # the parallelism_config in force (hpcmem.layout), or null
         }

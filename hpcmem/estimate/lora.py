@@ -3,8 +3,8 @@
 Adapter size (Hu et al. 2021, "LoRA"): r·(in + out) per adapted linear. Placement follows peft: `lora_target_modules`
 names the modules; empty means peft's per-architecture default
 (peft TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING); "all-linear" means every nn.Linear of the decoder layers.
-Dtypes (MEMORY-FACTS): adapters are fp32 by default (peft autocast_adapter_dtype); with a quantized base TRL casts
-trainable parameters to bf16 (sft_trainer.py); DeepSpeed casts the whole module to its 16-bit dtype.
+Dtypes (peft and TRL 1.16 source): adapters are fp32 by default (peft autocast_adapter_dtype); with a quantized base
+TRL casts trainable parameters to bf16 (sft_trainer.py); DeepSpeed casts the whole module to its 16-bit dtype.
 """
 
 from __future__ import annotations
@@ -31,6 +31,20 @@ class LoraLayout:
     def num_params(self) -> int:
         return sum(self.r * (m.in_features + m.out_features) * m.count_per_layer * m.num_layers
                    for m in self.adapted)
+
+    def matrices(self) -> tuple[tuple[int, int, int], ...]:
+        """(rows, columns, how many) of every adapter weight: lora_A is [r, in], lora_B is [out, r]
+        (peft/tuners/lora/layer.py `update_layer`: nn.Linear(in, r) and nn.Linear(r, out))."""
+        out = []
+        for m in self.adapted:
+            count = m.count_per_layer * m.num_layers
+            out += [(self.r, m.in_features, count), (m.out_features, self.r, count)]
+        return tuple(out)
+
+    @property
+    def params_per_layer(self) -> int:
+        """Adapter parameters of the largest decoder layer (what a per-layer FSDP unit or ZeRO-3 fetch adds)."""
+        return sum(self.r * (m.in_features + m.out_features) * m.count_per_layer for m in self.adapted)
 
     def modules(self, part: str | None = None) -> tuple[LinearModule, ...]:
         """Adapted modules, all or those of one part of the layer ("attention", or "mlp" for MLP/expert linears)."""

@@ -29,6 +29,7 @@ ADAM_STATES = 2
 BNB_BLOCK = 256                 # 8-bit optimizer absmax block
 NF4_BLOCK = 64                  # 4-bit weight quantization block (QLoRA)
 NESTED_BLOCK = 256              # double quantization: blocks of absmax values
+ZERO3_MAX_LIVE = 10**9          # stage3_max_live_parameters (and max_reuse_distance) hpcmem writes (launch/configs.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +40,8 @@ class ParamParts:
     per_layer: int               # the largest decoder layer
     quantizable: int             # nn.Linear weights of all layers (what bitsandbytes replaces; fused experts are not)
     linear_rows: int             # output rows of those linears (LLM.int8 keeps an fp32 scale per row)
+    largest_tensor: int = 0      # elements of the largest single parameter (embedding, head, a linear, fused experts)
+    largest_module: int = 0      # elements a module holds directly (fused experts: gate_up + down in one module)
 
     @property
     def layers(self) -> int:
@@ -50,7 +53,8 @@ def reward_parts(parts: ParamParts, m: ModelSpec) -> ParamParts:
     `score` Linear(hidden, 1, bias=False) (transformers modeling_*ForSequenceClassification), never tied."""
     score = m.hidden_size
     return ParamParts(total=parts.total - parts.lm_head + score, embed=parts.embed, lm_head=score,
-                      per_layer=parts.per_layer, quantizable=parts.quantizable, linear_rows=parts.linear_rows)
+                      per_layer=parts.per_layer, quantizable=parts.quantizable, linear_rows=parts.linear_rows,
+                      largest_tensor=parts.largest_tensor, largest_module=parts.largest_module)
 
 
 def job_param_parts(job: JobSpec) -> ParamParts:
@@ -64,8 +68,13 @@ def param_parts(m: ModelSpec) -> ParamParts:
     dense = b.attention_per_layer + b.norms_per_layer + b.mlp_per_layer
     moe = b.attention_per_layer + b.norms_per_layer + b.experts_per_layer + b.router_per_layer + \
         b.shared_expert_per_layer
-    linears = [mod for mod in linear_modules(m) if mod.nn_linear]
+    mods = linear_modules(m)
+    linears = [mod for mod in mods if mod.nn_linear]
+    tensors = [mod.in_features * mod.out_features * mod.count_per_layer for mod in mods]
+    experts = sum(t for mod, t in zip(mods, tensors) if mod.kind == "expert")   # one Experts module per layer
     return ParamParts(total=b.total, embed=b.embed, lm_head=b.lm_head,
+                      largest_tensor=max([b.embed, b.lm_head, *tensors]),
+                      largest_module=max([b.embed, b.lm_head, experts, *tensors]),
                       per_layer=max(dense if b.num_dense_layers else 0, moe if b.num_moe_layers else 0),
                       quantizable=sum(mod.in_features * mod.out_features * mod.count_per_layer * mod.num_layers
                                       for mod in linears),
@@ -76,7 +85,8 @@ def param_parts(m: ModelSpec) -> ParamParts:
 class States:
     """Bytes per GPU of each state, plus what lives in host RAM."""
 
-    weights: int
+    weights: int                 # the model's own (base) weights, as they rest on this rank
+    adapters: int                # LoRA adapter weights, as they rest on this rank (0 without PEFT)
     quant_constants: int
     gradients: int
     optimizer: int
@@ -114,7 +124,7 @@ def _quantized_weights(parts: ParamParts, job: JobSpec, w: int) -> tuple[int, in
 def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
     t, par, m = job.train, job.parallel, job.model
     parts = job_param_parts(job)
-    n = par.world_size
+    n = par.layout.state_shards        # every rank, or FSDP2's dp_shard × cp mesh (HSDP replicates across it)
     w = prec.weight
     notes: dict[str, str] = {}
     if t.quantized:
@@ -123,7 +133,7 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         weights, consts = parts.total * w, 0
     trainable = lora.num_params if lora.enabled else parts.total
     gbytes = lora.adapter_bytes if lora.enabled else w
-    weights += lora.num_params * lora.adapter_bytes
+    adapters = lora.num_params * lora.adapter_bytes
     grads = trainable * gbytes
     opt = int(trainable * _optimizer_bytes_per_param(t.optim, gbytes))
     if t.optim == "adafactor":
@@ -140,20 +150,41 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         grad_buffers = trainable * 4 // n                             # fp32 gradient partition for the step
         if par.zero_stage == 3:
             weights = weights // n
-            gathered = 2 * parts.per_layer * 2 + (parts.embed + parts.lm_head) * 2   # current + prefetched layer
+            adapters = zero3_adapter_bytes(lora, n, persistence_threshold(job))
+            notes["adapters"] = f"partitioned /{n}, those ≤ {persistence_threshold(job):,} elements also whole"
+            unit = parts.per_layer + lora.params_per_layer
+            # current + prefetched layer, embedding and head; but DeepSpeed releases a fetched parameter only past
+            # max_reuse_distance / max_live_parameters (partitioned_param_coordinator.py `release_sub_module`):
+            # with hpcmem's 1e9 a model under 1e9 parameters stays gathered whole once fetched (measured per rank on
+            # CPU, estimator/LOG.md), a larger one keeps up to 1e9
+            fetched = min(parts.total + lora.num_params, ZERO3_MAX_LIVE)
+            gathered = max(2 * unit + parts.embed + parts.lm_head, fetched) * 2
+            if par.offload_param_device != "none":
+                gathered += offload_staging(unit, n)
         if par.offload_optimizer_device != "none":
             host += master + opt + grad_buffers
             notes["offload"] = f"optimizer states offloaded to {par.offload_optimizer_device}"
             master = opt = grad_buffers = 0
         if par.offload_param_device != "none":
-            host += weights
-            weights = 0
+            host += weights + adapters
+            weights = adapters = 0
     elif par.fsdp:
-        weights, grads, opt = weights // n, grads // n, opt // n
-        gathered = 2 * parts.per_layer * prec.act + (parts.embed + parts.lm_head) * prec.act
+        weights = weights // n
+        if lora.enabled:
+            # every adapter matrix is its own dim-0 shard (padded): r < N leaves ranks a padded row, so the adapters,
+            # their gradients and Adam states take ceil(rows / N) rows per rank, not 1/N of the bytes
+            shard = fsdp_shard_numel(lora.matrices(), n)
+            adapters, grads = shard * lora.adapter_bytes, shard * gbytes
+            notes["adapters"] = f"dim-0 shards /{n}"
+            opt = int(shard * _optimizer_bytes_per_param(t.optim, gbytes))
+        else:
+            grads, opt = grads // n, opt // n
+        unit = parts.per_layer + lora.params_per_layer
+        gathered = 2 * unit * prec.act + (parts.embed + parts.lm_head) * prec.act
         if par.fsdp_offload_params:
-            host += weights + grads + opt
-            weights = grads = opt = 0
+            gathered += offload_staging(unit, n)
+            host += weights + adapters + grads + opt
+            weights = adapters = grads = opt = 0
     elif par.distributed_type == "MULTI_GPU" and n > 1:
         grad_buffers = grads          # DDP reducer buckets
         notes["ddp"] = "DDP gradient buckets = gradient size (gradient_as_bucket_view False)"
@@ -165,8 +196,41 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         shard, "offloaded" if par.offload_param_device != "none" else "") if x))
     notes.setdefault("optimizer", f"{t.optim} on {trainable:,} trainable params" + (
         f", partitioned /{n}" if (par.deepspeed and par.zero_stage >= 1) or par.fsdp else ""))
-    return States(weights=weights, quant_constants=consts, gradients=grads, optimizer=opt, master=master,
+    return States(weights=weights, adapters=adapters, quant_constants=consts, gradients=grads, optimizer=opt, master=master,
                   grad_buffers=grad_buffers, gathered=gathered, host=host, trainable=trainable, notes=notes)
+
+
+def offload_staging(unit: int, n: int) -> int:
+    """Offloaded parameters reach the GPU through a copy of the unit's local shard before the all-gather (FSDP2:
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py `foreach_all_gather` moves offloaded shards to the
+    device; ZeRO-3: the partition is fetched from host memory before its all-gather): one unit's shard, 16-bit
+    (measured on 2 CPU ranks: ≈ one layer / N in both, estimator/LOG.md)."""
+    return -(-unit // n) * 2
+
+
+def persistence_threshold(job: JobSpec) -> int:
+    """ZeRO-3 keeps a parameter of at most this many elements whole on every rank, beside its partition
+    (deepspeed/runtime/zero/parameter_offload.py `mark_persistent_parameters`); transformers fills the "auto" value
+    hpcmem writes with 10 × hidden_size (integrations/deepspeed.py `trainer_config_finalize`)."""
+    return 10 * job.model.hidden_size
+
+
+def zero3_adapter_bytes(lora: LoraLayout, n: int, threshold: int) -> int:
+    """LoRA adapters under ZeRO-3: peft adds them after zero.Init, and DeepSpeed's engine partitions them like any
+    other parameter (parameter_offload.py `_convert_to_zero_parameters`): ceil(numel / N) elements per rank, plus the
+    whole matrix when it is small enough to persist — lora_A of a small r usually is. 16-bit: DeepSpeed casts the
+    module (lora.adapter_bytes is 2 there)."""
+    numel = 0
+    for rows, cols, count in lora.matrices():
+        size = rows * cols
+        numel += (-(-size // n) + (size if size <= threshold else 0)) * count
+    return numel * lora.adapter_bytes
+
+
+def fsdp_shard_numel(matrices: tuple[tuple[int, int, int], ...], n: int) -> int:
+    """Elements per rank of matrices under FSDP2: fully_shard splits each parameter on dim 0 into N chunks padded to
+    the first chunk's size (torch/distributed/fsdp/_fully_shard/_fsdp_param.py `_init_sharded_param`)."""
+    return sum(-(-rows // n) * cols * count for rows, cols, count in matrices)
 
 
 def zero_paper_bytes(stage: int, psi: float, n: int, k: int = 12) -> float:

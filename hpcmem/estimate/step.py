@@ -1,18 +1,21 @@
 """One steady-state training step (the second optimizer step: states exist), phase by phase.
 
-Peak ≈ max(P + O + A + T_bwd, P + G + O + T_opt) (ACCURACY.md). Backward runs the layers from last to first: at
-layer k the saved activations of layers < k are still alive, the gradients of layers > k already exist, and layer k
-holds its (recomputed, under checkpointing) activations plus its gradient temporaries. The worst k is found by
-evaluating every layer.
+Peak ≈ max(P + O + A + T_bwd, P + G + O + T_opt): the backward's peak or the optimizer step's (Rajbhandari et al.
+2020, "ZeRO", §3 for the model-state terms P, G, O). Backward runs the layers from last to first: at layer k the
+saved activations of layers < k are still alive, the gradients of layers > k already exist, and layer k holds its
+(recomputed, under checkpointing) activations plus its gradient temporaries. The worst k is found by evaluating
+every layer.
 """
 
 from __future__ import annotations
 
+from hpcmem.errors import SpecError
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.lora import backward_transient as lora_backward_transient
 from hpcmem.estimate.loss import LossBytes
+from hpcmem.estimate.parallel import SequenceBuffers
 from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.spec import JobSpec
@@ -22,13 +25,14 @@ GIB = 1024**3
 
 def resident_components(s: States, lora: LoraLayout) -> list[Component]:
     """Model states held through every phase of the step."""
-    out = [Component(name="weights", bytes=s.weights - lora.num_params * lora.adapter_bytes,
-                     note=s.notes.get("weights", ""))]
+    out = [Component(name="weights", bytes=s.weights, note=s.notes.get("weights", ""))]
     if s.quant_constants:
         out.append(Component(name="quantization constants", bytes=s.quant_constants))
     if lora.enabled:
-        out.append(Component(name="lora adapters", bytes=lora.num_params * lora.adapter_bytes,
-                             note=f"{lora.num_params:,} params r={lora.r} on {','.join(mod.leaf for mod in lora.adapted)}"))
+        out.append(Component(name="lora adapters", bytes=s.adapters,
+                             note=" · ".join(x for x in (
+                                 f"{lora.num_params:,} params r={lora.r} on {','.join(mod.leaf for mod in lora.adapted)}",
+                                 s.notes.get("adapters", "")) if x)))
     out.append(Component(name="optimizer states", bytes=s.optimizer, note=s.notes.get("optimizer", "")))
     if s.master:
         out.append(Component(name="fp32 master weights", bytes=s.master, note="DeepSpeed fp32 partition"))
@@ -53,10 +57,15 @@ def layer_terms(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts
 
 
 def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
-                 loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()
-                 ) -> tuple[list[Phase], int]:
-    """Returns (phases, host bytes of offloaded activations)."""
+                 loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = (),
+                 seq: SequenceBuffers = SequenceBuffers()) -> tuple[list[Phase], int]:
+    """Returns (phases, host bytes of offloaded activations). `seq`: what a context/sequence-parallel attention adds
+    per layer (hpcmem.estimate.parallel); `mb` is then the rank's share of the sequence."""
     if job.model.learned is not None:
+        if seq.name:
+            raise SpecError(f"model {job.model.name} (learned profile): {seq.name} is not learned (a learned "
+                            "profile holds one GPU's whole sequence); estimate it without context/sequence "
+                            "parallelism")
         from hpcmem.estimate.learned import learned_phases
 
         return learned_phases(job, mb, prec, parts, s, lora, loss, opt_transient, extra_resident), 0
@@ -64,7 +73,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     L = m.num_hidden_layers
     resident = resident_components(s, lora) + list(extra_resident)
     terms = layer_terms(job, mb, prec, parts, lora)
-    full = [sum(d.values()) for d in terms]
+    full = [sum(d.values()) + seq.kept_per_layer for d in terms]
     if not t.gradient_checkpointing:
         kept = full
         mode = "no checkpointing"
@@ -103,6 +112,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         *([Component(name="gradients", bytes=accum_grads, note=grads_note)] if accum_grads else []),
         *([Component(name="autocast weight cache", bytes=autocast_cache,
                      note="bf16 copies of fp32 weights held until autocast exits")] if autocast_cache else []),
+        *([Component(name=seq.name, bytes=seq.forward, note=seq.note)] if seq.forward else []),
         Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note)))
     head_trains = not lora.enabled
     head_grad_bytes = (parts.lm_head or parts.embed) * prec.weight if head_trains else 0
@@ -130,7 +140,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
         # by the attention's backward the MLP's saved tensors (and the post-attention norm's) are already freed
         freed = terms[k]["mlp"] + terms[k]["norms"] // 2 + lora_mlp_saved
-        transient = hidden_t + max(mlp_side, max(scores_t - freed, 0) + lora_attention_t) + layer_grad
+        transient = hidden_t + max(mlp_side, max(scores_t - freed, 0) + lora_attention_t) + layer_grad + \
+            max(seq.forward, seq.backward)
         if k == L - 1 and lora.enabled:
             # with a frozen head the gradient the fused head returns, scattered back over every position, is still
             # alive in the first layer's backward (seen in the trace: LoRA cases were 6·H·T short; full fine-tuning
@@ -145,7 +156,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         Component(name="activations", bytes=below_and_own, note=f"layers ≤ {worst_k}"),
         *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
         Component(name="gradients", bytes=done, note=grads_note or f"layers > {worst_k} done"),
-        Component(name="backward temporaries", bytes=transient)))
+        Component(name="backward temporaries", bytes=transient,
+                  note=f"incl. {seq.name} {max(seq.forward, seq.backward) / GIB:.2f} GiB" if seq.name else "")))
     phases = [forward, head_phase, best, *closing_phases(job, mb, prec, parts, s, resident, opt_transient)]
     return phases, host
 

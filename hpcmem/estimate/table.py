@@ -21,18 +21,18 @@ def render(est: Estimate) -> str:
     lines.append(f"{'peak allocated':<30}{gib(est.peak_allocated_bytes):>14}   phase: {peak.name}")
     slack = est.reserved_extra_bytes / est.peak_allocated_bytes if est.peak_allocated_bytes else 0.0
     lines.append(f"{'peak reserved':<30}{gib(est.peak_reserved_bytes):>14}   allocator slack "
-                 f"{est.reserved_extra_bytes / GIB:.2f} GiB ({100 * slack:.1f} % of allocated, from a model of the "
-                 f"caching allocator; estimate/device.py)")
-    verdict = ""
-    if est.gpu_memory_bytes:
-        share = est.device_peak_bytes / est.gpu_memory_bytes
-        verdict = (f"of {est.gpu_memory_bytes / GIB:.1f} GiB ({est.gpu_name}) → "
-                   + (f"fits, {100 * (1 - share):.0f} % headroom" if est.fits else
-                      f"DOES NOT FIT ({100 * share:.0f} % of the card)"))
-    lines.append(f"{'device peak':<30}{gib(est.device_peak_bytes):>14}   {verdict}")
+                 f"{est.reserved_extra_bytes / GIB:.2f} GiB ({100 * slack:.1f} % of allocated, from the caching "
+                 f"allocator's mechanics; estimate/allocator.py)")
+    verdict = est.verdict
+    where = (f"of {verdict.capacity_bytes / GIB:.1f} GiB usable on {est.gpu_name}" if verdict else "")
+    lines.append(f"{'device peak':<30}{gib(est.device_peak_bytes):>14}   {where}")
     lines.append(f"{'':<30}{'':>14}   ({est.device_note})")
+    if verdict:
+        lines.append(f"{'verdict':<30}{'':>14}   {verdict.line()}")
     if est.host_bytes:
         lines.append(f"{'host RAM per process':<30}{gib(est.host_bytes):>14}   offloaded states/activations")
+    if est.host is not None:
+        lines.append(_host_line(est.host))
     lines.append("")
     lines.append("phases (allocated):")
     for p in est.phases:
@@ -44,3 +44,11 @@ def render(est: Estimate) -> str:
         lines.append(f"warning: {w}")
     lines.append("not modelled: " + "; ".join(est.not_modelled))
     return "\n".join(lines)
+
+
+def _host_line(host) -> str:
+    peak = host.peak_phase
+    others = f" + {host.ranks_per_node - 1} × {peak.other_bytes / GIB:.1f}" if host.ranks_per_node > 1 else ""
+    workers = f" + workers {host.workers.bytes / GIB:.1f}" if host.workers.bytes else ""
+    return (f"{'host RAM per node':<30}{gib(host.per_node_bytes):>14}   phase: {peak.name} (rank 0 "
+            f"{peak.rank0_bytes / GIB:.1f}{others}{workers}; process baseline uncalibrated off the H200)")

@@ -1,6 +1,6 @@
 """What DPO, GRPO and RLOO add to a step: a reference model, no-grad passes, generation, vLLM, weight sync.
 
-Rules (trl 1.16; MEMORY-FACTS rules 3–5, checked against the installed source):
+Rules (trl 1.16, checked against the installed source):
 - Reference model (dpo_trainer.py, grpo_trainer.py, rloo_trainer.py): a second full model from the policy's
   `model_init_kwargs` (fp32 unless dtype), absent with PEFT (adapters disabled act as reference), with
   `precompute_ref_log_probs` (DPO) or `beta == 0` (GRPO default). `prepare_deepspeed` (trl/models/utils.py) runs it at
@@ -73,7 +73,7 @@ def reference_bytes(job: JobSpec, parts: ParamParts) -> int:
     return full
 
 
-def _no_grad_pass(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
+def no_grad_pass(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
     """Live bytes of a no-grad forward: hidden state in/out, one layer's widest intermediates, the fused head tile."""
     m = job.model
     tokens = rows * seq
@@ -117,6 +117,16 @@ def generation_instants(job: JobSpec, rows: int, act: int) -> list[tuple[str, tu
     ]
 
 
+def generation_phases(job: JobSpec, parts: ParamParts, prec: Precision, rows: int, prefix: str = "") -> list[Phase]:
+    """transformers' `generate` of `rows` completions (no vLLM): its two instants, with the whole model gathered
+    under ZeRO-3 when ds3_gather_for_generation (trl/models/utils.py `unwrap_model_for_generation`)."""
+    par = job.parallel
+    gathered = (Component(name="gathered model (ds3_gather_for_generation)", bytes=parts.total * 2),) \
+        if par.deepspeed and par.zero_stage == 3 and job.train.ds3_gather_for_generation else ()
+    return [Phase(name=prefix + name, components=(*gathered, *comps))
+            for name, comps in generation_instants(job, rows, prec.weight)]
+
+
 def trainer_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerExtras:
     t, par = job.train, job.parallel
     resident: list[Component] = []
@@ -128,7 +138,7 @@ def trainer_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerE
     b = t.per_device_train_batch_size
     if t.trainer == "dpo" and has_reference(job):
         phases.append(Phase(name="reference forward", components=(
-            Component(name="no-grad pass", bytes=_no_grad_pass(job, 2 * b, t.max_length or 1024, prec),
+            Component(name="no-grad pass", bytes=no_grad_pass(job, 2 * b, t.max_length or 1024, prec),
                       note="chosen+rejected through the reference model"),)))
     if t.trainer not in ("grpo", "rloo"):
         return TrainerExtras(resident=tuple(resident), phases=tuple(phases), vllm_pool=0, vllm_pool_asleep=0,
@@ -136,23 +146,22 @@ def trainer_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerE
     seq = t.max_prompt_length + t.max_completion_length
     if has_reference(job):
         phases.append(Phase(name="reference forward", components=(
-            Component(name="no-grad pass", bytes=_no_grad_pass(job, b, seq, prec)),)))
+            Component(name="no-grad pass", bytes=no_grad_pass(job, b, seq, prec)),)))
     if computes_old_logps(job):
         phases.append(Phase(name="old log-prob pass", components=(
-            Component(name="no-grad pass", bytes=_no_grad_pass(job, b, seq, prec),
+            Component(name="no-grad pass", bytes=no_grad_pass(job, b, seq, prec),
                       note="chunked by per_device_train_batch_size"),)))
     gen_rows = generation_batch_size(job) // par.world_size
     pool = asleep = 0
     if not t.use_vllm:
-        gathered = (Component(name="gathered model (ds3_gather_for_generation)", bytes=parts.total * 2),) \
-            if par.deepspeed and par.zero_stage == 3 and t.ds3_gather_for_generation else ()
-        phases += [Phase(name=name, components=(*gathered, *comps))
-                   for name, comps in generation_instants(job, gen_rows, prec.weight)]
+        phases += generation_phases(job, parts, prec, gen_rows)
     elif t.vllm_mode == "colocate":
         if job.gpu is None:
             notes.append("vLLM colocate pool needs --gpu (vllm_gpu_memory_utilization × device memory); not counted")
         else:
-            share = int(t.vllm_gpu_memory_utilization * job.gpu.memory_bytes)
+            # vllm/v1/worker/gpu_worker.py Worker.init_device: requested_memory = MemorySnapshot().total_memory ×
+            # gpu_memory_utilization, the total of torch.cuda.mem_get_info() — the GPU's usable capacity
+            share = int(t.vllm_gpu_memory_utilization * job.gpu.usable_bytes)
             if t.vllm_enable_sleep_mode:
                 asleep = share
             else:

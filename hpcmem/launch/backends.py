@@ -135,7 +135,8 @@ class Submitit:
         launch = prepared.launch
         if launch.vllm_server:
             raise HpcmemError("the submitit backend runs one launcher per node; vllm_mode server needs sbatch")
-        params: dict[str, Any] = {"name": launch.job_name, "timeout_min": launch.time_min, "nodes": launch.nodes,
+        # submitit writes --time=<timeout_min>; 0 is SLURM's "no limit" (slurm_opt.c arg_set_time_limit)
+        params: dict[str, Any] = {"name": launch.job_name, "timeout_min": launch.time_min or 0, "nodes": launch.nodes,
                                   "tasks_per_node": 1, "cpus_per_task": launch.cpus_per_task}
         if cluster == "slurm":
             params.update(

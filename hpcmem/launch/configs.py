@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hpcmem.launch.parallelism import parallelism_block
+
 if TYPE_CHECKING:
     from hpcmem.spec import JobSpec
 
@@ -41,11 +43,11 @@ def accelerate_config(job: JobSpec, *, deepspeed_config_file: str | None = None,
     config: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "debug": False,
-        "distributed_type": _distributed_type(job),
+        "distributed_type": par.distributed_type,
         "downcast_bf16": "no",
         "main_training_function": "main",
         "num_machines": par.num_machines,
-        "num_processes": par.num_processes,
+        "num_processes": par.world_size,
         "rdzv_backend": "c10d" if multi_node else "static",
         "same_network": not multi_node,
         "use_cpu": use_cpu,
@@ -56,20 +58,16 @@ def accelerate_config(job: JobSpec, *, deepspeed_config_file: str | None = None,
         config["deepspeed_config"] = {
             "deepspeed_config_file": deepspeed_config_file,
             "deepspeed_multinode_launcher": "standard",   # torchrun on each node; no pdsh/ssh hostfile
-            "zero3_init_flag": par.zero_stage == 3,
+            "zero3_init_flag": par.zero_stage == 3 and par.zero3_init_flag,
         }
     else:
         config["mixed_precision"] = mixed_precision(job)
     if par.fsdp:
         config["fsdp_config"] = fsdp_config(job)
+    block = parallelism_block(par)          # CP / SP / HSDP sizes, keys as accelerate's launcher reads them
+    if block:
+        config["parallelism_config"] = block
     return config
-
-
-def _distributed_type(job: JobSpec) -> str:
-    par = job.parallel
-    if par.distributed_type == "NO" and par.num_processes > 1:
-        return "MULTI_GPU"
-    return par.distributed_type
 
 
 def deepspeed_config(job: JobSpec) -> dict[str, Any]:
@@ -77,8 +75,8 @@ def deepspeed_config(job: JobSpec) -> dict[str, Any]:
 
     "auto" is resolved by transformers (integrations/deepspeed.py `HfTrainerDeepSpeedConfig.trainer_config_process`
     for batch/accumulation/clipping/optimizer, `trainer_config_finalize` for the hidden-size-based buckets), so the
-    JSON cannot disagree with the TRL YAML. `stage3_gather_16bit_weights_on_model_save` lets `save_model` write a
-    full 16-bit model under ZeRO-3 (what TRL's zero3.yaml asks with zero3_save_16bit_model).
+    JSON cannot disagree with the TRL YAML. `stage3_gather_16bit_weights_on_model_save` (the spec's
+    zero3_save_16bit_model, on in TRL's zero3.yaml) lets `save_model` write a full 16-bit model under ZeRO-3.
     """
     par, t = job.parallel, job.train
     zero: dict[str, Any] = {
@@ -97,7 +95,7 @@ def deepspeed_config(job: JobSpec) -> dict[str, Any]:
             "stage3_param_persistence_threshold": AUTO,
             "stage3_max_live_parameters": 1e9,
             "stage3_max_reuse_distance": 1e9,
-            "stage3_gather_16bit_weights_on_model_save": True,
+            "stage3_gather_16bit_weights_on_model_save": par.zero3_save_16bit_model,
             "sub_group_size": 1e9,
         })
         if par.offload_param_device != "none":
@@ -118,18 +116,19 @@ def deepspeed_config(job: JobSpec) -> dict[str, Any]:
 def fsdp_config(job: JobSpec) -> dict[str, Any]:
     """accelerate's FSDP block (keys as in trl/accelerate_configs/fsdp2.yaml), version and offload from the spec.
 
-    Activation checkpointing stays TRL's `gradient_checkpointing` (one name per setting); the state dict is sharded so
-    that checkpoints (and requeue resumes) do not gather the full model on rank 0.
+    Activation checkpointing stays TRL's `gradient_checkpointing` (one name per setting); the state dict is sharded by
+    default (the spec's fsdp_state_dict_type) so that checkpoints (and requeue resumes) do not gather the full model on
+    rank 0.
     """
     par = job.parallel
     config: dict[str, Any] = {
         "fsdp_version": par.fsdp_version,
         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-        "fsdp_cpu_ram_efficient_loading": True,
+        "fsdp_cpu_ram_efficient_loading": par.fsdp_cpu_ram_efficient_loading,
         "fsdp_sync_module_states": True,         # required with cpu_ram_efficient_loading (accelerate utils/launch.py)
         "fsdp_offload_params": par.fsdp_offload_params,
         "fsdp_reshard_after_forward": par.fsdp_reshard_after_forward,
-        "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+        "fsdp_state_dict_type": par.fsdp_state_dict_type,
         "fsdp_activation_checkpointing": False,
     }
     if par.fsdp_version == 1:

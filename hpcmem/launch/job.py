@@ -11,7 +11,10 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping
 
 from hpcmem.errors import Problems
-from hpcmem.launch.presets import Preset, format_time, parse_time_min
+from hpcmem.inputs.values import InputError, shown, text
+from hpcmem.launch import slurm_time
+from hpcmem.launch.presets import ENV_NAME, Preset
+from hpcmem.launch.slurm_time import TimeLimit
 
 if TYPE_CHECKING:
     from hpcmem.spec import JobSpec
@@ -38,6 +41,7 @@ class LaunchOptions:
     cpus_per_task: int | None = None            # None → the preset's cpus_per_node
     workdir: str = ""                           # sbatch --chdir ("" → the submitting directory): relative paths
                                                 # of the TRL YAML (dataset, output_dir) resolve here
+    reuse_output_dir: bool = False              # submit even when output_dir holds another run's checkpoints
 
 
 def default_job_name(options: LaunchOptions, trainer: str) -> str:
@@ -103,12 +107,19 @@ class Launch:
         return max(1, self.cpus_per_task // max(1, self.procs_per_node))
 
     @property
-    def time_min(self) -> int:
-        return parse_time_min(self.options.time) if self.options.time else self.preset.max_time_min
+    def time_limit(self) -> TimeLimit:
+        """The job's limit as SLURM reads it: --time, else the preset's max_time (ValueError when not a SLURM time)."""
+        return slurm_time.parse(self.options.time) if self.options.time is not None else self.preset.max_time_limit
 
     @property
     def time(self) -> str:
-        return format_time(self.time_min)
+        """The text of `#SBATCH --time`, exactly as given."""
+        return self.time_limit.text
+
+    @property
+    def time_min(self) -> int | None:
+        """Minutes of the limit, None for no limit."""
+        return self.time_limit.minutes
 
     @property
     def template(self) -> str:
@@ -128,11 +139,8 @@ class Launch:
             p.check(self.nodes <= pre.max_nodes, f"{self.nodes} nodes requested; {pre.name} allows {pre.max_nodes}")
         p.check(self.cpus_per_task <= pre.cpus_per_node,
                 f"cpus_per_task {self.cpus_per_task} exceeds {pre.name}'s {pre.cpus_per_node} CPUs per node")
-        p.check(self.time_min <= pre.max_time_min,
-                f"time {self.time} exceeds {pre.name}'s max_time {pre.max_time}")
+        self._check_time(p)
         if opt.requeue:
-            p.check(pre.signal_lead_s < self.time_min * 60,
-                    f"signal_lead_s {pre.signal_lead_s} s must be shorter than the time limit {self.time}")
             p.check(opt.max_restarts >= 1, f"max_restarts must be ≥ 1 with requeue, got {opt.max_restarts}")
         p.check(opt.vllm_placement in VLLM_PLACEMENTS,
                 f"vllm_placement must be one of {', '.join(VLLM_PLACEMENTS)}, got {opt.vllm_placement!r}")
@@ -142,15 +150,7 @@ class Launch:
         if self.vllm_server:
             p.check(bool(opt.trl_fields.get("model_name_or_path")),
                     "vllm_mode server needs model_name_or_path in the TRL YAML (trl vllm-serve serves it)")
-        for what, value in (("job name", self.job_name), ("run folder", self.run_dir), ("workdir", opt.workdir)):
-            # sbatch's directive parser ends a value at the end of its #SBATCH line.
-            p.check("\n" not in value and "\r" not in value,
-                    f"{what} {value!r} contains a line break, which no #SBATCH line can carry")
-        # SLURM filename patterns (--output) drop every backslash and then expand no %j (sbatch(1)).
-        p.check("\\" not in self.run_dir, f"run folder {self.run_dir!r} contains a backslash, which SLURM removes "
-                "from --output paths; choose another --runs-dir")
-        for name in opt.env:
-            p.check(name.isidentifier(), f"--env name {name!r} is not a valid variable name")
+        self._check_script_values(p)
         return p.items
 
     @property
@@ -160,10 +160,62 @@ class Launch:
         fields = self.options.trl_fields
         if self.options.requeue and str(fields.get("save_strategy", "steps")).lower() == "no":
             out.append("--requeue resumes from checkpoints, but save_strategy is 'no': a restart begins at step 0")
+        if self.options.requeue and not self.problems and self.time_limit.unlimited:
+            out.append(f"--requeue acts at signal_lead_s before the time limit, but time {self.time} is no limit: "
+                       "the job is never requeued")
         if self.options.requeue and fields.get("save_only_model"):
             out.append("save_only_model: true keeps no optimizer/scheduler/RNG state, which \"prevents resuming "
                        "training from the checkpoint\" (transformers TrainingArguments); a restart cannot resume")
         return out
+
+    def sbatch_texts(self) -> dict[str, Any]:
+        """Every text value that becomes part of an `#SBATCH` line, by the name the user knows it by."""
+        pre, opt = self.preset, self.options
+        return {"job name": self.job_name, "partition": pre.partition, "account": opt.account or pre.account,
+                "qos": opt.qos or pre.qos, "constraint": pre.constraint, "gres_type": pre.gres_type,
+                "run folder": self.run_dir, "workdir": opt.workdir}
+
+    def script_words(self) -> dict[str, Any]:
+        """Text values that reach the script as quoted shell words (any character but NUL)."""
+        fields = self.options.trl_fields
+        words = {"entry": self.options.entry, "output_dir": fields.get("output_dir"),
+                 "model_name_or_path": fields.get("model_name_or_path") if self.vllm_server else None}
+        words.update({f"--env {k}": value for k, value in self.options.env.items()})
+        return words
+
+    def _check_script_values(self, p: Problems) -> None:
+        """sbatch's directive parser ends a value at its line's end (src/sbatch/opt.c `get_argument`), so an
+        #SBATCH value holds no control character; a shell word holds no NUL (no argv can)."""
+        for what, value in self.sbatch_texts().items():
+            if value is not None:
+                try:
+                    text(what, value, max_len=4096)
+                except InputError as exc:
+                    p.add(f"{exc.problems[0]}: no #SBATCH line can carry it")
+        for what, value in self.script_words().items():
+            if value is not None:
+                p.check(isinstance(value, str) and "\x00" not in value,
+                        f"{what} must be text without a NUL character; got {shown(value)}")
+        # SLURM filename patterns (--output) drop every backslash and then expand no %j (sbatch(1)).
+        p.check("\\" not in self.run_dir, f"run folder {self.run_dir!r} contains a backslash, which SLURM removes "
+                "from --output paths; choose another --runs-dir")
+        for name in self.options.env:
+            p.check(bool(ENV_NAME.fullmatch(name)), f"--env name {shown(name)} is not a shell variable name "
+                    "([A-Za-z_][A-Za-z0-9_]*)")
+
+    def _check_time(self, p: Problems) -> None:
+        try:
+            cap = self.preset.max_time_limit
+            limit = self.time_limit
+        except ValueError as exc:
+            p.add(f"{'--time' if self.options.time is not None else f'preset {self.preset.name} max_time'}: {exc}")
+            return
+        p.check(limit.fits_within(cap), f"time {limit.describe()} exceeds {self.preset.name}'s max_time "
+                f"{cap.describe()}" + (" (SLURM reads 0 and -1 as no limit)" if limit.unlimited else ""))
+        if self.options.requeue and limit.minutes is not None:
+            p.check(self.preset.signal_lead_s < limit.minutes * 60,
+                    f"signal_lead_s {self.preset.signal_lead_s} s must be shorter than the time limit "
+                    f"{limit.describe()}")
 
     def _gpu_story(self) -> str:
         story = f"{self.procs_per_node} training processes per node"

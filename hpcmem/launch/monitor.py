@@ -66,17 +66,18 @@ def _squeue(job_id: str, runner: Runner) -> dict[str, str] | None:
 
 
 def checkpoints(run_dir: str | Path) -> tuple[str, ...]:
-    """checkpoint-N folders of the run's TRL output_dir (from trl.yaml), oldest first."""
-    import yaml
+    """checkpoint-N folders this run wrote in its TRL output_dir (from trl.yaml), oldest first; another run's
+    checkpoints in a shared output_dir are left out (hpcmem.launch.checkpoints)."""
+    from hpcmem.inputs.files import load_yaml_file
+    from hpcmem.launch import checkpoints as owned
 
     run = Path(run_dir)
-    spec = yaml.safe_load((run / runfolder.TRL).read_text()) if (run / runfolder.TRL).is_file() else {}
-    out = Path(str((spec or {}).get("output_dir", run / "output")))
-    if not out.is_absolute():
-        workdir = _workdir(run)
-        out = Path(workdir) / out if workdir else out
-    found = [p for p in out.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
-    return tuple(str(p) for p in sorted(found, key=lambda p: int(p.name.split("-")[-1])))
+    trl = run / runfolder.TRL
+    spec = load_yaml_file(trl, "config") if trl.is_file() else {}
+    out = owned.output_path(str((spec if isinstance(spec, dict) else {}).get("output_dir", run / "output")),
+                            _workdir(run))
+    job_id = (run / runfolder.JOB_ID).read_text().strip() if (run / runfolder.JOB_ID).is_file() else ""
+    return tuple(str(p) for p in owned.own(out, job_id))
 
 
 def _workdir(run: Path) -> str:

@@ -7,9 +7,10 @@ import re
 from dataclasses import dataclass
 
 from hpcmem.errors import HpcmemError
+from hpcmem.launch import slurm_time
 from hpcmem.launch.backends import Runner, run_command
 from hpcmem.launch.monitor import parse_scontrol
-from hpcmem.launch.presets import Preset, parse_time_min
+from hpcmem.launch.presets import Preset
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def check(preset: Preset, runner: Runner = run_command) -> list[Check]:
     nodes = _sinfo_nodes(preset.partition, runner)
     out = [Check("partition state", "UP", part.get("State", "?"), part.get("State") == "UP")]
     max_time = part.get("MaxTime", "UNLIMITED")
-    out.append(Check("max_time", preset.max_time, max_time, preset.max_time_min <= parse_time_min(max_time)))
+    out.append(Check("max_time", preset.max_time, max_time, _time_within(preset.max_time_limit, max_time)))
     max_nodes = part.get("MaxNodes", "UNLIMITED")
     if preset.max_nodes:
         cap = len(nodes) if max_nodes == "UNLIMITED" else min(len(nodes), int(max_nodes))
@@ -93,6 +94,14 @@ def check(preset: Preset, runner: Runner = run_command) -> list[Check]:
         out.append(Check("max_array_size", str(preset.max_array_size), str(cluster),
                          cluster is not None and preset.max_array_size <= cluster))
     return out
+
+
+def _time_within(limit: slurm_time.TimeLimit, cluster: str) -> bool:
+    """The preset's max_time within the partition's MaxTime (scontrol prints UNLIMITED or a SLURM time)."""
+    try:
+        return limit.fits_within(slurm_time.parse(cluster))
+    except ValueError:
+        return False
 
 
 def _min_check(what: str, wanted: int, have: list[int], nodes: list[Node]) -> Check:

@@ -10,17 +10,25 @@ Precedence when a job is built: hpcmem's defaults < the preset's `defaults` < th
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
 from hpcmem.errors import HpcmemError, Problems, SpecError
+from hpcmem.inputs import values as v
+from hpcmem.inputs.files import is_file, load_yaml_file, user_path
+from hpcmem.inputs.settings import check_settings
+from hpcmem.inputs.values import InputError, shown
+from hpcmem.launch import slurm_time
+from hpcmem.launch.slurm_time import TimeLimit
 
 ENV_PRESETS = "HPCMEM_PRESETS"
 SYSTEM_DIR = Path("/etc/hpcmem/presets")
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "presets"
 GPU_REQUEST_FORMS = ("gres", "gpus_per_node")
 CONTAINER_KINDS = ("pyxis", "apptainer")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")     # what bash's `export` takes (POSIX portable names)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,10 +48,12 @@ class Preset:
     name: str
     source: str                              # the file it came from (not a YAML key)
     partition: str
-    gpu: str                                 # a GPU catalog name (hpcmem gpus): memory and speed come from there
+    gpu: str                                 # a GPU catalog name (hpcmem gpus), or a GPU the site describes (a
+                                             # mapping {name, memory_gb, usable_gb, compute_capability, bf16_tflops}
+                                             # or a size such as 96GB; hpcmem.gpu_describe), kept as its text form
     gpus_per_node: int
     cpus_per_node: int
-    max_time: str                            # SLURM time format: "MM", "HH:MM:SS", "D-HH[:MM[:SS]]"
+    max_time: str                            # a SLURM time limit (hpcmem.launch.slurm_time), e.g. "2-00:00:00"
     memory_per_node_gb: int | None = None    # None → no --mem line (the partition's default)
     gpu_request: str = "gres"                # "gres" → --gres=gpu[:type]:G ; "gpus_per_node" → --gpus-per-node
     gres_type: str | None = None             # e.g. "h100" → --gres=gpu:h100:8
@@ -61,14 +71,28 @@ class Preset:
     description: str = ""
 
     @property
-    def max_time_min(self) -> int:
-        return parse_time_min(self.max_time)
+    def memory_per_node_bytes(self) -> int | None:
+        """`--mem=<n>G` in bytes: SLURM's G suffix is 1024 megabytes of 1024² bytes (sbatch(1) --mem)."""
+        return None if self.memory_per_node_gb is None else self.memory_per_node_gb * 1024**3
+
+    @property
+    def max_time_limit(self) -> TimeLimit:
+        return slurm_time.parse(self.max_time)
 
     def gpu_spec(self):
-        """The catalog entry for `gpu` (hpcmem.gpus)."""
+        """The GPU `gpu` names: a catalog entry or the site's description (hpcmem.gpus), with its calibration."""
         from hpcmem.gpus import gpu_spec
 
         return gpu_spec(self.gpu)
+
+
+def preset_settings(preset: Preset, gpu_flag: str | None = None) -> dict[str, Any]:
+    """The job settings a preset brings: its `defaults` and its GPU. A --gpu naming another GPU is refused: the job
+    runs on the preset's."""
+    if gpu_flag and gpu_flag.lower() != preset.gpu.lower():
+        raise HpcmemError(f"--gpu {gpu_flag} disagrees with preset {preset.name} ({preset.gpu}): the job runs on the "
+                          "preset's GPU; drop --gpu or choose another preset")
+    return {**preset.defaults, "gpu": preset.gpu}
 
 
 YAML_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Preset) if f.name != "source")
@@ -77,35 +101,6 @@ _REQUIRED = ("partition", "gpu", "gpus_per_node", "cpus_per_node", "max_time")
 _INT = ("gpus_per_node", "cpus_per_node", "memory_per_node_gb", "max_nodes", "signal_lead_s", "max_array_size")
 _STR = ("name", "partition", "gpu", "max_time", "gpu_request", "gres_type", "account", "qos", "constraint",
         "description")
-
-
-def parse_time_min(text: str | int) -> int:
-    """SLURM's time formats (sbatch(1) --time) → whole minutes, seconds rounded up. "UNLIMITED" → a large number."""
-    s = str(text).strip()
-    if s.upper() in ("UNLIMITED", "INFINITE"):
-        return 10**9
-    days = 0
-    if "-" in s:
-        d, s = s.split("-", 1)
-        days = int(d)
-        parts = [int(p) for p in s.split(":")]
-        h, m, sec = (parts + [0, 0])[:3]
-    else:
-        parts = [int(p) for p in s.split(":")]
-        if len(parts) == 1:
-            h, m, sec = 0, parts[0], 0
-        elif len(parts) == 2:
-            h, m, sec = 0, parts[0], parts[1]
-        else:
-            h, m, sec = parts[:3]
-    return days * 1440 + h * 60 + m + (1 if sec else 0)
-
-
-def format_time(minutes: int) -> str:
-    """Minutes → SLURM's D-HH:MM:SS."""
-    d, rest = divmod(int(minutes), 1440)
-    h, m = divmod(rest, 60)
-    return f"{d}-{h:02d}:{m:02d}:00" if d else f"{h:02d}:{m:02d}:00"
 
 
 def search_dirs() -> list[Path]:
@@ -126,58 +121,74 @@ def available() -> list[Path]:
 
 def find(ref: str | os.PathLike) -> Path:
     """A file path as given, else the first `NAME.yaml`/`NAME.yml` on the search path."""
-    path = Path(ref).expanduser()
-    if path.is_file():
+    path = user_path(ref)
+    if is_file(path):
         return path
     for d in search_dirs():
         for suffix in (".yaml", ".yml"):
             candidate = d / f"{ref}{suffix}"
-            if candidate.is_file():
+            if is_file(candidate):
                 return candidate
     names = ", ".join(p.stem for p in available()) or "(none)"
     looked = ", ".join(str(d) for d in search_dirs())
-    raise HpcmemError(f"preset {str(ref)!r} not found; looked in {looked}; available: {names}")
+    raise HpcmemError(f"preset {shown(str(ref))} not found; looked in {looked}; available: {names}")
 
 
 def load(ref: str | os.PathLike) -> Preset:
     """Find and read a preset; every problem in the file is reported at once, each naming the file."""
-    import yaml
-
     path = find(ref)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise SpecError(f"preset {path}: not valid YAML: {exc}") from None
-    return from_dict(data, source=str(path), default_name=path.stem)
+    data = load_yaml_file(path, "preset")
+    return from_dict({} if data is None else data, source=str(path), default_name=path.stem)
+
+
+class _Checked:
+    """Runs hpcmem.inputs checkers on a preset's values, gathering each refusal as a problem naming the file."""
+
+    def __init__(self, source: str) -> None:
+        self.source, self.problems = source, Problems()
+
+    def add(self, message: str) -> None:
+        self.problems.add(f"preset {self.source}: {message}")
+
+    def __call__(self, check, *args: Any, **kw: Any) -> Any:
+        try:
+            return check(*args, **kw)
+        except InputError as exc:
+            self.add(exc.problems[0])
+            return None
 
 
 def from_dict(data: Any, *, source: str, default_name: str) -> Preset:
-    p = Problems()
     if not isinstance(data, dict):
         raise SpecError(f"preset {source}: must be a YAML mapping of keys to values, got {type(data).__name__}")
-    for key in sorted(set(data) - set(YAML_KEYS)):
-        p.add(f"preset {source}: unknown key {key!r}; allowed keys: {', '.join(YAML_KEYS)}")
+    c = _Checked(source)
+    data = {**data, "gpu": _gpu_text(data.get("gpu"), c)}
+    for key in sorted(set(data) - set(YAML_KEYS), key=repr):
+        c.add(f"unknown key {shown(key)}; allowed keys: {', '.join(YAML_KEYS)}")
     for key in _REQUIRED:
-        p.check(data.get(key) is not None, f"preset {source}: {key} is required")
+        c.problems.check(data.get(key) is not None, f"preset {source}: {key} is required")
     for key in _INT:
-        value = data.get(key)
-        p.check(value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0),
-                f"preset {source}: {key} must be a positive integer, got {value!r}")
+        if data.get(key) is not None:
+            c(v.integer, key, data[key], lo=1, text_ok=False)
     for key in _STR:
-        value = data.get(key)
-        p.check(value is None or isinstance(value, (str, int)), f"preset {source}: {key} must be text, got {value!r}")
-    p.check(data.get("gpu_request", "gres") in GPU_REQUEST_FORMS,
-            f"preset {source}: gpu_request must be one of {', '.join(GPU_REQUEST_FORMS)}, got {data.get('gpu_request')!r}")
-    _check_time(data.get("max_time"), source, p)
-    _check_lists(data, source, p)
-    _check_gpu(data.get("gpu"), source, p)
-    container = _container(data.get("container"), source, p)
-    _check_defaults(data.get("defaults") or {}, source, p)
-    p.raise_if_any()
-    kwargs = {k: v for k, v in data.items() if k in YAML_KEYS and k != "container"}
+        if data.get(key) is not None and key != "max_time":
+            # every one but the description can reach an #SBATCH line or the script: no control characters
+            c(v.text, key, data[key], max_len=4096 if key == "description" else 256, numbers_ok=True,
+              controls=key == "description")
+    if data.get("gpu_request") is not None:
+        c(v.choice, "gpu_request", data["gpu_request"], GPU_REQUEST_FORMS)
+    _check_time(data.get("max_time"), c)
+    _check_lists(data, c)
+    _check_gpu(data.get("gpu"), source, c.problems)
+    container = _container(data.get("container"), c)
+    c(v.text, "name (the file's name without .yaml)", default_name, max_len=256)
+    if data.get("defaults") is not None and c(check_settings, data["defaults"], "defaults") is not None:
+        _check_defaults(data["defaults"], source, c.problems)
+    c.problems.raise_if_any()
+    kwargs = {k: v for k, v in data.items() if k in YAML_KEYS and k != "container" and v is not None}
     for key in ("modules", "setup"):
-        kwargs[key] = tuple(str(v) for v in data.get(key) or ())
-    kwargs["env"] = {str(k): str(v) for k, v in (data.get("env") or {}).items()}
+        kwargs[key] = tuple(data.get(key) or ())
+    kwargs["env"] = {str(k): str(x) for k, x in (data.get("env") or {}).items()}
     for key in ("partition", "gpu", "max_time", "account", "qos", "constraint", "gres_type"):
         if kwargs.get(key) is not None:
             kwargs[key] = str(kwargs[key])
@@ -185,35 +196,58 @@ def from_dict(data: Any, *, source: str, default_name: str) -> Preset:
     return Preset(source=source, container=container, **kwargs)
 
 
-def _check_time(value: Any, source: str, p: Problems) -> None:
+def _check_time(value: Any, c: _Checked) -> None:
     if value is None:
         return
     if not isinstance(value, str):
         # YAML 1.1 reads an unquoted 12:00:00 as the base-60 integer 43200: refuse numbers rather than guess.
-        p.add(f"preset {source}: max_time must be quoted text such as \"12:00:00\" or \"2-00:00:00\" "
-              f"(got the number {value!r}; unquoted H:M:S is read by YAML as base 60)")
+        c.add(f"max_time must be quoted text such as \"12:00:00\" or \"2-00:00:00\" (got the number "
+              f"{shown(value)}; unquoted H:M:S is read by YAML as base 60)")
         return
     try:
-        parse_time_min(value)
-    except ValueError:
-        p.add(f"preset {source}: max_time {value!r} is not a SLURM time (MM, HH:MM:SS, D-HH:MM:SS)")
+        slurm_time.parse(value)
+    except ValueError as exc:
+        c.add(f"max_time: {exc}")
 
 
-def _check_lists(data: dict, source: str, p: Problems) -> None:
+def _check_lists(data: dict, c: _Checked) -> None:
+    """modules (each `module load`ed as a quoted word), setup (the admin's own shell lines: trusted shell, but no NUL
+    fits in a script) and env (NAME: value pairs the script exports, each value a quoted word)."""
     for key in ("modules", "setup"):
         value = data.get(key)
-        p.check(value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value)),
-                f"preset {source}: {key} must be a list of strings, got {value!r}")
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            c.add(f"{key} must be a list of strings, got {shown(value)}")
+            continue
+        for i, line in enumerate(value):
+            if key == "modules":
+                c(v.text, f"{key}[{i}]", line, max_len=256)
+            else:
+                c(v.no_nul, f"{key}[{i}]", line)
     env = data.get("env")
-    if env is not None:
-        if not isinstance(env, dict):
-            p.add(f"preset {source}: env must be a mapping NAME: value, got {env!r}")
+    if env is None:
+        return
+    if not isinstance(env, dict):
+        c.add(f"env must be a mapping NAME: value, got {shown(env)}")
+        return
+    for name, value in env.items():
+        if not (isinstance(name, str) and ENV_NAME.fullmatch(name)):
+            c.add(f"env name {shown(name)} is not a shell variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        elif not isinstance(value, (str, int, float, bool)):
+            c.add(f"env {name} must be a scalar, got {shown(value)}")
         else:
-            for name, value in env.items():
-                p.check(isinstance(name, str) and name.isidentifier(),
-                        f"preset {source}: env name {name!r} is not a valid variable name")
-                p.check(isinstance(value, (str, int, float, bool)),
-                        f"preset {source}: env {name} must be a scalar, got {value!r}")
+            c(v.no_nul, f"env {name}", str(value))
+
+
+def _gpu_text(value: Any, c: _Checked) -> Any:
+    """A described GPU (a mapping) as the one-line form every reader parses (hpcmem.gpu_describe); else as given."""
+    if not isinstance(value, dict):
+        return value
+    from hpcmem.gpu_describe import parse
+
+    described = c(parse, value)
+    return described.text if described is not None else ""     # the refusal is already a problem
 
 
 def _check_gpu(name: Any, source: str, p: Problems) -> None:
@@ -227,28 +261,31 @@ def _check_gpu(name: Any, source: str, p: Problems) -> None:
     try:
         gpu_spec(name)
     except (KeyError, ValueError, HpcmemError) as exc:
-        p.add(f"preset {source}: gpu {name!r} is not in the GPU catalog ({exc}); `hpcmem gpus` lists the names")
+        p.add(f"preset {source}: gpu {name!r} is not in the GPU catalog nor a GPU description ({exc}); "
+              "`hpcmem gpus` lists the names")
 
 
-def _container(value: Any, source: str, p: Problems) -> Container | None:
+def _container(value: Any, c: _Checked) -> Container | None:
     if value is None:
         return None
     if not isinstance(value, dict):
-        p.add(f"preset {source}: container must be a mapping with keys {', '.join(CONTAINER_KEYS)}")
+        c.add(f"container must be a mapping with keys {', '.join(CONTAINER_KEYS)}")
         return None
-    for key in sorted(set(value) - set(CONTAINER_KEYS)):
-        p.add(f"preset {source}: unknown container key {key!r}; allowed keys: {', '.join(CONTAINER_KEYS)}")
-    p.check(value.get("kind") in CONTAINER_KINDS,
-            f"preset {source}: container kind must be one of {', '.join(CONTAINER_KINDS)}, got {value.get('kind')!r}")
-    p.check(isinstance(value.get("image"), str) and bool(value.get("image")), f"preset {source}: container image is required")
+    for key in sorted(set(value) - set(CONTAINER_KEYS), key=repr):
+        c.add(f"unknown container key {shown(key)}; allowed keys: {', '.join(CONTAINER_KEYS)}")
+    kind = c(v.choice, "container kind", value.get("kind"), CONTAINER_KINDS)
+    image = c(v.text, "container image", value.get("image"), max_len=1024) if value.get("image") else None
+    if not image:
+        c.add("container image is required")
+    lists = {}
     for key in ("mounts", "options"):
-        v = value.get(key)
-        p.check(v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
-                f"preset {source}: container {key} must be a list of strings")
-    if value.get("kind") not in CONTAINER_KINDS or not isinstance(value.get("image"), str):
+        items = value.get(key)
+        if items is not None and not isinstance(items, list):
+            c.add(f"container {key} must be a list of strings")
+        lists[key] = c(v.text_list, f"container {key}", items or []) or ()
+    if kind is None or not image:
         return None
-    return Container(kind=value["kind"], image=value["image"], mounts=tuple(value.get("mounts") or ()),
-                     options=tuple(value.get("options") or ()))
+    return Container(kind=kind, image=image, mounts=lists["mounts"], options=lists["options"])
 
 
 def default_keys() -> tuple[str, ...]:
@@ -260,10 +297,7 @@ def default_keys() -> tuple[str, ...]:
     return tuple(n for n in dict.fromkeys(names) if n not in skip)
 
 
-def _check_defaults(value: Any, source: str, p: Problems) -> None:
-    if not isinstance(value, dict):
-        p.add(f"preset {source}: defaults must be a mapping of TRL/accelerate field names to values")
-        return
+def _check_defaults(value: dict, source: str, p: Problems) -> None:
     allowed = default_keys()
-    for key in sorted(set(value) - set(allowed)):
-        p.add(f"preset {source}: defaults has unknown field {key!r}; allowed fields: {', '.join(allowed)}")
+    for key in sorted(set(value) - set(allowed), key=repr):
+        p.add(f"preset {source}: defaults has unknown field {shown(key)}; allowed fields: {', '.join(allowed)}")

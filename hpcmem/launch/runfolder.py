@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import HpcmemError
+from hpcmem.inputs.files import user_path
 from hpcmem.launch.sbatch import RunFiles
 
 if TYPE_CHECKING:
@@ -33,15 +34,25 @@ SCRIPT, ACCELERATE, DEEPSPEED, TRL, SPEC, ESTIMATE, JOB_ID = (
     "job.sbatch", "accelerate.yaml", "deepspeed.json", "trl.yaml", "spec.json", "estimate.json", "job_id")
 
 
+MAX_SLUG = 100        # characters of the job name kept in the folder's name (file systems allow 255 bytes per name)
+
+
 def new_run_dir(runs_root: str | Path, job_name: str, *, now: dt.datetime | None = None) -> Path:
-    """A fresh folder name under `runs_root` (absolute); `-2`, `-3`… when the second already exists."""
+    """A fresh folder name under `runs_root` (absolute); `-2`, `-3`… when the second already exists. The job name
+    is cut to MAX_SLUG characters here only: the job keeps its whole name."""
     stamp = (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", job_name).strip("_") or "run"
-    base = Path(runs_root).expanduser().absolute() / f"{slug}-{stamp}"
-    candidate, n = base, 1
-    while candidate.exists():
-        n += 1
-        candidate = base.with_name(f"{base.name}-{n}")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", job_name).strip("_")[:MAX_SLUG] or "run"
+    root = user_path(runs_root).absolute()
+    try:
+        if root.exists() and not root.is_dir():
+            raise HpcmemError(f"runs folder {root} is a file, not a folder; choose another --runs-dir")
+        base = root / f"{slug}-{stamp}"
+        candidate, n = base, 1
+        while candidate.exists():
+            n += 1
+            candidate = base.with_name(f"{base.name}-{n}")
+    except (OSError, ValueError) as exc:       # ValueError: a NUL in the name
+        raise HpcmemError(f"cannot use runs folder {str(root)!r}: {getattr(exc, 'strerror', None) or exc}") from None
     return candidate
 
 
@@ -70,13 +81,18 @@ def write(run_dir: Path, contents: dict[str, str]) -> None:
         run_dir.mkdir(parents=True, exist_ok=False)
     except FileExistsError:
         raise HpcmemError(f"run folder {run_dir} already exists; hpcmem never overwrites a run") from None
-    (run_dir / "logs").mkdir()
-    for name, text in contents.items():
-        path = run_dir / name
-        with open(path, "x") as fh:       # "x": fail rather than overwrite
-            fh.write(text)
-        if name == SCRIPT:
-            path.chmod(0o755)
+    except (OSError, ValueError) as exc:
+        raise HpcmemError(f"cannot create run folder {str(run_dir)!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        (run_dir / "logs").mkdir()
+        for name, text in contents.items():
+            path = run_dir / name
+            with open(path, "x") as fh:       # "x": fail rather than overwrite
+                fh.write(text)
+            if name == SCRIPT:
+                path.chmod(0o755)
+    except OSError as exc:
+        raise HpcmemError(f"cannot write the run folder {run_dir}: {exc.strerror or exc}") from None
 
 
 def spec_json(launch: Launch) -> str:

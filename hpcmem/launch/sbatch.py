@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from hpcmem.launch.checkpoints import MARKER_PREFIX
 from hpcmem.launch.job import PORT_BASE, PORT_SPAN, Launch
 from hpcmem.launch.templating import Shell, join, render
 
@@ -59,7 +60,7 @@ def environment(launch: Launch) -> list[EnvVar]:
 def _accelerate_args(launch: Launch, files: RunFiles, *, multi_node: bool) -> list[Any]:
     par = launch.job.parallel
     args: list[Any] = ["accelerate", "launch", "--config_file", files.accelerate_config,
-                       "--num_machines", par.num_machines, "--num_processes", par.num_processes]
+                       "--num_machines", par.num_machines, "--num_processes", par.world_size]
     if multi_node:
         args += ["--machine_rank", Shell('"$SLURM_NODEID"'), "--main_process_ip", Shell('"$MASTER_ADDR"'),
                  "--main_process_port", Shell('"$MASTER_PORT"'), "--rdzv_backend", "c10d",
@@ -85,8 +86,8 @@ def _task(launch: Launch, files: RunFiles, *, multi_node: bool, extra: Sequence[
 
 def _srun(launch: Launch, files: RunFiles, nodes: int, log: str, extra: Sequence[Any] = ()) -> Shell:
     args: list[Any] = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
-                       "--kill-on-bad-exit=1", "--wait=60", f"--output={_pattern(files.logs_dir)}/{log}",
-                       f"--error={_pattern(files.logs_dir)}/{log}", "--open-mode=append", *extra]
+                       "--kill-on-bad-exit=1", "--wait=60", f"--output={filename_pattern(files.logs_dir)}/{log}",
+                       f"--error={filename_pattern(files.logs_dir)}/{log}", "--open-mode=append", *extra]
     container = launch.preset.container
     if container is not None and container.kind == "pyxis":
         args.append(f"--container-image={container.image}")
@@ -118,17 +119,27 @@ def task_argv(launch: Launch, files: RunFiles) -> list[str]:
 
 def allocation(launch: Launch) -> dict[str, Any]:
     """The sbatch options for GPUs, memory and accounting (shared with the submitit backend)."""
-    pre, opt = launch.preset, launch.options
-    gpus = f"{pre.gres_type}:{launch.gpus_per_node}" if pre.gres_type else launch.gpus_per_node
-    out: dict[str, Any] = {"gres": f"gpu:{gpus}"} if pre.gpu_request == "gres" else {"gpus-per-node": gpus}
-    if pre.memory_per_node_gb:
-        out["mem"] = f"{pre.memory_per_node_gb}G"
-    for key, value in (("account", opt.account or pre.account), ("qos", opt.qos or pre.qos),
-                       ("constraint", pre.constraint)):
-        if value:
-            out[key] = value
+    opt = launch.options
+    out = preset_allocation(launch.preset, launch.gpus_per_node, account=opt.account, qos=opt.qos)
     if opt.workdir:
         out["chdir"] = opt.workdir
+    return out
+
+
+def preset_allocation(pre: Any, gpus_per_node: int, *, account: str | None = None, qos: str | None = None,
+                      memory_gb: int | None = None) -> dict[str, Any]:
+    """GPUs (the preset's gres or gpus-per-node form; none when 0), memory (`memory_gb`, else the preset's per node)
+    and accounting, as sbatch options; shared by jobs and calibration campaigns (hpcmem.calibrate.scripts)."""
+    out: dict[str, Any] = {}
+    if gpus_per_node:
+        gpus = f"{pre.gres_type}:{gpus_per_node}" if pre.gres_type else gpus_per_node
+        out = {"gres": f"gpu:{gpus}"} if pre.gpu_request == "gres" else {"gpus-per-node": gpus}
+    memory = memory_gb or pre.memory_per_node_gb
+    if memory:
+        out["mem"] = f"{memory}G"
+    for key, value in (("account", account or pre.account), ("qos", qos or pre.qos), ("constraint", pre.constraint)):
+        if value:
+            out[key] = value
     return out
 
 
@@ -137,7 +148,7 @@ def sbatch_directives(launch: Launch, files: RunFiles) -> list[tuple[str, Any]]:
     d: dict[str, Any] = {
         "job-name": launch.job_name, "partition": launch.preset.partition, "nodes": launch.nodes,
         "ntasks-per-node": 1, "cpus-per-task": launch.cpus_per_task, "time": launch.time,
-        "output": f"{_pattern(files.logs_dir)}/batch-%j.log", "open-mode": "append", **allocation(launch),
+        "output": f"{filename_pattern(files.logs_dir)}/batch-%j.log", "open-mode": "append", **allocation(launch),
     }
     if launch.options.requeue:
         d["requeue"] = None
@@ -147,7 +158,7 @@ def sbatch_directives(launch: Launch, files: RunFiles) -> list[tuple[str, Any]]:
     return sorted(d.items())
 
 
-def _pattern(path: str) -> str:
+def filename_pattern(path: str) -> str:
     """A path as a SLURM filename pattern: a literal % is written %% (sbatch(1) "filename pattern")."""
     return path.replace("%", "%%")
 
@@ -159,7 +170,7 @@ def template_context(launch: Launch, files: RunFiles) -> dict[str, Any]:
         "env": environment(launch), "port_base": PORT_BASE, "port_span": PORT_SPAN,
         "modules": launch.preset.modules, "setup": [Shell(s) for s in launch.preset.setup],
         "requeue": launch.options.requeue, "max_restarts": launch.options.max_restarts,
-        "signal_lead_s": launch.preset.signal_lead_s,
+        "signal_lead_s": launch.preset.signal_lead_s, "marker_prefix": MARKER_PREFIX,
     }
 
 

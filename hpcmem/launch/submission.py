@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from hpcmem.errors import HpcmemError
-from hpcmem.launch import runfolder
+from hpcmem.launch import checkpoints, runfolder
 from hpcmem.launch.backends import Runner, Submitted, backend as make_backend
 from hpcmem.launch.configs import accelerate_config, deepspeed_config
 from hpcmem.launch.fit import FitReport, check_fit
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 
 class DoesNotFit(HpcmemError):
-    """The estimate says the job runs out of GPU memory; the message lists the cheapest changes that fit."""
+    """The verdict is "tight" or "does not fit" (hpcmem.estimate.verdict); the message gives the numbers and the
+    changes whose safe bound fits."""
 
     def __init__(self, report: FitReport):
         self.report = report
@@ -65,7 +66,7 @@ def prepare(job: JobSpec, preset: Preset, options: LaunchOptions, *, runs_root: 
     launch.check()
     files = runfolder.run_files(folder, deepspeed=job.parallel.deepspeed,
                                 output_dir=options.trl_fields.get("output_dir"))
-    report = check_fit(job, estimator=estimator) if fit else None
+    report = check_fit(job, estimator=estimator, memory_per_node_bytes=preset.memory_per_node_bytes) if fit else None
     contents = {
         runfolder.ACCELERATE: _yaml(accelerate_config(job, deepspeed_config_file=files.deepspeed_config,
                                                       use_cpu=launch.use_cpu)),
@@ -83,7 +84,11 @@ def _estimate_json(report: FitReport | None) -> str:
     if report is None:
         return json.dumps({"checked": False}, indent=2) + "\n"
     data = {"checked": True, **report.estimate_json, "fits": report.fits,
-            "fixes": [{"flags": f.flags, "device_peak_bytes": f.device_peak_bytes} for f in report.fixes]}
+            "host_check": None if report.host is None else {
+                "fits": report.host.fits, "per_node_bytes": report.host.need_bytes,
+                "capacity_bytes": report.host.capacity_bytes, "phase": report.host.phase},
+            "fixes": [{"flags": f.flags, "device_peak_bytes": f.device_peak_bytes,
+                       "safe_device_peak_bytes": f.safe_device_peak_bytes} for f in report.fixes]}
     return json.dumps(data, indent=2) + "\n"
 
 
@@ -92,12 +97,13 @@ def submit(job: JobSpec, preset: Preset, options: LaunchOptions | None = None, *
            runner: Runner | None = None, estimator: Callable | None = None, **backend_kwargs):
     """Check the fit, write the run folder, submit. Returns a `Submission`, or the submitit Job for backend="submitit".
 
-    Refuses (DoesNotFit, nothing written) when the estimate exceeds the GPU, unless `force`.
+    Refuses (DoesNotFit, nothing written) when the verdict is "tight" or "does not fit", unless `force`.
     """
     options = options or LaunchOptions()
     prepared = prepare(job, preset, options, runs_root=runs_root, run_dir=run_dir, estimator=estimator)
     if prepared.fit is not None and not prepared.fit.fits and not force:
         raise DoesNotFit(prepared.fit)
+    _refuse_foreign_checkpoints(prepared)
     if runner is not None:
         backend_kwargs["runner"] = runner
     chosen = make_backend(backend, **backend_kwargs)
@@ -106,6 +112,15 @@ def submit(job: JobSpec, preset: Preset, options: LaunchOptions | None = None, *
     if result.job_id is not None:
         runfolder.record_job_id(Path(prepared.files.run_dir), result.job_id, chosen.name)
     return result.handle if backend == "submitit" else Submission(result, prepared)
+
+
+def _refuse_foreign_checkpoints(prepared: Prepared) -> None:
+    """An output_dir that already holds checkpoints holds another run's (hpcmem.launch.checkpoints)."""
+    opt = prepared.launch.options
+    folder = checkpoints.output_path(prepared.files.output_dir, opt.workdir)
+    found = checkpoints.checkpoint_dirs(folder)
+    if found and not opt.reuse_output_dir:
+        raise HpcmemError(checkpoints.foreign_message(folder, found))
 
 
 @dataclass(frozen=True)

@@ -27,15 +27,26 @@ class Shell(str):
     """Text that is already valid shell (built by hpcmem or written by a preset's admin): not quoted again."""
 
 
+def _refuse(value: str, rule: str) -> None:
+    from hpcmem.errors import SpecError
+    from hpcmem.inputs.values import shown
+
+    raise SpecError(f"{rule}; got {shown(value)}")
+
+
 def quote(value: Any) -> str:
-    """Shell-quote one value (`shlex.quote`); booleans and numbers print as themselves, `Shell` text passes."""
+    """Shell-quote one value (`shlex.quote`); booleans and numbers print as themselves, `Shell` text passes.
+    A NUL is refused: bash cannot hold one in a string (the input checks refuse it first, naming the field)."""
     if isinstance(value, Shell):
         return str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return str(value)
-    return shlex.quote(str(value))
+    text = str(value)
+    if "\x00" in text:
+        _refuse(text, "a value bound for the job script must not hold a NUL character")
+    return shlex.quote(text)
 
 
 def sbatch_quote(value: Any) -> Shell:
@@ -45,6 +56,8 @@ def sbatch_quote(value: Any) -> Shell:
     as an escape even inside quotes, so: single quotes around the value, `\\` and `\'` inside.
     """
     text = str(value)
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text):
+        _refuse(text, "an #SBATCH value must not hold control characters (a line break ends the directive)")
     if text and all(c.isalnum() or c in "@%+=:,./-_" for c in text):
         return Shell(text)
     return Shell("'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'")
@@ -56,8 +69,9 @@ def join(values: Any) -> Shell:
 
 
 def comment(text: Any) -> Shell:
-    """Text for after a `#`: one line, whatever it holds (a line break would start a command)."""
-    return Shell(" ".join(str(text).split()))
+    """Text for after a `#`: one line, whatever it holds (a line break would start a command; other control
+    characters become spaces too)."""
+    return Shell(" ".join("".join(" " if ord(c) < 32 or 127 <= ord(c) < 160 else c for c in str(text)).split()))
 
 
 def _finalize(value: Any) -> Any:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hpcmem.errors import Problems, SpecError
+from hpcmem.inputs.model_config import check_model_config
 from hpcmem.spec import ModelSpec
 
 # q/k/v/o bias rule of the modeling file:
@@ -134,8 +135,7 @@ def has_family(cfg: dict[str, Any]) -> bool:
 
 def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
     """Read a transformers config.json dict into a `ModelSpec` (see `ARCHITECTURES` for what is read and why)."""
-    if not isinstance(cfg, dict):
-        raise SpecError(f"model {name}: config must be a JSON object, got {type(cfg).__name__}")
+    check_model_config(cfg, name)         # JSON types and ranges of every key read below (hpcmem.inputs)
     cfg, wrapper = unwrap_text_config(cfg)
     model_type = cfg.get("model_type")
     arch = ARCHITECTURES.get(str(model_type))
@@ -174,8 +174,29 @@ def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
         max_position_embeddings=int(get("max_position_embeddings") or 0) or 4096,
         final_logit_softcapping=float(get("final_logit_softcapping") or 0.0),
         attn_logit_softcapping=float(get("attn_logit_softcapping") or 0.0),
-        wrapper_model_type=wrapper, **_moe_fields(arch.moe, get),
+        wrapper_model_type=wrapper, sliding_window=_sliding_window(cfg, str(model_type)), **_moe_fields(arch.moe, get),
     )
+
+
+# transformers' config classes: Gemma2/3 alternate sliding and full layers unless layer_types says otherwise; the Qwen
+# families slide only with use_sliding_window; MistralConfig's sliding_window defaults to 4096 when the key is absent.
+_ALTERNATING = ("gemma2", "gemma3", "gemma3_text")
+_USE_FLAG = ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
+_WINDOW_DEFAULT = {"mistral": 4096, "gemma2": 4096, "gemma3": 4096, "gemma3_text": 4096}
+
+
+def _sliding_window(cfg: dict[str, Any], model_type: str) -> int:
+    """The window of the model's sliding-attention layers, 0 when every layer attends to the whole sequence — what
+    accelerate reads (`layer_types`, else `sliding_window`; big_modeling.py `_attach_context_parallel_hooks`)."""
+    window = cfg.get("sliding_window", _WINDOW_DEFAULT.get(model_type)) or 0
+    types = cfg.get("layer_types")
+    if isinstance(types, list):
+        return (window or 1) if any(t != "full_attention" for t in types) else 0
+    if model_type in _ALTERNATING:
+        return window or _WINDOW_DEFAULT[model_type]
+    if model_type in _USE_FLAG:
+        return window if cfg.get("use_sliding_window") else 0
+    return window
 
 
 def _moe_fields(rule: MoeRule, get: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from hpcmem.datapath import PACKAGE_DIR
 from hpcmem.errors import SpecError
+from hpcmem.inputs.files import exists, load_json_file, user_path
 from hpcmem.models.config import has_family, model_spec_from_config
 from hpcmem.spec import ModelSpec
 
@@ -52,8 +53,8 @@ def resolve_model(name_or_path: str, *, offline: bool | None = None) -> ModelSpe
     The Hub is asked only when HF_HUB_OFFLINE is unset (or `offline=False`) and huggingface_hub is importable; it
     downloads config.json alone, into the user's own HF cache.
     """
-    path = Path(name_or_path).expanduser()
-    if path.exists():
+    path = user_path(name_or_path)
+    if exists(path):
         return _spec_from_path(path, name_or_path)
     entry = catalog_entry(name_or_path)
     if entry is not None:
@@ -94,10 +95,8 @@ def spec_from_config(cfg: Any, name: str) -> ModelSpec:
 
 
 def _read_json(file: Path) -> Any:
-    try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecError(f"cannot read model config {file}: {exc}") from exc
+    """A config.json within hpcmem.inputs.files' limits (regular file, size, UTF-8, nesting)."""
+    return load_json_file(file, "model config")
 
 
 def _hub_available() -> bool:

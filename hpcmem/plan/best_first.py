@@ -8,7 +8,20 @@
    does not fit rejects every combination that dominates it, and the group's floor (smallest batch, full
    checkpointing, offloading and expandable_segments on) rejects the whole group at once.
 3. Combinations TRL refuses are skipped: `hpcmem.plan.knobs.apply` builds a JobSpec, whose rules raise SpecError.
-4. Stop when `top` plans fit: every combination not yet walked is slower than all of them (rank bound).
+4. Stop when `top` plans fit and every combination not yet walked is slower, by more than the throughput model's
+   stated uncertainty (THROUGHPUT_UNCERTAINTY in hpcmem.plan.throughput), than the band the top-th plan falls in
+   (rank bound: no such combination can be ranked into the top, see below).
+
+Fit is `hpcmem estimate`'s verdict (hpcmem.estimate.verdict): a combination fits when its safe bound — the device
+peak widened by the GPU's calibrated margin — fits the capacity torch can use; "tight" combinations are not offered.
+
+Order of the plans (`rank_plans`): the throughput model is uncalibrated and cannot tell apart plans whose tokens/s
+differ by less than THROUGHPUT_UNCERTAINTY (10 %). So the fastest plan and every plan within 10 % of it form a band;
+the next band starts at the fastest plan left, and so on. Inside a band, headroom decides where it is scarce: a plan
+is comfortable when its headroom (capacity − safe bound) would hold the margin once more (≥ margin × device peak: a
+device peak off by twice the calibrated margin still fits). Comfortable plans come first, fastest first; the others
+follow, most headroom first. A plan ≥ 10 % faster always comes first; among plans the model cannot separate, one that
+may run short of memory never outranks one that will not.
 """
 
 from __future__ import annotations
@@ -22,9 +35,12 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import Estimate, estimate
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.shape import micro_batch
+from hpcmem.estimate.verdict import safe_bound
+from hpcmem.plan import layouts
 from hpcmem.plan.knobs import GC_VALUES, Knobs, apply, axes, combinations, job_knobs
 from hpcmem.plan.throughput import (
-    PADDED_FILL_FRACTION, Setting, Throughput, flops_params, interconnect_gbps, throughput,
+    PADDED_FILL_FRACTION, THROUGHPUT_UNCERTAINTY, Setting, Throughput, flops_params, interconnect_gbps, mfu_curve,
+    throughput,
 )
 from hpcmem.spec import GpuSpec, JobSpec
 
@@ -49,7 +65,12 @@ class Plan:
         return self.estimate.device_peak_bytes
 
     @property
+    def safe_device_peak_bytes(self) -> int:
+        return self.estimate.verdict.safe_device_peak_bytes
+
+    @property
     def headroom_bytes(self) -> int:
+        """Usable capacity left above the safe bound."""
         return self.estimate.headroom_bytes or 0
 
 
@@ -63,6 +84,7 @@ class Verdict:
     fits: bool
     device_peak_bytes: int | None = None
     why: str = ""
+    host_per_node_bytes: int | None = None      # set when host RAM refused it (how == "host")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +111,8 @@ class PlanReport:
     base: JobSpec
     speeds: dict             # Knobs → Throughput, every enumerated combination
     fixed: tuple[str, ...] = ()
+    host_capacity_bytes: int | None = None      # host RAM a node grants (a preset's memory_per_node_gb), if known
+    note: str = ""                              # why nothing was walked (a floor no knob can lower), if so
 
 
 # Sharding chains, most memory first: each step shards or offloads one more state (ZeRO §5: P_os ⊂ P_os+g ⊂ P_os+g+p;
@@ -132,7 +156,7 @@ def _dominates(hi: Knobs, lo: Knobs) -> bool:
     return _GC_SAVING[hi.gc] <= _GC_SAVING[lo.gc]
 
 
-class _Speeds:
+class Speeds:
     """Throughput per combination, memoised on the few inputs that differ between combinations."""
 
     def __init__(self, job: JobSpec, gpu: GpuSpec) -> None:
@@ -143,8 +167,9 @@ class _Speeds:
         self.trainable: dict[str, int] = {}
         self.model_kw = dict(n_flops=flops_params(m), n_params=m.num_params, layers=m.num_hidden_layers,
                              attn_width=m.num_attention_heads * m.head_dim, hidden=m.hidden_size,
+                             kv_width=m.num_key_value_heads * m.head_dim,
                              world=par.world_size, num_machines=par.num_machines, peak_tflops=gpu.bf16_tflops,
-                             link_gbps=interconnect_gbps(gpu.name, par.num_machines))
+                             link_gbps=interconnect_gbps(gpu.name, par.num_machines), mfu_curve=mfu_curve(gpu.name))
 
     def _shape(self, pack: str, batch: int) -> tuple[int, float, int]:
         """Tokens computed per micro-batch (estimate.shape.micro_batch, the estimator's own), useful share, span."""
@@ -176,6 +201,8 @@ class _Speeds:
         hit = self.cache.get(key)
         if hit is None:
             tokens, useful, span = self._shape(k.pack, k.batch)
+            shards = max(fields["cp_size"], fields["sp_size"])        # a sequence-split layout: the rank's share
+            tokens = -(-tokens // shards)
             dist, stage = fields["distributed_type"], fields["zero_stage"]
             sharding = "fsdp" if dist == "FSDP" else (f"zero{stage}" if dist == "DEEPSPEED" and stage else "ddp")
             s = Setting(tokens=tokens, useful_fraction=useful, attn_seq=span, grad_accum=k.accum, gc=k.gc,
@@ -183,36 +210,71 @@ class _Speeds:
                         offload_optimizer=fields["offload_optimizer_device"] != "none" or fields["fsdp_offload_params"],
                         offload_params=fields["offload_param_device"] != "none" or fields["fsdp_offload_params"],
                         peft=k.peft if k.peft in ("none", "lora", "qlora") else "lora",
-                        trainable_params=self._trainable(k.peft))
+                        trainable_params=self._trainable(k.peft), seq_shards=shards,
+                        seq_split="cp" if fields["cp_size"] > 1 else "sp" if fields["sp_size"] > 1 else "")
             hit = self.cache[key] = throughput(s, **self.model_kw)
         return hit
 
 
 def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_batch_size: int | None = None,
            allow_peft: bool = False, top: int | None = 10,
-           exclude: Mapping[str, Collection] | None = None) -> PlanReport:
+           exclude: Mapping[str, Collection] | None = None,
+           host_memory_per_node_bytes: int | None = None) -> PlanReport:
     """Rank the combinations of free knobs that fit `gpu`, fastest first (see the module docstring).
 
-    `top=None` walks every combination (no rank bound): each gets a fit verdict, for the benchmark and tests."""
+    `top=None` walks every combination (no rank bound): each gets a fit verdict, for the benchmark and tests.
+    `host_memory_per_node_bytes`: a combination whose host RAM per node (estimate/host.py) exceeds it does not fit
+    either (it is not used as a memory bound: offloading trades GPU bytes for host bytes)."""
     start = time.perf_counter()
     base = replace(base, gpu=gpu) if base.gpu != gpu else base
     own = job_knobs(base)
-    gbs = global_batch_size or own.batch * own.accum * base.parallel.world_size
+    gbs = global_batch_size or own.batch * own.accum * base.parallel.layout.data_parallel
     combos = combinations(axes(base, fixed, gbs, allow_peft, exclude))
-    speeds = _Speeds(base, gpu)
+    speeds = Speeds(base, gpu)
     par_fields = {name: _parallel_fields(base, name) for name in {k.sharding for k in combos}}
     scored = sorted(((speeds(k, par_fields[k.sharding]), k) for k in combos),
                     key=lambda sk: (-round(sk[0].tokens_per_s_per_gpu, 6), sk[1].techniques()))
-    walker = _Walker(base)
+    walker = _Walker(base, host_memory_per_node_bytes)
+    note = _host_floor_note(base, host_memory_per_node_bytes)
+    if note:
+        scored = []         # no combination can fit the node: do not estimate them one by one
     plans: list[Plan] = []
     walked: list[Verdict] = []
-    accepted: set[Knobs] = set()
+    _walk(scored, walker, top, plans, walked)
+    if not note and layouts.wanted(plans, fixed):
+        # context / sequence parallelism (hpcmem.plan.layouts): one more walk over the layouts, ranked together
+        names = layouts.layout_names(base)
+        extra = [k for ax in layouts.batch_axes(axes(base, fixed, gbs, allow_peft, exclude), base, fixed, gbs, names)
+                 for k in combinations(ax)]
+        par_fields.update({name: _parallel_fields(base, name) for name in names})
+        more = sorted(((speeds(k, par_fields[k.sharding]), k) for k in extra),
+                      key=lambda sk: (-round(sk[0].tokens_per_s_per_gpu, 6), sk[1].techniques()))
+        combos += extra
+        scored += more
+        _walk(more, walker, top, plans, walked)
     speeds_by_knobs = {k: sp for sp, k in scored}
+    plans = rank_plans(plans)[:top] if top is not None else rank_plans(plans)
+    stats = SearchStats(combinations=len(combos), full_estimates=walker.full, bound_rejected=walker.bound,
+                        rule_rejected=walker.rules, rank_pruned=len(combos) - len(walked),
+                        seconds=time.perf_counter() - start)
+    return PlanReport(plans=tuple(plans), walked=tuple(walked), stats=stats, gpu=gpu, global_batch_size=gbs,
+                      base=base, speeds=speeds_by_knobs, fixed=tuple(sorted(fixed)),
+                      host_capacity_bytes=host_memory_per_node_bytes, note=note)
+
+
+def _walk(scored: list, walker: "_Walker", top: int | None, plans: list[Plan], walked: list[Verdict]) -> None:
+    """Walk `scored` (fastest first), appending what fits to `plans` and every verdict to `walked` (module docstring,
+    steps 2–4)."""
+    accepted = {p.knobs for p in plans}
+    in_walk = {k for _, k in scored}
+    start = len(plans)
     for speed, k in scored:
-        if top is not None and len(plans) >= top:
-            break
+        fresh = plans[start:]
+        if top is not None and len(fresh) >= top and \
+                speed.tokens_per_s_per_gpu < (1 - THROUGHPUT_UNCERTAINTY) * _band_start(fresh, top - 1):
+            break       # every plan left is slower than the band the top-th plan ranks in: nothing can move up
         twin = k._replace(expandable_segments=True)
-        if not k.expandable_segments and twin in speeds_by_knobs:
+        if not k.expandable_segments and twin in in_walk:
             walker.judge(twin, speed)       # same speed, less memory: if it does not fit, neither does k (bound)
         v, job, est = walker.judge(k, speed)
         walked.append(v)
@@ -221,11 +283,49 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
             if k.expandable_segments and k._replace(expandable_segments=False) in accepted:
                 continue        # same speed, one more setting: not worth a row
             plans.append(Plan(rank=len(plans) + 1, knobs=k, job=job, estimate=est, speed=speed))
-    stats = SearchStats(combinations=len(combos), full_estimates=walker.full, bound_rejected=walker.bound,
-                        rule_rejected=walker.rules, rank_pruned=len(combos) - len(walked),
-                        seconds=time.perf_counter() - start)
-    return PlanReport(plans=tuple(plans), walked=tuple(walked), stats=stats, gpu=gpu, global_batch_size=gbs,
-                      base=base, speeds=speeds_by_knobs, fixed=tuple(sorted(fixed)))
+
+
+def _host_floor_note(base: JobSpec, capacity: int | None) -> str:
+    """Why nothing can fit a node's host RAM whatever the knobs (baseline per rank + dataloader workers), or ""."""
+    if capacity is None:
+        return ""
+    from hpcmem.estimate.host import fixed_node_bytes
+
+    host = estimate(base).host
+    floor = fixed_node_bytes(host) if host is not None else 0
+    if floor <= capacity:
+        return ""
+    return (f"host RAM per node is at least {floor / GIB:.1f} GiB whatever the memory techniques (process baselines "
+            f"of {host.ranks_per_node} rank(s) + {host.workers.note}) > {capacity / GIB:.1f} GiB: lower "
+            "dataloader_num_workers or use fewer GPUs per node")
+
+
+def rank_plans(plans: list[Plan]) -> list[Plan]:
+    """Speed bands, then comfortable plans by speed and the rest by headroom (module docstring); ranks renumbered."""
+    rest = sorted(plans, key=lambda p: -p.speed.tokens_per_s_per_gpu)
+    out: list[Plan] = []
+    while rest:
+        floor = (1 - THROUGHPUT_UNCERTAINTY) * rest[0].speed.tokens_per_s_per_gpu
+        band = [p for p in rest if p.speed.tokens_per_s_per_gpu >= floor]
+        rest = rest[len(band):]
+        out += sorted(band, key=lambda p: (0, -p.speed.tokens_per_s_per_gpu) if comfortable(p)
+                      else (1, -p.headroom_bytes))
+    return [replace(p, rank=i) for i, p in enumerate(out, 1)]
+
+
+def _band_start(plans: list[Plan], i: int) -> float:
+    """Tokens/s of the fastest plan in the band of plans[i] (plans in walk order: fastest first)."""
+    start = plans[0].speed.tokens_per_s_per_gpu
+    for p in plans[1:i + 1]:
+        if p.speed.tokens_per_s_per_gpu < (1 - THROUGHPUT_UNCERTAINTY) * start:
+            start = p.speed.tokens_per_s_per_gpu
+    return start
+
+
+def comfortable(p: Plan) -> bool:
+    """Headroom for the margin once more: capacity − safe bound ≥ margin × device peak."""
+    v = p.estimate.verdict
+    return v.headroom_bytes >= v.margin * v.device_peak_bytes
 
 
 def _parallel_fields(base: JobSpec, sharding: str) -> dict:
@@ -233,7 +333,7 @@ def _parallel_fields(base: JobSpec, sharding: str) -> dict:
 
     p = _parallel(base.parallel, sharding)
     return {f: getattr(p, f) for f in ("distributed_type", "zero_stage", "offload_optimizer_device",
-                                       "offload_param_device", "fsdp_offload_params")}
+                                       "offload_param_device", "fsdp_offload_params", "cp_size", "sp_size")}
 
 
 def _states_floor(est: Estimate) -> int:
@@ -247,15 +347,17 @@ def _states_floor(est: Estimate) -> int:
 class _Walker:
     """Decides fit for combinations: monotone bound first, then rules + the full estimate."""
 
-    def __init__(self, base: JobSpec) -> None:
+    def __init__(self, base: JobSpec, host_capacity: int | None = None) -> None:
         self.base = base
+        self.host_capacity = host_capacity
         self.infeasible: dict[tuple, list[tuple[Knobs, int]]] = {}
         self.floors: set[tuple] = set()
         self.full = self.bound = self.rules = 0
         self.refused: dict[Knobs, str] = {}
         self.states_floor: dict[tuple[str, str], int] = {}
         self.judged: dict[Knobs, tuple] = {}
-        self.memory = base.gpu.memory_bytes if base.gpu else 0
+        self.gpu = base.gpu
+        self.memory = base.gpu.usable_bytes if base.gpu else 0
 
     def _estimate(self, k: Knobs) -> tuple[JobSpec | None, Estimate | None, str]:
         # check_job does not read expandable_segments (an allocator setting): one verdict serves both values.
@@ -273,7 +375,7 @@ class _Walker:
         return job, est, ""
 
     def _record(self, k: Knobs, est: Estimate) -> None:
-        self.infeasible.setdefault(_group(k), []).append((k, est.device_peak_bytes))
+        self.infeasible.setdefault(_group(k), []).append((k, est.verdict.safe_device_peak_bytes))
 
     def _floor(self, k: Knobs) -> None:
         """Estimate the least-memory member of k's part of its group once: if it does not fit, none does."""
@@ -290,15 +392,16 @@ class _Walker:
 
     def _bound(self, k: Knobs, speed: Throughput) -> Verdict | None:
         floor = self.states_floor.get((k.sharding, k.peft), 0)
-        if floor > self.memory:
+        if floor and safe_bound(floor, self.gpu) > self.memory:
             self.bound += 1
             return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None,
-                           why=f"needs ≥ {floor / GIB:.1f} GiB at the optimizer step alone ({k.sharding}, {k.peft})")
+                           why=f"safe bound ≥ {safe_bound(floor, self.gpu) / GIB:.1f} GiB at the optimizer step alone "
+                               f"({k.sharding}, {k.peft})")
         for lo, need in self.infeasible.get(_group(k), ()):
             if _dominates(k, lo):
                 self.bound += 1
                 return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None,
-                               why=f"needs ≥ {need / GIB:.1f} GiB (as {lo.label()})")
+                               why=f"safe bound ≥ {need / GIB:.1f} GiB (as {lo.label()})")
         return None
 
     def judge(self, k: Knobs, speed: Throughput) -> tuple[Verdict, JobSpec | None, Estimate | None]:
@@ -321,14 +424,28 @@ class _Walker:
         if not est.fits:
             self._record(k, est)
             return Verdict(knobs=k, speed=speed, how="estimate", fits=False, device_peak_bytes=est.device_peak_bytes,
-                           why=f"needs {est.device_peak_bytes / GIB:.1f} GiB > {est.gpu_memory_bytes / GIB:.1f} GiB"
-                           ), job, est
+                           why=not_fitting(est)), job, est
+        if self.host_capacity is not None and est.host is not None and est.host.per_node_bytes > self.host_capacity:
+            return Verdict(knobs=k, speed=speed, how="host", fits=False, device_peak_bytes=est.device_peak_bytes,
+                           host_per_node_bytes=est.host.per_node_bytes,
+                           why=f"host RAM {est.host.per_node_bytes / GIB:.1f} GiB per node at "
+                               f"{est.host.peak_phase.name} > {self.host_capacity / GIB:.1f} GiB"), job, est
         return Verdict(knobs=k, speed=speed, how="estimate", fits=True,
                        device_peak_bytes=est.device_peak_bytes), job, est
 
 
+def not_fitting(est: Estimate) -> str:
+    """Why an estimate is not offered, in numbers: the point estimate or, when tight, its safe bound."""
+    v = est.verdict
+    if v.device_peak_bytes > v.capacity_bytes:
+        return f"needs {v.device_peak_bytes / GIB:.1f} GiB > {v.capacity_bytes / GIB:.1f} GiB usable"
+    return (f"tight: safe bound {v.safe_device_peak_bytes / GIB:.1f} GiB > {v.capacity_bytes / GIB:.1f} GiB usable "
+            f"(device peak {v.device_peak_bytes / GIB:.1f} GiB)")
+
+
 def plan(job: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_batch_size: int | None = None,
-         allow_peft: bool = False, top: int = 10, exclude: Mapping[str, Collection] | None = None) -> list[Plan]:
+         allow_peft: bool = False, top: int = 10, exclude: Mapping[str, Collection] | None = None,
+         host_memory_per_node_bytes: int | None = None) -> list[Plan]:
     """The `top` fastest combinations that fit, best first (for `hpcmem submit --plan` and the refusal's fixes)."""
     return list(search(job, gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft,
-                       top=top, exclude=exclude).plans)
+                       top=top, exclude=exclude, host_memory_per_node_bytes=host_memory_per_node_bytes).plans)

@@ -13,6 +13,7 @@ from itertools import product
 from typing import Collection, Mapping, NamedTuple
 
 from hpcmem.errors import SpecError
+from hpcmem.plan.layouts import layout_fields, split, train_changes
 from hpcmem.spec import JobSpec, ParallelSpec
 
 GC_VALUES = ("off", "selective", "full")
@@ -38,7 +39,9 @@ FIXING_FLAGS = {
     "activation_offloading": ("activation_offloading",),
     "pack": ("packing", "padding_free", "packing_strategy"),
     "sharding": ("accelerate_config", "distributed_type", "zero_stage", "offload_optimizer_device",
-                 "offload_param_device", "fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward"),
+                 "offload_param_device", "fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward",
+                 "dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size", "cp_comm_strategy",
+                 "sp_attn_implementation"),
     "peft": ("use_peft", "load_in_4bit", "load_in_8bit"),
     "batch": ("per_device_train_batch_size",),
     "accum": ("gradient_accumulation_steps",),
@@ -89,8 +92,14 @@ def job_knobs(job: JobSpec) -> Knobs:
                  sharding, peft, job.expandable_segments)
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+# The micro-batch axis: divisors of the per-GPU batch up to this many rows (plus the job's own). The search stays
+# bounded whatever global batch is asked for; a micro-batch of more rows is searched only when the job has it.
+MAX_SEARCHED_BATCH = 1024
+
+
+def _divisors(n: int, cap: int = MAX_SEARCHED_BATCH) -> list[int]:
+    """Divisors of n up to `cap`: at most `cap` trial divisions, however large n is."""
+    return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
 
 
 def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_peft: bool,
@@ -99,9 +108,10 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
     `exclude` removes values from a free axis (e.g. {"pack": ["packing"]}: do not change what a batch holds); the
     job's own value always stays."""
     own = job_knobs(job)
-    world = job.parallel.world_size
-    if global_batch_size % world:
-        raise SpecError(f"global_batch_size {global_batch_size} is not a multiple of num_processes {world}")
+    world = job.parallel.layout.data_parallel       # ranks training different batches (world / (tp·cp·sp))
+    if global_batch_size < world or global_batch_size % world:
+        raise SpecError(f"global_batch_size {global_batch_size} is not a positive multiple of the {world} "
+                        "data-parallel ranks (num_processes / (cp × sp × tp))")
     per_gpu = global_batch_size // world
 
     def axis(name: str, values) -> list:
@@ -110,7 +120,8 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
         drop = set((exclude or {}).get(name, ())) - {getattr(own, name)}
         return [v for v in values if v not in drop]
 
-    batches = axis("batch", _divisors(per_gpu))
+    own_batch = [own.batch] if per_gpu % own.batch == 0 and own.batch > MAX_SEARCHED_BATCH else []
+    batches = axis("batch", _divisors(per_gpu) + own_batch)
     if "gradient_accumulation_steps" in fixed:
         batches = [b for b in batches if b * own.accum == per_gpu] or [per_gpu // own.accum]
     return {
@@ -138,8 +149,9 @@ def _parallel(par: ParallelSpec, sharding: str) -> ParallelSpec:
     if sharding == GIVEN:
         return par
     base = {"distributed_type": "MULTI_GPU" if par.world_size > 1 else "NO"}
+    data_parallel, _, _ = split(sharding)           # fsdp2+cp4: FSDP2's fields + the layout's (hpcmem.plan.layouts)
     return ParallelSpec(num_processes=par.num_processes, num_machines=par.num_machines,
-                        **{**base, **SHARDINGS[sharding]})
+                        **{**base, **SHARDINGS[data_parallel], **layout_fields(sharding, par.world_size)})
 
 
 def apply(job: JobSpec, k: Knobs) -> JobSpec:
@@ -156,6 +168,10 @@ def apply(job: JobSpec, k: Knobs) -> JobSpec:
         changes["packing_strategy"] = "bfd"
     if k.peft != GIVEN:
         changes.update(use_peft=k.peft != "none", load_in_4bit=k.peft == "qlora", load_in_8bit=False)
+    changes.update(train_changes(job, k.sharding))
     train = replace(t, **changes)
-    return JobSpec(model=job.model, train=train, parallel=_parallel(job.parallel, k.sharding), gpu=job.gpu,
+    par = _parallel(job.parallel, k.sharding)
+    if par.sp_size > 1 and k.sharding != GIVEN:
+        par = replace(par, sp_attn_implementation=train.attn_implementation)   # Ulysses wraps the model's kernel
+    return JobSpec(model=job.model, train=train, parallel=par, gpu=job.gpu,
                    expandable_segments=k.expandable_segments, tokens_per_micro_batch=job.tokens_per_micro_batch)

@@ -1,7 +1,9 @@
 """How fast a combination of knobs trains: tokens/s per GPU and step time, from FLOPs, bandwidths, efficiencies.
 
-A ranking model, not a promise: every constant below is named, cites where its value comes from, and is uncalibrated
-until probe records exist. What is NOT modelled: generation time of GRPO/RLOO (only the training step), MoE all-to-all,
+A ranking model, not a promise: every constant below is named and cites where its value comes from. The MFU curve
+(MFU_MAX, MFU_HALF_TOKENS) is fitted per GPU from probe records that timed their steps (`hpcmem validate --against
+probes --fit`, `hpcmem calibrate --collect`: hpcmem.validate.speed) and read from the GPU's calibration file
+(`throughput`); a GPU without one uses the documented defaults below, uncalibrated. What is NOT modelled: generation time of GRPO/RLOO (only the training step), MoE all-to-all,
 kernel-level differences between attention implementations, CPU dataloader stalls.
 
 Formulas
@@ -26,11 +28,47 @@ from dataclasses import dataclass
 
 from hpcmem.spec import ModelSpec
 
+# What the model cannot tell apart: its FLOP counts follow the formulas above, its efficiencies (MFU curve, overlap,
+# bandwidths) are uncalibrated guesses, and between two plans that differ in micro-batch, recompute or sharding they
+# move the ratio of tokens/s by about this much (MFU_MAX alone spans the reported 35–55 %: ±20 % in absolute terms, of
+# which a ranking keeps the part that does not cancel). A stated judgment, not a measurement: plans within it are
+# ranked by memory headroom (hpcmem.plan.best_first.rank_plans) until probe timings calibrate the model.
+THROUGHPUT_UNCERTAINTY = 0.10
 # Model FLOPs utilisation as a function of the tokens in one micro-batch: a saturating (Michaelis–Menten) curve
-# MFU(t) = MFU_MAX · t / (t + MFU_HALF_TOKENS). Uncalibrated; shape from Megatron-LM/torchtitan reports of 35–55 %
-# MFU on Llama-class models at 8k+ tokens per GPU and much lower at a few hundred tokens (kernel launch bound).
+# MFU(t) = MFU_MAX · t / (t + MFU_HALF_TOKENS). The default, uncalibrated: shape from Megatron-LM/torchtitan reports of
+# 35–55 % MFU on Llama-class models at 8k+ tokens per GPU and much lower at a few hundred tokens (kernel launch bound).
 MFU_MAX = 0.55
 MFU_HALF_TOKENS = 1024
+# A GPU described without its bf16 rate (`--gpu 96GB`; the V100 has no bf16): the ranking still needs a compute rate to
+# weigh against communication and offload copies. An A100-class guess, uncalibrated like the GPU itself.
+UNKNOWN_TFLOPS = 300.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class MfuCurve:
+    """MFU(t) = mfu_max · t / (t + half_tokens), t the tokens of one micro-batch; `source` says where it comes from."""
+
+    mfu_max: float = MFU_MAX
+    half_tokens: float = MFU_HALF_TOKENS
+    source: str = "default (uncalibrated)"
+
+    def at(self, tokens: float) -> float:
+        return self.mfu_max * tokens / (tokens + self.half_tokens)
+
+
+DEFAULT_MFU = MfuCurve()
+
+
+def mfu_curve(gpu_name: str | None) -> MfuCurve:
+    """The GPU's fitted curve from its calibration file (`throughput`: mfu_max, mfu_half_tokens, n), else the default."""
+    from hpcmem.gpu_calibration import load_calibration
+
+    fit = (load_calibration(gpu_name) or {}).get("throughput") if gpu_name else None
+    try:
+        return MfuCurve(mfu_max=float(fit["mfu_max"]), half_tokens=float(fit["mfu_half_tokens"]),
+                        source=f"fitted on {int(fit['n'])} timed probe runs ({fit.get('fitted_at', '?')[:10]})")
+    except (TypeError, KeyError, ValueError):
+        return DEFAULT_MFU
 # Interconnect bandwidths in GB/s per GPU, achieved bus bandwidth (nccl-tests busbw), uncalibrated.
 NVLINK_GBPS = {"H100-80GB": 360.0, "H200": 360.0, "B200": 720.0, "GH200-96GB": 360.0, "A100-80GB": 230.0,
                "A100-40GB": 230.0, "H100-NVL-94GB": 300.0, "MI300X": 300.0, "V100-32GB": 130.0}
@@ -58,6 +96,7 @@ class Throughput:
     comm_s: float                   # exposed collective time
     offload_s: float                # optimizer / parameter / activation copies and CPU-Adam
     mfu: float
+    flops: float = 0.0              # model FLOPs of one optimizer step on one GPU (what MFU is a share of)
 
 
 def flops_params(model: ModelSpec) -> int:
@@ -89,27 +128,30 @@ class Setting:
     offload_params: bool
     peft: str                   # none | lora | qlora
     trainable_params: int
+    seq_shards: int = 1         # ranks one row is split over (context / sequence parallelism); `tokens` is the share
+    seq_split: str = ""         # "cp" | "sp" | ""
 
 
 def throughput(s: Setting, *, n_flops: int, n_params: int, layers: int, attn_width: int, hidden: int,
-               world: int, num_machines: int, peak_tflops: float, link_gbps: float) -> Throughput:
+               world: int, num_machines: int, peak_tflops: float, link_gbps: float,
+               mfu_curve: MfuCurve = DEFAULT_MFU, kv_width: int = 0) -> Throughput:
     per_tok = (4 if s.peft != "none" else 6) * n_flops + 12 * layers * attn_width * s.attn_seq
     if s.gc == "full":
         per_tok += 2 * n_flops + 4 * layers * attn_width * s.attn_seq
     elif s.gc == "selective":
         per_tok += 2 * n_flops
-    mfu = MFU_MAX * s.tokens / (s.tokens + MFU_HALF_TOKENS)
-    micro_compute = per_tok * s.tokens / (peak_tflops * 1e12 * mfu)
+    mfu = mfu_curve.at(s.tokens)
+    micro_compute = per_tok * s.tokens / ((peak_tflops or UNKNOWN_TFLOPS) * 1e12 * mfu)
     if s.peft == "qlora":
         micro_compute *= QLORA_DEQUANT_SLOWDOWN
     compute = micro_compute * s.grad_accum
-    comm_bytes = _comm_bytes(s, n_params, world)
+    comm_bytes = _comm_bytes(s, n_params, world) + _sequence_comm_bytes(s, layers, attn_width, kv_width or attn_width)
     comm = comm_bytes / (link_gbps * 1e9) * (1 - COMM_OVERLAP_FRACTION) if world > 1 else 0.0
     offload = _offload_seconds(s, n_params, world, layers, hidden)
     step = compute + comm + offload
     useful = s.tokens * s.useful_fraction * s.grad_accum
     return Throughput(tokens_per_s_per_gpu=useful / step, step_s=step, compute_s=compute, comm_s=comm,
-                      offload_s=offload, mfu=mfu)
+                      offload_s=offload, mfu=mfu, flops=per_tok * s.tokens * s.grad_accum)
 
 
 def _comm_bytes(s: Setting, n_params: int, world: int) -> float:
@@ -120,6 +162,23 @@ def _comm_bytes(s: Setting, n_params: int, world: int) -> float:
         gathers = 2 * (2 * n_params) * s.grad_accum       # all-gather params in forward and backward, each micro-step
         return ring * (gathers + grads * s.grad_accum)    # reduce-scatter gradients every micro-step
     return ring * 2 * grads                               # one all-reduce (or RS + AG) per step
+
+
+def _sequence_comm_bytes(s: Setting, layers: int, attn_width: int, kv_width: int) -> float:
+    """Bytes each rank moves per optimizer step for a split row, per layer and pass (forward, the recompute under
+    full checkpointing, backward). CP (torch ring attention, hpcmem.estimate.parallel): the other ranks' bf16 k/v
+    each pass, plus fp32 dk/dv passed around the ring in backward. SP (DeepSpeed Ulysses): all-to-alls of q, k, v
+    and the output, (sp − 1)/sp of the local share each, forward and backward."""
+    if s.seq_shards == 1:
+        return 0.0
+    passes = 3 if s.gc == "full" else 2
+    others = (s.seq_shards - 1) / s.seq_shards
+    if s.seq_split == "cp":
+        kv_row = 2 * s.tokens * s.seq_shards * kv_width                     # k and v of the whole row, elements
+        per_layer = others * kv_row * (2 * passes + 4)                      # bf16 gathers + fp32 dk/dv in backward
+    else:
+        per_layer = others * 2 * s.tokens * (2 * attn_width + 2 * kv_width) * passes
+    return per_layer * layers * s.grad_accum
 
 
 def _offload_seconds(s: Setting, n_params: int, world: int, layers: int, hidden: int) -> float:

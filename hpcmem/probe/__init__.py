@@ -1,4 +1,4 @@
-"""Instrument 2: run N real steps of the real TRL trainer on cuda or cpu and record the peaks (design/ACCURACY.md).
+"""Instrument 2: run N real steps of the real TRL trainer on cuda or cpu and record the peaks.
 
 `run_probe(job, ...)` estimates first, measures (one process, or one worker per rank for multi-process jobs), and
 appends one JSON line to `estimator/probes/<gpu>.jsonl`. Heavy packages load inside the functions that need them.
@@ -12,11 +12,13 @@ from typing import Any
 
 
 def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int = 1,
-              capacity_bytes: int | None = None, out: str | Path | None = None, write: bool = True
-              ) -> dict[str, Any]:
-    """Estimate, run, record. Returns the record; `write=False` keeps it out of the records file."""
-    from hpcmem.probe.record import append_record, records_path
-    from hpcmem.probe.runner import estimate_before, make_record, measure, quiet
+              capacity_bytes: int | None = None, out: str | Path | None = None, write: bool = True,
+              after: tuple[str, ...] = ()) -> Any:
+    """Estimate, run, record. Returns the Record (hpcmem.record); `write=False` keeps it out of the records file,
+    else it is appended to `record_file(record, out)`. `after`: phases of the job to run once training is done, each
+    measured on its own ("evaluation", "checkpoint save")."""
+    from hpcmem.probe.runner import estimate_before, measure, quiet
+    from hpcmem.record import append_record
 
     if steps <= warmup_steps:
         raise ValueError(f"steps ({steps}) must exceed warmup_steps ({warmup_steps}): the peak is taken after warm-up")
@@ -34,18 +36,34 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
         job = on_this_gpu(job)
     started = time.time()
     estimate, estimate_error = estimate_before(job)
-    if job.parallel.world_size > 1:
+    if job.parallel.world_size > 1 or job.parallel.deepspeed:
+        # DeepSpeed initialises torch.distributed even for one process, from the torchrun variables (RANK,
+        # MASTER_ADDR, …) that run_ranks sets: a single-GPU ZeRO run is a world of one worker
         from hpcmem.probe.dist import run_ranks
 
         measured = run_ranks(job, device=device, steps=steps, warmup_steps=warmup_steps,
-                             capacity_bytes=capacity_bytes)
+                             capacity_bytes=capacity_bytes, after=after)
     else:
         quiet()
         measured = measure(job, device=device, steps=steps, warmup_steps=warmup_steps,
-                           capacity_bytes=capacity_bytes)
-    if measured.get("status") in ("error", "aborted"):
-        from hpcmem.errors import HpcmemError
+                           capacity_bytes=capacity_bytes, after=after)
+    record = finished_record(job, measured, estimate=estimate, estimate_error=estimate_error, device=device,
+                             steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes, started=started)
+    if write:
+        append_record(record_file(record, out), record)
+    return record
 
+
+def finished_record(job: Any, measured: dict[str, Any], *, estimate: dict[str, Any] | None, estimate_error: str | None,
+                    device: str, steps: int, warmup_steps: int, capacity_bytes: int | None, started: float) -> Any:
+    """The Record of a measurement (this process's, or ranks merged by hpcmem.probe.dist); a run that failed or was
+    stopped is an HpcmemError naming why (the failing rank's last output), never a record."""
+    import dataclasses
+
+    from hpcmem.errors import HpcmemError
+    from hpcmem.probe.runner import make_record
+
+    if measured.get("status") in ("error", "aborted"):
         ranks = measured.get("ranks", [])
         tails = [r.get("log_tail", "") for r in ranks if r.get("status") == "error"]
         if tails:
@@ -54,13 +72,15 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
         raise HpcmemError("probe failed (no record written): " + "; ".join(reasons))
     record = make_record(job, measured=measured, estimate=estimate, estimate_error=estimate_error, device=device,
                          steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes, started=started)
-    record["timings"] = {"wall_s": round(time.time() - started, 3), **(measured.get("timings") or {})}
-    if write:
-        gpu = (record.get("gpu") or {}).get("gpu_name") if device != "cpu" else None
-        path = Path(out) if out else records_path(gpu)
-        append_record(path, record)
-        record["_path"] = str(path)
-    return record
+    return dataclasses.replace(record, timings={"wall_s": round(time.time() - started, 3),
+                                                **(measured.get("timings") or {})})
+
+
+def record_file(record: Any, out: str | Path | None) -> Path:
+    """Where a probe's record goes: `out`, else estimator/probes/<the GPU it ran on>.jsonl (cpu.jsonl on CPU)."""
+    from hpcmem.record import records_path
+
+    return Path(out) if out else records_path(record.gpu_name if record.device != "cpu" else None)
 
 
 def align_allocator(job: Any, device: str) -> Any:
@@ -70,7 +90,7 @@ def align_allocator(job: Any, device: str) -> Any:
     import dataclasses
     import os
 
-    from hpcmem.probe.record import expandable_in_env
+    from hpcmem.record import expandable_in_env
 
     if device != "cuda":
         return job

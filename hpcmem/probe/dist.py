@@ -3,7 +3,8 @@ WORLD_SIZE, MASTER_ADDR/PORT in the environment), let each measure itself, and m
 
 On CPU the ranks talk over gloo (accelerate picks it for MULTI_CPU; DeepSpeed's CPU accelerator likewise), so
 ZeRO-1/2/3 and FSDP2 sharding can be measured without a GPU. `python -m hpcmem.probe.dist PAYLOAD OUT_DIR` is the
-worker entry point.
+worker entry point; a calibration campaign starts the same worker on several nodes (one SLURM task per rank, the
+same variables from SLURM's) through `rank_worker`, and merges what the ranks wrote with `merge_ranks`.
 """
 
 from __future__ import annotations
@@ -29,15 +30,12 @@ def free_port() -> int:
 
 
 def run_ranks(job: Any, *, device: str, steps: int, warmup_steps: int, capacity_bytes: int | None,
-              timeout_s: float = WORKER_TIMEOUT_S) -> dict[str, Any]:
+              timeout_s: float = WORKER_TIMEOUT_S, after: tuple[str, ...] = ()) -> dict[str, Any]:
     """Measure every rank of `job.parallel.num_processes` local processes; return the merged measurement."""
-    from hpcmem.probe.record import job_to_dict
-
     world = job.parallel.num_processes
     with tempfile.TemporaryDirectory(prefix="hpcmem-ranks-") as tmp:
-        payload = Path(tmp) / "payload.json"
-        payload.write_text(json.dumps({"job": job_to_dict(job), "device": device, "steps": steps,
-                                       "warmup_steps": warmup_steps, "capacity_bytes": capacity_bytes}))
+        payload = write_payload(Path(tmp), job, device=device, steps=steps, warmup_steps=warmup_steps,
+                                capacity_bytes=capacity_bytes, after=after)
         port = free_port()
         procs = []
         for rank in range(world):
@@ -62,6 +60,27 @@ def run_ranks(job: Any, *, device: str, steps: int, warmup_steps: int, capacity_
                 tail = (Path(tmp) / f"rank{rank}.log").read_bytes()[-4000:].decode(errors="replace")
                 ranks.append({"status": "error", "rank": rank, "exit_code": code, "log_tail": tail})
     return merge_ranks(ranks)
+
+
+def write_payload(folder: Path, job: Any, **run: Any) -> Path:
+    """What every rank reads: the job and how to run it (device, steps, warmup_steps, capacity_bytes, after)."""
+    from hpcmem.record import job_to_dict
+
+    path = Path(folder) / "payload.json"
+    path.write_text(json.dumps({"job": job_to_dict(job), **run}))
+    return path
+
+
+def read_ranks(folder: Path, world: int) -> list[dict[str, Any]]:
+    """The per-rank results a world of ranks left in `folder`. A rank that wrote none was stopped (its launcher ends
+    every rank once one ends badly, an OOM included) or crashed: "aborted", its log is the job's."""
+    out = []
+    for rank in range(world):
+        path = Path(folder) / f"rank{rank}.json"
+        out.append(json.loads(path.read_text()) if path.is_file() else
+                   {"status": "aborted", "rank": rank, "reason": f"rank {rank} left no result (stopped after another "
+                                                                  "rank ended, or crashed: see the job's log)"})
+    return out
 
 
 def supervise(procs: list[subprocess.Popen], out_dir: Path, *, timeout_s: float,
@@ -122,14 +141,21 @@ def merge_ranks(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         for key in ("peak_phase", "phases", "device_info", "timings", "not_applied"):
             merged[key] = worst.get(key)
         merged["worst_rank"] = ranks.index(worst)
+    timed = [r for r in ranks if r.get("status") == "ok" and r.get("step_times_s")]
+    if timed and len({len(r["step_times_s"]) for r in timed}) == 1:
+        # a step ends for the job when its slowest rank ends it; tokens are per GPU (each rank's own micro-batches)
+        merged["step_times_s"] = [max(times) for times in zip(*(r["step_times_s"] for r in timed))]
+        merged["tokens_per_step"] = [round(sum(t) / len(t)) for t in zip(*(r.get("tokens_per_step") or
+                                                                         [0] * len(r["step_times_s"]) for r in timed))]
     ooms = [r["oom"] for r in ranks if r.get("oom")]
     if ooms:
         merged["oom"] = ooms[0]
     return merged
 
 
-def _worker(payload_path: str, out_dir: str) -> int:
-    from hpcmem.probe.record import job_from_dict
+def rank_worker(payload_path: str | Path, out_dir: str | Path) -> int:
+    """One rank: measure the payload's job as RANK / LOCAL_RANK of the environment, write rank<N>.json."""
+    from hpcmem.record import job_from_dict
     from hpcmem.probe.runner import measure, quiet
 
     quiet()
@@ -137,7 +163,8 @@ def _worker(payload_path: str, out_dir: str) -> int:
     rank = int(os.environ["RANK"])
     job = job_from_dict(payload["job"])
     result = measure(job, device=payload["device"], steps=payload["steps"], warmup_steps=payload["warmup_steps"],
-                     capacity_bytes=payload["capacity_bytes"], local_rank=int(os.environ["LOCAL_RANK"]), shards=True)
+                     capacity_bytes=payload["capacity_bytes"], local_rank=int(os.environ["LOCAL_RANK"]), shards=True,
+                     after=tuple(payload.get("after", ())))
     result["rank"] = rank
     tmp = Path(out_dir) / f".rank{rank}.json"
     tmp.write_text(json.dumps(result, default=str))
@@ -146,4 +173,4 @@ def _worker(payload_path: str, out_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_worker(sys.argv[1], sys.argv[2]))
+    sys.exit(rank_worker(sys.argv[1], sys.argv[2]))

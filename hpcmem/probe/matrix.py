@@ -34,6 +34,11 @@ class Case:
     cost_s: float = 25.0                       # expected wall time on one H100/H200, start-up included
     capacity_gib: float | None = None          # simulate a smaller GPU (an OOM data point)
     env: dict[str, str] = field(default_factory=dict)
+    new: bool = False                          # a cell no GPU record has measured yet: the kit runs these early
+    requires: tuple[str, ...] = ()             # importable modules it needs (skipped, and said so, without them)
+    solo: bool = False                         # never shares the GPU (DeepSpeed workers, simulated capacities)
+    sized: bool = False                        # flags sized for this GPU at run time: --tiny keeps them
+    capacity_bytes: int | None = None          # an exact simulated capacity (boundary runs in --tiny dry runs)
 
 
 Q05, L1, L8, M7, Q7 = ("Qwen/Qwen2.5-0.5B", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B",
@@ -79,6 +84,20 @@ CASES: tuple[Case, ...] = (
                                                              **BF16, "use_peft": True,
                                                              "lora_target_modules": "q_proj,k_proj,v_proj,o_proj"},
          90.0),
+    # cells no GPU has measured yet (the kit runs them right after the boundary sweep)
+    Case("sft-qwen05-actoffload", "sft", Q05, {**SFT, **BF16, "activation_offloading": True}, 30.0, new=True),
+    Case("sft-llama1b-actoffload-nogc", "sft", L1, {**SFT, **BF16, "activation_offloading": True,
+                                                    "gradient_checkpointing": False}, 35.0, new=True),
+    Case("sft-qwen05-zero2-offload", "sft", Q05, {**SFT, **BF16, "accelerate_config": "zero2",
+                                                  "offload_optimizer_device": "cpu"}, 60.0, new=True, solo=True),
+    Case("sft-qwen05-zero3-offload", "sft", Q05, {**SFT, **BF16, "accelerate_config": "zero3",
+                                                  "offload_optimizer_device": "cpu", "offload_param_device": "cpu"},
+         60.0, new=True, solo=True),
+    Case("sft-gemma2-9b-lora-eager", "sft", "google/gemma-2-9b", {"max_length": 1024, "per_device_train_batch_size": 1,
+                                                                   **BF16, "use_peft": True,
+                                                                   "attn_implementation": "eager"}, 60.0, new=True),
+    Case("sft-qwen05-qlora", "sft", Q05, {**SFT, **BF16, "use_peft": True, "load_in_4bit": True}, 40.0, new=True,
+         requires=("bitsandbytes",), solo=True),
 )
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512}
@@ -106,7 +125,7 @@ def tiny_config(model: str, folder: Path) -> str:
 
 def command_line(case: Case, *, device: str, out: str, model: str, tiny: bool, steps: int) -> list[str]:
     flags = dict(case.flags)
-    if tiny:
+    if tiny and not case.sized:
         flags.update({k: v for k, v in TINY_LENGTHS.items() if k in flags or k in ("max_length",)})
         if case.trainer in ("grpo", "rloo"):
             flags.pop("max_length", None)
@@ -115,10 +134,40 @@ def command_line(case: Case, *, device: str, out: str, model: str, tiny: bool, s
     for key, value in flags.items():
         argv += [f"--{key}", json.dumps(value) if isinstance(value, dict) else str(value).lower()
                  if isinstance(value, bool) else str(value)]
-    if case.capacity_gib is not None:
+    if case.capacity_bytes is not None:
+        argv += ["--capacity-bytes", str(case.capacity_bytes)]
+    elif case.capacity_gib is not None:
         capacity = int(case.capacity_gib * 1024**3) if not tiny else 4 * 1024**2
         argv += ["--capacity-bytes", str(capacity)]
     return argv
+
+
+def missing(case: Case, device: str) -> str | None:
+    """Why the case cannot run here (a module it needs, or QLoRA off CUDA), or None."""
+    import importlib.util
+
+    gone = [m for m in case.requires if importlib.util.find_spec(m) is None]
+    if gone:
+        return f"{', '.join(gone)} not importable"
+    if case.flags.get("load_in_4bit") and device != "cuda":
+        return "bitsandbytes quantizes on CUDA only"
+    return None
+
+
+def run_case(case: Case, *, device: str, out: str, model: str, tiny: bool, steps: int, timeout_s: float,
+             env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One `hpcmem probe` subprocess (a fresh CUDA context); its record goes to `out`. Returns the kit's result."""
+    argv = command_line(case, device=device, out=out, model=model, tiny=tiny, steps=steps)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HPCMEM_PROBE_CASE": case.name, **case.env, **(env or {})}
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=max(timeout_s, 1.0))
+        status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+        tail = (proc.stdout + proc.stderr)[-1500:]
+    except subprocess.TimeoutExpired:
+        status, tail = "timeout", ""
+    return {"case": case.name, "status": status, "seconds": round(time.monotonic() - t0, 1),
+            **({"tail": tail} if status != "ok" else {})}
 
 
 def run(cases: list[Case], *, device: str, out: str, budget_s: float, tiny: bool, steps: int,
@@ -128,22 +177,14 @@ def run(cases: list[Case], *, device: str, out: str, budget_s: float, tiny: bool
     with tempfile.TemporaryDirectory(prefix="hpcmem-matrix-") as tmp:
         for case in cases:
             left = budget_s - (time.monotonic() - start)
-            if left < case.cost_s:
-                results.append({"case": case.name, "status": "skipped", "why": f"{left:.0f} s left < {case.cost_s}"})
+            why = missing(case, device)
+            if why or left < case.cost_s:
+                results.append({"case": case.name, "status": "skipped",
+                                "why": why or f"{left:.0f} s left < {case.cost_s}"})
                 continue
             model = tiny_config(case.model, Path(tmp)) if tiny else case.model
-            argv = command_line(case, device=device, out=out, model=model, tiny=tiny, steps=steps)
-            env = {**os.environ, "HF_HUB_OFFLINE": "1", "HPCMEM_PROBE_CASE": case.name, **case.env}
-            t0 = time.monotonic()
-            try:
-                proc = subprocess.run(argv, env=env, capture_output=True, text=True,
-                                      timeout=min(case_timeout_s, max(left, 1.0)))
-                status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
-                tail = (proc.stdout + proc.stderr)[-1500:]
-            except subprocess.TimeoutExpired:
-                status, tail = "timeout", ""
-            results.append({"case": case.name, "status": status, "seconds": round(time.monotonic() - t0, 1),
-                            **({"tail": tail} if status != "ok" else {})})
+            results.append(run_case(case, device=device, out=out, model=model, tiny=tiny, steps=steps,
+                                    timeout_s=min(case_timeout_s, left)))
             print(json.dumps(results[-1]), flush=True)
     return results
 
@@ -180,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _default_out(device: str) -> Path:
-    from hpcmem.probe.record import records_path
+    from hpcmem.record import records_path
 
     if device == "cpu":
         return records_path(None)

@@ -121,7 +121,7 @@ class CudaMeter:
     def __init__(self, index: int = 0, capacity_bytes: int | None = None, sample_s: float = 0.002) -> None:
         self.index = index
         self.capacity_bytes = capacity_bytes
-        self.nvml = NvmlSampler(index, sample_s)
+        self.nvml = NvmlSampler(index, sample_s, per_process=os.environ.get(SHARED_ENV) == "1")
         self.baseline_device_bytes = self.nvml.used()   # before this process creates its CUDA context
 
     def __enter__(self) -> CudaMeter:
@@ -132,6 +132,8 @@ class CudaMeter:
         if self.capacity_bytes is not None:
             torch.cuda.set_per_process_memory_fraction(min(1.0, self.capacity_bytes / total), self.index)
         torch.cuda.reset_peak_memory_stats(self.index)
+        if self.nvml.per_process:
+            torch.empty(1, device=f"cuda:{self.index}")     # the context exists: NVML lists this process from here
         self.nvml.start()
         return self
 
@@ -178,11 +180,17 @@ class CudaMeter:
                 "driver": self.nvml.driver(), "cudnn": torch.backends.cudnn.version()}
 
 
-class NvmlSampler:
-    """Device used bytes, sampled by a daemon thread; falls back to `torch.cuda.mem_get_info` without NVML."""
+SHARED_ENV = "HPCMEM_PROBE_SHARED_GPU"
 
-    def __init__(self, index: int, sample_s: float) -> None:
+
+class NvmlSampler:
+    """Device used bytes (or this process's, `per_process`), sampled by a daemon thread; falls back to
+    `torch.cuda.mem_get_info` without NVML."""
+
+    def __init__(self, index: int, sample_s: float, per_process: bool = False) -> None:
         self.index, self.sample_s = index, sample_s
+        self.per_process = per_process
+        self.pid = os.getpid()
         self.handle: Any = None
         self.source = "torch.cuda.mem_get_info"
         try:
@@ -201,6 +209,8 @@ class NvmlSampler:
         if self.handle is not None:
             import pynvml
 
+            if self.per_process:
+                return self._process_used()
             return int(pynvml.nvmlDeviceGetMemoryInfo(self.handle).used)
         import torch
 
@@ -215,9 +225,24 @@ class NvmlSampler:
         v = pynvml.nvmlSystemGetDriverVersion()
         return v.decode() if isinstance(v, bytes) else str(v)
 
+    def _process_used(self) -> int:
+        """This pid's used GPU memory (0 before its CUDA context exists)."""
+        import pynvml
+
+        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(self.handle):
+            if p.pid == self.pid and p.usedGpuMemory is not None:
+                return int(p.usedGpuMemory)
+        return 0
+
     def start(self) -> None:
         if self.handle is None:
             return
+        if self.per_process:
+            if self._process_used():
+                self.source = "nvml per-process"
+            else:           # a PID namespace hides us from NVML: the device total is all there is
+                self.per_process = False
+                self.source = "nvml device total (this pid is not listed by NVML)"
         self._thread = threading.Thread(target=self._run, name="hpcmem-nvml", daemon=True)
         self._thread.start()
 
@@ -274,6 +299,19 @@ def reset_rss_peak() -> None:
         with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
             fh.write("5")
     except OSError:
+        pass
+
+
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the kernel (glibc `malloc_trim(0)`), so the RSS is the memory in use;
+    elsewhere nothing happens."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
         pass
 
 

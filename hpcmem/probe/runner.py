@@ -6,6 +6,10 @@ Phases come from the trainer's own seams: `_prepare_inputs` (GRPO/RLOO generatio
 phase of every step gets its own peak; the run's peaks are the maxima over the steps after `warmup_steps` (optimizer
 states are born in the first step, so the first step is not the steady state).
 
+Speed: each step's wall time (the trainer's step-begin to step-end callbacks, the device synchronised at both) and
+the tokens its micro-batches held (`count_tokens`) are kept for every step after step 0 and `warmup_steps` (step 0
+also initialises cuBLAS and the allocator and creates the optimizer states: not the steady state).
+
 An out-of-memory error is a result, not a crash: the record says "oom" and that the need is ≥ the capacity.
 """
 
@@ -17,7 +21,7 @@ import time
 from typing import Any
 
 from hpcmem.probe import fixtures
-from hpcmem.probe.record import job_to_dict, package_versions, relevant_env
+from hpcmem.record import GpuInfo, Measured, Record, RunInfo, job_to_dict, package_versions, relevant_env
 
 METRICS = ("allocated_bytes", "reserved_bytes", "device_bytes", "device_derived_bytes", "rss_bytes")
 
@@ -25,14 +29,35 @@ METRICS = ("allocated_bytes", "reserved_bytes", "device_bytes", "device_derived_
 class PhaseClock:
     """Peaks per (step, phase): `switch(phase)` closes the running segment and starts the next."""
 
-    def __init__(self, meter: Any) -> None:
+    def __init__(self, meter: Any, sync: Any = None) -> None:
         self.meter = meter
+        self.sync = sync or (lambda: None)      # torch.cuda.synchronize on a GPU: kernels finish inside their step
         self.step: int | None = None
         self.phase = "setup"
         self.setup: dict[str, dict[str, int]] = {}
         self.steps: dict[int, dict[str, dict[str, int]]] = {}
+        self.began: dict[int, float] = {}
+        self.seconds: dict[int, float] = {}
+        self.tokens: dict[int, int] = {}
+
+    def begin_step(self, step: int) -> None:
+        self.sync()
+        self.began[step] = time.perf_counter()
+
+    def end_step(self, step: int) -> None:
+        self.sync()
+        if step in self.began:
+            self.seconds[step] = time.perf_counter() - self.began[step]
+
+    def add_tokens(self, count: int) -> None:
+        if self.step is not None:
+            self.tokens[self.step] = self.tokens.get(self.step, 0) + count
+
+    pinned = False      # while a job phase runs (probe/job_phases.py), the trainer's own seams do not switch
 
     def switch(self, phase: str, step: int | None = None) -> None:
+        if self.pinned:
+            return
         segment = self.meter.segment()
         bucket = self.setup if self.step is None else self.steps.setdefault(self.step, {})
         slot = bucket.setdefault(self.phase, {})
@@ -53,8 +78,11 @@ class PhaseClock:
                 merged = phases.setdefault(name, {})
                 for key, value in slot.items():
                     merged[key] = max(merged.get(key, 0), value)
+        timed = [s for s in sorted(self.seconds) if s >= max(1, warmup_steps)]
         out: dict[str, Any] = {"phases": phases, "setup": self.setup, "measured_steps": steady,
-                               "steps": [{"step": s, **_peaks(self.steps[s])} for s in done]}
+                               "steps": [{"step": s, **_peaks(self.steps[s])} for s in done],
+                               "step_times_s": [round(self.seconds[s], 6) for s in timed],
+                               "tokens_per_step": [self.tokens.get(s, 0) for s in timed]}
         out.update(_peaks(phases))
         return out
 
@@ -109,8 +137,9 @@ def make_meter(device: str, capacity_bytes: int | None, local_rank: int = 0) -> 
 
 
 def measure(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int = 1,
-            capacity_bytes: int | None = None, local_rank: int = 0, shards: bool | None = None) -> dict[str, Any]:
-    """Run the trainer and return what was measured (no estimate, no file)."""
+            capacity_bytes: int | None = None, local_rank: int = 0, shards: bool | None = None,
+            after: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the trainer and return what was measured (no estimate, no file); then the job phases `after` asks for."""
     import torch
 
     from hpcmem.probe.trainers import build_trainer
@@ -120,7 +149,7 @@ def measure(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int 
     model_id = job.model.name if real else f"hpcmem-random/{job.model.name}"
     shards = job.parallel.world_size > 1 if shards is None else shards
     meter = make_meter(device, capacity_bytes, local_rank)
-    clock = PhaseClock(meter)
+    clock = PhaseClock(meter, sync=None if device == "cpu" else torch.cuda.synchronize)
     result: dict[str, Any] = {"status": "ok"}
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
@@ -139,6 +168,14 @@ def measure(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int 
             trainer.train()
             clock.switch("end")
             timings["train_s"] = time.perf_counter() - t1
+            if after:
+                from hpcmem.probe.job_phases import run_job_phases
+
+                result["job_phases"] = run_job_phases(trainer, job, clock, after)
+        except ImportError as exc:      # a package the job needs is missing here (flash_attn, bitsandbytes…)
+            from hpcmem.errors import HpcmemError
+
+            raise HpcmemError(f"the run cannot start on this machine: {type(exc).__name__}: {exc}") from None
         except (torch.OutOfMemoryError, RuntimeError) as exc:
             if not is_oom(exc):
                 raise
@@ -205,6 +242,7 @@ def _instrument(trainer: Any, clock: PhaseClock, job: Any, shards: bool) -> Any:
     class Phases(TrainerCallback):
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             clock.switch("prepare" if generation else "forward", step=state.global_step)
+            clock.begin_step(state.global_step)
             if inventory is not None:
                 inventory.attach(state.global_step)
 
@@ -217,11 +255,13 @@ def _instrument(trainer: Any, clock: PhaseClock, job: Any, shards: bool) -> Any:
             clock.switch("after_step")
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            clock.end_step(state.global_step - 1)       # global_step already counts the step just finished
             if inventory is not None:
                 inventory.snapshot("resident")
 
     trainer.add_callback(Phases())
     _wrap(trainer, "compute_loss", clock, "forward", "backward")
+    _count_tokens(trainer, clock)
     if generation:
         _wrap(trainer, "_prepare_inputs", clock, "generation", "forward")
     ref = getattr(trainer, "ref_model", None)
@@ -243,30 +283,52 @@ def _wrap(obj: Any, name: str, clock: PhaseClock, before: str, after: str) -> No
     setattr(obj, name, wrapped)
 
 
+def count_tokens(inputs: Any) -> int:
+    """Tokens one micro-batch trains on: the ones of its attention mask (TRL 1.16's SFT/DPO/Reward collators pad and
+    mask; DPO's holds chosen and rejected rows), else the prompt and completion masks (GRPO/RLOO after
+    `_prepare_inputs`), else every input id (packed and padding-free rows hold no padding)."""
+    if not isinstance(inputs, dict):
+        return 0
+    masks = [inputs[k] for k in ("attention_mask",) if k in inputs] or \
+        [inputs[k] for k in ("prompt_mask", "completion_mask") if k in inputs]
+    if masks:
+        return int(sum(int(m.sum()) for m in masks if hasattr(m, "sum")))
+    ids = inputs.get("input_ids")
+    return int(ids.numel()) if hasattr(ids, "numel") else 0
+
+
+def _count_tokens(trainer: Any, clock: PhaseClock) -> None:
+    original = trainer.compute_loss
+
+    def counted(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        clock.add_tokens(count_tokens(inputs))
+        return original(model, inputs, *args, **kwargs)
+
+    trainer.compute_loss = counted
+
+
 def make_record(job: Any, *, measured: dict[str, Any], estimate: dict[str, Any] | None,
                 estimate_error: str | None, device: str, steps: int, warmup_steps: int,
-                capacity_bytes: int | None, started: float) -> dict[str, Any]:
+                capacity_bytes: int | None, started: float) -> Record:
     import datetime as dt
     import uuid
 
-    from hpcmem.probe.record import SCHEMA
-    from hpcmem.validate.cells import cell_of
-
     info = measured.get("device_info") or {}
-    job_dict = job_to_dict(job)
-    trainer, technique = cell_of(job_dict)
-    return {
-        "schema": SCHEMA, "id": uuid.uuid4().hex, "source": "probe", "case": os.environ.get("HPCMEM_PROBE_CASE"),
-        "created": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds"),
-        "device": device, "gpu": info if device != "cpu" else None,
-        "cell": {"trainer": trainer, "technique": technique},
-        "job": job_dict, "model_config": _safe_config(job),
-        "run": {"steps": steps, "warmup_steps": warmup_steps, "capacity_bytes": capacity_bytes,
-                "num_processes": job.parallel.world_size},
-        "versions": {**package_versions(), **_torch_versions(info)},
-        "env": relevant_env(), "estimate": estimate, "estimate_error": estimate_error,
-        "status": measured.get("status"), "measured": measured,
-    }
+    gpu = None
+    if device != "cpu":
+        gpu = GpuInfo(gpu_name=info.get("gpu_name"), memory_bytes=info.get("memory_bytes"),
+                      driver=None if info.get("driver") is None else str(info["driver"]),
+                      extra={k: v for k, v in info.items() if k not in ("gpu_name", "memory_bytes", "driver")})
+    return Record(
+        id=uuid.uuid4().hex, case=os.environ.get("HPCMEM_PROBE_CASE"), campaign=os.environ.get("HPCMEM_CAMPAIGN"),
+        created=dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds"),
+        device=device, gpu=gpu, job=job_to_dict(job), model_config=_safe_config(job),
+        run=RunInfo(steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes,
+                    num_processes=job.parallel.world_size),
+        versions={**package_versions(), **_torch_versions(info)}, env=relevant_env(), estimate=estimate,
+        estimate_error=estimate_error, status=str(measured.get("status")),
+        measured=Measured.from_json(measured, "probe result"),
+    )
 
 
 def _torch_versions(info: dict[str, Any]) -> dict[str, Any]:

@@ -10,11 +10,13 @@ the plugin the TrainingArguments already built — the same fully_shard path a G
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 from typing import Any
 
 from hpcmem.errors import HpcmemError
 from hpcmem.probe import fixtures
+from hpcmem.probe.layouts import attach_parallelism_on_cpu, needs_cpu_fsdp_mesh, parallelism_env
 from hpcmem.trl_fields import MODEL_CONFIG_FIELDS, TRAINER_FIELDS
 
 TRAINERS = {"sft": ("SFTTrainer", "SFTConfig"), "dpo": ("DPOTrainer", "DPOConfig"),
@@ -33,9 +35,10 @@ class ProbeUnsupported(HpcmemError):
 def check_supported(job: Any, device: str) -> None:
     t = job.train
     problems = []
-    if t.quantized:
-        problems.append("4/8-bit bases need bitsandbytes weights from from_pretrained; the probe builds random "
-                        "weights from a config — probe the unquantized LoRA job or pass a local quantized checkpoint")
+    if t.quantized and not (device == "cuda" and fixtures.has_weights(job.model.name)):
+        problems.append("4/8-bit bases are quantized by bitsandbytes inside from_pretrained, on CUDA: the probe "
+                        "builds random weights from a config — pass a local checkpoint folder (config.json + weights) "
+                        "and --device cuda, or probe the unquantized LoRA job")
     if t.use_vllm:
         problems.append("use_vllm: the probe runs transformers generation; vLLM pools are not probed yet")
     if device == "cpu" and job.parallel.fsdp and job.parallel.fsdp_version != 2:
@@ -61,7 +64,9 @@ def trainer_config(job: Any, *, steps: int, device: str, output_dir: str) -> tup
         elif value != getattr(defaults, name):
             dropped.append(name)
     kw.update(
-        output_dir=output_dir, max_steps=steps, report_to="none", save_strategy="no", disable_tqdm=True,
+        # evaluation and checkpoints run once, after training, when the probe is asked (probe/job_phases.py)
+        output_dir=output_dir, max_steps=steps, report_to="none", save_strategy="no", eval_strategy="no",
+        disable_tqdm=True,
         logging_steps=10**6, dataloader_num_workers=0, learning_rate=1e-6, use_cpu=device == "cpu",
         model_init_kwargs=model_init_kwargs(t),
     )
@@ -83,8 +88,20 @@ def model_init_kwargs(t: Any) -> dict[str, Any]:
     return {"dtype": t.dtype, **({"attn_implementation": attn} if attn else {})}
 
 
-_TRAINING_ARGS = {"output_dir", "max_steps", "report_to", "save_strategy", "disable_tqdm", "logging_steps",
+_TRAINING_ARGS = {"output_dir", "max_steps", "report_to", "save_strategy", "eval_strategy", "disable_tqdm",
+                  "logging_steps",
                   "dataloader_num_workers", "learning_rate", "use_cpu", "deepspeed", "fsdp", "fsdp_config"}
+
+
+def quantization_config(t: Any) -> Any:
+    """The BitsAndBytesConfig TRL's own scripts hand the trainer for a 4/8-bit base (trl/scripts/sft.py main:
+    `quantization_config=get_quantization_config(model_args)`), or None."""
+    if not t.quantized:
+        return None
+    from trl import ModelConfig, get_quantization_config
+
+    return get_quantization_config(ModelConfig(load_in_4bit=t.load_in_4bit, load_in_8bit=t.load_in_8bit,
+                                               use_bnb_nested_quant=t.use_bnb_nested_quant, dtype=t.dtype))
 
 
 def _parallel_args(job: Any) -> dict[str, Any]:
@@ -128,6 +145,9 @@ def build_trainer(job: Any, *, steps: int, device: str, model_id: str, cfg: dict
         import deepspeed
 
         deepspeed.init_distributed(dist_backend="gloo")
+    # a parallelism config reaches Accelerator through the environment, as from `accelerate launch`
+    if not needs_cpu_fsdp_mesh(job, device):
+        os.environ.update(parallelism_env(job))
     cls = getattr(trl, TRAINERS[t.trainer][0])
     kw: dict[str, Any] = {"model": model_id, "args": args,
                           "train_dataset": fixtures.dataset(job, steps),
@@ -135,12 +155,16 @@ def build_trainer(job: Any, *, steps: int, device: str, model_id: str, cfg: dict
                           "peft_config": peft_config(job)}
     if t.trainer in ("grpo", "rloo"):
         kw["reward_funcs"] = [fixtures.length_reward]
+    if t.quantized:
+        kw["quantization_config"] = quantization_config(t)
     trainer = cls(**kw)
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)        # no log lines from the probe's steps
     if device == "cpu" and job.parallel.fsdp:
         enable_fsdp_on_cpu(trainer)
+    if needs_cpu_fsdp_mesh(job, device):
+        attach_parallelism_on_cpu(trainer, job)
     return trainer, dropped
 
 
@@ -151,6 +175,11 @@ def enable_fsdp_on_cpu(trainer: Any) -> None:
     plugin = FullyShardedDataParallelPlugin(**dict(trainer.args.fsdp_plugin_args or {}))
     if trainer.accelerator.mixed_precision != "no":
         plugin.set_mixed_precision(trainer.accelerator.mixed_precision)
+    if getattr(plugin.cpu_offload, "pin_memory", False):
+        # a CPU-only torch cannot pin memory (no accelerator); the offloaded shards are the same bytes, unpinned
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        plugin.cpu_offload = CPUOffloadPolicy(pin_memory=False)
     state.distributed_type = DistributedType.FSDP
     state.fsdp_plugin = plugin
     trainer.is_fsdp_enabled = True

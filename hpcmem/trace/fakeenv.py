@@ -1,7 +1,7 @@
 """The fake world the trace runs in: a FakeTensorMode on the fake CPU, the value oracle, and the two patches that
 let library code treat fake tensors like real ones.
 
-Why each adjustment (feasibility notes in design/ACCURACY.md, checked again on torch 2.13 / transformers 5.24):
+Why each adjustment (each checked on torch 2.13 / transformers 5.24):
 
 - Fake **cpu**, not meta or fake cuda: meta and fake cuda send SDPA to the math kernel (saves [B, H, S, S]); fake
   cpu picks `_scaled_dot_product_flash_attention_for_cpu` (out + fp32 logsumexp, what CUDA flash saves).

@@ -35,6 +35,7 @@ class TraceResult:
     num_ops: int = 0
     timeline: list[Any] | None = None       # TimelinePoints when run_trace(..., timeline=True); not in the JSON
     allocator: dict[str, dict[str, Any]] | None = None  # mode -> simulated allocator stats (run_trace allocator=)
+    events: list[Any] | None = None     # the recorded device stream (hpcmem.trace.events); not in the JSON
 
     def __post_init__(self) -> None:
         total = sum(self.components.values())

@@ -121,6 +121,12 @@ def rl_notes(job: JobSpec, generation: bool = False) -> list[str]:
     return notes
 
 
+# the trace's worst case: the last completion one token shorter (a padded batch). A GPU probe forces every completion
+# to max_completion_length (hpcmem.probe.fixtures.dataset), so hpcmem.bench.allocator_records turns this off to
+# replay the probe's own batches.
+PAD_LAST_COMPLETION = True
+
+
 def _constant_reward(completions: Any, **kwargs: Any) -> list[float]:
     return [0.0] * len(completions)
 
@@ -158,7 +164,7 @@ def _rl_class(trainer: str, fake: bool, completion_length: int, generation: bool
             # every completion runs to max_completion_length but the last, one token shorter: real completions end at
             # different lengths, so the batch carries a padding mask (the same convention as SFT's padded worst case)
             completions = [[FIRST_TOKEN_ID] * completion_length for _ in prompt_ids]
-            if len(completions) > 1 and completion_length > 1:
+            if PAD_LAST_COMPLETION and len(completions) > 1 and completion_length > 1:
                 completions[-1] = completions[-1][:-1]
             return (completions, None) if trainer == "grpo" else completions     # GRPO: (ids, sampling logprobs)
 

@@ -36,17 +36,22 @@ ADJUSTMENTS: tuple[str, ...] = (
 
 
 def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False,
-              allocator: bool | str = False, generation: bool = False, steps: int | None = None) -> TraceResult:
+              allocator: bool | str = False, generation: bool = False, steps: int | None = None,
+              snapshot: Any = None) -> TraceResult:
     """Trace two training steps of `job` (single GPU) and return the peak and its breakdown.
 
     `generation` (GRPO/RLOO, off by default: slow): run TRL's transformers `generate` call to full length in the
     phase "generation" instead of skipping it (hpcmem.trace.rl).
 
-    `steps` (default 2): optimizer steps to run; 1 sees every activation term of the step without the optimizer
-    states (hpcmem.trace.learn reads the layers' terms from it, at half the cost).
+    `allocator` (off by default): record every counted device allocation (hpcmem.trace.events) and replay the stream
+    through the caching-allocator model with cuBLAS's workspaces (hpcmem.trace.replay) — True/"default",
+    "expandable" (expandable_segments:True) or "both"; the stats land in `result.allocator`, the stream in
+    `result.events`. `steps` (default 2): optimizer steps to run; a GPU probe runs 3 and reads steps 2–3; 1 sees every
+    activation term of the step without the optimizer states (hpcmem.trace.learn reads the layers' terms from it, at
+    half the cost).
 
-    `allocator` (off by default): replay every counted device allocation through the caching-allocator model —
-    True/"default", "expandable" (expandable_segments:True) or "both"; its stats land in `result.allocator`."""
+    `snapshot` (a hpcmem.trace.snapshot.SnapshotRecorder, off by default) records every device allocation with its
+    Python frames and phase, in the layout of torch's memory snapshot; the allocator model, if any, still hears all."""
     if kernels not in KERNELS:
         raise SpecError(f"kernels must be one of {', '.join(KERNELS)}; got {kernels!r}")
     _check_single_gpu(job)
@@ -59,11 +64,16 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
     from hpcmem.trace.tracker import CUDA_BLOCK_BYTES, StorageTracker
 
     design = design_batch(job)
-    sim = _allocator_sim(allocator)
+    sim, modes = _allocator_sim(allocator)
+    listener = sim
+    if snapshot is not None:
+        snapshot.inner, listener = sim, snapshot
     tracker = StorageTracker(round_to=CUDA_BLOCK_BYTES if kernels == "cuda" else 1, timeline=timeline,
-                             allocator=sim)
+                             allocator=listener)
+    if snapshot is not None:
+        snapshot.phase = lambda: tracker.current_phase
     notes: list[str] = list(ADJUSTMENTS) + trainer_notes(job, generation)
-    with _quiet(), fake_world() as (_, oracle):
+    with _quiet(), fake_world() as (_, oracle), _trace_steps(steps):
         mapping = cuda_mapping(tracker, job) if kernels == "cuda" else contextlib.nullcontext([])
         with mapping as mapped:
             trainer, num_params = _build(job, design, generation)
@@ -77,23 +87,59 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
     if oracle.unknown_reads:
         notes.append(f"unknown values read as defaults: {dict(oracle.unknown_reads)}")
     out = _result(job, tracker, result, kernels, notes, num_params, design, time.perf_counter() - start)
-    if sim is not None:
+    if modes:
+        out.events = sim.events
+        out.allocator = replay_modes(job, sim.events, modes)
+    elif sim is not None and hasattr(sim, "stats"):
         out.allocator = sim.stats()
     return out
 
 
-def _allocator_sim(choice: Any) -> Any:
-    """The simulated caching allocator(s) the tracker feeds, or None when off (an object with malloc/free/stats is
-    used as given: hpcmem.bench.allocator_sim records the event stream that way)."""
-    from hpcmem.trace.allocator import AllocatorSet, allocator_modes
+def _allocator_sim(choice: Any) -> tuple[Any, tuple[str, ...]]:
+    """The listener the tracker feeds and the allocator modes to replay: an EventLog for a mode choice, None when off;
+    an object with malloc/free is used as given (hpcmem.bench.allocator_sim records the stream that way)."""
+    from hpcmem.trace.allocator import allocator_modes
+    from hpcmem.trace.events import EventLog
 
     if hasattr(choice, "malloc"):
-        return choice
+        return choice, ()
     try:
         modes = allocator_modes(choice)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
-    return AllocatorSet(modes) if modes else None
+    return (EventLog(), modes) if modes else (None, ())
+
+
+def replay_modes(job: JobSpec, events: list[Any], modes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """The allocator model's stats per mode for a recorded stream, cuBLAS workspaces sized for the job's GPU."""
+    from hpcmem.estimate.workspaces import workspace_bytes
+    from hpcmem.trace.replay import Workspaces, replay
+
+    ws = Workspaces(cublas=workspace_bytes(job.gpu))
+    out = {}
+    for mode in modes:
+        r = replay(events, expandable=mode == "expandable", workspaces=ws)
+        out[mode] = {**r.stats, "steady_reserved_bytes": r.steady_reserved_bytes,
+                     "steady_allocated_bytes": r.steady_allocated_bytes, "workspace_bytes": r.workspace_bytes}
+    return out
+
+
+@contextlib.contextmanager
+def _trace_steps(steps: int | None) -> Any:
+    """Run `steps` optimizer steps: the trainer builders read hpcmem.trace.trainer.TRACE_STEPS when they size the
+    dataset and set max_steps."""
+    import hpcmem.trace.trainer as builders
+
+    if steps is None:
+        yield
+        return
+    if steps < 1:
+        raise SpecError(f"steps must be ≥ 1; got {steps}")
+    saved, builders.TRACE_STEPS = builders.TRACE_STEPS, steps
+    try:
+        yield
+    finally:
+        builders.TRACE_STEPS = saved
 
 
 def trainer_notes(job: JobSpec, generation: bool = False) -> list[str]:

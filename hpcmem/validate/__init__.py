@@ -2,7 +2,7 @@
 
 `against_probes(...)` reads probe records, re-estimates them, and returns the table (and, on request, fits and stores
 the per-GPU calibration and draws the scatter). Stdlib apart from matplotlib for the PNG. The calibration loader the
-estimator uses is `hpcmem.validate.calibration.load_calibration`.
+estimator uses is `hpcmem.gpu_calibration.load_calibration`.
 """
 
 from __future__ import annotations
@@ -22,17 +22,27 @@ class Report:
     png: str | None = None
     calibrations: list[str] = field(default_factory=list)
     num_records: int = 0
+    speed: list[Any] = field(default_factory=list)          # hpcmem.validate.speed.SpeedRow, with speed=True
 
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
 
-        return {"cells": [asdict(r) for r in self.rows], "notes": self.notes, "files": self.files, "png": self.png,
-                "calibrations": self.calibrations, "num_records": self.num_records}
+        out = {"cells": [asdict(r) for r in self.rows], "notes": self.notes, "files": self.files, "png": self.png,
+               "calibrations": self.calibrations, "num_records": self.num_records}
+        if self.speed:
+            from hpcmem.validate.speed import to_json
+
+            out["speed"] = to_json(self.speed)
+        return out
 
 
 def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | None = None, fit: bool = False,
-                   stored: bool = False, gpu: str | None = None) -> Report:
-    from hpcmem.probe.record import estimator_dir
+                   stored: bool = False, gpu: str | None = None, fit_dir: str | Path | None = None,
+                   speed: bool = False, extra: dict[str, Any] | None = None) -> Report:
+    """`fit=True` stores each GPU's calibration in `fit_dir` (default: calibration.default_fit_dir()), with `extra`
+    keys added to each file (a campaign's provenance); `speed=True` also holds the planner's throughput model to the
+    timed runs (hpcmem.validate.speed), and a fit then carries the GPU's MFU curve when enough runs were timed."""
+    from hpcmem.record import estimator_dir
     from hpcmem.validate import calibration
     from hpcmem.validate.probes import load
     from hpcmem.validate.table import table
@@ -40,16 +50,25 @@ def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | N
     loaded = load(list(paths) if paths else [estimator_dir() / "probes"], stored=stored, gpu=gpu)
     report = Report(rows=[], notes=list(loaded.notes), files=loaded.files, num_records=len(loaded.records))
     slugs = sorted({p.gpu for p in loaded.points})
+    if speed or fit:
+        from hpcmem.validate.speed import rows_for
+
+        report.speed = rows_for(loaded)
     if fit:
         for slug in slugs:
-            recs = [r for r in loaded.records if r.get("_slug") == slug]
-            cal = calibration.fit(recs, [p for p in loaded.points if p.gpu == slug], slug, loaded.files)
-            report.calibrations.append(str(calibration.save(cal)))
+            recs = loaded.by_gpu.get(slug, [])
+            cal = calibration.fit(recs, [p for p in loaded.points if p.gpu == slug], slug, loaded.files,
+                                  speed=[r for r in report.speed if r.gpu == slug])
+            folder = Path(fit_dir) if fit_dir else calibration.default_fit_dir()
+            report.calibrations.append(str(calibration.save({**cal, **(extra or {})}, folder)))
+    if not speed:
+        report.speed = []
     margins: dict[tuple[str, str], float] = {}
     for slug in slugs:
         found = calibration.margins_for(slug)
         if not found:
-            report.notes.append(f"{slug}: uncalibrated (no estimator/calibration/{slug}.json): safe-bound margin 0")
+            report.notes.append(f"{slug}: uncalibrated (no calibrations/{slug}.json on the search path, "
+                                "hpcmem.gpu_calibration): safe-bound margin 0")
         margins.update({(slug, peak): m for peak, m in found.items()})
     report.rows = table(loaded.points, margins)
     if png and loaded.points:

@@ -1,13 +1,23 @@
-"""Calibrated constants fitted from probe records, stored as data with their provenance (stdlib only).
+"""Fit the per-GPU calibration from probe records and save it as data with its provenance (stdlib only).
 
-One file per GPU model: estimator/calibration/<gpu-slug>.json. What is fitted, on the training split only:
+One file per GPU model, `<gpu-slug>.json`; hpcmem.gpu_calibration serves it to the estimate from the site-data search
+path. What is fitted, on the training split only:
   context        device − reserved at the peak: CUDA context, cuBLAS/cuDNN, NCCL, everything outside PyTorch's
                  allocator; per driver version (median, p95, n)
   allocator      reserved ≈ a · allocated + b, per expandable_segments setting (least squares)
-  margins        per peak: the smallest m such that predicted · (1 + m) covers ≥ COVERAGE of the training runs
+  margins        per peak, the safe-bound margin m: predicted · (1 + m) covers the run. With n training runs, the
+                 needed margins max(0, measured / predicted − 1) are sorted and the k-th smallest is taken, k =
+                 min(n, ⌈TARGET_COVERAGE · (n + 1)⌉). A new run exchangeable with these is then covered with
+                 probability ≥ k / (n + 1) (the split-conformal bound: Vovk et al. 2005; Lei et al. 2018 "Distribution-
+                 Free Predictive Inference for Regression" §2.2), and that k / (n + 1) — not the target — is the
+                 `coverage` stored: 18 runs give the largest of 18 and 18/19 = 94.7 %, 98 % needs n ≥ 49. An OOM
+                 run adds its lower bound (capacity / predicted − 1).
 The split is deterministic: a record whose sha1(id) is 0 mod HOLDOUT_EVERY is held out; the file reports how the
-fitted constants do on the held-out runs. `load_calibration(gpu_name)` is what the estimator calls; with no file for
-a GPU it returns None and the estimate says "uncalibrated".
+fitted constants do on the held-out runs.
+
+Where `save` writes (`default_fit_dir`): the first `$HPCMEM_DATA` folder when that is set; else, in a source checkout
+(pyproject.toml beside the package), the package's own hpcmem/calibrations/ — the files that ship; else the user's
+~/.config/hpcmem/calibrations.
 """
 
 from __future__ import annotations
@@ -15,93 +25,50 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
+import os
 from pathlib import Path
 from typing import Any
 
-from hpcmem.probe.record import estimator_dir, gpu_slug, ran_expandable
+from hpcmem.datapath import ENV_DATA, PACKAGE_DIR, write_dir
+from hpcmem.gpu_calibration import KIND, load_calibration, peak_margins
+from hpcmem.gpus import catalog_name_for, gpu_slug
+from hpcmem.record import Record
 from hpcmem.validate.table import PEAKS, Point, median, quantile
 
 HOLDOUT_EVERY = 5
-COVERAGE = 0.98        # ACCURACY.md: the safe bound under-estimates ≤ 2 % of runs
+TARGET_COVERAGE = 0.98  # the safe bound should under-estimate ≤ 2 % of runs; what n allows is stored as `coverage`
 SCHEMA = 1
 
 
-def calibration_dir(root: Path | None = None) -> Path:
-    return (root or estimator_dir()) / "calibration"
-
-
-def load_calibration(gpu_name: str | None, root: Path | None = None) -> dict[str, Any] | None:
-    """The calibration of a GPU model, or None when it was never probed.
-
-    `gpu_name` may be the catalog name or an alias (hpcmem/gpus.json: "H100-80GB", "H100") or the name the driver
-    reports ("NVIDIA H100 80GB HBM3"). Besides the fitted tables the dict has `context_bytes` (the median context of
-    the driver with most records) and `source` (one line of provenance), which hpcmem.gpus reads.
-    """
-    folder = calibration_dir(root)
-    if not folder.is_dir():
-        return None
-    wanted = {gpu_slug(gpu_name)}
-    entry = catalog_entry(gpu_name or "")
-    if entry is not None:
-        wanted |= {gpu_slug(n) for n in [entry["name"], *entry.get("aliases", [])]}
-    for path in sorted(folder.glob("*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
-        names = {path.stem, gpu_slug(data.get("catalog_name")), *map(gpu_slug, data.get("device_names", []))}
-        if wanted & (names - {"cpu"}) or (gpu_slug(gpu_name) == "cpu" and path.stem == "cpu"):
-            return data
-    return None
-
-
-def catalog_entry(name: str) -> dict[str, Any] | None:
-    """The hpcmem/gpus.json entry for a catalog name or alias (read here: hpcmem.gpus itself calls us)."""
-    key = name.strip().lower()
-    for entry in _gpu_catalog():
-        if key in {n.lower() for n in [entry["name"], *entry.get("aliases", [])]}:
-            return entry
-    return None
-
-
-def catalog_name_for(device_name: str | None, memory_bytes: int | None) -> str | None:
-    """Which catalog GPU a driver-reported name is: its model token ("H100") in the name, the variant tokens (PCIe,
-    NVL) agreeing, and the memory within 8 % of the catalog's."""
-    if not device_name:
-        return None
-    text = device_name.lower().replace(" ", "-")
-    best, best_score = None, -1
-    for entry in _gpu_catalog():
-        tokens = entry["name"].lower().split("-")
-        if tokens[0] not in text:
-            continue
-        if memory_bytes and abs(entry["memory_bytes"] - memory_bytes) > 0.08 * entry["memory_bytes"]:
-            continue
-        variants = [t for t in ("pcie", "nvl", "sxm") if t in text]
-        score = sum(t in tokens for t in variants) - sum(t not in text for t in tokens[1:] if not t.endswith("gb"))
-        if score > best_score:
-            best, best_score = entry["name"], score
-    return best
-
-
-def _gpu_catalog() -> list[dict[str, Any]]:
-    from importlib import resources
-
-    return json.loads(resources.files("hpcmem").joinpath("gpus.json").read_text())["gpus"]
+def default_fit_dir() -> Path:
+    """Where `hpcmem validate --fit` writes (module docstring)."""
+    if any(p.strip() for p in os.environ.get(ENV_DATA, "").split(os.pathsep)):
+        return write_dir(KIND)
+    if (PACKAGE_DIR.parent / "pyproject.toml").is_file():
+        return PACKAGE_DIR / KIND
+    return write_dir(KIND)
 
 
 def held_out(record_id: str) -> bool:
     return int(hashlib.sha1(record_id.encode()).hexdigest(), 16) % HOLDOUT_EVERY == 0
 
 
-def fit(records: list[dict[str, Any]], points: list[Point], gpu: str, sources: list[str]) -> dict[str, Any]:
-    """Fit one GPU's constants from its records and the estimate/measurement points made from them."""
-    ok = [r for r in records if r.get("status") == "ok"]
-    train_ids = {str(r.get("id")) for r in records if not held_out(str(r.get("id")))}
+def fit(records: list[Record], points: list[Point], gpu: str, sources: list[str],
+        speed: list[Any] | None = None) -> dict[str, Any]:
+    """Fit one GPU's constants from its records and the estimate/measurement points made from them; with `speed`
+    rows (hpcmem.validate.speed) also the throughput model's MFU curve when enough runs timed their steps."""
+    from hpcmem.validate.speed import fit_mfu
+
+    ok = [r for r in records if r.status == "ok"]
+    train_ids = {r.id for r in records if not held_out(r.id)}
     train = [p for p in points if p.record_id in train_ids]
     test = [p for p in points if p.record_id not in train_ids]
     margins = {peak: _margin([p for p in train if p.peak == peak]) for peak in PEAKS}
-    devices = sorted({str((r.get("gpu") or {}).get("gpu_name")) for r in records if r.get("gpu")})
-    memory = next((int((r.get("gpu") or {}).get("memory_bytes") or 0) for r in records if r.get("gpu")), None)
+    devices = sorted({str(r.gpu_name) for r in records if r.gpu})
+    memory = next((int(r.gpu.memory_bytes or 0) for r in records if r.gpu), None)
     catalog_name = catalog_name_for(devices[0], memory) if devices else None
-    context = _context([r for r in ok if str(r.get("id")) in train_ids])
+    context = _context([r for r in ok if r.id in train_ids])
     main_driver = max(context, key=lambda d: context[d]["n"]) if context else None
     fitted_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     return {
@@ -114,18 +81,19 @@ def fit(records: list[dict[str, Any]], points: list[Point], gpu: str, sources: l
             "sources": sources, "num_records": len(records),
             "num_train_records": len(train_ids), "num_test_records": len(records) - len(train_ids),
             "split": f"held out when sha1(record id) % {HOLDOUT_EVERY} == 0",
-            "record_ids_sha1": hashlib.sha1("".join(sorted(str(r.get("id")) for r in records)).encode()).hexdigest(),
+            "record_ids_sha1": hashlib.sha1("".join(sorted(r.id for r in records)).encode()).hexdigest(),
             "versions": _versions(records),
         },
         "context": context,
-        "allocator": _allocator([r for r in ok if str(r.get("id")) in train_ids]),
+        "allocator": _allocator([r for r in ok if r.id in train_ids]),
         "margins": {k: v for k, v in margins.items() if v is not None},
         "held_out": _held_out_report(test, margins),
+        **({"throughput": mfu} if (mfu := fit_mfu(speed or [])) else {}),
     }
 
 
-def save(calibration: dict[str, Any], root: Path | None = None) -> Path:
-    path = calibration_dir(root) / f"{calibration['gpu']}.json"
+def save(calibration: dict[str, Any], folder: Path) -> Path:
+    path = Path(folder) / f"{calibration['gpu']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(calibration, indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -133,17 +101,21 @@ def save(calibration: dict[str, Any], root: Path | None = None) -> Path:
     return path
 
 
-def margins_for(gpu: str, root: Path | None = None) -> dict[str, float]:
-    cal = load_calibration(gpu, root)
-    return {k: float(v["margin"]) for k, v in (cal or {}).get("margins", {}).items()}
+def margins_for(gpu: str) -> dict[str, float]:
+    """The safe-bound margin per peak of a GPU's calibration on the search path (empty when uncalibrated)."""
+    cal = load_calibration(gpu)
+    return {peak: m.margin for peak, m in peak_margins(cal).items()} if cal else {}
 
 
 def _margin(points: list[Point]) -> dict[str, Any] | None:
-    """Smallest margin covering COVERAGE of the runs (censored runs: their capacity must be covered too)."""
+    """The conformal safe-bound margin of one peak (module docstring; an OOM run's need is ≥ capacity)."""
     if not points:
         return None
     needed = sorted(max(0.0, p.measured / p.predicted - 1.0) for p in points)
-    return {"margin": round(quantile(needed, COVERAGE), 6), "n": len(points), "coverage": COVERAGE}
+    n = len(needed)
+    k = min(n, math.ceil(TARGET_COVERAGE * (n + 1)))
+    return {"margin": round(needed[k - 1], 6), "n": n, "k": k, "coverage": round(k / (n + 1), 4),
+            "target_coverage": TARGET_COVERAGE}
 
 
 def _held_out_report(test: list[Point], margins: dict[str, Any]) -> dict[str, Any]:
@@ -161,24 +133,24 @@ def _held_out_report(test: list[Point], margins: dict[str, Any]) -> dict[str, An
     return out
 
 
-def _context(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _context(records: list[Record]) -> dict[str, Any]:
     by_driver: dict[str, list[int]] = {}
     for r in records:
-        m = r.get("measured") or {}
-        if m.get("device_peak_bytes") and m.get("peak_reserved_bytes"):
-            driver = str((r.get("gpu") or {}).get("driver") or "unknown")
-            by_driver.setdefault(driver, []).append(int(m["device_peak_bytes"]) - int(m["peak_reserved_bytes"]))
+        m = r.measured
+        if m.device_peak_bytes and m.peak_reserved_bytes:
+            driver = str((r.gpu.driver if r.gpu else None) or "unknown")
+            by_driver.setdefault(driver, []).append(m.device_peak_bytes - m.peak_reserved_bytes)
     return {d: {"median_bytes": int(median(v)), "p95_bytes": int(quantile(v, 0.95)), "n": len(v)}
             for d, v in sorted(by_driver.items())}
 
 
-def _allocator(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _allocator(records: list[Record]) -> dict[str, Any]:
     groups: dict[str, list[tuple[float, float]]] = {}
     for r in records:
-        m = r.get("measured") or {}
-        if m.get("peak_reserved_bytes") and m.get("peak_allocated_bytes"):
-            key = "expandable_segments" if ran_expandable(r.get("job"), r.get("env")) else "default"
-            groups.setdefault(key, []).append((float(m["peak_allocated_bytes"]), float(m["peak_reserved_bytes"])))
+        m = r.measured
+        if m.peak_reserved_bytes and m.peak_allocated_bytes:
+            key = "expandable_segments" if r.expandable else "default"
+            groups.setdefault(key, []).append((float(m.peak_allocated_bytes), float(m.peak_reserved_bytes)))
     return {k: _linear(v) for k, v in sorted(groups.items())}
 
 
@@ -197,10 +169,10 @@ def _linear(xy: list[tuple[float, float]]) -> dict[str, Any]:
             "median_ratio": round(median([y / x for x, y in xy if x]), 6)}
 
 
-def _versions(records: list[dict[str, Any]]) -> dict[str, list[str]]:
+def _versions(records: list[Record]) -> dict[str, list[str]]:
     out: dict[str, set[str]] = {}
     for r in records:
-        for k, v in (r.get("versions") or {}).items():
+        for k, v in r.versions.items():
             if v:
                 out.setdefault(k, set()).add(str(v))
     return {k: sorted(v) for k, v in sorted(out.items())}

@@ -100,7 +100,7 @@ def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tu
 
 
 def profiles_dir() -> Path:
-    from hpcmem.probe.record import estimator_dir
+    from hpcmem.record import estimator_dir
 
     return estimator_dir() / "coverage-profiles"
 
@@ -207,7 +207,7 @@ def run(types: list[str] | None, *, redo: bool = False, workers: int = 1, record
     import multiprocessing as mp
 
     from hpcmem.models.coverage import classification
-    from hpcmem.probe.record import estimator_dir
+    from hpcmem.record import estimator_dir
 
     path = records or estimator_dir() / "coverage.jsonl"
     done = set() if redo or not path.is_file() else {
@@ -243,7 +243,7 @@ def rescore(path: Path | None = None, types: list[str] | None = None) -> list[di
 
     from hpcmem.estimate import estimate
     from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.probe.record import estimator_dir
+    from hpcmem.record import estimator_dir
 
     path = path or estimator_dir() / "coverage.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -289,7 +289,7 @@ def _sweep_profile(name: str, cfg: dict[str, Any]) -> Any:
 
 
 def write_records(records: list[dict[str, Any]], path: Path | None = None) -> None:
-    from hpcmem.probe.record import estimator_dir
+    from hpcmem.record import estimator_dir
 
     path = path or estimator_dir() / "coverage.jsonl"
     tmp = path.with_suffix(".jsonl.tmp")
@@ -374,7 +374,7 @@ def report_markdown(records: list[dict[str, Any]]) -> str:
 
 
 def load_records(path: Path | None = None) -> list[dict[str, Any]]:
-    from hpcmem.probe.record import estimator_dir
+    from hpcmem.record import estimator_dir
 
     path = path or estimator_dir() / "coverage.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []

@@ -1,5 +1,5 @@
 """The scatter of predicted vs measured peaks (log axes, one colour per trainer, one marker per peak). matplotlib
-is imported here only, with the Agg backend, so validating needs no display and no matplotlib for the table."""
+is imported only when the picture is drawn (hpcmem.plots.mpl), so the table needs neither a display nor matplotlib."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ MIB = 1024**2
 
 
 def scatter(points: list[Point], path: str | Path, title: str = "hpcmem: estimate vs probe") -> Path:
-    import matplotlib
+    from hpcmem.plots.mpl import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("the accuracy scatter (--png)")
     from matplotlib.ticker import NullFormatter
 
     path = Path(path)

@@ -11,23 +11,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcmem.gpus import gpu_for_device
-from hpcmem.probe.record import gpu_slug, job_from_dict, read_records
-from hpcmem.validate.cells import cell_of
+from hpcmem.gpus import gpu_for_device, gpu_slug, recalibrated
+from hpcmem.record import PEAK_KEYS, Record, read_records
 from hpcmem.validate.table import PEAKS, Point
-
-# (estimate per_gpu key, measured key) per peak
-KEYS = {"allocated": ("peak_allocated_bytes", "peak_allocated_bytes"),
-        "reserved": ("peak_reserved_bytes", "peak_reserved_bytes"),
-        "device": ("device_peak_bytes", "device_peak_bytes")}
 
 
 @dataclass
 class Loaded:
-    records: list[dict[str, Any]]
+    records: list[Record]
     points: list[Point]
     notes: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    by_gpu: dict[str, list[Record]] = field(default_factory=dict)      # the GPU a file names → its records
 
 
 def record_files(paths: list[str | Path]) -> list[Path]:
@@ -37,7 +32,10 @@ def record_files(paths: list[str | Path]) -> list[Path]:
     return out
 
 
-def load(paths: list[str | Path], *, stored: bool = False, gpu: str | None = None) -> Loaded:
+def load(paths: list[str | Path], *, stored: bool = False, gpu: str | None = None,
+         estimate: bool = True) -> Loaded:
+    """Records of every file (the file's name is its GPU), each re-estimated unless `stored`; `estimate=False` reads
+    the records only."""
     files = record_files(paths)
     loaded = Loaded(records=[], points=[], files=[str(f) for f in files])
     for f in files:
@@ -45,26 +43,27 @@ def load(paths: list[str | Path], *, stored: bool = False, gpu: str | None = Non
         if gpu and slug != gpu_slug(gpu):
             continue
         for rec in read_records(f):
-            if rec.get("source", "probe") != "probe" or rec.get("status") not in ("ok", "oom"):
+            if not rec.finished:
                 continue
-            if rec.get("excluded"):        # kept for the record, left out of the accuracy, and said so
-                loaded.notes.append(f"record {str(rec.get('id', '?'))[:8]} ({rec.get('case') or '-'}) excluded: "
-                                    f"{rec['excluded']}")
+            if rec.excluded:               # kept for the record, left out of the accuracy, and said so
+                loaded.notes.append(f"record {rec.id[:8]} ({rec.case or '-'}) excluded: {rec.excluded}")
                 continue
-            rec["_slug"] = slug            # in memory only: the file the record came from names its GPU
+            loaded.by_gpu.setdefault(slug, []).append(rec)
             loaded.records.append(rec)
-            estimate, note = estimate_for(rec, stored)
+            if not estimate:
+                continue
+            est, note = estimate_for(rec, stored)
             if note:
                 loaded.notes.append(note)
-            if estimate is not None:
-                loaded.points.extend(points_of(rec, estimate, slug))
+            if est is not None:
+                loaded.points.extend(points_of(rec, est, slug))
     return loaded
 
 
-def estimate_for(rec: dict[str, Any], stored: bool) -> tuple[dict[str, Any] | None, str | None]:
-    saved = rec.get("estimate")
+def estimate_for(rec: Record, stored: bool) -> tuple[dict[str, Any] | None, str | None]:
+    saved = dict(rec.estimate) if rec.estimate else None
     if stored:
-        return saved, None if saved else f"record {rec.get('id', '?')[:8]}: no stored estimate"
+        return saved, None if saved else f"record {rec.id[:8]}: no stored estimate"
     try:
         from hpcmem.estimate import estimate
 
@@ -72,45 +71,45 @@ def estimate_for(rec: dict[str, Any], stored: bool) -> tuple[dict[str, Any] | No
     except Exception as exc:  # noqa: BLE001 - an old record whose spec no longer builds keeps its stored estimate
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         if saved:
-            return saved, f"record {rec.get('id', '?')[:8]}: re-estimate failed ({why}); used the stored estimate"
-        return None, f"record {rec.get('id', '?')[:8]}: no estimate ({why})"
+            return saved, f"record {rec.id[:8]}: re-estimate failed ({why}); used the stored estimate"
+        return None, f"record {rec.id[:8]}: no estimate ({why})"
 
 
-def record_job(rec: dict[str, Any]) -> Any:
-    """The job as it ran: the record's spec, its allocator environment, and — when the spec named no GPU — the catalog
-    GPU the probe ran on, so that the GPU's calibration and its cuBLAS workspace size apply."""
+def record_job(rec: Record) -> Any:
+    """The job as it ran: the record's spec, its allocator environment, and its GPU with today's calibration — the
+    one the spec named (catalog or described), else the catalog GPU the probe ran on — so that the GPU's
+    calibration and its cuBLAS workspace size apply."""
     import dataclasses
 
-    job = job_from_dict(rec["job"], rec.get("env"))
-    info = rec.get("gpu") or {}
-    gpu = gpu_for_device(info.get("gpu_name"), info.get("memory_bytes")) if job.gpu is None else None
+    job = rec.job_spec()
+    info = rec.gpu
+    if job.gpu is not None:
+        return dataclasses.replace(job, gpu=recalibrated(job.gpu))
+    gpu = gpu_for_device(info.gpu_name, info.memory_bytes) if info else None
     return dataclasses.replace(job, gpu=gpu) if gpu else job
 
 
-def points_of(rec: dict[str, Any], estimate: dict[str, Any], slug: str) -> list[Point]:
+def points_of(rec: Record, estimate: dict[str, Any], slug: str) -> list[Point]:
     per_gpu = estimate.get("per_gpu") or {}
-    measured = rec.get("measured") or {}
-    trainer, technique = cell_of(rec["job"])
-    oom = rec.get("status") == "oom"
-    capacity = ((measured.get("oom") or {}).get("need_at_least_bytes")
-                or (rec.get("run") or {}).get("capacity_bytes"))
+    trainer, technique = rec.cell
+    oom = rec.status == "oom"
+    capacity = (rec.measured.oom.need_at_least_bytes if rec.measured.oom else None) or rec.run.capacity_bytes
     out = []
     for peak in PEAKS:
-        est_key, meas_key = KEYS[peak]
-        predicted = per_gpu.get(est_key)
-        value = capacity if oom else measured.get(meas_key)
+        predicted = per_gpu.get(PEAK_KEYS[peak])
+        value = capacity if oom else rec.measured.peak(peak)
         if oom and peak != _oom_peak(rec):
             continue
         if predicted is None or not value:
             continue
         out.append(Point(gpu=slug, trainer=trainer, technique=technique, peak=peak, predicted=float(predicted),
-                         measured=float(value), censored=oom, record_id=str(rec.get("id", ""))))
+                         measured=float(value), censored=oom, record_id=rec.id))
     return out
 
 
-def _oom_peak(rec: dict[str, Any]) -> str:
+def _oom_peak(rec: Record) -> str:
     """What an OOM bounds: on CPU the tracked tensor bytes; on a GPU under --capacity-bytes the allocator's reserve
     (set_per_process_memory_fraction caps it); on a GPU at its own size the device (everything had to fit)."""
-    if rec.get("device") == "cpu":
+    if rec.device == "cpu":
         return "allocated"
-    return "reserved" if (rec.get("run") or {}).get("capacity_bytes") else "device"
+    return "reserved" if rec.run.capacity_bytes else "device"

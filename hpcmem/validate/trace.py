@@ -10,14 +10,14 @@ versions of torch/transformers/trl/peft, one line per case.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hpcmem.errors import HpcmemError
-from hpcmem.validate.cells import cell_of
+from hpcmem.progress import Progress
+from hpcmem.record.cells import cell_of
 from hpcmem.validate.table import median, quantile
 
 
@@ -69,14 +69,22 @@ def case_job(case: dict[str, Any]):
     return build_job(case["trainer"], settings)[0]
 
 
-def _trace_one(case: dict[str, Any]) -> dict[str, Any]:
-    """Worker: trace one case (imports torch lazily, once per worker process). A case that fails is returned with
-    its error, so one bad case never costs the rest of the matrix."""
+def _trace_one(task: tuple[dict[str, Any], bool, str | None]) -> dict[str, Any]:
+    """Worker: trace one case (imports torch lazily, once per worker process); with `reserved`, the allocator model
+    replays its device stream in both modes (and the stream is kept in `events_dir` when given). A case that fails is
+    returned with its error, so one bad case never costs the rest of the matrix."""
     from hpcmem.trace import run_trace
 
+    case, reserved, events_dir = task
     start = time.perf_counter()
     try:
-        result = run_trace(case_job(case), kernels="cuda", generation=bool(case.get("trace_generation"))).to_json()
+        r = run_trace(case_job(case), kernels="cuda", generation=bool(case.get("trace_generation")),
+                      allocator="both" if reserved else False)
+        result = r.to_json()
+        if reserved and events_dir:
+            from hpcmem.trace.events import save
+
+            save(Path(events_dir) / f"{case['id']}.json.gz", {"case": case}, r.events or [])
     except Exception as exc:  # noqa: BLE001 — reported per case by the caller
         return {"case": case, "error": f"{type(exc).__name__}: {exc}"[:500], "seconds": time.perf_counter() - start}
     return {"case": case, "trace": result, "seconds": time.perf_counter() - start}
@@ -102,9 +110,19 @@ def _result(done: dict[str, Any]) -> CaseResult:
               "traced_phase": done["trace"]["per_gpu"]["phase"], "traced_components": done["trace"]["per_gpu"][
                   "components"], "versions": done["trace"].get("trace", {}).get("versions", {}),
               "seconds": round(done["seconds"], 2)}
+    reserved = done.get("reserved") or model_reserved(done["trace"].get("trace", {}).get("allocator"))
+    if reserved:
+        record["reserved"] = reserved
     return CaseResult(case_id=str(case["id"]), trainer=trainer, technique=technique,
                       estimated=est["per_gpu"]["peak_allocated_bytes"], traced=traced, seconds=done["seconds"],
                       record=record)
+
+
+def model_reserved(allocator: dict[str, dict[str, Any]] | None) -> dict[str, int] | None:
+    """The allocator model's reserved peak per mode (cuBLAS workspaces included), from a trace's allocator stats."""
+    if not allocator:
+        return None
+    return {mode: int(st["peak_reserved_bytes"]) for mode, st in allocator.items()}
 
 
 def rescore(path: Path) -> list[CaseResult]:
@@ -112,7 +130,7 @@ def rescore(path: Path) -> list[CaseResult]:
     results = []
     for line in path.read_text().splitlines():
         rec = json.loads(line)
-        done = {"case": rec["case"], "seconds": rec.get("seconds", 0.0),
+        done = {"case": rec["case"], "seconds": rec.get("seconds", 0.0), "reserved": rec.get("reserved"),
                 "trace": {"per_gpu": {"peak_allocated_bytes": rec["traced"], "phase": rec["traced_phase"],
                                       "components": rec.get("traced_components", {})},
                           "trace": {"versions": rec.get("versions", {})}}}
@@ -120,23 +138,30 @@ def rescore(path: Path) -> list[CaseResult]:
     return sorted(results, key=lambda r: r.case_id)
 
 
-def run_cases(cases: list[dict[str, Any]], *, workers: int = 2, progress=None,
-              records: Path | None = None) -> list[CaseResult]:
+def run_cases(cases: list[dict[str, Any]], *, workers: int = 2, progress: Progress | None = None,
+              records: Path | None = None, reserved: bool = False, events_dir: str | None = None,
+              append: bool = False) -> list[CaseResult]:
     """Trace every case (in `workers` processes) and compare with the estimate. With `records`, each finished case
-    is appended at once (a long matrix keeps what it measured if it is stopped); failures raise at the end, listed."""
+    is appended at once (a long matrix keeps what it measured if it is stopped); failures raise at the end, listed.
+    `progress` (hpcmem.progress) hears of every finished case. `reserved`: replay the allocator model too
+    (hpcmem.validate.reserved scores the estimate's reserved peak)."""
     import multiprocessing as mp
 
     results: list[CaseResult] = []
     failures: list[str] = []
     if records is not None:
         records.parent.mkdir(parents=True, exist_ok=True)
-        records.write_text("")
+        if not append:
+            records.write_text("")
     ctx = mp.get_context("spawn")
     with ctx.Pool(processes=max(1, workers), maxtasksperchild=8) as pool:
-        for i, done in enumerate(pool.imap_unordered(_trace_one, cases), 1):
+        tasks = [(case, reserved, events_dir) for case in cases]
+        for done in pool.imap_unordered(_trace_one, tasks):
             if "error" in done:
                 failures.append(f"{done['case']['id']}: {done['error']}")
-                print(f"[{i}/{len(cases)}] {done['case']['id']} FAILED: {done['error']}", file=sys.stderr, flush=True)
+                if progress:
+                    progress.note(f"{done['case']['id']} FAILED: {done['error']}")
+                    progress.advance()
                 continue
             res = _result(done)
             results.append(res)
@@ -144,7 +169,7 @@ def run_cases(cases: list[dict[str, Any]], *, workers: int = 2, progress=None,
                 with records.open("a") as fh:
                     fh.write(json.dumps(res.record, sort_keys=True) + "\n")
             if progress:
-                progress(i, len(cases), res)
+                progress.advance(detail=_detail(res))
     if failures:
         raise HpcmemError(f"{len(failures)} of {len(cases)} cases could not be traced:\n" + "\n".join(failures))
     return sorted(results, key=lambda r: r.case_id)
@@ -183,18 +208,39 @@ def worst(results: list[CaseResult], k: int = 3) -> list[CaseResult]:
     return sorted(results, key=lambda r: abs(r.err_pct), reverse=True)[:k]
 
 
-def _progress(i: int, n: int, r: CaseResult) -> None:
-    print(f"[{i}/{n}] {r.case_id:<40} est {r.estimated / 2**30:8.2f} GiB  trace {r.traced / 2**30:8.2f} GiB  "
-          f"err {r.err_pct:+6.2f} %  ({r.seconds:.1f} s)", file=sys.stderr, flush=True)
+def _detail(r: CaseResult) -> str:
+    return (f"{r.case_id:<40} est {r.estimated / 2**30:8.2f} GiB  trace {r.traced / 2**30:8.2f} GiB  "
+            f"err {r.err_pct:+6.2f} %  ({r.seconds:.1f} s)")
+
+
+def _trace_reserved(chosen: list[dict[str, Any]], records: Path, *, workers: int, events_dir: str | None,
+                    progress: Progress) -> list[CaseResult]:
+    """Trace with the allocator model, resumably: finished cases go to <records>.partial.jsonl at once and a run
+    started again traces only the cases not there yet; when every case is done the records file is replaced."""
+    partial = records.with_name(records.stem + ".partial.jsonl")
+    done = {json.loads(line)["case"]["id"] for line in partial.read_text().splitlines()} if partial.is_file() else set()
+    todo = [c for c in chosen if c["id"] not in done]
+    progress.note(f"{len(chosen) - len(todo)} of {len(chosen)} cases already traced with the allocator model")
+    if len(todo) < len(chosen):
+        progress.advance(len(chosen) - len(todo))
+    run_cases(todo, workers=workers, progress=progress, records=partial, reserved=True, events_dir=events_dir,
+              append=True)
+    wanted = {c["id"] for c in chosen}
+    results = [r for r in rescore(partial) if r.case_id in wanted]
+    write_records(results, records)
+    partial.unlink()
+    return results
 
 
 def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as_json: bool = False,
-        write: bool = True, rescore_only: bool = False, **_ignored) -> list[dict[str, Any]]:
+        write: bool = True, rescore_only: bool = False, reserved: bool = False, events_dir: str | None = None,
+        **_ignored) -> list[dict[str, Any]]:
     """CLI entry: run the matrix (or re-estimate stored traces), write records and estimator/ACCURACY-trace.md,
-    print the table."""
+    print the table. `reserved`: trace with the allocator model (or, with `rescore_only`, read its stored numbers)
+    and print the estimate's reserved peak against it as well (hpcmem.validate.reserved)."""
     import click
 
-    from hpcmem.probe.record import estimator_dir
+    from hpcmem.record import estimator_dir
 
     root = estimator_dir()
     paths = [Path(cases)] if cases else sorted((root / "cases").glob("*.yaml"))
@@ -211,10 +257,14 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
             chosen = load_cases(path, ci_only=ci_only)
             if not chosen:
                 continue
-            click.echo(f"{path.name}: {len(chosen)} cases, {workers} workers", err=True)
-            results = run_cases(chosen, workers=workers, progress=_progress, records=records if write else None)
-            if write:
-                write_records(results, records)       # sorted by case id
+            with Progress(len(chosen), f"{path.name} ({workers} workers)", enabled=not as_json) as bar:
+                if reserved and write:
+                    results = _trace_reserved(chosen, records, workers=workers, events_dir=events_dir, progress=bar)
+                else:
+                    results = run_cases(chosen, workers=workers, progress=bar, records=records if write else None,
+                                        reserved=reserved, events_dir=events_dir)
+                    if write:
+                        write_records(results, records)       # sorted by case id
         all_results += results
     if not all_results:
         raise HpcmemError("no cases to run (estimator/cases/*.yaml, or --cases FILE)")
@@ -224,6 +274,11 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
         stored = [r for f in sorted((root / "traces").glob("*.jsonl")) if not f.stem.endswith("-ci")
                   for r in rescore(f)]
         (root / "ACCURACY-trace.md").write_text(report_markdown(cell_table(stored), stored))
+    if reserved:
+        from hpcmem.validate.reserved import report_reserved
+
+        report_reserved(all_results, as_json=as_json, write=write and not ci_only and not cases)
+        return rows
     if as_json:
         click.echo(json.dumps({"cells": rows, "cases": [r.record for r in all_results]}, indent=1))
     else:

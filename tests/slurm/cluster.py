@@ -1,6 +1,6 @@
 """A private SLURM 22.05 cluster on 127.0.0.1 for the slurm test tier: slurmctld + slurmd n1/n2, fake GPUs.
 
-What works here (shared/design/LAUNCH.md, "A real scheduler in the tests"): auth/none + cred/none (no munge),
+What works here (a real scheduler in the tests): auth/none + cred/none (no munge),
 proctrack/linuxproc, task/none, select/cons_tres, two `slurmd -N` on distinct ports with NodeAddr=127.0.0.1, gres
 `File=` pointing at character devices (links to /dev/null when mknod is not allowed), no cgroup.conf. The daemons run
 as the invoking user (root in CI; an unprivileged user with SLURM installed works too). Every daemon starts under `setsid` (so killing the caller's
@@ -19,7 +19,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,3 +185,30 @@ class SlurmCluster:
             if token.startswith("JobState="):
                 return token.split("=", 1)[1]
         return "UNKNOWN"
+
+
+def require_slurm() -> None:
+    """Skip without SLURM unless root, who installs it the way `make slurm-deps` does."""
+    import pytest
+
+    if slurm_available():
+        return
+    if os.geteuid() != 0:
+        pytest.skip("slurmctld is not installed and we are not root (`make slurm-deps` installs it as root)")
+    subprocess.run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm",
+                   shell=True, check=False, timeout=900, capture_output=True)
+    if not slurm_available():
+        pytest.fail("we are root but slurm-wlm did not install (see `make slurm-deps`)")
+
+
+def running_cluster() -> Iterator[SlurmCluster]:
+    """A started private cluster for a test module's fixture; stopped and removed afterwards."""
+    require_slurm()
+    root = Path(tempfile.mkdtemp(prefix="hpcmem-slurm-"))   # no spaces: slurm.conf paths are not quoted
+    c = SlurmCluster(root)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,241 @@
+"""The allocator model against GPU records: trace each probe record's job, replay its device stream through the
+caching-allocator model, compare with the reserved peak the GPU measured.
+
+    python -m hpcmem.bench.allocator_records --trace [--only CASE,...]   # record streams (minutes per big model)
+    python -m hpcmem.bench.allocator_records [--markdown]                 # replay + table (seconds)
+
+`--trace` runs `run_trace(job, allocator=..., steps=3)` for every scored record of `--records` (status ok, not
+excluded; the job and allocator setting are the record's own) whose stream is not stored yet, and writes it to
+`--events/<case>.json.gz` (resumable: stop it and start again). Three steps, because the probe runs three and reads
+the peaks of steps 2–3 (hpcmem.probe.runner, warmup_steps=1); the replay reads the same steps.
+
+The table: measured allocated / reserved (torch.cuda.memory_stats peaks) next to the model's, err % =
+100·(model − measured)/measured; "slack" = reserved − allocated of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDS = ROOT / "estimator" / "probes" / "nvidia-h200.jsonl"
+EVENTS = ROOT / "estimator" / "allocator" / "nvidia-h200"
+STEPS = 3
+MIB = 1024**2
+
+
+def scored(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records the probe table scores: ran to the end, not excluded, named by a matrix case."""
+    return [r for r in records if r.get("measured", {}).get("status") == "ok" and not r.get("excluded")
+            and r.get("case")]
+
+
+def record_job(rec: dict[str, Any]) -> Any:
+    from hpcmem.record import job_from_dict
+
+    return job_from_dict(rec["job"], rec.get("env"))
+
+
+@contextlib.contextmanager
+def probe_batches(job: Any, steps: int) -> Iterator[None]:
+    """While active, the trace feeds TRL the batches the GPU probe fed it, instead of its worst case every step:
+    - the probe's dataset size (hpcmem.probe.fixtures.dataset: GA × world × (steps + 2) micro-batches) and sampler
+      (TrainingArguments' defaults: `train_sampling_strategy="random"`, seed 42 — accelerate's SeedableRandomSampler
+      permutes with a generator seeded 42), so a padded SFT batch holds a shorter row only in the steps where the
+      probe's did (B = 4: steps 1 and 3 of 3, not step 2);
+    - DPO: the probe's text rows all reach max_length (no padded row);
+    - GRPO/RLOO: the probe forces every completion to max_completion_length (`min_new_tokens`): no shorter one."""
+    import hpcmem.trace.trainer as builders
+    from hpcmem.trace import pref, rl
+
+    t = job.train
+    micro_batches = t.gradient_accumulation_steps * job.parallel.world_size * (steps + 2)
+    saved = (builders.common_args, builders.make_dataset, pref.make_preference_dataset, rl.PAD_LAST_COMPLETION)
+    common_args, make_dataset, make_preference_dataset, _ = saved
+
+    def probe_args(job: Any, output_dir: str | None = None) -> dict[str, Any]:
+        return {**common_args(job, output_dir), "train_sampling_strategy": "random", "seed": 42}
+
+    def probe_dataset(design: Any, num_micro_batches: int, vocab_size: int) -> Any:
+        return make_dataset(design, micro_batches, vocab_size)
+
+    def probe_preference(job: Any, design: Any, num_micro_batches: int) -> Any:
+        if job.train.trainer == "dpo":
+            design = dataclasses.replace(design, documents=(design.documents[0],) * len(design.documents))
+        return make_preference_dataset(job, design, micro_batches)
+
+    builders.common_args, builders.make_dataset = probe_args, probe_dataset
+    pref.make_preference_dataset, rl.PAD_LAST_COMPLETION = probe_preference, False
+    try:
+        yield
+    finally:
+        builders.common_args, builders.make_dataset, pref.make_preference_dataset, rl.PAD_LAST_COMPLETION = saved
+
+
+def trace_record(rec: dict[str, Any], out: Path, *, generation: bool = False) -> float:
+    """Trace the record's job with the event log on and store the stream; returns the seconds it took."""
+    from hpcmem.trace import run_trace
+    from hpcmem.trace.events import save
+
+    job = record_job(rec)
+    start = time.perf_counter()
+    with probe_batches(job, STEPS):
+        r = run_trace(job, kernels="cuda", allocator="default", steps=STEPS, generation=generation)
+    seconds = time.perf_counter() - start
+    meta = {"case": rec["case"], "record_id": rec["id"], "steps": STEPS, "generation": generation,
+            "expandable": job.expandable_segments,
+            "trace_peak_allocated_bytes": r.peak_allocated_bytes, "trace_phase": r.phase,
+            "step_peaks": r.step_peaks, "versions": r.versions, "seconds": round(seconds, 1)}
+    save(out, meta, r.events or [])
+    return seconds
+
+
+def score(rec: dict[str, Any], stored: dict[str, Any], *, workspaces: Any = None) -> dict[str, Any]:
+    """Replay a stored stream in the record's allocator mode; the row of the table."""
+    from hpcmem.trace.replay import Workspaces, replay
+
+    job = record_job(rec)
+    r = replay(stored["events"], expandable=job.expandable_segments, workspaces=workspaces or Workspaces())
+    m = rec["measured"]
+    row = {"case": rec["case"], "trainer": job.train.trainer, "expandable": job.expandable_segments,
+           "alloc_gpu": m["peak_allocated_bytes"], "resv_gpu": m["peak_reserved_bytes"],
+           "alloc_model": r.steady_allocated_bytes, "resv_model": r.steady_reserved_bytes,
+           "step_peaks": {s: list(v) for s, v in sorted(r.step_peaks.items())}}
+    row["alloc_err_pct"] = 100.0 * (row["alloc_model"] - row["alloc_gpu"]) / row["alloc_gpu"]
+    row["resv_err_pct"] = 100.0 * (row["resv_model"] - row["resv_gpu"]) / row["resv_gpu"]
+    return row
+
+
+def cuda_replay(stored: dict[str, Any], *, expandable: bool) -> dict[str, Any]:
+    """Re-issue a stored stream on the current CUDA device (`torch.empty` per malloc, `del` per free, a workspace-sized
+    `torch.empty` kept at each thread's first GEMM, as replay() adds them) and return torch's peaks per step next to
+    the model's: the allocator model checked on the very same stream, apart from how faithful the trace is. The
+    process's PYTORCH_CUDA_ALLOC_CONF must match `expandable` (torch reads it once)."""
+    import torch
+
+    from hpcmem.estimate.workspaces import HOPPER_BYTES
+    from hpcmem.trace.events import step_of
+    from hpcmem.trace.replay import CUBLASLT_WORKSPACE_BYTES, Workspaces, replay
+
+    cap = torch.cuda.get_device_capability()
+    ws = Workspaces(cublas=HOPPER_BYTES if cap == (9, 0) else 4096 * 1024 * 2 + 16 * 1024 * 8)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    live: dict[int, Any] = {}
+    kept: list[Any] = []
+    taken: set[tuple[str, str]] = set()
+    real: dict[int, tuple[int, int]] = {}
+    step = 0
+    for i, ev in enumerate(stored["events"]):
+        if isinstance(ev, int):
+            if ev >= 0:
+                live[i] = torch.empty(ev, dtype=torch.uint8, device="cuda")
+            else:
+                del live[i + ev]
+        elif ev[0] == "phase" and step_of(ev[1]) not in (0, step):
+            if step:
+                st = torch.cuda.memory_stats()
+                real[step] = (st["allocated_bytes.all.peak"], st["reserved_bytes.all.peak"])
+            torch.cuda.reset_peak_memory_stats()
+            step = step_of(ev[1])
+        elif ev[0] == "gemm":
+            for name, nbytes in (("cublas", ws.cublas), ("cublaslt", CUBLASLT_WORKSPACE_BYTES if ev[2] == "lt" else 0)):
+                if nbytes and (ev[1], name) not in taken:
+                    taken.add((ev[1], name))
+                    kept.append(torch.empty(nbytes, dtype=torch.uint8, device="cuda"))
+    st = torch.cuda.memory_stats()
+    real[step] = (st["allocated_bytes.all.peak"], st["reserved_bytes.all.peak"])
+    model = replay(stored["events"], expandable=expandable, workspaces=ws)
+    del live, kept
+    torch.cuda.empty_cache()
+    return {"case": stored.get("case"), "expandable": expandable, "real": real, "model": model.step_peaks}
+
+
+def table(rows: list[dict[str, Any]], markdown: bool = False) -> str:
+    head = ["case", "mode", "alloc GPU", "alloc model", "err %", "resv GPU", "resv model", "err %",
+            "slack GPU", "slack model"]
+    lines = []
+    fmt = "| " + " | ".join(["{}"] * len(head)) + " |" if markdown else \
+        "{:<28}{:>6}{:>11}{:>12}{:>8}{:>11}{:>12}{:>8}{:>11}{:>12}"
+    lines.append(fmt.format(*head))
+    if markdown:
+        lines.append("|" + "---|" * len(head))
+    for r in rows:
+        lines.append(fmt.format(
+            r["case"], "exp" if r["expandable"] else "def", f"{r['alloc_gpu'] / MIB:,.0f}",
+            f"{r['alloc_model'] / MIB:,.0f}", f"{r['alloc_err_pct']:+.2f}", f"{r['resv_gpu'] / MIB:,.0f}",
+            f"{r['resv_model'] / MIB:,.0f}", f"{r['resv_err_pct']:+.2f}", f"{(r['resv_gpu'] - r['alloc_gpu']) / MIB:,.0f}",
+            f"{(r['resv_model'] - r['alloc_model']) / MIB:,.0f}"))
+    if rows:
+        from hpcmem.validate.table import median, quantile
+
+        for key in ("alloc_err_pct", "resv_err_pct"):
+            errs = [abs(r[key]) for r in rows]
+            lines.append(f"{key}: n {len(errs)}, median |err| {median(errs):.2f} %, p95 {quantile(errs, 0.95):.2f} %, "
+                         f"max {max(errs):.2f} %, under {sum(r[key] < 0 for r in rows)}")
+    lines.append("MiB; err % = 100·(model − GPU)/GPU; slack = reserved − allocated")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hpcmem.record import read_lines as read_records
+    from hpcmem.trace.events import load
+
+    ap = argparse.ArgumentParser(prog="python -m hpcmem.bench.allocator_records", description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=Path, default=RECORDS)
+    ap.add_argument("--events", type=Path, default=EVENTS, help="folder of stored streams")
+    ap.add_argument("--trace", action="store_true", help="trace the records whose stream is not stored yet")
+    ap.add_argument("--only", default=None, help="comma-separated case names")
+    ap.add_argument("--generation", action="store_true",
+                    help="--trace: GRPO/RLOO run transformers' generate to full length, as the probe did (slow)")
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--cuda-replay", action="store_true",
+                    help="on a CUDA machine: re-issue each stored stream with torch.empty and print torch's peaks "
+                         "next to the model's (run once plain, once with PYTORCH_CUDA_ALLOC_CONF="
+                         "expandable_segments:True)")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = ap.parse_args(argv)
+    records = scored(read_records(args.records))
+    if args.only:
+        wanted = set(args.only.split(","))
+        records = [r for r in records if r["case"] in wanted]
+    if args.trace:
+        for i, rec in enumerate(records, 1):
+            out = args.events / f"{rec['case']}.json.gz"
+            if out.is_file():
+                continue
+            print(f"[{i}/{len(records)}] tracing {rec['case']} …", file=sys.stderr, flush=True)
+            generation = args.generation and rec["job"]["train"]["trainer"] in ("grpo", "rloo")
+            seconds = trace_record(rec, out, generation=generation)
+            print(f"[{i}/{len(records)}] {rec['case']}: {seconds:.0f} s → {out}", file=sys.stderr, flush=True)
+    if args.cuda_replay:
+        from hpcmem.record import expandable_in_env
+
+        expandable = expandable_in_env(dict(os.environ))
+        for rec in records:
+            path = args.events / f"{rec['case']}.json.gz"
+            if path.is_file():
+                print(json.dumps(cuda_replay(load(path), expandable=expandable)), flush=True)
+        return 0
+    rows = []
+    for rec in records:
+        path = args.events / f"{rec['case']}.json.gz"
+        if path.is_file():
+            rows.append(score(rec, load(path)))
+        else:
+            print(f"no stored stream for {rec['case']} ({path}); --trace records it", file=sys.stderr)
+    print(json.dumps(rows, indent=1) if args.json else table(rows, args.markdown))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

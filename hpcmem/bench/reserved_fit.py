@@ -1,0 +1,155 @@
+"""Fit the reserved-slack coefficients of hpcmem.estimate.allocator to the caching-allocator model over the trace
+matrix, and report how they do on cases left out of the fit.
+
+    python -m hpcmem.bench.reserved_fit [--save estimator/reserved-fit.json]
+
+Rows: every stored trace record that carries the allocator model's reserved peak (`hpcmem validate --against trace
+--reserved`), once per allocator mode. Target: the model's slack, reserved − (traced tensors + the estimate's cuBLAS
+workspaces). Terms: `slack_terms` of the estimate for the same job. Fit: non-negative least squares of the slack
+relative to the reserved peak (every subset of terms solved exactly, the best one with no negative coefficient kept),
+on the training split — cases whose sha1(id) % 3 != 0 — then scored on the held-out third. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+FIT = ROOT / "estimator" / "reserved-fit.json"
+HOLDOUT_EVERY = 3
+MODES = ("default", "expandable")
+
+
+def held_out(case_id: str) -> bool:
+    return int(hashlib.sha1(case_id.encode()).hexdigest(), 16) % HOLDOUT_EVERY == 0
+
+
+def rows(traces: Path | None = None) -> list[dict[str, Any]]:
+    """One row per (case, mode): the terms, the model's slack, the estimate's allocated and the model's reserved."""
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.allocator import slack_terms
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.estimate.workspaces import NAME
+    from hpcmem.validate.trace import case_job
+
+    out = []
+    for path in sorted((traces or ROOT / "estimator" / "traces").glob("*.jsonl")):
+        if path.stem.endswith("-ci") or path.stem.endswith(".partial"):
+            continue
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            for mode in MODES:
+                reserved = (rec.get("reserved") or {}).get(mode)
+                if reserved is None:
+                    continue
+                job = dataclasses.replace(case_job(rec["case"]), expandable_segments=mode == "expandable")
+                est = estimate(job)
+                ws = sum(c.bytes for c in est.peak_phase.components if c.name == NAME)
+                terms = slack_terms(job, micro_batch(job), precision(job), lora_layout(job), est.peak_allocated_bytes)
+                out.append({"case": str(rec["case"]["id"]), "file": path.stem, "mode": mode, "terms": terms,
+                            "slack": reserved - rec["traced"] - ws, "reserved": reserved,
+                            "allocated": est.peak_allocated_bytes})
+    return out
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting; None when singular."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(m[r][c]))
+        if abs(m[p][c]) < 1e-12:
+            return None
+        m[c], m[p] = m[p], m[c]
+        for r in range(n):
+            if r != c:
+                f = m[r][c] / m[c][c]
+                m[r] = [x - f * y for x, y in zip(m[r], m[c], strict=True)]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def nnls(x: list[list[float]], y: list[float]) -> list[float]:
+    """min ||Xc − y||² over c ≥ 0, exactly, by solving every subset of columns (fine for a handful of terms)."""
+    k = len(x[0])
+    best, best_err = [0.0] * k, sum(v * v for v in y)
+    for size in range(1, k + 1):
+        for cols in itertools.combinations(range(k), size):
+            a = [[sum(r[i] * r[j] for r in x) for j in cols] for i in cols]
+            b = [sum(r[i] * v for r, v in zip(x, y, strict=True)) for i in cols]
+            sol = _solve(a, b)
+            if sol is None or min(sol) < 0:
+                continue
+            c = [0.0] * k
+            for i, v in zip(cols, sol, strict=True):
+                c[i] = v
+            err = sum((sum(ci * ri for ci, ri in zip(c, r, strict=True)) - v) ** 2 for r, v in zip(x, y, strict=True))
+            if err < best_err:
+                best, best_err = c, err
+    return best
+
+
+def fit(data: list[dict[str, Any]]) -> dict[str, Any]:
+    """Coefficients per mode from the training split; errors of the reserved peak on both splits."""
+    from hpcmem.estimate.allocator import TERMS
+
+    out: dict[str, Any] = {"terms": list(TERMS), "split": f"held out when sha1(case id) % {HOLDOUT_EVERY} == 0"}
+    for mode in MODES:
+        rows_m = [r for r in data if r["mode"] == mode]
+        train = [r for r in rows_m if not held_out(r["case"])]
+        x = [[r["terms"][t] / r["reserved"] for t in TERMS] for r in train]
+        y = [r["slack"] / r["reserved"] for r in train]
+        coef = [round(c, 4) for c in nnls(x, y)]
+        entry: dict[str, Any] = {"coefficients": dict(zip(TERMS, coef, strict=True))}
+        for name, part in (("train", train), ("held_out", [r for r in rows_m if held_out(r["case"])])):
+            entry[name] = score(part, entry["coefficients"])
+        out[mode] = entry
+    return out
+
+
+def score(part: list[dict[str, Any]], coef: dict[str, float]) -> dict[str, Any]:
+    """Reserved error (estimate's allocated + predicted slack vs the model) and slack-only error, in %."""
+    if not part:
+        return {"n": 0}
+    end, only = [], []
+    for r in part:
+        slack = max(0.0, sum(coef[t] * r["terms"][t] for t in coef))
+        end.append(100.0 * (r["allocated"] + slack - r["reserved"]) / r["reserved"])
+        only.append(100.0 * (slack - r["slack"]) / r["reserved"])
+    return {"n": len(part), **_stats("reserved", end), **_stats("slack_only", only)}
+
+
+def _stats(prefix: str, errs: list[float]) -> dict[str, float]:
+    from hpcmem.validate.table import median, quantile
+
+    a = [abs(e) for e in errs]
+    return {f"{prefix}_median_abs_err_pct": round(median(a), 3), f"{prefix}_p95_abs_err_pct": round(quantile(a, 0.95), 3),
+            f"{prefix}_max_abs_err_pct": round(max(a), 3), f"{prefix}_under": sum(e < 0 for e in errs)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m hpcmem.bench.reserved_fit", description=__doc__.splitlines()[0])
+    ap.add_argument("--save", type=Path, default=None, help="write the rows and the fit here (JSON)")
+    args = ap.parse_args(argv)
+    data = rows()
+    if not data:
+        print("no trace record carries the allocator model's reserved peak; run "
+              "`hpcmem validate --against trace --reserved` first", file=sys.stderr)
+        return 2
+    result = fit(data)
+    print(json.dumps(result, indent=1))
+    if args.save is not None:
+        args.save.write_text(json.dumps({"fit": result, "rows": data}, indent=1, sort_keys=True) + "\n")
+        print(f"rows and fit → {args.save}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

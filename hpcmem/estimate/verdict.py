@@ -1,0 +1,133 @@
+"""The fit verdict users act on: does the job fit the GPU, and with what confidence (pure, stdlib only).
+
+    safe bound = device peak · (1 + m)          m: the GPU's safe-bound margin for the device peak
+    capacity   = what torch can use on the GPU  torch.cuda.mem_get_info()'s total (gpus.json capacity_bytes),
+                                                not the marketing size nor nvidia-smi's total
+
+Three levels:
+    fits           safe bound ≤ capacity
+    tight          device peak ≤ capacity < safe bound: the point estimate fits, its error may not
+    does not fit   device peak > capacity
+
+The margin comes from the GPU's calibration (hpcmem.gpu_calibration: `margins.device` of its file, fitted on probe
+records by `hpcmem validate --against probes --fit`), with the coverage its n allows: the share of runs like the
+probed ones whose device peak the bound covers (≥ k/(n+1), split conformal; see hpcmem.validate.calibration). A GPU
+without a calibration gets the largest device margin of the calibrated GPUs, labelled `default`: that coverage was
+measured there, not on this GPU. Without any calibration on the search path the margin is 0 and says so. A GPU
+calibrated by a site's campaign (hpcmem calibrate) is named with it: "calibrated at <site> on <date>, n = …"; a
+campaign rehearsed on CPU measured no device peak, so its GPU keeps the default margin and the verdict says both.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from hpcmem.spec import GpuSpec
+
+GIB = 1024**3
+FITS, TIGHT, DOES_NOT_FIT = "fits", "tight", "does not fit"
+PEAK = "device"         # the peak the verdict compares: everything the process holds on the GPU
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitVerdict:
+    level: str
+    gpu_name: str
+    device_peak_bytes: int
+    safe_device_peak_bytes: int
+    capacity_bytes: int
+    margin: float
+    coverage: float | None             # None unless this GPU's own records stand behind the margin
+    calibration: dict[str, Any]        # status calibrated | default | none, gpu (calibrated on), n, coverage, note,
+                                       # campaign {name, site, date, n, device} | None
+
+    @property
+    def fits(self) -> bool:
+        return self.level == FITS
+
+    @property
+    def headroom_bytes(self) -> int:
+        """Capacity left above the safe bound (negative when it does not fit)."""
+        return self.capacity_bytes - self.safe_device_peak_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {"level": self.level, "fits": self.fits, "safe_device_peak_bytes": self.safe_device_peak_bytes,
+                "device_peak_bytes": self.device_peak_bytes, "capacity_bytes": self.capacity_bytes,
+                "margin": self.margin, "coverage": self.coverage, "calibration": dict(self.calibration)}
+
+    def line(self) -> str:
+        """One line: "fits with 94.7 % coverage: safe bound 71.2 of 79.1 GiB (…), calibrated on H200, n = 18"."""
+        cal = self.calibration
+        if self.level == DOES_NOT_FIT:
+            return (f"does not fit: device peak {self.device_peak_bytes / GIB:.1f} GiB > "
+                    f"{self.capacity_bytes / GIB:.1f} GiB usable on {self.gpu_name}"
+                    + ("" if cal["status"] == "calibrated" else f" ({self.gpu_name} uncalibrated)"))
+        head = "fits" if self.level == FITS else "tight: the point estimate fits, the safe bound does not"
+        bound = (f"safe bound {self.safe_device_peak_bytes / GIB:.1f} of {self.capacity_bytes / GIB:.1f} GiB "
+                 f"(device peak {self.device_peak_bytes / GIB:.1f} + {100 * self.margin:.1f} %)")
+        campaign = cal.get("campaign")
+        if cal["status"] == "calibrated" and campaign:
+            return (f"{head} with {pct(100 * self.coverage)} % coverage: {bound}, calibrated at {campaign['site']} on "
+                    f"{campaign['date']}, n = {cal['n']} (campaign {campaign['name']})")
+        if cal["status"] == "calibrated":
+            return (f"{head} with {pct(100 * self.coverage)} % coverage: {bound}, calibrated on {cal['gpu']}, "
+                    f"n = {cal['n']}")
+        if cal["status"] == "default":
+            rehearsed = (f"; campaign {campaign['name']} at {campaign['site']} on {campaign['date']} ran on "
+                         f"{campaign['device']}" if campaign else "")
+            return (f"{head} ({self.gpu_name} uncalibrated{rehearsed}, coverage unknown) — {bound}, default margin "
+                    f"from {cal['gpu']}'s records (n = {cal['n']}, {pct(100 * cal['coverage'])} % coverage there)")
+        return f"{head} (no calibration anywhere: margin 0) — {bound}"
+
+
+def pct(value: float | None) -> str:
+    """94.74 → "94.7", 95.0 → "95" (one decimal, never rounded up past what was measured)."""
+    if value is None:
+        return "-"
+    text = f"{math.floor(value * 10 + 1e-9) / 10:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def safe_bound(device_peak_bytes: int, gpu: GpuSpec) -> int:
+    m = gpu.margin(PEAK)
+    return math.ceil(device_peak_bytes * (1.0 + (m.margin if m else 0.0)))
+
+
+def judge(device_peak_bytes: int, gpu: GpuSpec) -> FitVerdict:
+    """The verdict for a device peak on `gpu` (its capacity and margins as hpcmem.gpus.gpu_spec built them)."""
+    m = gpu.margin(PEAK)
+    capacity = gpu.usable_bytes
+    safe = safe_bound(device_peak_bytes, gpu)
+    level = FITS if safe <= capacity else TIGHT if device_peak_bytes <= capacity else DOES_NOT_FIT
+    calibration = {**_calibration(gpu, m), "campaign": _campaign(gpu)}
+    if gpu.capacity_note:
+        calibration["note"] += f"; capacity: {gpu.capacity_note}"
+    return FitVerdict(level=level, gpu_name=gpu.name, device_peak_bytes=device_peak_bytes,
+                      safe_device_peak_bytes=safe, capacity_bytes=capacity, margin=m.margin if m else 0.0,
+                      coverage=m.coverage if m and not m.default else None, calibration=calibration)
+
+
+def _calibration(gpu: GpuSpec, m: Any) -> dict[str, Any]:
+    """Where the device margin comes from: this GPU's records, the calibrated GPUs' (default), or nowhere."""
+    if m is None:
+        return {"status": "none", "gpu": None, "n": 0, "coverage": None,
+                "note": "no calibration on the search path (hpcmem.gpu_calibration): margin 0"}
+    if m.default:
+        why = f"{gpu.name} has no probe records"
+        if gpu.campaign is not None:
+            c = gpu.campaign
+            why = (f"campaign {c.name} at {c.site} on {c.date} (n = {c.n}) ran on {c.device} and measured no device "
+                   f"peak of {gpu.name}")
+        return {"status": "default", "gpu": m.calibrated_on, "n": m.n, "coverage": m.coverage,
+                "note": f"{why}: the largest device margin of the calibrated GPUs ({m.calibrated_on}); its coverage "
+                        f"was measured there, not on {gpu.name}"}
+    where = f"campaign {gpu.campaign.name} at {gpu.campaign.site}" if gpu.campaign else m.calibrated_on
+    return {"status": "calibrated", "gpu": m.calibrated_on, "n": m.n, "coverage": m.coverage,
+            "note": f"margin fitted on {m.n} probe runs on {m.calibrated_on} ({where})"}
+
+
+def _campaign(gpu: GpuSpec) -> dict[str, Any] | None:
+    c = gpu.campaign
+    return None if c is None else {"name": c.name, "site": c.site, "date": c.date, "n": c.n, "device": c.device}

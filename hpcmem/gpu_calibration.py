@@ -1,0 +1,105 @@
+"""Per-GPU calibrations from probe records, served to the estimate (stdlib only; the fitting is hpcmem.validate).
+
+A calibration is one JSON file per GPU model, `<gpu-slug>.json` (context bytes, allocator fit, safe-bound margins per
+peak, provenance; written by `hpcmem validate --against probes --fit`). Files are looked up in the `calibrations`
+folders of the site-data search path (hpcmem.datapath), first match per GPU wins:
+
+    $HPCMEM_DATA/calibrations → /etc/hpcmem/calibrations → ~/.config/hpcmem/calibrations → hpcmem/calibrations/
+
+The last folder ships in the wheel, so an installed hpcmem is calibrated wherever it runs; a site that probes its
+own GPUs puts its files in one of the others and they take precedence for those GPUs.
+
+Margins: a calibrated GPU has its own per peak. A GPU without a calibration borrows, per peak, the largest margin of
+every calibrated GPU on the search path (`default_margins`), marked `default` — the spread other GPUs' runs showed,
+not a measurement of this GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hpcmem.datapath import search_dirs
+from hpcmem.spec import Campaign, PeakMargin
+
+KIND = "calibrations"
+
+
+def calibration_files() -> list[Path]:
+    """Every calibration file on the search path, highest priority first."""
+    return [p for d in search_dirs(KIND) if d.is_dir() for p in sorted(d.glob("*.json"))]
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _names(path: Path, data: dict[str, Any]) -> set[str]:
+    from hpcmem.gpus import gpu_slug
+
+    return {path.stem, gpu_slug(data.get("catalog_name")), *map(gpu_slug, data.get("device_names", []))} - {"cpu"}
+
+
+def load_calibration(gpu_name: str | None) -> dict[str, Any] | None:
+    """The calibration of a GPU model (catalog name, alias, or the driver's name such as "NVIDIA H100 80GB HBM3"),
+    or None when it was never probed. `_path` in the result says which file was read."""
+    from hpcmem.gpus import catalog_entry, gpu_slug
+
+    wanted = {gpu_slug(gpu_name)}
+    entry = catalog_entry(gpu_name or "")
+    if entry is not None:
+        wanted |= {gpu_slug(n) for n in [entry["name"], *entry.get("aliases", [])]}
+    for path in calibration_files():
+        data = _read(path)
+        if data is None:
+            continue
+        if wanted & _names(path, data) or (gpu_slug(gpu_name) == "cpu" and path.stem == "cpu"):
+            return {**data, "_path": str(path)}
+    return None
+
+
+def peak_margins(calibration: dict[str, Any], *, default: bool = False) -> dict[str, PeakMargin]:
+    """The safe-bound margins of one calibration file, per peak."""
+    on = str(calibration.get("catalog_name") or calibration.get("gpu") or "?")
+    out = {}
+    for peak, m in (calibration.get("margins") or {}).items():
+        try:
+            out[peak] = PeakMargin(peak=peak, margin=float(m["margin"]), coverage=float(m["coverage"]),
+                                   n=int(m["n"]), calibrated_on=on, default=default)
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def campaign_of(calibration: dict[str, Any]) -> Campaign | None:
+    """The campaign a calibration file names (`hpcmem calibrate --collect` writes it), or None (a fit by hand)."""
+    c = calibration.get("campaign")
+    try:
+        return Campaign(name=str(c["name"]), site=str(c["site"]), date=str(c["date"]), n=int(c["n"]),
+                        device=str(c.get("device", "cuda"))) if isinstance(c, dict) else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def default_margins() -> dict[str, PeakMargin]:
+    """Per peak, the largest margin of any GPU calibrated on a GPU (context measured) on the search path; the first
+    file per GPU counts."""
+    seen: set[str] = set()
+    best: dict[str, PeakMargin] = {}
+    for path in calibration_files():
+        data = _read(path)
+        if data is None or path.stem == "cpu" or not data.get("catalog_name") or "context_bytes" not in data:
+            continue
+        key = str(data["catalog_name"])
+        if key in seen:
+            continue        # a site file shadows the package's for the same GPU
+        seen.add(key)
+        for peak, m in peak_margins(data, default=True).items():
+            if peak not in best or m.margin > best[peak].margin:
+                best[peak] = m
+    return best

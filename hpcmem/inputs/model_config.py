@@ -1,0 +1,78 @@
+"""A model's config.json, checked where it is read: each key hpcmem reads has the JSON type transformers expects
+and a value in range, so the spec built from it never meets a string where a count belongs (stdlib only).
+
+Keys hpcmem does not read are not checked (a config.json carries dozens). Counts are bounded: sizes by MAX_COUNT,
+the layer count by MAX_LAYERS, because the estimator walks the layers one by one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpcmem.errors import Problems
+from hpcmem.inputs import values as v
+
+MAX_LAYERS = 10_000         # decoder layers (the deepest public decoders have a few hundred)
+# key → (smallest value, nullable); a nullable key takes the config class default when null
+_COUNTS: dict[str, tuple[int, bool]] = {
+    "vocab_size": (1, False), "hidden_size": (1, False), "intermediate_size": (1, False),
+    "num_attention_heads": (1, False), "num_key_value_heads": (1, True), "head_dim": (1, True),
+    "max_position_embeddings": (1, True), "num_local_experts": (0, True), "num_experts": (0, True),
+    "num_experts_per_tok": (0, True), "moe_intermediate_size": (0, True),
+    "shared_expert_intermediate_size": (0, True), "decoder_sparse_step": (1, True), "sliding_window": (0, True),
+}
+_FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "qkv_bias", "use_sliding_window")
+_FLOATS = ("final_logit_softcapping", "attn_logit_softcapping")
+_NAMES = ("model_type", "hidden_act", "hidden_activation")
+
+
+def check_model_config(cfg: Any, name: str) -> None:
+    """Raises SpecError listing every key of the wrong type or range ("model NAME: key must be …; got …")."""
+    if not isinstance(cfg, dict):
+        raise v.InputError(f"model {name}: config must be a JSON object; got {v.shown(cfg)}")
+    problems = Problems()
+    _check(cfg, problems)
+    inner = cfg.get("text_config")
+    if isinstance(inner, dict):
+        _check(inner, problems)
+    elif inner is not None:
+        problems.add(v.fail("text_config", inner, "an object (the decoder's config)").problems[0])
+    problems.items = [f"model {name}: {p}" for p in problems.items]
+    problems.raise_if_any()
+
+
+def _gather(problems: Problems, check, *args: Any, **kw: Any) -> Any:
+    try:
+        return check(*args, **kw)
+    except v.InputError as exc:
+        problems.add(exc.problems[0])
+        return None
+
+
+def _check(cfg: dict, p: Problems) -> None:
+    for key, (lo, nullable) in _COUNTS.items():
+        if key in cfg and not (nullable and cfg[key] is None):
+            _gather(p, v.integer, key, cfg[key], lo=lo, text_ok=False)
+    layers = MAX_LAYERS
+    if "num_hidden_layers" in cfg:
+        layers = _gather(p, v.integer, "num_hidden_layers", cfg["num_hidden_layers"], lo=1, hi=MAX_LAYERS,
+                         text_ok=False) or MAX_LAYERS
+    only = cfg.get("mlp_only_layers")
+    if only is not None and (not isinstance(only, list) or len(only) > MAX_LAYERS):
+        p.add(v.fail("mlp_only_layers", only, "a list of layer indices").problems[0])
+    elif only is not None:
+        for i, index in enumerate(only):
+            _gather(p, v.integer, f"mlp_only_layers[{i}]", index, lo=0, hi=layers - 1, text_ok=False)
+    types = cfg.get("layer_types")
+    if types is not None and (not isinstance(types, list) or len(types) > MAX_LAYERS or
+                              not all(isinstance(t, str) and len(t) <= 64 for t in types)):
+        p.add(v.fail("layer_types", types, "a list of attention type names").problems[0])
+    for key in _FLAGS:
+        if cfg.get(key) is not None:
+            _gather(p, v.boolean, key, cfg[key], text_ok=False)
+    for key in _FLOATS:
+        if cfg.get(key) is not None and (_gather(p, v.number, key, cfg[key], text_ok=False) or 0) < 0:
+            p.add(v.fail(key, cfg[key], "a number ≥ 0 or null").problems[0])
+    for key in _NAMES:
+        if cfg.get(key) is not None:
+            _gather(p, v.text, key, cfg[key], max_len=128)

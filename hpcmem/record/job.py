@@ -1,0 +1,80 @@
+"""The job a record ran, as data: JobSpec ↔ dict, the allocator environment, installed versions (stdlib only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import asdict, fields
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "deepspeed", "datasets", "nvidia-ml-py", "hpcmem")
+ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+ENV_KEYS = ALLOC_ENV + ("CUDA_VISIBLE_DEVICES", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "OMP_NUM_THREADS",
+                       "HPCMEM_PROBE_SHARED_GPU")
+
+
+def expandable_in_env(env: dict[str, str] | None) -> bool:
+    """Whether the allocator settings ask for expandable_segments:True. torch reads PYTORCH_CUDA_ALLOC_CONF and, since
+    2.9, PYTORCH_ALLOC_CONF, as comma-separated key:value pairs (c10/core/AllocatorConfig.cpp)."""
+    for key in ALLOC_ENV:
+        for part in (env or {}).get(key, "").replace(" ", "").split(","):
+            name, _, value = part.partition(":")
+            if name == "expandable_segments" and value.lower() == "true":
+                return True
+    return False
+
+
+def ran_expandable(job_data: Any, env: Any) -> bool:
+    """Whether a recorded run had expandable segments: its spec asked for them or its allocator environment set them."""
+    return bool((job_data or {}).get("expandable_segments", False)) or expandable_in_env(env)
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions read from package metadata (nothing is imported)."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def relevant_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in ENV_KEYS if k in env}
+
+
+def job_to_dict(job: Any) -> dict[str, Any]:
+    return json.loads(json.dumps(asdict(job), default=_jsonable))
+
+
+def job_from_dict(data: Any, env: Any = None) -> Any:
+    """Rebuild a JobSpec from `job_to_dict`; keys the current specs no longer have are dropped. `env` is the record's
+    allocator environment: a run made under expandable_segments:True is such a job, whatever its spec said."""
+    from hpcmem.spec import GpuSpec, JobSpec, ModelSpec, ParallelSpec, PeakMargin, TrainSpec
+
+    def build(cls: type, d: dict[str, Any] | None) -> Any:
+        if d is None:
+            return None
+        names = {f.name for f in fields(cls)}
+        kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names}
+        if cls is GpuSpec and kw.get("margins"):
+            kw["margins"] = tuple(PeakMargin(**m) if isinstance(m, dict) else m for m in kw["margins"])
+        return cls(**kw)
+
+    return JobSpec(model=build(ModelSpec, data["model"]), train=build(TrainSpec, data["train"]),
+                   parallel=build(ParallelSpec, data.get("parallel") or {}), gpu=build(GpuSpec, data.get("gpu")),
+                   expandable_segments=ran_expandable(data, env),
+                   tokens_per_micro_batch=data.get("tokens_per_micro_batch"))
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return str(obj)

@@ -1,0 +1,111 @@
+"""`hpcmem validate --against trace --reserved`: the estimate's reserved peak against the caching-allocator model
+replaying each traced step (hpcmem.trace.replay: the trace's device stream + cuBLAS/cuBLASLt workspaces), per cell
+and allocator mode.
+
+Each stored trace record holds the model's reserved peak for both modes (`reserved: {default, expandable}`); the case
+is estimated once per mode (its spec with expandable_segments off / on). err % = 100·(estimate − model)/model.
+"slack only" scores the estimate's reserved − allocated on top of the traced allocated peak (+ the workspaces):
+the error the reserved rule adds by itself, without the allocated estimate's own error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from hpcmem.validate.table import median, quantile
+
+MODES = ("default", "expandable")
+
+
+def reserved_points(results: list[Any]) -> list[dict[str, Any]]:
+    """One row per (case, mode) that has the model's reserved peak."""
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.workspaces import NAME as WORKSPACES
+    from hpcmem.validate.trace import case_job
+
+    rows = []
+    for r in results:
+        model = r.record.get("reserved")
+        if not model:
+            continue
+        job = case_job(r.record["case"])
+        for mode in MODES:
+            if mode not in model:
+                continue
+            est = estimate(dataclasses.replace(job, expandable_segments=mode == "expandable"))
+            ws = sum(c.bytes for c in est.peak_phase.components if c.name == WORKSPACES)
+            slack = est.peak_reserved_bytes - est.peak_allocated_bytes
+            rows.append({"case": r.case_id, "trainer": r.trainer, "technique": r.technique, "mode": mode,
+                         "model": model[mode], "estimate": est.peak_reserved_bytes,
+                         "err_pct": 100.0 * (est.peak_reserved_bytes - model[mode]) / model[mode],
+                         "slack_err_pct": 100.0 * (r.traced + ws + slack - model[mode]) / model[mode]})
+    return rows
+
+
+def _stats(errs: list[float]) -> dict[str, Any]:
+    a = [abs(e) for e in errs]
+    return {"n": len(errs), "median_abs_err_pct": median(a), "p95_abs_err_pct": quantile(a, 0.95),
+            "max_abs_err_pct": max(a), "bias_pct": sum(errs) / len(errs), "under": sum(e < 0 for e in errs)}
+
+
+def cell_rows(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for p in points:
+        cells.setdefault((p["trainer"], p["technique"], p["mode"]), []).append(p)
+        cells.setdefault(("all", "all", p["mode"]), []).append(p)
+    out = []
+    for (trainer, technique, mode), ps in sorted(cells.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):
+        out.append({"trainer": trainer, "technique": technique, "mode": mode, **_stats([p["err_pct"] for p in ps]),
+                    "slack_only_median_abs_err_pct": median([abs(p["slack_err_pct"]) for p in ps])})
+    everything = {"trainer": "all", "technique": "all", "mode": "both", **_stats([p["err_pct"] for p in points]),
+                  "slack_only_median_abs_err_pct": median([abs(p["slack_err_pct"]) for p in points])}
+    return out + [everything]
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    lines = ["| trainer | technique | allocator | n | median abs err % | p95 | max | bias % | under | slack only: median |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['trainer']} | {r['technique']} | {r['mode']} | {r['n']} | {r['median_abs_err_pct']:.2f} | "
+                     f"{r['p95_abs_err_pct']:.2f} | {r['max_abs_err_pct']:.2f} | {r['bias_pct']:+.2f} | "
+                     f"{r['under']} | {r['slack_only_median_abs_err_pct']:.2f} |")
+    return "\n".join(lines)
+
+
+def report_reserved(results: list[Any], *, as_json: bool = False, write: bool = False) -> list[dict[str, Any]]:
+    """Print the reserved table; with `write`, also estimator/ACCURACY-reserved.md."""
+    import click
+
+    points = reserved_points(results)
+    if not points:
+        from hpcmem.errors import HpcmemError
+
+        raise HpcmemError("no stored trace carries the allocator model's reserved peak; run "
+                          "`hpcmem validate --against trace --reserved` without --rescore first")
+    rows = cell_rows(points)
+    worst = sorted(points, key=lambda p: abs(p["err_pct"]), reverse=True)[:5]
+    if write:
+        from hpcmem.record import estimator_dir
+
+        Path(estimator_dir() / "ACCURACY-reserved.md").write_text(markdown(rows, worst))
+    if as_json:
+        click.echo(json.dumps({"cells": rows, "points": points}, indent=1))
+    else:
+        click.echo(render(rows))
+        for p in worst:
+            click.echo(f"largest: {p['case']} ({p['mode']}) {p['err_pct']:+.2f} %")
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]], worst: list[dict[str, Any]]) -> str:
+    head = ("# Reserved peak: estimate against the caching-allocator model\n\n"
+            "Produced by `hpcmem validate --against trace --reserved` over estimator/cases/*.yaml: each traced step's "
+            "device stream replayed through hpcmem/trace/allocator.py with cuBLAS/cuBLASLt workspaces "
+            "(hpcmem/trace/replay.py), default and expandable_segments; the case estimated once per mode. "
+            "err % = 100·(estimate − model)/model; \"slack only\" puts the estimate's reserved − allocated on the "
+            "traced allocated peak.\n\n")
+    tail = "\n\nLargest errors:\n\n" + "\n".join(f"- {p['case']} ({p['mode']}): {p['err_pct']:+.2f} %" for p in worst)
+    return head + render(rows) + tail + "\n"

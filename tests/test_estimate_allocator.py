@@ -1,0 +1,111 @@
+"""The estimate's reserved peak (hpcmem.estimate.allocator) and device terms (hpcmem.estimate.device).
+
+Known answers: the caching allocator's rules worked by hand (1–10 MiB requests share 20 MiB segments, a split needs a
+remainder > 1 MiB in the large pool; expandable segments map 20 MiB / 2 MiB pages), the allocator model itself for
+long random sequences, and the committed fit recomputed from its stored rows.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from hpcmem.estimate.allocator import COEFFICIENTS, TERMS, packing_waste
+from hpcmem.trace.allocator import CachingAllocator, round_size
+
+MIB = 1024**2
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_packing_waste_by_hand():
+    # three 8 MiB weights: two share the first 20 MiB segment (remainder 4 MiB, split), the third opens a second
+    # one: 40 MiB reserved for 24 MiB → 16 MiB
+    assert packing_waste((8 * MIB,) * 3, False) == 16 * MIB
+    # a 3 MiB request then a 1.5 MiB one: both in one 20 MiB segment → 15.5 MiB
+    assert packing_waste((3 * MIB, 3 * MIB // 2), False) == 20 * MIB - 9 * MIB // 2
+    # 11 MiB + 1 B: rounded to 512 B, segment rounded up to 2 MiB (12 MiB): 1 MiB − 512 B, not split (≤ 1 MiB)
+    assert packing_waste((11 * MIB + 1,), False) == MIB - 512
+    # expandable: one region per pool, 20 MiB pages: 24 MiB → 40 MiB mapped; a 4 KiB tensor maps a 2 MiB page
+    assert packing_waste((8 * MIB,) * 3, True) == 16 * MIB
+    assert packing_waste((4096,), True) == 2 * MIB - 4096
+
+
+def test_packing_waste_is_the_allocator_model_for_tensors_never_freed():
+    rng = random.Random(7)
+    choices = (300, 700_000, MIB, MIB + 1, 1_500_000, 3 * MIB, 9 * MIB, 10 * MIB, 11 * MIB, 25 * MIB, 2 * MIB + 1)
+    for _ in range(200):
+        sizes = tuple(rng.choice(choices) for _ in range(rng.randint(1, 60)))
+        for expandable in (False, True):
+            model = CachingAllocator(expandable_segments=expandable)
+            for n in sizes:
+                model.malloc(n)
+            want = model.stats.reserved_bytes - sum(round_size(n) for n in sizes)
+            assert packing_waste(sizes, expandable) == want, (sizes, expandable)
+
+
+def test_coefficients_are_the_committed_fit():
+    """hpcmem.estimate.allocator's coefficients are the fit of the rows in estimator/reserved-fit.json (the allocator
+    model replaying the trace matrix): refitted here from those rows, stdlib only."""
+    from hpcmem.bench.reserved_fit import fit
+
+    data = json.loads((ROOT / "estimator" / "reserved-fit.json").read_text())
+    fitted = fit(data["rows"])
+    assert fitted == data["fit"]
+    for mode in ("default", "expandable"):
+        assert COEFFICIENTS[mode] == fitted[mode]["coefficients"], mode
+        assert set(COEFFICIENTS[mode]) == set(TERMS)
+
+
+def test_reserved_is_never_below_allocated_over_the_case_matrix():
+    import dataclasses
+
+    from hpcmem.estimate import estimate
+    from hpcmem.validate.trace import case_job, load_cases
+
+    for path in sorted((ROOT / "estimator" / "cases").glob("*.yaml")):
+        for case in load_cases(path)[::4]:
+            for expandable in (False, True):
+                est = estimate(dataclasses.replace(case_job(case), expandable_segments=expandable))
+                assert est.peak_reserved_bytes >= est.peak_allocated_bytes, case["id"]
+
+
+@pytest.mark.parametrize("processes, nccl", [(1, False), (8, True)])
+def test_device_terms_are_named(processes, nccl):
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.device import DEFAULT_CONTEXT_BYTES, DEFAULT_NCCL_BYTES
+    from hpcmem.trl_config import build_job
+
+    job = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dtype": "bfloat16", "max_length": 512,
+                            "num_processes": processes, "accelerate_config": "multi_gpu" if processes > 1 else
+                            "single_gpu"})[0]
+    est = estimate(job)
+    # no --gpu: the uncalibrated context default, plus one communicator's buffers when there is a process group
+    assert est.device_extra_bytes == DEFAULT_CONTEXT_BYTES + (DEFAULT_NCCL_BYTES if nccl else 0)
+    assert est.device_note.startswith("context 1382 MiB (uncalibrated)")
+    assert ("NCCL 400 MiB (uncalibrated)" in est.device_note) == nccl
+
+
+def test_validate_reserved_scores_each_mode_against_the_stored_model_peak():
+    """`validate --against trace --reserved` plumbing: a stored record whose model peaks sit 2 % above the estimate in
+    the default mode and 5 % below it with expandable segments reads −1.96 % and +5.26 % (100·(1/1.02 − 1),
+    100·(1/0.95 − 1))."""
+    import dataclasses
+
+    from hpcmem.estimate import estimate
+    from hpcmem.validate.reserved import cell_rows, reserved_points
+    from hpcmem.validate.trace import CaseResult, case_job, load_cases
+
+    case = load_cases(ROOT / "estimator" / "cases" / "sft.yaml")[0]
+    job = case_job(case)
+    est = {e: estimate(dataclasses.replace(job, expandable_segments=e)).peak_reserved_bytes for e in (False, True)}
+    record = {"case": case, "reserved": {"default": round(est[False] * 1.02), "expandable": round(est[True] * 0.95)}}
+    result = CaseResult(case_id=case["id"], trainer="sft", technique="full+gc", estimated=1, traced=1, seconds=0.0,
+                        record=record)
+    points = {p["mode"]: p for p in reserved_points([result])}
+    assert points["default"]["err_pct"] == pytest.approx(100 * (1 / 1.02 - 1), abs=1e-6)
+    assert points["expandable"]["err_pct"] == pytest.approx(100 * (1 / 0.95 - 1), abs=1e-6)
+    rows = {(r["technique"], r["mode"]): r for r in cell_rows(list(points.values()))}
+    assert rows[("all", "both")]["n"] == 2 and rows[("all", "both")]["under"] == 1

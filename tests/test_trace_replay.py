@@ -1,0 +1,104 @@
+"""The recorded device stream (hpcmem.trace.events) and its replay with cuBLAS's workspaces (hpcmem.trace.replay).
+
+Expected numbers are worked by hand from the allocator's rules (see tests/test_trace_allocator.py: 1–10 MiB requests
+get a 20 MiB segment, ≥ 10 MiB ones their size rounded to 2 MiB, ≤ 1 MiB ones a 2 MiB small-pool segment) and from
+CublasHandlePool.cpp (a 32 MiB cuBLAS workspace per thread on sm_90, a 1 MiB cuBLASLt one per thread at its first
+bias GEMM). The last test holds the model to GPU measurements: stored streams of H200 probe runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpcmem.trace.events import step_of, thread_of
+from hpcmem.trace.replay import NO_WORKSPACES, Workspaces, replay
+
+MIB = 1024**2
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def stream() -> list:
+    return [
+        ["phase", "step 1 / forward"],
+        3 * MIB,                            # index 1: 20 MiB segment
+        ["gemm", "main", "blas"],           # Python thread's cuBLAS workspace: new 32 MiB segment
+        ["phase", "step 1 / backward / layer 0"],
+        ["gemm", "autograd", "lt"],         # autograd's: 32 MiB segment, then cuBLASLt's 1 MiB: a 2 MiB small segment
+        -4,                                 # the 3 MiB block (4 items back) returns to its 20 MiB segment
+        ["phase", "step 2 / forward"],
+        ["gemm", "main", "blas"],           # the thread has its workspace already
+        5 * MIB,                            # best fit: the free 20 MiB segment, split (remainder 15 MiB > 1 MiB)
+    ]
+
+
+def test_replay_adds_one_workspace_per_thread():
+    r = replay(stream(), workspaces=Workspaces(cublas=32 * MIB, cublaslt=1 * MIB))
+    assert r.workspace_bytes == 65 * MIB                    # 32 + 32 + 1
+    assert r.stats["peak_reserved_bytes"] == (20 + 32 + 32 + 2) * MIB
+    assert r.step_peaks[1] == (68 * MIB, 86 * MIB)          # 3 + 32 + 32 + 1 live before the free
+    assert r.step_peaks[2] == (70 * MIB, 86 * MIB)          # 65 + 5
+    assert (r.steady_allocated_bytes, r.steady_reserved_bytes) == (70 * MIB, 86 * MIB)
+
+
+def test_replay_without_workspaces_is_the_tensors_alone():
+    r = replay(stream(), workspaces=NO_WORKSPACES)
+    assert r.workspace_bytes == 0
+    assert r.stats["peak_reserved_bytes"] == 20 * MIB
+    assert r.steady_allocated_bytes == 5 * MIB
+
+
+def test_expandable_replay_maps_pages():
+    # expandable segments: 3 MiB maps one 20 MiB page; the 32 MiB workspace takes the 17 MiB left on it + one more
+    # page (40 MiB mapped), the second 32 MiB needs two more pages (80 MiB); cuBLASLt's 1 MiB maps a 2 MiB small page
+    r = replay(stream(), expandable=True, workspaces=Workspaces(cublas=32 * MIB, cublaslt=1 * MIB))
+    assert r.stats["peak_reserved_bytes"] == 82 * MIB
+
+
+def test_phase_names():
+    assert step_of("step 12 / backward / layer 3") == 12
+    assert step_of("") == 0 and step_of(None) == 0
+    assert thread_of("step 2 / backward / lm head / loss") == "autograd"
+    assert thread_of("step 2 / forward / layer 0") == "main"
+    assert thread_of("step 2 / scoring / step 2 / generation") == "main"
+
+
+@pytest.mark.torch
+def test_event_log_marks_gemms_after_their_output():
+    torch = pytest.importorskip("torch")
+    from hpcmem.trace.events import EventLog
+    from hpcmem.trace.tracker import StorageTracker
+
+    log = EventLog()
+    tr = StorageTracker(round_to=512, allocator=log)
+    with tr, tr.phase("step 1 / forward"):
+        a = torch.ones(64, 64)                                  # 16 KiB
+        b = torch.ones(64, 64)
+        c = a @ b                                               # mm: output born, then the GEMM marker
+        bias = torch.ones(64)
+        d = torch.nn.functional.linear(a, b, bias)              # addmm with a 1-D bias: cuBLASLt
+        with tr.phase("backward"):
+            e = a @ b
+        del c, d, e
+    ev = log.events
+    assert ev[0] == ["phase", "step 1 / forward"]
+    gemms = [(i, x) for i, x in enumerate(ev) if isinstance(x, list) and x[0] == "gemm"]
+    assert [x for _, x in gemms] == [["gemm", "main", "blas"], ["gemm", "main", "lt"], ["gemm", "autograd", "blas"]]
+    first = gemms[0][0]
+    assert ev[first - 1] == 64 * 64 * 4                         # c's malloc comes right before its marker
+    assert sum(1 for x in ev if isinstance(x, int) and x < 0) == 3   # c, d, e freed
+
+
+def test_h200_streams_reproduce_the_measured_reserved_peak():
+    """The allocator model + workspaces, replaying the traced step of an H200 probe run, against that run's
+    torch.cuda.max_memory_reserved() (estimator/allocator/nvidia-h200: `python -m hpcmem.bench.allocator_records`)."""
+    from hpcmem.bench.allocator_records import EVENTS, RECORDS, score, scored
+    from hpcmem.record import read_lines as read_records
+    from hpcmem.trace.events import load
+
+    records = {r["case"]: r for r in scored(read_records(RECORDS))}
+    for case in ("sft-qwen05-lora", "sft-gemma3-1b-lora"):
+        row = score(records[case], load(EVENTS / f"{case}.json.gz"))
+        assert abs(row["resv_err_pct"]) < 0.1, (case, row["resv_model"], row["resv_gpu"])
+        assert abs(row["alloc_err_pct"]) < 0.1, (case, row["alloc_model"], row["alloc_gpu"])
