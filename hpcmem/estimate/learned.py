@@ -127,6 +127,11 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     return out
 
 
+# A learned term may be negative (the learner's accounting puts what a boundary holds on one side of it), and so may
+# a sum of them at some instant; a component is not: a negative sum counts as 0 there (the estimate is then above the
+# traced instant, never below).
+
+
 def _forward_phase(lb: LayerBytes, entry: int, head_other: int, loss: LossBytes, held: tuple[Component, ...],
                    note: str) -> Phase:
     """The forward's highest instant: inside a layer (what layers before it left + its own peak) or in the LM head
@@ -140,10 +145,10 @@ def _forward_phase(lb: LayerBytes, entry: int, head_other: int, loss: LossBytes,
     head = below + loss.saved + head_other + loss.forward_transient
     if head >= worst:
         return Phase(name="forward", components=(
-            *held, Component(name="activations", bytes=below + loss.saved + head_other, note=note),
+            *held, Component(name="activations", bytes=max(below + loss.saved + head_other, 0), note=note),
             Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note)))
     return Phase(name=f"forward (layer {worst_at})", components=(
-        *held, Component(name="activations", bytes=worst, note=f"{note}; layers < {worst_at} and layer {worst_at}")))
+        *held, Component(name="activations", bytes=max(worst, 0), note=f"{note}; layers < {worst_at} and layer {worst_at}")))
 
 
 def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
@@ -163,7 +168,7 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
                              (*resident, *gathered, *accum_c), f"{how}: {mb.source}; {L} layers")
     head = Phase(name="backward (LM head)", components=(
         *resident, *gathered, *accum_c,
-        Component(name="activations", bytes=sum(lb.kept) + cell.head_other.at(tokens, quad), note=how),
+        Component(name="activations", bytes=max(sum(lb.kept) + cell.head_other.at(tokens, quad), 0), note=how),
         Component(name="loss / fused LM head", bytes=loss.backward_transient,
                   note="fp32 grad accumulators + tile at the head's backward")))
     head_grads = 0 if lora.enabled else (parts.lm_head or parts.embed) * prec.weight
@@ -181,8 +186,8 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     worst = max(range(L - 1, -1, -1), key=instant)
     layer = Phase(name=f"backward (layer {worst})", components=(
         *resident, *gathered,
-        Component(name="activations", bytes=below[worst + 1] + entry, note=f"{how}: layers ≤ {worst}"),
+        Component(name="activations", bytes=max(below[worst + 1] + entry, 0), note=f"{how}: layers ≤ {worst}"),
         Component(name="gradients", bytes=accum or head_grads + after[worst + 1],
                   note="kept across gradient accumulation" if accum else f"layers > {worst} done"),
-        Component(name="backward temporaries", bytes=lb.peak[worst], note=f"{how}: recompute + temporaries")))
+        Component(name="backward temporaries", bytes=max(lb.peak[worst], 0), note=f"{how}: recompute + temporaries")))
     return [forward, head, layer, *closing_phases(job, mb, prec, parts, s, resident, opt_transient)]
