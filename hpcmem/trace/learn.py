@@ -156,15 +156,17 @@ def fit_cell(samples: list[dict[str, Any]], kinds: tuple[int, ...] | None = None
 
 
 # -- the whole learning run ----------------------------------------------------------------------------------------
-def _peft_defaults(*model_types: str) -> tuple[str, ...] | None:
-    """peft's default LoRA targets (peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING), for
-    the type a user loads first (a multimodal wrapper's), else its decoder's; None where peft has none."""
+def _peft_defaults(cfg: dict[str, Any]) -> tuple[str, ...] | None:
+    """peft's default LoRA targets (peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) for
+    the model TRL loads: peft looks them up by that model's config.model_type (peft/tuners/lora/model.py
+    LoraModel._prepare_adapter_config) — for a multimodal config, of whichever class AutoModelForCausalLM builds
+    (Gemma-4's text-only Gemma4ForCausalLM reads "gemma4_text", which has none). None where peft has none, or only a
+    regex (hpcmem then asks for the targets)."""
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as mapping
 
-    for model_type in model_types:
-        if model_type in mapping:
-            return tuple(mapping[model_type])
-    return None
+    loaded = lay.build_meta(cfg).config.model_type if isinstance(cfg.get("text_config"), dict) else cfg.get("model_type")
+    targets = mapping.get(loaded)
+    return tuple(targets) if isinstance(targets, list) else None
 
 
 def _profile(lo: lay.Layout, *, model_type: str, sha: str, cfg: dict[str, Any], layer_map: tuple[int, ...],
@@ -233,7 +235,7 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     decoder = backbone_config(cfg)
     full, small, depth, small_cfg = reduced(decoder)
     outer = str(cfg.get("model_type", full.model_type))
-    peft = _peft_defaults(outer, full.model_type)
+    peft = _peft_defaults(cfg)
     reference = lora_reference(small_cfg, small) if any(t == "lora" for t, _ in cells) else None
     provenance: dict[str, Any] = {"attention": small.attention, "depth": depth, "rows": ROWS, "seqs": list(SEQS),
                                   "traced_type": full.model_type, "lora_reference": reference}
@@ -337,6 +339,6 @@ def provisional_spec(cfg: dict[str, Any], name: str) -> Any:
     lo = lay.layout(backbone_config(cfg))
     profile = _profile(lo, model_type=str(cfg.get("model_type", lo.model_type)), sha=config_hash(cfg), cfg=cfg,
                        layer_map=tuple(range(len(lo.layer_kinds))), cells={},
-                       peft=_peft_defaults(str(cfg.get("model_type")), lo.model_type),
+                       peft=_peft_defaults(cfg),
                        provenance={"attention": lo.attention, "summary": "not learned: parameters only"})
     return spec_from_profile(profile, name)
