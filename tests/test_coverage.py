@@ -16,7 +16,7 @@ from hpcmem.models.coverage import classification, coverage_rows, installed_mapp
 from hpcmem.models.profile import config_hash, find_profile, profile_from_dict, profile_to_dict, save_profile
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests" / "golden" / "learned-profile-tiny.json"
+FIXTURE = ROOT / "tests" / "fixtures" / "learned-profile-tiny.json"
 
 
 def test_every_installed_causal_lm_type_is_classified():

@@ -1,5 +1,5 @@
 """Every supported model type runs through the probe on CPU: one real step of TRL's SFTTrainer on a shrunken config
-(tests/golden/tiny-configs.json, one per type), with transformers' own attention choice (TRL passes no
+(tests/fixtures/tiny-configs.json, one per type), with transformers' own attention choice (TRL passes no
 attn_implementation), and a record is written. Types without a family descriptor or profile are probed too: their
 record says the estimate is missing, the measurement is there."""
 
@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.torch, pytest.mark.slow]
 pytest.importorskip("trl")
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = json.loads((ROOT / "tests" / "golden" / "tiny-configs.json").read_text())
+TINY = json.loads((ROOT / "tests" / "fixtures" / "tiny-configs.json").read_text())
 
 
 def supported() -> list[str]:
@@ -25,7 +25,7 @@ def supported() -> list[str]:
 
 def test_every_supported_type_has_a_tiny_config():
     missing = sorted(set(supported()) - set(TINY) - set(NOT_PROBED))
-    assert not missing, f"add shrunken configs to tests/golden/tiny-configs.json for {missing}"
+    assert not missing, f"add shrunken configs to tests/fixtures/tiny-configs.json for {missing}"
 
 
 # Types whose shrunken config cannot be built the generic way, and why.

@@ -174,7 +174,7 @@ def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
         max_position_embeddings=int(get("max_position_embeddings") or 0) or 4096,
         final_logit_softcapping=float(get("final_logit_softcapping") or 0.0),
         attn_logit_softcapping=float(get("attn_logit_softcapping") or 0.0),
-        wrapper_model_type=wrapper, sliding_window=_sliding_window(cfg, str(model_type)), **_moe_fields(arch.moe, get),
+        wrapper_model_type=wrapper, sliding_window=sliding_window(cfg, str(model_type)), **_moe_fields(arch.moe, get),
     )
 
 
@@ -185,7 +185,7 @@ _USE_FLAG = ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
 _WINDOW_DEFAULT = {"mistral": 4096, "gemma2": 4096, "gemma3": 4096, "gemma3_text": 4096}
 
 
-def _sliding_window(cfg: dict[str, Any], model_type: str) -> int:
+def sliding_window(cfg: dict[str, Any], model_type: str) -> int:
     """The window of the model's sliding-attention layers, 0 when every layer attends to the whole sequence — what
     accelerate reads (`layer_types`, else `sliding_window`; big_modeling.py `_attach_context_parallel_hooks`)."""
     window = cfg.get("sliding_window", _WINDOW_DEFAULT.get(model_type)) or 0

@@ -254,9 +254,11 @@ def _int(cfg: dict[str, Any], *keys: str, default: int = 0) -> int:
 def spec_from_profile(p: LearnedProfile, name: str):
     """A ModelSpec whose sizes come from the meta model (hidden, vocab, layers) and, where the config names them, the
     attention shape (for the planner's FLOP count only: the memory terms are the profile's)."""
+    from hpcmem.models.config import sliding_window
     from hpcmem.spec import ModelSpec
 
     cfg = p.config
+    decoder = backbone_config(cfg)
     heads = _int(cfg, "num_attention_heads", "n_head", "num_heads", default=1)
     kv = _int(cfg, "num_key_value_heads", "num_kv_heads", default=heads)
     if heads % kv:
@@ -267,7 +269,7 @@ def spec_from_profile(p: LearnedProfile, name: str):
         intermediate_size=_int(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", default=4 * p.hidden_size),
         num_hidden_layers=p.num_layers, num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
         tie_word_embeddings=p.tie_word_embeddings, max_position_embeddings=p.max_position_embeddings or 4096,
-        learned=p)
+        sliding_window=sliding_window(decoder, str(decoder.get("model_type", p.model_type))), learned=p)
 
 
 def backbone_config(cfg: dict[str, Any]) -> dict[str, Any]:
