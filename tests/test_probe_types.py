@@ -52,7 +52,7 @@ def test_probe_records_one_step(model_type, tmp_path):
     job, _ = build_job("sft", settings, model=probe_model(settings))
     out = tmp_path / "probe.jsonl"
     record = run_probe(job, device="cpu", steps=1, warmup_steps=0, out=out)
-    assert record["status"] == "ok", record.get("measured")
-    assert record["measured"]["peak_allocated_bytes"] > 0
-    assert (record["estimate"] is None) == (record["estimate_error"] is not None)
-    assert json.loads(out.read_text().splitlines()[-1])["id"] == record["id"]
+    assert record.status == "ok", record.measured
+    assert record.measured.peak_allocated_bytes > 0
+    assert (record.estimate is None) == (record.estimate_error is not None)
+    assert json.loads(out.read_text().splitlines()[-1])["id"] == record.id
