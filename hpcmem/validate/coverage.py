@@ -358,6 +358,12 @@ def report_markdown(records: list[dict[str, Any]]) -> str:
               f"{len(got['within 3 %'])} ({100 * len(got['within 3 %']) / max(len(text), 1):.0f} %).", "",
               "| outcome | types | which |", "|---|---|---|"]
     lines += [f"| {k} | {len(v)} | {', '.join(v) if k != 'within 3 %' else '(rows below)'} |" for k, v in got.items()]
+    covered = len(text) - len(got["refused"])
+    with_records = covered - len(got["not measured"])
+    lines += ["", f"Refused types count against the share above (their reasons are in the rows). Of the {covered} "
+              f"covered types (derived or learned), {with_records} have records and {len(got['within 3 %'])} of "
+              f"those are within 3 % ({100 * len(got['within 3 %']) / max(with_records, 1):.0f} %). Not measured: no record "
+              "yet — `hpcmem validate --against coverage` resumes where a sweep stopped (`--types` for some)."]
     lines += ["", "| model type | class | status | made | max \\|err\\| % | note |", "|---|---|---|---|---|---|"]
     for r in text:
         m = measured.get(r["model_type"])
