@@ -44,7 +44,7 @@ def test_learn_cli_then_estimate_within_3_percent_of_the_trace(tmp_path, monkeyp
     blocked = ("import sys; sys.modules.update(dict.fromkeys(('torch', 'transformers', 'trl', 'peft'))); "
                "from hpcmem.cli import main; sys.argv[0] = 'hpcmem'; main()")
     cli = subprocess.run([sys.executable, "-c", blocked, "estimate", "sft", "--model_name_or_path", str(config),
-                          "--max_length", "1024", "--json"], capture_output=True, text=True,
+                          "--dtype", "bfloat16", "--max_length", "1024", "--json"], capture_output=True, text=True,
                          env={**env, "HPCMEM_DATA": str(tmp_path / "data")})
     assert cli.returncode == 0, cli.stderr
     assert "learned profile" in cli.stdout
