@@ -4,6 +4,7 @@ context parallelism. Torch tier (CPU, seconds): accelerate's own launcher code i
 
 from __future__ import annotations
 
+import copy
 import importlib.resources
 from pathlib import Path
 
@@ -90,7 +91,9 @@ def test_sliding_window_models_match_accelerates_refusal():
     from hpcmem.models.resolve import catalog_entry, catalog_ids
 
     for hub_id in catalog_ids():
-        cfg = dict(catalog_entry(hub_id)["config"])
+        # a deep copy: transformers standardises nested dicts (rope_scaling) in place, which would change the
+        # catalog's config and so the hash its shipped learned profile is found by
+        cfg = copy.deepcopy(catalog_entry(hub_id)["config"])
         config = AutoConfig.for_model(**cfg)
         module = torch.nn.Module()
         module.config = config

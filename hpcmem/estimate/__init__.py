@@ -128,6 +128,17 @@ def estimate(job: JobSpec) -> Estimate:
         warnings=tuple(warnings),
         not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ()),
         calibrated=dev.calibrated,
+        made=made_by(job),
         gpu=job.gpu,
         extra={"layout": layout_json(job, mb)},
     )
+
+
+def made_by(job: JobSpec) -> str:
+    """"derived" (the family's formulas), or how the learned profile the layers' terms come from was made."""
+    p = job.model.learned
+    if p is None:
+        return "derived"
+    prov = p.provenance
+    return (f"learned profile ({prov.get('summary', 'traced')} by hpcmem models learn, transformers "
+            f"{prov.get('versions', {}).get('transformers', '?')}; not derived)")

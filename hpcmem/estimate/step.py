@@ -9,6 +9,7 @@ every layer.
 
 from __future__ import annotations
 
+from hpcmem.errors import SpecError
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.lora import LoraLayout
@@ -66,6 +67,14 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
                  seq: SequenceBuffers = SequenceBuffers()) -> tuple[list[Phase], int]:
     """Returns (phases, host bytes of offloaded activations). `seq`: what a context/sequence-parallel attention adds
     per layer (hpcmem.estimate.parallel); `mb` is then the rank's share of the sequence."""
+    if job.model.learned is not None:
+        if seq.name:
+            raise SpecError(f"model {job.model.name} (learned profile): {seq.name} is not learned (a learned "
+                            "profile holds one GPU's whole sequence); estimate it without context/sequence "
+                            "parallelism")
+        from hpcmem.estimate.learned import learned_phases
+
+        return learned_phases(job, mb, prec, parts, s, lora, loss, opt_transient, extra_resident), 0
     t, m = job.train, job.model
     L = m.num_hidden_layers
     resident = resident_components(s, lora) + list(extra_resident)
@@ -155,15 +164,22 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         Component(name=GRADIENTS, bytes=done, note=grads_note or f"layers > {worst_k} done"),
         Component(name="backward temporaries", bytes=transient,
                   note=f"incl. {seq.name} {max(seq.forward, seq.backward) / GIB:.2f} GiB" if seq.name else "")))
+    phases = [forward, head_phase, best, *closing_phases(job, mb, prec, parts, s, resident, opt_transient)]
+    return phases, host
+
+
+def closing_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States,
+                   resident: list[Component], opt_transient: int) -> list[Phase]:
+    """The last instant of backward (embeddings) and the optimizer step: states and gradients only, whatever the
+    layers are (shared by the derived and the learned layer terms)."""
     grads_all = Component(name=GRADIENTS, bytes=s.gradients)
-    embed_phase = _embedding_backward(job, mb, prec, parts, resident, grads_all, head_trains)
+    embed_phase = _embedding_backward(job, mb, prec, parts, resident, grads_all, head_trains=not job.train.use_peft)
     step_extra = [Component(name="gradient buffers", bytes=s.grad_buffers, note="fp32 gradient partition")] \
         if s.grad_buffers and not s.notes.get("ddp") else []
     optimizer = Phase(name=OPTIMIZER_STEP, components=(
         *resident, grads_all, *step_extra,
         Component(name="optimizer step temporaries", bytes=opt_transient)))
-    phases = [forward, head_phase, best, optimizer, embed_phase]
-    return [p for p in phases if p is not None], host
+    return [p for p in (optimizer, embed_phase) if p is not None]
 
 
 def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, resident: list[Component],

@@ -10,6 +10,7 @@ for that id only. A local folder with real weights is loaded for real.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,13 +48,18 @@ def make_config(cfg: dict[str, Any], model_id: str) -> Any:
     """A transformers config from the dict, with our tokenizer's special ids and `_name_or_path` = model_id."""
     from transformers import AutoConfig
 
-    data = {k: v for k, v in cfg.items() if k not in ("architectures", "transformers_version", "auto_map")}
+    data = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in ("architectures", "transformers_version", "auto_map")}
     data.pop("torch_dtype", None)
     data.pop("dtype", None)
     model_type = data.pop("model_type")
-    ids = special_ids(int(cfg["vocab_size"]))
+    ids = special_ids(int(cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size") or 0))
     data.update(pad_token_id=ids["pad"], eos_token_id=ids["eos"], bos_token_id=None)
-    config = AutoConfig.for_model(model_type, **data)
+    try:
+        config = AutoConfig.for_model(model_type, **data)
+    except Exception as exc:  # noqa: BLE001 — CwmConfig, ModernBertDecoderConfig: bos_token_id must be an int
+        if "bos_token_id" not in str(exc):
+            raise
+        config = AutoConfig.for_model(model_type, **{**data, "bos_token_id": ids["unk"]})
     config._name_or_path = model_id
     return config
 

@@ -28,6 +28,10 @@ Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Map
    `is_fused_kernel_acceptable` sends it to `aten::native_dropout`, which saves a bool mask (1 B/elt)
    (aten/src/ATen/native/Dropout.cpp). The trace calls `native_dropout` as CUDA does.
 
+7. Linear-attention hybrids (Gated DeltaNet, short convolutions): flash-linear-attention's and causal-conv1d's
+   kernels in place of transformers' torch fallbacks, each allocation from the kernels' own wrappers
+   (hpcmem/trace/kernels_linear.py).
+
 Not mapped (documented in the result's not_modelled): cuBLAS/cuBLASLt workspaces (constant per handle, seen by
 probes), memory-efficient attention's backward workspace (the masked SDPA path), CUDA autocast's fp32 op list (CPU
 autocast keeps exp/log/pow/softmax in bf16; in the supported families these ops already see fp32 inputs), the 8-byte
@@ -54,6 +58,9 @@ def cuda_mapping(tracker: Any, job: JobSpec) -> Iterator[list[str]]:
         stack.enter_context(_fused_head_triton(notes))
         stack.enter_context(_foreach_default(notes))
         stack.enter_context(_native_dropout(notes))
+        from hpcmem.trace.kernels_linear import linear_attention_kernels
+
+        stack.enter_context(linear_attention_kernels(notes, job))    # 7: linear-attention hybrids' kernels
         notes.append("every block rounded up to 512 bytes (CUDA caching allocator)")
         yield notes
 

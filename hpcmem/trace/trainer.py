@@ -8,13 +8,14 @@ head (`add_fused_lm_head`), and `Trainer` applies `gradient_checkpointing_enable
 
 from __future__ import annotations
 
+import copy
 import tempfile
 from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.spec import JobSpec
 from hpcmem.trace.data import BatchDesign, make_dataset, make_tokenizer
-from hpcmem.trace.hf_config import catalog_config, hf_config_dict
+from hpcmem.trace.hf_config import attn_implementation_arg, catalog_config, hf_config_dict
 
 # Optimizers the trace can build on CPU (bitsandbytes kernels need a GPU). "adamw_torch_foreach" is hpcmem's name for
 # torch AdamW with foreach=True (HF's "adamw_torch" leaves foreach to torch, which picks it on CUDA).
@@ -62,7 +63,13 @@ def require_traceable(job: JobSpec) -> None:
 def model_config(job: JobSpec) -> Any:
     from transformers import AutoConfig
 
-    cfg = dict(catalog_config(job.model) or hf_config_dict(job.model))
+    if job.model.learned is not None:       # a learned profile carries its config.json (the decoder is built)
+        from hpcmem.models.profile import backbone_config
+
+        cfg = backbone_config(job.model.learned.config)
+    else:
+        cfg = dict(catalog_config(job.model) or hf_config_dict(job.model))
+    cfg = copy.deepcopy(cfg)                # transformers standardises nested dicts (rope_scaling) in place
     for key in ("architectures", "torch_dtype", "dtype", "quantization_config", "auto_map", "transformers_version"):
         cfg.pop(key, None)      # not architecture: the trace sets dtype itself and never quantizes
     model_type = cfg.pop("model_type")
@@ -85,9 +92,7 @@ def build_model(job: JobSpec) -> Any:
     """`AutoModelForCausalLM.from_config` in the load dtype (random weights: from_pretrained's tensors, no file)."""
     from transformers import AutoModelForCausalLM
 
-    # "sdpa" is also the spec's default for "unset": pass None so transformers picks sdpa when the model supports it
-    # and eager when not (Gemma-2: `_supports_sdpa` is False), as it does for a user who set nothing.
-    attn = None if job.train.attn_implementation == "sdpa" else job.train.attn_implementation
+    attn = attn_implementation_arg(job.train)
     if job.train.trainer == "reward":
         # RewardTrainer's create_model_from_path: AutoModelForSequenceClassification with num_labels=1; the pad id
         # tells the head which position is the last token of each row (the trace's tokenizer pads with 0)
