@@ -105,7 +105,7 @@ def _bwd_dqkwg(q: Any, k: Any, v: Any, g: Any, w: Any) -> tuple[Any, Any, Any, A
     hv = v.shape[2]
     nk = -(-dk // HOPPER_TILE)
     dq, dkk = _empty((b, t, hv, dk), q), _empty((b, t, hv, dk), k)
-    dg = _empty((nk, *g.shape), g, torch.float32)
+    dg = _empty((nk, *g.shape), g, torch.float32)  # noqa: F841 - alive until the return, as fla keeps it
     dw = torch.empty_like(w)
     if h != hv:
         dq, dkk = _empty((b, t, h, dk), q), _empty((b, t, h, dk), k)    # .view(...).sum(3)
