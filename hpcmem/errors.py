@@ -16,7 +16,7 @@ class SpecError(HpcmemError):
 
 
 class Problems:
-    """Collects problems so that all of them are reported together (STYLE rule 4)."""
+    """Collects problems so that all of them are reported together: the user fixes everything in one go."""
 
     def __init__(self) -> None:
         self.items: list[str] = []

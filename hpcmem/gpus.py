@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
+from hpcmem.datapath import PACKAGE_DIR
 from hpcmem.errors import HpcmemError
 from hpcmem.spec import GpuSpec
 
 
 @lru_cache(maxsize=1)
 def catalog_entries() -> tuple[dict[str, Any], ...]:
-    return tuple(json.loads(resources.files("hpcmem").joinpath("gpus.json").read_text())["gpus"])
+    return tuple(json.loads((PACKAGE_DIR / "gpus.json").read_text(encoding="utf-8"))["gpus"])
 
 
 @lru_cache(maxsize=1)

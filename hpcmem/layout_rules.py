@@ -17,9 +17,19 @@ if TYPE_CHECKING:
 
 
 
+# accelerate utils/dataclasses.py DeepSpeedSequenceParallelConfig.__post_init__: the kernels Ulysses can wrap, checked
+# whenever the value is set (a hub-hosted FlashAttention kernel is named "<org>/<repo>" with "flash-attn" in it)
+SP_ATTN_BUILTIN = ("flash_attention_2", "flash_attention_3", "sdpa")
+
+
 def check_layout(job: JobSpec, p: Problems) -> None:
     lay = job.parallel.layout
     t = job.train
+    sp_attn = job.parallel.sp_attn_implementation
+    if sp_attn not in SP_ATTN_BUILTIN and not ("/" in sp_attn and "flash-attn" in sp_attn):
+        p.add(f"sp_attn_implementation must be one of {', '.join(SP_ATTN_BUILTIN)} or a hub-hosted FlashAttention "
+              f"kernel such as kernels-community/flash-attn2 (accelerate DeepSpeedSequenceParallelConfig); got "
+              f"{sp_attn!r}")
     if lay.seq_shards == 1:
         return
     what = f"cp_size {lay.cp}" if lay.cp > 1 else f"sp_size {lay.sp}"

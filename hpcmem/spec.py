@@ -68,6 +68,9 @@ class ModelSpec:
     attn_logit_softcapping: float = 0.0    # tanh cap on scores, 0: none (Gemma2 50.0: no sdpa, eager attention)
     wrapper_model_type: str = ""    # outer model_type of a config with text_config (gemma3): its towers are not counted
     sliding_window: int = 0         # a window some layer attends within (0: every layer sees the whole sequence)
+    # A learned profile (hpcmem.models.profile.LearnedProfile) when no family descriptor covers the model type: its
+    # parameter layout and per-layer terms replace the derived ones (the estimate says so)
+    learned: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         p = Problems()

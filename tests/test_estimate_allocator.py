@@ -46,6 +46,61 @@ def test_packing_waste_is_the_allocator_model_for_tensors_never_freed():
             assert packing_waste(sizes, expandable) == want, (sizes, expandable)
 
 
+def test_first_optimizer_step_makes_the_second_step_map_the_head_block_again():
+    """The mechanism behind `second_step`, in the allocator model (default segments, MiB). Two 40 MiB weights; each
+    step: a 60 MiB activation, the head's 100 MiB fp32 block allocated and freed, gradients g1 (40) and — after the
+    activation is freed — g2 (40), then zero_grad. Step 1 by hand: 80 + 60 + 100 reserved; g1 splits the freed
+    100 block (remainder 60), g2 the freed 60 one (remainder 20); AdamW's four 40 MiB states, created now, take the
+    60 remainder (one) and three new segments: 240 + 120 = 360. Step 2: the activation gets the 60 block back, but no
+    free block holds 100 any more: a new 100 MiB segment, reserved 460 for an allocated peak of 400 (80 + 160 + 60 +
+    100). With the states allocated before the first step (as DeepSpeed does at engine init), step 2 maps nothing
+    and reserved is the peak."""
+    def run(lazy: bool) -> tuple[list[int], int, int]:
+        a = CachingAllocator()
+        for _ in range(2):
+            a.malloc(40 * MIB)
+        states = [] if lazy else [a.malloc(40 * MIB) for _ in range(4)]
+        grown = []
+        for _ in (1, 2):
+            before = a.stats.reserved_bytes
+            act = a.malloc(60 * MIB)
+            a.free(a.malloc(100 * MIB))
+            g1 = a.malloc(40 * MIB)
+            a.free(act)
+            g2 = a.malloc(40 * MIB)
+            states = states or [a.malloc(40 * MIB) for _ in range(4)]
+            a.free(g1)
+            a.free(g2)
+            grown.append((a.stats.reserved_bytes - before) // MIB)
+        return grown, a.stats.reserved_bytes // MIB, a.stats.peak_allocated_bytes // MIB
+
+    assert run(lazy=True) == ([280, 100], 460, 400)
+    assert run(lazy=False) == ([160, 0], 400, 400)
+
+
+def test_second_step_only_where_states_come_after_the_first_backward():
+    """No re-created blocks under LoRA (the head is frozen) or with DeepSpeed (states exist before step one); full
+    fine-tuning with AdamW has them."""
+    import dataclasses
+
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.allocator import slack_terms
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.trl_config import build_job
+
+    def term(settings: dict, **parallel: object) -> int:
+        job = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dtype": "bfloat16", "max_length": 2048,
+                                "per_device_train_batch_size": 2, **settings})[0]
+        job = dataclasses.replace(job, parallel=dataclasses.replace(job.parallel, **parallel))
+        phases = list(estimate(job).phases)
+        return slack_terms(job, micro_batch(job), precision(job), lora_layout(job), phases)["second_step"]
+
+    assert term({}) > 0
+    assert term({"use_peft": True}) == 0
+    assert term({}, distributed_type="DEEPSPEED", zero_stage=1) == 0
+
+
 def test_coefficients_are_the_committed_fit():
     """hpcmem.estimate.allocator's coefficients are the fit of the rows in estimator/reserved-fit.json (the allocator
     model replaying the trace matrix): refitted here from those rows, stdlib only."""

@@ -123,6 +123,7 @@ def test_submit_refuses_a_70b_plan_whose_host_ram_exceeds_the_node(tmp_path):
                          capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
     assert res.returncode == 2, res.stderr
     assert "host RAM" in res.stderr and "256.0 GiB" in res.stderr and "per node" in res.stderr
+    assert "\\n" not in res.stderr and all(ln.startswith("- ") for ln in res.stderr.splitlines()[1:])  # a line each
     assert not any(tmp_path.iterdir())
 
 

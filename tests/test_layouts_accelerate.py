@@ -4,6 +4,7 @@ context parallelism. Torch tier (CPU, seconds): accelerate's own launcher code i
 
 from __future__ import annotations
 
+import copy
 import importlib.resources
 from pathlib import Path
 
@@ -90,7 +91,9 @@ def test_sliding_window_models_match_accelerates_refusal():
     from hpcmem.models.resolve import catalog_entry, catalog_ids
 
     for hub_id in catalog_ids():
-        cfg = dict(catalog_entry(hub_id)["config"])
+        # a deep copy: transformers standardises nested dicts (rope_scaling) in place, which would change the
+        # catalog's config and so the hash its shipped learned profile is found by
+        cfg = copy.deepcopy(catalog_entry(hub_id)["config"])
         config = AutoConfig.for_model(**cfg)
         module = torch.nn.Module()
         module.config = config
@@ -100,3 +103,28 @@ def test_sliding_window_models_match_accelerates_refusal():
         except ValueError:
             refused = True
         assert refused == bool(resolve_model(hub_id).sliding_window), hub_id
+
+
+@pytest.mark.parametrize("value", ["sdpa", "flash_attention_2", "flash_attention_3", "eager", "flex_attention",
+                                   "kernels-community/flash-attn2", "org/other-kernel", "$(id)", ""])
+def test_sp_attn_implementation_is_refused_exactly_where_accelerate_refuses_it(value):
+    """hpcmem's check against accelerate's own DeepSpeedSequenceParallelConfig on the same value."""
+    from accelerate.utils.dataclasses import DeepSpeedSequenceParallelConfig
+
+    from hpcmem.errors import SpecError
+    from hpcmem.models import resolve_model
+    from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
+
+    try:
+        DeepSpeedSequenceParallelConfig(sp_attn_implementation=value)
+        accelerate_refuses = False
+    except ValueError:
+        accelerate_refuses = True
+    try:
+        JobSpec(model=resolve_model("Qwen/Qwen2.5-0.5B"), train=TrainSpec(trainer="sft"),
+                parallel=ParallelSpec(distributed_type="FSDP", num_processes=2, sp_attn_implementation=value))
+        hpcmem_refuses = False
+    except SpecError as exc:
+        assert "sp_attn_implementation" in str(exc)
+        hpcmem_refuses = True
+    assert hpcmem_refuses == accelerate_refuses, value

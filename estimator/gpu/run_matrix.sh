@@ -19,9 +19,18 @@ args=(--device "${DEVICE:-cuda}" --budget-s "${BUDGET_S:-420}")
 if [ -n "${OUT:-}" ]; then mkdir -p "$OUT"; args+=(--out "$OUT/probes.jsonl"); fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>/dev/null || true
 "$PY" -m hpcmem.probe.kit "${args[@]}" "$@"
-# Then (~1 min, REPLAY=0 skips it): the caching-allocator model against the real allocator — one traced case's
-# malloc/free stream replayed with torch.empty on this GPU, default and expandable_segments (hpcmem.bench.allocator_sim).
+# Then (~1 min, REPLAY=0 skips it): the caching-allocator model against the real allocator on the very streams it
+# was scored with — each stored H200 record's traced device stream (estimator/allocator/nvidia-h200/) re-issued with
+# torch.empty on this GPU, default and expandable_segments, torch's peaks printed next to the model's, one JSON line
+# per stream (hpcmem.bench.allocator_records --cuda-replay). REPLAY_TRACE=1 also traces one case here and replays it
+# (hpcmem.bench.allocator_sim), the older check.
 if [ "${REPLAY:-1}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
+  out="${OUT:-/tmp}/allocator-cuda-replay.jsonl"
+  { "$PY" -m hpcmem.bench.allocator_records --cuda-replay
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" -m hpcmem.bench.allocator_records --cuda-replay
+  } | tee "$out"
+fi
+if [ "${REPLAY_TRACE:-0}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
   events="${OUT:-/tmp}/allocator-events.json"
   "$PY" -m hpcmem.bench.allocator_sim --ids "${REPLAY_CASE:-qwen05-bf16-gc-2k}" --dump "$events"
   { "$PY" -m hpcmem.bench.allocator_sim --replay "$events"

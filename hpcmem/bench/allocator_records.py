@@ -218,7 +218,13 @@ def main(argv: list[str] | None = None) -> int:
             seconds = trace_record(rec, out, generation=generation)
             print(f"[{i}/{len(records)}] {rec['case']}: {seconds:.0f} s → {out}", file=sys.stderr, flush=True)
     if args.cuda_replay:
+        import torch
+
         from hpcmem.record import expandable_in_env
+
+        if not torch.cuda.is_available():
+            print("--cuda-replay needs a CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
+            return 2
 
         expandable = expandable_in_env(dict(os.environ))
         for rec in records:

@@ -53,7 +53,7 @@ def rows(traces: Path | None = None) -> list[dict[str, Any]]:
                 job = dataclasses.replace(case_job(rec["case"]), expandable_segments=mode == "expandable")
                 est = estimate(job)
                 ws = sum(c.bytes for c in est.peak_phase.components if c.name == NAME)
-                terms = slack_terms(job, micro_batch(job), precision(job), lora_layout(job), est.peak_allocated_bytes)
+                terms = slack_terms(job, micro_batch(job), precision(job), lora_layout(job), list(est.phases))
                 out.append({"case": str(rec["case"]["id"]), "file": path.stem, "mode": mode, "terms": terms,
                             "slack": reserved - rec["traced"] - ws, "reserved": reserved,
                             "allocated": est.peak_allocated_bytes})

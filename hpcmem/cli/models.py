@@ -12,13 +12,13 @@ from hpcmem.errors import SpecError
 from hpcmem.models import (
     all_linear_targets,
     catalog,
+    catalog_entry,
     catalog_ids,
     count_params,
     linear_modules,
-    model_spec_from_config,
     peft_default_targets,
-    peft_model_type,
     resolve_model,
+    spec_from_config,
 )
 from hpcmem.spec import ModelSpec
 
@@ -46,10 +46,86 @@ def show_cmd(name: str, as_json: bool) -> None:
     click.echo(json.dumps(report, indent=2) if as_json else render_report(report))
 
 
+@command.command("coverage")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def coverage_cmd(as_json: bool) -> None:
+    """Every model type of the installed transformers' causal-LM mapping: its class (decoder, multimodal, not
+    applicable), how hpcmem covers it (derived, learned, refused) and why, and the measured error against the trace
+    where the coverage sweep has one (estimator/coverage.jsonl)."""
+    from hpcmem.models.coverage import coverage_rows, render_coverage, sweep_summary
+
+    rows = coverage_rows()
+    measured = sweep_summary()
+    for row in rows:
+        row["measured"] = measured.get(row["model_type"])
+    click.echo(json.dumps(rows, indent=2) if as_json else render_coverage(rows))
+
+
+@command.command("learn")
+@click.argument("name")
+@click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["float32", "bfloat16"]),
+              help="Load dtype(s) to learn (float32: TRL's default, weights fp32 under bf16 autocast; bfloat16). "
+                   "Default: both.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Folder to write the profile to (default: the first $HPCMEM_DATA folder, else ~/.config/hpcmem; "
+                   "under profiles/).")
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
+              help="Processes tracing at once (each traces one job of the reduced model).")
+@click.option("--json", "as_json", is_flag=True, help="Print the profile's summary as JSON.")
+def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: int, as_json: bool) -> None:
+    """Learn the per-layer memory terms of a model that no family descriptor covers, from traces of a reduced-depth
+    copy of its own transformers code (needs torch; about a minute on two cores, no GPU). NAME: a config.json, its
+    folder, or a catalog id. `hpcmem estimate` then finds the profile by the config's hash, without torch."""
+    from pathlib import Path
+
+    from hpcmem.models.profile import save_profile
+    from hpcmem.trace.learn import learn, stderr_progress
+
+    cfg = model_config_dict(name)
+    profile = learn(cfg, name, dtypes=dtypes or ("float32", "bfloat16"), workers=workers, progress=stderr_progress)
+    path = save_profile(profile, Path(out_dir) / "profiles" if out_dir else None)
+    summary = {"profile": str(path), "model_type": profile.model_type, "num_params": profile.total,
+               "cells": profile.cell_keys(), **{k: profile.provenance[k] for k in (
+                   "depth", "seconds", "check_err_pct", "not_learned", "summary")}}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(f"learned {name} ({profile.model_type}, {profile.total:,} params): {summary['summary']}, "
+                   f"{summary['seconds']} s; cells {', '.join(summary['cells'])}")
+        click.echo(f"check against a two-step trace of the traced model: {summary['check_err_pct']}")
+        for key, why in summary["not_learned"].items():
+            click.echo(f"not learned: {key}: {why}")
+        click.echo(f"wrote {path}")
+
+
+def model_config_dict(name: str) -> dict[str, Any]:
+    """The config.json dict NAME stands for: a file, a folder holding one, or a catalog entry."""
+    from pathlib import Path
+
+    from hpcmem.models.resolve import _read_json
+
+    path = Path(name).expanduser()
+    if path.exists():
+        file = path / "config.json" if path.is_dir() else path
+        if not file.is_file():
+            raise SpecError(f"model {name}: folder {path} holds no config.json")
+        cfg = _read_json(file)
+    else:
+        entry = catalog_entry(name)
+        if entry is None:
+            raise SpecError(f"model {name}: not a config.json, a folder holding one, or a catalog id "
+                            "(hpcmem models list)")
+        cfg = entry["config"]
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
+        raise SpecError(f"model {name}: config.json must be an object with a model_type string")
+    return cfg
+
+
 def catalog_row(hub_id: str) -> dict[str, Any]:
-    spec = model_spec_from_config(catalog()[hub_id]["config"], hub_id)
+    spec = spec_from_config(catalog()[hub_id]["config"], hub_id)
     params = count_params(spec)
-    return {"hub_id": hub_id, "model_type": spec.model_type, "num_params": params.total, "active_params": params.active,
+    return {"hub_id": hub_id, "model_type": spec.model_type, "made": "learned" if spec.learned else "derived",
+            "num_params": params.total, "active_params": params.active,
             "num_hidden_layers": spec.num_hidden_layers, "hidden_size": spec.hidden_size,
             "num_attention_heads": spec.num_attention_heads, "num_key_value_heads": spec.num_key_value_heads,
             "num_experts": spec.num_experts, "num_experts_per_tok": spec.num_experts_per_tok,
@@ -59,13 +135,23 @@ def catalog_row(hub_id: str) -> dict[str, Any]:
 def model_report(spec: ModelSpec) -> dict[str, Any]:
     params = count_params(spec)
     try:
-        peft_default: list[str] | None = list(peft_default_targets(peft_model_type(spec)))
+        peft_default: list[str] | None = list(peft_default_targets(spec))
     except SpecError:
         peft_default = None
-    return {"name": spec.name, "spec": asdict(spec), "params": params.as_dict(), "parts": params.parts(),
+    fields = {k: v for k, v in asdict(spec).items() if k != "learned"}
+    return {"name": spec.name, "made": made(spec), "spec": fields, "params": params.as_dict(), "parts": params.parts(),
             "linear_modules": [{**m._asdict(), "params": m.params} for m in linear_modules(spec)],
             "peft_default_targets": peft_default, "all_linear_targets": list(all_linear_targets(spec)),
             "quirks": quirks(spec)}
+
+
+def made(spec: ModelSpec) -> str:
+    """How the numbers for this model are made: a family's derived formulas, or a learned profile (and from what)."""
+    if spec.learned is None:
+        return "derived (family descriptor)"
+    prov = spec.learned.provenance
+    return (f"learned ({prov.get('summary', 'traced')}; cells {', '.join(spec.learned.cell_keys())}; "
+            f"transformers {prov.get('versions', {}).get('transformers', '?')})")
 
 
 def quirks(spec: ModelSpec) -> list[str]:
@@ -102,7 +188,7 @@ def render_catalog(rows: list[dict[str, Any]]) -> str:
 
 def render_report(report: dict[str, Any]) -> str:
     s, p = report["spec"], report["params"]
-    lines = [f"model {report['name']} ({s['model_type']}) · {p['total']:,} params ({_b(p['total'])})"
+    lines = [f"model {report['name']} ({s['model_type']}, {report['made']}) · {p['total']:,} params ({_b(p['total'])})"
              + (f" · {_b(p['active'])} active per token" if p["active"] != p["total"] else ""),
              f"layers {s['num_hidden_layers']} · hidden {s['hidden_size']} · heads {s['num_attention_heads']}/"
              f"{s['num_key_value_heads']} × {s['head_dim']} · intermediate {s['intermediate_size']} · vocab "

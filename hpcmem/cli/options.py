@@ -138,7 +138,8 @@ def collect(kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | None = None) -> tuple[JobSpec, list[str]]:
+def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | None = None, *,
+                 model: Any = None) -> tuple[JobSpec, list[str]]:
     """Merge defaults < preset < --config YAML < flags, then build and validate the JobSpec."""
     from hpcmem.inputs.settings import check_settings
     from hpcmem.trl_config import accelerate_settings, build_job, read_yaml
@@ -158,7 +159,7 @@ def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | 
     settings.update(check_settings(given, "command line"))
     if lengths_path:
         settings["tokens_per_micro_batch"] = _tokens_from_profile(lengths_path, trainer, settings)
-    return build_job(trainer, settings)
+    return build_job(trainer, settings, model=model)
 
 
 def _tokens_from_profile(path: str, trainer: str, settings: dict[str, Any]) -> int:

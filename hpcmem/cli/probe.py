@@ -3,10 +3,31 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+
+
+def probe_model(kwargs: dict) -> Any:
+    """The model to probe: as `hpcmem estimate` resolves it, else — a type with no family descriptor and no learned
+    profile, or a refused one (a GPU probe measures the real kernels) — its parameters from the meta model: the run
+    is recorded, its estimate marked as missing."""
+    from hpcmem.errors import SpecError
+    from hpcmem.models import resolve_model
+
+    name = kwargs.get("model_name_or_path")
+    if not name:
+        return None
+    try:
+        return resolve_model(str(name))
+    except SpecError as exc:
+        from hpcmem.probe.fixtures import hf_config
+        from hpcmem.trace.learn import provisional_spec
+
+        click.echo(f"note: {exc.problems[0]}; probing it anyway (the record carries no estimate)", err=True)
+        return provisional_spec(hf_config(str(name)), str(name))
 
 
 @click.command(name="probe")
@@ -37,7 +58,7 @@ def command(trainer: str, device: str, steps: int, warmup_steps: int, capacity_b
     from hpcmem.probe import record_file, run_probe
     from hpcmem.probe.summary import summary
 
-    job, _ = job_from_cli(trainer, kwargs)
+    job, _ = job_from_cli(trainer, kwargs, model=probe_model(kwargs))
     phases = tuple({"evaluation": "evaluation", "save": "checkpoint save"}[a] for a in after)
     record = run_probe(job, device=device, steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes,
                        out=out, write=not no_record, after=phases)

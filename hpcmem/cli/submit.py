@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
-from hpcmem.errors import HpcmemError
+from hpcmem.errors import HpcmemError, SpecError
 
 
 def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
@@ -46,10 +46,11 @@ def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool, preset):
     report = search(job, job.gpu, fixed=given, allow_peft=allow_peft, top=1,
                     host_memory_per_node_bytes=preset.memory_per_node_bytes)
     if not report.plans:
-        raise HpcmemError("\n".join([f"--plan: no combination of free knobs fits on {job.gpu.name}"
-                                     f"{' and in ' + preset.name + ' host RAM' if preset.memory_per_node_bytes else ''}"
-                                     "; see `hpcmem plan … --preset " + preset.name + " --explain`",
-                                     *host_lines(report)]))
+        # one problem per line (SpecError): the CLI escapes control characters within a line, not between them
+        raise SpecError([f"--plan: no combination of free knobs fits on {job.gpu.name}"
+                         f"{' and in ' + preset.name + ' host RAM' if preset.memory_per_node_bytes else ''}"
+                         "; see `hpcmem plan … --preset " + preset.name + " --explain`",
+                         *(line.strip() for line in host_lines(report))])
     click.echo(f"plan: {report.plans[0].knobs}", err=True)
     return report.plans[0].job
 

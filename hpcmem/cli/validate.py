@@ -11,10 +11,12 @@ from hpcmem.errors import HpcmemError
 
 
 @click.command(name="validate")
-@click.option("--against", type=click.Choice(["probes", "trace", "boundary"]), default="probes", show_default=True,
+@click.option("--against", type=click.Choice(["probes", "trace", "boundary", "coverage"]), default="probes",
+              show_default=True,
               help="probes: GPU/CPU probe records (estimator/probes); trace: the trace matrix; boundary: the probe "
                    "runs predicted at 85–105 % of their capacity — false fits and false refusals, by the point "
-                   "estimate and by the safe bound")
+                   "estimate and by the safe bound; coverage: every covered model type against a trace "
+                   "(estimator/coverage.jsonl)")
 @click.option("--records", multiple=True, type=click.Path(exists=True),
               help="records files or folders (default estimator/probes/)")
 @click.option("--gpu", default=None, help="only this GPU model's records (e.g. H100-80GB, cpu)")
@@ -43,11 +45,30 @@ from hpcmem.errors import HpcmemError
                                                "on, resumably; with --rescore, from the stored numbers)")
 @click.option("--events", "events_dir", type=click.Path(file_okay=False), default=None,
               help="with --against trace --reserved: also keep each case's device stream here (gzip JSON)")
+@click.option("--types", default=None, help="with --against coverage: comma-separated model types (default all)")
+@click.option("--redo", is_flag=True, help="with --against coverage: trace types again that have records")
 def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | None, no_png: bool, fit: bool,
             fit_dir: str | None, stored: bool, speed: bool, as_json: bool, cases: str | None, ci_only: bool,
-            workers: int, rescore: bool, reserved: bool, events_dir: str | None) -> None:
+            workers: int, rescore: bool, reserved: bool, events_dir: str | None, types: str | None,
+            redo: bool) -> None:
     """Error of the estimate per trainer × technique and per peak (allocated, reserved, device): n, median, p95 and
     max |error| %, bias, and the safe bound's under-estimate rate and slack."""
+    if against == "coverage":
+        from hpcmem.validate import coverage
+
+        chosen = [t.strip() for t in types.split(",")] if types else None
+        if rescore:
+            recs = coverage.rescore(types=chosen)
+            coverage.write_records(recs)
+        else:
+            recs = coverage.run(chosen, redo=redo, workers=workers, progress=coverage.print_progress)
+        from hpcmem.record import estimator_dir
+
+        report = estimator_dir() / "COVERAGE.md"
+        report.write_text(coverage.report_markdown(coverage.load_records()))
+        click.echo(json.dumps(recs, indent=1) if as_json else f"{len(recs)} records (estimator/coverage.jsonl); "
+                                                               f"table: {report}")
+        return
     if against == "trace":
         if importlib.util.find_spec("hpcmem.validate.trace") is None:
             raise HpcmemError("validate --against trace is not available yet (hpcmem.validate.trace is missing); "

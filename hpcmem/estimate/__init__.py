@@ -110,7 +110,7 @@ def estimate(job: JobSpec) -> Estimate:
     ws_bytes, ws_note = cublas_workspaces(job.gpu)
     workspaces = Component(name=WORKSPACES, bytes=ws_bytes, note=ws_note)
     phases = [Phase(name=p.name, components=(*p.components, workspaces)) for p in phases]
-    slack = allocator_slack(job, mb, prec, lora, max(p.bytes for p in phases))
+    slack = allocator_slack(job, mb, prec, lora, phases)
     dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
     warnings = list(job_warnings(job)) + list(extras.notes)
@@ -136,6 +136,17 @@ def estimate(job: JobSpec) -> Estimate:
         warnings=tuple(warnings),
         not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ()),
         calibrated=dev.calibrated,
+        made=made_by(job),
         gpu=job.gpu,
         extra={"layout": layout_json(job, mb)},
     )
+
+
+def made_by(job: JobSpec) -> str:
+    """"derived" (the family's formulas), or how the learned profile the layers' terms come from was made."""
+    p = job.model.learned
+    if p is None:
+        return "derived"
+    prov = p.provenance
+    return (f"learned profile ({prov.get('summary', 'traced')} by hpcmem models learn, transformers "
+            f"{prov.get('versions', {}).get('transformers', '?')}; not derived)")

@@ -8,17 +8,29 @@ cannot use. The terms (bytes, `slack_terms`):
 
 - `packing`: (a) — the job's persistent tensors one by one (weights, adapters, AdamW states;
   hpcmem.estimate.tensors) through the allocator's rules (1–10 MiB tensors share 20 MiB segments, larger ones get
-  their size rounded up to 2 MiB; expandable segments: 20 MiB pages), exact for them; its coefficient (≈ 2) also
-  carries the gradients, which have the same sizes and are carved out during backward;
-- `head_gradient`: TRL's fused LM head, when the head trains, accumulates its weight gradient in an fp32 [V, H]
-  block (trl/kernels/chunked_logprob.py backward) that is freed before the layers' backward, which split it;
-- `head_tile`: the fused head's [4096, 32768] logits tile and fp32 [N, H] input gradient, freed likewise;
+  their size rounded up to 2 MiB; expandable segments: 20 MiB pages), exact for them; its default-mode coefficient
+  (≈ 1.8) also carries the gradients, which have the same sizes and are carved out during backward (under expandable
+  segments the waste is at most a page per pool and the fit gives it 0);
+- `second_step`: the blocks the second step has to map afresh. torch's AdamW creates its states at the first
+  `optimizer.step()` (torch/optim/adamw.py `_init_group`), after the first backward has freed its transients, and
+  the allocator hands the states the cached blocks first (best fit): the first step ends with about
+  max(first-step peak without the states, weights + gradients + states) reserved, and the big blocks the states took
+  over — the fused LM head's fp32 [V, H] gradient accumulator and the [V, H] gradient (trl/kernels/chunked_logprob.py
+  backward); Reward's embedding gradient (and its copy when tied) — get new segments in the second step. The term is
+  that end of step one + those blocks − the peak, when positive (from the estimate's own phases). Default segments
+  only: when the largest trainable layer weight is larger than the layer's largest block, its gradient (and states
+  of its size) cannot be carved from the blocks the activations free, so the first step reserves weights + activations + gradients, and the states
+  take only the freed head blocks (seen in the allocator model for Qwen2.5-7B and Phi-3 without checkpointing: the
+  first step's gradient segments sit free at the second step's peak). Under expandable segments freed blocks merge
+  in one address range and are reused;
+- `head_tile`: the fused head's [4096, 32768] logits tile and fp32 [N, H] input gradient, freed before the layers'
+  backward, which split it;
 - `layer_blocks`: the largest block of a decoder layer (the MLP's [T, I] in the compute dtype, an fp32 [T, H]
   norm upcast, eager attention's fp32 [rows, heads, S, S] scores), a size that recurs layer after layer while
   gradients and saved tensors interleave with it;
 - `allocated`: a small share of the peak for everything else (rounding of requests, short-lived blocks).
 
-(b) is not computed from a schedule: each term's coefficient — how much of such a block ends up stranded — is fitted
+(b) is not replayed tensor by tensor: each term's coefficient — how much of such a block ends up stranded — is fitted
 per allocator mode to the allocator model replaying the trace matrix (`python -m hpcmem.bench.reserved_fit`,
 estimator/reserved-fit.json; held-out errors in estimator/LOG.md). Jobs the trace does not run (ZeRO, FSDP: flat
 partitions, so no per-tensor `packing`; QLoRA) get the same terms with their own sizes, not held to the allocator
@@ -31,9 +43,11 @@ import bisect
 import functools
 
 from hpcmem.estimate.activations import effective_attention
+from hpcmem.estimate.breakdown import Phase
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE
 from hpcmem.estimate.shape import MicroBatch, Precision
+from hpcmem.estimate.step import BACKWARD, FORWARD, GRADIENTS, OPTIMIZER_STATES, OPTIMIZER_STEP
 from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parameter_sizes
 from hpcmem.spec import JobSpec, ModelSpec
 from hpcmem.trainers import entry
@@ -47,13 +61,13 @@ from hpcmem.trace.allocator import (
 )
 
 FP32 = 4
-TERMS = ("packing", "head_gradient", "head_tile", "layer_blocks", "allocated")
+TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated")
 # Fitted coefficients per allocator mode (python -m hpcmem.bench.reserved_fit; estimator/reserved-fit.json).
 COEFFICIENTS: dict[str, dict[str, float]] = {
-    "default": {"packing": 2.0801, "head_gradient": 0.1331, "head_tile": 0.0391, "layer_blocks": 1.0096,
-                "allocated": 0.0226},
-    "expandable": {"packing": 2.4106, "head_gradient": 0.3127, "head_tile": 0.1487, "layer_blocks": 0.9161,
-                   "allocated": 0.0058},
+    "default": {"packing": 1.777, "second_step": 0.417, "head_tile": 0.1929, "layer_blocks": 1.2018,
+                "allocated": 0.0095},
+    "expandable": {"packing": 0.0, "second_step": 0.4989, "head_tile": 0.2968, "layer_blocks": 0.965,
+                   "allocated": 0.003},
 }
 
 
@@ -102,26 +116,74 @@ def persistent_waste(m: ModelSpec, trainer: str, optim: str, weight_bytes: int, 
     return packing_waste(tuple(base + adapters + optimizer_state_sizes(optim, trainable)), expandable)
 
 
-def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, peak_allocated: int,
+def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase],
                 expandable: bool | None = None) -> dict[str, int]:
-    """The terms for the job's allocator mode (or the one named by `expandable`)."""
+    """The terms for the job's allocator mode (or the one named by `expandable`); `phases`: the estimate's (hpcmem.
+    estimate.step), the peak allocated being the largest."""
     m, par = job.model, job.parallel
     expandable = job.expandable_segments if expandable is None else expandable
     sharded = par.fsdp or (par.deepspeed and par.zero_stage >= 1)
     lm_head = entry(job.train.trainer).head == "lm"
-    head_trains = (not lora.enabled or lora.trains_head) and lm_head
     n = mb.label_tokens
     block = largest_layer_block(job, mb, prec)
     return {
         # ZeRO / FSDP keep flat partitions, not one tensor per parameter: no per-tensor packing
         "packing": 0 if sharded else persistent_waste(m, job.train.trainer, job.train.optim, prec.weight, lora,
                                                        expandable),
-        "head_gradient": m.vocab_size * m.hidden_size * FP32 if head_trains else 0,
+        "second_step": second_step(job, prec, lora, phases, block, expandable),
         "head_tile": (min(n, TOKEN_CHUNK_SIZE) * min(m.vocab_size, VOCAB_CHUNK_SIZE) * prec.act
                       + n * m.hidden_size * FP32) if lm_head else 0,
         "layer_blocks": block,
-        "allocated": peak_allocated,
+        "allocated": max(p.bytes for p in phases),
     }
+
+
+def second_step(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Phase], block: int,
+                expandable: bool) -> int:
+    """End of the first step's reserve + the [V, H] blocks the second step maps again − the peak (module docstring).
+    0 when the states exist before the first step (DeepSpeed allocates them at engine init) or there are none."""
+    named = {p.name: p for p in phases}
+    forward, optimizer = named.get(FORWARD), named.get(OPTIMIZER_STEP)
+    if job.parallel.deepspeed or forward is None or optimizer is None:
+        return 0
+    states = _bytes(forward, OPTIMIZER_STATES)
+    if not states:
+        return 0
+    peak = max(p.bytes for p in phases)
+    blocks = recreated_blocks(job, prec, lora)
+    first = max(p.bytes - states for p in phases if p.name == FORWARD or p.name.startswith(BACKWARD))
+    if not expandable and not lora.enabled and largest_layer_weight(job.model, job.train.trainer, prec.weight) > block:
+        # gradients beside the activations, not in their blocks; the states fill only the freed head blocks
+        beside = forward.bytes - states - _bytes(forward, GRADIENTS) + _bytes(optimizer, GRADIENTS)
+        end = max(optimizer.bytes, max(first, beside) + max(0, states - blocks))
+    else:
+        end = max(first, optimizer.bytes)
+    return max(0, end + blocks - peak)
+
+
+def _bytes(phase: Phase, name: str) -> int:
+    return sum(c.bytes for c in phase.components if c.name == name)
+
+
+def recreated_blocks(job: JobSpec, prec: Precision, lora: LoraLayout) -> int:
+    """The backward's [V, H] blocks: the fused head's fp32 gradient accumulator and the weight's gradient when the
+    head trains; Reward (no LM head): the embedding gradient, and its copy when tied (hpcmem.estimate.step
+    `_embedding_backward`). None under LoRA (frozen)."""
+    m = job.model
+    vh = m.vocab_size * m.hidden_size
+    if lora.enabled:
+        return 0
+    if entry(job.train.trainer).head == "score":
+        return (2 if m.tie_word_embeddings else 1) * vh * prec.weight
+    return vh * (FP32 + prec.weight)
+
+
+@functools.lru_cache(maxsize=512)
+def largest_layer_weight(m: ModelSpec, trainer: str, weight_bytes: int) -> int:
+    """Bytes of the largest decoder-layer parameter tensor (its gradient and AdamW states are as large)."""
+    sizes = parameter_sizes(m, trainer, weight_bytes)
+    inner = sizes[1:-1]        # the embedding first, the final norm / head / score last
+    return max(inner, default=0)
 
 
 def largest_layer_block(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
@@ -136,13 +198,13 @@ def largest_layer_block(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
     return block
 
 
-def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, peak_allocated: int) -> int:
+def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase]) -> int:
     """Σ coefficient × term, never negative. The default allocator is never estimated below expandable segments: the
     planner's bound turns expandable segments on to find the least a combination can need (hpcmem.plan.best_first).
     The allocator model disagrees in 17 of the 174 traced steps (expandable up to 5.7 % higher), so the estimate takes
     the larger of the two for the default mode — on the safe side."""
     def rule(expandable: bool) -> int:
-        terms = slack_terms(job, mb, prec, lora, peak_allocated, expandable)
+        terms = slack_terms(job, mb, prec, lora, phases, expandable)
         coef = COEFFICIENTS["expandable" if expandable else "default"]
         return max(0, int(sum(coef[k] * terms[k] for k in TERMS)))
 

@@ -57,6 +57,7 @@ class Estimate:
     not_modelled: tuple[str, ...] = ()
     calibrated: bool = False
     extra: dict = field(default_factory=dict)
+    made: str = "derived"               # how the layers' terms were made: derived formulas, or a learned profile
     gpu: GpuSpec | None = None          # the GPU judged against (capacity, margins); None: no verdict
 
     @property
@@ -96,7 +97,7 @@ class Estimate:
         peak = self.peak_phase
         verdict = self.verdict
         return {
-            "model": {"name": self.model_name, "num_params": self.num_params},
+            "model": {"name": self.model_name, "num_params": self.num_params, "made": self.made},
             "summary": self.summary,
             "per_gpu": {
                 "peak_allocated_bytes": self.peak_allocated_bytes,

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from hpcmem.estimate import lora_variants
 from hpcmem.estimate.lora_variants import modules_to_save, targeted_parameters
 from hpcmem.estimate.shape import Precision
-from hpcmem.models.params import (LinearModule, all_linear_targets, linear_modules, peft_default_targets,
-                                  peft_model_type)
+from hpcmem.models.params import LinearModule, all_linear_targets, linear_modules, peft_default_targets
 from hpcmem.spec import JobSpec
 
 LORA_DROPOUT_MASK_BYTES = 1   # nn.Dropout (TRL's lora_dropout 0.05) keeps a bool mask per input element
@@ -116,7 +115,7 @@ def lora_layout(job: JobSpec) -> LoraLayout:
     t, m = job.train, job.model
     if not t.use_peft:
         return LoraLayout(enabled=False)
-    targets = t.lora_target_modules or peft_default_targets(peft_model_type(m))
+    targets = t.lora_target_modules or peft_default_targets(m)
     names = set(all_linear_targets(m)) if "all-linear" in targets else set(targets)
     chosen = tuple(mod for mod in linear_modules(m) if mod.nn_linear and mod.leaf in names)
     if t.quantized or (job.parallel.deepspeed and (t.bf16 or t.fp16)):

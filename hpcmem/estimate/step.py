@@ -9,10 +9,11 @@ every layer.
 
 from __future__ import annotations
 
+from hpcmem.errors import SpecError
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate import lora_variants
-from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate.lora import LoraLayout, lora_layout
 from hpcmem.estimate.lora import backward_transient as lora_backward_transient
 from hpcmem.estimate.loss import LossBytes
 from hpcmem.estimate.parallel import SequenceBuffers
@@ -22,6 +23,12 @@ from hpcmem.spec import JobSpec
 from hpcmem.trainers import entry
 
 GIB = 1024**3
+# phase and component names other modules read back (hpcmem.estimate.allocator replays the step from them)
+FORWARD = "forward"
+BACKWARD = "backward"               # every backward phase's name starts with it
+OPTIMIZER_STEP = "optimizer step"
+OPTIMIZER_STATES = "optimizer states"
+GRADIENTS = "gradients"
 
 
 def resident_components(s: States, lora: LoraLayout) -> list[Component]:
@@ -34,7 +41,7 @@ def resident_components(s: States, lora: LoraLayout) -> list[Component]:
                              note=" · ".join(x for x in (
                                  f"{lora.num_params:,} params r={lora.r} on {','.join(mod.leaf for mod in lora.adapted)}",
                                  s.notes.get("adapters", "")) if x)))
-    out.append(Component(name="optimizer states", bytes=s.optimizer, note=s.notes.get("optimizer", "")))
+    out.append(Component(name=OPTIMIZER_STATES, bytes=s.optimizer, note=s.notes.get("optimizer", "")))
     if s.master:
         out.append(Component(name="fp32 master weights", bytes=s.master, note="DeepSpeed fp32 partition"))
     if s.grad_buffers and s.notes.get("ddp"):
@@ -62,6 +69,14 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
                  seq: SequenceBuffers = SequenceBuffers()) -> tuple[list[Phase], int]:
     """Returns (phases, host bytes of offloaded activations). `seq`: what a context/sequence-parallel attention adds
     per layer (hpcmem.estimate.parallel); `mb` is then the rank's share of the sequence."""
+    if job.model.learned is not None:
+        if seq.name:
+            raise SpecError(f"model {job.model.name} (learned profile): {seq.name} is not learned (a learned "
+                            "profile holds one GPU's whole sequence); estimate it without context/sequence "
+                            "parallelism")
+        from hpcmem.estimate.learned import learned_phases
+
+        return learned_phases(job, mb, prec, parts, s, lora, loss, opt_transient, extra_resident), 0
     t, m = job.train, job.model
     L = m.num_hidden_layers
     resident = resident_components(s, lora) + list(extra_resident)
@@ -101,9 +116,9 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     dora_t = lora_variants.forward_transient(lora, mb.tokens)
     activations = Component(name="activations", bytes=saved_total,
                             note=f"{mode}: {mb.source}; {L} layers")
-    forward = Phase(name="forward", components=(
+    forward = Phase(name=FORWARD, components=(
         *resident, *gathered, activations,
-        *([Component(name="gradients", bytes=accum_grads, note=grads_note)] if accum_grads else []),
+        *([Component(name=GRADIENTS, bytes=accum_grads, note=grads_note)] if accum_grads else []),
         *([Component(name="autocast weight cache", bytes=autocast_cache,
                      note="bf16 copies of fp32 weights held until autocast exits")] if autocast_cache else []),
         *([Component(name=seq.name, bytes=seq.forward, note=seq.note)] if seq.forward else []),
@@ -116,7 +131,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     layer_grad = max(layer_grad, 0) // L
     head_phase = Phase(name="backward (LM head)", components=(
         *resident, *gathered, activations,
-        *([Component(name="gradients", bytes=accum_grads, note=grads_note)] if accum_grads else []),
+        *([Component(name=GRADIENTS, bytes=accum_grads, note=grads_note)] if accum_grads else []),
         Component(name="loss / fused LM head", bytes=loss.backward_transient,
                   note="fp32 grad accumulators + tile at the head's backward")))
     # per-layer constants of the backward, then the worst layer k found numerically before any Phase is built
@@ -153,18 +168,27 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         *resident, *gathered,
         Component(name="activations", bytes=below_and_own, note=f"layers ≤ {worst_k}"),
         *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
-        Component(name="gradients", bytes=done, note=grads_note or f"layers > {worst_k} done"),
+        Component(name=GRADIENTS, bytes=done, note=grads_note or f"layers > {worst_k} done"),
         Component(name="backward temporaries", bytes=transient,
                   note=f"incl. {seq.name} {max(seq.forward, seq.backward) / GIB:.2f} GiB" if seq.name else "")))
-    grads_all = Component(name="gradients", bytes=s.gradients)
-    embed_phase = _embedding_backward(job, mb, prec, parts, resident, grads_all, head_trains, lora)
+    phases = [forward, head_phase, best, *closing_phases(job, mb, prec, parts, s, resident, opt_transient, lora)]
+    return phases, host
+
+
+def closing_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States,
+                   resident: list[Component], opt_transient: int, lora: LoraLayout | None = None) -> list[Phase]:
+    """The last instant of backward (embeddings) and the optimizer step: states and gradients only, whatever the
+    layers are (shared by the derived and the learned layer terms)."""
+    lora = lora if lora is not None else lora_layout(job)
+    grads_all = Component(name=GRADIENTS, bytes=s.gradients)
+    embed_phase = _embedding_backward(job, mb, prec, parts, resident, grads_all,
+                                      not lora.enabled or lora.trains_head, lora)
     step_extra = [Component(name="gradient buffers", bytes=s.grad_buffers, note="fp32 gradient partition")] \
         if s.grad_buffers and not s.notes.get("ddp") else []
-    optimizer = Phase(name="optimizer step", components=(
+    optimizer = Phase(name=OPTIMIZER_STEP, components=(
         *resident, grads_all, *step_extra,
         Component(name="optimizer step temporaries", bytes=opt_transient)))
-    phases = [forward, head_phase, best, optimizer, embed_phase]
-    return [p for p in phases if p is not None], host
+    return [p for p in (optimizer, embed_phase) if p is not None]
 
 
 def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, resident: list[Component],

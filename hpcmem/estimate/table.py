@@ -38,6 +38,8 @@ def render(est: Estimate) -> str:
     for p in est.phases:
         mark = "  ← peak" if p is peak else ""
         lines.append(f"  {p.name:<28}{gib(p.bytes):>14}{mark}")
+    if est.made != "derived":
+        lines.append(f"layer terms: {est.made}")
     for w in est.warnings:
         lines.append(f"warning: {w}")
     lines.append("not modelled: " + "; ".join(est.not_modelled))

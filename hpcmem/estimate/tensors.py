@@ -19,10 +19,11 @@ from hpcmem.trainers import entry
 ADAM_OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach")
 
 
-def _layer_weights(m: ModelSpec, layer: int) -> list[tuple[int, int]]:
-    """(in·out elements, bias elements) per linear of one decoder layer, in module order; MoE experts are 3-D."""
+def _layer_weights(m: ModelSpec, layer: int, mods: list) -> list[tuple[int, int]]:
+    """(in·out elements, bias elements) per linear of one decoder layer, in module order; MoE experts are 3-D.
+    `mods`: linear_modules(m), computed once by the caller (a learned model's are grouped anew on each call)."""
     out = []
-    for mod in linear_modules(m):
+    for mod in mods:
         first = m.num_hidden_layers - mod.num_layers   # dense MLPs sit in the first layers of a MoE
         holds = (layer >= first) if mod.kind in ("expert", "router", "shared_expert") else (layer < mod.num_layers)
         if holds:
@@ -38,8 +39,9 @@ def parameter_sizes(m: ModelSpec, trainer: str, weight_bytes: int) -> list[int]:
     if m.qk_norm:
         qk = ([m.head_dim, m.head_dim] if m.qk_norm_scope == "head"
               else [m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim])
+    mods = linear_modules(m)
     for layer in range(m.num_hidden_layers):
-        for weight, bias in _layer_weights(m, layer):
+        for weight, bias in _layer_weights(m, layer, mods):
             sizes.append(weight * weight_bytes)
             if bias:
                 sizes.append(bias * weight_bytes)

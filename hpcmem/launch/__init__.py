@@ -1,9 +1,27 @@
 """Launch TRL jobs on SLURM: admin presets, pure renderers (accelerate, DeepSpeed, FSDP, TRL YAML, sbatch), the run
-folder and the backends (dry-run, sbatch, submitit). `submit(job, preset, options)` is the Python entry point."""
+folder and the backends (dry-run, sbatch, submitit). `submit(job, preset, options)` is the Python entry point.
 
-from hpcmem.launch.job import Launch, LaunchOptions
-from hpcmem.launch.presets import Preset, load as load_preset
-from hpcmem.launch.submission import DoesNotFit, Prepared, Submission, prepare, submit
+The names below load on first use (PEP 562): `hpcmem estimate` imports hpcmem.launch.parallelism alone, and the
+submission machinery (run folders, backends, subprocess) would cost every cold estimate its import time."""
 
-__all__ = ["DoesNotFit", "Launch", "LaunchOptions", "Prepared", "Preset", "Submission", "load_preset", "prepare",
-           "submit"]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {"DoesNotFit": ("submission", "DoesNotFit"), "Launch": ("job", "Launch"),
+            "LaunchOptions": ("job", "LaunchOptions"), "Prepared": ("submission", "Prepared"),
+            "Preset": ("presets", "Preset"), "Submission": ("submission", "Submission"),
+            "load_preset": ("presets", "load"), "prepare": ("submission", "prepare"),
+            "submit": ("submission", "submit")}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'hpcmem.launch' has no attribute {name!r}")
+    module, attr = _EXPORTS[name]
+    value = getattr(import_module(f"hpcmem.launch.{module}"), attr)
+    globals()[name] = value
+    return value

@@ -12,10 +12,10 @@ from hpcmem.models.params import (
     peft_default_targets,
     peft_model_type,
 )
-from hpcmem.models.resolve import catalog, catalog_entry, catalog_ids, resolve_model
+from hpcmem.models.resolve import catalog, catalog_entry, catalog_ids, resolve_model, spec_from_config
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES", "LinearModule", "ParamBreakdown", "all_linear_targets", "catalog", "catalog_entry",
     "catalog_ids", "count_params", "linear_modules", "model_spec_from_config", "peft_default_targets",
-    "peft_model_type", "resolve_model",
+    "peft_model_type", "resolve_model", "spec_from_config",
 ]

@@ -9,7 +9,7 @@ these rows against the installed transformers (tests/test_models_torch.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hpcmem.errors import Problems, SpecError
@@ -38,6 +38,7 @@ class Arch:
     act_key: str = "hidden_act"                # Gemma reads hidden_activation
     moe: MoeRule = ""
     notes: tuple[str, ...] = ()                # quirks worth knowing (documentation only)
+    aliases: dict[str, str] = field(default_factory=dict)   # config class attribute_map: config.json key → ours
 
 
 _DENSE = {"hidden_act": "silu", "tie_word_embeddings": False}
@@ -80,6 +81,22 @@ ARCHITECTURES: dict[str, Arch] = {
         "num_attention_heads": 32, "num_key_value_heads": None, "head_dim": None, "attention_bias": False,
         "max_position_embeddings": 2048},
         notes=("norms after attention and MLP only (no input_layernorm); q/k norms span all heads",)),
+    # Types transformers' causal-LM mapping builds with LlamaForCausalLM itself: Llama's layout, their config class's
+    # defaults and attribute_map (configuration_exaone.py, configuration_internlm3.py, configuration_iquestcoder.py).
+    "exaone": Arch(bias="attention_bias", mlp_bias_key=True, aliases={
+        "num_layers": "num_hidden_layers", "activation_function": "hidden_act"}, defaults={
+        **_DENSE, "vocab_size": 102400, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None, "attention_bias": False,
+        "mlp_bias": False, "max_position_embeddings": 4096}, notes=("built by LlamaForCausalLM",)),
+    "internlm3": Arch(bias="attention_bias", mlp_bias_key=True, aliases={
+        "qkv_bias": "attention_bias", "bias": "mlp_bias"}, defaults={
+        **_DENSE, "vocab_size": 128512, "hidden_size": 4096, "intermediate_size": 10240, "num_hidden_layers": 48,
+        "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "attention_bias": False,
+        "mlp_bias": False, "max_position_embeddings": 32768}, notes=("built by LlamaForCausalLM",)),
+    "iquestcoder": Arch(bias="attention_bias", mlp_bias_key=True, defaults={
+        **_DENSE, "vocab_size": 76800, "hidden_size": 5120, "intermediate_size": 27648, "num_hidden_layers": 80,
+        "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "attention_bias": False,
+        "mlp_bias": False, "max_position_embeddings": 131072}, notes=("built by LlamaForCausalLM",)),
     "mixtral": Arch(moe="mixtral", defaults={
         **_DENSE, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None, "max_position_embeddings": 131072,
@@ -111,6 +128,11 @@ def unwrap_text_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
     return merged, str(cfg.get("model_type", ""))
 
 
+def has_family(cfg: dict[str, Any]) -> bool:
+    """Whether a family descriptor covers the config's decoder (its own type, or a multimodal config's text_config)."""
+    return isinstance(cfg, dict) and str(unwrap_text_config(cfg)[0].get("model_type")) in ARCHITECTURES
+
+
 def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
     """Read a transformers config.json dict into a `ModelSpec` (see `ARCHITECTURES` for what is read and why)."""
     check_model_config(cfg, name)         # JSON types and ranges of every key read below (hpcmem.inputs)
@@ -122,6 +144,9 @@ def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
         raise SpecError(
             f"model {name}: model_type {model_type!r}{outer} is not supported; hpcmem counts decoder-only "
             f"{', '.join(SUPPORTED_MODEL_TYPES)}. Use one of them or `hpcmem models list` for the offline catalog.")
+
+    if arch.aliases:
+        cfg = {arch.aliases.get(k, k): v for k, v in cfg.items()}
 
     def get(key: str) -> Any:
         return cfg[key] if key in cfg else arch.defaults.get(key)
@@ -149,7 +174,7 @@ def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
         max_position_embeddings=int(get("max_position_embeddings") or 0) or 4096,
         final_logit_softcapping=float(get("final_logit_softcapping") or 0.0),
         attn_logit_softcapping=float(get("attn_logit_softcapping") or 0.0),
-        wrapper_model_type=wrapper, sliding_window=_sliding_window(cfg, str(model_type)), **_moe_fields(arch.moe, get),
+        wrapper_model_type=wrapper, sliding_window=sliding_window(cfg, str(model_type)), **_moe_fields(arch.moe, get),
     )
 
 
@@ -160,7 +185,7 @@ _USE_FLAG = ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
 _WINDOW_DEFAULT = {"mistral": 4096, "gemma2": 4096, "gemma3": 4096, "gemma3_text": 4096}
 
 
-def _sliding_window(cfg: dict[str, Any], model_type: str) -> int:
+def sliding_window(cfg: dict[str, Any], model_type: str) -> int:
     """The window of the model's sliding-attention layers, 0 when every layer attends to the whole sequence — what
     accelerate reads (`layer_types`, else `sliding_window`; big_modeling.py `_attach_context_parallel_hooks`)."""
     window = cfg.get("sliding_window", _WINDOW_DEFAULT.get(model_type)) or 0

@@ -41,6 +41,7 @@ class ParamBreakdown:
     extra: int                        # ModelSpec.extra_params, counted verbatim
     experts_active_per_layer: int     # routed expert parameters one token passes through (top-k of E)
     total: int
+    inactive_experts: int = 0         # learned profiles: routed expert parameters a token skips, all layers
 
     def __post_init__(self) -> None:
         assert self.num_dense_layers + self.num_moe_layers == self.num_layers, self
@@ -64,7 +65,8 @@ class ParamBreakdown:
     @property
     def active(self) -> int:
         """Parameters one token uses: total less the routed experts it is not sent to (Fedus et al. 2021, §2)."""
-        return self.total - self.num_moe_layers * (self.experts_per_layer - self.experts_active_per_layer)
+        return (self.total - self.num_moe_layers * (self.experts_per_layer - self.experts_active_per_layer)
+                - self.inactive_experts)
 
     def as_dict(self) -> dict[str, int]:
         return {**asdict(self), "active": self.active}
@@ -99,6 +101,8 @@ def linear_modules(spec: ModelSpec) -> list[LinearModule]:
     3D nn.Parameters, so peft's `target_modules` (and "all-linear") skip them; peft reaches them only through
     `LoraConfig(target_parameters=[...])`. The router (`mlp.gate`) is a TopKRouter holding a bare `weight` too.
     """
+    if spec.learned is not None:
+        return learned_linear_modules(spec.learned)
     h, d, n_h, n_kv, L = (spec.hidden_size, spec.head_dim, spec.num_attention_heads, spec.num_key_value_heads,
                           spec.num_hidden_layers)
     q_out, kv_out = n_h * d, n_kv * d
@@ -142,6 +146,8 @@ def _num_moe_layers(spec: ModelSpec) -> int:
 
 def count_params(spec: ModelSpec) -> ParamBreakdown:
     """Exact parameter count of `AutoModelForCausalLM.from_config(config)` (tied weights counted once)."""
+    if spec.learned is not None:
+        return learned_breakdown(spec.learned)
     h, d, L = spec.hidden_size, spec.head_dim, spec.num_hidden_layers
     mods = linear_modules(spec)
 
@@ -171,6 +177,40 @@ def count_params(spec: ModelSpec) -> ParamBreakdown:
     return breakdown
 
 
+def _linear_kind(path: str) -> str:
+    """attention | expert | shared_expert | router | mlp, from a weight's path inside the layer."""
+    low = path.lower()
+    if "shared" in low:
+        return "shared_expert"
+    if "experts" in low:
+        return "expert"
+    if low.endswith("gate") or "router" in low:
+        return "router"
+    return "attention" if "attn" in low or "attention" in low or "mixer" in low else "mlp"
+
+
+def learned_linear_modules(p) -> list[LinearModule]:
+    """The weights of a learned model's layers (measured on the meta model), grouped over the layers that hold them."""
+    held: dict[tuple, int] = {}
+    for kind in p.layer_kinds:
+        for lin in p.kinds[kind].linears:
+            key = (lin.name, lin.in_features, lin.out_features, lin.count, lin.nn_linear, lin.bias)
+            held[key] = held.get(key, 0) + 1
+    return [LinearModule(name, i, o, n, layers, _linear_kind(name), lin, bias)
+            for (name, i, o, n, lin, bias), layers in held.items()]
+
+
+def learned_breakdown(p) -> ParamBreakdown:
+    """A learned model's parameters: decoder layers are counted as measured (in `extra`), per kind."""
+    layers = sum(p.kinds[k].params for k in p.layer_kinds)
+    inactive = sum(p.kinds[k].experts - p.kinds[k].experts_active for k in p.layer_kinds)
+    return ParamBreakdown(embed=p.embed, attention_per_layer=0, norms_per_layer=0, mlp_per_layer=0,
+                          experts_per_layer=0, router_per_layer=0, shared_expert_per_layer=0,
+                          num_layers=p.num_layers, num_dense_layers=p.num_layers, num_moe_layers=0,
+                          final_norm=p.other, lm_head=p.lm_head, extra=layers, experts_active_per_layer=0,
+                          total=p.total, inactive_experts=inactive)
+
+
 def _total_from_modules(spec: ModelSpec, mods: list[LinearModule], qk_norm: int) -> int:
     """The total counted a second way, module by module over all layers, so ParamBreakdown's check means something."""
     h = spec.hidden_size
@@ -192,6 +232,9 @@ PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...] | None] = {
     "gemma3_text": ("q_proj", "v_proj"),
     "mixtral": ("q_proj", "v_proj"),
     "gemma3": None,
+    "exaone": None,
+    "internlm3": None,
+    "iquestcoder": None,
     "phi3": None,
     "olmo2": None,
     "qwen2_moe": None,
@@ -199,16 +242,34 @@ PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...] | None] = {
 }
 
 
+# Types whose default peft 0.21.2 loses: its transformers-v5 MoE conversion (peft/utils/transformers_weight_conversion.py
+# _convert_peft_config_moe, for the types of its _MOE_FUSED_TARGETS) sets an unset target_modules to an empty set before
+# LoraModel._prepare_adapter_config looks the default up, so get_peft_model raises NoMatchingPeftModuleError.
+PEFT_DEFAULT_LOST = frozenset({"mixtral"})
+
+
 def peft_model_type(spec: ModelSpec) -> str:
     """The model_type peft looks up: the loaded model's own (the wrapper's, for a gemma3 with a text_config)."""
     return spec.wrapper_model_type or spec.model_type
 
 
-def peft_default_targets(model_type: str) -> tuple[str, ...]:
+def peft_default_targets(model_type: str | ModelSpec) -> tuple[str, ...]:
     """peft's default LoRA target_modules for this architecture (what an empty lora_target_modules means)."""
+    if isinstance(model_type, ModelSpec):     # a spec: a learned profile carries peft's mapping as it was learned
+        spec = model_type
+        if spec.learned is None:
+            return peft_default_targets(peft_model_type(spec))
+        if spec.learned.peft_default_targets is None:
+            raise SpecError(f"peft has no default LoRA target_modules for model_type {spec.model_type!r}: "
+                            "get_peft_model would raise. Set lora_target_modules (e.g. all-linear).")
+        return spec.learned.peft_default_targets
     if model_type not in PEFT_DEFAULT_TARGETS:
         raise SpecError(f"no peft default LoRA targets recorded for model_type {model_type!r}; known: "
                         f"{', '.join(sorted(PEFT_DEFAULT_TARGETS))}. Set lora_target_modules explicitly.")
+    if model_type in PEFT_DEFAULT_LOST:
+        raise SpecError(f"peft 0.21.2 drops its default LoRA target_modules for model_type {model_type!r} (its MoE "
+                        "conversion empties them first): get_peft_model would raise. Set lora_target_modules (e.g. "
+                        "q_proj,k_proj,v_proj,o_proj).")
     targets = PEFT_DEFAULT_TARGETS[model_type]
     if targets is None:
         raise SpecError(f"peft has no default LoRA target_modules for model_type {model_type!r}: get_peft_model would "

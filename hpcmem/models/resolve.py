@@ -6,13 +6,13 @@ import json
 import os
 import re
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hpcmem.datapath import PACKAGE_DIR
 from hpcmem.errors import SpecError
 from hpcmem.inputs.files import exists, load_json_file, user_path
-from hpcmem.models.config import model_spec_from_config
+from hpcmem.models.config import has_family, model_spec_from_config
 from hpcmem.spec import ModelSpec
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -24,7 +24,7 @@ _TRUE = {"1", "ON", "YES", "TRUE"}
 def catalog() -> dict[str, dict[str, Any]]:
     """hub id → {"hub_id", "source", "config"} for every hpcmem/models/catalog/*.json (public config.json numbers)."""
     entries: dict[str, dict[str, Any]] = {}
-    folder = resources.files("hpcmem.models").joinpath("catalog")
+    folder = PACKAGE_DIR / "models" / "catalog"
     for item in sorted(folder.iterdir(), key=lambda p: p.name):
         if item.name.endswith(".json"):
             doc = json.loads(item.read_text(encoding="utf-8"))
@@ -58,10 +58,10 @@ def resolve_model(name_or_path: str, *, offline: bool | None = None) -> ModelSpe
         return _spec_from_path(path, name_or_path)
     entry = catalog_entry(name_or_path)
     if entry is not None:
-        return model_spec_from_config(entry["config"], entry["hub_id"])
+        return spec_from_config(entry["config"], entry["hub_id"])
     offline = hub_offline() if offline is None else offline
     if not offline and _HUB_ID.match(name_or_path) and _hub_available():
-        return model_spec_from_config(_hub_config(name_or_path), name_or_path)
+        return spec_from_config(_hub_config(name_or_path), name_or_path)
     raise SpecError(
         f"unknown model {name_or_path}: not a path, not in the catalog (hpcmem models list), and offline / "
         "huggingface_hub not installed; pass a local config.json")
@@ -71,7 +71,27 @@ def _spec_from_path(path: Path, name: str) -> ModelSpec:
     file = path / "config.json" if path.is_dir() else path
     if not file.is_file():
         raise SpecError(f"model {name}: folder {path} holds no config.json; pass the config.json itself or its folder")
-    return model_spec_from_config(_read_json(file), name)
+    return spec_from_config(_read_json(file), name)
+
+
+def spec_from_config(cfg: Any, name: str) -> ModelSpec:
+    """A config.json dict → ModelSpec: by its family descriptor (derived), else by a learned profile of this very
+    config (hpcmem.models.profile), else a SpecError that says why (refused, not applicable) or what to run."""
+    if not isinstance(cfg, dict) or has_family(cfg) or "model_type" not in cfg:
+        return model_spec_from_config(cfg, name)
+    from hpcmem.models.coverage import refusal
+    from hpcmem.models.profile import find_profile, load_profile, spec_from_profile
+
+    path = find_profile(cfg)
+    if path is not None:
+        return spec_from_profile(load_profile(path), name)
+    model_type = str(cfg["model_type"])
+    why = refusal(model_type)
+    if why is not None:
+        raise SpecError(f"model {name}: model_type {model_type!r} is {why}")
+    raise SpecError(f"model {name}: model_type {model_type!r} has no family descriptor and no learned profile of this "
+                    f"config; learn one with `hpcmem models learn {name}` (needs torch; about a minute on a login node), "
+                    "then estimate again (`hpcmem models coverage` lists every type)")
 
 
 def _read_json(file: Path) -> Any:

@@ -65,7 +65,7 @@ def trainer_config(job: Any, *, steps: int, device: str, output_dir: str) -> tup
         output_dir=output_dir, max_steps=steps, report_to="none", save_strategy="no", eval_strategy="no",
         disable_tqdm=True,
         logging_steps=10**6, dataloader_num_workers=0, learning_rate=1e-6, use_cpu=device == "cpu",
-        model_init_kwargs={"dtype": t.dtype, "attn_implementation": t.attn_implementation},
+        model_init_kwargs=model_init_kwargs(t),
     )
     if entry(t.trainer).generates:
         # random weights emit EOS at random: force every completion to its full length (the estimate's worst case)
@@ -73,6 +73,15 @@ def trainer_config(job: Any, *, steps: int, device: str, output_dir: str) -> tup
     kw["dataset_num_proc"] = None          # kept only where the config declares it (below)
     kw.update(_parallel_args(job))
     return cls(**{k: v for k, v in kw.items() if k in names or k in _TRAINING_ARGS}), dropped
+
+
+def model_init_kwargs(t: Any) -> dict[str, Any]:
+    """TRL's model_init_kwargs for the spec: the dtype, and attn_implementation only where the user set one (TRL's
+    default is None: transformers then picks sdpa or, for Gemma-2, eager — hpcmem.trace.hf_config)."""
+    from hpcmem.trace.hf_config import attn_implementation_arg
+
+    attn = attn_implementation_arg(t)
+    return {"dtype": t.dtype, **({"attn_implementation": attn} if attn else {})}
 
 
 _TRAINING_ARGS = {"output_dir", "max_steps", "report_to", "save_strategy", "eval_strategy", "disable_tqdm",

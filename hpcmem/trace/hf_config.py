@@ -22,6 +22,14 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "mixtral", "qwen3_moe")
 
 
+def attn_implementation_arg(train: Any) -> str | None:
+    """The `attn_implementation` TRL hands to `from_pretrained`: ModelConfig.attn_implementation, None unless the user
+    set one (trl/trainer/model_config.py), so transformers picks sdpa where the model supports it and eager where not
+    (Gemma-2: `_supports_sdpa` is False; modeling_utils.py `get_correct_attn_implementation`). The spec's "sdpa" is
+    transformers' default standing for "unset". Trace and probe both build the model with it."""
+    return None if train.attn_implementation == "sdpa" else train.attn_implementation
+
+
 def hf_config_dict(spec: ModelSpec) -> dict[str, Any]:
     """The config.json dict transformers 5.24 turns back into `spec`'s architecture (for `AutoConfig.for_model`)."""
     kind = spec.model_type

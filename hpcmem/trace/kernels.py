@@ -33,6 +33,9 @@ Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Map
    (`_stats_tile`, `_jsd_tile`, `_backward_tile`) materialises several fp32 tile-sized temporaries, (c) `_project`
    writes the fp32 tile straight from 16-bit operands (`torch.mm(out_dtype=float32, out=tile)`) instead of fp32
    copies of the hidden chunk and the weight chunk, and `_addmm_fp32` as in 3. The trace patches the same names.
+8. Linear-attention hybrids (Gated DeltaNet, short convolutions): flash-linear-attention's and causal-conv1d's
+   kernels in place of transformers' torch fallbacks, each allocation from the kernels' own wrappers
+   (hpcmem/trace/kernels_linear.py).
 
 Not mapped (documented in the result's not_modelled): cuBLAS/cuBLASLt workspaces (constant per handle, seen by
 probes), memory-efficient attention's backward workspace (the masked SDPA path), CUDA autocast's fp32 op list (CPU
@@ -61,6 +64,9 @@ def cuda_mapping(tracker: Any, job: JobSpec) -> Iterator[list[str]]:
         stack.enter_context(_foreach_default(notes))
         stack.enter_context(_native_dropout(notes))
         stack.enter_context(_divergence_triton(notes))
+        from hpcmem.trace.kernels_linear import linear_attention_kernels
+
+        stack.enter_context(linear_attention_kernels(notes, job))    # 8: linear-attention hybrids' kernels
         notes.append("every block rounded up to 512 bytes (CUDA caching allocator)")
         yield notes
 

@@ -33,6 +33,10 @@ def config_dict(name: str, spec: ModelSpec | None = None) -> dict[str, Any]:
     """The config.json dict of model `name` (see the module docstring for the order)."""
     from hpcmem.models import catalog_entry
 
+    if spec is not None and spec.learned is not None:     # a learned profile carries its config.json (hpcmem.models)
+        from hpcmem.models.profile import backbone_config
+
+        return copy.deepcopy(dict(backbone_config(spec.learned.config)))
     cfg: Any = _local_config(name)
     if cfg is None:
         entry = catalog_entry(name)
@@ -70,7 +74,12 @@ def auto_config(cfg: dict[str, Any], model_id: str | None = None) -> Any:
     data = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in NOT_ARCHITECTURE}
     model_type = data.pop("model_type")
     data.update(pad_token_id=SPECIAL_IDS["pad"], eos_token_id=SPECIAL_IDS["eos"], bos_token_id=None)
-    config = AutoConfig.for_model(model_type, **data)
+    try:
+        config = AutoConfig.for_model(model_type, **data)
+    except Exception as exc:  # noqa: BLE001 — CwmConfig, ModernBertDecoderConfig: bos_token_id must be an int
+        if "bos_token_id" not in str(exc):
+            raise
+        config = AutoConfig.for_model(model_type, **{**data, "bos_token_id": SPECIAL_IDS["unk"]})
     if model_id is not None:
         config._name_or_path = model_id
     return config

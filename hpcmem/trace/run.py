@@ -47,7 +47,9 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
     `allocator` (off by default): record every counted device allocation (hpcmem.trace.events) and replay the stream
     through the caching-allocator model with cuBLAS's workspaces (hpcmem.trace.replay) — True/"default",
     "expandable" (expandable_segments:True) or "both"; the stats land in `result.allocator`, the stream in
-    `result.events`. `steps` (default 2): optimizer steps to run; a GPU probe runs 3 and reads steps 2–3.
+    `result.events`. `steps` (default 2): optimizer steps to run; a GPU probe runs 3 and reads steps 2–3; 1 sees every
+    activation term of the step without the optimizer states (hpcmem.trace.learn reads the layers' terms from it, at
+    half the cost).
 
     `snapshot` (a hpcmem.trace.snapshot.SnapshotRecorder, off by default) records every device allocation with its
     Python frames and phase, in the layout of torch's memory snapshot; the allocator model, if any, still hears all."""
@@ -76,6 +78,8 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
         mapping = cuda_mapping(tracker, job) if kernels == "cuda" else contextlib.nullcontext([])
         with mapping as mapped:
             trainer, num_params = _build(job, design, generation)
+            if steps is not None:
+                trainer.args.max_steps = steps
             if not entry(job.train.trainer).generates:    # generating trainers collate nothing (identity on prompts)
                 trainer.data_collator = fake_collator(trainer.data_collator, oracle, tracker)
             _offload(job, trainer, tracker, notes)

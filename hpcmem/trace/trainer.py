@@ -8,6 +8,7 @@ head (`add_fused_lm_head`), and `Trainer` applies `gradient_checkpointing_enable
 
 from __future__ import annotations
 
+import copy
 import tempfile
 from typing import Any
 
@@ -15,6 +16,7 @@ from hpcmem.errors import SpecError
 from hpcmem.spec import JobSpec
 from hpcmem.trace import pieces
 from hpcmem.trace.data import BatchDesign, make_dataset
+from hpcmem.trace.hf_config import attn_implementation_arg
 from hpcmem.trainers import REGISTRY, entry
 
 # Optimizers the trace can build on CPU (bitsandbytes kernels need a GPU). "adamw_torch_foreach" is hpcmem's name for
@@ -56,8 +58,8 @@ def require_traceable(job: JobSpec) -> None:
 
 
 def model_config(job: JobSpec) -> Any:
-    """The model's transformers config, found and built as the probe builds it (hpcmem.trace.pieces); the trace sets
-    the dtype itself and never quantizes."""
+    """The model's transformers config, found and built as the probe builds it (hpcmem.trace.pieces: a learned
+    profile's own config.json first); the trace sets the dtype itself and never quantizes."""
     return pieces.auto_config(pieces.config_dict(job.model.name, job.model))
 
 
@@ -73,9 +75,7 @@ def build_model(job: JobSpec) -> Any:
     """`AutoModelForCausalLM.from_config` in the load dtype (random weights: from_pretrained's tensors, no file)."""
     from transformers import AutoModelForCausalLM
 
-    # "sdpa" is also the spec's default for "unset": pass None so transformers picks sdpa when the model supports it
-    # and eager when not (Gemma-2: `_supports_sdpa` is False), as it does for a user who set nothing.
-    attn = None if job.train.attn_implementation == "sdpa" else job.train.attn_implementation
+    attn = attn_implementation_arg(job.train)
     if entry(job.train.trainer).head == "score":
         # RewardTrainer's create_model_from_path: AutoModelForSequenceClassification with num_labels=1; the pad id
         # tells the head which position is the last token of each row (the trace's tokenizer pads with 0)

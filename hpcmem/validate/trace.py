@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcmem.errors import HpcmemError
+from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.progress import Progress
 from hpcmem.record.cells import cell_of
 from hpcmem.validate.table import median, quantile
@@ -171,7 +171,7 @@ def run_cases(cases: list[dict[str, Any]], *, workers: int = 2, progress: Progre
             if progress:
                 progress.advance(detail=_detail(res))
     if failures:
-        raise HpcmemError(f"{len(failures)} of {len(cases)} cases could not be traced:\n" + "\n".join(failures))
+        raise SpecError([f"{len(failures)} of {len(cases)} cases could not be traced:", *failures])
     return sorted(results, key=lambda r: r.case_id)
 
 

@@ -1,0 +1,193 @@
+"""The step of a model whose per-layer terms were learned from traces (hpcmem.models.profile), not derived.
+
+Everything that does not depend on the layers' insides stays the estimate's own: model states, sharding, the LoRA
+adapters' states and what they keep (hpcmem.estimate.lora), TRL's fused LM head (hpcmem.estimate.loss), the last
+instant of backward and the optimizer step (hpcmem.estimate.step.closing_phases). The profile adds, per real layer,
+what its traced stand-in left alive after its forward (`fwd`), kept into backward (`kept`) and the highest bytes
+above its entry during its backward (`peak`), and three remainders (`forward_other`, `head_other`, `entry_other`).
+The phases are the derived ones' (hpcmem.estimate.step) with those terms in place of the formulas:
+
+    forward          states + Σ fwd + forward_other + LM head (saved + forward temporaries)
+    LM head backward states + Σ kept + head_other + LM head backward temporaries
+    layer k backward states + Σ_{j≤k} kept_j + entry_other + gradients of layers > k (and the head) + peak_k
+
+The lora cells were traced with TRL's LoRA at r = 16 on every Linear, or on the attention projections where peft
+refuses that (the profile's `lora_reference`); a job with other targets or rank gets the difference of the two
+adapters' saved inputs and backward temporaries, from hpcmem.estimate.lora.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcmem.errors import SpecError
+from hpcmem.estimate.breakdown import Component, Phase
+from hpcmem.estimate.lora import LoraLayout, backward_transient
+from hpcmem.estimate.loss import LossBytes
+from hpcmem.estimate.shape import MicroBatch, Precision
+from hpcmem.estimate.states import ParamParts, States
+from hpcmem.models.params import LinearModule
+from hpcmem.models.profile import Cell, LayerKind, LearnedProfile, cell_key
+from hpcmem.spec import JobSpec
+
+REFERENCE_ADAPTER_BYTES = 4       # peft keeps adapters in fp32 (autocast_adapter_dtype) in the traced jobs
+
+
+def precision_key(prec: Precision) -> str | None:
+    """The profile cell for a precision: fp32 weights under 16-bit autocast (w4a2) or 16-bit weights (w2a2)."""
+    if prec.act != 2:
+        return None
+    return {4: "w4a2", 2: "w2a2"}.get(prec.weight)
+
+
+def learned_cell(job: JobSpec, prec: Precision) -> Cell:
+    """The profile's terms for this job, or a SpecError naming what was not learned."""
+    t, p = job.train, job.model.learned
+    problems = []
+    if t.selective_checkpointing:
+        problems.append("selective checkpointing is not learned (the profile traces GC full and off)")
+    if t.activation_offloading:
+        problems.append("activation offloading is not learned (the profile traces GC full and off)")
+    if t.quantized:
+        problems.append("4/8-bit bases are not learned (the trace cannot run bitsandbytes)")
+    key = precision_key(prec)
+    cell = p.cell(key, "lora" if t.use_peft else "full", t.gradient_checkpointing) if key else None
+    if key is None:
+        problems.append("only 16-bit compute is learned (bf16/fp16 on); this job computes in fp32")
+    elif cell is None:
+        want = cell_key(key, "lora" if t.use_peft else "full", t.gradient_checkpointing)
+        problems.append(f"cell {want} is not in the profile (learned: {', '.join(p.cell_keys()) or 'none'}); "
+                        "run `hpcmem models learn` for it")
+    if problems:
+        raise SpecError([f"model {job.model.name} (learned profile): {x}" for x in problems])
+    return cell
+
+
+def _kind_modules(kind: LayerKind, leaves: set[str] | None) -> tuple[LinearModule, ...]:
+    """The kind's nn.Linear layers whose last name part is in `leaves` (None: all of them), one layer's worth."""
+    return tuple(LinearModule(lin.name, lin.in_features, lin.out_features, lin.count, 1, "mlp", True, lin.bias)
+                 for lin in kind.linears if lin.nn_linear and (leaves is None or lin.name.rsplit(".", 1)[-1] in leaves))
+
+
+def layer_adapters(kind: LayerKind, lora: LoraLayout, reference: dict | None) -> LoraLayout:
+    """The adapters one layer of `kind` carries: the user's, or (`reference`) those the lora cells were traced with."""
+    if reference is not None:
+        targets = reference["lora_target_modules"]
+        return LoraLayout(enabled=True, r=reference["lora_r"], adapted=_kind_modules(
+            kind, None if targets == ["all-linear"] else set(targets)), adapter_bytes=REFERENCE_ADAPTER_BYTES,
+            num_layers=1, dropout=True)
+    leaves = {m.leaf for m in lora.adapted}
+    return LoraLayout(enabled=True, r=lora.r, adapted=_kind_modules(kind, leaves), adapter_bytes=lora.adapter_bytes,
+                      num_layers=1, dropout=lora.dropout)
+
+
+@dataclass(frozen=True)
+class LayerBytes:
+    fwd: list[int]
+    fpeak: list[int]
+    kept: list[int]
+    peak: list[int]
+    grads: list[int]          # gradient bytes each layer's backward leaves (its weights', or its adapters')
+
+
+def _quad(mb: MicroBatch, p: LearnedProfile) -> int:
+    """rows·seq² where the traced terms had it: masked batches, or attention that always builds scores (eager)."""
+    return mb.rows * mb.seq * mb.seq if mb.masked or p.provenance.get("attention") == "eager" else 0
+
+
+def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, cell: Cell) -> LayerBytes:
+    p: LearnedProfile = job.model.learned
+    tokens, quad, gc = mb.tokens, _quad(mb, p), job.train.gradient_checkpointing
+    out = LayerBytes([], [], [], [], [])
+    per_kind: dict[int, tuple[int, int, int]] = {}
+    for kind_id in set(p.layer_kinds):
+        kind = p.kinds[kind_id]
+        if not lora.enabled:
+            per_kind[kind_id] = (0, 0, kind.params * prec.weight)
+            continue
+        mine, ref = layer_adapters(kind, lora, None), layer_adapters(kind, lora, p.lora_reference)
+        d_saved = mine.saved_per_layer(tokens, prec) - ref.saved_per_layer(tokens, prec)
+        d_temp = backward_transient(mine, tokens, prec) - backward_transient(ref, tokens, prec)
+        per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes)
+    for j, r in enumerate(p.layer_map):
+        d_saved, d_temp, grad = per_kind[p.layer_kinds[j]]
+        raw = (cell.fwd[r].at(tokens, quad), cell.fpeak[r].at(tokens, quad), cell.kept[r].at(tokens, quad),
+               cell.peak[r].at(tokens, quad))
+        fwd, fpeak, kept, peak = raw
+        if gc:              # the adapters' saved inputs exist only in the recompute
+            peak += d_saved + d_temp
+        else:
+            fwd, fpeak, kept, peak = fwd + d_saved, fpeak + d_saved, kept + d_saved, peak + d_temp
+        # an adapter change never takes a term below zero; a learned term that is negative stays as learned (layer 0's
+        # kept is, where the embeddings' backward entry holds more than layer 0 left: Gemma-4's per-layer inputs)
+        for dest, value, learned in zip((out.fwd, out.fpeak, out.kept, out.peak), (fwd, fpeak, kept, peak), raw,
+                                        strict=True):
+            dest.append(max(value, min(learned, 0)))
+        out.grads.append(grad)
+    return out
+
+
+# A learned term may be negative (the learner's accounting puts what a boundary holds on one side of it), and so may
+# a sum of them at some instant; a component is not: a negative sum counts as 0 there (the estimate is then above the
+# traced instant, never below).
+
+
+def _forward_phase(lb: LayerBytes, entry: int, head_other: int, loss: LossBytes, held: tuple[Component, ...],
+                   note: str) -> Phase:
+    """The forward's highest instant: inside a layer (what layers before it left + its own peak) or in the LM head
+    (every layer's + the head's saved and forward bytes + what else the head holds)."""
+    below = entry
+    worst, worst_at = -1, None
+    for k, (left, top) in enumerate(zip(lb.fwd, lb.fpeak, strict=True)):
+        if below + top > worst:
+            worst, worst_at = below + top, k
+        below += left
+    head = below + loss.saved + head_other + loss.forward_transient
+    if head >= worst:
+        return Phase(name="forward", components=(
+            *held, Component(name="activations", bytes=max(below + loss.saved + head_other, 0), note=note),
+            Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note)))
+    return Phase(name=f"forward (layer {worst_at})", components=(
+        *held, Component(name="activations", bytes=max(worst, 0), note=f"{note}; layers < {worst_at} and layer {worst_at}")))
+
+
+def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
+                   loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()) -> list[Phase]:
+    from hpcmem.estimate.step import closing_phases, resident_components
+
+    t, p = job.train, job.model.learned
+    cell = learned_cell(job, prec)
+    lb = layer_bytes(job, mb, prec, lora, cell)
+    tokens, quad, L = mb.tokens, _quad(mb, p), len(lb.kept)
+    resident = resident_components(s, lora) + list(extra_resident)
+    gathered = [Component(name="gathered parameters", bytes=s.gathered)] if s.gathered else []
+    accum = s.gradients if t.gradient_accumulation_steps > 1 else 0
+    accum_c = [Component(name="gradients", bytes=accum, note="kept across gradient accumulation")] if accum else []
+    how = f"learned profile ({p.provenance.get('summary', 'traced')})"
+    forward = _forward_phase(lb, cell.forward_entry.at(tokens, quad), cell.forward_other.at(tokens, quad), loss,
+                             (*resident, *gathered, *accum_c), f"{how}: {mb.source}; {L} layers")
+    head = Phase(name="backward (LM head)", components=(
+        *resident, *gathered, *accum_c,
+        Component(name="activations", bytes=max(sum(lb.kept) + cell.head_other.at(tokens, quad), 0), note=how),
+        Component(name="loss / fused LM head", bytes=loss.backward_transient,
+                  note="fp32 grad accumulators + tile at the head's backward")))
+    head_grads = 0 if lora.enabled else (parts.lm_head or parts.embed) * prec.weight
+    entry = cell.entry_other.at(tokens, quad)
+    below = [0]
+    for v in lb.kept:
+        below.append(below[-1] + v)
+    after = [0] * (L + 1)
+    for k in range(L - 1, -1, -1):
+        after[k] = after[k + 1] + lb.grads[k]
+
+    def instant(k: int) -> int:
+        return below[k + 1] + entry + (accum or head_grads + after[k + 1]) + lb.peak[k]
+
+    worst = max(range(L - 1, -1, -1), key=instant)
+    layer = Phase(name=f"backward (layer {worst})", components=(
+        *resident, *gathered,
+        Component(name="activations", bytes=max(below[worst + 1] + entry, 0), note=f"{how}: layers ≤ {worst}"),
+        Component(name="gradients", bytes=accum or head_grads + after[worst + 1],
+                  note="kept across gradient accumulation" if accum else f"layers > {worst} done"),
+        Component(name="backward temporaries", bytes=max(lb.peak[worst], 0), note=f"{how}: recompute + temporaries")))
+    return [forward, head, layer, *closing_phases(job, mb, prec, parts, s, resident, opt_transient)]

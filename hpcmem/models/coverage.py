@@ -1,0 +1,124 @@
+"""Which model types hpcmem covers, and how: every type of transformers' causal-LM mapping, classified.
+
+The classification is data (hpcmem/models/coverage.json, one entry per type): `decoder` (decoder-only text),
+`multimodal` (a family whose text decoder a text fine-tune trains: `backbone`), or `not_applicable` (the reason). A
+decoder or backbone is `refused` where a GPU run's memory cannot be held to a trace (the reason names the kernels);
+otherwise its status is `derived` (a family descriptor: hpcmem.models.config.ARCHITECTURES) or `learned` (a learned
+profile: `hpcmem models learn CONFIG`, hpcmem.models.profile).
+
+The installed transformers' mapping is read from its source (transformers/models/auto/modeling_auto.py
+`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`) without importing transformers; a type there and not in coverage.json is
+`unclassified` (tests/test_coverage_torch.py fails on it).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from hpcmem.datapath import PACKAGE_DIR
+
+MAPPING_NAME = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
+STATUSES = ("derived", "learned", "refused", "not applicable", "unclassified")
+
+
+@lru_cache(maxsize=1)
+def classification() -> dict[str, Any]:
+    return json.loads((PACKAGE_DIR / "models" / "coverage.json").read_text(encoding="utf-8"))
+
+
+def installed_mapping() -> dict[str, str] | None:
+    """model_type → causal-LM class of the installed transformers (None when transformers is not installed)."""
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    source = Path(next(iter(spec.submodule_search_locations))) / "models" / "auto" / "modeling_auto.py"
+    return mapping_from_source(source.read_text(encoding="utf-8"))
+
+
+def mapping_from_source(text: str) -> dict[str, str]:
+    for node in ast.parse(text).body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == MAPPING_NAME for t in node.targets)
+                and isinstance(node.value, ast.Call) and node.value.args):
+            return dict(ast.literal_eval(node.value.args[0]))
+    raise ValueError(f"{MAPPING_NAME} not found in transformers' modeling_auto.py")
+
+
+def type_status(model_type: str, entry: dict[str, Any] | None) -> tuple[str, str]:
+    """(status, reason) of one type."""
+    from hpcmem.models.config import ARCHITECTURES
+
+    if entry is None:
+        return "unclassified", "not in hpcmem/models/coverage.json (transformers is newer than this table)"
+    if entry["class"] == "not_applicable":
+        return "not applicable", entry["reason"]
+    if "refused" in entry:
+        return "refused", entry["refused"]
+    decoder = entry.get("backbone", model_type)
+    if decoder in ARCHITECTURES:
+        return "derived", f"family descriptor {decoder!r} (hpcmem/models/config.py)"
+    reason = "needs a learned profile: hpcmem models learn CONFIG (torch; about a minute)"
+    return "learned", f"{reason}; {entry['kernels']}" if entry.get("kernels") else reason
+
+
+def coverage_rows(mapping: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One row per type of the installed mapping (else of the table), with class, status and reason."""
+    table = classification()["types"]
+    mapping = mapping if mapping is not None else installed_mapping()
+    names = list(mapping) if mapping is not None else list(table)
+    rows = []
+    for name in names:
+        entry = table.get(name)
+        status, reason = type_status(name, entry)
+        rows.append({"model_type": name, "causal_lm": (mapping or {}).get(name) or (entry or {}).get("causal_lm", ""),
+                     "class": entry["class"] if entry else "unclassified", "backbone": (entry or {}).get("backbone"),
+                     "status": status, "reason": reason})
+    return rows
+
+
+def refusal(model_type: str) -> str | None:
+    """Why hpcmem refuses a type (not applicable or refused), or None."""
+    entry = classification()["types"].get(model_type)
+    status, reason = type_status(model_type, entry)
+    return f"{status}: {reason}" if status in ("refused", "not applicable") else None
+
+
+# -- the coverage sweep's records (estimator/coverage.jsonl) -------------------------------------------------------
+def sweep_records() -> list[dict[str, Any]]:
+    from hpcmem.record import estimator_dir
+
+    path = estimator_dir() / "coverage.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def sweep_summary(records: list[dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """model_type → {"techniques": n, "max_abs_err_pct": x, "made": derived|learned} over the sweep's cases."""
+    out: dict[str, dict[str, Any]] = {}
+    for rec in records if records is not None else sweep_records():
+        if "err_pct" not in rec:
+            continue
+        cur = out.setdefault(rec["model_type"], {"techniques": 0, "max_abs_err_pct": 0.0, "made": rec.get("made")})
+        cur["techniques"] += 1
+        cur["max_abs_err_pct"] = round(max(cur["max_abs_err_pct"], abs(rec["err_pct"])), 3)
+    return out
+
+
+def render_coverage(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'model type':28} {'class':15} {'status':15} {'max |err|':>9}  reason"]
+    for r in rows:
+        m = r.get("measured")
+        err = f"{m['max_abs_err_pct']:.2f} %" if m else "-"
+        reason = r["reason"] if len(r["reason"]) <= 70 else r["reason"][:67] + "..."
+        lines.append(f"{r['model_type']:28} {r['class']:15} {r['status']:15} {err:>9}  {reason}")
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    lines.append(f"{len(rows)} types: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) +
+                 " · `--json` for the full reasons; max |err|: estimate vs trace over the sweep's techniques")
+    return "\n".join(lines)

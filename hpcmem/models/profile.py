@@ -1,0 +1,291 @@
+"""Learned profiles: the per-layer memory terms of a model type that no family descriptor covers, fitted from traces
+of its own modelling code (`hpcmem models learn`, hpcmem/trace/learn.py) and read here without torch.
+
+A profile belongs to one config.json (its canonical SHA-256). It holds what the estimate needs and cannot derive:
+
+- the parameter layout of `AutoModelForCausalLM.from_config` on the meta device: embedding, LM head, everything
+  outside the decoder layers, and per layer kind its parameter count, routed-expert share and Linear layers;
+- per precision (`w4a2`: fp32 weights under bf16 autocast, TRL's default; `w2a2`: 16-bit weights), technique (full,
+  lora) and checkpointing (gc, nogc) a `Cell` of terms, each a polynomial in the micro-batch
+  bytes = a + b·tokens + c·rows·seq²  (linear in tokens; c carries the [rows, seq, seq] attention masks/scores),
+  fitted exactly on three sequence lengths at two rows (hpcmem/trace/learn.py says how each is measured):
+    fwd[k]   bytes layer k leaves alive when its forward ends (what it keeps, plus autocast's weight cache)
+    fpeak[k] the highest bytes above layer k's start while its forward runs
+    kept[k]  bytes layer k keeps into backward (freed when its backward ends)
+    peak[k]  the highest bytes above its entry while layer k runs its backward (recompute + temporaries)
+    forward_entry: what the forward holds when layer 0 starts (embeddings, masks, rotary tables) beyond the states;
+    forward_other, head_other, entry_other: what the LM head's forward, its backward and every layer's backward
+             entry hold beyond the states, the layers' terms, the gradients done and the fused LM head's own terms.
+  Terms are indexed by a layer of the traced reduced-depth model; `layer_map` says which one each real layer takes.
+
+Profiles are found by the config's hash in the data search path (hpcmem/datapath.py, kind "profiles"): a site's or a
+user's own (`hpcmem models learn` writes to `write_dir("profiles")`), then those shipped for catalog models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcmem.datapath import search_dirs, write_dir
+from hpcmem.errors import SpecError
+
+FORMAT = "hpcmem-learned-profile/2"
+KIND = "profiles"
+PRECISIONS = ("w4a2", "w2a2")           # fp32 weights + bf16 autocast (TRL's default load) | bf16/fp16 weights
+TECHNIQUES = ("full", "lora")
+CHECKPOINTING = ("gc", "nogc")
+# keys of a config.json that do not change the architecture (left out of the hash)
+VOLATILE_KEYS = ("_name_or_path", "transformers_version", "torch_dtype", "dtype", "architectures", "auto_map",
+                 "_commit_hash", "use_cache")
+# The LoRA the lora cells are traced with (TRL's get_peft_config defaults, all-linear; where peft refuses that — fused
+# experts become ParamWrappers, which refuse dropout — the attention projections): the profile records the one used
+# (provenance "lora_reference"), and the estimate adds the difference of the user's adapters to it with
+# hpcmem.estimate.lora's own formulas.
+REFERENCE_LORA = {"lora_r": 16, "lora_target_modules": ["all-linear"]}
+
+
+def config_hash(cfg: dict[str, Any]) -> str:
+    """SHA-256 (first 16 hex digits) of the config.json without its volatile keys, keys sorted."""
+    kept = {k: v for k, v in cfg.items() if k not in VOLATILE_KEYS}
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Poly:
+    """bytes = a + b·tokens + c·rows·seq²."""
+
+    a: float
+    b: float
+    c: float
+
+    def at(self, tokens: int, quad: int) -> int:
+        return round(self.a + self.b * tokens + self.c * quad)
+
+    def __add__(self, other: Poly) -> Poly:
+        return Poly(self.a + other.a, self.b + other.b, self.c + other.c)
+
+    def __sub__(self, other: Poly) -> Poly:
+        return Poly(self.a - other.a, self.b - other.b, self.c - other.c)
+
+
+@dataclass(frozen=True)
+class Cell:
+    fwd: tuple[Poly, ...]
+    fpeak: tuple[Poly, ...]
+    kept: tuple[Poly, ...]
+    peak: tuple[Poly, ...]
+    forward_entry: Poly
+    forward_other: Poly
+    head_other: Poly
+    entry_other: Poly
+
+
+@dataclass(frozen=True)
+class Linear:
+    """One weight of a decoder layer (path inside the layer, as peft names it), from the meta model."""
+
+    name: str
+    in_features: int
+    out_features: int
+    count: int                # matrices of this shape (E for fused 3-D experts)
+    nn_linear: bool           # an nn.Linear: LoRA target_modules / all-linear reach it
+    bias: bool
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    params: int
+    experts: int              # routed-expert parameters (3-D weights) of the layer
+    experts_active: int       # of those, what one token passes through (top-k of E)
+    linears: tuple[Linear, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamLayout:
+    """A model's parameters by place, as the meta model holds them (hpcmem.trace.layout measures it)."""
+
+    hidden_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    max_position_embeddings: int
+    embed: int
+    lm_head: int
+    other: int                          # parameters outside embedding, head and decoder layers (final norm, …)
+    kinds: tuple[LayerKind, ...]
+    layer_kinds: tuple[int, ...]        # kind of each real decoder layer
+
+
+@dataclass(frozen=True, kw_only=True)
+class LearnedProfile(ParamLayout):
+    model_type: str
+    config_sha256: str
+    layer_map: tuple[int, ...]          # traced layer whose terms each real layer takes
+    peft_default_targets: tuple[str, ...] | None
+    cells: dict[str, Cell] = field(compare=False, repr=False)
+    config: dict[str, Any] = field(compare=False, repr=False)
+    provenance: dict[str, Any] = field(compare=False, repr=False)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_kinds)
+
+    @property
+    def total(self) -> int:
+        return self.embed + self.lm_head + self.other + sum(self.kinds[k].params for k in self.layer_kinds)
+
+    def cell(self, precision: str, technique: str, gc: bool) -> Cell | None:
+        return self.cells.get(cell_key(precision, technique, gc))
+
+    def cell_keys(self) -> list[str]:
+        return sorted(self.cells)
+
+    @property
+    def lora_reference(self) -> dict[str, Any]:
+        return self.provenance.get("lora_reference") or REFERENCE_LORA
+
+
+def cell_key(precision: str, technique: str, gc: bool) -> str:
+    return f"{precision}/{technique}/{'gc' if gc else 'nogc'}"
+
+
+# -- JSON ---------------------------------------------------------------------------------------------------------
+def _poly(v: list[float]) -> Poly:
+    return Poly(float(v[0]), float(v[1]), float(v[2]))
+
+
+def _cell(d: dict[str, Any]) -> Cell:
+    return Cell(fwd=tuple(map(_poly, d["fwd"])), fpeak=tuple(map(_poly, d["fpeak"])), kept=tuple(map(_poly, d["kept"])),
+                peak=tuple(map(_poly, d["peak"])), forward_entry=_poly(d["forward_entry"]),
+                forward_other=_poly(d["forward_other"]), head_other=_poly(d["head_other"]),
+                entry_other=_poly(d["entry_other"]))
+
+
+def profile_from_dict(doc: dict[str, Any]) -> LearnedProfile:
+    if doc.get("format") != FORMAT:
+        raise SpecError(f"learned profile: format {doc.get('format')!r} is not {FORMAT!r}; learn it again "
+                        "(hpcmem models learn CONFIG)")
+    m = doc["model"]
+    kinds = tuple(LayerKind(params=k["params"], experts=k["experts"], experts_active=k["experts_active"],
+                            linears=tuple(Linear(*row) for row in k["linears"])) for k in doc["kinds"])
+    targets = doc.get("peft_default_targets")
+    return LearnedProfile(
+        model_type=doc["model_type"], config_sha256=doc["config_sha256"], hidden_size=m["hidden_size"],
+        vocab_size=m["vocab_size"], tie_word_embeddings=m["tie_word_embeddings"],
+        max_position_embeddings=m["max_position_embeddings"], embed=m["embed"], lm_head=m["lm_head"],
+        other=m["other"], kinds=kinds, layer_kinds=tuple(doc["layer_kinds"]), layer_map=tuple(doc["layer_map"]),
+        peft_default_targets=tuple(targets) if targets is not None else None,
+        cells={key: _cell(c) for key, c in doc["cells"].items()}, config=doc["config"],
+        provenance=doc.get("provenance", {}))
+
+
+def _p(p: Poly) -> list[float]:
+    return [round(p.a, 3), round(p.b, 6), round(p.c, 9)]
+
+
+def profile_to_dict(p: LearnedProfile) -> dict[str, Any]:
+    return {
+        "format": FORMAT, "model_type": p.model_type, "config_sha256": p.config_sha256,
+        "provenance": p.provenance,
+        "model": {"hidden_size": p.hidden_size, "vocab_size": p.vocab_size,
+                  "tie_word_embeddings": p.tie_word_embeddings, "max_position_embeddings": p.max_position_embeddings,
+                  "embed": p.embed, "lm_head": p.lm_head, "other": p.other},
+        "kinds": [{"params": k.params, "experts": k.experts, "experts_active": k.experts_active,
+                   "linears": [[x.name, x.in_features, x.out_features, x.count, x.nn_linear, x.bias]
+                               for x in k.linears]} for k in p.kinds],
+        "layer_kinds": list(p.layer_kinds), "layer_map": list(p.layer_map),
+        "peft_default_targets": list(p.peft_default_targets) if p.peft_default_targets is not None else None,
+        "cells": {key: {"fwd": [_p(x) for x in c.fwd], "fpeak": [_p(x) for x in c.fpeak],
+                        "kept": [_p(x) for x in c.kept], "peak": [_p(x) for x in c.peak],
+                        "forward_entry": _p(c.forward_entry), "forward_other": _p(c.forward_other),
+                        "head_other": _p(c.head_other), "entry_other": _p(c.entry_other)}
+                  for key, c in sorted(p.cells.items())},
+        "config": p.config,
+    }
+
+
+# -- where profiles live ----------------------------------------------------------------------------------------------
+def profile_filename(model_type: str, sha: str) -> str:
+    return f"{model_type}-{sha}.json"
+
+
+def find_profile(cfg: dict[str, Any]) -> Path | None:
+    """The first profile file for this config in the search path (site, user, package), or None."""
+    name = profile_filename(str(cfg.get("model_type", "")), config_hash(cfg))
+    for folder in search_dirs(KIND):
+        path = folder / name
+        if path.is_file():
+            return path
+    return None
+
+
+def load_profile(path: Path) -> LearnedProfile:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return profile_from_dict(doc)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SpecError(f"cannot read learned profile {path}: {exc}; learn it again (hpcmem models learn)") from exc
+
+
+def save_profile(p: LearnedProfile, folder: Path | None = None) -> Path:
+    """Write the profile (a new file, or atomically over an older one for the same config)."""
+    folder = folder or write_dir(KIND)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / profile_filename(p.model_type, p.config_sha256)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(profile_to_dict(p), indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+# -- the ModelSpec of a learned model ------------------------------------------------------------------------------
+def _int(cfg: dict[str, Any], *keys: str, default: int = 0) -> int:
+    for key in keys:
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return default
+
+
+def spec_from_profile(p: LearnedProfile, name: str):
+    """A ModelSpec whose sizes come from the meta model (hidden, vocab, layers) and, where the config names them, the
+    attention shape (for the planner's FLOP count only: the memory terms are the profile's)."""
+    from hpcmem.models.config import sliding_window
+    from hpcmem.spec import ModelSpec
+
+    cfg = p.config
+    decoder = backbone_config(cfg)
+    heads = _int(cfg, "num_attention_heads", "n_head", "num_heads", default=1)
+    kv = _int(cfg, "num_key_value_heads", "num_kv_heads", default=heads)
+    if heads % kv:
+        kv = heads
+    head_dim = _int(cfg, "head_dim", default=max(p.hidden_size // heads, 1))
+    return ModelSpec(
+        name=name, model_type=p.model_type, vocab_size=p.vocab_size, hidden_size=p.hidden_size,
+        intermediate_size=_int(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", default=4 * p.hidden_size),
+        num_hidden_layers=p.num_layers, num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
+        tie_word_embeddings=p.tie_word_embeddings, max_position_embeddings=p.max_position_embeddings or 4096,
+        sliding_window=sliding_window(decoder, str(decoder.get("model_type", p.model_type))), learned=p)
+
+
+def backbone_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The decoder a text fine-tune trains: the `text_config` of a family hpcmem/models/coverage.json marks
+    multimodal (its towers are not counted, as for the derived families), with the outer tie_word_embeddings when the
+    inner one is absent; else the config itself (Emu3, Mllama: their causal-LM class takes the whole config)."""
+    from hpcmem.models.coverage import classification
+
+    inner = cfg.get("text_config")
+    if not isinstance(inner, dict) or "model_type" not in inner:
+        return dict(cfg)
+    table = classification()["types"]
+    entry = table.get(str(cfg.get("model_type")))
+    if entry is not None and entry["class"] != "multimodal" or entry is None and inner["model_type"] not in table:
+        return dict(cfg)
+    merged = dict(inner)
+    if "tie_word_embeddings" not in merged and "tie_word_embeddings" in cfg:
+        merged["tie_word_embeddings"] = cfg["tie_word_embeddings"]
+    return merged

@@ -1,0 +1,223 @@
+"""A model's layout from transformers' own code on the meta device: parameters by place, the decoder layers' weights
+and kinds, and the reduced-depth config whose layers stand for all of them (for hpcmem.trace.learn).
+
+Layers are the model's `GradientCheckpointingLayer`s, in module order (what gradient checkpointing wraps and what
+hpcmem.trace.phases names "layer k"). Two layers are of one kind when their class, parameter names and shapes, and
+attention pattern (config `layer_types[i]`; the `attention_type` / `is_sliding` / `sliding_window` / `use_rope` a
+layer or its attention module carries) agree.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from hpcmem.errors import SpecError
+from hpcmem.models.profile import LayerKind, Linear, ParamLayout
+
+MAX_DEPTH = 12            # the deepest reduced model the learner traces
+LAYER_ATTRS = ("attention_type", "layer_type", "is_sliding", "sliding_window", "use_rope", "is_causal")
+TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_experts_per_token", "moe_k", "n_activated_experts")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout(ParamLayout):
+    model_type: str                 # the decoder's (text) model type
+    total: int
+    signatures: tuple[Any, ...]
+    attention: str                  # the attention implementation transformers chose (sdpa | eager | …)
+    layers_key: str                 # the config key that holds the layer count
+
+
+def hf_config(cfg: dict[str, Any]) -> Any:
+    """The transformers config object of a config.json dict (architecture keys only)."""
+    from transformers import AutoConfig
+
+    # a deep copy: transformers standardises nested dicts (rope_scaling) in place, which would change the caller's
+    # config (and its hash, hpcmem.models.profile.config_hash)
+    data = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in (
+        "architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "quantization_config")}
+    model_type = data.pop("model_type")
+    return AutoConfig.for_model(model_type, **data)
+
+
+def build_meta(cfg: dict[str, Any]) -> Any:
+    """`AutoModelForCausalLM.from_config` on the meta device (no memory), attention left to transformers."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = hf_config(cfg)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
+def decoder_layers(model: Any) -> list[Any]:
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+
+def _signature(layer: Any, i: int, config: Any) -> Any:
+    shapes = tuple(sorted((n, tuple(p.shape)) for n, p in layer.named_parameters()))
+    attrs = []
+    for owner in (layer, *layer.children()):
+        for name in LAYER_ATTRS:
+            value = getattr(owner, name, None)
+            if isinstance(value, (str, int, bool)) or value is None and hasattr(owner, name):
+                attrs.append((name, value))
+    types = getattr(config, "layer_types", None)
+    pattern = types[i] if isinstance(types, (list, tuple)) and i < len(types) else None
+    return (type(layer).__name__, shapes, tuple(attrs), pattern)
+
+
+def _weights(layer: Any) -> tuple[Linear, ...]:
+    """Every ≥2-D weight of a layer as peft sees it: nn.Linear modules and transformers' Conv1D (GPT-2's [in, out]
+    linears, which peft's all-linear and target_modules reach alike: peft/tuners/tuners_utils.py
+    _maybe_include_all_linear_layers), fused 3-D experts, bare 2-D routers."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    out = []
+    for path, mod in layer.named_modules():
+        if isinstance(mod, torch.nn.Linear):
+            out.append(Linear(path, mod.in_features, mod.out_features, 1, True, mod.bias is not None))
+            continue
+        if isinstance(mod, Conv1D):
+            out.append(Linear(path, int(mod.weight.shape[0]), int(mod.weight.shape[1]), 1, True, mod.bias is not None))
+            continue
+        for pname, p in mod.named_parameters(recurse=False):
+            name = f"{path}.{pname}" if path else pname
+            if p.dim() == 3:
+                out.append(Linear(name, int(p.shape[2]), int(p.shape[1]), int(p.shape[0]), False, False))
+            elif p.dim() == 2 and not isinstance(mod, torch.nn.Embedding):
+                out.append(Linear(path or pname, int(p.shape[1]), int(p.shape[0]), 1, False, False))
+    return tuple(out)
+
+
+def _top_k(config: Any) -> int:
+    for key in TOP_K_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 0
+
+
+def _kind(layer: Any, config: Any) -> LayerKind:
+    params = sum(p.numel() for p in layer.parameters())
+    experts = [p for p in layer.parameters() if p.dim() == 3]
+    routed = sum(p.numel() for p in experts)
+    top_k = _top_k(config)
+    active = sum(p.numel() * min(top_k, p.shape[0]) // p.shape[0] for p in experts) if top_k else routed
+    return LayerKind(params=params, experts=routed, experts_active=active, linears=_weights(layer))
+
+
+def layers_key(config: Any) -> str:
+    """The config.json key that holds the layer count (gpt2's n_layer, …: the config class's attribute_map)."""
+    return getattr(config, "attribute_map", {}).get("num_hidden_layers", "num_hidden_layers")
+
+
+def layout(cfg: dict[str, Any]) -> Layout:
+    """The decoder's layout (cfg is the decoder config: hpcmem.models.profile.backbone_config)."""
+    model = build_meta(cfg)
+    config = model.config
+    layers = decoder_layers(model)
+    if not layers:
+        raise SpecError(f"model_type {cfg.get('model_type')!r}: transformers builds no GradientCheckpointingLayer, so "
+                        "gradient checkpointing cannot wrap its layers and hpcmem cannot tell them apart")
+    seen: set[int] = set()
+    total = 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    embed_w = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight is embed_w
+    lm_head = 0 if head is None or tied else head.weight.numel()
+    sigs, kinds, kind_of = [], [], {}
+    layer_kinds = []
+    for i, layer in enumerate(layers):
+        sig = _signature(layer, i, config)
+        sigs.append(sig)
+        if sig not in kind_of:
+            kind_of[sig] = len(kinds)
+            kinds.append(_kind(layer, config))
+        layer_kinds.append(kind_of[sig])
+    in_layers = sum(kinds[k].params for k in layer_kinds)
+    other = total - embed_w.numel() - lm_head - in_layers
+    if other < 0:
+        raise SpecError(f"model_type {cfg.get('model_type')!r}: its layers share parameters ({-other:,} counted "
+                        "twice); a per-layer profile cannot describe it")
+    return Layout(model_type=str(config.model_type), hidden_size=int(embed_w.shape[1]),
+                  vocab_size=int(embed_w.shape[0]), tie_word_embeddings=tied,
+                  max_position_embeddings=int(getattr(config, "max_position_embeddings", 0) or 0),
+                  embed=embed_w.numel(), lm_head=lm_head, other=other, total=total, kinds=tuple(kinds),
+                  layer_kinds=tuple(layer_kinds), signatures=tuple(sigs),
+                  attention=str(getattr(config, "_attn_implementation", None) or "sdpa"),
+                  layers_key=layers_key(config))
+
+
+def choose_depth(kinds: tuple[int, ...]) -> int:
+    """The fewest layers D (≥ 3) whose middle layers 1..D−2 hold every kind found after layer 0 (layer 0 stands for
+    itself), so each real layer has a stand-in that is neither first nor last (or the real depth, if that small)."""
+    n = len(kinds)
+    if n <= 3:
+        return n
+    for depth in range(3, min(n, MAX_DEPTH) + 1):
+        if set(kinds[1:depth - 1]) >= set(kinds[1:]):
+            return depth
+    if n <= MAX_DEPTH:
+        return n
+    raise SpecError(f"the layer pattern does not repeat within {MAX_DEPTH} layers: too deep to learn from a "
+                    "reduced model")
+
+
+def candidate_depths(kinds: tuple[int, ...]) -> list[int]:
+    """`choose_depth`, then — when its last layer's kind is not the real last layer's — the smallest deeper D ≤
+    MAX_DEPTH that ends on the real last kind: some configs do not build cut elsewhere (transformers forces Gemma-4's
+    last layer to full attention, whose per-layer head size the cut config then lacks)."""
+    first = choose_depth(kinds)
+    aligned = next((d for d in range(first, min(len(kinds), MAX_DEPTH) + 1) if kinds[d - 1] == kinds[-1]), None)
+    return [first] + ([aligned] if aligned is not None and aligned != first else [])
+
+
+def layer_map(kinds: tuple[int, ...], depth: int) -> tuple[int, ...]:
+    """The traced layer each real layer takes its terms from: itself below depth − 1, the last middle traced layer of
+    its kind further on, and for the real last layer the traced last one — or, when the two differ in kind, index
+    `depth`: a stand-in made by `last_layer_terms`."""
+    n = len(kinds)
+    if depth == n:
+        return tuple(range(n))
+    rep = {kinds[r]: r for r in range(1, depth - 1)}
+    last = depth - 1 if kinds[depth - 1] == kinds[-1] else depth
+    return tuple(j if j < depth - 1 else last if j == n - 1 else rep[kinds[j]] for j in range(n))
+
+
+def last_layer_terms(terms: list[Any], kinds: tuple[int, ...], depth: int) -> list[Any]:
+    """`terms` (one per traced layer) plus, when the real last layer's kind differs from the traced last one's, its
+    stand-in: its kind's middle terms + what being last added to the traced last layer (its terms − its kind's)."""
+    rep = {kinds[r]: r for r in range(1, depth - 1)}
+    if depth == len(kinds) or kinds[depth - 1] == kinds[-1]:
+        return terms
+    return [*terms, terms[rep[kinds[-1]]] + terms[depth - 1] - terms[rep[kinds[depth - 1]]]]
+
+
+def _layer_keyed(value: Any) -> bool:
+    """A dict keyed by layer index (Gemma-4's `per_layer_config`: {"5": {...}, …})."""
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(k, int) or isinstance(k, str) and k.isdigit() for k in value)
+
+
+def reduced_config(cfg: dict[str, Any], key: str, depth: int, layers: int) -> dict[str, Any]:
+    """The config with `depth` layers: the layer count set, every per-layer list (length = layers) cut, and every
+    dict keyed by layer index kept below `depth`."""
+    out = {}
+    for k, v in cfg.items():
+        if isinstance(v, list) and len(v) == layers and layers > depth:
+            v = v[:depth]
+        elif _layer_keyed(v):
+            v = {i: x for i, x in v.items() if int(i) < depth}
+        out[k] = v
+    out[key] = depth
+    return out

@@ -1,0 +1,344 @@
+"""`hpcmem models learn CONFIG`: fit a model type's per-layer memory terms from traces of its own modelling code.
+
+1. The layout (hpcmem.trace.layout): the meta model's parameters by place and its layer kinds; the fewest layers D
+   whose middle layers hold every kind (`choose_depth`); the config cut to D layers, checked to build the same first
+   D layers as the real model.
+2. For each precision (float32 load → `w4a2`, bfloat16 → `w2a2`), technique (full; LoRA at r = 16 on every Linear,
+   or on the attention projections where peft refuses that: `lora_reference`) and checkpointing (full, off), TRL's
+   SFTTrainer is traced (hpcmem.trace.run_trace, CUDA mapping, timeline on) on the D-layer model with 2 padded rows of
+   SEQS tokens each, for one optimizer step (TRACED_STEP). From that step's timeline (hpcmem.trace.phases names the
+   phase and layer of every point; start(k): bytes when layer k starts its forward, start(D): when the LM head does):
+     fwd[k]   = start(k+1) − start(k);  fpeak[k] = the highest bytes during layer k's forward − start(k)
+     kept[k]  = entry(k) − entry(k−1) + the gradients layer k's backward creates
+                (entry(k): bytes when the gradient reaches layer k; entry(−1): when it reaches the embeddings)
+     peak[k]  = the highest bytes during layer k's backward − entry(k)
+     forward_entry = start(0) − states
+     forward_other = the LM head's forward peak − start(D) − the fused LM head's saved and forward bytes
+     head_other    = LM head backward peak − states − Σ kept − the head's backward bytes
+     entry_other   = entry(D−1) − states − Σ kept − the head's gradients
+   States, gradients and the head are the estimate's own (hpcmem.estimate), computed for the same D-layer job, so the
+   estimate of that job reproduces the trace's step by construction; what the profile adds is how the layers' terms
+   repeat over the real depth (hpcmem.trace.layout.layer_map).
+3. Each term is solved exactly as a + b·tokens + c·rows·seq² from the three lengths.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import fields, replace
+from typing import Any
+
+from hpcmem.errors import SpecError
+from hpcmem.models.profile import (REFERENCE_LORA, Cell, LearnedProfile, ParamLayout, Poly, backbone_config,
+                                   cell_key, config_hash, spec_from_profile)
+from hpcmem.spec import JobSpec, TrainSpec
+from hpcmem.trace import layout as lay
+
+ROWS = 2
+SEQS = (256, 512, 768)
+PRECISIONS = {"float32": "w4a2", "bfloat16": "w2a2"}
+CELLS = (("full", True), ("lora", True), ("full", False), ("lora", False))
+# The first optimizer step holds every activation term the second does, shifted by the optimizer states born at its
+# end (same bytes at every point of forward and backward, minus those states: compared on Llama, full and LoRA), at
+# half the tracing time.
+TRACED_STEP = 1
+
+
+def _solve3(rows: list[list[float]], rhs: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting for a 3×3 system."""
+    m = [r[:] + [v] for r, v in zip(rows, rhs, strict=True)]
+    for col in range(3):
+        piv = max(range(col, 3), key=lambda r: abs(m[r][col]))
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(3):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [a - f * b for a, b in zip(m[r], m[col], strict=True)]
+    return [m[i][3] / m[i][i] for i in range(3)]
+
+
+def fit(values: list[float], seqs: tuple[int, ...] = SEQS, rows: int = ROWS) -> Poly:
+    a, b, c = _solve3([[1.0, rows * s, rows * s * s] for s in seqs], values)
+    return Poly(a, b, c)
+
+
+# -- a step's timeline → per-layer bytes ---------------------------------------------------------------------------
+def _segments(timeline: list[Any], step: int = 2) -> tuple[dict[str, int], dict[str, int], list[Any]]:
+    """(bytes just before each phase's first point, each phase's highest bytes, the step's points)."""
+    prefix = f"step {step} / "
+    before: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    prev = None
+    points = []
+    for point in timeline:
+        if point.phase.startswith(prefix):
+            points.append(point)
+            if point.phase not in before:
+                before[point.phase] = prev.current_bytes if prev is not None else 0
+            peak[point.phase] = max(peak.get(point.phase, 0), point.current_bytes)
+        prev = point
+    return before, peak, points
+
+
+def measure(timeline: list[Any], depth: int, step: int = 2) -> dict[str, Any]:
+    before, peak, points = _segments(timeline, step)
+    fwd, bwd = f"step {step} / forward", f"step {step} / backward"
+    try:
+        start = [before[f"{fwd} / layer {k}"] for k in range(depth)] + [before[f"{fwd} / lm head / loss"]]
+        entry = [before[f"{bwd} / layer {k}"] for k in range(depth)]
+        # without a gradient into the embeddings (LoRA, GC off: nothing before layer 0 requires grad) layer 0
+        # keeps what layer 1 keeps (its own entry − exit cannot be read)
+        entry_embed = before.get(f"{bwd} / embeddings")
+        bwd_peak = [peak[f"{bwd} / layer {k}"] for k in range(depth)]
+    except KeyError as exc:
+        raise SpecError(f"the trace's timeline has no phase {exc}: the layers did not run as hpcmem.trace.phases "
+                        "expects (one decoder layer after the other)") from None
+    fwd_peak = [peak[f"{fwd} / layer {k}"] for k in range(depth)]
+    head_fwd_peak = peak[f"{fwd} / lm head / loss"]
+    head_peak = peak[f"{bwd} / lm head / loss"]
+    return {"start": start, "entry": entry, "entry_embed": entry_embed, "bwd_peak": bwd_peak, "fwd_peak": fwd_peak,
+            "head_fwd_peak": head_fwd_peak, "head_peak": head_peak}
+
+
+def known_parts(job: JobSpec) -> dict[str, Any]:
+    """What the estimate computes itself for the job: states, the LM head's terms, each layer's gradients."""
+    from hpcmem.estimate.learned import layer_adapters
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.loss import loss_bytes
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.estimate.states import job_param_parts, model_states
+    from hpcmem.estimate.step import resident_components
+
+    mb, prec, parts, lora = micro_batch(job), precision(job), job_param_parts(job), lora_layout(job)
+    s = model_states(job, prec, lora)
+    loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled)
+    p = job.model.learned
+    grads = [(layer_adapters(p.kinds[k], lora, None).num_params * lora.adapter_bytes) if lora.enabled
+             else p.kinds[k].params * prec.weight for k in p.layer_kinds]
+    # the traced step is the first: no optimizer state exists yet (every activation term is step 2's: checked)
+    base = sum(c.bytes for c in resident_components(s, lora)) + s.gathered - s.optimizer - s.master
+    return {"base": base, "grads": grads,
+            "head_grads": 0 if lora.enabled else (parts.lm_head or parts.embed) * prec.weight, "loss": loss}
+
+
+def terms(meas: dict[str, Any], known: dict[str, Any]) -> dict[str, Any]:
+    depth = len(meas["entry"])
+    entry = meas["entry"]
+    down = [meas["entry_embed"]] + entry                # down[k] = entry(k − 1)
+    kept = [entry[k] - down[k] + known["grads"][k] if down[k] is not None else None for k in range(depth)]
+    if kept[0] is None:
+        kept[0] = kept[1] if depth > 1 else 0
+    fwd = [meas["start"][k + 1] - meas["start"][k] for k in range(depth)]
+    loss, base, start = known["loss"], known["base"], meas["start"]
+    return {
+        "fwd": fwd, "kept": kept, "peak": [meas["bwd_peak"][k] - entry[k] for k in range(depth)],
+        "fpeak": [meas["fwd_peak"][k] - start[k] for k in range(depth)],
+        "forward_entry": start[0] - base,
+        "forward_other": meas["head_fwd_peak"] - start[depth] - loss.saved - loss.forward_transient,
+        "head_other": meas["head_peak"] - base - sum(kept) - loss.backward_transient,
+        "entry_other": entry[-1] - base - sum(kept) - known["head_grads"],
+    }
+
+
+def fit_cell(samples: list[dict[str, Any]], kinds: tuple[int, ...] | None = None) -> Cell:
+    """Fit every term; with the real model's layer kinds, add the real last layer's stand-in (layout.layer_map)."""
+    def per_layer(name: str) -> tuple[Poly, ...]:
+        depth = len(samples[0][name])
+        polys = [fit([s[name][k] for s in samples]) for k in range(depth)]
+        return tuple(lay.last_layer_terms(polys, kinds, depth) if kinds else polys)
+
+    return Cell(fwd=per_layer("fwd"), fpeak=per_layer("fpeak"), kept=per_layer("kept"), peak=per_layer("peak"),
+                forward_entry=fit([s["forward_entry"] for s in samples]),
+                forward_other=fit([s["forward_other"] for s in samples]),
+                head_other=fit([s["head_other"] for s in samples]),
+                entry_other=fit([s["entry_other"] for s in samples]))
+
+
+# -- the whole learning run ----------------------------------------------------------------------------------------
+def _peft_defaults(cfg: dict[str, Any]) -> tuple[str, ...] | None:
+    """peft's default LoRA targets (peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) for
+    the model TRL loads: peft looks them up by that model's config.model_type (peft/tuners/lora/model.py
+    LoraModel._prepare_adapter_config) — for a multimodal config, of whichever class AutoModelForCausalLM builds
+    (Gemma-4's text-only Gemma4ForCausalLM reads "gemma4_text", which has none). None where peft has none, or only a
+    regex (hpcmem then asks for the targets)."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as mapping
+
+    loaded = lay.build_meta(cfg).config.model_type if isinstance(cfg.get("text_config"), dict) else cfg.get("model_type")
+    targets = mapping.get(loaded)
+    return tuple(targets) if isinstance(targets, list) else None
+
+
+def _profile(lo: lay.Layout, *, model_type: str, sha: str, cfg: dict[str, Any], layer_map: tuple[int, ...],
+             cells: dict[str, Cell], peft: tuple[str, ...] | None, provenance: dict[str, Any]) -> LearnedProfile:
+    params = {f.name: getattr(lo, f.name) for f in fields(ParamLayout)}
+    return LearnedProfile(**params, model_type=model_type, config_sha256=sha, layer_map=layer_map,
+                          peft_default_targets=peft, cells=cells, config=cfg, provenance=provenance)
+
+
+def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int) -> JobSpec:
+    lora, ref = technique == "lora", spec.learned.lora_reference
+    return JobSpec(model=spec, train=TrainSpec(
+        trainer="sft", dtype=dtype, use_peft=lora, lora_r=ref["lora_r"],
+        lora_target_modules=tuple(ref["lora_target_modules"]) if lora else (),
+        gradient_checkpointing=gc, max_length=seq, per_device_train_batch_size=ROWS))
+
+
+def lora_reference(cfg: dict[str, Any], lo: lay.Layout) -> dict[str, Any] | None:
+    """The LoRA the lora cells are traced with: TRL's (r 16, dropout 0.05) on all-linear where peft takes it on this
+    model (peft turns fused experts into ParamWrappers, which refuse dropout), else on the attention projections;
+    None when peft takes neither."""
+    import peft
+
+    attention = sorted({x.name.rsplit(".", 1)[-1] for k in lo.kinds for x in k.linears
+                        if x.nn_linear and "attn" in x.name.lower()})
+    for targets in (["all-linear"], attention):
+        if not targets:
+            continue
+        try:
+            peft.get_peft_model(lay.build_meta(cfg), peft.LoraConfig(
+                r=REFERENCE_LORA["lora_r"], lora_alpha=32, lora_dropout=0.05, bias="none", task_type="CAUSAL_LM",
+                target_modules=targets[0] if targets == ["all-linear"] else targets))
+        except Exception:  # noqa: BLE001 — peft refuses this target set: try the next
+            continue
+        return {"lora_r": REFERENCE_LORA["lora_r"], "lora_target_modules": targets}
+    return None
+
+
+def reduced(decoder: dict[str, Any]) -> tuple[lay.Layout, lay.Layout, int, dict[str, Any]]:
+    """(full layout, reduced layout, depth, reduced config); the reduced model's layers must be the real first ones.
+    The depths of `layout.candidate_depths` are tried in turn."""
+    full = lay.layout(decoder)
+    count = decoder.get(full.layers_key)
+    why = ""
+    for depth in lay.candidate_depths(full.layer_kinds):
+        if depth == len(full.layer_kinds):
+            return full, full, depth, decoder
+        small_cfg = lay.reduced_config(decoder, full.layers_key, depth, count if isinstance(count, int) else -1)
+        try:
+            small = lay.layout(small_cfg)
+        except (ValueError, TypeError, IndexError, KeyError) as exc:   # transformers refuses the cut config
+            why = f"a {depth}-layer config does not build ({type(exc).__name__}: {exc})"
+            continue
+        if small.signatures == full.signatures[:depth]:
+            return full, small, depth, small_cfg
+        why = (f"a {depth}-layer config does not build the real first layers (the layer pattern is not set per layer "
+               "in the config)")
+    raise SpecError(f"model_type {decoder.get('model_type')!r}: {why}; cannot learn it")
+
+
+def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] = tuple(PRECISIONS),
+          cells: Any = CELLS, workers: int = 2, check: bool = True, progress: Any = None) -> LearnedProfile:
+    """Trace the reduced model for every cell and return the real model's profile (not yet saved)."""
+    start = time.perf_counter()
+    sha = config_hash(cfg)                      # before anything reads it: the profile is this config's
+    decoder = backbone_config(cfg)
+    full, small, depth, small_cfg = reduced(decoder)
+    outer = str(cfg.get("model_type", full.model_type))
+    peft = _peft_defaults(cfg)
+    reference = lora_reference(small_cfg, small) if any(t == "lora" for t, _ in cells) else None
+    provenance: dict[str, Any] = {"attention": small.attention, "depth": depth, "rows": ROWS, "seqs": list(SEQS),
+                                  "traced_type": full.model_type, "lora_reference": reference}
+    probe = _profile(small, model_type=outer, sha="", cfg=small_cfg, layer_map=tuple(range(depth)), cells={},
+                     peft=peft, provenance=provenance)
+    spec = spec_from_profile(probe, probe.model_type)
+    wanted = [(tech, gc) for tech, gc in CELLS if (tech, gc) in set(cells) and (tech == "full" or reference)]
+    tasks = [(PRECISIONS[d], d, tech, gc, seq) for d in dtypes for tech, gc in wanted for seq in SEQS]
+    done = _run_samples(probe, [t[1:] for t in tasks], depth, workers, progress, start)
+    fitted: dict[str, Cell] = {}
+    skipped: dict[str, str] = {}
+    for dtype in dtypes:
+        for technique, gc in wanted:
+            key = cell_key(PRECISIONS[dtype], technique, gc)
+            got = [done[(dtype, technique, gc, seq)] for seq in SEQS]
+            errors = [g for g in got if isinstance(g, str)]
+            if errors:
+                skipped[key] = errors[0]
+            else:
+                fitted[key] = fit_cell(got, full.layer_kinds)
+    if not fitted:
+        raise SpecError(f"model {name}: no cell could be traced: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    checks = {key: _check(probe, fitted, learn_job(spec, dtype, "full", True, SEQS[1]))
+              for dtype in dtypes if check and (key := cell_key(PRECISIONS[dtype], "full", True)) in fitted}
+    provenance |= {"seconds": round(time.perf_counter() - start, 1), "check_err_pct": checks,
+                   "not_learned": skipped, "versions": _versions(),
+                   "summary": f"traced at {depth} of {len(full.layer_kinds)} layers"}
+    return _profile(full, model_type=outer, sha=sha, cfg=cfg,
+                    layer_map=lay.layer_map(full.layer_kinds, depth), cells=fitted, peft=peft, provenance=provenance)
+
+
+def _run_samples(probe: LearnedProfile, tasks: list[tuple], depth: int, workers: int, progress: Any,
+                 start: float) -> dict[tuple, Any]:
+    """(dtype, technique, gc, seq) → the sample's terms, or its error message; in `workers` processes."""
+    args = [(probe, *task, depth) for task in tasks]
+    out: dict[tuple, Any] = {}
+    if workers <= 1:
+        results = map(_sample_task, args)
+        pool = None
+    else:
+        import multiprocessing as mp
+
+        pool = mp.get_context("spawn").Pool(processes=workers)
+        results = pool.imap(_sample_task, args)
+    try:
+        for i, (task, result) in enumerate(zip(tasks, results, strict=True), 1):
+            out[task] = result
+            if progress:
+                state = f"not traced: {result}" if isinstance(result, str) else "traced"
+                progress(f"[{i}/{len(tasks)}] {task[0]} {task[1]} {'gc' if task[2] else 'no gc'} seq {task[3]}: "
+                         f"{state} ({time.perf_counter() - start:.1f} s)")
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+    return out
+
+
+def _sample_task(args: tuple) -> Any:
+    """One traced job's terms (a worker's task): (probe profile, dtype, technique, gc, seq, depth)."""
+    probe, dtype, technique, gc, seq, depth = args
+    try:
+        return _sample(learn_job(spec_from_profile(probe, probe.model_type), dtype, technique, gc, seq), depth)
+    except Exception as exc:  # noqa: BLE001 — one cell that cannot run leaves the others learned
+        return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _sample(job: JobSpec, depth: int) -> dict[str, Any]:
+    from hpcmem.trace import run_trace
+
+    result = run_trace(job, timeline=True, steps=TRACED_STEP)
+    return terms(measure(result.timeline, depth, TRACED_STEP), known_parts(job))
+
+
+def _check(probe: LearnedProfile, cells: dict[str, Cell], job: JobSpec) -> float:
+    """Signed error (%) of the estimate against a full two-step trace of one traced job (the states, the optimizer
+    step and the last instant of backward are the estimate's own there: this is what the check sees)."""
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.trace import run_trace
+
+    traced = run_trace(job).peak_allocated_bytes
+    spec = spec_from_profile(replace(probe, cells=cells), job.model.name)
+    est = max(tensor_bytes(p) for p in estimate(replace(job, model=spec)).phases)
+    return round(100.0 * (est - traced) / traced, 3)
+
+
+def _versions() -> dict[str, str]:
+    from hpcmem.trace.result import versions
+
+    return versions()
+
+
+def stderr_progress(message: str) -> None:
+    print(f"learn: {message}", file=sys.stderr, flush=True)
+
+
+def provisional_spec(cfg: dict[str, Any], name: str) -> Any:
+    """A ModelSpec from the meta model alone (parameters, layers; no learned terms): what a probe needs to run a
+    type that has no family descriptor and no profile. Its estimate is refused (no cell learned), and says so."""
+    lo = lay.layout(backbone_config(cfg))
+    profile = _profile(lo, model_type=str(cfg.get("model_type", lo.model_type)), sha=config_hash(cfg), cfg=cfg,
+                       layer_map=tuple(range(len(lo.layer_kinds))), cells={},
+                       peft=_peft_defaults(cfg),
+                       provenance={"attention": lo.attention, "summary": "not learned: parameters only"})
+    return spec_from_profile(profile, name)

@@ -1,0 +1,386 @@
+"""`hpcmem validate --against coverage`: every covered model type's estimate held to a trace of the same job.
+
+What "the trace" is here (the sweep must fit a shared two-core machine): for each type of hpcmem/models/coverage.json
+that is not refused or not applicable, its reference config — the catalog entry of that type if there is one, else the
+transformers config class's defaults (the sizes of the checkpoint its docstring names), with `CONFIG_FIXES` where
+those defaults do not build — at full width, cut to at most EVAL_LAYERS decoder layers (every per-layer list cut
+alike); TRL's SFTTrainer traced for two optimizer steps (`--kernels cuda`), bf16 weights, 2 padded rows of 1,024
+tokens, for three techniques: full fine-tuning + GC, LoRA + GC (peft's default targets, else all-linear), full
+fine-tuning without GC. The estimate is `hpcmem estimate`'s allocated tensor peak (cuBLAS workspaces left out, as in
+`validate --against trace`). A derived type is estimated from its family descriptor; a learned type from a profile
+learned from the full config (hpcmem.trace.learn: three lengths ≤ 768 tokens at the reduced depth D ≤ 12), laid over
+the traced depth: the comparison is out of sample in depth (unless the type is no deeper than D) and in length.
+
+Records go to estimator/coverage.jsonl, one line per type and technique (or one error line per type), appended as
+they finish; a run skips types that already have records unless --redo.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+EVAL_LAYERS = 16
+EVAL_ROWS, EVAL_SEQ = 2, 1024
+TECHNIQUES = {"full+gc": ("full", True), "lora+gc": ("lora", True), "full gc off": ("full", False)}
+# Class defaults that do not build a model in transformers 5.24, and the smallest change that does (the values of the
+# checkpoint the config class names where it has them).
+CONFIG_FIXES: dict[str, dict[str, Any]] = {
+    "hunyuan_v1_dense": {"head_dim": 128},
+    "hunyuan_v1_moe": {"head_dim": 128},
+    "ministral": {"head_dim": 128},
+    "nemotron": {"num_key_value_heads": 8},
+    "deepseek_v2": {"num_experts_per_tok": 6, "moe_intermediate_size": 1408},   # 1407: grouped_mm needs 16-B rows
+    "dots1": {"n_routed_experts": 128, "n_shared_experts": 2, "num_experts_per_tok": 6, "moe_intermediate_size": 1408,
+              "first_k_dense_replace": 1},
+    "dbrx": {"attn_config": {"kv_n_heads": 8, "rope_theta": 500000.0, "clip_qkv": 8}},
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+    # LFM2's class default makes every layer attention: give it (and LFM2-MoE, whose default has no pattern) the
+    # short-convolution layers LFM2 checkpoints have (full attention at layers 2, 5, 8, 10, 12, 14 of 16)
+    "lfm2": {"num_hidden_layers": 16, "layer_types": [
+        "full_attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)]},
+    "lfm2_moe": {"num_hidden_layers": 16, "layer_types": [
+        "full_attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)]},
+}
+
+
+def reference_config(model_type: str) -> tuple[dict[str, Any], str]:
+    """(config dict, where it came from) for a type: its catalog entry, else the config class defaults (+ fix)."""
+    from hpcmem.models import catalog
+
+    for hub_id, doc in sorted(catalog().items()):
+        if doc["config"].get("model_type") == model_type:
+            return dict(doc["config"]), f"catalog {hub_id}"
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model(model_type).to_dict()
+    cfg = {k: v for k, v in cfg.items() if k not in ("transformers_version", "architectures", "_name_or_path",
+                                                       "dtype", "torch_dtype")}
+    fix = CONFIG_FIXES.get(model_type, {})
+    return json.loads(json.dumps({**cfg, **fix}, default=str)), "config class defaults" + (
+        f" + {sorted(fix)}" if fix else "")
+
+
+def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tuple[Any, int, int]:
+    """(ModelSpec of the config cut to ≤ EVAL_LAYERS layers, traced layers, real layers), named by the cut config's
+    file in `folder` (the trace builds from it). A learned profile is laid over the cut depth with its own terms
+    (hpcmem.trace.layout.layer_map); the cut ends on a layer of the real last layer's kind."""
+    from dataclasses import replace
+
+    from hpcmem.models.config import model_spec_from_config
+    from hpcmem.models.profile import backbone_config, spec_from_profile
+    from hpcmem.trace import layout as lay
+
+    decoder = backbone_config(cfg)
+    config = lay.hf_config(decoder)
+    key = lay.layers_key(config)
+    real = int(getattr(config, "num_hidden_layers"))
+    depth = min(real, EVAL_LAYERS)
+    if profile is not None and depth < real:
+        kinds, floor = profile.layer_kinds, profile.provenance["depth"]
+        depth = max((d for d in range(floor, depth + 1) if kinds[d - 1] == kinds[-1]), default=depth)
+    cut = lay.reduced_config(decoder, key, depth, real) if depth < real else decoder
+    if isinstance(cfg.get("text_config"), dict) and "model_type" in cfg["text_config"] and depth < real:
+        cut = {**cfg, "text_config": {**cfg["text_config"], **{k: cut[k] for k in cut if k in cfg["text_config"]
+                                                               or k == key}}}
+    path = folder / f"{name}-{depth}.json"
+    path.write_text(json.dumps(cut, indent=1, default=str))
+    if profile is None:
+        return model_spec_from_config(cut, str(path)), depth, real
+    kinds = profile.layer_kinds[:depth]
+    # parameters outside the layers can grow with depth (Gemma-4's per-layer input embedding is [V, layers × 256]):
+    # the cut model's own count, from its meta model
+    other = lay.layout(backbone_config(cut)).other if depth < real else profile.other
+    small = replace(profile, layer_kinds=kinds, layer_map=profile.layer_map[:depth - 1] + profile.layer_map[-1:]
+                    if depth < real else profile.layer_map, config=cut, other=other)
+    return spec_from_profile(small, str(path)), depth, real
+
+
+def profiles_dir() -> Path:
+    from hpcmem.record import estimator_dir
+
+    return estimator_dir() / "coverage-profiles"
+
+
+def save_sweep_profile(profile: Any, model_type: str) -> None:
+    """Keep the sweep's learned profile (without its config: `reference_config` rebuilds it) so the records can be
+    re-estimated after an estimator change without tracing again (`rescore`)."""
+    from hpcmem.models.profile import profile_to_dict
+
+    doc = profile_to_dict(profile)
+    doc["config"] = {"model_type": doc["config"].get("model_type"), "rebuilt_by": "reference_config"}
+    folder = profiles_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{model_type}.json").write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+
+
+def eval_job(spec: Any, technique: str, targets: tuple[str, ...] | None = None) -> Any:
+    """The sweep's job for a technique. LoRA goes on peft's default targets; where peft has none, on the targets a
+    user can run: the profile's (learned types), else all-linear — or, for fused experts (which peft wraps as
+    ParamWrappers that refuse TRL's dropout), the attention projections. `targets` (a record's) overrides."""
+    from hpcmem.models.params import all_linear_targets, linear_modules, peft_default_targets
+    from hpcmem.spec import JobSpec, TrainSpec
+
+    kind, gc = TECHNIQUES[technique]
+    if kind == "lora" and targets is None:
+        targets = ()
+        try:
+            peft_default_targets(spec)
+        except Exception:  # noqa: BLE001 — peft has no default: what a user would set
+            mods = linear_modules(spec)
+            if spec.learned is not None:
+                targets = tuple(spec.learned.lora_reference["lora_target_modules"])
+            elif any(m.kind == "expert" for m in mods):
+                targets = tuple(dict.fromkeys(m.leaf for m in mods if m.kind == "attention" and m.nn_linear))
+            elif all_linear_targets(spec):
+                targets = ("all-linear",)
+            else:
+                raise ValueError("no nn.Linear in the decoder layers for LoRA")
+    return JobSpec(model=spec, train=TrainSpec(
+        trainer="sft", dtype="bfloat16", use_peft=kind == "lora", lora_target_modules=tuple(targets or ()),
+        gradient_checkpointing=gc, max_length=EVAL_SEQ, per_device_train_batch_size=EVAL_ROWS))
+
+
+def sweep_type(model_type: str) -> list[dict[str, Any]]:
+    """Every record of one type (a worker's task; imports torch)."""
+    from hpcmem.models.coverage import classification, type_status
+
+    entry = classification()["types"].get(model_type)
+    status, reason = type_status(model_type, entry)
+    base = {"model_type": model_type, "class": entry["class"] if entry else None, "status": status}
+    if status not in ("derived", "learned"):
+        return [{**base, "skipped": reason}]
+    start = time.perf_counter()
+    stage = "config"
+    try:
+        cfg, source = reference_config(model_type)
+        base["config"] = source
+        profile = None
+        if status == "learned":
+            from hpcmem.trace.learn import learn
+
+            stage = "learn"
+            profile = learn(cfg, model_type, dtypes=("bfloat16",), workers=1, check=False,
+                            cells=[(t, g) for t, g in TECHNIQUES.values()])
+            base |= {"learned_depth": profile.provenance["depth"], "learn_seconds": profile.provenance["seconds"],
+                     "not_learned": profile.provenance["not_learned"]}
+            save_sweep_profile(profile, model_type)
+        stage = "eval model"
+        import tempfile
+
+        spec, depth, real = eval_model(cfg, model_type, profile, Path(tempfile.mkdtemp(prefix="hpcmem-coverage-")))
+        base |= {"made": "learned" if profile else "derived", "layers": depth, "layers_real": real,
+                 "num_params_traced": spec.num_params}
+    except Exception as exc:  # noqa: BLE001 — recorded with the stage it failed in
+        return [{**base, "error": f"{stage}: {type(exc).__name__}: {exc}"[:600],
+                 "seconds": round(time.perf_counter() - start, 1)}]
+    return [_case(base, spec, technique) for technique in TECHNIQUES]
+
+
+def _case(base: dict[str, Any], spec: Any, technique: str) -> dict[str, Any]:
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.trace import run_trace
+
+    start = time.perf_counter()
+    rec = {**base, "technique": technique}
+    try:
+        job = eval_job(spec, technique)
+        est = estimate(job)
+        estimated = max(tensor_bytes(p) for p in est.phases)
+        traced = run_trace(job)
+    except Exception as exc:  # noqa: BLE001 — one technique that cannot run is recorded, the others go on
+        return {**rec, "error": f"{type(exc).__name__}: {exc}"[:600], "seconds": round(time.perf_counter() - start, 1)}
+    peak = traced.peak_allocated_bytes
+    return {**rec, "estimated": estimated, "traced": peak, "err_pct": round(100.0 * (estimated - peak) / peak, 3),
+            "estimated_phase": est.peak_phase.name, "traced_phase": traced.phase,
+            "lora_targets": list(job.train.lora_target_modules) or None,
+            "versions": traced.versions, "seconds": round(time.perf_counter() - start, 1)}
+
+
+def run(types: list[str] | None, *, redo: bool = False, workers: int = 1, records: Path | None = None,
+        progress: Any = None) -> list[dict[str, Any]]:
+    """Sweep the types (default: every classified type), appending records as each type finishes."""
+    import multiprocessing as mp
+
+    from hpcmem.models.coverage import classification
+    from hpcmem.record import estimator_dir
+
+    path = records or estimator_dir() / "coverage.jsonl"
+    done = set() if redo or not path.is_file() else {
+        json.loads(line)["model_type"] for line in path.read_text().splitlines() if line.strip()}
+    if redo and path.is_file() and types:
+        keep = [line for line in path.read_text().splitlines() if line.strip()
+                and json.loads(line)["model_type"] not in types]
+        path.write_text("".join(line + "\n" for line in keep))
+    todo = [t for t in (types or list(classification()["types"])) if t not in done]
+    out: list[dict[str, Any]] = []
+    with mp.get_context("spawn").Pool(processes=max(1, workers), maxtasksperchild=1) as pool:
+        for i, recs in enumerate(pool.imap_unordered(sweep_type, todo), 1):
+            with path.open("a") as fh:
+                for rec in recs:
+                    fh.write(json.dumps(rec, sort_keys=True) + "\n")
+            out += recs
+            if progress:
+                progress(i, len(todo), recs)
+    return out
+
+
+def print_progress(i: int, n: int, recs: list[dict[str, Any]]) -> None:
+    first = recs[0]
+    what = first.get("skipped") or first.get("error") or ", ".join(
+        f"{r['technique']} {r['err_pct']:+.2f} %" if "err_pct" in r else f"{r['technique']} error" for r in recs)
+    print(f"[{i}/{n}] {first['model_type']} ({first.get('status')}): {str(what)[:160]}", file=sys.stderr, flush=True)
+
+
+def rescore(path: Path | None = None, types: list[str] | None = None) -> list[dict[str, Any]]:
+    """Re-estimate stored records against their stored traces (no tracing: the estimator changed, the traces did not).
+    Learned types take their profile from estimator/coverage-profiles/ (a record without one is left as it was)."""
+    import tempfile
+
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.record import estimator_dir
+
+    path = path or estimator_dir() / "coverage.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    folder = Path(tempfile.mkdtemp(prefix="hpcmem-coverage-"))
+    specs: dict[str, Any] = {}
+    out = []
+    for rec in records:
+        name = rec["model_type"]
+        if "err_pct" not in rec or (types and name not in types):
+            out.append(rec)
+            continue
+        if name not in specs:
+            cfg, _ = reference_config(name)
+            profile = None
+            if rec.get("made") == "learned":
+                profile = _sweep_profile(name, cfg)
+            specs[name] = eval_model(cfg, name, profile, folder)[0] if profile or rec.get("made") == "derived" \
+                else None
+        if specs[name] is None:
+            out.append(rec)
+            continue
+        targets = rec.get("lora_targets")
+        est = estimate(eval_job(specs[name], rec["technique"], tuple(targets) if targets else None))
+        estimated = max(tensor_bytes(p) for p in est.phases)
+        out.append({**rec, "estimated": estimated, "estimated_phase": est.peak_phase.name,
+                    "err_pct": round(100.0 * (estimated - rec["traced"]) / rec["traced"], 3)})
+    return out
+
+
+def _sweep_profile(name: str, cfg: dict[str, Any]) -> Any:
+    """The profile the sweep learned for a type, with its reference config put back; None when absent or of an older
+    format (the type is swept again then)."""
+    import dataclasses
+
+    from hpcmem.errors import SpecError
+    from hpcmem.models.profile import profile_from_dict
+
+    file = profiles_dir() / f"{name}.json"
+    try:
+        return dataclasses.replace(profile_from_dict(json.loads(file.read_text())), config=cfg)
+    except (OSError, ValueError, SpecError):
+        return None
+
+
+def write_records(records: list[dict[str, Any]], path: Path | None = None) -> None:
+    from hpcmem.record import estimator_dir
+
+    path = path or estimator_dir() / "coverage.jsonl"
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+    tmp.replace(path)
+
+
+OUTCOMES = ("within 3 %", "over 3 %", "failed", "not measured", "refused")
+
+
+def outcomes(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Each decoder-only text type (rows of hpcmem.models.coverage.coverage_rows, not-applicable ones left out) by
+    what the sweep found: all three techniques within 3 % of the trace, one over, a learn/trace failure (a type- or
+    technique-level error record), no record yet, or refused (the reason is its row's)."""
+    from hpcmem.models.coverage import sweep_summary
+
+    measured = sweep_summary(records)
+    failed = {r["model_type"] for r in records if "error" in r}
+    out: dict[str, list[str]] = {k: [] for k in OUTCOMES}
+    for r in rows:
+        name, m = r["model_type"], measured.get(r["model_type"])
+        if r["class"] == "not_applicable":
+            continue
+        if r["status"] not in ("derived", "learned"):
+            key = "refused"
+        elif m and m["max_abs_err_pct"] > 3.0:
+            key = "over 3 %"
+        elif name in failed:
+            key = "failed"
+        elif m and m["techniques"] == len(TECHNIQUES):
+            key = "within 3 %"
+        else:
+            key = "not measured"
+        out[key].append(name)
+    return out
+
+
+def _notes(records: list[dict[str, Any]]) -> dict[str, str]:
+    """model_type → the first error the sweep recorded for it (type-level first, else a technique's)."""
+    notes: dict[str, str] = {}
+    for r in sorted((r for r in records if "error" in r), key=lambda r: "technique" in r):
+        notes.setdefault(r["model_type"], (f"{r['technique']}: " if "technique" in r else "") + r["error"])
+    return notes
+
+
+def report_markdown(records: list[dict[str, Any]]) -> str:
+    """estimator/COVERAGE.md: the status of every type, the measured error of every covered one, the worst ten."""
+    from hpcmem.models.coverage import coverage_rows, sweep_summary
+
+    rows = coverage_rows()
+    measured = sweep_summary(records)
+    errors = _notes(records)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    text = [r for r in rows if r["class"] != "not_applicable"]
+    got = outcomes(rows, records)
+    lines = ["# Coverage: every causal-LM type of the installed transformers, held to the trace", "",
+             "Produced by `hpcmem validate --against coverage` (hpcmem/validate/coverage.py says what the trace is: "
+             f"the type's reference config at full width, ≤ {EVAL_LAYERS} layers, SFT, bf16, 2 × {EVAL_SEQ} tokens; "
+             "full + GC, LoRA + GC, full without GC). err % = 100·(estimate − trace)/trace; a type counts as within "
+             "3 % when all three techniques are.", "",
+             "| status | types |", "|---|---|"]
+    lines += [f"| {s} | {n} |" for s, n in sorted(counts.items())]
+    lines += ["", f"Decoder-only text types (decoder + multimodal backbones): {len(text)}; within 3 % of the trace: "
+              f"{len(got['within 3 %'])} ({100 * len(got['within 3 %']) / max(len(text), 1):.0f} %).", "",
+              "| outcome | types | which |", "|---|---|---|"]
+    lines += [f"| {k} | {len(v)} | {', '.join(v) if k != 'within 3 %' else '(rows below)'} |" for k, v in got.items()]
+    covered = len(text) - len(got["refused"])
+    with_records = covered - len(got["not measured"])
+    lines += ["", f"Refused types count against the share above (their reasons are in the rows). Of the {covered} "
+              f"covered types (derived or learned), {with_records} have records and {len(got['within 3 %'])} of "
+              f"those are within 3 % ({100 * len(got['within 3 %']) / max(with_records, 1):.0f} %). Not measured: no record "
+              "yet — `hpcmem validate --against coverage` resumes where a sweep stopped (`--types` for some)."]
+    lines += ["", "| model type | class | status | made | max \\|err\\| % | note |", "|---|---|---|---|---|---|"]
+    for r in text:
+        m = measured.get(r["model_type"])
+        note = errors.get(r["model_type"], "") or ("" if r["status"] in ("derived", "learned") else r["reason"])
+        err = f"{m['max_abs_err_pct']:.2f}" + ("" if m["techniques"] == 3 else f" ({m['techniques']}/3)") if m \
+            else "not measured"
+        lines.append(f"| {r['model_type']} | {r['class']} | {r['status']} | {(m or {}).get('made') or ''} | {err} "
+                     f"| {note[:160].replace('|', '/')} |")
+    worst = sorted((rec for rec in records if "err_pct" in rec), key=lambda rec: -abs(rec["err_pct"]))[:10]
+    lines += ["", "Worst ten cases:", ""] + [
+        f"- {w['model_type']} {w['technique']}: {w['err_pct']:+.2f} % (estimate phase {w['estimated_phase']}; "
+        f"trace phase {w['traced_phase']})" for w in worst]
+    return "\n".join(lines) + "\n"
+
+
+def load_records(path: Path | None = None) -> list[dict[str, Any]]:
+    from hpcmem.record import estimator_dir
+
+    path = path or estimator_dir() / "coverage.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []

@@ -1,0 +1,177 @@
+"""Coverage by construction, fast tier (no torch): every causal-LM type of the installed transformers is classified,
+every refusal names its reason, learned profiles are found and used without torch, and the CLI says all of it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcmem.errors import SpecError
+from hpcmem.models import resolve_model
+from hpcmem.models.coverage import classification, coverage_rows, installed_mapping, mapping_from_source, refusal
+from hpcmem.models.profile import config_hash, find_profile, profile_from_dict, profile_to_dict, save_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "learned-profile-tiny.json"
+
+
+def test_every_installed_causal_lm_type_is_classified():
+    """The table regenerated from the installed transformers' source (no import): an unclassified type fails."""
+    mapping = installed_mapping()
+    if mapping is None:
+        pytest.skip("transformers is not installed here")
+    rows = coverage_rows(mapping)
+    assert [r["model_type"] for r in rows] == list(mapping)
+    unclassified = [r["model_type"] for r in rows if r["status"] == "unclassified"]
+    assert not unclassified, f"classify these in hpcmem/models/coverage.json: {unclassified}"
+    assert len(mapping) >= 150
+
+
+def test_mapping_is_read_from_source_text():
+    text = 'X = 1\nMODEL_FOR_CAUSAL_LM_MAPPING_NAMES = OrderedDict(\n    [("a", "AForCausalLM"), ("b", "B")]\n)\n'
+    assert mapping_from_source(text) == {"a": "AForCausalLM", "b": "B"}
+    with pytest.raises(ValueError, match="not found"):
+        mapping_from_source("Y = 2\n")
+
+
+def test_every_refusal_and_exclusion_names_a_reason():
+    for name, entry in classification()["types"].items():
+        assert entry["class"] in ("decoder", "multimodal", "not_applicable"), name
+        if entry["class"] == "not_applicable":
+            assert len(entry["reason"]) > 30, name
+        if "refused" in entry:
+            assert len(entry["refused"]) > 30, name
+        if entry["class"] == "multimodal":
+            assert entry["backbone"] in classification()["types"], name
+    # hybrids whose kernels are not mapped are refused, with the kernel source named; mapped ones say so
+    assert "mamba_ssm/ops/triton/ssd_combined.py" in refusal("mamba2")
+    assert refusal("qwen3_5") is None and "kernels_linear" in classification()["types"]["qwen3_5"]["kernels"]
+    assert refusal("llama") is None and refusal("bert").startswith("not applicable")
+
+
+def test_refused_and_unlearned_types_say_why_and_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("HPCMEM_DATA", str(tmp_path))
+    hybrid = tmp_path / "bamba.json"
+    hybrid.write_text(json.dumps({"model_type": "bamba", "hidden_size": 4096}))
+    with pytest.raises(SpecError, match="refused: Mamba / Mamba-2 mixers"):
+        resolve_model(str(hybrid))
+    new = tmp_path / "deepseek.json"
+    new.write_text(json.dumps({"model_type": "deepseek_v3", "hidden_size": 7168}))
+    with pytest.raises(SpecError, match="hpcmem models learn"):
+        resolve_model(str(new))
+    encoder = tmp_path / "bert.json"
+    encoder.write_text(json.dumps({"model_type": "bert"}))
+    with pytest.raises(SpecError, match="not applicable: a bidirectional encoder"):
+        resolve_model(str(encoder))
+
+
+def _install_fixture(tmp_path: Path) -> Path:
+    """The stored tiny profile, saved under the hash of the config it carries, and that config as a file."""
+    doc = json.loads(FIXTURE.read_text())
+    profile = profile_from_dict(doc)
+    save_profile(profile, tmp_path / "profiles")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(doc["config"]))
+    return config
+
+
+def test_profile_round_trips_and_is_found_by_config_hash(tmp_path, monkeypatch):
+    monkeypatch.setenv("HPCMEM_DATA", str(tmp_path))
+    config = _install_fixture(tmp_path)
+    cfg = json.loads(config.read_text())
+    assert find_profile(cfg) is not None
+    assert find_profile({**cfg, "hidden_size": cfg["hidden_size"] * 2}) is None     # another config, another hash
+    assert config_hash({**cfg, "transformers_version": "x", "torch_dtype": "float16"}) == config_hash(cfg)
+    doc = json.loads(FIXTURE.read_text())
+    assert profile_to_dict(profile_from_dict(doc))["cells"] == doc["cells"]
+
+
+def test_learned_estimate_is_torch_free_and_labelled(tmp_path):
+    config = _install_fixture(tmp_path)
+    code = ("import sys, json; from hpcmem.models import resolve_model; from hpcmem.trl_config import build_job; "
+            "from hpcmem.estimate import estimate; "
+            f"job, _ = build_job('sft', {{'model_name_or_path': {str(config)!r}, 'max_length': 64, "
+            "'per_device_train_batch_size': 2, 'dtype': 'bfloat16'}); e = estimate(job); "
+            "print(json.dumps({'made': e.made, 'torch': 'torch' in sys.modules, 'peak': e.peak_allocated_bytes}))")
+    env = {"HPCMEM_DATA": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": str(ROOT)}
+    out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                    env=env).stdout)
+    assert out["torch"] is False
+    assert out["made"].startswith("learned profile")
+    assert out["peak"] > 0
+
+
+def test_estimate_cli_on_a_learned_config_never_imports_torch(tmp_path):
+    """`hpcmem estimate sft --model_name_or_path <config.json>` with the profile `hpcmem models learn` saves for it:
+    the CLI runs with torch, transformers and trl made unimportable (an import would fail the command)."""
+    config = _install_fixture(tmp_path)
+    code = ("import sys; sys.modules.update(dict.fromkeys(('torch', 'transformers', 'trl', 'peft'))); "
+            "from hpcmem.cli import main; sys.argv[0] = 'hpcmem'; main()")
+    env = {"HPCMEM_DATA": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code, "estimate", "sft", "--model_name_or_path", str(config),
+                          "--max_length", "512", "--json"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert "learned profile" in json.dumps(doc)
+
+
+def test_learned_profile_refuses_what_it_did_not_learn(tmp_path, monkeypatch):
+    monkeypatch.setenv("HPCMEM_DATA", str(tmp_path))
+    from hpcmem.estimate import estimate
+    from hpcmem.trl_config import build_job
+
+    config = _install_fixture(tmp_path)
+    base = {"model_name_or_path": str(config), "max_length": 64, "per_device_train_batch_size": 2}
+    with pytest.raises(SpecError, match="selective checkpointing is not learned"):
+        estimate(build_job("sft", {**base, "dtype": "bfloat16",
+                                   "gradient_checkpointing_kwargs": {"selective": True}})[0])
+    with pytest.raises(SpecError, match="only 16-bit compute is learned"):
+        estimate(build_job("sft", {**base, "bf16": False})[0])
+
+
+def test_models_coverage_cli_lists_every_type_with_class_and_status():
+    out = subprocess.run([sys.executable, "-m", "hpcmem", "models", "coverage", "--json"], capture_output=True,
+                         text=True, check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    rows = json.loads(out.stdout)
+    mapping = installed_mapping()
+    assert {r["model_type"] for r in rows} == set(mapping or classification()["types"])
+    for r in rows:
+        assert r["class"] in ("decoder", "multimodal", "not_applicable")
+        assert r["status"] in ("derived", "learned", "refused", "not applicable")
+        assert r["reason"]
+    statuses = {r["model_type"]: r["status"] for r in rows}
+    assert statuses["llama"] == "derived" and statuses["exaone"] == "derived"
+    assert statuses["mamba2"] == "refused" and statuses["gpt_oss"] == "learned" and statuses["qwen3_5"] == "learned"
+
+
+def test_reduced_depth_candidates_end_on_the_last_layers_kind_when_the_first_does_not():
+    from hpcmem.trace.layout import candidate_depths, choose_depth
+
+    gemma4 = tuple(1 if i % 6 == 5 else 0 for i in range(30))     # sliding ×5, full — the last layer is full
+    # layers 1..5 hold both kinds at D = 7, which ends on a sliding layer; D = 12 ends on a full one like layer 29
+    assert choose_depth(gemma4) == 7 and candidate_depths(gemma4) == [7, 12]
+    assert candidate_depths((0,) * 32) == [3]                        # one kind: the first depth already ends on it
+    olmo3 = (0, 0, 0, 1, 0, 0, 0, 1)
+    assert candidate_depths(olmo3) == [5, 8]                         # 8 = the real depth: the full model itself
+
+
+def test_coverage_outcomes_count_every_decoder_type_once():
+    from hpcmem.validate.coverage import outcomes
+
+    rows = [{"model_type": t, "class": c, "status": s} for t, c, s in (
+        ("a", "decoder", "learned"), ("b", "decoder", "derived"), ("c", "multimodal", "learned"),
+        ("d", "decoder", "refused"), ("e", "not_applicable", "not applicable"), ("f", "decoder", "learned"),
+        ("g", "decoder", "learned"))]
+    ok = [{"model_type": "a", "technique": t, "err_pct": 0.5} for t in ("full+gc", "lora+gc", "full gc off")]
+    records = ok + [{"model_type": "b", "technique": "full+gc", "err_pct": -3.2},
+                    {"model_type": "c", "technique": "full+gc", "err_pct": 0.1},
+                    {"model_type": "c", "technique": "lora+gc", "error": "ValueError: x"},
+                    {"model_type": "f", "error": "learn: SpecError: y"}]
+    got = outcomes(rows, records)
+    assert got == {"within 3 %": ["a"], "over 3 %": ["b"], "failed": ["c", "f"], "not measured": ["g"],
+                   "refused": ["d"]}
