@@ -10,12 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from hpcmem.errors import Problems, SpecError
+from hpcmem.trainers import entry
 
 if TYPE_CHECKING:
     from hpcmem.spec import JobSpec
 
-GENERATING = ("grpo", "rloo")
-PAIRED = ("dpo", "reward")
 
 
 # accelerate utils/dataclasses.py DeepSpeedSequenceParallelConfig.__post_init__: the kernels Ulysses can wrap, checked
@@ -34,16 +33,17 @@ def check_layout(job: JobSpec, p: Problems) -> None:
     if lay.seq_shards == 1:
         return
     what = f"cp_size {lay.cp}" if lay.cp > 1 else f"sp_size {lay.sp}"
-    if t.trainer in GENERATING:
-        cls = "GRPOConfig" if t.trainer == "grpo" else "RLOOConfig"
-        p.add(f"{what}: {cls} refuses sequence-dim parallelism (trl/trainer/{t.trainer}_config.py __post_init__: the "
+    e = entry(t.trainer)
+    if e.generates:
+        p.add(f"{what}: {e.config_class} refuses sequence-dim parallelism (trl/trainer/{t.trainer}_config.py __post_init__: the "
               "trainer builds its inputs after generation, where the sequence cannot be sharded); set cp_size and "
               "sp_size to 1")
         return
-    if t.trainer in PAIRED:
-        p.add(f"{what} with {t.trainer}: not modelled — TRL 1.16 has no sequence-sharding path for its paired "
-              "chosen/rejected forward and per-sequence log-probabilities; hpcmem estimates context and sequence "
-              "parallelism for SFT")
+    if e.rows_per_example == 2 or e.reference != "none":
+        # DPO, Reward (chosen + rejected rows) and KTO (unpaired rows + KL rows): per-sequence log-probabilities
+        p.add(f"{what} with {t.trainer}: not modelled — TRL 1.16 has no sequence-sharding path for its "
+              "per-sequence log-probabilities (DPO/Reward's chosen/rejected forward, KTO's KL rows); hpcmem "
+              "estimates context and sequence parallelism for SFT")
         return
     if lay.cp > 1:
         _check_cp(job, p)

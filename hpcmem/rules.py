@@ -7,42 +7,44 @@ returns what TRL only warns about or silently changes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import MISSING, fields
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import Problems
 from hpcmem.layout_rules import check_layout, layout_warnings
-from hpcmem.trl_fields import owners
+from hpcmem.trainers import REGISTRY, entry
 
 if TYPE_CHECKING:
     from hpcmem.spec import JobSpec
 
-CONFIG_CLASS = {"sft": "SFTConfig", "dpo": "DPOConfig", "reward": "RewardConfig", "grpo": "GRPOConfig",
-                "rloo": "RLOOConfig"}
-# Fields only some trainers' configs declare (hpcmem.trl_fields), with the value that means "not used" — so a
-# default never trips the rule below.
-_UNSET = {"disable_dropout": False, "packing": False, "padding_free": False, "activation_offloading": False,
-          "precompute_ref_log_probs": False, "use_vllm": False, "vllm_enable_sleep_mode": False,
-          "generation_batch_size": None, "steps_per_generation": None, "num_iterations": 1,
-          "vllm_importance_sampling_correction": True}
-FIELD_TRAINERS: dict[str, tuple[str, ...]] = {name: owners(name) for name in _UNSET}
+
+@lru_cache(maxsize=1)
+def exclusive_fields() -> dict[str, Any]:
+    """TrainSpec fields that only some trainers' configs declare, with TrainSpec's default — the value that means "not
+    used" — so that a default never trips the rule in `check_job`."""
+    from hpcmem.spec import TrainSpec
+
+    declared = [set(e.fields) for e in REGISTRY.values()]
+    some = set.union(*declared) - set.intersection(*declared)
+    return {f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+            for f in fields(TrainSpec) if f.name in some}
 
 
 def check_job(job: JobSpec) -> None:
     t, par = job.train, job.parallel
+    e = entry(t.trainer)
     p = Problems()
-    for name, declared_by in FIELD_TRAINERS.items():
-        if t.trainer not in declared_by and getattr(t, name) != _UNSET[name]:
-            where = "/".join(CONFIG_CLASS[o] for o in declared_by)
-            p.add(f"{name} is a {where} field; {CONFIG_CLASS[t.trainer]} has no {name} field — remove it "
-                  f"or use `hpcmem estimate {declared_by[0]}`")
-    # sft_trainer.py: padding_free without packing does not enforce max_length.
-    if t.trainer == "sft" and t.padding_free and not t.packing and t.max_length is not None:
-        p.add("padding_free=True without packing does not enforce max_length (SFTTrainer raises): enable packing "
-              "(packing=True, packing_strategy=bfd) or set max_length None (--max_length none) with pre-truncated data")
+    for name, unset in exclusive_fields().items():
+        if not e.declares(name) and getattr(t, name) != unset:
+            declared_by = [o for o in REGISTRY.values() if o.declares(name)]
+            where = "/".join(o.config_class for o in declared_by)
+            p.add(f"{name} is a {where} field; {e.config_class} has no {name} field — remove it "
+                  f"or use `hpcmem estimate {declared_by[0].name}`")
     if t.selective_checkpointing:
         # sft_trainer.py: the SAC wrapper strips `selective`; other trainers pass it to torch.utils.checkpoint.
-        if t.trainer != "sft":
-            p.add(f"gradient_checkpointing_kwargs selective is SFT-only in TRL 1.16; {CONFIG_CLASS[t.trainer]} "
+        if e.name != "sft":
+            p.add(f"gradient_checkpointing_kwargs selective is SFT-only in TRL 1.16; {e.config_class} "
                   "passes it to torch.utils.checkpoint, which rejects it — drop it")
         if not t.gradient_checkpointing:
             p.add("gradient_checkpointing_kwargs={'selective': True} requires gradient_checkpointing=True")
@@ -51,17 +53,57 @@ def check_job(job: JobSpec) -> None:
         if t.use_peft and par.deepspeed and par.zero_stage == 3:
             p.add("selective checkpointing is not supported with PEFT + DeepSpeed ZeRO-3 (it forces reentrant "
                   "checkpointing); use full checkpointing or another ZeRO stage")
+        elif t.use_peft and e.name == "sft":
+            # sft_trainer.py wraps the PeftModel's gradient_checkpointing_enable (selective_activation_checkpointing.py)
+            # but transformers 5's Trainer calls activation_checkpointing_enable, which the PeftModel forwards to the
+            # unwrapped base model: `selective` reaches torch.utils.checkpoint at the first forward
+            p.add("selective checkpointing with PEFT dies at the first step in TRL 1.16 + transformers 5 (torch's "
+                  "checkpoint raises 'Unexpected keyword arguments: selective': SFTTrainer wraps the PeftModel's "
+                  "gradient_checkpointing_enable, transformers enables checkpointing on the base model); use full "
+                  "checkpointing with use_peft")
+    if t.use_peft:
+        _check_lora_variants(job, p)
     if t.quantized and not t.use_peft:
         # transformers Trainer: "You cannot perform fine-tuning on purely quantized models".
         p.add("load_in_4bit/load_in_8bit train only adapters: add use_peft (QLoRA); transformers refuses to "
               "fine-tune a purely quantized model")
-    if t.trainer in ("grpo", "rloo"):
-        _check_generation(job, p)
+    trainer_rules = e.hook("rules")
+    if trainer_rules is not None:
+        trainer_rules(job, p)
     check_layout(job, p)            # context / sequence parallelism (hpcmem.layout_rules)
     p.raise_if_any()
 
 
-def _check_generation(job: JobSpec, p: Problems) -> None:
+def _check_lora_variants(job: JobSpec, p: Problems) -> None:
+    """peft's own refusals (tuners/lora/layer.py ParamWrapper.__init__) and what hpcmem sizes (estimate/lora_variants.py)."""
+    from hpcmem.estimate.lora_variants import SIZED_MODULES, targeted_parameters
+
+    t = job.train
+    unsized = [n for n in t.lora_modules_to_save if n not in SIZED_MODULES]
+    if unsized:
+        p.add(f"lora_modules_to_save {', '.join(unsized)}: hpcmem sizes the trainable copies of "
+              f"{', '.join(SIZED_MODULES)} only")
+    if t.lora_target_parameters:
+        if t.lora_dropout:
+            p.add(f"lora_target_parameters needs lora_dropout 0 (peft's ParamWrapper raises: it cannot apply dropout "
+                  f"to a parameter); got {t.lora_dropout}")
+        if t.use_dora:
+            p.add("lora_target_parameters does not work with use_dora (peft's ParamWrapper raises)")
+        if not targeted_parameters(job):
+            p.add(f"lora_target_parameters {', '.join(t.lora_target_parameters)} names no parameter of "
+                  f"{job.model.name} (peft raises; the fused experts are mlp.experts.gate_up_proj, "
+                  "mlp.experts.down_proj)")
+
+
+def check_sft(job: JobSpec, p: Problems) -> None:
+    """sft_trainer.py: padding_free without packing does not enforce max_length."""
+    t = job.train
+    if t.padding_free and not t.packing and t.max_length is not None:
+        p.add("padding_free=True without packing does not enforce max_length (SFTTrainer raises): enable packing "
+              "(packing=True, packing_strategy=bfd) or set max_length None (--max_length none) with pre-truncated data")
+
+
+def check_generation(job: JobSpec, p: Problems) -> None:
     """grpo_config.py / rloo_config.py __post_init__: generation batch arithmetic."""
     t = job.train
     world = job.parallel.world_size
@@ -91,15 +133,16 @@ def generation_batch_size(job: JobSpec) -> int:
 
 def job_warnings(job: JobSpec) -> list[str]:
     t = job.train
+    e = entry(t.trainer)
     out: list[str] = []
-    if t.trainer == "dpo" and t.padding_free:
-        out.append("DPOTrainer 1.16 warns that padding_free is temporarily unavailable and falls back to padding; "
-                   "estimated as padded")
-    if t.trainer == "sft" and t.packing and t.packing_strategy == "wrapped" and t.padding_free:
+    if t.padding_free and not e.packs:
+        out.append(f"{e.trainer_class} 1.16 warns that padding_free is temporarily unavailable and falls back to "
+                   "padding; estimated as padded")
+    if t.packing and t.packing_strategy == "wrapped" and t.padding_free:
         out.append("padding_free with packing_strategy wrapped is not recommended by TRL (documents mix in a row)")
-    if t.trainer == "sft" and t.padding_free and not t.packing and t.per_device_train_batch_size == 1:
+    if e.packs and t.padding_free and not t.packing and t.per_device_train_batch_size == 1:
         out.append("padding-free with per_device_train_batch_size 1 gains nothing (TRL warns); raise the batch size")
-    if t.trainer == "sft" and (t.padding_free or (t.packing and t.packing_strategy != "wrapped")) and \
+    if e.packs and (t.padding_free or (t.packing and t.packing_strategy != "wrapped")) and \
             "flash" not in t.attn_implementation:
         out.append(f"padding-free rows with attn_implementation={t.attn_implementation}: transformers builds a "
                    "block-diagonal mask; a FlashAttention variant avoids it")

@@ -13,9 +13,9 @@ from functools import cached_property
 from typing import Any, Literal
 
 from hpcmem.errors import Problems, SpecError
+from hpcmem.trainers import names as trainer_names
 
-Trainer = Literal["sft", "dpo", "reward", "grpo", "rloo"]
-TRAINERS: tuple[str, ...] = ("sft", "dpo", "reward", "grpo", "rloo")
+TRAINERS: tuple[str, ...] = trainer_names()      # hpcmem.trainers: one entry per TRL trainer
 DTYPES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
 PACKING_STRATEGIES = ("bfd", "bfd_split", "wrapped")
 OPTIMIZERS = (
@@ -106,7 +106,7 @@ class ModelSpec:
 class TrainSpec:
     """The trainer and its TRL 1.16 config fields (SFTConfig/DPOConfig/RewardConfig/GRPOConfig/RLOOConfig + ModelConfig)."""
 
-    trainer: Trainer
+    trainer: str                                 # a name in hpcmem.trainers (`trl <trainer>`)
     # ModelConfig / model_init_kwargs
     dtype: str = "float32"                       # TRL loads in float32 unless model_init_kwargs/ModelConfig dtype is set
     attn_implementation: str = "sdpa"            # transformers' default when unset
@@ -114,6 +114,10 @@ class TrainSpec:
     lora_r: int = 16
     lora_alpha: int = 32
     lora_target_modules: tuple[str, ...] = ()    # empty: peft's per-architecture default (q_proj, v_proj for Llama)
+    lora_dropout: float = 0.05                   # 0: peft puts nn.Identity where the dropout was (no mask, no copy)
+    use_dora: bool = False                       # DoRA: a magnitude vector per adapted linear (peft/tuners/lora/dora.py)
+    lora_modules_to_save: tuple[str, ...] = ()   # whole modules trained beside the adapters (peft ModulesToSaveWrapper)
+    lora_target_parameters: tuple[str, ...] = ()     # LoRA on nn.Parameters by name (peft ParamWrapper: MoE experts)
     load_in_4bit: bool = False
     load_in_8bit: bool = False
     use_bnb_nested_quant: bool = False
@@ -125,6 +129,8 @@ class TrainSpec:
     bf16: bool = True                            # None in TRL → True unless fp16
     fp16: bool = False
     optim: str = "adamw_torch_fused"
+    max_grad_norm: float = 1.0                   # gradient clipping; 0 (or None in TRL): none
+    torch_compile: bool = False                  # torch.compile(inductor) of the model: estimated as eager, labelled
     # TrainingArguments of the job around the steps (transformers 5.24 training_args.py defaults): evaluation,
     # checkpoints, data loading
     per_device_eval_batch_size: int = 8
@@ -141,12 +147,12 @@ class TrainSpec:
     pad_to_multiple_of: int | None = None
     activation_offloading: bool = False
     # DPO / Reward / GRPO / RLOO: sets every nn.Dropout to p=0 (trl/trainer/utils.py disable_dropout_in_model);
-    # TRL's default is True for DPO and Reward (set by hpcmem.trl_config), False for GRPO and RLOO
+    # TRL's default is True for DPO and Reward (their registry entries' defaults), False for GRPO and RLOO
     disable_dropout: bool = False
     # DPO
     precompute_ref_log_probs: bool = False
     # GRPO / RLOO
-    num_generations: int = 8                     # RLOO's default is 2 (set by hpcmem.trl_config)
+    num_generations: int = 8                     # RLOO's default is 2 (its registry entry's default)
     steps_per_generation: int | None = None      # None → gradient_accumulation_steps
     generation_batch_size: int | None = None
     max_completion_length: int = 512
@@ -160,6 +166,10 @@ class TrainSpec:
     vllm_importance_sampling_correction: bool = True   # GRPO only
     ds3_gather_for_generation: bool = True
     cast_lm_head_to_fp32: bool = False
+    # Distillation: the teacher (DistillationConfig), loaded with teacher_model_init_kwargs (TRL's script passes
+    # ModelConfig's dtype there unless the user's kwargs say otherwise)
+    teacher_model_name_or_path: str | None = None
+    teacher_model_init_kwargs: dict[str, Any] | None = None
     # hpcmem-only: the longest prompt of a GRPO/RLOO batch (TRL has no max_prompt_length any more)
     max_prompt_length: int = 512
 
@@ -184,6 +194,8 @@ class TrainSpec:
         for name in ("max_length", "pad_to_multiple_of", "steps_per_generation", "generation_batch_size"):
             value = getattr(self, name)
             p.check(value is None or value >= 1, f"{name} must be ≥ 1 or None; got {value}")
+        p.check(0.0 <= self.lora_dropout < 1.0, f"lora_dropout must be in [0, 1); got {self.lora_dropout}")
+        p.check(self.max_grad_norm >= 0.0, f"max_grad_norm must be ≥ 0 (0: no clipping); got {self.max_grad_norm}")
         p.check(0.0 < self.vllm_gpu_memory_utilization <= 1.0,
                 f"vllm_gpu_memory_utilization must be in (0, 1]; got {self.vllm_gpu_memory_utilization}")
         p.check(not (self.load_in_4bit and self.load_in_8bit), "load_in_4bit and load_in_8bit exclude each other")
@@ -194,6 +206,13 @@ class TrainSpec:
     def selective_checkpointing(self) -> bool:
         """TRL's `gradient_checkpointing_kwargs={"selective": True}` (trl/models/selective_activation_checkpointing.py)."""
         return bool(self.gradient_checkpointing_kwargs.get("selective"))
+
+    @property
+    def teacher_dtype(self) -> str:
+        """The teacher's load dtype: teacher_model_init_kwargs' dtype, else the student's (trl/scripts/distillation.py
+        hands ModelConfig.dtype to both)."""
+        dtype = (self.teacher_model_init_kwargs or {}).get("dtype") or self.dtype
+        return str(dtype).removeprefix("torch.")
 
     @property
     def quantized(self) -> bool:
@@ -350,6 +369,7 @@ class JobSpec:
     gpu: GpuSpec | None = None
     expandable_segments: bool = False
     tokens_per_micro_batch: int | None = None   # hpcmem-only: from a length profile (hpcmem lengths), else worst case
+    teacher: ModelSpec | None = None            # distillation: the model teacher_model_name_or_path names
 
     def __post_init__(self) -> None:
         from hpcmem.rules import check_job

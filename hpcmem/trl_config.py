@@ -2,8 +2,7 @@
 
 Precedence: TRL 1.16 defaults < preset < the user's TRL YAML < CLI flags. Keys are TRL's own field names; keys
 hpcmem does not model are listed back to the user as ignored, never silently dropped. Trainer-specific defaults come
-from trl/trainer/*_config.py (1.16): RLOO num_generations 2 and beta 0.05, DPO beta 0.1, GRPO beta 0.0;
-disable_dropout True for DPO and Reward.
+from trl/trainer/*_config.py (1.16), kept in each trainer's registry entry (hpcmem.trainers).
 """
 
 from __future__ import annotations
@@ -19,14 +18,8 @@ from hpcmem.inputs.values import json_object, shown
 from hpcmem.launch.parallelism import parallelism_settings, reshard_after_forward
 from hpcmem.layout_rules import check_layout_settings
 from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
-
-TRAINER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "sft": {},
-    "dpo": {"beta": 0.1, "disable_dropout": True},
-    "reward": {"disable_dropout": True},
-    "grpo": {"beta": 0.0, "num_generations": 8},
-    "rloo": {"beta": 0.05, "num_generations": 2},
-}
+from hpcmem.trainers import entry
+from hpcmem.trainers.fields import check_fields
 # TRL's shipped accelerate configs (trl/accelerate_configs/*.yaml, 1.16), by the name `trl --accelerate_config` takes.
 SHIPPED_ACCELERATE = {
     "single_gpu": {"distributed_type": "NO"},
@@ -38,6 +31,7 @@ SHIPPED_ACCELERATE = {
     "fsdp2": {"distributed_type": "FSDP", "fsdp_version": 2},
 }
 TRAIN_FIELDS = {f.name for f in fields(TrainSpec)} - {"trainer"}
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")     # torch.compile modes that use CUDA graphs
 PARALLEL_FIELDS = {f.name for f in fields(ParallelSpec)}
 # Settings that live outside TrainSpec but in the same YAML / flag namespace.
 JOB_FIELDS = {"model_name_or_path", "expandable_segments", "gpu", "tokens_per_micro_batch"}
@@ -105,18 +99,39 @@ def _normalise(settings: dict[str, Any]) -> dict[str, Any]:
                                                            out["gradient_checkpointing_kwargs"])
     if out.get("gradient_checkpointing_kwargs") is None and "gradient_checkpointing_kwargs" in out:
         out["gradient_checkpointing_kwargs"] = {}
-    targets = out.get("lora_target_modules")
-    if isinstance(targets, str):
-        targets = [targets]
-    if isinstance(targets, (list, tuple)):       # YAML list, one string, or repeated --lora_target_modules flags
-        out["lora_target_modules"] = tuple(x.strip() for item in targets for x in str(item).split(",") if x.strip())
-    elif "lora_target_modules" in out and targets is None:
-        out["lora_target_modules"] = ()
+    for name in ("lora_target_modules", "lora_modules_to_save", "lora_target_parameters"):
+        names = out.get(name)
+        if isinstance(names, str):
+            names = [names]
+        if isinstance(names, (list, tuple)):       # YAML list, one string, or repeated flags
+            out[name] = tuple(x.strip() for item in names for x in str(item).split(",") if x.strip())
+        elif name in out and names is None:        # TRL's default None: peft's own choice / nothing
+            out[name] = ()
     if out.get("bf16") is None and "bf16" in out:
         out["bf16"] = not out.get("fp16", False)
     if out.get("attn_implementation") is None and "attn_implementation" in out:
         out["attn_implementation"] = "sdpa"
+    _aliases(out)
     return out
+
+
+def _aliases(out: dict[str, Any]) -> None:
+    """TrainingArguments' own resolution (transformers training_args.py `__post_init__`): activation_checkpointing*
+    win over their deprecated gradient_checkpointing* aliases when set; a torch_compile_backend or _mode turns
+    torch_compile on; a max_grad_norm of None means no clipping."""
+    for new, old in (("activation_checkpointing", "gradient_checkpointing"),
+                     ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs")):
+        if out.get(new) is not None:
+            value = out[new]
+            out[old] = json_object(new, value) if new.endswith("kwargs") and isinstance(value, str) else value
+    if out.get("torch_compile_backend") or out.get("torch_compile_mode"):
+        out["torch_compile"] = True
+    if out.get("torch_compile_mode") in CUDA_GRAPH_MODES:
+        raise SpecError(f"torch_compile_mode={out['torch_compile_mode']!r} is refused: it captures CUDA graphs, whose "
+                        "static copies of the graph's inputs and outputs hpcmem does not model (use 'default' or "
+                        "'max-autotune-no-cudagraphs')")
+    if "max_grad_norm" in out and out["max_grad_norm"] is None:
+        out["max_grad_norm"] = 0.0
 
 
 def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None) -> tuple[JobSpec, list[str]]:
@@ -125,25 +140,27 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None) -
     from hpcmem.models import resolve_model
 
     s = _normalise(check_settings(settings, "settings"))
-    if trainer not in TRAINER_DEFAULTS:
-        raise SpecError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINER_DEFAULTS)}")
-    train_kw = {**TRAINER_DEFAULTS[trainer], **{k: v for k, v in s.items() if k in TRAIN_FIELDS}}
+    e = entry(trainer)
+    not_read = check_fields(e.config_class, {k: v for k, v in s.items() if k not in TRAIN_FIELDS | PARALLEL_FIELDS})
+    defaults = e.defaults
+    train_kw = {**defaults, **{k: v for k, v in s.items() if k in TRAIN_FIELDS}}
     par_kw = {k: v for k, v in s.items() if k in PARALLEL_FIELDS}
     if par_kw.get("num_processes", 1) > 1 and "distributed_type" not in par_kw:
         par_kw["distributed_type"] = "MULTI_GPU"
-    ignored = sorted(k for k in s if k not in TRAIN_FIELDS | PARALLEL_FIELDS | JOB_FIELDS)
+    ignored = sorted(k for k in not_read if k not in JOB_FIELDS)
     if model is None:
         name = s.get("model_name_or_path")
         if not name:
             raise SpecError("model_name_or_path is required (a catalog id such as Qwen/Qwen2.5-7B, a config.json, "
                             "or a folder holding one; see `hpcmem models list`)")
         model = resolve_model(str(name))
+    teacher = resolve_model(str(s["teacher_model_name_or_path"])) if s.get("teacher_model_name_or_path") else None
     if gpu is None and s.get("gpu"):
         gpu = gpu_spec(str(s["gpu"]))
     try:
         job = JobSpec(model=model, train=TrainSpec(trainer=trainer, **train_kw), parallel=ParallelSpec(**par_kw),
                       gpu=gpu, expandable_segments=bool(s.get("expandable_segments", False)),
-                      tokens_per_micro_batch=s.get("tokens_per_micro_batch"))
+                      tokens_per_micro_batch=s.get("tokens_per_micro_batch"), teacher=teacher)
     except TypeError as exc:
         raise SpecError(f"invalid setting: {exc}") from None
     check_layout_settings(s, job)       # TRL fields outside the spec that a layout refuses (hpcmem.layout_rules)

@@ -104,8 +104,9 @@ def test_micro_batch_shapes_follow_trl_collators():
 
 
 def test_checkpointing_orders_activation_memory():
-    # LoRA keeps model states small so the backward (activation) phase sets the peak.
-    kw = {"per_device_train_batch_size": 2, "dtype": "bfloat16", "use_peft": True}
+    # Full fine-tuning (selective checkpointing with PEFT dies in TRL, hpcmem.rules), rows long enough that the
+    # activations set the peak.
+    kw = {"per_device_train_batch_size": 4, "dtype": "bfloat16", "max_length": 4096}
     off = estimate(job(gradient_checkpointing=False, **kw))
     sel = estimate(job(gradient_checkpointing_kwargs={"selective": True}, **kw))
     full = estimate(job(**kw))
@@ -140,3 +141,19 @@ def test_json_contract_keys():
     assert out["gpu"]["name"] == "H100-80GB" and isinstance(out["fits"], bool)
     assert isinstance(out["warnings"], list) and isinstance(out["not_modelled"], list)
     json.dumps(out)
+
+
+def test_gradient_clipping_adds_one_norm_per_gradient_tensor():
+    """max_grad_norm > 0: torch/nn/utils/clip_grad.py clip_grad_norm_ takes one 0-d norm per gradient tensor
+    (_foreach_norm), stacks them, takes the total norm, the clip coefficient and its clamp — each a 512-byte block of
+    the caching allocator — before optimizer.step(); fused AdamW adds nothing after. By hand: LoRA on peft's default
+    q_proj, v_proj of Qwen2.5-0.5B's 24 layers has 24 × 2 × 2 (lora_A, lora_B) = 96 gradient tensors."""
+    from hpcmem.estimate.workspaces import tensor_bytes
+
+    qwen = resolve_model("Qwen/Qwen2.5-0.5B")
+
+    def optimizer_phase(**kw):
+        est = estimate(job(model=qwen, dtype="bfloat16", use_peft=True, **kw))
+        return next(tensor_bytes(p) for p in est.phases if p.name == "optimizer step")
+
+    assert optimizer_phase() - optimizer_phase(max_grad_norm=0.0) == (96 + 4) * 512

@@ -14,7 +14,8 @@ from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.launch import presets
 from hpcmem.launch.configs import accelerate_config, deepspeed_config
 from hpcmem.launch.sbatch import environment, render_sbatch
-from hpcmem.launch.trl_yaml import TRAINER_FIELDS, MODEL_CONFIG_FIELDS, HPCMEM_ONLY, trl_config
+from hpcmem.launch.trl_yaml import HPCMEM_ONLY, trl_config
+from hpcmem.trainers import MODEL_CONFIG_FIELDS, REGISTRY
 from tests.launch_helpers import Recorder, files, job, launch, preset
 
 # ---- pure renderers -------------------------------------------------------------------------------------------
@@ -80,7 +81,7 @@ def test_one_name_per_setting_across_spec_trl_yaml_and_cli():
     from hpcmem.spec import ParallelSpec, TrainSpec, field_names
 
     spec = set(field_names(TrainSpec)) | set(field_names(ParallelSpec))
-    written = set(MODEL_CONFIG_FIELDS).union(*TRAINER_FIELDS.values())
+    written = set(MODEL_CONFIG_FIELDS).union(*(e.fields for e in REGISTRY.values()))
     assert written <= spec and set(HPCMEM_ONLY) - {"gpu", "accelerate_config", "lengths"} <= spec | {
         "expandable_segments", "tokens_per_micro_batch"}
     assert (set(field_names(TrainSpec)) - {"trainer"}) <= written | set(HPCMEM_ONLY)

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from hpcmem.launch.configs import accelerate_config, deepspeed_config
-from hpcmem.launch.trl_yaml import MODEL_CONFIG_FIELDS, TRAINER_FIELDS, trl_config
+from hpcmem.launch.trl_yaml import trl_config
+from hpcmem.trainers import MODEL_CONFIG_FIELDS, REGISTRY
 from tests.launch_helpers import job
 
 pytestmark = pytest.mark.torch
@@ -126,6 +127,9 @@ TRAINER_CASES = {
     "grpo": {"num_generations": 4, "per_device_train_batch_size": 4, "max_completion_length": 256,
              "use_vllm": True, "vllm_mode": "server"},
     "rloo": {"num_generations": 4, "per_device_train_batch_size": 4, "beta": 0.1},
+    "kto": {"beta": 0.2, "max_length": 512, "precompute_ref_log_probs": True, "per_device_train_batch_size": 4},
+    "distillation": {"teacher_model_name_or_path": "Qwen/Qwen2.5-1.5B", "max_completion_length": 256, "beta": 0.5,
+                     "teacher_model_init_kwargs": {"dtype": "bfloat16"}},
 }
 
 
@@ -134,19 +138,20 @@ def test_trl_parser_takes_the_yaml_with_nothing_left_over(trainer, tmp_path):
     j = job(trainer, **TRAINER_CASES[trainer])
     user = {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dataset_name": "trl-lib/Capybara", "learning_rate": 1e-5,
             "use_cpu": True, "bf16": False, "report_to": "none"}
-    if trainer in ("grpo", "rloo"):
-        user["reward_model_name_or_path"] = "Qwen/Qwen2.5-0.5B"
+    script = importlib.import_module(f"trl.scripts.{trainer}")
+    if any(f.name == "reward_model_name_or_path" for cls in script.make_parser().dataclass_types
+           for f in dataclasses.fields(cls)):
+        user["reward_model_name_or_path"] = "Qwen/Qwen2.5-0.5B"      # GRPO/RLOO's scripts need a reward
     data = trl_config(dataclasses.replace(j, train=dataclasses.replace(j.train, bf16=False)), user,
                       output_dir=str(tmp_path / "out"))
     path = tmp_path / "trl.yaml"
     path.write_text(yaml.safe_dump(data))
-    script = importlib.import_module(f"trl.scripts.{trainer}")
     *parsed, config_left, cli_left = script.make_parser().parse_args_and_config(
         ["--config", str(path)], return_remaining_strings=True, separate_remaining_strings=True)
     assert config_left == [] and cli_left == []
     by_name = {f.name: getattr(obj, f.name) for obj in parsed for f in dataclasses.fields(obj)}
     for key, value in data.items():
-        if key not in TRAINER_FIELDS[trainer] + MODEL_CONFIG_FIELDS:
+        if key not in REGISTRY[trainer].fields + MODEL_CONFIG_FIELDS:
             continue                              # the user's own fields: TrainingArguments may normalise them
         expected = list(value) if isinstance(value, tuple) else value
         assert by_name[key] == expected or str(by_name[key]) == str(expected), key
@@ -155,14 +160,17 @@ def test_trl_parser_takes_the_yaml_with_nothing_left_over(trainer, tmp_path):
 def test_trainer_field_tables_match_trl_dataclasses():
     from hpcmem.spec import TrainSpec, field_names
 
-    classes = {"sft": trl.SFTConfig, "dpo": trl.DPOConfig, "reward": trl.RewardConfig, "grpo": trl.GRPOConfig,
-               "rloo": trl.RLOOConfig}
     model = {f.name for f in dataclasses.fields(trl.ModelConfig)}
     spec = set(field_names(TrainSpec)) - {"trainer"}
     assert set(MODEL_CONFIG_FIELDS) == spec & model
-    for trainer, cls in classes.items():
-        declared = {f.name for f in dataclasses.fields(cls)}
-        assert set(TRAINER_FIELDS[trainer]) == (spec - model) & declared, trainer
+    for name, e in REGISTRY.items():
+        cls = getattr(trl, e.config_class)
+        assert getattr(trl, e.trainer_class).__module__ == f"trl.trainer.{name}_trainer"
+        assert importlib.import_module(e.script).make_parser    # `trl <name>` runs this script
+        declared = {f.name: f.default for f in dataclasses.fields(cls)}
+        assert set(e.fields) == (spec - model) & set(declared), name
+        for key, value in e.defaults.items():                 # the entry's defaults are the config class's
+            assert declared[key] == value, (name, key)
 
 
 @pytest.mark.parametrize("stage,offload", [(2, "none"), (2, "cpu"), (3, "none"), (3, "cpu")])

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from hpcmem.probe import boundary
 from hpcmem.probe.matrix import CASES, Case, tiny_config
 from hpcmem.spec import GpuSpec
+from hpcmem.trainers import entry
 
 SPAN = (0.2, 0.35, 0.5, 0.65, 0.8, 0.95)
 OVER = 1.05
@@ -171,7 +172,7 @@ def _tiny_flags(case: Case, tiny: bool) -> Case:
     if not tiny:
         return case
     flags = {**case.flags, **{k: v for k, v in TINY_LENGTHS.items() if k in case.flags or k == "max_length"}}
-    if case.trainer in ("grpo", "rloo"):
+    if not entry(case.trainer).declares("max_length"):      # GRPO/RLOO/Distillation: prompt + completion lengths
         flags.pop("max_length", None)
     capacity = TINY_CAPACITY // 6 if case.capacity_gib is not None else case.capacity_bytes
     return dataclasses.replace(case, flags=flags, capacity_gib=None, capacity_bytes=capacity)

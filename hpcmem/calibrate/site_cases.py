@@ -21,10 +21,10 @@ from hpcmem.inputs import values as v
 from hpcmem.inputs.files import load_yaml_file
 from hpcmem.inputs.settings import check_settings
 from hpcmem.probe.matrix import Case
+from hpcmem.spec import TRAINERS      # every registered trainer (hpcmem.trainers)
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 KEYS = ("name", "trainer", "model", "flags", "gpus", "nodes")
-TRAINERS = ("sft", "dpo", "reward", "grpo", "rloo")
 
 
 def load(path: str | Path, *, gpus_per_node: int, max_nodes: int | None) -> list[CampaignCase]:

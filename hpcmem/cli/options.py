@@ -13,8 +13,9 @@ import click
 
 from hpcmem.errors import HpcmemError
 from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
+from hpcmem.trainers import names
 
-TRAINER_ARG = click.argument("trainer", type=click.Choice(["sft", "dpo", "reward", "grpo", "rloo"]))
+TRAINER_ARG = click.argument("trainer", type=click.Choice(names()))
 
 
 class _OptionalBool(click.ParamType):
@@ -79,7 +80,7 @@ def _param_type(name: str, default: Any) -> click.ParamType | type:
         return int
     if isinstance(default, float):
         return float
-    if name == "gradient_checkpointing_kwargs":
+    if name.endswith("_kwargs"):                # gradient_checkpointing_kwargs, teacher_model_init_kwargs
         return _Json()
     return str
 

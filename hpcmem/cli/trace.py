@@ -7,6 +7,7 @@ import json
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+from hpcmem.trainers import entry
 
 
 @click.command(name="trace")
@@ -38,7 +39,7 @@ def command(trainer: str, kernels: str, allocator: str, generation: bool, snapsh
     from hpcmem.trace import run_trace
 
     job, ignored = job_from_cli(trainer, kwargs)
-    if generation and trainer not in ("grpo", "rloo"):
+    if generation and not entry(trainer).generates:
         raise click.UsageError(f"--generation is for grpo/rloo (they generate); {trainer} does not")
     recorder = _recorder() if snapshot_path or timeline_path else None
     if timeline_path:

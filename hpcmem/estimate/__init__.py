@@ -25,6 +25,7 @@ from hpcmem.estimate.workspaces import NAME as WORKSPACES
 from hpcmem.estimate.workspaces import cublas_workspaces
 from hpcmem.rules import job_warnings
 from hpcmem.spec import JobSpec
+from hpcmem.trainers import entry
 
 __all__ = ["Component", "Estimate", "Phase", "estimate"]
 
@@ -33,6 +34,11 @@ NOT_MODELLED = (
     "kernel workspaces other than cuBLAS's and the CUDA context default",
     "dataloader pinned batches; vLLM's host memory",
 )
+# torch.compile (TrainingArguments.torch_compile → `torch.compile(model)`, inductor): AOTAutograd's min-cut partitioner
+# chooses what the compiled forward saves, recomputing cheap pointwise ops instead of keeping them; the eager step
+# keeps everything autograd saves.
+TORCH_COMPILE_NOTE = ("torch_compile: estimated as the eager step — inductor's partitioner recomputes cheap ops "
+                      "instead of saving them, so the compiled step usually keeps less; not traced")
 VLLM_NOT_TRACED = "vLLM's pool is modelled from its documented rule (vllm_gpu_memory_utilization × device memory), not traced"
 
 
@@ -41,7 +47,7 @@ def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
     bits = [f"model {m.name} ({m.num_params / 1e9:.2f} B params)", t.trainer.upper(), f"dtype {t.dtype}"]
     if lora_note:
         bits.append(lora_note)
-    if t.trainer in ("sft", "dpo", "reward"):
+    if entry(t.trainer).declares("max_length"):
         bits.append(f"max_length {t.max_length}")
     if t.packing:
         bits.append(f"packing {t.packing_strategy}")
@@ -89,10 +95,10 @@ def estimate(job: JobSpec) -> Estimate:
     parts = job_param_parts(job)
     lora = lora_layout(job)
     states = model_states(job, prec, lora)
-    loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled)
+    loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled or lora.trains_head)
     extras = trainer_extras(job, parts, prec)
     phases, act_host = build_phases(job, mb, prec, parts, states, lora, loss,
-                                    optimizer_step_transient(job, states, parts), extras.resident,
+                                    optimizer_step_transient(job, states, parts, lora), extras.resident,
                                     sequence_buffers(job, mb, prec))
     base = (*resident_components(states, lora), *extras.resident)
     phases += [Phase(name=p.name, components=base + p.components) for p in extras.phases]
@@ -110,7 +116,9 @@ def estimate(job: JobSpec) -> Estimate:
     warnings = list(job_warnings(job)) + list(extras.notes)
     if job.gpu is None:
         warnings.append("no --gpu given: no fit verdict")
-    if job.train.max_length is None and job.tokens_per_micro_batch is None and job.train.trainer == "sft":
+    if job.train.torch_compile:
+        warnings.append(TORCH_COMPILE_NOTE)
+    if job.train.max_length is None and job.tokens_per_micro_batch is None and entry(job.train.trainer).packs:
         warnings.append("max_length none and no length profile: rows are assumed max_position_embeddings long; "
                         "profile the data (hpcmem lengths --save p.json, then --lengths p.json)")
     return Estimate(

@@ -50,6 +50,7 @@ from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.estimate.step import BACKWARD, FORWARD, GRADIENTS, OPTIMIZER_STATES, OPTIMIZER_STEP
 from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parameter_sizes
 from hpcmem.spec import JobSpec, ModelSpec
+from hpcmem.trainers import entry
 from hpcmem.trace.allocator import (
     K_LARGE_BUFFER,
     K_SMALL_BUFFER,
@@ -122,8 +123,8 @@ def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     m, par = job.model, job.parallel
     expandable = job.expandable_segments if expandable is None else expandable
     sharded = par.fsdp or (par.deepspeed and par.zero_stage >= 1)
+    lm_head = entry(job.train.trainer).head == "lm"
     n = mb.label_tokens
-    lm_head = job.train.trainer != "reward"
     block = largest_layer_block(job, mb, prec)
     return {
         # ZeRO / FSDP keep flat partitions, not one tensor per parameter: no per-tensor packing
@@ -172,7 +173,7 @@ def recreated_blocks(job: JobSpec, prec: Precision, lora: LoraLayout) -> int:
     vh = m.vocab_size * m.hidden_size
     if lora.enabled:
         return 0
-    if job.train.trainer == "reward":
+    if entry(job.train.trainer).head == "score":
         return (2 if m.tie_word_embeddings else 1) * vh * prec.weight
     return vh * (FP32 + prec.weight)
 

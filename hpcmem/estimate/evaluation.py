@@ -24,10 +24,9 @@ from hpcmem.estimate.shape import Precision, micro_batch
 from hpcmem.estimate.states import ParamParts
 from hpcmem.estimate.trainers import generation_phases, no_grad_pass
 from hpcmem.spec import JobSpec
+from hpcmem.trainers import entry
 
 NAME = "evaluation"
-# trainer → whether its eval step generates before it scores (the one trainer-specific fact here)
-GENERATES_AT_EVAL = {"sft": False, "dpo": False, "reward": False, "grpo": True, "rloo": True}
 
 
 def eval_phase(job: JobSpec, parts: ParamParts, prec: Precision, held: tuple[Component, ...]) -> Phase | None:
@@ -41,7 +40,7 @@ def eval_phase(job: JobSpec, parts: ParamParts, prec: Precision, held: tuple[Com
     score = Component(name="eval forward (no grad)", bytes=no_grad_pass(job, mb.rows, mb.seq, prec),
                       note=f"per_device_eval_batch_size {t.per_device_eval_batch_size}: {mb.source}")
     candidates = [(score,)]
-    if GENERATES_AT_EVAL[t.trainer] and not t.use_vllm:
+    if entry(t.trainer).generates and not t.use_vllm:     # its eval step generates before it scores
         candidates += [p.components for p in generation_phases(job, parts, prec, t.per_device_eval_batch_size)]
     worst = max(candidates, key=lambda comps: sum(c.bytes for c in comps))
     return Phase(name=NAME, components=(*held, *worst))

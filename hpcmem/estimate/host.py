@@ -29,6 +29,7 @@ from hpcmem.estimate.checkpoint import SaveBytes
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.estimate.trainers import has_reference
 from hpcmem.spec import JobSpec
+from hpcmem.trainers import entry
 
 GIB = 1024**3
 MIB = 1024**2
@@ -41,7 +42,6 @@ GENERATION_BASELINE_BYTES = 2350 * MIB
 # A dataloader worker is a forked process; it shares the parent's pages until it writes them (copy on write). A guess,
 # not a measurement: labelled uncalibrated wherever it is used.
 DATALOADER_WORKER_BYTES = 512 * MIB
-GENERATING_TRAINERS = ("grpo", "rloo")
 
 LOADING, TRAINING, SAVING = "model loading", "training", "checkpoint save"
 
@@ -99,7 +99,7 @@ class HostEstimate:
 
 
 def baseline(job: JobSpec) -> Component:
-    generating = job.train.trainer in GENERATING_TRAINERS
+    generating = entry(job.train.trainer).generates
     return Component(name="process baseline", bytes=GENERATION_BASELINE_BYTES if generating else
                      PROCESS_BASELINE_BYTES, note="interpreter, torch, CUDA libraries (1 H200, uncalibrated elsewhere)")
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpcmem.estimate import lora_variants
+from hpcmem.estimate.lora_variants import modules_to_save, targeted_parameters
 from hpcmem.estimate.shape import Precision
 from hpcmem.models.params import LinearModule, all_linear_targets, linear_modules, peft_default_targets
 from hpcmem.spec import JobSpec
@@ -25,12 +27,36 @@ class LoraLayout:
     adapted: tuple[LinearModule, ...] = ()
     adapter_bytes: int = 4
     num_layers: int = 0
-    dropout: bool = True          # lora_dropout active (TRL's 0.05); DPO/Reward's disable_dropout sets p = 0
+    dropout: bool = True          # lora_dropout > 0 (TRL's 0.05) and no disable_dropout (DPO/Reward/KTO set p = 0)
+    dora: bool = False            # use_dora: a magnitude vector per adapted linear, and DoRA's forward (lora_variants)
+    saved_modules: tuple[tuple[str, int], ...] = ()     # lora_modules_to_save: (name, elements of its trainable copy)
+    targeted: tuple[LinearModule, ...] = ()   # lora_target_parameters: the nn.Parameters adapted (fused experts)
 
     @property
     def num_params(self) -> int:
-        return sum(self.r * (m.in_features + m.out_features) * m.count_per_layer * m.num_layers
-                   for m in self.adapted)
+        """Trainable adapter elements in the adapter dtype: lora_A/lora_B of every adapted linear and targeted
+        parameter (r·(in + out) per matrix; a fused expert stack counts E matrices), DoRA's magnitudes."""
+        mods = self.adapted + self.targeted
+        lora = sum(self.r * (m.in_features + m.out_features) * m.count_per_layer * m.num_layers for m in mods)
+        return lora + self.magnitudes
+
+    @property
+    def magnitudes(self) -> int:
+        """DoRA's magnitude vector, one element per output feature of each adapted linear (peft dora.py
+        `update_layer`: the weight norm, column-wise)."""
+        return sum(m.out_features * m.count_per_layer * m.num_layers for m in self.adapted) if self.dora else 0
+
+    @property
+    def saved_numel(self) -> int:
+        return sum(n for _, n in self.saved_modules)
+
+    @property
+    def trains_head(self) -> bool:
+        return any(name == "lm_head" for name, _ in self.saved_modules)
+
+    @property
+    def trains_embedding(self) -> bool:
+        return any(name == "embed_tokens" for name, _ in self.saved_modules)
 
     def matrices(self) -> tuple[tuple[int, int, int], ...]:
         """(rows, columns, how many) of every adapter weight: lora_A is [r, in], lora_B is [out, r]
@@ -54,13 +80,18 @@ class LoraLayout:
 
     def saved_per_layer(self, tokens: int, prec: Precision, part: str | None = None) -> int:
         """Each adapted linear keeps the dropout mask, its input to lora_A in the compute dtype, and lora_A's
-        [tokens, r] output for lora_B (peft/tuners/lora/layer.py Linear.forward)."""
+        [tokens, r] output for lora_B (peft/tuners/lora/layer.py Linear.forward); DoRA and targeted parameters keep
+        more (hpcmem.estimate.lora_variants)."""
         if not self.enabled:
             return 0
         mask = LORA_DROPOUT_MASK_BYTES if self.dropout else 0
-        per_token = sum((m.in_features * (mask + prec.act) + self.r * prec.act)
-                        * m.count_per_layer * m.num_layers for m in self.modules(part))
-        return per_token * tokens // max(self.num_layers, 1)     # averaged over layers that hold the module
+        act = prec.act if prec.amp else self.adapter_bytes     # without autocast the adapters compute in their dtype
+        mods = self.modules(part)
+        per_token = sum((m.in_features * (mask + act) + self.r * act)
+                        * m.count_per_layer * m.num_layers for m in mods)
+        per_token += lora_variants.saved_per_token(self, mods, prec)
+        weights = lora_variants.saved_weights(self, mods, prec) if part in (None, "mlp") else 0
+        return (per_token * tokens + weights) // max(self.num_layers, 1)  # averaged over layers that hold the module
 
 
 def backward_transient(lora: LoraLayout, tokens: int, prec: Precision, part: str | None = None) -> int:
@@ -75,6 +106,8 @@ def backward_transient(lora: LoraLayout, tokens: int, prec: Precision, part: str
     widest = max(mod.in_features for mod in mods)
     # without dropout (DPO/Reward disable_dropout) the fp32 gradient through the dropout step does not exist
     per_element = 2 * lora.adapter_bytes - 1 - (0 if lora.dropout else lora.adapter_bytes)
+    if lora.dora:
+        return lora_variants.backward_transient(lora, mods, tokens, per_element)
     return tokens * widest * per_element
 
 
@@ -89,5 +122,8 @@ def lora_layout(job: JobSpec) -> LoraLayout:
         adapter_bytes = 2
     else:
         adapter_bytes = 4
+    # lora_dropout 0: peft builds nn.Identity (peft/tuners/lora/layer.py update_layer); DPO/Reward/KTO's
+    # disable_dropout sets every nn.Dropout to p = 0 (trl/trainer/utils.py disable_dropout_in_model): no mask either way
     return LoraLayout(enabled=True, r=t.lora_r, adapted=chosen, adapter_bytes=adapter_bytes,
-                      num_layers=m.num_hidden_layers, dropout=not t.disable_dropout)
+                      num_layers=m.num_hidden_layers, dropout=t.lora_dropout > 0 and not t.disable_dropout,
+                      dora=t.use_dora, saved_modules=modules_to_save(job), targeted=targeted_parameters(job))

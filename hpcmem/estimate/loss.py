@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.spec import JobSpec
+from hpcmem.trainers import entry
 
 TOKEN_CHUNK_SIZE = 4096          # chunked_logprob.py TOKEN_CHUNK_SIZE
 VOCAB_CHUNK_SIZE = 32768         # trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
@@ -33,9 +34,14 @@ class LossBytes:
 
 
 def loss_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool) -> LossBytes:
+    """The loss of the trainer: its registry hook `loss` when it has its own, else the score head or the fused LM
+    head below."""
+    own = entry(job.train.trainer).hook("loss")
+    if own is not None:
+        return own(job, mb, prec, head_trains)
     m = job.model
     h, v, n = m.hidden_size, m.vocab_size, mb.label_tokens
-    if job.train.trainer == "reward":
+    if entry(job.train.trainer).head == "score":
         # score head: [rows, seq, 1] logits; the pooled value per row
         return LossBytes(saved=mb.tokens * prec.act, forward_transient=mb.tokens * FP32, backward_transient=
                          mb.tokens * h * prec.residual, note="score head (1 output)")

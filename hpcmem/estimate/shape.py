@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmem.spec import JobSpec
+from hpcmem.trainers import entry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +45,7 @@ class Precision:
     act: int                 # bytes of matmul outputs (autocast dtype when bf16/fp16 is on)
     residual: int            # bytes of the residual stream (follows the weights: fp32 weights keep it fp32)
     autocast: bool           # weights in fp32 but compute in bf16/fp16: autocast caches 16-bit weight copies
+    amp: bool = True         # autocast is active at all (False: fp32 LoRA adapters compute, and save, in fp32)
 
 
 def _round_up(value: int, multiple: int | None) -> int:
@@ -52,17 +54,19 @@ def _round_up(value: int, multiple: int | None) -> int:
 
 def micro_batch(job: JobSpec) -> MicroBatch:
     t, m = job.train, job.model
+    e = entry(t.trainer)
     b = t.per_device_train_batch_size
-    if t.trainer in ("grpo", "rloo"):
+    if e.generates:
         seq = _round_up(t.max_prompt_length + t.max_completion_length, t.pad_to_multiple_of)
         return MicroBatch(rows=b, seq=seq, label_tokens=b * t.max_completion_length, padding_free=False,
                           source=f"{b} completions × (prompt {t.max_prompt_length} + completion "
                                  f"{t.max_completion_length})")
     max_len = t.max_length if t.max_length is not None else m.max_position_embeddings
-    if t.trainer in ("dpo", "reward"):
+    if e.rows_per_example > 1:
         seq = _round_up(max_len, t.pad_to_multiple_of)
-        return MicroBatch(rows=2 * b, seq=seq, label_tokens=2 * b * (seq - 1), padding_free=False,
-                          source=f"chosen+rejected: 2×{b} rows × {seq}")
+        rows = e.rows_per_example * b
+        return MicroBatch(rows=rows, seq=seq, label_tokens=rows * (seq - 1), padding_free=False,
+                          source=f"chosen+rejected: {e.rows_per_example}×{b} rows × {seq}")
     padding_free = t.padding_free or (t.packing and t.packing_strategy in ("bfd", "bfd_split"))
     if job.tokens_per_micro_batch is not None:
         tokens = job.tokens_per_micro_batch
@@ -90,7 +94,10 @@ def precision(job: JobSpec) -> Precision:
         # 16-bit. Frozen (LoRA base) weights keep the load dtype.
         weight = t.weight_bytes if t.use_peft else 4
     mixed = t.bf16 or t.fp16
-    act = 2 if mixed or weight == 2 else 4
     fsdp_mixed = job.parallel.fsdp and mixed       # FSDP's MixedPrecisionPolicy gathers 16-bit params: no autocast
+    if not entry(t.trainer).autocast and not fsdp_mixed:
+        # the trainer's forward never enters accelerate's autocast wrapper (trainers/entry.py `autocast`)
+        return Precision(weight=weight, act=weight, residual=weight, autocast=False, amp=False)
+    act = 2 if mixed or weight == 2 else 4
     return Precision(weight=weight, act=act, residual=act if fsdp_mixed else weight,
                      autocast=mixed and weight == 4 and not fsdp_mixed)

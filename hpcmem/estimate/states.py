@@ -24,6 +24,7 @@ from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.shape import Precision
 from hpcmem.models.params import count_params, linear_modules
 from hpcmem.spec import JobSpec, ModelSpec
+from hpcmem.trainers import entry
 
 ADAM_STATES = 2
 BNB_BLOCK = 256                 # 8-bit optimizer absmax block
@@ -60,7 +61,7 @@ def reward_parts(parts: ParamParts, m: ModelSpec) -> ParamParts:
 def job_param_parts(job: JobSpec) -> ParamParts:
     """The parameters the trainer's model class holds: the causal LM's, or the reward model's (score head)."""
     parts = param_parts(job.model)
-    return reward_parts(parts, job.model) if job.train.trainer == "reward" else parts
+    return reward_parts(parts, job.model) if entry(job.train.trainer).head == "score" else parts
 
 
 def param_parts(m: ModelSpec) -> ParamParts:
@@ -136,6 +137,14 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
     adapters = lora.num_params * lora.adapter_bytes
     grads = trainable * gbytes
     opt = int(trainable * _optimizer_bytes_per_param(t.optim, gbytes))
+    copies = lora.saved_numel if lora.enabled else 0
+    if copies:
+        # lora_modules_to_save: trainable copies in the base dtype (hpcmem.estimate.lora_variants)
+        adapters += copies * w
+        grads += copies * w
+        opt += int(copies * _optimizer_bytes_per_param(t.optim, w))
+        trainable += copies
+        notes["adapters"] = "with the trainable copies of " + ", ".join(n for n, _ in lora.saved_modules)
     if t.optim == "adafactor":
         opt = int(trainable ** 0.5 * 4 * 2 * m.num_hidden_layers)      # factored rows + cols, fp32, order of √Ψ
     master = grad_buffers = gathered = host = 0
@@ -239,12 +248,37 @@ def zero_paper_bytes(stage: int, psi: float, n: int, k: int = 12) -> float:
     return {0: (4 + k) * psi, 1: 4 * psi + k * psi / n, 2: 2 * psi + (2 + k) * psi / n, 3: (4 + k) * psi / n}[stage]
 
 
-def optimizer_step_transient(job: JobSpec, states: States, parts: ParamParts) -> int:
-    """Temporaries of `optimizer.step()`: fused AdamW none; foreach AdamW a list the size of the trainable
-    parameters (torch/optim/adamw.py _multi_tensor_adamw); the for-loop twice the largest tensor; 8-bit kernels none."""
+def optimizer_step_transient(job: JobSpec, states: States, parts: ParamParts, lora: LoraLayout | None = None) -> int:
+    """Temporaries of the optimizer phase: gradient clipping, then `optimizer.step()`, one after the other.
+
+    `optimizer.step()`: fused AdamW none; foreach AdamW a list the size of the trainable parameters
+    (torch/optim/adamw.py _multi_tensor_adamw); the for-loop twice the largest tensor; 8-bit kernels none.
+    Clipping (max_grad_norm > 0; torch/nn/utils/clip_grad.py `clip_grad_norm_`): one 0-d norm per gradient tensor
+    (`_foreach_norm`), their stack and the clip coefficient — a 512-byte CUDA block each; the scaling is in place."""
     optim = job.train.optim
     if optim in ("adamw_torch", "adamw_torch_foreach"):
-        return states.gradients
-    if optim == "adafactor":
-        return 2 * max(parts.embed, parts.per_layer) * 4 // max(job.parallel.world_size, 1)
-    return 0
+        step = states.gradients
+    elif optim == "adafactor":
+        step = 2 * max(parts.embed, parts.per_layer) * 4 // max(job.parallel.world_size, 1)
+    else:
+        step = 0
+    clip = (trainable_tensors(job, lora) + CLIP_SCALARS) * CUDA_BLOCK if job.train.max_grad_norm > 0 else 0
+    return max(step, clip)
+
+
+CUDA_BLOCK = 512        # the caching allocator's smallest block (CUDACachingAllocator kMinBlockSize)
+CLIP_SCALARS = 4        # the norms' stack, the total norm, the coefficient and its clamp
+
+
+def trainable_tensors(job: JobSpec, lora: LoraLayout | None) -> int:
+    """Gradient tensors the clipping walks: two per adapter matrix (lora_A, lora_B) with PEFT; otherwise every
+    parameter tensor — the decoder layers' linears (and biases), norms, routers and fused experts, the embedding,
+    an untied head, the final norm (hpcmem.models.params layout)."""
+    if lora is not None and lora.enabled:
+        return 2 * sum(m.count_per_layer * m.num_layers for m in lora.adapted)
+    m = job.model
+    mods = linear_modules(m)
+    linears = sum((1 + int(mod.bias)) * (mod.count_per_layer if mod.nn_linear else 1) * mod.num_layers
+                  for mod in mods)
+    norms = (m.norms_per_layer + 2 * int(m.qk_norm)) * m.num_hidden_layers + 1
+    return linears + norms + 1 + int(not m.tie_word_embeddings)

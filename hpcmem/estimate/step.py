@@ -12,13 +12,15 @@ from __future__ import annotations
 from hpcmem.errors import SpecError
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.breakdown import Component, Phase
-from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate import lora_variants
+from hpcmem.estimate.lora import LoraLayout, lora_layout
 from hpcmem.estimate.lora import backward_transient as lora_backward_transient
 from hpcmem.estimate.loss import LossBytes
 from hpcmem.estimate.parallel import SequenceBuffers
 from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.spec import JobSpec
+from hpcmem.trainers import entry
 
 GIB = 1024**3
 # phase and component names other modules read back (hpcmem.estimate.allocator replays the step from them)
@@ -111,6 +113,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     # in full fine-tuning, only the adapters under LoRA; the cache lives until autocast exits (end of forward)
     cached = lora.num_params if lora.enabled else parts.layers
     autocast_cache = 2 * cached if prec.autocast and t.gradient_checkpointing else 0
+    dora_t = lora_variants.forward_transient(lora, mb.tokens)
     activations = Component(name="activations", bytes=saved_total,
                             note=f"{mode}: {mb.source}; {L} layers")
     forward = Phase(name=FORWARD, components=(
@@ -119,8 +122,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         *([Component(name="autocast weight cache", bytes=autocast_cache,
                      note="bf16 copies of fp32 weights held until autocast exits")] if autocast_cache else []),
         *([Component(name=seq.name, bytes=seq.forward, note=seq.note)] if seq.forward else []),
-        Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note)))
-    head_trains = not lora.enabled
+        Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note),
+        *([Component(name="DoRA forward", bytes=dora_t, note="the worst adapted linear's, one at a time")]
+          if dora_t else [])))
+    head_trains = not lora.enabled or lora.trains_head
     head_grad_bytes = (parts.lm_head or parts.embed) * prec.weight if head_trains else 0
     layer_grad = (s.gradients - head_grad_bytes - (parts.embed * prec.weight if head_trains and parts.lm_head else 0))
     layer_grad = max(layer_grad, 0) // L
@@ -131,6 +136,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
                   note="fp32 grad accumulators + tile at the head's backward")))
     # per-layer constants of the backward, then the worst layer k found numerically before any Phase is built
     hidden_t, mlp_t, scores_t = act.backward_parts(m, mb, prec, t.attn_implementation)
+    if t.gradient_checkpointing:
+        scores_t += dora_t                  # the recompute runs DoRA's forward again
     lora_mlp_saved = lora.saved_per_layer(mb.tokens, prec, "mlp")
     mlp_side = mlp_t + lora_backward_transient(lora, mb.tokens, prec, "mlp")
     lora_attention_t = lora_backward_transient(lora, mb.tokens, prec, "attention")
@@ -164,16 +171,18 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         Component(name=GRADIENTS, bytes=done, note=grads_note or f"layers > {worst_k} done"),
         Component(name="backward temporaries", bytes=transient,
                   note=f"incl. {seq.name} {max(seq.forward, seq.backward) / GIB:.2f} GiB" if seq.name else "")))
-    phases = [forward, head_phase, best, *closing_phases(job, mb, prec, parts, s, resident, opt_transient)]
+    phases = [forward, head_phase, best, *closing_phases(job, mb, prec, parts, s, resident, opt_transient, lora)]
     return phases, host
 
 
 def closing_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States,
-                   resident: list[Component], opt_transient: int) -> list[Phase]:
+                   resident: list[Component], opt_transient: int, lora: LoraLayout | None = None) -> list[Phase]:
     """The last instant of backward (embeddings) and the optimizer step: states and gradients only, whatever the
     layers are (shared by the derived and the learned layer terms)."""
+    lora = lora if lora is not None else lora_layout(job)
     grads_all = Component(name=GRADIENTS, bytes=s.gradients)
-    embed_phase = _embedding_backward(job, mb, prec, parts, resident, grads_all, head_trains=not job.train.use_peft)
+    embed_phase = _embedding_backward(job, mb, prec, parts, resident, grads_all,
+                                      not lora.enabled or lora.trains_head, lora)
     step_extra = [Component(name="gradient buffers", bytes=s.grad_buffers, note="fp32 gradient partition")] \
         if s.grad_buffers and not s.notes.get("ddp") else []
     optimizer = Phase(name=OPTIMIZER_STEP, components=(
@@ -183,7 +192,7 @@ def closing_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
 
 
 def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, resident: list[Component],
-                        grads_all: Component, head_trains: bool) -> Phase | None:
+                        grads_all: Component, head_trains: bool, lora: LoraLayout) -> Phase | None:
     """The last instant of backward: every gradient exists and the embedding's arrives. With tied embeddings and an
     LM head, the embedding's fresh [V, H] gradient is summed into the head's, which waits in autograd's input buffer,
     in place (torch/csrc/autograd/input_buffer.cpp `accumulate`: TRL's fused head returns a fresh dense gradient), so
@@ -192,10 +201,20 @@ def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: Pa
     two [V, H]. Untied, the gradient of the embedding output ([T, H], twice) is alive. Sharded gradients (ZeRO-2/3,
     FSDP) go through reduce buckets instead: not added."""
     par = job.parallel
-    if not head_trains or (par.deepspeed and par.zero_stage >= 2) or par.fsdp:
+    if (par.deepspeed and par.zero_stage >= 2) or par.fsdp:
         return None
     m = job.model
-    if parts.lm_head == 0 and job.train.trainer != "reward":
+    if lora.enabled:
+        if not lora.trains_embedding:
+            return None
+        # a trained embed_tokens copy (lora_modules_to_save): its dense [V, H] gradient and the incoming [T, H]
+        extra = m.vocab_size * m.hidden_size * prec.weight + mb.tokens * m.hidden_size * prec.residual
+        return Phase(name="backward (embeddings)", components=(
+            *resident, grads_all, Component(name="embedding backward", bytes=extra,
+                                            note="the embed_tokens copy's gradient (lora_modules_to_save)")))
+    if not head_trains:
+        return None
+    if parts.lm_head == 0 and entry(job.train.trainer).head == "lm":
         extra = m.vocab_size * m.hidden_size * prec.weight + mb.tokens * m.hidden_size * prec.residual
         note = "tied: embedding gradient, summed into the head's in place, + the incoming [T, H] gradient"
     elif parts.lm_head == 0:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.models.params import linear_modules
 from hpcmem.spec import ModelSpec
+from hpcmem.trainers import entry
 
 ADAM_OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach")
 
@@ -47,7 +48,7 @@ def parameter_sizes(m: ModelSpec, trainer: str, weight_bytes: int) -> list[int]:
         sizes += [n * weight_bytes for n in qk]
         sizes += [h * weight_bytes] * m.norms_per_layer
     sizes.append(h * weight_bytes)
-    if trainer == "reward":
+    if entry(trainer).head == "score":           # a reward model's [1, H] score head, no LM head
         sizes.append(h * weight_bytes)
     elif not m.tie_word_embeddings:
         sizes.append(m.vocab_size * h * weight_bytes)

@@ -26,6 +26,7 @@ from hpcmem.estimate.shape import Precision
 from hpcmem.estimate.states import ParamParts
 from hpcmem.rules import generation_batch_size
 from hpcmem.spec import JobSpec
+from hpcmem.trainers import entry
 
 FP32 = 4
 
@@ -36,10 +37,9 @@ def computes_old_logps(job: JobSpec) -> bool:
     gradient_accumulation_steps not a multiple of steps_per_generation × num_iterations — or for vLLM's importance
     sampling correction (grpo_trainer.py, same method, trl 1.16)."""
     t = job.train
-    if t.trainer == "rloo":
-        return True
-    if t.trainer != "grpo":
-        return False
+    rule = entry(t.trainer).old_logps
+    if rule != "when_misaligned":
+        return rule == "always"
     generate_every = (t.steps_per_generation or t.gradient_accumulation_steps) * t.num_iterations
     return t.gradient_accumulation_steps % generate_every != 0 or (t.use_vllm and t.vllm_importance_sampling_correction)
 
@@ -55,13 +55,12 @@ class TrainerExtras:
 
 def has_reference(job: JobSpec) -> bool:
     t = job.train
-    if t.use_peft:
+    rule = entry(t.trainer).reference
+    if t.use_peft or rule == "none":
         return False
-    if t.trainer == "dpo":
+    if rule == "unless_precomputed":
         return not t.precompute_ref_log_probs
-    if t.trainer in ("grpo", "rloo"):
-        return t.beta != 0.0
-    return False
+    return t.beta != 0.0          # when_beta
 
 
 def reference_bytes(job: JobSpec, parts: ParamParts) -> int:
@@ -128,7 +127,22 @@ def generation_phases(job: JobSpec, parts: ParamParts, prec: Precision, rows: in
 
 
 def trainer_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerExtras:
+    """The generic extras (reference model, its forward, generation, vLLM), joined with what the trainer's own
+    registry hook `estimate` adds (a TrainerExtras of its own)."""
+    extras = _generic_extras(job, parts, prec)
+    hook = entry(job.train.trainer).hook("estimate")
+    if hook is None:
+        return extras
+    own = hook(job, parts, prec)
+    return TrainerExtras(resident=extras.resident + own.resident, phases=extras.phases + own.phases,
+                         vllm_pool=extras.vllm_pool + own.vllm_pool,
+                         vllm_pool_asleep=extras.vllm_pool_asleep + own.vllm_pool_asleep,
+                         notes=extras.notes + own.notes)
+
+
+def _generic_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerExtras:
     t, par = job.train, job.parallel
+    e = entry(t.trainer)
     resident: list[Component] = []
     phases: list[Phase] = []
     notes: list[str] = []
@@ -136,11 +150,12 @@ def trainer_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerE
         where = "partition" if (par.deepspeed and par.zero_stage == 3) or par.fsdp else "full replica per GPU"
         resident.append(Component(name="reference model", bytes=reference_bytes(job, parts), note=where))
     b = t.per_device_train_batch_size
-    if t.trainer == "dpo" and has_reference(job):
+    if not e.generates and has_reference(job):
+        rows = e.rows_per_example * b
         phases.append(Phase(name="reference forward", components=(
-            Component(name="no-grad pass", bytes=no_grad_pass(job, 2 * b, t.max_length or 1024, prec),
-                      note="chosen+rejected through the reference model"),)))
-    if t.trainer not in ("grpo", "rloo"):
+            Component(name="no-grad pass", bytes=no_grad_pass(job, rows, t.max_length or 1024, prec),
+                      note="chosen+rejected through the reference model" if rows > b else "the reference model"),)))
+    if not e.generates:
         return TrainerExtras(resident=tuple(resident), phases=tuple(phases), vllm_pool=0, vllm_pool_asleep=0,
                              notes=tuple(notes))
     seq = t.max_prompt_length + t.max_completion_length

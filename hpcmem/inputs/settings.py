@@ -43,6 +43,8 @@ def _kind(default: Any, nullable: bool) -> Checker:
 # Settings outside the spec dataclasses, and spec fields TRL also accepts as null (its default is None there).
 _EXTRA: dict[str, Checker] = {
     "model_name_or_path": lambda n, x: v.text(n, x),
+    "teacher_model_name_or_path": _nullable(lambda n, x: v.text(n, x)),
+    "teacher_model_init_kwargs": _nullable(v.json_object),
     "gpu": lambda n, x: v.text(n, x, max_len=256),    # a catalog name or a description (hpcmem.gpu_describe)
     "accelerate_config": lambda n, x: v.text(n, x),
     "expandable_segments": v.boolean,
@@ -52,6 +54,7 @@ _EXTRA: dict[str, Checker] = {
     "dtype": _nullable(lambda n, x: v.text(n, x, max_len=64)),
     "attn_implementation": _nullable(lambda n, x: v.text(n, x, max_len=64)),
     "bf16": _nullable(v.boolean),
+    "max_grad_norm": _nullable(v.number),
 }
 
 

@@ -15,6 +15,7 @@ from hpcmem.inputs.values import InputError, shown, text
 from hpcmem.launch import slurm_time
 from hpcmem.launch.presets import ENV_NAME, Preset
 from hpcmem.launch.slurm_time import TimeLimit
+from hpcmem.trainers import entry
 
 if TYPE_CHECKING:
     from hpcmem.spec import JobSpec
@@ -70,7 +71,7 @@ class Launch:
     @property
     def vllm_server(self) -> bool:
         t = self.job.train
-        return t.trainer in ("grpo", "rloo") and t.use_vllm and t.vllm_mode == "server"
+        return entry(t.trainer).generates and t.use_vllm and t.vllm_mode == "server"
 
     @property
     def vllm_gpus(self) -> int:

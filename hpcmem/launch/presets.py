@@ -292,7 +292,7 @@ def default_keys() -> tuple[str, ...]:
     """Field names a preset may give defaults for: the spec's own names (one name per setting)."""
     from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec, field_names
 
-    skip = {"trainer", "model", "train", "parallel", "gpu"}
+    skip = {"trainer", "model", "train", "parallel", "gpu", "teacher"}     # teacher: resolved from teacher_model_name_or_path
     names = field_names(TrainSpec) + field_names(ParallelSpec) + field_names(JobSpec)
     return tuple(n for n in dict.fromkeys(names) if n not in skip)
 

@@ -3,8 +3,8 @@
 A spec field is written when the user's YAML names it or when the spec's value differs from the spec default (it was
 chosen: on the command line, by a preset, by the planner). Fields the trainer's config class does not declare are
 never written, because `TrlParser` turns unknown YAML keys into extra `accelerate launch` arguments (`trl sft`) or
-drops them (`python -m trl.scripts.sft`). The field tables are TRL 1.16's (hpcmem/trl_fields.py);
-tests/test_launch_parsers.py pins them against the installed dataclasses.
+drops them (`python -m trl.scripts.sft`). The fields are TRL 1.16's, as each trainer's registry entry declares them
+(hpcmem.trainers); tests/test_launch_parsers.py pins them against the installed dataclasses.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
-from hpcmem.trl_fields import MODEL_CONFIG_FIELDS, TRAINER_FIELDS
+from hpcmem.trainers import MODEL_CONFIG_FIELDS, entry
 
 if TYPE_CHECKING:
     from hpcmem.spec import JobSpec
@@ -27,7 +27,7 @@ DEFAULT_OUTPUT_SUBDIR = "output"
 
 def trl_fields(trainer: str) -> tuple[str, ...]:
     """The spec fields that `trl.scripts.<trainer>` reads (its config class + ModelConfig)."""
-    return TRAINER_FIELDS[trainer] + MODEL_CONFIG_FIELDS
+    return entry(trainer).fields + MODEL_CONFIG_FIELDS
 
 
 def _plain(value: Any) -> Any:

@@ -10,58 +10,24 @@ for that id only. A local folder with real weights is loaded for real.
 from __future__ import annotations
 
 import contextlib
-import copy
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-TRL_MODULES = ("sft_trainer", "dpo_trainer", "grpo_trainer", "rloo_trainer", "reward_trainer")
-NUM_SPECIAL = 3     # pad 0, eos 1, unk 2 — the trace's ids (hpcmem.trace.data), so both feed TRL the same rows
+from hpcmem.trace.pieces import auto_config, config_dict
+from hpcmem.trace.pieces import tokenizer as word_tokenizer
+
+NUM_SPECIAL = 3     # pad 0, eos 1, unk 2 — hpcmem.trace.pieces.SPECIAL_IDS, so trace and probe feed TRL the same rows
 
 
 def hf_config(model_name: str) -> dict[str, Any]:
-    """The config.json dict of a model: a local file or folder, else the offline catalog."""
-    from hpcmem.errors import SpecError
-    from hpcmem.models import catalog_entry
-
-    path = Path(model_name).expanduser()
-    if path.exists():
-        file = path / "config.json" if path.is_dir() else path
-        return json.loads(file.read_text(encoding="utf-8"))
-    entry = catalog_entry(model_name)
-    if entry is None:
-        raise SpecError(f"probe: no config for model {model_name!r}; pass a config.json or a catalog id")
-    return dict(entry["config"])
+    """The config.json dict of a model: a local file or folder, else the offline catalog (hpcmem.trace.pieces)."""
+    return config_dict(model_name)
 
 
 def has_weights(model_name: str) -> bool:
     path = Path(model_name).expanduser()
     return path.is_dir() and any(f.suffix in (".safetensors", ".bin") for f in path.iterdir())
-
-
-def special_ids(vocab_size: int) -> dict[str, int]:
-    return {"pad": 0, "eos": 1, "unk": 2}
-
-
-def make_config(cfg: dict[str, Any], model_id: str) -> Any:
-    """A transformers config from the dict, with our tokenizer's special ids and `_name_or_path` = model_id."""
-    from transformers import AutoConfig
-
-    data = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in ("architectures", "transformers_version", "auto_map")}
-    data.pop("torch_dtype", None)
-    data.pop("dtype", None)
-    model_type = data.pop("model_type")
-    ids = special_ids(int(cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size") or 0))
-    data.update(pad_token_id=ids["pad"], eos_token_id=ids["eos"], bos_token_id=None)
-    try:
-        config = AutoConfig.for_model(model_type, **data)
-    except Exception as exc:  # noqa: BLE001 — CwmConfig, ModernBertDecoderConfig: bos_token_id must be an int
-        if "bos_token_id" not in str(exc):
-            raise
-        config = AutoConfig.for_model(model_type, **{**data, "bos_token_id": ids["unk"]})
-    config._name_or_path = model_id
-    return config
 
 
 @contextlib.contextmanager
@@ -83,13 +49,15 @@ def random_weights(cfg: dict[str, Any], model_id: str, init_device: str | None =
         if isinstance(dtype, str):
             dtype = torch.bfloat16 if dtype == "auto" else getattr(torch, dtype)
         arch = architecture or transformers.AutoModelForCausalLM
-        config = make_config(cfg, model_id)
+        config = auto_config(cfg, model_id)
         attn = kwargs.get("attn_implementation")
         device = init_device if init_device and not _zero3_enabled() else None
         with torch.device(device) if device else contextlib.nullcontext():
             return arch.from_config(config, dtype=dtype, **({"attn_implementation": attn} if attn else {}))
 
-    modules = [importlib.import_module(f"trl.trainer.{m}") for m in TRL_MODULES]
+    from hpcmem.trainers import names
+
+    modules = [importlib.import_module(f"trl.trainer.{name}_trainer") for name in names()]
     saved = [(m, m.create_model_from_path) for m in modules if hasattr(m, "create_model_from_path")]
     try:
         for m, _ in saved:
@@ -109,18 +77,9 @@ def _zero3_enabled() -> bool:
 
 
 def tokenizer(vocab_size: int) -> Any:
-    """A word-level tokenizer: pad/eos/unk = 0/1/2, then "t3" … "t{V-1}": one word = one token, every id decodes."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    ids = special_ids(vocab_size)
-    vocab = {"<pad>": ids["pad"], "<eos>": ids["eos"], "<unk>": ids["unk"]}
-    vocab.update({f"t{i}": i for i in range(NUM_SPECIAL, vocab_size)})
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.Sequence([])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>",
-                                   model_max_length=1 << 30)
+    """A word-level tokenizer whose words cover the vocabulary: pad/eos/unk = 0/1/2, then "t3" … "t{V-1}" (the
+    trace's, hpcmem.trace.pieces)."""
+    return word_tokenizer(vocab_size - NUM_SPECIAL)
 
 
 def _words(n: int, seed: int, vocab: int) -> str:
@@ -128,49 +87,74 @@ def _words(n: int, seed: int, vocab: int) -> str:
 
 
 def dataset(job: Any, steps: int) -> Any:
-    """Rows of the lengths the estimate assumes (the worst case). SFT and reward: the trace's worst-case micro-batch
-    design (`hpcmem.trace.data.design_batch`: full rows with a ragged last one, two documents per packed bin, B
-    chosen + B rejected rows of max_length, …) so that a CPU probe and a trace see the same batches. DPO: prompt +
-    completion reach max_length. GRPO/RLOO: prompts of max_prompt_length tokens (completions are forced to
-    max_completion_length by `generation_kwargs`)."""
+    """Rows of the lengths the estimate assumes (the worst case), built by the trainer's registry hook
+    `probe_dataset`."""
+    from hpcmem.trainers import entry
+
+    return entry(job.train.trainer).hook("probe_dataset")(job, steps)
+
+
+def _micro_batches(job: Any, steps: int) -> int:
+    return job.train.gradient_accumulation_steps * job.parallel.world_size * (steps + 2)
+
+
+def design_dataset(job: Any, steps: int) -> Any:
+    """SFT: the trace's worst-case micro-batch design (`hpcmem.trace.data.design_batch`: full rows with a ragged last
+    one, two documents per packed bin, …) so that a CPU probe and a trace see the same batches."""
+    from hpcmem.trace.data import design_batch, make_dataset
+
+    return make_dataset(design_batch(job), _micro_batches(job, steps), job.model.vocab_size)
+
+
+def dpo_dataset(job: Any, steps: int) -> Any:
+    """DPO: prompt + completion reach max_length."""
     from datasets import Dataset
 
-    t = job.train
     vocab = job.model.vocab_size - NUM_SPECIAL
-    length = t.max_length or job.tokens_per_micro_batch or 1024
-    micro_batches = t.gradient_accumulation_steps * job.parallel.world_size * (steps + 2)
+    length = job.train.max_length or job.tokens_per_micro_batch or 1024
     num_rows = rows_needed(job, steps)
-    if t.trainer == "sft":
-        from hpcmem.trace.data import design_batch, make_dataset
+    prompt = length // 2
+    rest = length - prompt
+    return Dataset.from_dict({
+        "prompt": [_words(prompt, i, vocab) for i in range(num_rows)],
+        # TRL concatenates prompt + completion text: the leading space keeps the word boundary
+        "chosen": [" " + _words(rest, i + 1, vocab) for i in range(num_rows)],
+        "rejected": [" " + _words(rest, i + 2, vocab) for i in range(num_rows)],
+    })
 
-        return make_dataset(design_batch(job), micro_batches, job.model.vocab_size)
-    if t.trainer == "dpo":
-        prompt = length // 2
-        rest = length - prompt
-        return Dataset.from_dict({
-            "prompt": [_words(prompt, i, vocab) for i in range(num_rows)],
-            # TRL concatenates prompt + completion text: the leading space keeps the word boundary
-            "chosen": [" " + _words(rest, i + 1, vocab) for i in range(num_rows)],
-            "rejected": [" " + _words(rest, i + 2, vocab) for i in range(num_rows)],
-        })
-    if t.trainer in ("grpo", "rloo"):
-        return Dataset.from_dict({"prompt": [_words(t.max_prompt_length, i, vocab) for i in range(num_rows)]})
-    if t.trainer == "reward":
-        # the trace's worst case: chosen and rejected rows of max_length tokens each (pre-tokenized ids, which
-        # RewardTrainer keeps whole). Until 2026-11-29 the probe gave each max_length // 2 words, half the tokens
-        # the estimate assumes: the H200 reward record of that day ran that way (estimator/LOG.md).
-        from hpcmem.trace.data import design_preference, make_preference_dataset
 
-        return make_preference_dataset(job, design_preference(job), micro_batches)
-    raise ValueError(f"no probe dataset for trainer {t.trainer}")
+def prompt_dataset(job: Any, steps: int) -> Any:
+    """GRPO/RLOO: prompts of max_prompt_length tokens (completions are forced to max_completion_length by
+    `generation_kwargs`)."""
+    from datasets import Dataset
+
+    vocab = job.model.vocab_size - NUM_SPECIAL
+    return Dataset.from_dict({"prompt": [_words(job.train.max_prompt_length, i, vocab)
+                                         for i in range(rows_needed(job, steps))]})
+
+
+def reward_dataset(job: Any, steps: int) -> Any:
+    """Reward: the trace's worst case, chosen and rejected rows of max_length tokens each (pre-tokenized ids, which
+    RewardTrainer keeps whole). Until 2026-11-29 the probe gave each max_length // 2 words, half the tokens the
+    estimate assumes: the H200 reward record of that day ran that way (estimator/LOG.md)."""
+    from hpcmem.trace.data import design_preference, make_preference_dataset
+
+    return make_preference_dataset(job, design_preference(job), _micro_batches(job, steps))
 
 
 def rows_needed(job: Any, steps: int) -> int:
+    from hpcmem.trainers import entry
+
     t = job.train
     per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps * job.parallel.world_size
-    if t.trainer in ("grpo", "rloo"):
+    if entry(t.trainer).generates:
         per_step = max(per_step, t.generation_batch_size or 0) * (t.steps_per_generation or 1)
     return max(16, per_step * (steps + 2))
+
+
+def reward_kwargs(job: Any) -> dict[str, Any]:
+    """GRPO/RLOO take reward functions."""
+    return {"reward_funcs": [length_reward]}
 
 
 def length_reward(completions: list[Any], **_: Any) -> list[float]:

@@ -124,10 +124,10 @@ def random_checkpoint(model: str, folder: Path) -> str:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from hpcmem.probe.fixtures import hf_config, make_config
+    from hpcmem.trace.pieces import auto_config, config_dict
 
     if not (folder / "config.json").is_file():
-        config = make_config(hf_config(model), str(folder))
+        config = auto_config(config_dict(model), str(folder))
         AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(folder)
     return str(folder)
 

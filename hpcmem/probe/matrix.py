@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcmem.trainers import entry
+
 BF16 = {"dtype": "bfloat16"}
 
 
@@ -127,7 +129,7 @@ def command_line(case: Case, *, device: str, out: str, model: str, tiny: bool, s
     flags = dict(case.flags)
     if tiny and not case.sized:
         flags.update({k: v for k, v in TINY_LENGTHS.items() if k in flags or k in ("max_length",)})
-        if case.trainer in ("grpo", "rloo"):
+        if entry(case.trainer).generates:
             flags.pop("max_length", None)
     argv = [sys.executable, "-m", "hpcmem", "probe", case.trainer, "--model_name_or_path", model,
             "--device", device, "--steps", str(steps), "--out", out]

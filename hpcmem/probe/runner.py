@@ -237,7 +237,9 @@ def _instrument(trainer: Any, clock: PhaseClock, job: Any, shards: bool) -> Any:
         from hpcmem.probe.shards import ShardInventory
 
         inventory = ShardInventory(trainer, clock)
-    generation = job.train.trainer in ("grpo", "rloo")
+    from hpcmem.trainers import entry
+
+    generation = entry(job.train.trainer).generates
 
     class Phases(TrainerCallback):
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:

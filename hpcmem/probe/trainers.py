@@ -17,14 +17,11 @@ from typing import Any
 from hpcmem.errors import HpcmemError
 from hpcmem.probe import fixtures
 from hpcmem.probe.layouts import attach_parallelism_on_cpu, needs_cpu_fsdp_mesh, parallelism_env
-from hpcmem.trl_fields import MODEL_CONFIG_FIELDS, TRAINER_FIELDS
+from hpcmem.trainers import MODEL_CONFIG_FIELDS, REGISTRY, entry
 
-TRAINERS = {"sft": ("SFTTrainer", "SFTConfig"), "dpo": ("DPOTrainer", "DPOConfig"),
-            "grpo": ("GRPOTrainer", "GRPOConfig"), "rloo": ("RLOOTrainer", "RLOOConfig"),
-            "reward": ("RewardTrainer", "RewardConfig")}
 # TrainSpec fields that are also TRL config fields of the same name (STYLE: one name per setting); ModelConfig's go
 # through model_init_kwargs / peft_config instead.
-SHARED_FIELDS = tuple(dict.fromkeys(name for fields in TRAINER_FIELDS.values() for name in fields
+SHARED_FIELDS = tuple(dict.fromkeys(name for e in REGISTRY.values() for name in e.fields
                                     if name not in MODEL_CONFIG_FIELDS))
 
 
@@ -52,7 +49,7 @@ def trainer_config(job: Any, *, steps: int, device: str, output_dir: str) -> tup
     import trl
 
     t = job.train
-    cls = getattr(trl, TRAINERS[t.trainer][1])
+    cls = getattr(trl, entry(t.trainer).config_class)
     names = {f.name for f in dataclasses.fields(cls)}
     kw: dict[str, Any] = {}
     dropped = []
@@ -70,11 +67,10 @@ def trainer_config(job: Any, *, steps: int, device: str, output_dir: str) -> tup
         logging_steps=10**6, dataloader_num_workers=0, learning_rate=1e-6, use_cpu=device == "cpu",
         model_init_kwargs=model_init_kwargs(t),
     )
-    if t.trainer in ("grpo", "rloo"):
+    if entry(t.trainer).generates:
         # random weights emit EOS at random: force every completion to its full length (the estimate's worst case)
         kw["generation_kwargs"] = {"min_new_tokens": t.max_completion_length}
-    if t.trainer in ("sft", "dpo"):
-        kw["dataset_num_proc"] = None
+    kw["dataset_num_proc"] = None          # kept only where the config declares it (below)
     kw.update(_parallel_args(job))
     return cls(**{k: v for k, v in kw.items() if k in names or k in _TRAINING_ARGS}), dropped
 
@@ -118,17 +114,10 @@ def _parallel_args(job: Any) -> dict[str, Any]:
 
 
 def peft_config(job: Any) -> Any:
-    """TRL's own LoRA config from ModelConfig fields (lora_dropout etc. keep TRL's defaults)."""
-    t = job.train
-    if not t.use_peft:
-        return None
-    from trl import ModelConfig, get_peft_config
+    """TRL's own LoRA config from ModelConfig fields, as the trace builds it (hpcmem.trace.pieces)."""
+    from hpcmem.trace.pieces import peft_config as lora_config
 
-    targets = list(t.lora_target_modules) or None
-    if targets == ["all-linear"]:
-        targets = "all-linear"
-    return get_peft_config(ModelConfig(use_peft=True, lora_r=t.lora_r, lora_alpha=t.lora_alpha,
-                                       lora_target_modules=targets))
+    return lora_config(job)
 
 
 def build_trainer(job: Any, *, steps: int, device: str, model_id: str, cfg: dict[str, Any]) -> tuple[Any, list[str]]:
@@ -148,13 +137,15 @@ def build_trainer(job: Any, *, steps: int, device: str, model_id: str, cfg: dict
     # a parallelism config reaches Accelerator through the environment, as from `accelerate launch`
     if not needs_cpu_fsdp_mesh(job, device):
         os.environ.update(parallelism_env(job))
-    cls = getattr(trl, TRAINERS[t.trainer][0])
+    e = entry(t.trainer)
+    cls = getattr(trl, e.trainer_class)
     kw: dict[str, Any] = {"model": model_id, "args": args,
                           "train_dataset": fixtures.dataset(job, steps),
                           "processing_class": fixtures.tokenizer(job.model.vocab_size),
                           "peft_config": peft_config(job)}
-    if t.trainer in ("grpo", "rloo"):
-        kw["reward_funcs"] = [fixtures.length_reward]
+    extra = e.hook("probe_kwargs")
+    if extra is not None:
+        kw.update(extra(job))
     if t.quantized:
         kw["quantization_config"] = quantization_config(t)
     trainer = cls(**kw)

@@ -25,9 +25,8 @@ from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.spec import JobSpec
-
-PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
-FIRST_TOKEN_ID = 3
+from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
+from hpcmem.trainers import entry
 
 
 @dataclass(frozen=True)
@@ -42,13 +41,12 @@ class BatchDesign:
 
 
 def design_batch(job: JobSpec) -> BatchDesign:
-    t = job.train
-    if t.trainer in ("dpo", "reward"):
-        return design_preference(job)
-    if t.trainer in ("grpo", "rloo"):
-        from hpcmem.trace.rl import design_rl
+    """The worst-case micro-batch of the job's trainer (its registry hook `trace_design`)."""
+    return entry(job.train.trainer).hook("trace_design")(job)
 
-        return design_rl(job)
+
+def design_sft(job: JobSpec) -> BatchDesign:
+    t = job.train
     b, length = t.per_device_train_batch_size, t.max_length
     tpmb = job.tokens_per_micro_batch
     mult = t.pad_to_multiple_of or 1
@@ -103,19 +101,7 @@ def make_dataset(design: BatchDesign, num_micro_batches: int, vocab_size: int) -
     return Dataset.from_dict({"input_ids": dataset_rows(design, num_micro_batches, vocab_size)})
 
 
-def make_tokenizer() -> Any:
-    """A three-token WordLevel tokenizer (pad 0, eos 1, unk 2): the dataset is pre-tokenized, TRL only needs the
-    special tokens and a `PreTrainedTokenizerBase`. Built in-process, no Hub access."""
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": PAD_ID, "<eos>": EOS_ID, "<unk>": UNK_ID}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-
-
 # -- preference trainers (DPO, reward) ---------------------------------------------------------------------------------
-WORD = "x"          # the one word of the preference tokenizer (id FIRST_TOKEN_ID)
 
 
 def design_preference(job: JobSpec) -> BatchDesign:
@@ -151,7 +137,7 @@ def make_preference_dataset(job: JobSpec, design: BatchDesign, num_micro_batches
     b = job.train.per_device_train_batch_size
     length = design.documents[0]
     last = design.documents[-1]
-    if job.train.trainer == "reward":
+    if entry(job.train.trainer).head == "score":     # RewardTrainer reads pre-tokenized chosen/rejected ids
         span = max(job.model.vocab_size - FIRST_TOKEN_ID, 1)
         chosen, rejected = [], []
         for _ in range(num_micro_batches):
@@ -171,14 +157,3 @@ def make_preference_dataset(job: JobSpec, design: BatchDesign, num_micro_batches
             n = (last if i == b - 1 else length + over) - prompt_len - 1
             rejected.append(" " + words(n))
     return Dataset.from_dict({"prompt": prompts, "chosen": chosen, "rejected": rejected})
-
-
-def make_word_tokenizer() -> Any:
-    """pad 0, eos 1, unk 2 and the word "x" (3), split on whitespace: text of n words is n tokens, "<eos>" one more."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": PAD_ID, "<eos>": EOS_ID, "<unk>": UNK_ID, WORD: FIRST_TOKEN_ID}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")

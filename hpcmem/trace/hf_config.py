@@ -74,33 +74,3 @@ def hf_config_dict(spec: ModelSpec) -> dict[str, Any]:
         cfg["decoder_sparse_step"] = 1
         cfg["mlp_only_layers"] = list(range(spec.num_dense_layers))
     return cfg
-
-
-def catalog_config(spec: ModelSpec) -> dict[str, Any] | None:
-    """The model's own config.json when hpcmem knows it — a catalog entry (hpcmem.models.resolve) or a local file
-    named by `spec.name` — preferred over a rebuilt dict: it keeps keys the spec does not carry (rope scaling,
-    Gemma-2's window, Mistral's sliding_window). None when unknown or when its sizes disagree with the spec."""
-    import json
-    from pathlib import Path
-
-    cfg: Any = None
-    try:
-        from hpcmem.models.resolve import catalog_entry
-
-        entry = catalog_entry(spec.name)
-        cfg = entry["config"] if entry else None
-    except ImportError:
-        cfg = None
-    if cfg is None:
-        path = Path(spec.name).expanduser()
-        path = path / "config.json" if path.is_dir() else path
-        if path.is_file() and path.suffix == ".json":
-            try:
-                cfg = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                cfg = None
-    if not isinstance(cfg, dict):
-        return None
-    cfg = dict(cfg.get("text_config") or cfg) if cfg.get("model_type") not in SUPPORTED_MODEL_TYPES else dict(cfg)
-    sizes = ("hidden_size", "num_hidden_layers", "vocab_size")
-    return cfg if all(cfg.get(k) == getattr(spec, k) for k in sizes) else None

@@ -27,8 +27,13 @@ Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Map
    mask in the INPUT dtype from `bernoulli_` that `mul` saves (4 B/elt for peft's fp32 adapter inputs); on CUDA
    `is_fused_kernel_acceptable` sends it to `aten::native_dropout`, which saves a bool mask (1 B/elt)
    (aten/src/ATen/native/Dropout.cpp). The trace calls `native_dropout` as CUDA does.
-
-7. Linear-attention hybrids (Gated DeltaNet, short convolutions): flash-linear-attention's and causal-conv1d's
+7. TRL's chunked divergence (trl/kernels/chunked_divergence.py, DistillationTrainer's loss): on CUDA (a) only the
+   completion positions are projected (`h[valid]` in distillation_trainer.py `_chunked_divergence_loss`), (b) the
+   three folds of each pair of [4096, 32768] tiles run in Triton and allocate nothing, where the CPU fallback
+   (`_stats_tile`, `_jsd_tile`, `_backward_tile`) materialises several fp32 tile-sized temporaries, (c) `_project`
+   writes the fp32 tile straight from 16-bit operands (`torch.mm(out_dtype=float32, out=tile)`) instead of fp32
+   copies of the hidden chunk and the weight chunk, and `_addmm_fp32` as in 3. The trace patches the same names.
+8. Linear-attention hybrids (Gated DeltaNet, short convolutions): flash-linear-attention's and causal-conv1d's
    kernels in place of transformers' torch fallbacks, each allocation from the kernels' own wrappers
    (hpcmem/trace/kernels_linear.py).
 
@@ -58,9 +63,10 @@ def cuda_mapping(tracker: Any, job: JobSpec) -> Iterator[list[str]]:
         stack.enter_context(_fused_head_triton(notes))
         stack.enter_context(_foreach_default(notes))
         stack.enter_context(_native_dropout(notes))
+        stack.enter_context(_divergence_triton(notes))
         from hpcmem.trace.kernels_linear import linear_attention_kernels
 
-        stack.enter_context(linear_attention_kernels(notes, job))    # 7: linear-attention hybrids' kernels
+        stack.enter_context(linear_attention_kernels(notes, job))    # 8: linear-attention hybrids' kernels
         notes.append("every block rounded up to 512 bytes (CUDA caching allocator)")
         yield notes
 
@@ -155,6 +161,52 @@ def _fused_head_triton(notes: list[str]) -> Iterator[None]:
         if not had_triton:
             del chunked.triton
     notes.append("TRL fused LM head on its Triton path: valid positions only, no fp32 tile temporaries")
+
+
+# -- 7: TRL's chunked divergence (distillation) on a Triton device --------------------------------------------------
+@contextlib.contextmanager
+def _divergence_triton(notes: list[str]) -> Iterator[None]:
+    import types
+
+    import torch
+    import trl.kernels.chunked_divergence as divergence
+    import trl.trainer.distillation_trainer as distill
+
+    from hpcmem.trace.fakeenv import patched
+
+    used = [0]
+
+    def addmm_fp32(acc: Any, a: Any, b: Any) -> None:
+        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+
+    def project(tile: Any, hidden_chunk: Any, weight: Any, bias: Any, start: int, end: int, dtype: Any) -> None:
+        # chunked_divergence._project with `tile.device.type == "cuda"`: 16-bit operands, fp32 output, no copies
+        used[0] += 1
+        w = weight[start:end].to(dtype).t()
+        if dtype in (torch.float16, torch.bfloat16):
+            torch.mm(hidden_chunk, w, out_dtype=torch.float32, out=tile)
+        else:
+            torch.mm(hidden_chunk.float(), w.float(), out=tile)
+        if bias is not None:
+            tile.add_(bias[start:end].float())
+
+    had_triton = hasattr(divergence, "triton")
+    if not had_triton:
+        divergence.triton = types.SimpleNamespace(cdiv=lambda a, b: -(-a // b))
+    try:
+        with contextlib.ExitStack() as stack:
+            for module in (divergence, distill):
+                stack.enter_context(patched(module, "_use_triton", lambda device: True))
+            for kernel in ("_stats_kernel", "_jsd_kernel", "_backward_kernel"):
+                stack.enter_context(patched(divergence, kernel, _NoAllocKernel()))
+            stack.enter_context(patched(divergence, "_addmm_fp32", addmm_fp32))
+            stack.enter_context(patched(divergence, "_project", project))
+            yield
+    finally:
+        if not had_triton:
+            del divergence.triton
+    if used[0]:
+        notes.append("TRL chunked divergence on its Triton path: completion positions only, no fp32 tile temporaries")
 
 
 # -- 4: foreach optimizers, as torch picks them for CUDA tensors ---------------------------------------------------

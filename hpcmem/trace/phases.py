@@ -10,7 +10,7 @@ Nothing here changes what is allocated: wrappers only push phase names and label
 | step N / optimizer | `Trainer._clip_grad_norm`, then `Optimizer.step` | temporary (states become optimizer) |
 | step N / scoring | GRPO/RLOO `_generate_and_score_completions` (prompt+completion batch, no-grad reference / old log-prob passes) | activation |
 | step N / scoring / step N / generation | transformers' `generate` (only with `run_trace(..., generation=True)`) | activation |
-| step N / forward / reference forward | DPO's reference forward inside `compute_loss` (`hpcmem.trace.pref.hook_reference`) | activation |
+| step N / forward / reference forward | DPO's / KTO's reference forward inside `compute_loss` (`hpcmem.trace.pref.hook_reference`) | activation |
 
 The decoder layer that runs is the phase detail ("layer 7"): set by a forward pre-hook, which also fires when
 gradient checkpointing recomputes a layer in backward, and by a gradient hook on each layer's output.
@@ -75,14 +75,14 @@ def instrument(trainer: Any, tracker: StorageTracker) -> Instrumented:
     _wrap_method(inst, trainer, trainer, "_clip_grad_norm", "optimizer", "temporary")
     _hook_optimizer(inst, trainer)
     _hook_layers(inst, model)
-    ref = getattr(trainer, "ref_model", None)
-    if ref is not None:     # DPO's second model: frozen weights, counted with the parameters
-        tracker.tag(list(ref.parameters()) + list(ref.buffers()), "param")
-        _hook_layers(inst, ref)
-    if hasattr(trainer, "precompute_ref_logps"):    # DPOTrainer
+    for other in (getattr(trainer, "ref_model", None), getattr(trainer, "teacher_model", None)):
+        if other is not None:       # a reference model, a distillation teacher: frozen weights, counted as params
+            tracker.tag(list(other.parameters()) + list(other.buffers()), "param")
+            _hook_layers(inst, other)
+    if hasattr(trainer, "precompute_ref_logps"):    # DPOTrainer, KTOTrainer
         from hpcmem.trace.pref import hook_reference
 
-        inst._undo.append(hook_reference(tracker))
+        inst._undo.append(hook_reference(tracker, trainer))
     return inst
 
 

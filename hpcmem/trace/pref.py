@@ -19,14 +19,41 @@ import contextlib
 from typing import Any
 
 from hpcmem.spec import JobSpec
-from hpcmem.trace.data import BatchDesign, make_preference_dataset, make_word_tokenizer
+from hpcmem.trace import pieces
+from hpcmem.trace.data import BatchDesign, make_preference_dataset
 
 PRECOMPUTE_NOTE = ("precompute_ref_log_probs: TRL's reference pass over the dataset (in DPOTrainer.__init__, before "
                    "training) is not traced; its ref_chosen_logps/ref_rejected_logps columns are filled with 0.0 and "
                    "only the training steps are traced")
 
 
-def build_dpo(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> Any:
+def check_preference(job: JobSpec) -> list[str]:
+    """What keeps the DPO / reward trace from running (the analytic estimate may still cover it)."""
+    t, problems = job.train, []
+    if t.packing or t.padding_free:
+        problems.append(f"{t.trainer}: packing/padding_free are not traced (TRL {t.trainer} pads every pair)")
+    if t.max_length is None or t.max_length < 4:
+        problems.append(f"{t.trainer}: the trace needs max_length ≥ 4 (the longest chosen/rejected sequence)")
+    if t.activation_offloading:
+        problems.append(f"{t.trainer}: activation_offloading is traced for SFT only")
+    return problems
+
+
+def dpo_notes(job: JobSpec, generation: bool = False) -> list[str]:
+    t = job.train
+    notes = ["DPO: the reference model (full fine-tuning) is a second model built from the config in the "
+             "policy's dtype, as TRL's create_model_from_path(dtype=model.dtype) loads it"] \
+        if not (t.use_peft or t.precompute_ref_log_probs) else []
+    return notes + ([PRECOMPUTE_NOTE] if t.precompute_ref_log_probs else [])
+
+
+def reward_notes(job: JobSpec, generation: bool = False) -> list[str]:
+    return ["reward: AutoModelForSequenceClassification.from_config(num_labels=1) stands for the checkpoint TRL "
+            "loads" + ("; LoRA task_type SEQ_CLS (score head trained as a module to save)" if job.train.use_peft
+                       else "")]
+
+
+def build_dpo(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generation: bool = False) -> Any:
     from trl import DPOConfig
 
     from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, common_args, peft_config, traced_accumulation
@@ -38,36 +65,31 @@ def build_dpo(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> A
         ref = build_model_in_dtype(job)     # TRL would load the same checkpoint again in the policy's dtype
     dataset = make_preference_dataset(job, design, TRACE_STEPS * traced_accumulation(job))
     cls = _dpo_class(fake)
-    with _no_hash() if t.precompute_ref_log_probs else contextlib.nullcontext():
+    import trl.trainer.dpo_trainer as dpo_module
+
+    with no_hash(dpo_module) if t.precompute_ref_log_probs else contextlib.nullcontext():
         trainer = cls(model=model, ref_model=ref, args=args, train_dataset=dataset,
-                      processing_class=make_word_tokenizer(), peft_config=peft_config(job))
+                      processing_class=pieces.tokenizer(), peft_config=peft_config(job))
     return trainer
 
 
-def build_reward(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool) -> Any:
+def build_reward(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generation: bool = False) -> Any:
     from trl import RewardConfig
 
     from hpcmem.trace.trainer import TRACE_STEPS, common_args, peft_config, traced_accumulation
 
     args = RewardConfig(**common_args(job))
     dataset = make_preference_dataset(job, design, TRACE_STEPS * traced_accumulation(job))
-    cfg = peft_config(job)
-    if cfg is not None:
-        cfg.task_type = "SEQ_CLS"
-    from hpcmem.trace.data import make_tokenizer
-
-    return _reward_class(fake)(model=model, args=args, train_dataset=dataset, processing_class=make_tokenizer(),
-                               peft_config=cfg)
+    return _reward_class(fake)(model=model, args=args, train_dataset=dataset, processing_class=pieces.tokenizer(),
+                               peft_config=peft_config(job))
 
 
 @contextlib.contextmanager
-def _no_hash() -> Any:
+def no_hash(trainer_module: Any) -> Any:
     """`hash_module` reads every weight's bytes (the precompute cache key): fake weights have none."""
-    import trl.trainer.dpo_trainer as dpo
-
     from hpcmem.trace.fakeenv import patched
 
-    with patched(dpo, "hash_module", lambda module: "hpcmem-trace"):
+    with patched(trainer_module, "hash_module", lambda module: "hpcmem-trace"):
         yield
 
 
@@ -99,18 +121,20 @@ def _reward_class(fake: bool) -> type:
     return FakeModelRewardTrainer
 
 
-def hook_reference(tracker: Any) -> Any:
-    """Label DPO's reference forward "step N / forward / reference forward": both reference paths (a ref model, the
-    policy with adapters off) run inside `disable_gradient_checkpointing` (dpo_trainer.py `_compute_loss`). Returns the
+def hook_reference(tracker: Any, trainer: Any) -> Any:
+    """Label the reference forward "step N / forward / reference forward": in DPO and KTO both reference paths (a ref
+    model, the policy with adapters off) run inside `disable_gradient_checkpointing` (dpo_trainer.py /
+    kto_trainer.py `_compute_loss`), looked up in the module of the TRL class the trainer derives from. Returns the
     undo."""
-    import trl.trainer.dpo_trainer as dpo
+    import sys
 
-    original = dpo.disable_gradient_checkpointing
+    module = next(sys.modules[c.__module__] for c in type(trainer).__mro__ if c.__module__.startswith("trl.trainer."))
+    original = module.disable_gradient_checkpointing
 
     @contextlib.contextmanager
     def labelled(*args: Any, **kwargs: Any) -> Any:
         with tracker.phase("reference forward"), tracker.label("activation"), original(*args, **kwargs):
             yield
 
-    dpo.disable_gradient_checkpointing = labelled
-    return lambda: setattr(dpo, "disable_gradient_checkpointing", original)
+    module.disable_gradient_checkpointing = labelled
+    return lambda: setattr(module, "disable_gradient_checkpointing", original)

@@ -24,9 +24,11 @@ import contextlib
 from typing import Any
 
 from hpcmem.spec import JobSpec
-from hpcmem.trace.data import FIRST_TOKEN_ID, WORD, BatchDesign
+from hpcmem.trace import pieces
+from hpcmem.trace.data import BatchDesign
+from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
+from hpcmem.trainers import entry
 
-RL_TRAINERS = ("grpo", "rloo")
 GENERATION_NOTE = ("{name}: generation is not traced — the trainer's _generate_single_turn is replaced by fixed "
                    "completions of max_completion_length tokens (no EOS) and the reward by a constant function; "
                    "TRL's scoring pass (reference log-probs when beta > 0), loss, backward and optimizer step run as "
@@ -54,8 +56,6 @@ def check_rl(job: JobSpec) -> list[str]:
                         f"got {t.steps_per_generation}")
     if t.generation_batch_size is not None:
         problems.append(f"{name}: generation_batch_size is not traced (leave it to TRL's default)")
-    if name == "rloo" and t.cast_lm_head_to_fp32:
-        problems.append("rloo: RLOOConfig has no cast_lm_head_to_fp32 (GRPO only)")
     rows = t.per_device_train_batch_size * traced_steps_per_generation(job)
     if rows % t.num_generations:
         problems.append(f"{name}: per_device_train_batch_size × steps_per_generation ({rows}) must be a multiple of "
@@ -84,23 +84,20 @@ def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, gener
     from hpcmem.trace.trainer import common_args
     from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, peft_config, traced_accumulation
 
+    import trl
+
     t = job.train
+    e = entry(t.trainer)
     args = common_args(job)
     for key in ("max_length", "activation_offloading"):     # SFT/DPO-only fields
         args.pop(key)
-    if t.trainer == "grpo":
-        from trl import GRPOConfig as Config
-    else:
-        from trl import RLOOConfig as Config
-    config = Config(**args, beta=t.beta, num_generations=t.num_generations,
-                    max_completion_length=t.max_completion_length, num_iterations=t.num_iterations, use_vllm=False,
-                    disable_dropout=t.disable_dropout,
-                    **({"cast_lm_head_to_fp32": t.cast_lm_head_to_fp32} if t.trainer == "grpo" else {}))
+    config = getattr(trl, e.config_class)(
+        **args, beta=t.beta, num_generations=t.num_generations, max_completion_length=t.max_completion_length,
+        num_iterations=t.num_iterations, use_vllm=False, disable_dropout=t.disable_dropout,
+        **({"cast_lm_head_to_fp32": t.cast_lm_head_to_fp32} if e.declares("cast_lm_head_to_fp32") else {}))
     rows = TRACE_STEPS * traced_accumulation(job) * t.per_device_train_batch_size
     prompts = [" ".join([WORD] * t.max_prompt_length) for _ in range(rows)]
     dataset = Dataset.from_dict({"prompt": prompts})
-    from hpcmem.trace.data import make_word_tokenizer
-
     module = _module(t.trainer)
     from hpcmem.trace.fakeenv import patched
 
@@ -108,7 +105,7 @@ def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, gener
     with patched(module, "create_model_from_path", ref_builder):
         trainer = _rl_class(t.trainer, fake, t.max_completion_length, generation)(
             model=model, reward_funcs=_constant_reward, args=config, train_dataset=dataset,
-            processing_class=make_word_tokenizer(), peft_config=peft_config(job))
+            processing_class=pieces.tokenizer(), peft_config=peft_config(job))
     return trainer
 
 
@@ -132,11 +129,10 @@ def _constant_reward(completions: Any, **kwargs: Any) -> list[float]:
 
 
 def _module(trainer: str) -> Any:
-    if trainer == "grpo":
-        import trl.trainer.grpo_trainer as module
-    else:
-        import trl.trainer.rloo_trainer as module
-    return module
+    """The module that defines the trainer class (trl/trainer/<name>_trainer.py)."""
+    import importlib
+
+    return importlib.import_module(f"trl.trainer.{trainer}_trainer")
 
 
 @contextlib.contextmanager
@@ -152,10 +148,11 @@ def _scalar_metrics(module: Any) -> Any:
 
 
 def _rl_class(trainer: str, fake: bool, completion_length: int, generation: bool = False) -> type:
-    if trainer == "grpo":
-        from trl import GRPOTrainer as Base
-    else:
-        from trl import RLOOTrainer as Base
+    import trl
+
+    Base = getattr(trl, entry(trainer).trainer_class)
+    # GRPO's _generate_single_turn also returns the sampling log-probs (for its importance-sampling correction)
+    with_logprobs = entry(trainer).declares("vllm_importance_sampling_correction")
 
     class TracedRLTrainer(Base):
         def _generate_single_turn(self, prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
@@ -166,50 +163,9 @@ def _rl_class(trainer: str, fake: bool, completion_length: int, generation: bool
             completions = [[FIRST_TOKEN_ID] * completion_length for _ in prompt_ids]
             if PAD_LAST_COMPLETION and len(completions) > 1 and completion_length > 1:
                 completions[-1] = completions[-1][:-1]
-            return (completions, None) if trainer == "grpo" else completions     # GRPO: (ids, sampling logprobs)
+            return (completions, None) if with_logprobs else completions     # GRPO: (ids, sampling logprobs)
 
-        def _traced_generate(self, prompt_ids: Any) -> None:
-            """TRL's own generate call (grpo_trainer.py / rloo_trainer.py `_generate_single_turn`, transformers path):
-            left-padded prompts, `unwrap_model_for_generation`, no_grad, `generation_config`. On fake tensors no
-            token is known, so no row ever reads as finished: all run to max_completion_length, the KV cache grows
-            to its largest. The output is dropped; the completions come from the fixed ones below."""
-            import sys
-
-            import torch
-            from transformers import Trainer
-            from transformers.generation.utils import GenerationMixin
-            from trl.models import unwrap_model_for_generation
-
-            from hpcmem.trace.fakeenv import patched
-
-            width = max(len(p) for p in prompt_ids)
-            pad = self.pad_token_id if getattr(self, "pad_token_id", None) is not None else 0
-            ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompt_ids])
-            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids])
-            inputs = Trainer._prepare_inputs(self, {"input_ids": ids, "attention_mask": mask})
-            with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                             gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                                             generation_kwargs=self.generation_kwargs,
-                                             gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
-                                             ) as unwrapped, torch.no_grad():
-                total = self.generation_config.max_new_tokens
-                steps = [total]
-                every = max(1, total // 10)
-
-                def has_unfinished(*args: Any, **kwargs: Any) -> bool:
-                    # generate's stop test reads `unfinished_sequences.max() == 0` (StopCheck): a value no fake
-                    # tensor has; the loop instead runs exactly max_new_tokens times (one token per iteration)
-                    steps[0] -= 1
-                    done = total - steps[0] - 1
-                    if done and done % every == 0:      # a long trace says where it is (stderr: --json stays clean)
-                        print(f"hpcmem trace: generate {done}/{total} tokens (step {self.state.global_step + 1})",
-                              file=sys.stderr, flush=True)
-                    return steps[0] >= 0
-
-                # on the mixin: a PeftModel's generate runs its base model's loop
-                with patched(GenerationMixin, "_has_unfinished_sequences", has_unfinished):
-                    out = unwrapped.generate(**inputs, generation_config=self.generation_config)
-            del out
+        _traced_generate = traced_generate
 
         if fake:
             def _move_model_to_device(self, model: Any, device: Any) -> None:
@@ -222,3 +178,48 @@ def _rl_class(trainer: str, fake: bool, completion_length: int, generation: bool
 
     TracedRLTrainer.__name__ = f"Traced{Base.__name__}"
     return TracedRLTrainer
+
+
+def traced_generate(self: Any, prompt_ids: Any) -> None:
+    """TRL's own generate call (grpo_trainer.py / rloo_trainer.py `_generate_single_turn`, transformers path):
+    left-padded prompts, `unwrap_model_for_generation`, no_grad, `generation_config`. On fake tensors no
+    token is known, so no row ever reads as finished: all run to max_completion_length, the KV cache grows
+    to its largest. The output is dropped; the caller answers with fixed completions. Bound as the trainer's
+    `_traced_generate`, which hpcmem.trace.phases labels "generation"."""
+    import sys
+
+    import torch
+    from transformers import Trainer
+    from transformers.generation.utils import GenerationMixin
+    from trl.models import unwrap_model_for_generation
+
+    from hpcmem.trace.fakeenv import patched
+
+    width = max(len(p) for p in prompt_ids)
+    pad = self.pad_token_id if getattr(self, "pad_token_id", None) is not None else 0
+    ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompt_ids])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids])
+    inputs = Trainer._prepare_inputs(self, {"input_ids": ids, "attention_mask": mask})
+    with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                     gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                                     generation_kwargs=self.generation_kwargs,
+                                     gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
+                                     ) as unwrapped, torch.no_grad():
+        total = self.generation_config.max_new_tokens
+        steps = [total]
+        every = max(1, total // 10)
+
+        def has_unfinished(*args: Any, **kwargs: Any) -> bool:
+            # generate's stop test reads `unfinished_sequences.max() == 0` (StopCheck): a value no fake
+            # tensor has; the loop instead runs exactly max_new_tokens times (one token per iteration)
+            steps[0] -= 1
+            done = total - steps[0] - 1
+            if done and done % every == 0:      # a long trace says where it is (stderr: --json stays clean)
+                print(f"hpcmem trace: generate {done}/{total} tokens (step {self.state.global_step + 1})",
+                      file=sys.stderr, flush=True)
+            return steps[0] >= 0
+
+        # on the mixin: a PeftModel's generate runs its base model's loop
+        with patched(GenerationMixin, "_has_unfinished_sequences", has_unfinished):
+            out = unwrapped.generate(**inputs, generation_config=self.generation_config)
+    del out

@@ -22,6 +22,7 @@ from hpcmem.errors import SpecError
 from hpcmem.spec import JobSpec
 from hpcmem.trace.data import design_batch
 from hpcmem.trace.result import TraceResult, versions
+from hpcmem.trainers import entry
 
 Kernels = Literal["cuda", "cpu"]
 KERNELS: tuple[str, ...] = ("cuda", "cpu")
@@ -79,7 +80,7 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
             trainer, num_params = _build(job, design, generation)
             if steps is not None:
                 trainer.args.max_steps = steps
-            if job.train.trainer not in ("grpo", "rloo"):    # GRPO/RLOO collate nothing (identity on prompts)
+            if not entry(job.train.trainer).generates:    # generating trainers collate nothing (identity on prompts)
                 trainer.data_collator = fake_collator(trainer.data_collator, oracle, tracker)
             _offload(job, trainer, tracker, notes)
             result = _train(trainer, tracker, oracle)
@@ -143,23 +144,9 @@ def _trace_steps(steps: int | None) -> Any:
 
 
 def trainer_notes(job: JobSpec, generation: bool = False) -> list[str]:
-    """What the trace does differently from a real run of a non-SFT trainer."""
-    t = job.train
-    if t.trainer == "dpo":
-        from hpcmem.trace.pref import PRECOMPUTE_NOTE
-
-        notes = ["DPO: the reference model (full fine-tuning) is a second model built from the config in the "
-                 "policy's dtype, as TRL's create_model_from_path(dtype=model.dtype) loads it"] \
-            if not (t.use_peft or t.precompute_ref_log_probs) else []
-        return notes + ([PRECOMPUTE_NOTE] if t.precompute_ref_log_probs else [])
-    if t.trainer in ("grpo", "rloo"):
-        from hpcmem.trace.rl import rl_notes
-
-        return rl_notes(job, generation)
-    if t.trainer == "reward":
-        return ["reward: AutoModelForSequenceClassification.from_config(num_labels=1) stands for the checkpoint TRL "
-                "loads" + ("; LoRA task_type SEQ_CLS (score head trained as a module to save)" if t.use_peft else "")]
-    return []
+    """What the trace does differently from a real run of the trainer (its registry hook `trace_notes`)."""
+    notes = entry(job.train.trainer).hook("trace_notes")
+    return list(notes(job, generation)) if notes is not None else []
 
 
 def _check_single_gpu(job: JobSpec) -> None:

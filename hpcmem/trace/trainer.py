@@ -14,13 +14,15 @@ from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.spec import JobSpec
-from hpcmem.trace.data import BatchDesign, make_dataset, make_tokenizer
-from hpcmem.trace.hf_config import attn_implementation_arg, catalog_config, hf_config_dict
+from hpcmem.trace import pieces
+from hpcmem.trace.data import BatchDesign, make_dataset
+from hpcmem.trace.hf_config import attn_implementation_arg
+from hpcmem.trainers import REGISTRY, entry
 
 # Optimizers the trace can build on CPU (bitsandbytes kernels need a GPU). "adamw_torch_foreach" is hpcmem's name for
 # torch AdamW with foreach=True (HF's "adamw_torch" leaves foreach to torch, which picks it on CUDA).
 TRACEABLE_OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach", "adafactor", "sgd")
-TRACEABLE_TRAINERS = ("sft", "dpo", "reward", "grpo", "rloo")
+TRACEABLE_TRAINERS = tuple(name for name, e in REGISTRY.items() if e.hooks.trace_build)
 TRACE_STEPS = 2          # optimizer states are born in step 1; the steady peak is in step 2
 MAX_TRACED_ACCUMULATION = 2   # SFT/DPO/Reward: from the second micro-batch on, every one holds the same memory
 
@@ -31,23 +33,18 @@ def check_traceable(job: JobSpec) -> list[str]:
     if t.trainer not in TRACEABLE_TRAINERS:
         problems.append(f"the trace runs {', '.join(TRACEABLE_TRAINERS)}; trainer {t.trainer!r} is estimated "
                         "analytically")
-    if t.trainer in ("dpo", "reward"):
-        if t.packing or t.padding_free:
-            problems.append(f"{t.trainer}: packing/padding_free are not traced (TRL {t.trainer} pads every pair)")
-        if t.max_length is None or t.max_length < 4:
-            problems.append(f"{t.trainer}: the trace needs max_length ≥ 4 (the longest chosen/rejected sequence)")
-        if t.activation_offloading:
-            problems.append(f"{t.trainer}: activation_offloading is traced for SFT only")
-    if t.trainer in ("grpo", "rloo"):
-        from hpcmem.trace.rl import check_rl
-
-        problems += check_rl(job)
+    trainer_check = entry(t.trainer).hook("trace_check") if t.trainer in TRACEABLE_TRAINERS else None
+    if trainer_check is not None:
+        problems += trainer_check(job)
     if t.quantized:
         problems.append("load_in_4bit/load_in_8bit need bitsandbytes on a GPU; the trace cannot run QLoRA")
     if t.optim not in TRACEABLE_OPTIMIZERS:
         problems.append(f"optim {t.optim!r} needs bitsandbytes; traceable: {', '.join(TRACEABLE_OPTIMIZERS)}")
     if t.fp16:
         problems.append("fp16 autocast with a GradScaler is not traced on CPU; use bf16 (the TRL default)")
+    if t.torch_compile:
+        problems.append("torch_compile: inductor's compiled graph is not traced on fake tensors (the estimate is the "
+                        "eager step's)")
     if t.attn_implementation not in ("sdpa", "eager"):
         problems.append(f"attn_implementation {t.attn_implementation!r}: the trace runs sdpa or eager "
                         "(flash-attn kernels need CUDA)")
@@ -61,23 +58,9 @@ def require_traceable(job: JobSpec) -> None:
 
 
 def model_config(job: JobSpec) -> Any:
-    from transformers import AutoConfig
-
-    if job.model.learned is not None:       # a learned profile carries its config.json (the decoder is built)
-        from hpcmem.models.profile import backbone_config
-
-        cfg = backbone_config(job.model.learned.config)
-    else:
-        cfg = dict(catalog_config(job.model) or hf_config_dict(job.model))
-    cfg = copy.deepcopy(cfg)                # transformers standardises nested dicts (rope_scaling) in place
-    for key in ("architectures", "torch_dtype", "dtype", "quantization_config", "auto_map", "transformers_version"):
-        cfg.pop(key, None)      # not architecture: the trace sets dtype itself and never quantizes
-    model_type = cfg.pop("model_type")
-    config = AutoConfig.for_model(model_type, **cfg)
-    if (getattr(config, "pad_token_id", None) or 0) >= config.vocab_size:
-        # a class default (Phi-3: 32000) past a smaller vocabulary; the trace's tokenizer pads with id 0 anyway
-        config = AutoConfig.for_model(model_type, **{**cfg, "pad_token_id": None})
-    return config
+    """The model's transformers config, found and built as the probe builds it (hpcmem.trace.pieces: a learned
+    profile's own config.json first); the trace sets the dtype itself and never quantizes."""
+    return pieces.auto_config(pieces.config_dict(job.model.name, job.model))
 
 
 def load_dtype(job: JobSpec) -> Any:
@@ -93,7 +76,7 @@ def build_model(job: JobSpec) -> Any:
     from transformers import AutoModelForCausalLM
 
     attn = attn_implementation_arg(job.train)
-    if job.train.trainer == "reward":
+    if entry(job.train.trainer).head == "score":
         # RewardTrainer's create_model_from_path: AutoModelForSequenceClassification with num_labels=1; the pad id
         # tells the head which position is the last token of each row (the trace's tokenizer pads with 0)
         from transformers import AutoModelForSequenceClassification
@@ -118,14 +101,8 @@ def build_model_in_dtype(job: JobSpec) -> Any:
 
 
 def peft_config(job: JobSpec) -> Any:
-    """trl.trainer.utils.get_peft_config with ModelConfig defaults (dropout 0.05, bias none, CAUSAL_LM)."""
-    t = job.train
-    if not t.use_peft:
-        return None
-    from peft import LoraConfig
-
-    return LoraConfig(task_type="CAUSAL_LM", r=t.lora_r, lora_alpha=t.lora_alpha, lora_dropout=0.05, bias="none",
-                      target_modules=_peft_targets(t.lora_target_modules))
+    """TRL's LoRA config of the job (hpcmem.trace.pieces, shared with the probe)."""
+    return pieces.peft_config(job)
 
 
 def common_args(job: JobSpec, output_dir: str | None = None) -> dict[str, Any]:
@@ -139,7 +116,8 @@ def common_args(job: JobSpec, output_dir: str | None = None) -> dict[str, Any]:
         gradient_accumulation_steps=traced_accumulation(job),
         gradient_checkpointing=t.gradient_checkpointing,
         gradient_checkpointing_kwargs=dict(t.gradient_checkpointing_kwargs) or None,
-        bf16=t.bf16, fp16=t.fp16, optim=optim, max_length=t.max_length, pad_to_multiple_of=t.pad_to_multiple_of,
+        bf16=t.bf16, fp16=t.fp16, optim=optim, max_grad_norm=t.max_grad_norm, max_length=t.max_length,
+        pad_to_multiple_of=t.pad_to_multiple_of,
         activation_offloading=False,     # emulated by hpcmem.trace.offload (TRL's needs a CUDA/XPU accelerator)
         train_sampling_strategy="sequential", report_to="none", disable_tqdm=True, logging_steps=10_000,
         save_strategy="no", use_cpu=True, dataloader_num_workers=0, seed=0,
@@ -157,29 +135,15 @@ def sft_config(job: JobSpec, output_dir: str | None = None) -> Any:
 def traced_accumulation(job: JobSpec) -> int:
     """Micro-batches per traced step. GRPO/RLOO keep all of them: one generation round covers B × steps_per_generation
     (= gradient_accumulation_steps) rows, so the generation batch and its buffers grow with the accumulation."""
-    if job.train.trainer in ("grpo", "rloo"):
+    if entry(job.train.trainer).generates:
         return job.train.gradient_accumulation_steps
     return min(job.train.gradient_accumulation_steps, MAX_TRACED_ACCUMULATION)
 
 
 def build_trainer(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generation: bool = False) -> Any:
-    """TRL's SFTTrainer around `model`. With `fake`, the two adjustments a fake model needs (see `_fake_trainer`)."""
-    from trl import SFTTrainer
-
-    if job.train.trainer in ("grpo", "rloo"):
-        from hpcmem.trace.rl import build_rl
-
-        trainer = build_rl(job, model, design, fake=fake, generation=generation)
-    elif job.train.trainer in ("dpo", "reward"):
-        from hpcmem.trace.pref import build_dpo, build_reward
-
-        trainer = (build_dpo if job.train.trainer == "dpo" else build_reward)(job, model, design, fake=fake)
-    else:
-        num_micro_batches = TRACE_STEPS * traced_accumulation(job)
-        dataset = make_dataset(design, num_micro_batches, job.model.vocab_size)
-        cls = _fake_trainer() if fake else SFTTrainer
-        trainer = cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=make_tokenizer(),
-                      peft_config=peft_config(job))
+    """TRL's own trainer around `model`, built by the trainer's registry hook (`trace_build`). With `fake`, the
+    adjustments a fake model needs (no `_move_model_to_device`, no device placement)."""
+    trainer = entry(job.train.trainer).hook("trace_build")(job, model, design, fake=fake, generation=generation)
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     for callback in (PrinterCallback, ProgressCallback):    # they print the final metrics to stdout
@@ -188,6 +152,17 @@ def build_trainer(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, 
         # accelerate's prepare_model calls model.to(device): a module of fake parameters cannot swap them.
         trainer.accelerator.device_placement = False
     return trainer
+
+
+def build_sft(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generation: bool = False) -> Any:
+    """TRL's SFTTrainer around `model` on the design's pre-tokenized rows."""
+    from trl import SFTTrainer
+
+    num_micro_batches = TRACE_STEPS * traced_accumulation(job)
+    dataset = make_dataset(design, num_micro_batches, job.model.vocab_size)
+    cls = _fake_trainer() if fake else SFTTrainer
+    return cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=pieces.tokenizer(),
+               peft_config=peft_config(job))
 
 
 def _fake_trainer() -> type:
@@ -200,10 +175,3 @@ def _fake_trainer() -> type:
             return None
 
     return FakeModelSFTTrainer
-
-
-def _peft_targets(targets: tuple[str, ...]) -> list[str] | str | None:
-    """peft's LoraConfig takes the special value "all-linear" only as a plain string (peft/tuners/tuners_utils.py)."""
-    if "all-linear" in targets:
-        return "all-linear"
-    return list(targets) or None

@@ -1,0 +1,91 @@
+"""What TRL 1.16's DistillationTrainer adds to a generating step: the teacher and the chunked divergence loss.
+
+The step (trl/trainer/distillation_trainer.py): the student generates B × gradient_accumulation_steps completions
+(the generic generation phases, hpcmem.estimate.trainers), then per micro-batch runs its backbone (no LM head) with
+gradients, the teacher's backbone without (`_compute_loss`, `torch.no_grad`), and `_chunked_divergence_loss`:
+both hidden states of the N scored completion positions go through `ChunkedDivergenceFunction`
+(trl/kernels/chunked_divergence.py), which projects them onto both LM heads in [4096, 32768] tiles and never holds
+either model's [N, V] logits. What the GPU holds, by instant:
+
+- resident: the teacher's weights — a full replica per GPU in its load dtype (16-bit under DeepSpeed, whose
+  `prepare_deepspeed` runs it at ZeRO stage 0), a 1/N partition under ZeRO-3 or FSDP (`accelerator.prepare_model`);
+- forward, after the student's backbone: the teacher's no-grad pass (one layer's intermediates, its full
+  last_hidden_state [B, S, H_t]), then the loss's two fp32 tiles and nine fp32 statistics per position, with the
+  teacher's full last hidden state still referenced;
+- kept for backward: both compact hidden states [N, H] and [N, H_t] (Triton path: `h[valid]`), and three fp32
+  statistics per position;
+- backward of the loss: an fp32 grad_hidden [N, H], an fp32 grad_weight [V, H] when the head trains, the two tiles
+  and the tile's cast, then the gradient scattered back over all T positions.
+The teacher never sees a gradient, an optimizer state or a generation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hpcmem.estimate.breakdown import Component
+from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes
+from hpcmem.estimate.shape import MicroBatch, Precision
+from hpcmem.estimate.states import ParamParts, param_parts
+from hpcmem.estimate.trainers import TrainerExtras, reference_bytes
+from hpcmem.spec import DTYPES, JobSpec, ModelSpec
+
+FP32 = 4
+STATS = 9            # s_max, s_sum, s_x_sum, t_max, t_sum, t_weighted_gap, s_weighted_gap, jsd, kl_student
+SAVED_STATS = 3      # s_log_z, t_log_z, aux
+
+
+def teacher_of(job: JobSpec) -> ModelSpec:
+    if job.teacher is None:
+        raise ValueError("distillation needs the teacher's ModelSpec (teacher_model_name_or_path)")
+    return job.teacher
+
+
+def teacher_weight_bytes(job: JobSpec) -> int:
+    """Bytes per teacher weight as loaded: teacher_model_init_kwargs' dtype, else the student's (TRL's script passes
+    ModelConfig's dtype to both)."""
+    return DTYPES.get(job.train.teacher_dtype, 2)
+
+
+def extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerExtras:
+    """The teacher's weights, resident through every phase, placed like a reference model."""
+    par = job.parallel
+    teacher = teacher_of(job)
+    as_loaded = replace(job, model=teacher, train=replace(job.train, dtype=job.train.teacher_dtype))
+    where = "partition" if (par.deepspeed and par.zero_stage == 3) or par.fsdp else "full replica per GPU"
+    return TrainerExtras(resident=(Component(name="teacher model", bytes=reference_bytes(as_loaded,
+                                                                                        param_parts(teacher)),
+                                             note=f"{teacher.name}, {where}, no gradient"),),
+                         phases=(), vllm_pool=0, vllm_pool_asleep=0, notes=())
+
+
+def teacher_pass(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
+    """The teacher's no-grad backbone pass over the micro-batch: its input and output hidden states, one layer's
+    widest intermediates, RoPE; its last hidden state [B, S, H_t] stays for the loss."""
+    t = teacher_of(job)
+    act = 2 if prec.act == 2 or teacher_weight_bytes(job) == 2 else 4
+    inter = t.moe_intermediate_size * t.num_experts_per_tok if t.is_moe else t.intermediate_size
+    hidden = mb.tokens * t.hidden_size * max(act, teacher_weight_bytes(job))
+    return 3 * hidden + 3 * mb.tokens * inter * act + 2 * mb.tokens * t.head_dim * FP32
+
+
+def loss(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool) -> LossBytes:
+    """`_chunked_divergence_loss` on the CUDA (Triton) path, as the trace maps it (hpcmem.trace.kernels)."""
+    m, t = job.model, teacher_of(job)
+    n, v = mb.label_tokens, m.vocab_size
+    hs, ht = prec.residual, max(prec.act, teacher_weight_bytes(job))
+    rows = min(n, TOKEN_CHUNK_SIZE)
+    tiles = 2 * rows * min(v, VOCAB_CHUNK_SIZE) * FP32
+    weight_cast = min(v, VOCAB_CHUNK_SIZE) * (m.hidden_size + t.hidden_size) * prec.act if prec.weight != prec.act \
+        else 0
+    chunk_cast = rows * m.hidden_size * prec.act if hs != prec.act else 0
+    teacher_hidden = mb.tokens * t.hidden_size * ht       # the teacher's last hidden state, referenced till the end
+    saved = n * (m.hidden_size * hs + t.hidden_size * ht) + n * SAVED_STATS * FP32 + mb.tokens
+    fwd = max(teacher_pass(job, mb, prec), teacher_hidden + tiles + STATS * n * FP32 + weight_cast + chunk_cast)
+    grad_weight = v * m.hidden_size * (FP32 + prec.weight) if head_trains else 0
+    bwd = tiles + rows * min(v, VOCAB_CHUNK_SIZE) * prec.act + weight_cast + chunk_cast + n * m.hidden_size * (
+        FP32 + hs) + grad_weight
+    note = (f"chunked divergence vs teacher {t.name}: {n} scored tokens, tiles {rows}×{min(v, VOCAB_CHUNK_SIZE)} "
+            "fp32 ×2, no [N, V] logits")
+    return LossBytes(saved=saved, forward_transient=fwd, backward_transient=bwd, note=note,
+                     backbone_gradient=mb.tokens * m.hidden_size * (FP32 + hs))

@@ -1,0 +1,114 @@
+"""LoRA's variants that change what peft holds and saves: modules to save, DoRA, LoRA on parameters.
+
+- lora_modules_to_save (peft/utils/other.py ModulesToSaveWrapper): the named module is deep-copied; the copy trains,
+  the original stays frozen beside it — the copy's weights, gradients and optimizer states in the base dtype.
+  hpcmem sizes lm_head and embed_tokens (V × H each; a tied head gets its own copy) and a reward model's score (H).
+  A trained lm_head copy makes TRL's fused head compute its fp32 [V, H] gradient (it reads the copy's weight: seen
+  in a CPU run), a trained embed_tokens copy a dense [V, H] gradient.
+- use_dora (peft/tuners/lora/dora.py DoraLinearLayer, variants.py DoraLinearVariant.forward): a magnitude vector
+  (out_features, adapter dtype) per adapted linear. Each forward builds the adapter's dense weight through an
+  identity matrix (`lora_B(lora_A(eye(in)))`: [in, in] then [in, out]), an fp32 copy of the base weight and their
+  sum for the column norm — transient, one linear at a time — and keeps for backward the base output and the LoRA
+  output (`(m - 1) * base + m * lora`: [tokens, out] each, in the compute dtype; the fp32 sum is cast back to the
+  base output's dtype at the end of Linear.forward). With dropout (not nn.Identity) DoRA recomputes the base output
+  with `F.linear(x, W)`: x was cast to the adapters' fp32 (Linear.forward `_cast_input_dtype`), so W is copied to fp32
+  and autocast casts that copy back to the compute dtype — a fresh copy of W that the matmul saves for backward.
+- lora_target_parameters (peft/tuners/lora/layer.py ParamWrapper): LoRA on a bare nn.Parameter, in practice the
+  fused experts of an MoE layer (r·(in + out) per expert). During the layer's forward `nn.utils.parametrize` holds
+  the adapted parameter W + ΔW (a fused expert stack: one `baddbmm`, `_LoraFactorsProxy`) in the parameter's dtype,
+  and the expert matmuls save it for their input gradient: one copy of the targeted parameters per layer, kept
+  until that layer's backward. peft refuses it with lora_dropout ≠ 0 or use_dora (hpcmem.rules).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hpcmem.models.params import LinearModule, linear_modules
+from hpcmem.spec import JobSpec
+
+if TYPE_CHECKING:
+    from hpcmem.estimate.lora import LoraLayout
+    from hpcmem.estimate.shape import Precision
+
+SIZED_MODULES = ("lm_head", "embed_tokens", "score")       # lora_modules_to_save names hpcmem sizes
+
+
+def modules_to_save(job: JobSpec) -> tuple[tuple[str, int], ...]:
+    """(name, elements) of each module peft copies for training."""
+    from hpcmem.trainers import entry
+
+    m = job.model
+    sizes = {"lm_head": m.vocab_size * m.hidden_size, "embed_tokens": m.vocab_size * m.hidden_size,
+             "score": m.hidden_size}
+    if entry(job.train.trainer).head == "score":
+        sizes["lm_head"] = 0                          # a reward model has no vocabulary head to copy
+    return tuple((name, sizes[name]) for name in job.train.lora_modules_to_save if name in sizes)
+
+
+def targeted_parameters(job: JobSpec) -> tuple[LinearModule, ...]:
+    """The parameters lora_target_parameters names (peft matches the end of the parameter's name)."""
+    names = job.train.lora_target_parameters
+    return tuple(mod for mod in linear_modules(job.model)
+                 if any(f"{mod.name}.weight".endswith(n) or mod.name.endswith(n) for n in names))
+
+
+def saved_per_token(lora: LoraLayout, mods: tuple[LinearModule, ...], prec: Precision) -> int:
+    """DoRA's base and LoRA outputs kept per token, over all layers, in the compute dtype (the adapters' without
+    autocast)."""
+    if not lora.dora:
+        return 0
+    act = prec.act if prec.amp else lora.adapter_bytes
+    return sum(m.out_features * 2 * act * m.count_per_layer * m.num_layers for m in mods)
+
+
+def saved_weights(lora: LoraLayout, mods: tuple[LinearModule, ...], prec: Precision) -> int:
+    """Weight-sized tensors kept for backward, over all layers: DoRA's autocast copy of the base weight when dropout
+    is on (without autocast the matmul saves W itself); the adapted parameters of lora_target_parameters."""
+    dora = sum(m.in_features * m.out_features * prec.act * m.count_per_layer * m.num_layers
+               for m in mods) if lora.dora and lora.dropout and prec.amp else 0
+    targeted = sum(m.in_features * m.out_features * prec.weight * m.count_per_layer * m.num_layers
+                   for m in lora.targeted)
+    return dora + targeted
+
+
+# DoRA's [tokens, features] temporaries per adapted linear, in bytes per element, for fp32 adapters under bf16
+# autocast (peft's default), measured with hpcmem.trace's tracker on one peft DoRA linear (T = 8192; in = out/4 and
+# in = 4·out to separate the two): the forward's fp32 products `(m - 1) * base`, `m * lora * scaling`, their sum and
+# the sum with the base output before the cast back (variants.py DoraLinearVariant.forward, dora.py
+# DoraLinearLayer.forward); their gradients in backward (the fp32 gradient of that sum, one per product and the
+# magnitude's [tokens, out] product before its reduction); dropout adds the dropped fp32 input and its casts.
+DORA_FORWARD = {"out": 6.0, "in": 0.5}
+DORA_FORWARD_DROPOUT = {"out": 3.0, "in": 1.0}
+# the output side of DoRA's backward (replaces LoRA's when larger): 20 measured on the one linear, less what the layer's
+# estimate already holds at that instant — the linear's own saved base and LoRA outputs (4) and its output gradient (2)
+DORA_BACKWARD_OUT = 14.0
+DORA_BACKWARD_DROPOUT_IN = 5.0       # dropout's input side, on top
+
+
+def _forward_output(lora: LoraLayout, m: LinearModule, tokens: int) -> int:
+    per = DORA_FORWARD["out"] * m.out_features + DORA_FORWARD["in"] * m.in_features
+    if lora.dropout:
+        per += DORA_FORWARD_DROPOUT["out"] * m.out_features + DORA_FORWARD_DROPOUT["in"] * m.in_features
+    return int(tokens * per)
+
+
+def forward_transient(lora: LoraLayout, tokens: int) -> int:
+    """DoRA's forward temporaries of the worst adapted linear, one linear at a time: first its weight norm (eye
+    [in, in], lora_A(eye) [in, r], the dense adapter weight [in, out], the base weight's fp32 copy and its sum with the
+    scaled adapter weight, in the adapter dtype), then its fp32 output products (DORA_FORWARD)."""
+    if not (lora.enabled and lora.dora and lora.adapted):
+        return 0
+    return max(max((m.in_features * (m.in_features + lora.r) + 4 * m.in_features * m.out_features)
+                   * lora.adapter_bytes, _forward_output(lora, m, tokens)) for m in lora.adapted)
+
+
+def backward_transient(lora: LoraLayout, mods: tuple[LinearModule, ...], tokens: int, lora_per_input: int) -> int:
+    """The worst adapted linear's backward temporaries under DoRA: LoRA's input side (`lora_per_input` bytes per
+    input element, hpcmem.estimate.lora.backward_transient) or DoRA's output side, whichever is larger, plus
+    dropout's input side (measured as DORA_* above)."""
+    def one(m: LinearModule) -> int:
+        side = max(tokens * m.in_features * lora_per_input, int(tokens * m.out_features * DORA_BACKWARD_OUT))
+        return side + (int(tokens * m.in_features * DORA_BACKWARD_DROPOUT_IN) if lora.dropout else 0)
+
+    return max((one(m) for m in mods), default=0)

@@ -1,0 +1,102 @@
+"""Every field of TRL's ModelConfig, its seven trainer configs and transformers' TrainingArguments is classified —
+modelled, no memory effect (with why), or refused (with why) — read from TRL's own dataclasses, so a TRL upgrade
+that adds or moves a field fails here until it is classified. Refused values are refused by `build_job`, before
+anything is estimated or submitted."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import pytest
+
+from hpcmem.errors import SpecError
+from hpcmem.trainers import REGISTRY
+from hpcmem.trainers.fields import MODELLED, NO_EFFECT, REFUSED, classify, declared
+from hpcmem.trl_config import build_job
+
+trl = pytest.importorskip("trl")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.torch
+
+
+def trl_classes() -> dict[str, type]:
+    return {"TrainingArguments": transformers.TrainingArguments, "ModelConfig": trl.ModelConfig,
+            **{e.config_class: getattr(trl, e.config_class) for e in REGISTRY.values()}}
+
+
+def test_declared_fields_are_trls():
+    classes = trl_classes()
+    base = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
+    for name, cls in classes.items():
+        own = [f.name for f in dataclasses.fields(cls)
+               if name in ("TrainingArguments", "ModelConfig") or f.name not in base]
+        assert list(declared()[name]) == own, name
+    assert set(declared()) == set(classes)
+
+
+def test_every_field_is_classified_with_a_reason():
+    table: dict[str, Counter] = {}
+    missing = []
+    for cls_name, cls in trl_classes().items():
+        for f in dataclasses.fields(cls):
+            if cls_name not in ("TrainingArguments", "ModelConfig") and f.name in declared()["TrainingArguments"]:
+                continue                     # a TrainingArguments field a TRL config re-declares with its default
+            field = classify(cls_name, f.name)
+            if field is None:
+                missing.append(f"{cls_name}.{f.name}")
+                continue
+            assert field.kind in (MODELLED, NO_EFFECT, REFUSED) and len(field.why) > 10, (cls_name, f.name)
+            table.setdefault(cls_name, Counter())[field.kind] += 1
+    assert not missing, "unclassified TRL fields: " + ", ".join(missing)
+    for cls_name, counts in sorted(table.items()):
+        print(f"{cls_name:20} " + ", ".join(f"{k} {counts[k]}" for k in (MODELLED, NO_EFFECT, REFUSED)))
+
+
+# A non-default value for every refused field (the one TRL would act on)
+REFUSED_VALUES = {
+    "use_liger_kernel": True, "liger_kernel_config": {"rms_norm": True}, "use_cache": True,
+    "parallelism_config": {"cp_size": 2}, "fsdp": "full_shard", "fsdp_config": {"version": 2},
+    "deepspeed": "ds_config.json", "eval_packing": True, "generation_kwargs": {"num_beams": 4},
+    "use_transformers_continuous_batching": True, "transformers_continuous_batching_config": {"block_size": 32},
+    "use_transformers_paged": True,
+}
+
+
+@pytest.mark.parametrize("trainer", list(REGISTRY))
+def test_refused_fields_are_refused_before_anything_runs(trainer):
+    e = REGISTRY[trainer]
+    shared = declared()["TrainingArguments"] + declared()["ModelConfig"]
+    base = {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "per_device_train_batch_size": 8,
+            "teacher_model_name_or_path": "Qwen/Qwen2.5-1.5B" if trainer == "distillation" else None}
+    tried = 0
+    for name in list(shared) + list(declared()[e.config_class]):
+        field = classify(e.config_class, name)
+        if field.kind != REFUSED:
+            continue
+        value = REFUSED_VALUES.get(name, 0.1 if isinstance(field.default, float) else True)
+        with pytest.raises(SpecError, match=name):
+            build_job(trainer, {**base, name: value})
+        build_job(trainer, {**base, name: field.default})          # TRL's default is accepted
+        tried += 1
+    assert tried >= 6
+
+
+def test_a_field_of_another_trainers_config_is_refused():
+    with pytest.raises(SpecError, match="desirable_weight is a KTOConfig field; SFTConfig has no desirable_weight"):
+        build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "desirable_weight": 2.0})
+    job, passed = build_job("kto", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "per_device_train_batch_size": 2,
+                                    "desirable_weight": 2.0, "dataset_name": "trl-lib/kto-mix-14k"})
+    assert passed == ["dataset_name", "desirable_weight"]      # no memory effect; not a TRL config field
+
+
+def test_transformers_new_checkpointing_names_win_as_in_training_arguments():
+    """activation_checkpointing is TrainingArguments' name since transformers 5; when set it decides, whatever the
+    deprecated gradient_checkpointing says (training_args.py __post_init__) — a real memory difference."""
+    on, _ = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B"})
+    off, _ = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "activation_checkpointing": False,
+                               "gradient_checkpointing": True})
+    args = transformers.TrainingArguments(output_dir="/tmp/x", activation_checkpointing=False,
+                                          gradient_checkpointing=True, use_cpu=True)
+    assert on.train.gradient_checkpointing and off.train.gradient_checkpointing is args.gradient_checkpointing is False
