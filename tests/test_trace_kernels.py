@@ -135,3 +135,20 @@ def test_cuda_trace_of_a_tiny_model_rounds_and_maps():
     assert any("flash attention" in n for n in r.reimplemented)
     assert any("Triton" in n for n in r.reimplemented)
     assert r.to_json()["trace"]["kernels"] == "cuda"
+
+
+def test_the_fused_head_patch_leaves_no_stand_in_behind_in_modules_imported_later():
+    """A module that copies chunked_logprob's names at import (chunked_divergence, the distillation trainer) keeps the
+    originals when the trace's fused-head patch was the first to load them (fresh interpreter: nothing imported)."""
+    import subprocess
+    import sys
+
+    code = ("from hpcmem.trace.kernels import _fused_head_triton\n"
+            "with _fused_head_triton([]):\n"
+            "    import trl.kernels.chunked_divergence, trl.trainer.distillation_trainer\n"   # as cuda_mapping does
+            "import trl.kernels.chunked_logprob as c, trl.kernels.chunked_divergence as d\n"
+            "import trl.trainer.distillation_trainer as t\n"
+            "assert d._use_triton is c._use_triton and t._use_triton is c._use_triton, 'stand-in kept'\n"
+            "assert d._addmm_fp32 is c._addmm_fp32, 'stand-in kept'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -139,6 +139,12 @@ def _fused_head_triton(notes: list[str]) -> Iterator[None]:
     import trl.kernels.chunked_logprob as chunked
     import trl.trainer.utils as trl_utils
 
+    # Modules that `from chunked_logprob import _use_triton, _addmm_fp32` must bind the originals: imported for the
+    # first time inside the patches below, they would keep the stand-ins for the rest of the process (a real CPU run
+    # of DistillationTrainer after a trace then took the Triton path and failed).
+    import trl.kernels.chunked_divergence  # noqa: F401
+    import trl.trainer.distillation_trainer  # noqa: F401
+
     from hpcmem.trace.fakeenv import patched
 
     def addmm_fp32(acc: Any, a: Any, b: Any) -> None:
