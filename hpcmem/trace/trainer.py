@@ -8,7 +8,6 @@ head (`add_fused_lm_head`), and `Trainer` applies `gradient_checkpointing_enable
 
 from __future__ import annotations
 
-import copy
 import tempfile
 from typing import Any
 

@@ -43,6 +43,7 @@ def write_trl_yaml(path: Path, tiny: Path, output_dir: Path, **fields) -> Path:
         "report_to": "none", "dataloader_num_workers": 0, "seed": 0,
     }
     data.update(fields)
+    data = {k: v for k, v in data.items() if v is not None}    # None: leave the field out (GRPOConfig has no max_length)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
