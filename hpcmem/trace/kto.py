@@ -108,13 +108,6 @@ def build(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generati
 def _kto_class(fake: bool) -> type:
     from trl import KTOTrainer
 
-    class TracedKTOTrainer(KTOTrainer):
-        def _precompute_ref_logps(self, dataset: Any, name: str, batch_size: int) -> Any:
-            n = len(dataset)
-            return dataset.add_column("ref_logps", [0.0] * n).add_column("ref_KL_logps", [0.0] * n)
+    from hpcmem.trace.pref import traced_trainer_class
 
-        if fake:
-            def _move_model_to_device(self, model: Any, device: Any) -> None:
-                return None
-
-    return TracedKTOTrainer
+    return traced_trainer_class(KTOTrainer, ("ref_logps", "ref_KL_logps"), fake)

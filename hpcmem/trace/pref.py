@@ -96,16 +96,25 @@ def no_hash(trainer_module: Any) -> Any:
 def _dpo_class(fake: bool) -> type:
     from trl import DPOTrainer
 
-    class TracedDPOTrainer(DPOTrainer):
+    return traced_trainer_class(DPOTrainer, ("ref_chosen_logps", "ref_rejected_logps"), fake)
+
+
+def traced_trainer_class(base: type, ref_columns: tuple[str, ...], fake: bool) -> type:
+    """`base` with precomputed reference log-probs as zero columns (no reference forward over the dataset) and,
+    under fake tensors, no move of the model to a device (DPO and KTO precompute the same way)."""
+
+    class Traced(base):  # type: ignore[misc, valid-type]
         def _precompute_ref_logps(self, dataset: Any, name: str, batch_size: int) -> Any:
-            n = len(dataset)
-            return dataset.add_column("ref_chosen_logps", [0.0] * n).add_column("ref_rejected_logps", [0.0] * n)
+            for column in ref_columns:
+                dataset = dataset.add_column(column, [0.0] * len(dataset))
+            return dataset
 
         if fake:
             def _move_model_to_device(self, model: Any, device: Any) -> None:
                 return None
 
-    return TracedDPOTrainer
+    Traced.__name__ = Traced.__qualname__ = f"Traced{base.__name__}"
+    return Traced
 
 
 def _reward_class(fake: bool) -> type:
