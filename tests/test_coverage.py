@@ -175,3 +175,14 @@ def test_coverage_outcomes_count_every_decoder_type_once():
     got = outcomes(rows, records)
     assert got == {"within 3 %": ["a"], "over 3 %": ["b"], "failed": ["c", "f"], "not measured": ["g"],
                    "refused": ["d"]}
+
+
+@pytest.mark.parametrize("bad, rule", [("x", "must be an integer"), (1e30, "must be an integer")])
+def test_learn_refuses_a_config_of_the_wrong_types_in_one_line_before_tracing(tmp_path, bad, rule):
+    """The config is checked as `hpcmem estimate` checks it (hpcmem.inputs): exit 2, one line, no traceback."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": bad}))
+    done = subprocess.run([sys.executable, "-m", "hpcmem", "models", "learn", str(config)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "hidden_size" in done.stderr and rule in done.stderr

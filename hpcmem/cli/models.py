@@ -78,10 +78,14 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
     folder, or a catalog id. `hpcmem estimate` then finds the profile by the config's hash, without torch."""
     from pathlib import Path
 
+    from hpcmem.inputs.model_config import check_model_config
+
+    cfg = model_config_dict(name)
+    check_model_config(cfg, name)      # the estimate's own type and range checks, before torch is imported
+
     from hpcmem.models.profile import save_profile
     from hpcmem.trace.learn import learn, stderr_progress
 
-    cfg = model_config_dict(name)
     profile = learn(cfg, name, dtypes=dtypes or ("float32", "bfloat16"), workers=workers, progress=stderr_progress)
     path = save_profile(profile, Path(out_dir) / "profiles" if out_dir else None)
     summary = {"profile": str(path), "model_type": profile.model_type, "num_params": profile.total,
