@@ -114,6 +114,18 @@ def test_coefficients_are_the_committed_fit():
         assert set(COEFFICIENTS[mode]) == set(TERMS)
 
 
+def test_fit_is_least_absolute_deviations_with_non_negative_coefficients():
+    """Known answers by hand: one column of ones fits the median of y, not the mean (a least-squares fit of
+    1, 2, 3, 4, 100 gives 22); y = 2·x exactly except one outlier keeps the slope 2; a column that only hurts gets 0."""
+    from hpcmem.bench.reserved_fit import lad
+
+    assert lad([[1.0]] * 5, [1.0, 2.0, 3.0, 4.0, 100.0]) == pytest.approx([3.0], abs=1e-4)
+    xs = [float(i) for i in range(1, 8)]
+    ys = [2 * v for v in xs[:-1]] + [100.0]
+    assert lad([[v] for v in xs], ys) == pytest.approx([2.0], abs=1e-4)
+    assert lad([[v, -v] for v in xs], [2 * v for v in xs]) == pytest.approx([2.0, 0.0], abs=1e-4)
+
+
 def test_reserved_is_never_below_allocated_over_the_case_matrix():
     import dataclasses
 

@@ -101,6 +101,7 @@ def nnls(a: list[list[float]], b: list[float], yy: float) -> list[float]:
 
 
 def weighted_nnls(x: list[list[float]], y: list[float], w: list[float]) -> list[float]:
+    """min Σ w·(Xc − y)² over c ≥ 0: the k × k normal equations, then `nnls`."""
     k = len(x[0])
     a = [[sum(wi * r[i] * r[j] for r, wi in zip(x, w, strict=True)) for j in range(k)] for i in range(k)]
     b = [sum(wi * r[i] * v for r, v, wi in zip(x, y, w, strict=True)) for i in range(k)]
@@ -111,7 +112,8 @@ def lad(x: list[list[float]], y: list[float], *, floor: float = 1e-5, steps: int
     """min Σ|Xc − y| over c ≥ 0 by iteratively reweighted least squares (module docstring)."""
     c = weighted_nnls(x, y, [1.0] * len(y))
     for _ in range(steps):
-        w = [1.0 / max(abs(sum(ci * ri for ci, ri in zip(c, r, strict=True)) - v), floor) for r, v in zip(x, y, strict=True)]
+        residuals = [sum(ci * ri for ci, ri in zip(c, r, strict=True)) - v for r, v in zip(x, y, strict=True)]
+        w = [1.0 / max(abs(e), floor) for e in residuals]
         new = weighted_nnls(x, y, w)
         if max(abs(p - q) for p, q in zip(new, c, strict=True)) < 1e-9:
             return new
