@@ -85,7 +85,9 @@ def test_table_per_cell_and_peak(records: Path) -> None:
     assert any("uncalibrated" in n for n in report.notes)
 
 
-def test_fit_stores_calibration_with_provenance_and_held_out_split(records: Path) -> None:
+def test_fit_stores_calibration_with_provenance_and_held_out_split(records: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(records)       # a checkout's records: the shipped file names them relative to it
     report = against_probes([records / "probes"], stored=True, fit=True)
     # the driver's name is matched to the catalog's H100-80GB; either name (or an alias) finds the file
     assert report.calibrations == [str(records / "site" / "calibrations" / "h100-80gb.json")]
@@ -95,6 +97,7 @@ def test_fit_stores_calibration_with_provenance_and_held_out_split(records: Path
     prov = cal["provenance"]
     n_test = sum(held_out(f"rec{i:04d}") for i in [*range(20), 99])
     assert (prov["num_records"], prov["num_test_records"]) == (21, n_test) and "sha1" in prov["split"]
+    assert prov["sources"] == ["probes/nvidia-h100-80gb-hbm3.jsonl"]     # no machine's absolute path
     assert cal["context"]["550.54"]["median_bytes"] == pytest.approx(0.5 * GIB, rel=1e-6)
     assert cal["allocator"]["default"]["slope"] == pytest.approx(1.1, rel=1e-3)
     # n < 49 training runs: the conformal margin is the largest need, here the worst training under-estimate (−4 %

@@ -54,6 +54,16 @@ def held_out(record_id: str) -> bool:
     return int(hashlib.sha1(record_id.encode()).hexdigest(), 16) % HOLDOUT_EVERY == 0
 
 
+def _portable(path: str) -> str:
+    """A source path as the shipped calibration keeps it: relative to the working directory when under it (a
+    checkout's estimator/probes/…), so no machine's absolute path is written into a file others install."""
+    p = Path(path).resolve()
+    try:
+        return p.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def fit(records: list[Record], points: list[Point], gpu: str, sources: list[str],
         speed: list[Any] | None = None) -> dict[str, Any]:
     """Fit one GPU's constants from its records and the estimate/measurement points made from them; with `speed`
@@ -78,7 +88,7 @@ def fit(records: list[Record], points: list[Point], gpu: str, sources: list[str]
         "source": f"{len(records)} probe records ({gpu}), driver {main_driver or '-'}, fitted {fitted_at[:10]}",
         "provenance": {
             "fitted_at": fitted_at,
-            "sources": sources, "num_records": len(records),
+            "sources": [_portable(s) for s in sources], "num_records": len(records),
             "num_train_records": len(train_ids), "num_test_records": len(records) - len(train_ids),
             "split": f"held out when sha1(record id) % {HOLDOUT_EVERY} == 0",
             "record_ids_sha1": hashlib.sha1("".join(sorted(r.id for r in records)).encode()).hexdigest(),
