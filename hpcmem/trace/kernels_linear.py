@@ -193,8 +193,8 @@ def _counted(fn: Any) -> Any:
     return call
 
 
-def hybrid_modules(job: Any) -> list[str]:
-    """The modeling modules (of MODULES) the job's model is built from: its type's, and its decoder's."""
+def hybrid_modules(job: Any, modules: tuple[str, ...] = MODULES) -> list[str]:
+    """The modeling modules (of `modules`) the job's model is built from: its type's, and its decoder's."""
     from transformers.models.auto.configuration_auto import model_type_to_module_name
 
     types = {job.model.model_type}
@@ -202,7 +202,7 @@ def hybrid_modules(job: Any) -> list[str]:
         from hpcmem.models.profile import backbone_config
 
         types.add(str(backbone_config(job.model.learned.config).get("model_type", "")))
-    return sorted({m for t in types if t and (m := model_type_to_module_name(t)) in MODULES})
+    return sorted({m for t in types if t and (m := model_type_to_module_name(t)) in modules})
 
 
 @contextlib.contextmanager
