@@ -302,11 +302,12 @@ def mamba_split_conv1d_scan_combined(zxbcdt: Any, conv1d_weight: Any, conv1d_bia
                                         rmsnorm_weight, outproj_weight, outproj_bias, headdim, ngroups)
 
 
-def _refuse(name: str) -> Any:
+def refusal(name: str) -> Any:
+    """A torch fallback's replacement under `--kernels cuda`: fails, so the fallback's memory is never reported."""
     def fallback(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"hpcmem trace --kernels cuda: transformers' torch fallback {name} ran in a Mamba-2 "
-                           "mixer; on a GPU with mamba-ssm the training step takes mamba_split_conv1d_scan_combined "
-                           "(a cached or recurrent path is not mapped)")
+        raise RuntimeError(f"hpcmem trace --kernels cuda: transformers' torch fallback {name} ran in a Mamba mixer; "
+                           "on a GPU with mamba-ssm and causal-conv1d the training step runs their kernels (a cached "
+                           "or recurrent path is not mapped)")
 
     return fallback
 
@@ -322,24 +323,34 @@ def _counted(fn: Any) -> Any:
     return call
 
 
+def replacement_table() -> dict[str, dict[str, Any]]:
+    """modeling module → {function name: what `--kernels cuda` puts there}, Mamba-2 and Mamba-1 mixers."""
+    from hpcmem.trace import kernels_mamba1
+
+    mamba2 = {"mamba2_split_conv1d_scan_combined": mamba_split_conv1d_scan_combined,
+              **{f: refusal(f) for f in FALLBACKS}}
+    table = {m: mamba2 for m in MAMBA2_MODULES}
+    return table | {m: kernels_mamba1.replacements(m)
+                    for m in kernels_mamba1.INNER_MODULES + kernels_mamba1.SCAN_MODULES}
+
+
 @contextlib.contextmanager
 def mamba_kernels(notes: list[str], job: Any) -> Iterator[None]:
-    """Put the fused kernel's stand-in in the job's Mamba-2 modeling module and a refusal in place of every torch
-    fallback there, while the block runs."""
+    """Put mamba-ssm's (and causal-conv1d's) kernels' stand-ins in the job's Mamba modeling module, and a refusal in
+    place of every torch fallback there, while the block runs."""
+    table = replacement_table()
     patched: list[tuple[Any, str, Any]] = []
     _CALLS["n"] = 0
-    for name in hybrid_modules(job, MAMBA2_MODULES):
+    for name in hybrid_modules(job, tuple(table)):
         module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
-        replacements = {"mamba2_split_conv1d_scan_combined": _counted(mamba_split_conv1d_scan_combined),
-                        **{f: _refuse(f) for f in FALLBACKS}}
-        for attr, standin in replacements.items():
+        for attr, standin in table[name].items():
             patched.append((module, attr, getattr(module, attr)))
-            setattr(module, attr, standin)
+            setattr(module, attr, _counted(standin))
     try:
         yield
     finally:
         for module, attr, original in reversed(patched):
             setattr(module, attr, original)
     if _CALLS["n"]:
-        notes.append(f"Mamba-2 mixers: mamba-ssm's mamba_split_conv1d_scan_combined stands in for transformers' "
-                     f"torch fallback in {_CALLS['n']} calls (hpcmem/trace/kernels_mamba.py)")
+        notes.append(f"Mamba mixers: mamba-ssm's and causal-conv1d's kernels stand in for transformers' torch "
+                     f"fallbacks in {_CALLS['n']} calls (hpcmem/trace/kernels_mamba.py, kernels_mamba1.py)")
