@@ -182,15 +182,6 @@ def chunk_gated_delta_rule(query: Any, key: Any, value: Any, g: Any, beta: Any, 
 
 
 STAND_INS = {"causal_conv1d_fn": causal_conv1d_fn, "torch_chunk_gated_delta_rule": chunk_gated_delta_rule}
-_CALLS = {"n": 0}
-
-
-def _counted(fn: Any) -> Any:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        _CALLS["n"] += 1
-        return fn(*args, **kwargs)
-
-    return call
 
 
 def hybrid_modules(job: Any, modules: tuple[str, ...] = MODULES) -> list[str]:
@@ -206,25 +197,42 @@ def hybrid_modules(job: Any, modules: tuple[str, ...] = MODULES) -> list[str]:
 
 
 @contextlib.contextmanager
-def linear_attention_kernels(notes: list[str], job: Any) -> Iterator[None]:
-    """Replace the torch fallbacks of the job's hybrid modeling module with the kernels' stand-ins while the block
-    runs (only that module is imported: the model build imports it anyway)."""
+def stand_ins(table: dict[str, dict[str, Any]]) -> Iterator[list[int]]:
+    """Replace, in each transformers modeling module named in `table` (module name → {function name: stand-in}), the
+    named module-level functions with counting stand-ins while the block runs (only those modules are imported: the
+    model build imports them anyway); yields [calls so far]."""
+    calls = [0]
+
+    def counted(fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[0] += 1
+            return fn(*args, **kwargs)
+
+        return call
+
     patched: list[tuple[Any, str, Any]] = []
-    _CALLS["n"] = 0
-    for name in hybrid_modules(job):
+    for name, functions in table.items():
         try:
             module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
         except ImportError:
             continue
-        for attr, standin in STAND_INS.items():
+        for attr, standin in functions.items():
             if hasattr(module, attr):
                 patched.append((module, attr, getattr(module, attr)))
-                setattr(module, attr, _counted(standin))
+                setattr(module, attr, counted(standin))
     try:
-        yield
+        yield calls
     finally:
         for module, attr, original in reversed(patched):
             setattr(module, attr, original)
-    if _CALLS["n"]:
+
+
+@contextlib.contextmanager
+def linear_attention_kernels(notes: list[str], job: Any) -> Iterator[None]:
+    """Replace the torch fallbacks of the job's hybrid modeling module with the kernels' stand-ins while the block
+    runs."""
+    with stand_ins({name: STAND_INS for name in hybrid_modules(job)}) as calls:
+        yield
+    if calls[0]:
         notes.append(f"linear-attention hybrids: causal-conv1d's and flash-linear-attention's kernels stand in for "
-                     f"transformers' torch fallbacks in {_CALLS['n']} calls (hpcmem/trace/kernels_linear.py)")
+                     f"transformers' torch fallbacks in {calls[0]} calls (hpcmem/trace/kernels_linear.py)")

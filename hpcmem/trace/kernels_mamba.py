@@ -36,11 +36,10 @@ fallback's memory as the GPU's.
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from hpcmem.trace.kernels_linear import _empty, hybrid_modules
+from hpcmem.trace.kernels_linear import _empty, hybrid_modules, stand_ins
 
 SM_COUNT = 132             # torch.cuda.get_device_properties(...).multi_processor_count of an H100/H200 SXM
 MAMBA2_MODULES = ("mamba2", "bamba", "falcon_h1", "granitemoehybrid", "nemotron_h", "zamba2")
@@ -312,17 +311,6 @@ def refusal(name: str) -> Any:
     return fallback
 
 
-_CALLS = {"n": 0}
-
-
-def _counted(fn: Any) -> Any:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        _CALLS["n"] += 1
-        return fn(*args, **kwargs)
-
-    return call
-
-
 def replacement_table() -> dict[str, dict[str, Any]]:
     """modeling module → {function name: what `--kernels cuda` puts there}, Mamba-2 and Mamba-1 mixers."""
     from hpcmem.trace import kernels_mamba1
@@ -339,18 +327,8 @@ def mamba_kernels(notes: list[str], job: Any) -> Iterator[None]:
     """Put mamba-ssm's (and causal-conv1d's) kernels' stand-ins in the job's Mamba modeling module, and a refusal in
     place of every torch fallback there, while the block runs."""
     table = replacement_table()
-    patched: list[tuple[Any, str, Any]] = []
-    _CALLS["n"] = 0
-    for name in hybrid_modules(job, tuple(table)):
-        module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
-        for attr, standin in table[name].items():
-            patched.append((module, attr, getattr(module, attr)))
-            setattr(module, attr, _counted(standin))
-    try:
+    with stand_ins({name: table[name] for name in hybrid_modules(job, tuple(table))}) as calls:
         yield
-    finally:
-        for module, attr, original in reversed(patched):
-            setattr(module, attr, original)
-    if _CALLS["n"]:
+    if calls[0]:
         notes.append(f"Mamba mixers: mamba-ssm's and causal-conv1d's kernels stand in for transformers' torch "
-                     f"fallbacks in {_CALLS['n']} calls (hpcmem/trace/kernels_mamba.py, kernels_mamba1.py)")
+                     f"fallbacks in {calls[0]} calls (hpcmem/trace/kernels_mamba.py, kernels_mamba1.py)")
