@@ -194,10 +194,12 @@ def lora_reference(cfg: dict[str, Any], lo: lay.Layout) -> dict[str, Any] | None
     attention = sorted({x.name.rsplit(".", 1)[-1] for k in lo.kinds for x in k.linears
                         if x.nn_linear and "attn" in x.name.lower()})
     # peft refuses out_proj and conv1d on Mamba-based types (peft/tuners/tuners_utils.py
-    # `_check_lora_target_modules_mamba`): a pure Mamba model then takes every other linear of its layers
+    # `_check_lora_target_modules_mamba`): a pure Mamba model then takes every other linear of its layers — if
+    # there are two or more: TRL's ModelConfig.__post_init__ turns a one-name list into a string, which peft
+    # matches as a regex against the whole module path (no module is found)
     linears = sorted({x.name.rsplit(".", 1)[-1] for k in lo.kinds for x in k.linears if x.nn_linear}
                      - PEFT_MAMBA_REFUSED)
-    for targets in (["all-linear"], attention, linears):
+    for targets in (["all-linear"], attention, linears if len(linears) > 1 else []):
         if not targets:
             continue
         try:
