@@ -36,6 +36,11 @@ Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Map
 8. Linear-attention hybrids (Gated DeltaNet, short convolutions): flash-linear-attention's and causal-conv1d's
    kernels in place of transformers' torch fallbacks, each allocation from the kernels' own wrappers
    (hpcmem/trace/kernels_linear.py).
+9. Mamba mixers: mamba-ssm's fused mamba_split_conv1d_scan_combined for Mamba-2 and its hybrids (conv, chunked
+   scan, gated RMSNorm and out_proj in one autograd Function; hpcmem/trace/kernels_mamba.py), its mamba_inner_fn
+   for Mamba-1 and selective_scan_fn (+ causal-conv1d) for Jamba's and Zamba's Mamba layers
+   (hpcmem/trace/kernels_mamba1.py), in place of transformers' torch fallbacks, each allocation from the kernels'
+   own wrappers; the fallbacks refuse to run.
 
 Not mapped (documented in the result's not_modelled): cuBLAS/cuBLASLt workspaces (constant per handle, seen by
 probes), memory-efficient attention's backward workspace (the masked SDPA path), CUDA autocast's fp32 op list (CPU
@@ -67,6 +72,9 @@ def cuda_mapping(tracker: Any, job: JobSpec) -> Iterator[list[str]]:
         from hpcmem.trace.kernels_linear import linear_attention_kernels
 
         stack.enter_context(linear_attention_kernels(notes, job))    # 8: linear-attention hybrids' kernels
+        from hpcmem.trace.kernels_mamba import mamba_kernels
+
+        stack.enter_context(mamba_kernels(notes, job))               # 9: Mamba mixers' kernels
         notes.append("every block rounded up to 512 bytes (CUDA caching allocator)")
         yield notes
 

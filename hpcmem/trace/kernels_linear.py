@@ -182,19 +182,10 @@ def chunk_gated_delta_rule(query: Any, key: Any, value: Any, g: Any, beta: Any, 
 
 
 STAND_INS = {"causal_conv1d_fn": causal_conv1d_fn, "torch_chunk_gated_delta_rule": chunk_gated_delta_rule}
-_CALLS = {"n": 0}
 
 
-def _counted(fn: Any) -> Any:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        _CALLS["n"] += 1
-        return fn(*args, **kwargs)
-
-    return call
-
-
-def hybrid_modules(job: Any) -> list[str]:
-    """The modeling modules (of MODULES) the job's model is built from: its type's, and its decoder's."""
+def hybrid_modules(job: Any, modules: tuple[str, ...] = MODULES) -> list[str]:
+    """The modeling modules (of `modules`) the job's model is built from: its type's, and its decoder's."""
     from transformers.models.auto.configuration_auto import model_type_to_module_name
 
     types = {job.model.model_type}
@@ -202,29 +193,46 @@ def hybrid_modules(job: Any) -> list[str]:
         from hpcmem.models.profile import backbone_config
 
         types.add(str(backbone_config(job.model.learned.config).get("model_type", "")))
-    return sorted({m for t in types if t and (m := model_type_to_module_name(t)) in MODULES})
+    return sorted({m for t in types if t and (m := model_type_to_module_name(t)) in modules})
+
+
+@contextlib.contextmanager
+def stand_ins(table: dict[str, dict[str, Any]]) -> Iterator[list[int]]:
+    """Replace, in each transformers modeling module named in `table` (module name → {function name: stand-in}), the
+    named module-level functions with counting stand-ins while the block runs (only those modules are imported: the
+    model build imports them anyway); yields [calls so far]."""
+    calls = [0]
+
+    def counted(fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[0] += 1
+            return fn(*args, **kwargs)
+
+        return call
+
+    patched: list[tuple[Any, str, Any]] = []
+    for name, functions in table.items():
+        try:
+            module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+        except ImportError:
+            continue
+        for attr, standin in functions.items():
+            if hasattr(module, attr):
+                patched.append((module, attr, getattr(module, attr)))
+                setattr(module, attr, counted(standin))
+    try:
+        yield calls
+    finally:
+        for module, attr, original in reversed(patched):
+            setattr(module, attr, original)
 
 
 @contextlib.contextmanager
 def linear_attention_kernels(notes: list[str], job: Any) -> Iterator[None]:
     """Replace the torch fallbacks of the job's hybrid modeling module with the kernels' stand-ins while the block
-    runs (only that module is imported: the model build imports it anyway)."""
-    patched: list[tuple[Any, str, Any]] = []
-    _CALLS["n"] = 0
-    for name in hybrid_modules(job):
-        try:
-            module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
-        except ImportError:
-            continue
-        for attr, standin in STAND_INS.items():
-            if hasattr(module, attr):
-                patched.append((module, attr, getattr(module, attr)))
-                setattr(module, attr, _counted(standin))
-    try:
+    runs."""
+    with stand_ins({name: STAND_INS for name in hybrid_modules(job)}) as calls:
         yield
-    finally:
-        for module, attr, original in reversed(patched):
-            setattr(module, attr, original)
-    if _CALLS["n"]:
+    if calls[0]:
         notes.append(f"linear-attention hybrids: causal-conv1d's and flash-linear-attention's kernels stand in for "
-                     f"transformers' torch fallbacks in {_CALLS['n']} calls (hpcmem/trace/kernels_linear.py)")
+                     f"transformers' torch fallbacks in {calls[0]} calls (hpcmem/trace/kernels_linear.py)")

@@ -39,6 +39,7 @@ ROWS = 2
 SEQS = (256, 512, 768)
 PRECISIONS = {"float32": "w4a2", "bfloat16": "w2a2"}
 CELLS = (("full", True), ("lora", True), ("full", False), ("lora", False))
+PEFT_MAMBA_REFUSED = {"out_proj", "conv1d"}
 # The first optimizer step holds every activation term the second does, shifted by the optimizer states born at its
 # end (same bytes at every point of forward and backward, minus those states: compared on Llama, full and LoRA), at
 # half the tracing time.
@@ -192,7 +193,13 @@ def lora_reference(cfg: dict[str, Any], lo: lay.Layout) -> dict[str, Any] | None
 
     attention = sorted({x.name.rsplit(".", 1)[-1] for k in lo.kinds for x in k.linears
                         if x.nn_linear and "attn" in x.name.lower()})
-    for targets in (["all-linear"], attention):
+    # peft refuses out_proj and conv1d on Mamba-based types (peft/tuners/tuners_utils.py
+    # `_check_lora_target_modules_mamba`): a pure Mamba model then takes every other linear of its layers — if
+    # there are two or more: TRL's ModelConfig.__post_init__ turns a one-name list into a string, which peft
+    # matches as a regex against the whole module path (no module is found)
+    linears = sorted({x.name.rsplit(".", 1)[-1] for k in lo.kinds for x in k.linears if x.nn_linear}
+                     - PEFT_MAMBA_REFUSED)
+    for targets in (["all-linear"], attention, linears if len(linears) > 1 else []):
         if not targets:
             continue
         try:
