@@ -53,9 +53,18 @@ def build_meta(cfg: dict[str, Any]) -> Any:
 
 
 def decoder_layers(model: Any) -> list[Any]:
+    """The model's GradientCheckpointingLayers; for a model transformers builds none for (supports_gradient_checkpointing
+    False: CTRL's `h`, OpenAI-GPT's `h`, GPT-NeoX-Japanese's and CPM-Ant's `layers`), the one nn.ModuleList holding
+    the config's layer count of blocks, which those models run one after the other."""
+    import torch
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    if layers or getattr(model, "supports_gradient_checkpointing", True):
+        return layers
+    count = getattr(model.config.get_text_config(), "num_hidden_layers", None)    # n_layer via attribute_map
+    stacks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == count]
+    return list(stacks[0]) if len(stacks) == 1 else []
 
 
 def _signature(layer: Any, i: int, config: Any) -> Any:

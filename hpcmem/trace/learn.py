@@ -177,11 +177,24 @@ def _profile(lo: lay.Layout, *, model_type: str, sha: str, cfg: dict[str, Any], 
 
 
 def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int) -> JobSpec:
+    """A traced job of a cell, with the settings the type trains only with (router_aux_loss_coef 0 for some MoE
+    types: hpcmem.models.coverage.required_settings; checkpointing is the cell's)."""
+    from hpcmem.models.coverage import required_settings
+
     lora, ref = technique == "lora", spec.learned.lora_reference
+    needs = {k: v for k, v in required_settings(spec.model_type).items() if k != "gradient_checkpointing"}
     return JobSpec(model=spec, train=TrainSpec(
         trainer="sft", dtype=dtype, use_peft=lora, lora_r=ref["lora_r"],
         lora_target_modules=tuple(ref["lora_target_modules"]) if lora else (),
-        gradient_checkpointing=gc, max_length=seq, per_device_train_batch_size=ROWS))
+        gradient_checkpointing=gc, max_length=seq, per_device_train_batch_size=ROWS, **needs))
+
+
+def runnable_cells(model_type: str, cells: Any) -> list[tuple[str, bool]]:
+    """The cells whose jobs the type's real trainer runs: none with checkpointing where transformers refuses it."""
+    from hpcmem.models.coverage import required_settings
+
+    gc = required_settings(model_type).get("gradient_checkpointing")
+    return [(t, g) for t, g in cells if gc is None or g == gc]
 
 
 def lora_reference(cfg: dict[str, Any], lo: lay.Layout) -> dict[str, Any] | None:
@@ -242,7 +255,8 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     probe = _profile(small, model_type=outer, sha="", cfg=small_cfg, layer_map=tuple(range(depth)), cells={},
                      peft=peft, provenance=provenance)
     spec = spec_from_profile(probe, probe.model_type)
-    wanted = [(tech, gc) for tech, gc in CELLS if (tech, gc) in set(cells) and (tech == "full" or reference)]
+    wanted = [(tech, gc) for tech, gc in runnable_cells(outer, CELLS)
+              if (tech, gc) in set(cells) and (tech == "full" or reference)]
     tasks = [(PRECISIONS[d], d, tech, gc, seq) for d in dtypes for tech, gc in wanted for seq in SEQS]
     done = _run_samples(probe, [t[1:] for t in tasks], depth, workers, progress, start)
     fitted: dict[str, Cell] = {}
@@ -258,8 +272,9 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
                 fitted[key] = fit_cell(got, full.layer_kinds)
     if not fitted:
         raise SpecError(f"model {name}: no cell could be traced: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
-    checks = {key: _check(probe, fitted, learn_job(spec, dtype, "full", True, SEQS[1]))
-              for dtype in dtypes if check and (key := cell_key(PRECISIONS[dtype], "full", True)) in fitted}
+    gc = runnable_cells(outer, (("full", True), ("full", False)))[0][1]     # checkpointing where it runs
+    checks = {key: _check(probe, fitted, learn_job(spec, dtype, "full", gc, SEQS[1]))
+              for dtype in dtypes if check and (key := cell_key(PRECISIONS[dtype], "full", gc)) in fitted}
     provenance |= {"seconds": round(time.perf_counter() - start, 1), "check_err_pct": checks,
                    "not_learned": skipped, "versions": _versions(),
                    "summary": f"traced at {depth} of {len(full.layer_kinds)} layers"}

@@ -134,10 +134,11 @@ def _hook_optimizer(inst: Instrumented, trainer: Any) -> None:
 def _hook_layers(inst: Instrumented, model: Any) -> None:
     """Name the decoder layer that runs; "lm head / loss" after the last layer and when backward starts;
     "embeddings" once the gradient has left layer 0."""
-    from transformers.modeling_layers import GradientCheckpointingLayer
+    from hpcmem.trace.layout import decoder_layers
 
     tracker = inst.tracker
-    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = decoder_layers(base)
     for i, layer in enumerate(layers):
         name = f"layer {i}"
         after = "lm head / loss" if i == len(layers) - 1 else None
