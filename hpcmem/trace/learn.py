@@ -200,12 +200,17 @@ def runnable_cells(model_type: str, cells: Any) -> list[tuple[str, bool]]:
 def lora_reference(cfg: dict[str, Any], lo: lay.Layout) -> dict[str, Any] | None:
     """The LoRA the lora cells are traced with: TRL's (r 16, dropout 0.05) on all-linear where peft takes it on this
     model (peft turns fused experts into ParamWrappers, which refuse dropout), else on the attention projections;
-    None when peft takes neither."""
+    None when peft takes neither. Neither set takes an nn.Linear subclass with its own forward (PhiMoE's router
+    returns a tuple, DeepSeek-V4's grouped o_a_proj multiplies a reshaped weight): peft's LoRA Linear adds its
+    [.., out] delta to the base layer's output (peft/tuners/lora/layer.py Linear.forward), and the first step raises."""
     import peft
+    import torch
 
+    odd = {n.rsplit(".", 1)[-1] for n, m in lay.build_meta(cfg).named_modules()
+           if isinstance(m, torch.nn.Linear) and type(m).forward is not torch.nn.Linear.forward}
     attention = sorted({x.name.rsplit(".", 1)[-1] for k in lo.kinds for x in k.linears
-                        if x.nn_linear and "attn" in x.name.lower()})
-    for targets in (["all-linear"], attention):
+                        if x.nn_linear and "attn" in x.name.lower()} - odd)
+    for targets in ([] if odd else ["all-linear"], attention):
         if not targets:
             continue
         try:

@@ -150,7 +150,7 @@ def _hook_layers(inst: Instrumented, model: Any) -> None:
                 hidden.register_hook(lambda grad: tracker.set_detail("embeddings"))
 
         def post(module: Any, args: Any, out: Any, name: str = name, after: str | None = after) -> None:
-            hidden = out[0] if isinstance(out, tuple) else out
+            hidden = out[0] if isinstance(out, (tuple, list)) else out     # OpenAI-GPT's Block returns a list
             if getattr(hidden, "requires_grad", False):
                 hidden.register_hook(lambda grad, name=name: tracker.set_detail(name))
             if after:
