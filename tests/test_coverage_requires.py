@@ -124,3 +124,34 @@ def test_fused_lm_head_refusals_hold_for_every_setting(model_type, tmp_path):
         assert raised is not None and "last_hidden_state" in raised, raised
     reason = refusal(model_type)
     assert reason.startswith("refused") and "last_hidden_state" in reason and "base_model_prefix" in reason
+
+
+def test_jetmoe_trace_bytes_do_not_depend_on_the_routing_split(tmp_path):
+    """Under fake tensors JetMoe's routing counts read as zeros, and the trace hands its experts an even split
+    (hpcmem.trace.fakeenv). The split cannot change the bytes (outputs concatenated, saved inputs are views of one
+    tensor): the same trace with the most skewed split it could see (all tokens but one per expert on expert 0) gives
+    the same peak."""
+    from transformers.models.jetmoe.modeling_jetmoe import JetMoeParallelExperts
+
+    from hpcmem.trace import run_trace
+    from hpcmem.trace.learn import provisional_spec
+
+    path, cfg = tiny_config("jetmoe", tmp_path)
+    spec = provisional_spec(cfg, path)
+
+    def peaks() -> int:
+        return run_trace(JobSpec(model=spec, train=TrainSpec(
+            trainer="sft", dtype="bfloat16", gradient_checkpointing=False, max_length=32,
+            per_device_train_batch_size=2))).peak_allocated_bytes
+
+    even = peaks()
+    original = JetMoeParallelExperts.forward
+
+    def skewed(self, inputs, expert_size):
+        return original(self, inputs, [inputs.size(0) - self.num_experts + 1] + [1] * (self.num_experts - 1))
+
+    JetMoeParallelExperts.forward = skewed
+    try:
+        assert peaks() == even
+    finally:
+        JetMoeParallelExperts.forward = original
