@@ -48,6 +48,8 @@ CONFIG_FIXES: dict[str, dict[str, Any]] = {
     "hunyuan_v1_moe": {"head_dim": 128},
     "ministral": {"head_dim": 128},
     "nemotron": {"num_key_value_heads": 8},
+    # GPT-1 has 512 positions; the sweep's rows are 1,024 tokens (its position embedding grows by 512 × 768)
+    "openai-gpt": {"n_positions": 1024},
     "deepseek_v2": {"num_experts_per_tok": 6, "moe_intermediate_size": 1408},   # 1407: grouped_mm needs 16-B rows
     "dots1": {"n_routed_experts": 128, "n_shared_experts": 2, "num_experts_per_tok": 6, "moe_intermediate_size": 1408,
               "first_k_dense_replace": 1},
