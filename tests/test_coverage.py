@@ -160,6 +160,18 @@ def test_reduced_depth_candidates_end_on_the_last_layers_kind_when_the_first_doe
     assert candidate_depths(olmo3) == [5, 8]                         # 8 = the real depth: the full model itself
 
 
+def test_a_kind_only_the_last_layer_has_is_left_to_the_traced_last_layer_in_a_deep_model():
+    from hpcmem.errors import SpecError
+    from hpcmem.trace.layout import candidate_depths, choose_depth, last_only
+
+    neox_japanese = (0,) * 31 + (1,)        # 32 layers; the last alone adds a dense bias
+    assert last_only(neox_japanese) and choose_depth(neox_japanese) == 3 and candidate_depths(neox_japanese) == [3]
+    shallow = (0,) * 10 + (1,)              # traced whole, as before
+    assert not last_only(shallow) and choose_depth(shallow) == 11
+    with pytest.raises(SpecError):          # a kind in the middle that does not repeat within 12 layers still fails
+        choose_depth((0,) * 20 + (1,) + (0,) * 11)
+
+
 def test_coverage_outcomes_count_every_decoder_type_once():
     from hpcmem.validate.coverage import outcomes
 

@@ -173,13 +173,21 @@ def choose_depth(kinds: tuple[int, ...]) -> int:
     n = len(kinds)
     if n <= 3:
         return n
+    wanted = set(kinds[1:-1]) if last_only(kinds) else set(kinds[1:])
     for depth in range(3, min(n, MAX_DEPTH) + 1):
-        if set(kinds[1:depth - 1]) >= set(kinds[1:]):
+        if set(kinds[1:depth - 1]) >= wanted:
             return depth
     if n <= MAX_DEPTH:
         return n
     raise SpecError(f"the layer pattern does not repeat within {MAX_DEPTH} layers: too deep to learn from a "
                     "reduced model")
+
+
+def last_only(kinds: tuple[int, ...]) -> bool:
+    """The real last layer alone has its kind, in a model too deep to trace whole (GPT-NeoX-Japanese: only the last
+    layer's attention adds a dense bias, modeling_gpt_neox_japanese.py GPTNeoXJapaneseAttention `use_bias`). A cut
+    config then makes its own last layer of that kind: the traced last layer stands for the real last one."""
+    return len(kinds) > MAX_DEPTH and kinds[-1] not in kinds[:-1]
 
 
 def candidate_depths(kinds: tuple[int, ...]) -> list[int]:

@@ -238,7 +238,8 @@ def reduced(decoder: dict[str, Any]) -> tuple[lay.Layout, lay.Layout, int, dict[
         except (ValueError, TypeError, IndexError, KeyError) as exc:   # transformers refuses the cut config
             why = f"a {depth}-layer config does not build ({type(exc).__name__}: {exc})"
             continue
-        if small.signatures == full.signatures[:depth]:
+        last = full.signatures[-1:] if lay.last_only(full.layer_kinds) else ()
+        if small.signatures == full.signatures[:depth - len(last)] + last:
             return full, small, depth, small_cfg
         why = (f"a {depth}-layer config does not build the real first layers (the layer pattern is not set per layer "
                "in the config)")
@@ -266,6 +267,7 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     done = _run_samples(probe, [t[1:] for t in tasks], depth, workers, progress, start)
     fitted: dict[str, Cell] = {}
     skipped: dict[str, str] = {}
+    ends_last = lay.last_only(full.layer_kinds)
     for dtype in dtypes:
         for technique, gc in wanted:
             key = cell_key(PRECISIONS[dtype], technique, gc)
@@ -274,7 +276,10 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
             if errors:
                 skipped[key] = errors[0]
             else:
-                fitted[key] = fit_cell(got, full.layer_kinds)
+                fitted[key] = fit_cell(got, None if ends_last else full.layer_kinds)
+    layer_map = lay.layer_map(full.layer_kinds, depth)
+    if ends_last:           # the traced last layer is the real last one's kind (layout.last_only): no stand-in
+        layer_map = tuple(depth - 1 if r == depth else r for r in layer_map)
     if not fitted:
         raise SpecError(f"model {name}: no cell could be traced: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
     gc = runnable_cells(outer, (("full", True), ("full", False)))[0][1]     # checkpointing where it runs
@@ -284,7 +289,7 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
                    "not_learned": skipped, "versions": _versions(),
                    "summary": f"traced at {depth} of {len(full.layer_kinds)} layers"}
     return _profile(full, model_type=outer, sha=sha, cfg=cfg,
-                    layer_map=lay.layer_map(full.layer_kinds, depth), cells=fitted, peft=peft, provenance=provenance)
+                    layer_map=layer_map, cells=fitted, peft=peft, provenance=provenance)
 
 
 def _run_samples(probe: LearnedProfile, tasks: list[tuple], depth: int, workers: int, progress: Any,
