@@ -63,6 +63,7 @@ def check_job(job: JobSpec) -> None:
                   "checkpointing with use_peft")
     if t.use_peft:
         _check_lora_variants(job, p)
+    _check_model_type(job, p)
     if t.quantized and not t.use_peft:
         # transformers Trainer: "You cannot perform fine-tuning on purely quantized models".
         p.add("load_in_4bit/load_in_8bit train only adapters: add use_peft (QLoRA); transformers refuses to "
@@ -72,6 +73,16 @@ def check_job(job: JobSpec) -> None:
         trainer_rules(job, p)
     check_layout(job, p)            # context / sequence parallelism (hpcmem.layout_rules)
     p.raise_if_any()
+
+
+def _check_model_type(job: JobSpec, p: Problems) -> None:
+    """Settings without which the type's real trainer raises (hpcmem/models/coverage.json "requires": TRL's or
+    transformers' reason per type); a field left None takes the model config's value (a learned model's config)."""
+    from hpcmem.models.coverage import requirement_problems
+
+    learned = job.model.learned
+    for problem in requirement_problems(job.model.model_type, job.train, learned.config if learned else None):
+        p.add(problem)
 
 
 def _check_lora_variants(job: JobSpec, p: Problems) -> None:

@@ -166,6 +166,10 @@ class TrainSpec:
     vllm_importance_sampling_correction: bool = True   # GRPO only
     ds3_gather_for_generation: bool = True
     cast_lm_head_to_fp32: bool = False
+    # SFT: the MoE load-balancing loss's weight; None takes the model config's (sft_trainer.py SFTTrainer.__init__).
+    # No memory effect (each MoE layer keeps its router logits for backward anyway); some types train only at 0.0
+    # (hpcmem/models/coverage.json "requires")
+    router_aux_loss_coef: float | None = None
     # Distillation: the teacher (DistillationConfig), loaded with teacher_model_init_kwargs (TRL's script passes
     # ModelConfig's dtype there unless the user's kwargs say otherwise)
     teacher_model_name_or_path: str | None = None

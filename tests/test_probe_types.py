@@ -34,21 +34,23 @@ NOT_PROBED = {
     "qwen4_exp_text": "its config class defaults do not build a model (indexer sizes unset) and no published config is "
                       "known",
 }
-# Settings a type needs to train at all: JetMoe has no gradient checkpointing (transformers raises), so GC off; DBRX's
-# experts index_add_ bf16 outputs into an fp32 buffer under TRL's default fp32 load (modeling_dbrx.py), so bf16.
-SETTINGS = {"jetmoe": {"gradient_checkpointing": False}, "dbrx": {"dtype": "bfloat16"}}
+# Settings a type needs to train at all: those coverage.json requires (no gradient checkpointing where transformers
+# raises, router_aux_loss_coef 0 where TRL's MoE loss fails: tests/test_coverage_requires.py), and DBRX's experts
+# index_add_ bf16 outputs into an fp32 buffer under TRL's default fp32 load (modeling_dbrx.py), so bf16.
+SETTINGS = {"dbrx": {"dtype": "bfloat16"}}
 
 
 @pytest.mark.parametrize("model_type", sorted(set(TINY) & set(supported())))
 def test_probe_records_one_step(model_type, tmp_path):
     from hpcmem.cli.probe import probe_model
+    from hpcmem.models.coverage import required_settings
     from hpcmem.probe import run_probe
     from hpcmem.trl_config import build_job
 
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY[model_type]))
     settings = {"model_name_or_path": str(config), "max_length": 32, "per_device_train_batch_size": 2,
-                **SETTINGS.get(model_type, {})}
+                **required_settings(model_type), **SETTINGS.get(model_type, {})}
     job, _ = build_job("sft", settings, model=probe_model(settings))
     out = tmp_path / "probe.jsonl"
     record = run_probe(job, device="cpu", steps=1, warmup_steps=0, out=out)

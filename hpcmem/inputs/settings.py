@@ -55,6 +55,7 @@ _EXTRA: dict[str, Checker] = {
     "attn_implementation": _nullable(lambda n, x: v.text(n, x, max_len=64)),
     "bf16": _nullable(v.boolean),
     "max_grad_norm": _nullable(v.number),
+    "router_aux_loss_coef": _nullable(v.number),
 }
 
 

@@ -59,10 +59,40 @@ def type_status(model_type: str, entry: dict[str, Any] | None) -> tuple[str, str
     if "refused" in entry:
         return "refused", entry["refused"]
     decoder = entry.get("backbone", model_type)
+    needs = f"; trains only with {_settings(entry['requires'])}: {entry['requires_reason']}" if "requires" in entry else ""
     if decoder in ARCHITECTURES:
-        return "derived", f"family descriptor {decoder!r} (hpcmem/models/config.py)"
+        return "derived", f"family descriptor {decoder!r} (hpcmem/models/config.py){needs}"
     reason = "needs a learned profile: hpcmem models learn CONFIG (torch; about a minute)"
-    return "learned", f"{reason}; {entry['kernels']}" if entry.get("kernels") else reason
+    return "learned", (f"{reason}; {entry['kernels']}" if entry.get("kernels") else reason) + needs
+
+
+def _settings(requires: dict[str, Any]) -> str:
+    return ", ".join(f"{k}: {json.dumps(v)}" for k, v in requires.items())
+
+
+def required_settings(model_type: str) -> dict[str, Any]:
+    """The settings a type's real trainer runs only with (coverage.json "requires"; {} for most types): the other
+    jobs raise in TRL or transformers, for the entry's "requires_reason"."""
+    entry = classification()["types"].get(model_type) or {}
+    return dict(entry.get("requires", {}))
+
+
+def requirement_problems(model_type: str, train: Any, config: dict[str, Any] | None) -> list[str]:
+    """Why a job of this type would not run (hpcmem.rules.check_job): a required setting the job does not have. A
+    TrainSpec field left None takes the model config's value, as TRL does (router_aux_loss_coef)."""
+    requires = required_settings(model_type)
+    if not requires:
+        return []
+    problems = []
+    for name, want in requires.items():
+        got = getattr(train, name)
+        if got is None:
+            got = (config or {}).get(name)
+        if got != want:
+            reason = classification()["types"][model_type]["requires_reason"]
+            problems.append(f"model_type {model_type!r} trains only with {name}: {json.dumps(want)} (got "
+                            f"{json.dumps(got)}): {reason}")
+    return problems
 
 
 def coverage_rows(mapping: dict[str, str] | None = None) -> list[dict[str, Any]]:

@@ -16,6 +16,10 @@ Why each adjustment (each checked on torch 2.13 / transformers 5.24):
 - MoE experts (transformers' default `grouped_mm` implementation): the meta kernel of `aten._grouped_mm` accepts
   only bf16 operands (a CUDA rule), the CPU kernel also takes fp32. For fp32 weights the fake world routes them to
   transformers' own `grouped_mm_fallback` custom op, whose fake kernel returns the same [tokens·top_k, out] tensor.
+- JetMoe's experts split their tokens by routing counts read to Python (modeling_jetmoe.py JetMoeTopKGating.forward
+  `expert_size.tolist()`), which fake values give as zeros. JetMoeParallelExperts.forward gets an even split of the
+  same tokens instead: the per-expert outputs are concatenated (torch.cat) and the inputs saved are views of one
+  tensor, so every split of the same total allocates the same bytes.
 - The real collator runs on real tensors (its `nonzero`/`int(...)` need values); its batch becomes fake tensors whose
   values the oracle knows.
 """
@@ -68,10 +72,21 @@ def fake_world() -> Iterator[tuple[Any, Any]]:
     def can_use_grouped_mm(input: Any, weight: Any, offs: Any) -> bool:
         return weight.dtype == torch.bfloat16 and can_grouped_mm(input, weight, offs)
 
+    from transformers.models.jetmoe.modeling_jetmoe import JetMoeParallelExperts
+
+    experts_forward = JetMoeParallelExperts.forward
+
+    def jetmoe_experts(self: Any, inputs: Any, expert_size: Any) -> Any:
+        n, e = inputs.size(0), self.num_experts
+        if sum(expert_size) != n:
+            expert_size = [n // e + (i < n % e) for i in range(e)]
+        return experts_forward(self, inputs, expert_size)
+
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     oracle = make_oracle(fake_mode)
     with patched(masking_utils, "is_tracing", is_tracing_real), patched(torch.utils, "swap_tensors", swap_tensors), \
-            patched(moe, "_can_use_grouped_mm", can_use_grouped_mm), fake_mode, oracle:
+            patched(moe, "_can_use_grouped_mm", can_use_grouped_mm), \
+            patched(JetMoeParallelExperts, "forward", jetmoe_experts), fake_mode, oracle:
         yield fake_mode, oracle
 
 

@@ -53,9 +53,18 @@ def build_meta(cfg: dict[str, Any]) -> Any:
 
 
 def decoder_layers(model: Any) -> list[Any]:
+    """The model's GradientCheckpointingLayers; for a model transformers builds none for (supports_gradient_checkpointing
+    False: CTRL's `h`, OpenAI-GPT's `h`, GPT-NeoX-Japanese's and CPM-Ant's `layers`), the one nn.ModuleList holding
+    the config's layer count of blocks, which those models run one after the other."""
+    import torch
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    if layers or getattr(model, "supports_gradient_checkpointing", True):
+        return layers
+    count = getattr(model.config.get_text_config(), "num_hidden_layers", None)    # n_layer via attribute_map
+    stacks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == count]
+    return list(stacks[0]) if len(stacks) == 1 else []
 
 
 def _signature(layer: Any, i: int, config: Any) -> Any:
@@ -164,13 +173,21 @@ def choose_depth(kinds: tuple[int, ...]) -> int:
     n = len(kinds)
     if n <= 3:
         return n
+    wanted = set(kinds[1:-1]) if last_only(kinds) else set(kinds[1:])
     for depth in range(3, min(n, MAX_DEPTH) + 1):
-        if set(kinds[1:depth - 1]) >= set(kinds[1:]):
+        if set(kinds[1:depth - 1]) >= wanted:
             return depth
     if n <= MAX_DEPTH:
         return n
     raise SpecError(f"the layer pattern does not repeat within {MAX_DEPTH} layers: too deep to learn from a "
                     "reduced model")
+
+
+def last_only(kinds: tuple[int, ...]) -> bool:
+    """The real last layer alone has its kind, in a model too deep to trace whole (GPT-NeoX-Japanese: only the last
+    layer's attention adds a dense bias, modeling_gpt_neox_japanese.py GPTNeoXJapaneseAttention `use_bias`). A cut
+    config then makes its own last layer of that kind: the traced last layer stands for the real last one."""
+    return len(kinds) > MAX_DEPTH and kinds[-1] not in kinds[:-1]
 
 
 def candidate_depths(kinds: tuple[int, ...]) -> list[int]:

@@ -178,28 +178,46 @@ def _profile(lo: lay.Layout, *, model_type: str, sha: str, cfg: dict[str, Any], 
 
 
 def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int) -> JobSpec:
+    """A traced job of a cell, with the settings the type trains only with (router_aux_loss_coef 0 for some MoE
+    types: hpcmem.models.coverage.required_settings; checkpointing is the cell's)."""
+    from hpcmem.models.coverage import required_settings
+
     lora, ref = technique == "lora", spec.learned.lora_reference
+    needs = {k: v for k, v in required_settings(spec.model_type).items() if k != "gradient_checkpointing"}
     return JobSpec(model=spec, train=TrainSpec(
         trainer="sft", dtype=dtype, use_peft=lora, lora_r=ref["lora_r"],
         lora_target_modules=tuple(ref["lora_target_modules"]) if lora else (),
-        gradient_checkpointing=gc, max_length=seq, per_device_train_batch_size=ROWS))
+        gradient_checkpointing=gc, max_length=seq, per_device_train_batch_size=ROWS, **needs))
+
+
+def runnable_cells(model_type: str, cells: Any) -> list[tuple[str, bool]]:
+    """The cells whose jobs the type's real trainer runs: none with checkpointing where transformers refuses it."""
+    from hpcmem.models.coverage import required_settings
+
+    gc = required_settings(model_type).get("gradient_checkpointing")
+    return [(t, g) for t, g in cells if gc is None or g == gc]
 
 
 def lora_reference(cfg: dict[str, Any], lo: lay.Layout) -> dict[str, Any] | None:
     """The LoRA the lora cells are traced with: TRL's (r 16, dropout 0.05) on all-linear where peft takes it on this
     model (peft turns fused experts into ParamWrappers, which refuse dropout), else on the attention projections;
-    None when peft takes neither."""
+    None when peft takes neither. Neither set takes an nn.Linear subclass with its own forward (PhiMoE's router
+    returns a tuple, DeepSeek-V4's grouped o_a_proj multiplies a reshaped weight): peft's LoRA Linear adds its
+    [.., out] delta to the base layer's output (peft/tuners/lora/layer.py Linear.forward), and the first step raises."""
     import peft
+    import torch
 
+    odd = {n.rsplit(".", 1)[-1] for n, m in lay.build_meta(cfg).named_modules()
+           if isinstance(m, torch.nn.Linear) and type(m).forward is not torch.nn.Linear.forward}
     attention = sorted({x.name.rsplit(".", 1)[-1] for k in lo.kinds for x in k.linears
-                        if x.nn_linear and "attn" in x.name.lower()})
+                        if x.nn_linear and "attn" in x.name.lower()} - odd)
     # peft refuses out_proj and conv1d on Mamba-based types (peft/tuners/tuners_utils.py
     # `_check_lora_target_modules_mamba`): a pure Mamba model then takes every other linear of its layers — if
     # there are two or more: TRL's ModelConfig.__post_init__ turns a one-name list into a string, which peft
     # matches as a regex against the whole module path (no module is found)
     linears = sorted({x.name.rsplit(".", 1)[-1] for k in lo.kinds for x in k.linears if x.nn_linear}
-                     - PEFT_MAMBA_REFUSED)
-    for targets in (["all-linear"], attention, linears if len(linears) > 1 else []):
+                     - PEFT_MAMBA_REFUSED - odd)
+    for targets in ([] if odd else ["all-linear"], attention, linears if len(linears) > 1 else []):
         if not targets:
             continue
         try:
@@ -227,7 +245,8 @@ def reduced(decoder: dict[str, Any]) -> tuple[lay.Layout, lay.Layout, int, dict[
         except (ValueError, TypeError, IndexError, KeyError) as exc:   # transformers refuses the cut config
             why = f"a {depth}-layer config does not build ({type(exc).__name__}: {exc})"
             continue
-        if small.signatures == full.signatures[:depth]:
+        last = full.signatures[-1:] if lay.last_only(full.layer_kinds) else ()
+        if small.signatures == full.signatures[:depth - len(last)] + last:
             return full, small, depth, small_cfg
         why = (f"a {depth}-layer config does not build the real first layers (the layer pattern is not set per layer "
                "in the config)")
@@ -249,11 +268,13 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     probe = _profile(small, model_type=outer, sha="", cfg=small_cfg, layer_map=tuple(range(depth)), cells={},
                      peft=peft, provenance=provenance)
     spec = spec_from_profile(probe, probe.model_type)
-    wanted = [(tech, gc) for tech, gc in CELLS if (tech, gc) in set(cells) and (tech == "full" or reference)]
+    wanted = [(tech, gc) for tech, gc in runnable_cells(outer, CELLS)
+              if (tech, gc) in set(cells) and (tech == "full" or reference)]
     tasks = [(PRECISIONS[d], d, tech, gc, seq) for d in dtypes for tech, gc in wanted for seq in SEQS]
     done = _run_samples(probe, [t[1:] for t in tasks], depth, workers, progress, start)
     fitted: dict[str, Cell] = {}
     skipped: dict[str, str] = {}
+    ends_last = lay.last_only(full.layer_kinds)
     for dtype in dtypes:
         for technique, gc in wanted:
             key = cell_key(PRECISIONS[dtype], technique, gc)
@@ -262,16 +283,20 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
             if errors:
                 skipped[key] = errors[0]
             else:
-                fitted[key] = fit_cell(got, full.layer_kinds)
+                fitted[key] = fit_cell(got, None if ends_last else full.layer_kinds)
+    layer_map = lay.layer_map(full.layer_kinds, depth)
+    if ends_last:           # the traced last layer is the real last one's kind (layout.last_only): no stand-in
+        layer_map = tuple(depth - 1 if r == depth else r for r in layer_map)
     if not fitted:
         raise SpecError(f"model {name}: no cell could be traced: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
-    checks = {key: _check(probe, fitted, learn_job(spec, dtype, "full", True, SEQS[1]))
-              for dtype in dtypes if check and (key := cell_key(PRECISIONS[dtype], "full", True)) in fitted}
+    gc = runnable_cells(outer, (("full", True), ("full", False)))[0][1]     # checkpointing where it runs
+    checks = {key: _check(probe, fitted, learn_job(spec, dtype, "full", gc, SEQS[1]))
+              for dtype in dtypes if check and (key := cell_key(PRECISIONS[dtype], "full", gc)) in fitted}
     provenance |= {"seconds": round(time.perf_counter() - start, 1), "check_err_pct": checks,
                    "not_learned": skipped, "versions": _versions(),
                    "summary": f"traced at {depth} of {len(full.layer_kinds)} layers"}
     return _profile(full, model_type=outer, sha=sha, cfg=cfg,
-                    layer_map=lay.layer_map(full.layer_kinds, depth), cells=fitted, peft=peft, provenance=provenance)
+                    layer_map=layer_map, cells=fitted, peft=peft, provenance=provenance)
 
 
 def _run_samples(probe: LearnedProfile, tasks: list[tuple], depth: int, workers: int, progress: Any,

@@ -134,10 +134,11 @@ def _hook_optimizer(inst: Instrumented, trainer: Any) -> None:
 def _hook_layers(inst: Instrumented, model: Any) -> None:
     """Name the decoder layer that runs; "lm head / loss" after the last layer and when backward starts;
     "embeddings" once the gradient has left layer 0."""
-    from transformers.modeling_layers import GradientCheckpointingLayer
+    from hpcmem.trace.layout import decoder_layers
 
     tracker = inst.tracker
-    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = decoder_layers(base)
     for i, layer in enumerate(layers):
         name = f"layer {i}"
         after = "lm head / loss" if i == len(layers) - 1 else None
@@ -149,7 +150,7 @@ def _hook_layers(inst: Instrumented, model: Any) -> None:
                 hidden.register_hook(lambda grad: tracker.set_detail("embeddings"))
 
         def post(module: Any, args: Any, out: Any, name: str = name, after: str | None = after) -> None:
-            hidden = out[0] if isinstance(out, tuple) else out
+            hidden = out[0] if isinstance(out, (tuple, list)) else out     # OpenAI-GPT's Block returns a list
             if getattr(hidden, "requires_grad", False):
                 hidden.register_hook(lambda grad, name=name: tracker.set_detail(name))
             if after:

@@ -128,7 +128,7 @@ def sft_config(job: JobSpec, output_dir: str | None = None) -> Any:
 
     t = job.train
     return SFTConfig(**common_args(job, output_dir), packing=t.packing, packing_strategy=t.packing_strategy,
-                     padding_free=t.padding_free)
+                     padding_free=t.padding_free, router_aux_loss_coef=t.router_aux_loss_coef)
 
 
 def traced_accumulation(job: JobSpec) -> int:

@@ -6,7 +6,7 @@ from hpcmem.trainers.entry import Hooks, TrainerEntry
 ENTRY = TrainerEntry(
     name="dpo", config_class="DPOConfig", trainer_class="DPOTrainer",
     fields=COMMON + ("max_length", "padding_free", "activation_offloading", "precompute_ref_log_probs", "beta",
-                     "disable_dropout"),
+                     "disable_dropout", "router_aux_loss_coef"),
     defaults={"beta": 0.1, "disable_dropout": True},
     rows_per_example=2, reference="unless_precomputed",
     hooks=Hooks(trace_design="hpcmem.trace.data:design_preference", trace_build="hpcmem.trace.pref:build_dpo",

@@ -131,8 +131,6 @@ FIELDS: dict[str, Field] = {
     # trl trainer configs ---------------------------------------------------------------------------------------------
     "model_init_kwargs": _mod("its dtype is the load dtype"),
     "trust_remote_code": _no("allows custom modelling code; the estimate covers the transformers architectures"),
-    "router_aux_loss_coef": _no("weights the MoE load-balancing loss, whose router logits each MoE layer keeps "
-                                "anyway (the router term)"),
     "chat_template_path": _DATA, "dataset_text_field": _DATA, "dataset_kwargs": _DATA, "dataset_num_proc": _DATA,
     "eos_token": _DATA, "pad_token": _DATA, "shuffle_dataset": _DATA,
     "truncation_mode": _no("which end of a long row is cut: rows stay max_length long"),

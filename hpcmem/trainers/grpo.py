@@ -5,7 +5,8 @@ from hpcmem.trainers.entry import TrainerEntry
 
 ENTRY = TrainerEntry(
     name="grpo", config_class="GRPOConfig", trainer_class="GRPOTrainer",
-    fields=COMMON + GENERATION + ("vllm_importance_sampling_correction", "cast_lm_head_to_fp32", "disable_dropout"),
+    fields=COMMON + GENERATION + ("vllm_importance_sampling_correction", "cast_lm_head_to_fp32", "disable_dropout",
+                                  "router_aux_loss_coef"),
     defaults={"beta": 0.0, "num_generations": 8},
     generates=True, reference="when_beta", old_logps="when_misaligned",
     hooks=RL_HOOKS,

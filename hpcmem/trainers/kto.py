@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 ENTRY = TrainerEntry(
     name="kto", config_class="KTOConfig", trainer_class="KTOTrainer",
-    fields=COMMON + ("max_length", "activation_offloading", "precompute_ref_log_probs", "beta", "disable_dropout"),
+    fields=COMMON + ("max_length", "activation_offloading", "precompute_ref_log_probs", "beta", "disable_dropout",
+                       "router_aux_loss_coef"),
     defaults={"beta": 0.1, "disable_dropout": True},
     reference="unless_precomputed",
     hooks=Hooks(rules="hpcmem.trainers.kto:check", trace_design="hpcmem.trace.kto:design",

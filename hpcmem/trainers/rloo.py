@@ -5,7 +5,7 @@ from hpcmem.trainers.entry import TrainerEntry
 
 ENTRY = TrainerEntry(
     name="rloo", config_class="RLOOConfig", trainer_class="RLOOTrainer",
-    fields=COMMON + GENERATION + ("disable_dropout",),
+    fields=COMMON + GENERATION + ("disable_dropout", "router_aux_loss_coef"),
     defaults={"beta": 0.05, "num_generations": 2},
     generates=True, reference="when_beta", old_logps="always",
     hooks=RL_HOOKS,
