@@ -134,10 +134,19 @@ def _aliases(out: dict[str, Any]) -> None:
         out["max_grad_norm"] = 0.0
 
 
-def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None) -> tuple[JobSpec, list[str]]:
-    """Settings (already merged by precedence) → JobSpec, plus the names hpcmem ignored (no memory effect modelled)."""
+# knobs the planner searches that a model type may require (hpcmem/models/coverage.json "requires"): a plan of
+# such a type starts from the value its real trainer runs with, when the user left the knob unset
+PLANNER_SETTLES = ("gradient_checkpointing",)
+
+
+def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None,
+              settle_required: bool = False) -> tuple[JobSpec, list[str]]:
+    """Settings (already merged by precedence) → JobSpec, plus the names hpcmem ignored (no memory effect modelled).
+    `settle_required` (the planner): a knob of PLANNER_SETTLES the settings leave unset takes the value the model
+    type's real trainer requires, instead of TRL's default that the type refuses."""
     from hpcmem.gpus import gpu_spec
     from hpcmem.models import resolve_model
+    from hpcmem.models.coverage import required_settings
 
     s = _normalise(check_settings(settings, "settings"))
     e = entry(trainer)
@@ -157,6 +166,9 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None) -
     teacher = resolve_model(str(s["teacher_model_name_or_path"])) if s.get("teacher_model_name_or_path") else None
     if gpu is None and s.get("gpu"):
         gpu = gpu_spec(str(s["gpu"]))
+    if settle_required:
+        required = required_settings(model.model_type)
+        train_kw.update({k: required[k] for k in PLANNER_SETTLES if k in required and k not in s})
     try:
         job = JobSpec(model=model, train=TrainSpec(trainer=trainer, **train_kw), parallel=ParallelSpec(**par_kw),
                       gpu=gpu, expandable_segments=bool(s.get("expandable_segments", False)),

@@ -240,3 +240,29 @@ def test_without_allow_peft_a_lora_job_stays_lora():
     job = base(model=LLAMA8B, use_peft=True)
     assert {p.knobs.peft for p in plan(job, gpu_spec("L40S"), top=5)} == {"lora"}
     assert {p.knobs.peft for p in plan(base(model=LLAMA8B), gpu_spec("H100-80GB"), top=5)} == {"none"}
+
+
+def test_a_type_without_checkpointing_is_planned_without_it(tmp_path, monkeypatch):
+    """CTRL has no gradient checkpointing in transformers (its real trainer raises under TRL's default
+    gradient_checkpointing=True): `hpcmem estimate` refuses the default job, `hpcmem plan` starts from GC off, says
+    so, and every plan keeps it off — while a user who asks for checkpointing is refused, not overruled."""
+    from hpcmem.models.profile import config_hash, profile_filename
+    from hpcmem.record import estimator_dir
+
+    doc = json.loads((estimator_dir() / "coverage-profiles" / "ctrl.json").read_text())
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / profile_filename("ctrl", config_hash(doc["config"]))).write_text(json.dumps(doc))
+    (tmp_path / "config.json").write_text(json.dumps(doc["config"]))
+    monkeypatch.setenv("HPCMEM_DATA", str(tmp_path))
+    base = ["sft", "--model_name_or_path", str(tmp_path / "config.json"), "--max_length", "1024", "--gpu", "H100-80GB",
+            "--dtype", "bfloat16"]          # the sweep learned bf16 weights only
+    refused = CliRunner().invoke(cli, ["estimate", *base])
+    assert isinstance(refused.exception, SpecError) and "gradient_checkpointing: false" in str(refused.exception)
+    res = CliRunner().invoke(cli, ["plan", *base, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert "gradient_checkpointing false" in out["settled"]
+    assert out["plans"] and all(p["knobs"]["gc"] == "off" for p in out["plans"])
+    asked = CliRunner().invoke(cli, ["plan", *base, "--gradient_checkpointing", "true"])
+    assert isinstance(asked.exception, SpecError)
+    assert "trains only with gradient_checkpointing: false" in str(asked.exception)

@@ -139,8 +139,9 @@ def collect(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | None = None, *,
-                 model: Any = None) -> tuple[JobSpec, list[str]]:
-    """Merge defaults < preset < --config YAML < flags, then build and validate the JobSpec."""
+                 model: Any = None, settle_required: bool = False) -> tuple[JobSpec, list[str]]:
+    """Merge defaults < preset < --config YAML < flags, then build and validate the JobSpec (`settle_required`: the
+    planner's start, hpcmem.trl_config.build_job)."""
     from hpcmem.inputs.settings import check_settings
     from hpcmem.trl_config import accelerate_settings, build_job, read_yaml
 
@@ -159,7 +160,7 @@ def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | 
     settings.update(check_settings(given, "command line"))
     if lengths_path:
         settings["tokens_per_micro_batch"] = _tokens_from_profile(lengths_path, trainer, settings)
-    return build_job(trainer, settings, model=model)
+    return build_job(trainer, settings, model=model, settle_required=settle_required)
 
 
 def _tokens_from_profile(path: str, trainer: str, settings: dict[str, Any]) -> int:

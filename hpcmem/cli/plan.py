@@ -43,17 +43,35 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
     preset = load_preset(preset_ref) if preset_ref else None
     if not kwargs.get("gpu") and preset is None:
         raise HpcmemError("hpcmem plan needs --gpu (see `hpcmem gpus`) or --preset (see `hpcmem presets list`)")
-    job, _ = job_from_cli(trainer, kwargs, preset=preset_settings(preset, kwargs.get("gpu")) if preset else None)
+    job, _ = job_from_cli(trainer, kwargs, preset=preset_settings(preset, kwargs.get("gpu")) if preset else None,
+                          settle_required=True)
     fixed = set(collect(kwargs)) | (set(read_yaml(kwargs["config"])) if kwargs.get("config") else set())
+    settled = settled_note(job, fixed)
+    if settled:
+        click.echo(f"note: {settled}", err=True)
     report = search(job, job.gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft, top=top,
                     host_memory_per_node_bytes=preset.memory_per_node_bytes if preset else None)
     picture = _plot(report, plot_path) if plot_path else None
     if as_json:
-        click.echo(json.dumps({**to_json(report), **({"plot": picture} if picture else {})}, indent=2))
+        click.echo(json.dumps({**to_json(report), **({"plot": picture} if picture else {}),
+                               **({"settled": settled} if settled else {})}, indent=2))
         return
     click.echo(render(report, explain=explain))
     if picture:
         click.echo(f"plot: {picture}")
+
+
+def settled_note(job, fixed: set[str]) -> str | None:
+    """What the plan's start took from the model type's requirements (build_job settle_required), for the user."""
+    from hpcmem.models.coverage import required_settings
+    from hpcmem.trl_config import PLANNER_SETTLES
+
+    taken = {k: v for k, v in required_settings(job.model.model_type).items() if k in PLANNER_SETTLES and k not in fixed}
+    if not taken:
+        return None
+    said = ", ".join(f"{k} {json.dumps(v)}" for k, v in taken.items())
+    return (f"model_type {job.model.model_type!r} trains only with {said} (`hpcmem models coverage --json` says why): "
+            "every plan keeps it")
 
 
 def _plot(report, path: str) -> str:

@@ -61,7 +61,7 @@ def _build(trainer: str, preset_ref: str, launch: dict[str, Any], kwargs: dict[s
     from hpcmem.launch.presets import preset_settings
 
     preset = load_preset(preset_ref)
-    job, _ = job_from_cli(trainer, kwargs, preset=preset_settings(preset, kwargs.get("gpu")))
+    job, _ = job_from_cli(trainer, kwargs, preset=preset_settings(preset, kwargs.get("gpu")), settle_required=use_plan)
     if use_plan:
         job = _top_plan(job, kwargs, allow_peft, preset)
     options = LaunchOptions(env=_env_pairs(launch.pop("env")), trl_fields=_trl_fields(kwargs), **launch)

@@ -370,7 +370,11 @@ class _Walker:
             self.refused[rule_key] = exc.problems[0]
             return None, None, exc.problems[0]
         self.full += 1
-        est = estimate(job)
+        try:
+            est = estimate(job)
+        except SpecError as exc:        # a learned profile without this precision/technique's cell: not estimable
+            self.refused[rule_key] = exc.problems[0]
+            return None, None, exc.problems[0]
         self.states_floor.setdefault((k.sharding, k.peft), _states_floor(est))
         return job, est, ""
 

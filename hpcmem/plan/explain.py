@@ -141,7 +141,7 @@ def render(report: PlanReport, explain: bool = False) -> str:
     else:
         lines.append(f"searched {s.combinations} combinations in {s.seconds * 1000:.0f} ms: {s.full_estimates} full "
                      f"estimates, {s.bound_rejected} rejected by a monotone bound, {s.rule_rejected} refused by TRL "
-                     f"rules, {s.rank_pruned} slower than the plans shown")
+                     f"rules or the model's learned profile, {s.rank_pruned} slower than the plans shown")
     lines.append(f"speed is a ranking model (hpcmem/plan/throughput.py, uncalibrated constants, ±"
                  f"{100 * THROUGHPUT_UNCERTAINTY:.0f} %: within it, plans short of headroom rank last), memory is "
                  "`hpcmem estimate`'s")
