@@ -9,8 +9,10 @@ versions of torch/transformers/trl/peft, one line per case.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,38 +140,58 @@ def rescore(path: Path) -> list[CaseResult]:
     return sorted(results, key=lambda r: r.case_id)
 
 
-def run_cases(cases: list[dict[str, Any]], *, workers: int = 2, progress: Progress | None = None,
-              records: Path | None = None, reserved: bool = False, events_dir: str | None = None,
-              append: bool = False) -> list[CaseResult]:
-    """Trace every case (in `workers` processes) and compare with the estimate. With `records`, each finished case
-    is appended at once (a long matrix keeps what it measured if it is stopped); failures raise at the end, listed.
-    `progress` (hpcmem.progress) hears of every finished case. `reserved`: replay the allocator model too
-    (hpcmem.validate.reserved scores the estimate's reserved peak)."""
+@contextlib.contextmanager
+def trace_pool(workers: int = 2) -> Iterator[Any]:
+    """The worker processes cases are traced in (spawn: torch and TRL are imported once per worker, ~10 s each, so
+    one pool serves every case file of a run). A worker is replaced after 8 cases, which bounds what one process can
+    accumulate over a long matrix."""
     import multiprocessing as mp
 
+    with mp.get_context("spawn").Pool(processes=max(1, workers), maxtasksperchild=8) as pool:
+        yield pool
+
+
+def queue_cases(cases: list[dict[str, Any]], pool: Any) -> Iterator[dict[str, Any]]:
+    """Queue every case on `pool` (an open `trace_pool`) now; their traces come back in case order as the returned
+    iterator is read, so a caller can queue several files at once and the workers never wait between files."""
+    return pool.imap(_trace_one, [(case, False, None) for case in cases])
+
+
+def run_cases(cases: list[dict[str, Any]], *, workers: int = 2, progress: Progress | None = None,
+              records: Path | None = None, reserved: bool = False, events_dir: str | None = None,
+              append: bool = False, pool: Any = None, queued: Iterator[dict[str, Any]] | None = None,
+              ) -> list[CaseResult]:
+    """Trace every case (in `pool`, an open `trace_pool`, or else in a fresh one of `workers` processes; or read
+    their traces from `queued`, what `queue_cases` returned for them) and compare with the estimate. With `records`,
+    each finished case is appended at once (a long matrix keeps what it measured if it is stopped); failures raise
+    at the end, listed. `progress` (hpcmem.progress) hears of every finished case. `reserved`: replay the allocator
+    model too (hpcmem.validate.reserved scores the estimate's reserved peak)."""
+    if pool is None and queued is None:
+        with trace_pool(workers) as own:
+            return run_cases(cases, progress=progress, records=records, reserved=reserved, events_dir=events_dir,
+                             append=append, pool=own)
     results: list[CaseResult] = []
     failures: list[str] = []
     if records is not None:
         records.parent.mkdir(parents=True, exist_ok=True)
         if not append:
             records.write_text("")
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(processes=max(1, workers), maxtasksperchild=8) as pool:
-        tasks = [(case, reserved, events_dir) for case in cases]
-        for done in pool.imap_unordered(_trace_one, tasks):
-            if "error" in done:
-                failures.append(f"{done['case']['id']}: {done['error']}")
-                if progress:
-                    progress.note(f"{done['case']['id']} FAILED: {done['error']}")
-                    progress.advance()
-                continue
-            res = _result(done)
-            results.append(res)
-            if records is not None:
-                with records.open("a") as fh:
-                    fh.write(json.dumps(res.record, sort_keys=True) + "\n")
+    if queued is None:
+        queued = pool.imap_unordered(_trace_one, [(case, reserved, events_dir) for case in cases])
+    for done in queued:
+        if "error" in done:
+            failures.append(f"{done['case']['id']}: {done['error']}")
             if progress:
-                progress.advance(detail=_detail(res))
+                progress.note(f"{done['case']['id']} FAILED: {done['error']}")
+                progress.advance()
+            continue
+        res = _result(done)
+        results.append(res)
+        if records is not None:
+            with records.open("a") as fh:
+                fh.write(json.dumps(res.record, sort_keys=True) + "\n")
+        if progress:
+            progress.advance(detail=_detail(res))
     if failures:
         raise SpecError([f"{len(failures)} of {len(cases)} cases could not be traced:", *failures])
     return sorted(results, key=lambda r: r.case_id)
@@ -213,7 +235,7 @@ def _detail(r: CaseResult) -> str:
             f"err {r.err_pct:+6.2f} %  ({r.seconds:.1f} s)")
 
 
-def _trace_reserved(chosen: list[dict[str, Any]], records: Path, *, workers: int, events_dir: str | None,
+def _trace_reserved(chosen: list[dict[str, Any]], records: Path, *, pool: Any, events_dir: str | None,
                     progress: Progress) -> list[CaseResult]:
     """Trace with the allocator model, resumably: finished cases go to <records>.partial.jsonl at once and a run
     started again traces only the cases not there yet; when every case is done the records file is replaced."""
@@ -223,8 +245,7 @@ def _trace_reserved(chosen: list[dict[str, Any]], records: Path, *, workers: int
     progress.note(f"{len(chosen) - len(todo)} of {len(chosen)} cases already traced with the allocator model")
     if len(todo) < len(chosen):
         progress.advance(len(chosen) - len(todo))
-    run_cases(todo, workers=workers, progress=progress, records=partial, reserved=True, events_dir=events_dir,
-              append=True)
+    run_cases(todo, pool=pool, progress=progress, records=partial, reserved=True, events_dir=events_dir, append=True)
     wanted = {c["id"] for c in chosen}
     results = [r for r in rescore(partial) if r.case_id in wanted]
     write_records(results, records)
@@ -245,27 +266,29 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
     root = estimator_dir()
     paths = [Path(cases)] if cases else sorted((root / "cases").glob("*.yaml"))
     all_results: list[CaseResult] = []
-    for path in paths:
-        records = root / "traces" / f"{path.stem}{'-ci' if ci_only else ''}.jsonl"
-        if rescore_only:
-            if not records.is_file():
-                raise HpcmemError(f"no stored traces at {records}; run without --rescore first")
-            results = rescore(records)
-            if write:
-                write_records(results, records)       # the stored traces with today's estimates
-        else:
-            chosen = load_cases(path, ci_only=ci_only)
-            if not chosen:
-                continue
-            with Progress(len(chosen), f"{path.name} ({workers} workers)", enabled=not as_json) as bar:
-                if reserved and write:
-                    results = _trace_reserved(chosen, records, workers=workers, events_dir=events_dir, progress=bar)
-                else:
-                    results = run_cases(chosen, workers=workers, progress=bar, records=records if write else None,
-                                        reserved=reserved, events_dir=events_dir)
-                    if write:
-                        write_records(results, records)       # sorted by case id
-        all_results += results
+    with contextlib.ExitStack() as stack:
+        pool = None if rescore_only or not paths else stack.enter_context(trace_pool(workers))    # one for all files
+        for path in paths:
+            records = root / "traces" / f"{path.stem}{'-ci' if ci_only else ''}.jsonl"
+            if rescore_only:
+                if not records.is_file():
+                    raise HpcmemError(f"no stored traces at {records}; run without --rescore first")
+                results = rescore(records)
+                if write:
+                    write_records(results, records)       # the stored traces with today's estimates
+            else:
+                chosen = load_cases(path, ci_only=ci_only)
+                if not chosen:
+                    continue
+                with Progress(len(chosen), f"{path.name} ({workers} workers)", enabled=not as_json) as bar:
+                    if reserved and write:
+                        results = _trace_reserved(chosen, records, pool=pool, events_dir=events_dir, progress=bar)
+                    else:
+                        results = run_cases(chosen, pool=pool, progress=bar, records=records if write else None,
+                                            reserved=reserved, events_dir=events_dir)
+                        if write:
+                            write_records(results, records)       # sorted by case id
+            all_results += results
     if not all_results:
         raise HpcmemError("no cases to run (estimator/cases/*.yaml, or --cases FILE)")
     rows = cell_table(all_results)
