@@ -205,3 +205,32 @@ def test_learn_refuses_a_config_of_the_wrong_types_in_one_line_before_tracing(tm
                           text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "hidden_size" in done.stderr and rule in done.stderr
+
+
+def test_a_lora_job_on_peft_default_targets_takes_the_cell_traced_on_them():
+    """Where the profile holds a `lora-default` cell (traced on peft's default targets), a GC LoRA job whose adapters
+    sit there takes it; other targets and GC off keep the all-linear reference cell. The default cell here carries a
+    100 GiB marker in its forward entry, so the estimate shows which cell was read."""
+    from dataclasses import replace
+
+    from hpcmem.estimate import estimate
+    from hpcmem.models.profile import Poly, spec_from_profile
+    from hpcmem.spec import JobSpec, TrainSpec
+
+    base = replace(profile_from_dict(json.loads(FIXTURE.read_text())), peft_default_targets=("q_proj", "v_proj"))
+    marker = 100 * 2**30
+    ref = base.cells["w2a2/lora/gc"]
+    cells = {**base.cells, "w2a2/lora-default/gc": replace(ref, forward_entry=ref.forward_entry + Poly(marker, 0, 0))}
+    default = {"lora_r": 16, "lora_target_modules": ["q_proj", "v_proj"]}
+    profile = replace(base, cells=cells, provenance={**base.provenance, "lora_default": default})
+
+    def peak(p, targets=(), gc=True):
+        return estimate(JobSpec(model=spec_from_profile(p, "tiny"), train=TrainSpec(
+            trainer="sft", dtype="bfloat16", use_peft=True, lora_target_modules=targets, gradient_checkpointing=gc,
+            max_length=64, per_device_train_batch_size=2))).peak_allocated_bytes
+
+    assert peak(profile) - peak(base) >= marker                              # default targets: the default cell
+    assert peak(profile, ("v_proj", "q_proj")) - peak(base, ("v_proj", "q_proj")) >= marker     # named alike
+    assert peak(profile, ("all-linear",)) == peak(base, ("all-linear",))    # other targets: the reference cell
+    assert peak(profile, ("q_proj",)) == peak(base, ("q_proj",))
+    assert peak(profile, gc=False) == peak(base, gc=False)                  # no default cell without GC

@@ -33,3 +33,59 @@ def test_stored_coverage_records_rescore_within_3_percent():
         if abs(rec["err_pct"]) > bound:
             worse.append(f"{rec['model_type']} {rec['technique']}: {before:+.2f} → {rec['err_pct']:+.2f} %")
     assert not worse, "\n".join(worse)
+
+
+# tiny configs of the types whose layer count or LoRA targets the learner once could not read
+TINY_LONGCAT = {"model_type": "longcat_flash", "vocab_size": 256, "hidden_size": 64, "num_layers": 4,
+                "num_attention_heads": 4, "num_key_value_heads": 4, "ffn_hidden_size": 96, "q_lora_rank": 32,
+                "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "head_dim": 8,
+                "moe_topk": 2, "n_routed_experts": 4, "zero_expert_num": 2, "expert_ffn_hidden_size": 32}
+TINY_EMU3 = {"model_type": "emu3", "text_config": {
+    "model_type": "emu3_text_model", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "pad_token_id": 0, "bos_token_id": 1,
+    "eos_token_id": 2}}
+TINY_AFMOE = {"model_type": "afmoe", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
+              "moe_intermediate_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "num_shared_experts": 1,
+              "global_attn_every_n_layers": 2, "sliding_window": 16}
+
+
+@pytest.mark.parametrize("cfg, key, real", [(TINY_LONGCAT, "num_layers", 4), (TINY_EMU3, "num_hidden_layers", 4)])
+def test_a_reduced_config_builds_the_real_first_layers_where_the_count_is_not_num_hidden_layers(cfg, key, real):
+    """LongCat-Flash builds `num_layers` layers (its num_hidden_layers is 2 × that, a property); Emu3's causal LM takes
+    the whole config and builds text_config's layers. The cut must set the count the model builds from."""
+    from hpcmem.models.profile import backbone_config
+    from hpcmem.trace.learn import reduced
+
+    full, small, depth, _ = reduced(backbone_config(cfg))
+    assert (full.layers_key, len(full.layer_kinds)) == (key, real)
+    assert depth == 3 and len(small.layer_kinds) == 3
+
+
+def test_lora_reference_leaves_out_an_attention_name_peft_takes_for_fused_experts():
+    """AfMoE's attention has a gate_proj; peft's MoE conversion reads that name as the experts' fused gate_up_proj and
+    refuses it without up_proj, as it refuses all-linear (ParamWrapper with dropout): q/k/v/o are what peft takes."""
+    import peft
+
+    from hpcmem.trace import layout as lay
+    from hpcmem.trace.learn import lora_reference
+
+    ref = lora_reference(TINY_AFMOE, lay.layout(TINY_AFMOE))
+    assert ref == {"lora_r": 16, "lora_target_modules": ["k_proj", "o_proj", "q_proj", "v_proj"]}
+    # peft takes those on the real model class: every adapted module sits in the attention
+    model = peft.get_peft_model(lay.build_meta(TINY_AFMOE), peft.LoraConfig(
+        r=16, lora_dropout=0.05, task_type="CAUSAL_LM", target_modules=ref["lora_target_modules"]))
+    adapted = [n for n, m in model.named_modules() if hasattr(m, "lora_A") and m.lora_A]
+    assert adapted and all(".self_attn." in n for n in adapted)
+
+
+@pytest.mark.parametrize("model_type", ["qwen4_exp_text", "qwen4_exp"])
+def test_qwen4_exp_reference_config_builds_its_indexed_attention(model_type):
+    from hpcmem.trace import layout as lay
+    from hpcmem.validate.coverage import reference_config
+
+    cfg, source = reference_config(model_type)
+    assert "indexer_budget" in source or "text_config" in source
+    config = lay.hf_config(cfg)
+    text = config.get_text_config()
+    assert text.indexer_budget // text.indexer_compress_ratio == 512 and "indexed_attention" in text.layer_types

@@ -13,7 +13,10 @@ The phases are the derived ones' (hpcmem.estimate.step) with those terms in plac
 
 The lora cells were traced with TRL's LoRA at r = 16 on every Linear, or on the attention projections where peft
 refuses that (the profile's `lora_reference`); a job with other targets or rank gets the difference of the two
-adapters' saved inputs and backward temporaries, from hpcmem.estimate.lora.
+adapters' saved inputs and backward temporaries, from hpcmem.estimate.lora. A profile may also hold the `lora-default`
+cell, traced on peft's default targets (provenance `lora_default`): a job whose adapters sit where those put them
+takes that cell instead (the formulas' difference from all-linear misses where the default is a fused projection:
+GPT-BigCode's c_attn, Falcon's query_key_value; estimator/LOG.md).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from hpcmem.models.profile import Cell, LayerKind, LearnedProfile, cell_key
 from hpcmem.spec import JobSpec
 
 REFERENCE_ADAPTER_BYTES = 4       # peft keeps adapters in fp32 (autocast_adapter_dtype) in the traced jobs
+DEFAULT_LORA = "lora-default"     # the technique name of the cells traced on peft's default targets
 
 
 def precision_key(prec: Precision) -> str | None:
@@ -40,8 +44,24 @@ def precision_key(prec: Precision) -> str | None:
     return {4: "w4a2", 2: "w2a2"}.get(prec.weight)
 
 
-def learned_cell(job: JobSpec, prec: Precision) -> Cell:
-    """The profile's terms for this job, or a SpecError naming what was not learned."""
+def _adapted_leaves(p: LearnedProfile, targets: list[str] | tuple[str, ...]) -> set[str]:
+    return {leaf for k in p.kinds for lin in k.linears if lin.nn_linear
+            and (leaf := lin.name.rsplit(".", 1)[-1]) in set(targets)}
+
+
+def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[Cell, dict]:
+    """(the profile's terms for this job, the LoRA reference they were traced with), or a SpecError naming what was
+    not learned. A LoRA job on the adapters of peft's default targets takes the `lora-default` cell where learned."""
+    t, p = job.train, job.model.learned
+    default, key = p.provenance.get("lora_default"), precision_key(prec)
+    if (t.use_peft and default and key and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
+            and {m.leaf for m in lora.adapted} == _adapted_leaves(p, default["lora_target_modules"])
+            and (cell := p.cell(key, DEFAULT_LORA, t.gradient_checkpointing)) is not None):
+        return cell, default
+    return _cell(job, prec), p.lora_reference
+
+
+def _cell(job: JobSpec, prec: Precision) -> Cell:
     t, p = job.train, job.model.learned
     problems = []
     if t.selective_checkpointing:
@@ -95,7 +115,8 @@ def _quad(mb: MicroBatch, p: LearnedProfile) -> int:
     return mb.rows * mb.seq * mb.seq if mb.masked or p.provenance.get("attention") == "eager" else 0
 
 
-def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, cell: Cell) -> LayerBytes:
+def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, cell: Cell,
+                reference: dict | None = None) -> LayerBytes:
     p: LearnedProfile = job.model.learned
     tokens, quad, gc = mb.tokens, _quad(mb, p), job.train.gradient_checkpointing
     out = LayerBytes([], [], [], [], [])
@@ -105,7 +126,7 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         if not lora.enabled:
             per_kind[kind_id] = (0, 0, kind.params * prec.weight)
             continue
-        mine, ref = layer_adapters(kind, lora, None), layer_adapters(kind, lora, p.lora_reference)
+        mine, ref = layer_adapters(kind, lora, None), layer_adapters(kind, lora, reference or p.lora_reference)
         d_saved = mine.saved_per_layer(tokens, prec) - ref.saved_per_layer(tokens, prec)
         d_temp = backward_transient(mine, tokens, prec) - backward_transient(ref, tokens, prec)
         per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes)
@@ -156,8 +177,8 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     from hpcmem.estimate.step import closing_phases, resident_components
 
     t, p = job.train, job.model.learned
-    cell = learned_cell(job, prec)
-    lb = layer_bytes(job, mb, prec, lora, cell)
+    cell, reference = learned_cell(job, prec, lora)
+    lb = layer_bytes(job, mb, prec, lora, cell, reference)
     tokens, quad, L = mb.tokens, _quad(mb, p), len(lb.kept)
     resident = resident_components(s, lora) + list(extra_resident)
     gathered = [Component(name="gathered parameters", bytes=s.gathered)] if s.gathered else []

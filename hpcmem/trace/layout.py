@@ -121,9 +121,21 @@ def _kind(layer: Any, config: Any) -> LayerKind:
     return LayerKind(params=params, experts=routed, experts_active=active, linears=_weights(layer))
 
 
-def layers_key(config: Any) -> str:
-    """The config.json key that holds the layer count (gpt2's n_layer, …: the config class's attribute_map)."""
-    return getattr(config, "attribute_map", {}).get("num_hidden_layers", "num_hidden_layers")
+def layers_key(config: Any, cfg: dict[str, Any] | None = None, built: int | None = None) -> str:
+    """The config.json key that holds the layer count: the config class's attribute_map target (gpt2's n_layer, …),
+    unless that is a derived count and another key of `cfg` holds the `built` layers (LongCat-Flash's
+    `num_hidden_layers` is a property, 2 × `num_layers`: configuration_longcat_flash.py; its model builds
+    `num_layers` GradientCheckpointingLayers)."""
+    key = getattr(config, "attribute_map", {}).get("num_hidden_layers", "num_hidden_layers")
+    if cfg is None or built is None or count_at(cfg, key) == built:
+        return key
+    return next((k for k, v in cfg.items() if "layers" in k and type(v) is int and v == built), key)
+
+
+def count_at(cfg: dict[str, Any], key: str) -> Any:
+    """The value of `key` in cfg, or in its text_config where only that holds it (Emu3's layer count)."""
+    inner = cfg.get("text_config")
+    return cfg[key] if key in cfg else inner.get(key) if isinstance(inner, dict) else None
 
 
 def layout(cfg: dict[str, Any]) -> Layout:
@@ -164,7 +176,7 @@ def layout(cfg: dict[str, Any]) -> Layout:
                   embed=embed_w.numel(), lm_head=lm_head, other=other, total=total, kinds=tuple(kinds),
                   layer_kinds=tuple(layer_kinds), signatures=tuple(sigs),
                   attention=str(getattr(config, "_attn_implementation", None) or "sdpa"),
-                  layers_key=layers_key(config))
+                  layers_key=layers_key(config, cfg, len(layers)))
 
 
 def choose_depth(kinds: tuple[int, ...]) -> int:
@@ -228,7 +240,11 @@ def _layer_keyed(value: Any) -> bool:
 
 def reduced_config(cfg: dict[str, Any], key: str, depth: int, layers: int) -> dict[str, Any]:
     """The config with `depth` layers: the layer count set, every per-layer list (length = layers) cut, and every
-    dict keyed by layer index kept below `depth`."""
+    dict keyed by layer index kept below `depth` — inside `text_config` where only that holds the count (Emu3's causal
+    LM takes the whole config and builds text_config's layers: modeling_emu3.py Emu3ForCausalLM)."""
+    inner = cfg.get("text_config")
+    if key not in cfg and isinstance(inner, dict) and key in inner:
+        return {**cfg, "text_config": reduced_config(inner, key, depth, layers)}
     out = {}
     for k, v in cfg.items():
         if isinstance(v, list) and len(v) == layers and layers > depth:

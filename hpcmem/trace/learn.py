@@ -4,7 +4,8 @@
    whose middle layers hold every kind (`choose_depth`); the config cut to D layers, checked to build the same first
    D layers as the real model.
 2. For each precision (float32 load → `w4a2`, bfloat16 → `w2a2`), technique (full; LoRA at r = 16 on every Linear,
-   or on the attention projections where peft refuses that: `lora_reference`) and checkpointing (full, off), TRL's
+   or on the attention projections where peft refuses that: `lora_reference`; with checkpointing also LoRA on peft's
+   default targets, `default_lora`) and checkpointing (full, off), TRL's
    SFTTrainer is traced (hpcmem.trace.run_trace, CUDA mapping, timeline on) on the D-layer model with 2 padded rows of
    SEQS tokens each, for one optimizer step (TRACED_STEP). From that step's timeline (hpcmem.trace.phases names the
    phase and layer of every point; start(k): bytes when layer k starts its forward, start(D): when the LM head does):
@@ -30,6 +31,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from hpcmem.errors import SpecError
+from hpcmem.estimate.learned import DEFAULT_LORA
 from hpcmem.models.profile import (REFERENCE_LORA, Cell, LearnedProfile, ParamLayout, Poly, backbone_config,
                                    cell_key, config_hash, spec_from_profile)
 from hpcmem.spec import JobSpec, TrainSpec
@@ -179,13 +181,14 @@ def _profile(lo: lay.Layout, *, model_type: str, sha: str, cfg: dict[str, Any], 
 
 def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int) -> JobSpec:
     """A traced job of a cell, with the settings the type trains only with (router_aux_loss_coef 0 for some MoE
-    types: hpcmem.models.coverage.required_settings; checkpointing is the cell's)."""
+    types: hpcmem.models.coverage.required_settings; checkpointing is the cell's); `lora-default` leaves the targets
+    to peft (TRL passes target_modules=None)."""
     from hpcmem.models.coverage import required_settings
 
     lora, ref = technique == "lora", spec.learned.lora_reference
     needs = {k: v for k, v in required_settings(spec.model_type).items() if k != "gradient_checkpointing"}
     return JobSpec(model=spec, train=TrainSpec(
-        trainer="sft", dtype=dtype, use_peft=lora, lora_r=ref["lora_r"],
+        trainer="sft", dtype=dtype, use_peft=technique != "full", lora_r=ref["lora_r"],
         lora_target_modules=tuple(ref["lora_target_modules"]) if lora else (),
         gradient_checkpointing=gc, max_length=seq, per_device_train_batch_size=ROWS, **needs))
 
@@ -200,24 +203,29 @@ def runnable_cells(model_type: str, cells: Any) -> list[tuple[str, bool]]:
 
 def lora_reference(cfg: dict[str, Any], lo: lay.Layout) -> dict[str, Any] | None:
     """The LoRA the lora cells are traced with: TRL's (r 16, dropout 0.05) on all-linear where peft takes it on this
-    model (peft turns fused experts into ParamWrappers, which refuse dropout), else on the attention projections;
-    None when peft takes neither. Neither set takes an nn.Linear subclass with its own forward (PhiMoE's router
-    returns a tuple, DeepSeek-V4's grouped o_a_proj multiplies a reshaped weight): peft's LoRA Linear adds its
-    [.., out] delta to the base layer's output (peft/tuners/lora/layer.py Linear.forward), and the first step raises."""
+    model (peft turns fused experts into ParamWrappers, which refuse dropout), else on the attention projections —
+    else on those whose name no other weight of the layers bears (AfMoE's and Beam's attention has a `gate_proj`, a
+    name peft's transformers-v5 MoE conversion takes for the fused experts' gate_up_proj and refuses without
+    `up_proj`: peft/utils/transformers_weight_conversion.py _convert_peft_config_moe); None when peft takes none.
+    No set takes an nn.Linear subclass with its own forward (PhiMoE's router returns a tuple, DeepSeek-V4's grouped
+    o_a_proj multiplies a reshaped weight): peft's LoRA Linear adds its [.., out] delta to the base layer's output
+    (peft/tuners/lora/layer.py Linear.forward), and the first step raises."""
     import peft
     import torch
 
     odd = {n.rsplit(".", 1)[-1] for n, m in lay.build_meta(cfg).named_modules()
            if isinstance(m, torch.nn.Linear) and type(m).forward is not torch.nn.Linear.forward}
-    attention = sorted({x.name.rsplit(".", 1)[-1] for k in lo.kinds for x in k.linears
+    layer_linears = [x for k in lo.kinds for x in k.linears]
+    attention = sorted({x.name.rsplit(".", 1)[-1] for x in layer_linears
                         if x.nn_linear and "attn" in x.name.lower()} - odd)
+    elsewhere = {x.name.rsplit(".", 1)[-1] for x in layer_linears if "attn" not in x.name.lower()}
+    only_attention = [leaf for leaf in attention if leaf not in elsewhere]
     # peft refuses out_proj and conv1d on Mamba-based types (peft/tuners/tuners_utils.py
     # `_check_lora_target_modules_mamba`): a pure Mamba model then takes every other linear of its layers — if
     # there are two or more: TRL's ModelConfig.__post_init__ turns a one-name list into a string, which peft
     # matches as a regex against the whole module path (no module is found)
-    linears = sorted({x.name.rsplit(".", 1)[-1] for k in lo.kinds for x in k.linears if x.nn_linear}
-                     - PEFT_MAMBA_REFUSED - odd)
-    for targets in ([] if odd else ["all-linear"], attention, linears if len(linears) > 1 else []):
+    linears = sorted({x.name.rsplit(".", 1)[-1] for x in layer_linears if x.nn_linear} - PEFT_MAMBA_REFUSED - odd)
+    for targets in ([] if odd else ["all-linear"], attention, only_attention, linears if len(linears) > 1 else []):
         if not targets:
             continue
         try:
@@ -230,11 +238,26 @@ def lora_reference(cfg: dict[str, Any], lo: lay.Layout) -> dict[str, Any] | None
     return None
 
 
+def default_lora(peft: tuple[str, ...] | None, reference: dict[str, Any] | None,
+                 lo: lay.Layout) -> dict[str, Any] | None:
+    """The LoRA of the `lora-default` cell: peft's default targets at the reference's rank, where peft has them and
+    they adapt other layers than the reference does (checkpointing on only, TRL's default: what a job without
+    lora_target_modules runs). The reference's difference formulas miss where the default is a fused projection
+    (GPT-BigCode's c_attn −7.9 %, Falcon's query_key_value −4.4 %: estimator/LOG.md), so that job is traced."""
+    if not peft or not reference:
+        return None
+    leaves = {x.name.rsplit(".", 1)[-1] for k in lo.kinds for x in k.linears if x.nn_linear}
+    targets = reference["lora_target_modules"]
+    if (leaves if targets == ["all-linear"] else leaves & set(targets)) == leaves & set(peft):
+        return None
+    return {"lora_r": reference["lora_r"], "lora_target_modules": list(peft)}
+
+
 def reduced(decoder: dict[str, Any]) -> tuple[lay.Layout, lay.Layout, int, dict[str, Any]]:
     """(full layout, reduced layout, depth, reduced config); the reduced model's layers must be the real first ones.
     The depths of `layout.candidate_depths` are tried in turn."""
     full = lay.layout(decoder)
-    count = decoder.get(full.layers_key)
+    count = lay.count_at(decoder, full.layers_key)
     why = ""
     for depth in lay.candidate_depths(full.layer_kinds):
         if depth == len(full.layer_kinds):
@@ -263,13 +286,16 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     outer = str(cfg.get("model_type", full.model_type))
     peft = _peft_defaults(cfg)
     reference = lora_reference(small_cfg, small) if any(t == "lora" for t, _ in cells) else None
+    default = default_lora(peft, reference, small) if ("lora", True) in set(cells) else None
     provenance: dict[str, Any] = {"attention": small.attention, "depth": depth, "rows": ROWS, "seqs": list(SEQS),
-                                  "traced_type": full.model_type, "lora_reference": reference}
+                                  "traced_type": full.model_type, "lora_reference": reference,
+                                  "lora_default": default}
     probe = _profile(small, model_type=outer, sha="", cfg=small_cfg, layer_map=tuple(range(depth)), cells={},
                      peft=peft, provenance=provenance)
     spec = spec_from_profile(probe, probe.model_type)
     wanted = [(tech, gc) for tech, gc in runnable_cells(outer, CELLS)
               if (tech, gc) in set(cells) and (tech == "full" or reference)]
+    wanted += runnable_cells(outer, [(DEFAULT_LORA, True)]) if default else []
     tasks = [(PRECISIONS[d], d, tech, gc, seq) for d in dtypes for tech, gc in wanted for seq in SEQS]
     done = _run_samples(probe, [t[1:] for t in tasks], depth, workers, progress, start)
     fitted: dict[str, Cell] = {}

@@ -3,12 +3,12 @@
 What "the trace" is here (the sweep must fit a shared two-core machine): for each type of hpcmem/models/coverage.json
 that is not refused or not applicable, its reference config — the catalog entry of that type if there is one, else the
 transformers config class's defaults (the sizes of the checkpoint its docstring names), with `CONFIG_FIXES` where
-those defaults do not build — at full width, cut to at most EVAL_LAYERS decoder layers (every per-layer list cut
-alike); TRL's SFTTrainer traced for two optimizer steps (`--kernels cuda`), bf16 weights, 2 padded rows of 1,024
-tokens, for three techniques: full fine-tuning + GC, LoRA + GC (peft's default targets, else all-linear), full
-fine-tuning without GC — or, for a type whose real trainer refuses checkpointing (hpcmem/models/coverage.json
-"requires" gradient_checkpointing false), the two it runs: full and LoRA without GC; a type that trains only with
-another setting (router_aux_loss_coef 0) is traced and estimated with it. The estimate is `hpcmem estimate`'s allocated tensor peak (cuBLAS workspaces left out, as in
+those defaults do not build — at full width, cut to at most EVAL_LAYERS decoder layers (EVAL_LAYERS_FOR: fewer; every
+per-layer list cut alike); TRL's SFTTrainer traced for two optimizer steps (`--kernels cuda`), bf16 weights, 2 padded
+rows of 1,024 tokens, for three techniques: full fine-tuning + GC, LoRA + GC (peft's default targets, else
+all-linear), full fine-tuning without GC — or, for a type whose real trainer refuses checkpointing
+(hpcmem/models/coverage.json "requires" gradient_checkpointing false), the two it runs: full and LoRA without GC; a
+type that trains only with another setting (router_aux_loss_coef 0) is traced and estimated with it. The estimate is `hpcmem estimate`'s allocated tensor peak (cuBLAS workspaces left out, as in
 `validate --against trace`). A derived type is estimated from its family descriptor; a learned type from a profile
 learned from the full config (hpcmem.trace.learn: three lengths ≤ 768 tokens at the reduced depth D ≤ 12), laid over
 the traced depth: the comparison is out of sample in depth (unless the type is no deeper than D) and in length.
@@ -26,6 +26,11 @@ from pathlib import Path
 from typing import Any
 
 EVAL_LAYERS = 16
+# Types traced at fewer layers, and why. RecurrentGemma's RG-LRU scan is a Python loop over the tokens on every device
+# (modeling_recurrent_gemma.py RecurrentGemmaRglru._rnn_scan: no kernel; the GPU runs the same ops), so its trace
+# costs ~1,024 dispatches per recurrent layer per pass and 16 layers ran past the sweep's 14-minute job: 7 layers
+# (recurrent, recurrent, attention ×2, then recurrent like the real last layer) at the same 2 × 1,024 tokens.
+EVAL_LAYERS_FOR = {"recurrent_gemma": 7}
 EVAL_ROWS, EVAL_SEQ = 2, 1024
 TECHNIQUES = {"full+gc": ("full", True), "lora+gc": ("lora", True), "full gc off": ("full", False),
               "lora gc off": ("lora", False)}
@@ -61,6 +66,15 @@ CONFIG_FIXES: dict[str, dict[str, Any]] = {
         "full_attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)]},
     "lfm2_moe": {"num_hidden_layers": 16, "layer_types": [
         "full_attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)]},
+    # Qwen4-Exp's default layer_types make every fourth layer "indexed_attention", whose QSA indexer the class
+    # defaults leave unset (None // None). The values of the released indexer: 4 query heads and one key head of 128
+    # (a 640-wide index_qk_proj), 4-token blocks, 2,048 selected tokens (TensorRT-Edge-LLM's QSA indexer kernel docs:
+    # qNormed [B, S, 4, 128], kbar per 4-token block, outIdx [B, S, 2051] = 2,048 + a partial block's 3). The
+    # attention's rotary part must fit that head (validate_architecture): Qwen3.5's partial_rotary_factor 0.25 (its
+    # class default; 64 of 256).
+    **{t: {"text_config": QSA} if t == "qwen4_exp" else QSA for t in ("qwen4_exp", "qwen4_exp_text") for QSA in [{
+        "indexer_n_heads": 4, "indexer_kv_heads": 1, "indexer_head_dim": 128, "indexer_budget": 2048,
+        "indexer_compress_ratio": 4, "rope_parameters": {"partial_rotary_factor": 0.25}}]},
 }
 
 
@@ -77,8 +91,15 @@ def reference_config(model_type: str) -> tuple[dict[str, Any], str]:
     cfg = {k: v for k, v in cfg.items() if k not in ("transformers_version", "architectures", "_name_or_path",
                                                        "dtype", "torch_dtype")}
     fix = CONFIG_FIXES.get(model_type, {})
-    return json.loads(json.dumps({**cfg, **fix}, default=str)), "config class defaults" + (
+    return json.loads(json.dumps(_merged(cfg, fix), default=str)), "config class defaults" + (
         f" + {sorted(fix)}" if fix else "")
+
+
+def _merged(cfg: dict[str, Any], fix: dict[str, Any]) -> dict[str, Any]:
+    """cfg with fix laid over it; a dict merges into the config's dict (a multimodal config's text_config, a
+    rope_parameters, keep their other fields)."""
+    return {**cfg, **{k: _merged(cfg[k], v) if isinstance(v, dict) and isinstance(cfg.get(k), dict) else v
+                      for k, v in fix.items()}}
 
 
 def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tuple[Any, int, int]:
@@ -93,14 +114,15 @@ def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tu
 
     decoder = backbone_config(cfg)
     config = lay.hf_config(decoder)
-    key = lay.layers_key(config)
-    real = int(getattr(config, "num_hidden_layers"))
-    depth = min(real, EVAL_LAYERS)
+    real = len(profile.layer_kinds) if profile is not None else int(getattr(config, "num_hidden_layers"))
+    key = lay.layers_key(config, decoder, real)
+    depth = min(real, EVAL_LAYERS_FOR.get(str(cfg.get("model_type")), EVAL_LAYERS))
     if profile is not None and depth < real:
         kinds, floor = profile.layer_kinds, profile.provenance["depth"]
         depth = max((d for d in range(floor, depth + 1) if kinds[d - 1] == kinds[-1]), default=depth)
     cut = lay.reduced_config(decoder, key, depth, real) if depth < real else decoder
-    if isinstance(cfg.get("text_config"), dict) and "model_type" in cfg["text_config"] and depth < real:
+    if (isinstance(cfg.get("text_config"), dict) and "model_type" in cfg["text_config"] and depth < real
+            and decoder.get("model_type") != cfg.get("model_type")):      # the backbone is the text_config
         cut = {**cfg, "text_config": {**cfg["text_config"], **{k: cut[k] for k in cut if k in cfg["text_config"]
                                                                or k == key}}}
     path = folder / f"{name}-{depth}.json"
