@@ -90,6 +90,13 @@ def _check_lora_variants(job: JobSpec, p: Problems) -> None:
     from hpcmem.estimate.lora_variants import SIZED_MODULES, targeted_parameters
 
     t = job.train
+    if len(t.lora_target_modules) == 1 and t.lora_target_modules[0] != "all-linear":
+        # trl/trainer/model_config.py ModelConfig.__post_init__ passes a one-element list on as its string, and peft
+        # matches a string target as a regex against each module's whole path (peft/tuners/tuners_utils.py
+        # check_target_module_exists → re.fullmatch): a bare name matches nothing and get_peft_model raises
+        p.add(f"lora_target_modules {t.lora_target_modules[0]!r}: TRL 1.16 hands a single target to peft as a "
+              "regex over the module's full path, which a bare name never matches (peft raises 'Target modules … not "
+              "found'); name two or more modules, or all-linear")
     unsized = [n for n in t.lora_modules_to_save if n not in SIZED_MODULES]
     if unsized:
         p.add(f"lora_modules_to_save {', '.join(unsized)}: hpcmem sizes the trainable copies of "

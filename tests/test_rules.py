@@ -29,6 +29,14 @@ def test_packing_is_sft_only():
     assert "DPOConfig has no packing field" in problems(trainer="dpo", packing=True)
 
 
+def test_a_single_lora_target_is_refused_as_peft_refuses_it():
+    # TRL's ModelConfig turns ["q_proj"] into "q_proj", a regex peft fullmatches against whole module paths: no match,
+    # get_peft_model raises (tests/test_trl_rejections.py runs the real trainer on both sides of this rule)
+    assert "lora_target_modules 'q_proj'" in problems(use_peft=True, lora_target_modules=("q_proj",))
+    job(use_peft=True, lora_target_modules=("all-linear",))       # peft's keyword, kept as a string
+    job(use_peft=True, lora_target_modules=("q_proj", "v_proj"))
+
+
 def test_padding_free_without_packing_needs_max_length_none():
     assert "padding_free=True without packing" in problems(padding_free=True)
     job(padding_free=True, max_length=None)          # what TRL accepts
