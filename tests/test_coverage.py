@@ -232,5 +232,5 @@ def test_a_lora_job_on_peft_default_targets_takes_the_cell_traced_on_them():
     assert peak(profile) - peak(base) >= marker                              # default targets: the default cell
     assert peak(profile, ("v_proj", "q_proj")) - peak(base, ("v_proj", "q_proj")) >= marker     # named alike
     assert peak(profile, ("all-linear",)) == peak(base, ("all-linear",))    # other targets: the reference cell
-    assert peak(profile, ("q_proj",)) == peak(base, ("q_proj",))
+    assert peak(profile, ("q_proj", "k_proj")) == peak(base, ("q_proj", "k_proj"))
     assert peak(profile, gc=False) == peak(base, gc=False)                  # no default cell without GC
