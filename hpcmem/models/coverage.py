@@ -77,6 +77,11 @@ def required_settings(model_type: str) -> dict[str, Any]:
     return dict(entry.get("requires", {}))
 
 
+def settings_beside_checkpointing(model_type: str) -> dict[str, Any]:
+    """The required settings a traced or swept job carries whatever its checkpointing (which its cell sets)."""
+    return {k: v for k, v in required_settings(model_type).items() if k != "gradient_checkpointing"}
+
+
 def requirement_problems(model_type: str, train: Any, config: dict[str, Any] | None) -> list[str]:
     """Why a job of this type would not run (hpcmem.rules.check_job): a required setting the job does not have. A
     TrainSpec field left None takes the model config's value, as TRL does (router_aux_loss_coef)."""

@@ -366,13 +366,9 @@ class _Walker:
             return None, None, self.refused[rule_key]
         try:
             job = apply(self.base, k)
+            self.full += 1
+            est = estimate(job)     # SpecError too: a learned profile without this precision/technique's cell
         except SpecError as exc:
-            self.refused[rule_key] = exc.problems[0]
-            return None, None, exc.problems[0]
-        self.full += 1
-        try:
-            est = estimate(job)
-        except SpecError as exc:        # a learned profile without this precision/technique's cell: not estimable
             self.refused[rule_key] = exc.problems[0]
             return None, None, exc.problems[0]
         self.states_floor.setdefault((k.sharding, k.peft), _states_floor(est))

@@ -181,12 +181,12 @@ def _profile(lo: lay.Layout, *, model_type: str, sha: str, cfg: dict[str, Any], 
 
 def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int) -> JobSpec:
     """A traced job of a cell, with the settings the type trains only with (router_aux_loss_coef 0 for some MoE
-    types: hpcmem.models.coverage.required_settings; checkpointing is the cell's); `lora-default` leaves the targets
+    types: hpcmem.models.coverage.settings_beside_checkpointing; checkpointing is the cell's); `lora-default` leaves the targets
     to peft (TRL passes target_modules=None)."""
-    from hpcmem.models.coverage import required_settings
+    from hpcmem.models.coverage import settings_beside_checkpointing
 
     lora, ref = technique == "lora", spec.learned.lora_reference
-    needs = {k: v for k, v in required_settings(spec.model_type).items() if k != "gradient_checkpointing"}
+    needs = settings_beside_checkpointing(spec.model_type)
     return JobSpec(model=spec, train=TrainSpec(
         trainer="sft", dtype=dtype, use_peft=technique != "full", lora_r=ref["lora_r"],
         lora_target_modules=tuple(ref["lora_target_modules"]) if lora else (),

@@ -160,7 +160,7 @@ def eval_job(spec: Any, technique: str, targets: tuple[str, ...] | None = None) 
     """The sweep's job for a technique. LoRA goes on peft's default targets; where peft has none, on the targets a
     user can run: the profile's (learned types), else all-linear — or, for fused experts (which peft wraps as
     ParamWrappers that refuse TRL's dropout), the attention projections. `targets` (a record's) overrides."""
-    from hpcmem.models.coverage import required_settings
+    from hpcmem.models.coverage import settings_beside_checkpointing
     from hpcmem.models.params import all_linear_targets, linear_modules, peft_default_targets
     from hpcmem.spec import JobSpec, TrainSpec
 
@@ -179,7 +179,7 @@ def eval_job(spec: Any, technique: str, targets: tuple[str, ...] | None = None) 
                 targets = ("all-linear",)
             else:
                 raise ValueError("no nn.Linear in the decoder layers for LoRA")
-    needs = {k: v for k, v in required_settings(spec.model_type).items() if k != "gradient_checkpointing"}
+    needs = settings_beside_checkpointing(spec.model_type)
     return JobSpec(model=spec, train=TrainSpec(
         trainer="sft", dtype="bfloat16", use_peft=kind == "lora", lora_target_modules=tuple(targets or ()),
         gradient_checkpointing=gc, max_length=EVAL_SEQ, per_device_train_batch_size=EVAL_ROWS, **needs))
