@@ -37,6 +37,10 @@ def test_booleans_are_trls_words_and_text_has_no_control_characters():
         v.boolean("use_peft", "maybe")
     with pytest.raises(SpecError, match=r"account must be text without control characters .*got 'x\\ny'"):
         v.text("account", "x\ny")
+    not_utf8 = b"q_\xff".decode("utf-8", "surrogateescape")       # what argv holds for bytes that are not UTF-8
+    with pytest.raises(SpecError, match="lora_target_modules must be text in UTF-8"):
+        v.text("lora_target_modules", not_utf8)
+    assert v.text("name", "Qwen2.5 — é ✓") == "Qwen2.5 — é ✓"
     assert v.json_object("k", '{"selective": true}') == {"selective": True}
     with pytest.raises(SpecError, match="model_init_kwargs must be a JSON object"):
         v.json_object("model_init_kwargs", "{bad")

@@ -25,6 +25,8 @@ TRUE_WORDS = ("yes", "true", "t", "y", "1")
 FALSE_WORDS = ("no", "false", "f", "n", "0")
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# lone surrogates: what Python makes of bytes that are not UTF-8 on the command line (os.fsdecode's surrogateescape)
+_NOT_UTF8 = re.compile("[\ud800-\udfff]")
 
 
 class InputError(SpecError):
@@ -109,6 +111,8 @@ def text(field: str, value: Any, *, max_len: int = MAX_TEXT, numbers_ok: bool = 
         raise fail(field, value, f"text of at most {max_len} characters (this has {len(value)})")
     if not controls and _CONTROL.search(value):
         raise fail(field, value, "text without control characters (line breaks, tabs, NUL, escapes)")
+    if _NOT_UTF8.search(value):
+        raise fail(field, value, "text in UTF-8 (these bytes are not)")
     return value
 
 
