@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 MODELLED, NO_EFFECT, REFUSED = "modelled", "no memory effect", "refused"
@@ -195,7 +195,9 @@ BY_CLASS: dict[tuple[str, str], Field] = {
 def declared() -> dict[str, tuple[str, ...]]:
     """config class → the fields it declares (TrainingArguments' own under "TrainingArguments"; each TRL config's
     beyond those), TRL 1.16 / transformers 5.24 (declared.json, pinned by tests/test_trl_fields.py)."""
-    text = resources.files("hpcmem.trainers").joinpath("declared.json").read_text(encoding="utf-8")
+    # read beside this module, as every packaged data file is (importlib.resources costs ~10 ms of imports: tempfile,
+    # zipfile, shutil and the compressors, on the path of every cold estimate)
+    text = Path(__file__).with_name("declared.json").read_text(encoding="utf-8")
     return {cls: tuple(names) for cls, names in json.loads(text).items()}
 
 
