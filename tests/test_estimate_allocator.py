@@ -101,6 +101,30 @@ def test_second_step_only_where_states_come_after_the_first_backward():
     assert term({}, distributed_type="DEEPSPEED", zero_stage=1) == 0
 
 
+def test_the_head_gradient_block_the_second_step_may_map_again_is_reported_not_fitted_away():
+    """Qwen2.5-0.5B full SFT, bf16, 2 × 2048 with checkpointing: one of the streams whose second step maps both
+    [V, H] blocks again in the allocator model (estimator/LOG.md), and a neighbour of streams where a 2 MiB tensor
+    more flips the bf16 one. The spread is that bf16 [V, H] gradient, by hand 151,936 × 896 × 2 B; none under LoRA
+    (frozen head), for Reward (a score head), or at a length where the head's blocks never reach the peak."""
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.table import render
+    from hpcmem.trl_config import build_job
+
+    def est(trainer: str = "sft", **settings: object):
+        return estimate(build_job(trainer, {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dtype": "bfloat16",
+                                            "max_length": 2048, "per_device_train_batch_size": 2, **settings})[0])
+
+    full = est()
+    assert full.reserved_spread_bytes == 151_936 * 896 * 2
+    assert full.to_json()["per_gpu"]["reserved_spread_bytes"] == 151_936 * 896 * 2
+    assert "± 0.13 GiB: whether step 2 maps the head's [V, H] gradient (0.25 GiB) again" in render(full)
+    assert est(use_peft=True).reserved_spread_bytes == 0
+    assert est("reward").reserved_spread_bytes == 0
+    # 32k tokens without checkpointing: the activations' peak is far above step one's end + the head's blocks
+    long = est(max_length=16384, gradient_checkpointing=False)
+    assert long.reserved_spread_bytes == 0 and "± " not in render(long)
+
+
 def test_coefficients_are_the_committed_fit():
     """hpcmem.estimate.allocator's coefficients are the fit of the rows in estimator/reserved-fit.json (the allocator
     model replaying the trace matrix): refitted here from those rows, stdlib only."""

@@ -7,7 +7,7 @@ optimizer, sharding), activations, lora, loss (TRL's fused LM head), step (phase
 
 from __future__ import annotations
 
-from hpcmem.estimate.allocator import allocator_slack
+from hpcmem.estimate.allocator import allocator_slack, placement_spread
 from hpcmem.estimate.breakdown import Component, Estimate, Phase
 from hpcmem.estimate.checkpoint import NAME as SAVE_PHASE
 from hpcmem.estimate.checkpoint import save_bytes
@@ -127,6 +127,7 @@ def estimate(job: JobSpec) -> Estimate:
         summary=_summary(job, mb.source, lora_note),
         phases=tuple(phases),
         reserved_extra_bytes=dev.reserved_extra,
+        reserved_spread_bytes=placement_spread(job, mb, prec, lora, phases),
         device_extra_bytes=dev.device_extra,
         device_note=dev.note,
         gpu_name=job.gpu.name if job.gpu else None,

@@ -199,6 +199,23 @@ def largest_layer_block(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
     return block
 
 
+def placement_spread(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase]) -> int:
+    """Bytes of reserved the estimate cannot place: the trainable LM head's [V, H] gradient, when the second step's
+    reserve can set the peak (`second_step` > 0 in the job's allocator mode). Whether the second step maps that block
+    again depends on which freed block its forward's logits tile takes, and in the allocator model replaying the traced
+    streams one 2–8 MiB tensor more or less before the weights flips it (full fine-tuning streams move by up to ±6 %
+    of reserved; estimator/LOG.md). The fitted rule sits between the two outcomes, so reserved may be off by about
+    half this block either way; the estimate says so rather than fit it away. 0 under LoRA (frozen head), for heads
+    that are not an LM head, and under DeepSpeed (states exist before the first step)."""
+    if lora.enabled or entry(job.train.trainer).head != "lm":
+        return 0
+    expandable = job.expandable_segments
+    block = largest_layer_block(job, mb, prec)
+    if second_step(job, prec, lora, phases, block, expandable) <= 0:
+        return 0
+    return job.model.vocab_size * job.model.hidden_size * prec.weight
+
+
 def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase]) -> int:
     """Σ coefficient × term, never negative. The default allocator is never estimated below expandable segments: the
     planner's bound turns expandable segments on to find the least a combination can need (hpcmem.plan.best_first).

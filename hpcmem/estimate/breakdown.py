@@ -47,6 +47,7 @@ class Estimate:
     summary: str
     phases: tuple[Phase, ...]
     reserved_extra_bytes: int           # allocator: reserved − allocated at the peak
+    reserved_spread_bytes: int = 0      # a block reserved may or may not hold (estimate/allocator.py placement_spread)
     device_extra_bytes: int             # CUDA context, libraries, NCCL, vLLM pool outside PyTorch's allocator
     device_note: str
     gpu_name: str | None = None
@@ -102,6 +103,7 @@ class Estimate:
             "per_gpu": {
                 "peak_allocated_bytes": self.peak_allocated_bytes,
                 "peak_reserved_bytes": self.peak_reserved_bytes,
+                "reserved_spread_bytes": self.reserved_spread_bytes,
                 "device_peak_bytes": self.device_peak_bytes,
                 "phase": peak.name,
                 "components": {c.name: c.bytes for c in peak.components},
