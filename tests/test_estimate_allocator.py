@@ -200,3 +200,11 @@ def test_validate_reserved_scores_each_mode_against_the_stored_model_peak():
     assert points["expandable"]["err_pct"] == pytest.approx(100 * (1 / 0.95 - 1), abs=1e-6)
     rows = {(r["technique"], r["mode"]): r for r in cell_rows(list(points.values()))}
     assert rows[("all", "both")]["n"] == 2 and rows[("all", "both")]["under"] == 1
+    # beyond ± spread: the case states half of Qwen2.5-0.5B's bf16 [V, H] gradient, 151,936 × 896 × 2 / 2 B, as
+    # unplaceable; 2 % of ~4.6 GiB lies inside it, 5 % lies that much beyond it
+    half = 151_936 * 896
+    model = record["reserved"]
+    assert points["default"]["beyond_spread_pct"] == 0.0
+    assert points["expandable"]["beyond_spread_pct"] == pytest.approx(
+        100 * (est[True] - model["expandable"] - half) / model["expandable"], abs=1e-6)
+    assert rows[("all", "both")]["with_spread"] == 2
