@@ -207,6 +207,26 @@ def test_learn_refuses_a_config_of_the_wrong_types_in_one_line_before_tracing(tm
     assert done.stderr.count("\n") == 1 and "hidden_size" in done.stderr and rule in done.stderr
 
 
+@pytest.mark.parametrize("model_type, says", [
+    ("bert", "model_type 'bert' is not applicable: a bidirectional encoder"),
+    ("zamba", "model_type 'zamba' is refused: Mamba mixers mapped"),
+    ("no_such_type", "model_type 'no_such_type' is not a causal-LM type of the installed transformers"),
+])
+def test_learn_refuses_what_no_trace_can_learn_before_tracing(tmp_path, model_type, says):
+    """A type hpcmem/models/coverage.json refuses or finds not applicable is refused with that reason (the text the
+    table holds, written by hand there), and a type transformers cannot build is named: exit 2, one line, within
+    seconds — not after minutes of traces that all fail."""
+    if installed_mapping() is None:
+        pytest.skip("transformers is not installed here")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": model_type}))
+    done = subprocess.run([sys.executable, "-m", "hpcmem", "models", "learn", str(config), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and says in done.stderr
+    assert not (tmp_path / "profiles").exists()
+
+
 def test_a_lora_job_on_peft_default_targets_takes_the_cell_traced_on_them():
     """Where the profile holds a `lora-default` cell (traced on peft's default targets), a GC LoRA job whose adapters
     sit there takes it; other targets and GC off keep the all-linear reference cell. The default cell here carries a

@@ -82,6 +82,7 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
 
     cfg = model_config_dict(name)
     check_model_config(cfg, name)      # the estimate's own type and range checks, before torch is imported
+    learnable(cfg, name)
 
     from hpcmem.models.profile import save_profile
     from hpcmem.trace.learn import learn, stderr_progress
@@ -100,6 +101,23 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
         for key, why in summary["not_learned"].items():
             click.echo(f"not learned: {key}: {why}")
         click.echo(f"wrote {path}")
+
+
+def learnable(cfg: dict[str, Any], name: str) -> None:
+    """Refuse before any trace what no trace can learn: a type the coverage table refuses or finds not applicable
+    (with its reason, as `hpcmem estimate` says it), or a model_type the installed transformers cannot build."""
+    from hpcmem.models.coverage import installed_mapping, refusal
+
+    model_type = cfg["model_type"]
+    why = refusal(model_type)
+    if why is not None:
+        raise SpecError(f"model {name}: model_type {model_type!r} is {why}")
+    mapping = installed_mapping()
+    if mapping is not None and model_type not in mapping:
+        from importlib.metadata import version
+
+        raise SpecError(f"model {name}: model_type {model_type!r} is not a causal-LM type of the installed "
+                        f"transformers {version('transformers')} (`hpcmem models coverage` lists them)")
 
 
 def model_config_dict(name: str) -> dict[str, Any]:

@@ -276,6 +276,14 @@ def reduced(decoder: dict[str, Any]) -> tuple[lay.Layout, lay.Layout, int, dict[
     raise SpecError(f"model_type {decoder.get('model_type')!r}: {why}; cannot learn it")
 
 
+def _grouped(skipped: dict[str, str]) -> str:
+    """"cells a, b: why; cell c: why" — one line however many cells failed for the same reason."""
+    by_why: dict[str, list[str]] = {}
+    for key, why in skipped.items():
+        by_why.setdefault(why, []).append(key)
+    return "; ".join(f"{'cells' if len(keys) > 1 else 'cell'} {', '.join(keys)}: {why}" for why, keys in by_why.items())
+
+
 def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] = tuple(PRECISIONS),
           cells: Any = CELLS, workers: int = 2, check: bool = True, progress: Any = None) -> LearnedProfile:
     """Trace the reduced model for every cell and return the real model's profile (not yet saved)."""
@@ -314,7 +322,7 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     if ends_last:           # the traced last layer is the real last one's kind (layout.last_only): no stand-in
         layer_map = tuple(depth - 1 if r == depth else r for r in layer_map)
     if not fitted:
-        raise SpecError(f"model {name}: no cell could be traced: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+        raise SpecError(f"model {name}: no cell could be traced: " + _grouped(skipped))
     gc = runnable_cells(outer, (("full", True), ("full", False)))[0][1]     # checkpointing where it runs
     checks = {key: _check(probe, fitted, learn_job(spec, dtype, "full", gc, SEQS[1]))
               for dtype in dtypes if check and (key := cell_key(PRECISIONS[dtype], "full", gc)) in fitted}
