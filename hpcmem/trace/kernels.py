@@ -41,6 +41,10 @@ Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Map
    for Mamba-1 and selective_scan_fn (+ causal-conv1d) for Jamba's and Zamba's Mamba layers
    (hpcmem/trace/kernels_mamba1.py), in place of transformers' torch fallbacks, each allocation from the kernels'
    own wrappers; the fallbacks refuse to run.
+10. Kimi Delta Attention (Kimi-Linear, Bailing-hybrid): flash-linear-attention's chunk_kda (it saves the normed q, k,
+   the chunk-local attention matrices Aqk / Akk and the gate's cumsum, and recomputes the WY representation and the
+   chunk states in backward) and causal-conv1d's kernel in place of transformers' torch fallbacks, each allocation
+   from the kernels' own wrappers (hpcmem/trace/kernels_kda.py); the recurrent fallbacks refuse to run.
 
 Not mapped (documented in the result's not_modelled): cuBLAS/cuBLASLt workspaces (constant per handle, seen by
 probes), memory-efficient attention's backward workspace (the masked SDPA path), CUDA autocast's fp32 op list (CPU
@@ -75,6 +79,9 @@ def cuda_mapping(tracker: Any, job: JobSpec) -> Iterator[list[str]]:
         from hpcmem.trace.kernels_mamba import mamba_kernels
 
         stack.enter_context(mamba_kernels(notes, job))               # 9: Mamba mixers' kernels
+        from hpcmem.trace.kernels_kda import kda_kernels
+
+        stack.enter_context(kda_kernels(notes, job))                 # 10: Kimi Delta Attention's kernels
         notes.append("every block rounded up to 512 bytes (CUDA caching allocator)")
         yield notes
 
