@@ -152,3 +152,18 @@ def test_the_fused_head_patch_leaves_no_stand_in_behind_in_modules_imported_late
             "assert d._addmm_fp32 is c._addmm_fp32, 'stand-in kept'\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_cuda_flash_is_not_taken_when_the_value_heads_differ_in_size():
+    # MLA (DeepSeek-V3, Kimi-Linear): qk head 24, value head 16. torch's check_head_dim_size_flash refuses flash for
+    # unequal head sizes, so the mapped call must return the value's head size (the flash op's meta kernel would
+    # give [B, H, S, 24], and the output projection then fails).
+    from hpcmem.trace.fakeenv import fake_world
+    from hpcmem.trace.kernels import _flash_sdpa
+
+    notes: list[str] = []
+    with fake_world() as _, _flash_sdpa(StorageTracker(), notes):
+        q = torch.randn(1, 2, 64, 24, dtype=torch.bfloat16)
+        v = torch.randn(1, 2, 64, 16, dtype=torch.bfloat16)
+        out = torch.nn.functional.scaled_dot_product_attention(q, q, v, is_causal=True)
+    assert out.shape == (1, 2, 64, 16) and not notes

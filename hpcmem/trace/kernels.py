@@ -41,11 +41,19 @@ Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Map
    for Mamba-1 and selective_scan_fn (+ causal-conv1d) for Jamba's and Zamba's Mamba layers
    (hpcmem/trace/kernels_mamba1.py), in place of transformers' torch fallbacks, each allocation from the kernels'
    own wrappers; the fallbacks refuse to run.
+10. Kimi Delta Attention (Kimi-Linear, Bailing-hybrid): flash-linear-attention's chunk_kda (it saves the normed q, k,
+   the chunk-local attention matrices Aqk / Akk and the gate's cumsum, and recomputes the WY representation and the
+   chunk states in backward) and causal-conv1d's kernel in place of transformers' torch fallbacks, each allocation
+   from the kernels' own wrappers (hpcmem/trace/kernels_kda.py); the recurrent fallbacks refuse to run.
 
 Not mapped (documented in the result's not_modelled): cuBLAS/cuBLASLt workspaces (constant per handle, seen by
-probes), memory-efficient attention's backward workspace (the masked SDPA path), CUDA autocast's fp32 op list (CPU
-autocast keeps exp/log/pow/softmax in bf16; in the supported families these ops already see fp32 inputs), the 8-byte
-RNG state tensors of CUDA flash, `_foreach_norm` in gradient clipping (same outputs as the CPU norms).
+probes), memory-efficient attention's backward workspace (the masked SDPA path), SDPA whose value heads differ
+in size from the query/key heads (MLA: DeepSeek-V2/V3, Kimi-Linear, Bailing-hybrid): CUDA runs memory-efficient
+attention (out + fp32 logsumexp), the CPU runs the math path (sdp_utils_cpp.cpp check_head_dim_size_cpp), which
+keeps fp32 [B, H, S, S] scores and probabilities — the trace keeps the CPU's, an over-count that grows as S²,
+CUDA autocast's fp32 op list (CPU autocast keeps exp/log/pow/softmax in bf16; in the supported families these ops
+already see fp32 inputs), the 8-byte RNG state tensors of CUDA flash, `_foreach_norm` in gradient clipping (same
+outputs as the CPU norms).
 """
 
 from __future__ import annotations
@@ -75,6 +83,9 @@ def cuda_mapping(tracker: Any, job: JobSpec) -> Iterator[list[str]]:
         from hpcmem.trace.kernels_mamba import mamba_kernels
 
         stack.enter_context(mamba_kernels(notes, job))               # 9: Mamba mixers' kernels
+        from hpcmem.trace.kernels_kda import kda_kernels
+
+        stack.enter_context(kda_kernels(notes, job))                 # 10: Kimi Delta Attention's kernels
         notes.append("every block rounded up to 512 bytes (CUDA caching allocator)")
         yield notes
 
@@ -100,8 +111,11 @@ def _flash_sdpa(tracker: Any, notes: list[str]) -> Iterator[None]:
         dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else query.dtype
         head_dim = query.shape[-1]
         heads_ok = key.shape[-3] == query.shape[-3] or (enable_gqa and query.shape[-3] % key.shape[-3] == 0)
+        # flash needs q, k and v of one head size (cuda/sdp_utils.cpp check_head_dim_size_flash): MLA's value heads
+        # (v_head_dim ≠ qk_head_dim) do not take it
+        same_dim = key.shape[-1] == head_dim and value.shape[-1] == head_dim
         if (attn_mask is not None or dtype not in (torch.float16, torch.bfloat16) or head_dim > FLASH_MAX_HEAD_DIM
-                or head_dim % 8 or not heads_ok):
+                or head_dim % 8 or not heads_ok or not same_dim):
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                             scale=scale, enable_gqa=enable_gqa)
         used[0] += 1
