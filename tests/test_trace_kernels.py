@@ -154,16 +154,47 @@ def test_the_fused_head_patch_leaves_no_stand_in_behind_in_modules_imported_late
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_cuda_flash_is_not_taken_when_the_value_heads_differ_in_size():
-    # MLA (DeepSeek-V3, Kimi-Linear): qk head 24, value head 16. torch's check_head_dim_size_flash refuses flash for
-    # unequal head sizes, so the mapped call must return the value's head size (the flash op's meta kernel would
-    # give [B, H, S, 24], and the output projection then fails).
+def _mla_forward_bytes(s: int, d_qk: int, d_v: int, masked: bool, mapped: bool = True) -> tuple[int, list[str]]:
+    """(bytes live after forward, notes) of one causal MLA SDPA call (2 heads, value heads of another size)."""
     from hpcmem.trace.fakeenv import fake_world
     from hpcmem.trace.kernels import _flash_sdpa
 
-    notes: list[str] = []
-    with fake_world() as _, _flash_sdpa(StorageTracker(), notes):
-        q = torch.randn(1, 2, 64, 24, dtype=torch.bfloat16)
-        v = torch.randn(1, 2, 64, 16, dtype=torch.bfloat16)
-        out = torch.nn.functional.scaled_dot_product_attention(q, q, v, is_causal=True)
-    assert out.shape == (1, 2, 64, 16) and not notes
+    tracker, notes = StorageTracker(), []
+    with fake_world() as (_, oracle), (_flash_sdpa(tracker, notes) if mapped else _null()):
+        q = torch.randn(1, 2, s, d_qk, dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(1, 2, s, d_qk, dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(1, 2, s, d_v, dtype=torch.bfloat16, requires_grad=True)
+        mask = torch.ones(s, s, dtype=torch.bool).tril()[None, None] if masked else None
+        oracle.observer = tracker
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=not masked)
+        kept = tracker.current_bytes
+        assert out.shape == (1, 2, s, d_v)       # the flash op's meta kernel would give the query's head size
+        out.sum().backward()
+        oracle.observer = None
+    return kept, notes
+
+
+def test_mla_sdpa_keeps_what_cudnn_attention_saves_not_the_math_paths_scores():
+    # DeepSeek-V3's shape class (qk 192, value 128) at S = 64, bf16: cuDNN attention on sm90 (sdp_utils.cpp
+    # check_cudnn_tensor_shapes). Kept after forward: out [1, 2, 64, 128] bf16 + fp32 logsumexp [1, 2, 64, 1] +
+    # philox seed and offset (int64 each).
+    out, lse, seeds = 2 * 64 * 128 * 2, 2 * 64 * 4, 2 * 8
+    kept, notes = _mla_forward_bytes(64, 192, 128, masked=False)
+    assert kept == out + lse + seeds
+    assert notes == ["SDPA with value heads of another size (MLA) → CUDA cudnn attention op, in 1 calls"]
+    cpu_kept, _ = _mla_forward_bytes(64, 192, 128, masked=False, mapped=False)
+    assert cpu_kept >= kept + 2 * 64 * 64 * 4               # the math path keeps at least fp32 [1, 2, 64, 64]
+
+
+def test_masked_mla_sdpa_also_keeps_the_additive_mask_cudnn_is_given():
+    # attention.cpp convert_boolean_attn_mask_cudnn: the bool [1, 1, S, S] mask becomes a bf16 additive one, saved.
+    kept, _ = _mla_forward_bytes(64, 192, 128, masked=True)
+    assert kept == 2 * 64 * 128 * 2 + 2 * 64 * 4 + 2 * 8 + 64 * 64 * 2
+
+
+def test_mla_dims_cudnn_refuses_take_memory_efficient_attention():
+    # qk 256 / value 128 on cuDNN < 9.22: over the 128 limit and not the 192/128 exception → memory-efficient
+    # attention, whose logsumexp is [B, H, S rounded up to 32] fp32 (S = 40 → 64).
+    kept, notes = _mla_forward_bytes(40, 256, 128, masked=False)
+    assert kept == 2 * 40 * 128 * 2 + 2 * 64 * 4 + 2 * 8
+    assert notes == ["SDPA with value heads of another size (MLA) → CUDA efficient attention op, in 1 calls"]

@@ -9,6 +9,18 @@ Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Map
    fake tensors), so those small tensors and the op identity TRL's selective-checkpointing policy matches are the
    GPU's. With a mask (padding, packed documents) CUDA takes memory-efficient attention, whose saved set (q, k, v,
    the bias, out, logsumexp) equals the CPU flash kernel's with a mask: not remapped.
+   SDPA whose value heads differ in size from the query/key heads (Multi-head Latent Attention: DeepSeek-V2/V3,
+   Kimi-Linear, Bailing-hybrid, …): flash refuses them (cuda/sdp_utils.cpp `check_head_dim_size_flash`) and the CPU
+   takes the math path (sdp_utils_cpp.cpp `check_head_dim_size_cpp`), which keeps fp32 [B, H, S, S] scores and
+   probabilities. On sm90 torch 2.13 tries cuDNN attention first (`check_prefer_cudnn_attention`: cuDNN > 9.15.0,
+   which the CUDA 13 wheels ship), and `check_cudnn_tensor_shapes` takes head dims ≤ 128 or exactly d_qk 192 /
+   d_v 128 (every MLA type of transformers 5.24 with unequal dims: 192/128, 96/64), masked or not; other unequal
+   dims go to memory-efficient attention. The trace calls that CUDA op itself (`mla_backend`, `_mla_sdpa`):
+   `_scaled_dot_product_cudnn_attention` saves q, k, v, out [B, H, S, D_v], fp32 logsumexp [B, H, S, 1] and the
+   philox seed/offset; `_scaled_dot_product_efficient_attention` the same with logsumexp [B, H, S↑32]; a boolean mask
+   becomes an additive one in the query's dtype first (attention.cpp `convert_boolean_attn_mask_cudnn`), which
+   backward saves. Source read at pytorch commit 001f694a (sdp_utils.cpp, attention.cpp); meta kernels from torch
+   2.13's torch/_meta_registrations.py. Not checked on a GPU.
 2. FlashAttention-2 backward workspace (pytorch aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp
    `mha_bwd`): softmax_d fp32 [B, H, S↑128], dq_accum fp32 [B, S↑128, H, D↑32], and under GQA dk/dv_expanded
    [B, S, H, D] in the input dtype, alive together with dq/dk/dv while the kernel runs. Added as a transient
@@ -47,12 +59,11 @@ Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Map
    from the kernels' own wrappers (hpcmem/trace/kernels_kda.py); the recurrent fallbacks refuse to run.
 
 Not mapped (documented in the result's not_modelled): cuBLAS/cuBLASLt workspaces (constant per handle, seen by
-probes), memory-efficient attention's backward workspace (the masked SDPA path), SDPA whose value heads differ
-in size from the query/key heads (MLA: DeepSeek-V2/V3, Kimi-Linear, Bailing-hybrid): CUDA runs memory-efficient
-attention (out + fp32 logsumexp), the CPU runs the math path (sdp_utils_cpp.cpp check_head_dim_size_cpp), which
-keeps fp32 [B, H, S, S] scores and probabilities — the trace keeps the CPU's, an over-count that grows as S²,
-CUDA autocast's fp32 op list (CPU autocast keeps exp/log/pow/softmax in bf16; in the supported families these ops
-already see fp32 inputs), the 8-byte RNG state tensors of CUDA flash, `_foreach_norm` in gradient clipping (same
+probes), memory-efficient attention's backward workspace (the masked SDPA path), cuDNN attention's backward
+workspace (MLA calls, entry 1: cuDNN sizes it per graph, aten/src/ATen/native/cudnn/MHA.cpp), MLA calls whose
+keys have fewer heads than the queries (they stay on the CPU math path; the MLA layers read expand the key to every
+head), CUDA autocast's fp32 op list (CPU autocast keeps exp/log/pow/softmax in bf16; in the supported families these
+ops already see fp32 inputs), the 8-byte RNG state tensors of CUDA flash, `_foreach_norm` in gradient clipping (same
 outputs as the CPU norms).
 """
 
@@ -105,6 +116,7 @@ def _flash_sdpa(tracker: Any, notes: list[str]) -> Iterator[None]:
     original = F.scaled_dot_product_attention
     aten = torch.ops.aten
     used = [0]
+    mla = {"cudnn": 0, "efficient": 0}
 
     def sdpa(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
              is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
@@ -114,7 +126,14 @@ def _flash_sdpa(tracker: Any, notes: list[str]) -> Iterator[None]:
         # flash needs q, k and v of one head size (cuda/sdp_utils.cpp check_head_dim_size_flash): MLA's value heads
         # (v_head_dim ≠ qk_head_dim) do not take it
         same_dim = key.shape[-1] == head_dim and value.shape[-1] == head_dim
-        if (attn_mask is not None or dtype not in (torch.float16, torch.bfloat16) or head_dim > FLASH_MAX_HEAD_DIM
+        half = dtype in (torch.float16, torch.bfloat16)
+        if half and not same_dim and key.shape[-1] == head_dim and key.shape[-3] == query.shape[-3]:
+            backend = mla_backend(head_dim, value.shape[-1])
+            if backend is not None:
+                mla[backend] += 1
+                q, k, v = (t.to(dtype) for t in (query, key, value))
+                return _mla_sdpa(backend, q, k, v, attn_mask, dropout_p, is_causal, scale)
+        if (attn_mask is not None or not half or head_dim > FLASH_MAX_HEAD_DIM
                 or head_dim % 8 or not heads_ok or not same_dim):
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                             scale=scale, enable_gqa=enable_gqa)
@@ -139,6 +158,51 @@ def _flash_sdpa(tracker: Any, notes: list[str]) -> Iterator[None]:
         tracker.workspace.pop(aten._scaled_dot_product_flash_attention_backward.default, None)
     if used[0]:
         notes.append(f"SDPA → CUDA flash attention op with the FA2 backward workspace, in {used[0]} calls")
+    for backend, calls in mla.items():
+        if calls:
+            notes.append(f"SDPA with value heads of another size (MLA) → CUDA {backend} attention op, in {calls} calls")
+
+
+def mla_backend(d_qk: int, d_v: int) -> str | None:
+    """The CUDA backend torch 2.13 picks on sm90 for a 16-bit SDPA call whose value heads differ in size (MLA).
+
+    aten/src/ATen/native/transformers/cuda/sdp_utils.cpp: `check_prefer_cudnn_attention` puts cuDNN first on sm90
+    with cuDNN > 9.15.0 (the torch 2.13 CUDA 13 wheels ship 9.20; the H200 probes ran 9.19); `check_cudnn_tensor_shapes`
+    then takes head dims ≤ 128, or exactly d_qk 192 / d_v 128 on sm90 with cuDNN ≥ 9.11 (256 only from cuDNN 9.22),
+    multiples of 8; flash refuses unequal dims (`check_head_dim_size_flash`); memory-efficient attention takes them
+    when both are multiples of 8 (`check_head_dim_size_mem_efficient`, `minimum_gemm_alignment` 8 for 16-bit on
+    sm80+). None: math, as on the CPU.
+    """
+    if d_qk % 8 or d_v % 8:
+        return None
+    if (d_qk <= 128 and d_v <= 128) or (d_qk, d_v) == (192, 128):
+        return "cudnn"
+    return "efficient"
+
+
+def _mla_sdpa(backend: str, q: Any, k: Any, v: Any, attn_mask: Any, dropout_p: float, is_causal: bool,
+              scale: float | None) -> Any:
+    """Call the CUDA op itself (its meta kernel runs on fake tensors), as aten/src/ATen/native/transformers/attention.cpp
+    `scaled_dot_product_attention` does: a boolean mask becomes an additive one in the query's dtype first (cuDNN:
+    `convert_boolean_attn_mask_cudnn`, -65504 where masked; memory-efficient: `convert_boolean_attn_mask`, -inf, then
+    `preprocess_mask` pads the last dim to a multiple of 16 and slices it back), and that tensor is what backward saves."""
+    import torch
+
+    aten = torch.ops.aten
+    lse = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))    # should_compute_logsumexp
+    bias = attn_mask
+    if bias is not None and bias.dtype == torch.bool:
+        fill = -65504.0 if backend == "cudnn" else float("-inf")
+        bias = torch.where(bias.logical_not(), fill, torch.scalar_tensor(0.0, dtype=q.dtype))
+    if backend == "cudnn":
+        return aten._scaled_dot_product_cudnn_attention(q, k, v, bias, lse, dropout_p, is_causal, False,
+                                                        scale=scale)[0]
+    if bias is not None:
+        last = bias.shape[-1]
+        if last % 16:
+            bias = torch.nn.functional.pad(bias, (0, 16 - last % 16))[..., :last]
+        bias = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    return aten._scaled_dot_product_efficient_attention(q, k, v, bias, lse, dropout_p, is_causal, scale=scale)[0]
 
 
 def _nbytes(numel: int, itemsize: int) -> int:

@@ -10,9 +10,7 @@ NOT_MODELLED: tuple[str, ...] = (
     "multi-GPU sharding (ZeRO-1/2/3, FSDP): the trace runs one unsharded GPU; sharding is applied analytically",
     "caching-allocator reserve and fragmentation (peak_reserved_bytes): needs the allocator model or a probe",
     "CUDA context, cuBLAS/cuBLASLt workspaces, NCCL buffers (device_peak_bytes): measured by probes",
-    "kernel workspaces other than FlashAttention's backward (memory-efficient attention, cuBLAS)",
-    "SDPA with value heads of another size than the query/key heads (MLA): the trace keeps the CPU math path's fp32 "
-    "[B, H, S, S] scores where CUDA runs memory-efficient attention",
+    "kernel workspaces other than FlashAttention's backward (memory-efficient and cuDNN attention, cuBLAS)",
 )
 
 
