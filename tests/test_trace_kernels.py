@@ -154,21 +154,23 @@ def test_the_fused_head_patch_leaves_no_stand_in_behind_in_modules_imported_late
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def _mla_forward_bytes(s: int, d_qk: int, d_v: int, masked: bool, mapped: bool = True) -> tuple[int, list[str]]:
-    """(bytes live after forward, notes) of one causal MLA SDPA call (2 heads, value heads of another size)."""
+def _mla_forward_bytes(s: int, d_qk: int, d_v: int, masked: bool, mapped: bool = True,
+                       heads: int = 2, kv_heads: int = 2) -> tuple[int, list[str]]:
+    """(bytes live after forward, notes) of one causal MLA SDPA call (value heads of another size)."""
     from hpcmem.trace.fakeenv import fake_world
     from hpcmem.trace.kernels import _flash_sdpa
 
     tracker, notes = StorageTracker(), []
     with fake_world() as (_, oracle), (_flash_sdpa(tracker, notes) if mapped else _null()):
-        q = torch.randn(1, 2, s, d_qk, dtype=torch.bfloat16, requires_grad=True)
-        k = torch.randn(1, 2, s, d_qk, dtype=torch.bfloat16, requires_grad=True)
-        v = torch.randn(1, 2, s, d_v, dtype=torch.bfloat16, requires_grad=True)
+        q = torch.randn(1, heads, s, d_qk, dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(1, kv_heads, s, d_qk, dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(1, kv_heads, s, d_v, dtype=torch.bfloat16, requires_grad=True)
         mask = torch.ones(s, s, dtype=torch.bool).tril()[None, None] if masked else None
         oracle.observer = tracker
-        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=not masked)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=not masked,
+                                                               enable_gqa=kv_heads != heads)
         kept = tracker.current_bytes
-        assert out.shape == (1, 2, s, d_v)       # the flash op's meta kernel would give the query's head size
+        assert out.shape == (1, heads, s, d_v)       # the flash op's meta kernel would give the query's head size
         out.sum().backward()
         oracle.observer = None
     return kept, notes
@@ -198,3 +200,10 @@ def test_mla_dims_cudnn_refuses_take_memory_efficient_attention():
     kept, notes = _mla_forward_bytes(40, 256, 128, masked=False)
     assert kept == 2 * 40 * 128 * 2 + 2 * 64 * 4 + 2 * 8
     assert notes == ["SDPA with value heads of another size (MLA) → CUDA efficient attention op, in 1 calls"]
+
+
+def test_mla_sdpa_with_fewer_key_value_heads_takes_cudnn_attention_unexpanded():
+    # MiMo-V2-Flash's shape class: qk 192, value 128, 8 query heads on 2 key/value heads under enable_gqa (cuDNN
+    # supports_gqa). Kept: out [1, 8, 64, 128] bf16 + fp32 logsumexp [1, 8, 64, 1] + seed and offset.
+    kept, notes = _mla_forward_bytes(64, 192, 128, masked=False, heads=8, kv_heads=2)
+    assert kept == 8 * 64 * 128 * 2 + 8 * 64 * 4 + 2 * 8 and len(notes) == 1

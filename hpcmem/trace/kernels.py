@@ -60,11 +60,11 @@ Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Map
 
 Not mapped (documented in the result's not_modelled): cuBLAS/cuBLASLt workspaces (constant per handle, seen by
 probes), memory-efficient attention's backward workspace (the masked SDPA path), cuDNN attention's backward
-workspace (MLA calls, entry 1: cuDNN sizes it per graph, aten/src/ATen/native/cudnn/MHA.cpp), MLA calls whose
-keys have fewer heads than the queries (they stay on the CPU math path; the MLA layers read expand the key to every
-head), CUDA autocast's fp32 op list (CPU autocast keeps exp/log/pow/softmax in bf16; in the supported families these
-ops already see fp32 inputs), the 8-byte RNG state tensors of CUDA flash, `_foreach_norm` in gradient clipping (same
-outputs as the CPU norms).
+workspace (MLA calls, entry 1: cuDNN sizes it per graph, aten/src/ATen/native/cudnn/MHA.cpp), MLA calls that go
+to memory-efficient attention with fewer key/value heads than query heads (they stay on the CPU math path; no type
+of transformers 5.24 makes one: its unequal head dims are all cuDNN's), CUDA autocast's fp32 op list (CPU autocast
+keeps exp/log/pow/softmax in bf16; in the supported families these ops already see fp32 inputs), the 8-byte RNG
+state tensors of CUDA flash, `_foreach_norm` in gradient clipping (same outputs as the CPU norms).
 """
 
 from __future__ import annotations
@@ -127,9 +127,11 @@ def _flash_sdpa(tracker: Any, notes: list[str]) -> Iterator[None]:
         # (v_head_dim ≠ qk_head_dim) do not take it
         same_dim = key.shape[-1] == head_dim and value.shape[-1] == head_dim
         half = dtype in (torch.float16, torch.bfloat16)
-        if half and not same_dim and key.shape[-1] == head_dim and key.shape[-3] == query.shape[-3]:
+        if half and not same_dim and key.shape[-1] == head_dim and heads_ok:
             backend = mla_backend(head_dim, value.shape[-1])
-            if backend is not None:
+            # cuDNN takes fewer key/value heads (sdp_utils.cpp can_use_cudnn_attention: supports_gqa); the
+            # memory-efficient path is mapped for equal head counts only
+            if backend == "cudnn" or (backend is not None and key.shape[-3] == query.shape[-3]):
                 mla[backend] += 1
                 q, k, v = (t.to(dtype) for t in (query, key, value))
                 return _mla_sdpa(backend, q, k, v, attn_mask, dropout_p, is_causal, scale)
@@ -160,18 +162,19 @@ def _flash_sdpa(tracker: Any, notes: list[str]) -> Iterator[None]:
         notes.append(f"SDPA → CUDA flash attention op with the FA2 backward workspace, in {used[0]} calls")
     for backend, calls in mla.items():
         if calls:
-            notes.append(f"SDPA with value heads of another size (MLA) → CUDA {backend} attention op, in {calls} calls")
+            notes.append(f"SDPA with value heads of another size (MLA) → CUDA {backend} attention op, "
+                         f"in {calls} calls")
 
 
 def mla_backend(d_qk: int, d_v: int) -> str | None:
     """The CUDA backend torch 2.13 picks on sm90 for a 16-bit SDPA call whose value heads differ in size (MLA).
 
     aten/src/ATen/native/transformers/cuda/sdp_utils.cpp: `check_prefer_cudnn_attention` puts cuDNN first on sm90
-    with cuDNN > 9.15.0 (the torch 2.13 CUDA 13 wheels ship 9.20; the H200 probes ran 9.19); `check_cudnn_tensor_shapes`
-    then takes head dims ≤ 128, or exactly d_qk 192 / d_v 128 on sm90 with cuDNN ≥ 9.11 (256 only from cuDNN 9.22),
-    multiples of 8; flash refuses unequal dims (`check_head_dim_size_flash`); memory-efficient attention takes them
-    when both are multiples of 8 (`check_head_dim_size_mem_efficient`, `minimum_gemm_alignment` 8 for 16-bit on
-    sm80+). None: math, as on the CPU.
+    with cuDNN > 9.15.0 (the torch 2.13 CUDA 13 wheels ship 9.20; the H200 probes ran 9.19);
+    `check_cudnn_tensor_shapes` then takes head dims ≤ 128, or exactly d_qk 192 / d_v 128 on sm90 with cuDNN ≥ 9.11
+    (256 only from cuDNN 9.22), multiples of 8; flash refuses unequal dims (`check_head_dim_size_flash`);
+    memory-efficient attention takes them when both are multiples of 8 (`check_head_dim_size_mem_efficient`,
+    `minimum_gemm_alignment` 8 for 16-bit on sm80+). None: math, as on the CPU.
     """
     if d_qk % 8 or d_v % 8:
         return None
@@ -182,10 +185,11 @@ def mla_backend(d_qk: int, d_v: int) -> str | None:
 
 def _mla_sdpa(backend: str, q: Any, k: Any, v: Any, attn_mask: Any, dropout_p: float, is_causal: bool,
               scale: float | None) -> Any:
-    """Call the CUDA op itself (its meta kernel runs on fake tensors), as aten/src/ATen/native/transformers/attention.cpp
-    `scaled_dot_product_attention` does: a boolean mask becomes an additive one in the query's dtype first (cuDNN:
-    `convert_boolean_attn_mask_cudnn`, -65504 where masked; memory-efficient: `convert_boolean_attn_mask`, -inf, then
-    `preprocess_mask` pads the last dim to a multiple of 16 and slices it back), and that tensor is what backward saves."""
+    """Call the CUDA op itself (its meta kernel runs on fake tensors), as aten/src/ATen/native/transformers/
+    attention.cpp `scaled_dot_product_attention` does: a boolean mask becomes an additive one in the query's dtype
+    first (cuDNN: `convert_boolean_attn_mask_cudnn`, -65504 where masked; memory-efficient:
+    `convert_boolean_attn_mask`, -inf, then `preprocess_mask` pads the last dim to a multiple of 16 and slices it
+    back), and that tensor is what backward saves."""
     import torch
 
     aten = torch.ops.aten
