@@ -158,6 +158,42 @@ def test_fused_lm_head_on_the_class_the_checkpoints_name(model_type, architectur
         assert trains and model.model.language_model.embed_tokens.weight.grad is not None
 
 
+def test_reformer_trains_only_full_without_checkpointing_at_its_axial_length(tmp_path):
+    """Reformer's refusal, held to the real trainer on a tiny config whose axial_pos_shape multiplies to 32 tokens:
+    checkpointing raises, rows not padded to exactly 32 tokens raise, LoRA raises (no grad_fn through the reversible
+    layers), and only full fine-tuning with pad_to_multiple_of = max_length = 32 trains."""
+    from hpcmem.models.coverage import refusal
+
+    path, cfg = tiny_reformer(tmp_path)
+    no_gc = {"gradient_checkpointing": False}
+    outcomes = {name: trl_outcome(job_as_written(path, cfg, **settings), path) for name, settings in {
+        "defaults": {},
+        "chunk": no_gc,
+        "axial": {**no_gc, "pad_to_multiple_of": 8, "max_length": 32},
+        "lora": {**no_gc, "pad_to_multiple_of": 32, "max_length": 32, "use_peft": True},
+        "full": {**no_gc, "pad_to_multiple_of": 32, "max_length": 32}}.items()}
+    assert "does not support activation checkpointing" in outcomes["defaults"]
+    assert "multiple of least common multiple chunk_length" in outcomes["chunk"]
+    assert "axial_pos_shape" in outcomes["axial"]
+    assert "does not require grad" in outcomes["lora"]
+    assert outcomes["full"] is None
+    reason = refusal("reformer")
+    assert "prod(axial_pos_shape)" in reason and "LoRA raises" in reason
+
+
+def tiny_reformer(folder) -> tuple[str, dict]:
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model("reformer", is_decoder=True, hidden_size=32, attention_head_size=8,
+                               num_attention_heads=4, feed_forward_size=64, axial_pos_shape=(4, 8),
+                               axial_pos_embds_dim=(16, 16), local_attn_chunk_length=8, lsh_attn_chunk_length=8,
+                               num_buckets=4, vocab_size=256, max_position_embeddings=32).to_dict()
+    cfg = {k: v for k, v in cfg.items() if k not in ("transformers_version", "architectures", "dtype", "torch_dtype")}
+    path = folder / "reformer.json"
+    path.write_text(json.dumps(cfg, default=str))
+    return str(path), json.loads(path.read_text())
+
+
 def test_jetmoe_trace_bytes_do_not_depend_on_the_routing_split(tmp_path):
     """Under fake tensors JetMoe's routing counts read as zeros, and the trace hands its experts an even split
     (hpcmem.trace.fakeenv). The split cannot change the bytes (outputs concatenated, saved inputs are views of one
