@@ -172,3 +172,12 @@ def test_rwkv_jobs_the_wkv_kernel_cannot_run_are_refused():
     assert rwkv_problems(bf16=False) == ""                                  # the fp32 kernel
     assert rwkv_problems(bf16=False, fp16=True) == ""                      # fp16 keys are cast to fp32 for the kernel
     assert job(max_length=4096)                                             # the rule is RWKV's alone
+
+
+def test_rwkv_rows_past_context_length_are_refused():
+    # RwkvLinearAttention.forward raises for more tokens than config.context_length (max_position_embeddings here)
+    from dataclasses import replace
+
+    rwkv = replace(QWEN, model_type="rwkv", max_position_embeddings=512)
+    with pytest.raises(SpecError, match="at most 512"):
+        JobSpec(model=rwkv, train=TrainSpec(trainer="sft", dtype="bfloat16", max_length=513), parallel=ParallelSpec())

@@ -11,16 +11,16 @@ rwkv/wkv_cuda_bf16.cu: the launchers only write into the tensors they are given,
 
 - forward: time_decay → −exp(time_decay.float()) fp32 [C]; under fp16, time_first, key and value are cast to fp32;
   output = empty_like(key); `forward_bf16` for bf16 keys (w fp32, u/k/v/y bf16: `data_ptr<bf16>()`, so a bf16 key with
-  an fp32 time_first — fp32 weights under bf16 autocast — stops in the kernel's dtype check), `forward` (all fp32)
-  otherwise. Saves time_decay, time_first, key, value, output; returns output cast to the input dtype (the same tensor
-  unless fp16).
+  an fp32 time_first — fp32 weights under bf16 autocast — stops in the dtype check of `data_ptr<T>`,
+  pytorch aten/src/ATen/templates/TensorMethods.cpp `check_type`), `forward` (all fp32) otherwise. Saves time_decay,
+  time_first, key, value, output; returns output cast to the input dtype (the same tensor unless fp16).
 - backward: g_time_decay [C] (bf16 for bf16 inputs, else fp32), g_time_first, g_key, g_value like their saved inputs,
   g_output made contiguous (fp32 first under fp16); each gradient cast back to the input dtype.
 
 Limits of the real kernel, refused here rather than estimated: build.toml compiles it with -DTmax=1024 and
 `kernel_backward` keeps two float[Tmax] per-thread arrays indexed by token, so a row longer than 1,024 tokens runs past
-them (transformers checks only `context_length`); B·C must be a multiple of min(C, 32) (the launch grid). Under
-`--kernels cuda` the per-token CPU loop never runs in place of the kernel: it is replaced by a refusal.
+them (transformers checks only `context_length`, and raises past it); B·C must be a multiple of min(C, 32) (the launch
+grid). Under `--kernels cuda` the per-token CPU loop never runs in place of the kernel: it is replaced by a refusal.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-TMAX = 1024                # kernels-community rwkv/build.toml cuda-flags -DTmax=1024 (kernel_backward's q[Tmax], r[Tmax])
+TMAX = 1024         # kernels-community rwkv/build.toml cuda-flags -DTmax=1024 (kernel_backward's q[Tmax], r[Tmax])
 MODULES = ("rwkv",)
 
 
@@ -41,13 +41,16 @@ def limit_problems(job: Any) -> list[str]:
     from hpcmem.estimate.shape import micro_batch, precision
 
     problems, batch, prec = [], micro_batch(job), precision(job)
-    if batch.seq > TMAX:
-        problems.append(f"{batch.seq} tokens per row ({batch.source}): RWKV's WKV CUDA kernel is built for at most "
-                        f"{TMAX} (kernels-community rwkv build.toml -DTmax; its backward keeps per-token arrays of "
-                        f"that size); set max_length ≤ {TMAX} (padding-free: batch × max_length)")
+    context = job.model.max_position_embeddings          # RwkvConfig.context_length (attribute_map)
+    if batch.seq > min(TMAX, context):
+        problems.append(f"{batch.seq} tokens per row ({batch.source}): RWKV's WKV CUDA kernel takes at most "
+                        f"{min(TMAX, context)} (RwkvLinearAttention.forward raises past context_length {context}; the "
+                        f"kernel is built with Tmax {TMAX}, kernels-community rwkv build.toml, and its backward keeps "
+                        f"per-token arrays of that size); set max_length ≤ {min(TMAX, context)} "
+                        "(padding-free: batch × max_length)")
     if prec.autocast and job.train.bf16:
-        problems.append("fp32 weights under bf16 autocast: RWKV's WKV CUDA kernel reads time_first as bf16 next to bf16 "
-                        "keys (torch_binding.cpp forward_bf16) and stops on the fp32 parameter; load bf16 weights "
+        problems.append("fp32 weights under bf16 autocast: RWKV's WKV CUDA kernel reads time_first as bf16 next to "
+                        "bf16 keys (torch_binding.cpp forward_bf16) and stops on the fp32 parameter; load bf16 weights "
                         "(dtype bfloat16) or train in fp32/fp16")
     return problems
 
