@@ -168,9 +168,23 @@ def _peft_defaults(cfg: dict[str, Any]) -> tuple[str, ...] | None:
     regex (hpcmem then asks for the targets)."""
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as mapping
 
-    loaded = lay.build_meta(cfg).config.model_type if isinstance(cfg.get("text_config"), dict) else cfg.get("model_type")
+    loaded = _loaded_type(cfg) if isinstance(cfg.get("text_config"), dict) else cfg.get("model_type")
     targets = mapping.get(loaded)
     return tuple(targets) if isinstance(targets, list) else None
+
+
+def _loaded_type(cfg: dict[str, Any]) -> str:
+    """The model_type of the class AutoModelForCausalLM builds for a multimodal config: its meta model's — or, where a
+    tower needs a package the decoder does not (Gemma-3n's vision tower is timm's TimmWrapperModel:
+    modeling_gemma3n.py Gemma3nModel.__init__, AutoModel.from_config(vision_config)), its causal-LM mapping's class's
+    config class (transformers/models/auto/modeling_auto.py MODEL_FOR_CAUSAL_LM_MAPPING; the same type where both
+    build: gemma3, gemma4)."""
+    try:
+        return str(lay.build_meta(cfg).config.model_type)
+    except ImportError:
+        from transformers import AutoModelForCausalLM
+
+        return str(AutoModelForCausalLM._model_mapping[type(lay.hf_config(cfg))].config_class.model_type)
 
 
 def _profile(lo: lay.Layout, *, model_type: str, sha: str, cfg: dict[str, Any], layer_map: tuple[int, ...],
