@@ -83,6 +83,10 @@ def _check_model_type(job: JobSpec, p: Problems) -> None:
     learned = job.model.learned
     for problem in requirement_problems(job.model.model_type, job.train, learned.config if learned else None):
         p.add(problem)
+    from hpcmem.trace.kernels_rwkv import limit_problems
+
+    for problem in limit_problems(job):
+        p.add(problem)
 
 
 def _check_lora_variants(job: JobSpec, p: Problems) -> None:

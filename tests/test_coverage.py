@@ -254,3 +254,45 @@ def test_a_lora_job_on_peft_default_targets_takes_the_cell_traced_on_them():
     assert peak(profile, ("all-linear",)) == peak(base, ("all-linear",))    # other targets: the reference cell
     assert peak(profile, ("q_proj", "k_proj")) == peak(base, ("q_proj", "k_proj"))
     assert peak(profile, gc=False) == peak(base, gc=False)                  # no default cell without GC
+
+
+def _gemma3n_kinds() -> tuple[int, ...]:
+    """Gemma-3n E4B's 35 layers by kind, written out from its config's rules (configuration_gemma3n.py
+    Gemma3nTextConfig): full attention where (i + 1) % 5 == 0, else sliding; the first 10 layers' MLP sparse (0.95);
+    the last 15 reuse the K/V stored by layer 18 (last sliding before them) and layer 19 (last full)."""
+    names = []
+    for i in range(35):
+        full = (i + 1) % 5 == 0
+        kv = "reuse" if i >= 20 else "store" if i in (18, 19) else ""
+        names.append(("full" if full else "sliding", i < 10, kv))
+    order = list(dict.fromkeys(names))
+    return tuple(order.index(n) for n in names)
+
+
+def test_a_kind_first_found_deep_in_the_stack_is_learned_from_a_subsequence_of_the_real_layers():
+    from hpcmem.trace.layout import choose_depth, subsequence, subsequence_map
+
+    kinds = _gemma3n_kinds()
+    with pytest.raises(SpecError):          # no prefix of ≤ 12 layers holds the shared tail's kinds
+        choose_depth(kinds)
+    # layer 0; the first sparse sliding (1) and sparse full (4); the first dense sliding (10) and full (14); the two
+    # stores (18, 19); the first reusing sliding (20) and full (24); the real last layer (34)
+    keep = (0, 1, 4, 10, 14, 18, 19, 20, 24, 34)
+    assert subsequence(kinds) == keep
+    where = subsequence_map(kinds, keep)
+    assert [where[j] for j in keep] == list(range(10))           # a kept layer takes its own terms
+    assert where[9] == 2 and where[33] == 7 and where[29] == 8   # others the traced layer of their kind
+    # grown to 16: each kind's next layers in turn (sparse sliding 2, sparse full 9, dense sliding 11, reusing
+    # sliding 21, reusing full 29, sparse sliding 3); the dense full and the stores have no other layer
+    assert subsequence(kinds, 16) == (0, 1, 2, 3, 4, 9, 10, 11, 14, 18, 19, 20, 21, 24, 29, 34)
+
+
+def test_a_subsequence_cut_takes_the_kept_layers_entries_and_counts_the_kept_tail():
+    from hpcmem.trace.layout import reduced_config
+
+    cfg = {"num_hidden_layers": 6, "layer_types": list("abcdef"), "num_kv_shared_layers": 3,
+           "per_layer_config": {"1": "x", "4": "y"}, "hidden_size": 8}
+    cut = reduced_config(cfg, "num_hidden_layers", 0, 6, (0, 1, 3, 5))
+    # layers 3..5 are the shared tail; 3 and 5 are kept
+    assert cut == {"num_hidden_layers": 4, "layer_types": ["a", "b", "d", "f"], "num_kv_shared_layers": 2,
+                   "per_layer_config": {"1": "x"}, "hidden_size": 8}

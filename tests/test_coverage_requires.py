@@ -126,6 +126,74 @@ def test_fused_lm_head_refusals_hold_for_every_setting(model_type, tmp_path):
     assert reason.startswith("refused") and "last_hidden_state" in reason and "base_model_prefix" in reason
 
 
+_VISION = {
+    "llama4": {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+               "image_size": 28, "patch_size": 14, "vision_output_dim": 32, "projector_input_dim": 32,
+               "projector_output_dim": 32},
+    "mllama": TINY["mllama"]["vision_config"],
+}
+
+
+@pytest.mark.parametrize("model_type, architecture, trains", [("mllama", "MllamaForConditionalGeneration", True),
+                                                               ("llama4", "Llama4ForConditionalGeneration", False)])
+def test_fused_lm_head_on_the_class_the_checkpoints_name(model_type, architecture, trains):
+    """Meta's checkpoints name the ConditionalGeneration class in config.json's architectures, which TRL's
+    create_model_from_path loads: Mllama's has a real self.model (MllamaModel) and TRL's fused head trains through
+    it on text; Llama-4's names base_model_prefix 'model' without one and fails like its causal-LM class."""
+    import torch
+    import transformers
+    from transformers import AutoConfig
+    from trl.trainer.utils import add_fused_lm_head
+
+    text = TINY["llama4_text"] if model_type == "llama4" else TINY["mllama"]["text_config"]
+    cfg = AutoConfig.for_model(model_type, text_config=text, vision_config=_VISION[model_type])
+    model = getattr(transformers, architecture)._from_config(cfg)
+    add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
+    ids = torch.randint(3, 200, (2, 16))
+    try:
+        model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids, fused_lm_head=True).loss.backward()
+    except AttributeError:
+        assert not trains
+    else:
+        assert trains and model.model.language_model.embed_tokens.weight.grad is not None
+
+
+def test_reformer_trains_only_full_without_checkpointing_at_its_axial_length(tmp_path):
+    """Reformer's refusal, held to the real trainer on a tiny config whose axial_pos_shape multiplies to 32 tokens:
+    checkpointing raises, rows not padded to exactly 32 tokens raise, LoRA raises (no grad_fn through the reversible
+    layers), and only full fine-tuning with pad_to_multiple_of = max_length = 32 trains."""
+    from hpcmem.models.coverage import refusal
+
+    path, cfg = tiny_reformer(tmp_path)
+    no_gc = {"gradient_checkpointing": False}
+    outcomes = {name: trl_outcome(job_as_written(path, cfg, **settings), path) for name, settings in {
+        "defaults": {},
+        "chunk": no_gc,
+        "axial": {**no_gc, "pad_to_multiple_of": 8, "max_length": 32},
+        "lora": {**no_gc, "pad_to_multiple_of": 32, "max_length": 32, "use_peft": True},
+        "full": {**no_gc, "pad_to_multiple_of": 32, "max_length": 32}}.items()}
+    assert "does not support activation checkpointing" in outcomes["defaults"]
+    assert "multiple of least common multiple chunk_length" in outcomes["chunk"]
+    assert "axial_pos_shape" in outcomes["axial"]
+    assert "does not require grad" in outcomes["lora"]
+    assert outcomes["full"] is None
+    reason = refusal("reformer")
+    assert "prod(axial_pos_shape)" in reason and "LoRA raises" in reason
+
+
+def tiny_reformer(folder) -> tuple[str, dict]:
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model("reformer", is_decoder=True, hidden_size=32, attention_head_size=8,
+                               num_attention_heads=4, feed_forward_size=64, axial_pos_shape=(4, 8),
+                               axial_pos_embds_dim=(16, 16), local_attn_chunk_length=8, lsh_attn_chunk_length=8,
+                               num_buckets=4, vocab_size=256, max_position_embeddings=32).to_dict()
+    cfg = {k: v for k, v in cfg.items() if k not in ("transformers_version", "architectures", "dtype", "torch_dtype")}
+    path = folder / "reformer.json"
+    path.write_text(json.dumps(cfg, default=str))
+    return str(path), json.loads(path.read_text())
+
+
 def test_jetmoe_trace_bytes_do_not_depend_on_the_routing_split(tmp_path):
     """Under fake tensors JetMoe's routing counts read as zeros, and the trace hands its experts an even split
     (hpcmem.trace.fakeenv). The split cannot change the bytes (outputs concatenated, saved inputs are views of one

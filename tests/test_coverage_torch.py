@@ -89,3 +89,24 @@ def test_qwen4_exp_reference_config_builds_its_indexed_attention(model_type):
     config = lay.hf_config(cfg)
     text = config.get_text_config()
     assert text.indexer_budget // text.indexer_compress_ratio == 512 and "indexed_attention" in text.layer_types
+
+
+def test_gemma3n_cut_builds_the_real_layers_it_keeps_with_their_kv_sharing_and_sparsity():
+    """A tiny Gemma-3n of the E4B's 35-layer pattern: the learner's cut keeps layers 0, 1, 4, 10, 14, 18, 19, 20, 24,
+    34, and transformers' own `kv_sharing_modes` of the cut config gives each kept layer the mode it has in the real
+    model (18 and 19 store, 20, 24 and 34 reuse)."""
+    from hpcmem.trace import layout as lay
+    from hpcmem.trace.learn import reduced_cut
+
+    cfg = {"model_type": "gemma3n_text", "vocab_size": 64, "vocab_size_per_layer_input": 64, "hidden_size": 32,
+           "hidden_size_per_layer_input": 4, "intermediate_size": 48, "num_hidden_layers": 35,
+           "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "laurel_rank": 4,
+           "num_kv_shared_layers": 15}
+    real = lay.hf_config(cfg)
+    full, small, keep, small_cfg = reduced_cut(cfg)
+    assert keep == (0, 1, 4, 10, 14, 18, 19, 20, 24, 34)
+    cut = lay.hf_config(small_cfg)
+    assert cut.kv_sharing_modes == [real.kv_sharing_modes[j] for j in keep]
+    assert cut.kv_sharing_modes[5:7] == ["store", "store"] and cut.num_kv_shared_layers == 3
+    assert cut.activation_sparsity_pattern == [0.95, 0.95, 0.95] + [0.0] * 7
+    assert small.signatures == tuple(full.signatures[j] for j in keep)

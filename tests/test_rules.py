@@ -145,3 +145,39 @@ def test_literal_none_string_stays_a_string_for_choice_fields():
                                       "--offload_optimizer_device", "none", "--max_length", "none",
                                       "--padding_free", "--json"])
     assert result.exception is None, result.output
+
+
+def test_rwkv_jobs_the_wkv_kernel_cannot_run_are_refused():
+    # kernels-community rwkv (the kernel transformers loads on a GPU): built with -DTmax=1024, its backward keeps
+    # float[1024] per-token arrays; forward_bf16 reads time_first as bf16 (torch_binding.cpp data_ptr<bf16>), so bf16
+    # autocast over fp32 weights stops there. The RWKV model is Qwen's sizes under the rwkv type: the rule reads only
+    # the type, the micro-batch and the precision.
+    from dataclasses import replace
+
+    rwkv = replace(QWEN, model_type="rwkv")
+
+    def rwkv_problems(**train):
+        try:
+            JobSpec(model=rwkv, train=TrainSpec(trainer="sft", **train), parallel=ParallelSpec())
+        except SpecError as exc:
+            return " ".join(exc.problems)
+        return ""
+
+    assert rwkv_problems(dtype="bfloat16", max_length=1024) == ""
+    assert "at most 1024" in rwkv_problems(dtype="bfloat16", max_length=1025)
+    # packing bfd is padding-free: one row of batch × max_length = 2 × 1024 tokens
+    assert "2048 tokens per row" in rwkv_problems(dtype="bfloat16", max_length=1024, packing=True,
+                                                  per_device_train_batch_size=2)
+    assert "fp32 weights under bf16 autocast" in rwkv_problems()           # TRL's defaults: fp32 load, bf16 on
+    assert rwkv_problems(bf16=False) == ""                                  # the fp32 kernel
+    assert rwkv_problems(bf16=False, fp16=True) == ""                      # fp16 keys are cast to fp32 for the kernel
+    assert job(max_length=4096)                                             # the rule is RWKV's alone
+
+
+def test_rwkv_rows_past_context_length_are_refused():
+    # RwkvLinearAttention.forward raises for more tokens than config.context_length (max_position_embeddings here)
+    from dataclasses import replace
+
+    rwkv = replace(QWEN, model_type="rwkv", max_position_embeddings=512)
+    with pytest.raises(SpecError, match="at most 512"):
+        JobSpec(model=rwkv, train=TrainSpec(trainer="sft", dtype="bfloat16", max_length=513), parallel=ParallelSpec())

@@ -57,6 +57,9 @@ Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Map
    the chunk-local attention matrices Aqk / Akk and the gate's cumsum, and recomputes the WY representation and the
    chunk states in backward) and causal-conv1d's kernel in place of transformers' torch fallbacks, each allocation
    from the kernels' own wrappers (hpcmem/trace/kernels_kda.py); the recurrent fallbacks refuse to run.
+11. RWKV time mixing: the Hub WKV kernel (kernels-community/rwkv) behind transformers' RwkvLinearAttention in place
+   of the per-token loop, from the Function and the kernel's source (hpcmem/trace/kernels_rwkv.py); rows over its
+   compiled 1,024-token Tmax refused.
 
 Not mapped (documented in the result's not_modelled): cuBLAS/cuBLASLt workspaces (constant per handle, seen by
 probes), memory-efficient attention's backward workspace (the masked SDPA path), cuDNN attention's backward
@@ -97,6 +100,9 @@ def cuda_mapping(tracker: Any, job: JobSpec) -> Iterator[list[str]]:
         from hpcmem.trace.kernels_kda import kda_kernels
 
         stack.enter_context(kda_kernels(notes, job))                 # 10: Kimi Delta Attention's kernels
+        from hpcmem.trace.kernels_rwkv import rwkv_kernels
+
+        stack.enter_context(rwkv_kernels(notes, job))                # 11: RWKV's WKV kernel
         notes.append("every block rounded up to 512 bytes (CUDA caching allocator)")
         yield notes
 

@@ -4,7 +4,10 @@ and kinds, and the reduced-depth config whose layers stand for all of them (for 
 Layers are the model's `GradientCheckpointingLayer`s, in module order (what gradient checkpointing wraps and what
 hpcmem.trace.phases names "layer k"). Two layers are of one kind when their class, parameter names and shapes, and
 attention pattern (config `layer_types[i]`; the `attention_type` / `is_sliding` / `sliding_window` / `use_rope` a
-layer or its attention module carries) agree.
+layer or its attention module carries), KV sharing and activation sparsity (the `is_kv_shared_layer` /
+`store_full_length_kv` of an attention module and the `activation_sparsity` of an MLP: Gemma-3n's
+modeling_gemma3n.py Gemma3nTextAttention.__init__, Gemma3nTextMLP.forward — a sparse MLP saves its top-k cut-off
+tensors, a dense one does not) agree.
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ from hpcmem.errors import SpecError
 from hpcmem.models.profile import LayerKind, Linear, ParamLayout
 
 MAX_DEPTH = 12            # the deepest reduced model the learner traces
-LAYER_ATTRS = ("attention_type", "layer_type", "is_sliding", "sliding_window", "use_rope", "is_causal")
+LAYER_ATTRS = ("attention_type", "layer_type", "is_sliding", "sliding_window", "use_rope", "is_causal",
+               "is_kv_shared_layer", "store_full_length_kv", "activation_sparsity")
+# Config keys that count layers from the end of the stack (the last N layers are of another kind): a cut that keeps
+# some of those layers sets the key to how many it keeps. Gemma-3n's `num_kv_shared_layers` (configuration_gemma3n.py
+# Gemma3nTextConfig.kv_sharing_modes: the last N layers reuse the K/V of the last earlier layer of their attention
+# type, which stores it).
+TAIL_COUNT_KEYS = ("num_kv_shared_layers",)
 TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_experts_per_token", "moe_k", "n_activated_experts")
 
 
@@ -73,7 +82,7 @@ def _signature(layer: Any, i: int, config: Any) -> Any:
     for owner in (layer, *layer.children()):
         for name in LAYER_ATTRS:
             value = getattr(owner, name, None)
-            if isinstance(value, (str, int, bool)) or value is None and hasattr(owner, name):
+            if isinstance(value, (str, int, bool, float)) or value is None and hasattr(owner, name):
                 attrs.append((name, value))
     types = getattr(config, "layer_types", None)
     pattern = types[i] if isinstance(types, (list, tuple)) and i < len(types) else None
@@ -232,22 +241,76 @@ def last_layer_terms(terms: list[Any], kinds: tuple[int, ...], depth: int) -> li
     return [*terms, terms[rep[kinds[-1]]] + terms[depth - 1] - terms[rep[kinds[depth - 1]]]]
 
 
+def subsequence(kinds: tuple[int, ...], size: int = 0) -> tuple[int, ...]:
+    """The real layers a cut keeps where no prefix holds every kind within MAX_DEPTH (a kind first found deep in the
+    stack: Gemma-3n's KV-sharing tail, layers 20–34 of 35): layer 0, the first layer of each kind found between the
+    first and the last, and the real last layer — so each kind has a stand-in that is neither first nor last and the
+    traced last layer is the real last one. Then, up to `size` layers, each kind's next layers in turn (in the order
+    the kinds first appear), so a deeper cut repeats every kind."""
+    n = len(kinds)
+    first: dict[int, int] = {}
+    for j in range(1, n - 1):
+        first.setdefault(kinds[j], j)
+    keep = {0, n - 1, *first.values()}
+    if len(keep) > MAX_DEPTH:
+        raise SpecError(f"the layers hold {len(first)} kinds between the first and the last: more than a "
+                        f"{MAX_DEPTH}-layer reduced model can hold")
+    rest = {k: [j for j in range(1, n - 1) if kinds[j] == k and j not in keep] for k in first}
+    while len(keep) < min(size, n) and any(rest.values()):
+        for k in first:
+            if rest[k] and len(keep) < size:
+                keep.add(rest[k].pop(0))
+    return tuple(sorted(keep))
+
+
+def subsequence_map(kinds: tuple[int, ...], keep: tuple[int, ...]) -> tuple[int, ...]:
+    """The traced layer each real layer takes its terms from, for a cut keeping the real layers `keep` (ending on the
+    real last one): a kept layer its own, any other the last traced middle layer of its kind."""
+    rep = {kinds[keep[p]]: p for p in range(1, len(keep) - 1)}
+    where = {j: p for p, j in enumerate(keep)}
+    return tuple(where[j] if j in where else rep[kinds[j]] for j in range(len(kinds)))
+
+
+def written_out(cfg: dict[str, Any], key: str, layers: int) -> dict[str, Any]:
+    """cfg with every per-layer list its config class derives from the layer count written out (Gemma-3n's
+    `layer_types`, `activation_sparsity_pattern` and `intermediate_size` left unset: configuration_gemma3n.py
+    Gemma3nTextConfig.__post_init__ makes the first 10 of > 10 layers sparse, none of ≤ 10), so a cut takes the real
+    layers' values instead of the defaults of its own count."""
+    inner = cfg.get("text_config")
+    if key not in cfg and isinstance(inner, dict) and key in inner:
+        return {**cfg, "text_config": written_out(inner, key, layers)}
+    built = hf_config(cfg).to_dict()
+    return {**cfg, **{k: v for k, v in built.items()
+                      if isinstance(v, list) and len(v) == layers and not isinstance(cfg.get(k), list)}}
+
+
 def _layer_keyed(value: Any) -> bool:
     """A dict keyed by layer index (Gemma-4's `per_layer_config`: {"5": {...}, …})."""
     return isinstance(value, dict) and bool(value) and all(
         isinstance(k, int) or isinstance(k, str) and k.isdigit() for k in value)
 
 
-def reduced_config(cfg: dict[str, Any], key: str, depth: int, layers: int) -> dict[str, Any]:
+def reduced_config(cfg: dict[str, Any], key: str, depth: int, layers: int,
+                   keep: tuple[int, ...] | None = None) -> dict[str, Any]:
     """The config with `depth` layers: the layer count set, every per-layer list (length = layers) cut, and every
     dict keyed by layer index kept below `depth` — inside `text_config` where only that holds the count (Emu3's causal
-    LM takes the whole config and builds text_config's layers: modeling_emu3.py Emu3ForCausalLM)."""
+    LM takes the whole config and builds text_config's layers: modeling_emu3.py Emu3ForCausalLM). With `keep` (the
+    real layers to keep, `subsequence`), lists and layer-keyed dicts take those layers' entries, renumbered, and each
+    TAIL_COUNT_KEYS value becomes the number of kept layers in its tail."""
     inner = cfg.get("text_config")
     if key not in cfg and isinstance(inner, dict) and key in inner:
-        return {**cfg, "text_config": reduced_config(inner, key, depth, layers)}
+        return {**cfg, "text_config": reduced_config(inner, key, depth, layers, keep)}
+    if keep is not None:
+        depth = len(keep)
     out = {}
     for k, v in cfg.items():
-        if isinstance(v, list) and len(v) == layers and layers > depth:
+        if keep is not None and isinstance(v, list) and len(v) == layers:
+            v = [v[j] for j in keep]
+        elif keep is not None and _layer_keyed(v):
+            v = {type(i)(p): v[i] for p, j in enumerate(keep) for i in v if int(i) == j}
+        elif keep is not None and k in TAIL_COUNT_KEYS and type(v) is int:
+            v = sum(1 for j in keep if j >= layers - v)
+        elif isinstance(v, list) and len(v) == layers and layers > depth:
             v = v[:depth]
         elif _layer_keyed(v):
             v = {i: x for i, x in v.items() if int(i) < depth}

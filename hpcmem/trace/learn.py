@@ -2,7 +2,8 @@
 
 1. The layout (hpcmem.trace.layout): the meta model's parameters by place and its layer kinds; the fewest layers D
    whose middle layers hold every kind (`choose_depth`); the config cut to D layers, checked to build the same first
-   D layers as the real model.
+   D layers as the real model. Where no prefix of ≤ 12 layers holds every kind, the cut keeps real layers that are not
+   a prefix (`layout.subsequence`: layer 0, each kind's first layer, the last layer), checked alike.
 2. For each precision (float32 load → `w4a2`, bfloat16 → `w2a2`), technique (full; LoRA at r = 16 on every Linear,
    or on the attention projections where peft refuses that: `lora_reference`; with checkpointing also LoRA on peft's
    default targets, `default_lora`) and checkpointing (full, off), TRL's
@@ -167,9 +168,23 @@ def _peft_defaults(cfg: dict[str, Any]) -> tuple[str, ...] | None:
     regex (hpcmem then asks for the targets)."""
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as mapping
 
-    loaded = lay.build_meta(cfg).config.model_type if isinstance(cfg.get("text_config"), dict) else cfg.get("model_type")
+    loaded = _loaded_type(cfg) if isinstance(cfg.get("text_config"), dict) else cfg.get("model_type")
     targets = mapping.get(loaded)
     return tuple(targets) if isinstance(targets, list) else None
+
+
+def _loaded_type(cfg: dict[str, Any]) -> str:
+    """The model_type of the class AutoModelForCausalLM builds for a multimodal config: its meta model's — or, where a
+    tower needs a package the decoder does not (Gemma-3n's vision tower is timm's TimmWrapperModel:
+    modeling_gemma3n.py Gemma3nModel.__init__, AutoModel.from_config(vision_config)), its causal-LM mapping's class's
+    config class (transformers/models/auto/modeling_auto.py MODEL_FOR_CAUSAL_LM_MAPPING; the same type where both
+    build: gemma3, gemma4)."""
+    try:
+        return str(lay.build_meta(cfg).config.model_type)
+    except ImportError:
+        from transformers import AutoModelForCausalLM
+
+        return str(AutoModelForCausalLM._model_mapping[type(lay.hf_config(cfg))].config_class.model_type)
 
 
 def _profile(lo: lay.Layout, *, model_type: str, sha: str, cfg: dict[str, Any], layer_map: tuple[int, ...],
@@ -254,15 +269,28 @@ def default_lora(peft: tuple[str, ...] | None, reference: dict[str, Any] | None,
 
 
 def reduced(decoder: dict[str, Any]) -> tuple[lay.Layout, lay.Layout, int, dict[str, Any]]:
-    """(full layout, reduced layout, depth, reduced config); the reduced model's layers must be the real first ones.
-    The depths of `layout.candidate_depths` are tried in turn."""
+    """(full layout, reduced layout, depth, reduced config): `reduced_cut` without the kept layers."""
+    full, small, keep, small_cfg = reduced_cut(decoder)
+    return full, small, len(keep), small_cfg
+
+
+def reduced_cut(decoder: dict[str, Any]) -> tuple[lay.Layout, lay.Layout, tuple[int, ...], dict[str, Any]]:
+    """(full layout, reduced layout, the real layers the reduced model's layers are, reduced config). The depths of
+    `layout.candidate_depths` are tried in turn, each a prefix of the real layers (the real first D); where no prefix
+    of ≤ MAX_DEPTH layers holds every kind, the layers of `layout.subsequence` (TAIL_COUNT_KEYS scaled to them).
+    Either way the reduced model must build exactly the real layers it stands for (their signatures)."""
     full = lay.layout(decoder)
     count = lay.count_at(decoder, full.layers_key)
+    layers = count if isinstance(count, int) else -1
     why = ""
-    for depth in lay.candidate_depths(full.layer_kinds):
+    try:
+        depths = lay.candidate_depths(full.layer_kinds)
+    except SpecError as exc:
+        depths, why = [], str(exc)
+    for depth in depths:
         if depth == len(full.layer_kinds):
-            return full, full, depth, decoder
-        small_cfg = lay.reduced_config(decoder, full.layers_key, depth, count if isinstance(count, int) else -1)
+            return full, full, tuple(range(depth)), decoder
+        small_cfg = lay.reduced_config(decoder, full.layers_key, depth, layers)
         try:
             small = lay.layout(small_cfg)
         except (ValueError, TypeError, IndexError, KeyError) as exc:   # transformers refuses the cut config
@@ -270,9 +298,21 @@ def reduced(decoder: dict[str, Any]) -> tuple[lay.Layout, lay.Layout, int, dict[
             continue
         last = full.signatures[-1:] if lay.last_only(full.layer_kinds) else ()
         if small.signatures == full.signatures[:depth - len(last)] + last:
-            return full, small, depth, small_cfg
+            return full, small, tuple(range(depth)), small_cfg
         why = (f"a {depth}-layer config does not build the real first layers (the layer pattern is not set per layer "
                "in the config)")
+    if not depths:
+        keep = lay.subsequence(full.layer_kinds)
+        small_cfg = lay.reduced_config(lay.written_out(decoder, full.layers_key, layers), full.layers_key, len(keep),
+                                       layers, keep)
+        try:
+            small = lay.layout(small_cfg)
+        except (ValueError, TypeError, IndexError, KeyError) as exc:
+            raise SpecError(f"model_type {decoder.get('model_type')!r}: {why}; a config of its layers {list(keep)} "
+                            f"does not build ({type(exc).__name__}: {exc}); cannot learn it") from None
+        if small.signatures == tuple(full.signatures[j] for j in keep):
+            return full, small, keep, small_cfg
+        why += f"; a config of its layers {list(keep)} does not build those layers"
     raise SpecError(f"model_type {decoder.get('model_type')!r}: {why}; cannot learn it")
 
 
@@ -290,7 +330,9 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     start = time.perf_counter()
     sha = config_hash(cfg)                      # before anything reads it: the profile is this config's
     decoder = backbone_config(cfg)
-    full, small, depth, small_cfg = reduced(decoder)
+    full, small, keep, small_cfg = reduced_cut(decoder)
+    depth = len(keep)
+    prefix = keep == tuple(range(depth))
     outer = str(cfg.get("model_type", full.model_type))
     peft = _peft_defaults(cfg)
     reference = lora_reference(small_cfg, small) if any(t == "lora" for t, _ in cells) else None
@@ -298,6 +340,8 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     provenance: dict[str, Any] = {"attention": small.attention, "depth": depth, "rows": ROWS, "seqs": list(SEQS),
                                   "traced_type": full.model_type, "lora_reference": reference,
                                   "lora_default": default}
+    if not prefix:
+        provenance["layers"] = list(keep)
     probe = _profile(small, model_type=outer, sha="", cfg=small_cfg, layer_map=tuple(range(depth)), cells={},
                      peft=peft, provenance=provenance)
     spec = spec_from_profile(probe, probe.model_type)
@@ -317,9 +361,9 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
             if errors:
                 skipped[key] = errors[0]
             else:
-                fitted[key] = fit_cell(got, None if ends_last else full.layer_kinds)
-    layer_map = lay.layer_map(full.layer_kinds, depth)
-    if ends_last:           # the traced last layer is the real last one's kind (layout.last_only): no stand-in
+                fitted[key] = fit_cell(got, None if ends_last or not prefix else full.layer_kinds)
+    layer_map = lay.layer_map(full.layer_kinds, depth) if prefix else lay.subsequence_map(full.layer_kinds, keep)
+    if ends_last and prefix:    # the traced last layer is the real last one's kind (layout.last_only): no stand-in
         layer_map = tuple(depth - 1 if r == depth else r for r in layer_map)
     if not fitted:
         raise SpecError(f"model {name}: no cell could be traced: " + _grouped(skipped))
@@ -328,7 +372,8 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
               for dtype in dtypes if check and (key := cell_key(PRECISIONS[dtype], "full", gc)) in fitted}
     provenance |= {"seconds": round(time.perf_counter() - start, 1), "check_err_pct": checks,
                    "not_learned": skipped, "versions": _versions(),
-                   "summary": f"traced at {depth} of {len(full.layer_kinds)} layers"}
+                   "summary": f"traced at {depth} of {len(full.layer_kinds)} layers"
+                   + ("" if prefix else f" (real layers {list(keep)})")}
     return _profile(full, model_type=outer, sha=sha, cfg=cfg,
                     layer_map=layer_map, cells=fitted, peft=peft, provenance=provenance)
 

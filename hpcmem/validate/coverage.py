@@ -117,10 +117,17 @@ def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tu
     real = len(profile.layer_kinds) if profile is not None else int(getattr(config, "num_hidden_layers"))
     key = lay.layers_key(config, decoder, real)
     depth = min(real, EVAL_LAYERS_FOR.get(str(cfg.get("model_type")), EVAL_LAYERS))
-    if profile is not None and depth < real:
+    # a profile learned from real layers that are not a prefix (layout.subsequence) is evaluated on such a cut too: the
+    # same rule, grown to `depth` layers (each kind's next layers in turn), so every kind repeats
+    keep = tuple(lay.subsequence(profile.layer_kinds, depth)) if (
+        profile is not None and depth < real and profile.provenance.get("layers")) else None
+    if keep is None and profile is not None and depth < real:
         kinds, floor = profile.layer_kinds, profile.provenance["depth"]
         depth = max((d for d in range(floor, depth + 1) if kinds[d - 1] == kinds[-1]), default=depth)
-    cut = lay.reduced_config(decoder, key, depth, real) if depth < real else decoder
+    if keep is not None:
+        depth = len(keep)
+    cut = lay.reduced_config(lay.written_out(decoder, key, real) if keep else decoder, key, depth, real, keep) \
+        if depth < real else decoder
     if (isinstance(cfg.get("text_config"), dict) and "model_type" in cfg["text_config"] and depth < real
             and decoder.get("model_type") != cfg.get("model_type")):      # the backbone is the text_config
         cut = {**cfg, "text_config": {**cfg["text_config"], **{k: cut[k] for k in cut if k in cfg["text_config"]
@@ -129,12 +136,13 @@ def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tu
     path.write_text(json.dumps(cut, indent=1, default=str))
     if profile is None:
         return model_spec_from_config(cut, str(path)), depth, real
-    kinds = profile.layer_kinds[:depth]
+    kinds = profile.layer_kinds[:depth] if keep is None else tuple(profile.layer_kinds[j] for j in keep)
+    layer_map = (profile.layer_map if depth == real else tuple(profile.layer_map[j] for j in keep) if keep
+                 else profile.layer_map[:depth - 1] + profile.layer_map[-1:])
     # parameters outside the layers can grow with depth (Gemma-4's per-layer input embedding is [V, layers × 256]):
     # the cut model's own count, from its meta model
     other = lay.layout(backbone_config(cut)).other if depth < real else profile.other
-    small = replace(profile, layer_kinds=kinds, layer_map=profile.layer_map[:depth - 1] + profile.layer_map[-1:]
-                    if depth < real else profile.layer_map, config=cut, other=other)
+    small = replace(profile, layer_kinds=kinds, layer_map=layer_map, config=cut, other=other)
     return spec_from_profile(small, str(path)), depth, real
 
 
@@ -215,6 +223,11 @@ def sweep_type(model_type: str) -> list[dict[str, Any]]:
         spec, depth, real = eval_model(cfg, model_type, profile, Path(tempfile.mkdtemp(prefix="hpcmem-coverage-")))
         base |= {"made": "learned" if profile else "derived", "layers": depth, "layers_real": real,
                  "num_params_traced": spec.num_params}
+        if profile is not None and profile.provenance.get("layers"):     # learned from real layers not a prefix
+            from hpcmem.trace.layout import subsequence
+
+            base |= {"learned_layers": profile.provenance["layers"],
+                     "eval_layers": list(subsequence(profile.layer_kinds, depth))}
     except Exception as exc:  # noqa: BLE001 — recorded with the stage it failed in
         return [{**base, "error": f"{stage}: {type(exc).__name__}: {exc}"[:600],
                  "seconds": round(time.perf_counter() - start, 1)}]

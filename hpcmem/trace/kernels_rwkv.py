@@ -1,0 +1,141 @@
+"""`--kernels cuda` for RWKV (RWKV-4) time mixing: what the WKV CUDA kernel's autograd Function allocates and saves, in
+place of transformers' per-token CPU loop (which keeps every token's state update for backward).
+
+transformers 5.24 models/rwkv/modeling_rwkv.py: `RwkvSelfAttention.__init__` loads the Hub kernel
+`kernels-community/rwkv` (version 1) through `load_wkv_cuda_kernel(config.context_length)` when ninja, CUDA and the
+`kernels` package are available; `rwkv_linear_attention` then calls `RwkvLinearAttention.apply` for every CUDA input of
+more than one token (else `rwkv_linear_attention_cpu`, a Python loop over the tokens). In training TRL passes
+use_cache=False, so no state goes in or out. Read from that Function and from the kernel's source,
+github.com/huggingface/kernels-community @8a730d9 rwkv/ (torch-ext/torch_binding.cpp, rwkv/wkv_cuda.cu,
+rwkv/wkv_cuda_bf16.cu: the launchers only write into the tensors they are given, nothing is allocated in C++):
+
+- forward: time_decay → −exp(time_decay.float()) fp32 [C]; under fp16, time_first, key and value are cast to fp32;
+  output = empty_like(key); `forward_bf16` for bf16 keys (w fp32, u/k/v/y bf16: `data_ptr<bf16>()`, so a bf16 key with
+  an fp32 time_first — fp32 weights under bf16 autocast — stops in the dtype check of `data_ptr<T>`,
+  pytorch aten/src/ATen/templates/TensorMethods.cpp `check_type`), `forward` (all fp32) otherwise. Saves time_decay,
+  time_first, key, value, output; returns output cast to the input dtype (the same tensor unless fp16).
+- backward: g_time_decay [C] (bf16 for bf16 inputs, else fp32), g_time_first, g_key, g_value like their saved inputs,
+  g_output made contiguous (fp32 first under fp16); each gradient cast back to the input dtype.
+
+Limits of the real kernel, refused here rather than estimated: build.toml compiles it with -DTmax=1024 and
+`kernel_backward` keeps two float[Tmax] per-thread arrays indexed by token, so a row longer than 1,024 tokens runs past
+them (transformers checks only `context_length`, and raises past it); B·C must be a multiple of min(C, 32) (the launch
+grid). Under `--kernels cuda` the per-token CPU loop never runs in place of the kernel: it is replaced by a refusal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+TMAX = 1024         # kernels-community rwkv/build.toml cuda-flags -DTmax=1024 (kernel_backward's q[Tmax], r[Tmax])
+MODULES = ("rwkv",)
+
+
+def limit_problems(job: Any) -> list[str]:
+    """The RWKV jobs whose GPU step stops (or overruns) in the WKV kernel, from the estimate's own micro-batch and
+    precision: a row longer than TMAX tokens, and fp32 weights under bf16 autocast (bf16 keys, fp32 time_first)."""
+    if job.model.model_type not in MODULES:
+        return []
+    from hpcmem.estimate.shape import micro_batch, precision
+
+    problems, batch, prec = [], micro_batch(job), precision(job)
+    context = job.model.max_position_embeddings          # RwkvConfig.context_length (attribute_map)
+    if batch.seq > min(TMAX, context):
+        problems.append(f"{batch.seq} tokens per row ({batch.source}): RWKV's WKV CUDA kernel takes at most "
+                        f"{min(TMAX, context)} (RwkvLinearAttention.forward raises past context_length {context}; the "
+                        f"kernel is built with Tmax {TMAX}, kernels-community rwkv build.toml, and its backward keeps "
+                        f"per-token arrays of that size); set max_length ≤ {min(TMAX, context)} "
+                        "(padding-free: batch × max_length)")
+    if prec.autocast and job.train.bf16:
+        problems.append("fp32 weights under bf16 autocast: RWKV's WKV CUDA kernel reads time_first as bf16 next to "
+                        "bf16 keys (torch_binding.cpp forward_bf16) and stops on the fp32 parameter; load bf16 weights "
+                        "(dtype bfloat16) or train in fp32/fp16")
+    return problems
+
+
+def _check(key: Any, time_first: Any) -> None:
+    import torch
+
+    batch, tokens, channels = key.shape
+    if tokens > TMAX:
+        raise NotImplementedError(f"RWKV's WKV CUDA kernel is built for at most {TMAX} tokens per row (Tmax); a row "
+                                  f"of {tokens} overruns its backward's per-token arrays")
+    if batch * channels % min(channels, 32):
+        raise ValueError(f"RWKV's WKV CUDA kernel needs batch × hidden ({batch} × {channels}) to be a multiple of "
+                         f"{min(channels, 32)} (RwkvLinearAttention.forward)")
+    want = torch.bfloat16 if key.dtype == torch.bfloat16 else torch.float32
+    if time_first.dtype != want:
+        raise RuntimeError(f"RWKV's WKV CUDA kernel reads time_first as {want} for {key.dtype} keys "
+                           f"(torch_binding.cpp data_ptr); it is {time_first.dtype}: fp32 weights under bf16 "
+                           "autocast stop in the real kernel")
+
+
+def _wkv_function() -> Any:
+    import torch
+
+    class RwkvLinearAttentionStandIn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, time_decay: Any, time_first: Any, key: Any, value: Any) -> Any:
+            ctx.input_dtype = key.dtype
+            time_decay = -torch.exp(time_decay.float().contiguous())
+            if key.dtype == torch.float16:
+                time_first, key, value = time_first.float(), key.float(), value.float()
+            time_first, key, value = time_first.contiguous(), key.contiguous(), value.contiguous()
+            _check(key, time_first)
+            output = torch.empty_like(key, memory_format=torch.contiguous_format)     # the kernel writes y
+            ctx.save_for_backward(time_decay, time_first, key, value, output)
+            return output.to(ctx.input_dtype)
+
+        @staticmethod
+        def backward(ctx: Any, g_output: Any) -> Any:
+            dtype = ctx.input_dtype
+            time_decay, time_first, key, value, _output = ctx.saved_tensors
+            g_time_decay = torch.empty_like(time_decay, memory_format=torch.contiguous_format,
+                                            dtype=torch.bfloat16 if dtype == torch.bfloat16 else torch.float32)
+            g_time_first = torch.empty_like(time_first, memory_format=torch.contiguous_format)
+            g_key = torch.empty_like(key, memory_format=torch.contiguous_format)
+            g_value = torch.empty_like(value, memory_format=torch.contiguous_format)
+            if dtype == torch.float16:
+                g_output = g_output.float()
+            g_output = g_output.contiguous()                                    # read by the kernel, alive till here
+            return (g_time_decay.to(dtype), g_time_first.to(dtype), g_key.to(dtype), g_value.to(dtype))
+
+    return RwkvLinearAttentionStandIn
+
+
+def replacements(cpu_loop: Any) -> dict[str, Any]:
+    """What `--kernels cuda` puts in modeling_rwkv: the kernel's Function where transformers dispatches to it, and a
+    refusal in place of the per-token loop (`cpu_loop`, the original, still serves one-token inputs as on a GPU)."""
+    def rwkv_linear_attention(time_decay: Any, time_first: Any, key: Any, value: Any, state: Any = None,
+                              return_state: bool = False) -> Any:
+        if key.size(1) == 1:
+            return cpu_loop(time_decay, time_first, key, value, state=state, return_state=return_state)
+        if state is not None or return_state:
+            raise NotImplementedError("the RWKV kernel stand-in maps training (no state in or out)")
+        return _wkv_function().apply(time_decay, time_first, key, value), None
+
+    def refusal(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("hpcmem trace --kernels cuda: transformers' per-token loop rwkv_linear_attention_cpu ran in "
+                           "RWKV time mixing; on a GPU with the WKV kernel loaded the training step runs the kernel")
+
+    return {"rwkv_linear_attention": rwkv_linear_attention, "rwkv_linear_attention_cpu": refusal}
+
+
+@contextlib.contextmanager
+def rwkv_kernels(notes: list[str], job: Any) -> Iterator[None]:
+    """Put the WKV kernel's stand-in in modeling_rwkv while the block runs, if the job's model is built from it."""
+    from hpcmem.trace.kernels_linear import hybrid_modules, stand_ins
+
+    names = hybrid_modules(job, MODULES)
+    table: dict[str, dict[str, Any]] = {}
+    if names:
+        import transformers.models.rwkv.modeling_rwkv as rwkv
+
+        table = {"rwkv": replacements(rwkv.rwkv_linear_attention_cpu)}
+    with stand_ins(table) as calls:
+        yield
+    if calls[0]:
+        notes.append(f"RWKV time mixing: the WKV CUDA kernel's Function stands in for transformers' per-token loop in "
+                     f"{calls[0]} calls (hpcmem/trace/kernels_rwkv.py)")
