@@ -176,7 +176,7 @@ def mla_backend(d_qk: int, d_v: int) -> str | None:
     """The CUDA backend torch 2.13 picks on sm90 for a 16-bit SDPA call whose value heads differ in size (MLA).
 
     aten/src/ATen/native/transformers/cuda/sdp_utils.cpp: `check_prefer_cudnn_attention` puts cuDNN first on sm90
-    with cuDNN > 9.15.0 (the torch 2.13 CUDA 13 wheels ship 9.20; the H200 probes ran 9.19);
+    with cuDNN > 9.15.0 (torch 2.13.0+cu132 requires 9.20 / 9.21; the H200 probes ran 9.19);
     `check_cudnn_tensor_shapes` then takes head dims ≤ 128, or exactly d_qk 192 / d_v 128 on sm90 with cuDNN ≥ 9.11
     (256 only from cuDNN 9.22), multiples of 8; flash refuses unequal dims (`check_head_dim_size_flash`);
     memory-efficient attention takes them when both are multiples of 8 (`check_head_dim_size_mem_efficient`,
