@@ -22,10 +22,14 @@ modeling_longcat_flash.py LongcatFlashExperts.forward: `one_hot(top_k_index).sum
 scores a balanced routing (`balanced_routing`: row t takes experts (t·k + j) mod E, j < k — every expert gets T·k/E
 rows when E divides T·k) and marks every tensor computed from it. The assumption changes the trace only where such a
 value is read (`.item()`, `nonzero`, a boolean index): those reads are counted in `routing_reads` and the trace says
-so. MoE code that never reads them (transformers' grouped_mm experts) traces exactly as without the rule. The rows a
-layer routes are T·k for any routing, so the tensors the expert loop saves sum to the same bytes; what a skewed
-routing changes is the largest expert's transient (its rows × its intermediate width) and, where fewer than E experts
-are hit, the number of per-expert weight-gradient temporaries.
+so. MoE code that never reads them (transformers' grouped_mm experts) traces exactly as without the rule. Balance is
+what MoE training steers the router to (the Switch Transformer load-balancing loss, transformers' modeling_dbrx.py
+`load_balancing_loss_func`; LongCat-Flash's expert-bias controller, which aims every FFN expert at the same share of
+the routed rows — with its 256 identity experts beside 512 FFN experts, balance over all 768 gives 8 FFN experts a
+token on average: the ~27 B of 18.6–31.3 B activated parameters of the LongCat-Flash Technical Report, Meituan
+2025, abstract). The rows a layer routes are T·k for any routing, so the tensors the expert loop saves sum to the same
+bytes; what a skewed routing changes is the largest expert's transient (its rows × its intermediate width) and, where
+fewer than E experts are hit, the number of per-expert weight-gradient temporaries.
 """
 
 from __future__ import annotations
