@@ -27,7 +27,7 @@ class _IndexShapes(torch.utils._python_dispatch.TorchDispatchMode):
 
 
 def _hand_routing(tokens: int, k: int, experts: int) -> list[list[int]]:
-    """Token t takes experts t·k, t·k + 1, …, t·k + k − 1, counted round the ring of experts (by hand, not the code)."""
+    """Token t takes experts t·k, t·k + 1, …, t·k + k − 1 round the ring of experts (by hand, not the code)."""
     rows, e = [], 0
     for _ in range(tokens):
         row = []
