@@ -370,10 +370,16 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     gc = runnable_cells(outer, (("full", True), ("full", False)))[0][1]     # checkpointing where it runs
     checks = {key: _check(probe, fitted, learn_job(spec, dtype, "full", gc, SEQS[1]))
               for dtype in dtypes if check and (key := cell_key(PRECISIONS[dtype], "full", gc)) in fitted}
+    routed = any(isinstance(d, dict) and d.get("routing_assumed") for d in done.values())
     provenance |= {"seconds": round(time.perf_counter() - start, 1), "check_err_pct": checks,
                    "not_learned": skipped, "versions": _versions(),
                    "summary": f"traced at {depth} of {len(full.layer_kinds)} layers"
-                   + ("" if prefix else f" (real layers {list(keep)})")}
+                   + ("" if prefix else f" (real layers {list(keep)})")
+                   + ("; expert routing assumed balanced" if routed else "")}
+    if routed:
+        from hpcmem.trace.oracle import ROUTING_NOTE
+
+        provenance["routing"] = ROUTING_NOTE
     return _profile(full, model_type=outer, sha=sha, cfg=cfg,
                     layer_map=layer_map, cells=fitted, peft=peft, provenance=provenance)
 
@@ -416,9 +422,11 @@ def _sample_task(args: tuple) -> Any:
 
 def _sample(job: JobSpec, depth: int) -> dict[str, Any]:
     from hpcmem.trace import run_trace
+    from hpcmem.trace.oracle import ROUTING_NOTE
 
     result = run_trace(job, timeline=True, steps=TRACED_STEP)
-    return terms(measure(result.timeline, depth, TRACED_STEP), known_parts(job))
+    routed = any(n.startswith(ROUTING_NOTE) for n in result.reimplemented)
+    return {**terms(measure(result.timeline, depth, TRACED_STEP), known_parts(job)), "routing_assumed": routed}
 
 
 def _check(probe: LearnedProfile, cells: dict[str, Cell], job: JobSpec) -> float:

@@ -14,6 +14,22 @@ known and the output is small, once more on the real copies. An op the fake mode
 a boolean index, `.item()`) runs on the real copies and its output becomes fake again. A value nobody can know (a
 scalar computed from fake weights: the loss, an entropy) reads as 0 / False / 0.0 and is counted in `unknown_reads`
 — memory never depends on those values in the supported paths (the Trainer's NaN check wants False).
+
+Expert routing. A mixture-of-experts router's `topk` runs on scores computed from fake weights, so its indices are
+unknown. Where the experts are a Python loop over the experts the router hit (modeling_dbrx.py DbrxExperts.forward,
+modeling_longcat_flash.py LongcatFlashExperts.forward: `one_hot(top_k_index).sum(...).nonzero()`, then
+`torch.where(expert_mask[e])` per expert), the loop needs those indices. The oracle gives every `topk` on unknown
+scores a balanced routing (`balanced_routing`: row t takes experts (t·k + j) mod E, j < k — every expert gets T·k/E
+rows when E divides T·k) and marks every tensor computed from it. The assumption changes the trace only where such a
+value is read (`.item()`, `nonzero`, a boolean index): those reads are counted in `routing_reads` and the trace says
+so. MoE code that never reads them (transformers' grouped_mm experts) traces exactly as without the rule. Balance is
+what MoE training steers the router to (the Switch Transformer load-balancing loss, transformers' modeling_dbrx.py
+`load_balancing_loss_func`; LongCat-Flash's expert-bias controller, which aims every FFN expert at the same share of
+the routed rows — with its 256 identity experts beside 512 FFN experts, balance over all 768 gives 8 FFN experts a
+token on average: the ~27 B of 18.6–31.3 B activated parameters of the LongCat-Flash Technical Report, Meituan
+2025, abstract). The rows a layer routes are T·k for any routing, so the tensors the expert loop saves sum to the same
+bytes; what a skewed routing changes is the largest expert's transient (its rows × its intermediate width) and, where
+fewer than E experts are hit, the number of per-expert weight-gradient temporaries.
 """
 
 from __future__ import annotations
@@ -29,6 +45,22 @@ MAX_KNOWN_NUMEL = 1 << 22
 # Floating tensors are kept only as scalars and tiny vectors (an optimizer's `step` count, a learning rate), so
 # weights and activations never run twice.
 MAX_KNOWN_FLOAT_NUMEL = 64
+
+# Integer and boolean tensors computed from an assumed routing are kept up to this many elements: LongCat-Flash's
+# one-hot routing mask is [tokens, 12, 768] (19 M elements at 2,048 tokens) and its `nonzero` needs the values.
+MAX_ROUTING_NUMEL = 1 << 25
+
+# What a trace that read the assumed routing says about itself (and a profile learned from it).
+ROUTING_NOTE = ("expert routing assumed balanced (topk of unknown router scores: row t takes experts (t*k + j) mod E); "
+                "the expert loop's per-expert rows follow from it")
+
+
+def balanced_routing(rows: int, k: int, experts: int) -> Any:
+    """The [rows, k] expert indices of the balanced routing: row t → (t·k + j) mod experts for j < k (k distinct
+    experts per row when k ≤ experts; each expert gets rows·k / experts rows when experts divides rows·k)."""
+    import torch
+
+    return (torch.arange(rows).unsqueeze(1) * k + torch.arange(k).unsqueeze(0)) % experts
 
 
 def make_oracle(fake_mode: Any, max_known_numel: int = MAX_KNOWN_NUMEL) -> Any:
@@ -56,6 +88,8 @@ def make_oracle(fake_mode: Any, max_known_numel: int = MAX_KNOWN_NUMEL) -> Any:
             self.known = WeakIdKeyDictionary()      # fake tensor -> real tensor
             self.poisoned = WeakIdKeyDictionary()   # fake storage -> True: written with values nobody knows
             self.unknown_reads: Counter[str] = Counter()
+            self.routed = WeakIdKeyDictionary()     # fake tensor -> True: computed from an assumed routing
+            self.routing_reads: Counter[str] = Counter()
             self._writes: dict[Any, tuple[int, ...]] = {}
 
         # -- public helpers ------------------------------------------------------------------------------------
@@ -99,6 +133,9 @@ def make_oracle(fake_mode: Any, max_known_numel: int = MAX_KNOWN_NUMEL) -> Any:
                         f"hpcmem trace: {func} needs values of tensors computed from fake weights; this code path "
                         "is not supported by the trace") from None
                 out = self._from_real(func, reals)
+                if self._any_routed(args, kwargs):
+                    self.routing_reads[str(func)] += 1
+                    self._mark_routed(out)
                 if self.observer is not None:
                     self.observer.observe(func, args, kwargs, out)
                 return out
@@ -106,6 +143,8 @@ def make_oracle(fake_mode: Any, max_known_numel: int = MAX_KNOWN_NUMEL) -> Any:
                 self._propagate(func, out, reals, args, kwargs)
             else:
                 self._forget_written(func, args, kwargs)
+                if func is aten.topk.default:
+                    self._assume_routing(out, args, kwargs)
             if self.observer is not None:
                 self.observer.observe(func, args, kwargs, out)
             return out
@@ -113,6 +152,8 @@ def make_oracle(fake_mode: Any, max_known_numel: int = MAX_KNOWN_NUMEL) -> Any:
         def _scalar(self, t: Any) -> Any:
             real = self.value_of(t)
             if real is not None:
+                if t in self.routed:
+                    self.routing_reads["item"] += 1
                 with _disable_current_modes():
                     return real.item()
             self.unknown_reads[str(t.dtype)] += 1
@@ -145,14 +186,41 @@ def make_oracle(fake_mode: Any, max_known_numel: int = MAX_KNOWN_NUMEL) -> Any:
 
         def _propagate(self, func: Any, out: Any, reals: tuple[Any, Any], args: Any, kwargs: Any) -> None:
             fakes = [o for o in _flat(out) if isinstance(o, torch.Tensor)]
+            routed = bool(self.routed) and self._any_routed(args, kwargs)
+            limit = MAX_ROUTING_NUMEL if routed else max_known_numel
             if any(f.numel() > (MAX_KNOWN_FLOAT_NUMEL if f.dtype.is_floating_point or f.dtype.is_complex
-                                else max_known_numel) for f in fakes):
+                                else limit) for f in fakes):
                 self._forget_written(func, args, kwargs)
                 return
             real_out = self._run_real(func, reals)
             for f, r in zip(_flat(out), _flat(real_out), strict=False):
                 if isinstance(f, torch.Tensor) and isinstance(r, torch.Tensor):
                     self.known[f] = r
+            if routed:
+                self._mark_routed(out)
+
+        # -- the assumed routing ------------------------------------------------------------------------------
+        def _assume_routing(self, out: Any, args: Any, kwargs: Any) -> None:
+            """topk of unknown scores: its indices take the balanced routing (values stay unknown)."""
+            scores, k = args[0], int(args[1])
+            dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+            indices = out[1]
+            if dim not in (-1, scores.dim() - 1) or indices.numel() > max_known_numel or k > scores.shape[-1]:
+                return
+            with _disable_current_modes():
+                real = balanced_routing(indices.numel() // max(k, 1), k, scores.shape[-1])
+                real = real.reshape(indices.shape).to(indices.dtype)
+            self.known[indices] = real
+            self.routed[indices] = True
+
+        def _any_routed(self, args: Any, kwargs: Any) -> bool:
+            return any(isinstance(x, FakeTensor) and x in self.routed
+                       for x in _flat([*args, *kwargs.values()]))
+
+        def _mark_routed(self, out: Any) -> None:
+            for o in _flat(out):
+                if isinstance(o, FakeTensor):
+                    self.routed[o] = True
 
         def _from_real(self, func: Any, reals: tuple[Any, Any]) -> Any:
             real_out = self._run_real(func, reals)
@@ -173,9 +241,14 @@ def make_oracle(fake_mode: Any, max_known_numel: int = MAX_KNOWN_NUMEL) -> Any:
                     real = self.value_of(i)
                     if real is None:
                         return args     # let the fake mode raise; nothing known to rewrite with
+                    if i in self.routed:
+                        self.routing_reads[str(func)] += 1
                     with _disable_current_modes():
                         found = real.bool().nonzero(as_tuple=True)
-                    new.extend(self.fake_of(r) for r in found)
+                    found_fake = [self.fake_of(r) for r in found]
+                    if i in self.routed:
+                        self._mark_routed(found_fake)
+                    new.extend(found_fake)
                 else:
                     new.append(i)
             return (args[0], new, *args[2:])

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from hpcmem.errors import SpecError
 from hpcmem.spec import JobSpec
 from hpcmem.trace.data import design_batch
+from hpcmem.trace.oracle import ROUTING_NOTE
 from hpcmem.trace.result import TraceResult, versions
 from hpcmem.trainers import entry
 
@@ -87,6 +88,8 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
         notes += list(mapped)
     if oracle.unknown_reads:
         notes.append(f"unknown values read as defaults: {dict(oracle.unknown_reads)}")
+    if oracle.routing_reads:
+        notes.append(ROUTING_NOTE + f" (reads: {dict(oracle.routing_reads)})")
     out = _result(job, tracker, result, kernels, notes, num_params, design, time.perf_counter() - start)
     if modes:
         out.events = sim.events

@@ -30,7 +30,11 @@ EVAL_LAYERS = 16
 # (modeling_recurrent_gemma.py RecurrentGemmaRglru._rnn_scan: no kernel; the GPU runs the same ops), so its trace
 # costs ~1,024 dispatches per recurrent layer per pass and 16 layers ran past the sweep's 14-minute job: 7 layers
 # (recurrent, recurrent, attention ×2, then recurrent like the real last layer) at the same 2 × 1,024 tokens.
-EVAL_LAYERS_FOR = {"recurrent_gemma": 7}
+# LongCat-Flash's experts are a Python loop over the experts the router hit (modeling_longcat_flash.py
+# LongcatFlashExperts.forward): all 768 (512 routed + 256 identity) under the trace's balanced routing, ~20 dispatches
+# each per pass; its learn took 843 s at 3 layers (two cores shared), so 16 layers × 3 techniques did not fit a
+# session: 8 layers, all of one kind, at the same 2 × 1,024 tokens.
+EVAL_LAYERS_FOR = {"recurrent_gemma": 7, "longcat_flash": 8}
 EVAL_ROWS, EVAL_SEQ = 2, 1024
 TECHNIQUES = {"full+gc": ("full", True), "lora+gc": ("lora", True), "full gc off": ("full", False),
               "lora gc off": ("lora", False)}
