@@ -221,11 +221,13 @@ def lora_reference(cfg: dict[str, Any], lo: lay.Layout) -> dict[str, Any] | None
     elsewhere = {x.name.rsplit(".", 1)[-1] for x in layer_linears if "attn" not in x.name.lower()}
     only_attention = [leaf for leaf in attention if leaf not in elsewhere]
     # peft refuses out_proj and conv1d on Mamba-based types (peft/tuners/tuners_utils.py
-    # `_check_lora_target_modules_mamba`): a pure Mamba model then takes every other linear of its layers — if
-    # there are two or more: TRL's ModelConfig.__post_init__ turns a one-name list into a string, which peft
-    # matches as a regex against the whole module path (no module is found)
+    # `_check_lora_target_modules_mamba`): a pure Mamba model then takes every other linear of its layers. Where that
+    # is one name (Mamba-2: in_proj), it is named twice: TRL's ModelConfig.__post_init__ turns a one-name list into a
+    # string, which peft matches as a regex against the whole module path (no module is found), but keeps a
+    # two-name list, which peft's LoraConfig.__post_init__ makes a set (tuners/lora/config.py)
     linears = sorted({x.name.rsplit(".", 1)[-1] for x in layer_linears if x.nn_linear} - PEFT_MAMBA_REFUSED - odd)
-    for targets in ([] if odd else ["all-linear"], attention, only_attention, linears if len(linears) > 1 else []):
+    names = linears * 2 if len(linears) == 1 else linears
+    for targets in ([] if odd else ["all-linear"], attention, only_attention, names):
         if not targets:
             continue
         try:
