@@ -30,7 +30,10 @@ EVAL_LAYERS = 16
 # (modeling_recurrent_gemma.py RecurrentGemmaRglru._rnn_scan: no kernel; the GPU runs the same ops), so its trace
 # costs ~1,024 dispatches per recurrent layer per pass and 16 layers ran past the sweep's 14-minute job: 7 layers
 # (recurrent, recurrent, attention ×2, then recurrent like the real last layer) at the same 2 × 1,024 tokens.
-EVAL_LAYERS_FOR = {"recurrent_gemma": 7}
+# Qwen4-Exp (512 experts per layer, hyper-connections, the QSA indexer) traced 16 layers past 25 minutes: 8 layers,
+# two whole periods of its default layer_types (three linear_attention, then indexed_attention; the real 40 end on
+# indexed_attention too).
+EVAL_LAYERS_FOR = {"recurrent_gemma": 7, "qwen4_exp_text": 8, "qwen4_exp": 8}
 EVAL_ROWS, EVAL_SEQ = 2, 1024
 TECHNIQUES = {"full+gc": ("full", True), "lora+gc": ("lora", True), "full gc off": ("full", False),
               "lora gc off": ("lora", False)}
