@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from hpcmem.trace.learn import terms
 
-# A step of two layers that each keep 10 B into backward, make 3 B of gradients there, and — layer 1 only — leave 7 B
-# alive past their backward (RecurrentGemma's RG-LRU keeps its recomputed scan's graph in a module attribute).
+# A step of two layers that each keep 10 B into backward, make 3 B of gradients there, and — layer 1 only — leave
+# 7 B alive past their backward (RecurrentGemma's RG-LRU keeps its recomputed scan's graph in a module attribute).
 # states 100; the head holds 5 more in its backward; no head gradients (LoRA).
 #   entry(1) = 100 + 5 + 10 + 10                 = 125   (both layers' kept, what the head left)
 #   entry(0) = 125 − 10 + 3 + 7                  = 125   (layer 1 freed its 10, made 3 of gradients, left 7)
