@@ -100,7 +100,7 @@ def _check_lora_variants(job: JobSpec, p: Problems) -> None:
         # check_target_module_exists → re.fullmatch): a bare name matches nothing and get_peft_model raises
         p.add(f"lora_target_modules {t.lora_target_modules[0]!r}: TRL 1.16 hands a single target to peft as a "
               "regex over the module's full path, which a bare name never matches (peft raises 'Target modules … not "
-              "found'); name two or more modules, or all-linear")
+              "found'); name two or more modules (or the one twice: TRL keeps a two-name list), or all-linear")
     unsized = [n for n in t.lora_modules_to_save if n not in SIZED_MODULES]
     if unsized:
         p.add(f"lora_modules_to_save {', '.join(unsized)}: hpcmem sizes the trainable copies of "

@@ -79,6 +79,36 @@ def test_lora_reference_leaves_out_an_attention_name_peft_takes_for_fused_expert
     assert adapted and all(".self_attn." in n for n in adapted)
 
 
+TINY_MAMBA2 = {"model_type": "mamba2", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 3, "num_heads": 4,
+               "head_dim": 16, "state_size": 8, "n_groups": 1, "expand": 2, "chunk_size": 8}
+
+
+def test_lora_reference_of_mamba2_is_the_in_proj_named_as_trl_passes_it_on():
+    """peft refuses Mamba-2's out_proj (and all-linear, which takes it); in_proj alone, as TRL passes a one-name list
+    on (a string, a regex over the whole path), matches nothing. Named twice, TRL's ModelConfig → get_peft_config
+    gives peft a list, and peft adapts the in_proj of every layer and nothing else."""
+    import peft
+    from trl import ModelConfig, get_peft_config
+
+    from hpcmem.trace import layout as lay
+    from hpcmem.trace.learn import lora_reference
+
+    ref = lora_reference(TINY_MAMBA2, lay.layout(TINY_MAMBA2))
+    assert ref == {"lora_r": 16, "lora_target_modules": ["in_proj", "in_proj"]}
+
+    def adapted(targets):
+        config = get_peft_config(ModelConfig(use_peft=True, lora_r=16, lora_target_modules=list(targets)))
+        model = peft.get_peft_model(lay.build_meta(TINY_MAMBA2), config)
+        return sorted(n for n, m in model.named_modules() if hasattr(m, "lora_A") and m.lora_A)
+
+    assert adapted(ref["lora_target_modules"]) == [f"base_model.model.backbone.layers.{i}.mixer.in_proj"
+                                                   for i in range(3)]
+    with pytest.raises(ValueError, match="not found in the base model"):
+        adapted(["in_proj"])
+    with pytest.raises(ValueError, match="incompatible with Mamba"):
+        adapted(["in_proj", "out_proj"])
+
+
 @pytest.mark.parametrize("model_type", ["qwen4_exp_text", "qwen4_exp"])
 def test_qwen4_exp_reference_config_builds_its_indexed_attention(model_type):
     from hpcmem.trace import layout as lay

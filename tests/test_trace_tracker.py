@@ -125,6 +125,31 @@ def test_timeline_records_every_change():
     assert [p.current_bytes for p in tr.timeline] == [16, 0]
 
 
+def test_live_bytes_by_birth_phase_name_what_a_backward_leaves_behind():
+    """A module that keeps a tensor made in its backward (as RecurrentGemma's RG-LRU keeps its recomputed scan's final
+    state, and with it that graph, in an attribute): what is alive when backward ends, by the phase it was born in."""
+    keep = {}
+    w = torch.ones(4, requires_grad=True)
+
+    def stash(grad):
+        keep["t"] = torch.ones(25)                   # 100 B, born in backward and kept past it
+        return grad * 2                              # 16 B, consumed by w's gradient
+
+    tr = StorageTracker(timeline=True)
+    with tr:
+        with tr.phase("forward"):
+            y = w * 3                                # 16 B, the graph's output
+            y.register_hook(stash)
+            out = y.sum()                            # 4 B
+        with tr.phase("backward"):
+            out.backward()
+            tr.tag(w.grad, "grad")                   # 16 B, left out as a gradient
+        left = tr.live_by_birth_phase()
+    assert left == {"backward": 100, "forward": 16 + 4}
+    assert StorageTracker().live_by_birth_phase() == {}     # no timeline: nothing to date a birth by
+    del y, out
+
+
 def test_backward_and_optimizer_on_a_real_linear():
     lin = torch.nn.Linear(8, 4)                      # weight 128 B, bias 16 B
     opt = torch.optim.AdamW(lin.parameters(), foreach=False)

@@ -10,6 +10,8 @@ The phases are the derived ones' (hpcmem.estimate.step) with those terms in plac
     forward          states + Σ fwd + forward_other + LM head (saved + forward temporaries)
     LM head backward states + Σ kept + head_other + LM head backward temporaries
     layer k backward states + Σ_{j≤k} kept_j + entry_other + gradients of layers > k (and the head) + peak_k
+                     + Σ_{j>k} left_j (what layer j's backward leaves alive until its next forward; the forward of
+                     layer k and the optimizer step also hold the left_j they find)
 
 The lora cells were traced with TRL's LoRA at r = 16 on every Linear, or on the attention projections where peft
 refuses that (the profile's `lora_reference`); a job with other targets or rank gets the difference of the two
@@ -108,6 +110,7 @@ class LayerBytes:
     kept: list[int]
     peak: list[int]
     grads: list[int]          # gradient bytes each layer's backward leaves (its weights', or its adapters')
+    left: list[int]           # other bytes each layer's backward leaves alive until its next forward (profile `left`)
 
 
 def _quad(mb: MicroBatch, p: LearnedProfile) -> int:
@@ -119,7 +122,7 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
                 reference: dict | None = None) -> LayerBytes:
     p: LearnedProfile = job.model.learned
     tokens, quad, gc = mb.tokens, _quad(mb, p), job.train.gradient_checkpointing
-    out = LayerBytes([], [], [], [], [])
+    out = LayerBytes([], [], [], [], [], [])
     per_kind: dict[int, tuple[int, int, int]] = {}
     for kind_id in set(p.layer_kinds):
         kind = p.kinds[kind_id]
@@ -145,6 +148,7 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
                                         strict=True):
             dest.append(max(value, min(learned, 0)))
         out.grads.append(grad)
+        out.left.append(max(cell.left[r].at(tokens, quad), 0) if cell.left else 0)
     return out
 
 
@@ -160,8 +164,9 @@ def _forward_phase(lb: LayerBytes, entry: int, head_other: int, loss: LossBytes,
     below = entry
     worst, worst_at = -1, None
     for k, (left, top) in enumerate(zip(lb.fwd, lb.fpeak, strict=True)):
-        if below + top > worst:
-            worst, worst_at = below + top, k
+        # the previous step's backward of this layer and those after it left lb.left until their forward runs
+        if below + top + sum(lb.left[k:]) > worst:
+            worst, worst_at = below + top + sum(lb.left[k:]), k
         below += left
     head = below + loss.saved + head_other + loss.forward_transient
     if head >= worst:
@@ -197,18 +202,23 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     below = [0]
     for v in lb.kept:
         below.append(below[-1] + v)
-    after = [0] * (L + 1)
+    after, left = [0] * (L + 1), [0] * (L + 1)
     for k in range(L - 1, -1, -1):
         after[k] = after[k + 1] + lb.grads[k]
+        left[k] = left[k + 1] + lb.left[k]
 
     def instant(k: int) -> int:
-        return below[k + 1] + entry + (accum or head_grads + after[k + 1]) + lb.peak[k]
+        return below[k + 1] + entry + left[k + 1] + (accum or head_grads + after[k + 1]) + lb.peak[k]
 
     worst = max(range(L - 1, -1, -1), key=instant)
     layer = Phase(name=f"backward (layer {worst})", components=(
         *resident, *gathered,
-        Component(name="activations", bytes=max(below[worst + 1] + entry, 0), note=f"{how}: layers ≤ {worst}"),
+        Component(name="activations", bytes=max(below[worst + 1] + entry, 0) + left[worst + 1],
+                  note=f"{how}: layers ≤ {worst}" + (f"; what the backward of layers > {worst} left"
+                                                     if left[worst + 1] else "")),
         Component(name="gradients", bytes=accum or head_grads + after[worst + 1],
                   note="kept across gradient accumulation" if accum else f"layers > {worst} done"),
         Component(name="backward temporaries", bytes=max(lb.peak[worst], 0), note=f"{how}: recompute + temporaries")))
-    return [forward, head, layer, *closing_phases(job, mb, prec, parts, s, resident, opt_transient)]
+    kept_past = [Component(name="left by the layers' backward", bytes=left[0],
+                           note=f"{how}: alive until each layer's next forward")] if left[0] else []
+    return [forward, head, layer, *closing_phases(job, mb, prec, parts, s, resident + kept_past, opt_transient)]

@@ -12,6 +12,8 @@ A profile belongs to one config.json (its canonical SHA-256). It holds what the 
     fwd[k]   bytes layer k leaves alive when its forward ends (what it keeps, plus autocast's weight cache)
     fpeak[k] the highest bytes above layer k's start while its forward runs
     kept[k]  bytes layer k keeps into backward (freed when its backward ends)
+    left[k]  bytes layer k's backward leaves alive past its end, not gradients (RecurrentGemma's RG-LRU keeps its
+             recomputed scan's graph in a module attribute until its next forward); absent in older profiles: 0
     peak[k]  the highest bytes above its entry while layer k runs its backward (recompute + temporaries)
     forward_entry: what the forward holds when layer 0 starts (embeddings, masks, rotary tables) beyond the states;
     forward_other, head_other, entry_other: what the LM head's forward, its backward and every layer's backward
@@ -83,6 +85,7 @@ class Cell:
     forward_other: Poly
     head_other: Poly
     entry_other: Poly
+    left: tuple[Poly, ...] = ()     # () where not measured (profiles learned before the term): none
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,7 @@ def _cell(d: dict[str, Any]) -> Cell:
     return Cell(fwd=tuple(map(_poly, d["fwd"])), fpeak=tuple(map(_poly, d["fpeak"])), kept=tuple(map(_poly, d["kept"])),
                 peak=tuple(map(_poly, d["peak"])), forward_entry=_poly(d["forward_entry"]),
                 forward_other=_poly(d["forward_other"]), head_other=_poly(d["head_other"]),
-                entry_other=_poly(d["entry_other"]))
+                entry_other=_poly(d["entry_other"]), left=tuple(map(_poly, d.get("left", ()))))
 
 
 def profile_from_dict(doc: dict[str, Any]) -> LearnedProfile:
@@ -202,7 +205,8 @@ def profile_to_dict(p: LearnedProfile) -> dict[str, Any]:
         "cells": {key: {"fwd": [_p(x) for x in c.fwd], "fpeak": [_p(x) for x in c.fpeak],
                         "kept": [_p(x) for x in c.kept], "peak": [_p(x) for x in c.peak],
                         "forward_entry": _p(c.forward_entry), "forward_other": _p(c.forward_other),
-                        "head_other": _p(c.head_other), "entry_other": _p(c.entry_other)}
+                        "head_other": _p(c.head_other), "entry_other": _p(c.entry_other),
+                        **({"left": [_p(x) for x in c.left]} if any(x.a or x.b or x.c for x in c.left) else {})}
                   for key, c in sorted(p.cells.items())},
         "config": p.config,
     }

@@ -11,8 +11,10 @@
    SEQS tokens each, for one optimizer step (TRACED_STEP). From that step's timeline (hpcmem.trace.phases names the
    phase and layer of every point; start(k): bytes when layer k starts its forward, start(D): when the LM head does):
      fwd[k]   = start(k+1) − start(k);  fpeak[k] = the highest bytes during layer k's forward − start(k)
-     kept[k]  = entry(k) − entry(k−1) + the gradients layer k's backward creates
+     kept[k]  = entry(k) − entry(k−1) + the gradients layer k's backward creates + left[k]
                 (entry(k): bytes when the gradient reaches layer k; entry(−1): when it reaches the embeddings)
+     left[k]  = the bytes born in layer k's backward still alive when the backward ends (not gradients;
+                hpcmem.trace.tracker.live_by_birth_phase): they outlive the layer, so the layers below hold them
      peak[k]  = the highest bytes during layer k's backward − entry(k)
      forward_entry = start(0) − states
      forward_other = the LM head's forward peak − start(D) − the fused LM head's saved and forward bytes
@@ -130,13 +132,15 @@ def terms(meas: dict[str, Any], known: dict[str, Any]) -> dict[str, Any]:
     depth = len(meas["entry"])
     entry = meas["entry"]
     down = [meas["entry_embed"]] + entry                # down[k] = entry(k − 1)
-    kept = [entry[k] - down[k] + known["grads"][k] if down[k] is not None else None for k in range(depth)]
+    # what layer k's backward leaves alive past its end (not its gradients) is not what it kept: it stays
+    left = meas.get("left") or [0] * depth
+    kept = [entry[k] - down[k] + known["grads"][k] + left[k] if down[k] is not None else None for k in range(depth)]
     if kept[0] is None:
         kept[0] = kept[1] if depth > 1 else 0
     fwd = [meas["start"][k + 1] - meas["start"][k] for k in range(depth)]
     loss, base, start = known["loss"], known["base"], meas["start"]
     return {
-        "fwd": fwd, "kept": kept, "peak": [meas["bwd_peak"][k] - entry[k] for k in range(depth)],
+        "fwd": fwd, "kept": kept, "left": left, "peak": [meas["bwd_peak"][k] - entry[k] for k in range(depth)],
         "fpeak": [meas["fwd_peak"][k] - start[k] for k in range(depth)],
         "forward_entry": start[0] - base,
         "forward_other": meas["head_fwd_peak"] - start[depth] - loss.saved - loss.forward_transient,
@@ -153,6 +157,7 @@ def fit_cell(samples: list[dict[str, Any]], kinds: tuple[int, ...] | None = None
         return tuple(lay.last_layer_terms(polys, kinds, depth) if kinds else polys)
 
     return Cell(fwd=per_layer("fwd"), fpeak=per_layer("fpeak"), kept=per_layer("kept"), peak=per_layer("peak"),
+                left=per_layer("left") if any(any(s.get("left") or ()) for s in samples) else (),
                 forward_entry=fit([s["forward_entry"] for s in samples]),
                 forward_other=fit([s["forward_other"] for s in samples]),
                 head_other=fit([s["head_other"] for s in samples]),
@@ -236,11 +241,13 @@ def lora_reference(cfg: dict[str, Any], lo: lay.Layout) -> dict[str, Any] | None
     elsewhere = {x.name.rsplit(".", 1)[-1] for x in layer_linears if "attn" not in x.name.lower()}
     only_attention = [leaf for leaf in attention if leaf not in elsewhere]
     # peft refuses out_proj and conv1d on Mamba-based types (peft/tuners/tuners_utils.py
-    # `_check_lora_target_modules_mamba`): a pure Mamba model then takes every other linear of its layers — if
-    # there are two or more: TRL's ModelConfig.__post_init__ turns a one-name list into a string, which peft
-    # matches as a regex against the whole module path (no module is found)
+    # `_check_lora_target_modules_mamba`): a pure Mamba model then takes every other linear of its layers. Where that
+    # is one name (Mamba-2: in_proj), it is named twice: TRL's ModelConfig.__post_init__ turns a one-name list into a
+    # string, which peft matches as a regex against the whole module path (no module is found), but keeps a
+    # two-name list, which peft's LoraConfig.__post_init__ makes a set (tuners/lora/config.py)
     linears = sorted({x.name.rsplit(".", 1)[-1] for x in layer_linears if x.nn_linear} - PEFT_MAMBA_REFUSED - odd)
-    for targets in ([] if odd else ["all-linear"], attention, only_attention, linears if len(linears) > 1 else []):
+    names = linears * 2 if len(linears) == 1 else linears
+    for targets in ([] if odd else ["all-linear"], attention, only_attention, names):
         if not targets:
             continue
         try:
@@ -426,7 +433,10 @@ def _sample(job: JobSpec, depth: int) -> dict[str, Any]:
 
     result = run_trace(job, timeline=True, steps=TRACED_STEP)
     routed = any(n.startswith(ROUTING_NOTE) for n in result.reimplemented)
-    return {**terms(measure(result.timeline, depth, TRACED_STEP), known_parts(job)), "routing_assumed": routed}
+    meas = measure(result.timeline, depth, TRACED_STEP)
+    meas["left"] = [result.left_after_backward.get(f"step {TRACED_STEP} / backward / layer {k}", 0)
+                    for k in range(depth)]
+    return {**terms(meas, known_parts(job)), "routing_assumed": routed}
 
 
 def _check(probe: LearnedProfile, cells: dict[str, Cell], job: JobSpec) -> float:

@@ -39,6 +39,9 @@ class Instrumented:
 
     tracker: StorageTracker
     step_peaks: list[StepPeak] = field(default_factory=list)
+    # with a timeline: when each backward ends, the bytes still alive (not parameters, gradients or optimizer
+    # states) by the phase they were born in — what a layer's backward leaves behind (hpcmem.trace.learn reads it)
+    left_after_backward: dict[str, int] = field(default_factory=dict)
     _handles: list[Any] = field(default_factory=list)
     _undo: list[Any] = field(default_factory=list)
     _step: int = 0
@@ -104,7 +107,10 @@ def _wrap_method(inst: Instrumented, trainer: Any, obj: Any, name: str, phase: s
         with inst.tracker.phase(f"{_step_name(inst, trainer)} / {phase}"), inst.tracker.label(label):
             if phase == "backward":
                 inst.tracker.set_detail("lm head / loss")     # backward starts at the loss
-            return original(*args, **kwargs)
+            out = original(*args, **kwargs)
+            if phase == "backward":
+                inst.left_after_backward.update(inst.tracker.live_by_birth_phase())
+            return out
 
     had_own = name in vars(obj)
     setattr(obj, name, wrapper)

@@ -34,6 +34,8 @@ class TraceResult:
     offloaded_host_peak_bytes: int = 0
     num_ops: int = 0
     timeline: list[Any] | None = None       # TimelinePoints when run_trace(..., timeline=True); not in the JSON
+    # with the timeline: bytes alive when a backward ended, by the phase they were born in; not in the JSON
+    left_after_backward: dict[str, int] = field(default_factory=dict)
     allocator: dict[str, dict[str, Any]] | None = None  # mode -> simulated allocator stats (run_trace allocator=)
     events: list[Any] | None = None     # the recorded device stream (hpcmem.trace.events); not in the JSON
 

@@ -210,6 +210,23 @@ class StorageTracker:
     def live_bytes_of(self, category: str) -> int:
         return self.by_category.get(category, 0)
 
+    def live_by_birth_phase(self, skip: tuple[str, ...] = ("param", "grad", "optimizer")) -> dict[str, int]:
+        """Device bytes alive now, by the phase each storage was born in (categories in `skip` left out); needs the
+        timeline (a storage's birth is the timeline point of its op count), else {}."""
+        import bisect
+
+        if not self.timeline:
+            return {}
+        seqs = [p.seq for p in self.timeline]
+        out: dict[str, int] = {}
+        for ref, nbytes, category, born, *_ in list(self._live.values()):
+            if ref() is None or category in skip or category in self.uncounted or not nbytes:
+                continue
+            i = bisect.bisect_left(seqs, born)
+            phase = self.timeline[min(i, len(seqs) - 1)].phase
+            out[phase] = out.get(phase, 0) + nbytes
+        return out
+
     # -- bookkeeping ---------------------------------------------------------------------------------------------
     def _category_for_birth(self) -> str:
         return self._labels[-1] if self._labels else self.default_category

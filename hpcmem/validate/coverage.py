@@ -34,7 +34,10 @@ EVAL_LAYERS = 16
 # LongcatFlashExperts.forward): all 768 (512 routed + 256 identity) under the trace's balanced routing, ~20 dispatches
 # each per pass; its learn took 843 s at 3 layers (two cores shared), so 16 layers × 3 techniques did not fit a
 # session: 8 layers, all of one kind, at the same 2 × 1,024 tokens.
-EVAL_LAYERS_FOR = {"recurrent_gemma": 7, "longcat_flash": 8}
+# Qwen4-Exp (512 experts per layer, hyper-connections, the QSA indexer) traced 16 layers past 25 minutes: 8 layers,
+# two whole periods of its default layer_types (three linear_attention, then indexed_attention; the real 40 end on
+# indexed_attention too).
+EVAL_LAYERS_FOR = {"recurrent_gemma": 7, "longcat_flash": 8, "qwen4_exp_text": 8, "qwen4_exp": 8}
 EVAL_ROWS, EVAL_SEQ = 2, 1024
 TECHNIQUES = {"full+gc": ("full", True), "lora+gc": ("lora", True), "full gc off": ("full", False),
               "lora gc off": ("lora", False)}
