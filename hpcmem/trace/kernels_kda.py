@@ -47,7 +47,14 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from hpcmem.trace.kernels_linear import _contiguous, _empty, causal_conv1d_fn, hybrid_modules, stand_ins
+from hpcmem.trace.kernels_linear import (
+    _empty,
+    _guarded_inputs,
+    causal_conv1d_fn,
+    fallback_refusal,
+    hybrid_modules,
+    stand_ins,
+)
 
 CHUNK = 64                 # chunk_kda's default chunk size (transformers passes none)
 SUB_CHUNK = 16             # chunk_kda_fwd_intra: BC, the fp32 diagonal blocks Akkd [B, T, HV, 16]
@@ -62,12 +69,6 @@ def _cdiv(a: int, b: int) -> int:
 
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
-
-
-def _l2norm_fwd(x: Any) -> tuple[Any, Any]:
-    import torch
-
-    return torch.empty_like(x), _empty(tuple(x.shape[:-1]), x, torch.float32)
 
 
 def _w_u(k: Any, v: Any, hv: int, with_q: bool) -> tuple[Any, Any, Any, Any]:
@@ -143,12 +144,8 @@ def _kda_function() -> Any:
     class ChunkKDAStandIn(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, q: Any, k: Any, v: Any, g: Any, beta: Any, l2norm: bool) -> Any:
-            # input_guard's contiguous copies stay referenced until the call returns
-            guarded = cq, ck, cv, cg, cbeta = tuple(_contiguous(x) for x in (q, k, v, g, beta))
-            qn, q_rstd, kn, k_rstd = cq, None, ck, None
-            if l2norm:
-                qn, q_rstd = _l2norm_fwd(cq)
-                kn, k_rstd = _l2norm_fwd(ck)
+            guarded, qn, q_rstd, kn, k_rstd = _guarded_inputs(q, k, v, g, beta, l2norm)
+            _, _, cv, cg, cbeta = guarded
             o, g_cum, aqk, akk = _fwd(qn, kn, cv, cg)
             ctx.save_for_backward(qn, q_rstd, kn, k_rstd, cv, g_cum, cg, cbeta, aqk, akk)
             del guarded
@@ -181,13 +178,7 @@ def chunk_kda(query: Any, key: Any, value: Any, g: Any, beta: Any, initial_state
 
 
 def refusal(name: str) -> Any:
-    """A torch fallback's replacement under `--kernels cuda`: fails, so the fallback's memory is never reported."""
-    def fallback(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"hpcmem trace --kernels cuda: transformers' torch fallback {name} ran in a Kimi Delta "
-                           "Attention layer; on a GPU with flash-linear-attention and causal-conv1d the training "
-                           "step runs their kernels (a cached or recurrent path is not mapped)")
-
-    return fallback
+    return fallback_refusal(name, "a Kimi Delta Attention layer", "flash-linear-attention and causal-conv1d")
 
 
 def replacements() -> dict[str, Any]:

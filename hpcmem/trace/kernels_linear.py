@@ -83,6 +83,18 @@ def _l2norm_fwd(x: Any) -> tuple[Any, Any]:
     return torch.empty_like(x), _empty(tuple(x.shape[:-1]), x, torch.float32)
 
 
+def _guarded_inputs(q: Any, k: Any, v: Any, g: Any, beta: Any, l2norm: bool) -> tuple[Any, ...]:
+    """fla's `input_guard` contiguous copies of (q, k, v, g, beta) — the caller holds them until its call returns —
+    then q and k l2-normed in the kernel (fla/modules/l2norm.py `l2norm_fwd`: y and fp32 rstd) when asked:
+    (guarded, qn, q_rstd, kn, k_rstd)."""
+    guarded = tuple(_contiguous(x) for x in (q, k, v, g, beta))
+    qn, q_rstd, kn, k_rstd = guarded[0], None, guarded[1], None
+    if l2norm:
+        qn, q_rstd = _l2norm_fwd(guarded[0])
+        kn, k_rstd = _l2norm_fwd(guarded[1])
+    return guarded, qn, q_rstd, kn, k_rstd
+
+
 def _fwd(q: Any, k: Any, v: Any, g: Any, beta: Any) -> tuple[Any, Any, Any]:
     """chunk_gated_delta_rule_fwd: returns (g cumsum, o, A); w, u, h, v_new are freed on return."""
     import torch
@@ -148,12 +160,8 @@ def _gdn_function() -> Any:
     class ChunkGatedDeltaRuleStandIn(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, q: Any, k: Any, v: Any, g: Any, beta: Any, l2norm: bool) -> Any:
-            # input_guard's contiguous copies stay referenced until the call returns
-            guarded = cq, ck, cv, cg, cbeta = tuple(_contiguous(x) for x in (q, k, v, g, beta))
-            qn, q_rstd, kn, k_rstd = cq, None, ck, None
-            if l2norm:
-                qn, q_rstd = _l2norm_fwd(cq)
-                kn, k_rstd = _l2norm_fwd(ck)
+            guarded, qn, q_rstd, kn, k_rstd = _guarded_inputs(q, k, v, g, beta, l2norm)
+            _, _, cv, cg, cbeta = guarded
             g_cum, o, a = _fwd(qn, kn, cv, cg, cbeta)
             ctx.save_for_backward(qn, q_rstd, kn, k_rstd, cv, g_cum, cbeta, a)
             del guarded
@@ -182,6 +190,17 @@ def chunk_gated_delta_rule(query: Any, key: Any, value: Any, g: Any, beta: Any, 
 
 
 STAND_INS = {"causal_conv1d_fn": causal_conv1d_fn, "torch_chunk_gated_delta_rule": chunk_gated_delta_rule}
+
+
+def fallback_refusal(name: str, where: str, kernels: str) -> Any:
+    """A torch fallback's replacement under `--kernels cuda`: it fails, so the fallback's memory is never reported as
+    the GPU's (`where`: the layer it ran in; `kernels`: what a GPU runs instead)."""
+    def fallback(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"hpcmem trace --kernels cuda: transformers' torch fallback {name} ran in {where}; on a GPU "
+                           f"with {kernels} the training step runs their kernels (a cached or recurrent path is not "
+                           "mapped)")
+
+    return fallback
 
 
 def hybrid_modules(job: Any, modules: tuple[str, ...] = MODULES) -> list[str]:

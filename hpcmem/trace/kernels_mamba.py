@@ -39,7 +39,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from hpcmem.trace.kernels_linear import _empty, hybrid_modules, stand_ins
+from hpcmem.trace.kernels_linear import _empty, fallback_refusal, hybrid_modules, stand_ins
 
 SM_COUNT = 132             # torch.cuda.get_device_properties(...).multi_processor_count of an H100/H200 SXM
 MAMBA2_MODULES = ("mamba2", "bamba", "falcon_h1", "granitemoehybrid", "nemotron_h", "zamba2")
@@ -302,13 +302,7 @@ def mamba_split_conv1d_scan_combined(zxbcdt: Any, conv1d_weight: Any, conv1d_bia
 
 
 def refusal(name: str) -> Any:
-    """A torch fallback's replacement under `--kernels cuda`: fails, so the fallback's memory is never reported."""
-    def fallback(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"hpcmem trace --kernels cuda: transformers' torch fallback {name} ran in a Mamba mixer; "
-                           "on a GPU with mamba-ssm and causal-conv1d the training step runs their kernels (a cached "
-                           "or recurrent path is not mapped)")
-
-    return fallback
+    return fallback_refusal(name, "a Mamba mixer", "mamba-ssm and causal-conv1d")
 
 
 def replacement_table() -> dict[str, dict[str, Any]]:
