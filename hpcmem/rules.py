@@ -84,8 +84,11 @@ def _check_model_type(job: JobSpec, p: Problems) -> None:
     for problem in requirement_problems(job.model.model_type, job.train, learned.config if learned else None):
         p.add(problem)
     from hpcmem.trace.kernels_rwkv import limit_problems
+    from hpcmem.trace.kernels_xlstm import kernel_problems
 
     for problem in limit_problems(job):
+        p.add(problem)
+    for problem in kernel_problems(job.model.model_type, learned.config if learned else None):
         p.add(problem)
 
 

@@ -27,6 +27,10 @@ LAYER_ATTRS = ("attention_type", "layer_type", "is_sliding", "sliding_window", "
 # Gemma3nTextConfig.kv_sharing_modes: the last N layers reuse the K/V of the last earlier layer of their attention
 # type, which stores it).
 TAIL_COUNT_KEYS = ("num_kv_shared_layers",)
+# Config keys that hold the layer count a second time, beside the layers key: a cut sets them too where they equal it.
+# xLSTM's `num_blocks` (configuration_xlstm.py xLSTMConfig.__post_init__ fills each of num_hidden_layers / num_blocks
+# from the other; modeling_xlstm.py xLSTMModel builds `num_blocks` blocks, its init reads num_hidden_layers).
+MIRROR_COUNT_KEYS = ("num_blocks",)
 TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_experts_per_token", "moe_k", "n_activated_experts")
 
 
@@ -315,5 +319,8 @@ def reduced_config(cfg: dict[str, Any], key: str, depth: int, layers: int,
         elif _layer_keyed(v):
             v = {i: x for i, x in v.items() if int(i) < depth}
         out[k] = v
+    for k in MIRROR_COUNT_KEYS:
+        if k != key and type(cfg.get(k)) is int and cfg[k] == cfg.get(key):
+            out[k] = depth
     out[key] = depth
     return out

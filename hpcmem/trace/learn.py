@@ -39,6 +39,7 @@ from hpcmem.models.profile import (REFERENCE_LORA, Cell, LearnedProfile, ParamLa
                                    cell_key, config_hash, spec_from_profile)
 from hpcmem.spec import JobSpec, TrainSpec
 from hpcmem.trace import layout as lay
+from hpcmem.trace.kernels_xlstm import kernel_problems
 
 ROWS = 2
 SEQS = (256, 512, 768)
@@ -337,6 +338,9 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     start = time.perf_counter()
     sha = config_hash(cfg)                      # before anything reads it: the profile is this config's
     decoder = backbone_config(cfg)
+    unmapped = kernel_problems(str(cfg.get("model_type")), decoder)   # the trace would measure code the GPU skips
+    if unmapped:
+        raise SpecError(f"model {name}: " + "; ".join(unmapped))
     full, small, keep, small_cfg = reduced_cut(decoder)
     depth = len(keep)
     prefix = keep == tuple(range(depth))
