@@ -419,16 +419,25 @@ def report_markdown(records: list[dict[str, Any]]) -> str:
              f"without GC, and counted apart as \"{GC_REFUSED}\".", "",
              "| status | types |", "|---|---|"]
     lines += [f"| {s} | {n} |" for s, n in sorted(counts.items())]
+    within, refused_gc = len(got["within 3 %"]), len(got[GC_REFUSED])
+
+    def share(n: int, of: int) -> str:
+        """n/of in %, floored to 0.1 (hpcmem.estimate.verdict.pct): never rounded up to a goal it misses."""
+        from hpcmem.estimate.verdict import pct
+
+        return pct(100 * n / max(of, 1))
+
     lines += ["", f"Decoder-only text types (decoder + multimodal backbones): {len(text)}; within 3 % of the trace: "
-              f"{len(got['within 3 %'])} ({100 * len(got['within 3 %']) / max(len(text), 1):.0f} %); within 3 % of the "
-              f"techniques the real code runs, GC refused as transformers refuses it: {len(got[GC_REFUSED])}.", "",
+              f"{within} ({share(within, len(text))} %); within 3 % of the techniques the real code runs, GC refused "
+              f"as transformers refuses it: {refused_gc} (with them {within + refused_gc}, "
+              f"{share(within + refused_gc, len(text))} %).", "",
               "| outcome | types | which |", "|---|---|---|"]
     lines += [f"| {k} | {len(v)} | {', '.join(v) if k != 'within 3 %' else '(rows below)'} |" for k, v in got.items()]
     covered = len(text) - len(got["refused"])
     with_records = covered - len(got["not measured"])
     lines += ["", f"Refused types count against the share above (their reasons are in the rows). Of the {covered} "
               f"covered types (derived or learned), {with_records} have records and {len(got['within 3 %'])} of "
-              f"those are within 3 % ({100 * len(got['within 3 %']) / max(with_records, 1):.0f} %), "
+              f"those are within 3 % ({share(within, with_records)} %), "
               f"{len(got[GC_REFUSED])} more within 3 % of the jobs that run (GC refused). Not measured: no record "
               "yet — `hpcmem validate --against coverage` resumes where a sweep stopped (`--types` for some)."]
     lines += ["", "| model type | class | status | made | max \\|err\\| % | note |", "|---|---|---|---|---|---|"]
