@@ -1,10 +1,10 @@
 """A model's layout from transformers' own code on the meta device: parameters by place, the decoder layers' weights
 and kinds, and the reduced-depth config whose layers stand for all of them (for hpcmem.trace.learn).
 
-Layers are the model's `GradientCheckpointingLayer`s, in module order (what gradient checkpointing wraps and what
-hpcmem.trace.phases names "layer k"). Two layers are of one kind when their class, parameter names and shapes, and
-attention pattern (config `layer_types[i]`; the `attention_type` / `is_sliding` / `sliding_window` / `use_rope` a
-layer or its attention module carries), KV sharing and activation sparsity (the `is_kv_shared_layer` /
+Layers are the model's outermost `GradientCheckpointingLayer`s, in module order (what gradient checkpointing wraps
+and what hpcmem.trace.phases names "layer k"). Two layers are of one kind when their class, parameter names and
+shapes, and attention pattern (config `layer_types[i]`; the `attention_type` / `is_sliding` / `sliding_window` /
+`use_rope` a layer or its attention module carries), KV sharing and activation sparsity (the `is_kv_shared_layer` /
 `store_full_length_kv` of an attention module and the `activation_sparsity` of an MLP: Gemma-3n's
 modeling_gemma3n.py Gemma3nTextAttention.__init__, Gemma3nTextMLP.forward — a sparse MLP saves its top-k cut-off
 tensors, a dense one does not) agree.
@@ -62,18 +62,43 @@ def build_meta(cfg: dict[str, Any]) -> Any:
 
 
 def decoder_layers(model: Any) -> list[Any]:
-    """The model's GradientCheckpointingLayers; for a model transformers builds none for (supports_gradient_checkpointing
-    False: CTRL's `h`, OpenAI-GPT's `h`, GPT-NeoX-Japanese's and CPM-Ant's `layers`), the one nn.ModuleList holding
-    the config's layer count of blocks, which those models run one after the other."""
+    """The model's outermost GradientCheckpointingLayers (what its forward loops over: a Zamba/Zamba2 hybrid layer is
+    one and holds its Mamba layer, another, which it calls inside its own forward — modeling_zamba2.py
+    Zamba2HybridLayer.forward — so a checkpoint of the outer one recomputes the inner one too); for a model
+    transformers builds none for (supports_gradient_checkpointing False: CTRL's `h`, OpenAI-GPT's `h`,
+    GPT-NeoX-Japanese's and CPM-Ant's `layers`), the one nn.ModuleList holding the config's layer count of blocks,
+    which those models run one after the other."""
     import torch
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    inner = {id(c) for m in layers for c in m.modules()
+             if c is not m and isinstance(c, GradientCheckpointingLayer)}
     if layers or getattr(model, "supports_gradient_checkpointing", True):
-        return layers
+        return [m for m in layers if id(m) not in inner]
     count = getattr(model.config.get_text_config(), "num_hidden_layers", None)    # n_layer via attribute_map
     stacks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == count]
     return list(stacks[0]) if len(stacks) == 1 else []
+
+
+def shared_parameters(layers: list[Any]) -> tuple[int, int, int, str] | None:
+    """The parameters that more than one decoder layer holds (Zamba's and Zamba2's hybrid layers each build a
+    transformer block whose weights the model ties to the first `num_mem_blocks` ones: modeling_zamba2.py
+    Zamba2Model.get_layers `_tied_weights_keys`, modeling_zamba.py ZambaModel.__init__): how many tensors, their
+    elements (each once), how many layers hold one, and the first one's name in the first layer that holds it; None
+    when no layer shares. peft still wraps each layer's module (distinct modules with one weight), one adapter each."""
+    owners: dict[int, list[int]] = {}
+    first: dict[int, tuple[str, int]] = {}
+    for i, layer in enumerate(layers):
+        for name, p in layer.named_parameters():
+            owners.setdefault(id(p), []).append(i)
+            first.setdefault(id(p), (name, p.numel()))
+    shared = [pid for pid, who in owners.items() if len(set(who)) > 1]
+    if not shared:
+        return None
+    users = len({i for pid in shared for i in owners[pid]})
+    where = f"layer {owners[shared[0]][0]}'s {first[shared[0]][0]}"
+    return len(shared), sum(first[pid][1] for pid in shared), users, where
 
 
 def _signature(layer: Any, i: int, config: Any) -> Any:
@@ -174,6 +199,13 @@ def layout(cfg: dict[str, Any]) -> Layout:
             kind_of[sig] = len(kinds)
             kinds.append(_kind(layer, config))
         layer_kinds.append(kind_of[sig])
+    tied = shared_parameters(layers)
+    if tied:
+        count, numel, users, name = tied
+        raise SpecError(f"model_type {cfg.get('model_type')!r}: {count} parameter tensors ({numel:,} parameters, e.g. "
+                        f"{name}) are tied across {users} of its {len(layers)} decoder layers; a learned profile holds "
+                        "parameters per layer, so it would count their weights, gradients and optimizer states once "
+                        "per layer instead of once")
     in_layers = sum(kinds[k].params for k in layer_kinds)
     other = total - embed_w.numel() - lm_head - in_layers
     if other < 0:
