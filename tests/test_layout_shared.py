@@ -1,4 +1,5 @@
-"""Zamba and Zamba2: hybrid layers that nest a checkpointed Mamba layer and share one transformer block's weights.
+"""Zamba and Zamba2: hybrid layers that nest a checkpointed Mamba layer and share one transformer block's weights
+(tied: the last hybrid layer holds them, the earlier ones hold none of them but are adapted by peft all the same).
 
 Known answers from the real tiny models on CPU: the decoder layers are the modules the model's forward loops over
 (`model.model.layers`, modeling_zamba2.py Zamba2Model.forward), and the tied elements are what torch's own
@@ -23,10 +24,9 @@ TINY = {
 
 
 @pytest.mark.parametrize("model_type", sorted(TINY))
-def test_hybrid_layers_count_once_and_their_tied_block_is_refused_with_its_size(model_type):
+def test_hybrid_layers_count_once_and_their_tied_block_belongs_to_the_last(model_type):
     from transformers import AutoModelForCausalLM
 
-    from hpcmem.errors import SpecError
     from hpcmem.trace.layout import decoder_layers, hf_config, layout
 
     cfg = TINY[model_type]
@@ -36,5 +36,24 @@ def test_hybrid_layers_count_once_and_their_tied_block_is_refused_with_its_size(
     held = sum(p.numel() for p in model.model.layers.parameters())
     tied = one_by_one - held            # two hybrid layers: the block's elements once too many
     assert tied > 0
-    with pytest.raises(SpecError, match=f"tensors \\({tied:,} parameters.*tied across 2 of its 8 decoder layers"):
-        layout(cfg)
+    lo = layout(cfg)
+    assert lo.total == sum(p.numel() for p in model.parameters())
+    assert sum(lo.kinds[k].params for k in lo.layer_kinds) == held
+    first, last = lo.kinds[lo.layer_kinds[2]], lo.kinds[lo.layer_kinds[5]]
+    assert last.params - first.params == tied
+    # peft adapts the tied block's linears in both hybrid layers; only the last one holds their weights
+    assert {x.name for x in first.linears} == {x.name for x in last.linears}
+    assert all(x.held for x in last.linears) and not all(x.held for x in first.linears)
+
+
+def test_a_zamba2_cut_runs_its_kept_hybrid_layers_with_the_real_adapter_slots():
+    from transformers import AutoModelForCausalLM
+
+    from hpcmem.trace.layout import hf_config, layout, reduced_config
+
+    full = dict(TINY["zamba2"], hybrid_layer_ids=[2, 5])       # as a saved config.json holds it
+    cut = reduced_config(full, "num_hidden_layers", 0, 8, keep=(0, 5, 7))
+    model = AutoModelForCausalLM.from_config(hf_config(cut))
+    model(torch.tensor([[1, 2, 3, 4]]))       # the hybrid layer (index 1 of the cut) finds its adapter slot
+    # the kept hybrid layer holds the real last hybrid layer's block: both adapter slots, as in the full model
+    assert layout(cut).kinds[layout(cut).layer_kinds[1]].params == layout(full).kinds[layout(full).layer_kinds[5]].params

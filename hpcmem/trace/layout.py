@@ -27,6 +27,12 @@ LAYER_ATTRS = ("attention_type", "layer_type", "is_sliding", "sliding_window", "
 # Gemma3nTextConfig.kv_sharing_modes: the last N layers reuse the K/V of the last earlier layer of their attention
 # type, which stores it).
 TAIL_COUNT_KEYS = ("num_kv_shared_layers",)
+# Config keys that list layer indices, one slot per layer of some type: Zamba2's `hybrid_layer_ids`
+# (configuration_zamba2.py Zamba2Config.__post_init__; a config.json that holds it overrides the derived one). Its
+# shared blocks build one adapter per slot and a hybrid layer takes the slot of its index (modeling_zamba2.py Zamba2MLP
+# `layer_dic`, Zamba2Attention): a cut keeps every slot, a kept layer's under its new index, a dropped one's under an
+# index past the cut, so each block holds the real model's adapters and a kept layer runs its own.
+LAYER_INDEX_KEYS = ("hybrid_layer_ids",)
 TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_experts_per_token", "moe_k", "n_activated_experts")
 
 
@@ -81,28 +87,23 @@ def decoder_layers(model: Any) -> list[Any]:
     return list(stacks[0]) if len(stacks) == 1 else []
 
 
-def shared_parameters(layers: list[Any]) -> tuple[int, int, int, str] | None:
-    """The parameters that more than one decoder layer holds (Zamba's and Zamba2's hybrid layers each build a
-    transformer block whose weights the model ties to the first `num_mem_blocks` ones: modeling_zamba2.py
-    Zamba2Model.get_layers `_tied_weights_keys`, modeling_zamba.py ZambaModel.__init__): how many tensors, their
-    elements (each once), how many layers hold one, and the first one's name in the first layer that holds it; None
-    when no layer shares. peft still wraps each layer's module (distinct modules with one weight), one adapter each."""
-    owners: dict[int, list[int]] = {}
-    first: dict[int, tuple[str, int]] = {}
+def owners(layers: list[Any]) -> dict[int, int]:
+    """The decoder layer each parameter belongs to, by id: the last layer that holds it. Zamba's and Zamba2's hybrid
+    layers each build a transformer block whose weights the model ties to the first `num_mem_blocks` ones
+    (modeling_zamba2.py Zamba2Model.get_layers `_tied_weights_keys`; modeling_zamba.py ZambaModel.__init__): a tied
+    weight is one tensor, and its gradient is allocated by the first backward that reaches it — the last layer's, in
+    forward order (autograd's AccumulateGrad adds the earlier layers' into it). peft wraps each layer's module, so
+    every holder still gets its own adapter."""
+    out: dict[int, int] = {}
     for i, layer in enumerate(layers):
-        for name, p in layer.named_parameters():
-            owners.setdefault(id(p), []).append(i)
-            first.setdefault(id(p), (name, p.numel()))
-    shared = [pid for pid, who in owners.items() if len(set(who)) > 1]
-    if not shared:
-        return None
-    users = len({i for pid in shared for i in owners[pid]})
-    where = f"layer {owners[shared[0]][0]}'s {first[shared[0]][0]}"
-    return len(shared), sum(first[pid][1] for pid in shared), users, where
+        for p in layer.parameters():
+            out[id(p)] = i
+    return out
 
 
-def _signature(layer: Any, i: int, config: Any) -> Any:
+def _signature(layer: Any, i: int, config: Any, owner: dict[int, int]) -> Any:
     shapes = tuple(sorted((n, tuple(p.shape)) for n, p in layer.named_parameters()))
+    tied = tuple(sorted(n for n, p in layer.named_parameters() if owner[id(p)] != i))   # held by a later layer
     attrs = []
     for owner in (layer, *layer.children()):
         for name in LAYER_ATTRS:
@@ -111,30 +112,33 @@ def _signature(layer: Any, i: int, config: Any) -> Any:
                 attrs.append((name, value))
     types = getattr(config, "layer_types", None)
     pattern = types[i] if isinstance(types, (list, tuple)) and i < len(types) else None
-    return (type(layer).__name__, shapes, tuple(attrs), pattern)
+    return (type(layer).__name__, shapes, tuple(attrs), pattern) + ((tied,) if tied else ())
 
 
-def _weights(layer: Any) -> tuple[Linear, ...]:
+def _weights(layer: Any, mine: set[int]) -> tuple[Linear, ...]:
     """Every ≥2-D weight of a layer as peft sees it: nn.Linear modules and transformers' Conv1D (GPT-2's [in, out]
     linears, which peft's all-linear and target_modules reach alike: peft/tuners/tuners_utils.py
-    _maybe_include_all_linear_layers), fused 3-D experts, bare 2-D routers."""
+    _maybe_include_all_linear_layers), fused 3-D experts, bare 2-D routers. `mine`: the ids of the parameters the layer
+    holds (`owners`); a weight tied to a later layer's is listed as not held."""
     import torch
     from transformers.pytorch_utils import Conv1D
 
     out = []
     for path, mod in layer.named_modules():
         if isinstance(mod, torch.nn.Linear):
-            out.append(Linear(path, mod.in_features, mod.out_features, 1, True, mod.bias is not None))
+            out.append(Linear(path, mod.in_features, mod.out_features, 1, True, mod.bias is not None,
+                              id(mod.weight) in mine))
             continue
         if isinstance(mod, Conv1D):
-            out.append(Linear(path, int(mod.weight.shape[0]), int(mod.weight.shape[1]), 1, True, mod.bias is not None))
+            out.append(Linear(path, int(mod.weight.shape[0]), int(mod.weight.shape[1]), 1, True, mod.bias is not None,
+                              id(mod.weight) in mine))
             continue
         for pname, p in mod.named_parameters(recurse=False):
             name = f"{path}.{pname}" if path else pname
             if p.dim() == 3:
-                out.append(Linear(name, int(p.shape[2]), int(p.shape[1]), int(p.shape[0]), False, False))
+                out.append(Linear(name, int(p.shape[2]), int(p.shape[1]), int(p.shape[0]), False, False, id(p) in mine))
             elif p.dim() == 2 and not isinstance(mod, torch.nn.Embedding):
-                out.append(Linear(path or pname, int(p.shape[1]), int(p.shape[0]), 1, False, False))
+                out.append(Linear(path or pname, int(p.shape[1]), int(p.shape[0]), 1, False, False, id(p) in mine))
     return tuple(out)
 
 
@@ -146,13 +150,14 @@ def _top_k(config: Any) -> int:
     return 0
 
 
-def _kind(layer: Any, config: Any) -> LayerKind:
-    params = sum(p.numel() for p in layer.parameters())
-    experts = [p for p in layer.parameters() if p.dim() == 3]
+def _kind(layer: Any, config: Any, mine: set[int]) -> LayerKind:
+    own = [p for p in layer.parameters() if id(p) in mine]
+    params = sum(p.numel() for p in own)
+    experts = [p for p in own if p.dim() == 3]
     routed = sum(p.numel() for p in experts)
     top_k = _top_k(config)
     active = sum(p.numel() * min(top_k, p.shape[0]) // p.shape[0] for p in experts) if top_k else routed
-    return LayerKind(params=params, experts=routed, experts_active=active, linears=_weights(layer))
+    return LayerKind(params=params, experts=routed, experts_active=active, linears=_weights(layer, mine))
 
 
 def layers_key(config: Any, cfg: dict[str, Any] | None = None, built: int | None = None) -> str:
@@ -192,20 +197,14 @@ def layout(cfg: dict[str, Any]) -> Layout:
     lm_head = 0 if head is None or tied else head.weight.numel()
     sigs, kinds, kind_of = [], [], {}
     layer_kinds = []
+    owner = owners(layers)
     for i, layer in enumerate(layers):
-        sig = _signature(layer, i, config)
+        sig = _signature(layer, i, config, owner)
         sigs.append(sig)
         if sig not in kind_of:
             kind_of[sig] = len(kinds)
-            kinds.append(_kind(layer, config))
+            kinds.append(_kind(layer, config, {pid for pid, j in owner.items() if j == i}))
         layer_kinds.append(kind_of[sig])
-    tied = shared_parameters(layers)
-    if tied:
-        count, numel, users, name = tied
-        raise SpecError(f"model_type {cfg.get('model_type')!r}: {count} parameter tensors ({numel:,} parameters, e.g. "
-                        f"{name}) are tied across {users} of its {len(layers)} decoder layers; a learned profile holds "
-                        "parameters per layer, so it would count their weights, gradients and optimizer states once "
-                        "per layer instead of once")
     in_layers = sum(kinds[k].params for k in layer_kinds)
     other = total - embed_w.numel() - lm_head - in_layers
     if other < 0:
@@ -334,9 +333,12 @@ def reduced_config(cfg: dict[str, Any], key: str, depth: int, layers: int,
         return {**cfg, "text_config": reduced_config(inner, key, depth, layers, keep)}
     if keep is not None:
         depth = len(keep)
+    where = {j: p for p, j in enumerate(keep if keep is not None else range(depth))}
     out = {}
     for k, v in cfg.items():
-        if keep is not None and isinstance(v, list) and len(v) == layers:
+        if k in LAYER_INDEX_KEYS and isinstance(v, list):
+            v = [where.get(j, depth + s) for s, j in enumerate(v)]
+        elif keep is not None and isinstance(v, list) and len(v) == layers:
             v = [v[j] for j in keep]
         elif keep is not None and _layer_keyed(v):
             v = {type(i)(p): v[i] for p, j in enumerate(keep) for i in v if int(i) == j}
