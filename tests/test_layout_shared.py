@@ -57,3 +57,21 @@ def test_a_zamba2_cut_runs_its_kept_hybrid_layers_with_the_real_adapter_slots():
     model(torch.tensor([[1, 2, 3, 4]]))       # the hybrid layer (index 1 of the cut) finds its adapter slot
     # the kept hybrid layer holds the real last hybrid layer's block: both adapter slots, as in the full model
     assert layout(cut).kinds[layout(cut).layer_kinds[1]].params == layout(full).kinds[layout(full).layer_kinds[5]].params
+
+
+def test_zamba2_adapters_on_the_slots_a_layer_never_runs_get_no_gradient():
+    peft = pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+
+    from hpcmem.trace.layout import hf_config, layout
+
+    cfg = TINY["zamba2"]
+    model = peft.get_peft_model(AutoModelForCausalLM.from_config(hf_config(cfg)),
+                                peft.LoraConfig(r=4, target_modules="all-linear"))
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    model(ids, labels=ids).loss.backward()
+    no_grad = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n and p.grad is None)
+    lo = layout(cfg)
+    idle = sum(4 * (x.in_features + x.out_features) for k in lo.layer_kinds for x in lo.kinds[k].linears
+               if x.nn_linear and not x.runs)
+    assert no_grad > 0 and idle == no_grad

@@ -132,7 +132,9 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         weights, consts = _quantized_weights(parts, job, w)
     else:
         weights, consts = parts.total * w, 0
-    trainable = lora.num_params if lora.enabled else parts.total
+    # the parameters that get a gradient: an adapter on a linear its layer never calls gets none
+    # (LoraLayout.idle_params)
+    trainable = lora.num_params - lora.idle_params if lora.enabled else parts.total
     gbytes = lora.adapter_bytes if lora.enabled else w
     adapters = lora.num_params * lora.adapter_bytes
     grads = trainable * gbytes

@@ -84,6 +84,7 @@ class LinearModule(NamedTuple):
     nn_linear: bool           # an nn.Linear (LoRA target_modules / "all-linear" reach it); False: a bare nn.Parameter
     bias: bool
     tied: int = 0             # of num_layers, those whose weight is another layer's (peft adapts them all the same)
+    idle: int = 0             # of num_layers, those whose forward never calls it (its adapters get no gradient)
 
     @property
     def weight_layers(self) -> int:
@@ -201,11 +202,12 @@ def learned_linear_modules(p) -> list[LinearModule]:
     for kind in p.layer_kinds:
         for lin in p.kinds[kind].linears:
             key = (lin.name, lin.in_features, lin.out_features, lin.count, lin.nn_linear, lin.bias)
-            count = held.setdefault(key, [0, 0])
+            count = held.setdefault(key, [0, 0, 0])
             count[0] += 1
             count[1] += not lin.held
-    return [LinearModule(name, i, o, n, layers, _linear_kind(name), lin, bias, tied)
-            for (name, i, o, n, lin, bias), (layers, tied) in held.items()]
+            count[2] += not lin.runs
+    return [LinearModule(name, i, o, n, layers, _linear_kind(name), lin, bias, tied, idle)
+            for (name, i, o, n, lin, bias), (layers, tied, idle) in held.items()]
 
 
 def learned_breakdown(p) -> ParamBreakdown:

@@ -33,6 +33,10 @@ TAIL_COUNT_KEYS = ("num_kv_shared_layers",)
 # `layer_dic`, Zamba2Attention): a cut keeps every slot, a kept layer's under its new index, a dropped one's under an
 # index past the cut, so each block holds the real model's adapters and a kept layer runs its own.
 LAYER_INDEX_KEYS = ("hybrid_layer_ids",)
+# ModuleLists of which a layer calls only the entry of its slot (its place in LAYER_INDEX_KEYS): Zamba2's per-hybrid-
+# layer adapters (modeling_zamba2.py Zamba2MLP.forward `gate_up_proj_adapter_list[layer_dic[layer_idx]]`,
+# Zamba2Attention.forward `linear_q/k/v_adapter_list`). The other entries are held (and adapted by peft) but not run.
+SLOT_LISTS = ("gate_up_proj_adapter_list", "linear_q_adapter_list", "linear_k_adapter_list", "linear_v_adapter_list")
 TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_experts_per_token", "moe_k", "n_activated_experts")
 
 
@@ -115,7 +119,23 @@ def _signature(layer: Any, i: int, config: Any, owner: dict[int, int]) -> Any:
     return (type(layer).__name__, shapes, tuple(attrs), pattern) + ((tied,) if tied else ())
 
 
-def _weights(layer: Any, mine: set[int]) -> tuple[Linear, ...]:
+def _runs(path: str, slot: int | None) -> bool:
+    """Whether a layer whose slot is `slot` (None: none known) calls the module at `path` (SLOT_LISTS)."""
+    parts = path.split(".")
+    return slot is None or not any(a in SLOT_LISTS and b.isdigit() and int(b) != slot
+                                   for a, b in zip(parts, parts[1:]))
+
+
+def _slot(config: Any, i: int) -> int | None:
+    """Layer i's place in the config's LAYER_INDEX_KEYS list (None where it has none)."""
+    for key in LAYER_INDEX_KEYS:
+        ids = getattr(config, key, None)
+        if isinstance(ids, list) and i in ids:
+            return ids.index(i)
+    return None
+
+
+def _weights(layer: Any, mine: set[int], slot: int | None = None) -> tuple[Linear, ...]:
     """Every ≥2-D weight of a layer as peft sees it: nn.Linear modules and transformers' Conv1D (GPT-2's [in, out]
     linears, which peft's all-linear and target_modules reach alike: peft/tuners/tuners_utils.py
     _maybe_include_all_linear_layers), fused 3-D experts, bare 2-D routers. `mine`: the ids of the parameters the layer
@@ -127,7 +147,7 @@ def _weights(layer: Any, mine: set[int]) -> tuple[Linear, ...]:
     for path, mod in layer.named_modules():
         if isinstance(mod, torch.nn.Linear):
             out.append(Linear(path, mod.in_features, mod.out_features, 1, True, mod.bias is not None,
-                              id(mod.weight) in mine))
+                              id(mod.weight) in mine, _runs(path, slot)))
             continue
         if isinstance(mod, Conv1D):
             out.append(Linear(path, int(mod.weight.shape[0]), int(mod.weight.shape[1]), 1, True, mod.bias is not None,
@@ -150,14 +170,14 @@ def _top_k(config: Any) -> int:
     return 0
 
 
-def _kind(layer: Any, config: Any, mine: set[int]) -> LayerKind:
+def _kind(layer: Any, config: Any, mine: set[int], slot: int | None) -> LayerKind:
     own = [p for p in layer.parameters() if id(p) in mine]
     params = sum(p.numel() for p in own)
     experts = [p for p in own if p.dim() == 3]
     routed = sum(p.numel() for p in experts)
     top_k = _top_k(config)
     active = sum(p.numel() * min(top_k, p.shape[0]) // p.shape[0] for p in experts) if top_k else routed
-    return LayerKind(params=params, experts=routed, experts_active=active, linears=_weights(layer, mine))
+    return LayerKind(params=params, experts=routed, experts_active=active, linears=_weights(layer, mine, slot))
 
 
 def layers_key(config: Any, cfg: dict[str, Any] | None = None, built: int | None = None) -> str:
@@ -203,7 +223,7 @@ def layout(cfg: dict[str, Any]) -> Layout:
         sigs.append(sig)
         if sig not in kind_of:
             kind_of[sig] = len(kinds)
-            kinds.append(_kind(layer, config, {pid for pid, j in owner.items() if j == i}))
+            kinds.append(_kind(layer, config, {pid for pid, j in owner.items() if j == i}, _slot(config, i)))
         layer_kinds.append(kind_of[sig])
     in_layers = sum(kinds[k].params for k in layer_kinds)
     other = total - embed_w.numel() - lm_head - in_layers
