@@ -209,7 +209,7 @@ def test_learn_refuses_a_config_of_the_wrong_types_in_one_line_before_tracing(tm
 
 @pytest.mark.parametrize("model_type, says", [
     ("bert", "model_type 'bert' is not applicable: a bidirectional encoder"),
-    ("zamba", "model_type 'zamba' is refused: Mamba mixers mapped"),
+    ("dory", "model_type 'dory' is refused: recurrent-depth layers"),
     ("no_such_type", "model_type 'no_such_type' is not a causal-LM type of the installed transformers"),
 ])
 def test_learn_refuses_what_no_trace_can_learn_before_tracing(tmp_path, model_type, says):

@@ -86,9 +86,11 @@ def _cell(job: JobSpec, prec: Precision) -> Cell:
 
 
 def _kind_modules(kind: LayerKind, leaves: set[str] | None) -> tuple[LinearModule, ...]:
-    """The kind's nn.Linear layers whose last name part is in `leaves` (None: all of them), one layer's worth."""
+    """The kind's nn.Linear layers whose last name part is in `leaves` (None: all of them), one layer's worth; not
+    those the layer never calls (their adapters save nothing and get no gradient)."""
     return tuple(LinearModule(lin.name, lin.in_features, lin.out_features, lin.count, 1, "mlp", True, lin.bias)
-                 for lin in kind.linears if lin.nn_linear and (leaves is None or lin.name.rsplit(".", 1)[-1] in leaves))
+                 for lin in kind.linears if lin.nn_linear and lin.runs
+                 and (leaves is None or lin.name.rsplit(".", 1)[-1] in leaves))
 
 
 def layer_adapters(kind: LayerKind, lora: LoraLayout, reference: dict | None) -> LoraLayout:

@@ -77,9 +77,9 @@ def param_parts(m: ModelSpec) -> ParamParts:
                       largest_tensor=max([b.embed, b.lm_head, *tensors]),
                       largest_module=max([b.embed, b.lm_head, experts, *tensors]),
                       per_layer=max(dense if b.num_dense_layers else 0, moe if b.num_moe_layers else 0),
-                      quantizable=sum(mod.in_features * mod.out_features * mod.count_per_layer * mod.num_layers
+                      quantizable=sum(mod.in_features * mod.out_features * mod.count_per_layer * mod.weight_layers
                                       for mod in linears),
-                      linear_rows=sum(mod.out_features * mod.count_per_layer * mod.num_layers for mod in linears))
+                      linear_rows=sum(mod.out_features * mod.count_per_layer * mod.weight_layers for mod in linears))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,7 +132,9 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         weights, consts = _quantized_weights(parts, job, w)
     else:
         weights, consts = parts.total * w, 0
-    trainable = lora.num_params if lora.enabled else parts.total
+    # the parameters that get a gradient: an adapter on a linear its layer never calls gets none
+    # (LoraLayout.idle_params)
+    trainable = lora.num_params - lora.idle_params if lora.enabled else parts.total
     gbytes = lora.adapter_bytes if lora.enabled else w
     adapters = lora.num_params * lora.adapter_bytes
     grads = trainable * gbytes
@@ -278,7 +280,7 @@ def trainable_tensors(job: JobSpec, lora: LoraLayout | None) -> int:
         return 2 * sum(m.count_per_layer * m.num_layers for m in lora.adapted)
     m = job.model
     mods = linear_modules(m)
-    linears = sum((1 + int(mod.bias)) * (mod.count_per_layer if mod.nn_linear else 1) * mod.num_layers
+    linears = sum((1 + int(mod.bias)) * (mod.count_per_layer if mod.nn_linear else 1) * mod.weight_layers
                   for mod in mods)
     norms = (m.norms_per_layer + 2 * int(m.qk_norm)) * m.num_hidden_layers + 1
     return linears + norms + 1 + int(not m.tie_word_embeddings)

@@ -25,7 +25,7 @@ def _layer_weights(m: ModelSpec, layer: int, mods: list) -> list[tuple[int, int]
     out = []
     for mod in mods:
         first = m.num_hidden_layers - mod.num_layers   # dense MLPs sit in the first layers of a MoE
-        holds = (layer >= first) if mod.kind in ("expert", "router", "shared_expert") else (layer < mod.num_layers)
+        holds = (layer >= first) if mod.kind in ("expert", "router", "shared_expert") else (layer < mod.weight_layers)
         if holds:
             out.append((mod.in_features * mod.out_features * mod.count_per_layer, mod.out_features if mod.bias else 0))
     return out

@@ -83,6 +83,13 @@ class LinearModule(NamedTuple):
     kind: str                 # attention | mlp | shared_expert | expert | router
     nn_linear: bool           # an nn.Linear (LoRA target_modules / "all-linear" reach it); False: a bare nn.Parameter
     bias: bool
+    tied: int = 0             # of num_layers, those whose weight is another layer's (peft adapts them all the same)
+    idle: int = 0             # of num_layers, those whose forward never calls it (its adapters get no gradient)
+
+    @property
+    def weight_layers(self) -> int:
+        """The layers that hold a weight of their own (a weight tied across layers counts once)."""
+        return self.num_layers - self.tied
 
     @property
     def leaf(self) -> str:
@@ -191,13 +198,16 @@ def _linear_kind(path: str) -> str:
 
 def learned_linear_modules(p) -> list[LinearModule]:
     """The weights of a learned model's layers (measured on the meta model), grouped over the layers that hold them."""
-    held: dict[tuple, int] = {}
+    held: dict[tuple, list[int]] = {}
     for kind in p.layer_kinds:
         for lin in p.kinds[kind].linears:
             key = (lin.name, lin.in_features, lin.out_features, lin.count, lin.nn_linear, lin.bias)
-            held[key] = held.get(key, 0) + 1
-    return [LinearModule(name, i, o, n, layers, _linear_kind(name), lin, bias)
-            for (name, i, o, n, lin, bias), layers in held.items()]
+            count = held.setdefault(key, [0, 0, 0])
+            count[0] += 1
+            count[1] += not lin.held
+            count[2] += not lin.runs
+    return [LinearModule(name, i, o, n, layers, _linear_kind(name), lin, bias, tied, idle)
+            for (name, i, o, n, lin, bias), (layers, tied, idle) in held.items()]
 
 
 def learned_breakdown(p) -> ParamBreakdown:

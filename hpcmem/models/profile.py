@@ -98,6 +98,8 @@ class Linear:
     count: int                # matrices of this shape (E for fused 3-D experts)
     nn_linear: bool           # an nn.Linear: LoRA target_modules / all-linear reach it
     bias: bool
+    held: bool = True         # False: its weight is tied to a later layer's, which holds it (peft still adapts it)
+    runs: bool = True         # False: the layer holds it but its forward never calls it (no activations, no gradient)
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,7 @@ def profile_to_dict(p: LearnedProfile) -> dict[str, Any]:
                   "embed": p.embed, "lm_head": p.lm_head, "other": p.other},
         "kinds": [{"params": k.params, "experts": k.experts, "experts_active": k.experts_active,
                    "linears": [[x.name, x.in_features, x.out_features, x.count, x.nn_linear, x.bias]
+                               + ([x.held, x.runs] if not x.runs else [] if x.held else [False])
                                for x in k.linears]} for k in p.kinds],
         "layer_kinds": list(p.layer_kinds), "layer_map": list(p.layer_map),
         "peft_default_targets": list(p.peft_default_targets) if p.peft_default_targets is not None else None,

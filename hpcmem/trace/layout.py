@@ -1,10 +1,10 @@
 """A model's layout from transformers' own code on the meta device: parameters by place, the decoder layers' weights
 and kinds, and the reduced-depth config whose layers stand for all of them (for hpcmem.trace.learn).
 
-Layers are the model's `GradientCheckpointingLayer`s, in module order (what gradient checkpointing wraps and what
-hpcmem.trace.phases names "layer k"). Two layers are of one kind when their class, parameter names and shapes, and
-attention pattern (config `layer_types[i]`; the `attention_type` / `is_sliding` / `sliding_window` / `use_rope` a
-layer or its attention module carries), KV sharing and activation sparsity (the `is_kv_shared_layer` /
+Layers are the model's outermost `GradientCheckpointingLayer`s, in module order (what gradient checkpointing wraps
+and what hpcmem.trace.phases names "layer k"). Two layers are of one kind when their class, parameter names and
+shapes, and attention pattern (config `layer_types[i]`; the `attention_type` / `is_sliding` / `sliding_window` /
+`use_rope` a layer or its attention module carries), KV sharing and activation sparsity (the `is_kv_shared_layer` /
 `store_full_length_kv` of an attention module and the `activation_sparsity` of an MLP: Gemma-3n's
 modeling_gemma3n.py Gemma3nTextAttention.__init__, Gemma3nTextMLP.forward — a sparse MLP saves its top-k cut-off
 tensors, a dense one does not) agree.
@@ -31,6 +31,16 @@ TAIL_COUNT_KEYS = ("num_kv_shared_layers",)
 # xLSTM's `num_blocks` (configuration_xlstm.py xLSTMConfig.__post_init__ fills each of num_hidden_layers / num_blocks
 # from the other; modeling_xlstm.py xLSTMModel builds `num_blocks` blocks, its init reads num_hidden_layers).
 MIRROR_COUNT_KEYS = ("num_blocks",)
+# Config keys that list layer indices, one slot per layer of some type: Zamba2's `hybrid_layer_ids`
+# (configuration_zamba2.py Zamba2Config.__post_init__; a config.json that holds it overrides the derived one). Its
+# shared blocks build one adapter per slot and a hybrid layer takes the slot of its index (modeling_zamba2.py Zamba2MLP
+# `layer_dic`, Zamba2Attention): a cut keeps every slot, a kept layer's under its new index, a dropped one's under an
+# index past the cut, so each block holds the real model's adapters and a kept layer runs its own.
+LAYER_INDEX_KEYS = ("hybrid_layer_ids",)
+# ModuleLists of which a layer calls only the entry of its slot (its place in LAYER_INDEX_KEYS): Zamba2's per-hybrid-
+# layer adapters (modeling_zamba2.py Zamba2MLP.forward `gate_up_proj_adapter_list[layer_dic[layer_idx]]`,
+# Zamba2Attention.forward `linear_q/k/v_adapter_list`). The other entries are held (and adapted by peft) but not run.
+SLOT_LISTS = ("gate_up_proj_adapter_list", "linear_q_adapter_list", "linear_k_adapter_list", "linear_v_adapter_list")
 TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_experts_per_token", "moe_k", "n_activated_experts")
 
 
@@ -66,22 +76,42 @@ def build_meta(cfg: dict[str, Any]) -> Any:
 
 
 def decoder_layers(model: Any) -> list[Any]:
-    """The model's GradientCheckpointingLayers; for a model transformers builds none for (supports_gradient_checkpointing
-    False: CTRL's `h`, OpenAI-GPT's `h`, GPT-NeoX-Japanese's and CPM-Ant's `layers`), the one nn.ModuleList holding
-    the config's layer count of blocks, which those models run one after the other."""
+    """The model's outermost GradientCheckpointingLayers (what its forward loops over: a Zamba/Zamba2 hybrid layer is
+    one and holds its Mamba layer, another, which it calls inside its own forward — modeling_zamba2.py
+    Zamba2HybridLayer.forward — so a checkpoint of the outer one recomputes the inner one too); for a model
+    transformers builds none for (supports_gradient_checkpointing False: CTRL's `h`, OpenAI-GPT's `h`,
+    GPT-NeoX-Japanese's and CPM-Ant's `layers`), the one nn.ModuleList holding the config's layer count of blocks,
+    which those models run one after the other."""
     import torch
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    inner = {id(c) for m in layers for c in m.modules()
+             if c is not m and isinstance(c, GradientCheckpointingLayer)}
     if layers or getattr(model, "supports_gradient_checkpointing", True):
-        return layers
+        return [m for m in layers if id(m) not in inner]
     count = getattr(model.config.get_text_config(), "num_hidden_layers", None)    # n_layer via attribute_map
     stacks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == count]
     return list(stacks[0]) if len(stacks) == 1 else []
 
 
-def _signature(layer: Any, i: int, config: Any) -> Any:
+def owners(layers: list[Any]) -> dict[int, int]:
+    """The decoder layer each parameter belongs to, by id: the last layer that holds it. Zamba's and Zamba2's hybrid
+    layers each build a transformer block whose weights the model ties to the first `num_mem_blocks` ones
+    (modeling_zamba2.py Zamba2Model.get_layers `_tied_weights_keys`; modeling_zamba.py ZambaModel.__init__): a tied
+    weight is one tensor, and its gradient is allocated by the first backward that reaches it — the last layer's, in
+    forward order (autograd's AccumulateGrad adds the earlier layers' into it). peft wraps each layer's module, so
+    every holder still gets its own adapter."""
+    out: dict[int, int] = {}
+    for i, layer in enumerate(layers):
+        for p in layer.parameters():
+            out[id(p)] = i
+    return out
+
+
+def _signature(layer: Any, i: int, config: Any, owner: dict[int, int]) -> Any:
     shapes = tuple(sorted((n, tuple(p.shape)) for n, p in layer.named_parameters()))
+    tied = tuple(sorted(n for n, p in layer.named_parameters() if owner[id(p)] != i))   # held by a later layer
     attrs = []
     for owner in (layer, *layer.children()):
         for name in LAYER_ATTRS:
@@ -90,30 +120,49 @@ def _signature(layer: Any, i: int, config: Any) -> Any:
                 attrs.append((name, value))
     types = getattr(config, "layer_types", None)
     pattern = types[i] if isinstance(types, (list, tuple)) and i < len(types) else None
-    return (type(layer).__name__, shapes, tuple(attrs), pattern)
+    return (type(layer).__name__, shapes, tuple(attrs), pattern) + ((tied,) if tied else ())
 
 
-def _weights(layer: Any) -> tuple[Linear, ...]:
+def _runs(path: str, slot: int | None) -> bool:
+    """Whether a layer whose slot is `slot` (None: none known) calls the module at `path` (SLOT_LISTS)."""
+    parts = path.split(".")
+    return slot is None or not any(a in SLOT_LISTS and b.isdigit() and int(b) != slot
+                                   for a, b in zip(parts, parts[1:]))
+
+
+def _slot(config: Any, i: int) -> int | None:
+    """Layer i's place in the config's LAYER_INDEX_KEYS list (None where it has none)."""
+    for key in LAYER_INDEX_KEYS:
+        ids = getattr(config, key, None)
+        if isinstance(ids, list) and i in ids:
+            return ids.index(i)
+    return None
+
+
+def _weights(layer: Any, mine: set[int], slot: int | None = None) -> tuple[Linear, ...]:
     """Every ≥2-D weight of a layer as peft sees it: nn.Linear modules and transformers' Conv1D (GPT-2's [in, out]
     linears, which peft's all-linear and target_modules reach alike: peft/tuners/tuners_utils.py
-    _maybe_include_all_linear_layers), fused 3-D experts, bare 2-D routers."""
+    _maybe_include_all_linear_layers), fused 3-D experts, bare 2-D routers. `mine`: the ids of the parameters the layer
+    holds (`owners`); a weight tied to a later layer's is listed as not held."""
     import torch
     from transformers.pytorch_utils import Conv1D
 
     out = []
     for path, mod in layer.named_modules():
         if isinstance(mod, torch.nn.Linear):
-            out.append(Linear(path, mod.in_features, mod.out_features, 1, True, mod.bias is not None))
+            out.append(Linear(path, mod.in_features, mod.out_features, 1, True, mod.bias is not None,
+                              id(mod.weight) in mine, _runs(path, slot)))
             continue
         if isinstance(mod, Conv1D):
-            out.append(Linear(path, int(mod.weight.shape[0]), int(mod.weight.shape[1]), 1, True, mod.bias is not None))
+            out.append(Linear(path, int(mod.weight.shape[0]), int(mod.weight.shape[1]), 1, True, mod.bias is not None,
+                              id(mod.weight) in mine))
             continue
         for pname, p in mod.named_parameters(recurse=False):
             name = f"{path}.{pname}" if path else pname
             if p.dim() == 3:
-                out.append(Linear(name, int(p.shape[2]), int(p.shape[1]), int(p.shape[0]), False, False))
+                out.append(Linear(name, int(p.shape[2]), int(p.shape[1]), int(p.shape[0]), False, False, id(p) in mine))
             elif p.dim() == 2 and not isinstance(mod, torch.nn.Embedding):
-                out.append(Linear(path or pname, int(p.shape[1]), int(p.shape[0]), 1, False, False))
+                out.append(Linear(path or pname, int(p.shape[1]), int(p.shape[0]), 1, False, False, id(p) in mine))
     return tuple(out)
 
 
@@ -125,13 +174,14 @@ def _top_k(config: Any) -> int:
     return 0
 
 
-def _kind(layer: Any, config: Any) -> LayerKind:
-    params = sum(p.numel() for p in layer.parameters())
-    experts = [p for p in layer.parameters() if p.dim() == 3]
+def _kind(layer: Any, config: Any, mine: set[int], slot: int | None) -> LayerKind:
+    own = [p for p in layer.parameters() if id(p) in mine]
+    params = sum(p.numel() for p in own)
+    experts = [p for p in own if p.dim() == 3]
     routed = sum(p.numel() for p in experts)
     top_k = _top_k(config)
     active = sum(p.numel() * min(top_k, p.shape[0]) // p.shape[0] for p in experts) if top_k else routed
-    return LayerKind(params=params, experts=routed, experts_active=active, linears=_weights(layer))
+    return LayerKind(params=params, experts=routed, experts_active=active, linears=_weights(layer, mine, slot))
 
 
 def layers_key(config: Any, cfg: dict[str, Any] | None = None, built: int | None = None) -> str:
@@ -171,12 +221,13 @@ def layout(cfg: dict[str, Any]) -> Layout:
     lm_head = 0 if head is None or tied else head.weight.numel()
     sigs, kinds, kind_of = [], [], {}
     layer_kinds = []
+    owner = owners(layers)
     for i, layer in enumerate(layers):
-        sig = _signature(layer, i, config)
+        sig = _signature(layer, i, config, owner)
         sigs.append(sig)
         if sig not in kind_of:
             kind_of[sig] = len(kinds)
-            kinds.append(_kind(layer, config))
+            kinds.append(_kind(layer, config, {pid for pid, j in owner.items() if j == i}, _slot(config, i)))
         layer_kinds.append(kind_of[sig])
     in_layers = sum(kinds[k].params for k in layer_kinds)
     other = total - embed_w.numel() - lm_head - in_layers
@@ -306,9 +357,12 @@ def reduced_config(cfg: dict[str, Any], key: str, depth: int, layers: int,
         return {**cfg, "text_config": reduced_config(inner, key, depth, layers, keep)}
     if keep is not None:
         depth = len(keep)
+    where = {j: p for p, j in enumerate(keep if keep is not None else range(depth))}
     out = {}
     for k, v in cfg.items():
-        if keep is not None and isinstance(v, list) and len(v) == layers:
+        if k in LAYER_INDEX_KEYS and isinstance(v, list):
+            v = [where.get(j, depth + s) for s, j in enumerate(v)]
+        elif keep is not None and isinstance(v, list) and len(v) == layers:
             v = [v[j] for j in keep]
         elif keep is not None and _layer_keyed(v):
             v = {type(i)(p): v[i] for p, j in enumerate(keep) for i in v if int(i) == j}

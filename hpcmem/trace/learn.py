@@ -310,17 +310,26 @@ def reduced_cut(decoder: dict[str, Any]) -> tuple[lay.Layout, lay.Layout, tuple[
         why = (f"a {depth}-layer config does not build the real first layers (the layer pattern is not set per layer "
                "in the config)")
     if not depths:
-        keep = lay.subsequence(full.layer_kinds)
-        small_cfg = lay.reduced_config(lay.written_out(decoder, full.layers_key, layers), full.layers_key, len(keep),
-                                       layers, keep)
-        try:
-            small = lay.layout(small_cfg)
-        except (ValueError, TypeError, IndexError, KeyError) as exc:
-            raise SpecError(f"model_type {decoder.get('model_type')!r}: {why}; a config of its layers {list(keep)} "
-                            f"does not build ({type(exc).__name__}: {exc}); cannot learn it") from None
-        if small.signatures == tuple(full.signatures[j] for j in keep):
-            return full, small, keep, small_cfg
-        why += f"; a config of its layers {list(keep)} does not build those layers"
+        # the fewest layers first, then each kind's next layers in turn (`subsequence` grown), until the cut builds
+        # the layers it keeps: Zamba2 numbers its hybrid layers' blocks by their count (modeling_zamba2.py
+        # Zamba2Model.get_layers `block_id = hybrid_layer_count % num_mem_blocks`), so a cut whose hybrid layers
+        # skip an odd number of them gives a kept layer another block's adapter slots
+        tried = []
+        for size in range(len(lay.subsequence(full.layer_kinds)), lay.MAX_DEPTH + 1):
+            keep = lay.subsequence(full.layer_kinds, size)
+            if tried and keep == tried[-1]:
+                break
+            tried.append(keep)
+            small_cfg = lay.reduced_config(lay.written_out(decoder, full.layers_key, layers), full.layers_key,
+                                           len(keep), layers, keep)
+            try:
+                small = lay.layout(small_cfg)
+            except (ValueError, TypeError, IndexError, KeyError) as exc:
+                raise SpecError(f"model_type {decoder.get('model_type')!r}: {why}; a config of its layers "
+                                f"{list(keep)} does not build ({type(exc).__name__}: {exc}); cannot learn it") from None
+            if small.signatures == tuple(full.signatures[j] for j in keep):
+                return full, small, keep, small_cfg
+        why += f"; a config of its layers {list(tried[0])} (or more, up to {lay.MAX_DEPTH}) does not build those layers"
     raise SpecError(f"model_type {decoder.get('model_type')!r}: {why}; cannot learn it")
 
 
