@@ -119,7 +119,7 @@ _INT_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layer
 def unwrap_text_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """A multimodal config (gemma3, …) nests its decoder under `text_config`; return (decoder dict, outer type)."""
     inner = cfg.get("text_config")
-    if not isinstance(inner, dict) or cfg.get("model_type") in ARCHITECTURES:
+    if not isinstance(inner, dict) or str(cfg.get("model_type")) in ARCHITECTURES:     # any JSON value: never hashed
         return cfg, ""
     merged = dict(inner)
     # The outer config owns tying for multimodal wrappers (Gemma3Config.tie_word_embeddings).
