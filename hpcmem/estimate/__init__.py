@@ -7,7 +7,7 @@ optimizer, sharding), activations, lora, loss (TRL's fused LM head), step (phase
 
 from __future__ import annotations
 
-from hpcmem.estimate.allocator import allocator_slack, placement_spread
+from hpcmem.estimate.allocator import allocator_slack
 from hpcmem.estimate.breakdown import Component, Estimate, Phase
 from hpcmem.estimate.checkpoint import NAME as SAVE_PHASE
 from hpcmem.estimate.checkpoint import save_bytes
@@ -110,7 +110,7 @@ def estimate(job: JobSpec) -> Estimate:
     ws_bytes, ws_note = cublas_workspaces(job.gpu)
     workspaces = Component(name=WORKSPACES, bytes=ws_bytes, note=ws_note)
     phases = [Phase(name=p.name, components=(*p.components, workspaces)) for p in phases]
-    slack = allocator_slack(job, mb, prec, lora, phases)
+    slack, spread = allocator_slack(job, mb, prec, lora, phases)
     dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
     warnings = list(job_warnings(job)) + list(extras.notes)
@@ -127,7 +127,7 @@ def estimate(job: JobSpec) -> Estimate:
         summary=_summary(job, mb.source, lora_note),
         phases=tuple(phases),
         reserved_extra_bytes=dev.reserved_extra,
-        reserved_spread_bytes=placement_spread(job, mb, prec, lora, phases),
+        reserved_spread_bytes=spread,
         device_extra_bytes=dev.device_extra,
         device_note=dev.note,
         gpu_name=job.gpu.name if job.gpu else None,

@@ -199,32 +199,32 @@ def largest_layer_block(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
     return block
 
 
-def placement_spread(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase]) -> int:
+def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dict[str, int]) -> int:
     """Bytes of reserved the estimate cannot place: the trainable LM head's [V, H] gradient, when the second step's
-    reserve can set the peak (`second_step` > 0 in the job's allocator mode). Whether the second step maps that block
-    again depends on which freed block its forward's logits tile takes, and in the allocator model replaying the traced
-    streams one 2–8 MiB tensor more or less before the weights flips it (full fine-tuning streams move by up to ±6 %
-    of reserved; estimator/LOG.md). The fitted rule sits between the two outcomes, so reserved may be off by about
-    half this block either way; the estimate says so rather than fit it away. 0 under LoRA (frozen head), for heads
-    that are not an LM head, and under DeepSpeed (states exist before the first step)."""
-    if lora.enabled or entry(job.train.trainer).head != "lm":
-        return 0
-    expandable = job.expandable_segments
-    block = largest_layer_block(job, mb, prec)
-    if second_step(job, prec, lora, phases, block, expandable) <= 0:
+    reserve can set the peak (`second_step` > 0 in `terms`, the job's allocator mode's `slack_terms`). Whether the
+    second step maps that block again depends on which freed block its forward's logits tile takes, and in the
+    allocator model replaying the traced streams one 2–8 MiB tensor more or less before the weights flips it (full
+    fine-tuning streams move by up to ±6 % of reserved; estimator/LOG.md). The fitted rule sits between the two
+    outcomes, so reserved may be off by about half this block either way; the estimate says so rather than fit it
+    away. 0 under LoRA (frozen head), for heads that are not an LM head, and under DeepSpeed (states exist before the
+    first step)."""
+    if lora.enabled or entry(job.train.trainer).head != "lm" or terms["second_step"] <= 0:
         return 0
     return job.model.vocab_size * job.model.hidden_size * prec.weight
 
 
-def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase]) -> int:
-    """Σ coefficient × term, never negative. The default allocator is never estimated below expandable segments: the
-    planner's bound turns expandable segments on to find the least a combination can need (hpcmem.plan.best_first).
-    The allocator model disagrees in 17 of the 174 traced steps (expandable up to 5.7 % higher), so the estimate takes
-    the larger of the two for the default mode — on the safe side."""
-    def rule(expandable: bool) -> int:
-        terms = slack_terms(job, mb, prec, lora, phases, expandable)
-        coef = COEFFICIENTS["expandable" if expandable else "default"]
-        return max(0, int(sum(coef[k] * terms[k] for k in TERMS)))
+def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
+                    phases: list[Phase]) -> tuple[int, int]:
+    """(Σ coefficient × term, never negative; `placement_spread` of the job's allocator mode). The default allocator
+    is never estimated below expandable segments: the planner's bound turns expandable segments on to find the least a
+    combination can need (hpcmem.plan.best_first). The allocator model disagrees in 17 of the 174 traced steps
+    (expandable up to 5.7 % higher), so the estimate takes the larger of the two for the default mode — on the safe
+    side."""
+    modes = (True,) if job.expandable_segments else (False, True)
+    terms = {mode: slack_terms(job, mb, prec, lora, phases, mode) for mode in modes}
 
-    expandable = rule(True)
-    return expandable if job.expandable_segments else max(rule(False), expandable)
+    def rule(expandable: bool) -> int:
+        coef = COEFFICIENTS["expandable" if expandable else "default"]
+        return max(0, int(sum(coef[k] * terms[expandable][k] for k in TERMS)))
+
+    return max(rule(mode) for mode in modes), placement_spread(job, prec, lora, terms[job.expandable_segments])

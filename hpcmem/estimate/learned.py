@@ -163,13 +163,14 @@ def _forward_phase(lb: LayerBytes, entry: int, head_other: int, loss: LossBytes,
                    note: str) -> Phase:
     """The forward's highest instant: inside a layer (what layers before it left + its own peak) or in the LM head
     (every layer's + the head's saved and forward bytes + what else the head holds)."""
-    below = entry
+    below, pending = entry, sum(lb.left)
     worst, worst_at = -1, None
-    for k, (left, top) in enumerate(zip(lb.fwd, lb.fpeak, strict=True)):
+    for k, (fwd, top, left) in enumerate(zip(lb.fwd, lb.fpeak, lb.left, strict=True)):
         # the previous step's backward of this layer and those after it left lb.left until their forward runs
-        if below + top + sum(lb.left[k:]) > worst:
-            worst, worst_at = below + top + sum(lb.left[k:]), k
-        below += left
+        if below + top + pending > worst:
+            worst, worst_at = below + top + pending, k
+        below += fwd
+        pending -= left
     head = below + loss.saved + head_other + loss.forward_transient
     if head >= worst:
         return Phase(name="forward", components=(
