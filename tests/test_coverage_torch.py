@@ -55,11 +55,11 @@ def test_a_reduced_config_builds_the_real_first_layers_where_the_count_is_not_nu
     """LongCat-Flash builds `num_layers` layers (its num_hidden_layers is 2 × that, a property); Emu3's causal LM takes
     the whole config and builds text_config's layers. The cut must set the count the model builds from."""
     from hpcmem.models.profile import backbone_config
-    from hpcmem.trace.learn import reduced
+    from hpcmem.trace.learn import reduced_cut
 
-    full, small, depth, _ = reduced(backbone_config(cfg))
+    full, small, keep, _ = reduced_cut(backbone_config(cfg))
     assert (full.layers_key, len(full.layer_kinds)) == (key, real)
-    assert depth == 3 and len(small.layer_kinds) == 3
+    assert keep == (0, 1, 2) and len(small.layer_kinds) == 3
 
 
 def test_lora_reference_leaves_out_an_attention_name_peft_takes_for_fused_experts():

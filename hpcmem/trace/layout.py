@@ -113,10 +113,10 @@ def _signature(layer: Any, i: int, config: Any, owner: dict[int, int]) -> Any:
     shapes = tuple(sorted((n, tuple(p.shape)) for n, p in layer.named_parameters()))
     tied = tuple(sorted(n for n, p in layer.named_parameters() if owner[id(p)] != i))   # held by a later layer
     attrs = []
-    for owner in (layer, *layer.children()):
+    for module in (layer, *layer.children()):
         for name in LAYER_ATTRS:
-            value = getattr(owner, name, None)
-            if isinstance(value, (str, int, bool, float)) or value is None and hasattr(owner, name):
+            value = getattr(module, name, None)
+            if isinstance(value, (str, int, bool, float)) or value is None and hasattr(module, name):
                 attrs.append((name, value))
     types = getattr(config, "layer_types", None)
     pattern = types[i] if isinstance(types, (list, tuple)) and i < len(types) else None

@@ -276,12 +276,6 @@ def default_lora(peft: tuple[str, ...] | None, reference: dict[str, Any] | None,
     return {"lora_r": reference["lora_r"], "lora_target_modules": list(peft)}
 
 
-def reduced(decoder: dict[str, Any]) -> tuple[lay.Layout, lay.Layout, int, dict[str, Any]]:
-    """(full layout, reduced layout, depth, reduced config): `reduced_cut` without the kept layers."""
-    full, small, keep, small_cfg = reduced_cut(decoder)
-    return full, small, len(keep), small_cfg
-
-
 def reduced_cut(decoder: dict[str, Any]) -> tuple[lay.Layout, lay.Layout, tuple[int, ...], dict[str, Any]]:
     """(full layout, reduced layout, the real layers the reduced model's layers are, reduced config). The depths of
     `layout.candidate_depths` are tried in turn, each a prefix of the real layers (the real first D); where no prefix

@@ -438,7 +438,7 @@ def report_markdown(records: list[dict[str, Any]]) -> str:
     lines += ["", f"Refused types count against the share above (their reasons are in the rows). Of the {covered} "
               f"covered types (derived or learned), {with_records} have records and {len(got['within 3 %'])} of "
               f"those are within 3 % ({share(within, with_records)} %), "
-              f"{len(got[GC_REFUSED])} more within 3 % of the jobs that run (GC refused). Not measured: no record "
+              f"{refused_gc} more within 3 % of the jobs that run (GC refused). Not measured: no record "
               "yet — `hpcmem validate --against coverage` resumes where a sweep stopped (`--types` for some)."]
     lines += ["", "| model type | class | status | made | max \\|err\\| % | note |", "|---|---|---|---|---|---|"]
     for r in text:
