@@ -74,6 +74,17 @@ def test_cell_stats_by_hand() -> None:
     assert s.median_slack_pct == pytest.approx(median([0.8, 2.9, 6.05, 8.15, 11.3]))
 
 
+def test_margin_and_bound_widen_the_upper_outcome() -> None:
+    from hpcmem.validate.calibration import _margin
+
+    # measured 104 against predicted 100 ± 4 (upper 102): needs 104 / 102 − 1 = 1.96 %, not 4 %
+    pts = [Point(gpu="g", trainer="sft", technique="full+gc", peak="device", predicted=100.0, measured=104.0,
+                 spread=4.0, record_id=str(i)) for i in range(3)]
+    assert _margin(pts)["margin"] == pytest.approx(round(104 / 102 - 1, 6))
+    assert cell_stats(pts, margin=0.019).under_rate_pct == pytest.approx(100.0)     # 102 · 1.019 = 103.94 < 104
+    assert cell_stats(pts, margin=0.02).under_rate_pct == 0.0                       # 102 · 1.02 = 104.04
+
+
 def test_table_per_cell_and_peak(records: Path) -> None:
     report = against_probes([records / "probes"], stored=True)
     cells = {(r.trainer, r.technique, r.peak): r for r in report.rows}

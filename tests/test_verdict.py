@@ -47,6 +47,15 @@ def test_levels_by_hand(peak_gib: float, level: str) -> None:
     assert v.headroom_bytes == 100 * GIB - v.safe_device_peak_bytes
 
 
+def test_the_safe_bound_starts_from_the_upper_outcome_of_the_spread() -> None:
+    # device peak 90 GiB, spread 4 GiB (± 2), margin 5 %: (90 + 2) · 1.05 = 96.6 > 95 → tight on a 95 GiB GPU,
+    # where 90 · 1.05 = 94.5 alone would fit
+    v = judge(90 * GIB, _gpu(0.05, capacity_gib=95.0), 4 * GIB)
+    assert v.safe_device_peak_bytes == math.ceil(92 * GIB * 1.05) and v.level == TIGHT
+    assert v.to_json()["spread_bytes"] == 4 * GIB and "+ 2.00 spread" in v.line()
+    assert judge(90 * GIB, _gpu(0.05, capacity_gib=95.0)).level == FITS
+
+
 def test_no_calibration_anywhere_is_said() -> None:
     v = judge(50 * GIB, _gpu(None))
     assert v.fits and v.margin == 0.0 and v.coverage is None and v.calibration["status"] == "none"

@@ -80,7 +80,7 @@ class Estimate:
     @property
     def verdict(self) -> FitVerdict | None:
         """Fits · tight · does not fit, on the safe bound (hpcmem.estimate.verdict); None without a GPU."""
-        return None if self.gpu is None else judge(self.device_peak_bytes, self.gpu)
+        return None if self.gpu is None else judge(self.device_peak_bytes, self.gpu, self.reserved_spread_bytes)
 
     @property
     def fits(self) -> bool | None:

@@ -1,6 +1,10 @@
 """The fit verdict users act on: does the job fit the GPU, and with what confidence (pure, stdlib only).
 
-    safe bound = device peak · (1 + m)          m: the GPU's safe-bound margin for the device peak
+    safe bound = (device peak + s / 2) · (1 + m)
+                 m: the GPU's safe-bound margin for the device peak
+                 s: the reserved spread, a block the caching allocator may or may not map again
+                    (hpcmem.estimate.allocator.placement_spread); the point estimate sits between the two outcomes,
+                    the bound starts from the upper one, and m is fitted on measured / (device peak + s / 2)
     capacity   = what torch can use on the GPU  torch.cuda.mem_get_info()'s total (gpus.json capacity_bytes),
                                                 not the marketing size nor nvidia-smi's total
 
@@ -36,6 +40,7 @@ class FitVerdict:
     level: str
     gpu_name: str
     device_peak_bytes: int
+    spread_bytes: int                  # the reserved spread; its upper half is in the safe bound
     safe_device_peak_bytes: int
     capacity_bytes: int
     margin: float
@@ -54,7 +59,8 @@ class FitVerdict:
 
     def to_json(self) -> dict[str, Any]:
         return {"level": self.level, "fits": self.fits, "safe_device_peak_bytes": self.safe_device_peak_bytes,
-                "device_peak_bytes": self.device_peak_bytes, "capacity_bytes": self.capacity_bytes,
+                "device_peak_bytes": self.device_peak_bytes, "spread_bytes": self.spread_bytes,
+                "capacity_bytes": self.capacity_bytes,
                 "margin": self.margin, "coverage": self.coverage, "calibration": dict(self.calibration)}
 
     def line(self) -> str:
@@ -65,8 +71,10 @@ class FitVerdict:
                     f"{self.capacity_bytes / GIB:.1f} GiB usable on {self.gpu_name}"
                     + ("" if cal["status"] == "calibrated" else f" ({self.gpu_name} uncalibrated)"))
         head = "fits" if self.level == FITS else "tight: the point estimate fits, the safe bound does not"
+        upper = (f"(device peak {self.device_peak_bytes / GIB:.1f} + {self.spread_bytes / 2 / GIB:.2f} spread)"
+                 if self.spread_bytes else f"device peak {self.device_peak_bytes / GIB:.1f}")
         bound = (f"safe bound {self.safe_device_peak_bytes / GIB:.1f} of {self.capacity_bytes / GIB:.1f} GiB "
-                 f"(device peak {self.device_peak_bytes / GIB:.1f} + {100 * self.margin:.1f} %)")
+                 f"({upper} + {100 * self.margin:.1f} %)")
         campaign = cal.get("campaign")
         if cal["status"] == "calibrated" and campaign:
             return (f"{head} with {pct(100 * self.coverage)} % coverage: {bound}, calibrated at {campaign['site']} on "
@@ -90,21 +98,27 @@ def pct(value: float | None) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-def safe_bound(device_peak_bytes: int, gpu: GpuSpec) -> int:
+def upper(predicted: float, spread_bytes: float) -> float:
+    """The upper outcome of a peak estimated between two: the point estimate + half its spread."""
+    return predicted + spread_bytes / 2
+
+
+def safe_bound(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0) -> int:
     m = gpu.margin(PEAK)
-    return math.ceil(device_peak_bytes * (1.0 + (m.margin if m else 0.0)))
+    return math.ceil(upper(device_peak_bytes, spread_bytes) * (1.0 + (m.margin if m else 0.0)))
 
 
-def judge(device_peak_bytes: int, gpu: GpuSpec) -> FitVerdict:
-    """The verdict for a device peak on `gpu` (its capacity and margins as hpcmem.gpus.gpu_spec built them)."""
+def judge(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0) -> FitVerdict:
+    """The verdict for a device peak (± half `spread_bytes`) on `gpu` (its capacity and margins as hpcmem.gpus.gpu_spec
+    built them)."""
     m = gpu.margin(PEAK)
     capacity = gpu.usable_bytes
-    safe = safe_bound(device_peak_bytes, gpu)
+    safe = safe_bound(device_peak_bytes, gpu, spread_bytes)
     level = FITS if safe <= capacity else TIGHT if device_peak_bytes <= capacity else DOES_NOT_FIT
     calibration = {**_calibration(gpu, m), "campaign": _campaign(gpu)}
     if gpu.capacity_note:
         calibration["note"] += f"; capacity: {gpu.capacity_note}"
-    return FitVerdict(level=level, gpu_name=gpu.name, device_peak_bytes=device_peak_bytes,
+    return FitVerdict(level=level, gpu_name=gpu.name, device_peak_bytes=device_peak_bytes, spread_bytes=spread_bytes,
                       safe_device_peak_bytes=safe, capacity_bytes=capacity, margin=m.margin if m else 0.0,
                       coverage=m.coverage if m and not m.default else None, calibration=calibration)
 

@@ -23,7 +23,7 @@ def points(report: Any) -> dict[str, list[tuple[float, float]]]:
     for v in report.walked:
         if v.how not in ("estimate", "host") or v.device_peak_bytes is None or v.knobs in offered:
             continue
-        safe = safe_bound(v.device_peak_bytes, report.gpu) / GIB
+        safe = safe_bound(v.device_peak_bytes, report.gpu, v.spread_bytes) / GIB
         kind = "host RAM over the node's" if v.how == "host" else "fits" if v.fits else "does not fit"
         out[kind].append((safe, v.speed.tokens_per_s_per_gpu))
     return out

@@ -5,8 +5,9 @@ path. What is fitted, on the training split only:
   context        device − reserved at the peak: CUDA context, cuBLAS/cuDNN, NCCL, everything outside PyTorch's
                  allocator; per driver version (median, p95, n)
   allocator      reserved ≈ a · allocated + b, per expandable_segments setting (least squares)
-  margins        per peak, the safe-bound margin m: predicted · (1 + m) covers the run. With n training runs, the
-                 needed margins max(0, measured / predicted − 1) are sorted and the k-th smallest is taken, k =
+  margins        per peak, the safe-bound margin m: upper · (1 + m) covers the run, upper = predicted + half the
+                 estimate's reserved spread (hpcmem.estimate.verdict; 0 for allocated). With n training runs, the
+                 needed margins max(0, measured / upper − 1) are sorted and the k-th smallest is taken, k =
                  min(n, ⌈TARGET_COVERAGE · (n + 1)⌉). A new run exchangeable with these is then covered with
                  probability ≥ k / (n + 1) (the split-conformal bound: Vovk et al. 2005; Lei et al. 2018 "Distribution-
                  Free Predictive Inference for Regression" §2.2), and that k / (n + 1) — not the target — is the
@@ -121,7 +122,7 @@ def _margin(points: list[Point]) -> dict[str, Any] | None:
     """The conformal safe-bound margin of one peak (module docstring; an OOM run's need is ≥ capacity)."""
     if not points:
         return None
-    needed = sorted(max(0.0, p.measured / p.predicted - 1.0) for p in points)
+    needed = sorted(max(0.0, p.measured / p.upper - 1.0) for p in points)
     n = len(needed)
     k = min(n, math.ceil(TARGET_COVERAGE * (n + 1)))
     return {"margin": round(needed[k - 1], 6), "n": n, "k": k, "coverage": round(k / (n + 1), 4),
@@ -135,7 +136,7 @@ def _held_out_report(test: list[Point], margins: dict[str, Any]) -> dict[str, An
         m = (margins.get(peak) or {}).get("margin")
         if not pts or m is None:
             continue
-        bounds = [p.predicted * (1 + m) for p in pts]
+        bounds = [p.upper * (1 + m) for p in pts]
         out[peak] = {"n": len(pts), "median_abs_err_pct": round(median([abs(p.err_pct) for p in pts]), 3),
                      "under_rate_pct": round(100.0 * sum(b < p.measured for b, p in zip(bounds, pts)) / len(pts), 3),
                      "median_slack_pct": round(median([100 * (b - p.measured) / p.measured

@@ -102,8 +102,9 @@ def points_of(rec: Record, estimate: dict[str, Any], slug: str) -> list[Point]:
             continue
         if predicted is None or not value:
             continue
+        spread = (per_gpu.get("reserved_spread_bytes") or 0) if peak != "allocated" else 0
         out.append(Point(gpu=slug, trainer=trainer, technique=technique, peak=peak, predicted=float(predicted),
-                         measured=float(value), censored=oom, record_id=rec.id))
+                         measured=float(value), censored=oom, record_id=rec.id, spread=float(spread)))
     return out
 
 

@@ -5,8 +5,10 @@ measurement: err % = 100 · (predicted − measured) / measured, so a negative e
 out of memory is censored: its need is only known to be ≥ the capacity; it counts for the safe bound (a bound below
 the capacity is an under-estimate) and never for the error statistics.
 
-The safe bound is predicted · (1 + margin) with a margin calibrated per peak (hpcmem.validate.calibration); its
-under-estimate rate is the share of runs it does not cover and its slack the median (bound − measured) / measured.
+The safe bound is (predicted + spread / 2) · (1 + margin) with a margin calibrated per peak
+(hpcmem.validate.calibration; the spread: a block the caching allocator may or may not map again,
+hpcmem.estimate.verdict); its under-estimate rate is the share of runs it does not cover and its slack the median
+(bound − measured) / measured.
 """
 
 from __future__ import annotations
@@ -28,10 +30,16 @@ class Point:
     measured: float               # for a censored point: the capacity it exceeded
     censored: bool = False
     record_id: str = ""
+    spread: float = 0.0           # reserved / device: the estimate's reserved spread (0 for allocated)
 
     @property
     def err_pct(self) -> float:
         return 100.0 * (self.predicted - self.measured) / self.measured
+
+    @property
+    def upper(self) -> float:
+        """What the safe bound widens: the upper outcome, predicted + spread / 2."""
+        return self.predicted + self.spread / 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +85,7 @@ def cell_stats(points: list[Point], margin: float) -> CellStats:
     exact = [p for p in points if not p.censored]
     errs = [p.err_pct for p in exact]
     abs_errs = [abs(e) for e in errs]
-    bounds = [(p.predicted * (1.0 + margin), p) for p in points]
+    bounds = [(p.upper * (1.0 + margin), p) for p in points]
     under = [b < p.measured for b, p in bounds]        # a censored need is ≥ its capacity: below it is under
     slack = [100.0 * (b - p.measured) / p.measured for b, p in bounds if not p.censored]
     return CellStats(
