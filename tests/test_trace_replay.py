@@ -102,3 +102,35 @@ def test_h200_streams_reproduce_the_measured_reserved_peak():
         row = score(records[case], load(EVENTS / f"{case}.json.gz"))
         assert abs(row["resv_err_pct"]) < 0.1, (case, row["resv_model"], row["resv_gpu"])
         assert abs(row["alloc_err_pct"]) < 0.1, (case, row["alloc_model"], row["alloc_gpu"])
+
+
+def test_a_perturbed_stream_keeps_its_frees_paired():
+    """One more 2 MiB tensor before everything (hpcmem.bench.allocator_records.perturbed): every free still names its
+    own malloc, so each step's allocated peak is the old one + 2 MiB (68 → 70, 70 → 72 MiB); by hand the reserved
+    peak stays 86 MiB (the 2 MiB request takes a 20 MiB segment whose 18 MiB remainder holds the 3 MiB and later the
+    5 MiB block)."""
+    from hpcmem.bench.allocator_records import perturbed
+
+    before = replay(stream(), expandable=False, workspaces=Workspaces())
+    after = replay(perturbed(stream(), 2 * MIB), expandable=False, workspaces=Workspaces())
+    assert [after.step_peaks[s][0] - before.step_peaks[s][0] for s in (1, 2)] == [2 * MIB, 2 * MIB]
+    assert max(r for _, r in after.step_peaks.values()) == 86 * MIB
+    with pytest.raises(ValueError):
+        perturbed(stream()[1:], 2 * MIB)
+
+
+def test_the_h200_full_fine_tune_stream_flips_with_one_small_tensor():
+    """The model's sensitivity that `reserved_spread_bytes` reports: sft-qwen05-full's stored stream, one 2 MiB tensor
+    before the weights, maps the LM head's bf16 [V, H] gradient (151,936 × 896 × 2 B = 259.7 MiB) again in step 2
+    under the default allocator — the reserved peak moves by 264 MiB, as the replay of 2026-12-01 measured
+    (estimator/LOG.md) — and not under expandable segments. The GPU kit replays the same perturbation on a GPU."""
+    from hpcmem.bench.allocator_records import EVENTS, perturbed
+    from hpcmem.estimate.workspaces import HOPPER_BYTES
+    from hpcmem.trace.events import load
+
+    events = load(EVENTS / "sft-qwen05-full.json.gz")["events"]
+    ws = Workspaces(cublas=HOPPER_BYTES)
+    for expandable, moved in ((False, 264 * MIB), (True, 0)):
+        base = replay(events, expandable=expandable, workspaces=ws).steady_reserved_bytes
+        assert replay(perturbed(events, 2 * MIB), expandable=expandable,
+                      workspaces=ws).steady_reserved_bytes - base == moved

@@ -22,12 +22,17 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
 # Then (~1 min, REPLAY=0 skips it): the caching-allocator model against the real allocator on the very streams it
 # was scored with — each stored H200 record's traced device stream (estimator/allocator/nvidia-h200/) re-issued with
 # torch.empty on this GPU, default and expandable_segments, torch's peaks printed next to the model's, one JSON line
-# per stream (hpcmem.bench.allocator_records --cuda-replay). REPLAY_TRACE=1 also traces one case here and replays it
-# (hpcmem.bench.allocator_sim), the older check.
+# per stream (hpcmem.bench.allocator_records --cuda-replay). Then the full fine-tuning streams once more, default
+# allocator, with one 2 MiB or 8 MiB tensor before the weights (--perturb; "perturb_bytes" in each line): in the
+# model that moves their reserved peak by up to ±6 % (whether step 2 maps the LM head's [V, H] gradient again, the
+# estimate's reserved spread); the GPU's peaks on the same streams say whether the real allocator flips alike.
+# REPLAY_TRACE=1 also traces one case here and replays it (hpcmem.bench.allocator_sim), the older check.
+FULL_STREAMS=sft-qwen05-full,sft-qwen05-full-fp32load,sft-qwen05-pack-bfd,sft-llama1b-sac,sft-llama1b-expandable,dpo-qwen05-full,grpo-qwen05-full,sft-llama8b-full
 if [ "${REPLAY:-1}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
   out="${OUT:-/tmp}/allocator-cuda-replay.jsonl"
   { "$PY" -m hpcmem.bench.allocator_records --cuda-replay
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" -m hpcmem.bench.allocator_records --cuda-replay
+    "$PY" -m hpcmem.bench.allocator_records --cuda-replay --perturb 2097152,8388608 --only "$FULL_STREAMS"
   } | tee "$out"
 fi
 if [ "${REPLAY_TRACE:-0}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then

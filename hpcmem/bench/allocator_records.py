@@ -115,11 +115,25 @@ def score(rec: dict[str, Any], stored: dict[str, Any], *, workspaces: Any = None
     return row
 
 
-def cuda_replay(stored: dict[str, Any], *, expandable: bool) -> dict[str, Any]:
+def perturbed(events: list[Any], nbytes: int) -> list[Any]:
+    """The stream with one more tensor of `nbytes`, allocated after its first event and never freed: the perturbation
+    that tells whether a reserved peak depends on where a few MiB sit (in the model, one 2 or 8 MiB tensor moves
+    full fine-tuning streams by up to ±6 %: whether step 2 maps the LM head's [V, H] gradient again; estimator/LOG.md).
+    Frees name their malloc by a relative offset (hpcmem.trace.events), and the tensor is inserted before every event
+    but the first, which is a phase mark, so no offset changes."""
+    if nbytes <= 0:
+        return events
+    if not events or isinstance(events[0], int):
+        raise ValueError("a stored stream starts with its phase mark")
+    return [events[0], nbytes, *events[1:]]
+
+
+def cuda_replay(stored: dict[str, Any], *, expandable: bool, perturb: int = 0) -> dict[str, Any]:
     """Re-issue a stored stream on the current CUDA device (`torch.empty` per malloc, `del` per free, a workspace-sized
     `torch.empty` kept at each thread's first GEMM, as replay() adds them) and return torch's peaks per step next to
     the model's: the allocator model checked on the very same stream, apart from how faithful the trace is. The
-    process's PYTORCH_CUDA_ALLOC_CONF must match `expandable` (torch reads it once)."""
+    process's PYTORCH_CUDA_ALLOC_CONF must match `expandable` (torch reads it once). `perturb`: replay `perturbed`
+    streams, on the GPU and in the model alike."""
     import torch
 
     from hpcmem.estimate.workspaces import HOPPER_BYTES
@@ -135,7 +149,8 @@ def cuda_replay(stored: dict[str, Any], *, expandable: bool) -> dict[str, Any]:
     taken: set[tuple[str, str]] = set()
     real: dict[int, tuple[int, int]] = {}
     step = 0
-    for i, ev in enumerate(stored["events"]):
+    events = perturbed(stored["events"], perturb)
+    for i, ev in enumerate(events):
         if isinstance(ev, int):
             if ev >= 0:
                 live[i] = torch.empty(ev, dtype=torch.uint8, device="cuda")
@@ -154,10 +169,11 @@ def cuda_replay(stored: dict[str, Any], *, expandable: bool) -> dict[str, Any]:
                     kept.append(torch.empty(nbytes, dtype=torch.uint8, device="cuda"))
     st = torch.cuda.memory_stats()
     real[step] = (st["allocated_bytes.all.peak"], st["reserved_bytes.all.peak"])
-    model = replay(stored["events"], expandable=expandable, workspaces=ws)
+    model = replay(events, expandable=expandable, workspaces=ws)
     del live, kept
     torch.cuda.empty_cache()
-    return {"case": stored.get("case"), "expandable": expandable, "real": real, "model": model.step_peaks}
+    return {"case": stored.get("case"), "expandable": expandable, "perturb_bytes": perturb, "real": real,
+            "model": model.step_peaks}
 
 
 def table(rows: list[dict[str, Any]], markdown: bool = False) -> str:
@@ -202,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="on a CUDA machine: re-issue each stored stream with torch.empty and print torch's peaks "
                          "next to the model's (run once plain, once with PYTORCH_CUDA_ALLOC_CONF="
                          "expandable_segments:True)")
+    ap.add_argument("--perturb", default="0",
+                    help="--cuda-replay: also replay each stream with one more tensor of these sizes (bytes, "
+                         "comma-separated) allocated before the weights")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
     records = scored(read_records(args.records))
@@ -227,10 +246,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
         expandable = expandable_in_env(dict(os.environ))
+        sizes = [int(x) for x in args.perturb.split(",") if x.strip().isdigit()]
+        if len(sizes) != len([x for x in args.perturb.split(",") if x.strip()]) or not sizes:
+            ap.error(f"--perturb: {args.perturb!r} is not a list of byte counts (comma-separated integers ≥ 0)")
         for rec in records:
             path = args.events / f"{rec['case']}.json.gz"
             if path.is_file():
-                print(json.dumps(cuda_replay(load(path), expandable=expandable)), flush=True)
+                stream = load(path)
+                for nbytes in sizes:
+                    print(json.dumps(cuda_replay(stream, expandable=expandable, perturb=nbytes)), flush=True)
         return 0
     rows = []
     for rec in records:

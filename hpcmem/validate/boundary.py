@@ -70,8 +70,8 @@ def row_of(rec: Record, estimate: dict[str, Any]) -> Row | None:
         return None
     gpu = record_job(rec).gpu if on_gpu else None
     spread = int(per_gpu.get("reserved_spread_bytes") or 0) if on_gpu else 0
-    safe = judge(int(predicted), dataclasses.replace(gpu, capacity_bytes=int(capacity)), spread).safe_device_peak_bytes \
-        if gpu is not None else int(predicted)
+    safe = int(predicted) if gpu is None else \
+        judge(int(predicted), dataclasses.replace(gpu, capacity_bytes=int(capacity)), spread).safe_device_peak_bytes
     cal = load_calibration(gpu.name) if gpu is not None and gpu.calibrated else None
     fitted = ((cal or {}).get("provenance") or {}).get("fitted_at")
     return Row(case=str(rec.case or rec.id or "?")[:40], gpu=gpu.name if gpu else "cpu",
