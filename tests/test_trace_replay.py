@@ -134,3 +134,27 @@ def test_the_h200_full_fine_tune_stream_flips_with_one_small_tensor():
         base = replay(events, expandable=expandable, workspaces=ws).steady_reserved_bytes
         assert replay(perturbed(events, 2 * MIB), expandable=expandable,
                       workspaces=ws).steady_reserved_bytes - base == moved
+
+
+def test_the_kits_cuda_replay_lines_read_as_moves(tmp_path: Path):
+    """`allocator_records --read`: the steady reserved peak is the largest of steps ≥ 2 (step 1's 900 MiB is not it);
+    a perturbed line is compared with the same stream's unperturbed one in the same mode. Numbers by hand."""
+    import json
+
+    from hpcmem.bench.allocator_records import cuda_replay_rows, main
+
+    def line(perturb: int, gpu: tuple[int, int], model: tuple[int, int]) -> dict:
+        return {"case": "c", "expandable": False, "perturb_bytes": perturb,
+                "real": {"1": [0, 900 * MIB], "2": [0, gpu[0] * MIB], "3": [0, gpu[1] * MIB]},
+                "model": {"1": [0, 900 * MIB], "2": [0, model[0] * MIB], "3": [0, model[1] * MIB]}}
+
+    lines = [line(0, (500, 520), (510, 505)), line(2 * MIB, (784, 700), (774, 700))]
+    plain, moved = cuda_replay_rows(lines)
+    assert (plain["resv_gpu"], plain["resv_model"], plain["gpu_moved"]) == (520 * MIB, 510 * MIB, None)
+    assert plain["err_pct"] == pytest.approx(100 * (510 - 520) / 520)
+    assert (moved["gpu_moved"], moved["model_moved"]) == (264 * MIB, 264 * MIB)
+    f = tmp_path / "replay.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in lines))
+    assert main(["--read", str(f)]) == 0
+    f.write_text("not json")
+    assert main(["--read", str(f)]) == 2

@@ -26,6 +26,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
 # allocator, with one 2 MiB or 8 MiB tensor before the weights (--perturb; "perturb_bytes" in each line): in the
 # model that moves their reserved peak by up to ±6 % (whether step 2 maps the LM head's [V, H] gradient again, the
 # estimate's reserved spread); the GPU's peaks on the same streams say whether the real allocator flips alike.
+# Read them back: python -m hpcmem.bench.allocator_records --read $OUT/allocator-cuda-replay.jsonl
 # REPLAY_TRACE=1 also traces one case here and replays it (hpcmem.bench.allocator_sim), the older check.
 FULL_STREAMS=sft-qwen05-full,sft-qwen05-full-fp32load,sft-qwen05-pack-bfd,sft-llama1b-sac,sft-llama1b-expandable,dpo-qwen05-full,grpo-qwen05-full,sft-llama8b-full
 if [ "${REPLAY:-1}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then

@@ -176,6 +176,29 @@ def cuda_replay(stored: dict[str, Any], *, expandable: bool, perturb: int = 0) -
             "model": model.step_peaks}
 
 
+def cuda_replay_rows(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The kit's `--cuda-replay` lines as rows: steady reserved peak (steps ≥ 2, as the probe reads them) on the GPU
+    and in the model, and for a perturbed replay how far each moved from the same stream's unperturbed replay in the
+    same mode (None when that replay is missing). Both moving alike says the model's flip is the allocator's."""
+    from hpcmem.trace.replay import steady_peak
+
+    def steady(peaks: dict[str, Any]) -> int:
+        return steady_peak({int(k): tuple(v) for k, v in peaks.items()}, 1)
+
+    base = {(x["case"], x["expandable"]): x for x in lines if not x.get("perturb_bytes")}
+    rows = []
+    for x in lines:
+        gpu, model = steady(x["real"]), steady(x["model"])
+        row = {"case": x["case"], "expandable": x["expandable"], "perturb_bytes": x.get("perturb_bytes") or 0,
+               "resv_gpu": gpu, "resv_model": model, "err_pct": 100.0 * (model - gpu) / gpu if gpu else None,
+               "gpu_moved": None, "model_moved": None}
+        b = base.get((x["case"], x["expandable"]))
+        if row["perturb_bytes"] and b is not None:
+            row["gpu_moved"], row["model_moved"] = gpu - steady(b["real"]), model - steady(b["model"])
+        rows.append(row)
+    return rows
+
+
 def table(rows: list[dict[str, Any]], markdown: bool = False) -> str:
     head = ["case", "mode", "alloc GPU", "alloc model", "err %", "resv GPU", "resv model", "err %",
             "slack GPU", "slack model"]
@@ -221,8 +244,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--perturb", default="0",
                     help="--cuda-replay: also replay each stream with one more tensor of these sizes (bytes, "
                          "comma-separated) allocated before the weights")
+    ap.add_argument("--read", type=Path, default=None, metavar="JSONL",
+                    help="read the kit's --cuda-replay lines (allocator-cuda-replay.jsonl) and print GPU vs model")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
+    if args.read is not None:
+        try:
+            lines = [json.loads(t) for t in args.read.read_text().splitlines() if t.strip()]
+            rows = cuda_replay_rows(lines)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"--read {args.read}: not the kit's --cuda-replay lines ({type(exc).__name__}: {exc})",
+                  file=sys.stderr)
+            return 2
+        if args.json:
+            print(json.dumps(rows, indent=1))
+            return 0
+        for r in rows:
+            moved = "" if r["gpu_moved"] is None else \
+                f"  moved: GPU {r['gpu_moved'] / MIB:+,.0f}, model {r['model_moved'] / MIB:+,.0f} MiB"
+            err = "-" if r["err_pct"] is None else f"{r['err_pct']:+.2f} %"
+            print(f"{r['case']:<28} {'exp' if r['expandable'] else 'def'} +{r['perturb_bytes'] / MIB:.0f} MiB  "
+                  f"reserved GPU {r['resv_gpu'] / MIB:,.0f} model {r['resv_model'] / MIB:,.0f} MiB ({err}){moved}")
+        return 0
     records = scored(read_records(args.records))
     if args.only:
         wanted = set(args.only.split(","))

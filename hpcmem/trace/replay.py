@@ -48,14 +48,16 @@ class ReplayResult:
 
     @property
     def steady_reserved_bytes(self) -> int:
-        return _steady(self.step_peaks, 1)
+        return steady_peak(self.step_peaks, 1)
 
     @property
     def steady_allocated_bytes(self) -> int:
-        return _steady(self.step_peaks, 0)
+        return steady_peak(self.step_peaks, 0)
 
 
-def _steady(peaks: dict[int, tuple[int, int]], i: int) -> int:
+def steady_peak(peaks: dict[int, tuple[int, int]], i: int) -> int:
+    """The largest of steps ≥ 2 (the probe reads steps 2–3; step 1 creates the optimizer states), else of all; `i`:
+    0 allocated, 1 reserved."""
     later = [v[i] for s, v in peaks.items() if s >= 2] or [v[i] for v in peaks.values()]
     return max(later) if later else 0
 
