@@ -202,12 +202,14 @@ def largest_layer_block(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
 def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dict[str, int]) -> int:
     """Bytes of reserved the estimate cannot place: the trainable LM head's [V, H] gradient, when the second step's
     reserve can set the peak (`second_step` > 0 in `terms`, the job's allocator mode's `slack_terms`). Whether the
-    second step maps that block again depends on which freed block its forward's logits tile takes, and in the
-    allocator model replaying the traced streams one 2–8 MiB tensor more or less before the weights flips it (full
-    fine-tuning streams move by up to ±6 % of reserved; estimator/LOG.md). The fitted rule sits between the two
-    outcomes, so reserved may be off by about half this block either way; the estimate says so rather than fit it
-    away. 0 under LoRA (frozen head), for heads that are not an LM head, and under DeepSpeed (states exist before the
-    first step)."""
+    second step maps that block again depends on which freed block its forward's logits tile takes. Under the default
+    allocator that is chaotic: in the allocator model replaying the traced streams one 2–8 MiB tensor more or less
+    before the weights flips it (full fine-tuning streams move by up to ±6 % of reserved; estimator/LOG.md). Under
+    expandable segments the same perturbation moves them by at most 18 MiB, but whether the block finds a free range
+    still depends on the order in which the step's blocks fill the freed address range, which the estimate does not
+    replay. The fitted rule sits between the two outcomes, so reserved may be off by about half this block either
+    way; the estimate says so rather than fit it away. 0 under LoRA (frozen head), for heads that are not an LM head,
+    and under DeepSpeed (states exist before the first step)."""
     if lora.enabled or entry(job.train.trainer).head != "lm" or terms["second_step"] <= 0:
         return 0
     return job.model.vocab_size * job.model.hidden_size * prec.weight

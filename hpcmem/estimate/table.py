@@ -26,7 +26,8 @@ def render(est: Estimate) -> str:
     if est.reserved_spread_bytes:
         lines.append(f"{'':<30}{'':>14}   ± {est.reserved_spread_bytes / 2 / GIB:.2f} GiB: whether step 2 maps the "
                      f"head's [V, H] gradient ({est.reserved_spread_bytes / GIB:.2f} GiB) again depends on where "
-                     "MiB-sized blocks sit, which no estimate knows")
+                     "MiB-sized blocks sit (default allocator) or on the order the step's blocks fill freed memory "
+                     "(expandable segments), which the estimate does not replay")
     verdict = est.verdict
     where = (f"of {verdict.capacity_bytes / GIB:.1f} GiB usable on {est.gpu_name}" if verdict else "")
     lines.append(f"{'device peak':<30}{gib(est.device_peak_bytes):>14}   {where}")
