@@ -78,6 +78,65 @@ def test_first_optimizer_step_makes_the_second_step_map_the_head_block_again():
     assert run(lazy=False) == ([160, 0], 400, 400)
 
 
+def test_the_step_temporaries_freed_last_take_the_second_steps_head_block_under_expandable_segments():
+    """Expandable segments, 20 MiB pages, MiB. Two 40 MiB weights [0, 80); each step: a 20 MiB activation, the head's
+    100 MiB block allocated and freed, two 40 MiB gradients, the activation freed, AdamW's four 40 MiB states (step 1
+    only), `temps` 40 MiB foreach temporaries allocated and freed, zero_grad. Step 1 by hand: act [80, 100), head
+    [100, 200) freed, gradients [100, 180), states [180, 340) (the free [180, 200) grows into new pages), temporaries
+    [340, 340 + 40·temps) freed: one free run at the top; zero_grad leaves [80, 180) free. Step 2: the activation
+    takes [80, 100) — best fit ranks the top run, which borders unmapped space, by what it could grow to, so it comes
+    last — and the 100 MiB head block fits nowhere but the top run, mapping only what the run lacks: 100, 20, 0 MiB
+    for no temporaries, 80 and 120 MiB of them."""
+    def second_step_maps(temps: int) -> int:
+        a = CachingAllocator(expandable_segments=True)
+        for _ in range(2):
+            a.malloc(40 * MIB)
+        states: list[int] = []
+        grown = []
+        for _ in (1, 2):
+            before = a.stats.reserved_bytes
+            act = a.malloc(20 * MIB)
+            a.free(a.malloc(100 * MIB))
+            grads = [a.malloc(40 * MIB) for _ in range(2)]
+            a.free(act)
+            states = states or [a.malloc(40 * MIB) for _ in range(4)]
+            for h in [a.malloc(40 * MIB) for _ in range(temps)]:
+                a.free(h)
+            for h in grads:
+                a.free(h)
+            grown.append((a.stats.reserved_bytes - before) // MIB)
+        assert grown[0] == 260 + 40 * temps
+        return grown[1]
+
+    assert [second_step_maps(t) for t in (0, 2, 3)] == [100, 20, 0]
+
+
+def test_foreach_adamw_leaves_no_second_step_under_expandable_segments():
+    """Qwen2.5-0.5B full SFT, bf16, 2 × 1024, adamw_torch (foreach): the allocator model replaying its traced stream
+    under expandable segments maps nothing for the head in step 2 (a 936 MiB free run, the freed temporaries, at the
+    start of step 2; reserved 4,836 MiB for an allocated peak of 4,778; estimator/LOG.md), so `second_step` is 0
+    there, while the default segments (per-tensor temporaries, none as large as the fp32 [V, H] block) and the fused
+    AdamW (no temporaries) keep it."""
+    import dataclasses
+
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.allocator import slack_terms
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.trl_config import build_job
+
+    def term(optim: str, expandable: bool) -> int:
+        job = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dtype": "bfloat16", "max_length": 1024,
+                                "per_device_train_batch_size": 2, "optim": optim})[0]
+        job = dataclasses.replace(job, expandable_segments=expandable)
+        phases = list(estimate(job).phases)
+        return slack_terms(job, micro_batch(job), precision(job), lora_layout(job), phases)["second_step"]
+
+    assert term("adamw_torch", True) == 0
+    assert term("adamw_torch", False) > 0
+    assert term("adamw_torch_fused", True) > 0
+
+
 def test_second_step_only_where_states_come_after_the_first_backward():
     """No re-created blocks under LoRA (the head is frozen) or with DeepSpeed (states exist before step one); full
     fine-tuning with AdamW has them."""

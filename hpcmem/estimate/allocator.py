@@ -22,7 +22,13 @@ cannot use. The terms (bytes, `slack_terms`):
   of its size) cannot be carved from the blocks the activations free, so the first step reserves weights + activations + gradients, and the states
   take only the freed head blocks (seen in the allocator model for Qwen2.5-7B and Phi-3 without checkpointing: the
   first step's gradient segments sit free at the second step's peak). Under expandable segments freed blocks merge
-  in one address range and are reused;
+  in one address range and are reused; the optimizer step's temporaries (foreach AdamW: a list the size of the
+  gradients, torch/optim/adam.py `_multi_tensor_adam`, torch 2.13) are the step's last allocations, so when they
+  are freed they leave one free run at the top of the mapped range, which best fit hands out last (`get_free_block`
+  ranks a block bordering unmapped space by what it could grow to): the second step's forward fits elsewhere and
+  its [V, H] blocks take that run before any page is mapped (seen in the allocator model for Qwen2.5-0.5B with
+  adamw_torch: a 936 MiB free run at the start of step 2, nothing mapped for the head), so only the blocks beyond
+  the temporaries count;
 - `head_tile`: the fused head's [4096, 32768] logits tile and fp32 [N, H] input gradient, freed before the layers'
   backward, which split it;
 - `layer_blocks`: the largest block of a decoder layer (the MLP's [T, I] in the compute dtype, an fp32 [T, H]
@@ -47,7 +53,15 @@ from hpcmem.estimate.breakdown import Phase
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE
 from hpcmem.estimate.shape import MicroBatch, Precision
-from hpcmem.estimate.step import BACKWARD, FORWARD, GRADIENTS, OPTIMIZER_STATES, OPTIMIZER_STEP
+from hpcmem.estimate.states import FOREACH_OPTIMS
+from hpcmem.estimate.step import (
+    BACKWARD,
+    FORWARD,
+    GRADIENTS,
+    OPTIMIZER_STATES,
+    OPTIMIZER_STEP,
+    OPTIMIZER_TEMPORARIES,
+)
 from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parameter_sizes
 from hpcmem.spec import JobSpec, ModelSpec
 from hpcmem.trainers import entry
@@ -67,7 +81,7 @@ TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated")
 COEFFICIENTS: dict[str, dict[str, float]] = {
     "default": {"packing": 1.8674, "second_step": 0.3845, "head_tile": 0.1689, "layer_blocks": 1.1951,
                 "allocated": 0.006},
-    "expandable": {"packing": 1.8184, "second_step": 0.4644, "head_tile": 0.122, "layer_blocks": 1.0348,
+    "expandable": {"packing": 1.8228, "second_step": 0.4644, "head_tile": 0.1221, "layer_blocks": 1.0348,
                    "allocated": 0.0015},
 }
 
@@ -152,6 +166,11 @@ def second_step(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Ph
         return 0
     peak = max(p.bytes for p in phases)
     blocks = recreated_blocks(job, prec, lora)
+    if expandable and job.train.optim in FOREACH_OPTIMS:
+        # foreach AdamW's temporaries, freed last, leave one free run at the top of the mapped range, which best fit
+        # hands out last (it can grow): the second step's [V, H] blocks land in it before pages are mapped (clipping's
+        # 512-byte norms, the fused step's only temporaries, sit in the small pool and host nothing)
+        blocks = max(0, blocks - _bytes(optimizer, OPTIMIZER_TEMPORARIES))
     first = max(p.bytes - states for p in phases if p.name == FORWARD or p.name.startswith(BACKWARD))
     if not expandable and not lora.enabled and largest_layer_weight(job.model, job.train.trainer, prec.weight) > block:
         # gradients beside the activations, not in their blocks; the states fill only the freed head blocks

@@ -250,6 +250,9 @@ def zero_paper_bytes(stage: int, psi: float, n: int, k: int = 12) -> float:
     return {0: (4 + k) * psi, 1: 4 * psi + k * psi / n, 2: 2 * psi + (2 + k) * psi / n, 3: (4 + k) * psi / n}[stage]
 
 
+FOREACH_OPTIMS = ("adamw_torch", "adamw_torch_foreach")     # torch AdamW's foreach path (_multi_tensor_adam)
+
+
 def optimizer_step_transient(job: JobSpec, states: States, parts: ParamParts, lora: LoraLayout | None = None) -> int:
     """Temporaries of the optimizer phase: gradient clipping, then `optimizer.step()`, one after the other.
 
@@ -258,7 +261,7 @@ def optimizer_step_transient(job: JobSpec, states: States, parts: ParamParts, lo
     Clipping (max_grad_norm > 0; torch/nn/utils/clip_grad.py `clip_grad_norm_`): one 0-d norm per gradient tensor
     (`_foreach_norm`), their stack and the clip coefficient — a 512-byte CUDA block each; the scaling is in place."""
     optim = job.train.optim
-    if optim in ("adamw_torch", "adamw_torch_foreach"):
+    if optim in FOREACH_OPTIMS:
         step = states.gradients
     elif optim == "adafactor":
         step = 2 * max(parts.embed, parts.per_layer) * 4 // max(job.parallel.world_size, 1)

@@ -29,6 +29,7 @@ BACKWARD = "backward"               # every backward phase's name starts with it
 OPTIMIZER_STEP = "optimizer step"
 OPTIMIZER_STATES = "optimizer states"
 GRADIENTS = "gradients"
+OPTIMIZER_TEMPORARIES = "optimizer step temporaries"
 
 
 def resident_components(s: States, lora: LoraLayout) -> list[Component]:
@@ -187,7 +188,7 @@ def closing_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
         if s.grad_buffers and not s.notes.get("ddp") else []
     optimizer = Phase(name=OPTIMIZER_STEP, components=(
         *resident, grads_all, *step_extra,
-        Component(name="optimizer step temporaries", bytes=opt_transient)))
+        Component(name=OPTIMIZER_TEMPORARIES, bytes=opt_transient)))
     return [p for p in (optimizer, embed_phase) if p is not None]
 
 
