@@ -213,7 +213,8 @@ def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dic
       the second step's layer blocks have cut it — which depends on the free blocks step one's AdamW states left
       (Qwen3-0.6B, 4 × 2048, default segments: mapped again, 6,614 MiB; an 8 MiB tensor more before the weights:
       not, 6,476 MiB; Qwen2.5-0.5B, 2 × 256 without checkpointing: mapped again under expandable segments, not
-      under default ones).
+      under default ones). Of the 20 Reward full fine-tuning stream × mode pairs traced, 9 map it again whatever
+      1–16 MiB tensor is added, 9 never do, 2 flip; no rule here tells the first two groups apart either.
     0 under LoRA (frozen head and embedding), for other heads, and under DeepSpeed (states exist before the first
     step)."""
     head = entry(job.train.trainer).head
