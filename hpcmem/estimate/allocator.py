@@ -219,17 +219,30 @@ def largest_layer_block(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
 
 
 def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dict[str, int]) -> int:
-    """Bytes of reserved the estimate cannot place: the trainable LM head's [V, H] gradient, when the second step's
-    reserve can set the peak (`second_step` > 0 in `terms`, the job's allocator mode's `slack_terms`). Whether the
-    second step maps that block again depends on which freed block its forward's logits tile takes. Under the default
-    allocator that is chaotic: in the allocator model replaying the traced streams one 2–8 MiB tensor more or less
-    before the weights flips it (full fine-tuning streams move by up to ±6 % of reserved; estimator/LOG.md). Under
-    expandable segments the same perturbation moves them by at most 18 MiB, but whether the block finds a free range
-    still depends on the order in which the step's blocks fill the freed address range, which the estimate does not
-    replay. The fitted rule sits between the two outcomes, so reserved may be off by about half this block either
-    way; the estimate says so rather than fit it away. 0 under LoRA (frozen head), for heads that are not an LM head,
-    and under DeepSpeed (states exist before the first step)."""
-    if lora.enabled or entry(job.train.trainer).head != "lm" or terms["second_step"] <= 0:
+    """Bytes of reserved the estimate cannot place: a [V, H] gradient whose segment the second step may or may not
+    map again. Under the default allocator that flips, in the allocator model replaying the traced streams, with one
+    2–8 MiB tensor more or less before the weights (estimator/LOG.md). Under expandable segments the same perturbation
+    moves the LM-head streams by at most 18 MiB, but whether the block finds a free range still depends on the order
+    in which the step's blocks fill the freed address range, which the estimate does not replay. The fitted rule sits
+    between the two outcomes, so reserved may be off by about half this block either way; the estimate says so rather
+    than fit it away.
+    - A trainable LM head: its bf16 [V, H] gradient, when the second step's reserve can set the peak (`second_step`
+      > 0 in `terms`, the job's allocator mode's `slack_terms`): whether the second step maps it again depends on
+      which freed block its forward's logits tile takes (full fine-tuning streams move by up to ±6 % of reserved).
+    - Reward (a score head): the embedding's [V, H] gradient. It is the backward's last block (the embedding's
+      backward, after every layer), so when it needs a new segment that lands on the reserve the layers' backward
+      reached, after the allocated peak. Step one's gradient segment, freed by zero_grad, is still whole then unless
+      the second step's layer blocks have cut it — which depends on the free blocks step one's AdamW states left
+      (Qwen3-0.6B, 4 × 2048, default segments: mapped again, 6,614 MiB; an 8 MiB tensor more before the weights:
+      not, 6,476 MiB; Qwen2.5-0.5B, 2 × 256 without checkpointing: mapped again under expandable segments, not
+      under default ones). Of the 20 Reward full fine-tuning stream × mode pairs traced, 9 map it again whatever
+      1–16 MiB tensor is added, 9 never do, 2 flip; no rule here tells the first two groups apart either.
+    0 under LoRA (frozen head and embedding), for other heads, and under DeepSpeed (states exist before the first
+    step)."""
+    head = entry(job.train.trainer).head
+    if lora.enabled or job.parallel.deepspeed or head not in ("lm", "score"):
+        return 0
+    if head == "lm" and terms["second_step"] <= 0:
         return 0
     return job.model.vocab_size * job.model.hidden_size * prec.weight
 

@@ -7,7 +7,8 @@ is estimated once per mode (its spec with expandable_segments off / on). err % =
 "slack only" scores the estimate's reserved − allocated on top of the traced allocated peak (+ the workspaces):
 the error the reserved rule adds by itself, without the allocated estimate's own error. "beyond ± spread" scores
 what lies outside the estimate ± half the block it says it cannot place (`reserved_spread_bytes`: the LM head's
-[V, H] gradient the second step may map again; hpcmem.estimate.allocator.placement_spread): 0 inside.
+[V, H] gradient, or Reward's embedding gradient, that the second step may map again;
+hpcmem.estimate.allocator.placement_spread): 0 inside.
 """
 
 from __future__ import annotations
