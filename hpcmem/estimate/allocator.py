@@ -58,7 +58,7 @@ from hpcmem.estimate.breakdown import Phase
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE
 from hpcmem.estimate.shape import MicroBatch, Precision
-from hpcmem.estimate.step import BACKWARD, FORWARD, OPTIMIZER_STATES, OPTIMIZER_STEP
+from hpcmem.estimate.step import BACKWARD, FORWARD, GRADIENTS, OPTIMIZER_STATES, OPTIMIZER_STEP
 from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parameter_sizes
 from hpcmem.spec import JobSpec, ModelSpec
 from hpcmem.trainers import entry
@@ -177,7 +177,8 @@ def beside_activations(job: JobSpec, mb: MicroBatch, prec: Precision, lora: Lora
     none is, under LoRA and DeepSpeed, or without states. The blocks the forward frees: autocast's 16-bit copy of
     each layer weight (fp32 weights under checkpointing), the fused gate/up projection's [T, 2I] output (Phi-3; one
     layer's under checkpointing), and the rest of the activations as blocks of the layer's largest size (`block`).
-    The gradients and optimizer states are placed in them whole (`_placed`); the rest maps segments of its own."""
+    The gradients and optimizer states are placed in them whole (`_placed`); the rest maps segments of its own.
+    Under gradient accumulation the gradients already exist in the forward phase: counted once, not freed by it."""
     named = {p.name: p for p in phases}
     forward, optimizer = named.get(FORWARD), named.get(OPTIMIZER_STEP)
     if job.parallel.deepspeed or lora.enabled or forward is None or optimizer is None:
@@ -198,12 +199,13 @@ def beside_activations(job: JobSpec, mb: MicroBatch, prec: Precision, lora: Lora
         freed[gate_up] = freed.get(gate_up, 0) + (1 if job.train.gradient_checkpointing else m.num_hidden_layers)
     if largest_layer_weight(m, trainer, prec.weight) <= max([block, *freed]):
         return 0
-    rest = forward.bytes - states - _bytes(forward, WEIGHTS) - sum(k * n for k, n in freed.items())
+    kept = _bytes(forward, GRADIENTS)       # gradient accumulation: the gradients exist through the forward
+    rest = forward.bytes - states - kept - _bytes(forward, WEIGHTS) - sum(k * n for k, n in freed.items())
     if rest >= block > 0:
         freed[block] = freed.get(block, 0) + rest // block
     trained = _trained(m, trainer, job.train.optim, prec.weight)
     total = sum(k * n for k, n in trained)
-    end = max(optimizer.bytes, forward.bytes - states + total - _placed(freed, dict(trained)))
+    end = max(optimizer.bytes, forward.bytes - states - kept + total - _placed(freed, dict(trained)))
     lm_head = entry(trainer).head == "lm"
     again = m.vocab_size * m.hidden_size * prec.weight if lm_head else recreated_blocks(job, prec, lora)
     return max(0, end + again - max(p.bytes for p in phases))
