@@ -17,18 +17,30 @@ cannot use. The terms (bytes, `slack_terms`):
   max(first-step peak without the states, weights + gradients + states) reserved, and the big blocks the states took
   over — the fused LM head's fp32 [V, H] gradient accumulator and the [V, H] gradient (trl/kernels/chunked_logprob.py
   backward); Reward's embedding gradient (and its copy when tied) — get new segments in the second step. The term is
-  that end of step one + those blocks − the peak, when positive (from the estimate's own phases). Default segments
-  only: when the largest trainable layer weight is larger than the layer's largest block, its gradient (and states
-  of its size) cannot be carved from the blocks the activations free, so the first step reserves weights + activations + gradients, and the states
-  take only the freed head blocks (seen in the allocator model for Qwen2.5-7B and Phi-3 without checkpointing: the
-  first step's gradient segments sit free at the second step's peak). Under expandable segments freed blocks merge
-  in one address range and are reused; the optimizer step's temporaries (foreach AdamW: a list the size of the
-  gradients, torch/optim/adam.py `_multi_tensor_adam`, torch 2.13) are the step's last allocations, so when they
-  are freed they leave one free run at the top of the mapped range, which best fit hands out last (`get_free_block`
-  ranks a block bordering unmapped space by what it could grow to): the second step's forward fits elsewhere and
-  its [V, H] blocks take that run before any page is mapped (seen in the allocator model for Qwen2.5-0.5B with
-  adamw_torch: a 936 MiB free run at the start of step 2, nothing mapped for the head), so only the blocks beyond
-  the temporaries count;
+  that end of step one + those blocks − the peak, when positive (from the estimate's own phases). Under expandable
+  segments freed blocks merge in one address range and are reused; the optimizer step's temporaries (foreach AdamW: a
+  list the size of the gradients, torch/optim/adam.py `_multi_tensor_adam`, torch 2.13) are the step's last
+  allocations, so when they are freed they leave one free run at the top of the mapped range, which best fit hands
+  out last (`get_free_block` ranks a block bordering unmapped space by what it could grow to): the second step's
+  forward fits elsewhere and its [V, H] blocks take that run before any page is mapped (seen in the allocator model
+  for Qwen2.5-0.5B with adamw_torch: a 936 MiB free run at the start of step 2, nothing mapped for the head), so only
+  the blocks beyond the temporaries count;
+- `beside` (default segments, full fine-tuning): what step one reserves more when the largest trainable layer weight
+  is larger than every block the forward frees. Under default segments a block never grows past its segment (one
+  `cudaMalloc`; `try_merge_blocks` joins neighbours within it only), so a tensor fits a freed block only whole
+  (best fit, `get_free_block`), and such a weight's gradient (backward) and optimizer states (torch/optim/adamw.py
+  `_init_group`, at the first `optimizer.step()`) map segments of their own beside the activations' segments. The
+  blocks the forward frees — the activations (taken as blocks of the layer's largest size), autocast's 16-bit weight
+  copies (aten/src/ATen/autocast_mode.cpp `cached_cast`, fp32 weights), Phi-3's fused gate/up [T, 2I] output
+  (transformers modeling_phi3.py `Phi3MLP`) — take the gradients and states that fit, whole (`_placed`). End of step
+  one = what the forward reserved + every gradient and state − what those blocks hold; step 2 maps about one [V, H]
+  block again (the gradients took the fp32 accumulator's freed block in step one). The term is that end + the [V, H]
+  block − the peak − `second_step`, when positive. Seen in the allocator model replaying Qwen2.5-7B, Llama-3.1-8B,
+  Mistral-7B, Qwen3-8B and Phi-3-mini bf16 without checkpointing and Mistral-7B fp32 with it (2,048 tokens): every
+  state of a weight larger than the largest freed block maps a new segment at step one (Qwen2.5-7B: 168 of 168
+  129.5 MiB states; Mistral-7B fp32: 192 of 192 224 MiB states and 94 of the 128 64 MiB ones, where `_placed`
+  leaves 96). Under expandable segments freed blocks merge in one address range (0 there; the gradients' own
+  fragmentation of that range in step 2 is not modelled);
 - `head_tile`: the fused head's [4096, 32768] logits tile and fp32 [N, H] input gradient, freed before the layers'
   backward, which split it;
 - `layer_blocks`: the largest block of a decoder layer (the MLP's [T, I] in the compute dtype, an fp32 [T, H]
@@ -75,14 +87,16 @@ from hpcmem.trace.allocator import (
 )
 
 FP32 = 4
-TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated")
+WEIGHTS = "weights"                         # hpcmem.estimate.step's component names
+AUTOCAST_CACHE = "autocast weight cache"
+TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "beside")
 # Fitted coefficients per allocator mode: least absolute deviations on the training split (python -m
 # hpcmem.bench.reserved_fit; estimator/reserved-fit.json).
 COEFFICIENTS: dict[str, dict[str, float]] = {
-    "default": {"packing": 1.8674, "second_step": 0.3845, "head_tile": 0.1689, "layer_blocks": 1.1951,
-                "allocated": 0.006},
-    "expandable": {"packing": 1.8228, "second_step": 0.4644, "head_tile": 0.1221, "layer_blocks": 1.0348,
-                   "allocated": 0.0015},
+    "default": {"packing": 1.8779, "second_step": 0.3746, "head_tile": 0.1605,
+                "layer_blocks": 1.1905, "allocated": 0.0069, "beside": 1.0419},
+    "expandable": {"packing": 1.8228, "second_step": 0.4644, "head_tile": 0.1221,
+                   "layer_blocks": 1.0348, "allocated": 0.0015, "beside": 0.0},
 }
 
 
@@ -141,20 +155,23 @@ def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     lm_head = entry(job.train.trainer).head == "lm"
     n = mb.label_tokens
     block = largest_layer_block(job, mb, prec)
+    ordinary = second_step(job, prec, lora, phases, expandable)
     return {
         # ZeRO / FSDP keep flat partitions, not one tensor per parameter: no per-tensor packing
         "packing": 0 if sharded else persistent_waste(m, job.train.trainer, job.train.optim, prec.weight, lora,
                                                        expandable),
-        "second_step": second_step(job, prec, lora, phases, block, expandable),
+        "second_step": ordinary,
         "head_tile": (min(n, TOKEN_CHUNK_SIZE) * min(m.vocab_size, VOCAB_CHUNK_SIZE) * prec.act
                       + n * m.hidden_size * FP32) if lm_head else 0,
         "layer_blocks": block,
         "allocated": max(p.bytes for p in phases),
+        # per-tensor placement: not for ZeRO / FSDP's flat partitions either
+        "beside": 0 if expandable or sharded else max(0, beside_activations(job, mb, prec, lora, phases, block)
+                                                       - ordinary),
     }
 
 
-def second_step(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Phase], block: int,
-                expandable: bool) -> int:
+def second_step(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Phase], expandable: bool) -> int:
     """End of the first step's reserve + the [V, H] blocks the second step maps again − the peak (module docstring).
     0 when the states exist before the first step (DeepSpeed allocates them at engine init) or there are none."""
     named = {p.name: p for p in phases}
@@ -172,13 +189,85 @@ def second_step(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Ph
         # 512-byte norms, the fused step's only temporaries, sit in the small pool and host nothing)
         blocks = max(0, blocks - _bytes(optimizer, OPTIMIZER_TEMPORARIES))
     first = max(p.bytes - states for p in phases if p.name == FORWARD or p.name.startswith(BACKWARD))
-    if not expandable and not lora.enabled and largest_layer_weight(job.model, job.train.trainer, prec.weight) > block:
-        # gradients beside the activations, not in their blocks; the states fill only the freed head blocks
-        beside = forward.bytes - states - _bytes(forward, GRADIENTS) + _bytes(optimizer, GRADIENTS)
-        end = max(optimizer.bytes, max(first, beside) + max(0, states - blocks))
-    else:
-        end = max(first, optimizer.bytes)
-    return max(0, end + blocks - peak)
+    return max(0, max(first, optimizer.bytes) + blocks - peak)
+
+
+def beside_activations(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase],
+                       block: int) -> int:
+    """Default segments: end of step one + the [V, H] block step 2 maps again − the peak, for a full fine-tuning job
+    whose largest layer weight is larger than every block the forward frees (module docstring, `beside`); 0 when
+    none is, under LoRA and DeepSpeed, or without states. The blocks the forward frees: autocast's 16-bit copy of
+    each layer weight (fp32 weights under checkpointing), the fused gate/up projection's [T, 2I] output (Phi-3; one
+    layer's under checkpointing), and the rest of the activations as blocks of the layer's largest size (`block`).
+    The gradients and optimizer states are placed in them whole (`_placed`); the rest maps segments of its own.
+    Under gradient accumulation the gradients already exist in the forward phase: counted once, not freed by it."""
+    named = {p.name: p for p in phases}
+    forward, optimizer = named.get(FORWARD), named.get(OPTIMIZER_STEP)
+    if job.parallel.deepspeed or lora.enabled or forward is None or optimizer is None:
+        return 0
+    states = _bytes(forward, OPTIMIZER_STATES)
+    if not states:
+        return 0
+    m, trainer = job.model, job.train.trainer
+    sizes = parameter_sizes(m, trainer, prec.weight)
+    freed: dict[int, int] = {}      # block size → count
+    cache = _bytes(forward, AUTOCAST_CACHE)
+    if cache:
+        for size in sizes[1:-1]:
+            copy = size * prec.act // prec.weight
+            freed[copy] = freed.get(copy, 0) + 1
+    if m.fused_gate_up:
+        gate_up = mb.tokens * 2 * m.intermediate_size * prec.act
+        freed[gate_up] = freed.get(gate_up, 0) + (1 if job.train.gradient_checkpointing else m.num_hidden_layers)
+    if largest_layer_weight(m, trainer, prec.weight) <= max([block, *freed]):
+        return 0
+    kept = _bytes(forward, GRADIENTS)       # gradient accumulation: the gradients exist through the forward
+    rest = forward.bytes - states - kept - _bytes(forward, WEIGHTS) - sum(k * n for k, n in freed.items())
+    if rest >= block > 0:
+        freed[block] = freed.get(block, 0) + rest // block
+    trained = _trained(m, trainer, job.train.optim, prec.weight)
+    total = sum(k * n for k, n in trained)
+    end = max(optimizer.bytes, forward.bytes - states - kept + total - _placed(freed, dict(trained)))
+    lm_head = entry(trainer).head == "lm"
+    again = m.vocab_size * m.hidden_size * prec.weight if lm_head else recreated_blocks(job, prec, lora)
+    return max(0, end + again - max(p.bytes for p in phases))
+
+
+@functools.lru_cache(maxsize=512)
+def _trained(m: ModelSpec, trainer: str, optim: str, weight_bytes: int) -> tuple[tuple[int, int], ...]:
+    """(size, count) of every trainable tensor's gradient and optimizer states (full fine-tuning)."""
+    out: dict[int, int] = {}
+    for size in parameter_sizes(m, trainer, weight_bytes):
+        for t in (size, *optimizer_state_sizes(optim, [size])):
+            out[t] = out.get(t, 0) + 1
+    return tuple(out.items())
+
+
+def _placed(freed: dict[int, int], tensors: dict[int, int]) -> int:
+    """Bytes of `tensors` (size → count) the `freed` blocks (size → count) hold, whole tensors only: largest tensors
+    first, each into the smallest block that fits (best fit); a block keeps taking tensors of that size, and the
+    remainder stays a free block when the large pool would split it (> 1 MiB; hpcmem.trace.allocator
+    `should_split`)."""
+    free = dict(freed)
+    placed = 0
+    for size in sorted(tensors, reverse=True):
+        want = tensors[size]
+        while want:
+            fits = [k for k, n in free.items() if n and k >= size]
+            if not fits:
+                break
+            room = min(fits)
+            per = room // size
+            used = min(free[room], -(-want // per))
+            took = min(want, used * per)
+            want -= took
+            placed += took * size
+            free[room] -= used
+            last = took - (used - 1) * per          # tensors in the last block used
+            for left, count in ((room - per * size, used - 1), (room - last * size, 1)):
+                if count and should_split(room, room - left, False, False):
+                    free[left] = free.get(left, 0) + count
+    return placed
 
 
 def _bytes(phase: Phase, name: str) -> int:
@@ -226,8 +315,8 @@ def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dic
     in which the step's blocks fill the freed address range, which the estimate does not replay. The fitted rule sits
     between the two outcomes, so reserved may be off by about half this block either way; the estimate says so rather
     than fit it away.
-    - A trainable LM head: its bf16 [V, H] gradient, when the second step's reserve can set the peak (`second_step`
-      > 0 in `terms`, the job's allocator mode's `slack_terms`): whether the second step maps it again depends on
+    - A trainable LM head: its bf16 [V, H] gradient, when the second step's reserve can set the peak (`second_step` or
+      `beside` > 0 in `terms`, the job's allocator mode's `slack_terms`): whether the second step maps it again depends on
       which freed block its forward's logits tile takes (full fine-tuning streams move by up to ±6 % of reserved).
     - Reward (a score head): the embedding's [V, H] gradient. It is the backward's last block (the embedding's
       backward, after every layer), so when it needs a new segment that lands on the reserve the layers' backward
@@ -242,7 +331,7 @@ def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dic
     head = entry(job.train.trainer).head
     if lora.enabled or job.parallel.deepspeed or head not in ("lm", "score"):
         return 0
-    if head == "lm" and terms["second_step"] <= 0:
+    if head == "lm" and terms["second_step"] + terms["beside"] <= 0:
         return 0
     return job.model.vocab_size * job.model.hidden_size * prec.weight
 
