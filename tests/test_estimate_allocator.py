@@ -104,8 +104,9 @@ def test_second_step_only_where_states_come_after_the_first_backward():
 def test_the_head_gradient_block_the_second_step_may_map_again_is_reported_not_fitted_away():
     """Qwen2.5-0.5B full SFT, bf16, 2 × 2048 with checkpointing: one of the streams whose second step maps both
     [V, H] blocks again in the allocator model (estimator/LOG.md), and a neighbour of streams where a 2 MiB tensor
-    more flips the bf16 one. The spread is that bf16 [V, H] gradient, by hand 151,936 × 896 × 2 B; none under LoRA
-    (frozen head), for Reward (a score head), or at a length where the head's blocks never reach the peak."""
+    more flips the bf16 one. The spread is that bf16 [V, H] gradient, by hand 151,936 × 896 × 2 B; none for Reward
+    (a score head) or at a length where the head's blocks never reach the peak. Under LoRA (frozen head) it is the
+    layer's largest block instead (next test)."""
     from hpcmem.estimate import estimate
     from hpcmem.estimate.table import render
     from hpcmem.trl_config import build_job
@@ -118,11 +119,45 @@ def test_the_head_gradient_block_the_second_step_may_map_again_is_reported_not_f
     assert full.reserved_spread_bytes == 151_936 * 896 * 2
     assert full.to_json()["per_gpu"]["reserved_spread_bytes"] == 151_936 * 896 * 2
     assert "± 0.13 GiB: whether step 2 maps the head's [V, H] gradient (0.25 GiB) again" in render(full)
-    assert est(use_peft=True).reserved_spread_bytes == 0
     assert est("reward").reserved_spread_bytes == 0
     # 32k tokens without checkpointing: the activations' peak is far above step one's end + the head's blocks
     long = est(max_length=16384, gradient_checkpointing=False)
     assert long.reserved_spread_bytes == 0 and "± " not in render(long)
+
+
+def test_lora_layer_block_whose_segment_flips_is_reported_under_default_segments_only():
+    """sft-qwen7b-lora (H200 record, Qwen2.5-7B LoRA, 1 × 4096, checkpointing): its stored device stream replayed
+    through the allocator model with one 3 MiB tensor more before the weights reserves one more segment of the
+    layer's [T, I] bf16 block, by hand 4096 × 18944 × 2 B (the 3 MiB tensor itself sits in a 20 MiB segment the
+    weights' 1–10 MiB tensors share); under expandable segments the peak moves by less than one 20 MiB page. The
+    estimate of that record's job reports that block as its spread in the default mode and none with expandable
+    segments; Qwen2.5-0.5B LoRA 2 × 2048 reports its own, max(4096 × 4864 × 2, 4096 × 896 × 4) B."""
+    import dataclasses
+    import gzip
+
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.table import render
+    from hpcmem.trace.replay import replay
+    from hpcmem.trl_config import build_job
+    from hpcmem.validate.probes import load, record_job
+
+    block = 4096 * 18944 * 2
+    stream = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "nvidia-h200" / "sft-qwen7b-lora.json.gz").read())
+    events = stream["events"]
+    more = events[:1] + [3 * MIB] + events[1:]
+    assert (replay(more).steady_reserved_bytes - replay(events).steady_reserved_bytes) == block
+    moved = replay(more, expandable=True).steady_reserved_bytes - replay(events, expandable=True).steady_reserved_bytes
+    assert abs(moved) < 20 * MIB
+
+    records = load([ROOT / "estimator" / "probes" / "nvidia-h200.jsonl"], gpu="nvidia-h200").records
+    job = record_job(next(r for r in records if r.case == "sft-qwen7b-lora"))
+    assert estimate(dataclasses.replace(job, expandable_segments=False)).reserved_spread_bytes == block
+    assert estimate(dataclasses.replace(job, expandable_segments=True)).reserved_spread_bytes == 0
+
+    small = estimate(build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dtype": "bfloat16",
+                                       "max_length": 2048, "per_device_train_batch_size": 2, "use_peft": True})[0])
+    assert small.reserved_spread_bytes == max(4096 * 4864 * 2, 4096 * 896 * 4)
+    assert "whether step 2 maps a decoder layer's largest block (0.04 GiB) again" in render(small)
 
 
 def test_coefficients_are_the_committed_fit():

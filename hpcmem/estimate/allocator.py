@@ -200,17 +200,32 @@ def largest_layer_block(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
 
 
 def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dict[str, int]) -> int:
-    """Bytes of reserved the estimate cannot place: the trainable LM head's [V, H] gradient, when the second step's
-    reserve can set the peak (`second_step` > 0 in `terms`, the job's allocator mode's `slack_terms`). Whether the
-    second step maps that block again depends on which freed block its forward's logits tile takes, and in the
-    allocator model replaying the traced streams one 2–8 MiB tensor more or less before the weights flips it (full
-    fine-tuning streams move by up to ±6 % of reserved; estimator/LOG.md). The fitted rule sits between the two
-    outcomes, so reserved may be off by about half this block either way; the estimate says so rather than fit it
-    away. 0 under LoRA (frozen head), for heads that are not an LM head, and under DeepSpeed (states exist before the
-    first step)."""
-    if lora.enabled or entry(job.train.trainer).head != "lm" or terms["second_step"] <= 0:
+    """Bytes of reserved the estimate cannot place (`terms`: the job's allocator mode's `slack_terms`):
+    - full fine-tuning: the trainable LM head's [V, H] gradient, when the second step's reserve can set the peak
+      (`second_step` > 0). Whether the second step maps that block again depends on which freed block its forward's
+      logits tile takes, and in the allocator model replaying the traced streams one 2–8 MiB tensor more or less
+      before the weights flips it (full fine-tuning streams move by up to ±6 % of reserved; estimator/LOG.md). 0 for
+      heads that are not an LM head and under DeepSpeed (states exist before the first step);
+    - LoRA, default segments: a decoder layer's largest block (`layer_blocks`). With the head and the weights frozen
+      there is no [V, H] block, but whether one more [T, I]-sized segment gets mapped flips the same way: replayed
+      with one 1.5–8 MiB tensor more before the weights, 3 of 17 LoRA streams (the ten H200 records' and seven
+      matrix cases') move by about one such block — sft-qwen7b-lora +148 MiB (its bf16 [T, I]: 4096 × 18944 × 2 B),
+      sft-llama8b-lora −92 MiB (block 112 MiB), Qwen2.5-0.5B SFT 4 × 2048 −138 MiB (step 2 no longer maps
+      peft's fp32 copy of down_proj's input, 152 MiB, twice the bf16 block) — because the 1–10 MiB tensors that
+      share 20 MiB segments decide which cached block a smaller request cuts first (estimator/LOG.md). Under
+      expandable segments freed ranges merge and no LoRA stream moved by more than one 20 MiB page: 0.
+    The fitted rule sits between the two outcomes, so reserved may be off by about half this block either way; the
+    estimate says so rather than fit it away."""
+    if lora.enabled:
+        return 0 if job.expandable_segments else terms["layer_blocks"]
+    if entry(job.train.trainer).head != "lm" or terms["second_step"] <= 0:
         return 0
     return job.model.vocab_size * job.model.hidden_size * prec.weight
+
+
+def spread_block(lora: LoraLayout) -> str:
+    """What `placement_spread` names, for the estimate's table."""
+    return "a decoder layer's largest block" if lora.enabled else "the head's [V, H] gradient"
 
 
 def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
