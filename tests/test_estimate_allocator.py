@@ -160,6 +160,62 @@ def test_lora_layer_block_whose_segment_flips_is_reported_under_default_segments
     assert "whether step 2 maps a decoder layer's largest block (0.04 GiB) again" in render(small)
 
 
+def test_lora_recompute_takes_the_freed_logits_tile_whole_under_expandable_segments():
+    """dpo-qwen05-lora (H200 record: Qwen2.5-0.5B LoRA, 4 pairs × 1024, checkpointing; 8 rows × 1,023 scored
+    positions, so a [4096, 32768] bf16 logits tile, by hand 256 MiB): its stored stream replayed with expandable segments up to the
+    allocated peak of the steps after the first (the last layer's recompute, right after the frozen head's backward)
+    leaves no free range the tile fits in — a request of its size at that instant maps new pages. So `head_tile`
+    keeps only the fp32 [N, H] input gradient there (8 × 1023 × 896 × 4 B by hand), and the tile too in the default mode
+    (a cudaMalloc segment keeps the remainder the recompute's blocks leave)."""
+    import dataclasses
+    import gzip
+
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.allocator import slack_terms
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.trace.events import step_of
+    from hpcmem.trace.replay import Workspaces, _workspaces
+    from hpcmem.validate.probes import load, record_job
+
+    tile = 4096 * 32768 * 2
+    events = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "nvidia-h200" / "dpo-qwen05-lora.json.gz").read())[
+        "events"]
+
+    def replay_to(stop: int | None) -> tuple[CachingAllocator, int]:
+        alloc, handles, taken, step, peak, at = CachingAllocator(expandable_segments=True), {}, set(), 0, 0, 0
+        for i, ev in enumerate(events[:stop]):
+            if isinstance(ev, int):
+                if ev >= 0:
+                    handles[i] = alloc.malloc(ev)
+                else:
+                    alloc.free(handles.pop(i + ev))
+            elif ev[0] == "phase":
+                step = step_of(ev[1]) or step
+            elif ev[0] == "gemm":
+                _workspaces(alloc, taken, ev[1], ev[2], Workspaces())
+            if step >= 2 and alloc.stats.allocated_bytes > peak:
+                peak, at = alloc.stats.allocated_bytes, i
+        return alloc, at
+
+    _, at = replay_to(None)
+    alloc, _ = replay_to(at + 1)
+    before = alloc.stats.reserved_bytes
+    alloc.malloc(tile)
+    assert alloc.stats.reserved_bytes > before
+
+    records = load([ROOT / "estimator" / "probes" / "nvidia-h200.jsonl"], gpu="nvidia-h200").records
+    job = record_job(next(r for r in records if r.case == "dpo-qwen05-lora"))
+    phases = list(estimate(job).phases)
+
+    def head_tile(expandable: bool) -> int:
+        j = dataclasses.replace(job, expandable_segments=expandable)
+        return slack_terms(j, micro_batch(j), precision(j), lora_layout(j), phases, expandable)["head_tile"]
+
+    assert head_tile(True) == 8 * 1023 * 896 * 4
+    assert head_tile(False) == tile + 8 * 1023 * 896 * 4
+
+
 def test_coefficients_are_the_committed_fit():
     """hpcmem.estimate.allocator's coefficients are the fit of the rows in estimator/reserved-fit.json (the allocator
     model replaying the trace matrix): refitted here from those rows, stdlib only."""
