@@ -231,10 +231,11 @@ def test_second_step_only_where_states_come_after_the_first_backward():
 def test_the_head_gradient_block_the_second_step_may_map_again_is_reported_not_fitted_away():
     """Qwen2.5-0.5B full SFT, bf16, 2 × 2048 with checkpointing: one of the streams whose second step maps both
     [V, H] blocks again in the allocator model (estimator/LOG.md), and a neighbour of streams where a 2 MiB tensor
-    more flips the bf16 one. The spread is that bf16 [V, H] gradient, by hand 151,936 × 896 × 2 B; none under LoRA
-    (frozen head) or at a length where the head's blocks never reach the peak. Reward (a score head): the embedding's
-    bf16 [V, H] gradient, the same 151,936 × 896 × 2 B (the allocator model maps it again in step 2 or not, with an
-    8 MiB tensor more before the weights, for Qwen3-0.6B; estimator/LOG.md); none under LoRA (frozen embedding)."""
+    more flips the bf16 one. The spread is that bf16 [V, H] gradient, by hand 151,936 × 896 × 2 B; not under LoRA
+    (frozen head: the layer's largest block instead, next test) or at a length where the head's blocks never reach
+    the peak. Reward (a score head): the embedding's bf16 [V, H] gradient, the same 151,936 × 896 × 2 B (the
+    allocator model maps it again in step 2 or not, with an 8 MiB tensor more before the weights, for Qwen3-0.6B;
+    estimator/LOG.md)."""
     from hpcmem.estimate import estimate
     from hpcmem.estimate.table import render
     from hpcmem.trl_config import build_job
@@ -246,13 +247,103 @@ def test_the_head_gradient_block_the_second_step_may_map_again_is_reported_not_f
     full = est()
     assert full.reserved_spread_bytes == 151_936 * 896 * 2
     assert full.to_json()["per_gpu"]["reserved_spread_bytes"] == 151_936 * 896 * 2
-    assert "± 0.13 GiB: whether step 2 maps a [V, H] gradient (0.25 GiB) again" in render(full)
-    assert est(use_peft=True).reserved_spread_bytes == 0
+    assert "± 0.13 GiB: whether step 2 maps the head's [V, H] gradient (0.25 GiB) again" in render(full)
     assert est("reward").reserved_spread_bytes == 151_936 * 896 * 2
-    assert est("reward", use_peft=True).reserved_spread_bytes == 0
+    assert "the embedding's [V, H] gradient" in render(est("reward"))
     # 32k tokens without checkpointing: the activations' peak is far above step one's end + the head's blocks
     long = est(max_length=16384, gradient_checkpointing=False)
     assert long.reserved_spread_bytes == 0 and "± " not in render(long)
+
+
+def test_lora_layer_block_whose_segment_flips_is_reported_under_default_segments_only():
+    """sft-qwen7b-lora (H200 record, Qwen2.5-7B LoRA, 1 × 4096, checkpointing): its stored device stream replayed
+    through the allocator model with one 3 MiB tensor more before the weights reserves one more segment of the
+    layer's [T, I] bf16 block, by hand 4096 × 18944 × 2 B (the 3 MiB tensor itself sits in a 20 MiB segment the
+    weights' 1–10 MiB tensors share); under expandable segments the peak moves by less than one 20 MiB page. The
+    estimate of that record's job reports that block as its spread in the default mode and none with expandable
+    segments; Qwen2.5-0.5B LoRA 2 × 2048 reports its own, max(4096 × 4864 × 2, 4096 × 896 × 4) B."""
+    import dataclasses
+    import gzip
+
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.table import render
+    from hpcmem.trace.replay import replay
+    from hpcmem.trl_config import build_job
+    from hpcmem.validate.probes import load, record_job
+
+    block = 4096 * 18944 * 2
+    stream = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "nvidia-h200" / "sft-qwen7b-lora.json.gz").read())
+    events = stream["events"]
+    more = events[:1] + [3 * MIB] + events[1:]
+    assert (replay(more).steady_reserved_bytes - replay(events).steady_reserved_bytes) == block
+    moved = replay(more, expandable=True).steady_reserved_bytes - replay(events, expandable=True).steady_reserved_bytes
+    assert abs(moved) < 20 * MIB
+
+    records = load([ROOT / "estimator" / "probes" / "nvidia-h200.jsonl"], gpu="nvidia-h200").records
+    job = record_job(next(r for r in records if r.case == "sft-qwen7b-lora"))
+    assert estimate(dataclasses.replace(job, expandable_segments=False)).reserved_spread_bytes == block
+    assert estimate(dataclasses.replace(job, expandable_segments=True)).reserved_spread_bytes == 0
+
+    small = estimate(build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dtype": "bfloat16",
+                                       "max_length": 2048, "per_device_train_batch_size": 2, "use_peft": True})[0])
+    assert small.reserved_spread_bytes == max(4096 * 4864 * 2, 4096 * 896 * 4)
+    assert "whether step 2 maps a decoder layer's largest block (0.04 GiB) again" in render(small)
+
+
+def test_lora_recompute_takes_the_freed_logits_tile_whole_under_expandable_segments():
+    """dpo-qwen05-lora (H200 record: Qwen2.5-0.5B LoRA, 4 pairs × 1024, checkpointing; 8 rows × 1,023 scored
+    positions, so a [4096, 32768] bf16 logits tile, by hand 256 MiB): its stored stream replayed with expandable segments up to the
+    allocated peak of the steps after the first (the last layer's recompute, right after the frozen head's backward)
+    leaves no free range the tile fits in — a request of its size at that instant maps new pages. So `head_tile`
+    keeps only the fp32 [N, H] input gradient there (8 × 1023 × 896 × 4 B by hand), and the tile too in the default mode
+    (a cudaMalloc segment keeps the remainder the recompute's blocks leave)."""
+    import dataclasses
+    import gzip
+
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.allocator import slack_terms
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.trace.events import step_of
+    from hpcmem.trace.replay import Workspaces, _workspaces
+    from hpcmem.validate.probes import load, record_job
+
+    tile = 4096 * 32768 * 2
+    events = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "nvidia-h200" / "dpo-qwen05-lora.json.gz").read())[
+        "events"]
+
+    def replay_to(stop: int | None) -> tuple[CachingAllocator, int]:
+        alloc, handles, taken, step, peak, at = CachingAllocator(expandable_segments=True), {}, set(), 0, 0, 0
+        for i, ev in enumerate(events[:stop]):
+            if isinstance(ev, int):
+                if ev >= 0:
+                    handles[i] = alloc.malloc(ev)
+                else:
+                    alloc.free(handles.pop(i + ev))
+            elif ev[0] == "phase":
+                step = step_of(ev[1]) or step
+            elif ev[0] == "gemm":
+                _workspaces(alloc, taken, ev[1], ev[2], Workspaces())
+            if step >= 2 and alloc.stats.allocated_bytes > peak:
+                peak, at = alloc.stats.allocated_bytes, i
+        return alloc, at
+
+    _, at = replay_to(None)
+    alloc, _ = replay_to(at + 1)
+    before = alloc.stats.reserved_bytes
+    alloc.malloc(tile)
+    assert alloc.stats.reserved_bytes > before
+
+    records = load([ROOT / "estimator" / "probes" / "nvidia-h200.jsonl"], gpu="nvidia-h200").records
+    job = record_job(next(r for r in records if r.case == "dpo-qwen05-lora"))
+    phases = list(estimate(job).phases)
+
+    def head_tile(expandable: bool) -> int:
+        j = dataclasses.replace(job, expandable_segments=expandable)
+        return slack_terms(j, micro_batch(j), precision(j), lora_layout(j), phases, expandable)["head_tile"]
+
+    assert head_tile(True) == 8 * 1023 * 896 * 4
+    assert head_tile(False) == tile + 8 * 1023 * 896 * 4
 
 
 def test_coefficients_are_the_committed_fit():

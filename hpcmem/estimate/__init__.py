@@ -7,7 +7,7 @@ optimizer, sharding), activations, lora, loss (TRL's fused LM head), step (phase
 
 from __future__ import annotations
 
-from hpcmem.estimate.allocator import allocator_slack
+from hpcmem.estimate.allocator import allocator_slack, spread_block
 from hpcmem.estimate.breakdown import Component, Estimate, Phase
 from hpcmem.estimate.checkpoint import NAME as SAVE_PHASE
 from hpcmem.estimate.checkpoint import save_bytes
@@ -128,6 +128,7 @@ def estimate(job: JobSpec) -> Estimate:
         phases=tuple(phases),
         reserved_extra_bytes=dev.reserved_extra,
         reserved_spread_bytes=spread,
+        reserved_spread_note=spread_block(job, lora) if spread else "",
         device_extra_bytes=dev.device_extra,
         device_note=dev.note,
         gpu_name=job.gpu.name if job.gpu else None,

@@ -42,7 +42,7 @@ cannot use. The terms (bytes, `slack_terms`):
   leaves 96). Under expandable segments freed blocks merge in one address range (0 there; the gradients' own
   fragmentation of that range in step 2 is not modelled);
 - `head_tile`: the fused head's [4096, 32768] logits tile and fp32 [N, H] input gradient, freed before the layers'
-  backward, which split it;
+  backward, which split it (the tile left out where the recompute takes its pages whole: `head_tile_kept`);
 - `layer_blocks`: the largest block of a decoder layer (the MLP's [T, I] in the compute dtype, an fp32 [T, H]
   norm upcast, eager attention's fp32 [rows, heads, S, S] scores), a size that recurs layer after layer while
   gradients and saved tensors interleave with it;
@@ -95,8 +95,8 @@ TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "be
 COEFFICIENTS: dict[str, dict[str, float]] = {
     "default": {"packing": 1.8779, "second_step": 0.3746, "head_tile": 0.1605,
                 "layer_blocks": 1.1905, "allocated": 0.0069, "beside": 1.0419},
-    "expandable": {"packing": 1.8228, "second_step": 0.4644, "head_tile": 0.1221,
-                   "layer_blocks": 1.0348, "allocated": 0.0015, "beside": 0.0},
+    "expandable": {"packing": 2.4439, "second_step": 0.4454, "head_tile": 0.156,
+                   "layer_blocks": 1.0341, "allocated": 0.0018, "beside": 0.0},
 }
 
 
@@ -161,14 +161,27 @@ def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         "packing": 0 if sharded else persistent_waste(m, job.train.trainer, job.train.optim, prec.weight, lora,
                                                        expandable),
         "second_step": ordinary,
-        "head_tile": (min(n, TOKEN_CHUNK_SIZE) * min(m.vocab_size, VOCAB_CHUNK_SIZE) * prec.act
-                      + n * m.hidden_size * FP32) if lm_head else 0,
+        "head_tile": (head_tile_kept(job, lora, expandable) * min(n, TOKEN_CHUNK_SIZE)
+                      * min(m.vocab_size, VOCAB_CHUNK_SIZE) * prec.act + n * m.hidden_size * FP32) if lm_head else 0,
         "layer_blocks": block,
         "allocated": max(p.bytes for p in phases),
         # per-tensor placement: not for ZeRO / FSDP's flat partitions either
         "beside": 0 if expandable or sharded else max(0, beside_activations(job, mb, prec, lora, phases, block)
                                                        - ordinary),
     }
+
+
+def head_tile_kept(job: JobSpec, lora: LoraLayout, expandable: bool) -> bool:
+    """Whether the logits tile counts in `head_tile`. Not under expandable segments with LoRA and checkpointing
+    (no activation offloading): the frozen head's backward allocates no [V, H] gradient, the freed tile's pages merge
+    with the free range around them and the last layer's recompute, next, takes them — in the allocator model's
+    replays of ten such streams (five matrix cases, five H200 records: Qwen2.5-0.5B/7B, Llama-3.2-1B, Llama-3.1-8B,
+    Gemma-3-1B; SFT and DPO) the largest free range at the peak is 14–84 MiB against a 256 MiB tile, often one fp32
+    [4096, H] chunk of the input gradient (14, 32, 64 MiB), which stays in the term. Without checkpointing or with
+    activation offloading the activations hold that range and the second step maps the tile again (Qwen2.5-0.5B:
+    40–60 and 160–180 MiB of new pages), so the tile stays."""
+    t = job.train
+    return not (expandable and lora.enabled and t.gradient_checkpointing and not t.activation_offloading)
 
 
 def second_step(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Phase], expandable: bool) -> int:
@@ -308,8 +321,7 @@ def largest_layer_block(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
 
 
 def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dict[str, int]) -> int:
-    """Bytes of reserved the estimate cannot place: a [V, H] gradient whose segment the second step may or may not
-    map again. Under the default allocator that flips, in the allocator model replaying the traced streams, with one
+    """Bytes of reserved the estimate cannot place: a block whose segment the second step may or may not map again. Under the default allocator that flips, in the allocator model replaying the traced streams, with one
     2–8 MiB tensor more or less before the weights (estimator/LOG.md). Under expandable segments the same perturbation
     moves the LM-head streams by at most 18 MiB, but whether the block finds a free range still depends on the order
     in which the step's blocks fill the freed address range, which the estimate does not replay. The fitted rule sits
@@ -326,14 +338,30 @@ def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dic
       not, 6,476 MiB; Qwen2.5-0.5B, 2 × 256 without checkpointing: mapped again under expandable segments, not
       under default ones). Of the 20 Reward full fine-tuning stream × mode pairs traced, 9 map it again whatever
       1–16 MiB tensor is added, 9 never do, 2 flip; no rule here tells the first two groups apart either.
-    0 under LoRA (frozen head and embedding), for other heads, and under DeepSpeed (states exist before the first
-    step)."""
+    - LoRA, default segments: a decoder layer's largest block (`layer_blocks`). With the head and the weights frozen
+      there is no [V, H] block, but whether one more [T, I]-sized segment gets mapped flips the same way: replayed
+      with one 1.5–8 MiB tensor more before the weights, 3 of 17 LoRA streams (the ten H200 records' and seven
+      matrix cases') move by about one such block — sft-qwen7b-lora +148 MiB (its bf16 [T, I]: 4096 × 18944 × 2 B),
+      sft-llama8b-lora −92 MiB (block 112 MiB), Qwen2.5-0.5B SFT 4 × 2048 −138 MiB (step 2 no longer maps
+      peft's fp32 copy of down_proj's input, 152 MiB, twice the bf16 block) — because the 1–10 MiB tensors that
+      share 20 MiB segments decide which cached block a smaller request cuts first (estimator/LOG.md). Under
+      expandable segments freed ranges merge and no LoRA stream moved by more than one 20 MiB page: 0.
+    0 for other heads and under DeepSpeed (states exist before the first step)."""
     head = entry(job.train.trainer).head
-    if lora.enabled or job.parallel.deepspeed or head not in ("lm", "score"):
+    if lora.enabled:
+        return 0 if job.expandable_segments else terms["layer_blocks"]
+    if job.parallel.deepspeed or head not in ("lm", "score"):
         return 0
     if head == "lm" and terms["second_step"] + terms["beside"] <= 0:
         return 0
     return job.model.vocab_size * job.model.hidden_size * prec.weight
+
+
+def spread_block(job: JobSpec, lora: LoraLayout) -> str:
+    """What `placement_spread` names, for the estimate's table."""
+    if lora.enabled:
+        return "a decoder layer's largest block"
+    return "the embedding's [V, H] gradient" if entry(job.train.trainer).head == "score" else "the head's [V, H] gradient"
 
 
 def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,

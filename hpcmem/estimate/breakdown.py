@@ -48,6 +48,7 @@ class Estimate:
     phases: tuple[Phase, ...]
     reserved_extra_bytes: int           # allocator: reserved − allocated at the peak
     reserved_spread_bytes: int = 0      # a block reserved may or may not hold (estimate/allocator.py placement_spread)
+    reserved_spread_note: str = ""      # which block that is (estimate/allocator.py spread_block)
     device_extra_bytes: int             # CUDA context, libraries, NCCL, vLLM pool outside PyTorch's allocator
     device_note: str
     gpu_name: str | None = None

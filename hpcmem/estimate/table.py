@@ -24,10 +24,10 @@ def render(est: Estimate) -> str:
                  f"{est.reserved_extra_bytes / GIB:.2f} GiB ({100 * slack:.1f} % of allocated, from the caching "
                  f"allocator's mechanics; estimate/allocator.py)")
     if est.reserved_spread_bytes:
-        lines.append(f"{'':<30}{'':>14}   ± {est.reserved_spread_bytes / 2 / GIB:.2f} GiB: whether step 2 maps a "
-                     f"[V, H] gradient ({est.reserved_spread_bytes / GIB:.2f} GiB) again depends on where MiB-sized "
-                     "blocks sit (default allocator) or on the order the step's blocks fill freed memory (expandable "
-                     "segments), which the estimate does not replay")
+        lines.append(f"{'':<30}{'':>14}   ± {est.reserved_spread_bytes / 2 / GIB:.2f} GiB: whether step 2 maps "
+                     f"{est.reserved_spread_note} ({est.reserved_spread_bytes / GIB:.2f} GiB) again depends on where "
+                     "MiB-sized blocks sit (default allocator) or on the order the step's blocks fill freed memory "
+                     "(expandable segments), which the estimate does not replay")
     verdict = est.verdict
     where = (f"of {verdict.capacity_bytes / GIB:.1f} GiB usable on {est.gpu_name}" if verdict else "")
     lines.append(f"{'device peak':<30}{gib(est.device_peak_bytes):>14}   {where}")

@@ -7,8 +7,8 @@ is estimated once per mode (its spec with expandable_segments off / on). err % =
 "slack only" scores the estimate's reserved − allocated on top of the traced allocated peak (+ the workspaces):
 the error the reserved rule adds by itself, without the allocated estimate's own error. "beyond ± spread" scores
 what lies outside the estimate ± half the block it says it cannot place (`reserved_spread_bytes`: the LM head's
-[V, H] gradient, or Reward's embedding gradient, that the second step may map again;
-hpcmem.estimate.allocator.placement_spread): 0 inside.
+[V, H] gradient, Reward's embedding gradient, or under LoRA a decoder layer's largest block, that the second step may
+map again; hpcmem.estimate.allocator.placement_spread): 0 inside.
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ def markdown(rows: list[dict[str, Any]], worst: list[dict[str, Any]]) -> str:
             "device stream replayed through hpcmem/trace/allocator.py with cuBLAS/cuBLASLt workspaces "
             "(hpcmem/trace/replay.py), default and expandable_segments; the case estimated once per mode. "
             "err % = 100·(estimate − model)/model; \"slack only\" puts the estimate's reserved − allocated on the "
-            "traced allocated peak; \"beyond ± spread\" is the distance outside the estimate ± half the [V, H] block "
-            "it says it cannot place (0 inside), over the cases that carry one and those that do not.\n\n")
+            "traced allocated peak; \"beyond ± spread\" is the distance outside the estimate ± half the block it says "
+            "it cannot place (the head's [V, H] gradient; under LoRA a decoder layer's largest block; 0 inside), over "
+            "the cases that carry one and those that do not.\n\n")
     tail = "\n\nLargest errors:\n\n" + "\n".join(f"- {p['case']} ({p['mode']}): {p['err_pct']:+.2f} %" for p in worst)
     return head + render(rows) + tail + "\n"
