@@ -110,7 +110,16 @@ def test_checkpointing_orders_activation_memory():
     off = estimate(job(gradient_checkpointing=False, **kw))
     sel = estimate(job(gradient_checkpointing_kwargs={"selective": True}, **kw))
     full = estimate(job(**kw))
-    assert off.peak_allocated_bytes > sel.peak_allocated_bytes > full.peak_allocated_bytes
+    assert off.peak_allocated_bytes > sel.peak_allocated_bytes >= full.peak_allocated_bytes
+    # SAC keeps each layer's attention outputs, so it holds more where every layer's saved set is alive (the LM
+    # head's backward); at a layer's backward its recompute does not create them again, and the two peaks there are
+    # the same (tests/test_estimate_sac.py)
+    head = "backward (LM head)"
+    assert tensor_total(sel, head) > tensor_total(full, head)
+
+
+def tensor_total(e, phase: str) -> int:
+    return sum(c.bytes for p in e.phases if p.name == phase for c in p.components)
 
 
 def test_expandable_segments_shrinks_reserved_only():

@@ -129,12 +129,22 @@ def checkpoint_bytes(m: ModelSpec, mb: MicroBatch, prec: Precision) -> int:
     return prec.residual * m.hidden_size * mb.tokens
 
 
-def selective_bytes(m: ModelSpec, mb: MicroBatch, prec: Precision) -> int:
-    """TRL's selective checkpointing (trl/models/selective_activation_checkpointing.py) saves the attention op's
-    outputs (output + logsumexp) besides the layer input, and recomputes the rest."""
+def sac_saved_attention(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -> int:
+    """What TRL's selective checkpointing keeps of one layer besides its input: the outputs of the attention op
+    (output + fp32 logsumexp). Its policy (trl/models/selective_activation_checkpointing.py `_build_policy_fn`)
+    marks MUST_SAVE only the aten SDPA kernels and flash-attn's ops; eager attention (Gemma2 always) calls neither,
+    so there selective checkpointing keeps what full checkpointing keeps (matrix traces gemma2-9b-sac-4k and
+    gemma2-9b-bf16-gc-4k: the same bytes in every category)."""
+    if effective_attention(m, attn) == "eager":
+        return 0
     q = m.num_attention_heads * m.head_dim
-    per_token = prec.act * q + LSE_BYTES * m.num_attention_heads
-    return checkpoint_bytes(m, mb, prec) + per_token * mb.tokens
+    return (prec.act * q + LSE_BYTES * m.num_attention_heads) * mb.tokens
+
+
+def selective_bytes(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -> int:
+    """TRL's selective checkpointing saves the attention op's outputs (`sac_saved_attention`) besides the layer input,
+    and recomputes the rest."""
+    return checkpoint_bytes(m, mb, prec) + sac_saved_attention(m, mb, prec, attn)
 
 
 def backward_parts(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -> tuple[int, int, int]:

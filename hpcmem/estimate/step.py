@@ -87,7 +87,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         kept = full
         mode = "no checkpointing"
     elif t.selective_checkpointing:
-        kept = [act.selective_bytes(m, mb, prec)] * L
+        kept = [act.selective_bytes(m, mb, prec, t.attn_implementation)] * L
         mode = "selective checkpointing"
     else:
         kept = [act.checkpoint_bytes(m, mb, prec)] * L
@@ -143,6 +143,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     mlp_side = mlp_t + lora_backward_transient(lora, mb.tokens, prec, "mlp")
     lora_attention_t = lora_backward_transient(lora, mb.tokens, prec, "attention")
     held = rope + (act.mask_bytes(mb) if t.gradient_checkpointing else 0)   # inputs kept for the recompute
+    # under selective checkpointing the recompute does not run the attention op again: torch's
+    # _CachedTorchDispatchMode (torch/utils/checkpoint.py) hands back the MUST_SAVE outputs already counted in `kept`
+    sac_cached = act.sac_saved_attention(m, mb, prec, t.attn_implementation) \
+        if t.gradient_checkpointing and t.selective_checkpointing else 0
     prefix = [0]
     for v in kept:
         prefix.append(prefix[-1] + v)
@@ -150,7 +154,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
 
     def layer_instant(k: int) -> tuple[int, int, int, int]:
         below_and_own = on_gpu(prefix[k + 1]) + held
-        recompute = full[k] if t.gradient_checkpointing else 0
+        recompute = full[k] - sac_cached if t.gradient_checkpointing else 0
         done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
         # by the attention's backward the MLP's saved tensors (and the post-attention norm's) are already freed
         freed = terms[k]["mlp"] + terms[k]["norms"] // 2 + lora_mlp_saved
