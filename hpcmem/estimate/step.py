@@ -151,6 +151,15 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     for v in kept:
         prefix.append(prefix[-1] + v)
     base = sum(c.bytes for c in (*resident, *gathered))
+    # The gated MLP's backward peaks in the product's backward (torch autograd, MulBackward0): down_proj has made the
+    # product's gradient and its own weight gradient, the product's two gradients are being written, the saved
+    # product is released, and the only [T, H] gradient alive is the one arriving at the layer; gate_proj's and
+    # up_proj's weight gradients (and the attention's) do not exist yet. Matrix traces (estimator/traces/*.jsonl,
+    # the layer-0 peaks of every full fine-tuning case): traced gradients = later layers' + down_proj's alone.
+    # Without a known down_proj share (LoRA, MoE, plain MLP) the whole layer's gradient stays counted.
+    down_grad = None
+    if not lora.enabled and not m.is_moe and m.gated_mlp and parts.per_layer:
+        down_grad = layer_grad * (m.hidden_size * m.intermediate_size) // parts.per_layer
 
     def layer_instant(k: int) -> tuple[int, int, int, int]:
         below_and_own = on_gpu(prefix[k + 1]) + held
@@ -158,8 +167,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
         # by the attention's backward the MLP's saved tensors (and the post-attention norm's) are already freed
         freed = terms[k]["mlp"] + terms[k]["norms"] // 2 + lora_mlp_saved
-        transient = hidden_t + max(mlp_side, max(scores_t - freed, 0) + lora_attention_t) + layer_grad + \
-            max(seq.forward, seq.backward)
+        mlp_instant = hidden_t // 2 + mlp_side + down_grad if down_grad is not None else \
+            hidden_t + mlp_side + layer_grad
+        attention_instant = hidden_t + max(scores_t - freed, 0) + lora_attention_t + layer_grad
+        transient = max(mlp_instant, attention_instant) + max(seq.forward, seq.backward)
         if k == L - 1 and lora.enabled:
             # with a frozen head the gradient the fused head returns, scattered back over every position, is still
             # alive in the first layer's backward (seen in the trace: LoRA cases were 6·H·T short; full fine-tuning
