@@ -71,7 +71,7 @@ class FitVerdict:
                     f"{self.capacity_bytes / GIB:.1f} GiB usable on {self.gpu_name}"
                     + ("" if cal["status"] == "calibrated" else f" ({self.gpu_name} uncalibrated)"))
         head = "fits" if self.level == FITS else "tight: the point estimate fits, the safe bound does not"
-        upper = (f"(device peak {self.device_peak_bytes / GIB:.1f} + {self.spread_bytes / 2 / GIB:.2f} spread)"
+        upper = (f"device peak {self.device_peak_bytes / GIB:.1f} + half spread {self.spread_bytes / 2 / GIB:.2f}, then"
                  if self.spread_bytes else f"device peak {self.device_peak_bytes / GIB:.1f}")
         bound = (f"safe bound {self.safe_device_peak_bytes / GIB:.1f} of {self.capacity_bytes / GIB:.1f} GiB "
                  f"({upper} + {100 * self.margin:.1f} %)")
