@@ -1,4 +1,4 @@
-"""What the GPU holds at its allocated peak that the CPU trace does not: the live blocks at the peak, by size and origin.
+"""What the GPU holds at its allocated peak that the CPU trace does not: the blocks live then, by size and origin.
 
     python -m hpcmem.bench.peak_blocks --only dpo-qwen05-lora,... [--out peak-blocks.jsonl]   # on a GPU (seconds)
     python -m hpcmem.bench.peak_blocks --read peak-blocks.jsonl                               # anywhere
@@ -10,6 +10,8 @@ transformers or torch that allocated it; one JSON line per case. `--read` puts t
 live tensors at its own peak (the stored stream, estimator/allocator/nvidia-h200/<case>.json.gz; both over the
 whole run, as the history covers every step): sizes the GPU holds more of, with their origin, are what the trace
 misses. Cases whose steps peak alike (DPO, GRPO, RLOO here) compare cleanly; SFT's step 1 and 3 differ by padding.
+Expected among them: the cuBLAS (32 MiB) and cuBLASLt (1 MiB) workspaces, which no trace holds
+(hpcmem.estimate.workspaces).
 
 Why: at the backward peak the GPU holds 13.8, 5.2 and 3.5 MiB more than the replayed CPU trace for dpo-qwen05-lora,
 grpo-qwen05-lora and rloo-qwen05-lora — one bf16 [rows × seq, H] tensor each (14.0, 5.25, 3.5 MiB) — while SFT on the

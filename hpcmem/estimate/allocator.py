@@ -123,7 +123,7 @@ def packing_tails(sizes: tuple[int, ...], expandable: bool) -> int:
 
 
 def _pack(sizes: tuple[int, ...], expandable: bool) -> tuple[int, int, int]:
-    """(reserved, allocated, Σ rounded requests) of `sizes` allocated in order and never freed (allocator model rules)."""
+    """(reserved, allocated, Σ rounded requests) of `sizes` allocated in order, never freed (the model's rules)."""
     large: list[int] = []
     small: list[int] = []
     reserved = allocated = requested = small_total = large_total = 0
