@@ -6,8 +6,8 @@ matrix, and report how they do on cases left out of the fit.
 Rows: every stored trace record that carries the allocator model's reserved peak (`hpcmem validate --against trace
 --reserved`), once per allocator mode. Target: the model's slack, reserved − (traced tensors + the estimate's cuBLAS
 workspaces and block tails). Terms: `slack_terms` of the estimate for the same job. Fit: least absolute deviations of
-the slack relative to the reserved peak, non-negative coefficients, on the training split — cases whose sha1(id) % 3 != 0 — then scored
-on the held-out third. Least absolute deviations, not least squares: the scores are the median and p95 of |error|,
+the slack relative to the reserved peak, non-negative coefficients, on the training split — cases whose
+sha1(id) % 3 != 0 — then scored on the held-out third. Least absolute deviations, not least squares: the scores are the median and p95 of |error|,
 and a squared loss lets the few cases whose stranded blocks no term describes (path-specific fragmentation) pull
 every coefficient. Solved by iteratively reweighted least squares (weights 1 / max(|residual|, 1e-5), each step a
 non-negative least squares on the k × k normal equations, every subset of terms solved exactly); stops when no
