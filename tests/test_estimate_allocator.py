@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcmem.estimate.allocator import COEFFICIENTS, TERMS, packing_waste
+from hpcmem.estimate.allocator import COEFFICIENTS, TERMS, packing_tails, packing_waste
 from hpcmem.trace.allocator import CachingAllocator, round_size
 
 MIB = 1024**2
@@ -31,6 +31,30 @@ def test_packing_waste_by_hand():
     # expandable: one region per pool, 20 MiB pages: 24 MiB → 40 MiB mapped; a 4 KiB tensor maps a 2 MiB page
     assert packing_waste((8 * MIB,) * 3, True) == 16 * MIB
     assert packing_waste((4096,), True) == 2 * MIB - 4096
+
+
+def test_packing_tails_by_hand():
+    # 11 MiB + 1 B: a 12 MiB segment, remainder 1 MiB − 512 B not split: the block counts 12 MiB → MiB − 1
+    assert packing_tails((11 * MIB + 1,), False) == MIB - 1
+    # Qwen2.5-0.5B's sizes: two 8.3125 MiB MLP weights split a 20 MiB segment (3.375 MiB left), a 1.53125 MiB [H, H]
+    # weight splits it again (1.84375 MiB left, > 1 MiB), the next takes that block whole: 0.3125 MiB tail
+    mlp, hh = 8716288, 1605632
+    assert packing_tails((mlp, mlp, hh, hh), False) == 5 * MIB // 16
+    # whole-MiB sizes split cleanly: no tail; expandable segments split any remainder ≥ 512 B: rounding only
+    assert packing_tails((8 * MIB,) * 3, False) == 0
+    assert packing_tails((mlp, mlp, hh, hh, 1000), True) == 24
+
+
+def test_packing_tails_is_the_allocator_model_for_tensors_never_freed():
+    rng = random.Random(11)
+    choices = (300, 700_000, MIB, MIB + 1, 1_500_000, 1605632, 3 * MIB, 9 * MIB, 15925248, 25 * MIB, 2 * MIB + 1)
+    for _ in range(200):
+        sizes = tuple(rng.choice(choices) for _ in range(rng.randint(1, 60)))
+        for expandable in (False, True):
+            model = CachingAllocator(expandable_segments=expandable)
+            for n in sizes:
+                model.malloc(n)
+            assert packing_tails(sizes, expandable) == model.stats.allocated_bytes - sum(sizes), (sizes, expandable)
 
 
 def test_packing_waste_is_the_allocator_model_for_tensors_never_freed():

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpcmem.estimate import estimate
+from hpcmem.estimate.tails import NAME as TAILS
 from hpcmem.estimate.workspaces import NAME, tensor_bytes
 from hpcmem.gpus import gpu_spec
 from hpcmem.record import Record
@@ -35,10 +36,12 @@ def _job(gpu):
 ])
 def test_workspace_size_follows_torch_rule(gpu, expected):
     est = estimate(_job(gpu))
+    lt = 2 * 1024**2      # Qwen2.5's q/k/v biases: 1 MiB cuBLASLt workspace on the forward's and autograd's thread
     for phase in est.phases:
         ws = [c.bytes for c in phase.components if c.name == NAME]
-        assert ws == [expected], (phase.name, ws)
-        assert tensor_bytes(phase) == phase.bytes - expected
+        assert ws == [expected + lt], (phase.name, ws)
+        tails = sum(c.bytes for c in phase.components if c.name == TAILS)
+        assert tensor_bytes(phase) == phase.bytes - expected - lt - tails
 
 
 def _records():
@@ -61,6 +64,28 @@ def test_h200_optimizer_phase_holds_exactly_the_states_and_two_workspaces():
         assert abs(measured - phase.bytes) <= 5 * 1024**2, (rec["case"], measured, phase.bytes)
         checked += 1
     assert checked >= 8
+
+
+def test_h200_optimizer_phase_with_block_tails_and_cublaslt():
+    """Qwen2.5 (0.5B, 7B) and Gemma-3-1B hold 10–50 MiB more than their tensors and cuBLAS workspaces in the optimizer
+    phase: the allocator's whole blocks around weights and AdamW states (hpcmem.estimate.tails) and, with biased
+    linears, cuBLASLt's 1 MiB workspaces. Counted, every LoRA run and every bf16 SFT run matches within 3 MiB (largest
+    2.8 MiB, Qwen2.5-0.5B full SFT: its gradients' tails are not counted); without them Qwen2.5 and Gemma-3 are 9 MiB
+    or more off — the test can fail either way."""
+    checked = 0
+    for rec in _records():
+        job = record_job(Record.from_json(rec))
+        lora = job.train.use_peft
+        if rec["status"] != "ok" or not (lora or (job.train.trainer == "sft" and job.train.dtype == "bfloat16")):
+            continue
+        phase = next(p for p in estimate(job).phases if p.name.startswith("optimizer"))
+        measured = rec["measured"]["phases"]["optimizer"]["allocated_bytes"]
+        assert abs(measured - phase.bytes) <= 3 * 1024**2, (rec["case"], measured, phase.bytes)
+        extra = phase.bytes - tensor_bytes(phase) - 2 * 32 * 1024**2
+        if rec["model_config"]["model_type"] in ("qwen2", "gemma3_text"):
+            assert measured - (phase.bytes - extra) >= 9 * 1024**2, rec["case"]
+        checked += 1
+    assert checked >= 14
 
 
 def test_h200_records_meet_the_published_targets():

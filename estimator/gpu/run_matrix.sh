@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU kit: one short lease (≤ 8 minutes: 7 for the probes, ~1 for the allocator replay), most valuable first —
-# the OOM-boundary sweep sized for this GPU, the cells no GPU has measured, a solo-vs-shared check, then the rest of
-# the matrix, several small probes at once when the check agreed (hpcmem/probe/kit.py says how). Usage (from the
+# The GPU kit: one short lease (≤ 9 minutes: 7 for the probes, ~1 for the allocator replay, ~1 for the peak blocks),
+# most valuable first — the OOM-boundary sweep sized for this GPU, the cells no GPU has measured, a solo-vs-shared
+# check, then the rest of the matrix, several small probes at once when the check agreed (hpcmem/probe/kit.py says
+# how). Usage (from the
 # project root, with the [train] extras installed):
 #   estimator/gpu/run_matrix.sh                     # records → estimator/probes/<gpu>.jsonl
 #   OUT=/some/dir estimator/gpu/run_matrix.sh       # records → $OUT/probes.jsonl (bring them back, then append)
@@ -35,6 +36,14 @@ if [ "${REPLAY:-1}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" -m hpcmem.bench.allocator_records --cuda-replay
     "$PY" -m hpcmem.bench.allocator_records --cuda-replay --perturb 2097152,8388608 --only "$FULL_STREAMS"
   } | tee "$out"
+fi
+# Then (~1 min, PEAKS=0 skips it): what the GPU holds at its allocated peak that the CPU trace does not — the DPO,
+# GRPO and RLOO Qwen2.5-0.5B LoRA records hold one bf16 [rows × seq, H] more at the backward peak than their traced
+# streams (13.8 / 5.2 / 3.5 MiB), SFT on the same model none. Each job runs once more with torch's allocation history
+# on; the blocks live at the peak, with the trl/peft/transformers/torch frames that allocated them, one JSON line per
+# case (hpcmem.bench.peak_blocks). Read them back: python -m hpcmem.bench.peak_blocks --read $OUT/peak-blocks.jsonl
+if [ "${PEAKS:-1}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
+  "$PY" -m hpcmem.bench.peak_blocks --out "${OUT:-/tmp}/peak-blocks.jsonl" > /dev/null || true
 fi
 if [ "${REPLAY_TRACE:-0}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
   events="${OUT:-/tmp}/allocator-events.json"

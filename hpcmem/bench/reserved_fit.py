@@ -5,9 +5,9 @@ matrix, and report how they do on cases left out of the fit.
 
 Rows: every stored trace record that carries the allocator model's reserved peak (`hpcmem validate --against trace
 --reserved`), once per allocator mode. Target: the model's slack, reserved − (traced tensors + the estimate's cuBLAS
-workspaces). Terms: `slack_terms` of the estimate for the same job. Fit: least absolute deviations of the slack relative
-to the reserved peak, non-negative coefficients, on the training split — cases whose sha1(id) % 3 != 0 — then scored
-on the held-out third. Least absolute deviations, not least squares: the scores are the median and p95 of |error|,
+workspaces and block tails). Terms: `slack_terms` of the estimate for the same job. Fit: least absolute deviations of
+the slack relative to the reserved peak, non-negative coefficients, on the training split — cases whose
+sha1(id) % 3 != 0 — then scored on the held-out third. Least absolute deviations, not least squares: the scores are the median and p95 of |error|,
 and a squared loss lets the few cases whose stranded blocks no term describes (path-specific fragmentation) pull
 every coefficient. Solved by iteratively reweighted least squares (weights 1 / max(|residual|, 1e-5), each step a
 non-negative least squares on the k × k normal equations, every subset of terms solved exactly); stops when no
@@ -41,7 +41,7 @@ def rows(traces: Path | None = None) -> list[dict[str, Any]]:
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.estimate.shape import micro_batch, precision
-    from hpcmem.estimate.workspaces import NAME
+    from hpcmem.estimate.workspaces import tensor_bytes
     from hpcmem.validate.trace import case_job
 
     out = []
@@ -56,7 +56,7 @@ def rows(traces: Path | None = None) -> list[dict[str, Any]]:
                     continue
                 job = dataclasses.replace(case_job(rec["case"]), expandable_segments=mode == "expandable")
                 est = estimate(job)
-                ws = sum(c.bytes for c in est.peak_phase.components if c.name == NAME)
+                ws = est.peak_phase.bytes - tensor_bytes(est.peak_phase)      # workspaces + block tails
                 terms = slack_terms(job, micro_batch(job), precision(job), lora_layout(job), list(est.phases))
                 out.append({"case": str(rec["case"]["id"]), "file": path.stem, "mode": mode, "terms": terms,
                             "slack": reserved - rec["traced"] - ws, "reserved": reserved,

@@ -20,9 +20,11 @@ from hpcmem.estimate.parallel import layout_json, layout_note, local_micro_batch
 from hpcmem.estimate.shape import micro_batch, precision
 from hpcmem.estimate.states import job_param_parts, model_states, optimizer_step_transient
 from hpcmem.estimate.step import build_phases, resident_components
+from hpcmem.estimate.tails import NAME as TAILS
+from hpcmem.estimate.tails import block_tails
 from hpcmem.estimate.trainers import trainer_extras
 from hpcmem.estimate.workspaces import NAME as WORKSPACES
-from hpcmem.estimate.workspaces import cublas_workspaces
+from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
 from hpcmem.rules import job_warnings
 from hpcmem.spec import JobSpec
 from hpcmem.trainers import entry
@@ -107,9 +109,11 @@ def estimate(job: JobSpec) -> Estimate:
         phases.append(Phase(name="generation (vLLM awake)", components=base + (
             Component(name="vLLM pool", bytes=extras.vllm_pool_asleep,
                       note="vllm_gpu_memory_utilization × device memory; released by sleep mode while training"),)))
-    ws_bytes, ws_note = cublas_workspaces(job.gpu)
+    ws_bytes, ws_note = cublas_workspaces(job.gpu, cublaslt_threads(job))
     workspaces = Component(name=WORKSPACES, bytes=ws_bytes, note=ws_note)
-    phases = [Phase(name=p.name, components=(*p.components, workspaces)) for p in phases]
+    tails_bytes, tails_note = block_tails(job, prec, lora)
+    tails = (Component(name=TAILS, bytes=tails_bytes, note=tails_note),) if tails_bytes else ()
+    phases = [Phase(name=p.name, components=(*p.components, workspaces, *tails)) for p in phases]
     slack, spread = allocator_slack(job, mb, prec, lora, phases)
     dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")

@@ -93,10 +93,10 @@ TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "be
 # Fitted coefficients per allocator mode: least absolute deviations on the training split (python -m
 # hpcmem.bench.reserved_fit; estimator/reserved-fit.json).
 COEFFICIENTS: dict[str, dict[str, float]] = {
-    "default": {"packing": 1.8774, "second_step": 0.3745, "head_tile": 0.1604,
-                "layer_blocks": 1.1904, "allocated": 0.007, "beside": 1.0334},
-    "expandable": {"packing": 2.5076, "second_step": 0.4467, "head_tile": 0.158,
-                   "layer_blocks": 1.0354, "allocated": 0.0016, "beside": 0.0},
+    "default": {"packing": 1.7579, "second_step": 0.3602, "head_tile": 0.1117,
+                "layer_blocks": 1.1934, "allocated": 0.0067, "beside": 1.043},
+    "expandable": {"packing": 2.2112, "second_step": 0.4502, "head_tile": 0.1661,
+                   "layer_blocks": 1.0351, "allocated": 0.0016, "beside": 0.0},
 }
 
 
@@ -105,9 +105,28 @@ def packing_waste(sizes: tuple[int, ...], expandable: bool) -> int:
     rules (hpcmem.trace.allocator: 512 B rounding, best fit, split rules, segment sizes) specialised to allocations
     that live forever — each pool is then just the sorted remainders of its segments. Expandable segments map pages
     as the one region grows: only the last page of each pool is partly empty."""
+    reserved, _, requested = _pack(sizes, expandable)
+    return reserved - requested
+
+
+def packing_tails(sizes: tuple[int, ...], expandable: bool) -> int:
+    """Allocated − the requests after allocating `sizes` in order with nothing freed: torch counts a block's whole
+    size in `allocated_bytes` (c10/cuda/CUDACachingAllocator.cpp `malloc`: `stats.allocated_bytes` += `block->size`,
+    after `alloc_found_block`), and the large pool hands a block out unsplit when the remainder is ≤ 1 MiB
+    (`should_split`: `remaining > kSmallSize`). So a tensor just under a 2 MiB multiple (its own rounded-up segment)
+    or one that best fit puts into a cached remainder < its size + 1 MiB counts up to 1 MiB more than its bytes:
+    Qwen2.5-7B's [I, H] weights (129.5 MiB in a 130 MiB segment), Gemma-3-1B's (15.19 MiB in 16), Qwen2.5-0.5B's
+    [H, H] ones (1.53 MiB in the 1.84 MiB left of a 20 MiB segment after two 8.31 MiB MLP weights). Plus the 512 B
+    rounding of every request (`round_size`). Expandable segments split any remainder ≥ 512 B: rounding only."""
+    _, allocated, _ = _pack(sizes, expandable)
+    return allocated - sum(sizes)
+
+
+def _pack(sizes: tuple[int, ...], expandable: bool) -> tuple[int, int, int]:
+    """(reserved, allocated, Σ rounded requests) of `sizes` allocated in order, never freed (the model's rules)."""
     large: list[int] = []
     small: list[int] = []
-    reserved = requested = small_total = large_total = 0
+    reserved = allocated = requested = small_total = large_total = 0
     for n in sizes:
         size = round_size(n)
         requested += size
@@ -125,24 +144,39 @@ def packing_waste(sizes: tuple[int, ...], expandable: bool) -> int:
             reserved += block
         if should_split(block, size, is_small, False):
             bisect.insort(pool, block - size)
+            allocated += size
+        else:
+            allocated += block
     if expandable:
         reserved = _pages(small_total, K_SMALL_BUFFER) + _pages(large_total, K_LARGE_BUFFER)
-    return reserved - requested
+        allocated = requested
+    return reserved, allocated, requested
 
 
 def _pages(nbytes: int, page: int) -> int:
     return -(-nbytes // page) * page
 
 
-@functools.lru_cache(maxsize=512)
-def persistent_waste(m: ModelSpec, trainer: str, optim: str, weight_bytes: int, lora: LoraLayout,
-                     expandable: bool) -> int:
-    """`packing_waste` of a single-GPU job's weights, adapters and AdamW states, in allocation order (cached: the
-    planner asks for the same model many times)."""
+def persistent_sizes(m: ModelSpec, trainer: str, optim: str, weight_bytes: int, lora: LoraLayout) -> tuple[int, ...]:
+    """A single-GPU job's weights, adapters and AdamW states, in allocation order (hpcmem.estimate.tensors)."""
     base = parameter_sizes(m, trainer, weight_bytes)
     adapters = adapter_sizes(lora)
     trainable = adapters if lora.enabled else base
-    return packing_waste(tuple(base + adapters + optimizer_state_sizes(optim, trainable)), expandable)
+    return tuple(base + adapters + optimizer_state_sizes(optim, trainable))
+
+
+@functools.lru_cache(maxsize=512)
+def persistent_waste(m: ModelSpec, trainer: str, optim: str, weight_bytes: int, lora: LoraLayout,
+                     expandable: bool) -> int:
+    """`packing_waste` of `persistent_sizes` (cached: the planner asks for the same model many times)."""
+    return packing_waste(persistent_sizes(m, trainer, optim, weight_bytes, lora), expandable)
+
+
+@functools.lru_cache(maxsize=512)
+def persistent_tails(m: ModelSpec, trainer: str, optim: str, weight_bytes: int, lora: LoraLayout,
+                     expandable: bool) -> int:
+    """`packing_tails` of `persistent_sizes`: what torch's allocated count holds beyond those tensors' bytes."""
+    return packing_tails(persistent_sizes(m, trainer, optim, weight_bytes, lora), expandable)
 
 
 def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase],

@@ -7,10 +7,18 @@ one is allocated per (cuBLAS handle, stream) and kept, and handles are per threa
 training step multiplies matrices on two threads — Python's (forward, generation) and autograd's device thread
 (backward) — so two workspaces are live from the first backward on, in every later phase.
 
+A model with biased linears (Qwen2.5's q/k/v) also takes a cuBLASLt workspace: addmm with a 1-D bias goes through
+`gemm_and_bias` (aten/src/ATen/native/cuda/Blas.cpp `addmm_out_cuda_impl`), which allocates
+`getCUDABlasLtWorkspaceSize()` (CUBLASLT_WORKSPACE_SIZE, default 1024 KiB; CublasHandlePool.cpp
+`getCUDABlasLtWorkspace`) per (handle, stream), separate from cuBLAS's unless TORCH_CUBLASLT_UNIFIED_WORKSPACE=1. The
+forward runs it on Python's thread; with gradient checkpointing the recompute runs it again on autograd's thread.
+The trace replay takes the same workspaces (hpcmem.trace.replay).
+
 Measured: on the H200 records of 2026-11-29 (estimator/probes/nvidia-h200.jsonl) the optimizer phase held 64.2 MiB
 more than the weights, gradients and optimizer states for every Llama, Mistral, Phi-3 and Qwen3-MoE run (2 × 32 MiB
-plus 0.2 MiB); Qwen2.5 and Gemma-3 runs held 10–50 MiB more again (not modelled: bias GEMMs through cuBLASLt are a
-lead, not a finding).
+plus 0.2 MiB). Qwen2.5 and Gemma-3 runs held 10–50 MiB more again: the allocator's block tails
+(hpcmem.estimate.tails); with them counted, every Qwen2.5 LoRA run holds 1.99–2.14 MiB more (2 × 1 MiB cuBLASLt,
+checkpointing on), Qwen2.5-0.5B without checkpointing 0.95 MiB (one), Gemma-3-1B (no biases) 0.14 MiB.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ HANDLES = 2                                   # Python's thread + autograd's dev
 KIB = 1024
 HOPPER_BYTES = 4096 * KIB * 8                 # sm_90 default: 32 MiB
 OTHER_BYTES = 4096 * KIB * 2 + 16 * KIB * 8   # every other capability: 8.125 MiB
+CUBLASLT_BYTES = 1024 * KIB                   # CUBLASLT_WORKSPACE_SIZE default
 
 
 def workspace_bytes(gpu: GpuSpec | None) -> int:
@@ -31,13 +40,30 @@ def workspace_bytes(gpu: GpuSpec | None) -> int:
     return OTHER_BYTES
 
 
-def cublas_workspaces(gpu: GpuSpec | None) -> tuple[int, str]:
-    """Bytes of the workspaces a training process keeps, and the note that says where they come from."""
+def cublas_workspaces(gpu: GpuSpec | None, lt_threads: int = 0) -> tuple[int, str]:
+    """Bytes of the workspaces a training process keeps, and the note that says where they come from; `lt_threads`:
+    how many threads run a bias GEMM (`cublaslt_threads`)."""
     per = workspace_bytes(gpu)
     where = "no --gpu: Hopper's size assumed" if gpu is None else f"compute capability {gpu.compute_capability or '?'}"
-    return HANDLES * per, f"{HANDLES} × {per / KIB**2:g} MiB (one per thread that runs cuBLAS; {where})"
+    note = f"{HANDLES} × {per / KIB**2:g} MiB (one per thread that runs cuBLAS; {where})"
+    if lt_threads:
+        note += f" + {lt_threads} × 1 MiB cuBLASLt (bias GEMMs)"
+    return HANDLES * per + lt_threads * CUBLASLT_BYTES, note
+
+
+def cublaslt_threads(job) -> int:
+    """Threads that run a bias GEMM: none without biased linears; the forward's, and autograd's when checkpointing
+    recomputes the forward inside the backward."""
+    from hpcmem.models.params import linear_modules
+
+    if not any(mod.bias for mod in linear_modules(job.model)):
+        return 0
+    return 2 if job.train.gradient_checkpointing else 1
 
 
 def tensor_bytes(phase) -> int:
-    """A phase's bytes without the workspaces: what a trace of tensors can be compared with."""
-    return phase.bytes - sum(c.bytes for c in phase.components if c.name == NAME)
+    """A phase's bytes without what no tensor holds — the workspaces and the allocator's block tails
+    (hpcmem.estimate.tails): what a trace of tensors can be compared with."""
+    from hpcmem.estimate.tails import NAME as TAILS
+
+    return phase.bytes - sum(c.bytes for c in phase.components if c.name in (NAME, TAILS))

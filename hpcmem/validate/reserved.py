@@ -4,7 +4,8 @@ and allocator mode.
 
 Each stored trace record holds the model's reserved peak for both modes (`reserved: {default, expandable}`); the case
 is estimated once per mode (its spec with expandable_segments off / on). err % = 100·(estimate − model)/model.
-"slack only" scores the estimate's reserved − allocated on top of the traced allocated peak (+ the workspaces):
+"slack only" scores the estimate's reserved − allocated on top of the traced allocated peak (+ what no tensor
+holds: the workspaces and block tails, hpcmem.estimate.workspaces `tensor_bytes`):
 the error the reserved rule adds by itself, without the allocated estimate's own error. "beyond ± spread" scores
 what lies outside the estimate ± half the block it says it cannot place (`reserved_spread_bytes`: the LM head's
 [V, H] gradient, Reward's embedding gradient, or under LoRA a decoder layer's largest block, that the second step may
@@ -26,7 +27,7 @@ MODES = ("default", "expandable")
 def reserved_points(results: list[Any]) -> list[dict[str, Any]]:
     """One row per (case, mode) that has the model's reserved peak."""
     from hpcmem.estimate import estimate
-    from hpcmem.estimate.workspaces import NAME as WORKSPACES
+    from hpcmem.estimate.workspaces import tensor_bytes
     from hpcmem.validate.trace import case_job
 
     rows = []
@@ -39,7 +40,7 @@ def reserved_points(results: list[Any]) -> list[dict[str, Any]]:
             if mode not in model:
                 continue
             est = estimate(dataclasses.replace(job, expandable_segments=mode == "expandable"))
-            ws = sum(c.bytes for c in est.peak_phase.components if c.name == WORKSPACES)
+            ws = est.peak_phase.bytes - tensor_bytes(est.peak_phase)      # workspaces + block tails
             slack = est.peak_reserved_bytes - est.peak_allocated_bytes
             beyond = max(0.0, abs(est.peak_reserved_bytes - model[mode]) - est.reserved_spread_bytes / 2)
             rows.append({"case": r.case_id, "trainer": r.trainer, "technique": r.technique, "mode": mode,
