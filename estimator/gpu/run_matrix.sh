@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# The GPU kit: one short lease (≤ 9 minutes: 7 for the probes, ~1 for the allocator replay, ~1 for the peak blocks),
-# most valuable first — the OOM-boundary sweep sized for this GPU, the cells no GPU has measured, a solo-vs-shared
-# check, then the rest of the matrix, several small probes at once when the check agreed (hpcmem/probe/kit.py says
-# how). Usage (from the
-# project root, with the [train] extras installed):
+# The GPU kit: one short lease (≤ 8 minutes: 7 for the probes, ~1 for the allocator replay; PEAKS=1 adds ~1 for the
+# peak blocks when the lease has room), most valuable first — the OOM-boundary sweep sized for this GPU, the cells no
+# GPU has measured, a solo-vs-shared check, then the rest of the matrix, several small probes at once when the check
+# agreed (hpcmem/probe/kit.py says how). Usage (from the project root, with the [train] extras installed):
 #   estimator/gpu/run_matrix.sh                     # records → estimator/probes/<gpu>.jsonl
 #   OUT=/some/dir estimator/gpu/run_matrix.sh       # records → $OUT/probes.jsonl (bring them back, then append)
 #   estimator/gpu/run_matrix.sh --only-steps boundary --budget-s 200     # a step only; --skip-done continues a lease
@@ -29,7 +28,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
 # estimate's reserved spread); the GPU's peaks on the same streams say whether the real allocator flips alike.
 # Read them back: python -m hpcmem.bench.allocator_records --read $OUT/allocator-cuda-replay.jsonl
 # REPLAY_TRACE=1 also traces one case here and replays it (hpcmem.bench.allocator_sim), the older check.
-FULL_STREAMS=sft-qwen05-full,sft-qwen05-full-fp32load,sft-qwen05-pack-bfd,sft-llama1b-sac,sft-llama1b-expandable,dpo-qwen05-full,grpo-qwen05-full,sft-llama8b-full
+FULL_STREAMS=sft-qwen05-full,sft-qwen05-full-fp32load,sft-qwen05-pack-bfd,sft-llama1b-sac
+FULL_STREAMS+=,sft-llama1b-expandable,dpo-qwen05-full,grpo-qwen05-full,sft-llama8b-full
 if [ "${REPLAY:-1}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
   out="${OUT:-/tmp}/allocator-cuda-replay.jsonl"
   { "$PY" -m hpcmem.bench.allocator_records --cuda-replay
@@ -37,12 +37,12 @@ if [ "${REPLAY:-1}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
     "$PY" -m hpcmem.bench.allocator_records --cuda-replay --perturb 2097152,8388608 --only "$FULL_STREAMS"
   } | tee "$out"
 fi
-# Then (~1 min, PEAKS=0 skips it): what the GPU holds at its allocated peak that the CPU trace does not — the DPO,
-# GRPO and RLOO Qwen2.5-0.5B LoRA records hold one bf16 [rows × seq, H] more at the backward peak than their traced
+# Then, with PEAKS=1 (~1 min; off by default: it explains 3.5–14 MiB, the replays above a ±6 % question): what the
+# GPU holds at its allocated peak that the CPU trace does not — the DPO, GRPO and RLOO Qwen2.5-0.5B LoRA records hold one bf16 [rows × seq, H] more at the backward peak than their traced
 # streams (13.8 / 5.2 / 3.5 MiB), SFT on the same model none. Each job runs once more with torch's allocation history
 # on; the blocks live at the peak, with the trl/peft/transformers/torch frames that allocated them, one JSON line per
 # case (hpcmem.bench.peak_blocks). Read them back: python -m hpcmem.bench.peak_blocks --read $OUT/peak-blocks.jsonl
-if [ "${PEAKS:-1}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
+if [ "${PEAKS:-0}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
   "$PY" -m hpcmem.bench.peak_blocks --out "${OUT:-/tmp}/peak-blocks.jsonl" > /dev/null || true
 fi
 if [ "${REPLAY_TRACE:-0}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
