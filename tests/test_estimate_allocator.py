@@ -370,6 +370,29 @@ def test_lora_recompute_takes_the_freed_logits_tile_whole_under_expandable_segme
     assert head_tile(False) == tile + 8 * 1023 * 896 * 4
 
 
+def test_beside_does_not_take_resident_tensors_for_freed_blocks():
+    """`beside` places gradients and states in the blocks the forward frees. DDP's gradient buckets (allocated when
+    the model is wrapped, kept through every step) are not such blocks: they raise the end of step one and the peak
+    alike, so the term is the same on one GPU and on two. Reward, Phi-3-mini bf16, 4 × 256 with checkpointing (its
+    [3072, 16384] bf16 MLP weights are larger than every freed block)."""
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.allocator import slack_terms
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.trl_config import build_job
+
+    def beside(processes: int) -> int:
+        job = build_job("reward", {"model_name_or_path": "microsoft/Phi-3-mini-4k-instruct", "dtype": "bfloat16",
+                                   "max_length": 256, "per_device_train_batch_size": 4,
+                                   "num_processes": processes})[0]
+        phases = list(estimate(job).phases)
+        assert any(c.name == "gradient buckets" for c in phases[0].components) == (processes > 1)
+        return slack_terms(job, micro_batch(job), precision(job), lora_layout(job), phases, False)["beside"]
+
+    assert beside(1) > 0
+    assert beside(2) == beside(1)
+
+
 def test_coefficients_are_the_committed_fit():
     """hpcmem.estimate.allocator's coefficients are the fit of the rows in estimator/reserved-fit.json (the allocator
     model replaying the trace matrix): refitted here from those rows, stdlib only."""

@@ -75,6 +75,7 @@ from hpcmem.estimate.step import (
     OPTIMIZER_TEMPORARIES,
 )
 from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parameter_sizes
+from hpcmem.estimate.workspaces import NAME as WORKSPACES
 from hpcmem.spec import JobSpec, ModelSpec
 from hpcmem.trainers import entry
 from hpcmem.trace.allocator import (
@@ -87,8 +88,7 @@ from hpcmem.trace.allocator import (
 )
 
 FP32 = 4
-WEIGHTS = "weights"                         # hpcmem.estimate.step's component names
-AUTOCAST_CACHE = "autocast weight cache"
+AUTOCAST_CACHE = "autocast weight cache"    # hpcmem.estimate.step's component name
 TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "beside")
 # Fitted coefficients per allocator mode: least absolute deviations on the training split (python -m
 # hpcmem.bench.reserved_fit; estimator/reserved-fit.json).
@@ -269,7 +269,12 @@ def beside_activations(job: JobSpec, mb: MicroBatch, prec: Precision, lora: Lora
     if largest_layer_weight(m, trainer, prec.weight) <= max([block, *freed]):
         return 0
     kept = _bytes(forward, GRADIENTS)       # gradient accumulation: the gradients exist through the forward
-    rest = forward.bytes - states - kept - _bytes(forward, WEIGHTS) - sum(k * n for k, n in freed.items())
+    # what stays through the optimizer step is not freed by the forward: the weights, and a reference or teacher
+    # model, DDP's gradient buckets, a vLLM pool (the phases' resident components, hpcmem.estimate.step); the cuBLAS
+    # workspaces (64 MiB, under one block) stay in the rest, as the coefficients were fitted
+    resident = {c.name for c in optimizer.components} - {GRADIENTS, WORKSPACES}
+    held = sum(c.bytes for c in forward.components if c.name in resident and c.name != OPTIMIZER_STATES)
+    rest = forward.bytes - states - kept - held - sum(k * n for k, n in freed.items())
     if rest >= block > 0:
         freed[block] = freed.get(block, 0) + rest // block
     trained = _trained(m, trainer, job.train.optim, prec.weight)
