@@ -370,6 +370,28 @@ def test_lora_recompute_takes_the_freed_logits_tile_whole_under_expandable_segme
     assert head_tile(False) == tile + 8 * 1023 * 896 * 4
 
 
+def test_a_lora_job_that_trains_the_head_keeps_the_logits_tile_under_expandable_segments():
+    """The tile is left out of `head_tile` only where the frozen head's backward allocates no [V, H] gradient. A
+    trained lm_head copy (`lora_modules_to_save: [lm_head]`) makes the fused head compute them, as full fine-tuning
+    does, so the tile stays. Qwen2.5-0.5B SFT, bf16, 2 × 2048 (4,094 scored positions), LoRA, checkpointing, by hand:
+    frozen head 4094 × 896 × 4 B (the fp32 input gradient alone), trained head + the 4094 × 32,768 × 2 B tile."""
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.allocator import slack_terms
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.trl_config import build_job
+
+    def head_tile(**settings: object) -> int:
+        job = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dtype": "bfloat16", "max_length": 2048,
+                                "per_device_train_batch_size": 2, "use_peft": True, "expandable_segments": True,
+                                **settings})[0]
+        return slack_terms(job, micro_batch(job), precision(job), lora_layout(job), list(estimate(job).phases))[
+            "head_tile"]
+
+    assert head_tile() == 4094 * 896 * 4
+    assert head_tile(lora_modules_to_save=["lm_head"]) == 4094 * 32768 * 2 + 4094 * 896 * 4
+
+
 def test_beside_does_not_take_resident_tensors_for_freed_blocks():
     """`beside` places gradients and states in the blocks the forward frees. DDP's gradient buckets (allocated when
     the model is wrapped, kept through every step) are not such blocks: they raise the end of step one and the peak

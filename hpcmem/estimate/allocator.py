@@ -213,9 +213,12 @@ def head_tile_kept(job: JobSpec, lora: LoraLayout, expandable: bool) -> bool:
     Gemma-3-1B; SFT and DPO) the largest free range at the peak is 14–84 MiB against a 256 MiB tile, often one fp32
     [4096, H] chunk of the input gradient (14, 32, 64 MiB), which stays in the term. Without checkpointing or with
     activation offloading the activations hold that range and the second step maps the tile again (Qwen2.5-0.5B:
-    40–60 and 160–180 MiB of new pages), so the tile stays."""
+    40–60 and 160–180 MiB of new pages), so the tile stays. It stays too when LoRA trains a copy of the head
+    (`lora_modules_to_save: [lm_head]`): the head's backward then allocates its [V, H] gradients
+    (hpcmem.estimate.lora_variants), as in full fine-tuning, and none of the ten streams was such a job."""
     t = job.train
-    return not (expandable and lora.enabled and t.gradient_checkpointing and not t.activation_offloading)
+    frozen_head = lora.enabled and not lora.trains_head
+    return not (expandable and frozen_head and t.gradient_checkpointing and not t.activation_offloading)
 
 
 def second_step(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Phase], expandable: bool) -> int:
