@@ -158,3 +158,41 @@ def test_the_kits_cuda_replay_lines_read_as_moves(tmp_path: Path):
     assert main(["--read", str(f)]) == 0
     f.write_text("not json")
     assert main(["--read", str(f)]) == 2
+
+
+@pytest.mark.parametrize("text, named", [
+    ("[1, 2]", "line 1: '[1, 2]': each line must be one --cuda-replay JSON object"),
+    ('{"case": "c", "expandable": false, "real": {"2": [5]}, "model": {"2": [1, 2]}}',
+     'line 1: real = {"2": [5]}: must be {step: [allocated, reserved]}'),
+    ('{"case": "c", "expandable": false, "real": [1], "model": {"2": [1, 2]}}', "line 1: real = [1]: must be"),
+    ('{"case": "c", "expandable": false, "real": {"2": [1, 2]}, "model": {"2": [null, 2]}}', "line 1: model = "),
+    ('{"case": "c", "expandable": false, "perturb_bytes": "x", "real": {"2": [1, 2]}, "model": {"2": [1, 2]}}',
+     'line 1: perturb_bytes = "x": must be a byte count'),
+    ('{"case": "c", "expandable": "no", "real": {"2": [1, 2]}, "model": {"2": [1, 2]}}', 'expandable = "no"'),
+    ('\n{"case": "c"', "line 2: not JSON"),
+    ('{"case": "c", "expandable": false, "real": {"²": [1, 2]}, "model": {"2": [1, 2]}}', 'line 1: real = '),
+])
+def test_read_refuses_what_is_not_a_replay_line_in_one_line(tmp_path: Path, capsys, text: str, named: str):
+    """`allocator_records --read` on lines that are not the kit's: exit 2 and one line naming the line, the field, its
+    value and what it must be — no traceback."""
+    from hpcmem.bench.allocator_records import main
+
+    f = tmp_path / "replay.jsonl"
+    f.write_text(text)
+    assert main(["--read", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert named in err and len(err.strip().splitlines()) == 1
+    assert main(["--read", str(tmp_path / "missing.jsonl")]) == 2
+    assert "cannot read it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--perturb", "x", "--cuda-replay"], ["--perturb", "-5", "--cuda-replay"],
+                                  ["--perturb", "²", "--cuda-replay"], ["--perturb", "8388608"]])
+def test_perturb_refuses_bad_sizes_and_use_without_cuda_replay(capsys, argv: list[str]):
+    """--perturb is checked before anything runs (also on a machine without CUDA), and only sizes --cuda-replay."""
+    from hpcmem.bench.allocator_records import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert f"--perturb {argv[1]!r}" in capsys.readouterr().err

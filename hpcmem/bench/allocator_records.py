@@ -176,6 +176,40 @@ def cuda_replay(stored: dict[str, Any], *, expandable: bool, perturb: int = 0) -
             "model": model.step_peaks}
 
 
+def replay_lines(text: str) -> list[dict[str, Any]]:
+    """The kit's `--cuda-replay` lines (`cuda_replay`'s objects, one JSON object a line), checked; ValueError names the
+    line, the field, its value and what it must be."""
+    out = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            x = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError(f"line {n}: not JSON ({exc})") from None
+        if not isinstance(x, dict):
+            raise ValueError(f"line {n}: {raw.strip()[:40]!r}: each line must be one --cuda-replay JSON object")
+        rules = (("case", lambda v: isinstance(v, str), "a case name"),
+                 ("expandable", lambda v: isinstance(v, bool), "true or false"),
+                 ("perturb_bytes", lambda v: v is None or _count(v), "a byte count ≥ 0 (absent: 0)"),
+                 ("real", _peaks, "{step: [allocated, reserved]} with byte counts ≥ 0"),
+                 ("model", _peaks, "{step: [allocated, reserved]} with byte counts ≥ 0"))
+        for field, ok, rule in rules:
+            if not ok(x.get(field)):
+                raise ValueError(f"line {n}: {field} = {json.dumps(x.get(field))[:60]}: must be {rule}")
+        out.append(x)
+    return out
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _peaks(v: Any) -> bool:
+    return isinstance(v, dict) and bool(v) and all(
+        k.isascii() and k.isdigit() and isinstance(p, list) and len(p) == 2 and all(_count(b) for b in p) for k, p in v.items())
+
+
 def cuda_replay_rows(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The kit's `--cuda-replay` lines as rows: steady reserved peak (steps ≥ 2, as the probe reads them) on the GPU
     and in the model, and for a perturbed replay how far each moved from the same stream's unperturbed replay in the
@@ -241,20 +275,26 @@ def main(argv: list[str] | None = None) -> int:
                     help="on a CUDA machine: re-issue each stored stream with torch.empty and print torch's peaks "
                          "next to the model's (run once plain, once with PYTORCH_CUDA_ALLOC_CONF="
                          "expandable_segments:True)")
-    ap.add_argument("--perturb", default="0",
-                    help="--cuda-replay: also replay each stream with one more tensor of these sizes (bytes, "
-                         "comma-separated) allocated before the weights")
+    ap.add_argument("--perturb", default=None,
+                    help="--cuda-replay: replay each stream once per size (bytes, comma-separated; 0, the default: "
+                         "as stored), with one more tensor of that size allocated before the weights")
     ap.add_argument("--read", type=Path, default=None, metavar="JSONL",
                     help="read the kit's --cuda-replay lines (allocator-cuda-replay.jsonl) and print GPU vs model")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
+    sizes = [x.strip() for x in args.perturb.split(",")] if args.perturb is not None else ["0"]
+    if not all(x.isascii() and x.isdigit() for x in sizes):
+        ap.error(f"--perturb {args.perturb!r}: must be byte counts, comma-separated integers ≥ 0 (0: unperturbed)")
+    if args.perturb is not None and not args.cuda_replay:
+        ap.error(f"--perturb {args.perturb!r}: only with --cuda-replay (it sizes the tensor the replay adds)")
     if args.read is not None:
         try:
-            lines = [json.loads(t) for t in args.read.read_text().splitlines() if t.strip()]
-            rows = cuda_replay_rows(lines)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            print(f"--read {args.read}: not the kit's --cuda-replay lines ({type(exc).__name__}: {exc})",
-                  file=sys.stderr)
+            rows = cuda_replay_rows(replay_lines(args.read.read_text()))
+        except OSError as exc:
+            print(f"--read {args.read}: cannot read it ({exc.strerror or exc})", file=sys.stderr)
+            return 2
+        except ValueError as exc:       # UnicodeDecodeError included
+            print(f"--read {args.read}: not the kit's --cuda-replay lines: {exc}", file=sys.stderr)
             return 2
         if args.json:
             print(json.dumps(rows, indent=1))
@@ -289,14 +329,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
         expandable = expandable_in_env(dict(os.environ))
-        sizes = [int(x) for x in args.perturb.split(",") if x.strip().isdigit()]
-        if len(sizes) != len([x for x in args.perturb.split(",") if x.strip()]) or not sizes:
-            ap.error(f"--perturb: {args.perturb!r} is not a list of byte counts (comma-separated integers ≥ 0)")
         for rec in records:
             path = args.events / f"{rec['case']}.json.gz"
             if path.is_file():
                 stream = load(path)
-                for nbytes in sizes:
+                for nbytes in map(int, sizes):
                     print(json.dumps(cuda_replay(stream, expandable=expandable, perturb=nbytes)), flush=True)
         return 0
     rows = []
