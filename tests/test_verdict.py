@@ -121,6 +121,29 @@ def test_estimate_json_carries_the_verdict_for_calibrated_and_uncalibrated_gpus(
     assert len(verdicts) == 1 and "coverage: safe bound" in verdicts[0] and "calibrated on H200, n = 18" in verdicts[0]
 
 
+def test_every_key_estimate_json_prints_is_in_the_readmes_contract() -> None:
+    """The README's `--json` section is the contract scripts read: each key `hpcmem estimate --json` prints (names of
+    components and phases aside) is named there."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("`--json` prints one stable object:", 1)[1].split("`; `fits` is", 1)[0]
+    documented = set(re.findall(r'"(\w+)"', block))
+    out = CliRunner().invoke(cli, ["estimate", "sft", "--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--num_processes",
+                                   "2", "--gpu", "H200", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+
+    def keys(obj: object, path: str = "") -> set[str]:
+        if not isinstance(obj, dict) or path.endswith(("components", "notes", "phases")):
+            return set()
+        return {f"{path}.{k}".lstrip(".") for k in obj} | {x for k, v in obj.items() for x in keys(v, f"{path}.{k}")}
+
+    printed = keys(data)
+    assert "verdict.spread_bytes" in printed
+    assert {k for k in printed if k.rsplit(".", 1)[-1] not in documented} == set()
+
+
 def test_estimate_with_a_calibrated_gpu_does_not_import_torch() -> None:
     code = ("import sys; from hpcmem.cli import cli; "
             "cli.main(['estimate', 'sft', '--model_name_or_path', 'Qwen/Qwen2.5-7B', '--gpu', 'H200', '--json'], "
