@@ -266,3 +266,22 @@ def test_a_type_without_checkpointing_is_planned_without_it(tmp_path, monkeypatc
     asked = CliRunner().invoke(cli, ["plan", *base, "--gradient_checkpointing", "true"])
     assert isinstance(asked.exception, SpecError)
     assert "trains only with gradient_checkpointing: false" in str(asked.exception)
+
+
+def test_a_combination_refused_only_for_its_spread_bounds_nothing():
+    """Qwen3-0.6B SFT, 8 × 1024 packed, expandable segments: full checkpointing's estimate carries a reserved spread
+    (the head's [V, H] gradient) and selective checkpointing's none, so selective's safe bound is the lower one. On a
+    GPU whose capacity lies between the two, selective fits by its own estimate and the search must say so, not
+    refuse it as dominating the group's floor (full checkpointing)."""
+    from hpcmem.plan.knobs import Knobs
+
+    job = base(model="Qwen/Qwen3-0.6B", max_length=1024)
+    sel = Knobs(gc="selective", activation_offloading=False, pack="packing", batch=8, accum=1, sharding="ddp",
+                peft="none", expandable_segments=True)
+    h200 = gpu_spec("H200")
+    safe = {gc: estimate(apply(replace(job, gpu=h200), sel._replace(gc=gc))).verdict.safe_device_peak_bytes
+            for gc in ("selective", "full")}
+    assert safe["selective"] < safe["full"]
+    gpu = replace(h200, capacity_bytes=(safe["selective"] + safe["full"]) // 2)
+    walked = {v.knobs: v for v in search(job, gpu, top=None, global_batch_size=8).walked}
+    assert walked[sel].how == "estimate" and walked[sel].fits

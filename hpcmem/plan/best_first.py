@@ -3,7 +3,8 @@
 1. Every combination gets a throughput (hpcmem.plan.throughput; microseconds, memoised per distinct setting).
 2. Walk them fastest first. A combination is fully estimated (hpcmem.estimate.estimate, the same function as
    `hpcmem estimate`) unless a monotone lower bound already rejects it: within one (sharding, peft, packing) group,
-   memory never falls when the micro-batch grows, checkpointing goes full → selective → off, or activation offloading /
+   the device peak (without the reserved spread, which is not monotone; `_Walker._record`) never falls when the
+   micro-batch grows, checkpointing goes full → selective → off, or activation offloading /
    expandable_segments are turned off (tests/test_plan.py checks the estimator obeys this). So one combination that
    does not fit rejects every combination that dominates it, and the group's floor (smallest batch, full
    checkpointing, offloading and expandable_segments on) rejects the whole group at once.
@@ -13,7 +14,8 @@
    (rank bound: no such combination can be ranked into the top, see below).
 
 Fit is `hpcmem estimate`'s verdict (hpcmem.estimate.verdict): a combination fits when its safe bound — the device
-peak widened by the GPU's calibrated margin — fits the capacity torch can use; "tight" combinations are not offered.
+peak plus half its reserved spread, widened by the GPU's calibrated margin — fits the capacity torch can use; "tight"
+combinations are not offered.
 
 Order of the plans (`rank_plans`): the throughput model is uncalibrated and cannot tell apart plans whose tokens/s
 differ by less than THROUGHPUT_UNCERTAINTY (10 %). So the fastest plan and every plan within 10 % of it form a band;
@@ -376,7 +378,13 @@ class _Walker:
         return job, est, ""
 
     def _record(self, k: Knobs, est: Estimate) -> None:
-        self.infeasible.setdefault(_group(k), []).append((k, est.verdict.safe_device_peak_bytes))
+        """Keep k as a bound for what dominates it when its device peak alone, widened by the margin, is over the
+        capacity: the reserved spread the safe bound adds is not monotone (it comes and goes with the step-2 term:
+        Qwen3-0.6B, 8 × 1024 packed, expandable segments: full checkpointing carries a 0.58 GiB spread, selective
+        none, and its safe bound is 0.1 GiB lower), so a combination refused only for its spread bounds nothing."""
+        need = safe_bound(est.device_peak_bytes, self.gpu)
+        if need > self.memory:
+            self.infeasible.setdefault(_group(k), []).append((k, need))
 
     def _floor(self, k: Knobs) -> None:
         """Estimate the least-memory member of k's part of its group once: if it does not fit, none does."""
