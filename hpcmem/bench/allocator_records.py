@@ -207,7 +207,8 @@ def _count(v: Any) -> bool:
 
 def _peaks(v: Any) -> bool:
     return isinstance(v, dict) and bool(v) and all(
-        k.isascii() and k.isdigit() and isinstance(p, list) and len(p) == 2 and all(_count(b) for b in p) for k, p in v.items())
+        k.isascii() and k.isdigit() and isinstance(p, list) and len(p) == 2 and all(_count(b) for b in p)
+        for k, p in v.items())
 
 
 def cuda_replay_rows(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -363,15 +363,17 @@ def largest_layer_block(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
 
 
 def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dict[str, int]) -> int:
-    """Bytes of reserved the estimate cannot place: a block whose segment the second step may or may not map again. Under the default allocator that flips, in the allocator model replaying the traced streams, with one
-    2–8 MiB tensor more or less before the weights (estimator/LOG.md). Under expandable segments the same perturbation
+    """Bytes of reserved the estimate cannot place: a block whose segment the second step may or may not map again.
+    Under the default allocator that flips, in the allocator model replaying the traced streams, with one 2–8 MiB
+    tensor more or less before the weights (estimator/LOG.md). Under expandable segments the same perturbation
     moves the LM-head streams by at most 18 MiB, but whether the block finds a free range still depends on the order
     in which the step's blocks fill the freed address range, which the estimate does not replay. The fitted rule sits
     between the two outcomes, so reserved may be off by about half this block either way; the estimate says so rather
     than fit it away.
-    - A trainable LM head: its bf16 [V, H] gradient, when the second step's reserve can set the peak (`second_step` or
-      `beside` > 0 in `terms`, the job's allocator mode's `slack_terms`): whether the second step maps it again depends on
-      which freed block its forward's logits tile takes (full fine-tuning streams move by up to ±6 % of reserved).
+    - A trainable LM head: its [V, H] gradient (in the weights' dtype), when the second step's reserve can set the
+      peak (`second_step` or `beside` > 0 in `terms`, the job's allocator mode's `slack_terms`): whether the second
+      step maps it again depends on which freed block its forward's logits tile takes (full fine-tuning streams move
+      by up to ±6 % of reserved).
     - Reward (a score head): the embedding's [V, H] gradient. It is the backward's last block (the embedding's
       backward, after every layer), so when it needs a new segment that lands on the reserve the layers' backward
       reached, after the allocated peak. Step one's gradient segment, freed by zero_grad, is still whole then unless
@@ -388,7 +390,7 @@ def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dic
       peft's fp32 copy of down_proj's input, 152 MiB, twice the bf16 block) — because the 1–10 MiB tensors that
       share 20 MiB segments decide which cached block a smaller request cuts first (estimator/LOG.md). Under
       expandable segments freed ranges merge and no LoRA stream moved by more than one 20 MiB page: 0.
-    0 for other heads and under DeepSpeed (states exist before the first step)."""
+    0 for other heads, and no [V, H] block under DeepSpeed (states exist before the first step)."""
     head = entry(job.train.trainer).head
     if lora.enabled:
         return 0 if job.expandable_segments else terms["layer_blocks"]
