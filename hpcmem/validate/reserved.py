@@ -121,7 +121,7 @@ def markdown(rows: list[dict[str, Any]], worst: list[dict[str, Any]]) -> str:
             "(hpcmem/trace/replay.py), default and expandable_segments; the case estimated once per mode. "
             "err % = 100·(estimate − model)/model; \"slack only\" puts the estimate's reserved − allocated on the "
             "traced allocated peak; \"beyond ± spread\" is the distance outside the estimate ± half the block it says "
-            "it cannot place (the head's [V, H] gradient; under LoRA a decoder layer's largest block; 0 inside), over "
-            "the cases that carry one and those that do not.\n\n")
+            "it cannot place (the head's [V, H] gradient, Reward's embedding gradient, under LoRA a decoder layer's "
+            "largest block; 0 inside), over the cases that carry one and those that do not.\n\n")
     tail = "\n\nLargest errors:\n\n" + "\n".join(f"- {p['case']} ({p['mode']}): {p['err_pct']:+.2f} %" for p in worst)
     return head + render(rows) + tail + "\n"
