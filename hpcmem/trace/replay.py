@@ -45,6 +45,8 @@ class ReplayResult:
     stats: dict[str, Any]
     step_peaks: dict[int, tuple[int, int]] = field(default_factory=dict)   # step -> (allocated, reserved) peaks
     workspace_bytes: int = 0
+    steady_peak_index: int = -1     # the event at which steps ≥ 2 first reach their allocated peak (-1: none)
+    allocator: CachingAllocator | None = field(default=None, repr=False, compare=False)   # its state at the end
 
     @property
     def steady_reserved_bytes(self) -> int:
@@ -63,16 +65,17 @@ def steady_peak(peaks: dict[int, tuple[int, int]], i: int) -> int:
 
 
 def replay(events: list[Any], *, expandable: bool = False, workspaces: Workspaces = Workspaces(),
-           capacity_bytes: int | None = None) -> ReplayResult:
+           capacity_bytes: int | None = None, until: int | None = None) -> ReplayResult:
     """Feed the stream to a fresh allocator model; per-step peaks of allocated (torch's count: whole blocks) and
-    reserved bytes."""
+    reserved bytes. `until`: stop before that event — the result's `allocator` is then the state there (e.g. at
+    `steady_peak_index + 1`, the allocated peak's instant)."""
     alloc = CachingAllocator(expandable_segments=expandable, capacity_bytes=capacity_bytes)
     st = alloc.stats
     handles: dict[int, int] = {}
     taken: set[tuple[str, str]] = set()
     peaks: dict[int, tuple[int, int]] = {}
-    step, a_peak, r_peak, extra = 0, 0, 0, 0
-    for i, ev in enumerate(events):
+    step, a_peak, r_peak, extra, steady, at = 0, 0, 0, 0, 0, -1
+    for i, ev in enumerate(events[:until]):
         if isinstance(ev, int):
             if ev >= 0:
                 handles[i] = alloc.malloc(ev)
@@ -88,8 +91,11 @@ def replay(events: list[Any], *, expandable: bool = False, workspaces: Workspace
             extra += _workspaces(alloc, taken, ev[1], ev[2], workspaces)
         a_peak = max(a_peak, st.allocated_bytes)
         r_peak = max(r_peak, st.reserved_bytes)
+        if step >= 2 and st.allocated_bytes > steady:
+            steady, at = st.allocated_bytes, i
     _close(peaks, step, a_peak, r_peak)
-    return ReplayResult(expandable=expandable, stats=st.to_json(), step_peaks=peaks, workspace_bytes=extra)
+    return ReplayResult(expandable=expandable, stats=st.to_json(), step_peaks=peaks, workspace_bytes=extra,
+                        steady_peak_index=at, allocator=alloc)
 
 
 def _close(peaks: dict[int, tuple[int, int]], step: int, a_peak: int, r_peak: int) -> None:
