@@ -163,8 +163,8 @@ def _capacity_line(report: PlanReport) -> str:
                          "coverage",
            "default": f"{report.gpu.name} uncalibrated: default margin from {m['calibrated_on']}'s records",
            "none": "no calibration: margin 0"}[m["status"]]
-    return (f"capacity {report.gpu.usable_bytes / GIB:.1f} GiB usable per GPU · safe = device peak + "
-            f"{100 * m['margin']:.1f} % ({how}) · free = capacity − safe; tight plans are not offered")
+    return (f"capacity {report.gpu.usable_bytes / GIB:.1f} GiB usable per GPU · safe = (device peak + half its reserved "
+            f"spread) + {100 * m['margin']:.1f} % ({how}) · free = capacity − safe; tight plans are not offered")
 
 
 def host_lines(report: PlanReport) -> list[str]:
