@@ -314,8 +314,8 @@ class ParallelSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class PeakMargin:
-    """How much one peak's estimate is widened for the safe bound: predicted · (1 + margin) covered `coverage` of
-    `n` probe runs on `calibrated_on` (hpcmem.gpu_calibration). `default` marks a margin borrowed from other GPUs'
+    """How much one peak's estimate is widened for the safe bound: (predicted + half its reserved spread) · (1 + margin)
+    covered `coverage` of `n` probe runs on `calibrated_on` (hpcmem.gpu_calibration). `default` marks a margin borrowed from other GPUs'
     records because this GPU has none of its own."""
 
     peak: str                       # allocated | reserved | device
