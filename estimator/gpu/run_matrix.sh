@@ -22,10 +22,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
 # Then (~1 min, REPLAY=0 skips it): the caching-allocator model against the real allocator on the very streams it
 # was scored with — each stored H200 record's traced device stream (estimator/allocator/nvidia-h200/) re-issued with
 # torch.empty on this GPU, default and expandable_segments, torch's peaks printed next to the model's, one JSON line
-# per stream (hpcmem.bench.allocator_records --cuda-replay). Then the full fine-tuning streams once more, default
-# allocator, with one 2 MiB or 8 MiB tensor before the weights (--perturb; "perturb_bytes" in each line): in the
-# model that moves their reserved peak by up to ±6 % (whether step 2 maps the LM head's [V, H] gradient again, the
-# estimate's reserved spread); the GPU's peaks on the same streams say whether the real allocator flips alike.
+# per stream (hpcmem.bench.allocator_records --cuda-replay). Then the full fine-tuning streams once more in each
+# mode, with one 2 MiB or 8 MiB tensor before the weights (--perturb; "perturb_bytes" in each line): in the model
+# that moves their reserved peak by up to ±6 % under the default allocator (whether step 2 maps the LM head's [V, H]
+# gradient again, the estimate's reserved spread) and by at most 18 MiB under expandable segments; the GPU's peaks
+# on the same streams say whether the real allocator behaves alike.
 # Read them back: python -m hpcmem.bench.allocator_records --read $OUT/allocator-cuda-replay.jsonl
 # REPLAY_TRACE=1 also traces one case here and replays it (hpcmem.bench.allocator_sim), the older check.
 FULL_STREAMS=sft-qwen05-full,sft-qwen05-full-fp32load,sft-qwen05-pack-bfd,sft-llama1b-sac
@@ -35,6 +36,8 @@ if [ "${REPLAY:-1}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
   { "$PY" -m hpcmem.bench.allocator_records --cuda-replay
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" -m hpcmem.bench.allocator_records --cuda-replay
     "$PY" -m hpcmem.bench.allocator_records --cuda-replay --perturb 2097152,8388608 --only "$FULL_STREAMS"
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+      "$PY" -m hpcmem.bench.allocator_records --cuda-replay --perturb 2097152,8388608 --only "$FULL_STREAMS"
   } | tee "$out"
 fi
 # Then, with PEAKS=1 (~1 min; off by default: it explains 3.5–14 MiB, the replays above a ±6 % question): what the
