@@ -311,12 +311,18 @@ class ParallelSpec:
     def fsdp(self) -> bool:
         return self.distributed_type == "FSDP"
 
+    @property
+    def flat_partitions(self) -> bool:
+        """The optimizer states (and, under FSDP and ZeRO-3, the weights) live as flat partitions, not one tensor per
+        parameter: ZeRO stage ≥ 1 or FSDP."""
+        return self.fsdp or (self.deepspeed and self.zero_stage >= 1)
+
 
 @dataclass(frozen=True, kw_only=True)
 class PeakMargin:
-    """How much one peak's estimate is widened for the safe bound: (predicted + half its reserved spread) · (1 + margin)
-    covered `coverage` of `n` probe runs on `calibrated_on` (hpcmem.gpu_calibration). `default` marks a margin borrowed from other GPUs'
-    records because this GPU has none of its own."""
+    """How much one peak's estimate is widened for the safe bound: (predicted + half its reserved spread) ·
+    (1 + margin) covered `coverage` of `n` probe runs on `calibrated_on` (hpcmem.gpu_calibration). `default` marks a
+    margin borrowed from other GPUs' records because this GPU has none of its own."""
 
     peak: str                       # allocated | reserved | device
     margin: float

@@ -206,7 +206,7 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         dtype + (" base, 4-bit NF4 linears" if t.load_in_4bit else " base, int8 linears" if t.load_in_8bit else ""),
         shard, "offloaded" if par.offload_param_device != "none" else "") if x))
     notes.setdefault("optimizer", f"{t.optim} on {trainable:,} trainable params" + (
-        f", partitioned /{n}" if (par.deepspeed and par.zero_stage >= 1) or par.fsdp else ""))
+        f", partitioned /{n}" if par.flat_partitions else ""))
     return States(weights=weights, adapters=adapters, quant_constants=consts, gradients=grads, optimizer=opt, master=master,
                   grad_buffers=grad_buffers, gathered=gathered, host=host, trainable=trainable, notes=notes)
 

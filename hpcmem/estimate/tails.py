@@ -30,8 +30,7 @@ NAME = "allocator block tails"
 def block_tails(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[int, str]:
     """Bytes of the persistent tensors' tails in the job's allocator mode, and the note that says what they are. 0
     for ZeRO / FSDP (flat partitions: a few large tensors, not one per parameter; not modelled)."""
-    par = job.parallel
-    if par.fsdp or (par.deepspeed and par.zero_stage >= 1):
+    if job.parallel.flat_partitions:
         return 0, ""
     n = persistent_tails(job.model, job.train.trainer, job.train.optim, prec.weight, lora, job.expandable_segments)
     mode = "expandable segments: 512 B rounding only" if job.expandable_segments else "unsplit remainders ≤ 1 MiB"
