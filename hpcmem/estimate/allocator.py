@@ -105,7 +105,7 @@ def packing_waste(sizes: tuple[int, ...], expandable: bool) -> int:
     rules (hpcmem.trace.allocator: 512 B rounding, best fit, split rules, segment sizes) specialised to allocations
     that live forever — each pool is then just the sorted remainders of its segments. Expandable segments map pages
     as the one region grows: only the last page of each pool is partly empty."""
-    reserved, _, requested = _pack(sizes, expandable)
+    reserved, _, requested, _ = _pack(sizes, expandable)
     return reserved - requested
 
 
@@ -118,12 +118,13 @@ def packing_tails(sizes: tuple[int, ...], expandable: bool) -> int:
     Qwen2.5-7B's [I, H] weights (129.5 MiB in a 130 MiB segment), Gemma-3-1B's (15.19 MiB in 16), Qwen2.5-0.5B's
     [H, H] ones (1.53 MiB in the 1.84 MiB left of a 20 MiB segment after two 8.31 MiB MLP weights). Plus the 512 B
     rounding of every request (`round_size`). Expandable segments split any remainder ≥ 512 B: rounding only."""
-    _, allocated, _ = _pack(sizes, expandable)
-    return allocated - sum(sizes)
+    _, allocated, _, raw = _pack(sizes, expandable)
+    return allocated - raw
 
 
-def _pack(sizes: tuple[int, ...], expandable: bool) -> tuple[int, int, int]:
-    """(reserved, allocated, Σ rounded requests) of `sizes` allocated in order, never freed (the model's rules)."""
+def _pack(sizes: tuple[int, ...], expandable: bool) -> tuple[int, int, int, int]:
+    """(reserved, allocated, Σ rounded requests, Σ requests) of `sizes` allocated in order, never freed (the model's
+    rules)."""
     large: list[int] = []
     small: list[int] = []
     reserved = allocated = requested = small_total = large_total = 0
@@ -150,7 +151,7 @@ def _pack(sizes: tuple[int, ...], expandable: bool) -> tuple[int, int, int]:
     if expandable:
         reserved = _pages(small_total, K_SMALL_BUFFER) + _pages(large_total, K_LARGE_BUFFER)
         allocated = requested
-    return reserved, allocated, requested
+    return reserved, allocated, requested, sum(sizes)
 
 
 def _pages(nbytes: int, page: int) -> int:
@@ -166,26 +167,34 @@ def persistent_sizes(m: ModelSpec, trainer: str, optim: str, weight_bytes: int, 
 
 
 @functools.lru_cache(maxsize=512)
+def _persistent_pack(m: ModelSpec, trainer: str, optim: str, weight_bytes: int, lora: LoraLayout,
+                     expandable: bool) -> tuple[int, int, int, int]:
+    """`_pack` of `persistent_sizes`, walked once for both its waste and its tails (cached: the planner asks for the
+    same model many times)."""
+    return _pack(persistent_sizes(m, trainer, optim, weight_bytes, lora), expandable)
+
+
 def persistent_waste(m: ModelSpec, trainer: str, optim: str, weight_bytes: int, lora: LoraLayout,
                      expandable: bool) -> int:
-    """`packing_waste` of `persistent_sizes` (cached: the planner asks for the same model many times)."""
-    return packing_waste(persistent_sizes(m, trainer, optim, weight_bytes, lora), expandable)
+    """`packing_waste` of `persistent_sizes`."""
+    reserved, _, requested, _ = _persistent_pack(m, trainer, optim, weight_bytes, lora, expandable)
+    return reserved - requested
 
 
-@functools.lru_cache(maxsize=512)
 def persistent_tails(m: ModelSpec, trainer: str, optim: str, weight_bytes: int, lora: LoraLayout,
                      expandable: bool) -> int:
     """`packing_tails` of `persistent_sizes`: what torch's allocated count holds beyond those tensors' bytes."""
-    return packing_tails(persistent_sizes(m, trainer, optim, weight_bytes, lora), expandable)
+    _, allocated, _, raw = _persistent_pack(m, trainer, optim, weight_bytes, lora, expandable)
+    return allocated - raw
 
 
 def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase],
                 expandable: bool | None = None) -> dict[str, int]:
     """The terms for the job's allocator mode (or the one named by `expandable`); `phases`: the estimate's (hpcmem.
     estimate.step), the peak allocated being the largest."""
-    m, par = job.model, job.parallel
+    m = job.model
     expandable = job.expandable_segments if expandable is None else expandable
-    sharded = par.fsdp or (par.deepspeed and par.zero_stage >= 1)
+    sharded = job.parallel.flat_partitions
     lm_head = entry(job.train.trainer).head == "lm"
     n = mb.label_tokens
     block = largest_layer_block(job, mb, prec)
@@ -224,13 +233,10 @@ def head_tile_kept(job: JobSpec, lora: LoraLayout, expandable: bool) -> bool:
 def second_step(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Phase], expandable: bool) -> int:
     """End of the first step's reserve + the [V, H] blocks the second step maps again − the peak (module docstring).
     0 when the states exist before the first step (DeepSpeed allocates them at engine init) or there are none."""
-    named = {p.name: p for p in phases}
-    forward, optimizer = named.get(FORWARD), named.get(OPTIMIZER_STEP)
-    if job.parallel.deepspeed or forward is None or optimizer is None:
+    step = _first_step(job, phases)
+    if step is None:
         return 0
-    states = _bytes(forward, OPTIMIZER_STATES)
-    if not states:
-        return 0
+    forward, optimizer, states = step
     peak = max(p.bytes for p in phases)
     blocks = recreated_blocks(job, prec, lora)
     if expandable and job.train.optim in FOREACH_OPTIMS:
@@ -251,13 +257,10 @@ def beside_activations(job: JobSpec, mb: MicroBatch, prec: Precision, lora: Lora
     layer's under checkpointing), and the rest of the activations as blocks of the layer's largest size (`block`).
     The gradients and optimizer states are placed in them whole (`_placed`); the rest maps segments of its own.
     Under gradient accumulation the gradients already exist in the forward phase: counted once, not freed by it."""
-    named = {p.name: p for p in phases}
-    forward, optimizer = named.get(FORWARD), named.get(OPTIMIZER_STEP)
-    if job.parallel.deepspeed or lora.enabled or forward is None or optimizer is None:
+    step = None if lora.enabled else _first_step(job, phases)
+    if step is None:
         return 0
-    states = _bytes(forward, OPTIMIZER_STATES)
-    if not states:
-        return 0
+    forward, optimizer, states = step
     m, trainer = job.model, job.train.trainer
     sizes = parameter_sizes(m, trainer, prec.weight)
     freed: dict[int, int] = {}      # block size → count
@@ -323,6 +326,18 @@ def _placed(freed: dict[int, int], tensors: dict[int, int]) -> int:
                 if count and should_split(room, room - left, False, False):
                     free[left] = free.get(left, 0) + count
     return placed
+
+
+def _first_step(job: JobSpec, phases: list[Phase]) -> tuple[Phase, Phase, int] | None:
+    """(forward, optimizer step, the optimizer states' bytes) when the first `optimizer.step()` creates the states
+    (torch/optim/adamw.py `_init_group`); None under DeepSpeed (states made at engine init), without a forward or
+    optimizer phase, or without states."""
+    named = {p.name: p for p in phases}
+    forward, optimizer = named.get(FORWARD), named.get(OPTIMIZER_STEP)
+    if job.parallel.deepspeed or forward is None or optimizer is None:
+        return None
+    states = _bytes(forward, OPTIMIZER_STATES)
+    return (forward, optimizer, states) if states else None
 
 
 def _bytes(phase: Phase, name: str) -> int:

@@ -38,8 +38,10 @@ class Point:
 
     @property
     def upper(self) -> float:
-        """What the safe bound widens: the upper outcome, predicted + spread / 2."""
-        return self.predicted + self.spread / 2
+        """What the safe bound widens: the upper outcome (hpcmem.estimate.verdict `upper`)."""
+        from hpcmem.estimate.verdict import upper
+
+        return upper(self.predicted, self.spread)
 
 
 @dataclass(frozen=True, kw_only=True)
