@@ -67,6 +67,7 @@ from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE
 from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.estimate.states import FOREACH_OPTIMS
 from hpcmem.estimate.step import (
+    AUTOCAST_CACHE,
     BACKWARD,
     FORWARD,
     GRADIENTS,
@@ -88,7 +89,6 @@ from hpcmem.trace.allocator import (
 )
 
 FP32 = 4
-AUTOCAST_CACHE = "autocast weight cache"    # hpcmem.estimate.step's component name
 TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "beside")
 # Fitted coefficients per allocator mode: least absolute deviations on the training split (python -m
 # hpcmem.bench.reserved_fit; estimator/reserved-fit.json).

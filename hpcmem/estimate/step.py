@@ -30,6 +30,7 @@ OPTIMIZER_STEP = "optimizer step"
 OPTIMIZER_STATES = "optimizer states"
 GRADIENTS = "gradients"
 OPTIMIZER_TEMPORARIES = "optimizer step temporaries"
+AUTOCAST_CACHE = "autocast weight cache"
 
 
 def resident_components(s: States, lora: LoraLayout) -> list[Component]:
@@ -120,7 +121,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     forward = Phase(name=FORWARD, components=(
         *resident, *gathered, activations,
         *([Component(name=GRADIENTS, bytes=accum_grads, note=grads_note)] if accum_grads else []),
-        *([Component(name="autocast weight cache", bytes=autocast_cache,
+        *([Component(name=AUTOCAST_CACHE, bytes=autocast_cache,
                      note="bf16 copies of fp32 weights held until autocast exits")] if autocast_cache else []),
         *([Component(name=seq.name, bytes=seq.forward, note=seq.note)] if seq.forward else []),
         Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note),
