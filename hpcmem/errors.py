@@ -31,3 +31,13 @@ class Problems:
     def raise_if_any(self) -> None:
         if self.items:
             raise SpecError(self.items)
+
+
+def unreadable(exc: BaseException) -> str:
+    """One line for an input file that could not be read or parsed (for tools that must not print a traceback):
+    the OS's reason and the file it names, else the parser's complaint, cut to a line."""
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else "it: "
+        return f"cannot read {where}{exc.strerror or exc}"
+    text = " ".join(str(exc).split())[:160]
+    return f"unexpected content ({type(exc).__name__}: {text})"

@@ -35,3 +35,22 @@ def test_trace_side_and_difference():
     assert [(r["size"], r["extra"]) for r in rows] == [(7, 1), (3, 1)]
     assert rows[0]["origins"] == [("a", 2)]
     assert origin(PEFT) == "layer.py:7 forward"
+
+
+def test_bad_inputs_get_one_line_and_exit_2(tmp_path, capsys):
+    """Bench tools read what a lease brought back: a missing file, bytes that are not UTF-8, a line that names no
+    stored stream, and a stream that is not gzip are refused in one line on stderr, never a traceback."""
+    from hpcmem.bench import peak_blocks, schedule_coarsening
+
+    binary = tmp_path / "bad.bin"
+    binary.write_bytes(b"\xff\xfe not text")
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text('{"case": "no-such-case", "live": [], "history_peak_bytes": 0}\n')
+    runs = [(peak_blocks.main, ["--read", str(tmp_path / "missing.jsonl")], "missing.jsonl: No such file"),
+            (peak_blocks.main, ["--read", str(binary)], "UnicodeDecodeError"),
+            (peak_blocks.main, ["--read", str(wrong), "--events", str(tmp_path)], "no-such-case.json.gz"),
+            (schedule_coarsening.main, [str(binary)], "cannot read it: Not a gzipped file")]
+    for main, argv, says in runs:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and "\n" not in err and "Traceback" not in err, err

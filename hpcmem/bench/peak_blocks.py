@@ -31,6 +31,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from hpcmem.errors import unreadable
+
 MIB = 1024**2
 LIBS = ("/trl/", "/peft/", "/transformers/", "/torch/")
 MAX_ENTRIES = 2_000_000
@@ -119,7 +121,7 @@ def record_on_gpu(rec: dict[str, Any], steps: int = 3) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hpcmem.bench.allocator_records import EVENTS, RECORDS, scored
+    from hpcmem.bench.allocator_records import EVENTS, RECORDS
 
     ap = argparse.ArgumentParser(prog="python -m hpcmem.bench.peak_blocks", description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="dpo-qwen05-lora,grpo-qwen05-lora,rloo-qwen05-lora,sft-qwen05-lora")
@@ -128,6 +130,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="append the GPU lines here too")
     ap.add_argument("--read", type=Path, default=None, metavar="JSONL", help="compare stored GPU lines with the trace")
     args = ap.parse_args(argv)
+    try:
+        return _run(args)
+    except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:     # a bad input file: one line
+        print(f"{ap.prog}: {unreadable(exc)} (--read: the JSON lines this tool wrote with --out; --events: the "
+              "stored streams' folder)", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from hpcmem.bench.allocator_records import scored
+
     if args.read is not None:
         from hpcmem.trace.events import load
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.trace.allocator import K_SMALL_SIZE
+from hpcmem.errors import unreadable
 from hpcmem.trace.events import load
 from hpcmem.trace.replay import replay
 
@@ -230,6 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--points", type=Path, default=None,
                     help="validate --against trace --reserved --rescore --json output, to join the estimate's error")
     args = ap.parse_args(argv)
+    try:
+        return _run(args)
+    except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:     # a bad input file: one line
+        print(f"{ap.prog}: {unreadable(exc)} (streams: gzip JSON from `validate --events`; --points: the JSON of "
+              "`validate --against trace --reserved --rescore --json`)", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     rule: dict[tuple[str, str], float] = {}
     if args.points is not None:
         for p in json.loads(args.points.read_text())["points"]:
