@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 
 class HpcmemError(Exception):
     """Base of errors that the CLI prints as a message (never as a traceback)."""
@@ -41,3 +44,13 @@ def unreadable(exc: BaseException) -> str:
         return f"cannot read {where}{exc.strerror or exc}"
     text = " ".join(str(exc).split())[:160]
     return f"unexpected content ({type(exc).__name__}: {text})"
+
+
+def refuse_unreadable(run: Callable[[], int], prog: str, hint: str) -> int:
+    """`run()`'s exit code; a file it could not read or parse is refused in one line on stderr (`unreadable`, then
+    `hint`: what the file should be) with exit code 2, never a traceback."""
+    try:
+        return run()
+    except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
+        print(f"{prog}: {unreadable(exc)} ({hint})", file=sys.stderr)
+        return 2

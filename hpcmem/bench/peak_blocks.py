@@ -31,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from hpcmem.errors import unreadable
+from hpcmem.errors import refuse_unreadable
 
 MIB = 1024**2
 LIBS = ("/trl/", "/peft/", "/transformers/", "/torch/")
@@ -130,12 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="append the GPU lines here too")
     ap.add_argument("--read", type=Path, default=None, metavar="JSONL", help="compare stored GPU lines with the trace")
     args = ap.parse_args(argv)
-    try:
-        return _run(args)
-    except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:     # a bad input file: one line
-        print(f"{ap.prog}: {unreadable(exc)} (--read: the JSON lines this tool wrote with --out; --events: the "
-              "stored streams' folder)", file=sys.stderr)
-        return 2
+    return refuse_unreadable(lambda: _run(args), ap.prog, "--read: the JSON lines this tool wrote with --out; "
+                             "--events: the stored streams' folder")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.trace.allocator import K_SMALL_SIZE
-from hpcmem.errors import unreadable
+from hpcmem.errors import refuse_unreadable
 from hpcmem.trace.events import load
 from hpcmem.trace.replay import replay
 
@@ -231,12 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--points", type=Path, default=None,
                     help="validate --against trace --reserved --rescore --json output, to join the estimate's error")
     args = ap.parse_args(argv)
-    try:
-        return _run(args)
-    except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:     # a bad input file: one line
-        print(f"{ap.prog}: {unreadable(exc)} (streams: gzip JSON from `validate --events`; --points: the JSON of "
-              "`validate --against trace --reserved --rescore --json`)", file=sys.stderr)
-        return 2
+    return refuse_unreadable(lambda: _run(args), ap.prog, "streams: gzip JSON from `validate --events`; --points: "
+                             "the JSON of `validate --against trace --reserved --rescore --json`")
 
 
 def _run(args: argparse.Namespace) -> int:
