@@ -31,6 +31,7 @@ from hpcmem.estimate.lora import LoraLayout, backward_transient
 from hpcmem.estimate.loss import LossBytes
 from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, States
+from hpcmem.estimate.step import ACTIVATIONS
 from hpcmem.models.params import LinearModule
 from hpcmem.models.profile import Cell, LayerKind, LearnedProfile, cell_key
 from hpcmem.spec import JobSpec
@@ -174,10 +175,10 @@ def _forward_phase(lb: LayerBytes, entry: int, head_other: int, loss: LossBytes,
     head = below + loss.saved + head_other + loss.forward_transient
     if head >= worst:
         return Phase(name="forward", components=(
-            *held, Component(name="activations", bytes=max(below + loss.saved + head_other, 0), note=note),
+            *held, Component(name=ACTIVATIONS, bytes=max(below + loss.saved + head_other, 0), note=note),
             Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note)))
     return Phase(name=f"forward (layer {worst_at})", components=(
-        *held, Component(name="activations", bytes=max(worst, 0), note=f"{note}; layers < {worst_at} and layer {worst_at}")))
+        *held, Component(name=ACTIVATIONS, bytes=max(worst, 0), note=f"{note}; layers < {worst_at} and layer {worst_at}")))
 
 
 def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
@@ -197,7 +198,7 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
                              (*resident, *gathered, *accum_c), f"{how}: {mb.source}; {L} layers")
     head = Phase(name="backward (LM head)", components=(
         *resident, *gathered, *accum_c,
-        Component(name="activations", bytes=max(sum(lb.kept) + cell.head_other.at(tokens, quad), 0), note=how),
+        Component(name=ACTIVATIONS, bytes=max(sum(lb.kept) + cell.head_other.at(tokens, quad), 0), note=how),
         Component(name="loss / fused LM head", bytes=loss.backward_transient,
                   note="fp32 grad accumulators + tile at the head's backward")))
     head_grads = 0 if lora.enabled else (parts.lm_head or parts.embed) * prec.weight
@@ -216,7 +217,7 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     worst = max(range(L - 1, -1, -1), key=instant)
     layer = Phase(name=f"backward (layer {worst})", components=(
         *resident, *gathered,
-        Component(name="activations", bytes=max(below[worst + 1] + entry, 0) + left[worst + 1],
+        Component(name=ACTIVATIONS, bytes=max(below[worst + 1] + entry, 0) + left[worst + 1],
                   note=f"{how}: layers ≤ {worst}" + (f"; what the backward of layers > {worst} left"
                                                      if left[worst + 1] else "")),
         Component(name="gradients", bytes=accum or head_grads + after[worst + 1],

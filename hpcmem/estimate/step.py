@@ -29,6 +29,7 @@ BACKWARD = "backward"               # every backward phase's name starts with it
 OPTIMIZER_STEP = "optimizer step"
 OPTIMIZER_STATES = "optimizer states"
 GRADIENTS = "gradients"
+ACTIVATIONS = "activations"          # saved tensors (under checkpointing: the layers' inputs)
 OPTIMIZER_TEMPORARIES = "optimizer step temporaries"
 AUTOCAST_CACHE = "autocast weight cache"
 
@@ -116,7 +117,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     cached = lora.num_params if lora.enabled else parts.layers
     autocast_cache = 2 * cached if prec.autocast and t.gradient_checkpointing else 0
     dora_t = lora_variants.forward_transient(lora, mb.tokens)
-    activations = Component(name="activations", bytes=saved_total,
+    activations = Component(name=ACTIVATIONS, bytes=saved_total,
                             note=f"{mode}: {mb.source}; {L} layers")
     forward = Phase(name=FORWARD, components=(
         *resident, *gathered, activations,
@@ -183,7 +184,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     below_and_own, recompute, done, transient = layer_instant(worst_k)
     best = Phase(name=f"backward (layer {worst_k})", components=(
         *resident, *gathered,
-        Component(name="activations", bytes=below_and_own, note=f"layers ≤ {worst_k}"),
+        Component(name=ACTIVATIONS, bytes=below_and_own, note=f"layers ≤ {worst_k}"),
         *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
         Component(name=GRADIENTS, bytes=done, note=grads_note or f"layers > {worst_k} done"),
         Component(name="backward temporaries", bytes=transient,

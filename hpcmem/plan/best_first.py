@@ -3,11 +3,12 @@
 1. Every combination gets a throughput (hpcmem.plan.throughput; microseconds, memoised per distinct setting).
 2. Walk them fastest first. A combination is fully estimated (hpcmem.estimate.estimate, the same function as
    `hpcmem estimate`) unless a monotone lower bound already rejects it: within one (sharding, peft, packing) group,
-   the device peak (without the reserved spread, which is not monotone; `_Walker._record`) never falls when the
-   micro-batch grows, checkpointing goes full → selective → off, or activation offloading /
-   expandable_segments are turned off (tests/test_plan.py checks the estimator obeys this). So one combination that
-   does not fit rejects every combination that dominates it, and the group's floor (smallest batch, full
-   checkpointing, offloading and expandable_segments on) rejects the whole group at once.
+   the tensor floor (`_tensor_floor`: the largest phase's tensors + the device terms outside the allocator, without
+   the allocator's slack and spread, which are not monotone) never falls when the micro-batch grows, or activation
+   offloading / expandable_segments are turned off, and falls by less than the checkpoint boundaries when
+   checkpointing goes full → selective → off (tests/test_plan.py checks the estimator obeys this). So one
+   combination that does not fit rejects every combination that dominates it, and the group's floor (smallest batch,
+   full checkpointing, offloading and expandable_segments on) rejects the whole group at once.
 3. Combinations TRL refuses are skipped: `hpcmem.plan.knobs.apply` builds a JobSpec, whose rules raise SpecError.
 4. Stop when `top` plans fit and every combination not yet walked is slower, by more than the throughput model's
    stated uncertainty (THROUGHPUT_UNCERTAINTY in hpcmem.plan.throughput), than the band the top-th plan falls in
@@ -37,7 +38,9 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import Estimate, estimate
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.shape import micro_batch
+from hpcmem.estimate.step import ACTIVATIONS
 from hpcmem.estimate.verdict import safe_bound
+from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.plan import layouts
 from hpcmem.plan.knobs import GC_VALUES, Knobs, apply, axes, combinations, job_knobs
 from hpcmem.plan.throughput import (
@@ -195,8 +198,13 @@ class Speeds:
                 self.trainable[peft] = self.job.model.num_params
             else:
                 t = replace(self.job.train, use_peft=True, load_in_4bit=peft == "qlora")
-                self.trainable[peft] = lora_layout(SimpleNamespace(train=t, model=self.job.model,
-                                                                   parallel=self.job.parallel)).num_params
+                try:
+                    self.trainable[peft] = lora_layout(SimpleNamespace(train=t, model=self.job.model,
+                                                                       parallel=self.job.parallel)).num_params
+                except SpecError:
+                    # peft cannot place the adapters (no default target_modules for this model type): the walk
+                    # refuses these combinations with peft's reason (hpcmem.estimate raises the same SpecError)
+                    self.trainable[peft] = self.job.model.num_params
         return self.trainable[peft]
 
     def __call__(self, k: Knobs, fields: dict) -> Throughput:
@@ -347,13 +355,29 @@ def _states_floor(est: Estimate) -> int:
     return step + est.device_extra_bytes
 
 
+def _tensor_floor(est: Estimate) -> tuple[int, int]:
+    """(floor, held): the domination bound of one estimate. floor = the largest phase's tensor bytes
+    (hpcmem.estimate.workspaces.tensor_bytes: without the cuBLAS workspaces, whose count checkpointing changes by a
+    thread's, and the block tails) + the device terms outside the allocator. The allocator slack (≥ 0) and the
+    reserved spread are left out: their terms come and go with the knobs (Reward, Gemma-3-1B, 1,024 tokens,
+    accumulation: 2 × 4 is estimated 541 MiB below 1 × 8 because `beside` drops to 0 once the layer block passes the
+    largest weight; the spread appears with full checkpointing and not with selective). held = that phase's
+    checkpoint boundaries (its "activations" under checkpointing): at a layer's backward, checkpointing holds every
+    layer's input and the recomputed layer, the same job without it holds the layers' saved tensors — at short
+    sequences up to a boundary more than those (Phi-3-mini, 8 × 128 packed: full 13 MiB over off at layer 0), so
+    across checkpointing settings only floor − held bounds the other."""
+    phase = max(est.phases, key=tensor_bytes)
+    held = sum(c.bytes for c in phase.components if c.name == ACTIVATIONS)
+    return tensor_bytes(phase) + est.device_extra_bytes, held
+
+
 class _Walker:
     """Decides fit for combinations: monotone bound first, then rules + the full estimate."""
 
     def __init__(self, base: JobSpec, host_capacity: int | None = None) -> None:
         self.base = base
         self.host_capacity = host_capacity
-        self.infeasible: dict[tuple, list[tuple[Knobs, int]]] = {}
+        self.infeasible: dict[tuple, list[tuple[Knobs, int, int]]] = {}
         self.floors: set[tuple] = set()
         self.full = self.bound = self.rules = 0
         self.refused: dict[Knobs, str] = {}
@@ -378,13 +402,13 @@ class _Walker:
         return job, est, ""
 
     def _record(self, k: Knobs, est: Estimate) -> None:
-        """Keep k as a bound for what dominates it when its device peak alone, widened by the margin, is over the
-        capacity: the reserved spread the safe bound adds is not monotone (it comes and goes with the step-2 term:
-        Qwen3-0.6B, 8 × 1024 packed, expandable segments: full checkpointing carries a 0.58 GiB spread, selective
-        none, and its safe bound is 0.1 GiB lower), so a combination refused only for its spread bounds nothing."""
-        need = safe_bound(est.device_peak_bytes, self.gpu)
+        """Keep k as a bound for what dominates it when its tensor floor, widened by the margin, is over the
+        capacity (`_tensor_floor`; the safe bound's spread and the allocator slack are left out: they are not
+        monotone in the knobs)."""
+        floor, held = _tensor_floor(est)
+        need = safe_bound(floor, self.gpu)
         if need > self.memory:
-            self.infeasible.setdefault(_group(k), []).append((k, need))
+            self.infeasible.setdefault(_group(k), []).append((k, need, safe_bound(floor - held, self.gpu)))
 
     def _floor(self, k: Knobs) -> None:
         """Estimate the least-memory member of k's part of its group once: if it does not fit, none does."""
@@ -406,8 +430,10 @@ class _Walker:
             return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None,
                            why=f"safe bound ≥ {safe_bound(floor, self.gpu) / GIB:.1f} GiB at the optimizer step alone "
                                f"({k.sharding}, {k.peft})")
-        for lo, need in self.infeasible.get(_group(k), ()):
-            if _dominates(k, lo):
+        for lo, need, other_gc in self.infeasible.get(_group(k), ()):
+            if k.gc != lo.gc:
+                need = other_gc
+            if need > self.memory and _dominates(k, lo):
                 self.bound += 1
                 return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None,
                                why=f"safe bound ≥ {need / GIB:.1f} GiB (as {lo.label()})")
