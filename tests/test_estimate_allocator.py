@@ -370,8 +370,9 @@ def test_a_lora_job_that_trains_the_head_keeps_the_logits_tile_under_expandable_
 def test_beside_does_not_take_resident_tensors_for_freed_blocks():
     """`beside` places gradients and states in the blocks the forward frees. DDP's gradient buckets (allocated when
     the model is wrapped, kept through every step) are not such blocks: they raise the end of step one and the peak
-    alike, so the term is the same on one GPU and on two. Reward, Phi-3-mini bf16, 4 × 256 with checkpointing (its
-    [3072, 16384] bf16 MLP weights are larger than every freed block)."""
+    alike, so the term is the same on one GPU and on two. Reward, Phi-3-mini bf16, 4 × 128 with checkpointing (its
+    [3072, 16384] bf16 MLP weights are larger than every freed block; at 4 × 256 the end of step one no longer
+    exceeds the peak without the embedding's [V, H] gradient, which `embedding_grad` counts for Reward)."""
     from hpcmem.estimate import estimate
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
@@ -380,7 +381,7 @@ def test_beside_does_not_take_resident_tensors_for_freed_blocks():
 
     def beside(processes: int) -> int:
         job = build_job("reward", {"model_name_or_path": "microsoft/Phi-3-mini-4k-instruct", "dtype": "bfloat16",
-                                   "max_length": 256, "per_device_train_batch_size": 4,
+                                   "max_length": 128, "per_device_train_batch_size": 4,
                                    "num_processes": processes})[0]
         phases = list(estimate(job).phases)
         assert any(c.name == "gradient buckets" for c in phases[0].components) == (processes > 1)
@@ -473,3 +474,56 @@ def test_validate_reserved_scores_each_mode_against_the_stored_model_peak():
     assert points["expandable"]["beyond_spread_pct"] == pytest.approx(
         100 * (est[True] - model["expandable"] - half) / model["expandable"], abs=1e-6)
     assert rows[("all", "both")]["with_spread"] == 2
+
+
+@pytest.mark.parametrize(("stream", "micro_batches"), [
+    ("reward-qwen3-06-full-gc-2k", 1),           # tied embeddings, no accumulation
+    ("reward-gemma3-1b-full-ga4-1k-4micro", 4),  # tied, 4 accumulation steps, all four micro-batches traced
+])
+def test_reward_embedding_gradients_the_second_step_maps_again_are_the_allocator_models(stream: str,
+                                                                                          micro_batches: int):
+    """Known answer: the allocator model replaying two Reward streams of the CPU trace (estimator/allocator/cpu-trace,
+    written by `hpcmem validate --against trace --reserved --events`; the Gemma-3-1B one with hpcmem/trace/trainer.py's
+    MAX_TRACED_ACCUMULATION raised to 4 so every micro-batch is in it). Each micro-batch's embedding backward allocates
+    one [V, H] gradient, tied or not; in step 2, default segments, the allocator maps new segments for the first two
+    of them only (the later ones are added into `.grad` and reuse the second's freed block). Without accumulation
+    whether the one block is mapped again is a coin (`placement_spread`); in this Qwen3-0.6B stream it is. The
+    estimate's `embedding_grad` term is those blocks: one [V, H] without accumulation (not two for the tie), two with
+    it, whatever the accumulation steps."""
+    import dataclasses
+    import gzip
+
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.allocator import slack_terms
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.trace.allocator import allocation_size
+    from hpcmem.trace.events import step_of
+    from hpcmem.validate.trace import case_job
+
+    data = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "cpu-trace" / f"{stream}.json.gz").read())
+    job = dataclasses.replace(case_job(data["case"]), expandable_segments=False)
+    m = job.model
+    vh = m.vocab_size * m.hidden_size * precision(job).weight
+    a = CachingAllocator()
+    handles: dict[int, int] = {}
+    phase, allocated, mapped = "", {1: 0, 2: 0}, {1: 0, 2: 0}
+    for i, ev in enumerate(data["events"]):
+        if isinstance(ev, list):
+            phase = ev[1] if ev[0] == "phase" else phase
+            continue
+        if ev < 0:
+            a.free(handles.pop(i + ev))
+            continue
+        before = a.stats.reserved_bytes
+        handles[i] = a.malloc(ev)
+        step = step_of(phase)
+        if ev == vh and phase.endswith("backward / embeddings") and step in allocated:
+            allocated[step] += 1
+            mapped[step] += a.stats.reserved_bytes - before == allocation_size(vh)
+    assert m.tie_word_embeddings
+    assert allocated == {1: micro_batches, 2: micro_batches}
+    assert mapped[2] == min(micro_batches, 2)
+    terms = slack_terms(job, micro_batch(job), precision(job), lora_layout(job), list(estimate(job).phases), False)
+    assert terms["embedding_grad"] == mapped[2] * vh
+    assert terms["second_step"] == 0

@@ -16,8 +16,8 @@ cannot use. The terms (bytes, `slack_terms`):
   the allocator hands the states the cached blocks first (best fit): the first step ends with about
   max(first-step peak without the states, weights + gradients + states) reserved, and the big blocks the states took
   over — the fused LM head's fp32 [V, H] gradient accumulator and the [V, H] gradient (trl/kernels/chunked_logprob.py
-  backward); Reward's embedding gradient (and its copy when tied) — get new segments in the second step. The term is
-  that end of step one + those blocks − the peak, when positive (from the estimate's own phases). Under expandable
+  backward) — get new segments in the second step. The term is that end of step one + those blocks − the peak, when
+  positive (from the estimate's own phases). LM heads only: Reward's block is `embedding_grad`. Under expandable
   segments freed blocks merge in one address range and are reused; the optimizer step's temporaries (foreach AdamW: a
   list the size of the gradients, torch/optim/adam.py `_multi_tensor_adam`, torch 2.13) are the step's last
   allocations, so when they are freed they leave one free run at the top of the mapped range, which best fit hands
@@ -41,6 +41,11 @@ cannot use. The terms (bytes, `slack_terms`):
   129.5 MiB states; Mistral-7B fp32: 192 of 192 224 MiB states and 94 of the 128 64 MiB ones, where `_placed`
   leaves 96). Under expandable segments freed blocks merge in one address range (0 there; the gradients' own
   fragmentation of that range in step 2 is not modelled);
+- `embedding_grad` (Reward, full fine-tuning): the embedding's [V, H] gradient(s) the second step maps again
+  (`embedding_gradients`). The embedding's backward is the backward's last block, so such a segment lands on the
+  reserve the layers' backward reached — after the allocated peak — not on the end of step one: the term is the
+  blocks themselves, and its coefficient the share of them the allocator maps again (a coin without gradient
+  accumulation: `placement_spread`);
 - `head_tile`: the fused head's [4096, 32768] logits tile and fp32 [N, H] input gradient, freed before the layers'
   backward, which split it (the tile left out where the recompute takes its pages whole: `head_tile_kept`);
 - `layer_blocks`: the largest block of a decoder layer (the MLP's [T, I] in the compute dtype, an fp32 [T, H]
@@ -89,14 +94,14 @@ from hpcmem.trace.allocator import (
 )
 
 FP32 = 4
-TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "beside")
+TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "beside", "embedding_grad")
 # Fitted coefficients per allocator mode: least absolute deviations on the training split (python -m
 # hpcmem.bench.reserved_fit; estimator/reserved-fit.json).
 COEFFICIENTS: dict[str, dict[str, float]] = {
-    "default": {"packing": 1.7579, "second_step": 0.3602, "head_tile": 0.1117,
-                "layer_blocks": 1.1934, "allocated": 0.0067, "beside": 1.043},
-    "expandable": {"packing": 2.2112, "second_step": 0.4502, "head_tile": 0.1661,
-                   "layer_blocks": 1.0351, "allocated": 0.0016, "beside": 0.0},
+    "default": {"packing": 1.7513, "second_step": 0.3599, "head_tile": 0.1147, "layer_blocks": 1.1931,
+                "allocated": 0.0067, "beside": 1.0422, "embedding_grad": 0.4288},
+    "expandable": {"packing": 2.6364, "second_step": 0.4042, "head_tile": 0.2654, "layer_blocks": 1.0415,
+                   "allocated": 0.0, "beside": 0.0, "embedding_grad": 0.3155},
 }
 
 
@@ -199,6 +204,7 @@ def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     n = mb.label_tokens
     block = largest_layer_block(job, mb, prec)
     ordinary = second_step(job, prec, lora, phases, expandable)
+    reward = embedding_grad(job, prec, lora, phases)
     return {
         # ZeRO / FSDP keep flat partitions, not one tensor per parameter: no per-tensor packing
         "packing": 0 if sharded else persistent_waste(m, job.train.trainer, job.train.optim, prec.weight, lora,
@@ -210,7 +216,8 @@ def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         "allocated": max(p.bytes for p in phases),
         # per-tensor placement: not for ZeRO / FSDP's flat partitions either
         "beside": 0 if expandable or sharded else max(0, beside_activations(job, mb, prec, lora, phases, block)
-                                                       - ordinary),
+                                                       - ordinary - reward),
+        "embedding_grad": reward,
     }
 
 
@@ -232,8 +239,9 @@ def head_tile_kept(job: JobSpec, lora: LoraLayout, expandable: bool) -> bool:
 
 def second_step(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Phase], expandable: bool) -> int:
     """End of the first step's reserve + the [V, H] blocks the second step maps again − the peak (module docstring).
-    0 when the states exist before the first step (DeepSpeed allocates them at engine init) or there are none."""
-    step = _first_step(job, phases)
+    0 when the states exist before the first step (DeepSpeed allocates them at engine init) or there are none, and for
+    Reward (`embedding_grad`)."""
+    step = None if entry(job.train.trainer).head == "score" else _first_step(job, phases)
     if step is None:
         return 0
     forward, optimizer, states = step
@@ -246,6 +254,15 @@ def second_step(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Ph
         blocks = max(0, blocks - _bytes(optimizer, OPTIMIZER_TEMPORARIES))
     first = max(p.bytes - states for p in phases if p.name == FORWARD or p.name.startswith(BACKWARD))
     return max(0, max(first, optimizer.bytes) + blocks - peak)
+
+
+def embedding_grad(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Phase]) -> int:
+    """Reward, full fine-tuning: the embedding's [V, H] gradient blocks the second step may map again
+    (`embedding_gradients`), counted whole — they come after the allocated peak (module docstring). 0 for other heads,
+    under LoRA (frozen embedding) and where the first `optimizer.step()` does not create the states (DeepSpeed)."""
+    if entry(job.train.trainer).head != "score" or _first_step(job, phases) is None:
+        return 0
+    return recreated_blocks(job, prec, lora)
 
 
 def beside_activations(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase],
@@ -346,15 +363,28 @@ def _bytes(phase: Phase, name: str) -> int:
 
 def recreated_blocks(job: JobSpec, prec: Precision, lora: LoraLayout) -> int:
     """The backward's [V, H] blocks: the fused head's fp32 gradient accumulator and the weight's gradient when the
-    head trains; Reward (no LM head): the embedding gradient, and its copy when tied (hpcmem.estimate.step
-    `_embedding_backward`). None under LoRA (frozen)."""
+    head trains; Reward (no LM head): `embedding_gradients` [V, H] gradients in the weights' dtype. None under LoRA
+    (frozen)."""
     m = job.model
     vh = m.vocab_size * m.hidden_size
     if lora.enabled:
         return 0
     if entry(job.train.trainer).head == "score":
-        return (2 if m.tie_word_embeddings else 1) * vh * prec.weight
+        return embedding_gradients(job) * vh * prec.weight
     return vh * (FP32 + prec.weight)
+
+
+def embedding_gradients(job: JobSpec) -> int:
+    """[V, H] embedding gradients one Reward step holds at once: the embedding's backward allocates a fresh dense
+    gradient each micro-batch (torch/nn/functional.py `embedding` → aten/src/ATen/native/Embedding.cpp
+    `embedding_dense_backward`); the first becomes `.grad` (zero_grad set it to None; torch/csrc/autograd/functions/
+    accumulate_grad.h `AccumulateGrad::accumulateGrad` keeps the incoming tensor), each later one is added into it
+    in place and freed — so 1 without gradient accumulation and 2 with it, whatever the accumulation steps. Tying
+    adds none: the sequence-classification model (transformers `AutoModelForSequenceClassification`, a [labels, H]
+    `score` linear) has no output embedding to tie. In the allocator model replaying Reward streams: one [V, H]
+    per micro-batch, Qwen3-0.6B and Qwen2.5-0.5B (tied) alike; Gemma-3-1B 2 × 4 traced with 4 micro-batches
+    allocates four per step and maps two of them again in step 2 (reserved 9,430 MiB, as with 2 traced)."""
+    return 2 if job.train.gradient_accumulation_steps > 1 else 1
 
 
 @functools.lru_cache(maxsize=512)
@@ -389,13 +419,14 @@ def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dic
       peak (`second_step` or `beside` > 0 in `terms`, the job's allocator mode's `slack_terms`): whether the second
       step maps it again depends on which freed block its forward's logits tile takes (full fine-tuning streams move
       by up to ±6 % of reserved).
-    - Reward (a score head): the embedding's [V, H] gradient. It is the backward's last block (the embedding's
-      backward, after every layer), so when it needs a new segment that lands on the reserve the layers' backward
-      reached, after the allocated peak. Step one's gradient segment, freed by zero_grad, is still whole then unless
-      the second step's layer blocks have cut it — which depends on the free blocks step one's AdamW states left
-      (Qwen3-0.6B, 4 × 2048, default segments: mapped again, 6,614 MiB; an 8 MiB tensor more before the weights:
-      not, 6,476 MiB; Qwen2.5-0.5B, 2 × 256 without checkpointing: mapped again under expandable segments, not
-      under default ones). Of the 20 Reward full fine-tuning stream × mode pairs traced, 9 map it again whatever
+    - Reward (a score head): the embedding's [V, H] gradient (one block also with gradient accumulation, where the
+      four default-segment streams traced map both of `embedding_gradients` again). It is the backward's last block
+      (the embedding's backward, after every layer), so when it needs a new segment that lands on the reserve the
+      layers' backward reached, after the allocated peak. Step one's gradient segment, freed by zero_grad, is still
+      whole then unless the second step's layer blocks have cut it — which depends on the free blocks step one's AdamW
+      states left (Qwen3-0.6B, 4 × 2048, default segments: mapped again, 6,614 MiB; an 8 MiB tensor more before the
+      weights: not, 6,476 MiB; Qwen2.5-0.5B, 2 × 256 without checkpointing: mapped again under expandable segments,
+      not under default ones). Of the 20 Reward full fine-tuning stream × mode pairs traced, 9 map it again whatever
       1–16 MiB tensor is added, 9 never do, 2 flip; no rule here tells the first two groups apart either.
     - LoRA, default segments: a decoder layer's largest block (`layer_blocks`). With the head and the weights frozen
       there is no [V, H] block, but whether one more [T, I]-sized segment gets mapped flips the same way: replayed
