@@ -312,8 +312,8 @@ def test_lora_recompute_takes_the_freed_logits_tile_whole_under_expandable_segme
     positions, so a [4096, 32768] bf16 logits tile, by hand 256 MiB): its stored stream replayed with expandable segments up to the
     allocated peak of the steps after the first (the last layer's recompute, right after the frozen head's backward)
     leaves no free range the tile fits in — a request of its size at that instant maps new pages. So `head_tile`
-    keeps only the fp32 [N, H] input gradient there (8 × 1023 × 896 × 4 B by hand), and in the default mode the
-    remainder the recompute's three [T, I] blocks (8192 × 4864 × 2 B) leave in the tile's cudaMalloc segment."""
+    keeps only the fp32 [N, H] input gradient there (8 × 1023 × 896 × 4 B by hand), and the tile too in the default mode
+    (a cudaMalloc segment keeps the remainder the recompute's blocks leave)."""
     import dataclasses
     import gzip
 
@@ -342,7 +342,7 @@ def test_lora_recompute_takes_the_freed_logits_tile_whole_under_expandable_segme
         return slack_terms(j, micro_batch(j), precision(j), lora_layout(j), phases, expandable)["head_tile"]
 
     assert head_tile(True) == 8 * 1023 * 896 * 4
-    assert head_tile(False) == tile - 3 * 8192 * 4864 * 2 + 8 * 1023 * 896 * 4
+    assert head_tile(False) == tile + 8 * 1023 * 896 * 4
 
 
 def test_lora_recompute_refills_the_freed_logits_tile_segment_under_default_segments():
@@ -380,9 +380,6 @@ def test_lora_recompute_refills_the_freed_logits_tile_segment_under_default_segm
     packing = slack_terms(job, local_micro_batch(job, micro_batch(job)), precision(job), lora_layout(job),
                           list(est.phases), False)["packing"]
     assert sum(in_weights) < packing < 1.5 * sum(in_weights)
-    head = slack_terms(job, local_micro_batch(job, micro_batch(job)), precision(job), lora_layout(job),
-                       list(est.phases), False)["head_tile"]
-    assert head - 8 * 1023 * 896 * 4 == tiles[0][-1][0]
 
 
 def test_a_lora_job_that_trains_the_head_keeps_the_logits_tile_under_expandable_segments():

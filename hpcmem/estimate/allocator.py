@@ -42,13 +42,11 @@ cannot use. The terms (bytes, `slack_terms`):
   leaves 96). Under expandable segments freed blocks merge in one address range (0 there; the gradients' own
   fragmentation of that range in step 2 is not modelled);
 - `head_tile`: the fused head's [4096, 32768] logits tile and fp32 [N, H] input gradient, freed before the layers'
-  backward, which split it (the tile left out where the recompute takes its pages whole: `head_tile_kept`; only
-  its segment's remainder modulo the layer block where the recompute refills the segment: `tile_counted`);
+  backward, which split it (the tile left out where the recompute takes its pages whole: `head_tile_kept`);
 - `layer_blocks`: the largest block of a decoder layer (the MLP's [T, I] in the compute dtype, an fp32 [T, H]
   norm upcast, eager attention's fp32 [rows, heads, S, S] scores), a size that recurs layer after layer while
   gradients and saved tensors interleave with it;
-- `allocated`: a small share of the peak for everything else (rounding of requests, short-lived blocks);
-- `generation_small`: the small-pool segments HF generation leaves behind (`generation_small`).
+- `allocated`: a small share of the peak for everything else (rounding of requests, short-lived blocks).
 
 (b) is not replayed tensor by tensor: each term's coefficient — how much of such a block ends up stranded — is fitted
 per allocator mode to the allocator model replaying the trace matrix (`python -m hpcmem.bench.reserved_fit`,
@@ -78,7 +76,6 @@ from hpcmem.estimate.step import (
     OPTIMIZER_TEMPORARIES,
 )
 from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parameter_sizes
-from hpcmem.estimate.trainers import CACHE_GROWTH
 from hpcmem.estimate.workspaces import NAME as WORKSPACES
 from hpcmem.spec import JobSpec, ModelSpec
 from hpcmem.trainers import entry
@@ -92,14 +89,14 @@ from hpcmem.trace.allocator import (
 )
 
 FP32 = 4
-TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "beside", "generation_small")
+TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "beside")
 # Fitted coefficients per allocator mode: least absolute deviations on the training split (python -m
 # hpcmem.bench.reserved_fit; estimator/reserved-fit.json).
 COEFFICIENTS: dict[str, dict[str, float]] = {
-    "default": {"packing": 1.7577, "second_step": 0.3655, "head_tile": 0.1271, "layer_blocks": 1.1964,
-                "allocated": 0.006, "beside": 1.0572, "generation_small": 0.692},
-    "expandable": {"packing": 2.2085, "second_step": 0.4502, "head_tile": 0.1661, "layer_blocks": 1.0351,
-                   "allocated": 0.0016, "beside": 0.0, "generation_small": 0.1634},
+    "default": {"packing": 1.7579, "second_step": 0.3602, "head_tile": 0.1117,
+                "layer_blocks": 1.1934, "allocated": 0.0067, "beside": 1.043},
+    "expandable": {"packing": 2.2112, "second_step": 0.4502, "head_tile": 0.1661,
+                   "layer_blocks": 1.0351, "allocated": 0.0016, "beside": 0.0},
 }
 
 
@@ -207,50 +204,14 @@ def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         "packing": 0 if sharded else persistent_waste(m, job.train.trainer, job.train.optim, prec.weight, lora,
                                                        expandable),
         "second_step": ordinary,
-        "head_tile": (tile_counted(job, lora, expandable, min(n, TOKEN_CHUNK_SIZE)
-                                   * min(m.vocab_size, VOCAB_CHUNK_SIZE) * prec.act, block)
-                      + n * m.hidden_size * FP32) if lm_head else 0,
+        "head_tile": (head_tile_kept(job, lora, expandable) * min(n, TOKEN_CHUNK_SIZE)
+                      * min(m.vocab_size, VOCAB_CHUNK_SIZE) * prec.act + n * m.hidden_size * FP32) if lm_head else 0,
         "layer_blocks": block,
         "allocated": max(p.bytes for p in phases),
         # per-tensor placement: not for ZeRO / FSDP's flat partitions either
         "beside": 0 if expandable or sharded else max(0, beside_activations(job, mb, prec, lora, phases, block)
                                                        - ordinary),
-        "generation_small": generation_small(job, phases),
     }
-
-
-def tile_counted(job: JobSpec, lora: LoraLayout, expandable: bool, tile: int, block: int) -> int:
-    """Bytes of the logits tile `head_tile` counts. None where `head_tile_kept` says the recompute takes its pages.
-    Default segments, the same jobs (frozen head, checkpointing, no activation offloading): the tile's cudaMalloc
-    segment is freed whole after the head's backward, and the last layer's recompute, next, cuts its [T, I] blocks
-    (`block`) off its front — best fit, then `alloc_found_block` splits off the request and caches the rest
-    (c10/cuda/CUDACachingAllocator.cpp; hpcmem.trace.allocator) — until less than one block is left: the segment's
-    size modulo the block stays free. Seen exactly in the allocator model at the allocated peak of five H200 LoRA
-    streams: dpo-qwen05-lora and sft-qwen05-lora 256 − 3 × 76 = 28 MiB, grpo-qwen05-lora 128 − 4 × 28.5 = 14 MiB,
-    rloo-qwen05-lora 64 − 3 × 19 = 7 MiB, sft-llama8b-lora 256 − 2 × 112 = 32 MiB (tests/test_estimate_allocator.py).
-    The whole tile elsewhere (full fine-tuning's [V, H] gradients and, without checkpointing, the activations take
-    that segment in other pieces)."""
-    if not head_tile_kept(job, lora, expandable):
-        return 0
-    t = job.train
-    frozen_head = lora.enabled and not lora.trains_head
-    segment = allocation_size(round_size(tile))
-    if frozen_head and t.gradient_checkpointing and not t.activation_offloading and 0 < block <= segment:
-        return segment % round_size(block)
-    return tile
-
-
-def generation_small(job: JobSpec, phases: list[Phase]) -> int:
-    """HF generation's keys and values while they are small blocks: transformers' DynamicCache grows every layer's
-    keys and values by `torch.cat` at each token (cache_utils.py `DynamicLayer.update`), so each of the 2 · layers
-    tensors is a new request one token longer; up to 1 MiB (`kSmallSize`) they come from the small pool's 2 MiB
-    segments, which the allocator never returns during training and only requests ≤ 1 MiB can use. Term: 2 · layers
-    · min(one tensor at full length, 1 MiB) (the estimate's `CACHE_GROWTH`, hpcmem.estimate.trainers). Seen in the
-    allocator model: grpo-qwen05-lora's generation has 48 blocks of 766 KiB (24 layers × keys, values) alive at its
-    small-pool peak and maps 31 small segments; 52.8 MiB of the small pool is free at the training peak
-    (rloo-qwen05-lora: 19 segments, 29.5 MiB). 0 without HF generation (vLLM keeps its own pool)."""
-    growth = max((c.bytes for p in phases for c in p.components if c.name == CACHE_GROWTH), default=0)
-    return 2 * job.model.num_hidden_layers * min(growth, K_SMALL_SIZE)
 
 
 def head_tile_kept(job: JobSpec, lora: LoraLayout, expandable: bool) -> bool:
