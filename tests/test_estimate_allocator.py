@@ -345,6 +345,43 @@ def test_lora_recompute_takes_the_freed_logits_tile_whole_under_expandable_segme
     assert head_tile(False) == tile + 8 * 1023 * 896 * 4
 
 
+def test_lora_recompute_refills_the_freed_logits_tile_segment_under_default_segments():
+    """dpo-qwen05-lora (H200 record: Qwen2.5-0.5B LoRA q/v, 4 pairs × 1024 so 8 × 1024 tokens, checkpointing): its
+    stored stream replayed with default segments up to the allocated peak of the steps after the first (the last
+    layer's recompute, right after the frozen head's backward). The freed [4096, 32768] bf16 logits tile's segment
+    (by hand 256 MiB) holds three of the recompute's [T, I] bf16 blocks (8192 × 4864 × 2 B = 76 MiB) and keeps only
+    the remainder free, 256 − 3 × 76 = 28 MiB. The weights' 20 MiB segments (two 896 × 4864 × 2 B MLP weights each,
+    8.3125 MiB) strand their 3.375 MiB remainders once: ten free whole, two with a 2 MiB block in them, 10 × 3.375 +
+    2 × 1.375 MiB — less than the packing term (the persistent tensors' own waste), which the default coefficient
+    (fitted with full fine-tuning's gradients of the same sizes) counts about 1.8 times."""
+    from hpcmem.estimate import estimate, local_micro_batch
+    from hpcmem.estimate.allocator import slack_terms
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.trace.replay import Workspaces, replay
+    from hpcmem.validate.probes import load, record_job
+
+    import gzip
+
+    tile, block, weight = 4096 * 32768 * 2, 8192 * 4864 * 2, 896 * 4864 * 2
+    events = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "nvidia-h200" / "dpo-qwen05-lora.json.gz").read())[
+        "events"]
+    at = replay(events, workspaces=Workspaces()).steady_peak_index
+    segments = replay(events, workspaces=Workspaces(), until=at + 1).allocator.segments()
+    tiles = [blocks for small, blocks in segments if not small and sum(n for n, _ in blocks) == tile]
+    assert tiles == [((block, "allocated"),) * 3 + ((tile - 3 * block, "free"),)]
+    in_weights = [n for small, blocks in segments if not small and sum(n for n, _ in blocks) == 20 * MIB
+                  and [n for n, s in blocks].count(weight) == 2 for n, s in blocks if s == "free"]
+    assert sorted(in_weights) == [int(1.375 * MIB)] * 2 + [int(3.375 * MIB)] * 10
+
+    records = load([ROOT / "estimator" / "probes" / "nvidia-h200.jsonl"], gpu="nvidia-h200").records
+    job = record_job(next(r for r in records if r.case == "dpo-qwen05-lora"))
+    est = estimate(job)
+    packing = slack_terms(job, local_micro_batch(job, micro_batch(job)), precision(job), lora_layout(job),
+                          list(est.phases), False)["packing"]
+    assert sum(in_weights) < packing < 1.5 * sum(in_weights)
+
+
 def test_a_lora_job_that_trains_the_head_keeps_the_logits_tile_under_expandable_segments():
     """The tile is left out of `head_tile` only where the frozen head's backward allocates no [V, H] gradient. A
     trained lm_head copy (`lora_modules_to_save: [lm_head]`) makes the fused head compute them, as full fine-tuning

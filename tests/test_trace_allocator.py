@@ -87,6 +87,24 @@ def test_medium_request_gets_a_20_mib_segment_and_later_ones_split_it():
     assert a.stats.num_segments == 2
 
 
+def test_segments_list_each_segments_blocks_in_address_order():
+    a = CachingAllocator()
+    first = a.malloc(5 * MIB)           # a 20 MiB segment: 5 allocated, 15 free
+    a.malloc(3 * MIB)                   # best fit into the 15 MiB remainder → 5, 3, 12 free
+    a.free(first)                       # 5 free, 3, 12 free (no free neighbour of the first block)
+    a.malloc(13 * MIB)                  # no cached block fits: its own 14 MiB segment, handed out whole (1 MiB left)
+    a.malloc(100)                       # small pool: a 2 MiB segment, 512 B allocated
+    assert a.segments() == [
+        (False, ((5 * MIB, "free"), (3 * MIB, "allocated"), (12 * MIB, "free"))),
+        (False, ((14 * MIB, "allocated"),)),
+        (True, ((512, "allocated"), (2 * MIB - 512, "free"))),
+    ]
+    e = CachingAllocator(expandable_segments=True)
+    e.malloc(5 * MIB)                   # one 20 MiB page mapped at the start of the large pool's range
+    [(small, blocks)] = e.segments()
+    assert not small and blocks[:2] == ((5 * MIB, "allocated"), (15 * MIB, "free")) and blocks[2][1] == "unmapped"
+
+
 def test_large_request_gets_a_segment_rounded_to_2_mib():
     a = CachingAllocator()
     a.malloc(12 * MIB)                  # ≥ 10 MiB → ceil(12 / 2) · 2 = 12 MiB segment

@@ -276,6 +276,29 @@ class CachingAllocator:
     def live_handles(self) -> int:
         return len(self._live)
 
+    def segments(self) -> list[tuple[bool, tuple[tuple[int, str], ...]]]:
+        """The segments in address order, each (small pool?, its blocks in address order as (size, state)), state
+        "allocated", "free" or "unmapped" — what `torch.cuda.memory_snapshot()` lists per segment (c10/cuda/
+        CUDACachingAllocator.cpp `snapshot`: a segment's blocks with their size and state). Under expandable segments
+        one segment is a pool's whole address range, its unmapped ranges included."""
+        blocks = [b for b, _ in self._live.values()]
+        for pool in self._pools.values():
+            blocks += list(pool.free_at.values()) + list(pool.unmapped_at.values())
+        heads: dict[int, _Block] = {}
+        for b in blocks:
+            while b.prev is not None:
+                b = b.prev
+            heads[b.addr] = b
+        out = []
+        for addr in sorted(heads):
+            parts, b = [], heads[addr]
+            while b is not None:
+                state = "allocated" if b.allocated else "free" if b.mapped else "unmapped"
+                parts.append((b.size, state))
+                b = b.next
+            out.append((heads[addr].small, tuple(parts)))
+        return out
+
     # -- search, split, merge ----------------------------------------------------------------------------------------
     def _get_free_block(self, pool: _Pool, size: int) -> _Block | None:
         """`get_free_block`: best fit by (size, address); under expandable segments a block that borders unmapped
