@@ -390,7 +390,7 @@ def test_lora_small_pool_holds_the_adapters_freed_gradients_at_the_peak(record: 
     2 MiB segments (c10/cuda/CUDACachingAllocator.cpp `get_pool`: requests ≤ kSmallSize); zero_grad frees the
     gradients after the optimizer step and the recompute, which allocates almost no small tensor, cannot use them,
     so at the peak they are free — whatever the large pool does (Qwen2.5-0.5B q/v 4.1 MiB of gradients, 5.2 free;
-    Llama-3.1-8B q/v 26.0, 25.0 free; Phi-3-mini qkv/o 96.0, 102.9 free). Expected: the replay; compared with the
+    Llama-3.1-8B q/v 26.0, 25.0 free; Phi-3-mini qkv/o/gate_up/down 96.0, 102.9 free). Expected: the replay; compared with the
     adapters' fp32 sizes (hpcmem.estimate.tensors.adapter_sizes, each rounded to 512 B), within 1.5 MiB + 8 %."""
     import gzip
 
