@@ -6,7 +6,7 @@ matrix, and report how they do on cases left out of the fit.
 Rows: every stored trace record that carries the allocator model's reserved peak (`hpcmem validate --against trace
 --reserved`), once per allocator mode. Target: the model's slack, reserved − (traced tensors + the estimate's cuBLAS
 workspaces and block tails). Terms: `slack_terms` of the estimate for the same job. Fit: least absolute deviations of
-the slack relative to the reserved peak, non-negative coefficients (those in `FIXED` are 1, not fitted), on the training split — cases whose
+the slack relative to the reserved peak, non-negative coefficients, on the training split — cases whose
 sha1(id) % 3 != 0 — then scored on the held-out third. Least absolute deviations, not least squares: the scores are the median and p95 of |error|,
 and a squared loss lets the few cases whose stranded blocks no term describes (path-specific fragmentation) pull
 every coefficient. Solved by iteratively reweighted least squares (weights 1 / max(|residual|, 1e-5), each step a
@@ -123,20 +123,17 @@ def lad(x: list[list[float]], y: list[float], *, floor: float = 1e-5, steps: int
 
 def fit(data: list[dict[str, Any]]) -> dict[str, Any]:
     """Coefficients per mode from the training split; errors of the reserved peak on both splits."""
-    from hpcmem.estimate.allocator import FIXED, TERMS
+    from hpcmem.estimate.allocator import TERMS
 
-    fitted = [t for t in TERMS if t not in FIXED]
-    out: dict[str, Any] = {"terms": list(TERMS), "fixed_at_1": list(FIXED),
-                           "split": f"held out when sha1(case id) % {HOLDOUT_EVERY} == 0",
+    out: dict[str, Any] = {"terms": list(TERMS), "split": f"held out when sha1(case id) % {HOLDOUT_EVERY} == 0",
                            "loss": "least absolute deviations of slack / reserved, coefficients ≥ 0"}
     for mode in MODES:
         rows_m = [r for r in data if r["mode"] == mode]
         train = [r for r in rows_m if not held_out(r["case"])]
-        x = [[r["terms"][t] / r["reserved"] for t in fitted] for r in train]
-        # the fixed terms count with coefficient 1: the rest is fitted to what they leave
-        y = [(r["slack"] - sum(r["terms"][t] for t in FIXED)) / r["reserved"] for r in train]
-        coef = dict(zip(fitted, [round(c, 4) for c in lad(x, y)], strict=True))
-        entry: dict[str, Any] = {"coefficients": {t: coef.get(t, 1.0) for t in TERMS}}
+        x = [[r["terms"][t] / r["reserved"] for t in TERMS] for r in train]
+        y = [r["slack"] / r["reserved"] for r in train]
+        coef = [round(c, 4) for c in lad(x, y)]
+        entry: dict[str, Any] = {"coefficients": dict(zip(TERMS, coef, strict=True))}
         for name, part in (("train", train), ("held_out", [r for r in rows_m if held_out(r["case"])])):
             entry[name] = score(part, entry["coefficients"])
         out[mode] = entry

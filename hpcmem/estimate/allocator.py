@@ -51,13 +51,7 @@ cannot use. The terms (bytes, `slack_terms`):
 - `layer_blocks`: the largest block of a decoder layer (the MLP's [T, I] in the compute dtype, an fp32 [T, H]
   norm upcast, eager attention's fp32 [rows, heads, S, S] scores), a size that recurs layer after layer while
   gradients and saved tensors interleave with it;
-- `allocated`: a small share of the peak for everything else (rounding of requests, short-lived blocks);
-- under LoRA with the head frozen, checkpointing and default segments (`lora_recompute`; then `packing` and
-  `head_tile` are 0) three terms whose coefficient is 1, not fitted (`FIXED`) — the allocator model strands each of
-  them once at the allocated peak (the last layer's recompute): `frozen_packing`, the persistent tensors' own waste
-  (the frozen weights are never freed and have no gradients); `tile_remainder`, the freed logits tile's segment
-  modulo the layer block (`tile_remainder`); `small_pool`, the adapters' gradients and HF generation's small KV blocks
-  (`small_pool`).
+- `allocated`: a small share of the peak for everything else (rounding of requests, short-lived blocks).
 
 (b) is not replayed tensor by tensor: each term's coefficient — how much of such a block ends up stranded — is fitted
 per allocator mode to the allocator model replaying the trace matrix (`python -m hpcmem.bench.reserved_fit`,
@@ -87,7 +81,6 @@ from hpcmem.estimate.step import (
     OPTIMIZER_TEMPORARIES,
 )
 from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parameter_sizes
-from hpcmem.estimate.trainers import CACHE_GROWTH
 from hpcmem.estimate.workspaces import NAME as WORKSPACES
 from hpcmem.spec import JobSpec, ModelSpec
 from hpcmem.trainers import entry
@@ -101,19 +94,14 @@ from hpcmem.trace.allocator import (
 )
 
 FP32 = 4
-TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "beside", "embedding_grad",
-         "frozen_packing", "tile_remainder", "small_pool")
-# Terms whose coefficient is 1: what they count is stranded once (module docstring), so they are not fitted.
-FIXED = ("frozen_packing", "tile_remainder", "small_pool")
+TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "beside", "embedding_grad")
 # Fitted coefficients per allocator mode: least absolute deviations on the training split (python -m
 # hpcmem.bench.reserved_fit; estimator/reserved-fit.json).
 COEFFICIENTS: dict[str, dict[str, float]] = {
-    "default": {"packing": 1.9166, "second_step": 0.4229, "head_tile": 0.0638, "layer_blocks": 1.1968,
-                "allocated": 0.0031, "beside": 1.1139, "embedding_grad": 0.4092,
-                "frozen_packing": 1.0, "tile_remainder": 1.0, "small_pool": 1.0},
+    "default": {"packing": 1.7513, "second_step": 0.3599, "head_tile": 0.1147, "layer_blocks": 1.1931,
+                "allocated": 0.0067, "beside": 1.0422, "embedding_grad": 0.4288},
     "expandable": {"packing": 2.6364, "second_step": 0.4042, "head_tile": 0.2654, "layer_blocks": 1.0415,
-                   "allocated": 0.0, "beside": 0.0, "embedding_grad": 0.3155,
-                   "frozen_packing": 1.0, "tile_remainder": 1.0, "small_pool": 1.0},
+                   "allocated": 0.0, "beside": 0.0, "embedding_grad": 0.3155},
 }
 
 
@@ -217,60 +205,20 @@ def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     block = largest_layer_block(job, mb, prec)
     ordinary = second_step(job, prec, lora, phases, expandable)
     reward = embedding_grad(job, prec, lora, phases)
-    tile = min(n, TOKEN_CHUNK_SIZE) * min(m.vocab_size, VOCAB_CHUNK_SIZE) * prec.act
-    # ZeRO / FSDP keep flat partitions, not one tensor per parameter: no per-tensor packing
-    waste = 0 if sharded else persistent_waste(m, job.train.trainer, job.train.optim, prec.weight, lora, expandable)
-    frozen = lora_recompute(job, lora, expandable)
     return {
-        "packing": 0 if frozen else waste,
+        # ZeRO / FSDP keep flat partitions, not one tensor per parameter: no per-tensor packing
+        "packing": 0 if sharded else persistent_waste(m, job.train.trainer, job.train.optim, prec.weight, lora,
+                                                       expandable),
         "second_step": ordinary,
-        "head_tile": (head_tile_kept(job, lora, expandable) * tile + n * m.hidden_size * FP32)
-        if lm_head and not frozen else 0,
+        "head_tile": (head_tile_kept(job, lora, expandable) * min(n, TOKEN_CHUNK_SIZE)
+                      * min(m.vocab_size, VOCAB_CHUNK_SIZE) * prec.act + n * m.hidden_size * FP32) if lm_head else 0,
         "layer_blocks": block,
         "allocated": max(p.bytes for p in phases),
         # per-tensor placement: not for ZeRO / FSDP's flat partitions either
         "beside": 0 if expandable or sharded else max(0, beside_activations(job, mb, prec, lora, phases, block)
                                                        - ordinary - reward),
         "embedding_grad": reward,
-        "frozen_packing": waste if frozen else 0,
-        "tile_remainder": tile_remainder(tile, block) if frozen and lm_head else 0,
-        "small_pool": small_pool(job, lora, phases) if frozen else 0,
     }
-
-
-def lora_recompute(job: JobSpec, lora: LoraLayout, expandable: bool) -> bool:
-    """Default segments, LoRA with the head frozen, checkpointing, no activation offloading: the jobs whose allocated
-    peak is the last layer's recompute right after the frozen head's backward, with nothing but the adapters trained
-    (`frozen_packing`, `tile_remainder`, `small_pool` in the module docstring)."""
-    t = job.train
-    return (not expandable and lora.enabled and not lora.trains_head and t.gradient_checkpointing
-            and not t.activation_offloading)
-
-
-def tile_remainder(tile: int, block: int) -> int:
-    """The freed logits tile's cudaMalloc segment modulo the layer block: the tile's segment is freed whole after the
-    frozen head's backward and the last layer's recompute, next, cuts its [T, I] blocks (`block`) off its front —
-    best fit, then `alloc_found_block` splits off the request and caches the rest (c10/cuda/CUDACachingAllocator.cpp;
-    hpcmem.trace.allocator) — until less than one block is left. Seen exactly in the allocator model at the allocated
-    peak of five H200 LoRA streams (dpo-qwen05-lora and sft-qwen05-lora 256 − 3 × 76 = 28 MiB, grpo-qwen05-lora
-    128 − 4 × 28.5 = 14, rloo-qwen05-lora 64 − 3 × 19 = 7, sft-llama8b-lora 256 − 2 × 112 = 32). A block larger than
-    the segment leaves it whole."""
-    return allocation_size(round_size(tile)) % block if block else 0
-
-
-def small_pool(job: JobSpec, lora: LoraLayout, phases: list[Phase]) -> int:
-    """The small pool's free bytes at a LoRA recompute's peak: the adapters' gradients — each lora_A / lora_B of at
-    most 1 MiB comes from the small pool's 2 MiB segments (c10/cuda/CUDACachingAllocator.cpp `get_pool`: requests ≤
-    kSmallSize), zero_grad frees them after the optimizer step, and the recompute allocates almost no small tensor
-    (the allocator model: Qwen2.5-0.5B q/v 4.1 MiB of gradients, 5.2 free; Llama-3.1-8B q/v 26.0, 25.0; Phi-3-mini
-    96.0, 102.9; Llama-3.1-8B all-linear 160, 165; tests/test_estimate_allocator.py) — and HF generation's keys and
-    values while they are small blocks: transformers' DynamicCache grows every layer's keys and values by `torch.cat`
-    at each token (cache_utils.py `DynamicLayer.update`), so each of the 2 · layers tensors is a new request one token
-    longer, from the small pool up to 1 MiB (2 · layers · min(one tensor at full length, 1 MiB); grpo-qwen05-lora:
-    52.8 MiB free, 4.1 of gradients)."""
-    grads = sum(size for size in map(round_size, adapter_sizes(lora)) if size <= K_SMALL_SIZE)
-    growth = max((c.bytes for p in phases for c in p.components if c.name == CACHE_GROWTH), default=0)
-    return grads + 2 * job.model.num_hidden_layers * min(growth, K_SMALL_SIZE)
 
 
 def head_tile_kept(job: JobSpec, lora: LoraLayout, expandable: bool) -> bool:

@@ -28,8 +28,6 @@ from hpcmem.rules import generation_batch_size
 from hpcmem.spec import JobSpec
 from hpcmem.trainers import entry
 
-CACHE_GROWTH = "cache growth"       # one layer's keys at full length, the size DynamicCache's torch.cat reaches
-
 FP32 = 4
 
 
@@ -112,7 +110,7 @@ def generation_instants(job: JobSpec, rows: int, act: int) -> list[tuple[str, tu
             Component(name="prefill activations", bytes=prefill_act, note="last layer, no grad"))),
         ("generation (last token)", (
             Component(name="KV cache", bytes=kv_all, note=f"{rows} rows × {total} tokens, HF generate"),
-            Component(name=CACHE_GROWTH, bytes=kv_all // (2 * m.num_hidden_layers),
+            Component(name="cache growth", bytes=kv_all // (2 * m.num_hidden_layers),
                       note="one layer's keys twice during torch.cat"),
             Component(name="generation logits", bytes=rows * m.vocab_size * (act + 2 * FP32)))),
     ]
