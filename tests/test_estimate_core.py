@@ -166,3 +166,25 @@ def test_gradient_clipping_adds_one_norm_per_gradient_tensor():
         return next(tensor_bytes(p) for p in est.phases if p.name == "optimizer step")
 
     assert optimizer_phase() - optimizer_phase(max_grad_norm=0.0) == (96 + 4) * 512
+
+
+def test_accumulating_embedding_backward_holds_a_fresh_vh_gradient_next_to_grad():
+    """Reward Gemma-3-1B, 1 × 1024, 8 micro-batches accumulated: the trace peaks in the embedding's backward, where a
+    fresh dense [V, H] gradient (bf16) and the incoming fp32 [T, H] gradient are alive next to every .grad."""
+    import json
+    from pathlib import Path
+
+    from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.validate.trace import case_job
+
+    traces = Path(__file__).resolve().parents[1] / "estimator" / "traces" / "reward.jsonl"
+    rec = next(r for r in map(json.loads, traces.read_text().splitlines())
+               if r["case"]["id"] == "gemma3-1b-full-ga8-1k")
+    vocab, hidden, tokens = 262144, 1152, 1024
+    assert rec["traced_phase"] == "step 2 / backward / embeddings"
+    temporary = rec["traced_components"]["temporary"]
+    assert abs(temporary - (vocab * hidden * 2 + tokens * hidden * 4)) < 2 * 1024**2     # by hand, ±2 MiB of others
+    est = estimate(case_job(rec["case"]))
+    phase = next(p for p in est.phases if p.name == "backward (embeddings)")
+    assert abs(tensor_bytes(phase) - rec["traced"]) < 0.002 * rec["traced"]
+    assert est.peak_phase.name == "backward (embeddings)"
