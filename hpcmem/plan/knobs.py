@@ -123,7 +123,16 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
     own_batch = [own.batch] if per_gpu % own.batch == 0 and own.batch > MAX_SEARCHED_BATCH else []
     batches = axis("batch", _divisors(per_gpu) + own_batch)
     if "gradient_accumulation_steps" in fixed:
-        batches = [b for b in batches if b * own.accum == per_gpu] or [per_gpu // own.accum]
+        batches = [b for b in batches if b * own.accum == per_gpu]
+    batches = [b for b in batches if per_gpu % b == 0]
+    if not batches:
+        given = " × ".join(f"{name} {value}" for name, value, flag in
+                           (("per_device_train_batch_size", own.batch, "per_device_train_batch_size"),
+                            ("gradient_accumulation_steps", own.accum, "gradient_accumulation_steps"))
+                           if flag in fixed)
+        raise SpecError(f"global_batch_size {global_batch_size} is {per_gpu} rows per data-parallel rank "
+                        f"({world} ranks), which {given} (given) cannot make: batch × accumulation × ranks must equal "
+                        "it exactly")
     return {
         "gc": axis("gc", GC_VALUES),
         "activation_offloading": axis("activation_offloading", (False, True)),
