@@ -280,6 +280,19 @@ class ParallelSpec:
                     "offload_optimizer_device needs ZeRO stage ≥ 1")
             p.check(self.zero_stage == 3 or self.offload_param_device == "none",
                     f"offload_param_device needs ZeRO-3 (zero_stage is {self.zero_stage})")
+        else:
+            # accelerate reads the DeepSpeed plugin's fields only when distributed_type is DEEPSPEED and FSDP's only
+            # under FSDP (accelerate 1.15 commands/launch.py `launch_command` picks the launcher by it): elsewhere
+            # they would be dropped without a word, and the job would not be the one asked for
+            for name, off in (("zero_stage", 0), ("offload_optimizer_device", "none"),
+                              ("offload_param_device", "none")):
+                p.check(getattr(self, name) == off,
+                        f"{name} {getattr(self, name)!r} needs distributed_type DEEPSPEED (--accelerate_config "
+                        f"zero1|zero2|zero3); got {self.distributed_type}, where accelerate ignores it")
+        if self.distributed_type != "FSDP":
+            p.check(not self.fsdp_offload_params,
+                    f"fsdp_offload_params True needs distributed_type FSDP (--accelerate_config fsdp1|fsdp2); got "
+                    f"{self.distributed_type}, where accelerate ignores it")
         from hpcmem.layout import layout_problems
 
         for problem in layout_problems(self):

@@ -1,0 +1,95 @@
+"""The CLI against input a careful user would not give: contradictions are refused in one line naming the field, the
+value and the rule, and a plan that cannot be made says so with numbers."""
+
+import json
+
+from click.testing import CliRunner
+
+from hpcmem.cli import cli, run
+
+SMALL = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B"]
+GIB = 2 ** 30
+
+
+def _run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def _refused(capsys, argv, *words):
+    """hpcmem's own entry point (what `python -m hpcmem` runs): exit 2 and one line on stderr holding `words`."""
+    capsys.readouterr()
+    status = run(argv)
+    err = capsys.readouterr().err
+    assert status == 2, err
+    line = err.strip()
+    assert line.startswith("hpcmem: error: ") and "\n" not in line, line
+    for word in words:
+        assert word in line, (word, line)
+
+
+def test_plan_refuses_a_global_batch_that_the_fixed_batch_does_not_divide(capsys):
+    """7 rows per step on one GPU cannot be micro-batches of 2 (2 × 3 = 6, 2 × 4 = 8): refused, not planned as 6."""
+    _refused(capsys, ["plan", "sft", *SMALL, "--gpu", "H100", "--global_batch_size", "7",
+                  "--per_device_train_batch_size", "2"], "global_batch_size 7", "per_device_train_batch_size 2")
+    _refused(capsys, ["plan", "sft", *SMALL, "--gpu", "H100", "--global_batch_size", "7",
+                  "--gradient_accumulation_steps", "2"], "global_batch_size 7", "gradient_accumulation_steps 2")
+    # both fixed and 4 × 2 × 1 GPU ≠ 12
+    _refused(capsys, ["plan", "sft", *SMALL, "--gpu", "H100", "--global_batch_size", "12",
+                  "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2"], "global_batch_size 12")
+
+
+def test_every_plan_keeps_the_global_batch_it_was_asked_for():
+    res = _run("plan", "sft", *SMALL, "--gpu", "H100", "--num_processes", "2", "--global_batch_size", "12",
+               "--per_device_train_batch_size", "2", "--json")
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.output)["plans"]
+    assert plans
+    for p in plans:
+        assert p["knobs"]["batch"] * p["knobs"]["accum"] * 2 == 12, p["knobs"]
+
+
+def test_nothing_fits_names_the_least_a_combination_needs():
+    """Llama-3.1-8B full fine-tuning on a 3 GB GPU: no plan; the table and the JSON name the combination that needs
+    the least, and that number is what `hpcmem estimate` says for the same flags, above the GPU's usable memory."""
+    user = ["sft", "--model_name_or_path", "meta-llama/Llama-3.1-8B", "--gpu", "3GB"]
+    table = _run("plan", *user)
+    assert table.exit_code == 0, table.output
+    line = next(x for x in table.output.splitlines() if "nothing fits" in x)
+    data = json.loads(_run("plan", *user, "--json").output)
+    assert data["plans"] == []
+    least = data["least"]
+    assert least["device_peak_bytes"] > data["capacity_bytes"]
+    assert f"{least['device_peak_bytes'] / GIB:.1f} GiB" in line, line
+    est = _run("estimate", *user, *least["flags"], "--json")
+    assert est.exit_code == 0, est.output
+    assert json.loads(est.output)["per_gpu"]["device_peak_bytes"] == least["device_peak_bytes"]
+
+
+def test_deepspeed_and_fsdp_settings_outside_their_engine_are_refused(capsys):
+    """accelerate reads zero_stage / offload_*_device only under DeepSpeed and fsdp_offload_params only under FSDP
+    (commands/launch.py picks the launcher by distributed_type); given elsewhere they would be silently dropped."""
+    _refused(capsys, ["estimate", "sft", *SMALL, "--accelerate_config", "fsdp2", "--num_processes", "2",
+                  "--zero_stage", "2"], "zero_stage 2", "DEEPSPEED", "FSDP")
+    _refused(capsys, ["estimate", "sft", *SMALL, "--zero_stage", "3"], "zero_stage 3", "DEEPSPEED")
+    _refused(capsys, ["estimate", "sft", *SMALL, "--accelerate_config", "multi_gpu", "--num_processes", "2",
+                  "--offload_optimizer_device", "cpu"], "offload_optimizer_device 'cpu'", "DEEPSPEED")
+    _refused(capsys, ["estimate", "sft", *SMALL, "--accelerate_config", "fsdp2", "--num_processes", "2",
+                  "--offload_param_device", "cpu"], "offload_param_device 'cpu'", "DEEPSPEED")
+    _refused(capsys, ["estimate", "sft", *SMALL, "--accelerate_config", "zero2", "--num_processes", "2",
+                  "--fsdp_offload_params", "true"], "fsdp_offload_params", "FSDP")
+    _refused(capsys, ["plan", "sft", *SMALL, "--gpu", "H100", "--zero_stage", "3"], "zero_stage 3")
+    # the engine's own flags still work
+    assert _run("estimate", "sft", *SMALL, "--accelerate_config", "zero3", "--num_processes", "2",
+                "--zero_stage", "2").exit_code == 0
+
+
+def test_an_accelerate_file_block_for_the_other_engine_is_ignored_as_accelerate_does(tmp_path):
+    """A MULTI_GPU accelerate YAML with a leftover deepspeed_config block launches DDP (accelerate ignores the block),
+    so hpcmem estimates DDP and does not refuse it."""
+    path = tmp_path / "accelerate.yaml"
+    path.write_text("distributed_type: MULTI_GPU\nnum_processes: 2\nnum_machines: 1\n"
+                    "deepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: cpu\n")
+    res = _run("estimate", "sft", *SMALL, "--accelerate_config", str(path), "--json")
+    assert res.exit_code == 0, res.output
+    ddp = _run("estimate", "sft", *SMALL, "--accelerate_config", "multi_gpu", "--num_processes", "2", "--json")
+    assert json.loads(res.output)["per_gpu"] == json.loads(ddp.output)["per_gpu"]
