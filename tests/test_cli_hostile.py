@@ -93,3 +93,20 @@ def test_an_accelerate_file_block_for_the_other_engine_is_ignored_as_accelerate_
     assert res.exit_code == 0, res.output
     ddp = _run("estimate", "sft", *SMALL, "--accelerate_config", "multi_gpu", "--num_processes", "2", "--json")
     assert json.loads(res.output)["per_gpu"] == json.loads(ddp.output)["per_gpu"]
+
+
+def test_a_preset_gres_type_that_would_change_the_gres_request_is_refused(tmp_path, capsys):
+    """--gres=gpu:<type>:<count> (sbatch's gres syntax name[:type][:count], comma-separated gres): a type holding ','
+    or ':' requests another resource or count (gpu:h100,mem:5:8 asks for one h100 and a 'mem' gres), so a preset's
+    gres_type is refused unless it is one name."""
+    import yaml
+
+    from hpcmem.launch.presets import SHIPPED_DIR
+
+    data = yaml.safe_load((SHIPPED_DIR / "example-h100.yaml").read_text())
+    for bad in ("h100,mem:5", "h100:2", "h 100"):
+        path = tmp_path / "p.yaml"
+        path.write_text(yaml.safe_dump({**data, "gres_type": bad}))
+        _refused(capsys, ["presets", "show", str(path)], "gres_type", repr(bad))
+    path.write_text(yaml.safe_dump({**data, "gres_type": "nvidia_h100-80gb.pcie"}))
+    assert run(["presets", "show", str(path)]) == 0
