@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from hpcmem.cli.picture import PNG
 from hpcmem.data.batches import TRAINERS
 
 FILE = click.Path(dir_okay=False, path_type=Path)
@@ -36,7 +37,7 @@ def _names(field: str, *more: str) -> list[str]:
 @click.option(*_names("dataset_num_proc", "--num_proc", "--num-proc"), type=click.IntRange(min=1), default=None,
               help="Processes that tokenize (default one) and that run the packing candidates (default: every "
                    "core, from 20k examples up).")
-@click.option("--plot", "plot_path", type=FILE, default=None, help="Also write a histogram PNG here (matplotlib).")
+@click.option("--plot", "plot_path", type=PNG, default=None, help="Also write a histogram PNG here (matplotlib).")
 @click.option("--log-x", "--log_x", "log_x", is_flag=True, help="Logarithmic length axis for the histograms.")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile JSON (hpcmem.lengths/1), not the report.")
 @click.option("--save", "save_path", type=FILE, default=None,

@@ -7,6 +7,7 @@ import json
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+from hpcmem.cli.picture import PNG
 from hpcmem.trainers import entry
 
 
@@ -24,7 +25,7 @@ from hpcmem.trainers import entry
 @click.option("--snapshot", "snapshot_path", type=click.Path(dir_okay=False), default=None,
               help="write the traced allocation stream (with each allocation's Python frames) as a PyTorch memory "
                    "snapshot pickle: drop it on https://pytorch.org/memory_viz")
-@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--timeline", "timeline_path", type=PNG, default=None,
               help="write live memory over the traced step as a PNG (needs matplotlib)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (the estimate JSON contract)")
 def command(trainer: str, kernels: str, allocator: str, generation: bool, snapshot_path: str | None,

@@ -7,6 +7,7 @@ import json
 
 import click
 
+from hpcmem.cli.picture import PNG
 from hpcmem.errors import HpcmemError
 
 
@@ -20,7 +21,7 @@ from hpcmem.errors import HpcmemError
 @click.option("--records", multiple=True, type=click.Path(exists=True),
               help="records files or folders (default estimator/probes/)")
 @click.option("--gpu", default=None, help="only this GPU model's records (e.g. H100-80GB, cpu)")
-@click.option("--png", type=click.Path(dir_okay=False), default=None,
+@click.option("--png", type=PNG, default=None,
               help="write the predicted-vs-measured scatter here (default estimator/accuracy-probes.png)")
 @click.option("--no-png", is_flag=True, help="no scatter")
 @click.option("--fit", is_flag=True, help="fit the per-GPU calibration from the records and store it as "
