@@ -122,3 +122,20 @@ def test_a_picture_path_that_is_not_a_png_or_cannot_be_written_is_refused(tmp_pa
     _refused(capsys, ["validate", "--png", str(config)], "--png", ".png")
     assert config.read_text() == "max_length: 512\n"
     _refused(capsys, ["estimate", "sft", *SMALL, "--plot", str(config / "under-a-file.png")], "under-a-file.png")
+
+
+def test_lengths_save_never_overwrites_what_is_not_a_length_profile(tmp_path, capsys):
+    """`hpcmem lengths --save FILE` is checked before the data is read: a file there that is not a length profile
+    (the user's config) is refused and kept, a path under a file is one line; an older profile may be replaced (the
+    run then stops on the missing tokenizer, not on --save)."""
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "hello"}\n')
+    config = tmp_path / "sft.yaml"
+    config.write_text("max_length: 512\n")
+    base = ["lengths", str(data), "--tokenizer", str(tmp_path / "no-tokenizer")]
+    _refused(capsys, [*base, "--save", str(config)], "--save", "sft.yaml", "hpcmem.lengths/1")
+    assert config.read_text() == "max_length: 512\n"
+    _refused(capsys, [*base, "--save", str(config / "p.json")], "--save", "p.json")
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"schema": "hpcmem.lengths/1"}))
+    _refused(capsys, [*base, "--save", str(old), "--json"], "tokenizer")   # --json: no progress lines
