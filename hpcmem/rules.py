@@ -171,6 +171,10 @@ def job_warnings(job: JobSpec) -> list[str]:
             "flash" not in t.attn_implementation:
         out.append(f"padding-free rows with attn_implementation={t.attn_implementation}: transformers builds a "
                    "block-diagonal mask; a FlashAttention variant avoids it")
+    if t.attn_implementation not in ("eager", "sdpa") and "flash" not in t.attn_implementation:
+        # hpcmem.estimate.activations keeps eager's scores, FlashAttention's and SDPA's q, k, v, out and logsumexp
+        out.append(f"attn_implementation {t.attn_implementation} is estimated as SDPA keeps its tensors; hpcmem has "
+                   "not traced this kernel")
     if t.use_peft and job.parallel.deepspeed and job.parallel.zero_stage == 3 and t.gradient_checkpointing:
         out.append("PEFT + ZeRO-3 forces reentrant gradient checkpointing (TRL sets use_reentrant=True)")
     if job.parallel.distributed_type == "NO" and job.parallel.num_machines > 1:

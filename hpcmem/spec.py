@@ -8,6 +8,8 @@ marked as such. Basic ranges are checked here; TRL's cross-field verdicts live i
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, Literal
@@ -25,6 +27,11 @@ OPTIMIZERS = (
 DISTRIBUTED_TYPES = ("NO", "MULTI_GPU", "DEEPSPEED", "FSDP")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 VLLM_MODES = ("colocate", "server")
+# transformers 5.24 modeling_utils.py: `get_correct_attn_implementation` accepts "eager" and AttentionInterface's keys;
+# `_check_and_adjust_attn_implementation` also takes a hub kernel, integrations/hub_kernels.py `is_kernel`'s pattern
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4",
+                        "flex_attention", "paged|eager")
+HUB_KERNEL = re.compile(r"[^/:]+/[^/:]+(?:@[^/:]+)?(?::[^/:]+)?")
 EVAL_STRATEGIES = ("no", "steps", "epoch")                     # transformers IntervalStrategy
 SAVE_STRATEGIES = ("no", "steps", "epoch", "best")             # transformers SaveStrategy
 FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")   # FSDP2 has no LOCAL_STATE_DICT (accelerate)
@@ -182,6 +189,9 @@ class TrainSpec:
         p.check(self.trainer in TRAINERS, f"trainer must be one of {', '.join(TRAINERS)}; got {self.trainer!r}")
         p.check(self.dtype in DTYPES or self.dtype == "auto",
                 f"dtype must be one of {', '.join(DTYPES)} or auto; got {self.dtype!r}")
+        p.check(self.attn_implementation in ATTN_IMPLEMENTATIONS or HUB_KERNEL.fullmatch(self.attn_implementation),
+                f"attn_implementation must be one of {', '.join(ATTN_IMPLEMENTATIONS)} or a hub kernel org/repo[:name] "
+                f"(transformers raises on anything else); got {self.attn_implementation!r}")
         p.check(self.packing_strategy in PACKING_STRATEGIES,
                 f"packing_strategy must be one of {', '.join(PACKING_STRATEGIES)}; got {self.packing_strategy!r}")
         p.check(self.optim in OPTIMIZERS, f"optim {self.optim!r} is not modelled; choose one of {', '.join(OPTIMIZERS)}")

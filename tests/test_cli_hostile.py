@@ -139,3 +139,20 @@ def test_lengths_save_never_overwrites_what_is_not_a_length_profile(tmp_path, ca
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"schema": "hpcmem.lengths/1"}))
     _refused(capsys, [*base, "--save", str(old), "--json"], "tokenizer")   # --json: no progress lines
+
+
+def test_an_attention_transformers_does_not_know_is_refused(capsys):
+    """transformers 5.24 builds eager, sdpa, flash_attention_2/3/4, flex_attention, paged|eager or a hub kernel named
+    org/repo[@rev][:name] (modeling_utils.py get_correct_attn_implementation, integrations/hub_kernels.py is_kernel)
+    and raises on anything else; hpcmem refuses it before estimating."""
+    for bad in ("x;y", "flash", "SDPA", "org/repo/extra"):
+        _refused(capsys, ["estimate", "sft", *SMALL, "--attn_implementation", bad], "attn_implementation", repr(bad))
+    for good in ("eager", "flash_attention_3", "kernels-community/flash-attn2"):
+        assert run(["estimate", "sft", *SMALL, "--attn_implementation", good]) == 0, good
+
+
+def test_an_attention_hpcmem_has_not_traced_is_said_so():
+    """flex_attention is estimated as SDPA would keep it; the estimate says it has not traced that kernel."""
+    res = _run("estimate", "sft", *SMALL, "--attn_implementation", "flex_attention", "--json")
+    assert res.exit_code == 0, res.output
+    assert any("flex_attention" in w for w in json.loads(res.output)["warnings"])
