@@ -156,6 +156,18 @@ def generation_batch_size(job: JobSpec) -> int:
     return t.per_device_train_batch_size * world * steps
 
 
+# ModelConfig's LoRA fields, read by trl/trainer/utils.py get_peft_config only when use_peft is set
+LORA_SETTINGS = ("lora_r", "lora_alpha", "lora_target_modules", "lora_dropout", "use_dora", "lora_modules_to_save",
+                 "lora_target_parameters", "use_bnb_nested_quant")
+
+
+def _default(name: str) -> Any:
+    from hpcmem.spec import TrainSpec
+
+    f = TrainSpec.__dataclass_fields__[name]
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
 def job_warnings(job: JobSpec) -> list[str]:
     t = job.train
     e = entry(t.trainer)
@@ -171,6 +183,11 @@ def job_warnings(job: JobSpec) -> list[str]:
             "flash" not in t.attn_implementation:
         out.append(f"padding-free rows with attn_implementation={t.attn_implementation}: transformers builds a "
                    "block-diagonal mask; a FlashAttention variant avoids it")
+    inert = [name for name in LORA_SETTINGS if getattr(t, name) != _default(name)] if not t.use_peft else []
+    if inert:
+        # trl/trainer/utils.py get_peft_config: None unless use_peft, so the model is trained in full
+        out.append(f"{', '.join(inert)} without use_peft: TRL builds no adapters and trains the full model; add "
+                   "--use_peft true for LoRA")
     if t.attn_implementation not in ("eager", "sdpa") and "flash" not in t.attn_implementation:
         # hpcmem.estimate.activations keeps eager's scores, FlashAttention's and SDPA's q, k, v, out and logsumexp
         out.append(f"attn_implementation {t.attn_implementation} is estimated as SDPA keeps its tensors; hpcmem has "

@@ -156,3 +156,14 @@ def test_an_attention_hpcmem_has_not_traced_is_said_so():
     res = _run("estimate", "sft", *SMALL, "--attn_implementation", "flex_attention", "--json")
     assert res.exit_code == 0, res.output
     assert any("flex_attention" in w for w in json.loads(res.output)["warnings"])
+
+
+def test_lora_settings_without_use_peft_are_said_to_do_nothing():
+    """TRL builds adapters only with use_peft (trl/trainer/utils.py get_peft_config returns None without it): a LoRA
+    setting given alone trains the full model, and the estimate says the setting has no effect."""
+    res = _run("estimate", "sft", *SMALL, "--lora_r", "8", "--use_dora", "true", "--json")
+    assert res.exit_code == 0, res.output
+    said = [w for w in json.loads(res.output)["warnings"] if "use_peft" in w]
+    assert said and "lora_r" in said[0] and "use_dora" in said[0], said
+    with_peft = _run("estimate", "sft", *SMALL, "--lora_r", "8", "--use_peft", "true", "--json")
+    assert not [w for w in json.loads(with_peft.output)["warnings"] if "use_peft" in w]
