@@ -140,7 +140,10 @@ def check_generation(job: JobSpec, p: Problems) -> None:
     if gen % step:
         p.add(f"generation_batch_size {gen} must be a multiple of per_device_train_batch_size × num_processes "
               f"= {t.per_device_train_batch_size} × {world} = {step}")
-    if gen % t.num_generations:
+    if t.num_generations < 2:
+        p.add(f"num_generations {t.num_generations}: {entry(t.trainer).config_class} requires at least 2 generations "
+              "per prompt to compute the advantages (it raises); set num_generations ≥ 2")
+    elif gen % t.num_generations:
         p.add(f"generation_batch_size {gen} must be divisible by num_generations {t.num_generations}")
     if t.use_vllm and not t.ds3_gather_for_generation and job.parallel.zero_stage == 3:
         p.add("ds3_gather_for_generation=False is not compatible with vLLM generation; keep it True or drop use_vllm")
