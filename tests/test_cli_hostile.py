@@ -167,3 +167,60 @@ def test_lora_settings_without_use_peft_are_said_to_do_nothing():
     assert said and "lora_r" in said[0] and "use_dora" in said[0], said
     with_peft = _run("estimate", "sft", *SMALL, "--lora_r", "8", "--use_peft", "true", "--json")
     assert not [w for w in json.loads(with_peft.output)["warnings"] if "use_peft" in w]
+
+
+def test_grpo_and_rloo_need_two_generations_per_prompt(capsys):
+    """grpo_config.py / rloo_config.py __post_init__ raise when num_generations < 2 (the advantage needs a group)."""
+    for trainer in ("grpo", "rloo"):
+        _refused(capsys, ["estimate", trainer, *SMALL, "--num_generations", "1", "--per_device_train_batch_size", "2"],
+                 "num_generations 1", "2")
+        assert run(["estimate", trainer, *SMALL, "--num_generations", "2", "--per_device_train_batch_size", "2"]) == 0
+
+
+def test_an_assumed_row_length_is_said_for_every_trainer():
+    """max_length none with no length profile: the rows are assumed max_position_embeddings long, a guess the
+    estimate must name for DPO / Reward / KTO as it does for SFT."""
+    for trainer in ("sft", "dpo", "reward", "kto"):
+        res = _run("estimate", trainer, *SMALL, "--max_length", "none", "--per_device_train_batch_size", "2", "--json")
+        assert res.exit_code == 0, res.output
+        assert any("max_position_embeddings" in w for w in json.loads(res.output)["warnings"]), trainer
+
+
+def test_a_length_profile_shapes_dpo_and_reward_micro_batches(tmp_path):
+    """`--lengths` for a preference trainer: the profile's two examples have chosen rows of 6 and 12 tokens and
+    rejected rows of 4 and 10 (prompt included), so with batch 2 the one micro-batch is 2 chosen + 2 rejected rows
+    padded to the longest, 12 (hand count) — the estimate is the one for max_length 12, not for the default 1024."""
+    from hpcmem.data.profile import SCHEMA, encode_lengths
+    from hpcmem.data.stats import histogram
+
+    for trainer in ("dpo", "reward"):
+        parts = {"prompt": [2, 9], "chosen": [6, 12], "rejected": [4, 10]}
+        profile = {"schema": SCHEMA, "source": {"trainer": trainer}, "histogram": histogram([6, 4, 12, 10]),
+                   "order": {"encoding": "zlib+base64 uint32le",
+                             "parts": {k: encode_lengths(v) for k, v in parts.items()}}, "candidates": []}
+        path = tmp_path / f"{trainer}.json"
+        path.write_text(json.dumps(profile))
+        common = [trainer, *SMALL, "--per_device_train_batch_size", "2", "--json"]
+        got = json.loads(_run("estimate", *common, "--lengths", str(path)).output)
+        want = json.loads(_run("estimate", *common, "--max_length", "12").output)
+        assert "length profile" in got["summary"], got["summary"]
+        assert got["per_gpu"]["peak_allocated_bytes"] == want["per_gpu"]["peak_allocated_bytes"], trainer
+
+
+def test_a_plan_from_a_length_profile_keeps_the_batch_and_packing_it_was_measured_for(tmp_path):
+    """A profile's worst micro-batch is for the given per_device_train_batch_size and packing (hpcmem.data.profile
+    tokens_per_micro_batch): the planner must not pair that token count with another batch size or packing."""
+    from hpcmem.data.profile import SCHEMA, encode_lengths
+    from hpcmem.data.stats import histogram
+
+    lengths = [300, 500, 200, 700, 100, 900, 50, 400]
+    profile = {"schema": SCHEMA, "source": {"trainer": "sft"}, "histogram": histogram(lengths),
+               "order": {"encoding": "zlib+base64 uint32le", "parts": {"length": encode_lengths(lengths)}},
+               "candidates": []}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(profile))
+    res = _run("plan", "sft", *SMALL, "--gpu", "H100", "--lengths", str(path), "--json")   # TRL's batch 8
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.output)["plans"]
+    assert plans and all(p["knobs"]["batch"] == 8 and p["knobs"]["pack"] == "padded" for p in plans), \
+        [p["knobs"] for p in plans]
