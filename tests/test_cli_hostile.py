@@ -224,3 +224,17 @@ def test_a_plan_from_a_length_profile_keeps_the_batch_and_packing_it_was_measure
     plans = json.loads(res.output)["plans"]
     assert plans and all(p["knobs"]["batch"] == 8 and p["knobs"]["pack"] == "padded" for p in plans), \
         [p["knobs"] for p in plans]
+
+
+def test_submit_plan_keeps_the_accelerate_config_the_user_gave(tmp_path):
+    """`submit --plan`: "the flags you give stay fixed" — --accelerate_config zero3 is a flag given, so the job
+    written is ZeRO-3 (the planner alone would pick DDP for a 0.5B model on two H100s)."""
+    import yaml
+
+    run_dir = tmp_path / "runs"
+    res = _run("submit", "sft", *SMALL, "--preset", "example-h100", "--num_processes", "2", "--accelerate_config",
+               "zero3", "--plan", "--dry-run", "--runs-dir", str(run_dir))
+    assert res.exit_code == 0, res.output
+    folder = next(run_dir.iterdir())
+    assert yaml.safe_load((folder / "accelerate.yaml").read_text())["distributed_type"] == "DEEPSPEED"
+    assert json.loads((folder / "spec.json").read_text())["job"]["parallel"]["zero_stage"] == 3

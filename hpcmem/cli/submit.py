@@ -38,7 +38,9 @@ def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool, preset):
     from hpcmem.plan import search
     from hpcmem.plan.explain import host_lines
 
-    given = set(collect(kwargs)) - {"config", "accelerate_config", "lengths", "gpu", "model_name_or_path"}
+    # --accelerate_config fixes the sharding and --lengths the batch and packing, as in `hpcmem plan`
+    # (hpcmem.plan.knobs.FIXING_FLAGS); --config stands for the fields it sets
+    given = set(collect(kwargs)) - {"config"}
     if kwargs.get("config"):
         from hpcmem.trl_config import read_yaml
 
