@@ -238,3 +238,13 @@ def test_submit_plan_keeps_the_accelerate_config_the_user_gave(tmp_path):
     folder = next(run_dir.iterdir())
     assert yaml.safe_load((folder / "accelerate.yaml").read_text())["distributed_type"] == "DEEPSPEED"
     assert json.loads((folder / "spec.json").read_text())["job"]["parallel"]["zero_stage"] == 3
+
+
+def test_logs_of_a_run_without_logs_names_only_what_was_asked(tmp_path, capsys):
+    """No --node given: the message is about the folder, not about a node called None."""
+    capsys.readouterr()
+    assert run(["logs", str(tmp_path)]) != 0
+    err = capsys.readouterr().err
+    assert "no logs yet" in err and "None" not in err, err
+    run(["logs", str(tmp_path), "--node", "3"])
+    assert "--node 3" in capsys.readouterr().err
