@@ -248,3 +248,20 @@ def test_logs_of_a_run_without_logs_names_only_what_was_asked(tmp_path, capsys):
     assert "no logs yet" in err and "None" not in err, err
     run(["logs", str(tmp_path), "--node", "3"])
     assert "--node 3" in capsys.readouterr().err
+
+
+def test_submit_refuses_a_config_json_file_as_the_model_to_train(tmp_path, capsys):
+    """`hpcmem estimate` reads a bare config.json, but the job's TRL loads the model with from_pretrained, which
+    needs the model's folder or a Hub id: a job naming the file would fail at load, so submit refuses it."""
+    from pathlib import Path
+
+    import hpcmem
+
+    catalog = json.loads((Path(hpcmem.__file__).parent / "models" / "catalog" / "Qwen--Qwen2.5-0.5B.json").read_text())
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(catalog["config"]))
+    base = ["submit", "sft", "--preset", "example-h100", "--dry-run", "--runs-dir", str(tmp_path / "runs")]
+    _refused(capsys, [*base, "--model_name_or_path", str(folder / "config.json")], "model_name_or_path",
+             "config.json", "folder")
+    assert run([*base, "--model_name_or_path", str(folder)]) == 0

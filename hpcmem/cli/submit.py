@@ -25,9 +25,19 @@ def _trl_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The user's TRL YAML as written (fields hpcmem does not model travel unchanged) + --model_name_or_path."""
     from hpcmem.trl_config import read_yaml
 
+    from hpcmem.errors import HpcmemError
+    from hpcmem.inputs.files import is_file
+
     fields = read_yaml(kwargs["config"]) if kwargs.get("config") else {}
     if kwargs.get("model_name_or_path"):
         fields["model_name_or_path"] = kwargs["model_name_or_path"]
+    for name in ("model_name_or_path", "teacher_model_name_or_path"):
+        value = fields.get(name)
+        if isinstance(value, str) and is_file(value):
+            # the job's TRL loads it with from_pretrained (transformers modeling_utils.py), which takes a Hub id or
+            # the model's folder; `hpcmem estimate` alone reads a bare config.json
+            raise HpcmemError(f"{name} {value} is a file: the job loads the model from its folder (config.json and "
+                              "the weights) or a Hub id; pass the folder")
     return fields
 
 
