@@ -113,13 +113,15 @@ def test_a_preset_gres_type_that_would_change_the_gres_request_is_refused(tmp_pa
 
 
 def test_a_picture_path_that_is_not_a_png_or_cannot_be_written_is_refused(tmp_path, capsys):
-    """--plot / --png / --timeline write PNGs: a user's config given by mistake is refused before anything is written
-    (and stays as it was), and a folder that cannot be made is one line, not an internal error."""
+    """--plot / --png / --timeline write PNGs, --snapshot a pickle: a user's config given by mistake is refused before
+    anything is written or traced (and stays as it was), and a folder that cannot be made is one line, not an
+    internal error."""
     config = tmp_path / "sft.yaml"
     config.write_text("max_length: 512\n")
     _refused(capsys, ["estimate", "sft", *SMALL, "--plot", str(config)], "--plot", "sft.yaml", ".png")
     _refused(capsys, ["plan", "sft", *SMALL, "--gpu", "H100", "--plot", str(config)], "--plot", ".png")
     _refused(capsys, ["validate", "--png", str(config)], "--png", ".png")
+    _refused(capsys, ["trace", "sft", *SMALL, "--snapshot", str(config)], "--snapshot", ".pickle")
     assert config.read_text() == "max_length: 512\n"
     _refused(capsys, ["estimate", "sft", *SMALL, "--plot", str(config / "under-a-file.png")], "under-a-file.png")
 

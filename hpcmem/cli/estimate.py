@@ -7,7 +7,7 @@ import json
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
-from hpcmem.cli.picture import PNG
+from hpcmem.cli.outputs import PNG
 
 
 @click.command(name="estimate")

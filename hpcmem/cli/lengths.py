@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from hpcmem.cli.picture import PNG
+from hpcmem.cli.outputs import PNG
 from hpcmem.data.batches import TRAINERS
 from hpcmem.errors import HpcmemError
 

@@ -7,7 +7,7 @@ import json
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, collect, job_from_cli, job_options
-from hpcmem.cli.picture import PNG
+from hpcmem.cli.outputs import PNG
 from hpcmem.inputs import MAX_COUNT
 
 

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from hpcmem.cli.picture import PNG
+from hpcmem.cli.outputs import PNG
 from hpcmem.errors import HpcmemError
 
 
