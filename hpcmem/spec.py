@@ -25,7 +25,9 @@ OPTIMIZERS = (
     "paged_adamw_32bit", "adafactor", "sgd",
 )
 DISTRIBUTED_TYPES = ("NO", "MULTI_GPU", "DEEPSPEED", "FSDP")
-OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+# DeepSpeed's "nvme" is refused: it needs nvme_path (deepspeed runtime/zero/offload_config.py), which hpcmem neither
+# takes nor writes into the config, and its host swap buffers are not in the host estimate
+OFFLOAD_DEVICES = ("none", "cpu")
 VLLM_MODES = ("colocate", "server")
 # transformers 5.24 modeling_utils.py: `get_correct_attn_implementation` accepts "eager" and AttentionInterface's keys;
 # `_check_and_adjust_attn_implementation` also takes a hub kernel, integrations/hub_kernels.py `is_kernel`'s pattern
@@ -284,7 +286,9 @@ class ParallelSpec:
         p.check(self.fsdp_version in (1, 2), f"fsdp_version must be 1 or 2; got {self.fsdp_version}")
         for name in ("offload_optimizer_device", "offload_param_device"):
             p.check(getattr(self, name) in OFFLOAD_DEVICES,
-                    f"{name} must be one of {', '.join(OFFLOAD_DEVICES)}; got {getattr(self, name)!r}")
+                    f"{name} must be one of {', '.join(OFFLOAD_DEVICES)}; got {getattr(self, name)!r}"
+                    + (" (NVMe offload needs DeepSpeed's nvme_path, which hpcmem does not write, and host swap buffers "
+                       "it does not estimate)" if getattr(self, name) == "nvme" else ""))
         if self.distributed_type == "DEEPSPEED":
             p.check(self.zero_stage >= 1 or self.offload_optimizer_device == "none",
                     "offload_optimizer_device needs ZeRO stage ≥ 1")

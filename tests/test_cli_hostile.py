@@ -267,3 +267,12 @@ def test_submit_refuses_a_config_json_file_as_the_model_to_train(tmp_path, capsy
     _refused(capsys, [*base, "--model_name_or_path", str(folder / "config.json")], "model_name_or_path",
              "config.json", "folder")
     assert run([*base, "--model_name_or_path", str(folder)]) == 0
+
+
+def test_nvme_offload_is_refused_with_its_reason(capsys):
+    """DeepSpeed's NVMe offload needs nvme_path (deepspeed runtime/zero/offload_config.py), which hpcmem neither
+    takes nor writes, and keeps swap buffers on the host that the host estimate does not model: the job written would
+    fail and the host number would be wrong, so it is refused."""
+    for flag in ("--offload_optimizer_device", "--offload_param_device"):
+        _refused(capsys, ["estimate", "sft", *SMALL, "--accelerate_config", "zero3", "--num_processes", "2", flag,
+                          "nvme"], flag.lstrip("-"), "'nvme'", "cpu")
