@@ -191,6 +191,10 @@ def job_warnings(job: JobSpec) -> list[str]:
         # trl/trainer/utils.py get_peft_config: None unless use_peft, so the model is trained in full
         out.append(f"{', '.join(inert)} without use_peft: TRL builds no adapters and trains the full model; add "
                    "--use_peft true for LoRA")
+    if t.dtype == "auto":
+        # from_pretrained(dtype="auto") loads in the checkpoint's own dtype; TrainSpec.weight_bytes takes 2 bytes
+        out.append("dtype auto is estimated as bfloat16 (hpcmem does not read the checkpoint's dtype); a float32 "
+                   "checkpoint holds twice the weight bytes: pass --dtype float32 or bfloat16")
     if t.attn_implementation not in ("eager", "sdpa") and "flash" not in t.attn_implementation:
         # hpcmem.estimate.activations keeps eager's scores, FlashAttention's and SDPA's q, k, v, out and logsumexp
         out.append(f"attn_implementation {t.attn_implementation} is estimated as SDPA keeps its tensors; hpcmem has "

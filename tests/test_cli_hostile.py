@@ -276,3 +276,11 @@ def test_nvme_offload_is_refused_with_its_reason(capsys):
     for flag in ("--offload_optimizer_device", "--offload_param_device"):
         _refused(capsys, ["estimate", "sft", *SMALL, "--accelerate_config", "zero3", "--num_processes", "2", flag,
                           "nvme"], flag.lstrip("-"), "'nvme'", "cpu")
+
+
+def test_dtype_auto_says_it_assumes_bfloat16():
+    """dtype auto loads in the checkpoint's dtype (transformers from_pretrained), which hpcmem does not read: a
+    checkpoint saved in float32 would hold twice the weight bytes estimated, so the estimate says what it assumed."""
+    res = _run("estimate", "sft", *SMALL, "--dtype", "auto", "--json")
+    assert res.exit_code == 0, res.output
+    assert any("auto" in w and "bfloat16" in w for w in json.loads(res.output)["warnings"])
