@@ -284,3 +284,12 @@ def test_dtype_auto_says_it_assumes_bfloat16():
     res = _run("estimate", "sft", *SMALL, "--dtype", "auto", "--json")
     assert res.exit_code == 0, res.output
     assert any("auto" in w and "bfloat16" in w for w in json.loads(res.output)["warnings"])
+
+
+def test_nothing_fits_does_not_suggest_what_was_already_tried():
+    """With --allow_peft (or a LoRA job) the plan already tried LoRA/QLoRA: 'allow PEFT' is no way out then."""
+    base = ["plan", "sft", "--model_name_or_path", "meta-llama/Llama-3.1-8B", "--gpu", "3GB"]
+    assert "--allow_peft" in _run(*base).output
+    for more in (["--allow_peft"], ["--use_peft", "true"]):
+        line = next(x for x in _run(*base, *more).output.splitlines() if "nothing fits" in x)
+        assert "--allow_peft" not in line, line

@@ -120,6 +120,7 @@ class PlanReport:
     host_capacity_bytes: int | None = None      # host RAM a node grants (a preset's memory_per_node_gb), if known
     note: str = ""                              # why nothing was walked (a floor no knob can lower), if so
     least: tuple[Knobs, Estimate] | None = None     # no plan fits: the lowest device peak any full estimate found
+    peft_tried: bool = False                    # LoRA was in the search (--allow_peft, or the job's own LoRA)
 
 
 # Sharding chains, most memory first: each step shards or offloads one more state (ZeRO §5: P_os ⊂ P_os+g ⊂ P_os+g+p;
@@ -272,7 +273,7 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
     return PlanReport(plans=tuple(plans), walked=tuple(walked), stats=stats, gpu=gpu, global_batch_size=gbs,
                       base=base, speeds=speeds_by_knobs, fixed=tuple(sorted(fixed)),
                       host_capacity_bytes=host_memory_per_node_bytes, note=note,
-                      least=None if plans else walker.least)
+                      least=None if plans else walker.least, peft_tried=allow_peft or base.train.use_peft)
 
 
 def _walk(scored: list, walker: "_Walker", top: int | None, plans: list[Plan], walked: list[Verdict]) -> None:

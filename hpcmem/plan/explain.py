@@ -129,8 +129,8 @@ def render(report: PlanReport, explain: bool = False) -> str:
         low = report.least
         closest = (f"the least-memory combination estimated, {low[0].label()}, "
                    f"{not_fitting(low[1])}; " if low else "")
-        lines.append(f"   nothing fits: {closest}allow PEFT (--allow_peft), shorten max_length, add GPUs or pick a "
-                     "larger GPU")
+        peft = "" if report.peft_tried else "allow PEFT (--allow_peft), "
+        lines.append(f"   nothing fits: {closest}{peft}shorten max_length, add GPUs or pick a larger GPU")
     lines += host_lines(report)
     for p in report.plans[:1] if not explain else report.plans:
         lines.append(f"why #{p.rank}: " + "; ".join(reasons(report, p)))
