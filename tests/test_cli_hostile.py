@@ -293,3 +293,13 @@ def test_nothing_fits_does_not_suggest_what_was_already_tried():
     for more in (["--allow_peft"], ["--use_peft", "true"]):
         line = next(x for x in _run(*base, *more).output.splitlines() if "nothing fits" in x)
         assert "--allow_peft" not in line, line
+
+
+def test_submit_refuses_launch_flags_that_would_do_nothing(tmp_path, capsys):
+    """--allow_peft acts only with --plan, --max-restarts only counts --requeue's requeues, --vllm-placement only
+    places a vLLM server (use_vllm, vllm_mode server): given without them they would be dropped without a word."""
+    base = ["submit", "sft", *SMALL, "--preset", "example-h100", "--dry-run", "--runs-dir", str(tmp_path)]
+    _refused(capsys, [*base, "--allow_peft"], "--allow_peft", "--plan")
+    _refused(capsys, [*base, "--max-restarts", "5"], "--max-restarts 5", "--requeue")
+    _refused(capsys, [*base, "--vllm-placement", "split"], "--vllm-placement split", "vllm_mode server")
+    assert run([*base, "--max-restarts", "5", "--requeue"]) == 0
