@@ -303,3 +303,16 @@ def test_submit_refuses_launch_flags_that_would_do_nothing(tmp_path, capsys):
     _refused(capsys, [*base, "--max-restarts", "5"], "--max-restarts 5", "--requeue")
     _refused(capsys, [*base, "--vllm-placement", "split"], "--vllm-placement split", "vllm_mode server")
     assert run([*base, "--max-restarts", "5", "--requeue"]) == 0
+
+
+def test_coverage_refuses_a_model_type_nobody_knows(capsys):
+    """`validate --against coverage --types` with a type neither hpcmem's table nor the installed transformers has (a
+    typo) is refused before anything runs or is written: it appended an 'unclassified' record to the shared
+    estimator/coverage.jsonl."""
+    from hpcmem.record import estimator_dir
+
+    records = estimator_dir() / "coverage.jsonl"
+    before = records.read_bytes() if records.is_file() else None
+    _refused(capsys, ["validate", "--against", "coverage", "--types", "llama,lamma_typo", "--no-png"], "lamma_typo",
+             "--types")
+    assert (records.read_bytes() if records.is_file() else None) == before

@@ -11,6 +11,18 @@ from hpcmem.cli.outputs import PNG
 from hpcmem.errors import HpcmemError
 
 
+def _check_types(chosen: list[str] | None) -> None:
+    """--types names model types hpcmem's table or the installed transformers' causal-LM mapping has; anything else
+    (a typo) would be swept into the shared records as 'unclassified'."""
+    from hpcmem.models.coverage import classification, installed_mapping
+
+    known = set(classification()["types"]) | set(installed_mapping() or {})
+    unknown = [t for t in chosen or () if t not in known]
+    if unknown:
+        raise HpcmemError(f"--types {','.join(unknown)}: not a causal-LM model type of hpcmem/models/coverage.json or "
+                          "the installed transformers (`hpcmem models coverage` lists them)")
+
+
 @click.command(name="validate")
 @click.option("--against", type=click.Choice(["probes", "trace", "boundary", "coverage"]), default="probes",
               show_default=True,
@@ -58,6 +70,7 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
         from hpcmem.validate import coverage
 
         chosen = [t.strip() for t in types.split(",")] if types else None
+        _check_types(chosen)
         if rescore:
             recs = coverage.rescore(types=chosen)
             coverage.write_records(recs)
