@@ -316,3 +316,16 @@ def test_coverage_refuses_a_model_type_nobody_knows(capsys):
     _refused(capsys, ["validate", "--against", "coverage", "--types", "llama,lamma_typo", "--no-png"], "lamma_typo",
              "--types")
     assert (records.read_bytes() if records.is_file() else None) == before
+
+
+def test_validate_refuses_a_flag_its_mode_does_not_read(tmp_path, capsys):
+    """Each --against mode reads its own flags (the help says which): one given to another mode would be dropped
+    without a word, so it is refused before anything runs."""
+    empty = tmp_path / "r.jsonl"
+    empty.write_text("")
+    _refused(capsys, ["validate", "--records", str(empty), "--no-png", "--ci"], "--ci", "trace", "probes")
+    _refused(capsys, ["validate", "--records", str(empty), "--no-png", "--types", "llama"], "--types", "coverage")
+    _refused(capsys, ["validate", "--against", "coverage", "--types", "llama", "--speed"], "--speed", "probes")
+    _refused(capsys, ["validate", "--records", str(empty), "--no-png", "--fit-dir", str(tmp_path)], "--fit-dir",
+             "--fit")
+    assert run(["validate", "--records", str(empty), "--no-png", "--stored"]) == 0
