@@ -140,7 +140,10 @@ def check_generation(job: JobSpec, p: Problems) -> None:
     if gen % step:
         p.add(f"generation_batch_size {gen} must be a multiple of per_device_train_batch_size × num_processes "
               f"= {t.per_device_train_batch_size} × {world} = {step}")
-    if gen % t.num_generations:
+    if t.num_generations < 2:
+        p.add(f"num_generations {t.num_generations}: {entry(t.trainer).config_class} requires at least 2 generations "
+              "per prompt to compute the advantages (it raises); set num_generations ≥ 2")
+    elif gen % t.num_generations:
         p.add(f"generation_batch_size {gen} must be divisible by num_generations {t.num_generations}")
     if t.use_vllm and not t.ds3_gather_for_generation and job.parallel.zero_stage == 3:
         p.add("ds3_gather_for_generation=False is not compatible with vLLM generation; keep it True or drop use_vllm")
@@ -154,6 +157,18 @@ def generation_batch_size(job: JobSpec) -> int:
         return t.generation_batch_size
     steps = t.steps_per_generation or t.gradient_accumulation_steps
     return t.per_device_train_batch_size * world * steps
+
+
+# ModelConfig's LoRA fields, read by trl/trainer/utils.py get_peft_config only when use_peft is set
+LORA_SETTINGS = ("lora_r", "lora_alpha", "lora_target_modules", "lora_dropout", "use_dora", "lora_modules_to_save",
+                 "lora_target_parameters", "use_bnb_nested_quant")
+
+
+def _default(name: str) -> Any:
+    from hpcmem.spec import TrainSpec
+
+    f = TrainSpec.__dataclass_fields__[name]
+    return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
 def job_warnings(job: JobSpec) -> list[str]:
@@ -171,6 +186,19 @@ def job_warnings(job: JobSpec) -> list[str]:
             "flash" not in t.attn_implementation:
         out.append(f"padding-free rows with attn_implementation={t.attn_implementation}: transformers builds a "
                    "block-diagonal mask; a FlashAttention variant avoids it")
+    inert = [name for name in LORA_SETTINGS if getattr(t, name) != _default(name)] if not t.use_peft else []
+    if inert:
+        # trl/trainer/utils.py get_peft_config: None unless use_peft, so the model is trained in full
+        out.append(f"{', '.join(inert)} without use_peft: TRL builds no adapters and trains the full model; add "
+                   "--use_peft true for LoRA")
+    if t.dtype == "auto":
+        # from_pretrained(dtype="auto") loads in the checkpoint's own dtype; TrainSpec.weight_bytes takes 2 bytes
+        out.append("dtype auto is estimated as bfloat16 (hpcmem does not read the checkpoint's dtype); a float32 "
+                   "checkpoint holds twice the weight bytes: pass --dtype float32 or bfloat16")
+    if t.attn_implementation not in ("eager", "sdpa") and "flash" not in t.attn_implementation:
+        # hpcmem.estimate.activations keeps eager's scores, FlashAttention's and SDPA's q, k, v, out and logsumexp
+        out.append(f"attn_implementation {t.attn_implementation} is estimated as SDPA keeps its tensors; hpcmem has "
+                   "not traced this kernel")
     if t.use_peft and job.parallel.deepspeed and job.parallel.zero_stage == 3 and t.gradient_checkpointing:
         out.append("PEFT + ZeRO-3 forces reentrant gradient checkpointing (TRL sets use_reentrant=True)")
     if job.parallel.distributed_type == "NO" and job.parallel.num_machines > 1:

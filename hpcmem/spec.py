@@ -8,6 +8,8 @@ marked as such. Basic ranges are checked here; TRL's cross-field verdicts live i
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, Literal
@@ -23,8 +25,15 @@ OPTIMIZERS = (
     "paged_adamw_32bit", "adafactor", "sgd",
 )
 DISTRIBUTED_TYPES = ("NO", "MULTI_GPU", "DEEPSPEED", "FSDP")
-OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+# DeepSpeed's "nvme" is refused: it needs nvme_path (deepspeed runtime/zero/offload_config.py), which hpcmem neither
+# takes nor writes into the config, and its host swap buffers are not in the host estimate
+OFFLOAD_DEVICES = ("none", "cpu")
 VLLM_MODES = ("colocate", "server")
+# transformers 5.24 modeling_utils.py: `get_correct_attn_implementation` accepts "eager" and AttentionInterface's keys;
+# `_check_and_adjust_attn_implementation` also takes a hub kernel, integrations/hub_kernels.py `is_kernel`'s pattern
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4",
+                        "flex_attention", "paged|eager")
+HUB_KERNEL = re.compile(r"[^/:]+/[^/:]+(?:@[^/:]+)?(?::[^/:]+)?")
 EVAL_STRATEGIES = ("no", "steps", "epoch")                     # transformers IntervalStrategy
 SAVE_STRATEGIES = ("no", "steps", "epoch", "best")             # transformers SaveStrategy
 FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")   # FSDP2 has no LOCAL_STATE_DICT (accelerate)
@@ -182,6 +191,9 @@ class TrainSpec:
         p.check(self.trainer in TRAINERS, f"trainer must be one of {', '.join(TRAINERS)}; got {self.trainer!r}")
         p.check(self.dtype in DTYPES or self.dtype == "auto",
                 f"dtype must be one of {', '.join(DTYPES)} or auto; got {self.dtype!r}")
+        p.check(self.attn_implementation in ATTN_IMPLEMENTATIONS or HUB_KERNEL.fullmatch(self.attn_implementation),
+                f"attn_implementation must be one of {', '.join(ATTN_IMPLEMENTATIONS)} or a hub kernel org/repo[:name] "
+                f"(transformers raises on anything else); got {self.attn_implementation!r}")
         p.check(self.packing_strategy in PACKING_STRATEGIES,
                 f"packing_strategy must be one of {', '.join(PACKING_STRATEGIES)}; got {self.packing_strategy!r}")
         p.check(self.optim in OPTIMIZERS, f"optim {self.optim!r} is not modelled; choose one of {', '.join(OPTIMIZERS)}")
@@ -274,12 +286,27 @@ class ParallelSpec:
         p.check(self.fsdp_version in (1, 2), f"fsdp_version must be 1 or 2; got {self.fsdp_version}")
         for name in ("offload_optimizer_device", "offload_param_device"):
             p.check(getattr(self, name) in OFFLOAD_DEVICES,
-                    f"{name} must be one of {', '.join(OFFLOAD_DEVICES)}; got {getattr(self, name)!r}")
+                    f"{name} must be one of {', '.join(OFFLOAD_DEVICES)}; got {getattr(self, name)!r}"
+                    + (" (NVMe offload needs DeepSpeed's nvme_path, which hpcmem does not write, and host swap buffers "
+                       "it does not estimate)" if getattr(self, name) == "nvme" else ""))
         if self.distributed_type == "DEEPSPEED":
             p.check(self.zero_stage >= 1 or self.offload_optimizer_device == "none",
                     "offload_optimizer_device needs ZeRO stage ≥ 1")
             p.check(self.zero_stage == 3 or self.offload_param_device == "none",
                     f"offload_param_device needs ZeRO-3 (zero_stage is {self.zero_stage})")
+        else:
+            # accelerate reads the DeepSpeed plugin's fields only when distributed_type is DEEPSPEED and FSDP's only
+            # under FSDP (accelerate 1.15 commands/launch.py `launch_command` picks the launcher by it): elsewhere
+            # they would be dropped without a word, and the job would not be the one asked for
+            for name, off in (("zero_stage", 0), ("offload_optimizer_device", "none"),
+                              ("offload_param_device", "none")):
+                p.check(getattr(self, name) == off,
+                        f"{name} {getattr(self, name)!r} needs distributed_type DEEPSPEED (--accelerate_config "
+                        f"zero1|zero2|zero3); got {self.distributed_type}, where accelerate ignores it")
+        if self.distributed_type != "FSDP":
+            p.check(not self.fsdp_offload_params,
+                    f"fsdp_offload_params True needs distributed_type FSDP (--accelerate_config fsdp1|fsdp2); got "
+                    f"{self.distributed_type}, where accelerate ignores it")
         from hpcmem.layout import layout_problems
 
         for problem in layout_problems(self):

@@ -59,14 +59,17 @@ def accelerate_settings(name_or_path: str) -> dict[str, Any]:
                           f"({', '.join(SHIPPED_ACCELERATE)}) nor a file")
     raw = read_yaml(name_or_path, "accelerate config")
     out: dict[str, Any] = {k: raw[k] for k in ("distributed_type", "num_processes", "num_machines") if k in raw}
-    for block, keys in (("deepspeed_config", ("zero_stage", "offload_optimizer_device", "offload_param_device",
-                                              "zero3_init_flag", "zero3_save_16bit_model")),
-                        ("fsdp_config", ("fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward",
-                                         "fsdp_state_dict_type", "fsdp_cpu_ram_efficient_loading"))):
+    for engine, block, keys in (
+            ("DEEPSPEED", "deepspeed_config", ("zero_stage", "offload_optimizer_device", "offload_param_device",
+                                               "zero3_init_flag", "zero3_save_16bit_model")),
+            ("FSDP", "fsdp_config", ("fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward",
+                                     "fsdp_state_dict_type", "fsdp_cpu_ram_efficient_loading"))):
         section = raw.get(block) or {}
         if not isinstance(section, dict):
             raise HpcmemError(f"accelerate config {name_or_path}: {block} must be a mapping of accelerate keys; "
                               f"got {shown(section)}")
+        if "distributed_type" in raw and raw["distributed_type"] != engine:
+            continue    # accelerate launches by distributed_type and leaves the other engine's block unread
         out.update({key: section[key] for key in keys if key in section})
     if out.get("distributed_type") == "FSDP" and "fsdp_version" not in out:
         out["fsdp_version"] = 1     # accelerate launch's --fsdp_version default (commands/launch.py), not hpcmem's 2

@@ -7,6 +7,7 @@ import json
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+from hpcmem.cli.outputs import PNG
 
 
 @click.command(name="estimate")
@@ -14,7 +15,7 @@ from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
 @job_options
 @click.option("--preset", "preset_ref", default=None, help="a site preset (hpcmem presets list): its GPU and defaults "
               "apply, as `hpcmem submit --preset` would run the job (--gpu still overrides the GPU)")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", type=PNG, default=None,
               help="also draw the phases as stacked bars with capacity and safe bound, as a PNG (needs matplotlib)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (stable contract) instead of a table")
 def command(trainer: str, plot_path: str | None, as_json: bool, preset_ref: str | None, **kwargs) -> None:

@@ -20,7 +20,8 @@ def command(run: str, lines: int, node: int | None, follow: bool) -> None:
 
     files = [f for f in log_files(run) if node is None or f.name == f"node{node}.log"]
     if not files:
-        raise click.ClickException(f"no logs yet in {run}/logs (pending job, or --node {node} does not exist)")
+        which = "pending job" if node is None else f"pending job, or --node {node} does not exist"
+        raise click.ClickException(f"no logs yet in {run}/logs ({which})")
     for path in files:
         click.echo(f"==> {path} <==")
         click.echo("\n".join(tail(path, lines)))

@@ -7,6 +7,7 @@ import json
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, collect, job_from_cli, job_options
+from hpcmem.cli.outputs import PNG
 from hpcmem.inputs import MAX_COUNT
 
 
@@ -22,7 +23,7 @@ from hpcmem.inputs import MAX_COUNT
 @click.option("--explain", is_flag=True, help="reasons for every plan and the faster combinations that lost")
 @click.option("--preset", "preset_ref", default=None, help="plan for a cluster preset (hpcmem presets list): its GPU "
               "and defaults, and plans whose host RAM per node exceeds its memory_per_node_gb are refused")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", type=PNG, default=None,
               help="also draw the searched combinations (speed vs safe device peak) as a PNG (needs matplotlib)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
 def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: int, explain: bool, as_json: bool,

@@ -25,9 +25,19 @@ def _trl_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The user's TRL YAML as written (fields hpcmem does not model travel unchanged) + --model_name_or_path."""
     from hpcmem.trl_config import read_yaml
 
+    from hpcmem.errors import HpcmemError
+    from hpcmem.inputs.files import is_file
+
     fields = read_yaml(kwargs["config"]) if kwargs.get("config") else {}
     if kwargs.get("model_name_or_path"):
         fields["model_name_or_path"] = kwargs["model_name_or_path"]
+    for name in ("model_name_or_path", "teacher_model_name_or_path"):
+        value = fields.get(name)
+        if isinstance(value, str) and is_file(value):
+            # the job's TRL loads it with from_pretrained (transformers modeling_utils.py), which takes a Hub id or
+            # the model's folder; `hpcmem estimate` alone reads a bare config.json
+            raise HpcmemError(f"{name} {value} is a file: the job loads the model from its folder (config.json and "
+                              "the weights) or a Hub id; pass the folder")
     return fields
 
 
@@ -38,7 +48,9 @@ def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool, preset):
     from hpcmem.plan import search
     from hpcmem.plan.explain import host_lines
 
-    given = set(collect(kwargs)) - {"config", "accelerate_config", "lengths", "gpu", "model_name_or_path"}
+    # --accelerate_config fixes the sharding and --lengths the batch and packing, as in `hpcmem plan`
+    # (hpcmem.plan.knobs.FIXING_FLAGS); --config stands for the fields it sets
+    given = set(collect(kwargs)) - {"config"}
     if kwargs.get("config"):
         from hpcmem.trl_config import read_yaml
 
@@ -93,6 +105,20 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
                    f"{done.run_dir}")
 
 
+def _given(name: str) -> bool:
+    """Whether the user typed this option (not its default)."""
+    return click.get_current_context().get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+
+def _refuse_idle_flags(launch: dict[str, Any], use_plan: bool, allow_peft: bool) -> None:
+    """Launch flags that act only beside another one: given alone they would be dropped without a word."""
+    if allow_peft and not use_plan:
+        raise HpcmemError("--allow_peft lets --plan choose LoRA/QLoRA and does nothing without it; add --plan or drop it")
+    if _given("max_restarts") and not launch["requeue"]:
+        raise HpcmemError(f"--max-restarts {launch['max_restarts']} counts the requeues of --requeue and does nothing "
+                          "without it; add --requeue or drop it")
+
+
 @click.command(name="submit")
 @TRAINER_ARG
 @job_options
@@ -133,7 +159,11 @@ def command(trainer: str, preset_ref: str, backend: str, dry_run: bool, force: b
 
     launch = {k: kwargs.pop(k) for k in ("requeue", "max_restarts", "time", "job_name", "env", "vllm_placement",
                                           "account", "qos", "entry", "reuse_output_dir")}
+    _refuse_idle_flags(launch, use_plan, allow_peft)
     job, preset, options = _build(trainer, preset_ref, launch, kwargs, use_plan, allow_peft)
+    if _given("vllm_placement") and not (job.train.use_vllm and job.train.vllm_mode == "server"):
+        raise HpcmemError(f"--vllm-placement {launch['vllm_placement']} places a vLLM server, and this job has none "
+                          "(use_vllm with vllm_mode server); drop it")
     done = submit(job, preset, options, backend="dry-run" if dry_run else backend, runs_root=runs_dir, force=force)
     if backend == "submitit" and not dry_run:
         click.echo(f"submitted job {done.job_id} through submitit")

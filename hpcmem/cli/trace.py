@@ -7,6 +7,7 @@ import json
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+from hpcmem.cli.outputs import PICKLE, PNG
 from hpcmem.trainers import entry
 
 
@@ -21,10 +22,10 @@ from hpcmem.trainers import entry
                                       "(hpcmem/trace/allocator.py) and report its reserved peak")
 @click.option("--generation", is_flag=True,
               help="GRPO/RLOO: run transformers' generate to full length (slow: a forward per token)")
-@click.option("--snapshot", "snapshot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--snapshot", "snapshot_path", type=PICKLE, default=None,
               help="write the traced allocation stream (with each allocation's Python frames) as a PyTorch memory "
                    "snapshot pickle: drop it on https://pytorch.org/memory_viz")
-@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--timeline", "timeline_path", type=PNG, default=None,
               help="write live memory over the traced step as a PNG (needs matplotlib)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (the estimate JSON contract)")
 def command(trainer: str, kernels: str, allocator: str, generation: bool, snapshot_path: str | None,

@@ -7,7 +7,44 @@ import json
 
 import click
 
+from hpcmem.cli.outputs import PNG
 from hpcmem.errors import HpcmemError
+
+
+def _check_types(chosen: list[str] | None) -> None:
+    """--types names model types hpcmem's table or the installed transformers' causal-LM mapping has; anything else
+    (a typo) would be swept into the shared records as 'unclassified'."""
+    from hpcmem.models.coverage import classification, installed_mapping
+
+    known = set(classification()["types"]) | set(installed_mapping() or {})
+    unknown = [t for t in chosen or () if t not in known]
+    if unknown:
+        raise HpcmemError(f"--types {','.join(unknown)}: not a causal-LM model type of hpcmem/models/coverage.json or "
+                          "the installed transformers (`hpcmem models coverage` lists them)")
+
+
+# the --against modes that read each option (the branches of `command` below); --json is every mode's, and --no-png
+# (asking for no picture) is harmless anywhere
+READ_BY = {"records": ("probes", "boundary"), "gpu": ("probes", "boundary"), "stored": ("probes", "boundary"),
+           "png": ("probes",), "fit": ("probes",), "fit_dir": ("probes",), "speed": ("probes",),
+           "cases": ("trace",), "ci_only": ("trace",), "reserved": ("trace",), "events_dir": ("trace",),
+           "workers": ("trace", "coverage"), "rescore": ("trace", "coverage"), "types": ("coverage",),
+           "redo": ("coverage",)}
+
+
+def _check_modes(against: str, *, fit: bool, reserved: bool) -> None:
+    """A flag typed for a mode other than --against's would be dropped without a word: refused, naming who reads it."""
+    ctx = click.get_current_context()
+    flag = {p.name: p.opts[0] for p in ctx.command.params}
+    typed = [name for name in READ_BY if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    for name in typed:
+        if against not in READ_BY[name]:
+            raise HpcmemError(f"{flag[name]} is read with --against {' or '.join(READ_BY[name])} only; got --against "
+                              f"{against}")
+    if "fit_dir" in typed and not fit:
+        raise HpcmemError(f"{flag['fit_dir']} says where --fit writes the calibration; add --fit or drop it")
+    if "events_dir" in typed and not reserved:
+        raise HpcmemError(f"{flag['events_dir']} keeps the streams --reserved records; add --reserved or drop it")
 
 
 @click.command(name="validate")
@@ -20,7 +57,7 @@ from hpcmem.errors import HpcmemError
 @click.option("--records", multiple=True, type=click.Path(exists=True),
               help="records files or folders (default estimator/probes/)")
 @click.option("--gpu", default=None, help="only this GPU model's records (e.g. H100-80GB, cpu)")
-@click.option("--png", type=click.Path(dir_okay=False), default=None,
+@click.option("--png", type=PNG, default=None,
               help="write the predicted-vs-measured scatter here (default estimator/accuracy-probes.png)")
 @click.option("--no-png", is_flag=True, help="no scatter")
 @click.option("--fit", is_flag=True, help="fit the per-GPU calibration from the records and store it as "
@@ -53,10 +90,12 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
             redo: bool) -> None:
     """Error of the estimate per trainer × technique and per peak (allocated, reserved, device): n, median, p95 and
     max |error| %, bias, and the safe bound's under-estimate rate and slack."""
+    _check_modes(against, fit=fit, reserved=reserved)
     if against == "coverage":
         from hpcmem.validate import coverage
 
         chosen = [t.strip() for t in types.split(",")] if types else None
+        _check_types(chosen)
         if rescore:
             recs = coverage.rescore(types=chosen)
             coverage.write_records(recs)

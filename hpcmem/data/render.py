@@ -102,7 +102,7 @@ def report(profile: Mapping, *, log_x: bool = False) -> str:
 
 def plot(profile: Mapping, path: str, *, log_x: bool = False) -> None:
     """Histogram of tokens per sequence with p50/p95/p99 and the recommended max_length, saved as a PNG."""
-    from hpcmem.plots.mpl import pyplot
+    from hpcmem.plots.mpl import pyplot, save
 
     plt = pyplot("hpcmem lengths --plot")
     hist, stats = profile["histogram"], profile["stats"]
@@ -122,5 +122,4 @@ def plot(profile: Mapping, path: str, *, log_x: bool = False) -> None:
     ax.set_title(f"{src['data']} · {src['trainer']} · {stats['count']:,} sequences")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)

@@ -122,7 +122,7 @@ def estimate(job: JobSpec) -> Estimate:
         warnings.append("no --gpu given: no fit verdict")
     if job.train.torch_compile:
         warnings.append(TORCH_COMPILE_NOTE)
-    if job.train.max_length is None and job.tokens_per_micro_batch is None and entry(job.train.trainer).packs:
+    if job.train.max_length is None and job.tokens_per_micro_batch is None and not entry(job.train.trainer).generates:
         warnings.append("max_length none and no length profile: rows are assumed max_position_embeddings long; "
                         "profile the data (hpcmem lengths --save p.json, then --lengths p.json)")
     return Estimate(

@@ -63,10 +63,17 @@ def micro_batch(job: JobSpec) -> MicroBatch:
                                  f"{t.max_completion_length})")
     max_len = t.max_length if t.max_length is not None else m.max_position_embeddings
     if e.rows_per_example > 1:
-        seq = _round_up(max_len, t.pad_to_multiple_of)
         rows = e.rows_per_example * b
+        if job.tokens_per_micro_batch is not None:
+            # the profile's worst micro-batch: chosen + rejected rows padded together (hpcmem.data.profile)
+            seq = _round_up(-(-job.tokens_per_micro_batch // rows), t.pad_to_multiple_of)
+            src = " (length profile)"
+        else:
+            seq = _round_up(max_len, t.pad_to_multiple_of)
+            src = "" if t.max_length is not None else \
+                f" (max_length none: every row max_position_embeddings {m.max_position_embeddings} — pass --lengths)"
         return MicroBatch(rows=rows, seq=seq, label_tokens=rows * (seq - 1), padding_free=False,
-                          source=f"chosen+rejected: {e.rows_per_example}×{b} rows × {seq}")
+                          source=f"chosen+rejected: {e.rows_per_example}×{b} rows × {seq}{src}")
     padding_free = t.padding_free or (t.packing and t.packing_strategy in ("bfd", "bfd_split"))
     if job.tokens_per_micro_batch is not None:
         tokens = job.tokens_per_micro_batch

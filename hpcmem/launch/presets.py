@@ -26,6 +26,7 @@ from hpcmem.launch.slurm_time import TimeLimit
 ENV_PRESETS = "HPCMEM_PRESETS"
 SYSTEM_DIR = Path("/etc/hpcmem/presets")
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "presets"
+GRES_TYPE = re.compile(r"[A-Za-z0-9_.-]+")
 GPU_REQUEST_FORMS = ("gres", "gpus_per_node")
 CONTAINER_KINDS = ("pyxis", "apptainer")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")     # what bash's `export` takes (POSIX portable names)
@@ -177,6 +178,11 @@ def from_dict(data: Any, *, source: str, default_name: str) -> Preset:
               controls=key == "description")
     if data.get("gpu_request") is not None:
         c(v.choice, "gpu_request", data["gpu_request"], GPU_REQUEST_FORMS)
+    if isinstance(data.get("gres_type"), str) and not GRES_TYPE.fullmatch(data["gres_type"]):
+        # sbatch reads --gres as name[:type][:count] items split at ','; a ':' or ',' in the type asks for another
+        # count or another resource
+        c.add(f"gres_type {shown(data['gres_type'])} must be one gres type name (letters, digits and ._-), as "
+              "gres.conf's Type= names it")
     _check_time(data.get("max_time"), c)
     _check_lists(data, c)
     _check_gpu(data.get("gpu"), source, c.problems)

@@ -119,6 +119,8 @@ class PlanReport:
     fixed: tuple[str, ...] = ()
     host_capacity_bytes: int | None = None      # host RAM a node grants (a preset's memory_per_node_gb), if known
     note: str = ""                              # why nothing was walked (a floor no knob can lower), if so
+    least: tuple[Knobs, Estimate] | None = None     # no plan fits: the lowest device peak any full estimate found
+    peft_tried: bool = False                    # LoRA was in the search (--allow_peft, or the job's own LoRA)
 
 
 # Sharding chains, most memory first: each step shards or offloads one more state (ZeRO §5: P_os ⊂ P_os+g ⊂ P_os+g+p;
@@ -270,7 +272,8 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
                         seconds=time.perf_counter() - start)
     return PlanReport(plans=tuple(plans), walked=tuple(walked), stats=stats, gpu=gpu, global_batch_size=gbs,
                       base=base, speeds=speeds_by_knobs, fixed=tuple(sorted(fixed)),
-                      host_capacity_bytes=host_memory_per_node_bytes, note=note)
+                      host_capacity_bytes=host_memory_per_node_bytes, note=note,
+                      least=None if plans else walker.least, peft_tried=allow_peft or base.train.use_peft)
 
 
 def _walk(scored: list, walker: "_Walker", top: int | None, plans: list[Plan], walked: list[Verdict]) -> None:
@@ -383,6 +386,7 @@ class _Walker:
         self.refused: dict[Knobs, str] = {}
         self.states_floor: dict[tuple[str, str], int] = {}
         self.judged: dict[Knobs, tuple] = {}
+        self.least: tuple[Knobs, Estimate] | None = None    # the lowest device peak estimated that does not fit
         self.gpu = base.gpu
         self.memory = base.gpu.usable_bytes if base.gpu else 0
 
@@ -399,6 +403,8 @@ class _Walker:
             self.refused[rule_key] = exc.problems[0]
             return None, None, exc.problems[0]
         self.states_floor.setdefault((k.sharding, k.peft), _states_floor(est))
+        if not est.fits and (self.least is None or est.device_peak_bytes < self.least[1].device_peak_bytes):
+            self.least = (k, est)
         return job, est, ""
 
     def _record(self, k: Knobs, est: Estimate) -> None:

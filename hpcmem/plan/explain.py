@@ -126,7 +126,11 @@ def render(report: PlanReport, explain: bool = False) -> str:
                      f"{p.device_peak_bytes / GIB:6.1f}G {p.safe_device_peak_bytes / GIB:6.1f}G "
                      f"{p.headroom_bytes / GIB:5.1f}G {p.speed.tokens_per_s_per_gpu:9.0f} {p.speed.step_s:7.2f}")
     if not report.plans and not report.note:
-        lines.append("   nothing fits: allow PEFT (--allow_peft), shorten max_length, add GPUs or pick a larger GPU")
+        low = report.least
+        closest = (f"the least-memory combination estimated, {low[0].label()}, "
+                   f"{not_fitting(low[1])}; " if low else "")
+        peft = "" if report.peft_tried else "allow PEFT (--allow_peft), "
+        lines.append(f"   nothing fits: {closest}{peft}shorten max_length, add GPUs or pick a larger GPU")
     lines += host_lines(report)
     for p in report.plans[:1] if not explain else report.plans:
         lines.append(f"why #{p.rank}: " + "; ".join(reasons(report, p)))
@@ -186,6 +190,7 @@ def host_lines(report: PlanReport) -> list[str]:
 
 def to_json(report: PlanReport) -> dict:
     s = report.stats
+    low = report.least
     return {
         "gpu": report.gpu.name,
         "capacity_bytes": report.gpu.usable_bytes,
@@ -213,6 +218,11 @@ def to_json(report: PlanReport) -> dict:
             "reasons": reasons(report, p),
             "flags": changed_flags(report.base, p.job),
         } for p in report.plans],
+        # no plan fits: the combination estimated in full with the lowest device peak (those the monotone bound
+        # rejected unestimated are not in it: their bound says only that they do not fit)
+        "least": None if low is None else {
+            "knobs": low[0]._asdict(), "device_peak_bytes": low[1].device_peak_bytes, "why": not_fitting(low[1]),
+            "flags": changed_flags(report.base, apply(report.base, low[0]))},
         "rejected_faster": [{"knobs": v.knobs._asdict(), "tokens_per_s_per_gpu": v.speed.tokens_per_s_per_gpu,
                              "why": v.why, "how": v.how}
                             for v in report.walked if not v.fits and report.plans and

@@ -37,13 +37,14 @@ GIVEN = "given"          # axis value meaning "the job's own setting" (a fixed f
 FIXING_FLAGS = {
     "gc": ("gradient_checkpointing", "gradient_checkpointing_kwargs"),
     "activation_offloading": ("activation_offloading",),
-    "pack": ("packing", "padding_free", "packing_strategy"),
+    # a length profile's worst micro-batch (--lengths) holds for the given batch and packing only
+    "pack": ("packing", "padding_free", "packing_strategy", "lengths"),
     "sharding": ("accelerate_config", "distributed_type", "zero_stage", "offload_optimizer_device",
                  "offload_param_device", "fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward",
                  "dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size", "cp_comm_strategy",
                  "sp_attn_implementation"),
     "peft": ("use_peft", "load_in_4bit", "load_in_8bit"),
-    "batch": ("per_device_train_batch_size",),
+    "batch": ("per_device_train_batch_size", "lengths"),
     "accum": ("gradient_accumulation_steps",),
     "expandable_segments": ("expandable_segments",),
 }
@@ -123,7 +124,16 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
     own_batch = [own.batch] if per_gpu % own.batch == 0 and own.batch > MAX_SEARCHED_BATCH else []
     batches = axis("batch", _divisors(per_gpu) + own_batch)
     if "gradient_accumulation_steps" in fixed:
-        batches = [b for b in batches if b * own.accum == per_gpu] or [per_gpu // own.accum]
+        batches = [b for b in batches if b * own.accum == per_gpu]
+    batches = [b for b in batches if per_gpu % b == 0]
+    if not batches:
+        given = " × ".join(f"{name} {value}" for name, value, axis_name in
+                           (("per_device_train_batch_size", own.batch, "batch"),
+                            ("gradient_accumulation_steps", own.accum, "accum"))
+                           if any(f in fixed for f in FIXING_FLAGS[axis_name]))
+        raise SpecError(f"global_batch_size {global_batch_size} is {per_gpu} rows per data-parallel rank "
+                        f"({world} ranks), which {given} (given) cannot make: batch × accumulation × ranks must equal "
+                        "it exactly")
     return {
         "gc": axis("gc", GC_VALUES),
         "activation_offloading": axis("activation_offloading", (False, True)),

@@ -23,12 +23,16 @@ def pyplot(what: str = "this picture") -> Any:
     return plt
 
 
-def save(fig: Any, path: str | Path) -> Path:
-    """Write a figure as PNG (parents created) and release it."""
+def save(fig: Any, path: str | Path, *, dpi: Any = 120) -> Path:
+    """Write a figure as PNG (parents created) and release it; a path the system refuses is one line."""
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=dpi, format="png")
+    except OSError as exc:
+        raise HpcmemError(f"cannot write the picture {path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
     return path

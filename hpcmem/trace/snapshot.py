@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hpcmem.errors import HpcmemError
+
 BASE_ADDRESS = 0x7F0000000000      # where a CUDA allocation might start; any non-zero base works for the viewer
 ALIGN = 512                        # c10/cuda/CUDACachingAllocator.cpp kMinBlockSize
 MAX_FRAMES = 48
@@ -110,8 +112,11 @@ class SnapshotRecorder:
 
     def write(self, path: str | Path) -> Path:
         path = Path(path)
-        with path.open("wb") as fh:
-            pickle.dump(self.snapshot(), fh, protocol=4)
+        try:
+            with path.open("wb") as fh:
+                pickle.dump(self.snapshot(), fh, protocol=4)
+        except OSError as exc:
+            raise HpcmemError(f"cannot write the snapshot {path}: {exc.strerror or exc}") from None
         return path
 
     # -- helpers -------------------------------------------------------------------------------------------------

@@ -13,13 +13,11 @@ MIB = 1024**2
 
 
 def scatter(points: list[Point], path: str | Path, title: str = "hpcmem: estimate vs probe") -> Path:
-    from hpcmem.plots.mpl import pyplot
+    from hpcmem.plots.mpl import pyplot, save
 
     plt = pyplot("the accuracy scatter (--png)")
     from matplotlib.ticker import NullFormatter
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6.4, 6.0), dpi=120)
     top = max([max(p.predicted, p.measured) for p in points] or [GIB])
     scale, unit = (GIB, "GiB") if top >= GIB else (MIB, "MiB")
@@ -47,6 +45,4 @@ def scatter(points: list[Point], path: str | Path, title: str = "hpcmem: estimat
     ax.set_title(title)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi="figure")

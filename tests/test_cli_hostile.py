@@ -1,0 +1,331 @@
+"""The CLI against input a careful user would not give: contradictions are refused in one line naming the field, the
+value and the rule, and a plan that cannot be made says so with numbers."""
+
+import json
+
+from click.testing import CliRunner
+
+from hpcmem.cli import cli, run
+
+SMALL = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B"]
+GIB = 2 ** 30
+
+
+def _run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def _refused(capsys, argv, *words):
+    """hpcmem's own entry point (what `python -m hpcmem` runs): exit 2 and one line on stderr holding `words`."""
+    capsys.readouterr()
+    status = run(argv)
+    err = capsys.readouterr().err
+    assert status == 2, err
+    line = err.strip()
+    assert line.startswith("hpcmem: error: ") and "\n" not in line, line
+    for word in words:
+        assert word in line, (word, line)
+
+
+def test_plan_refuses_a_global_batch_that_the_fixed_batch_does_not_divide(capsys):
+    """7 rows per step on one GPU cannot be micro-batches of 2 (2 × 3 = 6, 2 × 4 = 8): refused, not planned as 6."""
+    _refused(capsys, ["plan", "sft", *SMALL, "--gpu", "H100", "--global_batch_size", "7",
+                  "--per_device_train_batch_size", "2"], "global_batch_size 7", "per_device_train_batch_size 2")
+    _refused(capsys, ["plan", "sft", *SMALL, "--gpu", "H100", "--global_batch_size", "7",
+                  "--gradient_accumulation_steps", "2"], "global_batch_size 7", "gradient_accumulation_steps 2")
+    # both fixed and 4 × 2 × 1 GPU ≠ 12
+    _refused(capsys, ["plan", "sft", *SMALL, "--gpu", "H100", "--global_batch_size", "12",
+                  "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2"], "global_batch_size 12")
+
+
+def test_every_plan_keeps_the_global_batch_it_was_asked_for():
+    res = _run("plan", "sft", *SMALL, "--gpu", "H100", "--num_processes", "2", "--global_batch_size", "12",
+               "--per_device_train_batch_size", "2", "--json")
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.output)["plans"]
+    assert plans
+    for p in plans:
+        assert p["knobs"]["batch"] * p["knobs"]["accum"] * 2 == 12, p["knobs"]
+
+
+def test_nothing_fits_names_the_least_a_combination_needs():
+    """Llama-3.1-8B full fine-tuning on a 3 GB GPU: no plan; the table and the JSON name the combination that needs
+    the least, and that number is what `hpcmem estimate` says for the same flags, above the GPU's usable memory."""
+    user = ["sft", "--model_name_or_path", "meta-llama/Llama-3.1-8B", "--gpu", "3GB"]
+    table = _run("plan", *user)
+    assert table.exit_code == 0, table.output
+    line = next(x for x in table.output.splitlines() if "nothing fits" in x)
+    data = json.loads(_run("plan", *user, "--json").output)
+    assert data["plans"] == []
+    least = data["least"]
+    assert least["device_peak_bytes"] > data["capacity_bytes"]
+    assert f"{least['device_peak_bytes'] / GIB:.1f} GiB" in line, line
+    est = _run("estimate", *user, *least["flags"], "--json")
+    assert est.exit_code == 0, est.output
+    assert json.loads(est.output)["per_gpu"]["device_peak_bytes"] == least["device_peak_bytes"]
+
+
+def test_deepspeed_and_fsdp_settings_outside_their_engine_are_refused(capsys):
+    """accelerate reads zero_stage / offload_*_device only under DeepSpeed and fsdp_offload_params only under FSDP
+    (commands/launch.py picks the launcher by distributed_type); given elsewhere they would be silently dropped."""
+    _refused(capsys, ["estimate", "sft", *SMALL, "--accelerate_config", "fsdp2", "--num_processes", "2",
+                  "--zero_stage", "2"], "zero_stage 2", "DEEPSPEED", "FSDP")
+    _refused(capsys, ["estimate", "sft", *SMALL, "--zero_stage", "3"], "zero_stage 3", "DEEPSPEED")
+    _refused(capsys, ["estimate", "sft", *SMALL, "--accelerate_config", "multi_gpu", "--num_processes", "2",
+                  "--offload_optimizer_device", "cpu"], "offload_optimizer_device 'cpu'", "DEEPSPEED")
+    _refused(capsys, ["estimate", "sft", *SMALL, "--accelerate_config", "fsdp2", "--num_processes", "2",
+                  "--offload_param_device", "cpu"], "offload_param_device 'cpu'", "DEEPSPEED")
+    _refused(capsys, ["estimate", "sft", *SMALL, "--accelerate_config", "zero2", "--num_processes", "2",
+                  "--fsdp_offload_params", "true"], "fsdp_offload_params", "FSDP")
+    _refused(capsys, ["plan", "sft", *SMALL, "--gpu", "H100", "--zero_stage", "3"], "zero_stage 3")
+    # the engine's own flags still work
+    assert _run("estimate", "sft", *SMALL, "--accelerate_config", "zero3", "--num_processes", "2",
+                "--zero_stage", "2").exit_code == 0
+
+
+def test_an_accelerate_file_block_for_the_other_engine_is_ignored_as_accelerate_does(tmp_path):
+    """A MULTI_GPU accelerate YAML with a leftover deepspeed_config block launches DDP (accelerate ignores the block),
+    so hpcmem estimates DDP and does not refuse it."""
+    path = tmp_path / "accelerate.yaml"
+    path.write_text("distributed_type: MULTI_GPU\nnum_processes: 2\nnum_machines: 1\n"
+                    "deepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: cpu\n")
+    res = _run("estimate", "sft", *SMALL, "--accelerate_config", str(path), "--json")
+    assert res.exit_code == 0, res.output
+    ddp = _run("estimate", "sft", *SMALL, "--accelerate_config", "multi_gpu", "--num_processes", "2", "--json")
+    assert json.loads(res.output)["per_gpu"] == json.loads(ddp.output)["per_gpu"]
+
+
+def test_a_preset_gres_type_that_would_change_the_gres_request_is_refused(tmp_path, capsys):
+    """--gres=gpu:<type>:<count> (sbatch's gres syntax name[:type][:count], comma-separated gres): a type holding ','
+    or ':' requests another resource or count (gpu:h100,mem:5:8 asks for one h100 and a 'mem' gres), so a preset's
+    gres_type is refused unless it is one name."""
+    import yaml
+
+    from hpcmem.launch.presets import SHIPPED_DIR
+
+    data = yaml.safe_load((SHIPPED_DIR / "example-h100.yaml").read_text())
+    for bad in ("h100,mem:5", "h100:2", "h 100"):
+        path = tmp_path / "p.yaml"
+        path.write_text(yaml.safe_dump({**data, "gres_type": bad}))
+        _refused(capsys, ["presets", "show", str(path)], "gres_type", repr(bad))
+    path.write_text(yaml.safe_dump({**data, "gres_type": "nvidia_h100-80gb.pcie"}))
+    assert run(["presets", "show", str(path)]) == 0
+
+
+def test_a_picture_path_that_is_not_a_png_or_cannot_be_written_is_refused(tmp_path, capsys):
+    """--plot / --png / --timeline write PNGs, --snapshot a pickle: a user's config given by mistake is refused before
+    anything is written or traced (and stays as it was), and a folder that cannot be made is one line, not an
+    internal error."""
+    config = tmp_path / "sft.yaml"
+    config.write_text("max_length: 512\n")
+    _refused(capsys, ["estimate", "sft", *SMALL, "--plot", str(config)], "--plot", "sft.yaml", ".png")
+    _refused(capsys, ["plan", "sft", *SMALL, "--gpu", "H100", "--plot", str(config)], "--plot", ".png")
+    _refused(capsys, ["validate", "--png", str(config)], "--png", ".png")
+    _refused(capsys, ["trace", "sft", *SMALL, "--snapshot", str(config)], "--snapshot", ".pickle")
+    assert config.read_text() == "max_length: 512\n"
+    _refused(capsys, ["estimate", "sft", *SMALL, "--plot", str(config / "under-a-file.png")], "under-a-file.png")
+
+
+def test_lengths_save_never_overwrites_what_is_not_a_length_profile(tmp_path, capsys):
+    """`hpcmem lengths --save FILE` is checked before the data is read: a file there that is not a length profile
+    (the user's config) is refused and kept, a path under a file is one line; an older profile may be replaced (the
+    run then stops on the missing tokenizer, not on --save)."""
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "hello"}\n')
+    config = tmp_path / "sft.yaml"
+    config.write_text("max_length: 512\n")
+    base = ["lengths", str(data), "--tokenizer", str(tmp_path / "no-tokenizer")]
+    _refused(capsys, [*base, "--save", str(config)], "--save", "sft.yaml", "hpcmem.lengths/1")
+    assert config.read_text() == "max_length: 512\n"
+    _refused(capsys, [*base, "--save", str(config / "p.json")], "--save", "p.json")
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"schema": "hpcmem.lengths/1"}))
+    _refused(capsys, [*base, "--save", str(old), "--json"], "tokenizer")   # --json: no progress lines
+
+
+def test_an_attention_transformers_does_not_know_is_refused(capsys):
+    """transformers 5.24 builds eager, sdpa, flash_attention_2/3/4, flex_attention, paged|eager or a hub kernel named
+    org/repo[@rev][:name] (modeling_utils.py get_correct_attn_implementation, integrations/hub_kernels.py is_kernel)
+    and raises on anything else; hpcmem refuses it before estimating."""
+    for bad in ("x;y", "flash", "SDPA", "org/repo/extra"):
+        _refused(capsys, ["estimate", "sft", *SMALL, "--attn_implementation", bad], "attn_implementation", repr(bad))
+    for good in ("eager", "flash_attention_3", "kernels-community/flash-attn2"):
+        assert run(["estimate", "sft", *SMALL, "--attn_implementation", good]) == 0, good
+
+
+def test_an_attention_hpcmem_has_not_traced_is_said_so():
+    """flex_attention is estimated as SDPA would keep it; the estimate says it has not traced that kernel."""
+    res = _run("estimate", "sft", *SMALL, "--attn_implementation", "flex_attention", "--json")
+    assert res.exit_code == 0, res.output
+    assert any("flex_attention" in w for w in json.loads(res.output)["warnings"])
+
+
+def test_lora_settings_without_use_peft_are_said_to_do_nothing():
+    """TRL builds adapters only with use_peft (trl/trainer/utils.py get_peft_config returns None without it): a LoRA
+    setting given alone trains the full model, and the estimate says the setting has no effect."""
+    res = _run("estimate", "sft", *SMALL, "--lora_r", "8", "--use_dora", "true", "--json")
+    assert res.exit_code == 0, res.output
+    said = [w for w in json.loads(res.output)["warnings"] if "use_peft" in w]
+    assert said and "lora_r" in said[0] and "use_dora" in said[0], said
+    with_peft = _run("estimate", "sft", *SMALL, "--lora_r", "8", "--use_peft", "true", "--json")
+    assert not [w for w in json.loads(with_peft.output)["warnings"] if "use_peft" in w]
+
+
+def test_grpo_and_rloo_need_two_generations_per_prompt(capsys):
+    """grpo_config.py / rloo_config.py __post_init__ raise when num_generations < 2 (the advantage needs a group)."""
+    for trainer in ("grpo", "rloo"):
+        _refused(capsys, ["estimate", trainer, *SMALL, "--num_generations", "1", "--per_device_train_batch_size", "2"],
+                 "num_generations 1", "2")
+        assert run(["estimate", trainer, *SMALL, "--num_generations", "2", "--per_device_train_batch_size", "2"]) == 0
+
+
+def test_an_assumed_row_length_is_said_for_every_trainer():
+    """max_length none with no length profile: the rows are assumed max_position_embeddings long, a guess the
+    estimate must name for DPO / Reward / KTO as it does for SFT."""
+    for trainer in ("sft", "dpo", "reward", "kto"):
+        res = _run("estimate", trainer, *SMALL, "--max_length", "none", "--per_device_train_batch_size", "2", "--json")
+        assert res.exit_code == 0, res.output
+        assert any("max_position_embeddings" in w for w in json.loads(res.output)["warnings"]), trainer
+
+
+def test_a_length_profile_shapes_dpo_and_reward_micro_batches(tmp_path):
+    """`--lengths` for a preference trainer: the profile's two examples have chosen rows of 6 and 12 tokens and
+    rejected rows of 4 and 10 (prompt included), so with batch 2 the one micro-batch is 2 chosen + 2 rejected rows
+    padded to the longest, 12 (hand count) — the estimate is the one for max_length 12, not for the default 1024."""
+    from hpcmem.data.profile import SCHEMA, encode_lengths
+    from hpcmem.data.stats import histogram
+
+    for trainer in ("dpo", "reward"):
+        parts = {"prompt": [2, 9], "chosen": [6, 12], "rejected": [4, 10]}
+        profile = {"schema": SCHEMA, "source": {"trainer": trainer}, "histogram": histogram([6, 4, 12, 10]),
+                   "order": {"encoding": "zlib+base64 uint32le",
+                             "parts": {k: encode_lengths(v) for k, v in parts.items()}}, "candidates": []}
+        path = tmp_path / f"{trainer}.json"
+        path.write_text(json.dumps(profile))
+        common = [trainer, *SMALL, "--per_device_train_batch_size", "2", "--json"]
+        got = json.loads(_run("estimate", *common, "--lengths", str(path)).output)
+        want = json.loads(_run("estimate", *common, "--max_length", "12").output)
+        assert "length profile" in got["summary"], got["summary"]
+        assert got["per_gpu"]["peak_allocated_bytes"] == want["per_gpu"]["peak_allocated_bytes"], trainer
+
+
+def test_a_plan_from_a_length_profile_keeps_the_batch_and_packing_it_was_measured_for(tmp_path):
+    """A profile's worst micro-batch is for the given per_device_train_batch_size and packing (hpcmem.data.profile
+    tokens_per_micro_batch): the planner must not pair that token count with another batch size or packing."""
+    from hpcmem.data.profile import SCHEMA, encode_lengths
+    from hpcmem.data.stats import histogram
+
+    lengths = [300, 500, 200, 700, 100, 900, 50, 400]
+    profile = {"schema": SCHEMA, "source": {"trainer": "sft"}, "histogram": histogram(lengths),
+               "order": {"encoding": "zlib+base64 uint32le", "parts": {"length": encode_lengths(lengths)}},
+               "candidates": []}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(profile))
+    res = _run("plan", "sft", *SMALL, "--gpu", "H100", "--lengths", str(path), "--json")   # TRL's batch 8
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.output)["plans"]
+    assert plans and all(p["knobs"]["batch"] == 8 and p["knobs"]["pack"] == "padded" for p in plans), \
+        [p["knobs"] for p in plans]
+
+
+def test_submit_plan_keeps_the_accelerate_config_the_user_gave(tmp_path):
+    """`submit --plan`: "the flags you give stay fixed" — --accelerate_config zero3 is a flag given, so the job
+    written is ZeRO-3 (the planner alone would pick DDP for a 0.5B model on two H100s)."""
+    import yaml
+
+    run_dir = tmp_path / "runs"
+    res = _run("submit", "sft", *SMALL, "--preset", "example-h100", "--num_processes", "2", "--accelerate_config",
+               "zero3", "--plan", "--dry-run", "--runs-dir", str(run_dir))
+    assert res.exit_code == 0, res.output
+    folder = next(run_dir.iterdir())
+    assert yaml.safe_load((folder / "accelerate.yaml").read_text())["distributed_type"] == "DEEPSPEED"
+    assert json.loads((folder / "spec.json").read_text())["job"]["parallel"]["zero_stage"] == 3
+
+
+def test_logs_of_a_run_without_logs_names_only_what_was_asked(tmp_path, capsys):
+    """No --node given: the message is about the folder, not about a node called None."""
+    capsys.readouterr()
+    assert run(["logs", str(tmp_path)]) != 0
+    err = capsys.readouterr().err
+    assert "no logs yet" in err and "None" not in err, err
+    run(["logs", str(tmp_path), "--node", "3"])
+    assert "--node 3" in capsys.readouterr().err
+
+
+def test_submit_refuses_a_config_json_file_as_the_model_to_train(tmp_path, capsys):
+    """`hpcmem estimate` reads a bare config.json, but the job's TRL loads the model with from_pretrained, which
+    needs the model's folder or a Hub id: a job naming the file would fail at load, so submit refuses it."""
+    from pathlib import Path
+
+    import hpcmem
+
+    catalog = json.loads((Path(hpcmem.__file__).parent / "models" / "catalog" / "Qwen--Qwen2.5-0.5B.json").read_text())
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(catalog["config"]))
+    base = ["submit", "sft", "--preset", "example-h100", "--dry-run", "--runs-dir", str(tmp_path / "runs")]
+    _refused(capsys, [*base, "--model_name_or_path", str(folder / "config.json")], "model_name_or_path",
+             "config.json", "folder")
+    assert run([*base, "--model_name_or_path", str(folder)]) == 0
+
+
+def test_nvme_offload_is_refused_with_its_reason(capsys):
+    """DeepSpeed's NVMe offload needs nvme_path (deepspeed runtime/zero/offload_config.py), which hpcmem neither
+    takes nor writes, and keeps swap buffers on the host that the host estimate does not model: the job written would
+    fail and the host number would be wrong, so it is refused."""
+    for flag in ("--offload_optimizer_device", "--offload_param_device"):
+        _refused(capsys, ["estimate", "sft", *SMALL, "--accelerate_config", "zero3", "--num_processes", "2", flag,
+                          "nvme"], flag.lstrip("-"), "'nvme'", "cpu")
+
+
+def test_dtype_auto_says_it_assumes_bfloat16():
+    """dtype auto loads in the checkpoint's dtype (transformers from_pretrained), which hpcmem does not read: a
+    checkpoint saved in float32 would hold twice the weight bytes estimated, so the estimate says what it assumed."""
+    res = _run("estimate", "sft", *SMALL, "--dtype", "auto", "--json")
+    assert res.exit_code == 0, res.output
+    assert any("auto" in w and "bfloat16" in w for w in json.loads(res.output)["warnings"])
+
+
+def test_nothing_fits_does_not_suggest_what_was_already_tried():
+    """With --allow_peft (or a LoRA job) the plan already tried LoRA/QLoRA: 'allow PEFT' is no way out then."""
+    base = ["plan", "sft", "--model_name_or_path", "meta-llama/Llama-3.1-8B", "--gpu", "3GB"]
+    assert "--allow_peft" in _run(*base).output
+    for more in (["--allow_peft"], ["--use_peft", "true"]):
+        line = next(x for x in _run(*base, *more).output.splitlines() if "nothing fits" in x)
+        assert "--allow_peft" not in line, line
+
+
+def test_submit_refuses_launch_flags_that_would_do_nothing(tmp_path, capsys):
+    """--allow_peft acts only with --plan, --max-restarts only counts --requeue's requeues, --vllm-placement only
+    places a vLLM server (use_vllm, vllm_mode server): given without them they would be dropped without a word."""
+    base = ["submit", "sft", *SMALL, "--preset", "example-h100", "--dry-run", "--runs-dir", str(tmp_path)]
+    _refused(capsys, [*base, "--allow_peft"], "--allow_peft", "--plan")
+    _refused(capsys, [*base, "--max-restarts", "5"], "--max-restarts 5", "--requeue")
+    _refused(capsys, [*base, "--vllm-placement", "split"], "--vllm-placement split", "vllm_mode server")
+    assert run([*base, "--max-restarts", "5", "--requeue"]) == 0
+
+
+def test_coverage_refuses_a_model_type_nobody_knows(capsys):
+    """`validate --against coverage --types` with a type neither hpcmem's table nor the installed transformers has (a
+    typo) is refused before anything runs or is written: it appended an 'unclassified' record to the shared
+    estimator/coverage.jsonl."""
+    from hpcmem.record import estimator_dir
+
+    records = estimator_dir() / "coverage.jsonl"
+    before = records.read_bytes() if records.is_file() else None
+    _refused(capsys, ["validate", "--against", "coverage", "--types", "llama,lamma_typo", "--no-png"], "lamma_typo",
+             "--types")
+    assert (records.read_bytes() if records.is_file() else None) == before
+
+
+def test_validate_refuses_a_flag_its_mode_does_not_read(tmp_path, capsys):
+    """Each --against mode reads its own flags (the help says which): one given to another mode would be dropped
+    without a word, so it is refused before anything runs."""
+    empty = tmp_path / "r.jsonl"
+    empty.write_text("")
+    _refused(capsys, ["validate", "--records", str(empty), "--no-png", "--ci"], "--ci", "trace", "probes")
+    _refused(capsys, ["validate", "--records", str(empty), "--no-png", "--types", "llama"], "--types", "coverage")
+    _refused(capsys, ["validate", "--against", "coverage", "--types", "llama", "--speed"], "--speed", "probes")
+    _refused(capsys, ["validate", "--records", str(empty), "--no-png", "--fit-dir", str(tmp_path)], "--fit-dir",
+             "--fit")
+    assert run(["validate", "--records", str(empty), "--no-png", "--stored"]) == 0
