@@ -329,3 +329,22 @@ def test_validate_refuses_a_flag_its_mode_does_not_read(tmp_path, capsys):
     _refused(capsys, ["validate", "--records", str(empty), "--no-png", "--fit-dir", str(tmp_path)], "--fit-dir",
              "--fit")
     assert run(["validate", "--records", str(empty), "--no-png", "--stored"]) == 0
+
+
+def test_submit_plan_names_its_choice_as_pastable_flags(tmp_path, capsys):
+    """`submit --plan` says which plan it took as the label and the shell-quoted flags (what `hpcmem plan` prints),
+    not a Python repr: the selective-checkpointing JSON must come back as one word when the line is split."""
+    import shlex
+
+    capsys.readouterr()
+    status = run(["submit", "sft", "--model_name_or_path", "Qwen/Qwen2.5-7B", "--preset", "example-l40s",
+                  "--use_peft", "false", "--max_length", "2048", "--plan", "--dry-run", "--runs-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 0, err
+    line = next(x for x in err.splitlines() if x.startswith("plan: "))
+    assert "Knobs(" not in line
+    words = shlex.split(line.split(": ", 2)[2])
+    assert words and all(w.startswith("--") for w in words[::2]), words
+    kwargs = dict(zip(words[::2], words[1::2]))
+    if "--gradient_checkpointing_kwargs" in kwargs:
+        assert json.loads(kwargs["--gradient_checkpointing_kwargs"]) == {"selective": True}

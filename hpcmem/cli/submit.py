@@ -63,7 +63,10 @@ def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool, preset):
                          f"{' and in ' + preset.name + ' host RAM' if preset.memory_per_node_bytes else ''}"
                          "; see `hpcmem plan … --preset " + preset.name + " --explain`",
                          *(line.strip() for line in host_lines(report))])
-    click.echo(f"plan: {report.plans[0].knobs}", err=True)
+    from hpcmem.plan.flags import flags_line
+
+    best = report.plans[0]
+    click.echo(f"plan: {best.knobs.label()}: {flags_line(job, best.job)}", err=True)
     return report.plans[0].job
 
 
