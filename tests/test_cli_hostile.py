@@ -348,3 +348,10 @@ def test_submit_plan_names_its_choice_as_pastable_flags(tmp_path, capsys):
     kwargs = dict(zip(words[::2], words[1::2]))
     if "--gradient_checkpointing_kwargs" in kwargs:
         assert json.loads(kwargs["--gradient_checkpointing_kwargs"]) == {"selective": True}
+
+
+def test_submit_refuses_an_empty_account_instead_of_taking_the_presets(capsys, tmp_path):
+    """`--account ''` is not "no flag": sbatch would get the preset's account without the user knowing."""
+    _refused(capsys, ["submit", "sft", *SMALL, "--preset", "example-h100", "--account", "", "--dry-run",
+                      "--runs-dir", str(tmp_path)], "--account ''", "empty")
+    assert not any(tmp_path.iterdir())      # nothing written

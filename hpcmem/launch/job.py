@@ -151,6 +151,10 @@ class Launch:
         if self.vllm_server:
             p.check(bool(opt.trl_fields.get("model_name_or_path")),
                     "vllm_mode server needs model_name_or_path in the TRL YAML (trl vllm-serve serves it)")
+        for name in ("account", "qos"):
+            # `opt.x or preset.x` would read an empty --account/--qos as "the preset's" without a word
+            p.check(getattr(opt, name) != "", f"--{name} '' is empty: give a SLURM {name}, or leave the flag out for "
+                    f"the preset's ({getattr(pre, name) or 'none'})")
         self._check_script_values(p)
         return p.items
 
