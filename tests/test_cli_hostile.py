@@ -355,3 +355,30 @@ def test_submit_refuses_an_empty_account_instead_of_taking_the_presets(capsys, t
     _refused(capsys, ["submit", "sft", *SMALL, "--preset", "example-h100", "--account", "", "--dry-run",
                       "--runs-dir", str(tmp_path)], "--account ''", "empty")
     assert not any(tmp_path.iterdir())      # nothing written
+
+
+def test_submit_refusal_fixes_keep_the_batch_a_length_profile_was_measured_for(tmp_path, capsys):
+    """Without --plan, a refusal lists changes whose safe bound fits; with --lengths none of them may change the
+    micro-batch or the packing the profile's worst case was computed for (as `hpcmem plan --lengths`)."""
+    import shlex
+
+    from hpcmem.data.profile import SCHEMA, encode_lengths
+    from hpcmem.data.stats import histogram
+
+    lengths = [1500, 2000, 1800, 2048, 900, 1200, 2048, 1000]
+    profile = {"schema": SCHEMA, "source": {"trainer": "sft"}, "histogram": histogram(lengths),
+               "order": {"encoding": "zlib+base64 uint32le", "parts": {"length": encode_lengths(lengths)}},
+               "candidates": []}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(profile))
+    capsys.readouterr()
+    status = run(["submit", "sft", "--model_name_or_path", "Qwen/Qwen2.5-7B", "--use_peft", "false",
+                  "--per_device_train_batch_size", "4", "--lengths", str(path), "--preset", "example-l40s",
+                  "--dry-run", "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    fixes = [x.strip().split("   →")[0] for x in err.splitlines() if x.startswith("  --")]
+    assert fixes, err
+    for fix in fixes:
+        flags = shlex.split(fix)[::2]
+        assert not {"--per_device_train_batch_size", "--packing", "--padding_free"} & set(flags), fix

@@ -103,8 +103,11 @@ def suggest_fixes(job: JobSpec, *, limit: int = 3, memory_per_node_bytes: int | 
     from hpcmem.plan import plan
     from hpcmem.plan.flags import flags_line
 
+    # a length profile's worst micro-batch (--lengths) holds for the batch and packing it was measured with: keep
+    # them, as `hpcmem plan --lengths` does (hpcmem.plan.knobs.FIXING_FLAGS)
+    fixed = {"lengths"} if job.tokens_per_micro_batch is not None else set()
     for allow_peft in (False, True):
-        plans = plan(job, job.gpu, allow_peft=allow_peft, top=limit, exclude={"pack": ["packing"]},
+        plans = plan(job, job.gpu, fixed=fixed, allow_peft=allow_peft, top=limit, exclude={"pack": ["packing"]},
                      host_memory_per_node_bytes=memory_per_node_bytes)
         if plans:
             return [Fix(flags_line(job, p.job), p.device_peak_bytes, p.knobs.label(), p.safe_device_peak_bytes)
