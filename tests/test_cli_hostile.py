@@ -27,6 +27,19 @@ def _refused(capsys, argv, *words):
         assert word in line, (word, line)
 
 
+def _profile(path, trainer, parts, lengths):
+    """A length profile as `hpcmem lengths --save` writes it (hpcmem.data.profile): per-example lengths of each part,
+    the histogram of `lengths`."""
+    from hpcmem.data.profile import SCHEMA, encode_lengths
+    from hpcmem.data.stats import histogram
+
+    path.write_text(json.dumps({"schema": SCHEMA, "source": {"trainer": trainer}, "histogram": histogram(lengths),
+                                "order": {"encoding": "zlib+base64 uint32le",
+                                          "parts": {k: encode_lengths(v) for k, v in parts.items()}},
+                                "candidates": []}))
+    return path
+
+
 def test_plan_refuses_a_global_batch_that_the_fixed_batch_does_not_divide(capsys):
     """7 rows per step on one GPU cannot be micro-batches of 2 (2 × 3 = 6, 2 × 4 = 8): refused, not planned as 6."""
     _refused(capsys, ["plan", "sft", *SMALL, "--gpu", "H100", "--global_batch_size", "7",
@@ -192,16 +205,9 @@ def test_a_length_profile_shapes_dpo_and_reward_micro_batches(tmp_path):
     """`--lengths` for a preference trainer: the profile's two examples have chosen rows of 6 and 12 tokens and
     rejected rows of 4 and 10 (prompt included), so with batch 2 the one micro-batch is 2 chosen + 2 rejected rows
     padded to the longest, 12 (hand count) — the estimate is the one for max_length 12, not for the default 1024."""
-    from hpcmem.data.profile import SCHEMA, encode_lengths
-    from hpcmem.data.stats import histogram
-
     for trainer in ("dpo", "reward"):
         parts = {"prompt": [2, 9], "chosen": [6, 12], "rejected": [4, 10]}
-        profile = {"schema": SCHEMA, "source": {"trainer": trainer}, "histogram": histogram([6, 4, 12, 10]),
-                   "order": {"encoding": "zlib+base64 uint32le",
-                             "parts": {k: encode_lengths(v) for k, v in parts.items()}}, "candidates": []}
-        path = tmp_path / f"{trainer}.json"
-        path.write_text(json.dumps(profile))
+        path = _profile(tmp_path / f"{trainer}.json", trainer, parts, [6, 4, 12, 10])
         common = [trainer, *SMALL, "--per_device_train_batch_size", "2", "--json"]
         got = json.loads(_run("estimate", *common, "--lengths", str(path)).output)
         want = json.loads(_run("estimate", *common, "--max_length", "12").output)
@@ -212,15 +218,8 @@ def test_a_length_profile_shapes_dpo_and_reward_micro_batches(tmp_path):
 def test_a_plan_from_a_length_profile_keeps_the_batch_and_packing_it_was_measured_for(tmp_path):
     """A profile's worst micro-batch is for the given per_device_train_batch_size and packing (hpcmem.data.profile
     tokens_per_micro_batch): the planner must not pair that token count with another batch size or packing."""
-    from hpcmem.data.profile import SCHEMA, encode_lengths
-    from hpcmem.data.stats import histogram
-
     lengths = [300, 500, 200, 700, 100, 900, 50, 400]
-    profile = {"schema": SCHEMA, "source": {"trainer": "sft"}, "histogram": histogram(lengths),
-               "order": {"encoding": "zlib+base64 uint32le", "parts": {"length": encode_lengths(lengths)}},
-               "candidates": []}
-    path = tmp_path / "p.json"
-    path.write_text(json.dumps(profile))
+    path = _profile(tmp_path / "p.json", "sft", {"length": lengths}, lengths)
     res = _run("plan", "sft", *SMALL, "--gpu", "H100", "--lengths", str(path), "--json")   # TRL's batch 8
     assert res.exit_code == 0, res.output
     plans = json.loads(res.output)["plans"]
@@ -362,15 +361,8 @@ def test_submit_refusal_fixes_keep_the_batch_a_length_profile_was_measured_for(t
     micro-batch or the packing the profile's worst case was computed for (as `hpcmem plan --lengths`)."""
     import shlex
 
-    from hpcmem.data.profile import SCHEMA, encode_lengths
-    from hpcmem.data.stats import histogram
-
     lengths = [1500, 2000, 1800, 2048, 900, 1200, 2048, 1000]
-    profile = {"schema": SCHEMA, "source": {"trainer": "sft"}, "histogram": histogram(lengths),
-               "order": {"encoding": "zlib+base64 uint32le", "parts": {"length": encode_lengths(lengths)}},
-               "candidates": []}
-    path = tmp_path / "p.json"
-    path.write_text(json.dumps(profile))
+    path = _profile(tmp_path / "p.json", "sft", {"length": lengths}, lengths)
     capsys.readouterr()
     status = run(["submit", "sft", "--model_name_or_path", "Qwen/Qwen2.5-7B", "--use_peft", "false",
                   "--per_device_train_batch_size", "4", "--lengths", str(path), "--preset", "example-l40s",
