@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpcmem.trace.allocator import K_SMALL_SIZE
 from hpcmem.errors import refuse_unreadable
+from hpcmem.trace.allocator import K_SMALL_SIZE
 from hpcmem.trace.events import load
 from hpcmem.trace.replay import replay
 

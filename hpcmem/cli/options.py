@@ -15,6 +15,12 @@ from hpcmem.errors import HpcmemError
 from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
 from hpcmem.trainers import names
 
+
+def typed(name: str) -> bool:
+    """Whether the user typed option `name` on the command line (not its default, nor a config file's value)."""
+    return click.get_current_context().get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+
 TRAINER_ARG = click.argument("trainer", type=click.Choice(names()))
 
 

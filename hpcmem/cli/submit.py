@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options, typed
 from hpcmem.errors import HpcmemError, SpecError
 
 
@@ -23,10 +23,8 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
 
 def _trl_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The user's TRL YAML as written (fields hpcmem does not model travel unchanged) + --model_name_or_path."""
-    from hpcmem.trl_config import read_yaml
-
-    from hpcmem.errors import HpcmemError
     from hpcmem.inputs.files import is_file
+    from hpcmem.trl_config import read_yaml
 
     fields = read_yaml(kwargs["config"]) if kwargs.get("config") else {}
     if kwargs.get("model_name_or_path"):
@@ -67,7 +65,7 @@ def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool, preset):
 
     best = report.plans[0]
     click.echo(f"plan: {best.knobs.label()}: {flags_line(job, best.job)}", err=True)
-    return report.plans[0].job
+    return best.job
 
 
 def _build(trainer: str, preset_ref: str, launch: dict[str, Any], kwargs: dict[str, Any], use_plan: bool = False,
@@ -108,16 +106,11 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
                    f"{done.run_dir}")
 
 
-def _given(name: str) -> bool:
-    """Whether the user typed this option (not its default)."""
-    return click.get_current_context().get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
-
-
 def _refuse_idle_flags(launch: dict[str, Any], use_plan: bool, allow_peft: bool) -> None:
     """Launch flags that act only beside another one: given alone they would be dropped without a word."""
     if allow_peft and not use_plan:
         raise HpcmemError("--allow_peft lets --plan choose LoRA/QLoRA and does nothing without it; add --plan or drop it")
-    if _given("max_restarts") and not launch["requeue"]:
+    if typed("max_restarts") and not launch["requeue"]:
         raise HpcmemError(f"--max-restarts {launch['max_restarts']} counts the requeues of --requeue and does nothing "
                           "without it; add --requeue or drop it")
 
@@ -164,7 +157,7 @@ def command(trainer: str, preset_ref: str, backend: str, dry_run: bool, force: b
                                           "account", "qos", "entry", "reuse_output_dir")}
     _refuse_idle_flags(launch, use_plan, allow_peft)
     job, preset, options = _build(trainer, preset_ref, launch, kwargs, use_plan, allow_peft)
-    if _given("vllm_placement") and not (job.train.use_vllm and job.train.vllm_mode == "server"):
+    if typed("vllm_placement") and not (job.train.use_vllm and job.train.vllm_mode == "server"):
         raise HpcmemError(f"--vllm-placement {launch['vllm_placement']} places a vLLM server, and this job has none "
                           "(use_vllm with vllm_mode server); drop it")
     done = submit(job, preset, options, backend="dry-run" if dry_run else backend, runs_root=runs_dir, force=force)

@@ -7,6 +7,7 @@ import json
 
 import click
 
+from hpcmem.cli.options import typed
 from hpcmem.cli.outputs import PNG
 from hpcmem.errors import HpcmemError
 
@@ -36,14 +37,14 @@ def _check_modes(against: str, *, fit: bool, reserved: bool) -> None:
     """A flag typed for a mode other than --against's would be dropped without a word: refused, naming who reads it."""
     ctx = click.get_current_context()
     flag = {p.name: p.opts[0] for p in ctx.command.params}
-    typed = [name for name in READ_BY if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
-    for name in typed:
+    given = [name for name in READ_BY if typed(name)]
+    for name in given:
         if against not in READ_BY[name]:
             raise HpcmemError(f"{flag[name]} is read with --against {' or '.join(READ_BY[name])} only; got --against "
                               f"{against}")
-    if "fit_dir" in typed and not fit:
+    if "fit_dir" in given and not fit:
         raise HpcmemError(f"{flag['fit_dir']} says where --fit writes the calibration; add --fit or drop it")
-    if "events_dir" in typed and not reserved:
+    if "events_dir" in given and not reserved:
         raise HpcmemError(f"{flag['events_dir']} keeps the streams --reserved records; add --reserved or drop it")
 
 
