@@ -472,6 +472,19 @@ def test_coefficients_are_the_committed_fit():
         assert set(COEFFICIENTS[mode]) == set(TERMS)
 
 
+def test_the_three_held_out_thirds_leave_out_every_case_once():
+    """`reserved_fit --thirds`: each case is held out in exactly one of the three fits, so the three held-out scores
+    together cover the matrix once (counted here from the committed rows, per allocator mode)."""
+    from hpcmem.bench.reserved_fit import MODES, thirds
+
+    rows = json.loads((ROOT / "estimator" / "reserved-fit.json").read_text())["rows"]
+    scores = thirds(rows)
+    assert sorted(scores) == ["0", "1", "2"]
+    for mode in MODES:
+        assert sum(scores[k][mode]["n"] for k in scores) == sum(r["mode"] == mode for r in rows), mode
+        assert all(scores[k][mode]["n"] > 0 for k in scores), mode
+
+
 def test_fit_is_least_absolute_deviations_with_non_negative_coefficients():
     """Known answers by hand: one column of ones fits the median of y, not the mean (a least-squares fit of
     1, 2, 3, 4, 100 gives 22); y = 2·x exactly except one outlier keeps the slope 2; a column that only hurts gets 0."""
@@ -595,3 +608,44 @@ def test_reward_embedding_gradients_the_second_step_maps_again_are_the_allocator
     terms = slack_terms(job, micro_batch(job), precision(job), lora_layout(job), list(estimate(job).phases), False)
     assert terms["embedding_grad"] == mapped[2] * vh
     assert terms["second_step"] == 0
+
+
+@pytest.mark.parametrize("record, mapped", [
+    ("sft-qwen05-full", True), ("dpo-qwen05-full", True), ("sft-qwen05-pack-bfd", True),
+    ("sft-qwen05-full-nogc", True), ("grpo-qwen05-full", False), ("sft-llama1b-sac", False),
+    ("sft-llama8b-full", False), ("sft-qwen05-full-fp32load", False),
+])
+def test_second_step_maps_the_head_gradient_again_only_when_the_tile_takes_its_segment(record: str, mapped: bool):
+    """H200 full fine-tuning records, default segments: their stored streams replayed through the allocator model.
+    Expected (`mapped`): whether a [V, H] request in the weights' dtype maps a new segment in step 2's head backward —
+    read off the replay (Qwen2.5-0.5B with a 256 MiB logits tile: the tile takes the 260 MiB segment the gradient had
+    in step one; a 128 MiB tile or Llama's 501 / 1,002 MiB remainders leave it; fp32 weights make no such request
+    beside the accumulator) — and the estimate's predicate must agree."""
+    import gzip
+
+    from hpcmem.estimate import local_micro_batch
+    from hpcmem.estimate.allocator import head_gradient_mapped_again
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.trace.replay import Workspaces, replay
+    from hpcmem.validate.probes import load, record_job
+
+    records = load([ROOT / "estimator" / "probes" / "nvidia-h200.jsonl"], gpu="nvidia-h200").records
+    job = record_job(next(r for r in records if r.case == record))
+    mb, prec = local_micro_batch(job, micro_batch(job)), precision(job)
+    vh = job.model.vocab_size * job.model.hidden_size
+    events = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "nvidia-h200" / f"{record}.json.gz").read())[
+        "events"]
+    phase, at = "", []
+    for i, ev in enumerate(events):
+        if isinstance(ev, list) and ev[0] == "phase":
+            phase = ev[1] or ""
+        elif phase == "step 2 / backward / lm head / loss" and ev == vh * prec.weight:
+            at.append(i)
+    assert len(at) == 1         # fp32 weights: the accumulator only (`.to(float32)` returns it); else the gradient
+    if prec.weight == 4:
+        assert not mapped
+    else:
+        reserved = [replay(events, workspaces=Workspaces(), until=k).allocator.stats.reserved_bytes
+                    for k in (at[0], at[0] + 1)]
+        assert (reserved[1] > reserved[0]) == mapped
+    assert head_gradient_mapped_again(job, mb, prec) == mapped

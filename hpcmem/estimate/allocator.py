@@ -17,14 +17,15 @@ cannot use. The terms (bytes, `slack_terms`):
   max(first-step peak without the states, weights + gradients + states) reserved, and the big blocks the states took
   over — the fused LM head's fp32 [V, H] gradient accumulator and the [V, H] gradient (trl/kernels/chunked_logprob.py
   backward) — get new segments in the second step. The term is that end of step one + those blocks − the peak, when
-  positive (from the estimate's own phases). LM heads only: Reward's block is `embedding_grad`. Under expandable
-  segments freed blocks merge in one address range and are reused; the optimizer step's temporaries (foreach AdamW: a
-  list the size of the gradients, torch/optim/adam.py `_multi_tensor_adam`, torch 2.13) are the step's last
-  allocations, so when they are freed they leave one free run at the top of the mapped range, which best fit hands
-  out last (`get_free_block` ranks a block bordering unmapped space by what it could grow to): the second step's
-  forward fits elsewhere and its [V, H] blocks take that run before any page is mapped (seen in the allocator model
-  for Qwen2.5-0.5B with adamw_torch: a 936 MiB free run at the start of step 2, nothing mapped for the head), so only
-  the blocks beyond the temporaries count;
+  positive (from the estimate's own phases). Under default segments the [V, H] gradient counts only when the logits
+  tile takes its old segment (`head_gradient_mapped_again`). LM heads only: Reward's block is `embedding_grad`. Under
+  expandable segments freed blocks merge in one address range and are reused; the optimizer step's temporaries
+  (foreach AdamW: a list the size of the gradients, torch/optim/adam.py `_multi_tensor_adam`, torch 2.13) are the
+  step's last allocations, so when they are freed they leave one free run at the top of the mapped range, which best
+  fit hands out last (`get_free_block` ranks a block bordering unmapped space by what it could grow to): the second
+  step's forward fits elsewhere and its [V, H] blocks take that run before any page is mapped (seen in the allocator
+  model for Qwen2.5-0.5B with adamw_torch: a 936 MiB free run at the start of step 2, nothing mapped for the head),
+  so only the blocks beyond the temporaries count;
 - `beside` (default segments, full fine-tuning): what step one reserves more when the largest trainable layer weight
   is larger than every block the forward frees. Under default segments a block never grows past its segment (one
   `cudaMalloc`; `try_merge_blocks` joins neighbours within it only), so a tensor fits a freed block only whole
@@ -98,8 +99,8 @@ TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "be
 # Fitted coefficients per allocator mode: least absolute deviations on the training split (python -m
 # hpcmem.bench.reserved_fit; estimator/reserved-fit.json).
 COEFFICIENTS: dict[str, dict[str, float]] = {
-    "default": {"packing": 1.7513, "second_step": 0.3599, "head_tile": 0.1147, "layer_blocks": 1.1931,
-                "allocated": 0.0067, "beside": 1.0422, "embedding_grad": 0.4288},
+    "default": {"packing": 1.7049, "second_step": 0.6515, "head_tile": 0.1658, "layer_blocks": 1.198,
+                "allocated": 0.0054, "beside": 0.9995, "embedding_grad": 0.4782},
     "expandable": {"packing": 2.6364, "second_step": 0.4042, "head_tile": 0.2654, "layer_blocks": 1.0415,
                    "allocated": 0.0, "beside": 0.0, "embedding_grad": 0.3155},
 }
@@ -203,7 +204,7 @@ def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     lm_head = entry(job.train.trainer).head == "lm"
     n = mb.label_tokens
     block = largest_layer_block(job, mb, prec)
-    ordinary = second_step(job, prec, lora, phases, expandable)
+    ordinary = second_step(job, mb, prec, lora, phases, expandable)
     reward = embedding_grad(job, prec, lora, phases)
     return {
         # ZeRO / FSDP keep flat partitions, not one tensor per parameter: no per-tensor packing
@@ -237,7 +238,8 @@ def head_tile_kept(job: JobSpec, lora: LoraLayout, expandable: bool) -> bool:
     return not (expandable and frozen_head and t.gradient_checkpointing and not t.activation_offloading)
 
 
-def second_step(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Phase], expandable: bool) -> int:
+def second_step(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase],
+                expandable: bool) -> int:
     """End of the first step's reserve + the [V, H] blocks the second step maps again − the peak (module docstring).
     0 when the states exist before the first step (DeepSpeed allocates them at engine init) or there are none, and for
     Reward (`embedding_grad`)."""
@@ -247,6 +249,9 @@ def second_step(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Ph
     forward, optimizer, states = step
     peak = max(p.bytes for p in phases)
     blocks = recreated_blocks(job, prec, lora)
+    if (blocks and not expandable and not job.parallel.flat_partitions
+            and not head_gradient_mapped_again(job, mb, prec)):
+        blocks -= job.model.vocab_size * job.model.hidden_size * prec.weight
     if expandable and job.train.optim in FOREACH_OPTIMS:
         # foreach AdamW's temporaries, freed last, leave one free run at the top of the mapped range, which best fit
         # hands out last (it can grow): the second step's [V, H] blocks land in it before pages are mapped (clipping's
@@ -254,6 +259,33 @@ def second_step(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Ph
         blocks = max(0, blocks - _bytes(optimizer, OPTIMIZER_TEMPORARIES))
     first = max(p.bytes - states for p in phases if p.name == FORWARD or p.name.startswith(BACKWARD))
     return max(0, max(first, optimizer.bytes) + blocks - peak)
+
+
+def head_gradient_mapped_again(job: JobSpec, mb: MicroBatch, prec: Precision) -> bool:
+    """Default segments, a trained LM head: whether the second step maps the head's [V, H] gradient (weights' dtype)
+    again, beside the fp32 [V, H] accumulator. The fused head's backward (trl/kernels/chunked_logprob.py
+    `ChunkedLogProbFunction.backward`) allocates the fp32 accumulator, then the logits tile, and the [V, H] gradient
+    (`grad_weight.to(weight.dtype)`) last, while both are alive; best fit (c10/cuda/CUDACachingAllocator.cpp
+    `get_free_block`: the smallest cached block that holds the request; `alloc_found_block` caches the rest) serves
+    each. Two large blocks are free then: step one's gradient segment, V·H·w (freed by zero_grad), and the rest of
+    step one's accumulator segment after an AdamW [V, H] state took its front (torch/optim/adamw.py `_init_group`),
+    V·H·(4 − w), less what the forward cut from it — taken as one layer block. When that rest is smaller than the
+    tile and the tile fits the gradient's segment, the tile takes it and the gradient maps a new one; otherwise the
+    tile takes the rest (or the rest holds the gradient) and nothing is mapped for it. Seen in the allocator model
+    replaying the H200 streams: sft-qwen05-full (8 × 1024 tokens) — step 2's head backward finds 260 and 200 MiB
+    free, the 256 MiB tile takes the 260 MiB segment, the 259.66 MiB gradient maps a new one (dpo-qwen05-full,
+    sft-qwen05-pack-bfd, sft-qwen05-full-nogc alike); grpo-qwen05-full (2,048 tokens, a 128 MiB tile),
+    sft-llama1b-sac and sft-llama8b-full (V·H·2 = 501 and 1,002 MiB) map no gradient block. Not exact: the forward
+    may cut more or less than one block (`placement_spread`). With fp32 weights there is no such block: `Tensor.to`
+    returns the tensor itself when the dtype matches (sft-qwen05-full-fp32load: the accumulator and the tile only)."""
+    if prec.weight == FP32:
+        return False        # fp32 weights: `grad_weight.to(weight.dtype)` returns the accumulator itself
+    m = job.model
+    vh = m.vocab_size * m.hidden_size
+    tile = allocation_size(round_size(min(mb.label_tokens, TOKEN_CHUNK_SIZE) * min(m.vocab_size, VOCAB_CHUNK_SIZE)
+                                      * prec.act))
+    left = vh * (FP32 - prec.weight) - largest_layer_block(job, mb, prec)
+    return left < tile <= vh * prec.weight
 
 
 def embedding_grad(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list[Phase]) -> int:
