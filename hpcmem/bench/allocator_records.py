@@ -330,8 +330,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
         expandable = expandable_in_env(dict(os.environ))
-        for rec in records:
-            path = args.events / f"{rec['case']}.json.gz"
+        paths = [args.events / f"{rec['case']}.json.gz" for rec in records]
+        # smallest stream first: a replay the lease's deadline cuts short loses the few long generation streams
+        # (GRPO/RLOO: 1–2 M events each), not the many short ones
+        for path in sorted(paths, key=lambda p: p.stat().st_size if p.is_file() else 0):
             if path.is_file():
                 stream = load(path)
                 for nbytes in map(int, sizes):
