@@ -171,7 +171,7 @@ def refusal(argv: list[str]) -> str | None:
 
 
 def missing(case: Case, device: str) -> str | None:
-    """Why the case cannot run here (a module it needs, or QLoRA off CUDA), or None."""
+    """Why the case cannot run here (a module it needs; QLoRA or activation offloading off CUDA), or None."""
     import importlib.util
 
     gone = [m for m in case.requires if importlib.util.find_spec(m) is None]
@@ -179,6 +179,10 @@ def missing(case: Case, device: str) -> str | None:
         return f"{', '.join(gone)} not importable"
     if case.flags.get("load_in_4bit") and device != "cuda":
         return "bitsandbytes quantizes on CUDA only"
+    if case.flags.get("activation_offloading") and device != "cuda":
+        # TRL 1.16 trl/models/activation_offloading.py OffloadActivations.__init__ reads
+        # torch.accelerator.current_accelerator().type: None on a machine without one
+        return "activation offloading needs an accelerator (TRL's OffloadActivations)"
     return None
 
 
