@@ -1,7 +1,7 @@
 """Run a module of the GPU kit with no GPU: `python estimator/gpu/dry_cuda.py -m MODULE ARGS…` (run_matrix.sh's
-KIT_DRY=1). Only the torch.cuda boundary is replaced: `torch.cuda.is_available()` is True, the device is a
-Hopper-like stub, `torch.empty(..., device="cuda")` returns a meta tensor whose bytes are counted, and
-`torch.cuda.memory_stats()` reports those counts (reserved = allocated rounded up to 2 MiB per tensor, a stub, not
+KIT_DRY=1). Only the torch.cuda boundary is replaced: `torch.cuda.is_available()` is True, the device is a Hopper-like
+stub, `torch.empty(..., device="cuda")` returns a meta tensor whose bytes are counted, and `torch.cuda.memory_stats()`
+reports those counts (reserved = allocated rounded up to 2 MiB per tensor, one segment per tensor: a stub, not
 PyTorch's caching allocator). Everything above that boundary — argument parsing, the stored streams, the allocator
 model, the JSON lines written — is the real code. Its numbers are not a GPU's: a dry run checks paths, not peaks.
 """
@@ -22,19 +22,23 @@ PAGE = 2 * 1024**2
 class _Counts:
     def __init__(self) -> None:
         self.allocated = self.reserved = self.peak_allocated = self.peak_reserved = 0
+        self.segments = self.peak_segments = 0
 
     def add(self, nbytes: int, sign: int) -> None:
         self.allocated += sign * nbytes
         self.reserved += sign * -(-nbytes // PAGE) * PAGE
+        self.segments += sign
+        self.peak_segments = max(self.peak_segments, self.segments)
         self.peak_allocated = max(self.peak_allocated, self.allocated)
         self.peak_reserved = max(self.peak_reserved, self.reserved)
 
     def stats(self) -> dict[str, int]:
         return {"allocated_bytes.all.current": self.allocated, "allocated_bytes.all.peak": self.peak_allocated,
-                "reserved_bytes.all.current": self.reserved, "reserved_bytes.all.peak": self.peak_reserved}
+                "reserved_bytes.all.current": self.reserved, "reserved_bytes.all.peak": self.peak_reserved,
+                "segment.all.current": self.segments, "segment.all.peak": self.peak_segments}
 
     def reset_peaks(self) -> None:
-        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
+        self.peak_allocated, self.peak_reserved, self.peak_segments = self.allocated, self.reserved, self.segments
 
 
 def install() -> None:
