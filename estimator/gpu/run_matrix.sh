@@ -5,14 +5,17 @@
 # Usage (from the project root):
 #   estimator/gpu/run_matrix.sh                     # records → estimator/probes/<gpu>.jsonl
 #   OUT=/some/dir estimator/gpu/run_matrix.sh       # everything → $OUT (bring it back, then append the records)
-#   estimator/gpu/run_matrix.sh --only-steps boundary --budget-s 200     # a step only; --skip-done continues a lease
+#   estimator/gpu/run_matrix.sh --only-steps boundary --budget-s 200     # a step only
+#   cp .kitprev/probes.jsonl "$OUT"/ && REPLAY=0 estimator/gpu/run_matrix.sh --skip-done   # a second lease goes on
+#     where the first stopped: its records carried along (.kitprev, named in carry), cases with a record skipped
 #   KIT_DRY=1 OUT=/tmp/dry estimator/gpu/run_matrix.sh   # no GPU: every step's command lines and files (below)
 # On a leased machine with no package registry (the H200 image has torch, transformers, peft and accelerate, not
 # trl or datasets, and not the project's versions): fetch the wheels once on a machine with one
-# (estimator/gpu/wheels.sh → .whl/, ignored by git, ~15 MB), then carry .whl along; this script installs them into
+# (estimator/gpu/wheels.sh → .whl/, ignored by git, ~16 MB), then carry .whl along; this script installs them into
 # /tmp/hpcmem-site first. With this workplace's device tool: run(command="estimator/gpu/run_matrix.sh",
 # carry=[".whl"], timeout_s=540) — $OUT is set there, and what lands in it comes back (8 files at most; this kit
-# writes 5: kit.log, probes.jsonl, probes.jsonl.summary.json, allocator-cuda-replay.jsonl, peak-blocks.jsonl).
+# writes 5: kit.log, probes.jsonl, its .summary.json, allocator-cuda-replay.jsonl, peak-blocks.jsonl; 7 with
+# REPLAY_TRACE=1).
 #
 # Time plan (KIT_TOTAL_S, default 420 s = 7 min: a minute short of the 8 the lease's command should take, and
 # run's timeout_s of 540 s stops a hang well inside the 10-minute limit): wheels ~10 s, import check ~10 s, GPU
