@@ -21,7 +21,7 @@ MIB = 1024**2
 @pytest.mark.torch
 def test_the_kit_dry_run_writes_what_a_lease_brings_back(tmp_path: Path) -> None:
     pytest.importorskip("trl")
-    from hpcmem.bench.allocator_records import cuda_replay_rows, replay_lines
+    from hpcmem.bench.allocator_records import EVENTS, cuda_replay_rows, main, replay_lines, with_models
 
     env = {**os.environ, "KIT_DRY": "1", "OUT": str(tmp_path), "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1",
            "REPLAY_ONLY": "sft-qwen05-full", "PYTHONPATH": str(ROOT)}
@@ -36,13 +36,15 @@ def test_the_kit_dry_run_writes_what_a_lease_brings_back(tmp_path: Path) -> None
     assert list(plan["steps"]) == ["boundary", "new", "compare", "rest"] and plan["steps"]["boundary"]
     assert plan["gpu"] == "H200"
 
-    # the default allocator's two passes first, then the expandable ones; each line a stream, read back by --read
+    # the default allocator's two passes first, then the expandable ones; each line a stream, the GPU's half only
     lines = replay_lines((tmp_path / "allocator-cuda-replay.jsonl").read_text())
+    assert all(x["model"] is None for x in lines)
     assert [(x["case"], x["expandable"], x["perturb_bytes"]) for x in lines] == [
         ("sft-qwen05-full", False, 0), ("sft-qwen05-full", False, 2 * MIB), ("sft-qwen05-full", False, 8 * MIB),
         ("sft-qwen05-full", True, 0), ("sft-qwen05-full", True, 2 * MIB), ("sft-qwen05-full", True, 8 * MIB)]
-    rows = {(r["expandable"], r["perturb_bytes"]): r for r in cuda_replay_rows(lines)}
-    # the model's side is real: one 2 MiB tensor maps the LM head's bf16 [V, H] gradient (151,936 × 896 × 2 B =
+    assert main(["--read", str(tmp_path / "allocator-cuda-replay.jsonl")]) == 0
+    rows = {(r["expandable"], r["perturb_bytes"]): r for r in cuda_replay_rows(with_models(lines, EVENTS))}
+    # the model's side, replayed at --read, is the model's: one 2 MiB tensor maps the LM head's bf16 [V, H] gradient (151,936 × 896 × 2 B =
     # 259.7 MiB) again in step 2 under the default allocator — 264 MiB, as measured on 2026-12-01 (estimator/LOG.md)
     # — and moves nothing under expandable segments
     assert rows[(False, 2 * MIB)]["model_moved"] == 264 * MIB

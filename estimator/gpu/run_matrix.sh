@@ -91,10 +91,11 @@ note "probes done"
 
 # 2. (~1 min, REPLAY=0 skips it): the caching-allocator model against the real allocator on the very streams it was
 # scored with — each stored H200 record's traced device stream (estimator/allocator/nvidia-h200/) re-issued with
-# torch.empty on this GPU, default and expandable_segments, torch's peaks printed next to the model's, one JSON line
-# per stream (hpcmem.bench.allocator_records --cuda-replay). After each plain pass, the full fine-tuning streams once
-# more in that mode, with one 2 MiB or 8 MiB tensor before the weights (--perturb; "perturb_bytes" in each line): in
-# the model that moves their reserved peak by up to ±6 % under the default allocator (whether step 2 maps the LM
+# torch.empty on this GPU, default and expandable_segments, torch's peaks per step, one JSON line per stream
+# (hpcmem.bench.allocator_records --cuda-replay --gpu-only: the model's side of each line, ~40 % of a pass's time, is
+# replayed here when the lines are read back, not on the lease). After each plain pass, the full fine-tuning streams
+# once more in that mode, with one 2 MiB or 8 MiB tensor before the weights (--perturb; "perturb_bytes" in each line):
+# in the model that moves their reserved peak by up to ±6 % under the default allocator (whether step 2 maps the LM
 # head's [V, H] gradient again, the estimate's reserved spread) and by at most 18 MiB under expandable segments; the
 # GPU's peaks on the same streams say whether the real allocator behaves alike. Each run stops at the kit's deadline.
 # Read them back: python -m hpcmem.bench.allocator_records --read $OUT/allocator-cuda-replay.jsonl
@@ -109,8 +110,8 @@ bounded() {   # bounded NAME CMD…: run CMD until the deadline; a step with und
 }
 if [ "${REPLAY:-1}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
   out="$dest/allocator-cuda-replay.jsonl"
-  plain=(--cuda-replay ${REPLAY_ONLY:+--only "$REPLAY_ONLY"})
-  perturb=(--cuda-replay --perturb 2097152,8388608 --only "${REPLAY_ONLY:-$FULL_STREAMS}")
+  plain=(--cuda-replay --gpu-only ${REPLAY_ONLY:+--only "$REPLAY_ONLY"})
+  perturb=(--cuda-replay --gpu-only --perturb 2097152,8388608 --only "${REPLAY_ONLY:-$FULL_STREAMS}")
   # the default allocator first: its ±6 % question is the one the estimate's spread rests on
   bounded replay-default "${PYCUDA[@]}" -m hpcmem.bench.allocator_records "${plain[@]}" >> "$out"
   bounded perturb-default "${PYCUDA[@]}" -m hpcmem.bench.allocator_records "${perturb[@]}" >> "$out"
