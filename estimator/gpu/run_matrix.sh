@@ -17,15 +17,16 @@
 # writes 5: kit.log, probes.jsonl, its .summary.json, allocator-cuda-replay.jsonl, peak-blocks.jsonl; 7 with
 # REPLAY_TRACE=1).
 #
-# Time plan (KIT_TOTAL_S, default 420 s = 7 min: a minute short of the 8 the lease's command should take, and
-# run's timeout_s of 540 s stops a hang well inside the 10-minute limit): wheels ~10 s, import check ~10 s, GPU
-# detection ~10 s, then the probes get what is left after reserving REPLAY_S (default 90 s) for the replays and 15 s
-# for detection — about 285 s: the boundary sweep 60 % (5 runs of ~32 s), the new cells 25 % (the first two), the
-# rest in priority order (the solo-vs-shared check only when all three of its runs fit) — then the replays, each
-# cut off at the deadline (`timeout`), smallest streams first. --budget-s or BUDGET_S overrides the probes' share.
-# Every step writes to $OUT as it ends: each probe its record, the kit its summary after each of its steps, the
-# replays one JSON line per stream, kit.log the whole console with each step's time, so a lease cut short still
-# brings back what ran. One step failing never stops the next (no `set -e`); the exit status says whether any did.
+# Time plan (KIT_TOTAL_S, default 420 s = 7 min: a minute short of the 8 the lease's command should take, and run's
+# timeout_s of 540 s stops a hang well inside the 10-minute limit): wheels ~10 s, import check ~10 s, GPU detection
+# ~10 s, then the probes get what is left after reserving REPLAY_S (default 90 s) for the replays and 15 s for
+# detection — about 285 s: the boundary sweep 70 % (6 runs of ~32 s: one Latin round), the new cells 25 % (the first
+# two), the rest in priority order (the solo-vs-shared check only when all three of its runs fit; in 285 s, one rest
+# case) — then the replays, each cut off at the deadline (`timeout`), smallest streams first. --budget-s or BUDGET_S
+# overrides the probes' share. Every step writes to $OUT as it ends: each probe its record, the kit its summary after
+# each of its steps, the replays one JSON line per stream, kit.log the whole console with each step's time, so a lease
+# cut short still brings back what ran. One step failing never stops the next (no `set -e`); the exit status says
+# whether any did.
 # Afterwards: hpcmem validate --against boundary --records $OUT/probes.jsonl   (false fits / false refusals)
 #
 # KIT_DRY=1: no GPU needed. The kit prints its schedule for KIT_DRY_GPU (default H200) and checks every probe's

@@ -32,7 +32,7 @@ from typing import Any
 from hpcmem.probe import boundary, concurrent
 from hpcmem.probe.matrix import CASES, Case, missing, run_case, tiny_config
 
-BOUNDARY_SHARE = 0.6      # of a ~280 s budget (estimator/gpu/run_matrix.sh's time plan): 5 boundary runs of ~32 s
+BOUNDARY_SHARE = 0.7      # of the ~285 s budget (estimator/gpu/run_matrix.sh): 6 boundary runs of ~32 s, one Latin round
 NEW_SHARE = 0.25          # then ~70 s: the first two new cells
 TINY_CAPACITY = 24 * 1024**2
 DETECT = ("import json, torch; p = torch.cuda.get_device_properties(0); "
