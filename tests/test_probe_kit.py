@@ -144,3 +144,23 @@ def test_every_kit_case_is_a_job_hpcmem_accepts() -> None:
         kept = [a for i, a in enumerate(flags) if a not in drop and (i == 0 or flags[i - 1] not in drop)]
         out = CliRunner().invoke(cli, ["estimate", case.trainer, *kept, "--json"])
         assert out.exit_code == 0, (case.name, out.output[-500:])
+
+
+def test_the_dry_run_names_a_probe_command_line_the_cli_refuses() -> None:
+    """`--dry-run` parses each case's `hpcmem probe` command line with the real CLI, so a flag the CLI refuses is
+    found before a lease starts a probe that fails: GRPOConfig has no max_length (TRL 1.16, trl/trainer/grpo_config.py)
+    and hpcmem's own rule refuses a batch of 0 (per_device_train_batch_size ≥ 1)."""
+    import dataclasses
+
+    from hpcmem.probe.matrix import CASES, command_line, refusal
+
+    sft = CASES[0]
+
+    def line(case):
+        return command_line(case, device="cuda", out="probes.jsonl", model=case.model, tiny=False, steps=3)
+
+    assert refusal(line(sft)) is None
+    assert "GRPOConfig has no max_length" in refusal(line(dataclasses.replace(sft, trainer="grpo")))
+    assert "per_device_train_batch_size" in refusal(line(dataclasses.replace(
+        sft, flags={**sft.flags, "per_device_train_batch_size": 0})))
+    assert "No such option" in refusal(line(sft) + ["--no_such_flag", "1"])

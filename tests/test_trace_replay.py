@@ -170,6 +170,8 @@ def test_the_kits_cuda_replay_lines_read_as_moves(tmp_path: Path):
      'line 1: perturb_bytes = "x": must be a byte count'),
     ('{"case": "c", "expandable": "no", "real": {"2": [1, 2]}, "model": {"2": [1, 2]}}', 'expandable = "no"'),
     ('\n{"case": "c"', "line 2: not JSON"),
+    ('{"case": "c", "expandable": false, "real": {"2": [1, 2]}, "model": null}',
+     "line 1: cublas_workspace_bytes = null: must be a byte count"),
     ('{"case": "c", "expandable": false, "real": {"²": [1, 2]}, "model": {"2": [1, 2]}}', 'line 1: real = '),
 ])
 def test_read_refuses_what_is_not_a_replay_line_in_one_line(tmp_path: Path, capsys, text: str, named: str):

@@ -128,12 +128,14 @@ def perturbed(events: list[Any], nbytes: int) -> list[Any]:
     return [events[0], nbytes, *events[1:]]
 
 
-def cuda_replay(stored: dict[str, Any], *, expandable: bool, perturb: int = 0) -> dict[str, Any]:
+def cuda_replay(stored: dict[str, Any], *, expandable: bool, perturb: int = 0,
+                model: bool = True) -> dict[str, Any]:
     """Re-issue a stored stream on the current CUDA device (`torch.empty` per malloc, `del` per free, a workspace-sized
     `torch.empty` kept at each thread's first GEMM, as replay() adds them) and return torch's peaks per step next to
     the model's: the allocator model checked on the very same stream, apart from how faithful the trace is. The
     process's PYTORCH_CUDA_ALLOC_CONF must match `expandable` (torch reads it once). `perturb`: replay `perturbed`
-    streams, on the GPU and in the model alike."""
+    streams, on the GPU and in the model alike. `model=False` (--gpu-only) leaves the model's side out ("model": null,
+    with the cuBLAS workspace it needs), for `--read` to fill in (`with_models`): on a lease, the GPU's half only."""
     import torch
 
     from hpcmem.estimate.workspaces import HOPPER_BYTES
@@ -169,11 +171,34 @@ def cuda_replay(stored: dict[str, Any], *, expandable: bool, perturb: int = 0) -
                     kept.append(torch.empty(nbytes, dtype=torch.uint8, device="cuda"))
     st = torch.cuda.memory_stats()
     real[step] = (st["allocated_bytes.all.peak"], st["reserved_bytes.all.peak"])
-    model = replay(events, expandable=expandable, workspaces=ws)
     del live, kept
     torch.cuda.empty_cache()
     return {"case": stored.get("case"), "expandable": expandable, "perturb_bytes": perturb, "real": real,
-            "model": model.step_peaks}
+            "cublas_workspace_bytes": ws.cublas,
+            "model": replay(events, expandable=expandable, workspaces=ws).step_peaks if model else None}
+
+
+def with_models(lines: list[dict[str, Any]], events: Path) -> list[dict[str, Any]]:
+    """`--cuda-replay --gpu-only` lines completed with the model's side: the same stored stream
+    (`events`/<case>.json.gz), perturbation, allocator mode and cuBLAS workspace replayed through the model, as
+    `cuda_replay` would have; lines that carry it are kept as they are. ValueError names a line whose stream is not
+    stored."""
+    from hpcmem.trace.events import load
+    from hpcmem.trace.replay import Workspaces, replay
+
+    out = []
+    for n, x in enumerate(lines, 1):
+        if x.get("model") is None:
+            path = events / f"{x['case']}.json.gz"
+            if not path.is_file():
+                raise ValueError(f"line {n}: case = {x['case']!r}: no stored stream {path} to replay in the model "
+                                 "(--events names the folder)")
+            stream = perturbed(load(path)["events"], x.get("perturb_bytes") or 0)
+            peaks = replay(stream, expandable=x["expandable"],
+                           workspaces=Workspaces(cublas=x["cublas_workspace_bytes"])).step_peaks
+            x = {**x, "model": {str(k): list(v) for k, v in peaks.items()}}
+        out.append(x)
+    return out
 
 
 def replay_lines(text: str) -> list[dict[str, Any]]:
@@ -193,10 +218,14 @@ def replay_lines(text: str) -> list[dict[str, Any]]:
                  ("expandable", lambda v: isinstance(v, bool), "true or false"),
                  ("perturb_bytes", lambda v: v is None or _count(v), "a byte count ≥ 0 (absent: 0)"),
                  ("real", _peaks, "{step: [allocated, reserved]} with byte counts ≥ 0"),
-                 ("model", _peaks, "{step: [allocated, reserved]} with byte counts ≥ 0"))
+                 ("model", lambda v: v is None or _peaks(v),
+                  "{step: [allocated, reserved]} with byte counts ≥ 0, or null (a --gpu-only line)"))
         for field, ok, rule in rules:
             if not ok(x.get(field)):
                 raise ValueError(f"line {n}: {field} = {json.dumps(x.get(field))[:60]}: must be {rule}")
+        if x.get("model") is None and not _count(x.get("cublas_workspace_bytes")):
+            raise ValueError(f"line {n}: cublas_workspace_bytes = {json.dumps(x.get('cublas_workspace_bytes'))[:60]}: "
+                             "must be a byte count ≥ 0 where model is null (the model replays with it)")
         out.append(x)
     return out
 
@@ -279,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--perturb", default=None,
                     help="--cuda-replay: replay each stream once per size (bytes, comma-separated; 0, the default: "
                          "as stored), with one more tensor of that size allocated before the weights")
+    ap.add_argument("--gpu-only", action="store_true",
+                    help="--cuda-replay: leave the model's side out of each line (a lease spends its minutes on the "
+                         "GPU's half; --read replays the model)")
     ap.add_argument("--read", type=Path, default=None, metavar="JSONL",
                     help="read the kit's --cuda-replay lines (allocator-cuda-replay.jsonl) and print GPU vs model")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -286,11 +318,13 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [x.strip() for x in args.perturb.split(",")] if args.perturb is not None else ["0"]
     if not all(x.isascii() and x.isdigit() for x in sizes):
         ap.error(f"--perturb {args.perturb!r}: must be byte counts, comma-separated integers ≥ 0 (0: unperturbed)")
+    if args.gpu_only and not args.cuda_replay:
+        ap.error("--gpu-only: only with --cuda-replay (it leaves the model's side of each replay line out)")
     if args.perturb is not None and not args.cuda_replay:
         ap.error(f"--perturb {args.perturb!r}: only with --cuda-replay (it sizes the tensor the replay adds)")
     if args.read is not None:
         try:
-            rows = cuda_replay_rows(replay_lines(args.read.read_text()))
+            rows = cuda_replay_rows(with_models(replay_lines(args.read.read_text()), args.events))
         except OSError as exc:
             print(f"--read {args.read}: cannot read it ({exc.strerror or exc})", file=sys.stderr)
             return 2
@@ -330,12 +364,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
         expandable = expandable_in_env(dict(os.environ))
-        for rec in records:
-            path = args.events / f"{rec['case']}.json.gz"
+        paths = [args.events / f"{rec['case']}.json.gz" for rec in records]
+        # smallest stream first: a replay the lease's deadline cuts short loses the few long generation streams
+        # (GRPO/RLOO: 1–2 M events each), not the many short ones
+        for path in sorted(paths, key=lambda p: p.stat().st_size if p.is_file() else 0):
             if path.is_file():
                 stream = load(path)
                 for nbytes in map(int, sizes):
-                    print(json.dumps(cuda_replay(stream, expandable=expandable, perturb=nbytes)), flush=True)
+                    print(json.dumps(cuda_replay(stream, expandable=expandable, perturb=nbytes,
+                                                 model=not args.gpu_only)), flush=True)
         return 0
     rows = []
     for rec in records:

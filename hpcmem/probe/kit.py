@@ -32,8 +32,8 @@ from typing import Any
 from hpcmem.probe import boundary, concurrent
 from hpcmem.probe.matrix import CASES, Case, missing, run_case, tiny_config
 
-BOUNDARY_SHARE = 0.5
-NEW_SHARE = 0.25
+BOUNDARY_SHARE = 0.7      # of the ~285 s budget (estimator/gpu/run_matrix.sh): 6 boundary runs of ~32 s, one Latin round
+NEW_SHARE = 0.25          # then ~70 s: the first two new cells
 TINY_CAPACITY = 24 * 1024**2
 DETECT = ("import json, torch; p = torch.cuda.get_device_properties(0); "
           "print(json.dumps({'name': p.name, 'total': int(p.total_memory)}))")
@@ -182,19 +182,29 @@ def main(argv: list[str] | None = None) -> int:
         kit = Kit(args, Path(tmp)) if args.tiny or not args.dry_run else None
         plan = schedule(gpu, kit, args)
         if args.dry_run:
-            print(json.dumps(dry_run(plan, gpu, args), indent=1))
-            return 0
+            shown = dry_run(plan, gpu, args)
+            print(json.dumps(shown, indent=1))
+            return 1 if shown["refused"] else 0
         args.out = args.out or str(_default_out(device_name))
         summary = execute(kit, plan, gpu, args)
-    Path(args.out + ".summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps({k: summary[k] for k in ("records", "ran", "failed", "skipped", "shared_ok")}))
     return 1 if summary["failed"] else 0
 
 
 def execute(kit: Kit, plan: dict[str, list[Any]], gpu: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Run the steps in order; the summary (`<out>.summary.json`) is rewritten as each step ends, so a lease cut
+    short still brings back what ran (the records themselves are appended by each probe as it ends)."""
     from hpcmem.record import read_records
 
     total, check, shared_ok = args.budget_s, None, None
+
+    def save(step: str) -> dict[str, Any]:
+        summary = _summary(kit, gpu, args, check, shared_ok, done_steps + [step])
+        done_steps.append(step)
+        Path(args.out + ".summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        return summary
+
+    done_steps: list[str] = []
     steps = set(args.only_steps.split(","))
     if args.skip_done:
         done = {r.case for r in read_records(args.out) if r.finished}
@@ -202,33 +212,56 @@ def execute(kit: Kit, plan: dict[str, list[Any]], gpu: Any, args: argparse.Names
                 for k, v in plan.items()}
     if "boundary" in steps:
         kit.solo(plan["boundary"], until=total * (1 - BOUNDARY_SHARE))
+        save("boundary")
     if "new" in steps:
         kit.solo(plan["new"], until=total * (1 - BOUNDARY_SHARE - NEW_SHARE))
-    if "compare" in steps and not args.no_shared:
+        save("new")
+    need = sum(c.cost_s for c in plan["compare"]) + max((c.cost_s for c in plan["compare"]), default=0) * 1.5
+    if "compare" in steps and not args.no_shared and kit.left() < need:
+        for c in plan["compare"]:      # half a check (the solo runs without the shared one) would buy nothing
+            kit._note({"case": c.name, "status": "skipped", "why": f"the check needs {need:.0f} s, "
+                                                                     f"{kit.left():.0f} s left"})
+    elif "compare" in steps and not args.no_shared:
         kit.solo(plan["compare"], until=0.0)
         kit.shared(plan["compare"], suffix=concurrent.SHARED_SUFFIX)
         check = concurrent.compare(read_records(args.out), device=args.device)
         shared_ok = check["agree"]
         print(json.dumps({"solo_vs_shared": check}), flush=True)
+        save("compare")
     rest = plan["rest"] if "rest" in steps else []
     groups = groups_for(rest, gpu, kit) if shared_ok else [[c] for c in rest]
     for group in groups:
         kit.shared(group) if len(group) > 1 else kit.solo(group, until=0.0)
+    return save("rest")
+
+
+def _summary(kit: Kit, gpu: Any, args: argparse.Namespace, check: dict[str, Any] | None, shared_ok: bool | None,
+             steps: list[str]) -> dict[str, Any]:
     done = [r for r in kit.results if r["status"] not in ("skipped",)]
-    return {"records": args.out, "gpu": gpu.name, "capacity_bytes": gpu.usable_bytes, "shared_ok": shared_ok,
-            "solo_vs_shared": check,
+    return {"records": args.out, "gpu": gpu.name, "capacity_bytes": gpu.usable_bytes, "steps_done": steps,
+            "shared_ok": shared_ok, "solo_vs_shared": check,
             "ran": sum(r["status"] == "ok" for r in done), "failed": sum(r["status"] != "ok" for r in done),
             "skipped": sum(r["status"] == "skipped" for r in kit.results), "results": kit.results,
             "seconds": round(time.monotonic() - kit.start, 1)}
 
 
 def dry_run(plan: dict[str, list[Any]], gpu: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """The schedule as data: each step's cases and expected costs, the boundary runs with their sizes."""
+    """The schedule as data: each step's cases and expected costs, the boundary runs with their sizes, and the cases
+    whose `hpcmem probe` command line today's CLI refuses (hpcmem.probe.matrix.refusal: each is a probe that would
+    start on the GPU only to fail)."""
+    from hpcmem.probe.matrix import command_line, refusal
+
     steps = {step: [{"case": c.name, "model": c.model, "cost_s": c.cost_s} for c in plan[step]]
              for step in ("boundary", "new", "compare", "rest")}
+    refused = {}
+    for c in (c for step in ("boundary", "new", "compare", "rest") for c in plan[step]):
+        why = refusal(command_line(c, device=args.device, out="probes.jsonl", model=c.model, tiny=False,
+                                   steps=args.steps))
+        if why:
+            refused[c.name] = why
     return {"gpu": gpu.name, "capacity_bytes": gpu.usable_bytes, "budget_s": args.budget_s,
             "shares": {"boundary": BOUNDARY_SHARE, "new": NEW_SHARE}, "boundary_sizes": plan["sizes"],
-            "steps": steps}
+            "steps": steps, "refused": refused}
 
 
 def _default_out(device_name: str | None) -> Path:

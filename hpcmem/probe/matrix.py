@@ -91,10 +91,11 @@ CASES: tuple[Case, ...] = (
     Case("sft-llama1b-actoffload-nogc", "sft", L1, {**SFT, **BF16, "activation_offloading": True,
                                                     "gradient_checkpointing": False}, 35.0, new=True),
     Case("sft-qwen05-zero2-offload", "sft", Q05, {**SFT, **BF16, "accelerate_config": "zero2",
-                                                  "offload_optimizer_device": "cpu"}, 60.0, new=True, solo=True),
+                                                  "offload_optimizer_device": "cpu"}, 60.0, new=True, solo=True,
+         requires=("deepspeed",)),
     Case("sft-qwen05-zero3-offload", "sft", Q05, {**SFT, **BF16, "accelerate_config": "zero3",
                                                   "offload_optimizer_device": "cpu", "offload_param_device": "cpu"},
-         60.0, new=True, solo=True),
+         60.0, new=True, solo=True, requires=("deepspeed",)),
     Case("sft-gemma2-9b-lora-eager", "sft", "google/gemma-2-9b", {"max_length": 1024, "per_device_train_batch_size": 1,
                                                                    **BF16, "use_peft": True,
                                                                    "attn_implementation": "eager"}, 60.0, new=True),
@@ -144,8 +145,33 @@ def command_line(case: Case, *, device: str, out: str, model: str, tiny: bool, s
     return argv
 
 
+PROBE_ONLY = ("device", "steps", "warmup_steps", "capacity_bytes", "out", "after", "no_record", "as_json")
+
+
+def refusal(argv: list[str]) -> str | None:
+    """Why `hpcmem probe` would refuse this command line before it touches a device — its option parsing
+    (hpcmem.cli.probe `command`) and the job it builds (hpcmem.cli.options `job_from_cli`), what the probe process
+    does first — or None. A refusal on the GPU node costs a probe's start-up from the lease; here it costs nothing."""
+    import click
+
+    from hpcmem.cli.options import job_from_cli
+    from hpcmem.cli.probe import command, probe_model
+    from hpcmem.errors import HpcmemError
+
+    try:
+        with command.make_context("probe", list(argv[argv.index("probe") + 1:])) as ctx:
+            params = {k: v for k, v in ctx.params.items() if k not in PROBE_ONLY}
+            trainer = params.pop("trainer")
+            job_from_cli(trainer, params, model=probe_model(params))
+    except click.ClickException as exc:
+        return exc.format_message()
+    except (HpcmemError, ValueError) as exc:
+        return str(exc).splitlines()[0]
+    return None
+
+
 def missing(case: Case, device: str) -> str | None:
-    """Why the case cannot run here (a module it needs, or QLoRA off CUDA), or None."""
+    """Why the case cannot run here (a module it needs; QLoRA or activation offloading off CUDA), or None."""
     import importlib.util
 
     gone = [m for m in case.requires if importlib.util.find_spec(m) is None]
@@ -153,6 +179,10 @@ def missing(case: Case, device: str) -> str | None:
         return f"{', '.join(gone)} not importable"
     if case.flags.get("load_in_4bit") and device != "cuda":
         return "bitsandbytes quantizes on CUDA only"
+    if case.flags.get("activation_offloading") and device != "cuda":
+        # TRL 1.16 trl/models/activation_offloading.py OffloadActivations.__init__ reads
+        # torch.accelerator.current_accelerator().type: None on a machine without one
+        return "activation offloading needs an accelerator (TRL's OffloadActivations)"
     return None
 
 

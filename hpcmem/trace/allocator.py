@@ -284,11 +284,9 @@ class CachingAllocator:
         blocks = [b for b, _ in self._live.values()]
         for pool in self._pools.values():
             blocks += list(pool.free_at.values()) + list(pool.unmapped_at.values())
-        heads: dict[int, _Block] = {}
-        for b in blocks:
-            while b.prev is not None:
-                b = b.prev
-            heads[b.addr] = b
+        # every block is live, free or unmapped, so each segment's head (no block before it) is among them: walk
+        # forward from the heads only, each block once
+        heads = {b.addr: b for b in blocks if b.prev is None}
         out = []
         for addr in sorted(heads):
             parts, b = [], heads[addr]
