@@ -649,3 +649,55 @@ def test_second_step_maps_the_head_gradient_again_only_when_the_tile_takes_its_s
                     for k in (at[0], at[0] + 1)]
         assert (reserved[1] > reserved[0]) == mapped
     assert head_gradient_mapped_again(job, mb, prec) == mapped
+
+
+@pytest.mark.parametrize(("record", "fp32"), [
+    ("sft-qwen05-full-fp32load", True), ("sft-qwen05-full", False), ("dpo-qwen05-full", False),
+])
+def test_fp32_states_displace_the_transients_step_two_maps_again(record: str, fp32: bool):
+    """Known answer: the allocator model replaying H200 full fine-tuning streams (default segments, 8,192 label
+    tokens). Step one's AdamW states are created after the backward and best fit puts them in its freed blocks; with
+    fp32 weights they take the logits tile's segment and [T, I] blocks, so step 2 maps new segments for requests
+    other than the head's / embedding's [V, H] blocks: at least the tile and four layer blocks (the replay: 256 +
+    2 × 56 + 4 × 76 MiB and smaller). With bf16 weights the gradients hold those blocks and `zero_grad` gives them
+    back: step 2 maps only [V, H] blocks (less than one layer block beside them). The estimate's
+    `displaced_transients` is the tile and four layer blocks there, 0 here."""
+    import gzip
+
+    from hpcmem.estimate import estimate, local_micro_batch
+    from hpcmem.estimate.allocator import displaced_transients
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.trace.events import step_of
+    from hpcmem.validate.probes import load, record_job
+
+    records = load([ROOT / "estimator" / "probes" / "nvidia-h200.jsonl"], gpu="nvidia-h200").records
+    job = record_job(next(r for r in records if r.case == record))
+    mb, prec = local_micro_batch(job, micro_batch(job)), precision(job)
+    assert (prec.weight == 4) == fp32 and not job.expandable_segments
+    vh = job.model.vocab_size * job.model.hidden_size
+    events = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "nvidia-h200" / f"{record}.json.gz").read())[
+        "events"]
+    a = CachingAllocator()
+    handles: dict[int, int] = {}
+    phase, other = "", 0
+    for i, ev in enumerate(events):
+        if isinstance(ev, list):
+            phase = ev[1] if ev[0] == "phase" else phase
+            continue
+        if ev < 0:
+            a.free(handles.pop(i + ev))
+            continue
+        before = a.stats.reserved_bytes
+        handles[i] = a.malloc(ev)
+        if step_of(phase) >= 2 and ev not in (vh * 2, vh * 4):
+            other += a.stats.reserved_bytes - before
+    block = mb.tokens * job.model.intermediate_size * 2      # the MLP's bf16 [T, I] (autocast), 76 MiB
+    tile = 4096 * 32768 * 2                                  # the fused head's bf16 logits tile, 256 MiB
+    got = displaced_transients(job, mb, prec, lora_layout(job), list(estimate(job).phases))
+    if fp32:
+        assert other >= tile + 4 * block
+        assert got == tile + 4 * block
+    else:
+        assert other < block
+        assert got == 0
