@@ -25,9 +25,7 @@ cannot use. The terms (bytes, `slack_terms`):
   fit hands out last (`get_free_block` ranks a block bordering unmapped space by what it could grow to): the second
   step's forward fits elsewhere and its [V, H] blocks take that run before any page is mapped (seen in the allocator
   model for Qwen2.5-0.5B with adamw_torch: a 936 MiB free run at the start of step 2, nothing mapped for the head),
-  so only the blocks beyond the temporaries count. With fp32 weights (default segments) the states also take freed
-  transient blocks the gradients left free — the logits tile's segment, [T, I] blocks — which the second step maps
-  again (`displaced_transients`);
+  so only the blocks beyond the temporaries count;
 - `beside` (default segments, full fine-tuning): what step one reserves more when the largest trainable layer weight
   is larger than every block the forward frees. Under default segments a block never grows past its segment (one
   `cudaMalloc`; `try_merge_blocks` joins neighbours within it only), so a tensor fits a freed block only whole
@@ -101,8 +99,8 @@ TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "be
 # Fitted coefficients per allocator mode: least absolute deviations on the training split (python -m
 # hpcmem.bench.reserved_fit; estimator/reserved-fit.json).
 COEFFICIENTS: dict[str, dict[str, float]] = {
-    "default": {"packing": 1.6518, "second_step": 0.6604, "head_tile": 0.1817, "layer_blocks": 1.2024,
-                "allocated": 0.0045, "beside": 1.0079, "embedding_grad": 0.5272},
+    "default": {"packing": 1.7049, "second_step": 0.6515, "head_tile": 0.1658, "layer_blocks": 1.198,
+                "allocated": 0.0054, "beside": 0.9995, "embedding_grad": 0.4782},
     "expandable": {"packing": 2.6364, "second_step": 0.4042, "head_tile": 0.2654, "layer_blocks": 1.0415,
                    "allocated": 0.0, "beside": 0.0, "embedding_grad": 0.3155},
 }
@@ -259,42 +257,8 @@ def second_step(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         # hands out last (it can grow): the second step's [V, H] blocks land in it before pages are mapped (clipping's
         # 512-byte norms, the fused step's only temporaries, sit in the small pool and host nothing)
         blocks = max(0, blocks - _bytes(optimizer, OPTIMIZER_TEMPORARIES))
-    if not expandable:
-        blocks += displaced_transients(job, mb, prec, lora, phases)
     first = max(p.bytes - states for p in phases if p.name == FORWARD or p.name.startswith(BACKWARD))
     return max(0, max(first, optimizer.bytes) + blocks - peak)
-
-
-def displaced_transients(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase]) -> int:
-    """Default segments, full fine-tuning with fp32 weights, a trained LM head: the step's transient blocks the second
-    step maps again because step one's AdamW states took their freed blocks — the logits tile's segment and four layer
-    blocks (`largest_layer_block`). The states are created at the first `optimizer.step()` in the parameters' dtype
-    (torch/optim/adam.py `Adam._init_group`, `torch.zeros_like(p, memory_format=torch.preserve_format)`, which
-    torch/optim/adamw.py `AdamW` inherits; torch 2.13), fp32 here, twice the bf16 states, and best fit
-    (c10/cuda/CUDACachingAllocator.cpp `get_free_block`) puts them in the blocks the backward freed; `zero_grad`
-    (torch/optim/optimizer.py `Optimizer.zero_grad`, set_to_none) returns only the gradients' blocks. In the allocator
-    model's replays of three fp32 Qwen2.5-0.5B streams the layers' fp32 gradients (16.6 MiB [I, H]) sit in [T, I] blocks
-    or segments of their own at that step while the tile's segment and other [T, I] blocks are free, and the states take
-    them; step 2 then maps them again beside the [V, H] block (`recreated_blocks`; here the tied embedding's fp32
-    gradient, whose step-one segment a state took, while the accumulator, the `.grad`, takes its own segment back after
-    `zero_grad`): sft-qwen05-full-fp32load (8,192 tokens) the 256 MiB tile, 2 × 56 and 5 × 76 MiB [T, I] (4 replayed
-    without the cuBLAS workspaces; 13 16.6 MiB states sit in the old tile segment); the matrix's SFT (2,048 tokens) the
-    128 MiB tile, 56 and 2 × 20 MiB; DPO (4,096) 56 and 10 × 38 MiB. In the bf16 streams (sft-qwen05-full,
-    dpo-qwen05-full) the 8.31 MiB gradients are cut from the freed tile and accumulator segments (25 and 10 of them; DPO
-    10 and 20), so `zero_grad` gives those back whole and step 2 maps only the head's blocks. Four layer blocks is the
-    H200 stream's count replayed without the workspaces, not fitted; 0 where `beside` binds (the states do not fit the
-    freed blocks, so they map segments of their own and leave the transients' blocks free — its reasoning, not replayed
-    here) and under LoRA (small states)."""
-    m = job.model
-    if (lora.enabled or prec.weight != FP32 or job.parallel.flat_partitions
-            or entry(job.train.trainer).head != "lm"):
-        return 0
-    block = largest_layer_block(job, mb, prec)
-    if beside_activations(job, mb, prec, lora, phases, block) > 0:
-        return 0
-    tile = allocation_size(round_size(min(mb.label_tokens, TOKEN_CHUNK_SIZE) * min(m.vocab_size, VOCAB_CHUNK_SIZE)
-                                      * prec.act))
-    return tile + 4 * block
 
 
 def head_gradient_mapped_again(job: JobSpec, mb: MicroBatch, prec: Precision) -> bool:
@@ -510,11 +474,7 @@ def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dic
         return 0 if job.expandable_segments else terms["layer_blocks"]
     if job.parallel.deepspeed or head not in ("lm", "score"):
         return 0
-    # fp32 weights: the head's only [V, H] block is the accumulator, the `.grad` itself, which `zero_grad` returns and
-    # step 2's accumulator takes again; the tied embedding's fp32 gradient is mapped again in every fp32 stream
-    # replayed (`displaced_transients`), so only `beside` leaves a coin
-    binds = terms["beside"] if prec.weight == FP32 else terms["second_step"] + terms["beside"]
-    if head == "lm" and binds <= 0:
+    if head == "lm" and terms["second_step"] + terms["beside"] <= 0:
         return 0
     return job.model.vocab_size * job.model.hidden_size * prec.weight
 
