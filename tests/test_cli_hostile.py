@@ -277,12 +277,84 @@ def test_nvme_offload_is_refused_with_its_reason(capsys):
                           "nvme"], flag.lstrip("-"), "'nvme'", "cpu")
 
 
-def test_dtype_auto_says_it_assumes_bfloat16():
-    """dtype auto loads in the checkpoint's dtype (transformers from_pretrained), which hpcmem does not read: a
-    checkpoint saved in float32 would hold twice the weight bytes estimated, so the estimate says what it assumed."""
-    res = _run("estimate", "sft", *SMALL, "--dtype", "auto", "--json")
+def _tiny_qwen(folder, **dtype_keys):
+    """A tiny Qwen2 config.json (the catalog's Qwen2.5-0.5B, shrunk) with only the dtype keys given."""
+    from pathlib import Path
+
+    import hpcmem
+
+    cfg = json.loads((Path(hpcmem.__file__).parent / "models" / "catalog" / "Qwen--Qwen2.5-0.5B.json").read_text())
+    cfg = {k: v for k, v in cfg["config"].items() if k not in ("dtype", "torch_dtype")}
+    cfg.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, vocab_size=256, max_position_embeddings=512, bos_token_id=1, eos_token_id=1,
+               **dtype_keys)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def test_dtype_auto_loads_the_dtype_the_checkpoints_config_names(tmp_path):
+    """from_pretrained(dtype="auto") loads in config.json's `dtype`, else its older `torch_dtype` (transformers 5.24
+    modeling_utils.py `_get_dtype`; configuration_utils.py keeps `dtype` when both are given). The expected weight
+    bytes are those of the model transformers itself loads from a saved checkpoint with dtype="auto"."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    for keys in ({"torch_dtype": "float32"}, {"dtype": "float16", "torch_dtype": "float32"}, {"dtype": "bfloat16"}):
+        folder = _tiny_qwen(tmp_path / "_".join(f"{k}-{v}" for k, v in keys.items()), **keys)
+        saved = json.loads((folder / "config.json").read_text())
+        # float64 weights on disk: only the config's key can make the load 4 or 2 bytes per weight
+        AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=torch.float64).save_pretrained(folder)
+        (folder / "config.json").write_text(json.dumps(saved))     # the keys under test, not save_pretrained's
+        loaded = AutoModelForCausalLM.from_pretrained(folder, dtype="auto")
+        want = sum(p.numel() * p.element_size() for p in loaded.parameters())
+        res = _run("estimate", "sft", "--model_name_or_path", str(folder), "--dtype", "auto", "--json")
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.output)
+        assert out["per_gpu"]["components"]["weights"] == want, (keys, next(loaded.parameters()).dtype)
+        assert not [w for w in out["warnings"] if "dtype auto" in w], out["warnings"]
+
+
+def test_dtype_auto_without_a_dtype_in_config_json_says_what_it_assumes(tmp_path):
+    """No `dtype` nor `torch_dtype`: transformers then reads the first floating weight of the checkpoint, which
+    hpcmem does not open; the estimate takes bfloat16 and says so (a float32 checkpoint holds twice the bytes)."""
+    folder = _tiny_qwen(tmp_path / "m")
+    res = _run("estimate", "sft", "--model_name_or_path", str(folder), "--dtype", "auto", "--json")
     assert res.exit_code == 0, res.output
-    assert any("auto" in w and "bfloat16" in w for w in json.loads(res.output)["warnings"])
+    out = json.loads(res.output)
+    assert any("auto" in w and "bfloat16" in w for w in out["warnings"]), out["warnings"]
+    assert out["per_gpu"]["components"]["weights"] == out["model"]["num_params"] * 2      # bfloat16: 2 bytes
+
+
+def test_dtype_auto_refuses_a_checkpoint_dtype_it_cannot_estimate(tmp_path, capsys):
+    """A float64 checkpoint loads in float64 under dtype auto: hpcmem estimates float32/bfloat16/float16 weights only,
+    so it refuses in one line rather than print a number it cannot stand behind; a non-text dtype is refused where
+    the config.json is read."""
+    folder = _tiny_qwen(tmp_path / "f64", torch_dtype="float64")
+    _refused(capsys, ["estimate", "sft", "--model_name_or_path", str(folder), "--dtype", "auto"], "float64",
+             "dtype auto")
+    assert run(["estimate", "sft", "--model_name_or_path", str(folder), "--dtype", "bfloat16"]) == 0
+    folder = _tiny_qwen(tmp_path / "num", torch_dtype=5)
+    _refused(capsys, ["estimate", "sft", "--model_name_or_path", str(folder), "--dtype", "auto"], "torch_dtype", "5")
+
+
+def test_dtype_auto_reads_config_json_without_torch(tmp_path):
+    """The light install (no torch) reads the checkpoint's dtype too: torch, transformers and trl are blocked from
+    importing in the subprocess; 4 bytes per weight for a float32 checkpoint (hand count)."""
+    import subprocess
+    import sys
+
+    folder = _tiny_qwen(tmp_path / "m", torch_dtype="float32")
+    code = ("import sys, json, io, contextlib; sys.modules.update(dict.fromkeys(('torch', 'transformers', 'trl'))); "
+            "from hpcmem.cli import run; buf = io.StringIO(); "
+            "with_ = contextlib.redirect_stdout(buf); with_.__enter__(); "
+            f"status = run(['estimate', 'sft', '--model_name_or_path', {str(folder)!r}, '--dtype', 'auto', '--json']); "
+            "with_.__exit__(None, None, None); assert status == 0, status; out = json.loads(buf.getvalue()); "
+            "print(out['per_gpu']['components']['weights'], out['model']['num_params'])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    weights, params = map(int, done.stdout.split())
+    assert weights == params * 4
 
 
 def test_nothing_fits_does_not_suggest_what_was_already_tried():

@@ -65,7 +65,7 @@ def has_reference(job: JobSpec) -> bool:
 
 def reference_bytes(job: JobSpec, parts: ParamParts) -> int:
     par, t = job.parallel, job.train
-    ref_dtype = 2 if par.deepspeed and (t.bf16 or t.fp16) else t.weight_bytes
+    ref_dtype = 2 if par.deepspeed and (t.bf16 or t.fp16) else job.weight_bytes
     full = parts.total * ref_dtype
     if (par.deepspeed and par.zero_stage == 3) or par.fsdp:
         return full // par.world_size

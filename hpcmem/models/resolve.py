@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ from typing import Any
 from hpcmem.datapath import PACKAGE_DIR
 from hpcmem.errors import SpecError
 from hpcmem.inputs.files import exists, load_json_file, user_path
-from hpcmem.models.config import has_family, model_spec_from_config
+from hpcmem.models.config import checkpoint_dtype, has_family, model_spec_from_config
 from hpcmem.spec import ModelSpec
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -84,7 +86,7 @@ def spec_from_config(cfg: Any, name: str) -> ModelSpec:
 
     path = find_profile(cfg)
     if path is not None:
-        return spec_from_profile(load_profile(path), name)
+        return replace(spec_from_profile(load_profile(path), name), dtype=checkpoint_dtype(cfg))
     model_type = str(cfg["model_type"])
     why = refusal(model_type)
     if why is not None:
