@@ -338,3 +338,21 @@ def test_bad_input_is_a_clear_error_without_traceback(case, needle, tok_dir, tmp
     code, out, err = _run_cli(["lengths", data, "--tokenizer", tokenizer, *extra], capsys)
     assert code == 2 and "hpcmem: error" in err and needle in err, err
     assert "Traceback" not in err
+
+
+def test_a_file_that_does_not_parse_is_one_line_without_the_librarys_log(tok_dir, tmp):
+    """datasets' JSON builder logs "Failed to load JSON from file …" at ERROR before it raises
+    (packaged_modules/json/json.py `_generate_tables`), through a handler bound to the process's stderr at import: the
+    user sees hpcmem's one line only (a real process, so that nothing is captured away), and it names the file and
+    what the parser said (the row that does not parse), not datasets' generic "error while generating"."""
+    import subprocess
+
+    path = tmp / "broken-pref.jsonl"
+    path.write_text('{"prompt": "w1", "chosen": "w2", "rejected": "w3"}\n{"prompt": "w1", "chosen": "w2"\n')
+    done = subprocess.run([sys.executable, "-m", "hpcmem", "lengths", str(path), "--tokenizer", tok_dir, "--trainer",
+                           "dpo", "--json"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_DATASETS_CACHE": str(tmp / "cache-broken")})
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    line = done.stderr.strip()
+    assert line.startswith("hpcmem: error: ") and "\n" not in line, done.stderr
+    assert "broken-pref.jsonl" in line and "row 1" in line, line
