@@ -215,6 +215,44 @@ def test_a_length_profile_shapes_dpo_and_reward_micro_batches(tmp_path):
         assert got["per_gpu"]["peak_allocated_bytes"] == want["per_gpu"]["peak_allocated_bytes"], trainer
 
 
+def test_a_length_profile_for_a_trainer_hpcmem_lengths_cannot_tokenize_for_is_refused_with_the_way_out(tmp_path,
+                                                                                                     capsys):
+    """`hpcmem lengths --trainer` takes sft, dpo, reward and grpo (its click choices). KTO's micro-batch is B rows of
+    prompt + completion (trl/trainer/kto_trainer.py DataCollatorForUnpairedPreference) plus B KL rows pairing each
+    prompt with the previous example's completion (`_prepare_dataset` add_kl_completion_ids), and distillation's is
+    generated: no profile holds either. The refusal must not send the user to `hpcmem lengths --trainer kto`, which
+    click refuses, but say what to pass instead."""
+    parts = {"prompt": [2, 9], "chosen": [6, 12], "rejected": [4, 10]}
+    path = _profile(tmp_path / "dpo.json", "dpo", parts, [6, 4, 12, 10])
+    for trainer in ("kto", "distillation"):
+        extra = ["--teacher_model_name_or_path", "Qwen/Qwen2.5-0.5B"] if trainer == "distillation" else []
+        capsys.readouterr()
+        assert run(["estimate", trainer, *SMALL, *extra, "--per_device_train_batch_size", "2", "--lengths",
+                    str(path)]) == 2
+        line = capsys.readouterr().err.strip()
+        assert line.startswith("hpcmem: error: ") and "\n" not in line, line
+        assert "--lengths" in line and trainer in line and "max_" in line and "--trainer " + trainer not in line, line
+    assert run(["lengths", "x.jsonl", "--tokenizer", "t", "--trainer", "kto"]) == 2      # what the advice named
+
+
+def test_a_prompt_length_profile_sets_grpos_longest_prompt(tmp_path, capsys):
+    """A grpo profile holds the prompts' token counts (hpcmem lengths --trainer grpo); GRPO/RLOO's micro-batch is B
+    rows of the longest prompt + max_completion_length (max_prompt_length, hpcmem's own: the longest prompt). With
+    prompts of 20 and 30 tokens the estimate is the one for max_prompt_length 30 (hand count), not for the default 512,
+    which it was: the profile was dropped without a word. Both given: refused, one sets the other."""
+    path = _profile(tmp_path / "grpo.json", "grpo", {"prompt": [20, 30]}, [20, 30])
+    for trainer in ("grpo", "rloo"):
+        common = [trainer, *SMALL, "--per_device_train_batch_size", "2", "--num_generations", "2", "--json"]
+        got = json.loads(_run("estimate", *common, "--lengths", str(path)).output)
+        want = json.loads(_run("estimate", *common, "--max_prompt_length", "30").output)
+        default = json.loads(_run("estimate", *common).output)
+        assert got["per_gpu"]["peak_allocated_bytes"] == want["per_gpu"]["peak_allocated_bytes"], trainer
+        assert got["per_gpu"]["peak_allocated_bytes"] < default["per_gpu"]["peak_allocated_bytes"], trainer
+        assert "prompt 30" in got["summary"], got["summary"]
+    _refused(capsys, ["estimate", "grpo", *SMALL, "--per_device_train_batch_size", "2", "--num_generations", "2",
+                      "--lengths", str(path), "--max_prompt_length", "64"], "max_prompt_length 64", "--lengths")
+
+
 def test_a_plan_from_a_length_profile_keeps_the_batch_and_packing_it_was_measured_for(tmp_path):
     """A profile's worst micro-batch is for the given per_device_train_batch_size and packing (hpcmem.data.profile
     tokens_per_micro_batch): the planner must not pair that token count with another batch size or packing."""

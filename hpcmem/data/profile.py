@@ -36,14 +36,14 @@ import zlib
 from array import array
 from collections.abc import Iterable, Mapping
 
-from hpcmem.data.batches import PACKING_STRATEGIES, ROW_PARTS, kept_rows, micro_batches, round_up
+from hpcmem.data.batches import PACKING_STRATEGIES, ROW_PARTS, TRAINERS, kept_rows, micro_batches, round_up
 from hpcmem.data.errors import ProfileError
 from hpcmem.data.profile_schema import ENCODING, MAX_DECODED, SCHEMA, check_profile
 from hpcmem.errors import SpecError
 from hpcmem.inputs.files import load_json_file
 
 __all__ = ["ENCODING", "SCHEMA", "check_profile", "decode_lengths", "encode_lengths", "load_profile",
-           "tokens_per_micro_batch"]
+           "longest_prompt", "tokens_per_micro_batch"]
 MAX_ORDERED_EXAMPLES = 2_000_000   # above this, only the histogram is stored (a few MiB of JSON at most)
 
 
@@ -121,7 +121,7 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
     tokenizes prompts the same way).
     """
     check_profile(profile)
-    made_for = profile["source"]["trainer"]
+    made_for = _made_for(profile, trainer)
     if trainer is not None and trainer != made_for and not (trainer == "rloo" and made_for == "grpo"):
         raise ProfileError(f"the length profile was made for {made_for}, not {trainer}: profile again with "
                            f"`hpcmem lengths DATA --tokenizer PATH --trainer {trainer}`")
@@ -152,6 +152,38 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
                                 pad_to_multiple_of=pad_to_multiple_of)
         return max((tensor for _, tensor in batches), default=0)
     return _bound_from_histogram(profile, trainer, max_length, batch, flatten, pad_to_multiple_of)
+
+
+# trainers whose micro-batch no profile describes, and why (`hpcmem lengths --trainer` takes batches.TRAINERS).
+# KTO: trl/trainer/kto_trainer.py `_prepare_dataset` (add_kl_completion_ids rotates the completions by one within
+# each batch) and DataCollatorForUnpairedPreference (prompt + completion, and prompt + KL completion, each padded).
+UNPROFILED = {
+    "kto": ("KTOTrainer trains B prompt+completion rows and B KL rows pairing each prompt with the previous example's "
+            "completion, which no profile holds", "--max_length"),
+    "distillation": ("DistillationTrainer trains on completions the student generates",
+                     "--max_prompt_length and --max_completion_length"),
+}
+
+
+def _made_for(profile: Mapping, trainer: str | None) -> str:
+    """The trainer the profile was tokenized for; a trainer `hpcmem lengths` cannot tokenize for is a ProfileError
+    that says what to pass instead."""
+    if trainer is not None and trainer not in TRAINERS and trainer != "rloo":
+        why, instead = UNPROFILED.get(trainer, (f"{trainer} is not one of them", "--max_length"))
+        raise ProfileError(f"--lengths: hpcmem lengths profiles data as {', '.join(TRAINERS)} (and rloo, as grpo) "
+                           f"tokenize it, not {trainer}: {why}; estimate {trainer} from {instead} instead")
+    return profile["source"]["trainer"]
+
+
+def longest_prompt(profile: Mapping, trainer: str) -> int:
+    """GRPO / RLOO: the longest prompt of a grpo profile (its rows are the prompts; the histogram holds every one) —
+    what hpcmem's max_prompt_length stands for."""
+    check_profile(profile)
+    made_for = _made_for(profile, trainer)
+    if made_for != "grpo":
+        raise ProfileError(f"the length profile was made for {made_for}, not {trainer}: profile again with "
+                           f"`hpcmem lengths DATA --tokenizer PATH --trainer grpo`")
+    return max((n for n, c in profile["histogram"] if c > 0), default=0)
 
 
 def _bound_from_histogram(profile: Mapping, trainer: str, max_length: int | None, batch: int, flatten: bool,
