@@ -484,3 +484,31 @@ def test_submit_refusal_fixes_keep_the_batch_a_length_profile_was_measured_for(t
     for fix in fixes:
         flags = shlex.split(fix)[::2]
         assert not {"--per_device_train_batch_size", "--packing", "--padding_free"} & set(flags), fix
+
+
+def test_probe_out_never_appends_to_what_is_not_a_records_file(tmp_path, capsys):
+    """`hpcmem probe --out FILE` appends one JSON line per run: the user's config given there by mistake was appended
+    to (and kept the record), a path under a file ended as an internal error. Both are refused before anything runs,
+    in one line, and the file is kept; a records file is accepted (the refusal that follows is about the steps)."""
+    config = tmp_path / "sft.yaml"
+    config.write_text("max_length: 512\n")
+    base = ["probe", "sft", "--model_name_or_path", str(_tiny_qwen(tmp_path / "m")), "--device", "cpu",
+            "--max_length", "16", "--per_device_train_batch_size", "2"]
+    _refused(capsys, [*base, "--out", str(config)], "--out", "sft.yaml", ".jsonl")
+    assert config.read_text() == "max_length: 512\n"
+    imposter = tmp_path / "notes.jsonl"
+    imposter.write_text("my notes, not records\n")
+    _refused(capsys, [*base, "--out", str(imposter)], "--out", "notes.jsonl", "records")
+    assert imposter.read_text() == "my notes, not records\n"
+    _refused(capsys, [*base, "--out", str(config / "r.jsonl")], "--out", "r.jsonl", "folder")
+    records = tmp_path / "r.jsonl"
+    records.write_text("")
+    _refused(capsys, [*base, "--out", str(records), "--steps", "3", "--warmup-steps", "3"], "--warmup-steps 3",
+             "--steps 3")
+
+
+def test_probe_refuses_warmup_that_leaves_no_step_to_measure(tmp_path, capsys):
+    """The peak is taken over the steps after --warmup-steps (probe/__init__.py): warm-up ≥ steps measured nothing
+    and ended as an internal error after building the model; now one line naming both values."""
+    base = ["probe", "sft", "--model_name_or_path", str(_tiny_qwen(tmp_path / "m")), "--device", "cpu", "--no-record"]
+    _refused(capsys, [*base, "--steps", "2", "--warmup-steps", "5"], "--warmup-steps 5", "--steps 2")

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+from hpcmem.cli.outputs import RECORDS
 
 
 def probe_model(kwargs: dict) -> Any:
@@ -41,7 +42,7 @@ def probe_model(kwargs: dict) -> Any:
               show_default=True, help="steps left out of the peak (optimizer states are born in step 1)")
 @click.option("--capacity-bytes", "--capacity_bytes", "capacity_bytes", type=click.IntRange(1), default=None,
               help="pretend the device holds only this many bytes (an OOM is then recorded, not raised)")
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
+@click.option("--out", type=RECORDS, default=None,
               help="records file (default estimator/probes/<gpu>.jsonl, cpu.jsonl for --device cpu)")
 @click.option("--after", "after", multiple=True, type=click.Choice(["evaluation", "save"]),
               help="after training, run one evaluation / one checkpoint save and measure each (repeatable)")
@@ -57,6 +58,11 @@ def command(trainer: str, device: str, steps: int, warmup_steps: int, capacity_b
     """
     from hpcmem.probe import record_file, run_probe
     from hpcmem.probe.summary import summary
+
+    if warmup_steps >= steps:
+        # hpcmem.probe.run_probe takes the peak over the steps after warm-up
+        raise click.UsageError(f"--warmup-steps {warmup_steps} leaves nothing to measure with --steps {steps}: the "
+                               "peak is taken over the steps after warm-up, so give more steps than warm-up steps")
 
     job, _ = job_from_cli(trainer, kwargs, model=probe_model(kwargs))
     phases = tuple({"evaluation": "evaluation", "save": "checkpoint save"}[a] for a in after)
