@@ -512,3 +512,57 @@ def test_probe_refuses_warmup_that_leaves_no_step_to_measure(tmp_path, capsys):
     and ended as an internal error after building the model; now one line naming both values."""
     base = ["probe", "sft", "--model_name_or_path", str(_tiny_qwen(tmp_path / "m")), "--device", "cpu", "--no-record"]
     _refused(capsys, [*base, "--steps", "2", "--warmup-steps", "5"], "--warmup-steps 5", "--steps 2")
+
+
+def test_a_preset_name_that_is_not_a_file_is_said_so_not_not_found(tmp_path, monkeypatch, capsys):
+    """A folder, a FIFO or a looping link named NAME.yaml on the search path was listed as available and then "not
+    found" by `presets show NAME`; it is refused as not a regular file (a FIFO is never opened: reading it would
+    block), and `presets list --json` says the same of it in valid JSON."""
+    import os
+
+    folder = tmp_path / "presets"
+    folder.mkdir()
+    (folder / "adir.yaml").mkdir()
+    os.mkfifo(folder / "afifo.yaml")
+    (folder / "aloop.yaml").symlink_to(folder / "aloop.yaml")
+    monkeypatch.setenv("HPCMEM_PRESETS", str(folder))
+    for name in ("adir", "afifo", "aloop"):
+        for sub in ("show", "check"):
+            _refused(capsys, ["presets", sub, name], f"{name}.yaml", "not a regular file")
+    _refused(capsys, ["presets", "show", str(folder / "adir.yaml")], "adir.yaml", "not a regular file")
+    capsys.readouterr()
+    assert run(["presets", "list", "--json"]) == 0
+    listed = {p["name"]: p["problem"] for p in json.loads(capsys.readouterr().out)}
+    assert all("not a regular file" in listed[n] for n in ("adir", "afifo", "aloop")), listed
+    assert listed["example-h100"] is None
+
+
+def _fake_slurm(tmp_path, monkeypatch, script, mode=0o755):
+    """A `scontrol` of our own, alone on PATH (no shell reads any value: hpcmem runs it by argv)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / "scontrol"
+    tool.write_text("#!/bin/sh\n" + script)
+    tool.chmod(mode)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return tool
+
+
+def test_presets_check_says_what_slurm_said_on_one_line_and_never_ends_as_an_internal_error(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """`presets check` runs scontrol: a several-line complaint is one line, an scontrol that cannot be run (not
+    executable) or that does not answer in time is one line naming it — they ended as "internal error"."""
+    from hpcmem.errors import HpcmemError
+    from hpcmem.launch.backends import run_command
+
+    _fake_slurm(tmp_path, monkeypatch, "echo 'scontrol: error: first' >&2; echo 'scontrol: fatal: second' >&2; "
+                                       "exit 1\n")
+    _refused(capsys, ["presets", "check", "example-h100"], "gpu-h100", "first", "second")
+    _fake_slurm(tmp_path, monkeypatch, "exit 0\n", mode=0o644)
+    _refused(capsys, ["presets", "check", "example-h100"], "scontrol", "cannot be run")
+    tool = _fake_slurm(tmp_path, monkeypatch, "exec /bin/sleep 5\n")
+    try:
+        run_command([str(tool)], timeout_s=0.3)
+        raise AssertionError("no refusal")
+    except HpcmemError as exc:
+        assert "did not answer within" in str(exc) and "\n" not in str(exc).strip("- "), exc
