@@ -566,3 +566,21 @@ def test_presets_check_says_what_slurm_said_on_one_line_and_never_ends_as_an_int
         raise AssertionError("no refusal")
     except HpcmemError as exc:
         assert "did not answer within" in str(exc) and "\n" not in str(exc).strip("- "), exc
+
+
+def test_probe_json_is_json_in_a_fresh_process(tmp_path):
+    """`probe --json` prints the record, and only it, on stdout: DeepSpeed's logger writes its accelerator notice to
+    stdout when transformers first imports it (deepspeed/accelerator/real_accelerator.py), which made the output
+    unreadable as JSON. A fresh process (the notice comes once per process); a tiny model, two CPU steps."""
+    import os
+    import subprocess
+    import sys
+
+    folder = _tiny_qwen(tmp_path / "m")
+    done = subprocess.run([sys.executable, "-m", "hpcmem", "probe", "sft", "--model_name_or_path", str(folder),
+                           "--device", "cpu", "--max_length", "16", "--per_device_train_batch_size", "2", "--steps",
+                           "2", "--no-record", "--json"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads(done.stdout)
+    assert record["device"] == "cpu" and record["source"] == "probe", sorted(record)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from typing import Any
 
 import click
@@ -66,7 +68,10 @@ def command(trainer: str, device: str, steps: int, warmup_steps: int, capacity_b
 
     job, _ = job_from_cli(trainer, kwargs, model=probe_model(kwargs))
     phases = tuple({"evaluation": "evaluation", "save": "checkpoint save"}[a] for a in after)
-    record = run_probe(job, device=device, steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes,
-                       out=out, write=not no_record, after=phases)
+    # what the libraries print while the job runs (DeepSpeed's logger writes its accelerator notice to stdout when
+    # transformers imports it) goes to stderr: stdout holds the record or the summary only
+    with contextlib.redirect_stdout(sys.stderr):
+        record = run_probe(job, device=device, steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes,
+                           out=out, write=not no_record, after=phases)
     path = None if no_record else record_file(record, out)
     click.echo(json.dumps(record.to_json(), indent=1, default=str) if as_json else summary(record, path))
