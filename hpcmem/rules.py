@@ -20,6 +20,12 @@ if TYPE_CHECKING:
     from hpcmem.spec import JobSpec, ModelSpec
 
 
+# torch 2.13 utils/checkpoint.py `checkpoint`'s keyword arguments that a JSON value can give (context_fn takes a
+# callable), and preserve_rng_state, popped from its **kwargs; transformers 5.24 modeling_utils.py
+# `_activation_checkpointing_enable` binds gradient_checkpointing_kwargs into that call
+CHECKPOINT_KWARGS = frozenset({"use_reentrant", "determinism_check", "debug", "early_stop", "preserve_rng_state"})
+
+
 @lru_cache(maxsize=1)
 def exclusive_fields() -> dict[str, Any]:
     """TrainSpec fields that only some trainers' configs declare, with TrainSpec's default — the value that means "not
@@ -42,6 +48,11 @@ def check_job(job: JobSpec) -> None:
             where = "/".join(o.config_class for o in declared_by)
             p.add(f"{name} is a {where} field; {e.config_class} has no {name} field — remove it "
                   f"or use `hpcmem estimate {declared_by[0].name}`")
+    unknown = sorted(set(t.gradient_checkpointing_kwargs) - CHECKPOINT_KWARGS - {"selective"})
+    if unknown:
+        p.add(f"gradient_checkpointing_kwargs {', '.join(map(repr, unknown))}: transformers passes these keys to "
+              f"torch.utils.checkpoint.checkpoint, which takes {', '.join(sorted(CHECKPOINT_KWARGS))} (and TRL's SFT "
+              "selective) and stops the first training forward on anything else — remove them")
     if t.selective_checkpointing:
         # sft_trainer.py: the SAC wrapper strips `selective`; other trainers pass it to torch.utils.checkpoint.
         if e.name != "sft":

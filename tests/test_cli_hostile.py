@@ -584,3 +584,44 @@ def test_probe_json_is_json_in_a_fresh_process(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads(done.stdout)
     assert record["device"] == "cpu" and record["source"] == "probe", sorted(record)
+
+
+def test_gradient_checkpointing_kwargs_torch_would_refuse_are_refused(tmp_path, capsys):
+    """transformers binds gradient_checkpointing_kwargs into its torch.utils.checkpoint.checkpoint call
+    (modeling_utils.py `_activation_checkpointing_enable`), and a key checkpoint does not take stops the first
+    training forward; the estimate accepted such a key and the probe ended as an internal error. Asked of the real
+    transformers + torch here (a tiny Qwen2, one forward and backward per key): the keys that run pass, one that
+    does not is refused in one line, and TRL's own `selective` (SFT) passes."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(_tiny_qwen(tmp_path / "m")))
+    model.train()
+
+    def trains(kwargs):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        try:
+            model(input_ids=torch.ones(1, 4, dtype=torch.long), labels=torch.ones(1, 4, dtype=torch.long)).loss.backward()
+            return True
+        except (TypeError, ValueError):
+            return False
+
+    good = {"use_reentrant": False, "preserve_rng_state": True, "determinism_check": "default", "debug": False,
+            "early_stop": True}
+    for key, value in good.items():
+        assert trains({key: value}), key
+        assert run(["estimate", "sft", *SMALL, "--gradient_checkpointing_kwargs", json.dumps({key: value})]) == 0, key
+    for bad in ({"a": 1}, {"use_reentrant": True, "a": 1}):
+        assert not trains(bad)
+        _refused(capsys, ["estimate", "sft", *SMALL, "--gradient_checkpointing_kwargs", json.dumps(bad)],
+                 "gradient_checkpointing_kwargs", "'a'", "torch.utils.checkpoint")
+    assert run(["estimate", "sft", *SMALL, "--gradient_checkpointing_kwargs", '{"selective": true}']) == 0
+
+
+def test_probe_refuses_a_model_name_with_a_line_break_in_one_line(capsys):
+    """probe resolves the model before the settings are checked (to probe a type hpcmem cannot estimate): a name with
+    a line break printed a note broken over two lines; it is refused as `hpcmem estimate` refuses it."""
+    _refused(capsys, ["probe", "sft", "--model_name_or_path", "a\nb", "--device", "cpu", "--no-record"],
+             "model_name_or_path", "control characters")
+    _refused(capsys, ["probe", "sft", "--model_name_or_path", "/tmp/\udcff", "--device", "cpu", "--no-record"],
+             "model_name_or_path", "UTF-8")
