@@ -18,11 +18,13 @@ def probe_model(kwargs: dict) -> Any:
     profile, or a refused one (a GPU probe measures the real kernels) — its parameters from the meta model: the run
     is recorded, its estimate marked as missing."""
     from hpcmem.errors import SpecError
+    from hpcmem.inputs.settings import check_settings
     from hpcmem.models import resolve_model
 
     name = kwargs.get("model_name_or_path")
     if not name:
         return None
+    check_settings({"model_name_or_path": name}, "command line")      # as every flag is checked (hpcmem.inputs)
     try:
         return resolve_model(str(name))
     except SpecError as exc:
