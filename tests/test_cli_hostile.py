@@ -625,3 +625,16 @@ def test_probe_refuses_a_model_name_with_a_line_break_in_one_line(capsys):
              "model_name_or_path", "control characters")
     _refused(capsys, ["probe", "sft", "--model_name_or_path", "/tmp/\udcff", "--device", "cpu", "--no-record"],
              "model_name_or_path", "UTF-8")
+
+
+def test_a_model_path_that_is_no_config_is_named_for_what_it_is(tmp_path, capsys):
+    """`models show` / `estimate` take a config.json or a folder holding one: a FIFO given there was called a folder
+    holding no config.json (and is never opened: reading one blocks), an empty name was read as the current folder
+    ("model : folder . holds no config.json")."""
+    import os
+
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    _refused(capsys, ["models", "show", str(fifo)], "config.json", "not a regular file")
+    _refused(capsys, ["estimate", "sft", "--model_name_or_path", str(tmp_path)], "config.json", "not a regular file")
+    _refused(capsys, ["models", "show", ""], "empty")

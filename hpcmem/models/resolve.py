@@ -55,6 +55,9 @@ def resolve_model(name_or_path: str, *, offline: bool | None = None) -> ModelSpe
     The Hub is asked only when HF_HUB_OFFLINE is unset (or `offline=False`) and huggingface_hub is importable; it
     downloads config.json alone, into the user's own HF cache.
     """
+    if not name_or_path.strip():
+        raise SpecError("model name is empty: pass a catalog id (hpcmem models list), a config.json or a folder "
+                        "holding one")
     path = user_path(name_or_path)
     if exists(path):
         return _spec_from_path(path, name_or_path)
@@ -71,6 +74,8 @@ def resolve_model(name_or_path: str, *, offline: bool | None = None) -> ModelSpe
 
 def _spec_from_path(path: Path, name: str) -> ModelSpec:
     file = path / "config.json" if path.is_dir() else path
+    if exists(file) and not file.is_file():     # a FIFO, socket or device: never opened (reading one blocks)
+        raise SpecError(f"model {name}: {file} is not a regular file; pass a config.json or a folder holding one")
     if not file.is_file():
         raise SpecError(f"model {name}: folder {path} holds no config.json; pass the config.json itself or its folder")
     return spec_from_config(_read_json(file), name)
