@@ -638,3 +638,14 @@ def test_a_model_path_that_is_no_config_is_named_for_what_it_is(tmp_path, capsys
     _refused(capsys, ["models", "show", str(fifo)], "config.json", "not a regular file")
     _refused(capsys, ["estimate", "sft", "--model_name_or_path", str(tmp_path)], "config.json", "not a regular file")
     _refused(capsys, ["models", "show", ""], "empty")
+
+
+def test_status_refuses_a_job_id_that_is_not_one(tmp_path, capsys):
+    """RUN/job_id holds what sbatch --parsable or submitit gave (digits, N_M for an array task): anything else was
+    asked of squeue/sacct and reported as a job SLURM "no longer knows" (with --json too), and bytes that are not
+    UTF-8 ended as an internal error. Both are one line naming the file and the value."""
+    (tmp_path / "job_id").write_text("123; touch pwned\n")
+    for extra in ([], ["--json"]):
+        _refused(capsys, ["status", str(tmp_path), *extra], "job_id", "'123; touch pwned'", "digits")
+    (tmp_path / "job_id").write_bytes(b"\xff\xfe\n")
+    _refused(capsys, ["status", str(tmp_path)], "job_id", "UTF-8")
