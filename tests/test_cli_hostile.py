@@ -649,3 +649,23 @@ def test_status_refuses_a_job_id_that_is_not_one(tmp_path, capsys):
         _refused(capsys, ["status", str(tmp_path), *extra], "job_id", "'123; touch pwned'", "digits")
     (tmp_path / "job_id").write_bytes(b"\xff\xfe\n")
     _refused(capsys, ["status", str(tmp_path)], "job_id", "UTF-8")
+
+
+def test_logs_reads_only_regular_files_and_never_hangs(tmp_path):
+    """`hpcmem logs RUN` tails RUN/logs/*.log: a FIFO there blocked it forever at open(), a folder named *.log was an
+    internal error. Only regular files are logs; the others are left alone (a real process with a deadline, so a
+    hang fails the test instead of stalling it)."""
+    import os
+    import subprocess
+    import sys
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "node0.log").write_bytes(b"first\nlast \xff line\n")
+    os.mkfifo(logs / "node1.log")
+    (logs / "vllm.log").mkdir()
+    done = subprocess.run([sys.executable, "-m", "hpcmem", "logs", str(tmp_path), "-n", "1"], capture_output=True,
+                          text=True, timeout=15)
+    assert done.returncode == 0, done.stderr
+    assert "node0.log" in done.stdout and "last" in done.stdout and "first" not in done.stdout, done.stdout
+    assert "node1.log" not in done.stdout and "vllm.log" not in done.stdout, done.stdout
