@@ -669,3 +669,26 @@ def test_logs_reads_only_regular_files_and_never_hangs(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "node0.log" in done.stdout and "last" in done.stdout and "first" not in done.stdout, done.stdout
     assert "node1.log" not in done.stdout and "vllm.log" not in done.stdout, done.stdout
+
+
+def test_presets_check_json_is_one_object_also_on_a_mismatch(tmp_path, monkeypatch, capsys):
+    """Every other listing command has --json; `presets check --json` prints one object (the checks, each with both
+    numbers, and whether all hold), exit 1 on a mismatch as without --json; an unreachable SLURM stays one line on
+    stderr with nothing on stdout. SLURM here: stub scontrol and sinfo that print recorded answers."""
+    tool = _fake_slurm(tmp_path, monkeypatch, "echo 'PartitionName=gpu-h100 MaxNodes=UNLIMITED MaxTime=2-00:00:00 "
+                                              "State=UP'\n")
+    (tool.parent / "sinfo").write_text("#!/bin/sh\necho 'n1|96|1100000|gpu:h100:8|ib'\necho "
+                                       "'n2|96|1100000|gpu:h100:4|ib'\n")
+    (tool.parent / "sinfo").chmod(0o755)
+    capsys.readouterr()
+    status = run(["presets", "check", "example-h100", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert status == 1 and out["ok"] is False, out          # max_nodes 16 > 2 nodes; MaxArraySize unknown
+    checks = {c["what"].split()[0]: c for c in out["checks"]}
+    assert checks["gpus_per_node"]["ok"] is True and checks["max_nodes"]["ok"] is False, checks
+    assert checks["partition"]["cluster"] == "UP"
+    tool.write_text("#!/bin/sh\necho 'scontrol: fatal: no controller' >&2\nexit 1\n")
+    capsys.readouterr()
+    assert run(["presets", "check", "example-h100", "--json"]) == 2
+    got = capsys.readouterr()
+    assert got.out == "" and got.err.count("\n") == 1 and "no controller" in got.err, got

@@ -47,7 +47,8 @@ def probe_model(kwargs: dict) -> Any:
 @click.option("--capacity-bytes", "--capacity_bytes", "capacity_bytes", type=click.IntRange(1), default=None,
               help="pretend the device holds only this many bytes (an OOM is then recorded, not raised)")
 @click.option("--out", type=RECORDS, default=None,
-              help="records file (default estimator/probes/<gpu>.jsonl, cpu.jsonl for --device cpu)")
+              help="records file to append to, .jsonl (default estimator/probes/<gpu>.jsonl, cpu.jsonl for --device cpu); "
+                   "an existing file must hold records")
 @click.option("--after", "after", multiple=True, type=click.Choice(["evaluation", "save"]),
               help="after training, run one evaluation / one checkpoint save and measure each (repeatable)")
 @click.option("--no-record", "no_record", is_flag=True, help="measure and print, write nothing")
