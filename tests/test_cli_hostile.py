@@ -692,3 +692,14 @@ def test_presets_check_json_is_one_object_also_on_a_mismatch(tmp_path, monkeypat
     assert run(["presets", "check", "example-h100", "--json"]) == 2
     got = capsys.readouterr()
     assert got.out == "" and got.err.count("\n") == 1 and "no controller" in got.err, got
+
+
+def test_calibrate_refuses_an_only_that_selects_nothing_and_a_site_with_a_line_break(tmp_path, capsys):
+    """`--only 'zzz*'` matched no case and planned a campaign of nothing (submitted, its collect job alone); `--only
+    ''` silently meant every case; `--site` with a line break went into campaign.json and into every estimate's
+    "calibrated at <site>" line. Each is one line naming the flag and the value, before anything is written."""
+    base = ["calibrate", "--preset", "example-h100", "--dry-run", "--campaign", str(tmp_path / "camp")]
+    _refused(capsys, [*base, "--only", "zzz*"], "--only", "'zzz*'", "no case")
+    _refused(capsys, [*base, "--only", " , "], "--only", "no case pattern")
+    _refused(capsys, [*base, "--only", "sft-q05*", "--site", "a\nb"], "--site", "control characters")
+    assert not (tmp_path / "camp").exists()
