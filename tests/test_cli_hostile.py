@@ -213,26 +213,48 @@ def test_a_length_profile_shapes_dpo_and_reward_micro_batches(tmp_path):
         want = json.loads(_run("estimate", *common, "--max_length", "12").output)
         assert "length profile" in got["summary"], got["summary"]
         assert got["per_gpu"]["peak_allocated_bytes"] == want["per_gpu"]["peak_allocated_bytes"], trainer
+        # the reference model's no-grad pass sees the same rows (it took max_length, 1024 here, whatever the data)
+        assert got["phases"].get("reference forward") == want["phases"].get("reference forward"), trainer
 
 
 def test_a_length_profile_for_a_trainer_hpcmem_lengths_cannot_tokenize_for_is_refused_with_the_way_out(tmp_path,
                                                                                                      capsys):
-    """`hpcmem lengths --trainer` takes sft, dpo, reward and grpo (its click choices). KTO's micro-batch is B rows of
-    prompt + completion (trl/trainer/kto_trainer.py DataCollatorForUnpairedPreference) plus B KL rows pairing each
-    prompt with the previous example's completion (`_prepare_dataset` add_kl_completion_ids), and distillation's is
-    generated: no profile holds either. The refusal must not send the user to `hpcmem lengths --trainer kto`, which
-    click refuses, but say what to pass instead."""
+    """`hpcmem lengths --trainer` takes sft, dpo, reward, grpo and kto (its click choices); distillation's rows are
+    generated, so no profile holds them. The refusal must not send the user to `hpcmem lengths --trainer
+    distillation`, which click refuses, but say what to pass instead; a dpo profile is not a kto one."""
     parts = {"prompt": [2, 9], "chosen": [6, 12], "rejected": [4, 10]}
     path = _profile(tmp_path / "dpo.json", "dpo", parts, [6, 4, 12, 10])
-    for trainer in ("kto", "distillation"):
-        extra = ["--teacher_model_name_or_path", "Qwen/Qwen2.5-0.5B"] if trainer == "distillation" else []
-        capsys.readouterr()
-        assert run(["estimate", trainer, *SMALL, *extra, "--per_device_train_batch_size", "2", "--lengths",
-                    str(path)]) == 2
-        line = capsys.readouterr().err.strip()
-        assert line.startswith("hpcmem: error: ") and "\n" not in line, line
-        assert "--lengths" in line and trainer in line and "max_" in line and "--trainer " + trainer not in line, line
-    assert run(["lengths", "x.jsonl", "--tokenizer", "t", "--trainer", "kto"]) == 2      # what the advice named
+    capsys.readouterr()
+    assert run(["estimate", "distillation", *SMALL, "--teacher_model_name_or_path", "Qwen/Qwen2.5-0.5B",
+                "--per_device_train_batch_size", "2", "--lengths", str(path)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("hpcmem: error: ") and "\n" not in line, line
+    assert "--lengths" in line and "distillation" in line and "max_" in line and "--trainer distill" not in line, line
+    assert run(["lengths", "x.jsonl", "--tokenizer", "t", "--trainer", "distillation"]) == 2   # what it would name
+    _refused(capsys, ["estimate", "kto", *SMALL, "--per_device_train_batch_size", "2", "--lengths", str(path)],
+             "made for dpo, not kto", "--trainer kto")
+
+
+def test_a_kto_length_profile_sizes_the_micro_batch_and_its_kl_rows_by_hand(tmp_path):
+    """KTOTrainer (trl/trainer/kto_trainer.py `_prepare_dataset`): drops examples whose prompt alone fills max_length,
+    then pairs each prompt with the previous example's completion within each batch of per_device_train_batch_size
+    (add_kl_completion_ids: the first takes the batch's last); DataCollatorForUnpairedPreference cuts prompt +
+    completion and prompt + KL completion to max_length and pads each set of B rows to its longest; the KL rows run
+    through the policy (no grad) and the reference. The micro-batch is sized by the longer of the two sets.
+    Four examples, prompt / prompt+completion: (8, 9), (1, 9), (3, 5), (2, 4); batch 2 (hand count):
+      max_length none: batch 1 rows 9, 9; KL 8 + (9 − 1) = 16, 1 + (9 − 8) = 2 → 2 × 16 (the rows alone: 2 × 9);
+                       batch 2 rows 5, 4; KL 3 + 2 = 5, 2 + 2 = 4 → 2 × 5.  Worst: 2 × 16.
+      max_length 12:   the KL row 16 is cut to 12 → 2 × 12.
+      max_length 8:    (8, 9) is dropped (its prompt fills 8); batch 1 (1, 9), (3, 5): rows 8 (cut), 5; KL
+                       1 + 2 = 3, 3 + 8 = 11 → 8; batch 2 (2, 4): row 4, KL 4 → 2 × 8."""
+    prompts, lengths = [8, 1, 3, 2], [9, 9, 5, 4]
+    path = _profile(tmp_path / "kto.json", "kto", {"prompt": prompts, "length": lengths}, lengths)
+    common = ["kto", *SMALL, "--per_device_train_batch_size", "2", "--json"]
+    for max_length, seq in (("none", 16), ("12", 12), ("8", 8)):
+        got = json.loads(_run("estimate", *common, "--max_length", max_length, "--lengths", str(path)).output)
+        assert f"2 rows × {seq} " in got["summary"], (max_length, got["summary"])
+        want = json.loads(_run("estimate", *common, "--max_length", str(seq)).output)
+        assert got["per_gpu"]["peak_allocated_bytes"] == want["per_gpu"]["peak_allocated_bytes"], max_length
 
 
 def test_a_prompt_length_profile_sets_grpos_longest_prompt(tmp_path, capsys):
