@@ -725,3 +725,20 @@ def test_calibrate_refuses_an_only_that_selects_nothing_and_a_site_with_a_line_b
     _refused(capsys, [*base, "--only", " , "], "--only", "no case pattern")
     _refused(capsys, [*base, "--only", "sft-q05*", "--site", "a\nb"], "--site", "control characters")
     assert not (tmp_path / "camp").exists()
+
+
+def test_trace_of_a_preference_or_kto_job_traces_the_profiles_rows(tmp_path):
+    """`hpcmem trace dpo|kto --lengths` read the profile and traced max_length rows ([4, 64] below) — the profile
+    dropped without a word while `estimate` used it. The trace now runs TRL's trainer on rows as long as the
+    profile's worst micro-batch (hand count: DPO chosen 6 / 12, rejected 4 / 10 → 4 rows × 12; KTO rows 9, 9 and KL
+    rows 16, 2 → 2 rows × 16), the rows `--max_length` of that length traces. Tiny Qwen2, two real CPU steps each."""
+    model = str(_tiny_qwen(tmp_path / "m"))
+    dpo = _profile(tmp_path / "dpo.json", "dpo", {"prompt": [2, 9], "chosen": [6, 12], "rejected": [4, 10]},
+                   [6, 4, 12, 10])
+    kto = _profile(tmp_path / "kto.json", "kto", {"prompt": [8, 1, 3, 2], "length": [9, 9, 5, 4]}, [9, 9, 5, 4])
+    for trainer, path, shape in (("dpo", dpo, [4, 12]), ("kto", kto, [2, 16])):
+        common = ["trace", trainer, "--model_name_or_path", model, "--per_device_train_batch_size", "2", "--json"]
+        got = _run(*common, "--max_length", "64", "--lengths", str(path))
+        assert got.exit_code == 0, got.output
+        got = json.loads(got.stdout)
+        assert got["trace"]["batch"]["shape"] == shape, (trainer, got["trace"]["batch"])
