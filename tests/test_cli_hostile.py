@@ -742,3 +742,13 @@ def test_trace_of_a_preference_or_kto_job_traces_the_profiles_rows(tmp_path):
         assert got.exit_code == 0, got.output
         got = json.loads(got.stdout)
         assert got["trace"]["batch"]["shape"] == shape, (trainer, got["trace"]["batch"])
+
+
+def test_validate_refuses_records_that_are_not_a_file(tmp_path, capsys):
+    """`validate --records FIFO` read it as a file with no records ("0 probe records") and went on; a FIFO is named
+    as not a regular file and never opened (reading it blocks)."""
+    import os
+
+    fifo = tmp_path / "r.jsonl"
+    os.mkfifo(fifo)
+    _refused(capsys, ["validate", "--records", str(fifo), "--no-png"], "r.jsonl", "not a regular file")
