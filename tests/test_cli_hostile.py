@@ -752,3 +752,23 @@ def test_validate_refuses_records_that_are_not_a_file(tmp_path, capsys):
     fifo = tmp_path / "r.jsonl"
     os.mkfifo(fifo)
     _refused(capsys, ["validate", "--records", str(fifo), "--no-png"], "r.jsonl", "not a regular file")
+
+
+def test_a_fifo_given_as_an_input_file_is_refused_not_waited_on(tmp_path):
+    """hpcmem.inputs.files opened a file, then checked it was a regular one: open() of a FIFO blocks until someone
+    writes, so `estimate --lengths FIFO` and `calibrate --cases FIFO` hung. Each is one line naming the file; a
+    config given as a FIFO is "not a regular file", not "does not exist". Real processes with a deadline."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "in.yaml"
+    os.mkfifo(fifo)
+    small = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B"]
+    for argv in (["estimate", "sft", *small, "--lengths", str(fifo)],
+                 ["calibrate", "--preset", "example-h100", "--dry-run", "--cases", str(fifo)],
+                 ["estimate", "sft", *small, "--config", str(fifo)]):
+        done = subprocess.run([sys.executable, "-m", "hpcmem", *argv], capture_output=True, text=True, timeout=15)
+        line = done.stderr.strip()
+        assert done.returncode == 2 and "\n" not in line and "in.yaml" in line, (argv, done.stderr)
+        assert "not a regular file" in line, line
