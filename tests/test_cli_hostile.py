@@ -772,3 +772,18 @@ def test_a_fifo_given_as_an_input_file_is_refused_not_waited_on(tmp_path):
         line = done.stderr.strip()
         assert done.returncode == 2 and "\n" not in line and "in.yaml" in line, (argv, done.stderr)
         assert "not a regular file" in line, line
+
+
+def test_calibrate_never_makes_a_campaign_in_a_folder_of_other_files(tmp_path, capsys):
+    """A new campaign writes scripts/, records/, status/, logs/, work/ and report/ into its folder: `--campaign` naming
+    the user's own non-empty folder (no campaign.json) would mix them with — and write over — what is there. Refused,
+    dry run included, and the folder is left as it was; an empty folder is fine."""
+    mine = tmp_path / "project"
+    (mine / "report").mkdir(parents=True)
+    (mine / "report" / "report.md").write_text("my report\n")
+    _refused(capsys, ["calibrate", "--preset", "example-h100", "--dry-run", "--only", "sft-q05*", "--campaign",
+                      str(mine)], "--campaign", "project", "campaign.json")
+    assert sorted(p.name for p in mine.rglob("*")) == ["report", "report.md"]
+    (tmp_path / "empty").mkdir()
+    assert run(["calibrate", "--preset", "example-h100", "--dry-run", "--only", "sft-q05*", "--campaign",
+                str(tmp_path / "empty")]) == 0
