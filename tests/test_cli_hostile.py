@@ -787,3 +787,18 @@ def test_calibrate_never_makes_a_campaign_in_a_folder_of_other_files(tmp_path, c
     (tmp_path / "empty").mkdir()
     assert run(["calibrate", "--preset", "example-h100", "--dry-run", "--only", "sft-q05*", "--campaign",
                 str(tmp_path / "empty")]) == 0
+
+
+def test_logs_follow_outlives_a_log_that_goes_away(tmp_path, capsys):
+    """`logs -f` re-reads each log every two seconds: a log removed or replaced by a folder meanwhile (a requeue's
+    cleanup) ended the command as an internal error; it is skipped, the others still followed."""
+    from hpcmem.cli.logs import _print_new
+
+    kept, gone = tmp_path / "node0.log", tmp_path / "node1.log"
+    kept.write_text("a\n")
+    gone.write_text("b\n")
+    offsets = {kept: 2, gone: 2}
+    gone.unlink()
+    kept.write_text("a\nmore\n")
+    _print_new(offsets)
+    assert capsys.readouterr().out == "more\n"
