@@ -13,10 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import Problems
 from hpcmem.layout_rules import check_layout, layout_warnings
+from hpcmem.spec import DTYPES
 from hpcmem.trainers import REGISTRY, entry
 
 if TYPE_CHECKING:
-    from hpcmem.spec import JobSpec
+    from hpcmem.spec import JobSpec, ModelSpec
+
+
+# torch 2.13 utils/checkpoint.py `checkpoint`'s keyword arguments that a JSON value can give (context_fn takes a
+# callable), and preserve_rng_state, popped from its **kwargs; transformers 5.24 modeling_utils.py
+# `_activation_checkpointing_enable` binds gradient_checkpointing_kwargs into that call
+CHECKPOINT_KWARGS = frozenset({"use_reentrant", "determinism_check", "debug", "early_stop", "preserve_rng_state"})
 
 
 @lru_cache(maxsize=1)
@@ -41,6 +48,11 @@ def check_job(job: JobSpec) -> None:
             where = "/".join(o.config_class for o in declared_by)
             p.add(f"{name} is a {where} field; {e.config_class} has no {name} field — remove it "
                   f"or use `hpcmem estimate {declared_by[0].name}`")
+    unknown = sorted(set(t.gradient_checkpointing_kwargs) - CHECKPOINT_KWARGS - {"selective"})
+    if unknown:
+        p.add(f"gradient_checkpointing_kwargs {', '.join(map(repr, unknown))}: transformers passes these keys to "
+              f"torch.utils.checkpoint.checkpoint, which takes {', '.join(sorted(CHECKPOINT_KWARGS))} (and TRL's SFT "
+              "selective) and stops the first training forward on anything else — remove them")
     if t.selective_checkpointing:
         # sft_trainer.py: the SAC wrapper strips `selective`; other trainers pass it to torch.utils.checkpoint.
         if e.name != "sft":
@@ -72,7 +84,22 @@ def check_job(job: JobSpec) -> None:
     if trainer_rules is not None:
         trainer_rules(job, p)
     check_layout(job, p)            # context / sequence parallelism (hpcmem.layout_rules)
+    for model, setting in _auto_loads(job):
+        if model.dtype is not None and model.dtype not in DTYPES:
+            p.add(f"dtype auto loads {model.name} in its config.json's dtype {model.dtype!r}; hpcmem estimates "
+                  f"{', '.join(DTYPES)} weights only: {setting} one of them")
     p.raise_if_any()
+
+
+def _auto_loads(job: JobSpec) -> list[tuple[ModelSpec, str]]:
+    """(model, what to set instead) for each model loaded with dtype auto: the policy, and distillation's teacher
+    when its dtype (TrainSpec.teacher_dtype) is auto."""
+    t = job.train
+    out = [(job.model, "pass --dtype")] if t.dtype == "auto" else []
+    if job.teacher is not None and t.teacher_dtype == "auto":
+        own = (t.teacher_model_init_kwargs or {}).get("dtype")
+        out.append((job.teacher, "set teacher_model_init_kwargs' dtype to" if own else "pass --dtype"))
+    return out
 
 
 def _check_model_type(job: JobSpec, p: Problems) -> None:
@@ -191,10 +218,12 @@ def job_warnings(job: JobSpec) -> list[str]:
         # trl/trainer/utils.py get_peft_config: None unless use_peft, so the model is trained in full
         out.append(f"{', '.join(inert)} without use_peft: TRL builds no adapters and trains the full model; add "
                    "--use_peft true for LoRA")
-    if t.dtype == "auto":
-        # from_pretrained(dtype="auto") loads in the checkpoint's own dtype; TrainSpec.weight_bytes takes 2 bytes
-        out.append("dtype auto is estimated as bfloat16 (hpcmem does not read the checkpoint's dtype); a float32 "
-                   "checkpoint holds twice the weight bytes: pass --dtype float32 or bfloat16")
+    for model, setting in _auto_loads(job):
+        if model.dtype is None:
+            # spec.load_dtype: transformers then reads the checkpoint's first floating weight, hpcmem does not
+            out.append(f"dtype auto: {model.name}'s config.json names no dtype, so transformers takes the first "
+                       "floating-point weight of the checkpoint, which hpcmem does not read; estimated as bfloat16 "
+                       f"(a float32 checkpoint holds twice the weight bytes): {setting} float32 or bfloat16")
     if t.attn_implementation not in ("eager", "sdpa") and "flash" not in t.attn_implementation:
         # hpcmem.estimate.activations keeps eager's scores, FlashAttention's and SDPA's q, k, v, out and logsumexp
         out.append(f"attn_implementation {t.attn_implementation} is estimated as SDPA keeps its tensors; hpcmem has "

@@ -77,6 +77,9 @@ class ModelSpec:
     attn_logit_softcapping: float = 0.0    # tanh cap on scores, 0: none (Gemma2 50.0: no sdpa, eager attention)
     wrapper_model_type: str = ""    # outer model_type of a config with text_config (gemma3): its towers are not counted
     sliding_window: int = 0         # a window some layer attends within (0: every layer sees the whole sequence)
+    # The checkpoint's dtype as config.json names it (`dtype`, else the older `torch_dtype`): what from_pretrained
+    # loads under dtype="auto"; None when config.json says nothing
+    dtype: str | None = None
     # A learned profile (hpcmem.models.profile.LearnedProfile) when no family descriptor covers the model type: its
     # parameter layout and per-layer terms replace the derived ones (the estimate says so)
     learned: Any = field(default=None, compare=False, repr=False)
@@ -233,12 +236,6 @@ class TrainSpec:
     @property
     def quantized(self) -> bool:
         return self.load_in_4bit or self.load_in_8bit
-
-    @property
-    def weight_bytes(self) -> int:
-        """Bytes per element of the loaded (unquantized) weights; `auto` takes the checkpoint's bf16."""
-        return DTYPES.get(self.dtype, 2)
-
 
 @dataclass(frozen=True, kw_only=True)
 class ParallelSpec:
@@ -415,6 +412,27 @@ class JobSpec:
         if tokens is not None and tokens < 1:
             raise SpecError(f"tokens_per_micro_batch must be ≥ 1 or None; got {tokens}")
         check_job(self)
+
+    @property
+    def load_dtype(self) -> str:
+        """The dtype the weights load in (`load_dtype`'s rule)."""
+        return load_dtype(self.train.dtype, self.model)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes per element of the loaded (unquantized) weights."""
+        return DTYPES.get(self.load_dtype, 2)
+
+
+def load_dtype(dtype: str, model: ModelSpec | None) -> str:
+    """What from_pretrained loads in for a `dtype` setting: the setting itself, or for `auto` the dtype the model's
+    config.json names (transformers 5.24 modeling_utils.py `_get_dtype`: `config.dtype` when set, which
+    configuration_utils.py `PreTrainedConfig.__post_init__` fills from `dtype`, else `torch_dtype`). Without one,
+    transformers reads the first floating-point weight of the checkpoint, which hpcmem does not open: bfloat16 is
+    assumed then, and `hpcmem.rules.job_warnings` says so."""
+    if dtype != "auto":
+        return dtype
+    return (model.dtype if model is not None else None) or "bfloat16"
 
 
 def field_names(cls: type) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from dataclasses import fields
 from typing import Any
 
 from hpcmem.errors import HpcmemError, SpecError
-from hpcmem.inputs.files import is_file, load_yaml_file
+from hpcmem.inputs.files import exists, is_file, load_yaml_file
 from hpcmem.inputs.settings import check_settings
 from hpcmem.inputs.values import json_object, shown
 from hpcmem.launch.parallelism import parallelism_settings, reshard_after_forward
@@ -41,7 +41,7 @@ def read_yaml(path: str | os.PathLike, what: str = "config") -> dict[str, Any]:
     """A YAML mapping read within hpcmem.inputs.files' limits (size, UTF-8, nesting, aliases); keys are not checked
     here (hpcmem.inputs.settings does, naming the file)."""
     if not is_file(path):
-        raise HpcmemError(f"{what} file {path} does not exist")
+        raise HpcmemError(f"{what} file {path} " + ("is not a regular file" if exists(path) else "does not exist"))
     data = load_yaml_file(path, what)
     if data is None:
         return {}

@@ -213,6 +213,66 @@ def test_a_length_profile_shapes_dpo_and_reward_micro_batches(tmp_path):
         want = json.loads(_run("estimate", *common, "--max_length", "12").output)
         assert "length profile" in got["summary"], got["summary"]
         assert got["per_gpu"]["peak_allocated_bytes"] == want["per_gpu"]["peak_allocated_bytes"], trainer
+        # the reference model's no-grad pass sees the same rows (it took max_length, 1024 here, whatever the data)
+        assert got["phases"].get("reference forward") == want["phases"].get("reference forward"), trainer
+
+
+def test_a_length_profile_for_a_trainer_hpcmem_lengths_cannot_tokenize_for_is_refused_with_the_way_out(tmp_path,
+                                                                                                     capsys):
+    """`hpcmem lengths --trainer` takes sft, dpo, reward, grpo and kto (its click choices); distillation's rows are
+    generated, so no profile holds them. The refusal must not send the user to `hpcmem lengths --trainer
+    distillation`, which click refuses, but say what to pass instead; a dpo profile is not a kto one."""
+    parts = {"prompt": [2, 9], "chosen": [6, 12], "rejected": [4, 10]}
+    path = _profile(tmp_path / "dpo.json", "dpo", parts, [6, 4, 12, 10])
+    capsys.readouterr()
+    assert run(["estimate", "distillation", *SMALL, "--teacher_model_name_or_path", "Qwen/Qwen2.5-0.5B",
+                "--per_device_train_batch_size", "2", "--lengths", str(path)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("hpcmem: error: ") and "\n" not in line, line
+    assert "--lengths" in line and "distillation" in line and "max_" in line and "--trainer distill" not in line, line
+    assert run(["lengths", "x.jsonl", "--tokenizer", "t", "--trainer", "distillation"]) == 2   # what it would name
+    _refused(capsys, ["estimate", "kto", *SMALL, "--per_device_train_batch_size", "2", "--lengths", str(path)],
+             "made for dpo, not kto", "--trainer kto")
+
+
+def test_a_kto_length_profile_sizes_the_micro_batch_and_its_kl_rows_by_hand(tmp_path):
+    """KTOTrainer (trl/trainer/kto_trainer.py `_prepare_dataset`): drops examples whose prompt alone fills max_length,
+    then pairs each prompt with the previous example's completion within each batch of per_device_train_batch_size
+    (add_kl_completion_ids: the first takes the batch's last); DataCollatorForUnpairedPreference cuts prompt +
+    completion and prompt + KL completion to max_length and pads each set of B rows to its longest; the KL rows run
+    through the policy (no grad) and the reference. The micro-batch is sized by the longer of the two sets.
+    Four examples, prompt / prompt+completion: (8, 9), (1, 9), (3, 5), (2, 4); batch 2 (hand count):
+      max_length none: batch 1 rows 9, 9; KL 8 + (9 − 1) = 16, 1 + (9 − 8) = 2 → 2 × 16 (the rows alone: 2 × 9);
+                       batch 2 rows 5, 4; KL 3 + 2 = 5, 2 + 2 = 4 → 2 × 5.  Worst: 2 × 16.
+      max_length 12:   the KL row 16 is cut to 12 → 2 × 12.
+      max_length 8:    (8, 9) is dropped (its prompt fills 8); batch 1 (1, 9), (3, 5): rows 8 (cut), 5; KL
+                       1 + 2 = 3, 3 + 8 = 11 → 8; batch 2 (2, 4): row 4, KL 4 → 2 × 8."""
+    prompts, lengths = [8, 1, 3, 2], [9, 9, 5, 4]
+    path = _profile(tmp_path / "kto.json", "kto", {"prompt": prompts, "length": lengths}, lengths)
+    common = ["kto", *SMALL, "--per_device_train_batch_size", "2", "--json"]
+    for max_length, seq in (("none", 16), ("12", 12), ("8", 8)):
+        got = json.loads(_run("estimate", *common, "--max_length", max_length, "--lengths", str(path)).output)
+        assert f"2 rows × {seq} " in got["summary"], (max_length, got["summary"])
+        want = json.loads(_run("estimate", *common, "--max_length", str(seq)).output)
+        assert got["per_gpu"]["peak_allocated_bytes"] == want["per_gpu"]["peak_allocated_bytes"], max_length
+
+
+def test_a_prompt_length_profile_sets_grpos_longest_prompt(tmp_path, capsys):
+    """A grpo profile holds the prompts' token counts (hpcmem lengths --trainer grpo); GRPO/RLOO's micro-batch is B
+    rows of the longest prompt + max_completion_length (max_prompt_length, hpcmem's own: the longest prompt). With
+    prompts of 20 and 30 tokens the estimate is the one for max_prompt_length 30 (hand count), not for the default 512,
+    which it was: the profile was dropped without a word. Both given: refused, one sets the other."""
+    path = _profile(tmp_path / "grpo.json", "grpo", {"prompt": [20, 30]}, [20, 30])
+    for trainer in ("grpo", "rloo"):
+        common = [trainer, *SMALL, "--per_device_train_batch_size", "2", "--num_generations", "2", "--json"]
+        got = json.loads(_run("estimate", *common, "--lengths", str(path)).output)
+        want = json.loads(_run("estimate", *common, "--max_prompt_length", "30").output)
+        default = json.loads(_run("estimate", *common).output)
+        assert got["per_gpu"]["peak_allocated_bytes"] == want["per_gpu"]["peak_allocated_bytes"], trainer
+        assert got["per_gpu"]["peak_allocated_bytes"] < default["per_gpu"]["peak_allocated_bytes"], trainer
+        assert "prompt 30" in got["summary"], got["summary"]
+    _refused(capsys, ["estimate", "grpo", *SMALL, "--per_device_train_batch_size", "2", "--num_generations", "2",
+                      "--lengths", str(path), "--max_prompt_length", "64"], "max_prompt_length 64", "--lengths")
 
 
 def test_a_plan_from_a_length_profile_keeps_the_batch_and_packing_it_was_measured_for(tmp_path):
@@ -277,12 +337,84 @@ def test_nvme_offload_is_refused_with_its_reason(capsys):
                           "nvme"], flag.lstrip("-"), "'nvme'", "cpu")
 
 
-def test_dtype_auto_says_it_assumes_bfloat16():
-    """dtype auto loads in the checkpoint's dtype (transformers from_pretrained), which hpcmem does not read: a
-    checkpoint saved in float32 would hold twice the weight bytes estimated, so the estimate says what it assumed."""
-    res = _run("estimate", "sft", *SMALL, "--dtype", "auto", "--json")
+def _tiny_qwen(folder, **dtype_keys):
+    """A tiny Qwen2 config.json (the catalog's Qwen2.5-0.5B, shrunk) with only the dtype keys given."""
+    from pathlib import Path
+
+    import hpcmem
+
+    cfg = json.loads((Path(hpcmem.__file__).parent / "models" / "catalog" / "Qwen--Qwen2.5-0.5B.json").read_text())
+    cfg = {k: v for k, v in cfg["config"].items() if k not in ("dtype", "torch_dtype")}
+    cfg.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, vocab_size=256, max_position_embeddings=512, bos_token_id=1, eos_token_id=1,
+               **dtype_keys)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def test_dtype_auto_loads_the_dtype_the_checkpoints_config_names(tmp_path):
+    """from_pretrained(dtype="auto") loads in config.json's `dtype`, else its older `torch_dtype` (transformers 5.24
+    modeling_utils.py `_get_dtype`; configuration_utils.py keeps `dtype` when both are given). The expected weight
+    bytes are those of the model transformers itself loads from a saved checkpoint with dtype="auto"."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    for keys in ({"torch_dtype": "float32"}, {"dtype": "float16", "torch_dtype": "float32"}, {"dtype": "bfloat16"}):
+        folder = _tiny_qwen(tmp_path / "_".join(f"{k}-{v}" for k, v in keys.items()), **keys)
+        saved = json.loads((folder / "config.json").read_text())
+        # float64 weights on disk: only the config's key can make the load 4 or 2 bytes per weight
+        AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=torch.float64).save_pretrained(folder)
+        (folder / "config.json").write_text(json.dumps(saved))     # the keys under test, not save_pretrained's
+        loaded = AutoModelForCausalLM.from_pretrained(folder, dtype="auto")
+        want = sum(p.numel() * p.element_size() for p in loaded.parameters())
+        res = _run("estimate", "sft", "--model_name_or_path", str(folder), "--dtype", "auto", "--json")
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.output)
+        assert out["per_gpu"]["components"]["weights"] == want, (keys, next(loaded.parameters()).dtype)
+        assert not [w for w in out["warnings"] if "dtype auto" in w], out["warnings"]
+
+
+def test_dtype_auto_without_a_dtype_in_config_json_says_what_it_assumes(tmp_path):
+    """No `dtype` nor `torch_dtype`: transformers then reads the first floating weight of the checkpoint, which
+    hpcmem does not open; the estimate takes bfloat16 and says so (a float32 checkpoint holds twice the bytes)."""
+    folder = _tiny_qwen(tmp_path / "m")
+    res = _run("estimate", "sft", "--model_name_or_path", str(folder), "--dtype", "auto", "--json")
     assert res.exit_code == 0, res.output
-    assert any("auto" in w and "bfloat16" in w for w in json.loads(res.output)["warnings"])
+    out = json.loads(res.output)
+    assert any("auto" in w and "bfloat16" in w for w in out["warnings"]), out["warnings"]
+    assert out["per_gpu"]["components"]["weights"] == out["model"]["num_params"] * 2      # bfloat16: 2 bytes
+
+
+def test_dtype_auto_refuses_a_checkpoint_dtype_it_cannot_estimate(tmp_path, capsys):
+    """A float64 checkpoint loads in float64 under dtype auto: hpcmem estimates float32/bfloat16/float16 weights only,
+    so it refuses in one line rather than print a number it cannot stand behind; a non-text dtype is refused where
+    the config.json is read."""
+    folder = _tiny_qwen(tmp_path / "f64", torch_dtype="float64")
+    _refused(capsys, ["estimate", "sft", "--model_name_or_path", str(folder), "--dtype", "auto"], "float64",
+             "dtype auto")
+    assert run(["estimate", "sft", "--model_name_or_path", str(folder), "--dtype", "bfloat16"]) == 0
+    folder = _tiny_qwen(tmp_path / "num", torch_dtype=5)
+    _refused(capsys, ["estimate", "sft", "--model_name_or_path", str(folder), "--dtype", "auto"], "torch_dtype", "5")
+
+
+def test_dtype_auto_reads_config_json_without_torch(tmp_path):
+    """The light install (no torch) reads the checkpoint's dtype too: torch, transformers and trl are blocked from
+    importing in the subprocess; 4 bytes per weight for a float32 checkpoint (hand count)."""
+    import subprocess
+    import sys
+
+    folder = _tiny_qwen(tmp_path / "m", torch_dtype="float32")
+    code = ("import sys, json, io, contextlib; sys.modules.update(dict.fromkeys(('torch', 'transformers', 'trl'))); "
+            "from hpcmem.cli import run; buf = io.StringIO(); "
+            "with_ = contextlib.redirect_stdout(buf); with_.__enter__(); "
+            f"status = run(['estimate', 'sft', '--model_name_or_path', {str(folder)!r}, '--dtype', 'auto', '--json']); "
+            "with_.__exit__(None, None, None); assert status == 0, status; out = json.loads(buf.getvalue()); "
+            "print(out['per_gpu']['components']['weights'], out['model']['num_params'])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    weights, params = map(int, done.stdout.split())
+    assert weights == params * 4
 
 
 def test_nothing_fits_does_not_suggest_what_was_already_tried():
@@ -374,3 +506,299 @@ def test_submit_refusal_fixes_keep_the_batch_a_length_profile_was_measured_for(t
     for fix in fixes:
         flags = shlex.split(fix)[::2]
         assert not {"--per_device_train_batch_size", "--packing", "--padding_free"} & set(flags), fix
+
+
+def test_probe_out_never_appends_to_what_is_not_a_records_file(tmp_path, capsys):
+    """`hpcmem probe --out FILE` appends one JSON line per run: the user's config given there by mistake was appended
+    to (and kept the record), a path under a file ended as an internal error. Both are refused before anything runs,
+    in one line, and the file is kept; a records file is accepted (the refusal that follows is about the steps)."""
+    config = tmp_path / "sft.yaml"
+    config.write_text("max_length: 512\n")
+    base = ["probe", "sft", "--model_name_or_path", str(_tiny_qwen(tmp_path / "m")), "--device", "cpu",
+            "--max_length", "16", "--per_device_train_batch_size", "2"]
+    _refused(capsys, [*base, "--out", str(config)], "--out", "sft.yaml", ".jsonl")
+    assert config.read_text() == "max_length: 512\n"
+    imposter = tmp_path / "notes.jsonl"
+    imposter.write_text("my notes, not records\n")
+    _refused(capsys, [*base, "--out", str(imposter)], "--out", "notes.jsonl", "records")
+    assert imposter.read_text() == "my notes, not records\n"
+    _refused(capsys, [*base, "--out", str(config / "r.jsonl")], "--out", "r.jsonl", "folder")
+    records = tmp_path / "r.jsonl"
+    records.write_text("")
+    _refused(capsys, [*base, "--out", str(records), "--steps", "3", "--warmup-steps", "3"], "--warmup-steps 3",
+             "--steps 3")
+
+
+def test_probe_refuses_warmup_that_leaves_no_step_to_measure(tmp_path, capsys):
+    """The peak is taken over the steps after --warmup-steps (probe/__init__.py): warm-up ≥ steps measured nothing
+    and ended as an internal error after building the model; now one line naming both values."""
+    base = ["probe", "sft", "--model_name_or_path", str(_tiny_qwen(tmp_path / "m")), "--device", "cpu", "--no-record"]
+    _refused(capsys, [*base, "--steps", "2", "--warmup-steps", "5"], "--warmup-steps 5", "--steps 2")
+
+
+def test_a_preset_name_that_is_not_a_file_is_said_so_not_not_found(tmp_path, monkeypatch, capsys):
+    """A folder, a FIFO or a looping link named NAME.yaml on the search path was listed as available and then "not
+    found" by `presets show NAME`; it is refused as not a regular file (a FIFO is never opened: reading it would
+    block), and `presets list --json` says the same of it in valid JSON."""
+    import os
+
+    folder = tmp_path / "presets"
+    folder.mkdir()
+    (folder / "adir.yaml").mkdir()
+    os.mkfifo(folder / "afifo.yaml")
+    (folder / "aloop.yaml").symlink_to(folder / "aloop.yaml")
+    monkeypatch.setenv("HPCMEM_PRESETS", str(folder))
+    for name in ("adir", "afifo", "aloop"):
+        for sub in ("show", "check"):
+            _refused(capsys, ["presets", sub, name], f"{name}.yaml", "not a regular file")
+    _refused(capsys, ["presets", "show", str(folder / "adir.yaml")], "adir.yaml", "not a regular file")
+    capsys.readouterr()
+    assert run(["presets", "list", "--json"]) == 0
+    listed = {p["name"]: p["problem"] for p in json.loads(capsys.readouterr().out)}
+    assert all("not a regular file" in listed[n] for n in ("adir", "afifo", "aloop")), listed
+    assert listed["example-h100"] is None
+
+
+def _fake_slurm(tmp_path, monkeypatch, script, mode=0o755):
+    """A `scontrol` of our own, alone on PATH (no shell reads any value: hpcmem runs it by argv)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / "scontrol"
+    tool.write_text("#!/bin/sh\n" + script)
+    tool.chmod(mode)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return tool
+
+
+def test_presets_check_says_what_slurm_said_on_one_line_and_never_ends_as_an_internal_error(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """`presets check` runs scontrol: a several-line complaint is one line, an scontrol that cannot be run (not
+    executable) or that does not answer in time is one line naming it — they ended as "internal error"."""
+    from hpcmem.errors import HpcmemError
+    from hpcmem.launch.backends import run_command
+
+    _fake_slurm(tmp_path, monkeypatch, "echo 'scontrol: error: first' >&2; echo 'scontrol: fatal: second' >&2; "
+                                       "exit 1\n")
+    _refused(capsys, ["presets", "check", "example-h100"], "gpu-h100", "first", "second")
+    _fake_slurm(tmp_path, monkeypatch, "exit 0\n", mode=0o644)
+    _refused(capsys, ["presets", "check", "example-h100"], "scontrol", "cannot be run")
+    tool = _fake_slurm(tmp_path, monkeypatch, "exec /bin/sleep 5\n")
+    try:
+        run_command([str(tool)], timeout_s=0.3)
+        raise AssertionError("no refusal")
+    except HpcmemError as exc:
+        assert "did not answer within" in str(exc) and "\n" not in str(exc).strip("- "), exc
+
+
+def test_probe_json_is_json_in_a_fresh_process(tmp_path):
+    """`probe --json` prints the record, and only it, on stdout: DeepSpeed's logger writes its accelerator notice to
+    stdout when transformers first imports it (deepspeed/accelerator/real_accelerator.py), which made the output
+    unreadable as JSON. A fresh process (the notice comes once per process); a tiny model, two CPU steps."""
+    import os
+    import subprocess
+    import sys
+
+    folder = _tiny_qwen(tmp_path / "m")
+    done = subprocess.run([sys.executable, "-m", "hpcmem", "probe", "sft", "--model_name_or_path", str(folder),
+                           "--device", "cpu", "--max_length", "16", "--per_device_train_batch_size", "2", "--steps",
+                           "2", "--no-record", "--json"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads(done.stdout)
+    assert record["device"] == "cpu" and record["source"] == "probe", sorted(record)
+
+
+def test_gradient_checkpointing_kwargs_torch_would_refuse_are_refused(tmp_path, capsys):
+    """transformers binds gradient_checkpointing_kwargs into its torch.utils.checkpoint.checkpoint call
+    (modeling_utils.py `_activation_checkpointing_enable`), and a key checkpoint does not take stops the first
+    training forward; the estimate accepted such a key and the probe ended as an internal error. Asked of the real
+    transformers + torch here (a tiny Qwen2, one forward and backward per key): the keys that run pass, one that
+    does not is refused in one line, and TRL's own `selective` (SFT) passes."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(_tiny_qwen(tmp_path / "m")))
+    model.train()
+
+    def trains(kwargs):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        try:
+            model(input_ids=torch.ones(1, 4, dtype=torch.long), labels=torch.ones(1, 4, dtype=torch.long)).loss.backward()
+            return True
+        except (TypeError, ValueError):
+            return False
+
+    good = {"use_reentrant": False, "preserve_rng_state": True, "determinism_check": "default", "debug": False,
+            "early_stop": True}
+    for key, value in good.items():
+        assert trains({key: value}), key
+        assert run(["estimate", "sft", *SMALL, "--gradient_checkpointing_kwargs", json.dumps({key: value})]) == 0, key
+    for bad in ({"a": 1}, {"use_reentrant": True, "a": 1}):
+        assert not trains(bad)
+        _refused(capsys, ["estimate", "sft", *SMALL, "--gradient_checkpointing_kwargs", json.dumps(bad)],
+                 "gradient_checkpointing_kwargs", "'a'", "torch.utils.checkpoint")
+    assert run(["estimate", "sft", *SMALL, "--gradient_checkpointing_kwargs", '{"selective": true}']) == 0
+
+
+def test_probe_refuses_a_model_name_with_a_line_break_in_one_line(capsys):
+    """probe resolves the model before the settings are checked (to probe a type hpcmem cannot estimate): a name with
+    a line break printed a note broken over two lines; it is refused as `hpcmem estimate` refuses it."""
+    _refused(capsys, ["probe", "sft", "--model_name_or_path", "a\nb", "--device", "cpu", "--no-record"],
+             "model_name_or_path", "control characters")
+    _refused(capsys, ["probe", "sft", "--model_name_or_path", "/tmp/\udcff", "--device", "cpu", "--no-record"],
+             "model_name_or_path", "UTF-8")
+
+
+def test_a_model_path_that_is_no_config_is_named_for_what_it_is(tmp_path, capsys):
+    """`models show` / `estimate` take a config.json or a folder holding one: a FIFO given there was called a folder
+    holding no config.json (and is never opened: reading one blocks), an empty name was read as the current folder
+    ("model : folder . holds no config.json")."""
+    import os
+
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    _refused(capsys, ["models", "show", str(fifo)], "config.json", "not a regular file")
+    _refused(capsys, ["estimate", "sft", "--model_name_or_path", str(tmp_path)], "config.json", "not a regular file")
+    _refused(capsys, ["models", "show", ""], "empty")
+
+
+def test_status_refuses_a_job_id_that_is_not_one(tmp_path, capsys):
+    """RUN/job_id holds what sbatch --parsable or submitit gave (digits, N_M for an array task): anything else was
+    asked of squeue/sacct and reported as a job SLURM "no longer knows" (with --json too), and bytes that are not
+    UTF-8 ended as an internal error. Both are one line naming the file and the value."""
+    (tmp_path / "job_id").write_text("123; touch pwned\n")
+    for extra in ([], ["--json"]):
+        _refused(capsys, ["status", str(tmp_path), *extra], "job_id", "'123; touch pwned'", "digits")
+    (tmp_path / "job_id").write_bytes(b"\xff\xfe\n")
+    _refused(capsys, ["status", str(tmp_path)], "job_id", "UTF-8")
+
+
+def test_logs_reads_only_regular_files_and_never_hangs(tmp_path):
+    """`hpcmem logs RUN` tails RUN/logs/*.log: a FIFO there blocked it forever at open(), a folder named *.log was an
+    internal error. Only regular files are logs; the others are left alone (a real process with a deadline, so a
+    hang fails the test instead of stalling it)."""
+    import os
+    import subprocess
+    import sys
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "node0.log").write_bytes(b"first\nlast \xff line\n")
+    os.mkfifo(logs / "node1.log")
+    (logs / "vllm.log").mkdir()
+    done = subprocess.run([sys.executable, "-m", "hpcmem", "logs", str(tmp_path), "-n", "1"], capture_output=True,
+                          text=True, timeout=15)
+    assert done.returncode == 0, done.stderr
+    assert "node0.log" in done.stdout and "last" in done.stdout and "first" not in done.stdout, done.stdout
+    assert "node1.log" not in done.stdout and "vllm.log" not in done.stdout, done.stdout
+
+
+def test_presets_check_json_is_one_object_also_on_a_mismatch(tmp_path, monkeypatch, capsys):
+    """Every other listing command has --json; `presets check --json` prints one object (the checks, each with both
+    numbers, and whether all hold), exit 1 on a mismatch as without --json; an unreachable SLURM stays one line on
+    stderr with nothing on stdout. SLURM here: stub scontrol and sinfo that print recorded answers."""
+    tool = _fake_slurm(tmp_path, monkeypatch, "echo 'PartitionName=gpu-h100 MaxNodes=UNLIMITED MaxTime=2-00:00:00 "
+                                              "State=UP'\n")
+    (tool.parent / "sinfo").write_text("#!/bin/sh\necho 'n1|96|1100000|gpu:h100:8|ib'\necho "
+                                       "'n2|96|1100000|gpu:h100:4|ib'\n")
+    (tool.parent / "sinfo").chmod(0o755)
+    capsys.readouterr()
+    status = run(["presets", "check", "example-h100", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert status == 1 and out["ok"] is False, out          # max_nodes 16 > 2 nodes; MaxArraySize unknown
+    checks = {c["what"].split()[0]: c for c in out["checks"]}
+    assert checks["gpus_per_node"]["ok"] is True and checks["max_nodes"]["ok"] is False, checks
+    assert checks["partition"]["cluster"] == "UP"
+    tool.write_text("#!/bin/sh\necho 'scontrol: fatal: no controller' >&2\nexit 1\n")
+    capsys.readouterr()
+    assert run(["presets", "check", "example-h100", "--json"]) == 2
+    got = capsys.readouterr()
+    assert got.out == "" and got.err.count("\n") == 1 and "no controller" in got.err, got
+
+
+def test_calibrate_refuses_an_only_that_selects_nothing_and_a_site_with_a_line_break(tmp_path, capsys):
+    """`--only 'zzz*'` matched no case and planned a campaign of nothing (submitted, its collect job alone); `--only
+    ''` silently meant every case; `--site` with a line break went into campaign.json and into every estimate's
+    "calibrated at <site>" line. Each is one line naming the flag and the value, before anything is written."""
+    base = ["calibrate", "--preset", "example-h100", "--dry-run", "--campaign", str(tmp_path / "camp")]
+    _refused(capsys, [*base, "--only", "zzz*"], "--only", "'zzz*'", "no case")
+    _refused(capsys, [*base, "--only", " , "], "--only", "no case pattern")
+    _refused(capsys, [*base, "--only", "sft-q05*", "--site", "a\nb"], "--site", "control characters")
+    assert not (tmp_path / "camp").exists()
+
+
+def test_trace_of_a_preference_or_kto_job_traces_the_profiles_rows(tmp_path):
+    """`hpcmem trace dpo|kto --lengths` read the profile and traced max_length rows ([4, 64] below) — the profile
+    dropped without a word while `estimate` used it. The trace now runs TRL's trainer on rows as long as the
+    profile's worst micro-batch (hand count: DPO chosen 6 / 12, rejected 4 / 10 → 4 rows × 12; KTO rows 9, 9 and KL
+    rows 16, 2 → 2 rows × 16), the rows `--max_length` of that length traces. Tiny Qwen2, two real CPU steps each."""
+    model = str(_tiny_qwen(tmp_path / "m"))
+    dpo = _profile(tmp_path / "dpo.json", "dpo", {"prompt": [2, 9], "chosen": [6, 12], "rejected": [4, 10]},
+                   [6, 4, 12, 10])
+    kto = _profile(tmp_path / "kto.json", "kto", {"prompt": [8, 1, 3, 2], "length": [9, 9, 5, 4]}, [9, 9, 5, 4])
+    for trainer, path, shape in (("dpo", dpo, [4, 12]), ("kto", kto, [2, 16])):
+        common = ["trace", trainer, "--model_name_or_path", model, "--per_device_train_batch_size", "2", "--json"]
+        got = _run(*common, "--max_length", "64", "--lengths", str(path))
+        assert got.exit_code == 0, got.output
+        got = json.loads(got.stdout)
+        assert got["trace"]["batch"]["shape"] == shape, (trainer, got["trace"]["batch"])
+
+
+def test_validate_refuses_records_that_are_not_a_file(tmp_path, capsys):
+    """`validate --records FIFO` read it as a file with no records ("0 probe records") and went on; a FIFO is named
+    as not a regular file and never opened (reading it blocks)."""
+    import os
+
+    fifo = tmp_path / "r.jsonl"
+    os.mkfifo(fifo)
+    _refused(capsys, ["validate", "--records", str(fifo), "--no-png"], "r.jsonl", "not a regular file")
+
+
+def test_a_fifo_given_as_an_input_file_is_refused_not_waited_on(tmp_path):
+    """hpcmem.inputs.files opened a file, then checked it was a regular one: open() of a FIFO blocks until someone
+    writes, so `estimate --lengths FIFO` and `calibrate --cases FIFO` hung. Each is one line naming the file; a
+    config given as a FIFO is "not a regular file", not "does not exist". Real processes with a deadline."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "in.yaml"
+    os.mkfifo(fifo)
+    small = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B"]
+    for argv in (["estimate", "sft", *small, "--lengths", str(fifo)],
+                 ["calibrate", "--preset", "example-h100", "--dry-run", "--cases", str(fifo)],
+                 ["estimate", "sft", *small, "--config", str(fifo)]):
+        done = subprocess.run([sys.executable, "-m", "hpcmem", *argv], capture_output=True, text=True, timeout=15)
+        line = done.stderr.strip()
+        assert done.returncode == 2 and "\n" not in line and "in.yaml" in line, (argv, done.stderr)
+        assert "not a regular file" in line, line
+
+
+def test_calibrate_never_makes_a_campaign_in_a_folder_of_other_files(tmp_path, capsys):
+    """A new campaign writes scripts/, records/, status/, logs/, work/ and report/ into its folder: `--campaign` naming
+    the user's own non-empty folder (no campaign.json) would mix them with — and write over — what is there. Refused,
+    dry run included, and the folder is left as it was; an empty folder is fine."""
+    mine = tmp_path / "project"
+    (mine / "report").mkdir(parents=True)
+    (mine / "report" / "report.md").write_text("my report\n")
+    _refused(capsys, ["calibrate", "--preset", "example-h100", "--dry-run", "--only", "sft-q05*", "--campaign",
+                      str(mine)], "--campaign", "project", "campaign.json")
+    assert sorted(p.name for p in mine.rglob("*")) == ["report", "report.md"]
+    (tmp_path / "empty").mkdir()
+    assert run(["calibrate", "--preset", "example-h100", "--dry-run", "--only", "sft-q05*", "--campaign",
+                str(tmp_path / "empty")]) == 0
+
+
+def test_logs_follow_outlives_a_log_that_goes_away(tmp_path, capsys):
+    """`logs -f` re-reads each log every two seconds: a log removed or replaced by a folder meanwhile (a requeue's
+    cleanup) ended the command as an internal error; it is skipped, the others still followed."""
+    from hpcmem.cli.logs import _print_new
+
+    kept, gone = tmp_path / "node0.log", tmp_path / "node1.log"
+    kept.write_text("a\n")
+    gone.write_text("b\n")
+    offsets = {kept: 2, gone: 2}
+    gone.unlink()
+    kept.write_text("a\nmore\n")
+    _print_new(offsets)
+    assert capsys.readouterr().out == "more\n"

@@ -338,3 +338,47 @@ def test_bad_input_is_a_clear_error_without_traceback(case, needle, tok_dir, tmp
     code, out, err = _run_cli(["lengths", data, "--tokenizer", tokenizer, *extra], capsys)
     assert code == 2 and "hpcmem: error" in err and needle in err, err
     assert "Traceback" not in err
+
+
+def test_a_file_that_does_not_parse_is_one_line_without_the_librarys_log(tok_dir, tmp):
+    """datasets' JSON builder logs "Failed to load JSON from file …" at ERROR before it raises
+    (packaged_modules/json/json.py `_generate_tables`), through a handler bound to the process's stderr at import: the
+    user sees hpcmem's one line only (a real process, so that nothing is captured away), and it names the file and
+    what the parser said (the row that does not parse), not datasets' generic "error while generating"."""
+    import subprocess
+
+    path = tmp / "broken-pref.jsonl"
+    path.write_text('{"prompt": "w1", "chosen": "w2", "rejected": "w3"}\n{"prompt": "w1", "chosen": "w2"\n')
+    done = subprocess.run([sys.executable, "-m", "hpcmem", "lengths", str(path), "--tokenizer", tok_dir, "--trainer",
+                           "dpo", "--json"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_DATASETS_CACHE": str(tmp / "cache-broken")})
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    line = done.stderr.strip()
+    assert line.startswith("hpcmem: error: ") and "\n" not in line, done.stderr
+    assert "broken-pref.jsonl" in line and "row 1" in line, line
+
+
+def test_kto_lengths_unpair_as_trl_and_feed_the_estimate(tok_dir, tmp, capsys):
+    """`hpcmem lengths --trainer kto`: a paired dataset becomes TRL's unpaired one (trl.unpair_preference_dataset:
+    the chosen examples of a map batch, then its rejected ones), each tokenized as prompt and prompt + completion +
+    EOS. One token per word (tok_dir), by hand: pair 1 prompt 'w1 w2' (2), chosen ' w3' (2 + 1 + EOS = 4), rejected
+    ' w4 w5 w6' (2 + 3 + 1 = 6); pair 2 prompt 'w1' (1), chosen ' w2 w3' (1 + 2 + 1 = 4), rejected ' w4' (3).
+    Unpaired order c1, c2, r1, r2: prompts 2, 1, 2, 1; lengths 4, 4, 6, 3. The saved profile feeds `estimate kto`:
+    batch 2 → rows 4, 4 | 6, 3 and KL rows 2 + (4 − 1) = 5, 1 + (4 − 2) = 3 | 2 + (3 − 1) = 4, 1 + (6 − 2) = 5 →
+    the worst micro-batch is 2 × 6."""
+    path = tmp / "kto-pairs.jsonl"
+    path.write_text(json.dumps({"prompt": "w1 w2", "chosen": " w3", "rejected": " w4 w5 w6"}) + "\n" +
+                    json.dumps({"prompt": "w1", "chosen": " w2 w3", "rejected": " w4"}) + "\n")
+    p = profile_dataset(str(path), tok_dir, trainer="kto", per_device_train_batch_size=2,
+                        cache_dir=str(tmp / "cache-kto"))
+    assert decode_lengths(p["order"]["parts"]["prompt"]) == [2, 1, 2, 1]
+    assert decode_lengths(p["order"]["parts"]["length"]) == [4, 4, 6, 3]
+    assert tokens_per_micro_batch(p, trainer="kto", max_length=None, per_device_train_batch_size=2, packing=False,
+                                  packing_strategy="bfd", padding_free=False, pad_to_multiple_of=None) == 12
+    saved = tmp / "kto-profile.json"
+    code, out, err = _run_cli(["lengths", str(path), "--tokenizer", tok_dir, "--trainer", "kto", "--save",
+                               str(saved), "--per_device_train_batch_size", "2"], capsys)
+    assert code == 0, err
+    code, out, err = _run_cli(["estimate", "kto", "--model_name_or_path", "Qwen/Qwen2.5-0.5B",
+                               "--per_device_train_batch_size", "2", "--lengths", str(saved)], capsys)
+    assert code == 0 and "2 rows × 6 " in out, (out, err)

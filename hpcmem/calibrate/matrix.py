@@ -115,6 +115,11 @@ def plan_cases(gpu: GpuSpec, *, gpus_per_node: int, max_nodes: int | None, tiny:
              + long_context.cases(sized_gpu, resolve, peak, tiny, gpus_per_node, notes, wanted, _predicted)
              + [_predicted(c, sized_gpu, resolve, peak) for c in extra if wanted(c.name)])
     names = [c.name for c in cases]
+    if only is not None and not cases:
+        from hpcmem.errors import HpcmemError
+
+        raise HpcmemError(f"--only {only!r} matches no case of this campaign; `hpcmem calibrate --preset NAME "
+                          "--dry-run` lists them all")
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         from hpcmem.errors import HpcmemError

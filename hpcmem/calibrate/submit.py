@@ -107,6 +107,10 @@ def _campaign(preset: Preset, opt: Options, runner: Runner) -> Campaign:
             raise HpcmemError(f"campaign {root} was planned for preset {same[0]} on {same[1]} ({same[2]}"
                               f"{', tiny' if same[3] else ''}); choose another --campaign folder")
         return camp
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        # a new campaign writes its folders (campaign.FOLDERS) into root: never among, or over, the user's files
+        raise HpcmemError(f"--campaign {shown(str(root), 400)} holds other files and no campaign.json; a new campaign "
+                          "needs a new or empty folder")
     return Campaign.create(root, site=opt.site or cluster_name(runner) or preset.name, preset=preset.name,
                            preset_source=preset.source, gpu=preset.gpu, gpu_name=gpu.name, device=opt.device,
                            tiny=opt.tiny, steps=opt.steps,

@@ -17,7 +17,17 @@ GIB = 1024**3
 def _options(preset: Any, kw: dict[str, Any]) -> Any:
     from hpcmem.calibrate import site_cases
     from hpcmem.calibrate.submit import Options
+    from hpcmem.inputs import values as v
 
+    for flag in ("site", "only"):        # site names the calibration in every estimate's line; only selects cases
+        if kw[flag] is not None:
+            try:
+                v.text(f"--{flag}", kw[flag], max_len=1000)
+            except v.InputError as exc:
+                raise HpcmemError(exc.problems[0]) from None
+    if kw["only"] is not None and not [p for p in kw["only"].split(",") if p.strip()]:
+        raise HpcmemError(f"--only {kw['only']!r} holds no case pattern; give comma-separated patterns such as "
+                          "'sft-q05-*,zero3-*', or leave --only out for every case")
     extra = site_cases.load(kw["cases_file"], gpus_per_node=preset.gpus_per_node,
                             max_nodes=preset.max_nodes) if kw["cases_file"] else []
     return Options(campaign_dir=Path(kw["campaign_dir"] or f"campaigns/{preset.name}"), device=kw["device"],

@@ -51,7 +51,8 @@ def _names(field: str, *more: str) -> list[str]:
 @click.option("--tokenizer", required=True, help="Local tokenizer folder, or a Hub name already in the local cache.")
 @click.option("--trainer", type=click.Choice(TRAINERS), default="sft", show_default=True,
               help="Tokenize as this trainer does: sft (text / messages / prompt+completion), dpo and reward "
-                   "(prompt+chosen and prompt+rejected), grpo (the prompt).")
+                   "(prompt+chosen and prompt+rejected), grpo (the prompt), kto (prompt+completion, paired data "
+                   "unpaired as TRL does; the KL rows from them).")
 @click.option("--split", default="train", show_default=True, help="Split of a DatasetDict folder or a cached dataset.")
 @click.option(*_names("dataset_text_field"), default="text", show_default=True, help="SFT column holding plain text.")
 @click.option(*_names("per_device_train_batch_size"), type=click.IntRange(min=1), default=8, show_default=True,

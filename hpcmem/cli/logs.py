@@ -32,11 +32,17 @@ def command(run: str, lines: int, node: int | None, follow: bool) -> None:
 
 
 def _print_new(offsets: dict) -> None:
-    """Print what each log gained since its recorded offset, and move the offset."""
+    """Print what each log gained since its recorded offset, and move the offset; a log that is gone or is no longer
+    a regular file is skipped (hpcmem.launch.monitor.log_files reads regular files only)."""
     for path, start in offsets.items():
-        size = path.stat().st_size
-        if size > start:
-            with open(path, errors="replace") as fh:
-                fh.seek(start)
-                click.echo(fh.read(), nl=False)
+        try:
+            if not path.is_file():
+                continue
+            size = path.stat().st_size
+            if size > start:
+                with open(path, errors="replace") as fh:
+                    fh.seek(start)
+                    click.echo(fh.read(), nl=False)
+        except OSError:          # removed between the check and the read
+            continue
         offsets[path] = size

@@ -13,7 +13,7 @@ import click
 
 from hpcmem.errors import HpcmemError
 from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
-from hpcmem.trainers import names
+from hpcmem.trainers import entry, names
 
 
 def typed(name: str) -> bool:
@@ -165,17 +165,28 @@ def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | 
     settings.pop("accelerate_config", None)
     settings.update(check_settings(given, "command line"))
     if lengths_path:
-        settings["tokens_per_micro_batch"] = _tokens_from_profile(lengths_path, trainer, settings)
+        _apply_profile(lengths_path, trainer, settings)
     return build_job(trainer, settings, model=model, settle_required=settle_required)
 
 
-def _tokens_from_profile(path: str, trainer: str, settings: dict[str, Any]) -> int:
+def _apply_profile(path: str, trainer: str, settings: dict[str, Any]) -> None:
+    """--lengths: the worst micro-batch's tokens (tokens_per_micro_batch), or for a trainer that generates its
+    completions the longest prompt (max_prompt_length, hpcmem's own field)."""
     try:
         from hpcmem.data.errors import ProfileError
-        from hpcmem.data.profile import load_profile, tokens_per_micro_batch
+        from hpcmem.data.profile import load_profile, longest_prompt, tokens_per_micro_batch
     except ImportError:
         raise HpcmemError("--lengths needs hpcmem.data.profile (the lengths tool)") from None
     profile = load_profile(path)
+    if entry(trainer).generates:
+        longest = longest_prompt(profile, trainer)
+        if "max_prompt_length" in settings:
+            raise ProfileError(f"max_prompt_length {settings['max_prompt_length']} and --lengths {path} both set the "
+                               f"longest prompt (the profile's is {longest}); give one of them")
+        if longest < 1:
+            raise ProfileError(f"the length profile {path} holds no prompt")
+        settings["max_prompt_length"] = longest
+        return
     tokens = tokens_per_micro_batch(
         profile, trainer=trainer,
         max_length=settings.get("max_length", 1024),
@@ -188,5 +199,5 @@ def _tokens_from_profile(path: str, trainer: str, settings: dict[str, Any]) -> i
     if tokens < 1:
         raise ProfileError(f"the length profile {path} leaves no row to train on with these settings (no examples, "
                            "or every one dropped by max_length)")
-    return tokens
+    settings["tokens_per_micro_batch"] = tokens
 

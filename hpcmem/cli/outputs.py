@@ -28,3 +28,36 @@ class SuffixPath(click.Path):
 
 PNG = SuffixPath((".png",), "a PNG")
 PICKLE = SuffixPath((".pickle", ".pkl"), "a pickle")
+
+
+class RecordsOut(click.Path):
+    """A records file a command appends one JSON line to (probe --out): `.jsonl`, in a folder, and — when it exists
+    already — a regular file whose every line is a record (hpcmem.record.read_records); anything else is the user's
+    and is kept."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)
+        self.name = "jsonl"
+
+    def convert(self, value, param, ctx):
+        from hpcmem.record import RecordError, read_records
+
+        path = Path(str(super().convert(value, param, ctx)))
+        shown = click.format_filename(str(path))
+        if path.suffix.lower() != ".jsonl":
+            self.fail(f"{shown!r} must end in .jsonl: a record is appended to it as one JSON line (nothing else is "
+                      "written to)", param, ctx)
+        if path.parent.exists() and not path.parent.is_dir():
+            self.fail(f"{shown!r}: {path.parent} is not a folder", param, ctx)
+        if path.exists() or path.is_symlink():
+            if not path.is_file():
+                self.fail(f"{shown!r} exists and is not a regular file; choose another file", param, ctx)
+            try:
+                read_records(path)
+            except RecordError as exc:
+                self.fail(f"{shown!r} exists and is not a records file ({exc.problems[0]}); it is kept: choose "
+                          "another file", param, ctx)
+        return str(path)
+
+
+RECORDS = RecordsOut()

@@ -59,14 +59,21 @@ def show(name: str, as_json: bool) -> None:
 
 @command.command(name="check")
 @click.argument("name")
-def check(name: str) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="one JSON object: preset, ok, checks (what, preset, cluster, ok each)")
+def check(name: str, as_json: bool) -> None:
     """Compare a preset with `scontrol show partition` and `sinfo` (needs SLURM reachable); exit 1 on a mismatch."""
+    import dataclasses
+
     from hpcmem.launch import presets
     from hpcmem.launch.preset_check import check as run_check
 
     preset = presets.load(name)
     results = run_check(preset)
-    for r in results:
+    if as_json:
+        click.echo(json.dumps({"preset": preset.name, "ok": all(r.ok for r in results),
+                               "checks": [dataclasses.asdict(r) for r in results]}, indent=2))
+    for r in results if not as_json else ():
         click.echo(f"{'ok ' if r.ok else 'BAD'}  {r.what:36} preset {r.preset:14} cluster {r.cluster}")
     if not all(r.ok for r in results):
         raise click.exceptions.Exit(1)

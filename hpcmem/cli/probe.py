@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from typing import Any
 
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+from hpcmem.cli.outputs import RECORDS
 
 
 def probe_model(kwargs: dict) -> Any:
@@ -15,11 +18,13 @@ def probe_model(kwargs: dict) -> Any:
     profile, or a refused one (a GPU probe measures the real kernels) — its parameters from the meta model: the run
     is recorded, its estimate marked as missing."""
     from hpcmem.errors import SpecError
+    from hpcmem.inputs.settings import check_settings
     from hpcmem.models import resolve_model
 
     name = kwargs.get("model_name_or_path")
     if not name:
         return None
+    check_settings({"model_name_or_path": name}, "command line")      # as every flag is checked (hpcmem.inputs)
     try:
         return resolve_model(str(name))
     except SpecError as exc:
@@ -41,8 +46,9 @@ def probe_model(kwargs: dict) -> Any:
               show_default=True, help="steps left out of the peak (optimizer states are born in step 1)")
 @click.option("--capacity-bytes", "--capacity_bytes", "capacity_bytes", type=click.IntRange(1), default=None,
               help="pretend the device holds only this many bytes (an OOM is then recorded, not raised)")
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="records file (default estimator/probes/<gpu>.jsonl, cpu.jsonl for --device cpu)")
+@click.option("--out", type=RECORDS, default=None,
+              help="records file to append to, .jsonl (default estimator/probes/<gpu>.jsonl, cpu.jsonl for --device cpu); "
+                   "an existing file must hold records")
 @click.option("--after", "after", multiple=True, type=click.Choice(["evaluation", "save"]),
               help="after training, run one evaluation / one checkpoint save and measure each (repeatable)")
 @click.option("--no-record", "no_record", is_flag=True, help="measure and print, write nothing")
@@ -58,9 +64,17 @@ def command(trainer: str, device: str, steps: int, warmup_steps: int, capacity_b
     from hpcmem.probe import record_file, run_probe
     from hpcmem.probe.summary import summary
 
+    if warmup_steps >= steps:
+        # hpcmem.probe.run_probe takes the peak over the steps after warm-up
+        raise click.UsageError(f"--warmup-steps {warmup_steps} leaves nothing to measure with --steps {steps}: the "
+                               "peak is taken over the steps after warm-up, so give more steps than warm-up steps")
+
     job, _ = job_from_cli(trainer, kwargs, model=probe_model(kwargs))
     phases = tuple({"evaluation": "evaluation", "save": "checkpoint save"}[a] for a in after)
-    record = run_probe(job, device=device, steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes,
-                       out=out, write=not no_record, after=phases)
+    # what the libraries print while the job runs (DeepSpeed's logger writes its accelerator notice to stdout when
+    # transformers imports it) goes to stderr: stdout holds the record or the summary only
+    with contextlib.redirect_stdout(sys.stderr):
+        record = run_probe(job, device=device, steps=steps, warmup_steps=warmup_steps, capacity_bytes=capacity_bytes,
+                           out=out, write=not no_record, after=phases)
     path = None if no_record else record_file(record, out)
     click.echo(json.dumps(record.to_json(), indent=1, default=str) if as_json else summary(record, path))

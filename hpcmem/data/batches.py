@@ -13,6 +13,10 @@ Sources, in the installed trl package:
   the collator pads the 2·B rows together.
 - GRPO `grpo_trainer.py` `_tokenize_prompts`: prompts are not cut (there is no max_prompt_length in 1.16); a batch
   of B prompts is padded to its longest.
+- KTO  `kto_trainer.py` `_prepare_dataset`: drops examples whose prompt alone fills `max_length`, then gives each
+  example a KL completion, the previous example's within each batch of per_device_train_batch_size
+  (`add_kl_completion_ids`, a batched map: the first takes the batch's last); `DataCollatorForUnpairedPreference`
+  cuts prompt + completion and prompt + KL completion to `max_length` and pads each set of B rows to its longest.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-TRAINERS = ("sft", "dpo", "reward", "grpo")
+TRAINERS = ("sft", "dpo", "reward", "grpo", "kto")
 # Per trainer: the parts (per-example token counts) that form the rows of a micro-batch, in row order.
-ROW_PARTS = {"sft": ("length",), "dpo": ("chosen", "rejected"), "reward": ("chosen", "rejected"), "grpo": ("prompt",)}
+ROW_PARTS = {"sft": ("length",), "dpo": ("chosen", "rejected"), "reward": ("chosen", "rejected"), "grpo": ("prompt",),
+             "kto": ("length",)}
 PACKING_STRATEGIES = ("bfd", "bfd_split", "wrapped")
 
 
@@ -49,7 +54,7 @@ def kept_rows(trainer: str, parts: Mapping[str, Sequence[int]], max_length: int 
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}; got {trainer!r}")
     columns = [parts[name] for name in ROW_PARTS[trainer]]
-    prompts = parts.get("prompt") if trainer in ("sft", "dpo") else None
+    prompts = parts.get("prompt") if trainer in ("sft", "dpo", "kto") else None
     cut = None if trainer == "grpo" else max_length
     total = sum(sum(column) for column in columns)
     if cut is None:
@@ -73,6 +78,20 @@ def kept_rows(trainer: str, parts: Mapping[str, Sequence[int]], max_length: int 
         rows.extend(full)
     return Kept(rows=rows, rows_per_example=len(columns), num_examples=len(columns[0]), num_truncated=truncated,
                 num_dropped=dropped, tokens_total=total, tokens_kept=sum(rows))
+
+
+def kto_kl_rows(prompts: Sequence[int], lengths: Sequence[int], max_length: int | None, batch: int) -> list[int]:
+    """KTO's KL rows in dataset order (module docstring): over the examples kept, KL row i = prompt_i + the completion
+    (length − prompt) of the previous example in its batch of `batch`, the first taking the batch's last; cut to
+    max_length."""
+    kept = [(p, n - p) for p, n in zip(prompts, lengths, strict=True) if max_length is None or p < max_length]
+    rows = []
+    for start in range(0, len(kept), batch):
+        group = kept[start:start + batch]
+        completions = [c for _, c in group]
+        for (p, _), c in zip(group, completions[-1:] + completions[:-1]):
+            rows.append(p + c if max_length is None else min(p + c, max_length))
+    return rows
 
 
 def round_up(n: int, multiple: int | None) -> int:

@@ -31,9 +31,39 @@ def _offline() -> Iterator[None]:
         datasets.config.HF_HUB_OFFLINE, hub.HF_HUB_OFFLINE = saved
 
 
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """datasets' builders log a parse failure at ERROR before raising it (packaged_modules/json/json.py
+    `_generate_tables`: "Failed to load JSON from file …"); the exception says the same and hpcmem reports it in its
+    own line, so the library's logger stays below that while the data loads."""
+    import datasets
+
+    level = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
+    try:
+        yield
+    finally:
+        datasets.logging.set_verbosity(level)
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost explicit cause of a builder's exception (datasets raises "An error occurred while generating the
+    dataset" from the parser's error), on one line."""
+    seen = {id(exc)}
+    while (inner := exc.__cause__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        exc = inner
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
 def load_data(data: str, *, split: str = "train", cache_dir: str | None = None):
     """DATA → one `datasets.Dataset` (the split): a .jsonl/.json/.csv/.parquet file, a save_to_disk folder, a folder
     of data files, or a dataset name in the local cache."""
+    with _quiet():
+        return _load_data(data, split, cache_dir)
+
+
+def _load_data(data: str, split: str, cache_dir: str | None):
     import datasets
 
     path = Path(data)
@@ -69,7 +99,7 @@ def _load_file(path: Path, cache_dir: str | None):
     except Exception as exc:  # the builders raise many kinds; all mean the file does not parse
         if "corresponds to no data" in str(exc):   # datasets' words for a file with a header and no rows
             raise EmptyDataset(f"{path}: the file has no rows") from exc
-        raise UnknownFormat(f"{path}: not readable as {builder}: {exc}") from exc
+        raise UnknownFormat(f"{path}: not readable as {builder}: {_reason(exc)}") from exc
 
 
 def _pick_split(loaded, split: str, data: str):

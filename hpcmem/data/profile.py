@@ -3,12 +3,12 @@
 Schema `hpcmem.lengths/1` (written by `hpcmem lengths --save`, read by `hpcmem estimate --lengths`):
 
     schema        "hpcmem.lengths/1"
-    source        {data, split, tokenizer, trainer: sft|dpo|reward|grpo, format, dataset_text_field,
+    source        {data, split, tokenizer, trainer: sft|dpo|reward|grpo|kto, format, dataset_text_field,
                    trl_version, hpcmem_version, created}
     settings      {per_device_train_batch_size, pad_to_multiple_of, pack_batch_size}: what the table rows assume
     examples      number of examples
     row_parts     the per-example parts that become micro-batch rows: ["length"] (sft), ["chosen", "rejected"]
-                  (dpo, reward: prompt included), ["prompt"] (grpo)
+                  (dpo, reward: prompt included), ["prompt"] (grpo), ["length"] (kto: prompt + completion)
     stats         {count, total_tokens, min, mean, p50, p90, p95, p99, p99.9, max} over all rows (sequences)
     part_stats    {part: stats} for every part (incl. "prompt" where the trainer tokenizes it alone)
     histogram     [[length, count], …] over all rows, ascending: order-free, always present
@@ -16,7 +16,7 @@ Schema `hpcmem.lengths/1` (written by `hpcmem lengths --save`, read by `hpcmem e
                   or null when the dataset has more than MAX_ORDERED_EXAMPLES examples
     candidates    [{max_length (null = no truncation), label, examples, truncated_examples, dropped_examples,
                    tokens_total, tokens_lost,
-                   strategies: {padded | padding_free | bfd | bfd_split | wrapped:
+                   strategies: {padded | padding_free | bfd | bfd_split | wrapped | kl (kto's KL rows):
                                 {rows, micro_batches, tokens, tensor_tokens, padding_fraction, tokens_lost,
                                  worst_tokens_per_micro_batch, typical_tokens_per_micro_batch,
                                  padding_free (flattened rows?),
@@ -36,14 +36,15 @@ import zlib
 from array import array
 from collections.abc import Iterable, Mapping
 
-from hpcmem.data.batches import PACKING_STRATEGIES, ROW_PARTS, kept_rows, micro_batches, round_up
+from hpcmem.data.batches import (PACKING_STRATEGIES, ROW_PARTS, TRAINERS, kept_rows, kto_kl_rows, micro_batches,
+                                 round_up)
 from hpcmem.data.errors import ProfileError
 from hpcmem.data.profile_schema import ENCODING, MAX_DECODED, SCHEMA, check_profile
 from hpcmem.errors import SpecError
 from hpcmem.inputs.files import load_json_file
 
 __all__ = ["ENCODING", "SCHEMA", "check_profile", "decode_lengths", "encode_lengths", "load_profile",
-           "tokens_per_micro_batch"]
+           "longest_prompt", "tokens_per_micro_batch"]
 MAX_ORDERED_EXAMPLES = 2_000_000   # above this, only the histogram is stored (a few MiB of JSON at most)
 
 
@@ -121,7 +122,7 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
     tokenizes prompts the same way).
     """
     check_profile(profile)
-    made_for = profile["source"]["trainer"]
+    made_for = _made_for(profile, trainer)
     if trainer is not None and trainer != made_for and not (trainer == "rloo" and made_for == "grpo"):
         raise ProfileError(f"the length profile was made for {made_for}, not {trainer}: profile again with "
                            f"`hpcmem lengths DATA --tokenizer PATH --trainer {trainer}`")
@@ -144,6 +145,8 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
                 batch * round_up(max_length, pad_to_multiple_of)
         batches = micro_batches(rows, batch, flatten=flatten, pad_to_multiple_of=pad_to_multiple_of)
         return max((tensor for _, tensor in batches), default=0)
+    if trainer == "kto":
+        return _kto_tokens(profile, max_length, batch, pad_to_multiple_of)
     flatten = padding_free and trainer == "sft"
     parts = ordered_parts(profile)
     if parts is not None:
@@ -152,6 +155,49 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
                                 pad_to_multiple_of=pad_to_multiple_of)
         return max((tensor for _, tensor in batches), default=0)
     return _bound_from_histogram(profile, trainer, max_length, batch, flatten, pad_to_multiple_of)
+
+
+# trainers whose micro-batch no profile describes, and why (`hpcmem lengths --trainer` takes batches.TRAINERS)
+UNPROFILED = {
+    "distillation": ("DistillationTrainer trains on completions the student generates",
+                     "--max_prompt_length and --max_completion_length"),
+}
+
+
+def _made_for(profile: Mapping, trainer: str | None) -> str:
+    """The trainer the profile was tokenized for; a trainer `hpcmem lengths` cannot tokenize for is a ProfileError
+    that says what to pass instead."""
+    if trainer is not None and trainer not in TRAINERS and trainer != "rloo":
+        why, instead = UNPROFILED.get(trainer, (f"{trainer} is not one of them", "--max_length"))
+        raise ProfileError(f"--lengths: hpcmem lengths profiles data as {', '.join(TRAINERS)} (and rloo, as grpo) "
+                           f"tokenize it, not {trainer}: {why}; estimate {trainer} from {instead} instead")
+    return profile["source"]["trainer"]
+
+
+def longest_prompt(profile: Mapping, trainer: str) -> int:
+    """GRPO / RLOO: the longest prompt of a grpo profile (its rows are the prompts; the histogram holds every one) —
+    what hpcmem's max_prompt_length stands for."""
+    check_profile(profile)
+    made_for = _made_for(profile, trainer)
+    if made_for != "grpo":
+        raise ProfileError(f"the length profile was made for {made_for}, not {trainer}: profile again with "
+                           f"`hpcmem lengths DATA --tokenizer PATH --trainer grpo`")
+    return max((n for n, c in profile["histogram"] if c > 0), default=0)
+
+
+def _kto_tokens(profile: Mapping, max_length: int | None, batch: int, pad_to_multiple_of: int | None) -> int:
+    """KTO: the worst of its B-row micro-batches and of their KL rows (batches.kto_kl_rows), each padded to its
+    longest — both run through the model, so the micro-batch is sized by the longer. Without the order, a bound:
+    B rows of max_length, or of twice the longest sequence (a prompt and a completion, each at most that long)."""
+    parts = ordered_parts(profile)
+    if parts is None or "prompt" not in parts:
+        longest = max((n for n, c in profile["histogram"] if c > 0), default=0)
+        return batch * round_up(max_length if max_length is not None else 2 * longest, pad_to_multiple_of)
+    kept = kept_rows("kto", parts, max_length)
+    kl = kto_kl_rows(parts["prompt"], parts["length"], max_length, batch)
+    batches = micro_batches(kept.rows, batch, flatten=False, pad_to_multiple_of=pad_to_multiple_of) + \
+        micro_batches(kl, batch, flatten=False, pad_to_multiple_of=pad_to_multiple_of)
+    return max((tensor for _, tensor in batches), default=0)
 
 
 def _bound_from_histogram(profile: Mapping, trainer: str, max_length: int | None, batch: int, flatten: bool,

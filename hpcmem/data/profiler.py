@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from hpcmem.data.batches import PACKING_STRATEGIES, ROW_PARTS, kept_rows, micro_batches, summarize
+from hpcmem.data.batches import PACKING_STRATEGIES, ROW_PARTS, kept_rows, kto_kl_rows, micro_batches, summarize
 from hpcmem.data.errors import EmptyDataset, LengthsError
 from hpcmem.data.profile import ENCODING, MAX_ORDERED_EXAMPLES, SCHEMA, encode_lengths
 from hpcmem.data.stats import candidates, histogram, length_stats, recommend
@@ -100,6 +100,11 @@ def candidate_row(trainer: str, parts: Mapping[str, Sequence[int]], max_length: 
         batches = micro_batches(kept.rows, batch * kept.rows_per_example, flatten=flatten,
                                 pad_to_multiple_of=multiple)
         strategies[name] = {**summarize(batches, num_rows=len(kept.rows)), "padding_free": flatten,
+                            "tokens_lost": kept.tokens_lost}
+    if trainer == "kto":        # the KL rows, run without gradients through the policy and the reference
+        kl = kto_kl_rows(parts["prompt"], parts["length"], max_length, batch)
+        batches = micro_batches(kl, batch, flatten=False, pad_to_multiple_of=multiple)
+        strategies["kl"] = {**summarize(batches, num_rows=len(kl)), "padding_free": False,
                             "tokens_lost": kept.tokens_lost}
     for strategy in PACKING_STRATEGIES if trainer == "sft" and max_length is not None else ():
         rows = packed.get((max_length, strategy))

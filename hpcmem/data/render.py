@@ -10,7 +10,7 @@ from hpcmem.data.stats import PERCENTILES
 BAR_WIDTH = 40
 NUM_BINS = 20
 STRATEGY_NAMES = {"padded": "padded", "padding_free": "padding-free", "bfd": "packing bfd",
-                  "bfd_split": "packing bfd_split", "wrapped": "packing wrapped"}
+                  "bfd_split": "packing bfd_split", "wrapped": "packing wrapped", "kl": "KTO KL rows"}
 
 
 def bins(hist: Sequence[Sequence[int]], *, log_x: bool, num_bins: int = NUM_BINS) -> list[tuple[int, int, int]]:

@@ -88,8 +88,11 @@ def recommend(trainer: str, rows: Sequence[Mapping], stats: Mapping) -> dict:
     padded = pick["strategies"]["padded"]
     out = {"max_length": pick["max_length"], "packing": False, "packing_strategy": None, "padding_free": False}
     if trainer != "sft" or padded["padding_fraction"] <= PADDING_FRACTION_OK:
+        kl = pick["strategies"].get("kl")           # KTO: its KL rows go through the model too
+        worst = max(padded["worst_tokens_per_micro_batch"], kl["worst_tokens_per_micro_batch"] if kl else 0)
         out["reason"] = (f"{why}; padded micro-batches waste {padded['padding_fraction']:.0%} of their tokens, "
-                         f"worst micro-batch {padded['worst_tokens_per_micro_batch']:,} tokens")
+                         f"worst micro-batch {worst:,} tokens" + (" (its KL rows)" if kl and worst >
+                                                                  padded["worst_tokens_per_micro_batch"] else ""))
         return out
     bfd_lost = pick["strategies"]["bfd"]["tokens_lost"] / max(1, pick["tokens_total"])
     strategy = "bfd_split" if bfd_lost > TOKENS_LOST_OK else "bfd"

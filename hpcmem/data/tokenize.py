@@ -8,6 +8,9 @@ Followed step by step (trl/trainer/*_trainer.py, `_prepare_dataset`):
   prompt, prompt+chosen, prompt+rejected tokenized; the prompt part is the shorter common prefix.
 - Reward: EOS appended (non-conversational); prompt+chosen and prompt+rejected tokenized.
 - GRPO: the prompt, with the chat template and its generation prompt when conversational (`_tokenize_prompts`).
+- KTO: implicit prompt extracted, paired data unpaired (`trl.unpair_preference_dataset`: each pair becomes a chosen
+  and a rejected example, in TRL's order); EOS appended to a non-conversational completion; prompt and
+  prompt+completion tokenized, the prompt part being their common prefix (as SFT's prompt-completion).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Mapping
 from hpcmem.data.errors import LengthsError, MissingColumn, TokenizerUnfit
 
 PARTS = {"sft": ("length",), "sft_prompt": ("length", "prompt"), "dpo": ("prompt", "chosen", "rejected"),
-         "reward": ("chosen", "rejected"), "grpo": ("prompt",)}
+         "reward": ("chosen", "rejected"), "grpo": ("prompt",), "kto": ("length", "prompt")}
 
 
 def detect_format(trainer: str, columns: list[str], first: Mapping, dataset_text_field: str) -> str:
@@ -51,13 +54,31 @@ def detect_format(trainer: str, columns: list[str], first: Mapping, dataset_text
         if "prompt" not in columns:
             raise MissingColumn(f"GRPO data needs a 'prompt' column; found: {have}")
         return "conversational_prompt" if conv else "prompt"
-    raise LengthsError(f"trainer must be one of sft, dpo, reward, grpo; got {trainer!r}")
+    if trainer == "kto":      # after unpairing (tokenize_lengths): prompt + completion
+        if "prompt" not in columns or "completion" not in columns:
+            raise MissingColumn(f"KTO data needs 'prompt' and 'completion' columns (unpaired) or 'chosen' and "
+                                f"'rejected' (paired); found: {have}")
+        return "conversational_prompt_completion" if conv else "prompt_completion"
+    raise LengthsError(f"trainer must be one of sft, dpo, reward, grpo, kto; got {trainer!r}")
 
 
 def part_names(trainer: str, fmt: str) -> tuple[str, ...]:
     if trainer == "sft":
         return PARTS["sft_prompt"] if fmt.endswith("prompt_completion") else PARTS["sft"]
     return PARTS[trainer]
+
+
+def kto_examples(dataset, num_proc: int | None = None):
+    """The examples KTOTrainer tokenizes (`_prepare_dataset`): the implicit prompt extracted when there is no
+    'prompt' column, a paired dataset unpaired with TRL's own functions (the order TRL trains in)."""
+    from trl.data_utils import extract_prompt, unpair_preference_dataset
+
+    columns = list(dataset.column_names)
+    if "prompt" not in columns and {"chosen", "rejected"} <= set(columns):
+        dataset = dataset.map(extract_prompt, num_proc=num_proc, keep_in_memory=True)
+    if {"chosen", "rejected"} <= set(dataset.column_names):
+        dataset = unpair_preference_dataset(dataset, num_proc=num_proc, keep_in_memory=True)
+    return dataset
 
 
 def check_tokenizer(tokenizer, fmt: str) -> None:
@@ -122,7 +143,8 @@ def lengths_batch(batch: dict[str, list], *, tokenizer, trainer: str, fmt: str, 
         return {"prompt": text_lengths(tokenizer, rendered, add_special_tokens=False)}
     if trainer == "dpo" and "prompt" not in examples[0]:
         examples = [{**ex, **extract_prompt(ex)} for ex in examples]
-    seconds = {"sft": ("completion",), "dpo": ("chosen", "rejected"), "reward": ("chosen", "rejected")}[trainer]
+    seconds = {"sft": ("completion",), "kto": ("completion",), "dpo": ("chosen", "rejected"),
+               "reward": ("chosen", "rejected")}[trainer]
     conv = fmt.startswith("conversational")
     # prompt alone (sft, dpo) and prompt + each second part, as strings ready for the tokenizer
     if conv:
@@ -139,7 +161,7 @@ def lengths_batch(batch: dict[str, list], *, tokenizer, trainer: str, fmt: str, 
     prompt_ids = _ids(tokenizer, prompts, add_special_tokens=special)
     full_ids = {k: _ids(tokenizer, fulls[k], add_special_tokens=special) for k in seconds}
     prompt_len = [min(_prefix(p, full_ids[k][i]) for k in seconds) for i, p in enumerate(prompt_ids)]
-    if trainer == "sft":
+    if trainer in ("sft", "kto"):
         return {"length": [len(ids) for ids in full_ids["completion"]], "prompt": prompt_len}
     return {"prompt": prompt_len, **{k: [len(ids) for ids in full_ids[k]] for k in seconds}}
 
@@ -149,6 +171,8 @@ def tokenize_lengths(dataset, tokenizer, *, trainer: str, dataset_text_field: st
     """(format, {part: lengths in dataset order}) for the whole dataset, with a progress bar."""
     import pyarrow.compute as pc
 
+    if trainer == "kto" and len(dataset):
+        dataset = kto_examples(dataset, num_proc)
     columns = list(dataset.column_names)
     fmt = detect_format(trainer, columns, dataset[0], dataset_text_field)
     if fmt == "tokenized":

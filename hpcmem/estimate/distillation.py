@@ -28,7 +28,7 @@ from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes
 from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, param_parts
 from hpcmem.estimate.trainers import TrainerExtras, reference_bytes
-from hpcmem.spec import DTYPES, JobSpec, ModelSpec
+from hpcmem.spec import DTYPES, JobSpec, ModelSpec, load_dtype
 
 FP32 = 4
 STATS = 9            # s_max, s_sum, s_x_sum, t_max, t_sum, t_weighted_gap, s_weighted_gap, jsd, kl_student
@@ -44,7 +44,7 @@ def teacher_of(job: JobSpec) -> ModelSpec:
 def teacher_weight_bytes(job: JobSpec) -> int:
     """Bytes per teacher weight as loaded: teacher_model_init_kwargs' dtype, else the student's (TRL's script passes
     ModelConfig's dtype to both)."""
-    return DTYPES.get(job.train.teacher_dtype, 2)
+    return DTYPES.get(load_dtype(job.train.teacher_dtype, job.teacher), 2)
 
 
 def extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerExtras:

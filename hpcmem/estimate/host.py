@@ -108,8 +108,8 @@ def loading(job: JobSpec, parts: ParamParts) -> tuple[tuple[Component, ...], tup
     """(rank 0's, other ranks', why) model bytes on the CPU while the trainer builds the model."""
     t, par = job.train, job.parallel
     models = parts.total * (2 if has_reference(job) else 1)
-    full = (Component(name="model on CPU", bytes=models * t.weight_bytes,
-                      note=f"{t.dtype} load" + (" + reference model" if has_reference(job) else "")),)
+    full = (Component(name="model on CPU", bytes=models * job.weight_bytes,
+                      note=f"{job.load_dtype} load" + (" + reference model" if has_reference(job) else "")),)
     if t.quantized:
         return (), (), "4/8-bit base quantized onto the GPU while loading"
     if par.deepspeed and par.zero_stage == 3 and par.zero3_init_flag:

@@ -94,12 +94,12 @@ def micro_batch(job: JobSpec) -> MicroBatch:
 
 def precision(job: JobSpec) -> Precision:
     t = job.train
-    weight = 2 if job.parallel.deepspeed and (t.bf16 or t.fp16) else t.weight_bytes  # DeepSpeed casts the module
+    weight = 2 if job.parallel.deepspeed and (t.bf16 or t.fp16) else job.weight_bytes  # DeepSpeed casts the module
     if job.parallel.fsdp and (t.bf16 or t.fp16):
         # accelerate's FSDP2 upcasts trainable parameters to fp32 under 16-bit mixed precision (utils/fsdp_utils.py;
         # measured per rank on CPU, estimator/LOG.md): shards, gradients and Adam states are fp32, units gathered in
         # 16-bit. Frozen (LoRA base) weights keep the load dtype.
-        weight = t.weight_bytes if t.use_peft else 4
+        weight = job.weight_bytes if t.use_peft else 4
     mixed = t.bf16 or t.fp16
     fsdp_mixed = job.parallel.fsdp and mixed       # FSDP's MixedPrecisionPolicy gathers 16-bit params: no autocast
     if not entry(t.trainer).autocast and not fsdp_mixed:

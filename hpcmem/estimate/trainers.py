@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmem.estimate.breakdown import Component, Phase
-from hpcmem.estimate.shape import Precision
+from hpcmem.estimate.shape import Precision, micro_batch
 from hpcmem.estimate.states import ParamParts
 from hpcmem.rules import generation_batch_size
 from hpcmem.spec import JobSpec
@@ -65,7 +65,7 @@ def has_reference(job: JobSpec) -> bool:
 
 def reference_bytes(job: JobSpec, parts: ParamParts) -> int:
     par, t = job.parallel, job.train
-    ref_dtype = 2 if par.deepspeed and (t.bf16 or t.fp16) else t.weight_bytes
+    ref_dtype = 2 if par.deepspeed and (t.bf16 or t.fp16) else job.weight_bytes
     full = parts.total * ref_dtype
     if (par.deepspeed and par.zero_stage == 3) or par.fsdp:
         return full // par.world_size
@@ -151,9 +151,11 @@ def _generic_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> Trainer
         resident.append(Component(name="reference model", bytes=reference_bytes(job, parts), note=where))
     b = t.per_device_train_batch_size
     if not e.generates and has_reference(job):
+        # the rows of the training micro-batch (a length profile's, or max_length's, rounded as the collator pads)
+        mb = micro_batch(job)
         rows = e.rows_per_example * b
         phases.append(Phase(name="reference forward", components=(
-            Component(name="no-grad pass", bytes=no_grad_pass(job, rows, t.max_length or 1024, prec),
+            Component(name="no-grad pass", bytes=no_grad_pass(job, rows, mb.seq, prec),
                       note="chosen+rejected through the reference model" if rows > b else "the reference model"),)))
     if not e.generates:
         return TrainerExtras(resident=tuple(resident), phases=tuple(phases), vllm_pool=0, vllm_pool_asleep=0,

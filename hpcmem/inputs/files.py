@@ -38,7 +38,9 @@ def read_bytes(path: str | os.PathLike, what: str) -> bytes:
     """The bytes of a regular file of at most MAX_BYTES[what] (a FIFO or device would block or never end)."""
     limit = MAX_BYTES[what]
     try:
-        with open(path, "rb") as fh:
+        # O_NONBLOCK: opening a FIFO waits for a writer otherwise, before fstat can tell it is not a file (it does not
+        # change how a regular file reads)
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as fh:
             info = os.fstat(fh.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise InputFileError(f"{what} {path} is not a regular file")

@@ -23,7 +23,7 @@ _COUNTS: dict[str, tuple[int, bool]] = {
 }
 _FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "qkv_bias", "use_sliding_window")
 _FLOATS = ("final_logit_softcapping", "attn_logit_softcapping")
-_NAMES = ("model_type", "hidden_act", "hidden_activation")
+_NAMES = ("model_type", "hidden_act", "hidden_activation", "dtype", "torch_dtype")
 
 
 def check_model_config(cfg: Any, name: str) -> None:

@@ -20,11 +20,18 @@ Runner = Callable[[list[str]], subprocess.CompletedProcess]
 
 
 def run_command(argv: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess:
-    """The real runner: no shell, text output captured, never raises on a non-zero exit."""
+    """The real runner: no shell, text output captured, never raises on a non-zero exit; a command that is missing,
+    cannot be run or does not answer within `timeout_s` is an HpcmemError naming it."""
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except FileNotFoundError:
         raise HpcmemError(f"{argv[0]} not found: is SLURM installed here (or use --backend dry-run)?") from None
+    except subprocess.TimeoutExpired:
+        raise HpcmemError(f"{argv[0]} did not answer within {timeout_s:g} s: is the SLURM controller reachable "
+                          "from here?") from None
+    except OSError as exc:
+        raise HpcmemError(f"{argv[0]} cannot be run ({exc.strerror or exc}): check the SLURM install on PATH") \
+            from None
 
 
 class SubmitError(HpcmemError):

@@ -109,9 +109,10 @@ def status(run_dir: str | Path, runner: Runner = run_command) -> JobStatus:
 
 
 def log_files(run_dir: str | Path) -> list[Path]:
-    """The run's logs: batch-<jobid>.log (batch shell), node<N>.log (one per node), vllm.log."""
+    """The run's logs: batch-<jobid>.log (batch shell), node<N>.log (one per node), vllm.log — regular files only
+    (a FIFO would block the read forever, a folder cannot be read)."""
     logs = Path(run_dir) / "logs"
-    return sorted(logs.glob("*.log")) if logs.is_dir() else []
+    return sorted(p for p in logs.glob("*.log") if p.is_file()) if logs.is_dir() else []
 
 
 def tail(path: Path, lines: int) -> list[str]:

@@ -65,7 +65,7 @@ def check(preset: Preset, runner: Runner = run_command) -> list[Check]:
     """Compare; raises HpcmemError when SLURM cannot be reached or the partition does not exist."""
     done = runner(["scontrol", "show", "partition", "-o", preset.partition])
     if done.returncode != 0 or "PartitionName=" not in done.stdout:
-        said = (done.stderr or done.stdout).strip()
+        said = " / ".join(line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip())
         raise HpcmemError(f"partition {preset.partition!r} of preset {preset.name}: scontrol says {said!r}")
     part = parse_scontrol(done.stdout)
     nodes = _sinfo_nodes(preset.partition, runner)

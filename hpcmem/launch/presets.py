@@ -125,14 +125,38 @@ def find(ref: str | os.PathLike) -> Path:
     path = user_path(ref)
     if is_file(path):
         return path
+    _refuse_if_there(path)
     for d in search_dirs():
         for suffix in (".yaml", ".yml"):
             candidate = d / f"{ref}{suffix}"
             if is_file(candidate):
                 return candidate
+            _refuse_if_there(candidate)
     names = ", ".join(p.stem for p in available()) or "(none)"
     looked = ", ".join(str(d) for d in search_dirs())
     raise HpcmemError(f"preset {shown(str(ref))} not found; looked in {looked}; available: {names}")
+
+
+def _refuse_if_there(path: Path) -> None:
+    """A name on the path that is not a regular file (a folder, a FIFO — never opened: reading one blocks —, a
+    dangling or looping link) is said to be so, not skipped: `available()` lists it, and a lower folder's file of the
+    same name would silently stand in for it."""
+    try:
+        there = path.is_symlink() or path.exists()
+    except (OSError, ValueError):
+        return
+    if not there:
+        return
+    kind = "a folder" if path.is_dir() else "a link to nothing readable" if path.is_symlink() and not \
+        _resolves(path) else "a FIFO, socket or device"
+    raise HpcmemError(f"preset {shown(str(path), 400)} is not a regular file ({kind}); a preset is a YAML file")
+
+
+def _resolves(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):      # a link that loops raises on some Pythons
+        return False
 
 
 def load(ref: str | os.PathLike) -> Preset:

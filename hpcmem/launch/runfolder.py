@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import HpcmemError
 from hpcmem.inputs.files import user_path
+from hpcmem.inputs.values import shown
 from hpcmem.launch.sbatch import RunFiles
 
 if TYPE_CHECKING:
@@ -108,8 +109,22 @@ def record_job_id(run_dir: Path, job_id: str, backend: str) -> None:
         fh.write(f"{backend}\n")
 
 
+# what hpcmem.launch.backends records: sbatch --parsable's job id, or submitit's (N_M for an array task)
+_JOB_ID = re.compile(r"\d{1,20}(?:_\d{1,20})?")
+_MAX_JOB_ID = 64
+
+
 def read_job_id(run_dir: str | Path) -> str:
     path = Path(run_dir) / JOB_ID
     if not path.is_file():
         raise HpcmemError(f"{run_dir} has no job_id: not a submitted hpcmem run (a --dry-run writes none)")
-    return path.read_text().strip()
+    with open(path, "rb") as fh:
+        raw = fh.read(_MAX_JOB_ID + 1)
+    try:
+        job_id = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise HpcmemError(f"{path} is not UTF-8 text; it should hold the job id sbatch gave") from None
+    if not _JOB_ID.fullmatch(job_id):
+        raise HpcmemError(f"{path} must hold a SLURM job id (digits, N_M for an array task, as sbatch --parsable or "
+                          f"submitit gives it); got {shown(job_id)}")
+    return job_id

@@ -136,6 +136,7 @@ def has_family(cfg: dict[str, Any]) -> bool:
 def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
     """Read a transformers config.json dict into a `ModelSpec` (see `ARCHITECTURES` for what is read and why)."""
     check_model_config(cfg, name)         # JSON types and ranges of every key read below (hpcmem.inputs)
+    dtype = checkpoint_dtype(cfg)
     cfg, wrapper = unwrap_text_config(cfg)
     model_type = cfg.get("model_type")
     arch = ARCHITECTURES.get(str(model_type))
@@ -174,8 +175,18 @@ def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
         max_position_embeddings=int(get("max_position_embeddings") or 0) or 4096,
         final_logit_softcapping=float(get("final_logit_softcapping") or 0.0),
         attn_logit_softcapping=float(get("attn_logit_softcapping") or 0.0),
-        wrapper_model_type=wrapper, sliding_window=sliding_window(cfg, str(model_type)), **_moe_fields(arch.moe, get),
+        wrapper_model_type=wrapper, sliding_window=sliding_window(cfg, str(model_type)), dtype=dtype,
+        **_moe_fields(arch.moe, get),
     )
+
+
+def checkpoint_dtype(cfg: dict[str, Any]) -> str | None:
+    """The dtype a config.json names for its checkpoint: `dtype`, else the older `torch_dtype` (transformers 5.24
+    configuration_utils.py `PreTrainedConfig.__post_init__` keeps `dtype` when both are set), read from the outer
+    config as from_pretrained reads `config.dtype` (modeling_utils.py `_get_dtype`); None when it names none."""
+    value = cfg.get("dtype")
+    value = cfg.get("torch_dtype") if value is None else value
+    return None if value is None else str(value)
 
 
 # transformers' config classes: Gemma2/3 alternate sliding and full layers unless layer_types says otherwise; the Qwen

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ from typing import Any
 from hpcmem.datapath import PACKAGE_DIR
 from hpcmem.errors import SpecError
 from hpcmem.inputs.files import exists, load_json_file, user_path
-from hpcmem.models.config import has_family, model_spec_from_config
+from hpcmem.models.config import checkpoint_dtype, has_family, model_spec_from_config
 from hpcmem.spec import ModelSpec
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -53,6 +55,9 @@ def resolve_model(name_or_path: str, *, offline: bool | None = None) -> ModelSpe
     The Hub is asked only when HF_HUB_OFFLINE is unset (or `offline=False`) and huggingface_hub is importable; it
     downloads config.json alone, into the user's own HF cache.
     """
+    if not name_or_path.strip():
+        raise SpecError("model name is empty: pass a catalog id (hpcmem models list), a config.json or a folder "
+                        "holding one")
     path = user_path(name_or_path)
     if exists(path):
         return _spec_from_path(path, name_or_path)
@@ -69,6 +74,8 @@ def resolve_model(name_or_path: str, *, offline: bool | None = None) -> ModelSpe
 
 def _spec_from_path(path: Path, name: str) -> ModelSpec:
     file = path / "config.json" if path.is_dir() else path
+    if exists(file) and not file.is_file():     # a FIFO, socket or device: never opened (reading one blocks)
+        raise SpecError(f"model {name}: {file} is not a regular file; pass a config.json or a folder holding one")
     if not file.is_file():
         raise SpecError(f"model {name}: folder {path} holds no config.json; pass the config.json itself or its folder")
     return spec_from_config(_read_json(file), name)
@@ -84,7 +91,7 @@ def spec_from_config(cfg: Any, name: str) -> ModelSpec:
 
     path = find_profile(cfg)
     if path is not None:
-        return spec_from_profile(load_profile(path), name)
+        return replace(spec_from_profile(load_profile(path), name), dtype=checkpoint_dtype(cfg))
     model_type = str(cfg["model_type"])
     why = refusal(model_type)
     if why is not None:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from hpcmem.models.config import checkpoint_dtype
 from hpcmem.trace.pieces import auto_config, config_dict
 from hpcmem.trace.pieces import tokenizer as word_tokenizer
 
@@ -47,7 +48,8 @@ def random_weights(cfg: dict[str, Any], model_id: str, init_device: str | None =
             return original(model_name, architecture, **kwargs)
         dtype = kwargs.get("dtype", "float32")          # TRL's default, as in create_model_from_path
         if isinstance(dtype, str):
-            dtype = torch.bfloat16 if dtype == "auto" else getattr(torch, dtype)
+            # `auto`: the checkpoint's dtype as config.json names it (hpcmem.spec.load_dtype), as from_pretrained
+            dtype = getattr(torch, (checkpoint_dtype(cfg) or "bfloat16") if dtype == "auto" else dtype)
         arch = architecture or transformers.AutoModelForCausalLM
         config = auto_config(cfg, model_id)
         attn = kwargs.get("attn_implementation")

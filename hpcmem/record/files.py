@@ -60,8 +60,10 @@ def read_lines(path: str | os.PathLike) -> list[dict[str, Any]]:
     from hpcmem.inputs.files import MAX_BYTES, check_depth
 
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         return []
+    if not p.is_file():     # a FIFO, socket or device is never opened: reading one blocks
+        raise RecordError(f"probe records {p} is not a regular file; pass a records file (.jsonl) or a folder of them")
     limit = MAX_BYTES["probe records"]
     with open(p, "rb") as fh:
         if os.fstat(fh.fileno()).st_size > limit:

@@ -40,6 +40,22 @@ class BatchDesign:
     note: str
 
 
+def profiled_rows(job: JobSpec) -> JobSpec:
+    """A length profile's worst micro-batch for the trainers whose trace designs rows of max_length (DPO, Reward,
+    KTO): the job with max_length set to that micro-batch's row length (hpcmem.estimate.shape.micro_batch, as the
+    estimate takes it) — TRL's collator then pads the traced rows to it. SFT designs from tokens_per_micro_batch
+    itself; GRPO/RLOO take the profile as max_prompt_length."""
+    import dataclasses
+
+    from hpcmem.estimate.shape import micro_batch
+
+    t = job.train
+    if job.tokens_per_micro_batch is None or t.trainer == "sft" or entry(t.trainer).generates:
+        return job
+    seq = micro_batch(job).seq
+    return dataclasses.replace(job, train=dataclasses.replace(t, max_length=seq), tokens_per_micro_batch=None)
+
+
 def design_batch(job: JobSpec) -> BatchDesign:
     """The worst-case micro-batch of the job's trainer (its registry hook `trace_design`)."""
     return entry(job.train.trainer).hook("trace_design")(job)

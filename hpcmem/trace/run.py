@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from hpcmem.errors import SpecError
 from hpcmem.spec import JobSpec
-from hpcmem.trace.data import design_batch
+from hpcmem.trace.data import design_batch, profiled_rows
 from hpcmem.trace.oracle import ROUTING_NOTE
 from hpcmem.trace.result import TraceResult, versions
 from hpcmem.trainers import entry
@@ -57,6 +57,7 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
     if kernels not in KERNELS:
         raise SpecError(f"kernels must be one of {', '.join(KERNELS)}; got {kernels!r}")
     _check_single_gpu(job)
+    job = profiled_rows(job)
     from hpcmem.trace.trainer import require_traceable
 
     require_traceable(job)

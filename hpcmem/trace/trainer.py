@@ -63,11 +63,12 @@ def model_config(job: JobSpec) -> Any:
 
 
 def load_dtype(job: JobSpec) -> Any:
-    """TRL's `create_model_from_path` dtype: float32 unless model_init_kwargs set one; `auto` reads bf16 weights."""
+    """TRL's `create_model_from_path` dtype: float32 unless model_init_kwargs set one; `auto` takes the checkpoint's
+    (JobSpec.load_dtype)."""
     import torch
 
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
-        job.train.dtype, torch.bfloat16)
+        job.load_dtype, torch.bfloat16)
 
 
 def build_model(job: JobSpec) -> Any:
