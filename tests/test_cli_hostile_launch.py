@@ -120,3 +120,15 @@ def test_odd_runs_dir_names_write_one_json_object_and_only_under_that_folder(tmp
     # the line as a POSIX shell splits it (Python's shlex, not hpcmem's quoting): one word, the folder verbatim
     line = next(x for x in script.splitlines() if x.startswith("export HPCMEM_RUN_DIR="))
     assert shlex.split(line) == ["export", f"HPCMEM_RUN_DIR={folder}"], line
+
+
+def test_requeue_without_a_time_limit_is_refused(tmp_path, capsys):
+    """sbatch(1) --signal: the signal comes sig_time seconds before the job's end time; a job without a time limit
+    has none, so `--requeue` on a preset whose max_time is UNLIMITED (or with --time UNLIMITED) never requeued."""
+    unlimited = _preset(tmp_path, max_time='"UNLIMITED"')
+    runs = ["--dry-run", "--runs-dir", str(tmp_path / "runs")]
+    for extra in ([], ["--time", "UNLIMITED"], ["--time", "0"]):
+        _refused(capsys, ["submit", "sft", *SMALL, "--preset", unlimited, "--requeue", *extra, *runs, "--json"],
+                 "--requeue", "signal_lead_s 600", "UNLIMITED", "--time")
+    assert not (tmp_path / "runs").exists()
+    assert run(["submit", "sft", *SMALL, "--preset", unlimited, "--requeue", "--time", "1-00:00:00", *runs]) == 0

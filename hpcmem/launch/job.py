@@ -225,6 +225,11 @@ class Launch:
             return
         p.check(limit.fits_within(cap), f"time {limit.describe()} exceeds {self.preset.name}'s max_time "
                 f"{cap.describe()}" + (" (SLURM reads 0 and -1 as no limit)" if limit.unlimited else ""))
+        if self.options.requeue and limit.minutes is None:
+            # sbatch --signal=B:USR1@lead fires lead seconds before the job's end time; a job without a time limit
+            # has none, so the requeue would never come (sbatch(1), --signal)
+            p.add(f"--requeue acts signal_lead_s {self.preset.signal_lead_s} s before the time limit, and time "
+                  f"{limit.describe()} has none: give --time, or drop --requeue")
         if self.options.requeue and limit.minutes is not None:
             p.check(self.preset.signal_lead_s < limit.minutes * 60,
                     f"signal_lead_s {self.preset.signal_lead_s} s must be shorter than the time limit "
