@@ -86,7 +86,8 @@ def check_job(job: JobSpec) -> None:
     check_layout(job, p)            # context / sequence parallelism (hpcmem.layout_rules)
     for model, setting in _auto_loads(job):
         if model.dtype is not None and model.dtype not in DTYPES:
-            p.add(f"dtype auto loads {model.name} in its config.json's dtype {model.dtype!r}; hpcmem estimates "
+            where = f"checkpoint's dtype (from {model.dtype_source})" if model.dtype_source else "config.json's dtype"
+            p.add(f"dtype auto loads {model.name} in its {where} {model.dtype!r}; hpcmem estimates "
                   f"{', '.join(DTYPES)} weights only: {setting} one of them")
     p.raise_if_any()
 
@@ -220,9 +221,12 @@ def job_warnings(job: JobSpec) -> list[str]:
                    "--use_peft true for LoRA")
     for model, setting in _auto_loads(job):
         if model.dtype is None:
-            # spec.load_dtype: transformers then reads the checkpoint's first floating weight, hpcmem does not
+            # spec.load_dtype: transformers then reads the checkpoint's first floating weight; hpcmem reads a local
+            # folder's safetensors header (hpcmem.models.checkpoint), not a Hub checkpoint nor a .bin
+            why = (f"hpcmem could not read it: {model.dtype_source}" if model.dtype_source else
+                   "which hpcmem reads only from a local model folder's safetensors files")
             out.append(f"dtype auto: {model.name}'s config.json names no dtype, so transformers takes the first "
-                       "floating-point weight of the checkpoint, which hpcmem does not read; estimated as bfloat16 "
+                       f"floating-point weight of the checkpoint, {why}; estimated as bfloat16 "
                        f"(a float32 checkpoint holds twice the weight bytes): {setting} float32 or bfloat16")
     if t.attn_implementation not in ("eager", "sdpa") and "flash" not in t.attn_implementation:
         # hpcmem.estimate.activations keeps eager's scores, FlashAttention's and SDPA's q, k, v, out and logsumexp

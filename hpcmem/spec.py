@@ -80,6 +80,9 @@ class ModelSpec:
     # The checkpoint's dtype as config.json names it (`dtype`, else the older `torch_dtype`): what from_pretrained
     # loads under dtype="auto"; None when config.json says nothing
     dtype: str | None = None
+    # Where `dtype` was read when config.json names none (a local checkpoint's safetensors header,
+    # hpcmem.models.checkpoint), or why it could not be; "" when config.json named it or no checkpoint was looked at
+    dtype_source: str = field(default="", compare=False)
     # A learned profile (hpcmem.models.profile.LearnedProfile) when no family descriptor covers the model type: its
     # parameter layout and per-layer terms replace the derived ones (the estimate says so)
     learned: Any = field(default=None, compare=False, repr=False)
@@ -428,8 +431,8 @@ def load_dtype(dtype: str, model: ModelSpec | None) -> str:
     """What from_pretrained loads in for a `dtype` setting: the setting itself, or for `auto` the dtype the model's
     config.json names (transformers 5.24 modeling_utils.py `_get_dtype`: `config.dtype` when set, which
     configuration_utils.py `PreTrainedConfig.__post_init__` fills from `dtype`, else `torch_dtype`). Without one,
-    transformers reads the first floating-point weight of the checkpoint, which hpcmem does not open: bfloat16 is
-    assumed then, and `hpcmem.rules.job_warnings` says so."""
+    transformers reads the checkpoint's weights: hpcmem.models.resolve reads a local folder's safetensors header into
+    `model.dtype` (hpcmem.models.checkpoint); elsewhere bfloat16 is assumed, and `hpcmem.rules.job_warnings` says so."""
     if dtype != "auto":
         return dtype
     return (model.dtype if model is not None else None) or "bfloat16"

@@ -71,24 +71,30 @@ def coverage_cmd(as_json: bool) -> None:
                    "under profiles/).")
 @click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
               help="Processes tracing at once (each traces one job of the reduced model).")
+@click.option("--force", is_flag=True, help="Learn again and replace the profile already learned for this config.")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile's summary as JSON.")
-def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: int, as_json: bool) -> None:
+def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: int, force: bool,
+              as_json: bool) -> None:
     """Learn the per-layer memory terms of a model that no family descriptor covers, from traces of a reduced-depth
     copy of its own transformers code (needs torch; about a minute on two cores, no GPU). NAME: a config.json, its
     folder, or a catalog id. `hpcmem estimate` then finds the profile by the config's hash, without torch."""
     from pathlib import Path
 
     from hpcmem.inputs.model_config import check_model_config
+    from hpcmem.inputs.values import text
 
+    text("model", name, max_len=4096)    # one line in every message and in the profile's provenance
     cfg = model_config_dict(name)
     check_model_config(cfg, name)      # the estimate's own type and range checks, before torch is imported
     learnable(cfg, name)
+    # every refusal comes before the traces: the file is checked and the folder written to first
+    target = profile_target(cfg, Path(out_dir) / "profiles" if out_dir else None, force=force)
 
     from hpcmem.models.profile import save_profile
     from hpcmem.trace.learn import learn, stderr_progress
 
     profile = learn(cfg, name, dtypes=dtypes or ("float32", "bfloat16"), workers=workers, progress=stderr_progress)
-    path = save_profile(profile, Path(out_dir) / "profiles" if out_dir else None)
+    path = save_profile(profile, target.parent)
     summary = {"profile": str(path), "model_type": profile.model_type, "num_params": profile.total,
                "cells": profile.cell_keys(), **{k: profile.provenance[k] for k in (
                    "depth", "seconds", "check_err_pct", "not_learned", "summary")}}
@@ -103,12 +109,52 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
         click.echo(f"wrote {path}")
 
 
+def profile_target(cfg: dict[str, Any], folder, *, force: bool):
+    """The file `save_profile` will write for this config, checked before the minute of tracing: a profile learned
+    before is replaced only with --force, anything else at that name never; the folder must take a file."""
+    import os
+    import tempfile
+
+    from hpcmem.models.profile import KIND, config_hash, load_profile, profile_filename
+    from hpcmem.datapath import write_dir
+
+    folder = folder or write_dir(KIND)
+    path = folder / profile_filename(str(cfg["model_type"]), config_hash(cfg))
+    if os.path.lexists(path):
+        if not path.is_file() or path.is_symlink():
+            raise SpecError(f"{path} exists and is not a regular file; move it away, hpcmem writes its profile there")
+        try:
+            mine = load_profile(path).config_sha256 == config_hash(cfg)
+        except SpecError:
+            mine = False
+        if not mine:
+            raise SpecError(f"{path} exists and is not a profile hpcmem learned for this config; move it away, "
+                            "hpcmem writes its profile there")
+        if not force:
+            raise SpecError(f"{path} already holds the profile learned for this config; pass --force to learn it "
+                            "again and replace it")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".hpcmem-write-check-"):
+            pass
+    except OSError as exc:
+        raise SpecError(f"cannot write the profile into {folder}: {exc.strerror or exc}; choose --out") from None
+    return path
+
+
 def learnable(cfg: dict[str, Any], name: str) -> None:
     """Refuse before any trace what no trace can learn: a type the coverage table refuses or finds not applicable
-    (with its reason, as `hpcmem estimate` says it), or a model_type the installed transformers cannot build."""
+    (with its reason, as `hpcmem estimate` says it), a type a family descriptor derives (the estimate never reads a
+    profile for it: hpcmem.models.resolve.spec_from_config), or a model_type the installed transformers cannot
+    build."""
+    from hpcmem.models.config import has_family
     from hpcmem.models.coverage import installed_mapping, refusal
 
     model_type = cfg["model_type"]
+    if has_family(cfg):
+        raise SpecError(f"model {name}: model_type {model_type!r} is derived from its family descriptor "
+                        "(hpcmem/models/config.py); `hpcmem estimate` never reads a learned profile for it, so there "
+                        "is nothing to learn")
     why = refusal(model_type)
     if why is not None:
         raise SpecError(f"model {name}: model_type {model_type!r} is {why}")
@@ -130,7 +176,8 @@ def model_config_dict(name: str) -> dict[str, Any]:
     if path.exists():
         file = path / "config.json" if path.is_dir() else path
         if not file.is_file():
-            raise SpecError(f"model {name}: folder {path} holds no config.json")
+            raise SpecError(f"model {name}: folder {path} holds no config.json" if path.is_dir() else
+                            f"model {name}: {path} is not a regular file; pass a config.json or its folder")
         cfg = _read_json(file)
     else:
         entry = catalog_entry(name)

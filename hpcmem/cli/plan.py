@@ -46,6 +46,8 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
         raise HpcmemError("hpcmem plan needs --gpu (see `hpcmem gpus`) or --preset (see `hpcmem presets list`)")
     job, _ = job_from_cli(trainer, kwargs, preset=preset_settings(preset, kwargs.get("gpu")) if preset else None,
                           settle_required=True)
+    if preset is not None:
+        _check_allocation(job, preset)
     fixed = set(collect(kwargs)) | (set(read_yaml(kwargs["config"])) if kwargs.get("config") else set())
     settled = settled_note(job, fixed)
     if settled:
@@ -60,6 +62,17 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
     click.echo(render(report, explain=explain))
     if picture:
         click.echo(f"plot: {picture}")
+
+
+def _check_allocation(job, preset) -> None:
+    """The preset's nodes hold so many GPUs, and its partition so many nodes: a layout `hpcmem submit` would refuse
+    (hpcmem.launch.job.Launch.allocation_problems) is refused before planning for it."""
+    from hpcmem.errors import SpecError
+    from hpcmem.launch.job import Launch, LaunchOptions
+
+    problems = Launch(job=job, preset=preset, options=LaunchOptions(), run_dir="").allocation_problems
+    if problems:
+        raise SpecError(problems)
 
 
 def settled_note(job, fixed: set[str]) -> str | None:

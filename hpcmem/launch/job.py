@@ -129,15 +129,23 @@ class Launch:
         return "sbatch/multi.sh.j2" if self.train_nodes > 1 else "sbatch/single.sh.j2"
 
     @cached_property
-    def problems(self) -> list[str]:
-        """Everything that makes this launch impossible on the preset's partition, each with its numbers."""
+    def allocation_problems(self) -> list[str]:
+        """GPUs per node and nodes the preset's partition cannot give (what `hpcmem plan --preset` checks too)."""
         p = Problems()
-        pre, opt = self.preset, self.options
+        pre = self.preset
         p.check(self.gpus_per_node <= pre.gpus_per_node,
                 f"{self.gpus_per_node} GPUs per node requested ({self._gpu_story()}), but {pre.name} nodes have "
                 f"{pre.gpus_per_node}: lower num_processes or raise num_machines")
         if pre.max_nodes:
             p.check(self.nodes <= pre.max_nodes, f"{self.nodes} nodes requested; {pre.name} allows {pre.max_nodes}")
+        return p.items
+
+    @cached_property
+    def problems(self) -> list[str]:
+        """Everything that makes this launch impossible on the preset's partition, each with its numbers."""
+        p = Problems()
+        pre, opt = self.preset, self.options
+        p.items.extend(self.allocation_problems)
         p.check(self.cpus_per_task <= pre.cpus_per_node,
                 f"cpus_per_task {self.cpus_per_task} exceeds {pre.name}'s {pre.cpus_per_node} CPUs per node")
         self._check_time(p)
@@ -217,6 +225,11 @@ class Launch:
             return
         p.check(limit.fits_within(cap), f"time {limit.describe()} exceeds {self.preset.name}'s max_time "
                 f"{cap.describe()}" + (" (SLURM reads 0 and -1 as no limit)" if limit.unlimited else ""))
+        if self.options.requeue and limit.minutes is None:
+            # sbatch --signal=B:USR1@lead fires lead seconds before the job's end time; a job without a time limit
+            # has none, so the requeue would never come (sbatch(1), --signal)
+            p.add(f"--requeue acts signal_lead_s {self.preset.signal_lead_s} s before the time limit, and time "
+                  f"{limit.describe()} has none: give --time, or drop --requeue")
         if self.options.requeue and limit.minutes is not None:
             p.check(self.preset.signal_lead_s < limit.minutes * 60,
                     f"signal_lead_s {self.preset.signal_lead_s} s must be shorter than the time limit "

@@ -90,10 +90,21 @@ class Preset:
 def preset_settings(preset: Preset, gpu_flag: str | None = None) -> dict[str, Any]:
     """The job settings a preset brings: its `defaults` and its GPU. A --gpu naming another GPU is refused: the job
     runs on the preset's."""
-    if gpu_flag and gpu_flag.lower() != preset.gpu.lower():
+    if gpu_flag and not same_gpu(gpu_flag, preset.gpu):
         raise HpcmemError(f"--gpu {gpu_flag} disagrees with preset {preset.name} ({preset.gpu}): the job runs on the "
                           "preset's GPU; drop --gpu or choose another preset")
     return {**preset.defaults, "gpu": preset.gpu}
+
+
+def same_gpu(a: str, b: str) -> bool:
+    """Whether two --gpu values name one GPU: the same catalog entry (a name or an alias, any case, as hpcmem.gpus
+    reads --gpu), else the same text up to case and surrounding spaces."""
+    from hpcmem.gpus import catalog_entry
+
+    left, right = catalog_entry(a), catalog_entry(b)
+    if left is not None or right is not None:
+        return left is right
+    return a.strip().lower() == b.strip().lower()
 
 
 YAML_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Preset) if f.name != "source")

@@ -43,6 +43,9 @@ def new_run_dir(runs_root: str | Path, job_name: str, *, now: dt.datetime | None
     is cut to MAX_SLUG characters here only: the job keeps its whole name."""
     stamp = (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", job_name).strip("_")[:MAX_SLUG] or "run"
+    if not str(runs_root).strip():
+        # Path("") is the current folder: an empty --runs-dir would scatter run folders there without a word
+        raise HpcmemError(f"--runs-dir {str(runs_root)!r} is empty: name a folder, or leave the flag out for ./runs")
     root = user_path(runs_root).absolute()
     try:
         if root.exists() and not root.is_dir():

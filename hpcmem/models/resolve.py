@@ -14,6 +14,7 @@ from typing import Any
 from hpcmem.datapath import PACKAGE_DIR
 from hpcmem.errors import SpecError
 from hpcmem.inputs.files import exists, load_json_file, user_path
+from hpcmem.models.checkpoint import checkpoint_load_dtype
 from hpcmem.models.config import checkpoint_dtype, has_family, model_spec_from_config
 from hpcmem.spec import ModelSpec
 
@@ -78,7 +79,12 @@ def _spec_from_path(path: Path, name: str) -> ModelSpec:
         raise SpecError(f"model {name}: {file} is not a regular file; pass a config.json or a folder holding one")
     if not file.is_file():
         raise SpecError(f"model {name}: folder {path} holds no config.json; pass the config.json itself or its folder")
-    return spec_from_config(_read_json(file), name)
+    spec = spec_from_config(_read_json(file), name)
+    if path.is_dir() and spec.dtype is None:
+        # from_pretrained(dtype="auto") on this folder reads the checkpoint's weights (hpcmem.models.checkpoint)
+        dtype, source = checkpoint_load_dtype(path)
+        spec = replace(spec, dtype=dtype, dtype_source=source)
+    return spec
 
 
 def spec_from_config(cfg: Any, name: str) -> ModelSpec:
