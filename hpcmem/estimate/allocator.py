@@ -239,17 +239,18 @@ def head_tile_kept(job: JobSpec, lora: LoraLayout, expandable: bool) -> bool:
 
 
 def second_step(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase],
-                expandable: bool) -> int:
+                expandable: bool, *, every_block: bool = False) -> int:
     """End of the first step's reserve + the [V, H] blocks the second step maps again − the peak (module docstring).
     0 when the states exist before the first step (DeepSpeed allocates them at engine init) or there are none, and for
-    Reward (`embedding_grad`)."""
+    Reward (`embedding_grad`). `every_block`: the head's gradient counted whatever `head_gradient_mapped_again` says
+    (the upper outcome, for `placement_spread`)."""
     step = None if entry(job.train.trainer).head == "score" else _first_step(job, phases)
     if step is None:
         return 0
     forward, optimizer, states = step
     peak = max(p.bytes for p in phases)
     blocks = recreated_blocks(job, prec, lora)
-    if (blocks and not job.parallel.flat_partitions
+    if (blocks and not every_block and not job.parallel.flat_partitions
             and not head_gradient_mapped_again(job, mb, prec)):
         blocks -= job.model.vocab_size * job.model.hidden_size * prec.weight
     if expandable and job.train.optim in FOREACH_OPTIMS:
@@ -518,4 +519,9 @@ def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLay
         coef = COEFFICIENTS["expandable" if expandable else "default"]
         return max(0, int(sum(coef[k] * terms[expandable][k] for k in TERMS)))
 
-    return max(rule(mode) for mode in modes), placement_spread(job, prec, lora, terms[job.expandable_segments])
+    spread_terms = terms[job.expandable_segments]
+    if job.expandable_segments:
+        # the predicate's "not mapped" side is a coin under expandable segments (`head_gradient_mapped_again`): the
+        # spread stays wherever the upper outcome would give the second step a reserve of its own
+        spread_terms = {**spread_terms, "second_step": second_step(job, mb, prec, lora, phases, True, every_block=True)}
+    return max(rule(mode) for mode in modes), placement_spread(job, prec, lora, spread_terms)
