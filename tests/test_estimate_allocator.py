@@ -649,3 +649,55 @@ def test_second_step_maps_the_head_gradient_again_only_when_the_tile_takes_its_s
                     for k in (at[0], at[0] + 1)]
         assert (reserved[1] > reserved[0]) == mapped
     assert head_gradient_mapped_again(job, mb, prec) == mapped
+
+
+@pytest.mark.parametrize("record, mapped", [
+    ("sft-qwen05-full", True), ("dpo-qwen05-full", True), ("sft-llama1b-sac", False), ("sft-llama8b-full", False),
+    ("sft-llama1b-expandable", False),
+])
+def test_second_step_under_expandable_segments_maps_the_accumulator_and_the_gradient_when_the_tile_takes_its_range(
+        record: str, mapped: bool):
+    """H200 full fine-tuning records (16-bit weights), their stored streams replayed through the allocator model with
+    expandable segments (the stream is the tensors' births and deaths, whatever allocator ran it). Expected: in step
+    2's head backward the fp32 [V, H] accumulator maps new pages (no free range holds it), and the [V, H] gradient in
+    the weights' dtype maps new pages exactly when the logits tile took the only free range that held it — read off
+    the replay (`mapped`: Qwen2.5-0.5B's 256 MiB tile against its ≈ 260 MiB ranges; Llama's ranges hold both); the
+    estimate's predicate must agree."""
+    import gzip
+
+    from hpcmem.estimate import estimate, local_micro_batch
+    from hpcmem.estimate.allocator import head_gradient_mapped_again, second_step
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.trace.replay import Workspaces, replay
+    from hpcmem.validate.probes import load, record_job
+
+    records = load([ROOT / "estimator" / "probes" / "nvidia-h200.jsonl"], gpu="nvidia-h200").records
+    job = record_job(next(r for r in records if r.case == record))
+    mb, prec = local_micro_batch(job, micro_batch(job)), precision(job)
+    vh = job.model.vocab_size * job.model.hidden_size
+    assert prec.weight == 2
+    events = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "nvidia-h200" / f"{record}.json.gz").read())[
+        "events"]
+    phase, at = "", {}
+    for i, ev in enumerate(events):
+        if isinstance(ev, list) and ev[0] == "phase":
+            phase = ev[1] or ""
+        elif phase == "step 2 / backward / lm head / loss" and ev in (vh * 4, vh * 2):
+            at.setdefault(ev, i)
+
+    def maps(k: int) -> bool:
+        before, after = (replay(events, expandable=True, workspaces=Workspaces(), until=j).allocator.stats.reserved_bytes
+                         for j in (k, k + 1))
+        return after > before
+
+    assert at[vh * 4] < at[vh * 2]          # the accumulator first, the gradient after the tile
+    assert maps(at[vh * 4])
+    assert maps(at[vh * 2]) == mapped
+    assert head_gradient_mapped_again(job, mb, prec) == mapped
+    # the same head blocks as under default segments, where the same records' replays map the same ones (the test
+    # above); adamw_torch_fused leaves no foreach temporaries to subtract
+    assert job.train.optim == "adamw_torch_fused"
+    phases = list(estimate(job).phases)
+    assert (second_step(job, mb, prec, lora_layout(job), phases, True)
+            == second_step(job, mb, prec, lora_layout(job), phases, False))
