@@ -17,15 +17,15 @@ cannot use. The terms (bytes, `slack_terms`):
   max(first-step peak without the states, weights + gradients + states) reserved, and the big blocks the states took
   over — the fused LM head's fp32 [V, H] gradient accumulator and the [V, H] gradient (trl/kernels/chunked_logprob.py
   backward) — get new segments in the second step. The term is that end of step one + those blocks − the peak, when
-  positive (from the estimate's own phases). The [V, H] gradient counts only when the logits tile takes the free
-  block it would need (`head_gradient_mapped_again`; both allocator modes). LM heads only: Reward's block is
-  `embedding_grad`. Under expandable segments freed blocks merge in one address range and are reused; the
-  optimizer step's temporaries (foreach AdamW: a list the size of the gradients, torch/optim/adam.py
-  `_multi_tensor_adam`, torch 2.13) are the step's last allocations, so when they are freed they leave one free
-  run at the top of the mapped range, which best fit hands out last (`get_free_block` ranks a block bordering
-  unmapped space by what it could grow to): the second step's forward fits elsewhere and its [V, H] blocks take
-  that run before any page is mapped (seen in the allocator model for Qwen2.5-0.5B with adamw_torch: a 936 MiB free
-  run at the start of step 2, nothing mapped for the head), so only the blocks beyond the temporaries count;
+  positive (from the estimate's own phases). Under default segments the [V, H] gradient counts only when the logits
+  tile takes its old segment (`head_gradient_mapped_again`). LM heads only: Reward's block is `embedding_grad`. Under
+  expandable segments freed blocks merge in one address range and are reused; the optimizer step's temporaries
+  (foreach AdamW: a list the size of the gradients, torch/optim/adam.py `_multi_tensor_adam`, torch 2.13) are the
+  step's last allocations, so when they are freed they leave one free run at the top of the mapped range, which best
+  fit hands out last (`get_free_block` ranks a block bordering unmapped space by what it could grow to): the second
+  step's forward fits elsewhere and its [V, H] blocks take that run before any page is mapped (seen in the allocator
+  model for Qwen2.5-0.5B with adamw_torch: a 936 MiB free run at the start of step 2, nothing mapped for the head),
+  so only the blocks beyond the temporaries count;
 - `beside` (default segments, full fine-tuning): what step one reserves more when the largest trainable layer weight
   is larger than every block the forward frees. Under default segments a block never grows past its segment (one
   `cudaMalloc`; `try_merge_blocks` joins neighbours within it only), so a tensor fits a freed block only whole
@@ -101,8 +101,8 @@ TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "be
 COEFFICIENTS: dict[str, dict[str, float]] = {
     "default": {"packing": 1.7049, "second_step": 0.6515, "head_tile": 0.1658, "layer_blocks": 1.198,
                 "allocated": 0.0054, "beside": 0.9995, "embedding_grad": 0.4782},
-    "expandable": {"packing": 3.5319, "second_step": 0.8943, "head_tile": 0.0848, "layer_blocks": 1.0405,
-                   "allocated": 0.0005, "beside": 0.0, "embedding_grad": 0.305},
+    "expandable": {"packing": 2.6364, "second_step": 0.4042, "head_tile": 0.2654, "layer_blocks": 1.0415,
+                   "allocated": 0.0, "beside": 0.0, "embedding_grad": 0.3155},
 }
 
 
@@ -239,18 +239,17 @@ def head_tile_kept(job: JobSpec, lora: LoraLayout, expandable: bool) -> bool:
 
 
 def second_step(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase],
-                expandable: bool, *, every_block: bool = False) -> int:
+                expandable: bool) -> int:
     """End of the first step's reserve + the [V, H] blocks the second step maps again − the peak (module docstring).
     0 when the states exist before the first step (DeepSpeed allocates them at engine init) or there are none, and for
-    Reward (`embedding_grad`). `every_block`: the head's gradient counted whatever `head_gradient_mapped_again` says
-    (the upper outcome, for `placement_spread`)."""
+    Reward (`embedding_grad`)."""
     step = None if entry(job.train.trainer).head == "score" else _first_step(job, phases)
     if step is None:
         return 0
     forward, optimizer, states = step
     peak = max(p.bytes for p in phases)
     blocks = recreated_blocks(job, prec, lora)
-    if (blocks and not every_block and not job.parallel.flat_partitions
+    if (blocks and not expandable and not job.parallel.flat_partitions
             and not head_gradient_mapped_again(job, mb, prec)):
         blocks -= job.model.vocab_size * job.model.hidden_size * prec.weight
     if expandable and job.train.optim in FOREACH_OPTIMS:
@@ -263,8 +262,8 @@ def second_step(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
 
 
 def head_gradient_mapped_again(job: JobSpec, mb: MicroBatch, prec: Precision) -> bool:
-    """A trained LM head: whether the second step maps the head's [V, H] gradient (weights' dtype) again, beside the
-    fp32 [V, H] accumulator. The fused head's backward (trl/kernels/chunked_logprob.py
+    """Default segments, a trained LM head: whether the second step maps the head's [V, H] gradient (weights' dtype)
+    again, beside the fp32 [V, H] accumulator. The fused head's backward (trl/kernels/chunked_logprob.py
     `ChunkedLogProbFunction.backward`) allocates the fp32 accumulator, then the logits tile, and the [V, H] gradient
     (`grad_weight.to(weight.dtype)`) last, while both are alive; best fit (c10/cuda/CUDACachingAllocator.cpp
     `get_free_block`: the smallest cached block that holds the request; `alloc_found_block` caches the rest) serves
@@ -278,24 +277,7 @@ def head_gradient_mapped_again(job: JobSpec, mb: MicroBatch, prec: Precision) ->
     sft-qwen05-pack-bfd, sft-qwen05-full-nogc alike); grpo-qwen05-full (2,048 tokens, a 128 MiB tile),
     sft-llama1b-sac and sft-llama8b-full (V·H·2 = 501 and 1,002 MiB) map no gradient block. Not exact: the forward
     may cut more or less than one block (`placement_spread`). With fp32 weights there is no such block: `Tensor.to`
-    returns the tensor itself when the dtype matches (sft-qwen05-full-fp32load: the accumulator and the tile only).
-
-    Expandable segments, the same rule as a stand-in. There step one's accumulator and gradient are mapped at the top
-    of the range (`find_expandable_block`, `map_block`), the [V, H] AdamW states above them, so at step 2's head
-    backward the accumulator finds no free block and maps its pages at the top again (`get_free_block` ranks a block
-    that borders unmapped space by what it could grow to), and the two blocks that matter are step one's gradient
-    range (V·H·w, freed by zero_grad) and X, the largest other free range — what step one's layers' backward and
-    step 2's forward left of the freed accumulator range and of the gradients zero_grad freed. The tile takes the
-    smallest of them that holds it, so the gradient maps pages exactly when X < tile (the allocator model replaying 32
-    matrix streams traced again: 32 of 32). X follows the order in which single tensors cut those ranges, not a shape
-    the estimate knows: 32–750 MiB over Qwen2.5-0.5B, Qwen3-0.6B, Llama-3.2-1B and Gemma-3-1B, both outcomes for one
-    model at the same token count (Qwen3-0.6B packing BFD 236 vs wrapped 402 MiB; Gemma-3-1B 206–399 MiB). The rule
-    above agrees with 25 of the 32 streams: every stream where it says "mapped" maps (10 of 10: Qwen2.5-0.5B's
-    ≈ 260 MiB rest is under a full tile); of the 22 where it says "not", 7 map (Qwen3-0.6B, Gemma-3-1B, Llama-3.2-1B
-    with activation offloading) — the side `placement_spread` covers. With fp32 weights the accumulator takes step
-    one's gradient range back, and the block mapped again is the tied embedding's fp32 [V, H] gradient, allocated
-    after every layer (the two fp32 matrix streams under expandable segments: 460 and 360 MiB of new pages there) —
-    the same V·H·4 bytes `second_step` keeps."""
+    returns the tensor itself when the dtype matches (sft-qwen05-full-fp32load: the accumulator and the tile only)."""
     if prec.weight == FP32:
         return False        # fp32 weights: `grad_weight.to(weight.dtype)` returns the accumulator itself
     m = job.model
@@ -462,10 +444,9 @@ def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dic
     Under the default allocator that flips, in the allocator model replaying the traced streams, with one 2–8 MiB
     tensor more or less before the weights (estimator/LOG.md). Under expandable segments the same perturbation
     moves the LM-head streams by at most 18 MiB, but whether the block finds a free range still depends on the order
-    in which the step's blocks fill the freed address range, which the estimate does not replay (the largest free
-    range beside step one's gradient range against the logits tile, `head_gradient_mapped_again`). The rule takes
-    one outcome with a fitted coefficient, so reserved may be off by about half this block either way (or a whole
-    one where the predicate misses); the estimate says so rather than fit it away.
+    in which the step's blocks fill the freed address range, which the estimate does not replay. The fitted rule sits
+    between the two outcomes, so reserved may be off by about half this block either way; the estimate says so rather
+    than fit it away.
     - A trainable LM head: its [V, H] gradient (in the weights' dtype), when the second step's reserve can set the
       peak (`second_step` or `beside` > 0 in `terms`, the job's allocator mode's `slack_terms`): whether the second
       step maps it again depends on which freed block its forward's logits tile takes (full fine-tuning streams move
@@ -519,9 +500,4 @@ def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLay
         coef = COEFFICIENTS["expandable" if expandable else "default"]
         return max(0, int(sum(coef[k] * terms[expandable][k] for k in TERMS)))
 
-    spread_terms = terms[job.expandable_segments]
-    if job.expandable_segments:
-        # the predicate's "not mapped" side is a coin under expandable segments (`head_gradient_mapped_again`): the
-        # spread stays wherever the upper outcome would give the second step a reserve of its own
-        spread_terms = {**spread_terms, "second_step": second_step(job, mb, prec, lora, phases, True, every_block=True)}
-    return max(rule(mode) for mode in modes), placement_spread(job, prec, lora, spread_terms)
+    return max(rule(mode) for mode in modes), placement_spread(job, prec, lora, terms[job.expandable_segments])
