@@ -649,3 +649,60 @@ def test_second_step_maps_the_head_gradient_again_only_when_the_tile_takes_its_s
                     for k in (at[0], at[0] + 1)]
         assert (reserved[1] > reserved[0]) == mapped
     assert head_gradient_mapped_again(job, mb, prec) == mapped
+
+
+@pytest.mark.parametrize(("stream", "with_workspaces", "without"), [
+    ("dpo-llama1b-precompute-gc-2k", True, True),     # mapped again either way
+    ("sft-llama1b-b16-512", False, True),             # the cuBLAS workspaces' 64 MiB decide it: a coin
+])
+def test_tied_embedding_gradient_the_second_step_may_map_again_is_reported_as_the_spread(
+        stream: str, with_workspaces: bool, without: bool):
+    """Known answer: two Llama-3.2-1B full fine-tuning streams of the CPU trace (estimator/allocator/cpu-trace,
+    written by `hpcmem validate --against trace --reserved --events`: DPO 2 × 2,048 with precomputed reference
+    log-probs, SFT 16 × 512), replayed through the allocator model under default segments, with the cuBLAS workspaces
+    and without. The tied embedding's backward, after every layer, allocates a dense bf16 [V, H] gradient; whether
+    that request maps a new segment in step 2 is read off the replay (reserved after it − before it). The head's own
+    [V, H] gradient never maps one here (the 256 MiB logits tile keeps its own segment). In the DPO stream the
+    embedding's gradient maps a segment with or without the workspaces, in the SFT one only without them, so the
+    estimate cannot call it: it reports that block as the spread, by hand 128,256 × 2,048 × 2 B, although its
+    `second_step` is 0 (the peak is above step one's end + the accumulator)."""
+    import dataclasses
+    import gzip
+
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.allocator import head_gradient_mapped_again, slack_terms
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.estimate.table import render
+    from hpcmem.trace.allocator import allocation_size
+    from hpcmem.trace.events import step_of
+    from hpcmem.trace.replay import NO_WORKSPACES, Workspaces, replay
+    from hpcmem.validate.trace import case_job
+
+    block = 128_256 * 2_048 * 2
+    data = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "cpu-trace" / f"{stream}.json.gz").read())
+    events = data["events"]
+    phase, head, embedding = "", [], []
+    for i, ev in enumerate(events):
+        if isinstance(ev, list):
+            phase = ev[1] if ev[0] == "phase" else phase
+        elif ev == block and step_of(phase) == 2:
+            (embedding if phase.endswith("backward / embeddings") else head).append(i)
+    assert len(embedding) == 1 and len(head) == 1
+
+    def maps(i: int, workspaces: Workspaces) -> bool:
+        before = replay(events, workspaces=workspaces, until=i).allocator.stats.reserved_bytes
+        after = replay(events, workspaces=workspaces, until=i + 1).allocator.stats.reserved_bytes
+        return after - before == allocation_size(block)
+
+    assert not maps(head[0], Workspaces()) and not maps(head[0], NO_WORKSPACES)
+    assert maps(embedding[0], Workspaces()) == with_workspaces
+    assert maps(embedding[0], NO_WORKSPACES) == without
+
+    job = dataclasses.replace(case_job(data["case"]), expandable_segments=False)
+    est = estimate(job)
+    mb, prec = micro_batch(job), precision(job)
+    assert job.model.tie_word_embeddings and not head_gradient_mapped_again(job, mb, prec)
+    assert slack_terms(job, mb, prec, lora_layout(job), list(est.phases))["second_step"] == 0
+    assert est.reserved_spread_bytes == block
+    assert "the head's or the tied embedding's [V, H] gradient" in render(est)

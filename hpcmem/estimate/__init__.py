@@ -133,7 +133,7 @@ def estimate(job: JobSpec) -> Estimate:
         phases=tuple(phases),
         reserved_extra_bytes=dev.reserved_extra,
         reserved_spread_bytes=spread,
-        reserved_spread_note=spread_block(job, lora) if spread else "",
+        reserved_spread_note=spread_block(job, mb, prec, lora) if spread else "",
         device_extra_bytes=dev.device_extra,
         device_note=dev.note,
         gpu_name=job.gpu.name if job.gpu else None,

@@ -439,7 +439,7 @@ def largest_layer_block(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
     return block
 
 
-def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dict[str, int]) -> int:
+def placement_spread(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, terms: dict[str, int]) -> int:
     """Bytes of reserved the estimate cannot place: a block whose segment the second step may or may not map again.
     Under the default allocator that flips, in the allocator model replaying the traced streams, with one 2–8 MiB
     tensor more or less before the weights (estimator/LOG.md). Under expandable segments the same perturbation
@@ -450,7 +450,10 @@ def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dic
     - A trainable LM head: its [V, H] gradient (in the weights' dtype), when the second step's reserve can set the
       peak (`second_step` or `beside` > 0 in `terms`, the job's allocator mode's `slack_terms`): whether the second
       step maps it again depends on which freed block its forward's logits tile takes (full fine-tuning streams move
-      by up to ±6 % of reserved).
+      by up to ±6 % of reserved). With tied 16-bit weights under default segments the same-sized block is also
+      reported where the head's gradient keeps its segment (`head_gradient_mapped_again` false), whatever
+      `second_step`: the embedding's own [V, H] gradient, the backward's last block, may need a new segment then
+      (`tied_embedding_block`); never both in the streams replayed.
     - Reward (a score head): the embedding's [V, H] gradient (one block also with gradient accumulation, where the
       four default-segment streams traced map both of `embedding_gradients` again). It is the backward's last block
       (the embedding's backward, after every layer), so when it needs a new segment that lands on the reserve the
@@ -474,16 +477,44 @@ def placement_spread(job: JobSpec, prec: Precision, lora: LoraLayout, terms: dic
         return 0 if job.expandable_segments else terms["layer_blocks"]
     if job.parallel.deepspeed or head not in ("lm", "score"):
         return 0
-    if head == "lm" and terms["second_step"] + terms["beside"] <= 0:
+    if head == "lm" and terms["second_step"] + terms["beside"] <= 0 and not tied_embedding_block(job, mb, prec, lora):
         return 0
     return job.model.vocab_size * job.model.hidden_size * prec.weight
 
 
-def spread_block(job: JobSpec, lora: LoraLayout) -> str:
+def tied_embedding_block(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout) -> bool:
+    """Default segments, full fine-tuning of a tied LM head in 16-bit weights: whether the embedding's own [V, H]
+    gradient can need a new segment in the second step, whatever `second_step` says. With tied weights `.grad`
+    already holds the head's gradient when the embedding's backward runs — the backward's last block, after every
+    layer — so that backward allocates a dense [V, H] gradient beside it (aten/src/ATen/native/Embedding.cpp
+    `embedding_dense_backward`), which AccumulateGrad adds in place and frees (torch/csrc/autograd/functions/
+    accumulate_grad.h `accumulateGrad`). The largest free block then is what the layers' backward left of the
+    fp32 accumulator's segment (V·H·4, mapped again at the start of the second step's backward: `second_step`);
+    when it is below V·H·w the gradient maps a segment of its own, on top of the reserve the layers' backward
+    reached — the end of the second step, not of the first. In the allocator model replaying 42 tied 16-bit
+    default-segment streams (trace matrix and H200 records, with the cuBLAS workspaces; estimator/LOG.md) it did
+    in 6 of the 24 where the head's gradient kept its segment — Llama-3.2-1B DPO and RLOO (2 × 2,048 and 8 × 1,024
+    tokens) and SFT with selective checkpointing, Gemma-2-9B 1 × 4,096, Qwen2.5-0.5B packed; the largest free block
+    was 458–714 MiB against Llama's 501 MiB request, 1,136 against Gemma-2-9B's 1,750, 258–520 against
+    Qwen2.5-0.5B's 260 — and in none of the 18 where the head's gradient mapped a segment (the tile then frees step
+    one's gradient segment, which holds it). Which side a stream falls on moves with a 64 MiB workspace more or less
+    (Llama-3.2-1B 16 × 512), so it is reported as the spread, not fitted. fp32 weights: the embedding's fp32
+    gradient maps again every step and `recreated_blocks` counts it (no coin); expandable segments were not
+    replayed for this."""
+    return (not job.expandable_segments and not lora.enabled and prec.weight < FP32 and job.model.tie_word_embeddings
+            and entry(job.train.trainer).head == "lm" and not job.parallel.flat_partitions
+            and not head_gradient_mapped_again(job, mb, prec))
+
+
+def spread_block(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout) -> str:
     """What `placement_spread` names, for the estimate's table."""
     if lora.enabled:
         return "a decoder layer's largest block"
-    return "the embedding's [V, H] gradient" if entry(job.train.trainer).head == "score" else "the head's [V, H] gradient"
+    if entry(job.train.trainer).head == "score":
+        return "the embedding's [V, H] gradient"
+    if tied_embedding_block(job, mb, prec, lora):
+        return "the head's or the tied embedding's [V, H] gradient"
+    return "the head's [V, H] gradient"
 
 
 def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
@@ -500,4 +531,4 @@ def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLay
         coef = COEFFICIENTS["expandable" if expandable else "default"]
         return max(0, int(sum(coef[k] * terms[expandable][k] for k in TERMS)))
 
-    return max(rule(mode) for mode in modes), placement_spread(job, prec, lora, terms[job.expandable_segments])
+    return max(rule(mode) for mode in modes), placement_spread(job, mb, prec, lora, terms[job.expandable_segments])
