@@ -158,6 +158,8 @@ def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | 
     settings: dict[str, Any] = check_settings(preset or {}, "preset defaults")
     if config_path:
         settings.update(check_settings(read_yaml(config_path), f"config {config_path}"))
+        if preset and "gpu" in preset:          # the job runs on the preset's GPU, whatever the YAML's `gpu:` says
+            settings["gpu"] = preset["gpu"]     # (as hpcmem.launch.submission.prepare runs it); --gpu still applies
     if accel:
         settings.update(accelerate_settings(accel))
     elif settings.get("accelerate_config"):
