@@ -706,3 +706,62 @@ def test_tied_embedding_gradient_the_second_step_may_map_again_is_reported_as_th
     assert slack_terms(job, mb, prec, lora_layout(job), list(est.phases))["second_step"] == 0
     assert est.reserved_spread_bytes == block
     assert "the head's or the tied embedding's [V, H] gradient" in render(est)
+
+
+def test_accumulation_the_second_step_maps_two_fp32_accumulators_and_the_reserve_is_end_packing_and_those_blocks():
+    """Known answer: a GRPO Qwen3-0.6B stream with gradient accumulation 4, all four micro-batches traced (estimator/
+    allocator/cpu-trace, written by `hpcmem validate --against trace --reserved --events` with the tracer's
+    accumulation cap raised to 4), replayed through the allocator model under default segments with the cuBLAS
+    workspaces. In step 2 the fused head's fp32 [V, H] accumulator maps a new segment in the first two micro-batches
+    and in none after (the second's freed block stays whole once the gradients exist); the bf16 [V, H] head gradient
+    maps at most one (a coin, reported as the spread); nothing else of 2 MiB or more is mapped. The estimate's
+    reserve, its peak + `accumulation`, must be the replay's reserve at step 2's start + the two accumulators + half
+    the bf16 block, within 1 %."""
+    import dataclasses
+    import gzip
+
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.allocator import ACCUMULATORS_MAPPED, slack_terms
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.trace.allocator import allocation_size
+    from hpcmem.trace.events import step_of
+    from hpcmem.trace.replay import Workspaces, _workspaces
+    from hpcmem.validate.trace import case_job
+
+    data = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "cpu-trace"
+                                / "grpo-qwen3-06-ref-ga4-256+512-4micro.json.gz").read())
+    vh = 151_936 * 1_024
+    alloc, handles, taken, phase, start = CachingAllocator(), {}, set(), "", None
+    accumulators, gradients, other = [], [], 0
+    for i, ev in enumerate(data["events"]):
+        if isinstance(ev, int):
+            if ev < 0:
+                alloc.free(handles.pop(i + ev))
+                continue
+            before = alloc.stats.reserved_bytes
+            handles[i] = alloc.malloc(ev)
+            mapped = alloc.stats.reserved_bytes - before
+            if step_of(phase) == 2 and phase.endswith("backward / lm head / loss") and ev in (vh * 4, vh * 2):
+                (accumulators if ev == vh * 4 else gradients).append(mapped)
+            elif step_of(phase) == 2:
+                other += mapped
+        elif ev[0] == "phase":
+            if step_of(ev[1]) == 2 and start is None:
+                start = alloc.stats.reserved_bytes
+            phase = ev[1] or phase
+        elif ev[0] == "gemm":
+            _workspaces(alloc, taken, ev[1], ev[2], Workspaces())
+    block = allocation_size(vh * 4)
+    assert accumulators == [block, block, 0, 0] and ACCUMULATORS_MAPPED == 2
+    assert len(gradients) == 4 and sum(1 for g in gradients if g) == 1
+    assert other < 2 * 2**20
+
+    job = dataclasses.replace(case_job(data["case"]), expandable_segments=False)
+    est = estimate(job)
+    terms = slack_terms(job, micro_batch(job), precision(job), lora_layout(job), list(est.phases))
+    assert terms["accumulation"] > 0 and sum(terms[t] for t in TERMS) == 0
+    reserve = max(p.bytes for p in est.phases) + terms["accumulation"]
+    replayed = start + 2 * block + vh * 2 // 2
+    assert abs(reserve - replayed) <= 0.01 * replayed
+    assert est.reserved_spread_bytes == vh * 2
