@@ -7,7 +7,7 @@ Rows: every stored trace record that carries the allocator model's reserved peak
 --reserved`), once per allocator mode. Target: the model's slack, reserved − (traced tensors + the estimate's cuBLAS
 workspaces and block tails). Terms: `slack_terms` of the estimate for the same job. Fit: least absolute deviations of
 the slack relative to the reserved peak, non-negative coefficients, on the training split — cases whose
-sha1(id) % 3 != 0 — then scored on the held-out third. Terms counted whole (`FIXED`) are taken off the target first. Least absolute deviations, not least squares: the scores are the median and p95 of |error|,
+sha1(id) % 3 != 0 — then scored on the held-out third. Least absolute deviations, not least squares: the scores are the median and p95 of |error|,
 and a squared loss lets the few cases whose stranded blocks no term describes (path-specific fragmentation) pull
 every coefficient. Solved by iteratively reweighted least squares (weights 1 / max(|residual|, 1e-5), each step a
 non-negative least squares on the k × k normal equations, every subset of terms solved exactly); stops when no
@@ -126,7 +126,7 @@ def lad(x: list[list[float]], y: list[float], *, floor: float = 1e-5, steps: int
 
 def fit(data: list[dict[str, Any]], third: int = 0) -> dict[str, Any]:
     """Coefficients per mode from the training split; errors of the reserved peak on both splits."""
-    from hpcmem.estimate.allocator import FIXED, TERMS
+    from hpcmem.estimate.allocator import TERMS
 
     out: dict[str, Any] = {"terms": list(TERMS), "split": f"held out when sha1(case id) % {HOLDOUT_EVERY} == {third}",
                            "loss": "least absolute deviations of slack / reserved, coefficients ≥ 0"}
@@ -134,8 +134,7 @@ def fit(data: list[dict[str, Any]], third: int = 0) -> dict[str, Any]:
         rows_m = [r for r in data if r["mode"] == mode]
         train = [r for r in rows_m if not held_out(r["case"], third)]
         x = [[r["terms"][t] / r["reserved"] for t in TERMS] for r in train]
-        # terms counted whole (`FIXED`) are taken off the target, not fitted
-        y = [(r["slack"] - sum(c * r["terms"].get(t, 0) for t, c in FIXED.items())) / r["reserved"] for r in train]
+        y = [r["slack"] / r["reserved"] for r in train]
         coef = [round(c, 4) for c in lad(x, y)]
         entry: dict[str, Any] = {"coefficients": dict(zip(TERMS, coef, strict=True))}
         for name, part in (("train", train), ("held_out", [r for r in rows_m if held_out(r["case"], third)])):
@@ -156,14 +155,11 @@ def thirds(data: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def score(part: list[dict[str, Any]], coef: dict[str, float]) -> dict[str, Any]:
     """Reserved error (estimate's allocated + predicted slack vs the model) and slack-only error, in %."""
-    from hpcmem.estimate.allocator import FIXED
-
     if not part:
         return {"n": 0}
     end, only = [], []
     for r in part:
-        slack = max(0.0, sum(coef[t] * r["terms"][t] for t in coef)
-                    + sum(c * r["terms"].get(t, 0) for t, c in FIXED.items()))
+        slack = max(0.0, sum(coef[t] * r["terms"][t] for t in coef))
         end.append(100.0 * (r["allocated"] + slack - r["reserved"]) / r["reserved"])
         only.append(100.0 * (slack - r["slack"]) / r["reserved"])
     return {"n": len(part), **_stats("reserved", end), **_stats("slack_only", only)}

@@ -47,9 +47,6 @@ cannot use. The terms (bytes, `slack_terms`):
   reserve the layers' backward reached — after the allocated peak — not on the end of step one: the term is the
   blocks themselves, and its coefficient the share of them the allocator maps again (a coin without gradient
   accumulation: `placement_spread`);
-- `accumulation` (default segments, full fine-tuning of an LM head with gradient accumulation; counted whole, not
-  fitted): end of step one + `packing` + the two fp32 [V, H] accumulators the second step maps (+ the [V, H]
-  gradient) − the peak, in place of every other term — the micro-batches reuse each other's freed blocks;
 - `head_tile`: the fused head's [4096, 32768] logits tile and fp32 [N, H] input gradient, freed before the layers'
   backward, which split it (the tile left out where the recompute takes its pages whole: `head_tile_kept`);
 - `layer_blocks`: the largest block of a decoder layer (the MLP's [T, I] in the compute dtype, an fp32 [T, H]
@@ -99,9 +96,6 @@ from hpcmem.trace.allocator import (
 
 FP32 = 4
 TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "beside", "embedding_grad")
-# terms counted whole, not fitted (their mechanism sets the coefficient): `accumulation`
-FIXED = {"accumulation": 1.0}
-ACCUMULATORS_MAPPED = 2     # the fused head's fp32 [V, H] accumulators the second step maps under accumulation
 # Fitted coefficients per allocator mode: least absolute deviations on the training split (python -m
 # hpcmem.bench.reserved_fit; estimator/reserved-fit.json).
 COEFFICIENTS: dict[str, dict[str, float]] = {
@@ -210,9 +204,6 @@ def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     lm_head = entry(job.train.trainer).head == "lm"
     n = mb.label_tokens
     block = largest_layer_block(job, mb, prec)
-    accumulated = accumulation(job, mb, prec, lora, phases, expandable)
-    if accumulated is not None:
-        return {**dict.fromkeys(TERMS, 0), "accumulation": accumulated}
     ordinary = second_step(job, mb, prec, lora, phases, expandable)
     reward = embedding_grad(job, prec, lora, phases)
     return {
@@ -228,53 +219,7 @@ def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         "beside": 0 if expandable or sharded else max(0, beside_activations(job, mb, prec, lora, phases, block)
                                                        - ordinary - reward),
         "embedding_grad": reward,
-        "accumulation": 0,
     }
-
-
-def accumulation(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase],
-                 expandable: bool) -> int | None:
-    """Default segments, full fine-tuning of an LM head with gradient accumulation: the slack is the end of step one
-    + `packing` + the [V, H] blocks the second step maps again − the peak, at coefficient 1, and no other term (None
-    where this does not apply). Under accumulation `.grad` persists across micro-batches, so the peak — the last
-    micro-batch's head backward — holds every gradient on top of that micro-batch's activations, and each
-    micro-batch's forward and backward allocate the previous one's shapes in the previous one's order: best fit
-    (c10/cuda/CUDACachingAllocator.cpp `get_free_block`) hands them the blocks the previous one freed, and the layers
-    map nothing new. What the second step maps is the fused head's fp32 [V, H] accumulator (trl/kernels/
-    chunked_logprob.py `ChunkedLogProbFunction.backward`) twice: in the first micro-batch (its step-one segment is
-    held by an AdamW state, as without accumulation), and in the second, because the first micro-batch's backward
-    re-creates every gradient (zero_grad set them to None; torch/csrc/autograd/functions/accumulate_grad.h
-    `accumulateGrad` keeps the incoming tensor as `.grad`) and best fit cuts them, and the second forward's saved
-    tensors, from its freed block. From the third on the gradients are added in place and the fresh ones freed, so
-    the block stays whole and is reused. Plus the [V, H] gradient where `head_gradient_mapped_again` (the first
-    micro-batch's, as without accumulation), else half of it: the second micro-batch's fresh gradient (`.grad` holds
-    the first's) needs a free block of its size beside the new accumulator and the logits tile, which the first
-    micro-batch's cut accumulator block may or may not still hold — mapped in GRPO Qwen2.5-0.5B and Qwen3-0.6B, not
-    in SFT and DPO Qwen2.5-0.5B (a coin: `placement_spread` reports the whole block). The end of
-    step one is the optimizer step's (the states on top of every gradient) and its reserve ≈ end + `packing`.
-    In the allocator model replaying SFT Qwen2.5-0.5B 2 × 1,024 GA 4, DPO Qwen2.5-0.5B 2 × 1,024 GA 4 and GRPO
-    Qwen3-0.6B 4 × (256 + 512) GA 4 (four micro-batches traced): reserve at step 2's start 3,960 / 4,984 / 5,770 MiB
-    (end + packing 4,006 / 4,948 / 5,774), step 2 maps 2 × V·H·4, 0 / 1 / 1 [V, H]·w blocks and 2 / 6 / 0 MiB
-    else; micro-batches 3 and 4 map nothing (estimator/LOG.md). The static terms (head tile, layer
-    blocks, `packing`'s fitted share of the gradients) count blocks the next micro-batch reuses."""
-    if (expandable or lora.enabled or job.train.gradient_accumulation_steps <= 1 or job.parallel.flat_partitions
-            or entry(job.train.trainer).head != "lm"):
-        return None
-    step = _first_step(job, phases)
-    if step is None:
-        return None
-    _, optimizer, states = step
-    m = job.model
-    vh = m.vocab_size * m.hidden_size
-    if head_gradient_mapped_again(job, mb, prec):
-        gradient = vh * prec.weight         # the first micro-batch's, as without accumulation; never also the second's
-    else:
-        # the second micro-batch's fresh gradient, a coin: half of it (`placement_spread` reports the whole)
-        gradient = 0 if prec.weight == FP32 else vh * prec.weight // 2
-    blocks = ACCUMULATORS_MAPPED * vh * FP32 + gradient
-    first = max(p.bytes - states for p in phases if p.name == FORWARD or p.name.startswith(BACKWARD))
-    packing = persistent_waste(m, job.train.trainer, job.train.optim, prec.weight, lora, expandable)
-    return max(0, max(first, optimizer.bytes) + packing + blocks - max(p.bytes for p in phases))
 
 
 def head_tile_kept(job: JobSpec, lora: LoraLayout, expandable: bool) -> bool:
@@ -532,8 +477,7 @@ def placement_spread(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLa
         return 0 if job.expandable_segments else terms["layer_blocks"]
     if job.parallel.deepspeed or head not in ("lm", "score"):
         return 0
-    reserve_set = terms["second_step"] + terms["beside"] + terms["accumulation"]
-    if head == "lm" and reserve_set <= 0 and not tied_embedding_block(job, mb, prec, lora):
+    if head == "lm" and terms["second_step"] + terms["beside"] <= 0 and not tied_embedding_block(job, mb, prec, lora):
         return 0
     return job.model.vocab_size * job.model.hidden_size * prec.weight
 
@@ -585,7 +529,6 @@ def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLay
 
     def rule(expandable: bool) -> int:
         coef = COEFFICIENTS["expandable" if expandable else "default"]
-        return max(0, int(sum(coef[k] * terms[expandable][k] for k in TERMS)
-                          + sum(c * terms[expandable][k] for k, c in FIXED.items())))
+        return max(0, int(sum(coef[k] * terms[expandable][k] for k in TERMS)))
 
     return max(rule(mode) for mode in modes), placement_spread(job, mb, prec, lora, terms[job.expandable_segments])
