@@ -234,8 +234,8 @@ def job_warnings(job: JobSpec) -> list[str]:
         # torch/cuda/__init__.py is_bf16_supported: major ≥ 8 natively, else only if a bf16 tensor can be made
         # (emulation), which transformers' TrainingArguments accepts; bf16 Tensor Cores came with Ampere (sm_80)
         out.append(f"bf16 on {job.gpu.name} (compute capability {cc}): no bf16 Tensor Cores, torch emulates bf16 — "
-                   "memory as estimated, speed at most the fp32 rate (the planner ranks with it); --bf16 false "
-                   "--fp16 true uses its fp16 Tensor Cores")
+                   "memory as estimated, speed at most the fp32 rate (the planner ranks with it); --fp16 true uses "
+                   "its fp16 Tensor Cores")
     if t.attn_implementation not in ("eager", "sdpa") and "flash" not in t.attn_implementation:
         # hpcmem.estimate.activations keeps eager's scores, FlashAttention's and SDPA's q, k, v, out and logsumexp
         out.append(f"attn_implementation {t.attn_implementation} is estimated as SDPA keeps its tensors; hpcmem has "
