@@ -109,3 +109,17 @@ def test_a_bf16_job_on_a_gpu_without_bf16_tensor_cores_is_warned():
     out = CliRunner().invoke(cli, ["estimate", "sft", "--model_name_or_path", "Qwen/Qwen3-0.6B", "--gpu", "A100",
                                    "--json"], catch_exceptions=False)
     assert not any("bf16 Tensor Cores" in w for w in json.loads(out.output)["warnings"])
+
+
+def test_an_fp16_job_on_the_v100_is_ranked_with_its_fp16_tensor_core_rate():
+    """Same knobs, one GPU, no communication or offload: the step is compute, so fp16 (125 TFLOPS, Tensor Cores) is
+    ranked about 125 / 15.7 ≈ 8 times faster than bf16 (emulated, at most the fp32 15.7) — the datasheet's ratio."""
+    flags = ["plan", "sft", "--model_name_or_path", "Qwen/Qwen3-0.6B", "--max_length", "1024", "--gpu", "V100",
+             "--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "1", "--gradient_checkpointing",
+             "true", "--packing", "false", "--accelerate_config", "single_gpu", "--json"]
+    step = {}
+    for precision in ("bf16", "fp16"):
+        out = CliRunner().invoke(cli, [*flags, f"--{precision}", "true"], catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        step[precision] = json.loads(out.output)["plans"][0]["step_s"]
+    assert 125 / 15.7 * 0.8 < step["bf16"] / step["fp16"] <= 125 / 15.7 * 1.001

@@ -176,7 +176,8 @@ class Speeds:
         self.model_kw = dict(n_flops=flops_params(m), n_params=m.num_params, layers=m.num_hidden_layers,
                              attn_width=m.num_attention_heads * m.head_dim, hidden=m.hidden_size,
                              kv_width=m.num_key_value_heads * m.head_dim,
-                             world=par.world_size, num_machines=par.num_machines, peak_tflops=gpu.bf16_tflops,
+                             world=par.world_size, num_machines=par.num_machines,
+                             peak_tflops=gpu.peak_tflops(job.train.fp16),
                              link_gbps=interconnect_gbps(gpu.name, par.num_machines), mfu_curve=mfu_curve(gpu.name))
 
     def _shape(self, pack: str, batch: int) -> tuple[int, float, int]:
