@@ -47,6 +47,7 @@ def gpu_spec(name: str) -> GpuSpec:
         return _with_calibration(
             entry["name"], memory_bytes=entry["memory_bytes"], bf16_tflops=entry["bf16_tflops"],
             memory_bandwidth_gbps=entry.get("memory_bandwidth_gbps", 0.0),
+            fp16_tflops=float(entry.get("fp16_tflops", 0.0)),
             compute_capability=str(entry.get("compute_capability", "")),
             capacity_bytes=int(entry.get("capacity_bytes") or 0),
             capacity_note=entry.get("capacity_source", "") if entry.get("capacity_derived") else "")
@@ -84,7 +85,7 @@ def recalibrated(spec: GpuSpec) -> GpuSpec:
     """The same GPU (catalog or described) with the calibration on the search path now, not the one it had when a
     record stored it."""
     return _with_calibration(spec.name, memory_bytes=spec.memory_bytes, bf16_tflops=spec.bf16_tflops,
-                             memory_bandwidth_gbps=spec.memory_bandwidth_gbps,
+                             memory_bandwidth_gbps=spec.memory_bandwidth_gbps, fp16_tflops=spec.fp16_tflops,
                              compute_capability=spec.compute_capability, capacity_bytes=spec.capacity_bytes,
                              capacity_note=spec.capacity_note)
 

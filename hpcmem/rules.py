@@ -7,6 +7,7 @@ returns what TRL only warns about or silently changes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import MISSING, fields
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -228,6 +229,13 @@ def job_warnings(job: JobSpec) -> list[str]:
             out.append(f"dtype auto: {model.name}'s config.json names no dtype, so transformers takes the first "
                        f"floating-point weight of the checkpoint, {why}; estimated as bfloat16 "
                        f"(a float32 checkpoint holds twice the weight bytes): {setting} float32 or bfloat16")
+    cc = job.gpu.compute_capability if job.gpu else ""
+    if t.bf16 and re.fullmatch(r"\d+\.\d+", cc) and float(cc) < 8.0:
+        # torch/cuda/__init__.py is_bf16_supported: major ≥ 8 natively, else only if a bf16 tensor can be made
+        # (emulation), which transformers' TrainingArguments accepts; bf16 Tensor Cores came with Ampere (sm_80)
+        out.append(f"bf16 on {job.gpu.name} (compute capability {cc}): no bf16 Tensor Cores, torch emulates bf16 — "
+                   "memory as estimated, speed at most the fp32 rate (the planner ranks with it); --fp16 true uses "
+                   "its fp16 Tensor Cores")
     if t.attn_implementation not in ("eager", "sdpa") and "flash" not in t.attn_implementation:
         # hpcmem.estimate.activations keeps eager's scores, FlashAttention's and SDPA's q, k, v, out and logsumexp
         out.append(f"attn_implementation {t.attn_implementation} is estimated as SDPA keeps its tensors; hpcmem has "

@@ -380,6 +380,7 @@ class GpuSpec:
     bf16_tflops: float
     memory_bandwidth_gbps: float = 0.0
     compute_capability: str = ""  # "9.0" (CUDA major.minor) picks the cuBLAS workspace size
+    fp16_tflops: float = 0.0        # 0: the bf16 rate (Ampere and later run both on the same Tensor Cores)
     context_bytes: int = 0          # CUDA context + libraries; 0 → the uncalibrated default in estimate.device
     calibrated: bool = False
     calibration_source: str = ""
@@ -391,6 +392,11 @@ class GpuSpec:
     @property
     def usable_bytes(self) -> int:
         return self.capacity_bytes or self.memory_bytes
+
+    def peak_tflops(self, fp16: bool) -> float:
+        """The dense rate a job of this precision gets: fp16's where the catalog gives one apart (the V100: fp16
+        Tensor Cores, no bf16 ones), else the bf16 rate."""
+        return self.fp16_tflops if fp16 and self.fp16_tflops else self.bf16_tflops
 
     def margin(self, peak: str) -> PeakMargin | None:
         return next((m for m in self.margins if m.peak == peak), None)

@@ -110,7 +110,8 @@ def _normalise(settings: dict[str, Any]) -> dict[str, Any]:
             out[name] = tuple(x.strip() for item in names for x in str(item).split(",") if x.strip())
         elif name in out and names is None:        # TRL's default None: peft's own choice / nothing
             out[name] = ()
-    if out.get("bf16") is None and "bf16" in out:
+    if out.get("bf16") is None and ("bf16" in out or "fp16" in out):
+        # TRL's bf16 None (its default) becomes `not fp16` (trl/trainer/base_config.py __post_init__)
         out["bf16"] = not out.get("fp16", False)
     if out.get("attn_implementation") is None and "attn_implementation" in out:
         out["attn_implementation"] = "sdpa"

@@ -417,6 +417,23 @@ def test_dtype_auto_reads_config_json_without_torch(tmp_path):
     assert weights == params * 4
 
 
+def test_nothing_fits_names_the_least_memory_combination_not_the_first_one_estimated():
+    """README's long-context job with the layout fixed to DDP (multi_gpu: no sharding, no SP/CP): 8B params of full
+    AdamW states cannot fit 80 GB, so one estimate rules out every combination. The combination it names as needing the
+    least must be at or below the smallest micro-batch of the same flags — by hand: micro-batch 1 × accumulation 8
+    (the global batch, 8 × 8, held) keeps one row of 131,072 tokens' activations where micro-batch 8 keeps eight."""
+    user = ["sft", "--model_name_or_path", "Qwen/Qwen3-8B", "--max_length", "131072", "--num_processes", "8",
+            "--gpu", "H100-80GB", "--accelerate_config", "multi_gpu"]
+    least = json.loads(_run("plan", *user, "--json").output)["least"]
+    assert least["knobs"]["batch"] == 1, least
+    line = next(x for x in _run("plan", *user).output.splitlines() if "nothing fits" in x)
+    assert "drop --accelerate_config" in line, line       # README's same job without it plans ZeRO-3 + SP
+    est = _run("estimate", *user, *least["flags"], "--per_device_train_batch_size", "1",
+               "--gradient_accumulation_steps", "8", "--json")
+    assert est.exit_code == 0, est.output
+    assert least["device_peak_bytes"] <= json.loads(est.output)["per_gpu"]["device_peak_bytes"]
+
+
 def test_nothing_fits_does_not_suggest_what_was_already_tried():
     """With --allow_peft (or a LoRA job) the plan already tried LoRA/QLoRA: 'allow PEFT' is no way out then."""
     base = ["plan", "sft", "--model_name_or_path", "meta-llama/Llama-3.1-8B", "--gpu", "3GB"]

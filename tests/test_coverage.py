@@ -296,3 +296,29 @@ def test_a_subsequence_cut_takes_the_kept_layers_entries_and_counts_the_kept_tai
     # layers 3..5 are the shared tail; 3 and 5 are kept
     assert cut == {"num_hidden_layers": 4, "layer_types": ["a", "b", "d", "f"], "num_kv_shared_layers": 2,
                    "per_layer_config": {"1": "x"}, "hidden_size": 8}
+
+
+def test_a_coverage_sweep_writes_no_record_for_types_it_does_not_trace(tmp_path):
+    """bart is not applicable (a seq2seq decoder) and llama4 refused (coverage.json): the sweep has nothing to measure
+    on them, so it reports them and leaves the records file — a committed data file — as it was."""
+    from hpcmem.validate.coverage import run
+
+    path = tmp_path / "coverage.jsonl"
+    before = '{"model_type": "llama", "technique": "full+gc", "err_pct": 0.1}\n'
+    path.write_text(before)
+    recs = run(["bart", "llama4"], records=path)
+    assert path.read_text() == before
+    assert {(r["model_type"], r["status"]) for r in recs} == {("bart", "not applicable"), ("llama4", "refused")}
+    assert all(r["skipped"] for r in recs)
+
+
+def test_validate_coverage_names_the_types_it_did_not_write(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from hpcmem.cli import cli
+
+    monkeypatch.setenv("HPCMEM_ESTIMATOR_DIR", str(tmp_path))
+    out = CliRunner().invoke(cli, ["validate", "--against", "coverage", "--types", "bart"], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    assert "0 records appended to estimator/coverage.jsonl; 1 types not traced, not written" in out.output
+    assert "bart" in out.output and not (tmp_path / "coverage.jsonl").exists()

@@ -92,3 +92,34 @@ def test_every_catalog_capacity_cites_its_source_or_says_it_is_derived():
     names = {e["name"] for e in catalog_entries()}
     assert {"H20", "H800", "A800-80GB", "L20", "RTX-5090", "RTX-PRO-6000", "B300", "GB200", "MI325X",
             "MI355X"} <= names
+
+
+def test_every_catalog_gpu_has_a_compute_rate_and_the_v100_its_datasheet_one():
+    # NVIDIA Tesla V100 datasheet (V100 SXM2): single precision 15.7 TFLOPS, Tensor Performance 125 TFLOPS — fp16
+    # only: Volta (compute capability 7.0) has no bf16 Tensor Cores, so a bf16 job runs at most at the fp32 rate
+    assert [e["name"] for e in catalog_entries() if not e["bf16_tflops"] > 0] == []
+    assert gpu_spec("V100").bf16_tflops == 15.7
+
+
+def test_a_bf16_job_on_a_gpu_without_bf16_tensor_cores_is_warned():
+    out = CliRunner().invoke(cli, ["estimate", "sft", "--model_name_or_path", "Qwen/Qwen3-0.6B", "--gpu", "V100",
+                                   "--json"], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    assert any("no bf16 Tensor Cores" in w for w in json.loads(out.output)["warnings"])
+    out = CliRunner().invoke(cli, ["estimate", "sft", "--model_name_or_path", "Qwen/Qwen3-0.6B", "--gpu", "A100",
+                                   "--json"], catch_exceptions=False)
+    assert not any("bf16 Tensor Cores" in w for w in json.loads(out.output)["warnings"])
+
+
+def test_an_fp16_job_on_the_v100_is_ranked_with_its_fp16_tensor_core_rate():
+    """Same knobs, one GPU, no communication or offload: the step is compute, so fp16 (125 TFLOPS, Tensor Cores) is
+    ranked about 125 / 15.7 ≈ 8 times faster than bf16 (emulated, at most the fp32 15.7) — the datasheet's ratio."""
+    flags = ["plan", "sft", "--model_name_or_path", "Qwen/Qwen3-0.6B", "--max_length", "1024", "--gpu", "V100",
+             "--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "1", "--gradient_checkpointing",
+             "true", "--packing", "false", "--accelerate_config", "single_gpu", "--json"]
+    step = {}
+    for precision in ("bf16", "fp16"):
+        out = CliRunner().invoke(cli, [*flags, f"--{precision}", "true"], catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        step[precision] = json.loads(out.output)["plans"][0]["step_s"]
+    assert 125 / 15.7 * 0.8 < step["bf16"] / step["fp16"] <= 125 / 15.7 * 1.001

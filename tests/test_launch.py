@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -388,6 +389,28 @@ def test_cli_dry_run_and_refusal(tmp_path):
                                              "--use_peft", "false", "--max_length", "8192", "--num_processes", "4",
                                              "--dry-run"], capture_output=True, text=True, cwd=tmp_path)
     assert refused.returncode != 0 and "does not fit" in refused.stderr and "GiB" in refused.stderr
+
+
+@pytest.mark.parametrize("sbatch, says", [
+    (None, "sbatch not found"),
+    ("echo 'sbatch: error: invalid partition specified: gpu-h100' >&2; exit 1", "sbatch --test-only rejected the job"),
+])
+def test_a_submission_that_fails_names_the_run_folder_it_wrote_and_keeps(tmp_path, sbatch, says):
+    """No sbatch on PATH, or one that refuses the job: nothing is submitted, and the error names the run folder this
+    call wrote (kept, never removed: it holds the script SLURM refused), the only thing under --runs-dir."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if sbatch:
+        (bin_dir / "sbatch").write_text(f"#!/bin/sh\n{sbatch}\n")
+        (bin_dir / "sbatch").chmod(0o755)
+    runs = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-m", "hpcmem", "submit", "sft", "--model_name_or_path",
+                           "Qwen/Qwen2.5-0.5B", "--preset", "example-h100", "--runs-dir", str(runs)],
+                          capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PATH": str(bin_dir)})
+    assert done.returncode == 2, done.stderr
+    [run] = list(runs.iterdir())
+    assert says in done.stderr and (run / "job.sbatch").is_file() and not (run / "job_id").exists()
+    assert f"run folder {run} kept, nothing submitted" in done.stderr, done.stderr
 
 
 def test_admin_template_override(tmp_path, monkeypatch):

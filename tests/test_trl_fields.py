@@ -100,3 +100,13 @@ def test_transformers_new_checkpointing_names_win_as_in_training_arguments():
     args = transformers.TrainingArguments(output_dir="/tmp/x", activation_checkpointing=False,
                                           gradient_checkpointing=True, use_cpu=True)
     assert on.train.gradient_checkpointing and off.train.gradient_checkpointing is args.gradient_checkpointing is False
+
+
+def test_fp16_alone_turns_bf16_off_as_trl_does():
+    """TRL's bf16 defaults to None and becomes `not fp16` (trl/trainer/base_config.py __post_init__): `--fp16 true`
+    alone is an fp16 job, not a clash with a bf16 TRL never set."""
+    job, _ = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "fp16": True})
+    import trl
+
+    real = trl.SFTConfig(output_dir="/tmp/hpcmem-fp16-alone", fp16=True, use_cpu=True)
+    assert (job.train.bf16, job.train.fp16) == (real.bf16, real.fp16) == (False, True)

@@ -53,8 +53,9 @@ def _check_modes(against: str, *, fit: bool, reserved: bool) -> None:
               show_default=True,
               help="probes: GPU/CPU probe records (estimator/probes); trace: the trace matrix; boundary: the probe "
                    "runs predicted at 85–105 % of their capacity — false fits and false refusals, by the point "
-                   "estimate and by the safe bound; coverage: every covered model type against a trace "
-                   "(estimator/coverage.jsonl)")
+                   "estimate and by the safe bound; coverage: every covered model type against a trace (traces the "
+                   "types without records and appends theirs to estimator/coverage.jsonl; types it does not trace "
+                   "are listed, not written)")
 @click.option("--records", multiple=True, type=click.Path(exists=True),
               help="records files or folders (default estimator/probes/)")
 @click.option("--gpu", default=None, help="only this GPU model's records (e.g. H100-80GB, cpu)")
@@ -106,8 +107,13 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
 
         report = estimator_dir() / "COVERAGE.md"
         report.write_text(coverage.report_markdown(coverage.load_records()))
-        click.echo(json.dumps(recs, indent=1) if as_json else f"{len(recs)} records (estimator/coverage.jsonl); "
-                                                               f"table: {report}")
+        skipped = [r["model_type"] for r in recs if "skipped" in r and not rescore]
+        verb = "rescored in" if rescore else "appended to"
+        written = f"{len(recs) - len(skipped)} records {verb} estimator/coverage.jsonl"
+        if skipped:
+            written += (f"; {len(skipped)} types not traced, not written (not applicable or refused: `hpcmem models "
+                        f"coverage` says why): {', '.join(skipped)}")
+        click.echo(json.dumps(recs, indent=1) if as_json else f"{written}; table: {report}")
         return
     if against == "trace":
         if importlib.util.find_spec("hpcmem.validate.trace") is None:

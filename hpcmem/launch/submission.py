@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from hpcmem.errors import HpcmemError
 from hpcmem.launch import checkpoints, runfolder
-from hpcmem.launch.backends import Runner, Submitted, backend as make_backend
+from hpcmem.launch.backends import Runner, SubmitError, Submitted, backend as make_backend
 from hpcmem.launch.configs import accelerate_config, deepspeed_config
 from hpcmem.launch.fit import FitReport, check_fit
 from hpcmem.launch.job import Launch, LaunchOptions, default_job_name
@@ -108,7 +108,14 @@ def submit(job: JobSpec, preset: Preset, options: LaunchOptions | None = None, *
         backend_kwargs["runner"] = runner
     chosen = make_backend(backend, **backend_kwargs)
     runfolder.write(Path(prepared.files.run_dir), prepared.contents)
-    result: Submitted = chosen.submit(prepared)
+    try:
+        result: Submitted = chosen.submit(prepared)
+    except HpcmemError as exc:
+        if type(exc) not in (SubmitError, HpcmemError):     # a subclass with its own fields: as it is
+            raise
+        # the folder this call created is kept (it holds the script the scheduler refused or never saw) and named
+        raise type(exc)(f"{exc}; run folder {prepared.files.run_dir} kept, nothing submitted ({runfolder.SCRIPT} is "
+                        "the script as written; remove the folder to start over)") from None
     if result.job_id is not None:
         runfolder.record_job_id(Path(prepared.files.run_dir), result.job_id, chosen.name)
     return result.handle if backend == "submitit" else Submission(result, prepared)

@@ -176,7 +176,8 @@ class Speeds:
         self.model_kw = dict(n_flops=flops_params(m), n_params=m.num_params, layers=m.num_hidden_layers,
                              attn_width=m.num_attention_heads * m.head_dim, hidden=m.hidden_size,
                              kv_width=m.num_key_value_heads * m.head_dim,
-                             world=par.world_size, num_machines=par.num_machines, peak_tflops=gpu.bf16_tflops,
+                             world=par.world_size, num_machines=par.num_machines,
+                             peak_tflops=gpu.peak_tflops(job.train.fp16),
                              link_gbps=interconnect_gbps(gpu.name, par.num_machines), mfu_curve=mfu_curve(gpu.name))
 
     def _shape(self, pack: str, batch: int) -> tuple[int, float, int]:
@@ -265,6 +266,8 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
         combos += extra
         scored += more
         _walk(more, walker, top, plans, walked)
+    if not plans and not note:
+        walker.lowest(combos)
     speeds_by_knobs = {k: sp for sp, k in scored}
     plans = rank_plans(plans)[:top] if top is not None else rank_plans(plans)
     stats = SearchStats(combinations=len(combos), full_estimates=walker.full, bound_rejected=walker.bound,
@@ -406,6 +409,23 @@ class _Walker:
         if not est.fits and (self.least is None or est.device_peak_bytes < self.least[1].device_peak_bytes):
             self.least = (k, est)
         return job, est, ""
+
+    def lowest(self, combos: Collection[Knobs]) -> None:
+        """Nothing fits: estimate the combinations that need the least of their kind, so that `least` names one of
+        them and not merely the first the walk estimated (a states bound can rule out every other combination after
+        one estimate of the fastest, largest micro-batch). Per sharding, PEFT, packing and activation offloading: the
+        smallest micro-batch (the rest of the per-GPU batch accumulated), expandable segments when offered, full
+        checkpointing unless activations are offloaded (no order between checkpointing settings then: `_dominates`)."""
+        smallest: dict[tuple, int] = {}
+        for k in combos:
+            key = (k.sharding, k.peft, k.pack, k.activation_offloading)
+            smallest[key] = min(smallest.get(key, k.batch), k.batch)
+        expandable = any(k.expandable_segments for k in combos)
+        most_gc = max((k.gc for k in combos), key=_GC_SAVING.__getitem__, default="off")
+        for k in combos:
+            if k.batch == smallest[(k.sharding, k.peft, k.pack, k.activation_offloading)] and \
+                    k.expandable_segments == expandable and (k.activation_offloading or k.gc == most_gc):
+                self._estimate(k)
 
     def _record(self, k: Knobs, est: Estimate) -> None:
         """Keep k as a bound for what dominates it when its tensor floor, widened by the margin, is over the

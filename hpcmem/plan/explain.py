@@ -130,7 +130,10 @@ def render(report: PlanReport, explain: bool = False) -> str:
         closest = (f"the least-memory combination estimated, {low[0].label()}, "
                    f"{not_fitting(low[1])}; " if low else "")
         peft = "" if report.peft_tried else "allow PEFT (--allow_peft), "
-        lines.append(f"   nothing fits: {closest}{peft}shorten max_length, add GPUs or pick a larger GPU")
+        # a layout the user fixed is not searched: ZeRO/FSDP sharding, offloading and CP/SP may fit where it does not
+        layout = "let the planner pick the layout (drop --accelerate_config), " \
+            if "accelerate_config" in report.fixed else ""
+        lines.append(f"   nothing fits: {closest}{layout}{peft}shorten max_length, add GPUs or pick a larger GPU")
     lines += host_lines(report)
     for p in report.plans[:1] if not explain else report.plans:
         lines.append(f"why #{p.rank}: " + "; ".join(reasons(report, p)))

@@ -39,8 +39,8 @@ THROUGHPUT_UNCERTAINTY = 0.10
 # 35–55 % MFU on Llama-class models at 8k+ tokens per GPU and much lower at a few hundred tokens (kernel launch bound).
 MFU_MAX = 0.55
 MFU_HALF_TOKENS = 1024
-# A GPU described without its bf16 rate (`--gpu 96GB`; the V100 has no bf16): the ranking still needs a compute rate to
-# weigh against communication and offload copies. An A100-class guess, uncalibrated like the GPU itself.
+# A GPU described without its bf16 rate (`--gpu 96GB`): the ranking still needs a compute rate to weigh against
+# communication and offload copies. An A100-class guess, uncalibrated like the GPU itself.
 UNKNOWN_TFLOPS = 300.0
 
 

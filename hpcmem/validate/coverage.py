@@ -14,7 +14,8 @@ learned from the full config (hpcmem.trace.learn: three lengths ≤ 768 tokens a
 the traced depth: the comparison is out of sample in depth (unless the type is no deeper than D) and in length.
 
 Records go to estimator/coverage.jsonl, one line per type and technique (or one error line per type), appended as
-they finish; a run skips types that already have records unless --redo.
+they finish; a run skips types that already have records unless --redo. Types the sweep does not trace (not
+applicable, refused) are reported, never written: their rows in hpcmem/models/coverage.json say why.
 """
 
 from __future__ import annotations
@@ -200,15 +201,28 @@ def eval_job(spec: Any, technique: str, targets: tuple[str, ...] | None = None) 
         gradient_checkpointing=gc, max_length=EVAL_SEQ, per_device_train_batch_size=EVAL_ROWS, **needs))
 
 
-def sweep_type(model_type: str) -> list[dict[str, Any]]:
-    """Every record of one type (a worker's task; imports torch)."""
+def not_swept(model_type: str) -> dict[str, Any] | None:
+    """The report of a type the sweep does not trace — not applicable or refused (hpcmem/models/coverage.json says
+    why) — or None for a covered (derived or learned) type. Torch-free."""
     from hpcmem.models.coverage import classification, type_status
 
     entry = classification()["types"].get(model_type)
     status, reason = type_status(model_type, entry)
-    base = {"model_type": model_type, "class": entry["class"] if entry else None, "status": status}
-    if status not in ("derived", "learned"):
-        return [{**base, "skipped": reason}]
+    if status in ("derived", "learned"):
+        return None
+    return {"model_type": model_type, "class": entry["class"] if entry else None, "status": status, "skipped": reason}
+
+
+def sweep_type(model_type: str) -> list[dict[str, Any]]:
+    """Every record of one type (a worker's task; imports torch)."""
+    from hpcmem.models.coverage import classification, type_status
+
+    skipped = not_swept(model_type)
+    if skipped is not None:
+        return [skipped]
+    entry = classification()["types"].get(model_type)
+    base = {"model_type": model_type, "class": entry["class"] if entry else None, "status": type_status(model_type,
+                                                                                                          entry)[0]}
     start = time.perf_counter()
     stage = "config"
     try:
@@ -264,7 +278,8 @@ def _case(base: dict[str, Any], spec: Any, technique: str) -> dict[str, Any]:
 
 def run(types: list[str] | None, *, redo: bool = False, workers: int = 1, records: Path | None = None,
         progress: Any = None) -> list[dict[str, Any]]:
-    """Sweep the types (default: every classified type), appending records as each type finishes."""
+    """Sweep the types (default: every classified type), appending records as each traced type finishes; the ones
+    not traced (`not_swept`) come back in the list without being written."""
     import multiprocessing as mp
 
     from hpcmem.models.coverage import classification
@@ -278,7 +293,16 @@ def run(types: list[str] | None, *, redo: bool = False, workers: int = 1, record
                 and json.loads(line)["model_type"] not in types]
         path.write_text("".join(line + "\n" for line in keep))
     todo = [t for t in (types or list(classification()["types"])) if t not in done]
-    out: list[dict[str, Any]] = []
+    # a type the sweep does not trace is reported, not recorded: its row in hpcmem/models/coverage.json already says
+    # why, and a validation run adds to the committed records only what it measured
+    out = [rec for rec in map(not_swept, todo) if rec is not None]
+    todo = [t for t in todo if t not in {r["model_type"] for r in out}]
+    n_skipped, n = len(out), len(out) + len(todo)
+    for i, rec in enumerate(out, 1):
+        if progress:
+            progress(i, n, [rec])
+    if not todo:
+        return out
     with mp.get_context("spawn").Pool(processes=max(1, workers), maxtasksperchild=1) as pool:
         for i, recs in enumerate(pool.imap_unordered(sweep_type, todo), 1):
             with path.open("a") as fh:
@@ -286,7 +310,7 @@ def run(types: list[str] | None, *, redo: bool = False, workers: int = 1, record
                     fh.write(json.dumps(rec, sort_keys=True) + "\n")
             out += recs
             if progress:
-                progress(i, len(todo), recs)
+                progress(n_skipped + i, n, recs)
     return out
 
 

@@ -82,13 +82,14 @@ def row_of(rec: Record, job: Any, slug: str) -> SpeedRow | None:
     per_step, rate, source = got
     speed = job_throughput(job, job.gpu)
     mb = micro_batch(job)
-    fit_ok = (source == "steps" and rec.device == "cuda" and job.parallel.world_size == 1 and job.gpu.bf16_tflops
+    peak = job.gpu.peak_tflops(job.train.fp16)
+    fit_ok = (source == "steps" and rec.device == "cuda" and job.parallel.world_size == 1 and peak
               and speed.comm_s == 0 and speed.offload_s == 0 and not job.train.quantized)
     step_s = per_step / rate
     return SpeedRow(case=str(rec.case or rec.id[:8]), record_id=rec.id, trainer=trainer, technique=technique,
                     gpu=slug, tokens_per_step=per_step, measured_tokens_per_s=rate,
                     predicted_tokens_per_s=per_step / speed.step_s, source=source,
-                    mfu_achieved=speed.flops / (step_s * job.gpu.bf16_tflops * 1e12) if fit_ok else None,
+                    mfu_achieved=speed.flops / (step_s * peak * 1e12) if fit_ok else None,
                     micro_tokens=mb.rows * mb.seq)
 
 
