@@ -4,12 +4,11 @@ header. The expected bytes are those of the model transformers itself loads with
 by the `safetensors` library and by transformers' save_pretrained, not by hpcmem."""
 
 import json
-import subprocess
-import sys
 
 from click.testing import CliRunner
 
 from hpcmem.cli import cli, run
+from tests.light_install import run_json_without
 from tests.test_cli_hostile import _refused, _tiny_qwen
 
 
@@ -82,18 +81,10 @@ def test_the_checkpoint_dtype_is_read_without_torch(tmp_path):
     """The light install: torch, transformers, trl, safetensors and numpy are blocked in the subprocess; a float32
     checkpoint holds 4 bytes per weight (hand count)."""
     folder = _saved(tmp_path / "m", "float32")
-    code = ("import sys, json, io, contextlib; "
-            "sys.modules.update(dict.fromkeys(('torch', 'transformers', 'trl', 'safetensors', 'numpy'))); "
-            "from hpcmem.cli import run; buf = io.StringIO(); "
-            "with_ = contextlib.redirect_stdout(buf); with_.__enter__(); "
-            f"status = run(['estimate', 'sft', '--model_name_or_path', {str(folder)!r}, '--dtype', 'auto', '--json']); "
-            "with_.__exit__(None, None, None); assert status == 0, status; out = json.loads(buf.getvalue()); "
-            "assert not [w for w in out['warnings'] if 'dtype auto' in w], out['warnings']; "
-            "print(out['per_gpu']['components']['weights'], out['model']['num_params'])")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    weights, params = map(int, done.stdout.split())
-    assert weights == params * 4
+    out = run_json_without(["estimate", "sft", "--model_name_or_path", str(folder), "--dtype", "auto", "--json"],
+                           ("torch", "transformers", "trl", "safetensors", "numpy"))
+    assert not [w for w in out["warnings"] if "dtype auto" in w], out["warnings"]
+    assert out["per_gpu"]["components"]["weights"] == out["model"]["num_params"] * 4
 
 
 def test_a_float64_checkpoint_is_refused_and_a_broken_header_is_said_so(tmp_path, capsys):

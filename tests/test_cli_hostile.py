@@ -401,20 +401,12 @@ def test_dtype_auto_refuses_a_checkpoint_dtype_it_cannot_estimate(tmp_path, caps
 def test_dtype_auto_reads_config_json_without_torch(tmp_path):
     """The light install (no torch) reads the checkpoint's dtype too: torch, transformers and trl are blocked from
     importing in the subprocess; 4 bytes per weight for a float32 checkpoint (hand count)."""
-    import subprocess
-    import sys
+    from tests.light_install import run_json_without
 
     folder = _tiny_qwen(tmp_path / "m", torch_dtype="float32")
-    code = ("import sys, json, io, contextlib; sys.modules.update(dict.fromkeys(('torch', 'transformers', 'trl'))); "
-            "from hpcmem.cli import run; buf = io.StringIO(); "
-            "with_ = contextlib.redirect_stdout(buf); with_.__enter__(); "
-            f"status = run(['estimate', 'sft', '--model_name_or_path', {str(folder)!r}, '--dtype', 'auto', '--json']); "
-            "with_.__exit__(None, None, None); assert status == 0, status; out = json.loads(buf.getvalue()); "
-            "print(out['per_gpu']['components']['weights'], out['model']['num_params'])")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    weights, params = map(int, done.stdout.split())
-    assert weights == params * 4
+    out = run_json_without(["estimate", "sft", "--model_name_or_path", str(folder), "--dtype", "auto", "--json"],
+                           ("torch", "transformers", "trl"))
+    assert out["per_gpu"]["components"]["weights"] == out["model"]["num_params"] * 4
 
 
 def test_nothing_fits_names_the_least_memory_combination_not_the_first_one_estimated():
