@@ -485,6 +485,18 @@ def test_the_three_held_out_thirds_leave_out_every_case_once():
         assert all(scores[k][mode]["n"] > 0 for k in scores), mode
 
 
+def test_the_shipped_default_score_takes_the_larger_of_the_two_rules():
+    """Hand-made rows: the default rule gives 10 bytes of slack, the expandable rule 30 for the same case; the default
+    allocator's shipped estimate is the larger (allocated 100 + 30 vs the model's 125: +4 %); without the floor −12 %."""
+    from hpcmem.bench.reserved_fit import score
+
+    row = {"case": "c", "mode": "default", "terms": {"packing": 10}, "slack": 25, "reserved": 125, "allocated": 100}
+    alone = score([row], {"packing": 1.0})
+    shipped = score([row], {"packing": 1.0}, ({"c": {"packing": 10}}, {"packing": 3.0}))
+    assert alone["reserved_median_abs_err_pct"] == 12.0 and alone["reserved_under"] == 1
+    assert shipped["reserved_median_abs_err_pct"] == 4.0 and shipped["reserved_under"] == 0
+
+
 def test_fit_is_least_absolute_deviations_with_non_negative_coefficients():
     """Known answers by hand: one column of ones fits the median of y, not the mean (a least-squares fit of
     1, 2, 3, 4, 100 gives 22); y = 2·x exactly except one outlier keeps the slope 2; a column that only hurts gets 0."""

@@ -14,7 +14,9 @@ non-negative least squares on the k × k normal equations, every subset of terms
 coefficient moves by 1e-9 (at most 500 steps). Stdlib only.
 
 `--thirds` also fits and scores with each third held out in turn (sha1(id) % 3 == 0, 1, 2): one 63-case third's p95
-moves by a few tenths with its fourth-largest error, so a change to the terms is judged on all three.
+moves by a few tenths with its fourth-largest error, so a change to the terms is judged on all three. Each mode's rule
+is scored alone; `held_out_shipped` / `default_shipped` score what the estimate ships for the default allocator, the
+larger of the default and the expandable rule (hpcmem.estimate.allocator `allocator_slack`).
 """
 
 from __future__ import annotations
@@ -140,6 +142,12 @@ def fit(data: list[dict[str, Any]], third: int = 0) -> dict[str, Any]:
         for name, part in (("train", train), ("held_out", [r for r in rows_m if held_out(r["case"], third)])):
             entry[name] = score(part, entry["coefficients"])
         out[mode] = entry
+    # What the estimate ships for the default allocator is the larger of the two rules (`allocator_slack`): score
+    # that too, so a change to the expandable rule that moves default-mode estimates is seen here.
+    expandable_terms = {r["case"]: r["terms"] for r in data if r["mode"] == "expandable"}
+    held = [r for r in data if r["mode"] == "default" and held_out(r["case"], third)]
+    out["default"]["held_out_shipped"] = score(held, out["default"]["coefficients"],
+                                               (expandable_terms, out["expandable"]["coefficients"]))
     return out
 
 
@@ -148,18 +156,24 @@ def thirds(data: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for third in range(HOLDOUT_EVERY):
         result = fit(data, third)
-        out[str(third)] = {mode: {k: result[mode]["held_out"][k] for k in
-                                  ("n", "reserved_median_abs_err_pct", "reserved_p95_abs_err_pct")} for mode in MODES}
+        keys = ("n", "reserved_median_abs_err_pct", "reserved_p95_abs_err_pct")
+        out[str(third)] = {mode: {k: result[mode]["held_out"][k] for k in keys} for mode in MODES}
+        out[str(third)]["default_shipped"] = {k: result["default"]["held_out_shipped"][k] for k in keys}
     return out
 
 
-def score(part: list[dict[str, Any]], coef: dict[str, float]) -> dict[str, Any]:
-    """Reserved error (estimate's allocated + predicted slack vs the model) and slack-only error, in %."""
+def score(part: list[dict[str, Any]], coef: dict[str, float],
+          floor: tuple[dict[str, dict[str, int]], dict[str, float]] | None = None) -> dict[str, Any]:
+    """Reserved error (estimate's allocated + predicted slack vs the model) and slack-only error, in %. With `floor`
+    (each case's expandable-mode terms and the expandable coefficients) the slack is the larger of the two rules, as
+    the estimate ships it for the default allocator."""
     if not part:
         return {"n": 0}
     end, only = [], []
     for r in part:
         slack = max(0.0, sum(coef[t] * r["terms"][t] for t in coef))
+        if floor is not None and r["case"] in floor[0]:
+            slack = max(slack, sum(floor[1][t] * floor[0][r["case"]][t] for t in floor[1]))
         end.append(100.0 * (r["allocated"] + slack - r["reserved"]) / r["reserved"])
         only.append(100.0 * (slack - r["slack"]) / r["reserved"])
     return {"n": len(part), **_stats("reserved", end), **_stats("slack_only", only)}
