@@ -252,7 +252,9 @@ def test_the_head_gradient_block_the_second_step_may_map_again_is_reported_not_f
     (frozen head: the layer's largest block instead, next test) or at a length where the head's blocks never reach
     the peak. Reward (a score head): the embedding's bf16 [V, H] gradient, the same 151,936 × 896 × 2 B (the
     allocator model maps it again in step 2 or not, with an 8 MiB tensor more before the weights, for Qwen3-0.6B;
-    estimator/LOG.md)."""
+    estimator/LOG.md), with checkpointing and without accumulation also the layer's largest block, a bf16 [T, I]
+    (the second step's layer blocks flip too; `test_reward_spread_takes_a_layer_block_where_the_second_steps_layer_
+    blocks_flip`)."""
     from hpcmem.estimate import estimate
     from hpcmem.estimate.table import render
     from hpcmem.trl_config import build_job
@@ -265,8 +267,10 @@ def test_the_head_gradient_block_the_second_step_may_map_again_is_reported_not_f
     assert full.reserved_spread_bytes == 151_936 * 896 * 2
     assert full.to_json()["per_gpu"]["reserved_spread_bytes"] == 151_936 * 896 * 2
     assert "± 0.13 GiB: whether step 2 maps the head's [V, H] gradient (0.25 GiB) again" in render(full)
-    assert est("reward").reserved_spread_bytes == 151_936 * 896 * 2
-    assert "the embedding's [V, H] gradient" in render(est("reward"))
+    # Reward, 2 pairs × 2,048 tokens (4 rows), checkpointing, no accumulation: and a bf16 [T, I] layer block
+    assert est("reward").reserved_spread_bytes == 151_936 * 896 * 2 + 4 * 2048 * 4864 * 2
+    assert "the embedding's [V, H] gradient and a decoder layer's largest block" in render(est("reward"))
+    assert est("reward", gradient_accumulation_steps=2).reserved_spread_bytes == 151_936 * 896 * 2
     # 32k tokens without checkpointing: the activations' peak is far above step one's end + the head's blocks
     long = est(max_length=16384, gradient_checkpointing=False)
     assert long.reserved_spread_bytes == 0 and "± " not in render(long)
@@ -718,3 +722,37 @@ def test_tied_embedding_gradient_the_second_step_may_map_again_is_reported_as_th
     assert slack_terms(job, mb, prec, lora_layout(job), list(est.phases))["second_step"] == 0
     assert est.reserved_spread_bytes == block
     assert "the head's or the tied embedding's [V, H] gradient" in render(est)
+
+
+@pytest.mark.parametrize(("stream", "spread"), [
+    # Qwen3-0.6B, 4 pairs × 2,048 tokens (8 rows, 16,384 tokens), no accumulation: the embedding's bf16 [V, H]
+    # gradient and one bf16 [T, I] block (the decoder layer's largest)
+    ("reward-qwen3-06-full-gc-2k", 151936 * 1024 * 2 + 8 * 2048 * 3072 * 2),
+    # Gemma-3-1B, gradient accumulation: the embedding's bf16 [V, H] gradient only
+    ("reward-gemma3-1b-full-ga4-1k-4micro", 262144 * 1152 * 2),
+])
+def test_reward_spread_takes_a_layer_block_where_the_second_steps_layer_blocks_flip(stream: str, spread: int):
+    """Known answer: the allocator model replaying two stored Reward streams (estimator/allocator/cpu-trace) with
+    one 4 or 8 MiB tensor more before the weights. Without accumulation step one's AdamW states sit in the layers'
+    freed working blocks and the second step maps such blocks again — how many moves with that one tensor, by more
+    than a decoder layer's largest block (Qwen3-0.6B: 6,476–7,190 MiB against a 96 MiB [T, I]); under accumulation
+    the micro-batches reuse each other's blocks and the peak stays within a 20 MiB segment. The estimate's spread is
+    the [V, H] gradient plus that block in the first case, the [V, H] gradient alone in the second (sizes by hand from
+    the models' configs)."""
+    import dataclasses
+    import gzip
+
+    from hpcmem.estimate import estimate
+    from hpcmem.trace.replay import replay
+    from hpcmem.validate.trace import case_job
+
+    data = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "cpu-trace" / f"{stream}.json.gz").read())
+    peaks = [replay(([k * MIB] if k else []) + data["events"]).steady_reserved_bytes for k in (0, 4, 8)]
+    moved = max(peaks) - min(peaks)
+    job = dataclasses.replace(case_job(data["case"]), expandable_segments=False)
+    accumulating = job.train.gradient_accumulation_steps > 1
+    if accumulating:
+        assert moved < 20 * MIB
+    else:
+        assert moved > 8 * 2048 * 3072 * 2
+    assert estimate(job).reserved_spread_bytes == spread

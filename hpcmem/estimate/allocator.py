@@ -462,7 +462,9 @@ def placement_spread(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLa
       states left (Qwen3-0.6B, 4 × 2048, default segments: mapped again, 6,614 MiB; an 8 MiB tensor more before the
       weights: not, 6,476 MiB; Qwen2.5-0.5B, 2 × 256 without checkpointing: mapped again under expandable segments,
       not under default ones). Of the 20 Reward full fine-tuning stream × mode pairs traced, 9 map it again whatever
-      1–16 MiB tensor is added, 9 never do, 2 flip; no rule here tells the first two groups apart either.
+      1–16 MiB tensor is added, 9 never do, 2 flip; no rule here tells the first two groups apart either. Without
+      accumulation, under default segments with checkpointing, a decoder layer's largest block (`layer_blocks`) is
+      added: the second step's layer blocks flip too (`reward_layer_coin`).
     - LoRA, default segments: a decoder layer's largest block (`layer_blocks`). With the head and the weights frozen
       there is no [V, H] block, but whether one more [T, I]-sized segment gets mapped flips the same way: replayed
       with one 1.5–8 MiB tensor more before the weights, 3 of 17 LoRA streams (the ten H200 records' and seven
@@ -479,7 +481,28 @@ def placement_spread(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLa
         return 0
     if head == "lm" and terms["second_step"] + terms["beside"] <= 0 and not tied_embedding_block(job, mb, prec, lora):
         return 0
-    return job.model.vocab_size * job.model.hidden_size * prec.weight
+    vh = job.model.vocab_size * job.model.hidden_size * prec.weight
+    if head == "score" and reward_layer_coin(job):
+        return vh + terms["layer_blocks"]
+    return vh
+
+
+def reward_layer_coin(job: JobSpec) -> bool:
+    """Reward full fine-tuning, default segments, checkpointing, no gradient accumulation: whether a decoder layer's
+    largest block joins the embedding's [V, H] gradient in `placement_spread`. torch's AdamW creates its states at
+    the first `optimizer.step()` (torch/optim/adamw.py `_init_group`), after the first backward has freed the layers'
+    working blocks; best fit (c10/cuda/CUDACachingAllocator.cpp `get_free_block`) puts the states, each smaller than
+    those blocks, into them and `alloc_found_block` caches the pieces; the second step's recompute and backward of
+    the peak layer find only pieces and map such blocks again. How many depends on which piece each state cut: in
+    the allocator model replaying Reward streams with one 1–16 MiB tensor more before the weights, the reserved peak
+    moved by 152 MiB (Qwen2.5-0.5B, 8 × 2,048 tokens: one bf16 [T, I] block), 276 MiB (Llama-3.2-1B, 8 × 2,048: about
+    one 256 MiB [T, I] block), 16 MiB (Qwen3-0.6B, 4 × 512: 12 MiB blocks) and 714 MiB (Qwen3-0.6B, 8 × 2,048:
+    6,476–7,190 MiB, the embedding's [V, H] gradient and several 64–128 MiB blocks; not covered). Under gradient
+    accumulation the micro-batches reuse each other's blocks (Gemma-3-1B 2 × 4 with its four micro-batches: at most
+    16 MiB), so none is added. Expandable segments, jobs without checkpointing and flat partitions (ZeRO, FSDP) were
+    not replayed for this: none added (estimator/LOG.md)."""
+    return (not (job.expandable_segments or job.parallel.flat_partitions) and job.train.gradient_checkpointing
+            and job.train.gradient_accumulation_steps == 1)
 
 
 def tied_embedding_block(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout) -> bool:
@@ -511,7 +534,8 @@ def spread_block(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout
     if lora.enabled:
         return "a decoder layer's largest block"
     if entry(job.train.trainer).head == "score":
-        return "the embedding's [V, H] gradient"
+        return ("the embedding's [V, H] gradient and a decoder layer's largest block" if reward_layer_coin(job)
+                else "the embedding's [V, H] gradient")
     if tied_embedding_block(job, mb, prec, lora):
         return "the head's or the tied embedding's [V, H] gradient"
     return "the head's [V, H] gradient"
