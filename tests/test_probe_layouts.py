@@ -39,6 +39,8 @@ def run_seq_buffers(kind: str, tokens: int, tmp_path) -> dict[str, int]:
     from hpcmem.probe.dist import free_port
 
     out = tmp_path / f"{kind}.json"
+    if kind == "sp":
+        _build_deepspeed_shm_op()
     port = str(free_port())
     procs = []
     for rank in range(2):
@@ -48,9 +50,21 @@ def run_seq_buffers(kind: str, tokens: int, tmp_path) -> dict[str, int]:
                                        str(HEADS), str(KV), str(HD), "2", str(out)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     logs = [p.communicate(timeout=600)[0].decode(errors="replace") for p in procs]
-    assert all(p.returncode == 0 for p in procs), logs[0][-3000:]
+    failed = [f"rank {r} exited {p.returncode}:\n{logs[r][-3000:]}" for r, p in enumerate(procs) if p.returncode]
+    assert not failed, "\n".join(failed)
     ranks = [json.loads((tmp_path / f"{kind}.json.rank{r}").read_text()) for r in range(2)]
     return {k: max(r[k] for r in ranks) for k in ("forward", "backward")}
+
+
+def _build_deepspeed_shm_op() -> None:
+    """DeepSpeed's CPU backend JIT-builds its shared-memory allreduce op in every rank at init
+    (deepspeed/comm/torch.py `build_shm_op`, ShareMemCommBuilder): build it here once, so that the two ranks load a
+    finished library instead of building it side by side in the same torch-extensions folder."""
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is not None:
+        builder.load()
 
 
 def test_ring_and_ulysses_buffers_match_the_libraries_code(tmp_path):
