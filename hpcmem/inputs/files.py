@@ -9,11 +9,13 @@ limited before Python's recursion limit is reached.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from hpcmem.errors import SpecError
 
@@ -35,18 +37,25 @@ def _size(n: int) -> str:
     return f"{n / MIB:.1f} MiB" if n >= MIB else f"{n / KIB:.1f} KiB" if n >= KIB else f"{n} bytes"
 
 
+@contextlib.contextmanager
+def open_regular(path: str | os.PathLike, label: str) -> Iterator[tuple[BinaryIO, int]]:
+    """(binary file, its size) for a regular file; anything else is refused as "<label> is not a regular file". Opened
+    with O_NONBLOCK: opening a FIFO waits for a writer otherwise, before fstat can tell it is not a file (it does not
+    change how a regular file reads). OSError from opening or reading is the caller's to word."""
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise InputFileError(f"{label} is not a regular file")
+        yield fh, info.st_size
+
+
 def read_bytes(path: str | os.PathLike, what: str) -> bytes:
     """The bytes of a regular file of at most MAX_BYTES[what] (a FIFO or device would block or never end)."""
     limit = MAX_BYTES[what]
     try:
-        # O_NONBLOCK: opening a FIFO waits for a writer otherwise, before fstat can tell it is not a file (it does not
-        # change how a regular file reads)
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as fh:
-            info = os.fstat(fh.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise InputFileError(f"{what} {path} is not a regular file")
-            if info.st_size > limit:
-                raise InputFileError(f"{what} {path} is {_size(info.st_size)}; hpcmem reads at most "
+        with open_regular(path, f"{what} {path}") as (fh, size):
+            if size > limit:
+                raise InputFileError(f"{what} {path} is {_size(size)}; hpcmem reads at most "
                                      f"{_size(limit)} for a {what}")
             data = fh.read(limit + 1)
     except (OSError, ValueError) as exc:       # ValueError: a NUL in the name

@@ -16,13 +16,11 @@ reader refuses a header over 100,000,000 bytes (safetensors/src/tensor.rs MAX_HE
 from __future__ import annotations
 
 import json
-import os
-import stat
 import struct
 from pathlib import Path
 
 from hpcmem.errors import SpecError
-from hpcmem.inputs.files import load_json_file
+from hpcmem.inputs.files import load_json_file, open_regular
 
 MAX_HEADER = 100_000_000
 # transformers 5.24 modeling_utils.py `str_to_torch_dtype`: the safetensors dtypes it loads, as torch names; any other
@@ -73,15 +71,12 @@ def _first_dtype(file: Path) -> str:
 def read_header(file: Path) -> dict:
     """The JSON header of a safetensors file, read without its tensor data (a regular file only: never a FIFO)."""
     try:
-        with os.fdopen(os.open(file, os.O_RDONLY | os.O_NONBLOCK), "rb") as fh:
-            info = os.fstat(fh.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise SpecError(f"{file.name} is not a regular file")
+        with open_regular(file, file.name) as (fh, file_size):
             head = fh.read(8)
             if len(head) < 8:
                 raise SpecError(f"{file.name} is shorter than a safetensors header")
             (size,) = struct.unpack("<Q", head)
-            if size > MAX_HEADER or size > info.st_size - 8:
+            if size > MAX_HEADER or size > file_size - 8:
                 raise SpecError(f"{file.name}: header length {size} exceeds the file or safetensors' "
                                 f"{MAX_HEADER:,}-byte limit")
             raw = fh.read(size)
