@@ -69,7 +69,7 @@ import functools
 from hpcmem.estimate.activations import effective_attention
 from hpcmem.estimate.breakdown import Phase
 from hpcmem.estimate.lora import LoraLayout
-from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE
+from hpcmem.estimate.loss import logits_tile
 from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.estimate.states import FOREACH_OPTIMS
 from hpcmem.estimate.step import (
@@ -211,8 +211,8 @@ def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         "packing": 0 if sharded else persistent_waste(m, job.train.trainer, job.train.optim, prec.weight, lora,
                                                        expandable),
         "second_step": ordinary,
-        "head_tile": (head_tile_kept(job, lora, expandable) * min(n, TOKEN_CHUNK_SIZE)
-                      * min(m.vocab_size, VOCAB_CHUNK_SIZE) * prec.act + n * m.hidden_size * FP32) if lm_head else 0,
+        "head_tile": (head_tile_kept(job, lora, expandable) * logits_tile(n, m.vocab_size, prec.act)
+                      + n * m.hidden_size * FP32) if lm_head else 0,
         "layer_blocks": block,
         "allocated": max(p.bytes for p in phases),
         # per-tensor placement: not for ZeRO / FSDP's flat partitions either
@@ -282,8 +282,7 @@ def head_gradient_mapped_again(job: JobSpec, mb: MicroBatch, prec: Precision) ->
         return False        # fp32 weights: `grad_weight.to(weight.dtype)` returns the accumulator itself
     m = job.model
     vh = m.vocab_size * m.hidden_size
-    tile = allocation_size(round_size(min(mb.label_tokens, TOKEN_CHUNK_SIZE) * min(m.vocab_size, VOCAB_CHUNK_SIZE)
-                                      * prec.act))
+    tile = allocation_size(round_size(logits_tile(mb.label_tokens, m.vocab_size, prec.act)))
     left = vh * (FP32 - prec.weight) - largest_layer_block(job, mb, prec)
     return left < tile <= vh * prec.weight
 

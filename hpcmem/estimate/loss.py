@@ -33,6 +33,12 @@ class LossBytes:
     backbone_gradient: int = 0
 
 
+def logits_tile(tokens: int, vocab: int, width: int) -> int:
+    """Bytes of one logits tile of the fused LM head: at most TOKEN_CHUNK_SIZE scored tokens × VOCAB_CHUNK_SIZE
+    vocabulary entries, `width` bytes each."""
+    return min(tokens, TOKEN_CHUNK_SIZE) * min(vocab, VOCAB_CHUNK_SIZE) * width
+
+
 def loss_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool) -> LossBytes:
     """The loss of the trainer: its registry hook `loss` when it has its own, else the score head or the fused LM
     head below."""
@@ -47,7 +53,7 @@ def loss_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool)
                          mb.tokens * h * prec.residual, note="score head (1 output)")
     compute = 4 if job.train.cast_lm_head_to_fp32 else prec.act
     hidden_bytes = 4 if job.train.cast_lm_head_to_fp32 else prec.residual
-    tile = min(n, TOKEN_CHUNK_SIZE) * min(v, VOCAB_CHUNK_SIZE) * compute
+    tile = logits_tile(n, v, compute)
     saved = n * h * hidden_bytes + n * (FP32 + INT64) + mb.tokens * 1          # hidden[mask], log_z, targets, mask
     weight_cast = min(v, VOCAB_CHUNK_SIZE) * h * compute if prec.weight != compute else 0
     chunk_cast = min(n, TOKEN_CHUNK_SIZE) * h * compute if hidden_bytes != compute else 0
