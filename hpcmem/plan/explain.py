@@ -87,14 +87,14 @@ def _tie_note(report: PlanReport, p: Plan) -> list[str]:
 
 
 def _fixed(report: PlanReport, name: str) -> bool:
-    from hpcmem.plan.knobs import FIXING_FLAGS
+    from hpcmem.plan.knobs import axis_fixed
 
     axis = {"gradient_checkpointing": "gc", "activation_offloading": "activation_offloading",
             "expandable_segments": "expandable_segments"}.get(name.split(" ")[0])
     if axis is None:
         axis = ("peft" if name in ("lora", "qlora") else "pack" if name in ("packing", "padding_free")
                 else "batch" if name.startswith("per_device") else "sharding")
-    return any(f in report.fixed for f in FIXING_FLAGS[axis])
+    return axis_fixed(axis, report.fixed)
 
 
 def faster_rejected(report: PlanReport) -> list[str]:

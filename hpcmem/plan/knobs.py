@@ -50,6 +50,11 @@ FIXING_FLAGS = {
 }
 
 
+def axis_fixed(axis: str, fixed: Collection[str]) -> bool:
+    """Whether one of the flags that fix `axis` (FIXING_FLAGS) is among the user's `fixed` flags."""
+    return any(f in fixed for f in FIXING_FLAGS[axis])
+
+
 class Knobs(NamedTuple):
     """One combination. A tuple (hashable, cheap): the planner evaluates tens of thousands per second."""
 
@@ -116,7 +121,7 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
     per_gpu = global_batch_size // world
 
     def axis(name: str, values) -> list:
-        if any(f in fixed for f in FIXING_FLAGS[name]):
+        if axis_fixed(name, fixed):
             return [getattr(own, name)]
         drop = set((exclude or {}).get(name, ())) - {getattr(own, name)}
         return [v for v in values if v not in drop]
@@ -130,7 +135,7 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
         given = " × ".join(f"{name} {value}" for name, value, axis_name in
                            (("per_device_train_batch_size", own.batch, "batch"),
                             ("gradient_accumulation_steps", own.accum, "accum"))
-                           if any(f in fixed for f in FIXING_FLAGS[axis_name]))
+                           if axis_fixed(axis_name, fixed))
         raise SpecError(f"global_batch_size {global_batch_size} is {per_gpu} rows per data-parallel rank "
                         f"({world} ranks), which {given} (given) cannot make: batch × accumulation × ranks must equal "
                         "it exactly")

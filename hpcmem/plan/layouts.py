@@ -73,9 +73,9 @@ def layout_names(job: JobSpec) -> list[str]:
 def wanted(plans: list, fixed: Collection[str]) -> bool:
     """Search layouts? Only when the sharding is free, and no data-parallel plan fits or every one that does
     offloads activations."""
-    from hpcmem.plan.knobs import FIXING_FLAGS
+    from hpcmem.plan.knobs import axis_fixed
 
-    if any(f in fixed for f in FIXING_FLAGS["sharding"]):
+    if axis_fixed("sharding", fixed):
         return False
     return not plans or all(p.knobs.activation_offloading for p in plans)
 
@@ -84,7 +84,7 @@ def batch_axes(ax: Mapping[str, list], job: JobSpec, fixed: Collection[str], glo
                names: list[str]) -> list[dict[str, list]]:
     """The knob axes for each group of layouts sharing a data-parallel size: batch × accumulation × (world / split)
     = global batch, the other axes as the data-parallel search had them."""
-    from hpcmem.plan.knobs import FIXING_FLAGS, _divisors
+    from hpcmem.plan.knobs import _divisors, axis_fixed
 
     world = job.parallel.world_size
     own = job.train
@@ -94,7 +94,7 @@ def batch_axes(ax: Mapping[str, list], job: JobSpec, fixed: Collection[str], glo
         if global_batch_size % dp:
             continue
         per_dp = global_batch_size // dp
-        if any(f in fixed for f in FIXING_FLAGS["batch"]):
+        if axis_fixed("batch", fixed):
             batches = [own.per_device_train_batch_size] if per_dp % own.per_device_train_batch_size == 0 else []
         else:
             batches = _divisors(per_dp)
