@@ -9,36 +9,11 @@ from pathlib import Path
 
 import click
 
-from hpcmem.cli.outputs import PNG
+from hpcmem.cli.outputs import PNG, PROFILE
 from hpcmem.data.batches import TRAINERS
 from hpcmem.errors import HpcmemError
 
 FILE = click.Path(dir_okay=False, path_type=Path)
-
-
-class ProfileOut(click.Path):
-    """--save's path, checked before the data is read: its folder must be one, and a file already there is replaced
-    only when it is a length profile itself (anything else is the user's and is kept)."""
-
-    def __init__(self) -> None:
-        super().__init__(dir_okay=False, path_type=Path)
-
-    def convert(self, value, param, ctx):
-        from hpcmem.data.profile import SCHEMA
-        from hpcmem.inputs.files import is_file, load_json_file
-
-        path = super().convert(value, param, ctx)
-        if path.parent.exists() and not path.parent.is_dir():
-            self.fail(f"{str(path)!r}: {path.parent} is not a folder", param, ctx)
-        if path.exists() or path.is_symlink():
-            try:        # within hpcmem.inputs.files' limits: a FIFO or a device there is not read (it could block)
-                schema = load_json_file(path, "length profile").get("schema") if is_file(path) else None
-            except (HpcmemError, AttributeError):
-                schema = None
-            if schema != SCHEMA:
-                self.fail(f"{str(path)!r} exists and is not a length profile ({SCHEMA}); it is kept: choose another "
-                          "file", param, ctx)
-        return path
 
 
 def _names(field: str, *more: str) -> list[str]:
@@ -67,7 +42,7 @@ def _names(field: str, *more: str) -> list[str]:
 @click.option("--plot", "plot_path", type=PNG, default=None, help="Also write a histogram PNG here (matplotlib).")
 @click.option("--log-x", "--log_x", "log_x", is_flag=True, help="Logarithmic length axis for the histograms.")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile JSON (hpcmem.lengths/1), not the report.")
-@click.option("--save", "save_path", type=ProfileOut(), default=None,
+@click.option("--save", "save_path", type=PROFILE, default=None,
               help="Write the profile JSON here, for `hpcmem estimate --lengths FILE`.")
 def command(data, tokenizer, trainer, split, dataset_text_field, per_device_train_batch_size, pad_to_multiple_of,
             max_lengths, dataset_num_proc, plot_path, log_x, as_json, save_path):

@@ -1,6 +1,6 @@
-"""Paths a command writes a picture or a snapshot to (--plot, --png, --timeline, --snapshot): a file with the format's
-suffix, checked when the flag is read, before any work — so a config or a folder given there by mistake is refused,
-never overwritten."""
+"""Paths a command writes to — a picture or a snapshot (--plot, --png, --timeline, --snapshot: a file with the
+format's suffix), probe records (--out), a length profile (--save) — checked when the flag is read, before any work,
+so a config or a folder given there by mistake is refused, never overwritten."""
 
 from __future__ import annotations
 
@@ -30,34 +30,80 @@ PNG = SuffixPath((".png",), "a PNG")
 PICKLE = SuffixPath((".pickle", ".pkl"), "a pickle")
 
 
-class RecordsOut(click.Path):
-    """A records file a command appends one JSON line to (probe --out): `.jsonl`, in a folder, and — when it exists
-    already — a regular file whose every line is a record (hpcmem.record.read_records); anything else is the user's
-    and is kept."""
+class KeptFile(click.Path):
+    """A file a command writes or appends to, checked before any work: its folder must be a folder, and a file there
+    already is used only when `foreign` finds it is hpcmem's own kind; anything else is the user's and is kept."""
 
-    def __init__(self) -> None:
-        super().__init__(dir_okay=False)
-        self.name = "jsonl"
+    def __init__(self, name: str, path_type: type | None = None) -> None:
+        super().__init__(dir_okay=False, path_type=path_type)
+        self.name = name
+
+    def named(self, path: Path, shown: str) -> str | None:
+        """Why the name itself is refused (the whole message), or None."""
+        return None
+
+    def foreign(self, path: Path, shown: str) -> str | None:
+        """Why the existing `path` is not one to write to (the whole message), or None."""
+        raise NotImplementedError
 
     def convert(self, value, param, ctx):
+        converted = super().convert(value, param, ctx)
+        path = Path(str(converted))
+        shown = click.format_filename(str(path))
+        why = self.named(path, shown)
+        if why is None and path.parent.exists() and not path.parent.is_dir():
+            why = f"{shown!r}: {path.parent} is not a folder"
+        if why is None and (path.exists() or path.is_symlink()):
+            why = self.foreign(path, shown)
+        if why is not None:
+            self.fail(why, param, ctx)
+        return converted
+
+
+class RecordsOut(KeptFile):
+    """A records file a command appends one JSON line to (probe --out): `.jsonl`, in a folder, and — when it exists
+    already — a regular file whose every line is a record (hpcmem.record.read_records)."""
+
+    def __init__(self) -> None:
+        super().__init__("jsonl")
+
+    def named(self, path: Path, shown: str) -> str | None:
+        if path.suffix.lower() != ".jsonl":
+            return (f"{shown!r} must end in .jsonl: a record is appended to it as one JSON line (nothing else is "
+                    "written to)")
+        return None
+
+    def foreign(self, path: Path, shown: str) -> str | None:
         from hpcmem.record import RecordError, read_records
 
-        path = Path(str(super().convert(value, param, ctx)))
-        shown = click.format_filename(str(path))
-        if path.suffix.lower() != ".jsonl":
-            self.fail(f"{shown!r} must end in .jsonl: a record is appended to it as one JSON line (nothing else is "
-                      "written to)", param, ctx)
-        if path.parent.exists() and not path.parent.is_dir():
-            self.fail(f"{shown!r}: {path.parent} is not a folder", param, ctx)
-        if path.exists() or path.is_symlink():
-            if not path.is_file():
-                self.fail(f"{shown!r} exists and is not a regular file; choose another file", param, ctx)
-            try:
-                read_records(path)
-            except RecordError as exc:
-                self.fail(f"{shown!r} exists and is not a records file ({exc.problems[0]}); it is kept: choose "
-                          "another file", param, ctx)
-        return str(path)
+        if not path.is_file():
+            return f"{shown!r} exists and is not a regular file; choose another file"
+        try:
+            read_records(path)
+        except RecordError as exc:
+            return f"{shown!r} exists and is not a records file ({exc.problems[0]}); it is kept: choose another file"
+        return None
+
+
+class ProfileOut(KeptFile):
+    """`hpcmem lengths --save`: a file already there is replaced only when it is a length profile itself."""
+
+    def __init__(self) -> None:
+        super().__init__("file", path_type=Path)
+
+    def foreign(self, path: Path, shown: str) -> str | None:
+        from hpcmem.data.profile import SCHEMA
+        from hpcmem.errors import HpcmemError
+        from hpcmem.inputs.files import is_file, load_json_file
+
+        try:        # within hpcmem.inputs.files' limits: a FIFO or a device there is not read (it could block)
+            schema = load_json_file(path, "length profile").get("schema") if is_file(path) else None
+        except (HpcmemError, AttributeError):
+            schema = None
+        if schema != SCHEMA:
+            return f"{shown!r} exists and is not a length profile ({SCHEMA}); it is kept: choose another file"
+        return None
 
 
 RECORDS = RecordsOut()
+PROFILE = ProfileOut()
