@@ -9,7 +9,6 @@ marked as such. Basic ranges are checked here; TRL's cross-field verdicts live i
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, Literal
@@ -425,7 +424,7 @@ class JobSpec:
     @property
     def load_dtype(self) -> str:
         """The dtype the weights load in (`load_dtype`'s rule)."""
-        return load_dtype(self.train.dtype, self.model)
+        return load_dtype(self.train.dtype, self.model.dtype)
 
     @property
     def weight_bytes(self) -> int:
@@ -433,15 +432,16 @@ class JobSpec:
         return DTYPES.get(self.load_dtype, 2)
 
 
-def load_dtype(dtype: str, model: ModelSpec | None) -> str:
-    """What from_pretrained loads in for a `dtype` setting: the setting itself, or for `auto` the dtype the model's
-    config.json names (transformers 5.24 modeling_utils.py `_get_dtype`: `config.dtype` when set, which
-    configuration_utils.py `PreTrainedConfig.__post_init__` fills from `dtype`, else `torch_dtype`). Without one,
+def load_dtype(dtype: str, checkpoint: str | None) -> str:
+    """What from_pretrained loads in for a `dtype` setting: the setting itself, or for `auto` the `checkpoint`'s
+    dtype (ModelSpec.dtype), the one its config.json names (transformers 5.24 modeling_utils.py `_get_dtype`:
+    `config.dtype` when set, which configuration_utils.py `PreTrainedConfig.__post_init__` fills from `dtype`, else
+    `torch_dtype`). Without one,
     transformers reads the checkpoint's weights: hpcmem.models.resolve reads a local folder's safetensors header into
     `model.dtype` (hpcmem.models.checkpoint); elsewhere bfloat16 is assumed, and `hpcmem.rules.job_warnings` says so."""
     if dtype != "auto":
         return dtype
-    return (model.dtype if model is not None else None) or "bfloat16"
+    return checkpoint or "bfloat16"
 
 
 def field_names(cls: type) -> tuple[str, ...]:

@@ -44,7 +44,7 @@ def teacher_of(job: JobSpec) -> ModelSpec:
 def teacher_weight_bytes(job: JobSpec) -> int:
     """Bytes per teacher weight as loaded: teacher_model_init_kwargs' dtype, else the student's (TRL's script passes
     ModelConfig's dtype to both)."""
-    return DTYPES.get(load_dtype(job.train.teacher_dtype, job.teacher), 2)
+    return DTYPES.get(load_dtype(job.train.teacher_dtype, job.teacher.dtype if job.teacher is not None else None), 2)
 
 
 def extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerExtras:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.models.config import checkpoint_dtype
+from hpcmem.spec import load_dtype
 from hpcmem.trace.pieces import auto_config, config_dict
 from hpcmem.trace.pieces import tokenizer as word_tokenizer
 
@@ -48,8 +49,8 @@ def random_weights(cfg: dict[str, Any], model_id: str, init_device: str | None =
             return original(model_name, architecture, **kwargs)
         dtype = kwargs.get("dtype", "float32")          # TRL's default, as in create_model_from_path
         if isinstance(dtype, str):
-            # `auto`: the checkpoint's dtype as config.json names it (hpcmem.spec.load_dtype), as from_pretrained
-            dtype = getattr(torch, (checkpoint_dtype(cfg) or "bfloat16") if dtype == "auto" else dtype)
+            # `auto`: the checkpoint's dtype as config.json names it, as from_pretrained
+            dtype = getattr(torch, load_dtype(dtype, checkpoint_dtype(cfg)))
         arch = architecture or transformers.AutoModelForCausalLM
         config = auto_config(cfg, model_id)
         attn = kwargs.get("attn_implementation")
