@@ -21,10 +21,7 @@ def _options(preset: Any, kw: dict[str, Any]) -> Any:
 
     for flag in ("site", "only"):        # site names the calibration in every estimate's line; only selects cases
         if kw[flag] is not None:
-            try:
-                v.text(f"--{flag}", kw[flag], max_len=1000)
-            except v.InputError as exc:
-                raise HpcmemError(exc.problems[0]) from None
+            v.text(f"--{flag}", kw[flag], max_len=1000)     # an InputError: one line, like every refusal here
     if kw["only"] is not None and not [p for p in kw["only"].split(",") if p.strip()]:
         raise HpcmemError(f"--only {kw['only']!r} holds no case pattern; give comma-separated patterns such as "
                           "'sft-q05-*,zero3-*', or leave --only out for every case")

@@ -46,8 +46,8 @@ VLLM_NOT_TRACED = "vLLM's pool is modelled from its documented rule (vllm_gpu_me
 
 def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
     t, par, m = job.train, job.parallel, job.model
-    bits = [f"model {m.name} ({m.num_params / 1e9:.2f} B params)", t.trainer.upper(),
-            f"dtype {t.dtype}" + (f" ({job.load_dtype} from {m.dtype_source or 'config.json'})" if t.dtype == "auto" and m.dtype else "")]
+    loaded = f" ({job.load_dtype} from {m.dtype_source or 'config.json'})" if t.dtype == "auto" and m.dtype else ""
+    bits = [f"model {m.name} ({m.num_params / 1e9:.2f} B params)", t.trainer.upper(), f"dtype {t.dtype}{loaded}"]
     if lora_note:
         bits.append(lora_note)
     if entry(t.trainer).declares("max_length"):

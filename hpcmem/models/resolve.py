@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path

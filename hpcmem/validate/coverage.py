@@ -201,28 +201,27 @@ def eval_job(spec: Any, technique: str, targets: tuple[str, ...] | None = None) 
         gradient_checkpointing=gc, max_length=EVAL_SEQ, per_device_train_batch_size=EVAL_ROWS, **needs))
 
 
-def not_swept(model_type: str) -> dict[str, Any] | None:
-    """The report of a type the sweep does not trace — not applicable or refused (hpcmem/models/coverage.json says
-    why) — or None for a covered (derived or learned) type. Torch-free."""
+def _classified(model_type: str) -> tuple[dict[str, Any], str | None]:
+    """(a record's first fields: type, class, status; the status's reason). Torch-free."""
     from hpcmem.models.coverage import classification, type_status
 
     entry = classification()["types"].get(model_type)
     status, reason = type_status(model_type, entry)
-    if status in ("derived", "learned"):
-        return None
-    return {"model_type": model_type, "class": entry["class"] if entry else None, "status": status, "skipped": reason}
+    return {"model_type": model_type, "class": entry["class"] if entry else None, "status": status}, reason
+
+
+def not_swept(model_type: str) -> dict[str, Any] | None:
+    """The report of a type the sweep does not trace — not applicable or refused (hpcmem/models/coverage.json says
+    why) — or None for a covered (derived or learned) type. Torch-free."""
+    base, reason = _classified(model_type)
+    return None if base["status"] in ("derived", "learned") else {**base, "skipped": reason}
 
 
 def sweep_type(model_type: str) -> list[dict[str, Any]]:
     """Every record of one type (a worker's task; imports torch)."""
-    from hpcmem.models.coverage import classification, type_status
-
-    skipped = not_swept(model_type)
-    if skipped is not None:
-        return [skipped]
-    entry = classification()["types"].get(model_type)
-    base = {"model_type": model_type, "class": entry["class"] if entry else None, "status": type_status(model_type,
-                                                                                                          entry)[0]}
+    base, reason = _classified(model_type)
+    if base["status"] not in ("derived", "learned"):
+        return [{**base, "skipped": reason}]
     start = time.perf_counter()
     stage = "config"
     try:
