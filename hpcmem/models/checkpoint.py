@@ -37,7 +37,7 @@ def checkpoint_load_dtype(folder: Path) -> tuple[str | None, str]:
     single = folder / "model.safetensors"
     index = folder / "model.safetensors.index.json"
     try:
-        if single.is_file():
+        if single.exists():         # a FIFO or a folder there is refused by read_header, not skipped
             return _first_dtype(single), "model.safetensors"
         if index.is_file():
             doc = load_json_file(index, "checkpoint index")
@@ -50,7 +50,7 @@ def checkpoint_load_dtype(folder: Path) -> tuple[str | None, str]:
                 return None, "model.safetensors.index.json lists no shard"
             return _first_dtype(folder / shards[0]), shards[0]
     except SpecError as exc:
-        return None, str(exc)
+        return None, "; ".join(exc.problems)
     return None, "the folder holds no model.safetensors (hpcmem reads safetensors headers only)"
 
 
