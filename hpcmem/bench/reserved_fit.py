@@ -202,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         result["thirds"] = thirds(data)
     print(json.dumps(result, indent=1))
     if args.save is not None:
-        args.save.write_text(json.dumps({"fit": result, "rows": data}, indent=1, sort_keys=True) + "\n")
+        try:
+            args.save.write_text(json.dumps({"fit": result, "rows": data}, indent=1, sort_keys=True) + "\n")
+        except OSError as exc:
+            print(f"--save {args.save}: cannot write it ({exc.strerror or exc})", file=sys.stderr)
+            return 2
         print(f"rows and fit → {args.save}", file=sys.stderr)
     return 0
 
