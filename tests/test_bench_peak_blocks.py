@@ -1,8 +1,8 @@
-"""The GPU-history reader of hpcmem.bench.peak_blocks, on hand-made histories and streams (no GPU)."""
+"""The GPU-history reader of hpcmem.lab.peak_blocks, on hand-made histories and streams (no GPU)."""
 
 from collections import Counter
 
-from hpcmem.bench.peak_blocks import live_at_peak, more_on_gpu, origin, trace_live_at_peak
+from hpcmem.lab.peak_blocks import live_at_peak, more_on_gpu, origin, trace_live_at_peak
 
 MIB = 1024**2
 PEFT = [{"filename": "/x/site-packages/peft/tuners/lora/layer.py", "line": 7, "name": "forward"},

@@ -1,10 +1,10 @@
-"""The reshaped streams of hpcmem.bench.schedule_coarsening, worked by hand from the stream format
+"""The reshaped streams of hpcmem.lab.schedule_coarsening, worked by hand from the stream format
 (hpcmem.trace.events: n ≥ 0 a malloc, -d the free of the malloc d items back) and the allocator's rules (expandable
 segments: 20 MiB pages for blocks > 1 MiB, 2 MiB pages for the small pool; tests/test_trace_allocator.py)."""
 
 from __future__ import annotations
 
-from hpcmem.bench.schedule_coarsening import coarsen_layers, drop_below, merge_runs, variant
+from hpcmem.lab.schedule_coarsening import coarsen_layers, drop_below, merge_runs, variant
 from hpcmem.trace.replay import NO_WORKSPACES, replay
 
 MIB = 1024**2

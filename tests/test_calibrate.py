@@ -95,7 +95,7 @@ def test_arrays_stay_below_max_array_size(tmp_path):
 
 def _record(case: str, status: str = "ok") -> dict:
     from hpcmem.record import job_to_dict
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     job, _ = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B"})
     return {"schema": 2, "id": f"id-{case}", "case": case, "status": status, "device": "cuda", "job": job_to_dict(job)}
@@ -160,9 +160,9 @@ def test_a_gpu_campaign_is_named_by_every_verdict_on_its_gpu(tmp_path, monkeypat
     site, date and n; the context is the records' device − reserved (500 MiB, by construction); estimates on that
     GPU — and on a preset naming it — are then calibrated and say where and when."""
     from hpcmem.calibrate.collect import collect
-    from hpcmem.gpus import gpu_spec
+    from hpcmem.gpus.catalog import gpu_spec
     from hpcmem.record import append_record, job_to_dict
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     data = tmp_path / "site-data"
     monkeypatch.setenv("HPCMEM_DATA", str(data))

@@ -94,7 +94,7 @@ def test_profile_round_trips_and_is_found_by_config_hash(tmp_path, monkeypatch):
 
 def test_learned_estimate_is_torch_free_and_labelled(tmp_path):
     config = _install_fixture(tmp_path)
-    code = ("import sys, json; from hpcmem.models import resolve_model; from hpcmem.trl_config import build_job; "
+    code = ("import sys, json; from hpcmem.models import resolve_model; from hpcmem.job.trl_config import build_job; "
             "from hpcmem.estimate import estimate; "
             f"job, _ = build_job('sft', {{'model_name_or_path': {str(config)!r}, 'max_length': 64, "
             "'per_device_train_batch_size': 2, 'dtype': 'bfloat16'}); e = estimate(job); "
@@ -125,7 +125,7 @@ def test_estimate_cli_on_a_learned_config_never_imports_torch(tmp_path):
 def test_learned_profile_refuses_what_it_did_not_learn(tmp_path, monkeypatch):
     monkeypatch.setenv("HPCMEM_DATA", str(tmp_path))
     from hpcmem.estimate import estimate
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     config = _install_fixture(tmp_path)
     base = {"model_name_or_path": str(config), "max_length": 64, "per_device_train_batch_size": 2}
@@ -235,7 +235,7 @@ def test_a_lora_job_on_peft_default_targets_takes_the_cell_traced_on_them():
 
     from hpcmem.estimate import estimate
     from hpcmem.models.profile import Poly, spec_from_profile
-    from hpcmem.spec import JobSpec, TrainSpec
+    from hpcmem.job.spec import JobSpec, TrainSpec
 
     base = replace(profile_from_dict(json.loads(FIXTURE.read_text())), peft_default_targets=("q_proj", "v_proj"))
     marker = 100 * 2**30

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("trl")
 
 from hpcmem.errors import SpecError  # noqa: E402
-from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec  # noqa: E402
+from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
@@ -71,7 +71,7 @@ def job_as_written(path: str, cfg: dict, **settings) -> JobSpec:
 
 def hpcmem_refusal(job: JobSpec) -> str | None:
     try:
-        replace(job)                    # the dataclass constructor runs hpcmem.rules.check_job
+        replace(job)                    # the dataclass constructor runs hpcmem.job.rules.check_job
     except SpecError as exc:
         return "; ".join(exc.problems)
     return None

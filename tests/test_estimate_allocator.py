@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpcmem.estimate.allocator import COEFFICIENTS, TERMS, packing_tails, packing_waste
-from hpcmem.trace.allocator import CachingAllocator, round_size
+from hpcmem.estimate.caching_allocator import CachingAllocator, round_size
 
 MIB = 1024**2
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def test_packing_tails_by_hand():
 
 
 def test_packing_waste_and_tails_are_the_allocator_model_for_tensors_never_freed():
-    """Random persistent allocation sequences through the allocator model (hpcmem/trace/allocator.py): reserved − the
+    """Random persistent allocation sequences through the allocator model (hpcmem/estimate/caching_allocator.py): reserved − the
     rounded requests is `packing_waste`, allocated (whole blocks) − the requests is `packing_tails`. The sizes include
     Qwen2.5-0.5B's 1.53 MiB [H, H] and Gemma-3-1B's 15.19 MiB MLP weights, whose blocks keep unsplit remainders."""
     rng = random.Random(7)
@@ -144,7 +144,7 @@ def test_beside_only_for_default_segments_full_fine_tuning_with_weights_above_th
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.estimate.shape import micro_batch, precision
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     def job(model: str, **settings: object):
         return build_job("sft", {"model_name_or_path": model, "dtype": "bfloat16", "max_length": 2048,
@@ -208,7 +208,7 @@ def test_foreach_adamw_leaves_no_second_step_under_expandable_segments():
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.estimate.shape import micro_batch, precision
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     def term(optim: str, expandable: bool) -> int:
         job = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dtype": "bfloat16", "max_length": 1024,
@@ -231,7 +231,7 @@ def test_second_step_only_where_states_come_after_the_first_backward():
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.estimate.shape import micro_batch, precision
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     def term(settings: dict, **parallel: object) -> int:
         job = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dtype": "bfloat16", "max_length": 2048,
@@ -257,7 +257,7 @@ def test_the_head_gradient_block_the_second_step_may_map_again_is_reported_not_f
     blocks_flip`)."""
     from hpcmem.estimate import estimate
     from hpcmem.estimate.table import render
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     def est(trainer: str = "sft", **settings: object):
         return estimate(build_job(trainer, {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dtype": "bfloat16",
@@ -289,7 +289,7 @@ def test_lora_layer_block_whose_segment_flips_is_reported_under_default_segments
     from hpcmem.estimate import estimate
     from hpcmem.estimate.table import render
     from hpcmem.trace.replay import replay
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
     from hpcmem.validate.probes import load, record_job
 
     block = 4096 * 18944 * 2
@@ -400,7 +400,7 @@ def test_lora_small_pool_holds_the_adapters_freed_gradients_at_the_peak(record: 
 
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.estimate.tensors import adapter_sizes
-    from hpcmem.trace.allocator import K_SMALL_SIZE
+    from hpcmem.estimate.caching_allocator import K_SMALL_SIZE
     from hpcmem.trace.replay import Workspaces, replay
     from hpcmem.validate.probes import load, record_job
 
@@ -426,7 +426,7 @@ def test_a_lora_job_that_trains_the_head_keeps_the_logits_tile_under_expandable_
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.estimate.shape import micro_batch, precision
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     def head_tile(**settings: object) -> int:
         job = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dtype": "bfloat16", "max_length": 2048,
@@ -449,7 +449,7 @@ def test_beside_does_not_take_resident_tensors_for_freed_blocks():
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.estimate.shape import micro_batch, precision
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     def beside(processes: int) -> int:
         job = build_job("reward", {"model_name_or_path": "microsoft/Phi-3-mini-4k-instruct", "dtype": "bfloat16",
@@ -466,7 +466,7 @@ def test_beside_does_not_take_resident_tensors_for_freed_blocks():
 def test_coefficients_are_the_committed_fit():
     """hpcmem.estimate.allocator's coefficients are the fit of the rows in estimator/reserved-fit.json (the allocator
     model replaying the trace matrix): refitted here from those rows, stdlib only."""
-    from hpcmem.bench.reserved_fit import fit
+    from hpcmem.lab.reserved_fit import fit
 
     data = json.loads((ROOT / "estimator" / "reserved-fit.json").read_text())
     fitted = fit(data["rows"])
@@ -479,7 +479,7 @@ def test_coefficients_are_the_committed_fit():
 def test_the_three_held_out_thirds_leave_out_every_case_once():
     """`reserved_fit --thirds`: each case is held out in exactly one of the three fits, so the three held-out scores
     together cover the matrix once (counted here from the committed rows, per allocator mode)."""
-    from hpcmem.bench.reserved_fit import MODES, thirds
+    from hpcmem.lab.reserved_fit import MODES, thirds
 
     rows = json.loads((ROOT / "estimator" / "reserved-fit.json").read_text())["rows"]
     scores = thirds(rows)
@@ -492,7 +492,7 @@ def test_the_three_held_out_thirds_leave_out_every_case_once():
 def test_the_shipped_default_score_takes_the_larger_of_the_two_rules():
     """Hand-made rows: the default rule gives 10 bytes of slack, the expandable rule 30 for the same case; the default
     allocator's shipped estimate is the larger (allocated 100 + 30 vs the model's 125: +4 %); without the floor −12 %."""
-    from hpcmem.bench.reserved_fit import score
+    from hpcmem.lab.reserved_fit import score
 
     row = {"case": "c", "mode": "default", "terms": {"packing": 10}, "slack": 25, "reserved": 125, "allocated": 100}
     alone = score([row], {"packing": 1.0})
@@ -504,7 +504,7 @@ def test_the_shipped_default_score_takes_the_larger_of_the_two_rules():
 def test_fit_is_least_absolute_deviations_with_non_negative_coefficients():
     """Known answers by hand: one column of ones fits the median of y, not the mean (a least-squares fit of
     1, 2, 3, 4, 100 gives 22); y = 2·x exactly except one outlier keeps the slope 2; a column that only hurts gets 0."""
-    from hpcmem.bench.reserved_fit import lad
+    from hpcmem.lab.reserved_fit import lad
 
     assert lad([[1.0]] * 5, [1.0, 2.0, 3.0, 4.0, 100.0]) == pytest.approx([3.0], abs=1e-4)
     xs = [float(i) for i in range(1, 8)]
@@ -530,7 +530,7 @@ def test_reserved_is_never_below_allocated_over_the_case_matrix():
 def test_device_terms_are_named(processes, nccl):
     from hpcmem.estimate import estimate
     from hpcmem.estimate.device import DEFAULT_CONTEXT_BYTES, DEFAULT_NCCL_BYTES
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     job = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dtype": "bfloat16", "max_length": 512,
                             "num_processes": processes, "accelerate_config": "multi_gpu" if processes > 1 else
@@ -594,7 +594,7 @@ def test_reward_embedding_gradients_the_second_step_maps_again_are_the_allocator
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.estimate.shape import micro_batch, precision
-    from hpcmem.trace.allocator import allocation_size
+    from hpcmem.estimate.caching_allocator import allocation_size
     from hpcmem.trace.events import step_of
     from hpcmem.validate.trace import case_job
 
@@ -690,7 +690,7 @@ def test_tied_embedding_gradient_the_second_step_may_map_again_is_reported_as_th
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.estimate.shape import micro_batch, precision
     from hpcmem.estimate.table import render
-    from hpcmem.trace.allocator import allocation_size
+    from hpcmem.estimate.caching_allocator import allocation_size
     from hpcmem.trace.events import step_of
     from hpcmem.trace.replay import NO_WORKSPACES, Workspaces, replay
     from hpcmem.validate.trace import case_job

@@ -12,7 +12,7 @@ from hpcmem.estimate.states import model_states
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.shape import precision
 from hpcmem.models import resolve_model
-from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
+from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec
 
 LLAMA = resolve_model("meta-llama/Llama-3.1-8B")
 
@@ -23,7 +23,7 @@ def job(model=LLAMA, par=None, **train):
 
 
 def test_estimate_core_does_not_import_torch():
-    code = ("import sys, hpcmem.estimate, hpcmem.cli.estimate, hpcmem.trl_config; "
+    code = ("import sys, hpcmem.estimate, hpcmem.cli.estimate, hpcmem.job.trl_config; "
             "assert 'torch' not in sys.modules, 'torch imported'; "
             "assert 'transformers' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -104,7 +104,7 @@ def test_micro_batch_shapes_follow_trl_collators():
 
 
 def test_checkpointing_orders_activation_memory():
-    # Full fine-tuning (selective checkpointing with PEFT dies in TRL, hpcmem.rules), rows long enough that the
+    # Full fine-tuning (selective checkpointing with PEFT dies in TRL, hpcmem.job.rules), rows long enough that the
     # activations set the peak.
     kw = {"per_device_train_batch_size": 4, "dtype": "bfloat16", "max_length": 4096}
     off = estimate(job(gradient_checkpointing=False, **kw))
@@ -140,7 +140,7 @@ def test_zero3_and_offload_reduce_per_gpu_and_move_bytes_to_host():
 
 
 def test_json_contract_keys():
-    from hpcmem.gpus import gpu_spec
+    from hpcmem.gpus.catalog import gpu_spec
 
     base = job()
     out = estimate(JobSpec(model=base.model, train=base.train, gpu=gpu_spec("H100-80GB"))).to_json()

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
-from hpcmem.trl_config import SHIPPED_ACCELERATE, build_job
+from hpcmem.job.trl_config import SHIPPED_ACCELERATE, build_job
 
 MODELS = ("Qwen/Qwen2.5-0.5B", "meta-llama/Llama-3.1-8B", "google--gemma-2-9b", "Qwen/Qwen3-30B-A3B",
           "microsoft/Phi-3-mini-4k-instruct", "mistralai/Mixtral-8x7B-v0.1", "meta-llama/Llama-3.2-1B",

@@ -12,7 +12,7 @@ import pytest
 from hpcmem.estimate import estimate
 from hpcmem.estimate.tails import NAME as TAILS
 from hpcmem.estimate.workspaces import NAME, tensor_bytes
-from hpcmem.gpus import gpu_spec
+from hpcmem.gpus.catalog import gpu_spec
 from hpcmem.record import Record
 from hpcmem.validate.probes import record_job
 
@@ -21,7 +21,7 @@ H200_RECORDS = Path(__file__).resolve().parents[1] / "estimator" / "probes" / "n
 
 def _job(gpu):
     from hpcmem.models import resolve_model
-    from hpcmem.spec import JobSpec, TrainSpec
+    from hpcmem.job.spec import JobSpec, TrainSpec
 
     return JobSpec(model=resolve_model("Qwen/Qwen2.5-0.5B"), train=TrainSpec(trainer="sft", max_length=512),
                    gpu=gpu_spec(gpu) if gpu else None)
@@ -109,7 +109,7 @@ def test_h200_records_meet_the_published_targets():
 def test_h200_calibration_context_is_the_records_median():
     """The committed calibration's context is the median of device − reserved over its training records (recomputed
     here from the raw measurements), and an H200 estimate applies it."""
-    from hpcmem.gpu_calibration import load_calibration
+    from hpcmem.gpus.calibration import load_calibration
     from hpcmem.validate.calibration import held_out
 
     cal = load_calibration("H200")

@@ -21,7 +21,7 @@ MIB = 1024**2
 @pytest.mark.torch
 def test_the_kit_dry_run_writes_what_a_lease_brings_back(tmp_path: Path) -> None:
     pytest.importorskip("trl")
-    from hpcmem.bench.allocator_records import EVENTS, cuda_replay_rows, main, replay_lines, with_models
+    from hpcmem.lab.allocator_records import EVENTS, cuda_replay_rows, main, replay_lines, with_models
 
     env = {**os.environ, "KIT_DRY": "1", "OUT": str(tmp_path), "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1",
            "REPLAY_ONLY": "sft-qwen05-full", "PYTHONPATH": str(ROOT)}

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcmem.cli import cli, run
-from hpcmem.gpus import catalog_entries, catalog_name_for, gpu_spec
+from hpcmem.gpus.catalog import catalog_entries, catalog_name_for, gpu_spec
 
 GIB, MIB = 1024**3, 1024**2
 
@@ -35,7 +35,7 @@ def test_a_new_users_gpu_gets_a_verdict_marked_uncalibrated(gpu, capacity):
 
 
 def test_a_description_states_usable_memory_and_round_trips():
-    from hpcmem.gpu_describe import parse
+    from hpcmem.gpus.describe import parse
 
     spec = gpu_spec("name=A6000-site,memory=48GB,usable=47.5GiB,cc=8.6,tflops=155")
     assert (spec.name, spec.usable_bytes, spec.memory_bytes) == ("A6000-site", int(47.5 * GIB), 48 * GIB)

@@ -16,7 +16,7 @@ from hpcmem.launch import presets
 from hpcmem.launch.configs import accelerate_config, deepspeed_config
 from hpcmem.launch.sbatch import environment, render_sbatch
 from hpcmem.launch.trl_yaml import HPCMEM_ONLY, trl_config
-from hpcmem.trainers import MODEL_CONFIG_FIELDS, REGISTRY
+from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, REGISTRY
 from tests.launch_helpers import Recorder, files, job, launch, preset
 
 # ---- pure renderers -------------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def test_trl_yaml_writes_only_fields_the_trainer_declares():
 
 def test_one_name_per_setting_across_spec_trl_yaml_and_cli():
     from hpcmem.cli.options import spec_options
-    from hpcmem.spec import ParallelSpec, TrainSpec, field_names
+    from hpcmem.job.spec import ParallelSpec, TrainSpec, field_names
 
     spec = set(field_names(TrainSpec)) | set(field_names(ParallelSpec))
     written = set(MODEL_CONFIG_FIELDS).union(*(e.fields for e in REGISTRY.values()))

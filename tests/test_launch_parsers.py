@@ -14,7 +14,7 @@ import yaml
 
 from hpcmem.launch.configs import accelerate_config, deepspeed_config
 from hpcmem.launch.trl_yaml import trl_config
-from hpcmem.trainers import MODEL_CONFIG_FIELDS, REGISTRY
+from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, REGISTRY
 from tests.launch_helpers import job
 
 pytestmark = pytest.mark.torch
@@ -158,7 +158,7 @@ def test_trl_parser_takes_the_yaml_with_nothing_left_over(trainer, tmp_path):
 
 
 def test_trainer_field_tables_match_trl_dataclasses():
-    from hpcmem.spec import TrainSpec, field_names
+    from hpcmem.job.spec import TrainSpec, field_names
 
     model = {f.name for f in dataclasses.fields(trl.ModelConfig)}
     spec = set(field_names(TrainSpec)) - {"trainer"}

@@ -12,8 +12,8 @@ import yaml
 from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.estimate import estimate
 from hpcmem.models import resolve_model
-from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
-from hpcmem.trl_config import accelerate_settings, build_job
+from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec
+from hpcmem.job.trl_config import accelerate_settings, build_job
 
 QWEN3_8B = resolve_model("Qwen/Qwen3-8B")
 PSI = 8_190_735_360
@@ -284,7 +284,7 @@ def test_the_planner_proposes_a_split_row_when_data_parallel_plans_must_offload_
     import shlex
 
     from hpcmem.cli.options import job_from_cli
-    from hpcmem.gpus import gpu_spec
+    from hpcmem.gpus.catalog import gpu_spec
     from hpcmem.plan import search
     from hpcmem.plan.flags import flags_line
 

@@ -41,7 +41,7 @@ def test_trl_ships_the_configs_this_test_expects():
 @pytest.mark.parametrize("name", TRL_CONFIGS)
 def test_every_shipped_trl_config_estimates_as_accelerate_launches_it(name, tmp_path, monkeypatch):
     from hpcmem.estimate import estimate
-    from hpcmem.trl_config import SHIPPED_ACCELERATE, accelerate_settings, build_job
+    from hpcmem.job.trl_config import SHIPPED_ACCELERATE, accelerate_settings, build_job
 
     path = str(importlib.resources.files("trl.accelerate_configs").joinpath(name))
     job, _ = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "max_length": 512, "gpu": "H100-80GB",
@@ -113,7 +113,7 @@ def test_sp_attn_implementation_is_refused_exactly_where_accelerate_refuses_it(v
 
     from hpcmem.errors import SpecError
     from hpcmem.models import resolve_model
-    from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
+    from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec
 
     try:
         DeepSpeedSequenceParallelConfig(sp_attn_implementation=value)

@@ -28,7 +28,7 @@ def test_learn_cli_then_estimate_within_3_percent_of_the_trace(tmp_path, monkeyp
     from hpcmem.estimate.workspaces import tensor_bytes
     from hpcmem.models import resolve_model
     from hpcmem.trace import run_trace
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY_OLMO3))

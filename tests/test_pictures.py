@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from hpcmem.progress import Progress
-from hpcmem.spec import JobSpec, TrainSpec
+from hpcmem.job.spec import JobSpec, TrainSpec
 from tests.trace_helpers import TINY_LLAMA
 
 

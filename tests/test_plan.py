@@ -11,12 +11,12 @@ from click.testing import CliRunner
 from hpcmem.cli import cli
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
-from hpcmem.gpus import gpu_spec
+from hpcmem.gpus.catalog import gpu_spec
 from hpcmem.plan import apply, plan, search
 from hpcmem.plan.knobs import axes, combinations
 from hpcmem.plan.best_first import _dominates, _group, _tensor_floor
 from hpcmem.estimate.verdict import safe_bound
-from hpcmem.trl_config import build_job
+from hpcmem.job.trl_config import build_job
 
 LLAMA8B = "meta-llama/Llama-3.1-8B"
 SMALL = "Qwen/Qwen2.5-0.5B"

@@ -84,7 +84,7 @@ def run(request: pytest.FixtureRequest, config_path: str) -> tuple[str, dict, ob
 def _run(layout: str, config_path: str) -> tuple[str, dict, object]:
     """One 2-rank probe per layout, shared by every test of this module."""
     from hpcmem.probe import run_probe
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     parallel, after = RUNS[layout]
     job, _ = build_job("sft", {"model_name_or_path": config_path, "max_length": 32, "per_device_train_batch_size": 2,

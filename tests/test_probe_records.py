@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcmem.gpus import gpu_slug
+from hpcmem.gpus.catalog import gpu_slug
 from hpcmem.record import (append_record, job_from_dict, job_to_dict, package_versions, read_lines, read_records,
                            records_path, relevant_env)
 
@@ -68,7 +68,7 @@ def test_records_live_per_gpu(tmp_path: Path) -> None:
 
 
 def test_job_round_trips_through_a_record() -> None:
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     job, _ = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "use_peft": True,
                                "lora_target_modules": "q_proj,v_proj", "packing": True,
@@ -140,7 +140,7 @@ def test_probe_sets_the_allocator_env_the_spec_asks_for(monkeypatch):
     ("Tesla T4", 15835660288, None),                             # not in the catalog: no GPU, no calibration
 ])
 def test_driver_names_map_to_catalog_gpus(reported, memory, expected):
-    from hpcmem.gpus import gpu_for_device
+    from hpcmem.gpus.catalog import gpu_for_device
 
     gpu = gpu_for_device(reported, memory)
     assert (gpu.name if gpu else None) == expected

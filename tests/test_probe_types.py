@@ -46,7 +46,7 @@ def test_probe_records_one_step(model_type, tmp_path):
     from hpcmem.cli.probe import probe_model
     from hpcmem.models.coverage import required_settings
     from hpcmem.probe import run_probe
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY[model_type]))

@@ -8,8 +8,8 @@ from hpcmem.cli import cli
 from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.estimate import estimate
 from hpcmem.models import resolve_model
-from hpcmem.rules import job_warnings
-from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
+from hpcmem.job.rules import job_warnings
+from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec
 
 QWEN = resolve_model("Qwen/Qwen2.5-0.5B")
 

@@ -1,4 +1,4 @@
-"""The caching-allocator model (hpcmem.trace.allocator) against numbers worked out by hand from the rules of
+"""The caching-allocator model (hpcmem.estimate.caching_allocator) against numbers worked out by hand from the rules of
 c10/cuda/CUDACachingAllocator.cpp (constants in c10/core/AllocatorConfig.h for torch 2.13):
 
     kMinBlockSize 512 B · kSmallSize 1 MiB · kSmallBuffer 2 MiB · kMinLargeAlloc 10 MiB · kLargeBuffer 20 MiB ·
@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from hpcmem.trace.allocator import (
+from hpcmem.estimate.caching_allocator import (
     AllocatorOutOfMemory,
     CachingAllocator,
     allocation_size,
@@ -264,7 +264,7 @@ def test_expandable_empty_cache_unmaps_everything_free():
 
 
 def test_import_needs_no_torch():
-    code = "import sys, hpcmem.trace.allocator; print('torch' in sys.modules)"
+    code = "import sys, hpcmem.estimate.caching_allocator; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -295,7 +295,7 @@ def test_tracker_feeds_births_deaths_and_reservations():
 @pytest.mark.torch
 def test_trace_with_the_allocator_model():
     pytest.importorskip("trl")
-    from hpcmem.spec import JobSpec, TrainSpec
+    from hpcmem.job.spec import JobSpec, TrainSpec
     from hpcmem.trace import run_trace
     from tests.trace_helpers import TINY_LLAMA
 
@@ -313,7 +313,7 @@ def test_trace_with_the_allocator_model():
     # expandable splits every remainder ≥ 512 B, so its allocated stat is exactly the requests
     assert r.allocator["expandable"]["peak_allocated_bytes"] == r.peak_allocated_bytes + 2 * 32 * MIB
     # holds for this config, but it is not a law of the allocator: one address range filled
-    # best-fit can fragment more than separate segments (python -m hpcmem.bench.allocator_sim shows such cases)
+    # best-fit can fragment more than separate segments (python -m hpcmem.lab.allocator_sim shows such cases)
     assert r.allocator["expandable"]["peak_reserved_bytes"] <= r.allocator["default"]["peak_reserved_bytes"]
     assert r.to_json()["trace"]["allocator"]["default"] == r.allocator["default"]
     off = run_trace(job)

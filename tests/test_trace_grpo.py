@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("trl")
 
 from hpcmem.errors import SpecError  # noqa: E402
-from hpcmem.spec import JobSpec, TrainSpec  # noqa: E402
+from hpcmem.job.spec import JobSpec, TrainSpec  # noqa: E402
 from hpcmem.validate.trace import case_job  # noqa: E402
 
 from tests.trace_helpers import TINY_LLAMA, trace_matches_cpu  # noqa: E402
@@ -76,7 +76,7 @@ def test_unsupported_settings_are_refused(settings, words):
 def test_case_files_build_and_are_traceable(name):
     from hpcmem.estimate import estimate
     from hpcmem.trace.trainer import check_traceable
-    from hpcmem.trl_config import read_yaml
+    from hpcmem.job.trl_config import read_yaml
 
     data = read_yaml(CASES_DIR / f"{name}.yaml")
     ids = [c["id"] for c in data["cases"]]

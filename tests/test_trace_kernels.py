@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from hpcmem.spec import JobSpec, ModelSpec, TrainSpec  # noqa: E402
+from hpcmem.job.spec import JobSpec, ModelSpec, TrainSpec  # noqa: E402
 from hpcmem.trace.tracker import StorageTracker  # noqa: E402
 
 pytestmark = pytest.mark.torch

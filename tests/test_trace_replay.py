@@ -92,8 +92,8 @@ def test_event_log_marks_gemms_after_their_output():
 
 def test_h200_streams_reproduce_the_measured_reserved_peak():
     """The allocator model + workspaces, replaying the traced step of an H200 probe run, against that run's
-    torch.cuda.max_memory_reserved() (estimator/allocator/nvidia-h200: `python -m hpcmem.bench.allocator_records`)."""
-    from hpcmem.bench.allocator_records import EVENTS, RECORDS, score, scored
+    torch.cuda.max_memory_reserved() (estimator/allocator/nvidia-h200: `python -m hpcmem.lab.allocator_records`)."""
+    from hpcmem.lab.allocator_records import EVENTS, RECORDS, score, scored
     from hpcmem.record import read_lines as read_records
     from hpcmem.trace.events import load
 
@@ -105,11 +105,11 @@ def test_h200_streams_reproduce_the_measured_reserved_peak():
 
 
 def test_a_perturbed_stream_keeps_its_frees_paired():
-    """One more 2 MiB tensor before everything (hpcmem.bench.allocator_records.perturbed): every free still names its
+    """One more 2 MiB tensor before everything (hpcmem.lab.allocator_records.perturbed): every free still names its
     own malloc, so each step's allocated peak is the old one + 2 MiB (68 → 70, 70 → 72 MiB); by hand the reserved
     peak stays 86 MiB (the 2 MiB request takes a 20 MiB segment whose 18 MiB remainder holds the 3 MiB and later the
     5 MiB block)."""
-    from hpcmem.bench.allocator_records import perturbed
+    from hpcmem.lab.allocator_records import perturbed
 
     before = replay(stream(), expandable=False, workspaces=Workspaces())
     after = replay(perturbed(stream(), 2 * MIB), expandable=False, workspaces=Workspaces())
@@ -124,7 +124,7 @@ def test_the_h200_full_fine_tune_stream_flips_with_one_small_tensor():
     before the weights, maps the LM head's bf16 [V, H] gradient (151,936 × 896 × 2 B = 259.7 MiB) again in step 2
     under the default allocator — the reserved peak moves by 264 MiB, as the replay of 2026-12-01 measured
     (estimator/LOG.md) — and not under expandable segments. The GPU kit replays the same perturbation on a GPU."""
-    from hpcmem.bench.allocator_records import EVENTS, perturbed
+    from hpcmem.lab.allocator_records import EVENTS, perturbed
     from hpcmem.estimate.workspaces import HOPPER_BYTES
     from hpcmem.trace.events import load
 
@@ -141,7 +141,7 @@ def test_the_kits_cuda_replay_lines_read_as_moves(tmp_path: Path):
     a perturbed line is compared with the same stream's unperturbed one in the same mode. Numbers by hand."""
     import json
 
-    from hpcmem.bench.allocator_records import cuda_replay_rows, main
+    from hpcmem.lab.allocator_records import cuda_replay_rows, main
 
     def line(perturb: int, gpu: tuple[int, int], model: tuple[int, int]) -> dict:
         return {"case": "c", "expandable": False, "perturb_bytes": perturb,
@@ -177,7 +177,7 @@ def test_the_kits_cuda_replay_lines_read_as_moves(tmp_path: Path):
 def test_read_refuses_what_is_not_a_replay_line_in_one_line(tmp_path: Path, capsys, text: str, named: str):
     """`allocator_records --read` on lines that are not the kit's: exit 2 and one line naming the line, the field, its
     value and what it must be — no traceback."""
-    from hpcmem.bench.allocator_records import main
+    from hpcmem.lab.allocator_records import main
 
     f = tmp_path / "replay.jsonl"
     f.write_text(text)
@@ -192,7 +192,7 @@ def test_read_refuses_what_is_not_a_replay_line_in_one_line(tmp_path: Path, caps
                                   ["--perturb", "²", "--cuda-replay"], ["--perturb", "8388608"]])
 def test_perturb_refuses_bad_sizes_and_use_without_cuda_replay(capsys, argv: list[str]):
     """--perturb is checked before anything runs (also on a machine without CUDA), and only sizes --cuda-replay."""
-    from hpcmem.bench.allocator_records import main
+    from hpcmem.lab.allocator_records import main
 
     with pytest.raises(SystemExit) as exc:
         main(argv)

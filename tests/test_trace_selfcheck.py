@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from hpcmem.spec import JobSpec, TrainSpec  # noqa: E402
+from hpcmem.job.spec import JobSpec, TrainSpec  # noqa: E402
 
 from tests.trace_helpers import TINY_LLAMA, trace_matches_cpu  # noqa: E402
 

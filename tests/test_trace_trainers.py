@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from hpcmem.spec import JobSpec, TrainSpec  # noqa: E402
+from hpcmem.job.spec import JobSpec, TrainSpec  # noqa: E402
 from hpcmem.validate.trace import case_job  # noqa: E402
 
 from tests.trace_helpers import TINY_LLAMA, trace_matches_cpu  # noqa: E402
@@ -63,7 +63,7 @@ def test_dpo_reference_forward_is_a_phase_and_the_reference_is_counted():
 @pytest.mark.parametrize("name", ["dpo", "reward"])
 def test_case_files_build_and_are_traceable(name):
     from hpcmem.trace.trainer import check_traceable
-    from hpcmem.trl_config import read_yaml
+    from hpcmem.job.trl_config import read_yaml
 
     data = read_yaml(CASES_DIR / f"{name}.yaml")
     ids = [c["id"] for c in data["cases"]]

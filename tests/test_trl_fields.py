@@ -11,9 +11,9 @@ from collections import Counter
 import pytest
 
 from hpcmem.errors import SpecError
-from hpcmem.trainers import REGISTRY
-from hpcmem.trainers.fields import MODELLED, NO_EFFECT, REFUSED, classify, declared
-from hpcmem.trl_config import build_job
+from hpcmem.job.trainers import REGISTRY
+from hpcmem.job.trainers.fields import MODELLED, NO_EFFECT, REFUSED, classify, declared
+from hpcmem.job.trl_config import build_job
 
 trl = pytest.importorskip("trl")
 transformers = pytest.importorskip("transformers")

@@ -24,9 +24,9 @@ import pytest
 pytest.importorskip("trl")
 
 from hpcmem.errors import SpecError  # noqa: E402
-from hpcmem.spec import JobSpec, TrainSpec  # noqa: E402
-from hpcmem.trainers import MODEL_CONFIG_FIELDS, REGISTRY  # noqa: E402
-from hpcmem.trl_config import build_job  # noqa: E402
+from hpcmem.job.spec import JobSpec, TrainSpec  # noqa: E402
+from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, REGISTRY  # noqa: E402
+from hpcmem.job.trl_config import build_job  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
@@ -111,7 +111,7 @@ def unchecked_job(trainer: str, settings: dict[str, Any], model: str) -> JobSpec
     for name, value in (("model", spec), ("train", train), ("gpu", None), ("expandable_segments", False),
                         ("tokens_per_micro_batch", None), ("teacher", spec if trainer == "distillation" else None)):
         object.__setattr__(job, name, value)
-    from hpcmem.spec import ParallelSpec
+    from hpcmem.job.spec import ParallelSpec
 
     object.__setattr__(job, "parallel", ParallelSpec())
     return job

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcmem.record import append_record, job_to_dict
-from hpcmem.gpu_calibration import load_calibration
+from hpcmem.gpus.calibration import load_calibration
 from hpcmem.validate import against_probes
 from hpcmem.validate.calibration import held_out
 from hpcmem.validate.table import Point, cell_stats, median, quantile
@@ -19,7 +19,7 @@ GIB = 1024**3
 
 
 def _job(trainer: str, **settings):
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     job, _ = build_job(trainer, {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dtype": "bfloat16", **settings})
     return job
@@ -123,7 +123,7 @@ def test_fit_stores_calibration_with_provenance_and_held_out_split(records: Path
 
 
 def test_the_gpu_catalog_picks_up_the_calibration(records: Path) -> None:
-    from hpcmem.gpus import gpu_spec
+    from hpcmem.gpus.catalog import gpu_spec
 
     assert not gpu_spec("H100-80GB").calibrated
     against_probes([records / "probes"], stored=True, fit=True)

@@ -93,14 +93,14 @@ note "probes done"
 # 2. (~1 min, REPLAY=0 skips it): the caching-allocator model against the real allocator on the very streams it was
 # scored with — each stored H200 record's traced device stream (estimator/allocator/nvidia-h200/) re-issued with
 # torch.empty on this GPU, default and expandable_segments, torch's peaks per step, one JSON line per stream
-# (hpcmem.bench.allocator_records --cuda-replay --gpu-only: the model's side of each line, ~40 % of a pass's time, is
+# (hpcmem.lab.allocator_records --cuda-replay --gpu-only: the model's side of each line, ~40 % of a pass's time, is
 # replayed here when the lines are read back, not on the lease). After each plain pass, the full fine-tuning streams
 # once more in that mode, with one 2 MiB or 8 MiB tensor before the weights (--perturb; "perturb_bytes" in each line):
 # in the model that moves their reserved peak by up to ±6 % under the default allocator (whether step 2 maps the LM
 # head's [V, H] gradient again, the estimate's reserved spread) and by at most 18 MiB under expandable segments; the
 # GPU's peaks on the same streams say whether the real allocator behaves alike. Each run stops at the kit's deadline.
-# Read them back: python -m hpcmem.bench.allocator_records --read $OUT/allocator-cuda-replay.jsonl
-# REPLAY_TRACE=1 also traces one case here and replays it (hpcmem.bench.allocator_sim), the older check.
+# Read them back: python -m hpcmem.lab.allocator_records --read $OUT/allocator-cuda-replay.jsonl
+# REPLAY_TRACE=1 also traces one case here and replays it (hpcmem.lab.allocator_sim), the older check.
 FULL_STREAMS=sft-qwen05-full,sft-qwen05-full-fp32load,sft-qwen05-pack-bfd,sft-llama1b-sac
 FULL_STREAMS+=,sft-llama1b-expandable,dpo-qwen05-full,grpo-qwen05-full,sft-llama8b-full
 bounded() {   # bounded NAME CMD…: run CMD until the deadline; a step with under 10 s left is skipped
@@ -114,12 +114,12 @@ if [ "${REPLAY:-1}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
   plain=(--cuda-replay --gpu-only ${REPLAY_ONLY:+--only "$REPLAY_ONLY"})
   perturb=(--cuda-replay --gpu-only --perturb 2097152,8388608 --only "${REPLAY_ONLY:-$FULL_STREAMS}")
   # the default allocator first: its ±6 % question is the one the estimate's spread rests on
-  bounded replay-default "${PYCUDA[@]}" -m hpcmem.bench.allocator_records "${plain[@]}" >> "$out"
-  bounded perturb-default "${PYCUDA[@]}" -m hpcmem.bench.allocator_records "${perturb[@]}" >> "$out"
+  bounded replay-default "${PYCUDA[@]}" -m hpcmem.lab.allocator_records "${plain[@]}" >> "$out"
+  bounded perturb-default "${PYCUDA[@]}" -m hpcmem.lab.allocator_records "${perturb[@]}" >> "$out"
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
-    bounded replay-expandable "${PYCUDA[@]}" -m hpcmem.bench.allocator_records "${plain[@]}" >> "$out"
+    bounded replay-expandable "${PYCUDA[@]}" -m hpcmem.lab.allocator_records "${plain[@]}" >> "$out"
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
-    bounded perturb-expandable "${PYCUDA[@]}" -m hpcmem.bench.allocator_records "${perturb[@]}" >> "$out"
+    bounded perturb-expandable "${PYCUDA[@]}" -m hpcmem.lab.allocator_records "${perturb[@]}" >> "$out"
   note "replays: $(wc -l < "$out") lines → $out"
 fi
 # 3. With PEAKS=1 (~1 min; off by default — raise KIT_TOTAL_S or lower BUDGET_S to make room: it explains 3.5–14
@@ -127,21 +127,21 @@ fi
 # DPO, GRPO and RLOO Qwen2.5-0.5B LoRA records hold one bf16 [rows × seq, H] more at the backward peak than their
 # traced streams (13.8 / 5.2 / 3.5 MiB), SFT on the same model none. Each job runs once more with torch's allocation
 # history on; the blocks live at the peak, with the trl/peft/transformers/torch frames that allocated them, one JSON
-# line per case (hpcmem.bench.peak_blocks). Read them back: python -m hpcmem.bench.peak_blocks --read
+# line per case (hpcmem.lab.peak_blocks). Read them back: python -m hpcmem.lab.peak_blocks --read
 # $OUT/peak-blocks.jsonl. A dry run cannot stub a training run at the torch.cuda boundary: it checks the options.
 if [ "${PEAKS:-0}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
   if [ "$DRY" = 0 ]; then
-    bounded peaks "$PY" -m hpcmem.bench.peak_blocks --out "$dest/peak-blocks.jsonl" > /dev/null
+    bounded peaks "$PY" -m hpcmem.lab.peak_blocks --out "$dest/peak-blocks.jsonl" > /dev/null
   else
-    bounded peaks "$PY" -m hpcmem.bench.peak_blocks --help > /dev/null
+    bounded peaks "$PY" -m hpcmem.lab.peak_blocks --help > /dev/null
   fi
 fi
 if [ "${REPLAY_TRACE:-0}" = 1 ] && [ "${DEVICE:-cuda}" = cuda ]; then
   events="$dest/allocator-events.json"
-  bounded trace "$PY" -m hpcmem.bench.allocator_sim --ids "${REPLAY_CASE:-qwen05-bf16-gc-2k}" --dump "$events"
-  { bounded trace-replay "${PYCUDA[@]}" -m hpcmem.bench.allocator_sim --replay "$events"
+  bounded trace "$PY" -m hpcmem.lab.allocator_sim --ids "${REPLAY_CASE:-qwen05-bf16-gc-2k}" --dump "$events"
+  { bounded trace-replay "${PYCUDA[@]}" -m hpcmem.lab.allocator_sim --replay "$events"
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
-      bounded trace-replay-expandable "${PYCUDA[@]}" -m hpcmem.bench.allocator_sim --replay "$events"
+      bounded trace-replay-expandable "${PYCUDA[@]}" -m hpcmem.lab.allocator_sim --replay "$events"
   } > "$dest/allocator-replay.txt"
 fi
 note "end; failed steps: ${failed[*]:-none}"

@@ -20,7 +20,7 @@ ESTIMATE = [sys.executable, "-m", "hpcmem", "estimate", "sft", "--model_name_or_
 ESTIMATE_LEARNED = [*ESTIMATE[:6], "openai/gpt-oss-20b", *ESTIMATE[7:]]
 IMPORT_TORCH = [sys.executable, "-c", "import torch, transformers"]
 IN_PROCESS = [sys.executable, "-c", (
-    "import time; t, c = time.perf_counter(), time.process_time(); from hpcmem.trl_config import build_job; "
+    "import time; t, c = time.perf_counter(), time.process_time(); from hpcmem.job.trl_config import build_job; "
     "from hpcmem.estimate import estimate; "
     "estimate(build_job('sft', {'model_name_or_path': 'openai/gpt-oss-20b', 'max_length': 4096})[0]); "
     "print(time.perf_counter() - t, time.process_time() - c)")]

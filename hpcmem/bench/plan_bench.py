@@ -15,9 +15,9 @@ import os
 import statistics
 import time
 
-from hpcmem.gpus import gpu_spec
+from hpcmem.gpus.catalog import gpu_spec
 from hpcmem.plan import search
-from hpcmem.trl_config import build_job
+from hpcmem.job.trl_config import build_job
 
 LLAMA8B = "meta-llama/Llama-3.1-8B"
 SCENARIOS = [  # (label, trainer, settings, gpu, allow_peft)

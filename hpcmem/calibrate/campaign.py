@@ -29,7 +29,7 @@ from typing import Any
 
 from hpcmem.calibrate.matrix import CampaignCase
 from hpcmem.errors import HpcmemError
-from hpcmem.gpus import gpu_slug
+from hpcmem.gpus.catalog import gpu_slug
 from hpcmem.record import Record, read_records
 
 SCHEMA = 1

@@ -6,7 +6,7 @@
    the coverage n allows; the throughput model's MFU curve from the timed steps) — twice: the margins are fitted
    again once the fitted context is in place, so they measure the estimate the calibration will make;
 3. the calibration names the campaign (site, date, n, the cases planned, done, failed) and is installed as
-   <install_dir>/calibrations/<gpu>.json, on the search path (hpcmem.gpu_calibration) — from then on every estimate
+   <install_dir>/calibrations/<gpu>.json, on the search path (hpcmem.gpus.calibration) — from then on every estimate
    on that GPU, and every preset naming it, says "calibrated at <site> on <date>, n = …";
 4. report/ gets report.md, report.json, accuracy.png (matplotlib when installed) and a copy of the calibration.
 A partial campaign (cases failed or still missing) is collected the same way and says its n.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.calibrate.campaign import Campaign, now
-from hpcmem.gpus import gpu_slug
+from hpcmem.gpus.catalog import gpu_slug
 
 
 def _on_search_path(install_dir: Path) -> None:

@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 from hpcmem.probe import boundary
 from hpcmem.probe.matrix import CASES, Case, tiny_config
-from hpcmem.spec import GpuSpec
-from hpcmem.trainers import entry
+from hpcmem.job.spec import GpuSpec
+from hpcmem.job.trainers import entry
 
 SPAN = (0.2, 0.35, 0.5, 0.65, 0.8, 0.95)
 OVER = 1.05
@@ -147,7 +147,7 @@ def _resolver(tiny: bool, models_dir: Path | None) -> Callable[[str], str]:
 def job_settings(case: Case) -> dict[str, Any]:
     """A case's settings as build_job takes them: the model, the flags, an accelerate_config name expanded into its
     parallel fields (as `hpcmem probe --accelerate_config` does)."""
-    from hpcmem.trl_config import accelerate_settings
+    from hpcmem.job.trl_config import accelerate_settings
 
     flags = dict(case.flags)
     layout = flags.pop("accelerate_config", None)
@@ -158,7 +158,7 @@ def _predicted(cc: CampaignCase, gpu: GpuSpec, resolve: Callable[[str], str], pe
     """The case with its model resolved and the estimate's peak per GPU on `gpu` (None when it cannot build)."""
     from hpcmem.estimate import estimate
     from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     case = dataclasses.replace(cc.case, model=resolve(cc.case.model), sized=True)
     try:

@@ -21,7 +21,7 @@ from hpcmem.inputs import values as v
 from hpcmem.inputs.files import load_yaml_file
 from hpcmem.inputs.settings import check_settings
 from hpcmem.probe.matrix import Case
-from hpcmem.spec import TRAINERS      # every registered trainer (hpcmem.trainers)
+from hpcmem.job.spec import TRAINERS      # every registered trainer (hpcmem.job.trainers)
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 KEYS = ("name", "trainer", "model", "flags", "gpus", "nodes")

@@ -12,8 +12,8 @@ from typing import Any, Callable
 import click
 
 from hpcmem.errors import HpcmemError
-from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
-from hpcmem.trainers import entry, names
+from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec
+from hpcmem.job.trainers import entry, names
 
 
 def typed(name: str) -> bool:
@@ -147,9 +147,9 @@ def collect(kwargs: dict[str, Any]) -> dict[str, Any]:
 def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | None = None, *,
                  model: Any = None, settle_required: bool = False) -> tuple[JobSpec, list[str]]:
     """Merge defaults < preset < --config YAML < flags, then build and validate the JobSpec (`settle_required`: the
-    planner's start, hpcmem.trl_config.build_job)."""
+    planner's start, hpcmem.job.trl_config.build_job)."""
     from hpcmem.inputs.settings import check_settings
-    from hpcmem.trl_config import accelerate_settings, build_job, read_yaml
+    from hpcmem.job.trl_config import accelerate_settings, build_job, read_yaml
 
     given = collect(kwargs)
     config_path = given.pop("config", None)

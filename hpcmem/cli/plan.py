@@ -36,7 +36,7 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
     from hpcmem.errors import HpcmemError
     from hpcmem.plan import search
     from hpcmem.plan.explain import render, to_json
-    from hpcmem.trl_config import read_yaml
+    from hpcmem.job.trl_config import read_yaml
 
     from hpcmem.launch.presets import load as load_preset
     from hpcmem.launch.presets import preset_settings
@@ -78,7 +78,7 @@ def _check_allocation(job, preset) -> None:
 def settled_note(job, fixed: set[str]) -> str | None:
     """What the plan's start took from the model type's requirements (build_job settle_required), for the user."""
     from hpcmem.models.coverage import required_settings
-    from hpcmem.trl_config import PLANNER_SETTLES
+    from hpcmem.job.trl_config import PLANNER_SETTLES
 
     taken = {k: v for k, v in required_settings(job.model.model_type).items() if k in PLANNER_SETTLES and k not in fixed}
     if not taken:

@@ -24,7 +24,7 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
 def _trl_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The user's TRL YAML as written (fields hpcmem does not model travel unchanged) + --model_name_or_path."""
     from hpcmem.inputs.files import is_file
-    from hpcmem.trl_config import read_yaml
+    from hpcmem.job.trl_config import read_yaml
 
     fields = read_yaml(kwargs["config"]) if kwargs.get("config") else {}
     if kwargs.get("model_name_or_path"):
@@ -50,7 +50,7 @@ def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool, preset):
     # (hpcmem.plan.knobs.FIXING_FLAGS); --config stands for the fields it sets
     given = set(collect(kwargs)) - {"config"}
     if kwargs.get("config"):
-        from hpcmem.trl_config import read_yaml
+        from hpcmem.job.trl_config import read_yaml
 
         given |= set(read_yaml(kwargs["config"]))
     report = search(job, job.gpu, fixed=given, allow_peft=allow_peft, top=1,

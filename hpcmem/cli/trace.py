@@ -8,7 +8,7 @@ import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
 from hpcmem.cli.outputs import PICKLE, PNG
-from hpcmem.trainers import entry
+from hpcmem.job.trainers import entry
 
 
 @click.command(name="trace")
@@ -19,7 +19,7 @@ from hpcmem.trainers import entry
                    "blocks); cpu: what a CPU run allocates (the self-check's reference)")
 @click.option("--allocator", type=click.Choice(["off", "default", "expandable", "both"]), default="off",
               show_default=True, help="replay every allocation through the caching-allocator model "
-                                      "(hpcmem/trace/allocator.py) and report its reserved peak")
+                                      "(hpcmem/estimate/caching_allocator.py) and report its reserved peak")
 @click.option("--generation", is_flag=True,
               help="GRPO/RLOO: run transformers' generate to full length (slow: a forward per token)")
 @click.option("--snapshot", "snapshot_path", type=PICKLE, default=None,

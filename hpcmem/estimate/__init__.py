@@ -25,9 +25,9 @@ from hpcmem.estimate.tails import block_tails
 from hpcmem.estimate.trainers import trainer_extras
 from hpcmem.estimate.workspaces import NAME as WORKSPACES
 from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
-from hpcmem.rules import job_warnings
-from hpcmem.spec import JobSpec
-from hpcmem.trainers import entry
+from hpcmem.job.rules import job_warnings
+from hpcmem.job.spec import JobSpec
+from hpcmem.job.trainers import entry
 
 __all__ = ["Component", "Estimate", "Phase", "estimate"]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.shape import MicroBatch, Precision
-from hpcmem.spec import ModelSpec
+from hpcmem.job.spec import ModelSpec
 
 FP32 = 4
 # Sizes of the fp32 logsumexp saved by flash attention: one value per (token, head).

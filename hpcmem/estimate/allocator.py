@@ -1,6 +1,6 @@
 """Reserved − allocated at the peak: the caching allocator's slack, from its mechanics (stdlib; no torch).
 
-PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp; modelled in hpcmem/trace/allocator.py) never
+PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp; modelled in hpcmem/estimate/caching_allocator.py) never
 returns memory during training: the reserved peak is every segment ever created. Segments are created when no cached
 free block fits a request, so reserved exceeds the allocated peak by (a) what segment sizes waste on long-lived
 tensors and (b) free blocks stranded at the peak instant — blocks an earlier phase freed that the peak's requests
@@ -55,7 +55,7 @@ cannot use. The terms (bytes, `slack_terms`):
 - `allocated`: a small share of the peak for everything else (rounding of requests, short-lived blocks).
 
 (b) is not replayed tensor by tensor: each term's coefficient — how much of such a block ends up stranded — is fitted
-per allocator mode to the allocator model replaying the trace matrix (`python -m hpcmem.bench.reserved_fit`,
+per allocator mode to the allocator model replaying the trace matrix (`python -m hpcmem.lab.reserved_fit`,
 estimator/reserved-fit.json; held-out errors in estimator/LOG.md). Jobs the trace does not run (ZeRO, FSDP: flat
 partitions, so no per-tensor `packing`; QLoRA) get the same terms with their own sizes, not held to the allocator
 model.
@@ -83,9 +83,9 @@ from hpcmem.estimate.step import (
 )
 from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parameter_sizes
 from hpcmem.estimate.workspaces import NAME as WORKSPACES
-from hpcmem.spec import JobSpec, ModelSpec
-from hpcmem.trainers import entry
-from hpcmem.trace.allocator import (
+from hpcmem.job.spec import JobSpec, ModelSpec
+from hpcmem.job.trainers import entry
+from hpcmem.estimate.caching_allocator import (
     K_LARGE_BUFFER,
     K_SMALL_BUFFER,
     K_SMALL_SIZE,
@@ -97,7 +97,7 @@ from hpcmem.trace.allocator import (
 FP32 = 4
 TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "beside", "embedding_grad")
 # Fitted coefficients per allocator mode: least absolute deviations on the training split (python -m
-# hpcmem.bench.reserved_fit; estimator/reserved-fit.json).
+# hpcmem.lab.reserved_fit; estimator/reserved-fit.json).
 COEFFICIENTS: dict[str, dict[str, float]] = {
     "default": {"packing": 1.7049, "second_step": 0.6515, "head_tile": 0.1658, "layer_blocks": 1.198,
                 "allocated": 0.0054, "beside": 0.9995, "embedding_grad": 0.4782},
@@ -108,7 +108,7 @@ COEFFICIENTS: dict[str, dict[str, float]] = {
 
 def packing_waste(sizes: tuple[int, ...], expandable: bool) -> int:
     """Reserved − the rounded requests after allocating `sizes` in order with nothing freed: the allocator model's
-    rules (hpcmem.trace.allocator: 512 B rounding, best fit, split rules, segment sizes) specialised to allocations
+    rules (hpcmem.estimate.caching_allocator: 512 B rounding, best fit, split rules, segment sizes) specialised to allocations
     that live forever — each pool is then just the sorted remainders of its segments. Expandable segments map pages
     as the one region grows: only the last page of each pool is partly empty."""
     reserved, _, requested, _ = _pack(sizes, expandable)
@@ -352,7 +352,7 @@ def _trained(m: ModelSpec, trainer: str, optim: str, weight_bytes: int) -> tuple
 def _placed(freed: dict[int, int], tensors: dict[int, int]) -> int:
     """Bytes of `tensors` (size → count) the `freed` blocks (size → count) hold, whole tensors only: largest tensors
     first, each into the smallest block that fits (best fit); a block keeps taking tensors of that size, and the
-    remainder stays a free block when the large pool would split it (> 1 MiB; hpcmem.trace.allocator
+    remainder stays a free block when the large pool would split it (> 1 MiB; hpcmem.estimate.caching_allocator
     `should_split`)."""
     free = dict(freed)
     placed = 0

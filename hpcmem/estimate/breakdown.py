@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hpcmem.estimate.verdict import FitVerdict, judge
-from hpcmem.spec import GpuSpec
+from hpcmem.job.spec import GpuSpec
 
 if TYPE_CHECKING:
     from hpcmem.estimate.host import HostEstimate
@@ -121,5 +121,5 @@ class Estimate:
             "headroom_bytes": self.headroom_bytes,
             "warnings": list(self.warnings),
             "not_modelled": list(self.not_modelled),
-            "layout": self.extra.get("layout"),         # the parallelism_config in force (hpcmem.layout), or null
+            "layout": self.extra.get("layout"),         # the parallelism_config in force (hpcmem.job.mesh), or null
         }

@@ -28,7 +28,7 @@ from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes
 from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, param_parts
 from hpcmem.estimate.trainers import TrainerExtras, reference_bytes
-from hpcmem.spec import DTYPES, JobSpec, ModelSpec, load_dtype
+from hpcmem.job.spec import DTYPES, JobSpec, ModelSpec, load_dtype
 
 FP32 = 4
 STATS = 9            # s_max, s_sum, s_x_sum, t_max, t_sum, t_weighted_gap, s_weighted_gap, jsd, kl_student

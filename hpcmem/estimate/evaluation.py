@@ -23,8 +23,8 @@ from hpcmem.estimate.parallel import local_micro_batch
 from hpcmem.estimate.shape import Precision, micro_batch
 from hpcmem.estimate.states import ParamParts
 from hpcmem.estimate.trainers import generation_phases, no_grad_pass
-from hpcmem.spec import JobSpec
-from hpcmem.trainers import entry
+from hpcmem.job.spec import JobSpec
+from hpcmem.job.trainers import entry
 
 NAME = "evaluation"
 

@@ -15,7 +15,7 @@ from hpcmem.estimate import lora_variants
 from hpcmem.estimate.lora_variants import modules_to_save, targeted_parameters
 from hpcmem.estimate.shape import Precision
 from hpcmem.models.params import LinearModule, all_linear_targets, linear_modules, peft_default_targets
-from hpcmem.spec import JobSpec
+from hpcmem.job.spec import JobSpec
 
 LORA_DROPOUT_MASK_BYTES = 1   # nn.Dropout (TRL's lora_dropout 0.05) keeps a bool mask per input element
 

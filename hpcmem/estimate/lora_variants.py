@@ -17,7 +17,7 @@
   fused experts of an MoE layer (r·(in + out) per expert). During the layer's forward `nn.utils.parametrize` holds
   the adapted parameter W + ΔW (a fused expert stack: one `baddbmm`, `_LoraFactorsProxy`) in the parameter's dtype,
   and the expert matmuls save it for their input gradient: one copy of the targeted parameters per layer, kept
-  until that layer's backward. peft refuses it with lora_dropout ≠ 0 or use_dora (hpcmem.rules).
+  until that layer's backward. peft refuses it with lora_dropout ≠ 0 or use_dora (hpcmem.job.rules).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcmem.models.params import LinearModule, linear_modules
-from hpcmem.spec import JobSpec
+from hpcmem.job.spec import JobSpec
 
 if TYPE_CHECKING:
     from hpcmem.estimate.lora import LoraLayout
@@ -36,7 +36,7 @@ SIZED_MODULES = ("lm_head", "embed_tokens", "score")       # lora_modules_to_sav
 
 def modules_to_save(job: JobSpec) -> tuple[tuple[str, int], ...]:
     """(name, elements) of each module peft copies for training."""
-    from hpcmem.trainers import entry
+    from hpcmem.job.trainers import entry
 
     m = job.model
     sizes = {"lm_head": m.vocab_size * m.hidden_size, "embed_tokens": m.vocab_size * m.hidden_size,

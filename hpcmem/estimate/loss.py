@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmem.estimate.shape import MicroBatch, Precision
-from hpcmem.spec import JobSpec
-from hpcmem.trainers import entry
+from hpcmem.job.spec import JobSpec
+from hpcmem.job.trainers import entry
 
 TOKEN_CHUNK_SIZE = 4096          # chunked_logprob.py TOKEN_CHUNK_SIZE
 VOCAB_CHUNK_SIZE = 32768         # trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE

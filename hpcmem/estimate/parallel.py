@@ -1,5 +1,5 @@
 """Per-rank memory of sequence-split layouts: context parallelism (torch, FSDP2) and sequence parallelism
-(DeepSpeed ALST/Ulysses), and HSDP's sharding group (hpcmem.layout says which ranks share what).
+(DeepSpeed ALST/Ulysses), and HSDP's sharding group (hpcmem.job.mesh says which ranks share what).
 
 - The sequence: every rank holds 1/cp (or 1/sp) of each row. torch's `context_parallel` shards input_ids, labels,
   shift_labels and position_ids along the sequence (transformers trainer.py `_prepare_context_parallel_inputs`,
@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hpcmem.estimate.shape import MicroBatch, Precision
-from hpcmem.spec import JobSpec
+from hpcmem.job.spec import JobSpec
 
 FP32 = 4
 

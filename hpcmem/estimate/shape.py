@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcmem.spec import JobSpec
-from hpcmem.trainers import entry
+from hpcmem.job.spec import JobSpec
+from hpcmem.job.trainers import entry
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.shape import Precision
 from hpcmem.models.params import count_params, linear_modules
-from hpcmem.spec import JobSpec, ModelSpec
-from hpcmem.trainers import entry
+from hpcmem.job.spec import JobSpec, ModelSpec
+from hpcmem.job.trainers import entry
 
 ADAM_STATES = 2
 BNB_BLOCK = 256                 # 8-bit optimizer absmax block

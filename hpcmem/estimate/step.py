@@ -19,8 +19,8 @@ from hpcmem.estimate.loss import LossBytes
 from hpcmem.estimate.parallel import SequenceBuffers
 from hpcmem.estimate.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, States
-from hpcmem.spec import JobSpec
-from hpcmem.trainers import entry
+from hpcmem.job.spec import JobSpec
+from hpcmem.job.trainers import entry
 
 GIB = 1024**3
 # phase and component names other modules read back (hpcmem.estimate.allocator replays the step from them)

@@ -12,7 +12,7 @@ streams (estimator/allocator/nvidia-h200): max_memory_allocated − (traced tens
 9.7–50.2 MiB on every SFT record of Qwen2.5-0.5B / 7B and Gemma-3-1B and ≤ 4 MiB on Llama, Mistral, Phi-3 and
 Qwen3-MoE, whose weights are whole multiples of 2 MiB or nearly; the allocator model replaying the same streams
 (whole blocks, and cuBLASLt's workspaces) matches every SFT record's allocated peak within 1.5 MiB
-(`python -m hpcmem.bench.allocator_records`). Gemma-3-1B LoRA: 52 + 26 [I, H] weights
+(`python -m hpcmem.lab.allocator_records`). Gemma-3-1B LoRA: 52 + 26 [I, H] weights
 of 15.19 MiB with 0.81 / 0.31 MiB tails = 50.4 MiB (GPU gap 50.2); Qwen2.5-7B LoRA: 84 of 129.5 MiB with 0.5 MiB
 tails = 42 MiB (+1) (gap 44.9).
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 from hpcmem.estimate.allocator import persistent_tails
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.shape import Precision
-from hpcmem.spec import JobSpec
+from hpcmem.job.spec import JobSpec
 
 NAME = "allocator block tails"
 

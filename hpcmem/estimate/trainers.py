@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.shape import Precision, micro_batch
 from hpcmem.estimate.states import ParamParts
-from hpcmem.rules import generation_batch_size
-from hpcmem.spec import JobSpec
-from hpcmem.trainers import entry
+from hpcmem.job.rules import generation_batch_size
+from hpcmem.job.spec import JobSpec
+from hpcmem.job.trainers import entry
 
 FP32 = 4
 

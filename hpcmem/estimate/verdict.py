@@ -13,7 +13,7 @@ Three levels:
     tight          device peak ≤ capacity < safe bound: the point estimate fits, its error may not
     does not fit   device peak > capacity
 
-The margin comes from the GPU's calibration (hpcmem.gpu_calibration: `margins.device` of its file, fitted on probe
+The margin comes from the GPU's calibration (hpcmem.gpus.calibration: `margins.device` of its file, fitted on probe
 records by `hpcmem validate --against probes --fit`), with the coverage its n allows: the share of runs like the
 probed ones whose device peak the bound covers (≥ k/(n+1), split conformal; see hpcmem.validate.calibration). A GPU
 without a calibration gets the largest device margin of the calibrated GPUs, labelled `default`: that coverage was
@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from hpcmem.spec import GpuSpec
+from hpcmem.job.spec import GpuSpec
 
 GIB = 1024**3
 FITS, TIGHT, DOES_NOT_FIT = "fits", "tight", "does not fit"
@@ -109,7 +109,7 @@ def safe_bound(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0) -> i
 
 
 def judge(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0) -> FitVerdict:
-    """The verdict for a device peak (± half `spread_bytes`) on `gpu` (its capacity and margins as hpcmem.gpus.gpu_spec
+    """The verdict for a device peak (± half `spread_bytes`) on `gpu` (its capacity and margins as hpcmem.gpus.catalog.gpu_spec
     built them)."""
     m = gpu.margin(PEAK)
     capacity = gpu.usable_bytes
@@ -127,7 +127,7 @@ def _calibration(gpu: GpuSpec, m: Any) -> dict[str, Any]:
     """Where the device margin comes from: this GPU's records, the calibrated GPUs' (default), or nowhere."""
     if m is None:
         return {"status": "none", "gpu": None, "n": 0, "coverage": None,
-                "note": "no calibration on the search path (hpcmem.gpu_calibration): margin 0"}
+                "note": "no calibration on the search path (hpcmem.gpus.calibration): margin 0"}
     if m.default:
         why = f"{gpu.name} has no probe records"
         if gpu.campaign is not None:

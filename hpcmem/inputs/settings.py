@@ -1,7 +1,7 @@
 """The job settings namespace (TRL field names, accelerate's names, hpcmem's few own) and the type of each, checked
 where a layer of settings enters: flags, the TRL YAML, an accelerate config, a preset's `defaults`.
 
-Kinds come from the spec dataclasses' defaults (one name per setting, hpcmem.spec), so a new spec field is checked
+Kinds come from the spec dataclasses' defaults (one name per setting, hpcmem.job.spec), so a new spec field is checked
 without an entry here. Ranges (≥ 1, choices) stay with the specs, which check them on construction; this layer checks
 what the specs cannot: the Python type, integrality, finiteness, an upper bound, text without control characters —
 and turns TRL's textual forms ("8", "yes", '{"selective": true}') into values.
@@ -45,7 +45,7 @@ _EXTRA: dict[str, Checker] = {
     "model_name_or_path": lambda n, x: v.text(n, x),
     "teacher_model_name_or_path": _nullable(lambda n, x: v.text(n, x)),
     "teacher_model_init_kwargs": _nullable(v.json_object),
-    "gpu": lambda n, x: v.text(n, x, max_len=256),    # a catalog name or a description (hpcmem.gpu_describe)
+    "gpu": lambda n, x: v.text(n, x, max_len=256),    # a catalog name or a description (hpcmem.gpus.describe)
     "accelerate_config": lambda n, x: v.text(n, x),
     "expandable_segments": v.boolean,
     "tokens_per_micro_batch": v.optional_integer,
@@ -62,7 +62,7 @@ _EXTRA: dict[str, Checker] = {
 @lru_cache(maxsize=1)
 def checkers() -> dict[str, Checker]:
     """Setting name → checker, for every name hpcmem reads from a settings layer."""
-    from hpcmem.spec import ParallelSpec, TrainSpec
+    from hpcmem.job.spec import ParallelSpec, TrainSpec
 
     out: dict[str, Checker] = {}
     for cls in (TrainSpec, ParallelSpec):

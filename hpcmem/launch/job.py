@@ -15,10 +15,10 @@ from hpcmem.inputs.values import InputError, shown, text
 from hpcmem.launch import slurm_time
 from hpcmem.launch.presets import ENV_NAME, Preset
 from hpcmem.launch.slurm_time import TimeLimit
-from hpcmem.trainers import entry
+from hpcmem.job.trainers import entry
 
 if TYPE_CHECKING:
-    from hpcmem.spec import JobSpec
+    from hpcmem.job.spec import JobSpec
 
 VLLM_PLACEMENTS = ("node", "split")
 # Ports derived from the job id, so that two jobs sharing a node never collide (and a requeued job keeps its ports).

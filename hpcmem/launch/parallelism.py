@@ -77,7 +77,7 @@ def _all_ones(out: dict[str, Any], source: str, distributed_type: Any) -> None:
 
 
 def parallelism_block(par: Any) -> dict[str, Any] | None:
-    """The block for a ParallelSpec whose layout is active (hpcmem.layout), keys as accelerate reads them; None
+    """The block for a ParallelSpec whose layout is active (hpcmem.job.mesh), keys as accelerate reads them; None
     otherwise (accelerate then runs the plain layout of distributed_type)."""
     if not par.layout.active:
         return None

@@ -51,7 +51,7 @@ class Preset:
     partition: str
     gpu: str                                 # a GPU catalog name (hpcmem gpus), or a GPU the site describes (a
                                              # mapping {name, memory_gb, usable_gb, compute_capability, bf16_tflops}
-                                             # or a size such as 96GB; hpcmem.gpu_describe), kept as its text form
+                                             # or a size such as 96GB; hpcmem.gpus.describe), kept as its text form
     gpus_per_node: int
     cpus_per_node: int
     max_time: str                            # a SLURM time limit (hpcmem.launch.slurm_time), e.g. "2-00:00:00"
@@ -81,8 +81,8 @@ class Preset:
         return slurm_time.parse(self.max_time)
 
     def gpu_spec(self):
-        """The GPU `gpu` names: a catalog entry or the site's description (hpcmem.gpus), with its calibration."""
-        from hpcmem.gpus import gpu_spec
+        """The GPU `gpu` names: a catalog entry or the site's description (hpcmem.gpus.catalog), with its calibration."""
+        from hpcmem.gpus.catalog import gpu_spec
 
         return gpu_spec(self.gpu)
 
@@ -97,9 +97,9 @@ def preset_settings(preset: Preset, gpu_flag: str | None = None) -> dict[str, An
 
 
 def same_gpu(a: str, b: str) -> bool:
-    """Whether two --gpu values name one GPU: the same catalog entry (a name or an alias, any case, as hpcmem.gpus
+    """Whether two --gpu values name one GPU: the same catalog entry (a name or an alias, any case, as hpcmem.gpus.catalog
     reads --gpu), else the same text up to case and surrounding spaces."""
-    from hpcmem.gpus import catalog_entry
+    from hpcmem.gpus.catalog import catalog_entry
 
     left, right = catalog_entry(a), catalog_entry(b)
     if left is not None or right is not None:
@@ -282,21 +282,21 @@ def _check_lists(data: dict, c: _Checked) -> None:
 
 
 def _gpu_text(value: Any, c: _Checked) -> Any:
-    """A described GPU (a mapping) as the one-line form every reader parses (hpcmem.gpu_describe); else as given."""
+    """A described GPU (a mapping) as the one-line form every reader parses (hpcmem.gpus.describe); else as given."""
     if not isinstance(value, dict):
         return value
-    from hpcmem.gpu_describe import parse
+    from hpcmem.gpus.describe import parse
 
     described = c(parse, value)
     return described.text if described is not None else ""     # the refusal is already a problem
 
 
 def _check_gpu(name: Any, source: str, p: Problems) -> None:
-    """The GPU must be in the catalog (hpcmem.gpus); without the catalog any name is accepted here."""
+    """The GPU must be in the catalog (hpcmem.gpus.catalog); without the catalog any name is accepted here."""
     if not isinstance(name, str) or not name:
         return
     try:
-        from hpcmem.gpus import gpu_spec
+        from hpcmem.gpus.catalog import gpu_spec
     except ImportError:
         return
     try:
@@ -331,7 +331,7 @@ def _container(value: Any, c: _Checked) -> Container | None:
 
 def default_keys() -> tuple[str, ...]:
     """Field names a preset may give defaults for: the spec's own names (one name per setting)."""
-    from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec, field_names
+    from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec, field_names
 
     skip = {"trainer", "model", "train", "parallel", "gpu", "teacher"}     # teacher: resolved from teacher_model_name_or_path
     names = field_names(TrainSpec) + field_names(ParallelSpec) + field_names(JobSpec)

@@ -4,7 +4,7 @@ A spec field is written when the user's YAML names it or when the spec's value d
 chosen: on the command line, by a preset, by the planner). Fields the trainer's config class does not declare are
 never written, because `TrlParser` turns unknown YAML keys into extra `accelerate launch` arguments (`trl sft`) or
 drops them (`python -m trl.scripts.sft`). The fields are TRL 1.16's, as each trainer's registry entry declares them
-(hpcmem.trainers); tests/test_launch_parsers.py pins them against the installed dataclasses.
+(hpcmem.job.trainers); tests/test_launch_parsers.py pins them against the installed dataclasses.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
-from hpcmem.trainers import MODEL_CONFIG_FIELDS, entry
+from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, entry
 
 if TYPE_CHECKING:
-    from hpcmem.spec import JobSpec
+    from hpcmem.job.spec import JobSpec
 
 # Names that belong to hpcmem/accelerate, not to TRL: removed from a user's TRL YAML before it is written.
 HPCMEM_ONLY = ("gpu", "accelerate_config", "lengths", "max_prompt_length", "expandable_segments", "tokens_per_micro_batch", "num_processes", "num_machines",
@@ -50,7 +50,7 @@ def _same(user_value: Any, spec_value: Any) -> bool:
 
 def trl_config(job: JobSpec, user_fields: Mapping[str, Any], *, output_dir: str) -> dict[str, Any]:
     """The resolved TRL YAML as a dict. `output_dir` is used when the user's YAML has none (checkpoints land there)."""
-    from hpcmem.spec import TrainSpec
+    from hpcmem.job.spec import TrainSpec
 
     defaults = {f.name: f.default_factory() if f.default_factory is not MISSING else f.default
                 for f in fields(TrainSpec)}

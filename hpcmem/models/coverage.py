@@ -83,7 +83,7 @@ def settings_beside_checkpointing(model_type: str) -> dict[str, Any]:
 
 
 def requirement_problems(model_type: str, train: Any, config: dict[str, Any] | None) -> list[str]:
-    """Why a job of this type would not run (hpcmem.rules.check_job): a required setting the job does not have. A
+    """Why a job of this type would not run (hpcmem.job.rules.check_job): a required setting the job does not have. A
     TrainSpec field left None takes the model config's value, as TRL does (router_aux_loss_coef)."""
     requires = required_settings(model_type)
     if not requires:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 from hpcmem.errors import SpecError
-from hpcmem.spec import ModelSpec
+from hpcmem.job.spec import ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -47,7 +47,7 @@ from hpcmem.plan.throughput import (
     PADDED_FILL_FRACTION, THROUGHPUT_UNCERTAINTY, Setting, Throughput, flops_params, interconnect_gbps, mfu_curve,
     throughput,
 )
-from hpcmem.spec import GpuSpec, JobSpec
+from hpcmem.job.spec import GpuSpec, JobSpec
 
 GIB = 1024**3
 _GC_SAVING = {g: i for i, g in enumerate(GC_VALUES)}       # off 0 < selective 1 < full 2 (more saving)

@@ -108,7 +108,7 @@ def faster_rejected(report: PlanReport) -> list[str]:
         elif len(lines) < FASTER_SHOWN:
             lines.append(f"{v.knobs.label():58s} {v.speed.tokens_per_s_per_gpu:9.0f} tok/s  ✗ {v.why}")
     if refused:
-        lines.append(f"… and {refused} faster combinations TRL's rules refuse (hpcmem.rules)")
+        lines.append(f"… and {refused} faster combinations TRL's rules refuse (hpcmem.job.rules)")
     return lines
 
 

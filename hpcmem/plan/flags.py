@@ -8,7 +8,7 @@ import shlex
 from dataclasses import fields
 from typing import Any
 
-from hpcmem.spec import JobSpec
+from hpcmem.job.spec import JobSpec
 
 
 def _text(value: Any) -> str:

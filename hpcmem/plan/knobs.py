@@ -1,7 +1,7 @@
 """The knobs the planner turns, the values each may take, and how one combination becomes a JobSpec.
 
 A flag the user gave is fixed (its axis holds the job's own value); every other knob is searched. Turning knobs into
-a JobSpec goes through the spec constructors, so TRL's rules (hpcmem.rules.check_job) prune invalid combinations —
+a JobSpec goes through the spec constructors, so TRL's rules (hpcmem.job.rules.check_job) prune invalid combinations —
 the planner holds no copy of them.
 """
 
@@ -14,7 +14,7 @@ from typing import Collection, Mapping, NamedTuple
 
 from hpcmem.errors import SpecError
 from hpcmem.plan.layouts import layout_fields, split, train_changes
-from hpcmem.spec import JobSpec, ParallelSpec
+from hpcmem.job.spec import JobSpec, ParallelSpec
 
 GC_VALUES = ("off", "selective", "full")
 PACK_VALUES = ("padded", "packing", "padding_free")
@@ -170,7 +170,7 @@ def _parallel(par: ParallelSpec, sharding: str) -> ParallelSpec:
 
 
 def apply(job: JobSpec, k: Knobs) -> JobSpec:
-    """The JobSpec for a combination; raises SpecError where TRL's rules (hpcmem.rules) refuse it."""
+    """The JobSpec for a combination; raises SpecError where TRL's rules (hpcmem.job.rules) refuse it."""
     t = job.train
     gc_kwargs = {k2: v for k2, v in t.gradient_checkpointing_kwargs.items() if k2 != "selective"}
     if k.gc == "selective":

@@ -7,7 +7,7 @@ the regime where a long row's activations, not the model states, fill the GPU, a
 world size (accelerate: the sizes multiply to num_processes; DeepSpeed: sp divides the world). A layout changes what
 one optimizer step holds: world / cp ranks train different batches (transformers trainer.py dp_world_size), so
 batch × accumulation grows to keep the global batch. Layouts TRL or the libraries refuse for this job (packing under
-CP, heads that do not divide over sp, …) are pruned by hpcmem.layout_rules like any other combination.
+CP, heads that do not divide over sp, …) are pruned by hpcmem.job.mesh_rules like any other combination.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from math import lcm
 from typing import Any, Collection, Mapping
 
-from hpcmem.spec import JobSpec
+from hpcmem.job.spec import JobSpec
 
 # sharding name of the planner → the data-parallel sharding a layout is built on
 CP_BASES = ("fsdp2", "fsdp2+offload")
@@ -50,7 +50,7 @@ def layout_fields(name: str, world: int) -> dict[str, Any]:
 
 def train_changes(job: JobSpec, name: str) -> dict[str, Any]:
     """What a layout asks of the TRL config: rows padded to a multiple of 2·cp (torch's load balancing) or sp
-    (DeepSpeed's sequence adapter), hpcmem.layout_rules."""
+    (DeepSpeed's sequence adapter), hpcmem.job.mesh_rules."""
     _, kind, size = split(name)
     if not kind:
         return {}

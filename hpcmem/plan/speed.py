@@ -8,7 +8,7 @@ from dataclasses import asdict
 from hpcmem.plan.best_first import Speeds
 from hpcmem.plan.knobs import job_knobs
 from hpcmem.plan.throughput import Throughput
-from hpcmem.spec import GpuSpec, JobSpec
+from hpcmem.job.spec import GpuSpec, JobSpec
 
 
 def job_throughput(job: JobSpec, gpu: GpuSpec) -> Throughput:

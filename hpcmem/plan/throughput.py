@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcmem.spec import ModelSpec
+from hpcmem.job.spec import ModelSpec
 
 # What the model cannot tell apart: its FLOP counts follow the formulas above, its efficiencies (MFU curve, overlap,
 # bandwidths) are uncalibrated guesses, and between two plans that differ in micro-batch, recompute or sharding they
@@ -61,7 +61,7 @@ DEFAULT_MFU = MfuCurve()
 
 def mfu_curve(gpu_name: str | None) -> MfuCurve:
     """The GPU's fitted curve from its calibration file (`throughput`: mfu_max, mfu_half_tokens, n), else the default."""
-    from hpcmem.gpu_calibration import load_calibration
+    from hpcmem.gpus.calibration import load_calibration
 
     fit = (load_calibration(gpu_name) or {}).get("throughput") if gpu_name else None
     try:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.probe.matrix import Case
-from hpcmem.spec import GpuSpec
+from hpcmem.job.spec import GpuSpec
 
 Q05, L1, L3 = "Qwen/Qwen2.5-0.5B", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B"
 NOGC = {"dtype": "bfloat16", "gradient_checkpointing": False}
@@ -69,7 +69,7 @@ def predicted(base: Case, model: str, batch: int, max_length: int, gpu: GpuSpec,
     the allocated peak without cuBLAS's workspaces)."""
     from hpcmem.estimate import estimate
     from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     job, _ = build_job(base.trainer, {"model_name_or_path": model, **base.flags, "max_length": max_length,
                                       "per_device_train_batch_size": batch}, gpu=gpu)

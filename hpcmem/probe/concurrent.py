@@ -101,7 +101,7 @@ def compare(records: list[Any], names: tuple[str, ...] = COMPARE, device: str = 
 def safe_bounds(cases: list[Any], gpu: Any, resolve: Callable[[Any], str]) -> dict[str, int]:
     """Each case's safe bound on `gpu` (hpcmem.estimate.verdict), from its flags as the probe will run them."""
     from hpcmem.estimate import estimate
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     out = {}
     for case in cases:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.models.config import checkpoint_dtype
-from hpcmem.spec import load_dtype
+from hpcmem.job.spec import load_dtype
 from hpcmem.trace.pieces import auto_config, config_dict
 from hpcmem.trace.pieces import tokenizer as word_tokenizer
 
@@ -58,7 +58,7 @@ def random_weights(cfg: dict[str, Any], model_id: str, init_device: str | None =
         with torch.device(device) if device else contextlib.nullcontext():
             return arch.from_config(config, dtype=dtype, **({"attn_implementation": attn} if attn else {}))
 
-    from hpcmem.trainers import names
+    from hpcmem.job.trainers import names
 
     modules = [importlib.import_module(f"trl.trainer.{name}_trainer") for name in names()]
     saved = [(m, m.create_model_from_path) for m in modules if hasattr(m, "create_model_from_path")]
@@ -92,7 +92,7 @@ def _words(n: int, seed: int, vocab: int) -> str:
 def dataset(job: Any, steps: int) -> Any:
     """Rows of the lengths the estimate assumes (the worst case), built by the trainer's registry hook
     `probe_dataset`."""
-    from hpcmem.trainers import entry
+    from hpcmem.job.trainers import entry
 
     return entry(job.train.trainer).hook("probe_dataset")(job, steps)
 
@@ -146,7 +146,7 @@ def reward_dataset(job: Any, steps: int) -> Any:
 
 
 def rows_needed(job: Any, steps: int) -> int:
-    from hpcmem.trainers import entry
+    from hpcmem.job.trainers import entry
 
     t = job.train
     per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps * job.parallel.world_size

@@ -42,9 +42,9 @@ DETECT = ("import json, torch; p = torch.cuda.get_device_properties(0); "
 def detect_gpu(device: str, gpu: str | None, tiny: bool) -> tuple[Any, str | None]:
     """The GpuSpec to size against — its capacity what torch reports on this machine (the catalog's for --gpu) —
     and the driver's name for the GPU (None on CPU), which names the records file."""
-    from hpcmem.gpus import gpu_for_device, gpu_spec
-    from hpcmem.gpu_calibration import default_margins
-    from hpcmem.spec import GpuSpec
+    from hpcmem.gpus.catalog import gpu_for_device, gpu_spec
+    from hpcmem.gpus.calibration import default_margins
+    from hpcmem.job.spec import GpuSpec
 
     if gpu:
         spec = gpu_spec(gpu)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcmem.trainers import entry
+from hpcmem.job.trainers import entry
 
 BF16 = {"dtype": "bfloat16"}
 

@@ -237,7 +237,7 @@ def _instrument(trainer: Any, clock: PhaseClock, job: Any, shards: bool) -> Any:
         from hpcmem.probe.shards import ShardInventory
 
         inventory = ShardInventory(trainer, clock)
-    from hpcmem.trainers import entry
+    from hpcmem.job.trainers import entry
 
     generation = entry(job.train.trainer).generates
 

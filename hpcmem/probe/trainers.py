@@ -17,7 +17,7 @@ from typing import Any
 from hpcmem.errors import HpcmemError
 from hpcmem.probe import fixtures
 from hpcmem.probe.layouts import attach_parallelism_on_cpu, needs_cpu_fsdp_mesh, parallelism_env
-from hpcmem.trainers import MODEL_CONFIG_FIELDS, REGISTRY, entry
+from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, REGISTRY, entry
 
 # TrainSpec fields that are also TRL config fields of the same name (STYLE: one name per setting); ModelConfig's go
 # through model_init_kwargs / peft_config instead.

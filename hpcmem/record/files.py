@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hpcmem.gpus import gpu_slug
+from hpcmem.gpus.catalog import gpu_slug
 from hpcmem.record.types import Record, RecordError
 
 

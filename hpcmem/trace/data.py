@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import SpecError
-from hpcmem.spec import JobSpec
+from hpcmem.job.spec import JobSpec
 from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
-from hpcmem.trainers import entry
+from hpcmem.job.trainers import entry
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcmem.spec import JobSpec
+from hpcmem.job.spec import JobSpec
 from hpcmem.trace import pieces
 from hpcmem.trace.data import BatchDesign
 from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
@@ -59,7 +59,7 @@ def prompts(job: JobSpec, num_rows: int) -> Any:
 def build_teacher(job: JobSpec, dtype: Any = None) -> Any:
     """The teacher from its config, in `dtype` (TRL's teacher_model_init_kwargs), else the job's teacher dtype: a
     causal LM like the student's (attention implementation included)."""
-    from hpcmem.spec import TrainSpec
+    from hpcmem.job.spec import TrainSpec
     from hpcmem.trace.trainer import build_model_in_dtype
 
     name = dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.") if dtype is not None else None

@@ -4,7 +4,7 @@
 device allocation (its byte count), every free (which allocation), and markers: the phase that runs (when it
 changes) and the first matrix multiply of each CPU thread a CUDA run would use, per step — where cuBLAS takes its
 workspaces through the caching allocator (hpcmem.trace.workspace_events). `replay()` feeds a stream to
-`hpcmem.trace.allocator.CachingAllocator` (stdlib only) and returns its statistics, per step as well.
+`hpcmem.estimate.caching_allocator.CachingAllocator` (stdlib only) and returns its statistics, per step as well.
 
 Stream format (JSON, gzip on disk): a list whose items are
     n ≥ 0          malloc of n bytes

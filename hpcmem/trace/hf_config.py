@@ -1,6 +1,6 @@
 """`ModelSpec` → the transformers `config.json` dict the trace builds its model from.
 
-The ModelSpec fields carry config.json names (hpcmem/spec.py), so this is mostly a rename per `model_type`; the keys
+The ModelSpec fields carry config.json names (hpcmem/job/spec.py), so this is mostly a rename per `model_type`; the keys
 each config class reads are those of transformers 5.24 (transformers/models/<type>/configuration_<type>.py). Keys
 the spec does not carry keep the config class default, except the ones that change what the trace allocates:
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.errors import SpecError
-from hpcmem.spec import ModelSpec
+from hpcmem.job.spec import ModelSpec
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "mixtral", "qwen3_moe")

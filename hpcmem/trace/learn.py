@@ -37,7 +37,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate.learned import DEFAULT_LORA
 from hpcmem.models.profile import (REFERENCE_LORA, Cell, LearnedProfile, ParamLayout, Poly, backbone_config,
                                    cell_key, config_hash, spec_from_profile)
-from hpcmem.spec import JobSpec, TrainSpec
+from hpcmem.job.spec import JobSpec, TrainSpec
 from hpcmem.trace import layout as lay
 from hpcmem.trace.kernels_xlstm import kernel_problems
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.errors import SpecError
-from hpcmem.spec import JobSpec, ModelSpec
+from hpcmem.job.spec import JobSpec, ModelSpec
 
 SPECIAL_IDS = {"pad": 0, "eos": 1, "unk": 2}
 FIRST_TOKEN_ID = 3                    # the first ordinary token
@@ -94,7 +94,7 @@ def peft_config(job: JobSpec) -> Any:
         return None
     from trl import ModelConfig, get_peft_config
 
-    from hpcmem.trainers import entry
+    from hpcmem.job.trainers import entry
 
     targets = list(t.lora_target_modules) or None
     if targets == ["all-linear"]:

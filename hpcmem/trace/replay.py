@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcmem.trace.allocator import CachingAllocator
+from hpcmem.estimate.caching_allocator import CachingAllocator
 from hpcmem.trace.events import step_of
 
 MIB = 1024**2

@@ -46,7 +46,7 @@ class TraceResult:
 
     def to_json(self) -> dict[str, Any]:
         out = self._json()
-        if self.allocator is not None:     # only when the allocator model ran (hpcmem.trace.allocator)
+        if self.allocator is not None:     # only when the allocator model ran (hpcmem.estimate.caching_allocator)
             out["trace"]["allocator"] = {mode: dict(stats) for mode, stats in self.allocator.items()}
         return out
 

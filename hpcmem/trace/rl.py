@@ -23,11 +23,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from hpcmem.spec import JobSpec
+from hpcmem.job.spec import JobSpec
 from hpcmem.trace import pieces
 from hpcmem.trace.data import BatchDesign
 from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
-from hpcmem.trainers import entry
+from hpcmem.job.trainers import entry
 
 GENERATION_NOTE = ("{name}: generation is not traced — the trainer's _generate_single_turn is replaced by fixed "
                    "completions of max_completion_length tokens (no EOS) and the reward by a constant function; "
@@ -119,7 +119,7 @@ def rl_notes(job: JobSpec, generation: bool = False) -> list[str]:
 
 
 # the trace's worst case: the last completion one token shorter (a padded batch). A GPU probe forces every completion
-# to max_completion_length (hpcmem.probe.fixtures.dataset), so hpcmem.bench.allocator_records turns this off to
+# to max_completion_length (hpcmem.probe.fixtures.dataset), so hpcmem.lab.allocator_records turns this off to
 # replay the probe's own batches.
 PAD_LAST_COMPLETION = True
 

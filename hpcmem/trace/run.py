@@ -3,7 +3,7 @@ model, every storage counted.
 
     result = run_trace(job)                 # kernels="cuda": what a CUDA GPU allocates
     result = run_trace(job, kernels="cpu")  # what a CPU run allocates (the self-check's reference)
-    result = run_trace(job, allocator="both")   # + simulated caching allocator (hpcmem.trace.allocator)
+    result = run_trace(job, allocator="both")   # + simulated caching allocator (hpcmem.estimate.caching_allocator)
 
 The model is built from its config inside a FakeTensorMode on the fake CPU with the load dtype TRL uses; the
 trainer is TRL's own (PEFT wrapping, gradient checkpointing, selective checkpointing, fused LM head, collator,
@@ -19,11 +19,11 @@ import time
 from typing import Any, Literal
 
 from hpcmem.errors import SpecError
-from hpcmem.spec import JobSpec
+from hpcmem.job.spec import JobSpec
 from hpcmem.trace.data import design_batch, profiled_rows
 from hpcmem.trace.oracle import ROUTING_NOTE
 from hpcmem.trace.result import TraceResult, versions
-from hpcmem.trainers import entry
+from hpcmem.job.trainers import entry
 
 Kernels = Literal["cuda", "cpu"]
 KERNELS: tuple[str, ...] = ("cuda", "cpu")
@@ -102,8 +102,8 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
 
 def _allocator_sim(choice: Any) -> tuple[Any, tuple[str, ...]]:
     """The listener the tracker feeds and the allocator modes to replay: an EventLog for a mode choice, None when off;
-    an object with malloc/free is used as given (hpcmem.bench.allocator_sim records the stream that way)."""
-    from hpcmem.trace.allocator import allocator_modes
+    an object with malloc/free is used as given (hpcmem.lab.allocator_sim records the stream that way)."""
+    from hpcmem.estimate.caching_allocator import allocator_modes
     from hpcmem.trace.events import EventLog
 
     if hasattr(choice, "malloc"):

@@ -2,7 +2,7 @@
 
 `against_probes(...)` reads probe records, re-estimates them, and returns the table (and, on request, fits and stores
 the per-GPU calibration and draws the scatter). Stdlib apart from matplotlib for the PNG. The calibration loader the
-estimator uses is `hpcmem.gpu_calibration.load_calibration`.
+estimator uses is `hpcmem.gpus.calibration.load_calibration`.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | N
         found = calibration.margins_for(slug)
         if not found:
             report.notes.append(f"{slug}: uncalibrated (no calibrations/{slug}.json on the search path, "
-                                "hpcmem.gpu_calibration): safe-bound margin 0")
+                                "hpcmem.gpus.calibration): safe-bound margin 0")
         margins.update({(slug, peak): m for peak, m in found.items()})
     report.rows = table(loaded.points, margins)
     if png and loaded.points:

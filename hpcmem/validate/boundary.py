@@ -54,7 +54,7 @@ class Row:
 def row_of(rec: Record, estimate: dict[str, Any]) -> Row | None:
     """The boundary judgement of one record (None when it has no capacity or prediction to judge)."""
     from hpcmem.estimate.verdict import judge
-    from hpcmem.gpu_calibration import load_calibration
+    from hpcmem.gpus.calibration import load_calibration
     from hpcmem.validate.probes import record_job
 
     per_gpu = estimate.get("per_gpu") or {}

@@ -1,6 +1,6 @@
 """Fit the per-GPU calibration from probe records and save it as data with its provenance (stdlib only).
 
-One file per GPU model, `<gpu-slug>.json`; hpcmem.gpu_calibration serves it to the estimate from the site-data search
+One file per GPU model, `<gpu-slug>.json`; hpcmem.gpus.calibration serves it to the estimate from the site-data search
 path. What is fitted, on the training split only:
   context        device − reserved at the peak: CUDA context, cuBLAS/cuDNN, NCCL, everything outside PyTorch's
                  allocator; per driver version (median, p95, n)
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.datapath import ENV_DATA, PACKAGE_DIR, write_dir
-from hpcmem.gpu_calibration import KIND, load_calibration, peak_margins
-from hpcmem.gpus import catalog_name_for, gpu_slug
+from hpcmem.gpus.calibration import KIND, load_calibration, peak_margins
+from hpcmem.gpus.catalog import catalog_name_for, gpu_slug
 from hpcmem.record import Record
 from hpcmem.validate.table import PEAKS, Point, median, quantile
 

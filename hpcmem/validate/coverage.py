@@ -178,7 +178,7 @@ def eval_job(spec: Any, technique: str, targets: tuple[str, ...] | None = None) 
     ParamWrappers that refuse TRL's dropout), the attention projections. `targets` (a record's) overrides."""
     from hpcmem.models.coverage import settings_beside_checkpointing
     from hpcmem.models.params import all_linear_targets, linear_modules, peft_default_targets
-    from hpcmem.spec import JobSpec, TrainSpec
+    from hpcmem.job.spec import JobSpec, TrainSpec
 
     kind, gc = TECHNIQUES[technique]
     if kind == "lora" and targets is None:

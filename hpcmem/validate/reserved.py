@@ -117,7 +117,7 @@ def report_reserved(results: list[Any], *, as_json: bool = False, write: bool = 
 def markdown(rows: list[dict[str, Any]], worst: list[dict[str, Any]]) -> str:
     head = ("# Reserved peak: estimate against the caching-allocator model\n\n"
             "Produced by `hpcmem validate --against trace --reserved` over estimator/cases/*.yaml: each traced step's "
-            "device stream replayed through hpcmem/trace/allocator.py with cuBLAS/cuBLASLt workspaces "
+            "device stream replayed through hpcmem/estimate/caching_allocator.py with cuBLAS/cuBLASLt workspaces "
             "(hpcmem/trace/replay.py), default and expandable_segments; the case estimated once per mode. "
             "err % = 100·(estimate − model)/model; \"slack only\" puts the estimate's reserved − allocated on the "
             "traced allocated peak; \"beyond ± spread\" is the distance outside the estimate ± half the block it says "

@@ -39,7 +39,7 @@ class CaseResult:
 
 
 def load_cases(path: str | Path, *, ci_only: bool = False) -> list[dict[str, Any]]:
-    from hpcmem.trl_config import read_yaml
+    from hpcmem.job.trl_config import read_yaml
 
     data = read_yaml(path)
     cases = data.get("cases")
@@ -65,7 +65,7 @@ CASE_KEYS = ("id", "trainer", "ci", "trace_generation")
 
 
 def case_job(case: dict[str, Any]):
-    from hpcmem.trl_config import build_job
+    from hpcmem.job.trl_config import build_job
 
     settings = {k: v for k, v in case.items() if k not in CASE_KEYS}
     return build_job(case["trainer"], settings)[0]

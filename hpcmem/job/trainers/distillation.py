@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpcmem.trainers.common import COMMON
-from hpcmem.trainers.entry import Hooks, TrainerEntry
+from hpcmem.job.trainers.common import COMMON
+from hpcmem.job.trainers.entry import Hooks, TrainerEntry
 
 if TYPE_CHECKING:
     from hpcmem.errors import Problems
-    from hpcmem.spec import JobSpec
+    from hpcmem.job.spec import JobSpec
 
 ENTRY = TrainerEntry(
     name="distillation", config_class="DistillationConfig", trainer_class="DistillationTrainer",
@@ -21,7 +21,7 @@ ENTRY = TrainerEntry(
                      "ds3_gather_for_generation", "teacher_model_name_or_path", "teacher_model_init_kwargs"),
     defaults={"beta": 1.0},
     generates=True, autocast=False,
-    hooks=Hooks(rules="hpcmem.trainers.distillation:check", estimate="hpcmem.estimate.distillation:extras",
+    hooks=Hooks(rules="hpcmem.job.trainers.distillation:check", estimate="hpcmem.estimate.distillation:extras",
                 loss="hpcmem.estimate.distillation:loss", trace_design="hpcmem.trace.distillation:design",
                 trace_build="hpcmem.trace.distillation:build",
                 trace_check="hpcmem.trace.distillation:check_traceable",

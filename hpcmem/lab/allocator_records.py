@@ -1,8 +1,8 @@
 """The allocator model against GPU records: trace each probe record's job, replay its device stream through the
 caching-allocator model, compare with the reserved peak the GPU measured.
 
-    python -m hpcmem.bench.allocator_records --trace [--only CASE,...]   # record streams (minutes per big model)
-    python -m hpcmem.bench.allocator_records [--markdown]                 # replay + table (seconds)
+    python -m hpcmem.lab.allocator_records --trace [--only CASE,...]   # record streams (minutes per big model)
+    python -m hpcmem.lab.allocator_records [--markdown]                 # replay + table (seconds)
 
 `--trace` runs `run_trace(job, allocator=..., steps=3)` for every scored record of `--records` (status ok, not
 excluded; the job and allocator setting are the record's own) whose stream is not stored yet, and writes it to
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     from hpcmem.record import read_lines as read_records
     from hpcmem.trace.events import load
 
-    ap = argparse.ArgumentParser(prog="python -m hpcmem.bench.allocator_records", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m hpcmem.lab.allocator_records", description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=Path, default=RECORDS)
     ap.add_argument("--events", type=Path, default=EVENTS, help="folder of stored streams")
     ap.add_argument("--trace", action="store_true", help="trace the records whose stream is not stored yet")

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpcmem.trainers.common import COMMON
-from hpcmem.trainers.entry import Hooks, TrainerEntry
+from hpcmem.job.trainers.common import COMMON
+from hpcmem.job.trainers.entry import Hooks, TrainerEntry
 
 if TYPE_CHECKING:
     from hpcmem.errors import Problems
-    from hpcmem.spec import JobSpec
+    from hpcmem.job.spec import JobSpec
 
 ENTRY = TrainerEntry(
     name="kto", config_class="KTOConfig", trainer_class="KTOTrainer",
@@ -20,7 +20,7 @@ ENTRY = TrainerEntry(
                        "router_aux_loss_coef"),
     defaults={"beta": 0.1, "disable_dropout": True},
     reference="unless_precomputed",
-    hooks=Hooks(rules="hpcmem.trainers.kto:check", trace_design="hpcmem.trace.kto:design",
+    hooks=Hooks(rules="hpcmem.job.trainers.kto:check", trace_design="hpcmem.trace.kto:design",
                 trace_build="hpcmem.trace.kto:build", trace_check="hpcmem.trace.kto:check_traceable",
                 trace_notes="hpcmem.trace.kto:notes", probe_dataset="hpcmem.trace.kto:probe_dataset"),
 )

@@ -1,7 +1,7 @@
 """RewardTrainer (trl/trainer/reward_trainer.py): chosen + rejected through a sequence-classification (score) head."""
 
-from hpcmem.trainers.common import COMMON
-from hpcmem.trainers.entry import Hooks, TrainerEntry
+from hpcmem.job.trainers.common import COMMON
+from hpcmem.job.trainers.entry import Hooks, TrainerEntry
 
 ENTRY = TrainerEntry(
     name="reward", config_class="RewardConfig", trainer_class="RewardTrainer",

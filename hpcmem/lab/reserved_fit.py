@@ -1,7 +1,7 @@
 """Fit the reserved-slack coefficients of hpcmem.estimate.allocator to the caching-allocator model over the trace
 matrix, and report how they do on cases left out of the fit.
 
-    python -m hpcmem.bench.reserved_fit [--save estimator/reserved-fit.json] [--thirds]
+    python -m hpcmem.lab.reserved_fit [--save estimator/reserved-fit.json] [--thirds]
 
 Rows: every stored trace record that carries the allocator model's reserved peak (`hpcmem validate --against trace
 --reserved`), once per allocator mode. Target: the model's slack, reserved − (traced tensors + the estimate's cuBLAS
@@ -188,7 +188,7 @@ def _stats(prefix: str, errs: list[float]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hpcmem.bench.reserved_fit", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m hpcmem.lab.reserved_fit", description=__doc__.splitlines()[0])
     ap.add_argument("--save", type=Path, default=None, help="write the rows and the fit here (JSON)")
     ap.add_argument("--thirds", action="store_true", help="also fit and score with each third held out in turn")
     args = ap.parse_args(argv)

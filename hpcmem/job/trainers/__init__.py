@@ -1,6 +1,6 @@
 """The trainer registry: one frozen `TrainerEntry` per TRL trainer hpcmem knows (stdlib only).
 
-    from hpcmem.trainers import entry, names
+    from hpcmem.job.trainers import entry, names
     entry("dpo").config_class        # "DPOConfig"
     entry("grpo").generates          # True
 
@@ -12,15 +12,15 @@ tests/test_launch_parsers.py pins every entry's fields against the installed TRL
 from __future__ import annotations
 
 from hpcmem.errors import SpecError
-from hpcmem.trainers.common import MODEL_CONFIG_FIELDS
-from hpcmem.trainers.distillation import ENTRY as DISTILLATION
-from hpcmem.trainers.dpo import ENTRY as DPO
-from hpcmem.trainers.entry import Hooks, TrainerEntry
-from hpcmem.trainers.grpo import ENTRY as GRPO
-from hpcmem.trainers.kto import ENTRY as KTO
-from hpcmem.trainers.reward import ENTRY as REWARD
-from hpcmem.trainers.rloo import ENTRY as RLOO
-from hpcmem.trainers.sft import ENTRY as SFT
+from hpcmem.job.trainers.common import MODEL_CONFIG_FIELDS
+from hpcmem.job.trainers.distillation import ENTRY as DISTILLATION
+from hpcmem.job.trainers.dpo import ENTRY as DPO
+from hpcmem.job.trainers.entry import Hooks, TrainerEntry
+from hpcmem.job.trainers.grpo import ENTRY as GRPO
+from hpcmem.job.trainers.kto import ENTRY as KTO
+from hpcmem.job.trainers.reward import ENTRY as REWARD
+from hpcmem.job.trainers.rloo import ENTRY as RLOO
+from hpcmem.job.trainers.sft import ENTRY as SFT
 
 __all__ = ["MODEL_CONFIG_FIELDS", "Hooks", "TrainerEntry", "REGISTRY", "entry", "names", "owners"]
 

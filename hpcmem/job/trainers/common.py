@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpcmem.trainers.entry import Hooks
+from hpcmem.job.trainers.entry import Hooks
 
 MODEL_CONFIG_FIELDS = ("dtype", "attn_implementation", "use_peft", "lora_r", "lora_alpha", "lora_target_modules",
                        "lora_dropout", "use_dora", "lora_modules_to_save", "lora_target_parameters",
@@ -19,7 +19,7 @@ GENERATION = ("num_generations", "steps_per_generation", "generation_batch_size"
               "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size",
               "vllm_enable_sleep_mode", "ds3_gather_for_generation")
 # GRPO's and RLOO's shared rules, trace (hpcmem.trace.rl: prompts, generation, scoring) and probe pieces
-RL_HOOKS = Hooks(rules="hpcmem.rules:check_generation", trace_design="hpcmem.trace.rl:design_rl",
+RL_HOOKS = Hooks(rules="hpcmem.job.rules:check_generation", trace_design="hpcmem.trace.rl:design_rl",
                  trace_build="hpcmem.trace.rl:build_rl", trace_check="hpcmem.trace.rl:check_rl",
                  trace_notes="hpcmem.trace.rl:rl_notes", probe_dataset="hpcmem.probe.fixtures:prompt_dataset",
                  probe_kwargs="hpcmem.probe.fixtures:reward_kwargs")

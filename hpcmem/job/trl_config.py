@@ -2,7 +2,7 @@
 
 Precedence: TRL 1.16 defaults < preset < the user's TRL YAML < CLI flags. Keys are TRL's own field names; keys
 hpcmem does not model are listed back to the user as ignored, never silently dropped. Trainer-specific defaults come
-from trl/trainer/*_config.py (1.16), kept in each trainer's registry entry (hpcmem.trainers).
+from trl/trainer/*_config.py (1.16), kept in each trainer's registry entry (hpcmem.job.trainers).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from hpcmem.inputs.files import exists, is_file, load_yaml_file
 from hpcmem.inputs.settings import check_settings
 from hpcmem.inputs.values import json_object, shown
 from hpcmem.launch.parallelism import parallelism_settings, reshard_after_forward
-from hpcmem.layout_rules import check_layout_settings
-from hpcmem.spec import JobSpec, ParallelSpec, TrainSpec
-from hpcmem.trainers import entry
-from hpcmem.trainers.fields import check_fields
+from hpcmem.job.mesh_rules import check_layout_settings
+from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec
+from hpcmem.job.trainers import entry
+from hpcmem.job.trainers.fields import check_fields
 # TRL's shipped accelerate configs (trl/accelerate_configs/*.yaml, 1.16), by the name `trl --accelerate_config` takes.
 SHIPPED_ACCELERATE = {
     "single_gpu": {"distributed_type": "NO"},
@@ -148,7 +148,7 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None,
     """Settings (already merged by precedence) → JobSpec, plus the names hpcmem ignored (no memory effect modelled).
     `settle_required` (the planner): a knob of PLANNER_SETTLES the settings leave unset takes the value the model
     type's real trainer requires, instead of TRL's default that the type refuses."""
-    from hpcmem.gpus import gpu_spec
+    from hpcmem.gpus.catalog import gpu_spec
     from hpcmem.models import resolve_model
     from hpcmem.models.coverage import required_settings
 
@@ -179,7 +179,7 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None,
                       tokens_per_micro_batch=s.get("tokens_per_micro_batch"), teacher=teacher)
     except TypeError as exc:
         raise SpecError(f"invalid setting: {exc}") from None
-    check_layout_settings(s, job)       # TRL fields outside the spec that a layout refuses (hpcmem.layout_rules)
+    check_layout_settings(s, job)       # TRL fields outside the spec that a layout refuses (hpcmem.job.mesh_rules)
     return job, ignored
 
 

@@ -1,5 +1,5 @@
 """The GPU catalog (hpcmem/gpus.json, data): name → memory, usable capacity and speed, plus the probe calibration
-(hpcmem.gpu_calibration) when records exist for the GPU."""
+(hpcmem.gpus.calibration) when records exist for the GPU."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from hpcmem.datapath import PACKAGE_DIR
 from hpcmem.errors import HpcmemError
-from hpcmem.spec import GpuSpec
+from hpcmem.job.spec import GpuSpec
 
 
 @lru_cache(maxsize=1)
@@ -40,7 +40,7 @@ def gpu_slug(gpu_name: str | None) -> str:
 
 
 def gpu_spec(name: str) -> GpuSpec:
-    """A catalog GPU (name or alias, any case) or a described one (hpcmem.gpu_describe: `96GB`,
+    """A catalog GPU (name or alias, any case) or a described one (hpcmem.gpus.describe: `96GB`,
     `name=…,memory=…`), with its calibration when one is on the search path."""
     entry = catalog_entry(name)
     if entry is not None:
@@ -51,7 +51,7 @@ def gpu_spec(name: str) -> GpuSpec:
             compute_capability=str(entry.get("compute_capability", "")),
             capacity_bytes=int(entry.get("capacity_bytes") or 0),
             capacity_note=entry.get("capacity_source", "") if entry.get("capacity_derived") else "")
-    from hpcmem.gpu_describe import parse
+    from hpcmem.gpus.describe import parse
 
     described = parse(name)
     if described is None:
@@ -68,8 +68,8 @@ def gpu_spec(name: str) -> GpuSpec:
 
 def _with_calibration(name: str, **fields: Any) -> GpuSpec:
     """The GPU with its own calibration (context, margins, the campaign that measured it) or, without one, the
-    default margins borrowed from the calibrated GPUs (hpcmem.gpu_calibration)."""
-    from hpcmem.gpu_calibration import campaign_of, default_margins, load_calibration, peak_margins
+    default margins borrowed from the calibrated GPUs (hpcmem.gpus.calibration)."""
+    from hpcmem.gpus.calibration import campaign_of, default_margins, load_calibration, peak_margins
 
     calibration = load_calibration(name)
     calibrated = calibration is not None and "context_bytes" in calibration

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hpcmem.spec import ParallelSpec
+    from hpcmem.job.spec import ParallelSpec
 
 SIZE_FIELDS = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size")
 CP_COMM_STRATEGIES = ("allgather", "alltoall")      # torch/distributed/tensor/experimental `set_rotate_method`

@@ -1,8 +1,8 @@
 """How much of the allocator model's reserved peak under expandable segments a coarser allocation schedule keeps:
 stored device streams (hpcmem.trace.events) reshaped the way a torch-free schedule built from the estimate would see
-them, each replayed through hpcmem.trace.allocator (expandable_segments=True).
+them, each replayed through hpcmem.estimate.caching_allocator (expandable_segments=True).
 
-    python -m hpcmem.bench.schedule_coarsening STREAM.json.gz ... [--points validate.json]
+    python -m hpcmem.lab.schedule_coarsening STREAM.json.gz ... [--points validate.json]
 
 Variants (blocks > 1 MiB are the large pool; blocks ≤ 1 MiB live in the small pool, a separate range of 2 MiB pages,
 c10/cuda/CUDACachingAllocator.cpp `get_pool`, so they never share pages with the large ones):
@@ -19,7 +19,7 @@ c10/cuda/CUDACachingAllocator.cpp `get_pool`, so they never share pages with the
 Printed per stream and variant: the reserved and the slack (reserved − allocated, steps ≥ 2) against the unchanged
 stream's, in % of its reserved, the mallocs replayed and the replay's wall time. With `--points` (the JSON of
 `hpcmem validate --against trace --reserved --rescore --json`) the estimate's expandable error for the same case is
-joined and the variants' |Δslack| are summarised beside it, all and held out (hpcmem.bench.reserved_fit `held_out`).
+joined and the variants' |Δslack| are summarised beside it, all and held out (hpcmem.lab.reserved_fit `held_out`).
 A measurement to report, not a test. Stdlib only.
 """
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.errors import refuse_unreadable
-from hpcmem.trace.allocator import K_SMALL_SIZE
+from hpcmem.estimate.caching_allocator import K_SMALL_SIZE
 from hpcmem.trace.events import load
 from hpcmem.trace.replay import replay
 
@@ -224,7 +224,7 @@ def measure(events: list[Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hpcmem.bench.schedule_coarsening",
+    ap = argparse.ArgumentParser(prog="python -m hpcmem.lab.schedule_coarsening",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("streams", nargs="+", type=Path, help="gzip JSON device streams (validate --events, "
                     "estimator/allocator/*/*.json.gz)")
@@ -264,7 +264,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _summary(rows: list[dict[str, Any]]) -> None:
-    from hpcmem.bench.reserved_fit import held_out
+    from hpcmem.lab.reserved_fit import held_out
     from hpcmem.validate.table import median, quantile
 
     def stats(errs: list[float]) -> str:

@@ -1,7 +1,7 @@
 """DPOTrainer (trl/trainer/dpo_trainer.py): chosen + rejected in one forward; a reference model unless precomputed."""
 
-from hpcmem.trainers.common import COMMON
-from hpcmem.trainers.entry import Hooks, TrainerEntry
+from hpcmem.job.trainers.common import COMMON
+from hpcmem.job.trainers.entry import Hooks, TrainerEntry
 
 ENTRY = TrainerEntry(
     name="dpo", config_class="DPOConfig", trainer_class="DPOTrainer",

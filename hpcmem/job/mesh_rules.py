@@ -1,6 +1,6 @@
 """TRL's, transformers' and DeepSpeed's verdicts on a job under context / sequence parallelism, checked before the
 queue: each rule cites the place in the installed package that refuses it at run time (or hpcmem's reason for not
-modelling it). `check_layout` adds errors to the job's Problems (hpcmem.rules.check_job calls it); `layout_warnings`
+modelling it). `check_layout` adds errors to the job's Problems (hpcmem.job.rules.check_job calls it); `layout_warnings`
 returns what the libraries accept but the user should know; `check_layout_settings` reads the raw settings for TRL
 fields the spec does not carry (SFT's loss choices).
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.trainers import entry
+from hpcmem.job.trainers import entry
 
 if TYPE_CHECKING:
-    from hpcmem.spec import JobSpec
+    from hpcmem.job.spec import JobSpec
 
 
 

@@ -1,7 +1,7 @@
 """GRPOTrainer (trl/trainer/grpo_trainer.py): generates, scores, and trains on prompt + completion rows."""
 
-from hpcmem.trainers.common import COMMON, GENERATION, RL_HOOKS
-from hpcmem.trainers.entry import TrainerEntry
+from hpcmem.job.trainers.common import COMMON, GENERATION, RL_HOOKS
+from hpcmem.job.trainers.entry import TrainerEntry
 
 ENTRY = TrainerEntry(
     name="grpo", config_class="GRPOConfig", trainer_class="GRPOTrainer",

@@ -3,7 +3,7 @@
 One name per setting: a field here carries the TRL / transformers / accelerate config field name it stands for
 (`max_length`, `packing_strategy`, `zero_stage`, ...). The CLI flag, the preset key and the template variable use the
 same name. Field defaults are TRL 1.16's defaults (trl/trainer/*_config.py, model_config.py); hpcmem-only fields are
-marked as such. Basic ranges are checked here; TRL's cross-field verdicts live in `hpcmem.rules`.
+marked as such. Basic ranges are checked here; TRL's cross-field verdicts live in `hpcmem.job.rules`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from functools import cached_property
 from typing import Any, Literal
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.trainers import names as trainer_names
+from hpcmem.job.trainers import names as trainer_names
 
-TRAINERS: tuple[str, ...] = trainer_names()      # hpcmem.trainers: one entry per TRL trainer
+TRAINERS: tuple[str, ...] = trainer_names()      # hpcmem.job.trainers: one entry per TRL trainer
 DTYPES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
 PACKING_STRATEGIES = ("bfd", "bfd_split", "wrapped")
 OPTIMIZERS = (
@@ -120,7 +120,7 @@ class ModelSpec:
 class TrainSpec:
     """The trainer and its TRL 1.16 config fields (SFTConfig/DPOConfig/RewardConfig/GRPOConfig/RLOOConfig + ModelConfig)."""
 
-    trainer: str                                 # a name in hpcmem.trainers (`trl <trainer>`)
+    trainer: str                                 # a name in hpcmem.job.trainers (`trl <trainer>`)
     # ModelConfig / model_init_kwargs
     dtype: str = "float32"                       # TRL loads in float32 unless model_init_kwargs/ModelConfig dtype is set
     attn_implementation: str = "sdpa"            # transformers' default when unset
@@ -260,7 +260,7 @@ class ParallelSpec:
     fsdp_state_dict_type: str = "SHARDED_STATE_DICT"
     fsdp_cpu_ram_efficient_loading: bool = True
     # accelerate's ParallelismConfig (accelerate/parallelism_config.py; `parallelism_config_<name>` in an accelerate
-    # YAML): 1 = dimension off. What each does per rank and accelerate's rules for them: hpcmem.layout.
+    # YAML): 1 = dimension off. What each does per rank and accelerate's rules for them: hpcmem.job.mesh.
     dp_replicate_size: int = 1
     dp_shard_size: int = 1
     tp_size: int = 1
@@ -306,7 +306,7 @@ class ParallelSpec:
             p.check(not self.fsdp_offload_params,
                     f"fsdp_offload_params True needs distributed_type FSDP (--accelerate_config fsdp1|fsdp2); got "
                     f"{self.distributed_type}, where accelerate ignores it")
-        from hpcmem.layout import layout_problems
+        from hpcmem.job.mesh import layout_problems
 
         for problem in layout_problems(self):
             p.add(problem)
@@ -324,8 +324,8 @@ class ParallelSpec:
 
     @property
     def layout(self):
-        """The device mesh per rank (hpcmem.layout.Layout)."""
-        from hpcmem.layout import layout_of
+        """The device mesh per rank (hpcmem.job.mesh.Layout)."""
+        from hpcmem.job.mesh import layout_of
 
         return layout_of(self)
 
@@ -347,7 +347,7 @@ class ParallelSpec:
 @dataclass(frozen=True, kw_only=True)
 class PeakMargin:
     """How much one peak's estimate is widened for the safe bound: (predicted + half its reserved spread) ·
-    (1 + margin) covered `coverage` of `n` probe runs on `calibrated_on` (hpcmem.gpu_calibration). `default` marks a
+    (1 + margin) covered `coverage` of `n` probe runs on `calibrated_on` (hpcmem.gpus.calibration). `default` marks a
     margin borrowed from other GPUs' records because this GPU has none of its own."""
 
     peak: str                       # allocated | reserved | device
@@ -371,7 +371,7 @@ class Campaign:
 
 @dataclass(frozen=True, kw_only=True)
 class GpuSpec:
-    """One GPU model from the catalog (hpcmem/gpus.json) or described by a site (hpcmem.gpu_describe), with its
+    """One GPU model from the catalog (hpcmem/gpus.json) or described by a site (hpcmem.gpus.describe), with its
     calibration when probes exist."""
 
     name: str
@@ -414,7 +414,7 @@ class JobSpec:
     teacher: ModelSpec | None = None            # distillation: the model teacher_model_name_or_path names
 
     def __post_init__(self) -> None:
-        from hpcmem.rules import check_job
+        from hpcmem.job.rules import check_job
 
         tokens = self.tokens_per_micro_batch
         if tokens is not None and tokens < 1:
@@ -438,7 +438,7 @@ def load_dtype(dtype: str, checkpoint: str | None) -> str:
     `config.dtype` when set, which configuration_utils.py `PreTrainedConfig.__post_init__` fills from `dtype`, else
     `torch_dtype`). Without one,
     transformers reads the checkpoint's weights: hpcmem.models.resolve reads a local folder's safetensors header into
-    `model.dtype` (hpcmem.models.checkpoint); elsewhere bfloat16 is assumed, and `hpcmem.rules.job_warnings` says so."""
+    `model.dtype` (hpcmem.models.checkpoint); elsewhere bfloat16 is assumed, and `hpcmem.job.rules.job_warnings` says so."""
     if dtype != "auto":
         return dtype
     return checkpoint or "bfloat16"

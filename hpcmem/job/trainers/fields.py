@@ -1,6 +1,6 @@
 """Every field of TRL 1.16's ModelConfig, its seven trainer configs and transformers' TrainingArguments, classified.
 
-- modelled: read into the spec (hpcmem.spec) and estimated; `why` says where or as what.
+- modelled: read into the spec (hpcmem.job.spec) and estimated; `why` says where or as what.
 - no memory effect: accepted and listed back; `why` says why the GPU does not see it.
 - refused: a value other than TRL's default (`default`) is refused before anything is estimated or submitted; `why`
   gives TRL's reason when TRL itself rejects it, else what the field would change that hpcmem does not model.
@@ -203,13 +203,13 @@ def declared() -> dict[str, tuple[str, ...]]:
 
 def classify(config_class: str, name: str) -> Field | None:
     """How hpcmem treats TRL field `name` of `config_class` (TrainSpec fields: modelled), or None if unclassified."""
-    from hpcmem.spec import TrainSpec, field_names
+    from hpcmem.job.spec import TrainSpec, field_names
 
     own = BY_CLASS.get((config_class, name))
     if own is not None:
         return own
     if name in field_names(TrainSpec):
-        return _mod("a spec field of the same name (hpcmem.spec.TrainSpec)")
+        return _mod("a spec field of the same name (hpcmem.job.spec.TrainSpec)")
     return FIELDS.get(name)
 
 

@@ -1,7 +1,7 @@
 """RLOOTrainer (trl/trainer/rloo_trainer.py): GRPO's generation round, with the old log-prob pass in every round."""
 
-from hpcmem.trainers.common import COMMON, GENERATION, RL_HOOKS
-from hpcmem.trainers.entry import TrainerEntry
+from hpcmem.job.trainers.common import COMMON, GENERATION, RL_HOOKS
+from hpcmem.job.trainers.entry import TrainerEntry
 
 ENTRY = TrainerEntry(
     name="rloo", config_class="RLOOConfig", trainer_class="RLOOTrainer",

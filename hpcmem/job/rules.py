@@ -13,12 +13,12 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import Problems
-from hpcmem.layout_rules import check_layout, layout_warnings
-from hpcmem.spec import DTYPES
-from hpcmem.trainers import REGISTRY, entry
+from hpcmem.job.mesh_rules import check_layout, layout_warnings
+from hpcmem.job.spec import DTYPES
+from hpcmem.job.trainers import REGISTRY, entry
 
 if TYPE_CHECKING:
-    from hpcmem.spec import JobSpec, ModelSpec
+    from hpcmem.job.spec import JobSpec, ModelSpec
 
 
 # torch 2.13 utils/checkpoint.py `checkpoint`'s keyword arguments that a JSON value can give (context_fn takes a
@@ -31,7 +31,7 @@ CHECKPOINT_KWARGS = frozenset({"use_reentrant", "determinism_check", "debug", "e
 def exclusive_fields() -> dict[str, Any]:
     """TrainSpec fields that only some trainers' configs declare, with TrainSpec's default — the value that means "not
     used" — so that a default never trips the rule in `check_job`."""
-    from hpcmem.spec import TrainSpec
+    from hpcmem.job.spec import TrainSpec
 
     declared = [set(e.fields) for e in REGISTRY.values()]
     some = set.union(*declared) - set.intersection(*declared)
@@ -84,7 +84,7 @@ def check_job(job: JobSpec) -> None:
     trainer_rules = e.hook("rules")
     if trainer_rules is not None:
         trainer_rules(job, p)
-    check_layout(job, p)            # context / sequence parallelism (hpcmem.layout_rules)
+    check_layout(job, p)            # context / sequence parallelism (hpcmem.job.mesh_rules)
     for model, setting in _auto_loads(job):
         if model.dtype is not None and model.dtype not in DTYPES:
             where = f"checkpoint's dtype (from {model.dtype_source})" if model.dtype_source else "config.json's dtype"
@@ -194,7 +194,7 @@ LORA_SETTINGS = ("lora_r", "lora_alpha", "lora_target_modules", "lora_dropout", 
 
 
 def _default(name: str) -> Any:
-    from hpcmem.spec import TrainSpec
+    from hpcmem.job.spec import TrainSpec
 
     f = TrainSpec.__dataclass_fields__[name]
     return f.default_factory() if f.default_factory is not MISSING else f.default

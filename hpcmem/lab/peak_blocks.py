@@ -1,7 +1,7 @@
 """What the GPU holds at its allocated peak that the CPU trace does not: the blocks live then, by size and origin.
 
-    python -m hpcmem.bench.peak_blocks --only dpo-qwen05-lora,... [--out peak-blocks.jsonl]   # on a GPU (seconds)
-    python -m hpcmem.bench.peak_blocks --read peak-blocks.jsonl                               # anywhere
+    python -m hpcmem.lab.peak_blocks --only dpo-qwen05-lora,... [--out peak-blocks.jsonl]   # on a GPU (seconds)
+    python -m hpcmem.lab.peak_blocks --read peak-blocks.jsonl                               # anywhere
 
 On the GPU: runs each H200 record's job as the probe does (hpcmem.probe.runner `measure`, 3 steps) with torch's
 allocation history on (`torch.cuda.memory._record_memory_history`, Python stacks), takes `_snapshot()` and keeps the
@@ -102,7 +102,7 @@ def record_on_gpu(rec: dict[str, Any], steps: int = 3) -> dict[str, Any]:
     """Run the record's job on this GPU with the allocation history on; the line `--read` reads."""
     import torch
 
-    from hpcmem.bench.allocator_records import record_job
+    from hpcmem.lab.allocator_records import record_job
     from hpcmem.probe import align_allocator
     from hpcmem.probe.runner import measure
 
@@ -121,9 +121,9 @@ def record_on_gpu(rec: dict[str, Any], steps: int = 3) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hpcmem.bench.allocator_records import EVENTS, RECORDS
+    from hpcmem.lab.allocator_records import EVENTS, RECORDS
 
-    ap = argparse.ArgumentParser(prog="python -m hpcmem.bench.peak_blocks", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m hpcmem.lab.peak_blocks", description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="dpo-qwen05-lora,grpo-qwen05-lora,rloo-qwen05-lora,sft-qwen05-lora")
     ap.add_argument("--records", type=Path, default=RECORDS)
     ap.add_argument("--events", type=Path, default=EVENTS, help="folder of stored streams (for --read)")
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from hpcmem.bench.allocator_records import scored
+    from hpcmem.lab.allocator_records import scored
 
     if args.read is not None:
         from hpcmem.trace.events import load

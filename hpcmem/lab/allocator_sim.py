@@ -1,10 +1,10 @@
 """How much the simulated CUDA caching allocator reserves beyond what is allocated, on traced TRL runs.
 
-    python -m hpcmem.bench.allocator_sim [--per-file 4] [--ids a,b,...] [--cases estimator/cases/sft.yaml ...]
+    python -m hpcmem.lab.allocator_sim [--per-file 4] [--ids a,b,...] [--cases estimator/cases/sft.yaml ...]
 
 For `ci: true` cases of estimator/cases/sft.yaml and dpo.yaml (the first `--per-file` of each, or those named by
 `--ids`), runs the `--kernels cuda` trace with the allocator model on in both modes (`run_trace(allocator="both")`,
-hpcmem.trace.allocator) and prints:
+hpcmem.estimate.caching_allocator) and prints:
 
     alloc      the trace's peak allocated (sum of 512 B-rounded requests: what the estimator models)
     t-alloc    the simulated torch `max_memory_allocated()` (unsplit blocks count whole)
@@ -12,13 +12,13 @@ hpcmem.trace.allocator) and prints:
     %alloc     (reserved − alloc) / alloc, default / expandable
     %trans     (reserved − alloc) / transient bytes (alloc − param − grad − optimizer at the peak): the base of an
                early rule (10 % / 2 % of transient); `fit` was the later 5 % / 2.4 % of alloc (estimator/LOG.md),
-               since replaced by hpcmem.estimate.allocator (python -m hpcmem.bench.reserved_fit)
+               since replaced by hpcmem.estimate.allocator (python -m hpcmem.lab.reserved_fit)
 
 A measurement to report, not a test; nothing is written unless asked:
 
-    python -m hpcmem.bench.allocator_sim --ids qwen05-bf16-gc-2k --dump /tmp/events.json   # record the stream
+    python -m hpcmem.lab.allocator_sim --ids qwen05-bf16-gc-2k --dump /tmp/events.json   # record the stream
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
-        python -m hpcmem.bench.allocator_sim --replay /tmp/events.json                    # on a CUDA machine
+        python -m hpcmem.lab.allocator_sim --replay /tmp/events.json                    # on a CUDA machine
 
 `--dump` writes the trace's malloc/free stream ([nbytes, -1] for a birth, [-1, index of the birth] for a death);
 `--replay` re-issues it as `torch.empty(nbytes, dtype=uint8, device="cuda")` / `del` on a real GPU and prints
@@ -77,7 +77,7 @@ class Recorder:
     """A `run_trace(allocator=...)` listener that keeps the event stream (and a model fed the same stream)."""
 
     def __init__(self) -> None:
-        from hpcmem.trace.allocator import AllocatorSet
+        from hpcmem.estimate.caching_allocator import AllocatorSet
 
         self.events: list[tuple[int, int]] = []
         self.sims = AllocatorSet()
@@ -109,7 +109,7 @@ def replay(path: Path) -> None:
     """Re-issue a dumped stream on the current CUDA device; compare with the model for this process's setting."""
     import torch
 
-    from hpcmem.trace.allocator import CachingAllocator
+    from hpcmem.estimate.caching_allocator import CachingAllocator
 
     data = json.loads(path.read_text())
     expandable = "expandable_segments:true" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "").lower()

@@ -1,0 +1,1 @@
+"""GPUs: the catalog, site descriptions and per-GPU calibrations."""
