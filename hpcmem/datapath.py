@@ -41,3 +41,12 @@ def write_dir(kind: str) -> Path:
     """Where hpcmem writes data of `kind` it made itself: the first `$HPCMEM_DATA` folder, else the user's."""
     env = [p for p in os.environ.get(ENV_DATA, "").split(os.pathsep) if p.strip()]
     return (Path(env[0]) if env else user_config_dir()) / kind
+
+
+def estimator_dir() -> Path:
+    """`$HPCMEM_ESTIMATOR_DIR`, else the checkout's estimator/ folder, else ./estimator."""
+    env = os.environ.get("HPCMEM_ESTIMATOR_DIR")
+    if env:
+        return Path(env)
+    checkout = PACKAGE_DIR.parent / "estimator"
+    return checkout if checkout.is_dir() else Path("estimator")

@@ -40,7 +40,7 @@ def test_trace_side_and_difference():
 def test_bad_inputs_get_one_line_and_exit_2(tmp_path, capsys):
     """Bench tools read what a lease brought back: a missing file, bytes that are not UTF-8, a line that names no
     stored stream, and a stream that is not gzip are refused in one line on stderr, never a traceback."""
-    from hpcmem.bench import peak_blocks, schedule_coarsening
+    from hpcmem.lab import peak_blocks, schedule_coarsening
 
     binary = tmp_path / "bad.bin"
     binary.write_bytes(b"\xff\xfe not text")

@@ -449,7 +449,7 @@ def test_coverage_refuses_a_model_type_nobody_knows(capsys):
     """`validate --against coverage --types` with a type neither hpcmem's table nor the installed transformers has (a
     typo) is refused before anything runs or is written: it appended an 'unclassified' record to the shared
     estimator/coverage.jsonl."""
-    from hpcmem.record import estimator_dir
+    from hpcmem.datapath import estimator_dir
 
     records = estimator_dir() / "coverage.jsonl"
     before = records.read_bytes() if records.is_file() else None

@@ -235,7 +235,8 @@ def test_a_lora_job_on_peft_default_targets_takes_the_cell_traced_on_them():
 
     from hpcmem.estimate import estimate
     from hpcmem.models.profile import Poly, spec_from_profile
-    from hpcmem.job.spec import JobSpec, TrainSpec
+    from hpcmem.job.spec import TrainSpec
+    from hpcmem.job.jobspec import JobSpec
 
     base = replace(profile_from_dict(json.loads(FIXTURE.read_text())), peft_default_targets=("q_proj", "v_proj"))
     marker = 100 * 2**30

@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("trl")
 
 from hpcmem.errors import SpecError  # noqa: E402
-from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec  # noqa: E402
+from hpcmem.job.spec import ParallelSpec, TrainSpec
+from hpcmem.job.jobspec import JobSpec
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 

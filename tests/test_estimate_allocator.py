@@ -143,7 +143,7 @@ def test_beside_only_for_default_segments_full_fine_tuning_with_weights_above_th
     from hpcmem.estimate import estimate
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
-    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.job.shape import micro_batch, precision
     from hpcmem.job.trl_config import build_job
 
     def job(model: str, **settings: object):
@@ -207,7 +207,7 @@ def test_foreach_adamw_leaves_no_second_step_under_expandable_segments():
     from hpcmem.estimate import estimate
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
-    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.job.shape import micro_batch, precision
     from hpcmem.job.trl_config import build_job
 
     def term(optim: str, expandable: bool) -> int:
@@ -230,7 +230,7 @@ def test_second_step_only_where_states_come_after_the_first_backward():
     from hpcmem.estimate import estimate
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
-    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.job.shape import micro_batch, precision
     from hpcmem.job.trl_config import build_job
 
     def term(settings: dict, **parallel: object) -> int:
@@ -324,7 +324,7 @@ def test_lora_recompute_takes_the_freed_logits_tile_whole_under_expandable_segme
     from hpcmem.estimate import estimate
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
-    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.job.shape import micro_batch, precision
     from hpcmem.trace.replay import Workspaces, replay
     from hpcmem.validate.probes import load, record_job
 
@@ -361,7 +361,7 @@ def test_lora_recompute_refills_the_freed_logits_tile_segment_under_default_segm
     from hpcmem.estimate import estimate, local_micro_batch
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
-    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.job.shape import micro_batch, precision
     from hpcmem.trace.replay import Workspaces, replay
     from hpcmem.validate.probes import load, record_job
 
@@ -425,7 +425,7 @@ def test_a_lora_job_that_trains_the_head_keeps_the_logits_tile_under_expandable_
     from hpcmem.estimate import estimate
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
-    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.job.shape import micro_batch, precision
     from hpcmem.job.trl_config import build_job
 
     def head_tile(**settings: object) -> int:
@@ -448,7 +448,7 @@ def test_beside_does_not_take_resident_tensors_for_freed_blocks():
     from hpcmem.estimate import estimate
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
-    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.job.shape import micro_batch, precision
     from hpcmem.job.trl_config import build_job
 
     def beside(processes: int) -> int:
@@ -593,7 +593,7 @@ def test_reward_embedding_gradients_the_second_step_maps_again_are_the_allocator
     from hpcmem.estimate import estimate
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
-    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.job.shape import micro_batch, precision
     from hpcmem.estimate.caching_allocator import allocation_size
     from hpcmem.trace.events import step_of
     from hpcmem.validate.trace import case_job
@@ -641,7 +641,7 @@ def test_second_step_maps_the_head_gradient_again_only_when_the_tile_takes_its_s
 
     from hpcmem.estimate import local_micro_batch
     from hpcmem.estimate.allocator import head_gradient_mapped_again
-    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.job.shape import micro_batch, precision
     from hpcmem.trace.replay import Workspaces, replay
     from hpcmem.validate.probes import load, record_job
 
@@ -688,7 +688,7 @@ def test_tied_embedding_gradient_the_second_step_may_map_again_is_reported_as_th
     from hpcmem.estimate import estimate
     from hpcmem.estimate.allocator import head_gradient_mapped_again, slack_terms
     from hpcmem.estimate.lora import lora_layout
-    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.job.shape import micro_batch, precision
     from hpcmem.estimate.table import render
     from hpcmem.estimate.caching_allocator import allocation_size
     from hpcmem.trace.events import step_of

@@ -7,12 +7,13 @@ import sys
 import pytest
 
 from hpcmem.estimate import estimate
-from hpcmem.estimate.shape import micro_batch
+from hpcmem.job.shape import micro_batch
 from hpcmem.estimate.states import model_states
 from hpcmem.estimate.lora import lora_layout
-from hpcmem.estimate.shape import precision
+from hpcmem.job.shape import precision
 from hpcmem.models import resolve_model
-from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec
+from hpcmem.job.spec import ParallelSpec, TrainSpec
+from hpcmem.job.jobspec import JobSpec
 
 LLAMA = resolve_model("meta-llama/Llama-3.1-8B")
 

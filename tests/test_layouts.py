@@ -12,7 +12,8 @@ import yaml
 from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.estimate import estimate
 from hpcmem.models import resolve_model
-from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec
+from hpcmem.job.spec import ParallelSpec, TrainSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trl_config import accelerate_settings, build_job
 
 QWEN3_8B = resolve_model("Qwen/Qwen3-8B")
@@ -90,7 +91,7 @@ def test_evaluation_is_split_under_cp_but_whole_under_sp(tmp_path):
 def test_ring_attention_holds_the_whole_sequences_kv_with_allgather(tmp_path):
     """torch's all-gather rotater gathers every rank's k and v (the full sequence's); all-to-all holds one chunk."""
     from hpcmem.estimate.parallel import local_micro_batch, sequence_buffers
-    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.job.shape import micro_batch, precision
 
     forward = {}
     for strategy in ("allgather", "alltoall"):
@@ -190,7 +191,7 @@ def test_losses_sequence_parallelism_cannot_reduce_are_refused():
 def test_kv_heads_replicated_when_sp_exceeds_them():
     """sp 4 over 2 kv heads: DeepSpeed repeats each kv head twice, and k, v keep S × head_dim per rank."""
     from hpcmem.estimate.parallel import local_micro_batch, sequence_buffers
-    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.job.shape import micro_batch, precision
 
     # every layer keeps the output re-laid to its 2048 local tokens beside the attention's own: 2048 × q width × bf16
     job = job_with({**SP8, "sp_size": 4, "num_processes": 4}, model=resolve_model("meta-llama/Llama-3.2-1B"),

@@ -113,7 +113,8 @@ def test_sp_attn_implementation_is_refused_exactly_where_accelerate_refuses_it(v
 
     from hpcmem.errors import SpecError
     from hpcmem.models import resolve_model
-    from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec
+    from hpcmem.job.spec import ParallelSpec, TrainSpec
+    from hpcmem.job.jobspec import JobSpec
 
     try:
         DeepSpeedSequenceParallelConfig(sp_attn_implementation=value)

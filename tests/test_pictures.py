@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from hpcmem.progress import Progress
-from hpcmem.job.spec import JobSpec, TrainSpec
+from hpcmem.job.spec import TrainSpec
+from hpcmem.job.jobspec import JobSpec
 from tests.trace_helpers import TINY_LLAMA
 
 

@@ -291,7 +291,7 @@ def test_a_type_without_checkpointing_is_planned_without_it(tmp_path, monkeypatc
     gradient_checkpointing=True): `hpcmem estimate` refuses the default job, `hpcmem plan` starts from GC off, says
     so, and every plan keeps it off — while a user who asks for checkpointing is refused, not overruled."""
     from hpcmem.models.profile import config_hash, profile_filename
-    from hpcmem.record import estimator_dir
+    from hpcmem.datapath import estimator_dir
 
     doc = json.loads((estimator_dir() / "coverage-profiles" / "ctrl.json").read_text())
     (tmp_path / "profiles").mkdir()

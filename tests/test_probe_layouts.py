@@ -69,9 +69,10 @@ def _build_deepspeed_shm_op() -> None:
 
 def test_ring_and_ulysses_buffers_match_the_libraries_code(tmp_path):
     from hpcmem.estimate.parallel import sequence_buffers
-    from hpcmem.estimate.shape import MicroBatch, Precision
+    from hpcmem.job.shape import MicroBatch, Precision
     from hpcmem.models.config import model_spec_from_config
-    from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec
+    from hpcmem.job.spec import ParallelSpec, TrainSpec
+    from hpcmem.job.jobspec import JobSpec
 
     tokens = 2048       # per rank (estimator/LOG.md tabulates 4,096; 2,048 keeps CI short)
     model = model_spec_from_config(TINY, "tiny")

@@ -102,7 +102,7 @@ def _states_without_offload(job):
     import dataclasses
 
     from hpcmem.estimate.lora import lora_layout
-    from hpcmem.estimate.shape import precision
+    from hpcmem.job.shape import precision
     from hpcmem.estimate.states import model_states
 
     par = dataclasses.replace(job.parallel, offload_param_device="none", fsdp_offload_params=False)

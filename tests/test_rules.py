@@ -9,7 +9,8 @@ from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.estimate import estimate
 from hpcmem.models import resolve_model
 from hpcmem.job.rules import job_warnings
-from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec
+from hpcmem.job.spec import ParallelSpec, TrainSpec
+from hpcmem.job.jobspec import JobSpec
 
 QWEN = resolve_model("Qwen/Qwen2.5-0.5B")
 

@@ -14,7 +14,8 @@ import pytest
 pytest.importorskip("trl")
 
 from hpcmem.errors import SpecError  # noqa: E402
-from hpcmem.job.spec import JobSpec, TrainSpec  # noqa: E402
+from hpcmem.job.spec import TrainSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.validate.trace import case_job, load_cases  # noqa: E402
 
 from tests.trace_helpers import TINY_LLAMA, trace_matches_cpu  # noqa: E402

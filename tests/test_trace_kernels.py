@@ -7,7 +7,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from hpcmem.job.spec import JobSpec, ModelSpec, TrainSpec  # noqa: E402
+from hpcmem.job.spec import TrainSpec
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.models.spec import ModelSpec
 from hpcmem.trace.tracker import StorageTracker  # noqa: E402
 
 pytestmark = pytest.mark.torch

@@ -8,18 +8,18 @@ from __future__ import annotations
 import pytest
 
 from hpcmem.errors import SpecError
-from hpcmem.trace.kernels_xlstm import kernel_problems
+from hpcmem.job.kernel_limits import xlstm_problems
 
 
 def test_the_class_defaults_are_the_traced_kernels_and_other_types_pass():
-    assert kernel_problems("xlstm", {}) == []
-    assert kernel_problems("xlstm", {"chunkwise_kernel": "chunkwise--native_autograd",
+    assert xlstm_problems("xlstm", {}) == []
+    assert xlstm_problems("xlstm", {"chunkwise_kernel": "chunkwise--native_autograd",
                                      "sequence_kernel": "native_sequence__native", "mode": "train"}) == []
-    assert kernel_problems("llama", {"chunkwise_kernel": "chunkwise--triton_xl_chunk"}) == []
+    assert xlstm_problems("llama", {"chunkwise_kernel": "chunkwise--triton_xl_chunk"}) == []
 
 
 def test_a_triton_kernel_config_is_refused_naming_field_and_value():
-    got = kernel_problems("xlstm", {"chunkwise_kernel": "chunkwise--triton_xl_chunk",
+    got = xlstm_problems("xlstm", {"chunkwise_kernel": "chunkwise--triton_xl_chunk",
                                     "sequence_kernel": "native_sequence__triton"})
     assert len(got) == 2
     assert got[0].startswith("chunkwise_kernel 'chunkwise--triton_xl_chunk'") and "chunkwise--native_autograd" in got[0]

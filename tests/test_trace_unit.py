@@ -9,7 +9,9 @@ import sys
 import pytest
 
 from hpcmem.errors import SpecError
-from hpcmem.job.spec import JobSpec, ModelSpec, ParallelSpec, TrainSpec
+from hpcmem.job.spec import ParallelSpec, TrainSpec
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.models.spec import ModelSpec
 from hpcmem.trace.data import design_batch, dataset_rows
 from hpcmem.trace.hf_config import SUPPORTED_MODEL_TYPES, hf_config_dict
 from hpcmem.trace.result import TraceResult

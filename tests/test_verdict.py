@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from hpcmem.cli import cli
 from hpcmem.estimate.verdict import DOES_NOT_FIT, FITS, TIGHT, judge
 from hpcmem.gpus.catalog import gpu_spec
-from hpcmem.job.spec import GpuSpec, PeakMargin
+from hpcmem.gpus.spec import GpuSpec, PeakMargin
 
 GIB = 1024**3
 PACKAGE_H200 = json.loads(resources.files("hpcmem").joinpath("calibrations/h200.json").read_text())

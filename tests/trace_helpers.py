@@ -1,6 +1,6 @@
 """Shared pieces of the trace self-check tests: the tiny model and the trace-vs-real-CPU comparison."""
 
-from hpcmem.job.spec import ModelSpec
+from hpcmem.models.spec import ModelSpec
 
 TOLERANCE = 0.01        # the bar: trace within 1 % of a real CPU step; measured: identical to the byte
 

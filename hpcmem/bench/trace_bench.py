@@ -19,7 +19,9 @@ TARGET_S = 15.0
 
 
 def llama_8b_job(max_length: int, batch: int, **train):
-    from hpcmem.job.spec import JobSpec, ModelSpec, TrainSpec
+    from hpcmem.job.spec import TrainSpec
+    from hpcmem.job.jobspec import JobSpec
+    from hpcmem.models.spec import ModelSpec
 
     model = ModelSpec(name="Llama-3.1-8B-shaped", model_type="llama", vocab_size=128256, hidden_size=4096,
                       intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from hpcmem.probe import boundary
 from hpcmem.probe.matrix import CASES, Case, tiny_config
-from hpcmem.job.spec import GpuSpec
+from hpcmem.gpus.spec import GpuSpec
 from hpcmem.job.trainers import entry
 
 SPAN = (0.2, 0.35, 0.5, 0.65, 0.8, 0.95)

@@ -20,7 +20,7 @@ from hpcmem.models import (
     resolve_model,
     spec_from_config,
 )
-from hpcmem.job.spec import ModelSpec
+from hpcmem.models.spec import ModelSpec
 
 
 @click.group("models")

@@ -12,7 +12,8 @@ from typing import Any, Callable
 import click
 
 from hpcmem.errors import HpcmemError
-from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec
+from hpcmem.job.spec import ParallelSpec, TrainSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry, names
 
 

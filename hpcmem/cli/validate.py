@@ -103,7 +103,7 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
             coverage.write_records(recs)
         else:
             recs = coverage.run(chosen, redo=redo, workers=workers, progress=coverage.print_progress)
-        from hpcmem.record import estimator_dir
+        from hpcmem.datapath import estimator_dir
 
         report = estimator_dir() / "COVERAGE.md"
         report.write_text(coverage.report_markdown(coverage.load_records()))
@@ -124,7 +124,7 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
         trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json, rescore_only=rescore,
                   reserved=reserved, events_dir=events_dir)
         return
-    from hpcmem.record import estimator_dir
+    from hpcmem.datapath import estimator_dir
     from hpcmem.validate import against_probes
     from hpcmem.validate.table import render
 

@@ -17,7 +17,7 @@ from hpcmem.estimate.host import host_estimate
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.loss import loss_bytes
 from hpcmem.estimate.parallel import layout_json, layout_note, local_micro_batch, sequence_buffers
-from hpcmem.estimate.shape import micro_batch, precision
+from hpcmem.job.shape import micro_batch, precision
 from hpcmem.estimate.states import job_param_parts, model_states, optimizer_step_transient
 from hpcmem.estimate.step import build_phases, resident_components
 from hpcmem.estimate.tails import NAME as TAILS
@@ -26,7 +26,7 @@ from hpcmem.estimate.trainers import trainer_extras
 from hpcmem.estimate.workspaces import NAME as WORKSPACES
 from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
 from hpcmem.job.rules import job_warnings
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
 
 __all__ = ["Component", "Estimate", "Phase", "estimate"]

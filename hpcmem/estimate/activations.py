@@ -18,8 +18,8 @@ trace (hpcmem trace; estimator/LOG.md):
 from __future__ import annotations
 
 from hpcmem.estimate.lora import LoraLayout
-from hpcmem.estimate.shape import MicroBatch, Precision
-from hpcmem.job.spec import ModelSpec
+from hpcmem.job.shape import MicroBatch, Precision
+from hpcmem.models.spec import ModelSpec
 
 FP32 = 4
 # Sizes of the fp32 logsumexp saved by flash attention: one value per (token, head).

@@ -70,7 +70,7 @@ from hpcmem.estimate.activations import effective_attention
 from hpcmem.estimate.breakdown import Phase
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.loss import logits_tile
-from hpcmem.estimate.shape import MicroBatch, Precision
+from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.estimate.states import FOREACH_OPTIMS
 from hpcmem.estimate.step import (
     AUTOCAST_CACHE,
@@ -83,7 +83,8 @@ from hpcmem.estimate.step import (
 )
 from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parameter_sizes
 from hpcmem.estimate.workspaces import NAME as WORKSPACES
-from hpcmem.job.spec import JobSpec, ModelSpec
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.models.spec import ModelSpec
 from hpcmem.job.trainers import entry
 from hpcmem.estimate.caching_allocator import (
     K_LARGE_BUFFER,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hpcmem.estimate.verdict import FitVerdict, judge
-from hpcmem.job.spec import GpuSpec
+from hpcmem.gpus.spec import GpuSpec
 
 if TYPE_CHECKING:
     from hpcmem.estimate.host import HostEstimate

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from hpcmem.estimate.breakdown import Component
 from hpcmem.estimate.lora import LoraLayout
-from hpcmem.estimate.shape import Precision
+from hpcmem.job.shape import Precision
 from hpcmem.estimate.states import ZERO3_MAX_LIVE, ParamParts, States
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 
 NAME = "checkpoint save"
 MAX_SHARD_BYTES = 50 * 10**9          # transformers save_pretrained max_shard_size "50GB" (modeling_utils.py)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 
 MIB = 1024**2
 DEFAULT_CONTEXT_BYTES = 1382 * MIB         # uncalibrated default (see above)

@@ -25,10 +25,12 @@ from dataclasses import replace
 
 from hpcmem.estimate.breakdown import Component
 from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes
-from hpcmem.estimate.shape import MicroBatch, Precision
+from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, param_parts
 from hpcmem.estimate.trainers import TrainerExtras, reference_bytes
-from hpcmem.job.spec import DTYPES, JobSpec, ModelSpec, load_dtype
+from hpcmem.job.spec import DTYPES, load_dtype
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.models.spec import ModelSpec
 
 FP32 = 4
 STATS = 9            # s_max, s_sum, s_x_sum, t_max, t_sum, t_weighted_gap, s_weighted_gap, jsd, kl_student

@@ -20,10 +20,10 @@ from dataclasses import replace
 
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.parallel import local_micro_batch
-from hpcmem.estimate.shape import Precision, micro_batch
+from hpcmem.job.shape import Precision, micro_batch
 from hpcmem.estimate.states import ParamParts
 from hpcmem.estimate.trainers import generation_phases, no_grad_pass
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
 
 NAME = "evaluation"

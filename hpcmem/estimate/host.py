@@ -28,7 +28,7 @@ from hpcmem.estimate.breakdown import Component
 from hpcmem.estimate.checkpoint import SaveBytes
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.estimate.trainers import has_reference
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
 
 GIB = 1024**3

@@ -29,12 +29,12 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.lora import LoraLayout, backward_transient
 from hpcmem.estimate.loss import LossBytes
-from hpcmem.estimate.shape import MicroBatch, Precision
+from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.estimate.step import ACTIVATIONS
 from hpcmem.models.params import LinearModule
 from hpcmem.models.profile import Cell, LayerKind, LearnedProfile, cell_key
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 
 REFERENCE_ADAPTER_BYTES = 4       # peft keeps adapters in fp32 (autocast_adapter_dtype) in the traced jobs
 DEFAULT_LORA = "lora-default"     # the technique name of the cells traced on peft's default targets

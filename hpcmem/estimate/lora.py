@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmem.estimate import lora_variants
-from hpcmem.estimate.lora_variants import modules_to_save, targeted_parameters
-from hpcmem.estimate.shape import Precision
-from hpcmem.models.params import LinearModule, all_linear_targets, linear_modules, peft_default_targets
-from hpcmem.job.spec import JobSpec
+from hpcmem.estimate.lora_variants import modules_to_save
+from hpcmem.job.shape import Precision
+from hpcmem.models.params import LinearModule, all_linear_targets, linear_modules, parameters_named, \
+    peft_default_targets
+from hpcmem.job.jobspec import JobSpec
 
 LORA_DROPOUT_MASK_BYTES = 1   # nn.Dropout (TRL's lora_dropout 0.05) keeps a bool mask per input element
 
@@ -133,4 +134,5 @@ def lora_layout(job: JobSpec) -> LoraLayout:
     # disable_dropout sets every nn.Dropout to p = 0 (trl/trainer/utils.py disable_dropout_in_model): no mask either way
     return LoraLayout(enabled=True, r=t.lora_r, adapted=chosen, adapter_bytes=adapter_bytes,
                       num_layers=m.num_hidden_layers, dropout=t.lora_dropout > 0 and not t.disable_dropout,
-                      dora=t.use_dora, saved_modules=modules_to_save(job), targeted=targeted_parameters(job))
+                      dora=t.use_dora, saved_modules=modules_to_save(job),
+                      targeted=parameters_named(m, t.lora_target_parameters))

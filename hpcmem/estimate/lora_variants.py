@@ -24,15 +24,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpcmem.models.params import LinearModule, linear_modules
-from hpcmem.job.spec import JobSpec
+from hpcmem.models.params import LinearModule
+from hpcmem.job.jobspec import JobSpec
 
 if TYPE_CHECKING:
     from hpcmem.estimate.lora import LoraLayout
-    from hpcmem.estimate.shape import Precision
-
-SIZED_MODULES = ("lm_head", "embed_tokens", "score")       # lora_modules_to_save names hpcmem sizes
-
+    from hpcmem.job.shape import Precision
 
 def modules_to_save(job: JobSpec) -> tuple[tuple[str, int], ...]:
     """(name, elements) of each module peft copies for training."""
@@ -44,13 +41,6 @@ def modules_to_save(job: JobSpec) -> tuple[tuple[str, int], ...]:
     if entry(job.train.trainer).head == "score":
         sizes["lm_head"] = 0                          # a reward model has no vocabulary head to copy
     return tuple((name, sizes[name]) for name in job.train.lora_modules_to_save if name in sizes)
-
-
-def targeted_parameters(job: JobSpec) -> tuple[LinearModule, ...]:
-    """The parameters lora_target_parameters names (peft matches the end of the parameter's name)."""
-    names = job.train.lora_target_parameters
-    return tuple(mod for mod in linear_modules(job.model)
-                 if any(f"{mod.name}.weight".endswith(n) or mod.name.endswith(n) for n in names))
 
 
 def saved_per_token(lora: LoraLayout, mods: tuple[LinearModule, ...], prec: Precision) -> int:

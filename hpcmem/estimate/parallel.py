@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hpcmem.estimate.shape import MicroBatch, Precision
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.shape import MicroBatch, Precision
+from hpcmem.job.jobspec import JobSpec
 
 FP32 = 4
 

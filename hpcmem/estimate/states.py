@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmem.estimate.lora import LoraLayout
-from hpcmem.estimate.shape import Precision
+from hpcmem.job.shape import Precision
 from hpcmem.models.params import count_params, linear_modules
-from hpcmem.job.spec import JobSpec, ModelSpec
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.models.spec import ModelSpec
 from hpcmem.job.trainers import entry
 
 ADAM_STATES = 2

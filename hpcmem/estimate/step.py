@@ -17,9 +17,9 @@ from hpcmem.estimate.lora import LoraLayout, lora_layout
 from hpcmem.estimate.lora import backward_transient as lora_backward_transient
 from hpcmem.estimate.loss import LossBytes
 from hpcmem.estimate.parallel import SequenceBuffers
-from hpcmem.estimate.shape import MicroBatch, Precision
+from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, States
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
 
 GIB = 1024**3

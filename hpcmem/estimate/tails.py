@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from hpcmem.estimate.allocator import persistent_tails
 from hpcmem.estimate.lora import LoraLayout
-from hpcmem.estimate.shape import Precision
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.shape import Precision
+from hpcmem.job.jobspec import JobSpec
 
 NAME = "allocator block tails"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.models.params import linear_modules
-from hpcmem.job.spec import ModelSpec
+from hpcmem.models.spec import ModelSpec
 from hpcmem.job.trainers import entry
 
 ADAM_OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach")

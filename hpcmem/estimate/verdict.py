@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from hpcmem.job.spec import GpuSpec
+from hpcmem.gpus.spec import GpuSpec
 
 GIB = 1024**3
 FITS, TIGHT, DOES_NOT_FIT = "fits", "tight", "does not fit"

@@ -23,7 +23,7 @@ checkpointing on), Qwen2.5-0.5B without checkpointing 0.95 MiB (one), Gemma-3-1B
 
 from __future__ import annotations
 
-from hpcmem.job.spec import GpuSpec
+from hpcmem.gpus.spec import GpuSpec
 
 NAME = "cuBLAS workspaces"
 HANDLES = 2                                   # Python's thread + autograd's device thread

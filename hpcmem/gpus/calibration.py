@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.datapath import search_dirs
-from hpcmem.job.spec import Campaign, PeakMargin
+from hpcmem.gpus.spec import Campaign, PeakMargin
 
 KIND = "calibrations"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from hpcmem.datapath import PACKAGE_DIR
 from hpcmem.errors import HpcmemError
-from hpcmem.job.spec import GpuSpec
+from hpcmem.gpus.spec import GpuSpec
 
 
 @lru_cache(maxsize=1)

@@ -13,7 +13,7 @@ from hpcmem.errors import Problems, SpecError
 from hpcmem.job.trainers import entry
 
 if TYPE_CHECKING:
-    from hpcmem.job.spec import JobSpec
+    from hpcmem.job.jobspec import JobSpec
 
 
 

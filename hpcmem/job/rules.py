@@ -13,12 +13,16 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import Problems
+from hpcmem.job.kernel_limits import rwkv_problems, xlstm_problems
 from hpcmem.job.mesh_rules import check_layout, layout_warnings
-from hpcmem.job.spec import DTYPES
+from hpcmem.job.spec import DTYPES, TrainSpec
 from hpcmem.job.trainers import REGISTRY, entry
+from hpcmem.models.coverage import requirement_problems
+from hpcmem.models.params import SIZED_MODULES, parameters_named
 
 if TYPE_CHECKING:
-    from hpcmem.job.spec import JobSpec, ModelSpec
+    from hpcmem.job.jobspec import JobSpec
+    from hpcmem.models.spec import ModelSpec
 
 
 # torch 2.13 utils/checkpoint.py `checkpoint`'s keyword arguments that a JSON value can give (context_fn takes a
@@ -31,8 +35,6 @@ CHECKPOINT_KWARGS = frozenset({"use_reentrant", "determinism_check", "debug", "e
 def exclusive_fields() -> dict[str, Any]:
     """TrainSpec fields that only some trainers' configs declare, with TrainSpec's default — the value that means "not
     used" — so that a default never trips the rule in `check_job`."""
-    from hpcmem.job.spec import TrainSpec
-
     declared = [set(e.fields) for e in REGISTRY.values()]
     some = set.union(*declared) - set.intersection(*declared)
     return {f.name: f.default_factory() if f.default_factory is not MISSING else f.default
@@ -107,24 +109,17 @@ def _auto_loads(job: JobSpec) -> list[tuple[ModelSpec, str]]:
 def _check_model_type(job: JobSpec, p: Problems) -> None:
     """Settings without which the type's real trainer raises (hpcmem/models/coverage.json "requires": TRL's or
     transformers' reason per type); a field left None takes the model config's value (a learned model's config)."""
-    from hpcmem.models.coverage import requirement_problems
-
     learned = job.model.learned
     for problem in requirement_problems(job.model.model_type, job.train, learned.config if learned else None):
         p.add(problem)
-    from hpcmem.trace.kernels_rwkv import limit_problems
-    from hpcmem.trace.kernels_xlstm import kernel_problems
-
-    for problem in limit_problems(job):
+    for problem in rwkv_problems(job):
         p.add(problem)
-    for problem in kernel_problems(job.model.model_type, learned.config if learned else None):
+    for problem in xlstm_problems(job.model.model_type, learned.config if learned else None):
         p.add(problem)
 
 
 def _check_lora_variants(job: JobSpec, p: Problems) -> None:
-    """peft's own refusals (tuners/lora/layer.py ParamWrapper.__init__) and what hpcmem sizes (estimate/lora_variants.py)."""
-    from hpcmem.estimate.lora_variants import SIZED_MODULES, targeted_parameters
-
+    """peft's own refusals (tuners/lora/layer.py ParamWrapper.__init__) and what hpcmem sizes (hpcmem.estimate.lora_variants)."""
     t = job.train
     if len(t.lora_target_modules) == 1 and t.lora_target_modules[0] != "all-linear":
         # trl/trainer/model_config.py ModelConfig.__post_init__ passes a one-element list on as its string, and peft
@@ -143,7 +138,7 @@ def _check_lora_variants(job: JobSpec, p: Problems) -> None:
                   f"to a parameter); got {t.lora_dropout}")
         if t.use_dora:
             p.add("lora_target_parameters does not work with use_dora (peft's ParamWrapper raises)")
-        if not targeted_parameters(job):
+        if not parameters_named(job.model, t.lora_target_parameters):
             p.add(f"lora_target_parameters {', '.join(t.lora_target_parameters)} names no parameter of "
                   f"{job.model.name} (peft raises; the fused experts are mlp.experts.gate_up_proj, "
                   "mlp.experts.down_proj)")
@@ -194,8 +189,6 @@ LORA_SETTINGS = ("lora_r", "lora_alpha", "lora_target_modules", "lora_dropout", 
 
 
 def _default(name: str) -> Any:
-    from hpcmem.job.spec import TrainSpec
-
     f = TrainSpec.__dataclass_fields__[name]
     return f.default_factory() if f.default_factory is not MISSING else f.default
 

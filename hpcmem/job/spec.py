@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
-from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
-from hpcmem.errors import Problems, SpecError
+from hpcmem.errors import Problems
+from hpcmem.job.mesh import Layout, layout_of, layout_problems
 from hpcmem.job.trainers import names as trainer_names
 
 TRAINERS: tuple[str, ...] = trainer_names()      # hpcmem.job.trainers: one entry per TRL trainer
@@ -36,84 +36,6 @@ HUB_KERNEL = re.compile(r"[^/:]+/[^/:]+(?:@[^/:]+)?(?::[^/:]+)?")
 EVAL_STRATEGIES = ("no", "steps", "epoch")                     # transformers IntervalStrategy
 SAVE_STRATEGIES = ("no", "steps", "epoch", "best")             # transformers SaveStrategy
 FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")   # FSDP2 has no LOCAL_STATE_DICT (accelerate)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelSpec:
-    """A decoder-only transformer as its HF `config.json` describes it (names follow transformers' config keys)."""
-
-    name: str
-    model_type: str
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    tie_word_embeddings: bool
-    hidden_act: str = "silu"
-    qkv_bias: bool = False          # q/k/v projections carry a bias (Qwen2)
-    o_bias: bool = False
-    mlp_bias: bool = False
-    gated_mlp: bool = True          # gate/up/down (SwiGLU/GeGLU); False: up/down only
-    qk_norm: bool = False           # per-head RMSNorm on q and k (Qwen3, Gemma3)
-    norms_per_layer: int = 2        # 2 (Llama) or 4 (Gemma2/3 sandwich norms)
-    # Mixture of experts (0 experts means dense). Names follow Qwen/Mixtral configs.
-    num_experts: int = 0
-    num_experts_per_tok: int = 0
-    moe_intermediate_size: int = 0
-    shared_expert_intermediate_size: int = 0
-    shared_expert_gate: bool = False
-    num_dense_layers: int = 0       # MoE layers with a dense MLP instead (leading, or Qwen's mlp_only_layers/sparse step)
-    max_position_embeddings: int = 4096
-    extra_params: int = 0           # parameters the formula does not place (architecture quirks), counted verbatim
-    # Layout quirks, set by hpcmem.models.config (transformers 5.24 modeling_<type>.py)
-    qk_norm_scope: Literal["head", "proj"] = "head"  # RMSNorm over head_dim (Qwen3, Gemma3) or all heads (OLMo2)
-    fused_qkv: bool = False         # one qkv_proj Linear instead of q/k/v_proj (Phi-3); same weight count
-    fused_gate_up: bool = False     # one gate_up_proj Linear instead of gate/up_proj (Phi-3); same weight count
-    final_logit_softcapping: float = 0.0   # tanh cap on logits, 0: none (Gemma2 30.0: extra logits-sized tensors)
-    attn_logit_softcapping: float = 0.0    # tanh cap on scores, 0: none (Gemma2 50.0: no sdpa, eager attention)
-    wrapper_model_type: str = ""    # outer model_type of a config with text_config (gemma3): its towers are not counted
-    sliding_window: int = 0         # a window some layer attends within (0: every layer sees the whole sequence)
-    # The checkpoint's dtype as config.json names it (`dtype`, else the older `torch_dtype`): what from_pretrained
-    # loads under dtype="auto"; None when config.json says nothing
-    dtype: str | None = None
-    # Where `dtype` was read when config.json names none (a local checkpoint's safetensors header,
-    # hpcmem.models.checkpoint), or why it could not be; "" when config.json named it or no checkpoint was looked at
-    dtype_source: str = field(default="", compare=False)
-    # A learned profile (hpcmem.models.profile.LearnedProfile) when no family descriptor covers the model type: its
-    # parameter layout and per-layer terms replace the derived ones (the estimate says so)
-    learned: Any = field(default=None, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        p = Problems()
-        for f in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                  "head_dim"):
-            p.check(getattr(self, f) > 0, f"model {self.name}: {f} must be > 0, got {getattr(self, f)}")
-        if self.num_key_value_heads > 0:
-            p.check(self.num_attention_heads % self.num_key_value_heads == 0,
-                    f"model {self.name}: num_attention_heads {self.num_attention_heads} is not a multiple of "
-                    f"num_key_value_heads {self.num_key_value_heads}")
-        if self.num_experts:
-            p.check(0 < self.num_experts_per_tok <= self.num_experts,
-                    f"model {self.name}: num_experts_per_tok {self.num_experts_per_tok} must be in 1..{self.num_experts}")
-            p.check(self.moe_intermediate_size > 0, f"model {self.name}: an MoE needs moe_intermediate_size > 0")
-        p.check(self.qk_norm_scope in ("head", "proj"),
-                f"model {self.name}: qk_norm_scope must be head or proj; got {self.qk_norm_scope!r}")
-        p.check(0 <= self.num_dense_layers <= self.num_hidden_layers,
-                f"model {self.name}: num_dense_layers {self.num_dense_layers} must be in 0..{self.num_hidden_layers}")
-        p.raise_if_any()
-
-    @property
-    def is_moe(self) -> bool:
-        return self.num_experts > 0
-
-    @cached_property
-    def num_params(self) -> int:
-        from hpcmem.models.params import count_params
-
-        return count_params(self).total
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -306,8 +228,6 @@ class ParallelSpec:
             p.check(not self.fsdp_offload_params,
                     f"fsdp_offload_params True needs distributed_type FSDP (--accelerate_config fsdp1|fsdp2); got "
                     f"{self.distributed_type}, where accelerate ignores it")
-        from hpcmem.job.mesh import layout_problems
-
         for problem in layout_problems(self):
             p.add(problem)
         p.raise_if_any()
@@ -323,10 +243,8 @@ class ParallelSpec:
         return self.world_size // self.num_machines or 1
 
     @property
-    def layout(self):
+    def layout(self) -> Layout:
         """The device mesh per rank (hpcmem.job.mesh.Layout)."""
-        from hpcmem.job.mesh import layout_of
-
         return layout_of(self)
 
     @property
@@ -342,94 +260,6 @@ class ParallelSpec:
         """The optimizer states (and, under FSDP and ZeRO-3, the weights) live as flat partitions, not one tensor per
         parameter: ZeRO stage ≥ 1 or FSDP."""
         return self.fsdp or (self.deepspeed and self.zero_stage >= 1)
-
-
-@dataclass(frozen=True, kw_only=True)
-class PeakMargin:
-    """How much one peak's estimate is widened for the safe bound: (predicted + half its reserved spread) ·
-    (1 + margin) covered `coverage` of `n` probe runs on `calibrated_on` (hpcmem.gpus.calibration). `default` marks a
-    margin borrowed from other GPUs' records because this GPU has none of its own."""
-
-    peak: str                       # allocated | reserved | device
-    margin: float
-    coverage: float
-    n: int
-    calibrated_on: str
-    default: bool = False
-
-
-@dataclass(frozen=True, kw_only=True)
-class Campaign:
-    """The calibration campaign that measured a GPU (`hpcmem calibrate`): where, when, how many runs."""
-
-    name: str
-    site: str
-    date: str                       # YYYY-MM-DD of the fit
-    n: int                          # probe records the calibration was fitted on
-    device: str = "cuda"            # cuda, or cpu for a rehearsal that measured no GPU
-
-
-@dataclass(frozen=True, kw_only=True)
-class GpuSpec:
-    """One GPU model from the catalog (hpcmem/gpus.json) or described by a site (hpcmem.gpus.describe), with its
-    calibration when probes exist."""
-
-    name: str
-    memory_bytes: int               # the total nvidia-smi / NVML reports
-    bf16_tflops: float
-    memory_bandwidth_gbps: float = 0.0
-    compute_capability: str = ""  # "9.0" (CUDA major.minor) picks the cuBLAS workspace size
-    fp16_tflops: float = 0.0        # 0: the bf16 rate (Ampere and later run both on the same Tensor Cores)
-    context_bytes: int = 0          # CUDA context + libraries; 0 → the uncalibrated default in estimate.device
-    calibrated: bool = False
-    calibration_source: str = ""
-    capacity_bytes: int = 0         # what torch can use (mem_get_info's total); 0 → memory_bytes
-    margins: tuple[PeakMargin, ...] = ()
-    capacity_note: str = ""         # how the usable capacity is known when no measurement gave it (derived, described)
-    campaign: Campaign | None = None
-
-    @property
-    def usable_bytes(self) -> int:
-        return self.capacity_bytes or self.memory_bytes
-
-    def peak_tflops(self, fp16: bool) -> float:
-        """The dense rate a job of this precision gets: fp16's where the catalog gives one apart (the V100: fp16
-        Tensor Cores, no bf16 ones), else the bf16 rate."""
-        return self.fp16_tflops if fp16 and self.fp16_tflops else self.bf16_tflops
-
-    def margin(self, peak: str) -> PeakMargin | None:
-        return next((m for m in self.margins if m.peak == peak), None)
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobSpec:
-    """Everything an estimate needs. `expandable_segments` mirrors PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."""
-
-    model: ModelSpec
-    train: TrainSpec
-    parallel: ParallelSpec = field(default_factory=ParallelSpec)
-    gpu: GpuSpec | None = None
-    expandable_segments: bool = False
-    tokens_per_micro_batch: int | None = None   # hpcmem-only: from a length profile (hpcmem lengths), else worst case
-    teacher: ModelSpec | None = None            # distillation: the model teacher_model_name_or_path names
-
-    def __post_init__(self) -> None:
-        from hpcmem.job.rules import check_job
-
-        tokens = self.tokens_per_micro_batch
-        if tokens is not None and tokens < 1:
-            raise SpecError(f"tokens_per_micro_batch must be ≥ 1 or None; got {tokens}")
-        check_job(self)
-
-    @property
-    def load_dtype(self) -> str:
-        """The dtype the weights load in (`load_dtype`'s rule)."""
-        return load_dtype(self.train.dtype, self.model.dtype)
-
-    @property
-    def weight_bytes(self) -> int:
-        """Bytes per element of the loaded (unquantized) weights."""
-        return DTYPES.get(self.load_dtype, 2)
 
 
 def load_dtype(dtype: str, checkpoint: str | None) -> str:

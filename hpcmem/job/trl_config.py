@@ -17,7 +17,8 @@ from hpcmem.inputs.settings import check_settings
 from hpcmem.inputs.values import json_object, shown
 from hpcmem.launch.parallelism import parallelism_settings, reshard_after_forward
 from hpcmem.job.mesh_rules import check_layout_settings
-from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec
+from hpcmem.job.spec import ParallelSpec, TrainSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
 from hpcmem.job.trainers.fields import check_fields
 # TRL's shipped accelerate configs (trl/accelerate_configs/*.yaml, 1.16), by the name `trl --accelerate_config` takes.

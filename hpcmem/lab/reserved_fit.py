@@ -45,7 +45,7 @@ def rows(traces: Path | None = None) -> list[dict[str, Any]]:
     from hpcmem.estimate import estimate
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
-    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.job.shape import micro_batch, precision
     from hpcmem.estimate.workspaces import tensor_bytes
     from hpcmem.validate.trace import case_job
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from hpcmem.launch.parallelism import parallelism_block
 
 if TYPE_CHECKING:
-    from hpcmem.job.spec import JobSpec
+    from hpcmem.job.jobspec import JobSpec
 
 AUTO = "auto"   # filled by transformers' HfTrainerDeepSpeedConfig from TrainingArguments and the model
 

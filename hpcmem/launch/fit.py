@@ -13,7 +13,7 @@ from hpcmem.errors import HpcmemError
 if TYPE_CHECKING:
     from hpcmem.estimate.host import HostCheck
     from hpcmem.estimate.verdict import FitVerdict
-    from hpcmem.job.spec import JobSpec
+    from hpcmem.job.jobspec import JobSpec
 
 GIB = 1024**3
 

@@ -18,7 +18,7 @@ from hpcmem.launch.slurm_time import TimeLimit
 from hpcmem.job.trainers import entry
 
 if TYPE_CHECKING:
-    from hpcmem.job.spec import JobSpec
+    from hpcmem.job.jobspec import JobSpec
 
 VLLM_PLACEMENTS = ("node", "split")
 # Ports derived from the job id, so that two jobs sharing a node never collide (and a requeued job keeps its ports).

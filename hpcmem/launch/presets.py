@@ -331,7 +331,8 @@ def _container(value: Any, c: _Checked) -> Container | None:
 
 def default_keys() -> tuple[str, ...]:
     """Field names a preset may give defaults for: the spec's own names (one name per setting)."""
-    from hpcmem.job.spec import JobSpec, ParallelSpec, TrainSpec, field_names
+    from hpcmem.job.spec import ParallelSpec, TrainSpec, field_names
+    from hpcmem.job.jobspec import JobSpec
 
     skip = {"trainer", "model", "train", "parallel", "gpu", "teacher"}     # teacher: resolved from teacher_model_name_or_path
     names = field_names(TrainSpec) + field_names(ParallelSpec) + field_names(JobSpec)

@@ -23,7 +23,7 @@ from hpcmem.launch.sbatch import RunFiles, render_sbatch
 from hpcmem.launch.trl_yaml import trl_config
 
 if TYPE_CHECKING:
-    from hpcmem.job.spec import JobSpec
+    from hpcmem.job.jobspec import JobSpec
 
 
 class DoesNotFit(HpcmemError):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, entry
 
 if TYPE_CHECKING:
-    from hpcmem.job.spec import JobSpec
+    from hpcmem.job.jobspec import JobSpec
 
 # Names that belong to hpcmem/accelerate, not to TRL: removed from a user's TRL YAML before it is written.
 HPCMEM_ONLY = ("gpu", "accelerate_config", "lengths", "max_prompt_length", "expandable_segments", "tokens_per_micro_batch", "num_processes", "num_machines",

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from hpcmem.errors import Problems, SpecError
 from hpcmem.inputs.model_config import check_model_config
-from hpcmem.job.spec import ModelSpec
+from hpcmem.models.spec import ModelSpec
 
 # q/k/v/o bias rule of the modeling file:
 #   attention_bias — q, k, v and o all follow config.attention_bias (Llama, Qwen3, Gemma2/3, OLMo2, Qwen3-MoE)

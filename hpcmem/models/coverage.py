@@ -124,7 +124,7 @@ def refusal(model_type: str) -> str | None:
 
 # -- the coverage sweep's records (estimator/coverage.jsonl) -------------------------------------------------------
 def sweep_records() -> list[dict[str, Any]]:
-    from hpcmem.record import estimator_dir
+    from hpcmem.datapath import estimator_dir
 
     path = estimator_dir() / "coverage.jsonl"
     if not path.is_file():

@@ -16,10 +16,12 @@ V vocab, H hidden, d head_dim, n_h/n_kv query/key-value heads, I intermediate, E
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from hpcmem.errors import SpecError
-from hpcmem.job.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from hpcmem.models.spec import ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,7 +267,7 @@ def peft_model_type(spec: ModelSpec) -> str:
 
 def peft_default_targets(model_type: str | ModelSpec) -> tuple[str, ...]:
     """peft's default LoRA target_modules for this architecture (what an empty lora_target_modules means)."""
-    if isinstance(model_type, ModelSpec):     # a spec: a learned profile carries peft's mapping as it was learned
+    if not isinstance(model_type, str):       # a spec: a learned profile carries peft's mapping as it was learned
         spec = model_type
         if spec.learned is None:
             return peft_default_targets(peft_model_type(spec))
@@ -291,3 +293,12 @@ def all_linear_targets(spec: ModelSpec) -> tuple[str, ...]:
     """Leaf names peft's "all-linear" selects in the decoder layers: every nn.Linear except the output layer
     (peft/tuners/tuners_utils.py _maybe_include_all_linear_layers). Fused experts and the router are not nn.Linear."""
     return tuple(dict.fromkeys(m.leaf for m in linear_modules(spec) if m.nn_linear))
+
+
+SIZED_MODULES = ("lm_head", "embed_tokens", "score")       # lora_modules_to_save names hpcmem sizes
+
+
+def parameters_named(spec: ModelSpec, names: tuple[str, ...]) -> tuple[LinearModule, ...]:
+    """The parameters a lora_target_parameters list names (peft matches the end of the parameter's name)."""
+    return tuple(mod for mod in linear_modules(spec)
+                 if any(f"{mod.name}.weight".endswith(n) or mod.name.endswith(n) for n in names))

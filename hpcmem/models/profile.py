@@ -262,7 +262,7 @@ def spec_from_profile(p: LearnedProfile, name: str):
     """A ModelSpec whose sizes come from the meta model (hidden, vocab, layers) and, where the config names them, the
     attention shape (for the planner's FLOP count only: the memory terms are the profile's)."""
     from hpcmem.models.config import sliding_window
-    from hpcmem.job.spec import ModelSpec
+    from hpcmem.models.spec import ModelSpec
 
     cfg = p.config
     decoder = backbone_config(cfg)

@@ -37,7 +37,7 @@ from typing import Collection, Mapping
 from hpcmem.errors import SpecError
 from hpcmem.estimate import Estimate, estimate
 from hpcmem.estimate.lora import lora_layout
-from hpcmem.estimate.shape import micro_batch
+from hpcmem.job.shape import micro_batch
 from hpcmem.estimate.step import ACTIVATIONS
 from hpcmem.estimate.verdict import safe_bound
 from hpcmem.estimate.workspaces import tensor_bytes
@@ -47,7 +47,8 @@ from hpcmem.plan.throughput import (
     PADDED_FILL_FRACTION, THROUGHPUT_UNCERTAINTY, Setting, Throughput, flops_params, interconnect_gbps, mfu_curve,
     throughput,
 )
-from hpcmem.job.spec import GpuSpec, JobSpec
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.gpus.spec import GpuSpec
 
 GIB = 1024**3
 _GC_SAVING = {g: i for i, g in enumerate(GC_VALUES)}       # off 0 < selective 1 < full 2 (more saving)

@@ -8,7 +8,7 @@ import shlex
 from dataclasses import fields
 from typing import Any
 
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 
 
 def _text(value: Any) -> str:

@@ -14,7 +14,8 @@ from typing import Collection, Mapping, NamedTuple
 
 from hpcmem.errors import SpecError
 from hpcmem.plan.layouts import layout_fields, split, train_changes
-from hpcmem.job.spec import JobSpec, ParallelSpec
+from hpcmem.job.spec import ParallelSpec
+from hpcmem.job.jobspec import JobSpec
 
 GC_VALUES = ("off", "selective", "full")
 PACK_VALUES = ("padded", "packing", "padding_free")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from math import lcm
 from typing import Any, Collection, Mapping
 
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 
 # sharding name of the planner → the data-parallel sharding a layout is built on
 CP_BASES = ("fsdp2", "fsdp2+offload")

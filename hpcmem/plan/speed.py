@@ -8,7 +8,8 @@ from dataclasses import asdict
 from hpcmem.plan.best_first import Speeds
 from hpcmem.plan.knobs import job_knobs
 from hpcmem.plan.throughput import Throughput
-from hpcmem.job.spec import GpuSpec, JobSpec
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.gpus.spec import GpuSpec
 
 
 def job_throughput(job: JobSpec, gpu: GpuSpec) -> Throughput:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcmem.job.spec import ModelSpec
+from hpcmem.models.spec import ModelSpec
 
 # What the model cannot tell apart: its FLOP counts follow the formulas above, its efficiencies (MFU curve, overlap,
 # bandwidths) are uncalibrated guesses, and between two plans that differ in micro-batch, recompute or sharding they

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.probe.matrix import Case
-from hpcmem.job.spec import GpuSpec
+from hpcmem.gpus.spec import GpuSpec
 
 Q05, L1, L3 = "Qwen/Qwen2.5-0.5B", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B"
 NOGC = {"dtype": "bfloat16", "gradient_checkpointing": False}

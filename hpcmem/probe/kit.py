@@ -44,7 +44,7 @@ def detect_gpu(device: str, gpu: str | None, tiny: bool) -> tuple[Any, str | Non
     and the driver's name for the GPU (None on CPU), which names the records file."""
     from hpcmem.gpus.catalog import gpu_for_device, gpu_spec
     from hpcmem.gpus.calibration import default_margins
-    from hpcmem.job.spec import GpuSpec
+    from hpcmem.gpus.spec import GpuSpec
 
     if gpu:
         spec = gpu_spec(gpu)

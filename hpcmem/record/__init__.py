@@ -5,11 +5,11 @@
 only: validating and calibrating never import torch, and nothing here imports hpcmem.probe or hpcmem.validate.
 """
 
-from hpcmem.record.files import append_record, estimator_dir, read_all, read_lines, read_records, records_path
+from hpcmem.record.files import append_record, read_all, read_lines, read_records, records_path
 from hpcmem.record.job import expandable_in_env, job_from_dict, job_to_dict, package_versions, ran_expandable, \
     relevant_env
 from hpcmem.record.types import PEAK_KEYS, SCHEMA, GpuInfo, Measured, Oom, Record, RecordError, RunInfo
 
 __all__ = ["PEAK_KEYS", "SCHEMA", "GpuInfo", "Measured", "Oom", "Record", "RecordError", "RunInfo", "append_record",
-           "estimator_dir", "expandable_in_env", "job_from_dict", "job_to_dict", "package_versions",
+           "expandable_in_env", "job_from_dict", "job_to_dict", "package_versions",
            "ran_expandable", "read_all", "read_lines", "read_records", "records_path", "relevant_env"]

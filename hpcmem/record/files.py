@@ -17,17 +17,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hpcmem.datapath import estimator_dir
 from hpcmem.gpus.catalog import gpu_slug
 from hpcmem.record.types import Record, RecordError
-
-
-def estimator_dir() -> Path:
-    """`$HPCMEM_ESTIMATOR_DIR`, else the checkout's estimator/ folder, else ./estimator."""
-    env = os.environ.get("HPCMEM_ESTIMATOR_DIR")
-    if env:
-        return Path(env)
-    checkout = Path(__file__).resolve().parents[2] / "estimator"
-    return checkout if checkout.is_dir() else Path("estimator")
 
 
 def records_path(gpu_name: str | None, root: Path | None = None) -> Path:

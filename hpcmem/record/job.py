@@ -55,7 +55,10 @@ def job_to_dict(job: Any) -> dict[str, Any]:
 def job_from_dict(data: Any, env: Any = None) -> Any:
     """Rebuild a JobSpec from `job_to_dict`; keys the current specs no longer have are dropped. `env` is the record's
     allocator environment: a run made under expandable_segments:True is such a job, whatever its spec said."""
-    from hpcmem.job.spec import GpuSpec, JobSpec, ModelSpec, ParallelSpec, PeakMargin, TrainSpec
+    from hpcmem.job.spec import ParallelSpec, TrainSpec
+    from hpcmem.job.jobspec import JobSpec
+    from hpcmem.gpus.spec import GpuSpec, PeakMargin
+    from hpcmem.models.spec import ModelSpec
 
     def build(cls: type, d: dict[str, Any] | None) -> Any:
         if d is None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import SpecError
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
 from hpcmem.job.trainers import entry
 
@@ -42,12 +42,12 @@ class BatchDesign:
 
 def profiled_rows(job: JobSpec) -> JobSpec:
     """A length profile's worst micro-batch for the trainers whose trace designs rows of max_length (DPO, Reward,
-    KTO): the job with max_length set to that micro-batch's row length (hpcmem.estimate.shape.micro_batch, as the
+    KTO): the job with max_length set to that micro-batch's row length (hpcmem.job.shape.micro_batch, as the
     estimate takes it) — TRL's collator then pads the traced rows to it. SFT designs from tokens_per_micro_batch
     itself; GRPO/RLOO take the profile as max_prompt_length."""
     import dataclasses
 
-    from hpcmem.estimate.shape import micro_batch
+    from hpcmem.job.shape import micro_batch
 
     t = job.train
     if job.tokens_per_micro_batch is None or t.trainer == "sft" or entry(t.trainer).generates:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import pieces
 from hpcmem.trace.data import BatchDesign
 from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD

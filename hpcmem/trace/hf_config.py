@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.errors import SpecError
-from hpcmem.job.spec import ModelSpec
+from hpcmem.models.spec import ModelSpec
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "mixtral", "qwen3_moe")

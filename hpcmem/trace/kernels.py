@@ -76,7 +76,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 
 FLASH_MAX_HEAD_DIM = 256
 

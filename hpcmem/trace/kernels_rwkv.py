@@ -29,30 +29,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-TMAX = 1024         # kernels-community rwkv/build.toml cuda-flags -DTmax=1024 (kernel_backward's q[Tmax], r[Tmax])
-MODULES = ("rwkv",)
-
-
-def limit_problems(job: Any) -> list[str]:
-    """The RWKV jobs whose GPU step stops (or overruns) in the WKV kernel, from the estimate's own micro-batch and
-    precision: a row longer than TMAX tokens, and fp32 weights under bf16 autocast (bf16 keys, fp32 time_first)."""
-    if job.model.model_type not in MODULES:
-        return []
-    from hpcmem.estimate.shape import micro_batch, precision
-
-    problems, batch, prec = [], micro_batch(job), precision(job)
-    context = job.model.max_position_embeddings          # RwkvConfig.context_length (attribute_map)
-    if batch.seq > min(TMAX, context):
-        problems.append(f"{batch.seq} tokens per row ({batch.source}): RWKV's WKV CUDA kernel takes at most "
-                        f"{min(TMAX, context)} (RwkvLinearAttention.forward raises past context_length {context}; the "
-                        f"kernel is built with Tmax {TMAX}, kernels-community rwkv build.toml, and its backward keeps "
-                        f"per-token arrays of that size); set max_length ≤ {min(TMAX, context)} "
-                        "(padding-free: batch × max_length)")
-    if prec.autocast and job.train.bf16:
-        problems.append("fp32 weights under bf16 autocast: RWKV's WKV CUDA kernel reads time_first as bf16 next to "
-                        "bf16 keys (torch_binding.cpp forward_bf16) and stops on the fp32 parameter; load bf16 weights "
-                        "(dtype bfloat16) or train in fp32/fp16")
-    return problems
+from hpcmem.job.kernel_limits import RWKV_MODULES as MODULES
+from hpcmem.job.kernel_limits import RWKV_TMAX as TMAX
 
 
 def _check(key: Any, time_first: Any) -> None:

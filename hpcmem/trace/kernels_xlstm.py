@@ -27,21 +27,5 @@ from __future__ import annotations
 
 from typing import Any
 
-MODULES = ("xlstm",)
-# The config fields whose class default (configuration_xlstm.py xLSTMConfig) runs the torch code the trace measures.
-TRACED_KERNELS = {"chunkwise_kernel": "chunkwise--native_autograd", "sequence_kernel": "native_sequence__native"}
-
-
-def kernel_problems(model_type: str, config: dict[str, Any] | None) -> list[str]:
-    """Why an xLSTM config's GPU memory cannot be held to the trace: each kernel field naming an unmapped kernel."""
-    if model_type not in MODULES:
-        return []
-    problems = []
-    for field, traced in TRACED_KERNELS.items():
-        got = (config or {}).get(field, traced)
-        if got != traced:
-            problems.append(
-                f"{field} {got!r}: with the xlstm package installed transformers runs mlstm_kernels' {got} kernel, "
-                f"whose autograd Function hpcmem has not mapped (the trace measures the torch code of {traced!r}); "
-                f"set {field}: {traced!r} to estimate the torch kernels")
-    return problems
+from hpcmem.job.kernel_limits import XLSTM_MODULES as MODULES
+from hpcmem.job.kernel_limits import XLSTM_TRACED_KERNELS as TRACED_KERNELS

@@ -19,7 +19,7 @@ import contextlib
 from typing import Any
 
 from hpcmem.errors import SpecError
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import pieces
 from hpcmem.trace.data import BatchDesign
 from hpcmem.trace.pieces import WORD

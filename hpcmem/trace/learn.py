@@ -37,9 +37,10 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate.learned import DEFAULT_LORA
 from hpcmem.models.profile import (REFERENCE_LORA, Cell, LearnedProfile, ParamLayout, Poly, backbone_config,
                                    cell_key, config_hash, spec_from_profile)
-from hpcmem.job.spec import JobSpec, TrainSpec
+from hpcmem.job.spec import TrainSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import layout as lay
-from hpcmem.trace.kernels_xlstm import kernel_problems
+from hpcmem.job.kernel_limits import xlstm_problems
 
 ROWS = 2
 SEQS = (256, 512, 768)
@@ -113,7 +114,7 @@ def known_parts(job: JobSpec) -> dict[str, Any]:
     from hpcmem.estimate.learned import layer_adapters
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.estimate.loss import loss_bytes
-    from hpcmem.estimate.shape import micro_batch, precision
+    from hpcmem.job.shape import micro_batch, precision
     from hpcmem.estimate.states import job_param_parts, model_states
     from hpcmem.estimate.step import resident_components
 
@@ -341,7 +342,7 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     start = time.perf_counter()
     sha = config_hash(cfg)                      # before anything reads it: the profile is this config's
     decoder = backbone_config(cfg)
-    unmapped = kernel_problems(str(cfg.get("model_type")), decoder)   # the trace would measure code the GPU skips
+    unmapped = xlstm_problems(str(cfg.get("model_type")), decoder)   # the trace would measure code the GPU skips
     if unmapped:
         raise SpecError(f"model {name}: " + "; ".join(unmapped))
     full, small, keep, small_cfg = reduced_cut(decoder)

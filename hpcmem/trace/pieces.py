@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.errors import SpecError
-from hpcmem.job.spec import JobSpec, ModelSpec
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.models.spec import ModelSpec
 
 SPECIAL_IDS = {"pad": 0, "eos": 1, "unk": 2}
 FIRST_TOKEN_ID = 3                    # the first ordinary token

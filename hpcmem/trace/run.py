@@ -19,7 +19,7 @@ import time
 from typing import Any, Literal
 
 from hpcmem.errors import SpecError
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.data import design_batch, profiled_rows
 from hpcmem.trace.oracle import ROUTING_NOTE
 from hpcmem.trace.result import TraceResult, versions

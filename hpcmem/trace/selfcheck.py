@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.result import TraceResult, versions
 
 

@@ -12,7 +12,7 @@ import tempfile
 from typing import Any
 
 from hpcmem.errors import SpecError
-from hpcmem.job.spec import JobSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import pieces
 from hpcmem.trace.data import BatchDesign, make_dataset
 from hpcmem.trace.hf_config import attn_implementation_arg

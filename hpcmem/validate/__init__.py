@@ -42,7 +42,7 @@ def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | N
     """`fit=True` stores each GPU's calibration in `fit_dir` (default: calibration.default_fit_dir()), with `extra`
     keys added to each file (a campaign's provenance); `speed=True` also holds the planner's throughput model to the
     timed runs (hpcmem.validate.speed), and a fit then carries the GPU's MFU curve when enough runs were timed."""
-    from hpcmem.record import estimator_dir
+    from hpcmem.datapath import estimator_dir
     from hpcmem.validate import calibration
     from hpcmem.validate.probes import load
     from hpcmem.validate.table import table

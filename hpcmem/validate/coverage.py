@@ -155,7 +155,7 @@ def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tu
 
 
 def profiles_dir() -> Path:
-    from hpcmem.record import estimator_dir
+    from hpcmem.datapath import estimator_dir
 
     return estimator_dir() / "coverage-profiles"
 
@@ -178,7 +178,8 @@ def eval_job(spec: Any, technique: str, targets: tuple[str, ...] | None = None) 
     ParamWrappers that refuse TRL's dropout), the attention projections. `targets` (a record's) overrides."""
     from hpcmem.models.coverage import settings_beside_checkpointing
     from hpcmem.models.params import all_linear_targets, linear_modules, peft_default_targets
-    from hpcmem.job.spec import JobSpec, TrainSpec
+    from hpcmem.job.spec import TrainSpec
+    from hpcmem.job.jobspec import JobSpec
 
     kind, gc = TECHNIQUES[technique]
     if kind == "lora" and targets is None:
@@ -282,7 +283,7 @@ def run(types: list[str] | None, *, redo: bool = False, workers: int = 1, record
     import multiprocessing as mp
 
     from hpcmem.models.coverage import classification
-    from hpcmem.record import estimator_dir
+    from hpcmem.datapath import estimator_dir
 
     path = records or estimator_dir() / "coverage.jsonl"
     done = set() if redo or not path.is_file() else {
@@ -327,7 +328,7 @@ def rescore(path: Path | None = None, types: list[str] | None = None) -> list[di
 
     from hpcmem.estimate import estimate
     from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.record import estimator_dir
+    from hpcmem.datapath import estimator_dir
 
     path = path or estimator_dir() / "coverage.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -373,7 +374,7 @@ def _sweep_profile(name: str, cfg: dict[str, Any]) -> Any:
 
 
 def write_records(records: list[dict[str, Any]], path: Path | None = None) -> None:
-    from hpcmem.record import estimator_dir
+    from hpcmem.datapath import estimator_dir
 
     path = path or estimator_dir() / "coverage.jsonl"
     tmp = path.with_suffix(".jsonl.tmp")
@@ -480,7 +481,7 @@ def report_markdown(records: list[dict[str, Any]]) -> str:
 
 
 def load_records(path: Path | None = None) -> list[dict[str, Any]]:
-    from hpcmem.record import estimator_dir
+    from hpcmem.datapath import estimator_dir
 
     path = path or estimator_dir() / "coverage.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []

@@ -102,7 +102,7 @@ def report_reserved(results: list[Any], *, as_json: bool = False, write: bool = 
     rows = cell_rows(points)
     worst = sorted(points, key=lambda p: abs(p["err_pct"]), reverse=True)[:5]
     if write:
-        from hpcmem.record import estimator_dir
+        from hpcmem.datapath import estimator_dir
 
         Path(estimator_dir() / "ACCURACY-reserved.md").write_text(markdown(rows, worst))
     if as_json:

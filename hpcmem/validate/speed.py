@@ -62,7 +62,7 @@ def measured(rec: Record, job: Any) -> tuple[int, float, str] | None:
     train_s, steps = m.extra.get("timings", {}).get("train_s"), rec.run.steps
     if rec.status != "ok" or not train_s or not steps:
         return None
-    from hpcmem.estimate.shape import micro_batch
+    from hpcmem.job.shape import micro_batch
 
     mb = micro_batch(job)
     per_step = mb.rows * mb.seq * job.train.gradient_accumulation_steps
@@ -76,7 +76,7 @@ def row_of(rec: Record, job: Any, slug: str) -> SpeedRow | None:
     got = measured(rec, job)
     if got is None:
         return None
-    from hpcmem.estimate.shape import micro_batch
+    from hpcmem.job.shape import micro_batch
     from hpcmem.plan.speed import job_throughput
 
     per_step, rate, source = got

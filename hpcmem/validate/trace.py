@@ -261,7 +261,7 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
     and print the estimate's reserved peak against it as well (hpcmem.validate.reserved)."""
     import click
 
-    from hpcmem.record import estimator_dir
+    from hpcmem.datapath import estimator_dir
 
     root = estimator_dir()
     paths = [Path(cases)] if cases else sorted((root / "cases").glob("*.yaml"))

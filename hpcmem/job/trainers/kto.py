@@ -12,7 +12,7 @@ from hpcmem.job.trainers.entry import Hooks, TrainerEntry
 
 if TYPE_CHECKING:
     from hpcmem.errors import Problems
-    from hpcmem.job.spec import JobSpec
+    from hpcmem.job.jobspec import JobSpec
 
 ENTRY = TrainerEntry(
     name="kto", config_class="KTOConfig", trainer_class="KTOTrainer",

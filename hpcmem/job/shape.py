@@ -9,10 +9,14 @@ GRPO/RLOO train on B rows of prompt + completion.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
-from hpcmem.job.spec import JobSpec
 from hpcmem.job.trainers import entry
+
+if TYPE_CHECKING:
+    from hpcmem.job.jobspec import JobSpec
 
 
 @dataclass(frozen=True, kw_only=True)

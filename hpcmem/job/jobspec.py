@@ -1,0 +1,41 @@
+"""JobSpec: the model, the trainer's settings, the parallel layout and the GPU of one job, checked against TRL's
+rules (hpcmem.job.rules) on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hpcmem.errors import SpecError
+from hpcmem.gpus.spec import GpuSpec
+from hpcmem.job.rules import check_job
+from hpcmem.job.spec import DTYPES, ParallelSpec, TrainSpec, load_dtype
+from hpcmem.models.spec import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """Everything an estimate needs. `expandable_segments` mirrors PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."""
+
+    model: ModelSpec
+    train: TrainSpec
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)
+    gpu: GpuSpec | None = None
+    expandable_segments: bool = False
+    tokens_per_micro_batch: int | None = None   # hpcmem-only: from a length profile (hpcmem lengths), else worst case
+    teacher: ModelSpec | None = None            # distillation: the model teacher_model_name_or_path names
+
+    def __post_init__(self) -> None:
+        tokens = self.tokens_per_micro_batch
+        if tokens is not None and tokens < 1:
+            raise SpecError(f"tokens_per_micro_batch must be ≥ 1 or None; got {tokens}")
+        check_job(self)
+
+    @property
+    def load_dtype(self) -> str:
+        """The dtype the weights load in (`load_dtype`'s rule)."""
+        return load_dtype(self.train.dtype, self.model.dtype)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes per element of the loaded (unquantized) weights."""
+        return DTYPES.get(self.load_dtype, 2)
