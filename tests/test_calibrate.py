@@ -160,7 +160,7 @@ def test_a_gpu_campaign_is_named_by_every_verdict_on_its_gpu(tmp_path, monkeypat
     site, date and n; the context is the records' device − reserved (500 MiB, by construction); estimates on that
     GPU — and on a preset naming it — are then calibrated and say where and when."""
     from hpcmem.calibrate.collect import collect
-    from hpcmem.gpus.catalog import gpu_spec
+    from hpcmem.gpus.lookup import gpu_spec
     from hpcmem.record import append_record, job_to_dict
     from hpcmem.job.trl_config import build_job
 

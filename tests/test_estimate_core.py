@@ -141,7 +141,7 @@ def test_zero3_and_offload_reduce_per_gpu_and_move_bytes_to_host():
 
 
 def test_json_contract_keys():
-    from hpcmem.gpus.catalog import gpu_spec
+    from hpcmem.gpus.lookup import gpu_spec
 
     base = job()
     out = estimate(JobSpec(model=base.model, train=base.train, gpu=gpu_spec("H100-80GB"))).to_json()

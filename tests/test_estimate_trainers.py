@@ -3,7 +3,7 @@
 import pytest
 
 from hpcmem.estimate import estimate
-from hpcmem.gpus.catalog import gpu_spec
+from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.models import resolve_model
 from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.jobspec import JobSpec

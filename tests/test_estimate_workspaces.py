@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from hpcmem.estimate import estimate
-from hpcmem.estimate.tails import NAME as TAILS
-from hpcmem.estimate.workspaces import NAME, tensor_bytes
-from hpcmem.gpus.catalog import gpu_spec
+from hpcmem.estimate.names import BLOCK_TAILS as TAILS
+from hpcmem.estimate.names import CUBLAS_WORKSPACES as NAME
+from hpcmem.estimate.workspaces import tensor_bytes
+from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.record import Record
 from hpcmem.validate.probes import record_job
 

@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from hpcmem.cli import cli, run
-from hpcmem.gpus.catalog import catalog_entries, catalog_name_for, gpu_spec
+from hpcmem.gpus.catalog import catalog_entries, catalog_name_for
+from hpcmem.gpus.lookup import gpu_spec
 
 GIB, MIB = 1024**3, 1024**2
 

@@ -285,7 +285,7 @@ def test_the_planner_proposes_a_split_row_when_data_parallel_plans_must_offload_
     import shlex
 
     from hpcmem.cli.options import job_from_cli
-    from hpcmem.gpus.catalog import gpu_spec
+    from hpcmem.gpus.lookup import gpu_spec
     from hpcmem.plan import search
     from hpcmem.plan.flags import flags_line
 

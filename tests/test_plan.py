@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from hpcmem.cli import cli
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
-from hpcmem.gpus.catalog import gpu_spec
+from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.plan import apply, plan, search
 from hpcmem.plan.knobs import axes, combinations
 from hpcmem.plan.best_first import _dominates, _group, _tensor_floor

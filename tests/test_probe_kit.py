@@ -131,7 +131,7 @@ def test_the_whole_kit_runs_on_a_cpu_with_shrunk_models(tmp_path: Path) -> None:
 def test_every_kit_case_is_a_job_hpcmem_accepts() -> None:
     """The probe and `hpcmem estimate` share their flags: every case the kit can start — the matrix, the new cells,
     one boundary size per base — parses into a job TRL's rules accept (a refusal on the GPU would waste the lease)."""
-    from hpcmem.gpus.catalog import gpu_spec
+    from hpcmem.gpus.lookup import gpu_spec
     from hpcmem.probe.matrix import CASES, Case, command_line
 
     sized = boundary.sweep(gpu_spec("H100-80GB"), gpu_spec("H100-80GB").usable_bytes,

@@ -138,7 +138,7 @@ def test_offloaded_states_are_the_estimate_s_host_bytes(run) -> None:
 def _predicted(est, job, phase_name: str) -> int:
     """The estimate's phase as a CPU run holds it: GPU terms (no cuBLAS workspaces on CPU) + offloaded states + the
     save's host copies that are separate tensors on CPU."""
-    from hpcmem.estimate.workspaces import NAME as WORKSPACES
+    from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
 
     phase = next(p for p in est.phases if p.name == phase_name)
     gpu = sum(c.bytes for c in phase.components if c.name != WORKSPACES)

@@ -140,7 +140,7 @@ def test_probe_sets_the_allocator_env_the_spec_asks_for(monkeypatch):
     ("Tesla T4", 15835660288, None),                             # not in the catalog: no GPU, no calibration
 ])
 def test_driver_names_map_to_catalog_gpus(reported, memory, expected):
-    from hpcmem.gpus.catalog import gpu_for_device
+    from hpcmem.gpus.lookup import gpu_for_device
 
     gpu = gpu_for_device(reported, memory)
     assert (gpu.name if gpu else None) == expected

@@ -123,7 +123,7 @@ def test_fit_stores_calibration_with_provenance_and_held_out_split(records: Path
 
 
 def test_the_gpu_catalog_picks_up_the_calibration(records: Path) -> None:
-    from hpcmem.gpus.catalog import gpu_spec
+    from hpcmem.gpus.lookup import gpu_spec
 
     assert not gpu_spec("H100-80GB").calibrated
     against_probes([records / "probes"], stored=True, fit=True)

@@ -40,7 +40,7 @@ def test_the_fit_recovers_a_known_curve():
 
 def test_the_planner_uses_a_fitted_curve(tmp_path, monkeypatch):
     """Twice the MFU at every size (mfu_max doubled, same half point) halves a single-GPU step: compute only."""
-    from hpcmem.gpus.catalog import gpu_spec
+    from hpcmem.gpus.lookup import gpu_spec
     from hpcmem.plan.speed import job_throughput
     from hpcmem.plan.throughput import MFU_HALF_TOKENS, MFU_MAX
     from hpcmem.job.trl_config import build_job

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from hpcmem.cli import cli
 from hpcmem.estimate.verdict import DOES_NOT_FIT, FITS, TIGHT, judge
-from hpcmem.gpus.catalog import gpu_spec
+from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.gpus.spec import GpuSpec, PeakMargin
 
 GIB = 1024**3

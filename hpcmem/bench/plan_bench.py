@@ -15,7 +15,7 @@ import os
 import statistics
 import time
 
-from hpcmem.gpus.catalog import gpu_spec
+from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.plan import search
 from hpcmem.job.trl_config import build_job
 

@@ -90,7 +90,7 @@ def running_jobs(runner: Runner, ids: list[str]) -> set[str] | None:
 
 
 def _campaign(preset: Preset, opt: Options, runner: Runner) -> Campaign:
-    from hpcmem.gpus.catalog import gpu_spec
+    from hpcmem.gpus.lookup import gpu_spec
 
     from hpcmem.inputs.files import is_file
     from hpcmem.inputs.values import shown
@@ -120,7 +120,7 @@ def _campaign(preset: Preset, opt: Options, runner: Runner) -> Campaign:
 def plan(preset: Preset, opt: Options, runner: Runner, *, models_dir: Path | None = None) -> Plan:
     """What `hpcmem calibrate` would submit now (nothing is written or submitted)."""
     from hpcmem.calibrate.matrix import plan_cases
-    from hpcmem.gpus.catalog import gpu_spec
+    from hpcmem.gpus.lookup import gpu_spec
 
     _check(preset, opt)
     camp = _campaign(preset, opt, runner)

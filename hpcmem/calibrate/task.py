@@ -105,7 +105,7 @@ def _write(camp: Campaign, cc: CampaignCase, state: str) -> None:
 
 def _job(camp: Campaign, cc: CampaignCase) -> Any:
     from hpcmem.calibrate.matrix import job_settings
-    from hpcmem.gpus.catalog import gpu_spec
+    from hpcmem.gpus.lookup import gpu_spec
     from hpcmem.job.trl_config import build_job
 
     job, _ = build_job(cc.case.trainer, job_settings(cc.case), gpu=gpu_spec(camp.data["gpu"]))

@@ -72,17 +72,9 @@ from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.loss import logits_tile
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.estimate.states import FOREACH_OPTIMS
-from hpcmem.estimate.step import (
-    AUTOCAST_CACHE,
-    BACKWARD,
-    FORWARD,
-    GRADIENTS,
-    OPTIMIZER_STATES,
-    OPTIMIZER_STEP,
-    OPTIMIZER_TEMPORARIES,
-)
+from hpcmem.estimate.names import AUTOCAST_CACHE, BACKWARD, FORWARD, GRADIENTS, OPTIMIZER_STATES, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES
 from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parameter_sizes
-from hpcmem.estimate.workspaces import NAME as WORKSPACES
+from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.models.spec import ModelSpec
 from hpcmem.job.trainers import entry

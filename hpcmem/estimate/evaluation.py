@@ -25,8 +25,8 @@ from hpcmem.estimate.states import ParamParts
 from hpcmem.estimate.trainers import generation_phases, no_grad_pass
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
+from hpcmem.estimate.names import EVALUATION
 
-NAME = "evaluation"
 
 
 def eval_phase(job: JobSpec, parts: ParamParts, prec: Precision, held: tuple[Component, ...]) -> Phase | None:
@@ -43,4 +43,4 @@ def eval_phase(job: JobSpec, parts: ParamParts, prec: Precision, held: tuple[Com
     if entry(t.trainer).generates and not t.use_vllm:     # its eval step generates before it scores
         candidates += [p.components for p in generation_phases(job, parts, prec, t.per_device_eval_batch_size)]
     worst = max(candidates, key=lambda comps: sum(c.bytes for c in comps))
-    return Phase(name=NAME, components=(*held, *worst))
+    return Phase(name=EVALUATION, components=(*held, *worst))

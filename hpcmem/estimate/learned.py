@@ -31,10 +31,11 @@ from hpcmem.estimate.lora import LoraLayout, backward_transient
 from hpcmem.estimate.loss import LossBytes
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, States
-from hpcmem.estimate.step import ACTIVATIONS
+from hpcmem.estimate.names import ACTIVATIONS
 from hpcmem.models.params import LinearModule
 from hpcmem.models.profile import Cell, LayerKind, LearnedProfile, cell_key
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.estimate.closing import closing_phases, resident_components
 
 REFERENCE_ADAPTER_BYTES = 4       # peft keeps adapters in fp32 (autocast_adapter_dtype) in the traced jobs
 DEFAULT_LORA = "lora-default"     # the technique name of the cells traced on peft's default targets
@@ -183,8 +184,6 @@ def _forward_phase(lb: LayerBytes, entry: int, head_other: int, loss: LossBytes,
 
 def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
                    loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()) -> list[Phase]:
-    from hpcmem.estimate.step import closing_phases, resident_components
-
     t, p = job.train, job.model.learned
     cell, reference = learned_cell(job, prec, lora)
     lb = layer_bytes(job, mb, prec, lora, cell, reference)

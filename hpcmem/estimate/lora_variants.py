@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from hpcmem.models.params import LinearModule
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.trainers import entry
 
 if TYPE_CHECKING:
     from hpcmem.estimate.lora import LoraLayout
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
 
 def modules_to_save(job: JobSpec) -> tuple[tuple[str, int], ...]:
     """(name, elements) of each module peft copies for training."""
-    from hpcmem.job.trainers import entry
-
     m = job.model
     sizes = {"lm_head": m.vocab_size * m.hidden_size, "embed_tokens": m.vocab_size * m.hidden_size,
              "score": m.hidden_size}

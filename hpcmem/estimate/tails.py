@@ -24,7 +24,6 @@ from hpcmem.estimate.lora import LoraLayout
 from hpcmem.job.shape import Precision
 from hpcmem.job.jobspec import JobSpec
 
-NAME = "allocator block tails"
 
 
 def block_tails(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[int, str]:

@@ -109,7 +109,7 @@ def safe_bound(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0) -> i
 
 
 def judge(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0) -> FitVerdict:
-    """The verdict for a device peak (± half `spread_bytes`) on `gpu` (its capacity and margins as hpcmem.gpus.catalog.gpu_spec
+    """The verdict for a device peak (± half `spread_bytes`) on `gpu` (its capacity and margins as hpcmem.gpus.lookup.gpu_spec
     built them)."""
     m = gpu.margin(PEAK)
     capacity = gpu.usable_bytes

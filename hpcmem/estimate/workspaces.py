@@ -24,8 +24,10 @@ checkpointing on), Qwen2.5-0.5B without checkpointing 0.95 MiB (one), Gemma-3-1B
 from __future__ import annotations
 
 from hpcmem.gpus.spec import GpuSpec
+from hpcmem.estimate.names import BLOCK_TAILS as TAILS
+from hpcmem.models.params import linear_modules
+from hpcmem.estimate.names import CUBLAS_WORKSPACES
 
-NAME = "cuBLAS workspaces"
 HANDLES = 2                                   # Python's thread + autograd's device thread
 KIB = 1024
 HOPPER_BYTES = 4096 * KIB * 8                 # sm_90 default: 32 MiB
@@ -54,8 +56,6 @@ def cublas_workspaces(gpu: GpuSpec | None, lt_threads: int = 0) -> tuple[int, st
 def cublaslt_threads(job) -> int:
     """Threads that run a bias GEMM: none without biased linears; the forward's, and autograd's when checkpointing
     recomputes the forward inside the backward."""
-    from hpcmem.models.params import linear_modules
-
     if not any(mod.bias for mod in linear_modules(job.model)):
         return 0
     return 2 if job.train.gradient_checkpointing else 1
@@ -64,6 +64,4 @@ def cublaslt_threads(job) -> int:
 def tensor_bytes(phase) -> int:
     """A phase's bytes without what no tensor holds — the workspaces and the allocator's block tails
     (hpcmem.estimate.tails): what a trace of tensors can be compared with."""
-    from hpcmem.estimate.tails import NAME as TAILS
-
-    return phase.bytes - sum(c.bytes for c in phase.components if c.name in (NAME, TAILS))
+    return phase.bytes - sum(c.bytes for c in phase.components if c.name in (CUBLAS_WORKSPACES, TAILS))

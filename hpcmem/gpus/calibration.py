@@ -22,6 +22,7 @@ from typing import Any
 
 from hpcmem.datapath import search_dirs
 from hpcmem.gpus.spec import Campaign, PeakMargin
+from hpcmem.gpus.catalog import catalog_entry, gpu_slug
 
 KIND = "calibrations"
 
@@ -40,16 +41,12 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def _names(path: Path, data: dict[str, Any]) -> set[str]:
-    from hpcmem.gpus.catalog import gpu_slug
-
     return {path.stem, gpu_slug(data.get("catalog_name")), *map(gpu_slug, data.get("device_names", []))} - {"cpu"}
 
 
 def load_calibration(gpu_name: str | None) -> dict[str, Any] | None:
     """The calibration of a GPU model (catalog name, alias, or the driver's name such as "NVIDIA H100 80GB HBM3"),
     or None when it was never probed. `_path` in the result says which file was read."""
-    from hpcmem.gpus.catalog import catalog_entry, gpu_slug
-
     wanted = {gpu_slug(gpu_name)}
     entry = catalog_entry(gpu_name or "")
     if entry is not None:

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from hpcmem.inputs import values as v
+from hpcmem.job.spec import ParallelSpec, TrainSpec
 
 Checker = Callable[[str, Any], Any]
 
@@ -62,8 +63,6 @@ _EXTRA: dict[str, Checker] = {
 @lru_cache(maxsize=1)
 def checkers() -> dict[str, Checker]:
     """Setting name → checker, for every name hpcmem reads from a settings layer."""
-    from hpcmem.job.spec import ParallelSpec, TrainSpec
-
     out: dict[str, Checker] = {}
     for cls in (TrainSpec, ParallelSpec):
         for f in fields(cls):

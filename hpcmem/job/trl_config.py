@@ -21,6 +21,9 @@ from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
 from hpcmem.job.trainers.fields import check_fields
+from hpcmem.gpus.lookup import gpu_spec
+from hpcmem.models import resolve_model
+from hpcmem.models.coverage import required_settings
 # TRL's shipped accelerate configs (trl/accelerate_configs/*.yaml, 1.16), by the name `trl --accelerate_config` takes.
 SHIPPED_ACCELERATE = {
     "single_gpu": {"distributed_type": "NO"},
@@ -149,10 +152,6 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None,
     """Settings (already merged by precedence) → JobSpec, plus the names hpcmem ignored (no memory effect modelled).
     `settle_required` (the planner): a knob of PLANNER_SETTLES the settings leave unset takes the value the model
     type's real trainer requires, instead of TRL's default that the type refuses."""
-    from hpcmem.gpus.catalog import gpu_spec
-    from hpcmem.models import resolve_model
-    from hpcmem.models.coverage import required_settings
-
     s = _normalise(check_settings(settings, "settings"))
     e = entry(trainer)
     not_read = check_fields(e.config_class, {k: v for k, v in s.items() if k not in TRAIN_FIELDS | PARALLEL_FIELDS})

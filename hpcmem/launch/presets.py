@@ -82,7 +82,7 @@ class Preset:
 
     def gpu_spec(self):
         """The GPU `gpu` names: a catalog entry or the site's description (hpcmem.gpus.catalog), with its calibration."""
-        from hpcmem.gpus.catalog import gpu_spec
+        from hpcmem.gpus.lookup import gpu_spec
 
         return gpu_spec(self.gpu)
 
@@ -296,7 +296,7 @@ def _check_gpu(name: Any, source: str, p: Problems) -> None:
     if not isinstance(name, str) or not name:
         return
     try:
-        from hpcmem.gpus.catalog import gpu_spec
+        from hpcmem.gpus.lookup import gpu_spec
     except ImportError:
         return
     try:

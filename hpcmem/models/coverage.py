@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.datapath import PACKAGE_DIR
+from hpcmem.datapath import estimator_dir
+from hpcmem.models.config import ARCHITECTURES
 
 MAPPING_NAME = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
 STATUSES = ("derived", "learned", "refused", "not applicable", "unclassified")
@@ -50,8 +52,6 @@ def mapping_from_source(text: str) -> dict[str, str]:
 
 def type_status(model_type: str, entry: dict[str, Any] | None) -> tuple[str, str]:
     """(status, reason) of one type."""
-    from hpcmem.models.config import ARCHITECTURES
-
     if entry is None:
         return "unclassified", "not in hpcmem/models/coverage.json (transformers is newer than this table)"
     if entry["class"] == "not_applicable":
@@ -124,8 +124,6 @@ def refusal(model_type: str) -> str | None:
 
 # -- the coverage sweep's records (estimator/coverage.jsonl) -------------------------------------------------------
 def sweep_records() -> list[dict[str, Any]]:
-    from hpcmem.datapath import estimator_dir
-
     path = estimator_dir() / "coverage.jsonl"
     if not path.is_file():
         return []

@@ -34,6 +34,9 @@ from typing import Any
 
 from hpcmem.datapath import search_dirs, write_dir
 from hpcmem.errors import SpecError
+from hpcmem.models.config import sliding_window
+from hpcmem.models.coverage import classification
+from hpcmem.models.spec import ModelSpec
 
 FORMAT = "hpcmem-learned-profile/2"
 KIND = "profiles"
@@ -261,9 +264,6 @@ def _int(cfg: dict[str, Any], *keys: str, default: int = 0) -> int:
 def spec_from_profile(p: LearnedProfile, name: str):
     """A ModelSpec whose sizes come from the meta model (hidden, vocab, layers) and, where the config names them, the
     attention shape (for the planner's FLOP count only: the memory terms are the profile's)."""
-    from hpcmem.models.config import sliding_window
-    from hpcmem.models.spec import ModelSpec
-
     cfg = p.config
     decoder = backbone_config(cfg)
     heads = _int(cfg, "num_attention_heads", "n_head", "num_heads", default=1)
@@ -283,8 +283,6 @@ def backbone_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """The decoder a text fine-tune trains: the `text_config` of a family hpcmem/models/coverage.json marks
     multimodal (its towers are not counted, as for the derived families), with the outer tie_word_embeddings when the
     inner one is absent; else the config itself (Emu3, Mllama: their causal-LM class takes the whole config)."""
-    from hpcmem.models.coverage import classification
-
     inner = cfg.get("text_config")
     if not isinstance(inner, dict) or "model_type" not in inner:
         return dict(cfg)

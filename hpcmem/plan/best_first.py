@@ -38,7 +38,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import Estimate, estimate
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.job.shape import micro_batch
-from hpcmem.estimate.step import ACTIVATIONS
+from hpcmem.estimate.names import ACTIVATIONS
 from hpcmem.estimate.verdict import safe_bound
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.plan import layouts

@@ -109,7 +109,7 @@ def on_this_gpu(job: Any) -> Any:
 
     import torch
 
-    from hpcmem.gpus.catalog import gpu_for_device
+    from hpcmem.gpus.lookup import gpu_for_device
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     gpu = gpu_for_device(props.name, int(props.total_memory))

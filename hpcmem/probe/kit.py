@@ -42,7 +42,7 @@ DETECT = ("import json, torch; p = torch.cuda.get_device_properties(0); "
 def detect_gpu(device: str, gpu: str | None, tiny: bool) -> tuple[Any, str | None]:
     """The GpuSpec to size against — its capacity what torch reports on this machine (the catalog's for --gpu) —
     and the driver's name for the GPU (None on CPU), which names the records file."""
-    from hpcmem.gpus.catalog import gpu_for_device, gpu_spec
+    from hpcmem.gpus.lookup import gpu_for_device, gpu_spec
     from hpcmem.gpus.calibration import default_margins
     from hpcmem.gpus.spec import GpuSpec
 

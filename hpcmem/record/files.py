@@ -20,6 +20,7 @@ from typing import Any
 from hpcmem.datapath import estimator_dir
 from hpcmem.gpus.catalog import gpu_slug
 from hpcmem.record.types import Record, RecordError
+from hpcmem.inputs.files import MAX_BYTES, check_depth
 
 
 def records_path(gpu_name: str | None, root: Path | None = None) -> Path:
@@ -49,8 +50,6 @@ def append_record(path: str | os.PathLike, record: Record | dict[str, Any]) -> N
 def read_lines(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Every JSON object of a JSONL file (a shared lock keeps a writer from appending half-way through the read); the
     file is read within hpcmem.inputs.files' limits. A missing file has none."""
-    from hpcmem.inputs.files import MAX_BYTES, check_depth
-
     p = Path(path)
     if not p.exists():
         return []

@@ -9,6 +9,10 @@ from dataclasses import asdict, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from hpcmem.gpus.spec import GpuSpec, PeakMargin
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.spec import ParallelSpec, TrainSpec
+from hpcmem.models.spec import ModelSpec
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "deepspeed", "datasets", "nvidia-ml-py", "hpcmem")
 ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -55,11 +59,6 @@ def job_to_dict(job: Any) -> dict[str, Any]:
 def job_from_dict(data: Any, env: Any = None) -> Any:
     """Rebuild a JobSpec from `job_to_dict`; keys the current specs no longer have are dropped. `env` is the record's
     allocator environment: a run made under expandable_segments:True is such a job, whatever its spec said."""
-    from hpcmem.job.spec import ParallelSpec, TrainSpec
-    from hpcmem.job.jobspec import JobSpec
-    from hpcmem.gpus.spec import GpuSpec, PeakMargin
-    from hpcmem.models.spec import ModelSpec
-
     def build(cls: type, d: dict[str, Any] | None) -> Any:
         if d is None:
             return None

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from hpcmem.errors import SpecError
+from hpcmem.record.cells import cell_of
+from hpcmem.record.job import job_from_dict
+from hpcmem.record.job import ran_expandable
 
 SCHEMA = 2
 PEAK_KEYS = {"allocated": "peak_allocated_bytes", "reserved": "peak_reserved_bytes", "device": "device_peak_bytes"}
@@ -300,8 +303,6 @@ class Record:
 
     @property
     def cell(self) -> tuple[str, str]:
-        from hpcmem.record.cells import cell_of
-
         return cell_of(self.job)
 
     @property
@@ -311,8 +312,6 @@ class Record:
 
     @property
     def expandable(self) -> bool:
-        from hpcmem.record.job import ran_expandable
-
         return ran_expandable(self.job, self.env)
 
     def predicted(self, peak: str) -> int | None:
@@ -323,8 +322,6 @@ class Record:
 
     def job_spec(self) -> Any:
         """The JobSpec as it ran: the record's spec and its allocator environment (hpcmem.record.job)."""
-        from hpcmem.record.job import job_from_dict
-
         return job_from_dict(self.job, self.env)
 
 

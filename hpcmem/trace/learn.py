@@ -116,7 +116,7 @@ def known_parts(job: JobSpec) -> dict[str, Any]:
     from hpcmem.estimate.loss import loss_bytes
     from hpcmem.job.shape import micro_batch, precision
     from hpcmem.estimate.states import job_param_parts, model_states
-    from hpcmem.estimate.step import resident_components
+    from hpcmem.estimate.closing import resident_components
 
     mb, prec, parts, lora = micro_batch(job), precision(job), job_param_parts(job), lora_layout(job)
     s = model_states(job, prec, lora)

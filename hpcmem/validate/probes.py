@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcmem.gpus.catalog import gpu_for_device, gpu_slug, recalibrated
+from hpcmem.gpus.catalog import gpu_slug
+from hpcmem.gpus.lookup import gpu_for_device, recalibrated
 from hpcmem.record import PEAK_KEYS, Record, read_records
 from hpcmem.validate.table import PEAKS, Point
 

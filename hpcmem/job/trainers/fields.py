@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from hpcmem.errors import Problems
+from hpcmem.job.spec import TrainSpec, field_names
 
 MODELLED, NO_EFFECT, REFUSED = "modelled", "no memory effect", "refused"
 
@@ -203,8 +205,6 @@ def declared() -> dict[str, tuple[str, ...]]:
 
 def classify(config_class: str, name: str) -> Field | None:
     """How hpcmem treats TRL field `name` of `config_class` (TrainSpec fields: modelled), or None if unclassified."""
-    from hpcmem.job.spec import TrainSpec, field_names
-
     own = BY_CLASS.get((config_class, name))
     if own is not None:
         return own
@@ -221,8 +221,6 @@ def check_fields(config_class: str, settings: dict[str, Any]) -> list[str]:
     """The settings hpcmem reads nothing from (no memory effect, or not a TRL field at all: the script's own, such as
     dataset_name), after refusing a refused field's non-default value and a field another trainer's config declares
     but this one does not (TrlParser would hand it to `accelerate launch`). Raises SpecError listing every problem."""
-    from hpcmem.errors import Problems
-
     p = Problems()
     passed: list[str] = []
     shared = set(declared()["TrainingArguments"]) | set(declared()["ModelConfig"])

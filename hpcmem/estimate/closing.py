@@ -1,0 +1,92 @@
+"""What every phase of a step holds whatever the layers are (the model states) and the phases after the layers (the
+embeddings' backward, the optimizer step): shared by the derived layer terms (hpcmem.estimate.step) and the learned
+ones (hpcmem.estimate.learned)."""
+
+from __future__ import annotations
+
+from hpcmem.estimate.breakdown import Component, Phase
+from hpcmem.estimate.lora import LoraLayout, lora_layout
+from hpcmem.estimate.names import GRADIENTS, OPTIMIZER_STATES, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES
+from hpcmem.estimate.states import ParamParts, States
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import MicroBatch, Precision
+from hpcmem.job.trainers import entry
+
+
+def resident_components(s: States, lora: LoraLayout) -> list[Component]:
+    """Model states held through every phase of the step."""
+    out = [Component(name="weights", bytes=s.weights, note=s.notes.get("weights", ""))]
+    if s.quant_constants:
+        out.append(Component(name="quantization constants", bytes=s.quant_constants))
+    if lora.enabled:
+        out.append(Component(name="lora adapters", bytes=s.adapters,
+                             note=" · ".join(x for x in (
+                                 f"{lora.num_params:,} params r={lora.r} on {','.join(mod.leaf for mod in lora.adapted)}",
+                                 s.notes.get("adapters", "")) if x)))
+    out.append(Component(name=OPTIMIZER_STATES, bytes=s.optimizer, note=s.notes.get("optimizer", "")))
+    if s.master:
+        out.append(Component(name="fp32 master weights", bytes=s.master, note="DeepSpeed fp32 partition"))
+    if s.grad_buffers and s.notes.get("ddp"):
+        out.append(Component(name="gradient buckets", bytes=s.grad_buffers, note=s.notes["ddp"]))
+    return out
+
+
+def closing_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States,
+                   resident: list[Component], opt_transient: int, lora: LoraLayout | None = None) -> list[Phase]:
+    """The last instant of backward (embeddings) and the optimizer step: states and gradients only, whatever the
+    layers are (shared by the derived and the learned layer terms)."""
+    lora = lora if lora is not None else lora_layout(job)
+    grads_all = Component(name=GRADIENTS, bytes=s.gradients)
+    embed_phase = _embedding_backward(job, mb, prec, parts, resident, grads_all,
+                                      not lora.enabled or lora.trains_head, lora)
+    step_extra = [Component(name="gradient buffers", bytes=s.grad_buffers, note="fp32 gradient partition")] \
+        if s.grad_buffers and not s.notes.get("ddp") else []
+    optimizer = Phase(name=OPTIMIZER_STEP, components=(
+        *resident, grads_all, *step_extra,
+        Component(name=OPTIMIZER_TEMPORARIES, bytes=opt_transient)))
+    return [p for p in (optimizer, embed_phase) if p is not None]
+
+
+def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, resident: list[Component],
+                        grads_all: Component, head_trains: bool, lora: LoraLayout) -> Phase | None:
+    """The last instant of backward: every gradient exists and the embedding's arrives. With tied embeddings and an
+    LM head, the embedding's fresh [V, H] gradient is summed into the head's, which waits in autograd's input buffer,
+    in place (torch/csrc/autograd/input_buffer.cpp `accumulate`: TRL's fused head returns a fresh dense gradient), so
+    one more [V, H] is alive, next to the incoming [T, H] gradient; the H200 records of 2026-11-29 read this, and the
+    trace models it (hpcmem/trace/tracker.py `accumulation_op`). Without an LM head (Reward) the former rule stays:
+    two [V, H]. Untied, the gradient of the embedding output ([T, H], twice) is alive. Sharded gradients (ZeRO-2/3,
+    FSDP) go through reduce buckets instead: not added."""
+    par = job.parallel
+    if (par.deepspeed and par.zero_stage >= 2) or par.fsdp:
+        return None
+    m = job.model
+    if lora.enabled:
+        if not lora.trains_embedding:
+            return None
+        # a trained embed_tokens copy (lora_modules_to_save): its dense [V, H] gradient and the incoming [T, H]
+        extra = m.vocab_size * m.hidden_size * prec.weight + mb.tokens * m.hidden_size * prec.residual
+        return Phase(name="backward (embeddings)", components=(
+            *resident, grads_all, Component(name="embedding backward", bytes=extra,
+                                            note="the embed_tokens copy's gradient (lora_modules_to_save)")))
+    if not head_trains:
+        return None
+    if parts.lm_head == 0 and entry(job.train.trainer).head == "lm":
+        extra = m.vocab_size * m.hidden_size * prec.weight + mb.tokens * m.hidden_size * prec.residual
+        note = "tied: embedding gradient, summed into the head's in place, + the incoming [T, H] gradient"
+    elif parts.lm_head == 0:
+        extra = 2 * m.vocab_size * m.hidden_size * prec.weight
+        note = "tied weights, no LM head: embedding gradient and a copy"
+    else:
+        extra = 2 * mb.tokens * m.hidden_size * prec.residual
+        note = "gradient of the embedding output"
+        if job.train.gradient_accumulation_steps > 1:
+            # accumulating: .grad exists (counted in the gradients), so the embedding's backward allocates a fresh
+            # dense [V, H] gradient next to it (aten/src/ATen/native/Embedding.cpp `embedding_dense_backward`), with
+            # the incoming [T, H] gradient alive, and AccumulateGrad adds it in place before freeing it
+            # (torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad`). The trace of Reward Gemma-3-1B 1 × 8
+            # peaks there: 576 MiB [V, H] + 4.5 MiB fp32 [T, H] of temporaries.
+            fresh = m.vocab_size * m.hidden_size * prec.weight + mb.tokens * m.hidden_size * prec.residual
+            if fresh > extra:
+                extra, note = fresh, "accumulating: a fresh [V, H] gradient next to .grad, + the incoming [T, H]"
+    return Phase(name="backward (embeddings)", components=(
+        *resident, grads_all, Component(name="embedding backward", bytes=extra, note=note)))
