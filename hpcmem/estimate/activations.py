@@ -133,8 +133,7 @@ def sac_saved_attention(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str
     """What TRL's selective checkpointing keeps of one layer besides its input: the outputs of the attention op
     (output + fp32 logsumexp). Its policy (trl/models/selective_activation_checkpointing.py `_build_policy_fn`)
     marks MUST_SAVE only the aten SDPA kernels and flash-attn's ops; eager attention (Gemma2 always) calls neither,
-    so there selective checkpointing keeps what full checkpointing keeps (matrix traces gemma2-9b-sac-4k and
-    gemma2-9b-bf16-gc-4k: the same bytes in every category)."""
+    so there selective checkpointing keeps what full checkpointing keeps."""
     if effective_attention(m, attn) == "eager":
         return 0
     q = m.num_attention_heads * m.head_dim

@@ -7,58 +7,25 @@ tensors and (b) free blocks stranded at the peak instant — blocks an earlier p
 cannot use. The terms (bytes, `slack_terms`):
 
 - `packing`: (a) — the job's persistent tensors one by one (weights, adapters, AdamW states;
-  hpcmem.estimate.tensors) through the allocator's rules (1–10 MiB tensors share 20 MiB segments, larger ones get
-  their size rounded up to 2 MiB; expandable segments: 20 MiB pages), exact for them; its default-mode coefficient
-  (≈ 1.9) also carries the gradients, which have the same sizes and are carved out during backward (under expandable
-  segments the waste is at most a page per pool, 2 + 20 MiB, so the term stays small whatever its coefficient);
-- `second_step`: the blocks the second step has to map afresh. torch's AdamW creates its states at the first
-  `optimizer.step()` (torch/optim/adamw.py `_init_group`), after the first backward has freed its transients, and
-  the allocator hands the states the cached blocks first (best fit): the first step ends with about
-  max(first-step peak without the states, weights + gradients + states) reserved, and the big blocks the states took
-  over — the fused LM head's fp32 [V, H] gradient accumulator and the [V, H] gradient (trl/kernels/chunked_logprob.py
-  backward) — get new segments in the second step. The term is that end of step one + those blocks − the peak, when
-  positive (from the estimate's own phases). Under default segments the [V, H] gradient counts only when the logits
-  tile takes its old segment (`head_gradient_mapped_again`). LM heads only: Reward's block is `embedding_grad`. Under
-  expandable segments freed blocks merge in one address range and are reused; the optimizer step's temporaries
-  (foreach AdamW: a list the size of the gradients, torch/optim/adam.py `_multi_tensor_adam`, torch 2.13) are the
-  step's last allocations, so when they are freed they leave one free run at the top of the mapped range, which best
-  fit hands out last (`get_free_block` ranks a block bordering unmapped space by what it could grow to): the second
-  step's forward fits elsewhere and its [V, H] blocks take that run before any page is mapped (seen in the allocator
-  model for Qwen2.5-0.5B with adamw_torch: a 936 MiB free run at the start of step 2, nothing mapped for the head),
-  so only the blocks beyond the temporaries count;
+  hpcmem.estimate.tensors) through the allocator's segment rules (`packing_waste`); its default-mode coefficient
+  also carries the gradients, which have the same sizes and are carved out during backward;
+- `second_step`: end of step one + the [V, H] blocks the second step maps afresh − the peak, when positive: torch's
+  AdamW creates its states at the first `optimizer.step()` (torch/optim/adamw.py `_init_group`) and best fit hands
+  them the cached blocks first, so the fused LM head's [V, H] blocks (trl/kernels/chunked_logprob.py backward) get
+  new segments in the second step (`second_step`);
 - `beside` (default segments, full fine-tuning): what step one reserves more when the largest trainable layer weight
-  is larger than every block the forward frees. Under default segments a block never grows past its segment (one
-  `cudaMalloc`; `try_merge_blocks` joins neighbours within it only), so a tensor fits a freed block only whole
-  (best fit, `get_free_block`), and such a weight's gradient (backward) and optimizer states (torch/optim/adamw.py
-  `_init_group`, at the first `optimizer.step()`) map segments of their own beside the activations' segments. The
-  blocks the forward frees — the activations (taken as blocks of the layer's largest size), autocast's 16-bit weight
-  copies (aten/src/ATen/autocast_mode.cpp `cached_cast`, fp32 weights), Phi-3's fused gate/up [T, 2I] output
-  (transformers modeling_phi3.py `Phi3MLP`) — take the gradients and states that fit, whole (`_placed`). End of step
-  one = what the forward reserved + every gradient and state − what those blocks hold; step 2 maps about one [V, H]
-  block again (the gradients took the fp32 accumulator's freed block in step one). The term is that end + the [V, H]
-  block − the peak − `second_step`, when positive. Seen in the allocator model replaying Qwen2.5-7B, Llama-3.1-8B,
-  Mistral-7B, Qwen3-8B and Phi-3-mini bf16 without checkpointing and Mistral-7B fp32 with it (2,048 tokens): every
-  state of a weight larger than the largest freed block maps a new segment at step one (Qwen2.5-7B: 168 of 168
-  129.5 MiB states; Mistral-7B fp32: 192 of 192 224 MiB states and 94 of the 128 64 MiB ones, where `_placed`
-  leaves 96). Under expandable segments freed blocks merge in one address range (0 there; the gradients' own
-  fragmentation of that range in step 2 is not modelled);
+  is larger than every block the forward frees: a block never grows past its segment (`try_merge_blocks`), so such
+  a weight's gradient and states map segments of their own (`beside_activations`);
 - `embedding_grad` (Reward, full fine-tuning): the embedding's [V, H] gradient(s) the second step maps again
-  (`embedding_gradients`). The embedding's backward is the backward's last block, so such a segment lands on the
-  reserve the layers' backward reached — after the allocated peak — not on the end of step one: the term is the
-  blocks themselves, and its coefficient the share of them the allocator maps again (a coin without gradient
-  accumulation: `placement_spread`);
+  (`embedding_gradients`), counted whole: they land after the allocated peak;
 - `head_tile`: the fused head's [4096, 32768] logits tile and fp32 [N, H] input gradient, freed before the layers'
-  backward, which split it (the tile left out where the recompute takes its pages whole: `head_tile_kept`);
-- `layer_blocks`: the largest block of a decoder layer (the MLP's [T, I] in the compute dtype, an fp32 [T, H]
-  norm upcast, eager attention's fp32 [rows, heads, S, S] scores), a size that recurs layer after layer while
-  gradients and saved tensors interleave with it;
+  backward, which split it (`head_tile_kept`);
+- `layer_blocks`: the largest block of a decoder layer (`largest_layer_block`);
 - `allocated`: a small share of the peak for everything else (rounding of requests, short-lived blocks).
 
-(b) is not replayed tensor by tensor: each term's coefficient — how much of such a block ends up stranded — is fitted
-per allocator mode to the allocator model replaying the trace matrix (`python -m hpcmem.lab.reserved_fit`,
-estimator/reserved-fit.json; held-out errors in estimator/LOG.md). Jobs the trace does not run (ZeRO, FSDP: flat
-partitions, so no per-tensor `packing`; QLoRA) get the same terms with their own sizes, not held to the allocator
-model.
+(b) is not replayed tensor by tensor: each term's coefficient is fitted per allocator mode by hpcmem.lab.reserved_fit
+on the trace matrix (estimator/reserved-fit.json; estimator/LOG.md). Jobs the trace does not run (ZeRO, FSDP: flat
+partitions, so no per-tensor `packing`; QLoRA) get the same terms with their own sizes.
 """
 
 from __future__ import annotations
@@ -113,10 +80,9 @@ def packing_tails(sizes: tuple[int, ...], expandable: bool) -> int:
     size in `allocated_bytes` (c10/cuda/CUDACachingAllocator.cpp `malloc`: `stats.allocated_bytes` += `block->size`,
     after `alloc_found_block`), and the large pool hands a block out unsplit when the remainder is ≤ 1 MiB
     (`should_split`: `remaining > kSmallSize`). So a tensor just under a 2 MiB multiple (its own rounded-up segment)
-    or one that best fit puts into a cached remainder < its size + 1 MiB counts up to 1 MiB more than its bytes:
-    Qwen2.5-7B's [I, H] weights (129.5 MiB in a 130 MiB segment), Gemma-3-1B's (15.19 MiB in 16), Qwen2.5-0.5B's
-    [H, H] ones (1.53 MiB in the 1.84 MiB left of a 20 MiB segment after two 8.31 MiB MLP weights). Plus the 512 B
-    rounding of every request (`round_size`). Expandable segments split any remainder ≥ 512 B: rounding only."""
+    or one that best fit puts into a cached remainder < its size + 1 MiB counts up to 1 MiB more than its bytes.
+    Plus the 512 B rounding of every request (`round_size`). Expandable segments split any remainder ≥ 512 B:
+    rounding only."""
     _, allocated, _, raw = _pack(sizes, expandable)
     return allocated - raw
 
@@ -218,14 +184,10 @@ def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
 def head_tile_kept(job: JobSpec, lora: LoraLayout, expandable: bool) -> bool:
     """Whether the logits tile counts in `head_tile`. Not under expandable segments with LoRA and checkpointing
     (no activation offloading): the frozen head's backward allocates no [V, H] gradient, the freed tile's pages merge
-    with the free range around them and the last layer's recompute, next, takes them — in the allocator model's
-    replays of ten such streams (five matrix cases, five H200 records: Qwen2.5-0.5B/7B, Llama-3.2-1B, Llama-3.1-8B,
-    Gemma-3-1B; SFT and DPO) the largest free range at the peak is 14–84 MiB against a 256 MiB tile, often one fp32
-    [4096, H] chunk of the input gradient (14, 32, 64 MiB), which stays in the term. Without checkpointing or with
-    activation offloading the activations hold that range and the second step maps the tile again (Qwen2.5-0.5B:
-    40–60 and 160–180 MiB of new pages), so the tile stays. It stays too when LoRA trains a copy of the head
-    (`lora_modules_to_save: [lm_head]`): the head's backward then allocates its [V, H] gradients
-    (hpcmem.estimate.lora_variants), as in full fine-tuning, and none of the ten streams was such a job."""
+    with the free range around them and the last layer's recompute, next, takes them. Without checkpointing or with
+    activation offloading the activations hold that range and the second step maps the tile again, so the tile stays.
+    It stays too when LoRA trains a copy of the head (`lora_modules_to_save: [lm_head]`): the head's backward then
+    allocates its [V, H] gradients (hpcmem.estimate.lora_variants), as in full fine-tuning."""
     t = job.train
     frozen_head = lora.enabled and not lora.trains_head
     return not (expandable and frozen_head and t.gradient_checkpointing and not t.activation_offloading)
@@ -264,13 +226,9 @@ def head_gradient_mapped_again(job: JobSpec, mb: MicroBatch, prec: Precision) ->
     step one's accumulator segment after an AdamW [V, H] state took its front (torch/optim/adamw.py `_init_group`),
     V·H·(4 − w), less what the forward cut from it — taken as one layer block. When that rest is smaller than the
     tile and the tile fits the gradient's segment, the tile takes it and the gradient maps a new one; otherwise the
-    tile takes the rest (or the rest holds the gradient) and nothing is mapped for it. Seen in the allocator model
-    replaying the H200 streams: sft-qwen05-full (8 × 1024 tokens) — step 2's head backward finds 260 and 200 MiB
-    free, the 256 MiB tile takes the 260 MiB segment, the 259.66 MiB gradient maps a new one (dpo-qwen05-full,
-    sft-qwen05-pack-bfd, sft-qwen05-full-nogc alike); grpo-qwen05-full (2,048 tokens, a 128 MiB tile),
-    sft-llama1b-sac and sft-llama8b-full (V·H·2 = 501 and 1,002 MiB) map no gradient block. Not exact: the forward
-    may cut more or less than one block (`placement_spread`). With fp32 weights there is no such block: `Tensor.to`
-    returns the tensor itself when the dtype matches (sft-qwen05-full-fp32load: the accumulator and the tile only)."""
+    tile takes the rest (or the rest holds the gradient) and nothing is mapped for it. Not exact: the forward may cut
+    more or less than one block (`placement_spread`). With fp32 weights there is no such block: `Tensor.to` returns
+    the tensor itself when the dtype matches."""
     if prec.weight == FP32:
         return False        # fp32 weights: `grad_weight.to(weight.dtype)` returns the accumulator itself
     m = job.model
@@ -405,9 +363,7 @@ def embedding_gradients(job: JobSpec) -> int:
     accumulate_grad.h `AccumulateGrad::accumulateGrad` keeps the incoming tensor), each later one is added into it
     in place and freed — so 1 without gradient accumulation and 2 with it, whatever the accumulation steps. Tying
     adds none: the sequence-classification model (transformers `AutoModelForSequenceClassification`, a [labels, H]
-    `score` linear) has no output embedding to tie. In the allocator model replaying Reward streams: one [V, H]
-    per micro-batch, Qwen3-0.6B and Qwen2.5-0.5B (tied) alike; Gemma-3-1B 2 × 4 traced with 4 micro-batches
-    allocates four per step and maps two of them again in step 2 (reserved 9,430 MiB, as with 2 traced)."""
+    `score` linear) has no output embedding to tie."""
     return 2 if job.train.gradient_accumulation_steps > 1 else 1
 
 
@@ -432,39 +388,26 @@ def largest_layer_block(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
 
 
 def placement_spread(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, terms: dict[str, int]) -> int:
-    """Bytes of reserved the estimate cannot place: a block whose segment the second step may or may not map again.
-    Under the default allocator that flips, in the allocator model replaying the traced streams, with one 2–8 MiB
-    tensor more or less before the weights (estimator/LOG.md). Under expandable segments the same perturbation
-    moves the LM-head streams by at most 18 MiB, but whether the block finds a free range still depends on the order
-    in which the step's blocks fill the freed address range, which the estimate does not replay. The fitted rule sits
-    between the two outcomes, so reserved may be off by about half this block either way; the estimate says so rather
-    than fit it away.
+    """Bytes of reserved the estimate cannot place: a block whose segment the second step may or may not map again,
+    depending on which cached block an earlier request cut (best fit, c10/cuda/CUDACachingAllocator.cpp
+    `get_free_block`) — an order the estimate does not replay. The fitted rule sits between the two outcomes, so
+    reserved may be off by about half this block either way; the estimate says so rather than fit it away.
     - A trainable LM head: its [V, H] gradient (in the weights' dtype), when the second step's reserve can set the
       peak (`second_step` or `beside` > 0 in `terms`, the job's allocator mode's `slack_terms`): whether the second
-      step maps it again depends on which freed block its forward's logits tile takes (full fine-tuning streams move
-      by up to ±6 % of reserved). With tied 16-bit weights under default segments the same-sized block is also
-      reported where the head's gradient keeps its segment (`head_gradient_mapped_again` false), whatever
-      `second_step`: the embedding's own [V, H] gradient, the backward's last block, may need a new segment then
-      (`tied_embedding_block`); never both in the streams replayed.
-    - Reward (a score head): the embedding's [V, H] gradient (one block also with gradient accumulation, where the
-      four default-segment streams traced map both of `embedding_gradients` again). It is the backward's last block
-      (the embedding's backward, after every layer), so when it needs a new segment that lands on the reserve the
-      layers' backward reached, after the allocated peak. Step one's gradient segment, freed by zero_grad, is still
-      whole then unless the second step's layer blocks have cut it — which depends on the free blocks step one's AdamW
-      states left (Qwen3-0.6B, 4 × 2048, default segments: mapped again, 6,614 MiB; an 8 MiB tensor more before the
-      weights: not, 6,476 MiB; Qwen2.5-0.5B, 2 × 256 without checkpointing: mapped again under expandable segments,
-      not under default ones). Of the 20 Reward full fine-tuning stream × mode pairs traced, 9 map it again whatever
-      1–16 MiB tensor is added, 9 never do, 2 flip; no rule here tells the first two groups apart either. Without
+      step maps it again depends on which freed block its forward's logits tile takes. With tied 16-bit weights under
+      default segments the same-sized block is also reported where the head's gradient keeps its segment
+      (`head_gradient_mapped_again` false), whatever `second_step`: the embedding's own [V, H] gradient, the
+      backward's last block, may need a new segment then (`tied_embedding_block`).
+    - Reward (a score head): the embedding's [V, H] gradient (one block also with gradient accumulation). It is the
+      backward's last block, so when it needs a new segment that lands on the reserve the layers' backward reached,
+      after the allocated peak. Step one's gradient segment, freed by zero_grad, is still whole then unless the second
+      step's layer blocks have cut it — which depends on the free blocks step one's AdamW states left. Without
       accumulation, under default segments with checkpointing, a decoder layer's largest block (`layer_blocks`) is
       added: the second step's layer blocks flip too (`reward_layer_coin`).
     - LoRA, default segments: a decoder layer's largest block (`layer_blocks`). With the head and the weights frozen
-      there is no [V, H] block, but whether one more [T, I]-sized segment gets mapped flips the same way: replayed
-      with one 1.5–8 MiB tensor more before the weights, 3 of 17 LoRA streams (the ten H200 records' and seven
-      matrix cases') move by about one such block — sft-qwen7b-lora +148 MiB (its bf16 [T, I]: 4096 × 18944 × 2 B),
-      sft-llama8b-lora −92 MiB (block 112 MiB), Qwen2.5-0.5B SFT 4 × 2048 −138 MiB (step 2 no longer maps
-      peft's fp32 copy of down_proj's input, 152 MiB, twice the bf16 block) — because the 1–10 MiB tensors that
-      share 20 MiB segments decide which cached block a smaller request cuts first (estimator/LOG.md). Under
-      expandable segments freed ranges merge and no LoRA stream moved by more than one 20 MiB page: 0.
+      there is no [V, H] block, but whether one more [T, I]-sized segment gets mapped flips the same way, because the
+      1–10 MiB tensors that share 20 MiB segments decide which cached block a smaller request cuts first. Under
+      expandable segments freed ranges merge: 0.
     0 for other heads, and no [V, H] block under DeepSpeed (states exist before the first step)."""
     head = entry(job.train.trainer).head
     if lora.enabled:
@@ -485,14 +428,9 @@ def reward_layer_coin(job: JobSpec) -> bool:
     the first `optimizer.step()` (torch/optim/adamw.py `_init_group`), after the first backward has freed the layers'
     working blocks; best fit (c10/cuda/CUDACachingAllocator.cpp `get_free_block`) puts the states, each smaller than
     those blocks, into them and `alloc_found_block` caches the pieces; the second step's recompute and backward of
-    the peak layer find only pieces and map such blocks again. How many depends on which piece each state cut: in
-    the allocator model replaying Reward streams with one 1–16 MiB tensor more before the weights, the reserved peak
-    moved by 152 MiB (Qwen2.5-0.5B, 8 × 2,048 tokens: one bf16 [T, I] block), 276 MiB (Llama-3.2-1B, 8 × 2,048: about
-    one 256 MiB [T, I] block), 16 MiB (Qwen3-0.6B, 4 × 512: 12 MiB blocks) and 714 MiB (Qwen3-0.6B, 8 × 2,048:
-    6,476–7,190 MiB, the embedding's [V, H] gradient and several 64–128 MiB blocks; not covered). Under gradient
-    accumulation the micro-batches reuse each other's blocks (Gemma-3-1B 2 × 4 with its four micro-batches: at most
-    16 MiB), so none is added. Expandable segments, jobs without checkpointing and flat partitions (ZeRO, FSDP) were
-    not replayed for this: none added (estimator/LOG.md)."""
+    the peak layer find only pieces and map such blocks again, how many depending on which piece each state cut.
+    Under gradient accumulation the micro-batches reuse each other's blocks, so none is added. Expandable segments,
+    jobs without checkpointing and flat partitions (ZeRO, FSDP): none added (not modelled; estimator/LOG.md)."""
     return (not (job.expandable_segments or job.parallel.flat_partitions) and job.train.gradient_checkpointing
             and job.train.gradient_accumulation_steps == 1)
 
@@ -506,16 +444,10 @@ def tied_embedding_block(job: JobSpec, mb: MicroBatch, prec: Precision, lora: Lo
     accumulate_grad.h `accumulateGrad`). The largest free block then is what the layers' backward left of the
     fp32 accumulator's segment (V·H·4, mapped again at the start of the second step's backward: `second_step`);
     when it is below V·H·w the gradient maps a segment of its own, on top of the reserve the layers' backward
-    reached — the end of the second step, not of the first. In the allocator model replaying 42 tied 16-bit
-    default-segment streams (trace matrix and H200 records, with the cuBLAS workspaces; estimator/LOG.md) it did
-    in 6 of the 24 where the head's gradient kept its segment — Llama-3.2-1B DPO and RLOO (2 × 2,048 and 8 × 1,024
-    tokens) and SFT with selective checkpointing, Gemma-2-9B 1 × 4,096, Qwen2.5-0.5B packed; the largest free block
-    was 458–714 MiB against Llama's 501 MiB request, 1,136 against Gemma-2-9B's 1,750, 258–520 against
-    Qwen2.5-0.5B's 260 — and in none of the 18 where the head's gradient mapped a segment (the tile then frees step
-    one's gradient segment, which holds it). Which side a stream falls on moves with a 64 MiB workspace more or less
-    (Llama-3.2-1B 16 × 512), so it is reported as the spread, not fitted. fp32 weights: the embedding's fp32
-    gradient maps again every step and `recreated_blocks` counts it (no coin); expandable segments were not
-    replayed for this."""
+    reached — the end of the second step, not of the first. Which side a job falls on moves with small changes of
+    the free blocks, so it is reported as the spread, not fitted. fp32 weights: the embedding's fp32 gradient maps
+    again every step and `recreated_blocks` counts it (no coin); expandable segments: not modelled
+    (estimator/LOG.md)."""
     return (not job.expandable_segments and not lora.enabled and prec.weight < FP32 and job.model.tie_word_embeddings
             and entry(job.train.trainer).head == "lm" and not job.parallel.flat_partitions
             and not head_gradient_mapped_again(job, mb, prec))
@@ -537,9 +469,8 @@ def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLay
                     phases: list[Phase]) -> tuple[int, int]:
     """(Σ coefficient × term, never negative; `placement_spread` of the job's allocator mode). The default allocator
     is never estimated below expandable segments: the planner's bound turns expandable segments on to find the least a
-    combination can need (hpcmem.plan.best_first). The allocator model disagrees in 17 of the 174 traced steps
-    (expandable up to 5.7 % higher), so the estimate takes the larger of the two for the default mode — on the safe
-    side."""
+    combination can need (hpcmem.plan.best_first), so the estimate takes the larger of the two rules for the default
+    mode — on the safe side."""
     modes = (True,) if job.expandable_segments else (False, True)
     terms = {mode: slack_terms(job, mb, prec, lora, phases, mode) for mode in modes}
 

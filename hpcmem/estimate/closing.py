@@ -52,10 +52,10 @@ def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: Pa
     """The last instant of backward: every gradient exists and the embedding's arrives. With tied embeddings and an
     LM head, the embedding's fresh [V, H] gradient is summed into the head's, which waits in autograd's input buffer,
     in place (torch/csrc/autograd/input_buffer.cpp `accumulate`: TRL's fused head returns a fresh dense gradient), so
-    one more [V, H] is alive, next to the incoming [T, H] gradient; the H200 records of 2026-11-29 read this, and the
-    trace models it (hpcmem/trace/tracker.py `accumulation_op`). Without an LM head (Reward) the former rule stays:
-    two [V, H]. Untied, the gradient of the embedding output ([T, H], twice) is alive. Sharded gradients (ZeRO-2/3,
-    FSDP) go through reduce buckets instead: not added."""
+    one more [V, H] is alive, next to the incoming [T, H] gradient; the trace models it (hpcmem/trace/tracker.py
+    `accumulation_op`). Without an LM head (Reward) the former rule stays: two [V, H]. Untied, the gradient of the
+    embedding output ([T, H], twice) is alive. Sharded gradients (ZeRO-2/3, FSDP) go through reduce buckets instead:
+    not added."""
     par = job.parallel
     if (par.deepspeed and par.zero_stage >= 2) or par.fsdp:
         return None
@@ -83,8 +83,7 @@ def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: Pa
             # accumulating: .grad exists (counted in the gradients), so the embedding's backward allocates a fresh
             # dense [V, H] gradient next to it (aten/src/ATen/native/Embedding.cpp `embedding_dense_backward`), with
             # the incoming [T, H] gradient alive, and AccumulateGrad adds it in place before freeing it
-            # (torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad`). The trace of Reward Gemma-3-1B 1 × 8
-            # peaks there: 576 MiB [V, H] + 4.5 MiB fp32 [T, H] of temporaries.
+            # (torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad`).
             fresh = m.vocab_size * m.hidden_size * prec.weight + mb.tokens * m.hidden_size * prec.residual
             if fresh > extra:
                 extra, note = fresh, "accumulating: a fresh [V, H] gradient next to .grad, + the incoming [T, H]"

@@ -4,9 +4,8 @@ Named terms (`DeviceTerm`), each with where its number comes from:
 - **CUDA context** (per GPU, per process): the CUDA context, the kernels loaded into it (lazy module loading grows it
   as new kernels run) and the memory cuBLAS/cuDNN handles keep outside the allocator. Measured as device − reserved
   at the peak; calibrated per GPU model and driver from probe records (estimator/calibration/<gpu>.json,
-  `hpcmem validate --against probes --fit`). Uncalibrated default: the H200 records of 2026-11-29 (driver 580.159,
-  torch 2.11 + CUDA 13.0): 1,381–1,408 MiB over 20 runs, median 1,382 MiB — it was a 600 MiB guess that read every
-  small job 20–33 % under at the device level. Only a GPU measures it.
+  `hpcmem validate --against probes --fit`). Uncalibrated default: the median of the H200 probe records
+  (estimator/LOG.md). Only a GPU measures it.
 - **cuBLAS / cuBLASLt workspaces**: allocated *through* the caching allocator (CublasHandlePool.cpp), so they are
   part of allocated and reserved already (hpcmem/estimate/workspaces.py); named here, never added twice.
 - **NCCL** (world > 1): each communicator's channel buffers and proxy state, outside the allocator (cudaMalloc /

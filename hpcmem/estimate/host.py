@@ -33,10 +33,8 @@ from hpcmem.job.trainers import entry
 
 GIB = 1024**3
 MIB = 1024**2
-# Peak resident set (VmHWM) of a CUDA training process that has not loaded weights on the CPU: the median of the 18
-# SFT/DPO/Reward probe records of 2026-11-29 on one H200 (torch 2.11 + CUDA 13.0; random weights built on the GPU;
-# 1,760–1,956 MiB), and of the 3 GRPO/RLOO ones (generation imports and buffers more: 2,210–2,404 MiB). Other
-# drivers, CUDA versions and images differ; no multi-GPU process has been measured.
+# Peak resident set (VmHWM) of a CUDA training process that has not loaded weights on the CPU: medians of the
+# single-GPU probe records, without and with generation (GRPO/RLOO import and buffer more); see estimator/LOG.md.
 PROCESS_BASELINE_BYTES = 1797 * MIB
 GENERATION_BASELINE_BYTES = 2350 * MIB
 # A dataloader worker is a forked process; it shares the parent's pages until it writes them (copy on write). A guess,

@@ -107,7 +107,7 @@ def backward_transient(lora: LoraLayout, tokens: int, prec: Precision, part: str
     input to the adapter dtype before dropout (peft/tuners/lora/layer.py `_cast_input_dtype`), so the gradient runs
     back through lora_A's compute-dtype cast, dropout and that cast in the adapter dtype — about
     (2 · adapter bytes − 1) bytes per input element at once for the widest adapted input (7 B for fp32 adapters under
-    bf16 autocast; matches the trace of Qwen2.5-0.5B with down_proj adapters to 2 %, estimator/LOG.md)."""
+    bf16 autocast; estimator/LOG.md)."""
     mods = lora.modules(part) if lora.enabled else ()
     if not mods:
         return 0

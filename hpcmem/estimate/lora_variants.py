@@ -62,8 +62,8 @@ def saved_weights(lora: LoraLayout, mods: tuple[LinearModule, ...], prec: Precis
 
 
 # DoRA's [tokens, features] temporaries per adapted linear, in bytes per element, for fp32 adapters under bf16
-# autocast (peft's default), measured with hpcmem.trace's tracker on one peft DoRA linear (T = 8192; in = out/4 and
-# in = 4·out to separate the two): the forward's fp32 products `(m - 1) * base`, `m * lora * scaling`, their sum and
+# autocast (peft's default), measured with hpcmem.trace's tracker on one peft DoRA linear (estimator/LOG.md): the
+# forward's fp32 products `(m - 1) * base`, `m * lora * scaling`, their sum and
 # the sum with the base output before the cast back (variants.py DoraLinearVariant.forward, dora.py
 # DoraLinearLayer.forward); their gradients in backward (the fp32 gradient of that sum, one per product and the
 # magnitude's [tokens, out] product before its reduction); dropout adds the dropped fp32 input and its casts.

@@ -129,8 +129,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     # The gated MLP's backward peaks in the product's backward (torch autograd, MulBackward0): down_proj has made the
     # product's gradient and its own weight gradient, the product's two gradients are being written, the saved
     # product is released, and the only [T, H] gradient alive is the one arriving at the layer; gate_proj's and
-    # up_proj's weight gradients (and the attention's) do not exist yet. Matrix traces (estimator/traces/*.jsonl,
-    # the layer-0 peaks of every full fine-tuning case): traced gradients = later layers' + down_proj's alone.
+    # up_proj's weight gradients (and the attention's) do not exist yet (estimator/LOG.md).
     # Without a known down_proj share (LoRA, MoE, plain MLP) the whole layer's gradient stays counted.
     down_grad = None
     if not lora.enabled and not m.is_moe and m.gated_mlp and parts.per_layer:
@@ -148,8 +147,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         transient = max(mlp_instant, attention_instant) + max(seq.forward, seq.backward)
         if k == L - 1 and lora.enabled:
             # with a frozen head the gradient the fused head returns, scattered back over every position, is still
-            # alive in the first layer's backward (seen in the trace: LoRA cases were 6·H·T short; full fine-tuning
-            # is not); T, not the scored tokens: GRPO/RLOO score only completions (estimator/LOG.md)
+            # alive in the first layer's backward; T, not the scored tokens: GRPO/RLOO score only completions
+            # (estimator/LOG.md)
             transient += loss.backbone_gradient
         return below_and_own, recompute, done, transient
 

@@ -12,13 +12,8 @@ A model with biased linears (Qwen2.5's q/k/v) also takes a cuBLASLt workspace: a
 `getCUDABlasLtWorkspaceSize()` (CUBLASLT_WORKSPACE_SIZE, default 1024 KiB; CublasHandlePool.cpp
 `getCUDABlasLtWorkspace`) per (handle, stream), separate from cuBLAS's unless TORCH_CUBLASLT_UNIFIED_WORKSPACE=1. The
 forward runs it on Python's thread; with gradient checkpointing the recompute runs it again on autograd's thread.
-The trace replay takes the same workspaces (hpcmem.trace.replay).
-
-Measured: on the H200 records of 2026-11-29 (estimator/probes/nvidia-h200.jsonl) the optimizer phase held 64.2 MiB
-more than the weights, gradients and optimizer states for every Llama, Mistral, Phi-3 and Qwen3-MoE run (2 × 32 MiB
-plus 0.2 MiB). Qwen2.5 and Gemma-3 runs held 10–50 MiB more again: the allocator's block tails
-(hpcmem.estimate.tails); with them counted, every Qwen2.5 LoRA run holds 1.99–2.14 MiB more (2 × 1 MiB cuBLASLt,
-checkpointing on), Qwen2.5-0.5B without checkpointing 0.95 MiB (one), Gemma-3-1B (no biases) 0.14 MiB.
+The trace replay takes the same workspaces (hpcmem.trace.replay). Checked against the H200 probe records:
+estimator/LOG.md.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ Forms accepted wherever a GPU is named (`--gpu`, a preset's `gpu:`):
                                                     tflops (bf16 dense) feeds the planner's speed ranking
     a preset's mapping: {name, memory_gb, usable_gb, compute_capability, bf16_tflops}, the same fields
 
-−1 GiB is the catalog's rule for capacities no measurement published (hpcmem/gpus.json: the GPUs measured lose
-272–886 MiB between nvidia-smi's total and torch's). A described GPU is uncalibrated until a campaign (hpcmem
+−1 GiB is the catalog's rule for capacities no measurement published (hpcmem/gpus.json: more than what the GPUs
+measured lose between nvidia-smi's total and torch's; estimator/LOG.md). A described GPU is uncalibrated until a campaign (hpcmem
 calibrate) writes `<name>.json` on the calibration search path; the estimate says so.
 """
 
