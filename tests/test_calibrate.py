@@ -94,8 +94,8 @@ def test_arrays_stay_below_max_array_size(tmp_path):
 
 
 def _record(case: str, status: str = "ok") -> dict:
-    from hpcmem.record import job_to_dict
     from hpcmem.job.trl_config import build_job
+    from hpcmem.record import job_to_dict
 
     job, _ = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B"})
     return {"schema": 2, "id": f"id-{case}", "case": case, "status": status, "device": "cuda", "job": job_to_dict(job)}
@@ -161,8 +161,8 @@ def test_a_gpu_campaign_is_named_by_every_verdict_on_its_gpu(tmp_path, monkeypat
     GPU — and on a preset naming it — are then calibrated and say where and when."""
     from hpcmem.calibrate.collect import collect
     from hpcmem.gpus.lookup import gpu_spec
-    from hpcmem.record import append_record, job_to_dict
     from hpcmem.job.trl_config import build_job
+    from hpcmem.record import append_record, job_to_dict
 
     data = tmp_path / "site-data"
     monkeypatch.setenv("HPCMEM_DATA", str(data))

@@ -234,9 +234,9 @@ def test_a_lora_job_on_peft_default_targets_takes_the_cell_traced_on_them():
     from dataclasses import replace
 
     from hpcmem.estimate import estimate
-    from hpcmem.models.profile import Poly, spec_from_profile
-    from hpcmem.job.spec import TrainSpec
     from hpcmem.job.jobspec import JobSpec
+    from hpcmem.job.spec import TrainSpec
+    from hpcmem.models.profile import Poly, spec_from_profile
 
     base = replace(profile_from_dict(json.loads(FIXTURE.read_text())), peft_default_targets=("q_proj", "v_proj"))
     marker = 100 * 2**30

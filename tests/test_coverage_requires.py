@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("trl")
 
 from hpcmem.errors import SpecError  # noqa: E402
-from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.spec import ParallelSpec, TrainSpec
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 

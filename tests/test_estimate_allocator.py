@@ -288,8 +288,8 @@ def test_lora_layer_block_whose_segment_flips_is_reported_under_default_segments
 
     from hpcmem.estimate import estimate
     from hpcmem.estimate.table import render
-    from hpcmem.trace.replay import replay
     from hpcmem.job.trl_config import build_job
+    from hpcmem.trace.replay import replay
     from hpcmem.validate.probes import load, record_job
 
     block = 4096 * 18944 * 2
@@ -358,14 +358,14 @@ def test_lora_recompute_refills_the_freed_logits_tile_segment_under_default_segm
     8.3125 MiB) strand their 3.375 MiB remainders once: ten free whole, two with a 2 MiB block in them, 10 × 3.375 +
     2 × 1.375 MiB — less than the packing term (the persistent tensors' own waste), which the default coefficient
     (fitted with full fine-tuning's gradients of the same sizes) counts about 1.8 times."""
+    import gzip
+
     from hpcmem.estimate import estimate, local_micro_batch
     from hpcmem.estimate.allocator import slack_terms
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.job.shape import micro_batch, precision
     from hpcmem.trace.replay import Workspaces, replay
     from hpcmem.validate.probes import load, record_job
-
-    import gzip
 
     tile, block, weight = 4096 * 32768 * 2, 8192 * 4864 * 2, 896 * 4864 * 2
     events = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "nvidia-h200" / "dpo-qwen05-lora.json.gz").read())[
@@ -398,9 +398,9 @@ def test_lora_small_pool_holds_the_adapters_freed_gradients_at_the_peak(record: 
     adapters' fp32 sizes (hpcmem.estimate.tensors.adapter_sizes, each rounded to 512 B), within 1.5 MiB + 8 %."""
     import gzip
 
+    from hpcmem.estimate.caching_allocator import K_SMALL_SIZE
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.estimate.tensors import adapter_sizes
-    from hpcmem.estimate.caching_allocator import K_SMALL_SIZE
     from hpcmem.trace.replay import Workspaces, replay
     from hpcmem.validate.probes import load, record_job
 
@@ -517,7 +517,8 @@ def test_reserved_is_never_below_allocated_over_the_case_matrix():
     import dataclasses
 
     from hpcmem.estimate import estimate
-    from hpcmem.validate.trace import case_job, load_cases
+    from hpcmem.validate.cases import case_job
+    from hpcmem.validate.trace import load_cases
 
     for path in sorted((ROOT / "estimator" / "cases").glob("*.yaml")):
         for case in load_cases(path)[::4]:
@@ -549,8 +550,9 @@ def test_validate_reserved_scores_each_mode_against_the_stored_model_peak():
     import dataclasses
 
     from hpcmem.estimate import estimate
+    from hpcmem.validate.cases import case_job
     from hpcmem.validate.reserved import cell_rows, reserved_points
-    from hpcmem.validate.trace import CaseResult, case_job, load_cases
+    from hpcmem.validate.trace import CaseResult, load_cases
 
     case = load_cases(ROOT / "estimator" / "cases" / "sft.yaml")[0]
     job = case_job(case)
@@ -592,11 +594,11 @@ def test_reward_embedding_gradients_the_second_step_maps_again_are_the_allocator
 
     from hpcmem.estimate import estimate
     from hpcmem.estimate.allocator import slack_terms
+    from hpcmem.estimate.caching_allocator import allocation_size
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.job.shape import micro_batch, precision
-    from hpcmem.estimate.caching_allocator import allocation_size
     from hpcmem.trace.events import step_of
-    from hpcmem.validate.trace import case_job
+    from hpcmem.validate.cases import case_job
 
     data = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "cpu-trace" / f"{stream}.json.gz").read())
     job = dataclasses.replace(case_job(data["case"]), expandable_segments=False)
@@ -687,13 +689,13 @@ def test_tied_embedding_gradient_the_second_step_may_map_again_is_reported_as_th
 
     from hpcmem.estimate import estimate
     from hpcmem.estimate.allocator import head_gradient_mapped_again, slack_terms
-    from hpcmem.estimate.lora import lora_layout
-    from hpcmem.job.shape import micro_batch, precision
-    from hpcmem.estimate.table import render
     from hpcmem.estimate.caching_allocator import allocation_size
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.table import render
+    from hpcmem.job.shape import micro_batch, precision
     from hpcmem.trace.events import step_of
     from hpcmem.trace.replay import NO_WORKSPACES, Workspaces, replay
-    from hpcmem.validate.trace import case_job
+    from hpcmem.validate.cases import case_job
 
     block = 128_256 * 2_048 * 2
     data = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "cpu-trace" / f"{stream}.json.gz").read())
@@ -744,7 +746,7 @@ def test_reward_spread_takes_a_layer_block_where_the_second_steps_layer_blocks_f
 
     from hpcmem.estimate import estimate
     from hpcmem.trace.replay import replay
-    from hpcmem.validate.trace import case_job
+    from hpcmem.validate.cases import case_job
 
     data = json.loads(gzip.open(ROOT / "estimator" / "allocator" / "cpu-trace" / f"{stream}.json.gz").read())
     peaks = [replay(([k * MIB] if k else []) + data["events"]).steady_reserved_bytes for k in (0, 4, 8)]

@@ -7,13 +7,12 @@ import sys
 import pytest
 
 from hpcmem.estimate import estimate
-from hpcmem.job.shape import micro_batch
-from hpcmem.estimate.states import model_states
 from hpcmem.estimate.lora import lora_layout
-from hpcmem.job.shape import precision
-from hpcmem.models import resolve_model
-from hpcmem.job.spec import ParallelSpec, TrainSpec
+from hpcmem.estimate.states import model_states
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import micro_batch, precision
+from hpcmem.job.spec import ParallelSpec, TrainSpec
+from hpcmem.models import resolve_model
 
 LLAMA = resolve_model("meta-llama/Llama-3.1-8B")
 
@@ -176,7 +175,7 @@ def test_accumulating_embedding_backward_holds_a_fresh_vh_gradient_next_to_grad(
     from pathlib import Path
 
     from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.validate.trace import case_job
+    from hpcmem.validate.cases import case_job
 
     traces = Path(__file__).resolve().parents[1] / "estimator" / "traces" / "reward.jsonl"
     rec = next(r for r in map(json.loads, traces.read_text().splitlines())

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 
 from hpcmem.estimate import estimate
 from hpcmem.estimate.host import PROCESS_BASELINE_BYTES, check_host
-from hpcmem.models import resolve_model
-from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.spec import ParallelSpec, TrainSpec
+from hpcmem.models import resolve_model
 
 LLAMA8 = resolve_model("meta-llama/Llama-3.1-8B")
 PSI = LLAMA8.num_params

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from hpcmem.estimate import estimate
-from hpcmem.validate.trace import case_job
+from hpcmem.validate.cases import case_job
 
 TRACES = Path(__file__).resolve().parents[1] / "estimator" / "traces" / "sft.jsonl"
 

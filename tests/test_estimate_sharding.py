@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from hpcmem.estimate.lora import lora_layout
-from hpcmem.job.shape import precision
 from hpcmem.estimate.states import model_states
-from hpcmem.models import resolve_model
-from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import precision
+from hpcmem.job.spec import ParallelSpec, TrainSpec
+from hpcmem.models import resolve_model
 
 TINY = resolve_model(str(Path(__file__).resolve().parents[1] / "estimator/probes/models/tiny-llama-2l-256h.json"))
 MEASURED = {  # layout → (weights, fp32 master, optimizer states, gradients)

@@ -4,9 +4,9 @@ import pytest
 
 from hpcmem.estimate import estimate
 from hpcmem.gpus.lookup import gpu_spec
-from hpcmem.models import resolve_model
-from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.spec import ParallelSpec, TrainSpec
+from hpcmem.models import resolve_model
 
 QWEN7 = resolve_model("Qwen/Qwen2.5-7B")        # 28 layers, 4 KV heads, head_dim 128, 7,615,616,512 params
 PSI = 7_615_616_512

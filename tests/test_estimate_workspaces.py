@@ -21,9 +21,9 @@ H200_RECORDS = Path(__file__).resolve().parents[1] / "estimator" / "probes" / "n
 
 
 def _job(gpu):
-    from hpcmem.models import resolve_model
-    from hpcmem.job.spec import TrainSpec
     from hpcmem.job.jobspec import JobSpec
+    from hpcmem.job.spec import TrainSpec
+    from hpcmem.models import resolve_model
 
     return JobSpec(model=resolve_model("Qwen/Qwen2.5-0.5B"), train=TrainSpec(trainer="sft", max_length=512),
                    gpu=gpu_spec(gpu) if gpu else None)

@@ -12,7 +12,7 @@ from hpcmem.cli import cli, run
 from hpcmem.errors import SpecError
 from hpcmem.inputs import values as v
 from hpcmem.inputs.files import MAX_BYTES, load_yaml, load_yaml_file
-from hpcmem.inputs.settings import check_settings
+from hpcmem.job.settings import check_settings
 
 
 @pytest.mark.parametrize("value,expected", [(8, 8), ("8", 8), (" 16 ", 16), ("-3", -3)])
@@ -87,7 +87,8 @@ def test_files_are_regular_bounded_and_utf8(tmp_path):
 
 
 def test_the_planners_batch_axis_is_bounded_whatever_the_global_batch():
-    from hpcmem.plan.knobs import MAX_SEARCHED_BATCH, axes
+    from hpcmem.plan.fixed import MAX_SEARCHED_BATCH
+    from hpcmem.plan.knobs import axes
     from tests.launch_helpers import job
 
     j = job(per_device_train_batch_size=4096)

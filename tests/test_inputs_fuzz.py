@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hpcmem.cli import run
-from hpcmem.inputs.settings import checkers
+from hpcmem.job.settings import checkers
 
 TIME_LIMIT_S = 20.0          # per input: far above any legitimate run here (≤ 3 s), so only a hang trips it
 # submit's refusals are several lines by design: the verdict (does not fit / tight) or the host-RAM line first, then

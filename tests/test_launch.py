@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from hpcmem.errors import HpcmemError, SpecError
+from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, REGISTRY
 from hpcmem.launch import presets
 from hpcmem.launch.configs import accelerate_config, deepspeed_config
 from hpcmem.launch.sbatch import environment, render_sbatch
 from hpcmem.launch.trl_yaml import HPCMEM_ONLY, trl_config
-from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, REGISTRY
 from tests.launch_helpers import Recorder, files, job, launch, preset
 
 # ---- pure renderers -------------------------------------------------------------------------------------------

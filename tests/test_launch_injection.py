@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from hpcmem.errors import HpcmemError
-from hpcmem.launch import LaunchOptions, presets, prepare
+from hpcmem.launch import LaunchOptions, prepare, presets
 from hpcmem.launch.sbatch import sbatch_directives
 from tests.launch_helpers import PRESET, job
 from tests.sbatch_parser import sbatch_arguments
@@ -59,7 +59,7 @@ PRESET_NOT_IN_SCRIPT = {
     "description": "shown by `presets show` only",
     "gpu": "a GPU catalog name or description: memory and speed for the fit check, never written to the script",
     "max_array_size": "an integer: bounds the calibration campaign's --array ranges, which hpcmem computes",
-    "defaults": "TRL field defaults: typed by hpcmem.inputs.settings, written to trl.yaml (YAML-quoted)",
+    "defaults": "TRL field defaults: typed by hpcmem.job.settings, written to trl.yaml (YAML-quoted)",
     "setup": "the admin's own shell lines, trusted as shell by design (README: Presets); a NUL is refused",
 }
 CONTAINER_FIELDS = ("image", "mounts", "options")           # for each kind; `kind` itself is a choice

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, REGISTRY
 from hpcmem.launch.configs import accelerate_config, deepspeed_config
 from hpcmem.launch.trl_yaml import trl_config
-from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, REGISTRY
 from tests.launch_helpers import job
 
 pytestmark = pytest.mark.torch

@@ -11,10 +11,10 @@ import yaml
 
 from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.estimate import estimate
-from hpcmem.models import resolve_model
-from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.trl_config import accelerate_settings, build_job
+from hpcmem.models import resolve_model
 
 QWEN3_8B = resolve_model("Qwen/Qwen3-8B")
 PSI = 8_190_735_360

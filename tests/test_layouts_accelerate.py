@@ -73,7 +73,7 @@ def test_bare_parallelism_keys_never_reach_the_processes(tmp_path, monkeypatch):
 
 
 def test_the_block_keys_hpcmem_knows_are_accelerates_arguments():
-    from hpcmem.launch.parallelism import ARGUMENTS, PREFIX
+    from hpcmem.job.parallelism import ARGUMENTS, PREFIX
 
     parser = accelerate_launch.launch_command_parser()
     group = next(g for g in parser._action_groups if g.title == "ParallelismConfig Arguments")
@@ -112,9 +112,9 @@ def test_sp_attn_implementation_is_refused_exactly_where_accelerate_refuses_it(v
     from accelerate.utils.dataclasses import DeepSpeedSequenceParallelConfig
 
     from hpcmem.errors import SpecError
-    from hpcmem.models import resolve_model
-    from hpcmem.job.spec import ParallelSpec, TrainSpec
     from hpcmem.job.jobspec import JobSpec
+    from hpcmem.job.spec import ParallelSpec, TrainSpec
+    from hpcmem.models import resolve_model
 
     try:
         DeepSpeedSequenceParallelConfig(sp_attn_implementation=value)

@@ -26,9 +26,9 @@ TINY_OLMO3 = {"model_type": "olmo3", "vocab_size": 512, "hidden_size": 64, "inte
 def test_learn_cli_then_estimate_within_3_percent_of_the_trace(tmp_path, monkeypatch):
     from hpcmem.estimate import estimate
     from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.job.trl_config import build_job
     from hpcmem.models import resolve_model
     from hpcmem.trace import run_trace
-    from hpcmem.job.trl_config import build_job
 
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY_OLMO3))

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from hpcmem.progress import Progress
-from hpcmem.job.spec import TrainSpec
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.spec import TrainSpec
+from hpcmem.progress import Progress
 from tests.trace_helpers import TINY_LLAMA
 
 

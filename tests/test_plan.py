@@ -11,12 +11,12 @@ from click.testing import CliRunner
 from hpcmem.cli import cli
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
-from hpcmem.gpus.lookup import gpu_spec
-from hpcmem.plan import apply, plan, search
-from hpcmem.plan.knobs import axes, combinations
-from hpcmem.plan.best_first import _dominates, _group, _tensor_floor
 from hpcmem.estimate.verdict import safe_bound
+from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.job.trl_config import build_job
+from hpcmem.plan import apply, plan, search
+from hpcmem.plan.best_first import _dominates, _group, _tensor_floor
+from hpcmem.plan.knobs import axes, combinations
 
 LLAMA8B = "meta-llama/Llama-3.1-8B"
 SMALL = "Qwen/Qwen2.5-0.5B"
@@ -290,8 +290,8 @@ def test_a_type_without_checkpointing_is_planned_without_it(tmp_path, monkeypatc
     """CTRL has no gradient checkpointing in transformers (its real trainer raises under TRL's default
     gradient_checkpointing=True): `hpcmem estimate` refuses the default job, `hpcmem plan` starts from GC off, says
     so, and every plan keeps it off — while a user who asks for checkpointing is refused, not overruled."""
-    from hpcmem.models.profile import config_hash, profile_filename
     from hpcmem.datapath import estimator_dir
+    from hpcmem.models.profile import config_hash, profile_filename
 
     doc = json.loads((estimator_dir() / "coverage-profiles" / "ctrl.json").read_text())
     (tmp_path / "profiles").mkdir()

@@ -19,7 +19,7 @@ GIB = 1024**3
 
 
 def _dry_run(*args: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "hpcmem.probe.kit", "--dry-run", *args], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "hpcmem.lab.kit", "--dry-run", *args], capture_output=True,
                           text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
@@ -109,7 +109,7 @@ def test_the_whole_kit_runs_on_a_cpu_with_shrunk_models(tmp_path: Path) -> None:
     from hpcmem.record import read_records
 
     out = tmp_path / "cpu.jsonl"
-    done = subprocess.run([sys.executable, "-m", "hpcmem.probe.kit", "--device", "cpu", "--tiny", "--boundary", "1",
+    done = subprocess.run([sys.executable, "-m", "hpcmem.lab.kit", "--device", "cpu", "--tiny", "--boundary", "1",
                            "--targets", "1.1", "--only-steps", "boundary,compare", "--steps", "2", "--budget-s", "900",
                            "--out", str(out)], capture_output=True, text=True, timeout=900,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -152,7 +152,8 @@ def test_the_dry_run_names_a_probe_command_line_the_cli_refuses() -> None:
     and hpcmem's own rule refuses a batch of 0 (per_device_train_batch_size ≥ 1)."""
     import dataclasses
 
-    from hpcmem.probe.matrix import CASES, command_line, refusal
+    from hpcmem.lab.kit import refusal
+    from hpcmem.probe.matrix import CASES, command_line
 
     sft = CASES[0]
 

@@ -69,10 +69,10 @@ def _build_deepspeed_shm_op() -> None:
 
 def test_ring_and_ulysses_buffers_match_the_libraries_code(tmp_path):
     from hpcmem.estimate.parallel import sequence_buffers
-    from hpcmem.job.shape import MicroBatch, Precision
-    from hpcmem.models.config import model_spec_from_config
-    from hpcmem.job.spec import ParallelSpec, TrainSpec
     from hpcmem.job.jobspec import JobSpec
+    from hpcmem.job.shape import MicroBatch, Precision
+    from hpcmem.job.spec import ParallelSpec, TrainSpec
+    from hpcmem.models.config import model_spec_from_config
 
     tokens = 2048       # per rank (estimator/LOG.md tabulates 4,096; 2,048 keeps CI short)
     model = model_spec_from_config(TINY, "tiny")
@@ -107,8 +107,8 @@ def tiny_config(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def probe(config: str, **settings) -> dict:
-    from hpcmem.probe import run_probe
     from hpcmem.job.trl_config import build_job
+    from hpcmem.probe import run_probe
 
     job, _ = build_job("sft", {"model_name_or_path": config, "max_length": 1024, "per_device_train_batch_size": 1,
                                "dtype": "bfloat16", "pad_to_multiple_of": 4, **settings})

@@ -83,8 +83,8 @@ def run(request: pytest.FixtureRequest, config_path: str) -> tuple[str, dict, ob
 
 def _run(layout: str, config_path: str) -> tuple[str, dict, object]:
     """One 2-rank probe per layout, shared by every test of this module."""
-    from hpcmem.probe import run_probe
     from hpcmem.job.trl_config import build_job
+    from hpcmem.probe import run_probe
 
     parallel, after = RUNS[layout]
     job, _ = build_job("sft", {"model_name_or_path": config_path, "max_length": 32, "per_device_train_batch_size": 2,
@@ -102,8 +102,8 @@ def _states_without_offload(job):
     import dataclasses
 
     from hpcmem.estimate.lora import lora_layout
-    from hpcmem.job.shape import precision
     from hpcmem.estimate.states import model_states
+    from hpcmem.job.shape import precision
 
     par = dataclasses.replace(job.parallel, offload_param_device="none", fsdp_offload_params=False)
     flat = dataclasses.replace(job, parallel=par)

@@ -9,8 +9,16 @@ from pathlib import Path
 import pytest
 
 from hpcmem.gpus.catalog import gpu_slug
-from hpcmem.record import (append_record, job_from_dict, job_to_dict, package_versions, read_lines, read_records,
-                           records_path, relevant_env)
+from hpcmem.record import (
+    append_record,
+    job_from_dict,
+    job_to_dict,
+    package_versions,
+    read_lines,
+    read_records,
+    records_path,
+    relevant_env,
+)
 
 NUM_WRITERS = 64
 LINES_EACH = 12

@@ -73,8 +73,8 @@ def measured_terms(rank: dict) -> dict[str, int]:
 
 @pytest.mark.parametrize("layout", ["zero1", "zero2", "zero3", "fsdp2"])
 def test_per_rank_terms_match_the_sharding_formulas(layout: str, tiny_config: str) -> None:
-    from hpcmem.probe import run_probe
     from hpcmem.job.trl_config import accelerate_settings, build_job
+    from hpcmem.probe import run_probe
 
     job, _ = build_job("sft", {"model_name_or_path": tiny_config, "max_length": 32, "per_device_train_batch_size": 2,
                                "dtype": "bfloat16", "num_processes": N, **accelerate_settings(layout)})

@@ -44,9 +44,9 @@ SETTINGS = {"dbrx": {"dtype": "bfloat16"}, "rwkv": {"dtype": "bfloat16"}}
 @pytest.mark.parametrize("model_type", sorted(set(TINY) & set(supported())))
 def test_probe_records_one_step(model_type, tmp_path):
     from hpcmem.cli.probe import probe_model
+    from hpcmem.job.trl_config import build_job
     from hpcmem.models.coverage import required_settings
     from hpcmem.probe import run_probe
-    from hpcmem.job.trl_config import build_job
 
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY[model_type]))

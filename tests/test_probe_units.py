@@ -8,11 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+from hpcmem.datapath import estimator_dir
 from hpcmem.probe.dist import merge_ranks, supervise
 from hpcmem.probe.matrix import CASES, command_line, main
 from hpcmem.probe.runner import PhaseClock
 from hpcmem.record import read_records
-from hpcmem.datapath import estimator_dir
 from hpcmem.record.cells import cell_of
 
 

@@ -2,15 +2,16 @@
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hpcmem.cli import cli
 from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.estimate import estimate
-from hpcmem.models import resolve_model
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.rules import job_warnings
 from hpcmem.job.spec import ParallelSpec, TrainSpec
-from hpcmem.job.jobspec import JobSpec
+from hpcmem.models import resolve_model
 
 QWEN = resolve_model("Qwen/Qwen2.5-0.5B")
 

@@ -295,8 +295,8 @@ def test_tracker_feeds_births_deaths_and_reservations():
 @pytest.mark.torch
 def test_trace_with_the_allocator_model():
     pytest.importorskip("trl")
-    from hpcmem.job.spec import TrainSpec
     from hpcmem.job.jobspec import JobSpec
+    from hpcmem.job.spec import TrainSpec
     from hpcmem.trace import run_trace
     from tests.trace_helpers import TINY_LLAMA
 

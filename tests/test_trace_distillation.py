@@ -14,10 +14,10 @@ import pytest
 pytest.importorskip("trl")
 
 from hpcmem.errors import SpecError  # noqa: E402
-from hpcmem.job.spec import TrainSpec
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.validate.trace import case_job, load_cases  # noqa: E402
-
+from hpcmem.job.spec import TrainSpec
+from hpcmem.validate.cases import case_job
+from hpcmem.validate.trace import load_cases
 from tests.trace_helpers import TINY_LLAMA, trace_matches_cpu  # noqa: E402
 
 pytestmark = pytest.mark.torch

@@ -12,10 +12,9 @@ import pytest
 pytest.importorskip("trl")
 
 from hpcmem.errors import SpecError  # noqa: E402
-from hpcmem.job.spec import TrainSpec
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.validate.trace import case_job  # noqa: E402
-
+from hpcmem.job.spec import TrainSpec
+from hpcmem.validate.cases import case_job
 from tests.trace_helpers import TINY_LLAMA, trace_matches_cpu  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -76,8 +75,8 @@ def test_unsupported_settings_are_refused(settings, words):
 @pytest.mark.parametrize("name", ["grpo", "rloo"])
 def test_case_files_build_and_are_traceable(name):
     from hpcmem.estimate import estimate
-    from hpcmem.trace.trainer import check_traceable
     from hpcmem.job.trl_config import read_yaml
+    from hpcmem.trace.trainer import check_traceable
 
     data = read_yaml(CASES_DIR / f"{name}.yaml")
     ids = [c["id"] for c in data["cases"]]

@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from hpcmem.job.spec import TrainSpec
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.spec import TrainSpec
 from hpcmem.models.spec import ModelSpec
 from hpcmem.trace.tracker import StorageTracker  # noqa: E402
 

@@ -124,8 +124,8 @@ def test_the_h200_full_fine_tune_stream_flips_with_one_small_tensor():
     before the weights, maps the LM head's bf16 [V, H] gradient (151,936 × 896 × 2 B = 259.7 MiB) again in step 2
     under the default allocator — the reserved peak moves by 264 MiB, as the replay of 2026-12-01 measured
     (estimator/LOG.md) — and not under expandable segments. The GPU kit replays the same perturbation on a GPU."""
-    from hpcmem.lab.allocator_records import EVENTS, perturbed
     from hpcmem.estimate.workspaces import HOPPER_BYTES
+    from hpcmem.lab.allocator_records import EVENTS, perturbed
     from hpcmem.trace.events import load
 
     events = load(EVENTS / "sft-qwen05-full.json.gz")["events"]

@@ -11,9 +11,8 @@ import pytest
 
 pytest.importorskip("trl")
 
-from hpcmem.job.spec import TrainSpec
 from hpcmem.job.jobspec import JobSpec
-
+from hpcmem.job.spec import TrainSpec
 from tests.trace_helpers import TINY_LLAMA, trace_matches_cpu  # noqa: E402
 
 pytestmark = pytest.mark.torch

@@ -10,10 +10,9 @@ import pytest
 
 pytest.importorskip("trl")
 
-from hpcmem.job.spec import TrainSpec
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.validate.trace import case_job  # noqa: E402
-
+from hpcmem.job.spec import TrainSpec
+from hpcmem.validate.cases import case_job
 from tests.trace_helpers import TINY_LLAMA, trace_matches_cpu  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -63,8 +62,8 @@ def test_dpo_reference_forward_is_a_phase_and_the_reference_is_counted():
 
 @pytest.mark.parametrize("name", ["dpo", "reward"])
 def test_case_files_build_and_are_traceable(name):
-    from hpcmem.trace.trainer import check_traceable
     from hpcmem.job.trl_config import read_yaml
+    from hpcmem.trace.trainer import check_traceable
 
     data = read_yaml(CASES_DIR / f"{name}.yaml")
     ids = [c["id"] for c in data["cases"]]

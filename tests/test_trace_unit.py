@@ -9,10 +9,10 @@ import sys
 import pytest
 
 from hpcmem.errors import SpecError
-from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.models.spec import ModelSpec
-from hpcmem.trace.data import design_batch, dataset_rows
+from hpcmem.trace.data import dataset_rows, design_batch
 from hpcmem.trace.hf_config import SUPPORTED_MODEL_TYPES, hf_config_dict
 from hpcmem.trace.result import TraceResult
 
@@ -137,9 +137,8 @@ def test_cli_trace_runs_generation_and_the_allocator_model(tmp_path):
     pytest.importorskip("trl")
     from click.testing import CliRunner
 
-    from tests.trace_helpers import TINY_LLAMA
-
     from hpcmem.cli import cli
+    from tests.trace_helpers import TINY_LLAMA
 
     config = tmp_path / "config.json"
     config.write_text(json.dumps(hf_config_dict(TINY_LLAMA)))

@@ -24,8 +24,8 @@ import pytest
 pytest.importorskip("trl")
 
 from hpcmem.errors import SpecError  # noqa: E402
-from hpcmem.job.spec import TrainSpec
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.spec import TrainSpec
 from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, REGISTRY  # noqa: E402
 from hpcmem.job.trl_config import build_job  # noqa: E402
 

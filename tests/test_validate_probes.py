@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hpcmem.record import append_record, job_to_dict
 from hpcmem.gpus.calibration import load_calibration
+from hpcmem.record import append_record, job_to_dict
 from hpcmem.validate import against_probes
 from hpcmem.validate.calibration import held_out
 from hpcmem.validate.table import Point, cell_stats, median, quantile
@@ -152,8 +152,10 @@ def test_re_estimates_with_the_current_estimator(records: Path) -> None:
 def test_trace_source_is_clear_when_missing(records: Path) -> None:
     import importlib.util
 
-    from hpcmem.cli import main  # noqa: F401 - the group is importable
-    from hpcmem.cli import cli
+    from hpcmem.cli import (
+        cli,
+        main,  # noqa: F401 - the group is importable
+    )
 
     res = CliRunner().invoke(cli, ["validate", "--against", "trace", "--no-png"])
     if importlib.util.find_spec("hpcmem.validate.trace") is None:

@@ -41,9 +41,9 @@ def test_the_fit_recovers_a_known_curve():
 def test_the_planner_uses_a_fitted_curve(tmp_path, monkeypatch):
     """Twice the MFU at every size (mfu_max doubled, same half point) halves a single-GPU step: compute only."""
     from hpcmem.gpus.lookup import gpu_spec
+    from hpcmem.job.trl_config import build_job
     from hpcmem.plan.speed import job_throughput
     from hpcmem.plan.throughput import MFU_HALF_TOKENS, MFU_MAX
-    from hpcmem.job.trl_config import build_job
 
     job, _ = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dtype": "bfloat16", "max_length": 1024})
     before = job_throughput(job, gpu_spec("L40S"))

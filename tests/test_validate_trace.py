@@ -44,7 +44,8 @@ def test_ci_subset_within_bounds(case_file, queued):
 
 def test_case_files_are_well_formed():
     from hpcmem.estimate import estimate
-    from hpcmem.validate.trace import case_job, load_cases
+    from hpcmem.validate.cases import case_job
+    from hpcmem.validate.trace import load_cases
 
     for path in sorted((ROOT / "estimator" / "cases").glob("*.yaml")):
         cases = load_cases(path)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU kit: one short lease, most valuable first — the OOM-boundary sweep sized for this GPU, the cells no GPU has
 # measured, a solo-vs-shared check, then the rest of the matrix (every probe also times its steps for the planner),
-# several small probes at once when the check agreed (hpcmem/probe/kit.py says how); then the allocator replays.
+# several small probes at once when the check agreed (hpcmem/lab/kit.py says how); then the allocator replays.
 # Usage (from the project root):
 #   estimator/gpu/run_matrix.sh                     # records → estimator/probes/<gpu>.jsonl
 #   OUT=/some/dir estimator/gpu/run_matrix.sh       # everything → $OUT (bring it back, then append the records)
@@ -30,7 +30,7 @@
 # Afterwards: hpcmem validate --against boundary --records $OUT/probes.jsonl   (false fits / false refusals)
 #
 # KIT_DRY=1: no GPU needed. The kit prints its schedule for KIT_DRY_GPU (default H200) and checks every probe's
-# command line against today's `hpcmem probe` (python -m hpcmem.probe.kit --dry-run) into $OUT/kit-schedule.json;
+# command line against today's `hpcmem probe` (python -m hpcmem.lab.kit --dry-run) into $OUT/kit-schedule.json;
 # the replays run through estimator/gpu/dry_cuda.py, which stubs torch.cuda alone (their numbers are no GPU's);
 # PEAKS=1's step, which trains, is checked for its imports and options only. KIT_DRY=cpu runs the kit's probes for
 # real on this CPU with shrunk models instead of printing the schedule (--device cpu --tiny: minutes).
@@ -68,15 +68,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
 "$PY" -c "import importlib.metadata as m; print(' '.join(p + ' ' + m.version(p) for p in
   ('torch', 'transformers', 'trl', 'peft', 'accelerate', 'datasets')))" || true
 
-# 1. the probes: the boundary sweep, the new cells, the solo-vs-shared check, the rest (hpcmem.probe.kit)
+# 1. the probes: the boundary sweep, the new cells, the solo-vs-shared check, the rest (hpcmem.lab.kit)
 args=(--device "${DEVICE:-cuda}")
 [ -n "${OUT:-}" ] && args+=(--out "$OUT/probes.jsonl")
 [ "$DRY" = cpu ] && args=(--device cpu --tiny ${OUT:+--out "$OUT/probes.jsonl"})
 stack=ok
-"$PY" -c "import torch, transformers, trl, peft, accelerate, datasets, hpcmem.probe.kit" || stack=missing
+"$PY" -c "import torch, transformers, trl, peft, accelerate, datasets, hpcmem.lab.kit" || stack=missing
 if [ "$DRY" = 1 ]; then
   [ "$stack" = ok ] || failed+=(imports)
-  "$PY" -m hpcmem.probe.kit --dry-run --gpu "${KIT_DRY_GPU:-H200}" "$@" > "$dest/kit-schedule.json" \
+  "$PY" -m hpcmem.lab.kit --dry-run --gpu "${KIT_DRY_GPU:-H200}" "$@" > "$dest/kit-schedule.json" \
     || failed+=(probes)
   note "probes: schedule and command lines → $dest/kit-schedule.json"
 elif [ "$stack" != ok ]; then
@@ -86,7 +86,7 @@ else
   reserve=$([ "${REPLAY:-1}" = 1 ] && echo "$REPLAY_S" || echo 0)
   budget="${BUDGET_S:-$(( $(left) - reserve - 15 ))}"   # 15 s: the kit's GPU detection, before its clock starts
   note "probes: budget ${budget} s (a --budget-s given here overrides it)"
-  "$PY" -m hpcmem.probe.kit "${args[@]}" --budget-s "$budget" "$@" || failed+=(probes)
+  "$PY" -m hpcmem.lab.kit "${args[@]}" --budget-s "$budget" "$@" || failed+=(probes)
 fi
 note "probes done"
 

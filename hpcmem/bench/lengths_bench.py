@@ -20,6 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from hpcmem.data.load import load_data, load_tokenizer
+from hpcmem.data.profiler import build_profile
+from hpcmem.data.tokenize import tokenize_lengths
+
 WORDS = 3000
 
 
@@ -107,10 +111,6 @@ def run(data: str, tokenizer: str, num_proc: int | None, cache_dir: str) -> tupl
     def lap(name: str) -> None:
         clock.append(time.perf_counter())
         phases[name] = clock[-1] - clock[-2]
-
-    from hpcmem.data.load import load_data, load_tokenizer
-    from hpcmem.data.profiler import build_profile
-    from hpcmem.data.tokenize import tokenize_lengths
 
     tok = load_tokenizer(tokenizer)
     lap("import + tokenizer")

@@ -16,8 +16,8 @@ import statistics
 import time
 
 from hpcmem.gpus.lookup import gpu_spec
-from hpcmem.plan import search
 from hpcmem.job.trl_config import build_job
+from hpcmem.plan import search
 
 LLAMA8B = "meta-llama/Llama-3.1-8B"
 SCENARIOS = [  # (label, trainer, settings, gpu, allow_peft)

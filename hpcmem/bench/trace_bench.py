@@ -15,14 +15,15 @@ import os
 import statistics
 import time
 
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.spec import TrainSpec
+from hpcmem.models.spec import ModelSpec
+from hpcmem.trace import run_trace
+
 TARGET_S = 15.0
 
 
 def llama_8b_job(max_length: int, batch: int, **train):
-    from hpcmem.job.spec import TrainSpec
-    from hpcmem.job.jobspec import JobSpec
-    from hpcmem.models.spec import ModelSpec
-
     model = ModelSpec(name="Llama-3.1-8B-shaped", model_type="llama", vocab_size=128256, hidden_size=4096,
                       intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                       head_dim=128, tie_word_embeddings=False, max_position_embeddings=131072)
@@ -42,8 +43,6 @@ def main() -> None:
     import torch  # noqa: F401
     import transformers  # noqa: F401
     import trl  # noqa: F401
-
-    from hpcmem.trace import run_trace
 
     print(f"imports {time.perf_counter() - t0:.1f} s (not timed below)")
     job = llama_8b_job(args.max_length, args.batch)

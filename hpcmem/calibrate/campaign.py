@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcmem.calibrate.matrix import CampaignCase
+from hpcmem.calibrate.case import CampaignCase
 from hpcmem.errors import HpcmemError
 from hpcmem.gpus.catalog import gpu_slug
 from hpcmem.record import Record, read_records

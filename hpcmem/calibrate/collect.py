@@ -21,13 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.calibrate.campaign import Campaign, now
+from hpcmem.datapath import ENV_DATA, site_dirs
 from hpcmem.gpus.catalog import gpu_slug
+from hpcmem.validate import against_probes
+from hpcmem.validate.speed import render as render_speed
+from hpcmem.validate.table import render
 
 
 def _on_search_path(install_dir: Path) -> None:
     """Make this process read the calibration it installs (the second fit must see the fitted context)."""
-    from hpcmem.datapath import ENV_DATA, site_dirs
-
     if install_dir.resolve() not in {d.resolve() for d in site_dirs()}:
         os.environ[ENV_DATA] = os.pathsep.join([str(install_dir), os.environ.get(ENV_DATA, "")]).rstrip(os.pathsep)
 
@@ -42,8 +44,6 @@ def campaign_block(camp: Campaign) -> dict[str, Any]:
 
 
 def collect(camp: Campaign, *, install_dir: str | Path | None = None, png: bool = True) -> dict[str, Any]:
-    from hpcmem.validate import against_probes
-
     install = Path(install_dir or camp.data["install_dir"]).absolute()
     _on_search_path(install)
     report_dir = camp.root / "report"
@@ -80,9 +80,6 @@ def _case_lines(camp: Campaign) -> list[str]:
 
 
 def _write_report(camp: Campaign, block: dict[str, Any], report: Any, out: dict[str, Any], folder: Path) -> None:
-    from hpcmem.validate.speed import render as render_speed
-    from hpcmem.validate.table import render
-
     c = block["cases"]
     text = [f"# Calibration campaign {camp.name}", "",
             f"{camp.gpu_name} at {block['site']} ({camp.data['device']}), preset {camp.data['preset']}, collected "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from hpcmem.calibrate.matrix import CampaignCase
+from hpcmem.calibrate.case import CampaignCase
 from hpcmem.probe.matrix import Case
 
 GPUS = 8                    # one node: every case splits a row or shards over 8 ranks

@@ -19,19 +19,25 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from hpcmem.probe import boundary
-from hpcmem.probe.matrix import CASES, Case, tiny_config
+from hpcmem.calibrate import long_context
+from hpcmem.calibrate.case import CampaignCase
+from hpcmem.errors import HpcmemError
+from hpcmem.estimate import estimate
+from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.gpus.spec import GpuSpec
 from hpcmem.job.trainers import entry
+from hpcmem.job.trl_config import accelerate_settings, build_job
+from hpcmem.probe import boundary
+from hpcmem.probe.fixtures import hf_config
+from hpcmem.probe.matrix import CASES, TINY_LENGTHS, Case, tiny_config
 
 SPAN = (0.2, 0.35, 0.5, 0.65, 0.8, 0.95)
 OVER = 1.05
 MULTI_TARGET = 0.6
-TINY_CAPACITY = 24 * 1024**2            # the GPU kit's simulated device in --tiny runs (hpcmem.probe.kit)
+TINY_CAPACITY = 24 * 1024**2            # the GPU kit's simulated device in --tiny runs (hpcmem.lab.kit)
 NOGC = {"dtype": "bfloat16", "gradient_checkpointing": False}
 BF16 = {"dtype": "bfloat16"}
 SWEEP_MODELS = {"q05": "Qwen/Qwen2.5-0.5B", "l1b": "meta-llama/Llama-3.2-1B", "l3b": "meta-llama/Llama-3.2-3B",
@@ -56,41 +62,6 @@ LAYOUTS: dict[str, dict[str, Any]] = {
 MULTI_MODEL = "l1b"
 
 
-@dataclass(frozen=True)
-class CampaignCase:
-    """One probe run of a campaign: the kit's Case, its GPUs per node and nodes, and what the estimate predicts."""
-
-    case: Case
-    family: str                          # kit | sized | boundary | multi | long | site
-    gpus: int = 1                        # GPUs (ranks) per node
-    nodes: int = 1
-    target: float | None = None          # the fraction of capacity it was sized to
-    predicted_bytes: int | None = None   # the estimate's device peak per GPU (tracked tensors in --tiny)
-    capacity_bytes: int = 0
-
-    @property
-    def name(self) -> str:
-        return self.case.name
-
-    @property
-    def fraction(self) -> float | None:
-        return None if not self.predicted_bytes or not self.capacity_bytes else self.predicted_bytes / self.capacity_bytes
-
-    def to_json(self) -> dict[str, Any]:
-        c = self.case
-        return {"name": c.name, "trainer": c.trainer, "model": c.model, "flags": c.flags, "env": c.env,
-                "family": self.family, "gpus": self.gpus, "nodes": self.nodes, "target": self.target,
-                "predicted_bytes": self.predicted_bytes, "capacity_bytes": self.capacity_bytes,
-                "simulated_capacity_bytes": c.capacity_bytes, "cost_s": c.cost_s, "requires": list(c.requires)}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> CampaignCase:
-        case = Case(d["name"], d["trainer"], d["model"], dict(d["flags"]), float(d.get("cost_s", 25.0)),
-                    env=dict(d.get("env") or {}), requires=tuple(d.get("requires") or ()), sized=True,
-                    capacity_bytes=d.get("simulated_capacity_bytes"))
-        return cls(case=case, family=d["family"], gpus=int(d["gpus"]), nodes=int(d["nodes"]), target=d.get("target"),
-                   predicted_bytes=d.get("predicted_bytes"), capacity_bytes=int(d.get("capacity_bytes") or 0))
-
 
 def plan_cases(gpu: GpuSpec, *, gpus_per_node: int, max_nodes: int | None, tiny: bool = False,
                models_dir: Path | None = None, extra: list[CampaignCase] = (), only: str | None = None
@@ -106,8 +77,6 @@ def plan_cases(gpu: GpuSpec, *, gpus_per_node: int, max_nodes: int | None, tiny:
     def wanted(name: str) -> bool:          # checked before a case is sized: --only makes small campaigns cheap
         return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
-    from hpcmem.calibrate import long_context
-
     cases = (_kit(sized_gpu, resolve, peak, tiny, notes, wanted)
              + _sized(sized_gpu, resolve, peak, tiny, notes, wanted)
              + _boundary(sized_gpu, resolve, peak, tiny, wanted)
@@ -116,14 +85,10 @@ def plan_cases(gpu: GpuSpec, *, gpus_per_node: int, max_nodes: int | None, tiny:
              + [_predicted(c, sized_gpu, resolve, peak) for c in extra if wanted(c.name)])
     names = [c.name for c in cases]
     if only is not None and not cases:
-        from hpcmem.errors import HpcmemError
-
         raise HpcmemError(f"--only {only!r} matches no case of this campaign; `hpcmem calibrate --preset NAME "
                           "--dry-run` lists them all")
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        from hpcmem.errors import HpcmemError
-
         raise HpcmemError(f"campaign case names must be unique; repeated: {', '.join(dupes)}")
     return cases, notes
 
@@ -147,8 +112,6 @@ def _resolver(tiny: bool, models_dir: Path | None) -> Callable[[str], str]:
 def job_settings(case: Case) -> dict[str, Any]:
     """A case's settings as build_job takes them: the model, the flags, an accelerate_config name expanded into its
     parallel fields (as `hpcmem probe --accelerate_config` does)."""
-    from hpcmem.job.trl_config import accelerate_settings
-
     flags = dict(case.flags)
     layout = flags.pop("accelerate_config", None)
     return {"model_name_or_path": case.model, **(accelerate_settings(layout) if layout else {}), **flags}
@@ -156,10 +119,6 @@ def job_settings(case: Case) -> dict[str, Any]:
 
 def _predicted(cc: CampaignCase, gpu: GpuSpec, resolve: Callable[[str], str], peak: str) -> CampaignCase:
     """The case with its model resolved and the estimate's peak per GPU on `gpu` (None when it cannot build)."""
-    from hpcmem.estimate import estimate
-    from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.job.trl_config import build_job
-
     case = dataclasses.replace(cc.case, model=resolve(cc.case.model), sized=True)
     try:
         job, _ = build_job(case.trainer, job_settings(case), gpu=gpu)
@@ -172,8 +131,6 @@ def _predicted(cc: CampaignCase, gpu: GpuSpec, resolve: Callable[[str], str], pe
 
 def _tiny_flags(case: Case, tiny: bool) -> Case:
     """The kit's tiny lengths for a fixed-size case (hpcmem.probe.matrix.command_line does the same)."""
-    from hpcmem.probe.matrix import TINY_LENGTHS
-
     if not tiny:
         return case
     flags = {**case.flags, **{k: v for k, v in TINY_LENGTHS.items() if k in case.flags or k == "max_length"}}
@@ -199,8 +156,6 @@ def _kit(gpu, resolve, peak, tiny, notes, wanted) -> list[CampaignCase]:
 
 
 def _size(base: Case, target: float, gpu: GpuSpec, resolve, peak: str, tiny: bool) -> boundary.Sized | None:
-    from hpcmem.probe.fixtures import hf_config
-
     model = resolve(base.model)
     positions = int(hf_config(model).get("max_position_embeddings") or boundary.MAX_LENGTH)
     top = boundary.LENGTH_STEP if tiny else boundary.MAX_LENGTH

@@ -6,7 +6,7 @@
       flags: {use_peft: true, max_length: 2048, per_device_train_batch_size: 2, dtype: bfloat16}
       gpus: 1                          # per node (default 1); nodes: 1 (default)
 
-`flags` are TRL's field names as in a --config YAML, checked like one (hpcmem.inputs.settings).
+`flags` are TRL's field names as in a --config YAML, checked like one (hpcmem.job.settings).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hpcmem.calibrate.matrix import CampaignCase
+from hpcmem.calibrate.case import CampaignCase
 from hpcmem.errors import Problems
 from hpcmem.inputs import values as v
 from hpcmem.inputs.files import load_yaml_file
-from hpcmem.inputs.settings import check_settings
+from hpcmem.job.settings import check_settings
+from hpcmem.job.spec import TRAINERS  # every registered trainer (hpcmem.job.trainers)
 from hpcmem.probe.matrix import Case
-from hpcmem.job.spec import TRAINERS      # every registered trainer (hpcmem.job.trainers)
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 KEYS = ("name", "trainer", "model", "flags", "gpus", "nodes")

@@ -18,9 +18,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hpcmem.calibrate.campaign import Campaign, now
-from hpcmem.calibrate.matrix import CampaignCase
+from hpcmem.calibrate.case import CampaignCase
+from hpcmem.calibrate.matrix import plan_cases
 from hpcmem.calibrate.scripts import COMMAND, Job, render_job
+from hpcmem.datapath import ENV_DATA, SYSTEM_DIR, user_config_dir
 from hpcmem.errors import HpcmemError
+from hpcmem.gpus.lookup import gpu_spec
+from hpcmem.inputs.files import is_file
+from hpcmem.inputs.values import shown
+from hpcmem.launch import slurm_time
+from hpcmem.launch.backends import parse_job_id
 from hpcmem.launch.presets import Preset
 
 Runner = Callable[[list[str]], subprocess.CompletedProcess]
@@ -56,8 +63,6 @@ class Plan:
 
 def default_install_dir() -> Path:
     """The first $HPCMEM_DATA folder, else /etc/hpcmem when this user may write there, else ~/.config/hpcmem."""
-    from hpcmem.datapath import ENV_DATA, SYSTEM_DIR, user_config_dir
-
     env = [p for p in os.environ.get(ENV_DATA, "").split(os.pathsep) if p.strip()]
     if env:
         return Path(env[0]).absolute()
@@ -90,11 +95,6 @@ def running_jobs(runner: Runner, ids: list[str]) -> set[str] | None:
 
 
 def _campaign(preset: Preset, opt: Options, runner: Runner) -> Campaign:
-    from hpcmem.gpus.lookup import gpu_spec
-
-    from hpcmem.inputs.files import is_file
-    from hpcmem.inputs.values import shown
-
     gpu = gpu_spec(preset.gpu)
     root = opt.campaign_dir.absolute()
     if any(ord(c) < 32 or 127 <= ord(c) < 160 or c == "\\" for c in str(root)):
@@ -119,9 +119,6 @@ def _campaign(preset: Preset, opt: Options, runner: Runner) -> Campaign:
 
 def plan(preset: Preset, opt: Options, runner: Runner, *, models_dir: Path | None = None) -> Plan:
     """What `hpcmem calibrate` would submit now (nothing is written or submitted)."""
-    from hpcmem.calibrate.matrix import plan_cases
-    from hpcmem.gpus.lookup import gpu_spec
-
     _check(preset, opt)
     camp = _campaign(preset, opt, runner)
     cases, notes = plan_cases(gpu_spec(preset.gpu), gpus_per_node=preset.gpus_per_node, max_nodes=preset.max_nodes,
@@ -148,8 +145,6 @@ def plan(preset: Preset, opt: Options, runner: Runner, *, models_dir: Path | Non
 
 
 def _check(preset: Preset, opt: Options) -> None:
-    from hpcmem.launch import slurm_time
-
     for label, text in (("--time", opt.time), ("--collect-time", opt.collect_time)):
         try:
             limit = slurm_time.parse(text)
@@ -213,7 +208,6 @@ def submit(p: Plan, runner: Runner) -> list[dict[str, Any]]:
             said = (answer.stderr or answer.stdout).strip() or f"exit status {answer.returncode}"
             raise HpcmemError(f"sbatch refused {script.name}: {said} ({len(done)} job(s) of this campaign were "
                               "submitted before it and are recorded in campaign.json)")
-        from hpcmem.launch.backends import parse_job_id
 
         job_id = parse_job_id(answer.stdout)
         ids.append(job_id)

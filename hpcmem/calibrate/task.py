@@ -20,8 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.calibrate.campaign import Campaign, now
-from hpcmem.calibrate.matrix import CampaignCase
+from hpcmem.calibrate.case import CampaignCase
+from hpcmem.calibrate.matrix import job_settings
 from hpcmem.calibrate.scripts import ALREADY, RETRY
+from hpcmem.errors import HpcmemError
+from hpcmem.gpus.lookup import gpu_spec
+from hpcmem.job.trl_config import build_job
+from hpcmem.probe import finished_record
+from hpcmem.probe.dist import merge_ranks, read_ranks, write_payload
+from hpcmem.probe.dist import rank_worker as worker
+from hpcmem.probe.matrix import command_line
+from hpcmem.probe.runner import estimate_before
+from hpcmem.progress import Progress
+from hpcmem.record import append_record
 
 
 def attempt_number() -> int:
@@ -48,8 +59,6 @@ def run_task(camp: Campaign, group: str, index: int, stage: str | None = None, *
 
 
 def probe_argv(camp: Campaign, cc: CampaignCase) -> list[str]:
-    from hpcmem.probe.matrix import command_line
-
     argv = command_line(cc.case, device=camp.data["device"], out=str(camp.records_file), model=cc.case.model,
                         tiny=False, steps=int(camp.data["steps"]))
     return [*argv, "--gpu", camp.data["gpu"]]
@@ -104,10 +113,6 @@ def _write(camp: Campaign, cc: CampaignCase, state: str) -> None:
 
 
 def _job(camp: Campaign, cc: CampaignCase) -> Any:
-    from hpcmem.calibrate.matrix import job_settings
-    from hpcmem.gpus.lookup import gpu_spec
-    from hpcmem.job.trl_config import build_job
-
     job, _ = build_job(cc.case.trainer, job_settings(cc.case), gpu=gpu_spec(camp.data["gpu"]))
     return job
 
@@ -118,9 +123,6 @@ def work_dir(camp: Campaign, cc: CampaignCase) -> Path:
 
 def prepare(camp: Campaign, cc: CampaignCase) -> int:
     """A multi-node case's payload for its ranks, the estimate made before the run stored with it."""
-    from hpcmem.probe.dist import write_payload
-    from hpcmem.probe.runner import estimate_before
-
     folder = work_dir(camp, cc)
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("rank*.json"):
@@ -135,11 +137,6 @@ def prepare(camp: Campaign, cc: CampaignCase) -> int:
 
 def finish(camp: Campaign, cc: CampaignCase, *, local: bool) -> int:
     """Merge the ranks a multi-node case left into its record (or record why it failed)."""
-    from hpcmem.errors import HpcmemError
-    from hpcmem.probe import finished_record
-    from hpcmem.probe.dist import merge_ranks, read_ranks
-    from hpcmem.record import append_record
-
     folder = work_dir(camp, cc)
     try:
         before = json.loads((folder / "estimate.json").read_text())
@@ -161,8 +158,6 @@ def finish(camp: Campaign, cc: CampaignCase, *, local: bool) -> int:
 
 def rank_worker(work: str) -> int:
     """One rank of a multi-node case (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT from the job script)."""
-    from hpcmem.probe.dist import rank_worker as worker
-
     code = worker(Path(work) / "payload.json", work)
     mine = Path(work) / f"rank{os.environ.get('RANK', '?')}.json"
     status = json.loads(mine.read_text()).get("status") if mine.is_file() else "error"
@@ -174,8 +169,6 @@ def rank_worker(work: str) -> int:
 def run_local(camp: Campaign, names: list[str], *, quiet: bool = False) -> dict[str, str]:
     """Every case in turn in this machine's session (no scheduler): one retry each; multi-node cases are skipped.
     Progress goes to stderr (hpcmem.progress), none when `quiet` (--json)."""
-    from hpcmem.progress import Progress
-
     bar = Progress(len(names), "calibrate --local", enabled=not quiet)
     outcome = {}
     groups = {name: (gid, i) for gid, g in camp.data["groups"].items() for i, name in enumerate(g["cases"])}

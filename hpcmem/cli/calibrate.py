@@ -9,16 +9,21 @@ from typing import Any
 
 import click
 
+from hpcmem.calibrate import site_cases, task
+from hpcmem.calibrate import submit as sub
+from hpcmem.calibrate.campaign import Campaign
+from hpcmem.calibrate.collect import collect
+from hpcmem.calibrate.submit import Options, record
+from hpcmem.calibrate.task import run_local
 from hpcmem.errors import HpcmemError
+from hpcmem.inputs import values as v
+from hpcmem.launch import load_preset
+from hpcmem.launch.backends import run_command
 
 GIB = 1024**3
 
 
 def _options(preset: Any, kw: dict[str, Any]) -> Any:
-    from hpcmem.calibrate import site_cases
-    from hpcmem.calibrate.submit import Options
-    from hpcmem.inputs import values as v
-
     for flag in ("site", "only"):        # site names the calibration in every estimate's line; only selects cases
         if kw[flag] is not None:
             v.text(f"--{flag}", kw[flag], max_len=1000)     # an InputError: one line, like every refusal here
@@ -80,10 +85,6 @@ def _plan_json(p: Any) -> dict[str, Any]:
 
 
 def _campaign_run(preset_ref: str, kw: dict[str, Any]) -> None:
-    from hpcmem.calibrate import submit as sub
-    from hpcmem.launch import load_preset
-    from hpcmem.launch.backends import run_command
-
     preset = load_preset(preset_ref)
     opt = _options(preset, kw)
     with tempfile.TemporaryDirectory(prefix="hpcmem-calibrate-") as tmp:
@@ -115,10 +116,6 @@ def _report_submitted(p: Any, submitted: list[dict[str, Any]], as_json: bool) ->
 
 
 def _local(p: Any, kw: dict[str, Any]) -> None:
-    from hpcmem.calibrate.collect import collect
-    from hpcmem.calibrate.submit import record
-    from hpcmem.calibrate.task import run_local
-
     record(p)
     outcome = run_local(p.campaign, p.pending, quiet=kw["as_json"])
     out = collect(p.campaign, install_dir=kw["install_dir"], png=not kw["no_png"])
@@ -128,8 +125,6 @@ def _local(p: Any, kw: dict[str, Any]) -> None:
 
 
 def _status(folder: str, as_json: bool) -> None:
-    from hpcmem.calibrate.campaign import Campaign
-
     camp = Campaign.load(folder)
     done, failed = camp.done(), camp.failed()
     rows = {n: "recorded" if n in done else f"failed: {failed[n]}" if n in failed else camp.status(n)["state"]
@@ -181,13 +176,9 @@ def command(preset_ref: str | None, collect_dir: str | None, status_dir: str | N
             rank_worker: str | None, **kw: Any) -> int:
     """Measure hpcmem on a preset's GPUs: a campaign of probe runs submitted as SLURM job arrays, then collected
     into the GPU's calibration. Example: hpcmem calibrate --preset mycluster-h100 --dry-run"""
-    from hpcmem.calibrate import task
-
     if sum(x is not None for x in (preset_ref, collect_dir, status_dir, run_task, rank_worker)) != 1:
         raise HpcmemError("give exactly one of --preset NAME, --collect CAMPAIGN or --status CAMPAIGN")
     if run_task or rank_worker:
-        from hpcmem.calibrate.campaign import Campaign
-
         return task.rank_worker(rank_worker) if rank_worker else task.run_task(
             Campaign.load(run_task), kw["group"], kw["index"], kw["stage"])
     if status_dir:
@@ -199,9 +190,6 @@ def command(preset_ref: str | None, collect_dir: str | None, status_dir: str | N
 
 
 def _collect(folder: str, kw: dict[str, Any]) -> int:
-    from hpcmem.calibrate.campaign import Campaign
-    from hpcmem.calibrate.collect import collect
-
     out = collect(Campaign.load(folder), install_dir=kw["install_dir"], png=not kw["no_png"])
     c = out["campaign"]
     click.echo(json.dumps(out, indent=1, default=str) if kw["as_json"] else

@@ -8,6 +8,10 @@ import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
 from hpcmem.cli.outputs import PNG
+from hpcmem.estimate import estimate
+from hpcmem.estimate.table import render
+from hpcmem.launch import load_preset
+from hpcmem.plots.estimate_plot import draw
 
 
 @click.command(name="estimate")
@@ -24,13 +28,8 @@ def command(trainer: str, plot_path: str | None, as_json: bool, preset_ref: str 
     Flags and --config keys are TRL's own field names (SFTConfig, DPOConfig, GRPOConfig, ModelConfig …).
     Example: hpcmem estimate sft --model_name_or_path Qwen/Qwen2.5-7B --use_peft --gpu H100-80GB
     """
-    from hpcmem.estimate import estimate
-    from hpcmem.estimate.table import render
-
     preset = None
     if preset_ref:
-        from hpcmem.launch import load_preset
-
         found = load_preset(preset_ref)
         preset = {**found.defaults, "gpu": found.gpu}
     job, ignored = job_from_cli(trainer, kwargs, preset=preset)
@@ -48,6 +47,4 @@ def command(trainer: str, plot_path: str | None, as_json: bool, preset_ref: str 
 
 
 def _plot(est, path: str, world_size: int) -> str:
-    from hpcmem.plots.estimate_plot import draw
-
     return str(draw(est, path, world_size=world_size))

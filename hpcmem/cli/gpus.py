@@ -7,15 +7,15 @@ from dataclasses import asdict
 
 import click
 
+from hpcmem.gpus.catalog import catalog_entry, gpu_names
+from hpcmem.gpus.lookup import gpu_spec
+
 
 @click.command(name="gpus")
 @click.option("--json", "as_json", is_flag=True)
 def command(as_json: bool) -> None:
     """List the GPUs hpcmem knows: memory (nvidia-smi's total), usable capacity (torch's), bf16 TFLOPS, calibration
     and the safe-bound margin of the device peak (its own, or the default borrowed from calibrated GPUs)."""
-    from hpcmem.gpus.catalog import catalog_entry, gpu_names
-    from hpcmem.gpus.lookup import gpu_spec
-
     specs = [gpu_spec(n) for n in gpu_names()]
     if as_json:
         click.echo(json.dumps([{**asdict(s), "capacity_source": catalog_entry(s.name).get("capacity_source", ""),

@@ -11,6 +11,8 @@ import click
 
 from hpcmem.cli.outputs import PNG, PROFILE
 from hpcmem.data.batches import TRAINERS
+from hpcmem.data.profiler import profile_dataset
+from hpcmem.data.render import plot, report
 from hpcmem.errors import HpcmemError
 
 FILE = click.Path(dir_okay=False, path_type=Path)
@@ -52,9 +54,6 @@ def command(data, tokenizer, trainer, split, dataset_text_field, per_device_trai
     folder of data files or a dataset name in the local cache. Never contacts the Hub."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import datasets
-
-    from hpcmem.data.profiler import profile_dataset
-    from hpcmem.data.render import plot, report
 
     # progress: datasets' bars on a terminal; plain stage lines when stderr is piped; nothing with --json
     bars = not as_json and sys.stderr.isatty()

@@ -6,6 +6,8 @@ import time
 
 import click
 
+from hpcmem.launch.monitor import log_files, tail
+
 
 @click.command(name="logs")
 @click.argument("run", type=click.Path(exists=True, file_okay=False))
@@ -16,8 +18,6 @@ import click
 @click.option("-f", "--follow", is_flag=True, help="keep printing new lines (Ctrl-C to stop)")
 def command(run: str, lines: int, node: int | None, follow: bool) -> None:
     """Tail the logs in RUN/logs: batch-<jobid>.log, node<N>.log (appended across requeues), vllm.log."""
-    from hpcmem.launch.monitor import log_files, tail
-
     files = [f for f in log_files(run) if node is None or f.name == f"node{node}.log"]
     if not files:
         which = "pending job" if node is None else f"pending job, or --node {node} does not exist"

@@ -8,7 +8,10 @@ from typing import Any
 
 import click
 
+from hpcmem.datapath import write_dir
 from hpcmem.errors import SpecError
+from hpcmem.inputs.model_config import check_model_config
+from hpcmem.inputs.values import text
 from hpcmem.models import (
     all_linear_targets,
     catalog,
@@ -20,7 +23,12 @@ from hpcmem.models import (
     resolve_model,
     spec_from_config,
 )
+from hpcmem.models.config import has_family
+from hpcmem.models.coverage import coverage_rows, installed_mapping, refusal, render_coverage, sweep_summary
+from hpcmem.models.profile import KIND, config_hash, load_profile, profile_filename, save_profile
+from hpcmem.models.resolve import _read_json
 from hpcmem.models.spec import ModelSpec
+from hpcmem.trace.learn import learn, stderr_progress
 
 
 @click.group("models")
@@ -52,8 +60,6 @@ def coverage_cmd(as_json: bool) -> None:
     """Every model type of the installed transformers' causal-LM mapping: its class (decoder, multimodal, not
     applicable), how hpcmem covers it (derived, learned, refused) and why, and the measured error against the trace
     where the coverage sweep has one (estimator/coverage.jsonl)."""
-    from hpcmem.models.coverage import coverage_rows, render_coverage, sweep_summary
-
     rows = coverage_rows()
     measured = sweep_summary()
     for row in rows:
@@ -80,18 +86,12 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
     folder, or a catalog id. `hpcmem estimate` then finds the profile by the config's hash, without torch."""
     from pathlib import Path
 
-    from hpcmem.inputs.model_config import check_model_config
-    from hpcmem.inputs.values import text
-
     text("model", name, max_len=4096)    # one line in every message and in the profile's provenance
     cfg = model_config_dict(name)
     check_model_config(cfg, name)      # the estimate's own type and range checks, before torch is imported
     learnable(cfg, name)
     # every refusal comes before the traces: the file is checked and the folder written to first
     target = profile_target(cfg, Path(out_dir) / "profiles" if out_dir else None, force=force)
-
-    from hpcmem.models.profile import save_profile
-    from hpcmem.trace.learn import learn, stderr_progress
 
     profile = learn(cfg, name, dtypes=dtypes or ("float32", "bfloat16"), workers=workers, progress=stderr_progress)
     path = save_profile(profile, target.parent)
@@ -114,9 +114,6 @@ def profile_target(cfg: dict[str, Any], folder, *, force: bool):
     before is replaced only with --force, anything else at that name never; the folder must take a file."""
     import os
     import tempfile
-
-    from hpcmem.models.profile import KIND, config_hash, load_profile, profile_filename
-    from hpcmem.datapath import write_dir
 
     folder = folder or write_dir(KIND)
     path = folder / profile_filename(str(cfg["model_type"]), config_hash(cfg))
@@ -147,9 +144,6 @@ def learnable(cfg: dict[str, Any], name: str) -> None:
     (with its reason, as `hpcmem estimate` says it), a type a family descriptor derives (the estimate never reads a
     profile for it: hpcmem.models.resolve.spec_from_config), or a model_type the installed transformers cannot
     build."""
-    from hpcmem.models.config import has_family
-    from hpcmem.models.coverage import installed_mapping, refusal
-
     model_type = cfg["model_type"]
     if has_family(cfg):
         raise SpecError(f"model {name}: model_type {model_type!r} is derived from its family descriptor "
@@ -169,8 +163,6 @@ def learnable(cfg: dict[str, Any], name: str) -> None:
 def model_config_dict(name: str) -> dict[str, Any]:
     """The config.json dict NAME stands for: a file, a folder holding one, or a catalog entry."""
     from pathlib import Path
-
-    from hpcmem.models.resolve import _read_json
 
     path = Path(name).expanduser()
     if path.exists():

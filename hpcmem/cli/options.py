@@ -11,10 +11,14 @@ from typing import Any, Callable
 
 import click
 
+from hpcmem.data.errors import ProfileError
+from hpcmem.data.profile import load_profile, longest_prompt, tokens_per_micro_batch
 from hpcmem.errors import HpcmemError
-from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.settings import check_settings
+from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.trainers import entry, names
+from hpcmem.job.trl_config import accelerate_settings, build_job, read_yaml
 
 
 def typed(name: str) -> bool:
@@ -149,9 +153,6 @@ def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | 
                  model: Any = None, settle_required: bool = False) -> tuple[JobSpec, list[str]]:
     """Merge defaults < preset < --config YAML < flags, then build and validate the JobSpec (`settle_required`: the
     planner's start, hpcmem.job.trl_config.build_job)."""
-    from hpcmem.inputs.settings import check_settings
-    from hpcmem.job.trl_config import accelerate_settings, build_job, read_yaml
-
     given = collect(kwargs)
     config_path = given.pop("config", None)
     accel = given.pop("accelerate_config", None)
@@ -176,8 +177,7 @@ def _apply_profile(path: str, trainer: str, settings: dict[str, Any]) -> None:
     """--lengths: the worst micro-batch's tokens (tokens_per_micro_batch), or for a trainer that generates its
     completions the longest prompt (max_prompt_length, hpcmem's own field)."""
     try:
-        from hpcmem.data.errors import ProfileError
-        from hpcmem.data.profile import load_profile, longest_prompt, tokens_per_micro_batch
+        pass
     except ImportError:
         raise HpcmemError("--lengths needs hpcmem.data.profile (the lengths tool)") from None
     profile = load_profile(path)

@@ -8,7 +8,16 @@ import click
 
 from hpcmem.cli.options import TRAINER_ARG, collect, job_from_cli, job_options
 from hpcmem.cli.outputs import PNG
+from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.inputs import MAX_COUNT
+from hpcmem.job.trl_config import PLANNER_SETTLES, read_yaml
+from hpcmem.launch.job import Launch, LaunchOptions
+from hpcmem.launch.presets import load as load_preset
+from hpcmem.launch.presets import preset_settings
+from hpcmem.models.coverage import required_settings
+from hpcmem.plan import search
+from hpcmem.plan.explain import render, to_json
+from hpcmem.plots.plan_plot import draw
 
 
 @click.command(name="plan")
@@ -33,14 +42,6 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
 
     Example: hpcmem plan sft --model_name_or_path meta-llama/Llama-3.1-8B --gpu H100-80GB --num_processes 8
     """
-    from hpcmem.errors import HpcmemError
-    from hpcmem.plan import search
-    from hpcmem.plan.explain import render, to_json
-    from hpcmem.job.trl_config import read_yaml
-
-    from hpcmem.launch.presets import load as load_preset
-    from hpcmem.launch.presets import preset_settings
-
     preset = load_preset(preset_ref) if preset_ref else None
     if not kwargs.get("gpu") and preset is None:
         raise HpcmemError("hpcmem plan needs --gpu (see `hpcmem gpus`) or --preset (see `hpcmem presets list`)")
@@ -67,9 +68,6 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
 def _check_allocation(job, preset) -> None:
     """The preset's nodes hold so many GPUs, and its partition so many nodes: a layout `hpcmem submit` would refuse
     (hpcmem.launch.job.Launch.allocation_problems) is refused before planning for it."""
-    from hpcmem.errors import SpecError
-    from hpcmem.launch.job import Launch, LaunchOptions
-
     problems = Launch(job=job, preset=preset, options=LaunchOptions(), run_dir="").allocation_problems
     if problems:
         raise SpecError(problems)
@@ -77,9 +75,6 @@ def _check_allocation(job, preset) -> None:
 
 def settled_note(job, fixed: set[str]) -> str | None:
     """What the plan's start took from the model type's requirements (build_job settle_required), for the user."""
-    from hpcmem.models.coverage import required_settings
-    from hpcmem.job.trl_config import PLANNER_SETTLES
-
     taken = {k: v for k, v in required_settings(job.model.model_type).items() if k in PLANNER_SETTLES and k not in fixed}
     if not taken:
         return None
@@ -89,6 +84,4 @@ def settled_note(job, fixed: set[str]) -> str | None:
 
 
 def _plot(report, path: str) -> str:
-    from hpcmem.plots.plan_plot import draw
-
     return str(draw(report, path))

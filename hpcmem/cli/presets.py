@@ -6,6 +6,11 @@ import json
 
 import click
 
+from hpcmem.errors import HpcmemError
+from hpcmem.launch import presets
+from hpcmem.launch.preset_check import check as run_check
+from hpcmem.launch.runfolder import _jsonable
+
 
 @click.group(name="presets")
 def command() -> None:
@@ -21,9 +26,6 @@ def command() -> None:
               "file, and the problem of a preset that does not load (null when it loads)")
 def list_presets(as_json: bool) -> None:
     """Every preset on the search path (a name found twice: the first folder wins)."""
-    from hpcmem.errors import HpcmemError
-    from hpcmem.launch import presets
-
     rows = []
     for path in presets.available():
         try:
@@ -50,9 +52,6 @@ def list_presets(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="the resolved preset as JSON")
 def show(name: str, as_json: bool) -> None:
     """One preset, resolved (defaults filled in) — NAME on the search path or a FILE."""
-    from hpcmem.launch import presets
-    from hpcmem.launch.runfolder import _jsonable
-
     data = _jsonable(presets.load(name))
     click.echo(json.dumps(data, indent=2) if as_json else "\n".join(f"{k:20} {v}" for k, v in data.items()))
 
@@ -64,9 +63,6 @@ def show(name: str, as_json: bool) -> None:
 def check(name: str, as_json: bool) -> None:
     """Compare a preset with `scontrol show partition` and `sinfo` (needs SLURM reachable); exit 1 on a mismatch."""
     import dataclasses
-
-    from hpcmem.launch import presets
-    from hpcmem.launch.preset_check import check as run_check
 
     preset = presets.load(name)
     results = run_check(preset)

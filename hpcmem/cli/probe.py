@@ -11,16 +11,19 @@ import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
 from hpcmem.cli.outputs import RECORDS
+from hpcmem.errors import SpecError
+from hpcmem.job.settings import check_settings
+from hpcmem.models import resolve_model
+from hpcmem.probe import record_file, run_probe
+from hpcmem.probe.fixtures import hf_config
+from hpcmem.probe.summary import summary
+from hpcmem.trace.learn import provisional_spec
 
 
 def probe_model(kwargs: dict) -> Any:
     """The model to probe: as `hpcmem estimate` resolves it, else — a type with no family descriptor and no learned
     profile, or a refused one (a GPU probe measures the real kernels) — its parameters from the meta model: the run
     is recorded, its estimate marked as missing."""
-    from hpcmem.errors import SpecError
-    from hpcmem.inputs.settings import check_settings
-    from hpcmem.models import resolve_model
-
     name = kwargs.get("model_name_or_path")
     if not name:
         return None
@@ -28,9 +31,6 @@ def probe_model(kwargs: dict) -> Any:
     try:
         return resolve_model(str(name))
     except SpecError as exc:
-        from hpcmem.probe.fixtures import hf_config
-        from hpcmem.trace.learn import provisional_spec
-
         click.echo(f"note: {exc.problems[0]}; probing it anyway (the record carries no estimate)", err=True)
         return provisional_spec(hf_config(str(name)), str(name))
 
@@ -61,9 +61,6 @@ def command(trainer: str, device: str, steps: int, warmup_steps: int, capacity_b
     them). Multi-process jobs (--num_processes 2 --accelerate_config zero3) start one worker per rank on this machine.
     Example: hpcmem probe sft --model_name_or_path Qwen/Qwen2.5-0.5B --max_length 2048 --device cuda
     """
-    from hpcmem.probe import record_file, run_probe
-    from hpcmem.probe.summary import summary
-
     if warmup_steps >= steps:
         # hpcmem.probe.run_probe takes the peak over the steps after warm-up
         raise click.UsageError(f"--warmup-steps {warmup_steps} leaves nothing to measure with --steps {steps}: the "

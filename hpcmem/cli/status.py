@@ -6,14 +6,14 @@ import json
 
 import click
 
+from hpcmem.launch.monitor import status
+
 
 @click.command(name="status")
 @click.argument("run", type=click.Path(exists=True, file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="one JSON object")
 def command(run: str, as_json: bool) -> None:
     """State of the SLURM job submitted from RUN (a run folder written by `hpcmem submit`)."""
-    from hpcmem.launch.monitor import status
-
     st = status(run)
     if as_json:
         click.echo(json.dumps(st.to_json(), indent=2))

@@ -7,8 +7,15 @@ from typing import Any
 
 import click
 
-from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options, typed
+from hpcmem.cli.options import TRAINER_ARG, collect, job_from_cli, job_options, typed
 from hpcmem.errors import HpcmemError, SpecError
+from hpcmem.inputs.files import is_file
+from hpcmem.job.trl_config import read_yaml
+from hpcmem.launch import LaunchOptions, load_preset, submit
+from hpcmem.launch.presets import preset_settings
+from hpcmem.plan import search
+from hpcmem.plan.explain import host_lines
+from hpcmem.plan.flags import flags_line
 
 
 def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
@@ -23,9 +30,6 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
 
 def _trl_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The user's TRL YAML as written (fields hpcmem does not model travel unchanged) + --model_name_or_path."""
-    from hpcmem.inputs.files import is_file
-    from hpcmem.job.trl_config import read_yaml
-
     fields = read_yaml(kwargs["config"]) if kwargs.get("config") else {}
     if kwargs.get("model_name_or_path"):
         fields["model_name_or_path"] = kwargs["model_name_or_path"]
@@ -42,16 +46,10 @@ def _trl_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
 def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool, preset):
     """`--plan`: the planner's fastest combination that fits the GPU and the node's host RAM; every flag the user
     gave stays fixed."""
-    from hpcmem.cli.options import collect
-    from hpcmem.plan import search
-    from hpcmem.plan.explain import host_lines
-
     # --accelerate_config fixes the sharding and --lengths the batch and packing, as in `hpcmem plan`
     # (hpcmem.plan.knobs.FIXING_FLAGS); --config stands for the fields it sets
     given = set(collect(kwargs)) - {"config"}
     if kwargs.get("config"):
-        from hpcmem.job.trl_config import read_yaml
-
         given |= set(read_yaml(kwargs["config"]))
     report = search(job, job.gpu, fixed=given, allow_peft=allow_peft, top=1,
                     host_memory_per_node_bytes=preset.memory_per_node_bytes)
@@ -61,7 +59,6 @@ def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool, preset):
                          f"{' and in ' + preset.name + ' host RAM' if preset.memory_per_node_bytes else ''}"
                          "; see `hpcmem plan … --preset " + preset.name + " --explain`",
                          *(line.strip() for line in host_lines(report))])
-    from hpcmem.plan.flags import flags_line
 
     best = report.plans[0]
     click.echo(f"plan: {best.knobs.label()}: {flags_line(job, best.job)}", err=True)
@@ -70,9 +67,6 @@ def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool, preset):
 
 def _build(trainer: str, preset_ref: str, launch: dict[str, Any], kwargs: dict[str, Any], use_plan: bool = False,
            allow_peft: bool = False):
-    from hpcmem.launch import LaunchOptions, load_preset
-    from hpcmem.launch.presets import preset_settings
-
     preset = load_preset(preset_ref)
     job, _ = job_from_cli(trainer, kwargs, preset=preset_settings(preset, kwargs.get("gpu")), settle_required=use_plan)
     if use_plan:
@@ -151,8 +145,6 @@ def command(trainer: str, preset_ref: str, backend: str, dry_run: bool, force: b
     configs, resolved spec, estimate, job id). Example:
     hpcmem submit sft --config sft.yaml --preset mycluster-h100 --num_machines 2 --num_processes 16 --requeue
     """
-    from hpcmem.launch import submit
-
     launch = {k: kwargs.pop(k) for k in ("requeue", "max_restarts", "time", "job_name", "env", "vllm_placement",
                                           "account", "qos", "entry", "reuse_output_dir")}
     _refuse_idle_flags(launch, use_plan, allow_peft)

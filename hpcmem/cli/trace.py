@@ -9,6 +9,10 @@ import click
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
 from hpcmem.cli.outputs import PICKLE, PNG
 from hpcmem.job.trainers import entry
+from hpcmem.plots.mpl import pyplot
+from hpcmem.plots.timeline import draw_recorder
+from hpcmem.trace import run_trace
+from hpcmem.trace.snapshot import SnapshotRecorder
 
 
 @click.command(name="trace")
@@ -37,15 +41,11 @@ def command(trainer: str, kernels: str, allocator: str, generation: bool, snapsh
     `hpcmem estimate` shards it.
     Example: hpcmem trace sft --model_name_or_path meta-llama/Llama-3.1-8B --dtype bfloat16 --max_length 4096
     """
-    from hpcmem.trace import run_trace
-
     job, ignored = job_from_cli(trainer, kwargs)
     if generation and not entry(trainer).generates:
         raise click.UsageError(f"--generation is for grpo/rloo (they generate); {trainer} does not")
     recorder = _recorder() if snapshot_path or timeline_path else None
     if timeline_path:
-        from hpcmem.plots.mpl import pyplot
-
         pyplot("hpcmem trace --timeline")          # before minutes of tracing, not after
     result = run_trace(job, kernels=kernels, allocator=False if allocator == "off" else allocator,
                        generation=generation, snapshot=recorder)
@@ -67,8 +67,6 @@ def command(trainer: str, kernels: str, allocator: str, generation: bool, snapsh
 
 
 def _recorder():
-    from hpcmem.trace.snapshot import SnapshotRecorder
-
     return SnapshotRecorder()
 
 
@@ -77,8 +75,6 @@ def _write_pictures(recorder, job, snapshot_path: str | None, timeline_path: str
     if snapshot_path:
         out["snapshot"] = str(recorder.write(snapshot_path))
     if timeline_path:
-        from hpcmem.plots.timeline import draw_recorder
-
         title = f"hpcmem trace · {job.train.trainer} · {job.model.name} · traced allocations (CUDA mapping)"
         out["timeline"] = str(draw_recorder(recorder, timeline_path, title=title,
                                             capacity_bytes=job.gpu.memory_bytes if job.gpu else None))

@@ -9,14 +9,17 @@ import click
 
 from hpcmem.cli.options import typed
 from hpcmem.cli.outputs import PNG
+from hpcmem.datapath import estimator_dir
 from hpcmem.errors import HpcmemError
+from hpcmem.models.coverage import classification, installed_mapping
+from hpcmem.validate import against_probes, boundary, coverage, trace
+from hpcmem.validate.speed import render as render_speed
+from hpcmem.validate.table import render
 
 
 def _check_types(chosen: list[str] | None) -> None:
     """--types names model types hpcmem's table or the installed transformers' causal-LM mapping has; anything else
     (a typo) would be swept into the shared records as 'unclassified'."""
-    from hpcmem.models.coverage import classification, installed_mapping
-
     known = set(classification()["types"]) | set(installed_mapping() or {})
     unknown = [t for t in chosen or () if t not in known]
     if unknown:
@@ -94,8 +97,6 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
     max |error| %, bias, and the safe bound's under-estimate rate and slack."""
     _check_modes(against, fit=fit, reserved=reserved)
     if against == "coverage":
-        from hpcmem.validate import coverage
-
         chosen = [t.strip() for t in types.split(",")] if types else None
         _check_types(chosen)
         if rescore:
@@ -103,7 +104,6 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
             coverage.write_records(recs)
         else:
             recs = coverage.run(chosen, redo=redo, workers=workers, progress=coverage.print_progress)
-        from hpcmem.datapath import estimator_dir
 
         report = estimator_dir() / "COVERAGE.md"
         report.write_text(coverage.report_markdown(coverage.load_records()))
@@ -119,14 +119,10 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
         if importlib.util.find_spec("hpcmem.validate.trace") is None:
             raise HpcmemError("validate --against trace is not available yet (hpcmem.validate.trace is missing); "
                               "use --against probes")
-        from hpcmem.validate import trace
 
         trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json, rescore_only=rescore,
                   reserved=reserved, events_dir=events_dir)
         return
-    from hpcmem.datapath import estimator_dir
-    from hpcmem.validate import against_probes
-    from hpcmem.validate.table import render
 
     if against == "boundary":
         _boundary(list(records) or [estimator_dir() / "probes"], stored, gpu, as_json)
@@ -141,8 +137,6 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
     click.echo(f"{report.num_records} probe records from {', '.join(report.files) or 'nowhere'}")
     click.echo(render(report.rows) if report.rows else "no estimate/measurement pairs")
     if speed:
-        from hpcmem.validate.speed import render as render_speed
-
         click.echo("\nspeed: tokens/s per GPU, measured vs the planner's throughput model (hpcmem.validate.speed)")
         click.echo(render_speed(report.speed) if report.speed else "no timed runs the model covers")
     for line in report.notes + [f"calibration written: {c}" for c in report.calibrations]:
@@ -153,8 +147,6 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
 
 def _boundary(paths: list, stored: bool, gpu: str | None, as_json: bool) -> None:
     from dataclasses import asdict
-
-    from hpcmem.validate import boundary
 
     table, notes = boundary.rows(paths, stored=stored, gpu=gpu)
     if as_json:

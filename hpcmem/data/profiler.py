@@ -10,8 +10,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from hpcmem.data.batches import PACKING_STRATEGIES, ROW_PARTS, kept_rows, kto_kl_rows, micro_batches, summarize
 from hpcmem.data.errors import EmptyDataset, LengthsError
+from hpcmem.data.load import load_data, load_tokenizer
+from hpcmem.data.packing import PACK_BATCH_SIZE, pack_all
 from hpcmem.data.profile import ENCODING, MAX_ORDERED_EXAMPLES, SCHEMA, encode_lengths
 from hpcmem.data.stats import candidates, histogram, length_stats, recommend
+from hpcmem.data.tokenize import tokenize_lengths
 
 
 def profile_dataset(data: str, tokenizer: str, *, trainer: str = "sft", split: str = "train",
@@ -21,9 +24,6 @@ def profile_dataset(data: str, tokenizer: str, *, trainer: str = "sft", split: s
                     say: Callable[[str], None] | None = None) -> dict:
     """Profile DATA with the tokenizer at TOKENIZER for TRAINER; see hpcmem.data.profile for the schema. `say` hears
     each stage as it starts (the CLI prints them as plain lines when its progress bars are off)."""
-    from hpcmem.data.load import load_data, load_tokenizer
-    from hpcmem.data.tokenize import tokenize_lengths
-
     say = say or (lambda _text: None)
     say(f"loading the tokenizer {tokenizer} and the data {data}")
     tok = load_tokenizer(tokenizer)
@@ -41,8 +41,6 @@ def profile_dataset(data: str, tokenizer: str, *, trainer: str = "sft", split: s
 def build_profile(parts: Mapping[str, Sequence[int]], *, source: Mapping, per_device_train_batch_size: int,
                   pad_to_multiple_of: int | None, max_lengths: Iterable[int] = (), num_proc: int | None = None) -> dict:
     """The profile of per-example part lengths (dataset order); `source["trainer"]` says which rules apply."""
-    from hpcmem.data.packing import PACK_BATCH_SIZE
-
     trainer = source["trainer"]
     names = ROW_PARTS[trainer]
     num_examples = len(parts[names[0]])
@@ -82,8 +80,6 @@ def pack_candidates(lengths: Sequence[int], max_lengths: Sequence[int],
                     num_proc: int | None) -> dict[tuple[int, str], list[int]]:
     """trl.pack_dataset rows for every (max_length, strategy). bfd_split is not packed where no sequence exceeds
     max_length: TRL's docs say it behaves exactly as bfd then (candidate_row marks it `same_as` bfd)."""
-    from hpcmem.data.packing import pack_all
-
     longest = max(lengths)
     jobs = [(m, s) for m in max_lengths for s in PACKING_STRATEGIES if not (s == "bfd_split" and longest <= m)]
     return pack_all(lengths, jobs, num_proc=num_proc)

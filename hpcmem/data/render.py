@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from hpcmem.data.stats import PERCENTILES
+from hpcmem.plots.mpl import pyplot, save
 
 BAR_WIDTH = 40
 NUM_BINS = 20
@@ -102,8 +103,6 @@ def report(profile: Mapping, *, log_x: bool = False) -> str:
 
 def plot(profile: Mapping, path: str, *, log_x: bool = False) -> None:
     """Histogram of tokens per sequence with p50/p95/p99 and the recommended max_length, saved as a PNG."""
-    from hpcmem.plots.mpl import pyplot, save
-
     plt = pyplot("hpcmem lengths --plot")
     hist, stats = profile["histogram"], profile["stats"]
     edges = [low for low, _, _ in bins(hist, log_x=log_x, num_bins=60)] + [hist[-1][0] + 1]

@@ -9,25 +9,25 @@ from __future__ import annotations
 
 from hpcmem.estimate.allocator import allocator_slack, spread_block
 from hpcmem.estimate.breakdown import Component, Estimate, Phase
-from hpcmem.estimate.names import CHECKPOINT_SAVE as SAVE_PHASE
 from hpcmem.estimate.checkpoint import save_bytes
+from hpcmem.estimate.closing import resident_components
 from hpcmem.estimate.device import device_terms
 from hpcmem.estimate.evaluation import eval_phase
 from hpcmem.estimate.host import host_estimate
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.loss import loss_bytes
+from hpcmem.estimate.names import BLOCK_TAILS as TAILS
+from hpcmem.estimate.names import CHECKPOINT_SAVE as SAVE_PHASE
+from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
 from hpcmem.estimate.parallel import layout_json, layout_note, local_micro_batch, sequence_buffers
-from hpcmem.job.shape import micro_batch, precision
 from hpcmem.estimate.states import job_param_parts, model_states, optimizer_step_transient
 from hpcmem.estimate.step import build_phases
-from hpcmem.estimate.closing import resident_components
-from hpcmem.estimate.names import BLOCK_TAILS as TAILS
 from hpcmem.estimate.tails import block_tails
 from hpcmem.estimate.trainers import trainer_extras
-from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
 from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
-from hpcmem.job.rules import job_warnings
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.rules import job_warnings
+from hpcmem.job.shape import micro_batch, precision
 from hpcmem.job.trainers import entry
 
 __all__ = ["Component", "Estimate", "Phase", "estimate"]

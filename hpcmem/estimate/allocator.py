@@ -35,16 +35,6 @@ import functools
 
 from hpcmem.estimate.activations import effective_attention
 from hpcmem.estimate.breakdown import Phase
-from hpcmem.estimate.lora import LoraLayout
-from hpcmem.estimate.loss import logits_tile
-from hpcmem.job.shape import MicroBatch, Precision
-from hpcmem.estimate.states import FOREACH_OPTIMS
-from hpcmem.estimate.names import AUTOCAST_CACHE, BACKWARD, FORWARD, GRADIENTS, OPTIMIZER_STATES, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES
-from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parameter_sizes
-from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
-from hpcmem.job.jobspec import JobSpec
-from hpcmem.models.spec import ModelSpec
-from hpcmem.job.trainers import entry
 from hpcmem.estimate.caching_allocator import (
     K_LARGE_BUFFER,
     K_SMALL_BUFFER,
@@ -53,6 +43,24 @@ from hpcmem.estimate.caching_allocator import (
     round_size,
     should_split,
 )
+from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate.loss import logits_tile
+from hpcmem.estimate.names import (
+    AUTOCAST_CACHE,
+    BACKWARD,
+    FORWARD,
+    GRADIENTS,
+    OPTIMIZER_STATES,
+    OPTIMIZER_STEP,
+    OPTIMIZER_TEMPORARIES,
+)
+from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
+from hpcmem.estimate.states import FOREACH_OPTIMS
+from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parameter_sizes
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import MicroBatch, Precision
+from hpcmem.job.trainers import entry
+from hpcmem.models.spec import ModelSpec
 
 FP32 = 4
 TERMS = ("packing", "second_step", "head_tile", "layer_blocks", "allocated", "beside", "embedding_grad")

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from hpcmem.estimate.breakdown import Component
 from hpcmem.estimate.lora import LoraLayout
-from hpcmem.job.shape import Precision
 from hpcmem.estimate.states import ZERO3_MAX_LIVE, ParamParts, States
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import Precision
 
 MAX_SHARD_BYTES = 50 * 10**9          # transformers save_pretrained max_shard_size "50GB" (modeling_utils.py)
 ZERO3_SUB_GROUP = 10**9               # sub_group_size hpcmem writes (launch/configs.py): fp32 flat groups per rank

@@ -25,11 +25,11 @@ from dataclasses import replace
 
 from hpcmem.estimate.breakdown import Component
 from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes
-from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, param_parts
 from hpcmem.estimate.trainers import TrainerExtras, reference_bytes
-from hpcmem.job.spec import DTYPES, load_dtype
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import MicroBatch, Precision
+from hpcmem.job.spec import DTYPES, load_dtype
 from hpcmem.models.spec import ModelSpec
 
 FP32 = 4

@@ -19,14 +19,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hpcmem.estimate.breakdown import Component, Phase
+from hpcmem.estimate.names import EVALUATION
 from hpcmem.estimate.parallel import local_micro_batch
-from hpcmem.job.shape import Precision, micro_batch
 from hpcmem.estimate.states import ParamParts
 from hpcmem.estimate.trainers import generation_phases, no_grad_pass
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import Precision, micro_batch
 from hpcmem.job.trainers import entry
-from hpcmem.estimate.names import EVALUATION
-
 
 
 def eval_phase(job: JobSpec, parts: ParamParts, prec: Precision, held: tuple[Component, ...]) -> Phase | None:

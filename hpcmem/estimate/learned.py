@@ -27,15 +27,15 @@ from dataclasses import dataclass
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate.breakdown import Component, Phase
+from hpcmem.estimate.closing import closing_phases, resident_components
 from hpcmem.estimate.lora import LoraLayout, backward_transient
 from hpcmem.estimate.loss import LossBytes
-from hpcmem.job.shape import MicroBatch, Precision
-from hpcmem.estimate.states import ParamParts, States
 from hpcmem.estimate.names import ACTIVATIONS
+from hpcmem.estimate.states import ParamParts, States
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.params import LinearModule
 from hpcmem.models.profile import Cell, LayerKind, LearnedProfile, cell_key
-from hpcmem.job.jobspec import JobSpec
-from hpcmem.estimate.closing import closing_phases, resident_components
 
 REFERENCE_ADAPTER_BYTES = 4       # peft keeps adapters in fp32 (autocast_adapter_dtype) in the traced jobs
 DEFAULT_LORA = "lora-default"     # the technique name of the cells traced on peft's default targets

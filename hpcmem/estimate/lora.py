@@ -13,10 +13,15 @@ from dataclasses import dataclass
 
 from hpcmem.estimate import lora_variants
 from hpcmem.estimate.lora_variants import modules_to_save
-from hpcmem.job.shape import Precision
-from hpcmem.models.params import LinearModule, all_linear_targets, linear_modules, parameters_named, \
-    peft_default_targets
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import Precision
+from hpcmem.models.params import (
+    LinearModule,
+    all_linear_targets,
+    linear_modules,
+    parameters_named,
+    peft_default_targets,
+)
 
 LORA_DROPOUT_MASK_BYTES = 1   # nn.Dropout (TRL's lora_dropout 0.05) keeps a bool mask per input element
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpcmem.models.params import LinearModule
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
+from hpcmem.models.params import LinearModule
 
 if TYPE_CHECKING:
     from hpcmem.estimate.lora import LoraLayout

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.job.trainers import entry
 
 TOKEN_CHUNK_SIZE = 4096          # chunked_logprob.py TOKEN_CHUNK_SIZE

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import MicroBatch, Precision
 
 FP32 = 4
 

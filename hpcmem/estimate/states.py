@@ -21,11 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmem.estimate.lora import LoraLayout
-from hpcmem.job.shape import Precision
-from hpcmem.models.params import count_params, linear_modules
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.models.spec import ModelSpec
+from hpcmem.job.shape import Precision
 from hpcmem.job.trainers import entry
+from hpcmem.models.params import count_params, linear_modules
+from hpcmem.models.spec import ModelSpec
 
 ADAM_STATES = 2
 BNB_BLOCK = 256                 # 8-bit optimizer absmax block

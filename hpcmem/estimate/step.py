@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate import activations as act
+from hpcmem.estimate import lora_variants
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import closing_phases, resident_components
-from hpcmem.estimate.names import ACTIVATIONS, AUTOCAST_CACHE, FORWARD, GRADIENTS
-from hpcmem.estimate import lora_variants
+from hpcmem.estimate.learned import learned_phases
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.lora import backward_transient as lora_backward_transient
 from hpcmem.estimate.loss import LossBytes
+from hpcmem.estimate.names import ACTIVATIONS, AUTOCAST_CACHE, FORWARD, GRADIENTS
 from hpcmem.estimate.parallel import SequenceBuffers
-from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.estimate.learned import learned_phases
+from hpcmem.job.shape import MicroBatch, Precision
 
 GIB = 1024**3
 # phase and component names other modules read back (hpcmem.estimate.allocator replays the step from them)

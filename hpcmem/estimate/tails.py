@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from hpcmem.estimate.allocator import persistent_tails
 from hpcmem.estimate.lora import LoraLayout
-from hpcmem.job.shape import Precision
 from hpcmem.job.jobspec import JobSpec
-
+from hpcmem.job.shape import Precision
 
 
 def block_tails(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[int, str]:

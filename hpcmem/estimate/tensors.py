@@ -12,9 +12,9 @@ as a 4-byte device tensor).
 from __future__ import annotations
 
 from hpcmem.estimate.lora import LoraLayout
+from hpcmem.job.trainers import entry
 from hpcmem.models.params import linear_modules
 from hpcmem.models.spec import ModelSpec
-from hpcmem.job.trainers import entry
 
 ADAM_OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach")
 

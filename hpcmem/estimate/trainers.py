@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmem.estimate.breakdown import Component, Phase
-from hpcmem.job.shape import Precision, micro_batch
 from hpcmem.estimate.states import ParamParts
-from hpcmem.job.rules import generation_batch_size
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.rules import generation_batch_size
+from hpcmem.job.shape import Precision, micro_batch
 from hpcmem.job.trainers import entry
 
 FP32 = 4

@@ -18,10 +18,10 @@ estimator/LOG.md.
 
 from __future__ import annotations
 
-from hpcmem.gpus.spec import GpuSpec
 from hpcmem.estimate.names import BLOCK_TAILS as TAILS
-from hpcmem.models.params import linear_modules
 from hpcmem.estimate.names import CUBLAS_WORKSPACES
+from hpcmem.gpus.spec import GpuSpec
+from hpcmem.models.params import linear_modules
 
 HANDLES = 2                                   # Python's thread + autograd's device thread
 KIB = 1024

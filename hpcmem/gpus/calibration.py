@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.datapath import search_dirs
-from hpcmem.gpus.spec import Campaign, PeakMargin
 from hpcmem.gpus.catalog import catalog_entry, gpu_slug
+from hpcmem.gpus.spec import Campaign, PeakMargin
 
 KIND = "calibrations"
 

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcmem.job.shape import micro_batch, precision
 

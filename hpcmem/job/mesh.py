@@ -2,7 +2,7 @@
 as it lands on the ranks — what each rank shards, which ranks share a sequence — and accelerate's own rules for it.
 
 Sizes carry accelerate's names (accelerate/parallelism_config.py `ParallelismConfig`; an accelerate YAML writes them as
-`parallelism_config_<name>` keys, hpcmem.launch.parallelism). 1 means the dimension is off; with every size 1 the job
+`parallelism_config_<name>` keys, hpcmem.job.parallelism). 1 means the dimension is off; with every size 1 the job
 is the plain layout of its distributed_type (FSDP / ZeRO over all ranks, DDP), as accelerate runs it without a
 parallelism config.
 

@@ -9,9 +9,8 @@ GRPO/RLOO train on B rows of prompt + completion.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hpcmem.job.trainers import entry
 
@@ -112,3 +111,11 @@ def precision(job: JobSpec) -> Precision:
     act = 2 if mixed or weight == 2 else 4
     return Precision(weight=weight, act=act, residual=act if fsdp_mixed else weight,
                      autocast=mixed and weight == 4 and not fsdp_mixed)
+
+
+def rows_needed(job: JobSpec, steps: int) -> int:
+    t = job.train
+    per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps * job.parallel.world_size
+    if entry(t.trainer).generates:
+        per_step = max(per_step, t.generation_batch_size or 0) * (t.steps_per_generation or 1)
+    return max(16, per_step * (steps + 2))

@@ -12,18 +12,19 @@ from dataclasses import fields
 from typing import Any
 
 from hpcmem.errors import HpcmemError, SpecError
+from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.inputs.files import exists, is_file, load_yaml_file
-from hpcmem.inputs.settings import check_settings
 from hpcmem.inputs.values import json_object, shown
-from hpcmem.launch.parallelism import parallelism_settings, reshard_after_forward
-from hpcmem.job.mesh_rules import check_layout_settings
-from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.mesh_rules import check_layout_settings
+from hpcmem.job.parallelism import parallelism_settings, reshard_after_forward
+from hpcmem.job.settings import check_settings
+from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.trainers import entry
 from hpcmem.job.trainers.fields import check_fields
-from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.models import resolve_model
 from hpcmem.models.coverage import required_settings
+
 # TRL's shipped accelerate configs (trl/accelerate_configs/*.yaml, 1.16), by the name `trl --accelerate_config` takes.
 SHIPPED_ACCELERATE = {
     "single_gpu": {"distributed_type": "NO"},
@@ -43,7 +44,7 @@ JOB_FIELDS = {"model_name_or_path", "expandable_segments", "gpu", "tokens_per_mi
 
 def read_yaml(path: str | os.PathLike, what: str = "config") -> dict[str, Any]:
     """A YAML mapping read within hpcmem.inputs.files' limits (size, UTF-8, nesting, aliases); keys are not checked
-    here (hpcmem.inputs.settings does, naming the file)."""
+    here (hpcmem.job.settings does, naming the file)."""
     if not is_file(path):
         raise HpcmemError(f"{what} file {path} " + ("is not a regular file" if exists(path) else "does not exist"))
     data = load_yaml_file(path, what)

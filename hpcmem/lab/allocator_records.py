@@ -26,6 +26,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import hpcmem.trace.trainer as builders
+from hpcmem.estimate.workspaces import HOPPER_BYTES
+from hpcmem.record import expandable_in_env, job_from_dict
+from hpcmem.record import read_lines as read_records
+from hpcmem.trace import pref, rl, run_trace
+from hpcmem.trace.events import load, save, step_of
+from hpcmem.trace.replay import CUBLASLT_WORKSPACE_BYTES, Workspaces, replay, steady_peak
+from hpcmem.validate.table import median, quantile
+
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "estimator" / "probes" / "nvidia-h200.jsonl"
 EVENTS = ROOT / "estimator" / "allocator" / "nvidia-h200"
@@ -40,8 +49,6 @@ def scored(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def record_job(rec: dict[str, Any]) -> Any:
-    from hpcmem.record import job_from_dict
-
     return job_from_dict(rec["job"], rec.get("env"))
 
 
@@ -54,9 +61,6 @@ def probe_batches(job: Any, steps: int) -> Iterator[None]:
       probe's did (B = 4: steps 1 and 3 of 3, not step 2);
     - DPO: the probe's text rows all reach max_length (no padded row);
     - GRPO/RLOO: the probe forces every completion to max_completion_length (`min_new_tokens`): no shorter one."""
-    import hpcmem.trace.trainer as builders
-    from hpcmem.trace import pref, rl
-
     t = job.train
     micro_batches = t.gradient_accumulation_steps * job.parallel.world_size * (steps + 2)
     saved = (builders.common_args, builders.make_dataset, pref.make_preference_dataset, rl.PAD_LAST_COMPLETION)
@@ -83,9 +87,6 @@ def probe_batches(job: Any, steps: int) -> Iterator[None]:
 
 def trace_record(rec: dict[str, Any], out: Path, *, generation: bool = False) -> float:
     """Trace the record's job with the event log on and store the stream; returns the seconds it took."""
-    from hpcmem.trace import run_trace
-    from hpcmem.trace.events import save
-
     job = record_job(rec)
     start = time.perf_counter()
     with probe_batches(job, STEPS):
@@ -101,8 +102,6 @@ def trace_record(rec: dict[str, Any], out: Path, *, generation: bool = False) ->
 
 def score(rec: dict[str, Any], stored: dict[str, Any], *, workspaces: Any = None) -> dict[str, Any]:
     """Replay a stored stream in the record's allocator mode; the row of the table."""
-    from hpcmem.trace.replay import Workspaces, replay
-
     job = record_job(rec)
     r = replay(stored["events"], expandable=job.expandable_segments, workspaces=workspaces or Workspaces())
     m = rec["measured"]
@@ -137,10 +136,6 @@ def cuda_replay(stored: dict[str, Any], *, expandable: bool, perturb: int = 0,
     streams, on the GPU and in the model alike. `model=False` (--gpu-only) leaves the model's side out ("model": null,
     with the cuBLAS workspace it needs), for `--read` to fill in (`with_models`): on a lease, the GPU's half only."""
     import torch
-
-    from hpcmem.estimate.workspaces import HOPPER_BYTES
-    from hpcmem.trace.events import step_of
-    from hpcmem.trace.replay import CUBLASLT_WORKSPACE_BYTES, Workspaces, replay
 
     cap = torch.cuda.get_device_capability()
     ws = Workspaces(cublas=HOPPER_BYTES if cap == (9, 0) else 4096 * 1024 * 2 + 16 * 1024 * 8)
@@ -183,9 +178,6 @@ def with_models(lines: list[dict[str, Any]], events: Path) -> list[dict[str, Any
     (`events`/<case>.json.gz), perturbation, allocator mode and cuBLAS workspace replayed through the model, as
     `cuda_replay` would have; lines that carry it are kept as they are. ValueError names a line whose stream is not
     stored."""
-    from hpcmem.trace.events import load
-    from hpcmem.trace.replay import Workspaces, replay
-
     out = []
     for n, x in enumerate(lines, 1):
         if x.get("model") is None:
@@ -244,8 +236,6 @@ def cuda_replay_rows(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The kit's `--cuda-replay` lines as rows: steady reserved peak (steps ≥ 2, as the probe reads them) on the GPU
     and in the model, and for a perturbed replay how far each moved from the same stream's unperturbed replay in the
     same mode (None when that replay is missing). Both moving alike says the model's flip is the allocator's."""
-    from hpcmem.trace.replay import steady_peak
-
     def steady(peaks: dict[str, Any]) -> int:
         return steady_peak({int(k): tuple(v) for k, v in peaks.items()}, 1)
 
@@ -279,8 +269,6 @@ def table(rows: list[dict[str, Any]], markdown: bool = False) -> str:
             f"{r['resv_model'] / MIB:,.0f}", f"{r['resv_err_pct']:+.2f}", f"{(r['resv_gpu'] - r['alloc_gpu']) / MIB:,.0f}",
             f"{(r['resv_model'] - r['alloc_model']) / MIB:,.0f}"))
     if rows:
-        from hpcmem.validate.table import median, quantile
-
         for key in ("alloc_err_pct", "resv_err_pct"):
             errs = [abs(r[key]) for r in rows]
             lines.append(f"{key}: n {len(errs)}, median |err| {median(errs):.2f} %, p95 {quantile(errs, 0.95):.2f} %, "
@@ -290,9 +278,6 @@ def table(rows: list[dict[str, Any]], markdown: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hpcmem.record import read_lines as read_records
-    from hpcmem.trace.events import load
-
     ap = argparse.ArgumentParser(prog="python -m hpcmem.lab.allocator_records", description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=Path, default=RECORDS)
     ap.add_argument("--events", type=Path, default=EVENTS, help="folder of stored streams")
@@ -356,8 +341,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i}/{len(records)}] {rec['case']}: {seconds:.0f} s → {out}", file=sys.stderr, flush=True)
     if args.cuda_replay:
         import torch
-
-        from hpcmem.record import expandable_in_env
 
         if not torch.cuda.is_available():
             print("--cuda-replay needs a CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)

@@ -35,6 +35,12 @@ import statistics
 import time
 from pathlib import Path
 
+from hpcmem.estimate.caching_allocator import AllocatorSet, CachingAllocator
+from hpcmem.trace import run_trace
+from hpcmem.trace.result import versions
+from hpcmem.validate.cases import case_job
+from hpcmem.validate.trace import load_cases
+
 CASES_DIR = Path(__file__).resolve().parents[2] / "estimator" / "cases"
 DEFAULT_FILES = ("sft.yaml", "dpo.yaml")
 STEADY = ("param", "grad", "optimizer")
@@ -44,8 +50,6 @@ FORMER_FRACTIONS = {"default": 0.10, "expandable": 0.02}   # the rule before the
 
 def pick_cases(files: list[Path], per_file: int, ids: set[str] | None) -> list[dict]:
     """`ci: true` cases, the first `per_file` of each file (or exactly `ids`)."""
-    from hpcmem.validate.trace import load_cases
-
     out = []
     for f in files:
         cases = load_cases(f, ci_only=ids is None)
@@ -55,9 +59,6 @@ def pick_cases(files: list[Path], per_file: int, ids: set[str] | None) -> list[d
 
 def measure(case: dict) -> dict:
     """Trace one case with both allocator models; the row of the table."""
-    from hpcmem.trace import run_trace
-    from hpcmem.validate.trace import case_job
-
     start = time.perf_counter()
     r = run_trace(case_job(case), kernels="cuda", allocator="both")
     alloc = r.peak_allocated_bytes
@@ -77,8 +78,6 @@ class Recorder:
     """A `run_trace(allocator=...)` listener that keeps the event stream (and a model fed the same stream)."""
 
     def __init__(self) -> None:
-        from hpcmem.estimate.caching_allocator import AllocatorSet
-
         self.events: list[tuple[int, int]] = []
         self.sims = AllocatorSet()
 
@@ -95,9 +94,6 @@ class Recorder:
 
 
 def dump(case: dict, path: Path) -> None:
-    from hpcmem.trace import run_trace
-    from hpcmem.validate.trace import case_job
-
     rec = Recorder()
     r = run_trace(case_job(case), kernels="cuda", allocator=rec)
     path.write_text(json.dumps({"case": case["id"], "peak_allocated_bytes": r.peak_allocated_bytes,
@@ -108,8 +104,6 @@ def dump(case: dict, path: Path) -> None:
 def replay(path: Path) -> None:
     """Re-issue a dumped stream on the current CUDA device; compare with the model for this process's setting."""
     import torch
-
-    from hpcmem.estimate.caching_allocator import CachingAllocator
 
     data = json.loads(path.read_text())
     expandable = "expandable_segments:true" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "").lower()
@@ -207,8 +201,6 @@ def main() -> None:
     fitted = fit(rows) if len(rows) > 1 else None
     print(json.dumps(fitted, indent=1))
     if args.save is not None:
-        from hpcmem.trace.result import versions
-
         args.save.write_text(json.dumps({"versions": versions(), "cases": [str(c) for c in args.cases],
                                          "fit": fitted, "rows": rows}, indent=1) + "\n")
         print(f"rows → {args.save}")

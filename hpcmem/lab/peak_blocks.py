@@ -32,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.errors import refuse_unreadable
+from hpcmem.lab.allocator_records import EVENTS, RECORDS, record_job, scored
+from hpcmem.probe import align_allocator
+from hpcmem.probe.runner import measure
+from hpcmem.trace.events import load, step_of
 
 MIB = 1024**2
 LIBS = ("/trl/", "/peft/", "/transformers/", "/torch/")
@@ -67,8 +71,6 @@ def live_at_peak(events: list[dict[str, Any]]) -> tuple[int, list[tuple[int, str
 def trace_live_at_peak(stream: list[Any], first_step: int = 1) -> Counter:
     """Sizes live at the CPU trace's largest instant in steps ≥ `first_step` (requested bytes, as the stream holds);
     step 1 on, as the GPU history covers every step."""
-    from hpcmem.trace.events import step_of
-
     live: dict[int, int] = {}
     total = best = step = 0
     best_live: Counter = Counter()
@@ -102,10 +104,6 @@ def record_on_gpu(rec: dict[str, Any], steps: int = 3) -> dict[str, Any]:
     """Run the record's job on this GPU with the allocation history on; the line `--read` reads."""
     import torch
 
-    from hpcmem.lab.allocator_records import record_job
-    from hpcmem.probe import align_allocator
-    from hpcmem.probe.runner import measure
-
     job = align_allocator(record_job(rec), "cuda")
     torch.cuda.memory._record_memory_history(max_entries=MAX_ENTRIES, stacks="python")
     try:
@@ -121,8 +119,6 @@ def record_on_gpu(rec: dict[str, Any], steps: int = 3) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hpcmem.lab.allocator_records import EVENTS, RECORDS
-
     ap = argparse.ArgumentParser(prog="python -m hpcmem.lab.peak_blocks", description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="dpo-qwen05-lora,grpo-qwen05-lora,rloo-qwen05-lora,sft-qwen05-lora")
     ap.add_argument("--records", type=Path, default=RECORDS)
@@ -135,11 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from hpcmem.lab.allocator_records import scored
-
     if args.read is not None:
-        from hpcmem.trace.events import load
-
         for line in args.read.read_text().splitlines():
             x = json.loads(line)
             stream = load(args.events / f"{x['case']}.json.gz")["events"]

@@ -30,6 +30,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hpcmem.estimate import estimate
+from hpcmem.estimate.allocator import TERMS, slack_terms
+from hpcmem.estimate.lora import lora_layout
+from hpcmem.estimate.workspaces import tensor_bytes
+from hpcmem.job.shape import micro_batch, precision
+from hpcmem.validate.cases import case_job
+from hpcmem.validate.table import median, quantile
+
 ROOT = Path(__file__).resolve().parents[2]
 FIT = ROOT / "estimator" / "reserved-fit.json"
 HOLDOUT_EVERY = 3
@@ -42,13 +50,6 @@ def held_out(case_id: str, third: int = 0) -> bool:
 
 def rows(traces: Path | None = None) -> list[dict[str, Any]]:
     """One row per (case, mode): the terms, the model's slack, the estimate's allocated and the model's reserved."""
-    from hpcmem.estimate import estimate
-    from hpcmem.estimate.allocator import slack_terms
-    from hpcmem.estimate.lora import lora_layout
-    from hpcmem.job.shape import micro_batch, precision
-    from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.validate.trace import case_job
-
     out = []
     for path in sorted((traces or ROOT / "estimator" / "traces").glob("*.jsonl")):
         if path.stem.endswith("-ci") or path.stem.endswith(".partial"):
@@ -128,8 +129,6 @@ def lad(x: list[list[float]], y: list[float], *, floor: float = 1e-5, steps: int
 
 def fit(data: list[dict[str, Any]], third: int = 0) -> dict[str, Any]:
     """Coefficients per mode from the training split; errors of the reserved peak on both splits."""
-    from hpcmem.estimate.allocator import TERMS
-
     out: dict[str, Any] = {"terms": list(TERMS), "split": f"held out when sha1(case id) % {HOLDOUT_EVERY} == {third}",
                            "loss": "least absolute deviations of slack / reserved, coefficients ≥ 0"}
     for mode in MODES:
@@ -180,8 +179,6 @@ def score(part: list[dict[str, Any]], coef: dict[str, float],
 
 
 def _stats(prefix: str, errs: list[float]) -> dict[str, float]:
-    from hpcmem.validate.table import median, quantile
-
     a = [abs(e) for e in errs]
     return {f"{prefix}_median_abs_err_pct": round(median(a), 3), f"{prefix}_p95_abs_err_pct": round(quantile(a, 0.95), 3),
             f"{prefix}_max_abs_err_pct": round(max(a), 3), f"{prefix}_under": sum(e < 0 for e in errs)}

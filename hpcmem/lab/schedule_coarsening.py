@@ -34,8 +34,10 @@ from typing import Any
 
 from hpcmem.errors import refuse_unreadable
 from hpcmem.estimate.caching_allocator import K_SMALL_SIZE
+from hpcmem.lab.reserved_fit import held_out
 from hpcmem.trace.events import load
 from hpcmem.trace.replay import replay
+from hpcmem.validate.table import median, quantile
 
 MIB = 1024**2
 VARIANTS = ("large", "no_1_4", "start", "end", "blocks", "merged", "merged_persistent")
@@ -264,9 +266,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _summary(rows: list[dict[str, Any]]) -> None:
-    from hpcmem.lab.reserved_fit import held_out
-    from hpcmem.validate.table import median, quantile
-
     def stats(errs: list[float]) -> str:
         a = sorted(abs(e) for e in errs)
         return f"n {len(a)} median {median(a):.2f} p95 {quantile(a, 0.95):.2f} max {a[-1]:.2f}" if a else "n 0"

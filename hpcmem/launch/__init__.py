@@ -1,7 +1,7 @@
 """Launch TRL jobs on SLURM: admin presets, pure renderers (accelerate, DeepSpeed, FSDP, TRL YAML, sbatch), the run
 folder and the backends (dry-run, sbatch, submitit). `submit(job, preset, options)` is the Python entry point.
 
-The names below load on first use (PEP 562): `hpcmem estimate` imports hpcmem.launch.parallelism alone, and the
+The names below load on first use (PEP 562): `hpcmem estimate` imports hpcmem.job.parallelism alone, and the
 submission machinery (run folders, backends, subprocess) would cost every cold estimate its import time."""
 
 from __future__ import annotations

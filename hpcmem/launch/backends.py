@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from hpcmem.errors import HpcmemError
+from hpcmem.launch.sbatch import allocation, task_argv, template_context
+from hpcmem.launch.templating import render
 
 if TYPE_CHECKING:
     from hpcmem.launch.submission import Prepared
@@ -122,8 +124,6 @@ class Submitit:
     def submit(self, prepared: Prepared) -> Submitted:
         import submitit
 
-        from hpcmem.launch.sbatch import task_argv
-
         launch = prepared.launch
         if launch.options.requeue:
             raise HpcmemError("--requeue needs the sbatch backend (submitit's requeue is step-wide USR2 + pickles)")
@@ -136,9 +136,6 @@ class Submitit:
     @staticmethod
     def parameters(prepared: Prepared, cluster: str) -> dict[str, Any]:
         """The same allocation, environment (templates/sbatch/setup.sh.j2) and per-node launcher as the script."""
-        from hpcmem.launch.sbatch import allocation, template_context
-        from hpcmem.launch.templating import render
-
         launch = prepared.launch
         if launch.vllm_server:
             raise HpcmemError("the submitit backend runs one launcher per node; vllm_mode server needs sbatch")

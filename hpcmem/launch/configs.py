@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hpcmem.launch.parallelism import parallelism_block
+from hpcmem.job.parallelism import parallelism_block
 
 if TYPE_CHECKING:
     from hpcmem.job.jobspec import JobSpec

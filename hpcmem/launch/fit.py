@@ -9,6 +9,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from hpcmem.errors import HpcmemError
+from hpcmem.estimate import estimate
+from hpcmem.estimate.host import check_host
+from hpcmem.estimate.verdict import judge
+from hpcmem.plan import plan
+from hpcmem.plan.flags import flags_line
 
 if TYPE_CHECKING:
     from hpcmem.estimate.host import HostCheck
@@ -63,8 +68,6 @@ class FitReport:
 
 
 def _estimator() -> Callable:
-    from hpcmem.estimate import estimate
-
     return estimate
 
 
@@ -72,11 +75,8 @@ def check_fit(job: JobSpec, *, estimator: Callable | None = None, max_fixes: int
               memory_per_node_bytes: int | None = None) -> FitReport:
     """Estimate `job` on its GPU (job.gpu must be set: submit takes it from the preset) and, when the preset says how
     much memory a node grants, its host RAM per node."""
-    from hpcmem.estimate.host import check_host
-
     if job.gpu is None:
         raise HpcmemError("no GPU for the fit check: the preset's gpu must be in the catalog (hpcmem gpus)")
-    from hpcmem.estimate.verdict import judge
 
     estimate = estimator or _estimator()
     est = estimate(job)
@@ -100,9 +100,6 @@ def suggest_fixes(job: JobSpec, *, limit: int = 3, memory_per_node_bytes: int | 
     plan`'s order, as changes to the job's flags — its search (one search in the product), keeping the global batch.
     Changes that alter what is trained come last: packing is offered only when the job packs already, and LoRA only
     when nothing fits without it."""
-    from hpcmem.plan import plan
-    from hpcmem.plan.flags import flags_line
-
     # a length profile's worst micro-batch (--lengths) holds for the batch and packing it was measured with: keep
     # them, as `hpcmem plan --lengths` does (hpcmem.plan.knobs.FIXING_FLAGS)
     fixed = {"lengths"} if job.tokens_per_micro_batch is not None else set()

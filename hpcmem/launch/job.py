@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping
 
-from hpcmem.errors import Problems
+from hpcmem.errors import Problems, SpecError
 from hpcmem.inputs.values import InputError, shown, text
+from hpcmem.job.trainers import entry
 from hpcmem.launch import slurm_time
 from hpcmem.launch.presets import ENV_NAME, Preset
 from hpcmem.launch.slurm_time import TimeLimit
-from hpcmem.job.trainers import entry
 
 if TYPE_CHECKING:
     from hpcmem.job.jobspec import JobSpec
@@ -242,7 +242,5 @@ class Launch:
         return story
 
     def check(self) -> None:
-        from hpcmem.errors import SpecError
-
         if self.problems:
             raise SpecError(self.problems)

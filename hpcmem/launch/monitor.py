@@ -11,6 +11,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpcmem.inputs.files import load_yaml_file
+from hpcmem.launch import checkpoints as owned
 from hpcmem.launch import runfolder
 from hpcmem.launch.backends import Runner, run_command
 
@@ -68,9 +70,6 @@ def _squeue(job_id: str, runner: Runner) -> dict[str, str] | None:
 def checkpoints(run_dir: str | Path) -> tuple[str, ...]:
     """checkpoint-N folders this run wrote in its TRL output_dir (from trl.yaml), oldest first; another run's
     checkpoints in a shared output_dir are left out (hpcmem.launch.checkpoints)."""
-    from hpcmem.inputs.files import load_yaml_file
-    from hpcmem.launch import checkpoints as owned
-
     run = Path(run_dir)
     trl = run / runfolder.TRL
     spec = load_yaml_file(trl, "config") if trl.is_file() else {}

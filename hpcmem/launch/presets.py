@@ -16,10 +16,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hpcmem.errors import HpcmemError, Problems, SpecError
+from hpcmem.gpus.catalog import catalog_entry
+from hpcmem.gpus.describe import parse
+from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.inputs import values as v
 from hpcmem.inputs.files import is_file, load_yaml_file, user_path
-from hpcmem.inputs.settings import check_settings
 from hpcmem.inputs.values import InputError, shown
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.settings import check_settings
+from hpcmem.job.spec import ParallelSpec, TrainSpec, field_names
 from hpcmem.launch import slurm_time
 from hpcmem.launch.slurm_time import TimeLimit
 
@@ -82,8 +87,6 @@ class Preset:
 
     def gpu_spec(self):
         """The GPU `gpu` names: a catalog entry or the site's description (hpcmem.gpus.catalog), with its calibration."""
-        from hpcmem.gpus.lookup import gpu_spec
-
         return gpu_spec(self.gpu)
 
 
@@ -99,8 +102,6 @@ def preset_settings(preset: Preset, gpu_flag: str | None = None) -> dict[str, An
 def same_gpu(a: str, b: str) -> bool:
     """Whether two --gpu values name one GPU: the same catalog entry (a name or an alias, any case, as hpcmem.gpus.catalog
     reads --gpu), else the same text up to case and surrounding spaces."""
-    from hpcmem.gpus.catalog import catalog_entry
-
     left, right = catalog_entry(a), catalog_entry(b)
     if left is not None or right is not None:
         return left is right
@@ -285,7 +286,6 @@ def _gpu_text(value: Any, c: _Checked) -> Any:
     """A described GPU (a mapping) as the one-line form every reader parses (hpcmem.gpus.describe); else as given."""
     if not isinstance(value, dict):
         return value
-    from hpcmem.gpus.describe import parse
 
     described = c(parse, value)
     return described.text if described is not None else ""     # the refusal is already a problem
@@ -296,7 +296,7 @@ def _check_gpu(name: Any, source: str, p: Problems) -> None:
     if not isinstance(name, str) or not name:
         return
     try:
-        from hpcmem.gpus.lookup import gpu_spec
+        pass
     except ImportError:
         return
     try:
@@ -331,9 +331,6 @@ def _container(value: Any, c: _Checked) -> Container | None:
 
 def default_keys() -> tuple[str, ...]:
     """Field names a preset may give defaults for: the spec's own names (one name per setting)."""
-    from hpcmem.job.spec import ParallelSpec, TrainSpec, field_names
-    from hpcmem.job.jobspec import JobSpec
-
     skip = {"trainer", "model", "train", "parallel", "gpu", "teacher"}     # teacher: resolved from teacher_model_name_or_path
     names = field_names(TrainSpec) + field_names(ParallelSpec) + field_names(JobSpec)
     return tuple(n for n in dict.fromkeys(names) if n not in skip)

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from hpcmem.errors import HpcmemError
 from hpcmem.launch import checkpoints, runfolder
-from hpcmem.launch.backends import Runner, SubmitError, Submitted, backend as make_backend
+from hpcmem.launch.backends import Runner, SubmitError, Submitted
+from hpcmem.launch.backends import backend as make_backend
 from hpcmem.launch.configs import accelerate_config, deepspeed_config
 from hpcmem.launch.fit import FitReport, check_fit
 from hpcmem.launch.job import Launch, LaunchOptions, default_job_name

@@ -20,6 +20,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from hpcmem.errors import HpcmemError, SpecError
+from hpcmem.inputs.values import shown
+
 ENV_TEMPLATES = "HPCMEM_TEMPLATES"
 
 
@@ -28,9 +31,6 @@ class Shell(str):
 
 
 def _refuse(value: str, rule: str) -> None:
-    from hpcmem.errors import SpecError
-    from hpcmem.inputs.values import shown
-
     raise SpecError(f"{rule}; got {shown(value)}")
 
 
@@ -117,7 +117,5 @@ def render(name: str, **context: Any) -> str:
     """Render the template `name` (e.g. "sbatch/multi.sh.j2") with every value shell-quoted."""
     dirs = template_dirs()
     if not dirs:
-        from hpcmem.errors import HpcmemError
-
         raise HpcmemError(f"no template folder found: set {ENV_TEMPLATES} or reinstall hpcmem (templates/ missing)")
     return _environment(tuple(str(d) for d in dirs)).get_template(name).render(**context)

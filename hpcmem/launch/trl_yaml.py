@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
+from hpcmem.job.spec import TrainSpec
 from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, entry
 
 if TYPE_CHECKING:
@@ -50,8 +51,6 @@ def _same(user_value: Any, spec_value: Any) -> bool:
 
 def trl_config(job: JobSpec, user_fields: Mapping[str, Any], *, output_dir: str) -> dict[str, Any]:
     """The resolved TRL YAML as a dict. `output_dir` is used when the user's YAML has none (checkpoints land there)."""
-    from hpcmem.job.spec import TrainSpec
-
     defaults = {f.name: f.default_factory() if f.default_factory is not MISSING else f.default
                 for f in fields(TrainSpec)}
     out = {k: v for k, v in user_fields.items() if k not in HPCMEM_ONLY}

@@ -20,8 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from hpcmem.datapath import PACKAGE_DIR
-from hpcmem.datapath import estimator_dir
+from hpcmem.datapath import PACKAGE_DIR, estimator_dir
 from hpcmem.models.config import ARCHITECTURES
 
 MAPPING_NAME = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"

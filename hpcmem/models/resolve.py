@@ -15,9 +15,9 @@ from hpcmem.errors import SpecError
 from hpcmem.inputs.files import exists, load_json_file, user_path
 from hpcmem.models.checkpoint import checkpoint_load_dtype
 from hpcmem.models.config import checkpoint_dtype, has_family, model_spec_from_config
-from hpcmem.models.spec import ModelSpec
 from hpcmem.models.coverage import refusal
 from hpcmem.models.profile import find_profile, load_profile, spec_from_profile
+from hpcmem.models.spec import ModelSpec
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # huggingface_hub/constants.py: HF_HUB_OFFLINE is on when its value is one of these (case-insensitive).

@@ -36,19 +36,26 @@ from typing import Collection, Mapping
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate import Estimate, estimate
+from hpcmem.estimate.host import fixed_node_bytes
 from hpcmem.estimate.lora import lora_layout
-from hpcmem.job.shape import micro_batch
 from hpcmem.estimate.names import ACTIVATIONS
 from hpcmem.estimate.verdict import safe_bound
 from hpcmem.estimate.workspaces import tensor_bytes
+from hpcmem.gpus.spec import GpuSpec
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import micro_batch
 from hpcmem.plan import layouts
-from hpcmem.plan.knobs import GC_VALUES, Knobs, apply, axes, combinations, job_knobs
+from hpcmem.plan.knobs import GC_VALUES, Knobs, _parallel, apply, axes, combinations, job_knobs
 from hpcmem.plan.throughput import (
-    PADDED_FILL_FRACTION, THROUGHPUT_UNCERTAINTY, Setting, Throughput, flops_params, interconnect_gbps, mfu_curve,
+    PADDED_FILL_FRACTION,
+    THROUGHPUT_UNCERTAINTY,
+    Setting,
+    Throughput,
+    flops_params,
+    interconnect_gbps,
+    mfu_curve,
     throughput,
 )
-from hpcmem.job.jobspec import JobSpec
-from hpcmem.gpus.spec import GpuSpec
 
 GIB = 1024**3
 _GC_SAVING = {g: i for i, g in enumerate(GC_VALUES)}       # off 0 < selective 1 < full 2 (more saving)
@@ -307,7 +314,6 @@ def _host_floor_note(base: JobSpec, capacity: int | None) -> str:
     """Why nothing can fit a node's host RAM whatever the knobs (baseline per rank + dataloader workers), or ""."""
     if capacity is None:
         return ""
-    from hpcmem.estimate.host import fixed_node_bytes
 
     host = estimate(base).host
     floor = fixed_node_bytes(host) if host is not None else 0
@@ -347,8 +353,6 @@ def comfortable(p: Plan) -> bool:
 
 
 def _parallel_fields(base: JobSpec, sharding: str) -> dict:
-    from hpcmem.plan.knobs import _parallel
-
     p = _parallel(base.parallel, sharding)
     return {f: getattr(p, f) for f in ("distributed_type", "zero_stage", "offload_optimizer_device",
                                        "offload_param_device", "fsdp_offload_params", "cp_size", "sp_size")}

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
-from hpcmem.plan.knobs import GIVEN, Knobs, apply
-from hpcmem.plan.best_first import GIB, Plan, PlanReport, not_fitting
+from hpcmem.plan.best_first import GIB, Plan, PlanReport, comfortable, not_fitting
+from hpcmem.plan.fixed import axis_fixed
 from hpcmem.plan.flags import changed_flags, flags_line
+from hpcmem.plan.knobs import GIVEN, Knobs, apply
 from hpcmem.plan.throughput import THROUGHPUT_UNCERTAINTY
 
 FASTER_SHOWN = 8        # rejected faster alternatives listed by --explain
@@ -73,8 +74,6 @@ def reasons(report: PlanReport, p: Plan) -> list[str]:
 
 def _tie_note(report: PlanReport, p: Plan) -> list[str]:
     """Say so when faster plans were put below this one because the throughput model cannot tell them apart."""
-    from hpcmem.plan.best_first import comfortable
-
     mine = p.speed.tokens_per_s_per_gpu
     faster = [q for q in report.plans if q.rank > p.rank and q.speed.tokens_per_s_per_gpu > mine]
     if not faster:
@@ -87,8 +86,6 @@ def _tie_note(report: PlanReport, p: Plan) -> list[str]:
 
 
 def _fixed(report: PlanReport, name: str) -> bool:
-    from hpcmem.plan.knobs import axis_fixed
-
     axis = {"gradient_checkpointing": "gc", "activation_offloading": "activation_offloading",
             "expandable_segments": "expandable_segments"}.get(name.split(" ")[0])
     if axis is None:

@@ -16,6 +16,7 @@ from math import lcm
 from typing import Any, Collection, Mapping
 
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.plan.fixed import _divisors, axis_fixed
 
 # sharding name of the planner → the data-parallel sharding a layout is built on
 CP_BASES = ("fsdp2", "fsdp2+offload")
@@ -60,8 +61,6 @@ def train_changes(job: JobSpec, name: str) -> dict[str, Any]:
 
 def layout_names(job: JobSpec) -> list[str]:
     """Every layout worth estimating for the job: SFT (the trainer TRL splits sequences for), more than one rank."""
-    from hpcmem.plan.knobs import _divisors
-
     world = job.parallel.world_size
     if job.train.trainer != "sft" or world < 2:
         return []
@@ -73,8 +72,6 @@ def layout_names(job: JobSpec) -> list[str]:
 def wanted(plans: list, fixed: Collection[str]) -> bool:
     """Search layouts? Only when the sharding is free, and no data-parallel plan fits or every one that does
     offloads activations."""
-    from hpcmem.plan.knobs import axis_fixed
-
     if axis_fixed("sharding", fixed):
         return False
     return not plans or all(p.knobs.activation_offloading for p in plans)
@@ -84,8 +81,6 @@ def batch_axes(ax: Mapping[str, list], job: JobSpec, fixed: Collection[str], glo
                names: list[str]) -> list[dict[str, list]]:
     """The knob axes for each group of layouts sharing a data-parallel size: batch × accumulation × (world / split)
     = global batch, the other axes as the data-parallel search had them."""
-    from hpcmem.plan.knobs import _divisors, axis_fixed
-
     world = job.parallel.world_size
     own = job.train
     out = []

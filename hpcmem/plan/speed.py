@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from hpcmem.gpus.spec import GpuSpec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.plan.best_first import Speeds
 from hpcmem.plan.knobs import job_knobs
 from hpcmem.plan.throughput import Throughput
-from hpcmem.job.jobspec import JobSpec
-from hpcmem.gpus.spec import GpuSpec
 
 
 def job_throughput(job: JobSpec, gpu: GpuSpec) -> Throughput:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpcmem.gpus.calibration import load_calibration
+from hpcmem.models.params import count_params
 from hpcmem.models.spec import ModelSpec
 
 # What the model cannot tell apart: its FLOP counts follow the formulas above, its efficiencies (MFU curve, overlap,
@@ -61,8 +63,6 @@ DEFAULT_MFU = MfuCurve()
 
 def mfu_curve(gpu_name: str | None) -> MfuCurve:
     """The GPU's fitted curve from its calibration file (`throughput`: mfu_max, mfu_half_tokens, n), else the default."""
-    from hpcmem.gpus.calibration import load_calibration
-
     fit = (load_calibration(gpu_name) or {}).get("throughput") if gpu_name else None
     try:
         return MfuCurve(mfu_max=float(fit["mfu_max"]), half_tokens=float(fit["mfu_half_tokens"]),
@@ -101,8 +101,6 @@ class Throughput:
 
 def flops_params(model: ModelSpec) -> int:
     """N of 6·N: weights a token multiplies by (no embedding lookup; LM head counted even when tied)."""
-    from hpcmem.models.params import count_params
-
     p = count_params(model)
     return p.active - p.embed - p.lm_head + model.vocab_size * model.hidden_size
 

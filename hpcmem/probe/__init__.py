@@ -10,6 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hpcmem.errors import HpcmemError
+from hpcmem.gpus.lookup import gpu_for_device
+from hpcmem.probe.dist import run_ranks
+from hpcmem.probe.runner import estimate_before, make_record, measure, quiet
+from hpcmem.record import append_record, expandable_in_env, records_path
+
 
 def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int = 1,
               capacity_bytes: int | None = None, out: str | Path | None = None, write: bool = True,
@@ -17,9 +23,6 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
     """Estimate, run, record. Returns the Record (hpcmem.record); `write=False` keeps it out of the records file,
     else it is appended to `record_file(record, out)`. `after`: phases of the job to run once training is done, each
     measured on its own ("evaluation", "checkpoint save")."""
-    from hpcmem.probe.runner import estimate_before, measure, quiet
-    from hpcmem.record import append_record
-
     if steps <= warmup_steps:
         raise ValueError(f"steps ({steps}) must exceed warmup_steps ({warmup_steps}): the peak is taken after warm-up")
     if device not in ("cpu", "cuda"):
@@ -28,8 +31,6 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
         import torch
 
         if not torch.cuda.is_available():
-            from hpcmem.errors import HpcmemError
-
             raise HpcmemError("no CUDA device here: probe on a GPU node, or use --device cpu with a tiny model")
     job = align_allocator(job, device)
     if device == "cuda" and job.gpu is None:
@@ -39,8 +40,6 @@ def run_probe(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: in
     if job.parallel.world_size > 1 or job.parallel.deepspeed:
         # DeepSpeed initialises torch.distributed even for one process, from the torchrun variables (RANK,
         # MASTER_ADDR, …) that run_ranks sets: a single-GPU ZeRO run is a world of one worker
-        from hpcmem.probe.dist import run_ranks
-
         measured = run_ranks(job, device=device, steps=steps, warmup_steps=warmup_steps,
                              capacity_bytes=capacity_bytes, after=after)
     else:
@@ -60,9 +59,6 @@ def finished_record(job: Any, measured: dict[str, Any], *, estimate: dict[str, A
     stopped is an HpcmemError naming why (the failing rank's last output), never a record."""
     import dataclasses
 
-    from hpcmem.errors import HpcmemError
-    from hpcmem.probe.runner import make_record
-
     if measured.get("status") in ("error", "aborted"):
         ranks = measured.get("ranks", [])
         tails = [r.get("log_tail", "") for r in ranks if r.get("status") == "error"]
@@ -78,8 +74,6 @@ def finished_record(job: Any, measured: dict[str, Any], *, estimate: dict[str, A
 
 def record_file(record: Any, out: str | Path | None) -> Path:
     """Where a probe's record goes: `out`, else estimator/probes/<the GPU it ran on>.jsonl (cpu.jsonl on CPU)."""
-    from hpcmem.record import records_path
-
     return Path(out) if out else records_path(record.gpu_name if record.device != "cpu" else None)
 
 
@@ -89,8 +83,6 @@ def align_allocator(job: Any, device: str) -> Any:
     such. (Two H200 records of 2026-11-29 ran under the variable with a spec that said otherwise.)"""
     import dataclasses
     import os
-
-    from hpcmem.record import expandable_in_env
 
     if device != "cuda":
         return job
@@ -108,8 +100,6 @@ def on_this_gpu(job: Any) -> Any:
     import dataclasses
 
     import torch
-
-    from hpcmem.gpus.lookup import gpu_for_device
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     gpu = gpu_for_device(props.name, int(props.total_memory))

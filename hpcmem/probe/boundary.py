@@ -20,8 +20,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from hpcmem.probe.matrix import Case
+from hpcmem.estimate import estimate
+from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.gpus.spec import GpuSpec
+from hpcmem.job.trl_config import build_job
+from hpcmem.probe.fixtures import hf_config
+from hpcmem.probe.matrix import Case
 
 Q05, L1, L3 = "Qwen/Qwen2.5-0.5B", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B"
 NOGC = {"dtype": "bfloat16", "gradient_checkpointing": False}
@@ -67,10 +71,6 @@ class Sized:
 def predicted(base: Case, model: str, batch: int, max_length: int, gpu: GpuSpec, peak: str) -> int:
     """The estimate's peak for the base at this size on `gpu`: "device", or "tensors" (what a CPU probe tracks:
     the allocated peak without cuBLAS's workspaces)."""
-    from hpcmem.estimate import estimate
-    from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.job.trl_config import build_job
-
     job, _ = build_job(base.trainer, {"model_name_or_path": model, **base.flags, "max_length": max_length,
                                       "per_device_train_batch_size": batch}, gpu=gpu)
     est = estimate(job)
@@ -108,8 +108,6 @@ def sweep(gpu: GpuSpec, capacity: int, *, peak: str = "device", models: dict[str
     `models` maps a base's catalog model to what the probe loads (a tiny config file in dry runs); `max_length`
     caps the rows (CPU dry runs keep them at one LENGTH_STEP: CPU attention materialises the s² scores the GPU
     kernels the estimate assumes do not)."""
-    from hpcmem.probe.fixtures import hf_config
-
     models = models or {}
     gpu = dataclasses.replace(gpu, capacity_bytes=capacity)
     out = []

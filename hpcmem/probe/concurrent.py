@@ -16,6 +16,10 @@ import subprocess
 import time
 from typing import Any, Callable
 
+from hpcmem.estimate import estimate
+from hpcmem.job.trl_config import build_job
+from hpcmem.probe.meters import SHARED_ENV
+
 COMPARE = ("sft-qwen05-lora", "dpo-qwen05-lora")
 SHARED_SUFFIX = "+shared"
 ALLOCATED_TOL = 0.005
@@ -59,8 +63,6 @@ def run_group(commands: dict[str, tuple[list[str], dict[str, str]]], timeout_s: 
 
 
 def shared_env(base: dict[str, str]) -> dict[str, str]:
-    from hpcmem.probe.meters import SHARED_ENV
-
     return {**base, SHARED_ENV: "1"}
 
 
@@ -100,9 +102,6 @@ def compare(records: list[Any], names: tuple[str, ...] = COMPARE, device: str = 
 
 def safe_bounds(cases: list[Any], gpu: Any, resolve: Callable[[Any], str]) -> dict[str, int]:
     """Each case's safe bound on `gpu` (hpcmem.estimate.verdict), from its flags as the probe will run them."""
-    from hpcmem.estimate import estimate
-    from hpcmem.job.trl_config import build_job
-
     out = {}
     for case in cases:
         settings = {"model_name_or_path": resolve(case), **case.flags}

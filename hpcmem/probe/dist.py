@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hpcmem.probe.runner import measure, quiet
+from hpcmem.record import job_from_dict, job_to_dict
+
 WORKER_TIMEOUT_S = 1800
 PEER_GRACE_S = 20.0  # how long the other ranks may still finish after one failed
 
@@ -64,8 +67,6 @@ def run_ranks(job: Any, *, device: str, steps: int, warmup_steps: int, capacity_
 
 def write_payload(folder: Path, job: Any, **run: Any) -> Path:
     """What every rank reads: the job and how to run it (device, steps, warmup_steps, capacity_bytes, after)."""
-    from hpcmem.record import job_to_dict
-
     path = Path(folder) / "payload.json"
     path.write_text(json.dumps({"job": job_to_dict(job), **run}))
     return path
@@ -155,9 +156,6 @@ def merge_ranks(ranks: list[dict[str, Any]]) -> dict[str, Any]:
 
 def rank_worker(payload_path: str | Path, out_dir: str | Path) -> int:
     """One rank: measure the payload's job as RANK / LOCAL_RANK of the environment, write rank<N>.json."""
-    from hpcmem.record import job_from_dict
-    from hpcmem.probe.runner import measure, quiet
-
     quiet()
     payload = json.loads(Path(payload_path).read_text())
     rank = int(os.environ["RANK"])

@@ -14,8 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpcmem.models.config import checkpoint_dtype
+from hpcmem.job.shape import rows_needed
 from hpcmem.job.spec import load_dtype
+from hpcmem.job.trainers import entry, names
+from hpcmem.models.config import checkpoint_dtype
+from hpcmem.trace.data import design_batch, design_preference, make_dataset, make_preference_dataset
 from hpcmem.trace.pieces import auto_config, config_dict
 from hpcmem.trace.pieces import tokenizer as word_tokenizer
 
@@ -39,7 +42,6 @@ def random_weights(cfg: dict[str, Any], model_id: str, init_device: str | None =
 
     import torch
     import transformers
-
     import trl.trainer.utils as trl_utils
 
     original = trl_utils.create_model_from_path
@@ -57,8 +59,6 @@ def random_weights(cfg: dict[str, Any], model_id: str, init_device: str | None =
         device = init_device if init_device and not _zero3_enabled() else None
         with torch.device(device) if device else contextlib.nullcontext():
             return arch.from_config(config, dtype=dtype, **({"attn_implementation": attn} if attn else {}))
-
-    from hpcmem.job.trainers import names
 
     modules = [importlib.import_module(f"trl.trainer.{name}_trainer") for name in names()]
     saved = [(m, m.create_model_from_path) for m in modules if hasattr(m, "create_model_from_path")]
@@ -92,8 +92,6 @@ def _words(n: int, seed: int, vocab: int) -> str:
 def dataset(job: Any, steps: int) -> Any:
     """Rows of the lengths the estimate assumes (the worst case), built by the trainer's registry hook
     `probe_dataset`."""
-    from hpcmem.job.trainers import entry
-
     return entry(job.train.trainer).hook("probe_dataset")(job, steps)
 
 
@@ -104,8 +102,6 @@ def _micro_batches(job: Any, steps: int) -> int:
 def design_dataset(job: Any, steps: int) -> Any:
     """SFT: the trace's worst-case micro-batch design (`hpcmem.trace.data.design_batch`: full rows with a ragged last
     one, two documents per packed bin, …) so that a CPU probe and a trace see the same batches."""
-    from hpcmem.trace.data import design_batch, make_dataset
-
     return make_dataset(design_batch(job), _micro_batches(job, steps), job.model.vocab_size)
 
 
@@ -140,19 +136,7 @@ def reward_dataset(job: Any, steps: int) -> Any:
     """Reward: the trace's worst case, chosen and rejected rows of max_length tokens each (pre-tokenized ids, which
     RewardTrainer keeps whole). Until 2026-11-29 the probe gave each max_length // 2 words, half the tokens the
     estimate assumes: the H200 reward record of that day ran that way (estimator/LOG.md)."""
-    from hpcmem.trace.data import design_preference, make_preference_dataset
-
     return make_preference_dataset(job, design_preference(job), _micro_batches(job, steps))
-
-
-def rows_needed(job: Any, steps: int) -> int:
-    from hpcmem.job.trainers import entry
-
-    t = job.train
-    per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps * job.parallel.world_size
-    if entry(t.trainer).generates:
-        per_step = max(per_step, t.generation_batch_size or 0) * (t.steps_per_generation or 1)
-    return max(16, per_step * (steps + 2))
 
 
 def reward_kwargs(job: Any) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Probe runs under a parallelism config: the environment accelerate's launcher would hand the training processes.
 
 The variables come from accelerate's own code (utils/launch.py `prepare_extend_env_parallelism_config`) applied to the
-`parallelism_config` block hpcmem writes into the accelerate YAML (hpcmem.launch.parallelism), after accelerate's
+`parallelism_config` block hpcmem writes into the accelerate YAML (hpcmem.job.parallelism), after accelerate's
 launcher has copied the block onto its arguments as it does for a config file (commands/launch.py
 `_validate_launch_command`) — so a probe runs the layout a submitted job would get, or fails the same way.
 """
@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpcmem.job.parallelism import parallelism_block
+from hpcmem.probe.cpu_ring import enable
+
 
 def parallelism_env(job: Any) -> dict[str, str]:
     """PARALLELISM_CONFIG_* and ACCELERATE_USE_PARALLELISM_CONFIG for the job's layout ({} without one)."""
-    from hpcmem.launch.parallelism import parallelism_block
-
     block = parallelism_block(job.parallel)
     if not block:
         return {}
@@ -44,8 +45,6 @@ def attach_parallelism_on_cpu(trainer: Any, job: Any) -> None:
     with patch_environment(**parallelism_env(job)):
         pc = ParallelismConfig()
     if pc.cp_enabled:
-        from hpcmem.probe.cpu_ring import enable
-
         enable()                # torch's ring attention around the CPU flash kernel
     acc = trainer.accelerator
     acc.state.parallelism_config = pc

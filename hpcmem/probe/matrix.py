@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.job.trainers import entry
+from hpcmem.probe.fixtures import hf_config
+from hpcmem.record import records_path
 
 BF16 = {"dtype": "bfloat16"}
 
@@ -110,8 +112,6 @@ TINY_LENGTHS = {"max_length": 64, "per_device_train_batch_size": 2, "max_prompt_
 
 def tiny_config(model: str, folder: Path) -> str:
     """The catalog model's config with tiny dimensions, written as folder/<name>.json."""
-    from hpcmem.probe.fixtures import hf_config
-
     cfg = {**hf_config(model), **TINY}
     for key in ("num_local_experts", "num_experts"):
         if key in cfg:
@@ -143,31 +143,6 @@ def command_line(case: Case, *, device: str, out: str, model: str, tiny: bool, s
         capacity = int(case.capacity_gib * 1024**3) if not tiny else 4 * 1024**2
         argv += ["--capacity-bytes", str(capacity)]
     return argv
-
-
-PROBE_ONLY = ("device", "steps", "warmup_steps", "capacity_bytes", "out", "after", "no_record", "as_json")
-
-
-def refusal(argv: list[str]) -> str | None:
-    """Why `hpcmem probe` would refuse this command line before it touches a device — its option parsing
-    (hpcmem.cli.probe `command`) and the job it builds (hpcmem.cli.options `job_from_cli`), what the probe process
-    does first — or None. A refusal on the GPU node costs a probe's start-up from the lease; here it costs nothing."""
-    import click
-
-    from hpcmem.cli.options import job_from_cli
-    from hpcmem.cli.probe import command, probe_model
-    from hpcmem.errors import HpcmemError
-
-    try:
-        with command.make_context("probe", list(argv[argv.index("probe") + 1:])) as ctx:
-            params = {k: v for k, v in ctx.params.items() if k not in PROBE_ONLY}
-            trainer = params.pop("trainer")
-            job_from_cli(trainer, params, model=probe_model(params))
-    except click.ClickException as exc:
-        return exc.format_message()
-    except (HpcmemError, ValueError) as exc:
-        return str(exc).splitlines()[0]
-    return None
 
 
 def missing(case: Case, device: str) -> str | None:
@@ -253,8 +228,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _default_out(device: str) -> Path:
-    from hpcmem.record import records_path
-
     if device == "cpu":
         return records_path(None)
     import torch

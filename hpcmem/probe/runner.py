@@ -20,7 +20,14 @@ import os
 import time
 from typing import Any
 
+from hpcmem.errors import HpcmemError
+from hpcmem.estimate import estimate
+from hpcmem.job.trainers import entry
 from hpcmem.probe import fixtures
+from hpcmem.probe.job_phases import run_job_phases
+from hpcmem.probe.meters import CpuMeter, CudaMeter
+from hpcmem.probe.shards import ShardInventory
+from hpcmem.probe.trainers import build_trainer
 from hpcmem.record import GpuInfo, Measured, Record, RunInfo, job_to_dict, package_versions, relevant_env
 
 METRICS = ("allocated_bytes", "reserved_bytes", "device_bytes", "device_derived_bytes", "rss_bytes")
@@ -119,7 +126,7 @@ def quiet() -> None:
 def estimate_before(job: Any) -> tuple[dict[str, Any] | None, str | None]:
     """The estimator's answer for the job, made before anything runs (None + the reason if it cannot)."""
     try:
-        from hpcmem.estimate import estimate
+        pass
     except ImportError as exc:
         return None, f"estimator not importable: {exc}"
     try:
@@ -129,8 +136,6 @@ def estimate_before(job: Any) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def make_meter(device: str, capacity_bytes: int | None, local_rank: int = 0) -> Any:
-    from hpcmem.probe.meters import CpuMeter, CudaMeter
-
     if device == "cpu":
         return CpuMeter(capacity_bytes)
     return CudaMeter(local_rank, capacity_bytes)
@@ -141,8 +146,6 @@ def measure(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int 
             after: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run the trainer and return what was measured (no estimate, no file); then the job phases `after` asks for."""
     import torch
-
-    from hpcmem.probe.trainers import build_trainer
 
     cfg = fixtures.hf_config(job.model.name)
     real = fixtures.has_weights(job.model.name)
@@ -169,12 +172,8 @@ def measure(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int 
             clock.switch("end")
             timings["train_s"] = time.perf_counter() - t1
             if after:
-                from hpcmem.probe.job_phases import run_job_phases
-
                 result["job_phases"] = run_job_phases(trainer, job, clock, after)
         except ImportError as exc:      # a package the job needs is missing here (flash_attn, bitsandbytes…)
-            from hpcmem.errors import HpcmemError
-
             raise HpcmemError(f"the run cannot start on this machine: {type(exc).__name__}: {exc}") from None
         except (torch.OutOfMemoryError, RuntimeError) as exc:
             if not is_oom(exc):
@@ -234,10 +233,7 @@ def _instrument(trainer: Any, clock: PhaseClock, job: Any, shards: bool) -> Any:
 
     inventory = None
     if shards:
-        from hpcmem.probe.shards import ShardInventory
-
         inventory = ShardInventory(trainer, clock)
-    from hpcmem.job.trainers import entry
 
     generation = entry(job.train.trainer).generates
 

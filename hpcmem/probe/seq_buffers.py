@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hpcmem.probe.cpu_ring import BACKWARD, FORWARD
 from hpcmem.trace.tracker import StorageTracker
 
 REPEATS = 5
@@ -60,8 +61,6 @@ def _peak_above(fn: Any, inputs: tuple[Any, ...]) -> tuple[Any, int]:
 
 def ring(tokens: int, heads: int, kv_heads: int, head_dim: int) -> dict[str, int]:
     from torch.distributed.tensor.experimental._context_parallel import _attention as cp
-
-    from hpcmem.probe.cpu_ring import BACKWARD, FORWARD
 
     group = dist.group.WORLD
     q = torch.randn(1, heads, tokens, head_dim, dtype=torch.bfloat16)

@@ -15,9 +15,12 @@ import tempfile
 from typing import Any
 
 from hpcmem.errors import HpcmemError
+from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, REGISTRY, entry
+from hpcmem.launch.configs import deepspeed_config, fsdp_config
 from hpcmem.probe import fixtures
 from hpcmem.probe.layouts import attach_parallelism_on_cpu, needs_cpu_fsdp_mesh, parallelism_env
-from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, REGISTRY, entry
+from hpcmem.trace.hf_config import attn_implementation_arg
+from hpcmem.trace.pieces import peft_config as lora_config
 
 # TrainSpec fields that are also TRL config fields of the same name (STYLE: one name per setting); ModelConfig's go
 # through model_init_kwargs / peft_config instead.
@@ -78,8 +81,6 @@ def trainer_config(job: Any, *, steps: int, device: str, output_dir: str) -> tup
 def model_init_kwargs(t: Any) -> dict[str, Any]:
     """TRL's model_init_kwargs for the spec: the dtype, and attn_implementation only where the user set one (TRL's
     default is None: transformers then picks sdpa or, for Gemma-2, eager — hpcmem.trace.hf_config)."""
-    from hpcmem.trace.hf_config import attn_implementation_arg
-
     attn = attn_implementation_arg(t)
     return {"dtype": t.dtype, **({"attn_implementation": attn} if attn else {})}
 
@@ -101,8 +102,6 @@ def quantization_config(t: Any) -> Any:
 
 
 def _parallel_args(job: Any) -> dict[str, Any]:
-    from hpcmem.launch.configs import deepspeed_config, fsdp_config
-
     par = job.parallel
     if par.deepspeed:
         return {"deepspeed": deepspeed_config(job)}
@@ -115,8 +114,6 @@ def _parallel_args(job: Any) -> dict[str, Any]:
 
 def peft_config(job: Any) -> Any:
     """TRL's own LoRA config from ModelConfig fields, as the trace builds it (hpcmem.trace.pieces)."""
-    from hpcmem.trace.pieces import peft_config as lora_config
-
     return lora_config(job)
 
 

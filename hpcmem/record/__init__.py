@@ -6,8 +6,14 @@ only: validating and calibrating never import torch, and nothing here imports hp
 """
 
 from hpcmem.record.files import append_record, read_all, read_lines, read_records, records_path
-from hpcmem.record.job import expandable_in_env, job_from_dict, job_to_dict, package_versions, ran_expandable, \
-    relevant_env
+from hpcmem.record.job import (
+           expandable_in_env,
+           job_from_dict,
+           job_to_dict,
+           package_versions,
+           ran_expandable,
+           relevant_env,
+)
 from hpcmem.record.types import PEAK_KEYS, SCHEMA, GpuInfo, Measured, Oom, Record, RecordError, RunInfo
 
 __all__ = ["PEAK_KEYS", "SCHEMA", "GpuInfo", "Measured", "Oom", "Record", "RecordError", "RunInfo", "append_record",

@@ -19,8 +19,8 @@ from typing import Any
 
 from hpcmem.datapath import estimator_dir
 from hpcmem.gpus.catalog import gpu_slug
-from hpcmem.record.types import Record, RecordError
 from hpcmem.inputs.files import MAX_BYTES, check_depth
+from hpcmem.record.types import Record, RecordError
 
 
 def records_path(gpu_name: str | None, root: Path | None = None) -> Path:

@@ -9,6 +9,7 @@ from dataclasses import asdict, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
 from hpcmem.gpus.spec import GpuSpec, PeakMargin
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.spec import ParallelSpec, TrainSpec

@@ -18,8 +18,7 @@ from typing import Any, Mapping
 
 from hpcmem.errors import SpecError
 from hpcmem.record.cells import cell_of
-from hpcmem.record.job import job_from_dict
-from hpcmem.record.job import ran_expandable
+from hpcmem.record.job import job_from_dict, ran_expandable
 
 SCHEMA = 2
 PEAK_KEYS = {"allocated": "peak_allocated_bytes", "reserved": "peak_reserved_bytes", "device": "device_peak_bytes"}

@@ -25,8 +25,9 @@ from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
+from hpcmem.job.shape import micro_batch
 from hpcmem.job.trainers import entry
+from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,6 @@ def profiled_rows(job: JobSpec) -> JobSpec:
     estimate takes it) — TRL's collator then pads the traced rows to it. SFT designs from tokens_per_micro_batch
     itself; GRPO/RLOO take the profile as max_prompt_length."""
     import dataclasses
-
-    from hpcmem.job.shape import micro_batch
 
     t = job.train
     if job.tokens_per_micro_batch is None or t.trainer == "sft" or entry(t.trainer).generates:

@@ -17,11 +17,15 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import rows_needed
+from hpcmem.job.spec import TrainSpec
 from hpcmem.trace import pieces
 from hpcmem.trace.data import BatchDesign
+from hpcmem.trace.fakeenv import patched
 from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
-from hpcmem.trace.rl import design_rl as design          # noqa: F401  (the same prompt + completion rows)
+from hpcmem.trace.rl import design_rl as design  # noqa: F401  (the same prompt + completion rows)
 from hpcmem.trace.rl import traced_generate
+from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, common_args, traced_accumulation
 
 GENERATION_NOTE = ("DISTILLATION: generation is not traced — the trainer's _generate_single_turn is replaced by fixed "
                    "completions of max_completion_length tokens (no EOS); the teacher's forward, the divergence loss, "
@@ -59,9 +63,6 @@ def prompts(job: JobSpec, num_rows: int) -> Any:
 def build_teacher(job: JobSpec, dtype: Any = None) -> Any:
     """The teacher from its config, in `dtype` (TRL's teacher_model_init_kwargs), else the job's teacher dtype: a
     causal LM like the student's (attention implementation included)."""
-    from hpcmem.job.spec import TrainSpec
-    from hpcmem.trace.trainer import build_model_in_dtype
-
     name = dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.") if dtype is not None else None
     train = TrainSpec(trainer="sft", dtype=name or job.train.teacher_dtype,
                       attn_implementation=job.train.attn_implementation)
@@ -71,9 +72,6 @@ def build_teacher(job: JobSpec, dtype: Any = None) -> Any:
 def build(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generation: bool = False) -> Any:
     import trl
     import trl.trainer.distillation_trainer as distill
-
-    from hpcmem.trace.fakeenv import patched
-    from hpcmem.trace.trainer import TRACE_STEPS, common_args, traced_accumulation
 
     t = job.train
     args = common_args(job)
@@ -97,8 +95,6 @@ def probe_kwargs(job: JobSpec) -> dict[str, Any]:
 
 
 def probe_dataset(job: JobSpec, steps: int) -> Any:
-    from hpcmem.probe.fixtures import rows_needed
-
     return prompts(job, rows_needed(job, steps))
 
 

@@ -30,6 +30,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from hpcmem.trace.oracle import make_oracle
+
 
 @contextlib.contextmanager
 def patched(obj: Any, name: str, value: Any) -> Iterator[None]:
@@ -45,11 +47,9 @@ def patched(obj: Any, name: str, value: Any) -> Iterator[None]:
 @contextlib.contextmanager
 def fake_world() -> Iterator[tuple[Any, Any]]:
     """Enter a FakeTensorMode (fake cpu) with the value oracle on top; yields (fake_mode, oracle)."""
-    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     import transformers.masking_utils as masking_utils
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from transformers.utils.import_utils import is_jit_tracing, is_torchdynamo_compiling
-
-    from hpcmem.trace.oracle import make_oracle
 
     def is_tracing_real(tensor: Any = None) -> bool:
         return is_torchdynamo_compiling() or is_jit_tracing()

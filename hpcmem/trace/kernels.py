@@ -77,6 +77,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.trace.fakeenv import patched
+from hpcmem.trace.kernels_kda import kda_kernels
+from hpcmem.trace.kernels_linear import linear_attention_kernels
+from hpcmem.trace.kernels_mamba import mamba_kernels
+from hpcmem.trace.kernels_rwkv import rwkv_kernels
 
 FLASH_MAX_HEAD_DIM = 256
 
@@ -91,16 +96,12 @@ def cuda_mapping(tracker: Any, job: JobSpec) -> Iterator[list[str]]:
         stack.enter_context(_foreach_default(notes))
         stack.enter_context(_native_dropout(notes))
         stack.enter_context(_divergence_triton(notes))
-        from hpcmem.trace.kernels_linear import linear_attention_kernels
 
         stack.enter_context(linear_attention_kernels(notes, job))    # 8: linear-attention hybrids' kernels
-        from hpcmem.trace.kernels_mamba import mamba_kernels
 
         stack.enter_context(mamba_kernels(notes, job))               # 9: Mamba mixers' kernels
-        from hpcmem.trace.kernels_kda import kda_kernels
 
         stack.enter_context(kda_kernels(notes, job))                 # 10: Kimi Delta Attention's kernels
-        from hpcmem.trace.kernels_rwkv import rwkv_kernels
 
         stack.enter_context(rwkv_kernels(notes, job))                # 11: RWKV's WKV kernel
         notes.append("every block rounded up to 512 bytes (CUDA caching allocator)")
@@ -116,8 +117,6 @@ def _round(n: int, m: int) -> int:
 def _flash_sdpa(tracker: Any, notes: list[str]) -> Iterator[None]:
     import torch
     import torch.nn.functional as F
-
-    from hpcmem.trace.fakeenv import patched
 
     original = F.scaled_dot_product_attention
     aten = torch.ops.aten
@@ -232,16 +231,14 @@ def _fused_head_triton(notes: list[str]) -> Iterator[None]:
     import types
 
     import torch
-    import trl.kernels.chunked_logprob as chunked
-    import trl.trainer.utils as trl_utils
 
     # Modules that `from chunked_logprob import _use_triton, _addmm_fp32` must bind the originals: imported for the
     # first time inside the patches below, they would keep the stand-ins for the rest of the process (a real CPU run
     # of DistillationTrainer after a trace then took the Triton path and failed).
     import trl.kernels.chunked_divergence  # noqa: F401
+    import trl.kernels.chunked_logprob as chunked
     import trl.trainer.distillation_trainer  # noqa: F401
-
-    from hpcmem.trace.fakeenv import patched
+    import trl.trainer.utils as trl_utils
 
     def addmm_fp32(acc: Any, a: Any, b: Any) -> None:
         # chunked_logprob._addmm_fp32 on CUDA with 16-bit operands: no fp32 copies of a and b.
@@ -273,8 +270,6 @@ def _divergence_triton(notes: list[str]) -> Iterator[None]:
     import torch
     import trl.kernels.chunked_divergence as divergence
     import trl.trainer.distillation_trainer as distill
-
-    from hpcmem.trace.fakeenv import patched
 
     used = [0]
 
@@ -317,8 +312,6 @@ def _foreach_default(notes: list[str]) -> Iterator[None]:
     import torch.optim.adam as adam
     import torch.optim.sgd as sgd
 
-    from hpcmem.trace.fakeenv import patched
-
     def on_cuda(params: Any, differentiable: bool, use_fused: bool = False) -> tuple[bool, bool]:
         if differentiable:
             return False, False
@@ -337,8 +330,6 @@ def _foreach_default(notes: list[str]) -> Iterator[None]:
 def _native_dropout(notes: list[str]) -> Iterator[None]:
     import torch
     import torch.nn.functional as F
-
-    from hpcmem.trace.fakeenv import patched
 
     original = F.dropout
     used = [0]

@@ -29,6 +29,8 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
+from hpcmem.models.profile import backbone_config
+
 CHUNK = 64                 # fla's default chunk size for the gated delta rule
 HOPPER_TILE = 128          # chunk_bwd_dqkwg: BK = min(next_pow2(K), 128) on Hopper (check_shared_mem('hopper'))
 # transformers modeling modules whose module-level kernels the mapping replaces (function name → stand-in)
@@ -209,8 +211,6 @@ def hybrid_modules(job: Any, modules: tuple[str, ...] = MODULES) -> list[str]:
 
     types = {job.model.model_type}
     if job.model.learned is not None:
-        from hpcmem.models.profile import backbone_config
-
         types.add(str(backbone_config(job.model.learned.config).get("model_type", "")))
     return sorted({m for t in types if t and (m := model_type_to_module_name(t)) in modules})
 

@@ -39,7 +39,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from hpcmem.trace.kernels_linear import _empty, fallback_refusal, hybrid_modules, stand_ins
+from hpcmem.trace import kernels_mamba1
+from hpcmem.trace.kernels_linear import _empty, hybrid_modules, stand_ins
+from hpcmem.trace.kernels_mamba_common import _autocast_dtype, refusal
 
 SM_COUNT = 132             # torch.cuda.get_device_properties(...).multi_processor_count of an H100/H200 SXM
 MAMBA2_MODULES = ("mamba2", "bamba", "falcon_h1", "granitemoehybrid", "nemotron_h", "zamba2")
@@ -86,13 +88,6 @@ def _scan_fwd(x: Any, c: Any, chunk: int, gated: bool) -> tuple[Any, Any, Any, A
     out = _empty((b, t, h, p), x)                                                        # _chunk_scan_fwd
     out_x = _empty((b, t, h, p), x) if gated else None
     return out, out_x, dt_out, da, states, final
-
-
-def _autocast_dtype() -> Any:
-    """CUDA autocast's dtype on the GPU (custom_fwd keeps the caller's autocast), read from the trace's CPU autocast."""
-    import torch
-
-    return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
 
 
 def _forward(ctx: Any, zxbcdt: Any, conv_w: Any, conv_b: Any, dt_bias: Any, a: Any, d: Any, chunk: int,
@@ -301,14 +296,8 @@ def mamba_split_conv1d_scan_combined(zxbcdt: Any, conv1d_weight: Any, conv1d_bia
                                         rmsnorm_weight, outproj_weight, outproj_bias, headdim, ngroups)
 
 
-def refusal(name: str) -> Any:
-    return fallback_refusal(name, "a Mamba mixer", "mamba-ssm and causal-conv1d")
-
-
 def replacement_table() -> dict[str, dict[str, Any]]:
     """modeling module → {function name: what `--kernels cuda` puts there}, Mamba-2 and Mamba-1 mixers."""
-    from hpcmem.trace import kernels_mamba1
-
     mamba2 = {"mamba2_split_conv1d_scan_combined": mamba_split_conv1d_scan_combined,
               **{f: refusal(f) for f in FALLBACKS}}
     table = {m: mamba2 for m in MAMBA2_MODULES}

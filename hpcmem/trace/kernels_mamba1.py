@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.trace.kernels_linear import _empty, causal_conv1d_fn
+from hpcmem.trace.kernels_mamba_common import _autocast_dtype, refusal
 
 SCAN_CHUNK = 2048          # selective_scan.cpp: n_chunks = (seqlen + 2048 - 1) / 2048
 INNER_MODULES = ("mamba", "falcon_mamba")      # training calls mamba_inner_fn
@@ -152,8 +153,6 @@ def _inner_forward(ctx: Any, xz: Any, conv_w: Any, conv_b: Any, x_proj_w: Any, d
     import torch
     import torch.nn.functional as F
 
-    from hpcmem.trace.kernels_mamba import _autocast_dtype
-
     dtype = _autocast_dtype()
     if dtype is not None:
         x_proj_w, dt_proj_w, out_proj_w = (w.to(dtype) for w in (x_proj_w, dt_proj_w, out_proj_w))
@@ -244,8 +243,6 @@ def mamba_inner_fn(xz: Any, conv1d_weight: Any, conv1d_bias: Any, x_proj_weight:
 def replacements(module: str) -> dict[str, Any]:
     """What `--kernels cuda` puts in a Mamba-1 modeling module: the kernels its training step calls, and a refusal in
     place of every torch fallback."""
-    from hpcmem.trace.kernels_mamba import refusal
-
     if module in INNER_MODULES:
         return {"mamba_inner_fn": mamba_inner_fn,
                 **{f: refusal(f) for f in ("causal_conv1d_fn", "mamba_selective_scan", *FALLBACKS)}}

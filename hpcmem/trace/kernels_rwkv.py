@@ -31,6 +31,7 @@ from typing import Any
 
 from hpcmem.job.kernel_limits import RWKV_MODULES as MODULES
 from hpcmem.job.kernel_limits import RWKV_TMAX as TMAX
+from hpcmem.trace.kernels_linear import hybrid_modules, stand_ins
 
 
 def _check(key: Any, time_first: Any) -> None:
@@ -104,8 +105,6 @@ def replacements(cpu_loop: Any) -> dict[str, Any]:
 @contextlib.contextmanager
 def rwkv_kernels(notes: list[str], job: Any) -> Iterator[None]:
     """Put the WKV kernel's stand-in in modeling_rwkv while the block runs, if the job's model is built from it."""
-    from hpcmem.trace.kernels_linear import hybrid_modules, stand_ins
-
     names = hybrid_modules(job, MODULES)
     table: dict[str, dict[str, Any]] = {}
     if names:

@@ -25,7 +25,4 @@ trace would measure: refused, not estimated.
 
 from __future__ import annotations
 
-from typing import Any
 
-from hpcmem.job.kernel_limits import XLSTM_MODULES as MODULES
-from hpcmem.job.kernel_limits import XLSTM_TRACED_KERNELS as TRACED_KERNELS

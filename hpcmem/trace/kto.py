@@ -22,7 +22,10 @@ from hpcmem.errors import SpecError
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import pieces
 from hpcmem.trace.data import BatchDesign
+from hpcmem.trace.fakeenv import patched
 from hpcmem.trace.pieces import WORD
+from hpcmem.trace.pref import no_hash, traced_trainer_class
+from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, common_args, traced_accumulation
 
 REF_NOTE = ("KTO: the reference model (full fine-tuning) is a second model built from the config in the policy's "
             "dtype, as TRL's create_model_from_path(dtype=model.dtype) loads it")
@@ -89,10 +92,6 @@ def build(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generati
     import trl
     import trl.trainer.kto_trainer as kto
 
-    from hpcmem.trace.fakeenv import patched
-    from hpcmem.trace.pref import no_hash
-    from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, common_args, traced_accumulation
-
     t = job.train
     args = trl.KTOConfig(**common_args(job), beta=t.beta, precompute_ref_log_probs=t.precompute_ref_log_probs,
                          disable_dropout=t.disable_dropout)
@@ -107,7 +106,5 @@ def build(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generati
 
 def _kto_class(fake: bool) -> type:
     from trl import KTOTrainer
-
-    from hpcmem.trace.pref import traced_trainer_class
 
     return traced_trainer_class(KTOTrainer, ("ref_logps", "ref_KL_logps"), fake)

@@ -34,13 +34,33 @@ from dataclasses import fields, replace
 from typing import Any
 
 from hpcmem.errors import SpecError
-from hpcmem.estimate.learned import DEFAULT_LORA
-from hpcmem.models.profile import (REFERENCE_LORA, Cell, LearnedProfile, ParamLayout, Poly, backbone_config,
-                                   cell_key, config_hash, spec_from_profile)
-from hpcmem.job.spec import TrainSpec
+from hpcmem.estimate import estimate
+from hpcmem.estimate.closing import resident_components
+from hpcmem.estimate.learned import DEFAULT_LORA, layer_adapters
+from hpcmem.estimate.lora import lora_layout
+from hpcmem.estimate.loss import loss_bytes
+from hpcmem.estimate.states import job_param_parts, model_states
+from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace import layout as lay
 from hpcmem.job.kernel_limits import xlstm_problems
+from hpcmem.job.shape import micro_batch, precision
+from hpcmem.job.spec import TrainSpec
+from hpcmem.models.coverage import required_settings, settings_beside_checkpointing
+from hpcmem.models.profile import (
+    REFERENCE_LORA,
+    Cell,
+    LearnedProfile,
+    ParamLayout,
+    Poly,
+    backbone_config,
+    cell_key,
+    config_hash,
+    spec_from_profile,
+)
+from hpcmem.trace import layout as lay
+from hpcmem.trace import run_trace
+from hpcmem.trace.oracle import ROUTING_NOTE
+from hpcmem.trace.result import versions
 
 ROWS = 2
 SEQS = (256, 512, 768)
@@ -111,13 +131,6 @@ def measure(timeline: list[Any], depth: int, step: int = 2) -> dict[str, Any]:
 
 def known_parts(job: JobSpec) -> dict[str, Any]:
     """What the estimate computes itself for the job: states, the LM head's terms, each layer's gradients."""
-    from hpcmem.estimate.learned import layer_adapters
-    from hpcmem.estimate.lora import lora_layout
-    from hpcmem.estimate.loss import loss_bytes
-    from hpcmem.job.shape import micro_batch, precision
-    from hpcmem.estimate.states import job_param_parts, model_states
-    from hpcmem.estimate.closing import resident_components
-
     mb, prec, parts, lora = micro_batch(job), precision(job), job_param_parts(job), lora_layout(job)
     s = model_states(job, prec, lora)
     loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled)
@@ -205,8 +218,6 @@ def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int) -> JobS
     """A traced job of a cell, with the settings the type trains only with (router_aux_loss_coef 0 for some MoE
     types: hpcmem.models.coverage.settings_beside_checkpointing; checkpointing is the cell's); `lora-default` leaves the targets
     to peft (TRL passes target_modules=None)."""
-    from hpcmem.models.coverage import settings_beside_checkpointing
-
     lora, ref = technique == "lora", spec.learned.lora_reference
     needs = settings_beside_checkpointing(spec.model_type)
     return JobSpec(model=spec, train=TrainSpec(
@@ -217,8 +228,6 @@ def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int) -> JobS
 
 def runnable_cells(model_type: str, cells: Any) -> list[tuple[str, bool]]:
     """The cells whose jobs the type's real trainer runs: none with checkpointing where transformers refuses it."""
-    from hpcmem.models.coverage import required_settings
-
     gc = required_settings(model_type).get("gradient_checkpointing")
     return [(t, g) for t, g in cells if gc is None or g == gc]
 
@@ -392,8 +401,6 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
                    + ("" if prefix else f" (real layers {list(keep)})")
                    + ("; expert routing assumed balanced" if routed else "")}
     if routed:
-        from hpcmem.trace.oracle import ROUTING_NOTE
-
         provenance["routing"] = ROUTING_NOTE
     return _profile(full, model_type=outer, sha=sha, cfg=cfg,
                     layer_map=layer_map, cells=fitted, peft=peft, provenance=provenance)
@@ -436,9 +443,6 @@ def _sample_task(args: tuple) -> Any:
 
 
 def _sample(job: JobSpec, depth: int) -> dict[str, Any]:
-    from hpcmem.trace import run_trace
-    from hpcmem.trace.oracle import ROUTING_NOTE
-
     result = run_trace(job, timeline=True, steps=TRACED_STEP)
     routed = any(n.startswith(ROUTING_NOTE) for n in result.reimplemented)
     meas = measure(result.timeline, depth, TRACED_STEP)
@@ -450,10 +454,6 @@ def _sample(job: JobSpec, depth: int) -> dict[str, Any]:
 def _check(probe: LearnedProfile, cells: dict[str, Cell], job: JobSpec) -> float:
     """Signed error (%) of the estimate against a full two-step trace of one traced job (the states, the optimizer
     step and the last instant of backward are the estimate's own there: this is what the check sees)."""
-    from hpcmem.estimate import estimate
-    from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.trace import run_trace
-
     traced = run_trace(job).peak_allocated_bytes
     spec = spec_from_profile(replace(probe, cells=cells), job.model.name)
     est = max(tensor_bytes(p) for p in estimate(replace(job, model=spec)).phases)
@@ -461,8 +461,6 @@ def _check(probe: LearnedProfile, cells: dict[str, Cell], job: JobSpec) -> float
 
 
 def _versions() -> dict[str, str]:
-    from hpcmem.trace.result import versions
-
     return versions()
 
 

@@ -22,6 +22,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpcmem.trace.layout import decoder_layers
+from hpcmem.trace.pref import hook_reference
 from hpcmem.trace.tracker import StorageTracker
 
 
@@ -83,8 +85,6 @@ def instrument(trainer: Any, tracker: StorageTracker) -> Instrumented:
             tracker.tag(list(other.parameters()) + list(other.buffers()), "param")
             _hook_layers(inst, other)
     if hasattr(trainer, "precompute_ref_logps"):    # DPOTrainer, KTOTrainer
-        from hpcmem.trace.pref import hook_reference
-
         inst._undo.append(hook_reference(tracker, trainer))
     return inst
 
@@ -140,8 +140,6 @@ def _hook_optimizer(inst: Instrumented, trainer: Any) -> None:
 def _hook_layers(inst: Instrumented, model: Any) -> None:
     """Name the decoder layer that runs; "lm head / loss" after the last layer and when backward starts;
     "embeddings" once the gradient has left layer 0."""
-    from hpcmem.trace.layout import decoder_layers
-
     tracker = inst.tracker
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     layers = decoder_layers(base)

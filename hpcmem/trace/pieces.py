@@ -20,7 +20,11 @@ from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.trainers import entry
+from hpcmem.models import catalog_entry
+from hpcmem.models.profile import backbone_config
 from hpcmem.models.spec import ModelSpec
+from hpcmem.trace.hf_config import SUPPORTED_MODEL_TYPES, hf_config_dict
 
 SPECIAL_IDS = {"pad": 0, "eos": 1, "unk": 2}
 FIRST_TOKEN_ID = 3                    # the first ordinary token
@@ -32,11 +36,7 @@ SIZES = ("hidden_size", "num_hidden_layers", "vocab_size")
 
 def config_dict(name: str, spec: ModelSpec | None = None) -> dict[str, Any]:
     """The config.json dict of model `name` (see the module docstring for the order)."""
-    from hpcmem.models import catalog_entry
-
     if spec is not None and spec.learned is not None:     # a learned profile carries its config.json (hpcmem.models)
-        from hpcmem.models.profile import backbone_config
-
         return copy.deepcopy(dict(backbone_config(spec.learned.config)))
     cfg: Any = _local_config(name)
     if cfg is None:
@@ -46,7 +46,6 @@ def config_dict(name: str, spec: ModelSpec | None = None) -> dict[str, Any]:
         if not isinstance(cfg, dict):
             raise SpecError(f"no config for model {name!r}; pass a config.json or a catalog id")
         return copy.deepcopy(cfg)
-    from hpcmem.trace.hf_config import SUPPORTED_MODEL_TYPES, hf_config_dict
 
     if isinstance(cfg, dict) and cfg.get("model_type") not in SUPPORTED_MODEL_TYPES and cfg.get("text_config"):
         cfg = dict(cfg["text_config"])       # a wrapper (gemma3): the text decoder is what trains
@@ -94,8 +93,6 @@ def peft_config(job: JobSpec) -> Any:
     if not t.use_peft:
         return None
     from trl import ModelConfig, get_peft_config
-
-    from hpcmem.job.trainers import entry
 
     targets = list(t.lora_target_modules) or None
     if targets == ["all-linear"]:

@@ -21,6 +21,8 @@ from typing import Any
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import pieces
 from hpcmem.trace.data import BatchDesign, make_preference_dataset
+from hpcmem.trace.fakeenv import patched
+from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, common_args, peft_config, traced_accumulation
 
 PRECOMPUTE_NOTE = ("precompute_ref_log_probs: TRL's reference pass over the dataset (in DPOTrainer.__init__, before "
                    "training) is not traced; its ref_chosen_logps/ref_rejected_logps columns are filled with 0.0 and "
@@ -56,8 +58,6 @@ def reward_notes(job: JobSpec, generation: bool = False) -> list[str]:
 def build_dpo(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generation: bool = False) -> Any:
     from trl import DPOConfig
 
-    from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, common_args, peft_config, traced_accumulation
-
     t = job.train
     args = DPOConfig(**common_args(job), beta=t.beta, precompute_ref_log_probs=t.precompute_ref_log_probs)
     ref = None
@@ -76,8 +76,6 @@ def build_dpo(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, gene
 def build_reward(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generation: bool = False) -> Any:
     from trl import RewardConfig
 
-    from hpcmem.trace.trainer import TRACE_STEPS, common_args, peft_config, traced_accumulation
-
     args = RewardConfig(**common_args(job))
     dataset = make_preference_dataset(job, design, TRACE_STEPS * traced_accumulation(job))
     return _reward_class(fake)(model=model, args=args, train_dataset=dataset, processing_class=pieces.tokenizer(),
@@ -87,8 +85,6 @@ def build_reward(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, g
 @contextlib.contextmanager
 def no_hash(trainer_module: Any) -> Any:
     """`hash_module` reads every weight's bytes (the precompute cache key): fake weights have none."""
-    from hpcmem.trace.fakeenv import patched
-
     with patched(trainer_module, "hash_module", lambda module: "hpcmem-trace"):
         yield
 

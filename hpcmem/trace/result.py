@@ -76,7 +76,6 @@ class TraceResult:
             },
         }
 
-
     def to_text(self) -> str:
         """A short table for the terminal."""
         gib = 1024 ** 3

@@ -24,10 +24,12 @@ import contextlib
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.trainers import entry
 from hpcmem.trace import pieces
 from hpcmem.trace.data import BatchDesign
+from hpcmem.trace.fakeenv import patched
 from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
-from hpcmem.job.trainers import entry
+from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, common_args, peft_config, traced_accumulation
 
 GENERATION_NOTE = ("{name}: generation is not traced — the trainer's _generate_single_turn is replaced by fixed "
                    "completions of max_completion_length tokens (no EOS) and the reward by a constant function; "
@@ -64,8 +66,6 @@ def check_rl(job: JobSpec) -> list[str]:
 
 
 def traced_steps_per_generation(job: JobSpec) -> int:
-    from hpcmem.trace.trainer import traced_accumulation
-
     return traced_accumulation(job)
 
 
@@ -79,12 +79,8 @@ def design_rl(job: JobSpec) -> BatchDesign:
 
 
 def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, generation: bool = False) -> Any:
-    from datasets import Dataset
-
-    from hpcmem.trace.trainer import common_args
-    from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, peft_config, traced_accumulation
-
     import trl
+    from datasets import Dataset
 
     t = job.train
     e = entry(t.trainer)
@@ -99,7 +95,6 @@ def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, gener
     prompts = [" ".join([WORD] * t.max_prompt_length) for _ in range(rows)]
     dataset = Dataset.from_dict({"prompt": prompts})
     module = _module(t.trainer)
-    from hpcmem.trace.fakeenv import patched
 
     ref_builder = lambda *a, **k: build_model_in_dtype(job)    # noqa: E731
     with patched(module, "create_model_from_path", ref_builder):
@@ -138,8 +133,6 @@ def _module(trainer: str) -> Any:
 @contextlib.contextmanager
 def _scalar_metrics(module: Any) -> Any:
     """TRL's `nanmin`/`nanmax` (metrics only) as a zero scalar: their boolean index needs values nobody knows."""
-    from hpcmem.trace.fakeenv import patched
-
     names = [n for n in ("nanmin", "nanmax") if hasattr(module, n)]
     with contextlib.ExitStack() as stack:
         for name in names:
@@ -192,8 +185,6 @@ def traced_generate(self: Any, prompt_ids: Any) -> None:
     from transformers import Trainer
     from transformers.generation.utils import GenerationMixin
     from trl.models import unwrap_model_for_generation
-
-    from hpcmem.trace.fakeenv import patched
 
     width = max(len(p) for p in prompt_ids)
     pad = self.pad_token_id if getattr(self, "pad_token_id", None) is not None else 0

@@ -18,12 +18,23 @@ import contextlib
 import time
 from typing import Any, Literal
 
+import hpcmem.trace.trainer as builders
 from hpcmem.errors import SpecError
+from hpcmem.estimate.caching_allocator import allocator_modes
+from hpcmem.estimate.workspaces import workspace_bytes
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace.data import design_batch, profiled_rows
-from hpcmem.trace.oracle import ROUTING_NOTE
-from hpcmem.trace.result import TraceResult, versions
 from hpcmem.job.trainers import entry
+from hpcmem.trace.data import design_batch, profiled_rows
+from hpcmem.trace.events import EventLog
+from hpcmem.trace.fakeenv import fake_collator, fake_world
+from hpcmem.trace.kernels import cuda_mapping
+from hpcmem.trace.offload import OffloadEmulation
+from hpcmem.trace.oracle import ROUTING_NOTE
+from hpcmem.trace.phases import instrument
+from hpcmem.trace.replay import Workspaces, replay
+from hpcmem.trace.result import TraceResult, versions
+from hpcmem.trace.tracker import CUDA_BLOCK_BYTES, StorageTracker
+from hpcmem.trace.trainer import build_model, build_trainer, load_dtype, require_traceable
 
 Kernels = Literal["cuda", "cpu"]
 KERNELS: tuple[str, ...] = ("cuda", "cpu")
@@ -58,13 +69,9 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
         raise SpecError(f"kernels must be one of {', '.join(KERNELS)}; got {kernels!r}")
     _check_single_gpu(job)
     job = profiled_rows(job)
-    from hpcmem.trace.trainer import require_traceable
 
     require_traceable(job)
     start = time.perf_counter()
-    from hpcmem.trace.fakeenv import fake_collator, fake_world
-    from hpcmem.trace.kernels import cuda_mapping
-    from hpcmem.trace.tracker import CUDA_BLOCK_BYTES, StorageTracker
 
     design = design_batch(job)
     sim, modes = _allocator_sim(allocator)
@@ -103,9 +110,6 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
 def _allocator_sim(choice: Any) -> tuple[Any, tuple[str, ...]]:
     """The listener the tracker feeds and the allocator modes to replay: an EventLog for a mode choice, None when off;
     an object with malloc/free is used as given (hpcmem.lab.allocator_sim records the stream that way)."""
-    from hpcmem.estimate.caching_allocator import allocator_modes
-    from hpcmem.trace.events import EventLog
-
     if hasattr(choice, "malloc"):
         return choice, ()
     try:
@@ -117,9 +121,6 @@ def _allocator_sim(choice: Any) -> tuple[Any, tuple[str, ...]]:
 
 def replay_modes(job: JobSpec, events: list[Any], modes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     """The allocator model's stats per mode for a recorded stream, cuBLAS workspaces sized for the job's GPU."""
-    from hpcmem.estimate.workspaces import workspace_bytes
-    from hpcmem.trace.replay import Workspaces, replay
-
     ws = Workspaces(cublas=workspace_bytes(job.gpu))
     out = {}
     for mode in modes:
@@ -133,8 +134,6 @@ def replay_modes(job: JobSpec, events: list[Any], modes: tuple[str, ...]) -> dic
 def _trace_steps(steps: int | None) -> Any:
     """Run `steps` optimizer steps: the trainer builders read hpcmem.trace.trainer.TRACE_STEPS when they size the
     dataset and set max_steps."""
-    import hpcmem.trace.trainer as builders
-
     if steps is None:
         yield
         return
@@ -166,8 +165,6 @@ def _build(job: JobSpec, design: Any, generation: bool = False) -> tuple[Any, in
     trainer around it; returns (trainer, parameters of the model before PEFT adds adapters)."""
     import torch
 
-    from hpcmem.trace.trainer import build_model, build_trainer, load_dtype
-
     previous = torch.get_default_dtype()
     torch.set_default_dtype(load_dtype(job))
     try:
@@ -182,8 +179,6 @@ def _build(job: JobSpec, design: Any, generation: bool = False) -> tuple[Any, in
 def _offload(job: JobSpec, trainer: Any, tracker: Any, notes: list[str]) -> None:
     """Install the activation-offloading emulation where SFTTrainer.training_step looks for its context."""
     if job.train.activation_offloading:
-        from hpcmem.trace.offload import OffloadEmulation
-
         OffloadEmulation(trainer, tracker)
         notes.append(OffloadEmulation.NOTE)
 
@@ -191,8 +186,6 @@ def _offload(job: JobSpec, trainer: Any, tracker: Any, notes: list[str]) -> None
 def _train(trainer: Any, tracker: Any, oracle: Any) -> Any:
     """`trainer.train()` with the tracker counting every op output (through the oracle's dispatch: one mode, not
     two, on the per-op path)."""
-    from hpcmem.trace.phases import instrument
-
     inst = instrument(trainer, tracker)
     oracle.observer = tracker
     try:

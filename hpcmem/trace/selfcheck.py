@@ -11,17 +11,16 @@ from __future__ import annotations
 import time
 
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.trace.data import design_batch
+from hpcmem.trace.phases import instrument
 from hpcmem.trace.result import TraceResult, versions
+from hpcmem.trace.run import _quiet
+from hpcmem.trace.tracker import StorageTracker
+from hpcmem.trace.trainer import build_model, build_trainer, require_traceable
 
 
 def measure_cpu(job: JobSpec) -> TraceResult:
     """Peak live tensor bytes of two real SFTTrainer steps on the CPU (use a model small enough to run)."""
-    from hpcmem.trace.data import design_batch
-    from hpcmem.trace.phases import instrument
-    from hpcmem.trace.run import _quiet
-    from hpcmem.trace.tracker import StorageTracker
-    from hpcmem.trace.trainer import build_model, build_trainer, require_traceable
-
     require_traceable(job)
     start = time.perf_counter()
     design = design_batch(job)

@@ -13,10 +13,10 @@ from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.trainers import REGISTRY, entry
 from hpcmem.trace import pieces
 from hpcmem.trace.data import BatchDesign, make_dataset
 from hpcmem.trace.hf_config import attn_implementation_arg
-from hpcmem.job.trainers import REGISTRY, entry
 
 # Optimizers the trace can build on CPU (bitsandbytes kernels need a GPU). "adamw_torch_foreach" is hpcmem's name for
 # torch AdamW with foreach=True (HF's "adamw_torch" leaves foreach to torch, which picks it on CUDA).

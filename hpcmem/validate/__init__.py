@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcmem.validate.table import CellStats
+from hpcmem.datapath import estimator_dir
+from hpcmem.validate import calibration
+from hpcmem.validate.plot import scatter
+from hpcmem.validate.probes import load
+from hpcmem.validate.speed import rows_for, to_json
+from hpcmem.validate.table import CellStats, table
 
 
 @dataclass
@@ -30,8 +35,6 @@ class Report:
         out = {"cells": [asdict(r) for r in self.rows], "notes": self.notes, "files": self.files, "png": self.png,
                "calibrations": self.calibrations, "num_records": self.num_records}
         if self.speed:
-            from hpcmem.validate.speed import to_json
-
             out["speed"] = to_json(self.speed)
         return out
 
@@ -42,17 +45,10 @@ def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | N
     """`fit=True` stores each GPU's calibration in `fit_dir` (default: calibration.default_fit_dir()), with `extra`
     keys added to each file (a campaign's provenance); `speed=True` also holds the planner's throughput model to the
     timed runs (hpcmem.validate.speed), and a fit then carries the GPU's MFU curve when enough runs were timed."""
-    from hpcmem.datapath import estimator_dir
-    from hpcmem.validate import calibration
-    from hpcmem.validate.probes import load
-    from hpcmem.validate.table import table
-
     loaded = load(list(paths) if paths else [estimator_dir() / "probes"], stored=stored, gpu=gpu)
     report = Report(rows=[], notes=list(loaded.notes), files=loaded.files, num_records=len(loaded.records))
     slugs = sorted({p.gpu for p in loaded.points})
     if speed or fit:
-        from hpcmem.validate.speed import rows_for
-
         report.speed = rows_for(loaded)
     if fit:
         for slug in slugs:
@@ -72,8 +68,6 @@ def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | N
         margins.update({(slug, peak): m for peak, m in found.items()})
     report.rows = table(loaded.points, margins)
     if png and loaded.points:
-        from hpcmem.validate.plot import scatter
-
         report.png = str(scatter(loaded.points, png))
     return report
 

@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcmem.estimate.verdict import judge
+from hpcmem.gpus.calibration import load_calibration
 from hpcmem.record import Record
+from hpcmem.validate.probes import estimate_for, load, record_job
 
 WINDOW = (0.85, 1.05)
 
@@ -53,10 +56,6 @@ class Row:
 
 def row_of(rec: Record, estimate: dict[str, Any]) -> Row | None:
     """The boundary judgement of one record (None when it has no capacity or prediction to judge)."""
-    from hpcmem.estimate.verdict import judge
-    from hpcmem.gpus.calibration import load_calibration
-    from hpcmem.validate.probes import record_job
-
     per_gpu = estimate.get("per_gpu") or {}
     simulated = rec.run.capacity_bytes
     capacity = simulated or (rec.gpu.memory_bytes if rec.gpu else None)
@@ -81,8 +80,6 @@ def row_of(rec: Record, estimate: dict[str, Any]) -> Row | None:
 
 def rows(paths: list[str | Path], *, stored: bool = False, gpu: str | None = None,
          window: tuple[float, float] = WINDOW) -> tuple[list[Row], list[str]]:
-    from hpcmem.validate.probes import estimate_for, load
-
     loaded = load(paths, gpu=gpu, estimate=False)       # records only; the estimate is made below
     out, notes = [], list(loaded.notes)
     for rec in loaded.records:

@@ -35,6 +35,7 @@ from hpcmem.datapath import ENV_DATA, PACKAGE_DIR, write_dir
 from hpcmem.gpus.calibration import KIND, load_calibration, peak_margins
 from hpcmem.gpus.catalog import catalog_name_for, gpu_slug
 from hpcmem.record import Record
+from hpcmem.validate.speed import fit_mfu
 from hpcmem.validate.table import PEAKS, Point, median, quantile
 
 HOLDOUT_EVERY = 5
@@ -69,8 +70,6 @@ def fit(records: list[Record], points: list[Point], gpu: str, sources: list[str]
         speed: list[Any] | None = None) -> dict[str, Any]:
     """Fit one GPU's constants from its records and the estimate/measurement points made from them; with `speed`
     rows (hpcmem.validate.speed) also the throughput model's MFU curve when enough runs timed their steps."""
-    from hpcmem.validate.speed import fit_mfu
-
     ok = [r for r in records if r.status == "ok"]
     train_ids = {r.id for r in records if not held_out(r.id)}
     train = [p for p in points if p.record_id in train_ids]

@@ -26,6 +26,30 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hpcmem.datapath import estimator_dir
+from hpcmem.errors import SpecError
+from hpcmem.estimate import estimate
+from hpcmem.estimate.verdict import pct
+from hpcmem.estimate.workspaces import tensor_bytes
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.spec import TrainSpec
+from hpcmem.models import catalog
+from hpcmem.models.config import model_spec_from_config
+from hpcmem.models.coverage import (
+    classification,
+    coverage_rows,
+    required_settings,
+    settings_beside_checkpointing,
+    sweep_summary,
+    type_status,
+)
+from hpcmem.models.params import all_linear_targets, linear_modules, peft_default_targets
+from hpcmem.models.profile import backbone_config, profile_from_dict, profile_to_dict, spec_from_profile
+from hpcmem.trace import layout as lay
+from hpcmem.trace import run_trace
+from hpcmem.trace.layout import subsequence
+from hpcmem.trace.learn import learn
+
 EVAL_LAYERS = 16
 # Types traced at fewer layers, and why. RecurrentGemma's RG-LRU scan is a Python loop over the tokens on every device
 # (modeling_recurrent_gemma.py RecurrentGemmaRglru._rnn_scan: no kernel; the GPU runs the same ops), so its trace
@@ -49,8 +73,6 @@ GC_REFUSED = "within 3 % (GC refused)"
 def sweep_techniques(model_type: str) -> tuple[str, ...]:
     """The techniques a type is held to: full + GC, LoRA + GC, full without GC; where transformers refuses
     checkpointing for the type (its trainer raises), the two jobs that run: full and LoRA without GC."""
-    from hpcmem.models.coverage import required_settings
-
     if required_settings(model_type).get("gradient_checkpointing") is False:
         return ("full gc off", "lora gc off")
     return DEFAULT_TECHNIQUES
@@ -88,8 +110,6 @@ CONFIG_FIXES: dict[str, dict[str, Any]] = {
 
 def reference_config(model_type: str) -> tuple[dict[str, Any], str]:
     """(config dict, where it came from) for a type: its catalog entry, else the config class defaults (+ fix)."""
-    from hpcmem.models import catalog
-
     for hub_id, doc in sorted(catalog().items()):
         if doc["config"].get("model_type") == model_type:
             return dict(doc["config"]), f"catalog {hub_id}"
@@ -115,10 +135,6 @@ def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tu
     file in `folder` (the trace builds from it). A learned profile is laid over the cut depth with its own terms
     (hpcmem.trace.layout.layer_map); the cut ends on a layer of the real last layer's kind."""
     from dataclasses import replace
-
-    from hpcmem.models.config import model_spec_from_config
-    from hpcmem.models.profile import backbone_config, spec_from_profile
-    from hpcmem.trace import layout as lay
 
     decoder = backbone_config(cfg)
     config = lay.hf_config(decoder)
@@ -155,16 +171,12 @@ def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tu
 
 
 def profiles_dir() -> Path:
-    from hpcmem.datapath import estimator_dir
-
     return estimator_dir() / "coverage-profiles"
 
 
 def save_sweep_profile(profile: Any, model_type: str) -> None:
     """Keep the sweep's learned profile (without its config: `reference_config` rebuilds it) so the records can be
     re-estimated after an estimator change without tracing again (`rescore`)."""
-    from hpcmem.models.profile import profile_to_dict
-
     doc = profile_to_dict(profile)
     doc["config"] = {"model_type": doc["config"].get("model_type"), "rebuilt_by": "reference_config"}
     folder = profiles_dir()
@@ -176,11 +188,6 @@ def eval_job(spec: Any, technique: str, targets: tuple[str, ...] | None = None) 
     """The sweep's job for a technique. LoRA goes on peft's default targets; where peft has none, on the targets a
     user can run: the profile's (learned types), else all-linear — or, for fused experts (which peft wraps as
     ParamWrappers that refuse TRL's dropout), the attention projections. `targets` (a record's) overrides."""
-    from hpcmem.models.coverage import settings_beside_checkpointing
-    from hpcmem.models.params import all_linear_targets, linear_modules, peft_default_targets
-    from hpcmem.job.spec import TrainSpec
-    from hpcmem.job.jobspec import JobSpec
-
     kind, gc = TECHNIQUES[technique]
     if kind == "lora" and targets is None:
         targets = ()
@@ -204,8 +211,6 @@ def eval_job(spec: Any, technique: str, targets: tuple[str, ...] | None = None) 
 
 def _classified(model_type: str) -> tuple[dict[str, Any], str | None]:
     """(a record's first fields: type, class, status; the status's reason). Torch-free."""
-    from hpcmem.models.coverage import classification, type_status
-
     entry = classification()["types"].get(model_type)
     status, reason = type_status(model_type, entry)
     return {"model_type": model_type, "class": entry["class"] if entry else None, "status": status}, reason
@@ -229,9 +234,7 @@ def sweep_type(model_type: str) -> list[dict[str, Any]]:
         cfg, source = reference_config(model_type)
         base["config"] = source
         profile = None
-        if status == "learned":
-            from hpcmem.trace.learn import learn
-
+        if base["status"] == "learned":
             stage = "learn"
             profile = learn(cfg, model_type, dtypes=("bfloat16",), workers=1, check=False,
                             cells=[TECHNIQUES[t] for t in sweep_techniques(model_type)])
@@ -245,8 +248,6 @@ def sweep_type(model_type: str) -> list[dict[str, Any]]:
         base |= {"made": "learned" if profile else "derived", "layers": depth, "layers_real": real,
                  "num_params_traced": spec.num_params}
         if profile is not None and profile.provenance.get("layers"):     # learned from real layers not a prefix
-            from hpcmem.trace.layout import subsequence
-
             base |= {"learned_layers": profile.provenance["layers"],
                      "eval_layers": list(subsequence(profile.layer_kinds, depth))}
     except Exception as exc:  # noqa: BLE001 — recorded with the stage it failed in
@@ -256,10 +257,6 @@ def sweep_type(model_type: str) -> list[dict[str, Any]]:
 
 
 def _case(base: dict[str, Any], spec: Any, technique: str) -> dict[str, Any]:
-    from hpcmem.estimate import estimate
-    from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.trace import run_trace
-
     start = time.perf_counter()
     rec = {**base, "technique": technique}
     try:
@@ -281,9 +278,6 @@ def run(types: list[str] | None, *, redo: bool = False, workers: int = 1, record
     """Sweep the types (default: every classified type), appending records as each traced type finishes; the ones
     not traced (`not_swept`) come back in the list without being written."""
     import multiprocessing as mp
-
-    from hpcmem.models.coverage import classification
-    from hpcmem.datapath import estimator_dir
 
     path = records or estimator_dir() / "coverage.jsonl"
     done = set() if redo or not path.is_file() else {
@@ -326,10 +320,6 @@ def rescore(path: Path | None = None, types: list[str] | None = None) -> list[di
     Learned types take their profile from estimator/coverage-profiles/ (a record without one is left as it was)."""
     import tempfile
 
-    from hpcmem.estimate import estimate
-    from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.datapath import estimator_dir
-
     path = path or estimator_dir() / "coverage.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     folder = Path(tempfile.mkdtemp(prefix="hpcmem-coverage-"))
@@ -363,9 +353,6 @@ def _sweep_profile(name: str, cfg: dict[str, Any]) -> Any:
     format (the type is swept again then)."""
     import dataclasses
 
-    from hpcmem.errors import SpecError
-    from hpcmem.models.profile import profile_from_dict
-
     file = profiles_dir() / f"{name}.json"
     try:
         return dataclasses.replace(profile_from_dict(json.loads(file.read_text())), config=cfg)
@@ -374,8 +361,6 @@ def _sweep_profile(name: str, cfg: dict[str, Any]) -> Any:
 
 
 def write_records(records: list[dict[str, Any]], path: Path | None = None) -> None:
-    from hpcmem.datapath import estimator_dir
-
     path = path or estimator_dir() / "coverage.jsonl"
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
@@ -391,8 +376,6 @@ def outcomes(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> dict[
     only the jobs without checkpointing because the real trainer refuses checkpointing for the type —, one over, a
     learn/trace failure (a type- or technique-level error record), no record yet, or refused (the reason is its
     row's)."""
-    from hpcmem.models.coverage import sweep_summary
-
     measured = sweep_summary(records)
     failed = {r["model_type"] for r in records if "error" in r}
     out: dict[str, list[str]] = {k: [] for k in OUTCOMES}
@@ -424,8 +407,6 @@ def _notes(records: list[dict[str, Any]]) -> dict[str, str]:
 
 def report_markdown(records: list[dict[str, Any]]) -> str:
     """estimator/COVERAGE.md: the status of every type, the measured error of every covered one, the worst ten."""
-    from hpcmem.models.coverage import coverage_rows, sweep_summary
-
     rows = coverage_rows()
     measured = sweep_summary(records)
     errors = _notes(records)
@@ -447,8 +428,6 @@ def report_markdown(records: list[dict[str, Any]]) -> str:
 
     def share(n: int, of: int) -> str:
         """n/of in %, floored to 0.1 (hpcmem.estimate.verdict.pct): never rounded up to a goal it misses."""
-        from hpcmem.estimate.verdict import pct
-
         return pct(100 * n / max(of, 1))
 
     lines += ["", f"Decoder-only text types (decoder + multimodal backbones): {len(text)}; within 3 % of the trace: "
@@ -481,7 +460,5 @@ def report_markdown(records: list[dict[str, Any]]) -> str:
 
 
 def load_records(path: Path | None = None) -> list[dict[str, Any]]:
-    from hpcmem.datapath import estimator_dir
-
     path = path or estimator_dir() / "coverage.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hpcmem.plots.mpl import pyplot, save
 from hpcmem.validate.table import Point
 
 MARKERS = {"allocated": "o", "reserved": "s", "device": "^"}
@@ -13,8 +14,6 @@ MIB = 1024**2
 
 
 def scatter(points: list[Point], path: str | Path, title: str = "hpcmem: estimate vs probe") -> Path:
-    from hpcmem.plots.mpl import pyplot, save
-
     plt = pyplot("the accuracy scatter (--png)")
     from matplotlib.ticker import NullFormatter
 

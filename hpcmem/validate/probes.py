@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcmem.estimate import estimate
 from hpcmem.gpus.catalog import gpu_slug
 from hpcmem.gpus.lookup import gpu_for_device, recalibrated
 from hpcmem.record import PEAK_KEYS, Record, read_records
@@ -66,8 +67,6 @@ def estimate_for(rec: Record, stored: bool) -> tuple[dict[str, Any] | None, str 
     if stored:
         return saved, None if saved else f"record {rec.id[:8]}: no stored estimate"
     try:
-        from hpcmem.estimate import estimate
-
         return estimate(record_job(rec)).to_json(), None
     except Exception as exc:  # noqa: BLE001 - an old record whose spec no longer builds keeps its stored estimate
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"

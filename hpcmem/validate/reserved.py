@@ -19,6 +19,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hpcmem.datapath import estimator_dir
+from hpcmem.errors import HpcmemError
+from hpcmem.estimate import estimate
+from hpcmem.estimate.workspaces import tensor_bytes
+from hpcmem.validate.cases import case_job
 from hpcmem.validate.table import median, quantile
 
 MODES = ("default", "expandable")
@@ -26,10 +31,6 @@ MODES = ("default", "expandable")
 
 def reserved_points(results: list[Any]) -> list[dict[str, Any]]:
     """One row per (case, mode) that has the model's reserved peak."""
-    from hpcmem.estimate import estimate
-    from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.validate.trace import case_job
-
     rows = []
     for r in results:
         model = r.record.get("reserved")
@@ -95,15 +96,11 @@ def report_reserved(results: list[Any], *, as_json: bool = False, write: bool = 
 
     points = reserved_points(results)
     if not points:
-        from hpcmem.errors import HpcmemError
-
         raise HpcmemError("no stored trace carries the allocator model's reserved peak; run "
                           "`hpcmem validate --against trace --reserved` without --rescore first")
     rows = cell_rows(points)
     worst = sorted(points, key=lambda p: abs(p["err_pct"]), reverse=True)[:5]
     if write:
-        from hpcmem.datapath import estimator_dir
-
         Path(estimator_dir() / "ACCURACY-reserved.md").write_text(markdown(rows, worst))
     if as_json:
         click.echo(json.dumps({"cells": rows, "points": points}, indent=1))

@@ -28,7 +28,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from hpcmem.job.shape import micro_batch
+from hpcmem.plan.speed import job_throughput
 from hpcmem.record import Record
+from hpcmem.validate.probes import record_job
 
 MIN_FIT = 3
 NOT_MODELLED = ("grpo", "rloo")
@@ -62,7 +65,6 @@ def measured(rec: Record, job: Any) -> tuple[int, float, str] | None:
     train_s, steps = m.extra.get("timings", {}).get("train_s"), rec.run.steps
     if rec.status != "ok" or not train_s or not steps:
         return None
-    from hpcmem.job.shape import micro_batch
 
     mb = micro_batch(job)
     per_step = mb.rows * mb.seq * job.train.gradient_accumulation_steps
@@ -76,8 +78,6 @@ def row_of(rec: Record, job: Any, slug: str) -> SpeedRow | None:
     got = measured(rec, job)
     if got is None:
         return None
-    from hpcmem.job.shape import micro_batch
-    from hpcmem.plan.speed import job_throughput
 
     per_step, rate, source = got
     speed = job_throughput(job, job.gpu)
@@ -168,8 +168,6 @@ def render(rows: list[SpeedRow]) -> str:
 
 def rows_for(loaded: Any) -> list[SpeedRow]:
     """Speed rows of every record `hpcmem.validate.probes.load` read (the job as it ran, on its GPU)."""
-    from hpcmem.validate.probes import record_job
-
     out = []
     for slug, recs in sorted(loaded.by_gpu.items()):
         for rec in recs:

@@ -17,6 +17,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from hpcmem.estimate.verdict import upper
+
 PEAKS = ("allocated", "reserved", "device")
 
 
@@ -39,8 +41,6 @@ class Point:
     @property
     def upper(self) -> float:
         """What the safe bound widens: the upper outcome (hpcmem.estimate.verdict `upper`)."""
-        from hpcmem.estimate.verdict import upper
-
         return upper(self.predicted, self.spread)
 
 

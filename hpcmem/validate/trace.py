@@ -17,9 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcmem.datapath import estimator_dir
 from hpcmem.errors import HpcmemError, SpecError
+from hpcmem.estimate import estimate
+from hpcmem.estimate.workspaces import tensor_bytes
+from hpcmem.job.trl_config import read_yaml
 from hpcmem.progress import Progress
 from hpcmem.record.cells import cell_of
+from hpcmem.trace import run_trace
+from hpcmem.trace.events import save
+from hpcmem.validate.cases import case_job
+from hpcmem.validate.reserved import report_reserved
 from hpcmem.validate.table import median, quantile
 
 
@@ -39,8 +47,6 @@ class CaseResult:
 
 
 def load_cases(path: str | Path, *, ci_only: bool = False) -> list[dict[str, Any]]:
-    from hpcmem.job.trl_config import read_yaml
-
     data = read_yaml(path)
     cases = data.get("cases")
     if not isinstance(cases, list) or not cases:
@@ -61,22 +67,10 @@ def load_cases(path: str | Path, *, ci_only: bool = False) -> list[dict[str, Any
 
 # Case keys that are not job settings: `trace_generation: true` runs transformers' generate to full length in the
 # trace (GRPO/RLOO; slow, so only for cases whose generation phase matters).
-CASE_KEYS = ("id", "trainer", "ci", "trace_generation")
-
-
-def case_job(case: dict[str, Any]):
-    from hpcmem.job.trl_config import build_job
-
-    settings = {k: v for k, v in case.items() if k not in CASE_KEYS}
-    return build_job(case["trainer"], settings)[0]
-
-
 def _trace_one(task: tuple[dict[str, Any], bool, str | None]) -> dict[str, Any]:
     """Worker: trace one case (imports torch lazily, once per worker process); with `reserved`, the allocator model
     replays its device stream in both modes (and the stream is kept in `events_dir` when given). A case that fails is
     returned with its error, so one bad case never costs the rest of the matrix."""
-    from hpcmem.trace import run_trace
-
     case, reserved, events_dir = task
     start = time.perf_counter()
     try:
@@ -84,8 +78,6 @@ def _trace_one(task: tuple[dict[str, Any], bool, str | None]) -> dict[str, Any]:
                       allocator="both" if reserved else False)
         result = r.to_json()
         if reserved and events_dir:
-            from hpcmem.trace.events import save
-
             save(Path(events_dir) / f"{case['id']}.json.gz", {"case": case}, r.events or [])
     except Exception as exc:  # noqa: BLE001 — reported per case by the caller
         return {"case": case, "error": f"{type(exc).__name__}: {exc}"[:500], "seconds": time.perf_counter() - start}
@@ -93,9 +85,6 @@ def _trace_one(task: tuple[dict[str, Any], bool, str | None]) -> dict[str, Any]:
 
 
 def _result(done: dict[str, Any]) -> CaseResult:
-    from hpcmem.estimate import estimate
-    from hpcmem.estimate.workspaces import tensor_bytes
-
     case = done["case"]
     job = case_job(case)
     full = estimate(job)
@@ -261,8 +250,6 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
     and print the estimate's reserved peak against it as well (hpcmem.validate.reserved)."""
     import click
 
-    from hpcmem.datapath import estimator_dir
-
     root = estimator_dir()
     paths = [Path(cases)] if cases else sorted((root / "cases").glob("*.yaml"))
     all_results: list[CaseResult] = []
@@ -298,8 +285,6 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
                   for r in rescore(f)]
         (root / "ACCURACY-trace.md").write_text(report_markdown(cell_table(stored), stored))
     if reserved:
-        from hpcmem.validate.reserved import report_reserved
-
         report_reserved(all_results, as_json=as_json, write=write and not ci_only and not cases)
         return rows
     if as_json:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
 from hpcmem.errors import Problems
 from hpcmem.job.spec import TrainSpec, field_names
 

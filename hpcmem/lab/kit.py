@@ -1,9 +1,9 @@
 """The GPU kit for one short lease: the OOM-boundary sweep first, then the cells no GPU has measured, then the rest of
 the matrix — several small probes at once once a solo-vs-shared check on this GPU agreed. ≤ 8 minutes in all.
 
-    python -m hpcmem.probe.kit --out $OUT/probes.jsonl            # on the GPU node (estimator/gpu/run_matrix.sh)
-    python -m hpcmem.probe.kit --dry-run --gpu H200               # the schedule for that GPU; runs nothing
-    python -m hpcmem.probe.kit --device cpu --tiny                # the whole kit on a CPU, models shrunk (tests)
+    python -m hpcmem.lab.kit --out $OUT/probes.jsonl            # on the GPU node (estimator/gpu/run_matrix.sh)
+    python -m hpcmem.lab.kit --dry-run --gpu H200               # the schedule for that GPU; runs nothing
+    python -m hpcmem.lab.kit --device cpu --tiny                # the whole kit on a CPU, models shrunk (tests)
 
 Order, each step taking what the budget (--budget-s, default 420 s: the lease's 8 minutes less the allocator
 replay) has left, a case starting only when its expected cost fits:
@@ -29,8 +29,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import click
+
+from hpcmem.cli.options import job_from_cli
+from hpcmem.cli.probe import command, probe_model
+from hpcmem.errors import HpcmemError
+from hpcmem.gpus.calibration import default_margins
+from hpcmem.gpus.lookup import gpu_for_device, gpu_spec
+from hpcmem.gpus.spec import GpuSpec
 from hpcmem.probe import boundary, concurrent
-from hpcmem.probe.matrix import CASES, Case, missing, run_case, tiny_config
+from hpcmem.probe.matrix import CASES, Case, command_line, missing, run_case, tiny_config
+from hpcmem.record import read_records, records_path
+from hpcmem.trace.pieces import auto_config, config_dict
 
 BOUNDARY_SHARE = 0.7      # of the ~285 s budget (estimator/gpu/run_matrix.sh): 6 boundary runs of ~32 s, one Latin round
 NEW_SHARE = 0.25          # then ~70 s: the first two new cells
@@ -39,13 +49,28 @@ DETECT = ("import json, torch; p = torch.cuda.get_device_properties(0); "
           "print(json.dumps({'name': p.name, 'total': int(p.total_memory)}))")
 
 
+PROBE_ONLY = ("device", "steps", "warmup_steps", "capacity_bytes", "out", "after", "no_record", "as_json")
+
+
+def refusal(argv: list[str]) -> str | None:
+    """Why `hpcmem probe` would refuse this command line before it touches a device — its option parsing
+    (hpcmem.cli.probe `command`) and the job it builds (hpcmem.cli.options `job_from_cli`), what the probe process
+    does first — or None. A refusal on the GPU node costs a probe's start-up from the lease; here it costs nothing."""
+    try:
+        with command.make_context("probe", list(argv[argv.index("probe") + 1:])) as ctx:
+            params = {k: v for k, v in ctx.params.items() if k not in PROBE_ONLY}
+            trainer = params.pop("trainer")
+            job_from_cli(trainer, params, model=probe_model(params))
+    except click.ClickException as exc:
+        return exc.format_message()
+    except (HpcmemError, ValueError) as exc:
+        return str(exc).splitlines()[0]
+    return None
+
+
 def detect_gpu(device: str, gpu: str | None, tiny: bool) -> tuple[Any, str | None]:
     """The GpuSpec to size against — its capacity what torch reports on this machine (the catalog's for --gpu) —
     and the driver's name for the GPU (None on CPU), which names the records file."""
-    from hpcmem.gpus.lookup import gpu_for_device, gpu_spec
-    from hpcmem.gpus.calibration import default_margins
-    from hpcmem.gpus.spec import GpuSpec
-
     if gpu:
         spec = gpu_spec(gpu)
         return (dataclasses.replace(spec, capacity_bytes=TINY_CAPACITY) if tiny else spec), None
@@ -103,7 +128,6 @@ class Kit:
             for c in group:
                 self._note({"case": c.name + suffix, "status": "skipped", "why": f"{self.left():.0f} s < {cost}"})
             return
-        from hpcmem.probe.matrix import command_line
 
         commands = {}
         for c in group:
@@ -123,8 +147,6 @@ def random_checkpoint(model: str, folder: Path) -> str:
     """A local bf16 checkpoint of `model` with random weights (bitsandbytes quantizes real files on load)."""
     import torch
     from transformers import AutoModelForCausalLM
-
-    from hpcmem.trace.pieces import auto_config, config_dict
 
     if not (folder / "config.json").is_file():
         config = auto_config(config_dict(model), str(folder))
@@ -160,7 +182,7 @@ def groups_for(rest: list[Case], gpu: Any, kit: Kit) -> list[list[Case]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hpcmem.probe.kit", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m hpcmem.lab.kit", description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--out", default=None, help="records file (default estimator/probes/<gpu>.jsonl)")
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting cases after this (default 7 min)")
@@ -194,8 +216,6 @@ def main(argv: list[str] | None = None) -> int:
 def execute(kit: Kit, plan: dict[str, list[Any]], gpu: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Run the steps in order; the summary (`<out>.summary.json`) is rewritten as each step ends, so a lease cut
     short still brings back what ran (the records themselves are appended by each probe as it ends)."""
-    from hpcmem.record import read_records
-
     total, check, shared_ok = args.budget_s, None, None
 
     def save(step: str) -> dict[str, Any]:
@@ -247,10 +267,8 @@ def _summary(kit: Kit, gpu: Any, args: argparse.Namespace, check: dict[str, Any]
 
 def dry_run(plan: dict[str, list[Any]], gpu: Any, args: argparse.Namespace) -> dict[str, Any]:
     """The schedule as data: each step's cases and expected costs, the boundary runs with their sizes, and the cases
-    whose `hpcmem probe` command line today's CLI refuses (hpcmem.probe.matrix.refusal: each is a probe that would
+    whose `hpcmem probe` command line today's CLI refuses (hpcmem.lab.kit.refusal: each is a probe that would
     start on the GPU only to fail)."""
-    from hpcmem.probe.matrix import command_line, refusal
-
     steps = {step: [{"case": c.name, "model": c.model, "cost_s": c.cost_s} for c in plan[step]]
              for step in ("boundary", "new", "compare", "rest")}
     refused = {}
@@ -265,8 +283,6 @@ def dry_run(plan: dict[str, list[Any]], gpu: Any, args: argparse.Namespace) -> d
 
 
 def _default_out(device_name: str | None) -> Path:
-    from hpcmem.record import records_path
-
     return records_path(device_name)
 
 
