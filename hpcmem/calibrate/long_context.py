@@ -2,7 +2,7 @@
 
 What CPU ranks already hold (the sequence split per rank, the ring-attention and Ulysses buffers, FSDP2 sharding over
 dp_shard × cp, ZeRO over every rank under sequence parallelism, HSDP's states) is measured by
-tests/test_probe_layouts.py (estimator/LOG.md, 2026-12-01, long context). What these cases add is what a CPU cannot
+tests/probe/test_probe_layouts.py (estimator/LOG.md, 2026-12-01, long context). What these cases add is what a CPU cannot
 run: CUDA flash attention inside torch's ring and its NCCL collectives, FSDP2's prefetch beside them, DeepSpeed
 Ulysses with FlashAttention-2 on packed rows, kv heads replicated on a real model, HSDP's 2-D NCCL mesh, and the
 long-context regime near the capacity. Each case is a job `hpcmem estimate sft` takes as written (flags are TRL's and
@@ -62,7 +62,7 @@ def cases(gpu: Any, resolve: Callable[[str], str], peak: str, tiny: bool, gpus_p
         return []
     if tiny:
         notes.append("long-*: left out of CPU rehearsals (8 ranks of 64k-token rows); CPU ranks measure these "
-                     "layouts in tests/test_probe_layouts.py")
+                     "layouts in tests/probe/test_probe_layouts.py")
         return []
     if gpus_per_node < GPUS:
         notes.append(f"long-*: left out, they need {GPUS} GPUs on one node; the preset has {gpus_per_node}")

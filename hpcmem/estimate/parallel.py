@@ -74,7 +74,7 @@ def sequence_buffers(job: JobSpec, mb: MicroBatch, prec: Precision) -> SequenceB
 def _ring_buffers(job: JobSpec, mb: MicroBatch, prec: Precision) -> SequenceBuffers:
     """The worst rank of torch's ring, where a step merges a whole local block (load balancing gives rank 0
     half-size steps). Counted from `_templated_ring_attention(_backward)` and held to a CPU run of that code
-    (hpcmem.probe.seq_buffers; tests/test_probe_layouts.py):
+    (hpcmem.probe.seq_buffers; tests/probe/test_probe_layouts.py):
     forward — the other ranks' k/v (all-gather: every rank's; all-to-all: the chunk received and the one in use),
     `_SDPAMerger`'s fp32 output, the block's output and its fp32 copy, and the merge's two fp32 temporaries, plus
     fp32 logsumexp pieces;
@@ -97,7 +97,7 @@ def _ring_buffers(job: JobSpec, mb: MicroBatch, prec: Precision) -> SequenceBuff
 def _ulysses_buffers(job: JobSpec, mb: MicroBatch, prec: Precision) -> SequenceBuffers:
     """`UlyssesSPAttentionHF.forward` and its backward on the local micro-batch `mb`, beside what the single-GPU terms
     already count (q, k, v, the attention output and logsumexp kept for backward; dq, dk, dv in backward). Counted from
-    DeepSpeed's code and held to a CPU run of it (hpcmem.probe.seq_buffers; tests/test_probe_layouts.py):
+    DeepSpeed's code and held to a CPU run of it (hpcmem.probe.seq_buffers; tests/probe/test_probe_layouts.py):
     kept — the output re-laid back to the local tokens is o_proj's input, a tensor of its own beside the attention's
     [S, heads/sp] output (one tensor on one GPU), and k, v of a replicated kv head keep S × head_dim each;
     forward — the caller's q, k, v stay alive while their re-laid copies run, and the exchange holds two more copies

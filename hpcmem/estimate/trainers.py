@@ -96,7 +96,7 @@ def generation_instants(job: JobSpec, rows: int, act: int) -> list[tuple[str, tu
       [T, intermediate] MLP tensors (act(gate), up, their product) and RoPE's fp32 cos/sin;
     - the last token: the whole KV cache, plus one layer's keys (DynamicCache's `torch.cat` builds the longer tensor
       before the old one is freed), plus the last position's logits, their fp32 copy and the softmax (rows × vocab).
-    Checked against the trace with `run_trace(..., generation=True)` (tests/test_trace_grpo.py)."""
+    Checked against the trace with `run_trace(..., generation=True)` (tests/trace/test_trace_grpo.py)."""
     m, t = job.model, job.train
     prompt, total = t.max_prompt_length, t.max_prompt_length + t.max_completion_length
     tokens = rows * prompt

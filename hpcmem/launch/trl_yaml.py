@@ -4,7 +4,7 @@ A spec field is written when the user's YAML names it or when the spec's value d
 chosen: on the command line, by a preset, by the planner). Fields the trainer's config class does not declare are
 never written, because `TrlParser` turns unknown YAML keys into extra `accelerate launch` arguments (`trl sft`) or
 drops them (`python -m trl.scripts.sft`). The fields are TRL 1.16's, as each trainer's registry entry declares them
-(hpcmem.job.trainers); tests/test_launch_parsers.py pins them against the installed dataclasses.
+(hpcmem.job.trainers); tests/launch/test_launch_parsers.py pins them against the installed dataclasses.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each supported `model_type` has a row in `ARCHITECTURES`: the config class defau
 (transformers/models/<type>/configuration_<type>.py) and the layout its modeling file builds
 (transformers/models/<type>/modeling_<type>.py: bias flags, q/k norms, sandwich norms, fused projections, MoE block).
 A missing key takes the config class default, exactly as `AutoConfig.for_model(**cfg)` would; the torch tier checks
-these rows against the installed transformers (tests/test_models_torch.py).
+these rows against the installed transformers (tests/models/test_models_torch.py).
 """
 
 from __future__ import annotations

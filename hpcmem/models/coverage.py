@@ -8,7 +8,7 @@ profile: `hpcmem models learn CONFIG`, hpcmem.models.profile).
 
 The installed transformers' mapping is read from its source (transformers/models/auto/modeling_auto.py
 `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`) without importing transformers; a type there and not in coverage.json is
-`unclassified` (tests/test_coverage_torch.py fails on it).
+`unclassified` (tests/models/test_coverage_torch.py fails on it).
 """
 
 from __future__ import annotations

@@ -234,7 +234,7 @@ def _total_from_modules(spec: ModelSpec, mods: list[LinearModule], qk_norm: int)
 
 # peft 0.21.2 peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING, for the model_types hpcmem
 # reads (None: peft has no entry, and get_peft_model raises "Please specify `target_modules` or `target_parameters`").
-# tests/test_models_torch.py checks this table against the installed peft.
+# tests/models/test_models_torch.py checks this table against the installed peft.
 PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...] | None] = {
     "llama": ("q_proj", "v_proj"),
     "mistral": ("q_proj", "v_proj"),

@@ -6,7 +6,7 @@
    the tensor floor (`_tensor_floor`: the largest phase's tensors + the device terms outside the allocator, without
    the allocator's slack and spread, which are not monotone) never falls when the micro-batch grows, or activation
    offloading / expandable_segments are turned off, and falls by less than the checkpoint boundaries when
-   checkpointing goes full → selective → off (tests/test_plan.py checks the estimator obeys this). So one
+   checkpointing goes full → selective → off (tests/plan/test_plan.py checks the estimator obeys this). So one
    combination that does not fit rejects every combination that dominates it, and the group's floor (smallest batch,
    full checkpointing, offloading and expandable_segments on) rejects the whole group at once.
 3. Combinations TRL refuses are skipped: `hpcmem.plan.knobs.apply` builds a JobSpec, whose rules raise SpecError.
@@ -132,7 +132,7 @@ class PlanReport:
 
 
 # Sharding chains, most memory first: each step shards or offloads one more state (ZeRO §5: P_os ⊂ P_os+g ⊂ P_os+g+p;
-# offloading moves a GPU state to the host). Checked on the estimator by tests/test_plan.py.
+# offloading moves a GPU state to the host). Checked on the estimator by tests/plan/test_plan.py.
 SHARDING_CHAINS = (("zero1", "zero2", "zero2+offload_opt"), ("zero3", "zero3+offload_opt", "zero3+offload_all"),
                    ("fsdp2", "fsdp2+offload"))
 _CHAIN = {name: (i, pos) for i, chain in enumerate(SHARDING_CHAINS) for pos, name in enumerate(chain)}
@@ -161,7 +161,7 @@ def _group(k: Knobs) -> tuple:
 def _dominates(hi: Knobs, lo: Knobs) -> bool:
     """hi needs at least the memory of lo (same group assumed): a larger micro-batch or expandable_segments off never
     needs less. Checkpointing orders memory only without activation offloading: offloading with checkpointing off
-    moves every saved tensor to the host (estimate/activations.py). tests/test_plan.py checks this on the estimator."""
+    moves every saved tensor to the host (estimate/activations.py). tests/plan/test_plan.py checks this on the estimator."""
     if hi.batch < lo.batch or hi.expandable_segments > lo.expandable_segments or \
             not _sharding_geq(hi.sharding, lo.sharding):
         return False

@@ -3,7 +3,7 @@
 `measure_cpu(job)` builds the model with real (random) weights, hands it to TRL's plain `SFTTrainer` (no fake
 world, no oracle, no patches: the real collator, the real `is_tracing`, `_move_model_to_device` and accelerate's
 device placement) and counts every storage while `trainer.train()` runs two optimizer steps. For a tiny model this
-takes seconds; `run_trace(job, kernels="cpu")` must land on the same peak (tests/test_trace_selfcheck.py).
+takes seconds; `run_trace(job, kernels="cpu")` must land on the same peak (tests/trace/test_trace_selfcheck.py).
 """
 
 from __future__ import annotations

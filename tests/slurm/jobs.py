@@ -1,4 +1,4 @@
-"""Presets, TRL YAMLs and `hpcmem submit` calls for the slurm tier (tests/test_launch_slurm.py)."""
+"""Presets, TRL YAMLs and `hpcmem submit` calls for the slurm tier (tests/launch/test_launch_slurm.py)."""
 
 from __future__ import annotations
 

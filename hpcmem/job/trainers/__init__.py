@@ -6,7 +6,7 @@
 
 Adding a trainer is a module here holding its `ENTRY` (imported below, into REGISTRY), plus the files its hooks
 name.
-tests/test_launch_parsers.py pins every entry's fields against the installed TRL dataclasses.
+tests/launch/test_launch_parsers.py pins every entry's fields against the installed TRL dataclasses.
 """
 
 from __future__ import annotations

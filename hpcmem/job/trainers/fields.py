@@ -6,7 +6,7 @@
   gives TRL's reason when TRL itself rejects it, else what the field would change that hpcmem does not model.
 
 TrainSpec fields are modelled by definition (`classify` says so without an entry here). `declared.json` lists which
-class declares which field; tests/test_trl_fields.py rebuilds both from TRL's own dataclasses and fails on a field
+class declares which field; tests/job/test_trl_fields.py rebuilds both from TRL's own dataclasses and fails on a field
 that is unclassified or has moved.
 """
 
@@ -197,7 +197,7 @@ BY_CLASS: dict[tuple[str, str], Field] = {
 @lru_cache(maxsize=1)
 def declared() -> dict[str, tuple[str, ...]]:
     """config class → the fields it declares (TrainingArguments' own under "TrainingArguments"; each TRL config's
-    beyond those), TRL 1.16 / transformers 5.24 (declared.json, pinned by tests/test_trl_fields.py)."""
+    beyond those), TRL 1.16 / transformers 5.24 (declared.json, pinned by tests/job/test_trl_fields.py)."""
     # read beside this module, as every packaged data file is (importlib.resources costs ~10 ms of imports: tempfile,
     # zipfile, shutil and the compressors, on the path of every cold estimate)
     text = Path(__file__).with_name("declared.json").read_text(encoding="utf-8")

@@ -1,0 +1,79 @@
+"""`hpcmem models learn` traces for about a minute: every input it cannot learn from, and every file it would write
+over, is refused in one line before the first trace (each case here takes well under a second)."""
+
+import json
+import time
+from pathlib import Path
+
+from hpcmem.cli import run
+from tests.cli.test_cli_hostile import _refused
+
+# a type no family descriptor covers (tests/trace/test_learn_torch.py learns it for real)
+TINY_OLMO3 = {"model_type": "olmo3", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+              "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 4096, "sliding_window": 16,
+              "layer_types": ["sliding_attention"] * 3 + ["full_attention"] + ["sliding_attention"] * 3
+              + ["full_attention"]}
+SHIPPED = Path(__file__).resolve().parents[2] / "hpcmem" / "profiles"
+
+
+def _config(folder, cfg=TINY_OLMO3):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def _fast_refusal(capsys, argv, *words):
+    start = time.monotonic()
+    _refused(capsys, ["models", "learn", *argv], *words)
+    assert time.monotonic() - start < 10, argv       # a trace takes ~a minute; a refusal, no trace
+
+
+def test_inputs_no_trace_can_learn_from_are_refused_before_tracing(tmp_path, capsys):
+    out = ["--out", str(tmp_path / "data")]
+    _fast_refusal(capsys, [str(tmp_path / "missing"), *out], "missing", "not a config.json")
+    _fast_refusal(capsys, [str(_config(tmp_path / "unknown", {"model_type": "zzz_not_a_type"})), *out],
+                  "'zzz_not_a_type'", "not a causal-LM type")
+    # a name with a line break: refused as `hpcmem estimate` refuses model_name_or_path (it was learned, under a name
+    # printed over two lines)
+    _fast_refusal(capsys, ["Qwen/Qwen2.5-0.5B\n", *out], "model", "control characters")
+    _fast_refusal(capsys, [str(_config(tmp_path / "a\nb")), *out], "model", "control characters")
+    # a type a family descriptor derives: the estimate never reads a learned profile for it (it was learned anyway)
+    _fast_refusal(capsys, ["Qwen/Qwen2.5-0.5B", *out], "'qwen2'", "family descriptor", "nothing to learn")
+    assert not (tmp_path / "data").exists()
+
+
+def test_learn_never_writes_over_what_it_did_not_learn_for_this_config(tmp_path, capsys):
+    from hpcmem.models.profile import config_hash, profile_filename
+
+    model = _config(tmp_path / "olmo3")
+    profiles = tmp_path / "data" / "profiles"
+    target = profiles / profile_filename("olmo3", config_hash(TINY_OLMO3))
+    out = ["--out", str(tmp_path / "data")]
+
+    target.mkdir(parents=True)
+    _fast_refusal(capsys, [str(model), *out], str(target), "not a regular file")
+    target.rmdir()
+
+    target.write_text('{"mine": "a file of my own"}')
+    for force in ([], ["--force"]):
+        _fast_refusal(capsys, [str(model), *out, *force], str(target), "not a profile hpcmem learned for this config")
+    assert target.read_text() == '{"mine": "a file of my own"}'
+
+    # a shipped profile of another config under this config's file name: not this config's either
+    other = json.loads(next(SHIPPED.glob("*.json")).read_text())
+    target.write_text(json.dumps(other))
+    _fast_refusal(capsys, [str(model), *out, "--force"], "not a profile hpcmem learned for this config")
+
+    # this config's profile, learned before: replaced only with --force
+    target.write_text(json.dumps({**other, "model_type": "olmo3", "config_sha256": config_hash(TINY_OLMO3)}))
+    _fast_refusal(capsys, [str(model), *out], str(target), "already holds", "--force")
+
+
+def test_an_out_folder_that_cannot_take_the_profile_is_refused_before_tracing(tmp_path, capsys):
+    model = _config(tmp_path / "olmo3")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    _fast_refusal(capsys, [str(model), "--out", str(afile / "sub")], "cannot write the profile", str(afile))
+    _fast_refusal(capsys, [str(model), "--out", str(afile)], "--out", "is a file")
+    assert afile.read_text() == "x"

@@ -1,0 +1,64 @@
+"""`hpcmem models learn` end to end on a tiny model of a type no family descriptor covers (OLMo-3: sliding and full
+attention layers): the CLI learns a profile from 5 of its 8 layers at lengths ≤ 768, then the torch-free estimate of the
+full 8-layer model at 2 × 1024 tokens is held to a trace of that very job (out of sample in depth and length)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+pytest.importorskip("trl")
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_OLMO3 = {"model_type": "olmo3", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+              "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 4096, "sliding_window": 16,
+              "layer_types": ["sliding_attention"] * 3 + ["full_attention"] + ["sliding_attention"] * 3
+              + ["full_attention"]}
+
+
+def test_learn_cli_then_estimate_within_3_percent_of_the_trace(tmp_path, monkeypatch):
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.job.trl_config import build_job
+    from hpcmem.models import resolve_model
+    from hpcmem.trace import run_trace
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY_OLMO3))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-m", "hpcmem", "models", "learn", str(config), "--dtype", "bfloat16",
+                          "--workers", "1", "--out", str(tmp_path / "data"), "--json"],
+                         capture_output=True, text=True, env=env, check=True)
+    summary = json.loads(out.stdout)
+    assert summary["depth"] == 5 and summary["not_learned"] == {}
+    assert Path(summary["profile"]).is_file()
+
+    # the same config through `hpcmem estimate` with torch, transformers, trl and peft unimportable
+    blocked = ("import sys; sys.modules.update(dict.fromkeys(('torch', 'transformers', 'trl', 'peft'))); "
+               "from hpcmem.cli import main; sys.argv[0] = 'hpcmem'; main()")
+    cli = subprocess.run([sys.executable, "-c", blocked, "estimate", "sft", "--model_name_or_path", str(config),
+                          "--dtype", "bfloat16", "--max_length", "1024", "--json"], capture_output=True, text=True,
+                         env={**env, "HPCMEM_DATA": str(tmp_path / "data")})
+    assert cli.returncode == 0, cli.stderr
+    assert "learned profile" in cli.stdout
+
+    monkeypatch.setenv("HPCMEM_DATA", str(tmp_path / "data"))
+    spec = resolve_model(str(config))
+    assert spec.learned is not None and spec.num_hidden_layers == 8
+    base = {"model_name_or_path": str(config), "dtype": "bfloat16", "max_length": 1024,
+            "per_device_train_batch_size": 2}
+    for extra in ({}, {"use_peft": True, "lora_target_modules": "q_proj,v_proj"},
+                  {"gradient_checkpointing": False}):
+        job = build_job("sft", {**base, **extra})[0]
+        est = estimate(job)
+        assert est.made.startswith("learned profile")
+        traced = run_trace(job).peak_allocated_bytes
+        err = 100 * (max(tensor_bytes(p) for p in est.phases) - traced) / traced
+        assert abs(err) < 3.0, (extra, err)
