@@ -29,6 +29,7 @@ slurm-deps:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm >/dev/null; }
 
 test: setup-test slurm-deps
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/python -m pytest -q tests
 
 bench: setup-test

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcmem.estimate.breakdown import Component
+from hpcmem.estimate.breakdown import Component, HostEstimate, HostPhase
 from hpcmem.estimate.checkpoint import SaveBytes
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.estimate.trainers import has_reference
@@ -42,58 +42,6 @@ GENERATION_BASELINE_BYTES = 2350 * MIB
 DATALOADER_WORKER_BYTES = 512 * MIB
 
 LOADING, TRAINING, SAVING = "model loading", "training", "checkpoint save"
-
-
-@dataclass(frozen=True, kw_only=True)
-class HostPhase:
-    """Host bytes of one phase: the writing / loading rank (rank 0) and each other rank of its node."""
-
-    name: str
-    rank0: tuple[Component, ...]
-    other: tuple[Component, ...]
-
-    @property
-    def rank0_bytes(self) -> int:
-        return sum(c.bytes for c in self.rank0)
-
-    @property
-    def other_bytes(self) -> int:
-        return sum(c.bytes for c in self.other)
-
-
-@dataclass(frozen=True, kw_only=True)
-class HostEstimate:
-    ranks_per_node: int
-    phases: tuple[HostPhase, ...]
-    workers: Component                   # the node's dataloader worker processes
-    offloaded_bytes: int                 # per rank while training: offloaded states + activations
-    notes: tuple[str, ...] = ()
-
-    def node_bytes(self, phase: HostPhase) -> int:
-        return phase.rank0_bytes + (self.ranks_per_node - 1) * phase.other_bytes + self.workers.bytes
-
-    @property
-    def peak_phase(self) -> HostPhase:
-        return max(self.phases, key=self.node_bytes)
-
-    @property
-    def per_node_bytes(self) -> int:
-        return self.node_bytes(self.peak_phase)
-
-    @property
-    def per_rank_bytes(self) -> int:
-        """The largest single process (rank 0 at its worst phase)."""
-        return max(max(p.rank0_bytes, p.other_bytes) for p in self.phases)
-
-    def to_json(self) -> dict:
-        peak = self.peak_phase
-        return {"per_node_bytes": self.per_node_bytes, "per_rank_bytes": self.per_rank_bytes, "phase": peak.name,
-                "ranks_per_node": self.ranks_per_node,
-                "rank0_components": {c.name: c.bytes for c in peak.rank0},
-                "other_rank_components": {c.name: c.bytes for c in peak.other},
-                "dataloader_workers_bytes": self.workers.bytes,
-                "phases": {p.name: self.node_bytes(p) for p in self.phases},
-                "calibrated": False, "notes": list(self.notes)}
 
 
 def baseline(job: JobSpec) -> Component:
