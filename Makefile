@@ -33,4 +33,4 @@ test: setup-test slurm-deps
 	$(VENV)/bin/python -m pytest -q tests
 
 bench: setup-test
-	for b in estimate_bench plan_bench lengths_bench trace_bench; do $(VENV)/bin/python -m hpcmem.bench.$$b || exit 1; done
+	for b in cli_bench estimate_bench plan_bench lengths_bench trace_bench; do $(VENV)/bin/python -m hpcmem.bench.$$b || exit 1; done

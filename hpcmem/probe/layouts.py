@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.job.parallelism import parallelism_block
-from hpcmem.probe.cpu_ring import enable
 
 
 def parallelism_env(job: Any) -> dict[str, str]:
@@ -45,6 +44,8 @@ def attach_parallelism_on_cpu(trainer: Any, job: Any) -> None:
     with patch_environment(**parallelism_env(job)):
         pc = ParallelismConfig()
     if pc.cp_enabled:
+        from hpcmem.probe.cpu_ring import enable  # deferred: imports torch at module level (calibrate plans without it)
+
         enable()                # torch's ring attention around the CPU flash kernel
     acc = trainer.accelerator
     acc.state.parallelism_config = pc
