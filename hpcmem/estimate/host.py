@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from hpcmem.estimate.breakdown import Component, HostEstimate, HostPhase
 from hpcmem.estimate.checkpoint import SaveBytes
+from hpcmem.estimate.names import PROCESS_BASELINE
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.estimate.trainers import has_reference
 from hpcmem.job.jobspec import JobSpec
@@ -46,7 +47,7 @@ LOADING, TRAINING, SAVING = "model loading", "training", "checkpoint save"
 
 def baseline(job: JobSpec) -> Component:
     generating = entry(job.train.trainer).generates
-    return Component(name="process baseline", bytes=GENERATION_BASELINE_BYTES if generating else
+    return Component(name=PROCESS_BASELINE, bytes=GENERATION_BASELINE_BYTES if generating else
                      PROCESS_BASELINE_BYTES, note="interpreter, torch, CUDA libraries (1 H200, uncalibrated elsewhere)")
 
 
@@ -93,7 +94,7 @@ def fixed_node_bytes(host: HostEstimate) -> int:
     """Host bytes of a node that no memory technique changes: every rank's process baseline and the dataloader
     workers. A planner can stop at once when this alone exceeds the node's memory."""
     first = host.phases[0]
-    base = next((c.bytes for c in first.other if c.name == "process baseline"), 0)
+    base = next((c.bytes for c in first.other if c.name == PROCESS_BASELINE), 0)
     return host.ranks_per_node * base + host.workers.bytes
 
 

@@ -25,19 +25,46 @@ campaign rehearsed on CPU measured no device peak, so its GPU keeps the default 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from hpcmem.gpus.spec import GpuSpec
+from hpcmem.estimate.names import Level, Name
+from hpcmem.gpus.spec import Campaign, GpuSpec, PeakMargin
 
 GIB = 1024**3
-FITS, TIGHT, DOES_NOT_FIT = "fits", "tight", "does not fit"
+FITS, TIGHT, DOES_NOT_FIT = Level.FITS, Level.TIGHT, Level.DOES_NOT_FIT
 PEAK = "device"         # the peak the verdict compares: everything the process holds on the GPU
+
+
+class MarginSource(Name):
+    """Where the device margin comes from: this GPU's records, the calibrated GPUs' (default), or nowhere."""
+
+    CALIBRATED = "calibrated"
+    DEFAULT = "default"
+    NONE = "none"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """What stands behind a verdict's margin."""
+
+    status: MarginSource
+    gpu: str | None                    # the GPU whose records the margin was fitted on
+    n: int                             # probe runs of that fit
+    coverage: float | None             # the share of those runs the bound covered
+    note: str
+    campaign: Campaign | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.campaign
+        return {"status": self.status, "gpu": self.gpu, "n": self.n, "coverage": self.coverage, "note": self.note,
+                "campaign": None if c is None else {"name": c.name, "site": c.site, "date": c.date, "n": c.n,
+                                                    "device": c.device}}
 
 
 @dataclass(frozen=True, kw_only=True)
 class FitVerdict:
-    level: str
+    level: Level
     gpu_name: str
     device_peak_bytes: int
     spread_bytes: int                  # the reserved spread; its upper half is in the safe bound
@@ -45,8 +72,7 @@ class FitVerdict:
     capacity_bytes: int
     margin: float
     coverage: float | None             # None unless this GPU's own records stand behind the margin
-    calibration: dict[str, Any]        # status calibrated | default | none, gpu (calibrated on), n, coverage, note,
-                                       # campaign {name, site, date, n, device} | None
+    calibration: Calibration
 
     @property
     def fits(self) -> bool:
@@ -61,7 +87,7 @@ class FitVerdict:
         return {"level": self.level, "fits": self.fits, "safe_device_peak_bytes": self.safe_device_peak_bytes,
                 "device_peak_bytes": self.device_peak_bytes, "spread_bytes": self.spread_bytes,
                 "capacity_bytes": self.capacity_bytes,
-                "margin": self.margin, "coverage": self.coverage, "calibration": dict(self.calibration)}
+                "margin": self.margin, "coverage": self.coverage, "calibration": self.calibration.to_json()}
 
     def line(self) -> str:
         """One line: "fits with 94.7 % coverage: safe bound 71.2 of 79.1 GiB (…), calibrated on H200, n = 18"."""
@@ -69,24 +95,24 @@ class FitVerdict:
         if self.level == DOES_NOT_FIT:
             return (f"does not fit: device peak {self.device_peak_bytes / GIB:.1f} GiB > "
                     f"{self.capacity_bytes / GIB:.1f} GiB usable on {self.gpu_name}"
-                    + ("" if cal["status"] == "calibrated" else f" ({self.gpu_name} uncalibrated)"))
+                    + ("" if cal.status == MarginSource.CALIBRATED else f" ({self.gpu_name} uncalibrated)"))
         head = "fits" if self.level == FITS else "tight: the point estimate fits, the safe bound does not"
         upper = (f"device peak {self.device_peak_bytes / GIB:.1f} + half spread {self.spread_bytes / 2 / GIB:.2f}, then"
                  if self.spread_bytes else f"device peak {self.device_peak_bytes / GIB:.1f}")
         bound = (f"safe bound {self.safe_device_peak_bytes / GIB:.1f} of {self.capacity_bytes / GIB:.1f} GiB "
                  f"({upper} + {100 * self.margin:.1f} %)")
-        campaign = cal.get("campaign")
-        if cal["status"] == "calibrated" and campaign:
-            return (f"{head} with {pct(100 * self.coverage)} % coverage: {bound}, calibrated at {campaign['site']} on "
-                    f"{campaign['date']}, n = {cal['n']} (campaign {campaign['name']})")
-        if cal["status"] == "calibrated":
-            return (f"{head} with {pct(100 * self.coverage)} % coverage: {bound}, calibrated on {cal['gpu']}, "
-                    f"n = {cal['n']}")
-        if cal["status"] == "default":
-            rehearsed = (f"; campaign {campaign['name']} at {campaign['site']} on {campaign['date']} ran on "
-                         f"{campaign['device']}" if campaign else "")
+        campaign = cal.campaign
+        if cal.status == MarginSource.CALIBRATED and campaign:
+            return (f"{head} with {pct(100 * self.coverage)} % coverage: {bound}, calibrated at {campaign.site} on "
+                    f"{campaign.date}, n = {cal.n} (campaign {campaign.name})")
+        if cal.status == MarginSource.CALIBRATED:
+            return (f"{head} with {pct(100 * self.coverage)} % coverage: {bound}, calibrated on {cal.gpu}, "
+                    f"n = {cal.n}")
+        if cal.status == MarginSource.DEFAULT:
+            rehearsed = (f"; campaign {campaign.name} at {campaign.site} on {campaign.date} ran on "
+                         f"{campaign.device}" if campaign else "")
             return (f"{head} ({self.gpu_name} uncalibrated{rehearsed}, coverage unknown) — {bound}, default margin "
-                    f"from {cal['gpu']}'s records (n = {cal['n']}, {pct(100 * cal['coverage'])} % coverage there)")
+                    f"from {cal.gpu}'s records (n = {cal.n}, {pct(100 * cal.coverage)} % coverage there)")
         return f"{head} (no calibration anywhere: margin 0) — {bound}"
 
 
@@ -109,39 +135,35 @@ def safe_bound(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0) -> i
 
 
 def judge(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0) -> FitVerdict:
-    """The verdict for a device peak (± half `spread_bytes`) on `gpu` (its capacity and margins as hpcmem.gpus.lookup.gpu_spec
-    built them)."""
+    """The verdict for a device peak (± half `spread_bytes`) on `gpu` (its capacity and margins as
+    hpcmem.gpus.lookup.gpu_spec built them)."""
     m = gpu.margin(PEAK)
     capacity = gpu.usable_bytes
     safe = safe_bound(device_peak_bytes, gpu, spread_bytes)
     level = FITS if safe <= capacity else TIGHT if device_peak_bytes <= capacity else DOES_NOT_FIT
-    calibration = {**_calibration(gpu, m), "campaign": _campaign(gpu)}
+    calibration = _calibration(gpu, m)
     if gpu.capacity_note:
-        calibration["note"] += f"; capacity: {gpu.capacity_note}"
+        calibration = replace(calibration, note=f"{calibration.note}; capacity: {gpu.capacity_note}")
     return FitVerdict(level=level, gpu_name=gpu.name, device_peak_bytes=device_peak_bytes, spread_bytes=spread_bytes,
                       safe_device_peak_bytes=safe, capacity_bytes=capacity, margin=m.margin if m else 0.0,
                       coverage=m.coverage if m and not m.default else None, calibration=calibration)
 
 
-def _calibration(gpu: GpuSpec, m: Any) -> dict[str, Any]:
+def _calibration(gpu: GpuSpec, m: PeakMargin | None) -> Calibration:
     """Where the device margin comes from: this GPU's records, the calibrated GPUs' (default), or nowhere."""
     if m is None:
-        return {"status": "none", "gpu": None, "n": 0, "coverage": None,
-                "note": "no calibration on the search path (hpcmem.gpus.calibration): margin 0"}
+        return Calibration(status=MarginSource.NONE, gpu=None, n=0, coverage=None, campaign=gpu.campaign,
+                           note="no calibration on the search path (hpcmem.gpus.calibration): margin 0")
     if m.default:
         why = f"{gpu.name} has no probe records"
         if gpu.campaign is not None:
             c = gpu.campaign
             why = (f"campaign {c.name} at {c.site} on {c.date} (n = {c.n}) ran on {c.device} and measured no device "
                    f"peak of {gpu.name}")
-        return {"status": "default", "gpu": m.calibrated_on, "n": m.n, "coverage": m.coverage,
-                "note": f"{why}: the largest device margin of the calibrated GPUs ({m.calibrated_on}); its coverage "
-                        f"was measured there, not on {gpu.name}"}
+        return Calibration(status=MarginSource.DEFAULT, gpu=m.calibrated_on, n=m.n, coverage=m.coverage,
+                           campaign=gpu.campaign,
+                           note=f"{why}: the largest device margin of the calibrated GPUs ({m.calibrated_on}); its "
+                                f"coverage was measured there, not on {gpu.name}")
     where = f"campaign {gpu.campaign.name} at {gpu.campaign.site}" if gpu.campaign else m.calibrated_on
-    return {"status": "calibrated", "gpu": m.calibrated_on, "n": m.n, "coverage": m.coverage,
-            "note": f"margin fitted on {m.n} probe runs on {m.calibrated_on} ({where})"}
-
-
-def _campaign(gpu: GpuSpec) -> dict[str, Any] | None:
-    c = gpu.campaign
-    return None if c is None else {"name": c.name, "site": c.site, "date": c.date, "n": c.n, "device": c.device}
+    return Calibration(status=MarginSource.CALIBRATED, gpu=m.calibrated_on, n=m.n, coverage=m.coverage,
+                       campaign=gpu.campaign, note=f"margin fitted on {m.n} probe runs on {m.calibrated_on} ({where})")

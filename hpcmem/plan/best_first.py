@@ -38,7 +38,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import Estimate, estimate
 from hpcmem.estimate.host import fixed_node_bytes
 from hpcmem.estimate.lora import lora_layout
-from hpcmem.estimate.names import ACTIVATIONS
+from hpcmem.estimate.names import ACTIVATIONS, OPTIMIZER_STEP
 from hpcmem.estimate.verdict import safe_bound
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.gpus.spec import GpuSpec
@@ -362,7 +362,7 @@ def _states_floor(est: Estimate) -> int:
     """A lower bound on the device peak of every combination with the same sharding and PEFT: the optimizer-step phase
     (weights, gradients, optimizer states; estimate/step.py) plus the device terms outside the allocator do not depend
     on checkpointing, offloading of activations, packing or the micro-batch; the allocator slack is ≥ 0."""
-    step = next((p.bytes for p in est.phases if p.name == "optimizer step"), 0)
+    step = next((p.bytes for p in est.phases if p.name == OPTIMIZER_STEP), 0)
     return step + est.device_extra_bytes
 
 

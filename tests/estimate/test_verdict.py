@@ -58,7 +58,7 @@ def test_the_safe_bound_starts_from_the_upper_outcome_of_the_spread() -> None:
 
 def test_no_calibration_anywhere_is_said() -> None:
     v = judge(50 * GIB, _gpu(None))
-    assert v.fits and v.margin == 0.0 and v.coverage is None and v.calibration["status"] == "none"
+    assert v.fits and v.margin == 0.0 and v.coverage is None and v.calibration.to_json()["status"] == "none"
     assert "no calibration" in v.line()
 
 
@@ -68,7 +68,7 @@ def test_calibrated_gpu_uses_its_own_margin_and_states_its_coverage() -> None:
     v = judge(100 * GIB, spec)
     assert v.margin == m["margin"] and v.coverage == m["coverage"] == round(m["k"] / (m["n"] + 1), 4)
     assert v.capacity_bytes == 150_109_880_320          # torch's total on the H200 of the records, not 150,754,820,096
-    assert v.calibration == {**v.calibration, "status": "calibrated", "gpu": "H200", "n": m["n"]}
+    assert v.calibration.to_json() == {**v.calibration.to_json(), "status": "calibrated", "gpu": "H200", "n": m["n"]}
     assert v.line().startswith(f"fits with {math.floor(1000 * m['coverage']) / 10} % coverage: safe bound ")
 
 
@@ -86,8 +86,8 @@ def test_uncalibrated_gpu_borrows_the_largest_calibrated_margin_and_says_so(tmp_
     spec = gpu_spec("L4")
     assert not spec.calibrated
     v = judge(10 * GIB, spec)
-    assert (v.margin, v.calibration["status"], v.calibration["gpu"]) == (0.09, "default", "H100-80GB")
-    assert v.coverage is None and v.calibration["coverage"] == round(30 / 31, 4)     # measured there, not on L4
+    assert (v.margin, v.calibration.to_json()["status"], v.calibration.to_json()["gpu"]) == (0.09, "default", "H100-80GB")
+    assert v.coverage is None and v.calibration.to_json()["coverage"] == round(30 / 31, 4)     # measured there, not on L4
     assert "L4 uncalibrated, coverage unknown" in v.line()
     assert gpu_spec("H100").calibrated and judge(10 * GIB, gpu_spec("H100")).margin == 0.09
 
