@@ -6,11 +6,11 @@ import json
 
 import click
 
+from hpcmem import launch
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
 from hpcmem.cli.outputs import PNG
 from hpcmem.estimate import estimate
 from hpcmem.estimate.table import render
-from hpcmem.launch import load_preset
 from hpcmem.plots.estimate_plot import draw
 
 
@@ -30,7 +30,7 @@ def command(trainer: str, plot_path: str | None, as_json: bool, preset_ref: str 
     """
     preset = None
     if preset_ref:
-        found = load_preset(preset_ref)
+        found = launch.load_preset(preset_ref)
         preset = {**found.defaults, "gpu": found.gpu}
     job, ignored = job_from_cli(trainer, kwargs, preset=preset)
     est = estimate(job)

@@ -12,8 +12,6 @@ from typing import Any, Callable
 import click
 
 from hpcmem.data.errors import ProfileError
-from hpcmem.data.profile import load_profile, longest_prompt, tokens_per_micro_batch
-from hpcmem.errors import HpcmemError
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.settings import check_settings
 from hpcmem.job.spec import ParallelSpec, TrainSpec
@@ -176,10 +174,8 @@ def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | 
 def _apply_profile(path: str, trainer: str, settings: dict[str, Any]) -> None:
     """--lengths: the worst micro-batch's tokens (tokens_per_micro_batch), or for a trainer that generates its
     completions the longest prompt (max_prompt_length, hpcmem's own field)."""
-    try:
-        pass
-    except ImportError:
-        raise HpcmemError("--lengths needs hpcmem.data.profile (the lengths tool)") from None
+    from hpcmem.data.profile import load_profile, longest_prompt, tokens_per_micro_batch  # deferred: --lengths only
+
     profile = load_profile(path)
     if entry(trainer).generates:
         longest = longest_prompt(profile, trainer)

@@ -8,10 +8,8 @@ from pathlib import Path
 
 import click
 
-from hpcmem.data.profile import SCHEMA
 from hpcmem.errors import HpcmemError
 from hpcmem.inputs.files import is_file, load_json_file
-from hpcmem.record import RecordError, read_records
 
 
 class SuffixPath(click.Path):
@@ -79,6 +77,8 @@ class RecordsOut(KeptFile):
         return None
 
     def foreign(self, path: Path, shown: str) -> str | None:
+        from hpcmem.record import RecordError, read_records  # deferred: ~10 ms every command pays; only probe --out
+
         if not path.is_file():
             return f"{shown!r} exists and is not a regular file; choose another file"
         try:
@@ -95,6 +95,8 @@ class ProfileOut(KeptFile):
         super().__init__("file", path_type=Path)
 
     def foreign(self, path: Path, shown: str) -> str | None:
+        from hpcmem.data.profile import SCHEMA  # deferred: the profile module costs every command; only lengths --save
+
         try:        # within hpcmem.inputs.files' limits: a FIFO or a device there is not read (it could block)
             schema = load_json_file(path, "length profile").get("schema") if is_file(path) else None
         except (HpcmemError, AttributeError):

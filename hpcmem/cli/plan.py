@@ -6,14 +6,12 @@ import json
 
 import click
 
+from hpcmem import launch
 from hpcmem.cli.options import TRAINER_ARG, collect, job_from_cli, job_options
 from hpcmem.cli.outputs import PNG
 from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.inputs import MAX_COUNT
 from hpcmem.job.trl_config import PLANNER_SETTLES, read_yaml
-from hpcmem.launch.job import Launch, LaunchOptions
-from hpcmem.launch.presets import load as load_preset
-from hpcmem.launch.presets import preset_settings
 from hpcmem.models.coverage import required_settings
 from hpcmem.plan import search
 from hpcmem.plan.explain import render, to_json
@@ -42,10 +40,10 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
 
     Example: hpcmem plan sft --model_name_or_path meta-llama/Llama-3.1-8B --gpu H100-80GB --num_processes 8
     """
-    preset = load_preset(preset_ref) if preset_ref else None
+    preset = launch.load_preset(preset_ref) if preset_ref else None
     if not kwargs.get("gpu") and preset is None:
         raise HpcmemError("hpcmem plan needs --gpu (see `hpcmem gpus`) or --preset (see `hpcmem presets list`)")
-    job, _ = job_from_cli(trainer, kwargs, preset=preset_settings(preset, kwargs.get("gpu")) if preset else None,
+    job, _ = job_from_cli(trainer, kwargs, preset=launch.preset_settings(preset, kwargs.get("gpu")) if preset else None,
                           settle_required=True)
     if preset is not None:
         _check_allocation(job, preset)
@@ -68,7 +66,7 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
 def _check_allocation(job, preset) -> None:
     """The preset's nodes hold so many GPUs, and its partition so many nodes: a layout `hpcmem submit` would refuse
     (hpcmem.launch.job.Launch.allocation_problems) is refused before planning for it."""
-    problems = Launch(job=job, preset=preset, options=LaunchOptions(), run_dir="").allocation_problems
+    problems = launch.Launch(job=job, preset=preset, options=launch.LaunchOptions(), run_dir="").allocation_problems
     if problems:
         raise SpecError(problems)
 

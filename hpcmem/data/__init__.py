@@ -5,7 +5,3 @@ truncates, and what each batching strategy (padded, padding-free, packing bfd / 
 `hpcmem.data.profile` (stdlib only) defines the profile JSON and `tokens_per_micro_batch`, which the estimator calls;
 everything that reads datasets or tokenizers imports them inside functions.
 """
-
-from hpcmem.data.profile import SCHEMA, load_profile, tokens_per_micro_batch
-
-__all__ = ["SCHEMA", "load_profile", "tokens_per_micro_batch"]

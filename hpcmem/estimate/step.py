@@ -14,7 +14,6 @@ from hpcmem.estimate import activations as act
 from hpcmem.estimate import lora_variants
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import closing_phases, resident_components
-from hpcmem.estimate.learned import learned_phases
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.lora import backward_transient as lora_backward_transient
 from hpcmem.estimate.loss import LossBytes
@@ -51,6 +50,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
             raise SpecError(f"model {job.model.name} (learned profile): {seq.name} is not learned (a learned "
                             "profile holds one GPU's whole sequence); estimate it without context/sequence "
                             "parallelism")
+        from hpcmem.estimate.learned import learned_phases  # deferred: learned models only (the profile types' import)
 
         return learned_phases(job, mb, prec, parts, s, lora, loss, opt_transient, extra_resident), 0
     t, m = job.train, job.model

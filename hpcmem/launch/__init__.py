@@ -1,8 +1,8 @@
 """Launch TRL jobs on SLURM: admin presets, pure renderers (accelerate, DeepSpeed, FSDP, TRL YAML, sbatch), the run
 folder and the backends (dry-run, sbatch, submitit). `submit(job, preset, options)` is the Python entry point.
 
-The names below load on first use (PEP 562): `hpcmem estimate` imports hpcmem.job.parallelism alone, and the
-submission machinery (run folders, backends, subprocess) would cost every cold estimate its import time."""
+The names below load on first use (PEP 562): `hpcmem estimate` and `hpcmem plan` name them as `launch.<name>` and
+load the presets and the submission machinery (run folders, backends, subprocess) only with --preset."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 _EXPORTS = {"DoesNotFit": ("submission", "DoesNotFit"), "Launch": ("job", "Launch"),
             "LaunchOptions": ("job", "LaunchOptions"), "Prepared": ("submission", "Prepared"),
             "Preset": ("presets", "Preset"), "Submission": ("submission", "Submission"),
-            "load_preset": ("presets", "load"), "prepare": ("submission", "prepare"),
-            "submit": ("submission", "submit")}
+            "load_preset": ("presets", "load"), "preset_settings": ("presets", "preset_settings"),
+            "prepare": ("submission", "prepare"), "submit": ("submission", "submit")}
 
 __all__ = sorted(_EXPORTS)
 

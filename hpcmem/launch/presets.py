@@ -292,12 +292,8 @@ def _gpu_text(value: Any, c: _Checked) -> Any:
 
 
 def _check_gpu(name: Any, source: str, p: Problems) -> None:
-    """The GPU must be in the catalog (hpcmem.gpus.catalog); without the catalog any name is accepted here."""
+    """The GPU must be in the catalog (hpcmem.gpus.catalog) or a GPU description."""
     if not isinstance(name, str) or not name:
-        return
-    try:
-        pass
-    except ImportError:
         return
     try:
         gpu_spec(name)

@@ -26,7 +26,6 @@ user's own (`hpcmem models learn` writes to `write_dir("profiles")`), then those
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +54,8 @@ REFERENCE_LORA = {"lora_r": 16, "lora_target_modules": ["all-linear"]}
 
 def config_hash(cfg: dict[str, Any]) -> str:
     """SHA-256 (first 16 hex digits) of the config.json without its volatile keys, keys sorted."""
+    import hashlib      # stdlib, deferred: it loads OpenSSL, which only a profile lookup needs
+
     kept = {k: v for k, v in cfg.items() if k not in VOLATILE_KEYS}
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]

@@ -16,7 +16,6 @@ from hpcmem.inputs.files import exists, load_json_file, user_path
 from hpcmem.models.checkpoint import checkpoint_load_dtype
 from hpcmem.models.config import checkpoint_dtype, has_family, model_spec_from_config
 from hpcmem.models.coverage import refusal
-from hpcmem.models.profile import find_profile, load_profile, spec_from_profile
 from hpcmem.models.spec import ModelSpec
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -93,6 +92,7 @@ def spec_from_config(cfg: Any, name: str) -> ModelSpec:
     config (hpcmem.models.profile), else a SpecError that says why (refused, not applicable) or what to run."""
     if not isinstance(cfg, dict) or has_family(cfg) or "model_type" not in cfg:
         return model_spec_from_config(cfg, name)
+    from hpcmem.models.profile import find_profile, load_profile, spec_from_profile  # deferred: only learned types
 
     path = find_profile(cfg)
     if path is not None:

@@ -126,10 +126,6 @@ def quiet() -> None:
 def estimate_before(job: Any) -> tuple[dict[str, Any] | None, str | None]:
     """The estimator's answer for the job, made before anything runs (None + the reason if it cannot)."""
     try:
-        pass
-    except ImportError as exc:
-        return None, f"estimator not importable: {exc}"
-    try:
         return estimate(job).to_json(), None
     except Exception as exc:  # noqa: BLE001 - a broken estimate must not lose the measurement
         return None, f"{type(exc).__name__}: {exc}"

@@ -6,7 +6,6 @@ import json
 import os
 import platform
 from dataclasses import asdict, fields
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,8 @@ def ran_expandable(job_data: Any, env: Any) -> bool:
 
 def package_versions() -> dict[str, str | None]:
     """Installed versions read from package metadata (nothing is imported)."""
+    from importlib import metadata      # stdlib, but ~20 ms of imports (email, zipfile): only a record needs it
+
     out: dict[str, str | None] = {"python": platform.python_version()}
     for name in PACKAGES:
         try:
