@@ -27,7 +27,7 @@
 # each of its steps, the replays one JSON line per stream, kit.log the whole console with each step's time, so a lease
 # cut short still brings back what ran. One step failing never stops the next (no `set -e`); the exit status says
 # whether any did.
-# Afterwards: hpcmem validate --against boundary --records $OUT/probes.jsonl   (false fits / false refusals)
+# Afterwards: hpcmem validate boundary --records $OUT/probes.jsonl   (false fits / false refusals)
 #
 # KIT_DRY=1: no GPU needed. The kit prints its schedule for KIT_DRY_GPU (default H200) and checks every probe's
 # command line against today's `hpcmem probe` (python -m hpcmem.lab.kit --dry-run) into $OUT/kit-schedule.json;

@@ -1,7 +1,7 @@
 """`hpcmem calibrate --collect CAMPAIGN` (what the campaign's last job runs): merge, fit, report, install.
 
 1. the campaign's records (records/<gpu>.jsonl: every case that ran, ok or out of memory) are held to the estimate
-   with `hpcmem validate --against probes` (hpcmem.validate.against_probes), cell by cell and peak by peak;
+   with `hpcmem validate probes` (hpcmem.validate.against_probes), cell by cell and peak by peak;
 2. the GPU's calibration is fitted from them (hpcmem.validate.calibration: context, allocator, margins per peak with
    the coverage n allows; the throughput model's MFU curve from the timed steps) — twice: the margins are fitted
    again once the fitted context is in place, so they measure the estimate the calibration will make;

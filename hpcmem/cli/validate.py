@@ -1,13 +1,15 @@
-"""`hpcmem validate --against probes|trace`: how far the estimate is from the instruments, per cell and peak."""
+"""`hpcmem validate probes|boundary|trace|coverage`: how far the estimate is from the instruments, per cell and peak.
+
+Each instrument is a subcommand with its own flags. The older form `validate --against MODE …` (and a bare
+`validate …`, which meant probes) is read as `validate MODE …`."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
+from dataclasses import asdict
 
 import click
 
-from hpcmem.cli.options import typed
 from hpcmem.cli.outputs import PNG
 from hpcmem.datapath import estimator_dir
 from hpcmem.errors import HpcmemError
@@ -16,52 +18,68 @@ from hpcmem.validate import against_probes, boundary, coverage, trace
 from hpcmem.validate.speed import render as render_speed
 from hpcmem.validate.table import render
 
-
-def _check_types(chosen: list[str] | None) -> None:
-    """--types names model types hpcmem's table or the installed transformers' causal-LM mapping has; anything else
-    (a typo) would be swept into the shared records as 'unclassified'."""
-    known = set(classification()["types"]) | set(installed_mapping() or {})
-    unknown = [t for t in chosen or () if t not in known]
-    if unknown:
-        raise HpcmemError(f"--types {','.join(unknown)}: not a causal-LM model type of hpcmem/models/coverage.json or "
-                          "the installed transformers (`hpcmem models coverage` lists them)")
+MODES = ("probes", "trace", "boundary", "coverage")
+DEFAULT_MODE = "probes"
 
 
-# the --against modes that read each option (the branches of `command` below); --json is every mode's, and --no-png
-# (asking for no picture) is harmless anywhere
-READ_BY = {"records": ("probes", "boundary"), "gpu": ("probes", "boundary"), "stored": ("probes", "boundary"),
-           "png": ("probes",), "fit": ("probes",), "fit_dir": ("probes",), "speed": ("probes",),
-           "cases": ("trace",), "ci_only": ("trace",), "reserved": ("trace",), "events_dir": ("trace",),
-           "workers": ("trace", "coverage"), "rescore": ("trace", "coverage"), "types": ("coverage",),
-           "redo": ("coverage",)}
+class _Instruments(click.Group):
+    """The group, reading `--against MODE` (anywhere before `--`) as the subcommand MODE, and no subcommand as probes.
+    A flag of another subcommand is refused naming the subcommands that read it (click alone would say only "No such
+    option")."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        args = against_as_subcommand(args)
+        if args and not args[0].startswith("-") and args[0] not in self.commands:
+            raise click.UsageError(f"no instrument {args[0]!r}: one of {', '.join(MODES)}", ctx)
+        mode = self.commands.get(args[0]) if args else None
+        if mode is not None:
+            own = {opt for param in mode.params for opt in param.opts}
+            for arg in args[1:args.index("--") if "--" in args else len(args)]:
+                flag = arg.split("=", 1)[0]
+                readers = [name for name, cmd in self.commands.items()
+                           if any(flag in param.opts for param in cmd.params)]
+                if flag.startswith("--") and flag not in own and readers:
+                    raise click.UsageError(f"{flag} is read by {' and '.join(f'`validate {r}`' for r in readers)} "
+                                           f"only; got `validate {mode.name}`", ctx)
+        return super().parse_args(ctx, args)
 
 
-def _check_modes(against: str, *, fit: bool, reserved: bool) -> None:
-    """A flag typed for a mode other than --against's would be dropped without a word: refused, naming who reads it."""
-    ctx = click.get_current_context()
-    flag = {p.name: p.opts[0] for p in ctx.command.params}
-    given = [name for name in READ_BY if typed(name)]
-    for name in given:
-        if against not in READ_BY[name]:
-            raise HpcmemError(f"{flag[name]} is read with --against {' or '.join(READ_BY[name])} only; got --against "
-                              f"{against}")
-    if "fit_dir" in given and not fit:
-        raise HpcmemError(f"{flag['fit_dir']} says where --fit writes the calibration; add --fit or drop it")
-    if "events_dir" in given and not reserved:
-        raise HpcmemError(f"{flag['events_dir']} keeps the streams --reserved records; add --reserved or drop it")
+def against_as_subcommand(args: list[str]) -> list[str]:
+    """`--against trace --rescore` → `trace --rescore`; `--json` → `probes --json`; help and a named mode as given.
+    A mode --against names that is not one of MODES stays a subcommand name, which click refuses with the valid ones."""
+    if not args or args[0] in MODES or args[0] in ("-h", "--help"):
+        return list(args)
+    head = args[:args.index("--")] if "--" in args else list(args)
+    for i, arg in enumerate(head):
+        if arg == "--against" and i + 1 < len(head):
+            return [head[i + 1], *args[:i], *args[i + 2:]]
+        if arg.startswith("--against="):
+            return [arg.split("=", 1)[1], *args[:i], *args[i + 1:]]
+    return [DEFAULT_MODE, *args]
 
 
-@click.command(name="validate")
-@click.option("--against", type=click.Choice(["probes", "trace", "boundary", "coverage"]), default="probes",
-              show_default=True,
-              help="probes: GPU/CPU probe records (estimator/probes); trace: the trace matrix; boundary: the probe "
-                   "runs predicted at 85–105 % of their capacity — false fits and false refusals, by the point "
-                   "estimate and by the safe bound; coverage: every covered model type against a trace (traces the "
-                   "types without records and appends theirs to estimator/coverage.jsonl; types it does not trace "
-                   "are listed, not written)")
-@click.option("--records", multiple=True, type=click.Path(exists=True),
-              help="records files or folders (default estimator/probes/)")
-@click.option("--gpu", default=None, help="only this GPU model's records (e.g. H100-80GB, cpu)")
+@click.group(name="validate", cls=_Instruments)
+def command() -> None:
+    """Error of the estimate per trainer × technique and per peak (allocated, reserved, device): n, median, p95 and
+    max |error| %, bias, and the safe bound's under-estimate rate and slack — against GPU/CPU probe records
+    (probes), the probe runs near their capacity (boundary), the trace matrix (trace) or every covered model type
+    (coverage)."""
+
+
+RECORDS = click.option("--records", multiple=True, type=click.Path(exists=True),
+                       help="records files or folders (default estimator/probes/)")
+GPU = click.option("--gpu", default=None, help="only this GPU model's records (e.g. H100-80GB, cpu)")
+STORED = click.option("--stored", is_flag=True, help="use the estimates stored in the records instead of re-estimating")
+JSON = click.option("--json", "as_json", is_flag=True, help="print the table as JSON")
+# asking for no picture is harmless in every subcommand (only probes draws one)
+NO_PNG = click.option("--no-png", "no_png", is_flag=True, hidden=True)
+WORKERS = click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
+                       help="trace processes in parallel (each holds torch, ~1 GiB)")
+
+
+@command.command("probes")
+@RECORDS
+@GPU
 @click.option("--png", type=PNG, default=None,
               help="write the predicted-vs-measured scatter here (default estimator/accuracy-probes.png)")
 @click.option("--no-png", is_flag=True, help="no scatter")
@@ -70,64 +88,16 @@ def _check_modes(against: str, *, fit: bool, reserved: bool) -> None:
               "checkout, else ~/.config/hpcmem/calibrations)")
 @click.option("--fit-dir", "--fit_dir", "fit_dir", type=click.Path(file_okay=False), default=None,
               help="with --fit: write the calibration into this folder instead")
-@click.option("--stored", is_flag=True, help="use the estimates stored in the records instead of re-estimating")
-@click.option("--speed", is_flag=True, help="with --against probes: predicted vs measured tokens/s per run and the rank "
-              "agreement (Kendall's tau) of the planner's ordering; with --fit the GPU's MFU curve is fitted from the "
-              "runs that timed their steps")
-@click.option("--json", "as_json", is_flag=True, help="print the table as JSON")
-@click.option("--cases", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="with --against trace: one case file (default every estimator/cases/*.yaml)")
-@click.option("--ci", "ci_only", is_flag=True, help="with --against trace: only the cases marked ci: true")
-@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
-              help="with --against trace: trace processes in parallel (each holds torch, ~1 GiB)")
-@click.option("--rescore", is_flag=True, help="with --against trace: re-estimate the stored traces "
-                                              "(estimator/traces/) without tracing again")
-@click.option("--reserved", is_flag=True, help="with --against trace: score the estimate's reserved peak against the "
-                                               "caching-allocator model replaying each trace (traced with the model "
-                                               "on, resumably; with --rescore, from the stored numbers)")
-@click.option("--events", "events_dir", type=click.Path(file_okay=False), default=None,
-              help="with --against trace --reserved: also keep each case's device stream here (gzip JSON)")
-@click.option("--types", default=None, help="with --against coverage: comma-separated model types (default all)")
-@click.option("--redo", is_flag=True, help="with --against coverage: trace types again that have records")
-def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | None, no_png: bool, fit: bool,
-            fit_dir: str | None, stored: bool, speed: bool, as_json: bool, cases: str | None, ci_only: bool,
-            workers: int, rescore: bool, reserved: bool, events_dir: str | None, types: str | None,
-            redo: bool) -> None:
-    """Error of the estimate per trainer × technique and per peak (allocated, reserved, device): n, median, p95 and
-    max |error| %, bias, and the safe bound's under-estimate rate and slack."""
-    _check_modes(against, fit=fit, reserved=reserved)
-    if against == "coverage":
-        chosen = [t.strip() for t in types.split(",")] if types else None
-        _check_types(chosen)
-        if rescore:
-            recs = coverage.rescore(types=chosen)
-            coverage.write_records(recs)
-        else:
-            recs = coverage.run(chosen, redo=redo, workers=workers, progress=coverage.print_progress)
-
-        report = estimator_dir() / "COVERAGE.md"
-        report.write_text(coverage.report_markdown(coverage.load_records()))
-        skipped = [r["model_type"] for r in recs if "skipped" in r and not rescore]
-        verb = "rescored in" if rescore else "appended to"
-        written = f"{len(recs) - len(skipped)} records {verb} estimator/coverage.jsonl"
-        if skipped:
-            written += (f"; {len(skipped)} types not traced, not written (not applicable or refused: `hpcmem models "
-                        f"coverage` says why): {', '.join(skipped)}")
-        click.echo(json.dumps(recs, indent=1) if as_json else f"{written}; table: {report}")
-        return
-    if against == "trace":
-        if importlib.util.find_spec("hpcmem.validate.trace") is None:
-            raise HpcmemError("validate --against trace is not available yet (hpcmem.validate.trace is missing); "
-                              "use --against probes")
-
-        trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json, rescore_only=rescore,
-                  reserved=reserved, events_dir=events_dir)
-        return
-
-    if against == "boundary":
-        _boundary(list(records) or [estimator_dir() / "probes"], stored, gpu, as_json)
-        return
-
+@STORED
+@click.option("--speed", is_flag=True, help="predicted vs measured tokens/s per run and the rank agreement "
+              "(Kendall's tau) of the planner's ordering; with --fit the GPU's MFU curve is fitted from the runs that "
+              "timed their steps")
+@JSON
+def probes(records: tuple[str, ...], gpu: str | None, png: str | None, no_png: bool, fit: bool, fit_dir: str | None,
+           stored: bool, speed: bool, as_json: bool) -> None:
+    """The estimate against GPU/CPU probe records (estimator/probes)."""
+    if fit_dir is not None and not fit:
+        raise HpcmemError("--fit-dir says where --fit writes the calibration; add --fit or drop it")
     out_png = None if no_png else (png or estimator_dir() / "accuracy-probes.png")
     report = against_probes(list(records) or None, png=out_png, fit=fit, stored=stored, gpu=gpu, fit_dir=fit_dir,
                             speed=speed)
@@ -145,10 +115,16 @@ def command(against: str, records: tuple[str, ...], gpu: str | None, png: str | 
         click.echo(f"scatter: {report.png}")
 
 
-def _boundary(paths: list, stored: bool, gpu: str | None, as_json: bool) -> None:
-    from dataclasses import asdict
-
-    table, notes = boundary.rows(paths, stored=stored, gpu=gpu)
+@command.command("boundary")
+@RECORDS
+@GPU
+@STORED
+@JSON
+@NO_PNG
+def boundary_command(records: tuple[str, ...], gpu: str | None, stored: bool, as_json: bool, no_png: bool) -> None:
+    """The probe runs predicted at 85–105 % of their capacity: false fits and false refusals, by the point estimate
+    and by the safe bound."""
+    table, notes = boundary.rows(list(records) or [estimator_dir() / "probes"], stored=stored, gpu=gpu)
     if as_json:
         click.echo(json.dumps({"window": boundary.WINDOW, "summary": boundary.summary(table),
                                "runs": [{**asdict(r), "fraction": round(r.fraction, 4), "point_fits": r.point_fits,
@@ -158,3 +134,62 @@ def _boundary(paths: list, stored: bool, gpu: str | None, as_json: bool) -> None
                "(the GPU kit's boundary sweep makes them: estimator/gpu/run_matrix.sh)")
     for line in notes:
         click.echo(f"note: {line}")
+
+
+@command.command("trace")
+@click.option("--cases", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="one case file (default every estimator/cases/*.yaml)")
+@click.option("--ci", "ci_only", is_flag=True, help="only the cases marked ci: true")
+@WORKERS
+@click.option("--rescore", is_flag=True, help="re-estimate the stored traces (estimator/traces/) without tracing again")
+@click.option("--reserved", is_flag=True, help="score the estimate's reserved peak against the caching-allocator model "
+              "replaying each trace (traced with the model on, resumably; with --rescore, from the stored numbers)")
+@click.option("--events", "events_dir", type=click.Path(file_okay=False), default=None,
+              help="with --reserved: also keep each case's device stream here (gzip JSON)")
+@JSON
+@NO_PNG
+def trace_command(cases: str | None, ci_only: bool, workers: int, rescore: bool, reserved: bool,
+                  events_dir: str | None, as_json: bool, no_png: bool) -> None:
+    """The estimate against the trace matrix (estimator/cases/, records in estimator/traces/)."""
+    if events_dir is not None and not reserved:
+        raise HpcmemError("--events keeps the streams --reserved records; add --reserved or drop it")
+    trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json, rescore_only=rescore,
+              reserved=reserved, events_dir=events_dir)
+
+
+@command.command("coverage")
+@WORKERS
+@click.option("--rescore", is_flag=True, help="re-estimate the stored sweep records without tracing again")
+@click.option("--types", default=None, help="comma-separated model types (default all)")
+@click.option("--redo", is_flag=True, help="trace types again that have records")
+@JSON
+@NO_PNG
+def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool, as_json: bool, no_png: bool) -> None:
+    """Every covered model type against a trace: traces the types without records and appends theirs to
+    estimator/coverage.jsonl (types it does not trace are listed, not written), and writes estimator/COVERAGE.md."""
+    chosen = [t.strip() for t in types.split(",")] if types else None
+    _check_types(chosen)
+    if rescore:
+        recs = coverage.rescore(types=chosen)
+        coverage.write_records(recs)
+    else:
+        recs = coverage.run(chosen, redo=redo, workers=workers, progress=coverage.print_progress)
+    report = estimator_dir() / "COVERAGE.md"
+    report.write_text(coverage.report_markdown(coverage.load_records()))
+    skipped = [r["model_type"] for r in recs if "skipped" in r and not rescore]
+    verb = "rescored in" if rescore else "appended to"
+    written = f"{len(recs) - len(skipped)} records {verb} estimator/coverage.jsonl"
+    if skipped:
+        written += (f"; {len(skipped)} types not traced, not written (not applicable or refused: `hpcmem models "
+                    f"coverage` says why): {', '.join(skipped)}")
+    click.echo(json.dumps(recs, indent=1) if as_json else f"{written}; table: {report}")
+
+
+def _check_types(chosen: list[str] | None) -> None:
+    """--types names model types hpcmem's table or the installed transformers' causal-LM mapping has; anything else
+    (a typo) would be swept into the shared records as 'unclassified'."""
+    known = set(classification()["types"]) | set(installed_mapping() or {})
+    unknown = [t for t in chosen or () if t not in known]
+    if unknown:
+        raise HpcmemError(f"--types {','.join(unknown)}: not a causal-LM model type of hpcmem/models/coverage.json or "
+                          "the installed transformers (`hpcmem models coverage` lists them)")

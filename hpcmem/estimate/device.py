@@ -4,7 +4,7 @@ Named terms (`DeviceTerm`), each with where its number comes from:
 - **CUDA context** (per GPU, per process): the CUDA context, the kernels loaded into it (lazy module loading grows it
   as new kernels run) and the memory cuBLAS/cuDNN handles keep outside the allocator. Measured as device − reserved
   at the peak; calibrated per GPU model and driver from probe records (estimator/calibration/<gpu>.json,
-  `hpcmem validate --against probes --fit`). Uncalibrated default: the median of the H200 probe records
+  `hpcmem validate probes --fit`). Uncalibrated default: the median of the H200 probe records
   (estimator/LOG.md). Only a GPU measures it.
 - **cuBLAS / cuBLASLt workspaces**: allocated *through* the caching allocator (CublasHandlePool.cpp), so they are
   part of allocated and reserved already (hpcmem/estimate/workspaces.py); named here, never added twice.

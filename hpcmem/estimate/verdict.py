@@ -14,7 +14,7 @@ Three levels:
     does not fit   device peak > capacity
 
 The margin comes from the GPU's calibration (hpcmem.gpus.calibration: `margins.device` of its file, fitted on probe
-records by `hpcmem validate --against probes --fit`), with the coverage its n allows: the share of runs like the
+records by `hpcmem validate probes --fit`), with the coverage its n allows: the share of runs like the
 probed ones whose device peak the bound covers (≥ k/(n+1), split conformal; see hpcmem.validate.calibration). A GPU
 without a calibration gets the largest device margin of the calibrated GPUs, labelled `default`: that coverage was
 measured there, not on this GPU. Without any calibration on the search path the margin is 0 and says so. A GPU

@@ -1,7 +1,7 @@
 """Per-GPU calibrations from probe records, served to the estimate (stdlib only; the fitting is hpcmem.validate).
 
 A calibration is one JSON file per GPU model, `<gpu-slug>.json` (context bytes, allocator fit, safe-bound margins per
-peak, provenance; written by `hpcmem validate --against probes --fit`). Files are looked up in the `calibrations`
+peak, provenance; written by `hpcmem validate probes --fit`). Files are looked up in the `calibrations`
 folders of the site-data search path (hpcmem.datapath), first match per GPU wins:
 
     $HPCMEM_DATA/calibrations → /etc/hpcmem/calibrations → ~/.config/hpcmem/calibrations → hpcmem/calibrations/

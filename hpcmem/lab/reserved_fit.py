@@ -3,7 +3,7 @@ matrix, and report how they do on cases left out of the fit.
 
     python -m hpcmem.lab.reserved_fit [--save estimator/reserved-fit.json] [--thirds]
 
-Rows: every stored trace record that carries the allocator model's reserved peak (`hpcmem validate --against trace
+Rows: every stored trace record that carries the allocator model's reserved peak (`hpcmem validate trace
 --reserved`), once per allocator mode. Target: the model's slack, reserved − (traced tensors + the estimate's cuBLAS
 workspaces and block tails). Terms: `slack_terms` of the estimate for the same job. Fit: least absolute deviations of
 the slack relative to the reserved peak, non-negative coefficients, on the training split — cases whose
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     data = rows()
     if not data:
         print("no trace record carries the allocator model's reserved peak; run "
-              "`hpcmem validate --against trace --reserved` first", file=sys.stderr)
+              "`hpcmem validate trace --reserved` first", file=sys.stderr)
         return 2
     result = fit(data)
     if args.thirds:

@@ -18,7 +18,7 @@ c10/cuda/CUDACachingAllocator.cpp `get_pool`, so they never share pages with the
 - `merged_persistent`: `blocks`, with only the weights' and step one's optimizer states' runs merged.
 Printed per stream and variant: the reserved and the slack (reserved − allocated, steps ≥ 2) against the unchanged
 stream's, in % of its reserved, the mallocs replayed and the replay's wall time. With `--points` (the JSON of
-`hpcmem validate --against trace --reserved --rescore --json`) the estimate's expandable error for the same case is
+`hpcmem validate trace --reserved --rescore --json`) the estimate's expandable error for the same case is
 joined and the variants' |Δslack| are summarised beside it, all and held out (hpcmem.lab.reserved_fit `held_out`).
 A measurement to report, not a test. Stdlib only.
 """
@@ -231,10 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("streams", nargs="+", type=Path, help="gzip JSON device streams (validate --events, "
                     "estimator/allocator/*/*.json.gz)")
     ap.add_argument("--points", type=Path, default=None,
-                    help="validate --against trace --reserved --rescore --json output, to join the estimate's error")
+                    help="validate trace --reserved --rescore --json output, to join the estimate's error")
     args = ap.parse_args(argv)
     return refuse_unreadable(lambda: _run(args), ap.prog, "streams: gzip JSON from `validate --events`; --points: "
-                             "the JSON of `validate --against trace --reserved --rescore --json`")
+                             "the JSON of `validate trace --reserved --rescore --json`")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""The planner's speed for one job as it is (no search): what `hpcmem validate --against probes --speed` holds to
+"""The planner's speed for one job as it is (no search): what `hpcmem validate probes --speed` holds to
 timed probe runs (stdlib; the same code path, memo and constants the planner ranks with)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """How fast a combination of knobs trains: tokens/s per GPU and step time, from FLOPs, bandwidths, efficiencies.
 
 A ranking model, not a promise: every constant below is named and cites where its value comes from. The MFU curve
-(MFU_MAX, MFU_HALF_TOKENS) is fitted per GPU from probe records that timed their steps (`hpcmem validate --against
+(MFU_MAX, MFU_HALF_TOKENS) is fitted per GPU from probe records that timed their steps (`hpcmem validate
 probes --fit`, `hpcmem calibrate --collect`: hpcmem.validate.speed) and read from the GPU's calibration file
 (`throughput`); a GPU without one uses the documented defaults below, uncalibrated. What is NOT modelled: generation time of GRPO/RLOO (only the training step), MoE all-to-all,
 kernel-level differences between attention implementations, CPU dataloader stalls.

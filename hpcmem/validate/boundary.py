@@ -1,4 +1,4 @@
-"""False fits and false refusals at the OOM boundary (`hpcmem validate --against boundary`; stdlib + the estimator).
+"""False fits and false refusals at the OOM boundary (`hpcmem validate boundary`; stdlib + the estimator).
 
 The runs: probe records whose predicted peak is WINDOW (85–105 %) of the capacity they ran against — the GPU kit's
 boundary sweep makes them (hpcmem.probe.boundary), any other record in the window counts too. Each is judged twice

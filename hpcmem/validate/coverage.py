@@ -1,4 +1,4 @@
-"""`hpcmem validate --against coverage`: every covered model type's estimate held to a trace of the same job.
+"""`hpcmem validate coverage`: every covered model type's estimate held to a trace of the same job.
 
 What "the trace" is here (the sweep must fit a shared two-core machine): for each type of hpcmem/models/coverage.json
 that is not refused or not applicable, its reference config — the catalog entry of that type if there is one, else the
@@ -9,7 +9,7 @@ rows of 1,024 tokens, for three techniques: full fine-tuning + GC, LoRA + GC (pe
 all-linear), full fine-tuning without GC — or, for a type whose real trainer refuses checkpointing
 (hpcmem/models/coverage.json "requires" gradient_checkpointing false), the two it runs: full and LoRA without GC; a
 type that trains only with another setting (router_aux_loss_coef 0) is traced and estimated with it. The estimate is `hpcmem estimate`'s allocated tensor peak (cuBLAS workspaces left out, as in
-`validate --against trace`). A derived type is estimated from its family descriptor; a learned type from a profile
+`validate trace`). A derived type is estimated from its family descriptor; a learned type from a profile
 learned from the full config (hpcmem.trace.learn: three lengths ≤ 768 tokens at the reduced depth D ≤ 12), laid over
 the traced depth: the comparison is out of sample in depth (unless the type is no deeper than D) and in length.
 
@@ -416,7 +416,7 @@ def report_markdown(records: list[dict[str, Any]]) -> str:
     text = [r for r in rows if r["class"] != "not_applicable"]
     got = outcomes(rows, records)
     lines = ["# Coverage: every causal-LM type of the installed transformers, held to the trace", "",
-             "Produced by `hpcmem validate --against coverage` (hpcmem/validate/coverage.py says what the trace is: "
+             "Produced by `hpcmem validate coverage` (hpcmem/validate/coverage.py says what the trace is: "
              f"the type's reference config at full width, ≤ {EVAL_LAYERS} layers, SFT, bf16, 2 × {EVAL_SEQ} tokens; "
              "full + GC, LoRA + GC, full without GC). err % = 100·(estimate − trace)/trace; a type counts as within "
              "3 % when all three techniques are. A type whose real trainer refuses gradient checkpointing "
@@ -442,7 +442,7 @@ def report_markdown(records: list[dict[str, Any]]) -> str:
               f"covered types (derived or learned), {with_records} have records and {len(got['within 3 %'])} of "
               f"those are within 3 % ({share(within, with_records)} %), "
               f"{refused_gc} more within 3 % of the jobs that run (GC refused). Not measured: no record "
-              "yet — `hpcmem validate --against coverage` resumes where a sweep stopped (`--types` for some)."]
+              "yet — `hpcmem validate coverage` resumes where a sweep stopped (`--types` for some)."]
     lines += ["", "| model type | class | status | made | max \\|err\\| % | note |", "|---|---|---|---|---|---|"]
     for r in text:
         m = measured.get(r["model_type"])

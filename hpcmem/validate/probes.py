@@ -1,4 +1,4 @@
-"""`hpcmem validate --against probes`: probe records (estimator/probes/*.jsonl) → error points per cell and peak.
+"""`hpcmem validate probes`: probe records (estimator/probes/*.jsonl) → error points per cell and peak.
 
 By default every record is re-estimated with the estimator as it is now (the question is how good the estimator IS);
 `stored=True` uses the estimate written into the record before its run (how good it WAS). A record whose spec no

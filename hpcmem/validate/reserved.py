@@ -1,4 +1,4 @@
-"""`hpcmem validate --against trace --reserved`: the estimate's reserved peak against the caching-allocator model
+"""`hpcmem validate trace --reserved`: the estimate's reserved peak against the caching-allocator model
 replaying each traced step (hpcmem.trace.replay: the trace's device stream + cuBLAS/cuBLASLt workspaces), per cell
 and allocator mode.
 
@@ -97,7 +97,7 @@ def report_reserved(results: list[Any], *, as_json: bool = False, write: bool = 
     points = reserved_points(results)
     if not points:
         raise HpcmemError("no stored trace carries the allocator model's reserved peak; run "
-                          "`hpcmem validate --against trace --reserved` without --rescore first")
+                          "`hpcmem validate trace --reserved` without --rescore first")
     rows = cell_rows(points)
     worst = sorted(points, key=lambda p: abs(p["err_pct"]), reverse=True)[:5]
     if write:
@@ -113,7 +113,7 @@ def report_reserved(results: list[Any], *, as_json: bool = False, write: bool = 
 
 def markdown(rows: list[dict[str, Any]], worst: list[dict[str, Any]]) -> str:
     head = ("# Reserved peak: estimate against the caching-allocator model\n\n"
-            "Produced by `hpcmem validate --against trace --reserved` over estimator/cases/*.yaml: each traced step's "
+            "Produced by `hpcmem validate trace --reserved` over estimator/cases/*.yaml: each traced step's "
             "device stream replayed through hpcmem/estimate/caching_allocator.py with cuBLAS/cuBLASLt workspaces "
             "(hpcmem/trace/replay.py), default and expandable_segments; the case estimated once per mode. "
             "err % = 100·(estimate − model)/model; \"slack only\" puts the estimate's reserved − allocated on the "

@@ -1,5 +1,5 @@
 """Speed, measured: the planner's throughput model held to timed probe runs, and its MFU curve fitted per GPU from
-them (`hpcmem validate --against probes --speed [--fit]`; stdlib + the planner).
+them (`hpcmem validate probes --speed [--fit]`; stdlib + the planner).
 
 Measured tokens/s per GPU: a record's tokens over its timed steps (every optimizer step after step 0,
 hpcmem.record.Measured). Records made before steps were timed (schema 1, the H200 records of 2026-11-29) keep only

@@ -1,4 +1,4 @@
-"""`hpcmem validate --against trace`: run the case matrix through the trace and the estimate, keep the records, print
+"""`hpcmem validate trace`: run the case matrix through the trace and the estimate, keep the records, print
 the error per cell (trainer × technique) of the allocated peak.
 
 Cases are data (estimator/cases/*.yaml): `cases:` is a list of mappings with an `id`, the `trainer` and TRL fields
@@ -300,7 +300,7 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
 def report_markdown(rows: list[dict[str, Any]], results: list[CaseResult]) -> str:
     versions = next((r.record["versions"] for r in results if r.record.get("versions")), {})
     head = ("# Accuracy of the estimate against the trace (allocated peak)\n\n"
-            "Produced by `hpcmem validate --against trace` (all of estimator/cases/*.yaml, `--kernels cuda` "
+            "Produced by `hpcmem validate trace` (all of estimator/cases/*.yaml, `--kernels cuda` "
             "mapping). err % = 100·(estimate − trace)/trace.\n\n"
             f"Versions: {', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}\n\n")
     tail = "\n\nLargest errors:\n\n" + "\n".join(
