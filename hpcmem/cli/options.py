@@ -15,7 +15,7 @@ from hpcmem.data.errors import ProfileError
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.settings import check_settings
 from hpcmem.job.spec import ParallelSpec, TrainSpec
-from hpcmem.job.trainers import entry, names
+from hpcmem.job.trainers import REGISTRY, entry, names
 from hpcmem.job.trl_config import accelerate_settings, build_job, read_yaml
 
 
@@ -98,6 +98,15 @@ def _default_of(f) -> Any:
     return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
+def _default_help(name: str, default: Any) -> str:
+    """The field's default as each trainer's config has it (the registry's defaults, else TrainSpec's): one value when
+    every trainer that declares the field agrees, else the value per trainer."""
+    values = {e.name: e.defaults.get(name, default) for e in REGISTRY.values() if e.declares(name)}
+    if len(set(map(repr, values.values()))) <= 1:
+        return f"(default {next(iter(values.values()), default)!r})"
+    return "(default " + ", ".join(f"{trainer} {value!r}" for trainer, value in values.items()) + ")"
+
+
 def spec_options() -> list[click.Option]:
     out = []
     for cls in (TrainSpec, ParallelSpec):
@@ -106,7 +115,7 @@ def spec_options() -> list[click.Option]:
                 continue
             default = _default_of(f)
             ptype = _param_type(f.name, default)
-            kw: dict[str, Any] = {"default": None, "show_default": False, "help": f"(default {default!r})"}
+            kw: dict[str, Any] = {"default": None, "show_default": False, "help": _default_help(f.name, default)}
             if isinstance(ptype, _OptionalBool):
                 kw.update(is_flag=False, flag_value="true")
             if f.name == "lora_target_modules":

@@ -110,3 +110,19 @@ def test_fp16_alone_turns_bf16_off_as_trl_does():
 
     real = trl.SFTConfig(output_dir="/tmp/hpcmem-fp16-alone", fp16=True, use_cpu=True)
     assert (job.train.bf16, job.train.fp16) == (real.bf16, real.fp16) == (False, True)
+
+
+@pytest.mark.parametrize("name", ["beta", "num_generations", "disable_dropout"])
+def test_flag_help_gives_each_trainers_default_as_trls_config_has_it(name):
+    """`--beta` and the like differ by trainer (DistillationConfig's beta is 1.0, GRPOConfig's 0.0): the help names
+    each trainer's default, read here from TRL's own config classes (a field TRL types as None-able is given as TRL
+    resolves it only where hpcmem does too, so only plain values are compared)."""
+    from hpcmem.cli.options import spec_options
+
+    option = next(o for o in spec_options() if f"--{name}" in o.opts)
+    for e in REGISTRY.values():
+        if not e.declares(name):
+            continue
+        trl_default = next(f.default for f in dataclasses.fields(getattr(trl, e.config_class)) if f.name == name)
+        if trl_default is not None:
+            assert f"{e.name} {trl_default!r}" in option.help, (e.name, trl_default, option.help)
