@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from hpcmem.job.shape import micro_batch, precision
 
 if TYPE_CHECKING:
-    from hpcmem.job.jobspec import JobSpec
+    from hpcmem.job.protocol import Job
 
 # transformers 5.24 models/rwkv/modeling_rwkv.py loads the WKV kernel; kernels-community rwkv/build.toml cuda-flags
 # -DTmax=1024 (kernel_backward's q[Tmax], r[Tmax])
@@ -16,7 +16,7 @@ RWKV_TMAX = 1024
 RWKV_MODULES = ("rwkv",)
 
 
-def rwkv_problems(job: JobSpec) -> list[str]:
+def rwkv_problems(job: Job) -> list[str]:
     """The RWKV jobs whose GPU step stops (or overruns) in the WKV kernel, from the estimate's own micro-batch and
     precision: a row longer than RWKV_TMAX tokens, and fp32 weights under bf16 autocast (bf16 keys, fp32 time_first)."""
     if job.model.model_type not in RWKV_MODULES:

@@ -13,7 +13,7 @@ from hpcmem.errors import Problems, SpecError
 from hpcmem.job.trainers import entry
 
 if TYPE_CHECKING:
-    from hpcmem.job.jobspec import JobSpec
+    from hpcmem.job.protocol import Job
 
 
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 SP_ATTN_BUILTIN = ("flash_attention_2", "flash_attention_3", "sdpa")
 
 
-def check_layout(job: JobSpec, p: Problems) -> None:
+def check_layout(job: Job, p: Problems) -> None:
     lay = job.parallel.layout
     t = job.train
     sp_attn = job.parallel.sp_attn_implementation
@@ -51,7 +51,7 @@ def check_layout(job: JobSpec, p: Problems) -> None:
         _check_sp(job, p)
 
 
-def _check_cp(job: JobSpec, p: Problems) -> None:
+def _check_cp(job: Job, p: Problems) -> None:
     t, m, cp = job.train, job.model, job.parallel.cp_size
     if t.packing:
         p.add(f"packing with cp_size {cp}: SFTTrainer refuses it (sft_trainer.py: context parallelism drops the "
@@ -70,7 +70,7 @@ def _check_cp(job: JobSpec, p: Problems) -> None:
               f"pads so); got {t.pad_to_multiple_of}")
 
 
-def _check_sp(job: JobSpec, p: Problems) -> None:
+def _check_sp(job: Job, p: Problems) -> None:
     t, m, par = job.train, job.model, job.parallel
     sp = par.sp_size
     if m.num_attention_heads % sp:
@@ -93,7 +93,7 @@ def _check_sp(job: JobSpec, p: Problems) -> None:
               f"{t.pad_to_multiple_of}")
 
 
-def check_layout_settings(settings: Mapping[str, Any], job: JobSpec) -> None:
+def check_layout_settings(settings: Mapping[str, Any], job: Job) -> None:
     """SFT's losses DeepSpeed sequence parallelism cannot reduce (sft_trainer.py: under SP the loss is the model's own
     NLL, reduced across ranks by transformers' `deepspeed_sp_compute_loss`)."""
     if job.parallel.sp_size == 1 or job.train.trainer != "sft":
@@ -113,7 +113,7 @@ def check_layout_settings(settings: Mapping[str, Any], job: JobSpec) -> None:
     p.raise_if_any()
 
 
-def layout_warnings(job: JobSpec) -> list[str]:
+def layout_warnings(job: Job) -> list[str]:
     par, t = job.parallel, job.train
     lay = par.layout
     out = []

@@ -21,7 +21,7 @@ from hpcmem.models.coverage import requirement_problems
 from hpcmem.models.params import SIZED_MODULES, parameters_named
 
 if TYPE_CHECKING:
-    from hpcmem.job.jobspec import JobSpec
+    from hpcmem.job.protocol import Job
     from hpcmem.models.spec import ModelSpec
 
 
@@ -41,7 +41,7 @@ def exclusive_fields() -> dict[str, Any]:
             for f in fields(TrainSpec) if f.name in some}
 
 
-def check_job(job: JobSpec) -> None:
+def check_job(job: Job) -> None:
     t, par = job.train, job.parallel
     e = entry(t.trainer)
     p = Problems()
@@ -95,7 +95,7 @@ def check_job(job: JobSpec) -> None:
     p.raise_if_any()
 
 
-def _auto_loads(job: JobSpec) -> list[tuple[ModelSpec, str]]:
+def _auto_loads(job: Job) -> list[tuple[ModelSpec, str]]:
     """(model, what to set instead) for each model loaded with dtype auto: the policy, and distillation's teacher
     when its dtype (TrainSpec.teacher_dtype) is auto."""
     t = job.train
@@ -106,7 +106,7 @@ def _auto_loads(job: JobSpec) -> list[tuple[ModelSpec, str]]:
     return out
 
 
-def _check_model_type(job: JobSpec, p: Problems) -> None:
+def _check_model_type(job: Job, p: Problems) -> None:
     """Settings without which the type's real trainer raises (hpcmem/models/coverage.json "requires": TRL's or
     transformers' reason per type); a field left None takes the model config's value (a learned model's config)."""
     learned = job.model.learned
@@ -118,7 +118,7 @@ def _check_model_type(job: JobSpec, p: Problems) -> None:
         p.add(problem)
 
 
-def _check_lora_variants(job: JobSpec, p: Problems) -> None:
+def _check_lora_variants(job: Job, p: Problems) -> None:
     """peft's own refusals (tuners/lora/layer.py ParamWrapper.__init__) and what hpcmem sizes (hpcmem.estimate.lora_variants)."""
     t = job.train
     if len(t.lora_target_modules) == 1 and t.lora_target_modules[0] != "all-linear":
@@ -144,7 +144,7 @@ def _check_lora_variants(job: JobSpec, p: Problems) -> None:
                   "mlp.experts.down_proj)")
 
 
-def check_sft(job: JobSpec, p: Problems) -> None:
+def check_sft(job: Job, p: Problems) -> None:
     """sft_trainer.py: padding_free without packing does not enforce max_length."""
     t = job.train
     if t.padding_free and not t.packing and t.max_length is not None:
@@ -152,7 +152,7 @@ def check_sft(job: JobSpec, p: Problems) -> None:
               "(packing=True, packing_strategy=bfd) or set max_length None (--max_length none) with pre-truncated data")
 
 
-def check_generation(job: JobSpec, p: Problems) -> None:
+def check_generation(job: Job, p: Problems) -> None:
     """grpo_config.py / rloo_config.py __post_init__: generation batch arithmetic."""
     t = job.train
     world = job.parallel.world_size
@@ -173,7 +173,7 @@ def check_generation(job: JobSpec, p: Problems) -> None:
         p.add("ds3_gather_for_generation=False is not compatible with vLLM generation; keep it True or drop use_vllm")
 
 
-def generation_batch_size(job: JobSpec) -> int:
+def generation_batch_size(job: Job) -> int:
     """Rows generated per round across all ranks (grpo_config.py __post_init__)."""
     t = job.train
     world = job.parallel.world_size
@@ -193,7 +193,7 @@ def _default(name: str) -> Any:
     return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
-def job_warnings(job: JobSpec) -> list[str]:
+def job_warnings(job: Job) -> list[str]:
     t = job.train
     e = entry(t.trainer)
     out: list[str] = []

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from hpcmem.job.trainers import entry
 
 if TYPE_CHECKING:
-    from hpcmem.job.jobspec import JobSpec
+    from hpcmem.job.protocol import Job
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +55,7 @@ def _round_up(value: int, multiple: int | None) -> int:
     return value if not multiple else -(-value // multiple) * multiple
 
 
-def micro_batch(job: JobSpec) -> MicroBatch:
+def micro_batch(job: Job) -> MicroBatch:
     t, m = job.train, job.model
     e = entry(t.trainer)
     b = t.per_device_train_batch_size
@@ -95,7 +95,7 @@ def micro_batch(job: JobSpec) -> MicroBatch:
                       source=f"padded: {b} rows × {seq} ({src})")
 
 
-def precision(job: JobSpec) -> Precision:
+def precision(job: Job) -> Precision:
     t = job.train
     weight = 2 if job.parallel.deepspeed and (t.bf16 or t.fp16) else job.weight_bytes  # DeepSpeed casts the module
     if job.parallel.fsdp and (t.bf16 or t.fp16):
@@ -113,7 +113,7 @@ def precision(job: JobSpec) -> Precision:
                      autocast=mixed and weight == 4 and not fsdp_mixed)
 
 
-def rows_needed(job: JobSpec, steps: int) -> int:
+def rows_needed(job: Job, steps: int) -> int:
     t = job.train
     per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps * job.parallel.world_size
     if entry(t.trainer).generates:

@@ -70,16 +70,12 @@ def test_no_import_cycle_at_run_time() -> None:
     assert _cycles(exclude_type_checking=True) == []
 
 
-def test_type_only_imports_close_no_cycle_across_folders() -> None:
-    """Counting the imports under TYPE_CHECKING too: no cycle spans two folders, and none inside a folder is larger
-    than two modules except job/'s, where JobSpec is checked on construction by the rules whose annotations name it
-    (hpcmem.job.jobspec → hpcmem.job.rules → … ⇢ JobSpec for the type checker only)."""
-    job_knot = {"hpcmem.job.jobspec", "hpcmem.job.rules", "hpcmem.job.kernel_limits", "hpcmem.job.shape",
-                "hpcmem.job.mesh", "hpcmem.job.mesh_rules", "hpcmem.job.spec", "hpcmem.job.trainers",
-                "hpcmem.job.trainers.distillation", "hpcmem.job.trainers.kto"}
+def test_type_only_imports_close_no_cycle_across_folders_nor_of_three() -> None:
+    """Counting the imports under TYPE_CHECKING too: no cycle spans two folders, and none is larger than two modules
+    (a spec and the module its annotations name, e.g. models.spec ⇄ models.params)."""
     for comp in _cycles(exclude_type_checking=False):
         assert len({_folder(m) for m in comp}) == 1, f"a cycle across folders: {sorted(comp)}"
-        assert len(comp) <= 2 or comp == job_knot, f"a cycle of {len(comp)} modules: {sorted(comp)}"
+        assert len(comp) <= 2, f"a cycle of {len(comp)} modules: {sorted(comp)}"
 
 
 def _deferred_imports() -> list[tuple[str, int, str]]:
