@@ -24,10 +24,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-TRAINERS = ("sft", "dpo", "reward", "grpo", "kto")
-# Per trainer: the parts (per-example token counts) that form the rows of a micro-batch, in row order.
-ROW_PARTS = {"sft": ("length",), "dpo": ("chosen", "rejected"), "reward": ("chosen", "rejected"), "grpo": ("prompt",),
-             "kto": ("length",)}
+from hpcmem.job.trainers import REGISTRY
+
+# The trainers whose data makes a profile, and per trainer the parts (per-example token counts) that form the rows of
+# a micro-batch, in row order: their registry entries' `lengths` (hpcmem.job.trainers)
+TRAINERS = tuple(name for name, e in REGISTRY.items() if e.lengths.profiled)
+ROW_PARTS = {name: REGISTRY[name].lengths.row_parts for name in TRAINERS}
 PACKING_STRATEGIES = ("bfd", "bfd_split", "wrapped")
 
 
@@ -53,9 +55,10 @@ def kept_rows(trainer: str, parts: Mapping[str, Sequence[int]], max_length: int 
     """Apply the trainer's max_length rules (module docstring) to per-example part lengths in dataset order."""
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}; got {trainer!r}")
-    columns = [parts[name] for name in ROW_PARTS[trainer]]
-    prompts = parts.get("prompt") if trainer in ("sft", "dpo", "kto") else None
-    cut = None if trainer == "grpo" else max_length
+    rules = REGISTRY[trainer].lengths
+    columns = [parts[name] for name in rules.row_parts]
+    prompts = parts.get("prompt") if rules.drops_long_prompt else None
+    cut = max_length if rules.truncates else None
     total = sum(sum(column) for column in columns)
     if cut is None:
         rows = [n for full in zip(*columns) for n in full] if len(columns) > 1 else list(columns[0])
@@ -69,7 +72,7 @@ def kept_rows(trainer: str, parts: Mapping[str, Sequence[int]], max_length: int 
     truncated = dropped = 0
     for i, full in enumerate(zip(*columns)):
         longest = max(full)
-        if (trainer == "reward" and longest > cut) or (prompts is not None and prompts[i] >= cut):
+        if (rules.drops_overlong and longest > cut) or (prompts is not None and prompts[i] >= cut):
             dropped += 1
             continue
         if longest > cut:

@@ -36,12 +36,12 @@ import zlib
 from array import array
 from collections.abc import Iterable, Mapping
 
-from hpcmem.data.batches import (PACKING_STRATEGIES, ROW_PARTS, TRAINERS, kept_rows, kto_kl_rows, micro_batches,
-                                 round_up)
+from hpcmem.data.batches import PACKING_STRATEGIES, ROW_PARTS, TRAINERS, kept_rows, kto_kl_rows, micro_batches, round_up
 from hpcmem.data.errors import ProfileError
 from hpcmem.data.profile_schema import ENCODING, MAX_DECODED, SCHEMA, check_profile
 from hpcmem.errors import SpecError
 from hpcmem.inputs.files import load_json_file
+from hpcmem.job.trainers import REGISTRY
 
 __all__ = ["ENCODING", "SCHEMA", "check_profile", "decode_lengths", "encode_lengths", "load_profile",
            "longest_prompt", "tokens_per_micro_batch"]
@@ -123,7 +123,7 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
     """
     check_profile(profile)
     made_for = _made_for(profile, trainer)
-    if trainer is not None and trainer != made_for and not (trainer == "rloo" and made_for == "grpo"):
+    if trainer is not None and (REGISTRY[trainer].lengths.profile_as or trainer) != made_for:
         raise ProfileError(f"the length profile was made for {made_for}, not {trainer}: profile again with "
                            f"`hpcmem lengths DATA --tokenizer PATH --trainer {trainer}`")
     trainer = made_for
@@ -131,7 +131,7 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
     if batch < 1:
         raise ProfileError(f"per_device_train_batch_size must be ≥ 1; got {batch}")
     if packing:
-        if trainer != "sft":
+        if not REGISTRY[trainer].packs:
             raise ProfileError(f"packing is an SFTTrainer feature; this profile was made for {trainer}")
         if packing_strategy not in PACKING_STRATEGIES:
             raise ProfileError(f"packing_strategy must be one of {', '.join(PACKING_STRATEGIES)}; "
@@ -145,9 +145,9 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
                 batch * round_up(max_length, pad_to_multiple_of)
         batches = micro_batches(rows, batch, flatten=flatten, pad_to_multiple_of=pad_to_multiple_of)
         return max((tensor for _, tensor in batches), default=0)
-    if trainer == "kto":
+    if REGISTRY[trainer].lengths.kl_rows:
         return _kto_tokens(profile, max_length, batch, pad_to_multiple_of)
-    flatten = padding_free and trainer == "sft"
+    flatten = padding_free and REGISTRY[trainer].packs
     parts = ordered_parts(profile)
     if parts is not None:
         kept = kept_rows(trainer, parts, max_length)
@@ -157,19 +157,14 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
     return _bound_from_histogram(profile, trainer, max_length, batch, flatten, pad_to_multiple_of)
 
 
-# trainers whose micro-batch no profile describes, and why (`hpcmem lengths --trainer` takes batches.TRAINERS)
-UNPROFILED = {
-    "distillation": ("DistillationTrainer trains on completions the student generates",
-                     "--max_prompt_length and --max_completion_length"),
-}
-
-
 def _made_for(profile: Mapping, trainer: str | None) -> str:
     """The trainer the profile was tokenized for; a trainer `hpcmem lengths` cannot tokenize for is a ProfileError
     that says what to pass instead."""
-    if trainer is not None and trainer not in TRAINERS and trainer != "rloo":
-        why, instead = UNPROFILED.get(trainer, (f"{trainer} is not one of them", "--max_length"))
-        raise ProfileError(f"--lengths: hpcmem lengths profiles data as {', '.join(TRAINERS)} (and rloo, as grpo) "
+    e = REGISTRY.get(trainer) if trainer is not None else None
+    if trainer is not None and trainer not in TRAINERS and not (e and e.lengths.profile_as):
+        why, instead = (e and e.lengths.unprofiled) or (f"{trainer} is not one of them", "--max_length")
+        readers = ", ".join(f"{n}, as {r.lengths.profile_as}" for n, r in REGISTRY.items() if r.lengths.profile_as)
+        raise ProfileError(f"--lengths: hpcmem lengths profiles data as {', '.join(TRAINERS)} (and {readers}) "
                            f"tokenize it, not {trainer}: {why}; estimate {trainer} from {instead} instead")
     return profile["source"]["trainer"]
 
@@ -179,9 +174,10 @@ def longest_prompt(profile: Mapping, trainer: str) -> int:
     what hpcmem's max_prompt_length stands for."""
     check_profile(profile)
     made_for = _made_for(profile, trainer)
-    if made_for != "grpo":
+    if not REGISTRY[made_for].generates:
+        kind = REGISTRY[trainer].lengths.profile_as or trainer
         raise ProfileError(f"the length profile was made for {made_for}, not {trainer}: profile again with "
-                           f"`hpcmem lengths DATA --tokenizer PATH --trainer grpo`")
+                           f"`hpcmem lengths DATA --tokenizer PATH --trainer {kind}`")
     return max((n for n, c in profile["histogram"] if c > 0), default=0)
 
 
@@ -203,10 +199,11 @@ def _kto_tokens(profile: Mapping, max_length: int | None, batch: int, pad_to_mul
 def _bound_from_histogram(profile: Mapping, trainer: str, max_length: int | None, batch: int, flatten: bool,
                           pad_to_multiple_of: int | None) -> int:
     """From the [length, count] pairs alone (work in the number of pairs, not in the counts they hold)."""
-    cap = None if trainer == "grpo" else max_length
+    rules = REGISTRY[trainer].lengths
+    cap = max_length if rules.truncates else None
     pairs = [(n, c) for n, c in profile["histogram"] if c > 0]
     if cap is not None:
-        pairs = [(n, c) for n, c in pairs if n <= cap] if trainer == "reward" else [(min(n, cap), c) for n, c in pairs]
+        pairs = [(n, c) for n, c in pairs if n <= cap] if rules.drops_overlong else [(min(n, cap), c) for n, c in pairs]
     rows = min(sum(c for _, c in pairs), batch * len(ROW_PARTS[trainer]))
     if rows == 0:
         return 0

@@ -15,6 +15,7 @@ from hpcmem.data.packing import PACK_BATCH_SIZE, pack_all
 from hpcmem.data.profile import ENCODING, MAX_ORDERED_EXAMPLES, SCHEMA, encode_lengths
 from hpcmem.data.stats import candidates, histogram, length_stats, recommend
 from hpcmem.data.tokenize import tokenize_lengths
+from hpcmem.job.trainers import REGISTRY
 
 
 def profile_dataset(data: str, tokenizer: str, *, trainer: str = "sft", split: str = "train",
@@ -52,8 +53,9 @@ def build_profile(parts: Mapping[str, Sequence[int]], *, source: Mapping, per_de
                            f"{list(max_lengths)}, per_device_train_batch_size {per_device_train_batch_size}")
     rows = [n for example in zip(*(parts[name] for name in names)) for n in example]
     stats = length_stats(sorted(rows))
-    sized = candidates(stats, max_lengths) if trainer != "grpo" else []
-    packed = pack_candidates(parts["length"], [m for m, _ in sized], num_proc) if trainer == "sft" else {}
+    e = REGISTRY[trainer]
+    sized = candidates(stats, max_lengths) if e.lengths.truncates else []
+    packed = pack_candidates(parts["length"], [m for m, _ in sized], num_proc) if e.packs else {}
     settings = {"per_device_train_batch_size": per_device_train_batch_size, "pad_to_multiple_of": pad_to_multiple_of,
                 "pack_batch_size": PACK_BATCH_SIZE}
     table = [candidate_row(trainer, parts, max_length, label, settings, packed)
@@ -91,18 +93,19 @@ def candidate_row(trainer: str, parts: Mapping[str, Sequence[int]], max_length: 
     batch, multiple = settings["per_device_train_batch_size"], settings["pad_to_multiple_of"]
     kept = kept_rows(trainer, parts, max_length)
     strategies = {}
-    flat_options = (("padded", False), ("padding_free", True)) if trainer == "sft" else (("padded", False),)
+    e = REGISTRY[trainer]
+    flat_options = (("padded", False), ("padding_free", True)) if e.packs else (("padded", False),)
     for name, flatten in flat_options:
         batches = micro_batches(kept.rows, batch * kept.rows_per_example, flatten=flatten,
                                 pad_to_multiple_of=multiple)
         strategies[name] = {**summarize(batches, num_rows=len(kept.rows)), "padding_free": flatten,
                             "tokens_lost": kept.tokens_lost}
-    if trainer == "kto":        # the KL rows, run without gradients through the policy and the reference
+    if e.lengths.kl_rows:       # the KL rows, run without gradients through the policy and the reference
         kl = kto_kl_rows(parts["prompt"], parts["length"], max_length, batch)
         batches = micro_batches(kl, batch, flatten=False, pad_to_multiple_of=multiple)
         strategies["kl"] = {**summarize(batches, num_rows=len(kl)), "padding_free": False,
                             "tokens_lost": kept.tokens_lost}
-    for strategy in PACKING_STRATEGIES if trainer == "sft" and max_length is not None else ():
+    for strategy in PACKING_STRATEGIES if e.packs and max_length is not None else ():
         rows = packed.get((max_length, strategy))
         if rows is None:  # bfd_split with nothing to split
             strategies[strategy] = {**{k: v for k, v in strategies["bfd"].items() if k != "row_lengths"},

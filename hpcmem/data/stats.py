@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from hpcmem.data.batches import nearest_rank
+from hpcmem.job.trainers import REGISTRY
 
 PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99), ("p99.9", 0.999))
 MAX_POWER_OF_TWO_CANDIDATES = 6
@@ -72,7 +73,7 @@ def recommend(trainer: str, rows: Sequence[Mapping], stats: Mapping) -> dict:
     micro-batch tokens, else packing — bfd (TRL's default: whole sequences, padding-free rows) unless bfd cuts
     more than TOKENS_LOST_OK of the tokens, then bfd_split (which keeps them).
     """
-    if trainer == "grpo":
+    if not REGISTRY[trainer].lengths.truncates:
         padded = rows[0]["strategies"]["padded"]
         return {"max_length": None, "packing": False, "packing_strategy": None, "padding_free": False,
                 "reason": f"GRPO prompts are not truncated; the longest is {stats['max']:,} tokens "
@@ -87,7 +88,7 @@ def recommend(trainer: str, rows: Sequence[Mapping], stats: Mapping) -> dict:
            f"examples and {pick['tokens_lost'] / max(1, pick['tokens_total']):.2%} of the tokens")
     padded = pick["strategies"]["padded"]
     out = {"max_length": pick["max_length"], "packing": False, "packing_strategy": None, "padding_free": False}
-    if trainer != "sft" or padded["padding_fraction"] <= PADDING_FRACTION_OK:
+    if not REGISTRY[trainer].packs or padded["padding_fraction"] <= PADDING_FRACTION_OK:
         kl = pick["strategies"].get("kl")           # KTO: its KL rows go through the model too
         worst = max(padded["worst_tokens_per_micro_batch"], kl["worst_tokens_per_micro_batch"] if kl else 0)
         out["reason"] = (f"{why}; padded micro-batches waste {padded['padding_fraction']:.0%} of their tokens, "

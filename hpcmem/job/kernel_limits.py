@@ -25,9 +25,9 @@ def rwkv_problems(job: Job) -> list[str]:
     context = job.model.max_position_embeddings          # RwkvConfig.context_length (attribute_map)
     if batch.seq > min(RWKV_TMAX, context):
         problems.append(f"{batch.seq} tokens per row ({batch.source}): RWKV's WKV CUDA kernel takes at most "
-                        f"{min(RWKV_TMAX, context)} (RwkvLinearAttention.forward raises past context_length {context}; the "
-                        f"kernel is built with Tmax {RWKV_TMAX}, kernels-community rwkv build.toml, and its backward keeps "
-                        f"per-token arrays of that size); set max_length ≤ {min(RWKV_TMAX, context)} "
+                        f"{min(RWKV_TMAX, context)} (RwkvLinearAttention.forward raises past context_length {context}; "
+                        f"the kernel is built with Tmax {RWKV_TMAX}, kernels-community rwkv build.toml, and its backward "
+                        f"keeps per-token arrays of that size); set max_length ≤ {min(RWKV_TMAX, context)} "
                         "(padding-free: batch × max_length)")
     if prec.autocast and job.train.bf16:
         problems.append("fp32 weights under bf16 autocast: RWKV's WKV CUDA kernel reads time_first as bf16 next to "

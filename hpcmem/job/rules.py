@@ -119,7 +119,8 @@ def _check_model_type(job: Job, p: Problems) -> None:
 
 
 def _check_lora_variants(job: Job, p: Problems) -> None:
-    """peft's own refusals (tuners/lora/layer.py ParamWrapper.__init__) and what hpcmem sizes (hpcmem.estimate.lora_variants)."""
+    """peft's own refusals (tuners/lora/layer.py ParamWrapper.__init__) and what hpcmem sizes
+    (hpcmem.estimate.lora_variants)."""
     t = job.train
     if len(t.lora_target_modules) == 1 and t.lora_target_modules[0] != "all-linear":
         # trl/trainer/model_config.py ModelConfig.__post_init__ passes a one-element list on as its string, and peft

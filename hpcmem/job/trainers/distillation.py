@@ -6,7 +6,7 @@ on them through a chunked generalized-JSD loss over both models' hidden states a
 from __future__ import annotations
 
 from hpcmem.job.trainers.common import COMMON
-from hpcmem.job.trainers.entry import Hooks, TrainerEntry
+from hpcmem.job.trainers.entry import Hooks, Lengths, TrainerEntry
 
 ENTRY = TrainerEntry(
     name="distillation", config_class="DistillationConfig", trainer_class="DistillationTrainer",
@@ -15,6 +15,8 @@ ENTRY = TrainerEntry(
                      "ds3_gather_for_generation", "teacher_model_name_or_path", "teacher_model_init_kwargs"),
     defaults={"beta": 1.0},
     generates=True, autocast=False,
+    lengths=Lengths(unprofiled=("DistillationTrainer trains on completions the student generates",
+                                 "--max_prompt_length and --max_completion_length")),
     hooks=Hooks(rules="hpcmem.job.trainers.distillation_rules:check", estimate="hpcmem.estimate.distillation:extras",
                 loss="hpcmem.estimate.distillation:loss", trace_design="hpcmem.trace.distillation:design",
                 trace_build="hpcmem.trace.distillation:build",

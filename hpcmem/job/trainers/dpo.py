@@ -1,7 +1,7 @@
 """DPOTrainer (trl/trainer/dpo_trainer.py): chosen + rejected in one forward; a reference model unless precomputed."""
 
 from hpcmem.job.trainers.common import COMMON
-from hpcmem.job.trainers.entry import Hooks, TrainerEntry
+from hpcmem.job.trainers.entry import Hooks, Lengths, TrainerEntry
 
 ENTRY = TrainerEntry(
     name="dpo", config_class="DPOConfig", trainer_class="DPOTrainer",
@@ -9,6 +9,7 @@ ENTRY = TrainerEntry(
                      "disable_dropout", "router_aux_loss_coef"),
     defaults={"beta": 0.1, "disable_dropout": True},
     rows_per_example=2, reference="unless_precomputed",
+    lengths=Lengths(row_parts=("chosen", "rejected"), drops_long_prompt=True),
     hooks=Hooks(trace_design="hpcmem.trace.data:design_preference", trace_build="hpcmem.trace.pref:build_dpo",
                 trace_check="hpcmem.trace.pref:check_preference", trace_notes="hpcmem.trace.pref:dpo_notes",
                 probe_dataset="hpcmem.probe.fixtures:dpo_dataset"),

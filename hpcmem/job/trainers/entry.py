@@ -40,6 +40,25 @@ class Hooks:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Lengths:
+    """How `hpcmem lengths` profiles this trainer's data: its rows and TRL 1.16's max_length rules for them
+    (hpcmem.data.batches cites the trainer code each follows)."""
+
+    row_parts: tuple[str, ...] = ()         # per-example token counts that form its rows, in row order
+    profile_as: str = ""                    # another trainer whose profile it reads (RLOO tokenizes prompts as GRPO)
+    truncates: bool = True                  # max_length cuts its rows (GRPO's prompts are not cut)
+    drops_long_prompt: bool = False         # an example whose prompt alone reaches max_length is dropped
+    drops_overlong: bool = False            # an example with a row over max_length is dropped, not cut (Reward)
+    kl_rows: bool = False                   # the batch's KL rows also run through the model (KTO)
+    unprofiled: tuple[str, str] = ()        # why no profile describes its micro-batch; the flags to estimate it from
+
+    @property
+    def profiled(self) -> bool:
+        """Its own data makes a profile (`hpcmem lengths --trainer` offers it)."""
+        return bool(self.row_parts) and not self.profile_as
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainerEntry:
     """One TRL 1.16 trainer: `trl <name>` runs `trl.scripts.<name>` with `trl.<config_class>` + `trl.ModelConfig`."""
 
@@ -59,6 +78,7 @@ class TrainerEntry:
     # for its own and never enters the wrapper: 16-bit weights compute in 16-bit, fp32 ones (and LoRA's fp32
     # adapters) in fp32
     autocast: bool = True
+    lengths: Lengths = field(default_factory=Lengths)
     hooks: Hooks = field(default_factory=Hooks)
 
     def __post_init__(self) -> None:

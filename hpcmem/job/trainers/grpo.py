@@ -1,7 +1,7 @@
 """GRPOTrainer (trl/trainer/grpo_trainer.py): generates, scores, and trains on prompt + completion rows."""
 
 from hpcmem.job.trainers.common import COMMON, GENERATION, RL_HOOKS
-from hpcmem.job.trainers.entry import TrainerEntry
+from hpcmem.job.trainers.entry import Lengths, TrainerEntry
 
 ENTRY = TrainerEntry(
     name="grpo", config_class="GRPOConfig", trainer_class="GRPOTrainer",
@@ -9,5 +9,6 @@ ENTRY = TrainerEntry(
                                   "router_aux_loss_coef"),
     defaults={"beta": 0.0, "num_generations": 8},
     generates=True, reference="when_beta", old_logps="when_misaligned",
+    lengths=Lengths(row_parts=("prompt",), truncates=False),
     hooks=RL_HOOKS,
 )
