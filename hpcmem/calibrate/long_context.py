@@ -2,8 +2,8 @@
 
 What CPU ranks already hold (the sequence split per rank, the ring-attention and Ulysses buffers, FSDP2 sharding over
 dp_shard × cp, ZeRO over every rank under sequence parallelism, HSDP's states) is measured by
-tests/probe/test_probe_layouts.py (estimator/LOG.md, 2026-12-01, long context). What these cases add is what a CPU cannot
-run: CUDA flash attention inside torch's ring and its NCCL collectives, FSDP2's prefetch beside them, DeepSpeed
+tests/probe/test_probe_layouts.py (estimator/LOG.md, 2026-12-01, long context). What these cases add is what a CPU
+cannot run: CUDA flash attention inside torch's ring and its NCCL collectives, FSDP2's prefetch beside them, DeepSpeed
 Ulysses with FlashAttention-2 on packed rows, kv heads replicated on a real model, HSDP's 2-D NCCL mesh, and the
 long-context regime near the capacity. Each case is a job `hpcmem estimate sft` takes as written (flags are TRL's and
 accelerate's field names); the campaign predicts it like every other case and leaves it out of CPU rehearsals.

@@ -1,8 +1,8 @@
 """Reserved − allocated at the peak: the caching allocator's slack, from its mechanics (stdlib; no torch).
 
-PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp; modelled in hpcmem/estimate/caching_allocator.py) never
-returns memory during training: the reserved peak is every segment ever created. Segments are created when no cached
-free block fits a request, so reserved exceeds the allocated peak by (a) what segment sizes waste on long-lived
+PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp; modelled in hpcmem/estimate/caching_allocator.py)
+never returns memory during training: the reserved peak is every segment ever created. Segments are created when no
+cached free block fits a request, so reserved exceeds the allocated peak by (a) what segment sizes waste on long-lived
 tensors and (b) free blocks stranded at the peak instant — blocks an earlier phase freed that the peak's requests
 cannot use. The terms (bytes, `slack_terms`):
 
@@ -76,9 +76,9 @@ COEFFICIENTS: dict[str, dict[str, float]] = {
 
 def packing_waste(sizes: tuple[int, ...], expandable: bool) -> int:
     """Reserved − the rounded requests after allocating `sizes` in order with nothing freed: the allocator model's
-    rules (hpcmem.estimate.caching_allocator: 512 B rounding, best fit, split rules, segment sizes) specialised to allocations
-    that live forever — each pool is then just the sorted remainders of its segments. Expandable segments map pages
-    as the one region grows: only the last page of each pool is partly empty."""
+    rules (hpcmem.estimate.caching_allocator: 512 B rounding, best fit, split rules, segment sizes) specialised to
+    allocations that live forever — each pool is then just the sorted remainders of its segments. Expandable segments
+    map pages as the one region grows: only the last page of each pool is partly empty."""
     reserved, _, requested, _ = _pack(sizes, expandable)
     return reserved - requested
 

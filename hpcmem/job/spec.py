@@ -268,7 +268,8 @@ def load_dtype(dtype: str, checkpoint: str | None) -> str:
     `config.dtype` when set, which configuration_utils.py `PreTrainedConfig.__post_init__` fills from `dtype`, else
     `torch_dtype`). Without one,
     transformers reads the checkpoint's weights: hpcmem.models.resolve reads a local folder's safetensors header into
-    `model.dtype` (hpcmem.models.checkpoint); elsewhere bfloat16 is assumed, and `hpcmem.job.rules.job_warnings` says so."""
+    `model.dtype` (hpcmem.models.checkpoint); elsewhere bfloat16 is assumed, and `hpcmem.job.rules.job_warnings` says
+    so."""
     if dtype != "auto":
         return dtype
     return checkpoint or "bfloat16"

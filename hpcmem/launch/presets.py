@@ -86,7 +86,8 @@ class Preset:
         return slurm_time.parse(self.max_time)
 
     def gpu_spec(self):
-        """The GPU `gpu` names: a catalog entry or the site's description (hpcmem.gpus.catalog), with its calibration."""
+        """The GPU `gpu` names: a catalog entry or the site's description (hpcmem.gpus.catalog), with its
+        calibration."""
         return gpu_spec(self.gpu)
 
 
@@ -100,8 +101,8 @@ def preset_settings(preset: Preset, gpu_flag: str | None = None) -> dict[str, An
 
 
 def same_gpu(a: str, b: str) -> bool:
-    """Whether two --gpu values name one GPU: the same catalog entry (a name or an alias, any case, as hpcmem.gpus.catalog
-    reads --gpu), else the same text up to case and surrounding spaces."""
+    """Whether two --gpu values name one GPU: the same catalog entry (a name or an alias, any case, as
+    hpcmem.gpus.catalog reads --gpu), else the same text up to case and surrounding spaces."""
     left, right = catalog_entry(a), catalog_entry(b)
     if left is not None or right is not None:
         return left is right

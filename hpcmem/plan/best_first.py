@@ -161,7 +161,8 @@ def _group(k: Knobs) -> tuple:
 def _dominates(hi: Knobs, lo: Knobs) -> bool:
     """hi needs at least the memory of lo (same group assumed): a larger micro-batch or expandable_segments off never
     needs less. Checkpointing orders memory only without activation offloading: offloading with checkpointing off
-    moves every saved tensor to the host (estimate/activations.py). tests/plan/test_plan.py checks this on the estimator."""
+    moves every saved tensor to the host (estimate/activations.py). tests/plan/test_plan.py checks this on the
+    estimator."""
     if hi.batch < lo.batch or hi.expandable_segments > lo.expandable_segments or \
             not _sharding_geq(hi.sharding, lo.sharding):
         return False

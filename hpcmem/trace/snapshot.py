@@ -12,7 +12,8 @@ What differs from a GPU's snapshot, and why: addresses are made up (a block is r
 size, otherwise the address space grows), so the "Allocator State History" view shows hpcmem's placement, not the
 caching allocator's; the frames are Python only (the trace runs on the CPU: there are no C++ frames of CUDA code);
 the first frame of every allocation names the hpcmem phase it was born in ("step 2 / backward / layer 5").
-An inner listener (the caching-allocator model, hpcmem/estimate/caching_allocator.py) may be chained: it sees the same calls.
+An inner listener (the caching-allocator model, hpcmem/estimate/caching_allocator.py) may be chained: it sees the same
+calls.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ tensor, as it is from TRL's fused LM head.
 CUDACachingAllocator.cpp, `kMinBlockSize`); `round_to=1` counts exact bytes as a CPU run allocates them.
 
 `allocator=` (default None: off) is a listener with `malloc(nbytes) -> handle` / `free(handle)`, e.g.
-`hpcmem.estimate.caching_allocator.CachingAllocator`: every counted birth, death, resize and `reserve()`/`release()` of device
-bytes reaches it in the order the tracker counts them, so it can replay the caching allocator (reserved bytes).
+`hpcmem.estimate.caching_allocator.CachingAllocator`: every counted birth, death, resize and `reserve()`/`release()` of
+device bytes reaches it in the order the tracker counts them, so it can replay the caching allocator (reserved bytes).
 A listener with `bind(tracker)` is handed the tracker (to read the phase); one with `op(func, args)` is called after
 every op has registered its outputs (hpcmem.trace.events marks the GEMMs where cuBLAS takes its workspaces).
 """

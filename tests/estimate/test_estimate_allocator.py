@@ -46,9 +46,10 @@ def test_packing_tails_by_hand():
 
 
 def test_packing_waste_and_tails_are_the_allocator_model_for_tensors_never_freed():
-    """Random persistent allocation sequences through the allocator model (hpcmem/estimate/caching_allocator.py): reserved − the
-    rounded requests is `packing_waste`, allocated (whole blocks) − the requests is `packing_tails`. The sizes include
-    Qwen2.5-0.5B's 1.53 MiB [H, H] and Gemma-3-1B's 15.19 MiB MLP weights, whose blocks keep unsplit remainders."""
+    """Random persistent allocation sequences through the allocator model (hpcmem/estimate/caching_allocator.py):
+    reserved − the rounded requests is `packing_waste`, allocated (whole blocks) − the requests is `packing_tails`. The
+    sizes include Qwen2.5-0.5B's 1.53 MiB [H, H] and Gemma-3-1B's 15.19 MiB MLP weights, whose blocks keep unsplit
+    remainders."""
     rng = random.Random(7)
     choices = (300, 700_000, MIB, MIB + 1, 1_500_000, 1605632, 3 * MIB, 9 * MIB, 10 * MIB, 11 * MIB, 15925248,
                25 * MIB, 2 * MIB + 1)

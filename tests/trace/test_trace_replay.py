@@ -1,8 +1,8 @@
 """The recorded device stream (hpcmem.trace.events) and its replay with cuBLAS's workspaces (hpcmem.trace.replay).
 
-Expected numbers are worked by hand from the allocator's rules (see tests/estimate/test_trace_allocator.py: 1–10 MiB requests
-get a 20 MiB segment, ≥ 10 MiB ones their size rounded to 2 MiB, ≤ 1 MiB ones a 2 MiB small-pool segment) and from
-CublasHandlePool.cpp (a 32 MiB cuBLAS workspace per thread on sm_90, a 1 MiB cuBLASLt one per thread at its first
+Expected numbers are worked by hand from the allocator's rules (see tests/estimate/test_trace_allocator.py: 1–10 MiB
+requests get a 20 MiB segment, ≥ 10 MiB ones their size rounded to 2 MiB, ≤ 1 MiB ones a 2 MiB small-pool segment) and
+from CublasHandlePool.cpp (a 32 MiB cuBLAS workspace per thread on sm_90, a 1 MiB cuBLASLt one per thread at its first
 bias GEMM). The last test holds the model to GPU measurements: stored streams of H200 probe runs.
 """
 
