@@ -49,7 +49,7 @@ class LoraLayout:
     @property
     def idle_params(self) -> int:
         """Of num_params, the adapters of linears a layer holds but never calls (Zamba2's per-hybrid-layer adapter
-        slots: hpcmem.trace.layout SLOT_LISTS): they never get a gradient, so neither a gradient nor optimizer states
+        slots: hpcmem.trace.layer_map SLOT_LISTS): they never get a gradient, so neither a gradient nor optimizer states
         (torch/optim/adamw.py `_init_group` skips a parameter whose grad is None)."""
         return sum(self.r * (m.in_features + m.out_features) * m.count_per_layer * m.idle for m in self.adapted)
 

@@ -116,7 +116,7 @@ class LayerKind:
 
 @dataclass(frozen=True, kw_only=True)
 class ParamLayout:
-    """A model's parameters by place, as the meta model holds them (hpcmem.trace.layout measures it)."""
+    """A model's parameters by place, as the meta model holds them (hpcmem.trace.layer_map measures it)."""
 
     hidden_size: int
     vocab_size: int

@@ -44,7 +44,7 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.gpus.spec import GpuSpec
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import micro_batch
-from hpcmem.plan import layouts
+from hpcmem.plan import sequence_split
 from hpcmem.plan.knobs import GC_VALUES, Knobs, _parallel, apply, axes, combinations, job_knobs
 from hpcmem.plan.throughput import (
     PADDED_FILL_FRACTION,
@@ -264,10 +264,10 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
     plans: list[Plan] = []
     walked: list[Verdict] = []
     _walk(scored, walker, top, plans, walked)
-    if not note and layouts.wanted(plans, fixed):
-        # context / sequence parallelism (hpcmem.plan.layouts): one more walk over the layouts, ranked together
-        names = layouts.layout_names(base)
-        extra = [k for ax in layouts.batch_axes(axes(base, fixed, gbs, allow_peft, exclude), base, fixed, gbs, names)
+    if not note and sequence_split.wanted(plans, fixed):
+        # context / sequence parallelism (hpcmem.plan.sequence_split): one more walk over the layouts, ranked together
+        names = sequence_split.layout_names(base)
+        extra = [k for ax in sequence_split.batch_axes(axes(base, fixed, gbs, allow_peft, exclude), base, fixed, gbs, names)
                  for k in combinations(ax)]
         par_fields.update({name: _parallel_fields(base, name) for name in names})
         more = sorted(((speeds(k, par_fields[k.sharding]), k) for k in extra),

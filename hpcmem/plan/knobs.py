@@ -16,7 +16,7 @@ from hpcmem.errors import SpecError
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.spec import ParallelSpec
 from hpcmem.plan.fixed import MAX_SEARCHED_BATCH, _divisors, axis_fixed
-from hpcmem.plan.layouts import layout_fields, split, train_changes
+from hpcmem.plan.sequence_split import layout_fields, split, train_changes
 
 GC_VALUES = ("off", "selective", "full")
 PACK_VALUES = ("padded", "packing", "padding_free")
@@ -137,7 +137,7 @@ def _parallel(par: ParallelSpec, sharding: str) -> ParallelSpec:
     if sharding == GIVEN:
         return par
     base = {"distributed_type": "MULTI_GPU" if par.world_size > 1 else "NO"}
-    data_parallel, _, _ = split(sharding)           # fsdp2+cp4: FSDP2's fields + the layout's (hpcmem.plan.layouts)
+    data_parallel, _, _ = split(sharding)           # fsdp2+cp4: FSDP2's fields + the layout's (hpcmem.plan.sequence_split)
     return ParallelSpec(num_processes=par.num_processes, num_machines=par.num_machines,
                         **{**base, **SHARDINGS[data_parallel], **layout_fields(sharding, par.world_size)})
 

@@ -18,7 +18,7 @@ from hpcmem.errors import HpcmemError
 from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, REGISTRY, entry
 from hpcmem.launch.configs import deepspeed_config, fsdp_config
 from hpcmem.probe import fixtures
-from hpcmem.probe.layouts import attach_parallelism_on_cpu, needs_cpu_fsdp_mesh, parallelism_env
+from hpcmem.probe.parallel_env import attach_parallelism_on_cpu, needs_cpu_fsdp_mesh, parallelism_env
 from hpcmem.trace.hf_config import attn_implementation_arg
 from hpcmem.trace.pieces import peft_config as lora_config
 

@@ -1,6 +1,6 @@
 """`hpcmem models learn CONFIG`: fit a model type's per-layer memory terms from traces of its own modelling code.
 
-1. The layout (hpcmem.trace.layout): the meta model's parameters by place and its layer kinds; the fewest layers D
+1. The layout (hpcmem.trace.layer_map): the meta model's parameters by place and its layer kinds; the fewest layers D
    whose middle layers hold every kind (`choose_depth`); the config cut to D layers, checked to build the same first
    D layers as the real model. Where no prefix of ≤ 12 layers holds every kind, the cut keeps real layers that are not
    a prefix (`layout.subsequence`: layer 0, each kind's first layer, the last layer), checked alike.
@@ -22,7 +22,7 @@
      entry_other   = entry(D−1) − states − Σ kept − the head's gradients
    States, gradients and the head are the estimate's own (hpcmem.estimate), computed for the same D-layer job, so the
    estimate of that job reproduces the trace's step by construction; what the profile adds is how the layers' terms
-   repeat over the real depth (hpcmem.trace.layout.layer_map).
+   repeat over the real depth (hpcmem.trace.layer_map.layer_map).
 3. Each term is solved exactly as a + b·tokens + c·rows·seq² from the three lengths.
 """
 
@@ -57,7 +57,7 @@ from hpcmem.models.profile import (
     config_hash,
     spec_from_profile,
 )
-from hpcmem.trace import layout as lay
+from hpcmem.trace import layer_map as lay
 from hpcmem.trace import run_trace
 from hpcmem.trace.oracle import ROUTING_NOTE
 from hpcmem.trace.result import versions

@@ -22,7 +22,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcmem.trace.layout import decoder_layers
+from hpcmem.trace.layer_map import decoder_layers
 from hpcmem.trace.pref import hook_reference
 from hpcmem.trace.tracker import StorageTracker
 

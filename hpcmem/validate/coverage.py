@@ -45,9 +45,9 @@ from hpcmem.models.coverage import (
 )
 from hpcmem.models.params import all_linear_targets, linear_modules, peft_default_targets
 from hpcmem.models.profile import backbone_config, profile_from_dict, profile_to_dict, spec_from_profile
-from hpcmem.trace import layout as lay
+from hpcmem.trace import layer_map as lay
 from hpcmem.trace import run_trace
-from hpcmem.trace.layout import subsequence
+from hpcmem.trace.layer_map import subsequence
 from hpcmem.trace.learn import learn
 
 EVAL_LAYERS = 16
@@ -133,7 +133,7 @@ def _merged(cfg: dict[str, Any], fix: dict[str, Any]) -> dict[str, Any]:
 def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tuple[Any, int, int]:
     """(ModelSpec of the config cut to ≤ EVAL_LAYERS layers, traced layers, real layers), named by the cut config's
     file in `folder` (the trace builds from it). A learned profile is laid over the cut depth with its own terms
-    (hpcmem.trace.layout.layer_map); the cut ends on a layer of the real last layer's kind."""
+    (hpcmem.trace.layer_map.layer_map); the cut ends on a layer of the real last layer's kind."""
     from dataclasses import replace
 
     decoder = backbone_config(cfg)

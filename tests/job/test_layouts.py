@@ -296,7 +296,7 @@ def test_the_planner_proposes_a_split_row_when_data_parallel_plans_must_offload_
     best = report.plans[0]
     assert best.job.parallel.layout.seq_shards > 1, best.knobs.label()
     assert best.safe_device_peak_bytes <= gpu.usable_bytes
-    from hpcmem.plan.layouts import split
+    from hpcmem.plan.sequence_split import split
 
     assert any(v.fits and v.knobs.activation_offloading and not split(v.knobs.sharding)[1]
                for v in report.walked)                      # a data-parallel plan fitted, by offloading activations

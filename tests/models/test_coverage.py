@@ -153,7 +153,7 @@ def test_models_coverage_cli_lists_every_type_with_class_and_status():
 
 
 def test_reduced_depth_candidates_end_on_the_last_layers_kind_when_the_first_does_not():
-    from hpcmem.trace.layout import candidate_depths, choose_depth
+    from hpcmem.trace.layer_map import candidate_depths, choose_depth
 
     gemma4 = tuple(1 if i % 6 == 5 else 0 for i in range(30))     # sliding ×5, full — the last layer is full
     # layers 1..5 hold both kinds at D = 7, which ends on a sliding layer; D = 12 ends on a full one like layer 29
@@ -165,7 +165,7 @@ def test_reduced_depth_candidates_end_on_the_last_layers_kind_when_the_first_doe
 
 def test_a_kind_only_the_last_layer_has_is_left_to_the_traced_last_layer_in_a_deep_model():
     from hpcmem.errors import SpecError
-    from hpcmem.trace.layout import candidate_depths, choose_depth, last_only
+    from hpcmem.trace.layer_map import candidate_depths, choose_depth, last_only
 
     neox_japanese = (0,) * 31 + (1,)        # 32 layers; the last alone adds a dense bias
     assert last_only(neox_japanese) and choose_depth(neox_japanese) == 3 and candidate_depths(neox_japanese) == [3]
@@ -271,7 +271,7 @@ def _gemma3n_kinds() -> tuple[int, ...]:
 
 
 def test_a_kind_first_found_deep_in_the_stack_is_learned_from_a_subsequence_of_the_real_layers():
-    from hpcmem.trace.layout import choose_depth, subsequence, subsequence_map
+    from hpcmem.trace.layer_map import choose_depth, subsequence, subsequence_map
 
     kinds = _gemma3n_kinds()
     with pytest.raises(SpecError):          # no prefix of ≤ 12 layers holds the shared tail's kinds
@@ -289,7 +289,7 @@ def test_a_kind_first_found_deep_in_the_stack_is_learned_from_a_subsequence_of_t
 
 
 def test_a_subsequence_cut_takes_the_kept_layers_entries_and_counts_the_kept_tail():
-    from hpcmem.trace.layout import reduced_config
+    from hpcmem.trace.layer_map import reduced_config
 
     cfg = {"num_hidden_layers": 6, "layer_types": list("abcdef"), "num_kv_shared_layers": 3,
            "per_layer_config": {"1": "x", "4": "y"}, "hidden_size": 8}

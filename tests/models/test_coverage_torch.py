@@ -67,7 +67,7 @@ def test_lora_reference_leaves_out_an_attention_name_peft_takes_for_fused_expert
     refuses it without up_proj, as it refuses all-linear (ParamWrapper with dropout): q/k/v/o are what peft takes."""
     import peft
 
-    from hpcmem.trace import layout as lay
+    from hpcmem.trace import layer_map as lay
     from hpcmem.trace.learn import lora_reference
 
     ref = lora_reference(TINY_AFMOE, lay.layout(TINY_AFMOE))
@@ -90,7 +90,7 @@ def test_lora_reference_of_mamba2_is_the_in_proj_named_as_trl_passes_it_on():
     import peft
     from trl import ModelConfig, get_peft_config
 
-    from hpcmem.trace import layout as lay
+    from hpcmem.trace import layer_map as lay
     from hpcmem.trace.learn import lora_reference
 
     ref = lora_reference(TINY_MAMBA2, lay.layout(TINY_MAMBA2))
@@ -111,7 +111,7 @@ def test_lora_reference_of_mamba2_is_the_in_proj_named_as_trl_passes_it_on():
 
 @pytest.mark.parametrize("model_type", ["qwen4_exp_text", "qwen4_exp"])
 def test_qwen4_exp_reference_config_builds_its_indexed_attention(model_type):
-    from hpcmem.trace import layout as lay
+    from hpcmem.trace import layer_map as lay
     from hpcmem.validate.coverage import reference_config
 
     cfg, source = reference_config(model_type)
@@ -125,7 +125,7 @@ def test_gemma3n_cut_builds_the_real_layers_it_keeps_with_their_kv_sharing_and_s
     """A tiny Gemma-3n of the E4B's 35-layer pattern: the learner's cut keeps layers 0, 1, 4, 10, 14, 18, 19, 20, 24,
     34, and transformers' own `kv_sharing_modes` of the cut config gives each kept layer the mode it has in the real
     model (18 and 19 store, 20, 24 and 34 reuse)."""
-    from hpcmem.trace import layout as lay
+    from hpcmem.trace import layer_map as lay
     from hpcmem.trace.learn import reduced_cut
 
     cfg = {"model_type": "gemma3n_text", "vocab_size": 64, "vocab_size_per_layer_input": 64, "hidden_size": 32,

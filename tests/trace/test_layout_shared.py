@@ -27,7 +27,7 @@ TINY = {
 def test_hybrid_layers_count_once_and_their_tied_block_belongs_to_the_last(model_type):
     from transformers import AutoModelForCausalLM
 
-    from hpcmem.trace.layout import decoder_layers, hf_config, layout
+    from hpcmem.trace.layer_map import decoder_layers, hf_config, layout
 
     cfg = TINY[model_type]
     model = AutoModelForCausalLM.from_config(hf_config(cfg))
@@ -49,7 +49,7 @@ def test_hybrid_layers_count_once_and_their_tied_block_belongs_to_the_last(model
 def test_a_zamba2_cut_runs_its_kept_hybrid_layers_with_the_real_adapter_slots():
     from transformers import AutoModelForCausalLM
 
-    from hpcmem.trace.layout import hf_config, layout, reduced_config
+    from hpcmem.trace.layer_map import hf_config, layout, reduced_config
 
     full = dict(TINY["zamba2"], hybrid_layer_ids=[2, 5])       # as a saved config.json holds it
     cut = reduced_config(full, "num_hidden_layers", 0, 8, keep=(0, 5, 7))
@@ -63,7 +63,7 @@ def test_zamba2_adapters_on_the_slots_a_layer_never_runs_get_no_gradient():
     peft = pytest.importorskip("peft")
     from transformers import AutoModelForCausalLM
 
-    from hpcmem.trace.layout import hf_config, layout
+    from hpcmem.trace.layer_map import hf_config, layout
 
     cfg = TINY["zamba2"]
     model = peft.get_peft_model(AutoModelForCausalLM.from_config(hf_config(cfg)),

@@ -39,7 +39,7 @@ def test_learn_refuses_a_triton_config_before_tracing():
 @pytest.mark.torch
 def test_a_cut_builds_as_many_blocks_as_it_says():
     pytest.importorskip("transformers")
-    from hpcmem.trace import layout as lay
+    from hpcmem.trace import layer_map as lay
 
     cfg = {"model_type": "xlstm", "hidden_size": 64, "num_hidden_layers": 6, "num_blocks": 6, "num_heads": 2,
            "vocab_size": 512}
