@@ -146,7 +146,7 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
         batches = micro_batches(rows, batch, flatten=flatten, pad_to_multiple_of=pad_to_multiple_of)
         return max((tensor for _, tensor in batches), default=0)
     if REGISTRY[trainer].lengths.kl_rows:
-        return _kto_tokens(profile, max_length, batch, pad_to_multiple_of)
+        return _kl_tokens(profile, trainer, max_length, batch, pad_to_multiple_of)
     flatten = padding_free and REGISTRY[trainer].packs
     parts = ordered_parts(profile)
     if parts is not None:
@@ -181,7 +181,8 @@ def longest_prompt(profile: Mapping, trainer: str) -> int:
     return max((n for n, c in profile["histogram"] if c > 0), default=0)
 
 
-def _kto_tokens(profile: Mapping, max_length: int | None, batch: int, pad_to_multiple_of: int | None) -> int:
+def _kl_tokens(profile: Mapping, trainer: str, max_length: int | None, batch: int,
+               pad_to_multiple_of: int | None) -> int:
     """KTO: the worst of its B-row micro-batches and of their KL rows (batches.kto_kl_rows), each padded to its
     longest — both run through the model, so the micro-batch is sized by the longer. Without the order, a bound:
     B rows of max_length, or of twice the longest sequence (a prompt and a completion, each at most that long)."""
@@ -189,7 +190,7 @@ def _kto_tokens(profile: Mapping, max_length: int | None, batch: int, pad_to_mul
     if parts is None or "prompt" not in parts:
         longest = max((n for n, c in profile["histogram"] if c > 0), default=0)
         return batch * round_up(max_length if max_length is not None else 2 * longest, pad_to_multiple_of)
-    kept = kept_rows("kto", parts, max_length)
+    kept = kept_rows(trainer, parts, max_length)
     kl = kto_kl_rows(parts["prompt"], parts["length"], max_length, batch)
     batches = micro_batches(kept.rows, batch, flatten=False, pad_to_multiple_of=pad_to_multiple_of) + \
         micro_batches(kl, batch, flatten=False, pad_to_multiple_of=pad_to_multiple_of)
