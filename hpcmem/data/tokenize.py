@@ -17,10 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from hpcmem.data.batches import TRAINERS
 from hpcmem.data.errors import LengthsError, MissingColumn, TokenizerUnfit
+from hpcmem.job.trainers import REGISTRY
 
-PARTS = {"sft": ("length",), "sft_prompt": ("length", "prompt"), "dpo": ("prompt", "chosen", "rejected"),
-         "reward": ("chosen", "rejected"), "grpo": ("prompt",), "kto": ("length", "prompt")}
+# Per TRL dataset type (the trainer's registry entry, `lengths.dataset`): the parts a tokenized example gives
+PARTS = {"language_modeling": ("length",), "preference": ("prompt", "chosen", "rejected"), "prompt_only": ("prompt",),
+         "unpaired_preference": ("length", "prompt")}
 
 
 def detect_format(trainer: str, columns: list[str], first: Mapping, dataset_text_field: str) -> str:
@@ -29,7 +32,8 @@ def detect_format(trainer: str, columns: list[str], first: Mapping, dataset_text
 
     conv = is_conversational(first) or is_conversational_from_value(first)
     have = ", ".join(columns)
-    if trainer == "sft":
+    dataset = REGISTRY[trainer].lengths.dataset if trainer in TRAINERS else ""
+    if dataset == "language_modeling":
         if "input_ids" in columns:
             return "tokenized"
         if "prompt" in columns:
@@ -44,28 +48,30 @@ def detect_format(trainer: str, columns: list[str], first: Mapping, dataset_text
             return "text"
         raise MissingColumn(f"SFT data needs a {dataset_text_field!r} column (--dataset-text-field), 'messages' "
                             f"(chat), 'conversations' (from/value chat) or 'prompt'+'completion'; found: {have}")
-    if trainer in ("dpo", "reward"):
+    if dataset == "preference":
         missing = [c for c in ("chosen", "rejected") if c not in columns]
         if missing:
             raise MissingColumn(f"{trainer.upper()} data needs 'chosen' and 'rejected' columns (and optionally "
                                 f"'prompt'); missing {', '.join(missing)}; found: {have}")
         return "conversational_preference" if conv else "preference"
-    if trainer == "grpo":
+    if dataset == "prompt_only":
         if "prompt" not in columns:
             raise MissingColumn(f"GRPO data needs a 'prompt' column; found: {have}")
         return "conversational_prompt" if conv else "prompt"
-    if trainer == "kto":      # after unpairing (tokenize_lengths): prompt + completion
+    if dataset == "unpaired_preference":      # after unpairing (tokenize_lengths): prompt + completion
         if "prompt" not in columns or "completion" not in columns:
             raise MissingColumn(f"KTO data needs 'prompt' and 'completion' columns (unpaired) or 'chosen' and "
                                 f"'rejected' (paired); found: {have}")
         return "conversational_prompt_completion" if conv else "prompt_completion"
-    raise LengthsError(f"trainer must be one of sft, dpo, reward, grpo, kto; got {trainer!r}")
+    raise LengthsError(f"trainer must be one of {', '.join(TRAINERS)}; got {trainer!r}")
 
 
 def part_names(trainer: str, fmt: str) -> tuple[str, ...]:
-    if trainer == "sft":
-        return PARTS["sft_prompt"] if fmt.endswith("prompt_completion") else PARTS["sft"]
-    return PARTS[trainer]
+    rules = REGISTRY[trainer].lengths
+    if rules.dataset == "language_modeling" and fmt.endswith("prompt_completion"):
+        return PARTS["unpaired_preference"]             # a prompt-completion example: its length and its prompt's
+    parts = PARTS[rules.dataset]
+    return parts if rules.measures_prompt else tuple(p for p in parts if p != "prompt")
 
 
 def kto_examples(dataset, num_proc: int | None = None):
@@ -133,35 +139,36 @@ def lengths_batch(batch: dict[str, list], *, tokenizer, trainer: str, fmt: str, 
 
     n = len(next(iter(batch.values())))
     examples = [maybe_convert_to_chatml({k: batch[k][i] for k in batch}) for i in range(n)]
-    if trainer == "sft" and fmt == "conversational":
+    rules = REGISTRY[trainer].lengths
+    if rules.dataset == "language_modeling" and fmt == "conversational":
         rendered = [_chat(tokenizer, ex, ex["messages"]) for ex in examples]
         return {"length": text_lengths(tokenizer, rendered, add_special_tokens=False)}
-    if trainer == "grpo":
+    if rules.dataset == "prompt_only":
         if fmt == "prompt":
             return {"prompt": text_lengths(tokenizer, [ex["prompt"] for ex in examples])}
         rendered = [_chat(tokenizer, ex, ex["prompt"], add_generation_prompt=True) for ex in examples]
         return {"prompt": text_lengths(tokenizer, rendered, add_special_tokens=False)}
-    if trainer == "dpo" and "prompt" not in examples[0]:
+    preference = rules.dataset == "preference"
+    if preference and rules.measures_prompt and "prompt" not in examples[0]:
         examples = [{**ex, **extract_prompt(ex)} for ex in examples]
-    seconds = {"sft": ("completion",), "kto": ("completion",), "dpo": ("chosen", "rejected"),
-               "reward": ("chosen", "rejected")}[trainer]
+    seconds = ("chosen", "rejected") if preference else ("completion",)
     conv = fmt.startswith("conversational")
     # prompt alone (sft, dpo) and prompt + each second part, as strings ready for the tokenizer
     if conv:
         prompts = [_chat(tokenizer, ex, ex["prompt"], add_generation_prompt=True) for ex in examples] \
-            if trainer != "reward" else []
+            if rules.measures_prompt else []
         fulls = {k: [_chat(tokenizer, ex, ex.get("prompt", []) + ex[k]) for ex in examples] for k in seconds}
     else:
-        prompts = [ex["prompt"] for ex in examples] if trainer != "reward" else []
+        prompts = [ex["prompt"] for ex in examples] if rules.measures_prompt else []
         fulls = {k: [ex.get("prompt", "") + (ex[k] if ex[k].endswith(eos) else ex[k] + eos) for ex in examples]
                  for k in seconds}
     special = not conv
-    if trainer == "reward":
+    if not rules.measures_prompt:
         return {k: text_lengths(tokenizer, fulls[k], add_special_tokens=special) for k in seconds}
     prompt_ids = _ids(tokenizer, prompts, add_special_tokens=special)
     full_ids = {k: _ids(tokenizer, fulls[k], add_special_tokens=special) for k in seconds}
     prompt_len = [min(_prefix(p, full_ids[k][i]) for k in seconds) for i, p in enumerate(prompt_ids)]
-    if trainer in ("sft", "kto"):
+    if not preference:
         return {"length": [len(ids) for ids in full_ids["completion"]], "prompt": prompt_len}
     return {"prompt": prompt_len, **{k: [len(ids) for ids in full_ids[k]] for k in seconds}}
 
@@ -171,7 +178,7 @@ def tokenize_lengths(dataset, tokenizer, *, trainer: str, dataset_text_field: st
     """(format, {part: lengths in dataset order}) for the whole dataset, with a progress bar."""
     import pyarrow.compute as pc
 
-    if trainer == "kto" and len(dataset):
+    if trainer in TRAINERS and REGISTRY[trainer].lengths.dataset == "unpaired_preference" and len(dataset):
         dataset = kto_examples(dataset, num_proc)
     columns = list(dataset.column_names)
     fmt = detect_format(trainer, columns, dataset[0], dataset_text_field)

@@ -9,7 +9,7 @@ ENTRY = TrainerEntry(
                      "disable_dropout", "router_aux_loss_coef"),
     defaults={"beta": 0.1, "disable_dropout": True},
     rows_per_example=2, reference="unless_precomputed",
-    lengths=Lengths(row_parts=("chosen", "rejected"), drops_long_prompt=True),
+    lengths=Lengths(dataset="preference", row_parts=("chosen", "rejected"), drops_long_prompt=True),
     hooks=Hooks(trace_design="hpcmem.trace.data:design_preference", trace_build="hpcmem.trace.pref:build_dpo",
                 trace_check="hpcmem.trace.pref:check_preference", trace_notes="hpcmem.trace.pref:dpo_notes",
                 probe_dataset="hpcmem.probe.fixtures:dpo_dataset"),

@@ -14,6 +14,8 @@ from types import MappingProxyType
 from typing import Any, Callable, Literal, Mapping
 
 Reference = Literal["none", "unless_precomputed", "when_beta"]
+# TRL's dataset types (docs "Dataset formats and types"): what a trainer's `_prepare_dataset` reads
+DatasetType = Literal["", "language_modeling", "preference", "prompt_only", "unpaired_preference"]
 OldLogps = Literal["never", "always", "when_misaligned"]
 
 
@@ -44,6 +46,8 @@ class Lengths:
     """How `hpcmem lengths` profiles this trainer's data: its rows and TRL 1.16's max_length rules for them
     (hpcmem.data.batches cites the trainer code each follows)."""
 
+    dataset: DatasetType = ""               # the dataset type its `_prepare_dataset` tokenizes ("": not profiled)
+    measures_prompt: bool = True            # the prompt is tokenized apart (its length a part); Reward: not
     row_parts: tuple[str, ...] = ()         # per-example token counts that form its rows, in row order
     profile_as: str = ""                    # another trainer whose profile it reads (RLOO tokenizes prompts as GRPO)
     truncates: bool = True                  # max_length cuts its rows (GRPO's prompts are not cut)

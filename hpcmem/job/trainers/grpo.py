@@ -9,6 +9,6 @@ ENTRY = TrainerEntry(
                                   "router_aux_loss_coef"),
     defaults={"beta": 0.0, "num_generations": 8},
     generates=True, reference="when_beta", old_logps="when_misaligned",
-    lengths=Lengths(row_parts=("prompt",), truncates=False),
+    lengths=Lengths(dataset="prompt_only", row_parts=("prompt",), truncates=False),
     hooks=RL_HOOKS,
 )

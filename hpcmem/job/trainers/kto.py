@@ -14,7 +14,7 @@ ENTRY = TrainerEntry(
                        "router_aux_loss_coef"),
     defaults={"beta": 0.1, "disable_dropout": True},
     reference="unless_precomputed",
-    lengths=Lengths(row_parts=("length",), drops_long_prompt=True, kl_rows=True),
+    lengths=Lengths(dataset="unpaired_preference", row_parts=("length",), drops_long_prompt=True, kl_rows=True),
     hooks=Hooks(rules="hpcmem.job.trainers.kto_rules:check", trace_design="hpcmem.trace.kto:design",
                 trace_build="hpcmem.trace.kto:build", trace_check="hpcmem.trace.kto:check_traceable",
                 trace_notes="hpcmem.trace.kto:notes", probe_dataset="hpcmem.trace.kto:probe_dataset"),

@@ -8,6 +8,6 @@ ENTRY = TrainerEntry(
     fields=COMMON + GENERATION + ("disable_dropout", "router_aux_loss_coef"),
     defaults={"beta": 0.05, "num_generations": 2},
     generates=True, reference="when_beta", old_logps="always",
-    lengths=Lengths(row_parts=("prompt",), truncates=False, profile_as="grpo"),
+    lengths=Lengths(dataset="prompt_only", row_parts=("prompt",), truncates=False, profile_as="grpo"),
     hooks=RL_HOOKS,
 )

@@ -8,7 +8,7 @@ ENTRY = TrainerEntry(
     fields=COMMON + ("max_length", "packing", "packing_strategy", "padding_free", "activation_offloading",
                        "router_aux_loss_coef"),
     packs=True,
-    lengths=Lengths(row_parts=("length",), drops_long_prompt=True),
+    lengths=Lengths(dataset="language_modeling", row_parts=("length",), drops_long_prompt=True),
     hooks=Hooks(rules="hpcmem.job.rules:check_sft", trace_design="hpcmem.trace.data:design_sft",
                 trace_build="hpcmem.trace.trainer:build_sft", probe_dataset="hpcmem.probe.fixtures:design_dataset"),
 )
