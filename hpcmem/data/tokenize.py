@@ -26,13 +26,18 @@ PARTS = {"language_modeling": ("length",), "preference": ("prompt", "chosen", "r
          "unpaired_preference": ("length", "prompt")}
 
 
+def _dataset(trainer: str) -> str:
+    """The TRL dataset type a profiled trainer tokenizes (its registry entry's `lengths.dataset`); "" for any other."""
+    return REGISTRY[trainer].lengths.dataset if trainer in TRAINERS else ""
+
+
 def detect_format(trainer: str, columns: list[str], first: Mapping, dataset_text_field: str) -> str:
     """The dataset type TRL sees for this trainer, or a MissingColumn error naming what it needs."""
     from trl.data_utils import is_conversational, is_conversational_from_value
 
     conv = is_conversational(first) or is_conversational_from_value(first)
     have = ", ".join(columns)
-    dataset = REGISTRY[trainer].lengths.dataset if trainer in TRAINERS else ""
+    dataset = _dataset(trainer)
     if dataset == "language_modeling":
         if "input_ids" in columns:
             return "tokenized"
@@ -178,7 +183,7 @@ def tokenize_lengths(dataset, tokenizer, *, trainer: str, dataset_text_field: st
     """(format, {part: lengths in dataset order}) for the whole dataset, with a progress bar."""
     import pyarrow.compute as pc
 
-    if trainer in TRAINERS and REGISTRY[trainer].lengths.dataset == "unpaired_preference" and len(dataset):
+    if _dataset(trainer) == "unpaired_preference" and len(dataset):
         dataset = kto_examples(dataset, num_proc)
     columns = list(dataset.column_names)
     fmt = detect_format(trainer, columns, dataset[0], dataset_text_field)

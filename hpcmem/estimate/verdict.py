@@ -25,7 +25,7 @@ campaign rehearsed on CPU measured no device peak, so its GPU keeps the default 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from hpcmem.estimate.names import Level, Name
@@ -56,10 +56,8 @@ class Calibration:
     campaign: Campaign | None = None
 
     def to_json(self) -> dict[str, Any]:
-        c = self.campaign
         return {"status": self.status, "gpu": self.gpu, "n": self.n, "coverage": self.coverage, "note": self.note,
-                "campaign": None if c is None else {"name": c.name, "site": c.site, "date": c.date, "n": c.n,
-                                                    "device": c.device}}
+                "campaign": None if self.campaign is None else asdict(self.campaign)}
 
 
 @dataclass(frozen=True, kw_only=True)

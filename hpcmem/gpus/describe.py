@@ -12,8 +12,8 @@ Forms accepted wherever a GPU is named (`--gpu`, a preset's `gpu:`):
     a preset's mapping: {name, memory_gb, usable_gb, compute_capability, bf16_tflops}, the same fields
 
 −1 GiB is the catalog's rule for capacities no measurement published (hpcmem/gpus.json: more than what the GPUs
-measured lose between nvidia-smi's total and torch's; estimator/LOG.md). A described GPU is uncalibrated until a campaign (hpcmem
-calibrate) writes `<name>.json` on the calibration search path; the estimate says so.
+measured lose between nvidia-smi's total and torch's; estimator/LOG.md). A described GPU is uncalibrated until a
+campaign (hpcmem calibrate) writes `<name>.json` on the calibration search path; the estimate says so.
 """
 
 from __future__ import annotations
