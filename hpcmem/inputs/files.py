@@ -22,6 +22,10 @@ from hpcmem.errors import SpecError
 KIB, MIB = 1024, 1024**2
 MAX_DEPTH = 64                  # nesting levels of a YAML or JSON document (real configs use fewer than 10)
 MAX_VALUES = 100_000            # values a YAML document may expand to, aliases counted as often as they are used
+# Digits of one integer in a YAML or JSON document: every count hpcmem reads fits in 19 (int64). Python refuses to
+# convert text of over 4,300 digits (sys.int_info.str_digits_check_threshold) with a ValueError deep in the parser;
+# refusing far earlier keeps that, and any quadratic conversion, out of reach.
+MAX_INT_DIGITS = 64
 # Largest file read, per kind: a TRL or accelerate YAML, a preset and a config.json are a few KiB; a length profile
 # holds up to 2,000,000 lengths per part (hpcmem.data.profile); probe records are one JSON line per run; a sharded
 # checkpoint's model.safetensors.index.json names every tensor (a few MiB for the largest Hub models).
@@ -98,6 +102,14 @@ def _limited_loader(source: str):
             _count_values(node, source)
             return node
 
+        def construct_yaml_int(self, node):
+            if sum(ch.isdigit() for ch in node.value) > MAX_INT_DIGITS:
+                raise InputFileError(f"{source}: an integer of {sum(ch.isdigit() for ch in node.value):,} digits "
+                                     f"(line {node.start_mark.line + 1}); no count hpcmem reads has over "
+                                     f"{MAX_INT_DIGITS}")
+            return super().construct_yaml_int(node)
+
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
     return Loader
 
 
@@ -168,13 +180,23 @@ def check_depth(value: Any, source: str, max_depth: int = MAX_DEPTH) -> None:
             stack.extend((v, depth + 1) for v in item)
 
 
+def bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-')):,} digits; no count hpcmem reads has over "
+                         f"{MAX_INT_DIGITS}")
+    return int(text)
+
+
 def load_json(text: str | bytes, source: str) -> Any:
+    """A JSON document within the depth limit, its integers within MAX_INT_DIGITS (json's `parse_int` hook)."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_int=bounded_int)
     except json.JSONDecodeError as exc:
         raise InputFileError(f"{source} is not JSON ({exc.msg}, line {exc.lineno})") from None
     except RecursionError:
         raise InputFileError(f"{source}: nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:       # bounded_int's refusal
+        raise InputFileError(f"{source}: {exc}") from None
     check_depth(value, source)
     return value
 

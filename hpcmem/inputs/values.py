@@ -15,6 +15,7 @@ import re
 from typing import Any, Iterable
 
 from hpcmem.errors import SpecError
+from hpcmem.inputs.files import bounded_int, check_depth
 
 # The largest count hpcmem accepts (batch sizes, lengths, processes, sizes in a config.json): int32's maximum. No real
 # job comes near it; it keeps every product of a few counts far inside a float's range and every loop bounded.
@@ -25,6 +26,10 @@ TRUE_WORDS = ("yes", "true", "t", "y", "1")
 FALSE_WORDS = ("no", "false", "f", "n", "0")
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Invisible characters that change how text reads without changing what it is: bidirectional overrides and isolates
+# (U+202A–202E, U+2066–2069: "Trojan Source"), zero-width spaces and joiners, the word joiner, the byte-order mark,
+# the line and paragraph separators. A terminal or an editor showing a script or a path holding one misleads.
+_INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 # lone surrogates: what Python makes of bytes that are not UTF-8 on the command line (os.fsdecode's surrogateescape)
 _NOT_UTF8 = re.compile("[\ud800-\udfff]")
 
@@ -111,6 +116,10 @@ def text(field: str, value: Any, *, max_len: int = MAX_TEXT, numbers_ok: bool = 
         raise fail(field, value, f"text of at most {max_len} characters (this has {len(value)})")
     if not controls and _CONTROL.search(value):
         raise fail(field, value, "text without control characters (line breaks, tabs, NUL, escapes)")
+    if _INVISIBLE.search(value):
+        found = _INVISIBLE.search(value).group()
+        raise fail(field, value, f"text without invisible characters (U+{ord(found):04X}: a bidirectional "
+                                 "override, zero-width or separator character)")
     if _NOT_UTF8.search(value):
         raise fail(field, value, "text in UTF-8 (these bytes are not)")
     return value
@@ -136,10 +145,12 @@ def json_object(field: str, value: Any) -> dict:
         if len(value) > 65536:
             raise fail(field, value, "a JSON object of at most 64 KiB")
         try:
-            value = json.loads(value)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            value = json.loads(value, parse_int=bounded_int)
+        except (ValueError, RecursionError) as exc:
+            reason = (exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+                      if isinstance(exc, RecursionError) else str(exc))
             raise fail(field, value, f"a JSON object ({reason})") from None
+        check_depth(value, field)
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
         raise fail(field, value, "a mapping of names to values (e.g. {\"selective\": true})")
     return value

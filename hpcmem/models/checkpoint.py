@@ -15,12 +15,11 @@ reader refuses a header over 100,000,000 bytes (safetensors/src/tensor.rs MAX_HE
 
 from __future__ import annotations
 
-import json
 import struct
 from pathlib import Path
 
 from hpcmem.errors import SpecError
-from hpcmem.inputs.files import load_json_file, open_regular
+from hpcmem.inputs.files import load_json, load_json_file, open_regular
 
 MAX_HEADER = 100_000_000
 # transformers 5.24 modeling_utils.py `str_to_torch_dtype`: the safetensors dtypes it loads, as torch names; any other
@@ -48,6 +47,8 @@ def checkpoint_load_dtype(folder: Path) -> tuple[str | None, str]:
             shards = sorted({v for v in weights.values() if isinstance(v, str)}) if isinstance(weights, dict) else []
             if not shards:
                 return None, "model.safetensors.index.json lists no shard"
+            if any(ch < " " or ch == "\x7f" for ch in shards[0]):
+                return None, f"model.safetensors.index.json names shard {shards[0]!r}, which holds a control character"
             return _first_dtype(folder / shards[0]), shards[0]
     except SpecError as exc:
         return None, "; ".join(exc.problems)
@@ -83,8 +84,8 @@ def read_header(file: Path) -> dict:
     except OSError as exc:
         raise SpecError(f"cannot read {file.name}: {exc.strerror or exc}") from None
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        header = load_json(raw.decode("utf-8"), f"{file.name}: the safetensors header")
+    except UnicodeDecodeError:
         raise SpecError(f"{file.name}: the safetensors header is not UTF-8 JSON") from None
     if not isinstance(header, dict):
         raise SpecError(f"{file.name}: the safetensors header is not a JSON object")
