@@ -15,8 +15,10 @@ from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.inputs.files import exists, is_file, load_yaml_file
 from hpcmem.inputs.values import json_object, shown
+from hpcmem.job.accelerate_keys import check_accelerate_keys
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.mesh_rules import check_layout_settings
+from hpcmem.job.parallelism import PREFIX as PARALLELISM_PREFIX
 from hpcmem.job.parallelism import parallelism_settings, reshard_after_forward
 from hpcmem.job.settings import check_settings
 from hpcmem.job.spec import ParallelSpec, TrainSpec
@@ -63,6 +65,7 @@ def accelerate_settings(name_or_path: str) -> dict[str, Any]:
         raise HpcmemError(f"--accelerate_config {shown(name_or_path)} is neither a shipped TRL config "
                           f"({', '.join(SHIPPED_ACCELERATE)}) nor a file")
     raw = read_yaml(name_or_path, "accelerate config")
+    check_accelerate_keys(raw, f"accelerate config {name_or_path}")
     out: dict[str, Any] = {k: raw[k] for k in ("distributed_type", "num_processes", "num_machines") if k in raw}
     for engine, block, keys in (
             ("DEEPSPEED", "deepspeed_config", ("zero_stage", "offload_optimizer_device", "offload_param_device",
@@ -155,7 +158,9 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None,
     type's real trainer requires, instead of TRL's default that the type refuses."""
     s = _normalise(check_settings(settings, "settings"))
     e = entry(trainer)
-    not_read = check_fields(e.config_class, {k: v for k, v in s.items() if k not in TRAIN_FIELDS | PARALLEL_FIELDS})
+    not_read = check_fields(e.config_class, {k: v for k, v in s.items() if k not in TRAIN_FIELDS | PARALLEL_FIELDS},
+                            own=JOB_FIELDS | {k for k in s if k.startswith(PARALLELISM_PREFIX.rstrip("_"))},
+                            script_class=e.script_class)
     defaults = e.defaults
     train_kw = {**defaults, **{k: v for k, v in s.items() if k in TRAIN_FIELDS}}
     par_kw = {k: v for k, v in s.items() if k in PARALLEL_FIELDS}

@@ -6,6 +6,7 @@ anything is estimated or submitted."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections import Counter
 
 import pytest
@@ -26,6 +27,15 @@ def trl_classes() -> dict[str, type]:
             **{e.config_class: getattr(trl, e.config_class) for e in REGISTRY.values()}}
 
 
+def script_classes() -> dict[str, type]:
+    """The script's own dataclasses `trl <trainer>` parses beside the config (trl/scripts/<name>.py make_parser)."""
+    from trl.scripts.grpo import GRPOScriptArguments
+    from trl.scripts.rloo import RLOOScriptArguments
+
+    return {"ScriptArguments": trl.ScriptArguments, "DatasetMixtureConfig": trl.DatasetMixtureConfig,
+            "GRPOScriptArguments": GRPOScriptArguments, "RLOOScriptArguments": RLOOScriptArguments}
+
+
 def test_declared_fields_are_trls():
     classes = trl_classes()
     base = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
@@ -33,13 +43,20 @@ def test_declared_fields_are_trls():
         own = [f.name for f in dataclasses.fields(cls)
                if name in ("TrainingArguments", "ModelConfig") or f.name not in base]
         assert list(declared()[name]) == own, name
-    assert set(declared()) == set(classes)
+    script_base = {f.name for f in dataclasses.fields(trl.ScriptArguments)}
+    for name, cls in script_classes().items():
+        own = [f.name for f in dataclasses.fields(cls) if name == "ScriptArguments" or f.name not in script_base]
+        assert list(declared()[name]) == own, name
+    assert set(declared()) == set(classes) | set(script_classes())
+    for e in REGISTRY.values():        # each entry names the script class its script parses
+        parser_classes = importlib.import_module(e.script).make_parser().dataclass_types
+        assert e.script_class in [c.__name__ for c in parser_classes], e.name
 
 
 def test_every_field_is_classified_with_a_reason():
     table: dict[str, Counter] = {}
     missing = []
-    for cls_name, cls in trl_classes().items():
+    for cls_name, cls in {**trl_classes(), **script_classes()}.items():
         for f in dataclasses.fields(cls):
             if cls_name not in ("TrainingArguments", "ModelConfig") and f.name in declared()["TrainingArguments"]:
                 continue                     # a TrainingArguments field a TRL config re-declares with its default
@@ -126,3 +143,44 @@ def test_flag_help_gives_each_trainers_default_as_trls_config_has_it(name):
         trl_default = next(f.default for f in dataclasses.fields(getattr(trl, e.config_class)) if f.name == name)
         if trl_default is not None:
             assert f"{e.name} {trl_default!r}" in option.help, (e.name, trl_default, option.help)
+
+
+KEYS = ["max_seq_length", "per_device_train_batchsize", "max_length", "dataset_name", "dataset_text_field",
+        "lora_r", "reward_funcs", "learning_rate", "gpu", "num_proceses", "streaming", "evaluation_strategy"]
+
+
+@pytest.mark.parametrize("trainer", ["sft", "grpo", "kto"])
+def test_a_yaml_key_is_refused_exactly_when_trls_parser_leaves_it_unread(trainer, tmp_path):
+    """`trl <trainer> --config x.yaml` parses the YAML with the script's TrlParser and hands every key no dataclass
+    consumed to `accelerate launch`, which stops on it (trl/cli/commands/training.py). hpcmem refuses a key as
+    unknown exactly when TRL's own parser leaves it unconsumed — hpcmem's own keys (gpu) aside."""
+    import yaml
+
+    e = REGISTRY[trainer]
+    for key in KEYS:
+        value = ["accuracy_reward"] if key == "reward_funcs" else "H100-80GB" if key == "gpu" else 8
+        cfg = tmp_path / f"{key}.yaml"
+        cfg.write_text(yaml.safe_dump({"model_name_or_path": "Qwen/Qwen2.5-0.5B", "output_dir": str(tmp_path),
+                                       "use_cpu": True,
+                                       key: value}))
+        parser = importlib.import_module(e.script).make_parser()
+        *_, config_left, _ = parser.parse_args_and_config(["--config", str(cfg)], return_remaining_strings=True,
+                                                          separate_remaining_strings=True)
+        trl_unread = f"--{key}" in config_left
+        try:
+            build_job(trainer, {"model_name_or_path": "Qwen/Qwen2.5-0.5B", key: value})
+            refused = ""
+        except SpecError as exc:
+            refused = " ".join(exc.problems)
+        unknown = "is not a field of" in refused or f"has no {key} field" in refused
+        if key == "gpu":
+            assert trl_unread and not refused          # hpcmem's own key, which hpcmem reads and strips
+        else:
+            assert unknown == trl_unread, (trainer, key, refused, config_left)
+
+
+def test_an_older_trl_name_is_refused_with_the_new_one():
+    with pytest.raises(SpecError, match="max_seq_length is not a field of TRL 1.16.*write max_length"):
+        build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "max_seq_length": 2048})
+    with pytest.raises(SpecError, match="did you mean per_device_train_batch_size"):
+        build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "per_device_train_batchsize": 1})

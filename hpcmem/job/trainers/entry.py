@@ -69,6 +69,7 @@ class TrainerEntry:
     name: str
     config_class: str
     trainer_class: str
+    script_class: str = "ScriptArguments"   # the script's own arguments (trl/scripts/<name>.py make_parser)
     fields: tuple[str, ...]                 # TrainSpec fields its config class declares (ModelConfig's apart)
     defaults: Mapping[str, Any] = field(default_factory=dict)    # its config's defaults where TrainSpec's differ
     rows_per_example: int = 1               # rows one example puts through the model (chosen + rejected: 2)

@@ -12,6 +12,7 @@ that is unclassified or has moved.
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
@@ -182,6 +183,15 @@ FIELDS: dict[str, Field] = {
     "normalize_advantages": _LOSS, "reward_clip_range": _LOSS,
     "desirable_weight": _LOSS, "undesirable_weight": _LOSS,
     "teacher_model_revision": _RUN,
+    # trl/scripts/utils.py ScriptArguments and DatasetMixtureConfig, beside every trainer's config in `trl <trainer>`
+    "dataset_name": _DATA, "dataset_config": _DATA, "dataset_train_split": _DATA, "dataset_test_split": _DATA,
+    "dataset_streaming": _DATA, "datasets": _DATA, "streaming": _DATA, "test_split_size": _DATA,
+    "ignore_bias_buffers": _no("which boolean buffers DDP skips when it broadcasts (trl/scripts/dpo.py): no tensor "
+                               "is allocated for it"),
+    # trl/scripts/grpo.py and rloo.py: GRPOScriptArguments / RLOOScriptArguments
+    "reward_funcs": _no("reward functions by name (trl.rewards), computed on the host from decoded completions"),
+    "reward_model_name_or_path": _ref("a reward model the script loads beside the policy on every GPU "
+                                      "(trl/scripts/grpo.py main): its weights and forward are not modelled"),
 }
 
 # A field whose meaning differs in one config class.
@@ -218,19 +228,55 @@ def declaring_classes(name: str) -> tuple[str, ...]:
     return tuple(cls for cls, names in declared().items() if name in names)
 
 
-def check_fields(config_class: str, settings: dict[str, Any]) -> list[str]:
-    """The settings hpcmem reads nothing from (no memory effect, or not a TRL field at all: the script's own, such as
-    dataset_name), after refusing a refused field's non-default value and a field another trainer's config declares
-    but this one does not (TrlParser would hand it to `accelerate launch`). Raises SpecError listing every problem."""
+# Fields an older TRL or transformers read under another name: a key spelled the old way is refused with the new one,
+# never read as "no memory effect" (the job would run at the new field's default).
+RENAMED = {
+    "max_seq_length": ("max_length", "SFTConfig's max_seq_length is max_length in TRL 1.x"),
+    "torch_dtype": ("dtype", "ModelConfig's torch_dtype is dtype in TRL 1.x (transformers 5 renamed it)"),
+    "evaluation_strategy": ("eval_strategy", "TrainingArguments' evaluation_strategy is eval_strategy"),
+    "per_gpu_train_batch_size": ("per_device_train_batch_size", "TrainingArguments has no per_gpu_* fields"),
+    "per_gpu_eval_batch_size": ("per_device_eval_batch_size", "TrainingArguments has no per_gpu_* fields"),
+}
+SCRIPT_CLASSES = ("ScriptArguments", "DatasetMixtureConfig")
+
+
+def unknown_field(config_class: str, name: str, known: set[str], script_class: str = "ScriptArguments") -> str:
+    """Why `name` is refused: no class `trl <trainer>` parses declares it. `trl <trainer> --config` hands an unknown
+    YAML key to `accelerate launch` as a flag (trl/cli/commands/training.py TrainingCommand.run), which stops on it;
+    the script run directly drops it (parse_args_and_config(fail_with_unknown_args=False)) — either way the job would
+    not be the one described."""
+    classes = f"{config_class}, ModelConfig, TrainingArguments, {script_class} or DatasetMixtureConfig"
+    if name in RENAMED and RENAMED[name][0] != name:
+        new, why = RENAMED[name]
+        return f"{name} is not a field of TRL 1.16 ({why}): write {new}"
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"{name} is not a field of {classes} (TRL 1.16), nor one of hpcmem's{hint}"
+
+
+def check_fields(config_class: str, settings: dict[str, Any], *, own: set[str] = frozenset(),
+                 script_class: str = "ScriptArguments") -> list[str]:
+    """The settings hpcmem reads nothing from (no memory effect), after refusing a refused field's non-default value,
+    a field another trainer's classes declare but this one's do not (TrlParser would hand it to `accelerate
+    launch`), and a name no class of `trl <trainer>` declares (`unknown_field`). `own`: hpcmem's own setting names,
+    which pass. Raises SpecError listing every problem."""
     p = Problems()
     passed: list[str] = []
-    shared = set(declared()["TrainingArguments"]) | set(declared()["ModelConfig"])
+    table = declared()
+    shared = {n for cls in ("TrainingArguments", "ModelConfig", *SCRIPT_CLASSES) for n in table[cls]}
+    mine = shared | set(table[config_class]) | set(table.get(script_class, ()))
     for name, value in settings.items():
         owners = declaring_classes(name)
-        if owners and name not in shared and config_class not in owners:
+        if not owners:
+            if name in own:
+                passed.append(name)
+            else:
+                p.add(unknown_field(config_class, name, mine | set(own) | set(field_names(TrainSpec)), script_class))
+            continue
+        if name not in mine:
             p.add(f"{name} is a {'/'.join(owners)} field; {config_class} has no {name} field — remove it")
             continue
-        field = classify(config_class, name) if owners else None
+        field = classify(config_class, name)
         if field is None:
             passed.append(name)
         elif field.kind == REFUSED and value != field.default:

@@ -5,6 +5,7 @@ from hpcmem.job.trainers.entry import Lengths, TrainerEntry
 
 ENTRY = TrainerEntry(
     name="grpo", config_class="GRPOConfig", trainer_class="GRPOTrainer",
+    script_class="GRPOScriptArguments",
     fields=COMMON + GENERATION + ("vllm_importance_sampling_correction", "cast_lm_head_to_fp32", "disable_dropout",
                                   "router_aux_loss_coef"),
     defaults={"beta": 0.0, "num_generations": 8},

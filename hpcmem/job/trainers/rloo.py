@@ -5,6 +5,7 @@ from hpcmem.job.trainers.entry import Lengths, TrainerEntry
 
 ENTRY = TrainerEntry(
     name="rloo", config_class="RLOOConfig", trainer_class="RLOOTrainer",
+    script_class="RLOOScriptArguments",
     fields=COMMON + GENERATION + ("disable_dropout", "router_aux_loss_coef"),
     defaults={"beta": 0.05, "num_generations": 2},
     generates=True, reference="when_beta", old_logps="always",
