@@ -8,13 +8,14 @@ import click
 
 from hpcmem import launch
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.cli.outputs import PNG
 from hpcmem.estimate import estimate
 from hpcmem.estimate.table import render
 from hpcmem.plots.estimate_plot import draw
 
 
-@click.command(name="estimate")
+@click.command(name="estimate", cls=TrlCommand)
 @TRAINER_ARG
 @job_options
 @click.option("--preset", "preset_ref", default=None, help="a site preset (hpcmem presets list): its GPU and defaults "

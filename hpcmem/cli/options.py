@@ -5,13 +5,14 @@ which lets `job_from_cli` apply the precedence: TRL defaults < preset < --config
 
 from __future__ import annotations
 
-import json
 from dataclasses import MISSING, fields
 from typing import Any, Callable
 
 import click
 
 from hpcmem.data.errors import ProfileError
+from hpcmem.errors import SpecError
+from hpcmem.inputs.values import json_object
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.settings import check_settings
 from hpcmem.job.spec import ParallelSpec, TrainSpec
@@ -69,15 +70,10 @@ class _Json(click.ParamType):
     name = "JSON"
 
     def convert(self, value, param, ctx):
-        if isinstance(value, dict):
-            return value
         try:
-            out = json.loads(value)
-        except json.JSONDecodeError as exc:
-            self.fail(f"{value!r} is not JSON ({exc.msg}); e.g. '{{\"selective\": true}}'", param, ctx)
-        if not isinstance(out, dict):
-            self.fail("expected a JSON object", param, ctx)
-        return out
+            return json_object(param.opts[0] if param is not None else "value", value)
+        except SpecError as exc:
+            self.fail(f"{'; '.join(exc.problems)}; e.g. '{{\"selective\": true}}'", param, ctx)
 
 
 def _param_type(name: str, default: Any) -> click.ParamType | type:
@@ -147,12 +143,15 @@ def job_options(func: Callable) -> Callable:
 
 
 def collect(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The flags the user actually gave, with 'none' turned into None (values are normalised by trl_config)."""
+    """The flags the user actually gave, with 'none' turned into None (values are normalised by trl_config), and the
+    TRL fields read from the command line beside them (hpcmem.cli.trl_argv: `trl_flags`)."""
     out = {}
     for key, value in kwargs.items():
-        if value is None or value == ():
+        if key == "trl_flags" or value is None or value == ():
             continue
         out[key] = None if value is EXPLICIT_NONE else value
+    for key, value in (kwargs.get("trl_flags") or {}).items():
+        out.setdefault(key, value)
     return out
 
 

@@ -8,6 +8,7 @@ import click
 
 from hpcmem import launch
 from hpcmem.cli.options import TRAINER_ARG, collect, job_from_cli, job_options
+from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.cli.outputs import PNG
 from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.inputs import MAX_COUNT
@@ -18,7 +19,7 @@ from hpcmem.plan.explain import render, to_json
 from hpcmem.plots.plan_plot import draw
 
 
-@click.command(name="plan")
+@click.command(name="plan", cls=TrlCommand)
 @TRAINER_ARG
 @job_options
 @click.option("--global_batch_size", "--global-batch-size", "global_batch_size", type=click.IntRange(1, MAX_COUNT),

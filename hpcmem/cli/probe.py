@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.cli.outputs import RECORDS
 from hpcmem.errors import SpecError
 from hpcmem.job.settings import check_settings
@@ -35,7 +36,7 @@ def probe_model(kwargs: dict) -> Any:
         return provisional_spec(hf_config(str(name)), str(name))
 
 
-@click.command(name="probe")
+@click.command(name="probe", cls=TrlCommand)
 @TRAINER_ARG
 @job_options
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,

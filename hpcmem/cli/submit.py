@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, collect, job_from_cli, job_options, typed
+from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.inputs.files import is_file
 from hpcmem.job.trl_config import read_yaml
@@ -31,6 +32,7 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
 def _trl_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The user's TRL YAML as written (fields hpcmem does not model travel unchanged) + --model_name_or_path."""
     fields = read_yaml(kwargs["config"]) if kwargs.get("config") else {}
+    fields.update(kwargs.get("trl_flags") or {})       # --dataset_name, --output_dir … as `trl <trainer>` reads them
     if kwargs.get("model_name_or_path"):
         fields["model_name_or_path"] = kwargs["model_name_or_path"]
     for name in ("model_name_or_path", "teacher_model_name_or_path"):
@@ -109,7 +111,7 @@ def _refuse_idle_flags(launch: dict[str, Any], use_plan: bool, allow_peft: bool)
                           "without it; add --requeue or drop it")
 
 
-@click.command(name="submit")
+@click.command(name="submit", cls=TrlCommand)
 @TRAINER_ARG
 @job_options
 @click.option("--preset", "preset_ref", required=True, help="preset NAME on the search path or a FILE (hpcmem presets list)")

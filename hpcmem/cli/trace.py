@@ -7,6 +7,7 @@ import json
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.cli.outputs import PICKLE, PNG
 from hpcmem.job.trainers import entry
 from hpcmem.plots.mpl import pyplot
@@ -15,7 +16,7 @@ from hpcmem.trace import run_trace
 from hpcmem.trace.snapshot import SnapshotRecorder
 
 
-@click.command(name="trace")
+@click.command(name="trace", cls=TrlCommand)
 @TRAINER_ARG
 @job_options
 @click.option("--kernels", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
