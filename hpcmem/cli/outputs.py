@@ -10,32 +10,13 @@ import click
 
 from hpcmem.errors import HpcmemError
 from hpcmem.inputs.files import is_file, load_json_file
-
-
-class SuffixPath(click.Path):
-    """A file path ending in one of `suffixes` (matplotlib picks the picture's format from it; every picture hpcmem
-    draws is a PNG, every snapshot a pickle)."""
-
-    def __init__(self, suffixes: tuple[str, ...], what: str) -> None:
-        super().__init__(dir_okay=False)
-        self.suffixes, self.what = suffixes, what
-        self.name = suffixes[0].lstrip(".")
-
-    def convert(self, value, param, ctx):
-        path = super().convert(value, param, ctx)
-        if Path(str(path)).suffix.lower() not in self.suffixes:
-            self.fail(f"{click.format_filename(str(path))!r} must end in {' or '.join(self.suffixes)}: it is written "
-                      f"as {self.what} (nothing else is overwritten)", param, ctx)
-        return path
-
-
-PNG = SuffixPath((".png",), "a PNG")
-PICKLE = SuffixPath((".pickle", ".pkl"), "a pickle")
+from hpcmem.plots.mpl import MARK
 
 
 class KeptFile(click.Path):
-    """A file a command writes or appends to, checked before any work: its folder must be a folder, and a file there
-    already is used only when `foreign` finds it is hpcmem's own kind; anything else is the user's and is kept."""
+    """A file a command writes or appends to, checked before any work: its folder must be a folder, a symbolic link
+    is never written through, and a file there already is used only when `foreign` finds it is hpcmem's own kind;
+    anything else is the user's and is kept."""
 
     def __init__(self, name: str, path_type: type | None = None) -> None:
         super().__init__(dir_okay=False, path_type=path_type)
@@ -56,7 +37,9 @@ class KeptFile(click.Path):
         why = self.named(path, shown)
         if why is None and path.parent.exists() and not path.parent.is_dir():
             why = f"{shown!r}: {path.parent} is not a folder"
-        if why is None and (path.exists() or path.is_symlink()):
+        if why is None and path.is_symlink():
+            why = f"{shown!r} is a symbolic link; hpcmem never writes through one (it is kept): choose another file"
+        if why is None and path.exists():
             why = self.foreign(path, shown)
         if why is not None:
             self.fail(why, param, ctx)
@@ -106,5 +89,42 @@ class ProfileOut(KeptFile):
         return None
 
 
+class SuffixPath(KeptFile):
+    """A file path ending in one of `suffixes` (matplotlib picks the picture's format from it; every picture hpcmem
+    draws is a PNG, every snapshot a pickle). A file already there is replaced only when hpcmem drew it (a PNG whose
+    Software text is hpcmem's, hpcmem.plots.mpl.MARK); a snapshot never replaces a file."""
+
+    def __init__(self, suffixes: tuple[str, ...], what: str) -> None:
+        super().__init__(suffixes[0].lstrip("."))
+        self.suffixes, self.what = suffixes, what
+
+    def named(self, path: Path, shown: str) -> str | None:
+        if path.suffix.lower() not in self.suffixes:
+            return (f"{shown!r} must end in {' or '.join(self.suffixes)}: it is written as {self.what} (nothing else "
+                    "is overwritten)")
+        return None
+
+    def foreign(self, path: Path, shown: str) -> str | None:
+        if self.suffixes == (".png",) and drawn_by_hpcmem(path):
+            return None
+        return (f"{shown!r} exists and is not {self.what} hpcmem wrote; it is kept: choose another file (or remove "
+                "it first)")
+
+
+def drawn_by_hpcmem(path: Path) -> bool:
+    """A regular PNG file whose first chunks carry hpcmem's Software text (hpcmem.plots.mpl.save writes it)."""
+    if not is_file(path) or path.is_symlink():
+        return False
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"\x89PNG\r\n\x1a\n") and PNG_MARK in head
+
+
+PNG_MARK = b"tEXtSoftware\x00" + MARK.encode()
+PNG = SuffixPath((".png",), "a PNG")
+PICKLE = SuffixPath((".pickle", ".pkl"), "a pickle")
 RECORDS = RecordsOut()
 PROFILE = ProfileOut()

@@ -139,6 +139,30 @@ def test_a_picture_path_that_is_not_a_png_or_cannot_be_written_is_refused(tmp_pa
     _refused(capsys, ["estimate", "sft", *SMALL, "--plot", str(config / "under-a-file.png")], "under-a-file.png")
 
 
+def test_a_picture_never_replaces_a_users_file_or_writes_through_a_link(tmp_path, capsys):
+    """--plot onto a file hpcmem did not draw (a photo named .png), or onto a symbolic link (to a dotfile), is refused
+    and both stay byte-identical; a picture hpcmem drew there before is replaced."""
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    photo = tmp_path / "holiday.png"
+    photo.write_bytes(b"\x89PNG\r\n\x1a\nmy photo")
+    dotfile = tmp_path / "bashrc"
+    dotfile.write_text("export PATH=/usr/bin\n")
+    link = tmp_path / "link.png"
+    link.symlink_to(dotfile)
+    _refused(capsys, ["estimate", "sft", *SMALL, "--plot", str(photo)], "holiday.png", "is kept")
+    _refused(capsys, ["estimate", "sft", *SMALL, "--plot", str(link)], "link.png", "symbolic link")
+    assert photo.read_bytes() == b"\x89PNG\r\n\x1a\nmy photo"
+    assert dotfile.read_text() == "export PATH=/usr/bin\n" and link.is_symlink()
+    ours = tmp_path / "ours.png"
+    assert run(["estimate", "sft", *SMALL, "--plot", str(ours)]) == 0
+    first = ours.read_bytes()
+    assert run(["estimate", "sft", *SMALL, "--max_length", "512", "--plot", str(ours)]) == 0
+    assert ours.read_bytes() != first and ours.read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bashrc", "holiday.png", "link.png", "ours.png"]
+
+
 def test_lengths_save_never_overwrites_what_is_not_a_length_profile(tmp_path, capsys):
     """`hpcmem lengths --save FILE` is checked before the data is read: a file there that is not a length profile
     (the user's config) is refused and kept, a path under a file is one line; an older profile may be replaced (the
