@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from hpcmem.cli.extras import EXTRAS, missing_extra
 from hpcmem.errors import HpcmemError
 
 # name -> module under hpcmem.cli holding a click command called `command`
@@ -91,14 +92,23 @@ def run(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("aborted", err=True)
         return 130
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] not in EXTRAS:
+            return _bug(exc)
+        _say(missing_extra(exc.name.split(".")[0], args))
+        return 2
     except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, the traceback on request
-        if os.environ.get("HPCMEM_DEBUG"):
-            raise
-        first = (str(exc).splitlines() or [""])[0][:200]
-        _say(f"internal error ({type(exc).__name__}: {first}); this is a bug in hpcmem — rerun with "
-             "HPCMEM_DEBUG=1 for the traceback and report it")
-        return 70
+        return _bug(exc)
     return status if isinstance(status, int) else 0
+
+
+def _bug(exc: BaseException) -> int:
+    if os.environ.get("HPCMEM_DEBUG"):
+        raise exc
+    first = (str(exc).splitlines() or [""])[0][:200]
+    _say(f"internal error ({type(exc).__name__}: {first}); this is a bug in hpcmem — rerun with "
+         "HPCMEM_DEBUG=1 for the traceback and report it")
+    return 70
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from hpcmem.cli.extras import require
 from hpcmem.datapath import write_dir
 from hpcmem.errors import SpecError
 from hpcmem.inputs.model_config import check_model_config
@@ -90,6 +91,7 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
     cfg = model_config_dict(name)
     check_model_config(cfg, name)      # the estimate's own type and range checks, before torch is imported
     learnable(cfg, name)
+    require("models learn", "torch", "transformers", "trl", "peft")
     # every refusal comes before the traces: the file is checked and the folder written to first
     target = profile_target(cfg, Path(out_dir) / "profiles" if out_dir else None, force=force)
 

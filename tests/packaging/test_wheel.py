@@ -46,3 +46,18 @@ def test_installed_wheel_is_calibrated_outside_the_checkout(tmp_path: Path) -> N
                          capture_output=True, text=True, timeout=120)
     assert pic.returncode == 2 and not (tmp_path / "e.png").exists()
     assert len(pic.stderr.strip().splitlines()) == 1 and "matplotlib" in pic.stderr and "Traceback" not in pic.stderr
+    # commands that need torch or datasets say which extra to install, in one line, before writing anything
+    xdg = tmp_path / "xdg"
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "hello"}\n')
+    for argv, module in ((["models", "learn", "openai/gpt-oss-20b"], "torch"),
+                         (["trace", "sft", "--model_name_or_path", "Qwen/Qwen2.5-0.5B"], "torch"),
+                         (["probe", "sft", "--model_name_or_path", "Qwen/Qwen2.5-0.5B"], "torch"),
+                         (["lengths", str(data), "--tokenizer", "Qwen/Qwen2.5-0.5B"], "datasets"),
+                         (["lengths", str(data), "--trainer", "kto", "--tokenizer", "x"], "datasets")):
+        done = subprocess.run([str(venv / "bin" / "hpcmem"), *argv], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2, (argv, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1 and f"needs {module}" in done.stderr, (argv, done.stderr)
+        assert "hpcmem[train]" in done.stderr and "Traceback" not in done.stderr
+    assert not (xdg / "hpcmem").exists()          # models learn made no profiles folder
