@@ -113,6 +113,10 @@ YAML_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Preset) if f.name != "
 CONTAINER_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Container))
 _REQUIRED = ("partition", "gpu", "gpus_per_node", "cpus_per_node", "max_time")
 _INT = ("gpus_per_node", "cpus_per_node", "memory_per_node_gb", "max_nodes", "signal_lead_s", "max_array_size")
+# Upper bounds no real partition reaches (the largest nodes hold 16 GPUs, a few thousand cores, tens of TB), so a
+# typo is refused before it reaches an #SBATCH line; sbatch itself would queue `--gres=gpu:1000000000` forever.
+_INT_MAX = {"gpus_per_node": 64, "cpus_per_node": 16384, "memory_per_node_gb": 1 << 20, "max_nodes": 1 << 20,
+            "signal_lead_s": 86400, "max_array_size": 4_000_000}
 _STR = ("name", "partition", "gpu", "max_time", "gpu_request", "gres_type", "account", "qos", "constraint",
         "description")
 
@@ -207,7 +211,7 @@ def from_dict(data: Any, *, source: str, default_name: str) -> Preset:
         c.problems.check(data.get(key) is not None, f"preset {source}: {key} is required")
     for key in _INT:
         if data.get(key) is not None:
-            c(v.integer, key, data[key], lo=1, text_ok=False)
+            c(v.integer, key, data[key], lo=1, hi=_INT_MAX[key], text_ok=False)
     for key in _STR:
         if data.get(key) is not None and key != "max_time":
             # every one but the description can reach an #SBATCH line or the script: no control characters
@@ -337,3 +341,13 @@ def _check_defaults(value: dict, source: str, p: Problems) -> None:
     allowed = default_keys()
     for key in sorted(set(value) - set(allowed), key=repr):
         p.add(f"preset {source}: defaults has unknown field {shown(key)}; allowed fields: {', '.join(allowed)}")
+    # the ranges and choices the specs check on construction (max_length ≥ 1, a known optim …), now rather than
+    # when a user's job is first built on this preset
+    for cls in (TrainSpec, ParallelSpec):
+        own = {k: value[k] for k in field_names(cls) if k in value and k != "trainer"}
+        try:
+            cls(**({"trainer": "sft"} if cls is TrainSpec else {}), **own)
+        except SpecError as exc:
+            p.add(f"preset {source}: defaults: {'; '.join(exc.problems)}")
+        except (TypeError, ValueError) as exc:
+            p.add(f"preset {source}: defaults: {exc}")
