@@ -25,6 +25,7 @@ from hpcmem.estimate.step import build_phases
 from hpcmem.estimate.tails import block_tails
 from hpcmem.estimate.trainers import trainer_extras
 from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
+from hpcmem.job.assumptions import describe as describe_assumptions
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.rules import job_warnings
 from hpcmem.job.shape import micro_batch, precision
@@ -147,6 +148,7 @@ def estimate(job: JobSpec) -> Estimate:
         made=made_by(job),
         gpu=job.gpu,
         extra={"layout": layout_json(job, mb)},
+        assumed=tuple(describe_assumptions(job)),
     )
 
 

@@ -109,6 +109,7 @@ class Estimate:
     extra: dict = field(default_factory=dict)
     made: str = "derived"               # how the layers' terms were made: derived formulas, or a learned profile
     gpu: GpuSpec | None = None          # the GPU judged against (capacity, margins); None: no verdict
+    assumed: tuple[dict, ...] = ()      # values assumed rather than read (hpcmem.job.assumptions.describe)
 
     @property
     def peak_phase(self) -> Phase:
@@ -168,6 +169,7 @@ class Estimate:
             "verdict": verdict.to_json() if verdict else None,
             "headroom_bytes": self.headroom_bytes,
             "warnings": list(self.warnings),
+            "assumed": [dict(a) for a in self.assumed],
             "not_modelled": list(self.not_modelled),
             "layout": self.extra.get("layout"),         # the parallelism_config in force (hpcmem.job.mesh), or null
         }

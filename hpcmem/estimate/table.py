@@ -45,6 +45,8 @@ def render(est: Estimate) -> str:
         lines.append(f"  {p.name:<28}{gib(p.bytes):>14}{mark}")
     if est.made != "derived":
         lines.append(f"layer terms: {est.made}")
+    for a in est.assumed:
+        lines.append(f"assumed: {a['field']} {a['value']} ({a['why']}; set it with {a['set_with']})")
     for w in est.warnings:
         lines.append(f"warning: {w}")
     lines.append("not modelled: " + "; ".join(est.not_modelled))

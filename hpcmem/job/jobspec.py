@@ -23,6 +23,7 @@ class JobSpec:
     expandable_segments: bool = False
     tokens_per_micro_batch: int | None = None   # hpcmem-only: from a length profile (hpcmem lengths), else worst case
     teacher: ModelSpec | None = None            # distillation: the model teacher_model_name_or_path names
+    assumed: tuple[str, ...] = ()               # values taken as hpcmem's assumption (hpcmem.job.assumptions)
 
     def __post_init__(self) -> None:
         tokens = self.tokens_per_micro_batch

@@ -16,6 +16,7 @@ from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.inputs.files import exists, is_file, load_yaml_file
 from hpcmem.inputs.values import json_object, shown
 from hpcmem.job.accelerate_keys import check_accelerate_keys
+from hpcmem.job.assumptions import assumed_names
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.mesh_rules import check_layout_settings
 from hpcmem.job.parallelism import PREFIX as PARALLELISM_PREFIX
@@ -182,7 +183,8 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None,
     try:
         job = JobSpec(model=model, train=TrainSpec(trainer=trainer, **train_kw), parallel=ParallelSpec(**par_kw),
                       gpu=gpu, expandable_segments=bool(s.get("expandable_segments", False)),
-                      tokens_per_micro_batch=s.get("tokens_per_micro_batch"), teacher=teacher)
+                      tokens_per_micro_batch=s.get("tokens_per_micro_batch"), teacher=teacher,
+                      assumed=assumed_names(trainer, s, s.get("tokens_per_micro_batch")))
     except TypeError as exc:
         raise SpecError(f"invalid setting: {exc}") from None
     check_layout_settings(s, job)       # TRL fields outside the spec that a layout refuses (hpcmem.job.mesh_rules)
