@@ -11,8 +11,13 @@ from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
 from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.cli.outputs import PNG
 from hpcmem.estimate import estimate
+from hpcmem.estimate.names import Level
 from hpcmem.estimate.table import render
 from hpcmem.plots.estimate_plot import draw
+
+
+# `--check`'s exit statuses (README: exit statuses); 2 stays bad input, 70 a bug in hpcmem
+CHECK_STATUS = {Level.TIGHT: 3, Level.DOES_NOT_FIT: 4}
 
 
 @click.command(name="estimate", cls=TrlCommand)
@@ -23,7 +28,10 @@ from hpcmem.plots.estimate_plot import draw
 @click.option("--plot", "plot_path", type=PNG, default=None,
               help="also draw the phases as stacked bars with capacity and safe bound, as a PNG (needs matplotlib)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (stable contract) instead of a table")
-def command(trainer: str, plot_path: str | None, as_json: bool, preset_ref: str | None, **kwargs) -> None:
+@click.option("--check", is_flag=True, help="exit 0 only when the job fits the GPU: 3 when it is tight (the point "
+              "estimate fits, the safe bound does not), 4 when it does not fit (needs --gpu or --preset)")
+def command(trainer: str, plot_path: str | None, as_json: bool, preset_ref: str | None, check: bool,
+            **kwargs) -> None:
     """Estimate peak allocated / reserved / device memory per GPU for a TRL trainer.
 
     Flags and --config keys are TRL's own field names (SFTConfig, DPOConfig, GRPOConfig, ModelConfig …).
@@ -34,6 +42,8 @@ def command(trainer: str, plot_path: str | None, as_json: bool, preset_ref: str 
         found = launch.load_preset(preset_ref)
         preset = {**found.defaults, "gpu": found.gpu}
     job, ignored = job_from_cli(trainer, kwargs, preset=preset)
+    if check and job.gpu is None:
+        raise click.UsageError("--check judges the job against a GPU: give --gpu or --preset")
     est = estimate(job)
     picture = _plot(est, plot_path, job.parallel.world_size) if plot_path else None
     if as_json:
@@ -45,6 +55,8 @@ def command(trainer: str, plot_path: str | None, as_json: bool, preset_ref: str 
             click.echo("ignored (no memory effect modelled): " + ", ".join(ignored))
         if picture:
             click.echo(f"plot: {picture}")
+    if check and est.verdict is not None and est.verdict.level != Level.FITS:
+        raise click.exceptions.Exit(CHECK_STATUS[est.verdict.level])
 
 
 def _plot(est, path: str, world_size: int) -> str:

@@ -835,3 +835,17 @@ def test_logs_follow_outlives_a_log_that_goes_away(tmp_path, capsys):
     kept.write_text("a\nmore\n")
     _print_new(offsets)
     assert capsys.readouterr().out == "more\n"
+
+
+def test_check_gives_scripts_an_exit_status_per_verdict(capsys):
+    """`estimate --check`: 0 fits, 3 tight, 4 does not fit — the level its own --json verdict names; 2 without a GPU."""
+    seen = {}
+    for batch in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64):
+        argv = ["estimate", "sft", "--model_name_or_path", "Qwen/Qwen2.5-7B", "--dtype", "bfloat16", "--use_peft",
+                "--gpu", "H100-80GB", "--max_length", "2048", "--per_device_train_batch_size", str(batch)]
+        capsys.readouterr()
+        assert run([*argv, "--json"]) == 0
+        level = json.loads(capsys.readouterr().out)["verdict"]["level"]
+        seen[level] = run([*argv, "--check"])
+    assert seen == {"fits": 0, "does not fit": 4} or seen == {"fits": 0, "tight": 3, "does not fit": 4}, seen
+    assert run(["estimate", "sft", *SMALL, "--check"]) == 2
