@@ -19,7 +19,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,23 +83,38 @@ def _jsonable(value: Any) -> Any:
 
 
 def write(run_dir: Path, contents: dict[str, str]) -> None:
-    """Create `run_dir` (it must not exist) and write each file; refuses to touch an existing folder."""
+    """Create `run_dir` (it must not exist) with every file, whole or not at all: the files are written into a new
+    temporary folder beside it, which is renamed to `run_dir` once all are there (rename(2) refuses an existing
+    non-empty folder, and an empty one is refused first); a failure removes the temporary folder."""
+    if os.path.lexists(run_dir):
+        raise HpcmemError(f"run folder {run_dir} already exists; hpcmem never overwrites a run")
     try:
-        run_dir.mkdir(parents=True, exist_ok=False)
-    except FileExistsError:
-        raise HpcmemError(f"run folder {run_dir} already exists; hpcmem never overwrites a run") from None
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.partial-", dir=run_dir.parent))
     except (OSError, ValueError) as exc:
         raise HpcmemError(f"cannot create run folder {str(run_dir)!r}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        (run_dir / "logs").mkdir()
+        umask = os.umask(0)
+        os.umask(umask)
+        partial.chmod(0o777 & ~umask)      # as mkdir would make it (mkdtemp makes 0700)
+        (partial / "logs").mkdir()
         for name, text in contents.items():
-            path = run_dir / name
-            with open(path, "x") as fh:       # "x": fail rather than overwrite
+            path = partial / name
+            with open(path, "x", encoding="utf-8") as fh:       # "x": fail rather than overwrite
                 fh.write(text)
             if name == SCRIPT:
                 path.chmod(0o755)
-    except OSError as exc:
-        raise HpcmemError(f"cannot write the run folder {run_dir}: {exc.strerror or exc}") from None
+        if os.path.lexists(run_dir):
+            raise FileExistsError(run_dir)
+        os.rename(partial, run_dir)
+    except FileExistsError:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise HpcmemError(f"run folder {run_dir} already exists; hpcmem never overwrites a run") from None
+    except (OSError, UnicodeError) as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else \
+            "a value is not UTF-8 text" if isinstance(exc, UnicodeError) else str(exc)
+        raise HpcmemError(f"cannot write the run folder {run_dir}: {why}; nothing was left behind") from None
 
 
 def spec_json(launch: Launch) -> str:
