@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.calibrate.case import CampaignCase
-from hpcmem.errors import Problems
+from hpcmem.errors import HpcmemError, Problems
 from hpcmem.inputs import values as v
 from hpcmem.inputs.files import load_yaml_file
 from hpcmem.job.settings import check_settings
 from hpcmem.job.spec import TRAINERS  # every registered trainer (hpcmem.job.trainers)
+from hpcmem.job.trl_config import build_job
 from hpcmem.probe.matrix import Case
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
@@ -59,5 +60,9 @@ def _case(item: Any, where: str, gpus_per_node: int, max_nodes: int | None) -> C
     if gpus * nodes > 1:
         flags.setdefault("num_processes", gpus * nodes)
         flags.setdefault("num_machines", nodes)
+    try:        # the job as a probe will build it: ranges, the model's config, the trainer's rules — now, not mid-run
+        build_job(trainer, {"model_name_or_path": model, **flags})
+    except HpcmemError as exc:
+        raise v.InputError(f"{where}: {'; '.join(getattr(exc, 'problems', None) or [str(exc)])}") from None
     return CampaignCase(case=Case(name, trainer, model, flags, 60.0, solo=gpus * nodes > 1), family="site",
                         gpus=gpus, nodes=nodes)

@@ -30,6 +30,10 @@ def _options(preset: Any, kw: dict[str, Any]) -> Any:
     if kw["only"] is not None and not [p for p in kw["only"].split(",") if p.strip()]:
         raise HpcmemError(f"--only {kw['only']!r} holds no case pattern; give comma-separated patterns such as "
                           "'sft-q05-*,zero3-*', or leave --only out for every case")
+    if kw["device"] == "cpu" and not kw["tiny"]:
+        # a CPU node runs full-size 7B–70B cases for hours and measures no GPU peak: a rehearsal is shrunken
+        raise HpcmemError("--device cpu is a rehearsal of the campaign on CPU nodes: add --tiny (every model shrunk, "
+                          "as the GPU kit does); full-size cases belong on the preset's GPUs (--device cuda)")
     extra = site_cases.load(kw["cases_file"], gpus_per_node=preset.gpus_per_node,
                             max_nodes=preset.max_nodes) if kw["cases_file"] else []
     return Options(campaign_dir=Path(kw["campaign_dir"] or f"campaigns/{preset.name}"), device=kw["device"],

@@ -142,6 +142,9 @@ def test_a_campaign_folder_belongs_to_its_preset(tmp_path):
     ({"name": "x", "trainer": "sft", "model": "Qwen/Qwen2.5-0.5B", "gpus": 9}, "gpus must be an integer in 1..8"),
     ({"name": "x", "trainer": "sft", "model": "Qwen/Qwen2.5-0.5B", "oops": 1}, "unknown key oops"),
     ({"name": "x", "trainer": "sft", "model": "Qwen/Qwen2.5-0.5B", "flags": {"max_length": 1.5}}, "max_length"),
+    ({"name": "x", "trainer": "sft", "model": "Qwen/Qwen2.5-0.5B", "flags": {"max_length": -5}}, "max_length must be"),
+    ({"name": "x", "trainer": "sft", "model": "Qwen/Qwen2.5-0.5B", "flags": {"max_seq_length": 64}}, "max_length"),
+    ({"name": "x", "trainer": "sft", "model": "/dev/null"}, "not a regular file"),
 ])
 def test_site_cases_are_checked_where_they_enter(tmp_path, capsys, item, message):
     import yaml
@@ -204,3 +207,11 @@ def test_planning_a_campaign_stays_light():
             "assert not {'torch', 'transformers', 'trl', 'deepspeed'} & set(sys.modules), sorted(sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_cpu_rehearsal_must_be_shrunken(capsys):
+    from hpcmem.cli import run
+
+    assert run(["calibrate", "--preset", "example-h100", "--device", "cpu", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "--tiny" in err and err.count("\n") == 1, err
