@@ -13,6 +13,7 @@ from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.inputs.files import is_file
 from hpcmem.job.trl_config import read_yaml
 from hpcmem.launch import LaunchOptions, load_preset, submit
+from hpcmem.launch.backends import Submitit
 from hpcmem.launch.presets import preset_settings
 from hpcmem.plan import search
 from hpcmem.plan.explain import host_lines
@@ -77,7 +78,7 @@ def _build(trainer: str, preset_ref: str, launch: dict[str, Any], kwargs: dict[s
     return job, preset, options
 
 
-def _report(done, as_json: bool, dry_run: bool) -> None:
+def _report(done, as_json: bool, dry_run: bool, script: str | None = None) -> None:
     p = done.prepared
     if as_json:
         click.echo(json.dumps({"run_dir": done.run_dir, "job_id": done.job_id, "backend": done.submitted.backend,
@@ -86,7 +87,7 @@ def _report(done, as_json: bool, dry_run: bool) -> None:
                                "script": p.files.script}, indent=2))
         return
     if dry_run:
-        click.echo(p.contents["job.sbatch"])
+        click.echo(script if script is not None else p.contents["job.sbatch"])
     launch = p.launch
     click.echo(f"preset {launch.preset.name}: partition {launch.preset.partition}, {launch.nodes} node(s) × "
                f"{launch.gpus_per_node} {launch.preset.gpu} GPU(s) × {launch.cpus_per_task} CPUs, time {launch.time_limit.describe()}")
@@ -158,4 +159,6 @@ def command(trainer: str, preset_ref: str, backend: str, dry_run: bool, force: b
     if backend == "submitit" and not dry_run:
         click.echo(f"submitted job {done.job_id} through submitit")
         return
-    _report(done, as_json, dry_run)
+    # with --backend submitit, the dry run shows the file submitit would submit (its own #SBATCH lines and srun)
+    script = Submitit().script(done.prepared) if backend == "submitit" and dry_run else None
+    _report(done, as_json, dry_run, script)

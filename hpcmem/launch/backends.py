@@ -100,8 +100,8 @@ class Sbatch:
 
 def _refusal(what: str, done: subprocess.CompletedProcess, prepared: Prepared) -> str:
     launch = prepared.launch
-    said = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
-    return (f"{what} rejected the job: {said}\n"
+    said = " ".join((done.stderr or done.stdout).split()) or f"exit status {done.returncode}"
+    return (f"{what} rejected the job: {said}; "
             f"hpcmem asked partition {launch.preset.partition!r} for {launch.nodes} node(s) × "
             f"{launch.gpus_per_node} GPU(s) × {launch.cpus_per_task} CPUs for {launch.time}; "
             f"check the preset against the cluster with `hpcmem presets check {launch.preset.name}` "
@@ -127,11 +127,39 @@ class Submitit:
         launch = prepared.launch
         if launch.options.requeue:
             raise HpcmemError("--requeue needs the sbatch backend (submitit's requeue is step-wide USR2 + pickles)")
+        if self.cluster in (None, "slurm"):
+            # submitit calls sbatch itself and, when it cannot run, ends in FailedJobError after its own retries;
+            # asking sbatch for its version first answers in one line, at once
+            done = run_command(["sbatch", "--version"], timeout_s=30)
+            if done.returncode != 0:
+                raise SubmitError(f"sbatch cannot run here ({' '.join((done.stderr or done.stdout).split())[:200] or done.returncode}); submitit submits through it")
         folder = f"{prepared.files.run_dir}/submitit/%j"
-        executor = submitit.AutoExecutor(folder=folder, cluster=self.cluster)
-        executor.update_parameters(**self.parameters(prepared, executor.cluster))
-        job = executor.submit(submitit.helpers.CommandFunction(task_argv(launch, prepared.files), verbose=True))
+        try:
+            executor = submitit.AutoExecutor(folder=folder, cluster=self.cluster)
+            executor.update_parameters(**self.parameters(prepared, executor.cluster))
+            job = executor.submit(submitit.helpers.CommandFunction(task_argv(launch, prepared.files), verbose=True))
+        except HpcmemError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - submitit's failures (FailedJobError, RuntimeError …) as one line
+            said = " ".join(str(exc).split())[:300]
+            raise SubmitError(f"submitit could not submit the job ({type(exc).__name__}: {said})") from None
         return Submitted(self.name, str(job.job_id), f"submitit folder {folder}", handle=job)
+
+    def script(self, prepared: Prepared) -> str:
+        """The sbatch file submitit would write for this job (its own #SBATCH lines, setup and srun), for
+        `--dry-run`. submitit has no public renderer: its SlurmExecutor's `_make_submission_file_text` is what
+        `submit` calls (submitit/slurm/slurm.py), given the command its `_submitit_command_str` names."""
+        import submitit
+
+        folder = f"{prepared.files.run_dir}/submitit/%j"
+        try:
+            executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
+        except RuntimeError as exc:         # no srun: not a SLURM host
+            raise HpcmemError(f"submitit writes its script only where SLURM runs ({exc}); `--backend sbatch "
+                              "--dry-run` shows hpcmem's own script") from None
+        executor.update_parameters(**self.parameters(prepared, "slurm"))
+        inner = executor._executor
+        return inner._make_submission_file_text(inner._submitit_command_str, "dry-run")
 
     @staticmethod
     def parameters(prepared: Prepared, cluster: str) -> dict[str, Any]:
