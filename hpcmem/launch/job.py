@@ -6,6 +6,7 @@ gathering every problem with its numbers before anything is written or submitted
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping
@@ -14,6 +15,7 @@ from hpcmem.errors import Problems, SpecError
 from hpcmem.inputs.values import InputError, shown, text
 from hpcmem.job.trainers import entry
 from hpcmem.launch import slurm_time
+from hpcmem.launch.container_paths import invisible, needed_paths
 from hpcmem.launch.presets import ENV_NAME, Preset
 from hpcmem.launch.slurm_time import TimeLimit
 
@@ -164,7 +166,19 @@ class Launch:
             p.check(getattr(opt, name) != "", f"--{name} '' is empty: give a SLURM {name}, or leave the flag out for "
                     f"the preset's ({getattr(pre, name) or 'none'})")
         self._check_script_values(p)
+        self._check_container_paths(p)
         return p.items
+
+    def _check_container_paths(self, p: Problems) -> None:
+        """Every path the job reads or writes is visible inside the preset's container (hpcmem.launch.container_paths)."""
+        container = self.preset.container
+        if container is None:
+            return
+        workdir = self.options.workdir or os.getcwd()
+        env = {**self.preset.env, **self.options.env}
+        needed = needed_paths(self.run_dir, workdir, self.options.trl_fields, env)
+        p.items.extend(invisible(container.kind, container.mounts, needed, workdir=workdir,
+                                 home=os.environ.get("HOME")))
 
     @property
     def warnings(self) -> list[str]:
