@@ -8,13 +8,12 @@ import click
 
 from hpcmem import launch
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
-from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.cli.outputs import PNG
+from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.estimate import estimate
 from hpcmem.estimate.names import Level
 from hpcmem.estimate.table import render
 from hpcmem.plots.estimate_plot import draw
-
 
 # `--check`'s exit statuses (README: exit statuses); 2 stays bad input, 70 a bug in hpcmem
 CHECK_STATUS = {Level.TIGHT: 3, Level.DOES_NOT_FIT: 4}

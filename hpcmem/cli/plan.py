@@ -8,8 +8,8 @@ import click
 
 from hpcmem import launch
 from hpcmem.cli.options import TRAINER_ARG, collect, job_from_cli, job_options
-from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.cli.outputs import PNG
+from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.inputs import MAX_COUNT
 from hpcmem.job.trl_config import PLANNER_SETTLES, read_yaml

@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
-from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.cli.outputs import RECORDS
+from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.errors import SpecError
 from hpcmem.job.settings import check_settings
 from hpcmem.models import resolve_model

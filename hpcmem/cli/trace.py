@@ -7,8 +7,8 @@ import json
 import click
 
 from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
-from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.cli.outputs import PICKLE, PNG
+from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.job.trainers import entry
 from hpcmem.plots.mpl import pyplot
 from hpcmem.plots.timeline import draw_recorder

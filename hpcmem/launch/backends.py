@@ -132,7 +132,8 @@ class Submitit:
             # asking sbatch for its version first answers in one line, at once
             done = run_command(["sbatch", "--version"], timeout_s=30)
             if done.returncode != 0:
-                raise SubmitError(f"sbatch cannot run here ({' '.join((done.stderr or done.stdout).split())[:200] or done.returncode}); submitit submits through it")
+                said = " ".join((done.stderr or done.stdout).split())[:200] or f"exit status {done.returncode}"
+                raise SubmitError(f"sbatch cannot run here ({said}); submitit submits through it")
         folder = f"{prepared.files.run_dir}/submitit/%j"
         try:
             executor = submitit.AutoExecutor(folder=folder, cluster=self.cluster)

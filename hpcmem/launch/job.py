@@ -170,7 +170,8 @@ class Launch:
         return p.items
 
     def _check_container_paths(self, p: Problems) -> None:
-        """Every path the job reads or writes is visible inside the preset's container (hpcmem.launch.container_paths)."""
+        """Every path the job reads or writes is visible inside the preset's container
+        (hpcmem.launch.container_paths)."""
         container = self.preset.container
         if container is None:
             return

@@ -92,7 +92,8 @@ def write(run_dir: Path, contents: dict[str, str]) -> None:
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         partial = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.partial-", dir=run_dir.parent))
     except (OSError, ValueError) as exc:
-        raise HpcmemError(f"cannot create run folder {str(run_dir)!r}: {getattr(exc, 'strerror', None) or exc}") from None
+        why = getattr(exc, "strerror", None) or exc
+        raise HpcmemError(f"cannot create run folder {str(run_dir)!r}: {why}") from None
     try:
         umask = os.umask(0)
         os.umask(umask)
