@@ -1,11 +1,12 @@
 """Which paths a job's container sees, and the ones the job needs that it would not.
 
 A container preset's `mounts` are what it declares visible inside: pyxis `--container-mounts=SRC[:DST[:FLAGS]]`
-(pyxis mounts nothing else of the host), apptainer `--bind SRC[:DST[:OPTS]]` beside apptainer's own default binds
-($HOME, /tmp, the working directory, apptainer.conf "mount home/tmp" and its user-bind control). The path inside is
-DST, else SRC. Every path the job reads or writes — the run folder (its accelerate, DeepSpeed and TRL files and
-logs), the TRL output_dir, HF_HOME and a local model or dataset path — must lie under one of them, else the job dies
-inside the container on its first open(); hpcmem refuses it first, naming the mount that would fix it.
+(pyxis mounts nothing else of the host but, where enroot's ENROOT_MOUNT_HOME says so, the home folder: not relied
+on), apptainer `--bind SRC[:DST[:OPTS]]` beside apptainer's own default binds ($HOME, /tmp, the working directory:
+apptainer.conf "mount home", "mount tmp"). The path inside is DST, else SRC. hpcmem mounts the run folder itself
+(`job_mounts`: its accelerate, DeepSpeed and TRL files, logs and the default output_dir are hpcmem's to place), so
+what must lie under a declared mount is what the user names — output_dir, HF_HOME, a local model or dataset path —
+else the job dies inside the container on its first open(); hpcmem refuses it first, naming the mount to add.
 """
 
 from __future__ import annotations
@@ -21,6 +22,21 @@ def inside(mount: str) -> str:
     """The path a mount spec makes visible inside the container (DST when given, else SRC)."""
     parts = mount.split(":")
     return posixpath.normpath(parts[1] if len(parts) > 1 and parts[1].startswith("/") else parts[0])
+
+
+def job_mounts(mounts: tuple[str, ...], run_dir: str) -> tuple[str, ...]:
+    """The preset's mounts plus the run folder at its own path (unless a mount already shows it there)."""
+    run_dir = posixpath.normpath(run_dir)
+    if any(_under(run_dir, inside(m)) and inside(m) == posixpath.normpath(m.split(":")[0]) for m in mounts):
+        return tuple(mounts)
+    return (*mounts, f"{run_dir}:{run_dir}")
+
+
+def unmountable(run_dir: str) -> str | None:
+    """Why the run folder cannot be given as a mount (pyxis splits its list at ',' and each mount at ':')."""
+    bad = [ch for ch in ",:" if ch in run_dir]
+    return (f"run folder {run_dir} holds {' and '.join(repr(c) for c in bad)}, which container mount lists split "
+            "on; choose another --runs-dir") if bad else None
 
 
 def visible_roots(kind: str, mounts: tuple[str, ...], *, workdir: str, home: str | None) -> list[str]:
@@ -46,8 +62,9 @@ def needed_paths(run_dir: str, workdir: str, trl_fields: Mapping[str, Any], env:
         return None     # a Hub id (org/name), not a path
 
     out = {"run folder": posixpath.normpath(run_dir)}
-    output = trl_fields.get("output_dir")
-    out["output_dir"] = absolute(output) or posixpath.normpath(posixpath.join(run_dir, "output"))
+    output = absolute(trl_fields.get("output_dir"))
+    if output:
+        out["output_dir"] = output
     for name in ("model_name_or_path", "teacher_model_name_or_path", "dataset_name"):
         value = trl_fields.get(name)
         if isinstance(value, str) and value.startswith(("/", "./", "../")):

@@ -15,7 +15,7 @@ from hpcmem.errors import Problems, SpecError
 from hpcmem.inputs.values import InputError, shown, text
 from hpcmem.job.trainers import entry
 from hpcmem.launch import slurm_time
-from hpcmem.launch.container_paths import invisible, needed_paths
+from hpcmem.launch.container_paths import invisible, job_mounts, needed_paths, unmountable
 from hpcmem.launch.presets import ENV_NAME, Preset
 from hpcmem.launch.slurm_time import TimeLimit
 
@@ -177,8 +177,12 @@ class Launch:
             return
         workdir = self.options.workdir or os.getcwd()
         env = {**self.preset.env, **self.options.env}
+        why = unmountable(self.run_dir)
+        if why:
+            p.add(why)
+            return
         needed = needed_paths(self.run_dir, workdir, self.options.trl_fields, env)
-        p.items.extend(invisible(container.kind, container.mounts, needed, workdir=workdir,
+        p.items.extend(invisible(container.kind, job_mounts(container.mounts, self.run_dir), needed, workdir=workdir,
                                  home=os.environ.get("HOME")))
 
     @property

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from hpcmem.launch.checkpoints import MARKER_PREFIX
+from hpcmem.launch.container_paths import job_mounts
 from hpcmem.launch.job import PORT_BASE, PORT_SPAN, Launch
 from hpcmem.launch.templating import Shell, join, render
 
@@ -91,8 +92,7 @@ def _srun(launch: Launch, files: RunFiles, nodes: int, log: str, extra: Sequence
     container = launch.preset.container
     if container is not None and container.kind == "pyxis":
         args.append(f"--container-image={container.image}")
-        if container.mounts:
-            args.append(f"--container-mounts={','.join(container.mounts)}")
+        args.append(f"--container-mounts={','.join(job_mounts(container.mounts, launch.run_dir))}")
         args += list(container.options)
     return join(args)
 
@@ -102,8 +102,8 @@ def _wrap_argv(launch: Launch, body: Shell) -> list[Any]:
     container = launch.preset.container
     prefix: list[Any] = []
     if container is not None and container.kind == "apptainer":
-        prefix = ["apptainer", "exec", "--nv", *[f"--bind={m}" for m in container.mounts], *container.options,
-                  container.image]
+        prefix = ["apptainer", "exec", "--nv", *[f"--bind={m}" for m in job_mounts(container.mounts, launch.run_dir)],
+                  *container.options, container.image]
     return [*prefix, "bash", "-c", str(body)]
 
 

@@ -17,14 +17,19 @@ def _pyxis(tmp_path, mounts):
     return str(path)
 
 
-def test_a_run_folder_outside_a_pyxis_containers_mounts_is_refused(tmp_path, capsys):
+def test_hpcmem_mounts_its_run_folder_and_refuses_a_users_path_outside_the_mounts(tmp_path, capsys):
     runs = tmp_path / "runs"
-    argv = ["submit", "sft", "--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--dry-run", "--runs-dir", str(runs)]
-    assert run([*argv, "--preset", _pyxis(tmp_path, ["/shared"])]) == 2
+    argv = ["submit", "sft", "--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--dry-run", "--runs-dir", str(runs),
+            "--preset", _pyxis(tmp_path, ["/shared"])]
+    assert run(argv) == 0
+    out = capsys.readouterr().out
+    run_dir = next(runs.iterdir())
+    assert f"--container-mounts=/shared,{run_dir}:{run_dir}" in out     # the run folder travels in by itself
+    assert run([*argv, "--output_dir", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert f"run folder {runs}" in err and "not visible inside the pyxis container" in err
-    assert not runs.exists()                                    # refused before anything was written
-    assert run([*argv, "--preset", _pyxis(tmp_path, ["/shared", f"{tmp_path}:{tmp_path}"])]) == 0
+    assert f"output_dir {tmp_path / 'out'} is not visible inside the pyxis container" in err and "/shared" in err
+    assert len(list(runs.iterdir())) == 1                              # refused before anything was written
+    assert run([*argv, "--output_dir", "/shared/out/llama8b"]) == 0
 
 
 def test_an_output_dir_outside_apptainers_binds_is_refused(tmp_path, capsys):

@@ -25,8 +25,8 @@ GOLDEN = Path(__file__).parent.parent / "golden"
 REGEN = os.environ.get("HPCMEM_REGEN_GOLDEN") == "1"
 USER_YAML = {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dataset_name": "trl-lib/Capybara", "learning_rate": 2.0e-5,
              "save_steps": 200, "output_dir": "Qwen2.5-0.5B-SFT"}
-PYXIS = {"kind": "pyxis", "image": "/shared/trl.sqsh", "mounts": ["/shared:/shared"]}
-APPTAINER = {"kind": "apptainer", "image": "/shared/trl.sif", "mounts": ["/scratch"]}
+PYXIS = {"kind": "pyxis", "image": "/shared/trl.sqsh", "mounts": ["/shared:/shared", "/home/user/project"]}
+APPTAINER = {"kind": "apptainer", "image": "/shared/trl.sif", "mounts": ["/scratch", "/shared"]}
 
 
 def _cases():
