@@ -107,7 +107,25 @@ class TrlCommand(click.Command):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         own = {opt: p for p in self.params if isinstance(p, click.Option) for opt in p.opts}
+        ctx.meta["trl_trainer"] = next((w for w in args if w in names()), None)
         words, settings = split_argv(list(args), own)
         rest = super().parse_args(ctx, words)
         ctx.params["trl_flags"] = settings
         return rest
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Below the options: the TRL fields the trainer's classes add as flags (`hpcmem estimate sft --help`)."""
+        super().format_epilog(ctx, formatter)
+        trainer = ctx.meta.get("trl_trainer")
+        own = {opt[2:].replace("-", "_") for p in self.params if isinstance(p, click.Option) for opt in p.opts}
+        with formatter.section("TRL fields"):
+            if trainer is None:
+                formatter.write_text("Every field of the trainer's TRL classes is also a flag, read as `trl <trainer>` "
+                                     "reads it; `hpcmem estimate sft --help` lists SFT's.")
+                return
+            e = entry(trainer)
+            extra = sorted(trainer_fields(trainer) - own)
+            formatter.write_text(f"Also flags, as `trl {trainer}` reads them ({e.config_class}, ModelConfig, "
+                                 f"TrainingArguments, {e.script_class}, DatasetMixtureConfig): listed back as ignored "
+                                 "when they have no memory effect, refused when hpcmem cannot model a value other than "
+                                 "TRL's default: " + ", ".join(extra))

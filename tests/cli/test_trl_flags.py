@@ -107,3 +107,11 @@ def test_an_unknown_flag_is_refused_in_one_line_with_the_nearest_field(capsys):
     assert "\n" not in err and "datset_name" in err and "did you mean dataset_name" in err
     assert run(["estimate", "sft", "--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--max_seq_length", "2048"]) == 2
     assert "write max_length" in capsys.readouterr().err
+
+
+def test_help_names_the_trainers_own_trl_fields(capsys):
+    assert run(["estimate", "grpo", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "as `trl grpo` reads them" in out and "reward_funcs" in out and "dataset_name" in out
+    assert run(["estimate", "sft", "--help"]) == 0
+    assert "reward_funcs" not in capsys.readouterr().out
