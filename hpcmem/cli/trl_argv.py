@@ -64,7 +64,7 @@ def split_argv(args: list[str], own: dict[str, click.Parameter]) -> tuple[list[s
         param = own.get(flag) or own.get(f"--{name}")
         values = [inline] if eq else following
         if param is not None:
-            if getattr(param, "multiple", False):
+            if getattr(param, "multiple", False) and param.name in known and flag_kind(trainer, param.name) == "list":
                 if not values:
                     raise click.UsageError(f"{flag} needs at least one value (trl reads a list)")
                 lists[param.opts[0]] = values       # re-emitted below, once per word

@@ -115,3 +115,12 @@ def test_help_names_the_trainers_own_trl_fields(capsys):
     assert "as `trl grpo` reads them" in out and "reward_funcs" in out and "dataset_name" in out
     assert run(["estimate", "sft", "--help"]) == 0
     assert "reward_funcs" not in capsys.readouterr().out
+
+
+def test_hpcmems_own_repeatable_options_still_append(tmp_path):
+    """--env is hpcmem's (submit): every occurrence counts; only TRL's list fields keep the last occurrence."""
+    from hpcmem.cli.submit import command as submit_command
+
+    ctx = submit_command.make_context("submit", ["sft", "--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--preset",
+                                                 "example-h100", "--env", "A=1", "--env", "B=2 3", "--dry-run"])
+    assert ctx.params["env"] == ("A=1", "B=2 3")
