@@ -349,6 +349,10 @@ def test_submit_refuses_a_config_json_file_as_the_model_to_train(tmp_path, capsy
     base = ["submit", "sft", "--preset", "example-h100", "--dry-run", "--runs-dir", str(tmp_path / "runs")]
     _refused(capsys, [*base, "--model_name_or_path", str(folder / "config.json")], "model_name_or_path",
              "config.json", "folder")
+    # example-h100's container mounts /shared only: a model folder elsewhere is refused too, on a preset without a
+    # container it is the job's
+    _refused(capsys, [*base, "--model_name_or_path", str(folder)], "model_name_or_path", "not visible")
+    base[3] = "example-l40s"
     assert run([*base, "--model_name_or_path", str(folder)]) == 0
 
 
