@@ -1,4 +1,5 @@
-"""`hpcmem validate probes|boundary|trace|coverage|published`: how far the estimate is from the instruments, per cell and peak.
+"""`hpcmem validate probes|boundary|trace|coverage|published`: how far the estimate is from the instruments and from
+published measurements, per cell and peak.
 
 Each instrument is a subcommand with its own flags. The older form `validate --against MODE …` (and a bare
 `validate …`, which meant probes) is read as `validate MODE …`."""

@@ -116,11 +116,11 @@ def read_file(path: str | Path) -> list[Row]:
     for i, item in enumerate(rows, 1):
         at = f"{where}: row {i}"
         item = _mapping(item, at, "row")
-        _only(item, ROW_KEYS, at)
         rid = item.get("id")
         if not isinstance(rid, str) or not rid.strip():
             raise PublishedError(f"{at}: id is required (a short unique name)")
         at = f"{where}: row {i} ({rid})"
+        _only(item, ROW_KEYS, at)
         settings = {**base_settings, **_mapping(item.get("settings") or {}, at, "settings")}
         model = settings.get("model_name_or_path")
         if isinstance(model, str) and model.startswith("configs/"):
