@@ -4,12 +4,14 @@ in one line. Expected numbers are the sources' own (the rows), never the estimat
 
 from __future__ import annotations
 
+import io
 import json
+from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
 from click.testing import CliRunner
 
-from hpcmem.cli import cli
+from hpcmem.cli import cli, run
 from hpcmem.validate.published import PublishedError, load, read_file
 from hpcmem.validate.published_score import score, summary
 
@@ -121,3 +123,20 @@ def test_the_good_file_reads(tmp_path):
     path.write_text(GOOD)
     (row,) = read_file(path)
     assert (row.measured_bytes, row.peak, row.gpus, row.raw) == (12_500_000_000, "device", 1, False)
+
+
+def test_rows_reads_one_file(tmp_path):
+    path = tmp_path / "one.yaml"
+    path.write_text(GOOD)
+    res = CliRunner().invoke(cli, ["validate", "published", "--rows", str(path), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert [p["id"] for p in out["rows"]] == ["r1"] and out["files"] == [str(path)]
+    assert out["rows"][0]["measured_gib"] == pytest.approx(12.5e9 / 2**30, abs=1e-3)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(GOOD.replace("outcome: ran", "outcome: fine"))
+    err = io.StringIO()
+    with redirect_stdout(io.StringIO()), redirect_stderr(err):
+        status = run(["validate", "published", "--rows", str(bad)])
+    assert status == 2 and err.getvalue().count("\n") == 1, err.getvalue()
+    assert "row 1 (r1): outcome must be one of ran, oom" in err.getvalue()
