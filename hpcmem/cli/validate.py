@@ -1,4 +1,5 @@
-"""`hpcmem validate probes|boundary|trace|coverage`: how far the estimate is from the instruments, per cell and peak.
+"""`hpcmem validate probes|boundary|trace|coverage|published`: how far the estimate is from the instruments and from
+published measurements, per cell and peak.
 
 Each instrument is a subcommand with its own flags. The older form `validate --against MODE …` (and a bare
 `validate …`, which meant probes) is read as `validate MODE …`."""
@@ -15,10 +16,12 @@ from hpcmem.datapath import estimator_dir
 from hpcmem.errors import HpcmemError
 from hpcmem.models.coverage import classification, installed_mapping
 from hpcmem.validate import against_probes, boundary, coverage, trace
+from hpcmem.validate import published as published_rows
+from hpcmem.validate import published_score
 from hpcmem.validate.speed import render as render_speed
 from hpcmem.validate.table import render
 
-MODES = ("probes", "trace", "boundary", "coverage")
+MODES = ("probes", "trace", "boundary", "coverage", "published")
 DEFAULT_MODE = "probes"
 
 
@@ -62,8 +65,8 @@ def against_as_subcommand(args: list[str]) -> list[str]:
 def command() -> None:
     """Error of the estimate per trainer × technique and per peak (allocated, reserved, device): n, median, p95 and
     max |error| %, bias, and the safe bound's under-estimate rate and slack — against GPU/CPU probe records
-    (probes), the probe runs near their capacity (boundary), the trace matrix (trace) or every covered model type
-    (coverage)."""
+    (probes), the probe runs near their capacity (boundary), the trace matrix (trace), every covered model type
+    (coverage) or peaks others measured and published (published)."""
 
 
 RECORDS = click.option("--records", multiple=True, type=click.Path(exists=True),
@@ -183,6 +186,24 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
         written += (f"; {len(skipped)} types not traced, not written (not applicable or refused: `hpcmem models "
                     f"coverage` says why): {', '.join(skipped)}")
     click.echo(json.dumps(recs, indent=1) if as_json else f"{written}; table: {report}")
+
+
+@command.command("published")
+@click.option("--rows", "rows_path", type=click.Path(exists=True), default=None,
+              help="a published-measurements file or folder (default estimator/published/)")
+@JSON
+@NO_PNG
+def published_command(rows_path: str | None, as_json: bool, no_png: bool) -> None:
+    """The estimate against peak GPU memory others measured and published (estimator/published/*.yaml): per row the
+    peak the source measured, error %, and whether `fits` agrees with the reported outcome; summary per class."""
+    loaded = published_rows.load(rows_path)
+    scored = [published_score.score(r) for r in loaded.rows if r.scored]
+    unscored = [r for r in loaded.rows if not r.scored]
+    if as_json:
+        click.echo(json.dumps(published_score.to_json(scored, unscored, loaded.files), indent=1))
+        return
+    click.echo(f"{len(loaded.rows)} published rows ({len(scored)} scored) from {len(loaded.files)} files")
+    click.echo(published_score.render(scored, unscored))
 
 
 def _check_types(chosen: list[str] | None) -> None:

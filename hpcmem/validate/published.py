@@ -1,0 +1,184 @@
+"""Published measurements (estimator/published/*.yaml): peak GPU memory others measured and published, read and checked.
+
+One file per source: a `source` block (citation, the training loop, the peak it measured and its unit), `defaults`
+(trainer, TRL settings, GPU) and `rows`, each row overriding the defaults with its own settings and carrying the
+measured value and the outcome (ran / oom). The schema is estimator/published/README.md. Every problem is one line
+naming the file, the row and the field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcmem.datapath import estimator_dir
+from hpcmem.errors import HpcmemError
+from hpcmem.job.trl_config import read_yaml
+
+PEAKS = {"allocated": "peak_allocated_bytes", "reserved": "peak_reserved_bytes", "device": "device_peak_bytes"}
+UNITS = {"B": 1, "MiB": 2**20, "GiB": 2**30, "MB": 10**6, "GB": 10**9}
+LOOPS = {"trl": "TRL trainer", "hf-trainer": "transformers Trainer", "peft": "plain loop over a PEFT model",
+         "accelerate": "plain accelerate loop", "other": "another framework"}
+OUTCOMES = ("ran", "oom")
+SOURCE_KEYS = {"id", "title", "citation", "loop", "loop_name", "software", "peak", "unit", "notes"}
+ROW_KEYS = {"id", "where", "settings", "gpu", "peak", "measured", "outcome", "scored", "reason", "cause",
+            "gpu_assumed", "trainer"}
+CITATION_KEYS = {"repo", "path", "commit", "url", "paper", "table"}
+
+
+class PublishedError(HpcmemError):
+    """A published-measurements file that does not follow the schema: one line, the file, the row and the field."""
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    source: str
+    file: str
+    citation: str
+    loop: str
+    loop_name: str
+    trainer: str
+    settings: dict[str, Any]
+    gpu: str
+    peak: str
+    unit: str
+    measured: float
+    outcome: str
+    scored: bool
+    where: str = ""
+    reason: str = ""
+    cause: str = ""
+    gpu_assumed: str = ""
+    software: str = ""
+
+    @property
+    def measured_bytes(self) -> int:
+        return round(self.measured * UNITS[self.unit])
+
+    @property
+    def gpus(self) -> int:
+        return int(self.settings.get("num_processes", 1) or 1)
+
+    @property
+    def raw(self) -> bool:
+        """The loop is not TRL's: the estimate models TRL's trainers, so its error here is 'raw'."""
+        return self.loop != "trl"
+
+
+@dataclass
+class Loaded:
+    rows: list[Row] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+def published_dir() -> Path:
+    return estimator_dir() / "published"
+
+
+def load(folder: str | Path | None = None) -> Loaded:
+    """Every *.yaml of the folder (default estimator/published/), checked row by row."""
+    base = Path(folder) if folder is not None else published_dir()
+    files = sorted(base.glob("*.yaml")) if base.is_dir() else [base]
+    if not files:
+        raise PublishedError(f"no published-measurement files (*.yaml) in {base}")
+    loaded = Loaded()
+    seen: dict[str, str] = {}
+    for path in files:
+        for row in read_file(path):
+            if row.id in seen:
+                raise PublishedError(f"{path}: row {row.id}: id already used in {seen[row.id]}")
+            seen[row.id] = str(path)
+            loaded.rows.append(row)
+        loaded.files.append(str(path))
+    return loaded
+
+
+def read_file(path: str | Path) -> list[Row]:
+    path = Path(path)
+    data = read_yaml(path, "config")
+    where = str(path)
+    _only(data, {"source", "defaults", "rows"}, where)
+    source = _mapping(data.get("source"), where, "source")
+    _only(source, SOURCE_KEYS, f"{where}: source")
+    for key in ("id", "citation", "loop", "loop_name", "peak", "unit"):
+        if source.get(key) in (None, ""):
+            raise PublishedError(f"{where}: source: {key} is required")
+    citation = _citation(source["citation"], where)
+    loop = _choice(source["loop"], LOOPS, f"{where}: source: loop")
+    defaults = _mapping(data.get("defaults") or {}, where, "defaults")
+    _only(defaults, {"trainer", "settings", "gpu"}, f"{where}: defaults")
+    base_settings = _mapping(defaults.get("settings") or {}, where, "defaults: settings")
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise PublishedError(f"{where}: rows must be a non-empty list")
+    out = []
+    for i, item in enumerate(rows, 1):
+        at = f"{where}: row {i}"
+        item = _mapping(item, at, "row")
+        rid = item.get("id")
+        if not isinstance(rid, str) or not rid.strip():
+            raise PublishedError(f"{at}: id is required (a short unique name)")
+        at = f"{where}: row {i} ({rid})"
+        _only(item, ROW_KEYS, at)
+        settings = {**base_settings, **_mapping(item.get("settings") or {}, at, "settings")}
+        model = settings.get("model_name_or_path")
+        if isinstance(model, str) and model.startswith("configs/"):
+            settings["model_name_or_path"] = str(path.parent / model)
+        measured = item.get("measured")
+        if isinstance(measured, bool) or not isinstance(measured, (int, float)) or measured <= 0:
+            raise PublishedError(f"{at}: measured must be a positive number in {source['unit']}, got {measured!r}")
+        scored = item.get("scored", True)
+        if not isinstance(scored, bool):
+            raise PublishedError(f"{at}: scored must be true or false, got {scored!r}")
+        if not scored and not item.get("reason"):
+            raise PublishedError(f"{at}: a row with scored: false needs a reason")
+        gpu = item.get("gpu", defaults.get("gpu"))
+        if not isinstance(gpu, str) or not gpu:
+            raise PublishedError(f"{at}: gpu is required (a catalog GPU: `hpcmem gpus`), in the row or the defaults")
+        out.append(Row(
+            id=rid, source=str(source["id"]), file=path.name, citation=citation, loop=loop,
+            loop_name=str(source["loop_name"]), trainer=str(item.get("trainer", defaults.get("trainer", "sft"))),
+            settings=settings, gpu=gpu,
+            peak=_choice(item.get("peak", source["peak"]), PEAKS, f"{at}: peak"),
+            unit=_choice(source["unit"], UNITS, f"{where}: source: unit"), measured=float(measured),
+            outcome=_choice(item.get("outcome"), OUTCOMES, f"{at}: outcome"), scored=scored,
+            where=str(item.get("where", "")), reason=str(item.get("reason", "")), cause=str(item.get("cause", "")),
+            gpu_assumed=str(item.get("gpu_assumed", "")), software=str(source.get("software", ""))))
+    return out
+
+
+def _citation(value: Any, where: str) -> str:
+    """repo + path + commit, or a url, or a paper + table, as one string."""
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    cit = _mapping(value, where, "source: citation")
+    _only(cit, CITATION_KEYS, f"{where}: source: citation")
+    if cit.get("repo"):
+        missing = [k for k in ("path", "commit") if not cit.get(k)]
+        if missing:
+            raise PublishedError(f"{where}: source: citation: a repo needs {' and '.join(missing)}")
+        return f"{cit['repo']} {cit['path']} @ {str(cit['commit'])[:12]}"
+    if cit.get("url"):
+        return str(cit["url"])
+    if cit.get("paper") and cit.get("table"):
+        return f"{cit['paper']}, {cit['table']}"
+    raise PublishedError(f"{where}: source: citation needs repo+path+commit, a url, or paper+table")
+
+
+def _mapping(value: Any, where: str, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise PublishedError(f"{where}: {what} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _only(mapping: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(str(k) for k in mapping if k not in allowed)
+    if unknown:
+        raise PublishedError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(allowed))})")
+
+
+def _choice(value: Any, allowed, where: str) -> str:
+    if value not in allowed:
+        raise PublishedError(f"{where} must be one of {', '.join(allowed)}; got {value!r}")
+    return str(value)
