@@ -17,7 +17,7 @@ from hpcmem.estimate import lora_variants
 from hpcmem.estimate.lora_variants import modules_to_save
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import Precision
-from hpcmem.models.params import LinearModule, peft_default_targets
+from hpcmem.models.params import LinearModule, parameter_key, peft_default_targets
 from hpcmem.models.peft_targets import adapted, model_targets
 
 LORA_DROPOUT_MASK_BYTES = 1   # nn.Dropout (TRL's lora_dropout 0.05) keeps a bool mask per input element
@@ -84,6 +84,14 @@ class LoraLayout:
             rows = self.rank(m) * m.count_per_layer
             out += [(rows, m.in_features, m.num_layers), (m.out_features, rows, m.num_layers)]
         return tuple(out)
+
+    def placement(self) -> str:
+        """Where the adapters sit, for the table: the wrapped linears' leaf names, then the wrapped parameters
+        (with their rank where peft's rank_pattern changes it)."""
+        params = [f"{parameter_key(m).split('.', 1)[-1]}" + (f" (r={self.rank(m)})" if self.rank(m) != self.r else "")
+                  for m in self.targeted]
+        linears = ",".join(m.leaf for m in self.adapted)
+        return linears + (f"; parameters {', '.join(params)}" if params else "")
 
     @property
     def params_per_layer(self) -> int:

@@ -23,6 +23,10 @@ from hpcmem.models.peft_targets import model_targets, table
 if TYPE_CHECKING:
     from hpcmem.job.protocol import Job
 
+# peft/tuners/lora/layer.py ParamWrapper.__init__, word for word
+DROPOUT = "lora.ParamWrapper does not work with lora_dropout != 0."
+DORA = "lora.ParamWrapper does not work with use_dora=True."
+
 
 def param_wrapper_problems(job: Job) -> list[str]:
     """One line per reason peft's get_peft_model would raise on the job's bare-parameter adapters."""
@@ -45,10 +49,10 @@ def param_wrapper_problems(job: Job) -> list[str]:
         why = f"lora_target_parameters {', '.join(t.lora_target_parameters)}:"
     out = []
     if t.lora_dropout:
-        out.append(f"lora_dropout {t.lora_dropout}: {why} lora.ParamWrapper does not work with lora_dropout != 0 "
-                   "(peft raises); set lora_dropout 0, or name only modules that stay nn.Linear")
+        out.append(f"lora_dropout {t.lora_dropout}: {why} get_peft_model raises '{DROPOUT}' (TRL's default is "
+                   "0.05); set lora_dropout 0, or name only modules that stay nn.Linear")
     if t.use_dora:
-        out.append(f"use_dora: {why} lora.ParamWrapper does not work with use_dora=True (peft raises)")
+        out.append(f"use_dora: {why} get_peft_model raises '{DORA}'")
     if not parameters_named(m, targets.parameters):
         out.append(f"lora_target_parameters {', '.join(targets.parameters)} names no parameter of {m.name} (peft "
                    "raises; the fused experts are mlp.experts.gate_up_proj, mlp.experts.down_proj)")
