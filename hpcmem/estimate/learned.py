@@ -62,8 +62,8 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[Cell,
         # lora.ParamWrapper keeps (the adapted weight W + ΔW, its gradient) is not in them
         raise SpecError(f"model {job.model.name} (learned profile): LoRA on parameters ({lora.placement()}) is not "
                         f"learned: the profile's LoRA cells adapt {', '.join(p.lora_reference['lora_target_modules'])}"
-                        " only; peft adapts the fused experts and the router as parameters here (all-linear or "
-                        "expert names on an MoE type: hpcmem.models.peft_targets). Name nn.Linear modules instead.")
+                        " only (peft wraps fused experts and routers as parameters for all-linear or expert names on "
+                        "this type); name nn.Linear modules instead")
     default, key = p.provenance.get("lora_default"), precision_key(prec)
     if (t.use_peft and default and key and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
             and {m.leaf for m in lora.adapted} == _adapted_leaves(p, default["lora_target_modules"])
