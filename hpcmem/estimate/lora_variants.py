@@ -80,6 +80,20 @@ def trained_experts_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, layer: 
     return mb.tokens * m.num_experts_per_tok * (m.hidden_size + m.moe_intermediate_size) * prec.act
 
 
+def wrapped_weight_gradient(lora: LoraLayout, prec: Precision) -> int:
+    """The MoE layer's backward beyond what it keeps: each wrapped stack's matmul makes the gradient of its adapted
+    weight W + ΔW ([E, out, in] in the weight's dtype: torch grouped_mm's weight gradient, which the fold's baddbmm
+    turns into lora_A's and lora_B's) while that stack's saved W + ΔW is still alive; stacks run backward in reverse
+    (down_proj, then gate_up_proj, then the router), each one's saved copy freed before the next. The worst instant
+    over the layer's saved copies, max(down, gate_up − down) for the usual pair."""
+    worst, freed = 0, 0
+    for m in reversed(lora.targeted):
+        size = m.in_features * m.out_features * m.count_per_layer * prec.weight
+        worst = max(worst, size - freed)
+        freed += size
+    return worst
+
+
 # DoRA's [tokens, features] temporaries per adapted linear, in bytes per element, for fp32 adapters under bf16
 # autocast (peft's default), measured with hpcmem.trace's tracker on one peft DoRA linear (estimator/LOG.md): the
 # forward's fp32 products `(m - 1) * base`, `m * lora * scaling`, their sum and

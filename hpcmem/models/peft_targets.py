@@ -59,9 +59,6 @@ class PeftTargets:
     renamed: tuple[tuple[str, str], ...] = ()     # (target name given to peft, the parameter it became)
     error: str = ""                               # peft's ValueError, when the conversion raises
 
-    def rank_factor(self, parameter_leaf: str) -> int:
-        return dict(self.rank_factors).get(parameter_leaf, 1)
-
 
 def resolve(model_type: str, target_modules: tuple[str, ...], target_parameters: tuple[str, ...],
             linear_leaves: tuple[str, ...]) -> PeftTargets:
