@@ -80,6 +80,21 @@ def trained_experts_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, layer: 
     return mb.tokens * m.num_experts_per_tok * (m.hidden_size + m.moe_intermediate_size) * prec.act
 
 
+def wrapped_notes(job: JobSpec, lora: LoraLayout, prec: Precision) -> list[str]:
+    """What the estimate of wrapped expert stacks has not been held to the trace on (estimator/LOG.md)."""
+    if not (lora.enabled and any(m.kind == "expert" for m in lora.targeted)):
+        return []
+    out = []
+    if prec.autocast:
+        out.append("not held to the trace: LoRA on wrapped expert stacks over fp32 weights (their W + ΔW and matmuls "
+                    "stay fp32 under autocast); the trace found this estimate up to ~12 % high on short rows. "
+                    "--dtype bfloat16 is the setting held to it within 3 %")
+    if job.parallel.world_size > 1:
+        out.append("not traced: LoRA on wrapped expert stacks across GPUs (the adapters' sharding and the W + ΔW a "
+                   "sharded stack gathers were traced on one GPU only)")
+    return out
+
+
 def wrapped_weight_gradient(lora: LoraLayout, prec: Precision) -> int:
     """The MoE layer's backward beyond what it keeps: each wrapped stack's matmul makes the gradient of its adapted
     weight W + ΔW ([E, out, in] in the weight's dtype: torch grouped_mm's weight gradient, which the fold's baddbmm
