@@ -7,7 +7,9 @@ peft/tuners/tuners_utils.py `BaseTuner.inject_adapter`) rewrites a LoraConfig wh
 `_MODEL_TO_CONVERSION_PATTERN` maps the type to a base that `_MOE_TARGET_MODULE_MAPPING` and `_MOE_FUSED_TARGETS`
 both hold (`_convert_peft_config_moe`). The table records those types, each base's name mapping (transformers v4
 projection name → v5 parameter) and which v4 names one v5 parameter fuses; hpcmem.models.peft_targets applies them
-without torch. tests/models/test_peft_targets_torch.py holds the shipped file to this function.
+without torch (peft looks types up by `config.model_type`, so the two class-name keys of transformers' pattern table
+never match and are kept only as peft has them). tests/models/test_peft_targets_torch.py holds the shipped file to
+this function.
 
     python -m hpcmem.trace.peft_moe_table        # rewrite the shipped table
 """
