@@ -17,6 +17,7 @@ trace (hpcmem trace; estimator/LOG.md):
 
 from __future__ import annotations
 
+from hpcmem.estimate import lora_variants
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.spec import ModelSpec
@@ -118,7 +119,7 @@ def layer_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, *, attn: str, lay
     return {
         "norms": norms,
         "attention": _attention_saved(m, mb, prec, attn, frozen),
-        "mlp": _mlp_saved(m, mb, prec, layer, frozen),
+        "mlp": _mlp_saved(m, mb, prec, layer, frozen) + lora_variants.trained_experts_saved(m, mb, prec, layer, lora),
         "autocast_weights": autocast_weight_copies(layer_params, prec),
         "lora": lora.saved_per_layer(mb.tokens, prec),
     }

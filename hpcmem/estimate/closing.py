@@ -21,7 +21,7 @@ def resident_components(s: States, lora: LoraLayout) -> list[Component]:
     if lora.enabled:
         out.append(Component(name="lora adapters", bytes=s.adapters,
                              note=" · ".join(x for x in (
-                                 f"{lora.num_params:,} params r={lora.r} on {','.join(mod.leaf for mod in lora.adapted)}",
+                                 f"{lora.num_params:,} params r={lora.r} on {lora.placement()}",
                                  s.notes.get("adapters", "")) if x)))
     out.append(Component(name=OPTIMIZER_STATES, bytes=s.optimizer, note=s.notes.get("optimizer", "")))
     if s.master:

@@ -57,6 +57,13 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[Cell,
     """(the profile's terms for this job, the LoRA reference they were traced with), or a SpecError naming what was
     not learned. A LoRA job on the adapters of peft's default targets takes the `lora-default` cell where learned."""
     t, p = job.train, job.model.learned
+    if lora.enabled and lora.targeted:
+        # the profile's LoRA cells are traced with adapters on nn.Linear layers only (provenance lora_reference); what a
+        # lora.ParamWrapper keeps (the adapted weight W + ΔW, its gradient) is not in them
+        raise SpecError(f"model {job.model.name} (learned profile): LoRA on parameters ({lora.placement()}) is not "
+                        f"learned: the profile's LoRA cells adapt {', '.join(p.lora_reference['lora_target_modules'])}"
+                        " only (peft wraps fused experts and routers as parameters for all-linear or expert names on "
+                        "this type); name nn.Linear modules instead")
     default, key = p.provenance.get("lora_default"), precision_key(prec)
     if (t.use_peft and default and key and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
             and {m.leaf for m in lora.adapted} == _adapted_leaves(p, default["lora_target_modules"])

@@ -3,6 +3,8 @@
 Adapter size (Hu et al. 2021, "LoRA"): r·(in + out) per adapted linear. Placement follows peft: `lora_target_modules`
 names the modules; empty means peft's per-architecture default
 (peft TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING); "all-linear" means every nn.Linear of the decoder layers.
+On an MoE type with fused experts peft first rewrites the targets (hpcmem.models.peft_targets): the experts' and the
+router's names become target_parameters, the fused gate_up_proj at twice the rank.
 Dtypes (peft and TRL 1.16 source): adapters are fp32 by default (peft autocast_adapter_dtype); with a quantized base
 TRL casts trainable parameters to bf16 (sft_trainer.py); DeepSpeed casts the whole module to its 16-bit dtype.
 """
@@ -15,13 +17,8 @@ from hpcmem.estimate import lora_variants
 from hpcmem.estimate.lora_variants import modules_to_save
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import Precision
-from hpcmem.models.params import (
-    LinearModule,
-    all_linear_targets,
-    linear_modules,
-    parameters_named,
-    peft_default_targets,
-)
+from hpcmem.models.params import LinearModule, parameter_key, peft_default_targets
+from hpcmem.models.peft_targets import adapted, model_targets
 
 LORA_DROPOUT_MASK_BYTES = 1   # nn.Dropout (TRL's lora_dropout 0.05) keeps a bool mask per input element
 
@@ -36,14 +33,18 @@ class LoraLayout:
     dropout: bool = True          # lora_dropout > 0 (TRL's 0.05) and no disable_dropout (DPO/Reward/KTO set p = 0)
     dora: bool = False            # use_dora: a magnitude vector per adapted linear, and DoRA's forward (lora_variants)
     saved_modules: tuple[tuple[str, int], ...] = ()     # lora_modules_to_save: (name, elements of its trainable copy)
-    targeted: tuple[LinearModule, ...] = ()   # lora_target_parameters: the nn.Parameters adapted (fused experts)
+    targeted: tuple[LinearModule, ...] = ()   # target_parameters: the nn.Parameters adapted (fused experts, router)
+    rank_factors: tuple[tuple[str, int], ...] = ()   # leaf → factor on r (peft's rank_pattern for a fused gate_up_proj)
+
+    def rank(self, m: LinearModule) -> int:
+        return self.r * dict(self.rank_factors).get(m.leaf, 1)
 
     @property
     def num_params(self) -> int:
         """Trainable adapter elements in the adapter dtype: lora_A/lora_B of every adapted linear and targeted
         parameter (r·(in + out) per matrix; a fused expert stack counts E matrices), DoRA's magnitudes."""
         mods = self.adapted + self.targeted
-        lora = sum(self.r * (m.in_features + m.out_features) * m.count_per_layer * m.num_layers for m in mods)
+        lora = sum(self.rank(m) * (m.in_features + m.out_features) * m.count_per_layer * m.num_layers for m in mods)
         return lora + self.magnitudes
 
     @property
@@ -51,7 +52,7 @@ class LoraLayout:
         """Of num_params, the adapters of linears a layer holds but never calls (Zamba2's per-hybrid-layer adapter
         slots: hpcmem.trace.layer_map SLOT_LISTS): they never get a gradient, so neither a gradient nor optimizer states
         (torch/optim/adamw.py `_init_group` skips a parameter whose grad is None)."""
-        return sum(self.r * (m.in_features + m.out_features) * m.count_per_layer * m.idle for m in self.adapted)
+        return sum(self.rank(m) * (m.in_features + m.out_features) * m.count_per_layer * m.idle for m in self.adapted)
 
     @property
     def magnitudes(self) -> int:
@@ -73,17 +74,30 @@ class LoraLayout:
 
     def matrices(self) -> tuple[tuple[int, int, int], ...]:
         """(rows, columns, how many) of every adapter weight: lora_A is [r, in], lora_B is [out, r]
-        (peft/tuners/lora/layer.py `update_layer`: nn.Linear(in, r) and nn.Linear(r, out))."""
+        (peft/tuners/lora/layer.py `update_layer`: nn.Linear(in, r) and nn.Linear(r, out)); a targeted stack of E
+        matrices has one lora_A [r·E, in] and one lora_B [out, r·E] (ParamWrapper.update_layer)."""
         out = []
         for m in self.adapted:
             count = m.count_per_layer * m.num_layers
-            out += [(self.r, m.in_features, count), (m.out_features, self.r, count)]
+            out += [(self.rank(m), m.in_features, count), (m.out_features, self.rank(m), count)]
+        for m in self.targeted:
+            rows = self.rank(m) * m.count_per_layer
+            out += [(rows, m.in_features, m.num_layers), (m.out_features, rows, m.num_layers)]
         return tuple(out)
+
+    def placement(self) -> str:
+        """Where the adapters sit, for the table: the wrapped linears' leaf names, then the wrapped parameters
+        (with their rank where peft's rank_pattern changes it)."""
+        params = [f"{parameter_key(m).split('.', 1)[-1]}" + (f" (r={self.rank(m)})" if self.rank(m) != self.r else "")
+                  for m in self.targeted]
+        linears = ",".join(m.leaf for m in self.adapted)
+        return linears + (f"; parameters {', '.join(params)}" if params else "")
 
     @property
     def params_per_layer(self) -> int:
         """Adapter parameters of the largest decoder layer (what a per-layer FSDP unit or ZeRO-3 fetch adds)."""
-        return sum(self.r * (m.in_features + m.out_features) * m.count_per_layer for m in self.adapted)
+        return sum(self.rank(m) * (m.in_features + m.out_features) * m.count_per_layer
+                   for m in self.adapted + self.targeted)
 
     def modules(self, part: str | None = None) -> tuple[LinearModule, ...]:
         """Adapted modules, all or those of one part of the layer ("attention", or "mlp" for MLP/expert linears)."""
@@ -128,9 +142,8 @@ def lora_layout(job: JobSpec) -> LoraLayout:
     t, m = job.train, job.model
     if not t.use_peft:
         return LoraLayout(enabled=False)
-    targets = t.lora_target_modules or peft_default_targets(m)
-    names = set(all_linear_targets(m)) if "all-linear" in targets else set(targets)
-    chosen = tuple(mod for mod in linear_modules(m) if mod.nn_linear and mod.leaf in names)
+    targets = model_targets(m, t.lora_target_modules or peft_default_targets(m), t.lora_target_parameters)
+    chosen, params = adapted(m, targets)
     if t.quantized or (job.parallel.deepspeed and (t.bf16 or t.fp16)):
         adapter_bytes = 2
     else:
@@ -139,5 +152,5 @@ def lora_layout(job: JobSpec) -> LoraLayout:
     # disable_dropout sets every nn.Dropout to p = 0 (trl/trainer/utils.py disable_dropout_in_model): no mask either way
     return LoraLayout(enabled=True, r=t.lora_r, adapted=chosen, adapter_bytes=adapter_bytes,
                       num_layers=m.num_hidden_layers, dropout=t.lora_dropout > 0 and not t.disable_dropout,
-                      dora=t.use_dora, saved_modules=modules_to_save(job),
-                      targeted=parameters_named(m, t.lora_target_parameters))
+                      dora=t.use_dora, saved_modules=modules_to_save(job), targeted=params,
+                      rank_factors=targets.rank_factors)

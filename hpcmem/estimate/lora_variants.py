@@ -16,8 +16,11 @@
 - lora_target_parameters (peft/tuners/lora/layer.py ParamWrapper): LoRA on a bare nn.Parameter, in practice the
   fused experts of an MoE layer (r·(in + out) per expert). During the layer's forward `nn.utils.parametrize` holds
   the adapted parameter W + ΔW (a fused expert stack: one `baddbmm`, `_LoraFactorsProxy`) in the parameter's dtype,
-  and the expert matmuls save it for their input gradient: one copy of the targeted parameters per layer, kept
-  until that layer's backward. peft refuses it with lora_dropout ≠ 0 or use_dora (hpcmem.job.rules).
+  and the expert matmuls save it for their input and weight gradients: one copy of the targeted parameters per
+  layer, kept until that layer's backward, with the factors cast to that dtype; the experts, now trained, keep their
+  routed input and gated product too (`trained_experts_saved`). peft refuses it with lora_dropout ≠ 0 or use_dora
+  (hpcmem.job.param_wrapper_rules); on MoE types with fused experts peft makes it out of all-linear itself
+  (hpcmem.models.peft_targets).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from hpcmem.models.params import LinearModule
 
 if TYPE_CHECKING:
     from hpcmem.estimate.lora import LoraLayout
-    from hpcmem.job.shape import Precision
+    from hpcmem.job.shape import MicroBatch, Precision
+    from hpcmem.models.spec import ModelSpec
 
 def modules_to_save(job: JobSpec) -> tuple[tuple[str, int], ...]:
     """(name, elements) of each module peft copies for training."""
@@ -58,7 +62,51 @@ def saved_weights(lora: LoraLayout, mods: tuple[LinearModule, ...], prec: Precis
                for m in mods) if lora.dora and lora.dropout and prec.amp else 0
     targeted = sum(m.in_features * m.out_features * prec.weight * m.count_per_layer * m.num_layers
                    for m in lora.targeted)
-    return dora + targeted
+    # the fold casts lora_A and lora_B to the parameter's dtype for baddbmm, which keeps both casts for its backward
+    # (peft/tuners/lora/layer.py ParamWrapper `_get_lora_factors`); no copy where the adapters have that dtype already
+    factors = sum(lora.rank(m) * (m.in_features + m.out_features) * m.count_per_layer * m.num_layers * prec.weight
+                  for m in lora.targeted) if lora.adapter_bytes != prec.weight else 0
+    return dora + targeted + factors
+
+
+def trained_experts_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, layer: int, lora: LoraLayout) -> int:
+    """What an MoE layer keeps beyond the frozen experts' saved tensors when its fused experts are wrapped (their
+    adapted weight W + ΔW needs a weight gradient): transformers' grouped-mm experts keep the routed copy of the
+    hidden states [tokens·k, H] for gate_up_proj's and the gated product [tokens·k, I] for down_proj's
+    (transformers/integrations/moe.py `grouped_mm_experts_forward`; a frozen expert stack frees both in the forward)."""
+    if not (lora.enabled and m.is_moe and layer >= m.num_dense_layers
+            and any(t.kind == "expert" for t in lora.targeted)):
+        return 0
+    return mb.tokens * m.num_experts_per_tok * (m.hidden_size + m.moe_intermediate_size) * prec.act
+
+
+def wrapped_notes(job: JobSpec, lora: LoraLayout, prec: Precision) -> list[str]:
+    """What the estimate of wrapped expert stacks has not been held to the trace on (estimator/LOG.md)."""
+    if not (lora.enabled and any(m.kind == "expert" for m in lora.targeted)):
+        return []
+    out = []
+    if prec.autocast:
+        out.append("not held to the trace: LoRA on wrapped expert stacks over fp32 weights (their W + ΔW and matmuls "
+                    "stay fp32 under autocast); the trace found this estimate up to ~12 % high on short rows. "
+                    "--dtype bfloat16 is the setting held to it within 3 %")
+    if job.parallel.world_size > 1:
+        out.append("not traced: LoRA on wrapped expert stacks across GPUs (the adapters' sharding and the W + ΔW a "
+                   "sharded stack gathers were traced on one GPU only)")
+    return out
+
+
+def wrapped_weight_gradient(lora: LoraLayout, prec: Precision) -> int:
+    """The MoE layer's backward beyond what it keeps: each wrapped stack's matmul makes the gradient of its adapted
+    weight W + ΔW ([E, out, in] in the weight's dtype: torch grouped_mm's weight gradient, which the fold's baddbmm
+    turns into lora_A's and lora_B's) while that stack's saved W + ΔW is still alive; stacks run backward in reverse
+    (down_proj, then gate_up_proj, then the router), each one's saved copy freed before the next. The worst instant
+    over the layer's saved copies, max(down, gate_up − down) for the usual pair."""
+    worst, freed = 0, 0
+    for m in reversed(lora.targeted):
+        size = m.in_features * m.out_features * m.count_per_layer * prec.weight
+        worst = max(worst, size - freed)
+        freed += size
+    return worst
 
 
 # DoRA's [tokens, features] temporaries per adapted linear, in bytes per element, for fp32 adapters under bf16

@@ -281,7 +281,8 @@ def trainable_tensors(job: JobSpec, lora: LoraLayout | None) -> int:
     parameter tensor — the decoder layers' linears (and biases), norms, routers and fused experts, the embedding,
     an untied head, the final norm (hpcmem.models.params layout)."""
     if lora is not None and lora.enabled:
-        return 2 * sum(m.count_per_layer * m.num_layers for m in lora.adapted)
+        return 2 * (sum(m.count_per_layer * m.num_layers for m in lora.adapted)
+                    + sum(m.num_layers for m in lora.targeted))      # one lora_A, one lora_B per wrapped parameter
     m = job.model
     mods = linear_modules(m)
     linears = sum((1 + int(mod.bias)) * (mod.count_per_layer if mod.nn_linear else 1) * mod.weight_layers

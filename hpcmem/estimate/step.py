@@ -115,7 +115,9 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     if t.gradient_checkpointing:
         scores_t += dora_t                  # the recompute runs DoRA's forward again
     lora_mlp_saved = lora.saved_per_layer(mb.tokens, prec, "mlp")
-    mlp_side = mlp_t + lora_backward_transient(lora, mb.tokens, prec, "mlp")
+    # a wrapped expert stack's weight gradient comes at another instant than the [tokens, I] gradients (traced)
+    mlp_side = max(mlp_t + lora_backward_transient(lora, mb.tokens, prec, "mlp"),
+                   lora_variants.wrapped_weight_gradient(lora, prec))
     lora_attention_t = lora_backward_transient(lora, mb.tokens, prec, "attention")
     held = rope + (act.mask_bytes(mb) if t.gradient_checkpointing else 0)   # inputs kept for the recompute
     # under selective checkpointing the recompute does not run the attention op again: torch's

@@ -56,14 +56,22 @@ def parameter_sizes(m: ModelSpec, trainer: str, weight_bytes: int) -> list[int]:
 
 
 def adapter_sizes(lora: LoraLayout) -> list[int]:
-    """lora_A and lora_B of every adapted linear, layer by layer (peft inject order)."""
+    """lora_A and lora_B of every adapted linear, layer by layer (peft inject order), then those of the adapted
+    parameters (peft/tuners/tuners_utils.py `inject_adapter` runs `_inject_parameters` after the modules): one
+    [r·E, in] and one [out, r·E] per fused stack (ParamWrapper.update_layer)."""
     if not lora.enabled:
         return []
     out = []
     for layer in range(lora.num_layers):
         for mod in lora.adapted:
             if layer < mod.num_layers:
-                out += [lora.r * mod.in_features * lora.adapter_bytes, mod.out_features * lora.r * lora.adapter_bytes]
+                r = lora.rank(mod)
+                out += [r * mod.in_features * lora.adapter_bytes, mod.out_features * r * lora.adapter_bytes]
+    for layer in range(lora.num_layers):
+        for mod in lora.targeted:
+            if layer < mod.num_layers:
+                r = lora.rank(mod) * mod.count_per_layer
+                out += [r * mod.in_features * lora.adapter_bytes, mod.out_features * r * lora.adapter_bytes]
     return out
 
 

@@ -18,7 +18,8 @@ from hpcmem.job.mesh_rules import check_layout, layout_warnings
 from hpcmem.job.spec import DTYPES, TrainSpec
 from hpcmem.job.trainers import REGISTRY, entry
 from hpcmem.models.coverage import requirement_problems
-from hpcmem.models.params import SIZED_MODULES, parameters_named
+from hpcmem.job.param_wrapper_rules import param_wrapper_problems
+from hpcmem.models.params import SIZED_MODULES
 
 if TYPE_CHECKING:
     from hpcmem.job.protocol import Job
@@ -119,8 +120,7 @@ def _check_model_type(job: Job, p: Problems) -> None:
 
 
 def _check_lora_variants(job: Job, p: Problems) -> None:
-    """peft's own refusals (tuners/lora/layer.py ParamWrapper.__init__) and what hpcmem sizes
-    (hpcmem.estimate.lora_variants)."""
+    """peft's own refusals (hpcmem.job.param_wrapper_rules) and what hpcmem sizes (hpcmem.estimate.lora_variants)."""
     t = job.train
     if len(t.lora_target_modules) == 1 and t.lora_target_modules[0] != "all-linear":
         # trl/trainer/model_config.py ModelConfig.__post_init__ passes a one-element list on as its string, and peft
@@ -133,16 +133,8 @@ def _check_lora_variants(job: Job, p: Problems) -> None:
     if unsized:
         p.add(f"lora_modules_to_save {', '.join(unsized)}: hpcmem sizes the trainable copies of "
               f"{', '.join(SIZED_MODULES)} only")
-    if t.lora_target_parameters:
-        if t.lora_dropout:
-            p.add(f"lora_target_parameters needs lora_dropout 0 (peft's ParamWrapper raises: it cannot apply dropout "
-                  f"to a parameter); got {t.lora_dropout}")
-        if t.use_dora:
-            p.add("lora_target_parameters does not work with use_dora (peft's ParamWrapper raises)")
-        if not parameters_named(job.model, t.lora_target_parameters):
-            p.add(f"lora_target_parameters {', '.join(t.lora_target_parameters)} names no parameter of "
-                  f"{job.model.name} (peft raises; the fused experts are mlp.experts.gate_up_proj, "
-                  "mlp.experts.down_proj)")
+    for problem in param_wrapper_problems(job):
+        p.add(problem)
 
 
 def check_sft(job: Job, p: Problems) -> None:

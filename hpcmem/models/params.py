@@ -298,7 +298,18 @@ def all_linear_targets(spec: ModelSpec) -> tuple[str, ...]:
 SIZED_MODULES = ("lm_head", "embed_tokens", "score")       # lora_modules_to_save names hpcmem sizes
 
 
+def parameter_key(mod: LinearModule) -> str:
+    """`<module>.<parameter>` of a weight inside the layer, what peft matches target_parameters against: an
+    nn.Linear's or a router's is `<name>.weight`; a fused expert stack (and a learned bare weight) is named by its
+    parameter already (`mlp.experts.gate_up_proj`)."""
+    if (mod.nn_linear or mod.kind == "router") and not mod.name.endswith(".weight"):
+        return f"{mod.name}.weight"
+    return mod.name
+
+
 def parameters_named(spec: ModelSpec, names: tuple[str, ...]) -> tuple[LinearModule, ...]:
-    """The parameters a lora_target_parameters list names (peft matches the end of the parameter's name)."""
+    """The parameters a target_parameters list names: peft takes a parameter whose key is a name or ends in `.` + a
+    name (peft/tuners/tuners_utils.py `_inject_parameters`), so `down_proj` takes `mlp.experts.down_proj` but not
+    `mlp.shared_expert.down_proj.weight`."""
     return tuple(mod for mod in linear_modules(spec)
-                 if any(f"{mod.name}.weight".endswith(n) or mod.name.endswith(n) for n in names))
+                 if any(parameter_key(mod) == n or parameter_key(mod).endswith(f".{n}") for n in names))
