@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hpcmem.estimate.breakdown import Component
-from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes
+from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes, fp32_grad_returned
 from hpcmem.estimate.states import ParamParts, param_parts
 from hpcmem.estimate.trainers import TrainerExtras, reference_bytes
 from hpcmem.job.jobspec import JobSpec
@@ -84,9 +84,9 @@ def loss(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool) -> Lo
     teacher_hidden = mb.tokens * t.hidden_size * ht       # the teacher's last hidden state, referenced till the end
     saved = n * (m.hidden_size * hs + t.hidden_size * ht) + n * SAVED_STATS * FP32 + mb.tokens
     fwd = max(teacher_pass(job, mb, prec), teacher_hidden + tiles + STATS * n * FP32 + weight_cast + chunk_cast)
-    grad_weight = v * m.hidden_size * (FP32 + prec.weight) if head_trains else 0
-    bwd = tiles + rows * min(v, VOCAB_CHUNK_SIZE) * prec.act + weight_cast + chunk_cast + n * m.hidden_size * (
-        FP32 + hs) + grad_weight
+    grad_weight = fp32_grad_returned(v * m.hidden_size, prec.weight) if head_trains else 0
+    bwd = tiles + rows * min(v, VOCAB_CHUNK_SIZE) * prec.act + weight_cast + chunk_cast + fp32_grad_returned(
+        n * m.hidden_size, hs) + grad_weight
     note = (f"chunked divergence vs teacher {t.name}: {n} scored tokens, tiles {rows}×{min(v, VOCAB_CHUNK_SIZE)} "
             "fp32 ×2, no [N, V] logits")
     return LossBytes(saved=saved, forward_transient=fwd, backward_transient=bwd, note=note,

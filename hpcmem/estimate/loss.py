@@ -4,7 +4,10 @@ SFT, DPO, GRPO and RLOO never materialise [B, S, V] logits. The forward projects
 (on CUDA: `hidden_states[mask]`, a copy) in tiles of TOKEN_CHUNK_SIZE tokens × CHUNK_SIZE vocabulary entries into
 one reused buffer `mm_buf` in the compute dtype, folding each tile into seven fp32 per-token statistics; it saves
 `hidden`, `log_z` and the targets. The backward allocates an fp32 `grad_hidden` [N, H], an fp32 `grad_weight` [V, H]
-when the head trains, the same tile buffer, and casts both gradients back to the parameter dtype on return.
+when the head trains, the same tile buffer, and casts both gradients back to the input's dtype on return
+(`grad_weight.to(weight.dtype)`): a copy for 16-bit weights, none for fp32 ones (`fp32_grad_returned`). Its loop
+keeps the previous chunk's cast of the weight (and, past 4,096 tokens, of the hidden states) alive while it makes the
+next one.
 Reward has a 1-output score head instead (no vocabulary logits).
 """
 
@@ -33,6 +36,15 @@ class LossBytes:
     backbone_gradient: int = 0
 
 
+def fp32_grad_returned(numel: int, dtype_bytes: int) -> int:
+    """Bytes of an fp32 gradient accumulator of `numel` elements and its cast back to an input of `dtype_bytes`.
+
+    TRL's backward returns `grad.to(input.dtype)` (chunked_logprob.py _ChunkedLogprobFunction.backward,
+    chunked_divergence.py's backward): torch's `Tensor.to` returns the tensor itself when the dtype already matches
+    (aten/src/ATen/native/TensorConversions.cpp `to`: `to_will_alias`), so an fp32 input gets no second copy."""
+    return numel * (FP32 + (dtype_bytes if dtype_bytes != FP32 else 0))
+
+
 def logits_tile(tokens: int, vocab: int, width: int) -> int:
     """Bytes of one logits tile of the fused LM head: at most TOKEN_CHUNK_SIZE scored tokens × VOCAB_CHUNK_SIZE
     vocabulary entries, `width` bytes each."""
@@ -58,8 +70,13 @@ def loss_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool)
     weight_cast = min(v, VOCAB_CHUNK_SIZE) * h * compute if prec.weight != compute else 0
     chunk_cast = min(n, TOKEN_CHUNK_SIZE) * h * compute if hidden_bytes != compute else 0
     fwd = tile + FORWARD_STATS * n * FP32 + weight_cast + chunk_cast
-    grad_weight = v * h * (FP32 + prec.weight) if head_trains else 0
-    bwd = tile + weight_cast + chunk_cast + n * h * (FP32 + hidden_bytes) + n * FP32 + grad_weight
+    grad_weight = fp32_grad_returned(v * h, prec.weight) if head_trains else 0
+    # the backward names its casts (`w_chunk = weight[start:end].to(...)`, `hidden_chunk = ...`), so a chunk's cast
+    # is still referenced while the next one is made; the forward casts the weight inside the `mm` call
+    token_chunks, vocab_chunks = -(-n // TOKEN_CHUNK_SIZE), -(-v // VOCAB_CHUNK_SIZE)
+    next_cast = (max(weight_cast, chunk_cast) if token_chunks > 1 else weight_cast if vocab_chunks > 1 else 0)
+    bwd = (tile + weight_cast + chunk_cast + next_cast + fp32_grad_returned(n * h, hidden_bytes) + n * FP32
+           + grad_weight)
     note = (f"fused LM head: {n} scored tokens, tiles {min(n, TOKEN_CHUNK_SIZE)}×{min(v, VOCAB_CHUNK_SIZE)}, "
             "no [B,S,V] logits")
     return LossBytes(saved=saved, forward_transient=fwd, backward_transient=bwd, note=note,

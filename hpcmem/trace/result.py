@@ -8,10 +8,14 @@ from typing import Any
 # Always true of a trace: the single-GPU step is what it runs; these are modelled analytically or by probes.
 NOT_MODELLED: tuple[str, ...] = (
     "multi-GPU sharding (ZeRO-1/2/3, FSDP): the trace runs one unsharded GPU; sharding is applied analytically",
-    "caching-allocator reserve and fragmentation (peak_reserved_bytes): needs the allocator model or a probe",
+    "caching-allocator reserve and fragmentation (peak_reserved_bytes): the allocator model was off (--allocator "
+    "off, or --kernels cpu: no CUDA caching allocator); a probe measures it",
     "CUDA context, cuBLAS/cuBLASLt workspaces, NCCL buffers (device_peak_bytes): measured by probes",
     "kernel workspaces other than FlashAttention's backward (memory-efficient and cuDNN attention, cuBLAS)",
 )
+# In place of NOT_MODELLED[1] when the allocator model ran: what peak_reserved_bytes is and is not.
+RESERVED_MODELLED = ("peak_reserved_bytes is the caching-allocator model (hpcmem/estimate/caching_allocator.py, "
+                     "{mode} mode) replaying the traced allocations with cuBLAS/cuBLASLt workspaces, not a measurement")
 
 
 @dataclass
@@ -37,12 +41,19 @@ class TraceResult:
     # with the timeline: bytes alive when a backward ended, by the phase they were born in; not in the JSON
     left_after_backward: dict[str, int] = field(default_factory=dict)
     allocator: dict[str, dict[str, Any]] | None = None  # mode -> simulated allocator stats (run_trace allocator=)
+    reserved_mode: str | None = None    # the allocator mode whose reserved peak is the JSON's peak_reserved_bytes
     events: list[Any] | None = None     # the recorded device stream (hpcmem.trace.events); not in the JSON
 
     def __post_init__(self) -> None:
         total = sum(self.components.values())
         if total != self.peak_allocated_bytes:
             raise ValueError(f"components add up to {total} bytes, not the peak {self.peak_allocated_bytes}")
+
+    @property
+    def peak_reserved_bytes(self) -> int | None:
+        """The allocator model's reserved peak in the job's mode (cuBLAS workspaces included); None when it was off."""
+        stats = (self.allocator or {}).get(self.reserved_mode or "")
+        return int(stats["peak_reserved_bytes"]) if stats else None
 
     def to_json(self) -> dict[str, Any]:
         out = self._json()
@@ -55,7 +66,7 @@ class TraceResult:
             "model": {"name": self.model_name, "num_params": self.num_params},
             "per_gpu": {
                 "peak_allocated_bytes": self.peak_allocated_bytes,
-                "peak_reserved_bytes": None,
+                "peak_reserved_bytes": self.peak_reserved_bytes,
                 "device_peak_bytes": None,
                 "phase": self.phase,
                 "components": dict(sorted(self.components.items())),
@@ -86,6 +97,9 @@ class TraceResult:
             lines.append(f"{name:<22}{nbytes:>18,}{nbytes / gib:>10.2f}")
         lines.append(f"{'peak allocated':<22}{self.peak_allocated_bytes:>18,}{self.peak_allocated_bytes / gib:>10.2f}"
                      f"  ({self.phase})")
+        if self.peak_reserved_bytes is not None:
+            lines.append(f"{'peak reserved':<22}{self.peak_reserved_bytes:>18,}{self.peak_reserved_bytes / gib:>10.2f}"
+                         f"  (allocator model, {self.reserved_mode})")
         for s in self.step_peaks:
             lines.append(f"  step {s['step']} peak {s['peak_allocated_bytes'] / gib:.2f} GiB at {s['phase']}")
         if self.offloaded_host_peak_bytes:

@@ -32,7 +32,7 @@ from hpcmem.trace.offload import OffloadEmulation
 from hpcmem.trace.oracle import ROUTING_NOTE
 from hpcmem.trace.phases import instrument
 from hpcmem.trace.replay import Workspaces, replay
-from hpcmem.trace.result import TraceResult, versions
+from hpcmem.trace.result import NOT_MODELLED, RESERVED_MODELLED, TraceResult, versions
 from hpcmem.trace.tracker import CUDA_BLOCK_BYTES, StorageTracker
 from hpcmem.trace.trainer import build_model, build_trainer, load_dtype, require_traceable
 
@@ -58,8 +58,9 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
 
     `allocator` (off by default): record every counted device allocation (hpcmem.trace.events) and replay the stream
     through the caching-allocator model with cuBLAS's workspaces (hpcmem.trace.replay) — True/"default",
-    "expandable" (expandable_segments:True) or "both"; the stats land in `result.allocator`, the stream in
-    `result.events`. `steps` (default 2): optimizer steps to run; a GPU probe runs 3 and reads steps 2–3; 1 sees every
+    "expandable" (expandable_segments:True), "both", or "auto" (the job's own mode); the stats land in
+    `result.allocator`, the stream in `result.events`, and the reserved peak of the job's mode in the JSON's
+    `peak_reserved_bytes` (`hpcmem trace` runs "auto" unless told `--allocator off`). `steps` (default 2): optimizer steps to run; a GPU probe runs 3 and reads steps 2–3; 1 sees every
     activation term of the step without the optimizer states (hpcmem.trace.learn reads the layers' terms from it, at
     half the cost).
 
@@ -74,7 +75,7 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
     start = time.perf_counter()
 
     design = design_batch(job)
-    sim, modes = _allocator_sim(allocator)
+    sim, modes = _allocator_sim(job_mode(job) if allocator == "auto" else allocator)
     listener = sim
     if snapshot is not None:
         snapshot.inner, listener = sim, snapshot
@@ -102,9 +103,17 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
     if modes:
         out.events = sim.events
         out.allocator = replay_modes(job, sim.events, modes)
+        out.reserved_mode = job_mode(job) if job_mode(job) in modes else modes[0]
+        out.not_modelled = [RESERVED_MODELLED.format(mode=out.reserved_mode) if n == NOT_MODELLED[1] else n
+                            for n in out.not_modelled]
     elif sim is not None and hasattr(sim, "stats"):
         out.allocator = sim.stats()
     return out
+
+
+def job_mode(job: JobSpec) -> str:
+    """The allocator mode the job runs under: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True or the default."""
+    return "expandable" if job.expandable_segments else "default"
 
 
 def _allocator_sim(choice: Any) -> tuple[Any, tuple[str, ...]]:

@@ -153,3 +153,39 @@ def test_cli_trace_runs_generation_and_the_allocator_model(tmp_path):
     assert any("generate runs as TRL calls it" in n for n in data["trace"]["reimplemented"])
     refused = CliRunner().invoke(cli, ["trace", "sft", "--model_name_or_path", str(config), "--generation"])
     assert refused.exit_code == 2 and "--generation is for grpo/rloo" in refused.output
+
+
+def test_cli_trace_reports_reserved_by_default(tmp_path):
+    """`hpcmem trace` (CUDA mapping) replays the traced allocations through the caching-allocator model in the job's
+    own mode unless told `--allocator off`: per_gpu.peak_reserved_bytes is that model's reserved peak (≥ allocated:
+    every block is rounded up and the cuBLAS workspace is reserved), and not_modelled says it is a model. Off, and
+    under --kernels cpu (no CUDA caching allocator behind a CPU run), it stays null with the older note."""
+    pytest.importorskip("trl")
+    from click.testing import CliRunner
+
+    from hpcmem.cli import cli
+    from tests.helpers.trace_helpers import TINY_LLAMA
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(hf_config_dict(TINY_LLAMA)))
+    base = ["trace", "sft", "--model_name_or_path", str(config), "--per_device_train_batch_size", "2",
+            "--max_length", "64", "--json"]
+
+    def run(*extra: str) -> dict:
+        out = CliRunner().invoke(cli, base + list(extra), catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        return json.loads(out.stdout)
+
+    on = run()
+    g = on["per_gpu"]
+    assert g["peak_reserved_bytes"] == on["trace"]["allocator"]["default"]["peak_reserved_bytes"]
+    assert g["peak_reserved_bytes"] >= g["peak_allocated_bytes"]
+    assert any("caching-allocator model" in n and "default mode" in n for n in on["not_modelled"])
+    expandable = run("--expandable_segments", "true")
+    assert set(expandable["trace"]["allocator"]) == {"expandable"}
+    assert expandable["per_gpu"]["peak_reserved_bytes"] == \
+        expandable["trace"]["allocator"]["expandable"]["peak_reserved_bytes"]
+    for extra in (("--allocator", "off"), ("--kernels", "cpu")):
+        off = run(*extra)
+        assert off["per_gpu"]["peak_reserved_bytes"] is None and "allocator" not in off["trace"], extra
+        assert any("the allocator model was off" in n for n in off["not_modelled"]), extra
