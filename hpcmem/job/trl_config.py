@@ -42,7 +42,8 @@ TRAIN_FIELDS = {f.name for f in fields(TrainSpec)} - {"trainer"}
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")     # torch.compile modes that use CUDA graphs
 PARALLEL_FIELDS = {f.name for f in fields(ParallelSpec)}
 # Settings that live outside TrainSpec but in the same YAML / flag namespace.
-JOB_FIELDS = {"model_name_or_path", "expandable_segments", "gpu", "tokens_per_micro_batch"}
+JOB_FIELDS = {"model_name_or_path", "expandable_segments", "gpu", "tokens_per_micro_batch",
+              "accelerate_config"}   # accelerate_config: `trl --accelerate_config`, applied by the CLI before build_job
 
 
 def read_yaml(path: str | os.PathLike, what: str = "config") -> dict[str, Any]:
