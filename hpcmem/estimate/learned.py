@@ -29,6 +29,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import closing_phases, resident_components
 from hpcmem.estimate.lora import LoraLayout, backward_transient
+from hpcmem.estimate.lora_variants import forward_transient
 from hpcmem.estimate.loss import LossBytes
 from hpcmem.estimate.names import ACTIVATIONS
 from hpcmem.estimate.states import ParamParts, States
@@ -102,9 +103,10 @@ def layer_adapters(kind: LayerKind, lora: LoraLayout, reference: dict | None) ->
         return LoraLayout(enabled=True, r=reference["lora_r"], adapted=_kind_modules(
             kind, None if targets == ["all-linear"] else set(targets)), adapter_bytes=REFERENCE_ADAPTER_BYTES,
             num_layers=1, dropout=True)
+    # the user's variant travels with the adapters (DoRA's saved weight norms and forward: hpcmem.estimate.lora_variants)
     leaves = {m.leaf for m in lora.adapted}
     return LoraLayout(enabled=True, r=lora.r, adapted=_kind_modules(kind, leaves), adapter_bytes=lora.adapter_bytes,
-                      num_layers=1, dropout=lora.dropout)
+                      num_layers=1, dropout=lora.dropout, dora=lora.dora)
 
 
 @dataclass(frozen=True)
@@ -131,21 +133,25 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     for kind_id in set(p.layer_kinds):
         kind = p.kinds[kind_id]
         if not lora.enabled:
-            per_kind[kind_id] = (0, 0, kind.params * prec.weight)
+            per_kind[kind_id] = (0, 0, kind.params * prec.weight, 0)
             continue
         mine, ref = layer_adapters(kind, lora, None), layer_adapters(kind, lora, reference or p.lora_reference)
         d_saved = mine.saved_per_layer(tokens, prec) - ref.saved_per_layer(tokens, prec)
         d_temp = backward_transient(mine, tokens, prec) - backward_transient(ref, tokens, prec)
-        per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes)
+        # DoRA's forward temporaries (the weight norm's dense copies, its fp32 output products: one linear at a time,
+        # hpcmem.estimate.lora_variants) sit on top of the layer's forward, and of its recompute under checkpointing,
+        # as in the derived step (hpcmem.estimate.step); the reference adapters are plain LoRA
+        dora_t = forward_transient(mine, tokens)
+        per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes, dora_t)
     for j, r in enumerate(p.layer_map):
-        d_saved, d_temp, grad = per_kind[p.layer_kinds[j]]
+        d_saved, d_temp, grad, dora_t = per_kind[p.layer_kinds[j]]
         raw = (cell.fwd[r].at(tokens, quad), cell.fpeak[r].at(tokens, quad), cell.kept[r].at(tokens, quad),
                cell.peak[r].at(tokens, quad))
         fwd, fpeak, kept, peak = raw
         if gc:              # the adapters' saved inputs exist only in the recompute
-            peak += d_saved + d_temp
+            fpeak, peak = fpeak + dora_t, peak + d_saved + max(d_temp, dora_t)
         else:
-            fwd, fpeak, kept, peak = fwd + d_saved, fpeak + d_saved, kept + d_saved, peak + d_temp
+            fwd, fpeak, kept, peak = fwd + d_saved, fpeak + d_saved + dora_t, kept + d_saved, peak + d_temp
         # an adapter change never takes a term below zero; a learned term that is negative stays as learned (layer 0's
         # kept is, where the embeddings' backward entry holds more than layer 0 left: Gemma-4's per-layer inputs)
         for dest, value, learned in zip((out.fwd, out.fpeak, out.kept, out.peak), (fwd, fpeak, kept, peak), raw,
