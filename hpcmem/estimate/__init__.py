@@ -14,6 +14,7 @@ from hpcmem.estimate.closing import resident_components
 from hpcmem.estimate.device import device_terms
 from hpcmem.estimate.evaluation import eval_phase
 from hpcmem.estimate.host import host_estimate
+from hpcmem.estimate.learned_range import learned_warnings
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.loss import loss_bytes
 from hpcmem.estimate.names import BLOCK_TAILS as TAILS
@@ -119,7 +120,7 @@ def estimate(job: JobSpec) -> Estimate:
     slack, spread = allocator_slack(job, mb, prec, lora, phases)
     dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
-    warnings = list(job_warnings(job)) + list(extras.notes)
+    warnings = list(job_warnings(job)) + list(extras.notes) + learned_warnings(job, mb)
     if job.gpu is None:
         warnings.append("no --gpu given: no fit verdict")
     if job.train.torch_compile:

@@ -45,6 +45,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.closing import resident_components
 from hpcmem.estimate.learned import DEFAULT_LORA, DORA, layer_adapters
+from hpcmem.estimate.learned_range import held_name
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.loss import loss_bytes
 from hpcmem.estimate.states import job_param_parts, model_states
@@ -546,7 +547,7 @@ def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtype: str, w
     for t, gc in wanted:
         if t == DEFAULT_LORA:
             continue
-        name = technique_name(t, gc)
+        name = held_name(t, gc)
         errors[name] = {}
         for n in lengths:
             try:
@@ -564,10 +565,6 @@ def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtype: str, w
 def not_held(seqs: tuple[int, ...]) -> dict[str, Any]:
     """A profile learned without its checks: held nowhere (the estimate says so), learned up to seqs[-1]."""
     return {"max_length": 0, "techniques": {}, "rows": ROWS, "learned_to": seqs[-1], "within_pct": HELD_PCT}
-
-
-def technique_name(technique: str, gc: bool) -> str:
-    return f"{technique} {'gc' if gc else 'no gc'}"
 
 
 def _check(probe: LearnedProfile, cells: dict[str, Cell], job: JobSpec) -> float:

@@ -130,9 +130,10 @@ def _merged(cfg: dict[str, Any], fix: dict[str, Any]) -> dict[str, Any]:
                       for k, v in fix.items()}}
 
 
-def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tuple[Any, int, int]:
-    """(ModelSpec of the config cut to ≤ EVAL_LAYERS layers, traced layers, real layers), named by the cut config's
-    file in `folder` (the trace builds from it). A learned profile is laid over the cut depth with its own terms
+def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path,
+               layers: int | None = None) -> tuple[Any, int, int]:
+    """(ModelSpec of the config cut to ≤ EVAL_LAYERS layers — or `layers` —, traced layers, real layers), named by the
+    cut config's file in `folder` (the trace builds from it). A learned profile is laid over the cut depth with its own terms
     (hpcmem.trace.layer_map.layer_map); the cut ends on a layer of the real last layer's kind."""
     from dataclasses import replace
 
@@ -140,7 +141,7 @@ def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tu
     config = lay.hf_config(decoder)
     real = len(profile.layer_kinds) if profile is not None else int(getattr(config, "num_hidden_layers"))
     key = lay.layers_key(config, decoder, real)
-    depth = min(real, EVAL_LAYERS_FOR.get(str(cfg.get("model_type")), EVAL_LAYERS))
+    depth = min(real, layers or EVAL_LAYERS_FOR.get(str(cfg.get("model_type")), EVAL_LAYERS))
     # a profile learned from real layers that are not a prefix (layout.subsequence) is evaluated on such a cut too: the
     # same rule, grown to `depth` layers (each kind's next layers in turn), so every kind repeats
     keep = tuple(lay.subsequence(profile.layer_kinds, depth)) if (
