@@ -64,7 +64,8 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[Cell,
     if (t.use_peft and t.use_dora and key and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
             and (cell := p.cell(key, DORA, t.gradient_checkpointing)) is not None):
         return cell, {**p.lora_reference, "use_dora": True}
-    if (t.use_peft and not t.use_dora and default and key and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
+    if (t.use_peft and not t.use_dora and default and key
+            and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
             and {m.leaf for m in lora.adapted} == _adapted_leaves(p, default["lora_target_modules"])
             and (cell := p.cell(key, DEFAULT_LORA, t.gradient_checkpointing)) is not None):
         return cell, default
@@ -108,7 +109,7 @@ def layer_adapters(kind: LayerKind, lora: LoraLayout, reference: dict | None) ->
         return LoraLayout(enabled=True, r=reference["lora_r"], adapted=_kind_modules(
             kind, None if targets == ["all-linear"] else set(targets)), adapter_bytes=REFERENCE_ADAPTER_BYTES,
             num_layers=1, dropout=True, dora=bool(reference.get("use_dora")))
-    # the user's variant travels with the adapters (DoRA's saved weight norms and forward: hpcmem.estimate.lora_variants)
+    # the user's variant travels with the adapters (DoRA's saved tensors and forward: hpcmem.estimate.lora_variants)
     leaves = {m.leaf for m in lora.adapted}
     return LoraLayout(enabled=True, r=lora.r, adapted=_kind_modules(kind, leaves), adapter_bytes=lora.adapter_bytes,
                       num_layers=1, dropout=lora.dropout, dora=lora.dora)

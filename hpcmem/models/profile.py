@@ -6,9 +6,11 @@ A profile belongs to one config.json (its canonical SHA-256). It holds what the 
 - the parameter layout of `AutoModelForCausalLM.from_config` on the meta device: embedding, LM head, everything
   outside the decoder layers, and per layer kind its parameter count, routed-expert share and Linear layers;
 - per precision (`w4a2`: fp32 weights under bf16 autocast, TRL's default; `w2a2`: 16-bit weights), technique (full,
-  lora) and checkpointing (gc, nogc) a `Cell` of terms, each a polynomial in the micro-batch
+  lora, dora) and checkpointing (gc, nogc) a `Cell` of terms, each a polynomial in the micro-batch
   bytes = a + b·tokens + c·rows·seq²  (linear in tokens; c carries the [rows, seq, seq] attention masks/scores),
-  fitted exactly on three sequence lengths at two rows (hpcmem/trace/learn.py says how each is measured):
+  fitted exactly on three sequence lengths at two rows (hpcmem/trace/learn.py says how each is measured) — or, for a
+  phase's highest instant (fpeak, peak, forward_other, head_other; format 3), the highest of such polynomials, one
+  per instant of the phase (`Envelope`):
     fwd[k]   bytes layer k leaves alive when its forward ends (what it keeps, plus autocast's weight cache)
     fpeak[k] the highest bytes above layer k's start while its forward runs
     kept[k]  bytes layer k keeps into backward (freed when its backward ends)
@@ -19,6 +21,9 @@ A profile belongs to one config.json (its canonical SHA-256). It holds what the 
     forward_other, head_other, entry_other: what the LM head's forward, its backward and every layer's backward
              entry hold beyond the states, the layers' terms, the gradients done and the fused LM head's own terms.
   Terms are indexed by a layer of the traced reduced-depth model; `layer_map` says which one each real layer takes.
+
+`provenance["held"]` says where the profile is held: the row lengths and techniques checked against a trace
+(hpcmem/trace/learn.py `held`); the estimate warns outside them (hpcmem.estimate.learned_range).
 
 Profiles are found by the config's hash in the data search path (hpcmem/datapath.py, kind "profiles"): a site's or a
 user's own (`hpcmem models learn` writes to `write_dir("profiles")`), then those shipped for catalog models.

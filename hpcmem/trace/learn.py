@@ -17,8 +17,9 @@
                 hpcmem.trace.tracker.live_by_birth_phase): they outlive the layer, so the layers below hold them
      peak[k]  = the highest bytes during layer k's backward − entry(k)
      forward_entry = start(0) − states
-     forward_other = the LM head's forward peak − start(D)            (the fused LM head's own bytes included:
-     head_other    = LM head backward peak − states − Σ kept           the estimate takes its own out, Cell.head_with_loss)
+     forward_other = the LM head's forward peak − start(D)
+     head_other    = LM head backward peak − states − Σ kept
+                     (both with the fused LM head's own bytes: the estimate takes its own out, Cell.head_with_loss)
      entry_other   = entry(D−1) − states − Σ kept − the head's gradients
    States, gradients and the head are the estimate's own (hpcmem.estimate), computed for the same D-layer job, so the
    estimate of that job reproduces the trace's step by construction; what the profile adds is how the layers' terms

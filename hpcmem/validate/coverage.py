@@ -38,6 +38,7 @@ from hpcmem.models.config import model_spec_from_config
 from hpcmem.models.coverage import (
     classification,
     coverage_rows,
+    held_label,
     required_settings,
     settings_beside_checkpointing,
     sweep_summary,
@@ -133,8 +134,8 @@ def _merged(cfg: dict[str, Any], fix: dict[str, Any]) -> dict[str, Any]:
 def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path,
                layers: int | None = None) -> tuple[Any, int, int]:
     """(ModelSpec of the config cut to ≤ EVAL_LAYERS layers — or `layers` —, traced layers, real layers), named by the
-    cut config's file in `folder` (the trace builds from it). A learned profile is laid over the cut depth with its own terms
-    (hpcmem.trace.layer_map.layer_map); the cut ends on a layer of the real last layer's kind."""
+    cut config's file in `folder` (the trace builds from it). A learned profile is laid over the cut depth with its own
+    terms (hpcmem.trace.layer_map.layer_map); the cut ends on a layer of the real last layer's kind."""
     from dataclasses import replace
 
     decoder = backbone_config(cfg)
@@ -237,7 +238,8 @@ def sweep_type(model_type: str) -> list[dict[str, Any]]:
         profile = None
         if base["status"] == "learned":
             stage = "learn"
-            profile = learn(cfg, model_type, dtypes=("bfloat16",), workers=1, check=False,
+            # with its checks: the profile says where it is held (8,192 and 32,768 tokens per row, each technique)
+            profile = learn(cfg, model_type, dtypes=("bfloat16",), workers=1, check=True,
                             cells=[TECHNIQUES[t] for t in sweep_techniques(model_type)])
             base |= {"learned_depth": profile.provenance["depth"], "learn_seconds": profile.provenance["seconds"],
                      "not_learned": profile.provenance["not_learned"]}
@@ -444,15 +446,21 @@ def report_markdown(records: list[dict[str, Any]]) -> str:
               f"those are within 3 % ({share(within, with_records)} %), "
               f"{refused_gc} more within 3 % of the jobs that run (GC refused). Not measured: no record "
               "yet — `hpcmem validate coverage` resumes where a sweep stopped (`--types` for some)."]
-    lines += ["", "| model type | class | status | made | max \\|err\\| % | note |", "|---|---|---|---|---|---|"]
+    lines += ["", "Held at: the row lengths (tokens, 2 rows) and techniques at which a learned type's profile "
+              "(estimator/coverage-profiles) was held within 3 % of a trace of the same job by `hpcmem models learn` "
+              "(at the learned depth, 8,192 and 32,768 tokens per row); a format-2 profile (learned at ≤ 768 tokens "
+              "per row) only at the 1,024 tokens this sweep checks. An estimate outside that range says so.", "",
+              "| model type | class | status | made | max \\|err\\| % | held at (tokens per row) | note |",
+              "|---|---|---|---|---|---|---|"]
     for r in text:
         m = measured.get(r["model_type"])
         note = errors.get(r["model_type"], "") or ("" if r["status"] in ("derived", "learned") else r["reason"])
         n = len(sweep_techniques(r["model_type"]))
         err = f"{m['max_abs_err_pct']:.2f}" + ("" if m["techniques"] == n == 3 else f" ({m['techniques']}/{n})") \
             if m else "not measured"
+        held = held_label(r["model_type"]) if r["status"] == "learned" else ""
         lines.append(f"| {r['model_type']} | {r['class']} | {r['status']} | {(m or {}).get('made') or ''} | {err} "
-                     f"| {note[:160].replace('|', '/')} |")
+                     f"| {held} | {note[:160].replace('|', '/')} |")
     worst = sorted((rec for rec in records if "err_pct" in rec), key=lambda rec: -abs(rec["err_pct"]))[:10]
     lines += ["", "Worst ten cases:", ""] + [
         f"- {w['model_type']} {w['technique']}: {w['err_pct']:+.2f} % (estimate phase {w['estimated_phase']}; "
