@@ -43,7 +43,8 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
                 "trace; `hpcmem models learn` checks them"]
     out = []
     if techniques and name not in techniques:
-        out.append(f"{where}; this job's technique ({name}) was not checked: not held")
+        out.append(f"{where}; this job's technique ({name}) is not among them (not learned, or its check was not "
+                   "within): not held")
     elif mb.seq > techniques.get(name, longest):
         out.append(f"{where}; this job's rows are {mb.seq:,} tokens: its layer terms are extrapolated past where "
                    "they were held")

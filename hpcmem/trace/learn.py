@@ -476,7 +476,7 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     gc = runnable_cells(outer, (("full", True), ("full", False)))[0][1]     # checkpointing where it runs
     checks = {key: _check(probe, fitted, learn_job(spec, dtype, "full", gc, seqs[1]))
               for dtype in dtypes if check and (key := cell_key(PRECISIONS[dtype], "full", gc)) in fitted}
-    provenance["held"] = held(probe, fitted, spec, dtypes[-1], wanted, seqs, full.max_position_embeddings) \
+    provenance["held"] = held(probe, fitted, spec, dtypes, wanted, seqs, full.max_position_embeddings) \
         if check else not_held(seqs)
     routed = any(isinstance(d, dict) and d.get("routing_assumed") for d in done.values())
     provenance |= {"seconds": round(time.perf_counter() - start, 1), "check_err_pct": checks,
@@ -535,12 +535,12 @@ def _sample(job: JobSpec, depth: int) -> dict[str, Any]:
     return {**terms(meas, known_parts(job)), "routing_assumed": routed}
 
 
-def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtype: str, wanted: list[tuple[str, bool]],
-         seqs: tuple[int, ...], max_positions: int) -> dict[str, Any]:
+def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple[str, ...],
+         wanted: list[tuple[str, bool]], seqs: tuple[int, ...], max_positions: int) -> dict[str, Any]:
     """Where the profile is held: each technique learned (full, LoRA, DoRA; the lora-default cell is the LoRA one's
     targets) checked against a two-step trace of the reduced model at the longest learned
     length and at CHECK_FACTOR times it (within max_position_embeddings); a technique is held up to the longest
-    length from which every shorter check is within HELD_PCT."""
+    length from which every shorter check is within HELD_PCT, in every precision learned."""
     lengths = [seqs[-1]] + ([seqs[-1] * CHECK_FACTOR] if not max_positions or max_positions >= seqs[-1] * CHECK_FACTOR
                             else [])
     errors: dict[str, dict[str, float | str]] = {}
@@ -549,18 +549,25 @@ def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtype: str, w
         if t == DEFAULT_LORA:
             continue
         name = held_name(t, gc)
-        errors[name] = {}
-        for n in lengths:
-            try:
-                err: float | str = _check(probe, cells, learn_job(spec, dtype, t, gc, n))
-            except Exception as exc:  # noqa: BLE001 — a check that cannot run holds nothing
-                err = f"{type(exc).__name__}: {exc}"[:200]
-            errors[name][str(n)] = err
-            if not isinstance(err, float) or abs(err) > HELD_PCT:
-                break
-            techniques[name] = n
+        reached = []
+        for dtype in dtypes:
+            if cell_key(PRECISIONS[dtype], t, gc) not in cells:
+                continue
+            errors[f"{PRECISIONS[dtype]} {name}"] = got = {}
+            reached.append(0)
+            for n in lengths:
+                try:
+                    err: float | str = _check(probe, cells, learn_job(spec, dtype, t, gc, n))
+                except Exception as exc:  # noqa: BLE001 — a check that cannot run holds nothing
+                    err = f"{type(exc).__name__}: {exc}"[:200]
+                got[str(n)] = err
+                if not isinstance(err, float) or abs(err) > HELD_PCT:
+                    break
+                reached[-1] = n
+        if reached and min(reached):
+            techniques[name] = min(reached)
     return {"max_length": min(techniques.values(), default=0), "techniques": techniques, "rows": ROWS,
-            "precision": PRECISIONS[dtype], "within_pct": HELD_PCT, "err_pct": errors}
+            "precisions": [PRECISIONS[d] for d in dtypes], "within_pct": HELD_PCT, "err_pct": errors}
 
 
 def not_held(seqs: tuple[int, ...]) -> dict[str, Any]:

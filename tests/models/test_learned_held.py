@@ -88,7 +88,7 @@ def test_estimate_outside_the_held_range_says_so():
     (longer,) = _held_warnings(p, 8192, gradient_checkpointing=True)
     assert "8,192 tokens" in longer and "full gc 4,096" in longer
     (other,) = _held_warnings(p, 1024, use_peft=True, lora_target_modules=("all-linear",), gradient_checkpointing=False)
-    assert "lora no gc" in other and "not checked" in other
+    assert "lora no gc" in other and "not held" in other
     doc["provenance"]["held"] = {"max_length": 0, "techniques": {}, "rows": 2, "learned_to": 8192}
     (unchecked,) = _held_warnings(profile_from_dict(doc), 1024)
     assert "not held" in unchecked
