@@ -42,7 +42,10 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
                 f"up to {held.get('learned_to', '?')} tokens per row): the layer terms are not checked against a "
                 "trace; `hpcmem models learn` checks them"]
     out = []
-    if techniques and name not in techniques:
+    if held.get("format") and job.train.use_peft and job.train.use_dora:
+        out.append(f"{where}; DoRA was not traced in that format (its adapters are the difference formulas' over "
+                   "plain LoRA): not held; `hpcmem models learn` traces it")
+    elif techniques and name not in techniques:
         out.append(f"{where}; this job's technique ({name}) is not among them (not learned, or its check was not "
                    "within): not held")
     elif mb.seq > techniques.get(name, longest):

@@ -76,6 +76,8 @@ def test_format_2_loads_held_at_the_length_validate_coverage_checked():
     assert _held_warnings(old, 1024) == []
     (warning,) = _held_warnings(old, 4096)
     assert "format 2" in warning and "≤ 1,024 tokens per row" in warning and "4,096" in warning
+    (dora,) = _held_warnings(old, 1024, use_peft=True, use_dora=True, lora_target_modules=("all-linear",))
+    assert "DoRA was not traced" in dora
 
 
 def test_estimate_outside_the_held_range_says_so():
