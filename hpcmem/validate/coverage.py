@@ -10,8 +10,9 @@ all-linear), full fine-tuning without GC — or, for a type whose real trainer r
 (hpcmem/models/coverage.json "requires" gradient_checkpointing false), the two it runs: full and LoRA without GC; a
 type that trains only with another setting (router_aux_loss_coef 0) is traced and estimated with it. The estimate is `hpcmem estimate`'s allocated tensor peak (cuBLAS workspaces left out, as in
 `validate trace`). A derived type is estimated from its family descriptor; a learned type from a profile
-learned from the full config (hpcmem.trace.learn: three lengths ≤ 768 tokens at the reduced depth D ≤ 12), laid over
-the traced depth: the comparison is out of sample in depth (unless the type is no deeper than D) and in length.
+learned from the full config (hpcmem.trace.learn: 512, 2,048 and 8,192 tokens per row at the reduced depth D ≤ 12,
+checked there at 8,192 and 32,768), laid over the traced depth: the comparison is out of sample in depth (unless the
+type is no deeper than D) and in length (1,024 tokens is none of the three).
 
 Records go to estimator/coverage.jsonl, one line per type and technique (or one error line per type), appended as
 they finish; a run skips types that already have records unless --redo. Types the sweep does not trace (not
