@@ -94,3 +94,16 @@ def test_estimate_outside_the_held_range_says_so():
     doc["provenance"]["held"] = {"max_length": 0, "techniques": {}, "rows": 2, "learned_to": 8192}
     (unchecked,) = _held_warnings(profile_from_dict(doc), 1024)
     assert "not held" in unchecked
+
+
+def test_the_held_column_reads_each_sweep_profile():
+    from hpcmem.datapath import estimator_dir
+    from hpcmem.models.coverage import held_label
+
+    folder = estimator_dir() / "coverage-profiles"
+    doc = json.loads((folder / "smollm3.json").read_text())
+    lengths = set(doc["provenance"]["held"]["techniques"].values())
+    assert doc["format"] == "hpcmem-learned-profile/3" and held_label("smollm3").startswith(f"≤ {max(lengths):,}: ")
+    assert json.loads((folder / "gpt2.json").read_text())["format"] == "hpcmem-learned-profile/2"
+    assert held_label("gpt2") == "≤ 1,024 (format 2)"
+    assert held_label("llama") == ""                       # derived: no profile
