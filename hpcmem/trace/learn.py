@@ -48,12 +48,11 @@ from hpcmem.estimate.closing import resident_components
 from hpcmem.estimate.learned import DEFAULT_LORA, DORA, layer_adapters
 from hpcmem.estimate.learned_range import held_name
 from hpcmem.estimate.lora import lora_layout
-from hpcmem.estimate.loss import loss_bytes
 from hpcmem.estimate.states import job_param_parts, model_states
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.kernel_limits import xlstm_problems
-from hpcmem.job.shape import micro_batch, precision
+from hpcmem.job.shape import precision
 from hpcmem.job.spec import TrainSpec
 from hpcmem.models.coverage import required_settings, settings_beside_checkpointing
 from hpcmem.models.profile import (
@@ -111,7 +110,8 @@ def learn_lengths(max_positions: int) -> tuple[int, ...]:
     return tuple(max(16, max_positions * s // SEQS[-1]) for s in SEQS)
 
 
-# a grid of (rows, tokens per row) that keeps an envelope's pieces: those highest at some point of it
+# a grid of (rows, tokens per row) that keeps an envelope's pieces: those highest at some point of it, with and without
+# the rows·seq² term
 _GRID = [(r, 2 ** e) for r in (1, 2, 4, 8, 16, 64) for e in range(4, 21)]
 
 
@@ -128,7 +128,8 @@ def envelope(series: list[list[int]], seqs: tuple[int, ...], rows: int = ROWS) -
     values = values[:, ~rising]
     basis = np.array([[1.0, rows * s, rows * s * s] for s in seqs])
     coef = np.linalg.solve(basis, values)                              # [3, instants]
-    points = np.array([[1.0, r * q, r * q * q] for r, q in _GRID] + basis.tolist())
+    # rows·seq² counts only where the job has it (learned._quad: masked rows or eager attention): both kinds of job
+    points = np.array([[1.0, r * q, r * q * q * m] for r, q in _GRID for m in (1, 0)] + basis.tolist())
     at = points @ coef                                                  # [points, instants]
     keep = sorted(set(np.argmax(at, axis=1).tolist()))
     return Envelope(tuple(Poly(*map(float, coef[:, j])) for j in keep))
@@ -181,17 +182,17 @@ def measure(timeline: list[Any], depth: int, step: int = 2) -> dict[str, Any]:
 
 
 def known_parts(job: JobSpec) -> dict[str, Any]:
-    """What the estimate computes itself for the job: states, the LM head's terms, each layer's gradients."""
-    mb, prec, parts, lora = micro_batch(job), precision(job), job_param_parts(job), lora_layout(job)
+    """What the estimate computes itself for the job: states, each layer's gradients, the head's gradients (the fused
+    LM head's activation bytes stay in the head terms: Cell.head_with_loss)."""
+    prec, parts, lora = precision(job), job_param_parts(job), lora_layout(job)
     s = model_states(job, prec, lora)
-    loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled)
     p = job.model.learned
     grads = [(layer_adapters(p.kinds[k], lora, None).num_params * lora.adapter_bytes) if lora.enabled
              else p.kinds[k].params * prec.weight for k in p.layer_kinds]
     # the traced step is the first: no optimizer state exists yet (every activation term is step 2's: checked)
     base = sum(c.bytes for c in resident_components(s, lora)) + s.gathered - s.optimizer - s.master
     return {"base": base, "grads": grads,
-            "head_grads": 0 if lora.enabled else (parts.lm_head or parts.embed) * prec.weight, "loss": loss}
+            "head_grads": 0 if lora.enabled else (parts.lm_head or parts.embed) * prec.weight}
 
 
 def terms(meas: dict[str, Any], known: dict[str, Any]) -> dict[str, Any]:
