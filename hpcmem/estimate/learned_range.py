@@ -51,4 +51,13 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
     elif mb.seq > techniques.get(name, longest):
         out.append(f"{where}; this job's rows are {mb.seq:,} tokens: its layer terms are extrapolated past where "
                    "they were held")
+    t = job.train
+    # the cells were traced with TRL's LoRA dropout 0.05 and no module copies (hpcmem/trace/learn.py learn_job); other
+    # adapters add hpcmem.estimate.lora's difference formulas, which no check holds on a learned type
+    changed = ([] if t.lora_dropout > 0 and not t.disable_dropout else ["no LoRA dropout"]) + \
+        ([f"lora_modules_to_save {', '.join(t.lora_modules_to_save)}"] if t.lora_modules_to_save else [])
+    if t.use_peft and changed:
+        out.append(f"learned profile of {p.model_type}: its LoRA cells were traced with dropout 0.05 and no modules "
+                   f"to save; this job's {' and '.join(changed)} is the difference formulas' (hpcmem.estimate.lora): "
+                   "not held")
     return out

@@ -91,6 +91,9 @@ def test_estimate_outside_the_held_range_says_so():
     assert "8,192 tokens" in longer and "full gc 4,096" in longer
     (other,) = _held_warnings(p, 1024, use_peft=True, lora_target_modules=("all-linear",), gradient_checkpointing=False)
     assert "lora no gc" in other and "not held" in other
+    no_dropout = _held_warnings(p, 1024, use_peft=True, lora_target_modules=("all-linear",),
+                                gradient_checkpointing=True, lora_dropout=0.0)
+    assert any("no LoRA dropout" in w and "not held" in w for w in no_dropout)
     doc["provenance"]["held"] = {"max_length": 0, "techniques": {}, "rows": 2, "learned_to": 8192}
     (unchecked,) = _held_warnings(profile_from_dict(doc), 1024)
     assert "not held" in unchecked
