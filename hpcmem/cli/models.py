@@ -99,13 +99,16 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
     path = save_profile(profile, target.parent)
     summary = {"profile": str(path), "model_type": profile.model_type, "num_params": profile.total,
                "cells": profile.cell_keys(), **{k: profile.provenance[k] for k in (
-                   "depth", "seconds", "check_err_pct", "not_learned", "summary")}}
+                   "depth", "seconds", "check_err_pct", "not_learned", "summary", "held")}}
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
         click.echo(f"learned {name} ({profile.model_type}, {profile.total:,} params): {summary['summary']}, "
                    f"{summary['seconds']} s; cells {', '.join(summary['cells'])}")
         click.echo(f"check against a two-step trace of the traced model: {summary['check_err_pct']}")
+        held = summary["held"]
+        click.echo(f"held within {held['within_pct']} % at ≤ {held['max_length']:,} tokens per row: "
+                   + (", ".join(f"{k} ≤ {v:,}" for k, v in held["techniques"].items()) or "no technique"))
         for key, why in summary["not_learned"].items():
             click.echo(f"not learned: {key}: {why}")
         click.echo(f"wrote {path}")

@@ -7,6 +7,7 @@ optimizer, sharding), activations, lora, loss (TRL's fused LM head), step (phase
 
 from __future__ import annotations
 
+from hpcmem.estimate import lora_variants
 from hpcmem.estimate.allocator import allocator_slack, spread_block
 from hpcmem.estimate.breakdown import Component, Estimate, Phase
 from hpcmem.estimate.checkpoint import save_bytes
@@ -14,7 +15,7 @@ from hpcmem.estimate.closing import resident_components
 from hpcmem.estimate.device import device_terms
 from hpcmem.estimate.evaluation import eval_phase
 from hpcmem.estimate.host import host_estimate
-from hpcmem.estimate import lora_variants
+from hpcmem.estimate.learned_range import learned_warnings
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.loss import loss_bytes
 from hpcmem.estimate.names import BLOCK_TAILS as TAILS
@@ -121,7 +122,8 @@ def estimate(job: JobSpec) -> Estimate:
     slack, spread = allocator_slack(job, mb, prec, lora, phases)
     dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
-    warnings = list(job_warnings(job)) + list(extras.notes) + lora_variants.wrapped_notes(job, lora, prec)
+    warnings = (list(job_warnings(job)) + list(extras.notes) + lora_variants.wrapped_notes(job, lora, prec)
+                + learned_warnings(job, mb))
     if job.gpu is None:
         warnings.append("no --gpu given: no fit verdict")
     if job.train.torch_compile:

@@ -29,7 +29,8 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import closing_phases, resident_components
 from hpcmem.estimate.lora import LoraLayout, backward_transient
-from hpcmem.estimate.loss import LossBytes
+from hpcmem.estimate.lora_variants import forward_transient
+from hpcmem.estimate.loss import LossBytes, loss_bytes
 from hpcmem.estimate.names import ACTIVATIONS
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.job.jobspec import JobSpec
@@ -39,6 +40,7 @@ from hpcmem.models.profile import Cell, LayerKind, LearnedProfile, cell_key
 
 REFERENCE_ADAPTER_BYTES = 4       # peft keeps adapters in fp32 (autocast_adapter_dtype) in the traced jobs
 DEFAULT_LORA = "lora-default"     # the technique name of the cells traced on peft's default targets
+DORA = "dora"                     # the cells traced with use_dora on the reference adapters
 
 
 def precision_key(prec: Precision) -> str | None:
@@ -55,7 +57,8 @@ def _adapted_leaves(p: LearnedProfile, targets: list[str] | tuple[str, ...]) -> 
 
 def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[Cell, dict]:
     """(the profile's terms for this job, the LoRA reference they were traced with), or a SpecError naming what was
-    not learned. A LoRA job on the adapters of peft's default targets takes the `lora-default` cell where learned."""
+    not learned. A LoRA job on the adapters of peft's default targets takes the `lora-default` cell where learned, a
+    DoRA job the `dora` cell (the reference's targets with use_dora; other targets add the difference)."""
     t, p = job.train, job.model.learned
     if lora.enabled and lora.targeted:
         # the profile's LoRA cells are traced with adapters on nn.Linear layers only (provenance lora_reference); what a
@@ -65,7 +68,11 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[Cell,
                         " only (peft wraps fused experts and routers as parameters for all-linear or expert names on "
                         "this type); name nn.Linear modules instead")
     default, key = p.provenance.get("lora_default"), precision_key(prec)
-    if (t.use_peft and default and key and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
+    if (t.use_peft and t.use_dora and key and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
+            and (cell := p.cell(key, DORA, t.gradient_checkpointing)) is not None):
+        return cell, {**p.lora_reference, "use_dora": True}
+    if (t.use_peft and not t.use_dora and default and key
+            and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
             and {m.leaf for m in lora.adapted} == _adapted_leaves(p, default["lora_target_modules"])
             and (cell := p.cell(key, DEFAULT_LORA, t.gradient_checkpointing)) is not None):
         return cell, default
@@ -108,10 +115,11 @@ def layer_adapters(kind: LayerKind, lora: LoraLayout, reference: dict | None) ->
         targets = reference["lora_target_modules"]
         return LoraLayout(enabled=True, r=reference["lora_r"], adapted=_kind_modules(
             kind, None if targets == ["all-linear"] else set(targets)), adapter_bytes=REFERENCE_ADAPTER_BYTES,
-            num_layers=1, dropout=True)
+            num_layers=1, dropout=True, dora=bool(reference.get("use_dora")))
+    # the user's variant travels with the adapters (DoRA's saved tensors and forward: hpcmem.estimate.lora_variants)
     leaves = {m.leaf for m in lora.adapted}
     return LoraLayout(enabled=True, r=lora.r, adapted=_kind_modules(kind, leaves), adapter_bytes=lora.adapter_bytes,
-                      num_layers=1, dropout=lora.dropout)
+                      num_layers=1, dropout=lora.dropout, dora=lora.dora)
 
 
 @dataclass(frozen=True)
@@ -138,21 +146,25 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     for kind_id in set(p.layer_kinds):
         kind = p.kinds[kind_id]
         if not lora.enabled:
-            per_kind[kind_id] = (0, 0, kind.params * prec.weight)
+            per_kind[kind_id] = (0, 0, kind.params * prec.weight, 0)
             continue
         mine, ref = layer_adapters(kind, lora, None), layer_adapters(kind, lora, reference or p.lora_reference)
         d_saved = mine.saved_per_layer(tokens, prec) - ref.saved_per_layer(tokens, prec)
         d_temp = backward_transient(mine, tokens, prec) - backward_transient(ref, tokens, prec)
-        per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes)
+        # DoRA's forward temporaries (the weight norm's dense copies, its fp32 output products: one linear at a time,
+        # hpcmem.estimate.lora_variants) sit on top of the layer's forward, and of its recompute under checkpointing,
+        # as in the derived step (hpcmem.estimate.step), beyond the reference's (a DoRA cell traced its own)
+        dora_t = forward_transient(mine, tokens) - forward_transient(ref, tokens)
+        per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes, dora_t)
     for j, r in enumerate(p.layer_map):
-        d_saved, d_temp, grad = per_kind[p.layer_kinds[j]]
+        d_saved, d_temp, grad, dora_t = per_kind[p.layer_kinds[j]]
         raw = (cell.fwd[r].at(tokens, quad), cell.fpeak[r].at(tokens, quad), cell.kept[r].at(tokens, quad),
                cell.peak[r].at(tokens, quad))
         fwd, fpeak, kept, peak = raw
         if gc:              # the adapters' saved inputs exist only in the recompute
-            peak += d_saved + d_temp
+            fpeak, peak = fpeak + dora_t, peak + d_saved + max(d_temp, dora_t)
         else:
-            fwd, fpeak, kept, peak = fwd + d_saved, fpeak + d_saved, kept + d_saved, peak + d_temp
+            fwd, fpeak, kept, peak = fwd + d_saved, fpeak + d_saved + dora_t, kept + d_saved, peak + d_temp
         # an adapter change never takes a term below zero; a learned term that is negative stays as learned (layer 0's
         # kept is, where the embeddings' backward entry holds more than layer 0 left: Gemma-4's per-layer inputs)
         for dest, value, learned in zip((out.fwd, out.fpeak, out.kept, out.peak), (fwd, fpeak, kept, peak), raw,
@@ -200,11 +212,16 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     accum = s.gradients if t.gradient_accumulation_steps > 1 else 0
     accum_c = [Component(name="gradients", bytes=accum, note="kept across gradient accumulation")] if accum else []
     how = f"learned profile ({p.provenance.get('summary', 'traced')})"
-    forward = _forward_phase(lb, cell.forward_entry.at(tokens, quad), cell.forward_other.at(tokens, quad), loss,
+    forward_other, head_other = cell.forward_other.at(tokens, quad), cell.head_other.at(tokens, quad)
+    if cell.head_with_loss:     # the traced job's fused LM head is in the terms: the estimate's own for that job out
+        traced = loss_bytes(job, mb, prec, head_trains=not lora.enabled)
+        forward_other -= traced.saved + traced.forward_transient
+        head_other -= traced.backward_transient
+    forward = _forward_phase(lb, cell.forward_entry.at(tokens, quad), forward_other, loss,
                              (*resident, *gathered, *accum_c), f"{how}: {mb.source}; {L} layers")
     head = Phase(name="backward (LM head)", components=(
         *resident, *gathered, *accum_c,
-        Component(name=ACTIVATIONS, bytes=max(sum(lb.kept) + cell.head_other.at(tokens, quad), 0), note=how),
+        Component(name=ACTIVATIONS, bytes=max(sum(lb.kept) + head_other, 0), note=how),
         Component(name="loss / fused LM head", bytes=loss.backward_transient,
                   note="fp32 grad accumulators + tile at the head's backward")))
     head_grads = 0 if lora.enabled else (parts.lm_head or parts.embed) * prec.weight

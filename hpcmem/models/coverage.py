@@ -141,13 +141,36 @@ def sweep_summary(records: list[dict[str, Any]] | None = None) -> dict[str, dict
     return out
 
 
+def held_label(model_type: str) -> str:
+    """Where the sweep's learned profile of a type (estimator/coverage-profiles) is held: "≤ 32,768: full (gc, no gc),
+    lora (gc, no gc), dora (gc, no gc)" (tokens per row, each technique its own longest where they differ); a
+    format-2 profile "≤ 1,024 (format 2)"; "" without a profile (derived types)."""
+    path = estimator_dir() / "coverage-profiles" / f"{model_type}.json"
+    if not path.is_file():
+        return ""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    held = doc.get("provenance", {}).get("held")
+    if doc.get("format") == "hpcmem-learned-profile/2":
+        return "≤ 1,024 (format 2)"
+    if not held or not held.get("techniques"):
+        return "not checked"
+    by_length: dict[int, dict[str, list[str]]] = {}
+    for name, n in held["techniques"].items():
+        technique, gc = name.split(" ", 1)
+        by_length.setdefault(n, {}).setdefault(technique, []).append(gc)
+    return "; ".join(f"≤ {n:,}: " + ", ".join(f"{t} ({', '.join(g)})" for t, g in kinds.items())
+                     for n, kinds in sorted(by_length.items(), reverse=True))
+
+
 def render_coverage(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'model type':28} {'class':15} {'status':15} {'max |err|':>9}  reason"]
+    lines = [f"{'model type':28} {'class':15} {'status':15} {'max |err|':>9}  {'held at (tokens/row)':22}  reason"]
     for r in rows:
         m = r.get("measured")
         err = f"{m['max_abs_err_pct']:.2f} %" if m else "-"
         reason = r["reason"] if len(r["reason"]) <= 70 else r["reason"][:67] + "..."
-        lines.append(f"{r['model_type']:28} {r['class']:15} {r['status']:15} {err:>9}  {reason}")
+        held = held_label(r["model_type"]) if r["status"] == "learned" else ""
+        held = held if len(held) <= 22 else held[:19] + "..."
+        lines.append(f"{r['model_type']:28} {r['class']:15} {r['status']:15} {err:>9}  {held:22}  {reason}")
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1

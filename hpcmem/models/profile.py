@@ -6,9 +6,11 @@ A profile belongs to one config.json (its canonical SHA-256). It holds what the 
 - the parameter layout of `AutoModelForCausalLM.from_config` on the meta device: embedding, LM head, everything
   outside the decoder layers, and per layer kind its parameter count, routed-expert share and Linear layers;
 - per precision (`w4a2`: fp32 weights under bf16 autocast, TRL's default; `w2a2`: 16-bit weights), technique (full,
-  lora) and checkpointing (gc, nogc) a `Cell` of terms, each a polynomial in the micro-batch
+  lora, dora) and checkpointing (gc, nogc) a `Cell` of terms, each a polynomial in the micro-batch
   bytes = a + b·tokens + c·rows·seq²  (linear in tokens; c carries the [rows, seq, seq] attention masks/scores),
-  fitted exactly on three sequence lengths at two rows (hpcmem/trace/learn.py says how each is measured):
+  fitted exactly on three sequence lengths at two rows (hpcmem/trace/learn.py says how each is measured) — or, for a
+  phase's highest instant (fpeak, peak, forward_other, head_other; format 3), the highest of such polynomials, one
+  per instant of the phase (`Envelope`):
     fwd[k]   bytes layer k leaves alive when its forward ends (what it keeps, plus autocast's weight cache)
     fpeak[k] the highest bytes above layer k's start while its forward runs
     kept[k]  bytes layer k keeps into backward (freed when its backward ends)
@@ -19,6 +21,9 @@ A profile belongs to one config.json (its canonical SHA-256). It holds what the 
     forward_other, head_other, entry_other: what the LM head's forward, its backward and every layer's backward
              entry hold beyond the states, the layers' terms, the gradients done and the fused LM head's own terms.
   Terms are indexed by a layer of the traced reduced-depth model; `layer_map` says which one each real layer takes.
+
+`provenance["held"]` says where the profile is held: the row lengths and techniques checked against a trace
+(hpcmem/trace/learn.py `held`); the estimate warns outside them (hpcmem.estimate.learned_range).
 
 Profiles are found by the config's hash in the data search path (hpcmem/datapath.py, kind "profiles"): a site's or a
 user's own (`hpcmem models learn` writes to `write_dir("profiles")`), then those shipped for catalog models.
@@ -37,7 +42,10 @@ from hpcmem.models.config import sliding_window
 from hpcmem.models.coverage import classification
 from hpcmem.models.spec import ModelSpec
 
-FORMAT = "hpcmem-learned-profile/2"
+FORMAT = "hpcmem-learned-profile/3"
+# Format 2 (terms solved on 256–768 tokens per row, each highest instant as one polynomial) still loads, held where
+# `hpcmem validate coverage` held it: 2 rows of 1,024 tokens (its quadratic bends away beyond: estimator/LOG.md)
+OLD_FORMATS = {"hpcmem-learned-profile/2": 1024}
 KIND = "profiles"
 PRECISIONS = ("w4a2", "w2a2")           # fp32 weights + bf16 autocast (TRL's default load) | bf16/fp16 weights
 TECHNIQUES = ("full", "lora")
@@ -80,16 +88,56 @@ class Poly:
 
 
 @dataclass(frozen=True)
+class Envelope:
+    """bytes = the highest of several Polys: a term that is a phase's highest instant (a layer's forward or backward
+    peak, the LM head's). Each instant of the phase holds tensors whose sizes are a + b·tokens + c·rows·seq² (the
+    same ops run at every length: hpcmem/trace/learn.py checks it), so each piece is one instant fitted exactly,
+    and which instant is highest can change with the length — a single polynomial fitted to the highest instant of
+    short rows bends where the instants cross, and carries that bend to long rows."""
+
+    pieces: tuple[Poly, ...]
+
+    def at(self, tokens: int, quad: int) -> int:
+        return max(p.at(tokens, quad) for p in self.pieces)
+
+    def _shifted(self, other: Poly | Envelope, sign: int) -> Envelope:
+        """Piece by piece where `other` has the same instants (one layer's terms and another of its kind), else by
+        the piece of `other` highest at ENVELOPE_TOP (the stand-in of a last layer whose kind differs)."""
+        if isinstance(other, Envelope) and len(other.pieces) == len(self.pieces):
+            return Envelope(tuple(a + b if sign > 0 else a - b for a, b in zip(self.pieces, other.pieces,
+                                                                                 strict=True)))
+        top = other.top() if isinstance(other, Envelope) else other
+        return Envelope(tuple(a + top if sign > 0 else a - top for a in self.pieces))
+
+    def top(self) -> Poly:
+        return max(self.pieces, key=lambda p: p.at(*ENVELOPE_TOP))
+
+    def __add__(self, other: Poly | Envelope) -> Envelope:
+        return self._shifted(other, 1)
+
+    def __sub__(self, other: Poly | Envelope) -> Envelope:
+        return self._shifted(other, -1)
+
+
+# (tokens, rows·seq²) of 2 rows × 8,192 tokens: where a difference of two envelopes without the same instants is read
+ENVELOPE_TOP = (2 * 8192, 2 * 8192 * 8192)
+Term = Poly | Envelope
+
+
+@dataclass(frozen=True)
 class Cell:
     fwd: tuple[Poly, ...]
-    fpeak: tuple[Poly, ...]
+    fpeak: tuple[Term, ...]
     kept: tuple[Poly, ...]
-    peak: tuple[Poly, ...]
+    peak: tuple[Term, ...]
     forward_entry: Poly
-    forward_other: Poly
-    head_other: Poly
+    forward_other: Term
+    head_other: Term
     entry_other: Poly
     left: tuple[Poly, ...] = ()     # () where not measured (profiles learned before the term): none
+    # forward_other and head_other hold the fused LM head's own bytes of the traced job (format 3; the estimate takes
+    # its own formula for them out), not what is left beside them (format 2)
+    head_with_loss: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,6 +202,13 @@ class LearnedProfile(ParamLayout):
         return sorted(self.cells)
 
     @property
+    def held(self) -> dict[str, Any]:
+        """Where the profile is held (hpcmem/trace/learn.py `held`): max_length, the longest row length every
+        technique checked is held at (0: none); techniques, each one's; a format-2 profile: validate coverage's 1,024
+        tokens, no technique named."""
+        return self.provenance.get("held") or {"max_length": 0, "techniques": {}}
+
+    @property
     def lora_reference(self) -> dict[str, Any]:
         return self.provenance.get("lora_reference") or REFERENCE_LORA
 
@@ -163,7 +218,10 @@ def cell_key(precision: str, technique: str, gc: bool) -> str:
 
 
 # -- JSON ---------------------------------------------------------------------------------------------------------
-def _poly(v: list[float]) -> Poly:
+def _poly(v: Any) -> Any:
+    """[a, b, c] → Poly; {"max": [[a, b, c], …]} → Envelope (format 3)."""
+    if isinstance(v, dict):
+        return Envelope(tuple(_poly(x) for x in v["max"]))
     return Poly(float(v[0]), float(v[1]), float(v[2]))
 
 
@@ -171,13 +229,18 @@ def _cell(d: dict[str, Any]) -> Cell:
     return Cell(fwd=tuple(map(_poly, d["fwd"])), fpeak=tuple(map(_poly, d["fpeak"])), kept=tuple(map(_poly, d["kept"])),
                 peak=tuple(map(_poly, d["peak"])), forward_entry=_poly(d["forward_entry"]),
                 forward_other=_poly(d["forward_other"]), head_other=_poly(d["head_other"]),
-                entry_other=_poly(d["entry_other"]), left=tuple(map(_poly, d.get("left", ()))))
+                entry_other=_poly(d["entry_other"]), left=tuple(map(_poly, d.get("left", ()))),
+                head_with_loss=bool(d.get("head_with_loss", False)))
 
 
 def profile_from_dict(doc: dict[str, Any]) -> LearnedProfile:
-    if doc.get("format") != FORMAT:
+    if doc.get("format") != FORMAT and doc.get("format") not in OLD_FORMATS:
         raise SpecError(f"learned profile: format {doc.get('format')!r} is not {FORMAT!r}; learn it again "
                         "(hpcmem models learn CONFIG)")
+    provenance = dict(doc.get("provenance", {}))
+    if doc["format"] in OLD_FORMATS:
+        provenance.setdefault("held", {"max_length": OLD_FORMATS[doc["format"]], "techniques": {}, "rows": 2,
+                                       "format": doc["format"]})
     m = doc["model"]
     kinds = tuple(LayerKind(params=k["params"], experts=k["experts"], experts_active=k["experts_active"],
                             linears=tuple(Linear(*row) for row in k["linears"])) for k in doc["kinds"])
@@ -189,10 +252,12 @@ def profile_from_dict(doc: dict[str, Any]) -> LearnedProfile:
         other=m["other"], kinds=kinds, layer_kinds=tuple(doc["layer_kinds"]), layer_map=tuple(doc["layer_map"]),
         peft_default_targets=tuple(targets) if targets is not None else None,
         cells={key: _cell(c) for key, c in doc["cells"].items()}, config=doc["config"],
-        provenance=doc.get("provenance", {}))
+        provenance=provenance)
 
 
-def _p(p: Poly) -> list[float]:
+def _p(p: Any) -> Any:
+    if isinstance(p, Envelope):
+        return {"max": [_p(x) for x in p.pieces]}
     return [round(p.a, 3), round(p.b, 6), round(p.c, 9)]
 
 
@@ -213,7 +278,8 @@ def profile_to_dict(p: LearnedProfile) -> dict[str, Any]:
                         "kept": [_p(x) for x in c.kept], "peak": [_p(x) for x in c.peak],
                         "forward_entry": _p(c.forward_entry), "forward_other": _p(c.forward_other),
                         "head_other": _p(c.head_other), "entry_other": _p(c.entry_other),
-                        **({"left": [_p(x) for x in c.left]} if any(x.a or x.b or x.c for x in c.left) else {})}
+                        **({"left": [_p(x) for x in c.left]} if any(x.a or x.b or x.c for x in c.left) else {}),
+                        **({"head_with_loss": True} if c.head_with_loss else {})}
                   for key, c in sorted(p.cells.items())},
         "config": p.config,
     }

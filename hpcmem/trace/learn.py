@@ -17,13 +17,22 @@
                 hpcmem.trace.tracker.live_by_birth_phase): they outlive the layer, so the layers below hold them
      peak[k]  = the highest bytes during layer k's backward − entry(k)
      forward_entry = start(0) − states
-     forward_other = the LM head's forward peak − start(D) − the fused LM head's saved and forward bytes
-     head_other    = LM head backward peak − states − Σ kept − the head's backward bytes
+     forward_other = the LM head's forward peak − start(D)
+     head_other    = LM head backward peak − states − Σ kept
+                     (both with the fused LM head's own bytes: the estimate takes its own out, Cell.head_with_loss)
      entry_other   = entry(D−1) − states − Σ kept − the head's gradients
    States, gradients and the head are the estimate's own (hpcmem.estimate), computed for the same D-layer job, so the
    estimate of that job reproduces the trace's step by construction; what the profile adds is how the layers' terms
    repeat over the real depth (hpcmem.trace.layer_map.layer_map).
-3. Each term is solved exactly as a + b·tokens + c·rows·seq² from the three lengths.
+3. Each term is solved exactly as a + b·tokens + c·rows·seq² from the three lengths (SEQS: 512, 2,048 and 8,192
+   tokens per row, scaled down to the model's max_position_embeddings). A term that is a phase's highest instant
+   (fpeak, peak, forward_other, head_other) is not one polynomial: each instant of the phase is solved on its own
+   (the same ops run at every length — the phase's points line up one to one; where they do not, the highest
+   instant is solved as one polynomial, as before) and the term is the highest of them (profile.Envelope), so the
+   instant that is highest may change with the length without a quadratic fitted through the change.
+4. The profile says where it is held (provenance "held"): the longest row length at which the estimate of the
+   reduced model is within HELD_PCT of a two-step trace of the same job, for each technique checked (full and LoRA,
+   with and without checkpointing, DoRA), at the longest learned length and at CHECK_FACTOR times it.
 """
 
 from __future__ import annotations
@@ -36,19 +45,20 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.closing import resident_components
-from hpcmem.estimate.learned import DEFAULT_LORA, layer_adapters
+from hpcmem.estimate.learned import DEFAULT_LORA, DORA, layer_adapters
+from hpcmem.estimate.learned_range import held_name
 from hpcmem.estimate.lora import lora_layout
-from hpcmem.estimate.loss import loss_bytes
 from hpcmem.estimate.states import job_param_parts, model_states
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.kernel_limits import xlstm_problems
-from hpcmem.job.shape import micro_batch, precision
+from hpcmem.job.shape import precision
 from hpcmem.job.spec import TrainSpec
 from hpcmem.models.coverage import required_settings, settings_beside_checkpointing
 from hpcmem.models.profile import (
     REFERENCE_LORA,
     Cell,
+    Envelope,
     LearnedProfile,
     ParamLayout,
     Poly,
@@ -63,7 +73,9 @@ from hpcmem.trace.oracle import ROUTING_NOTE
 from hpcmem.trace.result import versions
 
 ROWS = 2
-SEQS = (256, 512, 768)
+SEQS = (512, 2048, 8192)
+CHECK_FACTOR = 4            # the held check also runs at 4 × the longest learned length (32,768 tokens per row)
+HELD_PCT = 3.0
 PRECISIONS = {"float32": "w4a2", "bfloat16": "w2a2"}
 CELLS = (("full", True), ("lora", True), ("full", False), ("lora", False))
 PEFT_MAMBA_REFUSED = {"out_proj", "conv1d"}
@@ -89,6 +101,38 @@ def _solve3(rows: list[list[float]], rhs: list[float]) -> list[float]:
 def fit(values: list[float], seqs: tuple[int, ...] = SEQS, rows: int = ROWS) -> Poly:
     a, b, c = _solve3([[1.0, rows * s, rows * s * s] for s in seqs], values)
     return Poly(a, b, c)
+
+
+def learn_lengths(max_positions: int) -> tuple[int, ...]:
+    """SEQS, or where the model holds fewer positions (GPT-2: 1,024) the same ratios ending at its limit."""
+    if not max_positions or max_positions >= SEQS[-1]:
+        return SEQS
+    return tuple(max(16, max_positions * s // SEQS[-1]) for s in SEQS)
+
+
+# a grid of (rows, tokens per row) that keeps an envelope's pieces: those highest at some point of it, with and without
+# the rows·seq² term
+_GRID = [(r, 2 ** e) for r in (1, 2, 4, 8, 16, 64) for e in range(4, 21)]
+
+
+def envelope(series: list[list[int]], seqs: tuple[int, ...], rows: int = ROWS) -> Envelope:
+    """Each instant of a phase solved on its own over the lengths (series[i][j]: instant j at seqs[i]), keeping the
+    instants that are highest somewhere on _GRID (and at the traced lengths themselves)."""
+    import numpy as np
+
+    values = np.asarray(series, dtype=np.float64)                       # [lengths, instants]
+    # only an instant where the bytes stop rising at some length can be the highest one
+    rising = np.ones(values.shape[1], dtype=bool)
+    rising[:-1] = (values[:, :-1] < values[:, 1:]).all(axis=0)
+    rising[-1] = False
+    values = values[:, ~rising]
+    basis = np.array([[1.0, rows * s, rows * s * s] for s in seqs])
+    coef = np.linalg.solve(basis, values)                              # [3, instants]
+    # rows·seq² counts only where the job has it (learned._quad: masked rows or eager attention): both kinds of job
+    points = np.array([[1.0, r * q, r * q * q * m] for r, q in _GRID for m in (1, 0)] + basis.tolist())
+    at = points @ coef                                                  # [points, instants]
+    keep = sorted(set(np.argmax(at, axis=1).tolist()))
+    return Envelope(tuple(Poly(*map(float, coef[:, j])) for j in keep))
 
 
 # -- a step's timeline → per-layer bytes ---------------------------------------------------------------------------
@@ -125,22 +169,30 @@ def measure(timeline: list[Any], depth: int, step: int = 2) -> dict[str, Any]:
     fwd_peak = [peak[f"{fwd} / layer {k}"] for k in range(depth)]
     head_fwd_peak = peak[f"{fwd} / lm head / loss"]
     head_peak = peak[f"{bwd} / lm head / loss"]
+    # every point of the phases whose highest point is a term (profile.Envelope fits them one by one)
+    series: dict[str, list[int]] = {}
+    for point in points:
+        series.setdefault(point.phase, []).append(point.current_bytes)
     return {"start": start, "entry": entry, "entry_embed": entry_embed, "bwd_peak": bwd_peak, "fwd_peak": fwd_peak,
-            "head_fwd_peak": head_fwd_peak, "head_peak": head_peak}
+            "head_fwd_peak": head_fwd_peak, "head_peak": head_peak,
+            "series": {"fpeak": [series[f"{fwd} / layer {k}"] for k in range(depth)],
+                       "peak": [series[f"{bwd} / layer {k}"] for k in range(depth)],
+                       "forward_other": series[f"{fwd} / lm head / loss"],
+                       "head_other": series[f"{bwd} / lm head / loss"]}}
 
 
 def known_parts(job: JobSpec) -> dict[str, Any]:
-    """What the estimate computes itself for the job: states, the LM head's terms, each layer's gradients."""
-    mb, prec, parts, lora = micro_batch(job), precision(job), job_param_parts(job), lora_layout(job)
+    """What the estimate computes itself for the job: states, each layer's gradients, the head's gradients (the fused
+    LM head's activation bytes stay in the head terms: Cell.head_with_loss)."""
+    prec, parts, lora = precision(job), job_param_parts(job), lora_layout(job)
     s = model_states(job, prec, lora)
-    loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled)
     p = job.model.learned
     grads = [(layer_adapters(p.kinds[k], lora, None).num_params * lora.adapter_bytes) if lora.enabled
              else p.kinds[k].params * prec.weight for k in p.layer_kinds]
     # the traced step is the first: no optimizer state exists yet (every activation term is step 2's: checked)
     base = sum(c.bytes for c in resident_components(s, lora)) + s.gathered - s.optimizer - s.master
     return {"base": base, "grads": grads,
-            "head_grads": 0 if lora.enabled else (parts.lm_head or parts.embed) * prec.weight, "loss": loss}
+            "head_grads": 0 if lora.enabled else (parts.lm_head or parts.embed) * prec.weight}
 
 
 def terms(meas: dict[str, Any], known: dict[str, Any]) -> dict[str, Any]:
@@ -153,30 +205,56 @@ def terms(meas: dict[str, Any], known: dict[str, Any]) -> dict[str, Any]:
     if kept[0] is None:
         kept[0] = kept[1] if depth > 1 else 0
     fwd = [meas["start"][k + 1] - meas["start"][k] for k in range(depth)]
-    loss, base, start = known["loss"], known["base"], meas["start"]
-    return {
+    base, start = known["base"], meas["start"]
+    raw = meas.get("series")
+    series = {} if raw is None else {
+        "fpeak": [[b - start[k] for b in raw["fpeak"][k]] for k in range(depth)],
+        "peak": [[b - entry[k] for b in raw["peak"][k]] for k in range(depth)],
+        "forward_other": [b - start[depth] for b in raw["forward_other"]],
+        "head_other": [b - base - sum(kept) for b in raw["head_other"]]}
+    return {"series": series,
         "fwd": fwd, "kept": kept, "left": left, "peak": [meas["bwd_peak"][k] - entry[k] for k in range(depth)],
         "fpeak": [meas["fwd_peak"][k] - start[k] for k in range(depth)],
         "forward_entry": start[0] - base,
-        "forward_other": meas["head_fwd_peak"] - start[depth] - loss.saved - loss.forward_transient,
-        "head_other": meas["head_peak"] - base - sum(kept) - loss.backward_transient,
+        # the fused LM head's own bytes stay in (profile.Cell.head_with_loss): the estimate's formula for them is not
+        # a polynomial in the tokens, so a remainder left after it would not be either
+        "forward_other": meas["head_fwd_peak"] - start[depth],
+        "head_other": meas["head_peak"] - base - sum(kept),
         "entry_other": entry[-1] - base - sum(kept) - known["head_grads"],
     }
 
 
-def fit_cell(samples: list[dict[str, Any]], kinds: tuple[int, ...] | None = None) -> Cell:
-    """Fit every term; with the real model's layer kinds, add the real last layer's stand-in (layout.layer_map)."""
-    def per_layer(name: str) -> tuple[Poly, ...]:
+def fit_cell(samples: list[dict[str, Any]], kinds: tuple[int, ...] | None = None,
+             seqs: tuple[int, ...] = SEQS) -> Cell:
+    """Fit every term; with the real model's layer kinds, add the real last layer's stand-in (layout.layer_map).
+    A highest-instant term whose phase has the same points at every length is an Envelope of its instants."""
+    def term(name: str, values: list[float], series: list[list[int]] | None) -> Any:
+        if series is not None and len({len(x) for x in series}) == 1 and series[0]:
+            return envelope(series, seqs)
+        return fit(values, seqs)
+
+    def series_of(name: str, k: int | None = None) -> list[list[int]] | None:
+        got = [s.get("series", {}).get(name) for s in samples]
+        if any(g is None for g in got):
+            return None
+        return [g[k] for g in got] if k is not None else got
+
+    def per_layer(name: str) -> tuple[Any, ...]:
         depth = len(samples[0][name])
-        polys = [fit([s[name][k] for s in samples]) for k in range(depth)]
+        polys = [term(name, [s[name][k] for s in samples], series_of(name, k) if name in ENVELOPED else None)
+                 for k in range(depth)]
         return tuple(lay.last_layer_terms(polys, kinds, depth) if kinds else polys)
+
+    def one(name: str) -> Any:
+        return term(name, [s[name] for s in samples], series_of(name) if name in ENVELOPED else None)
 
     return Cell(fwd=per_layer("fwd"), fpeak=per_layer("fpeak"), kept=per_layer("kept"), peak=per_layer("peak"),
                 left=per_layer("left") if any(any(s.get("left") or ()) for s in samples) else (),
-                forward_entry=fit([s["forward_entry"] for s in samples]),
-                forward_other=fit([s["forward_other"] for s in samples]),
-                head_other=fit([s["head_other"] for s in samples]),
-                entry_other=fit([s["entry_other"] for s in samples]))
+                forward_entry=one("forward_entry"), forward_other=one("forward_other"),
+                head_other=one("head_other"), entry_other=one("entry_other"), head_with_loss=True)
+
+
+ENVELOPED = ("fpeak", "peak", "forward_other", "head_other")
 
 
 # -- the whole learning run ----------------------------------------------------------------------------------------
@@ -218,10 +296,10 @@ def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int) -> JobS
     """A traced job of a cell, with the settings the type trains only with (router_aux_loss_coef 0 for some MoE
     types: hpcmem.models.coverage.settings_beside_checkpointing; checkpointing is the cell's); `lora-default` leaves the targets
     to peft (TRL passes target_modules=None)."""
-    lora, ref = technique == "lora", spec.learned.lora_reference
+    lora, ref = technique in ("lora", DORA), spec.learned.lora_reference
     needs = settings_beside_checkpointing(spec.model_type)
     return JobSpec(model=spec, train=TrainSpec(
-        trainer="sft", dtype=dtype, use_peft=technique != "full", lora_r=ref["lora_r"],
+        trainer="sft", dtype=dtype, use_peft=technique != "full", lora_r=ref["lora_r"], use_dora=technique == DORA,
         lora_target_modules=tuple(ref["lora_target_modules"]) if lora else (),
         gradient_checkpointing=gc, max_length=seq, per_device_train_batch_size=ROWS, **needs))
 
@@ -346,7 +424,8 @@ def _grouped(skipped: dict[str, str]) -> str:
 
 
 def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] = tuple(PRECISIONS),
-          cells: Any = CELLS, workers: int = 2, check: bool = True, progress: Any = None) -> LearnedProfile:
+          cells: Any = CELLS, workers: int = 2, check: bool = True, progress: Any = None,
+          dora: bool = True) -> LearnedProfile:
     """Trace the reduced model for every cell and return the real model's profile (not yet saved)."""
     start = time.perf_counter()
     sha = config_hash(cfg)                      # before anything reads it: the profile is this config's
@@ -356,12 +435,13 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
         raise SpecError(f"model {name}: " + "; ".join(unmapped))
     full, small, keep, small_cfg = reduced_cut(decoder)
     depth = len(keep)
+    seqs = learn_lengths(full.max_position_embeddings)
     prefix = keep == tuple(range(depth))
     outer = str(cfg.get("model_type", full.model_type))
     peft = _peft_defaults(cfg)
     reference = lora_reference(small_cfg, small) if any(t == "lora" for t, _ in cells) else None
     default = default_lora(peft, reference, small) if ("lora", True) in set(cells) else None
-    provenance: dict[str, Any] = {"attention": small.attention, "depth": depth, "rows": ROWS, "seqs": list(SEQS),
+    provenance: dict[str, Any] = {"attention": small.attention, "depth": depth, "rows": ROWS, "seqs": list(seqs),
                                   "traced_type": full.model_type, "lora_reference": reference,
                                   "lora_default": default}
     if not prefix:
@@ -372,7 +452,10 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     wanted = [(tech, gc) for tech, gc in runnable_cells(outer, CELLS)
               if (tech, gc) in set(cells) and (tech == "full" or reference)]
     wanted += runnable_cells(outer, [(DEFAULT_LORA, True)]) if default else []
-    tasks = [(PRECISIONS[d], d, tech, gc, seq) for d in dtypes for tech, gc in wanted for seq in SEQS]
+    # DoRA on the reference adapters, beside each LoRA cell: its weight norms and fp32 products are traced, not the
+    # difference formulas' (hpcmem.estimate.lora_variants), which a layer's own instants place better
+    wanted += [(DORA, gc) for tech, gc in wanted if tech == "lora" and dora]
+    tasks = [(PRECISIONS[d], d, tech, gc, seq) for d in dtypes for tech, gc in wanted for seq in seqs]
     done = _run_samples(probe, [t[1:] for t in tasks], depth, workers, progress, start)
     fitted: dict[str, Cell] = {}
     skipped: dict[str, str] = {}
@@ -380,20 +463,22 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     for dtype in dtypes:
         for technique, gc in wanted:
             key = cell_key(PRECISIONS[dtype], technique, gc)
-            got = [done[(dtype, technique, gc, seq)] for seq in SEQS]
+            got = [done[(dtype, technique, gc, seq)] for seq in seqs]
             errors = [g for g in got if isinstance(g, str)]
             if errors:
                 skipped[key] = errors[0]
             else:
-                fitted[key] = fit_cell(got, None if ends_last or not prefix else full.layer_kinds)
+                fitted[key] = fit_cell(got, None if ends_last or not prefix else full.layer_kinds, seqs)
     layer_map = lay.layer_map(full.layer_kinds, depth) if prefix else lay.subsequence_map(full.layer_kinds, keep)
     if ends_last and prefix:    # the traced last layer is the real last one's kind (layout.last_only): no stand-in
         layer_map = tuple(depth - 1 if r == depth else r for r in layer_map)
     if not fitted:
         raise SpecError(f"model {name}: no cell could be traced: " + _grouped(skipped))
     gc = runnable_cells(outer, (("full", True), ("full", False)))[0][1]     # checkpointing where it runs
-    checks = {key: _check(probe, fitted, learn_job(spec, dtype, "full", gc, SEQS[1]))
+    checks = {key: _check(probe, fitted, learn_job(spec, dtype, "full", gc, seqs[1]))
               for dtype in dtypes if check and (key := cell_key(PRECISIONS[dtype], "full", gc)) in fitted}
+    provenance["held"] = held(probe, fitted, spec, dtypes, wanted, seqs, full.max_position_embeddings) \
+        if check else not_held(seqs)
     routed = any(isinstance(d, dict) and d.get("routing_assumed") for d in done.values())
     provenance |= {"seconds": round(time.perf_counter() - start, 1), "check_err_pct": checks,
                    "not_learned": skipped, "versions": _versions(),
@@ -449,6 +534,46 @@ def _sample(job: JobSpec, depth: int) -> dict[str, Any]:
     meas["left"] = [result.left_after_backward.get(f"step {TRACED_STEP} / backward / layer {k}", 0)
                     for k in range(depth)]
     return {**terms(meas, known_parts(job)), "routing_assumed": routed}
+
+
+def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple[str, ...],
+         wanted: list[tuple[str, bool]], seqs: tuple[int, ...], max_positions: int) -> dict[str, Any]:
+    """Where the profile is held: each technique learned (full, LoRA, DoRA; the lora-default cell is the LoRA one's
+    targets) checked against a two-step trace of the reduced model at the longest learned
+    length and at CHECK_FACTOR times it (within max_position_embeddings); a technique is held up to the longest
+    length from which every shorter check is within HELD_PCT, in every precision learned."""
+    lengths = [seqs[-1]] + ([seqs[-1] * CHECK_FACTOR] if not max_positions or max_positions >= seqs[-1] * CHECK_FACTOR
+                            else [])
+    errors: dict[str, dict[str, float | str]] = {}
+    techniques: dict[str, int] = {}
+    for t, gc in wanted:
+        if t == DEFAULT_LORA:
+            continue
+        name = held_name(t, gc)
+        reached = []
+        for dtype in dtypes:
+            if cell_key(PRECISIONS[dtype], t, gc) not in cells:
+                continue
+            errors[f"{PRECISIONS[dtype]} {name}"] = got = {}
+            reached.append(0)
+            for n in lengths:
+                try:
+                    err: float | str = _check(probe, cells, learn_job(spec, dtype, t, gc, n))
+                except Exception as exc:  # noqa: BLE001 — a check that cannot run holds nothing
+                    err = f"{type(exc).__name__}: {exc}"[:200]
+                got[str(n)] = err
+                if not isinstance(err, float) or abs(err) > HELD_PCT:
+                    break
+                reached[-1] = n
+        if reached and min(reached):
+            techniques[name] = min(reached)
+    return {"max_length": min(techniques.values(), default=0), "techniques": techniques, "rows": ROWS,
+            "precisions": [PRECISIONS[d] for d in dtypes], "within_pct": HELD_PCT, "err_pct": errors}
+
+
+def not_held(seqs: tuple[int, ...]) -> dict[str, Any]:
+    """A profile learned without its checks: held nowhere (the estimate says so), learned up to seqs[-1]."""
+    return {"max_length": 0, "techniques": {}, "rows": ROWS, "learned_to": seqs[-1], "within_pct": HELD_PCT}
 
 
 def _check(probe: LearnedProfile, cells: dict[str, Cell], job: JobSpec) -> float:

@@ -10,8 +10,9 @@ all-linear), full fine-tuning without GC — or, for a type whose real trainer r
 (hpcmem/models/coverage.json "requires" gradient_checkpointing false), the two it runs: full and LoRA without GC; a
 type that trains only with another setting (router_aux_loss_coef 0) is traced and estimated with it. The estimate is `hpcmem estimate`'s allocated tensor peak (cuBLAS workspaces left out, as in
 `validate trace`). A derived type is estimated from its family descriptor; a learned type from a profile
-learned from the full config (hpcmem.trace.learn: three lengths ≤ 768 tokens at the reduced depth D ≤ 12), laid over
-the traced depth: the comparison is out of sample in depth (unless the type is no deeper than D) and in length.
+learned from the full config (hpcmem.trace.learn: 512, 2,048 and 8,192 tokens per row at the reduced depth D ≤ 12,
+checked there at 8,192 and 32,768), laid over the traced depth: the comparison is out of sample in depth (unless the
+type is no deeper than D) and in length (1,024 tokens is none of the three).
 
 Records go to estimator/coverage.jsonl, one line per type and technique (or one error line per type), appended as
 they finish; a run skips types that already have records unless --redo. Types the sweep does not trace (not
@@ -38,6 +39,7 @@ from hpcmem.models.config import model_spec_from_config
 from hpcmem.models.coverage import (
     classification,
     coverage_rows,
+    held_label,
     required_settings,
     settings_beside_checkpointing,
     sweep_summary,
@@ -130,17 +132,18 @@ def _merged(cfg: dict[str, Any], fix: dict[str, Any]) -> dict[str, Any]:
                       for k, v in fix.items()}}
 
 
-def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tuple[Any, int, int]:
-    """(ModelSpec of the config cut to ≤ EVAL_LAYERS layers, traced layers, real layers), named by the cut config's
-    file in `folder` (the trace builds from it). A learned profile is laid over the cut depth with its own terms
-    (hpcmem.trace.layer_map.layer_map); the cut ends on a layer of the real last layer's kind."""
+def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path,
+               layers: int | None = None) -> tuple[Any, int, int]:
+    """(ModelSpec of the config cut to ≤ EVAL_LAYERS layers — or `layers` —, traced layers, real layers), named by the
+    cut config's file in `folder` (the trace builds from it). A learned profile is laid over the cut depth with its own
+    terms (hpcmem.trace.layer_map.layer_map); the cut ends on a layer of the real last layer's kind."""
     from dataclasses import replace
 
     decoder = backbone_config(cfg)
     config = lay.hf_config(decoder)
     real = len(profile.layer_kinds) if profile is not None else int(getattr(config, "num_hidden_layers"))
     key = lay.layers_key(config, decoder, real)
-    depth = min(real, EVAL_LAYERS_FOR.get(str(cfg.get("model_type")), EVAL_LAYERS))
+    depth = min(real, layers or EVAL_LAYERS_FOR.get(str(cfg.get("model_type")), EVAL_LAYERS))
     # a profile learned from real layers that are not a prefix (layout.subsequence) is evaluated on such a cut too: the
     # same rule, grown to `depth` layers (each kind's next layers in turn), so every kind repeats
     keep = tuple(lay.subsequence(profile.layer_kinds, depth)) if (
@@ -236,7 +239,8 @@ def sweep_type(model_type: str) -> list[dict[str, Any]]:
         profile = None
         if base["status"] == "learned":
             stage = "learn"
-            profile = learn(cfg, model_type, dtypes=("bfloat16",), workers=1, check=False,
+            # with its checks: the profile says where it is held (8,192 and 32,768 tokens per row, each technique)
+            profile = learn(cfg, model_type, dtypes=("bfloat16",), workers=1, check=True,
                             cells=[TECHNIQUES[t] for t in sweep_techniques(model_type)])
             base |= {"learned_depth": profile.provenance["depth"], "learn_seconds": profile.provenance["seconds"],
                      "not_learned": profile.provenance["not_learned"]}
@@ -443,15 +447,21 @@ def report_markdown(records: list[dict[str, Any]]) -> str:
               f"those are within 3 % ({share(within, with_records)} %), "
               f"{refused_gc} more within 3 % of the jobs that run (GC refused). Not measured: no record "
               "yet — `hpcmem validate coverage` resumes where a sweep stopped (`--types` for some)."]
-    lines += ["", "| model type | class | status | made | max \\|err\\| % | note |", "|---|---|---|---|---|---|"]
+    lines += ["", "Held at: the row lengths (tokens, 2 rows) and techniques at which a learned type's profile "
+              "(estimator/coverage-profiles) was held within 3 % of a trace of the same job by `hpcmem models learn` "
+              "(at the learned depth, 8,192 and 32,768 tokens per row); a format-2 profile (learned at ≤ 768 tokens "
+              "per row) only at the 1,024 tokens this sweep checks. An estimate outside that range says so.", "",
+              "| model type | class | status | made | max \\|err\\| % | held at (tokens per row) | note |",
+              "|---|---|---|---|---|---|---|"]
     for r in text:
         m = measured.get(r["model_type"])
         note = errors.get(r["model_type"], "") or ("" if r["status"] in ("derived", "learned") else r["reason"])
         n = len(sweep_techniques(r["model_type"]))
         err = f"{m['max_abs_err_pct']:.2f}" + ("" if m["techniques"] == n == 3 else f" ({m['techniques']}/{n})") \
             if m else "not measured"
+        held = held_label(r["model_type"]) if r["status"] == "learned" else ""
         lines.append(f"| {r['model_type']} | {r['class']} | {r['status']} | {(m or {}).get('made') or ''} | {err} "
-                     f"| {note[:160].replace('|', '/')} |")
+                     f"| {held} | {note[:160].replace('|', '/')} |")
     worst = sorted((rec for rec in records if "err_pct" in rec), key=lambda rec: -abs(rec["err_pct"]))[:10]
     lines += ["", "Worst ten cases:", ""] + [
         f"- {w['model_type']} {w['technique']}: {w['err_pct']:+.2f} % (estimate phase {w['estimated_phase']}; "

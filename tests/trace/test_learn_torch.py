@@ -1,6 +1,7 @@
 """`hpcmem models learn` end to end on a tiny model of a type no family descriptor covers (OLMo-3: sliding and full
-attention layers): the CLI learns a profile from 5 of its 8 layers at lengths ≤ 768, then the torch-free estimate of the
-full 8-layer model at 2 × 1024 tokens is held to a trace of that very job (out of sample in depth and length)."""
+attention layers): the CLI learns a profile from 5 of its 8 layers at 256, 1,024 and 4,096 tokens per row (its 4,096
+positions end the lengths), then the torch-free estimate of the full 8-layer model at 2 × 1024 tokens is held to a trace
+of that very job (out of sample in depth)."""
 
 from __future__ import annotations
 

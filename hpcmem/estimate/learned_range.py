@@ -1,0 +1,63 @@
+"""Where a learned profile is held, and the warning an estimate outside it carries.
+
+A profile (hpcmem.models.profile) says in its `held` field up to which row length each technique it learned was
+checked within a few percent of a trace of the same job (hpcmem/trace/learn.py `held`: full, LoRA and DoRA, with and
+without checkpointing). A job past that length, or with a technique no check covered, is estimated all the same —
+the terms are the profile's — but never silently: the estimate's warnings say what is not held.
+"""
+
+from __future__ import annotations
+
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import MicroBatch
+
+
+def held_name(technique: str, gc: bool) -> str:
+    """The name a profile's `held.techniques` gives a technique: "full gc", "lora no gc", "dora gc", …"""
+    return f"{technique} {'gc' if gc else 'no gc'}"
+
+
+def job_technique(job: JobSpec) -> str:
+    t = job.train
+    return held_name("dora" if t.use_peft and t.use_dora else "lora" if t.use_peft else "full",
+                     t.gradient_checkpointing)
+
+
+def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
+    """The estimate's warnings for a learned model outside where its profile is held; [] inside (or derived)."""
+    p = job.model.learned
+    if p is None:
+        return []
+    held = p.held
+    techniques: dict[str, int] = held.get("techniques") or {}
+    name = job_technique(job)
+    longest = int(held.get("max_length") or 0)
+    where = (f"learned profile of {p.model_type} (format 2, learned at ≤ 768 tokens per row) held at ≤ "
+             f"{longest:,} tokens per row by hpcmem validate coverage" if held.get("format") else
+             f"learned profile of {p.model_type} held within {held.get('within_pct', 3)} % at ≤ "
+             f"{longest:,} tokens per row" + (f" ({', '.join(f'{k} {v:,}' for k, v in techniques.items())})"
+                                              if techniques else ""))
+    if not held.get("format") and not longest and not techniques:
+        return [f"learned profile of {p.model_type}: not held (learned without its checks, "
+                f"up to {held.get('learned_to', '?')} tokens per row): the layer terms are not checked against a "
+                "trace; `hpcmem models learn` checks them"]
+    out = []
+    if held.get("format") and job.train.use_peft and job.train.use_dora:
+        out.append(f"{where}; DoRA was not traced in that format (its adapters are the difference formulas' over "
+                   "plain LoRA): not held; `hpcmem models learn` traces it")
+    elif techniques and name not in techniques:
+        out.append(f"{where}; this job's technique ({name}) is not among them (not learned, or its check was not "
+                   "within): not held")
+    elif mb.seq > techniques.get(name, longest):
+        out.append(f"{where}; this job's rows are {mb.seq:,} tokens: its layer terms are extrapolated past where "
+                   "they were held")
+    t = job.train
+    # the cells were traced with TRL's LoRA dropout 0.05 and no module copies (hpcmem/trace/learn.py learn_job); other
+    # adapters add hpcmem.estimate.lora's difference formulas, which no check holds on a learned type
+    changed = ([] if t.lora_dropout > 0 and not t.disable_dropout else ["no LoRA dropout"]) + \
+        ([f"lora_modules_to_save {', '.join(t.lora_modules_to_save)}"] if t.lora_modules_to_save else [])
+    if t.use_peft and changed:
+        out.append(f"learned profile of {p.model_type}: its LoRA cells were traced with dropout 0.05 and no modules "
+                   f"to save; this job's {' and '.join(changed)} is the difference formulas' (hpcmem.estimate.lora): "
+                   "not held")
+    return out
