@@ -28,9 +28,11 @@ MAX_VALUES = 100_000            # values a YAML document may expand to, aliases 
 MAX_INT_DIGITS = 64
 # Largest file read, per kind: a TRL or accelerate YAML, a preset and a config.json are a few KiB; a length profile
 # holds up to 2,000,000 lengths per part (hpcmem.data.profile); probe records are one JSON line per run; a sharded
-# checkpoint's model.safetensors.index.json names every tensor (a few MiB for the largest Hub models).
+# checkpoint's model.safetensors.index.json names every tensor (a few MiB for the largest Hub models); a learned
+# profile is ~10 KiB.
 MAX_BYTES = {"config": 1 * MIB, "accelerate config": 1 * MIB, "preset": 1 * MIB, "model config": 4 * MIB,
-             "length profile": 256 * MIB, "probe records": 256 * MIB, "checkpoint index": 64 * MIB}
+             "length profile": 256 * MIB, "probe records": 256 * MIB, "checkpoint index": 64 * MIB,
+             "learned profile": 16 * MIB}
 
 
 class InputFileError(SpecError):

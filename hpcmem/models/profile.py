@@ -38,8 +38,10 @@ from typing import Any
 
 from hpcmem.datapath import search_dirs, write_dir
 from hpcmem.errors import SpecError
+from hpcmem.inputs.files import load_json_file
 from hpcmem.models.config import sliding_window
 from hpcmem.models.coverage import classification
+from hpcmem.models.profile_check import check_profile_doc
 from hpcmem.models.spec import ModelSpec
 
 FORMAT = "hpcmem-learned-profile/3"
@@ -301,9 +303,14 @@ def find_profile(cfg: dict[str, Any]) -> Path | None:
 
 
 def load_profile(path: Path) -> LearnedProfile:
+    """A learned profile file, read within hpcmem.inputs.files' limits and checked (hpcmem.models.profile_check)
+    before any of it is used."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = load_json_file(path, "learned profile")
+        check_profile_doc(doc, str(path))
         return profile_from_dict(doc)
+    except SpecError as exc:
+        raise SpecError(f"{'; '.join(exc.problems)}; learn it again (hpcmem models learn) or move it away") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SpecError(f"cannot read learned profile {path}: {exc}; learn it again (hpcmem models learn)") from exc
 
