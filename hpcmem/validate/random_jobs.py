@@ -18,14 +18,17 @@ half of refusal parity.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
+from hpcmem.errors import SpecError
 from hpcmem.models.coverage import classification, settings_beside_checkpointing, type_status
-from hpcmem.models.profile import backbone_config
+from hpcmem.models.profile import backbone_config, profile_from_dict
 from hpcmem.validate.coverage import profiles_dir
 from hpcmem.validate.random_model import explicit_targets, save_module, traced_model
 
@@ -113,17 +116,26 @@ def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
 @lru_cache(maxsize=1)
 def model_types() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(every derived or learned type the random jobs draw from, the derived ones), sorted: the types of
-    hpcmem/models/coverage.json hpcmem estimates, less learned types without a sweep profile (a random job is
-    estimated from the profile `hpcmem validate coverage` learned: estimator/coverage-profiles/)."""
+    hpcmem/models/coverage.json hpcmem estimates, less learned types without a sweep profile this hpcmem reads (a
+    random job is estimated from the profile `hpcmem validate coverage` learned: estimator/coverage-profiles/; one of
+    an older format is learned again by the next sweep)."""
     derived, usable = [], []
     for name, entry in sorted(classification()["types"].items()):
         status = type_status(name, entry)[0]
         if status == "derived":
             derived.append(name)
             usable.append(name)
-        elif status == "learned" and (profiles_dir() / f"{name}.json").is_file():
+        elif status == "learned" and _readable_profile(profiles_dir() / f"{name}.json"):
             usable.append(name)
     return tuple(usable), tuple(derived)
+
+
+def _readable_profile(path: Path) -> bool:
+    try:
+        profile_from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError, SpecError):
+        return False
+    return True
 
 
 def choices(seed: int, index: int) -> dict[str, Any]:
