@@ -3,7 +3,8 @@
 A job is what `hpcmem estimate` takes — a trainer and TRL settings — on a model of one of the types hpcmem covers
 (derived or learned, hpcmem/models/coverage.json), MoE and hybrids included. The model is that type's reference config
 (hpcmem.validate.coverage.reference_config: the catalog entry, else the config class's defaults with CONFIG_FIXES) at
-**full width but at most RANDOM_LAYERS decoder layers** (every per-layer list cut alike, as the coverage sweep cuts:
+**full width but at most RANDOM_LAYERS (3) decoder layers** — the first, one middle layer and the
+last — (every per-layer list cut alike, as the coverage sweep cuts:
 hpcmem.trace.layer_map.reduced_config / subsequence), so that one trace of it takes seconds. A learned type whose
 layers need more than RANDOM_LAYERS to hold each kind once keeps the layers `subsequence` keeps.
 
@@ -32,7 +33,7 @@ from hpcmem.models.profile import backbone_config, profile_from_dict
 from hpcmem.validate.coverage import profiles_dir
 from hpcmem.validate.random_model import explicit_targets, save_module, traced_model
 
-RANDOM_LAYERS = 4
+RANDOM_LAYERS = 3
 MIN_LENGTH = 128
 
 # The distribution, in one table. Why these weights:
@@ -71,12 +72,13 @@ ACCUMULATION = (1, 4)
 LORA_RANK = (4, 128)           # log-uniform, integer
 COMPLETION = (64, 1024)        # GRPO/RLOO/distillation max_completion_length, log-uniform
 GENERATES = ("grpo", "rloo", "distillation")     # no max_length: max_prompt_length + max_completion_length
-# Where the trace is slow for a reason no cap of depth removes, the longest max_length drawn (each trace stays under
-# ~60 s on two shared cores): RecurrentGemma's RG-LRU scan is a Python loop over the tokens (modeling_recurrent_gemma.py
-# RecurrentGemmaRglru._rnn_scan); LongCat-Flash and Qwen4-Exp loop over every expert the router hits
-# (modeling_longcat_flash.py LongcatFlashExperts.forward), so their cost grows with layers, not length.
+# Where the trace is slow for a reason no cap of depth removes, the longest max_length drawn, and where the cost grows
+# with each layer, fewer layers (each trace stays under ~60 s on two shared cores): RecurrentGemma's RG-LRU scan is a
+# Python loop over the tokens (modeling_recurrent_gemma.py RecurrentGemmaRglru._rnn_scan); LongCat-Flash loops over
+# every expert the router hits, all 768 under the trace's balanced routing (modeling_longcat_flash.py
+# LongcatFlashExperts.forward).
 MAX_LENGTH_FOR = {"recurrent_gemma": 512}
-LAYERS_FOR = {"longcat_flash": 2, "qwen4_exp_text": 4, "qwen4_exp": 4}
+LAYERS_FOR = {"longcat_flash": 2}
 MAX_LENGTH = 131072            # the longest max_length drawn for any type (its positions permitting)
 
 

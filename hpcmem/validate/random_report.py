@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from hpcmem.validate.random_jobs import RANDOM_LAYERS
 from hpcmem.validate.random_props import properties_record
 from hpcmem.validate.random_trace import WITHIN_PCT, score
 
@@ -76,7 +77,8 @@ def report_markdown(oracle: str, scored: list[dict[str, Any]], versions: dict[st
     secs = [s["seconds"] for s in scored if s.get("seconds")]
     lines = [f"# Random jobs against the {oracle}", "",
              f"Produced by `hpcmem validate random --oracle {oracle} --report` (hpcmem/validate/random_jobs.py says "
-             "what a random job is: every derived or learned type at full width and at most 4 decoder layers, any "
+             "what a random job is: every derived or learned type at full width and at most "
+             f"{RANDOM_LAYERS} decoder layers, any "
              "trainer and technique a user can set). err % = 100·(estimate − trace)/trace, allocated tensor peak "
              "and reserved peak (the trace's caching-allocator model, default mode); a job is within 3 % when both "
              f"are. The estimate is today's, recomputed from each stored job. Versions: "
