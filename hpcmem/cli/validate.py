@@ -1,4 +1,5 @@
-"""`hpcmem validate probes|boundary|trace|coverage|random`: how far the estimate is from the instruments, per cell and peak.
+"""`hpcmem validate probes|boundary|trace|coverage|random`: how far the estimate is from the instruments, per cell
+and peak.
 
 Each instrument is a subcommand with its own flags. The older form `validate --against MODE …` (and a bare
 `validate …`, which meant probes) is read as `validate MODE …`."""
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import click
 
@@ -200,8 +202,6 @@ def random_command(oracle: str, n: int, seed: int, records: str | None, report: 
                    no_png: bool) -> None:
     """Random jobs over everything a user can set (hpcmem/validate/random_jobs.py), each held to an oracle; records
     appended to estimator/random/<oracle>.jsonl as each job finishes, a rerun skipping recorded ids."""
-    from pathlib import Path
-
     path = Path(records) if records else random_run.records_path(oracle)
     if not report:
         new = random_run.run(oracle, n, seed, records=path)

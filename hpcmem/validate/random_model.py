@@ -44,8 +44,8 @@ def traced_model(model_type: str, layers: int) -> tuple[Any, dict[str, Any], int
 
 
 def explicit_targets(spec: Any, us: list[float]) -> list[str]:
-    """1–4 leaf names of the model's nn.Linear modules (a user's explicit lora_target_modules), chosen by the fractions
-    `us` (the draw's): the first picks how many, the rest which."""
+    """1–4 leaf names of the model's nn.Linear modules (a user's explicit lora_target_modules), chosen by the
+    fractions `us` (the draw's): the first picks how many, the rest which."""
     names = sorted(dict.fromkeys(m.leaf for m in linear_modules(spec) if m.nn_linear))
     if not names:
         return ["q_proj"]          # no nn.Linear: a Llama name the model does not have (peft refuses it)

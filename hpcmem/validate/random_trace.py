@@ -141,6 +141,8 @@ def score(rec: dict[str, Any]) -> dict[str, Any]:
     if "crashed" in est:
         return {**out, "verdict": "estimate crashed", "why": est["crashed"]}
     if outcome.startswith("not traced"):
+        if "refused" not in est and "TRL's own rule" in outcome:     # the trace's check knows a rule the rules miss
+            return {**out, "verdict": "missed refusal", "why": outcome}
         return {**out, "verdict": "not traced", "why": outcome}
     if outcome.startswith("trace failed"):
         return {**out, "verdict": "trace failed", "why": outcome}
