@@ -19,7 +19,7 @@ from hpcmem.errors import SpecError
 from hpcmem.job.trl_config import build_job
 from hpcmem.models.coverage import classification, type_status
 from hpcmem.models.params import linear_modules
-from hpcmem.validate.coverage import sweep_profile, eval_model, reference_config
+from hpcmem.validate.coverage import EVAL_LAYERS, eval_model, reference_config, sweep_profile
 
 
 @lru_cache(maxsize=1)
@@ -39,8 +39,17 @@ def traced_model(model_type: str, layers: int) -> tuple[Any, dict[str, Any], int
         if profile is None:
             raise SpecError(f"model_type {model_type!r}: no learned profile in estimator/coverage-profiles/ "
                             "(`hpcmem validate coverage --types` learns one)")
-    spec, depth, _ = eval_model(cfg, model_type, profile, _folder(), layers)
-    return spec, json.loads(Path(spec.name).read_text()), depth
+    # a cut transformers refuses (OLMo-Hybrid's first layers are all linear attention: configuration_olmo_hybrid.py
+    # validate_architecture wants one attention layer) grows a layer at a time to the sweep's depth
+    for depth in range(layers, EVAL_LAYERS + 1):
+        try:
+            spec, depth, _ = eval_model(cfg, model_type, profile, _folder(), depth)
+        except Exception:  # noqa: BLE001 — transformers' config validation: try one layer deeper
+            if depth == EVAL_LAYERS:
+                raise
+            continue
+        return spec, json.loads(Path(spec.name).read_text()), depth
+    raise SpecError(f"model_type {model_type!r}: no cut of {layers}–{EVAL_LAYERS} layers builds")
 
 
 def explicit_targets(spec: Any, us: list[float]) -> list[str]:
