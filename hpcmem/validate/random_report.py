@@ -29,6 +29,11 @@ def technique(job: dict[str, Any]) -> str:
     return f"{kind} {'gc' if s.get('gradient_checkpointing', True) else 'gc off'}"
 
 
+def made(scored: dict[str, Any]) -> str:
+    """How the estimate made the layers' terms: derived or learned (the estimate's `made` says more)."""
+    return str((scored.get("estimate") or {}).get("made") or "refused").split()[0]
+
+
 def rescore(oracle: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each record scored now (the trace's stored numbers against today's estimate; properties checked again)."""
     scorer: Callable[[dict[str, Any]], dict[str, Any]] = score if oracle == "trace" else (
@@ -64,10 +69,11 @@ HEAD = ("| {what} | jobs | scored | within 3 % | over 3 % | both refuse | refusa
 
 
 def table(scored: list[dict[str, Any]], key: Callable[[dict[str, Any]], str], what: str) -> str:
+    """`key` reads a scored record (its `job`, its `estimate`)."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for s in scored:
         if "job" in s:
-            groups.setdefault(key(s["job"]), []).append(s)
+            groups.setdefault(key(s), []).append(s)
     return "\n".join([HEAD.format(what=what)] + [_row(k, v) for k, v in sorted(groups.items())] +
                      [_row("all", [s for s in scored if "job" in s])])
 
@@ -91,9 +97,10 @@ def report_markdown(oracle: str, scored: list[dict[str, Any]], versions: dict[st
               "hpcmem's TRL rules refuse a job the real code runs; *declined* the estimate says it cannot stand "
               "behind the job (a learned profile's missing cell, fp32 compute); *not traced* the trace cannot run it "
               "on CPU (fp16); *trace failed* the trace's own failure or timeout.", "",
-              "## Per trainer", "", table(scored, lambda j: j["trainer"], "trainer"), "",
-              "## Per technique", "", table(scored, technique, "technique"), "",
-              "## Per model type", "", table(scored, lambda j: j["model_type"], "model type"), "",
+              "## Per trainer", "", table(scored, lambda s: s["job"]["trainer"], "trainer"), "",
+              "## Per technique", "", table(scored, lambda s: technique(s["job"]), "technique"), "",
+              "## Derived or learned layer terms", "", table(scored, made, "layer terms"), "",
+              "## Per model type", "", table(scored, lambda s: s["job"]["model_type"], "model type"), "",
               "## Discrepancies", "", "estimator/random/cases.yaml keeps each with its cause.", ""]
     for s in sorted((s for s in scored if s["verdict"] in DISCREPANCIES),
                     key=lambda s: (s["verdict"], -abs(s.get("err_pct", 0)))):
