@@ -60,12 +60,16 @@ def trl_rules_off() -> Iterator[None]:
         jobspec_module.check_job = saved
 
 
-def origin(exc: BaseException) -> str:
-    """`package/file.py:line` of the frame that raised (the innermost), site-packages or hpcmem relative."""
+def origin(exc: BaseException, depth: int = 1) -> str:
+    """`package/file.py:line` of the frame that raised, site-packages or hpcmem relative; `depth` > 1: that many
+    innermost frames, each followed by its caller (" < ")."""
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
         return "?"
-    f = frames[-1]
+    return " < ".join(_where(f) for f in reversed(frames[-depth:]))
+
+
+def _where(f: Any) -> str:
     path = Path(f.filename)
     parts = path.parts
     for anchor in ("site-packages", "hpcmem"):
@@ -107,6 +111,7 @@ def trace_record(job_dict: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 — every outcome is a record
         rec["outcome"] = classify(exc)
         rec["origin"] = origin(exc)
+        rec["stack"] = origin(exc, 8)
     rec["seconds"] = round(time.perf_counter() - start, 2)
     return rec
 
