@@ -78,7 +78,21 @@ def table(scored: list[dict[str, Any]], key: Callable[[dict[str, Any]], str], wh
                      [_row("all", [s for s in scored if "job" in s])])
 
 
+def properties_markdown(scored: list[dict[str, Any]], n_types: int) -> str:
+    """The properties oracle's summary: how many jobs hold, fail or are refused, and each failure."""
+    verdicts = Counter(s["verdict"] for s in scored)
+    lines = ["# Random jobs against the estimate's properties", "",
+             f"{len(scored)} jobs over {n_types} model types (hpcmem/validate/random_props.py: components ≥ 0, "
+             "reserved ≥ allocated, peaks non-decreasing in length, batch and LoRA rank).", "",
+             "| verdict | jobs |", "|---|---|"] + [f"| {k} | {v} |" for k, v in verdicts.most_common()] + [""]
+    lines += [f"- {s['id']} {s['job']['trainer']} {s['job']['model_type']}: {'; '.join(s.get('failures') or [])}"
+              for s in scored if s["verdict"] in ("fails", "estimate crashed")]
+    return "\n".join(lines) + "\n"
+
+
 def report_markdown(oracle: str, scored: list[dict[str, Any]], versions: dict[str, str], n_types: int) -> str:
+    if oracle == "properties":
+        return properties_markdown(scored, n_types)
     verdicts = Counter(s["verdict"] for s in scored)
     secs = [s["seconds"] for s in scored if s.get("seconds")]
     lines = [f"# Random jobs against the {oracle}", "",
