@@ -165,6 +165,9 @@ def score(rec: dict[str, Any]) -> dict[str, Any]:
     model = (trace.get("reserved") or {}).get("default")
     if model:
         out["reserved_err_pct"] = round(100.0 * (est["reserved"] - model) / model, 3)
+        # what lies outside the estimate ± half the block it says it cannot place (as `validate trace --reserved`)
+        beyond = max(0.0, abs(est["reserved"] - model) - est["spread"] / 2)
+        out["reserved_beyond_spread_pct"] = round(100.0 * beyond / model, 3)
     worst = max(abs(err), abs(out.get("reserved_err_pct", 0.0)))
     return {**out, "verdict": "within 3 %" if worst <= WITHIN_PCT else "over 3 %",
             "why": "" if worst <= WITHIN_PCT else
