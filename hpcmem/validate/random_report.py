@@ -137,7 +137,7 @@ def cases(scored: list[dict[str, Any]], oracle: str, old: list[dict[str, Any]]) 
         seed, index = map(int, re.fullmatch(r"s(\d+)-(\d+)", s["id"]).groups())
         job = s.get("job") or {}
         out.append({"id": s["id"], "oracle": oracle, "seed": seed, "index": index, "trainer": job.get("trainer"),
-                    "model_type": job.get("model_type"), "verdict": s["verdict"],
+                    "model_type": job.get("model_type"), "layer_terms": made(s), "verdict": s["verdict"],
                     "failed": str(s.get("why") or "; ".join(s.get("failures") or []))[:300],
                     "cause": named.get(s["id"], UNEXPLAINED)})
     return sorted(out, key=lambda c: (c["oracle"], c["seed"], c["index"]))
