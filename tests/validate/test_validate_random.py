@@ -86,8 +86,10 @@ def test_estimate_properties_hold_on_random_jobs() -> None:
     records = [properties_record(draw(11, i).to_dict()) for i in range(200)]
     verdicts = Counter(r["verdict"] for r in records)
     assert verdicts["holds"] >= 100, verdicts
-    assert not [r for r in records if r["verdict"] in ("fails", "estimate crashed")], [
-        (r["id"], r.get("failures") or r.get("why")) for r in records if r["verdict"] in ("fails", "estimate crashed")]
+    known = {c["id"] for c in _cases() if c.get("oracle") == "properties"}
+    new = [(r["id"], r.get("failures") or r.get("why")) for r in records
+           if r["verdict"] in ("fails", "estimate crashed") and r["id"] not in known]
+    assert not new, f"properties that fail and are not cases of estimator/random/cases.yaml: {new}"
 
 
 # The CI slice: jobs of the recorded run (seed 1) traced again for real and scored against today's estimate, chosen
