@@ -1,5 +1,5 @@
-"""`hpcmem validate probes|boundary|trace|coverage|published`: how far the estimate is from the instruments and from
-published measurements, per cell and peak.
+"""`hpcmem validate probes|boundary|trace|coverage|random|published`: how far the estimate is from the instruments,
+from random jobs and from published measurements, per cell and peak.
 
 Each instrument is a subcommand with its own flags. The older form `validate --against MODE …` (and a bare
 `validate …`, which meant probes) is read as `validate MODE …`."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import click
 
@@ -15,13 +16,12 @@ from hpcmem.cli.outputs import PNG
 from hpcmem.datapath import estimator_dir
 from hpcmem.errors import HpcmemError
 from hpcmem.models.coverage import classification, installed_mapping
-from hpcmem.validate import against_probes, boundary, coverage, trace
+from hpcmem.validate import against_probes, boundary, coverage, published_score, random_report, random_run, trace
 from hpcmem.validate import published as published_rows
-from hpcmem.validate import published_score
 from hpcmem.validate.speed import render as render_speed
 from hpcmem.validate.table import render
 
-MODES = ("probes", "trace", "boundary", "coverage", "published")
+MODES = ("probes", "trace", "boundary", "coverage", "random", "published")
 DEFAULT_MODE = "probes"
 
 
@@ -66,7 +66,7 @@ def command() -> None:
     """Error of the estimate per trainer × technique and per peak (allocated, reserved, device): n, median, p95 and
     max |error| %, bias, and the safe bound's under-estimate rate and slack — against GPU/CPU probe records
     (probes), the probe runs near their capacity (boundary), the trace matrix (trace), every covered model type
-    (coverage) or peaks others measured and published (published)."""
+    (coverage), random jobs (random) or peaks others measured and published (published)."""
 
 
 RECORDS = click.option("--records", multiple=True, type=click.Path(exists=True),
@@ -204,6 +204,45 @@ def published_command(rows_path: str | None, as_json: bool, no_png: bool) -> Non
         return
     click.echo(f"{len(loaded.rows)} published rows ({len(scored)} scored) from {len(loaded.files)} files")
     click.echo(published_score.render(scored, unscored))
+
+
+@command.command("random")
+@click.option("--oracle", type=click.Choice(random_run.ORACLES), default="trace", show_default=True,
+              help="what each job is held to: the trace, the real trainer on CPU, or properties of the estimate")
+@click.option("--n", "n", type=int, default=100, show_default=True, help="jobs s<seed>-0 … s<seed>-<n-1>")
+@click.option("--seed", type=int, default=1, show_default=True, help="the random stream")
+@click.option("--records", type=click.Path(dir_okay=False), default=None,
+              help="records file (default estimator/random/<oracle>.jsonl); recorded ids are skipped")
+@click.option("--report", is_flag=True, help="run nothing: rescore every record against today's estimate, print the "
+              "table, write estimator/random/REPORT.md (trace oracle) and cases.yaml")
+@JSON
+@NO_PNG
+def random_command(oracle: str, n: int, seed: int, records: str | None, report: bool, as_json: bool,
+                   no_png: bool) -> None:
+    """Random jobs over everything a user can set (hpcmem/validate/random_jobs.py), each held to an oracle; records
+    appended to estimator/random/<oracle>.jsonl as each job finishes, a rerun skipping recorded ids."""
+    path = Path(records) if records else random_run.records_path(oracle)
+    if not report:
+        new = random_run.run(oracle, n, seed, records=path)
+        if not as_json:
+            click.echo(f"{len(new)} jobs appended to {path}; `--report` scores every record")
+            return
+    stored = random_run.load(path)
+    if not stored:
+        raise HpcmemError(f"no random-job records at {path}; run `hpcmem validate random --oracle {oracle}` first")
+    scored = random_report.rescore(oracle, stored)
+    folder = path.parent
+    cases_file = folder / "cases.yaml"
+    random_report.write_cases(cases_file, random_report.cases(scored, oracle, random_report.read_cases(cases_file)))
+    versions = next((r["versions"] for r in stored if r.get("versions")), {})
+    types = len({s["job"]["model_type"] for s in scored if "job" in s})
+    text = random_report.report_markdown(oracle, scored, versions, types)
+    if oracle == "trace":
+        (folder / "REPORT.md").write_text(text)
+    if as_json:
+        click.echo(json.dumps({"summary": random_report.summary(scored), "jobs": scored}, indent=1, default=str))
+    else:
+        click.echo(text)
 
 
 def _check_types(chosen: list[str] | None) -> None:

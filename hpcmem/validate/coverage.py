@@ -338,7 +338,7 @@ def rescore(path: Path | None = None, types: list[str] | None = None) -> list[di
             cfg, _ = reference_config(name)
             profile = None
             if rec.get("made") == "learned":
-                profile = _sweep_profile(name, cfg)
+                profile = sweep_profile(name, cfg)
             specs[name] = eval_model(cfg, name, profile, folder)[0] if profile or rec.get("made") == "derived" \
                 else None
         if specs[name] is None:
@@ -352,7 +352,7 @@ def rescore(path: Path | None = None, types: list[str] | None = None) -> list[di
     return out
 
 
-def _sweep_profile(name: str, cfg: dict[str, Any]) -> Any:
+def sweep_profile(name: str, cfg: dict[str, Any]) -> Any:
     """The profile the sweep learned for a type, with its reference config put back; None when absent or of an older
     format (the type is swept again then)."""
     import dataclasses

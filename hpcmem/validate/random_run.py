@@ -1,0 +1,163 @@
+"""`hpcmem validate random`: N random jobs (hpcmem.validate.random_jobs) held to an oracle, resumably.
+
+Records: one JSON line per job appended to estimator/random/<oracle>.jsonl as it finishes; a run skips the ids already
+there. The trace and trainer oracles run each job in a worker process (spawn: torch imported once per worker), which a
+job that runs past JOB_TIMEOUT_S is killed with (recorded `trace failed: timeout`) and which is replaced every
+RECYCLE jobs, so a long run holds no more memory than a short one. The trainer oracle is
+hpcmem.validate.random_trainer.run_one(job) -> dict, where installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import multiprocessing as mp
+import queue
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hpcmem.datapath import estimator_dir
+from hpcmem.errors import HpcmemError
+from hpcmem.validate.random_jobs import RandomJob, draw
+from hpcmem.validate.random_props import properties_record
+from hpcmem.validate.random_trace import trace_record
+
+ORACLES = ("trace", "trainer", "properties")
+RECYCLE = 50
+JOB_TIMEOUT_S = 240          # ~4× the slowest trace the caps aim at (60 s) on two shared cores
+TRAINER_MODULE = "hpcmem.validate.random_trainer"
+
+
+def records_path(oracle: str) -> Path:
+    return estimator_dir() / "random" / f"{oracle}.jsonl"
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def oracle_task(oracle: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The worker function of an oracle (module-level, so a spawned worker can import it by name)."""
+    if oracle == "trace":
+        return trace_record
+    if oracle == "trainer":
+        if importlib.util.find_spec(TRAINER_MODULE) is None:
+            raise HpcmemError("--oracle trainer: trainer oracle not installed (hpcmem/validate/random_trainer.py)")
+        module = importlib.import_module(TRAINER_MODULE)
+        return lambda job: _trainer_record(module.run_one, job)
+    if oracle == "properties":
+        return properties_record
+    raise HpcmemError(f"--oracle {oracle!r}: one of {', '.join(ORACLES)}")
+
+
+def _trainer_record(run_one: Callable[[Any], dict[str, Any]], job_dict: dict[str, Any]) -> dict[str, Any]:
+    return {"id": job_dict["id"], "job": job_dict, **run_one(RandomJob.from_dict(job_dict))}
+
+
+def _worker(oracle: str, tasks: Any, results: Any) -> None:
+    task = oracle_task(oracle)
+    while True:
+        item = tasks.get()
+        if item is None:
+            return
+        seed, index = item
+        try:
+            job = draw(seed, index).to_dict()
+        except Exception as exc:  # noqa: BLE001 — a job that cannot be drawn is a record too
+            results.put({"id": f"s{seed}-{index}", "outcome": f"draw failed: {type(exc).__name__}: {exc}"[:400]})
+            continue
+        results.put(task(job))
+
+
+class _Worker:
+    """One worker process with its queues; `ask` hands it a job and waits at most `timeout` seconds."""
+
+    def __init__(self, oracle: str) -> None:
+        ctx = mp.get_context("spawn")
+        self.tasks, self.results = ctx.Queue(), ctx.Queue()
+        self.proc = ctx.Process(target=_worker, args=(oracle, self.tasks, self.results), daemon=True)
+        self.proc.start()
+        self.done = 0
+
+    def ask(self, seed: int, index: int, timeout: float) -> dict[str, Any] | None:
+        self.tasks.put((seed, index))
+        self.done += 1
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                return self.results.get(timeout=1.0)
+            except queue.Empty:
+                if not self.proc.is_alive():
+                    return None
+        return None
+
+    def stop(self, *, kill: bool = False) -> None:
+        if kill:
+            self.proc.kill()
+        else:
+            self.tasks.put(None)
+        self.proc.join(timeout=30)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout: float = JOB_TIMEOUT_S,
+        progress: bool = True) -> list[dict[str, Any]]:
+    """Jobs s{seed}-0 … s{seed}-{n-1} not yet in `records`, each appended as it finishes; returns the new records."""
+    if n < 1:
+        raise HpcmemError(f"--n {n}: the number of random jobs must be ≥ 1")
+    oracle_task(oracle) if oracle == "trainer" else None        # "not installed" before any worker starts
+    path = records or records_path(oracle)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done = {r["id"] for r in load(path)}
+    todo = [i for i in range(n) if f"s{seed}-{i}" not in done]
+    _say(progress, f"validate random --oracle {oracle}: {len(todo)} of {n} jobs to run ({n - len(todo)} recorded in "
+                   f"{path})")
+    out: list[dict[str, Any]] = []
+    worker: _Worker | None = None
+    start = time.monotonic()
+    try:
+        for k, index in enumerate(todo, 1):
+            if worker is None or worker.done >= RECYCLE:
+                if worker is not None:
+                    worker.stop()
+                worker = _Worker(oracle)
+            t0 = time.monotonic()
+            rec = worker.ask(seed, index, timeout)
+            if rec is None:
+                alive = worker.proc.is_alive()
+                worker.stop(kill=True)
+                worker = None
+                what = f"timeout after {timeout:.0f} s" if alive else "the worker died (out of memory?)"
+                rec = {"id": f"s{seed}-{index}", "outcome": f"trace failed: {what}",
+                       "seconds": round(time.monotonic() - t0, 1)}
+            with path.open("a") as fh:
+                fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
+            out.append(rec)
+            _say(progress, f"[{k}/{len(todo)}] {rec['id']} {_brief(rec)} ({time.monotonic() - t0:.1f} s, "
+                           f"{time.monotonic() - start:.0f} s in all)")
+    finally:
+        if worker is not None:
+            worker.stop()
+    return out
+
+
+def _brief(rec: dict[str, Any]) -> str:
+    job = rec.get("job") or {}
+    head = f"{job.get('trainer', '?')} {job.get('model_type', '?')}"
+    if "outcome" in rec:
+        return f"{head}: {rec['outcome'][:120]}"
+    if "trace" in rec:
+        return f"{head}: traced {rec['trace']['peak_allocated_bytes'] / 2**30:.2f} GiB" + (
+            f" (hpcmem refuses: {rec['hpcmem_refused'][:60]})" if "hpcmem_refused" in rec else "")
+    return f"{head}: {str(rec.get('verdict') or rec.get('failures') or 'done')[:120]}"
+
+
+def _say(enabled: bool, line: str) -> None:
+    if enabled:
+        print(line, file=sys.stderr, flush=True)

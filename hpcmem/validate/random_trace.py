@@ -1,0 +1,175 @@
+"""The trace as the oracle of a random job (hpcmem.validate.random_jobs): what the trace measured is stored, the
+estimate is not — `score` recomputes it from the stored job, so a fix to the estimate or a profile rescores every
+record without tracing again.
+
+`trace_record(job)` (a worker's task; imports torch) runs hpcmem.trace.run_trace(kernels="cuda", allocator="default")
+on the job as hpcmem builds it. A job hpcmem refuses by TRL's rules (hpcmem.job.rules.check_job, raised while the
+JobSpec is built) is traced with those rules off, so that the real TRL/peft/transformers code says itself whether it
+runs: that is refusal parity. An exception the trace raises is sorted by where it was raised (`origin`):
+- in trl/transformers/peft/accelerate: the real code refuses the job (`refused: <line>`);
+- a SpecError of hpcmem.trace (fp16, a trainer or kernel it cannot run on CPU): `not traced: <line>` (the
+  properties oracle still scores the estimate);
+- anything else (torch's fake tensors, hpcmem's own trace code): `trace failed: <line>`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import hpcmem.job.jobspec as jobspec_module
+from hpcmem.datapath import PACKAGE_DIR
+from hpcmem.errors import SpecError
+from hpcmem.estimate import estimate
+from hpcmem.estimate.workspaces import tensor_bytes
+from hpcmem.trace import run_trace
+from hpcmem.validate.random_jobs import RandomJob
+from hpcmem.validate.random_model import job_spec
+from hpcmem.validate.trace import model_reserved
+
+WITHIN_PCT = 3.0
+REAL_CODE = ("trl", "transformers", "peft", "accelerate")
+# the sources a stored trace depends on beside the job (which the record holds whole, config included): hpcmem's trace
+DIGESTED = ("trace",)
+
+
+def sources_digest() -> str:
+    """sha256 (16 hex) over the sources a stored trace depends on: a record with another digest is stale."""
+    h = hashlib.sha256()
+    for name in DIGESTED:
+        root = PACKAGE_DIR / name
+        for f in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            h.update(str(f.relative_to(PACKAGE_DIR)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def trl_rules_off() -> Iterator[None]:
+    """JobSpec built without hpcmem's verdicts on TRL's rules (hpcmem.job.rules.check_job), for the trace of a job
+    hpcmem refuses: the real code then runs the job and refuses it or not. Only the trace worker uses this."""
+    saved = jobspec_module.check_job
+    jobspec_module.check_job = lambda job: None
+    try:
+        yield
+    finally:
+        jobspec_module.check_job = saved
+
+
+def origin(exc: BaseException, depth: int = 1) -> str:
+    """`package/file.py:line` of the frame that raised, site-packages or hpcmem relative; `depth` > 1: that many
+    innermost frames, each followed by its caller (" < ")."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "?"
+    return " < ".join(_where(f) for f in reversed(frames[-depth:]))
+
+
+def _where(f: Any) -> str:
+    path = Path(f.filename)
+    parts = path.parts
+    for anchor in ("site-packages", "hpcmem"):
+        if anchor in parts:
+            i = len(parts) - 1 - parts[::-1].index(anchor)
+            rel = parts[i + 1:] if anchor == "site-packages" else parts[i:]
+            return f"{'/'.join(rel)}:{f.lineno}"
+    return f"{path.name}:{f.lineno}"
+
+
+def classify(exc: BaseException) -> str:
+    where = origin(exc)
+    line = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400]
+    if where.split("/", 1)[0] in REAL_CODE:
+        return f"refused: {line}"
+    if isinstance(exc, SpecError) and where.startswith("hpcmem/trace"):
+        return f"not traced: {line}"
+    return f"trace failed: {line}"
+
+
+def trace_record(job_dict: dict[str, Any]) -> dict[str, Any]:
+    """Trace one random job; the record (job, trace result or outcome, versions, seconds, digest). Never raises."""
+    job = RandomJob.from_dict(job_dict)
+    start = time.perf_counter()
+    rec: dict[str, Any] = {"id": job.id, "job": job.to_dict(), "sources": sources_digest()}
+    try:
+        try:
+            spec = job_spec(job)
+        except SpecError as refused:
+            rec["hpcmem_refused"] = " ".join(str(refused).split())[:400]
+            with trl_rules_off():
+                spec = job_spec(job)
+        with trl_rules_off():        # run_trace rebuilds the JobSpec (dataclasses.replace) on some paths
+            r = run_trace(spec, kernels="cuda", allocator="default")
+        rec["trace"] = {"peak_allocated_bytes": r.peak_allocated_bytes, "phase": r.phase,
+                        "components": r.components, "reserved": model_reserved(r.allocator),
+                        "step_peaks": r.step_peaks, "warnings": list(r.warnings)}
+        rec["versions"] = r.versions
+    except Exception as exc:  # noqa: BLE001 — every outcome is a record
+        rec["outcome"] = classify(exc)
+        rec["origin"] = origin(exc)
+        rec["stack"] = origin(exc, 8)
+    rec["seconds"] = round(time.perf_counter() - start, 2)
+    return rec
+
+
+def estimated(job: RandomJob) -> dict[str, Any]:
+    """hpcmem's answer for the job now: {"refused": line, "by": "rules"|"estimate"} or the allocated tensor peak
+    (cuBLAS workspaces and block tails left out, as `validate trace` compares it), the reserved peak and the phase."""
+    try:
+        spec = job_spec(job)
+    except SpecError as exc:
+        return {"refused": " ".join(str(exc).split())[:400], "by": "rules"}
+    try:
+        est = estimate(spec)
+    except SpecError as exc:
+        return {"refused": " ".join(str(exc).split())[:400], "by": "estimate"}
+    except Exception as exc:  # noqa: BLE001 — a crash of the estimate is a finding, not a refusal
+        return {"crashed": f"{type(exc).__name__}: {exc}"[:400]}
+    return {"allocated": max(tensor_bytes(p) for p in est.phases), "reserved": est.peak_reserved_bytes,
+            "spread": est.reserved_spread_bytes, "phase": est.peak_phase.name, "made": est.made,
+            "not_modelled": list(est.not_modelled)}
+
+
+def score(rec: dict[str, Any]) -> dict[str, Any]:
+    """One record against today's estimate: {"verdict": ..., "err_pct", "reserved_err_pct", ...}. Verdicts:
+    within / over 3 % (both ran; allocated and reserved both within 3 % for "within"), parity (both refuse),
+    missed refusal (hpcmem estimates, the real code raises), false refusal (hpcmem's TRL rules refuse, the real code
+    runs), declined (the estimate cannot stand behind the job: a learned profile's cell, fp32 compute, and says so),
+    not traced, trace failed, estimate crashed."""
+    est = estimated(RandomJob.from_dict(rec["job"]))
+    out: dict[str, Any] = {"id": rec["id"], "estimate": est}
+    trace, outcome = rec.get("trace"), rec.get("outcome", "")
+    if "crashed" in est:
+        return {**out, "verdict": "estimate crashed", "why": est["crashed"]}
+    if outcome.startswith("not traced"):
+        if "refused" not in est and "TRL's own rule" in outcome:     # the trace's check knows a rule the rules miss
+            return {**out, "verdict": "missed refusal", "why": outcome}
+        return {**out, "verdict": "not traced", "why": outcome}
+    if outcome.startswith("trace failed"):
+        return {**out, "verdict": "trace failed", "why": outcome}
+    real_refuses = outcome.startswith("refused")
+    if "refused" in est:
+        if real_refuses:
+            return {**out, "verdict": "parity", "why": outcome}
+        verdict = "false refusal" if est["by"] == "rules" else "declined"
+        return {**out, "verdict": verdict, "why": est["refused"]}
+    if real_refuses:
+        return {**out, "verdict": "missed refusal", "why": outcome}
+    traced = trace["peak_allocated_bytes"]
+    err = 100.0 * (est["allocated"] - traced) / traced
+    out |= {"err_pct": round(err, 3), "traced": traced, "traced_phase": trace["phase"]}
+    model = (trace.get("reserved") or {}).get("default")
+    if model:
+        out["reserved_err_pct"] = round(100.0 * (est["reserved"] - model) / model, 3)
+        # what lies outside the estimate ± half the block it says it cannot place (as `validate trace --reserved`)
+        beyond = max(0.0, abs(est["reserved"] - model) - est["spread"] / 2)
+        out["reserved_beyond_spread_pct"] = round(100.0 * beyond / model, 3)
+    worst = max(abs(err), abs(out.get("reserved_err_pct", 0.0)))
+    return {**out, "verdict": "within 3 %" if worst <= WITHIN_PCT else "over 3 %",
+            "why": "" if worst <= WITHIN_PCT else
+            f"allocated {err:+.2f} % (estimate {est['phase']}, trace {trace['phase']})"
+            + (f", reserved {out['reserved_err_pct']:+.2f} %" if "reserved_err_pct" in out else "")}
