@@ -129,10 +129,19 @@ def sweep_records() -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+SHIPPED_SUMMARY = PACKAGE_DIR / "models" / "coverage_measured.json"
+
+
 def sweep_summary(records: list[dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
-    """model_type → {"techniques": n, "max_abs_err_pct": x, "made": derived|learned} over the sweep's cases."""
+    """model_type → {"techniques": n, "max_abs_err_pct": x, "made": derived|learned} over the sweep's cases: from the
+    records (estimator/coverage.jsonl, in a checkout), else the summary shipped with the package
+    (models/coverage_measured.json, which `hpcmem validate coverage` writes beside COVERAGE.md)."""
+    if records is None:
+        records = sweep_records()
+        if not records and SHIPPED_SUMMARY.is_file():
+            return json.loads(SHIPPED_SUMMARY.read_text(encoding="utf-8"))
     out: dict[str, dict[str, Any]] = {}
-    for rec in records if records is not None else sweep_records():
+    for rec in records:
         if "err_pct" not in rec:
             continue
         cur = out.setdefault(rec["model_type"], {"techniques": 0, "max_abs_err_pct": 0.0, "made": rec.get("made")})
@@ -162,15 +171,48 @@ def held_label(model_type: str) -> str:
                      for n, kinds in sorted(by_length.items(), reverse=True))
 
 
+def summary_to_ship(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What the package carries of the sweep (models/coverage_measured.json): each type's summary and, for a learned
+    type, where its sweep profile is held — so `hpcmem models coverage` from a wheel shows the measured accuracy."""
+    out = sweep_summary(records)
+    for model_type, entry in out.items():
+        label = held_label(model_type)
+        if label:
+            entry["held"] = label
+    return dict(sorted(out.items()))
+
+
+def shipped_profile_types() -> set[str]:
+    """Model types a profile ships for in the package (hpcmem/profiles/<type>-<hash>.json: those exact configs)."""
+    folder = PACKAGE_DIR / "profiles"
+    return {p.name.rsplit("-", 1)[0] for p in folder.glob("*.json")} if folder.is_dir() else set()
+
+
+def use_label(row: dict[str, Any], shipped: set[str] | None = None) -> str:
+    """What the status means to a user: ready (estimate it now), learn first (`hpcmem models learn CONFIG` makes the
+    profile the estimate needs), or refused / not applicable with the reason's first words."""
+    status = row["status"]
+    if status == "derived":
+        return "ready"
+    if status == "learned":
+        shipped = shipped_profile_types() if shipped is None else shipped
+        return ("ready for the catalog's configs; others: models learn" if row["model_type"] in shipped else
+                "run `hpcmem models learn CONFIG` first")
+    return status
+
+
 def render_coverage(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'model type':28} {'class':15} {'status':15} {'max |err|':>9}  {'held at (tokens/row)':22}  reason"]
+    shipped = shipped_profile_types()
+    lines = [f"{'model type':28} {'class':15} {'status':15} {'max |err|':>9}  {'held at (tokens/row)':22}  "
+             f"{'use':38}  reason"]
     for r in rows:
         m = r.get("measured")
         err = f"{m['max_abs_err_pct']:.2f} %" if m else "-"
         reason = r["reason"] if len(r["reason"]) <= 70 else r["reason"][:67] + "..."
-        held = held_label(r["model_type"]) if r["status"] == "learned" else ""
+        held = (held_label(r["model_type"]) or (m or {}).get("held", "")) if r["status"] == "learned" else ""
         held = held if len(held) <= 22 else held[:19] + "..."
-        lines.append(f"{r['model_type']:28} {r['class']:15} {r['status']:15} {err:>9}  {held:22}  {reason}")
+        use = use_label(r, shipped)
+        lines.append(f"{r['model_type']:28} {r['class']:15} {r['status']:15} {err:>9}  {held:22}  {use:38}  {reason}")
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1

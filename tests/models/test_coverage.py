@@ -323,3 +323,23 @@ def test_validate_coverage_names_the_types_it_did_not_write(tmp_path, monkeypatc
     assert out.exit_code == 0, out.output
     assert "0 records appended to estimator/coverage.jsonl; 1 types not traced, not written" in out.output
     assert "bart" in out.output and not (tmp_path / "coverage.jsonl").exists()
+
+
+def test_the_shipped_coverage_summary_is_the_sweeps():
+    """models/coverage_measured.json (what a wheel shows) is what the sweep's records in estimator/ give: rerun
+    `hpcmem validate coverage --rescore` (it rewrites both) when this fails."""
+    import json
+
+    from hpcmem.models.coverage import SHIPPED_SUMMARY, summary_to_ship
+    from hpcmem.validate.coverage import load_records
+
+    assert json.loads(SHIPPED_SUMMARY.read_text()) == json.loads(json.dumps(summary_to_ship(load_records())))
+
+
+def test_statuses_read_as_what_a_user_does_next():
+    from hpcmem.models.coverage import coverage_rows, use_label
+
+    labels = {r["model_type"]: use_label(r) for r in coverage_rows()}
+    assert labels["llama"] == "ready"
+    assert labels["gpt_oss"].startswith("ready for the catalog's configs")
+    assert labels["apertus"] == "run `hpcmem models learn CONFIG` first"

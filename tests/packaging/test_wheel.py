@@ -61,3 +61,8 @@ def test_installed_wheel_is_calibrated_outside_the_checkout(tmp_path: Path) -> N
         assert len(done.stderr.strip().splitlines()) == 1 and f"needs {module}" in done.stderr, (argv, done.stderr)
         assert "hpcmem[train]" in done.stderr and "Traceback" not in done.stderr
     assert not (xdg / "hpcmem").exists()          # models learn made no profiles folder
+    # the coverage table from the wheel shows the sweep's measured error (its summary ships with the package)
+    cov = json.loads(_run([str(venv / "bin" / "hpcmem"), "models", "coverage", "--json"], cwd=tmp_path,
+                          env=env).stdout)
+    llama = next(r for r in cov if r["model_type"] == "llama")
+    assert llama["measured"] is not None and llama["measured"]["max_abs_err_pct"] < 3
