@@ -130,9 +130,10 @@ def _merged(cfg: dict[str, Any], fix: dict[str, Any]) -> dict[str, Any]:
                       for k, v in fix.items()}}
 
 
-def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tuple[Any, int, int]:
-    """(ModelSpec of the config cut to ≤ EVAL_LAYERS layers, traced layers, real layers), named by the cut config's
-    file in `folder` (the trace builds from it). A learned profile is laid over the cut depth with its own terms
+def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path,
+               layers: int | None = None) -> tuple[Any, int, int]:
+    """(ModelSpec of the config cut to ≤ EVAL_LAYERS layers — `layers` when given —, traced layers, real layers),
+    named by the cut config's file in `folder` (the trace builds from it). A learned profile is laid over the cut depth with its own terms
     (hpcmem.trace.layer_map.layer_map); the cut ends on a layer of the real last layer's kind."""
     from dataclasses import replace
 
@@ -140,7 +141,7 @@ def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tu
     config = lay.hf_config(decoder)
     real = len(profile.layer_kinds) if profile is not None else int(getattr(config, "num_hidden_layers"))
     key = lay.layers_key(config, decoder, real)
-    depth = min(real, EVAL_LAYERS_FOR.get(str(cfg.get("model_type")), EVAL_LAYERS))
+    depth = min(real, layers or EVAL_LAYERS_FOR.get(str(cfg.get("model_type")), EVAL_LAYERS))
     # a profile learned from real layers that are not a prefix (layout.subsequence) is evaluated on such a cut too: the
     # same rule, grown to `depth` layers (each kind's next layers in turn), so every kind repeats
     keep = tuple(lay.subsequence(profile.layer_kinds, depth)) if (
@@ -174,7 +175,7 @@ def profiles_dir() -> Path:
     return estimator_dir() / "coverage-profiles"
 
 
-def save_sweep_profile(profile: Any, model_type: str) -> None:
+def savesweep_profile(profile: Any, model_type: str) -> None:
     """Keep the sweep's learned profile (without its config: `reference_config` rebuilds it) so the records can be
     re-estimated after an estimator change without tracing again (`rescore`)."""
     doc = profile_to_dict(profile)
@@ -240,7 +241,7 @@ def sweep_type(model_type: str) -> list[dict[str, Any]]:
                             cells=[TECHNIQUES[t] for t in sweep_techniques(model_type)])
             base |= {"learned_depth": profile.provenance["depth"], "learn_seconds": profile.provenance["seconds"],
                      "not_learned": profile.provenance["not_learned"]}
-            save_sweep_profile(profile, model_type)
+            savesweep_profile(profile, model_type)
         stage = "eval model"
         import tempfile
 
@@ -334,7 +335,7 @@ def rescore(path: Path | None = None, types: list[str] | None = None) -> list[di
             cfg, _ = reference_config(name)
             profile = None
             if rec.get("made") == "learned":
-                profile = _sweep_profile(name, cfg)
+                profile = sweep_profile(name, cfg)
             specs[name] = eval_model(cfg, name, profile, folder)[0] if profile or rec.get("made") == "derived" \
                 else None
         if specs[name] is None:
@@ -348,7 +349,7 @@ def rescore(path: Path | None = None, types: list[str] | None = None) -> list[di
     return out
 
 
-def _sweep_profile(name: str, cfg: dict[str, Any]) -> Any:
+def sweep_profile(name: str, cfg: dict[str, Any]) -> Any:
     """The profile the sweep learned for a type, with its reference config put back; None when absent or of an older
     format (the type is swept again then)."""
     import dataclasses

@@ -1,0 +1,214 @@
+"""The real trainer as the oracle of a random job (hpcmem.validate.random_jobs): TRL's own trainer runs the job on a
+shrunken model on the CPU.
+
+`run_one(job)` (imports torch; never raises) answers two questions and returns one record:
+- **refusal parity**: does TRL's real trainer raise on the job's settings (hpcmem.validate.trl_run, on the shrunken
+  config: hpcmem.validate.shrink) exactly where hpcmem refuses the full job (hpcmem.validate.random_model.job_spec,
+  as `hpcmem estimate` builds it)? A refusal that depends on the full size (a length past the positions) is kept by
+  the shrink: the shrunken positions stay below the shrunken length.
+- **peak parity**: where both run, the real CPU step of the shrunken job (hpcmem.trace.measure_cpu) and its
+  `--kernels cpu` trace (hpcmem.trace.run_trace) land on the same peak within 1 %, in the same phase.
+
+Verdicts (the random trace oracle's names where they mean the same): `parity` (both refuse), `missed refusal`
+(hpcmem accepts, the real trainer raises), `false refusal` (hpcmem refuses, the real trainer runs), `ran` (both run:
+then `peak` says within / over 1 %, not traced, or failed), `not run on CPU` (the settings need a GPU),
+`shrink failed` (the shrunken config builds no model: the oracle's own limit, not a verdict on hpcmem).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from hpcmem.errors import SpecError
+from hpcmem.job.trl_config import build_job
+from hpcmem.models import resolve_model
+from hpcmem.trace.learn import provisional_spec
+from hpcmem.trace.result import versions
+from hpcmem.trace.trainer import check_traceable
+from hpcmem.validate.random_jobs import RandomJob
+from hpcmem.validate.random_model import job_spec
+from hpcmem.validate.shrink import shrink_config
+from hpcmem.validate.trl_run import run_trl
+
+TOLERANCE = 0.01           # the trace's own bar against a real CPU step (tests/helpers/trace_helpers.py)
+SHORTEST, LONGEST = 16, 64  # the shrunken max_length: the full one / 32, within these
+LENGTH_FIELDS = ("max_length", "max_prompt_length", "max_completion_length")
+STAGE_SECONDS = 120        # a stage (trainer run, measure, trace) that takes longer is recorded as timed out
+
+
+def shrunk_lengths(settings: dict[str, Any]) -> tuple[int, int, dict[str, Any]]:
+    """(full length, shrunken length, settings with every length scaled by shrunken/full). The full length is
+    max_length, or prompt + completion for the generating trainers (they have no max_length)."""
+    s = dict(settings)
+    full = s.get("max_length") or (s.get("max_prompt_length") or 0) + (s.get("max_completion_length") or 0) or 1024
+    short = max(SHORTEST, min(LONGEST, full // 32))
+    for key in LENGTH_FIELDS:
+        if isinstance(s.get(key), int):
+            s[key] = max(4, round(s[key] * short / full))
+    return full, short, s
+
+
+def run_one(job: RandomJob, *, steps: int = 1, peaks: bool = True) -> dict[str, Any]:
+    """The record of one job (see the module docstring). Never raises. `steps`: optimizer steps of the refusal run
+    (TRL raises on a job's settings while building the trainer or in its first step); `peaks` off: refusal parity
+    only (the peak pair costs two more runs)."""
+    start = time.perf_counter()
+    rec: dict[str, Any] = {"id": job.id, "oracle": "trainer", "job": job.to_dict()}
+    refused = _hpcmem_verdict(job)
+    if refused:
+        rec["hpcmem_refused"] = refused
+    full, short, settings = shrunk_lengths(job.settings)
+    config = shrink_config(job.config, full_length=full, max_length=short)
+    rec["shrunk"] = {"config": config, "settings": settings}
+    with _quiet(), _deadline(STAGE_SECONDS):
+        try:
+            trl = run_trl(job.trainer, settings, config, steps=steps)
+        except TimeoutError:
+            trl = None
+    if trl is None:
+        rec["trainer"] = {"ran": None, "reason": f"timed out after {STAGE_SECONDS} s"}
+        rec["verdict"] = "oracle timed out"
+    else:
+        rec["trainer"] = {"ran": trl.ran, "reason": trl.reason, "adjusted": trl.adjusted,
+                          "seconds": round(trl.seconds, 2)}
+        rec["verdict"] = _verdict(trl.ran, trl.reason, bool(refused))
+    if rec["verdict"] == "ran" and peaks:
+        rec["peak"] = _peak_parity(job.trainer, settings, config)
+    rec["versions"] = versions()
+    rec["seconds"] = round(time.perf_counter() - start, 2)
+    return rec
+
+
+def _verdict(ran: bool | None, reason: str, refused: bool) -> str:
+    if ran is None:
+        return "shrink failed" if reason.startswith("shrunken model") else "not run on CPU"
+    if ran:
+        return "false refusal" if refused else "ran"
+    return "parity" if refused else "missed refusal"
+
+
+def _hpcmem_verdict(job: RandomJob) -> str:
+    """hpcmem's refusal of the full job ("" where it builds the JobSpec), one line."""
+    try:
+        job_spec(job)
+    except SpecError as exc:
+        return " ".join(str(exc).split())[:400]
+    except Exception as exc:  # noqa: BLE001 — a crash of hpcmem's reading is a finding, recorded as such
+        return f"crashed: {type(exc).__name__}: {' '.join(str(exc).split())[:380]}"
+    return ""
+
+
+def shrunk_job(trainer: str, settings: dict[str, Any], config: dict[str, Any], folder: Path) -> Any:
+    """The shrunken job as hpcmem builds it from a config.json (hpcmem.models.resolve_model; a type hpcmem reads only
+    through a learned profile is taken from the meta model, as `hpcmem probe` does: hpcmem.trace.learn)."""
+    path = folder / "config.json"
+    path.write_text(json.dumps(config))
+    try:
+        model = resolve_model(str(path))
+    except SpecError:
+        model = provisional_spec(config, str(path))
+    s = dict(settings, model_name_or_path=str(path))
+    if trainer == "distillation":
+        s["teacher_model_name_or_path"] = str(path)
+    return build_job(trainer, s, model=model)[0]
+
+
+def _peak_parity(trainer: str, settings: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    from hpcmem.trace import measure_cpu, run_trace
+
+    with tempfile.TemporaryDirectory(prefix="hpcmem-shrunk-") as tmp:
+        try:
+            job = shrunk_job(trainer, settings, config, Path(tmp))
+        except SpecError as exc:
+            return {"verdict": "shrunk job refused", "why": " ".join(str(exc).split())[:400]}
+        problems = check_traceable(job)
+        if problems:
+            return {"verdict": "not traced", "why": "; ".join(problems)[:400]}
+        out: dict[str, Any] = {}
+        with _quiet(), _deadline(STAGE_SECONDS):
+            try:
+                real = measure_cpu(job)
+                out["real"] = {"peak_allocated_bytes": real.peak_allocated_bytes, "phase": real.phase,
+                               "seconds": round(real.seconds, 2)}
+                traced = run_trace(job, kernels="cpu")
+                out["trace"] = {"peak_allocated_bytes": traced.peak_allocated_bytes, "phase": traced.phase,
+                                "seconds": round(traced.seconds, 2)}
+            except Exception as exc:  # noqa: BLE001 — every outcome is a record
+                side = "trace" if "real" in out else "measure_cpu"
+                return {**out, "verdict": f"{side} failed", "why": f"{type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())[:380]}"}
+    delta = (out["trace"]["peak_allocated_bytes"] - out["real"]["peak_allocated_bytes"]) / max(
+        1, out["real"]["peak_allocated_bytes"])
+    same_phase = out["trace"]["phase"] == out["real"]["phase"]
+    out["delta_pct"] = round(100 * delta, 3)
+    out["verdict"] = "within 1 %" if abs(delta) <= TOLERANCE and same_phase else (
+        "over 1 %" if abs(delta) > TOLERANCE else "other phase")
+    return out
+
+
+@contextlib.contextmanager
+def _deadline(seconds: int) -> Iterator[None]:
+    """TimeoutError in the main thread after `seconds` (signal.alarm): one stuck run does not stop the batch."""
+    def fire(*_: Any) -> None:
+        raise TimeoutError(f"over {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """No progress bars, metrics or warnings on the terminal (datasets, transformers, TRL print them)."""
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    level = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        transformers.logging.set_verbosity(level)
+
+
+def run_many(seed: int, indices: range, out: Path, peak_every: int = 1) -> None:
+    """Append the record of job (seed, i) for every i in `indices` to `out` (.jsonl), skipping ids it holds; the
+    peak pair for every `peak_every`-th index."""
+    from hpcmem.validate.random_jobs import draw
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()
+    for index in indices:
+        if f"s{seed}-{index}" in done:
+            continue
+        try:
+            job = draw(seed, index)
+        except Exception as exc:  # noqa: BLE001 — a draw that fails is recorded, the batch goes on
+            rec = {"id": f"s{seed}-{index}", "oracle": "trainer", "verdict": "draw failed",
+                   "why": f"{type(exc).__name__}: {' '.join(str(exc).split())[:380]}"}
+        else:
+            rec = run_one(job, peaks=index % peak_every == 0)
+        with out.open("a") as f:
+            f.write(json.dumps(rec, default=str) + "\n")
+        print(rec["id"], rec.get("verdict"), rec.get("peak", {}).get("verdict", ""), rec.get("seconds", ""),
+              flush=True)
+
+
+if __name__ == "__main__":       # python -m hpcmem.validate.random_trainer SEED START STOP OUT [PEAK_EVERY]
+    import sys
+
+    run_many(int(sys.argv[1]), range(int(sys.argv[2]), int(sys.argv[3])), Path(sys.argv[4]),
+             int(sys.argv[5]) if len(sys.argv) > 5 else 1)
