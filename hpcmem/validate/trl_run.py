@@ -10,8 +10,8 @@ trainer's config class (`trl.<Name>Config`), and the trainer gets the model as a
 `create_model_from_path` loads it. The model is the shrunken config with random weights saved to a folder with a
 word-level tokenizer; the dataset is text in the trainer's TRL dataset type.
 
-What a CPU cannot run is not run (`CPU_LIMITS`: quantization, bitsandbytes optimizers, flash-attn, Liger, vLLM,
-more than one process) and what TRL runs only on an accelerator is switched off and listed in `adjusted`
+What a CPU cannot run is not run (`cpu_limit`: quantization, bitsandbytes optimizers, flash-attn, fp16 autocast,
+Liger, vLLM, more than one process) and what TRL runs only on an accelerator is switched off and listed in `adjusted`
 (activation offloading: trl/models/activation_offloading.py asks `torch.accelerator.current_accelerator()`).
 """
 
@@ -55,6 +55,8 @@ def cpu_limit(trainer: str, settings: dict[str, Any]) -> str:
     if str(s.get("attn_implementation") or "").startswith(("flash", "kernels-")) or "/" in str(
             s.get("attn_implementation") or ""):
         return f"attn_implementation {s['attn_implementation']!r} needs CUDA"
+    if s.get("fp16"):        # accelerate/accelerator.py Accelerator.__init__: fp16 mixed precision needs cuda/xpu/…
+        return "fp16: accelerate's fp16 mixed precision needs a GPU"
     if s.get("use_liger_kernel"):
         return "use_liger_kernel: Liger's Triton kernels need a GPU"
     if s.get("use_vllm"):
