@@ -129,12 +129,15 @@ def _experts(c: dict[str, Any]) -> None:
 def _mla(c: dict[str, Any], before: dict[str, Any]) -> None:
     """A head_dim (or qk_head_dim) that was nope + rope stays their sum (DeepSeek V3's qk_head_dim, dots3's SWA
     head_dim: configuration_dots3_note.validate_architecture)."""
-    nope, rope = before.get("qk_nope_head_dim"), before.get("qk_rope_head_dim")
-    if not (_is_int(nope) and _is_int(rope)):
+    rope = before.get("qk_rope_head_dim")
+    if not _is_int(rope):
         return
+    # the sum may be a per-layer one: dots3's sliding layers override qk_nope_head_dim in per_layer_config
+    layers = [v for v in (before.get("per_layer_config") or {}).values() if isinstance(v, dict)]
+    nopes = [before.get("qk_nope_head_dim")] + [v.get("qk_nope_head_dim") for v in layers]
     for key in ("head_dim", "qk_head_dim", "swa_head_dim"):
-        if before.get(key) == nope + rope:
-            c[key] = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+        if any(_is_int(n) and before.get(key) == n + rope for n in nopes):
+            c[key] = min(FIXED["qk_nope_head_dim"], *(n for n in nopes if _is_int(n))) + c["qk_rope_head_dim"]
 
 
 def _ssm(c: dict[str, Any]) -> None:

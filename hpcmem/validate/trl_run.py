@@ -152,8 +152,12 @@ def dataset(kind: str, rows: int, settings: dict[str, Any]) -> Any:
         return " ".join(f"t{pieces.FIRST_TOKEN_ID + (i + shift) % WORDS}" for i in range(max(1, n)))
 
     if kind == "preference":
-        return Dataset.from_dict({"prompt": [words(prompt // 2)] * rows, "chosen": [words(length, 1)] * rows,
-                                  "rejected": [words(length - 1, 2)] * rows})
+        # prompt + chosen (+ eos) within max_length: RewardTrainer drops a longer pair instead of cutting it
+        # (trl/trainer/reward_trainer.py `_prepare_dataset` filter), DPOTrainer would cut it
+        head = max(1, length // 4)
+        body = max(2, length - head - 2)
+        return Dataset.from_dict({"prompt": [words(head)] * rows, "chosen": [words(body, 1)] * rows,
+                                  "rejected": [words(body - 1, 2)] * rows})
     if kind == "prompt_only":
         return Dataset.from_dict({"prompt": [words(prompt, i) for i in range(rows)]})
     if kind == "unpaired_preference":
