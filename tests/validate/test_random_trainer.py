@@ -119,3 +119,16 @@ def test_ci_slice_of_random_jobs():
         if peak:
             assert rec["peak"]["verdict"] == peak, rec["peak"]
     assert time.perf_counter() - start < 120        # the bar is 60 s on an idle machine; shared cores double it
+
+
+def test_summary_groups_one_cause_across_types():
+    from hpcmem.validate.random_trainer_summary import summary
+
+    def rec(i, model_type):
+        return {"id": f"s1-{i}", "verdict": "missed refusal", "job": {"model_type": model_type},
+                "trainer": {"reason": f"ValueError: Module 'out_proj' is incompatible with Mamba-based models "
+                                      f"(model_type='{model_type}'). Incompatible modules: {{'conv1d', 'out_proj'}}."}}
+
+    s = summary([rec(0, "nemotron_h"), rec(1, "falcon_h1"), {"id": "s1-2", "verdict": "parity"}])
+    assert s["verdicts"] == {"missed refusal": 2, "parity": 1}
+    assert [(c["count"], c["example"], c["types"]) for c in s["causes"]] == [(2, "s1-0", ["falcon_h1", "nemotron_h"])]
