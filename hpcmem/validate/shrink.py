@@ -29,8 +29,7 @@ EXPERTS = 4
 ROUTED = 2
 VOCAB = 512
 
-HIDDEN_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "embedding_dim", "attention_hidden_size", "lru_width",
-               "word_embed_proj_dim")
+HIDDEN_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "embedding_dim", "lru_width", "word_embed_proj_dim")
 HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "attention_heads", "swa_num_attention_heads")
 KV_KEYS = ("num_key_value_heads", "num_kv_heads", "swa_num_key_value_heads", "multi_query_group_num")
 HEAD_DIM_KEYS = ("head_dim", "swa_head_dim", "dim_head", "kv_channels")
@@ -106,6 +105,13 @@ def _heads(c: dict[str, Any], hidden: int | None, heads: int | None) -> None:
             ratio = hd * heads / hidden
             c[key] = max(8, int(round(HEAD_DIM * ratio / 8)) * 8)
     _set(c, HEAD_KEYS, HEADS)
+    # Zamba's attention runs on [hidden, hidden] concatenated: attention_hidden_size = 2 · hidden, split over the
+    # heads (configuration_zamba.ZambaConfig: attention_head_dim = attention_hidden_size / num_attention_heads)
+    wide = c.get("attention_hidden_size")
+    if _is_int(wide) and hidden:
+        c["attention_hidden_size"] = HIDDEN * max(1, round(wide / hidden))
+        if _is_int(c.get("attention_head_dim")):
+            c["attention_head_dim"] = c["attention_hidden_size"] // HEADS
 
 
 def _experts(c: dict[str, Any]) -> None:
@@ -132,6 +138,8 @@ def _mla(c: dict[str, Any], before: dict[str, Any]) -> None:
     rope = before.get("qk_rope_head_dim")
     if not _is_int(rope):
         return
+    if before.get("head_dim") == rope:      # DeepseekV3Config.head_dim is the rotary part (qk_rope_head_dim)
+        c["head_dim"] = c["qk_rope_head_dim"]
     # the sum may be a per-layer one: dots3's sliding layers override qk_nope_head_dim in per_layer_config
     layers = [v for v in (before.get("per_layer_config") or {}).values() if isinstance(v, dict)]
     nopes = [before.get("qk_nope_head_dim")] + [v.get("qk_nope_head_dim") for v in layers]
