@@ -40,7 +40,7 @@ from hpcmem.validate.trl_run import run_trl
 TOLERANCE = 0.01           # the trace's own bar against a real CPU step (tests/helpers/trace_helpers.py)
 SHORTEST, LONGEST = 16, 64  # the shrunken max_length: the full one / 32, within these
 LENGTH_FIELDS = ("max_length", "max_prompt_length", "max_completion_length")
-STAGE_SECONDS = 120        # a stage (trainer run, measure, trace) that takes longer is recorded as timed out
+STAGE_SECONDS = 60         # a stage (trainer run, measure, trace) that takes longer is recorded as timed out
 
 
 def shrunk_lengths(settings: dict[str, Any]) -> tuple[int, int, dict[str, Any]]:
