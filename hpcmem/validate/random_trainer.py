@@ -10,9 +10,11 @@ shrunken model on the CPU.
   `--kernels cpu` trace (hpcmem.trace.run_trace) land on the same peak within 1 %, in the same phase.
 
 Verdicts (the random trace oracle's names where they mean the same): `parity` (both refuse), `missed refusal`
-(hpcmem accepts, the real trainer raises), `false refusal` (hpcmem refuses, the real trainer runs), `ran` (both run:
-then `peak` says within / over 1 %, not traced, or failed), `not run on CPU` (the settings need a GPU),
-`shrink failed` (the shrunken config builds no model: the oracle's own limit, not a verdict on hpcmem).
+(hpcmem accepts, the real trainer raises), `false refusal` (hpcmem's rules refuse, the real trainer runs),
+`declined` (the trainer runs, the estimate cannot stand behind the job and says so), `ran` (both run: then `peak`
+says within / over 1 %, not traced, or failed), `not run on CPU` (the settings or the trainer's path need a GPU or
+a GPU-only package), `shrink failed` (the shrunken config builds no model: the oracle's own limit),
+`hpcmem crashed` (hpcmem raised something other than its one-line refusal).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from hpcmem.errors import SpecError
+from hpcmem.estimate import estimate
 from hpcmem.job.trl_config import build_job
 from hpcmem.models import resolve_model
 from hpcmem.trace.learn import provisional_spec
@@ -40,6 +43,9 @@ from hpcmem.validate.trl_run import run_trl
 TOLERANCE = 0.01           # the trace's own bar against a real CPU step (tests/helpers/trace_helpers.py)
 SHORTEST, LONGEST = 16, 64  # the shrunken max_length: the full one / 32, within these
 LENGTH_FIELDS = ("max_length", "max_prompt_length", "max_completion_length")
+# what the real trainer raises only for a package a CPU machine cannot have (transformers/integrations/hub_kernels.py:
+# packed sequences through an SSM layer need causal_conv1d / mamba_ssm, CUDA kernels)
+NEEDS_GPU_PACKAGE = ("to train on packed sequences",)
 STAGE_SECONDS = 60         # a stage (trainer run, measure, trace) that takes longer is recorded as timed out
 
 
@@ -61,9 +67,9 @@ def run_one(job: RandomJob, *, steps: int = 1, peaks: bool = True) -> dict[str, 
     only (the peak pair costs two more runs)."""
     start = time.perf_counter()
     rec: dict[str, Any] = {"id": job.id, "oracle": "trainer", "job": job.to_dict()}
-    refused = _hpcmem_verdict(job)
+    refused, by = hpcmem_verdict(job)
     if refused:
-        rec["hpcmem_refused"] = refused
+        rec["hpcmem_refused"], rec["hpcmem_refused_by"] = refused, by
     full, short, settings = shrunk_lengths(job.settings)
     config = shrink_config(job.config, full_length=full, max_length=short)
     rec["shrunk"] = {"config": config, "settings": settings}
@@ -78,7 +84,7 @@ def run_one(job: RandomJob, *, steps: int = 1, peaks: bool = True) -> dict[str, 
     else:
         rec["trainer"] = {"ran": trl.ran, "reason": trl.reason, "adjusted": trl.adjusted,
                           "seconds": round(trl.seconds, 2)}
-        rec["verdict"] = _verdict(trl.ran, trl.reason, bool(refused))
+        rec["verdict"] = _verdict(trl.ran, trl.reason, by)
     if rec["verdict"] == "ran" and peaks:
         rec["peak"] = _peak_parity(job.trainer, settings, config)
     rec["versions"] = versions()
@@ -86,23 +92,49 @@ def run_one(job: RandomJob, *, steps: int = 1, peaks: bool = True) -> dict[str, 
     return rec
 
 
-def _verdict(ran: bool | None, reason: str, refused: bool) -> str:
+def rescore(rec: dict[str, Any]) -> dict[str, Any]:
+    """The record with hpcmem's verdict taken again from today's code (the real trainer's stays as measured): a fix
+    to hpcmem's rules rescores every record without running the trainer again."""
+    if "job" not in rec or "trainer" not in rec or rec.get("verdict") == "oracle timed out":
+        return rec
+    refused, by = hpcmem_verdict(RandomJob.from_dict(rec["job"]))
+    out = {k: v for k, v in rec.items() if k not in ("hpcmem_refused", "hpcmem_refused_by")}
+    if refused:
+        out["hpcmem_refused"], out["hpcmem_refused_by"] = refused, by
+    out["verdict"] = _verdict(rec["trainer"]["ran"], rec["trainer"]["reason"], by)
+    return out
+
+
+def _verdict(ran: bool | None, reason: str, refused_by: str) -> str:
     if ran is None:
         return "shrink failed" if reason.startswith("shrunken model") else "not run on CPU"
+    if not ran and any(m in reason for m in NEEDS_GPU_PACKAGE):
+        return "not run on CPU"
+    if refused_by == "crash":
+        return "hpcmem crashed"
     if ran:
-        return "false refusal" if refused else "ran"
-    return "parity" if refused else "missed refusal"
+        return "declined" if refused_by == "estimate" else "false refusal" if refused_by else "ran"
+    return "parity" if refused_by else "missed refusal"
 
 
-def _hpcmem_verdict(job: RandomJob) -> str:
-    """hpcmem's refusal of the full job ("" where it builds the JobSpec), one line."""
+def hpcmem_verdict(job: RandomJob) -> tuple[str, str]:
+    """hpcmem's refusal of the full job, one line, and by what ("", "" where `hpcmem estimate` answers): "rules"
+    (hpcmem.job.trl_config.build_job: TRL's, peft's and the layout's refusals as hpcmem reads them) or "estimate"
+    (hpcmem.estimate.estimate: peft's default targets of a type, and what the estimate cannot stand behind, such as a
+    learned profile's unlearned cell) — what a user of `hpcmem estimate` sees."""
     try:
-        job_spec(job)
+        spec = job_spec(job)
     except SpecError as exc:
-        return " ".join(str(exc).split())[:400]
+        return " ".join(str(exc).split())[:400], "rules"
     except Exception as exc:  # noqa: BLE001 — a crash of hpcmem's reading is a finding, recorded as such
-        return f"crashed: {type(exc).__name__}: {' '.join(str(exc).split())[:380]}"
-    return ""
+        return f"crashed: {type(exc).__name__}: {' '.join(str(exc).split())[:380]}", "crash"
+    try:
+        estimate(spec)
+    except SpecError as exc:
+        return " ".join(str(exc).split())[:400], "estimate"
+    except Exception as exc:  # noqa: BLE001
+        return f"crashed: {type(exc).__name__}: {' '.join(str(exc).split())[:380]}", "crash"
+    return "", ""
 
 
 def shrunk_job(trainer: str, settings: dict[str, Any], config: dict[str, Any], folder: Path) -> Any:

@@ -3,6 +3,8 @@ the discrepancies grouped by cause (one example id each).
 
     python -m hpcmem.validate.random_trainer_summary estimator/random/trainer.jsonl
 
+hpcmem's side of each record is taken again from today's code (random_trainer.rescore); the trainer's is as stored.
+
 A cause is the reason with its particulars masked: quoted names, numbers and model types become placeholders, so
 "Module 'out_proj' is incompatible with Mamba-based models (model_type='nemotron_h')" and the same sentence for
 falcon_h1 are one cause.
@@ -17,7 +19,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-DISCREPANCIES = ("missed refusal", "false refusal")
+from hpcmem.validate.random_trainer import rescore
+
+DISCREPANCIES = ("missed refusal", "false refusal", "hpcmem crashed")
 
 
 def cause(text: str) -> str:
@@ -36,7 +40,7 @@ def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         v = r.get("verdict")
         if v == "missed refusal":
             groups[(v, cause(r["trainer"]["reason"]))].append(r["id"])
-        elif v == "false refusal":
+        elif v in ("false refusal", "declined", "hpcmem crashed"):
             groups[(v, cause(r.get("hpcmem_refused", "")))].append(r["id"])
         elif v in ("shrink failed", "not run on CPU", "oracle timed out", "draw failed"):
             groups[(v, cause(r.get("trainer", {}).get("reason", "") or r.get("why", "")))].append(r["id"])
@@ -57,5 +61,5 @@ def _types(records: list[dict[str, Any]], ids: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    recs = [json.loads(line) for line in Path(sys.argv[1]).read_text().splitlines() if line.strip()]
+    recs = [rescore(json.loads(line)) for line in Path(sys.argv[1]).read_text().splitlines() if line.strip()]
     print(json.dumps(summary(recs), indent=1))
