@@ -239,8 +239,26 @@ def run_many(seed: int, indices: range, out: Path, peak_every: int = 1) -> None:
               flush=True)
 
 
+def add_peaks(path: Path, until: float) -> None:
+    """The peak pair for records of `path` where both ran and no pair was taken (a refusal-only pass first, the
+    pairs after), until time.time() reaches `until`; each record is rewritten in place when its pair is in."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for i, rec in enumerate(records):
+        if time.time() >= until:
+            break
+        if "peak" in rec or rescore(rec).get("verdict") != "ran":
+            continue
+        rec["peak"] = _peak_parity(rec["job"]["trainer"], rec["shrunk"]["settings"], rec["shrunk"]["config"])
+        path.write_text("".join(json.dumps(r, default=str) + "\n" for r in records))
+        print(rec["id"], rec["peak"]["verdict"], rec["peak"].get("delta_pct", ""), flush=True)
+
+
 if __name__ == "__main__":       # python -m hpcmem.validate.random_trainer SEED START STOP OUT [PEAK_EVERY]
+    # python -m hpcmem.validate.random_trainer peaks OUT SECONDS
     import sys
 
+    if sys.argv[1] == "peaks":
+        add_peaks(Path(sys.argv[2]), time.time() + float(sys.argv[3]))
+        sys.exit(0)
     run_many(int(sys.argv[1]), range(int(sys.argv[2]), int(sys.argv[3])), Path(sys.argv[4]),
              int(sys.argv[5]) if len(sys.argv) > 5 else 1)
