@@ -31,7 +31,7 @@ VOCAB = 512
 
 HIDDEN_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "embedding_dim", "lru_width", "word_embed_proj_dim")
 HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "attention_heads", "swa_num_attention_heads")
-KV_KEYS = ("num_key_value_heads", "num_kv_heads", "swa_num_key_value_heads", "multi_query_group_num")
+KV_KEYS = ("num_key_value_heads", "num_kv_heads", "swa_num_key_value_heads", "multi_query_group_num", "kv_n_heads")
 HEAD_DIM_KEYS = ("head_dim", "swa_head_dim", "dim_head", "kv_channels")
 FFN_KEYS = ("intermediate_size", "ffn_dim", "ffn_hidden_size", "n_inner", "dim_ff", "dff", "dense_intermediate_size",
             "shared_intermediate_size")
@@ -61,9 +61,10 @@ def shrink_config(config: dict[str, Any], *, full_length: int | None = None, max
     one (they scale the windows and position limits, see the module docstring)."""
     out = copy.deepcopy(config)
     _shrink(out, full_length, max_length)
-    for value in out.values():        # multimodal wrappers: text_config, vision_config, audio_config …
-        if isinstance(value, dict) and _first(value, HIDDEN_KEYS):
-            _shrink(value, full_length, max_length)
+    heads = _first(config, HEAD_KEYS)
+    for key, value in out.items():    # multimodal wrappers (text_config, vision_config …), DBRX's attn_config
+        if isinstance(value, dict) and key != "per_layer_config":
+            _shrink(value, full_length, max_length, heads_of=None if _first(value, HIDDEN_KEYS) else heads)
     return out
 
 
@@ -99,6 +100,9 @@ def _heads(c: dict[str, Any], hidden: int | None, heads: int | None) -> None:
         kv = c.get(key)
         if _is_int(kv) and kv > 0:
             c[key] = HEADS if kv >= heads else 1 if kv == 1 else HEADS // 2
+    # GPT-J's rotary_dim: the rotated part of each head keeps its share (modeling_gptj.GPTJAttention)
+    if _is_int(c.get("rotary_dim")) and hidden:
+        c["rotary_dim"] = max(2, int(c["rotary_dim"] * HEAD_DIM * heads / hidden) // 2 * 2)
     for key in HEAD_DIM_KEYS:
         hd = c.get(key)
         if _is_int(hd) and hd > 0 and hidden:
@@ -152,13 +156,13 @@ def _ssm(c: dict[str, Any]) -> None:
     """Mamba-2 style heads: expand · hidden = heads · head_dim (configuration_mamba2.Mamba2Config, Bamba, Falcon-H1,
     NemotronH); the groups divide the heads."""
     for heads_key, dim_key in (("mamba_n_heads", "mamba_d_head"), ("mamba_num_heads", "mamba_head_dim"),
-                               ("num_heads", "head_dim")):
+                               ("n_mamba_heads", "mamba_headdim"), ("num_heads", "head_dim")):
         if c.get("model_type") not in ("mamba2",) and heads_key == "num_heads":
             continue
         if _is_int(c.get(heads_key)):
             expand = c.get("mamba_expand") or c.get("expand") or 2
             dim = 16
-            if _is_int(c.get(dim_key)) or c.get(dim_key) == "auto":
+            if _is_int(c.get(dim_key)) or c.get(dim_key) == "auto" or dim_key == "mamba_headdim":
                 c[dim_key] = dim
             c[heads_key] = max(1, int(expand * HIDDEN) // dim)
     for key in ("mamba_n_groups", "n_groups"):
