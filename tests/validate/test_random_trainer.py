@@ -1,7 +1,8 @@
 """The real-trainer oracle of random jobs (hpcmem.validate.random_trainer): the shrinker keeps a model's structure,
 the shrunken model trains under TRL's real trainer, and a slice of fixed random jobs gets the verdicts TRL itself
-gives (read off the real trainer on CPU: peft refuses LoRA on a Mamba mixer's out_proj; an LFM2 SFT job runs and its
-trace lands within 1 % of the real step)."""
+gives (read off the real trainer on CPU: peft refuses LoRA on a Mamba mixer's out_proj, which hpcmem misses; an LFM2
+SFT job runs and its trace lands within 1 % of the real step; RLOO refuses a generation batch num_generations does not
+divide, as hpcmem does)."""
 
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def test_shrunk_model_trains_one_step(model_type):
 
 
 # (seed, index) → the verdicts the real trainer gave (estimator/random/trainer.jsonl)
-SLICE = {(1, 0): ("missed refusal", None), (1, 3): ("ran", "within 1 %")}
+SLICE = {(1, 0): ("missed refusal", None), (1, 3): ("ran", "within 1 %"), (1, 6): ("parity", None)}
 
 
 @pytest.mark.torch
