@@ -34,8 +34,10 @@ from hpcmem.job.trl_config import build_job
 from hpcmem.models import resolve_model
 from hpcmem.trace.learn import provisional_spec
 from hpcmem.trace.result import versions
+from hpcmem.trace.run import run_trace
+from hpcmem.trace.selfcheck import measure_cpu
 from hpcmem.trace.trainer import check_traceable
-from hpcmem.validate.random_jobs import RandomJob
+from hpcmem.validate.random_jobs import RandomJob, draw
 from hpcmem.validate.random_model import job_spec
 from hpcmem.validate.shrink import shrink_config
 from hpcmem.validate.trl_run import run_trl
@@ -153,8 +155,6 @@ def shrunk_job(trainer: str, settings: dict[str, Any], config: dict[str, Any], f
 
 
 def _peak_parity(trainer: str, settings: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    from hpcmem.trace import measure_cpu, run_trace
-
     with tempfile.TemporaryDirectory(prefix="hpcmem-shrunk-") as tmp:
         try:
             job = shrunk_job(trainer, settings, config, Path(tmp))
@@ -219,8 +219,6 @@ def _quiet() -> Iterator[None]:
 def run_many(seed: int, indices: range, out: Path, peak_every: int = 1) -> None:
     """Append the record of job (seed, i) for every i in `indices` to `out` (.jsonl), skipping ids it holds; the
     peak pair for every `peak_every`-th index."""
-    from hpcmem.validate.random_jobs import draw
-
     out.parent.mkdir(parents=True, exist_ok=True)
     done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()
     for index in indices:

@@ -47,7 +47,8 @@ FIXED = {
     "qk_head_dim": 24, "o_lora_rank": 32, "index_head_dim": 16, "index_n_heads": 2,
     "state_size": 8, "ssm_state_size": 8, "mamba_d_state": 8, "time_step_rank": 8, "mamba_dt_rank": 8,
     "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-    "linear_head_dim": 16, "linear_num_heads": 4, "hidden_size_per_layer_input": 16, "vocab_size_per_layer_input": VOCAB,
+    "linear_head_dim": 16, "linear_num_heads": 4, "hidden_size_per_layer_input": 16,
+    "vocab_size_per_layer_input": VOCAB,
     "laurel_rank": 8, "router_hidden_size": 32, "gated_norm_rank": 8, "loop_gate_rank": 8, "adapter_rank": 8,
 }
 TOKEN_ID_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
