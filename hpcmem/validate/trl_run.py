@@ -1,0 +1,176 @@
+"""TRL's real trainer run from a job's settings, as `trl <trainer>` would run it, on a shrunken model: the oracle of
+refusal parity (does the real trainer raise where hpcmem refuses?).
+
+    verdict = run_trl(trainer, settings, config, steps=2)   # TrlVerdict(ran, reason, adjusted, seconds)
+
+Nothing of hpcmem's own reading of the settings is used: the fields go to TRL's own classes as the command line's
+parser would split them (trl/scripts/<trainer>.py `main`): ModelConfig's fields to `trl.ModelConfig` (the model's
+`dtype` and `attn_implementation` become `model_init_kwargs`; LoRA through `trl.get_peft_config`), the rest to the
+trainer's config class (`trl.<Name>Config`), and the trainer gets the model as a path, so TRL's own
+`create_model_from_path` loads it. The model is the shrunken config with random weights saved to a folder with a
+word-level tokenizer; the dataset is text in the trainer's TRL dataset type.
+
+What a CPU cannot run is not run (`cpu_limit`: quantization, bitsandbytes optimizers, flash-attn, fp16 autocast,
+Liger, vLLM, more than one process) and what TRL runs only on an accelerator is switched off and listed in `adjusted`
+(activation offloading: trl/models/activation_offloading.py asks `torch.accelerator.current_accelerator()`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcmem.job.trainers import entry
+from hpcmem.trace import pieces
+
+WORDS = 64                 # words of the tokenizer (ids 3 … 66: inside any shrunken vocabulary)
+# not settings of TRL's classes: hpcmem's own (the GPU, the launcher, the allocator) — the trainer never sees them
+HPCMEM_ONLY = ("gpu", "num_processes", "num_machines", "distributed_type", "expandable_segments",
+               "tokens_per_micro_batch", "mixed_precision", "fsdp_config", "deepspeed_config")
+# hpcmem's description of the data, where TRL's config has no such field (GRPO/RLOO/distillation in TRL 1.16 have no
+# max_prompt_length: the prompt is as long as the dataset's); it shapes the oracle's dataset instead
+DATA_ONLY = ("max_prompt_length",)
+BNB_OPTIMS = ("8bit", "paged", "bnb", "lomo", "galore", "apollo")
+
+
+@dataclass
+class TrlVerdict:
+    ran: bool | None                # None: not run on a CPU (see `reason`)
+    reason: str = ""
+    adjusted: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def cpu_limit(trainer: str, settings: dict[str, Any]) -> str:
+    """Why TRL's trainer cannot run these settings on a CPU here ("" when it can)."""
+    s = settings
+    if s.get("load_in_4bit") or s.get("load_in_8bit"):
+        return "load_in_4bit/8bit: bitsandbytes needs a GPU"
+    if any(m in str(s.get("optim", "")) for m in BNB_OPTIMS):
+        return f"optim {s['optim']!r} needs bitsandbytes / a GPU"
+    if str(s.get("attn_implementation") or "").startswith(("flash", "kernels-")) or "/" in str(
+            s.get("attn_implementation") or ""):
+        return f"attn_implementation {s['attn_implementation']!r} needs CUDA"
+    if s.get("fp16"):        # accelerate/accelerator.py Accelerator.__init__: fp16 mixed precision needs cuda/xpu/…
+        return "fp16: accelerate's fp16 mixed precision needs a GPU"
+    if s.get("use_liger_kernel"):
+        return "use_liger_kernel: Liger's Triton kernels need a GPU"
+    if s.get("use_vllm"):
+        return "use_vllm: vLLM needs a GPU"
+    if int(s.get("num_processes") or 1) > 1 or s.get("fsdp") or s.get("deepspeed"):
+        return "more than one process / FSDP / DeepSpeed: one CPU process here"
+    if s.get("torch_compile"):
+        return "torch_compile: inductor on CPU is out of this oracle's time budget"
+    if trainer == "distillation":
+        return "distillation: the oracle builds no teacher"
+    return ""
+
+
+def run_trl(trainer: str, settings: dict[str, Any], config: dict[str, Any], *, steps: int = 2,
+            workdir: str | None = None) -> TrlVerdict:
+    """Run `steps` optimizer steps of TRL's `trainer` on `config` (shrunken) with `settings` (TRL field → value)."""
+    start = time.perf_counter()
+    limit = cpu_limit(trainer, settings)
+    if limit:
+        return TrlVerdict(None, limit)
+    adjusted: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="hpcmem-trl-", dir=workdir) as tmp:
+        try:
+            model_path = save_model(config, Path(tmp) / "model")
+        except Exception as exc:                       # the shrink's limit, not the trainer's verdict
+            return TrlVerdict(None, f"shrunken model does not build: {type(exc).__name__}: {_one_line(exc)}")
+        try:
+            built = _build(trainer, settings, model_path, Path(tmp) / "out", steps, adjusted)
+            built.train()
+        except Exception as exc:                       # the verdict: TRL (or torch under it) raised
+            return TrlVerdict(False, f"{type(exc).__name__}: {_one_line(exc)}", adjusted,
+                              time.perf_counter() - start)
+    return TrlVerdict(True, "", adjusted, time.perf_counter() - start)
+
+
+def save_model(config: dict[str, Any], folder: Path) -> str:
+    """The config with random weights in its own dtype (what `dtype="auto"` reads back), and the tokenizer."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    data = {k: v for k, v in config.items() if k not in ("model_type", "transformers_version", "architectures",
+                                                            "auto_map", "quantization_config")}
+    cfg = AutoConfig.for_model(config["model_type"], **data)
+    dtype = getattr(torch, str(config.get("dtype") or config.get("torch_dtype") or "float32"), torch.float32)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    model.save_pretrained(folder)
+    pieces.tokenizer(WORDS).save_pretrained(folder)
+    return str(folder)
+
+
+def _build(trainer: str, settings: dict[str, Any], model_path: str, out: Path, steps: int,
+           adjusted: list[str]) -> Any:
+    import trl
+
+    e = entry(trainer)
+    model_fields = {f.name for f in dataclasses.fields(trl.ModelConfig)}
+    config_cls = getattr(trl, e.config_class)
+    s = {k: v for k, v in settings.items() if k not in HPCMEM_ONLY and k != "model_name_or_path"}
+    model_args = trl.ModelConfig(model_name_or_path=model_path, **{k: v for k, v in s.items() if k in model_fields})
+    train = {k: v for k, v in s.items() if k not in model_fields and not (k in DATA_ONLY and k not in
+                                                                           _fields(config_cls))}
+    if train.get("activation_offloading"):
+        train["activation_offloading"] = False
+        adjusted.append("activation_offloading off (TRL's offloading needs an accelerator)")
+    args = config_cls(**train, output_dir=str(out), max_steps=steps, report_to="none", use_cpu=True,
+                      save_strategy="no", logging_steps=10_000, disable_tqdm=True, dataloader_num_workers=0)
+    # trl/scripts/<trainer>.py main: the model's loading arguments go to model_init_kwargs
+    init = {"attn_implementation": model_args.attn_implementation, "dtype": model_args.dtype}
+    args.model_init_kwargs = {**init, **(args.model_init_kwargs or {})}
+    rows = max(16, 4 * args.per_device_train_batch_size * args.gradient_accumulation_steps * steps)
+    kwargs: dict[str, Any] = {}
+    if e.generates:
+        kwargs["reward_funcs"] = _length_reward
+    cls = getattr(trl, e.trainer_class)
+    # the tokenizer is handed over: a multimodal type's folder holds no image processor for TRL's
+    # AutoProcessor.from_pretrained to find (a real checkpoint has one; text rows never reach it)
+    return cls(model=model_path, args=args, train_dataset=dataset(e.lengths.dataset, rows, settings),
+               processing_class=pieces.tokenizer(WORDS), peft_config=trl.get_peft_config(model_args), **kwargs)
+
+
+def _fields(cls: Any) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def dataset(kind: str, rows: int, settings: dict[str, Any]) -> Any:
+    """Rows in TRL's dataset type `kind` (docs "Dataset formats and types"), each as long as max_length allows."""
+    from datasets import Dataset
+
+    length = int(settings.get("max_length") or 32)
+    prompt = int(settings.get("max_prompt_length") or max(1, length // 2))
+
+    def words(n: int, shift: int = 0) -> str:
+        return " ".join(f"t{pieces.FIRST_TOKEN_ID + (i + shift) % WORDS}" for i in range(max(1, n)))
+
+    if kind == "preference":
+        # prompt + chosen (+ eos) within max_length: RewardTrainer drops a longer pair instead of cutting it
+        # (trl/trainer/reward_trainer.py `_prepare_dataset` filter), DPOTrainer would cut it
+        head = max(1, length // 4)
+        body = max(2, length - head - 2)
+        return Dataset.from_dict({"prompt": [words(head)] * rows, "chosen": [words(body, 1)] * rows,
+                                  "rejected": [words(body - 1, 2)] * rows})
+    if kind == "prompt_only":
+        return Dataset.from_dict({"prompt": [words(prompt, i) for i in range(rows)]})
+    if kind == "unpaired_preference":
+        return Dataset.from_dict({"prompt": [words(prompt // 2)] * rows, "completion": [words(length, 1)] * rows,
+                                  "label": [i % 2 == 0 for i in range(rows)]})
+    return Dataset.from_dict({"text": [words(length + 1, i) for i in range(rows)]})
+
+
+def _length_reward(completions: list[Any], **_: Any) -> list[float]:
+    """A reward function (GRPO/RLOO take any callable): the completion's length."""
+    return [float(len(str(c))) for c in completions]
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:400]
