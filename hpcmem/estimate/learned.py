@@ -162,7 +162,9 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
                cell.peak[r].at(tokens, quad))
         fwd, fpeak, kept, peak = raw
         if gc:              # the adapters' saved inputs exist only in the recompute
-            fpeak, peak = fpeak + dora_t, peak + d_saved + max(d_temp, dora_t)
+            # DoRA's forward temporaries and the backward's compete for the recompute's peak; without DoRA on either
+            # side there are none, and the adapters' backward difference (negative for fewer targets) applies as is
+            fpeak, peak = fpeak + dora_t, peak + d_saved + (max(d_temp, dora_t) if dora_t else d_temp)
         else:
             fwd, fpeak, kept, peak = fwd + d_saved, fpeak + d_saved + dora_t, kept + d_saved, peak + d_temp
         # an adapter change never takes a term below zero; a learned term that is negative stays as learned (layer 0's
