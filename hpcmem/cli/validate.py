@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from hpcmem.cli.outputs import PNG
-from hpcmem.datapath import estimator_dir
+from hpcmem.datapath import PACKAGE_DIR, estimator_dir
 from hpcmem.errors import HpcmemError
 from hpcmem.models.coverage import SHIPPED_SUMMARY, classification, installed_mapping, summary_to_ship
 from hpcmem.validate import against_probes, boundary, coverage, published_score, random_report, random_run, trace
@@ -179,8 +179,10 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
         recs = coverage.run(chosen, redo=redo, workers=workers, progress=coverage.print_progress)
     report = estimator_dir() / "COVERAGE.md"
     report.write_text(coverage.report_markdown(coverage.load_records()))
-    # the package's own copy of the summary, so `hpcmem models coverage` from a wheel shows the measured accuracy
-    SHIPPED_SUMMARY.write_text(json.dumps(summary_to_ship(coverage.load_records()), indent=1) + "\n")
+    # the package's own copy of the summary, so `hpcmem models coverage` from a wheel shows the measured accuracy —
+    # written only from the checkout's own records (never from a scratch estimator folder into the package)
+    if estimator_dir().resolve() == (PACKAGE_DIR.parent / "estimator").resolve():
+        SHIPPED_SUMMARY.write_text(json.dumps(summary_to_ship(coverage.load_records()), indent=1) + "\n")
     skipped = [r["model_type"] for r in recs if "skipped" in r and not rescore]
     verb = "rescored in" if rescore else "appended to"
     written = f"{len(recs) - len(skipped)} records {verb} estimator/coverage.jsonl"

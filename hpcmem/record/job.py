@@ -73,7 +73,8 @@ def job_from_dict(data: Any, env: Any = None) -> Any:
     return JobSpec(model=build(ModelSpec, data["model"]), train=build(TrainSpec, data["train"]),
                    parallel=build(ParallelSpec, data.get("parallel") or {}), gpu=build(GpuSpec, data.get("gpu")),
                    expandable_segments=ran_expandable(data, env),
-                   tokens_per_micro_batch=data.get("tokens_per_micro_batch"))
+                   tokens_per_micro_batch=data.get("tokens_per_micro_batch"),
+                   assumed=tuple(data.get("assumed") or ()))
 
 
 def _jsonable(obj: Any) -> Any:

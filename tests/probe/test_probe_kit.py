@@ -164,4 +164,4 @@ def test_the_dry_run_names_a_probe_command_line_the_cli_refuses() -> None:
     assert "GRPOConfig has no max_length" in refusal(line(dataclasses.replace(sft, trainer="grpo")))
     assert "per_device_train_batch_size" in refusal(line(dataclasses.replace(
         sft, flags={**sft.flags, "per_device_train_batch_size": 0})))
-    assert "No such option" in refusal(line(sft) + ["--no_such_flag", "1"])
+    assert "no_such_flag is not a field of" in refusal(line(sft) + ["--no_such_flag", "1"])

@@ -38,7 +38,7 @@ def test_learned_estimate_within_3_percent_of_the_trace_at_long_rows(model_type,
     from hpcmem.validate import coverage as cov
 
     cfg, _ = cov.reference_config(model_type)
-    profile = cov._sweep_profile(model_type, cfg)
+    profile = cov.sweep_profile(model_type, cfg)
     assert profile is not None and profile.held["max_length"] >= seq, profile and profile.held
     spec, depth, _ = cov.eval_model(cfg, model_type, profile, Path(tempfile.mkdtemp(prefix="hpcmem-long-")), layers)
     assert depth > profile.provenance["depth"]                       # deeper than learned
