@@ -21,6 +21,7 @@ applicable, refused) are reported, never written: their rows in hpcmem/models/co
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import time
@@ -114,7 +115,9 @@ def reference_config(model_type: str) -> tuple[dict[str, Any], str]:
     """(config dict, where it came from) for a type: its catalog entry, else the config class defaults (+ fix)."""
     for hub_id, doc in sorted(catalog().items()):
         if doc["config"].get("model_type") == model_type:
-            return dict(doc["config"]), f"catalog {hub_id}"
+            # a deep copy: a caller that cuts or standardises a nested dict (text_config, rope_scaling) must not
+            # change the cached catalog, which every later job of the process reads
+            return copy.deepcopy(doc["config"]), f"catalog {hub_id}"
     from transformers import AutoConfig
 
     cfg = AutoConfig.for_model(model_type).to_dict()
