@@ -344,12 +344,17 @@ def test_fuzz_probe_records(tmp_path_factory, edits, raw):
 @pytest.fixture(scope="module", autouse=True)
 def _counts(tmp_path_factory):
     """Run from a scratch folder (whatever a fuzzed relative path creates lands there); print the counts."""
+    yield from in_scratch_folder(tmp_path_factory, (ESTIMATE_BUDGET, PLAN_BUDGET, YAML_BUDGET, ACCEL_BUDGET,
+                                                    PRESET_BUDGET, PROFILE_BUDGET, CONFIG_BUDGET, RECORDS_BUDGET))
+
+
+def in_scratch_folder(tmp_path_factory, budgets):
+    """A module fixture's body: run from a scratch folder, then print each budget's counts."""
     home = os.getcwd()
     os.chdir(tmp_path_factory.mktemp("cwd"))
     try:
         yield
     finally:
         os.chdir(home)
-    for budget in (ESTIMATE_BUDGET, PLAN_BUDGET, YAML_BUDGET, ACCEL_BUDGET, PRESET_BUDGET, PROFILE_BUDGET,
-                   CONFIG_BUDGET, RECORDS_BUDGET):
+    for budget in budgets:
         budget.report()

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.inputs.test_inputs_fuzz import FUZZ, MODEL, NASTY, Budget, check, yaml_values
+from tests.inputs.test_inputs_fuzz import FUZZ, MODEL, NASTY, Budget, check, in_scratch_folder, yaml_values
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = next((ROOT / "hpcmem" / "profiles").glob("gpt_oss-37f8*.json"))
@@ -126,13 +126,4 @@ def test_fuzz_picture_paths_never_change_a_users_file(tmp_path_factory, name, ki
 @pytest.fixture(scope="module", autouse=True)
 def _counts(tmp_path_factory):
     """Run from a scratch folder; print how many inputs each test tried (`pytest -s`)."""
-    import os
-
-    home = os.getcwd()
-    os.chdir(tmp_path_factory.mktemp("cwd"))
-    try:
-        yield
-    finally:
-        os.chdir(home)
-    for budget in (PROFILES_BUDGET, HEADER_BUDGET, PLOT_BUDGET):
-        budget.report()
+    yield from in_scratch_folder(tmp_path_factory, (PROFILES_BUDGET, HEADER_BUDGET, PLOT_BUDGET))
