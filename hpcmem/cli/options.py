@@ -17,6 +17,7 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.settings import check_settings
 from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.trainers import REGISTRY, entry, names
+from hpcmem.job.trainers.defaults import shown, trl_defaults
 from hpcmem.job.trl_config import accelerate_settings, build_job, read_yaml
 
 
@@ -103,6 +104,37 @@ def _default_help(name: str, default: Any) -> str:
     return "(default " + ", ".join(f"{trainer} {value!r}" for trainer, value in values.items()) + ")"
 
 
+def _trainer_default_help(name: str, default: Any, trainer: str) -> str:
+    """The field's default under `trl <trainer>` (`hpcmem estimate <trainer> --help`)."""
+    e = entry(trainer)
+    if e.declares(name):
+        default = e.defaults.get(name, default)
+    elif any(other.declares(name) for other in REGISTRY.values()):
+        return f"(not a field of trl {trainer}: refused)"
+    declared = trl_defaults(trainer).get(name, default)
+    if declared == default or (declared is None and default in ((), {})):
+        return f"(default {default!r})"
+    # bf16 None → not fp16 (TrainingArguments.__post_init__), pad_to_multiple_of "auto" → None off Neuron
+    # (SFTConfig.__post_init__), attn_implementation None → transformers' sdpa (PreTrainedModel's default)
+    return f"(default {default!r}: TRL's field says {shown(declared)}, which resolves to it)"
+
+
+class SpecOption(click.Option):
+    """A spec field's flag whose help shows the default of the trainer named on the command line (TrlCommand puts
+    it in ctx.meta["trl_trainer"]), or every trainer's where none is named."""
+
+    def __init__(self, decls: list[str], *, field_default: Any, **kw: Any) -> None:
+        super().__init__(decls, **kw)
+        self.field_default = field_default
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        record = super().get_help_record(ctx)
+        trainer = ctx.meta.get("trl_trainer")
+        if record is None or trainer is None or not (self.help or "").startswith("(default "):
+            return record
+        return record[0], _trainer_default_help(self.name or "", self.field_default, trainer)
+
+
 def spec_options() -> list[click.Option]:
     out = []
     for cls in (TrainSpec, ParallelSpec):
@@ -118,7 +150,7 @@ def spec_options() -> list[click.Option]:
                 kw.update(multiple=True, help="module names (repeat or comma-separate); all-linear; "
                                                "default: peft's per-architecture choice")
             decls = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
-            out.append(click.Option(decls + [f.name], type=ptype, **kw))
+            out.append(SpecOption(decls + [f.name], type=ptype, field_default=default, **kw))
     return out
 
 

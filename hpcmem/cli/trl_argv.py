@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from hpcmem.job.trainers import entry, names
+from hpcmem.job.trainers.defaults import shown, trl_defaults
 from hpcmem.job.trainers.fields import SCRIPT_CLASSES, declared, unknown_field
 from hpcmem.job.trainers.flags import flag_kind, negated
 
@@ -126,6 +127,9 @@ class TrlCommand(click.Command):
             e = entry(trainer)
             extra = sorted(trainer_fields(trainer) - own)
             formatter.write_text(f"Also flags, as `trl {trainer}` reads them ({e.config_class}, ModelConfig, "
-                                 f"TrainingArguments, {e.script_class}, DatasetMixtureConfig): listed back as ignored "
-                                 "when they have no memory effect, refused when hpcmem cannot model a value other than "
-                                 "TRL's default: " + ", ".join(extra))
+                                 f"TrainingArguments, {e.script_class}, DatasetMixtureConfig), with TRL's defaults: "
+                                 "listed back as ignored when they have no memory effect, refused when hpcmem cannot "
+                                 "model a value other than TRL's default.")
+            defaults = trl_defaults(trainer)
+            formatter.write_dl([(f"--{name}", f"(default {shown(defaults[name])})" if name in defaults else "")
+                                for name in extra])
