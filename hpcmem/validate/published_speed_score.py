@@ -109,7 +109,7 @@ def hold_out(points: list[ScoredSpeed]) -> dict[str, float | None]:
         scale = scales[src] = fitted_scale([p for p in points if p.source != src])
         for p in points:
             if p.source == src and p.predicted is not None and scale is not None:
-                p.held_out_predicted = round(p.predicted * scale, 1)
+                p.held_out_predicted = p.predicted * scale
     return scales
 
 
@@ -147,7 +147,8 @@ def _round(x: float | None) -> float | None:
 
 def to_json(points: list[ScoredSpeed], unscored: list[SpeedRow], files: list[str]) -> dict[str, Any]:
     out = summary(points)
-    rows = [asdict(p) | {"ratio": _round(p.ratio), "held_out_ratio": _round(p.held_out_ratio)} for p in points]
+    rows = [asdict(p) | {"held_out_predicted": _round(p.held_out_predicted), "ratio": _round(p.ratio),
+                         "held_out_ratio": _round(p.held_out_ratio)} for p in points]
     return {"files": files, "rows": rows, "summary": out,
             "unscored": [{"id": r.id, "source": r.source, "reason": r.reason} for r in unscored]}
 
