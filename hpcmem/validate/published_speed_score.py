@@ -12,6 +12,9 @@ Scores:
 - Kendall's tau-b of predicted against measured (hpcmem.validate.speed.kendall_tau) over all rows and within each
   source: within one source the loop, software and counting are the same, and the ranking there is what the planner
   needs.
+- The pair ratio error: for two rows, the factor between the predicted and the measured ratio of their speeds —
+  what the planner's comparison of two plans is worth (a single scale cancels in it). Its median within a source is
+  set beside THROUGHPUT_UNCERTAINTY, the band inside which the planner calls two plans equal.
 - Leave one source out: the model's absolute level (MFU_MAX and the other efficiencies, uncalibrated) is the one
   thing a published table can set. For each source a single scale on tokens/s is fitted on the OTHER sources (the
   geometric mean of measured / predicted) and applied to this source's rows; only these held-out ratios are
@@ -122,8 +125,10 @@ def stats(points: list[ScoredSpeed], held_out: bool = False) -> dict[str, Any]:
     errors = [ratio_error(r) for r in ratios]
     worst = max(range(len(pts)), key=lambda i: errors[i])
     tau = kendall_tau([p.predicted for p in pts], [p.measured for p in pts])
+    pairs = [ratio_error(a / b) for i, a in enumerate(ratios) for b in ratios[i + 1:]]
     return {"n": len(pts), "kendall_tau": None if tau is None else round(tau, 3),
             "median_ratio_error": round(median(errors), 3), "worst_ratio_error": round(errors[worst], 3),
+            "median_pair_ratio_error": round(median(pairs), 3) if pairs else None,
             "worst_row": pts[worst].id, "geomean_ratio": round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 3)}
 
 
@@ -170,7 +175,8 @@ def render(points: list[ScoredSpeed], unscored: list[SpeedRow], rows: list[Speed
             if p.error:
                 lines.append(f"    not predicted: {p.error}")
     lines.append("\ntokens/s per GPU; ratio = predicted / measured; ratio error = max(ratio, 1/ratio); held-out = "
-                 "ratio after a scale fitted on the other sources; [..] = what the row runs that the model ignores")
+                 "ratio after a scale fitted on the other sources; [..] = what the row runs that the model ignores; "
+                 "pair = median ratio error of one row's speed relative to another's")
     lines.append(_line("all rows", s["overall"]))
     lines.append(_line("all rows, held out", s["overall_held_out"]))
     lines.append(_line("nothing unmodelled", s["nothing_unmodelled"]))
@@ -189,4 +195,5 @@ def _line(label: str, st: dict[str, Any]) -> str:
         return f"  {label:<48} n=0"
     tau = "-" if st["kendall_tau"] is None else f"{st['kendall_tau']:+.3f}"
     return (f"  {label:<48} n={st['n']:<3} tau {tau}  ratio error median x{st['median_ratio_error']:.2f} worst "
-            f"x{st['worst_ratio_error']:.2f} ({st['worst_row']})  geomean ratio {st['geomean_ratio']:.2f}")
+            f"x{st['worst_ratio_error']:.2f} ({st['worst_row']})  geomean ratio {st['geomean_ratio']:.2f}"
+            + (f"  pair x{st['median_pair_ratio_error']:.2f}" if st["median_pair_ratio_error"] else ""))

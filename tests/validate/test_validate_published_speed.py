@@ -63,6 +63,8 @@ def test_kendall_tau_on_a_hand_worked_list():
     assert st["median_ratio_error"] == pytest.approx(1.25)
     assert st["worst_ratio_error"] == pytest.approx(1.5)
     assert st["geomean_ratio"] == pytest.approx(1.0)
+    # pairs of ratios: (1, 2/3) 1.5, (1, 3/2) 1.5, (1, 1) 1, (2/3, 3/2) 2.25, (2/3, 1) 1.5, (3/2, 1) 1.5 -> median 1.5
+    assert st["median_pair_ratio_error"] == pytest.approx(1.5)
 
 
 def test_the_scale_is_held_out_by_source():
