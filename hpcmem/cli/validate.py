@@ -18,6 +18,7 @@ from hpcmem.errors import HpcmemError
 from hpcmem.models.coverage import SHIPPED_SUMMARY, classification, installed_mapping, summary_to_ship
 from hpcmem.validate import against_probes, boundary, coverage, published_score, random_report, random_run, trace
 from hpcmem.validate import published as published_rows
+from hpcmem.validate import published_speed, published_speed_score
 from hpcmem.validate.speed import render as render_speed
 from hpcmem.validate.table import render
 
@@ -194,12 +195,19 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
 
 @command.command("published")
 @click.option("--rows", "rows_path", type=click.Path(exists=True), default=None,
-              help="a published-measurements file or folder (default estimator/published/)")
+              help="a published-measurements file or folder (default estimator/published/, with --speed "
+              "estimator/published/speed/)")
+@click.option("--speed", is_flag=True, help="the planner's throughput model against published training speeds "
+              "(tokens/s per GPU): ratio error and Kendall's tau, overall and per source, and held out by source")
 @JSON
 @NO_PNG
-def published_command(rows_path: str | None, as_json: bool, no_png: bool) -> None:
+def published_command(rows_path: str | None, speed: bool, as_json: bool, no_png: bool) -> None:
     """The estimate against peak GPU memory others measured and published (estimator/published/*.yaml): per row the
-    peak the source measured, error %, and whether `fits` agrees with the reported outcome; summary per class."""
+    peak the source measured, error %, and whether `fits` agrees with the reported outcome; summary per class.
+    With --speed, the throughput model against published tokens/s (estimator/published/speed/*.yaml)."""
+    if speed:
+        _published_speed(rows_path, as_json)
+        return
     loaded = published_rows.load(rows_path)
     scored = [published_score.score(r) for r in loaded.rows if r.scored]
     unscored = [r for r in loaded.rows if not r.scored]
@@ -208,6 +216,17 @@ def published_command(rows_path: str | None, as_json: bool, no_png: bool) -> Non
         return
     click.echo(f"{len(loaded.rows)} published rows ({len(scored)} scored) from {len(loaded.files)} files")
     click.echo(published_score.render(scored, unscored))
+
+
+def _published_speed(rows_path: str | None, as_json: bool) -> None:
+    rows, files = published_speed.load(rows_path)
+    scored = [published_speed_score.score(r) for r in rows if r.scored]
+    unscored = [r for r in rows if not r.scored]
+    if as_json:
+        click.echo(json.dumps(published_speed_score.to_json(scored, unscored, files), indent=1))
+        return
+    click.echo(f"{len(rows)} published speed rows ({len(scored)} scored) from {len(files)} files")
+    click.echo(published_speed_score.render(scored, unscored, rows))
 
 
 @command.command("random")
