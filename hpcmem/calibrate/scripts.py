@@ -12,7 +12,8 @@ fixed text that expands in the task. With a preset container every hpcmem step r
   collect  hpcmem calibrate --collect DIR                        (submitted with --dependency=afterany:<jobs>)
 A task that fails on its first attempt exits RETRY; the script then asks SLURM to requeue it (`scontrol requeue`,
 the job was submitted with --requeue) and the restarted task (SLURM_RESTART_COUNT 1) runs once more; its failure
-is then recorded, with its reason, in status/<case>.json.
+is then recorded, with its reason, in status/<case>.json. Before any step, the job checks that `hpcmem` runs where
+its steps run (in the container, after the setup lines) and otherwise exits NO_HPCMEM with one line saying what to fix.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from hpcmem.launch.templating import Shell, join, render
 RETRY = 75                  # EX_TEMPFAIL: "try again later" (sysexits.h)
 ALREADY = 10                # a multi-node case's prepare step: a run of it is already recorded
 COMMAND = ("hpcmem",)       # on the nodes: the preset's setup lines / container put hpcmem on PATH
+NO_HPCMEM = 78              # EX_CONFIG (sysexits.h): the job's environment cannot run hpcmem; not retried
 COLLECT_MEMORY_GB = 8       # re-estimating and fitting a few hundred records, drawing one PNG
 
 
@@ -53,6 +55,20 @@ def _wrapped(preset: Preset, argv: list[Any], *, tasks: str = "") -> Shell:
         srun = ["srun", "--nodes=1", "--ntasks=1", f"--container-image={box.image}", *mounts, *box.options]
         argv = [*srun, *argv]
     return join(argv)
+
+
+def preflight(preset: Preset, command: tuple[str, ...]) -> tuple[Shell, Shell]:
+    """The check every campaign job runs first — `hpcmem --version` where its steps run (inside the preset's container
+    when it has one) — and the `echo` of the one line it prints when that fails."""
+    box = preset.container
+    where = (f"inside the preset's {box.kind} image {box.image}: install hpcmem in the image, or bind a virtual "
+             "environment that has it (the preset's mounts) and put its bin/ on PATH in the preset's setup lines"
+             if box is not None else
+             "after the preset's modules and setup lines: add a setup line that activates an environment with "
+             "hpcmem installed")
+    return (_wrapped(preset, [*command, "--version"]),
+            join(["echo", f"hpcmem: this calibration job cannot run `{' '.join(command)}` {where}; nothing was "
+                  f"measured (exit {NO_HPCMEM}, not retried)"]))
 
 
 def _environment(preset: Preset, cpus: int) -> list[EnvVar]:
@@ -131,6 +147,7 @@ def render_job(job: Job, preset: Preset, *, campaign_dir: str, campaign_name: st
     """The whole script of one campaign job."""
     cpus, _ = _resources(job, preset)
     steps, give_up = _steps(job, preset, campaign_dir, command)
+    check, check_error = preflight(preset, command)
     what = {"array": f"job array of {len(job.cases)} single-node case(s) on {job.gpus} GPU(s) each",
             "multi": f"case {job.cases[0] if job.cases else '-'} on {job.nodes} node(s) × {job.gpus} GPU(s)",
             "collect": "the collect job (merge, fit, report, install)"}[job.kind]
@@ -138,4 +155,5 @@ def render_job(job: Job, preset: Preset, *, campaign_dir: str, campaign_name: st
                   directives=job_directives(job, preset, campaign_dir=campaign_dir, time=time),
                   files={"run_dir": campaign_dir}, env=_environment(preset, cpus), modules=preset.modules,
                   setup=[Shell(s) for s in preset.setup], port_base=PORT_BASE, port_span=PORT_SPAN,
-                  steps=steps, retry=job.kind != "collect", retry_code=RETRY, give_up=give_up)
+                  steps=steps, retry=job.kind != "collect", retry_code=RETRY, give_up=give_up,
+                  preflight=check, preflight_error=check_error, preflight_code=NO_HPCMEM)

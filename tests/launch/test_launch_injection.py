@@ -284,6 +284,8 @@ def test_campaign_scripts_keep_payloads_data(kind, key, campaign_stubs, tmp_path
             assert sbatch_arguments(text) == [f"--{k}" if v is None else f"--{k}={v}" for k, v in expected], name
         assert not mark.exists() and not list(tmp.rglob(MARK)), f"{name}: the payload ran"
         calls = [c.split(b"\0")[:-1] for c in (tmp / "hpcmem.argv").read_bytes().split(b"\n") if c]
+        assert calls.count([b"--version"]) == len(plan.jobs), name        # each script first checks hpcmem runs
+        calls = [c for c in calls if c != [b"--version"]]
         folder = str(plan.campaign.root).encode()
         # array: --run-task; multi: prepare, one rank, finish; collect: --collect — the folder arrives intact
         assert [c[1:3] for c in calls] == [[b"--run-task", folder], [b"--run-task", folder], [b"--rank-worker",
