@@ -15,10 +15,12 @@ import click
 from hpcmem.cli.outputs import PNG
 from hpcmem.datapath import PACKAGE_DIR, estimator_dir
 from hpcmem.errors import HpcmemError
+from hpcmem.gpus.calibration import MULTI_GPU_FILE
 from hpcmem.models.coverage import SHIPPED_SUMMARY, classification, installed_mapping, summary_to_ship
 from hpcmem.validate import against_probes, boundary, coverage, published_score, random_report, random_run, trace
 from hpcmem.validate import published as published_rows
-from hpcmem.validate import published_speed, published_speed_score
+from hpcmem.validate import published_margin, published_speed, published_speed_score
+from hpcmem.validate.calibration import default_fit_dir
 from hpcmem.validate.speed import render as render_speed
 from hpcmem.validate.table import render
 
@@ -199,23 +201,29 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
               "estimator/published/speed/)")
 @click.option("--speed", is_flag=True, help="the planner's throughput model against published training speeds "
               "(tokens/s per GPU): ratio error and Kendall's tau, overall and per source, and held out by source")
+@click.option("--fit-margin", "fit_margin", is_flag=True,
+              help=f"write the multi-GPU margin fitted on these rows to the calibrations folder ({MULTI_GPU_FILE})")
 @JSON
 @NO_PNG
-def published_command(rows_path: str | None, speed: bool, as_json: bool, no_png: bool) -> None:
+def published_command(rows_path: str | None, speed: bool, fit_margin: bool, as_json: bool, no_png: bool) -> None:
     """The estimate against peak GPU memory others measured and published (estimator/published/*.yaml): per row the
-    peak the source measured, error %, and whether `fits` agrees with the reported outcome; summary per class.
-    With --speed, the throughput model against published tokens/s (estimator/published/speed/*.yaml)."""
+    peak the source measured, raw and loop-adjusted error %, and whether `fits` agrees with the reported outcome;
+    summary per class; the multi-GPU margin these rows give and its leave-one-source-out coverage. With --speed, the
+    throughput model against published tokens/s (estimator/published/speed/*.yaml)."""
     if speed:
         _published_speed(rows_path, as_json)
         return
     loaded = published_rows.load(rows_path)
     scored = [published_score.score(r) for r in loaded.rows if r.scored]
     unscored = [r for r in loaded.rows if not r.scored]
+    margin = published_margin.fit(scored)
+    written = published_margin.save(margin, default_fit_dir() / MULTI_GPU_FILE) if fit_margin and margin else None
     if as_json:
-        click.echo(json.dumps(published_score.to_json(scored, unscored, loaded.files), indent=1))
+        click.echo(json.dumps(published_score.to_json(scored, unscored, loaded.files, margin), indent=1))
         return
     click.echo(f"{len(loaded.rows)} published rows ({len(scored)} scored) from {len(loaded.files)} files")
     click.echo(published_score.render(scored, unscored))
+    click.echo(published_margin.render(margin) + (f"\nwritten: {written}" if written else ""))
 
 
 def _published_speed(rows_path: str | None, as_json: bool) -> None:

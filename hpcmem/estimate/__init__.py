@@ -152,6 +152,7 @@ def estimate(job: JobSpec) -> Estimate:
         gpu=job.gpu,
         extra={"layout": layout_json(job, mb)},
         assumed=tuple(describe_assumptions(job)),
+        world_size=job.parallel.world_size,
     )
 
 

@@ -110,6 +110,7 @@ class Estimate:
     made: str = "derived"               # how the layers' terms were made: derived formulas, or a learned profile
     gpu: GpuSpec | None = None          # the GPU judged against (capacity, margins); None: no verdict
     assumed: tuple[dict, ...] = ()      # values assumed rather than read (hpcmem.job.assumptions.describe)
+    world_size: int = 1                 # processes of the job: a multi-GPU job's verdict takes the multi-GPU margin
 
     @property
     def peak_phase(self) -> Phase:
@@ -130,7 +131,8 @@ class Estimate:
     @property
     def verdict(self) -> FitVerdict | None:
         """Fits · tight · does not fit, on the safe bound (hpcmem.estimate.verdict); None without a GPU."""
-        return None if self.gpu is None else judge(self.device_peak_bytes, self.gpu, self.reserved_spread_bytes)
+        return None if self.gpu is None else judge(self.device_peak_bytes, self.gpu, self.reserved_spread_bytes,
+                                                 self.world_size)
 
     @property
     def fits(self) -> bool | None:

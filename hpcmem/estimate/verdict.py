@@ -20,6 +20,12 @@ without a calibration gets the largest device margin of the calibrated GPUs, lab
 measured there, not on this GPU. Without any calibration on the search path the margin is 0 and says so. A GPU
 calibrated by a site's campaign (hpcmem calibrate) is named with it: "calibrated at <site> on <date>, n = …"; a
 campaign rehearsed on CPU measured no device peak, so its GPU keeps the default margin and the verdict says both.
+
+A multi-GPU job (world size > 1), and a job on a GPU without its own calibration, takes the margin fitted on published
+multi-GPU rows instead when one is on the search path (hpcmem.gpus.calibration `multi_gpu_margin`,
+hpcmem.validate.published_margin), labelled `published` with its held-out coverage: the rows of each source covered by
+the margin fitted without that source. A single-GPU margin is lent to a multi-GPU job only when no such file exists,
+and the verdict then says so.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class MarginSource(Name):
 
     CALIBRATED = "calibrated"
     DEFAULT = "default"
+    PUBLISHED = "published"         # fitted on published multi-GPU rows
     NONE = "none"
 
 
@@ -54,10 +61,19 @@ class Calibration:
     coverage: float | None             # the share of those runs the bound covered
     note: str
     campaign: Campaign | None = None
+    held_out_covered: int = 0          # rows / runs not used to fit the margin that its bound covered …
+    held_out_n: int = 0                # … of these
+    world_size: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status, "gpu": self.gpu, "n": self.n, "coverage": self.coverage, "note": self.note,
+                "held_out": {"covered": self.held_out_covered, "n": self.held_out_n},
+                "world_size": self.world_size,
                 "campaign": None if self.campaign is None else asdict(self.campaign)}
+
+    @property
+    def held_out(self) -> str:
+        return f"{self.held_out_covered}/{self.held_out_n}" if self.held_out_n else "none"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,14 +119,19 @@ class FitVerdict:
         if cal.status == MarginSource.CALIBRATED and campaign:
             return (f"{head} with {pct(100 * self.coverage)} % coverage: {bound}, calibrated at {campaign.site} on "
                     f"{campaign.date}, n = {cal.n} (campaign {campaign.name})")
+        if cal.status == MarginSource.PUBLISHED:
+            why = (f"{cal.world_size} GPUs" if cal.world_size > 1 else f"{self.gpu_name} uncalibrated")
+            return (f"{head} ({why}) — {bound}, margin {100 * self.margin:.1f} % from published multi-GPU rows "
+                    f"(n = {cal.n}), held-out coverage {cal.held_out} (leave one source out)")
+        lent = f"; single-GPU margin lent to {cal.world_size} GPUs" if cal.world_size > 1 else ""
         if cal.status == MarginSource.CALIBRATED:
             return (f"{head} with {pct(100 * self.coverage)} % coverage: {bound}, calibrated on {cal.gpu}, "
-                    f"n = {cal.n}")
+                    f"n = {cal.n} (in-sample; held out: {cal.held_out} covered){lent}")
         if cal.status == MarginSource.DEFAULT:
             rehearsed = (f"; campaign {campaign.name} at {campaign.site} on {campaign.date} ran on "
                          f"{campaign.device}" if campaign else "")
             return (f"{head} ({self.gpu_name} uncalibrated{rehearsed}, coverage unknown) — {bound}, default margin "
-                    f"from {cal.gpu}'s records (n = {cal.n}, {pct(100 * cal.coverage)} % coverage there)")
+                    f"from {cal.gpu}'s records (n = {cal.n}, {pct(100 * cal.coverage)} % coverage there){lent}")
         return f"{head} (no calibration anywhere: margin 0) — {bound}"
 
 
@@ -127,28 +148,50 @@ def upper(predicted: float, spread_bytes: float) -> float:
     return predicted + spread_bytes / 2
 
 
-def safe_bound(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0) -> int:
-    m = gpu.margin(PEAK)
+def device_margin(gpu: GpuSpec, world_size: int = 1) -> PeakMargin | None:
+    """The device margin a job on `world_size` GPUs of `gpu` gets (module docstring): the published multi-GPU one for
+    several GPUs or an uncalibrated GPU when there is one, else the GPU's own (or the default)."""
+    own = gpu.margin(PEAK)
+    published = gpu.multi_gpu_margin
+    if published is not None and (world_size > 1 or own is None or own.default):
+        return published
+    return own
+
+
+def safe_bound(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0, world_size: int = 1) -> int:
+    m = device_margin(gpu, world_size)
     return math.ceil(upper(device_peak_bytes, spread_bytes) * (1.0 + (m.margin if m else 0.0)))
 
 
-def judge(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0) -> FitVerdict:
-    """The verdict for a device peak (± half `spread_bytes`) on `gpu` (its capacity and margins as
-    hpcmem.gpus.lookup.gpu_spec built them)."""
-    m = gpu.margin(PEAK)
+def judge(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0, world_size: int = 1) -> FitVerdict:
+    """The verdict for a device peak (± half `spread_bytes`) of a job on `world_size` GPUs of `gpu` (its capacity
+    and margins as hpcmem.gpus.lookup.gpu_spec built them)."""
+    m = device_margin(gpu, world_size)
     capacity = gpu.usable_bytes
-    safe = safe_bound(device_peak_bytes, gpu, spread_bytes)
+    safe = safe_bound(device_peak_bytes, gpu, spread_bytes, world_size)
     level = FITS if safe <= capacity else TIGHT if device_peak_bytes <= capacity else DOES_NOT_FIT
-    calibration = _calibration(gpu, m)
+    calibration = replace(_calibration(gpu, m), world_size=world_size)
     if gpu.capacity_note:
         calibration = replace(calibration, note=f"{calibration.note}; capacity: {gpu.capacity_note}")
+    coverage = None
+    if m is not None and m.evidence:
+        coverage = m.held_out_covered / m.held_out_n if m.held_out_n else None     # the held-out share, not in-sample
+    elif m is not None and not m.default:
+        coverage = m.coverage
     return FitVerdict(level=level, gpu_name=gpu.name, device_peak_bytes=device_peak_bytes, spread_bytes=spread_bytes,
                       safe_device_peak_bytes=safe, capacity_bytes=capacity, margin=m.margin if m else 0.0,
-                      coverage=m.coverage if m and not m.default else None, calibration=calibration)
+                      coverage=coverage, calibration=calibration)
 
 
 def _calibration(gpu: GpuSpec, m: PeakMargin | None) -> Calibration:
-    """Where the device margin comes from: this GPU's records, the calibrated GPUs' (default), or nowhere."""
+    """Where the device margin comes from: published multi-GPU rows, this GPU's records, the calibrated GPUs'
+    (default), or nowhere."""
+    if m is not None and m.evidence:
+        return Calibration(status=MarginSource.PUBLISHED, gpu=None, n=m.n, coverage=m.coverage, campaign=gpu.campaign,
+                           held_out_covered=m.held_out_covered, held_out_n=m.held_out_n,
+                           note=f"margin fitted on {m.n} {m.calibrated_on}; in-sample coverage "
+                                f"{pct(100 * m.coverage)} %, held out one source at a time: {m.held_out_covered}/"
+                                f"{m.held_out_n} rows covered")
     if m is None:
         return Calibration(status=MarginSource.NONE, gpu=None, n=0, coverage=None, campaign=gpu.campaign,
                            note="no calibration on the search path (hpcmem.gpus.calibration): margin 0")
@@ -164,4 +207,6 @@ def _calibration(gpu: GpuSpec, m: PeakMargin | None) -> Calibration:
                                 f"coverage was measured there, not on {gpu.name}")
     where = f"campaign {gpu.campaign.name} at {gpu.campaign.site}" if gpu.campaign else m.calibrated_on
     return Calibration(status=MarginSource.CALIBRATED, gpu=m.calibrated_on, n=m.n, coverage=m.coverage,
-                       campaign=gpu.campaign, note=f"margin fitted on {m.n} probe runs on {m.calibrated_on} ({where})")
+                       campaign=gpu.campaign, held_out_covered=m.held_out_covered, held_out_n=m.held_out_n,
+                       note=f"margin fitted on {m.n} probe runs on {m.calibrated_on} ({where}); its coverage is "
+                            f"in-sample, held-out runs covered: {m.held_out_covered}/{m.held_out_n}")

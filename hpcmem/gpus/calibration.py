@@ -12,6 +12,10 @@ own GPUs puts its files in one of the others and they take precedence for those 
 Margins: a calibrated GPU has its own per peak. A GPU without a calibration borrows, per peak, the largest margin of
 every calibrated GPU on the search path (`default_margins`), marked `default` — the spread other GPUs' runs showed,
 not a measurement of this GPU.
+
+Multi-GPU margin: `multi-gpu.json` in the same folders (first match wins; written by `hpcmem validate published
+--fit-margin`, hpcmem.validate.published_margin) holds the device margin fitted on published multi-GPU rows, with its
+leave-one-source-out coverage. It is not a GPU's calibration: `calibration_files` leaves it out.
 """
 
 from __future__ import annotations
@@ -25,11 +29,31 @@ from hpcmem.gpus.catalog import catalog_entry, gpu_slug
 from hpcmem.gpus.spec import Campaign, PeakMargin
 
 KIND = "calibrations"
+MULTI_GPU_FILE = "multi-gpu.json"
 
 
 def calibration_files() -> list[Path]:
-    """Every calibration file on the search path, highest priority first."""
-    return [p for d in search_dirs(KIND) if d.is_dir() for p in sorted(d.glob("*.json"))]
+    """Every GPU calibration file on the search path, highest priority first."""
+    return [p for d in search_dirs(KIND) if d.is_dir() for p in sorted(d.glob("*.json")) if p.name != MULTI_GPU_FILE]
+
+
+def multi_gpu_margin() -> PeakMargin | None:
+    """The device margin fitted on published multi-GPU rows (module docstring), or None when no file is found."""
+    for d in search_dirs(KIND):
+        data = _read(d / MULTI_GPU_FILE)
+        if data is None:
+            continue
+        try:
+            held = data["held_out"]
+            sources = len(data["evidence"]["sources"])
+            return PeakMargin(peak=str(data.get("peak", "device")), margin=float(data["margin"]),
+                              coverage=float(data["coverage"]), n=int(data["n"]),
+                              calibrated_on=f"published multi-GPU rows ({sources} sources)", default=False,
+                              evidence="published multi-GPU rows", held_out_covered=int(held["covered"]),
+                              held_out_n=int(held["n"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return None
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -65,9 +89,14 @@ def peak_margins(calibration: dict[str, Any], *, default: bool = False) -> dict[
     on = str(calibration.get("catalog_name") or calibration.get("gpu") or "?")
     out = {}
     for peak, m in (calibration.get("margins") or {}).items():
+        held = (calibration.get("held_out") or {}).get(peak) or {}
         try:
+            held_n = int(held.get("n", 0))
+            # held-out runs the bound covered: the fit reports their under-estimate rate (hpcmem.validate.calibration)
+            held_covered = round(held_n * (1 - float(held.get("under_rate_pct", 0.0)) / 100))
             out[peak] = PeakMargin(peak=peak, margin=float(m["margin"]), coverage=float(m["coverage"]),
-                                   n=int(m["n"]), calibrated_on=on, default=default)
+                                   n=int(m["n"]), calibrated_on=on, default=default, held_out_n=held_n,
+                                   held_out_covered=held_covered)
         except (KeyError, TypeError, ValueError):
             continue
     return out

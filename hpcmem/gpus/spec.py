@@ -18,6 +18,9 @@ class PeakMargin:
     n: int
     calibrated_on: str
     default: bool = False
+    evidence: str = ""              # "" for probe runs; else what the margin was fitted on (published multi-GPU rows)
+    held_out_covered: int = 0       # of held_out_n rows not used to fit it, how many the bound covered
+    held_out_n: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +52,7 @@ class GpuSpec:
     margins: tuple[PeakMargin, ...] = ()
     capacity_note: str = ""         # how the usable capacity is known when no measurement gave it (derived, described)
     campaign: Campaign | None = None
+    multi_gpu_margin: PeakMargin | None = None  # the device margin of multi-GPU jobs (hpcmem.gpus.calibration)
 
     @property
     def usable_bytes(self) -> int:

@@ -119,9 +119,15 @@ def margins_for(gpu: str) -> dict[str, float]:
 
 def _margin(points: list[Point]) -> dict[str, Any] | None:
     """The conformal safe-bound margin of one peak (module docstring; an OOM run's need is ≥ capacity)."""
-    if not points:
+    return conformal_margin([max(0.0, p.measured / p.upper - 1.0) for p in points])
+
+
+def conformal_margin(needs: list[float]) -> dict[str, Any] | None:
+    """The k-th smallest of the needed margins, k = min(n, ⌈TARGET_COVERAGE · (n + 1)⌉), and its coverage
+    k / (n + 1) (module docstring); None without any."""
+    if not needs:
         return None
-    needed = sorted(max(0.0, p.measured / p.upper - 1.0) for p in points)
+    needed = sorted(needs)
     n = len(needed)
     k = min(n, math.ceil(TARGET_COVERAGE * (n + 1)))
     return {"margin": round(needed[k - 1], 6), "n": n, "k": k, "coverage": round(k / (n + 1), 4),

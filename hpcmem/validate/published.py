@@ -20,7 +20,9 @@ UNITS = {"B": 1, "MiB": 2**20, "GiB": 2**30, "MB": 10**6, "GB": 10**9}
 LOOPS = {"trl": "TRL trainer", "hf-trainer": "transformers Trainer", "peft": "plain loop over a PEFT model",
          "accelerate": "plain accelerate loop", "other": "another framework"}
 OUTCOMES = ("ran", "oom")
-SOURCE_KEYS = {"id", "title", "citation", "loop", "loop_name", "software", "peak", "unit", "notes"}
+SOURCE_KEYS = {"id", "title", "citation", "loop", "loop_name", "software", "peak", "unit", "notes", "loss"}
+# how the loop takes its loss when not through TRL 1.16's fused head (hpcmem.validate.published_loop LOOP_LOSSES)
+LOOP_LOSS_KINDS = ("model-loss", "model-loss-4.4x")
 ROW_KEYS = {"id", "where", "settings", "gpu", "peak", "measured", "outcome", "scored", "reason", "cause",
             "gpu_assumed", "trainer"}
 CITATION_KEYS = {"repo", "path", "commit", "url", "paper", "table"}
@@ -51,6 +53,7 @@ class Row:
     cause: str = ""
     gpu_assumed: str = ""
     software: str = ""
+    loss: str = ""              # the loop's full-logits loss (LOOP_LOSS_KINDS), "" when it is TRL 1.16's fused head
 
     @property
     def measured_bytes(self) -> int:
@@ -106,6 +109,7 @@ def read_file(path: str | Path) -> list[Row]:
             raise PublishedError(f"{where}: source: {key} is required")
     citation = _citation(source["citation"], where)
     loop = _choice(source["loop"], LOOPS, f"{where}: source: loop")
+    loss = _choice(source["loss"], LOOP_LOSS_KINDS, f"{where}: source: loss") if source.get("loss") else ""
     defaults = _mapping(data.get("defaults") or {}, where, "defaults")
     _only(defaults, {"trainer", "settings", "gpu"}, f"{where}: defaults")
     base_settings = _mapping(defaults.get("settings") or {}, where, "defaults: settings")
@@ -144,7 +148,7 @@ def read_file(path: str | Path) -> list[Row]:
             unit=_choice(source["unit"], UNITS, f"{where}: source: unit"), measured=float(measured),
             outcome=_choice(item.get("outcome"), OUTCOMES, f"{at}: outcome"), scored=scored,
             where=str(item.get("where", "")), reason=str(item.get("reason", "")), cause=str(item.get("cause", "")),
-            gpu_assumed=str(item.get("gpu_assumed", "")), software=str(source.get("software", ""))))
+            gpu_assumed=str(item.get("gpu_assumed", "")), software=str(source.get("software", "")), loss=loss))
     return out
 
 

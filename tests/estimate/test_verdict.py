@@ -3,6 +3,7 @@ search path that feeds it its margins, and the gates that act on it (estimate, s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -20,6 +21,7 @@ from hpcmem.gpus.spec import GpuSpec, PeakMargin
 
 GIB = 1024**3
 PACKAGE_H200 = json.loads(resources.files("hpcmem").joinpath("calibrations/h200.json").read_text())
+PACKAGE_MULTI = json.loads(resources.files("hpcmem").joinpath("calibrations/multi-gpu.json").read_text())
 CATALOG = {e["name"]: e for e in json.loads(resources.files("hpcmem").joinpath("gpus.json").read_text())["gpus"]}
 
 
@@ -83,7 +85,7 @@ def test_uncalibrated_gpu_borrows_the_largest_calibrated_margin_and_says_so(tmp_
     assert gpu_spec("L4").margin("device").margin == PACKAGE_H200["margins"]["device"]["margin"]
     _site_calibration(tmp_path / "site" / "calibrations", "h100-80gb", "H100-80GB", 0.09)
     monkeypatch.setenv("HPCMEM_DATA", str(tmp_path / "site"))
-    spec = gpu_spec("L4")
+    spec = dataclasses.replace(gpu_spec("L4"), multi_gpu_margin=None)   # no published multi-GPU margin on the path
     assert not spec.calibrated
     v = judge(10 * GIB, spec)
     assert (v.margin, v.calibration.to_json()["status"], v.calibration.to_json()["gpu"]) == (0.09, "default", "H100-80GB")
@@ -104,7 +106,8 @@ def test_a_site_calibration_takes_precedence_over_the_packaged_one(tmp_path, mon
 def test_estimate_json_carries_the_verdict_for_calibrated_and_uncalibrated_gpus() -> None:
     args = ["estimate", "sft", "--model_name_or_path", "Qwen/Qwen2.5-7B", "--dtype", "bfloat16", "--use_peft", "true",
             "--json"]
-    for gpu, status in (("H200", "calibrated"), ("L4", "default")):
+    margins = {"calibrated": PACKAGE_H200["margins"]["device"]["margin"], "published": PACKAGE_MULTI["margin"]}
+    for gpu, status in (("H200", "calibrated"), ("L4", "published")):     # L4: uncalibrated
         out = CliRunner().invoke(cli, [*args, "--gpu", gpu])
         assert out.exit_code == 0, out.output
         data = json.loads(out.output)
@@ -112,10 +115,9 @@ def test_estimate_json_carries_the_verdict_for_calibrated_and_uncalibrated_gpus(
         assert set(v) >= {"level", "fits", "safe_device_peak_bytes", "capacity_bytes", "margin", "coverage",
                           "calibration"}
         upper = data["per_gpu"]["device_peak_bytes"] + data["per_gpu"]["reserved_spread_bytes"] / 2
-        assert v["safe_device_peak_bytes"] == math.ceil(upper * (1 + PACKAGE_H200["margins"]["device"]["margin"]))
+        assert v["safe_device_peak_bytes"] == math.ceil(upper * (1 + margins[status]))
         assert v["capacity_bytes"] == CATALOG[gpu]["capacity_bytes"] == data["gpu"]["capacity_bytes"]
         assert data["fits"] == v["fits"] == (v["level"] == "fits") and v["calibration"]["status"] == status
-        assert (v["coverage"] is None) == (status == "default")
     table = CliRunner().invoke(cli, [*args[:-1], "--gpu", "H200"]).output
     verdicts = [ln for ln in table.splitlines() if ln.startswith("verdict")]
     assert len(verdicts) == 1 and "coverage: safe bound" in verdicts[0] and "calibrated on H200, n = 18" in verdicts[0]
@@ -194,3 +196,50 @@ def test_fit_writes_where_the_search_path_looks(tmp_path, monkeypatch) -> None:
     assert default_fit_dir() == PACKAGE_DIR / "calibrations" == search_dirs("calibrations")[-1]
     monkeypatch.setenv("HPCMEM_DATA", str(tmp_path / "site"))
     assert default_fit_dir() == tmp_path / "site" / "calibrations" == search_dirs("calibrations")[0]
+
+
+PUBLISHED = PeakMargin(peak="device", margin=0.25, coverage=0.95, n=19, calibrated_on="published multi-GPU rows "
+                       "(3 sources)", evidence="published multi-GPU rows", held_out_covered=15, held_out_n=19)
+SINGLE = PeakMargin(peak="device", margin=0.02, coverage=0.9474, n=18, calibrated_on="H200", held_out_covered=2,
+                    held_out_n=2)
+
+
+def _x100(**kw) -> GpuSpec:
+    return GpuSpec(name="X100", memory_bytes=80 * GIB, bf16_tflops=1.0, calibrated=True, margins=(SINGLE,), **kw)
+
+
+def test_a_multi_gpu_job_takes_the_published_margin_and_names_its_source() -> None:
+    gpu = _x100(multi_gpu_margin=PUBLISHED)
+    v = judge(40 * GIB, gpu, world_size=8)
+    assert v.margin == 0.25 and v.safe_device_peak_bytes == 50 * GIB        # 40 GiB · 1.25
+    assert v.calibration.status == "published" and v.coverage == 15 / 19     # held-out share, not in-sample
+    assert "margin 25.0 % from published multi-GPU rows (n = 19), held-out coverage 15/19" in v.line()
+    assert "8 GPUs" in v.line()
+    j = v.to_json()["calibration"]
+    assert j["held_out"] == {"covered": 15, "n": 19} and j["world_size"] == 8
+    # the same GPU, one process: its own single-GPU margin, said to be in-sample with its held-out runs
+    one = judge(40 * GIB, gpu)
+    assert one.margin == 0.02 and one.calibration.status == "calibrated"
+    assert "(in-sample; held out: 2/2 covered)" in one.line()
+
+
+def test_a_single_gpu_margin_lent_to_a_multi_gpu_job_says_so() -> None:
+    v = judge(40 * GIB, _x100(), world_size=4)                              # no published margin on the path
+    assert v.margin == 0.02 and "single-GPU margin lent to 4 GPUs" in v.line()
+
+
+def test_an_uncalibrated_gpu_takes_the_published_margin() -> None:
+    gpu = GpuSpec(name="X100", memory_bytes=80 * GIB, bf16_tflops=1.0,
+                  margins=(dataclasses.replace(SINGLE, default=True),), multi_gpu_margin=PUBLISHED)
+    v = judge(40 * GIB, gpu)
+    assert v.margin == 0.25 and "(X100 uncalibrated)" in v.line() and "published multi-GPU rows" in v.line()
+
+
+def test_the_shipped_estimate_of_a_multi_gpu_job_uses_the_shipped_multi_gpu_margin() -> None:
+    out = CliRunner().invoke(cli, ["estimate", "sft", "--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--num_processes",
+                                   "2", "--accelerate_config", "zero3", "--gpu", "H200", "--json"])
+    assert out.exit_code == 0, out.output
+    v = json.loads(out.output)["verdict"]
+    assert v["margin"] == PACKAGE_MULTI["margin"] and v["calibration"]["status"] == "published"
+    assert v["calibration"]["held_out"] == {"covered": PACKAGE_MULTI["held_out"]["covered"],
+                                            "n": PACKAGE_MULTI["held_out"]["n"]}

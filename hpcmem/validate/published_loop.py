@@ -1,0 +1,73 @@
+"""The loop-adjusted estimate of a published row: what the source's loop holds that TRL 1.16's does not, sized from
+the loop's code and put into the estimate's own step (a published source declares it as `source: loss:`).
+
+One difference is modelled: the loss over the full logits. TRL 1.16's SFTTrainer takes the loss through its fused LM
+head (trl/kernels/chunked_logprob.py, hpcmem.estimate.loss), which never holds a [tokens, vocab] tensor. A loop that
+passes labels to the model (transformers' own loss; TRL before the fused head, Answer.AI's train.py, PEFT's
+method-comparison run.py) projects every position onto the vocabulary and takes a float32 cross-entropy over it. The
+bytes live at that loss's worst instant (the backward of log_softmax: its saved output, the incoming gradient and
+the one it makes, beside the 16-bit logits the model's output keeps), per logit element, counted by
+hpcmem.trace.tracker on the code itself (tests/validate/test_published_loop.py measures them again):
+
+    model-loss       14 B   transformers ≥ 4.46 loss/loss_utils.py ForCausalLMLoss: `logits.float()`, then
+                            `nn.functional.cross_entropy` (bf16 logits 2 + saved log_softmax 4 + its gradient 4 + the
+                            gradient it makes 4)
+    model-loss-4.4x  16 B   transformers 4.36–4.45 LlamaForCausalLM.forward: `logits = logits.float()` kept in the
+                            output, `shift_logits = logits[..., :-1, :].contiguous()`, CrossEntropyLoss (fp32 logits 4
+                            + saved log_softmax 4 + its gradient 4 + the gradient it makes 4)
+
+The adjusted step: the LM head's backward phase with the fused head's transient replaced by the full-logits loss
+(`elements × bytes`, elements = the rank's micro-batch tokens × vocab_size: the model projects every position), the
+other phases as estimated; reserved and device peaks add the estimate's own allocator and device terms on top.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcmem.estimate.breakdown import Estimate
+from hpcmem.estimate.parallel import local_micro_batch
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import micro_batch
+
+# bytes per logit element at the full-logits loss's worst instant (module docstring: counted by the tracker)
+LOOP_LOSSES = {
+    "model-loss": (14, "transformers loss_utils.ForCausalLMLoss (logits.float(), cross_entropy)"),
+    "model-loss-4.4x": (16, "transformers 4.36-4.45 LlamaForCausalLM.forward (fp32 logits kept, shifted copy, "
+                            "CrossEntropyLoss)"),
+}
+HEAD_PHASE = "backward (LM head)"          # hpcmem.estimate.step build_phases
+HEAD_COMPONENT = "loss / fused LM head"
+
+
+@dataclass(frozen=True)
+class Adjusted:
+    allocated: int
+    reserved: int
+    device: int
+    note: str
+
+    def peak(self, kind: str) -> int:
+        return {"allocated": self.allocated, "reserved": self.reserved, "device": self.device}[kind]
+
+
+def full_logits_bytes(job: JobSpec, loss: str) -> tuple[int, int]:
+    """(elements, bytes) of the full-logits loss of the rank's micro-batch under `loss` (a LOOP_LOSSES key)."""
+    per_element, _ = LOOP_LOSSES[loss]
+    mb = local_micro_batch(job, micro_batch(job))
+    elements = mb.tokens * job.model.vocab_size
+    return elements, elements * per_element
+
+
+def adjusted(job: JobSpec, est: Estimate, loss: str) -> Adjusted:
+    """The estimate with the loop's full-logits loss in place of the fused head at the head's backward."""
+    elements, loss_bytes = full_logits_bytes(job, loss)
+    head = next((p for p in est.phases if p.name == HEAD_PHASE), None)
+    fused = next((c.bytes for c in head.components if c.name == HEAD_COMPONENT), 0) if head else 0
+    head_bytes = (head.bytes if head else est.peak_allocated_bytes) - fused + loss_bytes
+    allocated = max(est.peak_allocated_bytes, head_bytes)
+    reserved = allocated + est.reserved_extra_bytes
+    per_element, code = LOOP_LOSSES[loss]
+    note = (f"loss over the full logits ({code}): {elements:,} elements × {per_element} B = "
+            f"{loss_bytes / 2**30:.2f} GiB in place of the fused head's {fused / 2**30:.2f} GiB")
+    return Adjusted(allocated=allocated, reserved=reserved, device=reserved + est.device_extra_bytes, note=note)
