@@ -128,6 +128,8 @@ def estimate(job: JobSpec) -> Estimate:
         warnings.append("no --gpu given: no fit verdict")
     if job.train.torch_compile:
         warnings.append(TORCH_COMPILE_NOTE)
+    if job.model.wrapper_model_type:
+        warnings.append(multimodal_note(job.model.wrapper_model_type))
     if job.train.max_length is None and job.tokens_per_micro_batch is None and not entry(job.train.trainer).generates:
         warnings.append("max_length none and no length profile: rows are assumed max_position_embeddings long; "
                         "profile the data (hpcmem lengths --save p.json, then --lengths p.json)")
@@ -146,7 +148,8 @@ def estimate(job: JobSpec) -> Estimate:
         host_bytes=states.host + act_host,
         host=host_estimate(job, parts, states, act_host, save_bytes(job, parts, prec, lora, states)),
         warnings=tuple(warnings),
-        not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ()),
+        not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ())
+        + ((MULTIMODAL_NOT_MODELLED,) if job.model.wrapper_model_type else ()),
         calibrated=dev.calibrated,
         made=made_by(job),
         gpu=job.gpu,
@@ -154,6 +157,17 @@ def estimate(job: JobSpec) -> Estimate:
         assumed=tuple(describe_assumptions(job)),
         world_size=job.parallel.world_size,
     )
+
+
+MULTIMODAL_NOT_MODELLED = "a multimodal model's vision/audio towers, projector and image tokens"
+
+
+def multimodal_note(wrapper: str) -> str:
+    """A config that nests its decoder under text_config (gemma3, …): TRL loads the whole model
+    (AutoModelForImageTextToText), but only the decoder is counted here."""
+    return (f"{wrapper} is a multimodal config: this estimate counts its text decoder (text_config) alone — the "
+            "vision/audio towers and projector (their weights, gradients, optimizer states, activations) and the "
+            "image tokens are not counted, so the job needs more than this")
 
 
 def made_by(job: JobSpec) -> str:
