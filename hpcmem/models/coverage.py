@@ -22,6 +22,7 @@ from typing import Any
 
 from hpcmem.datapath import PACKAGE_DIR, estimator_dir
 from hpcmem.models.config import ARCHITECTURES
+from hpcmem.models.coverage_vlm import IMAGE_TEXT_MAPPING_NAME, vision_language_reason, vision_language_types
 
 MAPPING_NAME = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
 STATUSES = ("derived", "learned", "refused", "not applicable", "unclassified")
@@ -32,21 +33,22 @@ def classification() -> dict[str, Any]:
     return json.loads((PACKAGE_DIR / "models" / "coverage.json").read_text(encoding="utf-8"))
 
 
-def installed_mapping() -> dict[str, str] | None:
-    """model_type → causal-LM class of the installed transformers (None when transformers is not installed)."""
+def installed_mapping(name: str = MAPPING_NAME) -> dict[str, str] | None:
+    """model_type → class of the installed transformers' mapping `name` (causal LM by default; IMAGE_TEXT_MAPPING_NAME
+    for vision-language), None when transformers is not installed."""
     spec = importlib.util.find_spec("transformers")
     if spec is None or not spec.submodule_search_locations:
         return None
     source = Path(next(iter(spec.submodule_search_locations))) / "models" / "auto" / "modeling_auto.py"
-    return mapping_from_source(source.read_text(encoding="utf-8"))
+    return mapping_from_source(source.read_text(encoding="utf-8"), name)
 
 
-def mapping_from_source(text: str) -> dict[str, str]:
+def mapping_from_source(text: str, name: str = MAPPING_NAME) -> dict[str, str]:
     for node in ast.parse(text).body:
-        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == MAPPING_NAME for t in node.targets)
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
                 and isinstance(node.value, ast.Call) and node.value.args):
             return dict(ast.literal_eval(node.value.args[0]))
-    raise ValueError(f"{MAPPING_NAME} not found in transformers' modeling_auto.py")
+    raise ValueError(f"{name} not found in transformers' modeling_auto.py")
 
 
 def type_status(model_type: str, entry: dict[str, Any] | None) -> tuple[str, str]:
@@ -108,15 +110,36 @@ def coverage_rows(mapping: dict[str, str] | None = None) -> list[dict[str, Any]]
     for name in names:
         entry = table.get(name)
         status, reason = type_status(name, entry)
-        rows.append({"model_type": name, "causal_lm": (mapping or {}).get(name) or (entry or {}).get("causal_lm", ""),
+        rows.append({"model_type": name, "task": "causal-lm", "causal_lm": (mapping or {}).get(name) or (entry or {}).get("causal_lm", ""),
                      "class": entry["class"] if entry else "unclassified", "backbone": (entry or {}).get("backbone"),
                      "status": status, "reason": reason})
     return rows
 
 
+def vision_language_rows(mapping: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One row per image-text-to-text type (the installed mapping, else the table): refused, or — where transformers
+    also has a causal-LM class — the text decoder's status, said to leave the images out."""
+    mapping = mapping if mapping is not None else installed_mapping(IMAGE_TEXT_MAPPING_NAME)
+    table = classification()["types"]
+    rows = []
+    for name, cls in (mapping if mapping is not None else vision_language_types()).items():
+        entry = table.get(name)
+        if entry is None:
+            status, reason = "refused", vision_language_reason(name) or f"vision-language only ({cls}): not modelled"
+        else:
+            status, reason = type_status(name, entry)
+            reason = f"text decoder only, images not modelled: {reason}"
+        rows.append({"model_type": name, "task": "image-text-to-text", "image_text_to_text": cls,
+                     "class": "vision_language", "backbone": (entry or {}).get("backbone"), "status": status,
+                     "reason": reason})
+    return rows
+
+
 def refusal(model_type: str) -> str | None:
-    """Why hpcmem refuses a type (not applicable or refused), or None."""
+    """Why hpcmem refuses a type (not applicable, refused, or vision-language only), or None."""
     entry = classification()["types"].get(model_type)
+    if entry is None and vision_language_reason(model_type):
+        return f"refused: {vision_language_reason(model_type)}"
     status, reason = type_status(model_type, entry)
     return f"{status}: {reason}" if status in ("refused", "not applicable") else None
 
@@ -192,6 +215,8 @@ def use_label(row: dict[str, Any], shipped: set[str] | None = None) -> str:
     """What the status means to a user: ready (estimate it now), learn first (`hpcmem models learn CONFIG` makes the
     profile the estimate needs), or refused / not applicable with the reason's first words."""
     status = row["status"]
+    if row.get("task") == "image-text-to-text" and status in ("derived", "learned"):
+        return "text-only jobs; images not modelled"
     if status == "derived":
         return "ready"
     if status == "learned":
@@ -213,9 +238,11 @@ def render_coverage(rows: list[dict[str, Any]]) -> str:
         held = held if len(held) <= 22 else held[:19] + "..."
         use = use_label(r, shipped)
         lines.append(f"{r['model_type']:28} {r['class']:15} {r['status']:15} {err:>9}  {held:22}  {use:38}  {reason}")
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    lines.append(f"{len(rows)} types: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) +
-                 " · `--json` for the full reasons; max |err|: estimate vs trace over the sweep's techniques")
+    for task in dict.fromkeys(r.get("task", "causal-lm") for r in rows):
+        counts: dict[str, int] = {}
+        mine = [r for r in rows if r.get("task", "causal-lm") == task]
+        for r in mine:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        lines.append(f"{task}: {len(mine)} types: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    lines.append("`--json` for the full reasons; max |err|: estimate vs trace over the sweep's techniques")
     return "\n".join(lines)

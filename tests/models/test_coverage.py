@@ -139,7 +139,9 @@ def test_learned_profile_refuses_what_it_did_not_learn(tmp_path, monkeypatch):
 def test_models_coverage_cli_lists_every_type_with_class_and_status():
     out = subprocess.run([sys.executable, "-m", "hpcmem", "models", "coverage", "--json"], capture_output=True,
                          text=True, check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    rows = json.loads(out.stdout)
+    every = json.loads(out.stdout)
+    rows = [r for r in every if r["task"] == "causal-lm"]
+    assert {r["task"] for r in every} == {"causal-lm", "image-text-to-text"}
     mapping = installed_mapping()
     assert {r["model_type"] for r in rows} == set(mapping or classification()["types"])
     for r in rows:

@@ -1,0 +1,33 @@
+"""Vision-language types: transformers' image-text-to-text mapping (the classes TRL loads for image-text fine-tuning
+through AutoModelForImageTextToText), as data (coverage_vlm.json, regenerated from the installed transformers by
+tests/models/test_coverage_vlm.py).
+
+hpcmem does not model images yet — a vision tower's activations per patch, the image tokens a processor adds to the
+language model's sequence, the projector — so a type that is only image-text-to-text is refused with that reason.
+A type that also has a causal-LM class (gemma3, mllama, qwen3_5 …) is estimated as its text decoder, as
+hpcmem/models/coverage.json classifies it, and the estimate says the towers are not counted.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+from hpcmem.datapath import PACKAGE_DIR
+
+IMAGE_TEXT_MAPPING_NAME = "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"
+NOT_MODELLED = ("vision-language only (image-text-to-text: {cls}): its vision tower, projector and image tokens are "
+                "not modelled yet, and it has no causal-LM class whose text decoder hpcmem could estimate instead")
+
+
+@lru_cache(maxsize=1)
+def vision_language_types() -> dict[str, str]:
+    """model_type → the image-text-to-text class transformers builds for it (the table's transformers version)."""
+    data = json.loads((PACKAGE_DIR / "models" / "coverage_vlm.json").read_text(encoding="utf-8"))
+    return dict(data["types"])
+
+
+def vision_language_reason(model_type: str) -> str | None:
+    """Why a type that transformers builds only as image-text-to-text is refused, or None for any other type."""
+    cls = vision_language_types().get(model_type)
+    return NOT_MODELLED.format(cls=cls) if cls else None

@@ -1,0 +1,62 @@
+"""Vision-language types: every image-text-to-text type of the installed transformers is listed by `hpcmem models
+coverage` with a status, the shipped table is that mapping, and a type transformers builds only as image-text-to-text
+is refused — by `estimate` and by `models learn` — in one line that says images are not modelled, never sent to
+`models learn` (whose text-only profile would leave the vision tower out)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcmem.models.coverage import installed_mapping, mapping_from_source, vision_language_rows
+from hpcmem.models.coverage_vlm import IMAGE_TEXT_MAPPING_NAME, vision_language_types
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _hpcmem(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hpcmem", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+
+
+@pytest.mark.torch
+def test_the_table_is_the_installed_image_text_mapping():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    assert installed_mapping(IMAGE_TEXT_MAPPING_NAME) == dict(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
+    assert vision_language_types() == dict(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES), \
+        f"regenerate hpcmem/models/coverage_vlm.json from transformers {transformers.__version__}"
+
+
+def test_the_image_text_mapping_is_read_by_name():
+    text = ('MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = OrderedDict([("a", "A")])\n'
+            'MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES = OrderedDict([("v", "VForConditionalGeneration")])\n')
+    assert mapping_from_source(text, IMAGE_TEXT_MAPPING_NAME) == {"v": "VForConditionalGeneration"}
+    assert mapping_from_source(text) == {"a": "A"}
+
+
+def test_coverage_lists_every_image_text_type_with_a_status():
+    out = _hpcmem("models", "coverage", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = [r for r in json.loads(out.stdout) if r["task"] == "image-text-to-text"]
+    assert {r["model_type"] for r in rows} == set(installed_mapping(IMAGE_TEXT_MAPPING_NAME) or vision_language_types())
+    by_type = {r["model_type"]: r for r in rows}
+    for name in ("qwen2_5_vl", "qwen3_vl", "llava", "idefics3", "smolvlm"):      # the VLMs users fine-tune
+        assert by_type[name]["status"] == "refused" and "not modelled" in by_type[name]["reason"], name
+    assert by_type["gemma3"]["status"] == "derived" and "images not modelled" in by_type["gemma3"]["reason"]
+    assert all(r["reason"] and r["measured"] is None for r in rows)
+    assert len(vision_language_rows()) == len(rows)
+
+
+@pytest.mark.parametrize("command", [["estimate", "sft", "--model_name_or_path"], ["models", "learn"]])
+def test_an_image_text_only_type_is_refused_in_one_line(command, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl", "text_config": {}}))
+    out = _hpcmem(*command, str(tmp_path), *(["--out", str(tmp_path / "out")] if command[0] == "models" else []))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "vision-language only" in out.stderr and "Qwen2_5_VL" in out.stderr
+    assert not (tmp_path / "out").exists()
