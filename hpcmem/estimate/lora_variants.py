@@ -47,19 +47,38 @@ def modules_to_save(job: JobSpec) -> tuple[tuple[str, int], ...]:
 
 
 def saved_per_token(lora: LoraLayout, mods: tuple[LinearModule, ...], prec: Precision) -> int:
-    """DoRA's base and LoRA outputs kept per token, over all layers, in the compute dtype (the adapters' without
-    autocast)."""
+    """DoRA's base and LoRA outputs kept per token, over all layers, by the products `(m - 1) * base` and
+    `m * lora` (variants.py DoraLinearVariant.forward → dora.py DoraLinearLayer.forward), in the compute dtype under
+    autocast. Without autocast both are in the adapters' dtype — lora_B's output, and with dropout the base output
+    recomputed by `F.linear` from the input cast to that dtype — except without dropout, where the base output is the
+    base layer's own, in the weights' dtype."""
     if not lora.dora:
         return 0
-    act = prec.act if prec.amp else lora.adapter_bytes
-    return sum(m.out_features * 2 * act * m.count_per_layer * m.num_layers for m in mods)
+    if prec.amp:
+        per_out = 2 * prec.act
+    else:
+        per_out = lora.adapter_bytes + (lora.adapter_bytes if lora.dropout else prec.act)
+    return sum(m.out_features * per_out * m.count_per_layer * m.num_layers for m in mods)
+
+
+def _dora_weight_copy_bytes(lora: LoraLayout, prec: Precision) -> int:
+    """Bytes per base-weight element DoRA's `F.linear(x, weight)` keeps (with dropout only: without it DoRA reuses the
+    base output). dora.py DoraLinearLayer.forward casts the base weight to the input's dtype (`weight.to(x.dtype)`),
+    and the input was cast to the adapters' dtype (layer.py Linear.forward `_cast_input_dtype`): under autocast the
+    matmul saves autocast's 16-bit cast of that copy; without it, that copy itself — a fresh one when the adapters'
+    dtype is not the weights' (fp32 adapters over 16-bit weights), W itself when it is."""
+    if not (lora.dora and lora.dropout):
+        return 0
+    if prec.amp:
+        return prec.act
+    return lora.adapter_bytes if lora.adapter_bytes != prec.weight else 0
 
 
 def saved_weights(lora: LoraLayout, mods: tuple[LinearModule, ...], prec: Precision) -> int:
-    """Weight-sized tensors kept for backward, over all layers: DoRA's autocast copy of the base weight when dropout
-    is on (without autocast the matmul saves W itself); the adapted parameters of lora_target_parameters."""
-    dora = sum(m.in_features * m.out_features * prec.act * m.count_per_layer * m.num_layers
-               for m in mods) if lora.dora and lora.dropout and prec.amp else 0
+    """Weight-sized tensors kept for backward, over all layers: DoRA's copy of the base weight
+    (`_dora_weight_copy_bytes`); the adapted parameters of lora_target_parameters."""
+    dora = sum(m.in_features * m.out_features * _dora_weight_copy_bytes(lora, prec) * m.count_per_layer
+               * m.num_layers for m in mods)
     targeted = sum(m.in_features * m.out_features * prec.weight * m.count_per_layer * m.num_layers
                    for m in lora.targeted)
     # the fold casts lora_A and lora_B to the parameter's dtype for baddbmm, which keeps both casts for its backward

@@ -112,8 +112,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
                   note="fp32 grad accumulators + tile at the head's backward")))
     # per-layer constants of the backward, then the worst layer k found numerically before any Phase is built
     hidden_t, mlp_t, scores_t = act.backward_parts(m, mb, prec, t.attn_implementation)
-    if t.gradient_checkpointing:
-        scores_t += dora_t                  # the recompute runs DoRA's forward again
+    # the recompute runs DoRA's forward again, before the layer's backward frees anything: its weight-norm
+    # temporaries (peft/tuners/lora/dora.py DoraLinearLayer.forward) sit on the whole recomputed layer and the
+    # gradient arriving at the layer (traced: the peak of a short-row DoRA job is in get_weight_norm of the recompute)
+    recompute_dora_t = dora_t if t.gradient_checkpointing else 0
     lora_mlp_saved = lora.saved_per_layer(mb.tokens, prec, "mlp")
     # a wrapped expert stack's weight gradient comes at another instant than the [tokens, I] gradients (traced)
     mlp_side = max(mlp_t + lora_backward_transient(lora, mb.tokens, prec, "mlp"),
@@ -146,7 +148,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         mlp_instant = hidden_t // 2 + mlp_side + down_grad if down_grad is not None else \
             hidden_t + mlp_side + layer_grad
         attention_instant = hidden_t + max(scores_t - freed, 0) + lora_attention_t + layer_grad
-        transient = max(mlp_instant, attention_instant) + max(seq.forward, seq.backward)
+        recompute_instant = hidden_t // 2 + recompute_dora_t
+        transient = max(mlp_instant, attention_instant, recompute_instant) + max(seq.forward, seq.backward)
         if k == L - 1 and lora.enabled:
             # with a frozen head the gradient the fused head returns, scattered back over every position, is still
             # alive in the first layer's backward; T, not the scored tokens: GRPO/RLOO score only completions

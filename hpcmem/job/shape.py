@@ -109,8 +109,10 @@ def precision(job: Job) -> Precision:
         # the trainer's forward never enters accelerate's autocast wrapper (trainers/entry.py `autocast`)
         return Precision(weight=weight, act=weight, residual=weight, autocast=False, amp=False)
     act = 2 if mixed or weight == 2 else 4
+    # bf16/fp16 off: accelerate's mixed_precision "no" wraps the forward in no autocast (accelerator.py
+    # `prepare_model`), so fp32 LoRA adapters over 16-bit weights compute, and save, in fp32 (amp False)
     return Precision(weight=weight, act=act, residual=act if fsdp_mixed else weight,
-                     autocast=mixed and weight == 4 and not fsdp_mixed)
+                     autocast=mixed and weight == 4 and not fsdp_mixed, amp=mixed)
 
 
 def rows_needed(job: Job, steps: int) -> int:
