@@ -18,13 +18,9 @@ Fit is `hpcmem estimate`'s verdict (hpcmem.estimate.verdict): a combination fits
 peak plus half its reserved spread, widened by the GPU's calibrated margin — fits the capacity torch can use; "tight"
 combinations are not offered.
 
-Order of the plans (`rank_plans`): the throughput model is uncalibrated and cannot tell apart plans whose tokens/s
-differ by less than THROUGHPUT_UNCERTAINTY (10 %). So the fastest plan and every plan within 10 % of it form a band;
-the next band starts at the fastest plan left, and so on. Inside a band, headroom decides where it is scarce: a plan
-is comfortable when its headroom (capacity − safe bound) would hold the margin once more (≥ margin × device peak: a
-device peak off by twice the calibrated margin still fits). Comfortable plans come first, fastest first; the others
-follow, most headroom first. A plan ≥ 10 % faster always comes first; among plans the model cannot separate, one that
-may run short of memory never outranks one that will not.
+Order of the plans: speed bands of THROUGHPUT_UNCERTAINTY, most headroom first inside a band
+(hpcmem.plan.ranking). Twins — the same job on this hardware, hpcmem.plan.twins — are one plan naming the others.
+A headroom floor (`headroom`) drops plans that leave less free.
 """
 
 from __future__ import annotations
@@ -46,6 +42,7 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import micro_batch
 from hpcmem.plan import sequence_split
 from hpcmem.plan.knobs import GC_VALUES, Knobs, _parallel, apply, axes, combinations, job_knobs
+from hpcmem.plan.ranking import HeadroomFloor, band_start, rank_plans
 from hpcmem.plan.throughput import (
     PADDED_FILL_FRACTION,
     THROUGHPUT_UNCERTAINTY,
@@ -56,6 +53,7 @@ from hpcmem.plan.throughput import (
     mfu_curve,
     throughput,
 )
+from hpcmem.plan.twins import twin_key
 
 GIB = 1024**3
 _GC_SAVING = {g: i for i, g in enumerate(GC_VALUES)}       # off 0 < selective 1 < full 2 (more saving)
@@ -68,6 +66,7 @@ class Plan:
     job: JobSpec
     estimate: Estimate
     speed: Throughput
+    equivalents: tuple[Knobs, ...] = ()      # twins: the same job on this hardware (hpcmem.plan.twins)
 
     @property
     def peak_allocated_bytes(self) -> int:
@@ -93,7 +92,7 @@ class Verdict:
 
     knobs: Knobs
     speed: Throughput
-    how: str                    # estimate | bound | rules
+    how: str                    # estimate | bound | rules | host | headroom
     fits: bool
     device_peak_bytes: int | None = None
     spread_bytes: int = 0                       # the estimate's reserved spread (hpcmem.estimate.verdict)
@@ -125,7 +124,9 @@ class PlanReport:
     base: JobSpec
     speeds: dict             # Knobs → Throughput, every enumerated combination
     fixed: tuple[str, ...] = ()
-    host_capacity_bytes: int | None = None      # host RAM a node grants (a preset's memory_per_node_gb), if known
+    host_capacity_bytes: int | None = None      # host RAM a node grants, if known (hpcmem.plan.host_ram)
+    host_capacity_source: str = ""              # where that figure comes from (preset, flag, catalog assumption)
+    headroom: HeadroomFloor | None = None       # the floor a plan's free memory had to clear
     note: str = ""                              # why nothing was walked (a floor no knob can lower), if so
     least: tuple[Knobs, Estimate] | None = None     # no plan fits: the lowest device peak any full estimate found
     peft_tried: bool = False                    # LoRA was in the search (--allow_peft, or the job's own LoRA)
@@ -155,7 +156,7 @@ def _sharding_geq(hi: str, lo: str) -> bool:
 def _group(k: Knobs) -> tuple:
     """Combinations whose memory the bound compares. Gradient accumulation > 1 keeps gradients across micro-batches
     (estimate/step.py), so accum 1 and > 1 are separate groups."""
-    return (_chain_bottom(k.sharding), k.peft, k.pack, k.accum > 1)
+    return (_chain_bottom(k.sharding), k.peft, k.pack, k.accum > 1, k.dtype)
 
 
 def _dominates(hi: Knobs, lo: Knobs) -> bool:
@@ -242,12 +243,14 @@ class Speeds:
 def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_batch_size: int | None = None,
            allow_peft: bool = False, top: int | None = 10,
            exclude: Mapping[str, Collection] | None = None,
-           host_memory_per_node_bytes: int | None = None) -> PlanReport:
+           host_memory_per_node_bytes: int | None = None, host_source: str = "",
+           headroom: HeadroomFloor | None = None) -> PlanReport:
     """Rank the combinations of free knobs that fit `gpu`, fastest first (see the module docstring).
 
     `top=None` walks every combination (no rank bound): each gets a fit verdict, for the benchmark and tests.
     `host_memory_per_node_bytes`: a combination whose host RAM per node (estimate/host.py) exceeds it does not fit
-    either (it is not used as a memory bound: offloading trades GPU bytes for host bytes)."""
+    either (it is not used as a memory bound: offloading trades GPU bytes for host bytes); `host_source` says where
+    that figure comes from. `headroom`: a combination that fits but leaves less free is not offered either."""
     start = time.perf_counter()
     base = replace(base, gpu=gpu) if base.gpu != gpu else base
     own = job_knobs(base)
@@ -257,7 +260,7 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
     par_fields = {name: _parallel_fields(base, name) for name in {k.sharding for k in combos}}
     scored = sorted(((speeds(k, par_fields[k.sharding]), k) for k in combos),
                     key=lambda sk: (-round(sk[0].tokens_per_s_per_gpu, 6), sk[1].techniques()))
-    walker = _Walker(base, host_memory_per_node_bytes)
+    walker = _Walker(base, host_memory_per_node_bytes, headroom)
     note = _host_floor_note(base, host_memory_per_node_bytes)
     if note:
         scored = []         # no combination can fit the node: do not estimate them one by one
@@ -284,7 +287,8 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
                         seconds=time.perf_counter() - start)
     return PlanReport(plans=tuple(plans), walked=tuple(walked), stats=stats, gpu=gpu, global_batch_size=gbs,
                       base=base, speeds=speeds_by_knobs, fixed=tuple(sorted(fixed)),
-                      host_capacity_bytes=host_memory_per_node_bytes, note=note,
+                      host_capacity_bytes=host_memory_per_node_bytes, host_capacity_source=host_source, note=note,
+                      headroom=headroom,
                       least=None if plans else walker.least, peft_tried=allow_peft or base.train.use_peft)
 
 
@@ -293,11 +297,12 @@ def _walk(scored: list, walker: "_Walker", top: int | None, plans: list[Plan], w
     steps 2–4)."""
     accepted = {p.knobs for p in plans}
     in_walk = {k for _, k in scored}
+    twins = {twin_key(p.knobs, p.estimate, p.speed): i for i, p in enumerate(plans)}
     start = len(plans)
     for speed, k in scored:
         fresh = plans[start:]
         if top is not None and len(fresh) >= top and \
-                speed.tokens_per_s_per_gpu < (1 - THROUGHPUT_UNCERTAINTY) * _band_start(fresh, top - 1):
+                speed.tokens_per_s_per_gpu < (1 - THROUGHPUT_UNCERTAINTY) * band_start(fresh, top - 1):
             break       # every plan left is slower than the band the top-th plan ranks in: nothing can move up
         twin = k._replace(expandable_segments=True)
         if not k.expandable_segments and twin in in_walk:
@@ -308,6 +313,12 @@ def _walk(scored: list, walker: "_Walker", top: int | None, plans: list[Plan], w
             accepted.add(k)
             if k.expandable_segments and k._replace(expandable_segments=False) in accepted:
                 continue        # same speed, one more setting: not worth a row
+            key = twin_key(k, est, speed)
+            if key in twins:        # the same job on this hardware: named beside the plan found first
+                i = twins[key]
+                plans[i] = replace(plans[i], equivalents=(*plans[i].equivalents, k))
+                continue
+            twins[key] = len(plans)
             plans.append(Plan(rank=len(plans) + 1, knobs=k, job=job, estimate=est, speed=speed))
 
 
@@ -325,34 +336,6 @@ def _host_floor_note(base: JobSpec, capacity: int | None) -> str:
             "dataloader_num_workers or use fewer GPUs per node")
 
 
-def rank_plans(plans: list[Plan]) -> list[Plan]:
-    """Speed bands, then comfortable plans by speed and the rest by headroom (module docstring); ranks renumbered."""
-    rest = sorted(plans, key=lambda p: -p.speed.tokens_per_s_per_gpu)
-    out: list[Plan] = []
-    while rest:
-        floor = (1 - THROUGHPUT_UNCERTAINTY) * rest[0].speed.tokens_per_s_per_gpu
-        band = [p for p in rest if p.speed.tokens_per_s_per_gpu >= floor]
-        rest = rest[len(band):]
-        out += sorted(band, key=lambda p: (0, -p.speed.tokens_per_s_per_gpu) if comfortable(p)
-                      else (1, -p.headroom_bytes))
-    return [replace(p, rank=i) for i, p in enumerate(out, 1)]
-
-
-def _band_start(plans: list[Plan], i: int) -> float:
-    """Tokens/s of the fastest plan in the band of plans[i] (plans in walk order: fastest first)."""
-    start = plans[0].speed.tokens_per_s_per_gpu
-    for p in plans[1:i + 1]:
-        if p.speed.tokens_per_s_per_gpu < (1 - THROUGHPUT_UNCERTAINTY) * start:
-            start = p.speed.tokens_per_s_per_gpu
-    return start
-
-
-def comfortable(p: Plan) -> bool:
-    """Headroom for the margin once more: capacity − safe bound ≥ margin × device peak."""
-    v = p.estimate.verdict
-    return v.headroom_bytes >= v.margin * v.device_peak_bytes
-
-
 def _parallel_fields(base: JobSpec, sharding: str) -> dict:
     p = _parallel(base.parallel, sharding)
     return {f: getattr(p, f) for f in ("distributed_type", "zero_stage", "offload_optimizer_device",
@@ -360,7 +343,7 @@ def _parallel_fields(base: JobSpec, sharding: str) -> dict:
 
 
 def _states_floor(est: Estimate) -> int:
-    """A lower bound on the device peak of every combination with the same sharding and PEFT: the optimizer-step phase
+    """A lower bound on the device peak of every combination with the same sharding, PEFT and load dtype: the optimizer-step phase
     (weights, gradients, optimizer states; estimate/step.py) plus the device terms outside the allocator do not depend
     on checkpointing, offloading of activations, packing or the micro-batch; the allocator slack is ≥ 0."""
     step = next((p.bytes for p in est.phases if p.name == OPTIMIZER_STEP), 0)
@@ -386,7 +369,8 @@ def _tensor_floor(est: Estimate) -> tuple[int, int]:
 class _Walker:
     """Decides fit for combinations: monotone bound first, then rules + the full estimate."""
 
-    def __init__(self, base: JobSpec, host_capacity: int | None = None) -> None:
+    def __init__(self, base: JobSpec, host_capacity: int | None = None,
+                 headroom: HeadroomFloor | None = None) -> None:
         self.base = base
         self.host_capacity = host_capacity
         self.infeasible: dict[tuple, list[tuple[Knobs, int, int]]] = {}
@@ -398,6 +382,7 @@ class _Walker:
         self.least: tuple[Knobs, Estimate] | None = None    # the lowest device peak estimated that does not fit
         self.gpu = base.gpu
         self.memory = base.gpu.usable_bytes if base.gpu else 0
+        self.floor_bytes = headroom.bytes_for(self.memory) if headroom else 0
 
     def _estimate(self, k: Knobs) -> tuple[JobSpec | None, Estimate | None, str]:
         # check_job does not read expandable_segments (an allocator setting): one verdict serves both values.
@@ -411,7 +396,7 @@ class _Walker:
         except SpecError as exc:
             self.refused[rule_key] = exc.problems[0]
             return None, None, exc.problems[0]
-        self.states_floor.setdefault((k.sharding, k.peft), _states_floor(est))
+        self.states_floor.setdefault((k.sharding, k.peft, k.dtype), _states_floor(est))
         if not est.fits and (self.least is None or est.device_peak_bytes < self.least[1].device_peak_bytes):
             self.least = (k, est)
         return job, est, ""
@@ -424,12 +409,12 @@ class _Walker:
         checkpointing unless activations are offloaded (no order between checkpointing settings then: `_dominates`)."""
         smallest: dict[tuple, int] = {}
         for k in combos:
-            key = (k.sharding, k.peft, k.pack, k.activation_offloading)
+            key = (k.sharding, k.peft, k.pack, k.activation_offloading, k.dtype)
             smallest[key] = min(smallest.get(key, k.batch), k.batch)
         expandable = any(k.expandable_segments for k in combos)
         most_gc = max((k.gc for k in combos), key=_GC_SAVING.__getitem__, default="off")
         for k in combos:
-            if k.batch == smallest[(k.sharding, k.peft, k.pack, k.activation_offloading)] and \
+            if k.batch == smallest[(k.sharding, k.peft, k.pack, k.activation_offloading, k.dtype)] and \
                     k.expandable_segments == expandable and (k.activation_offloading or k.gc == most_gc):
                 self._estimate(k)
 
@@ -456,12 +441,12 @@ class _Walker:
             self._record(floor, est)
 
     def _bound(self, k: Knobs, speed: Throughput) -> Verdict | None:
-        floor = self.states_floor.get((k.sharding, k.peft), 0)
+        floor = self.states_floor.get((k.sharding, k.peft, k.dtype), 0)
         if floor and safe_bound(floor, self.gpu) > self.memory:
             self.bound += 1
             return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None,
                            why=f"safe bound ≥ {safe_bound(floor, self.gpu) / GIB:.1f} GiB at the optimizer step alone "
-                               f"({k.sharding}, {k.peft})")
+                               f"({k.sharding}, {k.peft}, {k.dtype} load)")
         for lo, need, other_gc in self.infeasible.get(_group(k), ()):
             if k.gc != lo.gc:
                 need = other_gc
@@ -497,6 +482,11 @@ class _Walker:
                            spread_bytes=est.reserved_spread_bytes, host_per_node_bytes=est.host.per_node_bytes,
                            why=f"host RAM {est.host.per_node_bytes / GIB:.1f} GiB per node at "
                                f"{est.host.peak_phase.name} > {self.host_capacity / GIB:.1f} GiB"), job, est
+        if (est.headroom_bytes or 0) < self.floor_bytes:
+            return Verdict(knobs=k, speed=speed, how="headroom", fits=False, device_peak_bytes=est.device_peak_bytes,
+                           spread_bytes=est.reserved_spread_bytes,
+                           why=f"leaves {(est.headroom_bytes or 0) / GIB:.1f} GiB free < the floor "
+                               f"{self.floor_bytes / GIB:.1f} GiB"), job, est
         return Verdict(knobs=k, speed=speed, how="estimate", fits=True, device_peak_bytes=est.device_peak_bytes,
                        spread_bytes=est.reserved_spread_bytes), job, est
 
@@ -512,7 +502,8 @@ def not_fitting(est: Estimate) -> str:
 
 def plan(job: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_batch_size: int | None = None,
          allow_peft: bool = False, top: int = 10, exclude: Mapping[str, Collection] | None = None,
-         host_memory_per_node_bytes: int | None = None) -> list[Plan]:
+         host_memory_per_node_bytes: int | None = None, headroom: HeadroomFloor | None = None) -> list[Plan]:
     """The `top` fastest combinations that fit, best first (for `hpcmem submit --plan` and the refusal's fixes)."""
     return list(search(job, gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft,
-                       top=top, exclude=exclude, host_memory_per_node_bytes=host_memory_per_node_bytes).plans)
+                       top=top, exclude=exclude, host_memory_per_node_bytes=host_memory_per_node_bytes,
+                       headroom=headroom).plans)
