@@ -19,8 +19,9 @@ def sharding_mechanism(job: JobSpec) -> str:
     if par.deepspeed and (t.bf16 or t.fp16) and job.weight_bytes == 4:
         bits.append("cast: DeepSpeed casts the float32-loaded weights to 16-bit (fp32 master and Adam states kept)")
     if par.deepspeed and par.zero_stage >= 1:
-        parts = ("optimizer states", "+ gradients", "+ weights")[:par.zero_stage]
-        bits.append(f"shard: {' '.join(parts)} over {n} ranks" if n > 1 else
+        # DeepSpeed ≥ 0.19 partitions gradients under stage 1 as under stage 2 (hpcmem.estimate.states)
+        parts = "optimizer states + gradients" + (" + weights" if par.zero_stage == 3 else "")
+        bits.append(f"shard: {parts} over {n} ranks" if n > 1 else
                     f"no shard: ZeRO-{par.zero_stage} over one rank shards nothing")
     if par.fsdp:
         bits.append(f"shard: weights, gradients and optimizer states over {n} ranks" if n > 1 else
