@@ -156,14 +156,17 @@ def _sharding_geq(hi: str, lo: str) -> bool:
 def _group(k: Knobs) -> tuple:
     """Combinations whose memory the bound compares. Gradient accumulation > 1 keeps gradients across micro-batches
     (estimate/step.py), so accum 1 and > 1 are separate groups."""
-    return (_chain_bottom(k.sharding), k.peft, k.pack, k.accum > 1, k.dtype)
+    return (_chain_bottom(k.sharding), k.peft, k.pack, k.accum > 1)
 
 
 def _dominates(hi: Knobs, lo: Knobs) -> bool:
     """hi needs at least the memory of lo (same group assumed): a larger micro-batch or expandable_segments off never
-    needs less. Checkpointing orders memory only without activation offloading: offloading with checkpointing off
-    moves every saved tensor to the host (estimate/activations.py). tests/plan/test_plan.py checks this on the
-    estimator."""
+    needs less, nor a float32 load than a bfloat16 one (4-byte weights, and under autocast their 16-bit copies,
+    against 2-byte ones; DeepSpeed and FSDP2 cast or upcast to the same bytes: equal). Checkpointing orders memory
+    only without activation offloading: offloading with checkpointing off moves every saved tensor to the host
+    (estimate/activations.py). tests/plan/test_plan.py checks this on the estimator."""
+    if hi.dtype != lo.dtype and (hi.dtype, lo.dtype) != ("float32", "bfloat16"):
+        return False
     if hi.batch < lo.batch or hi.expandable_segments > lo.expandable_segments or \
             not _sharding_geq(hi.sharding, lo.sharding):
         return False
@@ -260,7 +263,7 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
     par_fields = {name: _parallel_fields(base, name) for name in {k.sharding for k in combos}}
     scored = sorted(((speeds(k, par_fields[k.sharding]), k) for k in combos),
                     key=lambda sk: (-round(sk[0].tokens_per_s_per_gpu, 6), sk[1].techniques()))
-    walker = _Walker(base, host_memory_per_node_bytes, headroom)
+    walker = _Walker(base, host_memory_per_node_bytes, headroom, any(k.dtype == "bfloat16" for k in combos))
     note = _host_floor_note(base, host_memory_per_node_bytes)
     if note:
         scored = []         # no combination can fit the node: do not estimate them one by one
@@ -370,8 +373,9 @@ class _Walker:
     """Decides fit for combinations: monotone bound first, then rules + the full estimate."""
 
     def __init__(self, base: JobSpec, host_capacity: int | None = None,
-                 headroom: HeadroomFloor | None = None) -> None:
+                 headroom: HeadroomFloor | None = None, bf16_searched: bool = False) -> None:
         self.base = base
+        self.bf16_searched = bf16_searched          # the dtype axis holds bfloat16: its floors bound float32's
         self.host_capacity = host_capacity
         self.infeasible: dict[tuple, list[tuple[Knobs, int, int]]] = {}
         self.floors: set[tuple] = set()
@@ -428,8 +432,16 @@ class _Walker:
             self.infeasible.setdefault(_group(k), []).append((k, need, safe_bound(floor - held, self.gpu)))
 
     def _floor(self, k: Knobs) -> None:
-        """Estimate the least-memory member of k's part of its group once: if it does not fit, none does."""
-        key = (_group(k), k.sharding, k.activation_offloading, k.gc if k.activation_offloading else "")
+        """Estimate the least-memory member of k's part of its group once: if it does not fit, none does. A float32
+        load is bounded by the bfloat16 load's floor first, when the search has that dtype (`_dominates`)."""
+        if k.dtype == "float32" and self.bf16_searched:
+            self._floor_of(k._replace(dtype="bfloat16"))
+            if self._bounded(k):
+                return
+        self._floor_of(k)
+
+    def _floor_of(self, k: Knobs) -> None:
+        key = (_group(k), k.sharding, k.activation_offloading, k.gc if k.activation_offloading else "", k.dtype)
         if key in self.floors:
             return
         self.floors.add(key)
@@ -440,21 +452,26 @@ class _Walker:
         if est is not None and not est.fits:
             self._record(floor, est)
 
-    def _bound(self, k: Knobs, speed: Throughput) -> Verdict | None:
-        floor = self.states_floor.get((k.sharding, k.peft, k.dtype), 0)
+    def _bounded(self, k: Knobs) -> str:
+        """Why a bound rules k out without its own estimate, or ""."""
+        floor = max(self.states_floor.get((k.sharding, k.peft, d), 0)
+                    for d in {k.dtype, "bfloat16" if k.dtype == "float32" else k.dtype})   # `_dominates`' dtype order
         if floor and safe_bound(floor, self.gpu) > self.memory:
-            self.bound += 1
-            return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None,
-                           why=f"safe bound ≥ {safe_bound(floor, self.gpu) / GIB:.1f} GiB at the optimizer step alone "
-                               f"({k.sharding}, {k.peft}, {k.dtype} load)")
+            return (f"safe bound ≥ {safe_bound(floor, self.gpu) / GIB:.1f} GiB at the optimizer step alone "
+                    f"({k.sharding}, {k.peft}, {k.dtype} load)")
         for lo, need, other_gc in self.infeasible.get(_group(k), ()):
             if k.gc != lo.gc:
                 need = other_gc
             if need > self.memory and _dominates(k, lo):
-                self.bound += 1
-                return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None,
-                               why=f"safe bound ≥ {need / GIB:.1f} GiB (as {lo.label()})")
-        return None
+                return f"safe bound ≥ {need / GIB:.1f} GiB (as {lo.label()})"
+        return ""
+
+    def _bound(self, k: Knobs, speed: Throughput) -> Verdict | None:
+        why = self._bounded(k)
+        if not why:
+            return None
+        self.bound += 1
+        return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None, why=why)
 
     def judge(self, k: Knobs, speed: Throughput) -> tuple[Verdict, JobSpec | None, Estimate | None]:
         """The verdict on k, memoised (the walk may ask for a combination ahead of its turn)."""
