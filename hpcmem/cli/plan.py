@@ -30,6 +30,8 @@ from hpcmem.plots.plan_plot import draw
               help="samples per optimizer step, kept while batch × accumulation vary "
                    "(default per_device_train_batch_size × gradient_accumulation_steps × num_processes)")
 @click.option("--allow_peft", "--allow-peft", "allow_peft", is_flag=True, help="also try LoRA and QLoRA")
+@click.option("--allow_optim", "--allow-optim", "allow_optim", is_flag=True,
+              help="also try bitsandbytes' 8-bit AdamW (optim adamw_8bit): it changes the update's numerics")
 @click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="plans to show")
 @click.option("--explain", is_flag=True, help="reasons for every plan and the faster combinations that lost")
 @click.option("--preset", "preset_ref", default=None, help="plan for a cluster preset (hpcmem presets list): its GPU "
@@ -45,9 +47,11 @@ from hpcmem.plots.plan_plot import draw
               help="also draw the searched combinations (speed vs safe device peak) as a PNG (needs matplotlib)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
 def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: int, explain: bool, as_json: bool,
-            preset_ref: str | None, plot_path: str | None, host_ram_gib: float | None, headroom, **kwargs) -> None:
+            preset_ref: str | None, plot_path: str | None, host_ram_gib: float | None, headroom, allow_optim: bool,
+            **kwargs) -> None:
     """Search gradient checkpointing, activation offloading, packing, batch × accumulation, ZeRO / FSDP and
-    offload (and LoRA/QLoRA with --allow_peft) for the fastest setup that fits --gpu. A flag you give is fixed.
+    offload, the load dtype (and LoRA/QLoRA with --allow_peft, 8-bit AdamW with --allow_optim) for the fastest setup
+    that fits --gpu and the node's host RAM. A flag you give is fixed.
 
     Example: hpcmem plan sft --model_name_or_path meta-llama/Llama-3.1-8B --gpu H100-80GB --num_processes 8
     """
@@ -66,7 +70,8 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
                     preset_bytes=preset.memory_per_node_bytes if preset else None,
                     preset_name=preset.name if preset else "")
     report = search(job, job.gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft, top=top,
-                    host_memory_per_node_bytes=host.bytes, host_source=host.source, headroom=headroom)
+                    host_memory_per_node_bytes=host.bytes, host_source=host.source, headroom=headroom,
+                    allow_optim=allow_optim)
     picture = _plot(report, plot_path) if plot_path else None
     if as_json:
         click.echo(json.dumps({**to_json(report), **({"plot": picture} if picture else {}),

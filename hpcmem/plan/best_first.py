@@ -145,7 +145,7 @@ def _sharding_geq(hi: str, lo: str) -> bool:
 def _group(k: Knobs) -> tuple:
     """Combinations whose memory the bound compares. Gradient accumulation > 1 keeps gradients across micro-batches
     (estimate/step.py), so accum 1 and > 1 are separate groups."""
-    return (_chain_bottom(k.sharding), k.peft, k.pack, k.accum > 1)
+    return (_chain_bottom(k.sharding), k.peft, k.pack, k.accum > 1, k.optim)
 
 
 def _dominates(hi: Knobs, lo: Knobs) -> bool:
@@ -170,18 +170,19 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
            allow_peft: bool = False, top: int | None = 10,
            exclude: Mapping[str, Collection] | None = None,
            host_memory_per_node_bytes: int | None = None, host_source: str = "",
-           headroom: HeadroomFloor | None = None) -> PlanReport:
+           headroom: HeadroomFloor | None = None, allow_optim: bool = False) -> PlanReport:
     """Rank the combinations of free knobs that fit `gpu`, fastest first (see the module docstring).
 
     `top=None` walks every combination (no rank bound): each gets a fit verdict, for the benchmark and tests.
     `host_memory_per_node_bytes`: a combination whose host RAM per node (estimate/host.py) exceeds it does not fit
     either (it is not used as a memory bound: offloading trades GPU bytes for host bytes); `host_source` says where
-    that figure comes from. `headroom`: a combination that fits but leaves less free is not offered either."""
+    that figure comes from. `headroom`: a combination that fits but leaves less free is not offered either.
+    `allow_optim`: the optimizer is searched too (hpcmem.plan.knobs.OPTIM_VALUES)."""
     start = time.perf_counter()
     base = replace(base, gpu=gpu) if base.gpu != gpu else base
     own = job_knobs(base)
     gbs = global_batch_size or own.batch * own.accum * base.parallel.layout.data_parallel
-    combos = combinations(axes(base, fixed, gbs, allow_peft, exclude))
+    combos = combinations(axes(base, fixed, gbs, allow_peft, exclude, allow_optim))
     speeds = Speeds(base, gpu)
     par_fields = {name: _parallel_fields(base, name) for name in {k.sharding for k in combos}}
     scored = sorted(((speeds(k, par_fields[k.sharding]), k) for k in combos),
@@ -196,7 +197,8 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
     if not note and sequence_split.wanted(plans, fixed):
         # context / sequence parallelism (hpcmem.plan.sequence_split): one more walk over the layouts, ranked together
         names = sequence_split.layout_names(base)
-        extra = [k for ax in sequence_split.batch_axes(axes(base, fixed, gbs, allow_peft, exclude), base, fixed, gbs, names)
+        extra = [k for ax in sequence_split.batch_axes(axes(base, fixed, gbs, allow_peft, exclude, allow_optim), base, fixed,
+                                                             gbs, names)
                  for k in combinations(ax)]
         par_fields.update({name: _parallel_fields(base, name) for name in names})
         more = sorted(((speeds(k, par_fields[k.sharding]), k) for k in extra),
@@ -323,7 +325,7 @@ class _Walker:
         except SpecError as exc:
             self.refused[rule_key] = exc.problems[0]
             return None, None, exc.problems[0]
-        self.states_floor.setdefault((k.sharding, k.peft, k.dtype), _states_floor(est))
+        self.states_floor.setdefault((k.sharding, k.peft, k.dtype, k.optim), _states_floor(est))
         if not est.fits and (self.least is None or est.device_peak_bytes < self.least[1].device_peak_bytes):
             self.least = (k, est)
         return job, est, ""
@@ -336,12 +338,12 @@ class _Walker:
         checkpointing unless activations are offloaded (no order between checkpointing settings then: `_dominates`)."""
         smallest: dict[tuple, int] = {}
         for k in combos:
-            key = (k.sharding, k.peft, k.pack, k.activation_offloading, k.dtype)
+            key = (k.sharding, k.peft, k.pack, k.activation_offloading, k.dtype, k.optim)
             smallest[key] = min(smallest.get(key, k.batch), k.batch)
         expandable = any(k.expandable_segments for k in combos)
         most_gc = max((k.gc for k in combos), key=_GC_SAVING.__getitem__, default="off")
         for k in combos:
-            if k.batch == smallest[(k.sharding, k.peft, k.pack, k.activation_offloading, k.dtype)] and \
+            if k.batch == smallest[(k.sharding, k.peft, k.pack, k.activation_offloading, k.dtype, k.optim)] and \
                     k.expandable_segments == expandable and (k.activation_offloading or k.gc == most_gc):
                 self._estimate(k)
 
@@ -377,7 +379,7 @@ class _Walker:
 
     def _bounded(self, k: Knobs) -> str:
         """Why a bound rules k out without its own estimate, or ""."""
-        floor = max(self.states_floor.get((k.sharding, k.peft, d), 0)
+        floor = max(self.states_floor.get((k.sharding, k.peft, d, k.optim), 0)
                     for d in {k.dtype, "bfloat16" if k.dtype == "float32" else k.dtype})   # `_dominates`' dtype order
         if floor and safe_bound(floor, self.gpu) > self.memory:
             return (f"safe bound ≥ {safe_bound(floor, self.gpu) / GIB:.1f} GiB at the optimizer step alone "

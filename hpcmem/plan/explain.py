@@ -38,6 +38,8 @@ def _neighbours(k: Knobs, per_gpu: int) -> list[tuple[str, Knobs]]:
         out.append(("expandable_segments", k._replace(expandable_segments=False)))
     if k.dtype == "bfloat16":
         out.append(("dtype bfloat16", k._replace(dtype="float32")))
+    if k.optim == "adamw_8bit":
+        out.append(("optim adamw_8bit", k._replace(optim="adamw_torch_fused")))
     if k.batch < per_gpu:
         out.append((f"per_device_train_batch_size {k.batch} × accumulation {k.accum}",
                     k._replace(batch=per_gpu, accum=1)))
@@ -75,7 +77,7 @@ def reasons(report: PlanReport, p: Plan) -> list[str]:
                        _cast_alone(report, p, off))
         elif tps is not None and tps < mine * 0.9995:
             out.append(f"{name}: speed — {100 * (mine / tps - 1):+.1f} % tokens/s over the same without it")
-        elif tps is not None and tps > mine * 1.0005:
+        elif tps is not None and free < p.headroom_bytes / GIB - 0.05:
             out.append(f"{name}: headroom, {mechanism(name, p.job)} — without it: fits with {free:.1f} GiB free "
                        f"(vs {p.headroom_bytes / GIB:.1f}) at {100 * (tps / mine - 1):+.1f} % tokens/s, within the "
                        f"throughput model's ±{100 * THROUGHPUT_UNCERTAINTY:.0f} %")
@@ -112,7 +114,7 @@ def _tie_note(report: PlanReport, p: Plan) -> list[str]:
 
 def _fixed(report: PlanReport, name: str) -> bool:
     axis = {"gradient_checkpointing": "gc", "activation_offloading": "activation_offloading",
-            "expandable_segments": "expandable_segments", "dtype": "dtype"}.get(name.split(" ")[0])
+            "expandable_segments": "expandable_segments", "dtype": "dtype", "optim": "optim"}.get(name.split(" ")[0])
     if axis is None:
         axis = ("peft" if name in ("lora", "qlora") else "pack" if name in ("packing", "padding_free")
                 else "batch" if name.startswith("per_device") else "sharding")

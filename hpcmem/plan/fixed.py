@@ -19,6 +19,7 @@ FIXING_FLAGS = {
     "expandable_segments": ("expandable_segments",),
     # a user who set the autocast precision (or turned it off for fp32 training) chose the numerics: the load stays
     "dtype": ("dtype", "model_init_kwargs", "bf16", "fp16"),
+    "optim": ("optim", "optim_args"),
 }
 
 

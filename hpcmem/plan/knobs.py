@@ -24,6 +24,10 @@ PEFT_VALUES = ("none", "lora", "qlora")
 # The load dtype (TRL's ModelConfig.dtype, handed to from_pretrained): float32 is TRL's default, bfloat16 halves the
 # weights, gradients and AdamW states (torch/optim/adamw.py keeps the states in the parameter dtype).
 DTYPE_VALUES = ("float32", "bfloat16")
+# The optimizer (TrainingArguments.optim), searched only when allowed (it changes the update's numerics): TRL's default
+# fused AdamW, or bitsandbytes' 8-bit AdamW — 1 byte per state + a block-wise fp32 scale (Dettmers et al. 2022,
+# "8-bit Optimizers via Block-wise Quantization"; hpcmem.estimate.states models both).
+OPTIM_VALUES = ("adamw_torch_fused", "adamw_8bit")
 # name → ParallelSpec fields (accelerate's names); "ddp" is NO on one GPU, MULTI_GPU on more.
 SHARDINGS: dict[str, dict] = {
     "ddp": {},
@@ -52,11 +56,13 @@ class Knobs(NamedTuple):
     peft: str
     expandable_segments: bool
     dtype: str = "float32"      # the load dtype (ModelConfig.dtype)
+    optim: str = "adamw_torch_fused"       # TrainingArguments.optim
 
     def techniques(self) -> int:
         """How many memory techniques are on (ties in speed go to fewer); a bfloat16 load counts as one."""
         return ((self.gc != "off") + self.activation_offloading + (self.sharding not in ("ddp", GIVEN)) +
-                (self.peft not in ("none", GIVEN)) + self.expandable_segments + (self.dtype == "bfloat16"))
+                (self.peft not in ("none", GIVEN)) + self.expandable_segments + (self.dtype == "bfloat16") +
+                (self.optim == "adamw_8bit"))
 
     def label(self, one_process: bool = False) -> str:
         """Short text of the knobs; `one_process`: "ddp" is left out (one process runs no data parallelism)."""
@@ -73,6 +79,8 @@ class Knobs(NamedTuple):
             bits.append(self.peft)
         if self.expandable_segments:
             bits.append("expandable")
+        if self.optim != "adamw_torch_fused":
+            bits.append(self.optim)
         return " ".join(bits)
 
 
@@ -85,16 +93,16 @@ def job_knobs(job: JobSpec) -> Knobs:
         ("none" if not t.use_peft else GIVEN)
     sharding = next((k for k in SHARDINGS if _parallel(par, k) == par), GIVEN)
     return Knobs(gc, t.activation_offloading, pack, t.per_device_train_batch_size, t.gradient_accumulation_steps,
-                 sharding, peft, job.expandable_segments, t.dtype)
+                 sharding, peft, job.expandable_segments, t.dtype, t.optim)
 
 
 
 
 def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_peft: bool,
-         exclude: Mapping[str, Collection] | None = None) -> dict[str, list]:
+         exclude: Mapping[str, Collection] | None = None, allow_optim: bool = False) -> dict[str, list]:
     """The values each knob may take. Batch and accumulation are tied: batch × accum × world = global batch.
     `exclude` removes values from a free axis (e.g. {"pack": ["packing"]}: do not change what a batch holds); the
-    job's own value always stays."""
+    job's own value always stays. `allow_optim`: the optimizer is searched too (OPTIM_VALUES)."""
     own = job_knobs(job)
     world = job.parallel.layout.data_parallel       # ranks training different batches (world / (tp·cp·sp))
     if global_batch_size < world or global_batch_size % world:
@@ -131,16 +139,18 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
         "peft": axis("peft", PEFT_VALUES) if allow_peft else [own.peft],
         "expandable_segments": axis("expandable_segments", (False, True)),
         "dtype": axis("dtype", (own.dtype, *(d for d in DTYPE_VALUES if d != own.dtype))),   # the job's own first
+        "optim": axis("optim", (own.optim, *(o for o in OPTIM_VALUES if o != own.optim))) if allow_optim
+        else [own.optim],
         "_per_gpu": [per_gpu],
     }
 
 
 def combinations(ax: dict[str, list]) -> list[Knobs]:
     per_gpu = ax["_per_gpu"][0]
-    return [Knobs(gc, off, pack, b, max(1, per_gpu // b), sh, peft, exp, dt)
-            for gc, off, pack, b, sh, peft, exp, dt in
+    return [Knobs(gc, off, pack, b, max(1, per_gpu // b), sh, peft, exp, dt, opt)
+            for gc, off, pack, b, sh, peft, exp, dt, opt in
             product(ax["gc"], ax["activation_offloading"], ax["pack"], ax["batch"], ax["sharding"], ax["peft"],
-                    ax["expandable_segments"], ax.get("dtype", [GIVEN]))]
+                    ax["expandable_segments"], ax.get("dtype", [GIVEN]), ax.get("optim", [GIVEN]))]
 
 
 @lru_cache(maxsize=256)
@@ -167,6 +177,8 @@ def apply(job: JobSpec, k: Knobs) -> JobSpec:
         changes["packing_strategy"] = "bfd"
     if k.dtype != GIVEN:
         changes["dtype"] = k.dtype
+    if k.optim != GIVEN:
+        changes["optim"] = k.optim
     if k.peft != GIVEN:
         changes.update(use_peft=k.peft != "none", load_in_4bit=k.peft == "qlora", load_in_8bit=False)
     changes.update(train_changes(job, k.sharding))

@@ -48,6 +48,8 @@ def mechanism(name: str, job: JobSpec) -> str:
         return "no padding: rows hold documents end to end"
     if head == "dtype":
         return "cast at load: weights, gradients and AdamW states in 2 bytes, not 4"
+    if head == "optim":
+        return "quantize: AdamW states in 8 bits with a block-wise fp32 scale (bitsandbytes)"
     if head == "lora":
         return "freeze: only the adapters get gradients and optimizer states"
     if head == "qlora":

@@ -4,6 +4,7 @@ The declared equivalence: two combinations are twins when their knobs differ onl
 - the sharding, within one family below (names that can give the same memory and speed), and/or
 - the load dtype (DeepSpeed casts the loaded module to its 16-bit dtype, engine `_configure_distributed_model`, so a
   float32 and a bfloat16 load train the same bf16 weights under ZeRO),
+- the optimizer (DeepSpeed keeps its own fp32 Adam partitions whatever `optim` says, hpcmem.estimate.states),
 AND `hpcmem estimate` gives both the same device peak, safe bound and host RAM per node and the throughput model the
 same tokens/s — the numbers the planner judges by cannot tell them apart. Examples: ZeRO-1 and ZeRO-2 partition gradients alike in
 DeepSpeed ≥ 0.19 (hpcmem.estimate.states), so on one GPU (nothing to shard, no collective) both are the same job;
@@ -23,8 +24,8 @@ FAMILIES = {"ddp": "dp", "zero1": "dp", "zero2": "dp", "zero3": "sharded", "fsdp
 
 
 def canonical(k: Knobs) -> Knobs:
-    """The knobs with the declared-equivalent axes blanked (sharding → its family, dtype → any)."""
-    return k._replace(sharding=FAMILIES.get(k.sharding, k.sharding), dtype="*")
+    """The knobs with the declared-equivalent axes blanked (sharding → its family, dtype and optimizer → any)."""
+    return k._replace(sharding=FAMILIES.get(k.sharding, k.sharding), dtype="*", optim="*")
 
 
 def twin_key(k: Knobs, est: Any, speed: Any) -> tuple:
@@ -40,4 +41,6 @@ def difference(a: Knobs, b: Knobs, one_process: bool) -> str:
         bits.append("single GPU" if one_process and b.sharding == "ddp" else b.sharding)
     if a.dtype != b.dtype:
         bits.append(f"{b.dtype} load")
+    if a.optim != b.optim:
+        bits.append(b.optim)
     return ", ".join(bits)

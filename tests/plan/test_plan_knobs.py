@@ -157,3 +157,23 @@ def test_plan_picture_axes_hold_the_plans_and_the_capacity():
     segments = [line for line in ax.lines if line.get_label().startswith(("device peak", "headroom"))]
     assert len(segments) == 2                                 # margin and headroom bars are in the legend once
     assert len(ax.lines) >= 2 * len(report.plans)
+
+
+def test_eight_bit_adamw_only_when_allowed_and_its_reason_is_the_quantized_states():
+    """bf16 8B on one H100 at 4,096 tokens: with --allow_optim, a plan using 8-bit AdamW names the quantized states,
+    and its counterfactual (fused AdamW, same knobs, typed as TRL settings) is estimated here."""
+    base = job(gpu="H100-80GB", max_length=4096, dtype="bfloat16")
+    h100 = gpu_spec("H100-80GB")
+    assert all(p.knobs.optim == "adamw_torch_fused" for p in search(base, h100, fixed={"dtype"}, top=5).plans)
+    report = search(base, h100, fixed={"dtype"}, allow_optim=True, top=10)
+    eight = [p for p in report.plans if p.knobs.optim == "adamw_8bit" and p.knobs.sharding == "ddp"]
+    assert eight
+    p = eight[0]
+    fused = estimate(job(gpu="H100-80GB", max_length=4096, **trl_settings(p.knobs), optim="adamw_torch_fused"))
+    own = estimate(job(gpu="H100-80GB", max_length=4096, **trl_settings(p.knobs), optim="adamw_8bit"))
+    assert own.device_peak_bytes == p.device_peak_bytes < fused.device_peak_bytes
+    line = next(r for r in reasons(report, p) if r.startswith("optim adamw_8bit"))
+    assert "quantize" in line
+    free = (fused.headroom_bytes or 0) / GIB if fused.fits else None
+    assert (f"fits with {free:.1f} GiB free" if free is not None else
+            f"needs {fused.device_peak_bytes / GIB:.1f} GiB") in line or "tight" in line, line
