@@ -8,11 +8,11 @@ allocates memory by GPU gives about that much. A GPU without a reference node le
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from hpcmem.errors import SpecError
 from hpcmem.gpus.catalog import catalog_entry
+from hpcmem.inputs.values import InputError, fail, number
 
 GIB = 1024**3
 MAX_HOST_RAM_GIB = 1024 * 1024          # 1 PiB per node: far above any machine sold; a larger number is a typo
@@ -27,13 +27,13 @@ class HostRam:
 
 def parse_host_ram(value: object) -> float:
     """--host_ram_per_node in GiB: a finite number > 0 and ≤ 1 PiB; else one line naming flag, value and rule."""
+    rule = f"the host RAM of one node in GiB, a number > 0 and ≤ {MAX_HOST_RAM_GIB} (e.g. 512)"
     try:
-        gib = float(str(value).strip().removesuffix("GiB").removesuffix("G"))
-    except ValueError:
-        gib = math.nan
-    if not (math.isfinite(gib) and 0 < gib <= MAX_HOST_RAM_GIB):
-        raise SpecError(f"--host_ram_per_node {value!r}: must be the host RAM of one node in GiB, a number > 0 and "
-                        f"≤ {MAX_HOST_RAM_GIB} (e.g. 512)")
+        gib = number("--host_ram_per_node", str(value).strip().removesuffix("GiB").removesuffix("G"))
+    except InputError:
+        raise fail("--host_ram_per_node", value, rule) from None
+    if not 0 < gib <= MAX_HOST_RAM_GIB:
+        raise fail("--host_ram_per_node", value, rule)
     return gib
 
 

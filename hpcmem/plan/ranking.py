@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from hpcmem.errors import SpecError
+from hpcmem.inputs.values import fail
 from hpcmem.plan.throughput import THROUGHPUT_UNCERTAINTY
 
 GIB = 1024**3
@@ -53,8 +53,7 @@ def parse_headroom(value: str) -> HeadroomFloor:
             return HeadroomFloor(percent=number)
     elif m and number < 1024 ** 2:
         return HeadroomFloor(gib=number)
-    raise SpecError(f"--headroom {value!r}: must be GiB as a number ≥ 0 (e.g. 4) or a share of capacity below 100 % "
-                    "(e.g. 10%)")
+    raise fail("--headroom", value, "GiB as a number ≥ 0 (e.g. 4) or a share of the capacity below 100 % (e.g. 10%)")
 
 
 def headroom_bytes(p: Any) -> int:

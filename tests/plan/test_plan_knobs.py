@@ -177,3 +177,17 @@ def test_eight_bit_adamw_only_when_allowed_and_its_reason_is_the_quantized_state
     free = (fused.headroom_bytes or 0) / GIB if fused.fits else None
     assert (f"fits with {free:.1f} GiB free" if free is not None else
             f"needs {fused.device_peak_bytes / GIB:.1f} GiB") in line or "tight" in line, line
+
+
+def test_host_ram_comes_from_preset_then_flag_then_the_reference_node():
+    from hpcmem.errors import SpecError
+    from hpcmem.plan.host_ram import host_ram
+
+    assert host_ram("H100-80GB", 8, preset_bytes=1000 * GIB, preset_name="p").bytes == 1000 * GIB
+    assert host_ram("H100-80GB", 8, flag_gib=512).bytes == 512 * GIB
+    assert host_ram("H100-80GB", 2).bytes == 2048 * GIB * 2 // 8          # 2 of DGX H100's 8 GPUs
+    assert host_ram("A100-40GB", 16).bytes == 1024 * GIB                  # a node holds 8 of them at most
+    unknown = host_ram("MyGPU", 1)
+    assert unknown.bytes is None and "not checked" in unknown.source
+    with pytest.raises(SpecError, match="memory_per_node_gb"):
+        host_ram("H100-80GB", 8, preset_bytes=1000 * GIB, flag_gib=512, preset_name="p")
