@@ -4,8 +4,8 @@ The throughput model is uncalibrated and cannot tell apart plans whose tokens/s 
 THROUGHPUT_UNCERTAINTY (hpcmem.plan.throughput, 10 %). So the fastest plan and every plan within 10 % of it form a
 band; the next band starts at the fastest plan left, and so on. Bands are ranked fastest first; inside a band the plan
 with more headroom (capacity − safe bound, hpcmem.estimate.verdict) ranks first, up to ENOUGH_HEADROOM of the
-capacity — more free memory than that buys nothing the speed would pay for, so plans past it are ranked by speed. A
-plan ≥ 10 % faster always comes first; among plans the model cannot separate, the one further from running out of
+capacity — more free memory than that buys nothing the speed would pay for, so plans past it are ranked by speed;
+equal in both, the plan needing less host RAM per node first. A plan ≥ 10 % faster always comes first; among plans the model cannot separate, the one further from running out of
 memory wins.
 
 The headroom floor (`hpcmem plan --headroom`): plans that leave less than it free are not offered. Given in GiB
@@ -67,16 +67,23 @@ def headroom_share(p: Any) -> float:
     return headroom_bytes(p) / v.capacity_bytes if v.capacity_bytes else 0.0
 
 
+def host_bytes(p: Any) -> int:
+    """Host RAM per node the plan's estimate needs (0 when it has none)."""
+    host = getattr(p.estimate, "host", None)
+    return host.per_node_bytes if host is not None else 0
+
+
 def rank_plans(plans: Sequence[Any]) -> list[Any]:
-    """Speed bands, then most headroom (up to ENOUGH_HEADROOM) first inside each (module docstring); ranks renumbered
-    from 1."""
+    """Speed bands, then most headroom (up to ENOUGH_HEADROOM) first inside each, then speed, then less host RAM
+    (module docstring); ranks renumbered from 1."""
     rest = sorted(plans, key=lambda p: -p.speed.tokens_per_s_per_gpu)
     out: list[Any] = []
     while rest:
         floor = (1 - THROUGHPUT_UNCERTAINTY) * rest[0].speed.tokens_per_s_per_gpu
         band = [p for p in rest if p.speed.tokens_per_s_per_gpu >= floor]
         rest = rest[len(band):]
-        out += sorted(band, key=lambda p: (-min(headroom_share(p), ENOUGH_HEADROOM), -p.speed.tokens_per_s_per_gpu))
+        out += sorted(band, key=lambda p: (-min(headroom_share(p), ENOUGH_HEADROOM), -p.speed.tokens_per_s_per_gpu,
+                                           host_bytes(p)))
     return [replace(p, rank=i) for i, p in enumerate(out, 1)]
 
 
