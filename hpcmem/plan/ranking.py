@@ -5,7 +5,8 @@ THROUGHPUT_UNCERTAINTY (hpcmem.plan.throughput, 10 %). So the fastest plan and e
 band; the next band starts at the fastest plan left, and so on. Bands are ranked fastest first; inside a band the plan
 with more headroom (capacity − safe bound, hpcmem.estimate.verdict) ranks first, up to ENOUGH_HEADROOM of the
 capacity — more free memory than that buys nothing the speed would pay for, so plans past it are ranked by speed;
-equal in both, the plan needing less host RAM per node first. A plan ≥ 10 % faster always comes first; among plans the model cannot separate, the one further from running out of
+equal in both, the plan with fewer memory techniques on (Knobs.techniques: fewer changes to the user's job), then the
+one needing less host RAM per node. A plan ≥ 10 % faster always comes first; among plans the model cannot separate, the one further from running out of
 memory wins.
 
 The headroom floor (`hpcmem plan --headroom`): plans that leave less than it free are not offered. Given in GiB
@@ -73,9 +74,14 @@ def host_bytes(p: Any) -> int:
     return host.per_node_bytes if host is not None else 0
 
 
+def _techniques(p: Any) -> int:
+    techniques = getattr(p.knobs, "techniques", None)
+    return techniques() if techniques else 0
+
+
 def rank_plans(plans: Sequence[Any]) -> list[Any]:
-    """Speed bands, then most headroom (up to ENOUGH_HEADROOM) first inside each, then speed, then less host RAM
-    (module docstring); ranks renumbered from 1."""
+    """Speed bands, then most headroom (up to ENOUGH_HEADROOM) first inside each, then speed, fewer techniques, less
+    host RAM (module docstring); ranks renumbered from 1."""
     rest = sorted(plans, key=lambda p: -p.speed.tokens_per_s_per_gpu)
     out: list[Any] = []
     while rest:
@@ -83,7 +89,7 @@ def rank_plans(plans: Sequence[Any]) -> list[Any]:
         band = [p for p in rest if p.speed.tokens_per_s_per_gpu >= floor]
         rest = rest[len(band):]
         out += sorted(band, key=lambda p: (-min(headroom_share(p), ENOUGH_HEADROOM), -p.speed.tokens_per_s_per_gpu,
-                                           host_bytes(p)))
+                                           _techniques(p), host_bytes(p)))
     return [replace(p, rank=i) for i, p in enumerate(out, 1)]
 
 
