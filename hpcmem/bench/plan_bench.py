@@ -27,18 +27,21 @@ SCENARIOS = [  # (label, trainer, settings, gpu, allow_peft)
     ("8B SFT 4 nodes×8×H100 gbs 512 +peft", "sft",
      {"model_name_or_path": LLAMA8B, "num_processes": 32, "num_machines": 4}, "H100-80GB", True),
     ("8B DPO 8×A100-80GB +peft", "dpo", {"model_name_or_path": LLAMA8B, "num_processes": 8}, "A100-80GB", True),
+    ("8B SFT 1×L40S +peft +8-bit AdamW", "sft", {"model_name_or_path": LLAMA8B}, "L40S", True),
 ]
+OPTIM = {"8B SFT 1×L40S +peft +8-bit AdamW"}        # scenarios that search the optimizer too (--allow_optim)
 GBS = {"8B SFT 4 nodes×8×H100 gbs 512 +peft": 512}
 
 
-def _run(trainer, settings, gpu, allow_peft, gbs, repeat):
+def _run(trainer, settings, gpu, allow_peft, gbs, repeat, allow_optim=False):
     job, _ = build_job(trainer, settings)
     spec = gpu_spec(gpu)
-    search(job, spec, allow_peft=allow_peft, global_batch_size=gbs)        # warm imports and caches of the models
+    kw = dict(allow_peft=allow_peft, global_batch_size=gbs, allow_optim=allow_optim)
+    search(job, spec, **kw)        # warm imports and caches of the models
     walls, cpus, report = [], [], None
     for _ in range(repeat):
         w, c = time.perf_counter(), time.process_time()
-        report = search(job, spec, allow_peft=allow_peft, global_batch_size=gbs)
+        report = search(job, spec, **kw)
         walls.append(time.perf_counter() - w)
         cpus.append(time.process_time() - c)
     return report, statistics.median(walls), statistics.median(cpus)
@@ -55,7 +58,7 @@ def main() -> None:
     total_c = total_cpu = 0.0
     worst_wall = 0.0
     for label, trainer, settings, gpu, allow in SCENARIOS:
-        r, wall, cpu = _run(trainer, settings, gpu, allow, GBS.get(label), args.repeat)
+        r, wall, cpu = _run(trainer, settings, gpu, allow, GBS.get(label), args.repeat, label in OPTIM)
         s = r.stats
         total_c += s.combinations
         total_cpu += cpu

@@ -55,7 +55,8 @@ def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool, preset):
     if kwargs.get("config"):
         given |= set(read_yaml(kwargs["config"]))
     report = search(job, job.gpu, fixed=given, allow_peft=allow_peft, top=1,
-                    host_memory_per_node_bytes=preset.memory_per_node_bytes)
+                    host_memory_per_node_bytes=preset.memory_per_node_bytes,
+                    host_source=f"preset {preset.name}'s memory_per_node_gb" if preset.memory_per_node_bytes else "")
     if not report.plans:
         # one problem per line (SpecError): the CLI escapes control characters within a line, not between them
         raise SpecError([f"--plan: no combination of free knobs fits on {job.gpu.name}"
@@ -64,7 +65,7 @@ def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool, preset):
                          *(line.strip() for line in host_lines(report))])
 
     best = report.plans[0]
-    click.echo(f"plan: {best.knobs.label()}: {flags_line(job, best.job)}", err=True)
+    click.echo(f"plan: {best.knobs.label(job.parallel.world_size == 1)}: {flags_line(job, best.job)}", err=True)
     return best.job
 
 

@@ -18,44 +18,31 @@ Fit is `hpcmem estimate`'s verdict (hpcmem.estimate.verdict): a combination fits
 peak plus half its reserved spread, widened by the GPU's calibrated margin — fits the capacity torch can use; "tight"
 combinations are not offered.
 
-Order of the plans (`rank_plans`): the throughput model is uncalibrated and cannot tell apart plans whose tokens/s
-differ by less than THROUGHPUT_UNCERTAINTY (10 %). So the fastest plan and every plan within 10 % of it form a band;
-the next band starts at the fastest plan left, and so on. Inside a band, headroom decides where it is scarce: a plan
-is comfortable when its headroom (capacity − safe bound) would hold the margin once more (≥ margin × device peak: a
-device peak off by twice the calibrated margin still fits). Comfortable plans come first, fastest first; the others
-follow, most headroom first. A plan ≥ 10 % faster always comes first; among plans the model cannot separate, one that
-may run short of memory never outranks one that will not.
+Order of the plans: speed bands of THROUGHPUT_UNCERTAINTY, most headroom first inside a band
+(hpcmem.plan.ranking). Twins — the same job on this hardware, hpcmem.plan.twins — are one plan naming the others.
+A headroom floor (`headroom`) drops plans that leave less free.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from types import SimpleNamespace
 from typing import Collection, Mapping
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate import Estimate, estimate
 from hpcmem.estimate.host import fixed_node_bytes
-from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.names import ACTIVATIONS, OPTIMIZER_STEP
 from hpcmem.estimate.verdict import safe_bound
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.gpus.spec import GpuSpec
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.job.shape import micro_batch
 from hpcmem.plan import sequence_split
 from hpcmem.plan.knobs import GC_VALUES, Knobs, _parallel, apply, axes, combinations, job_knobs
-from hpcmem.plan.throughput import (
-    PADDED_FILL_FRACTION,
-    THROUGHPUT_UNCERTAINTY,
-    Setting,
-    Throughput,
-    flops_params,
-    interconnect_gbps,
-    mfu_curve,
-    throughput,
-)
+from hpcmem.plan.ranking import HeadroomFloor, band_start, rank_plans
+from hpcmem.plan.speed import Speeds
+from hpcmem.plan.throughput import THROUGHPUT_UNCERTAINTY, Throughput
+from hpcmem.plan.twins import twin_key
 
 GIB = 1024**3
 _GC_SAVING = {g: i for i, g in enumerate(GC_VALUES)}       # off 0 < selective 1 < full 2 (more saving)
@@ -68,6 +55,7 @@ class Plan:
     job: JobSpec
     estimate: Estimate
     speed: Throughput
+    equivalents: tuple[Knobs, ...] = ()      # twins: the same job on this hardware (hpcmem.plan.twins)
 
     @property
     def peak_allocated_bytes(self) -> int:
@@ -93,7 +81,7 @@ class Verdict:
 
     knobs: Knobs
     speed: Throughput
-    how: str                    # estimate | bound | rules
+    how: str                    # estimate | bound | rules | host | headroom
     fits: bool
     device_peak_bytes: int | None = None
     spread_bytes: int = 0                       # the estimate's reserved spread (hpcmem.estimate.verdict)
@@ -125,7 +113,9 @@ class PlanReport:
     base: JobSpec
     speeds: dict             # Knobs → Throughput, every enumerated combination
     fixed: tuple[str, ...] = ()
-    host_capacity_bytes: int | None = None      # host RAM a node grants (a preset's memory_per_node_gb), if known
+    host_capacity_bytes: int | None = None      # host RAM a node grants, if known (hpcmem.plan.host_ram)
+    host_capacity_source: str = ""              # where that figure comes from (preset, flag, catalog assumption)
+    headroom: HeadroomFloor | None = None       # the floor a plan's free memory had to clear
     note: str = ""                              # why nothing was walked (a floor no knob can lower), if so
     least: tuple[Knobs, Estimate] | None = None     # no plan fits: the lowest device peak any full estimate found
     peft_tried: bool = False                    # LoRA was in the search (--allow_peft, or the job's own LoRA)
@@ -155,14 +145,17 @@ def _sharding_geq(hi: str, lo: str) -> bool:
 def _group(k: Knobs) -> tuple:
     """Combinations whose memory the bound compares. Gradient accumulation > 1 keeps gradients across micro-batches
     (estimate/step.py), so accum 1 and > 1 are separate groups."""
-    return (_chain_bottom(k.sharding), k.peft, k.pack, k.accum > 1)
+    return (_chain_bottom(k.sharding), k.peft, k.pack, k.accum > 1, k.optim)
 
 
 def _dominates(hi: Knobs, lo: Knobs) -> bool:
     """hi needs at least the memory of lo (same group assumed): a larger micro-batch or expandable_segments off never
-    needs less. Checkpointing orders memory only without activation offloading: offloading with checkpointing off
-    moves every saved tensor to the host (estimate/activations.py). tests/plan/test_plan.py checks this on the
-    estimator."""
+    needs less, nor a float32 load than a bfloat16 one (4-byte weights, and under autocast their 16-bit copies,
+    against 2-byte ones; DeepSpeed and FSDP2 cast or upcast to the same bytes: equal). Checkpointing orders memory
+    only without activation offloading: offloading with checkpointing off moves every saved tensor to the host
+    (estimate/activations.py). tests/plan/test_plan.py checks this on the estimator."""
+    if hi.dtype != lo.dtype and (hi.dtype, lo.dtype) != ("float32", "bfloat16"):
+        return False
     if hi.batch < lo.batch or hi.expandable_segments > lo.expandable_segments or \
             not _sharding_geq(hi.sharding, lo.sharding):
         return False
@@ -173,91 +166,28 @@ def _dominates(hi: Knobs, lo: Knobs) -> bool:
     return _GC_SAVING[hi.gc] <= _GC_SAVING[lo.gc]
 
 
-class Speeds:
-    """Throughput per combination, memoised on the few inputs that differ between combinations."""
-
-    def __init__(self, job: JobSpec, gpu: GpuSpec) -> None:
-        m, par = job.model, job.parallel
-        self.job = job
-        self.cache: dict[tuple, Throughput] = {}
-        self.shape: dict[tuple, tuple[int, float, int]] = {}
-        self.trainable: dict[str, int] = {}
-        self.model_kw = dict(n_flops=flops_params(m), n_params=m.num_params, layers=m.num_hidden_layers,
-                             attn_width=m.num_attention_heads * m.head_dim, hidden=m.hidden_size,
-                             kv_width=m.num_key_value_heads * m.head_dim,
-                             world=par.world_size, num_machines=par.num_machines,
-                             peak_tflops=gpu.peak_tflops(job.train.fp16),
-                             link_gbps=interconnect_gbps(gpu.name, par.num_machines), mfu_curve=mfu_curve(gpu.name))
-
-    def _shape(self, pack: str, batch: int) -> tuple[int, float, int]:
-        """Tokens computed per micro-batch (estimate.shape.micro_batch, the estimator's own), useful share, span."""
-        key = (pack, batch)
-        if key not in self.shape:
-            t = replace(self.job.train, per_device_train_batch_size=batch, packing=pack == "packing",
-                        padding_free=pack == "padding_free")
-            mb = micro_batch(SimpleNamespace(train=t, model=self.job.model,
-                                             tokens_per_micro_batch=self.job.tokens_per_micro_batch))
-            max_len = t.max_length or self.job.model.max_position_embeddings
-            if mb.padding_free:
-                self.shape[key] = (mb.tokens, 1.0, max(1, int(max_len * PADDED_FILL_FRACTION)))
-            else:
-                self.shape[key] = (mb.tokens, PADDED_FILL_FRACTION, mb.seq)
-        return self.shape[key]
-
-    def _trainable(self, peft: str) -> int:
-        if peft not in self.trainable:
-            if peft in ("none",):
-                self.trainable[peft] = self.job.model.num_params
-            else:
-                t = replace(self.job.train, use_peft=True, load_in_4bit=peft == "qlora")
-                try:
-                    self.trainable[peft] = lora_layout(SimpleNamespace(train=t, model=self.job.model,
-                                                                       parallel=self.job.parallel)).num_params
-                except SpecError:
-                    # peft cannot place the adapters (no default target_modules for this model type): the walk
-                    # refuses these combinations with peft's reason (hpcmem.estimate raises the same SpecError)
-                    self.trainable[peft] = self.job.model.num_params
-        return self.trainable[peft]
-
-    def __call__(self, k: Knobs, fields: dict) -> Throughput:
-        key = (k.gc, k.activation_offloading, k.pack, k.batch, k.accum, k.sharding, k.peft)
-        hit = self.cache.get(key)
-        if hit is None:
-            tokens, useful, span = self._shape(k.pack, k.batch)
-            shards = max(fields["cp_size"], fields["sp_size"])        # a sequence-split layout: the rank's share
-            tokens = -(-tokens // shards)
-            dist, stage = fields["distributed_type"], fields["zero_stage"]
-            sharding = "fsdp" if dist == "FSDP" else (f"zero{stage}" if dist == "DEEPSPEED" and stage else "ddp")
-            s = Setting(tokens=tokens, useful_fraction=useful, attn_seq=span, grad_accum=k.accum, gc=k.gc,
-                        activation_offloading=k.activation_offloading, sharding=sharding,
-                        offload_optimizer=fields["offload_optimizer_device"] != "none" or fields["fsdp_offload_params"],
-                        offload_params=fields["offload_param_device"] != "none" or fields["fsdp_offload_params"],
-                        peft=k.peft if k.peft in ("none", "lora", "qlora") else "lora",
-                        trainable_params=self._trainable(k.peft), seq_shards=shards,
-                        seq_split="cp" if fields["cp_size"] > 1 else "sp" if fields["sp_size"] > 1 else "")
-            hit = self.cache[key] = throughput(s, **self.model_kw)
-        return hit
-
-
 def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_batch_size: int | None = None,
            allow_peft: bool = False, top: int | None = 10,
            exclude: Mapping[str, Collection] | None = None,
-           host_memory_per_node_bytes: int | None = None) -> PlanReport:
+           host_memory_per_node_bytes: int | None = None, host_source: str = "",
+           headroom: HeadroomFloor | None = None, allow_optim: bool = False) -> PlanReport:
     """Rank the combinations of free knobs that fit `gpu`, fastest first (see the module docstring).
 
     `top=None` walks every combination (no rank bound): each gets a fit verdict, for the benchmark and tests.
     `host_memory_per_node_bytes`: a combination whose host RAM per node (estimate/host.py) exceeds it does not fit
-    either (it is not used as a memory bound: offloading trades GPU bytes for host bytes)."""
+    either (it is not used as a memory bound: offloading trades GPU bytes for host bytes); `host_source` says where
+    that figure comes from. `headroom`: a combination that fits but leaves less free is not offered either.
+    `allow_optim`: the optimizer is searched too (hpcmem.plan.knobs.OPTIM_VALUES)."""
     start = time.perf_counter()
     base = replace(base, gpu=gpu) if base.gpu != gpu else base
     own = job_knobs(base)
     gbs = global_batch_size or own.batch * own.accum * base.parallel.layout.data_parallel
-    combos = combinations(axes(base, fixed, gbs, allow_peft, exclude))
+    combos = combinations(axes(base, fixed, gbs, allow_peft, exclude, allow_optim))
     speeds = Speeds(base, gpu)
     par_fields = {name: _parallel_fields(base, name) for name in {k.sharding for k in combos}}
     scored = sorted(((speeds(k, par_fields[k.sharding]), k) for k in combos),
                     key=lambda sk: (-round(sk[0].tokens_per_s_per_gpu, 6), sk[1].techniques()))
-    walker = _Walker(base, host_memory_per_node_bytes)
+    walker = _Walker(base, host_memory_per_node_bytes, headroom, any(k.dtype == "bfloat16" for k in combos))
     note = _host_floor_note(base, host_memory_per_node_bytes)
     if note:
         scored = []         # no combination can fit the node: do not estimate them one by one
@@ -267,7 +197,8 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
     if not note and sequence_split.wanted(plans, fixed):
         # context / sequence parallelism (hpcmem.plan.sequence_split): one more walk over the layouts, ranked together
         names = sequence_split.layout_names(base)
-        extra = [k for ax in sequence_split.batch_axes(axes(base, fixed, gbs, allow_peft, exclude), base, fixed, gbs, names)
+        extra = [k for ax in sequence_split.batch_axes(axes(base, fixed, gbs, allow_peft, exclude, allow_optim), base, fixed,
+                                                             gbs, names)
                  for k in combinations(ax)]
         par_fields.update({name: _parallel_fields(base, name) for name in names})
         more = sorted(((speeds(k, par_fields[k.sharding]), k) for k in extra),
@@ -284,7 +215,8 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
                         seconds=time.perf_counter() - start)
     return PlanReport(plans=tuple(plans), walked=tuple(walked), stats=stats, gpu=gpu, global_batch_size=gbs,
                       base=base, speeds=speeds_by_knobs, fixed=tuple(sorted(fixed)),
-                      host_capacity_bytes=host_memory_per_node_bytes, note=note,
+                      host_capacity_bytes=host_memory_per_node_bytes, host_capacity_source=host_source, note=note,
+                      headroom=headroom,
                       least=None if plans else walker.least, peft_tried=allow_peft or base.train.use_peft)
 
 
@@ -293,11 +225,12 @@ def _walk(scored: list, walker: "_Walker", top: int | None, plans: list[Plan], w
     steps 2–4)."""
     accepted = {p.knobs for p in plans}
     in_walk = {k for _, k in scored}
+    twins = {twin_key(p.knobs, p.estimate, p.speed): i for i, p in enumerate(plans)}
     start = len(plans)
     for speed, k in scored:
         fresh = plans[start:]
         if top is not None and len(fresh) >= top and \
-                speed.tokens_per_s_per_gpu < (1 - THROUGHPUT_UNCERTAINTY) * _band_start(fresh, top - 1):
+                speed.tokens_per_s_per_gpu < (1 - THROUGHPUT_UNCERTAINTY) * band_start(fresh, top - 1):
             break       # every plan left is slower than the band the top-th plan ranks in: nothing can move up
         twin = k._replace(expandable_segments=True)
         if not k.expandable_segments and twin in in_walk:
@@ -308,6 +241,12 @@ def _walk(scored: list, walker: "_Walker", top: int | None, plans: list[Plan], w
             accepted.add(k)
             if k.expandable_segments and k._replace(expandable_segments=False) in accepted:
                 continue        # same speed, one more setting: not worth a row
+            key = twin_key(k, est, speed)
+            if key in twins:        # the same job on this hardware: named beside the plan found first
+                i = twins[key]
+                plans[i] = replace(plans[i], equivalents=(*plans[i].equivalents, k))
+                continue
+            twins[key] = len(plans)
             plans.append(Plan(rank=len(plans) + 1, knobs=k, job=job, estimate=est, speed=speed))
 
 
@@ -325,34 +264,6 @@ def _host_floor_note(base: JobSpec, capacity: int | None) -> str:
             "dataloader_num_workers or use fewer GPUs per node")
 
 
-def rank_plans(plans: list[Plan]) -> list[Plan]:
-    """Speed bands, then comfortable plans by speed and the rest by headroom (module docstring); ranks renumbered."""
-    rest = sorted(plans, key=lambda p: -p.speed.tokens_per_s_per_gpu)
-    out: list[Plan] = []
-    while rest:
-        floor = (1 - THROUGHPUT_UNCERTAINTY) * rest[0].speed.tokens_per_s_per_gpu
-        band = [p for p in rest if p.speed.tokens_per_s_per_gpu >= floor]
-        rest = rest[len(band):]
-        out += sorted(band, key=lambda p: (0, -p.speed.tokens_per_s_per_gpu) if comfortable(p)
-                      else (1, -p.headroom_bytes))
-    return [replace(p, rank=i) for i, p in enumerate(out, 1)]
-
-
-def _band_start(plans: list[Plan], i: int) -> float:
-    """Tokens/s of the fastest plan in the band of plans[i] (plans in walk order: fastest first)."""
-    start = plans[0].speed.tokens_per_s_per_gpu
-    for p in plans[1:i + 1]:
-        if p.speed.tokens_per_s_per_gpu < (1 - THROUGHPUT_UNCERTAINTY) * start:
-            start = p.speed.tokens_per_s_per_gpu
-    return start
-
-
-def comfortable(p: Plan) -> bool:
-    """Headroom for the margin once more: capacity − safe bound ≥ margin × device peak."""
-    v = p.estimate.verdict
-    return v.headroom_bytes >= v.margin * v.device_peak_bytes
-
-
 def _parallel_fields(base: JobSpec, sharding: str) -> dict:
     p = _parallel(base.parallel, sharding)
     return {f: getattr(p, f) for f in ("distributed_type", "zero_stage", "offload_optimizer_device",
@@ -360,7 +271,7 @@ def _parallel_fields(base: JobSpec, sharding: str) -> dict:
 
 
 def _states_floor(est: Estimate) -> int:
-    """A lower bound on the device peak of every combination with the same sharding and PEFT: the optimizer-step phase
+    """A lower bound on the device peak of every combination with the same sharding, PEFT and load dtype: the optimizer-step phase
     (weights, gradients, optimizer states; estimate/step.py) plus the device terms outside the allocator do not depend
     on checkpointing, offloading of activations, packing or the micro-batch; the allocator slack is ≥ 0."""
     step = next((p.bytes for p in est.phases if p.name == OPTIMIZER_STEP), 0)
@@ -386,8 +297,10 @@ def _tensor_floor(est: Estimate) -> tuple[int, int]:
 class _Walker:
     """Decides fit for combinations: monotone bound first, then rules + the full estimate."""
 
-    def __init__(self, base: JobSpec, host_capacity: int | None = None) -> None:
+    def __init__(self, base: JobSpec, host_capacity: int | None = None,
+                 headroom: HeadroomFloor | None = None, bf16_searched: bool = False) -> None:
         self.base = base
+        self.bf16_searched = bf16_searched          # the dtype axis holds bfloat16: its floors bound float32's
         self.host_capacity = host_capacity
         self.infeasible: dict[tuple, list[tuple[Knobs, int, int]]] = {}
         self.floors: set[tuple] = set()
@@ -398,6 +311,7 @@ class _Walker:
         self.least: tuple[Knobs, Estimate] | None = None    # the lowest device peak estimated that does not fit
         self.gpu = base.gpu
         self.memory = base.gpu.usable_bytes if base.gpu else 0
+        self.floor_bytes = headroom.bytes_for(self.memory) if headroom else 0
 
     def _estimate(self, k: Knobs) -> tuple[JobSpec | None, Estimate | None, str]:
         # check_job does not read expandable_segments (an allocator setting): one verdict serves both values.
@@ -411,7 +325,7 @@ class _Walker:
         except SpecError as exc:
             self.refused[rule_key] = exc.problems[0]
             return None, None, exc.problems[0]
-        self.states_floor.setdefault((k.sharding, k.peft), _states_floor(est))
+        self.states_floor.setdefault((k.sharding, k.peft, k.dtype, k.optim), _states_floor(est))
         if not est.fits and (self.least is None or est.device_peak_bytes < self.least[1].device_peak_bytes):
             self.least = (k, est)
         return job, est, ""
@@ -424,12 +338,12 @@ class _Walker:
         checkpointing unless activations are offloaded (no order between checkpointing settings then: `_dominates`)."""
         smallest: dict[tuple, int] = {}
         for k in combos:
-            key = (k.sharding, k.peft, k.pack, k.activation_offloading)
+            key = (k.sharding, k.peft, k.pack, k.activation_offloading, k.dtype, k.optim)
             smallest[key] = min(smallest.get(key, k.batch), k.batch)
         expandable = any(k.expandable_segments for k in combos)
         most_gc = max((k.gc for k in combos), key=_GC_SAVING.__getitem__, default="off")
         for k in combos:
-            if k.batch == smallest[(k.sharding, k.peft, k.pack, k.activation_offloading)] and \
+            if k.batch == smallest[(k.sharding, k.peft, k.pack, k.activation_offloading, k.dtype, k.optim)] and \
                     k.expandable_segments == expandable and (k.activation_offloading or k.gc == most_gc):
                 self._estimate(k)
 
@@ -443,8 +357,16 @@ class _Walker:
             self.infeasible.setdefault(_group(k), []).append((k, need, safe_bound(floor - held, self.gpu)))
 
     def _floor(self, k: Knobs) -> None:
-        """Estimate the least-memory member of k's part of its group once: if it does not fit, none does."""
-        key = (_group(k), k.sharding, k.activation_offloading, k.gc if k.activation_offloading else "")
+        """Estimate the least-memory member of k's part of its group once: if it does not fit, none does. A float32
+        load is bounded by the bfloat16 load's floor first, when the search has that dtype (`_dominates`)."""
+        if k.dtype == "float32" and self.bf16_searched:
+            self._floor_of(k._replace(dtype="bfloat16"))
+            if self._bounded(k):
+                return
+        self._floor_of(k)
+
+    def _floor_of(self, k: Knobs) -> None:
+        key = (_group(k), k.sharding, k.activation_offloading, k.gc if k.activation_offloading else "", k.dtype)
         if key in self.floors:
             return
         self.floors.add(key)
@@ -455,21 +377,26 @@ class _Walker:
         if est is not None and not est.fits:
             self._record(floor, est)
 
-    def _bound(self, k: Knobs, speed: Throughput) -> Verdict | None:
-        floor = self.states_floor.get((k.sharding, k.peft), 0)
+    def _bounded(self, k: Knobs) -> str:
+        """Why a bound rules k out without its own estimate, or ""."""
+        floor = max(self.states_floor.get((k.sharding, k.peft, d, k.optim), 0)
+                    for d in {k.dtype, "bfloat16" if k.dtype == "float32" else k.dtype})   # `_dominates`' dtype order
         if floor and safe_bound(floor, self.gpu) > self.memory:
-            self.bound += 1
-            return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None,
-                           why=f"safe bound ≥ {safe_bound(floor, self.gpu) / GIB:.1f} GiB at the optimizer step alone "
-                               f"({k.sharding}, {k.peft})")
+            return (f"safe bound ≥ {safe_bound(floor, self.gpu) / GIB:.1f} GiB at the optimizer step alone "
+                    f"({k.sharding}, {k.peft}, {k.dtype} load)")
         for lo, need, other_gc in self.infeasible.get(_group(k), ()):
             if k.gc != lo.gc:
                 need = other_gc
             if need > self.memory and _dominates(k, lo):
-                self.bound += 1
-                return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None,
-                               why=f"safe bound ≥ {need / GIB:.1f} GiB (as {lo.label()})")
-        return None
+                return f"safe bound ≥ {need / GIB:.1f} GiB (as {lo.label()})"
+        return ""
+
+    def _bound(self, k: Knobs, speed: Throughput) -> Verdict | None:
+        why = self._bounded(k)
+        if not why:
+            return None
+        self.bound += 1
+        return Verdict(knobs=k, speed=speed, how="bound", fits=False, device_peak_bytes=None, why=why)
 
     def judge(self, k: Knobs, speed: Throughput) -> tuple[Verdict, JobSpec | None, Estimate | None]:
         """The verdict on k, memoised (the walk may ask for a combination ahead of its turn)."""
@@ -497,6 +424,11 @@ class _Walker:
                            spread_bytes=est.reserved_spread_bytes, host_per_node_bytes=est.host.per_node_bytes,
                            why=f"host RAM {est.host.per_node_bytes / GIB:.1f} GiB per node at "
                                f"{est.host.peak_phase.name} > {self.host_capacity / GIB:.1f} GiB"), job, est
+        if (est.headroom_bytes or 0) < self.floor_bytes:
+            return Verdict(knobs=k, speed=speed, how="headroom", fits=False, device_peak_bytes=est.device_peak_bytes,
+                           spread_bytes=est.reserved_spread_bytes,
+                           why=f"leaves {(est.headroom_bytes or 0) / GIB:.1f} GiB free < the floor "
+                               f"{self.floor_bytes / GIB:.1f} GiB"), job, est
         return Verdict(knobs=k, speed=speed, how="estimate", fits=True, device_peak_bytes=est.device_peak_bytes,
                        spread_bytes=est.reserved_spread_bytes), job, est
 
@@ -512,7 +444,8 @@ def not_fitting(est: Estimate) -> str:
 
 def plan(job: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_batch_size: int | None = None,
          allow_peft: bool = False, top: int = 10, exclude: Mapping[str, Collection] | None = None,
-         host_memory_per_node_bytes: int | None = None) -> list[Plan]:
+         host_memory_per_node_bytes: int | None = None, headroom: HeadroomFloor | None = None) -> list[Plan]:
     """The `top` fastest combinations that fit, best first (for `hpcmem submit --plan` and the refusal's fixes)."""
     return list(search(job, gpu, fixed=fixed, global_batch_size=global_batch_size, allow_peft=allow_peft,
-                       top=top, exclude=exclude, host_memory_per_node_bytes=host_memory_per_node_bytes).plans)
+                       top=top, exclude=exclude, host_memory_per_node_bytes=host_memory_per_node_bytes,
+                       headroom=headroom).plans)

@@ -17,6 +17,9 @@ FIXING_FLAGS = {
     "batch": ("per_device_train_batch_size", "lengths"),
     "accum": ("gradient_accumulation_steps",),
     "expandable_segments": ("expandable_segments",),
+    # a user who set the autocast precision (or turned it off for fp32 training) chose the numerics: the load stays
+    "dtype": ("dtype", "model_init_kwargs", "bf16", "fp16"),
+    "optim": ("optim", "optim_args"),
 }
 
 

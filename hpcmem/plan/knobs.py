@@ -21,6 +21,13 @@ from hpcmem.plan.sequence_split import layout_fields, split, train_changes
 GC_VALUES = ("off", "selective", "full")
 PACK_VALUES = ("padded", "packing", "padding_free")
 PEFT_VALUES = ("none", "lora", "qlora")
+# The load dtype (TRL's ModelConfig.dtype, handed to from_pretrained): float32 is TRL's default, bfloat16 halves the
+# weights, gradients and AdamW states (torch/optim/adamw.py keeps the states in the parameter dtype).
+DTYPE_VALUES = ("float32", "bfloat16")
+# The optimizer (TrainingArguments.optim), searched only when allowed (it changes the update's numerics): TRL's default
+# fused AdamW, or bitsandbytes' 8-bit AdamW — 1 byte per state + a block-wise fp32 scale (Dettmers et al. 2022,
+# "8-bit Optimizers via Block-wise Quantization"; hpcmem.estimate.states models both).
+OPTIM_VALUES = ("adamw_torch_fused", "adamw_8bit")
 # name → ParallelSpec fields (accelerate's names); "ddp" is NO on one GPU, MULTI_GPU on more.
 SHARDINGS: dict[str, dict] = {
     "ddp": {},
@@ -35,7 +42,8 @@ SHARDINGS: dict[str, dict] = {
     "fsdp2+offload": {"distributed_type": "FSDP", "fsdp_version": 2, "fsdp_offload_params": True},
 }
 GIVEN = "given"          # axis value meaning "the job's own setting" (a fixed flag outside the named choices)
-# Flags whose presence fixes an axis (TRL / accelerate field names, as `hpcmem.cli.options.collect` returns them).
+
+
 class Knobs(NamedTuple):
     """One combination. A tuple (hashable, cheap): the planner evaluates tens of thousands per second."""
 
@@ -47,23 +55,32 @@ class Knobs(NamedTuple):
     sharding: str
     peft: str
     expandable_segments: bool
+    dtype: str = "float32"      # the load dtype (ModelConfig.dtype)
+    optim: str = "adamw_torch_fused"       # TrainingArguments.optim
 
     def techniques(self) -> int:
-        """How many memory techniques are on (ties in speed go to fewer)."""
+        """How many memory techniques are on (ties in speed go to fewer); a bfloat16 load counts as one."""
         return ((self.gc != "off") + self.activation_offloading + (self.sharding not in ("ddp", GIVEN)) +
-                (self.peft not in ("none", GIVEN)) + self.expandable_segments)
+                (self.peft not in ("none", GIVEN)) + self.expandable_segments + (self.dtype == "bfloat16") +
+                (self.optim == "adamw_8bit"))
 
-    def label(self) -> str:
+    def label(self, one_process: bool = False) -> str:
+        """Short text of the knobs; `one_process`: "ddp" is left out (one process runs no data parallelism)."""
         bits = [f"b{self.batch}×ga{self.accum}", f"GC {self.gc}"]
+        if self.dtype != "float32":
+            bits.append("bf16-load" if self.dtype == "bfloat16" else f"load {self.dtype}")
         if self.activation_offloading:
             bits.append("act-offload")
         if self.pack != "padded":
             bits.append(self.pack)
-        bits.append(self.sharding)
+        if not (one_process and self.sharding == "ddp"):
+            bits.append(self.sharding)
         if self.peft != "none":
             bits.append(self.peft)
         if self.expandable_segments:
             bits.append("expandable")
+        if self.optim != "adamw_torch_fused":
+            bits.append(self.optim)
         return " ".join(bits)
 
 
@@ -76,16 +93,16 @@ def job_knobs(job: JobSpec) -> Knobs:
         ("none" if not t.use_peft else GIVEN)
     sharding = next((k for k in SHARDINGS if _parallel(par, k) == par), GIVEN)
     return Knobs(gc, t.activation_offloading, pack, t.per_device_train_batch_size, t.gradient_accumulation_steps,
-                 sharding, peft, job.expandable_segments)
+                 sharding, peft, job.expandable_segments, t.dtype, t.optim)
 
 
 
 
 def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_peft: bool,
-         exclude: Mapping[str, Collection] | None = None) -> dict[str, list]:
+         exclude: Mapping[str, Collection] | None = None, allow_optim: bool = False) -> dict[str, list]:
     """The values each knob may take. Batch and accumulation are tied: batch × accum × world = global batch.
     `exclude` removes values from a free axis (e.g. {"pack": ["packing"]}: do not change what a batch holds); the
-    job's own value always stays."""
+    job's own value always stays. `allow_optim`: the optimizer is searched too (OPTIM_VALUES)."""
     own = job_knobs(job)
     world = job.parallel.layout.data_parallel       # ranks training different batches (world / (tp·cp·sp))
     if global_batch_size < world or global_batch_size % world:
@@ -121,15 +138,19 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
         # without allow_peft the job keeps its own choice (full or LoRA): PEFT changes what is trained
         "peft": axis("peft", PEFT_VALUES) if allow_peft else [own.peft],
         "expandable_segments": axis("expandable_segments", (False, True)),
+        "dtype": axis("dtype", (own.dtype, *(d for d in DTYPE_VALUES if d != own.dtype))),   # the job's own first
+        "optim": axis("optim", (own.optim, *(o for o in OPTIM_VALUES if o != own.optim))) if allow_optim
+        else [own.optim],
         "_per_gpu": [per_gpu],
     }
 
 
 def combinations(ax: dict[str, list]) -> list[Knobs]:
     per_gpu = ax["_per_gpu"][0]
-    return [Knobs(gc, off, pack, b, max(1, per_gpu // b), sh, peft, exp) for gc, off, pack, b, sh, peft, exp in
+    return [Knobs(gc, off, pack, b, max(1, per_gpu // b), sh, peft, exp, dt, opt)
+            for gc, off, pack, b, sh, peft, exp, dt, opt in
             product(ax["gc"], ax["activation_offloading"], ax["pack"], ax["batch"], ax["sharding"], ax["peft"],
-                    ax["expandable_segments"])]
+                    ax["expandable_segments"], ax.get("dtype", [GIVEN]), ax.get("optim", [GIVEN]))]
 
 
 @lru_cache(maxsize=256)
@@ -154,6 +175,10 @@ def apply(job: JobSpec, k: Knobs) -> JobSpec:
                    gradient_accumulation_steps=k.accum)
     if k.pack == "packing" and not t.packing:
         changes["packing_strategy"] = "bfd"
+    if k.dtype != GIVEN:
+        changes["dtype"] = k.dtype
+    if k.optim != GIVEN:
+        changes["optim"] = k.optim
     if k.peft != GIVEN:
         changes.update(use_peft=k.peft != "none", load_in_4bit=k.peft == "qlora", load_in_8bit=False)
     changes.update(train_changes(job, k.sharding))

@@ -34,7 +34,7 @@ from hpcmem.models.spec import ModelSpec
 # bandwidths) are uncalibrated guesses, and between two plans that differ in micro-batch, recompute or sharding they
 # move the ratio of tokens/s by about this much (MFU_MAX alone spans the reported 35–55 %: ±20 % in absolute terms, of
 # which a ranking keeps the part that does not cancel). A stated judgment, not a measurement: plans within it are
-# ranked by memory headroom (hpcmem.plan.best_first.rank_plans) until probe timings calibrate the model.
+# ranked by memory headroom (hpcmem.plan.ranking.rank_plans) until probe timings calibrate the model.
 THROUGHPUT_UNCERTAINTY = 0.10
 # Model FLOPs utilisation as a function of the tokens in one micro-batch: a saturating (Michaelis–Menten) curve
 # MFU(t) = MFU_MAX · t / (t + MFU_HALF_TOKENS). The default, uncalibrated: shape from Megatron-LM/torchtitan reports of

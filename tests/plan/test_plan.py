@@ -83,26 +83,27 @@ def test_no_plan_whose_safe_bound_exceeds_the_usable_capacity(gpu, settings):
 
 
 def test_ranking_puts_headroom_first_only_inside_the_models_uncertainty():
-    """rank_plans by hand: speeds 100, 95, 92, 80, 75 tok/s (bands of 10 %: {100, 95, 92}, {80, 75}); margin 5 %,
-    device peak 50 GiB, so a plan is comfortable with ≥ 2.5 GiB above its safe bound."""
+    """rank_plans by hand: speeds 100, 95, 92, 80, 75 tok/s (bands of 10 %: {100, 95, 92}, {80, 75}) on a 100 GiB GPU,
+    where free memory counts up to 10 % of capacity (10 GiB) and speed decides past it."""
     from types import SimpleNamespace
 
     from hpcmem.plan.best_first import Plan, rank_plans
 
     def fake(name, tps, headroom_gib):
-        verdict = SimpleNamespace(headroom_bytes=int(headroom_gib * 2**30), margin=0.05,
-                                  device_peak_bytes=50 * 2**30)
+        verdict = SimpleNamespace(headroom_bytes=int(headroom_gib * 2**30), capacity_bytes=100 * 2**30)
         est = SimpleNamespace(headroom_bytes=verdict.headroom_bytes, verdict=verdict)
         return Plan(rank=0, knobs=name, job=None, estimate=est,
                     speed=SimpleNamespace(tokens_per_s_per_gpu=tps))
 
     plans = [fake("a", 100, 0.5), fake("b", 95, 1.0), fake("c", 92, 9.0), fake("d", 80, 0.1), fake("e", 75, 3.0)]
-    # band 1: c is comfortable (9 ≥ 2.5) and comes first; a and b are not: more headroom first (b 1.0, a 0.5).
-    # band 2 starts at 80: e is comfortable, d is not.
+    # band 1: most headroom first (c 9, b 1, a 0.5); band 2 starts at 80: e 3 before d 0.1 — a plan 10 % faster
+    # (d at 80 against c at 92 ... a at 100) always ranks above
     assert [p.knobs for p in rank_plans(plans)] == ["c", "b", "a", "e", "d"]
     assert [p.rank for p in rank_plans(plans)] == [1, 2, 3, 4, 5]
-    roomy = [fake("a", 100, 5.0), fake("b", 95, 9.0)]       # both comfortable: speed decides
+    roomy = [fake("a", 100, 15.0), fake("b", 95, 30.0)]       # both past 10 GiB: speed decides
     assert [p.knobs for p in rank_plans(roomy)] == ["a", "b"]
+    short = [fake("a", 100, 5.0), fake("b", 95, 12.0)]        # a has less than enough: b's headroom wins
+    assert [p.knobs for p in rank_plans(short)] == ["b", "a"]
 
 
 def test_only_zero3_with_offload_fits_8b_full_on_one_24gb_gpu():
