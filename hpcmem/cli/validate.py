@@ -15,7 +15,7 @@ import click
 from hpcmem.cli.outputs import PNG
 from hpcmem.datapath import PACKAGE_DIR, estimator_dir
 from hpcmem.errors import HpcmemError
-from hpcmem.gpus.calibration import MULTI_GPU_FILE
+from hpcmem.gpus.calibration import MULTI_GPU_FILE, SINGLE_GPU_FILE
 from hpcmem.models.coverage import SHIPPED_SUMMARY, classification, installed_mapping, summary_to_ship
 from hpcmem.validate import against_probes, boundary, coverage, published_score, random_report, random_run, trace
 from hpcmem.validate import published as published_rows
@@ -202,7 +202,8 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
 @click.option("--speed", is_flag=True, help="the planner's throughput model against published training speeds "
               "(tokens/s per GPU): ratio error and Kendall's tau, overall and per source, and held out by source")
 @click.option("--fit-margin", "fit_margin", is_flag=True,
-              help=f"write the multi-GPU margin fitted on these rows to the calibrations folder ({MULTI_GPU_FILE})")
+              help=f"write the multi-GPU and single-GPU margins fitted on these rows to the calibrations folder "
+              f"({MULTI_GPU_FILE}, {SINGLE_GPU_FILE})")
 @JSON
 @NO_PNG
 def published_command(rows_path: str | None, speed: bool, fit_margin: bool, as_json: bool, no_png: bool) -> None:
@@ -216,14 +217,16 @@ def published_command(rows_path: str | None, speed: bool, fit_margin: bool, as_j
     loaded = published_rows.load(rows_path)
     scored = [published_score.score(r) for r in loaded.rows if r.scored]
     unscored = [r for r in loaded.rows if not r.scored]
-    margin = published_margin.fit(scored)
-    written = published_margin.save(margin, default_fit_dir() / MULTI_GPU_FILE) if fit_margin and margin else None
+    margin, single = published_margin.fit(scored), published_margin.fit(scored, multi=False)
+    written = [str(published_margin.save(m, default_fit_dir() / name)) for m, name in
+               ((margin, MULTI_GPU_FILE), (single, SINGLE_GPU_FILE)) if fit_margin and m]
     if as_json:
-        click.echo(json.dumps(published_score.to_json(scored, unscored, loaded.files, margin), indent=1))
+        click.echo(json.dumps(published_score.to_json(scored, unscored, loaded.files, margin, single), indent=1))
         return
     click.echo(f"{len(loaded.rows)} published rows ({len(scored)} scored) from {len(loaded.files)} files")
     click.echo(published_score.render(scored, unscored))
-    click.echo(published_margin.render(margin) + (f"\nwritten: {written}" if written else ""))
+    click.echo(published_margin.render(margin))
+    click.echo(published_margin.render(single, "single-GPU") + (f"\nwritten: {', '.join(written)}" if written else ""))
 
 
 def _published_speed(rows_path: str | None, as_json: bool) -> None:

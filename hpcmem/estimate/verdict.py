@@ -21,11 +21,12 @@ measured there, not on this GPU. Without any calibration on the search path the 
 calibrated by a site's campaign (hpcmem calibrate) is named with it: "calibrated at <site> on <date>, n = …"; a
 campaign rehearsed on CPU measured no device peak, so its GPU keeps the default margin and the verdict says both.
 
-A multi-GPU job (world size > 1), and a job on a GPU without its own calibration, takes the margin fitted on published
-multi-GPU rows instead when one is on the search path (hpcmem.gpus.calibration `multi_gpu_margin`,
-hpcmem.validate.published_margin), labelled `published` with its held-out coverage: the rows of each source covered by
-the margin fitted without that source. A single-GPU margin is lent to a multi-GPU job only when no such file exists,
-and the verdict then says so.
+A multi-GPU job (world size > 1) takes the margin fitted on published multi-GPU rows instead when one is on the search
+path (hpcmem.gpus.calibration `multi_gpu_margin`, hpcmem.validate.published_margin); a one-GPU job on a GPU without
+its own calibration takes the one fitted on published single-GPU rows (`single_gpu_margin`), else the multi-GPU one.
+Both are labelled `published` with their held-out coverage: the rows of each source covered by the margin fitted
+without that source (none when the rows come from one source: then the verdict says in-sample). A single-GPU margin
+is lent to a multi-GPU job only when no multi-GPU file exists, and the verdict then says so.
 """
 
 from __future__ import annotations
@@ -64,9 +65,11 @@ class Calibration:
     held_out_covered: int = 0          # rows / runs not used to fit the margin that its bound covered …
     held_out_n: int = 0                # … of these
     world_size: int = 1
+    evidence: str = ""                 # what a published margin was fitted on ("published single-GPU rows")
 
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status, "gpu": self.gpu, "n": self.n, "coverage": self.coverage, "note": self.note,
+                "evidence": self.evidence,
                 "held_out": {"covered": self.held_out_covered, "n": self.held_out_n},
                 "world_size": self.world_size,
                 "campaign": None if self.campaign is None else asdict(self.campaign)}
@@ -121,8 +124,10 @@ class FitVerdict:
                     f"{campaign.date}, n = {cal.n} (campaign {campaign.name})")
         if cal.status == MarginSource.PUBLISHED:
             why = (f"{cal.world_size} GPUs" if cal.world_size > 1 else f"{self.gpu_name} uncalibrated")
-            return (f"{head} ({why}) — {bound}, margin {100 * self.margin:.1f} % from published multi-GPU rows "
-                    f"(n = {cal.n}), held-out coverage {cal.held_out} (leave one source out)")
+            held = (f"held-out coverage {cal.held_out} (leave one source out)" if cal.held_out_n else
+                    "in-sample: one source, nothing held out")
+            return (f"{head} ({why}) — {bound}, margin {100 * self.margin:.1f} % from {cal.evidence or 'published rows'} "
+                    f"(n = {cal.n}), {held}")
         lent = f"; single-GPU margin lent to {cal.world_size} GPUs" if cal.world_size > 1 else ""
         if cal.status == MarginSource.CALIBRATED:
             return (f"{head} with {pct(100 * self.coverage)} % coverage: {bound}, calibrated on {cal.gpu}, "
@@ -152,9 +157,11 @@ def device_margin(gpu: GpuSpec, world_size: int = 1) -> PeakMargin | None:
     """The device margin a job on `world_size` GPUs of `gpu` gets (module docstring): the published multi-GPU one for
     several GPUs or an uncalibrated GPU when there is one, else the GPU's own (or the default)."""
     own = gpu.margin(PEAK)
-    published = gpu.multi_gpu_margin
-    if published is not None and (world_size > 1 or own is None or own.default):
-        return published
+    if world_size > 1 and gpu.multi_gpu_margin is not None:
+        return gpu.multi_gpu_margin
+    if own is None or own.default:      # uncalibrated: published evidence of its own kind of job, when there is some
+        published = gpu.single_gpu_margin if world_size == 1 else None
+        return published or gpu.multi_gpu_margin or own
     return own
 
 
@@ -188,7 +195,7 @@ def _calibration(gpu: GpuSpec, m: PeakMargin | None) -> Calibration:
     (default), or nowhere."""
     if m is not None and m.evidence:
         return Calibration(status=MarginSource.PUBLISHED, gpu=None, n=m.n, coverage=m.coverage, campaign=gpu.campaign,
-                           held_out_covered=m.held_out_covered, held_out_n=m.held_out_n,
+                           held_out_covered=m.held_out_covered, held_out_n=m.held_out_n, evidence=m.evidence,
                            note=f"margin fitted on {m.n} {m.calibrated_on}; in-sample coverage "
                                 f"{pct(100 * m.coverage)} %, held out one source at a time: {m.held_out_covered}/"
                                 f"{m.held_out_n} rows covered")

@@ -13,9 +13,10 @@ Margins: a calibrated GPU has its own per peak. A GPU without a calibration borr
 every calibrated GPU on the search path (`default_margins`), marked `default` — the spread other GPUs' runs showed,
 not a measurement of this GPU.
 
-Multi-GPU margin: `multi-gpu.json` in the same folders (first match wins; written by `hpcmem validate published
---fit-margin`, hpcmem.validate.published_margin) holds the device margin fitted on published multi-GPU rows, with its
-leave-one-source-out coverage. It is not a GPU's calibration: `calibration_files` leaves it out.
+Published margins: `multi-gpu.json` and `single-gpu.json` in the same folders (first match wins; written by `hpcmem
+validate published --fit-margin`, hpcmem.validate.published_margin) hold the device margins fitted on published
+multi-GPU and single-GPU rows, with their leave-one-source-out coverage. They are not a GPU's calibration:
+`calibration_files` leaves them out.
 """
 
 from __future__ import annotations
@@ -30,17 +31,29 @@ from hpcmem.gpus.spec import Campaign, PeakMargin
 
 KIND = "calibrations"
 MULTI_GPU_FILE = "multi-gpu.json"
+SINGLE_GPU_FILE = "single-gpu.json"
+PUBLISHED_FILES = (MULTI_GPU_FILE, SINGLE_GPU_FILE)
 
 
 def calibration_files() -> list[Path]:
     """Every GPU calibration file on the search path, highest priority first."""
-    return [p for d in search_dirs(KIND) if d.is_dir() for p in sorted(d.glob("*.json")) if p.name != MULTI_GPU_FILE]
+    return [p for d in search_dirs(KIND) if d.is_dir() for p in sorted(d.glob("*.json"))
+            if p.name not in PUBLISHED_FILES]
 
 
 def multi_gpu_margin() -> PeakMargin | None:
     """The device margin fitted on published multi-GPU rows (module docstring), or None when no file is found."""
+    return _published_margin(MULTI_GPU_FILE, "multi-GPU")
+
+
+def single_gpu_margin() -> PeakMargin | None:
+    """The device margin fitted on published single-GPU rows (module docstring), or None when no file is found."""
+    return _published_margin(SINGLE_GPU_FILE, "single-GPU")
+
+
+def _published_margin(name: str, what: str) -> PeakMargin | None:
     for d in search_dirs(KIND):
-        data = _read(d / MULTI_GPU_FILE)
+        data = _read(d / name)
         if data is None:
             continue
         try:
@@ -48,9 +61,9 @@ def multi_gpu_margin() -> PeakMargin | None:
             sources = len(data["evidence"]["sources"])
             return PeakMargin(peak=str(data.get("peak", "device")), margin=float(data["margin"]),
                               coverage=float(data["coverage"]), n=int(data["n"]),
-                              calibrated_on=f"published multi-GPU rows ({sources} sources)", default=False,
-                              evidence="published multi-GPU rows", held_out_covered=int(held["covered"]),
-                              held_out_n=int(held["n"]))
+                              calibrated_on=f"published {what} rows ({sources} source{'s' * (sources != 1)})",
+                              default=False, evidence=f"published {what} rows",
+                              held_out_covered=int(held["covered"]), held_out_n=int(held["n"]))
         except (KeyError, TypeError, ValueError):
             continue
     return None

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.errors import HpcmemError
-from hpcmem.gpus.calibration import campaign_of, default_margins, load_calibration, multi_gpu_margin, peak_margins
+from hpcmem.gpus.calibration import (campaign_of, default_margins, load_calibration, multi_gpu_margin, peak_margins,
+                                     single_gpu_margin)
 from hpcmem.gpus.catalog import catalog_entry, catalog_name_for, gpu_names
 from hpcmem.gpus.describe import parse
 from hpcmem.gpus.spec import GpuSpec
@@ -49,7 +50,7 @@ def _with_calibration(name: str, **fields: Any) -> GpuSpec:
                    calibrated=calibrated, calibration_source=calibration.get("source", "") if calibrated else "",
                    margins=tuple(margins[p] for p in sorted(margins)),
                    campaign=campaign_of(calibration) if calibration else None,
-                   multi_gpu_margin=multi_gpu_margin(), **fields)
+                   multi_gpu_margin=multi_gpu_margin(), single_gpu_margin=single_gpu_margin(), **fields)
 
 
 def recalibrated(spec: GpuSpec) -> GpuSpec:

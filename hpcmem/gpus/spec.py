@@ -53,6 +53,7 @@ class GpuSpec:
     capacity_note: str = ""         # how the usable capacity is known when no measurement gave it (derived, described)
     campaign: Campaign | None = None
     multi_gpu_margin: PeakMargin | None = None  # the device margin of multi-GPU jobs (hpcmem.gpus.calibration)
+    single_gpu_margin: PeakMargin | None = None  # published single-GPU rows' margin (uncalibrated GPUs, one GPU)
 
     @property
     def usable_bytes(self) -> int:

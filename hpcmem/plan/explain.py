@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
+from hpcmem.estimate.verdict import device_margin
 from hpcmem.plan.best_first import GIB, Plan, PlanReport, not_fitting
 from hpcmem.plan.fixed import axis_fixed
 from hpcmem.plan.flags import flags_line
@@ -207,11 +208,13 @@ def headroom_lines(report: PlanReport) -> list[str]:
 
 def margin_info(report: PlanReport) -> dict:
     """The safe-bound rule every plan was judged by (hpcmem.estimate.verdict), from the GPU's calibration."""
-    m = report.gpu.margin("device")
+    m = device_margin(report.gpu, report.base.parallel.world_size)
     if m is None:
         return {"margin": 0.0, "status": "none", "calibrated_on": None, "n": 0, "coverage": None}
-    return {"margin": m.margin, "status": "default" if m.default else "calibrated", "calibrated_on": m.calibrated_on,
-            "n": m.n, "coverage": None if m.default else m.coverage}
+    status = "published" if m.evidence else "default" if m.default else "calibrated"
+    return {"margin": m.margin, "status": status, "calibrated_on": m.calibrated_on, "n": m.n,
+            "coverage": None if m.default or m.evidence else m.coverage,
+            "held_out": f"{m.held_out_covered}/{m.held_out_n}" if m.held_out_n else None}
 
 
 def _capacity_line(report: PlanReport) -> str:
@@ -219,6 +222,8 @@ def _capacity_line(report: PlanReport) -> str:
     how = {"calibrated": f"calibrated on {m['calibrated_on']}, n = {m['n']}, {100 * (m['coverage'] or 0):.1f} % "
                          "coverage",
            "default": f"{report.gpu.name} uncalibrated: default margin from {m['calibrated_on']}'s records",
+           "published": f"from {m['calibrated_on']}, n = {m['n']}, "
+                        + (f"held-out coverage {m['held_out']}" if m["held_out"] else "in-sample"),
            "none": "no calibration: margin 0"}[m["status"]]
     return (f"capacity {report.gpu.usable_bytes / GIB:.1f} GiB usable per GPU · safe = (device peak + half its reserved "
             f"spread) + {100 * m['margin']:.1f} % ({how}) · free = capacity − safe; tight plans are not offered")

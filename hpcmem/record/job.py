@@ -68,8 +68,9 @@ def job_from_dict(data: Any, env: Any = None) -> Any:
         kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names}
         if cls is GpuSpec and kw.get("margins"):
             kw["margins"] = tuple(PeakMargin(**m) if isinstance(m, dict) else m for m in kw["margins"])
-        if cls is GpuSpec and isinstance(kw.get("multi_gpu_margin"), dict):
-            kw["multi_gpu_margin"] = PeakMargin(**kw["multi_gpu_margin"])
+        for key in ("multi_gpu_margin", "single_gpu_margin"):
+            if cls is GpuSpec and isinstance(kw.get(key), dict):
+                kw[key] = PeakMargin(**kw[key])
         return cls(**kw)
 
     return JobSpec(model=build(ModelSpec, data["model"]), train=build(TrainSpec, data["train"]),

@@ -33,9 +33,9 @@ EVIDENCE_PEAKS = ("reserved", "device")
 SCHEMA = 1
 
 
-def evidence(points: list[Scored]) -> list[Scored]:
-    """The rows a multi-GPU margin is fitted on (module docstring)."""
-    return [p for p in points if p.gpus > 1 and p.peak in EVIDENCE_PEAKS and p.adjusted_gib is not None]
+def evidence(points: list[Scored], multi: bool = True) -> list[Scored]:
+    """The rows a multi-GPU (or, `multi` False, a single-GPU) margin is fitted on (module docstring)."""
+    return [p for p in points if (p.gpus > 1) == multi and p.peak in EVIDENCE_PEAKS and p.adjusted_gib is not None]
 
 
 def bound_base(p: Scored) -> float:
@@ -58,16 +58,20 @@ def leave_one_source_out(rows: list[Scored]) -> list[dict[str, Any]]:
         train = [need(p) for p in rows if p.source != source]
         held = [p for p in rows if p.source == source]
         m = conformal_margin(train)
-        margin = m["margin"] if m else 0.0
+        if m is None:          # the only source: nothing is left to fit a margin on, so nothing is held out
+            continue
+        margin = m["margin"]
         out.append({"source": source, "n": len(held), "margin": margin, "fitted_on": len(train),
                     "covered": sum(covered(p, margin) for p in held),
                     "not_covered": [p.id for p in held if not covered(p, margin)]})
     return out
 
 
-def fit(points: list[Scored]) -> dict[str, Any] | None:
-    """The multi-GPU margin with its provenance and held-out score; None without evidence."""
-    rows = evidence(points)
+def fit(points: list[Scored], multi: bool = True) -> dict[str, Any] | None:
+    """The multi-GPU (or single-GPU) margin with its provenance and held-out score; None without evidence. With one
+    source, leave-one-source-out has nothing to fit on: its held-out count is 0 of 0 and the margin is in-sample."""
+    rows = evidence(points, multi)
+    what = "multi-GPU" if multi else "single-GPU"
     m = conformal_margin([need(p) for p in rows])
     if m is None:
         return None
@@ -75,7 +79,7 @@ def fit(points: list[Scored]) -> dict[str, Any] | None:
     held_n, held_covered = sum(s["n"] for s in loso), sum(s["covered"] for s in loso)
     sources = sorted({p.source for p in rows})
     return {
-        "schema": SCHEMA, "kind": "multi-gpu margin", "peak": "device",
+        "schema": SCHEMA, "kind": f"{what.lower()} margin", "peak": "device",
         "margin": m["margin"], "n": m["n"], "k": m["k"], "coverage": m["coverage"],
         "target_coverage": TARGET_COVERAGE,
         "held_out": {"method": "leave one source out", "covered": held_covered, "n": held_n,
@@ -83,7 +87,7 @@ def fit(points: list[Scored]) -> dict[str, Any] | None:
         "evidence": {"rows": [p.id for p in rows], "sources": sources,
                      "rows_sha1": hashlib.sha1("".join(sorted(p.id for p in rows)).encode()).hexdigest(),
                      "largest_need": max(rows, key=need).id,
-                     "what": "published multi-GPU rows (estimator/published/), reserved or device peak, estimate "
+                     "what": f"published {what} rows (estimator/published/), reserved or device peak, estimate "
                              "loop-adjusted (hpcmem/validate/published_loop.py)"},
         "fitted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -95,14 +99,15 @@ def save(margin: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def render(margin: dict[str, Any] | None) -> str:
+def render(margin: dict[str, Any] | None, what: str = "multi-GPU") -> str:
     if margin is None:
-        return "multi-GPU margin: no multi-GPU evidence"
+        return f"{what} margin: no {what} evidence"
     h = margin["held_out"]
-    lines = [f"multi-GPU margin {100 * margin['margin']:.1f} % from {margin['n']} published multi-GPU rows "
-             f"({len(margin['evidence']['sources'])} sources; in-sample conformal coverage "
+    lines = [f"{what} margin {100 * margin['margin']:.1f} % from {margin['n']} published {what} rows "
+             f"({len(margin['evidence']['sources'])} source(s); in-sample conformal coverage "
              f"{100 * margin['coverage']:.1f} %, largest need {margin['evidence']['largest_need']}); "
-             f"held out, one source at a time: {h['covered']}/{h['n']} rows covered"]
+             + (f"held out, one source at a time: {h['covered']}/{h['n']} rows covered" if h["n"] else
+                "nothing held out (one source: in-sample only)")]
     for s in h["per_source"]:
         miss = f"; not covered: {', '.join(s['not_covered'])}" if s["not_covered"] else ""
         lines.append(f"  without {s['source']:<22} margin {100 * s['margin']:5.1f} % (n={s['fitted_on']}): "

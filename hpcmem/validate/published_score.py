@@ -142,10 +142,11 @@ def misses(points: list[Scored]) -> tuple[list[Scored], list[Scored]]:
     return [p for p in beyond if p.cause], [p for p in beyond if not p.cause]
 
 
-def to_json(points: list[Scored], unscored: list[Row], files: list[str], margin: dict | None = None) -> dict:
+def to_json(points: list[Scored], unscored: list[Row], files: list[str], margin: dict | None = None,
+            single: dict | None = None) -> dict:
     explained, unexplained = misses(points)
     return {"files": files, "rows": [asdict(p) | {"class": p.klass} for p in points], "summary": summary(points),
-            "trl_or_adjusted": trl_or_adjusted(points), "multi_gpu_margin": margin,
+            "trl_or_adjusted": trl_or_adjusted(points), "multi_gpu_margin": margin, "single_gpu_margin": single,
             "explained_misses": [p.id for p in explained], "unexplained_misses": [p.id for p in unexplained],
             "unscored": [{"id": r.id, "source": r.source, "reason": r.reason} for r in unscored]}
 

@@ -22,6 +22,7 @@ from hpcmem.gpus.spec import GpuSpec, PeakMargin
 GIB = 1024**3
 PACKAGE_H200 = json.loads(resources.files("hpcmem").joinpath("calibrations/h200.json").read_text())
 PACKAGE_MULTI = json.loads(resources.files("hpcmem").joinpath("calibrations/multi-gpu.json").read_text())
+PACKAGE_SINGLE = json.loads(resources.files("hpcmem").joinpath("calibrations/single-gpu.json").read_text())
 CATALOG = {e["name"]: e for e in json.loads(resources.files("hpcmem").joinpath("gpus.json").read_text())["gpus"]}
 
 
@@ -85,7 +86,7 @@ def test_uncalibrated_gpu_borrows_the_largest_calibrated_margin_and_says_so(tmp_
     assert gpu_spec("L4").margin("device").margin == PACKAGE_H200["margins"]["device"]["margin"]
     _site_calibration(tmp_path / "site" / "calibrations", "h100-80gb", "H100-80GB", 0.09)
     monkeypatch.setenv("HPCMEM_DATA", str(tmp_path / "site"))
-    spec = dataclasses.replace(gpu_spec("L4"), multi_gpu_margin=None)   # no published multi-GPU margin on the path
+    spec = dataclasses.replace(gpu_spec("L4"), multi_gpu_margin=None, single_gpu_margin=None)   # no published margins
     assert not spec.calibrated
     v = judge(10 * GIB, spec)
     assert (v.margin, v.calibration.to_json()["status"], v.calibration.to_json()["gpu"]) == (0.09, "default", "H100-80GB")
@@ -106,8 +107,9 @@ def test_a_site_calibration_takes_precedence_over_the_packaged_one(tmp_path, mon
 def test_estimate_json_carries_the_verdict_for_calibrated_and_uncalibrated_gpus() -> None:
     args = ["estimate", "sft", "--model_name_or_path", "Qwen/Qwen2.5-7B", "--dtype", "bfloat16", "--use_peft", "true",
             "--json"]
-    margins = {"calibrated": PACKAGE_H200["margins"]["device"]["margin"], "published": PACKAGE_MULTI["margin"]}
-    for gpu, status in (("H200", "calibrated"), ("L4", "published")):     # L4: uncalibrated
+    # L4 is uncalibrated: one GPU of it takes the margin of the published single-GPU rows
+    margins = {"calibrated": PACKAGE_H200["margins"]["device"]["margin"], "published": PACKAGE_SINGLE["margin"]}
+    for gpu, status in (("H200", "calibrated"), ("L4", "published")):
         out = CliRunner().invoke(cli, [*args, "--gpu", gpu])
         assert out.exit_code == 0, out.output
         data = json.loads(out.output)
@@ -233,6 +235,19 @@ def test_an_uncalibrated_gpu_takes_the_published_margin() -> None:
                   margins=(dataclasses.replace(SINGLE, default=True),), multi_gpu_margin=PUBLISHED)
     v = judge(40 * GIB, gpu)
     assert v.margin == 0.25 and "(X100 uncalibrated)" in v.line() and "published multi-GPU rows" in v.line()
+
+
+def test_one_uncalibrated_gpu_takes_the_single_gpu_rows_margin_and_several_the_multi_gpu_one() -> None:
+    one_source = PeakMargin(peak="device", margin=0.03, coverage=6 / 7, n=6, calibrated_on="published single-GPU rows",
+                            evidence="published single-GPU rows")          # one source: nothing held out
+    gpu = GpuSpec(name="X100", memory_bytes=80 * GIB, bf16_tflops=1.0,
+                  margins=(dataclasses.replace(SINGLE, default=True),), multi_gpu_margin=PUBLISHED,
+                  single_gpu_margin=one_source)
+    v = judge(40 * GIB, gpu)
+    assert v.margin == 0.03 and v.safe_device_peak_bytes == math.ceil(40 * GIB * 1.03) and v.coverage is None
+    assert "from published single-GPU rows (n = 6), in-sample: one source, nothing held out" in v.line()
+    several = judge(40 * GIB, gpu, world_size=2)
+    assert several.margin == 0.25 and "published multi-GPU rows" in several.line()
 
 
 def test_the_shipped_estimate_of_a_multi_gpu_job_uses_the_shipped_multi_gpu_margin() -> None:

@@ -28,10 +28,12 @@ def _verdict(*gpu: str) -> dict:
 ])
 def test_a_new_users_gpu_gets_a_verdict_marked_uncalibrated(gpu, capacity):
     v = _verdict("--gpu", gpu)
-    # an uncalibrated GPU takes the margin fitted on published multi-GPU rows, with its held-out coverage
+    # one uncalibrated GPU takes the margin fitted on published single-GPU rows: one source, so nothing was held out
+    # and no coverage is claimed
     assert v["capacity_bytes"] == capacity and v["calibration"]["status"] == "published"
+    assert v["calibration"]["evidence"] == "published single-GPU rows"
     held = v["calibration"]["held_out"]
-    assert v["coverage"] == held["covered"] / held["n"] and "derived" in v["calibration"]["note"]
+    assert held["n"] == 0 and v["coverage"] is None and "derived" in v["calibration"]["note"]
     text = CliRunner().invoke(cli, ["estimate", "grpo", "--model_name_or_path", "Qwen/Qwen2.5-7B", "--gpu", gpu],
                               catch_exceptions=False).output
     assert f"({gpu} uncalibrated" in text

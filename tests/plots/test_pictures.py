@@ -115,6 +115,7 @@ def json_of(done) -> dict:
 def test_plan_picture_points_are_the_walked_estimates():
     """Every point drawn is a combination the search estimated in full, at its safe bound (device × (1 + margin))."""
     from hpcmem.cli.options import job_from_cli
+    from hpcmem.estimate.verdict import device_margin
     from hpcmem.plan import search
     from hpcmem.plots.plan_plot import points
 
@@ -123,7 +124,7 @@ def test_plan_picture_points_are_the_walked_estimates():
     drawn = points(report)
     estimated = [v for v in report.walked if v.how == "estimate" and v.knobs not in {p.knobs for p in report.plans}]
     assert sum(len(v) for v in drawn.values()) == len(estimated)
-    margin = report.gpu.margin("device").margin
+    margin = device_margin(report.gpu, job.parallel.world_size).margin      # the margin the verdict uses
     for safe, _speed in drawn["fits"]:
         assert safe <= report.gpu.usable_bytes / 2**30 + 1e-9
     some = estimated[0]

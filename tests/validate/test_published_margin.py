@@ -55,3 +55,11 @@ def test_the_shipped_multi_gpu_margin_says_where_it_comes_from() -> None:
     assert data["held_out"]["method"] == "leave one source out"
     assert len(data["evidence"]["sources"]) >= 2 and data["n"] == len(data["evidence"]["rows"]) >= 8
     assert data["held_out"]["n"] == data["n"] and 0 <= data["held_out"]["covered"] <= data["n"]
+
+
+def test_single_gpu_rows_fit_their_own_margin_and_one_source_holds_nothing_out() -> None:
+    rows = [*TABLE, _row("s1", "S", 10.3, 10.0, gpus=1), _row("s2", "S", 9.0, 10.0, gpus=1)]
+    m = fit(rows, multi=False)           # needs 0.03 and 0: the larger, k = n = 2
+    assert m["margin"] == pytest.approx(0.03) and m["n"] == 2 and m["kind"] == "single-gpu margin"
+    assert m["held_out"]["n"] == 0 and m["held_out"]["per_source"] == []
+    assert fit(rows)["n"] == 4          # the multi-GPU fit never sees them
