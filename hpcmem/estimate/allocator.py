@@ -136,7 +136,7 @@ def persistent_sizes(m: ModelSpec, trainer: str, optim: str, weight_bytes: int, 
     base = parameter_sizes(m, trainer, weight_bytes)
     adapters = adapter_sizes(lora)
     trainable = adapters if lora.enabled else base
-    return tuple(base + adapters + optimizer_state_sizes(optim, trainable))
+    return (*base, *adapters, *optimizer_state_sizes(optim, list(trainable)))
 
 
 @functools.lru_cache(maxsize=512)

@@ -11,6 +11,8 @@ as a 4-byte device tensor).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.job.trainers import entry
 from hpcmem.models.params import linear_modules
@@ -31,7 +33,8 @@ def _layer_weights(m: ModelSpec, layer: int, mods: list) -> list[tuple[int, int]
     return out
 
 
-def parameter_sizes(m: ModelSpec, trainer: str, weight_bytes: int) -> list[int]:
+@lru_cache(maxsize=256)        # pure in (model, trainer, bytes); the planner asks for the same model thousands of times
+def parameter_sizes(m: ModelSpec, trainer: str, weight_bytes: int) -> tuple[int, ...]:
     """Bytes of every base-model parameter tensor, in allocation order (reward models: a 1-output score head)."""
     h = m.hidden_size
     sizes = [m.vocab_size * h * weight_bytes]
@@ -52,7 +55,7 @@ def parameter_sizes(m: ModelSpec, trainer: str, weight_bytes: int) -> list[int]:
         sizes.append(h * weight_bytes)
     elif not m.tie_word_embeddings:
         sizes.append(m.vocab_size * h * weight_bytes)
-    return sizes
+    return tuple(sizes)
 
 
 def adapter_sizes(lora: LoraLayout) -> list[int]:

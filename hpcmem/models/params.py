@@ -16,6 +16,7 @@ V vocab, H hidden, d head_dim, n_h/n_kv query/key-value heads, I intermediate, E
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
 from hpcmem.errors import SpecError
@@ -103,7 +104,8 @@ class LinearModule(NamedTuple):
         return (self.in_features * self.out_features + (self.out_features if self.bias else 0)) * self.count_per_layer
 
 
-def linear_modules(spec: ModelSpec) -> list[LinearModule]:
+@lru_cache(maxsize=256)    # pure in the spec; the estimate asks for it several times per job, the planner per combination
+def linear_modules(spec: ModelSpec) -> tuple[LinearModule, ...]:
     """The weight matrices of the decoder layers (not embed/lm_head), as transformers 5.24 names them.
 
     MoE experts are NOT nn.Linear in transformers 5.24: MixtralExperts / Qwen2MoeExperts / Qwen3MoeExperts hold two
@@ -111,7 +113,7 @@ def linear_modules(spec: ModelSpec) -> list[LinearModule]:
     `LoraConfig(target_parameters=[...])`. The router (`mlp.gate`) is a TopKRouter holding a bare `weight` too.
     """
     if spec.learned is not None:
-        return learned_linear_modules(spec.learned)
+        return tuple(learned_linear_modules(spec.learned))
     h, d, n_h, n_kv, L = (spec.hidden_size, spec.head_dim, spec.num_attention_heads, spec.num_key_value_heads,
                           spec.num_hidden_layers)
     q_out, kv_out = n_h * d, n_kv * d
@@ -135,7 +137,7 @@ def linear_modules(spec: ModelSpec) -> list[LinearModule]:
             mods += _mlp("mlp.shared_expert", h, spec.shared_expert_intermediate_size, n_moe, "shared_expert", spec)
         if spec.shared_expert_gate:
             mods.append(LinearModule("mlp.shared_expert_gate", h, 1, 1, n_moe, "shared_expert", True, False))
-    return mods
+    return tuple(mods)
 
 
 def _mlp(prefix: str, h: int, i: int, layers: int, kind: str, spec: ModelSpec) -> list[LinearModule]:
