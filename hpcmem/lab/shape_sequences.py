@@ -32,7 +32,7 @@ from hpcmem.data.profile import load_profile
 from hpcmem.datapath import estimator_dir
 from hpcmem.estimate import estimate
 from hpcmem.estimate.caching_allocator import MODES
-from hpcmem.estimate.shapes import batch_bytes, cadence
+from hpcmem.estimate.shapes import CLASSES, GROUPS, batch_bytes, cadence, group
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trl_config import build_job
 from hpcmem.trace.data import BatchDesign
@@ -41,7 +41,7 @@ from hpcmem.trace.replay import Workspaces, replay
 from hpcmem.trace.run import run_trace
 
 GIB = 1024**3
-CADENCES: tuple[int | None, ...] = (None, 1, 4)
+CADENCES: tuple[int | None, ...] = (None, 1, 2, 4)
 
 
 def draw_rows(histogram: Sequence[Sequence[int]], n: int, seed: int, max_length: int | None) -> list[int]:
@@ -173,8 +173,8 @@ def stream_job(meta: dict[str, Any], empty_cache_steps: int | None, expandable: 
 
 def survey(stored: dict[str, dict[str, Any]], orders: int, seed: int,
            cadences: Sequence[int | None] = CADENCES) -> list[dict[str, Any]]:
-    """Per stored stream, its drawn order and `orders` − 1 seeded shuffles of its steps 2 … N−1 (`reordered`), each
-    replayed per allocator mode and cadence: the excess over the constant worst batch and W
+    """Per stored stream, its drawn order and `orders` − 1 seeded shuffles of its steps 2 … N−1 (`reordered`),
+    each replayed per allocator mode and cadence: the excess over the constant worst batch and W
     (hpcmem.estimate.shapes.batch_bytes)."""
     rows = []
     for name, data in sorted(stored.items()):
@@ -186,7 +186,8 @@ def survey(stored: dict[str, dict[str, Any]], orders: int, seed: int,
             w = batch_bytes(estimate(job).phases)
             for i, order in enumerate(shuffles):
                 seen = excess(reordered(data["events"], order), constant(data, mode), k, mode == "expandable")
-                rows.append({"stream": name, "order": i, "mode": mode, "cadence": k, "class": cadence(job),
+                rows.append({"stream": name, "order": i, "mode": mode, "group": group(job), "cadence": k,
+                             "class": cadence(job),
                              "excess_bytes": seen, "batch_bytes": w, "ratio": round(seen / w, 6)})
     return rows
 
@@ -197,9 +198,9 @@ def constant(data: dict[str, Any], mode: str) -> int:
 
 
 def fitted(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """hpcmem.estimate.shapes.COEFFICIENTS from survey rows: the largest ratio per mode and cadence class, ≥ 0."""
-    return {mode: {name: round(max([0.0, *(r["ratio"] for r in rows if (r["mode"], r["class"]) == (mode, name))]), 4)
-                   for name in ("never", "set")} for mode in MODES}
+    """hpcmem.estimate.shapes.COEFFICIENTS from survey rows: the largest ratio per group and cadence class, ≥ 0."""
+    return {g: {name: round(max([0.0, *(r["ratio"] for r in rows if (r["group"], r["class"]) == (g, name))]), 4)
+                for name in CLASSES} for g in GROUPS}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
