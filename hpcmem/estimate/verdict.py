@@ -5,6 +5,8 @@
                  s: the reserved spread, a block the caching allocator may or may not map again
                     (hpcmem.estimate.allocator.placement_spread); the point estimate sits between the two outcomes,
                     the bound starts from the upper one, and m is fitted on measured / (device peak + s / 2)
+                 + v: what varying batch shapes may reserve above the worst batch (hpcmem.estimate.shapes), added
+                    whole inside the parentheses; not in m's fit (the probes repeat one batch shape)
     capacity   = what torch can use on the GPU  torch.cuda.mem_get_info()'s total (gpus.json capacity_bytes),
                                                 not the marketing size nor nvidia-smi's total
 
@@ -71,6 +73,7 @@ class FitVerdict:
     margin: float
     coverage: float | None             # None unless this GPU's own records stand behind the margin
     calibration: Calibration
+    shapes_bytes: int = 0              # varying batch shapes (hpcmem.estimate.shapes), whole in the safe bound
 
     @property
     def fits(self) -> bool:
@@ -84,7 +87,7 @@ class FitVerdict:
     def to_json(self) -> dict[str, Any]:
         return {"level": self.level, "fits": self.fits, "safe_device_peak_bytes": self.safe_device_peak_bytes,
                 "device_peak_bytes": self.device_peak_bytes, "spread_bytes": self.spread_bytes,
-                "capacity_bytes": self.capacity_bytes,
+                "shapes_bytes": self.shapes_bytes, "capacity_bytes": self.capacity_bytes,
                 "margin": self.margin, "coverage": self.coverage, "calibration": self.calibration.to_json()}
 
     def line(self) -> str:
@@ -95,8 +98,10 @@ class FitVerdict:
                     f"{self.capacity_bytes / GIB:.1f} GiB usable on {self.gpu_name}"
                     + ("" if cal.status == MarginSource.CALIBRATED else f" ({self.gpu_name} uncalibrated)"))
         head = "fits" if self.level == FITS else "tight: the point estimate fits, the safe bound does not"
-        upper = (f"device peak {self.device_peak_bytes / GIB:.1f} + half spread {self.spread_bytes / 2 / GIB:.2f}, then"
+        upper = (f"device peak {self.device_peak_bytes / GIB:.1f} + half spread {self.spread_bytes / 2 / GIB:.2f}"
                  if self.spread_bytes else f"device peak {self.device_peak_bytes / GIB:.1f}")
+        upper += f" + shapes {self.shapes_bytes / GIB:.2f}" if self.shapes_bytes else ""
+        upper += ", then" if self.spread_bytes or self.shapes_bytes else ""
         bound = (f"safe bound {self.safe_device_peak_bytes / GIB:.1f} of {self.capacity_bytes / GIB:.1f} GiB "
                  f"({upper} + {100 * self.margin:.1f} %)")
         campaign = cal.campaign
@@ -127,24 +132,25 @@ def upper(predicted: float, spread_bytes: float) -> float:
     return predicted + spread_bytes / 2
 
 
-def safe_bound(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0) -> int:
+def safe_bound(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0, shapes_bytes: int = 0) -> int:
     m = gpu.margin(PEAK)
-    return math.ceil(upper(device_peak_bytes, spread_bytes) * (1.0 + (m.margin if m else 0.0)))
+    return math.ceil((upper(device_peak_bytes, spread_bytes) + shapes_bytes) * (1.0 + (m.margin if m else 0.0)))
 
 
-def judge(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0) -> FitVerdict:
-    """The verdict for a device peak (± half `spread_bytes`) on `gpu` (its capacity and margins as
-    hpcmem.gpus.lookup.gpu_spec built them)."""
+def judge(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0, shapes_bytes: int = 0) -> FitVerdict:
+    """The verdict for a device peak (± half `spread_bytes`, + `shapes_bytes` when batch shapes vary) on `gpu` (its
+    capacity and margins as hpcmem.gpus.lookup.gpu_spec built them)."""
     m = gpu.margin(PEAK)
     capacity = gpu.usable_bytes
-    safe = safe_bound(device_peak_bytes, gpu, spread_bytes)
+    safe = safe_bound(device_peak_bytes, gpu, spread_bytes, shapes_bytes)
     level = FITS if safe <= capacity else TIGHT if device_peak_bytes <= capacity else DOES_NOT_FIT
     calibration = _calibration(gpu, m)
     if gpu.capacity_note:
         calibration = replace(calibration, note=f"{calibration.note}; capacity: {gpu.capacity_note}")
     return FitVerdict(level=level, gpu_name=gpu.name, device_peak_bytes=device_peak_bytes, spread_bytes=spread_bytes,
                       safe_device_peak_bytes=safe, capacity_bytes=capacity, margin=m.margin if m else 0.0,
-                      coverage=m.coverage if m and not m.default else None, calibration=calibration)
+                      coverage=m.coverage if m and not m.default else None, calibration=calibration,
+                      shapes_bytes=shapes_bytes)
 
 
 def _calibration(gpu: GpuSpec, m: PeakMargin | None) -> Calibration:
