@@ -41,6 +41,7 @@ from hpcmem.job.trainers import entry
 # The model's states and what does not scale with the batch (hpcmem.estimate.closing `resident_components`).
 STATES = frozenset({"weights", "quantization constants", "lora adapters", str(OPTIMIZER_STATES), "fp32 master weights",
                     "gradient buckets", str(GRADIENTS), str(CUBLAS_WORKSPACES), str(BLOCK_TAILS)})
+STEP_PHASES = (str(FORWARD), str(BACKWARD))
 # c per group (allocator mode, gradient checkpointing) and cadence class, fitted by `python -m
 # hpcmem.lab.shape_sequences --survey 10 --write estimator/shapes-fit.json` (estimator/LOG.md)
 CLASSES = ("never", "1", "2-4")
@@ -66,11 +67,11 @@ def varies(job: JobSpec) -> bool:
 def batch_bytes(phases: Sequence[Phase]) -> int:
     """W: the largest forward or backward phase's bytes less the model's states, gradients, workspaces and block
     tails (0 without such a phase)."""
-    step = [p for p in phases if p.name.startswith((str(FORWARD), str(BACKWARD)))]
+    step = [p for p in phases if p.name.startswith(STEP_PHASES)]
     if not step:
         return 0
     peak = max(step, key=lambda p: p.bytes)
-    return sum(c.bytes for c in peak.components if str(c.name) not in STATES)
+    return sum(c.bytes for c in peak.components if c.name not in STATES)
 
 
 def cadence(job: JobSpec) -> str:
