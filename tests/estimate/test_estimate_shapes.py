@@ -20,7 +20,16 @@ from hpcmem.estimate.verdict import safe_bound
 from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.job.trainers.fields import MODELLED, classify
 from hpcmem.job.trl_config import build_job
-from hpcmem.lab.shape_sequences import draw_rows, fitted, padded_lengths, stream_job, survey
+from hpcmem.lab.shape_sequences import (
+    draw_rows,
+    excess,
+    fitted,
+    padded_lengths,
+    reordered,
+    step_blocks,
+    stream_job,
+    survey,
+)
 from hpcmem.trace.events import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,3 +146,13 @@ def test_verdict_adds_the_term_whole_to_the_safe_bound():
                                                   est.reserved_shapes_bytes)
     assert v.safe_device_peak_bytes > safe_bound(est.device_peak_bytes, gpu_spec("H200"), est.reserved_spread_bytes)
     assert "shapes" in v.line()
+
+
+def test_reordering_in_the_drawn_order_replays_the_stream_itself():
+    # the survey's shuffles rebuild the stream from per-step blocks; in the drawn order that is the traced stream
+    # (the few scalars a later step frees are freed at the end of their own step: too small to move reserved)
+    data = stored(STREAMS[0])
+    n = len(step_blocks(data["events"])[1])
+    again = reordered(data["events"], list(range(n)))
+    for every in (None, 1):
+        assert excess(again, 0, every) == excess(data["events"], 0, every)
