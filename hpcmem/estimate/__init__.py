@@ -22,6 +22,7 @@ from hpcmem.estimate.names import BLOCK_TAILS as TAILS
 from hpcmem.estimate.names import CHECKPOINT_SAVE as SAVE_PHASE
 from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
 from hpcmem.estimate.parallel import layout_json, layout_note, local_micro_batch, sequence_buffers
+from hpcmem.estimate.shapes import shapes_bytes, shapes_note
 from hpcmem.estimate.states import job_param_parts, model_states, optimizer_step_transient
 from hpcmem.estimate.step import build_phases
 from hpcmem.estimate.tails import block_tails
@@ -120,6 +121,7 @@ def estimate(job: JobSpec) -> Estimate:
     tails = (Component(name=TAILS, bytes=tails_bytes, note=tails_note),) if tails_bytes else ()
     phases = [Phase(name=p.name, components=(*p.components, workspaces, *tails)) for p in phases]
     slack, spread = allocator_slack(job, mb, prec, lora, phases)
+    shapes = shapes_bytes(job, phases)
     dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
     warnings = (list(job_warnings(job)) + list(extras.notes) + lora_variants.wrapped_notes(job, lora, prec)
@@ -141,6 +143,8 @@ def estimate(job: JobSpec) -> Estimate:
         reserved_extra_bytes=dev.reserved_extra,
         reserved_spread_bytes=spread,
         reserved_spread_note=spread_block(job, mb, prec, lora) if spread else "",
+        reserved_shapes_bytes=shapes,
+        reserved_shapes_note=shapes_note(job) if shapes else "",
         device_extra_bytes=dev.device_extra,
         device_note=dev.note,
         gpu_name=job.gpu.name if job.gpu else None,

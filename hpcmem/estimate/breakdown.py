@@ -97,6 +97,8 @@ class Estimate:
     reserved_extra_bytes: int           # allocator: reserved − allocated at the peak
     reserved_spread_bytes: int = 0      # a block reserved may or may not hold (estimate/allocator.py placement_spread)
     reserved_spread_note: str = ""      # which block that is (estimate/allocator.py spread_block)
+    reserved_shapes_bytes: int = 0      # varying batch shapes may add this to reserved (estimate/shapes.py)
+    reserved_shapes_note: str = ""
     device_extra_bytes: int             # CUDA context, libraries, NCCL, vLLM pool outside PyTorch's allocator
     device_note: str
     gpu_name: str | None = None
@@ -132,7 +134,7 @@ class Estimate:
     def verdict(self) -> FitVerdict | None:
         """Fits · tight · does not fit, on the safe bound (hpcmem.estimate.verdict); None without a GPU."""
         return None if self.gpu is None else judge(self.device_peak_bytes, self.gpu, self.reserved_spread_bytes,
-                                                 self.world_size)
+                                                 world_size=self.world_size, shapes_bytes=self.reserved_shapes_bytes)
 
     @property
     def fits(self) -> bool | None:
@@ -156,6 +158,7 @@ class Estimate:
                 "peak_allocated_bytes": self.peak_allocated_bytes,
                 "peak_reserved_bytes": self.peak_reserved_bytes,
                 "reserved_spread_bytes": self.reserved_spread_bytes,
+                "reserved_shapes_bytes": self.reserved_shapes_bytes,
                 "device_peak_bytes": self.device_peak_bytes,
                 "phase": peak.name,
                 "components": {c.name: c.bytes for c in peak.components},

@@ -28,6 +28,9 @@ def render(est: Estimate) -> str:
                      f"{est.reserved_spread_note} ({est.reserved_spread_bytes / GIB:.2f} GiB) again depends on where "
                      "MiB-sized blocks sit (default allocator) or on the order the step's blocks fill freed memory "
                      "(expandable segments), which the estimate does not replay")
+    if est.reserved_shapes_bytes:
+        lines.append(f"{'':<30}{'':>14}   + up to {est.reserved_shapes_bytes / GIB:.2f} GiB "
+                     f"{est.reserved_shapes_note}")
     verdict = est.verdict
     where = (f"of {verdict.capacity_bytes / GIB:.1f} GiB usable on {est.gpu_name}" if verdict else "")
     lines.append(f"{'device peak':<30}{gib(est.device_peak_bytes):>14}   {where}")

@@ -5,6 +5,8 @@
                  s: the reserved spread, a block the caching allocator may or may not map again
                     (hpcmem.estimate.allocator.placement_spread); the point estimate sits between the two outcomes,
                     the bound starts from the upper one, and m is fitted on measured / (device peak + s / 2)
+                 + v: what varying batch shapes may reserve above the worst batch (hpcmem.estimate.shapes), added
+                    whole inside the parentheses; not in m's fit (the probes repeat one batch shape)
     capacity   = what torch can use on the GPU  torch.cuda.mem_get_info()'s total (gpus.json capacity_bytes),
                                                 not the marketing size nor nvidia-smi's total
 
@@ -90,6 +92,7 @@ class FitVerdict:
     margin: float
     coverage: float | None             # None unless this GPU's own records stand behind the margin
     calibration: Calibration
+    shapes_bytes: int = 0              # varying batch shapes (hpcmem.estimate.shapes), whole in the safe bound
 
     @property
     def fits(self) -> bool:
@@ -103,7 +106,7 @@ class FitVerdict:
     def to_json(self) -> dict[str, Any]:
         return {"level": self.level, "fits": self.fits, "safe_device_peak_bytes": self.safe_device_peak_bytes,
                 "device_peak_bytes": self.device_peak_bytes, "spread_bytes": self.spread_bytes,
-                "capacity_bytes": self.capacity_bytes,
+                "shapes_bytes": self.shapes_bytes, "capacity_bytes": self.capacity_bytes,
                 "margin": self.margin, "coverage": self.coverage, "calibration": self.calibration.to_json()}
 
     def line(self) -> str:
@@ -114,8 +117,10 @@ class FitVerdict:
                     f"{self.capacity_bytes / GIB:.1f} GiB usable on {self.gpu_name}"
                     + ("" if cal.status == MarginSource.CALIBRATED else f" ({self.gpu_name} uncalibrated)"))
         head = "fits" if self.level == FITS else "tight: the point estimate fits, the safe bound does not"
-        upper = (f"device peak {self.device_peak_bytes / GIB:.1f} + half spread {self.spread_bytes / 2 / GIB:.2f}, then"
+        upper = (f"device peak {self.device_peak_bytes / GIB:.1f} + half spread {self.spread_bytes / 2 / GIB:.2f}"
                  if self.spread_bytes else f"device peak {self.device_peak_bytes / GIB:.1f}")
+        upper += f" + shapes {self.shapes_bytes / GIB:.2f}" if self.shapes_bytes else ""
+        upper += ", then" if self.spread_bytes or self.shapes_bytes else ""
         bound = (f"safe bound {self.safe_device_peak_bytes / GIB:.1f} of {self.capacity_bytes / GIB:.1f} GiB "
                  f"({upper} + {100 * self.margin:.1f} %)")
         campaign = cal.campaign
@@ -155,7 +160,8 @@ def upper(predicted: float, spread_bytes: float) -> float:
 
 def device_margin(gpu: GpuSpec, world_size: int = 1) -> PeakMargin | None:
     """The device margin a job on `world_size` GPUs of `gpu` gets (module docstring): the published multi-GPU one for
-    several GPUs or an uncalibrated GPU when there is one, else the GPU's own (or the default)."""
+    several GPUs, the published single-GPU one for one uncalibrated GPU, when there are such; else the GPU's own (or
+    the default)."""
     own = gpu.margin(PEAK)
     if world_size > 1 and gpu.multi_gpu_margin is not None:
         return gpu.multi_gpu_margin
@@ -165,17 +171,19 @@ def device_margin(gpu: GpuSpec, world_size: int = 1) -> PeakMargin | None:
     return own
 
 
-def safe_bound(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0, world_size: int = 1) -> int:
+def safe_bound(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0, world_size: int = 1,
+               shapes_bytes: int = 0) -> int:
     m = device_margin(gpu, world_size)
-    return math.ceil(upper(device_peak_bytes, spread_bytes) * (1.0 + (m.margin if m else 0.0)))
+    return math.ceil((upper(device_peak_bytes, spread_bytes) + shapes_bytes) * (1.0 + (m.margin if m else 0.0)))
 
 
-def judge(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0, world_size: int = 1) -> FitVerdict:
-    """The verdict for a device peak (± half `spread_bytes`) of a job on `world_size` GPUs of `gpu` (its capacity
-    and margins as hpcmem.gpus.lookup.gpu_spec built them)."""
+def judge(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0, world_size: int = 1,
+          shapes_bytes: int = 0) -> FitVerdict:
+    """The verdict for a device peak (± half `spread_bytes`, + `shapes_bytes` when batch shapes vary) of a job on
+    `world_size` GPUs of `gpu` (its capacity and margins as hpcmem.gpus.lookup.gpu_spec built them)."""
     m = device_margin(gpu, world_size)
     capacity = gpu.usable_bytes
-    safe = safe_bound(device_peak_bytes, gpu, spread_bytes, world_size)
+    safe = safe_bound(device_peak_bytes, gpu, spread_bytes, world_size, shapes_bytes)
     level = FITS if safe <= capacity else TIGHT if device_peak_bytes <= capacity else DOES_NOT_FIT
     calibration = replace(_calibration(gpu, m), world_size=world_size)
     if gpu.capacity_note:
@@ -187,7 +195,7 @@ def judge(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0, world_siz
         coverage = m.coverage
     return FitVerdict(level=level, gpu_name=gpu.name, device_peak_bytes=device_peak_bytes, spread_bytes=spread_bytes,
                       safe_device_peak_bytes=safe, capacity_bytes=capacity, margin=m.margin if m else 0.0,
-                      coverage=coverage, calibration=calibration)
+                      coverage=coverage, calibration=calibration, shapes_bytes=shapes_bytes)
 
 
 def _calibration(gpu: GpuSpec, m: PeakMargin | None) -> Calibration:

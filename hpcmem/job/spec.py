@@ -67,6 +67,7 @@ class TrainSpec:
     optim: str = "adamw_torch_fused"
     max_grad_norm: float = 1.0                   # gradient clipping; 0 (or None in TRL): none
     torch_compile: bool = False                  # torch.compile(inductor) of the model: estimated as eager, labelled
+    torch_empty_cache_steps: int | None = None   # empty_cache every k steps: bounds hpcmem.estimate.shapes
     # TrainingArguments of the job around the steps (transformers 5.24 training_args.py defaults): evaluation,
     # checkpoints, data loading
     per_device_eval_batch_size: int = 8
@@ -134,7 +135,8 @@ class TrainSpec:
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "lora_r", "num_generations",
                      "vllm_tensor_parallel_size", "max_completion_length", "max_prompt_length", "num_iterations"):
             p.check(getattr(self, name) >= 1, f"{name} must be ≥ 1; got {getattr(self, name)}")
-        for name in ("max_length", "pad_to_multiple_of", "steps_per_generation", "generation_batch_size"):
+        for name in ("max_length", "pad_to_multiple_of", "steps_per_generation", "generation_batch_size",
+                     "torch_empty_cache_steps"):
             value = getattr(self, name)
             p.check(value is None or value >= 1, f"{name} must be ≥ 1 or None; got {value}")
         p.check(0.0 <= self.lora_dropout < 1.0, f"lora_dropout must be in [0, 1); got {self.lora_dropout}")

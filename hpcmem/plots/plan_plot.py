@@ -33,7 +33,8 @@ def points(report: Any) -> dict[str, list[tuple[float, float]]]:
     for v in report.walked:
         if v.how not in KINDS or v.device_peak_bytes is None or v.knobs in offered:
             continue
-        safe = safe_bound(v.device_peak_bytes, report.gpu, v.spread_bytes, report.base.parallel.world_size) / GIB
+        safe = safe_bound(v.device_peak_bytes, report.gpu, v.spread_bytes, report.base.parallel.world_size,
+                          v.shapes_bytes) / GIB
         out["fits" if v.fits else KINDS[v.how]].append((safe, v.speed.tokens_per_s_per_gpu))
     return out
 

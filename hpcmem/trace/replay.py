@@ -13,6 +13,12 @@ GEMM, after the GEMM's output exists):
 
 The probe's reserved peak is the maximum over the steps after the first (hpcmem.probe.runner, warmup_steps=1);
 `ReplayResult.steady_*` are the same maxima over the replayed steps ≥ 2.
+
+`empty_cache_steps` (TrainingArguments.torch_empty_cache_steps): transformers' `Trainer.training_step`
+(transformers/trainer.py, 5.24) calls `clear_device_cache()` → `torch.cuda.empty_cache()` after `compute_loss` and
+before `accelerator.backward` whenever `state.global_step % torch_empty_cache_steps == 0` — once per micro-batch of
+such a step; global_step is the number of finished optimizer steps, so traced step s (1-based) empties when
+(s − 1) % k == 0. The replay empties where the stream enters a micro-batch's backward phase.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpcmem.estimate.caching_allocator import CachingAllocator
+from hpcmem.trace.events import AUTOGRAD_PHASE as BACKWARD
 from hpcmem.trace.events import step_of
 
 MIB = 1024**2
@@ -65,16 +72,19 @@ def steady_peak(peaks: dict[int, tuple[int, int]], i: int) -> int:
 
 
 def replay(events: list[Any], *, expandable: bool = False, workspaces: Workspaces = Workspaces(),
-           capacity_bytes: int | None = None, until: int | None = None) -> ReplayResult:
+           capacity_bytes: int | None = None, until: int | None = None,
+           empty_cache_steps: int | None = None) -> ReplayResult:
     """Feed the stream to a fresh allocator model; per-step peaks of allocated (torch's count: whole blocks) and
     reserved bytes. `until`: stop before that event — the result's `allocator` is then the state there (e.g. at
-    `steady_peak_index + 1`, the allocated peak's instant)."""
+    `steady_peak_index + 1`, the allocated peak's instant). `empty_cache_steps`: the Trainer's
+    `torch_empty_cache_steps` (module docstring)."""
     alloc = CachingAllocator(expandable_segments=expandable, capacity_bytes=capacity_bytes)
     st = alloc.stats
     handles: dict[int, int] = {}
     taken: set[tuple[str, str]] = set()
     peaks: dict[int, tuple[int, int]] = {}
     step, a_peak, r_peak, extra, steady, at = 0, 0, 0, 0, 0, -1
+    in_backward = False
     for i, ev in enumerate(events[:until]):
         if isinstance(ev, int):
             if ev >= 0:
@@ -86,6 +96,9 @@ def replay(events: list[Any], *, expandable: bool = False, workspaces: Workspace
             if new != step and new:
                 _close(peaks, step, a_peak, r_peak)
                 step, a_peak, r_peak = new, st.allocated_bytes, st.reserved_bytes
+            entering, in_backward = _enters_backward(ev[1], in_backward)
+            if entering and empty_cache_steps and new and (new - 1) % empty_cache_steps == 0:
+                alloc.empty_cache()
             continue
         elif ev[0] == "gemm":
             extra += _workspaces(alloc, taken, ev[1], ev[2], workspaces)
@@ -96,6 +109,12 @@ def replay(events: list[Any], *, expandable: bool = False, workspaces: Workspace
     _close(peaks, step, a_peak, r_peak)
     return ReplayResult(expandable=expandable, stats=st.to_json(), step_peaks=peaks, workspace_bytes=extra,
                         steady_peak_index=at, allocator=alloc)
+
+
+def _enters_backward(phase: str | None, was: bool) -> tuple[bool, bool]:
+    """(does this phase marker enter a backward from outside one, is the stream in a backward now)."""
+    now = bool(phase) and f"/ {BACKWARD}" in phase
+    return now and not was, now
 
 
 def _close(peaks: dict[int, tuple[int, int]], step: int, a_peak: int, r_peak: int) -> None:

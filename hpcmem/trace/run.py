@@ -50,7 +50,7 @@ ADJUSTMENTS: tuple[str, ...] = (
 
 def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False,
               allocator: bool | str = False, generation: bool = False, steps: int | None = None,
-              snapshot: Any = None) -> TraceResult:
+              snapshot: Any = None, design: Any = None) -> TraceResult:
     """Trace two training steps of `job` (single GPU) and return the peak and its breakdown.
 
     `generation` (GRPO/RLOO, off by default: slow): run TRL's transformers `generate` call to full length in the
@@ -65,7 +65,11 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
     half the cost).
 
     `snapshot` (a hpcmem.trace.snapshot.SnapshotRecorder, off by default) records every device allocation with its
-    Python frames and phase, in the layout of torch's memory snapshot; the allocator model, if any, still hears all."""
+    Python frames and phase, in the layout of torch's memory snapshot; the allocator model, if any, still hears all.
+
+    `design` (a hpcmem.trace.data.BatchDesign, default the job's worst-case micro-batch) replaces the rows the
+    dataset is made of: hpcmem.lab.shape_sequences hands in the rows of several micro-batches drawn from a length
+    profile, so the steps see the shapes a real dataset gives."""
     if kernels not in KERNELS:
         raise SpecError(f"kernels must be one of {', '.join(KERNELS)}; got {kernels!r}")
     _check_single_gpu(job)
@@ -74,7 +78,7 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
     require_traceable(job)
     start = time.perf_counter()
 
-    design = design_batch(job)
+    design = design_batch(job) if design is None else design
     sim, modes = _allocator_sim(job_mode(job) if allocator == "auto" else allocator)
     listener = sim
     if snapshot is not None:

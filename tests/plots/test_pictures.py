@@ -113,7 +113,8 @@ def json_of(done) -> dict:
 
 
 def test_plan_picture_points_are_the_walked_estimates():
-    """Every point drawn is a combination the search estimated in full, at its safe bound (device × (1 + margin))."""
+    """Every point drawn is a combination the search estimated in full, at its safe bound ((device + half the
+    spread + the varying-shapes term) × (1 + margin))."""
     from hpcmem.cli.options import job_from_cli
     from hpcmem.estimate.verdict import device_margin
     from hpcmem.plan import search
@@ -128,5 +129,6 @@ def test_plan_picture_points_are_the_walked_estimates():
     for safe, _speed in drawn["fits"]:
         assert safe <= report.gpu.usable_bytes / 2**30 + 1e-9
     some = estimated[0]
-    assert any(abs(safe - some.device_peak_bytes * (1 + margin) / 2**30) < 1e-6 for pts in drawn.values()
+    bound = (some.device_peak_bytes + some.spread_bytes / 2 + some.shapes_bytes) * (1 + margin) / 2**30
+    assert any(abs(safe - bound) < 1e-6 for pts in drawn.values()
                for safe, _ in pts)

@@ -198,3 +198,30 @@ def test_perturb_refuses_bad_sizes_and_use_without_cuda_replay(capsys, argv: lis
         main(argv)
     assert exc.value.code == 2
     assert f"--perturb {argv[1]!r}" in capsys.readouterr().err
+
+
+def shapes_stream() -> list:
+    """Three steps whose working block grows, shrinks back and grows past both: 12, 16 and 20 MiB (each ≥ 10 MiB:
+    a segment of its own size), born and freed in the forward, before the backward marker."""
+    out: list = []
+    for step, size in ((1, 12 * MIB), (2, 16 * MIB), (3, 20 * MIB)):
+        out += [["phase", f"step {step} / forward"], size, -1, ["phase", f"step {step} / backward / layer 0"]]
+    return out
+
+
+def test_varying_shapes_keep_every_segment_without_empty_cache():
+    # no segment holds the next, larger block: 12, then 12 + 16, then 12 + 16 + 20 MiB reserved
+    r = replay(shapes_stream(), workspaces=NO_WORKSPACES)
+    assert [r.step_peaks[s][1] for s in (1, 2, 3)] == [12 * MIB, 28 * MIB, 48 * MIB]
+
+
+@pytest.mark.parametrize(("every", "reserved"), [
+    (1, [12, 16, 20]),      # each backward marker releases the free segment the step's forward left
+    (2, [12, 16, 36]),      # steps 1 and 3 empty (global_step 0 and 2): 12 is gone before step 2, but step 3's
+                            # forward runs before its own release and finds only the 16 cached: 16 + 20
+])
+def test_empty_cache_steps_releases_at_the_trainers_cadence(every, reserved):
+    # transformers Trainer.training_step: empty_cache when global_step % torch_empty_cache_steps == 0, after the
+    # loss and before backward; traced step s has global_step s − 1
+    r = replay(shapes_stream(), workspaces=NO_WORKSPACES, empty_cache_steps=every)
+    assert [r.step_peaks[s][1] // MIB for s in (1, 2, 3)] == reserved

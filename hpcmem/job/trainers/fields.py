@@ -77,7 +77,6 @@ FIELDS: dict[str, Field] = {
     "use_cache": _ref("keeps every layer's keys and values in a DynamicCache through the training forward (copies, "
                       "transformers cache_utils.py DynamicLayer.update); not modelled — TRL's default is False", False),
     "neftune_noise_alpha": _no("one [tokens, hidden] noise tensor added at the embedding, freed before the first layer"),
-    "torch_empty_cache_steps": _no("empties the allocator's cache between steps; the step's peak is the same"),
     "auto_find_batch_size": _no("halves the batch only after an out-of-memory error; the estimate is of the batch "
                                 "asked for"),
     "logging_strategy": _RUN, "logging_steps": _RUN, "logging_first_step": _RUN, "log_on_each_node": _RUN,
