@@ -227,6 +227,7 @@ def _walk(scored: list, walker: "_Walker", top: int | None, plans: list[Plan], w
     accepted = {p.knobs for p in plans}
     in_walk = {k for _, k in scored}
     twins = {twin_key(p.knobs, p.estimate, p.speed): i for i, p in enumerate(plans)}
+    own = job_knobs(walker.base)
     start = len(plans)
     for speed, k in scored:
         fresh = plans[start:]
@@ -243,12 +244,23 @@ def _walk(scored: list, walker: "_Walker", top: int | None, plans: list[Plan], w
             if k.expandable_segments and k._replace(expandable_segments=False) in accepted:
                 continue        # same speed, one more setting: not worth a row
             key = twin_key(k, est, speed)
-            if key in twins:        # the same job on this hardware: named beside the plan found first
+            if key in twins:        # the same job on this hardware: one row, the twin closest to the user's job
                 i = twins[key]
-                plans[i] = replace(plans[i], equivalents=(*plans[i].equivalents, k))
+                old = plans[i]
+                if _closeness(k, own) > _closeness(old.knobs, own):
+                    plans[i] = Plan(rank=old.rank, knobs=k, job=job, estimate=est, speed=speed,
+                                    equivalents=(*old.equivalents, old.knobs))
+                else:
+                    plans[i] = replace(old, equivalents=(*old.equivalents, k))
                 continue
             twins[key] = len(plans)
             plans.append(Plan(rank=len(plans) + 1, knobs=k, job=job, estimate=est, speed=speed))
+
+
+def _closeness(k: Knobs, own: Knobs) -> int:
+    """How many of the twin axes (load dtype, sharding, optimizer) keep the job's own value: of twins, the plan shown
+    changes least of what the user wrote (a bfloat16 load stays one)."""
+    return (k.dtype == own.dtype) + (k.sharding == own.sharding) + (k.optim == own.optim)
 
 
 def _host_floor_note(base: JobSpec, capacity: int | None) -> str:

@@ -143,7 +143,7 @@ def test_verdict_adds_the_term_whole_to_the_safe_bound():
     v = est.verdict
     assert v.shapes_bytes == est.reserved_shapes_bytes > 0
     assert v.safe_device_peak_bytes == safe_bound(est.device_peak_bytes, gpu_spec("H200"), est.reserved_spread_bytes,
-                                                  est.reserved_shapes_bytes)
+                                                  shapes_bytes=est.reserved_shapes_bytes)
     assert v.safe_device_peak_bytes > safe_bound(est.device_peak_bytes, gpu_spec("H200"), est.reserved_spread_bytes)
     assert "shapes" in v.line()
 

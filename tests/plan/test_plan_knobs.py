@@ -191,3 +191,14 @@ def test_host_ram_comes_from_preset_then_flag_then_the_reference_node():
     assert unknown.bytes is None and "not checked" in unknown.source
     with pytest.raises(SpecError, match="memory_per_node_gb"):
         host_ram("H100-80GB", 8, preset_bytes=1000 * GIB, flag_gib=512, preset_name="p")
+
+
+def test_of_twins_the_row_keeps_the_users_load_dtype():
+    """A bfloat16-loaded job's plans under DeepSpeed have float32-load twins (DeepSpeed casts either to bf16): the
+    row shown keeps bfloat16, so a suggested fix never adds --dtype float32 to what the user wrote."""
+    report = search(job(model=SMALL, gpu="L4", dtype="bfloat16"), gpu_spec("L4"), allow_peft=True, top=10)
+    with_twins = [p for p in report.plans if any(e.dtype == "float32" for e in p.equivalents)]
+    assert with_twins, [p.knobs.label() for p in report.plans]          # the case this test is about occurs
+    for p in report.plans:
+        if any(e.dtype != p.knobs.dtype for e in p.equivalents):
+            assert p.knobs.dtype == "bfloat16", (p.knobs.label(), [e.dtype for e in p.equivalents])
