@@ -22,7 +22,7 @@ from hpcmem.estimate.names import BLOCK_TAILS as TAILS
 from hpcmem.estimate.names import CHECKPOINT_SAVE as SAVE_PHASE
 from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
 from hpcmem.estimate.parallel import layout_json, layout_note, local_micro_batch, sequence_buffers
-from hpcmem.estimate.shapes import shapes_bytes, shapes_note
+from hpcmem.estimate.shapes import needed_bytes, shapes_bytes, shapes_note
 from hpcmem.estimate.states import job_param_parts, model_states, optimizer_step_transient
 from hpcmem.estimate.step import build_phases
 from hpcmem.estimate.tails import block_tails
@@ -144,6 +144,7 @@ def estimate(job: JobSpec) -> Estimate:
         reserved_spread_bytes=spread,
         reserved_spread_note=spread_block(job, mb, prec, lora) if spread else "",
         reserved_shapes_bytes=shapes,
+        shapes_needed_bytes=needed_bytes(job, shapes),
         reserved_shapes_note=shapes_note(job) if shapes else "",
         device_extra_bytes=dev.device_extra,
         device_note=dev.note,

@@ -99,6 +99,7 @@ class Estimate:
     reserved_spread_note: str = ""      # which block that is (estimate/allocator.py spread_block)
     reserved_shapes_bytes: int = 0      # varying batch shapes may add this to reserved (estimate/shapes.py)
     reserved_shapes_note: str = ""
+    shapes_needed_bytes: int = 0        # of that, what a GPU must hold: the safe bound adds it (estimate/shapes.py)
     device_extra_bytes: int             # CUDA context, libraries, NCCL, vLLM pool outside PyTorch's allocator
     device_note: str
     gpu_name: str | None = None
@@ -134,7 +135,7 @@ class Estimate:
     def verdict(self) -> FitVerdict | None:
         """Fits · tight · does not fit, on the safe bound (hpcmem.estimate.verdict); None without a GPU."""
         return None if self.gpu is None else judge(self.device_peak_bytes, self.gpu, self.reserved_spread_bytes,
-                                                 world_size=self.world_size, shapes_bytes=self.reserved_shapes_bytes)
+                                                 world_size=self.world_size, shapes_bytes=self.shapes_needed_bytes)
 
     @property
     def fits(self) -> bool | None:
@@ -158,7 +159,7 @@ class Estimate:
                 "peak_allocated_bytes": self.peak_allocated_bytes,
                 "peak_reserved_bytes": self.peak_reserved_bytes,
                 "reserved_spread_bytes": self.reserved_spread_bytes,
-                "reserved_shapes_bytes": self.reserved_shapes_bytes,
+                "reserved_shapes_bytes": self.reserved_shapes_bytes, "shapes_needed_bytes": self.shapes_needed_bytes,
                 "device_peak_bytes": self.device_peak_bytes,
                 "phase": peak.name,
                 "components": {c.name: c.bytes for c in peak.components},

@@ -23,7 +23,11 @@ estimator/allocator/shapes/, the fit in estimator/shapes-fit.json), per group �
 map pages, not segments) and gradient checkpointing (W is one layer's working set or every layer's activations) —
 and per cadence class of torch_empty_cache_steps: "never" (unset), "1" (every step), "2-4"
 (replayed at 2 and 4: fragmentation piles up between two empties); k ≥ 5 was not replayed and takes the larger of
-"never" and "2-4". The term is one-sided: the verdict's safe bound adds it whole (hpcmem.estimate.verdict). Padded
+"never" and "2-4". That is what reserved can reach on an allocator that never has to give memory back. A GPU has a
+capacity: when a request cannot be met the allocator frees its cached blocks and tries again
+(CUDACachingAllocator.cpp `malloc` → `release_cached_blocks`), so what the sequence costs the job is the capacity its
+replay needs without running out (hpcmem.lab.shape_capacity, on a grid of capacities, same streams) — a share of the reserved
+growth, NEEDED_SHARE per group, and that share is what the verdict's safe bound adds (hpcmem.estimate.verdict). Padded
 layouts only: packing and padding-free batches change their length too but were not replayed, and generating
 trainers (GRPO, RLOO) are left out. The term does not read the job's length profile: a profile whose rows all
 reach max_length (constant shapes) still gets it.
@@ -55,6 +59,12 @@ COEFFICIENTS: dict[str, dict[str, float]] = {
 # 20–30 sequences of 24 steps per group and class (estimator/LOG.md); a real run has thousands of steps, and each new
 # longest shape can map more: the largest ratio seen, half as much again
 SAFETY = 1.5
+# (capacity the drawn stream needs − the constant batch's reserved) / (its unbounded reserved − the same), the largest
+# per group over the stored streams (`python -m hpcmem.lab.shape_capacity`; default allocator, no empty_cache):
+# checkpointed LoRA 0.19 of 0.43 GiB (a full fine-tune: none of −0.24); not checkpointed 0.31 of 1.69, none of 0.04
+# and of 1.95 — rounded up. Expandable segments were not replayed against a capacity: their (already small) growth
+# is counted whole.
+NEEDED_SHARE: dict[str, float] = {"default, checkpointed": 0.44, "default, not checkpointed": 0.19}
 
 
 def varies(job: JobSpec) -> bool:
@@ -98,6 +108,12 @@ def shapes_bytes(job: JobSpec, phases: Sequence[Phase]) -> int:
     if not varies(job):
         return 0
     return int(coefficient(group(job), cadence(job)) * SAFETY * batch_bytes(phases))
+
+
+def needed_bytes(job: JobSpec, reserved_growth: int) -> int:
+    """What of `shapes_bytes`'s reserved growth a GPU of bounded capacity must hold (the rest the allocator frees
+    under pressure): the group's NEEDED_SHARE, all of it where none was measured."""
+    return int(reserved_growth * NEEDED_SHARE.get(group(job), 1.0))
 
 
 def shapes_note(job: JobSpec) -> str:

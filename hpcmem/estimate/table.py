@@ -30,7 +30,8 @@ def render(est: Estimate) -> str:
                      "(expandable segments), which the estimate does not replay")
     if est.reserved_shapes_bytes:
         lines.append(f"{'':<30}{'':>14}   + up to {est.reserved_shapes_bytes / GIB:.2f} GiB "
-                     f"{est.reserved_shapes_note}")
+                     f"{est.reserved_shapes_note}; a full GPU frees cached blocks instead, so the job needs "
+                     f"{est.shapes_needed_bytes / GIB:.2f} GiB of it")
     verdict = est.verdict
     where = (f"of {verdict.capacity_bytes / GIB:.1f} GiB usable on {est.gpu_name}" if verdict else "")
     lines.append(f"{'device peak':<30}{gib(est.device_peak_bytes):>14}   {where}")

@@ -5,7 +5,7 @@
                  s: the reserved spread, a block the caching allocator may or may not map again
                     (hpcmem.estimate.allocator.placement_spread); the point estimate sits between the two outcomes,
                     the bound starts from the upper one, and m is fitted on measured / (device peak + s / 2)
-                 + v: what varying batch shapes may reserve above the worst batch (hpcmem.estimate.shapes), added
+                 + v: what varying batch shapes need above the worst batch (hpcmem.estimate.shapes), added
                     whole inside the parentheses; not in m's fit (the probes repeat one batch shape)
     capacity   = what torch can use on the GPU  torch.cuda.mem_get_info()'s total (gpus.json capacity_bytes),
                                                 not the marketing size nor nvidia-smi's total

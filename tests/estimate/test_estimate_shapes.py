@@ -15,7 +15,7 @@ import pytest
 
 from hpcmem.data.profile import load_profile
 from hpcmem.estimate import estimate
-from hpcmem.estimate.shapes import COEFFICIENTS, GROUPS, SAFETY, batch_bytes, cadence, group, shapes_bytes
+from hpcmem.estimate.shapes import COEFFICIENTS, GROUPS, NEEDED_SHARE, SAFETY, batch_bytes, cadence, group, shapes_bytes
 from hpcmem.estimate.verdict import safe_bound
 from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.job.trainers.fields import MODELLED, classify
@@ -137,13 +137,14 @@ def test_torch_empty_cache_steps_is_a_modelled_field():
     assert job.train.torch_empty_cache_steps == 4 and "torch_empty_cache_steps" not in ignored
 
 
-def test_verdict_adds_the_term_whole_to_the_safe_bound():
+def test_verdict_adds_the_needed_share_of_the_term_to_the_safe_bound():
     job = build_job("sft", {**QWEN, "gpu": "H200", "torch_empty_cache_steps": 1})[0]
     est = estimate(job)
     v = est.verdict
-    assert v.shapes_bytes == est.reserved_shapes_bytes > 0
+    assert v.shapes_bytes == est.shapes_needed_bytes > 0
+    assert est.shapes_needed_bytes == int(est.reserved_shapes_bytes * NEEDED_SHARE[group(job)])
     assert v.safe_device_peak_bytes == safe_bound(est.device_peak_bytes, gpu_spec("H200"), est.reserved_spread_bytes,
-                                                  shapes_bytes=est.reserved_shapes_bytes)
+                                                  shapes_bytes=est.shapes_needed_bytes)
     assert v.safe_device_peak_bytes > safe_bound(est.device_peak_bytes, gpu_spec("H200"), est.reserved_spread_bytes)
     assert "shapes" in v.line()
 

@@ -116,9 +116,9 @@ def test_estimate_json_carries_the_verdict_for_calibrated_and_uncalibrated_gpus(
         v = data["verdict"]
         assert set(v) >= {"level", "fits", "safe_device_peak_bytes", "capacity_bytes", "margin", "coverage",
                           "calibration"}
-        assert v["shapes_bytes"] == data["per_gpu"]["reserved_shapes_bytes"] > 0     # padded: shapes vary
+        assert v["shapes_bytes"] == data["per_gpu"]["shapes_needed_bytes"] > 0     # padded: shapes vary
         upper = (data["per_gpu"]["device_peak_bytes"] + data["per_gpu"]["reserved_spread_bytes"] / 2
-                 + data["per_gpu"]["reserved_shapes_bytes"])
+                 + data["per_gpu"]["shapes_needed_bytes"])
         assert v["safe_device_peak_bytes"] == math.ceil(upper * (1 + margins[status]))
         assert v["capacity_bytes"] == CATALOG[gpu]["capacity_bytes"] == data["gpu"]["capacity_bytes"]
         assert data["fits"] == v["fits"] == (v["level"] == "fits") and v["calibration"]["status"] == status
