@@ -84,7 +84,7 @@ def check_fit(job: JobSpec, *, estimator: Callable | None = None, max_fixes: int
     host = check_host(est_host, memory_per_node_bytes) if memory_per_node_bytes and est_host is not None else None
     # fits only when the safe bound fits: tight is refused
     verdict = judge(est.device_peak_bytes, job.gpu, getattr(est, "reserved_spread_bytes", 0), job.parallel.world_size,
-                    getattr(est, "reserved_shapes_bytes", 0))
+                    getattr(est, "shapes_needed_bytes", 0))
     fits = verdict.fits and (host is None or host.fits)
     # fixes come from the real estimator's search; an injected estimator (tests) gets none
     fixes = () if fits or estimator is not None else tuple(suggest_fixes(job, limit=max_fixes,

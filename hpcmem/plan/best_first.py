@@ -85,7 +85,7 @@ class Verdict:
     fits: bool
     device_peak_bytes: int | None = None
     spread_bytes: int = 0                       # the estimate's reserved spread (hpcmem.estimate.verdict)
-    shapes_bytes: int = 0                       # its reserved term for varying batch shapes (hpcmem.estimate.shapes)
+    shapes_bytes: int = 0                       # what varying batch shapes add to the safe bound (estimate/shapes.py)
     why: str = ""
     host_per_node_bytes: int | None = None      # set when host RAM refused it (how == "host")
 
@@ -431,21 +431,21 @@ class _Walker:
         if not est.fits:
             self._record(k, est)
             return Verdict(knobs=k, speed=speed, how="estimate", fits=False, device_peak_bytes=est.device_peak_bytes,
-                           spread_bytes=est.reserved_spread_bytes, shapes_bytes=est.reserved_shapes_bytes,
+                           spread_bytes=est.reserved_spread_bytes, shapes_bytes=est.shapes_needed_bytes,
                            why=not_fitting(est)), job, est
         if self.host_capacity is not None and est.host is not None and est.host.per_node_bytes > self.host_capacity:
             return Verdict(knobs=k, speed=speed, how="host", fits=False, device_peak_bytes=est.device_peak_bytes,
                            spread_bytes=est.reserved_spread_bytes,
-                           shapes_bytes=est.reserved_shapes_bytes, host_per_node_bytes=est.host.per_node_bytes,
+                           shapes_bytes=est.shapes_needed_bytes, host_per_node_bytes=est.host.per_node_bytes,
                            why=f"host RAM {est.host.per_node_bytes / GIB:.1f} GiB per node at "
                                f"{est.host.peak_phase.name} > {self.host_capacity / GIB:.1f} GiB"), job, est
         if (est.headroom_bytes or 0) < self.floor_bytes:
             return Verdict(knobs=k, speed=speed, how="headroom", fits=False, device_peak_bytes=est.device_peak_bytes,
-                           spread_bytes=est.reserved_spread_bytes, shapes_bytes=est.reserved_shapes_bytes,
+                           spread_bytes=est.reserved_spread_bytes, shapes_bytes=est.shapes_needed_bytes,
                            why=f"leaves {(est.headroom_bytes or 0) / GIB:.1f} GiB free < the floor "
                                f"{self.floor_bytes / GIB:.1f} GiB"), job, est
         return Verdict(knobs=k, speed=speed, how="estimate", fits=True, device_peak_bytes=est.device_peak_bytes,
-                       spread_bytes=est.reserved_spread_bytes, shapes_bytes=est.reserved_shapes_bytes), job, est
+                       spread_bytes=est.reserved_spread_bytes, shapes_bytes=est.shapes_needed_bytes), job, est
 
 
 def not_fitting(est: Estimate) -> str:
