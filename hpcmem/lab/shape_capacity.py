@@ -43,10 +43,15 @@ def needed_capacity(events: list[Any], low: int, high: int) -> int:
     return low if failed is None else failed + STEP
 
 
+def unbounded_reserved(events: list[Any]) -> int:
+    """The reserved peak over the stream's steps with no capacity (nothing is ever given back)."""
+    return max(v[1] for s, v in replay(events).step_peaks.items() if s)
+
+
 def measure(data: dict[str, Any]) -> dict[str, int]:
     """Unbounded reserved, needed capacity and the constant worst batch's reserved of one stored stream (bytes)."""
     events = data["events"]
-    unbounded = max(v[1] for s, v in replay(events).step_peaks.items() if s)
+    unbounded = unbounded_reserved(events)
     low = min(data["constant_reserved_bytes"], unbounded) - 8 * STEP
     needed = needed_capacity(events, low, unbounded + STEP)
     return {"constant": data["constant_reserved_bytes"], "unbounded": unbounded, "needed": needed}

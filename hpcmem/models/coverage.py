@@ -138,8 +138,9 @@ def vision_language_rows(mapping: dict[str, str] | None = None) -> list[dict[str
 def refusal(model_type: str) -> str | None:
     """Why hpcmem refuses a type (not applicable, refused, or vision-language only), or None."""
     entry = classification()["types"].get(model_type)
-    if entry is None and vision_language_reason(model_type):
-        return f"refused: {vision_language_reason(model_type)}"
+    vision_only = vision_language_reason(model_type) if entry is None else None
+    if vision_only:
+        return f"refused: {vision_only}"
     status, reason = type_status(model_type, entry)
     return f"{status}: {reason}" if status in ("refused", "not applicable") else None
 

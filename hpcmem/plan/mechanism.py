@@ -37,25 +37,21 @@ def sharding_mechanism(job: JobSpec) -> str:
     return "; ".join(bits)
 
 
+# knob (the first word of a reasons() neighbour name) → what saves the memory; a sharding knob's depends on the job
+MECHANISMS = {
+    "gradient_checkpointing": "recompute: layers rerun their forward in backward, only the checkpoints are kept",
+    "activation_offloading": "offload: saved activations to host RAM",
+    "packing": "no padding: rows hold documents end to end",
+    "padding_free": "no padding: rows hold documents end to end",
+    "dtype": "cast at load: weights, gradients and AdamW states in 2 bytes, not 4",
+    "optim": "quantize: AdamW states in 8 bits with a block-wise fp32 scale (bitsandbytes)",
+    "lora": "freeze: only the adapters get gradients and optimizer states",
+    "qlora": "freeze + quantize: adapters only, 4-bit base weights",
+    "expandable_segments": "allocator: expandable segments cut fragmentation",
+    "per_device_train_batch_size": "smaller micro-batch: fewer activations at once, accumulation keeps the batch",
+}
+
+
 def mechanism(name: str, job: JobSpec) -> str:
     """The mechanism of the knob `name` (a reasons() neighbour name) in the planned `job`."""
-    head = name.split(" ")[0]
-    if head == "gradient_checkpointing":
-        return "recompute: layers rerun their forward in backward, only the checkpoints are kept"
-    if head == "activation_offloading":
-        return "offload: saved activations to host RAM"
-    if head in ("packing", "padding_free"):
-        return "no padding: rows hold documents end to end"
-    if head == "dtype":
-        return "cast at load: weights, gradients and AdamW states in 2 bytes, not 4"
-    if head == "optim":
-        return "quantize: AdamW states in 8 bits with a block-wise fp32 scale (bitsandbytes)"
-    if head == "lora":
-        return "freeze: only the adapters get gradients and optimizer states"
-    if head == "qlora":
-        return "freeze + quantize: adapters only, 4-bit base weights"
-    if head == "expandable_segments":
-        return "allocator: expandable segments cut fragmentation"
-    if head == "per_device_train_batch_size":
-        return "smaller micro-batch: fewer activations at once, accumulation keeps the batch"
-    return sharding_mechanism(job)
+    return MECHANISMS.get(name.split(" ")[0]) or sharding_mechanism(job)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hpcmem.datapath import estimator_dir
 from hpcmem.errors import HpcmemError
@@ -118,25 +118,9 @@ def read_file(path: str | Path) -> list[Row]:
         raise PublishedError(f"{where}: rows must be a non-empty list")
     out = []
     for i, item in enumerate(rows, 1):
-        at = f"{where}: row {i}"
-        item = _mapping(item, at, "row")
-        rid = item.get("id")
-        if not isinstance(rid, str) or not rid.strip():
-            raise PublishedError(f"{at}: id is required (a short unique name)")
-        at = f"{where}: row {i} ({rid})"
-        _only(item, ROW_KEYS, at)
-        settings = {**base_settings, **_mapping(item.get("settings") or {}, at, "settings")}
-        model = settings.get("model_name_or_path")
-        if isinstance(model, str) and model.startswith("configs/"):
-            settings["model_name_or_path"] = str(path.parent / model)
-        measured = item.get("measured")
-        if isinstance(measured, bool) or not isinstance(measured, (int, float)) or measured <= 0:
-            raise PublishedError(f"{at}: measured must be a positive number in {source['unit']}, got {measured!r}")
-        scored = item.get("scored", True)
-        if not isinstance(scored, bool):
-            raise PublishedError(f"{at}: scored must be true or false, got {scored!r}")
-        if not scored and not item.get("reason"):
-            raise PublishedError(f"{at}: a row with scored: false needs a reason")
+        head = read_row_head(item, f"{where}: row {i}", ROW_KEYS, base_settings, str(source["unit"]),
+                             lambda model: path.parent / model)
+        rid, at, item, settings, measured, scored = head
         gpu = item.get("gpu", defaults.get("gpu"))
         if not isinstance(gpu, str) or not gpu:
             raise PublishedError(f"{at}: gpu is required (a catalog GPU: `hpcmem gpus`), in the row or the defaults")
@@ -150,6 +134,32 @@ def read_file(path: str | Path) -> list[Row]:
             where=str(item.get("where", "")), reason=str(item.get("reason", "")), cause=str(item.get("cause", "")),
             gpu_assumed=str(item.get("gpu_assumed", "")), software=str(source.get("software", "")), loss=loss))
     return out
+
+
+def read_row_head(item: Any, at: str, row_keys: set[str], base_settings: dict[str, Any], unit: str,
+                  config_path: Callable[[str], Path]) -> tuple[str, str, dict[str, Any], dict[str, Any], float, bool]:
+    """What every published row has, memory or speed: (id, where it is, the row, its settings over the file's
+    defaults — a `configs/…` model resolved by `config_path` —, measured > 0 in `unit`, scored; unscored rows need a
+    reason)."""
+    item = _mapping(item, at, "row")
+    rid = item.get("id")
+    if not isinstance(rid, str) or not rid.strip():
+        raise PublishedError(f"{at}: id is required (a short unique name)")
+    at = f"{at} ({rid})"
+    _only(item, row_keys, at)
+    settings = {**base_settings, **_mapping(item.get("settings") or {}, at, "settings")}
+    model = settings.get("model_name_or_path")
+    if isinstance(model, str) and model.startswith("configs/"):
+        settings["model_name_or_path"] = str(config_path(model))
+    measured = item.get("measured")
+    if isinstance(measured, bool) or not isinstance(measured, (int, float)) or measured <= 0:
+        raise PublishedError(f"{at}: measured must be a positive number in {unit}, got {measured!r}")
+    scored = item.get("scored", True)
+    if not isinstance(scored, bool):
+        raise PublishedError(f"{at}: scored must be true or false, got {scored!r}")
+    if not scored and not item.get("reason"):
+        raise PublishedError(f"{at}: a row with scored: false needs a reason")
+    return rid, at, item, settings, float(measured), scored
 
 
 def _citation(value: Any, where: str) -> str:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.job.trl_config import read_yaml
-from hpcmem.validate.published import LOOPS, PublishedError, _choice, _citation, _mapping, _only, published_dir
+from hpcmem.validate.published import (LOOPS, PublishedError, _choice, _citation, _mapping, _only, published_dir,
+                                      read_row_head)
 
 UNITS = ("tokens/s/GPU", "s/run")
 SOURCE_KEYS = {"id", "title", "citation", "loop", "loop_name", "software", "unit", "run_rows", "notes"}
@@ -111,27 +112,10 @@ def _source(source: dict[str, Any], where: str) -> dict[str, Any]:
 
 def _row(path: Path, i: int, item: Any, source: dict[str, Any], defaults: dict[str, Any],
          base: dict[str, Any]) -> SpeedRow:
-    at = f"{path}: row {i}"
-    item = _mapping(item, at, "row")
-    rid = item.get("id")
-    if not isinstance(rid, str) or not rid.strip():
-        raise PublishedError(f"{at}: id is required (a short unique name)")
-    at = f"{path}: row {i} ({rid})"
-    _only(item, ROW_KEYS, at)
-    settings = {**base, **_mapping(item.get("settings") or {}, at, "settings")}
-    model = settings.get("model_name_or_path")
-    if isinstance(model, str) and model.startswith("configs/"):
-        settings["model_name_or_path"] = str(_config_path(path, model))
-    measured = item.get("measured")
-    if isinstance(measured, bool) or not isinstance(measured, (int, float)) or measured <= 0:
-        raise PublishedError(f"{at}: measured must be a positive number in {source['unit']}, got {measured!r}")
+    rid, at, item, settings, measured, scored = read_row_head(
+        item, f"{path}: row {i}", ROW_KEYS, base, str(source["unit"]), lambda model: _config_path(path, model))
     if source["unit"] == "s/run" and not isinstance(settings.get("max_length"), int):
         raise PublishedError(f"{at}: settings: max_length (tokens per row) is needed to turn s/run into tokens/s")
-    scored = item.get("scored", True)
-    if not isinstance(scored, bool):
-        raise PublishedError(f"{at}: scored must be true or false, got {scored!r}")
-    if not scored and not item.get("reason"):
-        raise PublishedError(f"{at}: a row with scored: false needs a reason")
     unmodelled = item.get("unmodelled") or []
     if not isinstance(unmodelled, list) or not all(isinstance(u, str) for u in unmodelled):
         raise PublishedError(f"{at}: unmodelled must be a list of short phrases, got {unmodelled!r}")

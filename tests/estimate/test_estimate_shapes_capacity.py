@@ -8,9 +8,8 @@ from __future__ import annotations
 import pytest
 
 from hpcmem.estimate.shapes import NEEDED_SHARE, group
-from hpcmem.lab.shape_capacity import STEP, runs_within
+from hpcmem.lab.shape_capacity import STEP, runs_within, unbounded_reserved
 from hpcmem.lab.shape_sequences import stored_streams, stream_job
-from hpcmem.trace.replay import replay
 
 STREAMS = stored_streams()
 
@@ -19,7 +18,7 @@ STREAMS = stored_streams()
 def test_a_drawn_stream_runs_within_the_share_the_safe_bound_adds(name):
     data = STREAMS[name]
     events = data["events"]
-    unbounded = max(v[1] for s, v in replay(events).step_peaks.items() if s)
+    unbounded = unbounded_reserved(events)
     constant = data["constant_reserved_bytes"]
     share = NEEDED_SHARE[group(stream_job(data, None))]
     bound = constant + int(share * max(0, unbounded - constant))
@@ -31,6 +30,6 @@ def test_a_drawn_stream_runs_within_the_share_the_safe_bound_adds(name):
 def test_the_share_is_below_the_unbounded_growth_where_the_streams_grew():
     """The reason for the share: the stream that grew most unbounded (+1.95 GiB) does not need it on a capacity."""
     data = STREAMS["qwen05-full-nogc-b4"]
-    unbounded = max(v[1] for s, v in replay(data["events"]).step_peaks.items() if s)
+    unbounded = unbounded_reserved(data["events"])
     assert unbounded - data["constant_reserved_bytes"] > 2**30
     assert runs_within(data["events"], data["constant_reserved_bytes"] + STEP)
