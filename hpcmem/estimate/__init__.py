@@ -79,7 +79,7 @@ def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
     return " · ".join(bits)
 
 
-def _job_phases(job: JobSpec, parts, prec, lora, states, base: tuple[Component, ...]) -> list[Phase]:
+def _job_phases(job: JobSpec, parts, prec, states, base: tuple[Component, ...], save) -> list[Phase]:
     """Phases outside the training step: evaluation (when eval_strategy asks) and checkpoint saving (always: TRL's
     scripts end with save_model), each beside the resident states and the units ZeRO-3 / FSDP keep gathered."""
     par = job.parallel
@@ -93,7 +93,7 @@ def _job_phases(job: JobSpec, parts, prec, lora, states, base: tuple[Component, 
     evaluation = eval_phase(job, parts, prec, base + kept + gathered)
     if evaluation is not None:
         out.append(evaluation)
-    out.append(Phase(name=SAVE_PHASE, components=base + kept + save_bytes(job, parts, prec, lora, states).gpu))
+    out.append(Phase(name=SAVE_PHASE, components=base + kept + save.gpu))
     return out
 
 
@@ -110,7 +110,8 @@ def estimate(job: JobSpec) -> Estimate:
                                     sequence_buffers(job, mb, prec))
     base = (*resident_components(states, lora), *extras.resident)
     phases += [Phase(name=p.name, components=base + p.components) for p in extras.phases]
-    phases += _job_phases(job, parts, prec, lora, states, base)
+    save = save_bytes(job, parts, prec, lora, states)
+    phases += _job_phases(job, parts, prec, states, base, save)
     if extras.vllm_pool_asleep:
         phases.append(Phase(name="generation (vLLM awake)", components=base + (
             Component(name="vLLM pool", bytes=extras.vllm_pool_asleep,
@@ -151,7 +152,7 @@ def estimate(job: JobSpec) -> Estimate:
         gpu_name=job.gpu.name if job.gpu else None,
         gpu_memory_bytes=job.gpu.memory_bytes if job.gpu else None,
         host_bytes=states.host + act_host,
-        host=host_estimate(job, parts, states, act_host, save_bytes(job, parts, prec, lora, states)),
+        host=host_estimate(job, parts, states, act_host, save),
         warnings=tuple(warnings),
         not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ())
         + ((MULTIMODAL_NOT_MODELLED,) if job.model.wrapper_model_type else ()),
