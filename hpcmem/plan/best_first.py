@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Collection, Mapping
 
 from hpcmem.errors import SpecError
-from hpcmem.estimate import Estimate, estimate
+from hpcmem.estimate import Estimate, SharedStep, estimate, shared_step
 from hpcmem.estimate.host import fixed_node_bytes
 from hpcmem.estimate.names import ACTIVATIONS, OPTIMIZER_STEP
 from hpcmem.estimate.verdict import safe_bound
@@ -338,6 +338,7 @@ class _Walker:
         self.refused: dict[Knobs, str] = {}
         self.states_floor: dict[tuple[str, str], int] = {}
         self.judged: dict[Knobs, tuple] = {}
+        self.steps: dict[Knobs, SharedStep] = {}      # by the knobs less expandable_segments
         self.least: tuple[Knobs, Estimate] | None = None    # the lowest device peak estimated that does not fit
         self.gpu = base.gpu
         self.memory = base.gpu.usable_bytes if base.gpu else 0
@@ -351,7 +352,12 @@ class _Walker:
         try:
             job = self.apply(k)
             self.full += 1
-            est = estimate(job)     # SpecError too: a learned profile without this precision/technique's cell
+            # SpecError too: a learned profile without this precision/technique's cell. The step's phases do not
+            # depend on expandable_segments: the twin's are reused (hpcmem.estimate.SharedStep)
+            shared = self.steps.get(rule_key)
+            if shared is None:
+                shared = self.steps[rule_key] = shared_step(job)
+            est = estimate(job, shared)
         except SpecError as exc:
             self.refused[rule_key] = exc.problems[0]
             return None, None, exc.problems[0]
