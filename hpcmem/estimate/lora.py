@@ -147,7 +147,8 @@ def lora_layout(job: JobSpec) -> LoraLayout:
     t, m = job.train, job.model
     if not t.use_peft:
         return LoraLayout(enabled=False)
-    targets = model_targets(m, t.lora_target_modules or peft_default_targets(m), t.lora_target_parameters)
+    targets = model_targets(m, tuple(t.lora_target_modules or peft_default_targets(m)),
+                            tuple(t.lora_target_parameters))
     chosen, params = adapted(m, targets)
     if t.quantized or (job.parallel.deepspeed and (t.bf16 or t.fp16)):
         adapter_bytes = 2
