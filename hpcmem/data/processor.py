@@ -28,6 +28,7 @@ class Resolution:
     max_pixels: int | None = None
 
     def kwargs(self) -> dict:
+        """The settings given, by transformers' names."""
         return {k: v for k, v in (("min_pixels", self.min_pixels), ("max_pixels", self.max_pixels)) if v is not None}
 
 
@@ -45,30 +46,37 @@ def check_resolution(min_pixels: int | None, max_pixels: int | None) -> Resoluti
 
 
 def load_processor(name_or_path: str, resolution: Resolution = Resolution()):
-    """AutoProcessor from a local folder or the local cache (`local_files_only`), with min_pixels / max_pixels passed
-    to its image processor as TRL's scripts do (`AutoProcessor.from_pretrained(..., min_pixels=, max_pixels=)`); a
-    class hpcmem does not count is refused here, before any data is read."""
+    """AutoProcessor from a local folder or the local cache (`local_files_only`); min_pixels / max_pixels replace the
+    image processor's `size` bounds (transformers 5: `size={"shortest_edge": min_pixels, "longest_edge": max_pixels}`,
+    the form its deprecation of call-time min_pixels / max_pixels asks for). A class hpcmem does not count is refused
+    here, before any data is read."""
+    processor = _load(name_or_path, {})
+    check_family(processor)
+    size = getattr(processor.image_processor, "size", None)
+    low = resolution.min_pixels if resolution.min_pixels is not None else _get(size, "shortest_edge")
+    high = resolution.max_pixels if resolution.max_pixels is not None else _get(size, "longest_edge")
+    if low is not None and high is not None and low > high:
+        raise ProcessorUnfit(f"--processor {name_or_path!r}: min_pixels {low:,} > max_pixels {high:,} (with "
+                             f"--min_pixels / --max_pixels applied); smart_resize needs min ≤ max")
+    if resolution.kwargs():
+        processor = _load(name_or_path, {"size": {"shortest_edge": low, "longest_edge": high}})
+    return processor
+
+
+def _load(name_or_path: str, kwargs: dict):
     from transformers import AutoProcessor, ProcessorMixin
 
     try:
-        processor = AutoProcessor.from_pretrained(name_or_path, local_files_only=True, **resolution.kwargs())
+        processor = AutoProcessor.from_pretrained(name_or_path, local_files_only=True, **kwargs)
     except Exception as exc:  # OSError, ValueError, ImportError (a missing torchvision), …
         first = str(exc).splitlines()[0] if str(exc) else ""
         raise ProcessorUnfit(f"--processor {name_or_path!r}: transformers could not load a processor there "
                              f"({exc.__class__.__name__}: {first}); pass a folder holding processor_config.json / "
                              "preprocessor_config.json and the tokenizer files, or a Hub name already in the local "
                              "cache") from exc
-    name = type(processor).__name__
     if not isinstance(processor, ProcessorMixin):
-        raise ProcessorUnfit(f"--processor {name_or_path!r} is a {name}, not a vision-language processor; TRL trains "
-                             "image-text data with the model's AutoProcessor")
-    check_family(processor)
-    image_processor = processor.image_processor
-    size = getattr(image_processor, "size", None)
-    low, high = _get(size, "shortest_edge"), _get(size, "longest_edge")
-    if low is not None and high is not None and low > high:
-        raise ProcessorUnfit(f"--processor {name_or_path!r}: min_pixels {low:,} > max_pixels {high:,} (with "
-                             f"--min_pixels / --max_pixels applied); smart_resize needs min ≤ max")
+        raise ProcessorUnfit(f"--processor {name_or_path!r} is a {type(processor).__name__}, not a vision-language "
+                             "processor; TRL trains image-text data with the model's AutoProcessor")
     return processor
 
 
