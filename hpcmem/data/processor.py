@@ -65,15 +65,19 @@ def load_processor(name_or_path: str, resolution: Resolution = Resolution()):
 
 def _load(name_or_path: str, kwargs: dict):
     from transformers import AutoProcessor, ProcessorMixin
+    from transformers.utils import is_torchvision_available
 
     try:
         processor = AutoProcessor.from_pretrained(name_or_path, local_files_only=True, **kwargs)
     except Exception as exc:  # OSError, ValueError, ImportError (a missing torchvision), …
         first = str(exc).splitlines()[0] if str(exc) else ""
+        hint = "" if is_torchvision_available() else (
+            "; torchvision is not installed, and transformers builds no processor with a video processor (Qwen2-VL, "
+            "Qwen2.5-VL, Qwen3-VL) without it: install torchvision")
         raise ProcessorUnfit(f"--processor {name_or_path!r}: transformers could not load a processor there "
-                             f"({exc.__class__.__name__}: {first}); pass a folder holding processor_config.json / "
-                             "preprocessor_config.json and the tokenizer files, or a Hub name already in the local "
-                             "cache") from exc
+                             f"({exc.__class__.__name__}: {first[:200]}); pass a folder holding processor_config.json"
+                             " / preprocessor_config.json and the tokenizer files, or a Hub name already in the local "
+                             f"cache{hint}") from exc
     if not isinstance(processor, ProcessorMixin):
         raise ProcessorUnfit(f"--processor {name_or_path!r} is a {type(processor).__name__}, not a vision-language "
                              "processor; TRL trains image-text data with the model's AutoProcessor")

@@ -307,3 +307,21 @@ def test_qwen2_5_vl_processor_counts_as_the_hand_rule(sft, tmp):
     p = profile_dataset(sft[0], None, processor=str(tmp / "qwen"), cache_dir=str(tmp / "cache"))
     assert decode_lengths(p["vision"]["order"]["parts"]["image_tokens"]) == [8, 68, 6, 0]
     assert decode_lengths(p["vision"]["order"]["parts"]["patches"]) == [32, 272, 24, 0]
+
+
+@pytest.mark.skipif(_torchvision_loads(), reason="the refusal is what a machine without torchvision says")
+def test_a_qwen_processor_without_torchvision_is_one_line_naming_it(proc_dir, sft, tmp, capsys):
+    """Qwen2.5-VL's processor config written by hand (its class and image processor); transformers cannot build its
+    video processor without torchvision, and the refusal says to install it."""
+    import shutil
+
+    qwen = tmp / "qwen-config"
+    shutil.copytree(proc_dir, qwen)
+    for name in ("processor_config.json", "tokenizer_config.json"):
+        cfg = json.loads((qwen / name).read_text())
+        cfg["processor_class"] = "Qwen2_5_VLProcessor"
+        if "image_processor" in cfg:
+            cfg["image_processor"].update(image_processor_type="Qwen2VLImageProcessor", temporal_patch_size=2)
+        (qwen / name).write_text(json.dumps(cfg))
+    code, _, err = _cli(["lengths", sft[0], "--processor", str(qwen), "--json"], capsys)
+    assert code != 0 and err.count("\n") == 1 and "install torchvision" in err
