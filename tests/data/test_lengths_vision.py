@@ -209,6 +209,33 @@ def test_dpo_counts_match_trls_vision_preference_collator(tmp, pngs, proc_dir):
     assert p["vision"]["rows_per_example"] == 2
 
 
+def test_sft_prompt_completion_with_one_image_column_matches_trls_collator(tmp, pngs, proc_dir):
+    """An "image" column (one image each) and prompt/completion chats: the collator processes the prompt (with the
+    image) and the completion apart and joins them; each row is their sum, the prompt part the first."""
+    from PIL import Image
+    from transformers import AutoProcessor
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    rows = [{"prompt": [{"role": "user", "content": u}], "completion": [{"role": "assistant", "content": c}],
+             "image": pngs[n]} for n, u, c in [("A", "w1", "w2 w3"), ("B", "w4 w5", "w6")]]
+    ds = datasets.Dataset.from_list(rows).cast_column("image", datasets.Image())
+    ds.save_to_disk(str(tmp / "sft-pc"))
+    p = profile_dataset(str(tmp / "sft-pc"), None, processor=proc_dir, cache_dir=str(tmp / "cache"))
+    assert p["source"]["format"] == "conversational_prompt_completion" and p["vision"]["image_column"] == "image"
+    collator = DataCollatorForVisionLanguageModeling(processor=AutoProcessor.from_pretrained(proc_dir),
+                                                     completion_only_loss=True)
+    lengths = decode_lengths(p["order"]["parts"]["length"])
+    for i in range(len(ds)):
+        example = {k: v for k, v in ds[i].items()}
+        assert isinstance(example["image"], Image.Image)
+        out = collator([example])
+        assert out["attention_mask"].sum().item() == lengths[i]
+        assert out["pixel_values"].shape[0] == decode_lengths(p["vision"]["order"]["parts"]["patches"])[i]
+    # prompt by hand: the user turn (3 + words + 2 for the image), the generation prompt (2), the image tokens
+    assert decode_lengths(p["order"]["parts"]["prompt"]) == [3 + 1 + 2 + 2 + hand_tokens("A"),
+                                                            3 + 2 + 2 + 2 + hand_tokens("B")]
+
+
 def test_grpo_prompts_by_hand(tmp, pngs, proc_dir):
     rows = [{"prompt": [{"role": "user", "content": "w1 w2 w3"}], "imgs": ["B"]}]
     path, _ = _save(tmp, "grpo", rows, pngs)
