@@ -35,8 +35,8 @@ def profile_dataset(data: str, tokenizer: str | None, *, trainer: str = "sft", s
     if processor is None and (resolution.min_pixels is not None or resolution.max_pixels is not None):
         raise ProcessorUnfit("--min_pixels / --max_pixels set the processor's image resolution: pass --processor")
     if (tokenizer is None) == (processor is None):
-        raise LengthsError("pass --tokenizer (text data) or --processor (image-text data), not "
-                           + ("both" if tokenizer else "neither"))
+        raise LengthsError("pass --tokenizer (text data) or --processor (image-text data)"
+                           + (", not both" if tokenizer else ""))
     say(f"loading the {'processor ' + processor if processor else 'tokenizer ' + tokenizer} and the data {data}")
     proc = load_processor(processor, resolution) if processor else None
     tok = load_tokenizer(tokenizer) if tokenizer else None

@@ -298,6 +298,8 @@ def test_images_need_the_processor_and_other_processors_are_refused(sft, tmp, pr
     assert code != 0 and "LlavaProcessor is not one hpcmem lengths counts" in err and err.count("\n") == 1
     code, _, err = _cli(["lengths", sft[0], "--tokenizer", str(tmp / "tok"), "--json"], capsys)
     assert code != 0 and "'images' column" in err and "--processor" in err and err.count("\n") == 1
+    with pytest.raises(LengthsError, match="image-text data is profiled for sft, dpo, grpo"):
+        profile_dataset(sft[0], None, processor=proc_dir, trainer="kto")
     with pytest.raises(LengthsError, match="--processor is for image-text data"):
         data = tmp / "text.jsonl"
         data.write_text('{"text": "w1 w2"}\n')
