@@ -53,16 +53,18 @@ def _names(field: str, *more: str) -> list[str]:
                    "core, from 20k examples up).")
 @click.option("--plot", "plot_path", type=PNG, default=None, help="Also write a histogram PNG here (matplotlib).")
 @click.option("--log-x", "--log_x", "log_x", is_flag=True, help="Logarithmic length axis for the histograms.")
-@click.option("--json", "as_json", is_flag=True, help="Print the profile JSON (hpcmem.lengths/1; /2 with images), not the report.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the profile JSON (hpcmem.lengths/1; /2 with images), not the report.")
 @click.option("--save", "save_path", type=PROFILE, default=None,
               help="Write the profile JSON here, for `hpcmem estimate --lengths FILE`.")
-def command(data, tokenizer, processor, min_pixels, max_pixels, trainer, split, dataset_text_field, per_device_train_batch_size, pad_to_multiple_of,
-            max_lengths, dataset_num_proc, plot_path, log_x, as_json, save_path):
+def command(data, tokenizer, processor, min_pixels, max_pixels, trainer, split, dataset_text_field,
+            per_device_train_batch_size, pad_to_multiple_of, max_lengths, dataset_num_proc, plot_path, log_x, as_json,
+            save_path):
     """Token lengths of DATA as TRL's TRAINER tokenizes it: percentiles, histogram, what each max_length truncates,
     and rows, padding and worst / typical tokens per micro-batch for padded, padding-free and packing bfd /
     bfd_split / wrapped (TRL's own pack_dataset). Image-text data (--processor): text and image tokens, patches and
-    images per example, as TRL's vision collator runs the processor. DATA: a .jsonl/.json/.csv/.parquet file, a save_to_disk folder, a
-    folder of data files or a dataset name in the local cache. Never contacts the Hub."""
+    images per example, as TRL's vision collator runs the processor. DATA: a .jsonl/.json/.csv/.parquet file, a
+    save_to_disk folder, a folder of data files or a dataset name in the local cache. Never contacts the Hub."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import datasets
 
@@ -72,7 +74,8 @@ def command(data, tokenizer, processor, min_pixels, max_pixels, trainer, split, 
         datasets.disable_progress_bars()
     say = None if as_json or bars else (lambda text: click.echo(f"lengths: {text}", err=True))
     resolution = check_resolution(min_pixels, max_pixels)
-    profile = profile_dataset(data, tokenizer, processor=processor, resolution=resolution, trainer=trainer, split=split, dataset_text_field=dataset_text_field,
+    profile = profile_dataset(data, tokenizer, processor=processor, resolution=resolution, trainer=trainer,
+                              split=split, dataset_text_field=dataset_text_field,
                               per_device_train_batch_size=per_device_train_batch_size,
                               pad_to_multiple_of=pad_to_multiple_of, max_lengths=max_lengths,
                               num_proc=dataset_num_proc, say=say)

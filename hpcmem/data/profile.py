@@ -55,7 +55,8 @@ from collections.abc import Iterable, Mapping
 
 from hpcmem.data.batches import PACKING_STRATEGIES, ROW_PARTS, TRAINERS, kept_rows, kto_kl_rows, micro_batches, round_up
 from hpcmem.data.errors import ProfileError
-from hpcmem.data.profile_schema import ENCODING, MAX_DECODED, SCHEMA, SCHEMA_VISION, SCHEMAS, VISION_PARTS, check_profile
+from hpcmem.data.profile_schema import (ENCODING, MAX_DECODED, SCHEMA, SCHEMA_VISION, SCHEMAS, VISION_PARTS,
+                                        check_profile)
 from hpcmem.errors import SpecError
 from hpcmem.inputs.files import load_json_file
 from hpcmem.job.trainers import REGISTRY

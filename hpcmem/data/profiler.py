@@ -127,7 +127,8 @@ def vision_section(vision: Mapping, parts: Mapping[str, Sequence[int]], names: S
     stats["text_tokens"] = length_stats(sorted(text))
     worst = {name: copies * max(sum(counts[name][i:i + batch]) for i in range(0, len(counts[name]), batch))
              for name in ("images", "image_tokens", "patches")}
-    order = {"encoding": ENCODING, "parts": {name: encode_lengths(counts[name]) for name in counts}} if ordered else None
+    order = {"encoding": ENCODING, "parts": {name: encode_lengths(counts[name]) for name in counts}} \
+        if ordered else None
     return {**{k: v for k, v in vision.items() if k != "counts"}, "rows_per_example": copies, "stats": stats,
             "per_micro_batch": worst, "order": order}
 

@@ -110,9 +110,10 @@ def _patches(output, counts: list[int]) -> list[int]:
     per_image = [int(t) * int(h) * int(w) for t, h, w in grid.tolist()]
     pixels = output.get("pixel_values")
     if len(per_image) != sum(counts) or (pixels is not None and int(pixels.shape[0]) != sum(per_image)):
+        shape = tuple(pixels.shape) if pixels is not None else None
         raise LengthsError(f"the processor returned {len(per_image)} image grids for {sum(counts)} images "
-                           f"({sum(per_image)} patches, pixel_values {tuple(pixels.shape) if pixels is not None else None})"
-                           ": hpcmem cannot tell which patches belong to which example")
+                           f"({sum(per_image)} patches, pixel_values {shape}): hpcmem cannot tell which patches "
+                           "belong to which example")
     out, start = [], 0
     for n in counts:
         out.append(sum(per_image[start:start + n]))

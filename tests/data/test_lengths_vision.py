@@ -59,9 +59,9 @@ def hand_patches(name: str, max_pixels: int = MAX_PIXELS) -> int:
 
 
 def test_the_hand_rule_on_the_images_drawn():
-    """The arithmetic written out: A 60×100 → 56×112 (2 × 4 tokens); B 500×300 → 504×308 = 155,232 px > 50,176, beta
-    = sqrt(150,000 / 50,176) = 1.729 → 280×168 (10 × 6); C 30×20 → 28×28 = 784 px < 3,136, beta = sqrt(3,136 / 600)
-    = 2.286 → 84×56 (3 × 2)."""
+    """The arithmetic written out (height × width): A 60×100 → 56×112 (2 × 4 tokens); B 500×300 → 504×308 =
+    155,232 px > 50,176, beta = sqrt(150,000 / 50,176) = 1.729 → 280×168 (10 × 6); C 30×20 → 28×28 = 784 px
+    < 3,136, beta = sqrt(3,136 / 600) = 2.286 → 84×56 (3 × 2)."""
     assert [hand_tokens(n) for n in "ABC"] == [8, 60, 6]
     assert hand_tokens("B", 28 * 28 * 16) == 15       # max 12,544: beta 3.458 → 140×84 (5 × 3)
 
