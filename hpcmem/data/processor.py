@@ -1,10 +1,17 @@
 """Open a vision-language processor offline, with the user's image resolution, and say whether hpcmem counts it.
 
-The processors counted are those that turn each image into a grid of patches and expand its placeholder to one token
-per `merge_size`² patches (transformers `Qwen2VLProcessor.replace_image_token`: `image_grid_thw.prod() //
-merge_size**2`; the same in Qwen2.5-VL, Qwen3-VL and PaddleOCR-VL). Their image processor resizes every image with
-`smart_resize` into [min_pixels, max_pixels] (`size = {"shortest_edge": min_pixels, "longest_edge": max_pixels}`), and
-`pixel_values` holds one row per patch (`image_grid_thw` = temporal × height × width patches per image).
+Two families are counted:
+- grid (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, PaddleOCR-VL): each image becomes a grid of patches and its placeholder one
+  token per `merge_size`² patches (transformers `Qwen2VLProcessor.replace_image_token`: `image_grid_thw.prod() //
+  merge_size**2`). The image processor resizes every image with `smart_resize` into [min_pixels, max_pixels]
+  (`size = {"shortest_edge": min_pixels, "longest_edge": max_pixels}`), and `pixel_values` holds one row per patch
+  (`image_grid_thw` = temporal × height × width patches per image).
+- tiles (Idefics3, SmolVLM): each image is resized to `size.longest_edge`, cut into rows × cols tiles of
+  `max_image_size.longest_edge` pixels plus one global tile (one tile when it fits in one), and each tile expands to
+  `image_seq_len` tokens (`Idefics3Processor.replace_image_token`); `pixel_values` is [examples, tiles, 3, side,
+  side], zero-padded, and the model keeps the tiles that are not all zeros (`Idefics3Model.get_image_features`:
+  `real_images_inds`). The vision encoder cuts each tile into (side / patch_size)² patches, patch_size being the
+  model's (`config.json` vision_config), not the processor's.
 transformers is imported inside the functions.
 """
 
@@ -14,8 +21,9 @@ from dataclasses import dataclass
 
 from hpcmem.data.errors import ProcessorUnfit
 
-# processor class → the family whose counting rules hold for it
+# the processor classes of each family whose counting rules hold for them
 GRID_PROCESSORS = ("Qwen2VLProcessor", "Qwen2_5_VLProcessor", "Qwen3VLProcessor", "PaddleOCRVLProcessor")
+TILE_PROCESSORS = ("Idefics3Processor", "SmolVLMProcessor")
 # the largest pixel count accepted: a 2^15 × 2^15 image (transformers' smart_resize works in floats, not bounded)
 MAX_PIXELS_LIMIT = 1 << 30
 
@@ -51,7 +59,10 @@ def load_processor(name_or_path: str, resolution: Resolution = Resolution()):
     the form its deprecation of call-time min_pixels / max_pixels asks for). A class hpcmem does not count is refused
     here, before any data is read."""
     processor = _load(name_or_path, {})
-    check_family(processor)
+    if family(processor) == "tiles" and resolution.kwargs():
+        raise ProcessorUnfit(f"--min_pixels / --max_pixels bound the Qwen2-VL family's smart_resize; "
+                             f"{type(processor).__name__} resizes to size.longest_edge and tiles at "
+                             "max_image_size.longest_edge instead (set them in its preprocessor config)")
     size = getattr(processor.image_processor, "size", None)
     low = resolution.min_pixels if resolution.min_pixels is not None else _get(size, "shortest_edge")
     high = resolution.max_pixels if resolution.max_pixels is not None else _get(size, "longest_edge")
@@ -84,23 +95,50 @@ def _load(name_or_path: str, kwargs: dict):
     return processor
 
 
-def check_family(processor) -> None:
-    """Refuse, in one line, a processor whose image tokens hpcmem does not count (never counted as text only)."""
+def family(processor) -> str:
+    """"grid" or "tiles" (module docstring); any other processor is refused in one line, never counted as text only."""
     name = type(processor).__name__
-    if name not in GRID_PROCESSORS:
+    if name not in GRID_PROCESSORS + TILE_PROCESSORS:
         raise ProcessorUnfit(f"the processor {name} is not one hpcmem lengths counts: image tokens and patches are "
                              f"implemented for {', '.join(GRID_PROCESSORS)} (one token per merge_size² patches of "
-                             "image_grid_thw); its images would otherwise be counted as no tokens at all")
+                             f"image_grid_thw) and {', '.join(TILE_PROCESSORS)} (tiles); its images would otherwise "
+                             "be counted as no tokens at all")
     if getattr(processor, "image_token_id", None) is None:
         raise ProcessorUnfit(f"the processor {name} has no image_token_id: its tokenizer lacks the image token "
                              f"{getattr(processor, 'image_token', None)!r}")
+    return "grid" if name in GRID_PROCESSORS else "tiles"
 
 
-def settings(processor) -> dict:
+def tile_patches(processor, name_or_path: str) -> int:
+    """Tiles family: the vision encoder's patches per tile, (tile side / vision_config.patch_size)², the patch size
+    read from the model's config.json next to the processor (AutoConfig, local files only)."""
+    from transformers import AutoConfig
+
+    side = _get(getattr(processor.image_processor, "max_image_size", None), "longest_edge")
+    try:
+        patch = AutoConfig.from_pretrained(name_or_path, local_files_only=True).vision_config.patch_size
+    except Exception as exc:  # OSError (no config.json), AttributeError (no vision_config), ValueError
+        raise ProcessorUnfit(f"--processor {name_or_path!r}: {type(processor).__name__}'s tiles are cut into patches "
+                             "of the vision encoder's patch_size, which is in the model's config.json (vision_config), "
+                             f"not the processor's: none readable there ({exc.__class__.__name__}); pass the model "
+                             "folder") from exc
+    if not isinstance(side, int) or not isinstance(patch, int) or patch < 1 or side % patch:
+        raise ProcessorUnfit(f"--processor {name_or_path!r}: tile side {side!r} (max_image_size.longest_edge) is not a "
+                             f"multiple of the vision patch_size {patch!r}")
+    return (side // patch) ** 2
+
+
+def settings(processor, patches_per_tile: int | None = None) -> dict:
     """What the profile records of the processor: classes, the image token and the resolution rules."""
     ip = processor.image_processor
     size = getattr(ip, "size", None)
-    return {"processor": type(processor).__name__, "image_processor": type(ip).__name__,
+    if patches_per_tile is not None:
+        return {"processor": type(processor).__name__, "image_processor": type(ip).__name__, "family": "tiles",
+                "image_token": processor.image_token, "longest_edge": _get(size, "longest_edge"),
+                "tile_size": _get(getattr(ip, "max_image_size", None), "longest_edge"),
+                "image_splitting": bool(getattr(ip, "do_image_splitting", False)),
+                "image_seq_len": getattr(processor, "image_seq_len", None), "patches_per_tile": patches_per_tile}
+    return {"processor": type(processor).__name__, "image_processor": type(ip).__name__, "family": "grid",
             "image_token": processor.image_token, "min_pixels": _get(size, "shortest_edge"),
             "max_pixels": _get(size, "longest_edge"), "patch_size": getattr(ip, "patch_size", None),
             "merge_size": getattr(ip, "merge_size", None),

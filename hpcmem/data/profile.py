@@ -29,17 +29,20 @@ Schema `hpcmem.lengths/2` (image-text data, `hpcmem lengths --processor`): /1, w
 tokens, source.processor names the processor, the candidates hold only `padded` (TRL 1.16 refuses packing and
 padding-free for image datasets) and each says `image_cut_examples` (examples whose image tokens that max_length cuts),
 plus
-    vision        {processor, image_processor, image_token, min_pixels, max_pixels, patch_size, merge_size,
-                   temporal_patch_size, image_column,
+    vision        {processor, image_processor, image_token, image_column, family: "grid" (Qwen2-VL family:
+                   min_pixels, max_pixels, patch_size, merge_size, temporal_patch_size) | "tiles" (Idefics3,
+                   SmolVLM: longest_edge, tile_size, image_splitting, image_seq_len, patches_per_tile),
                    rows_per_example   rows that each carry the example's images (2 for DPO: pixel_values holds
                                       them once per row),
-                   stats      {images, image_tokens, patches, image_end: per example; text_tokens: per row} (stats as
-                              above: count, min, mean, p50 … p99.9, max),
-                   per_micro_batch  {images, image_tokens, patches: the worst micro-batch at
+                   stats      {images, image_tokens, patches, image_end (, tiles): per example; text_tokens: per
+                              row} (stats as above: count, min, mean, p50 … p99.9, max),
+                   per_micro_batch  {images, image_tokens, patches (, tiles): the worst micro-batch at
                                      settings.per_device_train_batch_size, in dataset order, no truncation},
-                   order      {"encoding", "parts": {images, image_tokens, patches, image_end: per example}} or null}
-`image_end` is the row position just past an example's last image token; `patches` the `pixel_values` rows of its
-images (image_grid_thw t·h·w summed), `image_tokens` what the processor expanded its placeholders to.
+                   order      {"encoding", "parts": {images, image_tokens, patches, image_end (, tiles): per
+                              example}} or null}
+`image_end` is the row position just past an example's last image token; `patches` what the vision encoder gets from
+its images (grid: the `pixel_values` rows, image_grid_thw t·h·w summed; tiles: tiles × patches_per_tile),
+`image_tokens` what the processor expanded its placeholders to (hpcmem.data.processor has the families).
 
 Token counts of a micro-batch are tensor tokens: rows × padded length, or the one flattened row when padding-free.
 """
@@ -224,9 +227,10 @@ def image_cut(profile: Mapping, max_length: int | None) -> int:
 
 
 def vision_per_micro_batch(profile: Mapping, *, per_device_train_batch_size: int) -> dict:
-    """The worst micro-batch's images, image tokens and patches (`pixel_values` rows: DPO holds each example's twice)
-    for this batch size, micro-batches taken in dataset order; from the stored maxima (an upper bound: B examples
-    each as large as the largest) when the profile has no order. {} for a text-only profile."""
+    """The worst micro-batch's images, image tokens, vision patches (DPO runs each example's images twice) and, for a
+    tiling processor, tiles, for this batch size, micro-batches taken in dataset order; from the stored maxima (an
+    upper bound: B examples each as large as the largest) when the profile has no order. {} for a text-only
+    profile."""
     check_profile(profile)
     vision = profile.get("vision")
     if vision is None:
@@ -236,11 +240,14 @@ def vision_per_micro_batch(profile: Mapping, *, per_device_train_batch_size: int
     copies = vision["rows_per_example"]
     order = vision.get("order")
     out = {}
-    for name in ("images", "image_tokens", "patches"):
-        if order is None:
+    for name in ("images", "image_tokens", "patches", "tiles"):
+        if not isinstance(vision["stats"].get(name), Mapping):
+            continue
+        blob = order["parts"].get(name) if order is not None else None
+        if not isinstance(blob, str):
             out[name] = per_device_train_batch_size * copies * vision["stats"][name]["max"]
             continue
-        values = decode_lengths(order["parts"][name])
+        values = decode_lengths(blob)
         out[name] = copies * max((sum(values[i:i + per_device_train_batch_size])
                                   for i in range(0, len(values), per_device_train_batch_size)), default=0)
     return out

@@ -93,7 +93,7 @@ def _check_vision(vision: object) -> None:
     stats = vision.get("stats")
     if not isinstance(stats, Mapping):
         raise fail("vision.stats", stats, "an object of stats per count")
-    for name in VISION_PARTS:
+    for name in VISION_PARTS + (("tiles",) if "tiles" in stats else ()):
         entry = stats.get(name)
         if not isinstance(entry, Mapping):
             raise fail(f"vision.stats.{name}", entry, "an object with count, p50, p90, p99, max")

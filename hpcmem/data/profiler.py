@@ -13,7 +13,7 @@ from hpcmem.data.batches import PACKING_STRATEGIES, ROW_PARTS, kept_rows, kto_kl
 from hpcmem.data.errors import EmptyDataset, LengthsError, ProcessorUnfit
 from hpcmem.data.load import load_data, load_tokenizer
 from hpcmem.data.packing import PACK_BATCH_SIZE, pack_all
-from hpcmem.data.processor import Resolution, load_processor
+from hpcmem.data.processor import Resolution, family, load_processor, tile_patches
 from hpcmem.data.processor import settings as processor_settings
 from hpcmem.data.profile import ENCODING, MAX_ORDERED_EXAMPLES, SCHEMA, SCHEMA_VISION, VISION_PARTS, encode_lengths
 from hpcmem.data.stats import candidates, histogram, length_stats, recommend
@@ -52,11 +52,12 @@ def profile_dataset(data: str, tokenizer: str | None, *, trainer: str = "sft", s
               "dataset_text_field": dataset_text_field}
     if proc is not None:
         say(f"processing the images and text of {len(dataset):,} examples as {trainer}'s vision collator does")
+        per_tile = tile_patches(proc, processor) if family(proc) == "tiles" else None
         fmt, parts = vision_lengths(dataset, proc, trainer=trainer, dataset_text_field=dataset_text_field,
-                                    num_proc=num_proc)
-        counts = {name: parts.pop(name) for name in VISION_PARTS}
+                                    num_proc=num_proc, patches_per_tile=per_tile)
+        counts = {name: parts.pop(name) for name in (*VISION_PARTS, "tiles") if name in parts}
         source = {**source, "tokenizer": processor, "processor": processor, "format": fmt}
-        vision = {**processor_settings(proc), "image_column": column, "counts": counts}
+        vision = {**processor_settings(proc, per_tile), "image_column": column, "counts": counts}
     else:
         say(f"tokenizing {len(dataset):,} examples as {trainer} does")
         fmt, parts = tokenize_lengths(dataset, tok, trainer=trainer, dataset_text_field=dataset_text_field,
@@ -126,7 +127,7 @@ def vision_section(vision: Mapping, parts: Mapping[str, Sequence[int]], names: S
     stats = {name: length_stats(sorted(counts[name])) for name in counts}
     stats["text_tokens"] = length_stats(sorted(text))
     worst = {name: copies * max(sum(counts[name][i:i + batch]) for i in range(0, len(counts[name]), batch))
-             for name in ("images", "image_tokens", "patches")}
+             for name in ("images", "image_tokens", "patches", "tiles") if name in counts}
     order = {"encoding": ENCODING, "parts": {name: encode_lengths(counts[name]) for name in counts}} \
         if ordered else None
     return {**{k: v for k, v in vision.items() if k != "counts"}, "rows_per_example": copies, "stats": stats,

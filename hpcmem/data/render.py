@@ -72,24 +72,31 @@ def candidate_lines(profile: Mapping) -> list[str]:
     return lines
 
 
-VISION_ROWS = (("images", "images / example"), ("image_tokens", "image tok / ex"), ("patches", "patches / ex"),
-               ("text_tokens", "text tok / row"))
+VISION_ROWS = (("images", "images / example"), ("image_tokens", "image tok / ex"), ("tiles", "tiles / ex"),
+               ("patches", "patches / ex"), ("text_tokens", "text tok / row"))
 
 
 def vision_lines(profile: Mapping) -> list[str]:
     """The image-text counts of a /2 profile: the processor, per-example stats, the worst micro-batch."""
     v = profile["vision"]
-    pixels = "·".join(f"{v[k]:,}" if v.get(k) is not None else "?" for k in ("min_pixels", "max_pixels"))
-    lines = [f"images · processor {v['processor']} ({v['image_processor']}) · min·max pixels {pixels} · patch "
-             f"{v.get('patch_size')} · merge {v.get('merge_size')} · image token {v['image_token']!r}",
-             f"  {'':<16}" + "".join(f"{p:>9}" for p in ("p50", "p90", "p99", "max"))]
+    if v.get("family") == "tiles":
+        how = (f"resized to {v.get('longest_edge')} px, tiles of {v.get('tile_size')} px"
+               f"{'' if v.get('image_splitting') else ' (no splitting: one tile)'}, {v.get('image_seq_len')} tokens "
+               f"and {v.get('patches_per_tile')} patches per tile")
+    else:
+        pixels = "·".join(f"{v[k]:,}" if v.get(k) is not None else "?" for k in ("min_pixels", "max_pixels"))
+        how = f"min·max pixels {pixels} · patch {v.get('patch_size')} · merge {v.get('merge_size')}"
+    lines = [f"images · processor {v['processor']} ({v['image_processor']}) · {how} · image token "
+             f"{v['image_token']!r}", f"  {'':<16}" + "".join(f"{p:>9}" for p in ("p50", "p90", "p99", "max"))]
     for key, name in VISION_ROWS:
-        st = v["stats"][key]
-        lines.append(f"  {name:<16}" + "".join(f"{st[p]:>9,}" for p in ("p50", "p90", "p99", "max")))
+        if key in v["stats"]:
+            st = v["stats"][key]
+            lines.append(f"  {name:<16}" + "".join(f"{st[p]:>9,}" for p in ("p50", "p90", "p99", "max")))
     worst = v["per_micro_batch"]
     copies = " (each example's images once per row: chosen and rejected)" if v["rows_per_example"] > 1 else ""
+    tiles = f"{worst['tiles']:,} tiles, " if "tiles" in worst else ""
     lines.append(f"  worst micro-batch of {profile['settings']['per_device_train_batch_size']}: {worst['images']:,} "
-                 f"images, {worst['image_tokens']:,} image tokens, {worst['patches']:,} patches (pixel_values rows)"
+                 f"images, {worst['image_tokens']:,} image tokens, {tiles}{worst['patches']:,} vision patches"
                  + copies)
     return lines
 

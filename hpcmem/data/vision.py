@@ -16,9 +16,11 @@ processes each batch on the fly; each call below is the one the collator makes, 
 
 Per example the counts are: the row part lengths (what the trainer's rows hold: text and image tokens), `images`,
 `image_tokens` (the processor's `image_token_id` in the row: what it expanded each placeholder to), `patches`
-(`pixel_values` rows of the example's images once: the sum of `image_grid_thw.prod()`), and `image_end` (the row
-position just past its last image token: a max_length below it cuts into the image, which TRL cannot train —
-"Image features and image tokens do not match").
+(what the vision encoder gets from the example's images, once: grid family, the `pixel_values` rows, the sum of
+`image_grid_thw.prod()`; tiles family, its tiles × patches per tile), `tiles` (tiles family: the example's
+`pixel_values` tiles that are not all zeros), and `image_end` (the row position just past its last image token: a
+max_length below it cuts into the image, which TRL cannot train — "Image features and image tokens do not match").
+The families are hpcmem.data.processor's.
 """
 
 from __future__ import annotations
@@ -100,6 +102,15 @@ def _rows(output, image_token_id: int) -> list[tuple[int, int, int]]:
     return out
 
 
+def _tiles(output, n: int) -> list[int]:
+    """Tiles family: per example, its tiles of `pixel_values` [examples, tiles, 3, side, side] that are not all zeros
+    (what `Idefics3Model.get_image_features` keeps: `real_images_inds`)."""
+    pixels = output.get("pixel_values")
+    if pixels is None:
+        return [0] * n
+    return (pixels != 0).flatten(2).any(-1).sum(1).tolist()
+
+
 def _patches(output, counts: list[int]) -> list[int]:
     """pixel_values rows per example: image_grid_thw's t·h·w of its images, in order; checked against pixel_values."""
     grid = output.get("image_grid_thw")
@@ -128,8 +139,10 @@ def _check_row(rows: list[tuple[int, int, int]], counts: list[int]) -> None:
                                "its text has no image placeholder the processor expands")
 
 
-def vision_batch(batch: dict[str, list], *, processor, trainer: str, fmt: str, text_field: str, column: str) -> dict:
-    """datasets.map(batched=True) body: a batch of raw image-text examples → their part lengths and vision counts."""
+def vision_batch(batch: dict[str, list], *, processor, trainer: str, fmt: str, text_field: str, column: str,
+                 patches_per_tile: int | None = None) -> dict:
+    """datasets.map(batched=True) body: a batch of raw image-text examples → their part lengths and vision counts;
+    `patches_per_tile` set: the tiles family (hpcmem.data.processor), else the grid family."""
     from trl.data_utils import apply_chat_template, prepare_multimodal_messages
 
     n = len(next(iter(batch.values())))
@@ -150,12 +163,12 @@ def vision_batch(batch: dict[str, list], *, processor, trainer: str, fmt: str, t
                                                 processor_kwargs={**pad, "padding_side": "right"})
         rows = _rows(out, token)
         _check_row(rows, counts)
-        return {row_parts(trainer, fmt)[0]: [r[0] for r in rows], **_vision(rows, counts, _patches(out, counts))}
+        return {row_parts(trainer, fmt)[0]: [r[0] for r in rows], **_vision(rows, counts, out, patches_per_tile)}
     if fmt == "text":
         out = processor(images=batch_images, text=[ex[text_field] for ex in examples], padding_side="right", **pad)
         rows = _rows(out, token)
         _check_row(rows, counts)
-        return {"length": [r[0] for r in rows], **_vision(rows, counts, _patches(out, counts))}
+        return {"length": [r[0] for r in rows], **_vision(rows, counts, out, patches_per_tile)}
     seconds = ("chosen", "rejected") if trainer == "dpo" else ("completion",)
     if fmt.startswith("conversational"):
         for ex, imgs in zip(examples, images):
@@ -171,26 +184,31 @@ def vision_batch(batch: dict[str, list], *, processor, trainer: str, fmt: str, t
         done = processor(text=[ex[k] for ex in examples], padding_side="right", **pad)
         extra = _rows(done, token)
         out["length" if k == "completion" else k] = [p[0] + e[0] for p, e in zip(prompt_rows, extra)]
-    return {**out, **_vision(prompt_rows, counts, _patches(prompts, counts))}
+    return {**out, **_vision(prompt_rows, counts, prompts, patches_per_tile)}
 
 
-def _vision(rows: list[tuple[int, int, int]], counts: list[int], patches: list[int]) -> dict:
-    return {"images": counts, "image_tokens": [r[1] for r in rows], "patches": patches,
-            "image_end": [r[2] for r in rows]}
+def _vision(rows: list[tuple[int, int, int]], counts: list[int], output, patches_per_tile: int | None) -> dict:
+    out = {"images": counts, "image_tokens": [r[1] for r in rows], "image_end": [r[2] for r in rows]}
+    if patches_per_tile is None:
+        return {**out, "patches": _patches(output, counts)}
+    tiles = _tiles(output, len(counts))
+    return {**out, "tiles": tiles, "patches": [t * patches_per_tile for t in tiles]}
 
 
 def vision_lengths(dataset, processor, *, trainer: str, dataset_text_field: str = "text",
-                   num_proc: int | None = None) -> tuple[str, dict[str, list[int]]]:
-    """(format, {part: values in dataset order}): the row parts and VISION_PARTS of every example."""
+                   num_proc: int | None = None, patches_per_tile: int | None = None) -> tuple[str, dict[str, list[int]]]:
+    """(format, {part: values in dataset order}): the row parts and VISION_PARTS (and `tiles`, tiles family) of every
+    example."""
     columns = list(dataset.column_names)
     column = image_column(columns)
     fmt = detect_vision_format(trainer, columns, dataset[0], dataset_text_field)
-    names = row_parts(trainer, fmt) + VISION_PARTS
+    names = row_parts(trainer, fmt) + VISION_PARTS + (("tiles",) if patches_per_tile is not None else ())
     try:
         out = dataset.map(vision_batch, batched=True, batch_size=BATCH, num_proc=num_proc, remove_columns=columns,
                           keep_in_memory=True, desc=f"Processing images and text for {trainer} ({fmt})",
                           fn_kwargs={"processor": processor, "trainer": trainer, "fmt": fmt,
-                                     "text_field": dataset_text_field, "column": column})
+                                     "text_field": dataset_text_field, "column": column,
+                                     "patches_per_tile": patches_per_tile})
     except LengthsError:
         raise
     except Exception as exc:  # the processor raises ValueError / TypeError / KeyError / OSError on bad rows

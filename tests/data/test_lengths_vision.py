@@ -18,7 +18,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import datasets  # noqa: E402
 
-from hpcmem.data.errors import LengthsError, ProfileError  # noqa: E402
+from hpcmem.data.errors import LengthsError, ProcessorUnfit, ProfileError  # noqa: E402
+from hpcmem.data.processor import Resolution  # noqa: E402
 from hpcmem.data.profile import (SCHEMA, SCHEMA_VISION, check_profile, decode_lengths,  # noqa: E402
                                  tokens_per_micro_batch, vision_per_micro_batch)
 from hpcmem.data.profiler import build_profile, profile_dataset  # noqa: E402
@@ -31,7 +32,7 @@ CHAT = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {% if m['content'] 
         "{% else %} {{ c['text'] }} {% endif %}{% endfor %}{% endif %} <|im_end|> {% endfor %}"
         "{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
 # (width, height) of the images drawn
-SIZES = {"A": (100, 60), "B": (300, 500), "C": (20, 30)}
+SIZES = {"A": (100, 60), "B": (300, 500), "C": (20, 30), "D": (300, 100)}
 
 
 def hand_resize(height: int, width: int, min_pixels: int, max_pixels: int, factor: int = 28) -> tuple[int, int]:
@@ -354,3 +355,54 @@ def test_a_qwen_processor_without_torchvision_is_one_line_naming_it(proc_dir, sf
         (qwen / name).write_text(json.dumps(cfg))
     code, _, err = _cli(["lengths", sft[0], "--processor", str(qwen), "--json"], capsys)
     assert code != 0 and err.count("\n") == 1 and "install torchvision" in err
+
+
+def hand_tiles(name: str, longest: int = 112, side: int = 56) -> int:
+    """Idefics3's tiling as its docs state it: the longest side scaled to size.longest_edge (the other by the aspect
+    ratio, made even), both sides rounded up to multiples of the tile side, cut into rows × cols tiles plus one global
+    tile — one tile alone when the image fits in one."""
+    w, h = SIZES[name]
+    if w >= h:
+        w2, h2 = longest, int(longest * h / w)
+    else:
+        w2, h2 = int(longest * w / h), longest
+    h2, w2 = h2 + h2 % 2, w2 + w2 % 2
+    rows, cols = math.ceil(h2 / side), math.ceil(w2 / side)
+    return 1 if rows * cols == 1 else rows * cols + 1
+
+
+def test_idefics3_tiles_match_the_hand_rule_and_trls_collator(tmp, pngs):
+    """A: 100×60 → 112×68 → 2 × 2 tiles + global = 5; D: 300×100 → 112×38 → 1 × 2 + global = 3; 4 tokens per tile
+    (image_seq_len), (56 / 14)² = 16 patches per tile (the model config's vision patch_size 14)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import AutoProcessor, Idefics3Config, Idefics3Processor, PreTrainedTokenizerFast
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    specials = ["[UNK]", "<pad>", "<|im_start|>", "<|im_end|>", "<fake_token_around_image>", "<image>",
+                "<end_of_utterance>", "<global-img>"] + [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.train_from_iterator([" ".join([f"w{i}" for i in range(20)] + ["user", "assistant"])],
+                            trainers.WordLevelTrainer(special_tokens=specials))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="<pad>", eos_token="<|im_end|>")
+    chat = CHAT.replace("<|vision_start|><|image_pad|><|vision_end|>", "<image>")
+    image_processor = Idefics3ImageProcessorPil(size={"longest_edge": 112}, max_image_size={"longest_edge": 56})
+    folder = str(tmp / "idefics3")
+    Idefics3Processor(image_processor=image_processor, tokenizer=fast, image_seq_len=4, chat_template=chat) \
+        .save_pretrained(folder)
+    Idefics3Config(vision_config={"patch_size": 14, "image_size": 56}, scale_factor=2).save_pretrained(folder)
+    rows = [{"messages": _msg(u, a), "imgs": list(imgs)} for imgs, u, a in [("A", "w1", "w2"), ("DA", "w3", "w4 w5")]]
+    path, ds = _save(tmp, "tiles", rows, pngs)
+    p = profile_dataset(path, None, processor=folder, cache_dir=str(tmp / "cache"))
+    parts = {k: decode_lengths(b) for k, b in p["vision"]["order"]["parts"].items()}
+    assert [hand_tiles(n) for n in "AD"] == [5, 3]
+    assert parts["tiles"] == [5, 8] and parts["image_tokens"] == [4 * 5, 4 * 8] and parts["patches"] == [80, 128]
+    assert p["vision"]["family"] == "tiles" and p["vision"]["patches_per_tile"] == 16
+    collator = DataCollatorForVisionLanguageModeling(processor=AutoProcessor.from_pretrained(folder))
+    lengths = decode_lengths(p["order"]["parts"]["length"])
+    for i in range(len(ds)):
+        out = collator([ds[i]])
+        assert out["input_ids"].shape[1] == lengths[i] and out["pixel_values"].shape[1] == parts["tiles"][i]
+    with pytest.raises(ProcessorUnfit, match="min_pixels / --max_pixels bound the Qwen2-VL family"):
+        profile_dataset(path, None, processor=folder, resolution=Resolution(max_pixels=50_000))
