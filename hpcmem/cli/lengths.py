@@ -31,11 +31,13 @@ def _names(field: str, *more: str) -> list[str]:
 @click.option("--processor", default=None,
               help="Image-text data (an 'images' or 'image' column): the model's processor (AutoProcessor), a local "
                    "folder or a cached Hub name; image tokens and patches are counted for the Qwen2-VL family "
-                   "(Qwen2-VL, Qwen2.5-VL, Qwen3-VL, PaddleOCR-VL).")
+                   "(Qwen2-VL, Qwen2.5-VL, Qwen3-VL, PaddleOCR-VL) and the tiling Idefics3 and SmolVLM.")
 @click.option(*_names("min_pixels"), type=int, default=None,
-              help="With --processor: the image processor's min_pixels (size.shortest_edge; default: the processor's).")
+              help="With a Qwen2-VL-family --processor: its min_pixels (size.shortest_edge; default: the "
+                   "processor's).")
 @click.option(*_names("max_pixels"), type=int, default=None,
-              help="With --processor: the image processor's max_pixels (size.longest_edge; default: the processor's).")
+              help="With a Qwen2-VL-family --processor: its max_pixels (size.longest_edge; default: the "
+                   "processor's).")
 @click.option("--trainer", type=click.Choice(TRAINERS), default="sft", show_default=True,
               help="Tokenize as this trainer does: sft (text / messages / prompt+completion), dpo and reward "
                    "(prompt+chosen and prompt+rejected), grpo (the prompt), kto (prompt+completion, paired data "
