@@ -195,8 +195,8 @@ def _vision(rows: list[tuple[int, int, int]], counts: list[int], output, patches
     return {**out, "tiles": tiles, "patches": [t * patches_per_tile for t in tiles]}
 
 
-def vision_lengths(dataset, processor, *, trainer: str, dataset_text_field: str = "text",
-                   num_proc: int | None = None, patches_per_tile: int | None = None) -> tuple[str, dict[str, list[int]]]:
+def vision_lengths(dataset, processor, *, trainer: str, dataset_text_field: str = "text", num_proc: int | None = None,
+                   patches_per_tile: int | None = None) -> tuple[str, dict[str, list[int]]]:
     """(format, {part: values in dataset order}): the row parts and VISION_PARTS (and `tiles`, tiles family) of every
     example."""
     columns = list(dataset.column_names)

@@ -372,8 +372,8 @@ def hand_tiles(name: str, longest: int = 112, side: int = 56) -> int:
 
 
 def test_idefics3_tiles_match_the_hand_rule_and_trls_collator(tmp, pngs):
-    """A: 100×60 → 112×68 → 2 × 2 tiles + global = 5; D: 300×100 → 112×38 → 1 × 2 + global = 3; 4 tokens per tile
-    (image_seq_len), (56 / 14)² = 16 patches per tile (the model config's vision patch_size 14)."""
+    """A: 100×60 → 112×68 → 2 × 2 tiles + global = 5; D: 300×100 → 112×38 → 1 × 2 + global = 3; 4 tokens per
+    tile (image_seq_len), (56 / 14)² = 16 patches per tile (the model config's vision patch_size 14)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import AutoProcessor, Idefics3Config, Idefics3Processor, PreTrainedTokenizerFast
     from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
