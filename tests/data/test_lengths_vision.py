@@ -23,6 +23,7 @@ from hpcmem.data.processor import Resolution  # noqa: E402
 from hpcmem.data.profile import (SCHEMA, SCHEMA_VISION, check_profile, decode_lengths,  # noqa: E402
                                  tokens_per_micro_batch, vision_per_micro_batch)
 from hpcmem.data.profiler import build_profile, profile_dataset  # noqa: E402
+from hpcmem.data.render import report  # noqa: E402
 
 MIN_PIXELS, MAX_PIXELS = 28 * 28 * 4, 28 * 28 * 64          # 3,136 and 50,176
 SPECIALS = ["[UNK]", "<pad>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
@@ -399,6 +400,9 @@ def test_idefics3_tiles_match_the_hand_rule_and_trls_collator(tmp, pngs):
     assert [hand_tiles(n) for n in "AD"] == [5, 3]
     assert parts["tiles"] == [5, 8] and parts["image_tokens"] == [4 * 5, 4 * 8] and parts["patches"] == [80, 128]
     assert p["vision"]["family"] == "tiles" and p["vision"]["patches_per_tile"] == 16
+    assert "tiles / ex" in report(p) and "16 patches per tile" in report(p)
+    assert vision_per_micro_batch(p, per_device_train_batch_size=2) == {"images": 3, "image_tokens": 52,
+                                                                         "patches": 208, "tiles": 13}
     collator = DataCollatorForVisionLanguageModeling(processor=AutoProcessor.from_pretrained(folder))
     lengths = decode_lengths(p["order"]["parts"]["length"])
     for i in range(len(ds)):
