@@ -95,8 +95,10 @@ def _rows(output, image_token_id: int) -> list[tuple[int, int, int]]:
     """(length, image tokens, position past the last image token) of each row of a processor output, padding left
     out (its attention mask)."""
     out = []
-    for ids, mask in zip(output["input_ids"], output["attention_mask"], strict=True):
-        real = [int(t) for t, m in zip(ids, mask, strict=True) if int(m)]
+    ids_rows, mask_rows = (v.tolist() if hasattr(v, "tolist") else v
+                           for v in (output["input_ids"], output["attention_mask"]))
+    for ids, mask in zip(ids_rows, mask_rows, strict=True):
+        real = [t for t, m in zip(ids, mask, strict=True) if m]
         where = [i for i, t in enumerate(real) if t == image_token_id]
         out.append((len(real), len(where), where[-1] + 1 if where else 0))
     return out
