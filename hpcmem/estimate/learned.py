@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate.breakdown import Component, Phase
-from hpcmem.estimate.closing import closing_phases, resident_components
+from hpcmem.estimate.closing import backward_components, closing_phases, resident_components
 from hpcmem.estimate.lora import LoraLayout, backward_transient
 from hpcmem.estimate.lora_variants import forward_transient
 from hpcmem.estimate.loss import LossBytes, loss_bytes
@@ -221,8 +221,9 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
         head_other -= traced.backward_transient
     forward = _forward_phase(lb, cell.forward_entry.at(tokens, quad), forward_other, loss,
                              (*resident, *gathered, *accum_c), f"{how}: {mb.source}; {L} layers")
+    buckets = backward_components(job)
     head = Phase(name="backward (LM head)", components=(
-        *resident, *gathered, *accum_c,
+        *resident, *gathered, *buckets, *accum_c,
         Component(name=ACTIVATIONS, bytes=max(sum(lb.kept) + head_other, 0), note=how),
         Component(name="loss / fused LM head", bytes=loss.backward_transient,
                   note="fp32 grad accumulators + tile at the head's backward")))
@@ -241,7 +242,7 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
 
     worst = max(range(L - 1, -1, -1), key=instant)
     layer = Phase(name=f"backward (layer {worst})", components=(
-        *resident, *gathered,
+        *resident, *gathered, *buckets,
         Component(name=ACTIVATIONS, bytes=max(below[worst + 1] + entry, 0) + left[worst + 1],
                   note=f"{how}: layers ≤ {worst}" + (f"; what the backward of layers > {worst} left"
                                                      if left[worst + 1] else "")),

@@ -13,7 +13,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import activations as act
 from hpcmem.estimate import lora_variants
 from hpcmem.estimate.breakdown import Component, Phase
-from hpcmem.estimate.closing import closing_phases, resident_components
+from hpcmem.estimate.closing import backward_components, closing_phases, resident_components
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.lora import backward_transient as lora_backward_transient
 from hpcmem.estimate.loss import LossBytes
@@ -105,8 +105,9 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     head_grad_bytes = (parts.lm_head or parts.embed) * prec.weight if head_trains else 0
     layer_grad = (s.gradients - head_grad_bytes - (parts.embed * prec.weight if head_trains and parts.lm_head else 0))
     layer_grad = max(layer_grad, 0) // L
+    buckets = backward_components(job)
     head_phase = Phase(name="backward (LM head)", components=(
-        *resident, *gathered, activations,
+        *resident, *gathered, *buckets, activations,
         *([Component(name=GRADIENTS, bytes=accum_grads, note=grads_note)] if accum_grads else []),
         Component(name="loss / fused LM head", bytes=loss.backward_transient,
                   note="fp32 grad accumulators + tile at the head's backward")))
@@ -129,7 +130,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     prefix = [0]
     for v in kept:
         prefix.append(prefix[-1] + v)
-    base = sum(c.bytes for c in (*resident, *gathered))
+    base = sum(c.bytes for c in (*resident, *gathered, *buckets))
     # The gated MLP's backward peaks in the product's backward (torch autograd, MulBackward0): down_proj has made the
     # product's gradient and its own weight gradient, the product's two gradients are being written, the saved
     # product is released, and the only [T, H] gradient alive is the one arriving at the layer; gate_proj's and
@@ -160,7 +161,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     worst_k = max(range(L - 1, -1, -1), key=lambda k: base + sum(layer_instant(k)))
     below_and_own, recompute, done, transient = layer_instant(worst_k)
     best = Phase(name=f"backward (layer {worst_k})", components=(
-        *resident, *gathered,
+        *resident, *gathered, *buckets,
         Component(name=ACTIVATIONS, bytes=below_and_own, note=f"layers ≤ {worst_k}"),
         *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
         Component(name=GRADIENTS, bytes=done, note=grads_note or f"layers > {worst_k} done"),
