@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpcmem.estimate.fsdp_units import fsdp_gather
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.zero_buckets import resident_bucket_bytes, zero_buckets
 from hpcmem.job.jobspec import JobSpec
@@ -95,7 +96,9 @@ class States:
     master: int                  # fp32 master copy (DeepSpeed)
     grad_buffers: int            # DDP buckets / DeepSpeed's fp32 grad partition
     reduce_bucket: int           # ZeRO-3's reduce bucket, held for the run (hpcmem.estimate.zero_buckets)
-    gathered: int                # ZeRO-3 / FSDP parameters all-gathered for the running layer(s)
+    gathered: int                # ZeRO-3 / FSDP parameters all-gathered through every phase of the step
+    prefetched: int = 0          # FSDP: the next unit, gathered beside them in a layer's backward
+    prefetch_late: bool = False  # ... only from the attention projections' backward (hpcmem.estimate.fsdp_units)
     host: int
     trainable: int
     notes: dict
@@ -151,7 +154,8 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         notes["adapters"] = "with the trainable copies of " + ", ".join(n for n, _ in lora.saved_modules)
     if t.optim == "adafactor":
         opt = int(trainable ** 0.5 * 4 * 2 * m.num_hidden_layers)      # factored rows + cols, fp32, order of √Ψ
-    master = grad_buffers = gathered = host = reduce_bucket = 0
+    master = grad_buffers = gathered = host = reduce_bucket = prefetched = 0
+    prefetch_late = False
     if par.deepspeed and par.zero_stage >= 1:
         # DeepSpeed keeps an fp32 master and fp32 Adam states per partition: K = 12 (ZeRO paper).
         master = trainable * 4 // n
@@ -195,10 +199,11 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
             opt = int(shard * _optimizer_bytes_per_param(t.optim, gbytes))
         else:
             grads, opt = grads // n, opt // n
-        unit = parts.per_layer + lora.params_per_layer
-        gathered = 2 * unit * prec.act + (parts.embed + parts.lm_head) * prec.act
+        # the root, the running unit, and the next one prefetched in the backward (hpcmem.estimate.fsdp_units)
+        units = fsdp_gather(job, parts, lora, prec)
+        gathered, prefetched, prefetch_late = units.held, units.unit, units.late
         if par.fsdp_offload_params:
-            gathered += offload_staging(unit, n)
+            gathered += -(-units.unit // n)         # the unit's local shard staged on the GPU (offload_staging)
             host += weights + adapters + grads + opt
             weights = adapters = grads = opt = 0
     elif par.distributed_type == "MULTI_GPU" and n > 1:
@@ -213,8 +218,8 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
     notes.setdefault("optimizer", f"{t.optim} on {trainable:,} trainable params" + (
         f", partitioned /{n}" if par.flat_partitions else ""))
     return States(weights=weights, adapters=adapters, quant_constants=consts, gradients=grads, optimizer=opt, master=master,
-                  grad_buffers=grad_buffers, reduce_bucket=reduce_bucket, gathered=gathered, host=host,
-                  trainable=trainable, notes=notes)
+                  grad_buffers=grad_buffers, reduce_bucket=reduce_bucket, gathered=gathered, prefetched=prefetched,
+                  prefetch_late=prefetch_late, host=host, trainable=trainable, notes=notes)
 
 
 def offload_staging(unit: int, n: int) -> int:
