@@ -49,7 +49,9 @@ def test_units_in_flight(layout: str) -> None:
     late = layout == "fsdp1-lora"
     for what, units in instants:
         assert "root" in units, (what, units)
-        if what.startswith("forward") or what == "backward lm_head":
+        if what == "backward lm_head":
+            assert _layers(units) == 1, (what, units)       # the last layer, prefetched
+        elif what.startswith("forward"):
             # the forward's first pass holds one layer; the recompute of a layer whose backward has begun may hold
             # the next one, prefetched (counted in the backward)
             assert _layers(units) <= 2, (what, units)
