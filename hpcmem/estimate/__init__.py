@@ -16,6 +16,7 @@ from hpcmem.estimate.checkpoint import save_bytes
 from hpcmem.estimate.closing import resident_components
 from hpcmem.estimate.device import device_terms
 from hpcmem.estimate.evaluation import eval_phase
+from hpcmem.estimate.fsdp_units import quantized_unit_warning, stream_pool_extra
 from hpcmem.estimate.host import host_estimate
 from hpcmem.estimate.learned_range import learned_warnings
 from hpcmem.estimate.lora import LoraLayout, lora_layout
@@ -23,6 +24,7 @@ from hpcmem.estimate.loss import loss_bytes
 from hpcmem.estimate.names import BLOCK_TAILS as TAILS
 from hpcmem.estimate.names import CHECKPOINT_SAVE as SAVE_PHASE
 from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
+from hpcmem.estimate.names import GATHERED
 from hpcmem.estimate.parallel import layout_json, layout_note, local_micro_batch, sequence_buffers
 from hpcmem.estimate.shapes import needed_bytes, shapes_bytes, shapes_note
 from hpcmem.estimate.states import States, job_param_parts, model_states, optimizer_step_transient
@@ -42,7 +44,7 @@ from hpcmem.models.spec import ModelSpec
 __all__ = ["Component", "Estimate", "Phase", "SharedStep", "estimate", "shared_step"]
 
 NOT_MODELLED = (
-    "NCCL/DeepSpeed communication buffers beyond one communicator (uncalibrated constant)",
+    "NCCL's own buffers beyond one communicator (uncalibrated constant)",
     "kernel workspaces other than cuBLAS's and the CUDA context default",
     "dataloader pinned batches; vLLM's host memory",
 )
@@ -93,7 +95,7 @@ def _job_phases(job: JobSpec, parts, prec, states, base: tuple[Component, ...], 
         # ZeRO-3 allocates its 16-bit gradient partition once (stage3.py `grad_partitions_flat_buffer`) and keeps it
         # between steps; torch and ZeRO-1/2 free gradients after the step (measured per rank on CPU, estimator/LOG.md)
         kept = (Component(name="gradient partition", bytes=states.gradients, note="ZeRO-3 keeps it between steps"),)
-    gathered = (Component(name="gathered parameters", bytes=states.gathered),) if states.gathered else ()
+    gathered = (Component(name=GATHERED, bytes=states.gathered),) if states.gathered else ()
     out = []
     evaluation = eval_phase(job, parts, prec, base + kept + gathered)
     if evaluation is not None:
@@ -171,11 +173,15 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
     phases = [Phase(name=p.name, components=(*p.components, *tails)) for p in st.phases] if tails else \
         list(st.phases)
     slack, spread = allocator_slack(job, mb, prec, lora, phases)
+    pool = stream_pool_extra(job, phases)
+    slack += pool
     shapes = shapes_bytes(job, phases)
     dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
     warnings = (list(job_warnings(job)) + list(extras.notes) + lora_variants.wrapped_notes(job, lora, prec)
                 + learned_warnings(job, mb))
+    if quantized_unit_warning(job):
+        warnings.append(quantized_unit_warning(job))
     if job.gpu is None:
         warnings.append("no --gpu given: no fit verdict")
     if job.train.torch_compile:
@@ -191,6 +197,7 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
         summary=_summary(job, mb.source, lora_note),
         phases=tuple(phases),
         reserved_extra_bytes=dev.reserved_extra,
+        reserved_pool_bytes=pool,
         reserved_spread_bytes=spread,
         reserved_spread_note=spread_block(job, mb, prec, lora) if spread else "",
         reserved_shapes_bytes=shapes,

@@ -96,6 +96,7 @@ class Estimate:
     summary: str
     phases: tuple[Phase, ...]
     reserved_extra_bytes: int           # allocator: reserved − allocated at the peak
+    reserved_pool_bytes: int = 0        # of that, FSDP's all-gather stream pool (estimate/fsdp_units.py)
     reserved_spread_bytes: int = 0      # a block reserved may or may not hold (estimate/allocator.py placement_spread)
     reserved_spread_note: str = ""      # which block that is (estimate/allocator.py spread_block)
     reserved_shapes_bytes: int = 0      # varying batch shapes may add this to reserved (estimate/shapes.py)

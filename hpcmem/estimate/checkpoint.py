@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from hpcmem.estimate.breakdown import Component
 from hpcmem.estimate.lora import LoraLayout
-from hpcmem.estimate.states import ZERO3_MAX_LIVE, ParamParts, States
+from hpcmem.estimate.states import ParamParts, States
+from hpcmem.estimate.zero_buckets import zero_buckets
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import Precision
 
@@ -67,7 +68,7 @@ def _model_step(job: JobSpec, parts: ParamParts, prec: Precision, lora: LoraLayo
         # DeepSpeed gathers module by module, but what it fetched stays resident up to stage3_max_live_parameters:
         # on 2 CPU ranks every rank held the whole 16-bit model (less persistent parameters) while saving
         # (estimator/LOG.md); at least the largest module, at most max_live parameters
-        live = max(parts.largest_module, min(parts.total + lora.num_params, ZERO3_MAX_LIVE))
+        live = max(parts.largest_module, min(parts.total + lora.num_params, zero_buckets(job).max_live))
         return SaveBytes(
             gpu=(Component(name="gathered parameters (16-bit save)", bytes=live * 2,
                            note="fetched modules stay up to stage3_max_live_parameters, every rank"),),

@@ -8,6 +8,7 @@ from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.lora import LoraLayout, lora_layout
 from hpcmem.estimate.names import GRADIENTS, OPTIMIZER_STATES, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES
 from hpcmem.estimate.states import ParamParts, States
+from hpcmem.estimate.zero_buckets import backward_bucket_bytes, zero_buckets
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.job.trainers import entry
@@ -26,9 +27,22 @@ def resident_components(s: States, lora: LoraLayout) -> list[Component]:
     out.append(Component(name=OPTIMIZER_STATES, bytes=s.optimizer, note=s.notes.get("optimizer", "")))
     if s.master:
         out.append(Component(name="fp32 master weights", bytes=s.master, note="DeepSpeed fp32 partition"))
+    if s.reduce_bucket:
+        out.append(Component(name="reduce bucket", bytes=s.reduce_bucket, note=s.notes.get("reduce bucket", "")))
     if s.grad_buffers and s.notes.get("ddp"):
         out.append(Component(name="gradient buckets", bytes=s.grad_buffers, note=s.notes["ddp"]))
     return out
+
+
+def backward_components(job: JobSpec) -> list[Component]:
+    """What a backward holds beside the resident states and whatever the layers are: ZeRO-1/2's reduce bucket(s)
+    (hpcmem.estimate.zero_buckets)."""
+    size = backward_bucket_bytes(job)
+    if not size:
+        return []
+    b = zero_buckets(job)
+    return [Component(name="reduce buckets", bytes=size,
+                      note=f"{2 if b.overlap_comm else 1} × {b.reduce_bucket:,} elements, 16-bit ({b.source})")]
 
 
 def closing_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States,
@@ -66,7 +80,7 @@ def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: Pa
         # a trained embed_tokens copy (lora_modules_to_save): its dense [V, H] gradient and the incoming [T, H]
         extra = m.vocab_size * m.hidden_size * prec.weight + mb.tokens * m.hidden_size * prec.residual
         return Phase(name="backward (embeddings)", components=(
-            *resident, grads_all, Component(name="embedding backward", bytes=extra,
+            *resident, grads_all, *backward_components(job), Component(name="embedding backward", bytes=extra,
                                             note="the embed_tokens copy's gradient (lora_modules_to_save)")))
     if not head_trains:
         return None
@@ -88,4 +102,5 @@ def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: Pa
             if fresh > extra:
                 extra, note = fresh, "accumulating: a fresh [V, H] gradient next to .grad, + the incoming [T, H]"
     return Phase(name="backward (embeddings)", components=(
-        *resident, grads_all, Component(name="embedding backward", bytes=extra, note=note)))
+        *resident, grads_all, *backward_components(job),
+        Component(name="embedding backward", bytes=extra, note=note)))

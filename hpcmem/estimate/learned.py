@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate.breakdown import Component, Phase
-from hpcmem.estimate.closing import closing_phases, resident_components
+from hpcmem.estimate.closing import backward_components, closing_phases, resident_components
 from hpcmem.estimate.lora import LoraLayout, backward_transient
 from hpcmem.estimate.lora_variants import forward_transient
 from hpcmem.estimate.loss import LossBytes, loss_bytes
-from hpcmem.estimate.names import ACTIVATIONS
+from hpcmem.estimate.names import ACTIVATIONS, GATHERED, PREFETCHED_UNIT
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
@@ -210,7 +210,7 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     lb = layer_bytes(job, mb, prec, lora, cell, reference)
     tokens, quad, L = mb.tokens, _quad(mb, p), len(lb.kept)
     resident = resident_components(s, lora) + list(extra_resident)
-    gathered = [Component(name="gathered parameters", bytes=s.gathered)] if s.gathered else []
+    gathered = [Component(name=GATHERED, bytes=s.gathered)] if s.gathered else []
     accum = s.gradients if t.gradient_accumulation_steps > 1 else 0
     accum_c = [Component(name="gradients", bytes=accum, note="kept across gradient accumulation")] if accum else []
     how = f"learned profile ({p.provenance.get('summary', 'traced')})"
@@ -221,8 +221,9 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
         head_other -= traced.backward_transient
     forward = _forward_phase(lb, cell.forward_entry.at(tokens, quad), forward_other, loss,
                              (*resident, *gathered, *accum_c), f"{how}: {mb.source}; {L} layers")
+    buckets = backward_components(job)
     head = Phase(name="backward (LM head)", components=(
-        *resident, *gathered, *accum_c,
+        *resident, *gathered, *buckets, *accum_c,
         Component(name=ACTIVATIONS, bytes=max(sum(lb.kept) + head_other, 0), note=how),
         Component(name="loss / fused LM head", bytes=loss.backward_transient,
                   note="fp32 grad accumulators + tile at the head's backward")))
@@ -240,8 +241,12 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
         return below[k + 1] + entry + left[k + 1] + (accum or head_grads + after[k + 1]) + lb.peak[k]
 
     worst = max(range(L - 1, -1, -1), key=instant)
+    # FSDP's prefetched unit: the learned terms do not split the layer's instants, so it is counted for the whole
+    # layer, also where it arrives only at the attention projections (hpcmem.estimate.fsdp_units)
+    prefetched = [Component(name=PREFETCHED_UNIT, bytes=s.prefetched, note="the next layer, all-gathered ahead")] \
+        if s.prefetched else []
     layer = Phase(name=f"backward (layer {worst})", components=(
-        *resident, *gathered,
+        *resident, *gathered, *buckets, *prefetched,
         Component(name=ACTIVATIONS, bytes=max(below[worst + 1] + entry, 0) + left[worst + 1],
                   note=f"{how}: layers ≤ {worst}" + (f"; what the backward of layers > {worst} left"
                                                      if left[worst + 1] else "")),

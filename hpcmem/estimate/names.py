@@ -33,6 +33,8 @@ class ComponentName(Name):
     BLOCK_TAILS = "allocator block tails"
     CUBLAS_WORKSPACES = "cuBLAS workspaces"
     PROCESS_BASELINE = "process baseline"         # the host memory of a rank before the model loads
+    GATHERED = "gathered parameters"              # ZeRO-3 / FSDP: units all-gathered through every phase
+    PREFETCHED_UNIT = "prefetched unit"           # FSDP: the next layer, all-gathered ahead in the backward
 
 
 class Level(Name):
@@ -45,4 +47,4 @@ class Level(Name):
 
 FORWARD, BACKWARD, OPTIMIZER_STEP, CHECKPOINT_SAVE, EVALUATION = PhaseName
 (OPTIMIZER_STATES, GRADIENTS, ACTIVATIONS, OPTIMIZER_TEMPORARIES, AUTOCAST_CACHE, BLOCK_TAILS, CUBLAS_WORKSPACES,
- PROCESS_BASELINE) = ComponentName
+ PROCESS_BASELINE, GATHERED, PREFETCHED_UNIT) = ComponentName

@@ -21,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from hpcmem.estimate.fsdp_units import fsdp_gather
 from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate.zero_buckets import resident_bucket_bytes, zero_buckets
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import Precision
 from hpcmem.job.trainers import entry
@@ -32,7 +34,6 @@ ADAM_STATES = 2
 BNB_BLOCK = 256                 # 8-bit optimizer absmax block
 NF4_BLOCK = 64                  # 4-bit weight quantization block (QLoRA)
 NESTED_BLOCK = 256              # double quantization: blocks of absmax values
-ZERO3_MAX_LIVE = 10**9          # stage3_max_live_parameters (and max_reuse_distance) hpcmem writes (launch/configs.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,8 +96,11 @@ class States:
     gradients: int
     optimizer: int
     master: int                  # fp32 master copy (DeepSpeed)
-    grad_buffers: int            # DDP buckets / DeepSpeed reduce buckets / fp32 grad partition
-    gathered: int                # ZeRO-3 / FSDP parameters all-gathered for the running layer(s)
+    grad_buffers: int            # DDP buckets / DeepSpeed's fp32 grad partition
+    reduce_bucket: int           # ZeRO-3's reduce bucket, held for the run (hpcmem.estimate.zero_buckets)
+    gathered: int                # ZeRO-3 / FSDP parameters all-gathered through every phase of the step
+    prefetched: int = 0          # FSDP: the next unit, gathered beside them in a layer's backward
+    prefetch_late: bool = False  # ... only from the attention projections' backward (hpcmem.estimate.fsdp_units)
     host: int
     trainable: int
     notes: dict
@@ -152,7 +156,8 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         notes["adapters"] = "with the trainable copies of " + ", ".join(n for n, _ in lora.saved_modules)
     if t.optim == "adafactor":
         opt = int(trainable ** 0.5 * 4 * 2 * m.num_hidden_layers)      # factored rows + cols, fp32, order of √Ψ
-    master = grad_buffers = gathered = host = 0
+    master = grad_buffers = gathered = host = reduce_bucket = prefetched = 0
+    prefetch_late = False
     if par.deepspeed and par.zero_stage >= 1:
         # DeepSpeed keeps an fp32 master and fp32 Adam states per partition: K = 12 (ZeRO paper).
         master = trainable * 4 // n
@@ -163,15 +168,18 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         grads = grads // n
         grad_buffers = trainable * 4 // n                             # fp32 gradient partition for the step
         if par.zero_stage == 3:
+            buckets = zero_buckets(job)
             weights = weights // n
-            adapters = zero3_adapter_bytes(lora, n, persistence_threshold(job))
-            notes["adapters"] = f"partitioned /{n}, those ≤ {persistence_threshold(job):,} elements also whole"
+            adapters = zero3_adapter_bytes(lora, n, buckets.persistence_threshold)
+            notes["adapters"] = f"partitioned /{n}, those ≤ {buckets.persistence_threshold:,} elements also whole"
+            reduce_bucket = resident_bucket_bytes(job)
+            notes["reduce bucket"] = f"{buckets.reduce_bucket:,} elements, 16-bit ({buckets.source})"
             unit = parts.per_layer + lora.params_per_layer
             # current + prefetched layer, embedding and head; but DeepSpeed releases a fetched parameter only past
             # max_reuse_distance / max_live_parameters (partitioned_param_coordinator.py `release_sub_module`):
-            # with hpcmem's 1e9 a model under 1e9 parameters stays gathered whole once fetched (measured per rank on
-            # CPU, estimator/LOG.md), a larger one keeps up to 1e9
-            fetched = min(parts.total + lora.num_params, ZERO3_MAX_LIVE)
+            # with 1e9 (hpcmem's and DeepSpeed's) a model under 1e9 parameters stays gathered whole once fetched
+            # (measured per rank on CPU, estimator/LOG.md), a larger one keeps up to 1e9
+            fetched = min(parts.total + lora.num_params, buckets.max_live)
             gathered = max(2 * unit + parts.embed + parts.lm_head, fetched) * 2
             if par.offload_param_device != "none":
                 gathered += offload_staging(unit, n)
@@ -193,10 +201,11 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
             opt = int(shard * _optimizer_bytes_per_param(t.optim, gbytes))
         else:
             grads, opt = grads // n, opt // n
-        unit = parts.per_layer + lora.params_per_layer
-        gathered = 2 * unit * prec.act + (parts.embed + parts.lm_head) * prec.act
+        # the root, the running unit, and the next one prefetched in the backward (hpcmem.estimate.fsdp_units)
+        units = fsdp_gather(job, parts, lora, prec)
+        gathered, prefetched, prefetch_late = units.held, units.unit, units.late
         if par.fsdp_offload_params:
-            gathered += offload_staging(unit, n)
+            gathered += -(-units.unit // n)         # the unit's local shard staged on the GPU (offload_staging)
             host += weights + adapters + grads + opt
             weights = adapters = grads = opt = 0
     elif par.distributed_type == "MULTI_GPU" and n > 1:
@@ -211,7 +220,8 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
     notes.setdefault("optimizer", f"{t.optim} on {trainable:,} trainable params" + (
         f", partitioned /{n}" if par.flat_partitions else ""))
     return States(weights=weights, adapters=adapters, quant_constants=consts, gradients=grads, optimizer=opt, master=master,
-                  grad_buffers=grad_buffers, gathered=gathered, host=host, trainable=trainable, notes=notes)
+                  grad_buffers=grad_buffers, reduce_bucket=reduce_bucket, gathered=gathered, prefetched=prefetched,
+                  prefetch_late=prefetch_late, host=host, trainable=trainable, notes=notes)
 
 
 def offload_staging(unit: int, n: int) -> int:
@@ -220,13 +230,6 @@ def offload_staging(unit: int, n: int) -> int:
     device; ZeRO-3: the partition is fetched from host memory before its all-gather): one unit's shard, 16-bit
     (measured on 2 CPU ranks: ≈ one layer / N in both, estimator/LOG.md)."""
     return -(-unit // n) * 2
-
-
-def persistence_threshold(job: JobSpec) -> int:
-    """ZeRO-3 keeps a parameter of at most this many elements whole on every rank, beside its partition
-    (deepspeed/runtime/zero/parameter_offload.py `mark_persistent_parameters`); transformers fills the "auto" value
-    hpcmem writes with 10 × hidden_size (integrations/deepspeed.py `trainer_config_finalize`)."""
-    return 10 * job.model.hidden_size
 
 
 def zero3_adapter_bytes(lora: LoraLayout, n: int, threshold: int) -> int:

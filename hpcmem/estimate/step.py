@@ -13,11 +13,11 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import activations as act
 from hpcmem.estimate import lora_variants
 from hpcmem.estimate.breakdown import Component, Phase
-from hpcmem.estimate.closing import closing_phases, resident_components
+from hpcmem.estimate.closing import backward_components, closing_phases, resident_components
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.lora import backward_transient as lora_backward_transient
 from hpcmem.estimate.loss import LossBytes
-from hpcmem.estimate.names import ACTIVATIONS, AUTOCAST_CACHE, FORWARD, GRADIENTS
+from hpcmem.estimate.names import ACTIVATIONS, AUTOCAST_CACHE, FORWARD, GATHERED, GRADIENTS, PREFETCHED_UNIT
 from hpcmem.estimate.parallel import SequenceBuffers
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.job.jobspec import JobSpec
@@ -82,7 +82,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         return saved if on_gpu_cap is None else min(saved, on_gpu_cap)
 
     saved_total = on_gpu(sum(kept)) + outside
-    gathered = [Component(name="gathered parameters", bytes=s.gathered)] if s.gathered else []
+    gathered = [Component(name=GATHERED, bytes=s.gathered)] if s.gathered else []
     accum_grads = s.gradients if t.gradient_accumulation_steps > 1 else 0
     grads_note = "kept across gradient accumulation" if accum_grads else ""
     # torch autocast caches the 16-bit copy only of leaf weights that require grad (cached_cast): all layer weights
@@ -105,8 +105,12 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     head_grad_bytes = (parts.lm_head or parts.embed) * prec.weight if head_trains else 0
     layer_grad = (s.gradients - head_grad_bytes - (parts.embed * prec.weight if head_trains and parts.lm_head else 0))
     layer_grad = max(layer_grad, 0) // L
+    buckets = backward_components(job)
+    late_unit = s.prefetched if s.prefetch_late else 0
+    prefetched = [Component(name=PREFETCHED_UNIT, bytes=s.prefetched, note="the next layer, all-gathered ahead")] \
+        if s.prefetched and not s.prefetch_late else []
     head_phase = Phase(name="backward (LM head)", components=(
-        *resident, *gathered, activations,
+        *resident, *gathered, *buckets, activations,
         *([Component(name=GRADIENTS, bytes=accum_grads, note=grads_note)] if accum_grads else []),
         Component(name="loss / fused LM head", bytes=loss.backward_transient,
                   note="fp32 grad accumulators + tile at the head's backward")))
@@ -129,7 +133,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     prefix = [0]
     for v in kept:
         prefix.append(prefix[-1] + v)
-    base = sum(c.bytes for c in (*resident, *gathered))
+    base = sum(c.bytes for c in (*resident, *gathered, *buckets, *prefetched))
     # The gated MLP's backward peaks in the product's backward (torch autograd, MulBackward0): down_proj has made the
     # product's gradient and its own weight gradient, the product's two gradients are being written, the saved
     # product is released, and the only [T, H] gradient alive is the one arriving at the layer; gate_proj's and
@@ -139,8 +143,9 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     if not lora.enabled and not m.is_moe and m.gated_mlp and parts.per_layer:
         down_grad = layer_grad * (m.hidden_size * m.intermediate_size) // parts.per_layer
 
-    def own_layer(d: dict, full_k: int) -> tuple[int, int]:
-        """(recompute, transient) of a layer with saved terms `d`: the same for every layer of one kind."""
+    def own_layer(d: dict, full_k: int) -> tuple[int, int, int]:
+        """(recompute, the MLP's / recompute's worst temporaries, the attention's) of a layer with saved terms `d`:
+        the same for every layer of one kind."""
         recompute = full_k - sac_cached if t.gradient_checkpointing else 0
         # by the attention's backward the MLP's saved tensors (and the post-attention norm's) are already freed
         freed = d["mlp"] + d["norms"] // 2 + lora_mlp_saved
@@ -148,38 +153,53 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
             hidden_t + mlp_side + layer_grad
         attention_instant = hidden_t + max(scores_t - freed, 0) + lora_attention_t + layer_grad
         recompute_instant = hidden_t // 2 + recompute_dora_t
-        return recompute, max(mlp_instant, attention_instant, recompute_instant) + max(seq.forward, seq.backward)
+        return recompute, max(mlp_instant, recompute_instant), attention_instant
 
     # layer_terms hands back one dict per kind of layer (dense, MoE): each kind's own terms are worked out once
-    kinds: dict[int, tuple[int, int]] = {}
+    kinds: dict[int, tuple[int, int, int]] = {}
     for k in range(L):
         if id(terms[k]) not in kinds:
             kinds[id(terms[k])] = own_layer(terms[k], full[k])
 
-    def layer_instant(k: int) -> tuple[int, int, int, int]:
+    def layer_instant(k: int) -> tuple[int, int, int, int, int]:
+        """(activations, recompute, gradients done, the MLP's / recompute's worst temporaries, the attention's)."""
         below_and_own = on_gpu(prefix[k + 1]) + held
-        recompute, transient = kinds[id(terms[k])]
+        recompute, other, attention = kinds[id(terms[k])]
         done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
+        both = max(seq.forward, seq.backward)
         if k == L - 1 and lora.enabled:
             # with a frozen head the gradient the fused head returns, scattered back over every position, is still
             # alive in the first layer's backward; T, not the scored tokens: GRPO/RLOO score only completions
             # (estimator/LOG.md)
-            transient += loss.backbone_gradient
-        return below_and_own, recompute, done, transient
+            both += loss.backbone_gradient
+        return below_and_own, recompute, done, other + both, attention + both
+
+    def worst_instant(k: int) -> int:
+        # FSDP with LoRA leaves as units: the previous layer's unit arrives at the attention projections' backward
+        # (hpcmem.estimate.fsdp_units), so it sits beside the attention's temporaries only
+        below_and_own, recompute, done, other, attention = layer_instant(k)
+        return below_and_own + recompute + done + max(other, attention + late_unit)
 
     # the worst layer: the largest instant, the last layer of equals (the backward meets it first)
-    worst_k, worst = L - 1, None
-    for k in range(L - 1, -1, -1):
-        total = base + sum(layer_instant(k))
-        if worst is None or total > worst:
-            worst_k, worst = k, total
-    below_and_own, recompute, done, transient = layer_instant(worst_k)
-    best = Phase(name=f"backward (layer {worst_k})", components=(
-        *resident, *gathered,
-        Component(name=ACTIVATIONS, bytes=below_and_own, note=f"layers ≤ {worst_k}"),
-        *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
-        Component(name=GRADIENTS, bytes=done, note=grads_note or f"layers > {worst_k} done"),
-        Component(name="backward temporaries", bytes=transient,
-                  note=f"incl. {seq.name} {max(seq.forward, seq.backward) / GIB:.2f} GiB" if seq.name else "")))
-    phases = [forward, head_phase, best, *closing_phases(job, mb, prec, parts, s, resident, opt_transient, lora)]
+    worst_k = max(range(L - 1, -1, -1), key=lambda k: base + worst_instant(k))
+    below_and_own, recompute, done, other, attention = layer_instant(worst_k)
+    layer_held = (Component(name=ACTIVATIONS, bytes=below_and_own, note=f"layers ≤ {worst_k}"),
+                  *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
+                  Component(name=GRADIENTS, bytes=done, note=grads_note or f"layers > {worst_k} done"))
+    seq_note = f"incl. {seq.name} {max(seq.forward, seq.backward) / GIB:.2f} GiB" if seq.name else ""
+    if late_unit:
+        layer_phases = [
+            Phase(name=f"backward (layer {worst_k})", components=(
+                *resident, *gathered, *buckets, *layer_held,
+                Component(name="backward temporaries", bytes=other, note=seq_note))),
+            Phase(name=f"backward (layer {worst_k}, attention projections)", components=(
+                *resident, *gathered, *buckets,
+                Component(name=PREFETCHED_UNIT, bytes=late_unit, note="the previous layer, fetched here"),
+                *layer_held, Component(name="backward temporaries", bytes=attention, note=seq_note)))]
+    else:
+        layer_phases = [Phase(name=f"backward (layer {worst_k})", components=(
+            *resident, *gathered, *buckets, *prefetched, *layer_held,
+            Component(name="backward temporaries", bytes=max(other, attention), note=seq_note)))]
+    phases = [forward, head_phase, *layer_phases,
+              *closing_phases(job, mb, prec, parts, s, resident, opt_transient, lora)]
     return phases, host

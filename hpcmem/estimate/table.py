@@ -22,7 +22,9 @@ def render(est: Estimate) -> str:
     slack = est.reserved_extra_bytes / est.peak_allocated_bytes if est.peak_allocated_bytes else 0.0
     lines.append(f"{'peak reserved':<30}{gib(est.peak_reserved_bytes):>14}   allocator slack "
                  f"{est.reserved_extra_bytes / GIB:.2f} GiB ({100 * slack:.1f} % of allocated, from the caching "
-                 f"allocator's mechanics; estimate/allocator.py)")
+                 f"allocator's mechanics; estimate/allocator.py"
+                 + (f"; incl. {est.reserved_pool_bytes / GIB:.2f} GiB of FSDP's all-gather stream pool, "
+                    "estimate/fsdp_units.py" if est.reserved_pool_bytes else "") + ")")
     if est.reserved_spread_bytes:
         lines.append(f"{'':<30}{'':>14}   ± {est.reserved_spread_bytes / 2 / GIB:.2f} GiB: whether step 2 maps "
                      f"{est.reserved_spread_note} ({est.reserved_spread_bytes / GIB:.2f} GiB) again depends on where "

@@ -36,6 +36,7 @@ HUB_KERNEL = re.compile(r"[^/:]+/[^/:]+(?:@[^/:]+)?(?::[^/:]+)?")
 EVAL_STRATEGIES = ("no", "steps", "epoch")                     # transformers IntervalStrategy
 SAVE_STRATEGIES = ("no", "steps", "epoch", "best")             # transformers SaveStrategy
 FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")   # FSDP2 has no LOCAL_STATE_DICT (accelerate)
+ZERO_BUCKET_SIZES = ("auto", "deepspeed")   # hpcmem's DeepSpeed JSON ("auto" keys) | DeepSpeed's defaults (no JSON)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +184,10 @@ class ParallelSpec:
     zero3_save_16bit_model: bool = True
     fsdp_state_dict_type: str = "SHARDED_STATE_DICT"
     fsdp_cpu_ram_efficient_loading: bool = True
+    # Where ZeRO's bucket sizes come from (hpcmem.estimate.zero_buckets): "auto", hpcmem's DeepSpeed JSON, whose
+    # bucket keys transformers fills from the model's hidden size; "deepspeed", no DeepSpeed JSON (TRL's shipped
+    # zero*.yaml run as they are: accelerate writes only the stage and offload), so DeepSpeed's own defaults apply.
+    zero_bucket_sizes: str = "auto"
     # accelerate's ParallelismConfig (accelerate/parallelism_config.py; `parallelism_config_<name>` in an accelerate
     # YAML): 1 = dimension off. What each does per rank and accelerate's rules for them: hpcmem.job.mesh.
     dp_replicate_size: int = 1
@@ -206,6 +211,8 @@ class ParallelSpec:
         p.check(self.distributed_type in DISTRIBUTED_TYPES,
                 f"distributed_type must be one of {', '.join(DISTRIBUTED_TYPES)}; got {self.distributed_type!r}")
         p.check(self.zero_stage in (0, 1, 2, 3), f"zero_stage must be 0–3; got {self.zero_stage}")
+        p.check(self.zero_bucket_sizes in ZERO_BUCKET_SIZES,
+                f"zero_bucket_sizes must be one of {', '.join(ZERO_BUCKET_SIZES)}; got {self.zero_bucket_sizes!r}")
         p.check(self.fsdp_version in (1, 2), f"fsdp_version must be 1 or 2; got {self.fsdp_version}")
         for name in ("offload_optimizer_device", "offload_param_device"):
             p.check(getattr(self, name) in OFFLOAD_DEVICES,
@@ -222,7 +229,7 @@ class ParallelSpec:
             # under FSDP (accelerate 1.15 commands/launch.py `launch_command` picks the launcher by it): elsewhere
             # they would be dropped without a word, and the job would not be the one asked for
             for name, off in (("zero_stage", 0), ("offload_optimizer_device", "none"),
-                              ("offload_param_device", "none")):
+                              ("offload_param_device", "none"), ("zero_bucket_sizes", "auto")):
                 p.check(getattr(self, name) == off,
                         f"{name} {getattr(self, name)!r} needs distributed_type DEEPSPEED (--accelerate_config "
                         f"zero1|zero2|zero3); got {self.distributed_type}, where accelerate ignores it")

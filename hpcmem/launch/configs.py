@@ -79,11 +79,14 @@ def deepspeed_config(job: JobSpec) -> dict[str, Any]:
     zero3_save_16bit_model, on in TRL's zero3.yaml) lets `save_model` write a full 16-bit model under ZeRO-3.
     """
     par, t = job.parallel, job.train
+    # zero_bucket_sizes "deepspeed": the bucket keys are left out, so DeepSpeed's defaults apply as in a run without
+    # a JSON (hpcmem.estimate.zero_buckets)
+    own = par.zero_bucket_sizes == "auto"
     zero: dict[str, Any] = {
         "stage": par.zero_stage,
-        "overlap_comm": True,
+        **({"overlap_comm": True} if own else {}),
         "contiguous_gradients": True,
-        "reduce_bucket_size": AUTO,
+        **({"reduce_bucket_size": AUTO} if own else {}),
     }
     if par.zero_stage >= 2:
         zero["allgather_bucket_size"] = 5e8
@@ -91,8 +94,7 @@ def deepspeed_config(job: JobSpec) -> dict[str, Any]:
         zero["offload_optimizer"] = {"device": par.offload_optimizer_device, "pin_memory": True}
     if par.zero_stage == 3:
         zero.update({
-            "stage3_prefetch_bucket_size": AUTO,
-            "stage3_param_persistence_threshold": AUTO,
+            **({"stage3_prefetch_bucket_size": AUTO, "stage3_param_persistence_threshold": AUTO} if own else {}),
             "stage3_max_live_parameters": 1e9,
             "stage3_max_reuse_distance": 1e9,
             "stage3_gather_16bit_weights_on_model_save": par.zero3_save_16bit_model,

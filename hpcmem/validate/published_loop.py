@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcmem.estimate.breakdown import Estimate
+from hpcmem.estimate.breakdown import Component, Estimate, Phase
+from hpcmem.estimate.fsdp_units import stream_pool_extra
 from hpcmem.estimate.parallel import local_micro_batch
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import micro_batch
@@ -66,7 +67,11 @@ def adjusted(job: JobSpec, est: Estimate, loss: str) -> Adjusted:
     fused = next((c.bytes for c in head.components if c.name == HEAD_COMPONENT), 0) if head else 0
     head_bytes = (head.bytes if head else est.peak_allocated_bytes) - fused + loss_bytes
     allocated = max(est.peak_allocated_bytes, head_bytes)
-    reserved = allocated + est.reserved_extra_bytes
+    # FSDP's all-gather pool sits beside whichever phase peaks now (hpcmem.estimate.fsdp_units)
+    phases = [p if p is not head else Phase(name=p.name, components=(
+        *(c for c in p.components if c.name != HEAD_COMPONENT), Component(name="full-logits loss", bytes=loss_bytes)))
+        for p in est.phases]
+    reserved = allocated + est.reserved_extra_bytes - est.reserved_pool_bytes + stream_pool_extra(job, phases)
     per_element, code = LOOP_LOSSES[loss]
     note = (f"loss over the full logits ({code}): {elements:,} elements × {per_element} B = "
             f"{loss_bytes / 2**30:.2f} GiB in place of the fused head's {fused / 2**30:.2f} GiB")
