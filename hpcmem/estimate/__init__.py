@@ -27,6 +27,7 @@ from hpcmem.estimate.states import job_param_parts, model_states, optimizer_step
 from hpcmem.estimate.step import build_phases
 from hpcmem.estimate.tails import block_tails
 from hpcmem.estimate.trainers import trainer_extras
+from hpcmem.estimate.vision import vision_terms, with_vision
 from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
 from hpcmem.job.assumptions import describe as describe_assumptions
 from hpcmem.job.jobspec import JobSpec
@@ -111,6 +112,8 @@ def estimate(job: JobSpec) -> Estimate:
     base = (*resident_components(states, lora), *extras.resident)
     phases += [Phase(name=p.name, components=base + p.components) for p in extras.phases]
     phases += _job_phases(job, parts, prec, lora, states, base)
+    embed_grad = parts.embed * prec.weight if parts.lm_head and not lora.enabled else 0
+    phases = with_vision(job, vision_terms(job, prec, lora), phases, embed_grad)
     if extras.vllm_pool_asleep:
         phases.append(Phase(name="generation (vLLM awake)", components=base + (
             Component(name="vLLM pool", bytes=extras.vllm_pool_asleep,
