@@ -234,3 +234,26 @@ def _tower_backward(job: JobSpec, terms: VisionTerms, resident: tuple[Component,
         Component(name=GRADIENTS, bytes=terms.merger_grads + terms.block_grads * (depth - 1 - k),
                   note=f"merger, blocks > {k}"),
         Component(name="vision backward temporaries", bytes=terms.block_backward)))
+
+
+def images_note(job: JobSpec) -> str:
+    """The images in words: how many per row, their size before and after the processor's resize, their tokens."""
+    t = job.train
+    g = image_geometry(t, job.model.vision)
+    return (f"{t.images_per_example} image(s)/row {t.image_height}×{t.image_width} px → {g.resized[0]}×{g.resized[1]} "
+            f"({g.patches:,} patches, {g.tokens:,} image tokens each, within max_length)")
+
+
+def vision_json(job: JobSpec, terms: VisionTerms | None) -> dict | None:
+    """The `--json` block of a vision-language job: the tower's size, the images' geometry, what trains."""
+    v = job.model.vision
+    if v is None or terms is None:
+        return None
+    out = {"model_type": v.model_type, "tower_params": v.tower_params, "merger_params": v.merger_params,
+           "trained": terms.trained, "patches_per_micro_batch": terms.patches,
+           "image_tokens_per_micro_batch": terms.image_tokens}
+    if job.train.images_per_example:
+        g = image_geometry(job.train, v)
+        out.update(images_per_example=job.train.images_per_example, resized=list(g.resized),
+                   image_grid_thw=list(g.grid_thw), patches_per_image=g.patches, tokens_per_image=g.tokens)
+    return out

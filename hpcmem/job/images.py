@@ -25,6 +25,16 @@ DEFAULT_MIN_PIXELS = 56 * 56
 DEFAULT_MAX_PIXELS = 28 * 28 * 1280
 MAX_ASPECT = 200            # smart_resize raises above this aspect ratio
 IMAGE_TRAINERS = ("sft",)   # the trainers whose image path hpcmem models (trace and estimate)
+# The flags' help: which names are hpcmem's own and which transformers'
+FIELD_HELP = {
+    "images_per_example": "hpcmem's own: images in each row's \"images\" list (0: text only) (default 0)",
+    "image_height": "hpcmem's own: pixel height of every image before the processor resizes it",
+    "image_width": "hpcmem's own: pixel width of every image before the processor resizes it",
+    "min_pixels": f"the Qwen2-VL image processor's min_pixels (transformers' name) (default {DEFAULT_MIN_PIXELS}, "
+                  "the processor class's; a checkpoint's preprocessor_config.json may set another)",
+    "max_pixels": f"the Qwen2-VL image processor's max_pixels (transformers' name) (default {DEFAULT_MAX_PIXELS}, "
+                  "the processor class's; Qwen2.5-VL's preprocessor_config.json sets 12845056)",
+}
 
 
 def image_problems(t: Any) -> list[str]:
