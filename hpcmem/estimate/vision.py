@@ -135,7 +135,9 @@ def block_saved(job: JobSpec, v: VisionSpec, spec: ModelSpec, mb: MicroBatch, pr
             spec, mb, prec, attn="sdpa", layer=0, layer_params=block_params,
             lora=LoraLayout(enabled=True, r=lora.r)).items() if k in ("norms", "attention", "mlp")}}
         terms["autocast_weights"] = 0
-    proj_in = 0 if frozen and not any(x.name == "attn.proj" for x in adapted) else prec.act * v.hidden_size * mb.tokens
+    # the concatenation feeds `proj`: kept for its weight gradient when it trains; a frozen proj keeps nothing, and its
+    # adapter keeps its own dropout output (`adapters_saved`), not its input
+    proj_in = 0 if frozen else prec.act * v.hidden_size * mb.tokens
     own = adapters_saved([x for x in adapted if x.part == "tower"], mb.tokens, prec, lora)
     return sum(terms.values()) + proj_in + own
 
@@ -148,17 +150,13 @@ def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted:
     - the rotary cos and sin, fp32 [N, head_dim] each after the window permutation, read by every block;
     - the merger: its RMSNorm over the tower width (fp32 upcast, normalised tensor, output for the first Linear),
       the first Linear's output (GELU's input) and GELU's output (the second Linear's input), [N / merge², 4·width]
-      each — the same bytes as [N, width];
-    - the merger adapters' own under LoRA."""
+      each — the same bytes as [N, width]; frozen (LoRA), only the fp32 upcast and GELU's input;
+    - the merger adapters' own under LoRA (a frozen linear keeps no input: its adapter keeps its dropout output)."""
     h, trained = v.hidden_size, not lora.enabled
     conv = n * v.patch_dim * prec.weight if trained else 0
     rope = 2 * n * (h // v.num_heads) * FP32
     norm = (FP32 * h + (0 if not trained else prec.residual * h + prec.act * h)) * n
-    first_trains = trained or any(x.name == "mlp.0" for x in adapted)
-    second_trains = trained or any(x.name == "mlp.2" for x in adapted)
-    if not trained and first_trains:
-        norm += prec.act * h * n            # lora_A of mlp.0 keeps the normed output via its dropout path
-    mlp = prec.act * h * n + (prec.act * h * n if second_trains else 0)
+    mlp = prec.act * h * n + (prec.act * h * n if trained else 0)
     own = adapters_saved([x for x in adapted if x.part == "merger"], n // v.merge_unit, prec, lora)
     return conv + rope, norm + mlp + own
 
