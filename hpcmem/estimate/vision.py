@@ -34,7 +34,7 @@ from hpcmem.estimate.names import GRADIENTS as LM_GRADIENTS
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.job.images import image_geometry, image_rows
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.job.shape import MicroBatch, Precision
+from hpcmem.job.shape import MicroBatch, Precision, micro_batch
 from hpcmem.models.peft_targets import ALL_LINEAR
 from hpcmem.models.spec import ModelSpec
 from hpcmem.models.vision import VisionLinear, VisionSpec
@@ -145,6 +145,7 @@ def block_saved(job: JobSpec, v: VisionSpec, spec: ModelSpec, mb: MicroBatch, pr
 def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted: tuple[VisionLinear, ...],
                   lora: LoraLayout) -> tuple[int, int]:
     """(before the blocks, the merger's): what the tower keeps outside its blocks (Qwen2_5_VisionTransformerPretrainedModel.forward):
+    - frozen: the patch embedding's output and the token embeddings' output, leaves of the graph (see below);
     - the patch embedding's Conv3d input, pixel_values cast to the weight dtype (`.to(dtype=target_dtype)`), kept
       for its weight gradient when it trains;
     - the rotary cos and sin, fp32 [N, head_dim] each after the window permutation, read by every block;
@@ -154,11 +155,16 @@ def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted:
     - the merger adapters' own under LoRA (a frozen linear keeps no input: its adapter keeps its dropout output)."""
     h, trained = v.hidden_size, not lora.enabled
     conv = n * v.patch_dim * prec.weight if trained else 0
+    # frozen (LoRA): the patch embedding's output has no grad_fn, so `enable_input_require_grads`' hook makes it a leaf
+    # that requires grad, which autograd's AccumulateGrad node keeps alive to the end of the backward; the token
+    # embeddings' output likewise, and with images it is no longer the first layer's input (`masked_scatter` makes a
+    # new one), so it is alive beside it (traced: qvl-lora-qv-gc-896, estimator/LOG.md)
+    leaves = (n * h + micro_batch(job).tokens * job.model.hidden_size) * prec.weight if not trained else 0
     rope = 2 * n * (h // v.num_heads) * FP32
     norm = (FP32 * h + (0 if not trained else prec.residual * h + prec.act * h)) * n
     mlp = prec.act * h * n + (prec.act * h * n if trained else 0)
     own = adapters_saved([x for x in adapted if x.part == "merger"], n // v.merge_unit, prec, lora)
-    return conv + rope, norm + mlp + own
+    return conv + rope + leaves, norm + mlp + own
 
 
 def adapters_saved(adapted: list[VisionLinear], rows: int, prec: Precision, lora: LoraLayout) -> int:
