@@ -53,3 +53,15 @@ def test_more_pixels_more_memory_in_the_trace_and_the_estimate():
         est = (max(tensor_bytes(p) for p in estimate(_job(large)).phases)
                - max(tensor_bytes(p) for p in estimate(_job(small)).phases))
         assert traced > 0 and est > 0, technique
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_the_recorded_trace_is_the_trace_of_today():
+    """One case traced again (TRL's SFTTrainer, the vision collator, transformers' processor; about a minute on two
+    shared cores): the stored record is what the installed libraries trace, to the byte."""
+    pytest.importorskip("trl")
+    from hpcmem.trace.run import run_trace
+
+    case_id = "qvl-full-gc-448"
+    assert run_trace(_job(case_id)).peak_allocated_bytes == RECORDS[case_id]["traced"]
