@@ -199,11 +199,13 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
                      note=f"{terms.patches:,} patches → {terms.image_tokens:,} image tokens; pixel_values fp32 "
                           f"{terms.pixels / 2**20:.1f} MiB")
     grads = Component(name=GRADIENTS, bytes=terms.gradients)
+    accumulating = job.train.gradient_accumulation_steps > 1
     pixels = Component(name="pixel_values", bytes=terms.pixels, note="the batch, fp32")
     out = []
     for p in phases:
         if p.name == FORWARD or p.name in ("backward (LM head)",) or p.name.startswith("backward (layer"):
-            extra: tuple[Component, ...] = (held,)
+            # under gradient accumulation the tower's gradients of the earlier micro-batches are alive throughout
+            extra: tuple[Component, ...] = (held, grads) if accumulating else (held,)
         elif p.name.startswith(BACKWARD) or p.name == OPTIMIZER_STEP:
             extra = (grads, pixels) if p.name != OPTIMIZER_STEP else (grads,)
         else:
@@ -225,9 +227,13 @@ def _tower_backward(job: JobSpec, terms: VisionTerms, resident: tuple[Component,
     recompute = terms.block_full if job.train.gradient_checkpointing else 0
     outside = terms.saved - sum(terms.blocks_saved) - terms.merger_saved
 
+    accumulating = job.train.gradient_accumulation_steps > 1
+
+    def done(k: int) -> int:
+        return terms.gradients if accumulating else terms.merger_grads + terms.block_grads * (depth - 1 - k)
+
     def instant(k: int) -> int:
-        return (sum(terms.blocks_saved[:k + 1]) + recompute + terms.block_backward
-                + terms.merger_grads + terms.block_grads * (depth - 1 - k))
+        return sum(terms.blocks_saved[:k + 1]) + recompute + terms.block_backward + done(k)
 
     k = max(range(depth - 1, -1, -1), key=instant)
     return Phase(name=VISION_BACKWARD, components=(
@@ -235,8 +241,8 @@ def _tower_backward(job: JobSpec, terms: VisionTerms, resident: tuple[Component,
         Component(name=ACTIVATIONS, bytes=terms.pixels + outside + sum(terms.blocks_saved[:k + 1]),
                   note=f"blocks ≤ {k}, pixel_values, patch embedding input, rotary tables"),
         *([Component(name="recompute (one vision block)", bytes=recompute)] if recompute else []),
-        Component(name=GRADIENTS, bytes=terms.merger_grads + terms.block_grads * (depth - 1 - k),
-                  note=f"merger, blocks > {k}"),
+        Component(name=GRADIENTS, bytes=done(k),
+                  note="kept across gradient accumulation" if accumulating else f"merger, blocks > {k}"),
         Component(name="vision backward temporaries", bytes=terms.block_backward)))
 
 

@@ -127,9 +127,16 @@ def image_job_problems(job: JobSpec) -> list[str]:
         out.append(f"images_per_example {t.images_per_example} × {g.tokens} image tokens ({g.resized[0]}×"
                    f"{g.resized[1]} px after smart_resize) = {tokens} > max_length {t.max_length}: the processor "
                    "raises when truncation cuts image tokens; raise max_length or lower max_pixels")
-    if job.parallel.world_size > 1:
-        out.append(f"images with {job.parallel.world_size} processes: the vision tower's sharding and DDP buckets "
-                   "are not modelled yet; estimate the single-GPU job")
+    if t.activation_offloading:
+        out.append("activation_offloading with images: the vision tower's saved tensors under TRL's offloading are not "
+                   "modelled yet")
+    if t.selective_checkpointing:
+        out.append("selective checkpointing with images: what TRL's policy keeps in the vision tower's blocks is not "
+                   "modelled yet; use full checkpointing")
+    par = job.parallel
+    if par.world_size > 1 or par.deepspeed or par.fsdp:
+        out.append(f"images with {par.world_size} process(es) under {par.distributed_type}: the vision tower's "
+                   "sharding, offloading and DDP buckets are not modelled yet; estimate the single-GPU job")
     if job.tokens_per_micro_batch is not None:
         out.append("--lengths with images: a length profile counts text tokens, not the image tokens the processor "
                    "adds; not modelled yet")
