@@ -1,7 +1,8 @@
 """Vision-language SFT (Qwen2.5-VL, full width cut to 1 decoder layer and 4 vision blocks) against the trace of TRL's
 SFTTrainer with its vision collator and transformers' processor on real images (estimator/traces/vlm.jsonl, written by
-`hpcmem validate trace --cases estimator/cases/vlm.yaml`): full fine-tuning and LoRA (all-linear, q_proj/v_proj),
-checkpointing on and off, 448 and 896 px, one case of 2 rows × 2 images."""
+`hpcmem validate trace --cases estimator/cases/vlm.yaml`, and vlm-accumulation.yaml): full fine-tuning and LoRA
+(all-linear, q_proj/v_proj), checkpointing on and off, 448 and 896 px, one case of 2 rows × 2 images, two with 2
+micro-batches per step."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.validate.cases import case_job
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT / "estimator" / "traces" / "vlm.jsonl"
-RECORDS = {r["case"]["id"]: r for r in map(json.loads, TRACES.read_text().splitlines())}
+TRACES = [ROOT / "estimator" / "traces" / f"{name}.jsonl" for name in ("vlm", "vlm-accumulation")]
+RECORDS = {r["case"]["id"]: r for f in TRACES for r in map(json.loads, f.read_text().splitlines())}
 MAX_PCT = 3.0
 
 

@@ -39,6 +39,9 @@ def test_geometry_by_hand():
     ({"packing": True}, "Packing is not supported for vision datasets"),
     ({"padding_free": True}, "Padding-free training is yet not supported"),
     ({"max_length": 32}, r"1 × 64 image tokens .* > max_length 32"),
+    ({"activation_offloading": True}, "activation_offloading with images"),
+    ({"gradient_checkpointing_kwargs": {"selective": True}}, "selective checkpointing with images"),
+    ({"num_processes": 2}, r"images with 2 process\(es\) under MULTI_GPU"),
 ])
 def test_bad_values_are_one_line_errors(kw, match):
     with pytest.raises(SpecError, match=match) as err:
