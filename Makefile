@@ -28,9 +28,12 @@ slurm-deps:
 	command -v slurmctld >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm >/dev/null; }
 
+# Two workers (the CI machine's two cores), one test file per worker at a time: module fixtures (a built model, a
+# started SLURM cluster) are made once per file; each SLURM fixture takes its own free ports and state folder.
+TEST_WORKERS ?= 2
 test: setup-test slurm-deps
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/python -m pytest -q tests
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 bench: setup-test
 	for b in cli_bench estimate_bench plan_bench lengths_bench trace_bench; do $(VENV)/bin/python -m hpcmem.bench.$$b || exit 1; done

@@ -11,6 +11,7 @@ import click
 
 from hpcmem.cli.outputs import PNG, PROFILE
 from hpcmem.data.batches import TRAINERS
+from hpcmem.data.processor import check_resolution
 from hpcmem.data.profiler import profile_dataset
 from hpcmem.data.render import plot, report
 from hpcmem.errors import HpcmemError
@@ -25,7 +26,18 @@ def _names(field: str, *more: str) -> list[str]:
 
 @click.command("lengths")
 @click.argument("data")
-@click.option("--tokenizer", required=True, help="Local tokenizer folder, or a Hub name already in the local cache.")
+@click.option("--tokenizer", default=None, help="Text data: a local tokenizer folder, or a Hub name already in the "
+              "local cache.")
+@click.option("--processor", default=None,
+              help="Image-text data (an 'images' or 'image' column): the model's processor (AutoProcessor), a local "
+                   "folder or a cached Hub name; image tokens and patches are counted for the Qwen2-VL family "
+                   "(Qwen2-VL, Qwen2.5-VL, Qwen3-VL, PaddleOCR-VL) and the tiling Idefics3 and SmolVLM.")
+@click.option(*_names("min_pixels"), type=int, default=None,
+              help="With a Qwen2-VL-family --processor: its min_pixels (size.shortest_edge; default: the "
+                   "processor's).")
+@click.option(*_names("max_pixels"), type=int, default=None,
+              help="With a Qwen2-VL-family --processor: its max_pixels (size.longest_edge; default: the "
+                   "processor's).")
 @click.option("--trainer", type=click.Choice(TRAINERS), default="sft", show_default=True,
               help="Tokenize as this trainer does: sft (text / messages / prompt+completion), dpo and reward "
                    "(prompt+chosen and prompt+rejected), grpo (the prompt), kto (prompt+completion, paired data "
@@ -43,15 +55,18 @@ def _names(field: str, *more: str) -> list[str]:
                    "core, from 20k examples up).")
 @click.option("--plot", "plot_path", type=PNG, default=None, help="Also write a histogram PNG here (matplotlib).")
 @click.option("--log-x", "--log_x", "log_x", is_flag=True, help="Logarithmic length axis for the histograms.")
-@click.option("--json", "as_json", is_flag=True, help="Print the profile JSON (hpcmem.lengths/1), not the report.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the profile JSON (hpcmem.lengths/1; /2 with images), not the report.")
 @click.option("--save", "save_path", type=PROFILE, default=None,
               help="Write the profile JSON here, for `hpcmem estimate --lengths FILE`.")
-def command(data, tokenizer, trainer, split, dataset_text_field, per_device_train_batch_size, pad_to_multiple_of,
-            max_lengths, dataset_num_proc, plot_path, log_x, as_json, save_path):
+def command(data, tokenizer, processor, min_pixels, max_pixels, trainer, split, dataset_text_field,
+            per_device_train_batch_size, pad_to_multiple_of, max_lengths, dataset_num_proc, plot_path, log_x, as_json,
+            save_path):
     """Token lengths of DATA as TRL's TRAINER tokenizes it: percentiles, histogram, what each max_length truncates,
     and rows, padding and worst / typical tokens per micro-batch for padded, padding-free and packing bfd /
-    bfd_split / wrapped (TRL's own pack_dataset). DATA: a .jsonl/.json/.csv/.parquet file, a save_to_disk folder, a
-    folder of data files or a dataset name in the local cache. Never contacts the Hub."""
+    bfd_split / wrapped (TRL's own pack_dataset). Image-text data (--processor): text and image tokens, patches and
+    images per example, as TRL's vision collator runs the processor. DATA: a .jsonl/.json/.csv/.parquet file, a
+    save_to_disk folder, a folder of data files or a dataset name in the local cache. Never contacts the Hub."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import datasets
 
@@ -60,7 +75,9 @@ def command(data, tokenizer, trainer, split, dataset_text_field, per_device_trai
     if not bars:
         datasets.disable_progress_bars()
     say = None if as_json or bars else (lambda text: click.echo(f"lengths: {text}", err=True))
-    profile = profile_dataset(data, tokenizer, trainer=trainer, split=split, dataset_text_field=dataset_text_field,
+    resolution = check_resolution(min_pixels, max_pixels)
+    profile = profile_dataset(data, tokenizer, processor=processor, resolution=resolution, trainer=trainer,
+                              split=split, dataset_text_field=dataset_text_field,
                               per_device_train_batch_size=per_device_train_batch_size,
                               pad_to_multiple_of=pad_to_multiple_of, max_lengths=max_lengths,
                               num_proc=dataset_num_proc, say=say)

@@ -78,14 +78,15 @@ class ProfileOut(KeptFile):
         super().__init__("file", path_type=Path)
 
     def foreign(self, path: Path, shown: str) -> str | None:
-        from hpcmem.data.profile import SCHEMA  # deferred: the profile module costs every command; only lengths --save
+        from hpcmem.data.profile import SCHEMAS  # deferred: the profile module costs every command; lengths --save
 
         try:        # within hpcmem.inputs.files' limits: a FIFO or a device there is not read (it could block)
             schema = load_json_file(path, "length profile").get("schema") if is_file(path) else None
         except (HpcmemError, AttributeError):
             schema = None
-        if schema != SCHEMA:
-            return f"{shown!r} exists and is not a length profile ({SCHEMA}); it is kept: choose another file"
+        if schema not in SCHEMAS:
+            return (f"{shown!r} exists and is not a length profile ({' or '.join(SCHEMAS)}); it is kept: choose "
+                    "another file")
         return None
 
 

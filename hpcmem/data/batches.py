@@ -17,6 +17,9 @@ Sources, in the installed trl package:
   example a KL completion, the previous example's within each batch of per_device_train_batch_size
   (`add_kl_completion_ids`, a batched map: the first takes the batch's last); `DataCollatorForUnpairedPreference`
   cuts prompt + completion and prompt + KL completion to `max_length` and pads each set of B rows to its longest.
+- Image-text data (`vision=True`): SFT and DPO skip dataset preparation (`skip_prepare_dataset = _is_vision_dataset`),
+  so no example is dropped; their vision collators (`DataCollatorForVisionLanguageModeling`,
+  `DataCollatorForVisionPreference`) cut every row to `max_length` (keep_start) and always pad. GRPO as above.
 """
 
 from __future__ import annotations
@@ -51,13 +54,15 @@ class Kept:
         return self.tokens_total - self.tokens_kept
 
 
-def kept_rows(trainer: str, parts: Mapping[str, Sequence[int]], max_length: int | None) -> Kept:
-    """Apply the trainer's max_length rules (module docstring) to per-example part lengths in dataset order."""
+def kept_rows(trainer: str, parts: Mapping[str, Sequence[int]], max_length: int | None, *,
+              vision: bool = False) -> Kept:
+    """Apply the trainer's max_length rules (module docstring) to per-example part lengths in dataset order;
+    `vision`: the rules of image-text data (rows cut, none dropped)."""
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}; got {trainer!r}")
     rules = REGISTRY[trainer].lengths
     columns = [parts[name] for name in rules.row_parts]
-    prompts = parts.get("prompt") if rules.drops_long_prompt else None
+    prompts = parts.get("prompt") if rules.drops_long_prompt and not vision else None
     cut = max_length if rules.truncates else None
     total = sum(sum(column) for column in columns)
     if cut is None:
@@ -72,7 +77,7 @@ def kept_rows(trainer: str, parts: Mapping[str, Sequence[int]], max_length: int 
     truncated = dropped = 0
     for i, full in enumerate(zip(*columns)):
         longest = max(full)
-        if (rules.drops_overlong and longest > cut) or (prompts is not None and prompts[i] >= cut):
+        if (rules.drops_overlong and not vision and longest > cut) or (prompts is not None and prompts[i] >= cut):
             dropped += 1
             continue
         if longest > cut:

@@ -35,3 +35,7 @@ class TokenizerUnfit(LengthsError):
 
 class ProfileError(LengthsError):
     """A profile JSON that is not `hpcmem.lengths/1`, or a question it cannot answer."""
+
+
+class ProcessorUnfit(LengthsError):
+    """--processor is not a vision-language processor hpcmem counts, or its resolution settings are bad."""

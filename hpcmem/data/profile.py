@@ -1,6 +1,7 @@
-"""The length profile JSON ("hpcmem.lengths/1") and the one question the estimator asks of it (stdlib only).
+"""The length profile JSON ("hpcmem.lengths/1", "/2" with images) and the questions the estimator asks of it
+(stdlib only).
 
-Schema `hpcmem.lengths/1` (written by `hpcmem lengths --save`, read by `hpcmem estimate --lengths`):
+Schema `hpcmem.lengths/1` (written by `hpcmem lengths --save` for text data, read by `hpcmem estimate --lengths`):
 
     schema        "hpcmem.lengths/1"
     source        {data, split, tokenizer, trainer: sft|dpo|reward|grpo|kto, format, dataset_text_field,
@@ -24,6 +25,25 @@ Schema `hpcmem.lengths/1` (written by `hpcmem lengths --save`, read by `hpcmem e
                                  | same_as (bfd_split when no sequence exceeds max_length: identical to bfd)}}}]
     recommendation {max_length, packing, packing_strategy, padding_free, reason}
 
+Schema `hpcmem.lengths/2` (image-text data, `hpcmem lengths --processor`): /1, where the row lengths include the image
+tokens, source.processor names the processor, the candidates hold only `padded` (TRL 1.16 refuses packing and
+padding-free for image datasets) and each says `image_cut_examples` (examples whose image tokens that max_length cuts),
+plus
+    vision        {processor, image_processor, image_token, image_column, family: "grid" (Qwen2-VL family:
+                   min_pixels, max_pixels, patch_size, merge_size, temporal_patch_size) | "tiles" (Idefics3,
+                   SmolVLM: longest_edge, tile_size, image_splitting, image_seq_len, patches_per_tile),
+                   rows_per_example   rows that each carry the example's images (2 for DPO: pixel_values holds
+                                      them once per row),
+                   stats      {images, image_tokens, patches, image_end (, tiles): per example; text_tokens: per
+                              row} (stats as above: count, min, mean, p50 … p99.9, max),
+                   per_micro_batch  {images, image_tokens, patches (, tiles): the worst micro-batch at
+                                     settings.per_device_train_batch_size, in dataset order, no truncation},
+                   order      {"encoding", "parts": {images, image_tokens, patches, image_end (, tiles): per
+                              example}} or null}
+`image_end` is the row position just past an example's last image token; `patches` what the vision encoder gets from
+its images (grid: the `pixel_values` rows, image_grid_thw t·h·w summed; tiles: tiles × patches_per_tile),
+`image_tokens` what the processor expanded its placeholders to (hpcmem.data.processor has the families).
+
 Token counts of a micro-batch are tensor tokens: rows × padded length, or the one flattened row when padding-free.
 """
 
@@ -38,13 +58,15 @@ from collections.abc import Iterable, Mapping
 
 from hpcmem.data.batches import PACKING_STRATEGIES, ROW_PARTS, TRAINERS, kept_rows, kto_kl_rows, micro_batches, round_up
 from hpcmem.data.errors import ProfileError
-from hpcmem.data.profile_schema import ENCODING, MAX_DECODED, SCHEMA, check_profile
+from hpcmem.data.profile_schema import (ENCODING, MAX_DECODED, SCHEMA, SCHEMA_VISION, SCHEMAS, VISION_PARTS,
+                                        check_profile)
 from hpcmem.errors import SpecError
 from hpcmem.inputs.files import load_json_file
 from hpcmem.job.trainers import REGISTRY
 
-__all__ = ["ENCODING", "SCHEMA", "check_profile", "decode_lengths", "encode_lengths", "load_profile",
-           "longest_prompt", "tokens_per_micro_batch"]
+__all__ = ["ENCODING", "SCHEMA", "SCHEMAS", "SCHEMA_VISION", "VISION_PARTS", "check_profile", "decode_lengths",
+           "encode_lengths", "image_cut", "load_profile", "longest_prompt", "tokens_per_micro_batch",
+           "vision_per_micro_batch"]
 MAX_ORDERED_EXAMPLES = 2_000_000   # above this, only the histogram is stored (a few MiB of JSON at most)
 
 
@@ -118,6 +140,9 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
     padding-free = the sum of the longest rows, packing = rows × max_length.
     GRPO: the prompt part only (max_length is ignored; add B × max_completion_length for the completions).
     DPO: padding_free falls back to padding in TRL 1.16, as here.
+    Image-text (/2) profiles: rows cut to max_length, none dropped, always padded (hpcmem.data.batches); packing,
+    padding-free, a pad_to_multiple_of TRL's vision collator does not implement, and a max_length that cuts into an
+    example's image tokens are ProfileErrors (TRL refuses or fails on each).
     `trainer`, when given, must be the one the profile was tokenized for (a grpo profile also serves rloo, which
     tokenizes prompts the same way).
     """
@@ -130,6 +155,9 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
     batch = per_device_train_batch_size
     if batch < 1:
         raise ProfileError(f"per_device_train_batch_size must be ≥ 1; got {batch}")
+    if profile["schema"] == SCHEMA_VISION:
+        return _vision_tokens(profile, trainer, max_length, batch, packing=packing, padding_free=padding_free,
+                              pad_to_multiple_of=pad_to_multiple_of)
     if packing:
         if not REGISTRY[trainer].packs:
             raise ProfileError(f"packing is an SFTTrainer feature; this profile was made for {trainer}")
@@ -155,6 +183,74 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
                                 pad_to_multiple_of=pad_to_multiple_of)
         return max((tensor for _, tensor in batches), default=0)
     return _bound_from_histogram(profile, trainer, max_length, batch, flatten, pad_to_multiple_of)
+
+
+def _vision_tokens(profile: Mapping, trainer: str, max_length: int | None, batch: int, *, packing: bool,
+                   padding_free: bool, pad_to_multiple_of: int | None) -> int:
+    """tokens_per_micro_batch of an image-text profile (see there)."""
+    if packing or (padding_free and REGISTRY[trainer].packs):
+        what = "packing" if packing else "padding_free"
+        raise ProfileError(f"{what} is refused for image-text data by TRL 1.16 (SFTTrainer: 'not supported for vision "
+                           f"datasets'); this profile holds images: set {what} false")
+    if pad_to_multiple_of and (trainer == "dpo" or profile["source"].get("format", "").endswith("prompt_completion")):
+        raise ProfileError(f"pad_to_multiple_of {pad_to_multiple_of}: TRL 1.16's vision collator for "
+                           f"{profile['source'].get('format')} data does not implement it (NotImplementedError); "
+                           "leave it unset")
+    cut = max_length if REGISTRY[trainer].lengths.truncates else None
+    cut_into = image_cut(profile, cut)
+    if cut_into:
+        raise ProfileError(f"max_length {cut} cuts into the image tokens of {cut_into:,} example(s) (the last image "
+                           f"token of one ends at position {profile['vision']['stats']['image_end']['max']:,}): TRL "
+                           "fails there ('Image features and image tokens do not match'); raise max_length or set it "
+                           "to none")
+    parts = ordered_parts(profile)
+    if parts is not None:
+        kept = kept_rows(trainer, parts, max_length, vision=True)
+        batches = micro_batches(kept.rows, batch * kept.rows_per_example, flatten=False,
+                                pad_to_multiple_of=pad_to_multiple_of)
+        return max((tensor for _, tensor in batches), default=0)
+    longest = max((n for n, c in profile["histogram"] if c > 0), default=0)
+    rows = min(sum(c for _, c in profile["histogram"]), batch * len(ROW_PARTS[trainer]))
+    return rows * round_up(min(longest, cut) if cut is not None else longest, pad_to_multiple_of)
+
+
+def image_cut(profile: Mapping, max_length: int | None) -> int:
+    """Examples of an image-text profile whose image tokens a cut at max_length reaches (0 for a text profile or no
+    cut); without the per-example order, 1 when the longest image end passes it (at least one)."""
+    vision = profile.get("vision")
+    if vision is None or max_length is None or vision["stats"]["image_end"]["max"] <= max_length:
+        return 0
+    order = vision.get("order")
+    if order is None:
+        return 1
+    return sum(1 for end in decode_lengths(order["parts"]["image_end"]) if end > max_length)
+
+
+def vision_per_micro_batch(profile: Mapping, *, per_device_train_batch_size: int) -> dict:
+    """The worst micro-batch's images, image tokens, vision patches (DPO runs each example's images twice) and, for a
+    tiling processor, tiles, for this batch size, micro-batches taken in dataset order; from the stored maxima (an
+    upper bound: B examples each as large as the largest) when the profile has no order. {} for a text-only
+    profile."""
+    check_profile(profile)
+    vision = profile.get("vision")
+    if vision is None:
+        return {}
+    if per_device_train_batch_size < 1:
+        raise ProfileError(f"per_device_train_batch_size must be ≥ 1; got {per_device_train_batch_size}")
+    copies = vision["rows_per_example"]
+    order = vision.get("order")
+    out = {}
+    for name in ("images", "image_tokens", "patches", "tiles"):
+        if not isinstance(vision["stats"].get(name), Mapping):
+            continue
+        blob = order["parts"].get(name) if order is not None else None
+        if not isinstance(blob, str):
+            out[name] = per_device_train_batch_size * copies * vision["stats"][name]["max"]
+            continue
+        values = decode_lengths(blob)
+        out[name] = copies * max((sum(values[i:i + per_device_train_batch_size])
+                                  for i in range(0, len(values), per_device_train_batch_size)), default=0)
+    return out
 
 
 def _made_for(profile: Mapping, trainer: str | None) -> str:

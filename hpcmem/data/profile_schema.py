@@ -12,7 +12,10 @@ from hpcmem.data.batches import ROW_PARTS, TRAINERS
 from hpcmem.data.errors import ProfileError
 from hpcmem.inputs.values import InputError, choice, fail, integer, optional_integer, shown
 
-SCHEMA = "hpcmem.lengths/1"
+SCHEMA = "hpcmem.lengths/1"            # text-only data: unchanged since the first profiles
+SCHEMA_VISION = "hpcmem.lengths/2"     # image-text data: /1 plus the `vision` section (hpcmem.data.profile)
+SCHEMAS = (SCHEMA, SCHEMA_VISION)
+VISION_PARTS = ("images", "image_tokens", "patches", "image_end")
 ENCODING = "zlib+base64 uint32le"
 # Lengths one blob or the histogram may hold: the profiler stores per-example order up to 2,000,000 examples, and a
 # packed-row blob has at most one row per sequence.
@@ -21,12 +24,16 @@ MAX_DECODED = 16_000_000
 
 def check_profile(profile: Mapping) -> None:
     """The parts of a profile the estimator reads, with the right types: a ProfileError names the first that is not."""
-    if not isinstance(profile, Mapping) or profile.get("schema") != SCHEMA:
+    if not isinstance(profile, Mapping) or profile.get("schema") not in SCHEMAS:
         found = profile.get("schema") if isinstance(profile, Mapping) else type(profile).__name__
-        raise ProfileError(f"not a length profile: schema is {shown(found)}, expected {SCHEMA!r} "
-                           "(make one with `hpcmem lengths DATA --tokenizer PATH --save profile.json`)")
+        raise ProfileError(f"not a length profile: schema is {shown(found)}, expected {' or '.join(map(repr, SCHEMAS))}"
+                           " (make one with `hpcmem lengths DATA --tokenizer PATH --save profile.json`)")
     try:
         _check_fields(profile)
+        if profile["schema"] == SCHEMA_VISION:
+            _check_vision(profile.get("vision"))
+        elif "vision" in profile:
+            raise fail("vision", "…", f"absent from a {SCHEMA} (text-only) profile")
     except InputError as exc:
         raise ProfileError(f"length profile: {exc.problems[0]}") from None
 
@@ -76,3 +83,27 @@ def _check_candidates(candidates: object) -> None:
                 else isinstance(entry.get("row_lengths", ""), str))
             if not ok:
                 raise fail(f"candidates[{i}].strategies.{name}", entry, "an object with row_lengths or same_as")
+
+
+def _check_vision(vision: object) -> None:
+    """The image-text section of a /2 profile: the counts the estimator reads and the lengths in order (or null)."""
+    if not isinstance(vision, Mapping):
+        raise fail("vision", vision, f"an object (a {SCHEMA_VISION} profile holds image-text counts)")
+    integer("vision.rows_per_example", vision.get("rows_per_example"), lo=1, hi=2, text_ok=False)
+    stats = vision.get("stats")
+    if not isinstance(stats, Mapping):
+        raise fail("vision.stats", stats, "an object of stats per count")
+    for name in VISION_PARTS + (("tiles",) if "tiles" in stats else ()):
+        entry = stats.get(name)
+        if not isinstance(entry, Mapping):
+            raise fail(f"vision.stats.{name}", entry, "an object with count, p50, p90, p99, max")
+        integer(f"vision.stats.{name}.max", entry.get("max"), lo=0, text_ok=False)
+    order = vision.get("order")
+    if order is not None:
+        if not isinstance(order, Mapping) or not isinstance(order.get("parts"), Mapping):
+            raise fail("vision.order", order, "null or an object with encoding and parts")
+        if order.get("encoding") != ENCODING:
+            raise fail("vision.order.encoding", order.get("encoding"), repr(ENCODING))
+        for name in VISION_PARTS:
+            if not isinstance(order["parts"].get(name), str):
+                raise fail(f"vision.order.parts.{name}", order["parts"].get(name), "a length blob (text)")

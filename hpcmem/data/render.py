@@ -64,9 +64,40 @@ def candidate_lines(profile: Mapping) -> list[str]:
             lost = "" if s["tokens_lost"] == cand["tokens_lost"] else "  (keeps every token)" \
                 if s["tokens_lost"] == 0 else f"  (loses {_pct(s['tokens_lost'], cand['tokens_total']).strip()})"
             same = "  (= bfd: nothing longer than max_length)" if "same_as" in s else ""
+            images = cand.get("image_cut_examples")
+            cuts = f"  (cuts into the image tokens of {images:,} examples: TRL fails)" if images else ""
             lines.append(f"{lead}  {STRATEGY_NAMES[name]:<18}{s['rows']:>10,}{s['micro_batches']:>10,}"
                          f"{100 * s['padding_fraction']:>7.1f} %{s['worst_tokens_per_micro_batch']:>11,}"
-                         f"{s['typical_tokens_per_micro_batch']:>12,}{same or lost}")
+                         f"{s['typical_tokens_per_micro_batch']:>12,}{same or lost}{cuts}")
+    return lines
+
+
+VISION_ROWS = (("images", "images / example"), ("image_tokens", "image tok / ex"), ("tiles", "tiles / ex"),
+               ("patches", "patches / ex"), ("text_tokens", "text tok / row"))
+
+
+def vision_lines(profile: Mapping) -> list[str]:
+    """The image-text counts of a /2 profile: the processor, per-example stats, the worst micro-batch."""
+    v = profile["vision"]
+    if v.get("family") == "tiles":
+        how = (f"resized to {v.get('longest_edge')} px, tiles of {v.get('tile_size')} px"
+               f"{'' if v.get('image_splitting') else ' (no splitting: one tile)'}, {v.get('image_seq_len')} tokens "
+               f"and {v.get('patches_per_tile')} patches per tile")
+    else:
+        pixels = "·".join(f"{v[k]:,}" if v.get(k) is not None else "?" for k in ("min_pixels", "max_pixels"))
+        how = f"min·max pixels {pixels} · patch {v.get('patch_size')} · merge {v.get('merge_size')}"
+    lines = [f"images · processor {v['processor']} ({v['image_processor']}) · {how} · image token "
+             f"{v['image_token']!r}", f"  {'':<16}" + "".join(f"{p:>9}" for p in ("p50", "p90", "p99", "max"))]
+    for key, name in VISION_ROWS:
+        if key in v["stats"]:
+            st = v["stats"][key]
+            lines.append(f"  {name:<16}" + "".join(f"{st[p]:>9,}" for p in ("p50", "p90", "p99", "max")))
+    worst = v["per_micro_batch"]
+    copies = " (each example's images once per row: chosen and rejected)" if v["rows_per_example"] > 1 else ""
+    tiles = f"{worst['tiles']:,} tiles, " if "tiles" in worst else ""
+    lines.append(f"  worst micro-batch of {profile['settings']['per_device_train_batch_size']}: {worst['images']:,} "
+                 f"images, {worst['image_tokens']:,} image tokens, {tiles}{worst['patches']:,} vision patches"
+                 + copies)
     return lines
 
 
@@ -75,16 +106,20 @@ def report(profile: Mapping, *, log_x: bool = False) -> str:
     src, stats, settings = profile["source"], profile["stats"], profile["settings"]
     what = f"{src['format']}" + (f", field {src['dataset_text_field']!r}" if src["format"] == "text" else "")
     unit = "example" if profile["row_parts"] == ["length"] else "sequence"
-    lines = [f"hpcmem lengths · {src['data']} ({src['split']}) · tokenizer {src['tokenizer']} · "
+    tool = f"processor {src['processor']}" if src.get("processor") else f"tokenizer {src['tokenizer']}"
+    lines = [f"hpcmem lengths · {src['data']} ({src['split']}) · {tool} · "
              f"{src['trainer']} ({what})",
-             f"{profile['examples']:,} examples · {stats['count']:,} sequences · {stats['total_tokens']:,} tokens",
+             f"{profile['examples']:,} examples · {stats['count']:,} sequences · {stats['total_tokens']:,} tokens"
+             + (" (text and image tokens)" if "vision" in profile else ""),
              "",
              f"  {'tokens per ' + unit:<14}" + f"{'min':>7}{'mean':>9}"
              + "".join(f"{p:>7}" for p, _ in PERCENTILES) + f"{'max':>8}"]
     if len(profile["part_stats"]) > 1 or profile["row_parts"] != ["length"]:
         lines += [_stats_line(name, s) for name, s in profile["part_stats"].items()]
-    lines += [_stats_line("all" if len(profile["part_stats"]) > 1 else "length", stats), "",
-              f"histogram of tokens per {unit}{' (log x)' if log_x else ''}"]
+    lines += [_stats_line("all" if len(profile["part_stats"]) > 1 else "length", stats), ""]
+    if "vision" in profile:
+        lines += vision_lines(profile) + [""]
+    lines += [f"histogram of tokens per {unit}{' (log x)' if log_x else ''}"]
     lines += histogram_lines(profile["histogram"], log_x=log_x)
     multiple = settings["pad_to_multiple_of"]
     lines += ["", f"max_length candidates · per_device_train_batch_size {settings['per_device_train_batch_size']} "

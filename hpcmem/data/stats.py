@@ -69,6 +69,8 @@ def recommend(trainer: str, rows: Sequence[Mapping], stats: Mapping) -> dict:
     """Pick max_length and a batching strategy from the candidate rows of a profile; say why with the numbers.
 
     max_length: the shortest candidate that truncates (or drops) at most TRUNCATED_EXAMPLES_OK of the examples.
+    Image-text data: only candidates that cut no example's image tokens (TRL fails on such a cut), always padded
+    (TRL refuses packing and padding-free for image datasets).
     Strategy (SFT only; DPO/Reward/GRPO always pad): padded if that wastes at most PADDING_FRACTION_OK of the
     micro-batch tokens, else packing — bfd (TRL's default: whole sequences, padding-free rows) unless bfd cuts
     more than TOKENS_LOST_OK of the tokens, then bfd_split (which keeps them).
@@ -79,16 +81,19 @@ def recommend(trainer: str, rows: Sequence[Mapping], stats: Mapping) -> dict:
                 "reason": f"GRPO prompts are not truncated; the longest is {stats['max']:,} tokens "
                           f"(estimate with --max-prompt-length {stats['max']}); padded prompt batches waste "
                           f"{padded['padding_fraction']:.0%} of their tokens"}
-    sized = [r for r in rows if r["max_length"] is not None]
+    vision = "image_cut_examples" in rows[0]      # image-text data: a cut into image tokens fails in TRL
+    sized = [r for r in rows if r["max_length"] is not None and not r.get("image_cut_examples")]
     ok = [r for r in sized
           if r["truncated_examples"] + r["dropped_examples"] <= TRUNCATED_EXAMPLES_OK * r["examples"]]
-    pick = ok[0] if ok else sized[-1]
+    pick = ok[0] if ok else sized[-1] if sized else rows[0]
     cut = pick["truncated_examples"] + pick["dropped_examples"]
     why = (f"max_length {pick['max_length']} ({pick['label']}) cuts or drops {cut / pick['examples']:.1%} of the "
            f"examples and {pick['tokens_lost'] / max(1, pick['tokens_total']):.2%} of the tokens")
+    if vision:
+        why += " and keeps every example's image tokens whole"
     padded = pick["strategies"]["padded"]
     out = {"max_length": pick["max_length"], "packing": False, "packing_strategy": None, "padding_free": False}
-    if not REGISTRY[trainer].packs or padded["padding_fraction"] <= PADDING_FRACTION_OK:
+    if not REGISTRY[trainer].packs or vision or padded["padding_fraction"] <= PADDING_FRACTION_OK:
         kl = pick["strategies"].get("kl")           # KTO: its KL rows go through the model too
         worst = max(padded["worst_tokens_per_micro_batch"], kl["worst_tokens_per_micro_batch"] if kl else 0)
         out["reason"] = (f"{why}; padded micro-batches waste {padded['padding_fraction']:.0%} of their tokens, "

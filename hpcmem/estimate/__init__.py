@@ -7,35 +7,40 @@ optimizer, sharding), activations, lora, loss (TRL's fused LM head), step (phase
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hpcmem.estimate import lora_variants
 from hpcmem.estimate.allocator import allocator_slack, spread_block
-from hpcmem.estimate.breakdown import Component, Estimate, Phase
+from hpcmem.estimate.breakdown import Component, Estimate, HostEstimate, Phase
 from hpcmem.estimate.checkpoint import save_bytes
 from hpcmem.estimate.closing import resident_components
 from hpcmem.estimate.device import device_terms
 from hpcmem.estimate.evaluation import eval_phase
 from hpcmem.estimate.host import host_estimate
 from hpcmem.estimate.learned_range import learned_warnings
-from hpcmem.estimate.lora import lora_layout
+from hpcmem.estimate.lora import LoraLayout, lora_layout
 from hpcmem.estimate.loss import loss_bytes
 from hpcmem.estimate.names import BLOCK_TAILS as TAILS
 from hpcmem.estimate.names import CHECKPOINT_SAVE as SAVE_PHASE
 from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
 from hpcmem.estimate.parallel import layout_json, layout_note, local_micro_batch, sequence_buffers
 from hpcmem.estimate.shapes import needed_bytes, shapes_bytes, shapes_note
-from hpcmem.estimate.states import job_param_parts, model_states, optimizer_step_transient
+from hpcmem.estimate.states import States, job_param_parts, model_states, optimizer_step_transient
 from hpcmem.estimate.step import build_phases
 from hpcmem.estimate.tails import block_tails
-from hpcmem.estimate.trainers import trainer_extras
+from hpcmem.estimate.trainers import TrainerExtras, trainer_extras
 from hpcmem.estimate.vision import images_note, vision_json, vision_terms, with_vision
 from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
 from hpcmem.job.assumptions import describe as describe_assumptions
+from hpcmem.gpus.spec import GpuSpec
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.rules import job_warnings
-from hpcmem.job.shape import micro_batch, precision
+from hpcmem.job.shape import MicroBatch, Precision, micro_batch, precision
+from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.trainers import entry
+from hpcmem.models.spec import ModelSpec
 
-__all__ = ["Component", "Estimate", "Phase", "estimate"]
+__all__ = ["Component", "Estimate", "Phase", "SharedStep", "estimate", "shared_step"]
 
 NOT_MODELLED = (
     "NCCL/DeepSpeed communication buffers beyond one communicator (uncalibrated constant)",
@@ -85,7 +90,7 @@ def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
     return " · ".join(bits)
 
 
-def _job_phases(job: JobSpec, parts, prec, lora, states, base: tuple[Component, ...]) -> list[Phase]:
+def _job_phases(job: JobSpec, parts, prec, states, base: tuple[Component, ...], save) -> list[Phase]:
     """Phases outside the training step: evaluation (when eval_strategy asks) and checkpoint saving (always: TRL's
     scripts end with save_model), each beside the resident states and the units ZeRO-3 / FSDP keep gathered."""
     par = job.parallel
@@ -99,11 +104,41 @@ def _job_phases(job: JobSpec, parts, prec, lora, states, base: tuple[Component, 
     evaluation = eval_phase(job, parts, prec, base + kept + gathered)
     if evaluation is not None:
         out.append(evaluation)
-    out.append(Phase(name=SAVE_PHASE, components=base + kept + save_bytes(job, parts, prec, lora, states).gpu))
+    out.append(Phase(name=SAVE_PHASE, components=base + kept + save.gpu))
     return out
 
 
-def estimate(job: JobSpec) -> Estimate:
+@dataclass(frozen=True, kw_only=True)
+class SharedStep:
+    """What `estimate` works out before the caching allocator's terms: the phases of the step and around it, the
+    states, the host RAM. Nothing in it reads `expandable_segments` (only the block tails, the allocator slack and the
+    shapes term do: hpcmem.estimate.tails, allocator, shapes), so two jobs that differ only in that setting share
+    one (the planner estimates both)."""
+
+    train: TrainSpec            # the job it was worked out for, less the allocator setting (`estimate` checks)
+    parallel: ParallelSpec
+    model: ModelSpec
+    gpu: GpuSpec | None
+    tokens_per_micro_batch: int | None
+    teacher: ModelSpec | None
+    prec: Precision
+    mb: MicroBatch
+    lora: LoraLayout
+    states: States
+    extras: TrainerExtras
+    phases: tuple[Phase, ...]   # every phase, with the cuBLAS workspaces, without the block tails
+    host: HostEstimate
+    host_bytes: int
+
+    def serves(self, job: JobSpec) -> bool:
+        """Whether `job` is the job this was worked out for, whatever its expandable_segments."""
+        return (job.model is self.model or job.model == self.model) and job.train == self.train and \
+            job.parallel == self.parallel and job.gpu == self.gpu and job.teacher == self.teacher and \
+            job.tokens_per_micro_batch == self.tokens_per_micro_batch
+
+
+def shared_step(job: JobSpec) -> SharedStep:
+    """The allocator-independent part of `estimate(job)` (`SharedStep`)."""
     prec = precision(job)
     mb = local_micro_batch(job, micro_batch(job))
     parts = job_param_parts(job)
@@ -116,19 +151,33 @@ def estimate(job: JobSpec) -> Estimate:
                                     sequence_buffers(job, mb, prec))
     base = (*resident_components(states, lora), *extras.resident)
     phases += [Phase(name=p.name, components=base + p.components) for p in extras.phases]
-    phases += _job_phases(job, parts, prec, lora, states, base)
+    save = save_bytes(job, parts, prec, lora, states)
+    phases += _job_phases(job, parts, prec, states, base, save)
     embed_grad = parts.embed * prec.weight if parts.lm_head and not lora.enabled else 0
-    vision = vision_terms(job, prec, lora)
-    phases = with_vision(job, vision, phases, embed_grad)
+    phases = with_vision(job, vision_terms(job, prec, lora), phases, embed_grad)
     if extras.vllm_pool_asleep:
         phases.append(Phase(name="generation (vLLM awake)", components=base + (
             Component(name="vLLM pool", bytes=extras.vllm_pool_asleep,
                       note="vllm_gpu_memory_utilization × device memory; released by sleep mode while training"),)))
     ws_bytes, ws_note = cublas_workspaces(job.gpu, cublaslt_threads(job))
     workspaces = Component(name=WORKSPACES, bytes=ws_bytes, note=ws_note)
+    return SharedStep(train=job.train, parallel=job.parallel, model=job.model, gpu=job.gpu,
+                tokens_per_micro_batch=job.tokens_per_micro_batch, teacher=job.teacher, prec=prec, mb=mb, lora=lora,
+                states=states, extras=extras, phases=tuple(Phase(name=p.name, components=(*p.components, workspaces))
+                                                            for p in phases),
+                host=host_estimate(job, parts, states, act_host, save), host_bytes=states.host + act_host)
+
+
+def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
+    """`shared`: `shared_step` of a job that differs from `job` at most in expandable_segments (refused otherwise)."""
+    if shared is not None and not shared.serves(job):
+        raise ValueError("estimate: the shared step was worked out for another job")
+    st = shared or shared_step(job)
+    prec, mb, lora, states, extras = st.prec, st.mb, st.lora, st.states, st.extras
     tails_bytes, tails_note = block_tails(job, prec, lora)
     tails = (Component(name=TAILS, bytes=tails_bytes, note=tails_note),) if tails_bytes else ()
-    phases = [Phase(name=p.name, components=(*p.components, workspaces, *tails)) for p in phases]
+    phases = [Phase(name=p.name, components=(*p.components, *tails)) for p in st.phases] if tails else \
+        list(st.phases)
     slack, spread = allocator_slack(job, mb, prec, lora, phases)
     shapes = shapes_bytes(job, phases)
     dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
@@ -161,15 +210,15 @@ def estimate(job: JobSpec) -> Estimate:
         device_note=dev.note,
         gpu_name=job.gpu.name if job.gpu else None,
         gpu_memory_bytes=job.gpu.memory_bytes if job.gpu else None,
-        host_bytes=states.host + act_host,
-        host=host_estimate(job, parts, states, act_host, save_bytes(job, parts, prec, lora, states)),
+        host_bytes=st.host_bytes,
+        host=st.host,
         warnings=tuple(warnings),
         not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ())
         + ((MULTIMODAL_NOT_MODELLED,) if job.model.wrapper_model_type else ()),
         calibrated=dev.calibrated,
         made=made_by(job),
         gpu=job.gpu,
-        extra={"layout": layout_json(job, mb), "vision": vision_json(job, vision)},
+        extra={"layout": layout_json(job, mb), "vision": vision_json(job, vision_terms(job, prec, lora))},
         assumed=tuple(describe_assumptions(job)),
         world_size=job.parallel.world_size,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from hpcmem.estimate.verdict import FitVerdict, judge
 from hpcmem.gpus.spec import GpuSpec
@@ -83,7 +84,7 @@ class Phase:
     name: str
     components: tuple[Component, ...]
 
-    @property
+    @cached_property        # frozen: summed once (the allocator rules, the verdict and the planner read it often)
     def bytes(self) -> int:
         return sum(c.bytes for c in self.components)
 
@@ -115,7 +116,7 @@ class Estimate:
     assumed: tuple[dict, ...] = ()      # values assumed rather than read (hpcmem.job.assumptions.describe)
     world_size: int = 1                 # processes of the job: a multi-GPU job's verdict takes the multi-GPU margin
 
-    @property
+    @cached_property        # frozen: found once
     def peak_phase(self) -> Phase:
         return max(self.phases, key=lambda p: p.bytes)
 
@@ -131,7 +132,7 @@ class Estimate:
     def device_peak_bytes(self) -> int:
         return self.peak_reserved_bytes + self.device_extra_bytes
 
-    @property
+    @cached_property        # frozen: judged once (fits, headroom_bytes and to_json each read it)
     def verdict(self) -> FitVerdict | None:
         """Fits · tight · does not fit, on the safe bound (hpcmem.estimate.verdict); None without a GPU."""
         return None if self.gpu is None else judge(self.device_peak_bytes, self.gpu, self.reserved_spread_bytes,

@@ -12,6 +12,7 @@ TRL casts trainable parameters to bf16 (sft_trainer.py); DeepSpeed casts the who
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from hpcmem.estimate import lora_variants
 from hpcmem.estimate.lora_variants import modules_to_save
@@ -36,10 +37,14 @@ class LoraLayout:
     targeted: tuple[LinearModule, ...] = ()   # target_parameters: the nn.Parameters adapted (fused experts, router)
     rank_factors: tuple[tuple[str, int], ...] = ()   # leaf → factor on r (peft's rank_pattern for a fused gate_up_proj)
 
-    def rank(self, m: LinearModule) -> int:
-        return self.r * dict(self.rank_factors).get(m.leaf, 1)
+    @cached_property
+    def _factors(self) -> dict[str, int]:
+        return dict(self.rank_factors)
 
-    @property
+    def rank(self, m: LinearModule) -> int:
+        return self.r * self._factors.get(m.leaf, 1)
+
+    @cached_property        # frozen: counted once (the states, the step and the allocator rules each read it)
     def num_params(self) -> int:
         """Trainable adapter elements in the adapter dtype: lora_A/lora_B of every adapted linear and targeted
         parameter (r·(in + out) per matrix; a fused expert stack counts E matrices), DoRA's magnitudes."""
@@ -142,7 +147,8 @@ def lora_layout(job: JobSpec) -> LoraLayout:
     t, m = job.train, job.model
     if not t.use_peft:
         return LoraLayout(enabled=False)
-    targets = model_targets(m, t.lora_target_modules or peft_default_targets(m), t.lora_target_parameters)
+    targets = model_targets(m, tuple(t.lora_target_modules or peft_default_targets(m)),
+                            tuple(t.lora_target_parameters))
     chosen, params = adapted(m, targets)
     if t.quantized or (job.parallel.deepspeed and (t.bf16 or t.fp16)):
         adapter_bytes = 2

@@ -19,6 +19,7 @@ Formulas:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.job.jobspec import JobSpec
@@ -65,6 +66,7 @@ def job_param_parts(job: JobSpec) -> ParamParts:
     return reward_parts(parts, job.model) if entry(job.train.trainer).head == "score" else parts
 
 
+@lru_cache(maxsize=256)    # pure in the spec (hpcmem.models.params caches its inputs the same way)
 def param_parts(m: ModelSpec) -> ParamParts:
     b = count_params(m)
     dense = b.attention_per_layer + b.norms_per_layer + b.mlp_per_layer

@@ -139,17 +139,27 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     if not lora.enabled and not m.is_moe and m.gated_mlp and parts.per_layer:
         down_grad = layer_grad * (m.hidden_size * m.intermediate_size) // parts.per_layer
 
-    def layer_instant(k: int) -> tuple[int, int, int, int]:
-        below_and_own = on_gpu(prefix[k + 1]) + held
-        recompute = full[k] - sac_cached if t.gradient_checkpointing else 0
-        done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
+    def own_layer(d: dict, full_k: int) -> tuple[int, int]:
+        """(recompute, transient) of a layer with saved terms `d`: the same for every layer of one kind."""
+        recompute = full_k - sac_cached if t.gradient_checkpointing else 0
         # by the attention's backward the MLP's saved tensors (and the post-attention norm's) are already freed
-        freed = terms[k]["mlp"] + terms[k]["norms"] // 2 + lora_mlp_saved
+        freed = d["mlp"] + d["norms"] // 2 + lora_mlp_saved
         mlp_instant = hidden_t // 2 + mlp_side + down_grad if down_grad is not None else \
             hidden_t + mlp_side + layer_grad
         attention_instant = hidden_t + max(scores_t - freed, 0) + lora_attention_t + layer_grad
         recompute_instant = hidden_t // 2 + recompute_dora_t
-        transient = max(mlp_instant, attention_instant, recompute_instant) + max(seq.forward, seq.backward)
+        return recompute, max(mlp_instant, attention_instant, recompute_instant) + max(seq.forward, seq.backward)
+
+    # layer_terms hands back one dict per kind of layer (dense, MoE): each kind's own terms are worked out once
+    kinds: dict[int, tuple[int, int]] = {}
+    for k in range(L):
+        if id(terms[k]) not in kinds:
+            kinds[id(terms[k])] = own_layer(terms[k], full[k])
+
+    def layer_instant(k: int) -> tuple[int, int, int, int]:
+        below_and_own = on_gpu(prefix[k + 1]) + held
+        recompute, transient = kinds[id(terms[k])]
+        done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
         if k == L - 1 and lora.enabled:
             # with a frozen head the gradient the fused head returns, scattered back over every position, is still
             # alive in the first layer's backward; T, not the scored tokens: GRPO/RLOO score only completions
@@ -157,7 +167,12 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
             transient += loss.backbone_gradient
         return below_and_own, recompute, done, transient
 
-    worst_k = max(range(L - 1, -1, -1), key=lambda k: base + sum(layer_instant(k)))
+    # the worst layer: the largest instant, the last layer of equals (the backward meets it first)
+    worst_k, worst = L - 1, None
+    for k in range(L - 1, -1, -1):
+        total = base + sum(layer_instant(k))
+        if worst is None or total > worst:
+            worst_k, worst = k, total
     below_and_own, recompute, done, transient = layer_instant(worst_k)
     best = Phase(name=f"backward (layer {worst_k})", components=(
         *resident, *gathered,

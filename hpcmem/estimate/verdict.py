@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from hpcmem.estimate.names import Level, Name
@@ -185,9 +186,7 @@ def judge(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0, world_siz
     capacity = gpu.usable_bytes
     safe = safe_bound(device_peak_bytes, gpu, spread_bytes, world_size, shapes_bytes)
     level = FITS if safe <= capacity else TIGHT if device_peak_bytes <= capacity else DOES_NOT_FIT
-    calibration = replace(_calibration(gpu, m), world_size=world_size)
-    if gpu.capacity_note:
-        calibration = replace(calibration, note=f"{calibration.note}; capacity: {gpu.capacity_note}")
+    calibration = _job_calibration(gpu, world_size)
     coverage = None
     if m is not None and m.evidence:
         coverage = m.held_out_covered / m.held_out_n if m.held_out_n else None     # the held-out share, not in-sample
@@ -196,6 +195,15 @@ def judge(device_peak_bytes: int, gpu: GpuSpec, spread_bytes: int = 0, world_siz
     return FitVerdict(level=level, gpu_name=gpu.name, device_peak_bytes=device_peak_bytes, spread_bytes=spread_bytes,
                       safe_device_peak_bytes=safe, capacity_bytes=capacity, margin=m.margin if m else 0.0,
                       coverage=coverage, calibration=calibration, shapes_bytes=shapes_bytes)
+
+
+@lru_cache(maxsize=64)      # pure in (gpu, world_size): the planner judges thousands of combinations on one GPU
+def _job_calibration(gpu: GpuSpec, world_size: int) -> Calibration:
+    """`_calibration` of the margin a job on `world_size` GPUs of `gpu` gets, with the GPU's capacity note."""
+    calibration = replace(_calibration(gpu, device_margin(gpu, world_size)), world_size=world_size)
+    if gpu.capacity_note:
+        calibration = replace(calibration, note=f"{calibration.note}; capacity: {gpu.capacity_note}")
+    return calibration
 
 
 def _calibration(gpu: GpuSpec, m: PeakMargin | None) -> Calibration:

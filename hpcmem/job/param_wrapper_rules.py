@@ -33,7 +33,7 @@ def param_wrapper_problems(job: Job) -> list[str]:
     t, m = job.train, job.model
     if not t.use_peft or not (t.lora_target_modules or t.lora_target_parameters):
         return []     # peft's default targets: hpcmem.models.params.peft_default_targets says what peft does
-    targets = model_targets(m, t.lora_target_modules, t.lora_target_parameters)
+    targets = model_targets(m, tuple(t.lora_target_modules), tuple(t.lora_target_parameters))
     peft = f"peft {table()['versions']['peft']}"
     if targets.error:
         return [f"lora_target_modules {','.join(t.lora_target_modules)}: on model_type {m.model_type} {peft} maps "

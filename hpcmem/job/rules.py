@@ -44,12 +44,19 @@ def exclusive_fields() -> dict[str, Any]:
             for f in fields(TrainSpec) if f.name in some}
 
 
+@lru_cache(maxsize=16)
+def undeclared_fields(trainer: str) -> tuple[tuple[str, Any], ...]:
+    """(field, unset value) of `exclusive_fields` that `trainer`'s config does not declare, in their order."""
+    e = entry(trainer)
+    return tuple((name, unset) for name, unset in exclusive_fields().items() if not e.declares(name))
+
+
 def check_job(job: Job) -> None:
     t, par = job.train, job.parallel
     e = entry(t.trainer)
     p = Problems()
-    for name, unset in exclusive_fields().items():
-        if not e.declares(name) and getattr(t, name) != unset:
+    for name, unset in undeclared_fields(t.trainer):
+        if getattr(t, name) != unset:
             declared_by = [o for o in REGISTRY.values() if o.declares(name)]
             where = "/".join(o.config_class for o in declared_by)
             p.add(f"{name} is a {where} field; {e.config_class} has no {name} field — remove it "

@@ -155,6 +155,7 @@ def _num_moe_layers(spec: ModelSpec) -> int:
     return spec.num_hidden_layers - spec.num_dense_layers if spec.is_moe else 0
 
 
+@lru_cache(maxsize=256)    # pure in the spec, like linear_modules: the planner's estimates ask for it per combination
 def count_params(spec: ModelSpec) -> ParamBreakdown:
     """Exact parameter count of `AutoModelForCausalLM.from_config(config)` (tied weights counted once)."""
     if spec.learned is not None:

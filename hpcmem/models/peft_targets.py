@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.datapath import PACKAGE_DIR
@@ -96,11 +96,13 @@ def resolve(model_type: str, target_modules: tuple[str, ...], target_parameters:
                        renamed=tuple(renamed), error=error)
 
 
+@lru_cache(maxsize=256)    # pure in its arguments, like linear_modules: the planner's estimates ask per combination
 def model_targets(spec: ModelSpec, target_modules: tuple[str, ...], target_parameters: tuple[str, ...]) -> PeftTargets:
     """`resolve` for a model: its type as peft reads it and its nn.Linear leaves."""
     return resolve(peft_model_type(spec), target_modules, target_parameters, all_linear_targets(spec))
 
 
+@lru_cache(maxsize=256)    # pure in its arguments (a frozen PeftTargets)
 def adapted(spec: ModelSpec, targets: PeftTargets) -> tuple[tuple[LinearModule, ...], tuple[LinearModule, ...]]:
     """(the nn.Linear layers peft wraps as lora.Linear — leaf name in target_modules —, the weights it wraps as
     lora.ParamWrapper — target_parameters)."""

@@ -26,11 +26,12 @@ A headroom floor (`headroom`) drops plans that leave less free.
 from __future__ import annotations
 
 import time
+from operator import itemgetter
 from dataclasses import dataclass, replace
 from typing import Collection, Mapping
 
 from hpcmem.errors import SpecError
-from hpcmem.estimate import Estimate, estimate
+from hpcmem.estimate import Estimate, SharedStep, estimate, shared_step
 from hpcmem.estimate.host import fixed_node_bytes
 from hpcmem.estimate.names import ACTIVATIONS, OPTIMIZER_STEP
 from hpcmem.estimate.verdict import safe_bound
@@ -38,7 +39,7 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.gpus.spec import GpuSpec
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.plan import sequence_split
-from hpcmem.plan.knobs import GC_VALUES, Knobs, _parallel, apply, axes, combinations, job_knobs
+from hpcmem.plan.knobs import GC_VALUES, Applier, Knobs, _parallel, axes, combinations, job_knobs
 from hpcmem.plan.ranking import HeadroomFloor, band_start, rank_plans
 from hpcmem.plan.speed import Speeds
 from hpcmem.plan.throughput import THROUGHPUT_UNCERTAINTY, Throughput
@@ -186,8 +187,7 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
     combos = combinations(axes(base, fixed, gbs, allow_peft, exclude, allow_optim))
     speeds = Speeds(base, gpu)
     par_fields = {name: _parallel_fields(base, name) for name in {k.sharding for k in combos}}
-    scored = sorted(((speeds(k, par_fields[k.sharding]), k) for k in combos),
-                    key=lambda sk: (-round(sk[0].tokens_per_s_per_gpu, 6), sk[1].techniques()))
+    scored = _fastest_first(combos, speeds, par_fields)
     walker = _Walker(base, host_memory_per_node_bytes, headroom, any(k.dtype == "bfloat16" for k in combos))
     note = _host_floor_note(base, host_memory_per_node_bytes)
     if note:
@@ -202,8 +202,7 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
                                                              gbs, names)
                  for k in combinations(ax)]
         par_fields.update({name: _parallel_fields(base, name) for name in names})
-        more = sorted(((speeds(k, par_fields[k.sharding]), k) for k in extra),
-                      key=lambda sk: (-round(sk[0].tokens_per_s_per_gpu, 6), sk[1].techniques()))
+        more = _fastest_first(extra, speeds, par_fields)
         combos += extra
         scored += more
         _walk(more, walker, top, plans, walked)
@@ -219,6 +218,23 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
                       host_capacity_bytes=host_memory_per_node_bytes, host_capacity_source=host_source, note=note,
                       headroom=headroom,
                       least=None if plans else walker.least, peft_tried=allow_peft or base.train.use_peft)
+
+
+def _fastest_first(combos: list[Knobs], speeds: Speeds, par_fields: dict) -> list[tuple[Throughput, Knobs]]:
+    """(throughput, knobs), fastest first; equal speeds (to 6 decimals) put fewer techniques first, then keep the
+    enumeration order. Combinations that differ only in the knobs the throughput model does not read share one
+    throughput, looked up once (`Speeds.key`)."""
+    rounded: dict[tuple, tuple[float, Throughput]] = {}
+    key = Speeds.key
+    rows = []
+    for i, k in enumerate(combos):
+        hit = rounded.get(key(k))
+        if hit is None:
+            speed = speeds(k, par_fields[k.sharding])
+            hit = rounded[key(k)] = (-round(speed.tokens_per_s_per_gpu, 6), speed)
+        rows.append((hit[0], k.techniques(), i, hit[1], k))
+    rows.sort()         # i is unique: the tuples never compare past it
+    return list(map(itemgetter(3, 4), rows))
 
 
 def _walk(scored: list, walker: "_Walker", top: int | None, plans: list[Plan], walked: list[Verdict]) -> None:
@@ -313,6 +329,7 @@ class _Walker:
     def __init__(self, base: JobSpec, host_capacity: int | None = None,
                  headroom: HeadroomFloor | None = None, bf16_searched: bool = False) -> None:
         self.base = base
+        self.apply = Applier(base)
         self.bf16_searched = bf16_searched          # the dtype axis holds bfloat16: its floors bound float32's
         self.host_capacity = host_capacity
         self.infeasible: dict[tuple, list[tuple[Knobs, int, int]]] = {}
@@ -321,6 +338,7 @@ class _Walker:
         self.refused: dict[Knobs, str] = {}
         self.states_floor: dict[tuple[str, str], int] = {}
         self.judged: dict[Knobs, tuple] = {}
+        self.steps: dict[Knobs, SharedStep] = {}      # by the knobs less expandable_segments
         self.least: tuple[Knobs, Estimate] | None = None    # the lowest device peak estimated that does not fit
         self.gpu = base.gpu
         self.memory = base.gpu.usable_bytes if base.gpu else 0
@@ -332,9 +350,14 @@ class _Walker:
         if rule_key in self.refused:
             return None, None, self.refused[rule_key]
         try:
-            job = apply(self.base, k)
+            job = self.apply(k)
             self.full += 1
-            est = estimate(job)     # SpecError too: a learned profile without this precision/technique's cell
+            # SpecError too: a learned profile without this precision/technique's cell. The step's phases do not
+            # depend on expandable_segments: the twin's are reused (hpcmem.estimate.SharedStep)
+            shared = self.steps.get(rule_key)
+            if shared is None:
+                shared = self.steps[rule_key] = shared_step(job)
+            est = estimate(job, shared)
         except SpecError as exc:
             self.refused[rule_key] = exc.problems[0]
             return None, None, exc.problems[0]

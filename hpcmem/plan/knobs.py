@@ -14,7 +14,7 @@ from typing import Collection, Mapping, NamedTuple
 
 from hpcmem.errors import SpecError
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.job.spec import ParallelSpec
+from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.plan.fixed import MAX_SEARCHED_BATCH, _divisors, axis_fixed
 from hpcmem.plan.sequence_split import layout_fields, split, train_changes
 
@@ -147,9 +147,13 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
 
 def combinations(ax: dict[str, list]) -> list[Knobs]:
     per_gpu = ax["_per_gpu"][0]
-    return [Knobs(gc, off, pack, b, max(1, per_gpu // b), sh, peft, exp, dt, opt)
-            for gc, off, pack, b, sh, peft, exp, dt, opt in
-            product(ax["gc"], ax["activation_offloading"], ax["pack"], ax["batch"], ax["sharding"], ax["peft"],
+    batches = [(b, max(1, per_gpu // b)) for b in ax["batch"]]
+    # tuple.__new__ builds the NamedTuple from its fields in field order without the generated __new__'s Python
+    # frame (half the time; the planner enumerates tens of thousands)
+    new = tuple.__new__
+    return [new(Knobs, (gc, off, pack, b, accum, sh, peft, exp, dt, opt))
+            for gc, off, pack, (b, accum), sh, peft, exp, dt, opt in
+            product(ax["gc"], ax["activation_offloading"], ax["pack"], batches, ax["sharding"], ax["peft"],
                     ax["expandable_segments"], ax.get("dtype", [GIVEN]), ax.get("optim", [GIVEN]))]
 
 
@@ -165,7 +169,43 @@ def _parallel(par: ParallelSpec, sharding: str) -> ParallelSpec:
 
 def apply(job: JobSpec, k: Knobs) -> JobSpec:
     """The JobSpec for a combination; raises SpecError where TRL's rules (hpcmem.job.rules) refuse it."""
-    t = job.train
+    return Applier(job)(k)
+
+
+class Applier:
+    """`apply` for many combinations of one job: the TrainSpec of a combination depends on fewer knobs than the
+    JobSpec (not the allocator setting, not the sharding beyond the padding a sequence split asks), so each distinct
+    one is built once — a search builds tens of TrainSpecs for hundreds of JobSpecs. TRL's rules still run on every
+    JobSpec (its constructor)."""
+
+    def __init__(self, job: JobSpec) -> None:
+        self.job = job
+        self.trains: dict[tuple, TrainSpec] = {}
+        self.sharding_changes: dict[str, dict] = {}
+
+    def train(self, k: Knobs) -> TrainSpec:
+        changes = self.sharding_changes.get(k.sharding)
+        if changes is None:
+            changes = self.sharding_changes[k.sharding] = train_changes(self.job, k.sharding)
+        key = (k.gc, k.activation_offloading, k.pack, k.batch, k.accum, k.peft, k.dtype, k.optim,
+               tuple(sorted(changes.items())))
+        train = self.trains.get(key)
+        if train is None:
+            train = self.trains[key] = _train(self.job.train, k, changes)
+        return train
+
+    def __call__(self, k: Knobs) -> JobSpec:
+        job = self.job
+        train = self.train(k)
+        par = _parallel(job.parallel, k.sharding)
+        if par.sp_size > 1 and k.sharding != GIVEN:
+            par = replace(par, sp_attn_implementation=train.attn_implementation)   # Ulysses wraps the model's kernel
+        return JobSpec(model=job.model, train=train, parallel=par, gpu=job.gpu,
+                       expandable_segments=k.expandable_segments, tokens_per_micro_batch=job.tokens_per_micro_batch)
+
+
+def _train(t: TrainSpec, k: Knobs, sharding_changes: dict) -> TrainSpec:
+    """The job's TrainSpec with a combination's knobs (and what its sharding's layout asks of the TRL config)."""
     gc_kwargs = {k2: v for k2, v in t.gradient_checkpointing_kwargs.items() if k2 != "selective"}
     if k.gc == "selective":
         gc_kwargs["selective"] = True
@@ -181,10 +221,5 @@ def apply(job: JobSpec, k: Knobs) -> JobSpec:
         changes["optim"] = k.optim
     if k.peft != GIVEN:
         changes.update(use_peft=k.peft != "none", load_in_4bit=k.peft == "qlora", load_in_8bit=False)
-    changes.update(train_changes(job, k.sharding))
-    train = replace(t, **changes)
-    par = _parallel(job.parallel, k.sharding)
-    if par.sp_size > 1 and k.sharding != GIVEN:
-        par = replace(par, sp_attn_implementation=train.attn_implementation)   # Ulysses wraps the model's kernel
-    return JobSpec(model=job.model, train=train, parallel=par, gpu=job.gpu,
-                   expandable_segments=k.expandable_segments, tokens_per_micro_batch=job.tokens_per_micro_batch)
+    changes.update(sharding_changes)
+    return replace(t, **changes)

@@ -33,6 +33,7 @@ class Speeds:
         self.cache: dict[tuple, Throughput] = {}
         self.shape: dict[tuple, tuple[int, float, int]] = {}
         self.trainable: dict[str, int] = {}
+        self.by_sharding: dict[str, tuple] = {}
         self.model_kw = dict(n_flops=flops_params(m), n_params=m.num_params, layers=m.num_hidden_layers,
                              attn_width=m.num_attention_heads * m.head_dim, hidden=m.hidden_size,
                              kv_width=m.num_key_value_heads * m.head_dim,
@@ -70,24 +71,43 @@ class Speeds:
                     self.trainable[peft] = self.job.model.num_params
         return self.trainable[peft]
 
+    @staticmethod
+    def key(k: Knobs) -> tuple:
+        """What the throughput reads of a combination: gc, activation_offloading, pack, batch, accum, sharding, peft —
+        Knobs' first seven fields (a slice, not seven attribute reads: the planner asks once per combination)."""
+        return k[:7]
+
     def __call__(self, k: Knobs, fields: dict) -> Throughput:
-        key = (k.gc, k.activation_offloading, k.pack, k.batch, k.accum, k.sharding, k.peft)
+        """`fields`: the parallel fields of k's sharding (ParallelSpec names), the same for every call with it."""
+        key = self.key(k)
         hit = self.cache.get(key)
         if hit is None:
-            tokens, useful, span = self._shape(k.pack, k.batch)
-            shards = max(fields["cp_size"], fields["sp_size"])        # a sequence-split layout: the rank's share
-            tokens = -(-tokens // shards)
-            dist, stage = fields["distributed_type"], fields["zero_stage"]
-            sharding = "fsdp" if dist == "FSDP" else (f"zero{stage}" if dist == "DEEPSPEED" and stage else "ddp")
-            s = Setting(tokens=tokens, useful_fraction=useful, attn_seq=span, grad_accum=k.accum, gc=k.gc,
-                        activation_offloading=k.activation_offloading, sharding=sharding,
-                        offload_optimizer=fields["offload_optimizer_device"] != "none" or fields["fsdp_offload_params"],
-                        offload_params=fields["offload_param_device"] != "none" or fields["fsdp_offload_params"],
-                        peft=k.peft if k.peft in ("none", "lora", "qlora") else "lora",
-                        trainable_params=self._trainable(k.peft), seq_shards=shards,
-                        seq_split="cp" if fields["cp_size"] > 1 else "sp" if fields["sp_size"] > 1 else "")
-            hit = self.cache[key] = throughput(s, **self.model_kw)
+            hit = self.cache[key] = self._throughput(k, fields)
         return hit
+
+    def _sharding(self, name: str, fields: dict) -> tuple:
+        """What the throughput reads of a sharding's fields: (sequence shards, sharding, offload optimizer, offload
+        parameters, sequence split), worked out once per sharding name."""
+        hit = self.by_sharding.get(name)
+        if hit is None:
+            shards = max(fields["cp_size"], fields["sp_size"])        # a sequence-split layout: the rank's share
+            dist, stage = fields["distributed_type"], fields["zero_stage"]
+            hit = self.by_sharding[name] = (
+                shards, "fsdp" if dist == "FSDP" else (f"zero{stage}" if dist == "DEEPSPEED" and stage else "ddp"),
+                fields["offload_optimizer_device"] != "none" or fields["fsdp_offload_params"],
+                fields["offload_param_device"] != "none" or fields["fsdp_offload_params"],
+                "cp" if fields["cp_size"] > 1 else "sp" if fields["sp_size"] > 1 else "")
+        return hit
+
+    def _throughput(self, k: Knobs, fields: dict) -> Throughput:
+        tokens, useful, span = self._shape(k.pack, k.batch)
+        shards, sharding, offload_optimizer, offload_params, seq_split = self._sharding(k.sharding, fields)
+        s = Setting(tokens=-(-tokens // shards), useful_fraction=useful, attn_seq=span, grad_accum=k.accum, gc=k.gc,
+                    activation_offloading=k.activation_offloading, sharding=sharding,
+                    offload_optimizer=offload_optimizer, offload_params=offload_params,
+                    peft=k.peft if k.peft in ("none", "lora", "qlora") else "lora",
+                    trainable_params=self._trainable(k.peft), seq_shards=shards, seq_split=seq_split)
+        return throughput(s, **self.model_kw)
 
 
 def job_throughput(job: JobSpec, gpu: GpuSpec) -> Throughput:

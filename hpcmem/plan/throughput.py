@@ -25,6 +25,7 @@ Formulas
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from hpcmem.gpus.calibration import load_calibration
 from hpcmem.models.params import count_params
@@ -88,8 +89,9 @@ PADDED_FILL_FRACTION = 0.7
 SAVED_BYTES_PER_HIDDEN = {"off": 34, "selective": 4, "full": 2}
 
 
-@dataclass(frozen=True, kw_only=True)
-class Throughput:
+class Throughput(NamedTuple):
+    """One combination's speed (a tuple: the planner makes one per distinct setting, tens of thousands)."""
+
     tokens_per_s_per_gpu: float     # useful (non-padding) tokens
     step_s: float                   # one optimizer step (all micro-batches)
     compute_s: float
@@ -111,9 +113,9 @@ def interconnect_gbps(gpu_name: str, num_machines: int) -> float:
     return min(intra, INTER_NODE_GBPS) if num_machines > 1 else intra
 
 
-@dataclass(frozen=True, kw_only=True)
-class Setting:
-    """What the throughput model reads from one combination (cheap to build, hashable)."""
+class Setting(NamedTuple):
+    """What the throughput model reads from one combination (cheap to build — a tuple, not a frozen dataclass, whose
+    per-field setattr costs three times as much; the planner builds one per distinct setting — hashable)."""
 
     tokens: int                 # tokens computed per micro-batch per GPU (rows × seq)
     useful_fraction: float      # useful / computed tokens (padding)

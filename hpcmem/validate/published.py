@@ -45,7 +45,7 @@ class Row:
     gpu: str
     peak: str
     unit: str
-    measured: float
+    measured: float | None       # None: an outcome row (the source says only whether the job ran or ran out of memory)
     outcome: str
     scored: bool
     where: str = ""
@@ -56,8 +56,8 @@ class Row:
     loss: str = ""              # the loop's full-logits loss (LOOP_LOSS_KINDS), "" when it is TRL 1.16's fused head
 
     @property
-    def measured_bytes(self) -> int:
-        return round(self.measured * UNITS[self.unit])
+    def measured_bytes(self) -> int | None:
+        return None if self.measured is None else round(self.measured * UNITS[self.unit])
 
     @property
     def gpus(self) -> int:
@@ -119,7 +119,7 @@ def read_file(path: str | Path) -> list[Row]:
     out = []
     for i, item in enumerate(rows, 1):
         head = read_row_head(item, f"{where}: row {i}", ROW_KEYS, base_settings, str(source["unit"]),
-                             lambda model: path.parent / model)
+                             lambda model: path.parent / model, outcome_only=True)
         rid, at, item, settings, measured, scored = head
         gpu = item.get("gpu", defaults.get("gpu"))
         if not isinstance(gpu, str) or not gpu:
@@ -129,7 +129,7 @@ def read_file(path: str | Path) -> list[Row]:
             loop_name=str(source["loop_name"]), trainer=str(item.get("trainer", defaults.get("trainer", "sft"))),
             settings=settings, gpu=gpu,
             peak=_choice(item.get("peak", source["peak"]), PEAKS, f"{at}: peak"),
-            unit=_choice(source["unit"], UNITS, f"{where}: source: unit"), measured=float(measured),
+            unit=_choice(source["unit"], UNITS, f"{where}: source: unit"), measured=measured,
             outcome=_choice(item.get("outcome"), OUTCOMES, f"{at}: outcome"), scored=scored,
             where=str(item.get("where", "")), reason=str(item.get("reason", "")), cause=str(item.get("cause", "")),
             gpu_assumed=str(item.get("gpu_assumed", "")), software=str(source.get("software", "")), loss=loss))
@@ -137,10 +137,12 @@ def read_file(path: str | Path) -> list[Row]:
 
 
 def read_row_head(item: Any, at: str, row_keys: set[str], base_settings: dict[str, Any], unit: str,
-                  config_path: Callable[[str], Path]) -> tuple[str, str, dict[str, Any], dict[str, Any], float, bool]:
+                  config_path: Callable[[str], Path], outcome_only: bool = False,
+                  ) -> tuple[str, str, dict[str, Any], dict[str, Any], float | None, bool]:
     """What every published row has, memory or speed: (id, where it is, the row, its settings over the file's
     defaults — a `configs/…` model resolved by `config_path` —, measured > 0 in `unit`, scored; unscored rows need a
-    reason)."""
+    reason). With `outcome_only`, a row may leave `measured` out when it states its `outcome` and `where` says what
+    the source reports (a longest length that ran, a size that ran out of memory): measured is then None."""
     item = _mapping(item, at, "row")
     rid = item.get("id")
     if not isinstance(rid, str) or not rid.strip():
@@ -152,14 +154,21 @@ def read_row_head(item: Any, at: str, row_keys: set[str], base_settings: dict[st
     if isinstance(model, str) and model.startswith("configs/"):
         settings["model_name_or_path"] = str(config_path(model))
     measured = item.get("measured")
+    if measured is None and outcome_only and item.get("outcome") in OUTCOMES and item.get("where"):
+        return rid, at, item, settings, None, _scored(item, at)
     if isinstance(measured, bool) or not isinstance(measured, (int, float)) or measured <= 0:
-        raise PublishedError(f"{at}: measured must be a positive number in {unit}, got {measured!r}")
+        also = " (or left out on an outcome row that gives outcome and where)" if outcome_only else ""
+        raise PublishedError(f"{at}: measured must be a positive number in {unit}{also}, got {measured!r}")
+    return rid, at, item, settings, float(measured), _scored(item, at)
+
+
+def _scored(item: dict[str, Any], at: str) -> bool:
     scored = item.get("scored", True)
     if not isinstance(scored, bool):
         raise PublishedError(f"{at}: scored must be true or false, got {scored!r}")
     if not scored and not item.get("reason"):
         raise PublishedError(f"{at}: a row with scored: false needs a reason")
-    return rid, at, item, settings, float(measured), scored
+    return scored
 
 
 def _citation(value: Any, where: str) -> str:

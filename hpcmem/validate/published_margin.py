@@ -34,8 +34,10 @@ SCHEMA = 1
 
 
 def evidence(points: list[Scored], multi: bool = True) -> list[Scored]:
-    """The rows a multi-GPU (or, `multi` False, a single-GPU) margin is fitted on (module docstring)."""
-    return [p for p in points if (p.gpus > 1) == multi and p.peak in EVIDENCE_PEAKS and p.adjusted_gib is not None]
+    """The rows a multi-GPU (or, `multi` False, a single-GPU) margin is fitted on (module docstring); an outcome row
+    (no measured peak) is not."""
+    return [p for p in points if (p.gpus > 1) == multi and p.peak in EVIDENCE_PEAKS and p.adjusted_gib is not None
+            and p.measured_gib is not None]
 
 
 def bound_base(p: Scored) -> float:

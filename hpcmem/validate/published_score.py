@@ -14,6 +14,7 @@ from statistics import median
 
 from hpcmem.errors import HpcmemError
 from hpcmem.estimate import estimate
+from hpcmem.estimate.verdict import judge
 from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.job.trl_config import accelerate_settings, build_job
 from hpcmem.validate.published import PEAKS, Row
@@ -32,7 +33,7 @@ class Scored:
     gpu: str
     technique: str
     peak: str
-    measured_gib: float
+    measured_gib: float | None              # None: an outcome row, judged on its verdict only
     estimated_gib: float | None
     error_pct: float | None
     verdict: str | None
@@ -47,6 +48,7 @@ class Scored:
     spread_gib: float = 0.0                 # the estimate's reserved spread (its upper half is in the safe bound)
     margin_note: str = ""                   # where the verdict's margin came from
     contradicted: bool | None = None        # "does not fit" on a row that ran, or "fits" on one out of memory
+    capacity_gib: float | None = None       # the GPU's usable capacity the verdict judged against
 
     @property
     def best_error_pct(self) -> float | None:
@@ -76,7 +78,8 @@ def job_settings(row: Row) -> dict:
 
 def score(row: Row) -> Scored:
     base = dict(id=row.id, source=row.source, loop=row.loop_name, gpus=row.gpus, gpu=row.gpu,
-                technique=technique(row), peak=row.peak, measured_gib=round(row.measured_bytes / GIB, 3),
+                technique=technique(row), peak=row.peak,
+                measured_gib=None if row.measured_bytes is None else round(row.measured_bytes / GIB, 3),
                 outcome=row.outcome, raw=row.raw, cause=row.cause)
     try:
         job, _ = build_job(row.trainer, job_settings(row), gpu=gpu_spec(row.gpu))
@@ -85,22 +88,27 @@ def score(row: Row) -> Scored:
         return Scored(**base, estimated_gib=None, error_pct=None, verdict=None, fits_agrees=None,
                       error=" ".join(str(exc).split()))
     got = getattr(est, PEAKS[row.peak])
+    adj = adjusted(job, est, row.loss) if row.loss else None
     verdict = est.verdict
+    if adj is not None and est.gpu is not None:     # judged on what the source's loop holds, not TRL's step
+        verdict = judge(adj.device, est.gpu, est.reserved_spread_bytes, world_size=est.world_size,
+                        shapes_bytes=est.shapes_needed_bytes)
     level = verdict.level if verdict is not None else None
     agrees = None if verdict is None else verdict.fits == (row.outcome == "ran")
-    adj = adjusted(job, est, row.loss) if row.loss else None
     adj_bytes = adj.peak(row.peak) if adj else (got if not row.raw else None)
-    return Scored(**base, estimated_gib=round(got / GIB, 3), error_pct=_pct(got, row.measured_bytes), verdict=level,
+    measured = row.measured_bytes
+    return Scored(**base, estimated_gib=round(got / GIB, 3), error_pct=_pct(got, measured), verdict=level,
                   fits_agrees=agrees, adjusted_gib=None if adj_bytes is None else round(adj_bytes / GIB, 3),
-                  adjusted_error_pct=None if adj_bytes is None else _pct(adj_bytes, row.measured_bytes),
+                  adjusted_error_pct=None if adj_bytes is None else _pct(adj_bytes, measured),
                   adjust_note=adj.note if adj else "", spread_gib=round(est.reserved_spread_bytes / GIB, 3),
                   margin_note=verdict.calibration.note if verdict is not None else "",
+                  capacity_gib=None if verdict is None else round(verdict.capacity_bytes / GIB, 3),
                   contradicted=None if verdict is None else (
                       level == "does not fit" if row.outcome == "ran" else verdict.fits))
 
 
-def _pct(got: float, measured: float) -> float:
-    return round(100.0 * (got - measured) / measured, 2)
+def _pct(got: float, measured: float | None) -> float | None:
+    return None if measured is None else round(100.0 * (got - measured) / measured, 2)
 
 
 def _stats(errors: list[float]) -> dict:
@@ -130,6 +138,16 @@ def summary(points: list[Scored]) -> list[dict]:
     return out
 
 
+def outcomes(points: list[Scored]) -> dict:
+    """The verdict against what each source reports, over every row with a verdict (outcome rows included): judged,
+    "fits" where the job ran, and contradicted ("does not fit" on a row that ran, "fits" on one out of memory)."""
+    judged = [p for p in points if p.verdict is not None]
+    return {"judged": len(judged), "ran": sum(p.outcome == "ran" for p in judged),
+            "oom": sum(p.outcome == "oom" for p in judged), "outcome_only": sum(p.measured_gib is None for p in judged),
+            "levels": {lvl: sum(p.verdict == lvl for p in judged) for lvl in sorted({p.verdict for p in judged})},
+            "contradicted": [p.id for p in judged if p.contradicted]}
+
+
 def trl_or_adjusted(points: list[Scored]) -> dict:
     """Over rows whose loop is TRL's or adjusted to it: n, median |error| %, worst (adjusted errors)."""
     return _stats([p.adjusted_error_pct for p in points if p.adjusted_error_pct is not None])
@@ -146,7 +164,7 @@ def to_json(points: list[Scored], unscored: list[Row], files: list[str], margin:
             single: dict | None = None) -> dict:
     explained, unexplained = misses(points)
     return {"files": files, "rows": [asdict(p) | {"class": p.klass} for p in points], "summary": summary(points),
-            "trl_or_adjusted": trl_or_adjusted(points), "multi_gpu_margin": margin, "single_gpu_margin": single,
+            "trl_or_adjusted": trl_or_adjusted(points), "outcomes": outcomes(points), "multi_gpu_margin": margin, "single_gpu_margin": single,
             "explained_misses": [p.id for p in explained], "unexplained_misses": [p.id for p in unexplained],
             "unscored": [{"id": r.id, "source": r.source, "reason": r.reason} for r in unscored]}
 
@@ -166,9 +184,13 @@ def render(points: list[Scored], unscored: list[Row]) -> str:
         lines.append("TRL's loop" if trl else "other loops (raw error: the estimate models TRL 1.16's trainers)")
         for p in part:
             est = f"{p.estimated_gib:9.2f}" if p.estimated_gib is not None else f"{'-':>9}"
+            measured = f"{p.measured_gib:9.2f}" if p.measured_gib is not None else f"{p.outcome:>9}"
             agree = "-" if p.fits_agrees is None else f"{p.verdict}/{p.outcome} {'ok' if p.fits_agrees else 'DISAGREE'}"
+            if p.measured_gib is None and p.adjusted_gib is not None and p.capacity_gib:
+                agree += f" (adjusted {p.adjusted_gib:.1f} GiB = {100 * p.adjusted_gib / p.capacity_gib:.0f} % of " \
+                         f"{p.capacity_gib:.1f} usable)"
             lines.append(f"{p.id:<40} {p.source:<22} {p.gpus:>4} {p.technique:<22} {p.peak:<9} "
-                         f"{p.measured_gib:9.2f} {est} {_err(p.error_pct)} {_err(p.adjusted_error_pct)}  {agree}")
+                         f"{measured} {est} {_err(p.error_pct)} {_err(p.adjusted_error_pct)}  {agree}")
             if p.error:
                 lines.append(f"    not estimated: {p.error}")
         lines.append("    loops: " + "; ".join(sorted({f'{p.source}: {p.loop}' for p in part})))
@@ -185,6 +207,12 @@ def render(points: list[Scored], unscored: list[Row]) -> str:
     if t["n"]:
         lines.append(f"  rows whose loop is TRL's or adjusted to it: n={t['n']} median |err| "
                      f"{t['median_abs_error_pct']:.2f} %  worst {t['worst_error_pct']:+.2f} %")
+    o = outcomes(points)
+    lines.append(f"  verdict against outcome: {o['judged']} rows judged ({o['ran']} ran, {o['oom']} out of memory; "
+                 f"{o['outcome_only']} outcome rows without a measured peak): "
+                 + ", ".join(f"{n} {lvl}" for lvl, n in o["levels"].items())
+                 + f"; contradicted {len(o['contradicted'])}" + (f" ({', '.join(o['contradicted'])})"
+                                                                 if o["contradicted"] else ""))
     explained, unexplained = misses(points)
     for p in explained:
         lines.append(f"miss {p.id} ({_err(p.best_error_pct, 1).strip()}): {p.cause}")

@@ -187,6 +187,11 @@ def test_host_ram_comes_from_preset_then_flag_then_the_reference_node():
     assert host_ram("H100-80GB", 8, flag_gib=512).bytes == 512 * GIB
     assert host_ram("H100-80GB", 2).bytes == 2048 * GIB * 2 // 8          # 2 of DGX H100's 8 GPUs
     assert host_ram("A100-40GB", 16).bytes == 1024 * GIB                  # a node holds 8 of them at most
+    # GB200: 2 superchips of up to 480 GB LPDDR5X per 4-GPU compute tray (NVIDIA GB200 NVL72 datasheet)
+    assert host_ram("GB200", 4).bytes == 2 * 480 * GIB and host_ram("GB200", 2).bytes == 480 * GIB
+    assert host_ram("MI300X", 8).bytes == 1850 * GIB                      # Azure ND MI300X v5: 1,850 GiB for 8
+    for no_stated_figure in ("B300", "H20", "RTX-4090", "RTX-5090", "RTX-PRO-6000"):
+        assert host_ram(no_stated_figure, 8).bytes is None and "not checked" in host_ram(no_stated_figure, 8).source
     unknown = host_ram("MyGPU", 1)
     assert unknown.bytes is None and "not checked" in unknown.source
     with pytest.raises(SpecError, match="memory_per_node_gb"):
