@@ -13,6 +13,7 @@ import click
 from hpcmem.data.errors import ProfileError
 from hpcmem.errors import SpecError
 from hpcmem.inputs.values import json_object
+from hpcmem.job.images import FIELD_HELP as IMAGE_FIELD_HELP
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.settings import check_settings
 from hpcmem.job.spec import ParallelSpec, TrainSpec
@@ -80,7 +81,8 @@ class _Json(click.ParamType):
 def _param_type(name: str, default: Any) -> click.ParamType | type:
     if isinstance(default, bool):
         return _OptionalBool()
-    if name in ("max_length", "pad_to_multiple_of", "steps_per_generation", "generation_batch_size"):
+    if name in ("max_length", "pad_to_multiple_of", "steps_per_generation", "generation_batch_size", "min_pixels",
+                "max_pixels"):
         return _OptionalInt()
     if isinstance(default, int):
         return int
@@ -146,6 +148,8 @@ def spec_options() -> list[click.Option]:
             kw: dict[str, Any] = {"default": None, "show_default": False, "help": _default_help(f.name, default)}
             if isinstance(ptype, _OptionalBool):
                 kw.update(is_flag=False, flag_value="true")
+            if f.name in IMAGE_FIELD_HELP:
+                kw["help"] = IMAGE_FIELD_HELP[f.name]
             if f.name == "lora_target_modules":
                 kw.update(multiple=True, help="module names (repeat or comma-separate); all-linear; "
                                                "default: peft's per-architecture choice")

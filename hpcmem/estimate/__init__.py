@@ -31,6 +31,7 @@ from hpcmem.estimate.states import States, job_param_parts, model_states, optimi
 from hpcmem.estimate.step import build_phases
 from hpcmem.estimate.tails import block_tails
 from hpcmem.estimate.trainers import TrainerExtras, trainer_extras
+from hpcmem.estimate.vision import images_note, vision_json, vision_terms, with_vision
 from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
 from hpcmem.job.assumptions import describe as describe_assumptions
 from hpcmem.gpus.spec import GpuSpec
@@ -59,7 +60,12 @@ VLLM_NOT_TRACED = "vLLM's pool is modelled from its documented rule (vllm_gpu_me
 def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
     t, par, m = job.train, job.parallel, job.model
     loaded = f" ({job.load_dtype} from {m.dtype_source or 'config.json'})" if t.dtype == "auto" and m.dtype else ""
-    bits = [f"model {m.name} ({m.num_params / 1e9:.2f} B params)", t.trainer.upper(), f"dtype {t.dtype}{loaded}"]
+    size = (f"{m.num_params / 1e9:.2f} B params" if m.vision is None else
+            f"{(m.num_params + m.vision.num_params) / 1e9:.2f} B params: language model {m.num_params / 1e9:.2f} B, "
+            f"vision tower + merger {m.vision.num_params / 1e9:.2f} B")
+    bits = [f"model {m.name} ({size})", t.trainer.upper(), f"dtype {t.dtype}{loaded}"]
+    if t.images_per_example and m.vision is not None:
+        bits.append(images_note(job))
     if lora_note:
         bits.append(lora_note)
     if entry(t.trainer).declares("max_length"):
@@ -149,6 +155,8 @@ def shared_step(job: JobSpec) -> SharedStep:
     phases += [Phase(name=p.name, components=base + p.components) for p in extras.phases]
     save = save_bytes(job, parts, prec, lora, states)
     phases += _job_phases(job, parts, prec, states, base, save)
+    embed_grad = parts.embed * prec.weight if parts.lm_head and not lora.enabled else 0
+    phases = with_vision(job, vision_terms(job, prec, lora), phases, embed_grad)
     if extras.vllm_pool_asleep:
         phases.append(Phase(name="generation (vLLM awake)", components=base + (
             Component(name="vLLM pool", bytes=extras.vllm_pool_asleep,
@@ -188,6 +196,8 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
         warnings.append(TORCH_COMPILE_NOTE)
     if job.model.wrapper_model_type:
         warnings.append(multimodal_note(job.model.wrapper_model_type))
+    if job.model.vision is not None and not job.train.images_per_example:
+        warnings.append(VISION_UNUSED_NOTE)
     if job.train.max_length is None and job.tokens_per_micro_batch is None and not entry(job.train.trainer).generates:
         warnings.append("max_length none and no length profile: rows are assumed max_position_embeddings long; "
                         "profile the data (hpcmem lengths --save p.json, then --lengths p.json)")
@@ -215,13 +225,16 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
         calibrated=dev.calibrated,
         made=made_by(job),
         gpu=job.gpu,
-        extra={"layout": layout_json(job, mb)},
+        extra={"layout": layout_json(job, mb), "vision": vision_json(job, vision_terms(job, prec, lora))},
         assumed=tuple(describe_assumptions(job)),
         world_size=job.parallel.world_size,
     )
 
 
 MULTIMODAL_NOT_MODELLED = "a multimodal model's vision/audio towers, projector and image tokens"
+VISION_UNUSED_NOTE = ("images_per_example 0 on a vision-language model: a text-only job; the vision tower's weights "
+                      "are counted, its activations and gradients are not (set images_per_example, image_height and "
+                      "image_width for an image dataset)")
 
 
 def multimodal_note(wrapper: str) -> str:

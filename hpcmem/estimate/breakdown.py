@@ -180,4 +180,5 @@ class Estimate:
             "assumed": [dict(a) for a in self.assumed],
             "not_modelled": list(self.not_modelled),
             "layout": self.extra.get("layout"),         # the parallelism_config in force (hpcmem.job.mesh), or null
+            **({"vision": self.extra["vision"]} if self.extra.get("vision") else {}),   # hpcmem.estimate.vision
         }

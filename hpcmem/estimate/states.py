@@ -106,7 +106,8 @@ class States:
     notes: dict
 
 
-def _optimizer_bytes_per_param(optim: str, param_bytes: int) -> float:
+def optimizer_bytes_per_param(optim: str, param_bytes: int) -> float:
+    """Optimizer state bytes per trainable element whose gradient has `param_bytes` bytes."""
     if optim in ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach"):
         return ADAM_STATES * param_bytes
     if optim in ("adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit"):
@@ -145,13 +146,13 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
     gbytes = lora.adapter_bytes if lora.enabled else w
     adapters = lora.num_params * lora.adapter_bytes
     grads = trainable * gbytes
-    opt = int(trainable * _optimizer_bytes_per_param(t.optim, gbytes))
+    opt = int(trainable * optimizer_bytes_per_param(t.optim, gbytes))
     copies = lora.saved_numel if lora.enabled else 0
     if copies:
         # lora_modules_to_save: trainable copies in the base dtype (hpcmem.estimate.lora_variants)
         adapters += copies * w
         grads += copies * w
-        opt += int(copies * _optimizer_bytes_per_param(t.optim, w))
+        opt += int(copies * optimizer_bytes_per_param(t.optim, w))
         trainable += copies
         notes["adapters"] = "with the trainable copies of " + ", ".join(n for n, _ in lora.saved_modules)
     if t.optim == "adafactor":
@@ -198,7 +199,7 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
             shard = fsdp_shard_numel(lora.matrices(), n)
             adapters, grads = shard * lora.adapter_bytes, shard * gbytes
             notes["adapters"] = f"dim-0 shards /{n}"
-            opt = int(shard * _optimizer_bytes_per_param(t.optim, gbytes))
+            opt = int(shard * optimizer_bytes_per_param(t.optim, gbytes))
         else:
             grads, opt = grads // n, opt // n
         # the root, the running unit, and the next one prefetched in the backward (hpcmem.estimate.fsdp_units)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import Problems
 from hpcmem.job.auto_classes import auto_class_problems
+from hpcmem.job.images import image_job_problems
 from hpcmem.job.kernel_limits import rwkv_problems, xlstm_problems
 from hpcmem.job.mesh_rules import check_layout, layout_warnings
 from hpcmem.job.spec import DTYPES, TrainSpec
@@ -89,6 +90,8 @@ def check_job(job: Job) -> None:
         _check_lora_variants(job, p)
     _check_model_type(job, p)
     auto_class_problems(job, p)     # transformers' and peft's own refusals by model type (hpcmem.job.auto_classes)
+    for problem in image_job_problems(job):     # a vision-language job's images (hpcmem.job.images)
+        p.add(problem)
     if t.quantized and not t.use_peft:
         # transformers Trainer: "You cannot perform fine-tuning on purely quantized models".
         p.add("load_in_4bit/load_in_8bit train only adapters: add use_peft (QLoRA); transformers refuses to "

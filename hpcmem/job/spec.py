@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hpcmem.errors import Problems
+from hpcmem.job.images import image_problems
 from hpcmem.job.mesh import Layout, layout_of, layout_problems
 from hpcmem.job.trainers import names as trainer_names
 
@@ -114,6 +115,16 @@ class TrainSpec:
     teacher_model_init_kwargs: dict[str, Any] | None = None
     # hpcmem-only: the longest prompt of a GRPO/RLOO batch (TRL has no max_prompt_length any more)
     max_prompt_length: int = 512
+    # Images of a vision-language SFT job (hpcmem.job.images). hpcmem-only: images_per_example (the length of each
+    # row's "images" list in the dataset; 0: a text-only job), image_height × image_width (pixels of every image before
+    # the processor resizes it). min_pixels / max_pixels: the Qwen2-VL image processor's resolution bounds, the names
+    # transformers 5.24 image_processing_qwen2_vl.py `Qwen2VLImageProcessor.__init__` takes (size.shortest_edge /
+    # size.longest_edge); None: the processor class's defaults
+    images_per_example: int = 0
+    image_height: int = 0
+    image_width: int = 0
+    min_pixels: int | None = None
+    max_pixels: int | None = None
 
     def __post_init__(self) -> None:
         p = Problems()
@@ -140,6 +151,8 @@ class TrainSpec:
                      "torch_empty_cache_steps"):
             value = getattr(self, name)
             p.check(value is None or value >= 1, f"{name} must be ≥ 1 or None; got {value}")
+        for problem in image_problems(self):
+            p.add(problem)
         p.check(0.0 <= self.lora_dropout < 1.0, f"lora_dropout must be in [0, 1); got {self.lora_dropout}")
         p.check(self.max_grad_norm >= 0.0, f"max_grad_norm must be ≥ 0 (0: no clipping); got {self.max_grad_norm}")
         p.check(0.0 < self.vllm_gpu_memory_utilization <= 1.0,

@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 HPCMEM_ONLY = ("gpu", "accelerate_config", "lengths", "max_prompt_length", "expandable_segments", "tokens_per_micro_batch", "num_processes", "num_machines",
                "distributed_type", "zero_stage", "offload_optimizer_device", "offload_param_device", "fsdp_version",
                "fsdp_offload_params", "fsdp_reshard_after_forward", "zero3_init_flag", "zero3_save_16bit_model",
-               "fsdp_state_dict_type", "fsdp_cpu_ram_efficient_loading", "zero_bucket_sizes")
+               "fsdp_state_dict_type", "fsdp_cpu_ram_efficient_loading", "zero_bucket_sizes",
+               # the images' description (hpcmem.job.images): the dataset and the processor's preprocessor_config.json
+               # carry them in a real run; TRL 1.16's SFTConfig has no such fields
+               "images_per_example", "image_height", "image_width", "min_pixels", "max_pixels")
 DEFAULT_OUTPUT_SUBDIR = "output"
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from hpcmem.errors import Problems, SpecError
 from hpcmem.inputs.model_config import check_model_config
 from hpcmem.models.spec import ModelSpec
+from hpcmem.models.vision import VISION_LANGUAGE, text_part, vision_spec_from_config
 
 # q/k/v/o bias rule of the modeling file:
 #   attention_bias — q, k, v and o all follow config.attention_bias (Llama, Qwen3, Gemma2/3, OLMo2, Qwen3-MoE)
@@ -129,7 +130,10 @@ def unwrap_text_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 
 def has_family(cfg: dict[str, Any]) -> bool:
-    """Whether a family descriptor covers the config's decoder (its own type, or a multimodal config's text_config)."""
+    """Whether a family descriptor covers the config's decoder (its own type, a multimodal config's text_config, or
+    a vision-language type whose tower hpcmem.models.vision describes)."""
+    if isinstance(cfg, dict) and str(cfg.get("model_type")) in VISION_LANGUAGE:
+        return True
     return isinstance(cfg, dict) and str(unwrap_text_config(cfg)[0].get("model_type")) in ARCHITECTURES
 
 
@@ -137,7 +141,9 @@ def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
     """Read a transformers config.json dict into a `ModelSpec` (see `ARCHITECTURES` for what is read and why)."""
     check_model_config(cfg, name)         # JSON types and ranges of every key read below (hpcmem.inputs)
     dtype = checkpoint_dtype(cfg)
-    cfg, wrapper = unwrap_text_config(cfg)
+    vision = vision_spec_from_config(cfg, name)
+    outer_type = str(cfg.get("model_type"))
+    cfg, wrapper = (text_part(cfg), "") if vision is not None else unwrap_text_config(cfg)
     model_type = cfg.get("model_type")
     arch = ARCHITECTURES.get(str(model_type))
     if arch is None:
@@ -164,7 +170,7 @@ def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
     bias_on = {"attention_bias": bool(get("attention_bias")), "qkv_always": True,
                "qkv_bias_key": bool(get("qkv_bias")), "none": False}[arch.bias]
     return ModelSpec(
-        name=name, model_type=str(model_type), vocab_size=get("vocab_size"), hidden_size=hidden,
+        name=name, model_type=outer_type if vision is not None else str(model_type), vision=vision, vocab_size=get("vocab_size"), hidden_size=hidden,
         intermediate_size=get("intermediate_size"), num_hidden_layers=get("num_hidden_layers"),
         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
         tie_word_embeddings=bool(get("tie_word_embeddings")), hidden_act=str(get(arch.act_key) or "silu"),

@@ -2,8 +2,8 @@
 through AutoModelForImageTextToText), as data (coverage_vlm.json, regenerated from the installed transformers by
 tests/models/test_coverage_vlm.py).
 
-hpcmem does not model images yet — a vision tower's activations per patch, the image tokens a processor adds to the
-language model's sequence, the projector — so a type that is only image-text-to-text is refused with that reason.
+hpcmem models images for the types of hpcmem.models.vision (Qwen2.5-VL: its vision tower, patch merger and image
+tokens, SFT); any other type that is only image-text-to-text is refused with that reason.
 A type that also has a causal-LM class (gemma3, mllama, qwen3_5 …) is estimated as its text decoder, as
 hpcmem/models/coverage.json classifies it, and the estimate says the towers are not counted.
 """
@@ -14,8 +14,11 @@ import json
 from functools import lru_cache
 
 from hpcmem.datapath import PACKAGE_DIR
+from hpcmem.models.vision import VISION_LANGUAGE
 
 IMAGE_TEXT_MAPPING_NAME = "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"
+DERIVED = ("derived with images (SFT): vision tower, patch merger and image tokens (hpcmem.models.vision, "
+           "hpcmem.estimate.vision); DPO/GRPO/RLOO with images not modelled")
 NOT_MODELLED = ("vision-language only (image-text-to-text: {cls}): its vision tower, projector and image tokens are "
                 "not modelled yet, and it has no causal-LM class whose text decoder hpcmem could estimate instead")
 
@@ -30,4 +33,4 @@ def vision_language_types() -> dict[str, str]:
 def vision_language_reason(model_type: str) -> str | None:
     """Why a type that transformers builds only as image-text-to-text is refused, or None for any other type."""
     cls = vision_language_types().get(model_type)
-    return NOT_MODELLED.format(cls=cls) if cls else None
+    return NOT_MODELLED.format(cls=cls) if cls and model_type not in VISION_LANGUAGE else None

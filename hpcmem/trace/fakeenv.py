@@ -20,6 +20,9 @@ Why each adjustment (each checked on torch 2.13 / transformers 5.24):
   `expert_size.tolist()`), which fake values give as zeros. JetMoeParallelExperts.forward gets an even split of the
   same tokens instead: the per-expert outputs are concatenated (torch.cat) and the inputs saved are views of one
   tensor, so every split of the same total allocates the same bytes.
+- `torch.tensor(list)` reads a list's 0-d tensors through their data pointer, which a fake tensor does not have
+  (Qwen2.5-VL's `get_rope_index` builds `mrope_position_deltas` that way). A list holding fake tensors is turned into
+  their values first (`.item()`, which the oracle answers: the values are known there).
 - The real collator runs on real tensors (its `nonzero`/`int(...)` need values); its batch becomes fake tensors whose
   values the oracle knows.
 """
@@ -82,11 +85,19 @@ def fake_world() -> Iterator[tuple[Any, Any]]:
             expert_size = [n // e + (i < n % e) for i in range(e)]
         return experts_forward(self, inputs, expert_size)
 
+    original_tensor = torch.tensor
+
+    def tensor(data: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(data, (list, tuple)) and any(isinstance(x, FakeTensor) for x in data):
+            data = [x.item() if isinstance(x, FakeTensor) else x for x in data]
+        return original_tensor(data, *args, **kwargs)
+
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     oracle = make_oracle(fake_mode)
     with patched(masking_utils, "is_tracing", is_tracing_real), patched(torch.utils, "swap_tensors", swap_tensors), \
             patched(moe, "_can_use_grouped_mm", can_use_grouped_mm), \
-            patched(JetMoeParallelExperts, "forward", jetmoe_experts), fake_mode, oracle:
+            patched(JetMoeParallelExperts, "forward", jetmoe_experts), patched(torch, "tensor", tensor), \
+            fake_mode, oracle:
         yield fake_mode, oracle
 
 

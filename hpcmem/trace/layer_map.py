@@ -85,7 +85,8 @@ def decoder_layers(model: Any) -> list[Any]:
     import torch
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    tower = {id(b) for b in vision_blocks(model)}
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer) and id(m) not in tower]
     inner = {id(c) for m in layers for c in m.modules()
              if c is not m and isinstance(c, GradientCheckpointingLayer)}
     if layers or getattr(model, "supports_gradient_checkpointing", True):
@@ -93,6 +94,15 @@ def decoder_layers(model: Any) -> list[Any]:
     count = getattr(model.config.get_text_config(), "num_hidden_layers", None)    # n_layer via attribute_map
     stacks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == count]
     return list(stacks[0]) if len(stacks) == 1 else []
+
+
+def vision_blocks(model: Any) -> list[Any]:
+    """A vision-language model's vision tower blocks (GradientCheckpointingLayers too, which `decoder_layers` leaves
+    out): those of the module transformers names `visual` (modeling_qwen2_5_vl.py Qwen2_5_VLModel.visual)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    towers = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] == "visual"]
+    return [b for t in towers[:1] for b in t.modules() if isinstance(b, GradientCheckpointingLayer)]
 
 
 def owners(layers: list[Any]) -> dict[int, int]:

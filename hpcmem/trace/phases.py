@@ -22,7 +22,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcmem.trace.layer_map import decoder_layers
+from hpcmem.trace.layer_map import decoder_layers, vision_blocks
 from hpcmem.trace.pref import hook_reference
 from hpcmem.trace.tracker import StorageTracker
 
@@ -162,3 +162,26 @@ def _hook_layers(inst: Instrumented, model: Any) -> None:
 
         inst._handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
         inst._handles.append(layer.register_forward_hook(post))
+    _hook_vision(inst, base)
+
+
+def _hook_vision(inst: Instrumented, model: Any) -> None:
+    """Name a vision tower's block that runs ("vision block 3"), in forward, recomputation and backward; what runs
+    after the last block (the patch merger) is "vision merger"."""
+    tracker = inst.tracker
+    blocks = vision_blocks(model)
+    for i, block in enumerate(blocks):
+        name = f"vision block {i}"
+        after = "vision merger" if i == len(blocks) - 1 else None
+
+        def pre(module: Any, args: Any, kwargs: Any, name: str = name) -> None:
+            tracker.set_detail(name)
+
+        def post(module: Any, args: Any, out: Any, name: str = name, after: str | None = after) -> None:
+            if getattr(out, "requires_grad", False):
+                out.register_hook(lambda grad, name=name: tracker.set_detail(name))
+            if after:
+                tracker.set_detail(after)
+
+        inst._handles.append(block.register_forward_pre_hook(pre, with_kwargs=True))
+        inst._handles.append(block.register_forward_hook(post))

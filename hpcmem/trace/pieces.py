@@ -47,6 +47,8 @@ def config_dict(name: str, spec: ModelSpec | None = None) -> dict[str, Any]:
             raise SpecError(f"no config for model {name!r}; pass a config.json or a catalog id")
         return copy.deepcopy(cfg)
 
+    if spec.vision is not None and isinstance(cfg, dict):
+        return copy.deepcopy(cfg)            # a vision-language model: the whole config builds the whole model
     if isinstance(cfg, dict) and cfg.get("model_type") not in SUPPORTED_MODEL_TYPES and cfg.get("text_config"):
         cfg = dict(cfg["text_config"])       # a wrapper (gemma3): the text decoder is what trains
     if isinstance(cfg, dict) and all(cfg.get(k) == getattr(spec, k) for k in SIZES):

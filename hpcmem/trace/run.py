@@ -34,6 +34,7 @@ from hpcmem.trace.phases import instrument
 from hpcmem.trace.replay import Workspaces, replay
 from hpcmem.trace.result import NOT_MODELLED, RESERVED_MODELLED, TraceResult, versions
 from hpcmem.trace.tracker import CUDA_BLOCK_BYTES, StorageTracker
+from hpcmem.trace.vision import NOTES as VISION_NOTES
 from hpcmem.trace.trainer import build_model, build_trainer, load_dtype, require_traceable
 
 Kernels = Literal["cuda", "cpu"]
@@ -162,7 +163,8 @@ def _trace_steps(steps: int | None) -> Any:
 def trainer_notes(job: JobSpec, generation: bool = False) -> list[str]:
     """What the trace does differently from a real run of the trainer (its registry hook `trace_notes`)."""
     notes = entry(job.train.trainer).hook("trace_notes")
-    return list(notes(job, generation)) if notes is not None else []
+    images = list(VISION_NOTES) if job.train.images_per_example else []
+    return (list(notes(job, generation)) if notes is not None else []) + images
 
 
 def _check_single_gpu(job: JobSpec) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import REGISTRY, entry
-from hpcmem.trace import pieces
+from hpcmem.trace import pieces, vision
 from hpcmem.trace.data import BatchDesign, make_dataset
 from hpcmem.trace.hf_config import attn_implementation_arg
 
@@ -58,8 +58,13 @@ def require_traceable(job: JobSpec) -> None:
 
 def model_config(job: JobSpec) -> Any:
     """The model's transformers config, found and built as the probe builds it (hpcmem.trace.pieces: a learned
-    profile's own config.json first); the trace sets the dtype itself and never quantizes."""
-    return pieces.auto_config(pieces.config_dict(job.model.name, job.model))
+    profile's own config.json first); the trace sets the dtype itself and never quantizes. A vision-language
+    model's image/video token ids are the trace processor's (hpcmem.trace.vision)."""
+    config = pieces.auto_config(pieces.config_dict(job.model.name, job.model))
+    if job.model.vision is not None:
+        for key, value in vision.token_ids(vision.processor(job)).items():
+            setattr(config, key, value)
+    return config
 
 
 def load_dtype(job: JobSpec) -> Any:
@@ -85,6 +90,8 @@ def build_model(job: JobSpec) -> Any:
         config.num_labels = 1
         config.pad_token_id = 0
         return AutoModelForSequenceClassification.from_config(config, dtype=load_dtype(job), attn_implementation=attn)
+    if job.model.vision is not None:
+        return vision.build_vlm(model_config(job), load_dtype(job), attn)
     return AutoModelForCausalLM.from_config(model_config(job), dtype=load_dtype(job), attn_implementation=attn)
 
 
@@ -159,8 +166,12 @@ def build_sft(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, gene
     from trl import SFTTrainer
 
     num_micro_batches = TRACE_STEPS * traced_accumulation(job)
-    dataset = make_dataset(design, num_micro_batches, job.model.vocab_size)
     cls = _fake_trainer() if fake else SFTTrainer
+    if job.train.images_per_example:
+        dataset = vision.make_image_dataset(job, design.documents, num_micro_batches)
+        return cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=vision.processor(job),
+                   peft_config=peft_config(job))
+    dataset = make_dataset(design, num_micro_batches, job.model.vocab_size)
     return cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=pieces.tokenizer(),
                peft_config=peft_config(job))
 

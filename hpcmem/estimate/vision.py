@@ -1,0 +1,269 @@
+"""A vision-language SFT job's vision tower and patch merger: their states, the activations their forward keeps for
+the backward, their backward, and the phases of the step that hold them.
+
+How the step runs (transformers 5.24 modeling_qwen2_5_vl.py, TRL 1.16 SFTTrainer; traced, estimator/LOG.md):
+`Qwen2_5_VLModel.forward` runs the tower on the micro-batch's pixel_values (N patch rows, N = images ×
+patches per image, hpcmem.job.images) before the language model; the merger's output replaces the image tokens'
+embeddings (`masked_scatter`), so the language model sees max_length tokens per row whatever share of them are image
+tokens. The backward reaches the tower after the language model's layers; the token embedding's gradient comes last.
+So the tower's saved activations sit under every language-model phase, its gradients under the closing phases, and
+its own backward is a phase ("backward (vision tower)") on top of the language model's gradients.
+
+Trained or frozen is what TRL and peft do, not a setting: full fine-tuning trains the tower and the merger (TRL 1.16
+freezes nothing); LoRA freezes every base weight and adapts the tower's and merger's linears whose names the targets
+reach (peft "all-linear": all of them). The tower builds a graph even when nothing in it trains:
+`enable_input_require_grads` (modeling_utils.py), which TRL calls for PEFT and gradient checkpointing, hooks every
+PreTrainedModel's input embeddings, and the tower's is its patch embedding (`_input_embed_layer = "patch_embed"`), so
+its output requires grad and the tower keeps what its ops need for input gradients and runs a backward.
+
+A block is a decoder layer of the tower's width over N rows (no mask: attention runs per window / per image on
+cu_seqlens chunks), so its saved tensors are hpcmem.estimate.activations' terms for that shape, plus what differs
+(`block_saved`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from hpcmem.estimate import activations as act
+from hpcmem.estimate.breakdown import Component, Phase
+from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout
+from hpcmem.estimate.names import BACKWARD, FORWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES
+from hpcmem.estimate.names import GRADIENTS as LM_GRADIENTS
+from hpcmem.estimate.states import optimizer_bytes_per_param
+from hpcmem.job.images import image_geometry, image_rows
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import MicroBatch, Precision, micro_batch
+from hpcmem.models.peft_targets import ALL_LINEAR
+from hpcmem.models.spec import ModelSpec
+from hpcmem.models.vision import VisionLinear, VisionSpec
+
+FP32 = 4
+WEIGHTS = "vision tower weights"
+OPTIMIZER = "vision tower optimizer states"
+ACTIVATIONS = "vision activations"
+GRADIENTS = "vision tower gradients"
+VISION_BACKWARD = "backward (vision tower)"
+
+
+@dataclass(frozen=True)
+class VisionTerms:
+    """Bytes of the tower and merger for one job."""
+
+    weights: int                 # base weights + vision adapters
+    gradients: int
+    optimizer: int
+    pixels: int                  # the batch's pixel_values (fp32), alive the whole step
+    saved: int                   # kept from the tower's forward until its backward (pixels excluded)
+    merger_saved: int            # of `saved`, the merger's (freed when the backward reaches the blocks)
+    blocks_saved: tuple[int, ...]    # of `saved`, per block (checkpoint inputs under checkpointing)
+    block_full: int              # one block's saved tensors with nothing recomputed (the recompute under checkpointing)
+    block_backward: int          # one block's backward temporaries beside its saved tensors
+    block_grads: int             # gradients one block's backward creates
+    merger_grads: int
+    patches: int
+    image_tokens: int
+    trained: str                 # what trains, in words
+
+
+def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
+    v = job.model.vision
+    images, n = image_rows(job)
+    if v is None:
+        return None
+    adapted = vision_adapters(job, v) if lora.enabled else ()
+    w, trained = prec.weight, not lora.enabled
+    adapter_params = sum(job.train.lora_r * (x.in_features + x.out_features) * x.count for x in adapted)
+    weights = v.num_params * w + adapter_params * lora.adapter_bytes
+    if images == 0:     # a text-only job: the tower's weights load, nothing in it gets a gradient
+        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=0, saved=0, merger_saved=0, blocks_saved=(),
+                           block_full=0, block_backward=0, block_grads=0, merger_grads=0, patches=0,
+                           image_tokens=0, trained="no images: unused")
+    gbytes = w if trained else lora.adapter_bytes
+    trainable = v.num_params if trained else adapter_params
+    grads = trainable * gbytes
+    opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
+    spec = block_spec(v)
+    mb = MicroBatch(rows=1, seq=n, label_tokens=0, padding_free=False, source="", attn_implementation="sdpa")
+    block_params = (v.tower_params - v.patch_dim * v.hidden_size) // v.depth
+    block = block_saved(job, v, spec, mb, prec, block_params, adapted, lora)
+    if job.train.gradient_checkpointing:
+        # each block is a GradientCheckpointingLayer: non-reentrant checkpointing keeps its input alone
+        blocks = (prec.residual * v.hidden_size * n,) * v.depth
+    else:
+        blocks = (block,) * v.depth
+    before, merger_saved = outside_saved(job, v, n, prec, adapted, lora)
+    saved = sum(blocks) + before + merger_saved
+    hidden_t, mlp_t, scores_t = act.backward_parts(spec, mb, prec, "sdpa")
+    per_block = (block_params if trained else sum(
+        job.train.lora_r * (x.in_features + x.out_features) for x in adapted if x.part == "tower")) * gbytes
+    merger = (v.merger_params if trained else sum(
+        job.train.lora_r * (x.in_features + x.out_features) for x in adapted if x.part == "merger")) * gbytes
+    what = ("tower and merger trained (full fine-tuning)" if trained else
+            f"frozen; LoRA on {len(adapted)} of its linear kinds" if adapted else
+            "frozen (no LoRA target reaches it); its backward still runs (input gradients)")
+    return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=n * v.patch_dim * FP32, saved=saved,
+                       merger_saved=merger_saved,
+                       blocks_saved=blocks, block_full=block, block_backward=hidden_t + max(mlp_t, scores_t),
+                       block_grads=per_block, merger_grads=merger, patches=n,
+                       image_tokens=images * image_geometry(job.train, v).tokens, trained=what)
+
+
+@lru_cache(maxsize=64)
+def block_spec(v: VisionSpec) -> ModelSpec:
+    """A vision block as the decoder layer hpcmem.estimate.activations sizes: the tower's width, heads and MLP, a
+    fused qkv Linear (Qwen2_5_VLVisionAttention.qkv: q, k and v are views of one output), biases everywhere."""
+    return ModelSpec(name=f"{v.model_type} vision block", model_type=f"{v.model_type}_vision", vocab_size=1,
+                     hidden_size=v.hidden_size, intermediate_size=v.intermediate_size, num_hidden_layers=v.depth,
+                     num_attention_heads=v.num_heads, num_key_value_heads=v.num_heads,
+                     head_dim=v.hidden_size // v.num_heads, tie_word_embeddings=False, hidden_act=v.hidden_act,
+                     qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=True)
+
+
+def block_saved(job: JobSpec, v: VisionSpec, spec: ModelSpec, mb: MicroBatch, prec: Precision, block_params: int,
+                adapted: tuple[VisionLinear, ...], lora: LoraLayout) -> int:
+    """What one block keeps with checkpointing off: the decoder-layer terms at the tower's shape (norms, fused-qkv
+    attention, gated MLP, autocast copies), the adapters' own, and the concatenation of the per-chunk attention
+    outputs that `proj` keeps for its weight gradient (Qwen2_5_VLVisionAttention.forward runs SDPA per cu_seqlens
+    chunk and `torch.cat`s the outputs; each chunk's output stays saved by SDPA besides)."""
+    frozen = lora.enabled
+    no_lora = LoraLayout(enabled=False)
+    terms = act.layer_saved(spec, mb, prec, attn="sdpa", layer=0, layer_params=block_params, lora=no_lora)
+    if frozen:
+        terms = {**terms, **{k: t for k, t in act.layer_saved(
+            spec, mb, prec, attn="sdpa", layer=0, layer_params=block_params,
+            lora=LoraLayout(enabled=True, r=lora.r)).items() if k in ("norms", "attention", "mlp")}}
+        terms["autocast_weights"] = 0
+    # the concatenation feeds `proj`: kept for its weight gradient when it trains; a frozen proj keeps nothing, and its
+    # adapter keeps its own dropout output (`adapters_saved`), not its input
+    proj_in = 0 if frozen else prec.act * v.hidden_size * mb.tokens
+    own = adapters_saved([x for x in adapted if x.part == "tower"], mb.tokens, prec, lora)
+    return sum(terms.values()) + proj_in + own
+
+
+def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted: tuple[VisionLinear, ...],
+                  lora: LoraLayout) -> tuple[int, int]:
+    """(before the blocks, the merger's): what the tower keeps outside its blocks (Qwen2_5_VisionTransformerPretrainedModel.forward):
+    - frozen: the patch embedding's output and the token embeddings' output, leaves of the graph (see below);
+    - the patch embedding's Conv3d input, pixel_values cast to the weight dtype (`.to(dtype=target_dtype)`), kept
+      for its weight gradient when it trains;
+    - the rotary cos and sin, fp32 [N, head_dim] each after the window permutation, read by every block;
+    - the merger: its RMSNorm over the tower width (fp32 upcast, normalised tensor, output for the first Linear),
+      the first Linear's output (GELU's input) and GELU's output (the second Linear's input), [N / merge², 4·width]
+      each — the same bytes as [N, width]; frozen (LoRA), only the fp32 upcast and GELU's input;
+    - the merger adapters' own under LoRA (a frozen linear keeps no input: its adapter keeps its dropout output)."""
+    h, trained = v.hidden_size, not lora.enabled
+    conv = n * v.patch_dim * prec.weight if trained else 0
+    # frozen (LoRA): the patch embedding's output has no grad_fn, so `enable_input_require_grads`' hook makes it a leaf
+    # that requires grad, which autograd's AccumulateGrad node keeps alive to the end of the backward; the token
+    # embeddings' output likewise, and with images it is no longer the first layer's input (`masked_scatter` makes a
+    # new one), so it is alive beside it (traced: qvl-lora-qv-gc-896, estimator/LOG.md)
+    leaves = (n * h + micro_batch(job).tokens * job.model.hidden_size) * prec.weight if not trained else 0
+    rope = 2 * n * (h // v.num_heads) * FP32
+    norm = (FP32 * h + (0 if not trained else prec.residual * h + prec.act * h)) * n
+    mlp = prec.act * h * n + (prec.act * h * n if trained else 0)
+    own = adapters_saved([x for x in adapted if x.part == "merger"], n // v.merge_unit, prec, lora)
+    return conv + rope + leaves, norm + mlp + own
+
+
+def adapters_saved(adapted: list[VisionLinear], rows: int, prec: Precision, lora: LoraLayout) -> int:
+    """peft's lora.Linear keeps the dropout mask, lora_A's input and lora_A's [rows, r] output
+    (hpcmem.estimate.lora `LoraLayout.saved_per_layer`, per vision linear)."""
+    mask = LORA_DROPOUT_MASK_BYTES if lora.dropout else 0
+    a = prec.act if prec.amp else lora.adapter_bytes
+    per_row = sum(x.in_features * (mask + a) + lora.r * a for x in adapted)
+    return per_row * rows
+
+
+def vision_adapters(job: JobSpec, v: VisionSpec) -> tuple[VisionLinear, ...]:
+    """The tower's and merger's linears peft wraps: every one for "all-linear" (peft's `_maybe_include_all_linear_
+    layers` leaves out only the output embedding), else those whose module name equals a target or ends in "." +
+    target (peft/tuners/tuners_utils.py `check_target_module_exists`)."""
+    targets = job.train.lora_target_modules
+    if ALL_LINEAR in targets:
+        return v.linears()
+    return tuple(x for x in v.linears() if any(x.name == t or x.name.endswith("." + t) for t in targets))
+
+
+def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], embed_grad: int) -> list[Phase]:
+    """The phases with the tower's components added where they are alive, and the tower's own backward
+    (`embed_grad`: the token embedding's gradient bytes, which the step makes after the tower's backward)."""
+    if terms is None:
+        return phases
+    resident = (Component(name=WEIGHTS, bytes=terms.weights, note=terms.trained),
+                *([Component(name=OPTIMIZER, bytes=terms.optimizer)] if terms.optimizer else []))
+    if not terms.patches:
+        return [Phase(name=p.name, components=(*resident, *p.components)) for p in phases]
+    held = Component(name=ACTIVATIONS, bytes=terms.pixels + terms.saved,
+                     note=f"{terms.patches:,} patches → {terms.image_tokens:,} image tokens; pixel_values fp32 "
+                          f"{terms.pixels / 2**20:.1f} MiB")
+    grads = Component(name=GRADIENTS, bytes=terms.gradients)
+    accumulating = job.train.gradient_accumulation_steps > 1
+    pixels = Component(name="pixel_values", bytes=terms.pixels, note="the batch, fp32")
+    out = []
+    for p in phases:
+        if p.name == FORWARD or p.name in ("backward (LM head)",) or p.name.startswith("backward (layer"):
+            # under gradient accumulation the tower's gradients of the earlier micro-batches are alive throughout
+            extra: tuple[Component, ...] = (held, grads) if accumulating else (held,)
+        elif p.name.startswith(BACKWARD) or p.name == OPTIMIZER_STEP:
+            extra = (grads, pixels) if p.name != OPTIMIZER_STEP else (grads,)
+        else:
+            extra = ()
+        out.append(Phase(name=p.name, components=(*resident, *p.components, *extra)))
+    out.append(_tower_backward(job, terms, resident, phases, embed_grad))
+    return out
+
+
+def _tower_backward(job: JobSpec, terms: VisionTerms, resident: tuple[Component, ...],
+                    phases: list[Phase], embed_grad: int) -> Phase:
+    """The tower's backward, block D−1 down to 0: the language model's gradients (all but the token embedding's,
+    which comes last) beside the blocks not yet done (their saved tensors), block k's recomputed tensors under
+    checkpointing, its backward temporaries, and the gradients of the merger and blocks > k."""
+    closing = next(p for p in phases if p.name == OPTIMIZER_STEP)
+    lm = [Component(name=c.name, bytes=c.bytes - embed_grad, note="all but the token embedding's")
+          if c.name == LM_GRADIENTS else c for c in closing.components if c.name != OPTIMIZER_TEMPORARIES]
+    depth = len(terms.blocks_saved)
+    recompute = terms.block_full if job.train.gradient_checkpointing else 0
+    outside = terms.saved - sum(terms.blocks_saved) - terms.merger_saved
+
+    accumulating = job.train.gradient_accumulation_steps > 1
+
+    def done(k: int) -> int:
+        return terms.gradients if accumulating else terms.merger_grads + terms.block_grads * (depth - 1 - k)
+
+    def instant(k: int) -> int:
+        return sum(terms.blocks_saved[:k + 1]) + recompute + terms.block_backward + done(k)
+
+    k = max(range(depth - 1, -1, -1), key=instant)
+    return Phase(name=VISION_BACKWARD, components=(
+        *resident, *lm,
+        Component(name=ACTIVATIONS, bytes=terms.pixels + outside + sum(terms.blocks_saved[:k + 1]),
+                  note=f"blocks ≤ {k}, pixel_values, patch embedding input, rotary tables"),
+        *([Component(name="recompute (one vision block)", bytes=recompute)] if recompute else []),
+        Component(name=GRADIENTS, bytes=done(k),
+                  note="kept across gradient accumulation" if accumulating else f"merger, blocks > {k}"),
+        Component(name="vision backward temporaries", bytes=terms.block_backward)))
+
+
+def images_note(job: JobSpec) -> str:
+    """The images in words: how many per row, their size before and after the processor's resize, their tokens."""
+    t = job.train
+    g = image_geometry(t, job.model.vision)
+    return (f"{t.images_per_example} image(s)/row {t.image_height}×{t.image_width} px → {g.resized[0]}×{g.resized[1]} "
+            f"({g.patches:,} patches, {g.tokens:,} image tokens each, within max_length)")
+
+
+def vision_json(job: JobSpec, terms: VisionTerms | None) -> dict | None:
+    """The `--json` block of a vision-language job: the tower's size, the images' geometry, what trains."""
+    v = job.model.vision
+    if v is None or terms is None:
+        return None
+    out = {"model_type": v.model_type, "tower_params": v.tower_params, "merger_params": v.merger_params,
+           "trained": terms.trained, "patches_per_micro_batch": terms.patches,
+           "image_tokens_per_micro_batch": terms.image_tokens}
+    if job.train.images_per_example:
+        g = image_geometry(job.train, v)
+        out.update(images_per_example=job.train.images_per_example, resized=list(g.resized),
+                   image_grid_thw=list(g.grid_thw), patches_per_image=g.patches, tokens_per_image=g.tokens)
+    return out

@@ -1,0 +1,152 @@
+"""The images of a vision-language SFT job: their fields' checks, what the processor turns one image into (patch
+grid, patches, image tokens) and TRL's and transformers' refusals around them.
+
+The geometry mirrors the Qwen2-VL image processor of transformers 5.24 (models/qwen2_vl/image_processing_qwen2_vl.py,
+also Qwen2.5-VL's): `Qwen2VLImageProcessor.resize` calls `smart_resize(height, width, factor=patch_size · merge_size,
+min_pixels=size.shortest_edge, max_pixels=size.longest_edge)`; `patchify` cuts the resized image into
+(height/patch_size) × (width/patch_size) patches of in_channels · temporal_patch_size · patch_size² values (a still image
+is repeated temporal_patch_size times: grid_t = 1); the processor (processing_qwen2_5_vl.py `replace_image_token`)
+puts grid_t · grid_h · grid_w / merge_size² image tokens into the text.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hpcmem.job.jobspec import JobSpec
+    from hpcmem.models.vision import VisionSpec
+
+# Qwen2VLImageProcessor.size's class defaults (image_processing_qwen2_vl.py): shortest_edge 56·56, longest_edge
+# 28·28·1280 pixels — what min_pixels / max_pixels None stand for
+DEFAULT_MIN_PIXELS = 56 * 56
+DEFAULT_MAX_PIXELS = 28 * 28 * 1280
+MAX_ASPECT = 200            # smart_resize raises above this aspect ratio
+IMAGE_TRAINERS = ("sft",)   # the trainers whose image path hpcmem models (trace and estimate)
+# The flags' help: which names are hpcmem's own and which transformers'
+FIELD_HELP = {
+    "images_per_example": "hpcmem's own: images in each row's \"images\" list (0: text only) (default 0)",
+    "image_height": "hpcmem's own: pixel height of every image before the processor resizes it",
+    "image_width": "hpcmem's own: pixel width of every image before the processor resizes it",
+    "min_pixels": f"the Qwen2-VL image processor's min_pixels (transformers' name) (default {DEFAULT_MIN_PIXELS}, "
+                  "the processor class's; a checkpoint's preprocessor_config.json may set another)",
+    "max_pixels": f"the Qwen2-VL image processor's max_pixels (transformers' name) (default {DEFAULT_MAX_PIXELS}, "
+                  "the processor class's; Qwen2.5-VL's preprocessor_config.json sets 12845056)",
+}
+
+
+def image_problems(t: Any) -> list[str]:
+    """The image fields' own ranges (a TrainSpec)."""
+    out = []
+    if t.images_per_example < 0:
+        out.append(f"images_per_example must be ≥ 0 (0: text only); got {t.images_per_example}")
+    for name in ("image_height", "image_width"):
+        value = getattr(t, name)
+        if value < 0 or (t.images_per_example > 0 and value < 1):
+            out.append(f"{name} must be ≥ 1 pixel when images_per_example > 0; got {value}")
+    for name in ("min_pixels", "max_pixels"):
+        value = getattr(t, name)
+        if value is not None and value < 1:
+            out.append(f"{name} must be ≥ 1 or None (the processor's default); got {value}")
+    lo, hi = pixel_bounds(t)
+    if lo > hi:
+        out.append(f"min_pixels {lo} must be ≤ max_pixels {hi}")
+    if t.images_per_example > 0 and min(t.image_height, t.image_width) >= 1:
+        ratio = max(t.image_height, t.image_width) / min(t.image_height, t.image_width)
+        if ratio > MAX_ASPECT:
+            out.append(f"image_height × image_width {t.image_height}×{t.image_width}: aspect ratio {ratio:.0f} > "
+                       f"{MAX_ASPECT}, which the Qwen2-VL image processor's smart_resize refuses")
+    return out
+
+
+def pixel_bounds(t: Any) -> tuple[int, int]:
+    """(min_pixels, max_pixels) the processor uses: the job's, else the class defaults."""
+    lo = DEFAULT_MIN_PIXELS if t.min_pixels is None else t.min_pixels
+    hi = DEFAULT_MAX_PIXELS if t.max_pixels is None else t.max_pixels
+    return lo, hi
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """transformers 5.24 models/qwen2_vl/image_processing_qwen2_vl.py `smart_resize`, line for line: both sides
+    rounded to multiples of `factor`, then scaled (aspect kept) into [min_pixels, max_pixels]."""
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+@dataclass(frozen=True)
+class ImageGeometry:
+    """One image as the processor hands it to the model."""
+
+    resized: tuple[int, int]     # (height, width) after smart_resize
+    grid_thw: tuple[int, int, int]   # image_grid_thw's row: (1, height/patch, width/patch)
+    patches: int                 # rows of pixel_values for this image
+    tokens: int                  # image tokens in the text (patches / spatial_merge_size²)
+
+
+def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
+    lo, hi = pixel_bounds(t)
+    h, w = smart_resize(t.image_height, t.image_width, vision.patch_size * vision.spatial_merge_size, lo, hi)
+    gh, gw = h // vision.patch_size, w // vision.patch_size
+    return ImageGeometry(resized=(h, w), grid_thw=(1, gh, gw), patches=gh * gw, tokens=gh * gw // vision.merge_unit)
+
+
+def image_job_problems(job: JobSpec) -> list[str]:
+    """What TRL 1.16 / transformers 5.24 refuse, or hpcmem does not model, for a job with images."""
+    t, m = job.train, job.model
+    if t.images_per_example == 0:
+        return []
+    if m.vision is None:
+        return [f"images_per_example {t.images_per_example}: model {m.name} ({m.model_type}) has no vision tower "
+                "hpcmem models (vision-language types: qwen2_5_vl); set images_per_example 0"]
+    out = []
+    if t.trainer not in IMAGE_TRAINERS:
+        out.append(f"images_per_example with trainer {t.trainer}: hpcmem models images for {', '.join(IMAGE_TRAINERS)} "
+                   "only (DPO/GRPO/RLOO with images are not modelled yet)")
+    # sft_trainer.py SFTTrainer.__init__: "Packing is not supported for vision datasets", "Padding-free training is
+    # yet not supported for vision datasets"
+    if t.packing:
+        out.append("packing with images: TRL 1.16's SFTTrainer raises 'Packing is not supported for vision datasets'")
+    if t.padding_free:
+        out.append("padding_free with images: TRL 1.16's SFTTrainer raises 'Padding-free training is yet not "
+                   "supported for vision datasets'")
+    g = image_geometry(t, m.vision)
+    tokens = g.tokens * t.images_per_example
+    if t.max_length is not None and tokens > t.max_length:
+        # processing_utils.py ProcessorMixin._check_special_mm_tokens: truncation that cuts image tokens raises
+        out.append(f"images_per_example {t.images_per_example} × {g.tokens} image tokens ({g.resized[0]}×"
+                   f"{g.resized[1]} px after smart_resize) = {tokens} > max_length {t.max_length}: the processor "
+                   "raises when truncation cuts image tokens; raise max_length or lower max_pixels")
+    if t.activation_offloading:
+        out.append("activation_offloading with images: the vision tower's saved tensors under TRL's offloading are not "
+                   "modelled yet")
+    if t.selective_checkpointing:
+        out.append("selective checkpointing with images: what TRL's policy keeps in the vision tower's blocks is not "
+                   "modelled yet; use full checkpointing")
+    par = job.parallel
+    if par.world_size > 1 or par.deepspeed or par.fsdp:
+        out.append(f"images with {par.world_size} process(es) under {par.distributed_type}: the vision tower's "
+                   "sharding, offloading and DDP buckets are not modelled yet; estimate the single-GPU job")
+    if job.tokens_per_micro_batch is not None:
+        out.append("--lengths with images: a length profile counts text tokens, not the image tokens the processor "
+                   "adds; not modelled yet")
+    return out
+
+
+def image_rows(job: JobSpec) -> tuple[int, int]:
+    """(images, pixel_values rows) of one micro-batch: per_device_train_batch_size × images_per_example images."""
+    t = job.train
+    if t.images_per_example == 0 or job.model.vision is None:
+        return 0, 0
+    images = t.per_device_train_batch_size * t.images_per_example
+    return images, images * image_geometry(t, job.model.vision).patches

@@ -1,0 +1,153 @@
+"""VisionSpec: the vision tower and projector of a vision-language model, as its config.json's `vision_config`
+describes them (names follow transformers' config keys), and their linear layers and parameter count.
+
+Covered: Qwen2.5-VL (transformers 5.24 models/qwen2_5_vl/configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`,
+modeling_qwen2_5_vl.py `Qwen2_5_VisionTransformerPretrainedModel`): a Conv3d patch embedding (no bias), `depth`
+blocks of RMSNorm → attention (fused `qkv` with bias, `proj` with bias) → RMSNorm → gated MLP (gate/up/down_proj,
+all with bias), window attention except in `fullatt_block_indexes`, and the patch merger (`merger`: RMSNorm over the
+tower width, then Linear(4·width → 4·width) → GELU → Linear(4·width → out_hidden_size), both with bias).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hpcmem.errors import Problems, SpecError
+
+# model_type of the outer config → (the decoder layout hpcmem.models.config builds its text part with, the
+# vision_config class defaults for omitted keys: configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`)
+VISION_LANGUAGE: dict[str, tuple[str, dict[str, Any]]] = {
+    "qwen2_5_vl": ("qwen2", {
+        "depth": 32, "hidden_size": 3584, "hidden_act": "silu", "intermediate_size": 3420, "num_heads": 16,
+        "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
+        "out_hidden_size": 3584, "fullatt_block_indexes": (7, 15, 23, 31)}),
+}
+# config.json spellings the vision config class maps onto its own names (Qwen2_5_VLVisionConfig.attribute_map, and
+# `in_chans`, which Hub configs of Qwen2.5-VL carry beside the class's `in_channels`)
+_ALIASES = {"num_attention_heads": "num_heads", "num_hidden_layers": "depth", "in_chans": "in_channels"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class VisionLinear:
+    """One linear layer of the tower or the merger: peft's module name suffix, its shape, how many there are."""
+
+    name: str               # module path below the vision model (blocks.N.<name> or merger.<name>)
+    in_features: int
+    out_features: int
+    count: int              # blocks that hold it (depth), or 1 for the merger's
+    part: str               # "tower" or "merger"
+
+    @property
+    def params(self) -> int:
+        return (self.in_features * self.out_features + self.out_features) * self.count     # every one has a bias
+
+
+@dataclass(frozen=True, kw_only=True)
+class VisionSpec:
+    """A Qwen2.5-VL style vision tower and patch merger (names follow `vision_config`)."""
+
+    model_type: str
+    depth: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    in_channels: int
+    patch_size: int
+    spatial_merge_size: int
+    temporal_patch_size: int
+    window_size: int
+    out_hidden_size: int
+    fullatt_block_indexes: tuple[int, ...]
+    hidden_act: str = "silu"
+
+    def __post_init__(self) -> None:
+        p = Problems()
+        for f in ("depth", "hidden_size", "intermediate_size", "num_heads", "in_channels", "patch_size",
+                  "spatial_merge_size", "temporal_patch_size", "window_size", "out_hidden_size"):
+            value = getattr(self, f)
+            p.check(isinstance(value, int) and not isinstance(value, bool) and value > 0,
+                    f"vision_config.{f} must be a positive integer, got {value!r}")
+        p.raise_if_any()
+        p.check(self.hidden_size % self.num_heads == 0,
+                f"vision_config.hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
+        p.check(all(0 <= i < self.depth for i in self.fullatt_block_indexes),
+                f"vision_config.fullatt_block_indexes {list(self.fullatt_block_indexes)} must lie in 0..{self.depth - 1}")
+        p.raise_if_any()
+
+    @property
+    def merge_unit(self) -> int:
+        """Patches merged into one language-model token (spatial_merge_size²)."""
+        return self.spatial_merge_size ** 2
+
+    @property
+    def patch_dim(self) -> int:
+        """Values per patch row of pixel_values: in_channels × temporal_patch_size × patch_size²."""
+        return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
+
+    @property
+    def merged_width(self) -> int:
+        """The merger's input width: the tower width × spatial_merge_size² (Qwen2_5_VLPatchMerger.hidden_size)."""
+        return self.hidden_size * self.merge_unit
+
+    def linears(self) -> tuple[VisionLinear, ...]:
+        h, i, m = self.hidden_size, self.intermediate_size, self.merged_width
+        return (VisionLinear(name="attn.qkv", in_features=h, out_features=3 * h, count=self.depth, part="tower"),
+                VisionLinear(name="attn.proj", in_features=h, out_features=h, count=self.depth, part="tower"),
+                VisionLinear(name="mlp.gate_proj", in_features=h, out_features=i, count=self.depth, part="tower"),
+                VisionLinear(name="mlp.up_proj", in_features=h, out_features=i, count=self.depth, part="tower"),
+                VisionLinear(name="mlp.down_proj", in_features=i, out_features=h, count=self.depth, part="tower"),
+                VisionLinear(name="mlp.0", in_features=m, out_features=m, count=1, part="merger"),
+                VisionLinear(name="mlp.2", in_features=m, out_features=self.out_hidden_size, count=1, part="merger"))
+
+    @property
+    def tower_params(self) -> int:
+        """Patch embedding (Conv3d, no bias), the blocks' linears and their two RMSNorm weights."""
+        embed = self.patch_dim * self.hidden_size
+        norms = 2 * self.hidden_size * self.depth
+        return embed + norms + sum(x.params for x in self.linears() if x.part == "tower")
+
+    @property
+    def merger_params(self) -> int:
+        """The merger's RMSNorm (ln_q, the tower width) and its two linears."""
+        return self.hidden_size + sum(x.params for x in self.linears() if x.part == "merger")
+
+    @property
+    def num_params(self) -> int:
+        return self.tower_params + self.merger_params
+
+
+def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | None:
+    """The VisionSpec of a vision-language config.json dict, None for any other; keys it omits take the vision config
+    class's defaults, as `AutoConfig.for_model` fills them."""
+    model_type = str(cfg.get("model_type", ""))
+    if model_type not in VISION_LANGUAGE:
+        return None
+    raw = cfg.get("vision_config") or {}
+    if not isinstance(raw, dict):
+        raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
+    vc = {**VISION_LANGUAGE[model_type][1], **{_ALIASES.get(k, k): v for k, v in raw.items()}}
+    full = vc.get("fullatt_block_indexes") or ()
+    if not isinstance(full, (list, tuple)) or not all(isinstance(x, int) for x in full):
+        raise SpecError(f"model {name}: vision_config.fullatt_block_indexes must be a list of integers, got {full!r}")
+    return VisionSpec(
+        model_type=model_type, depth=vc["depth"], hidden_size=vc["hidden_size"],
+        intermediate_size=vc["intermediate_size"], num_heads=vc["num_heads"], in_channels=vc["in_channels"],
+        patch_size=vc["patch_size"], spatial_merge_size=vc["spatial_merge_size"],
+        temporal_patch_size=vc["temporal_patch_size"], window_size=vc["window_size"],
+        out_hidden_size=vc["out_hidden_size"], fullatt_block_indexes=tuple(full), hidden_act=str(vc["hidden_act"]))
+
+
+def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The decoder's config dict of a vision-language config: its `text_config` when it nests one, else the flat Hub
+    layout's top-level keys (Qwen2_5_VLConfig.__post_init__ moves those into text_config), with model_type set to the
+    decoder layout hpcmem builds it with (Qwen2_5_VLTextModel's layers are Qwen2's: q/k/v bias, no o bias)."""
+    layout = VISION_LANGUAGE[str(cfg["model_type"])][0]
+    inner = cfg.get("text_config")
+    text = dict(inner) if isinstance(inner, dict) else {k: v for k, v in cfg.items()
+                                                         if k not in ("vision_config", "text_config")}
+    if "tie_word_embeddings" not in text and "tie_word_embeddings" in cfg:
+        text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
+    text.setdefault("tie_word_embeddings", False)        # Qwen2_5_VLConfig.tie_word_embeddings
+    text["model_type"] = layout
+    return text

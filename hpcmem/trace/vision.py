@@ -1,0 +1,105 @@
+"""The pieces of a vision-language SFT trace: the processor, the image rows of the dataset, the model class.
+
+TRL 1.16's SFTTrainer takes a vision dataset (an "images" column beside conversational "messages"; a "text" column
+is dropped by the Trainer's unused-column filter, sft_trainer.py `_set_signature_columns_if_needed`) with a
+ProcessorMixin as its processing_class, skips dataset preparation and collates with
+`DataCollatorForVisionLanguageModeling`, which puts the images into the first user turn (trl/data_utils.py
+`prepare_multimodal_messages`) and calls the processor's `apply_chat_template` on the real images per batch. The trace
+hands it exactly that: rows of blank RGB images of the job's size and one user turn of words of the word-level
+tokenizer (hpcmem.trace.pieces) that fill each row to its designed length; the chat template (`CHAT_TEMPLATE`) writes
+each image as Qwen's vision_start, image_pad, vision_end and the text as it is, and the processor expands image_pad to
+the image's tokens. The processor is transformers'
+own `Qwen2_5_VLProcessor` around its PIL image processor `Qwen2VLImageProcessorPil` (the same `smart_resize` and
+`patchify` as the torchvision one) and the word tokenizer with Qwen's four vision tokens added; the model config's
+token ids are set to the tokenizer's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpcmem.errors import SpecError
+from hpcmem.job.images import image_geometry, pixel_bounds
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.trace.pieces import WORD, tokenizer
+
+VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
+# what one image takes in the text before the processor expands IMAGE_PAD (Qwen2.5-VL's chat template)
+PLACEHOLDER = VISION_START + IMAGE_PAD + VISION_END
+MARKERS_PER_IMAGE = 2      # vision_start and vision_end around each image's tokens
+CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
+                 "{% if part['type'] == 'image' %}" + PLACEHOLDER + "{% elif part['type'] == 'text' %}"
+                 "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+# What the trace does that a real run does not (its notes).
+NOTES = ("vision-language: the processor's video_processor is left out (it needs torchvision; an image-only dataset "
+         "never calls it); the images are blank RGB images of the job's size",)
+
+
+def vision_tokenizer() -> Any:
+    """The word tokenizer with Qwen's vision tokens added as special tokens (ids after the words)."""
+    tok = tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": [VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD]})
+    return tok
+
+
+def processor(job: JobSpec) -> Any:
+    """transformers' Qwen2_5_VLProcessor with the job's min_pixels / max_pixels and the vision config's patch geometry.
+    ProcessorMixin checks each sub-processor's class against the auto mappings; without torchvision the video mapping
+    is a placeholder that fails that check even for None, so the check skips the absent video processor alone."""
+    from transformers.models.qwen2_5_vl.processing_qwen2_5_vl import Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    v = job.model.vision
+    lo, hi = pixel_bounds(job.train)
+
+    class ImageOnlyProcessor(Qwen2_5_VLProcessor):
+        def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
+            if argument_name == "video_processor" and argument is None:
+                return None
+            return super().check_argument_for_proper_class(argument_name, argument)
+
+    images = Qwen2VLImageProcessorPil(min_pixels=lo, max_pixels=hi, patch_size=v.patch_size,
+                                      temporal_patch_size=v.temporal_patch_size, merge_size=v.spatial_merge_size)
+    return ImageOnlyProcessor(image_processor=images, tokenizer=vision_tokenizer(), chat_template=CHAT_TEMPLATE)
+
+
+def token_ids(proc: Any) -> dict[str, int]:
+    """The config keys of the vision tokens and their ids in the processor's tokenizer."""
+    ids = proc.tokenizer.convert_tokens_to_ids([VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD])
+    return dict(zip(("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id"), ids,
+                    strict=True))
+
+
+def image_row_words(job: JobSpec, row: int) -> int:
+    """Words of a row of `row` tokens beside its images (each image: its tokens and two markers)."""
+    t = job.train
+    per_image = image_geometry(t, job.model.vision).tokens + MARKERS_PER_IMAGE
+    words = row - t.images_per_example * per_image
+    if words < 1:
+        raise SpecError(f"the trace fills rows of {row} tokens: {t.images_per_example} image(s) × {per_image} tokens "
+                        "(image tokens and the vision_start/vision_end markers) leave no room for text; raise max_length")
+    return words
+
+
+def make_image_dataset(job: JobSpec, documents: tuple[int, ...], num_micro_batches: int) -> Any:
+    """Rows of `images_per_example` blank images and text filling each designed row length."""
+    from datasets import Dataset
+    from PIL import Image
+
+    t = job.train
+    image = Image.new("RGB", (t.image_width, t.image_height))
+    messages, images = [], []
+    for _ in range(num_micro_batches):
+        for row in documents:
+            words = " ".join([WORD] * image_row_words(job, row))
+            messages.append([{"role": "user", "content": words}])
+            images.append([image] * t.images_per_example)
+    return Dataset.from_dict({"images": images, "messages": messages})
+
+
+def build_vlm(config: Any, dtype: Any, attn: Any) -> Any:
+    """`AutoModelForImageTextToText.from_config`: the class TRL's create_model_from_path loads a vision-language
+    checkpoint with."""
+    from transformers import AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText.from_config(config, dtype=dtype, attn_implementation=attn)

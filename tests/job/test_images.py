@@ -1,0 +1,97 @@
+"""The images of a vision-language job: what hpcmem says the processor makes of one image (resize, patch grid, image
+tokens) against transformers' own Qwen2.5-VL processor built offline on tiny images, and the one-line refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hpcmem.errors import SpecError
+from hpcmem.job.images import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, image_geometry, smart_resize
+from hpcmem.job.trl_config import build_job
+from hpcmem.models.resolve import resolve_model
+
+CONFIG = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "Qwen2.5-VL-7B-Instruct.json"
+BASE = {"model_name_or_path": str(CONFIG), "images_per_example": 1, "image_height": 224, "image_width": 224,
+        "max_length": 2048, "per_device_train_batch_size": 1}
+
+
+def job(**kw):
+    return build_job("sft", {**BASE, **kw})[0]
+
+
+def test_geometry_by_hand():
+    """224×224 is a multiple of 28 inside the default bounds: 16×16 patches of 14 px, merged 2×2 into 64 tokens."""
+    g = image_geometry(job().train, resolve_model(str(CONFIG)).vision)
+    assert g.resized == (224, 224) and g.grid_thw == (1, 16, 16) and g.patches == 256 and g.tokens == 64
+    # 100×10 px is under min_pixels 3136: scaled up by sqrt(3136 / 1000), both sides rounded up to 28
+    assert smart_resize(100, 10, 28, DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS) == (196, 28)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"images_per_example": -1}, "images_per_example must be ≥ 0"),
+    ({"image_height": 0}, "image_height must be ≥ 1 pixel when images_per_example > 0"),
+    ({"min_pixels": 5000, "max_pixels": 4000}, "min_pixels 5000 must be ≤ max_pixels 4000"),
+    ({"max_pixels": 0}, "max_pixels must be ≥ 1 or None"),
+    ({"image_height": 10, "image_width": 3000}, "aspect ratio 300 > 200"),
+    ({"packing": True}, "Packing is not supported for vision datasets"),
+    ({"padding_free": True}, "Padding-free training is yet not supported"),
+    ({"max_length": 32}, r"1 × 64 image tokens .* > max_length 32"),
+    ({"activation_offloading": True}, "activation_offloading with images"),
+    ({"gradient_checkpointing_kwargs": {"selective": True}}, "selective checkpointing with images"),
+    ({"num_processes": 2}, r"images with 2 process\(es\) under MULTI_GPU"),
+])
+def test_bad_values_are_one_line_errors(kw, match):
+    with pytest.raises(SpecError, match=match) as err:
+        job(**kw)
+    assert all("\n" not in line.removeprefix("- ") for line in str(err.value).splitlines())
+
+
+def test_images_need_a_vision_tower_and_sft():
+    with pytest.raises(SpecError, match="has no vision tower"):
+        build_job("sft", {**BASE, "model_name_or_path": "Qwen/Qwen2.5-0.5B"})
+    with pytest.raises(SpecError, match="images for sft only"):
+        build_job("dpo", BASE)
+
+
+# -- against transformers' processor (torch tier) ---------------------------------------------------------------------
+
+@pytest.mark.torch
+@pytest.mark.parametrize("hw, bounds", [((60, 90), {}), ((224, 224), {}), ((333, 517), {}),
+                                        ((900, 1200), {"max_pixels": 200_000}),
+                                        ((30, 40), {"min_pixels": 100_000})])
+def test_geometry_equals_the_real_processor(hw, bounds):
+    """Qwen2_5_VLProcessor (transformers 5.24, its PIL image processor) on a blank image of that size, offline: the
+    resized size, image_grid_thw, pixel_values rows and the image tokens it writes into the text."""
+    pytest.importorskip("transformers")
+    from PIL import Image
+
+    from hpcmem.trace.vision import IMAGE_PAD, PLACEHOLDER, processor
+
+    j = job(image_height=hw[0], image_width=hw[1], **bounds)
+    proc = processor(j)
+    out = proc(images=[[Image.new("RGB", (hw[1], hw[0]))]], text=[PLACEHOLDER + " t3"], return_tensors="pt")
+    g = image_geometry(j.train, j.model.vision)
+    assert tuple(out["image_grid_thw"][0].tolist()) == g.grid_thw
+    assert out["pixel_values"].shape == (g.patches, j.model.vision.patch_dim)
+    image_id = proc.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
+    assert int((out["input_ids"] == image_id).sum()) == g.tokens
+
+
+@pytest.mark.torch
+def test_smart_resize_is_transformers():
+    pytest.importorskip("transformers")
+    # the PIL image processor's copy (image_processing_pil_qwen2_vl.py: "Copied from" the torchvision one, which
+    # needs torchvision)
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize as theirs
+
+    for h, w in ((2, 300), (28, 28), (57, 1000), (4000, 3000), (1080, 1920), (50, 9000)):
+        for lo, hi in ((DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS), (3136, 12845056), (256 * 28 * 28, 1280 * 28 * 28)):
+            assert smart_resize(h, w, 28, lo, hi) == theirs(h, w, factor=28, min_pixels=lo, max_pixels=hi)
+
+
+def test_fixture_is_the_published_config():
+    cfg = json.loads(CONFIG.read_text())
+    assert cfg["model_type"] == "qwen2_5_vl" and cfg["vision_config"]["fullatt_block_indexes"] == [7, 15, 23, 31]

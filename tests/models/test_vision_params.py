@@ -1,0 +1,37 @@
+"""Qwen2.5-VL's parts as hpcmem counts them (hpcmem.models.vision, the language model by the qwen2 family) against
+`AutoModelForImageTextToText.from_config` on the meta device: the published 7B config and a cut one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hpcmem.models.resolve import resolve_model
+
+pytestmark = pytest.mark.torch
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
+
+
+@pytest.mark.parametrize("name", ["Qwen2.5-VL-7B-Instruct.json", "qwen2_5_vl-7b-width-L1-D4.json"])
+def test_parts_equal_the_meta_model(name):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = json.loads((FIXTURES / name).read_text())
+    data = {k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype", "transformers_version")}
+    config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(config)
+    count = {"tower": 0, "merger": 0, "language": 0}
+    for param_name, p in model.named_parameters():
+        part = "merger" if ".visual.merger." in param_name else "tower" if ".visual." in param_name else "language"
+        count[part] += p.numel()
+    spec = resolve_model(str(FIXTURES / name))
+    assert count == {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params,
+                     "language": spec.num_params}
+    linear_names = {n.rsplit("visual.", 1)[-1] for n, m in model.named_modules()
+                    if isinstance(m, torch.nn.Linear) and ".visual." in f".{n}."}
+    ours = {f"blocks.{i}.{x.name}" for x in spec.vision.linears() if x.part == "tower" for i in range(x.count)}
+    ours |= {f"merger.{x.name}" for x in spec.vision.linears() if x.part == "merger"}
+    assert linear_names == ours
