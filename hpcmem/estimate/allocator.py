@@ -53,6 +53,7 @@ from hpcmem.estimate.names import (
     OPTIMIZER_STATES,
     OPTIMIZER_STEP,
     OPTIMIZER_TEMPORARIES,
+    is_forward,
 )
 from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
 from hpcmem.estimate.states import FOREACH_OPTIMS
@@ -220,7 +221,7 @@ def second_step(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         # hands out last (it can grow): the second step's [V, H] blocks land in it before pages are mapped (clipping's
         # 512-byte norms, the fused step's only temporaries, sit in the small pool and host nothing)
         blocks = max(0, blocks - _bytes(optimizer, OPTIMIZER_TEMPORARIES))
-    first = max(p.bytes - states for p in phases if p.name == FORWARD or p.name.startswith(BACKWARD))
+    first = max(p.bytes - states for p in phases if is_forward(p.name) or p.name.startswith(BACKWARD))
     return max(0, max(first, optimizer.bytes) + blocks - peak)
 
 
@@ -339,8 +340,8 @@ def _first_step(job: JobSpec, phases: list[Phase]) -> tuple[Phase, Phase, int] |
     """(forward, optimizer step, the optimizer states' bytes) when the first `optimizer.step()` creates the states
     (torch/optim/adamw.py `_init_group`); None under DeepSpeed (states made at engine init), without a forward or
     optimizer phase, or without states."""
-    named = {p.name: p for p in phases}
-    forward, optimizer = named.get(FORWARD), named.get(OPTIMIZER_STEP)
+    forward = next((p for p in phases if is_forward(p.name)), None)
+    optimizer = next((p for p in phases if p.name == OPTIMIZER_STEP), None)
     if job.parallel.deepspeed or forward is None or optimizer is None:
         return None
     states = _bytes(forward, OPTIMIZER_STATES)
