@@ -1,5 +1,5 @@
-"""Reserved of learned-profile jobs against the stored traces of random jobs (estimator/random/trace.jsonl): the
-second step's [V, H] blocks are counted whatever the forward phase is called.
+"""Learned-profile random jobs against their stored traces (estimator/random/trace.jsonl): the second step's [V, H]
+blocks are counted whatever the forward phase is called; a cut model is estimated as the trace builds it.
 
 A learned profile names its forward phase "forward (layer k)" when the forward's highest instant is inside a layer
 (hpcmem.estimate.learned `_forward_phase`); the reserved terms that need the first step (`second_step`, `beside`,
@@ -59,3 +59,23 @@ def test_learned_forward_phase_inside_a_layer_keeps_the_second_steps_blocks(monk
     assert vh4 == 2368 * MIB                                    # the block step 2 maps again in the replay
     # without the step-two term the estimate stood 13.6 % under the trace; with it, within 5 %
     assert abs(est.peak_reserved_bytes - traced) / traced < 0.05, est.peak_reserved_bytes / MIB
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_cut_too_shallow_for_the_last_kind_is_estimated_as_built() -> None:
+    """s1-192 (GLM-MoE-DSA SFT, 3 layers): the reference config's first_k_dense_replace is 3, so the 3-layer cut
+    builds three dense layers (transformers derives `mlp_layer_types` from it) and the trace ran those; the estimate
+    laid the real last layer's MoE terms on the third (+46 % allocated). Expected: the stored trace's peak."""
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.validate.random_jobs import RandomJob
+    from hpcmem.validate.random_model import job_spec, traced_model
+
+    rec = _record("s1-192")
+    job = RandomJob.from_dict(rec["job"])
+    _, cut, _ = traced_model(job.model_type, job.layers)
+    assert cut["mlp_layer_types"] == ["dense", "dense", "dense"]
+    est = estimate(job_spec(job))
+    traced = rec["trace"]["peak_allocated_bytes"]
+    assert abs(max(tensor_bytes(p) for p in est.phases) - traced) / traced < 0.03
