@@ -79,3 +79,29 @@ def test_a_cut_too_shallow_for_the_last_kind_is_estimated_as_built() -> None:
     est = estimate(job_spec(job))
     traced = rec["trace"]["peak_allocated_bytes"]
     assert abs(max(tensor_bytes(p) for p in est.phases) - traced) / traced < 0.03
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.parametrize("job_id,tied,traced_mib", [("s1-527", False, 15968), ("s1-403", True, 4306)])
+def test_the_second_micro_batch_maps_an_untied_heads_accumulator_again(job_id: str, tied: bool,
+                                                                      traced_mib: int) -> None:
+    """Full fine-tuning under gradient accumulation 2, default segments. s1-527 (InternLM3 SFT, untied): in the trace's
+    allocator-model replay step 2 maps two 2,008 MiB segments in the head's backward, one per micro-batch — the fp32
+    [V, H] accumulator twice. s1-403 (StarCoder2 SFT, tied): the second micro-batch's accumulator takes the first's
+    block again (one 576 MiB segment, then the 288 MiB [V, H] gradient). Expected: the stored reserved peaks."""
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.allocator import second_micro_batch_accumulator
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.validate.random_jobs import RandomJob
+    from hpcmem.validate.random_model import job_spec
+
+    rec = _record(job_id)
+    spec = job_spec(RandomJob.from_dict(rec["job"]))
+    assert spec.model.tie_word_embeddings is tied and spec.train.gradient_accumulation_steps == 2
+    traced = rec["trace"]["reserved"]["default"]
+    assert traced == traced_mib * MIB
+    vh4 = spec.model.vocab_size * spec.model.hidden_size * 4
+    assert second_micro_batch_accumulator(spec, lora_layout(spec), expandable=False) == (0 if tied else vh4)
+    est = estimate(spec)
+    assert abs(est.peak_reserved_bytes - traced) / traced < 0.03, est.peak_reserved_bytes / MIB
