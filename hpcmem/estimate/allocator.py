@@ -12,7 +12,8 @@ cannot use. The terms (bytes, `slack_terms`):
 - `second_step`: end of step one + the [V, H] blocks the second step maps afresh − the peak, when positive: torch's
   AdamW creates its states at the first `optimizer.step()` (torch/optim/adamw.py `_init_group`) and best fit hands
   them the cached blocks first, so the fused LM head's [V, H] blocks (trl/kernels/chunked_logprob.py backward) get
-  new segments in the second step (`second_step`);
+  new segments in the second step (`second_step`; an untied head's fp32 accumulator twice under gradient
+  accumulation: `second_micro_batch_accumulator`);
 - `beside` (default segments, full fine-tuning): what step one reserves more when the largest trainable layer weight
   is larger than every block the forward frees: a block never grows past its segment (`try_merge_blocks`), so such
   a weight's gradient and states map segments of their own (`beside_activations`);
@@ -53,6 +54,7 @@ from hpcmem.estimate.names import (
     OPTIMIZER_STATES,
     OPTIMIZER_STEP,
     OPTIMIZER_TEMPORARIES,
+    is_forward,
 )
 from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
 from hpcmem.estimate.states import FOREACH_OPTIMS
@@ -215,13 +217,32 @@ def second_step(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     if (blocks and not expandable and not job.parallel.flat_partitions
             and not head_gradient_mapped_again(job, mb, prec)):
         blocks -= job.model.vocab_size * job.model.hidden_size * prec.weight
+    blocks += second_micro_batch_accumulator(job, lora, expandable)
     if expandable and job.train.optim in FOREACH_OPTIMS:
         # foreach AdamW's temporaries, freed last, leave one free run at the top of the mapped range, which best fit
         # hands out last (it can grow): the second step's [V, H] blocks land in it before pages are mapped (clipping's
         # 512-byte norms, the fused step's only temporaries, sit in the small pool and host nothing)
         blocks = max(0, blocks - _bytes(optimizer, OPTIMIZER_TEMPORARIES))
-    first = max(p.bytes - states for p in phases if p.name == FORWARD or p.name.startswith(BACKWARD))
+    first = max(p.bytes - states for p in phases if is_forward(p.name) or p.name.startswith(BACKWARD))
     return max(0, max(first, optimizer.bytes) + blocks - peak)
+
+
+def second_micro_batch_accumulator(job: JobSpec, lora: LoraLayout, expandable: bool) -> int:
+    """Default segments, full fine-tuning of an untied LM head under gradient accumulation: the fused head's fp32
+    [V, H] accumulator (trl/kernels/chunked_logprob.py `ChunkedLogProbFunction.backward`) the second step maps a second
+    time, in its second micro-batch. The first micro-batch's backward re-creates every gradient (zero_grad set them to
+    None; torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad` keeps the incoming tensor as `.grad`) and
+    best fit (c10/cuda/CUDACachingAllocator.cpp `get_free_block`) cuts them, and the second micro-batch's saved
+    tensors, from the largest free block — the first micro-batch's freed accumulator — so the second one's request no
+    longer fits there; from the third on the gradients are added in place and that block stays whole. With tied
+    weights the embedding's backward frees a dense [V, H] gradient at the end of the first micro-batch (aten/src/ATen/
+    native/Embedding.cpp `embedding_dense_backward`), which can take those cuts instead: whether it does depends on the
+    layers' gradients, so tied heads get none here (the tied block stays in `placement_spread`)."""
+    t = job.train
+    if (expandable or lora.enabled or t.gradient_accumulation_steps <= 1 or job.model.tie_word_embeddings
+            or job.parallel.flat_partitions or entry(t.trainer).head != "lm"):
+        return 0
+    return job.model.vocab_size * job.model.hidden_size * FP32
 
 
 def head_gradient_mapped_again(job: JobSpec, mb: MicroBatch, prec: Precision) -> bool:
@@ -339,8 +360,8 @@ def _first_step(job: JobSpec, phases: list[Phase]) -> tuple[Phase, Phase, int] |
     """(forward, optimizer step, the optimizer states' bytes) when the first `optimizer.step()` creates the states
     (torch/optim/adamw.py `_init_group`); None under DeepSpeed (states made at engine init), without a forward or
     optimizer phase, or without states."""
-    named = {p.name: p for p in phases}
-    forward, optimizer = named.get(FORWARD), named.get(OPTIMIZER_STEP)
+    forward = next((p for p in phases if is_forward(p.name)), None)
+    optimizer = next((p for p in phases if p.name == OPTIMIZER_STEP), None)
     if job.parallel.deepspeed or forward is None or optimizer is None:
         return None
     states = _bytes(forward, OPTIMIZER_STATES)

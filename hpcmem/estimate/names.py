@@ -48,3 +48,9 @@ class Level(Name):
 FORWARD, BACKWARD, OPTIMIZER_STEP, CHECKPOINT_SAVE, EVALUATION = PhaseName
 (OPTIMIZER_STATES, GRADIENTS, ACTIVATIONS, OPTIMIZER_TEMPORARIES, AUTOCAST_CACHE, BLOCK_TAILS, CUBLAS_WORKSPACES,
  PROCESS_BASELINE, GATHERED, PREFETCHED_UNIT) = ComponentName
+
+
+def is_forward(name: str) -> bool:
+    """The forward's phase: "forward", or "forward (layer k)" where a learned profile puts the forward's highest
+    instant inside a layer (hpcmem.estimate.learned `_forward_phase`)."""
+    return name == FORWARD or name.startswith(f"{FORWARD} (")

@@ -128,6 +128,10 @@ def common_args(job: JobSpec, output_dir: str | None = None) -> dict[str, Any]:
         activation_offloading=False,     # emulated by hpcmem.trace.offload (TRL's needs a CUDA/XPU accelerator)
         train_sampling_strategy="sequential", report_to="none", disable_tqdm=True, logging_steps=10_000,
         save_strategy="no", use_cpu=True, dataloader_num_workers=0, seed=0,
+        # the MoE auxiliary loss's weight, where the trainer's config has the field (trl/trainer/{sft,dpo,kto,grpo,
+        # rloo}_config.py): None takes the model config's coefficient (e.g. kto_trainer.py `router_aux_loss_coef`)
+        **({"router_aux_loss_coef": t.router_aux_loss_coef} if entry(t.trainer).declares("router_aux_loss_coef")
+           else {}),
     )
 
 
@@ -136,7 +140,7 @@ def sft_config(job: JobSpec, output_dir: str | None = None) -> Any:
 
     t = job.train
     return SFTConfig(**common_args(job, output_dir), packing=t.packing, packing_strategy=t.packing_strategy,
-                     padding_free=t.padding_free, router_aux_loss_coef=t.router_aux_loss_coef)
+                     padding_free=t.padding_free)
 
 
 def traced_accumulation(job: JobSpec) -> int:

@@ -167,13 +167,30 @@ def eval_model(cfg: dict[str, Any], name: str, profile: Any, folder: Path,
     if profile is None:
         return model_spec_from_config(cut, str(path)), depth, real
     kinds = profile.layer_kinds[:depth] if keep is None else tuple(profile.layer_kinds[j] for j in keep)
+    built = lay.layout(backbone_config(cut)) if depth < real else None       # the cut model as transformers builds it
+    # a prefix cut's last layer takes the real last layer's terms when it is of that layer's kind, or the cut builds
+    # it as one (GPT-NeoX-Japanese: `last_only`); a cut too shallow to end on that kind (a random job's 3 layers of
+    # DeepSeek-V3, 3 dense + MoE: the cut's first_k_dense_replace 3 builds all three dense) keeps its own kind's terms:
+    # the layer the trace runs
+    ends_on_last = built is not None and (kinds[-1] == profile.layer_kinds[-1]
+                                          or _built_as_last(built, decoder, profile))
     layer_map = (profile.layer_map if depth == real else tuple(profile.layer_map[j] for j in keep) if keep
-                 else profile.layer_map[:depth - 1] + profile.layer_map[-1:])
+                 else profile.layer_map[:depth - 1] + profile.layer_map[-1:] if ends_on_last
+                 else profile.layer_map[:depth])
     # parameters outside the layers can grow with depth (Gemma-4's per-layer input embedding is [V, layers × 256]):
     # the cut model's own count, from its meta model
-    other = lay.layout(backbone_config(cut)).other if depth < real else profile.other
+    other = built.other if built is not None else profile.other
     small = replace(profile, layer_kinds=kinds, layer_map=layer_map, config=cut, other=other)
     return spec_from_profile(small, str(path)), depth, real
+
+
+def _built_as_last(built: Any, decoder: dict[str, Any], profile: Any) -> bool:
+    """Whether a cut's last layer is built as the real last layer: the same parameters (its LayerKind), and — where
+    those match — the same signature (hpcmem.trace.layer_map `_signature`: the layer's attributes and its
+    `layer_types` entry, e.g. sliding vs full attention of one shape), read from the real model's meta layout."""
+    if built.kinds[built.layer_kinds[-1]] != profile.kinds[profile.layer_kinds[-1]]:
+        return False
+    return bool(built.signatures[-1] == lay.layout(decoder).signatures[-1])
 
 
 def profiles_dir() -> Path:
