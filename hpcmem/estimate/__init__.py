@@ -124,8 +124,9 @@ def estimate(job: JobSpec) -> Estimate:
     shapes = shapes_bytes(job, phases)
     dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
+    not_held = learned_warnings(job, mb)
     warnings = (list(job_warnings(job)) + list(extras.notes) + lora_variants.wrapped_notes(job, lora, prec)
-                + learned_warnings(job, mb))
+                + not_held)
     if job.gpu is None:
         warnings.append("no --gpu given: no fit verdict")
     if job.train.torch_compile:
@@ -153,6 +154,7 @@ def estimate(job: JobSpec) -> Estimate:
         host_bytes=states.host + act_host,
         host=host_estimate(job, parts, states, act_host, save_bytes(job, parts, prec, lora, states)),
         warnings=tuple(warnings),
+        not_held=tuple(not_held),
         not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ())
         + ((MULTIMODAL_NOT_MODELLED,) if job.model.wrapper_model_type else ()),
         calibrated=dev.calibrated,
