@@ -33,8 +33,8 @@
 4. The profile says where it is held (provenance "held"): the longest row length at which the estimate of the
    reduced model is within HELD_PCT of a two-step trace of the same job, for each technique checked (full and LoRA,
    with and without checkpointing, DoRA), at the longest learned length and at CHECK_FACTOR times it — or, where the
-   caller asks for the shorter checks (`long_checks=False`: the two-step traces at CHECK_FACTOR times the length are
-   about half a learning run's time), at the longest learned length only, and held there.
+   caller asks for the shorter checks (`long_checks=False`: the two-step traces at CHECK_FACTOR times the length took a
+   third of a learning run here: estimator/LOG.md), at the longest learned length only, and held there.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from hpcmem.datapath import estimator_dir
-from hpcmem.validate.random_report import table
+from hpcmem.validate.random_report import cases, table
 from hpcmem.validate.random_trace import OUTSIDE_HELD, score
 
 FORMAT2_HELD = 1024
@@ -60,6 +60,10 @@ def test_jobs_past_the_held_length_are_counted_apart_with_their_errors():
     n_within = sum(bool(s.get("held_within")) for s in scored if s["verdict"] == OUTSIDE_HELD)
     # | all | jobs | scored | within | over | outside (within) | ...: every job scored, six of them outside
     assert all_row[1:3] == ["12", "12"] and all_row[5] == f"6 ({n_within})", all_row
+    # an outside job that missed stays a case (the warning need not be its cause); one that met 3 % is not
+    missed = {s["id"] for s in scored if s["verdict"] == "over 3 %"
+              or (s["verdict"] == OUTSIDE_HELD and not s["held_within"])}
+    assert {c["id"] for c in cases(scored, "trace", [])} == missed
 
 
 def test_a_format3_sweep_profile_claims_no_length_it_did_not_check():
