@@ -186,8 +186,9 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
     shapes = shapes_bytes(job, phases)
     dev = device_terms(job, slack, vllm_bytes=extras.vllm_pool)
     lora_note = (f"{'QLoRA' if job.train.quantized else 'LoRA'} r={job.train.lora_r}" if lora.enabled else "")
+    not_held = learned_warnings(job, mb)
     warnings = (list(job_warnings(job)) + list(extras.notes) + lora_variants.wrapped_notes(job, lora, prec)
-                + learned_warnings(job, mb))
+                + not_held)
     if quantized_unit_warning(job):
         warnings.append(quantized_unit_warning(job))
     if job.gpu is None:
@@ -220,6 +221,7 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
         host_bytes=st.host_bytes,
         host=st.host,
         warnings=tuple(warnings),
+        not_held=tuple(not_held),
         not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ())
         + ((MULTIMODAL_NOT_MODELLED,) if job.model.wrapper_model_type else ()),
         calibrated=dev.calibrated,

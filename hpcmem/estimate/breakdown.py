@@ -109,6 +109,8 @@ class Estimate:
     host_bytes: int = 0                 # CPU RAM per process for offloaded states / activations
     host: HostEstimate | None = None    # host RAM of the whole job per rank and per node (estimate/host.py)
     warnings: tuple[str, ...] = ()
+    # of the warnings, those saying the number is outside where a learned profile was held (learned_range)
+    not_held: tuple[str, ...] = ()
     not_modelled: tuple[str, ...] = ()
     calibrated: bool = False
     extra: dict = field(default_factory=dict)
@@ -177,6 +179,7 @@ class Estimate:
             "verdict": verdict.to_json() if verdict else None,
             "headroom_bytes": self.headroom_bytes,
             "warnings": list(self.warnings),
+            "not_held": list(self.not_held),
             "assumed": [dict(a) for a in self.assumed],
             "not_modelled": list(self.not_modelled),
             "layout": self.extra.get("layout"),         # the parallelism_config in force (hpcmem.job.mesh), or null

@@ -32,7 +32,9 @@
    instant that is highest may change with the length without a quadratic fitted through the change.
 4. The profile says where it is held (provenance "held"): the longest row length at which the estimate of the
    reduced model is within HELD_PCT of a two-step trace of the same job, for each technique checked (full and LoRA,
-   with and without checkpointing, DoRA), at the longest learned length and at CHECK_FACTOR times it.
+   with and without checkpointing, DoRA), at the longest learned length and at CHECK_FACTOR times it — or, where the
+   caller asks for the shorter checks (`long_checks=False`: the two-step traces at CHECK_FACTOR times the length took a
+   third of a learning run here: estimator/LOG.md), at the longest learned length only, and held there.
 """
 
 from __future__ import annotations
@@ -425,7 +427,7 @@ def _grouped(skipped: dict[str, str]) -> str:
 
 def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] = tuple(PRECISIONS),
           cells: Any = CELLS, workers: int = 2, check: bool = True, progress: Any = None,
-          dora: bool = True) -> LearnedProfile:
+          dora: bool = True, long_checks: bool = True) -> LearnedProfile:
     """Trace the reduced model for every cell and return the real model's profile (not yet saved)."""
     start = time.perf_counter()
     sha = config_hash(cfg)                      # before anything reads it: the profile is this config's
@@ -477,8 +479,8 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     gc = runnable_cells(outer, (("full", True), ("full", False)))[0][1]     # checkpointing where it runs
     checks = {key: _check(probe, fitted, learn_job(spec, dtype, "full", gc, seqs[1]))
               for dtype in dtypes if check and (key := cell_key(PRECISIONS[dtype], "full", gc)) in fitted}
-    provenance["held"] = held(probe, fitted, spec, dtypes, wanted, seqs, full.max_position_embeddings) \
-        if check else not_held(seqs)
+    provenance["held"] = held(probe, fitted, spec, dtypes, wanted, seqs, full.max_position_embeddings,
+                              factor=CHECK_FACTOR if long_checks else 1) if check else not_held(seqs)
     routed = any(isinstance(d, dict) and d.get("routing_assumed") for d in done.values())
     provenance |= {"seconds": round(time.perf_counter() - start, 1), "check_err_pct": checks,
                    "not_learned": skipped, "versions": _versions(),
@@ -537,13 +539,14 @@ def _sample(job: JobSpec, depth: int) -> dict[str, Any]:
 
 
 def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple[str, ...],
-         wanted: list[tuple[str, bool]], seqs: tuple[int, ...], max_positions: int) -> dict[str, Any]:
+         wanted: list[tuple[str, bool]], seqs: tuple[int, ...], max_positions: int,
+         factor: int = CHECK_FACTOR) -> dict[str, Any]:
     """Where the profile is held: each technique learned (full, LoRA, DoRA; the lora-default cell is the LoRA one's
     targets) checked against a two-step trace of the reduced model at the longest learned
-    length and at CHECK_FACTOR times it (within max_position_embeddings); a technique is held up to the longest
-    length from which every shorter check is within HELD_PCT, in every precision learned."""
-    lengths = [seqs[-1]] + ([seqs[-1] * CHECK_FACTOR] if not max_positions or max_positions >= seqs[-1] * CHECK_FACTOR
-                            else [])
+    length and at `factor` times it (within max_position_embeddings; factor 1: that length only); a technique is held
+    up to the longest length from which every shorter check is within HELD_PCT, in every precision learned."""
+    lengths = [seqs[-1]] + ([seqs[-1] * factor] if factor > 1 and (
+        not max_positions or max_positions >= seqs[-1] * factor) else [])
     errors: dict[str, dict[str, float | str]] = {}
     techniques: dict[str, int] = {}
     for t, gc in wanted:

@@ -51,7 +51,7 @@ from hpcmem.models.profile import backbone_config, profile_from_dict, profile_to
 from hpcmem.trace import layer_map as lay
 from hpcmem.trace import run_trace
 from hpcmem.trace.layer_map import subsequence
-from hpcmem.trace.learn import learn
+from hpcmem.trace.learn import learn, stderr_progress
 
 EVAL_LAYERS = 16
 # Types traced at fewer layers, and why. RecurrentGemma's RG-LRU scan is a Python loop over the tokens on every device
@@ -207,6 +207,37 @@ def save_sweep_profile(profile: Any, model_type: str) -> None:
     (folder / f"{model_type}.json").write_text(json.dumps(doc, separators=(",", ":")) + "\n")
 
 
+def learn_sweep_profile(model_type: str, cfg: dict[str, Any], *, long_checks: bool = True,
+                        progress: Any = None) -> Any:
+    """The sweep's profile of a learned type: bf16 weights, the techniques the sweep holds it to (DoRA beside LoRA),
+    with its checks — the profile says where it is held (8,192 and 32,768 tokens per row, each technique; 8,192 only
+    without `long_checks`)."""
+    return learn(cfg, model_type, dtypes=("bfloat16",), workers=1, check=True, long_checks=long_checks,
+                 cells=[TECHNIQUES[t] for t in sweep_techniques(model_type)], progress=progress)
+
+
+def relearn(types: list[str], *, long_checks: bool = True, progress: Any = stderr_progress) -> list[dict[str, Any]]:
+    """Learn the sweep's profiles of learned types again (after the learner changed) and save each as it finishes,
+    without tracing the sweep's records again (`rescore` re-estimates them); one summary per type."""
+    other = [t for t in types if _classified(t)[0]["status"] != "learned"]
+    if other:          # before any learning: each learn takes minutes
+        raise SpecError(f"--types {','.join(other)}: not a learned type (hpcmem models coverage says how each is "
+                        "covered); only a learned type has a sweep profile to learn again")
+    out = []
+    for model_type in types:
+        start = time.perf_counter()
+        try:
+            profile = learn_sweep_profile(model_type, reference_config(model_type)[0], long_checks=long_checks,
+                                          progress=progress)
+        except Exception as exc:  # noqa: BLE001 — the type keeps the profile it had; the others go on
+            out.append({"model_type": model_type, "error": f"{type(exc).__name__}: {exc}"[:600]})
+            continue
+        save_sweep_profile(profile, model_type)
+        out.append({"model_type": model_type, "seconds": round(time.perf_counter() - start, 1),
+                    "held": held_label(model_type), "not_learned": profile.provenance["not_learned"]})
+    return out
+
+
 def eval_job(spec: Any, technique: str, targets: tuple[str, ...] | None = None) -> Any:
     """The sweep's job for a technique. LoRA goes on peft's default targets; where peft has none, on the targets a
     user can run: the profile's (learned types), else all-linear — or, for fused experts (which peft wraps as
@@ -259,9 +290,7 @@ def sweep_type(model_type: str) -> list[dict[str, Any]]:
         profile = None
         if base["status"] == "learned":
             stage = "learn"
-            # with its checks: the profile says where it is held (8,192 and 32,768 tokens per row, each technique)
-            profile = learn(cfg, model_type, dtypes=("bfloat16",), workers=1, check=True,
-                            cells=[TECHNIQUES[t] for t in sweep_techniques(model_type)])
+            profile = learn_sweep_profile(model_type, cfg)
             base |= {"learned_depth": profile.provenance["depth"], "learn_seconds": profile.provenance["seconds"],
                      "not_learned": profile.provenance["not_learned"]}
             save_sweep_profile(profile, model_type)

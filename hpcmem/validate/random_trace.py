@@ -33,6 +33,7 @@ from hpcmem.validate.random_model import job_spec
 from hpcmem.validate.trace import model_reserved
 
 WITHIN_PCT = 3.0
+OUTSIDE_HELD = "outside held range"
 REAL_CODE = ("trl", "transformers", "peft", "accelerate")
 # the sources a stored trace depends on beside the job (which the record holds whole, config included): hpcmem's trace
 DIGESTED = ("trace",)
@@ -131,7 +132,7 @@ def estimated(job: RandomJob) -> dict[str, Any]:
         return {"crashed": f"{type(exc).__name__}: {exc}"[:400]}
     return {"allocated": max(tensor_bytes(p) for p in est.phases), "reserved": est.peak_reserved_bytes,
             "spread": est.reserved_spread_bytes, "phase": est.peak_phase.name, "made": est.made,
-            "not_modelled": list(est.not_modelled)}
+            "not_modelled": list(est.not_modelled), "not_held": list(est.not_held)}
 
 
 def score(rec: dict[str, Any]) -> dict[str, Any]:
@@ -139,6 +140,8 @@ def score(rec: dict[str, Any]) -> dict[str, Any]:
     within / over 3 % (both ran; allocated and reserved both within 3 % for "within"), parity (both refuse),
     missed refusal (hpcmem estimates, the real code raises), false refusal (hpcmem's TRL rules refuse, the real code
     runs), declined (the estimate cannot stand behind the job: a learned profile's cell, fp32 compute, and says so),
+    outside held range (both ran, but the estimate warns that its number lies outside where the learned profile was
+    held: hpcmem.estimate.learned_range; its errors are kept, and `held_within` says whether they are within 3 %),
     not traced, trace failed, estimate crashed."""
     est = estimated(RandomJob.from_dict(rec["job"]))
     out: dict[str, Any] = {"id": rec["id"], "estimate": est}
@@ -169,7 +172,11 @@ def score(rec: dict[str, Any]) -> dict[str, Any]:
         beyond = max(0.0, abs(est["reserved"] - model) - est["spread"] / 2)
         out["reserved_beyond_spread_pct"] = round(100.0 * beyond / model, 3)
     worst = max(abs(err), abs(out.get("reserved_err_pct", 0.0)))
+    errors = (f"allocated {err:+.2f} % (estimate {est['phase']}, trace {trace['phase']})"
+              + (f", reserved {out['reserved_err_pct']:+.2f} %" if "reserved_err_pct" in out else ""))
+    if est["not_held"]:
+        # the estimate said it cannot stand behind this number: neither agreement nor a discrepancy of the estimate
+        return {**out, "verdict": OUTSIDE_HELD, "held_within": worst <= WITHIN_PCT,
+                "why": f"{errors}; {est['not_held'][0]}"}
     return {**out, "verdict": "within 3 %" if worst <= WITHIN_PCT else "over 3 %",
-            "why": "" if worst <= WITHIN_PCT else
-            f"allocated {err:+.2f} % (estimate {est['phase']}, trace {trace['phase']})"
-            + (f", reserved {out['reserved_err_pct']:+.2f} %" if "reserved_err_pct" in out else "")}
+            "why": "" if worst <= WITHIN_PCT else errors}

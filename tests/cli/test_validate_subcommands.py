@@ -53,6 +53,10 @@ def test_both_forms_rescore_the_stored_traces_alike(tmp_path, monkeypatch):
     (["validate", "trace", "--fit"], ("--fit", "`validate probes`", "`validate trace`")),
     (["validate", "coverage", "--records", "x"], ("--records", "`validate probes` and `validate boundary`")),
     (["validate", "--against", "nope"], ("'nope'", "probes, trace, boundary, coverage")),
+    (["validate", "trace", "--relearn"], ("--relearn", "`validate coverage`")),
+    (["validate", "coverage", "--short-checks"], ("--short-checks", "--relearn")),
+    (["validate", "coverage", "--relearn"], ("--relearn", "--types")),
+    (["validate", "coverage", "--relearn", "--types", "smollm3,llama"], ("--types llama", "not a learned type")),
 ])
 def test_a_flag_or_mode_of_no_instrument_here_is_one_line_naming_the_right_one(argv, words):
     status, out, err = _run(argv)
