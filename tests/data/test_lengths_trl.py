@@ -19,6 +19,7 @@ import datasets  # noqa: E402
 
 from hpcmem.data.profile import decode_lengths, tokens_per_micro_batch  # noqa: E402
 from hpcmem.data.profiler import profile_dataset  # noqa: E402
+from tests.helpers.cli_main import run_main
 
 WORDS = [f"w{i}" for i in range(300)]
 CHAT = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} </s> {% endfor %}"
@@ -61,19 +62,7 @@ def ramp(tmp):
 
 
 def _run_cli(args, capsys):
-    from hpcmem.cli import main
-
-    old = sys.argv
-    sys.argv = ["hpcmem", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    finally:
-        sys.argv = old
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_main(args, capsys)
 
 
 def test_ramp_percentiles_truncation_and_padding_by_hand(ramp, tok_dir, tmp):

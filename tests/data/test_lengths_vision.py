@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 
 import pytest
 
@@ -24,6 +23,7 @@ from hpcmem.data.profile import (SCHEMA, SCHEMA_VISION, check_profile, decode_le
                                  tokens_per_micro_batch, vision_per_micro_batch)
 from hpcmem.data.profiler import build_profile, profile_dataset  # noqa: E402
 from hpcmem.data.render import report  # noqa: E402
+from tests.helpers.cli_main import run_main  # noqa: E402
 
 MIN_PIXELS, MAX_PIXELS = 28 * 28 * 4, 28 * 28 * 64          # 3,136 and 50,176
 SPECIALS = ["[UNK]", "<pad>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
@@ -247,18 +247,7 @@ def test_grpo_prompts_by_hand(tmp, pngs, proc_dir):
 
 
 def _cli(args, capsys):
-    from hpcmem.cli import main
-
-    old, sys.argv = sys.argv, ["hpcmem", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    finally:
-        sys.argv = old
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_main(args, capsys)
 
 
 def test_cli_max_pixels_changes_the_counts_as_the_rule_says(sft, proc_dir, capsys):
