@@ -32,7 +32,8 @@ from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout
 from hpcmem.estimate.names import BACKWARD, FORWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES
 from hpcmem.estimate.names import GRADIENTS as LM_GRADIENTS
 from hpcmem.estimate.states import optimizer_bytes_per_param
-from hpcmem.job.images import image_geometry, image_rows
+from hpcmem.job.image_rules import image_rows
+from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision, micro_batch
 from hpcmem.models.peft_targets import ALL_LINEAR

@@ -1,5 +1,6 @@
 """The images of a vision-language SFT job: their fields' checks, what the processor turns one image into (patch
-grid, patches, image tokens) and TRL's and transformers' refusals around them.
+grid, patches, image tokens); TRL's and transformers' refusals around a job with images are
+hpcmem.job.image_rules.
 
 The geometry mirrors the Qwen2-VL image processor of transformers 5.24 (models/qwen2_vl/image_processing_qwen2_vl.py,
 also Qwen2.5-VL's): `Qwen2VLImageProcessor.resize` calls `smart_resize(height, width, factor=patch_size · merge_size,
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hpcmem.job.jobspec import JobSpec
     from hpcmem.models.vision import VisionSpec
 
 # Qwen2VLImageProcessor.size's class defaults (image_processing_qwen2_vl.py): shortest_edge 56·56, longest_edge
@@ -99,54 +99,3 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
     h, w = smart_resize(t.image_height, t.image_width, vision.patch_size * vision.spatial_merge_size, lo, hi)
     gh, gw = h // vision.patch_size, w // vision.patch_size
     return ImageGeometry(resized=(h, w), grid_thw=(1, gh, gw), patches=gh * gw, tokens=gh * gw // vision.merge_unit)
-
-
-def image_job_problems(job: JobSpec) -> list[str]:
-    """What TRL 1.16 / transformers 5.24 refuse, or hpcmem does not model, for a job with images."""
-    t, m = job.train, job.model
-    if t.images_per_example == 0:
-        return []
-    if m.vision is None:
-        return [f"images_per_example {t.images_per_example}: model {m.name} ({m.model_type}) has no vision tower "
-                "hpcmem models (vision-language types: qwen2_5_vl); set images_per_example 0"]
-    out = []
-    if t.trainer not in IMAGE_TRAINERS:
-        out.append(f"images_per_example with trainer {t.trainer}: hpcmem models images for {', '.join(IMAGE_TRAINERS)} "
-                   "only (DPO/GRPO/RLOO with images are not modelled yet)")
-    # sft_trainer.py SFTTrainer.__init__: "Packing is not supported for vision datasets", "Padding-free training is
-    # yet not supported for vision datasets"
-    if t.packing:
-        out.append("packing with images: TRL 1.16's SFTTrainer raises 'Packing is not supported for vision datasets'")
-    if t.padding_free:
-        out.append("padding_free with images: TRL 1.16's SFTTrainer raises 'Padding-free training is yet not "
-                   "supported for vision datasets'")
-    g = image_geometry(t, m.vision)
-    tokens = g.tokens * t.images_per_example
-    if t.max_length is not None and tokens > t.max_length:
-        # processing_utils.py ProcessorMixin._check_special_mm_tokens: truncation that cuts image tokens raises
-        out.append(f"images_per_example {t.images_per_example} × {g.tokens} image tokens ({g.resized[0]}×"
-                   f"{g.resized[1]} px after smart_resize) = {tokens} > max_length {t.max_length}: the processor "
-                   "raises when truncation cuts image tokens; raise max_length or lower max_pixels")
-    if t.activation_offloading:
-        out.append("activation_offloading with images: the vision tower's saved tensors under TRL's offloading are not "
-                   "modelled yet")
-    if t.selective_checkpointing:
-        out.append("selective checkpointing with images: what TRL's policy keeps in the vision tower's blocks is not "
-                   "modelled yet; use full checkpointing")
-    par = job.parallel
-    if par.world_size > 1 or par.deepspeed or par.fsdp:
-        out.append(f"images with {par.world_size} process(es) under {par.distributed_type}: the vision tower's "
-                   "sharding, offloading and DDP buckets are not modelled yet; estimate the single-GPU job")
-    if job.tokens_per_micro_batch is not None:
-        out.append("--lengths with images: a length profile counts text tokens, not the image tokens the processor "
-                   "adds; not modelled yet")
-    return out
-
-
-def image_rows(job: JobSpec) -> tuple[int, int]:
-    """(images, pixel_values rows) of one micro-batch: per_device_train_batch_size × images_per_example images."""
-    t = job.train
-    if t.images_per_example == 0 or job.model.vision is None:
-        return 0, 0
-    images = t.per_device_train_batch_size * t.images_per_example
-    return images, images * image_geometry(t, job.model.vision).patches

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import Problems
 from hpcmem.job.auto_classes import auto_class_problems
-from hpcmem.job.images import image_job_problems
+from hpcmem.job.image_rules import image_job_problems
 from hpcmem.job.kernel_limits import rwkv_problems, xlstm_problems
 from hpcmem.job.mesh_rules import check_layout, layout_warnings
 from hpcmem.job.spec import DTYPES, TrainSpec
