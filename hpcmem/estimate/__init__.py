@@ -24,7 +24,7 @@ from hpcmem.estimate.loss import loss_bytes
 from hpcmem.estimate.names import BLOCK_TAILS as TAILS
 from hpcmem.estimate.names import CHECKPOINT_SAVE as SAVE_PHASE
 from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
-from hpcmem.estimate.names import GATHERED
+from hpcmem.estimate.names import GATHERED, PREFETCHED_UNIT
 from hpcmem.estimate.parallel import layout_json, layout_note, local_micro_batch, sequence_buffers
 from hpcmem.estimate.shapes import needed_bytes, shapes_bytes, shapes_note
 from hpcmem.estimate.states import States, job_param_parts, model_states, optimizer_step_transient
@@ -102,8 +102,14 @@ def _job_phases(job: JobSpec, parts, prec, states, base: tuple[Component, ...], 
         # between steps; torch and ZeRO-1/2 free gradients after the step (measured per rank on CPU, estimator/LOG.md)
         kept = (Component(name="gradient partition", bytes=states.gradients, note="ZeRO-3 keeps it between steps"),)
     gathered = (Component(name=GATHERED, bytes=states.gathered),) if states.gathered else ()
+    eval_gathered = gathered
+    if par.fsdp and par.fsdp_version == 2 and states.prefetched:
+        # FSDP2's eval forward (no grad) holds a second decoder unit beside the running one: measured per rank on CPU
+        # (tests/probe/test_probe_lora_jobphases.py, FSDP2 + LoRA: the evaluation phase needs one more unit's bytes
+        # than the root and one unit); the mechanism is not named
+        eval_gathered += (Component(name=PREFETCHED_UNIT, bytes=states.prefetched, note="a second unit (measured)"),)
     out = []
-    evaluation = eval_phase(job, parts, prec, base + kept + gathered)
+    evaluation = eval_phase(job, parts, prec, base + kept + eval_gathered)
     if evaluation is not None:
         out.append(evaluation)
     out.append(Phase(name=SAVE_PHASE, components=base + kept + save.gpu))
