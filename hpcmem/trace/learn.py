@@ -498,6 +498,9 @@ def _run_samples(probe: LearnedProfile, tasks: list[tuple], depth: int, workers:
     """(dtype, technique, gc, seq) → the sample's terms, or its error message; in `workers` processes."""
     args = [(probe, *task, depth) for task in tasks]
     out: dict[tuple, Any] = {}
+    if progress:    # said before the first trace, which takes seconds to minutes: the run is working, not hung
+        progress(f"{len(tasks)} traces of a {depth}-layer cut in {max(workers, 1)} process(es), then the held checks; "
+                 "nothing is written before the end (Ctrl-C stops it)")
     if workers <= 1:
         results = map(_sample_task, args)
         pool = None
