@@ -181,7 +181,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         return below_and_own + recompute + done + max(other, attention + late_unit)
 
     # the worst layer: the largest instant, the last layer of equals (the backward meets it first)
-    worst_k = max(range(L - 1, -1, -1), key=lambda k: base + worst_instant(k))
+    worst_k = max(_segment_ends(kept, terms, prefix, on_gpu_cap), key=worst_instant)
     below_and_own, recompute, done, other, attention = layer_instant(worst_k)
     layer_held = (Component(name=ACTIVATIONS, bytes=below_and_own, note=f"layers ≤ {worst_k}"),
                   *([Component(name="recompute (one layer)", bytes=recompute)] if recompute else []),
@@ -203,3 +203,21 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     phases = [forward, head_phase, *layer_phases,
               *closing_phases(job, mb, prec, parts, s, resident, opt_transient, lora)]
     return phases, host
+
+
+def _segment_ends(kept: list[int], terms: list[dict], prefix: list[int], cap: int | None) -> list[int]:
+    """The layers at which the worst backward instant can lie, last first. Over a run of layers of one kind (the
+    same saved terms and kept bytes) every part of `worst_instant` is linear in k — saved activations below grow by
+    one layer's, gradients done shrink by one layer's — except where the activation-offloading cap starts to bind and
+    at the last layer (its LoRA backbone gradient): so the largest value, and the last layer that reaches it, is at
+    an end of a linear piece. The planner estimates thousands of jobs; this looks at a handful of layers, not all."""
+    L = len(kept)
+    ends = {0, L - 1, max(L - 2, 0)}
+    for k in range(1, L):
+        if kept[k] != kept[k - 1] or terms[k] is not terms[k - 1]:
+            ends.update((k - 1, k))
+    if cap is not None:
+        c = next((k for k in range(L) if prefix[k + 1] >= cap), None)     # the first layer whose saved bytes are capped
+        if c is not None:
+            ends.update(k for k in (c - 1, c) if 0 <= k < L)
+    return sorted(ends, reverse=True)

@@ -26,9 +26,8 @@ A headroom floor (`headroom`) drops plans that leave less free.
 from __future__ import annotations
 
 import time
-from operator import itemgetter
 from dataclasses import dataclass, replace
-from typing import Collection, Mapping
+from typing import Callable, Collection, Iterable, Mapping
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate import Estimate, SharedStep, estimate, shared_step
@@ -39,7 +38,8 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.gpus.spec import GpuSpec
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.plan import sequence_split
-from hpcmem.plan.knobs import GC_VALUES, Applier, Knobs, _parallel, axes, combinations, job_knobs
+from hpcmem.plan.knobs import GC_VALUES, Applier, Knobs, _parallel, axes, job_knobs, space
+from hpcmem.plan.order import SpeedTable, fastest_first
 from hpcmem.plan.ranking import HeadroomFloor, band_start, rank_plans
 from hpcmem.plan.speed import Speeds
 from hpcmem.plan.throughput import THROUGHPUT_UNCERTAINTY, Throughput
@@ -113,7 +113,7 @@ class PlanReport:
     gpu: GpuSpec
     global_batch_size: int
     base: JobSpec
-    speeds: dict             # Knobs → Throughput, every enumerated combination
+    speeds: SpeedTable       # Knobs → Throughput, every enumerated combination (worked out on demand)
     fixed: tuple[str, ...] = ()
     host_capacity_bytes: int | None = None      # host RAM a node grants, if known (hpcmem.plan.host_ram)
     host_capacity_source: str = ""              # where that figure comes from (preset, flag, catalog assumption)
@@ -184,64 +184,43 @@ def search(base: JobSpec, gpu: GpuSpec, *, fixed: Collection[str] = (), global_b
     base = replace(base, gpu=gpu) if base.gpu != gpu else base
     own = job_knobs(base)
     gbs = global_batch_size or own.batch * own.accum * base.parallel.layout.data_parallel
-    combos = combinations(axes(base, fixed, gbs, allow_peft, exclude, allow_optim))
+    spaces = [space(axes(base, fixed, gbs, allow_peft, exclude, allow_optim))]
     speeds = Speeds(base, gpu)
-    par_fields = {name: _parallel_fields(base, name) for name in {k.sharding for k in combos}}
-    scored = _fastest_first(combos, speeds, par_fields)
-    walker = _Walker(base, host_memory_per_node_bytes, headroom, any(k.dtype == "bfloat16" for k in combos))
+    par_fields = {name: _parallel_fields(base, name) for name in {h[5] for h in spaces[0].heads}}
+    walker = _Walker(base, host_memory_per_node_bytes, headroom, any(t[1] == "bfloat16" for t in spaces[0].tails))
     note = _host_floor_note(base, host_memory_per_node_bytes)
-    if note:
-        scored = []         # no combination can fit the node: do not estimate them one by one
     plans: list[Plan] = []
     walked: list[Verdict] = []
-    _walk(scored, walker, top, plans, walked)
+    if not note:        # else no combination can fit the node: do not estimate them one by one
+        _walk(fastest_first(spaces, speeds, par_fields), spaces[0].has, walker, top, plans, walked)
     if not note and sequence_split.wanted(plans, fixed):
         # context / sequence parallelism (hpcmem.plan.sequence_split): one more walk over the layouts, ranked together
         names = sequence_split.layout_names(base)
-        extra = [k for ax in sequence_split.batch_axes(axes(base, fixed, gbs, allow_peft, exclude, allow_optim), base, fixed,
-                                                             gbs, names)
-                 for k in combinations(ax)]
+        extra = [space(ax) for ax in sequence_split.batch_axes(axes(base, fixed, gbs, allow_peft, exclude, allow_optim),
+                                                                base, fixed, gbs, names)]
         par_fields.update({name: _parallel_fields(base, name) for name in names})
-        more = _fastest_first(extra, speeds, par_fields)
-        combos += extra
-        scored += more
-        _walk(more, walker, top, plans, walked)
+        spaces += extra
+        _walk(fastest_first(extra, speeds, par_fields), lambda k: any(sp.has(k) for sp in extra), walker, top, plans,
+              walked)
     if not plans and not note:
-        walker.lowest(combos)
-    speeds_by_knobs = {k: sp for sp, k in scored}
+        walker.lowest([k for sp in spaces for k in sp.knobs()])
     plans = rank_plans(plans)[:top] if top is not None else rank_plans(plans)
-    stats = SearchStats(combinations=len(combos), full_estimates=walker.full, bound_rejected=walker.bound,
-                        rule_rejected=walker.rules, rank_pruned=len(combos) - len(walked),
+    total = sum(sp.size() for sp in spaces)
+    stats = SearchStats(combinations=total, full_estimates=walker.full, bound_rejected=walker.bound,
+                        rule_rejected=walker.rules, rank_pruned=total - len(walked),
                         seconds=time.perf_counter() - start)
     return PlanReport(plans=tuple(plans), walked=tuple(walked), stats=stats, gpu=gpu, global_batch_size=gbs,
-                      base=base, speeds=speeds_by_knobs, fixed=tuple(sorted(fixed)),
+                      base=base, speeds=SpeedTable(speeds, par_fields, spaces), fixed=tuple(sorted(fixed)),
                       host_capacity_bytes=host_memory_per_node_bytes, host_capacity_source=host_source, note=note,
                       headroom=headroom,
                       least=None if plans else walker.least, peft_tried=allow_peft or base.train.use_peft)
 
 
-def _fastest_first(combos: list[Knobs], speeds: Speeds, par_fields: dict) -> list[tuple[Throughput, Knobs]]:
-    """(throughput, knobs), fastest first; equal speeds (to 6 decimals) put fewer techniques first, then keep the
-    enumeration order. Combinations that differ only in the knobs the throughput model does not read share one
-    throughput, looked up once (`Speeds.key`)."""
-    rounded: dict[tuple, tuple[float, Throughput]] = {}
-    key = Speeds.key
-    rows = []
-    for i, k in enumerate(combos):
-        hit = rounded.get(key(k))
-        if hit is None:
-            speed = speeds(k, par_fields[k.sharding])
-            hit = rounded[key(k)] = (-round(speed.tokens_per_s_per_gpu, 6), speed)
-        rows.append((hit[0], k.techniques(), i, hit[1], k))
-    rows.sort()         # i is unique: the tuples never compare past it
-    return list(map(itemgetter(3, 4), rows))
-
-
-def _walk(scored: list, walker: "_Walker", top: int | None, plans: list[Plan], walked: list[Verdict]) -> None:
+def _walk(scored: Iterable[tuple[Throughput, Knobs]], in_walk: Callable[[Knobs], bool], walker: "_Walker",
+          top: int | None, plans: list[Plan], walked: list[Verdict]) -> None:
     """Walk `scored` (fastest first), appending what fits to `plans` and every verdict to `walked` (module docstring,
-    steps 2–4)."""
+    steps 2–4). `in_walk`: whether a combination is one `scored` holds."""
     accepted = {p.knobs for p in plans}
-    in_walk = {k for _, k in scored}
     twins = {twin_key(p.knobs, p.estimate, p.speed): i for i, p in enumerate(plans)}
     own = job_knobs(walker.base)
     start = len(plans)
@@ -251,7 +230,7 @@ def _walk(scored: list, walker: "_Walker", top: int | None, plans: list[Plan], w
                 speed.tokens_per_s_per_gpu < (1 - THROUGHPUT_UNCERTAINTY) * band_start(fresh, top - 1):
             break       # every plan left is slower than the band the top-th plan ranks in: nothing can move up
         twin = k._replace(expandable_segments=True)
-        if not k.expandable_segments and twin in in_walk:
+        if not k.expandable_segments and in_walk(twin):
             walker.judge(twin, speed)       # same speed, less memory: if it does not fit, neither does k (bound)
         v, job, est = walker.judge(k, speed)
         walked.append(v)

@@ -60,9 +60,16 @@ class Knobs(NamedTuple):
 
     def techniques(self) -> int:
         """How many memory techniques are on (ties in speed go to fewer); a bfloat16 load counts as one."""
+        return self.speed_techniques() + self.other_techniques()
+
+    def speed_techniques(self) -> int:
+        """The techniques among the first seven fields (those the throughput model reads: hpcmem.plan.speed)."""
         return ((self.gc != "off") + self.activation_offloading + (self.sharding not in ("ddp", GIVEN)) +
-                (self.peft not in ("none", GIVEN)) + self.expandable_segments + (self.dtype == "bfloat16") +
-                (self.optim == "adamw_8bit"))
+                (self.peft not in ("none", GIVEN)))
+
+    def other_techniques(self) -> int:
+        """The techniques among the fields after them (allocator setting, load dtype, optimizer)."""
+        return self.expandable_segments + (self.dtype == "bfloat16") + (self.optim == "adamw_8bit")
 
     def label(self, one_process: bool = False) -> str:
         """Short text of the knobs; `one_process`: "ddp" is left out (one process runs no data parallelism)."""
@@ -145,16 +152,40 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
     }
 
 
-def combinations(ax: dict[str, list]) -> list[Knobs]:
+class Space:
+    """The combinations of one set of axes, as a product: `heads` (Knobs' first seven fields, those the throughput
+    model reads) × `tails` (the other three), enumerated head by head."""
+
+    __slots__ = ("heads", "tails", "_head_set")
+
+    def __init__(self, heads: tuple[tuple, ...], tails: tuple[tuple, ...]) -> None:
+        self.heads, self.tails = heads, tails
+        self._head_set = frozenset(heads)
+
+    def size(self) -> int:
+        return len(self.heads) * len(self.tails)
+
+    def knobs(self) -> list[Knobs]:
+        # tuple.__new__ builds the NamedTuple from its fields in field order without the generated __new__'s Python
+        # frame (half the time; the planner enumerates tens of thousands)
+        new = tuple.__new__
+        return [new(Knobs, h + t) for h in self.heads for t in self.tails]
+
+    def has(self, k: tuple) -> bool:
+        return k[:7] in self._head_set and k[7:] in self.tails
+
+
+def space(ax: dict[str, list]) -> Space:
     per_gpu = ax["_per_gpu"][0]
     batches = [(b, max(1, per_gpu // b)) for b in ax["batch"]]
-    # tuple.__new__ builds the NamedTuple from its fields in field order without the generated __new__'s Python
-    # frame (half the time; the planner enumerates tens of thousands)
-    new = tuple.__new__
-    return [new(Knobs, (gc, off, pack, b, accum, sh, peft, exp, dt, opt))
-            for gc, off, pack, (b, accum), sh, peft, exp, dt, opt in
-            product(ax["gc"], ax["activation_offloading"], ax["pack"], batches, ax["sharding"], ax["peft"],
-                    ax["expandable_segments"], ax.get("dtype", [GIVEN]), ax.get("optim", [GIVEN]))]
+    heads = tuple((gc, off, pack, b, accum, sh, peft) for gc, off, pack, (b, accum), sh, peft in
+                  product(ax["gc"], ax["activation_offloading"], ax["pack"], batches, ax["sharding"], ax["peft"]))
+    tails = tuple(product(ax["expandable_segments"], ax.get("dtype", [GIVEN]), ax.get("optim", [GIVEN])))
+    return Space(heads, tails)
+
+
+def combinations(ax: dict[str, list]) -> list[Knobs]:
+    return space(ax).knobs()
 
 
 @lru_cache(maxsize=256)
