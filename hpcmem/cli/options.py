@@ -210,17 +210,37 @@ def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | 
         settings.update(accelerate_settings(settings["accelerate_config"]))
     settings.pop("accelerate_config", None)
     settings.update(check_settings(given, "command line"))
-    if lengths_path:
-        _apply_profile(lengths_path, trainer, settings)
-    return build_job(trainer, settings, model=model, settle_required=settle_required)
+    vision = _apply_profile(lengths_path, trainer, settings) if lengths_path else None
+    job, notes = build_job(trainer, settings, model=model, settle_required=settle_required)
+    if vision is not None:
+        _check_processor(vision, lengths_path, job)
+    return job, notes
 
 
-def _apply_profile(path: str, trainer: str, settings: dict[str, Any]) -> None:
+def _check_processor(vision: dict, path: str, job: JobSpec) -> None:
+    """An image-text profile counts what its processor made: the model's vision tower must cut images the same way
+    (the Qwen2-VL grid: patch_size and merge_size), else its patches and image tokens are another model's."""
+    v = job.model.vision
+    if v is None:
+        return      # refused by the job's rules (hpcmem.job.image_rules): the model has no vision tower
+    if vision.get("family") != "grid" or (vision.get("patch_size"), vision.get("merge_size")) != \
+            (v.patch_size, v.spatial_merge_size):
+        raise ProfileError(f"the length profile {path} was made with a {vision.get('family')} processor (patch_size "
+                           f"{vision.get('patch_size')}, merge_size {vision.get('merge_size')}); {job.model.name} cuts "
+                           f"images into patch_size {v.patch_size}, merge_size {v.spatial_merge_size}: profile the data "
+                           "with this model's processor")
+
+
+
+def _apply_profile(path: str, trainer: str, settings: dict[str, Any]) -> dict | None:
     """--lengths: the worst micro-batch's tokens (tokens_per_micro_batch), or for a trainer that generates its
     completions the longest prompt (max_prompt_length, hpcmem's own field)."""
     from hpcmem.data.profile import load_profile, longest_prompt, tokens_per_micro_batch  # deferred: --lengths only
 
     profile = load_profile(path)
+    if profile.get("vision") is not None and trainer != "sft":
+        raise ProfileError(f"--lengths {path} is an image-text profile: hpcmem models images for SFT only "
+                           f"({trainer} with images is not modelled yet)")
     if entry(trainer).generates:
         longest = longest_prompt(profile, trainer)
         if "max_prompt_length" in settings:
@@ -243,4 +263,24 @@ def _apply_profile(path: str, trainer: str, settings: dict[str, Any]) -> None:
         raise ProfileError(f"the length profile {path} leaves no row to train on with these settings (no examples, "
                            "or every one dropped by max_length)")
     settings["tokens_per_micro_batch"] = tokens
+    if profile.get("vision") is not None:
+        _apply_images(profile, path, settings)
+    return profile.get("vision")
+
+
+def _apply_images(profile: dict, path: str, settings: dict[str, Any]) -> None:
+    """An image-text profile (hpcmem.lengths/2): its worst micro-batch's images, patches and image tokens, and
+    TRL's refusal when max_length cuts into an example's image tokens."""
+    from hpcmem.data.profile import image_cut, vision_per_micro_batch  # deferred: --lengths only
+
+    max_length = settings.get("max_length", 1024)
+    cut = image_cut(profile, max_length)
+    if cut:
+        # processing_utils.py ProcessorMixin._check_special_mm_tokens: truncation that cuts image tokens raises
+        raise ProfileError(f"max_length {max_length} cuts into the image tokens of {cut} example(s) of {path}; the "
+                           "processor raises then ('Image features and image tokens do not match'): raise max_length "
+                           "or lower max_pixels")
+    counts = vision_per_micro_batch(profile, per_device_train_batch_size=settings.get("per_device_train_batch_size", 8))
+    settings.update(profile_images=counts.get("images", 0), profile_patches=counts.get("patches", 0),
+                    profile_image_tokens=counts.get("image_tokens", 0))
 

@@ -64,7 +64,7 @@ def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
             f"{(m.num_params + m.vision.num_params) / 1e9:.2f} B params: language model {m.num_params / 1e9:.2f} B, "
             f"vision tower + merger {m.vision.num_params / 1e9:.2f} B")
     bits = [f"model {m.name} ({size})", t.trainer.upper(), f"dtype {t.dtype}{loaded}"]
-    if t.images_per_example and m.vision is not None:
+    if (t.images_per_example or t.profile_images) and m.vision is not None:
         bits.append(images_note(job))
     if lora_note:
         bits.append(lora_note)
@@ -203,7 +203,7 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
         warnings.append(TORCH_COMPILE_NOTE)
     if job.model.wrapper_model_type:
         warnings.append(multimodal_note(job.model.wrapper_model_type))
-    if job.model.vision is not None and not job.train.images_per_example:
+    if job.model.vision is not None and not job.train.images_per_example and not job.train.profile_images:
         warnings.append(VISION_UNUSED_NOTE)
     if job.train.max_length is None and job.tokens_per_micro_batch is None and not entry(job.train.trainer).generates:
         warnings.append("max_length none and no length profile: rows are assumed max_position_embeddings long; "

@@ -108,7 +108,8 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
                        merger_saved=merger_saved,
                        blocks_saved=blocks, block_full=block, block_backward=hidden_t + max(mlp_t, scores_t),
                        block_grads=per_block, merger_grads=merger, patches=n,
-                       image_tokens=images * image_geometry(job.train, v).tokens, trained=what)
+                       image_tokens=job.train.profile_image_tokens or images * image_geometry(job.train, v).tokens,
+                       trained=what)
 
 
 @lru_cache(maxsize=64)
@@ -250,6 +251,9 @@ def _tower_backward(job: JobSpec, terms: VisionTerms, resident: tuple[Component,
 def images_note(job: JobSpec) -> str:
     """The images in words: how many per row, their size before and after the processor's resize, their tokens."""
     t = job.train
+    if t.profile_images:
+        return (f"images from the length profile: worst micro-batch {t.profile_images} image(s), "
+                f"{t.profile_patches:,} patches, {t.profile_image_tokens:,} image tokens (within the rows' lengths)")
     g = image_geometry(t, job.model.vision)
     return (f"{t.images_per_example} image(s)/row {t.image_height}×{t.image_width} px → {g.resized[0]}×{g.resized[1]} "
             f"({g.patches:,} patches, {g.tokens:,} image tokens each, within max_length)")
@@ -263,7 +267,9 @@ def vision_json(job: JobSpec, terms: VisionTerms | None) -> dict | None:
     out = {"model_type": v.model_type, "tower_params": v.tower_params, "merger_params": v.merger_params,
            "trained": terms.trained, "patches_per_micro_batch": terms.patches,
            "image_tokens_per_micro_batch": terms.image_tokens}
-    if job.train.images_per_example:
+    if job.train.profile_images:
+        out.update(source="length profile", images_per_micro_batch=job.train.profile_images)
+    elif job.train.images_per_example:
         g = image_geometry(job.train, v)
         out.update(images_per_example=job.train.images_per_example, resized=list(g.resized),
                    image_grid_thw=list(g.grid_thw), patches_per_image=g.patches, tokens_per_image=g.tokens)

@@ -15,14 +15,16 @@ if TYPE_CHECKING:
 def image_job_problems(job: Job) -> list[str]:
     """What TRL 1.16 / transformers 5.24 refuse, or hpcmem does not model, for a job with images."""
     t, m = job.train, job.model
-    if t.images_per_example == 0:
+    if t.images_per_example == 0 and t.profile_images == 0:
         return []
+    said = (f"images_per_example {t.images_per_example}" if t.images_per_example else
+            f"a length profile with images ({t.profile_images} per micro-batch)")
     if m.vision is None:
-        return [f"images_per_example {t.images_per_example}: model {m.name} ({m.model_type}) has no vision tower "
+        return [f"{said}: model {m.name} ({m.model_type}) has no vision tower "
                 "hpcmem models (vision-language types: qwen2_5_vl); set images_per_example 0"]
     out = []
     if t.trainer not in IMAGE_TRAINERS:
-        out.append(f"images_per_example with trainer {t.trainer}: hpcmem models images for {', '.join(IMAGE_TRAINERS)} "
+        out.append(f"{said} with trainer {t.trainer}: hpcmem models images for {', '.join(IMAGE_TRAINERS)} "
                    "only (DPO/GRPO/RLOO with images are not modelled yet)")
     # sft_trainer.py SFTTrainer.__init__: "Packing is not supported for vision datasets", "Padding-free training is
     # yet not supported for vision datasets"
@@ -31,9 +33,9 @@ def image_job_problems(job: Job) -> list[str]:
     if t.padding_free:
         out.append("padding_free with images: TRL 1.16's SFTTrainer raises 'Padding-free training is yet not "
                    "supported for vision datasets'")
-    g = image_geometry(t, m.vision)
-    tokens = g.tokens * t.images_per_example
-    if t.max_length is not None and tokens > t.max_length:
+    g = image_geometry(t, m.vision) if t.images_per_example else None
+    tokens = g.tokens * t.images_per_example if g else 0     # a profile's cuts are checked where it is read
+    if g and t.max_length is not None and tokens > t.max_length:
         # processing_utils.py ProcessorMixin._check_special_mm_tokens: truncation that cuts image tokens raises
         out.append(f"images_per_example {t.images_per_example} × {g.tokens} image tokens ({g.resized[0]}×"
                    f"{g.resized[1]} px after smart_resize) = {tokens} > max_length {t.max_length}: the processor "
@@ -48,16 +50,21 @@ def image_job_problems(job: Job) -> list[str]:
     if par.world_size > 1 or par.deepspeed or par.fsdp:
         out.append(f"images with {par.world_size} process(es) under {par.distributed_type}: the vision tower's "
                    "sharding, offloading and DDP buckets are not modelled yet; estimate the single-GPU job")
-    if job.tokens_per_micro_batch is not None:
-        out.append("--lengths with images: a length profile counts text tokens, not the image tokens the processor "
-                   "adds; not modelled yet")
+    if job.tokens_per_micro_batch is not None and t.images_per_example:
+        out.append("--lengths with images_per_example: a text length profile counts no image tokens; profile the "
+                   "image-text data with `hpcmem lengths DATA --processor DIR` (its images replace images_per_example)")
     return out
 
 
 def image_rows(job: Job) -> tuple[int, int]:
-    """(images, pixel_values rows) of one micro-batch: per_device_train_batch_size × images_per_example images."""
+    """(images, pixel_values rows) of one micro-batch: per_device_train_batch_size × images_per_example images, or a
+    length profile's worst micro-batch (profile_images, profile_patches)."""
     t = job.train
-    if t.images_per_example == 0 or job.model.vision is None:
+    if job.model.vision is None:
+        return 0, 0
+    if t.profile_images:
+        return t.profile_images, t.profile_patches
+    if t.images_per_example == 0:
         return 0, 0
     images = t.per_device_train_batch_size * t.images_per_example
     return images, images * image_geometry(t, job.model.vision).patches

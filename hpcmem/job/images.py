@@ -34,6 +34,11 @@ FIELD_HELP = {
                   "the processor class's; a checkpoint's preprocessor_config.json may set another)",
     "max_pixels": f"the Qwen2-VL image processor's max_pixels (transformers' name) (default {DEFAULT_MAX_PIXELS}, "
                   "the processor class's; Qwen2.5-VL's preprocessor_config.json sets 12845056)",
+    "profile_images": "hpcmem's own, set by --lengths with an image-text profile: the worst micro-batch's images",
+    "profile_patches": "hpcmem's own, set by --lengths with an image-text profile: the worst micro-batch's vision "
+                       "patches",
+    "profile_image_tokens": "hpcmem's own, set by --lengths with an image-text profile: the worst micro-batch's "
+                            "image tokens",
 }
 
 
@@ -46,6 +51,15 @@ def image_problems(t: Any) -> list[str]:
         value = getattr(t, name)
         if value < 0 or (t.images_per_example > 0 and value < 1):
             out.append(f"{name} must be ≥ 1 pixel when images_per_example > 0; got {value}")
+    for name in ("profile_images", "profile_patches", "profile_image_tokens"):
+        if getattr(t, name) < 0:
+            out.append(f"{name} must be ≥ 0 (0: no length profile's images); got {getattr(t, name)}")
+    if t.profile_images > 0 and t.images_per_example > 0:
+        out.append(f"images_per_example {t.images_per_example} and a length profile's images ({t.profile_images} per "
+                   "micro-batch) both describe the images; give one of them")
+    if t.profile_images > 0 and min(t.profile_patches, t.profile_image_tokens) < 1:
+        out.append(f"profile_images {t.profile_images} needs profile_patches and profile_image_tokens ≥ 1; got "
+                   f"{t.profile_patches} and {t.profile_image_tokens}")
     for name in ("min_pixels", "max_pixels"):
         value = getattr(t, name)
         if value is not None and value < 1:

@@ -125,6 +125,12 @@ class TrainSpec:
     image_width: int = 0
     min_pixels: int | None = None
     max_pixels: int | None = None
+    # hpcmem-only, from an image-text length profile (`hpcmem lengths --processor`, then `--lengths`): the worst
+    # micro-batch's images, vision patches and image tokens at this per_device_train_batch_size
+    # (hpcmem.data.profile.vision_per_micro_batch), in place of images_per_example × one image's geometry; 0: none
+    profile_images: int = 0
+    profile_patches: int = 0
+    profile_image_tokens: int = 0
 
     def __post_init__(self) -> None:
         p = Problems()

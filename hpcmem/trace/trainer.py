@@ -41,6 +41,9 @@ def check_traceable(job: JobSpec) -> list[str]:
         problems.append(f"optim {t.optim!r} needs bitsandbytes; traceable: {', '.join(TRACEABLE_OPTIMIZERS)}")
     if t.fp16:
         problems.append("fp16 autocast with a GradScaler is not traced on CPU; use bf16 (the TRL default)")
+    if t.profile_images:
+        problems.append("a length profile's images: the trace draws images_per_example images of image_height × "
+                        "image_width each; give those instead of an image-text --lengths profile")
     if t.torch_compile:
         problems.append("torch_compile: inductor's compiled graph is not traced on fake tensors (the estimate is the "
                         "eager step's)")

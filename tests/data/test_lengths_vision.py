@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 
@@ -399,3 +400,13 @@ def test_idefics3_tiles_match_the_hand_rule_and_trls_collator(tmp, pngs):
         assert out["input_ids"].shape[1] == lengths[i] and out["pixel_values"].shape[1] == parts["tiles"][i]
     with pytest.raises(ProcessorUnfit, match="min_pixels / --max_pixels bound the Qwen2-VL family"):
         profile_dataset(path, None, processor=folder, resolution=Resolution(max_pixels=50_000))
+
+
+
+def test_the_shipped_profile_is_this_datasets(sft_profile):
+    """tests/fixtures/vlm/profile-drawn-sft.json (read by the estimate's tests) is the profile of the dataset drawn
+    here: everything but where it came from and when."""
+    shipped = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "profile-drawn-sft.json")
+                         .read_text())
+    assert {k: v for k, v in shipped.items() if k != "source"} == \
+        {k: v for k, v in json.loads(json.dumps(sft_profile)).items() if k != "source"}
