@@ -26,5 +26,5 @@ def linear_subclass_problems(job: Job) -> list[str]:
     have = {mod.leaf: mod.name for mod in linear_modules(m) if mod.nn_linear}
     peft = f"peft {table()['versions']['peft']}"
     return [f"lora_target_modules {','.join(t.lora_target_modules)}: on model_type {m.model_type} {peft} wraps "
-            f"{have[leaf]} as lora.Linear, but {why}; leave {leaf} out of lora_target_modules"
-            for leaf, why in sorted(broken.items()) if leaf in leaves and leaf in have]
+            f"{have[leaf]} ({cls}, an nn.Linear subclass) as lora.Linear, but {why}; leave {leaf} out of "
+            "lora_target_modules" for leaf, (cls, why) in sorted(broken.items()) if leaf in leaves and leaf in have]

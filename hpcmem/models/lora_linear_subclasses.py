@@ -6,20 +6,21 @@ reaches it (peft/tuners/lora/model.py `dispatch_default`). `lora.Linear.forward`
 base layer, reads its result's dtype and adds lora_B(lora_A(x)) · scaling, a [..., out_features] tensor, to it: a
 subclass whose forward returns something else raises on the first forward.
 
-BROKEN: model_type → leaf name → the class and what the first forward raises. Every `class …(nn.Linear)` of
+BROKEN: model_type → leaf name → (the class, what the first forward raises). Every `class …(nn.Linear)` of
 transformers' modeling files is either here or in HARMLESS with why (tests/job/test_lora_refusals_torch.py reads the
 installed transformers and holds both to it, and runs peft on a tiny model of each BROKEN entry).
 """
 
 from __future__ import annotations
 
-BROKEN: dict[str, dict[str, str]] = {
-    "phimoe": {"router": "PhimoeTopKRouter (modeling_phimoe.py) returns (router_logits, routing_weights, "
-                         "selected_experts), and lora.Linear.forward raises AttributeError: 'tuple' object has no "
-                         "attribute 'dtype'"},
-    "deepseek_v4": {"o_a_proj": "DeepseekV4GroupedLinear (modeling_deepseek_v4.py) multiplies per head group, its "
-                                "output is not [..., out_features] of its input, and adding LoRA's delta raises "
-                                "RuntimeError (the sizes do not match)"},
+BROKEN: dict[str, dict[str, tuple[str, str]]] = {
+    "phimoe": {"router": ("PhimoeTopKRouter", "its forward (modeling_phimoe.py) returns (router_logits, "
+                          "routing_weights, selected_experts), and lora.Linear.forward raises AttributeError: 'tuple' "
+                          "object has no attribute 'dtype'")},
+    "deepseek_v4": {"o_a_proj": ("DeepseekV4GroupedLinear", "its forward (modeling_deepseek_v4.py) multiplies each "
+                                 "head group by its block of the weight, so its output is not LoRA's "
+                                 "[..., out_features] of its input, and adding the delta raises RuntimeError (the "
+                                 "sizes do not match)")},
 }
 
 # the other nn.Linear subclasses: why no LoRA job of a type hpcmem estimates breaks on them
@@ -33,6 +34,6 @@ HARMLESS: dict[str, str] = {
 }
 
 
-def broken_leaves(model_type: str) -> dict[str, str]:
-    """Leaf name → why peft's lora.Linear fails on it, for this model type ({} for most)."""
+def broken_leaves(model_type: str) -> dict[str, tuple[str, str]]:
+    """Leaf name → (class, why peft's lora.Linear fails on it) for this model type ({} for most)."""
     return BROKEN.get(model_type, {})

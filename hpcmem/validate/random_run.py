@@ -117,8 +117,9 @@ def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout:
     path.parent.mkdir(parents=True, exist_ok=True)
     done = {r["id"] for r in load(path)}
     todo = list(dict.fromkeys(only)) or [i for i in range(n) if f"s{seed}-{i}" not in done]
-    _say(progress, f"validate random --oracle {oracle}: {len(todo)} of {n} jobs to run ({n - len(todo)} recorded in "
-                   f"{path})")
+    _say(progress, f"validate random --oracle {oracle}: {len(todo)} jobs to run again, each replacing its record in "
+                   f"{path}" if only else f"validate random --oracle {oracle}: {len(todo)} of {n} jobs to run "
+                   f"({n - len(todo)} recorded in {path})")
     out: list[dict[str, Any]] = []
     worker: _Worker | None = None
     start = time.monotonic()
