@@ -25,6 +25,9 @@ def linear_subclass_problems(job: Job) -> list[str]:
     leaves = set(model_targets(m, tuple(t.lora_target_modules), tuple(t.lora_target_parameters)).modules)
     have = {mod.leaf: mod.name for mod in linear_modules(m) if mod.nn_linear}
     peft = f"peft {table()['versions']['peft']}"
+    others = ",".join(sorted(set(have) - set(broken)))
     return [f"lora_target_modules {','.join(t.lora_target_modules)}: on model_type {m.model_type} {peft} wraps "
-            f"{have[leaf]} ({cls}, an nn.Linear subclass) as lora.Linear, but {why}; leave {leaf} out of "
-            "lora_target_modules" for leaf, (cls, why) in sorted(broken.items()) if leaf in leaves and leaf in have]
+            f"{have[leaf]} ({cls}, an nn.Linear subclass) as lora.Linear, but {why}; "
+            + (f"name the modules instead of all-linear, without {leaf} (e.g. {others})"
+               if ALL_LINEAR in t.lora_target_modules else f"leave {leaf} out of lora_target_modules")
+            for leaf, (cls, why) in sorted(broken.items()) if leaf in leaves and leaf in have]
