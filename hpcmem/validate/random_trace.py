@@ -8,7 +8,8 @@ JobSpec is built) is traced with those rules off, so that the real TRL/peft/tran
 runs: that is refusal parity. The trace builds TRL's trainer from hpcmem's JobSpec, not from the settings, so before
 it TRL's own config classes are built from the job's settings (hpcmem.validate.trl_run.config_refusal, as
 `trl <trainer>` parses them): a field the trainer's config has not (DistillationConfig's `packing`) or a check of its
-__post_init__ is the real code's refusal (`refused: <line>`, origin `trl config`), and the job is not traced. An exception the trace raises is sorted by where it was raised (`origin`):
+__post_init__ is the real code's refusal (`refused: <line>`, origin `trl config`), and the job is not traced. An
+exception the trace raises is sorted by where it was raised (`origin`):
 - in trl/transformers/peft/accelerate: the real code refuses the job (`refused: <line>`);
 - a SpecError of hpcmem.trace (fp16, a trainer or kernel it cannot run on CPU): `not traced: <line>` (the
   properties oracle still scores the estimate);
