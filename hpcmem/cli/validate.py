@@ -260,19 +260,23 @@ def _published_speed(rows_path: str | None, as_json: bool) -> None:
 @click.option("--seed", type=int, default=1, show_default=True, help="the random stream")
 @click.option("--records", type=click.Path(dir_okay=False), default=None,
               help="records file (default estimator/random/<oracle>.jsonl); recorded ids are skipped")
+@click.option("--only", default=None, help="ids to run again, comma-separated (s1-62,s1-583): each replaces its "
+              "stored record")
 @click.option("--report", is_flag=True, help="run nothing: rescore every record against today's estimate, print the "
               "table, write estimator/random/REPORT.md (trace oracle) and cases.yaml")
 @JSON
 @NO_PNG
-def random_command(oracle: str, n: int, seed: int, records: str | None, report: bool, as_json: bool,
-                   no_png: bool) -> None:
+def random_command(oracle: str, n: int, seed: int, records: str | None, only: str | None, report: bool,
+                   as_json: bool, no_png: bool) -> None:
     """Random jobs over everything a user can set (hpcmem/validate/random_jobs.py), each held to an oracle; records
     appended to estimator/random/<oracle>.jsonl as each job finishes, a rerun skipping recorded ids."""
     path = Path(records) if records else random_run.records_path(oracle)
     if not report:
-        new = random_run.run(oracle, n, seed, records=path)
+        new = random_run.run(oracle, n, seed, records=path,
+                             only=random_run.parse_only(only, seed) if only is not None else ())
         if not as_json:
-            click.echo(f"{len(new)} jobs appended to {path}; `--report` scores every record")
+            click.echo(f"{len(new)} jobs {'run again in' if only else 'appended to'} {path}; `--report` scores every "
+                       "record")
             return
     stored = random_run.load(path)
     if not stored:

@@ -16,6 +16,7 @@ from hpcmem.errors import Problems
 from hpcmem.job.auto_classes import auto_class_problems
 from hpcmem.job.image_rules import image_job_problems
 from hpcmem.job.kernel_limits import rwkv_problems, xlstm_problems
+from hpcmem.job.lora_linear_rules import linear_subclass_problems
 from hpcmem.job.mesh_rules import check_layout, layout_warnings
 from hpcmem.job.spec import DTYPES, TrainSpec
 from hpcmem.job.trainers import REGISTRY, entry
@@ -132,7 +133,8 @@ def _check_model_type(job: Job, p: Problems) -> None:
 
 
 def _check_lora_variants(job: Job, p: Problems) -> None:
-    """peft's own refusals (hpcmem.job.param_wrapper_rules) and what hpcmem sizes (hpcmem.estimate.lora_variants)."""
+    """peft's own refusals (hpcmem.job.param_wrapper_rules, hpcmem.job.lora_linear_rules) and what hpcmem sizes
+    (hpcmem.estimate.lora_variants)."""
     t = job.train
     if len(t.lora_target_modules) == 1 and t.lora_target_modules[0] != "all-linear":
         # trl/trainer/model_config.py ModelConfig.__post_init__ passes a one-element list on as its string, and peft
@@ -145,7 +147,7 @@ def _check_lora_variants(job: Job, p: Problems) -> None:
     if unsized:
         p.add(f"lora_modules_to_save {', '.join(unsized)}: hpcmem sizes the trainable copies of "
               f"{', '.join(SIZED_MODULES)} only")
-    for problem in param_wrapper_problems(job):
+    for problem in param_wrapper_problems(job) + linear_subclass_problems(job):
         p.add(problem)
 
 

@@ -107,17 +107,19 @@ class _Worker:
 
 
 def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout: float = JOB_TIMEOUT_S,
-        progress: bool = True) -> list[dict[str, Any]]:
-    """Jobs s{seed}-0 … s{seed}-{n-1} not yet in `records`, each appended as it finishes; returns the new records."""
+        progress: bool = True, only: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+    """Jobs s{seed}-0 … s{seed}-{n-1} not yet in `records`, each appended as it finishes; returns the new records.
+    `only`: exactly these indices, run again whether recorded or not, each record replacing the stored one in place."""
     if n < 1:
         raise HpcmemError(f"--n {n}: the number of random jobs must be ≥ 1")
     oracle_task(oracle) if oracle == "trainer" else None        # "not installed" before any worker starts
     path = records or records_path(oracle)
     path.parent.mkdir(parents=True, exist_ok=True)
     done = {r["id"] for r in load(path)}
-    todo = [i for i in range(n) if f"s{seed}-{i}" not in done]
-    _say(progress, f"validate random --oracle {oracle}: {len(todo)} of {n} jobs to run ({n - len(todo)} recorded in "
-                   f"{path})")
+    todo = list(dict.fromkeys(only)) or [i for i in range(n) if f"s{seed}-{i}" not in done]
+    _say(progress, f"validate random --oracle {oracle}: {len(todo)} jobs to run again, each replacing its record in "
+                   f"{path}" if only else f"validate random --oracle {oracle}: {len(todo)} of {n} jobs to run "
+                   f"({n - len(todo)} recorded in {path})")
     out: list[dict[str, Any]] = []
     worker: _Worker | None = None
     start = time.monotonic()
@@ -136,8 +138,7 @@ def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout:
                 what = f"timeout after {timeout:.0f} s" if alive else "the worker died (out of memory?)"
                 rec = {"id": f"s{seed}-{index}", "outcome": f"trace failed: {what}",
                        "seconds": round(time.monotonic() - t0, 1)}
-            with path.open("a") as fh:
-                fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
+            _store(path, rec, replace=bool(only))
             out.append(rec)
             _say(progress, f"[{k}/{len(todo)}] {rec['id']} {_brief(rec)} ({time.monotonic() - t0:.1f} s, "
                            f"{time.monotonic() - start:.0f} s in all)")
@@ -145,6 +146,35 @@ def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout:
         if worker is not None:
             worker.stop()
     return out
+
+
+def _store(path: Path, rec: dict[str, Any], *, replace: bool) -> None:
+    """Append the record, or put it in the place of the stored record of its id (appended where there is none)."""
+    line = json.dumps(rec, sort_keys=True, default=str)
+    if not replace:
+        with path.open("a") as fh:
+            fh.write(line + "\n")
+        return
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else []
+    at = next((k for k, ln in enumerate(lines) if json.loads(ln).get("id") == rec["id"]), None)
+    if at is None:
+        lines.append(line)
+    else:
+        lines[at] = line
+    path.write_text("".join(ln + "\n" for ln in lines))
+
+
+def parse_only(text: str, seed: int) -> tuple[int, ...]:
+    """`--only s1-62,s1-583` (or bare indices 62,583) → the indices, each of the stream `seed`."""
+    out = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        bare = item.removeprefix(f"s{seed}-")
+        if not bare.isdigit():
+            raise HpcmemError(f"--only {item!r}: an id of this stream (s{seed}-<index>) or an index")
+        out.append(int(bare))
+    if not out:
+        raise HpcmemError(f"--only {text!r}: no id given")
+    return tuple(out)
 
 
 def _brief(rec: dict[str, Any]) -> str:

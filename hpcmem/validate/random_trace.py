@@ -5,7 +5,11 @@ record without tracing again.
 `trace_record(job)` (a worker's task; imports torch) runs hpcmem.trace.run_trace(kernels="cuda", allocator="default")
 on the job as hpcmem builds it. A job hpcmem refuses by TRL's rules (hpcmem.job.rules.check_job, raised while the
 JobSpec is built) is traced with those rules off, so that the real TRL/peft/transformers code says itself whether it
-runs: that is refusal parity. An exception the trace raises is sorted by where it was raised (`origin`):
+runs: that is refusal parity. The trace builds TRL's trainer from hpcmem's JobSpec, not from the settings, so before
+it TRL's own config classes are built from the job's settings (hpcmem.validate.trl_run.config_refusal, as
+`trl <trainer>` parses them): a field the trainer's config has not (DistillationConfig's `packing`) or a check of its
+__post_init__ is the real code's refusal (`refused: <line>`, origin `trl config`), and the job is not traced. An
+exception the trace raises is sorted by where it was raised (`origin`):
 - in trl/transformers/peft/accelerate: the real code refuses the job (`refused: <line>`);
 - a SpecError of hpcmem.trace (fp16, a trainer or kernel it cannot run on CPU): `not traced: <line>` (the
   properties oracle still scores the estimate);
@@ -31,6 +35,7 @@ from hpcmem.trace import run_trace
 from hpcmem.validate.random_jobs import RandomJob
 from hpcmem.validate.random_model import job_spec
 from hpcmem.validate.trace import model_reserved
+from hpcmem.validate.trl_run import config_refusal
 
 WITHIN_PCT = 3.0
 OUTSIDE_HELD = "outside held range"
@@ -97,18 +102,21 @@ def trace_record(job_dict: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     rec: dict[str, Any] = {"id": job.id, "job": job.to_dict(), "sources": sources_digest()}
     try:
+        trl_refuses = config_refusal(job.trainer, job.settings)
+        spec = None
         try:
             spec = job_spec(job)
         except SpecError as refused:
             rec["hpcmem_refused"] = " ".join(str(refused).split())[:400]
-            with trl_rules_off():
-                spec = job_spec(job)
-        with trl_rules_off():        # run_trace rebuilds the JobSpec (dataclasses.replace) on some paths
-            r = run_trace(spec, kernels="cuda", allocator="default")
-        rec["trace"] = {"peak_allocated_bytes": r.peak_allocated_bytes, "phase": r.phase,
-                        "components": r.components, "reserved": model_reserved(r.allocator),
-                        "step_peaks": r.step_peaks, "warnings": list(r.warnings)}
-        rec["versions"] = r.versions
+        if trl_refuses:
+            rec["outcome"], rec["origin"] = f"refused: {trl_refuses}"[:410], "trl config"
+        else:
+            with trl_rules_off():    # run_trace rebuilds the JobSpec (dataclasses.replace) on some paths
+                r = run_trace(spec or job_spec(job), kernels="cuda", allocator="default")
+            rec["trace"] = {"peak_allocated_bytes": r.peak_allocated_bytes, "phase": r.phase,
+                            "components": r.components, "reserved": model_reserved(r.allocator),
+                            "step_peaks": r.step_peaks, "warnings": list(r.warnings)}
+            rec["versions"] = r.versions
     except Exception as exc:  # noqa: BLE001 — every outcome is a record
         rec["outcome"] = classify(exc)
         rec["origin"] = origin(exc)

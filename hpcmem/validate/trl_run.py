@@ -10,6 +10,9 @@ trainer's config class (`trl.<Name>Config`), and the trainer gets the model as a
 `create_model_from_path` loads it. The model is the shrunken config with random weights saved to a folder with a
 word-level tokenizer; the dataset is text in the trainer's TRL dataset type.
 
+Before any model is built, TRL's config classes are (`config_refusal`: an unknown field, a __post_init__ check), as
+the command line's parser builds them before it loads a model: their refusal is the trainer's on any machine, and a
+distillation job, whose teacher this oracle does not build, is still held to them.
 What a CPU cannot run is not run (`cpu_limit`: quantization, bitsandbytes optimizers, flash-attn, fp16 autocast,
 Liger, vLLM, more than one process) and what TRL runs only on an accelerator is switched off and listed in `adjusted`
 (activation offloading: trl/models/activation_offloading.py asks `torch.accelerator.current_accelerator()`).
@@ -66,9 +69,10 @@ def cpu_limit(trainer: str, settings: dict[str, Any]) -> str:
         return "more than one process / FSDP / DeepSpeed: one CPU process here"
     if s.get("torch_compile"):
         return "torch_compile: inductor on CPU is out of this oracle's time budget"
-    if trainer == "distillation":
-        return "distillation: the oracle builds no teacher"
     return ""
+
+
+NO_TEACHER = "distillation: the oracle builds no teacher"
 
 
 def run_trl(trainer: str, settings: dict[str, Any], config: dict[str, Any], *, steps: int = 2,
@@ -78,6 +82,11 @@ def run_trl(trainer: str, settings: dict[str, Any], config: dict[str, Any], *, s
     limit = cpu_limit(trainer, settings)
     if limit:
         return TrlVerdict(None, limit)
+    refused = config_refusal(trainer, settings)       # TRL's config classes say it before any model is built
+    if refused:
+        return TrlVerdict(False, refused, [], time.perf_counter() - start)
+    if trainer == "distillation":
+        return TrlVerdict(None, NO_TEACHER)
     adjusted: list[str] = []
     with tempfile.TemporaryDirectory(prefix="hpcmem-trl-", dir=workdir) as tmp:
         try:
@@ -108,22 +117,48 @@ def save_model(config: dict[str, Any], folder: Path) -> str:
     return str(folder)
 
 
-def _build(trainer: str, settings: dict[str, Any], model_path: str, out: Path, steps: int,
-           adjusted: list[str]) -> Any:
+def trl_args(trainer: str, settings: dict[str, Any], model_path: str, out: Path, steps: int,
+             adjusted: list[str] | None = None) -> tuple[Any, Any]:
+    """(trl.ModelConfig, the trainer's config) built from the settings as trl/scripts/<trainer>.py's parser splits
+    them: what TRL's own classes raise on (an unknown field, __post_init__'s checks) raises here."""
     import trl
 
     e = entry(trainer)
-    model_fields = {f.name for f in dataclasses.fields(trl.ModelConfig)}
+    model_fields = _fields(trl.ModelConfig)
     config_cls = getattr(trl, e.config_class)
     s = {k: v for k, v in settings.items() if k not in HPCMEM_ONLY and k != "model_name_or_path"}
     model_args = trl.ModelConfig(model_name_or_path=model_path, **{k: v for k, v in s.items() if k in model_fields})
     train = {k: v for k, v in s.items() if k not in model_fields and not (k in DATA_ONLY and k not in
                                                                            _fields(config_cls))}
-    if train.get("activation_offloading"):
+    if train.get("activation_offloading") and adjusted is not None:
         train["activation_offloading"] = False
         adjusted.append("activation_offloading off (TRL's offloading needs an accelerator)")
+    # use_cpu: TrainingArguments refuses bf16 on a machine without a GPU otherwise (a fact of this machine, not of
+    # the settings)
     args = config_cls(**train, output_dir=str(out), max_steps=steps, report_to="none", use_cpu=True,
                       save_strategy="no", logging_steps=10_000, disable_tqdm=True, dataloader_num_workers=0)
+    return model_args, args
+
+
+def config_refusal(trainer: str, settings: dict[str, Any]) -> str:
+    """What TRL's own config classes raise on the settings, one line ("" when they take them, or when a package this
+    machine lacks keeps them from saying: an ImportError is not a verdict on the settings)."""
+    with tempfile.TemporaryDirectory(prefix="hpcmem-trl-args-") as tmp:
+        try:
+            trl_args(trainer, settings, tmp, Path(tmp) / "out", 1)
+        except ImportError:
+            return ""
+        except Exception as exc:  # noqa: BLE001 — whatever TRL's classes raise is their refusal
+            return f"{type(exc).__name__}: {_one_line(exc)}"
+    return ""
+
+
+def _build(trainer: str, settings: dict[str, Any], model_path: str, out: Path, steps: int,
+           adjusted: list[str]) -> Any:
+    import trl
+
+    e = entry(trainer)
+    model_args, args = trl_args(trainer, settings, model_path, out, steps, adjusted)
     # trl/scripts/<trainer>.py main: the model's loading arguments go to model_init_kwargs
     init = {"attn_implementation": model_args.attn_implementation, "dtype": model_args.dtype}
     args.model_init_kwargs = {**init, **(args.model_init_kwargs or {})}

@@ -135,3 +135,18 @@ def test_summary_groups_one_cause_across_types():
     s = summary([rec(0, "nemotron_h"), rec(1, "falcon_h1"), {"id": "s1-2", "verdict": "parity"}])
     assert s["verdicts"] == {"missed refusal": 2, "parity": 1}
     assert [(c["count"], c["example"], c["types"]) for c in s["causes"]] == [(2, "s1-0", ["falcon_h1", "nemotron_h"])]
+
+
+@pytest.mark.torch
+def test_a_distillation_job_is_held_to_trl_s_config_before_the_missing_teacher():
+    """The oracle builds no teacher, but DistillationConfig still refuses a field it has not (TRL's own dataclass:
+    no `packing`), before any model is built."""
+    import dataclasses
+
+    trl = pytest.importorskip("trl")
+    from hpcmem.validate.trl_run import NO_TEACHER, run_trl
+
+    assert "packing" not in {f.name for f in dataclasses.fields(trl.DistillationConfig)}
+    refused = run_trl("distillation", {"packing": True, "max_completion_length": 16}, {})
+    assert refused.ran is False and "unexpected keyword argument 'packing'" in refused.reason
+    assert run_trl("distillation", {"max_completion_length": 16}, {}).reason == NO_TEACHER

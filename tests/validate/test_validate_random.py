@@ -149,3 +149,48 @@ def test_cli_refuses_in_one_line(tmp_path: Path) -> None:
     if importlib.util.find_spec("hpcmem.validate.random_trainer") is None:
         res = CliRunner().invoke(cli, ["validate", "random", "--oracle", "trainer", "--n", "1"])
         assert isinstance(res.exception, HpcmemError) and "trainer oracle not installed" in str(res.exception)
+
+
+# The random jobs that set a field of another trainer's config (drawn as such: random_jobs "foreign_sft_field", and
+# router_aux_loss_coef, a type's required setting, on a reward job): TRL 1.16's config class has no such field
+DISTILLATION_FIELDS = {"s1-213": "packing", "s1-280": "packing", "s1-524": "padding_free", "s1-544": "padding_free",
+                       "s1-472": "router_aux_loss_coef"}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("job_id", sorted(DISTILLATION_FIELDS))
+def test_a_field_trl_s_config_has_not_is_the_real_code_s_refusal(job_id: str) -> None:
+    """The trace builds TRL's trainer from hpcmem's JobSpec and so never saw these fields; the oracle now builds TRL's
+    own config class from the settings first: it raises TypeError on the field (read off TRL's dataclass here), the
+    record says so without tracing, and hpcmem's refusal scores as parity."""
+    import dataclasses
+
+    trl = pytest.importorskip("trl")
+    from hpcmem.job.trainers import entry
+    from hpcmem.validate.random_trace import score, trace_record
+
+    seed, index = map(int, job_id[1:].split("-"))
+    job = draw(seed, index)
+    field = DISTILLATION_FIELDS[job_id]
+    cls = getattr(trl, entry(job.trainer).config_class)
+    assert job.settings.get(field) is not None and field not in {f.name for f in dataclasses.fields(cls)}
+    rec = trace_record(job.to_dict())
+    assert rec["outcome"] == (f"refused: TypeError: {cls.__name__}.__init__() got an unexpected keyword argument "
+                              f"'{field}'") and rec["origin"] == "trl config" and "trace" not in rec
+    assert field in rec["hpcmem_refused"]
+    assert score(rec)["verdict"] == "parity"
+
+
+def test_only_names_ids_of_the_stream_and_replaces_their_records_in_place(tmp_path: Path) -> None:
+    from hpcmem.validate.random_run import _store, parse_only
+
+    assert parse_only("s1-62, 583,s1-62", 1) == (62, 583, 62)
+    for bad in ("s2-62", "x", ","):
+        with pytest.raises(HpcmemError):
+            parse_only(bad, 1)
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps({"id": f"s1-{i}", "v": 0}) + "\n" for i in range(3)))
+    _store(path, {"id": "s1-1", "v": 1}, replace=True)
+    _store(path, {"id": "s1-9", "v": 1}, replace=True)
+    assert [(r["id"], r["v"]) for r in map(json.loads, path.read_text().splitlines())] == [
+        ("s1-0", 0), ("s1-1", 1), ("s1-2", 0), ("s1-9", 1)]
