@@ -15,6 +15,7 @@ from hpcmem.job.shape import micro_batch
 from hpcmem.plan.knobs import Knobs, job_knobs
 from hpcmem.plan.throughput import (
     PADDED_FILL_FRACTION,
+    Rates,
     Setting,
     Throughput,
     flops_params,
@@ -34,12 +35,12 @@ class Speeds:
         self.shape: dict[tuple, tuple[int, float, int]] = {}
         self.trainable: dict[str, int] = {}
         self.by_sharding: dict[str, tuple] = {}
-        self.model_kw = dict(n_flops=flops_params(m), n_params=m.num_params, layers=m.num_hidden_layers,
-                             attn_width=m.num_attention_heads * m.head_dim, hidden=m.hidden_size,
-                             kv_width=m.num_key_value_heads * m.head_dim,
-                             world=par.world_size, num_machines=par.num_machines,
-                             peak_tflops=gpu.peak_tflops(job.train.fp16),
-                             link_gbps=interconnect_gbps(gpu.name, par.num_machines), mfu_curve=mfu_curve(gpu.name))
+        self.rates = Rates(n_flops=flops_params(m), n_params=m.num_params, layers=m.num_hidden_layers,
+                           attn_width=m.num_attention_heads * m.head_dim, hidden=m.hidden_size,
+                           kv_width=m.num_key_value_heads * m.head_dim,
+                           world=par.world_size, num_machines=par.num_machines,
+                           peak_tflops=gpu.peak_tflops(job.train.fp16),
+                           link_gbps=interconnect_gbps(gpu.name, par.num_machines), mfu_curve=mfu_curve(gpu.name))
 
     def _shape(self, pack: str, batch: int) -> tuple[int, float, int]:
         """Tokens computed per micro-batch (estimate.shape.micro_batch, the estimator's own), useful share, span."""
@@ -107,7 +108,7 @@ class Speeds:
                     offload_optimizer=offload_optimizer, offload_params=offload_params,
                     peft=k.peft if k.peft in ("none", "lora", "qlora") else "lora",
                     trainable_params=self._trainable(k.peft), seq_shards=shards, seq_split=seq_split)
-        return throughput(s, **self.model_kw)
+        return throughput(s, self.rates)
 
 
 def job_throughput(job: JobSpec, gpu: GpuSpec) -> Throughput:

@@ -132,22 +132,39 @@ class Setting(NamedTuple):
     seq_split: str = ""         # "cp" | "sp" | ""
 
 
-def throughput(s: Setting, *, n_flops: int, n_params: int, layers: int, attn_width: int, hidden: int,
-               world: int, num_machines: int, peak_tflops: float, link_gbps: float,
-               mfu_curve: MfuCurve = DEFAULT_MFU, kv_width: int = 0) -> Throughput:
+class Rates(NamedTuple):
+    """What the throughput model reads of the model, the cluster and the GPU: the same for every combination of one
+    search (a tuple: read by attribute, built once)."""
+
+    n_flops: int                # flops_params
+    n_params: int
+    layers: int
+    attn_width: int             # heads × head_dim
+    hidden: int
+    world: int
+    num_machines: int
+    peak_tflops: float
+    link_gbps: float
+    mfu_curve: MfuCurve = DEFAULT_MFU
+    kv_width: int = 0           # key/value heads × head_dim (attn_width when 0)
+
+
+def throughput(s: Setting, r: Rates) -> Throughput:
+    n_flops, layers, attn_width, world = r.n_flops, r.layers, r.attn_width, r.world
     per_tok = (4 if s.peft != "none" else 6) * n_flops + 12 * layers * attn_width * s.attn_seq
     if s.gc == "full":
         per_tok += 2 * n_flops + 4 * layers * attn_width * s.attn_seq
     elif s.gc == "selective":
         per_tok += 2 * n_flops
-    mfu = mfu_curve.at(s.tokens)
-    micro_compute = per_tok * s.tokens / ((peak_tflops or UNKNOWN_TFLOPS) * 1e12 * mfu)
+    mfu = r.mfu_curve.at(s.tokens)
+    micro_compute = per_tok * s.tokens / ((r.peak_tflops or UNKNOWN_TFLOPS) * 1e12 * mfu)
     if s.peft == "qlora":
         micro_compute *= QLORA_DEQUANT_SLOWDOWN
     compute = micro_compute * s.grad_accum
-    comm_bytes = _comm_bytes(s, n_params, world) + _sequence_comm_bytes(s, layers, attn_width, kv_width or attn_width)
-    comm = comm_bytes / (link_gbps * 1e9) * (1 - COMM_OVERLAP_FRACTION) if world > 1 else 0.0
-    offload = _offload_seconds(s, n_params, world, layers, hidden)
+    comm_bytes = (_comm_bytes(s, r.n_params, world)
+                  + _sequence_comm_bytes(s, layers, attn_width, r.kv_width or attn_width))
+    comm = comm_bytes / (r.link_gbps * 1e9) * (1 - COMM_OVERLAP_FRACTION) if world > 1 else 0.0
+    offload = _offload_seconds(s, r.n_params, world, layers, r.hidden)
     step = compute + comm + offload
     useful = s.tokens * s.useful_fraction * s.grad_accum
     return Throughput(tokens_per_s_per_gpu=useful / step, step_s=step, compute_s=compute, comm_s=comm,
