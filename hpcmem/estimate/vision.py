@@ -81,6 +81,14 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
         return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=0, saved=0, merger_saved=0, blocks_saved=(),
                            block_full=0, block_backward=0, block_grads=0, merger_grads=0, patches=0,
                            image_tokens=0, trained="no images: unused")
+    if lora.enabled and not adapted and not job.train.gradient_checkpointing:
+        # TRL calls `enable_input_require_grads` for PEFT only under gradient checkpointing (dpo_trainer.py,
+        # sft_trainer.py `__init__`): without it and without adapters, nothing in the tower requires grad, so its forward
+        # builds no graph, keeps nothing and runs no backward; the batch's pixel_values stay alive
+        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=n * v.patch_dim * FP32, saved=0,
+                           merger_saved=0, blocks_saved=(), block_full=0, block_backward=0, block_grads=0,
+                           merger_grads=0, patches=n, image_tokens=images * image_geometry(job.train, v).tokens,
+                           trained="frozen (no LoRA target reaches it, no checkpointing): no graph, no backward")
     gbytes = w if trained else lora.adapter_bytes
     trainable = v.num_params if trained else adapter_params
     grads = trainable * gbytes
@@ -212,7 +220,8 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
         else:
             extra = ()
         out.append(Phase(name=p.name, components=(*resident, *p.components, *extra)))
-    out.append(_tower_backward(job, terms, resident, phases, embed_grad))
+    if terms.blocks_saved:
+        out.append(_tower_backward(job, terms, resident, phases, embed_grad))
     return out
 
 
