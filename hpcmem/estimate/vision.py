@@ -32,10 +32,12 @@ from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout
 from hpcmem.estimate.names import BACKWARD, FORWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES
 from hpcmem.estimate.names import GRADIENTS as LM_GRADIENTS
 from hpcmem.estimate.states import optimizer_bytes_per_param
+from hpcmem.estimate.trainers import REFERENCE_FORWARD
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision, micro_batch
+from hpcmem.job.trainers import entry
 from hpcmem.models.peft_targets import ALL_LINEAR
 from hpcmem.models.spec import ModelSpec
 from hpcmem.models.vision import VisionLinear, VisionSpec
@@ -212,7 +214,11 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
     pixels = Component(name="pixel_values", bytes=terms.pixels, note="the batch, fp32")
     out = []
     for p in phases:
-        if p.name == FORWARD or p.name in ("backward (LM head)",) or p.name.startswith("backward (layer"):
+        # DPO's reference forward runs after the policy's (dpo_trainer.py `_compute_loss`), its saved tensors alive; the
+        # reference's own tower pass (no grad, one block's intermediates) is less than one block's recompute and
+        # backward, so the tower's backward phase bounds it
+        if p.name in (FORWARD, REFERENCE_FORWARD) or p.name in ("backward (LM head)",) or \
+                p.name.startswith("backward (layer"):
             # under gradient accumulation the tower's gradients of the earlier micro-batches are alive throughout
             extra: tuple[Component, ...] = (held, grads) if accumulating else (held,)
         elif p.name.startswith(BACKWARD) or p.name == OPTIMIZER_STEP:
@@ -260,8 +266,9 @@ def images_note(job: JobSpec) -> str:
     """The images in words: how many per row, their size before and after the processor's resize, their tokens."""
     t = job.train
     g = image_geometry(t, job.model.vision)
-    return (f"{t.images_per_example} image(s)/row {t.image_height}×{t.image_width} px → {g.resized[0]}×{g.resized[1]} "
-            f"({g.patches:,} patches, {g.tokens:,} image tokens each, within max_length)")
+    twice = " in each chosen and rejected row" if entry(t.trainer).rows_per_example > 1 else ""
+    return (f"{t.images_per_example} image(s)/row{twice} {t.image_height}×{t.image_width} px → {g.resized[0]}×"
+            f"{g.resized[1]} ({g.patches:,} patches, {g.tokens:,} image tokens each, within max_length)")
 
 
 def vision_json(job: JobSpec, terms: VisionTerms | None) -> dict | None:
