@@ -12,9 +12,11 @@ its own backward is a phase ("backward (vision tower)") on top of the language m
 Trained or frozen is what TRL and peft do, not a setting: full fine-tuning trains the tower and the merger (TRL 1.16
 freezes nothing); LoRA freezes every base weight and adapts the tower's and merger's linears whose names the targets
 reach (peft "all-linear": all of them). The tower builds a graph even when nothing in it trains:
-`enable_input_require_grads` (modeling_utils.py), which TRL calls for PEFT and gradient checkpointing, hooks every
+`enable_input_require_grads` (modeling_utils.py), which TRL calls for PEFT under gradient checkpointing, hooks every
 PreTrainedModel's input embeddings, and the tower's is its patch embedding (`_input_embed_layer = "patch_embed"`), so
-its output requires grad and the tower keeps what its ops need for input gradients and runs a backward.
+its output requires grad and the tower keeps what its ops need for input gradients and runs a backward. Without
+checkpointing nothing hooks it: a tower no adapter reaches builds no graph, an adapted one's graph starts at its
+adapters.
 
 A block is a decoder layer of the tower's width over N rows (no mask: attention runs per window / per image on
 cu_seqlens chunks), so its saved tensors are hpcmem.estimate.activations' terms for that shape, plus what differs
@@ -169,8 +171,10 @@ def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted:
     # frozen (LoRA): the patch embedding's output has no grad_fn, so `enable_input_require_grads`' hook makes it a leaf
     # that requires grad, which autograd's AccumulateGrad node keeps alive to the end of the backward; the token
     # embeddings' output likewise, and with images it is no longer the first layer's input (`masked_scatter` makes a
-    # new one), so it is alive beside it (traced: qvl-lora-qv-gc-896, estimator/LOG.md)
-    leaves = (n * h + micro_batch(job).tokens * job.model.hidden_size) * prec.weight if not trained else 0
+    # new one), so it is alive beside it (traced: qvl-lora-qv-gc-896, estimator/LOG.md); TRL installs the hook for PEFT
+    # only under gradient checkpointing, so without it there are no such leaves
+    hooked = not trained and job.train.gradient_checkpointing
+    leaves = (n * h + micro_batch(job).tokens * job.model.hidden_size) * prec.weight if hooked else 0
     rope = 2 * n * (h // v.num_heads) * FP32
     norm = (FP32 * h + (0 if not trained else prec.residual * h + prec.act * h)) * n
     mlp = prec.act * h * n + (prec.act * h * n if trained else 0)
