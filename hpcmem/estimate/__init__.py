@@ -158,7 +158,8 @@ def shared_step(job: JobSpec) -> SharedStep:
                                     optimizer_step_transient(job, states, parts, lora), extras.resident,
                                     sequence_buffers(job, mb, prec))
     base = (*resident_components(states, lora), *extras.resident)
-    phases += [Phase(name=p.name, components=base + p.components) for p in with_policy_saved(job, extras.phases, phases)]
+    phases += [Phase(name=p.name, components=base + p.components)
+               for p in with_policy_saved(job, extras.phases, phases)]
     save = save_bytes(job, parts, prec, lora, states)
     phases += _job_phases(job, parts, prec, states, base, save)
     embed_grad = parts.embed * prec.weight if parts.lm_head and not lora.enabled else 0

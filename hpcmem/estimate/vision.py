@@ -87,8 +87,8 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
                            image_tokens=0, trained="no images: unused")
     if lora.enabled and not adapted and not job.train.gradient_checkpointing:
         # TRL calls `enable_input_require_grads` for PEFT only under gradient checkpointing (dpo_trainer.py,
-        # sft_trainer.py `__init__`): without it and without adapters, nothing in the tower requires grad, so its forward
-        # builds no graph, keeps nothing and runs no backward; the batch's pixel_values stay alive
+        # sft_trainer.py `__init__`): without it and without adapters, nothing in the tower requires grad, so its
+        # forward builds no graph, keeps nothing and runs no backward; the batch's pixel_values stay alive
         return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=n * v.patch_dim * FP32, saved=0,
                            merger_saved=0, blocks_saved=(), block_full=0, block_backward=0, block_grads=0,
                            merger_grads=0, patches=n, image_tokens=images * image_geometry(job.train, v).tokens,

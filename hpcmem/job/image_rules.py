@@ -57,16 +57,18 @@ def image_job_problems(job: Job) -> list[str]:
 
 
 def _preference_problems(job: Job) -> list[str]:
-    """What DPOTrainer 1.16 refuses with a vision dataset (dpo_trainer.py `__init__`, DataCollatorForVisionPreference)."""
+    """What DPOTrainer 1.16 refuses with a vision dataset (dpo_trainer.py `__init__`,
+    DataCollatorForVisionPreference)."""
     t, out = job.train, []
     if t.trainer != "dpo":
         return out
     if t.precompute_ref_log_probs:
-        out.append("precompute_ref_log_probs with images: TRL 1.16's DPOTrainer raises '`precompute_ref_log_probs=True` "
-                   "is not supported for vision datasets'")
+        out.append("precompute_ref_log_probs with images: TRL 1.16's DPOTrainer raises "
+                   "'`precompute_ref_log_probs=True` is not supported for vision datasets'")
     if t.pad_to_multiple_of is not None:
-        out.append(f"pad_to_multiple_of {t.pad_to_multiple_of} with images: TRL 1.16's DataCollatorForVisionPreference "
-                   "raises NotImplementedError ('Padding to a multiple of a value is not yet implemented'); set it to None")
+        out.append(f"pad_to_multiple_of {t.pad_to_multiple_of} with images: TRL 1.16's "
+                   "DataCollatorForVisionPreference raises NotImplementedError ('Padding to a multiple of a value is "
+                   "not yet implemented'); set it to None")
     return out
 
 
