@@ -30,7 +30,7 @@ from hpcmem.estimate.shapes import needed_bytes, shapes_bytes, shapes_note
 from hpcmem.estimate.states import States, job_param_parts, model_states, optimizer_step_transient
 from hpcmem.estimate.step import build_phases
 from hpcmem.estimate.tails import block_tails
-from hpcmem.estimate.trainers import TrainerExtras, trainer_extras
+from hpcmem.estimate.trainers import TrainerExtras, trainer_extras, with_policy_saved
 from hpcmem.estimate.vision import images_note, vision_json, vision_terms, with_vision
 from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
 from hpcmem.job.assumptions import describe as describe_assumptions
@@ -158,7 +158,8 @@ def shared_step(job: JobSpec) -> SharedStep:
                                     optimizer_step_transient(job, states, parts, lora), extras.resident,
                                     sequence_buffers(job, mb, prec))
     base = (*resident_components(states, lora), *extras.resident)
-    phases += [Phase(name=p.name, components=base + p.components) for p in extras.phases]
+    phases += [Phase(name=p.name, components=base + p.components)
+               for p in with_policy_saved(job, extras.phases, phases)]
     save = save_bytes(job, parts, prec, lora, states)
     phases += _job_phases(job, parts, prec, states, base, save)
     embed_grad = parts.embed * prec.weight if parts.lm_head and not lora.enabled else 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmem.estimate.breakdown import Component, Phase
+from hpcmem.estimate.names import ACTIVATIONS, FORWARD
 from hpcmem.estimate.states import ParamParts
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.rules import generation_batch_size
@@ -29,6 +30,7 @@ from hpcmem.job.shape import Precision, micro_batch
 from hpcmem.job.trainers import entry
 
 FP32 = 4
+REFERENCE_FORWARD = "reference forward"
 
 
 def computes_old_logps(job: JobSpec) -> bool:
@@ -63,10 +65,31 @@ def has_reference(job: JobSpec) -> bool:
     return t.beta != 0.0          # when_beta
 
 
+def adapters_off_reference(job: JobSpec) -> bool:
+    """DPO / KTO under PEFT with no reference model: the reference forward still runs, through the policy with its
+    adapters disabled (dpo_trainer.py / kto_trainer.py `_compute_loss`: `use_adapter(model, None)`), unless the
+    reference log-probs were precomputed."""
+    t = job.train
+    return t.use_peft and entry(t.trainer).reference == "unless_precomputed" and not t.precompute_ref_log_probs
+
+
+def with_policy_saved(job: JobSpec, extra: tuple[Phase, ...], phases: list[Phase]) -> tuple[Phase, ...]:
+    """The extra phases with the policy's saved activations added to a reference forward that runs after the policy's
+    forward and before its backward (DPO, KTO: `_compute_loss`); GRPO/RLOO score before the policy's forward."""
+    if entry(job.train.trainer).generates:
+        return extra
+    saved = tuple(c for p in phases if p.name == FORWARD for c in p.components if c.name == ACTIVATIONS)
+    return tuple(Phase(name=p.name, components=(*saved, *p.components)) if p.name == REFERENCE_FORWARD else p
+                 for p in extra)
+
+
 def reference_bytes(job: JobSpec, parts: ParamParts) -> int:
+    """The reference (or teacher) model's weights: `create_model_from_path` loads the whole checkpoint, so a
+    vision-language model's vision tower and merger too (AutoModelForImageTextToText)."""
     par, t = job.parallel, job.train
     ref_dtype = 2 if par.deepspeed and (t.bf16 or t.fp16) else job.weight_bytes
-    full = parts.total * ref_dtype
+    tower = job.model.vision.num_params if job.model.vision is not None else 0
+    full = (parts.total + tower) * ref_dtype
     if (par.deepspeed and par.zero_stage == 3) or par.fsdp:
         return full // par.world_size
     return full
@@ -81,6 +104,18 @@ def no_grad_pass(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
     mlp = 3 * tokens * inter * prec.act
     tile = min(tokens, 4096) * min(m.vocab_size, 32768) * prec.act
     return hidden + mlp + tile + tokens * 3 * FP32
+
+
+def reference_pass(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
+    """Live bytes of DPO's / KTO's reference forward beside the policy's saved activations: `no_grad_pass` with the
+    widest layer's intermediates and the fused head's tile apart, as they run (the head after the last layer)."""
+    m = job.model
+    tokens = rows * seq
+    inter = m.moe_intermediate_size * m.num_experts_per_tok if m.is_moe else m.intermediate_size
+    hidden = 2 * tokens * m.hidden_size * max(prec.residual, prec.act)
+    mlp = 3 * tokens * inter * prec.act
+    tile = min(tokens, 4096) * min(m.vocab_size, 32768) * prec.act
+    return hidden + max(mlp, tile) + tokens * 3 * FP32
 
 
 def kv_cache_bytes(job: JobSpec, rows: int, tokens_per_row: int, dtype_bytes: int) -> int:
@@ -150,19 +185,20 @@ def _generic_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> Trainer
         where = "partition" if (par.deepspeed and par.zero_stage == 3) or par.fsdp else "full replica per GPU"
         resident.append(Component(name="reference model", bytes=reference_bytes(job, parts), note=where))
     b = t.per_device_train_batch_size
-    if not e.generates and has_reference(job):
+    if not e.generates and (has_reference(job) or adapters_off_reference(job)):
         # the rows of the training micro-batch (a length profile's, or max_length's, rounded as the collator pads)
         mb = micro_batch(job)
         rows = e.rows_per_example * b
-        phases.append(Phase(name="reference forward", components=(
-            Component(name="no-grad pass", bytes=no_grad_pass(job, rows, mb.seq, prec),
-                      note="chosen+rejected through the reference model" if rows > b else "the reference model"),)))
+        what = "the policy, adapters disabled" if adapters_off_reference(job) else "the reference model"
+        phases.append(Phase(name=REFERENCE_FORWARD, components=(
+            Component(name="no-grad pass", bytes=reference_pass(job, rows, mb.seq, prec),
+                      note=f"chosen+rejected through {what}" if rows > b else what),)))
     if not e.generates:
         return TrainerExtras(resident=tuple(resident), phases=tuple(phases), vllm_pool=0, vllm_pool_asleep=0,
                              notes=tuple(notes))
     seq = t.max_prompt_length + t.max_completion_length
     if has_reference(job):
-        phases.append(Phase(name="reference forward", components=(
+        phases.append(Phase(name=REFERENCE_FORWARD, components=(
             Component(name="no-grad pass", bytes=no_grad_pass(job, b, seq, prec)),)))
     if computes_old_logps(job):
         phases.append(Phase(name="old log-prob pass", components=(

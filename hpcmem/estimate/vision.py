@@ -12,9 +12,11 @@ its own backward is a phase ("backward (vision tower)") on top of the language m
 Trained or frozen is what TRL and peft do, not a setting: full fine-tuning trains the tower and the merger (TRL 1.16
 freezes nothing); LoRA freezes every base weight and adapts the tower's and merger's linears whose names the targets
 reach (peft "all-linear": all of them). The tower builds a graph even when nothing in it trains:
-`enable_input_require_grads` (modeling_utils.py), which TRL calls for PEFT and gradient checkpointing, hooks every
+`enable_input_require_grads` (modeling_utils.py), which TRL calls for PEFT under gradient checkpointing, hooks every
 PreTrainedModel's input embeddings, and the tower's is its patch embedding (`_input_embed_layer = "patch_embed"`), so
-its output requires grad and the tower keeps what its ops need for input gradients and runs a backward.
+its output requires grad and the tower keeps what its ops need for input gradients and runs a backward. Without
+checkpointing nothing hooks it: a tower no adapter reaches builds no graph, an adapted one's graph starts at its
+adapters.
 
 A block is a decoder layer of the tower's width over N rows (no mask: attention runs per window / per image on
 cu_seqlens chunks), so its saved tensors are hpcmem.estimate.activations' terms for that shape, plus what differs
@@ -32,10 +34,12 @@ from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout
 from hpcmem.estimate.names import BACKWARD, FORWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES
 from hpcmem.estimate.names import GRADIENTS as LM_GRADIENTS
 from hpcmem.estimate.states import optimizer_bytes_per_param
+from hpcmem.estimate.trainers import REFERENCE_FORWARD
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision, micro_batch
+from hpcmem.job.trainers import entry
 from hpcmem.models.peft_targets import ALL_LINEAR
 from hpcmem.models.spec import ModelSpec
 from hpcmem.models.vision import VisionLinear, VisionSpec
@@ -81,6 +85,14 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
         return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=0, saved=0, merger_saved=0, blocks_saved=(),
                            block_full=0, block_backward=0, block_grads=0, merger_grads=0, patches=0,
                            image_tokens=0, trained="no images: unused")
+    if lora.enabled and not adapted and not job.train.gradient_checkpointing:
+        # TRL calls `enable_input_require_grads` for PEFT only under gradient checkpointing (dpo_trainer.py,
+        # sft_trainer.py `__init__`): without it and without adapters, nothing in the tower requires grad, so its
+        # forward builds no graph, keeps nothing and runs no backward; the batch's pixel_values stay alive
+        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=n * v.patch_dim * FP32, saved=0,
+                           merger_saved=0, blocks_saved=(), block_full=0, block_backward=0, block_grads=0,
+                           merger_grads=0, patches=n, image_tokens=images * image_geometry(job.train, v).tokens,
+                           trained="frozen (no LoRA target reaches it, no checkpointing): no graph, no backward")
     gbytes = w if trained else lora.adapter_bytes
     trainable = v.num_params if trained else adapter_params
     grads = trainable * gbytes
@@ -160,8 +172,10 @@ def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted:
     # frozen (LoRA): the patch embedding's output has no grad_fn, so `enable_input_require_grads`' hook makes it a leaf
     # that requires grad, which autograd's AccumulateGrad node keeps alive to the end of the backward; the token
     # embeddings' output likewise, and with images it is no longer the first layer's input (`masked_scatter` makes a
-    # new one), so it is alive beside it (traced: qvl-lora-qv-gc-896, estimator/LOG.md)
-    leaves = (n * h + micro_batch(job).tokens * job.model.hidden_size) * prec.weight if not trained else 0
+    # new one), so it is alive beside it (traced: qvl-lora-qv-gc-896, estimator/LOG.md); TRL installs the hook for PEFT
+    # only under gradient checkpointing, so without it there are no such leaves
+    hooked = not trained and job.train.gradient_checkpointing
+    leaves = (n * h + micro_batch(job).tokens * job.model.hidden_size) * prec.weight if hooked else 0
     rope = 2 * n * (h // v.num_heads) * FP32
     norm = (FP32 * h + (0 if not trained else prec.residual * h + prec.act * h)) * n
     mlp = prec.act * h * n + (prec.act * h * n if trained else 0)
@@ -205,7 +219,11 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
     pixels = Component(name="pixel_values", bytes=terms.pixels, note="the batch, fp32")
     out = []
     for p in phases:
-        if p.name == FORWARD or p.name in ("backward (LM head)",) or p.name.startswith("backward (layer"):
+        # DPO's reference forward runs after the policy's (dpo_trainer.py `_compute_loss`), its saved tensors alive; the
+        # reference's own tower pass (no grad, one block's intermediates) is less than one block's recompute and
+        # backward, so the tower's backward phase bounds it
+        if p.name in (FORWARD, REFERENCE_FORWARD) or p.name in ("backward (LM head)",) or \
+                p.name.startswith("backward (layer"):
             # under gradient accumulation the tower's gradients of the earlier micro-batches are alive throughout
             extra: tuple[Component, ...] = (held, grads) if accumulating else (held,)
         elif p.name.startswith(BACKWARD) or p.name == OPTIMIZER_STEP:
@@ -213,7 +231,8 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
         else:
             extra = ()
         out.append(Phase(name=p.name, components=(*resident, *p.components, *extra)))
-    out.append(_tower_backward(job, terms, resident, phases, embed_grad))
+    if terms.blocks_saved:
+        out.append(_tower_backward(job, terms, resident, phases, embed_grad))
     return out
 
 
@@ -255,8 +274,9 @@ def images_note(job: JobSpec) -> str:
         return (f"images from the length profile: worst micro-batch {t.profile_images} image(s), "
                 f"{t.profile_patches:,} patches, {t.profile_image_tokens:,} image tokens (within the rows' lengths)")
     g = image_geometry(t, job.model.vision)
-    return (f"{t.images_per_example} image(s)/row {t.image_height}×{t.image_width} px → {g.resized[0]}×{g.resized[1]} "
-            f"({g.patches:,} patches, {g.tokens:,} image tokens each, within max_length)")
+    twice = " in each chosen and rejected row" if entry(t.trainer).rows_per_example > 1 else ""
+    return (f"{t.images_per_example} image(s)/row{twice} {t.image_height}×{t.image_width} px → {g.resized[0]}×"
+            f"{g.resized[1]} ({g.patches:,} patches, {g.tokens:,} image tokens each, within max_length)")
 
 
 def vision_json(job: JobSpec, terms: VisionTerms | None) -> dict | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcmem.job.images import IMAGE_TRAINERS, image_geometry
+from hpcmem.job.trainers import entry
 
 if TYPE_CHECKING:
     from hpcmem.job.protocol import Job
@@ -25,14 +26,18 @@ def image_job_problems(job: Job) -> list[str]:
     out = []
     if t.trainer not in IMAGE_TRAINERS:
         out.append(f"{said} with trainer {t.trainer}: hpcmem models images for {', '.join(IMAGE_TRAINERS)} "
-                   "only (DPO/GRPO/RLOO with images are not modelled yet)")
+                   "only (GRPO/RLOO/KTO/reward with images are not modelled yet)")
+    elif t.profile_images and t.trainer != "sft":
+        out.append(f"{said} with trainer {t.trainer}: a length profile's images are read for SFT only; give "
+                   "images_per_example, image_height and image_width")
     # sft_trainer.py SFTTrainer.__init__: "Packing is not supported for vision datasets", "Padding-free training is
-    # yet not supported for vision datasets"
+    # yet not supported for vision datasets" (DPOTrainer warns about padding_free and pads: hpcmem.job.rules)
     if t.packing:
         out.append("packing with images: TRL 1.16's SFTTrainer raises 'Packing is not supported for vision datasets'")
-    if t.padding_free:
+    if t.padding_free and t.trainer == "sft":
         out.append("padding_free with images: TRL 1.16's SFTTrainer raises 'Padding-free training is yet not "
                    "supported for vision datasets'")
+    out += _preference_problems(job)
     g = image_geometry(t, m.vision) if t.images_per_example else None
     tokens = g.tokens * t.images_per_example if g else 0     # a profile's cuts are checked where it is read
     if g and t.max_length is not None and tokens > t.max_length:
@@ -56,9 +61,28 @@ def image_job_problems(job: Job) -> list[str]:
     return out
 
 
+def _preference_problems(job: Job) -> list[str]:
+    """What DPOTrainer 1.16 refuses with a vision dataset (dpo_trainer.py `__init__`,
+    DataCollatorForVisionPreference)."""
+    t, out = job.train, []
+    if t.trainer != "dpo":
+        return out
+    if t.precompute_ref_log_probs:
+        out.append("precompute_ref_log_probs with images: TRL 1.16's DPOTrainer raises "
+                   "'`precompute_ref_log_probs=True` is not supported for vision datasets'")
+    if t.pad_to_multiple_of is not None:
+        out.append(f"pad_to_multiple_of {t.pad_to_multiple_of} with images: TRL 1.16's "
+                   "DataCollatorForVisionPreference raises NotImplementedError ('Padding to a multiple of a value is "
+                   "not yet implemented'); set it to None")
+    return out
+
+
 def image_rows(job: Job) -> tuple[int, int]:
-    """(images, pixel_values rows) of one micro-batch: per_device_train_batch_size × images_per_example images, or a
-    length profile's worst micro-batch (profile_images, profile_patches)."""
+    """(images, pixel_values rows) of one micro-batch: per_device_train_batch_size × images_per_example images per
+    row kind, or a length profile's worst micro-batch (profile_images, profile_patches: the profile counts DPO's
+    copies itself). DPO's DataCollatorForVisionPreference repeats each example's images for its chosen and its
+    rejected row (`images = [...] * 2`, the processor runs on the 2·B prompts), so the tower sees them twice per
+    forward."""
     t = job.train
     if job.model.vision is None:
         return 0, 0
@@ -66,5 +90,15 @@ def image_rows(job: Job) -> tuple[int, int]:
         return t.profile_images, t.profile_patches
     if t.images_per_example == 0:
         return 0, 0
-    images = t.per_device_train_batch_size * t.images_per_example
+    images = entry(t.trainer).rows_per_example * t.per_device_train_batch_size * t.images_per_example
     return images, images * image_geometry(t, job.model.vision).patches
+
+
+def prompt_image_tokens(job: Job) -> int:
+    """Image tokens in each row's prompt: DPO's DataCollatorForVisionPreference puts every image in the prompt and
+    `_compute_loss` labels only the completion (`labels = input_ids.masked_fill(completion_mask == 0, -100)`), so
+    these positions are never scored by the fused LM head."""
+    t = job.train
+    if t.images_per_example == 0 or job.model.vision is None:
+        return 0
+    return t.images_per_example * image_geometry(t, job.model.vision).tokens

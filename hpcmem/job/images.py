@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 DEFAULT_MIN_PIXELS = 56 * 56
 DEFAULT_MAX_PIXELS = 28 * 28 * 1280
 MAX_ASPECT = 200            # smart_resize raises above this aspect ratio
-IMAGE_TRAINERS = ("sft",)   # the trainers whose image path hpcmem models (trace and estimate)
+IMAGE_TRAINERS = ("sft", "dpo")   # the trainers whose image path hpcmem models (trace and estimate)
 # The flags' help: which names are hpcmem's own and which transformers'
 FIELD_HELP = {
     "images_per_example": "hpcmem's own: images in each row's \"images\" list (0: text only) (default 0)",

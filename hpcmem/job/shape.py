@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hpcmem.job.image_rules import prompt_image_tokens
 from hpcmem.job.trainers import entry
 
 if TYPE_CHECKING:
@@ -75,7 +76,9 @@ def micro_batch(job: Job) -> MicroBatch:
             seq = _round_up(max_len, t.pad_to_multiple_of)
             src = "" if t.max_length is not None else \
                 f" (max_length none: every row max_position_embeddings {m.max_position_embeddings} — pass --lengths)"
-        return MicroBatch(rows=rows, seq=seq, label_tokens=rows * (seq - 1), padding_free=False,
+        # a row's images sit in its prompt (vision DPO), so their tokens are never labels (hpcmem.job.image_rules)
+        labels = max(seq - 1 - prompt_image_tokens(job), 0)
+        return MicroBatch(rows=rows, seq=seq, label_tokens=rows * labels, padding_free=False,
                           source=f"chosen+rejected: {e.rows_per_example}×{b} rows × {seq}{src}")
     padding_free = t.padding_free or (t.packing and t.packing_strategy in ("bfd", "bfd_split"))
     if job.tokens_per_micro_batch is not None:

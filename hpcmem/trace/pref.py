@@ -19,10 +19,11 @@ import contextlib
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace import pieces
+from hpcmem.trace import pieces, vision
 from hpcmem.trace.data import BatchDesign, make_preference_dataset
 from hpcmem.trace.fakeenv import patched
 from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, common_args, peft_config, traced_accumulation
+from hpcmem.trace.vision_pref import make_vision_preference_dataset
 
 PRECOMPUTE_NOTE = ("precompute_ref_log_probs: TRL's reference pass over the dataset (in DPOTrainer.__init__, before "
                    "training) is not traced; its ref_chosen_logps/ref_rejected_logps columns are filled with 0.0 and "
@@ -63,13 +64,17 @@ def build_dpo(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, gene
     ref = None
     if not t.use_peft and not t.precompute_ref_log_probs:
         ref = build_model_in_dtype(job)     # TRL would load the same checkpoint again in the policy's dtype
-    dataset = make_preference_dataset(job, design, TRACE_STEPS * traced_accumulation(job))
+    steps = TRACE_STEPS * traced_accumulation(job)
+    if t.images_per_example:     # DataCollatorForVisionPreference, transformers' processor (hpcmem.trace.vision_pref)
+        dataset, processing = make_vision_preference_dataset(job, design, steps), vision.processor(job)
+    else:
+        dataset, processing = make_preference_dataset(job, design, steps), pieces.tokenizer()
     cls = _dpo_class(fake)
     import trl.trainer.dpo_trainer as dpo_module
 
     with no_hash(dpo_module) if t.precompute_ref_log_probs else contextlib.nullcontext():
         trainer = cls(model=model, ref_model=ref, args=args, train_dataset=dataset,
-                      processing_class=pieces.tokenizer(), peft_config=peft_config(job))
+                      processing_class=processing, peft_config=peft_config(job))
     return trainer
 
 
