@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcmem.job.images import IMAGE_TRAINERS, image_geometry
+from hpcmem.models.vision import VISION_LANGUAGE
 
 if TYPE_CHECKING:
     from hpcmem.job.protocol import Job
@@ -19,7 +20,7 @@ def image_job_problems(job: Job) -> list[str]:
         return []
     if m.vision is None:
         return [f"images_per_example {t.images_per_example}: model {m.name} ({m.model_type}) has no vision tower "
-                "hpcmem models (vision-language types: qwen2_5_vl); set images_per_example 0"]
+                f"hpcmem models (vision-language types: {', '.join(VISION_LANGUAGE)}); set images_per_example 0"]
     out = []
     if t.trainer not in IMAGE_TRAINERS:
         out.append(f"images_per_example with trainer {t.trainer}: hpcmem models images for {', '.join(IMAGE_TRAINERS)} "

@@ -1,5 +1,5 @@
-"""Qwen2.5-VL's parts as hpcmem counts them (hpcmem.models.vision, the language model by the qwen2 family) against
-`AutoModelForImageTextToText.from_config` on the meta device: the published 7B config and a cut one."""
+"""Qwen2.5-VL's and Qwen2-VL's parts as hpcmem counts them (hpcmem.models.vision, the language model by the qwen2 family) against
+`AutoModelForImageTextToText.from_config` on the meta device: the published 7B configs and cut ones."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ pytestmark = pytest.mark.torch
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 
 
-@pytest.mark.parametrize("name", ["Qwen2.5-VL-7B-Instruct.json", "qwen2_5_vl-7b-width-L1-D4.json"])
+@pytest.mark.parametrize("name", ["Qwen2.5-VL-7B-Instruct.json", "qwen2_5_vl-7b-width-L1-D4.json",
+                                  "Qwen2-VL-7B-Instruct.json", "qwen2_vl-7b-width-L1-D4.json"])
 def test_parts_equal_the_meta_model(name):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
