@@ -29,7 +29,7 @@ from functools import lru_cache
 
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.breakdown import Component, Phase
-from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout
+from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.names import BACKWARD, FORWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES
 from hpcmem.estimate.names import GRADIENTS as LM_GRADIENTS
 from hpcmem.estimate.states import optimizer_bytes_per_param
@@ -105,6 +105,10 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
     before, merger_saved = outside_saved(job, v, n, prec, adapted, lora)
     saved = sum(blocks) + before + merger_saved
     hidden_t, mlp_t, scores_t = act.backward_parts(spec, mb, prec, "sdpa")
+    # the tower's adapters: the widest adapted input's gradient through lora_A, dropout and peft's cast, beside the
+    # MLP's (hpcmem.estimate.lora.backward_transient, as for the decoder layers in hpcmem.estimate.step)
+    tower_adapted = [x.in_features for x in adapted if x.part == "tower"]
+    adapter_t = n * max(tower_adapted) * backward_bytes_per_input(lora) if tower_adapted and lora.enabled else 0
     per_block = (block_params if trained else sum(
         job.train.lora_r * (x.in_features + x.out_features) for x in adapted if x.part == "tower")) * gbytes
     merger = (v.merger_params if trained else sum(
@@ -114,7 +118,7 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
             "frozen (no LoRA target reaches it); its backward still runs (input gradients)")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=n * v.patch_dim * FP32, saved=saved,
                        merger_saved=merger_saved,
-                       blocks_saved=blocks, block_full=block, block_backward=hidden_t + max(mlp_t, scores_t),
+                       blocks_saved=blocks, block_full=block, block_backward=hidden_t + max(mlp_t + adapter_t, scores_t),
                        block_grads=per_block, merger_grads=merger, patches=n,
                        image_tokens=images * image_geometry(job.train, v).tokens, trained=what)
 
