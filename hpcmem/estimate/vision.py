@@ -118,7 +118,8 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
             "frozen (no LoRA target reaches it); its backward still runs (input gradients)")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=n * v.patch_dim * FP32, saved=saved,
                        merger_saved=merger_saved,
-                       blocks_saved=blocks, block_full=block, block_backward=hidden_t + max(mlp_t + adapter_t, scores_t),
+                       blocks_saved=blocks, block_full=block,
+                       block_backward=hidden_t + max(mlp_t + adapter_t, scores_t),
                        block_grads=per_block, merger_grads=merger, patches=n,
                        image_tokens=images * image_geometry(job.train, v).tokens, trained=what)
 

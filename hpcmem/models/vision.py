@@ -4,9 +4,9 @@ describes them (names follow transformers' config keys), and their linear layers
 Covered (transformers 5.24):
 - Qwen2.5-VL (models/qwen2_5_vl/configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`, modeling_qwen2_5_vl.py
   `Qwen2_5_VisionTransformerPretrainedModel`): a Conv3d patch embedding (no bias), `depth` blocks of RMSNorm →
-  attention (fused `qkv` with bias, `proj` with bias) → RMSNorm → gated MLP (gate/up/down_proj, all with bias), window
-  attention except in `fullatt_block_indexes`, and the patch merger (`merger`: RMSNorm over the tower width, then
-  Linear(4·width → 4·width) → GELU → Linear(4·width → out_hidden_size), both with bias).
+  attention (fused `qkv` with bias, `proj` with bias) → RMSNorm → gated MLP (gate/up/down_proj, all with bias),
+  window attention except in `fullatt_block_indexes`, and the patch merger (`merger`: RMSNorm over the tower width,
+  then Linear(4·width → 4·width) → GELU → Linear(4·width → out_hidden_size), both with bias).
 - Qwen2-VL (models/qwen2_vl/configuration_qwen2_vl.py `Qwen2VLVisionConfig`, modeling_qwen2_vl.py
   `Qwen2VisionTransformerPretrainedModel`): the same patch embedding, attention and merger layout, but torch's
   LayerNorm (weight and bias) for norm1/norm2 and the merger's `ln_q` (`Qwen2VLVisionBlock.__init__`,

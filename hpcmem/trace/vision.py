@@ -8,9 +8,9 @@ ProcessorMixin as its processing_class, skips dataset preparation and collates w
 hands it exactly that: rows of blank RGB images of the job's size and one user turn of words of the word-level
 tokenizer (hpcmem.trace.pieces) that fill each row to its designed length; the chat template (`CHAT_TEMPLATE`) writes
 each image as Qwen's vision_start, image_pad, vision_end and the text as it is, and the processor expands image_pad to
-the image's tokens. The processor is transformers'
-own `Qwen2_5_VLProcessor` (Qwen2-VL: `Qwen2VLProcessor`, `PROCESSORS`) around its PIL image processor
-`Qwen2VLImageProcessorPil` (the same `smart_resize` and `patchify` as the torchvision one) and the word tokenizer with Qwen's four vision tokens added; the model config's
+the image's tokens. The processor is transformers' own `Qwen2_5_VLProcessor` (Qwen2-VL: `Qwen2VLProcessor`,
+`PROCESSORS`) around its PIL image processor `Qwen2VLImageProcessorPil` (the same `smart_resize` and `patchify` as
+the torchvision one) and the word tokenizer with Qwen's four vision tokens added; the model config's
 token ids are set to the tokenizer's.
 """
 

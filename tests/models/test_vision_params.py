@@ -1,6 +1,6 @@
-"""Qwen2.5-VL's and Qwen2-VL's parts as hpcmem counts them (hpcmem.models.vision, the language model by the qwen2 family) against
-`AutoModelForImageTextToText.from_config` on the meta device: the published 7B configs (fixtures and the catalog's
-vision-language entries) and cut ones."""
+"""Qwen2.5-VL's and Qwen2-VL's parts as hpcmem counts them (hpcmem.models.vision, the language model by the qwen2
+family) against `AutoModelForImageTextToText.from_config` on the meta device: the published 7B configs (fixtures and
+the catalog's vision-language entries) and cut ones."""
 
 from __future__ import annotations
 
