@@ -192,8 +192,9 @@ def model_config_dict(name: str) -> dict[str, Any]:
 def catalog_row(hub_id: str) -> dict[str, Any]:
     spec = spec_from_config(catalog()[hub_id]["config"], hub_id)
     params = count_params(spec)
+    vision = spec.vision.num_params if spec.vision is not None else 0     # a vision-language model's tower and merger
     return {"hub_id": hub_id, "model_type": spec.model_type, "made": "learned" if spec.learned else "derived",
-            "num_params": params.total, "active_params": params.active,
+            "num_params": params.total + vision, "active_params": params.active + vision, "vision_params": vision,
             "num_hidden_layers": spec.num_hidden_layers, "hidden_size": spec.hidden_size,
             "num_attention_heads": spec.num_attention_heads, "num_key_value_heads": spec.num_key_value_heads,
             "num_experts": spec.num_experts, "num_experts_per_tok": spec.num_experts_per_tok,

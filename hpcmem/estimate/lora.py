@@ -136,11 +136,16 @@ def backward_transient(lora: LoraLayout, tokens: int, prec: Precision, part: str
     if not mods:
         return 0
     widest = max(mod.in_features for mod in mods)
-    # without dropout (DPO/Reward disable_dropout) the fp32 gradient through the dropout step does not exist
-    per_element = 2 * lora.adapter_bytes - 1 - (0 if lora.dropout else lora.adapter_bytes)
+    per_element = backward_bytes_per_input(lora)
     if lora.dora:
         return lora_variants.backward_transient(lora, mods, tokens, per_element)
     return tokens * widest * per_element
+
+
+def backward_bytes_per_input(lora: LoraLayout) -> int:
+    """`backward_transient`'s bytes per element of an adapted linear's input; without dropout (DPO/Reward
+    disable_dropout) the fp32 gradient through the dropout step does not exist."""
+    return 2 * lora.adapter_bytes - 1 - (0 if lora.dropout else lora.adapter_bytes)
 
 
 def lora_layout(job: JobSpec) -> LoraLayout:

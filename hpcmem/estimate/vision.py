@@ -20,7 +20,8 @@ adapters.
 
 A block is a decoder layer of the tower's width over N rows (no mask: attention runs per window / per image on
 cu_seqlens chunks), so its saved tensors are hpcmem.estimate.activations' terms for that shape, plus what differs
-(`block_saved`).
+(`block_saved`); Qwen2-VL's LayerNorms and two-linear MLP replace the RMSNorm and gated-MLP terms (`layer_norm_saved`,
+`fc_mlp_saved`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from functools import lru_cache
 
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.breakdown import Component, Phase
-from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout
+from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.names import BACKWARD, FORWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES
 from hpcmem.estimate.names import GRADIENTS as LM_GRADIENTS
 from hpcmem.estimate.states import optimizer_bytes_per_param
@@ -45,6 +46,13 @@ from hpcmem.models.spec import ModelSpec
 from hpcmem.models.vision import VisionLinear, VisionSpec
 
 FP32 = 4
+# LayerNorm's per-row statistics it keeps for backward: fp32 mean and rstd (aten native_layer_norm)
+LAYER_NORM_STATS = 2 * FP32
+# Tensors of the MLP's width an fc1 → act → fc2 MLP keeps for backward, besides fc2's input: fc1's output (the
+# activation's input), and for quick_gelu the sigmoid's output too (activations.py QuickGELUActivation: `input *
+# torch.sigmoid(1.702 * input)`: sigmoid keeps its output, the product keeps both factors); GELU, exact or tanh
+# (aten gelu), keeps its input alone. Keys: hpcmem.models.vision.FC_ACTIVATIONS
+ACT_TENSORS = {"quick_gelu": 2, "gelu": 1, "gelu_pytorch_tanh": 1}
 WEIGHTS = "vision tower weights"
 OPTIMIZER = "vision tower optimizer states"
 ACTIVATIONS = "vision activations"
@@ -109,6 +117,10 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
     before, merger_saved = outside_saved(job, v, n, prec, adapted, lora)
     saved = sum(blocks) + before + merger_saved
     hidden_t, mlp_t, scores_t = act.backward_parts(spec, mb, prec, "sdpa")
+    # the tower's adapters: the widest adapted input's gradient through lora_A, dropout and peft's cast, beside the
+    # MLP's (hpcmem.estimate.lora.backward_transient, as for the decoder layers in hpcmem.estimate.step)
+    tower_adapted = [x.in_features for x in adapted if x.part == "tower"]
+    adapter_t = n * max(tower_adapted) * backward_bytes_per_input(lora) if tower_adapted and lora.enabled else 0
     per_block = (block_params if trained else sum(
         job.train.lora_r * (x.in_features + x.out_features) for x in adapted if x.part == "tower")) * gbytes
     merger = (v.merger_params if trained else sum(
@@ -118,7 +130,8 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
             "frozen (no LoRA target reaches it); its backward still runs (input gradients)")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=n * v.patch_dim * FP32, saved=saved,
                        merger_saved=merger_saved,
-                       blocks_saved=blocks, block_full=block, block_backward=hidden_t + max(mlp_t, scores_t),
+                       blocks_saved=blocks, block_full=block,
+                       block_backward=hidden_t + max(mlp_t + adapter_t, scores_t),
                        block_grads=per_block, merger_grads=merger, patches=n,
                        image_tokens=job.train.profile_image_tokens or images * image_geometry(job.train, v).tokens,
                        trained=what)
@@ -132,7 +145,7 @@ def block_spec(v: VisionSpec) -> ModelSpec:
                      hidden_size=v.hidden_size, intermediate_size=v.intermediate_size, num_hidden_layers=v.depth,
                      num_attention_heads=v.num_heads, num_key_value_heads=v.num_heads,
                      head_dim=v.hidden_size // v.num_heads, tie_word_embeddings=False, hidden_act=v.hidden_act,
-                     qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=True)
+                     qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=True, gated_mlp=v.mlp == "gated")
 
 
 def block_saved(job: JobSpec, v: VisionSpec, spec: ModelSpec, mb: MicroBatch, prec: Precision, block_params: int,
@@ -149,11 +162,30 @@ def block_saved(job: JobSpec, v: VisionSpec, spec: ModelSpec, mb: MicroBatch, pr
             spec, mb, prec, attn="sdpa", layer=0, layer_params=block_params,
             lora=LoraLayout(enabled=True, r=lora.r)).items() if k in ("norms", "attention", "mlp")}}
         terms["autocast_weights"] = 0
+    if v.norm == "layer":       # modeling_qwen2_vl.py Qwen2VLVisionBlock: norm1, norm2 are torch LayerNorms
+        terms["norms"] = 2 * layer_norm_saved(v.hidden_size, prec, frozen) * mb.tokens
+    if v.mlp == "fc":           # modeling_qwen2_vl.py VisionMlp
+        terms["mlp"] = fc_mlp_saved(v, prec, frozen) * mb.tokens
     # the concatenation feeds `proj`: kept for its weight gradient when it trains; a frozen proj keeps nothing, and its
     # adapter keeps its own dropout output (`adapters_saved`), not its input
     proj_in = 0 if frozen else prec.act * v.hidden_size * mb.tokens
     own = adapters_saved([x for x in adapted if x.part == "tower"], mb.tokens, prec, lora)
     return sum(terms.values()) + proj_in + own
+
+
+def layer_norm_saved(h: int, prec: Precision, frozen: bool) -> int:
+    """Bytes per row one torch LayerNorm before a linear keeps: its input (cast to fp32 under autocast, where
+    layer_norm is an fp32 op; else the input itself) and the fp32 mean and rstd (native_layer_norm's saved tensors,
+    kept for the input gradient whether or not the weights train), and its output for the linear's weight gradient
+    (in the compute dtype: autocast casts the fp32 output for the linear) when that linear trains."""
+    return (FP32 if prec.amp else prec.residual) * h + LAYER_NORM_STATS + (0 if frozen else prec.act * h)
+
+
+def fc_mlp_saved(v: VisionSpec, prec: Precision, frozen: bool) -> int:
+    """Bytes per row a fc1 → act → fc2 MLP keeps (modeling_qwen2_vl.py VisionMlp.forward `fc2(act(fc1(x)))`): what
+    the activation keeps of fc1's output (`ACT_TENSORS`) and fc2's input when fc2 trains (fc1's input is the norm's
+    output, counted with the norm)."""
+    return (ACT_TENSORS[v.hidden_act] + (0 if frozen else 1)) * v.intermediate_size * prec.act
 
 
 def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted: tuple[VisionLinear, ...],
@@ -163,7 +195,8 @@ def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted:
     - the patch embedding's Conv3d input, pixel_values cast to the weight dtype (`.to(dtype=target_dtype)`), kept
       for its weight gradient when it trains;
     - the rotary cos and sin, fp32 [N, head_dim] each after the window permutation, read by every block;
-    - the merger: its RMSNorm over the tower width (fp32 upcast, normalised tensor, output for the first Linear),
+    - the merger: its RMSNorm over the tower width (fp32 upcast, normalised tensor, output for the first Linear;
+      Qwen2-VL's LayerNorm `ln_q`: `layer_norm_saved`),
       the first Linear's output (GELU's input) and GELU's output (the second Linear's input), [N / merge², 4·width]
       each — the same bytes as [N, width]; frozen (LoRA), only the fp32 upcast and GELU's input;
     - the merger adapters' own under LoRA (a frozen linear keeps no input: its adapter keeps its dropout output)."""
@@ -177,7 +210,10 @@ def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted:
     hooked = not trained and job.train.gradient_checkpointing
     leaves = (n * h + micro_batch(job).tokens * job.model.hidden_size) * prec.weight if hooked else 0
     rope = 2 * n * (h // v.num_heads) * FP32
-    norm = (FP32 * h + (0 if not trained else prec.residual * h + prec.act * h)) * n
+    if v.norm == "layer":       # modeling_qwen2_vl.py PatchMerger.ln_q
+        norm = layer_norm_saved(h, prec, frozen=not trained) * n
+    else:
+        norm = (FP32 * h + (0 if not trained else prec.residual * h + prec.act * h)) * n
     mlp = prec.act * h * n + (prec.act * h * n if trained else 0)
     own = adapters_saved([x for x in adapted if x.part == "merger"], n // v.merge_unit, prec, lora)
     return conv + rope + leaves, norm + mlp + own

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from hpcmem.job.images import IMAGE_TRAINERS, image_geometry
 from hpcmem.job.trainers import entry
+from hpcmem.models.vision import VISION_LANGUAGE
 
 if TYPE_CHECKING:
     from hpcmem.job.protocol import Job
@@ -22,7 +23,7 @@ def image_job_problems(job: Job) -> list[str]:
             f"a length profile with images ({t.profile_images} per micro-batch)")
     if m.vision is None:
         return [f"{said}: model {m.name} ({m.model_type}) has no vision tower "
-                "hpcmem models (vision-language types: qwen2_5_vl); set images_per_example 0"]
+                f"hpcmem models (vision-language types: {', '.join(VISION_LANGUAGE)}); set images_per_example 0"]
     out = []
     if t.trainer not in IMAGE_TRAINERS:
         out.append(f"{said} with trainer {t.trainer}: hpcmem models images for {', '.join(IMAGE_TRAINERS)} "

@@ -1,11 +1,18 @@
 """VisionSpec: the vision tower and projector of a vision-language model, as its config.json's `vision_config`
 describes them (names follow transformers' config keys), and their linear layers and parameter count.
 
-Covered: Qwen2.5-VL (transformers 5.24 models/qwen2_5_vl/configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`,
-modeling_qwen2_5_vl.py `Qwen2_5_VisionTransformerPretrainedModel`): a Conv3d patch embedding (no bias), `depth`
-blocks of RMSNorm → attention (fused `qkv` with bias, `proj` with bias) → RMSNorm → gated MLP (gate/up/down_proj,
-all with bias), window attention except in `fullatt_block_indexes`, and the patch merger (`merger`: RMSNorm over the
-tower width, then Linear(4·width → 4·width) → GELU → Linear(4·width → out_hidden_size), both with bias).
+Covered (transformers 5.24):
+- Qwen2.5-VL (models/qwen2_5_vl/configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`, modeling_qwen2_5_vl.py
+  `Qwen2_5_VisionTransformerPretrainedModel`): a Conv3d patch embedding (no bias), `depth` blocks of RMSNorm →
+  attention (fused `qkv` with bias, `proj` with bias) → RMSNorm → gated MLP (gate/up/down_proj, all with bias),
+  window attention except in `fullatt_block_indexes`, and the patch merger (`merger`: RMSNorm over the tower width,
+  then Linear(4·width → 4·width) → GELU → Linear(4·width → out_hidden_size), both with bias).
+- Qwen2-VL (models/qwen2_vl/configuration_qwen2_vl.py `Qwen2VLVisionConfig`, modeling_qwen2_vl.py
+  `Qwen2VisionTransformerPretrainedModel`): the same patch embedding, attention and merger layout, but torch's
+  LayerNorm (weight and bias) for norm1/norm2 and the merger's `ln_q` (`Qwen2VLVisionBlock.__init__`,
+  `PatchMerger.__init__`), a two-linear MLP fc1 → `hidden_act` (quick_gelu) → fc2 with biases (`VisionMlp`, width
+  int(embed_dim · mlp_ratio)), and full attention over each image in every block (no windows). Its config names the
+  tower width `embed_dim` and the merger's output `hidden_size`.
 """
 
 from __future__ import annotations
@@ -15,17 +22,42 @@ from typing import Any
 
 from hpcmem.errors import Problems, SpecError
 
-# model_type of the outer config → (the decoder layout hpcmem.models.config builds its text part with, the
-# vision_config class defaults for omitted keys: configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`)
-VISION_LANGUAGE: dict[str, tuple[str, dict[str, Any]]] = {
-    "qwen2_5_vl": ("qwen2", {
+
+
+@dataclass(frozen=True)
+class TowerLayout:
+    """What differs between the covered towers: the decoder layout hpcmem.models.config builds the text part with,
+    the vision_config class defaults for omitted keys, the config's own key names mapped onto VisionSpec's, the norm
+    ("rms": Qwen2RMSNorm-style, weight only; "layer": torch LayerNorm, weight and bias) and the MLP ("gated":
+    gate/up/down_proj; "fc": fc1 → act → fc2)."""
+
+    text: str
+    defaults: dict[str, Any]
+    aliases: dict[str, str]
+    norm: str
+    mlp: str
+
+
+# config.json spellings the vision config classes map onto their own names (their attribute_map, and `in_chans`, which
+# Hub configs of Qwen2-VL and Qwen2.5-VL carry beside the class's `in_channels`)
+_COMMON_ALIASES = {"num_attention_heads": "num_heads", "num_hidden_layers": "depth", "in_chans": "in_channels"}
+# the activations of a two-linear ("fc") tower MLP whose saved tensors hpcmem.estimate.vision derives
+FC_ACTIVATIONS = ("quick_gelu", "gelu", "gelu_pytorch_tanh")
+# model_type of the outer config → its tower's layout
+VISION_LANGUAGE: dict[str, TowerLayout] = {
+    # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
+    "qwen2_5_vl": TowerLayout(text="qwen2", defaults={
         "depth": 32, "hidden_size": 3584, "hidden_act": "silu", "intermediate_size": 3420, "num_heads": 16,
         "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
-        "out_hidden_size": 3584, "fullatt_block_indexes": (7, 15, 23, 31)}),
+        "out_hidden_size": 3584, "fullatt_block_indexes": (7, 15, 23, 31)}, aliases=_COMMON_ALIASES, norm="rms",
+        mlp="gated"),
+    # configuration_qwen2_vl.py `Qwen2VLVisionConfig`: `embed_dim` is the tower width, `hidden_size` the merger's
+    # output; the MLP width is int(embed_dim · mlp_ratio) (`Qwen2VLVisionBlock.__init__`); no window attention
+    "qwen2_vl": TowerLayout(text="qwen2", defaults={
+        "depth": 32, "embed_dim": 1280, "hidden_size": 3584, "hidden_act": "quick_gelu", "mlp_ratio": 4,
+        "num_heads": 16, "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
+        aliases=_COMMON_ALIASES, norm="layer", mlp="fc"),
 }
-# config.json spellings the vision config class maps onto its own names (Qwen2_5_VLVisionConfig.attribute_map, and
-# `in_chans`, which Hub configs of Qwen2.5-VL carry beside the class's `in_channels`)
-_ALIASES = {"num_attention_heads": "num_heads", "num_hidden_layers": "depth", "in_chans": "in_channels"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +77,9 @@ class VisionLinear:
 
 @dataclass(frozen=True, kw_only=True)
 class VisionSpec:
-    """A Qwen2.5-VL style vision tower and patch merger (names follow `vision_config`)."""
+    """A Qwen2-VL / Qwen2.5-VL style vision tower and patch merger (names follow Qwen2.5-VL's `vision_config`:
+    hidden_size is the tower width, out_hidden_size the merger's output; window_size 0 and no
+    fullatt_block_indexes: full attention in every block)."""
 
     model_type: str
     depth: int
@@ -60,14 +94,22 @@ class VisionSpec:
     out_hidden_size: int
     fullatt_block_indexes: tuple[int, ...]
     hidden_act: str = "silu"
+    norm: str = "rms"           # TowerLayout.norm
+    mlp: str = "gated"          # TowerLayout.mlp
 
     def __post_init__(self) -> None:
         p = Problems()
         for f in ("depth", "hidden_size", "intermediate_size", "num_heads", "in_channels", "patch_size",
                   "spatial_merge_size", "temporal_patch_size", "window_size", "out_hidden_size"):
             value = getattr(self, f)
-            p.check(isinstance(value, int) and not isinstance(value, bool) and value > 0,
-                    f"vision_config.{f} must be a positive integer, got {value!r}")
+            least = 0 if f == "window_size" else 1      # 0: no window attention (Qwen2-VL)
+            p.check(isinstance(value, int) and not isinstance(value, bool) and value >= least,
+                    f"vision_config.{f} must be an integer ≥ {least}, got {value!r}")
+        p.check(self.norm in ("rms", "layer"), f"vision tower norm must be rms or layer, got {self.norm!r}")
+        p.check(self.mlp in ("gated", "fc"), f"vision tower mlp must be gated or fc, got {self.mlp!r}")
+        p.check(self.mlp != "fc" or self.hidden_act in FC_ACTIVATIONS,
+                f"vision_config.hidden_act {self.hidden_act!r}: what it keeps for backward is derived only for "
+                f"{', '.join(FC_ACTIVATIONS)}")
         p.raise_if_any()
         p.check(self.hidden_size % self.num_heads == 0,
                 f"vision_config.hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
@@ -91,26 +133,36 @@ class VisionSpec:
         return self.hidden_size * self.merge_unit
 
     def linears(self) -> tuple[VisionLinear, ...]:
-        h, i, m = self.hidden_size, self.intermediate_size, self.merged_width
-        return (VisionLinear(name="attn.qkv", in_features=h, out_features=3 * h, count=self.depth, part="tower"),
-                VisionLinear(name="attn.proj", in_features=h, out_features=h, count=self.depth, part="tower"),
-                VisionLinear(name="mlp.gate_proj", in_features=h, out_features=i, count=self.depth, part="tower"),
-                VisionLinear(name="mlp.up_proj", in_features=h, out_features=i, count=self.depth, part="tower"),
-                VisionLinear(name="mlp.down_proj", in_features=i, out_features=h, count=self.depth, part="tower"),
+        h, i, m, d = self.hidden_size, self.intermediate_size, self.merged_width, self.depth
+        if self.mlp == "gated":     # Qwen2_5_VLMLP
+            mlp = (VisionLinear(name="mlp.gate_proj", in_features=h, out_features=i, count=d, part="tower"),
+                   VisionLinear(name="mlp.up_proj", in_features=h, out_features=i, count=d, part="tower"),
+                   VisionLinear(name="mlp.down_proj", in_features=i, out_features=h, count=d, part="tower"))
+        else:                       # modeling_qwen2_vl.py VisionMlp
+            mlp = (VisionLinear(name="mlp.fc1", in_features=h, out_features=i, count=d, part="tower"),
+                   VisionLinear(name="mlp.fc2", in_features=i, out_features=h, count=d, part="tower"))
+        return (VisionLinear(name="attn.qkv", in_features=h, out_features=3 * h, count=d, part="tower"),
+                VisionLinear(name="attn.proj", in_features=h, out_features=h, count=d, part="tower"),
+                *mlp,
                 VisionLinear(name="mlp.0", in_features=m, out_features=m, count=1, part="merger"),
                 VisionLinear(name="mlp.2", in_features=m, out_features=self.out_hidden_size, count=1, part="merger"))
 
     @property
+    def norm_params(self) -> int:
+        """One norm's parameters over the tower width: RMSNorm a weight, LayerNorm a weight and a bias."""
+        return self.hidden_size * (1 if self.norm == "rms" else 2)
+
+    @property
     def tower_params(self) -> int:
-        """Patch embedding (Conv3d, no bias), the blocks' linears and their two RMSNorm weights."""
+        """Patch embedding (Conv3d, no bias), the blocks' linears and their two norms."""
         embed = self.patch_dim * self.hidden_size
-        norms = 2 * self.hidden_size * self.depth
+        norms = 2 * self.norm_params * self.depth
         return embed + norms + sum(x.params for x in self.linears() if x.part == "tower")
 
     @property
     def merger_params(self) -> int:
-        """The merger's RMSNorm (ln_q, the tower width) and its two linears."""
-        return self.hidden_size + sum(x.params for x in self.linears() if x.part == "merger")
+        """The merger's norm (ln_q, the tower width) and its two linears."""
+        return self.norm_params + sum(x.params for x in self.linears() if x.part == "merger")
 
     @property
     def num_params(self) -> int:
@@ -126,7 +178,15 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | None
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
-    vc = {**VISION_LANGUAGE[model_type][1], **{_ALIASES.get(k, k): v for k, v in raw.items()}}
+    layout = VISION_LANGUAGE[model_type]
+    vc = {**layout.defaults, **{layout.aliases.get(k, k): v for k, v in raw.items()}}
+    if "embed_dim" in layout.defaults:      # Qwen2VLVisionConfig's names → Qwen2.5-VL's
+        ratio = vc["mlp_ratio"]
+        if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or ratio <= 0:
+            raise SpecError(f"model {name}: vision_config.mlp_ratio must be a positive number, got {ratio!r}")
+        width = vc["embed_dim"]
+        vc = {**vc, "out_hidden_size": vc["hidden_size"], "hidden_size": width,
+              "intermediate_size": int(width * ratio) if isinstance(width, int) else width, "window_size": 0}
     full = vc.get("fullatt_block_indexes") or ()
     if not isinstance(full, (list, tuple)) or not all(isinstance(x, int) for x in full):
         raise SpecError(f"model {name}: vision_config.fullatt_block_indexes must be a list of integers, got {full!r}")
@@ -135,19 +195,21 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | None
         intermediate_size=vc["intermediate_size"], num_heads=vc["num_heads"], in_channels=vc["in_channels"],
         patch_size=vc["patch_size"], spatial_merge_size=vc["spatial_merge_size"],
         temporal_patch_size=vc["temporal_patch_size"], window_size=vc["window_size"],
-        out_hidden_size=vc["out_hidden_size"], fullatt_block_indexes=tuple(full), hidden_act=str(vc["hidden_act"]))
+        out_hidden_size=vc["out_hidden_size"], fullatt_block_indexes=tuple(full), hidden_act=str(vc["hidden_act"]),
+        norm=layout.norm, mlp=layout.mlp)
 
 
 def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
     """The decoder's config dict of a vision-language config: its `text_config` when it nests one, else the flat Hub
     layout's top-level keys (Qwen2_5_VLConfig.__post_init__ moves those into text_config), with model_type set to the
-    decoder layout hpcmem builds it with (Qwen2_5_VLTextModel's layers are Qwen2's: q/k/v bias, no o bias)."""
-    layout = VISION_LANGUAGE[str(cfg["model_type"])][0]
+    decoder layout hpcmem builds it with (Qwen2_5_VLTextModel's and Qwen2VLTextModel's layers are Qwen2's: q/k/v bias,
+    no o bias)."""
+    layout = VISION_LANGUAGE[str(cfg["model_type"])].text
     inner = cfg.get("text_config")
     text = dict(inner) if isinstance(inner, dict) else {k: v for k, v in cfg.items()
                                                          if k not in ("vision_config", "text_config")}
     if "tie_word_embeddings" not in text and "tie_word_embeddings" in cfg:
         text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
-    text.setdefault("tie_word_embeddings", False)        # Qwen2_5_VLConfig.tie_word_embeddings
+    text.setdefault("tie_word_embeddings", False)        # Qwen2_5_VLConfig / Qwen2VLConfig.tie_word_embeddings
     text["model_type"] = layout
     return text

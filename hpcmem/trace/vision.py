@@ -8,14 +8,15 @@ ProcessorMixin as its processing_class, skips dataset preparation and collates w
 hands it exactly that: rows of blank RGB images of the job's size and one user turn of words of the word-level
 tokenizer (hpcmem.trace.pieces) that fill each row to its designed length; the chat template (`CHAT_TEMPLATE`) writes
 each image as Qwen's vision_start, image_pad, vision_end and the text as it is, and the processor expands image_pad to
-the image's tokens. The processor is transformers'
-own `Qwen2_5_VLProcessor` around its PIL image processor `Qwen2VLImageProcessorPil` (the same `smart_resize` and
-`patchify` as the torchvision one) and the word tokenizer with Qwen's four vision tokens added; the model config's
+the image's tokens. The processor is transformers' own `Qwen2_5_VLProcessor` (Qwen2-VL: `Qwen2VLProcessor`,
+`PROCESSORS`) around its PIL image processor `Qwen2VLImageProcessorPil` (the same `smart_resize` and `patchify` as
+the torchvision one) and the word tokenizer with Qwen's four vision tokens added; the model config's
 token ids are set to the tokenizer's.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from hpcmem.errors import SpecError
@@ -30,6 +31,10 @@ MARKERS_PER_IMAGE = 2      # vision_start and vision_end around each image's tok
 CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
                  "{% if part['type'] == 'image' %}" + PLACEHOLDER + "{% elif part['type'] == 'text' %}"
                  "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+# model_type → (module, class) of the processor transformers pairs with it (models/auto/processing_auto.py
+# PROCESSOR_MAPPING_NAMES)
+PROCESSORS = {"qwen2_5_vl": ("transformers.models.qwen2_5_vl.processing_qwen2_5_vl", "Qwen2_5_VLProcessor"),
+              "qwen2_vl": ("transformers.models.qwen2_vl.processing_qwen2_vl", "Qwen2VLProcessor")}
 # What the trace does that a real run does not (its notes).
 NOTES = ("vision-language: the processor's video_processor is left out (it needs torchvision; an image-only dataset "
          "never calls it); the images are blank RGB images of the job's size",)
@@ -43,16 +48,18 @@ def vision_tokenizer() -> Any:
 
 
 def processor(job: JobSpec) -> Any:
-    """transformers' Qwen2_5_VLProcessor with the job's min_pixels / max_pixels and the vision config's patch geometry.
-    ProcessorMixin checks each sub-processor's class against the auto mappings; without torchvision the video mapping
-    is a placeholder that fails that check even for None, so the check skips the absent video processor alone."""
-    from transformers.models.qwen2_5_vl.processing_qwen2_5_vl import Qwen2_5_VLProcessor
+    """transformers' processor of the model type (`PROCESSORS`) with the job's min_pixels / max_pixels and the vision
+    config's patch geometry. ProcessorMixin checks each sub-processor's class against the auto mappings; without
+    torchvision the video mapping is a placeholder that fails that check even for None, so the check skips the absent
+    video processor alone."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     v = job.model.vision
     lo, hi = pixel_bounds(job.train)
+    module, name = PROCESSORS[v.model_type]
+    base = getattr(importlib.import_module(module), name)
 
-    class ImageOnlyProcessor(Qwen2_5_VLProcessor):
+    class ImageOnlyProcessor(base):  # type: ignore[misc,valid-type]
         def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
             if argument_name == "video_processor" and argument is None:
                 return None

@@ -1,8 +1,8 @@
-"""Vision-language SFT (Qwen2.5-VL, full width cut to 1 decoder layer and 4 vision blocks) against the trace of TRL's
-SFTTrainer with its vision collator and transformers' processor on real images (estimator/traces/vlm.jsonl, written by
-`hpcmem validate trace --cases estimator/cases/vlm.yaml`, and vlm-accumulation.yaml): full fine-tuning and LoRA
-(all-linear, q_proj/v_proj), checkpointing on and off, 448 and 896 px, one case of 2 rows × 2 images, two with 2
-micro-batches per step."""
+"""Vision-language SFT (Qwen2.5-VL and Qwen2-VL, full width cut to 1 decoder layer and 4 vision blocks) against the
+trace of TRL's SFTTrainer with its vision collator and transformers' processor on real images
+(estimator/traces/vlm.jsonl, written by `hpcmem validate trace --cases estimator/cases/vlm.yaml`, vlm-accumulation.yaml
+and vlm-qwen2-vl.yaml): full fine-tuning and LoRA (all-linear, q_proj/v_proj), checkpointing on and off, 448 and 896
+px, one case of 2 rows × 2 images, two with 2 micro-batches per step."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.validate.cases import case_job
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = [ROOT / "estimator" / "traces" / f"{name}.jsonl" for name in ("vlm", "vlm-accumulation")]
+TRACES = [ROOT / "estimator" / "traces" / f"{name}.jsonl" for name in ("vlm", "vlm-accumulation", "vlm-qwen2-vl")]
 RECORDS = {r["case"]["id"]: r for f in TRACES for r in map(json.loads, f.read_text().splitlines())}
 MAX_PCT = 3.0
 
@@ -34,10 +34,11 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
     assert abs(estimated - traced) <= MAX_PCT / 100 * traced, (estimated, traced)
 
 
-def test_the_tower_is_its_own_components():
+@pytest.mark.parametrize("case_id", ["qvl-full-gc-896", "q2vl-full-gc-896"])
+def test_the_tower_is_its_own_components(case_id):
     """Full fine-tuning: the tower's weights, Adam states, saved activations and gradients are printed apart, and the
     weights are its parameters × 2 bytes (bf16), the Adam states twice that (by hand: hpcmem.models.vision)."""
-    job = _job("qvl-full-gc-896")
+    job = _job(case_id)
     est = estimate(job)
     names = {c.name for p in est.phases for c in p.components}
     assert {WEIGHTS, OPTIMIZER, ACTIVATIONS, GRADIENTS} <= names
@@ -47,9 +48,10 @@ def test_the_tower_is_its_own_components():
     assert est.to_json()["vision"]["patches_per_micro_batch"] == 64 * 64
 
 
-def test_more_pixels_more_memory_in_the_trace_and_the_estimate():
+@pytest.mark.parametrize("prefix", ["qvl", "q2vl"])
+def test_more_pixels_more_memory_in_the_trace_and_the_estimate(prefix):
     for technique in ("full-gc", "full-nogc", "lora-all-gc", "lora-all-nogc"):
-        small, large = f"qvl-{technique}-448", f"qvl-{technique}-896"
+        small, large = f"{prefix}-{technique}-448", f"{prefix}-{technique}-896"
         traced = RECORDS[large]["traced"] - RECORDS[small]["traced"]
         est = (max(tensor_bytes(p) for p in estimate(_job(large)).phases)
                - max(tensor_bytes(p) for p in estimate(_job(small)).phases))
@@ -66,3 +68,22 @@ def test_the_recorded_trace_is_the_trace_of_today():
 
     case_id = "qvl-full-gc-448"
     assert run_trace(_job(case_id)).peak_allocated_bytes == RECORDS[case_id]["traced"]
+
+
+def test_qwen2_vl_tower_saves_what_its_modeling_code_keeps():
+    """Qwen2-VL's block with nothing recomputed (full fine-tuning, bf16, CUDA autocast), by hand from
+    modeling_qwen2_vl.py, per patch at h = 1280, I = 5120, 16 heads: two LayerNorms (fp32 input copy 4h, mean and rstd
+    8 B, the 16-bit output the next linear keeps 2h), attention (q and k after the rotary 2h each, the fused qkv
+    output 6h that v is a view of, SDPA's output 2h, fp32 logsumexp per head), `proj`'s input 2h, the MLP (fc1's
+    output and quick_gelu's sigmoid, then fc2's input: 3 × 2I)."""
+    from hpcmem.estimate.vision import vision_terms
+    from hpcmem.estimate.lora import LoraLayout
+    from hpcmem.job.shape import precision
+
+    job = _job("q2vl-full-nogc-896")
+    h, i, n = 1280, 5120, 64 * 64
+    norms = 2 * (4 * h + 8 + 2 * h)
+    attention = 2 * 2 * h + 6 * h + 2 * h + 4 * 16
+    per_patch = norms + attention + 2 * h + 3 * 2 * i
+    terms = vision_terms(job, precision(job), LoraLayout(enabled=False))
+    assert terms.block_full == per_patch * n

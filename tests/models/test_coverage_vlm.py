@@ -49,6 +49,8 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     for name in ("qwen3_vl", "llava", "idefics3", "smolvlm"):      # the VLMs users fine-tune
         assert by_type[name]["status"] == "refused" and "not modelled" in by_type[name]["reason"], name
     assert by_type["qwen2_5_vl"]["status"] == "derived" and "with images" in by_type["qwen2_5_vl"]["reason"]
+    assert (by_type["qwen2_vl"]["status"], by_type["qwen2_vl"]["reason"]) == \
+        ("derived", by_type["qwen2_5_vl"]["reason"])
     assert by_type["gemma3"]["status"] == "derived" and "images not modelled" in by_type["gemma3"]["reason"]
     assert all(r["reason"] and r["measured"] is None for r in rows)
     assert len(vision_language_rows()) == len(rows)

@@ -1,5 +1,6 @@
-"""Qwen2.5-VL's parts as hpcmem counts them (hpcmem.models.vision, the language model by the qwen2 family) against
-`AutoModelForImageTextToText.from_config` on the meta device: the published 7B config and a cut one."""
+"""Qwen2.5-VL's and Qwen2-VL's parts as hpcmem counts them (hpcmem.models.vision, the language model by the qwen2
+family) against `AutoModelForImageTextToText.from_config` on the meta device: the published 7B configs (fixtures and
+the catalog's vision-language entries) and cut ones."""
 
 from __future__ import annotations
 
@@ -8,17 +9,25 @@ from pathlib import Path
 
 import pytest
 
-from hpcmem.models.resolve import resolve_model
+from hpcmem.models.resolve import catalog, catalog_ids, resolve_model
 
 pytestmark = pytest.mark.torch
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 
 
-@pytest.mark.parametrize("name", ["Qwen2.5-VL-7B-Instruct.json", "qwen2_5_vl-7b-width-L1-D4.json"])
+VLM_CATALOG = [hub_id for hub_id in catalog_ids() if resolve_model(hub_id).vision is not None]
+
+
+def _config(name: str) -> dict:
+    return catalog()[name]["config"] if name in VLM_CATALOG else json.loads((FIXTURES / name).read_text())
+
+
+@pytest.mark.parametrize("name", ["Qwen2.5-VL-7B-Instruct.json", "qwen2_5_vl-7b-width-L1-D4.json",
+                                  "Qwen2-VL-7B-Instruct.json", "qwen2_vl-7b-width-L1-D4.json", *VLM_CATALOG])
 def test_parts_equal_the_meta_model(name):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    cfg = json.loads((FIXTURES / name).read_text())
+    cfg = _config(name)
     data = {k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype", "transformers_version")}
     config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
     with torch.device("meta"):
@@ -27,7 +36,7 @@ def test_parts_equal_the_meta_model(name):
     for param_name, p in model.named_parameters():
         part = "merger" if ".visual.merger." in param_name else "tower" if ".visual." in param_name else "language"
         count[part] += p.numel()
-    spec = resolve_model(str(FIXTURES / name))
+    spec = resolve_model(name if name in VLM_CATALOG else str(FIXTURES / name))
     assert count == {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params,
                      "language": spec.num_params}
     linear_names = {n.rsplit("visual.", 1)[-1] for n, m in model.named_modules()

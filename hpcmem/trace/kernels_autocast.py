@@ -1,0 +1,53 @@
+"""Entry 12 of the CUDA mapping (hpcmem.trace.kernels): layer_norm in fp32 under autocast, for vision-language models.
+
+CUDA autocast runs `layer_norm` in fp32 (torch's autocast op reference, "CUDA Ops that can autocast to float32";
+aten/src/ATen/autocast_mode.cpp registers it with the fp32 cast policy): every floating argument that is not fp32 —
+the 16-bit input, weight and bias — is cast to fp32, so native_layer_norm keeps an fp32 copy of its input for
+backward and returns fp32, which the next linear casts back to 16 bits (and keeps, when its weight trains). CPU
+autocast, which the trace runs, has no such entry and keeps the layer norm in 16 bits: half the input bytes, and no
+16-bit copy of the output. The trace calls `F.layer_norm` as CUDA autocast does: the arguments cast to fp32, autocast
+off inside.
+
+Mapped only for vision-language models (Qwen2-VL's vision tower: torch LayerNorm for norm1, norm2 and the merger's
+ln_q, modeling_qwen2_vl.py): the text families' stored traces and the learned profiles fitted on them were traced
+without it, and a LayerNorm text family traced with it would no longer match them; Qwen2.5-VL has no LayerNorm, so
+its traces are unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.trace.fakeenv import patched
+
+NOTE = ("layer_norm under autocast runs in fp32 as CUDA autocast runs it (fp32 cast policy; CPU autocast keeps it "
+        "in 16 bits) — mapped for vision-language models")
+
+
+@contextlib.contextmanager
+def layer_norm_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
+    if job.model.vision is None:
+        yield
+        return
+    import torch
+    import torch.nn.functional as F
+
+    original = F.layer_norm
+
+    def up(t: Any) -> Any:
+        # autocast_mode.h `cached_cast(at::kFloat, …)`: a floating tensor that is not fp32 is cast, anything else kept
+        return t.to(torch.float32) if isinstance(t, torch.Tensor) and t.is_floating_point() and \
+            t.dtype != torch.float32 and t.dtype != torch.float64 else t
+
+    def layer_norm(input: Any, normalized_shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
+        if not torch.is_autocast_enabled("cpu"):
+            return original(input, normalized_shape, weight, bias, eps)
+        with torch.autocast("cpu", enabled=False):
+            return original(up(input), normalized_shape, up(weight), up(bias), eps)
+
+    with patched(F, "layer_norm", layer_norm):
+        notes.append(NOTE)
+        yield
