@@ -61,5 +61,5 @@ def test_refusals_read_the_same_for_both_types(extra, capsys):
 
 
 def test_another_trainer_with_images_is_refused_for_qwen2_vl(capsys):
-    code, _, err = run_main(["estimate", "dpo", "--model_name_or_path", "Qwen/Qwen2-VL-7B-Instruct", *JOB], capsys)
-    assert code == 2 and "images_per_example with trainer dpo" in err and err.count("\n") == 1
+    code, _, err = run_main(["estimate", "kto", "--model_name_or_path", "Qwen/Qwen2-VL-7B-Instruct", *JOB], capsys)
+    assert code == 2 and "images_per_example 1 with trainer kto" in err and err.count("\n") == 1
