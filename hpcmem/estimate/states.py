@@ -106,6 +106,21 @@ class States:
     notes: dict
 
 
+ADAM_OPTIMS = ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach", "paged_adamw_32bit")
+
+
+def flat_partition_state_bytes(optim: str) -> float:
+    """Optimizer state bytes per element of a DeepSpeed ZeRO fp32 flat partition (stage_1_and_2.py
+    `single_partition_of_fp32_groups`, stage3.py `fp32_partitioned_groups_flat`: the client optimizer's param groups
+    hold those 1-D tensors). transformers' Adafactor factors only tensors of 2+ dimensions (optimization.py
+    `Adafactor._get_options`: factored = len(shape) >= 2) and keeps no first moment with the Trainer's beta1 None, so
+    a flat partition gets a whole fp32 second moment: 4 B (measured on 2 CPU ranks under ZeRO-2: 4Ψ/N,
+    tests/probe/test_probe_sharding.py); the others as on any fp32 parameter."""
+    if optim == "adafactor":
+        return 4.0
+    return optimizer_bytes_per_param(optim, 4)
+
+
 def optimizer_bytes_per_param(optim: str, param_bytes: int) -> float:
     """Optimizer state bytes per trainable element whose gradient has `param_bytes` bytes."""
     if optim in ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach"):
@@ -160,9 +175,17 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
     master = grad_buffers = gathered = host = reduce_bucket = prefetched = 0
     prefetch_late = False
     if par.deepspeed and par.zero_stage >= 1:
-        # DeepSpeed keeps an fp32 master and fp32 Adam states per partition: K = 12 (ZeRO paper).
+        # DeepSpeed keeps an fp32 master per partition, and the optimizer's states over it: K = 12 with Adam (ZeRO
+        # paper). hpcmem's JSON names no optimizer, so transformers hands DeepSpeed the Trainer's own
+        # (integrations/deepspeed.py `deepspeed_optim_sched`), which steps the flat fp32 partitions
+        # (`flat_partition_state_bytes`); offloaded, accelerate swaps it for DeepSpeedCPUAdam
+        # (accelerator.py `prepare_deepspeed`: map_pytorch_optim_to_deepspeed), Adam's 8 B whatever `optim` says.
         master = trainable * 4 // n
-        opt = trainable * 8 // n
+        offloaded = par.offload_optimizer_device != "none"
+        opt = int(trainable * (2 * 4 if offloaded else flat_partition_state_bytes(t.optim))) // n
+        if offloaded and t.optim not in ADAM_OPTIMS:
+            notes["optimizer"] = (f"DeepSpeedCPUAdam on {trainable:,} trainable params, partitioned /{n}: accelerate "
+                                  f"replaces {t.optim} when the optimizer is offloaded")
         # DeepSpeed 0.19 reduces gradients into their partitions as they are produced under stage 1 as well as 2
         # (same DeepSpeedZeroOptimizer path; measured per rank on CPU, estimator/LOG.md): 2Ψ/N, where the paper's
         # ZeRO-1 keeps the full 2Ψ (see zero_paper_bytes).
