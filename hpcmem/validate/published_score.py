@@ -185,7 +185,10 @@ def render(points: list[Scored], unscored: list[Row]) -> str:
         for p in part:
             est = f"{p.estimated_gib:9.2f}" if p.estimated_gib is not None else f"{'-':>9}"
             measured = f"{p.measured_gib:9.2f}" if p.measured_gib is not None else f"{p.outcome:>9}"
-            agree = "-" if p.fits_agrees is None else f"{p.verdict}/{p.outcome} {'ok' if p.fits_agrees else 'DISAGREE'}"
+            # ok: "fits" on a row that ran or "does not fit" on one out of memory; CONTRADICTED: the opposite;
+            # cautious: "tight" (the safe bound passes the capacity) on a row that ran — not a contradiction
+            agree = "-" if p.fits_agrees is None else f"{p.verdict}/{p.outcome} " + (
+                "ok" if p.fits_agrees else "CONTRADICTED" if p.contradicted else "cautious")
             if p.measured_gib is None and p.adjusted_gib is not None and p.capacity_gib:
                 agree += f" (adjusted {p.adjusted_gib:.1f} GiB = {100 * p.adjusted_gib / p.capacity_gib:.0f} % of " \
                          f"{p.capacity_gib:.1f} usable)"
