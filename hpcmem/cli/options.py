@@ -273,6 +273,10 @@ def _apply_images(profile: dict, path: str, settings: dict[str, Any]) -> None:
     TRL's refusal when max_length cuts into an example's image tokens."""
     from hpcmem.data.profile import image_cut, vision_per_micro_batch  # deferred: --lengths only
 
+    given = [k for k in ("profile_images", "profile_patches", "profile_image_tokens") if k in settings]
+    if given:
+        raise ProfileError(f"{', '.join(given)} and --lengths {path} both give the images' counts (the profile's "
+                           "worst micro-batch); give one of them")
     max_length = settings.get("max_length", 1024)
     cut = image_cut(profile, max_length)
     if cut:

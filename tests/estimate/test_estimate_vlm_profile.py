@@ -67,5 +67,7 @@ def test_refusals_name_the_conflict(capsys):
     assert code != 0 and "give one of them" in err and err.count("\n") == 1, err
     code, _, err = run_main([*ARGS[:-4], "--max_length", "32", "--lengths", PROFILE], capsys)
     assert code != 0 and "cuts into the image tokens" in err and err.count("\n") == 1, err
+    code, _, err = run_main([*ARGS, "--profile_images", "3"], capsys)
+    assert code != 0 and "both give the images' counts" in err and err.count("\n") == 1, err
     code, _, err = run_main(["estimate", "dpo", *ARGS[2:]], capsys)
     assert code != 0 and "SFT only" in err and err.count("\n") == 1, err
