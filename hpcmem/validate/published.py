@@ -20,7 +20,8 @@ UNITS = {"B": 1, "MiB": 2**20, "GiB": 2**30, "MB": 10**6, "GB": 10**9}
 LOOPS = {"trl": "TRL trainer", "hf-trainer": "transformers Trainer", "peft": "plain loop over a PEFT model",
          "accelerate": "plain accelerate loop", "other": "another framework"}
 OUTCOMES = ("ran", "oom")
-SOURCE_KEYS = {"id", "title", "citation", "loop", "loop_name", "software", "peak", "unit", "notes", "loss"}
+SOURCE_KEYS = {"id", "title", "citation", "loop", "loop_name", "software", "peak", "unit", "notes", "loss",
+               "keeps_output"}
 # how the loop takes its loss when not through TRL 1.16's fused head (hpcmem.validate.published_loop LOOP_LOSSES)
 LOOP_LOSS_KINDS = ("model-loss", "model-loss-4.4x")
 ROW_KEYS = {"id", "where", "settings", "gpu", "peak", "measured", "outcome", "scored", "reason", "cause",
@@ -54,6 +55,7 @@ class Row:
     gpu_assumed: str = ""
     software: str = ""
     loss: str = ""              # the loop's full-logits loss (LOOP_LOSS_KINDS), "" when it is TRL 1.16's fused head
+    keeps_output: bool = False  # the loop holds the model's output (its logits) through the backward
 
     @property
     def measured_bytes(self) -> int | None:
@@ -110,6 +112,10 @@ def read_file(path: str | Path) -> list[Row]:
     citation = _citation(source["citation"], where)
     loop = _choice(source["loop"], LOOPS, f"{where}: source: loop")
     loss = _choice(source["loss"], LOOP_LOSS_KINDS, f"{where}: source: loss") if source.get("loss") else ""
+    keeps_output = source.get("keeps_output", False)
+    if not isinstance(keeps_output, bool) or (keeps_output and not loss):
+        raise PublishedError(f"{where}: source: keeps_output {keeps_output!r}: true or false, and true only with "
+                             "`loss:` (the output's logits are the loss's)")
     defaults = _mapping(data.get("defaults") or {}, where, "defaults")
     _only(defaults, {"trainer", "settings", "gpu"}, f"{where}: defaults")
     base_settings = _mapping(defaults.get("settings") or {}, where, "defaults: settings")
@@ -132,7 +138,8 @@ def read_file(path: str | Path) -> list[Row]:
             unit=_choice(source["unit"], UNITS, f"{where}: source: unit"), measured=measured,
             outcome=_choice(item.get("outcome"), OUTCOMES, f"{at}: outcome"), scored=scored,
             where=str(item.get("where", "")), reason=str(item.get("reason", "")), cause=str(item.get("cause", "")),
-            gpu_assumed=str(item.get("gpu_assumed", "")), software=str(source.get("software", "")), loss=loss))
+            gpu_assumed=str(item.get("gpu_assumed", "")), software=str(source.get("software", "")), loss=loss,
+            keeps_output=keeps_output))
     return out
 
 
