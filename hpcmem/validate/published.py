@@ -25,7 +25,7 @@ SOURCE_KEYS = {"id", "title", "citation", "loop", "loop_name", "software", "peak
 # how the loop takes its loss when not through TRL 1.16's fused head (hpcmem.validate.published_loop LOOP_LOSSES)
 LOOP_LOSS_KINDS = ("model-loss", "model-loss-4.4x")
 ROW_KEYS = {"id", "where", "settings", "gpu", "peak", "measured", "outcome", "scored", "reason", "cause",
-            "gpu_assumed", "trainer"}
+            "gpu_assumed", "trainer", "reserved_at_reset"}
 CITATION_KEYS = {"repo", "path", "commit", "url", "paper", "table"}
 
 
@@ -56,10 +56,15 @@ class Row:
     software: str = ""
     loss: str = ""              # the loop's full-logits loss (LOOP_LOSS_KINDS), "" when it is TRL 1.16's fused head
     keeps_output: bool = False  # the loop holds the model's output (its logits) through the backward
+    reserved_at_reset: float | None = None   # in `unit`: reserved when the loop reset its peak stats (the source's)
 
     @property
     def measured_bytes(self) -> int | None:
         return None if self.measured is None else round(self.measured * UNITS[self.unit])
+
+    @property
+    def reserved_at_reset_bytes(self) -> int | None:
+        return None if self.reserved_at_reset is None else round(self.reserved_at_reset * UNITS[self.unit])
 
     @property
     def gpus(self) -> int:
@@ -128,6 +133,11 @@ def read_file(path: str | Path) -> list[Row]:
                              lambda model: path.parent / model, outcome_only=True)
         rid, at, item, settings, measured, scored = head
         gpu = item.get("gpu", defaults.get("gpu"))
+        reset = item.get("reserved_at_reset")
+        if reset is not None and (isinstance(reset, bool) or not isinstance(reset, (int, float)) or reset <= 0
+                                  or source["peak"] != "reserved"):
+            raise PublishedError(f"{at}: reserved_at_reset {reset!r}: a positive number in {source['unit']}, and only "
+                                 "where the source measured the reserved peak")
         if not isinstance(gpu, str) or not gpu:
             raise PublishedError(f"{at}: gpu is required (a catalog GPU: `hpcmem gpus`), in the row or the defaults")
         out.append(Row(
@@ -139,7 +149,7 @@ def read_file(path: str | Path) -> list[Row]:
             outcome=_choice(item.get("outcome"), OUTCOMES, f"{at}: outcome"), scored=scored,
             where=str(item.get("where", "")), reason=str(item.get("reason", "")), cause=str(item.get("cause", "")),
             gpu_assumed=str(item.get("gpu_assumed", "")), software=str(source.get("software", "")), loss=loss,
-            keeps_output=keeps_output))
+            keeps_output=keeps_output, reserved_at_reset=None if reset is None else float(reset)))
     return out
 
 
