@@ -112,3 +112,24 @@ def test_the_reserved_at_reset_is_a_floor_with_fsdp_stream_pools_beside_it() -> 
     got = adjusted(job, est, row.loss, row.keeps_output, row.reserved_at_reset_bytes)
     assert got.reserved == max(floor, adjusted(job, est, row.loss, row.keeps_output).reserved)
     assert abs(got.reserved - floor) < 2**20               # the floor binds at batch 1 × 512
+
+
+@pytest.mark.parametrize("edit, says", [
+    (("loss: model-loss", "keeps_output: true"), "source: keeps_output True: true or false, and true only with `loss:`"),
+    (("measured: 5.0", "measured: 5.0, reserved_at_reset: -1"), "reserved_at_reset -1: a positive number in GiB"),
+])
+def test_the_loop_fields_refuse_bad_values_in_one_line(tmp_path, edit, says) -> None:
+    from hpcmem.validate.published import PublishedError, read_file
+
+    text = """
+source: {id: s, citation: {url: "https://example.org/post"}, loop: other, loop_name: a script, peak: reserved,
+         unit: GiB, loss: model-loss}
+defaults: {trainer: sft, settings: {model_name_or_path: Qwen/Qwen2.5-0.5B}, gpu: H100-80GB}
+rows:
+  - {id: r1, measured: 5.0, outcome: ran}
+"""
+    path = tmp_path / "s.yaml"
+    path.write_text(text.replace(*edit))
+    with pytest.raises(PublishedError) as info:
+        read_file(path)
+    assert says in str(info.value) and "\n" not in str(info.value)
