@@ -115,7 +115,8 @@ def test_the_reserved_at_reset_is_a_floor_with_fsdp_stream_pools_beside_it() -> 
 
 
 @pytest.mark.parametrize("edit, says", [
-    (("loss: model-loss", "keeps_output: true"), "source: keeps_output True: true or false, and true only with `loss:`"),
+    (("loss: model-loss", "keeps_output: true"),
+     "source: keeps_output True: true or false, and true only with `loss:`"),
     (("measured: 5.0", "measured: 5.0, reserved_at_reset: -1"), "reserved_at_reset -1: a positive number in GiB"),
 ])
 def test_the_loop_fields_refuse_bad_values_in_one_line(tmp_path, edit, says) -> None:
