@@ -135,9 +135,9 @@ def read_file(path: str | Path) -> list[Row]:
         gpu = item.get("gpu", defaults.get("gpu"))
         reset = item.get("reserved_at_reset")
         if reset is not None and (isinstance(reset, bool) or not isinstance(reset, (int, float)) or reset <= 0
-                                  or source["peak"] != "reserved"):
-            raise PublishedError(f"{at}: reserved_at_reset {reset!r}: a positive number in {source['unit']}, and only "
-                                 "where the source measured the reserved peak")
+                                  or item.get("peak", source["peak"]) != "reserved" or not loss):
+            raise PublishedError(f"{at}: reserved_at_reset {reset!r}: a positive number in {source['unit']}, only on "
+                                 "a reserved peak of a source with `loss:` (it enters the loop-adjusted estimate)")
         if not isinstance(gpu, str) or not gpu:
             raise PublishedError(f"{at}: gpu is required (a catalog GPU: `hpcmem gpus`), in the row or the defaults")
         out.append(Row(
