@@ -20,11 +20,12 @@ UNITS = {"B": 1, "MiB": 2**20, "GiB": 2**30, "MB": 10**6, "GB": 10**9}
 LOOPS = {"trl": "TRL trainer", "hf-trainer": "transformers Trainer", "peft": "plain loop over a PEFT model",
          "accelerate": "plain accelerate loop", "other": "another framework"}
 OUTCOMES = ("ran", "oom")
-SOURCE_KEYS = {"id", "title", "citation", "loop", "loop_name", "software", "peak", "unit", "notes", "loss"}
+SOURCE_KEYS = {"id", "title", "citation", "loop", "loop_name", "software", "peak", "unit", "notes", "loss",
+               "keeps_output"}
 # how the loop takes its loss when not through TRL 1.16's fused head (hpcmem.validate.published_loop LOOP_LOSSES)
 LOOP_LOSS_KINDS = ("model-loss", "model-loss-4.4x")
 ROW_KEYS = {"id", "where", "settings", "gpu", "peak", "measured", "outcome", "scored", "reason", "cause",
-            "gpu_assumed", "trainer"}
+            "gpu_assumed", "trainer", "reserved_at_reset"}
 CITATION_KEYS = {"repo", "path", "commit", "url", "paper", "table"}
 
 
@@ -54,10 +55,16 @@ class Row:
     gpu_assumed: str = ""
     software: str = ""
     loss: str = ""              # the loop's full-logits loss (LOOP_LOSS_KINDS), "" when it is TRL 1.16's fused head
+    keeps_output: bool = False  # the loop holds the model's output (its logits) through the backward
+    reserved_at_reset: float | None = None   # in `unit`: reserved when the loop reset its peak stats (the source's)
 
     @property
     def measured_bytes(self) -> int | None:
         return None if self.measured is None else round(self.measured * UNITS[self.unit])
+
+    @property
+    def reserved_at_reset_bytes(self) -> int | None:
+        return None if self.reserved_at_reset is None else round(self.reserved_at_reset * UNITS[self.unit])
 
     @property
     def gpus(self) -> int:
@@ -110,6 +117,10 @@ def read_file(path: str | Path) -> list[Row]:
     citation = _citation(source["citation"], where)
     loop = _choice(source["loop"], LOOPS, f"{where}: source: loop")
     loss = _choice(source["loss"], LOOP_LOSS_KINDS, f"{where}: source: loss") if source.get("loss") else ""
+    keeps_output = source.get("keeps_output", False)
+    if not isinstance(keeps_output, bool) or (keeps_output and not loss):
+        raise PublishedError(f"{where}: source: keeps_output {keeps_output!r}: true or false, and true only with "
+                             "`loss:` (the output's logits are the loss's)")
     defaults = _mapping(data.get("defaults") or {}, where, "defaults")
     _only(defaults, {"trainer", "settings", "gpu"}, f"{where}: defaults")
     base_settings = _mapping(defaults.get("settings") or {}, where, "defaults: settings")
@@ -122,6 +133,11 @@ def read_file(path: str | Path) -> list[Row]:
                              lambda model: path.parent / model, outcome_only=True)
         rid, at, item, settings, measured, scored = head
         gpu = item.get("gpu", defaults.get("gpu"))
+        reset = item.get("reserved_at_reset")
+        if reset is not None and (isinstance(reset, bool) or not isinstance(reset, (int, float)) or reset <= 0
+                                  or item.get("peak", source["peak"]) != "reserved" or not loss):
+            raise PublishedError(f"{at}: reserved_at_reset {reset!r}: a positive number in {source['unit']}, only on "
+                                 "a reserved peak of a source with `loss:` (it enters the loop-adjusted estimate)")
         if not isinstance(gpu, str) or not gpu:
             raise PublishedError(f"{at}: gpu is required (a catalog GPU: `hpcmem gpus`), in the row or the defaults")
         out.append(Row(
@@ -132,7 +148,8 @@ def read_file(path: str | Path) -> list[Row]:
             unit=_choice(source["unit"], UNITS, f"{where}: source: unit"), measured=measured,
             outcome=_choice(item.get("outcome"), OUTCOMES, f"{at}: outcome"), scored=scored,
             where=str(item.get("where", "")), reason=str(item.get("reason", "")), cause=str(item.get("cause", "")),
-            gpu_assumed=str(item.get("gpu_assumed", "")), software=str(source.get("software", "")), loss=loss))
+            gpu_assumed=str(item.get("gpu_assumed", "")), software=str(source.get("software", "")), loss=loss,
+            keeps_output=keeps_output, reserved_at_reset=None if reset is None else float(reset)))
     return out
 
 

@@ -88,7 +88,7 @@ def score(row: Row) -> Scored:
         return Scored(**base, estimated_gib=None, error_pct=None, verdict=None, fits_agrees=None,
                       error=" ".join(str(exc).split()))
     got = getattr(est, PEAKS[row.peak])
-    adj = adjusted(job, est, row.loss) if row.loss else None
+    adj = adjusted(job, est, row.loss, row.keeps_output, row.reserved_at_reset_bytes) if row.loss else None
     verdict = est.verdict
     if adj is not None and est.gpu is not None:     # judged on what the source's loop holds, not TRL's step
         verdict = judge(adj.device, est.gpu, est.reserved_spread_bytes, world_size=est.world_size,

@@ -69,3 +69,68 @@ def test_the_adjusted_head_phase_holds_the_full_logits_in_place_of_the_fused_hea
     assert adj.allocated == max(est.peak_allocated_bytes, head.bytes - fused + full)
     assert adj.reserved - adj.allocated == est.reserved_extra_bytes
     assert adj.device - adj.reserved == est.device_extra_bytes
+
+
+def _answerai(row_id: str):
+    from hpcmem.estimate import estimate
+    from hpcmem.gpus.lookup import gpu_spec
+    from hpcmem.job.trl_config import build_job
+    from hpcmem.validate.published import load
+    from hpcmem.validate.published_score import job_settings
+
+    row = next(r for r in load().rows if r.id == row_id)
+    job, _ = build_job(row.trainer, job_settings(row), gpu=gpu_spec(row.gpu))
+    return row, job, estimate(job)
+
+
+def test_train_py_keeps_the_fp32_logits_through_the_layers_backward() -> None:
+    from hpcmem.validate.published_loop import adjusted
+
+    row, job, est = _answerai("aai-3090-7b-lora-b6")      # Llama-2-7B, 6 × 2048 tokens per rank
+    assert row.keeps_output and row.loss == "model-loss-4.4x"
+    kept = 4 * 6 * 2048 * 32000                            # output.logits: fp32 [6, 2048, 32000]
+    layers = max(p.bytes for p in est.phases if p.name.startswith("backward (layer"))
+    head = next(p for p in est.phases if p.name == "backward (LM head)")
+    fused = next(c.bytes for c in head.components if c.name == "loss / fused LM head")
+    with_kept = adjusted(job, est, row.loss, keeps_output=True)
+    without = adjusted(job, est, row.loss, keeps_output=False)
+    assert with_kept.allocated == max(head.bytes - fused + 16 * 6 * 2048 * 32000, layers + kept)
+    assert without.allocated == max(est.peak_allocated_bytes, head.bytes - fused + 16 * 6 * 2048 * 32000)
+
+
+def test_the_reserved_at_reset_is_a_floor_with_fsdp_stream_pools_beside_it() -> None:
+    from hpcmem.validate.published_loop import adjusted
+
+    row, job, est = _answerai("aai-3090-7b-qlora-b1-c512")
+    assert row.reserved_at_reset == 3.72                   # the post: "about 3.72GiB (see reserved_after_model_wrap)"
+    # by hand, Llama-2-7B on 2 ranks with r 64 on q,k,v,gate,up,down, at the estimate's 16-bit unit count:
+    root = 2 * 32000 * 4096 * 2                             # embed_tokens + lm_head, bf16
+    lora_layer = 3 * 64 * (4096 + 4096) + 3 * 64 * (4096 + 11008)
+    unit = (4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096 + lora_layer) * 2
+    grads = 32 * lora_layer * 2 // 2                        # the rank's sharded LoRA gradients (post-backward stream)
+    floor = round(3.72 * 2**30) + root + 2 * unit + grads  # root + running + prefetched unit on the unshard stream
+    got = adjusted(job, est, row.loss, row.keeps_output, row.reserved_at_reset_bytes)
+    assert got.reserved == max(floor, adjusted(job, est, row.loss, row.keeps_output).reserved)
+    assert abs(got.reserved - floor) < 2**20               # the floor binds at batch 1 × 512
+
+
+@pytest.mark.parametrize("edit, says", [
+    (("loss: model-loss", "keeps_output: true"),
+     "source: keeps_output True: true or false, and true only with `loss:`"),
+    (("measured: 5.0", "measured: 5.0, reserved_at_reset: -1"), "reserved_at_reset -1: a positive number in GiB"),
+])
+def test_the_loop_fields_refuse_bad_values_in_one_line(tmp_path, edit, says) -> None:
+    from hpcmem.validate.published import PublishedError, read_file
+
+    text = """
+source: {id: s, citation: {url: "https://example.org/post"}, loop: other, loop_name: a script, peak: reserved,
+         unit: GiB, loss: model-loss}
+defaults: {trainer: sft, settings: {model_name_or_path: Qwen/Qwen2.5-0.5B}, gpu: H100-80GB}
+rows:
+  - {id: r1, measured: 5.0, outcome: ran}
+"""
+    path = tmp_path / "s.yaml"
+    path.write_text(text.replace(*edit))
+    with pytest.raises(PublishedError) as info:
+        read_file(path)
+    assert says in str(info.value) and "\n" not in str(info.value)
