@@ -54,7 +54,7 @@ def test_the_unsloth_outcomes_are_the_sources(rows):
                    "uns-70b-hf-80gb-c6916": (6916, "ran", None), "uns-70b-hf-48gb-oom": (932, "oom", None)}
 
 
-def test_no_verdict_contradicts_what_a_source_reports(points):
+def test_contradictions_are_only_the_4090_rows_whose_device_terms_are_borrowed(points):
     o = outcomes(points)
     assert o["oom"] >= 1 and o["outcome_only"] >= 6
     # a contradiction never comes from a reserved estimate above what ran: the two left are RTX 4090 rows whose
