@@ -123,6 +123,15 @@ def kv_cache_bytes(job: JobSpec, rows: int, tokens_per_row: int, dtype_bytes: in
     return 2 * m.num_hidden_layers * m.num_key_value_heads * m.head_dim * tokens_per_row * rows * dtype_bytes
 
 
+GENERATION_INSTANTS = ("generation (prefill)", "generation (last token)")
+
+
+def is_generation_phase(name: str) -> bool:
+    """Whether a phase of the estimate is one of `generation_instants` (with or without `generation_phases`'s
+    prefix)."""
+    return name.endswith(GENERATION_INSTANTS)
+
+
 def generation_instants(job: JobSpec, rows: int, act: int) -> list[tuple[str, tuple[Component, ...]]]:
     """The two peaks of transformers' `generate` (generation/utils.py `_sample`, no_grad, outside autocast: tensors in
     the weights' dtype `act`), each row running to max_completion_length:
@@ -139,11 +148,11 @@ def generation_instants(job: JobSpec, rows: int, act: int) -> list[tuple[str, tu
     prefill_act = tokens * (4 * m.hidden_size + 3 * inter) * act + 2 * tokens * m.head_dim * FP32
     kv_all = kv_cache_bytes(job, rows, total, act)
     return [
-        ("generation (prefill)", (
+        (GENERATION_INSTANTS[0], (
             Component(name="KV cache", bytes=kv_cache_bytes(job, rows, prompt, act),
                       note=f"{rows} rows × {prompt} prompt tokens"),
             Component(name="prefill activations", bytes=prefill_act, note="last layer, no grad"))),
-        ("generation (last token)", (
+        (GENERATION_INSTANTS[1], (
             Component(name="KV cache", bytes=kv_all, note=f"{rows} rows × {total} tokens, HF generate"),
             Component(name="cache growth", bytes=kv_all // (2 * m.num_hidden_layers),
                       note="one layer's keys twice during torch.cat"),

@@ -19,6 +19,7 @@ exception the trace raises is sorted by where it was raised (`origin`):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import time
 import traceback
@@ -29,8 +30,12 @@ from typing import Any
 import hpcmem.job.jobspec as jobspec_module
 from hpcmem.datapath import PACKAGE_DIR
 from hpcmem.errors import SpecError
-from hpcmem.estimate import estimate
+from hpcmem.estimate import estimate, shared_step
+from hpcmem.estimate.breakdown import Estimate
+from hpcmem.estimate.trainers import is_generation_phase
 from hpcmem.estimate.workspaces import tensor_bytes
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.trainers import entry
 from hpcmem.trace import run_trace
 from hpcmem.validate.random_jobs import RandomJob
 from hpcmem.validate.random_model import job_spec
@@ -125,22 +130,38 @@ def trace_record(job_dict: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
+def as_traced(spec: JobSpec) -> tuple[Estimate, tuple[str, ...]]:
+    """The estimate over the instants the trace runs, and the estimate's phases it leaves out. `trace_record` runs
+    GRPO/RLOO/distillation with their generation replaced by fixed completions (hpcmem.trace.rl,
+    hpcmem.trace.distillation: `run_trace(generation=False)`), so the estimate's generation instants
+    (hpcmem.estimate.trainers `generation_instants`, held to the trace with generation on in
+    tests/trace/test_trace_grpo.py) are dropped before the peak and the allocator's slack are worked out — else a
+    generation peak is scored against a trace that never generated."""
+    st = shared_step(spec)
+    if not entry(spec.train.trainer).generates:
+        return estimate(spec, shared=st), ()
+    left = tuple(p.name for p in st.phases if is_generation_phase(p.name))
+    kept = tuple(p for p in st.phases if not is_generation_phase(p.name))
+    return estimate(spec, shared=dataclasses.replace(st, phases=kept)), left
+
+
 def estimated(job: RandomJob) -> dict[str, Any]:
     """hpcmem's answer for the job now: {"refused": line, "by": "rules"|"estimate"} or the allocated tensor peak
-    (cuBLAS workspaces and block tails left out, as `validate trace` compares it), the reserved peak and the phase."""
+    (cuBLAS workspaces and block tails left out, as `validate trace` compares it), the reserved peak and the phase,
+    over the instants the trace runs (`as_traced`; `unscored`: the estimate's phases the trace does not run)."""
     try:
         spec = job_spec(job)
     except SpecError as exc:
         return {"refused": " ".join(str(exc).split())[:400], "by": "rules"}
     try:
-        est = estimate(spec)
+        est, unscored = as_traced(spec)
     except SpecError as exc:
         return {"refused": " ".join(str(exc).split())[:400], "by": "estimate"}
     except Exception as exc:  # noqa: BLE001 — a crash of the estimate is a finding, not a refusal
         return {"crashed": f"{type(exc).__name__}: {exc}"[:400]}
     return {"allocated": max(tensor_bytes(p) for p in est.phases), "reserved": est.peak_reserved_bytes,
             "spread": est.reserved_spread_bytes, "phase": est.peak_phase.name, "made": est.made,
-            "not_modelled": list(est.not_modelled), "not_held": list(est.not_held)}
+            "not_modelled": list(est.not_modelled), "not_held": list(est.not_held), "unscored": list(unscored)}
 
 
 def score(rec: dict[str, Any]) -> dict[str, Any]:
