@@ -121,7 +121,10 @@ def report_markdown(oracle: str, scored: list[dict[str, Any]], versions: dict[st
               "range* both ran and the estimate gives a number but warns it lies outside where the learned profile "
               "was held against a trace (row length, technique, LoRA variant: hpcmem/estimate/learned_range.py) — "
               "scored, counted apart, with how many of them were within 3 % anyway; *not traced* the trace cannot "
-              "run it on CPU (fp16); *trace failed* the trace's own failure or timeout.", "",
+              "run it on CPU (fp16); *trace failed* the trace's own failure or timeout. GRPO, RLOO and distillation: "
+              "the trace replaces their generation with fixed completions, so their estimate is scored without its "
+              "generation instants (hpcmem/validate/random_trace.py `as_traced`; those instants are held to a trace "
+              "with generation on elsewhere).", "",
               "## Per trainer", "", table(scored, lambda s: s["job"]["trainer"], "trainer"), "",
               "## Per technique", "", table(scored, lambda s: technique(s["job"]), "technique"), "",
               "## Derived or learned layer terms", "", table(scored, made, "layer terms"), "",
