@@ -62,7 +62,8 @@ def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
     loaded = f" ({job.load_dtype} from {m.dtype_source or 'config.json'})" if t.dtype == "auto" and m.dtype else ""
     size = (f"{m.num_params / 1e9:.2f} B params" if m.vision is None else
             f"{(m.num_params + m.vision.num_params) / 1e9:.2f} B params: language model {m.num_params / 1e9:.2f} B, "
-            f"vision tower + merger {m.vision.num_params / 1e9:.2f} B")
+            f"vision tower + merger{'s' if m.vision.deepstack_visual_indexes else ''} "
+            f"{m.vision.num_params / 1e9:.2f} B")
     bits = [f"model {m.name} ({size})", t.trainer.upper(), f"dtype {t.dtype}{loaded}"]
     if (t.images_per_example or t.profile_images) and m.vision is not None:
         bits.append(images_note(job))

@@ -7,7 +7,9 @@ also Qwen2.5-VL's): `Qwen2VLImageProcessor.resize` calls `smart_resize(height, w
 min_pixels=size.shortest_edge, max_pixels=size.longest_edge)`; `patchify` cuts the resized image into
 (height/patch_size) × (width/patch_size) patches of in_channels · temporal_patch_size · patch_size² values (a still image
 is repeated temporal_patch_size times: grid_t = 1); the processor (processing_qwen2_5_vl.py `replace_image_token`)
-puts grid_t · grid_h · grid_w / merge_size² image tokens into the text.
+puts grid_t · grid_h · grid_w / merge_size² image tokens into the text. Qwen3-VL's processor is the same class
+(models/auto/image_processing_auto.py maps qwen3_vl to `Qwen2VLImageProcessor`) with its vision config's 16 px
+patches: sides rounded to multiples of 32.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ FIELD_HELP = {
     "image_height": "hpcmem's own: pixel height of every image before the processor resizes it",
     "image_width": "hpcmem's own: pixel width of every image before the processor resizes it",
     "min_pixels": f"the Qwen2-VL image processor's min_pixels (transformers' name) (default {DEFAULT_MIN_PIXELS}, "
-                  "the processor class's; a checkpoint's preprocessor_config.json may set another)",
+                  "the processor class's; a checkpoint's preprocessor_config.json may set another: Qwen3-VL's 65536)",
     "max_pixels": f"the Qwen2-VL image processor's max_pixels (transformers' name) (default {DEFAULT_MAX_PIXELS}, "
-                  "the processor class's; Qwen2.5-VL's preprocessor_config.json sets 12845056)",
+                  "the processor class's; Qwen2.5-VL's preprocessor_config.json sets 12845056, Qwen3-VL's 16777216)",
     "profile_images": "hpcmem's own, set by --lengths with an image-text profile: the worst micro-batch's images",
     "profile_patches": "hpcmem's own, set by --lengths with an image-text profile: the worst micro-batch's vision "
                        "patches",
