@@ -35,6 +35,7 @@ from hpcmem.estimate.vision import images_note, vision_json, vision_terms, with_
 from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
 from hpcmem.job.assumptions import describe as describe_assumptions
 from hpcmem.gpus.spec import GpuSpec
+from hpcmem.job.images import published_pixels_note
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.rules import job_warnings
 from hpcmem.job.shape import MicroBatch, Precision, micro_batch, precision
@@ -207,6 +208,8 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
         warnings.append(multimodal_note(job.model.wrapper_model_type))
     if job.model.vision is not None and not job.train.images_per_example and not job.train.profile_images:
         warnings.append(VISION_UNUSED_NOTE)
+    if job.model.vision is not None and published_pixels_note(job.train, job.model.vision):
+        warnings.append(published_pixels_note(job.train, job.model.vision))
     if job.train.max_length is None and job.tokens_per_micro_batch is None and not entry(job.train.trainer).generates:
         warnings.append("max_length none and no length profile: rows are assumed max_position_embeddings long; "
                         "profile the data (hpcmem lengths --save p.json, then --lengths p.json)")

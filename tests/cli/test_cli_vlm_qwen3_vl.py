@@ -50,7 +50,8 @@ def test_qwen3_vl_by_hub_id_prints_the_vision_components(capsys):
 
 
 def test_a_side_off_the_32_px_grid_is_rounded_as_smart_resize_rounds_it(capsys):
-    """500 × 300 px: round(500 / 32) · 32 = 512, round(300 / 32) · 32 = 288 → 32 × 18 patches of 16 px, 144 tokens."""
+    """500 × 300 px: round(500 / 32) · 32 = 512, round(300 / 32) · 32 = 288 → 32 × 18 patches of 16 px, 144
+    tokens."""
     job = [*JOB[:2], "--image_height", "500", "--image_width", "300", *JOB[6:], "--json"]
     code, out, err = run_main(["estimate", "sft", "--model_name_or_path", HUB_ID, *job], capsys)
     assert code == 0, err
@@ -61,3 +62,19 @@ def test_a_side_off_the_32_px_grid_is_rounded_as_smart_resize_rounds_it(capsys):
 def test_another_trainer_with_images_is_refused_for_qwen3_vl(capsys):
     code, _, err = run_main(["estimate", "kto", "--model_name_or_path", HUB_ID, *JOB], capsys)
     assert code == 2 and "images_per_example 1 with trainer kto" in err and err.count("\n") == 1
+
+
+def test_small_images_without_pixel_bounds_are_warned_about(capsys):
+    """224 × 224 px = 50,176 pixels: the class default min_pixels (3,136) keeps 224 × 224 (49 tokens), the published
+    Qwen3-VL processor's 65,536 scales it up: √(65,536 / 50,176) · 224 = 256 → 256 × 256 (by hand: 64 tokens).
+    Given those bounds, the estimate resizes as that processor does and says nothing."""
+    small = [*JOB[:2], "--image_height", "224", "--image_width", "224", *JOB[6:]]
+    code, out, err = run_main(["estimate", "sft", "--model_name_or_path", HUB_ID, *small], capsys)
+    assert code == 0, err
+    assert "resize 224×224 px to 224×224" in out + err and "makes it 256×256" in out + err
+    code, out, err = run_main(["estimate", "sft", "--model_name_or_path", HUB_ID, *small, "--min_pixels", "65536",
+                               "--max_pixels", "16777216", "--json"], capsys)
+    assert code == 0, err
+    vision = json.loads(out)["vision"]
+    assert (vision["resized"], vision["tokens_per_image"]) == ([256, 256], 64)
+    assert not any("published" in w for w in json.loads(out)["warnings"])
