@@ -35,6 +35,7 @@ from hpcmem.estimate.vision import images_note, vision_json, vision_terms, with_
 from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
 from hpcmem.job.assumptions import describe as describe_assumptions
 from hpcmem.gpus.spec import GpuSpec
+from hpcmem.job.images import published_pixels_note
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.rules import job_warnings
 from hpcmem.job.shape import MicroBatch, Precision, micro_batch, precision
@@ -62,7 +63,8 @@ def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
     loaded = f" ({job.load_dtype} from {m.dtype_source or 'config.json'})" if t.dtype == "auto" and m.dtype else ""
     size = (f"{m.num_params / 1e9:.2f} B params" if m.vision is None else
             f"{(m.num_params + m.vision.num_params) / 1e9:.2f} B params: language model {m.num_params / 1e9:.2f} B, "
-            f"vision tower + merger {m.vision.num_params / 1e9:.2f} B")
+            f"vision tower + merger{'s' if m.vision.deepstack_visual_indexes else ''} "
+            f"{m.vision.num_params / 1e9:.2f} B")
     bits = [f"model {m.name} ({size})", t.trainer.upper(), f"dtype {t.dtype}{loaded}"]
     if (t.images_per_example or t.profile_images) and m.vision is not None:
         bits.append(images_note(job))
@@ -206,6 +208,8 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
         warnings.append(multimodal_note(job.model.wrapper_model_type))
     if job.model.vision is not None and not job.train.images_per_example and not job.train.profile_images:
         warnings.append(VISION_UNUSED_NOTE)
+    if job.model.vision is not None and published_pixels_note(job.train, job.model.vision):
+        warnings.append(published_pixels_note(job.train, job.model.vision))
     if job.train.max_length is None and job.tokens_per_micro_batch is None and not entry(job.train.trainer).generates:
         warnings.append("max_length none and no length profile: rows are assumed max_position_embeddings long; "
                         "profile the data (hpcmem lengths --save p.json, then --lengths p.json)")

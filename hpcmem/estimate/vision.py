@@ -16,12 +16,21 @@ reach (peft "all-linear": all of them). The tower builds a graph even when nothi
 PreTrainedModel's input embeddings, and the tower's is its patch embedding (`_input_embed_layer = "patch_embed"`), so
 its output requires grad and the tower keeps what its ops need for input gradients and runs a backward. Without
 checkpointing nothing hooks it: a tower no adapter reaches builds no graph, an adapted one's graph starts at its
-adapters.
+adapters. Qwen3-VL's tower names no `_input_embed_layer` (modeling_qwen3_vl.py `Qwen3VLVisionModel`), so its
+`get_input_embeddings` finds none and the hook skips it: with or without checkpointing it is a tower nothing hooks
+(`VisionSpec.hooked_input`; traced: q3vl-lora-qv-gc-896, no tower backward at all).
 
 A block is a decoder layer of the tower's width over N rows (no mask: attention runs per window / per image on
 cu_seqlens chunks), so its saved tensors are hpcmem.estimate.activations' terms for that shape, plus what differs
-(`block_saved`); Qwen2-VL's LayerNorms and two-linear MLP replace the RMSNorm and gated-MLP terms (`layer_norm_saved`,
-`fc_mlp_saved`).
+(`block_saved`); Qwen2-VL's and Qwen3-VL's LayerNorms and two-linear MLP replace the RMSNorm and gated-MLP terms
+(`layer_norm_saved`, `fc_mlp_saved`).
+
+Qwen3-VL's deepstack mergers (modeling_qwen3_vl.py `Qwen3VLVisionModel.forward`: after block i of
+`deepstack_visual_indexes`, `deepstack_merger_list[j](hidden_states)`) are mergers outside the blocks, never
+checkpointed: each keeps what the merger keeps (its LayerNorm over 4·width on N / merge² rows, `deepstack_saved`) from
+the forward to the backward. The backward reaches merger j after block i + 1's and before block i's (its nodes were
+made between theirs), so at block k's backward the mergers of blocks < k still hold their saved tensors and those of
+blocks ≥ k have made their gradients (`_tower_backward`).
 """
 
 from __future__ import annotations
@@ -78,6 +87,7 @@ class VisionTerms:
     patches: int
     image_tokens: int
     trained: str                 # what trains, in words
+    deepstack: tuple[tuple[int, int, int], ...] = ()   # per deepstack merger (block index, saved bytes, gradient bytes)
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
@@ -93,21 +103,26 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
         return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=0, saved=0, merger_saved=0, blocks_saved=(),
                            block_full=0, block_backward=0, block_grads=0, merger_grads=0, patches=0,
                            image_tokens=0, trained="no images: unused")
-    if lora.enabled and not adapted and not job.train.gradient_checkpointing:
+    gc = job.train.gradient_checkpointing
+    if lora.enabled and not adapted and not (gc and v.hooked_input):
         # TRL calls `enable_input_require_grads` for PEFT only under gradient checkpointing (dpo_trainer.py,
-        # sft_trainer.py `__init__`): without it and without adapters, nothing in the tower requires grad, so its
-        # forward builds no graph, keeps nothing and runs no backward; the batch's pixel_values stay alive
-        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=n * v.patch_dim * FP32, saved=0,
-                           merger_saved=0, blocks_saved=(), block_full=0, block_backward=0, block_grads=0,
-                           merger_grads=0, patches=n, image_tokens=images * image_geometry(job.train, v).tokens,
-                           trained="frozen (no LoRA target reaches it, no checkpointing): no graph, no backward")
+        # sft_trainer.py `__init__`), and it hooks the tower only where the tower names its patch embedding as its
+        # input embeddings: without it and without adapters, nothing in the tower requires grad, so its forward builds
+        # no graph, keeps nothing and runs no backward; the batch's pixel_values stay alive, and under checkpointing
+        # the hooked token embeddings' output (`token_leaf`)
+        why = "no checkpointing" if not gc else "nothing hooks its patch embedding"
+        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=n * v.patch_dim * FP32,
+                           saved=token_leaf(job, prec) if gc else 0, merger_saved=0, blocks_saved=(), block_full=0,
+                           block_backward=0, block_grads=0, merger_grads=0, patches=n,
+                           image_tokens=images * image_geometry(job.train, v).tokens,
+                           trained=f"frozen (no LoRA target reaches it, {why}): no graph, no backward")
     gbytes = w if trained else lora.adapter_bytes
     trainable = v.num_params if trained else adapter_params
     grads = trainable * gbytes
     opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
     spec = block_spec(v)
     mb = MicroBatch(rows=1, seq=n, label_tokens=0, padding_free=False, source="", attn_implementation="sdpa")
-    block_params = (v.tower_params - v.patch_dim * v.hidden_size) // v.depth
+    block_params = (v.tower_params - v.embed_params) // v.depth
     block = block_saved(job, v, spec, mb, prec, block_params, adapted, lora)
     if job.train.gradient_checkpointing:
         # each block is a GradientCheckpointingLayer: non-reentrant checkpointing keeps its input alone
@@ -115,7 +130,12 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
     else:
         blocks = (block,) * v.depth
     before, merger_saved = outside_saved(job, v, n, prec, adapted, lora)
-    saved = sum(blocks) + before + merger_saved
+    ds_saved = deepstack_saved(v, n, prec, adapted, lora)
+    ds_adapted = [x for x in adapted if x.part == "deepstack"]
+    ds_grads = (v.deepstack_params // max(1, len(v.deepstack_visual_indexes)) if trained else sum(
+        job.train.lora_r * (x.in_features + x.out_features) for x in ds_adapted)) * gbytes
+    deepstack = tuple((i, ds_saved, ds_grads) for i in v.deepstack_visual_indexes)
+    saved = sum(blocks) + before + merger_saved + ds_saved * len(deepstack)
     hidden_t, mlp_t, scores_t = act.backward_parts(spec, mb, prec, "sdpa")
     # the tower's adapters: the widest adapted input's gradient through lora_A, dropout and peft's cast, beside the
     # MLP's (hpcmem.estimate.lora.backward_transient, as for the decoder layers in hpcmem.estimate.step)
@@ -132,7 +152,7 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
                        merger_saved=merger_saved,
                        blocks_saved=blocks, block_full=block,
                        block_backward=hidden_t + max(mlp_t + adapter_t, scores_t),
-                       block_grads=per_block, merger_grads=merger, patches=n,
+                       block_grads=per_block, merger_grads=merger, deepstack=deepstack, patches=n,
                        image_tokens=job.train.profile_image_tokens or images * image_geometry(job.train, v).tokens,
                        trained=what)
 
@@ -208,7 +228,7 @@ def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted:
     # new one), so it is alive beside it (traced: qvl-lora-qv-gc-896, estimator/LOG.md); TRL installs the hook for PEFT
     # only under gradient checkpointing, so without it there are no such leaves
     hooked = not trained and job.train.gradient_checkpointing
-    leaves = (n * h + micro_batch(job).tokens * job.model.hidden_size) * prec.weight if hooked else 0
+    leaves = (n * h * prec.weight if v.hooked_input else 0) + token_leaf(job, prec) if hooked else 0
     rope = 2 * n * (h // v.num_heads) * FP32
     if v.norm == "layer":       # modeling_qwen2_vl.py PatchMerger.ln_q
         norm = layer_norm_saved(h, prec, frozen=not trained) * n
@@ -217,6 +237,27 @@ def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted:
     mlp = prec.act * h * n + (prec.act * h * n if trained else 0)
     own = adapters_saved([x for x in adapted if x.part == "merger"], n // v.merge_unit, prec, lora)
     return conv + rope + leaves, norm + mlp + own
+
+
+def token_leaf(job: JobSpec, prec: Precision) -> int:
+    """The token embeddings' output that `enable_input_require_grads` makes a leaf (LoRA under checkpointing), alive
+    beside the first layer's input that `masked_scatter` makes from it (`outside_saved`)."""
+    return micro_batch(job).tokens * job.model.hidden_size * prec.weight
+
+
+def deepstack_saved(v: VisionSpec, n: int, prec: Precision, adapted: tuple[VisionLinear, ...],
+                    lora: LoraLayout) -> int:
+    """What one deepstack merger keeps (modeling_qwen3_vl.py `Qwen3VLVisionPatchMerger.forward` with
+    `use_postshuffle_norm=True`: `norm(x.view(-1, 4·width))`, then linear_fc1 → GELU → linear_fc2): its LayerNorm
+    over the merged width on N / merge² rows (`layer_norm_saved`), linear_fc1's output (GELU's input) and, when
+    linear_fc2 trains, GELU's output, and its adapters' own; 0 without deepstack mergers."""
+    if not v.deepstack_visual_indexes:
+        return 0
+    rows, m, frozen = n // v.merge_unit, v.merged_width, lora.enabled
+    norm = layer_norm_saved(m, prec, frozen) * rows
+    mlp = prec.act * m * rows * (1 if frozen else 2)
+    own = adapters_saved([x for x in adapted if x.part == "deepstack"], rows, prec, lora)
+    return norm + mlp + own
 
 
 def adapters_saved(adapted: list[VisionLinear], rows: int, prec: Precision, lora: LoraLayout) -> int:
@@ -278,28 +319,35 @@ def _tower_backward(job: JobSpec, terms: VisionTerms, resident: tuple[Component,
     which comes last) beside the blocks not yet done (their saved tensors), block k's recomputed tensors under
     checkpointing, its backward temporaries, and the gradients of the merger and blocks > k."""
     closing = next(p for p in phases if p.name == OPTIMIZER_STEP)
+    deep_saved = sum(saved for _, saved, _ in terms.deepstack)
     lm = [Component(name=c.name, bytes=c.bytes - embed_grad, note="all but the token embedding's")
           if c.name == LM_GRADIENTS else c for c in closing.components if c.name != OPTIMIZER_TEMPORARIES]
     depth = len(terms.blocks_saved)
     recompute = terms.block_full if job.train.gradient_checkpointing else 0
-    outside = terms.saved - sum(terms.blocks_saved) - terms.merger_saved
+    outside = terms.saved - sum(terms.blocks_saved) - terms.merger_saved - deep_saved
 
     accumulating = job.train.gradient_accumulation_steps > 1
 
     def done(k: int) -> int:
-        return terms.gradients if accumulating else terms.merger_grads + terms.block_grads * (depth - 1 - k)
+        deep = sum(grads for i, _, grads in terms.deepstack if i >= k)
+        return terms.gradients if accumulating else terms.merger_grads + terms.block_grads * (depth - 1 - k) + deep
+
+    def pending(k: int) -> int:     # the deepstack mergers of blocks < k, not yet reached
+        return sum(saved for i, saved, _ in terms.deepstack if i < k)
 
     def instant(k: int) -> int:
-        return sum(terms.blocks_saved[:k + 1]) + recompute + terms.block_backward + done(k)
+        return sum(terms.blocks_saved[:k + 1]) + pending(k) + recompute + terms.block_backward + done(k)
 
     k = max(range(depth - 1, -1, -1), key=instant)
     return Phase(name=VISION_BACKWARD, components=(
         *resident, *lm,
-        Component(name=ACTIVATIONS, bytes=terms.pixels + outside + sum(terms.blocks_saved[:k + 1]),
-                  note=f"blocks ≤ {k}, pixel_values, patch embedding input, rotary tables"),
+        Component(name=ACTIVATIONS, bytes=terms.pixels + outside + sum(terms.blocks_saved[:k + 1]) + pending(k),
+                  note=f"blocks ≤ {k}, pixel_values, patch embedding input, rotary tables"
+                       + (f", deepstack mergers of blocks < {k}" if pending(k) else "")),
         *([Component(name="recompute (one vision block)", bytes=recompute)] if recompute else []),
         Component(name=GRADIENTS, bytes=done(k),
-                  note="kept across gradient accumulation" if accumulating else f"merger, blocks > {k}"),
+                  note="kept across gradient accumulation" if accumulating else
+                  f"merger, blocks > {k}" + (f", deepstack mergers of blocks ≥ {k}" if terms.deepstack else "")),
         Component(name="vision backward temporaries", bytes=terms.block_backward)))
 
 
@@ -323,6 +371,9 @@ def vision_json(job: JobSpec, terms: VisionTerms | None) -> dict | None:
     out = {"model_type": v.model_type, "tower_params": v.tower_params, "merger_params": v.merger_params,
            "trained": terms.trained, "patches_per_micro_batch": terms.patches,
            "image_tokens_per_micro_batch": terms.image_tokens}
+    if v.deepstack_visual_indexes:      # Qwen3-VL
+        out.update(deepstack_merger_params=v.deepstack_params,
+                   deepstack_visual_indexes=list(v.deepstack_visual_indexes))
     if job.train.profile_images:
         out.update(source="length profile", images_per_micro_batch=job.train.profile_images)
     elif job.train.images_per_example:

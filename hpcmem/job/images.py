@@ -7,7 +7,9 @@ also Qwen2.5-VL's): `Qwen2VLImageProcessor.resize` calls `smart_resize(height, w
 min_pixels=size.shortest_edge, max_pixels=size.longest_edge)`; `patchify` cuts the resized image into
 (height/patch_size) × (width/patch_size) patches of in_channels · temporal_patch_size · patch_size² values (a still image
 is repeated temporal_patch_size times: grid_t = 1); the processor (processing_qwen2_5_vl.py `replace_image_token`)
-puts grid_t · grid_h · grid_w / merge_size² image tokens into the text.
+puts grid_t · grid_h · grid_w / merge_size² image tokens into the text. Qwen3-VL's processor is the same class
+(models/auto/image_processing_auto.py maps qwen3_vl to `Qwen2VLImageProcessor`) with its vision config's 16 px
+patches: sides rounded to multiples of 32.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ if TYPE_CHECKING:
 DEFAULT_MIN_PIXELS = 56 * 56
 DEFAULT_MAX_PIXELS = 28 * 28 * 1280
 MAX_ASPECT = 200            # smart_resize raises above this aspect ratio
+# (min_pixels, max_pixels) a checkpoint's preprocessor_config.json sets where they differ from the class defaults and
+# change what small or large images become: Qwen3-VL's `size` {"shortest_edge": 65536, "longest_edge": 16777216}
+# (Qwen/Qwen3-VL-8B-Instruct); keyed by the model config's model_type
+PUBLISHED_PIXELS = {"qwen3_vl": (65536, 16777216)}
 IMAGE_TRAINERS = ("sft", "dpo")   # the trainers whose image path hpcmem models (trace and estimate)
 # The flags' help: which names are hpcmem's own and which transformers'
 FIELD_HELP = {
@@ -31,9 +37,9 @@ FIELD_HELP = {
     "image_height": "hpcmem's own: pixel height of every image before the processor resizes it",
     "image_width": "hpcmem's own: pixel width of every image before the processor resizes it",
     "min_pixels": f"the Qwen2-VL image processor's min_pixels (transformers' name) (default {DEFAULT_MIN_PIXELS}, "
-                  "the processor class's; a checkpoint's preprocessor_config.json may set another)",
+                  "the processor class's; a checkpoint's preprocessor_config.json may set another: Qwen3-VL's 65536)",
     "max_pixels": f"the Qwen2-VL image processor's max_pixels (transformers' name) (default {DEFAULT_MAX_PIXELS}, "
-                  "the processor class's; Qwen2.5-VL's preprocessor_config.json sets 12845056)",
+                  "the processor class's; Qwen2.5-VL's preprocessor_config.json sets 12845056, Qwen3-VL's 16777216)",
     "profile_images": "hpcmem's own, set by --lengths with an image-text profile: the worst micro-batch's images",
     "profile_patches": "hpcmem's own, set by --lengths with an image-text profile: the worst micro-batch's vision "
                        "patches",
@@ -113,3 +119,23 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
     h, w = smart_resize(t.image_height, t.image_width, vision.patch_size * vision.spatial_merge_size, lo, hi)
     gh, gw = h // vision.patch_size, w // vision.patch_size
     return ImageGeometry(resized=(h, w), grid_thw=(1, gh, gw), patches=gh * gw, tokens=gh * gw // vision.merge_unit)
+
+
+def published_pixels_note(t: Any, vision: VisionSpec) -> str | None:
+    """A warning when min_pixels / max_pixels are left to the class defaults and the checkpoint's published processor
+    bounds (`PUBLISHED_PIXELS`) would resize this job's images otherwise; None when they agree or do not apply."""
+    published = PUBLISHED_PIXELS.get(vision.model_type)
+    if published is None or t.images_per_example == 0 or (t.min_pixels is not None and t.max_pixels is not None):
+        return None
+    factor = vision.patch_size * vision.spatial_merge_size
+    lo, hi = pixel_bounds(t)
+    ours = smart_resize(t.image_height, t.image_width, factor, lo, hi)
+    lo2 = published[0] if t.min_pixels is None else t.min_pixels
+    hi2 = published[1] if t.max_pixels is None else t.max_pixels
+    theirs = smart_resize(t.image_height, t.image_width, factor, lo2, hi2) if lo2 <= hi2 else ours
+    if theirs == ours:
+        return None
+    return (f"min_pixels/max_pixels not given: the processor class's defaults ({lo}, {hi}) resize "
+            f"{t.image_height}×{t.image_width} px to {ours[0]}×{ours[1]}; {vision.model_type}'s published "
+            f"preprocessor_config.json ({published[0]}, {published[1]}) makes it {theirs[0]}×{theirs[1]}: pass "
+            f"--min_pixels {lo2} --max_pixels {hi2} when you use that processor")

@@ -2,8 +2,8 @@
 through AutoModelForImageTextToText), as data (coverage_vlm.json, regenerated from the installed transformers by
 tests/models/test_coverage_vlm.py).
 
-hpcmem models images for the types of hpcmem.models.vision (Qwen2-VL, Qwen2.5-VL: their vision tower, patch merger
-and image tokens, SFT); any other type that is only image-text-to-text is refused with that reason.
+hpcmem models images for the types of hpcmem.models.vision (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: their vision tower,
+patch merger — Qwen3-VL's deepstack mergers too — and image tokens, SFT); any other type that is only image-text-to-text is refused with that reason.
 A type that also has a causal-LM class (gemma3, mllama, qwen3_5 …) is estimated as its text decoder, as
 hpcmem/models/coverage.json classifies it, and the estimate says the towers are not counted.
 """

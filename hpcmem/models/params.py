@@ -254,10 +254,11 @@ PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...] | None] = {
     "olmo2": None,
     "qwen2_moe": None,
     "qwen3_moe": None,
-    # peft 0.21 utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING has no qwen2_5_vl or qwen2_vl
-    # row: get_peft_model raises without target_modules
+    # peft 0.21 utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING has no qwen2_5_vl, qwen2_vl or
+    # qwen3_vl row: get_peft_model raises without target_modules
     "qwen2_5_vl": None,
     "qwen2_vl": None,
+    "qwen3_vl": None,
 }
 
 

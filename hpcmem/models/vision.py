@@ -13,6 +13,15 @@ Covered (transformers 5.24):
   `PatchMerger.__init__`), a two-linear MLP fc1 → `hidden_act` (quick_gelu) → fc2 with biases (`VisionMlp`, width
   int(embed_dim · mlp_ratio)), and full attention over each image in every block (no windows). Its config names the
   tower width `embed_dim` and the merger's output `hidden_size`.
+- Qwen3-VL (models/qwen3_vl/configuration_qwen3_vl.py `Qwen3VLVisionConfig`, modeling_qwen3_vl.py
+  `Qwen3VLVisionModel`): Qwen2-VL's LayerNorm blocks with full attention, a two-linear MLP `linear_fc1` →
+  `hidden_act` (gelu_pytorch_tanh) → `linear_fc2` (`Qwen3VLVisionMLP`, width intermediate_size), a patch embedding
+  with bias (`Qwen3VLVisionPatchEmbed`, patch size 16), learned position embeddings (`pos_embed`, an
+  nn.Embedding of num_position_embeddings rows interpolated to each image's grid), the merger
+  (`Qwen3VLVisionPatchMerger`: LayerNorm over the tower width, linear_fc1 → GELU → linear_fc2) and one more merger
+  per `deepstack_visual_indexes` entry (`deepstack_merger_list`, `use_postshuffle_norm=True`: its LayerNorm runs
+  over 4·width), whose outputs the language model adds to the image tokens' hidden states after its first layers
+  (modeling_qwen3_vl.py `Qwen3VLTextModel._deepstack_process`). Its decoder is Qwen3's (q/k norms, no biases).
 """
 
 from __future__ import annotations
@@ -36,6 +45,12 @@ class TowerLayout:
     aliases: dict[str, str]
     norm: str
     mlp: str
+    fc_names: tuple[str, str] = ("mlp.fc1", "mlp.fc2")         # a two-linear block MLP's module names
+    merger_names: tuple[str, str] = ("mlp.0", "mlp.2")         # the merger's two linears, below `merger.`
+    patch_bias: bool = False                                   # the Conv3d patch embedding's bias
+    # the tower names its patch embedding as its input embeddings (`_input_embed_layer = "patch_embed"`), which
+    # `enable_input_require_grads` then hooks (modeling_utils.py); Qwen3VLVisionModel names none
+    hooked_input: bool = True
 
 
 # config.json spellings the vision config classes map onto their own names (their attribute_map, and `in_chans`, which
@@ -57,6 +72,15 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
         "depth": 32, "embed_dim": 1280, "hidden_size": 3584, "hidden_act": "quick_gelu", "mlp_ratio": 4,
         "num_heads": 16, "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
         aliases=_COMMON_ALIASES, norm="layer", mlp="fc"),
+    # configuration_qwen3_vl.py `Qwen3VLVisionConfig`; modeling_qwen3_vl.py `Qwen3VLVisionMLP` (linear_fc1/2),
+    # `Qwen3VLVisionPatchMerger` (linear_fc1/2), `Qwen3VLVisionPatchEmbed` (Conv3d bias=True)
+    "qwen3_vl": TowerLayout(text="qwen3", defaults={
+        "depth": 27, "hidden_size": 1152, "hidden_act": "gelu_pytorch_tanh", "intermediate_size": 4304,
+        "num_heads": 16, "in_channels": 3, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+        "out_hidden_size": 3584, "num_position_embeddings": 2304, "deepstack_visual_indexes": (8, 16, 24),
+        "window_size": 0}, aliases=_COMMON_ALIASES, norm="layer", mlp="fc",
+        fc_names=("mlp.linear_fc1", "mlp.linear_fc2"), merger_names=("linear_fc1", "linear_fc2"), patch_bias=True,
+        hooked_input=False),
 }
 
 
@@ -68,7 +92,7 @@ class VisionLinear:
     in_features: int
     out_features: int
     count: int              # blocks that hold it (depth), or 1 for the merger's
-    part: str               # "tower" or "merger"
+    part: str               # "tower", "merger", or "deepstack" (Qwen3-VL's deepstack mergers, `count` of them)
 
     @property
     def params(self) -> int:
@@ -96,6 +120,12 @@ class VisionSpec:
     hidden_act: str = "silu"
     norm: str = "rms"           # TowerLayout.norm
     mlp: str = "gated"          # TowerLayout.mlp
+    fc_names: tuple[str, str] = ("mlp.fc1", "mlp.fc2")         # TowerLayout.fc_names
+    merger_names: tuple[str, str] = ("mlp.0", "mlp.2")         # TowerLayout.merger_names
+    patch_bias: bool = False                                   # TowerLayout.patch_bias
+    hooked_input: bool = True                                  # TowerLayout.hooked_input
+    num_position_embeddings: int = 0      # Qwen3-VL's learned position table (rows of the tower width); 0: none
+    deepstack_visual_indexes: tuple[int, ...] = ()     # blocks whose output a deepstack merger reads (Qwen3-VL)
 
     def __post_init__(self) -> None:
         p = Problems()
@@ -115,6 +145,14 @@ class VisionSpec:
                 f"vision_config.hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
         p.check(all(0 <= i < self.depth for i in self.fullatt_block_indexes),
                 f"vision_config.fullatt_block_indexes {list(self.fullatt_block_indexes)} must lie in 0..{self.depth - 1}")
+        p.check(all(0 <= i < self.depth for i in self.deepstack_visual_indexes),
+                f"vision_config.deepstack_visual_indexes {list(self.deepstack_visual_indexes)} must lie in "
+                f"0..{self.depth - 1}")
+        p.check(len(set(self.deepstack_visual_indexes)) == len(self.deepstack_visual_indexes),
+                f"vision_config.deepstack_visual_indexes {list(self.deepstack_visual_indexes)}: each block once "
+                "(Qwen3VLVisionModel.forward finds a block's merger by `.index`)")
+        p.check(isinstance(self.num_position_embeddings, int) and self.num_position_embeddings >= 0,
+                f"vision_config.num_position_embeddings must be an integer ≥ 0, got {self.num_position_embeddings!r}")
         p.raise_if_any()
 
     @property
@@ -138,14 +176,21 @@ class VisionSpec:
             mlp = (VisionLinear(name="mlp.gate_proj", in_features=h, out_features=i, count=d, part="tower"),
                    VisionLinear(name="mlp.up_proj", in_features=h, out_features=i, count=d, part="tower"),
                    VisionLinear(name="mlp.down_proj", in_features=i, out_features=h, count=d, part="tower"))
-        else:                       # modeling_qwen2_vl.py VisionMlp
-            mlp = (VisionLinear(name="mlp.fc1", in_features=h, out_features=i, count=d, part="tower"),
-                   VisionLinear(name="mlp.fc2", in_features=i, out_features=h, count=d, part="tower"))
+        else:                       # modeling_qwen2_vl.py VisionMlp, modeling_qwen3_vl.py Qwen3VLVisionMLP
+            fc1, fc2 = self.fc_names
+            mlp = (VisionLinear(name=fc1, in_features=h, out_features=i, count=d, part="tower"),
+                   VisionLinear(name=fc2, in_features=i, out_features=h, count=d, part="tower"))
+        first, second = self.merger_names
+        ds = len(self.deepstack_visual_indexes)
+        deepstack = (VisionLinear(name=first, in_features=m, out_features=m, count=ds, part="deepstack"),
+                     VisionLinear(name=second, in_features=m, out_features=self.out_hidden_size, count=ds,
+                                  part="deepstack")) if ds else ()
         return (VisionLinear(name="attn.qkv", in_features=h, out_features=3 * h, count=d, part="tower"),
                 VisionLinear(name="attn.proj", in_features=h, out_features=h, count=d, part="tower"),
                 *mlp,
-                VisionLinear(name="mlp.0", in_features=m, out_features=m, count=1, part="merger"),
-                VisionLinear(name="mlp.2", in_features=m, out_features=self.out_hidden_size, count=1, part="merger"))
+                VisionLinear(name=first, in_features=m, out_features=m, count=1, part="merger"),
+                VisionLinear(name=second, in_features=m, out_features=self.out_hidden_size, count=1, part="merger"),
+                *deepstack)
 
     @property
     def norm_params(self) -> int:
@@ -153,11 +198,16 @@ class VisionSpec:
         return self.hidden_size * (1 if self.norm == "rms" else 2)
 
     @property
+    def embed_params(self) -> int:
+        """The patch embedding (Conv3d; Qwen3-VL's with a bias) and Qwen3-VL's learned position table."""
+        h = self.hidden_size
+        return self.patch_dim * h + (h if self.patch_bias else 0) + self.num_position_embeddings * h
+
+    @property
     def tower_params(self) -> int:
-        """Patch embedding (Conv3d, no bias), the blocks' linears and their two norms."""
-        embed = self.patch_dim * self.hidden_size
+        """Patch and position embeddings, the blocks' linears and their two norms."""
         norms = 2 * self.norm_params * self.depth
-        return embed + norms + sum(x.params for x in self.linears() if x.part == "tower")
+        return self.embed_params + norms + sum(x.params for x in self.linears() if x.part == "tower")
 
     @property
     def merger_params(self) -> int:
@@ -165,8 +215,14 @@ class VisionSpec:
         return self.norm_params + sum(x.params for x in self.linears() if x.part == "merger")
 
     @property
+    def deepstack_params(self) -> int:
+        """Qwen3-VL's deepstack mergers: each a LayerNorm over 4·width (`use_postshuffle_norm=True`) and two linears."""
+        norms = 2 * self.merged_width * len(self.deepstack_visual_indexes)
+        return norms + sum(x.params for x in self.linears() if x.part == "deepstack")
+
+    @property
     def num_params(self) -> int:
-        return self.tower_params + self.merger_params
+        return self.tower_params + self.merger_params + self.deepstack_params
 
 
 def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | None:
@@ -190,26 +246,32 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | None
     full = vc.get("fullatt_block_indexes") or ()
     if not isinstance(full, (list, tuple)) or not all(isinstance(x, int) for x in full):
         raise SpecError(f"model {name}: vision_config.fullatt_block_indexes must be a list of integers, got {full!r}")
+    deep = vc.get("deepstack_visual_indexes") or ()
+    if not isinstance(deep, (list, tuple)) or not all(isinstance(x, int) for x in deep):
+        raise SpecError(f"model {name}: vision_config.deepstack_visual_indexes must be a list of integers, got "
+                        f"{deep!r}")
     return VisionSpec(
         model_type=model_type, depth=vc["depth"], hidden_size=vc["hidden_size"],
         intermediate_size=vc["intermediate_size"], num_heads=vc["num_heads"], in_channels=vc["in_channels"],
         patch_size=vc["patch_size"], spatial_merge_size=vc["spatial_merge_size"],
         temporal_patch_size=vc["temporal_patch_size"], window_size=vc["window_size"],
         out_hidden_size=vc["out_hidden_size"], fullatt_block_indexes=tuple(full), hidden_act=str(vc["hidden_act"]),
-        norm=layout.norm, mlp=layout.mlp)
+        norm=layout.norm, mlp=layout.mlp, fc_names=layout.fc_names, merger_names=layout.merger_names,
+        patch_bias=layout.patch_bias, hooked_input=layout.hooked_input, num_position_embeddings=vc.get("num_position_embeddings", 0),
+        deepstack_visual_indexes=tuple(deep))
 
 
 def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
     """The decoder's config dict of a vision-language config: its `text_config` when it nests one, else the flat Hub
     layout's top-level keys (Qwen2_5_VLConfig.__post_init__ moves those into text_config), with model_type set to the
     decoder layout hpcmem builds it with (Qwen2_5_VLTextModel's and Qwen2VLTextModel's layers are Qwen2's: q/k/v bias,
-    no o bias)."""
+    no o bias; Qwen3VLTextModel's are Qwen3's: q/k norms over the head dim, attention_bias)."""
     layout = VISION_LANGUAGE[str(cfg["model_type"])].text
     inner = cfg.get("text_config")
     text = dict(inner) if isinstance(inner, dict) else {k: v for k, v in cfg.items()
                                                          if k not in ("vision_config", "text_config")}
     if "tie_word_embeddings" not in text and "tie_word_embeddings" in cfg:
         text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
-    text.setdefault("tie_word_embeddings", False)        # Qwen2_5_VLConfig / Qwen2VLConfig.tie_word_embeddings
+    text.setdefault("tie_word_embeddings", False)        # Qwen2_5_VLConfig / Qwen2VLConfig / Qwen3VLConfig.tie_word_embeddings
     text["model_type"] = layout
     return text

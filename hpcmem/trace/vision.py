@@ -34,7 +34,8 @@ CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content']
 # model_type → (module, class) of the processor transformers pairs with it (models/auto/processing_auto.py
 # PROCESSOR_MAPPING_NAMES)
 PROCESSORS = {"qwen2_5_vl": ("transformers.models.qwen2_5_vl.processing_qwen2_5_vl", "Qwen2_5_VLProcessor"),
-              "qwen2_vl": ("transformers.models.qwen2_vl.processing_qwen2_vl", "Qwen2VLProcessor")}
+              "qwen2_vl": ("transformers.models.qwen2_vl.processing_qwen2_vl", "Qwen2VLProcessor"),
+              "qwen3_vl": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor")}
 # What the trace does that a real run does not (its notes).
 NOTES = ("vision-language: the processor's video_processor is left out (it needs torchvision; an image-only dataset "
          "never calls it); the images are blank RGB images of the job's size",)

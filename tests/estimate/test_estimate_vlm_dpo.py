@@ -1,6 +1,8 @@
-"""Vision-language DPO (Qwen2.5-VL, full width cut to 1 decoder layer and 4 vision blocks) against the trace of TRL's
+"""Vision-language DPO (Qwen2.5-VL, full width cut to 1 decoder layer and 4 vision blocks; Qwen3-VL, cut to 3 decoder
+layers and 4 vision blocks with 3 deepstack mergers) against the trace of TRL's
 DPOTrainer with DataCollatorForVisionPreference and transformers' processor on real images
-(estimator/traces/vlm-dpo.jsonl, written by `hpcmem validate trace --cases estimator/cases/vlm-dpo.yaml`): full
+(estimator/traces/vlm-dpo.jsonl and vlm-qwen3-vl-dpo.jsonl, written by `hpcmem validate trace --cases
+estimator/cases/vlm-dpo.yaml` and vlm-qwen3-vl-dpo.yaml): full
 fine-tuning with a second model as reference, LoRA all-linear and q_proj/v_proj with the adapters disabled as
 reference, checkpointing on and off, 448 and 896 px."""
 
@@ -17,8 +19,8 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.validate.cases import case_job
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACE = ROOT / "estimator" / "traces" / "vlm-dpo.jsonl"
-RECORDS = {r["case"]["id"]: r for r in map(json.loads, TRACE.read_text().splitlines())}
+TRACES = [ROOT / "estimator" / "traces" / f"{name}.jsonl" for name in ("vlm-dpo", "vlm-qwen3-vl-dpo")]
+RECORDS = {r["case"]["id"]: r for f in TRACES for r in map(json.loads, f.read_text().splitlines())}
 MAX_PCT = 3.0
 
 

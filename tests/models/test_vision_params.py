@@ -1,5 +1,5 @@
-"""Qwen2.5-VL's and Qwen2-VL's parts as hpcmem counts them (hpcmem.models.vision, the language model by the qwen2
-family) against `AutoModelForImageTextToText.from_config` on the meta device: the published 7B configs (fixtures and
+"""Qwen2.5-VL's, Qwen2-VL's and Qwen3-VL's parts as hpcmem counts them (hpcmem.models.vision, the language model by
+the qwen2 / qwen3 family) against `AutoModelForImageTextToText.from_config` on the meta device: the published 7B configs (fixtures and
 the catalog's vision-language entries) and cut ones."""
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ def _config(name: str) -> dict:
 
 
 @pytest.mark.parametrize("name", ["Qwen2.5-VL-7B-Instruct.json", "qwen2_5_vl-7b-width-L1-D4.json",
-                                  "Qwen2-VL-7B-Instruct.json", "qwen2_vl-7b-width-L1-D4.json", *VLM_CATALOG])
+                                  "Qwen2-VL-7B-Instruct.json", "qwen2_vl-7b-width-L1-D4.json",
+                                  "Qwen3-VL-8B-Instruct.json", "qwen3_vl-8b-width-L3-D4.json", *VLM_CATALOG])
 def test_parts_equal_the_meta_model(name):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -32,15 +33,19 @@ def test_parts_equal_the_meta_model(name):
     config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
     with torch.device("meta"):
         model = transformers.AutoModelForImageTextToText.from_config(config)
-    count = {"tower": 0, "merger": 0, "language": 0}
+    count = {"tower": 0, "merger": 0, "deepstack": 0, "language": 0}
     for param_name, p in model.named_parameters():
-        part = "merger" if ".visual.merger." in param_name else "tower" if ".visual." in param_name else "language"
+        part = ("merger" if ".visual.merger." in param_name else
+                "deepstack" if ".visual.deepstack_merger_list." in param_name else
+                "tower" if ".visual." in param_name else "language")
         count[part] += p.numel()
     spec = resolve_model(name if name in VLM_CATALOG else str(FIXTURES / name))
     assert count == {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params,
-                     "language": spec.num_params}
+                     "deepstack": spec.vision.deepstack_params, "language": spec.num_params}
     linear_names = {n.rsplit("visual.", 1)[-1] for n, m in model.named_modules()
                     if isinstance(m, torch.nn.Linear) and ".visual." in f".{n}."}
     ours = {f"blocks.{i}.{x.name}" for x in spec.vision.linears() if x.part == "tower" for i in range(x.count)}
     ours |= {f"merger.{x.name}" for x in spec.vision.linears() if x.part == "merger"}
+    ours |= {f"deepstack_merger_list.{i}.{x.name}" for x in spec.vision.linears() if x.part == "deepstack"
+             for i in range(x.count)}
     assert linear_names == ours
