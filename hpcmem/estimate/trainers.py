@@ -95,27 +95,29 @@ def reference_bytes(job: JobSpec, parts: ParamParts) -> int:
     return full
 
 
-def no_grad_pass(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
-    """Live bytes of a no-grad forward: hidden state in/out, one layer's widest intermediates, the fused head tile."""
+def _no_grad_parts(job: JobSpec, rows: int, seq: int, prec: Precision) -> tuple[int, int, int, int]:
+    """(hidden state in/out, one layer's widest intermediates, the fused head's tile, 3 fp32 statistics per token) of
+    a no-grad forward over rows × seq tokens."""
     m = job.model
     tokens = rows * seq
     inter = m.moe_intermediate_size * m.num_experts_per_tok if m.is_moe else m.intermediate_size
     hidden = 2 * tokens * m.hidden_size * max(prec.residual, prec.act)
     mlp = 3 * tokens * inter * prec.act
     tile = min(tokens, 4096) * min(m.vocab_size, 32768) * prec.act
-    return hidden + mlp + tile + tokens * 3 * FP32
+    return hidden, mlp, tile, tokens * 3 * FP32
+
+
+def no_grad_pass(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
+    """Live bytes of a no-grad forward: hidden state in/out, one layer's widest intermediates, the fused head tile."""
+    hidden, mlp, tile, stats = _no_grad_parts(job, rows, seq, prec)
+    return hidden + mlp + tile + stats
 
 
 def reference_pass(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
     """Live bytes of DPO's / KTO's reference forward beside the policy's saved activations: `no_grad_pass` with the
     widest layer's intermediates and the fused head's tile apart, as they run (the head after the last layer)."""
-    m = job.model
-    tokens = rows * seq
-    inter = m.moe_intermediate_size * m.num_experts_per_tok if m.is_moe else m.intermediate_size
-    hidden = 2 * tokens * m.hidden_size * max(prec.residual, prec.act)
-    mlp = 3 * tokens * inter * prec.act
-    tile = min(tokens, 4096) * min(m.vocab_size, 32768) * prec.act
-    return hidden + max(mlp, tile) + tokens * 3 * FP32
+    hidden, mlp, tile, stats = _no_grad_parts(job, rows, seq, prec)
+    return hidden + max(mlp, tile) + stats
 
 
 def kv_cache_bytes(job: JobSpec, rows: int, tokens_per_row: int, dtype_bytes: int) -> int:
