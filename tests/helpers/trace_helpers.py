@@ -21,3 +21,22 @@ def trace_matches_cpu(job, label=""):
     assert traced.phase == real.phase
     assert [s["step"] for s in traced.step_peaks] == [1, 2]
     return real, traced
+
+
+def estimate_holds_vision_trace(job, max_pct: float) -> None:
+    """Trace a vision-language job with its timeline; assert the estimate's step peak and its tower backward phase
+    are each within max_pct % of the trace's (the tower's: the largest live bytes in step 2's vision blocks past the
+    first)."""
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.vision import VISION_BACKWARD
+    from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.trace.run import run_trace
+
+    traced = run_trace(job, timeline=True)
+    phases = {p.name: tensor_bytes(p) for p in estimate(job).phases}
+    peak = max(phases.values())
+    assert abs(peak - traced.peak_allocated_bytes) <= max_pct / 100 * traced.peak_allocated_bytes, \
+        (peak, traced.peak_allocated_bytes)
+    tower = max(p.current_bytes for p in traced.timeline
+                if p.phase.startswith("step 2 / backward / vision block ") and not p.phase.endswith(" 0"))
+    assert abs(phases[VISION_BACKWARD] - tower) <= max_pct / 100 * tower, (phases[VISION_BACKWARD], tower)

@@ -14,10 +14,8 @@ import yaml
 
 pytest.importorskip("trl")
 
-from hpcmem.estimate import estimate  # noqa: E402
-from hpcmem.estimate.vision import VISION_BACKWARD  # noqa: E402
-from hpcmem.estimate.workspaces import tensor_bytes  # noqa: E402
 from hpcmem.validate.cases import case_job  # noqa: E402
+from tests.helpers.trace_helpers import estimate_holds_vision_trace  # noqa: E402
 
 pytestmark = pytest.mark.torch
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,14 +30,5 @@ def _job(case_id: str):
 
 @pytest.mark.parametrize("case_id", ["q2vl-full-nogc-448", "q2vl-lora-all-gc-896"])
 def test_the_trace_of_today_agrees_with_the_estimate(case_id):
-    from hpcmem.trace.run import run_trace
-
     job = _job(case_id)
-    traced = run_trace(job, timeline=True)
-    phases = {p.name: tensor_bytes(p) for p in estimate(job).phases}
-    peak = max(phases.values())
-    assert abs(peak - traced.peak_allocated_bytes) <= MAX_PCT / 100 * traced.peak_allocated_bytes, \
-        (peak, traced.peak_allocated_bytes)
-    tower = max(p.current_bytes for p in traced.timeline
-                if p.phase.startswith("step 2 / backward / vision block ") and not p.phase.endswith(" 0"))
-    assert abs(phases[VISION_BACKWARD] - tower) <= MAX_PCT / 100 * tower, (phases[VISION_BACKWARD], tower)
+    estimate_holds_vision_trace(job, MAX_PCT)

@@ -15,11 +15,8 @@ import pytest
 
 pytest.importorskip("trl")
 
-from hpcmem.estimate import estimate  # noqa: E402
-from hpcmem.estimate.vision import VISION_BACKWARD  # noqa: E402
-from hpcmem.estimate.workspaces import tensor_bytes  # noqa: E402
 from hpcmem.job.trl_config import build_job  # noqa: E402
-from tests.helpers.trace_helpers import trace_matches_cpu  # noqa: E402
+from tests.helpers.trace_helpers import estimate_holds_vision_trace, trace_matches_cpu  # noqa: E402
 
 pytestmark = pytest.mark.torch
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
@@ -36,17 +33,8 @@ def sft_job(config: Path, **kw):
 
 def test_the_half_width_trace_agrees_with_the_estimate():
     """About 15 s on two shared cores."""
-    from hpcmem.trace.run import run_trace
-
     job = sft_job(HALF, max_length=1024, image_height=448, image_width=448, gradient_checkpointing=False)
-    traced = run_trace(job, timeline=True)
-    phases = {p.name: tensor_bytes(p) for p in estimate(job).phases}
-    peak = max(phases.values())
-    assert abs(peak - traced.peak_allocated_bytes) <= MAX_PCT / 100 * traced.peak_allocated_bytes, \
-        (peak, traced.peak_allocated_bytes)
-    tower = max(p.current_bytes for p in traced.timeline
-                if p.phase.startswith("step 2 / backward / vision block ") and not p.phase.endswith(" 0"))
-    assert abs(phases[VISION_BACKWARD] - tower) <= MAX_PCT / 100 * tower, (phases[VISION_BACKWARD], tower)
+    estimate_holds_vision_trace(job, MAX_PCT)
 
 
 def test_a_real_sft_trainer_runs_qwen3_vl_as_traced():
