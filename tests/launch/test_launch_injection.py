@@ -96,10 +96,11 @@ STUBS = {
                  '  if [[ $a == bash && ${!n} == -c ]]; then exec "${@:i}"; fi; done\nexit 3\n',
     "scontrol": 'case "$1 $2" in "show hostnames") echo n1;; "show node") echo "NodeName=n1 NodeAddr=127.0.0.1";;'
                 ' esac\n',
-    # the trainer of a vLLM-server job waits for the server (started first, in the background), as TRL's does
-    "accelerate": 'for _ in {1..100}; do [[ -z ${VLLM_PORT:-} || -f $STUB_DIR/trl.argv ]] && break; sleep 0.02; done\n'
+    # the trainer of a vLLM-server job waits for the server (started first, in the background), as TRL's does; up to
+    # 30 s, for a loaded machine (the server's argv appears whole: written aside, then renamed)
+    "accelerate": 'for _ in {1..1500}; do [[ -z ${VLLM_PORT:-} || -f $STUB_DIR/trl.argv ]] && break; sleep 0.02; done\n'
                   'printf "%s\\0" "$@" > "$STUB_DIR/accelerate.argv"; env -0 > "$STUB_DIR/accelerate.env"\n',
-    "trl": 'printf "%s\\0" "$@" > "$STUB_DIR/trl.argv"\n',
+    "trl": 'printf "%s\\0" "$@" > "$STUB_DIR/trl.argv.part" && mv "$STUB_DIR/trl.argv.part" "$STUB_DIR/trl.argv"\n',
     "module": 'printf "%s\\0" "$@" >> "$STUB_DIR/module.argv"\n',
 }
 
