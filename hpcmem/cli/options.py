@@ -284,6 +284,17 @@ def _apply_images(profile: dict, path: str, settings: dict[str, Any]) -> None:
         raise ProfileError(f"max_length {max_length} cuts into the image tokens of {cut} example(s) of {path}; the "
                            "processor raises then ('Image features and image tokens do not match'): raise max_length "
                            "or lower max_pixels")
+    # the profile counted what its processor made at its own bounds: a run (and its estimate) must resize the same way
+    vision = profile.get("vision") or {}
+    for name in ("min_pixels", "max_pixels"):
+        made = vision.get(name)
+        if made is None:
+            continue
+        if settings.get(name) is not None and settings[name] != made:
+            raise ProfileError(f"{name} {settings[name]} differs from the {made} the length profile {path} was made "
+                               f"with; its image counts hold at {made} only: profile the data again with --{name} "
+                               f"{settings[name]}, or drop --{name}")
+        settings[name] = made
     counts = vision_per_micro_batch(profile, per_device_train_batch_size=settings.get("per_device_train_batch_size", 8))
     settings.update(profile_images=counts.get("images", 0), profile_patches=counts.get("patches", 0),
                     profile_image_tokens=counts.get("image_tokens", 0))

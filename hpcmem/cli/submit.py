@@ -94,6 +94,11 @@ def _report(done, as_json: bool, dry_run: bool, script: str | None = None) -> No
                f"{launch.gpus_per_node} {launch.preset.gpu} GPU(s) × {launch.cpus_per_task} CPUs, time {launch.time_limit.describe()}")
     if p.fit:
         click.echo(p.fit.message())
+    if "processor.json" in p.contents:
+        size = json.loads(p.contents["processor.json"])["size"]
+        click.echo(f"images: resized into [{size['shortest_edge']:,}, {size['longest_edge']:,}] pixels as the estimate "
+                   "assumed: trl_entry.py gives processor.json to AutoProcessor.from_pretrained over the checkpoint's "
+                   "preprocessor_config.json")
     for warning in launch.warnings:
         click.echo(f"warning: {warning}")
     click.echo(f"run folder {done.run_dir}: " + ", ".join(sorted(p.contents)))

@@ -88,6 +88,16 @@ def pixel_bounds(t: Any) -> tuple[int, int]:
     return lo, hi
 
 
+def processor_kwargs(t: Any) -> dict[str, Any]:
+    """The keywords `AutoProcessor.from_pretrained` needs so that a real run resizes images as this job assumes
+    (a TrainSpec): the Qwen2-VL family's `size` bounds (transformers 5's names for min_pixels / max_pixels,
+    image_processing_qwen2_vl.py); nothing for a job without images."""
+    if t.images_per_example == 0 and t.profile_images == 0:
+        return {}
+    lo, hi = pixel_bounds(t)
+    return {"size": {"shortest_edge": lo, "longest_edge": hi}}
+
+
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     """transformers 5.24 models/qwen2_vl/image_processing_qwen2_vl.py `smart_resize`, line for line: both sides
     rounded to multiples of `factor`, then scaled (aspect kept) into [min_pixels, max_pixels]."""

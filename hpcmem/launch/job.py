@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from hpcmem.errors import Problems, SpecError
 from hpcmem.inputs.values import InputError, shown, text
+from hpcmem.job.images import pixel_bounds
 from hpcmem.job.trainers import entry
 from hpcmem.launch import slurm_time
 from hpcmem.launch.container_paths import invisible, job_mounts, needed_paths, unmountable
@@ -195,6 +196,12 @@ class Launch:
         if self.options.requeue and not self.problems and self.time_limit.unlimited:
             out.append(f"--requeue acts at signal_lead_s before the time limit, but time {self.time} is no limit: "
                        "the job is never requeued")
+        t = self.job.train
+        if self.options.entry and (t.images_per_example or t.profile_images):
+            lo, hi = pixel_bounds(t)
+            out.append(f"--entry {self.options.entry} builds its own processor: the estimate assumed images resized "
+                       f"into [{lo:,}, {hi:,}] pixels (min_pixels, max_pixels); pass the same to "
+                       "AutoProcessor.from_pretrained there")
         if self.options.requeue and fields.get("save_only_model"):
             out.append("save_only_model: true keeps no optimizer/scheduler/RNG state, which \"prevents resuming "
                        "training from the checkpoint\" (transformers TrainingArguments); a restart cannot resume")

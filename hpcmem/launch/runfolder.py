@@ -8,6 +8,8 @@
   trl.yaml            the user's TRL fields + the spec's values + hpcmem's choices
   spec.json           the resolved JobSpec, preset and launch options
   estimate.json       the memory estimate the submission was checked against
+  trl_entry.py        a job with images: runs the TRL script with processor.json's keywords (templates/runner/)
+  processor.json      the image processor's resolution the estimate assumed
   job_id              written by the backend after submission
   logs/               batch-<jobid>.log, node<N>.log (one per node, appended across requeues), vllm.log
   output/             TRL output_dir unless the user's YAML names another
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 
 SCRIPT, ACCELERATE, DEEPSPEED, TRL, SPEC, ESTIMATE, JOB_ID = (
     "job.sbatch", "accelerate.yaml", "deepspeed.json", "trl.yaml", "spec.json", "estimate.json", "job_id")
+ENTRY, PROCESSOR = "trl_entry.py", "processor.json"
 
 
 MAX_SLUG = 100        # characters of the job name kept in the folder's name (file systems allow 255 bytes per name)
@@ -63,12 +66,13 @@ def new_run_dir(runs_root: str | Path, job_name: str, *, now: dt.datetime | None
     return candidate
 
 
-def run_files(run_dir: Path, *, deepspeed: bool, output_dir: str | None) -> RunFiles:
+def run_files(run_dir: Path, *, deepspeed: bool, output_dir: str | None, entry_script: bool = False) -> RunFiles:
     return RunFiles(
         run_dir=str(run_dir), script=str(run_dir / SCRIPT), accelerate_config=str(run_dir / ACCELERATE),
         trl_config=str(run_dir / TRL), logs_dir=str(run_dir / "logs"),
         output_dir=output_dir or str(run_dir / "output"),
         deepspeed_config=str(run_dir / DEEPSPEED) if deepspeed else None,
+        entry_script=str(run_dir / ENTRY) if entry_script else None,
     )
 
 

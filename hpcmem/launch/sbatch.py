@@ -27,6 +27,7 @@ class RunFiles:
     output_dir: str
     logs_dir: str
     deepspeed_config: str | None = None
+    entry_script: str | None = None     # trl_entry.py: runs the TRL script with processor.json's image bounds
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,12 @@ def _accelerate_args(launch: Launch, files: RunFiles, *, multi_node: bool) -> li
     else:
         args += ["--machine_rank", 0, "--main_process_port", Shell('"$MASTER_PORT"')]
     entry = launch.options.entry
-    args += [entry] if entry else ["--module", f"trl.scripts.{launch.trainer}"]
+    if entry:
+        args += [entry]
+    elif files.entry_script:
+        args += [files.entry_script, f"trl.scripts.{launch.trainer}"]
+    else:
+        args += ["--module", f"trl.scripts.{launch.trainer}"]
     args += ["--config", files.trl_config]
     return args
 

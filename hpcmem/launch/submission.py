@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from hpcmem.errors import HpcmemError
+from hpcmem.job.images import processor_kwargs
 from hpcmem.launch import checkpoints, runfolder
 from hpcmem.launch.backends import Runner, SubmitError, Submitted
 from hpcmem.launch.backends import backend as make_backend
@@ -21,6 +22,7 @@ from hpcmem.launch.fit import FitReport, check_fit
 from hpcmem.launch.job import Launch, LaunchOptions, default_job_name
 from hpcmem.launch.presets import Preset
 from hpcmem.launch.sbatch import RunFiles, render_sbatch
+from hpcmem.launch.templating import template_text
 from hpcmem.launch.trl_yaml import trl_config
 
 if TYPE_CHECKING:
@@ -65,8 +67,11 @@ def prepare(job: JobSpec, preset: Preset, options: LaunchOptions, *, runs_root: 
     folder = Path(run_dir).absolute() if run_dir else runfolder.new_run_dir(runs_root, name)
     launch = Launch(job=job, preset=preset, options=options, run_dir=str(folder))
     launch.check()
+    # a job with images runs through trl_entry.py, which hands the estimate's image bounds to the processor (no TRL
+    # field reaches it); a user's own --entry builds its own processor (Launch.warnings says so)
+    processor = processor_kwargs(job.train) if not options.entry else {}
     files = runfolder.run_files(folder, deepspeed=job.parallel.deepspeed,
-                                output_dir=options.trl_fields.get("output_dir"))
+                                output_dir=options.trl_fields.get("output_dir"), entry_script=bool(processor))
     report = check_fit(job, estimator=estimator, memory_per_node_bytes=preset.memory_per_node_bytes) if fit else None
     contents = {
         runfolder.ACCELERATE: _yaml(accelerate_config(job, deepspeed_config_file=files.deepspeed_config,
@@ -76,6 +81,9 @@ def prepare(job: JobSpec, preset: Preset, options: LaunchOptions, *, runs_root: 
         runfolder.SPEC: runfolder.spec_json(launch),
         runfolder.ESTIMATE: _estimate_json(report),
     }
+    if processor:
+        contents[runfolder.ENTRY] = template_text("runner/trl_entry.py")
+        contents[runfolder.PROCESSOR] = json.dumps(processor, indent=2) + "\n"
     if job.parallel.deepspeed:
         contents[runfolder.DEEPSPEED] = json.dumps(deepspeed_config(job), indent=2) + "\n"
     return Prepared(launch=launch, files=files, contents=contents, fit=report)

@@ -119,3 +119,13 @@ def render(name: str, **context: Any) -> str:
     if not dirs:
         raise HpcmemError(f"no template folder found: set {ENV_TEMPLATES} or reinstall hpcmem (templates/ missing)")
     return _environment(tuple(str(d) for d in dirs)).get_template(name).render(**context)
+
+
+def template_text(name: str) -> str:
+    """The file `name` (e.g. "runner/trl_entry.py") as it is, from the first template folder that holds it."""
+    for folder in template_dirs():
+        path = folder / name
+        if path.is_file():
+            return path.read_text(encoding="utf-8")
+    raise HpcmemError(f"template {name} not found in {[str(d) for d in template_dirs()]}: set {ENV_TEMPLATES} or "
+                      "reinstall hpcmem (templates/ incomplete)")

@@ -25,14 +25,9 @@ from hpcmem.data.profile import (SCHEMA, SCHEMA_VISION, check_profile, decode_le
 from hpcmem.data.profiler import build_profile, profile_dataset  # noqa: E402
 from hpcmem.data.render import report  # noqa: E402
 from tests.helpers.cli_main import run_main  # noqa: E402
+from tests.helpers.grid_processor import CHAT, save_grid_processor, word_tokenizer  # noqa: E402
 
 MIN_PIXELS, MAX_PIXELS = 28 * 28 * 4, 28 * 28 * 64          # 3,136 and 50,176
-SPECIALS = ["[UNK]", "<pad>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
-# one token per word or special token; an image part renders as vision_start, the placeholder, vision_end
-CHAT = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {% if m['content'] is string %}{{ m['content'] }}"
-        "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-        "{% else %} {{ c['text'] }} {% endif %}{% endfor %}{% endif %} <|im_end|> {% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
 # (width, height) of the images drawn
 SIZES = {"A": (100, 60), "B": (300, 500), "C": (20, 30), "D": (300, 100)}
 
@@ -74,27 +69,9 @@ def tmp(tmp_path_factory):
     return tmp_path_factory.mktemp("vision")
 
 
-def _tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    words = " ".join([f"w{i}" for i in range(20)] + ["user", "assistant", "system"])
-    tok.train_from_iterator([words], trainers.WordLevelTrainer(special_tokens=SPECIALS))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="<pad>", eos_token="<|im_end|>",
-                                   extra_special_tokens={"image_token": "<|image_pad|>"})
-
-
 @pytest.fixture(scope="module")
 def proc_dir(tmp):
-    from transformers.models.paddleocr_vl.image_processing_pil_paddleocr_vl import PaddleOCRVLImageProcessorPil
-    from transformers.models.paddleocr_vl.processing_paddleocr_vl import PaddleOCRVLProcessor
-
-    image_processor = PaddleOCRVLImageProcessorPil(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
-    PaddleOCRVLProcessor(image_processor=image_processor, tokenizer=_tokenizer(), chat_template=CHAT) \
-        .save_pretrained(str(tmp / "proc"))
-    return str(tmp / "proc")
+    return save_grid_processor(str(tmp / "proc"), min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
 
 
 @pytest.fixture(scope="module")
@@ -323,7 +300,7 @@ def test_qwen2_5_vl_processor_counts_as_the_hand_rule(sft, tmp):
     from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
 
     Qwen2_5_VLProcessor(image_processor=Qwen2VLImageProcessor(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS),
-                        tokenizer=_tokenizer(), video_processor=Qwen2VLVideoProcessor(), chat_template=CHAT) \
+                        tokenizer=word_tokenizer(), video_processor=Qwen2VLVideoProcessor(), chat_template=CHAT) \
         .save_pretrained(str(tmp / "qwen"))
     p = profile_dataset(sft[0], None, processor=str(tmp / "qwen"), cache_dir=str(tmp / "cache"))
     assert decode_lengths(p["vision"]["order"]["parts"]["image_tokens"]) == [8, 68, 6, 0]

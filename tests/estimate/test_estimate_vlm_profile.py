@@ -9,6 +9,7 @@ micro-batches hold [A], [A, B] then [C], [] — 3 images, 8 + 8 + 60 = 76 image 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from hpcmem.estimate import estimate
@@ -71,3 +72,24 @@ def test_refusals_name_the_conflict(capsys):
     assert code != 0 and "both give the images' counts" in err and err.count("\n") == 1, err
     code, _, err = run_main(["estimate", "dpo", *ARGS[2:]], capsys)
     assert code != 0 and "SFT only" in err and err.count("\n") == 1, err
+
+
+def test_the_profiles_pixel_bounds_are_the_jobs(capsys, tmp_path):
+    """The profile was made at max_pixels 50,176 (its vision block says so): its counts hold only there, so the job
+    takes those bounds — a submitted run resizes into them — and another --max_pixels is refused in one line."""
+    made = json.loads(Path(PROFILE).read_text())["vision"]
+    assert (made["min_pixels"], made["max_pixels"]) == (3136, 50176)
+    model = tmp_path / "qwen25vl"      # a job loads its model from a folder
+    model.mkdir()
+    shutil.copy(MODEL, model / "config.json")
+    argv = ["submit", *ARGS[1:-2], "--lora_target_modules", "all-linear", "--preset", "example-l40s", "--dry-run",
+            "--runs-dir", str(tmp_path / "runs")]     # the preset trains LoRA
+    argv[argv.index(MODEL)] = str(model)
+    code, _, err = run_main(argv, capsys)
+    assert code == 0, err
+    written = json.loads((next((tmp_path / "runs").iterdir()) / "processor.json").read_text())
+    assert written == {"size": {"shortest_edge": 3136, "longest_edge": 50176}}
+    code, _, err = run_main([*ARGS, "--max_pixels", "100352"], capsys)
+    assert code != 0 and "max_pixels 100352 differs from the 50176" in err and err.count("\n") == 1, err
+    code, _, err = run_main([*ARGS, "--max_pixels", "50176"], capsys)
+    assert code == 0, err
