@@ -154,7 +154,8 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         # DoRA's forward temporaries (the weight norm's dense copies, its fp32 output products: one linear at a time,
         # hpcmem.estimate.lora_variants) sit on top of the layer's forward, and of its recompute under checkpointing,
         # as in the derived step (hpcmem.estimate.step), beyond the reference's (a DoRA cell traced its own)
-        dora_t = forward_transient(mine, tokens) - forward_transient(ref, tokens)
+        q = job.train.quantized
+        dora_t = forward_transient(mine, tokens, prec, q) - forward_transient(ref, tokens, prec, q)
         per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes, dora_t)
     for j, r in enumerate(p.layer_map):
         d_saved, d_temp, grad, dora_t = per_kind[p.layer_kinds[j]]

@@ -149,14 +149,38 @@ def _forward_output(lora: LoraLayout, m: LinearModule, tokens: int) -> int:
     return int(tokens * per)
 
 
-def forward_transient(lora: LoraLayout, tokens: int) -> int:
-    """DoRA's forward temporaries of the worst adapted linear, one linear at a time: first its weight norm (eye
-    [in, in], lora_A(eye) [in, r], the dense adapter weight [in, out], the base weight's fp32 copy and its sum with the
-    scaled adapter weight, in the adapter dtype), then its fp32 output products (DORA_FORWARD)."""
+def _weight_norm(lora: LoraLayout, m: LinearModule, tokens: int, prec: Precision, quantized: bool) -> int:
+    """The worst instant of one adapted linear's DoRA weight norm (peft/tuners/lora/dora.py, training mode: no cache),
+    in bytes beyond the layer's saved terms. `get_lora_weight` makes eye [in, in] in the adapter dtype and runs
+    lora_B(lora_A(eye)): under autocast lora_A casts the eye to 16 bits and saves that copy for its weight's gradient
+    (alive to the end of the linear's forward; without autocast it saves the eye itself), lora_B returns [in, out] in
+    the compute dtype; then the eye dies. `forward` copies that to the input's dtype (the adapter dtype: peft's
+    `_cast_input_dtype`), takes the base weight in that dtype (a copy when it differs; a quantized weight is first
+    dequantized to 16 bits) and `get_weight_norm` adds the scaled adapter weight to it (two [in, out] temporaries).
+    Instants: the eye's, and the sum's; beside both, the linear's base output and its input cast to the adapter dtype
+    (a copy when the input is 16-bit). The layer's saved terms count this linear's saved base-weight copy
+    (`_dora_weight_copy_bytes`), which does not exist yet at either instant — unless it is that same fp32 copy
+    (no autocast), alive at the sum's."""
+    a = lora.adapter_bytes
+    c = prec.act if prec.amp else a          # lora_A(eye)'s compute dtype
+    n_in, n_out = m.in_features, m.out_features
+    cast_eye = c * n_in * n_in if c != a else 0
+    saved_eye = cast_eye or a * n_in * n_in  # what lora_A keeps for its weight's gradient
+    base = 2 * n_in * n_out if quantized else (a * n_in * n_out if prec.weight != a else 0)
+    counted = n_in * n_out * _dora_weight_copy_bytes(lora, prec)
+    eye = a * n_in * n_in + cast_eye + c * n_in * (lora.rank(m) + n_out)
+    norm = saved_eye + 3 * a * n_in * n_out + base
+    beside = tokens * (n_in * a * (prec.act != a) + n_out * prec.act)
+    return max(beside + max(eye, norm) - counted, 0)
+
+
+def forward_transient(lora: LoraLayout, tokens: int, prec: Precision, quantized: bool) -> int:
+    """DoRA's forward temporaries of the worst adapted linear, one linear at a time: first its weight norm
+    (`_weight_norm`), then its fp32 output products (DORA_FORWARD)."""
     if not (lora.enabled and lora.dora and lora.adapted):
         return 0
-    return max(max((m.in_features * (m.in_features + lora.r) + 4 * m.in_features * m.out_features)
-                   * lora.adapter_bytes, _forward_output(lora, m, tokens)) for m in lora.adapted)
+    return max(max(_weight_norm(lora, m, tokens, prec, quantized), _forward_output(lora, m, tokens))
+               for m in lora.adapted)
 
 
 def backward_transient(lora: LoraLayout, mods: tuple[LinearModule, ...], tokens: int, lora_per_input: int) -> int:

@@ -89,7 +89,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     # in full fine-tuning, only the adapters under LoRA; the cache lives until autocast exits (end of forward)
     cached = lora.num_params if lora.enabled else parts.layers
     autocast_cache = 2 * cached if prec.autocast and t.gradient_checkpointing else 0
-    dora_t = lora_variants.forward_transient(lora, mb.tokens)
+    dora_t = lora_variants.forward_transient(lora, mb.tokens, prec, t.quantized)
     activations = Component(name=ACTIVATIONS, bytes=saved_total,
                             note=f"{mode}: {mb.source}; {L} layers")
     forward = Phase(name=FORWARD, components=(
