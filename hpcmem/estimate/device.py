@@ -5,16 +5,25 @@ Named terms (`DeviceTerm`), each with where its number comes from:
   as new kernels run) and the memory cuBLAS/cuDNN handles keep outside the allocator. Measured as device − reserved
   at the peak; calibrated per GPU model and driver from probe records (estimator/calibration/<gpu>.json,
   `hpcmem validate probes --fit`). A calibrated value is NVML's device used − reserved, so it also holds what the
-  driver reserves on the board before any process runs (NVML counts it as used; torch's total already leaves it out).
+  driver reserves on the board before any process runs (NVML counts it as used; torch's total already leaves it out),
+  and the verdict, which holds the device peak against torch's total, is that much stricter on a calibrated GPU
+  (H200: 615 MiB, 0.4 % of its capacity).
   Uncalibrated default: the process's own part on the H200 — NVML used − reserved − NVML used before the process
   made its context, median over the H200 probe records (estimator/probes/nvidia-h200.jsonl: 1,382 − 618 MiB), so a
   GPU without its own records borrows the H200's context, not the H200 board's reserve. Borrowed, flagged
-  "uncalibrated": the context depends on the architecture, the driver and the kernels a job loads.
+  "uncalibrated": the context depends on the architecture, the driver and the kernels a job loads. Published contexts
+  right after torch's CUDA init with lazy module loading are smaller (about 300-400 MiB: pytorch/pytorch#107667,
+  #109888; 256 MiB on an RTX 3090, invoke-ai/InvokeAI#9413) but hold none of the kernels a training step loads, and
+  Answer.AI's RTX 4090 Yi-34B row leaves at most 0.47 GiB for context and NCCL together
+  (estimator/published/answerai-fsdp-qlora.yaml): on consumer cards the borrowed value is likely high.
 - **cuBLAS / cuBLASLt workspaces**: allocated *through* the caching allocator (CublasHandlePool.cpp), so they are
   part of allocated and reserved already (hpcmem/estimate/workspaces.py); named here, never added twice.
 - **NCCL** (world > 1): each communicator's channel buffers and proxy state, outside the allocator (cudaMalloc /
   cuMem). One process group per data-parallel job; uncalibrated constant until multi-GPU probe records exist
-  (it depends on the world size, the topology, NCCL_BUFFSIZE and NVLS). Only a multi-GPU run measures it.
+  (it depends on the world size, the topology, NCCL_BUFFSIZE and NVLS). Only a multi-GPU run measures it. Between
+  GPUs without peer access (GeForce cards over PCIe) NCCL's SHM transport keeps the channel buffers in host shared
+  memory mapped to the device (nccl src/transport/shm.cc `shmRecvSetup`), so there the constant overstates; it is
+  not split by transport until a run measures what stays on the device.
 - **vLLM pool** (colocate mode): vLLM preallocates `vllm_gpu_memory_utilization` × device memory for weights and KV
   cache through its own allocator (documented rule, not traced); sleep mode releases it while training.
 
