@@ -92,7 +92,7 @@ def board_reserve_seen_by_nvml(gpu: GpuSpec | None) -> int:
     """What a whole-GPU reading (nvidia-smi, NVML, a GPU memory graph) shows above this estimate's device peak: the
     memory the driver reserves on the board, NVML total − torch's total (gpus.json memory_bytes − capacity_bytes),
     for a GPU whose context is not its own calibration; 0 for a calibrated one, whose context was measured with NVML
-    and holds it (module docstring)."""
+    and holds it (module docstring). Where gpus.json derives the capacity (capacity_derived), this is derived too."""
     if gpu is None or gpu.calibrated or not gpu.capacity_bytes:
         return 0
     return max(0, gpu.memory_bytes - gpu.capacity_bytes)

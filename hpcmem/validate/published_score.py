@@ -88,8 +88,9 @@ def score(row: Row) -> Scored:
     except HpcmemError as exc:
         return Scored(**base, estimated_gib=None, error_pct=None, verdict=None, fits_agrees=None,
                       error=" ".join(str(exc).split()))
-    # a whole-GPU reading also shows what the driver reserves on the board (hpcmem.estimate.device)
-    seen = board_reserve_seen_by_nvml(est.gpu) if row.peak == "device" else 0
+    # a whole-GPU reading also shows what the driver reserves on the board (hpcmem.estimate.device); an outcome row
+    # has no reading: its estimate is held against torch's capacity as the verdict holds it
+    seen = board_reserve_seen_by_nvml(est.gpu) if row.peak == "device" and row.measured_bytes is not None else 0
     got = getattr(est, PEAKS[row.peak]) + seen
     adj = adjusted(job, est, row.loss, row.keeps_output, row.reserved_at_reset_bytes) if row.loss else None
     verdict = est.verdict
