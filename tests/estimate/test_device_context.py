@@ -56,3 +56,31 @@ def test_a_whole_gpu_reading_adds_the_board_reserve_of_an_uncalibrated_gpu():
     # the calibrated H200's context was measured with NVML and already holds its board's reserve
     assert board_reserve_seen_by_nvml(gpu_spec("H200")) == 0
     assert board_reserve_seen_by_nvml(None) == 0
+
+
+DEVICE_ROW = """
+source: {id: s, citation: {url: "https://example.org/post"}, loop: trl, loop_name: SFTTrainer, peak: device, unit: GiB}
+defaults: {trainer: sft, settings: {model_name_or_path: Qwen/Qwen2.5-0.5B, max_length: 512}, gpu: H100-80GB}
+rows:
+  - {id: r1, where: "a whole-GPU reading", measured: 10.0, outcome: ran}
+  - {id: r2, where: "the longest length that ran", outcome: ran}
+"""
+
+
+def test_a_published_whole_gpu_reading_is_scored_with_the_board_reserve(tmp_path):
+    from hpcmem.estimate import estimate
+    from hpcmem.job.trl_config import build_job
+    from hpcmem.validate.published import read_file
+    from hpcmem.validate.published_score import job_settings, score
+
+    path = tmp_path / "d.yaml"
+    path.write_text(DEVICE_ROW)
+    reading, outcome = read_file(path)
+    job, _ = build_job(reading.trainer, job_settings(reading), gpu=gpu_spec(reading.gpu))
+    device = estimate(job).device_peak_bytes
+    # H100 80GB: nvidia-smi's total 81,559 MiB; torch's 79.11 GiB in an OOM message, whose 0.01 GiB rounding
+    # gpus.json takes at its lower end (79.105 GiB = 81,003.5 MiB, rounded down to the MiB)
+    reserve = (81_559 - 81_003) * MIB
+    assert abs(score(reading).estimated_gib * GIB - (device + reserve)) < 2 * MIB
+    # an outcome row has no reading: held against torch's capacity as the verdict holds it
+    assert abs(score(outcome).estimated_gib * GIB - device) < MIB
