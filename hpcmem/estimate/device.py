@@ -4,13 +4,26 @@ Named terms (`DeviceTerm`), each with where its number comes from:
 - **CUDA context** (per GPU, per process): the CUDA context, the kernels loaded into it (lazy module loading grows it
   as new kernels run) and the memory cuBLAS/cuDNN handles keep outside the allocator. Measured as device − reserved
   at the peak; calibrated per GPU model and driver from probe records (estimator/calibration/<gpu>.json,
-  `hpcmem validate probes --fit`). Uncalibrated default: the median of the H200 probe records
-  (estimator/LOG.md). Only a GPU measures it.
+  `hpcmem validate probes --fit`). A calibrated value is NVML's device used − reserved, so it also holds what the
+  driver reserves on the board before any process runs (NVML counts it as used; torch's total already leaves it out),
+  and the verdict, which holds the device peak against torch's total, is that much stricter on a calibrated GPU
+  (H200: 615 MiB, 0.4 % of its capacity).
+  Uncalibrated default: the process's own part on the H200 — NVML used − reserved − NVML used before the process
+  made its context, median over the H200 probe records (estimator/probes/nvidia-h200.jsonl: 1,382 − 618 MiB), so a
+  GPU without its own records borrows the H200's context, not the H200 board's reserve. Borrowed, flagged
+  "uncalibrated": the context depends on the architecture, the driver and the kernels a job loads. Published contexts
+  right after torch's CUDA init with lazy module loading are smaller (about 300-400 MiB: pytorch/pytorch#107667,
+  #109888; 256 MiB on an RTX 3090, invoke-ai/InvokeAI#9413) but hold none of the kernels a training step loads, and
+  Answer.AI's RTX 4090 Yi-34B row leaves at most 0.47 GiB for context and NCCL together
+  (estimator/published/answerai-fsdp-qlora.yaml): on consumer cards the borrowed value is likely high.
 - **cuBLAS / cuBLASLt workspaces**: allocated *through* the caching allocator (CublasHandlePool.cpp), so they are
   part of allocated and reserved already (hpcmem/estimate/workspaces.py); named here, never added twice.
 - **NCCL** (world > 1): each communicator's channel buffers and proxy state, outside the allocator (cudaMalloc /
   cuMem). One process group per data-parallel job; uncalibrated constant until multi-GPU probe records exist
-  (it depends on the world size, the topology, NCCL_BUFFSIZE and NVLS). Only a multi-GPU run measures it.
+  (it depends on the world size, the topology, NCCL_BUFFSIZE and NVLS). Only a multi-GPU run measures it. Between
+  GPUs without peer access (GeForce cards over PCIe) NCCL's SHM transport keeps the channel buffers in host shared
+  memory mapped to the device (nccl src/transport/shm.cc `shmRecvSetup`), so there the constant overstates; it is
+  not split by transport until a run measures what stays on the device.
 - **vLLM pool** (colocate mode): vLLM preallocates `vllm_gpu_memory_utilization` × device memory for weights and KV
   cache through its own allocator (documented rule, not traced); sleep mode releases it while training.
 
@@ -21,10 +34,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpcmem.gpus.spec import GpuSpec
 from hpcmem.job.jobspec import JobSpec
 
 MIB = 1024**2
-DEFAULT_CONTEXT_BYTES = 1382 * MIB         # uncalibrated default (see above)
+DEFAULT_CONTEXT_BYTES = 764 * MIB          # uncalibrated default: the H200's process context (see above)
 DEFAULT_NCCL_BYTES = 400 * MIB             # one NCCL communicator's buffers (world > 1), uncalibrated
 
 
@@ -63,7 +77,8 @@ def device_terms(job: JobSpec, reserved_extra: int, vllm_bytes: int = 0) -> Devi
     gpu = job.gpu
     calibrated = bool(gpu and gpu.calibrated)
     context = DeviceTerm(name="context", bytes=gpu.context_bytes if calibrated else DEFAULT_CONTEXT_BYTES,
-                         source="probe calibration" if calibrated else "uncalibrated", calibrated=calibrated)
+                         source="probe calibration" if calibrated else "uncalibrated: the H200's, borrowed",
+                         calibrated=calibrated)
     terms = [context]
     if job.parallel.world_size > 1:
         terms.append(DeviceTerm(name="NCCL", bytes=DEFAULT_NCCL_BYTES, source="uncalibrated", calibrated=False))
@@ -71,3 +86,13 @@ def device_terms(job: JobSpec, reserved_extra: int, vllm_bytes: int = 0) -> Devi
         terms.append(DeviceTerm(name="vLLM pool", bytes=vllm_bytes, source="vllm_gpu_memory_utilization × memory",
                                 calibrated=False))
     return DeviceTerms(reserved_extra=reserved_extra, terms=tuple(terms), calibrated=calibrated)
+
+
+def board_reserve_seen_by_nvml(gpu: GpuSpec | None) -> int:
+    """What a whole-GPU reading (nvidia-smi, NVML, a GPU memory graph) shows above this estimate's device peak: the
+    memory the driver reserves on the board, NVML total − torch's total (gpus.json memory_bytes − capacity_bytes),
+    for a GPU whose context is not its own calibration; 0 for a calibrated one, whose context was measured with NVML
+    and holds it (module docstring). Where gpus.json derives the capacity (capacity_derived), this is derived too."""
+    if gpu is None or gpu.calibrated or not gpu.capacity_bytes:
+        return 0
+    return max(0, gpu.memory_bytes - gpu.capacity_bytes)

@@ -14,6 +14,7 @@ from statistics import median
 
 from hpcmem.errors import HpcmemError
 from hpcmem.estimate import estimate
+from hpcmem.estimate.device import board_reserve_seen_by_nvml
 from hpcmem.estimate.verdict import judge
 from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.job.trl_config import accelerate_settings, build_job
@@ -87,7 +88,10 @@ def score(row: Row) -> Scored:
     except HpcmemError as exc:
         return Scored(**base, estimated_gib=None, error_pct=None, verdict=None, fits_agrees=None,
                       error=" ".join(str(exc).split()))
-    got = getattr(est, PEAKS[row.peak])
+    # a whole-GPU reading also shows what the driver reserves on the board (hpcmem.estimate.device); an outcome row
+    # has no reading: its estimate is held against torch's capacity as the verdict holds it
+    seen = board_reserve_seen_by_nvml(est.gpu) if row.peak == "device" and row.measured_bytes is not None else 0
+    got = getattr(est, PEAKS[row.peak]) + seen
     adj = adjusted(job, est, row.loss, row.keeps_output, row.reserved_at_reset_bytes) if row.loss else None
     verdict = est.verdict
     if adj is not None and est.gpu is not None:     # judged on what the source's loop holds, not TRL's step
@@ -95,7 +99,7 @@ def score(row: Row) -> Scored:
                         shapes_bytes=est.shapes_needed_bytes)
     level = verdict.level if verdict is not None else None
     agrees = None if verdict is None else verdict.fits == (row.outcome == "ran")
-    adj_bytes = adj.peak(row.peak) if adj else (got if not row.raw else None)
+    adj_bytes = adj.peak(row.peak) + seen if adj else (got if not row.raw else None)
     measured = row.measured_bytes
     return Scored(**base, estimated_gib=round(got / GIB, 3), error_pct=_pct(got, measured), verdict=level,
                   fits_agrees=agrees, adjusted_gib=None if adj_bytes is None else round(adj_bytes / GIB, 3),

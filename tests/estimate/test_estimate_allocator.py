@@ -540,7 +540,7 @@ def test_device_terms_are_named(processes, nccl):
     est = estimate(job)
     # no --gpu: the uncalibrated context default, plus one communicator's buffers when there is a process group
     assert est.device_extra_bytes == DEFAULT_CONTEXT_BYTES + (DEFAULT_NCCL_BYTES if nccl else 0)
-    assert est.device_note.startswith("context 1382 MiB (uncalibrated)")
+    assert est.device_note.startswith("context 764 MiB (uncalibrated: the H200's, borrowed)")
     assert ("NCCL 400 MiB (uncalibrated)" in est.device_note) == nccl
 
 
