@@ -5,8 +5,8 @@ largest block; without checkpointing it does not.
 The expected numbers are the trace's: each record's reserved peak is the caching-allocator model replaying the real
 HF code's allocations on fake tensors. Replaying s1-135's stream (hy_v4 SFT, LoRA, checkpointing, 1 × 9,760 tokens,
 32 heads) maps segments of 5,816 and 11,630 MiB in step one's forward of layer 0 and one more of 11,630 MiB in the
-backward of layer 2: 11,630 MiB is 4 B × 32 × 9,760² rounded up to 2 MiB (the score tensor, by hand below). Before the
-rule the estimate stood 25.3 % under the trace there, and s1-675 (flint SFT, full, 3 × 7,165 tokens) 26.0 % under.
+backward of layer 2: 11,630 MiB is 4 B × 32 × 9,760² rounded up to 2 MiB (the score tensor, by hand below). Before
+the rule the estimate stood 25.3 % under the trace there, and s1-675 (flint SFT, full, 3 × 7,165 tokens) 26.0 % under.
 """
 
 from __future__ import annotations
