@@ -62,6 +62,7 @@ from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parame
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.job.trainers import entry
+from hpcmem.models.profile import Envelope, LearnedProfile
 from hpcmem.models.spec import ModelSpec
 
 FP32 = 4
@@ -407,13 +408,36 @@ def largest_layer_weight(m: ModelSpec, trainer: str, weight_bytes: int) -> int:
 def largest_layer_block(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
     """The largest tensor a decoder layer's forward or backward allocates: an MLP activation [T, I] in the compute
     dtype, an fp32 [T, H] norm upcast, or — eager attention — an fp32 [rows, heads, S, S] score tensor
-    (hpcmem.estimate.activations)."""
+    (hpcmem.estimate.activations; transformers' `eager_attention_forward`, e.g. models/llama/modeling_llama.py:
+    `softmax(attn_weights, dim=-1, dtype=torch.float32)`).
+
+    A learned profile traced with eager attention (`learned_eager`) counts the score tensor under gradient
+    checkpointing only. There the scores are the recompute's transients: each layer's forward and recompute
+    allocate and free them, and the sizes differ (the scores and, with attention sinks, the scores with one more
+    column, `torch.cat([attn_weights, sinks], dim=-1)` in e.g. models/flint/modeling_flint.py), so a freed block
+    of one size cannot serve a larger request (best fit, c10/cuda/CUDACachingAllocator.cpp `get_free_block`) and
+    each maps a segment of its own — segments beyond what the allocated peak holds. Without checkpointing every
+    layer saves its probabilities for the backward, so the segments the scores mapped are held at the peak, which
+    the allocated estimate already counts."""
     m = job.model
     inter = m.moe_intermediate_size * m.num_experts_per_tok if m.is_moe else m.intermediate_size
     block = mb.tokens * max(inter * prec.act, m.hidden_size * FP32)
-    if effective_attention(m, job.train.attn_implementation) == "eager":
+    if effective_attention(m, job.train.attn_implementation) == "eager" or (
+            job.train.gradient_checkpointing and learned_eager(m.learned)):
         block = max(block, FP32 * m.num_attention_heads * mb.rows * mb.seq * mb.seq)
     return block
+
+
+@functools.lru_cache(maxsize=64)
+def learned_eager(p: LearnedProfile | None) -> bool:
+    """A learned profile whose layers build attention scores: traced where transformers chose eager attention (the
+    model declares no SDPA kernel; hpcmem.trace.layer_map records `config._attn_implementation` as the profile's
+    provenance "attention") and whose layer peaks grow with rows·seq² (hpcmem.models.profile `Poly.c`; a
+    state-space layer such as Mamba's reports "eager" too but has no such term)."""
+    if p is None or p.provenance.get("attention") != "eager":
+        return False
+    return any(piece.c >= 1 for cell in p.cells.values() for term in cell.peak
+               for piece in (term.pieces if isinstance(term, Envelope) else (term,)))
 
 
 def placement_spread(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, terms: dict[str, int]) -> int:
