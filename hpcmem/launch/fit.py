@@ -14,6 +14,7 @@ from hpcmem.estimate.host import check_host
 from hpcmem.estimate.verdict import judge
 from hpcmem.plan import plan
 from hpcmem.plan.flags import flags_line
+from hpcmem.plan.resolution import largest_fitting_max_pixels
 
 if TYPE_CHECKING:
     from hpcmem.estimate.host import HostCheck
@@ -89,6 +90,8 @@ def check_fit(job: JobSpec, *, estimator: Callable | None = None, max_fixes: int
     # fixes come from the real estimator's search; an injected estimator (tests) gets none
     fixes = () if fits or estimator is not None else tuple(suggest_fixes(job, limit=max_fixes,
                                                                           memory_per_node_bytes=memory_per_node_bytes))
+    if estimator is None and not verdict.fits:         # the GPU's memory, not the host's: the images' resolution
+        fixes += resolution_fix(job)
     return FitReport(fits=fits, device_peak_bytes=est.device_peak_bytes,
                      peak_allocated_bytes=est.peak_allocated_bytes, peak_reserved_bytes=est.peak_reserved_bytes,
                      gpu_name=job.gpu.name, gpu_memory_bytes=verdict.capacity_bytes,
@@ -111,3 +114,14 @@ def suggest_fixes(job: JobSpec, *, limit: int = 3, memory_per_node_bytes: int | 
             return [Fix(flags_line(job, p.job), p.device_peak_bytes, p.knobs.label(), p.safe_device_peak_bytes)
                     for p in plans]
     return []
+
+
+def resolution_fix(job: JobSpec) -> tuple[Fix, ...]:
+    """The largest max_pixels at which the job as given fits (hpcmem.plan.resolution), as the last change offered: it
+    changes what the model sees."""
+    found = largest_fitting_max_pixels(job, estimate)
+    if found is None:
+        return ()
+    return (Fix(f"--max_pixels {found.max_pixels}", found.device_peak_bytes,
+                f"lower resolution: at most {found.image_tokens} image tokens per image; changes what is trained",
+                found.safe_device_peak_bytes),)
