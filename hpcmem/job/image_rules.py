@@ -112,6 +112,16 @@ def image_rows(job: Job) -> tuple[int, int]:
     return images, images * image_geometry(t, job.model.vision).patches
 
 
+def image_mask(job: Job) -> bool:
+    """Whether the language model's attention gets a 4-D mask because of the images: Gemma3Processor returns
+    token_type_ids (1 on image tokens), TRL's vision collators pass them on, and Gemma3Model.forward then builds
+    full- and sliding-attention masks that let each image's tokens see each other (modeling_gemma3.py
+    `create_masks_for_vision_model`, `blockwise_overlay`), so even one unpadded row's SDPA runs with a materialised
+    mask (traced: 8,192-token rows, estimator/LOG.md). Qwen's models build no such mask."""
+    v = job.model.vision
+    return v is not None and v.family == "siglip" and (job.train.images_per_example > 0 or job.train.profile_images > 0)
+
+
 def prompt_image_tokens(job: Job) -> int:
     """Image tokens in each row's prompt: DPO's DataCollatorForVisionPreference puts every image in the prompt and
     `_compute_loss` labels only the completion (`labels = input_ids.masked_fill(completion_mask == 0, -100)`), so
