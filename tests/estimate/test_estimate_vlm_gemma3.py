@@ -1,6 +1,6 @@
 """Gemma 3 with images (gemma-3-4b-it at full width cut to 2 decoder layers and 4 SigLIP layers) against the trace of
 TRL's SFTTrainer with its vision collator and transformers' Gemma3Processor (estimator/traces/vlm-gemma3.jsonl,
-written by `hpcmem validate trace --cases estimator/cases/vlm-gemma3.yaml`): full fine-tuning and LoRA (all-linear,
+written by `hpcmem validate trace --cases estimator/cases/vlm-gemma3.yaml`; DPO: vlm-gemma3-dpo.yaml): full fine-tuning and LoRA (all-linear,
 q_proj/v_proj), checkpointing on and off, one and two 896×896 images per row, and two LoRA cases of 8,192 tokens where
 the image mask costs most. And what the geometry, the rules and
 the tower's terms are, by hand from transformers' gemma3 and siglip code."""
@@ -25,13 +25,16 @@ from hpcmem.validate.cases import case_job
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = {r["case"]["id"]: r for r in map(json.loads, (ROOT / "estimator" / "traces" / "vlm-gemma3.jsonl")
                                            .read_text().splitlines())}
+# DPO (estimator/cases/vlm-gemma3-dpo.yaml): measured after the SFT matrix, nothing fitted to it
+DPO = {r["case"]["id"]: r for r in map(json.loads, (ROOT / "estimator" / "traces" / "vlm-gemma3-dpo.jsonl")
+                                       .read_text().splitlines())}
 FIXTURE = ROOT / "tests" / "fixtures" / "vlm" / "gemma3-4b-width-L2-D4.json"
 MAX_PCT = 3.0
 
 
 def _job(case_id: str):
-    return case_job({**RECORDS[case_id]["case"],
-                     "model_name_or_path": str(ROOT / RECORDS[case_id]["case"]["model_name_or_path"])})
+    case = {**RECORDS, **DPO}[case_id]["case"]
+    return case_job({**case, "model_name_or_path": str(ROOT / case["model_name_or_path"])})
 
 
 def _sft(**kw):
@@ -47,9 +50,9 @@ def test_the_matrix_has_every_technique_and_image_count():
             for c in RECORDS.values()} >= {(p, g, n) for p in (False, True) for g in (False, True) for n in (1, 2)}
 
 
-@pytest.mark.parametrize("case_id", sorted(RECORDS))
+@pytest.mark.parametrize("case_id", sorted(RECORDS) + sorted(DPO))
 def test_estimate_within_3_percent_of_the_trace(case_id):
-    traced = RECORDS[case_id]["traced"]
+    traced = {**RECORDS, **DPO}[case_id]["traced"]
     estimated = max(tensor_bytes(p) for p in estimate(_job(case_id)).phases)
     assert abs(estimated - traced) <= MAX_PCT / 100 * traced, (estimated, traced)
 
