@@ -61,3 +61,26 @@ def test_the_catalog_entries_have_the_model_cards_size(hub_id, card):
     total = spec.num_params + spec.vision.num_params
     assert round(total / 1e8) == round(card / 1e8), total
     assert total == sum(p.numel() for p in _meta(catalog()[hub_id]["config"]).parameters())
+
+
+@pytest.mark.parametrize("targets", ["all-linear", ["q_proj", "v_proj"]])
+def test_peft_adapts_the_tower_linears_hpcmem_names(targets, tmp_path):
+    """peft's own get_peft_model on the tiny Gemma 3: the tower's modules it wraps are the VisionSpec linears
+    hpcmem.estimate.vision.vision_adapters picks (all-linear: every SigLIP linear; q_proj/v_proj: SigLIP's too), and
+    the projector is untouched."""
+    peft = pytest.importorskip("peft")
+    from hpcmem.estimate.vision import vision_adapters
+    from hpcmem.job.trl_config import build_job
+
+    cfg = _config("gemma3-tiny.json")
+    data = {k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype")}
+    model = transformers.AutoModelForImageTextToText.from_config(
+        transformers.AutoConfig.for_model(data.pop("model_type"), **data))
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=targets))
+    theirs = {n.split("encoder.layers.0.", 1)[-1] for n, m in wrapped.named_modules()
+              if isinstance(m, peft.tuners.lora.LoraLayer) and "vision_tower" in n and "encoder.layers.0." in n}
+    assert not any(isinstance(m, peft.tuners.lora.LoraLayer) for n, m in wrapped.named_modules()
+                   if "multi_modal_projector" in n)
+    job = build_job("sft", {"model_name_or_path": str(FIXTURES / "gemma3-tiny.json"), "use_peft": True,
+                            "lora_target_modules": targets if isinstance(targets, list) else [targets]})[0]
+    assert theirs == {x.name for x in vision_adapters(job, job.model.vision)}
