@@ -43,6 +43,9 @@ def gemma3_vision_values(cfg: dict[str, Any], name: str) -> dict[str, Any] | str
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             return f"model {name}: vision_config.{key} must be a positive integer, got {value!r}"
     side = vc["image_size"] // vc["patch_size"]
+    if side < 1:
+        return (f"model {name}: vision_config.image_size {vc['image_size']} is smaller than patch_size "
+                f"{vc['patch_size']}: SiglipVisionEmbeddings would cut no patch")
     tokens = cfg.get("mm_tokens_per_image", GEMMA3_MM_TOKENS)
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
         return f"model {name}: mm_tokens_per_image must be a positive integer, got {tokens!r}"

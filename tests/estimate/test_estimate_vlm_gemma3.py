@@ -137,3 +137,14 @@ def test_images_give_the_language_model_a_mask_even_in_one_row():
     assert not micro_batch(_sft(images_per_example=0, image_height=0, image_width=0)).masked
     with_mask = max(tensor_bytes(p) for p in estimate(_job("g3-lora-qv-nogc-1img-8k")).phases)
     assert with_mask > RECORDS["g3-lora-qv-nogc-1img-8k"]["traced"] * 0.97
+
+
+def test_a_grid_the_projector_cannot_pool_is_refused_for_images(tmp_path):
+    """mm_tokens_per_image 100: a 10 × 10 pool of the 64 × 64 grid is no AvgPool2d kernel (64 / 10 is no integer), so
+    Gemma3MultiModalProjector's output would not match the processor's 100 image tokens; text-only it loads and runs."""
+    cfg = json.loads(FIXTURE.read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "mm_tokens_per_image": 100}))
+    with pytest.raises(SpecError, match="cannot pool into mm_tokens_per_image 100"):
+        _sft(model_name_or_path=str(tmp_path / "config.json"))
+    assert _sft(model_name_or_path=str(tmp_path / "config.json"), images_per_example=0, image_height=0,
+                image_width=0).model.vision.tokens_per_image == 100
