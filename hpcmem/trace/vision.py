@@ -38,8 +38,8 @@ PROCESSORS = {"qwen2_5_vl": ("transformers.models.qwen2_5_vl.processing_qwen2_5_
               "qwen2_vl": ("transformers.models.qwen2_vl.processing_qwen2_vl", "Qwen2VLProcessor"),
               "qwen3_vl": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor")}
 # What the trace does that a real run does not (its notes).
-NOTES = ("vision-language: a Qwen processor's video_processor is left out (Gemma 3's has none) (it needs torchvision; an image-only dataset "
-         "never calls it); the images are blank RGB images of the job's size",)
+NOTES = ("vision-language: a Qwen processor's video_processor is left out (it needs torchvision; an image-only dataset "
+         "never calls it; Gemma 3's processor has none); the images are blank RGB images of the job's size",)
 
 
 def vision_tokenizer() -> Any:
