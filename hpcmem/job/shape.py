@@ -82,8 +82,8 @@ def micro_batch(job: Job) -> MicroBatch:
                 f" (max_length none: every row max_position_embeddings {m.max_position_embeddings} — pass --lengths)"
         # a row's images sit in its prompt (vision DPO), so their tokens are never labels (hpcmem.job.image_rules)
         labels = max(seq - 1 - prompt_image_tokens(job), 0)
-        return MicroBatch(rows=rows, seq=seq, label_tokens=rows * labels, padding_free=False, image_mask=image_mask(job),
-                          source=f"chosen+rejected: {e.rows_per_example}×{b} rows × {seq}{src}")
+        return MicroBatch(rows=rows, seq=seq, label_tokens=rows * labels, padding_free=False,
+                          image_mask=image_mask(job), source=f"chosen+rejected: {e.rows_per_example}×{b} rows × {seq}{src}")
     padding_free = t.padding_free or (t.packing and t.packing_strategy in ("bfd", "bfd_split"))
     if job.tokens_per_micro_batch is not None:
         tokens = job.tokens_per_micro_batch

@@ -21,8 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 # SiglipVisionConfig's class defaults (configuration_siglip.py) that a Gemma 3 config.json omits, as transformers fills
-# them (also Gemma3Config's own when `vision_config` is absent: AutoConfig.for_model("gemma3")): Gemma 3's published vision_config names hidden_size 1152, image_size 896, intermediate_size 4304,
-# num_attention_heads 16, num_hidden_layers 27, patch_size 14, vision_use_head false; the rest are the class's
+# them (also Gemma3Config's own when `vision_config` is absent: AutoConfig.for_model("gemma3")). Gemma 3's published
+# vision_config names hidden_size 1152, image_size 896, intermediate_size 4304, num_attention_heads 16,
+# num_hidden_layers 27, patch_size 14, vision_use_head false; the rest are the class's
 SIGLIP_DEFAULTS: dict[str, Any] = {
     "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
     "num_channels": 3, "image_size": 224, "patch_size": 16, "hidden_act": "gelu_pytorch_tanh", "vision_use_head": True}
@@ -57,7 +58,8 @@ def gemma3_vision_values(cfg: dict[str, Any], name: str) -> dict[str, Any] | str
     text = cfg.get("text_config") or {}
     out = text.get("hidden_size", 2304) if isinstance(text, dict) else 2304
     return {
-        "depth": vc["num_hidden_layers"], "hidden_size": vc["hidden_size"], "intermediate_size": vc["intermediate_size"],
+        "depth": vc["num_hidden_layers"], "hidden_size": vc["hidden_size"],
+        "intermediate_size": vc["intermediate_size"],
         "num_heads": vc["num_attention_heads"], "in_channels": vc["num_channels"], "patch_size": vc["patch_size"],
         "spatial_merge_size": kernel, "temporal_patch_size": 1, "window_size": 0, "out_hidden_size": out,
         "hidden_act": str(vc["hidden_act"]), "num_position_embeddings": side * side, "image_size": vc["image_size"],

@@ -1,9 +1,9 @@
 """Gemma 3 with images (gemma-3-4b-it at full width cut to 2 decoder layers and 4 SigLIP layers) against the trace of
 TRL's SFTTrainer with its vision collator and transformers' Gemma3Processor (estimator/traces/vlm-gemma3.jsonl,
-written by `hpcmem validate trace --cases estimator/cases/vlm-gemma3.yaml`; DPO: vlm-gemma3-dpo.yaml): full fine-tuning and LoRA (all-linear,
-q_proj/v_proj), checkpointing on and off, one and two 896×896 images per row, and two LoRA cases of 8,192 tokens where
-the image mask costs most. And what the geometry, the rules and
-the tower's terms are, by hand from transformers' gemma3 and siglip code."""
+written by `hpcmem validate trace --cases estimator/cases/vlm-gemma3.yaml`; DPO: vlm-gemma3-dpo.yaml): full
+fine-tuning and LoRA (all-linear, q_proj/v_proj), checkpointing on and off, one and two 896×896 images per row, and
+two LoRA cases of 8,192 tokens where the image mask costs most. And what the geometry, the rules and the tower's terms
+are, by hand from transformers' gemma3 and siglip code."""
 
 from __future__ import annotations
 
