@@ -25,9 +25,10 @@ from hpcmem.validate.cases import case_job
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = {r["case"]["id"]: r for r in map(json.loads, (ROOT / "estimator" / "traces" / "vlm-gemma3.jsonl")
                                            .read_text().splitlines())}
-# DPO (estimator/cases/vlm-gemma3-dpo.yaml): measured after the SFT matrix, nothing fitted to it
-DPO = {r["case"]["id"]: r for r in map(json.loads, (ROOT / "estimator" / "traces" / "vlm-gemma3-dpo.jsonl")
-                                       .read_text().splitlines())}
+# DPO and two rows per micro-batch (vlm-gemma3-dpo.yaml, vlm-gemma3-rows.yaml): measured after the SFT matrix, nothing
+# fitted to them
+DPO = {r["case"]["id"]: r for name in ("vlm-gemma3-dpo", "vlm-gemma3-rows")
+       for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
 FIXTURE = ROOT / "tests" / "fixtures" / "vlm" / "gemma3-4b-width-L2-D4.json"
 MAX_PCT = 3.0
 
