@@ -137,10 +137,17 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
     deepstack = tuple((i, ds_saved, ds_grads) for i in v.deepstack_visual_indexes)
     saved = sum(blocks) + before + merger_saved + ds_saved * len(deepstack)
     hidden_t, mlp_t, scores_t = act.backward_parts(spec, mb, prec, "sdpa")
-    # the tower's adapters: the widest adapted input's gradient through lora_A, dropout and peft's cast, beside the
-    # MLP's (hpcmem.estimate.lora.backward_transient, as for the decoder layers in hpcmem.estimate.step)
-    tower_adapted = [x.in_features for x in adapted if x.part == "tower"]
-    adapter_t = n * max(tower_adapted) * backward_bytes_per_input(lora) if tower_adapted and lora.enabled else 0
+    # the tower's adapters: the widest adapted input's gradient through lora_A, dropout and peft's cast
+    # (hpcmem.estimate.lora.backward_transient, as for the decoder layers in hpcmem.estimate.step), beside the MLP's
+    # backward for the MLP's adapters and beside the attention's for the attention's (SigLIP's q/k/v/out_proj, which
+    # peft's q_proj/v_proj targets reach too: traced, g3-lora-qv-nogc-2img)
+    # Without checkpointing SigLIP's MLP runs its adapters' backward and then its base path's (fc2's input gradient,
+    # GELU's), one after the other (traced, g3-lora-all-nogc-1img: the fc2 adapter's 3 [N, intermediate] 16-bit
+    # tensors, then the base path's 2); under checkpointing the block's recomputed forward makes the adapters' fp32
+    # copies beside the block's recomputed tensors, which the sum bounds (g3-lora-all-gc-*)
+    def adapter_t(mlp: bool) -> int:
+        ins = [x.in_features for x in adapted if x.part == "tower" and x.name.startswith("mlp.") == mlp]
+        return n * max(ins) * backward_bytes_per_input(lora) if ins and lora.enabled else 0
     per_block = (block_params if trained else sum(
         job.train.lora_r * (x.in_features + x.out_features) for x in adapted if x.part == "tower")) * gbytes
     merger = (v.merger_params if trained else sum(
@@ -151,7 +158,8 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=n * v.patch_dim * FP32, saved=saved,
                        merger_saved=merger_saved,
                        blocks_saved=blocks, block_full=block,
-                       block_backward=hidden_t + max(mlp_t + adapter_t, scores_t),
+                       block_backward=hidden_t + max(mlp_t + adapter_t(True) if gc or v.family != "siglip" else
+                                                     max(mlp_t, adapter_t(True)), scores_t + adapter_t(False)),
                        block_grads=per_block, merger_grads=merger, deepstack=deepstack, patches=n,
                        image_tokens=job.train.profile_image_tokens or images * image_geometry(job.train, v).tokens,
                        trained=what)
@@ -160,12 +168,14 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
 @lru_cache(maxsize=64)
 def block_spec(v: VisionSpec) -> ModelSpec:
     """A vision block as the decoder layer hpcmem.estimate.activations sizes: the tower's width, heads and MLP, a
-    fused qkv Linear (Qwen2_5_VLVisionAttention.qkv: q, k and v are views of one output), biases everywhere."""
+    fused qkv Linear (Qwen2_5_VLVisionAttention.qkv: q, k and v are views of one output; SigLIP's q/k/v_proj are
+    three Linears, modeling_siglip.py SiglipAttention), biases everywhere."""
     return ModelSpec(name=f"{v.model_type} vision block", model_type=f"{v.model_type}_vision", vocab_size=1,
                      hidden_size=v.hidden_size, intermediate_size=v.intermediate_size, num_hidden_layers=v.depth,
                      num_attention_heads=v.num_heads, num_key_value_heads=v.num_heads,
                      head_dim=v.hidden_size // v.num_heads, tie_word_embeddings=False, hidden_act=v.hidden_act,
-                     qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=True, gated_mlp=v.mlp == "gated")
+                     qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=v.family != "siglip",
+                     gated_mlp=v.mlp == "gated")
 
 
 def block_saved(job: JobSpec, v: VisionSpec, spec: ModelSpec, mb: MicroBatch, prec: Precision, block_params: int,
@@ -229,6 +239,8 @@ def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted:
     # only under gradient checkpointing, so without it there are no such leaves
     hooked = not trained and job.train.gradient_checkpointing
     leaves = (n * h * prec.weight if v.hooked_input else 0) + token_leaf(job, prec) if hooked else 0
+    if v.family == "siglip":
+        return conv + leaves, siglip_head_saved(v, n, prec, trained)
     rope = 2 * n * (h // v.num_heads) * FP32
     if v.norm == "layer":       # modeling_qwen2_vl.py PatchMerger.ln_q
         norm = layer_norm_saved(h, prec, frozen=not trained) * n
@@ -237,6 +249,18 @@ def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted:
     mlp = prec.act * h * n + (prec.act * h * n if trained else 0)
     own = adapters_saved([x for x in adapted if x.part == "merger"], n // v.merge_unit, prec, lora)
     return conv + rope + leaves, norm + mlp + own
+
+
+def siglip_head_saved(v: VisionSpec, n: int, prec: Precision, trained: bool) -> int:
+    """What Gemma 3's tower keeps after its layers (no rotary tables: SigLIP adds a learned position table once):
+    post_layernorm (`layer_norm_saved`; its output feeds no linear), the projector's AvgPool2d input (the contiguous
+    [images, width, side, side] copy in the weight dtype, which avg_pool2d keeps for its backward), and on the
+    pooled N / pool² rows Gemma3RMSNorm's fp32 input (its normalised fp32 tensor too when its weight trains) and the
+    matmul's input (modeling_gemma3.py Gemma3MultiModalProjector.forward)."""
+    h, rows = v.hidden_size, n // v.merge_unit
+    post = (FP32 * h + LAYER_NORM_STATS) * n
+    pooled = (FP32 * h + (FP32 * h if trained else 0) + prec.act * h) * rows
+    return post + prec.weight * h * n + pooled
 
 
 def token_leaf(job: JobSpec, prec: Precision) -> int:

@@ -38,13 +38,13 @@ def image_job_problems(job: Job) -> list[str]:
     if t.padding_free and t.trainer == "sft":
         out.append("padding_free with images: TRL 1.16's SFTTrainer raises 'Padding-free training is yet not "
                    "supported for vision datasets'")
-    out += _preference_problems(job)
+    out += _preference_problems(job) + _fixed_size_problems(job)
     g = image_geometry(t, m.vision) if t.images_per_example else None
     tokens = g.tokens * t.images_per_example if g else 0     # a profile's cuts are checked where it is read
     if g and t.max_length is not None and tokens > t.max_length:
         # processing_utils.py ProcessorMixin._check_special_mm_tokens: truncation that cuts image tokens raises
         out.append(f"images_per_example {t.images_per_example} × {g.tokens} image tokens ({g.resized[0]}×"
-                   f"{g.resized[1]} px after smart_resize) = {tokens} > max_length {t.max_length}: the processor "
+                   f"{g.resized[1]} px after resizing) = {tokens} > max_length {t.max_length}: the processor "
                    "raises when truncation cuts image tokens; raise max_length or lower max_pixels")
     if t.activation_offloading:
         out.append("activation_offloading with images: the vision tower's saved tensors under TRL's offloading are not "
@@ -59,6 +59,23 @@ def image_job_problems(job: Job) -> list[str]:
     if job.tokens_per_micro_batch is not None and t.images_per_example:
         out.append("--lengths with images_per_example: a text length profile counts no image tokens; profile the "
                    "image-text data with `hpcmem lengths DATA --processor DIR` (its images replace images_per_example)")
+    return out
+
+
+def _fixed_size_problems(job: Job) -> list[str]:
+    """Gemma 3 (a fixed-size processor, hpcmem.job.images): no min/max pixels; a patch grid its projector pools into
+    exactly mm_tokens_per_image tokens (modeling_gemma3.py Gemma3MultiModalProjector, AvgPool2d)."""
+    t, v, out = job.train, job.model.vision, []
+    if not v.image_size:
+        return out
+    if t.min_pixels is not None or t.max_pixels is not None:
+        out.append(f"min_pixels/max_pixels with {v.model_type}: Gemma3ImageProcessor has no such setting; it resizes "
+                   f"every image to {v.image_size}×{v.image_size}; leave them unset")
+    side = v.image_size // v.patch_size
+    if v.tokens_per_image * v.merge_unit != side * side:
+        out.append(f"vision_config image_size {v.image_size} / patch_size {v.patch_size} gives a {side}×{side} patch "
+                   f"grid that Gemma3MultiModalProjector cannot pool into mm_tokens_per_image {v.tokens_per_image} "
+                   "tokens; the model fails on images")
     return out
 
 
@@ -93,6 +110,16 @@ def image_rows(job: Job) -> tuple[int, int]:
         return 0, 0
     images = entry(t.trainer).rows_per_example * t.per_device_train_batch_size * t.images_per_example
     return images, images * image_geometry(t, job.model.vision).patches
+
+
+def image_mask(job: Job) -> bool:
+    """Whether the language model's attention gets a 4-D mask because of the images: Gemma3Processor returns
+    token_type_ids (1 on image tokens), TRL's vision collators pass them on, and Gemma3Model.forward then builds
+    full- and sliding-attention masks that let each image's tokens see each other (modeling_gemma3.py
+    `create_masks_for_vision_model`, `blockwise_overlay`), so even one unpadded row's SDPA runs with a materialised
+    mask (traced: 8,192-token rows, estimator/LOG.md). Qwen's models build no such mask."""
+    v = job.model.vision
+    return v is not None and v.family == "siglip" and (job.train.images_per_example > 0 or job.train.profile_images > 0)
 
 
 def prompt_image_tokens(job: Job) -> int:

@@ -9,7 +9,9 @@ min_pixels=size.shortest_edge, max_pixels=size.longest_edge)`; `patchify` cuts t
 is repeated temporal_patch_size times: grid_t = 1); the processor (processing_qwen2_5_vl.py `replace_image_token`)
 puts grid_t · grid_h · grid_w / merge_size² image tokens into the text. Qwen3-VL's processor is the same class
 (models/auto/image_processing_auto.py maps qwen3_vl to `Qwen2VLImageProcessor`) with its vision config's 16 px
-patches: sides rounded to multiples of 32.
+patches: sides rounded to multiples of 32. Gemma 3's (models/gemma3/image_processing_gemma3.py `Gemma3ImageProcessor`,
+`do_pan_and_scan` off by default) resizes every image to the vision config's image_size square, and its processor
+(processing_gemma3.py) writes mm_tokens_per_image image tokens per image (`VisionSpec.image_size`, `tokens_per_image`).
 """
 
 from __future__ import annotations
@@ -88,11 +90,12 @@ def pixel_bounds(t: Any) -> tuple[int, int]:
     return lo, hi
 
 
-def processor_kwargs(t: Any) -> dict[str, Any]:
+def processor_kwargs(t: Any, vision: VisionSpec | None) -> dict[str, Any]:
     """The keywords `AutoProcessor.from_pretrained` needs so that a real run resizes images as this job assumes
     (a TrainSpec): the Qwen2-VL family's `size` bounds (transformers 5's names for min_pixels / max_pixels,
-    image_processing_qwen2_vl.py); nothing for a job without images."""
-    if t.images_per_example == 0 and t.profile_images == 0:
+    image_processing_qwen2_vl.py); nothing for a job without images or for a processor with a fixed resize
+    (Gemma 3's: its checkpoint's own size is what the estimate takes)."""
+    if vision is None or vision.image_size or (t.images_per_example == 0 and t.profile_images == 0):
         return {}
     lo, hi = pixel_bounds(t)
     return {"size": {"shortest_edge": lo, "longest_edge": hi}}
@@ -125,6 +128,10 @@ class ImageGeometry:
 
 
 def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
+    if vision.image_size:       # Gemma3ImageProcessor: a fixed square resize, mm_tokens_per_image tokens
+        side = vision.image_size // vision.patch_size
+        return ImageGeometry(resized=(vision.image_size,) * 2, grid_thw=(1, side, side), patches=side * side,
+                             tokens=vision.tokens_per_image)
     lo, hi = pixel_bounds(t)
     h, w = smart_resize(t.image_height, t.image_width, vision.patch_size * vision.spatial_merge_size, lo, hi)
     gh, gw = h // vision.patch_size, w // vision.patch_size

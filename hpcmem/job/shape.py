@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hpcmem.job.image_rules import prompt_image_tokens
+from hpcmem.job.image_rules import image_mask, prompt_image_tokens
 from hpcmem.job.trainers import entry
 
 if TYPE_CHECKING:
@@ -28,12 +28,16 @@ class MicroBatch:
     source: str              # how the size was chosen, for the output
 
     attn_implementation: str = "sdpa"
+    image_mask: bool = False    # Gemma 3's bidirectional mask over each image's tokens (hpcmem.job.image_rules)
 
     @property
     def masked(self) -> bool:
         """Whether attention gets a 4-D mask (transformers masking_utils): padded rows of different lengths (the worst
         case keeps one row a token shorter, as real batches are), or — without a FlashAttention kernel — the
-        block-diagonal mask of several documents in one padding-free row. One unpadded row needs none."""
+        block-diagonal mask of several documents in one padding-free row, or Gemma 3's image mask. One unpadded
+        row of text needs none."""
+        if self.image_mask:
+            return True
         if self.padding_free:
             return "flash" not in self.attn_implementation
         return self.rows > 1
@@ -79,7 +83,7 @@ def micro_batch(job: Job) -> MicroBatch:
         # a row's images sit in its prompt (vision DPO), so their tokens are never labels (hpcmem.job.image_rules)
         labels = max(seq - 1 - prompt_image_tokens(job), 0)
         return MicroBatch(rows=rows, seq=seq, label_tokens=rows * labels, padding_free=False,
-                          source=f"chosen+rejected: {e.rows_per_example}×{b} rows × {seq}{src}")
+                          image_mask=image_mask(job), source=f"chosen+rejected: {e.rows_per_example}×{b} rows × {seq}{src}")
     padding_free = t.padding_free or (t.packing and t.packing_strategy in ("bfd", "bfd_split"))
     if job.tokens_per_micro_batch is not None:
         tokens = job.tokens_per_micro_batch
@@ -94,7 +98,7 @@ def micro_batch(job: Job) -> MicroBatch:
                           attn_implementation=t.attn_implementation,
                           source=f"padding-free: one row of {seq} tokens ({src})")
     seq = _round_up(-(-tokens // b), t.pad_to_multiple_of)
-    return MicroBatch(rows=b, seq=seq, label_tokens=b * (seq - 1), padding_free=False,
+    return MicroBatch(rows=b, seq=seq, label_tokens=b * (seq - 1), padding_free=False, image_mask=image_mask(job),
                       source=f"padded: {b} rows × {seq} ({src})")
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from hpcmem.errors import Problems, SpecError
 from hpcmem.inputs.values import InputError, shown, text
-from hpcmem.job.images import pixel_bounds
+from hpcmem.job.images import pixel_bounds, processor_kwargs
 from hpcmem.job.trainers import entry
 from hpcmem.launch import slurm_time
 from hpcmem.launch.container_paths import invisible, job_mounts, needed_paths, unmountable
@@ -197,7 +197,7 @@ class Launch:
             out.append(f"--requeue acts at signal_lead_s before the time limit, but time {self.time} is no limit: "
                        "the job is never requeued")
         t = self.job.train
-        if self.options.entry and (t.images_per_example or t.profile_images):
+        if self.options.entry and processor_kwargs(t, self.job.model.vision):
             lo, hi = pixel_bounds(t)
             out.append(f"--entry {self.options.entry} builds its own processor: the estimate assumed images resized "
                        f"into [{lo:,}, {hi:,}] pixels (min_pixels, max_pixels); pass the same to "

@@ -69,7 +69,7 @@ def prepare(job: JobSpec, preset: Preset, options: LaunchOptions, *, runs_root: 
     launch.check()
     # a job with images runs through trl_entry.py, which hands the estimate's image bounds to the processor (no TRL
     # field reaches it); a user's own --entry builds its own processor (Launch.warnings says so)
-    processor = processor_kwargs(job.train) if not options.entry else {}
+    processor = processor_kwargs(job.train, job.model.vision) if not options.entry else {}
     files = runfolder.run_files(folder, deepspeed=job.parallel.deepspeed,
                                 output_dir=options.trl_fields.get("output_dir"), entry_script=bool(processor))
     report = check_fit(job, estimator=estimator, memory_per_node_bytes=preset.memory_per_node_bytes) if fit else None

@@ -221,7 +221,7 @@ def use_label(row: dict[str, Any], shipped: set[str] | None = None) -> str:
     profile the estimate needs), or refused / not applicable with the reason's first words."""
     status = row["status"]
     if row.get("task") == "image-text-to-text" and status in ("derived", "learned"):
-        return "text-only jobs; images not modelled"
+        return "ready, with images" if row["model_type"] in VISION_LANGUAGE else "text-only jobs; images not modelled"
     if status == "derived":
         return "ready"
     if status == "learned":

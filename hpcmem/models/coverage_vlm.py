@@ -3,8 +3,9 @@ through AutoModelForImageTextToText), as data (coverage_vlm.json, regenerated fr
 tests/models/test_coverage_vlm.py).
 
 hpcmem models images for the types of hpcmem.models.vision (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: their vision tower,
-patch merger — Qwen3-VL's deepstack mergers too — and image tokens, SFT); any other type that is only image-text-to-text is refused with that reason.
-A type that also has a causal-LM class (gemma3, mllama, qwen3_5 …) is estimated as its text decoder, as
+patch merger — Qwen3-VL's deepstack mergers too — and image tokens; Gemma 3: its SigLIP tower, pooling projector and
+image tokens; SFT and DPO); any other type that is only image-text-to-text is refused with that reason.
+A type that also has a causal-LM class (mllama, qwen3_5 …) is estimated as its text decoder, as
 hpcmem/models/coverage.json classifies it, and the estimate says the towers are not counted.
 """
 
@@ -17,8 +18,8 @@ from hpcmem.datapath import PACKAGE_DIR
 from hpcmem.models.vision import VISION_LANGUAGE
 
 IMAGE_TEXT_MAPPING_NAME = "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"
-DERIVED = ("derived with images (SFT): vision tower, patch merger and image tokens (hpcmem.models.vision, "
-           "hpcmem.estimate.vision); DPO/GRPO/RLOO with images not modelled")
+DERIVED = ("derived with images (SFT, DPO): vision tower, patch merger or projector and image tokens "
+           "(hpcmem.models.vision, hpcmem.estimate.vision); GRPO/RLOO with images not modelled")
 NOT_MODELLED = ("vision-language only (image-text-to-text: {cls}): its vision tower, projector and image tokens are "
                 "not modelled yet, and it has no causal-LM class whose text decoder hpcmem could estimate instead")
 

@@ -22,6 +22,10 @@ Covered (transformers 5.24):
   per `deepstack_visual_indexes` entry (`deepstack_merger_list`, `use_postshuffle_norm=True`: its LayerNorm runs
   over 4·width), whose outputs the language model adds to the image tokens' hidden states after its first layers
   (modeling_qwen3_vl.py `Qwen3VLTextModel._deepstack_process`). Its decoder is Qwen3's (q/k norms, no biases).
+- Gemma 3 (models/gemma3/modeling_gemma3.py `Gemma3Model`): a SigLIP tower and Gemma 3's pooling projector
+  (hpcmem.models.siglip, `family` "siglip"): separate q/k/v/out_proj, fc1 → gelu_pytorch_tanh → fc2, LayerNorms,
+  a learned position table, post_layernorm; the projector pools spatial_merge_size² patches into one token and has
+  no nn.Linear. Its decoder is Gemma 3's text model.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
+from hpcmem.models.siglip import gemma3_projector_params, gemma3_vision_values, siglip_tower_params
 
 
 
@@ -51,6 +56,8 @@ class TowerLayout:
     # the tower names its patch embedding as its input embeddings (`_input_embed_layer = "patch_embed"`), which
     # `enable_input_require_grads` then hooks (modeling_utils.py); Qwen3VLVisionModel names none
     hooked_input: bool = True
+    family: str = "qwen"        # "siglip": Gemma 3's tower and projector (hpcmem.models.siglip reads its config)
+    tie_default: bool = False   # tie_word_embeddings when neither config names it (Gemma3Config: True)
 
 
 # config.json spellings the vision config classes map onto their own names (their attribute_map, and `in_chans`, which
@@ -81,6 +88,10 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
         "window_size": 0}, aliases=_COMMON_ALIASES, norm="layer", mlp="fc",
         fc_names=("mlp.linear_fc1", "mlp.linear_fc2"), merger_names=("linear_fc1", "linear_fc2"), patch_bias=True,
         hooked_input=False),
+    # configuration_gemma3.py `Gemma3Config` (its vision_config a SiglipVisionConfig: hpcmem.models.siglip);
+    # modeling_siglip.py SiglipVisionModel `_input_embed_layer = "patch_embedding"`: enable_input_require_grads hooks it
+    "gemma3": TowerLayout(text="gemma3_text", defaults={}, aliases={}, norm="layer", mlp="fc", merger_names=("", ""),
+                          patch_bias=True, family="siglip", tie_default=True),
 }
 
 
@@ -126,6 +137,10 @@ class VisionSpec:
     hooked_input: bool = True                                  # TowerLayout.hooked_input
     num_position_embeddings: int = 0      # Qwen3-VL's learned position table (rows of the tower width); 0: none
     deepstack_visual_indexes: tuple[int, ...] = ()     # blocks whose output a deepstack merger reads (Qwen3-VL)
+    family: str = "qwen"        # TowerLayout.family
+    image_size: int = 0         # the processor's fixed square resize (Gemma 3: 896); 0: smart_resize (Qwen)
+    tokens_per_image: int = 0   # Gemma 3's mm_tokens_per_image; 0: patches / spatial_merge_size² (Qwen)
+    pooling_head: bool = False  # SigLIP's attention-pooling head loaded (vision_use_head), never run by Gemma 3
 
     def __post_init__(self) -> None:
         p = Problems()
@@ -172,6 +187,11 @@ class VisionSpec:
 
     def linears(self) -> tuple[VisionLinear, ...]:
         h, i, m, d = self.hidden_size, self.intermediate_size, self.merged_width, self.depth
+        if self.family == "siglip":     # modeling_siglip.py SiglipAttention, SiglipMLP; the projector has none
+            return (*(VisionLinear(name=f"self_attn.{x}", in_features=h, out_features=h, count=d, part="tower")
+                      for x in ("q_proj", "k_proj", "v_proj", "out_proj")),
+                    VisionLinear(name="mlp.fc1", in_features=h, out_features=i, count=d, part="tower"),
+                    VisionLinear(name="mlp.fc2", in_features=i, out_features=h, count=d, part="tower"))
         if self.mlp == "gated":     # Qwen2_5_VLMLP
             mlp = (VisionLinear(name="mlp.gate_proj", in_features=h, out_features=i, count=d, part="tower"),
                    VisionLinear(name="mlp.up_proj", in_features=h, out_features=i, count=d, part="tower"),
@@ -205,13 +225,20 @@ class VisionSpec:
 
     @property
     def tower_params(self) -> int:
-        """Patch and position embeddings, the blocks' linears and their two norms."""
+        """Patch and position embeddings, the blocks' linears and their two norms (SigLIP: its post_layernorm and an
+        unused pooling head too, hpcmem.models.siglip)."""
+        if self.family == "siglip":
+            return siglip_tower_params(depth=self.depth, hidden=self.hidden_size, intermediate=self.intermediate_size,
+                                       channels=self.in_channels, patch=self.patch_size,
+                                       positions=self.num_position_embeddings, head=self.pooling_head)
         norms = 2 * self.norm_params * self.depth
         return self.embed_params + norms + sum(x.params for x in self.linears() if x.part == "tower")
 
     @property
     def merger_params(self) -> int:
-        """The merger's norm (ln_q, the tower width) and its two linears."""
+        """The merger's norm (ln_q, the tower width) and its two linears; Gemma 3's projector (hpcmem.models.siglip)."""
+        if self.family == "siglip":
+            return gemma3_projector_params(self.hidden_size, self.out_hidden_size)
         return self.norm_params + sum(x.params for x in self.linears() if x.part == "merger")
 
     @property
@@ -235,6 +262,13 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | None
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
     layout = VISION_LANGUAGE[model_type]
+    if layout.family == "siglip":
+        values = gemma3_vision_values(cfg, name)
+        if isinstance(values, str):
+            raise SpecError(values)
+        return VisionSpec(model_type=model_type, fullatt_block_indexes=(), norm=layout.norm, mlp=layout.mlp,
+                          fc_names=layout.fc_names, merger_names=layout.merger_names, patch_bias=layout.patch_bias,
+                          hooked_input=layout.hooked_input, family=layout.family, **values)
     vc = {**layout.defaults, **{layout.aliases.get(k, k): v for k, v in raw.items()}}
     if "embed_dim" in layout.defaults:      # Qwen2VLVisionConfig's names → Qwen2.5-VL's
         ratio = vc["mlp_ratio"]
@@ -272,6 +306,7 @@ def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
                                                          if k not in ("vision_config", "text_config")}
     if "tie_word_embeddings" not in text and "tie_word_embeddings" in cfg:
         text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
-    text.setdefault("tie_word_embeddings", False)        # Qwen2_5_VLConfig / Qwen2VLConfig / Qwen3VLConfig.tie_word_embeddings
+    # Qwen2_5_VLConfig / Qwen2VLConfig / Qwen3VLConfig.tie_word_embeddings False, Gemma3Config's True
+    text.setdefault("tie_word_embeddings", VISION_LANGUAGE[str(cfg["model_type"])].tie_default)
     text["model_type"] = layout
     return text

@@ -36,8 +36,8 @@ def largest_fitting_max_pixels(job: JobSpec, estimate: Callable) -> ResolutionFi
     """None when the job has no images of its own size (a length profile counted its images at its own bounds), when
     its images already take the fewest tokens the bounds allow, or when even that does not fit."""
     t, vision = job.train, job.model.vision
-    if vision is None or t.images_per_example == 0 or job.gpu is None:
-        return None
+    if vision is None or vision.image_size or t.images_per_example == 0 or job.gpu is None:
+        return None         # no images of the job's own size, or a processor that resizes to one fixed size
     unit = (vision.patch_size * vision.spatial_merge_size) ** 2
     lo_pixels, _ = pixel_bounds(t)
     now = image_geometry(t, vision).tokens

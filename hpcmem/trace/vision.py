@@ -11,7 +11,7 @@ each image as Qwen's vision_start, image_pad, vision_end and the text as it is, 
 the image's tokens. The processor is transformers' own `Qwen2_5_VLProcessor` (Qwen2-VL: `Qwen2VLProcessor`,
 `PROCESSORS`) around its PIL image processor `Qwen2VLImageProcessorPil` (the same `smart_resize` and `patchify` as
 the torchvision one) and the word tokenizer with Qwen's four vision tokens added; the model config's
-token ids are set to the tokenizer's.
+token ids are set to the tokenizer's. Gemma 3's processor is hpcmem.trace.vision_gemma3's.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.trace import vision_gemma3
 from hpcmem.trace.pieces import WORD, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -37,8 +38,8 @@ PROCESSORS = {"qwen2_5_vl": ("transformers.models.qwen2_5_vl.processing_qwen2_5_
               "qwen2_vl": ("transformers.models.qwen2_vl.processing_qwen2_vl", "Qwen2VLProcessor"),
               "qwen3_vl": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor")}
 # What the trace does that a real run does not (its notes).
-NOTES = ("vision-language: the processor's video_processor is left out (it needs torchvision; an image-only dataset "
-         "never calls it); the images are blank RGB images of the job's size",)
+NOTES = ("vision-language: a Qwen processor's video_processor is left out (it needs torchvision; an image-only dataset "
+         "never calls it; Gemma 3's processor has none); the images are blank RGB images of the job's size",)
 
 
 def vision_tokenizer() -> Any:
@@ -56,6 +57,8 @@ def processor(job: JobSpec) -> Any:
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     v = job.model.vision
+    if v.family == "siglip":
+        return vision_gemma3.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -73,6 +76,8 @@ def processor(job: JobSpec) -> Any:
 
 def token_ids(proc: Any) -> dict[str, int]:
     """The config keys of the vision tokens and their ids in the processor's tokenizer."""
+    if proc.__class__.__name__ == "Gemma3Processor":
+        return vision_gemma3.token_ids(proc)
     ids = proc.tokenizer.convert_tokens_to_ids([VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD])
     return dict(zip(("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id"), ids,
                     strict=True))

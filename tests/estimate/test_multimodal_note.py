@@ -1,5 +1,7 @@
-"""A multimodal config whose decoder a family covers (gemma3's text_config) is estimated as its decoder alone; the
-estimate says so in its warnings and its not-modelled list, since TRL loads and trains the whole model."""
+"""Gemma 3 (Gemma3ForConditionalGeneration: a SigLIP tower and projector beside its text decoder) is a vision-language
+model hpcmem counts whole: a text-only job loads the tower too (TRL's create_model_from_path builds the config's
+architecture), so the estimate counts the tower's and projector's weights and says they are unused; a text model has
+no such note."""
 
 from __future__ import annotations
 
@@ -22,16 +24,19 @@ def _estimate(folder) -> dict:
     return json.loads(res.output)
 
 
-def test_gemma3_says_the_towers_are_not_counted(tmp_path):
+def test_a_text_only_gemma3_job_counts_the_unused_tower(tmp_path):
     config = transformers.AutoConfig.for_model("gemma3")
     (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
     out = _estimate(tmp_path)
-    assert any("multimodal config" in w and "vision" in w for w in out["warnings"]), out["warnings"]
-    assert any("multimodal" in n for n in out["not_modelled"])
-    # what the warning is about: the whole model TRL would load has more parameters than the estimate counts
+    assert any("text-only job" in w and "vision tower" in w for w in out["warnings"]), out["warnings"]
+    assert not any("multimodal" in n for n in out["not_modelled"])
+    # the whole model TRL loads: the language model the estimate's num_params counts, and the tower and projector
     with torch.device("meta"):
         whole = transformers.AutoModelForImageTextToText.from_config(config)
-    assert sum(p.numel() for p in whole.parameters()) > out["model"]["num_params"]
+    vision = out["vision"]
+    assert vision["trained"] == "no images: unused"
+    assert sum(p.numel() for p in whole.parameters()) == (out["model"]["num_params"] + vision["tower_params"]
+                                                          + vision["merger_params"])
 
 
 def test_a_text_model_has_no_such_note(tmp_path):

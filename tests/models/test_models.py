@@ -127,7 +127,9 @@ def test_gemma_defaults_and_text_config_unwrap():
                "text_config": {"model_type": "gemma3_text", "hidden_size": 2560, "num_hidden_layers": 34,
                                "intermediate_size": 10240}}
     g3 = model_spec_from_config(wrapped, "gemma-3-4b")
-    assert (g3.model_type, g3.wrapper_model_type, g3.vocab_size, g3.head_dim) == ("gemma3_text", "gemma3", 262208, 256)
+    # a vision-language config: the decoder is gemma3_text's, the SigLIP tower and projector are counted beside it
+    assert (g3.model_type, g3.wrapper_model_type, g3.vocab_size, g3.head_dim) == ("gemma3", "", 262208, 256)
+    assert g3.vision is not None and g3.vision.hidden_size == 1152
     assert g3.qk_norm and g3.tie_word_embeddings and peft_model_type(g3) == "gemma3"
 
 

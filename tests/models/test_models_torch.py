@@ -119,8 +119,9 @@ def test_gemma3_text_config_counts_the_language_model():
     spec = model_spec_from_config(outer, "gemma3")
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**outer))
-    assert spec.wrapper_model_type == "gemma3" and spec.tie_word_embeddings
+    assert spec.vision is not None and spec.tie_word_embeddings
     assert numel(model.model.language_model) == count_params(spec).total     # lm_head is tied to embed_tokens
+    assert numel(model) == count_params(spec).total + spec.vision.num_params   # the tower and projector beside it
 
 
 @pytest.mark.parametrize("model_type", sorted(PEFT_DEFAULT_TARGETS))
