@@ -94,3 +94,16 @@ def test_the_entry_hands_the_arguments_to_trls_script(tmp_path, capsys):
     assert "--max_length" in done.stdout and "--dataset_name" in done.stdout       # TRL's SFT parser answered
     bad = subprocess.run([sys.executable, str(folder / "trl_entry.py")], capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "usage:" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_a_fixed_resize_processor_gets_no_bounds(tmp_path, capsys):
+    """Gemma 3's processor resizes every image to its checkpoint's one size: nothing to hand over, TRL's module runs."""
+    runs = tmp_path / "runs"
+    assert run(["submit", "sft", "--model_name_or_path", "google/gemma-3-4b-it", "--use_peft", "true",
+                "--lora_target_modules", "all-linear", "--dtype", "bfloat16", "--max_length", "1024",
+                "--per_device_train_batch_size", "1", "--images_per_example", "1", "--image_height", "640",
+                "--image_width", "480", "--preset", "example-l40s", "--dry-run", "--runs-dir", str(runs)]) == 0
+    capsys.readouterr()
+    folder = max(runs.iterdir())
+    assert not (folder / "processor.json").exists() and not (folder / "trl_entry.py").exists()
+    assert "--module trl.scripts.sft --config" in (folder / "job.sbatch").read_text()
