@@ -299,7 +299,9 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
         # DPO's reference forward runs after the policy's (dpo_trainer.py `_compute_loss`), its saved tensors alive; the
         # reference's own tower pass (no grad, one block's intermediates) is less than one block's recompute and
         # backward, so the tower's backward phase bounds it
-        if p.name in (FORWARD, REFERENCE_FORWARD) or p.name in ("backward (LM head)",) or \
+        # (GRPO/RLOO score before the policy's forward: hpcmem.estimate.vision_rl)
+        after_policy = p.name == REFERENCE_FORWARD and not entry(job.train.trainer).generates
+        if p.name == FORWARD or after_policy or p.name in ("backward (LM head)",) or \
                 p.name.startswith("backward (layer"):
             # under gradient accumulation the tower's gradients of the earlier micro-batches are alive throughout
             extra: tuple[Component, ...] = (held, grads) if accumulating else (held,)

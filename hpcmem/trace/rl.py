@@ -23,12 +23,14 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from hpcmem.errors import SpecError
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
-from hpcmem.trace import pieces
+from hpcmem.trace import pieces, vision
 from hpcmem.trace.data import BatchDesign
 from hpcmem.trace.fakeenv import patched
 from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
+from hpcmem.trace.vision_rl import IMAGE_GENERATION, make_image_prompt_dataset
 from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, common_args, peft_config, traced_accumulation
 
 GENERATION_NOTE = ("{name}: generation is not traced — the trainer's _generate_single_turn is replaced by fixed "
@@ -91,16 +93,21 @@ def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, gener
         **args, beta=t.beta, num_generations=t.num_generations, max_completion_length=t.max_completion_length,
         num_iterations=t.num_iterations, use_vllm=False, disable_dropout=t.disable_dropout,
         **({"cast_lm_head_to_fp32": t.cast_lm_head_to_fp32} if e.declares("cast_lm_head_to_fp32") else {}))
+    if t.images_per_example and generation:
+        raise SpecError(IMAGE_GENERATION.format(name=t.trainer.upper()))
     rows = TRACE_STEPS * traced_accumulation(job) * t.per_device_train_batch_size
-    prompts = [" ".join([WORD] * t.max_prompt_length) for _ in range(rows)]
-    dataset = Dataset.from_dict({"prompt": prompts})
+    if t.images_per_example:        # conversational prompts with images, the processor (hpcmem.trace.vision_rl)
+        dataset, processing = make_image_prompt_dataset(job, rows), vision.processor(job)
+    else:
+        dataset = Dataset.from_dict({"prompt": [" ".join([WORD] * t.max_prompt_length) for _ in range(rows)]})
+        processing = pieces.tokenizer()
     module = _module(t.trainer)
 
     ref_builder = lambda *a, **k: build_model_in_dtype(job)    # noqa: E731
     with patched(module, "create_model_from_path", ref_builder):
         trainer = _rl_class(t.trainer, fake, t.max_completion_length, generation)(
             model=model, reward_funcs=_constant_reward, args=config, train_dataset=dataset,
-            processing_class=pieces.tokenizer(), peft_config=peft_config(job))
+            processing_class=processing, peft_config=peft_config(job))
     return trainer
 
 
