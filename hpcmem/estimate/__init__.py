@@ -167,7 +167,7 @@ def shared_step(job: JobSpec) -> SharedStep:
     phases += _job_phases(job, parts, prec, states, base, save)
     embed_grad = parts.embed * prec.weight if parts.lm_head and not lora.enabled else 0
     vision = vision_terms(job, prec, lora)
-    phases = with_rl_vision(job, vision, with_vision(job, vision, phases, embed_grad), prec)
+    phases = with_rl_vision(job, vision, with_vision(job, vision, phases, embed_grad), prec, lora)
     if extras.vllm_pool_asleep:
         phases.append(Phase(name="generation (vLLM awake)", components=base + (
             Component(name="vLLM pool", bytes=extras.vllm_pool_asleep,

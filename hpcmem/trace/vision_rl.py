@@ -26,8 +26,6 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.pieces import WORD
 from hpcmem.trace.vision import MARKERS_PER_IMAGE
 
-IMAGE_GENERATION = ("{name} with images: generation=True is not traced (transformers' generate with pixel_values "
-                    "runs the tower inside its prefill); trace without it: the estimate models generation")
 
 
 def prompt_words(job: JobSpec) -> int:
@@ -51,3 +49,21 @@ def make_image_prompt_dataset(job: JobSpec, rows: int) -> Any:
     words = " ".join([WORD] * prompt_words(job))
     return Dataset.from_dict({"images": [[image] * t.images_per_example for _ in range(rows)],
                               "prompt": [[{"role": "user", "content": words}] for _ in range(rows)]})
+
+
+def generate_fields(fields: dict[str, Any], width: int) -> dict[str, Any]:
+    """The processor's multimodal fields as TRL hands them to generate (grpo_trainer.py / rloo_trainer.py
+    `_generate_single_turn`, transformers path): tensors as they are (pixel_values, image_grid_thw), per-token lists
+    left-padded with 0 to the prompts' width, anything else as a tensor."""
+    import numpy as np
+    import torch
+
+    out = {}
+    for key, value in fields.items():
+        if isinstance(value, torch.Tensor):
+            out[key] = value
+        elif isinstance(value, list) and value and isinstance(value[0], list):
+            out[key] = torch.tensor([[0] * (width - len(x)) + list(x) for x in value])
+        else:
+            out[key] = torch.tensor(np.array(value))
+    return out
