@@ -18,7 +18,8 @@ How TRL 1.16 runs it (grpo_trainer.py / rloo_trainer.py `_generate_and_score_com
   at once, then the language model's prefill over the prompts, image tokens included (max_prompt_length counts them);
   the generation batch's pixel_values from `_tokenize_prompts` are alive throughout. The text estimate's two
   instants (hpcmem.estimate.trainers `generation_instants`) get those pixel_values and the image embeddings; a third,
-  "vision tower, generation (prefill)", is the tower's own no-grad peak. Not traced (the trace replaces generation).
+  "vision tower, generation (prefill)", is the tower's own no-grad peak beside the prompts' token embeddings
+  (held to `run_trace(..., generation=True)` in tests/trace/test_trace_vlm_grpo.py).
 """
 
 from __future__ import annotations

@@ -15,19 +15,26 @@ import pytest
 from hpcmem.estimate import estimate
 from hpcmem.estimate.vision_rl import BUFFERED, NO_GRAD, TOWER_GENERATION
 from hpcmem.estimate.workspaces import tensor_bytes
+from hpcmem.job.trl_config import read_yaml
 from hpcmem.validate.cases import case_job
 from hpcmem.validate.random_trace import as_traced
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = [ROOT / "estimator" / "traces" / f"{name}.jsonl" for name in ("vlm-grpo", "vlm-rloo", "vlm-qwen2-vl-grpo")]
-RECORDS = {r["case"]["id"]: r for f in TRACES if f.exists() for r in map(json.loads, f.read_text().splitlines())}
+NAMES = ("vlm-grpo", "vlm-rloo", "vlm-qwen2-vl-grpo")
+TRACES = [ROOT / "estimator" / "traces" / f"{name}.jsonl" for name in NAMES]
+RECORDS = {r["case"]["id"]: r for f in TRACES for r in map(json.loads, f.read_text().splitlines())}
+CASES = {c["id"]: {**d.get("defaults", {}), **c} for d in
+         (read_yaml(ROOT / "estimator" / "cases" / f"{name}.yaml") for name in NAMES) for c in d["cases"]}
 MAX_PCT = 3.0
 PATCH_VALUES = 3 * 2 * 14 * 14      # in_channels × temporal_patch_size × patch_size² (Qwen2.5-VL's vision config)
 
 
 def _job(case_id: str):
-    return case_job({**RECORDS[case_id]["case"],
-                     "model_name_or_path": str(ROOT / RECORDS[case_id]["case"]["model_name_or_path"])})
+    return case_job({**CASES[case_id], "model_name_or_path": str(ROOT / CASES[case_id]["model_name_or_path"])})
+
+
+def test_every_case_is_traced():
+    assert sorted(RECORDS) == sorted(CASES)
 
 
 def _peak(job) -> int:
@@ -82,6 +89,5 @@ def test_more_pixels_more_memory_in_the_trace_and_the_estimate():
     for prefix in ("qvl-grpo", "qvl-rloo", "q2vl-grpo"):
         for technique in ("full-gc", "full-nogc", "lora-gc", "lora-nogc"):
             small, large = f"{prefix}-{technique}-448", f"{prefix}-{technique}-896"
-            if small in RECORDS and large in RECORDS:
-                assert RECORDS[large]["traced"] > RECORDS[small]["traced"], (prefix, technique)
-                assert _peak(_job(large)) > _peak(_job(small)), (prefix, technique)
+            assert RECORDS[large]["traced"] > RECORDS[small]["traced"], (prefix, technique)
+            assert _peak(_job(large)) > _peak(_job(small)), (prefix, technique)
