@@ -361,8 +361,9 @@ def images_note(job: JobSpec) -> str:
                 f"{t.profile_patches:,} patches, {t.profile_image_tokens:,} image tokens (within the rows' lengths)")
     g = image_geometry(t, job.model.vision)
     twice = " in each chosen and rejected row" if entry(t.trainer).rows_per_example > 1 else ""
+    within = "max_prompt_length" if entry(t.trainer).generates else "max_length"     # GRPO/RLOO: in the prompt
     return (f"{t.images_per_example} image(s)/row{twice} {t.image_height}×{t.image_width} px → {g.resized[0]}×"
-            f"{g.resized[1]} ({g.patches:,} patches, {g.tokens:,} image tokens each, within max_length)")
+            f"{g.resized[1]} ({g.patches:,} patches, {g.tokens:,} image tokens each, within {within})")
 
 
 def vision_json(job: JobSpec, terms: VisionTerms | None) -> dict | None:

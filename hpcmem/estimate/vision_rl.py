@@ -18,7 +18,7 @@ How TRL 1.16 runs it (grpo_trainer.py / rloo_trainer.py `_generate_and_score_com
   at once, then the language model's prefill over the prompts, image tokens included (max_prompt_length counts them);
   the generation batch's pixel_values from `_tokenize_prompts` are alive throughout. The text estimate's two
   instants (hpcmem.estimate.trainers `generation_instants`) get those pixel_values and the image embeddings; a third,
-  "vision tower, generation (prefill)", is the tower's own no-grad peak beside the prompts' token embeddings
+  "vision: generation (prefill)", is the tower's own no-grad peak beside the prompts' token embeddings
   (held to `run_trace(..., generation=True)` in tests/trace/test_trace_vlm_grpo.py).
 """
 
@@ -36,7 +36,7 @@ from hpcmem.job.trainers import entry
 from hpcmem.models.vision import VisionLinear, VisionSpec
 
 OLD_LOGPS = "old log-prob pass"
-TOWER_GENERATION = "vision tower, " + GENERATION_INSTANTS[0]   # a generation instant (trainers `is_generation_phase`)
+TOWER_GENERATION = "vision: " + GENERATION_INSTANTS[0]   # a generation instant (trainers `is_generation_phase`)
 BUFFERED = "pixel_values (buffered micro-batches)"
 SCORING = "pixel_values (generation batch)"
 NO_GRAD = "vision tower, no grad"

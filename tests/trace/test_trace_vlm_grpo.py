@@ -49,7 +49,7 @@ def test_shrunken_trace_against_the_estimate():
         assert abs(phase - scoring) <= 0.03 * scoring, (name, phase, scoring)
     assert abs(estimated - traced.peak_allocated_bytes) <= 0.03 * traced.peak_allocated_bytes, \
         (estimated, traced.peak_allocated_bytes)
-    assert "vision tower, generation (prefill)" in left
+    assert "vision: generation (prefill)" in left
     assert traced.batch["shape"] == [2, 128 + 64]
 
 
@@ -64,7 +64,7 @@ def test_a_real_grpo_trainer_runs_two_images_per_prompt_as_traced():
 def test_generation_runs_the_tower_as_estimated():
     """transformers' generate run as TRL calls it, with the processor's pixel_values and image_grid_thw, on fake
     tensors (2 prompts of one 448 px image, LoRA all-linear; ~45 s): the largest live bytes while the tower runs in
-    step 2's generation against the estimate's instant "vision tower, generation (prefill)" — within 3 %
+    step 2's generation against the estimate's instant "vision: generation (prefill)" — within 3 %
     (measured: 3,069,352,960 B, estimate +0.14 %)."""
     from hpcmem.estimate import estimate
     from hpcmem.estimate.vision_rl import TOWER_GENERATION
