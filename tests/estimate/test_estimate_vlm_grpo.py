@@ -1,6 +1,7 @@
 """Vision-language GRPO and RLOO (images in the prompt; Qwen2.5-VL and Qwen2-VL at full width cut to 1 decoder layer
-and 4 vision blocks) against the trace of TRL's GRPOTrainer/RLOOTrainer with transformers' processor on real images
-(estimator/traces/vlm-grpo.jsonl, vlm-rloo.jsonl, vlm-qwen2-vl-grpo.jsonl, written by `hpcmem validate trace --cases
+and 4 vision blocks, Qwen3-VL cut to 3 decoder layers and 4 vision blocks) against the trace of TRL's
+GRPOTrainer/RLOOTrainer with transformers' processor on real images (estimator/traces/vlm-grpo.jsonl, vlm-rloo.jsonl,
+vlm-qwen2-vl-grpo.jsonl, vlm-qwen3-vl-grpo.jsonl, written by `hpcmem validate trace --cases
 estimator/cases/<name>.yaml`): full fine-tuning and LoRA all-linear, checkpointing on and off, 448 and 896 px, a
 reference model (beta > 0), LoRA q_proj/v_proj, two micro-batches per generation. The estimate is scored over the
 instants the trace runs (its generation instants left out: the trace replaces generation, hpcmem.trace.rl)."""
@@ -20,7 +21,7 @@ from hpcmem.validate.cases import case_job
 from hpcmem.validate.random_trace import as_traced
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMES = ("vlm-grpo", "vlm-rloo", "vlm-qwen2-vl-grpo")
+NAMES = ("vlm-grpo", "vlm-rloo", "vlm-qwen2-vl-grpo", "vlm-qwen3-vl-grpo")
 TRACES = [ROOT / "estimator" / "traces" / f"{name}.jsonl" for name in NAMES]
 RECORDS = {r["case"]["id"]: r for f in TRACES for r in map(json.loads, f.read_text().splitlines())}
 CASES = {c["id"]: {**d.get("defaults", {}), **c} for d in
@@ -86,7 +87,7 @@ def test_peft_reference_pass_runs_the_tower():
 
 
 def test_more_pixels_more_memory_in_the_trace_and_the_estimate():
-    for prefix in ("qvl-grpo", "qvl-rloo", "q2vl-grpo"):
+    for prefix in ("qvl-grpo", "qvl-rloo", "q2vl-grpo", "q3vl-grpo"):
         for technique in ("full-gc", "full-nogc", "lora-gc", "lora-nogc"):
             small, large = f"{prefix}-{technique}-448", f"{prefix}-{technique}-896"
             assert RECORDS[large]["traced"] > RECORDS[small]["traced"], (prefix, technique)
