@@ -8,7 +8,7 @@ How TRL 1.16 runs it (grpo_trainer.py / rloo_trainer.py `_generate_and_score_com
   tower sees each image once per completion. After scoring, the batch is split per micro-batch
   (`split_pixel_values_by_grid` / `unsplit_pixel_values_by_grid`: one new tensor per micro-batch) into
   `self._buffered_inputs`, which lives until the next generation batch replaces it — through every phase of the step,
-  the optimizer step and the next round's generation and scoring included (`buffered_pixels`).
+  the optimizer step and the next round's generation and scoring included (`BUFFERED`).
 - While scoring, the new batch's pixel_values (`forward_kwargs`) are alive beside the old buffer; the reference pass
   (beta > 0: a second model, or the policy with its adapters disabled under PEFT, `use_adapter(model, None)`) and
   the old-policy pass (RLOO always, GRPO when misaligned: hpcmem.estimate.trainers `computes_old_logps`) run the
@@ -35,7 +35,7 @@ from hpcmem.job.shape import Precision
 from hpcmem.job.trainers import entry
 from hpcmem.models.vision import VisionLinear, VisionSpec
 
-OLD_LOGPS = "old log-prob pass"
+OLD_LOGPS = "old log-prob pass"     # the phase hpcmem.estimate.trainers names so
 TOWER_GENERATION = "vision: " + GENERATION_INSTANTS[0]   # a generation instant (trainers `is_generation_phase`)
 BUFFERED = "pixel_values (buffered micro-batches)"
 SCORING = "pixel_values (generation batch)"
