@@ -32,6 +32,7 @@ from hpcmem.estimate.step import build_phases
 from hpcmem.estimate.tails import block_tails
 from hpcmem.estimate.trainers import TrainerExtras, trainer_extras, with_policy_saved
 from hpcmem.estimate.vision import images_note, vision_json, vision_terms, with_vision
+from hpcmem.estimate.vision_rl import with_rl_vision
 from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
 from hpcmem.job.assumptions import describe as describe_assumptions
 from hpcmem.gpus.spec import GpuSpec
@@ -165,7 +166,8 @@ def shared_step(job: JobSpec) -> SharedStep:
     save = save_bytes(job, parts, prec, lora, states)
     phases += _job_phases(job, parts, prec, states, base, save)
     embed_grad = parts.embed * prec.weight if parts.lm_head and not lora.enabled else 0
-    phases = with_vision(job, vision_terms(job, prec, lora), phases, embed_grad)
+    vision = vision_terms(job, prec, lora)
+    phases = with_rl_vision(job, vision, with_vision(job, vision, phases, embed_grad), prec, lora)
     if extras.vllm_pool_asleep:
         phases.append(Phase(name="generation (vLLM awake)", components=base + (
             Component(name="vLLM pool", bytes=extras.vllm_pool_asleep,

@@ -323,7 +323,9 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
         # DPO's reference forward runs after the policy's (dpo_trainer.py `_compute_loss`), its saved tensors alive; the
         # reference's own tower pass (no grad, one block's intermediates) is less than one block's recompute and
         # backward, so the tower's backward phase bounds it
-        if p.name in (FORWARD, REFERENCE_FORWARD) or p.name in ("backward (LM head)",) or \
+        # (GRPO/RLOO score before the policy's forward: hpcmem.estimate.vision_rl)
+        after_policy = p.name == REFERENCE_FORWARD and not entry(job.train.trainer).generates
+        if p.name == FORWARD or after_policy or p.name in ("backward (LM head)",) or \
                 p.name.startswith("backward (layer"):
             # under gradient accumulation the tower's gradients of the earlier micro-batches are alive throughout
             extra: tuple[Component, ...] = (held, grads) if accumulating else (held,)
@@ -383,8 +385,9 @@ def images_note(job: JobSpec) -> str:
                 f"{t.profile_patches:,} patches, {t.profile_image_tokens:,} image tokens (within the rows' lengths)")
     g = image_geometry(t, job.model.vision)
     twice = " in each chosen and rejected row" if entry(t.trainer).rows_per_example > 1 else ""
+    within = "max_prompt_length" if entry(t.trainer).generates else "max_length"     # GRPO/RLOO: in the prompt
     return (f"{t.images_per_example} image(s)/row{twice} {t.image_height}×{t.image_width} px → {g.resized[0]}×"
-            f"{g.resized[1]} ({g.patches:,} patches, {g.tokens:,} image tokens each, within max_length)")
+            f"{g.resized[1]} ({g.patches:,} patches, {g.tokens:,} image tokens each, within {within})")
 
 
 def vision_json(job: JobSpec, terms: VisionTerms | None) -> dict | None:

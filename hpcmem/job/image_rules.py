@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hpcmem.job.image_rl_rules import rl_image_problems
 from hpcmem.job.images import IMAGE_TRAINERS, image_geometry
 from hpcmem.job.trainers import entry
 from hpcmem.models.vision import VISION_LANGUAGE
@@ -27,7 +28,7 @@ def image_job_problems(job: Job) -> list[str]:
     out = []
     if t.trainer not in IMAGE_TRAINERS:
         out.append(f"{said} with trainer {t.trainer}: hpcmem models images for {', '.join(IMAGE_TRAINERS)} "
-                   "only (GRPO/RLOO/KTO/reward with images are not modelled yet)")
+                   "only (KTO/reward with images are not modelled yet)")
     elif t.profile_images and t.trainer != "sft":
         out.append(f"{said} with trainer {t.trainer}: a length profile's images are read for SFT only; give "
                    "images_per_example, image_height and image_width")
@@ -38,7 +39,7 @@ def image_job_problems(job: Job) -> list[str]:
     if t.padding_free and t.trainer == "sft":
         out.append("padding_free with images: TRL 1.16's SFTTrainer raises 'Padding-free training is yet not "
                    "supported for vision datasets'")
-    out += _preference_problems(job) + _fixed_size_problems(job)
+    out += _preference_problems(job) + _fixed_size_problems(job) + rl_image_problems(job)
     g = image_geometry(t, m.vision) if t.images_per_example else None
     tokens = g.tokens * t.images_per_example if g else 0     # a profile's cuts are checked where it is read
     if g and t.max_length is not None and tokens > t.max_length:
@@ -76,6 +77,9 @@ def _fixed_size_problems(job: Job) -> list[str]:
         out.append(f"vision_config image_size {v.image_size} / patch_size {v.patch_size} gives a {side}×{side} patch "
                    f"grid that Gemma3MultiModalProjector cannot pool into mm_tokens_per_image {v.tokens_per_image} "
                    "tokens; the model fails on images")
+    if t.trainer in ("grpo", "rloo"):
+        out.append(f"{t.trainer} with {v.model_type}'s images: the generating trainers with images are traced on the "
+                   "Qwen2-VL family only (Gemma 3's bidirectional image mask in generation is not); SFT and DPO are")
     return out
 
 

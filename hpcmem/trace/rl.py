@@ -8,7 +8,8 @@ What is not TRL's: the generated tokens. HF `generate` on fake tensors cannot de
 trainer's `_generate_single_turn` is replaced by one that answers every prompt (the last one token shorter, so the batch is
 padded like real completions of different lengths) with `max_completion_length` copies of one
 ordinary token (no EOS: every completion runs to the limit, the longest batch TRL can build), and the reward is a
-constant function. Prompts are `max_prompt_length` words of the word tokenizer (one token per word). With
+constant function. Prompts are `max_prompt_length` words of the word tokenizer (one token per word); with images,
+conversational prompts of the images and words, through the processor (hpcmem.trace.vision_rl). With
 `generation=True` (`run_trace(..., generation=True)`) the replacement first runs TRL's own `generate` call to full
 length — KV cache, logits, sampling — under the phase "generation", then drops its output; off by default because a
 decode step costs a whole forward of fake-tensor dispatch (~1.4 s per token for a 0.5B model with LoRA).
@@ -25,10 +26,11 @@ from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
-from hpcmem.trace import pieces
+from hpcmem.trace import pieces, vision
 from hpcmem.trace.data import BatchDesign
 from hpcmem.trace.fakeenv import patched
 from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
+from hpcmem.trace.vision_rl import generate_fields, make_image_prompt_dataset
 from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, common_args, peft_config, traced_accumulation
 
 GENERATION_NOTE = ("{name}: generation is not traced — the trainer's _generate_single_turn is replaced by fixed "
@@ -92,15 +94,18 @@ def build_rl(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, gener
         num_iterations=t.num_iterations, use_vllm=False, disable_dropout=t.disable_dropout,
         **({"cast_lm_head_to_fp32": t.cast_lm_head_to_fp32} if e.declares("cast_lm_head_to_fp32") else {}))
     rows = TRACE_STEPS * traced_accumulation(job) * t.per_device_train_batch_size
-    prompts = [" ".join([WORD] * t.max_prompt_length) for _ in range(rows)]
-    dataset = Dataset.from_dict({"prompt": prompts})
+    if t.images_per_example:        # conversational prompts with images, the processor (hpcmem.trace.vision_rl)
+        dataset, processing = make_image_prompt_dataset(job, rows), vision.processor(job)
+    else:
+        dataset = Dataset.from_dict({"prompt": [" ".join([WORD] * t.max_prompt_length) for _ in range(rows)]})
+        processing = pieces.tokenizer()
     module = _module(t.trainer)
 
     ref_builder = lambda *a, **k: build_model_in_dtype(job)    # noqa: E731
     with patched(module, "create_model_from_path", ref_builder):
         trainer = _rl_class(t.trainer, fake, t.max_completion_length, generation)(
             model=model, reward_funcs=_constant_reward, args=config, train_dataset=dataset,
-            processing_class=pieces.tokenizer(), peft_config=peft_config(job))
+            processing_class=processing, peft_config=peft_config(job))
     return trainer
 
 
@@ -150,7 +155,9 @@ def _rl_class(trainer: str, fake: bool, completion_length: int, generation: bool
     class TracedRLTrainer(Base):
         def _generate_single_turn(self, prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
             if fake and generation:
-                self._traced_generate(prompt_ids)
+                # GRPO/RLOO pass (images, multimodal_fields, ...) after the prompt ids: a vision-language prompt's
+                # pixel_values and image_grid_thw go to generate as TRL hands them (hpcmem.trace.vision_rl)
+                self._traced_generate(prompt_ids, args[1] if len(args) > 1 else None)
             # every completion runs to max_completion_length but the last, one token shorter: real completions end at
             # different lengths, so the batch carries a padding mask (the same convention as SFT's padded worst case)
             completions = [[FIRST_TOKEN_ID] * completion_length for _ in prompt_ids]
@@ -173,12 +180,13 @@ def _rl_class(trainer: str, fake: bool, completion_length: int, generation: bool
     return TracedRLTrainer
 
 
-def traced_generate(self: Any, prompt_ids: Any) -> None:
+def traced_generate(self: Any, prompt_ids: Any, multimodal_fields: dict[str, Any] | None = None) -> None:
     """TRL's own generate call (grpo_trainer.py / rloo_trainer.py `_generate_single_turn`, transformers path):
     left-padded prompts, `unwrap_model_for_generation`, no_grad, `generation_config`. On fake tensors no
     token is known, so no row ever reads as finished: all run to max_completion_length, the KV cache grows
     to its largest. The output is dropped; the caller answers with fixed completions. Bound as the trainer's
-    `_traced_generate`, which hpcmem.trace.phases labels "generation"."""
+    `_traced_generate`, which hpcmem.trace.phases labels "generation". `multimodal_fields`: the processor's
+    pixel_values, image_grid_thw … of a vision-language prompt batch (hpcmem.trace.vision_rl `generate_fields`)."""
     import sys
 
     import torch
@@ -190,7 +198,8 @@ def traced_generate(self: Any, prompt_ids: Any) -> None:
     pad = self.pad_token_id if getattr(self, "pad_token_id", None) is not None else 0
     ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompt_ids])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids])
-    inputs = Trainer._prepare_inputs(self, {"input_ids": ids, "attention_mask": mask})
+    inputs = Trainer._prepare_inputs(self, {"input_ids": ids, "attention_mask": mask,
+                                            **generate_fields(multimodal_fields or {}, width)})
     with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
                                      gather_deepspeed3_params=self.args.ds3_gather_for_generation,
                                      generation_kwargs=self.generation_kwargs,

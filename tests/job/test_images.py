@@ -49,10 +49,10 @@ def test_bad_values_are_one_line_errors(kw, match):
     assert all("\n" not in line.removeprefix("- ") for line in str(err.value).splitlines())
 
 
-def test_images_need_a_vision_tower_and_sft_or_dpo():
+def test_images_need_a_vision_tower_and_a_trainer_with_an_image_path():
     with pytest.raises(SpecError, match="has no vision tower"):
         build_job("sft", {**BASE, "model_name_or_path": "Qwen/Qwen2.5-0.5B"})
-    with pytest.raises(SpecError, match="images for sft, dpo only"):
+    with pytest.raises(SpecError, match="images for sft, dpo, grpo, rloo only"):
         build_job("kto", {**BASE, "per_device_train_batch_size": 2})
 
 
