@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from hpcmem.job.image_rl_rules import rl_image_problems
 from hpcmem.job.images import IMAGE_TRAINERS, image_geometry
 from hpcmem.job.trainers import entry
-from hpcmem.models.vision import VISION_LANGUAGE
+from hpcmem.models.vision import GENERATING_WITH_IMAGES, VISION_LANGUAGE
 
 if TYPE_CHECKING:
     from hpcmem.job.protocol import Job
@@ -40,6 +40,9 @@ def image_job_problems(job: Job) -> list[str]:
         out.append("padding_free with images: TRL 1.16's SFTTrainer raises 'Padding-free training is yet not "
                    "supported for vision datasets'")
     out += _preference_problems(job) + _fixed_size_problems(job) + rl_image_problems(job)
+    if t.trainer in ("grpo", "rloo") and m.vision.model_type not in GENERATING_WITH_IMAGES:
+        out.append(f"{t.trainer} with {m.vision.model_type}'s images: the generating trainers with images are traced "
+                   f"on {', '.join(GENERATING_WITH_IMAGES)} only; SFT and DPO are")
     g = image_geometry(t, m.vision) if t.images_per_example else None
     tokens = g.tokens * t.images_per_example if g else 0     # a profile's cuts are checked where it is read
     if g and t.max_length is not None and tokens > t.max_length:
@@ -77,9 +80,6 @@ def _fixed_size_problems(job: Job) -> list[str]:
         out.append(f"vision_config image_size {v.image_size} / patch_size {v.patch_size} gives a {side}×{side} patch "
                    f"grid that Gemma3MultiModalProjector cannot pool into mm_tokens_per_image {v.tokens_per_image} "
                    "tokens; the model fails on images")
-    if t.trainer in ("grpo", "rloo"):
-        out.append(f"{t.trainer} with {v.model_type}'s images: the generating trainers with images are traced on the "
-                   "Qwen2-VL family only (Gemma 3's bidirectional image mask in generation is not); SFT and DPO are")
     return out
 
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from hpcmem.datapath import PACKAGE_DIR, estimator_dir
 from hpcmem.models.config import ARCHITECTURES
-from hpcmem.models.coverage_vlm import DERIVED as VISION_DERIVED
-from hpcmem.models.coverage_vlm import IMAGE_TEXT_MAPPING_NAME, vision_language_reason, vision_language_types
+from hpcmem.models.coverage_vlm import (IMAGE_TEXT_MAPPING_NAME, derived_reason, vision_language_reason,
+                                        vision_language_types)
 from hpcmem.models.vision import VISION_LANGUAGE
 
 MAPPING_NAME = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
@@ -127,7 +127,7 @@ def vision_language_rows(mapping: dict[str, str] | None = None) -> list[dict[str
     for name, cls in (mapping if mapping is not None else vision_language_types()).items():
         entry = table.get(name)
         if name in VISION_LANGUAGE:
-            status, reason = "derived", VISION_DERIVED
+            status, reason = "derived", derived_reason(name)
         elif entry is None:
             status, reason = "refused", vision_language_reason(name) or f"vision-language only ({cls}): not modelled"
         else:

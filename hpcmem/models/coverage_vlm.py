@@ -4,7 +4,7 @@ tests/models/test_coverage_vlm.py).
 
 hpcmem models images for the types of hpcmem.models.vision (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: their vision tower,
 patch merger — Qwen3-VL's deepstack mergers too — and image tokens; Gemma 3: its SigLIP tower, pooling projector and
-image tokens; SFT and DPO); any other type that is only image-text-to-text is refused with that reason.
+image tokens; SFT and DPO, and GRPO/RLOO for the Qwen types); any other type that is only image-text-to-text is refused with that reason.
 A type that also has a causal-LM class (mllama, qwen3_5 …) is estimated as its text decoder, as
 hpcmem/models/coverage.json classifies it, and the estimate says the towers are not counted.
 """
@@ -15,11 +15,17 @@ import json
 from functools import lru_cache
 
 from hpcmem.datapath import PACKAGE_DIR
-from hpcmem.models.vision import VISION_LANGUAGE
+from hpcmem.models.vision import GENERATING_WITH_IMAGES, VISION_LANGUAGE
 
 IMAGE_TEXT_MAPPING_NAME = "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"
-DERIVED = ("derived with images (SFT, DPO): vision tower, patch merger or projector and image tokens "
-           "(hpcmem.models.vision, hpcmem.estimate.vision); GRPO/RLOO with images not modelled")
+DERIVED = ("derived with images ({trainers}): vision tower, patch merger or projector and image tokens "
+           "(hpcmem.models.vision, hpcmem.estimate.vision){left}")
+
+
+def derived_reason(model_type: str) -> str:
+    if model_type in GENERATING_WITH_IMAGES:
+        return DERIVED.format(trainers="SFT, DPO, GRPO, RLOO", left="")
+    return DERIVED.format(trainers="SFT, DPO", left="; GRPO/RLOO with images not traced")
 NOT_MODELLED = ("vision-language only (image-text-to-text: {cls}): its vision tower, projector and image tokens are "
                 "not modelled yet, and it has no causal-LM class whose text decoder hpcmem could estimate instead")
 

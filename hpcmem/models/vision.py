@@ -66,6 +66,9 @@ _COMMON_ALIASES = {"num_attention_heads": "num_heads", "num_hidden_layers": "dep
 # the activations of a two-linear ("fc") tower MLP whose saved tensors hpcmem.estimate.vision derives
 FC_ACTIVATIONS = ("quick_gelu", "gelu", "gelu_pytorch_tanh")
 # model_type of the outer config → its tower's layout
+# the types whose images are traced with the generating trainers (GRPO, RLOO) too; hpcmem.job.image_rules refuses
+# those trainers' images for the others
+GENERATING_WITH_IMAGES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
     "qwen2_5_vl": TowerLayout(text="qwen2", defaults={

@@ -54,6 +54,11 @@ def test_images_need_a_vision_tower_and_a_trainer_with_an_image_path():
         build_job("sft", {**BASE, "model_name_or_path": "Qwen/Qwen2.5-0.5B"})
     with pytest.raises(SpecError, match="images for sft, dpo, grpo, rloo only"):
         build_job("kto", {**BASE, "per_device_train_batch_size": 2})
+    gemma = {"model_name_or_path": "google/gemma-3-4b-it", "images_per_example": 1, "image_height": 448,
+             "image_width": 448, "max_prompt_length": 512}
+    build_job("sft", {k: v for k, v in gemma.items() if k != "max_prompt_length"})      # traced: SFT, DPO
+    with pytest.raises(SpecError, match="grpo with gemma3's images: the generating trainers with images are traced"):
+        build_job("grpo", gemma)
 
 
 # -- against transformers' processor (torch tier) ---------------------------------------------------------------------
