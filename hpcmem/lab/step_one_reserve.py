@@ -8,7 +8,8 @@ blocks step two maps again − the peak, and takes the end of step one's reserve
 `max(first, optimizer)` (the forward/backward phases less the optimizer states, and the optimizer step). For each
 job this re-traces it as the random-job run does (`run_trace(kernels="cuda", allocator="default")`,
 hpcmem.validate.random_trace `trace_record`), replays the device stream through hpcmem.estimate.caching_allocator
-(hpcmem.trace.replay) and reads, at the first phase marker of step two:
+(hpcmem.trace.replay, cuBLAS workspaces included) and reads, at step one's optimizer marker and at step two's
+first marker:
 
     rb        the replay's reserve when step one's optimizer step begins (MiB)
     r1        the replay's reserve at the end of step one (MiB)
@@ -19,10 +20,10 @@ hpcmem.validate.random_trace `trace_record`), replays the device stream through 
               `beside_activations` uses only when the largest layer weight outgrows every freed block): the
               forward's freed blocks (autocast copies, fused gate/up, layer blocks) with every gradient and AdamW
               state placed into them by best fit, the rest on new segments (MiB)
-    peak_r    the stored trace's reserved peak, and the check that the re-trace reproduces it
+    peak_r    the stored trace's reserved peak; peak_r_now the re-trace's, which should equal it
 
 The cluster (`--cluster`): stored traces whose allocated estimate is within ±3 % and whose reserved estimate is more
-than 3 % under, full fine-tuning (no LoRA) with an LM head. A measurement to report; nothing is written.
+than 3 % under, full fine-tuning (no PEFT) with an LM head. A measurement to report; nothing is written.
 """
 
 from __future__ import annotations
