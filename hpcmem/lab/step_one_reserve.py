@@ -55,7 +55,8 @@ def records() -> list[dict[str, Any]]:
 
 
 def cluster(recs: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
-    """(id, allocated error %, reserved error %) of the full-FT LM-head jobs with allocated right, reserved > 3 % under."""
+    """(id, allocated error %, reserved error %) of the full fine-tuning LM-head jobs: allocated within ±3 %,
+    reserved more than 3 % under."""
     out = []
     for rec in recs:
         if "job" not in rec:
