@@ -209,7 +209,7 @@ def second_step(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     """End of the first step's reserve + the [V, H] blocks the second step maps again − the peak (module docstring).
     0 when the states exist before the first step (DeepSpeed allocates them at engine init) or there are none, and for
     Reward (`embedding_grad`)."""
-    step = None if entry(job.train.trainer).head == "score" else _first_step(job, phases)
+    step = None if entry(job.train.trainer).head == "score" else first_step(job, phases)
     if step is None:
         return 0
     forward, optimizer, states = step
@@ -272,7 +272,7 @@ def embedding_grad(job: JobSpec, prec: Precision, lora: LoraLayout, phases: list
     """Reward, full fine-tuning: the embedding's [V, H] gradient blocks the second step may map again
     (`embedding_gradients`), counted whole — they come after the allocated peak (module docstring). 0 for other heads,
     under LoRA (frozen embedding) and where the first `optimizer.step()` does not create the states (DeepSpeed)."""
-    if entry(job.train.trainer).head != "score" or _first_step(job, phases) is None:
+    if entry(job.train.trainer).head != "score" or first_step(job, phases) is None:
         return 0
     return recreated_blocks(job, prec, lora)
 
@@ -286,23 +286,43 @@ def beside_activations(job: JobSpec, mb: MicroBatch, prec: Precision, lora: Lora
     layer's under checkpointing), and the rest of the activations as blocks of the layer's largest size (`block`).
     The gradients and optimizer states are placed in them whole (`_placed`); the rest maps segments of its own.
     Under gradient accumulation the gradients already exist in the forward phase: counted once, not freed by it."""
-    step = None if lora.enabled else _first_step(job, phases)
+    step = None if lora.enabled else first_step(job, phases)
     if step is None:
         return 0
-    forward, optimizer, states = step
     m, trainer = job.model, job.train.trainer
-    sizes = parameter_sizes(m, trainer, prec.weight)
-    freed: dict[int, int] = {}      # block size → count
-    cache = _bytes(forward, AUTOCAST_CACHE)
-    if cache:
+    freed = forward_freed(job, mb, prec, step[0])
+    if largest_layer_weight(m, trainer, prec.weight) <= max([block, *freed]):
+        return 0
+    end = placed_end(job, prec, step, block, freed)
+    lm_head = entry(trainer).head == "lm"
+    again = m.vocab_size * m.hidden_size * prec.weight if lm_head else recreated_blocks(job, prec, lora)
+    return max(0, end + again - max(p.bytes for p in phases))
+
+
+def forward_freed(job: JobSpec, mb: MicroBatch, prec: Precision, forward: Phase) -> dict[int, int]:
+    """(block size → count) of the blocks step one's forward frees that `beside_activations` names before the layer
+    blocks: autocast's 16-bit weight copies and the fused gate/up outputs."""
+    m = job.model
+    sizes = parameter_sizes(m, job.train.trainer, prec.weight)
+    freed: dict[int, int] = {}
+    if _bytes(forward, AUTOCAST_CACHE):
         for size in sizes[1:-1]:
             copy = size * prec.act // prec.weight
             freed[copy] = freed.get(copy, 0) + 1
     if m.fused_gate_up:
         gate_up = mb.tokens * 2 * m.intermediate_size * prec.act
         freed[gate_up] = freed.get(gate_up, 0) + (1 if job.train.gradient_checkpointing else m.num_hidden_layers)
-    if largest_layer_weight(m, trainer, prec.weight) <= max([block, *freed]):
-        return 0
+    return freed
+
+
+def placed_end(job: JobSpec, prec: Precision, step: tuple[Phase, Phase, int], block: int,
+               freed: dict[int, int]) -> int:
+    """End of step one's reserve when every gradient and AdamW state of a full fine-tuning job is placed whole into
+    the blocks the forward freed (`freed`, plus the rest of the activations as `block`-sized blocks; best fit,
+    `_placed`) and the rest maps segments of its own (`beside_activations`); `step`: `first_step`."""
+    forward, optimizer, states = step
+    trainer = job.train.trainer
+    freed = dict(freed)
     kept = _bytes(forward, GRADIENTS)       # gradient accumulation: the gradients exist through the forward
     # what stays through the optimizer step is not freed by the forward: the weights, and a reference or teacher
     # model, DDP's gradient buckets, a vLLM pool (the phases' resident components, hpcmem.estimate.step); the cuBLAS
@@ -312,12 +332,9 @@ def beside_activations(job: JobSpec, mb: MicroBatch, prec: Precision, lora: Lora
     rest = forward.bytes - states - kept - held - sum(k * n for k, n in freed.items())
     if rest >= block > 0:
         freed[block] = freed.get(block, 0) + rest // block
-    trained = _trained(m, trainer, job.train.optim, prec.weight)
+    trained = _trained(job.model, trainer, job.train.optim, prec.weight)
     total = sum(k * n for k, n in trained)
-    end = max(optimizer.bytes, forward.bytes - states - kept + total - _placed(freed, dict(trained)))
-    lm_head = entry(trainer).head == "lm"
-    again = m.vocab_size * m.hidden_size * prec.weight if lm_head else recreated_blocks(job, prec, lora)
-    return max(0, end + again - max(p.bytes for p in phases))
+    return max(optimizer.bytes, forward.bytes - states - kept + total - _placed(freed, dict(trained)))
 
 
 @functools.lru_cache(maxsize=512)
@@ -357,7 +374,7 @@ def _placed(freed: dict[int, int], tensors: dict[int, int]) -> int:
     return placed
 
 
-def _first_step(job: JobSpec, phases: list[Phase]) -> tuple[Phase, Phase, int] | None:
+def first_step(job: JobSpec, phases: list[Phase]) -> tuple[Phase, Phase, int] | None:
     """(forward, optimizer step, the optimizer states' bytes) when the first `optimizer.step()` creates the states
     (torch/optim/adamw.py `_init_group`); None under DeepSpeed (states made at engine init), without a forward or
     optimizer phase, or without states."""
