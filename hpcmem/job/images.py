@@ -125,6 +125,11 @@ class ImageGeometry:
 
 
 def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
+    if getattr(vision, "fixed_resolution", False):
+        # llava (hpcmem.models.clip_tower): CLIPImageProcessor resizes the shortest edge to image_size and crops the
+        # centre square, whatever the image's size: one resolution, one token count
+        s, g = vision.image_size, vision.image_size // vision.patch_size
+        return ImageGeometry(resized=(s, s), grid_thw=(1, g, g), patches=g * g, tokens=vision.tokens_per_image)
     lo, hi = pixel_bounds(t)
     h, w = smart_resize(t.image_height, t.image_width, vision.patch_size * vision.spatial_merge_size, lo, hi)
     gh, gw = h // vision.patch_size, w // vision.patch_size

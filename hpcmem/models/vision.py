@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
+from hpcmem.models.clip_tower import ClipTowerSpec, clip_tower_from_config
 
 
 
@@ -81,6 +82,9 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
         "window_size": 0}, aliases=_COMMON_ALIASES, norm="layer", mlp="fc",
         fc_names=("mlp.linear_fc1", "mlp.linear_fc2"), merger_names=("linear_fc1", "linear_fc2"), patch_bias=True,
         hooked_input=False),
+    # models/llava: a CLIP tower and a two-linear projector (hpcmem.models.clip_tower), a Llama decoder; only `text`
+    # is read (vision_spec_from_config hands the vision part to clip_tower_from_config)
+    "llava": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
 }
 
 
@@ -225,12 +229,14 @@ class VisionSpec:
         return self.tower_params + self.merger_params + self.deepstack_params
 
 
-def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | None:
-    """The VisionSpec of a vision-language config.json dict, None for any other; keys it omits take the vision config
-    class's defaults, as `AutoConfig.for_model` fills them."""
+def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | ClipTowerSpec | None:
+    """The VisionSpec of a vision-language config.json dict (llava's: a ClipTowerSpec), None for any other; keys it
+    omits take the vision config class's defaults, as `AutoConfig.for_model` fills them."""
     model_type = str(cfg.get("model_type", ""))
     if model_type not in VISION_LANGUAGE:
         return None
+    if model_type == "llava":
+        return clip_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")

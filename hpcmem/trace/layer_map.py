@@ -98,10 +98,11 @@ def decoder_layers(model: Any) -> list[Any]:
 
 def vision_blocks(model: Any) -> list[Any]:
     """A vision-language model's vision tower blocks (GradientCheckpointingLayers too, which `decoder_layers` leaves
-    out): those of the module transformers names `visual` (modeling_qwen2_5_vl.py Qwen2_5_VLModel.visual)."""
+    out): those of the module transformers names `visual` (modeling_qwen2_5_vl.py Qwen2_5_VLModel.visual) or
+    `vision_tower` (modeling_llava.py LlavaModel.vision_tower)."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    towers = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] == "visual"]
+    towers = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] in ("visual", "vision_tower")]
     return [b for t in towers[:1] for b in t.modules() if isinstance(b, GradientCheckpointingLayer)]
 
 
