@@ -22,6 +22,8 @@ embedding as its input embeddings (`CLIPVisionModel._input_embed_layer = "patch_
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.states import optimizer_bytes_per_param
@@ -65,10 +67,13 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     trainable = outside + per_block * layers + merger
     grads = trainable * gbytes
     opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
-    spec = block_spec(v)
+    # CLIPAttention's q, k, v are three Linears (no fused storage kept alive by a slice)
+    spec = replace(block_spec(v), fused_qkv=False)
     mb = MicroBatch(rows=images, seq=v.positions, label_tokens=0, padding_free=False, source="",
                     attn_implementation="sdpa")
-    block = block_saved(job, v, spec, mb, prec, v.block_params, adapted, lora)
+    # out_proj reads SDPA's output itself (sdpa_attention_forward's `transpose(1, 2).contiguous()` of the kernel's
+    # [B, S, H, D] output copies nothing), not a concatenation as the Qwen towers' `proj` does
+    block = block_saved(job, v, spec, mb, prec, v.block_params, adapted, lora) - (prec.act * h * n if trained else 0)
     if job.train.gradient_checkpointing:      # CLIPEncoderLayer is a GradientCheckpointingLayer: its input alone
         blocks = (prec.residual * h * n,) * layers
     else:
