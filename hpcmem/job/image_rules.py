@@ -28,6 +28,9 @@ def image_job_problems(job: Job) -> list[str]:
     if t.trainer not in IMAGE_TRAINERS:
         out.append(f"{said} with trainer {t.trainer}: hpcmem models images for {', '.join(IMAGE_TRAINERS)} "
                    "only (GRPO/RLOO/KTO/reward with images are not modelled yet)")
+    elif m.vision.model_type == "llava" and (t.trainer != "sft" or t.profile_images):
+        out.append(f"{said} with trainer {t.trainer} on llava: hpcmem models llava's images for SFT with "
+                   "images_per_example only (its CLIP tower is traced for SFT)")
     elif t.profile_images and t.trainer != "sft":
         out.append(f"{said} with trainer {t.trainer}: a length profile's images are read for SFT only; give "
                    "images_per_example, image_height and image_width")

@@ -1,0 +1,44 @@
+"""llava-1.5 traced now against its estimate: TRL's SFTTrainer with its vision collator and transformers'
+LlavaProcessor on real 336×336 images, llava-hf/llava-1.5-7b-hf's widths cut to 1 decoder layer and 4 CLIP layers
+(estimator/cases/vlm-llava.yaml): full fine-tuning with 2 images per row without checkpointing (every trained CLIP
+layer's saved tensors alive; the last layer runs but gets no backward: vision_feature_layer -2), LoRA on every linear
+with 1 image under checkpointing (a recomputed layer and its adapters' gradients). Both the step's peak and the
+tower's own backward (its layers from the last trained one down to layer 1) within 3 %."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("trl")
+
+from hpcmem.validate.cases import case_job  # noqa: E402
+from tests.helpers.trace_helpers import estimate_holds_vision_trace  # noqa: E402
+
+pytestmark = pytest.mark.torch
+ROOT = Path(__file__).resolve().parents[2]
+CASES = yaml.safe_load((ROOT / "estimator" / "cases" / "vlm-llava.yaml").read_text())
+MAX_PCT = 3.0
+
+
+def _job(case_id: str):
+    case = {**CASES["defaults"], **next(c for c in CASES["cases"] if c["id"] == case_id)}
+    return case_job({**case, "model_name_or_path": str(ROOT / case["model_name_or_path"])})
+
+
+@pytest.mark.parametrize("case_id", ["llava-full-nogc-2img", "llava-lora-all-gc-1img"])
+def test_the_trace_of_today_agrees_with_the_estimate(case_id):
+    estimate_holds_vision_trace(_job(case_id), MAX_PCT)
+
+
+def test_the_layer_past_the_feature_layer_has_no_backward():
+    """vision_feature_layer -2: the trace's backward names vision blocks 2, 1, 0 of the 4 it ran forward."""
+    from hpcmem.trace.run import run_trace
+
+    traced = run_trace(_job("llava-full-gc-1img"), timeline=True)
+    forward = {p.phase for p in traced.timeline if p.phase.startswith("step 2 / forward / vision block ")}
+    backward = {p.phase for p in traced.timeline if p.phase.startswith("step 2 / backward / vision block ")}
+    assert len(forward) == 4
+    assert backward == {f"step 2 / backward / vision block {i}" for i in range(3)}
