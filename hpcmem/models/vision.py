@@ -279,5 +279,6 @@ def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
     if "tie_word_embeddings" not in text and "tie_word_embeddings" in cfg:
         text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
     text.setdefault("tie_word_embeddings", False)        # Qwen2_5_VLConfig / Qwen2VLConfig / Qwen3VLConfig.tie_word_embeddings
-    text["model_type"] = layout
+    # llava's decoder is whatever its text_config names (LlavaConfig's default: llama)
+    text["model_type"] = str(text.get("model_type") or layout) if cfg["model_type"] == "llava" else layout
     return text

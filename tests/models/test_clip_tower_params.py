@@ -1,6 +1,6 @@
 """llava's parts as hpcmem counts them (hpcmem.models.clip_tower, the language model by the llama family) against
 `AutoModelForImageTextToText.from_config` on the meta device: llava-hf/llava-1.5-7b-hf's public config (a fixture
-written from its config.json values) and the same widths cut to 1 decoder layer and 4 CLIP layers; the image
+written from its config.json values) and the same widths cut to 1 decoder layer and 4 CLIP layers, the catalog's entry; the image
 geometry by hand."""
 
 from __future__ import annotations
@@ -13,10 +13,18 @@ import pytest
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.models.clip_tower import clip_tower_from_config
-from hpcmem.models.resolve import resolve_model
+from hpcmem.models.resolve import catalog, resolve_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
-LLAVA = ["llava-1.5-7b-hf.json", "llava-1.5-7b-width-L1-D4.json"]
+LLAVA = ["llava-1.5-7b-hf.json", "llava-1.5-7b-width-L1-D4.json", "llava-hf/llava-1.5-7b-hf"]
+
+
+def _config(name: str) -> dict:
+    return catalog()[name]["config"] if "/" in name else json.loads((FIXTURES / name).read_text())
+
+
+def _path(name: str) -> str:
+    return name if "/" in name else str(FIXTURES / name)
 
 
 @pytest.mark.torch
@@ -24,7 +32,7 @@ LLAVA = ["llava-1.5-7b-hf.json", "llava-1.5-7b-width-L1-D4.json"]
 def test_parts_equal_the_meta_model(name):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    cfg = json.loads((FIXTURES / name).read_text())
+    cfg = _config(name)
     data = {k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype", "transformers_version")}
     config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
     with torch.device("meta"):
@@ -35,7 +43,7 @@ def test_parts_equal_the_meta_model(name):
         part = ("merger" if ".multi_modal_projector." in param_name else
                 "tower" if ".vision_tower." in param_name else "language")
         count[part] += p.numel()
-    spec = resolve_model(str(FIXTURES / name))
+    spec = resolve_model(_path(name))
     assert count == {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params,
                      "language": spec.num_params}
     linears = {n.split("model.", 1)[1] for n, m in model.named_modules()
