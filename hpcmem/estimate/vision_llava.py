@@ -56,6 +56,13 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     layers, h = v.trained_layers, v.hidden_size
     n, m = images * v.positions, images * v.tokens_per_image        # tower rows, projector rows
     patches = images * v.patches
+    if lora.enabled and not adapted and not job.train.gradient_checkpointing:
+        # no adapter in the tower or the projector and no `enable_input_require_grads` hook (TRL installs it for PEFT
+        # under checkpointing only): nothing there requires grad, so it builds no graph and runs no backward
+        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=patches * v.patch_dim * FP32, saved=0,
+                           merger_saved=0, blocks_saved=(), block_full=0, block_backward=0, block_grads=0,
+                           merger_grads=0, patches=patches, image_tokens=m,
+                           trained="frozen (no LoRA target reaches it, no checkpointing): no graph, no backward")
     gbytes = w if trained else lora.adapter_bytes
     tower_adapters = [x for x in adapted if x.part == "tower"]
     merger_adapters = [x for x in adapted if x.part == "merger"]

@@ -42,3 +42,26 @@ def test_the_layer_past_the_feature_layer_has_no_backward():
     backward = {p.phase for p in traced.timeline if p.phase.startswith("step 2 / backward / vision block ")}
     assert len(forward) == 4
     assert backward == {f"step 2 / backward / vision block {i}" for i in range(3)}
+
+
+def test_a_tower_no_adapter_reaches_builds_no_graph_without_checkpointing():
+    """LoRA on gate_proj, up_proj (the decoder's MLP only), checkpointing off: nothing in the tower requires grad (no
+    adapter, no `enable_input_require_grads` hook), so its layers keep nothing and run no backward — in the trace and
+    in the estimate, which keeps only pixel_values and has no tower backward phase."""
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.vision import ACTIVATIONS, VISION_BACKWARD
+    from hpcmem.trace.run import run_trace
+
+    job = case_job({**CASES["defaults"], "trainer": "sft", "use_peft": True,
+                    "lora_target_modules": ["gate_proj", "up_proj"], "gradient_checkpointing": False,
+                    "images_per_example": 1, "model_name_or_path": str(ROOT / CASES["defaults"]["model_name_or_path"])})
+    traced = run_trace(job, timeline=True)
+    live = {p.phase: p.current_bytes for p in traced.timeline}
+    blocks = [live[f"step 2 / forward / vision block {i}"] for i in range(4)]
+    # the blocks keep nothing for backward: what grows is at most the layers' outputs that `capture_outputs` records
+    # for hidden_states, [577, 1024] bf16 each (one layer's saved tensors with LoRA all-linear are ~30 MiB)
+    assert max(blocks) - min(blocks) <= 4 * 577 * 1024 * 2, blocks
+    assert not any(p.startswith("step 2 / backward / vision block") for p in live)
+    est = estimate(job)
+    assert VISION_BACKWARD not in {p.name for p in est.phases}
+    assert max(c.bytes for p in est.phases for c in p.components if c.name == ACTIVATIONS) == 3 * 336 * 336 * 4
