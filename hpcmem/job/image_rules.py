@@ -46,9 +46,10 @@ def image_job_problems(job: Job) -> list[str]:
     tokens = g.tokens * t.images_per_example if g else 0     # a profile's cuts are checked where it is read
     if g and t.max_length is not None and tokens > t.max_length:
         # processing_utils.py ProcessorMixin._check_special_mm_tokens: truncation that cuts image tokens raises
+        lower = "" if m.vision.model_type == "llava" else " or lower max_pixels"     # llava: one resolution
         out.append(f"images_per_example {t.images_per_example} × {g.tokens} image tokens ({g.resized[0]}×"
-                   f"{g.resized[1]} px after smart_resize) = {tokens} > max_length {t.max_length}: the processor "
-                   "raises when truncation cuts image tokens; raise max_length or lower max_pixels")
+                   f"{g.resized[1]} px after the processor's resize) = {tokens} > max_length {t.max_length}: the "
+                   f"processor raises when truncation cuts image tokens; raise max_length{lower}")
     if t.activation_offloading:
         out.append("activation_offloading with images: the vision tower's saved tensors under TRL's offloading are not "
                    "modelled yet")
