@@ -100,10 +100,16 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     hidden_t, mlp_t, scores_t = act.backward_parts(spec, mb, prec, "sdpa")
     adapter_t = n * max(x.in_features for x in tower_adapters) * backward_bytes_per_input(lora) \
         if tower_adapters else 0
+    # alive until the trainer drops the model's outputs (the forward only): the layers past the feature layer (their
+    # saved tensors, or under checkpointing their outputs) and the layers' outputs `capture_outputs` records for
+    # hidden_states, which under autocast nothing else keeps (LayerNorm saves its fp32 cast), [n, width] each
+    unused = v.depth - layers
+    recorded = (v.depth + 1) * prec.residual * h * n if prec.amp and not job.train.gradient_checkpointing else 0
+    tail = unused * (prec.residual * h * n if job.train.gradient_checkpointing else block)
     what = ("tower and projector trained (full fine-tuning); layers after vision_feature_layer and post_layernorm "
             "get no gradient" if trained else f"frozen; LoRA on {len(adapted)} of its linear kinds")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=patches * v.patch_dim * FP32,
                        saved=saved, merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
                        block_backward=hidden_t + max(mlp_t + adapter_t, scores_t),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=patches,
-                       image_tokens=m, trained=what)
+                       image_tokens=m, trained=what, forward_only=tail + recorded)
