@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate import activations as act
+from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, layer_norm_saved,
                                     token_leaf, vision_adapters, vision_terms)

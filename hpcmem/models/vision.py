@@ -22,6 +22,8 @@ Covered (transformers 5.24):
   per `deepstack_visual_indexes` entry (`deepstack_merger_list`, `use_postshuffle_norm=True`: its LayerNorm runs
   over 4·width), whose outputs the language model adds to the image tokens' hidden states after its first layers
   (modeling_qwen3_vl.py `Qwen3VLTextModel._deepstack_process`). Its decoder is Qwen3's (q/k norms, no biases).
+- llava (LLaVA-1.5): its CLIP tower and projector are hpcmem.models.clip_tower's `ClipTowerSpec`; its decoder is
+  what its text_config names.
 """
 
 from __future__ import annotations
