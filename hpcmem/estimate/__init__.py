@@ -31,7 +31,8 @@ from hpcmem.estimate.states import States, job_param_parts, model_states, optimi
 from hpcmem.estimate.step import build_phases
 from hpcmem.estimate.tails import block_tails
 from hpcmem.estimate.trainers import TrainerExtras, trainer_extras, with_policy_saved
-from hpcmem.estimate.vision import images_note, vision_json, vision_terms, with_vision
+from hpcmem.estimate.vision import images_note, vision_json, with_vision
+from hpcmem.estimate.vision_llava import tower_terms
 from hpcmem.estimate.vision_rl import with_rl_vision
 from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
 from hpcmem.job.assumptions import describe as describe_assumptions
@@ -166,7 +167,7 @@ def shared_step(job: JobSpec) -> SharedStep:
     save = save_bytes(job, parts, prec, lora, states)
     phases += _job_phases(job, parts, prec, states, base, save)
     embed_grad = parts.embed * prec.weight if parts.lm_head and not lora.enabled else 0
-    vision = vision_terms(job, prec, lora)
+    vision = tower_terms(job, prec, lora)
     phases = with_rl_vision(job, vision, with_vision(job, vision, phases, embed_grad), prec, lora)
     if extras.vllm_pool_asleep:
         phases.append(Phase(name="generation (vLLM awake)", components=base + (
@@ -240,7 +241,7 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
         calibrated=dev.calibrated,
         made=made_by(job),
         gpu=job.gpu,
-        extra={"layout": layout_json(job, mb), "vision": vision_json(job, vision_terms(job, prec, lora))},
+        extra={"layout": layout_json(job, mb), "vision": vision_json(job, tower_terms(job, prec, lora))},
         assumed=tuple(describe_assumptions(job)),
         world_size=job.parallel.world_size,
     )

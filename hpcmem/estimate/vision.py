@@ -88,6 +88,7 @@ class VisionTerms:
     image_tokens: int
     trained: str                 # what trains, in words
     deepstack: tuple[tuple[int, int, int], ...] = ()   # per deepstack merger (block index, saved bytes, gradient bytes)
+    forward_only: int = 0        # alive in the forward only: what the model's outputs hold (llava's unused layers)
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
@@ -329,6 +330,9 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
                 p.name.startswith("backward (layer"):
             # under gradient accumulation the tower's gradients of the earlier micro-batches are alive throughout
             extra: tuple[Component, ...] = (held, grads) if accumulating else (held,)
+            if p.name == FORWARD and terms.forward_only:
+                extra += (Component(name="vision outputs (forward only)", bytes=terms.forward_only,
+                                    note="dropped with the model's outputs before the backward"),)
         elif p.name.startswith(BACKWARD) or p.name == OPTIMIZER_STEP:
             extra = (grads, pixels) if p.name != OPTIMIZER_STEP else (grads,)
         else:

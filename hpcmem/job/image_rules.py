@@ -29,6 +29,9 @@ def image_job_problems(job: Job) -> list[str]:
     if t.trainer not in IMAGE_TRAINERS:
         out.append(f"{said} with trainer {t.trainer}: hpcmem models images for {', '.join(IMAGE_TRAINERS)} "
                    "only (KTO/reward with images are not modelled yet)")
+    elif m.vision.model_type == "llava" and (t.trainer != "sft" or t.profile_images):
+        out.append(f"{said} with trainer {t.trainer} on llava: hpcmem models llava's images for SFT with "
+                   "images_per_example only (its CLIP tower is traced for SFT)")
     elif t.profile_images and t.trainer != "sft":
         out.append(f"{said} with trainer {t.trainer}: a length profile's images are read for SFT only; give "
                    "images_per_example, image_height and image_width")
@@ -47,9 +50,10 @@ def image_job_problems(job: Job) -> list[str]:
     tokens = g.tokens * t.images_per_example if g else 0     # a profile's cuts are checked where it is read
     if g and t.max_length is not None and tokens > t.max_length:
         # processing_utils.py ProcessorMixin._check_special_mm_tokens: truncation that cuts image tokens raises
+        lower = "" if m.vision.image_size else " or lower max_pixels"     # llava, Gemma 3: one resolution
         out.append(f"images_per_example {t.images_per_example} × {g.tokens} image tokens ({g.resized[0]}×"
-                   f"{g.resized[1]} px after resizing) = {tokens} > max_length {t.max_length}: the processor "
-                   "raises when truncation cuts image tokens; raise max_length or lower max_pixels")
+                   f"{g.resized[1]} px after the processor's resize) = {tokens} > max_length {t.max_length}: the "
+                   f"processor raises when truncation cuts image tokens; raise max_length{lower}")
     if t.activation_offloading:
         out.append("activation_offloading with images: the vision tower's saved tensors under TRL's offloading are not "
                    "modelled yet")
@@ -73,10 +77,11 @@ def _fixed_size_problems(job: Job) -> list[str]:
     if not v.image_size:
         return out
     if t.min_pixels is not None or t.max_pixels is not None:
-        out.append(f"min_pixels/max_pixels with {v.model_type}: Gemma3ImageProcessor has no such setting; it resizes "
+        processor = "Gemma3ImageProcessor" if v.family == "siglip" else "CLIPImageProcessor"
+        out.append(f"min_pixels/max_pixels with {v.model_type}: {processor} has no such setting; it resizes "
                    f"every image to {v.image_size}×{v.image_size}; leave them unset")
     side = v.image_size // v.patch_size
-    if v.tokens_per_image * v.merge_unit != side * side:
+    if getattr(v, "family", "") == "siglip" and v.tokens_per_image * v.merge_unit != side * side:
         out.append(f"vision_config image_size {v.image_size} / patch_size {v.patch_size} gives a {side}×{side} patch "
                    f"grid that Gemma3MultiModalProjector cannot pool into mm_tokens_per_image {v.tokens_per_image} "
                    "tokens; the model fails on images")

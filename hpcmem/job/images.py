@@ -128,6 +128,11 @@ class ImageGeometry:
 
 
 def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
+    if getattr(vision, "fixed_resolution", False):
+        # llava (hpcmem.models.clip_tower): CLIPImageProcessor resizes the shortest edge to image_size and crops the
+        # centre square, whatever the image's size: one resolution, one token count
+        s, g = vision.image_size, vision.image_size // vision.patch_size
+        return ImageGeometry(resized=(s, s), grid_thw=(1, g, g), patches=g * g, tokens=vision.tokens_per_image)
     if vision.image_size:       # Gemma3ImageProcessor: a fixed square resize, mm_tokens_per_image tokens
         side = vision.image_size // vision.patch_size
         return ImageGeometry(resized=(vision.image_size,) * 2, grid_thw=(1, side, side), patches=side * side,

@@ -147,7 +147,7 @@ def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
     model_type = cfg.get("model_type")
     arch = ARCHITECTURES.get(str(model_type))
     if arch is None:
-        outer = f" (inside {wrapper})" if wrapper else ""
+        outer = f" (inside {wrapper or outer_type})" if wrapper or vision is not None else ""
         raise SpecError(
             f"model {name}: model_type {model_type!r}{outer} is not supported; hpcmem counts decoder-only "
             f"{', '.join(SUPPORTED_MODEL_TYPES)}. Use one of them or `hpcmem models list` for the offline catalog.")

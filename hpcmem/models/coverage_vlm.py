@@ -15,19 +15,20 @@ import json
 from functools import lru_cache
 
 from hpcmem.datapath import PACKAGE_DIR
-from hpcmem.models.vision import GENERATING_WITH_IMAGES, VISION_LANGUAGE
+from hpcmem.models.vision import IMAGE_TRAINERS_TRACED, VISION_LANGUAGE
 
 IMAGE_TEXT_MAPPING_NAME = "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"
 DERIVED = ("derived with images ({trainers}): vision tower, patch merger or projector and image tokens "
            "(hpcmem.models.vision, hpcmem.estimate.vision){left}")
+NOT_MODELLED = ("vision-language only (image-text-to-text: {cls}): its vision tower, projector and image tokens are "
+                "not modelled yet, and it has no causal-LM class whose text decoder hpcmem could estimate instead")
 
 
 def derived_reason(model_type: str) -> str:
-    if model_type in GENERATING_WITH_IMAGES:
-        return DERIVED.format(trainers="SFT, DPO, GRPO, RLOO", left="")
-    return DERIVED.format(trainers="SFT, DPO", left="; GRPO/RLOO with images not traced")
-NOT_MODELLED = ("vision-language only (image-text-to-text: {cls}): its vision tower, projector and image tokens are "
-                "not modelled yet, and it has no causal-LM class whose text decoder hpcmem could estimate instead")
+    traced = IMAGE_TRAINERS_TRACED.get(model_type, ())
+    left = [x.upper() for x in ("sft", "dpo", "grpo", "rloo") if x not in traced]
+    return DERIVED.format(trainers=", ".join(x.upper() for x in traced),
+                          left=f"; {'/'.join(left)} with images not traced" if left else "")
 
 
 @lru_cache(maxsize=1)

@@ -26,6 +26,8 @@ Covered (transformers 5.24):
   (hpcmem.models.siglip, `family` "siglip"): separate q/k/v/out_proj, fc1 → gelu_pytorch_tanh → fc2, LayerNorms,
   a learned position table, post_layernorm; the projector pools spatial_merge_size² patches into one token and has
   no nn.Linear. Its decoder is Gemma 3's text model.
+- llava (LLaVA-1.5): its CLIP tower and projector are hpcmem.models.clip_tower's `ClipTowerSpec`; its decoder is
+  what its text_config names.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 
 from hpcmem.errors import Problems, SpecError
 from hpcmem.models.siglip import gemma3_projector_params, gemma3_vision_values, siglip_tower_params
+from hpcmem.models.clip_tower import ClipTowerSpec, clip_tower_from_config
 
 
 
@@ -66,9 +69,10 @@ _COMMON_ALIASES = {"num_attention_heads": "num_heads", "num_hidden_layers": "dep
 # the activations of a two-linear ("fc") tower MLP whose saved tensors hpcmem.estimate.vision derives
 FC_ACTIVATIONS = ("quick_gelu", "gelu", "gelu_pytorch_tanh")
 # model_type of the outer config → its tower's layout
-# the types whose images are traced with the generating trainers (GRPO, RLOO) too; hpcmem.job.image_rules refuses
-# those trainers' images for the others
-GENERATING_WITH_IMAGES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+# the trainers each type's images are traced with (hpcmem.job.image_rules refuses the others; coverage says them)
+IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
+                         "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo"), "llava": ("sft",)}
+GENERATING_WITH_IMAGES = tuple(k for k, v in IMAGE_TRAINERS_TRACED.items() if "grpo" in v)
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
     "qwen2_5_vl": TowerLayout(text="qwen2", defaults={
@@ -95,6 +99,9 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # modeling_siglip.py SiglipVisionModel `_input_embed_layer = "patch_embedding"`: enable_input_require_grads hooks it
     "gemma3": TowerLayout(text="gemma3_text", defaults={}, aliases={}, norm="layer", mlp="fc", merger_names=("", ""),
                           patch_bias=True, family="siglip", tie_default=True),
+    # models/llava: a CLIP tower and a two-linear projector (hpcmem.models.clip_tower), a Llama decoder; only `text`
+    # is read (vision_spec_from_config hands the vision part to clip_tower_from_config)
+    "llava": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
 }
 
 
@@ -255,12 +262,14 @@ class VisionSpec:
         return self.tower_params + self.merger_params + self.deepstack_params
 
 
-def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | None:
-    """The VisionSpec of a vision-language config.json dict, None for any other; keys it omits take the vision config
-    class's defaults, as `AutoConfig.for_model` fills them."""
+def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | ClipTowerSpec | None:
+    """The VisionSpec of a vision-language config.json dict (llava's: a ClipTowerSpec), None for any other; keys it
+    omits take the vision config class's defaults, as `AutoConfig.for_model` fills them."""
     model_type = str(cfg.get("model_type", ""))
     if model_type not in VISION_LANGUAGE:
         return None
+    if model_type == "llava":
+        return clip_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
@@ -311,5 +320,6 @@ def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
         text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
     # Qwen2_5_VLConfig / Qwen2VLConfig / Qwen3VLConfig.tie_word_embeddings False, Gemma3Config's True
     text.setdefault("tie_word_embeddings", VISION_LANGUAGE[str(cfg["model_type"])].tie_default)
-    text["model_type"] = layout
+    # llava's decoder is whatever its text_config names (LlavaConfig's default: llama)
+    text["model_type"] = str(text.get("model_type") or layout) if cfg["model_type"] == "llava" else layout
     return text

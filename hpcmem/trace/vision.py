@@ -22,7 +22,7 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace import vision_gemma3
+from hpcmem.trace import vision_gemma3, vision_llava
 from hpcmem.trace.pieces import WORD, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -57,8 +57,10 @@ def processor(job: JobSpec) -> Any:
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     v = job.model.vision
-    if v.family == "siglip":
+    if getattr(v, "family", "") == "siglip":
         return vision_gemma3.processor(job)
+    if v.model_type == "llava":
+        return vision_llava.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -78,6 +80,8 @@ def token_ids(proc: Any) -> dict[str, int]:
     """The config keys of the vision tokens and their ids in the processor's tokenizer."""
     if proc.__class__.__name__ == "Gemma3Processor":
         return vision_gemma3.token_ids(proc)
+    if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
+        return vision_llava.token_ids(proc)
     ids = proc.tokenizer.convert_tokens_to_ids([VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD])
     return dict(zip(("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id"), ids,
                     strict=True))
@@ -86,11 +90,12 @@ def token_ids(proc: Any) -> dict[str, int]:
 def image_row_words(job: JobSpec, row: int) -> int:
     """Words of a row of `row` tokens beside its images (each image: its tokens and two markers)."""
     t = job.train
-    per_image = image_geometry(t, job.model.vision).tokens + MARKERS_PER_IMAGE
+    markers = vision_llava.MARKERS_PER_IMAGE if job.model.vision.model_type == "llava" else MARKERS_PER_IMAGE
+    per_image = image_geometry(t, job.model.vision).tokens + markers
     words = row - t.images_per_example * per_image
     if words < 1:
         raise SpecError(f"the trace fills rows of {row} tokens: {t.images_per_example} image(s) × {per_image} tokens "
-                        "(image tokens and the vision_start/vision_end markers) leave no room for text; raise max_length")
+                        "(image tokens and any markers around them) leave no room for text; raise max_length")
     return words
 
 

@@ -46,13 +46,14 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     rows = [r for r in json.loads(out.stdout) if r["task"] == "image-text-to-text"]
     assert {r["model_type"] for r in rows} == set(installed_mapping(IMAGE_TEXT_MAPPING_NAME) or vision_language_types())
     by_type = {r["model_type"]: r for r in rows}
-    for name in ("llava", "idefics3", "smolvlm"):      # the VLMs users fine-tune
+    for name in ("llava_next", "idefics3", "smolvlm"):      # the VLMs users fine-tune
         assert by_type[name]["status"] == "refused" and "not modelled" in by_type[name]["reason"], name
     assert by_type["qwen2_5_vl"]["status"] == "derived" and "with images" in by_type["qwen2_5_vl"]["reason"]
     for name in ("qwen2_vl", "qwen3_vl"):
         assert (by_type[name]["status"], by_type[name]["reason"]) == ("derived", by_type["qwen2_5_vl"]["reason"])
-    # Gemma 3's images are traced with SFT and DPO, not with the generating trainers (refused for them)
+    # Gemma 3's images are traced with SFT and DPO, llava's with SFT (the others are refused for them)
     assert by_type["gemma3"]["status"] == "derived" and "GRPO/RLOO with images not traced" in by_type["gemma3"]["reason"]
+    assert by_type["llava"]["status"] == "derived" and "DPO/GRPO/RLOO with images not traced" in by_type["llava"]["reason"]
     assert "GRPO, RLOO" in by_type["qwen2_5_vl"]["reason"]
     assert all(r["reason"] and r["measured"] is None for r in rows)
     assert len(vision_language_rows()) == len(rows)
@@ -60,8 +61,8 @@ def test_coverage_lists_every_image_text_type_with_a_status():
 
 @pytest.mark.parametrize("command", [["estimate", "sft", "--model_name_or_path"], ["models", "learn"]])
 def test_an_image_text_only_type_is_refused_in_one_line(command, tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava", "text_config": {}}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava_next", "text_config": {}}))
     out = _hpcmem(*command, str(tmp_path), *(["--out", str(tmp_path / "out")] if command[0] == "models" else []))
     assert out.returncode == 2, out.stderr
-    assert out.stderr.count("\n") == 1 and "vision-language only" in out.stderr and "Llava" in out.stderr
+    assert out.stderr.count("\n") == 1 and "vision-language only" in out.stderr and "LlavaNext" in out.stderr
     assert not (tmp_path / "out").exists()

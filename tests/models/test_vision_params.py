@@ -15,8 +15,9 @@ pytestmark = pytest.mark.torch
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 
 
+# Gemma 3's tower: tests/models/test_siglip_params.py; llava's CLIP tower and projector: test_clip_tower_params.py
 VLM_CATALOG = [hub_id for hub_id in catalog_ids() if resolve_model(hub_id).vision is not None
-               and resolve_model(hub_id).vision.family == "qwen"]      # Gemma 3's: tests/models/test_siglip_params.py
+               and getattr(resolve_model(hub_id).vision, "family", "") == "qwen"]
 
 
 def _config(name: str) -> dict:

@@ -1,0 +1,115 @@
+"""llava's CLIP tower and projector in a vision-language SFT job (hpcmem.models.clip_tower): their states, what their
+forward keeps for the backward, and the tower's backward, as hpcmem.estimate.vision's `VisionTerms`, which
+`with_vision` places in the step's phases as it does for the Qwen towers.
+
+How the step runs (transformers 5.24 models/llava/modeling_llava.py `LlavaModel.get_image_features`,
+models/clip/modeling_clip.py `CLIPVisionModel.forward`; traced, estimator/LOG.md): pixel_values [images, 3, 336, 336]
+fp32 → the Conv2d patch embedding (its input cast to the weight dtype) → the class token and the position table added
+→ `pre_layrnorm` → `depth` CLIPEncoderLayers over [images, 577, width] (full attention per image, no mask) →
+`post_layernorm` on the class token; the projector reads layer `vision_feature_layer`'s output without the class
+token and replaces the image tokens' embeddings (`masked_scatter`). The layers after the feature layer (-2: the last
+one) and post_layernorm run but feed only `last_hidden_state` / `pooler_output`, which the loss never reads: the
+trainer drops the model's outputs before the backward, so their saved tensors go with them, they get no gradient,
+and AdamW makes no state for them (torch/optim/adamw.py skips parameters whose grad is None). The same holds for the
+LoRA adapters of those layers.
+
+Trained or frozen is what TRL and peft do: full fine-tuning trains the tower and the projector; LoRA "all-linear"
+adapts every q/k/v/out_proj, fc1, fc2 of the tower and the projector's linear_1 and linear_2 (peft
+tuners_utils.py `_maybe_include_all_linear_layers` leaves out only the output embedding). The tower names its patch
+embedding as its input embeddings (`CLIPVisionModel._input_embed_layer = "patch_embedding"`), which
+`enable_input_require_grads` hooks under checkpointing with PEFT (hpcmem.estimate.vision `outside_saved`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hpcmem.estimate import activations as act
+from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
+from hpcmem.estimate.states import optimizer_bytes_per_param
+from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, layer_norm_saved,
+                                    token_leaf, vision_adapters, vision_terms)
+from hpcmem.job.image_rules import image_rows
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import MicroBatch, Precision
+from hpcmem.models.clip_tower import ClipTowerSpec
+
+
+def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
+    """The tower's terms: llava's CLIP tower here, the Qwen towers in hpcmem.estimate.vision."""
+    if isinstance(job.model.vision, ClipTowerSpec):
+        return llava_terms(job, prec, lora)
+    return vision_terms(job, prec, lora)
+
+
+def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
+    v: ClipTowerSpec = job.model.vision
+    images, _ = image_rows(job)
+    adapted = vision_adapters(job, v) if lora.enabled else ()
+    r, w, trained = job.train.lora_r, prec.weight, not lora.enabled
+    adapter_params = sum(r * (x.in_features + x.out_features) * x.count for x in adapted)
+    weights = v.num_params * w + adapter_params * lora.adapter_bytes
+    if images == 0:
+        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=0, saved=0, merger_saved=0,
+                           blocks_saved=(), block_full=0, block_backward=0, block_grads=0, merger_grads=0, patches=0,
+                           image_tokens=0, trained="no images: unused")
+    layers, h = v.trained_layers, v.hidden_size
+    n, m = images * v.positions, images * v.tokens_per_image        # tower rows, projector rows
+    patches = images * v.patches
+    if lora.enabled and not adapted and not job.train.gradient_checkpointing:
+        # no adapter in the tower or the projector and no `enable_input_require_grads` hook (TRL installs it for PEFT
+        # under checkpointing only): nothing there requires grad, so it builds no graph and runs no backward
+        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=patches * v.patch_dim * FP32, saved=0,
+                           merger_saved=0, blocks_saved=(), block_full=0, block_backward=0, block_grads=0,
+                           merger_grads=0, patches=patches, image_tokens=m,
+                           trained="frozen (no LoRA target reaches it, no checkpointing): no graph, no backward")
+    gbytes = w if trained else lora.adapter_bytes
+    tower_adapters = [x for x in adapted if x.part == "tower"]
+    merger_adapters = [x for x in adapted if x.part == "merger"]
+    per_block = (v.block_params if trained else sum(r * (x.in_features + x.out_features) for x in tower_adapters))
+    merger = v.merger_params if trained else sum(r * (x.in_features + x.out_features) for x in merger_adapters)
+    # on the loss's path: the embeddings and pre_layrnorm (trained only), the layers up to the feature layer, the
+    # projector
+    outside = (v.embed_params + 2 * h) if trained else 0
+    trainable = outside + per_block * layers + merger
+    grads = trainable * gbytes
+    opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
+    # CLIPAttention's q, k, v are three Linears (no fused storage kept alive by a slice)
+    spec = replace(block_spec(v), fused_qkv=False)
+    mb = MicroBatch(rows=images, seq=v.positions, label_tokens=0, padding_free=False, source="",
+                    attn_implementation="sdpa")
+    # out_proj reads SDPA's output itself (sdpa_attention_forward's `transpose(1, 2).contiguous()` of the kernel's
+    # [B, S, H, D] output copies nothing), not a concatenation as the Qwen towers' `proj` does
+    block = block_saved(job, v, spec, mb, prec, v.block_params, adapted, lora) - (prec.act * h * n if trained else 0)
+    if job.train.gradient_checkpointing:      # CLIPEncoderLayer is a GradientCheckpointingLayer: its input alone
+        blocks = (prec.residual * h * n,) * layers
+    else:
+        blocks = (block,) * layers
+    # before the layers: the Conv2d's input (pixel_values in the weight dtype) for its weight gradient, pre_layrnorm;
+    # frozen under checkpointing, the hooked patch embedding's output and the token embeddings' output are leaves
+    conv = patches * v.patch_dim * w if trained else 0
+    hooked = not trained and job.train.gradient_checkpointing
+    leaves = patches * h * w + token_leaf(job, prec) if hooked else 0
+    pre = layer_norm_saved(h, prec, frozen=True) * n      # its output feeds the residual stream, not a linear
+    # the projector: linear_1's input is a slice of the feature layer's output (the whole [images, 577, width] kept)
+    # when it trains; GELU keeps its input; linear_2 keeps GELU's output when it trains; the adapters' own
+    o = v.out_hidden_size
+    merger_saved = ((prec.act * h * n if trained else 0) + prec.act * o * m * (2 if trained else 1)
+                    + adapters_saved(merger_adapters, m, prec, lora))
+    saved = sum(blocks) + conv + leaves + pre + merger_saved
+    hidden_t, mlp_t, scores_t = act.backward_parts(spec, mb, prec, "sdpa")
+    adapter_t = n * max(x.in_features for x in tower_adapters) * backward_bytes_per_input(lora) \
+        if tower_adapters else 0
+    # alive until the trainer drops the model's outputs (the forward only): the layers past the feature layer (their
+    # saved tensors, or under checkpointing their outputs) and the layers' outputs `capture_outputs` records for
+    # hidden_states, which under autocast nothing else keeps (LayerNorm saves its fp32 cast), [n, width] each
+    unused = v.depth - layers
+    recorded = (v.depth + 1) * prec.residual * h * n if prec.amp and not job.train.gradient_checkpointing else 0
+    tail = unused * (prec.residual * h * n if job.train.gradient_checkpointing else block)
+    what = ("tower and projector trained (full fine-tuning); layers after vision_feature_layer and post_layernorm "
+            "get no gradient" if trained else f"frozen; LoRA on {len(adapted)} of its linear kinds")
+    return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=patches * v.patch_dim * FP32,
+                       saved=saved, merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
+                       block_backward=hidden_t + max(mlp_t + adapter_t, scores_t),
+                       block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=patches,
+                       image_tokens=m, trained=what, forward_only=tail + recorded)

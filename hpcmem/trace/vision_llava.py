@@ -1,0 +1,43 @@
+"""The llava pieces of a vision-language SFT trace (hpcmem.trace.vision for the rest): the processor and its image
+token.
+
+transformers 5.24 models/llava/processing_llava.py `LlavaProcessor` around the PIL `CLIPImageProcessorPil`
+(models/clip/image_processing_pil_clip.py: resize the shortest edge, centre-crop, the same steps as the torchvision
+one) with llava-hf/llava-1.5-7b-hf's preprocessor settings (shortest edge and crop `image_size`, 336) and processor
+settings (patch_size 14, vision_feature_select_strategy "default", num_additional_image_tokens 1: the class token,
+which "default" drops again), so `replace_image_token` expands each "<image>" into (336 / 14)² = 576 image tokens.
+The chat template writes each image as "<image>" and the text as it is (no markers around the image).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.trace.pieces import tokenizer
+
+IMAGE_TOKEN = "<image>"
+MARKERS_PER_IMAGE = 0
+CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
+                 "{% if part['type'] == 'image' %}" + IMAGE_TOKEN + "{% elif part['type'] == 'text' %}"
+                 "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+
+
+def processor(job: JobSpec) -> Any:
+    """LlavaProcessor with the tower's image size and patch size (hpcmem.models.clip_tower.ClipTowerSpec)."""
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+    from transformers.models.llava.processing_llava import LlavaProcessor
+
+    v = job.model.vision
+    tok = tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
+    images = CLIPImageProcessorPil(size={"shortest_edge": v.image_size},
+                                   crop_size={"height": v.image_size, "width": v.image_size})
+    return LlavaProcessor(image_processor=images, tokenizer=tok, patch_size=v.patch_size,
+                          vision_feature_select_strategy="default" if v.drop_class_token else "full",
+                          num_additional_image_tokens=1, chat_template=CHAT_TEMPLATE)
+
+
+def token_ids(proc: Any) -> dict[str, int]:
+    """LlavaConfig's image token id (`image_token_id`, an alias of image_token_index) in the processor's tokenizer."""
+    return {"image_token_id": proc.tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)}
