@@ -44,6 +44,7 @@ from hpcmem.job.shape import MicroBatch, Precision, micro_batch, precision
 from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.trainers import entry
 from hpcmem.models.spec import ModelSpec
+from hpcmem.models.vision import IMAGE_TRAINERS_TRACED
 
 __all__ = ["Component", "Estimate", "Phase", "SharedStep", "estimate", "shared_step"]
 
@@ -211,6 +212,11 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
         warnings.append(multimodal_note(job.model.wrapper_model_type))
     if job.model.vision is not None and not job.train.images_per_example and not job.train.profile_images:
         warnings.append(VISION_UNUSED_NOTE)
+    v, t = job.model.vision, job.train
+    if v is not None and (t.images_per_example or t.profile_images) and \
+            t.trainer not in IMAGE_TRAINERS_TRACED.get(v.model_type, ()):
+        warnings.append(f"{t.trainer} with {v.model_type}'s images: not traced — estimated by the rules traced on "
+                        f"{', '.join(k for k, tr in IMAGE_TRAINERS_TRACED.items() if t.trainer in tr)}")
     if job.model.vision is not None and published_pixels_note(job.train, job.model.vision):
         warnings.append(published_pixels_note(job.train, job.model.vision))
     if job.train.max_length is None and job.tokens_per_micro_batch is None and not entry(job.train.trainer).generates:

@@ -15,20 +15,23 @@ import json
 from functools import lru_cache
 
 from hpcmem.datapath import PACKAGE_DIR
-from hpcmem.models.vision import IMAGE_TRAINERS_TRACED, VISION_LANGUAGE
+from hpcmem.models.vision import IMAGE_TRAINERS_ALLOWED, IMAGE_TRAINERS_TRACED, VISION_LANGUAGE
 
 IMAGE_TEXT_MAPPING_NAME = "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"
-DERIVED = ("derived with images ({trainers}): vision tower, patch merger or projector and image tokens "
+DERIVED = ("derived with images (traced: {trainers}): vision tower, patch merger or projector and image tokens "
            "(hpcmem.models.vision, hpcmem.estimate.vision){left}")
 NOT_MODELLED = ("vision-language only (image-text-to-text: {cls}): its vision tower, projector and image tokens are "
                 "not modelled yet, and it has no causal-LM class whose text decoder hpcmem could estimate instead")
 
 
 def derived_reason(model_type: str) -> str:
-    traced = IMAGE_TRAINERS_TRACED.get(model_type, ())
-    left = [x.upper() for x in ("sft", "dpo", "grpo", "rloo") if x not in traced]
-    return DERIVED.format(trainers=", ".join(x.upper() for x in traced),
-                          left=f"; {'/'.join(left)} with images not traced" if left else "")
+    """Which trainers take this type's images, which of them a trace held (hpcmem.models.vision)."""
+    allowed, traced = IMAGE_TRAINERS_ALLOWED.get(model_type, ()), IMAGE_TRAINERS_TRACED.get(model_type, ())
+    untraced = [x.upper() for x in allowed if x not in traced]
+    refused = [x.upper() for x in ("sft", "dpo", "grpo", "rloo") if x not in allowed]
+    left = (f"; {'/'.join(untraced)} by the same rules, not traced" if untraced else "") + \
+        (f"; {'/'.join(refused)} with images refused" if refused else "")
+    return DERIVED.format(trainers=", ".join(x.upper() for x in traced), left=left)
 
 
 @lru_cache(maxsize=1)

@@ -49,12 +49,15 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     for name in ("llava_next", "idefics3", "smolvlm"):      # the VLMs users fine-tune
         assert by_type[name]["status"] == "refused" and "not modelled" in by_type[name]["reason"], name
     assert by_type["qwen2_5_vl"]["status"] == "derived" and "with images" in by_type["qwen2_5_vl"]["reason"]
-    for name in ("qwen2_vl", "qwen3_vl"):
-        assert (by_type[name]["status"], by_type[name]["reason"]) == ("derived", by_type["qwen2_5_vl"]["reason"])
-    # Gemma 3's images are traced with SFT and DPO, llava's with SFT (the others are refused for them)
-    assert by_type["gemma3"]["status"] == "derived" and "GRPO/RLOO with images not traced" in by_type["gemma3"]["reason"]
-    assert by_type["llava"]["status"] == "derived" and "DPO/GRPO/RLOO with images not traced" in by_type["llava"]["reason"]
-    assert "GRPO, RLOO" in by_type["qwen2_5_vl"]["reason"]
+    assert all(by_type[name]["status"] == "derived" for name in ("qwen2_vl", "qwen3_vl", "gemma3", "llava"))
+    # what each type's case matrices traced (estimator/cases/vlm-*.yaml), and what is refused
+    assert "traced: SFT, DPO, GRPO, RLOO)" in by_type["qwen2_5_vl"]["reason"]
+    assert "traced: SFT, GRPO)" in by_type["qwen2_vl"]["reason"] and "DPO/RLOO by the same rules, not traced" in \
+        by_type["qwen2_vl"]["reason"]
+    assert "traced: SFT, DPO)" in by_type["gemma3"]["reason"] and "GRPO/RLOO with images refused" in \
+        by_type["gemma3"]["reason"]
+    assert "traced: SFT)" in by_type["llava"]["reason"] and "DPO/GRPO/RLOO with images refused" in \
+        by_type["llava"]["reason"]
     assert all(r["reason"] and r["measured"] is None for r in rows)
     assert len(vision_language_rows()) == len(rows)
 
@@ -66,3 +69,22 @@ def test_an_image_text_only_type_is_refused_in_one_line(command, tmp_path):
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("\n") == 1 and "vision-language only" in out.stderr and "LlavaNext" in out.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_traced_trainers_are_the_case_matrices():
+    """IMAGE_TRAINERS_TRACED is what estimator/cases/vlm-*.yaml hold: every (model type, trainer) a case file traces."""
+    import yaml
+
+    from hpcmem.datapath import estimator_dir
+    from hpcmem.models.vision import IMAGE_TRAINERS_ALLOWED, IMAGE_TRAINERS_TRACED
+
+    root = Path(__file__).resolve().parents[2]
+    seen: dict[str, set[str]] = {}
+    for path in sorted((estimator_dir() / "cases").glob("vlm*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        for case in data["cases"]:
+            case = {**data.get("defaults", {}), **case}
+            model_type = json.loads((root / case["model_name_or_path"]).read_text())["model_type"]
+            seen.setdefault(model_type, set()).add(case["trainer"])
+    assert seen == {k: set(v) for k, v in IMAGE_TRAINERS_TRACED.items()}
+    assert all(set(IMAGE_TRAINERS_TRACED[k]) <= set(v) for k, v in IMAGE_TRAINERS_ALLOWED.items())
