@@ -4,12 +4,10 @@ by hand with the caching allocator's rules (c10/cuda/CUDACachingAllocator.cpp `g
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from hpcmem.datapath import estimator_dir
 from hpcmem.lab.step_one_reserve import end_of_step_one
+from tests.helpers.random_records import stored_trace_record
 
 MIB = 1024**2
 
@@ -31,14 +29,6 @@ def test_the_optimizer_step_maps_a_segment_only_for_the_state_no_freed_block_hol
     assert ends["opt_segments"] == [16]
 
 
-def _record(job_id: str) -> dict:
-    for line in (estimator_dir() / "random" / "trace.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if rec["id"] == job_id:
-            return rec
-    raise AssertionError(f"{job_id}: no stored record")
-
-
 @pytest.mark.torch
 @pytest.mark.slow
 def test_the_re_trace_reproduces_the_stored_reserved_peak_s1_471() -> None:
@@ -46,7 +36,7 @@ def test_the_re_trace_reproduces_the_stored_reserved_peak_s1_471() -> None:
     peak, and step one ends with more reserved than allocated (the gap the estimate's `second_step` leaves out)."""
     from hpcmem.lab.step_one_reserve import measure
 
-    rec = _record("s1-471")
+    rec = stored_trace_record("s1-471")
     row = measure(rec)
     assert row["peak_r_now"] == rec["trace"]["reserved"]["default"] // MIB
     assert row["rb"] <= row["r1"] and row["a1"] < row["r1"]

@@ -11,26 +11,16 @@ peak — then frees the eye before the norm's three fp32 [in, out] tensors (3 ×
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from hpcmem.datapath import estimator_dir
 from hpcmem.validate.random_trace import score
+from tests.helpers.random_records import stored_trace_record
 
 # SFT OLMo-2 DoRA GC (fp32 weights, two jobs), distillation Phi-3 DoRA GC: over +5.0 … +5.4 % with the summed instant
 JOBS = ("s1-103", "s1-402", "s1-441")
 
 
-def _record(job_id: str) -> dict:
-    for line in (estimator_dir() / "random" / "trace.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if rec["id"] == job_id:
-            return rec
-    raise AssertionError(f"{job_id}: no record")
-
-
 @pytest.mark.parametrize("job_id", JOBS)
 def test_derived_dora_jobs_are_within_3_percent_of_their_traces(job_id: str) -> None:
-    s = score(_record(job_id))
+    s = score(stored_trace_record(job_id))
     assert abs(s["err_pct"]) <= 3.0 and abs(s["reserved_err_pct"]) <= 3.0, s

@@ -11,21 +11,12 @@ the rule the estimate stood 25.3 % under the trace there, and s1-675 (flint SFT,
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from hpcmem.datapath import estimator_dir
+from tests.helpers.random_records import stored_trace_record
 
 MIB = 1024**2
-
-
-def _record(job_id: str) -> dict:
-    for line in (estimator_dir() / "random" / "trace.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if rec["id"] == job_id:
-            return rec
-    raise AssertionError(f"{job_id}: no stored record")
 
 
 def _reserved_err(job_id: str) -> tuple[float, object]:
@@ -33,7 +24,7 @@ def _reserved_err(job_id: str) -> tuple[float, object]:
     from hpcmem.validate.random_model import job_spec
     from hpcmem.validate.random_trace import as_traced
 
-    rec = _record(job_id)
+    rec = stored_trace_record(job_id)
     spec = job_spec(RandomJob.from_dict(rec["job"]))
     est, _ = as_traced(spec)
     traced = rec["trace"]["reserved"]["default"]
@@ -48,7 +39,7 @@ def test_checkpointed_eager_scores_are_the_largest_block_s1_135() -> None:
     from hpcmem.job.shape import micro_batch, precision
 
     err, spec = _reserved_err("s1-135")
-    assert _record("s1-135")["trace"]["reserved"]["default"] == 63144 * MIB
+    assert stored_trace_record("s1-135")["trace"]["reserved"]["default"] == 63144 * MIB
     scores = 4 * 32 * 9760 * 9760                       # fp32 [1, 32, 9,760, 9,760], by hand
     assert -(-scores // (2 * MIB)) * 2 == 11630         # the segment size the trace's replay maps for it
     mb, prec = local_micro_batch(spec, micro_batch(spec)), precision(spec)
@@ -60,7 +51,7 @@ def test_checkpointed_eager_scores_are_the_largest_block_s1_135() -> None:
 @pytest.mark.slow
 def test_checkpointed_eager_scores_with_sinks_s1_675() -> None:
     err, _ = _reserved_err("s1-675")
-    assert _record("s1-675")["trace"]["reserved"]["default"] == 99612 * MIB
+    assert stored_trace_record("s1-675")["trace"]["reserved"]["default"] == 99612 * MIB
     assert abs(err) < 0.04, err                         # was −26.0 %
 
 

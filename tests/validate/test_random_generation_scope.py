@@ -6,31 +6,21 @@ Expected values: the stored traces of the real TRL code (estimator/random/trace.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from hpcmem.datapath import estimator_dir
 from hpcmem.estimate import estimate
 from hpcmem.validate.random_jobs import RandomJob
 from hpcmem.validate.random_model import job_spec
 from hpcmem.validate.random_trace import score
+from tests.helpers.random_records import stored_trace_record
 
 # GRPO jais2 full GC, GRPO minicpm3 LoRA GC: traced peak in "step 2 / backward / layer 2"
 JOBS = ("s1-57", "s1-696")
 
 
-def _record(job_id: str) -> dict:
-    for line in (estimator_dir() / "random" / "trace.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if rec["id"] == job_id:
-            return rec
-    raise AssertionError(f"{job_id}: no record")
-
-
 @pytest.mark.parametrize("job_id", JOBS)
 def test_generation_instants_are_not_scored_against_a_trace_without_generation(job_id: str) -> None:
-    rec = _record(job_id)
+    rec = stored_trace_record(job_id)
     assert "backward" in rec["trace"]["phase"]
     full = estimate(job_spec(RandomJob.from_dict(rec["job"])))
     assert full.peak_phase.name.startswith("generation")          # the instant the trace never ran
@@ -41,5 +31,5 @@ def test_generation_instants_are_not_scored_against_a_trace_without_generation(j
 
 
 def test_a_trainer_that_does_not_generate_leaves_nothing_out() -> None:
-    rec = _record("s1-211")                                       # KTO: no generation
+    rec = stored_trace_record("s1-211")                                       # KTO: no generation
     assert score(rec)["estimate"]["unscored"] == []

@@ -11,21 +11,12 @@ head backward maps a new 2,368 MiB segment for it (V·H·4); the stored reserved
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 
-from hpcmem.datapath import estimator_dir
+from tests.helpers.random_records import stored_trace_record
 
 MIB = 1024**2
-
-
-def _record(job_id: str) -> dict:
-    for line in (estimator_dir() / "random" / "trace.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if rec["id"] == job_id:
-            return rec
-    raise AssertionError(f"{job_id}: no stored record")
 
 
 @pytest.mark.torch
@@ -37,7 +28,7 @@ def test_learned_forward_phase_inside_a_layer_keeps_the_second_steps_blocks(monk
     from hpcmem.validate.random_jobs import RandomJob
     from hpcmem.validate.random_model import job_spec
 
-    rec = _record("s1-584")
+    rec = stored_trace_record("s1-584")
     spec = job_spec(RandomJob.from_dict(rec["job"]))
     seen: dict = {}
 
@@ -72,7 +63,7 @@ def test_a_cut_too_shallow_for_the_last_kind_is_estimated_as_built() -> None:
     from hpcmem.validate.random_jobs import RandomJob
     from hpcmem.validate.random_model import job_spec, traced_model
 
-    rec = _record("s1-192")
+    rec = stored_trace_record("s1-192")
     job = RandomJob.from_dict(rec["job"])
     _, cut, _ = traced_model(job.model_type, job.layers)
     assert cut["mlp_layer_types"] == ["dense", "dense", "dense"]
@@ -96,7 +87,7 @@ def test_the_second_micro_batch_maps_an_untied_heads_accumulator_again(job_id: s
     from hpcmem.validate.random_jobs import RandomJob
     from hpcmem.validate.random_model import job_spec
 
-    rec = _record(job_id)
+    rec = stored_trace_record(job_id)
     spec = job_spec(RandomJob.from_dict(rec["job"]))
     assert spec.model.tie_word_embeddings is tied and spec.train.gradient_accumulation_steps == 2
     traced = rec["trace"]["reserved"]["default"]
