@@ -14,6 +14,7 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.models.clip_tower import clip_tower_from_config
 from hpcmem.models.resolve import catalog, resolve_model
+from tests.helpers.meta_models import meta_image_text_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 LLAVA = ["llava-1.5-7b-hf.json", "llava-1.5-7b-width-L1-D4.json", "llava-hf/llava-1.5-7b-hf"]
@@ -31,12 +32,9 @@ def _path(name: str) -> str:
 @pytest.mark.parametrize("name", LLAVA)
 def test_parts_equal_the_meta_model(name):
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     cfg = _config(name)
-    data = {k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype", "transformers_version")}
-    config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
-    with torch.device("meta"):
-        model = transformers.AutoModelForImageTextToText.from_config(config)
+    model = meta_image_text_model(cfg)
     assert type(model).__name__ == "LlavaForConditionalGeneration"
     count = {"tower": 0, "merger": 0, "language": 0}
     for param_name, p in model.named_parameters():

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpcmem.models.resolve import catalog, resolve_model
+from tests.helpers.meta_models import meta_image_text_model
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
@@ -26,17 +27,10 @@ def _config(name: str) -> dict:
     return catalog()[name]["config"] if name in catalog() else json.loads((FIXTURES / name).read_text())
 
 
-def _meta(cfg: dict):
-    data = {k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype", "transformers_version")}
-    config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
-    with torch.device("meta"):
-        return transformers.AutoModelForImageTextToText.from_config(config)
-
-
 @pytest.mark.parametrize("name", CASES)
 def test_parts_equal_the_meta_model(name, tmp_path):
     cfg = _config(name)
-    model = _meta(cfg)
+    model = meta_image_text_model(cfg)
     count = {"tower": 0, "projector": 0, "language": 0}
     for param_name, p in model.named_parameters():
         part = ("tower" if ".vision_tower." in f".{param_name}" else
@@ -60,7 +54,7 @@ def test_the_catalog_entries_have_the_model_cards_size(hub_id, card):
     spec = resolve_model(hub_id)
     total = spec.num_params + spec.vision.num_params
     assert round(total / 1e8) == round(card / 1e8), total
-    assert total == sum(p.numel() for p in _meta(catalog()[hub_id]["config"]).parameters())
+    assert total == sum(p.numel() for p in meta_image_text_model(catalog()[hub_id]["config"]).parameters())
 
 
 @pytest.mark.parametrize("targets", ["all-linear", ["q_proj", "v_proj"]])

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpcmem.models.resolve import catalog, catalog_ids, resolve_model
+from tests.helpers.meta_models import meta_image_text_model
 
 pytestmark = pytest.mark.torch
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
@@ -29,12 +30,9 @@ def _config(name: str) -> dict:
                                   "Qwen3-VL-8B-Instruct.json", "qwen3_vl-8b-width-L3-D4.json", *VLM_CATALOG])
 def test_parts_equal_the_meta_model(name):
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     cfg = _config(name)
-    data = {k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype", "transformers_version")}
-    config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
-    with torch.device("meta"):
-        model = transformers.AutoModelForImageTextToText.from_config(config)
+    model = meta_image_text_model(cfg)
     count = {"tower": 0, "merger": 0, "deepstack": 0, "language": 0}
     for param_name, p in model.named_parameters():
         part = ("merger" if ".visual.merger." in param_name else
