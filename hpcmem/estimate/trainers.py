@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmem.estimate.breakdown import Component, Phase
+from hpcmem.estimate.lora import LoraLayout, lora_layout
 from hpcmem.estimate.names import ACTIVATIONS, FORWARD
 from hpcmem.estimate.states import ParamParts
 from hpcmem.job.jobspec import JobSpec
@@ -148,18 +149,41 @@ def generation_instants(job: JobSpec, rows: int, act: int) -> list[tuple[str, tu
     tokens = rows * prompt
     inter = m.moe_intermediate_size * m.num_experts_per_tok if m.is_moe else m.intermediate_size
     prefill_act = tokens * (4 * m.hidden_size + 3 * inter) * act + 2 * tokens * m.head_dim * FP32
+    adapters = tokens * uncast_adapter_bytes_per_token(lora_layout(job), inter, act) if not m.is_moe else 0
     kv_all = kv_cache_bytes(job, rows, total, act)
     return [
         (GENERATION_INSTANTS[0], (
             Component(name="KV cache", bytes=kv_cache_bytes(job, rows, prompt, act),
                       note=f"{rows} rows × {prompt} prompt tokens"),
-            Component(name="prefill activations", bytes=prefill_act, note="last layer, no grad"))),
+            Component(name="prefill activations", bytes=prefill_act, note="last layer, no grad"),
+            *((Component(name="fp32 adapters on 16-bit weights", bytes=adapters,
+                         note="MLP adapters outside autocast (peft casts the input up)"),) if adapters else ()))),
         (GENERATION_INSTANTS[1], (
             Component(name="KV cache", bytes=kv_all, note=f"{rows} rows × {total} tokens, HF generate"),
             Component(name="cache growth", bytes=kv_all // (2 * m.num_hidden_layers),
                       note="one layer's keys twice during torch.cat"),
             Component(name="generation logits", bytes=rows * m.vocab_size * (act + 2 * FP32)))),
     ]
+
+
+def uncast_adapter_bytes_per_token(lora: LoraLayout, inter: int, act: int) -> int:
+    """What fp32 adapters on `act`-byte weights add per prompt token to the prefill's MLP instant. `generate` runs
+    outside autocast, so peft's Linear.forward (peft/tuners/lora/layer.py) casts the module's input to the adapter
+    dtype (a 4 B copy), and the model is in training mode, so lora_dropout makes a 4 B output and a 1 B mask of that
+    copy (9 B per input element at once); after lora_A, lora_B's fp32 output and its product with `scaling` live
+    beside the copy (4·in + 8·out B). Beside them: the base output (act · out) and the MLP's earlier [T, inter]
+    tensors — act(gate) for up_proj, the product for down_proj (modeling_llama.py LlamaMLP.forward). The instant
+    already counts three act-byte [T, inter] tensors; this is the excess of the worst adapted MLP linear over them.
+    Traced: tests/trace/test_trace_grpo.py. Dense MLPs only (an MoE layer's experts run per routed token)."""
+    if not lora.enabled or lora.adapter_bytes <= act:
+        return 0
+    mask = 1 if lora.dropout else 0
+    worst = 0
+    for mod in lora.modules("mlp"):
+        own = max((2 * FP32 + mask) * mod.in_features if mask else 0, FP32 * mod.in_features + 2 * FP32 * mod.out_features)
+        earlier = act * inter if mod.leaf in ("up_proj", "down_proj") else 0
+        worst = max(worst, own + act * mod.out_features + earlier)
+    return max(0, worst - 3 * act * inter)
 
 
 def generation_phases(job: JobSpec, parts: ParamParts, prec: Precision, rows: int, prefix: str = "") -> list[Phase]:

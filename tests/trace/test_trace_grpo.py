@@ -123,6 +123,11 @@ def test_old_logprob_pass_is_counted_exactly_when_trl_runs_it(trainer, settings)
     {"max_prompt_length": 512, "max_completion_length": 8, "use_peft": True, "lora_r": 8},    # the prefill peaks
     {"max_prompt_length": 16, "max_completion_length": 120, "use_peft": True, "lora_r": 8},   # the last token peaks
     {"max_prompt_length": 256, "max_completion_length": 64, "dtype": "bfloat16"},             # full, 16-bit weights
+    # fp32 adapters on 16-bit weights outside autocast: peft's input casts, dropout and fp32 sums in the MLP
+    {"max_prompt_length": 512, "max_completion_length": 8, "use_peft": True, "lora_r": 8, "dtype": "bfloat16",
+     "lora_target_modules": ["all-linear"]},
+    {"max_prompt_length": 512, "max_completion_length": 8, "use_peft": True, "lora_r": 8, "dtype": "bfloat16",
+     "lora_target_modules": ["down_proj", "k_proj"]},
 ])
 def test_generation_phase_matches_transformers_generate(settings):
     """HF generate (no vLLM), run as TRL calls it on fake tensors to full length: its peak in step 2 (after the
