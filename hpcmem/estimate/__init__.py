@@ -31,7 +31,7 @@ from hpcmem.estimate.states import States, job_param_parts, model_states, optimi
 from hpcmem.estimate.step import build_phases
 from hpcmem.estimate.tails import block_tails
 from hpcmem.estimate.trainers import TrainerExtras, trainer_extras, with_policy_saved
-from hpcmem.estimate.vision import images_note, vision_json, with_vision
+from hpcmem.estimate.vision import VisionTerms, images_note, vision_json, with_vision
 from hpcmem.estimate.vision_llava import tower_terms
 from hpcmem.estimate.vision_rl import with_rl_vision
 from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
@@ -140,6 +140,7 @@ class SharedStep:
     states: States
     extras: TrainerExtras
     phases: tuple[Phase, ...]   # every phase, with the cuBLAS workspaces, without the block tails
+    vision: VisionTerms | None  # the vision tower's terms (None without images' tower), for the JSON
     host: HostEstimate
     host_bytes: int
 
@@ -179,7 +180,7 @@ def shared_step(job: JobSpec) -> SharedStep:
     return SharedStep(train=job.train, parallel=job.parallel, model=job.model, gpu=job.gpu,
                 tokens_per_micro_batch=job.tokens_per_micro_batch, teacher=job.teacher, prec=prec, mb=mb, lora=lora,
                 states=states, extras=extras, phases=tuple(Phase(name=p.name, components=(*p.components, workspaces))
-                                                            for p in phases),
+                                                            for p in phases), vision=vision,
                 host=host_estimate(job, parts, states, act_host, save), host_bytes=states.host + act_host)
 
 
@@ -247,7 +248,7 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
         calibrated=dev.calibrated,
         made=made_by(job),
         gpu=job.gpu,
-        extra={"layout": layout_json(job, mb), "vision": vision_json(job, tower_terms(job, prec, lora))},
+        extra={"layout": layout_json(job, mb), "vision": vision_json(job, st.vision)},
         assumed=tuple(describe_assumptions(job)),
         world_size=job.parallel.world_size,
     )
