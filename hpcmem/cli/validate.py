@@ -172,10 +172,12 @@ def trace_command(cases: str | None, ci_only: bool, workers: int, rescore: bool,
               "then rescore their records without tracing them again")
 @click.option("--short-checks", is_flag=True, help="with --relearn: hold each profile at 8,192 tokens per row only "
               "(skips the checks at 32,768, about half the time; estimates past 8,192 then say they are not held)")
+@click.option("--rows-checks", is_flag=True, help="hold the --types' stored sweep profiles at 1 and 4 rows per "
+              "micro-batch too (two traces each at the longest held length), without learning them again")
 @JSON
 @NO_PNG
 def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool, relearn: bool, short_checks: bool,
-                     as_json: bool, no_png: bool) -> None:
+                     rows_checks: bool, as_json: bool, no_png: bool) -> None:
     """Every covered model type against a trace: traces the types without records and appends theirs to
     estimator/coverage.jsonl (types it does not trace are listed, not written), and writes estimator/COVERAGE.md."""
     chosen = [t.strip() for t in types.split(",")] if types else None
@@ -184,11 +186,18 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
         raise HpcmemError("--short-checks: only with --relearn (it sets where a relearned profile is checked)")
     if relearn and not chosen:
         raise HpcmemError("--relearn: needs --types (each learn takes minutes: name the types to learn again)")
+    if rows_checks and (not chosen or relearn):
+        raise HpcmemError("--rows-checks: needs --types and no --relearn (a relearn runs the rows checks itself)")
+    if rows_checks:
+        for got in coverage.check_rows(chosen):
+            click.echo(f"{got['model_type']}: " + (got.get("error") or f"{got['seconds']} s, held at rows "
+                                                   f"{got['rows_held'][0]}–{got['rows_held'][1]}: "
+                                                   f"{json.dumps(got['rows_err_pct'])}"), err=True)
     if relearn:
         for got in coverage.relearn(chosen, long_checks=not short_checks):
             click.echo(f"{got['model_type']}: " + (got.get("error") or f"{got['seconds']} s, held {got['held']}"),
                        err=True)
-    if rescore or relearn:
+    if rescore or relearn or rows_checks:
         recs = coverage.rescore(types=chosen)
         coverage.write_records(recs)
     else:
@@ -199,8 +208,8 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
     # written only from the checkout's own records (never from a scratch estimator folder into the package)
     if estimator_dir().resolve() == (PACKAGE_DIR.parent / "estimator").resolve():
         SHIPPED_SUMMARY.write_text(json.dumps(summary_to_ship(coverage.load_records()), indent=1) + "\n")
-    skipped = [r["model_type"] for r in recs if "skipped" in r and not (rescore or relearn)]
-    verb = "rescored in" if rescore or relearn else "appended to"
+    skipped = [r["model_type"] for r in recs if "skipped" in r and not (rescore or relearn or rows_checks)]
+    verb = "rescored in" if rescore or relearn or rows_checks else "appended to"
     written = f"{len(recs) - len(skipped)} records {verb} estimator/coverage.jsonl"
     if skipped:
         written += (f"; {len(skipped)} types not traced, not written (not applicable or refused: `hpcmem models "

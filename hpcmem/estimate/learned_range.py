@@ -2,7 +2,7 @@
 
 A profile (hpcmem.models.profile) says in its `held` field up to which row length each technique it learned was
 checked within a few percent of a trace of the same job (hpcmem/trace/learn.py `held`: full, LoRA and DoRA, with and
-without checkpointing). A job past that length, or with a technique no check covered, is estimated all the same —
+without checkpointing), and — where its rows check ran (`held_rows`) — over which rows per micro-batch. A job past that length, or with a technique no check covered, is estimated all the same —
 the terms are the profile's — but never silently: the estimate's warnings say what is not held.
 """
 
@@ -51,6 +51,12 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
     elif mb.seq > techniques.get(name, longest):
         out.append(f"{where}; this job's rows are {mb.seq:,} tokens: its layer terms are extrapolated past where "
                    "they were held")
+    rows = held.get("rows_held")
+    if rows and not rows[0] <= mb.rows <= rows[1]:
+        span = f"{rows[0]}–{rows[1]} rows" if rows[0] != rows[1] else f"{rows[0]} rows only"
+        out.append(f"learned profile of {p.model_type}: held at {span} per micro-batch (its rows check: "
+                   f"hpcmem validate coverage --rows-checks); this job's {mb.rows} rows scale its terms per row "
+                   "past that: not held")
     t = job.train
     # the cells were traced with TRL's LoRA dropout 0.05 and no module copies (hpcmem/trace/learn.py learn_job); other
     # adapters add hpcmem.estimate.lora's difference formulas, which no check holds on a learned type

@@ -180,7 +180,8 @@ def sweep_summary(records: list[dict[str, Any]] | None = None) -> dict[str, dict
 
 def held_label(model_type: str) -> str:
     """Where the sweep's learned profile of a type (estimator/coverage-profiles) is held: "≤ 32,768: full (gc, no gc),
-    lora (gc, no gc), dora (gc, no gc)" (tokens per row, each technique its own longest where they differ); a
+    lora (gc, no gc), dora (gc, no gc); 1–4 rows" (tokens per row, each technique its own longest where they differ;
+    the rows per micro-batch its rows check held, or "2 rows (rows not checked)"); a
     format-2 profile "≤ 1,024 (format 2)"; "" without a profile (derived types)."""
     path = estimator_dir() / "coverage-profiles" / f"{model_type}.json"
     if not path.is_file():
@@ -195,8 +196,10 @@ def held_label(model_type: str) -> str:
     for name, n in held["techniques"].items():
         technique, gc = name.split(" ", 1)
         by_length.setdefault(n, {}).setdefault(technique, []).append(gc)
+    lo, hi = held.get("rows_held") or (held.get("rows", 2),) * 2
+    rows = f"{lo}–{hi} rows" if lo != hi else f"{lo} rows" + ("" if "rows_held" in held else " (rows not checked)")
     return "; ".join(f"≤ {n:,}: " + ", ".join(f"{t} ({', '.join(g)})" for t, g in kinds.items())
-                     for n, kinds in sorted(by_length.items(), reverse=True))
+                     for n, kinds in sorted(by_length.items(), reverse=True)) + f"; {rows}"
 
 
 def summary_to_ship(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -78,6 +78,9 @@ ROWS = 2
 SEQS = (512, 2048, 8192)
 CHECK_FACTOR = 4            # the held check also runs at 4 × the longest learned length (32,768 tokens per row)
 HELD_PCT = 3.0
+# the row counts beside ROWS the held check also runs at (one technique, at its longest held length): the cells are
+# learned at ROWS rows and the estimate scales them per row, which a type that mixes rows breaks
+ROWS_CHECKED = (1, 4)
 PRECISIONS = {"float32": "w4a2", "bfloat16": "w2a2"}
 CELLS = (("full", True), ("lora", True), ("full", False), ("lora", False))
 PEFT_MAMBA_REFUSED = {"out_proj", "conv1d"}
@@ -294,7 +297,7 @@ def _profile(lo: lay.Layout, *, model_type: str, sha: str, cfg: dict[str, Any], 
                           peft_default_targets=peft, cells=cells, config=cfg, provenance=provenance)
 
 
-def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int) -> JobSpec:
+def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int, rows: int = ROWS) -> JobSpec:
     """A traced job of a cell, with the settings the type trains only with (router_aux_loss_coef 0 for some MoE
     types: hpcmem.models.coverage.settings_beside_checkpointing; checkpointing is the cell's); `lora-default` leaves the targets
     to peft (TRL passes target_modules=None)."""
@@ -303,7 +306,7 @@ def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int) -> JobS
     return JobSpec(model=spec, train=TrainSpec(
         trainer="sft", dtype=dtype, use_peft=technique != "full", lora_r=ref["lora_r"], use_dora=technique == DORA,
         lora_target_modules=tuple(ref["lora_target_modules"]) if lora else (),
-        gradient_checkpointing=gc, max_length=seq, per_device_train_batch_size=ROWS, **needs))
+        gradient_checkpointing=gc, max_length=seq, per_device_train_batch_size=rows, **needs))
 
 
 def runnable_cells(model_type: str, cells: Any) -> list[tuple[str, bool]]:
@@ -425,6 +428,28 @@ def _grouped(skipped: dict[str, str]) -> str:
     return "; ".join(f"{'cells' if len(keys) > 1 else 'cell'} {', '.join(keys)}: {why}" for why, keys in by_why.items())
 
 
+def learning_probe(cfg: dict[str, Any], cells: Any = CELLS) -> tuple[LearnedProfile, lay.Layout, tuple[int, ...],
+                                                                   dict[str, Any] | None, dict[str, Any] | None]:
+    """The reduced model a learn traces, as a profile without cells (the held checks estimate it with the cells
+    learned), the full model's layout, the real layers kept, the LoRA reference adapters and peft's default ones."""
+    decoder = backbone_config(cfg)
+    full, small, keep, small_cfg = reduced_cut(decoder)
+    depth = len(keep)
+    outer = str(cfg.get("model_type", full.model_type))
+    peft = _peft_defaults(cfg)
+    reference = lora_reference(small_cfg, small) if any(t == "lora" for t, _ in cells) else None
+    default = default_lora(peft, reference, small) if ("lora", True) in set(cells) else None
+    provenance: dict[str, Any] = {"attention": small.attention, "depth": depth, "rows": ROWS,
+                                  "seqs": list(learn_lengths(full.max_position_embeddings)),
+                                  "traced_type": full.model_type, "lora_reference": reference,
+                                  "lora_default": default}
+    if keep != tuple(range(depth)):
+        provenance["layers"] = list(keep)
+    probe = _profile(small, model_type=outer, sha="", cfg=small_cfg, layer_map=tuple(range(depth)), cells={},
+                     peft=peft, provenance=provenance)
+    return probe, full, keep, reference, default
+
+
 def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] = tuple(PRECISIONS),
           cells: Any = CELLS, workers: int = 2, check: bool = True, progress: Any = None,
           dora: bool = True, long_checks: bool = True) -> LearnedProfile:
@@ -435,21 +460,11 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     unmapped = xlstm_problems(str(cfg.get("model_type")), decoder)   # the trace would measure code the GPU skips
     if unmapped:
         raise SpecError(f"model {name}: " + "; ".join(unmapped))
-    full, small, keep, small_cfg = reduced_cut(decoder)
-    depth = len(keep)
+    probe, full, keep, reference, default = learning_probe(cfg, cells)
+    depth, provenance = len(keep), dict(probe.provenance)
     seqs = learn_lengths(full.max_position_embeddings)
     prefix = keep == tuple(range(depth))
-    outer = str(cfg.get("model_type", full.model_type))
-    peft = _peft_defaults(cfg)
-    reference = lora_reference(small_cfg, small) if any(t == "lora" for t, _ in cells) else None
-    default = default_lora(peft, reference, small) if ("lora", True) in set(cells) else None
-    provenance: dict[str, Any] = {"attention": small.attention, "depth": depth, "rows": ROWS, "seqs": list(seqs),
-                                  "traced_type": full.model_type, "lora_reference": reference,
-                                  "lora_default": default}
-    if not prefix:
-        provenance["layers"] = list(keep)
-    probe = _profile(small, model_type=outer, sha="", cfg=small_cfg, layer_map=tuple(range(depth)), cells={},
-                     peft=peft, provenance=provenance)
+    outer, peft = probe.model_type, probe.peft_default_targets
     spec = spec_from_profile(probe, probe.model_type)
     wanted = [(tech, gc) for tech, gc in runnable_cells(outer, CELLS)
               if (tech, gc) in set(cells) and (tech == "full" or reference)]
@@ -573,8 +588,35 @@ def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple
                 reached[-1] = n
         if reached and min(reached):
             techniques[name] = min(reached)
-    return {"max_length": min(techniques.values(), default=0), "techniques": techniques, "rows": ROWS,
-            "precisions": [PRECISIONS[d] for d in dtypes], "within_pct": HELD_PCT, "err_pct": errors}
+    out = {"max_length": min(techniques.values(), default=0), "techniques": techniques, "rows": ROWS,
+           "precisions": [PRECISIONS[d] for d in dtypes], "within_pct": HELD_PCT, "err_pct": errors}
+    first = next(((t, gc) for t, gc in wanted if held_name(t, gc) in techniques), None)
+    if first:
+        out |= held_rows(probe, cells, spec, dtypes[0], *first, techniques[held_name(*first)])
+    return out
+
+
+def held_rows(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtype: str, technique: str, gc: bool,
+              length: int) -> dict[str, Any]:
+    """The held check at ROWS_CHECKED rows per micro-batch (one technique, at `length` tokens per row): the rows
+    range the profile is held over ("rows_held": [fewest, most]; ROWS alone where a check missed) and the errors."""
+    errors: dict[str, float | str] = {}
+    for rows in ROWS_CHECKED:
+        try:
+            errors[str(rows)] = _check(probe, cells, learn_job(spec, dtype, technique, gc, length, rows=rows))
+        except Exception as exc:  # noqa: BLE001 — a check that cannot run holds nothing
+            errors[str(rows)] = f"{type(exc).__name__}: {exc}"[:200]
+
+    def held_at(rows: int) -> bool:
+        err = errors[str(rows)]
+        return isinstance(err, float) and abs(err) <= HELD_PCT
+
+    fewer = [r for r in ROWS_CHECKED if r < ROWS]
+    more = [r for r in ROWS_CHECKED if r > ROWS]
+    lo = min((r for r in fewer if all(held_at(x) for x in fewer if x >= r)), default=ROWS)
+    hi = max((r for r in more if all(held_at(x) for x in more if x <= r)), default=ROWS)
+    return {"rows_held": [lo, hi],
+            "rows_err_pct": {f"{PRECISIONS[dtype]} {held_name(technique, gc)} {length}": errors}}
 
 
 def not_held(seqs: tuple[int, ...]) -> dict[str, Any]:

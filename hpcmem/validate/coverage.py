@@ -51,7 +51,7 @@ from hpcmem.models.profile import backbone_config, profile_from_dict, profile_to
 from hpcmem.trace import layer_map as lay
 from hpcmem.trace import run_trace
 from hpcmem.trace.layer_map import subsequence
-from hpcmem.trace.learn import learn, stderr_progress
+from hpcmem.trace.learn import held_rows, learn, learning_probe, stderr_progress
 
 EVAL_LAYERS = 16
 # Types traced at fewer layers, and why. RecurrentGemma's RG-LRU scan is a Python loop over the tokens on every device
@@ -235,6 +235,37 @@ def relearn(types: list[str], *, long_checks: bool = True, progress: Any = stder
         save_sweep_profile(profile, model_type)
         out.append({"model_type": model_type, "seconds": round(time.perf_counter() - start, 1),
                     "held": held_label(model_type), "not_learned": profile.provenance["not_learned"]})
+    return out
+
+
+def check_rows(types: list[str], progress: Any = stderr_progress) -> list[dict[str, Any]]:
+    """Hold stored sweep profiles at the learner's other row counts (hpcmem.trace.learn `held_rows`: 1 and 4 rows
+    per micro-batch, one held technique at its longest held length) without learning them again; each profile's
+    `held` gains "rows_held" and "rows_err_pct" and is saved as it finishes. One summary per type."""
+    out = []
+    for model_type in types:
+        path = profiles_dir() / f"{model_type}.json"
+        doc = json.loads(path.read_text()) if path.is_file() else {}
+        held = doc.get("provenance", {}).get("held") or {}
+        if doc.get("format") != "hpcmem-learned-profile/3" or not held.get("techniques"):
+            out.append({"model_type": model_type, "error": "no format-3 sweep profile with held checks: "
+                        f"learn it again first (hpcmem validate coverage --relearn --types {model_type})"})
+            continue
+        start = time.perf_counter()
+        name = next(n for n in ("full gc", "full no gc", *held["techniques"]) if n in held["techniques"])
+        technique, gc = name.split(" ", 1)[0], not name.endswith("no gc")
+        progress(f"{model_type}: {name} at {held['techniques'][name]:,} tokens per row × 1 and × 4 rows")
+        try:
+            probe = learning_probe(reference_config(model_type)[0],
+                                   [TECHNIQUES[t] for t in sweep_techniques(model_type)])[0]
+            got = held_rows(probe, profile_from_dict(doc).cells, spec_from_profile(probe, probe.model_type),
+                            "bfloat16", technique, gc, held["techniques"][name])
+        except Exception as exc:  # noqa: BLE001 — the profile stays as it was; the others go on
+            out.append({"model_type": model_type, "error": f"{type(exc).__name__}: {exc}"[:600]})
+            continue
+        held |= got
+        path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+        out.append({"model_type": model_type, "seconds": round(time.perf_counter() - start, 1), **got})
     return out
 
 

@@ -110,3 +110,38 @@ def test_the_held_column_reads_each_sweep_profile():
     assert json.loads((folder / "gpt2.json").read_text())["format"] == "hpcmem-learned-profile/2"
     assert held_label("gpt2") == "≤ 1,024 (format 2)"
     assert held_label("llama") == ""                       # derived: no profile
+
+
+def test_rows_outside_the_rows_check_are_not_held():
+    doc = json.loads(FIXTURE.read_text())
+    doc["format"] = "hpcmem-learned-profile/3"
+    doc["provenance"]["held"] = {"max_length": 8192, "techniques": {"full gc": 8192}, "rows": 2, "within_pct": 3.0,
+                                 "rows_held": [2, 4]}
+    p = profile_from_dict(doc)
+
+    def rows_warnings(rows: int) -> list[str]:
+        job = JobSpec(model=spec_from_profile(p, "tiny"), train=TrainSpec(
+            trainer="sft", dtype="bfloat16", max_length=2048, per_device_train_batch_size=rows))
+        return [w for w in estimate(job).warnings if "per micro-batch" in w]
+
+    assert rows_warnings(2) == [] and rows_warnings(4) == []
+    (one,) = rows_warnings(1)
+    assert "held at 2–4 rows" in one and "1 rows" in one and "not held" in one
+    assert rows_warnings(8) != []
+    del doc["provenance"]["held"]["rows_held"]          # no rows check ran: the estimate is as before
+    p = profile_from_dict(doc)
+    assert rows_warnings(1) == []
+
+
+def test_the_glm_moe_dsa_sweep_profile_is_held_at_two_rows_and_up_only():
+    """Its rows check (a two-step trace at 1 and 4 rows × 32,768 tokens against the profile's estimate) missed at one
+    row, as the stored random job s1-565 (1 × 25,178 tokens, traced) is off too; so its estimates at one row warn."""
+    from hpcmem.datapath import estimator_dir
+    from hpcmem.models.coverage import held_label
+
+    held = json.loads((estimator_dir() / "coverage-profiles" / "glm_moe_dsa.json").read_text())["provenance"]["held"]
+    (errors,) = held["rows_err_pct"].values()
+    assert abs(errors["1"]) > 3.0 and abs(errors["4"]) <= 3.0 and held["rows_held"] == [2, 4]
+    assert held_label("glm_moe_dsa").endswith("; 2–4 rows")
+    assert held_label("smollm3").endswith("; 2 rows (rows not checked)") or "rows_held" in json.loads(
+        (estimator_dir() / "coverage-profiles" / "smollm3.json").read_text())["provenance"]["held"]
