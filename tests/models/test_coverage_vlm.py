@@ -54,7 +54,7 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     assert "traced: SFT, DPO, GRPO, RLOO)" in by_type["qwen2_5_vl"]["reason"]
     assert all("traced: SFT, DPO, GRPO, RLOO)" in by_type[name]["reason"] and "not traced" not in
                by_type[name]["reason"] for name in ("qwen2_vl", "qwen3_vl"))
-    assert "traced: SFT, DPO)" in by_type["gemma3"]["reason"] and "GRPO/RLOO with images refused" in \
+    assert "traced: SFT, DPO, GRPO, RLOO)" in by_type["gemma3"]["reason"] and "refused" not in \
         by_type["gemma3"]["reason"]
     assert "traced: SFT)" in by_type["llava"]["reason"] and "DPO/GRPO/RLOO with images refused" in \
         by_type["llava"]["reason"]
