@@ -26,3 +26,30 @@ def test_a_real_grpo_trainer_runs_gemma3_images_as_traced():
                              "image_height": 64, "image_width": 64, "max_prompt_length": 32,
                              "max_completion_length": 8, "beta": 0.04})[0]
     trace_matches_cpu(job, "tiny gemma3 grpo")
+
+
+def test_shrunken_rloo_scoring_passes_against_the_trace():
+    """A shape the matrices (estimator/cases/vlm-gemma3-grpo.yaml, vlm-gemma3-rloo.yaml) do not hold: RLOO (the
+    old-policy pass with the adapters on and the reference pass with them off both run the SigLIP tower under no_grad)
+    on gemma-3-4b-it's widths cut to 2 decoder layers and 4 SigLIP layers, 2 prompts of two 896 px images, 600 + 64
+    tokens, LoRA all-linear with checkpointing. The higher of the estimate's scoring passes within 3 % of the trace's
+    scoring phase, and its step peak within 3 % of the trace's."""
+    from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.trace import run_trace
+    from hpcmem.validate.random_trace import as_traced
+
+    wide = TINY.parent / "gemma3-4b-width-L2-D4.json"
+    job = build_job("rloo", {"model_name_or_path": str(wide), "dtype": "bfloat16", "bf16": True,
+                             "per_device_train_batch_size": 2, "num_generations": 2, "images_per_example": 2,
+                             "image_height": 896, "image_width": 896, "max_prompt_length": 600,
+                             "max_completion_length": 64, "use_peft": True, "lora_target_modules": "all-linear",
+                             "gradient_checkpointing": True})[0]
+    traced = run_trace(job, timeline=True)
+    est, _ = as_traced(job)
+    scoring = max(p.current_bytes for p in traced.timeline if p.phase.startswith("step 2 / scoring"))
+    # the trace's scoring phase holds both passes; the old-policy pass, with the adapters' fp32 copies, is the higher
+    phase = max(tensor_bytes(p) for p in est.phases if p.name in ("reference forward", "old log-prob pass"))
+    assert abs(phase - scoring) <= 0.03 * scoring, (phase, scoring)
+    peak = max(tensor_bytes(p) for p in est.phases)
+    assert abs(peak - traced.peak_allocated_bytes) <= 0.03 * traced.peak_allocated_bytes, \
+        (peak, traced.peak_allocated_bytes)
