@@ -20,7 +20,7 @@ TINY = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "gemma3-tiny.j
 def test_a_real_grpo_trainer_runs_gemma3_images_as_traced():
     """TRL's GRPOTrainer for real on the CPU (random weights, two steps; Gemma3Processor on 2 images of 64 px per
     prompt, resized to 56 px; the reference model's pass with pixel_values and token_type_ids) against
-    `run_trace(kernels="cpu")`: the same peak within 1 % in the same phase."""
+    `run_trace(kernels="cpu")`: the same peak within 1 % in the same phase (measured: to the byte, 12,667,026 B)."""
     job = build_job("grpo", {"model_name_or_path": str(TINY), "dtype": "bfloat16", "bf16": True,
                              "per_device_train_batch_size": 2, "num_generations": 2, "images_per_example": 2,
                              "image_height": 64, "image_width": 64, "max_prompt_length": 32,
@@ -33,7 +33,8 @@ def test_shrunken_rloo_scoring_passes_against_the_trace():
     old-policy pass with the adapters on and the reference pass with them off both run the SigLIP tower under no_grad)
     on gemma-3-4b-it's widths cut to 2 decoder layers and 4 SigLIP layers, 2 prompts of two 896 px images, 600 + 64
     tokens, LoRA all-linear with checkpointing. The higher of the estimate's scoring passes within 3 % of the trace's
-    scoring phase, and its step peak within 3 % of the trace's."""
+    scoring phase, and its step peak within 3 % of the trace's. Measured: scoring 3,054,992,384 B, estimate −1.0 %;
+    peak 4,017,594,880 B (the tower's backward), estimate −2.2 %."""
     from hpcmem.estimate.workspaces import tensor_bytes
     from hpcmem.trace import run_trace
     from hpcmem.validate.random_trace import as_traced
