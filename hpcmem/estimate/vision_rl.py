@@ -20,6 +20,12 @@ How TRL 1.16 runs it (grpo_trainer.py / rloo_trainer.py `_generate_and_score_com
   instants (hpcmem.estimate.trainers `generation_instants`) get those pixel_values and the image embeddings; a third,
   "vision: generation (prefill)", is the tower's own no-grad peak beside the prompts' token embeddings
   (held to `run_trace(..., generation=True)` in tests/trace/test_trace_vlm_grpo.py).
+- Gemma 3 (modeling_gemma3.py `Gemma3Model.get_image_features`): pixel_values are [images, 3, side, side], one row per
+  image (the same fp32 bytes as its patches' rows, `VisionSpec.patch_dim`); `split_pixel_values_by_grid` splits them
+  per image (trl/trainer/utils.py: the flat layout, `pixel_values.size(0) == sum(num_images)`) and
+  `_get_per_token_logps_and_entropies` slices them per chunk by image count; the processor's `token_type_ids`,
+  extended with zeros over the completion, go with every forward, so the language model builds its image mask
+  (hpcmem.job.shape). The tower under no_grad is SigLIP's (`siglip_no_grad`).
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ def micro_batches_per_generation(job: JobSpec) -> int:
 
 
 def tower_no_grad(v: VisionSpec, n: int, prec: Precision, adapted: tuple[VisionLinear, ...] = (),
-                  lora: LoraLayout | None = None, dropout: bool = False) -> int:
+                  lora: LoraLayout | None = None, dropout: bool = False, autocast: bool = False) -> int:
     """Live bytes of the tower's no-grad forward over n patch rows at its widest moment: the rotary embedding of a
     block's keys or, with adapters in the tower, an adapted linear (`adapter_moment`), whichever is larger.
 
@@ -67,6 +73,8 @@ def tower_no_grad(v: VisionSpec, n: int, prec: Precision, adapted: tuple[VisionL
     patches 181.76 MiB, this 181.69 MiB; Qwen3-VL at 3,136 patches 160.40 MiB, this 160.25 MiB; Qwen2.5-VL with
     LoRA all-linear at 8,192 patches, eval 444.14 MiB, this 444.1 MiB, train (dropout) 477.58 MiB, this 484.1 MiB."""
     h = v.hidden_size
+    if v.family == "siglip":
+        return siglip_no_grad(v, n, prec, adapted, lora, dropout, autocast)
     pixels = n * v.patch_dim * prec.weight
     rope = 2 * n * (h // v.num_heads) * FP32
     position = n * h * FP32 if v.num_position_embeddings else 0
@@ -75,6 +83,28 @@ def tower_no_grad(v: VisionSpec, n: int, prec: Precision, adapted: tuple[VisionL
     rotary = 5 * n * h * prec.act + 6 * n * h * FP32
     moments = [adapter_moment(v, x, n, prec, lora, dropout) for x in adapted if x.part == "tower" and lora]
     return pixels + rope + position + deepstack + max([rotary, *moments])
+
+
+def siglip_no_grad(v: VisionSpec, n: int, prec: Precision, adapted: tuple[VisionLinear, ...] = (),
+                   lora: LoraLayout | None = None, dropout: bool = False, autocast: bool = False) -> int:
+    """Gemma 3's SigLIP tower under no_grad over n patch rows (n / patches-per-image images) at its widest moment:
+    a layer's MLP after its activation or, with adapters in the tower, an adapted linear (`adapter_moment`).
+    No rotary tables and no pixel copy that outlives the patch embedding (modeling_siglip.py
+    `SiglipVisionEmbeddings.forward`: `pixel_values.to(dtype=target_dtype)` is a temporary of the Conv2d call, and the
+    position table is added once). The MLP moment (`SiglipEncoderLayer.forward`, `SiglipMLP.forward`: `fc1` →
+    `activation_fn` → `fc2`): the embeddings (`SiglipEncoder.forward`'s `inputs_embeds`, alive until the encoder
+    returns), the layer's input (held by the encoder's loop), the residual sum after the attention ([n, width]
+    each), layer_norm2's output (fp32 under autocast — the scoring passes run in `accelerator.autocast()`, where
+    layer_norm is an fp32 op; generate runs outside it), fc1's output and the GELU's ([n, intermediate] each). The
+    attention's moment (layer_norm1's output, q, k, v, the attention output and its transposed copy: six [n, width])
+    and the projector's (post_layernorm's output and Gemma3MultiModalProjector's contiguous copy) are smaller at
+    every published SigLIP width (intermediate ≈ 3.7 × width)."""
+    h, i = v.hidden_size, v.intermediate_size
+    norm = FP32 if autocast and prec.amp else prec.act
+    mlp = 3 * n * h * prec.act + n * h * norm + 2 * n * i * prec.act
+    moments = [adapter_moment(v, x, n, prec, lora, dropout) + n * h * prec.act
+               for x in adapted if x.part == "tower" and lora]
+    return max([mlp, *moments])
 
 
 def adapter_moment(v: VisionSpec, x: VisionLinear, n: int, prec: Precision, lora: LoraLayout, dropout: bool) -> int:
@@ -89,7 +119,7 @@ def adapter_moment(v: VisionSpec, x: VisionLinear, n: int, prec: Precision, lora
     a, name = lora.adapter_bytes, x.name.rsplit(".", 1)[-1]
     if name == "up_proj":
         alive = n * v.intermediate_size * prec.act
-    elif x.in_features != v.hidden_size or name == "proj":
+    elif x.in_features != v.hidden_size or name in ("proj", "out_proj"):     # out_proj: SigLIP's
         alive = n * x.in_features * prec.act
     else:
         alive = 0
@@ -166,7 +196,7 @@ def scoring(job: JobSpec, v: VisionSpec, n: int, batch: int, prec: Precision, ad
     language model's pass alone."""
     rows, seq = job.train.per_device_train_batch_size, job.train.max_prompt_length + job.train.max_completion_length
     lm = no_grad_pass(job, rows, seq, prec)
-    own = tower_no_grad(v, n, prec, adapted, lora, dropout=True) + token_embeds(job, rows, seq, prec)
+    own = tower_no_grad(v, n, prec, adapted, lora, dropout=True, autocast=True) + token_embeds(job, rows, seq, prec)
     tower = max(own - lm, 0, image_embeds(job, n, prec))
     return [Component(name=SCORING, bytes=batch, note="forward_kwargs, beside the old buffer"),
             Component(name=NO_GRAD, bytes=tower, note=f"{n:,} patches per chunk")]

@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from hpcmem.job.protocol import Job
 
 # what one image takes in the prompt besides its image tokens: Qwen's vision_start and vision_end markers (the chat
-# template's `<|vision_start|><|image_pad|><|vision_end|>`, image_pad expanded by the processor)
+# template's `<|vision_start|><|image_pad|><|vision_end|>`, image_pad expanded by the processor); Gemma 3's boi and
+# eoi (processing_gemma3.py Gemma3Processor `full_image_sequence`, whose two "\n\n" are two more tokens in Gemma's
+# own tokenizer: this bound is then two tokens short per image)
 MARKERS_PER_IMAGE = 2
 
 
@@ -24,10 +26,11 @@ def rl_image_problems(job: Job) -> list[str]:
         return []
     out = []
     g = image_geometry(t, job.model.vision)
+    lower = "" if job.model.vision.image_size else " or lower max_pixels"     # llava, Gemma 3: one resolution
     tokens = t.images_per_example * (g.tokens + MARKERS_PER_IMAGE)
     if tokens >= t.max_prompt_length:
         out.append(f"max_prompt_length {t.max_prompt_length} with images_per_example {t.images_per_example} × "
                    f"({g.tokens} image tokens + {MARKERS_PER_IMAGE} markers) = {tokens} tokens ({g.resized[0]}×"
-                   f"{g.resized[1]} px after smart_resize): max_prompt_length counts a prompt's image tokens too; "
-                   "raise it above the images' tokens or lower max_pixels")
+                   f"{g.resized[1]} px after the processor's resize): max_prompt_length counts a prompt's image "
+                   f"tokens too; raise it above the images' tokens{lower}")
     return out

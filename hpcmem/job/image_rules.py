@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcmem.job.image_rl_rules import rl_image_problems
-from hpcmem.job.images import IMAGE_TRAINERS, image_geometry
+from hpcmem.job.images import image_geometry
 from hpcmem.job.trainers import entry
-from hpcmem.models.vision import GENERATING_WITH_IMAGES, VISION_LANGUAGE
+from hpcmem.models.vision import IMAGE_TRAINERS_ALLOWED, VISION_LANGUAGE
 
 if TYPE_CHECKING:
     from hpcmem.job.protocol import Job
@@ -26,12 +26,10 @@ def image_job_problems(job: Job) -> list[str]:
         return [f"{said}: model {m.name} ({m.model_type}) has no vision tower "
                 f"hpcmem models (vision-language types: {', '.join(VISION_LANGUAGE)}); set images_per_example 0"]
     out = []
-    if t.trainer not in IMAGE_TRAINERS:
-        out.append(f"{said} with trainer {t.trainer}: hpcmem models images for {', '.join(IMAGE_TRAINERS)} "
-                   "only (KTO/reward with images are not modelled yet)")
-    elif m.vision.model_type == "llava" and (t.trainer != "sft" or t.profile_images):
-        out.append(f"{said} with trainer {t.trainer} on llava: hpcmem models llava's images for SFT with "
-                   "images_per_example only (its CLIP tower is traced for SFT)")
+    allowed = IMAGE_TRAINERS_ALLOWED.get(m.vision.model_type, ())
+    if t.trainer not in allowed:
+        out.append(f"{said} with trainer {t.trainer} on {m.vision.model_type}: hpcmem models {m.vision.model_type}'s "
+                   f"images for {', '.join(allowed) or 'no trainer'} only")
     elif t.profile_images and t.trainer != "sft":
         out.append(f"{said} with trainer {t.trainer}: a length profile's images are read for SFT only; give "
                    "images_per_example, image_height and image_width")
@@ -43,9 +41,6 @@ def image_job_problems(job: Job) -> list[str]:
         out.append("padding_free with images: TRL 1.16's SFTTrainer raises 'Padding-free training is yet not "
                    "supported for vision datasets'")
     out += _preference_problems(job) + _fixed_size_problems(job) + rl_image_problems(job)
-    if t.trainer in ("grpo", "rloo") and m.vision.model_type not in GENERATING_WITH_IMAGES:
-        out.append(f"{t.trainer} with {m.vision.model_type}'s images: the generating trainers with images are traced "
-                   f"on {', '.join(GENERATING_WITH_IMAGES)} only; SFT and DPO are")
     g = image_geometry(t, m.vision) if t.images_per_example else None
     tokens = g.tokens * t.images_per_example if g else 0     # a profile's cuts are checked where it is read
     if g and t.max_length is not None and tokens > t.max_length:

@@ -32,7 +32,6 @@ MAX_ASPECT = 200            # smart_resize raises above this aspect ratio
 # change what small or large images become: Qwen3-VL's `size` {"shortest_edge": 65536, "longest_edge": 16777216}
 # (Qwen/Qwen3-VL-8B-Instruct); keyed by the model config's model_type
 PUBLISHED_PIXELS = {"qwen3_vl": (65536, 16777216)}
-IMAGE_TRAINERS = ("sft", "dpo", "grpo", "rloo")   # the trainers whose image path hpcmem models (trace and estimate)
 # The flags' help: which names are hpcmem's own and which transformers'
 FIELD_HELP = {
     "images_per_example": "hpcmem's own: images in each row's \"images\" list (0: text only) (default 0)",

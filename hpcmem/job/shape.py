@@ -66,8 +66,10 @@ def micro_batch(job: Job) -> MicroBatch:
     b = t.per_device_train_batch_size
     if e.generates:
         seq = _round_up(t.max_prompt_length + t.max_completion_length, t.pad_to_multiple_of)
+        # GRPO/RLOO hand the processor's token_type_ids to every forward (grpo_trainer.py
+        # `_generate_and_score_completions`: extended with zeros over the completion), so Gemma 3 builds its image mask
         return MicroBatch(rows=b, seq=seq, label_tokens=b * t.max_completion_length, padding_free=False,
-                          source=f"{b} completions × (prompt {t.max_prompt_length} + completion "
+                          image_mask=image_mask(job), source=f"{b} completions × (prompt {t.max_prompt_length} + completion "
                                  f"{t.max_completion_length})")
     max_len = t.max_length if t.max_length is not None else m.max_position_embeddings
     if e.rows_per_example > 1:

@@ -4,7 +4,8 @@ tests/models/test_coverage_vlm.py).
 
 hpcmem models images for the types of hpcmem.models.vision (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: their vision tower,
 patch merger — Qwen3-VL's deepstack mergers too — and image tokens; Gemma 3: its SigLIP tower, pooling projector and
-image tokens; SFT and DPO, and GRPO/RLOO for the Qwen types); any other type that is only image-text-to-text is refused with that reason.
+image tokens; the trainers hpcmem.models.vision `IMAGE_TRAINERS_ALLOWED` names per type); any other type that is only
+image-text-to-text is refused with that reason.
 A type that also has a causal-LM class (mllama, qwen3_5 …) is estimated as its text decoder, as
 hpcmem/models/coverage.json classifies it, and the estimate says the towers are not counted.
 """

@@ -68,14 +68,16 @@ class TowerLayout:
 _COMMON_ALIASES = {"num_attention_heads": "num_heads", "num_hidden_layers": "depth", "in_chans": "in_channels"}
 # the activations of a two-linear ("fc") tower MLP whose saved tensors hpcmem.estimate.vision derives
 FC_ACTIVATIONS = ("quick_gelu", "gelu", "gelu_pytorch_tanh")
-# model_type of the outer config → its tower's layout
-# the trainers whose images hpcmem estimates for each type (hpcmem.job.image_rules refuses the others), and those of
-# them a case matrix traced (estimator/cases/vlm-*.yaml); an estimate of one not traced says so
+# the trainers whose images hpcmem estimates for each type — the one rule of which trainer takes which type's images:
+# hpcmem.job.image_rules refuses every other pair — and those of them a case matrix traced (estimator/cases/vlm-*.yaml);
+# an estimate of one not traced says so
 IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
-                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo"), "llava": ("sft",)}
-IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "grpo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
-                         "qwen3_vl": ("sft", "dpo", "grpo"), "gemma3": ("sft", "dpo"), "llava": ("sft",)}
-GENERATING_WITH_IMAGES = tuple(k for k, v in IMAGE_TRAINERS_ALLOWED.items() if "grpo" in v)
+                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
+                          "llava": ("sft",)}
+IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
+                         "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
+                         "llava": ("sft",)}
+# model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
     "qwen2_5_vl": TowerLayout(text="qwen2", defaults={

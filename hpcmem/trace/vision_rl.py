@@ -13,7 +13,8 @@ num_generations times, and every repeat carries its images: the tower sees each 
 
 The trace hands TRL exactly such rows: conversational prompts of `images_per_example` blank RGB images of the job's
 size and words of the word-level tokenizer that fill the prompt to max_prompt_length tokens (image tokens and the
-vision_start/vision_end markers included); the processor and chat template are the SFT trace's (hpcmem.trace.vision).
+vision_start/vision_end markers included — Gemma 3: boi and eoi); the processor and chat template are the SFT trace's
+(hpcmem.trace.vision; Gemma 3's: hpcmem.trace.vision_gemma3).
 """
 
 from __future__ import annotations

@@ -84,5 +84,5 @@ def test_lora_all_linear_adapts_the_tower_and_the_projector():
 
 
 def test_dpo_with_llava_images_is_a_one_line_refusal():
-    with pytest.raises(SpecError, match="llava"):
+    with pytest.raises(SpecError, match="with trainer dpo on llava: hpcmem models llava's images for sft only"):
         _job("llava-full-gc-1img", trainer="dpo")

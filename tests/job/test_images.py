@@ -52,13 +52,15 @@ def test_bad_values_are_one_line_errors(kw, match):
 def test_images_need_a_vision_tower_and_a_trainer_with_an_image_path():
     with pytest.raises(SpecError, match="has no vision tower"):
         build_job("sft", {**BASE, "model_name_or_path": "Qwen/Qwen2.5-0.5B"})
-    with pytest.raises(SpecError, match="images for sft, dpo, grpo, rloo only"):
+    # KTO with Qwen2.5-VL's images: the refusal names the type, the trainer and the trainers allowed for it
+    with pytest.raises(SpecError, match=r"with trainer kto on qwen2_5_vl: hpcmem models qwen2_5_vl's images for sft, "
+                                        r"dpo, grpo, rloo only"):
         build_job("kto", {**BASE, "per_device_train_batch_size": 2})
-    gemma = {"model_name_or_path": "google/gemma-3-4b-it", "images_per_example": 1, "image_height": 448,
-             "image_width": 448, "max_prompt_length": 512}
-    build_job("sft", {k: v for k, v in gemma.items() if k != "max_prompt_length"})      # traced: SFT, DPO
-    with pytest.raises(SpecError, match="grpo with gemma3's images: the generating trainers with images are traced"):
-        build_job("grpo", gemma)
+    llava = {"model_name_or_path": "llava-hf/llava-1.5-7b-hf", "images_per_example": 1, "image_height": 336,
+             "image_width": 336, "max_length": 1024}
+    build_job("sft", llava)
+    with pytest.raises(SpecError, match=r"with trainer dpo on llava: hpcmem models llava's images for sft only"):
+        build_job("dpo", llava)
 
 
 # -- against transformers' processor (torch tier) ---------------------------------------------------------------------
