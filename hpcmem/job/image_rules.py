@@ -32,6 +32,9 @@ def image_job_problems(job: Job) -> list[str]:
     elif m.vision.model_type == "llava" and (t.trainer != "sft" or t.profile_images):
         out.append(f"{said} with trainer {t.trainer} on llava: hpcmem models llava's images for SFT with "
                    "images_per_example only (its CLIP tower is traced for SFT)")
+    elif getattr(m.vision, "family", "") == "idefics3" and (t.trainer != "sft" or t.profile_images):
+        out.append(f"{said} with trainer {t.trainer} on {m.vision.model_type}: hpcmem models its images for SFT with "
+                   "images_per_example only (its tower and connector are traced for SFT; no video)")
     elif t.profile_images and t.trainer != "sft":
         out.append(f"{said} with trainer {t.trainer}: a length profile's images are read for SFT only; give "
                    "images_per_example, image_height and image_width")
@@ -77,9 +80,12 @@ def _fixed_size_problems(job: Job) -> list[str]:
     if not v.image_size:
         return out
     if t.min_pixels is not None or t.max_pixels is not None:
-        processor = "Gemma3ImageProcessor" if v.family == "siglip" else "CLIPImageProcessor"
-        out.append(f"min_pixels/max_pixels with {v.model_type}: {processor} has no such setting; it resizes "
-                   f"every image to {v.image_size}×{v.image_size}; leave them unset")
+        processor = {"siglip": "Gemma3ImageProcessor", "idefics3": "SmolVLMImageProcessor"}.get(
+            v.family, "CLIPImageProcessor")
+        does = (f"it cuts every image into {v.tile}-px tiles after resizing its longest edge to {v.longest_edge}"
+                if v.family == "idefics3" else f"it resizes every image to {v.image_size}×{v.image_size}")
+        out.append(f"min_pixels/max_pixels with {v.model_type}: {processor} has no such setting; {does}; leave them "
+                   "unset")
     side = v.image_size // v.patch_size
     if getattr(v, "family", "") == "siglip" and v.tokens_per_image * v.merge_unit != side * side:
         out.append(f"vision_config image_size {v.image_size} / patch_size {v.patch_size} gives a {side}×{side} patch "
