@@ -86,6 +86,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 if v.family == "idefics3" else f"it resizes every image to {v.image_size}×{v.image_size}")
         out.append(f"min_pixels/max_pixels with {v.model_type}: {processor} has no such setting; {does}; leave them "
                    "unset")
+    if getattr(v, "family", "") == "idefics3" and v.fold_problem:
+        out.append(v.fold_problem)
     side = v.image_size // v.patch_size
     if getattr(v, "family", "") == "siglip" and v.tokens_per_image * v.merge_unit != side * side:
         out.append(f"vision_config image_size {v.image_size} / patch_size {v.patch_size} gives a {side}×{side} patch "

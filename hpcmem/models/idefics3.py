@@ -108,12 +108,19 @@ class Idefics3TowerSpec:
         p.check(self.hidden_size % self.num_heads == 0,
                 f"vision_config.hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
                 f"{self.num_heads}")
-        side = self.tile // self.patch_size
-        # SmolVLMConnector.pixel_shuffle folds a square grid of side (tile / patch) by scale_factor
-        p.check(self.tile % self.patch_size == 0 and side % self.scale_factor == 0,
-                f"max_image_size.longest_edge {self.tile} / patch_size {self.patch_size} must give a whole patch grid "
-                f"whose side is a multiple of scale_factor {self.scale_factor} (SmolVLMConnector.pixel_shuffle)")
         p.raise_if_any()
+
+    @property
+    def fold_problem(self) -> str | None:
+        """Why images fail on this model, or None: SmolVLMConnector.pixel_shuffle folds each tile's square patch grid
+        of side tile / patch_size by scale_factor (a text-only job never runs it; hpcmem.job.image_rules refuses
+        images)."""
+        side = self.tile // self.patch_size
+        if self.tile % self.patch_size == 0 and side % self.scale_factor == 0:
+            return None
+        return (f"{self.model_type}: max_image_size.longest_edge {self.tile} / patch_size {self.patch_size} does not "
+                f"give a whole patch grid whose side is a multiple of scale_factor {self.scale_factor}; "
+                "SmolVLMConnector.pixel_shuffle fails on images")
 
     @property
     def patches(self) -> int:
