@@ -48,8 +48,8 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTer
     h = v.hidden_size
     tiles = n // v.patches
     m = images * image_geometry(job.train, v).tokens            # connector rows, image tokens
-    # the batch: pixel_values fp32 and pixel_attention_mask, int64 per pixel of every tile (image_processing_pil_smolvlm.py
-    # `_make_pixel_mask`: np.int64), both alive the whole step
+    # the batch: pixel_values fp32 and pixel_attention_mask, int64 per pixel of every tile
+    # (image_processing_pil_smolvlm.py `_make_pixel_mask`: np.int64), both alive the whole step
     pixels = n * v.patch_dim * FP32 + tiles * v.tile ** 2 * INT64
     if lora.enabled and not adapted and not job.train.gradient_checkpointing:
         # no adapter in the tower or the connector and no `enable_input_require_grads` hook (TRL installs it for PEFT

@@ -12,8 +12,8 @@ count and the image processor's tiling (transformers 5.24).
   neighbouring patches into one row of width hidden_size · scale_factor² (views, permutes and a reshape copy), then
   `modality_projection.proj`, one nn.Linear(hidden_size · scale_factor² → text hidden_size) without bias
   (`SmolVLMSimpleMLP` / `Idefics3SimpleMLP`).
-- The model (`SmolVLMModel.get_image_features`): pixel_values [batch, tiles, 3, tile, tile] in the weight dtype, all-zero
-  (padding) tiles dropped, the tower over every tile, the connector; (tile / patch_size)² / scale_factor² image
+- The model (`SmolVLMModel.get_image_features`): pixel_values [batch, tiles, 3, tile, tile] in the weight dtype,
+  all-zero (padding) tiles dropped, the tower over every tile, the connector; (tile / patch_size)² / scale_factor² image
   tokens per tile (`SmolVLMModel.image_seq_len`) replace the image tokens' embeddings. The text model is a Llama
   (`sub_configs_defaults` text_config: llama).
 - The image processor (models/smolvlm/image_processing_pil_smolvlm.py `SmolVLMImageProcessorPil._preprocess`,

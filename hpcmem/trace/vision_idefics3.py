@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.images import image_geometry
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.pieces import tokenizer
 
 IMAGE, FAKE, GLOBAL, END = "<image>", "<fake_token_around_image>", "<global-img>", "<end_of_utterance>"

@@ -2,7 +2,8 @@
 layers) against the trace of TRL's SFTTrainer with its vision collator, transformers' SmolVLMImageProcessorPil and
 Idefics3Processor on real 480×640 images (estimator/traces/vlm-smolvlm.jsonl, written by `hpcmem validate trace --cases
 estimator/cases/vlm-smolvlm.yaml`): full fine-tuning and LoRA all-linear, checkpointing on and off, longest_edge 2048
-(13 tiles) and 1024 (5 tiles); the tower's states and the batch by hand; what is refused."""
+(13 tiles) and 1024 (5 tiles); Idefics3 cut to 2 vision layers at 364 px (vlm-idefics3.yaml, held out); the
+tower's states and the batch by hand; what is refused."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.validate.cases import case_job
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for r in map(json.loads, (ROOT / "estimator" / "traces" / "vlm-smolvlm.jsonl")
-                                            .read_text().splitlines())}
+RECORDS = {r["case"]["id"]: r for name in ("vlm-smolvlm", "vlm-idefics3")
+           for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
 # the trace's peak is in step 1 for these LoRA cases, where the trace holds the next micro-batch accelerate's
 # DataLoaderShard has already collated (on the host in a real run: it is moved to the device when its step starts);
 # the estimate models step 2 (estimator/LOG.md 2026-12-03 SmolVLM2)
@@ -41,7 +42,7 @@ def _component(est, name):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8
+    assert len(RECORDS) == 8 + 2
 
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))

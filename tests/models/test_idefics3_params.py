@@ -1,7 +1,8 @@
 """SmolVLM's parts as hpcmem counts them (hpcmem.models.idefics3, the language model by the llama family) against
 `AutoModelForImageTextToText.from_config` on the meta device: HuggingFaceTB/SmolVLM2-500M-Video-Instruct's config
 (tests/fixtures/vlm, written from its published config.json values) and its widths cut to 1 decoder layer and 3 vision
-layers; Idefics3 at its class defaults; the processor's tiles by hand and against transformers' own image processor."""
+layers, and the catalog's entry; Idefics3 at its class defaults; the processor's tiles by hand and against
+transformers' own image processor."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ import pytest
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.models.idefics3 import idefics3_tiles, idefics3_tower_from_config
-from hpcmem.models.resolve import resolve_model
+from hpcmem.models.resolve import catalog, resolve_model
 from tests.helpers.meta_models import meta_image_text_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
-SMOLVLM = ["SmolVLM2-500M-Video-Instruct.json", "smolvlm2-500m-width-L1-D3.json"]
+SMOLVLM = ["SmolVLM2-500M-Video-Instruct.json", "smolvlm2-500m-width-L1-D3.json",
+           "HuggingFaceTB/SmolVLM2-500M-Video-Instruct"]
 
 
 def _images(height: int, width: int) -> SimpleNamespace:
@@ -30,14 +32,14 @@ def _images(height: int, width: int) -> SimpleNamespace:
 def test_parts_equal_the_meta_model(name):
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    cfg = json.loads((FIXTURES / name).read_text())
+    cfg = catalog()[name]["config"] if "/" in name else json.loads((FIXTURES / name).read_text())
     model = meta_image_text_model(cfg)
     assert type(model).__name__ == "SmolVLMForConditionalGeneration"
     count = {"tower": 0, "merger": 0, "language": 0}
     for param_name, p in model.named_parameters():
         part = "merger" if ".connector." in param_name else "tower" if ".vision_model." in param_name else "language"
         count[part] += p.numel()
-    spec = resolve_model(str(FIXTURES / name))
+    spec = resolve_model(name if "/" in name else str(FIXTURES / name))
     assert count == {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params,
                      "language": spec.num_params}
     linears = {n.split("model.", 1)[1] for n, m in model.named_modules()
