@@ -46,11 +46,10 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTer
                            blocks_saved=(), block_full=0, block_backward=0, block_grads=0, merger_grads=0, patches=0,
                            image_tokens=0, trained="no images: unused")
     h = v.hidden_size
-    tiles = n // v.patches
     m = images * image_geometry(job.train, v).tokens            # connector rows, image tokens
     # the batch: pixel_values fp32 and pixel_attention_mask, int64 per pixel of every tile
     # (image_processing_pil_smolvlm.py `_make_pixel_mask`: np.int64), both alive the whole step
-    pixels = n * v.patch_dim * FP32 + tiles * v.tile ** 2 * INT64
+    pixels = n * v.patch_dim * FP32 + n // v.patches * v.tile ** 2 * INT64
     if lora.enabled and not adapted and not job.train.gradient_checkpointing:
         # no adapter in the tower or the connector and no `enable_input_require_grads` hook (TRL installs it for PEFT
         # under checkpointing only): nothing there requires grad, so it builds no graph and runs no backward
@@ -67,11 +66,17 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTer
     trainable = outside + per_block * v.depth + merger
     grads = trainable * gbytes
     opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
-    # SmolVLMVisionAttention's q, k, v are three Linears
+    # SmolVLMVisionAttention's q, k, v are three Linears. No attention mask: every tile is tile × tile pixels, so the
+    # patch mask is all ones and masking_utils.py `create_bidirectional_mask` (sdpa_mask with
+    # allow_is_bidirectional_skip) returns None; attention runs per tile unmasked, which one row of tiles × patches
+    # tokens sizes alike (no 4-D mask term)
     spec = replace(block_spec(v), fused_qkv=False)
-    mb = MicroBatch(rows=tiles, seq=v.patches, label_tokens=0, padding_free=False, source="",
-                    attn_implementation="sdpa")
-    block = block_saved(job, v, spec, mb, prec, v.block_params, adapted, lora)
+    mb = MicroBatch(rows=1, seq=n, label_tokens=0, padding_free=False, source="", attn_implementation="sdpa")
+    # trained under autocast, q_proj, k_proj and v_proj each cast layer_norm1's fp32 output to the compute dtype (an
+    # activation's cast is not cached, autocast caches only parameters' casts) and each keeps its own copy for its
+    # weight gradient: two more than `block_saved` counts
+    casts = 2 * prec.act * h * n if trained and prec.amp else 0
+    block = block_saved(job, v, spec, mb, prec, v.block_params, adapted, lora) + casts
     if job.train.gradient_checkpointing:      # SmolVLMEncoderLayer is a GradientCheckpointingLayer: its input alone
         blocks = (prec.residual * h * n,) * v.depth
     else:
@@ -92,13 +97,18 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTer
     # sum of its frozen base path's and its adapter's (peft lora.Linear: base(x) + lora_B(lora_A(dropout(x)))), so two
     # are alive before GELU's backward, beside the adapters' own (`adapter_t`)
     hidden_t, mlp_t, scores_t = act.backward_parts(spec, mb, prec, "sdpa")
-    adapter_t = n * max(x.in_features for x in tower_adapters) * backward_bytes_per_input(lora) \
-        if tower_adapters else 0
+
+    def adapter_t(mlp: bool) -> int:
+        """The widest adapted input's gradient through lora_A, dropout and peft's cast, beside the MLP's backward for
+        the MLP's adapters and beside the attention's for the attention's (as hpcmem.estimate.vision does)."""
+        ins = [x.in_features for x in tower_adapters if x.name.startswith("mlp.") == mlp]
+        return n * max(ins) * backward_bytes_per_input(lora) if ins else 0
     what = ("tower and connector trained (full fine-tuning)" if trained else
             f"frozen; LoRA on {len(adapted)} of its linear kinds" if adapted else
             "frozen (no LoRA target reaches it); its backward still runs (input gradients)")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,
                        merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
-                       block_backward=hidden_t + max((mlp_t // 2 if trained else mlp_t) + adapter_t, scores_t),
+                       block_backward=hidden_t + max((mlp_t // 2 if trained else mlp_t) + adapter_t(True),
+                                                     scores_t + adapter_t(False)),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=n, image_tokens=m,
                        trained=what)

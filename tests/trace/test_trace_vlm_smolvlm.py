@@ -2,8 +2,8 @@
 SmolVLMImageProcessorPil (longest_edge 1024, 512-px tiles: a 480×640 image is 2 × 2 tiles and a global one) and
 Idefics3Processor on a real image, SmolVLM2-500M's widths cut to 1 decoder layer and 3 vision layers
 (estimator/cases/vlm-smolvlm.yaml): full fine-tuning without checkpointing (every layer's saved tensors alive) and
-LoRA on every linear under checkpointing (a recomputed layer and its adapters' gradients). Both the step's peak and the
-tower's own backward within 3 %."""
+LoRA on every linear under checkpointing (a recomputed layer and its adapters' gradients). Both the step's peak (LoRA:
+step 2's) and the tower's own backward within 3 %."""
 
 from __future__ import annotations
 
@@ -28,9 +28,26 @@ def _job(case_id: str):
     return case_job({**case, "model_name_or_path": str(ROOT / case["model_name_or_path"])})
 
 
-@pytest.mark.parametrize("case_id", ["smolvlm-full-nogc-1024", "smolvlm-lora-all-gc-1024"])
-def test_the_trace_of_today_agrees_with_the_estimate(case_id):
-    estimate_holds_vision_trace(_job(case_id), MAX_PCT)
+def test_full_fine_tuning_agrees_with_the_estimate():
+    estimate_holds_vision_trace(_job("smolvlm-full-nogc-1024"), MAX_PCT)
+
+
+def test_lora_under_checkpointing_agrees_with_step_2():
+    """Step 2's peak and the tower's backward: step 1 of the trace also holds the next micro-batch, which a real run
+    keeps on the host (accelerate's DataLoaderShard fetches it before step 1; estimator/LOG.md 2026-12-03 SmolVLM2)."""
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.vision import VISION_BACKWARD
+    from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.trace.run import run_trace
+
+    job = _job("smolvlm-lora-all-gc-1024")
+    traced = run_trace(job, timeline=True)
+    phases = {p.name: tensor_bytes(p) for p in estimate(job).phases}
+    step_2 = max(p.current_bytes for p in traced.timeline if p.phase.startswith("step 2"))
+    tower = max(p.current_bytes for p in traced.timeline
+                if p.phase.startswith("step 2 / backward / vision block ") and not p.phase.endswith(" 0"))
+    assert abs(max(phases.values()) - step_2) <= MAX_PCT / 100 * step_2, (max(phases.values()), step_2)
+    assert abs(phases[VISION_BACKWARD] - tower) <= MAX_PCT / 100 * tower, (phases[VISION_BACKWARD], tower)
 
 
 def test_the_tower_runs_forward_and_backward_under_checkpointing():
