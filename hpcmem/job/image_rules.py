@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from hpcmem.job.image_rl_rules import rl_image_problems
 from hpcmem.job.images import IMAGE_TRAINERS, image_geometry
 from hpcmem.job.trainers import entry
-from hpcmem.models.vision import GENERATING_WITH_IMAGES, VISION_LANGUAGE
+from hpcmem.models.vision import GENERATING_WITH_IMAGES, IMAGE_TRAINERS_ALLOWED, VISION_LANGUAGE
 
 if TYPE_CHECKING:
     from hpcmem.job.protocol import Job
@@ -32,9 +32,11 @@ def image_job_problems(job: Job) -> list[str]:
     elif m.vision.model_type == "llava" and (t.trainer != "sft" or t.profile_images):
         out.append(f"{said} with trainer {t.trainer} on llava: hpcmem models llava's images for SFT with "
                    "images_per_example only (its CLIP tower is traced for SFT)")
-    elif getattr(m.vision, "family", "") == "idefics3" and (t.trainer != "sft" or t.profile_images):
-        out.append(f"{said} with trainer {t.trainer} on {m.vision.model_type}: hpcmem models its images for SFT with "
-                   "images_per_example only (its tower and connector are traced for SFT; no video)")
+    elif getattr(m.vision, "family", "") == "idefics3" and (
+            t.trainer not in IMAGE_TRAINERS_ALLOWED[m.vision.model_type] or t.profile_images):
+        out.append(f"{said} with trainer {t.trainer} on {m.vision.model_type}: hpcmem models its images for "
+                   f"{'/'.join(IMAGE_TRAINERS_ALLOWED[m.vision.model_type]).upper()} with images_per_example only "
+                   "(no length profile, no video)")
     elif t.profile_images and t.trainer != "sft":
         out.append(f"{said} with trainer {t.trainer}: a length profile's images are read for SFT only; give "
                    "images_per_example, image_height and image_width")

@@ -76,10 +76,10 @@ FC_ACTIVATIONS = ("quick_gelu", "gelu", "gelu_pytorch_tanh")
 # them a case matrix traced (estimator/cases/vlm-*.yaml); an estimate of one not traced says so
 IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                           "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo"), "llava": ("sft",),
-                          "smolvlm": ("sft",), "idefics3": ("sft",)}
+                          "smolvlm": ("sft", "dpo"), "idefics3": ("sft",)}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "grpo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo"), "gemma3": ("sft", "dpo"), "llava": ("sft",),
-                         "smolvlm": ("sft",), "idefics3": ("sft",)}
+                         "smolvlm": ("sft", "dpo"), "idefics3": ("sft",)}
 GENERATING_WITH_IMAGES = tuple(k for k, v in IMAGE_TRAINERS_ALLOWED.items() if "grpo" in v)
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`

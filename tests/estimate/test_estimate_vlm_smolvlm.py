@@ -3,7 +3,7 @@ layers) against the trace of TRL's SFTTrainer with its vision collator, transfor
 Idefics3Processor on real 480×640 images (estimator/traces/vlm-smolvlm.jsonl, written by `hpcmem validate trace --cases
 estimator/cases/vlm-smolvlm.yaml`): full fine-tuning and LoRA all-linear, checkpointing on and off, longest_edge 2048
 (13 tiles) and 1024 (5 tiles), 2 rows, 2 images, a wide image, LoRA q_proj/v_proj; the published depth (32 decoder
-layers, 12 vision layers, vlm-smolvlm-500m.yaml, held out); Idefics3 cut to 2 vision layers at 364 px
+layers, 12 vision layers, vlm-smolvlm-500m.yaml, held out); DPO (vlm-smolvlm-dpo.yaml, held out); Idefics3 cut to 2 vision layers at 364 px
 (vlm-idefics3.yaml); the tower's states and the batch by hand; what is refused."""
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.validate.cases import case_job
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for name in ("vlm-smolvlm", "vlm-smolvlm-500m", "vlm-idefics3")
+RECORDS = {r["case"]["id"]: r for name in ("vlm-smolvlm", "vlm-smolvlm-500m", "vlm-smolvlm-dpo",
+                                                                  "vlm-idefics3")
            for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
 # the largest: smolvlm-full-gc-2048 +3.07 % (the tower's backward under checkpointing, the estimate over)
 MAX_PCT = 3.1
@@ -40,7 +41,7 @@ def _component(est, name):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 12 + 2 + 2
+    assert len(RECORDS) == 12 + 2 + 2 + 2
 
 
 def _next_batch(job) -> int:
@@ -95,7 +96,8 @@ def test_lora_all_linear_adapts_the_tower_and_the_connector():
 
 
 @pytest.mark.parametrize(("changes", "words"), [
-    ({"trainer": "dpo"}, "smolvlm"),
+    ({"trainer": "grpo"}, "smolvlm: hpcmem models its images for SFT/DPO"),
+    ({"trainer": "kto"}, "images for sft, dpo, grpo, rloo only"),
     ({"max_pixels": 1_000_000}, "SmolVLMImageProcessor has no such setting"),
     ({"max_length": 512}, "832 image tokens"),
 ])
