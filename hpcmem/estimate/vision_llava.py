@@ -29,16 +29,21 @@ from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, layer_norm_saved,
                                     token_leaf, vision_adapters, vision_terms)
+from hpcmem.estimate.vision_idefics3 import idefics3_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.clip_tower import ClipTowerSpec
+from hpcmem.models.idefics3 import Idefics3TowerSpec
 
 
 def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
-    """The tower's terms: llava's CLIP tower here, the Qwen towers in hpcmem.estimate.vision."""
+    """The tower's terms: llava's CLIP tower here, SmolVLM's / Idefics3's in hpcmem.estimate.vision_idefics3, the
+    Qwen towers in hpcmem.estimate.vision."""
     if isinstance(job.model.vision, ClipTowerSpec):
         return llava_terms(job, prec, lora)
+    if isinstance(job.model.vision, Idefics3TowerSpec):
+        return idefics3_terms(job, prec, lora)
     return vision_terms(job, prec, lora)
 
 

@@ -30,6 +30,9 @@ def image_job_problems(job: Job) -> list[str]:
     if t.trainer not in allowed:
         out.append(f"{said} with trainer {t.trainer} on {m.vision.model_type}: hpcmem models {m.vision.model_type}'s "
                    f"images for {', '.join(allowed) or 'no trainer'} only")
+    elif getattr(m.vision, "family", "") == "idefics3" and t.profile_images:
+        out.append(f"{said} on {m.vision.model_type}: its images are read from images_per_example, image_height and "
+                   "image_width only (a length profile of its tiles is not built; no video)")
     elif t.profile_images and t.trainer != "sft":
         out.append(f"{said} with trainer {t.trainer}: a length profile's images are read for SFT only; give "
                    "images_per_example, image_height and image_width")
@@ -72,9 +75,14 @@ def _fixed_size_problems(job: Job) -> list[str]:
     if not v.image_size:
         return out
     if t.min_pixels is not None or t.max_pixels is not None:
-        processor = "Gemma3ImageProcessor" if v.family == "siglip" else "CLIPImageProcessor"
-        out.append(f"min_pixels/max_pixels with {v.model_type}: {processor} has no such setting; it resizes "
-                   f"every image to {v.image_size}×{v.image_size}; leave them unset")
+        processor = {"siglip": "Gemma3ImageProcessor", "idefics3": "SmolVLMImageProcessor"}.get(
+            v.family, "CLIPImageProcessor")
+        does = (f"it cuts every image into {v.tile}-px tiles after resizing its longest edge to {v.longest_edge}"
+                if v.family == "idefics3" else f"it resizes every image to {v.image_size}×{v.image_size}")
+        out.append(f"min_pixels/max_pixels with {v.model_type}: {processor} has no such setting; {does}; leave them "
+                   "unset")
+    if getattr(v, "family", "") == "idefics3" and v.fold_problem:
+        out.append(v.fold_problem)
     side = v.image_size // v.patch_size
     if getattr(v, "family", "") == "siglip" and v.tokens_per_image * v.merge_unit != side * side:
         out.append(f"vision_config image_size {v.image_size} / patch_size {v.patch_size} gives a {side}×{side} patch "

@@ -12,6 +12,8 @@ puts grid_t · grid_h · grid_w / merge_size² image tokens into the text. Qwen3
 patches: sides rounded to multiples of 32. Gemma 3's (models/gemma3/image_processing_gemma3.py `Gemma3ImageProcessor`,
 `do_pan_and_scan` off by default) resizes every image to the vision config's image_size square, and its processor
 (processing_gemma3.py) writes mm_tokens_per_image image tokens per image (`VisionSpec.image_size`, `tokens_per_image`).
+SmolVLM's and Idefics3's (image_processing_pil_smolvlm.py `SmolVLMImageProcessorPil._preprocess`) cut each image into
+tiles (hpcmem.models.idefics3 `idefics3_tiles`), each (tile / patch_size)² patches and tokens_per_tile image tokens.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from hpcmem.models.idefics3 import idefics3_tiles
 
 if TYPE_CHECKING:
     from hpcmem.models.vision import VisionSpec
@@ -127,6 +131,12 @@ class ImageGeometry:
 
 
 def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
+    if getattr(vision, "family", "") == "idefics3":
+        # SmolVLM / Idefics3: rows × cols tiles and a global one (or one tile); grid_thw is (tiles, side, side)
+        cut, rows, cols = idefics3_tiles(t.image_height, t.image_width, vision.longest_edge, vision.tile)
+        tiles, side = rows * cols + 1 if rows else 1, vision.tile // vision.patch_size
+        return ImageGeometry(resized=cut, grid_thw=(tiles, side, side), patches=tiles * vision.patches,
+                             tokens=tiles * vision.tokens_per_tile)
     if getattr(vision, "fixed_resolution", False):
         # llava (hpcmem.models.clip_tower): CLIPImageProcessor resizes the shortest edge to image_size and crops the
         # centre square, whatever the image's size: one resolution, one token count

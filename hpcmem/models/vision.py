@@ -28,6 +28,8 @@ Covered (transformers 5.24):
   no nn.Linear. Its decoder is Gemma 3's text model.
 - llava (LLaVA-1.5): its CLIP tower and projector are hpcmem.models.clip_tower's `ClipTowerSpec`; its decoder is
   what its text_config names.
+- smolvlm (SmolVLM2) and idefics3: a SigLIP-style tower, a pixel-shuffle connector and a Llama decoder
+  (hpcmem.models.idefics3's `Idefics3TowerSpec`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 from hpcmem.errors import Problems, SpecError
 from hpcmem.models.siglip import gemma3_projector_params, gemma3_vision_values, siglip_tower_params
 from hpcmem.models.clip_tower import ClipTowerSpec, clip_tower_from_config
+from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
 
 
 
@@ -73,10 +76,10 @@ FC_ACTIVATIONS = ("quick_gelu", "gelu", "gelu_pytorch_tanh")
 # an estimate of one not traced says so
 IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                           "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
-                          "llava": ("sft",)}
+                          "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",)}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
-                         "llava": ("sft",)}
+                         "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",)}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -107,6 +110,9 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/llava: a CLIP tower and a two-linear projector (hpcmem.models.clip_tower), a Llama decoder; only `text`
     # is read (vision_spec_from_config hands the vision part to clip_tower_from_config)
     "llava": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    # models/smolvlm, models/idefics3: hpcmem.models.idefics3 reads the vision part; the decoder a Llama
+    "smolvlm": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    "idefics3": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
 }
 
 
@@ -267,7 +273,7 @@ class VisionSpec:
         return self.tower_params + self.merger_params + self.deepstack_params
 
 
-def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | ClipTowerSpec | None:
+def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | ClipTowerSpec | Idefics3TowerSpec | None:
     """The VisionSpec of a vision-language config.json dict (llava's: a ClipTowerSpec), None for any other; keys it
     omits take the vision config class's defaults, as `AutoConfig.for_model` fills them."""
     model_type = str(cfg.get("model_type", ""))
@@ -275,6 +281,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | Clip
         return None
     if model_type == "llava":
         return clip_tower_from_config(cfg, name)
+    if model_type in ("smolvlm", "idefics3"):
+        return idefics3_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")

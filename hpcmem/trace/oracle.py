@@ -89,6 +89,10 @@ def make_oracle(fake_mode: Any, max_known_numel: int = MAX_KNOWN_NUMEL) -> Any:
             self.poisoned = WeakIdKeyDictionary()   # fake storage -> True: written with values nobody knows
             self.unknown_reads: Counter[str] = Counter()
             self.routed = WeakIdKeyDictionary()     # fake tensor -> True: computed from an assumed routing
+            # fake tensor -> True: a floating batch tensor (pixel_values) or computed from such tensors alone, known
+            # whatever its size: SmolVLM reads which tiles are all zeros (modeling_smolvlm.py `get_image_features`,
+            # `pixel_values[real_images_inds]`); weights are never known, so nothing past the patch embedding is
+            self.batch_floats = WeakIdKeyDictionary()
             self.routing_reads: Counter[str] = Counter()
             self._writes: dict[Any, tuple[int, ...]] = {}
 
@@ -101,6 +105,8 @@ def make_oracle(fake_mode: Any, max_known_numel: int = MAX_KNOWN_NUMEL) -> Any:
                 real = real.clone()
             fake = fake_mode.from_tensor(real)
             self.known[fake] = real
+            if real.dtype.is_floating_point:
+                self.batch_floats[fake] = True
             return fake
 
         def value_of(self, t: Any) -> Any:
@@ -188,11 +194,18 @@ def make_oracle(fake_mode: Any, max_known_numel: int = MAX_KNOWN_NUMEL) -> Any:
             fakes = [o for o in _flat(out) if isinstance(o, torch.Tensor)]
             routed = bool(self.routed) and self._any_routed(args, kwargs)
             limit = MAX_ROUTING_NUMEL if routed else max_known_numel
-            if any(f.numel() > (MAX_KNOWN_FLOAT_NUMEL if f.dtype.is_floating_point or f.dtype.is_complex
-                                else limit) for f in fakes):
+            floats = [x for x in _flat([*args, *kwargs.values()])
+                      if isinstance(x, FakeTensor) and x.dtype.is_floating_point]
+            from_batch = bool(floats) and all(x in self.batch_floats for x in floats)
+            if not from_batch and any(f.numel() > (MAX_KNOWN_FLOAT_NUMEL if f.dtype.is_floating_point or
+                                                   f.dtype.is_complex else limit) for f in fakes):
                 self._forget_written(func, args, kwargs)
                 return
             real_out = self._run_real(func, reals)
+            if from_batch:
+                for f in fakes:
+                    if f.dtype.is_floating_point:
+                        self.batch_floats[f] = True
             for f, r in zip(_flat(out), _flat(real_out), strict=False):
                 if isinstance(f, torch.Tensor) and isinstance(r, torch.Tensor):
                     self.known[f] = r

@@ -22,7 +22,7 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace import vision_gemma3, vision_llava
+from hpcmem.trace import vision_gemma3, vision_idefics3, vision_llava
 from hpcmem.trace.pieces import WORD, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -61,6 +61,8 @@ def processor(job: JobSpec) -> Any:
         return vision_gemma3.processor(job)
     if v.model_type == "llava":
         return vision_llava.processor(job)
+    if v.family == "idefics3":
+        return vision_idefics3.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -82,6 +84,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_gemma3.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
         return vision_llava.token_ids(proc)
+    if proc.__class__.__name__ == "Idefics3Processor":
+        return vision_idefics3.token_ids(proc)
     ids = proc.tokenizer.convert_tokens_to_ids([VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD])
     return dict(zip(("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id"), ids,
                     strict=True))
@@ -90,7 +94,8 @@ def token_ids(proc: Any) -> dict[str, int]:
 def image_row_words(job: JobSpec, row: int) -> int:
     """Words of a row of `row` tokens beside its images (each image: its tokens and two markers)."""
     t = job.train
-    markers = vision_llava.MARKERS_PER_IMAGE if job.model.vision.model_type == "llava" else MARKERS_PER_IMAGE
+    markers = vision_llava.MARKERS_PER_IMAGE if job.model.vision.model_type == "llava" else \
+        vision_idefics3.markers(job) if job.model.vision.family == "idefics3" else MARKERS_PER_IMAGE
     per_image = image_geometry(t, job.model.vision).tokens + markers
     words = row - t.images_per_example * per_image
     if words < 1:

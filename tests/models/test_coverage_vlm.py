@@ -46,7 +46,7 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     rows = [r for r in json.loads(out.stdout) if r["task"] == "image-text-to-text"]
     assert {r["model_type"] for r in rows} == set(installed_mapping(IMAGE_TEXT_MAPPING_NAME) or vision_language_types())
     by_type = {r["model_type"]: r for r in rows}
-    for name in ("llava_next", "idefics3", "smolvlm"):      # the VLMs users fine-tune
+    for name in ("llava_next", "internvl"):      # VLMs users fine-tune
         assert by_type[name]["status"] == "refused" and "not modelled" in by_type[name]["reason"], name
     assert by_type["qwen2_5_vl"]["status"] == "derived" and "with images" in by_type["qwen2_5_vl"]["reason"]
     assert all(by_type[name]["status"] == "derived" for name in ("qwen2_vl", "qwen3_vl", "gemma3", "llava"))
@@ -58,6 +58,10 @@ def test_coverage_lists_every_image_text_type_with_a_status():
         by_type["gemma3"]["reason"]
     assert "traced: SFT)" in by_type["llava"]["reason"] and "DPO/GRPO/RLOO with images refused" in \
         by_type["llava"]["reason"]
+    assert "traced: SFT, DPO)" in by_type["smolvlm"]["reason"] and "GRPO/RLOO with images refused" in \
+        by_type["smolvlm"]["reason"]
+    assert "traced: SFT)" in by_type["idefics3"]["reason"] and "DPO/GRPO/RLOO with images refused" in \
+        by_type["idefics3"]["reason"]
     assert all(r["reason"] and r["measured"] is None for r in rows)
     assert len(vision_language_rows()) == len(rows)
 

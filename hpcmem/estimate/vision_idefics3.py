@@ -1,0 +1,114 @@
+"""SmolVLM's / Idefics3's tower and connector in a vision-language SFT job (hpcmem.models.idefics3): their states,
+what their forward keeps for the backward, and the tower's backward, as hpcmem.estimate.vision's `VisionTerms`, which
+`with_vision` places in the step's phases as it does for the other towers.
+
+How the step runs (transformers 5.24 models/smolvlm/modeling_smolvlm.py `SmolVLMModel.get_image_features`,
+`SmolVLMVisionTransformer.forward`, `SmolVLMConnector.forward`): pixel_values [batch, tiles, 3, tile, tile] fp32 →
+cast to the weight dtype and the real tiles gathered (`pixel_values[real_images_inds].contiguous()`: the Conv2d's
+input) → the patch embedding, the position table added → `depth` encoder layers over [tiles, patches, width] (full
+attention per tile) → `post_layernorm` → pixel_shuffle (a reshape copy to [tiles, patches / scale², width · scale²])
+→ `modality_projection.proj` → the image tokens' embeddings (`masked_scatter`). Every layer and post_layernorm are on
+the loss's path.
+
+Trained or frozen is what TRL and peft do: full fine-tuning trains the tower and the connector; LoRA "all-linear"
+adapts every q/k/v/out_proj, fc1, fc2 and the connector's proj. The tower's `get_input_embeddings` is its embeddings
+module, which `enable_input_require_grads` hooks under checkpointing with PEFT: its output and the token embeddings'
+output are leaves kept to the end of the backward (hpcmem.estimate.vision `outside_saved`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hpcmem.estimate import activations as act
+from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
+from hpcmem.estimate.states import optimizer_bytes_per_param
+from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, layer_norm_saved,
+                                    token_leaf, vision_adapters)
+from hpcmem.job.image_rules import image_rows
+from hpcmem.job.images import image_geometry
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import MicroBatch, Precision
+from hpcmem.models.idefics3 import Idefics3TowerSpec
+
+INT64 = 8
+
+
+def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
+    v: Idefics3TowerSpec = job.model.vision
+    images, n = image_rows(job)             # n: the tower's rows, tiles × patches per tile
+    adapted = vision_adapters(job, v) if lora.enabled else ()
+    r, w, trained = job.train.lora_r, prec.weight, not lora.enabled
+    adapter_params = sum(r * (x.in_features + x.out_features) * x.count for x in adapted)
+    weights = v.num_params * w + adapter_params * lora.adapter_bytes
+    if images == 0:
+        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=0, saved=0, merger_saved=0,
+                           blocks_saved=(), block_full=0, block_backward=0, block_grads=0, merger_grads=0, patches=0,
+                           image_tokens=0, trained="no images: unused")
+    h = v.hidden_size
+    m = images * image_geometry(job.train, v).tokens            # connector rows, image tokens
+    # the batch: pixel_values fp32 and pixel_attention_mask, int64 per pixel of every tile
+    # (image_processing_pil_smolvlm.py `_make_pixel_mask`: np.int64), both alive the whole step
+    pixels = n * v.patch_dim * FP32 + n // v.patches * v.tile ** 2 * INT64
+    if lora.enabled and not adapted and not job.train.gradient_checkpointing:
+        # no adapter in the tower or the connector and no `enable_input_require_grads` hook (TRL installs it for PEFT
+        # under checkpointing only): nothing there requires grad, so it builds no graph and runs no backward
+        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=pixels, saved=0, merger_saved=0,
+                           blocks_saved=(), block_full=0, block_backward=0, block_grads=0, merger_grads=0, patches=n,
+                           image_tokens=m,
+                           trained="frozen (no LoRA target reaches it, no checkpointing): no graph, no backward")
+    gbytes = w if trained else lora.adapter_bytes
+    tower_adapters = [x for x in adapted if x.part == "tower"]
+    merger_adapters = [x for x in adapted if x.part == "merger"]
+    per_block = v.block_params if trained else sum(r * (x.in_features + x.out_features) for x in tower_adapters)
+    merger = v.merger_params if trained else sum(r * (x.in_features + x.out_features) for x in merger_adapters)
+    outside = v.embed_params + 2 * h if trained else 0        # embeddings and post_layernorm
+    trainable = outside + per_block * v.depth + merger
+    grads = trainable * gbytes
+    opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
+    # SmolVLMVisionAttention's q, k, v are three Linears. No attention mask: every tile is tile × tile pixels, so the
+    # patch mask is all ones and masking_utils.py `create_bidirectional_mask` (sdpa_mask with
+    # allow_is_bidirectional_skip) returns None; attention runs per tile unmasked, which one row of tiles × patches
+    # tokens sizes alike (no 4-D mask term)
+    spec = replace(block_spec(v), fused_qkv=False)
+    mb = MicroBatch(rows=1, seq=n, label_tokens=0, padding_free=False, source="", attn_implementation="sdpa")
+    # trained under autocast, q_proj, k_proj and v_proj each cast layer_norm1's fp32 output to the compute dtype (an
+    # activation's cast is not cached, autocast caches only parameters' casts) and each keeps its own copy for its
+    # weight gradient: two more than `block_saved` counts
+    casts = 2 * prec.act * h * n if trained and prec.amp else 0
+    block = block_saved(job, v, spec, mb, prec, v.block_params, adapted, lora) + casts
+    if job.train.gradient_checkpointing:      # SmolVLMEncoderLayer is a GradientCheckpointingLayer: its input alone
+        blocks = (prec.residual * h * n,) * v.depth
+    else:
+        blocks = (block,) * v.depth
+    # before the layers: the Conv2d's input (the gathered tiles in the weight dtype) for its weight gradient; frozen
+    # under checkpointing, the hooked embeddings' output and the token embeddings' output are leaves
+    conv = n * v.patch_dim * w if trained else 0
+    hooked = not trained and job.train.gradient_checkpointing
+    leaves = n * h * w + token_leaf(job, prec) if hooked else 0
+    # after them: post_layernorm (its output, reshaped by pixel_shuffle, is proj's input: kept when proj trains) and
+    # the connector adapters' own
+    merger_saved = layer_norm_saved(h, prec, frozen=not trained) * n + adapters_saved(merger_adapters, m, prec, lora)
+    saved = sum(blocks) + conv + leaves + merger_saved
+    # trained, the MLP's backward holds one [N, intermediate] gradient beside the block's saved tensors, not
+    # backward_parts' two (a gated MLP's): fc2's input gradient, beside which GELU's backward writes its own once
+    # fc2's backward has released fc2's saved input (autograd drops each saved tensor once unpacked;
+    # torch/utils/checkpoint.py's unpack hook drops a recomputed one likewise). Under LoRA fc2's input gradient is the
+    # sum of its frozen base path's and its adapter's (peft lora.Linear: base(x) + lora_B(lora_A(dropout(x)))), so two
+    # are alive before GELU's backward, beside the adapters' own (`adapter_t`)
+    hidden_t, mlp_t, scores_t = act.backward_parts(spec, mb, prec, "sdpa")
+
+    def adapter_t(mlp: bool) -> int:
+        """The widest adapted input's gradient through lora_A, dropout and peft's cast, beside the MLP's backward for
+        the MLP's adapters and beside the attention's for the attention's (as hpcmem.estimate.vision does)."""
+        ins = [x.in_features for x in tower_adapters if x.name.startswith("mlp.") == mlp]
+        return n * max(ins) * backward_bytes_per_input(lora) if ins else 0
+    what = ("tower and connector trained (full fine-tuning)" if trained else
+            f"frozen; LoRA on {len(adapted)} of its linear kinds" if adapted else
+            "frozen (no LoRA target reaches it); its backward still runs (input gradients)")
+    return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,
+                       merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
+                       block_backward=hidden_t + max((mlp_t // 2 if trained else mlp_t) + adapter_t(True),
+                                                     scores_t + adapter_t(False)),
+                       block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=n, image_tokens=m,
+                       trained=what)
