@@ -15,6 +15,7 @@ from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.inputs.files import exists, is_file, load_yaml_file
 from hpcmem.inputs.values import json_object, shown
+from hpcmem.job.accelerate_blocks import block_settings
 from hpcmem.job.accelerate_keys import check_accelerate_keys
 from hpcmem.job.assumptions import assumed_names
 from hpcmem.job.jobspec import JobSpec
@@ -68,21 +69,23 @@ def accelerate_settings(name_or_path: str) -> dict[str, Any]:
                           f"({', '.join(SHIPPED_ACCELERATE)}) nor a file")
     raw = read_yaml(name_or_path, "accelerate config")
     check_accelerate_keys(raw, f"accelerate config {name_or_path}")
+    if raw.get("distributed_type") is False:      # YAML 1.1 (PyYAML, accelerate's loader too) reads bare NO as false
+        raise HpcmemError(f"accelerate config {name_or_path}: distributed_type is false — YAML reads a bare NO as "
+                          "false; write distributed_type: 'NO' (quoted, as `accelerate config` writes it)")
     out: dict[str, Any] = {k: raw[k] for k in ("distributed_type", "num_processes", "num_machines") if k in raw}
-    for engine, block, keys in (
-            ("DEEPSPEED", "deepspeed_config", ("zero_stage", "offload_optimizer_device", "offload_param_device",
-                                               "zero3_init_flag", "zero3_save_16bit_model")),
-            ("FSDP", "fsdp_config", ("fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward",
-                                     "fsdp_state_dict_type", "fsdp_cpu_ram_efficient_loading"))):
+    for engine, block in (("DEEPSPEED", "deepspeed_config"), ("FSDP", "fsdp_config")):
         section = raw.get(block) or {}
         if not isinstance(section, dict):
             raise HpcmemError(f"accelerate config {name_or_path}: {block} must be a mapping of accelerate keys; "
                               f"got {shown(section)}")
         if "distributed_type" in raw and raw["distributed_type"] != engine:
             continue    # accelerate launches by distributed_type and leaves the other engine's block unread
-        out.update({key: section[key] for key in keys if key in section})
+        out.update(block_settings(block, section, f"accelerate config {name_or_path}"))
     if out.get("distributed_type") == "FSDP" and "fsdp_version" not in out:
         out["fsdp_version"] = 1     # accelerate launch's --fsdp_version default (commands/launch.py), not hpcmem's 2
+    if out.get("distributed_type") == "DEEPSPEED" and "zero_stage" not in out:
+        # accelerate utils/dataclasses.py DeepSpeedPlugin.__post_init__: no zero_stage in the file → stage 2
+        out["zero_stage"] = 2
     if "fsdp_reshard_after_forward" in out:
         out["fsdp_reshard_after_forward"] = reshard_after_forward(
             out["fsdp_reshard_after_forward"], out.get("fsdp_version", 1), f"accelerate config {name_or_path}")
