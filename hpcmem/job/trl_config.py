@@ -20,6 +20,7 @@ from hpcmem.job.accelerate_keys import check_accelerate_keys
 from hpcmem.job.assumptions import assumed_names
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.mesh_rules import check_layout_settings
+from hpcmem.job.model_init import apply_model_init_kwargs
 from hpcmem.job.parallelism import PREFIX as PARALLELISM_PREFIX
 from hpcmem.job.parallelism import parallelism_settings, reshard_after_forward
 from hpcmem.job.settings import check_settings
@@ -94,20 +95,9 @@ def accelerate_settings(name_or_path: str) -> dict[str, Any]:
     return check_settings(out, f"accelerate config {name_or_path}")
 
 
-def _coerce_dtype(settings: dict[str, Any]) -> None:
-    """`model_init_kwargs: {dtype: ...}` (SFTConfig) and ModelConfig `dtype` name the same load dtype."""
-    mik = settings.pop("model_init_kwargs", None)
-    if mik is not None:
-        mik = json_object("model_init_kwargs", mik)
-    if isinstance(mik, dict) and "dtype" in mik and "dtype" not in settings:
-        settings["dtype"] = mik["dtype"]
-    if "torch_dtype" in settings and "dtype" not in settings:
-        settings["dtype"] = settings.pop("torch_dtype")
-
-
 def _normalise(settings: dict[str, Any]) -> dict[str, Any]:
     out = dict(settings)
-    _coerce_dtype(out)
+    apply_model_init_kwargs(out)
     if out.get("dtype") is None and "dtype" in out:
         out["dtype"] = "float32"
     if isinstance(out.get("gradient_checkpointing_kwargs"), str):
