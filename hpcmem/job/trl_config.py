@@ -26,6 +26,7 @@ from hpcmem.job.parallelism import parallelism_settings, reshard_after_forward
 from hpcmem.job.settings import check_settings
 from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.trainers import entry
+from hpcmem.job.trainers.field_types import type_problem
 from hpcmem.job.trainers.fields import check_fields
 from hpcmem.models import resolve_model
 from hpcmem.models.coverage import required_settings
@@ -162,6 +163,9 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None,
     if par_kw.get("num_processes", 1) > 1 and "distributed_type" not in par_kw:
         par_kw["distributed_type"] = "MULTI_GPU"
     ignored = sorted(k for k in not_read if k not in JOB_FIELDS)
+    refused = [why for why in (type_problem(trainer, k, s[k]) for k in ignored) if why]
+    if refused:
+        raise SpecError(refused)
     if model is None:
         name = s.get("model_name_or_path")
         if not name:

@@ -48,3 +48,25 @@ def test_an_env_block_is_trls_but_not_read_and_says_where_it_goes(tmp_path, caps
     assert run(["estimate", "sft", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "env (variables TrlParser exports" in err and "--expandable_segments" in err
+
+
+def trl_refuses(script: str, config: dict, tmp_path) -> bool:
+    try:
+        trl_leaves_unread(script, config, tmp_path)
+    except SystemExit:                   # argparse: "argument --seed: invalid int value: 'abc'"
+        return True
+    return False
+
+
+@pytest.mark.parametrize("key, value", [("seed", "abc"), ("seed", "7"), ("learning_rate", "fast"),
+                                        ("learning_rate", "2e-5"), ("do_eval", "maybe"), ("do_eval", "Yes"),
+                                        ("num_train_epochs", "three"), ("num_train_epochs", 3)])
+def test_a_field_hpcmem_does_not_model_is_refused_exactly_when_trls_parser_refuses_its_value(key, value, tmp_path,
+                                                                                           capsys):
+    refused = trl_refuses("sft", {key: value}, tmp_path)
+    capsys.readouterr()                  # argparse's own usage message
+    path = tmp_path / "hpcmem.yaml"
+    path.write_text(yaml.safe_dump({"model_name_or_path": "Qwen/Qwen2.5-0.5B", key: value}))
+    assert run(["estimate", "sft", "--config", str(path)]) == (2 if refused else 0)
+    err = capsys.readouterr().err
+    assert (f"{key} must be" in err and err.count("\n") == 1) if refused else "error" not in err
