@@ -70,3 +70,15 @@ def test_a_field_hpcmem_does_not_model_is_refused_exactly_when_trls_parser_refus
     assert run(["estimate", "sft", "--config", str(path)]) == (2 if refused else 0)
     err = capsys.readouterr().err
     assert (f"{key} must be" in err and err.count("\n") == 1) if refused else "error" not in err
+
+
+def test_a_number_given_for_a_boolean_is_told_apart_from_the_word(tmp_path, capsys):
+    """YAML's `gradient_checkpointing: 1` is the number 1; the refusal listed the word "1" as accepted and then
+    showed `got 1`, which read as a contradiction."""
+    path = tmp_path / "hpcmem.yaml"
+    path.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ngradient_checkpointing: 1\n")
+    assert run(["estimate", "sft", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a number is not a boolean; got 1" in err
+    path.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ngradient_checkpointing: '1'\n")
+    assert run(["estimate", "sft", "--config", str(path)]) == 0

@@ -8,12 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcmem.inputs.values import shown
+from hpcmem.inputs.values import FALSE_WORDS, TRUE_WORDS, shown
 from hpcmem.job.trainers.flags import kinds_of
-
-# transformers/hf_argparser.py string_to_bool: the strings a boolean field takes (compared lower-cased)
-TRUE_WORDS = ("yes", "true", "t", "y", "1")
-FALSE_WORDS = ("no", "false", "f", "n", "0")
 
 
 def type_problem(trainer: str, name: str, value: Any) -> str | None:
