@@ -144,3 +144,15 @@ def test_plan_takes_the_gpu_of_the_config_yaml_as_estimate_does(tmp_path, capsys
     assert run(["plan", "sft", "--config", str(bare)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs --gpu" in err and "gpu:" in err
+
+
+def test_an_empty_output_dir_is_refused_not_split_between_two_folders(tmp_path, capsys):
+    """transformers keeps output_dir '' as given (only None becomes trainer_output), so TRL would save checkpoint-N
+    into the job's working folder, while the script's resume marker and search went to <run>/output."""
+    transformers = pytest.importorskip("transformers")
+    assert transformers.TrainingArguments(output_dir="", use_cpu=True).output_dir == ""
+    runs = tmp_path / "runs"
+    assert run(["submit", "sft", *SMALL, "--preset", "example-l40s", "--dry-run", "--runs-dir", str(runs),
+                "--output_dir", ""]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "output_dir '' is empty" in err and not runs.exists()
