@@ -26,10 +26,15 @@ READ = {
 }
 GROUP = {"deepspeed_config": "DeepSpeed Arguments", "fsdp_config": "FSDP Arguments"}
 # Read by accelerate with no effect on one GPU's memory: the launcher's own plumbing (hostfile, node filters,
-# multinode launcher), values transformers resolves from TrainingArguments anyway ("auto"), the state dict sync.
+# multinode launcher) and values transformers resolves from TrainingArguments anyway ("auto").
 NO_EFFECT = frozenset({
     "gradient_accumulation_steps", "gradient_clipping", "deepspeed_hostfile", "deepspeed_exclusion_filter",
     "deepspeed_inclusion_filter", "deepspeed_multinode_launcher",
+})
+# Read by accelerate, not modelled, returned as "<block>.<key>" so that the estimate lists them back as ignored:
+# hpcmem.estimate.fsdp_units assumes no forward prefetch and BACKWARD_PRE (TRL's fsdp1.yaml sets forward prefetch
+# on), one unit per decoder layer class, and counts no effect of the others.
+LISTED = frozenset({
     "fsdp_sync_module_states", "fsdp_use_orig_params", "fsdp_transformer_layer_cls_to_wrap", "fsdp_min_num_params",
     "fsdp_backward_prefetch", "fsdp_forward_prefetch",
 })
@@ -55,7 +60,7 @@ WHY = {
 
 def block_settings(block: str, section: dict[str, Any], source: str) -> dict[str, Any]:
     """The hpcmem settings of READ[block] found in `section` (fsdp keys under their prefixed name, as accelerate
-    adds it); every other key is checked: unknown to accelerate, or read by it with a memory effect hpcmem does not
+    adds it), and LISTED keys as "<block>.<key>"; every other key is checked: unknown to accelerate, or read by it with a memory effect hpcmem does not
     model, is a problem naming the key, its value and the rule. Raises SpecError listing all of them."""
     p = Problems()
     known = block_keys(GROUP[block])
@@ -74,6 +79,8 @@ def block_settings(block: str, section: dict[str, Any], source: str) -> dict[str
                   + (f"; did you mean {close[0]}?" if close else ""))
         elif key in NO_EFFECT:
             continue
+        elif key in LISTED:
+            out[f"{block}.{key}"] = value
         elif key in ASSUMED:
             expected, why = ASSUMED[key]
             if value != expected and not (expected is None and value in ([], "", "none")):

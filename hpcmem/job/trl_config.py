@@ -15,6 +15,7 @@ from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.inputs.files import exists, is_file, load_yaml_file
 from hpcmem.inputs.values import json_object, shown
+from hpcmem.job.accelerate_blocks import READ as ACCELERATE_BLOCKS
 from hpcmem.job.accelerate_blocks import block_settings
 from hpcmem.job.accelerate_keys import check_accelerate_keys
 from hpcmem.job.assumptions import assumed_names
@@ -155,7 +156,8 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None,
     s = _normalise(check_settings(settings, "settings"))
     e = entry(trainer)
     not_read = check_fields(e.config_class, {k: v for k, v in s.items() if k not in TRAIN_FIELDS | PARALLEL_FIELDS},
-                            own=JOB_FIELDS | {k for k in s if k.startswith(PARALLELISM_PREFIX.rstrip("_"))},
+                            own=JOB_FIELDS | {k for k in s if k.startswith((PARALLELISM_PREFIX.rstrip("_"),
+                                                                             *ACCELERATE_BLOCKS))},
                             script_class=e.script_class)
     defaults = e.defaults
     train_kw = {**defaults, **{k: v for k, v in s.items() if k in TRAIN_FIELDS}}

@@ -90,3 +90,16 @@ def test_a_bare_no_distributed_type_says_how_to_write_it(tmp_path):
     path.write_text("distributed_type: NO\nnum_processes: 1\n")
     with pytest.raises(HpcmemError, match="write distributed_type: 'NO'"):
         accelerate_settings(str(path))
+
+
+def test_fsdp_keys_read_by_accelerate_but_not_modelled_are_listed_back():
+    """TRL's fsdp1.yaml turns forward prefetch on; hpcmem.estimate.fsdp_units models none, so the estimate names the
+    key among the settings it ignored instead of passing over it."""
+    import importlib.resources
+
+    from hpcmem.job.trl_config import build_job
+
+    path = str(importlib.resources.files("trl.accelerate_configs").joinpath("fsdp1.yaml"))
+    assert yaml.safe_load(Path(path).read_text())["fsdp_config"]["fsdp_forward_prefetch"] is True
+    _, ignored = build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", **accelerate_settings(path)})
+    assert "fsdp_config.fsdp_forward_prefetch" in ignored and "fsdp_config.fsdp_backward_prefetch" in ignored
