@@ -15,6 +15,7 @@ from hpcmem.errors import SpecError
 from hpcmem.inputs.values import json_object
 from hpcmem.job.images import FIELD_HELP as IMAGE_FIELD_HELP
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.rules import check_given_fields
 from hpcmem.job.settings import check_settings
 from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.trainers import REGISTRY, entry, names
@@ -200,8 +201,11 @@ def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | 
     accel = given.pop("accelerate_config", None)
     lengths_path = given.pop("lengths", None)
     settings: dict[str, Any] = check_settings(preset or {}, "preset defaults")
+    written = set(given)        # what the user wrote, not the preset's defaults shared by every trainer
     if config_path:
-        settings.update(check_settings(read_yaml(config_path), f"config {config_path}"))
+        yaml_settings = read_yaml(config_path)
+        settings.update(check_settings(yaml_settings, f"config {config_path}"))
+        written |= set(yaml_settings)
         if preset and "gpu" in preset:          # the job runs on the preset's GPU, whatever the YAML's `gpu:` says
             settings["gpu"] = preset["gpu"]     # (as hpcmem.launch.submission.prepare runs it); --gpu still applies
     if accel:
@@ -211,6 +215,7 @@ def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | 
     settings.pop("accelerate_config", None)
     settings.update(check_settings(given, "command line"))
     vision = _apply_profile(lengths_path, trainer, settings) if lengths_path else None
+    check_given_fields(trainer, written)
     job, notes = build_job(trainer, settings, model=model, settle_required=settle_required)
     if vision is not None:
         _check_processor(vision, lengths_path, job)

@@ -56,10 +56,11 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
     Example: hpcmem plan sft --model_name_or_path meta-llama/Llama-3.1-8B --gpu H100-80GB --num_processes 8
     """
     preset = launch.load_preset(preset_ref) if preset_ref else None
-    if not kwargs.get("gpu") and preset is None:
-        raise HpcmemError("hpcmem plan needs --gpu (see `hpcmem gpus`) or --preset (see `hpcmem presets list`)")
     job, _ = job_from_cli(trainer, kwargs, preset=launch.preset_settings(preset, kwargs.get("gpu")) if preset else None,
                           settle_required=True)
+    if job.gpu is None:         # --gpu, the --config YAML's `gpu:` or the preset's
+        raise HpcmemError("hpcmem plan needs --gpu (see `hpcmem gpus`), a `gpu:` in --config or --preset (see "
+                          "`hpcmem presets list`)")
     if preset is not None:
         _check_allocation(job, preset)
     fixed = set(collect(kwargs)) | (set(read_yaml(kwargs["config"])) if kwargs.get("config") else set())

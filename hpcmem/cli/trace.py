@@ -52,8 +52,9 @@ def command(trainer: str, kernels: str, allocator: str, generation: bool, snapsh
         pyplot("hpcmem trace --timeline")          # before minutes of tracing, not after
     if allocator == "auto":
         allocator = "auto" if kernels == "cuda" else "off"     # no CUDA caching allocator behind a CPU run
+    say = None if as_json else (lambda text: click.echo(f"trace: {text}", err=True))    # stages, on stderr
     result = run_trace(job, kernels=kernels, allocator=False if allocator == "off" else allocator,
-                       generation=generation, snapshot=recorder)
+                       generation=generation, snapshot=recorder, say=say)
     pictures = _write_pictures(recorder, job, snapshot_path, timeline_path)
     if as_json:
         click.echo(json.dumps({**result.to_json(), "ignored_settings": ignored, **pictures}, indent=2))

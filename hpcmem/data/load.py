@@ -69,7 +69,10 @@ def _load_data(data: str, split: str, cache_dir: str | None):
     path = Path(data)
     if path.is_dir() and ((path / "state.json").exists() or (path / "dataset_dict.json").exists()):
         loaded = datasets.load_from_disk(str(path))
+        if not isinstance(loaded, datasets.DatasetDict):
+            _one_split(data, split)
     elif path.is_file():
+        _one_split(data, split)
         loaded = _load_file(path, cache_dir)
     elif not path.is_dir() and (path.is_absolute() or data.startswith((".", "~"))):
         raise DataNotFound(f"{data}: no such file or folder; expected {describe_formats()}")
@@ -83,6 +86,14 @@ def _load_data(data: str, split: str, cache_dir: str | None):
             raise DataNotFound(f"{data}: {what} (split {split!r}; {exc.__class__.__name__}: {exc}); download it "
                                "first or pass a file") from exc
     return _pick_split(loaded, split, data)
+
+
+def _one_split(data: str, split: str) -> None:
+    """A data file or a saved single Dataset is one split (datasets names a file's `train`): another --split would
+    select nothing, and the profile would describe rows the user did not ask for."""
+    if split != "train":
+        raise DataNotFound(f"{data} holds one split; --split {split!r} selects splits of a DatasetDict folder or a "
+                           "cached dataset only — leave it out")
 
 
 def _load_file(path: Path, cache_dir: str | None):

@@ -102,7 +102,10 @@ def boolean(field: str, value: Any, *, text_ok: bool = True) -> bool:
             return True
         if word in FALSE_WORDS:
             return False
-    raise fail(field, value, "true or false" + (" (or yes/no, t/f, y/n, 1/0)" if text_ok else ""))
+    rule = "true or false" + (" (or the words yes/no, t/f, y/n, 1/0)" if text_ok else "")
+    if isinstance(value, (int, float)):     # YAML's 1 is a number, not the word "1"
+        rule += "; a number is not a boolean"
+    raise fail(field, value, rule)
 
 
 def text(field: str, value: Any, *, max_len: int = MAX_TEXT, numbers_ok: bool = False, controls: bool = False) -> str:

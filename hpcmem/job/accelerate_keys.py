@@ -1,5 +1,6 @@
 """The keys an accelerate config file may hold: the fields of accelerate's ClusterConfig (accelerate 1.x,
-commands/config/config_args.py), shipped as accelerate_keys.json so the light install knows them.
+commands/config/config_args.py), and the launch arguments its deepspeed_config / fsdp_config blocks may set
+(commands/launch.py `launch_command_parser` groups), shipped as accelerate_keys.json so the light install knows them.
 
 accelerate refuses a file with any other top-level key (BaseConfig.from_yaml_file: "had unknown keys"), so hpcmem
 refuses it too, naming the nearest key — a misspelt `num_processes` would otherwise leave the job on one GPU.
@@ -21,6 +22,13 @@ from hpcmem.errors import Problems
 def accelerate_keys() -> tuple[str, ...]:
     text = Path(__file__).with_name("accelerate_keys.json").read_text(encoding="utf-8")
     return tuple(json.loads(text)["ClusterConfig"])
+
+
+def block_keys(group: str) -> tuple[str, ...]:
+    """The launch arguments of one group of accelerate's `launch_command_parser` ("DeepSpeed Arguments", "FSDP
+    Arguments"): the keys a deepspeed_config / fsdp_config block of the file can set (hpcmem.job.accelerate_blocks)."""
+    text = Path(__file__).with_name("accelerate_keys.json").read_text(encoding="utf-8")
+    return tuple(json.loads(text)[group])
 
 
 def check_accelerate_keys(raw: dict[str, Any], source: str) -> None:

@@ -52,16 +52,32 @@ def undeclared_fields(trainer: str) -> tuple[tuple[str, Any], ...]:
     return tuple((name, unset) for name, unset in exclusive_fields().items() if not e.declares(name))
 
 
+def foreign_field(trainer: str, name: str) -> str:
+    """Why `name`, a field of other trainers' configs, is refused for `trainer`: `trl <trainer>` hands a YAML key its
+    parser does not know to `accelerate launch` (trl/cli/commands/training.py), which stops on it."""
+    declared_by = [o for o in REGISTRY.values() if o.declares(name)]
+    where = "/".join(o.config_class for o in declared_by)
+    return (f"{name} is a {where} field; {entry(trainer).config_class} has no {name} field — remove it "
+            f"or use `hpcmem estimate {declared_by[0].name}`")
+
+
+def check_given_fields(trainer: str, given: Any) -> None:
+    """The names the user wrote (TRL YAML, flags) that only other trainers' configs declare: refused whatever their
+    value — at TrainSpec's default `check_job` cannot tell them from unset."""
+    p = Problems()
+    for name, _ in undeclared_fields(trainer):
+        if name in given:
+            p.add(foreign_field(trainer, name))
+    p.raise_if_any()
+
+
 def check_job(job: Job) -> None:
     t, par = job.train, job.parallel
     e = entry(t.trainer)
     p = Problems()
     for name, unset in undeclared_fields(t.trainer):
         if getattr(t, name) != unset:
-            declared_by = [o for o in REGISTRY.values() if o.declares(name)]
-            where = "/".join(o.config_class for o in declared_by)
-            p.add(f"{name} is a {where} field; {e.config_class} has no {name} field — remove it "
-                  f"or use `hpcmem estimate {declared_by[0].name}`")
+            p.add(foreign_field(t.trainer, name))
     unknown = sorted(set(t.gradient_checkpointing_kwargs) - CHECKPOINT_KWARGS - {"selective"})
     if unknown:
         p.add(f"gradient_checkpointing_kwargs {', '.join(map(repr, unknown))}: transformers passes these keys to "

@@ -15,15 +15,19 @@ from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.inputs.files import exists, is_file, load_yaml_file
 from hpcmem.inputs.values import json_object, shown
+from hpcmem.job.accelerate_blocks import READ as ACCELERATE_BLOCKS
+from hpcmem.job.accelerate_blocks import block_settings
 from hpcmem.job.accelerate_keys import check_accelerate_keys
 from hpcmem.job.assumptions import assumed_names
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.mesh_rules import check_layout_settings
+from hpcmem.job.model_init import apply_model_init_kwargs
 from hpcmem.job.parallelism import PREFIX as PARALLELISM_PREFIX
 from hpcmem.job.parallelism import parallelism_settings, reshard_after_forward
 from hpcmem.job.settings import check_settings
 from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.job.trainers import entry
+from hpcmem.job.trainers.field_types import type_problem
 from hpcmem.job.trainers.fields import check_fields
 from hpcmem.models import resolve_model
 from hpcmem.models.coverage import required_settings
@@ -68,21 +72,23 @@ def accelerate_settings(name_or_path: str) -> dict[str, Any]:
                           f"({', '.join(SHIPPED_ACCELERATE)}) nor a file")
     raw = read_yaml(name_or_path, "accelerate config")
     check_accelerate_keys(raw, f"accelerate config {name_or_path}")
+    if raw.get("distributed_type") is False:      # YAML 1.1 (PyYAML, accelerate's loader too) reads bare NO as false
+        raise HpcmemError(f"accelerate config {name_or_path}: distributed_type is false — YAML reads a bare NO as "
+                          "false; write distributed_type: 'NO' (quoted, as `accelerate config` writes it)")
     out: dict[str, Any] = {k: raw[k] for k in ("distributed_type", "num_processes", "num_machines") if k in raw}
-    for engine, block, keys in (
-            ("DEEPSPEED", "deepspeed_config", ("zero_stage", "offload_optimizer_device", "offload_param_device",
-                                               "zero3_init_flag", "zero3_save_16bit_model")),
-            ("FSDP", "fsdp_config", ("fsdp_version", "fsdp_offload_params", "fsdp_reshard_after_forward",
-                                     "fsdp_state_dict_type", "fsdp_cpu_ram_efficient_loading"))):
+    for engine, block in (("DEEPSPEED", "deepspeed_config"), ("FSDP", "fsdp_config")):
         section = raw.get(block) or {}
         if not isinstance(section, dict):
             raise HpcmemError(f"accelerate config {name_or_path}: {block} must be a mapping of accelerate keys; "
                               f"got {shown(section)}")
         if "distributed_type" in raw and raw["distributed_type"] != engine:
             continue    # accelerate launches by distributed_type and leaves the other engine's block unread
-        out.update({key: section[key] for key in keys if key in section})
+        out.update(block_settings(block, section, f"accelerate config {name_or_path}"))
     if out.get("distributed_type") == "FSDP" and "fsdp_version" not in out:
         out["fsdp_version"] = 1     # accelerate launch's --fsdp_version default (commands/launch.py), not hpcmem's 2
+    if out.get("distributed_type") == "DEEPSPEED" and "zero_stage" not in out:
+        # accelerate utils/dataclasses.py DeepSpeedPlugin.__post_init__: no zero_stage in the file → stage 2
+        out["zero_stage"] = 2
     if "fsdp_reshard_after_forward" in out:
         out["fsdp_reshard_after_forward"] = reshard_after_forward(
             out["fsdp_reshard_after_forward"], out.get("fsdp_version", 1), f"accelerate config {name_or_path}")
@@ -91,20 +97,9 @@ def accelerate_settings(name_or_path: str) -> dict[str, Any]:
     return check_settings(out, f"accelerate config {name_or_path}")
 
 
-def _coerce_dtype(settings: dict[str, Any]) -> None:
-    """`model_init_kwargs: {dtype: ...}` (SFTConfig) and ModelConfig `dtype` name the same load dtype."""
-    mik = settings.pop("model_init_kwargs", None)
-    if mik is not None:
-        mik = json_object("model_init_kwargs", mik)
-    if isinstance(mik, dict) and "dtype" in mik and "dtype" not in settings:
-        settings["dtype"] = mik["dtype"]
-    if "torch_dtype" in settings and "dtype" not in settings:
-        settings["dtype"] = settings.pop("torch_dtype")
-
-
 def _normalise(settings: dict[str, Any]) -> dict[str, Any]:
     out = dict(settings)
-    _coerce_dtype(out)
+    apply_model_init_kwargs(out)
     if out.get("dtype") is None and "dtype" in out:
         out["dtype"] = "float32"
     if isinstance(out.get("gradient_checkpointing_kwargs"), str):
@@ -161,7 +156,8 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None,
     s = _normalise(check_settings(settings, "settings"))
     e = entry(trainer)
     not_read = check_fields(e.config_class, {k: v for k, v in s.items() if k not in TRAIN_FIELDS | PARALLEL_FIELDS},
-                            own=JOB_FIELDS | {k for k in s if k.startswith(PARALLELISM_PREFIX.rstrip("_"))},
+                            own=JOB_FIELDS | {k for k in s if k.startswith((PARALLELISM_PREFIX.rstrip("_"),
+                                                                             *ACCELERATE_BLOCKS))},
                             script_class=e.script_class)
     defaults = e.defaults
     train_kw = {**defaults, **{k: v for k, v in s.items() if k in TRAIN_FIELDS}}
@@ -169,6 +165,9 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None,
     if par_kw.get("num_processes", 1) > 1 and "distributed_type" not in par_kw:
         par_kw["distributed_type"] = "MULTI_GPU"
     ignored = sorted(k for k in not_read if k not in JOB_FIELDS)
+    refused = [why for why in (type_problem(trainer, k, s[k]) for k in ignored) if why]
+    if refused:
+        raise SpecError(refused)
     if model is None:
         name = s.get("model_name_or_path")
         if not name:

@@ -166,6 +166,13 @@ class Launch:
             # `opt.x or preset.x` would read an empty --account/--qos as "the preset's" without a word
             p.check(getattr(opt, name) != "", f"--{name} '' is empty: give a SLURM {name}, or leave the flag out for "
                     f"the preset's ({getattr(pre, name) or 'none'})")
+        output_dir = opt.trl_fields.get("output_dir")
+        # run_files places the resume marker in <run>/output for an empty output_dir, while TRL saves its
+        # checkpoints relative to the job's working folder: the requeue would never find them
+        p.check(output_dir is None or str(output_dir).strip() != "",
+                f"output_dir {output_dir!r} is empty or blank: TRL would save checkpoints into the job's working folder "
+                f"({opt.workdir}) while a requeue resumes from the run folder's output/; name a folder, or leave "
+                "output_dir out for the run folder's output/")
         self._check_script_values(p)
         self._check_container_paths(p)
         return p.items

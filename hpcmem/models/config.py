@@ -137,6 +137,19 @@ def has_family(cfg: dict[str, Any]) -> bool:
     return isinstance(cfg, dict) and str(unwrap_text_config(cfg)[0].get("model_type")) in ARCHITECTURES
 
 
+def _check_rotary_dim(cfg: dict[str, Any], head_dim: int, name: str) -> None:
+    """Every family here rotates its queries and keys (RoPE), and transformers refuses a config whose fully rotated
+    head is odd and wider than 4 (modeling_rope_utils.py RotaryEmbeddingConfigMixin `_validate_default_rope_parameters`:
+    "RoPE requires an even rotary dimension"), so the model could not even be built."""
+    rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    factor = rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+    if not isinstance(factor, (int, float)) or isinstance(factor, bool):
+        return          # not a number: transformers' own check names it when the model is built
+    if head_dim > 4 and head_dim % 2 and int(head_dim * factor) == head_dim:
+        raise SpecError(f"model {name}: head_dim {head_dim} must be even — RoPE rotates pairs of dimensions and "
+                        f"transformers refuses an odd rotary dimension (partial_rotary_factor {factor})")
+
+
 def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
     """Read a transformers config.json dict into a `ModelSpec` (see `ARCHITECTURES` for what is read and why)."""
     check_model_config(cfg, name)         # JSON types and ranges of every key read below (hpcmem.inputs)
@@ -167,6 +180,7 @@ def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
     heads, hidden = get("num_attention_heads"), get("hidden_size")
     kv_heads = get("num_key_value_heads") or heads
     head_dim = get("head_dim") or hidden // heads
+    _check_rotary_dim(cfg, head_dim, name)
     bias_on = {"attention_bias": bool(get("attention_bias")), "qkv_always": True,
                "qkv_bias_key": bool(get("qkv_bias")), "none": False}[arch.bias]
     return ModelSpec(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import hpcmem.trace.trainer as builders
@@ -51,7 +52,7 @@ ADJUSTMENTS: tuple[str, ...] = (
 
 def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False,
               allocator: bool | str = False, generation: bool = False, steps: int | None = None,
-              snapshot: Any = None, design: Any = None) -> TraceResult:
+              snapshot: Any = None, design: Any = None, say: Callable[[str], None] | None = None) -> TraceResult:
     """Trace two training steps of `job` (single GPU) and return the peak and its breakdown.
 
     `generation` (GRPO/RLOO, off by default: slow): run TRL's transformers `generate` call to full length in the
@@ -70,7 +71,10 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
 
     `design` (a hpcmem.trace.data.BatchDesign, default the job's worst-case micro-batch) replaces the rows the
     dataset is made of: hpcmem.lab.shape_sequences hands in the rows of several micro-batches drawn from a length
-    profile, so the steps see the shapes a real dataset gives."""
+    profile, so the steps see the shapes a real dataset gives.
+
+    `say` (off by default) hears one line per stage (build, each traced step, the allocator replay), so a command
+    that traces a large model for a minute shows that it is working."""
     if kernels not in KERNELS:
         raise SpecError(f"kernels must be one of {', '.join(KERNELS)}; got {kernels!r}")
     _check_single_gpu(job)
@@ -92,9 +96,14 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
     with _quiet(), fake_world() as (_, oracle), _trace_steps(steps):
         mapping = cuda_mapping(tracker, job) if kernels == "cuda" else contextlib.nullcontext([])
         with mapping as mapped:
+            if say:
+                say(f"building {job.model.name} ({job.train.trainer}) on fake tensors")
             trainer, num_params = _build(job, design, generation)
             if steps is not None:
                 trainer.args.max_steps = steps
+            if say:
+                say(f"tracing {trainer.args.max_steps} optimizer steps of {num_params:,} parameters")
+                _say_each_step(trainer, say, start)
             if not entry(job.train.trainer).generates:    # generating trainers collate nothing (identity on prompts)
                 trainer.data_collator = fake_collator(trainer.data_collator, oracle, tracker)
             _offload(job, trainer, tracker, notes)
@@ -106,6 +115,8 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
         notes.append(ROUTING_NOTE + f" (reads: {dict(oracle.routing_reads)})")
     out = _result(job, tracker, result, kernels, notes, num_params, design, time.perf_counter() - start)
     if modes:
+        if say:
+            say(f"replaying {len(sim.events):,} allocations through the caching-allocator model ({', '.join(modes)})")
         out.events = sim.events
         out.allocator = replay_modes(job, sim.events, modes)
         out.reserved_mode = job_mode(job) if job_mode(job) in modes else modes[0]
@@ -114,6 +125,17 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
     elif sim is not None and hasattr(sim, "stats"):
         out.allocator = sim.stats()
     return out
+
+
+def _say_each_step(trainer: Any, say: Callable[[str], None], start: float) -> None:
+    """One line as each optimizer step ends (transformers TrainerCallback.on_step_end)."""
+    from transformers import TrainerCallback
+
+    class StepLines(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            say(f"step {state.global_step} of {state.max_steps} traced ({time.perf_counter() - start:.0f} s)")
+
+    trainer.add_callback(StepLines())
 
 
 def job_mode(job: JobSpec) -> str:

@@ -132,3 +132,27 @@ def test_requeue_without_a_time_limit_is_refused(tmp_path, capsys):
                  "--requeue", "signal_lead_s 600", "UNLIMITED", "--time")
     assert not (tmp_path / "runs").exists()
     assert run(["submit", "sft", *SMALL, "--preset", unlimited, "--requeue", "--time", "1-00:00:00", *runs]) == 0
+
+
+def test_plan_takes_the_gpu_of_the_config_yaml_as_estimate_does(tmp_path, capsys):
+    """The shipped example YAML names its GPU (`gpu: H100-80GB`); plan read only --gpu and refused it."""
+    example = Path(__file__).resolve().parents[2] / "hpcmem" / "examples" / "sft-qwen2.5-7b-lora.yaml"
+    assert run(["plan", "sft", "--config", str(example), "--json", "--top", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["gpu"] == "H100-80GB"
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\n")
+    assert run(["plan", "sft", "--config", str(bare)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs --gpu" in err and "gpu:" in err
+
+
+def test_an_empty_output_dir_is_refused_not_split_between_two_folders(tmp_path, capsys):
+    """transformers keeps output_dir '' as given (only None becomes trainer_output), so TRL would save checkpoint-N
+    into the job's working folder, while the script's resume marker and search went to <run>/output."""
+    transformers = pytest.importorskip("transformers")
+    assert transformers.TrainingArguments(output_dir="", use_cpu=True).output_dir == ""
+    runs = tmp_path / "runs"
+    assert run(["submit", "sft", *SMALL, "--preset", "example-l40s", "--dry-run", "--runs-dir", str(runs),
+                "--output_dir", ""]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "output_dir '' is empty" in err and not runs.exists()

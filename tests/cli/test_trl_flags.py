@@ -32,7 +32,7 @@ KINDS = Path(__file__).resolve().parents[2] / "hpcmem" / "job" / "trainers" / "f
 
 def parser_kinds(trainer: str) -> dict:
     parser = importlib.import_module(REGISTRY[trainer].script).make_parser()
-    out = {"bool": set(), "list": set(), "negated": {}}
+    out = {"bool": set(), "list": set(), "int": set(), "float": set(), "negated": {}}
     for a in parser._actions:
         if not a.option_strings or a.dest == "help":
             continue
@@ -42,7 +42,10 @@ def parser_kinds(trainer: str) -> dict:
             out["bool"].add(a.dest)
         elif a.nargs in ("+", "*"):
             out["list"].add(a.dest)
-    return {"bool": sorted(out["bool"]), "list": sorted(out["list"]), "negated": dict(sorted(out["negated"].items()))}
+        elif a.type in (int, float):        # argparse parses a string default with it (TrlParser's YAML values)
+            out[a.type.__name__].add(a.dest)
+    return {"bool": sorted(out["bool"]), "list": sorted(out["list"]), "int": sorted(out["int"]),
+            "float": sorted(out["float"]), "negated": dict(sorted(out["negated"].items()))}
 
 
 def test_shipped_flag_kinds_are_trls_parsers():

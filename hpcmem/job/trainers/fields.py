@@ -248,6 +248,10 @@ def unknown_field(config_class: str, name: str, known: set[str], script_class: s
     if name in RENAMED and RENAMED[name][0] != name:
         new, why = RENAMED[name]
         return f"{name} is not a field of TRL 1.16 ({why}): write {new}"
+    if name == "env":
+        # TrlParser.parse_args_and_config (trl/scripts/utils.py) pops `env` and exports it in the training process
+        return ("env (variables TrlParser exports in the training process) is not read by hpcmem: give them to "
+                "`hpcmem submit --env NAME=VALUE`, and PYTORCH_CUDA_ALLOC_CONF as --expandable_segments")
     close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
     hint = f"; did you mean {close[0]}?" if close else ""
     return f"{name} is not a field of {classes} (TRL 1.16), nor one of hpcmem's{hint}"

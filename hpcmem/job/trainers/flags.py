@@ -3,7 +3,7 @@ true), a list takes every word up to the next flag (`--lora_target_modules q_pro
 `--no_<field>` sets a field whose default is true to false; `--some-field` is `--some_field`; a flag given twice keeps
 the last (transformers/hf_argparser.py HfArgumentParser._parse_dataclass_field, argparse).
 
-flag_kinds.json holds, per trainer, the boolean and list fields and the `--no_` flags of the script's parser
+flag_kinds.json holds, per trainer, the boolean, list, int and float fields and the `--no_` flags of the script's parser
 (trl/scripts/<trainer>.py make_parser); tests/cli/test_trl_flags.py rebuilds it from the installed TRL.
 """
 
@@ -20,6 +20,11 @@ Kind = Literal["bool", "list", "value"]
 @lru_cache(maxsize=1)
 def _table() -> dict[str, dict]:
     return json.loads(Path(__file__).with_name("flag_kinds.json").read_text(encoding="utf-8"))
+
+
+def kinds_of(trainer: str) -> dict:
+    """flag_kinds.json's entry for `trainer`: its bool, list, int and float fields and its `--no_` flags."""
+    return _table()[trainer]
 
 
 def flag_kind(trainer: str, name: str) -> Kind:
