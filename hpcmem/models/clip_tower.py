@@ -42,9 +42,10 @@ CLIP_ACTIVATIONS = ("quick_gelu", "gelu")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ClipLinear:
-    """One linear of the tower or the projector: its module name below `vision_tower.encoder.layers.N.`
-    or `multi_modal_projector.`, its shape, how many there are, and whether it has a bias."""
+class TowerLinear:
+    """One linear of a CLIP/SigLIP-style tower or its projector: its module name below the encoder layer
+    (`vision_tower.encoder.layers.N.`, `vision_model.encoder.layers.N.`) or the projector (`multi_modal_projector.`,
+    `connector.`), its shape, how many there are, and whether it has a bias."""
 
     name: str
     in_features: int
@@ -133,15 +134,15 @@ class ClipTowerSpec:
         """Encoder layers on the loss's path: those up to the feature layer (hidden_states[k] is layer k's output)."""
         return self.feature_layer if self.feature_layer > 0 else self.depth + 1 + self.feature_layer
 
-    def linears(self) -> tuple[ClipLinear, ...]:
+    def linears(self) -> tuple[TowerLinear, ...]:
         h, i, d, o = self.hidden_size, self.intermediate_size, self.depth, self.out_hidden_size
-        return (*(ClipLinear(name=f"self_attn.{n}", in_features=h, out_features=h, count=d, part="tower")
+        return (*(TowerLinear(name=f"self_attn.{n}", in_features=h, out_features=h, count=d, part="tower")
                   for n in ("q_proj", "k_proj", "v_proj", "out_proj")),
-                ClipLinear(name="mlp.fc1", in_features=h, out_features=i, count=d, part="tower"),
-                ClipLinear(name="mlp.fc2", in_features=i, out_features=h, count=d, part="tower"),
-                ClipLinear(name="linear_1", in_features=h, out_features=o, count=1, part="merger",
+                TowerLinear(name="mlp.fc1", in_features=h, out_features=i, count=d, part="tower"),
+                TowerLinear(name="mlp.fc2", in_features=i, out_features=h, count=d, part="tower"),
+                TowerLinear(name="linear_1", in_features=h, out_features=o, count=1, part="merger",
                            bias=self.projector_bias),
-                ClipLinear(name="linear_2", in_features=o, out_features=o, count=1, part="merger",
+                TowerLinear(name="linear_2", in_features=o, out_features=o, count=1, part="merger",
                            bias=self.projector_bias))
 
     @property

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
+from hpcmem.models.clip_tower import TowerLinear
 from hpcmem.models.siglip import siglip_tower_params
 
 # SmolVLMVisionConfig / Idefics3VisionConfig class defaults (configuration_smolvlm.py, configuration_idefics3.py),
@@ -50,22 +51,6 @@ SIZE_OVER_TILE = 4          # SmolVLMImageProcessor.size {"longest_edge": 4 * 36
 MAX_IMAGE_SIZE = 4096       # image_processing_pil_smolvlm.py MAX_IMAGE_SIZE: no side above it after the first resize
 # the activations whose saved tensors hpcmem.estimate.vision derives for a two-linear MLP
 ACTIVATIONS = ("gelu_pytorch_tanh", "gelu")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Idefics3Linear:
-    """One linear of the tower (below `vision_model.encoder.layers.N.`) or the connector (below `connector.`)."""
-
-    name: str
-    in_features: int
-    out_features: int
-    count: int
-    part: str               # "tower" or "merger" (the connector)
-    bias: bool = True
-
-    @property
-    def params(self) -> int:
-        return (self.in_features * self.out_features + (self.out_features if self.bias else 0)) * self.count
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,13 +131,13 @@ class Idefics3TowerSpec:
     def merge_unit(self) -> int:
         return self.scale_factor ** 2
 
-    def linears(self) -> tuple[Idefics3Linear, ...]:
+    def linears(self) -> tuple[TowerLinear, ...]:
         h, i, d = self.hidden_size, self.intermediate_size, self.depth
-        return (*(Idefics3Linear(name=f"self_attn.{n}", in_features=h, out_features=h, count=d, part="tower")
+        return (*(TowerLinear(name=f"self_attn.{n}", in_features=h, out_features=h, count=d, part="tower")
                   for n in ("q_proj", "k_proj", "v_proj", "out_proj")),
-                Idefics3Linear(name="mlp.fc1", in_features=h, out_features=i, count=d, part="tower"),
-                Idefics3Linear(name="mlp.fc2", in_features=i, out_features=h, count=d, part="tower"),
-                Idefics3Linear(name="modality_projection.proj", in_features=self.merged_width,
+                TowerLinear(name="mlp.fc1", in_features=h, out_features=i, count=d, part="tower"),
+                TowerLinear(name="mlp.fc2", in_features=i, out_features=h, count=d, part="tower"),
+                TowerLinear(name="modality_projection.proj", in_features=self.merged_width,
                                out_features=self.out_hidden_size, count=1, part="merger", bias=False))
 
     @property
