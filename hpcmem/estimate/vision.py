@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.breakdown import Component, Phase
@@ -302,6 +303,21 @@ def vision_adapters(job: JobSpec, v: VisionSpec) -> tuple[VisionLinear, ...]:
     if ALL_LINEAR in targets:
         return v.linears()
     return tuple(x for x in v.linears() if any(x.name == t or x.name.endswith("." + t) for t in targets))
+
+
+def tower_weights(job: JobSpec, v: Any, prec: Precision, lora: LoraLayout) -> tuple[tuple[Any, ...], int, int]:
+    """A CLIP/SigLIP-style tower's adapted linears (`vision_adapters`), their adapter parameters (r·(in + out) each,
+    Hu et al. 2021) and the tower's weight bytes: its parameters in the weights' dtype plus the adapters in theirs."""
+    adapted = vision_adapters(job, v) if lora.enabled else ()
+    adapter_params = sum(job.train.lora_r * (x.in_features + x.out_features) * x.count for x in adapted)
+    return adapted, adapter_params, v.num_params * prec.weight + adapter_params * lora.adapter_bytes
+
+
+def unused_tower(weights: int) -> VisionTerms:
+    """The terms of a tower that sees no image in the job: its weights only."""
+    return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=0, saved=0, merger_saved=0, blocks_saved=(),
+                       block_full=0, block_backward=0, block_grads=0, merger_grads=0, patches=0, image_tokens=0,
+                       trained="no images: unused")
 
 
 def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], embed_grad: int) -> list[Phase]:

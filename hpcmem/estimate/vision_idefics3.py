@@ -24,7 +24,7 @@ from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, layer_norm_saved,
-                                    token_leaf, vision_adapters)
+                                    token_leaf, tower_weights, unused_tower)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -37,14 +37,10 @@ INT64 = 8
 def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     v: Idefics3TowerSpec = job.model.vision
     images, n = image_rows(job)             # n: the tower's rows, tiles × patches per tile
-    adapted = vision_adapters(job, v) if lora.enabled else ()
+    adapted, adapter_params, weights = tower_weights(job, v, prec, lora)
     r, w, trained = job.train.lora_r, prec.weight, not lora.enabled
-    adapter_params = sum(r * (x.in_features + x.out_features) * x.count for x in adapted)
-    weights = v.num_params * w + adapter_params * lora.adapter_bytes
     if images == 0:
-        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=0, saved=0, merger_saved=0,
-                           blocks_saved=(), block_full=0, block_backward=0, block_grads=0, merger_grads=0, patches=0,
-                           image_tokens=0, trained="no images: unused")
+        return unused_tower(weights)
     h = v.hidden_size
     m = images * image_geometry(job.train, v).tokens            # connector rows, image tokens
     # the batch: pixel_values fp32 and pixel_attention_mask, int64 per pixel of every tile

@@ -28,7 +28,7 @@ from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, layer_norm_saved,
-                                    token_leaf, vision_adapters, vision_terms)
+                                    token_leaf, tower_weights, unused_tower, vision_terms)
 from hpcmem.estimate.vision_idefics3 import idefics3_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.jobspec import JobSpec
@@ -50,14 +50,10 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
 def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     v: ClipTowerSpec = job.model.vision
     images, _ = image_rows(job)
-    adapted = vision_adapters(job, v) if lora.enabled else ()
+    adapted, adapter_params, weights = tower_weights(job, v, prec, lora)
     r, w, trained = job.train.lora_r, prec.weight, not lora.enabled
-    adapter_params = sum(r * (x.in_features + x.out_features) * x.count for x in adapted)
-    weights = v.num_params * w + adapter_params * lora.adapter_bytes
     if images == 0:
-        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=0, saved=0, merger_saved=0,
-                           blocks_saved=(), block_full=0, block_backward=0, block_grads=0, merger_grads=0, patches=0,
-                           image_tokens=0, trained="no images: unused")
+        return unused_tower(weights)
     layers, h = v.trained_layers, v.hidden_size
     n, m = images * v.positions, images * v.tokens_per_image        # tower rows, projector rows
     patches = images * v.patches
