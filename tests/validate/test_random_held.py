@@ -1,7 +1,8 @@
 """A random job whose estimate lies outside where its learned profile was held is its own verdict: scored (its errors
 kept), counted apart from within / over 3 % and from declined. Which jobs are outside is read here from the profile
-files themselves (estimator/coverage-profiles: the row length each technique was checked at, provenance "held"; a
-format-2 profile is held at the 2 × 1,024 tokens of `hpcmem validate coverage`), not from the estimate's warnings."""
+files themselves (estimator/coverage-profiles: the row length each technique was checked at and the rows per
+micro-batch its rows check held, provenance "held"; a format-2 profile is held at the 2 × 1,024 tokens of
+`hpcmem validate coverage`), not from the estimate's warnings."""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ def _held_length(model_type: str, gc: bool) -> int | None:
     return doc["provenance"]["held"]["techniques"].get(f"full {'gc' if gc else 'no gc'}", 0)
 
 
+def _rows_held(model_type: str, rows: int) -> bool:
+    """Whether the profile's rows check (held "rows_held": [fewest, most]) holds this many rows; True without one."""
+    doc = json.loads((estimator_dir() / "coverage-profiles" / f"{model_type}.json").read_text())
+    lo, hi = doc["provenance"].get("held", {}).get("rows_held") or (rows, rows)
+    return lo <= rows <= hi
+
+
 def _plain_sft_records() -> list[tuple[dict, int]]:
     """Stored trace records of full fine-tuning SFT on a learned type, rows max_length long (no packing, no
     padding-free: the estimate takes every row that long), with the length their profile holds."""
@@ -44,13 +52,17 @@ def _plain_sft_records() -> list[tuple[dict, int]]:
 
 def test_jobs_past_the_held_length_are_counted_apart_with_their_errors():
     recs = _plain_sft_records()
-    inside = [r for r in recs if r[0]["job"]["settings"]["max_length"] <= r[1]][:6]
-    outside = [r for r in recs if r[0]["job"]["settings"]["max_length"] > r[1]][:6]
+    def past(rec: dict, held: int) -> bool:
+        s = rec["job"]["settings"]
+        return s["max_length"] > held or not _rows_held(rec["job"]["model_type"], s.get("per_device_train_batch_size", 8))
+
+    inside = [r for r in recs if not past(*r)][:6]
+    outside = [r for r in recs if past(*r)][:6]
     assert len(inside) == len(outside) == 6, (len(inside), len(outside))
     scored = []
     for rec, held in inside + outside:
         got = score(rec)
-        want_outside = rec["job"]["settings"]["max_length"] > held
+        want_outside = past(rec, held)
         assert (got["verdict"] == OUTSIDE_HELD) == want_outside, (rec["id"], held, got["verdict"], got.get("why"))
         assert "err_pct" in got and "traced" in got, got          # scored all the same
         if want_outside:
