@@ -492,10 +492,13 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     if not fitted:
         raise SpecError(f"model {name}: no cell could be traced: " + _grouped(skipped))
     gc = runnable_cells(outer, (("full", True), ("full", False)))[0][1]     # checkpointing where it runs
+    if progress and check:
+        progress(f"check: full {'gc' if gc else 'no gc'} at {seqs[1]:,} tokens per row")
     checks = {key: _check(probe, fitted, learn_job(spec, dtype, "full", gc, seqs[1]))
               for dtype in dtypes if check and (key := cell_key(PRECISIONS[dtype], "full", gc)) in fitted}
     provenance["held"] = held(probe, fitted, spec, dtypes, wanted, seqs, full.max_position_embeddings,
-                              factor=CHECK_FACTOR if long_checks else 1) if check else not_held(seqs)
+                              factor=CHECK_FACTOR if long_checks else 1, progress=progress) \
+        if check else not_held(seqs)
     routed = any(isinstance(d, dict) and d.get("routing_assumed") for d in done.values())
     provenance |= {"seconds": round(time.perf_counter() - start, 1), "check_err_pct": checks,
                    "not_learned": skipped, "versions": _versions(),
@@ -558,7 +561,7 @@ def _sample(job: JobSpec, depth: int) -> dict[str, Any]:
 
 def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple[str, ...],
          wanted: list[tuple[str, bool]], seqs: tuple[int, ...], max_positions: int,
-         factor: int = CHECK_FACTOR) -> dict[str, Any]:
+         factor: int = CHECK_FACTOR, progress: Any = None) -> dict[str, Any]:
     """Where the profile is held: each technique learned (full, LoRA, DoRA; the lora-default cell is the LoRA one's
     targets) checked against a two-step trace of the reduced model at the longest learned
     length and at `factor` times it (within max_position_embeddings; factor 1: that length only); a technique is held
@@ -578,6 +581,8 @@ def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple
             errors[f"{PRECISIONS[dtype]} {name}"] = got = {}
             reached.append(0)
             for n in lengths:
+                if progress:        # each check is a two-step trace: seconds to minutes
+                    progress(f"held check: {PRECISIONS[dtype]} {name} at {n:,} tokens per row")
                 try:
                     err: float | str = _check(probe, cells, learn_job(spec, dtype, t, gc, n))
                 except Exception as exc:  # noqa: BLE001 — a check that cannot run holds nothing
@@ -592,16 +597,18 @@ def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple
            "precisions": [PRECISIONS[d] for d in dtypes], "within_pct": HELD_PCT, "err_pct": errors}
     first = next(((t, gc) for t, gc in wanted if held_name(t, gc) in techniques), None)
     if first:
-        out |= held_rows(probe, cells, spec, dtypes[0], *first, techniques[held_name(*first)])
+        out |= held_rows(probe, cells, spec, dtypes[0], *first, techniques[held_name(*first)], progress=progress)
     return out
 
 
 def held_rows(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtype: str, technique: str, gc: bool,
-              length: int) -> dict[str, Any]:
+              length: int, progress: Any = None) -> dict[str, Any]:
     """The held check at ROWS_CHECKED rows per micro-batch (one technique, at `length` tokens per row): the rows
     range the profile is held over ("rows_held": [fewest, most]; ROWS alone where a check missed) and the errors."""
     errors: dict[str, float | str] = {}
     for rows in ROWS_CHECKED:
+        if progress:
+            progress(f"rows check: {held_name(technique, gc)} at {length:,} tokens per row × {rows} rows")
         try:
             errors[str(rows)] = _check(probe, cells, learn_job(spec, dtype, technique, gc, length, rows=rows))
         except Exception as exc:  # noqa: BLE001 — a check that cannot run holds nothing

@@ -254,12 +254,12 @@ def check_rows(types: list[str], progress: Any = stderr_progress) -> list[dict[s
         start = time.perf_counter()
         name = next(n for n in ("full gc", "full no gc", *held["techniques"]) if n in held["techniques"])
         technique, gc = name.split(" ", 1)[0], not name.endswith("no gc")
-        progress(f"{model_type}: {name} at {held['techniques'][name]:,} tokens per row × 1 and × 4 rows")
         try:
             probe = learning_probe(reference_config(model_type)[0],
                                    [TECHNIQUES[t] for t in sweep_techniques(model_type)])[0]
             got = held_rows(probe, profile_from_dict(doc).cells, spec_from_profile(probe, probe.model_type),
-                            "bfloat16", technique, gc, held["techniques"][name])
+                            "bfloat16", technique, gc, held["techniques"][name],
+                            progress=lambda line, t=model_type: progress(f"{t}: {line}"))
         except Exception as exc:  # noqa: BLE001 — the profile stays as it was; the others go on
             out.append({"model_type": model_type, "error": f"{type(exc).__name__}: {exc}"[:600]})
             continue
