@@ -15,7 +15,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.vision import ACTIVATIONS, GRADIENTS, OPTIMIZER, WEIGHTS
 from hpcmem.estimate.workspaces import tensor_bytes
-from hpcmem.validate.cases import case_job
+from tests.helpers.stored_cases import largest_component, stored_case_job
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = [ROOT / "estimator" / "traces" / f"{name}.jsonl" for name in ("vlm-llava", "vlm-llava-7b")]
@@ -28,12 +28,10 @@ EMBEDDINGS = 3 * 14 * 14 * 1024 + 1024 + 577 * 1024     # patch Conv2d (no bias)
 
 
 def _job(case_id: str, **changes):
-    return case_job({**RECORDS[case_id]["case"], **changes,
-                     "model_name_or_path": str(ROOT / RECORDS[case_id]["case"]["model_name_or_path"])})
+    return stored_case_job(RECORDS[case_id], ROOT, **changes)
 
 
-def _component(est, name):
-    return max(c.bytes for p in est.phases for c in p.components if c.name == name)
+_component = largest_component
 
 
 def test_the_matrix_is_all_there():

@@ -17,7 +17,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.vision import GRADIENTS, OPTIMIZER, WEIGHTS
 from hpcmem.estimate.workspaces import tensor_bytes
-from hpcmem.validate.cases import case_job
+from tests.helpers.stored_cases import largest_component, stored_case_job
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = {r["case"]["id"]: r for name in ("vlm-smolvlm", "vlm-smolvlm-500m", "vlm-smolvlm-dpo",
@@ -32,12 +32,10 @@ CONNECTOR = 768 * 16 * 960                              # 768 · scale_factor² 
 
 
 def _job(case_id: str, **changes):
-    return case_job({**RECORDS[case_id]["case"], **changes,
-                     "model_name_or_path": str(ROOT / RECORDS[case_id]["case"]["model_name_or_path"])})
+    return stored_case_job(RECORDS[case_id], ROOT, **changes)
 
 
-def _component(est, name):
-    return max(c.bytes for p in est.phases for c in p.components if c.name == name)
+_component = largest_component
 
 
 def test_the_matrix_is_all_there():

@@ -1,0 +1,20 @@
+"""A stored case-matrix record's job (its model path made absolute) and an estimate's largest component by name:
+what the vision-language estimate tests read off their stored traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hpcmem.validate.cases import case_job
+
+
+def stored_case_job(record: dict[str, Any], root: Path, **changes: Any):
+    """The JobSpec of a stored record's case, `changes` applied, its model_name_or_path resolved under `root`."""
+    case = record["case"]
+    return case_job({**case, **changes, "model_name_or_path": str(root / case["model_name_or_path"])})
+
+
+def largest_component(est: Any, name: str) -> int:
+    """The largest bytes of the component `name` over the estimate's phases."""
+    return max(c.bytes for p in est.phases for c in p.components if c.name == name)
