@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
+from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 
 # CLIPVisionConfig's class defaults (models/clip/configuration_clip.py) under LlavaConfig's `sub_configs_defaults`
 # init_kwargs for an omitted vision_config (models/llava/configuration_llava.py)
@@ -60,20 +61,11 @@ class TowerLinear:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ClipTowerSpec:
+class ClipTowerSpec(TowerBase):
     """A CLIP vision tower and a LLaVA projector (names follow CLIPVisionConfig: hidden_size is the tower width;
     out_hidden_size is the language model's width, the projector's output)."""
 
-    model_type: str
-    depth: int
-    hidden_size: int
-    intermediate_size: int
-    num_heads: int
-    in_channels: int
     image_size: int
-    patch_size: int
-    out_hidden_size: int
-    hidden_act: str
     projector_act: str
     projector_bias: bool
     feature_layer: int          # vision_feature_layer (an index into the hidden states: 0 the embeddings)
@@ -88,20 +80,13 @@ class ClipTowerSpec:
 
     def __post_init__(self) -> None:
         p = Problems()
-        for f in ("depth", "hidden_size", "intermediate_size", "num_heads", "in_channels", "image_size",
-                  "patch_size", "out_hidden_size"):
-            value = getattr(self, f)
-            p.check(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                    f"vision_config.{f} must be an integer ≥ 1, got {value!r}")
-        p.check(self.hidden_act in CLIP_ACTIVATIONS,
-                f"vision_config.hidden_act {self.hidden_act!r}: what it keeps for backward is derived only for "
-                f"{', '.join(CLIP_ACTIVATIONS)}")
+        check_counts(p, self, ("depth", "hidden_size", "intermediate_size", "num_heads", "in_channels", "image_size",
+                               "patch_size", "out_hidden_size"))
+        check_activation(p, self.hidden_act, CLIP_ACTIVATIONS)
         p.check(self.projector_act == "gelu",
                 f"projector_hidden_act {self.projector_act!r}: what it keeps for backward is derived only for gelu")
         p.raise_if_any()
-        p.check(self.hidden_size % self.num_heads == 0,
-                f"vision_config.hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
-                f"{self.num_heads}")
+        check_heads(p, self.hidden_size, self.num_heads, "num_attention_heads")
         p.check(self.image_size % self.patch_size == 0,
                 f"vision_config.image_size {self.image_size} is not a multiple of patch_size {self.patch_size}")
         p.check(-self.depth <= self.feature_layer <= self.depth and self.feature_layer != 0,

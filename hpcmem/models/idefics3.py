@@ -38,6 +38,7 @@ from typing import Any
 from hpcmem.errors import Problems, SpecError
 from hpcmem.models.clip_tower import TowerLinear
 from hpcmem.models.siglip import siglip_tower_params
+from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 
 # SmolVLMVisionConfig / Idefics3VisionConfig class defaults (configuration_smolvlm.py, configuration_idefics3.py),
 # which a published vision_config may omit (SmolVLM2-500M-Video-Instruct's names neither num_hidden_layers nor
@@ -54,20 +55,11 @@ ACTIVATIONS = ("gelu_pytorch_tanh", "gelu")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Idefics3TowerSpec:
+class Idefics3TowerSpec(TowerBase):
     """A SmolVLM / Idefics3 tower and connector; `out_hidden_size` is the text model's width (the connector's
     output), `tile` the processor's max_image_size.longest_edge, `longest_edge` its size.longest_edge."""
 
-    model_type: str
-    depth: int
-    hidden_size: int
-    intermediate_size: int
-    num_heads: int
-    in_channels: int
     image_size: int
-    patch_size: int
-    out_hidden_size: int
-    hidden_act: str
     scale_factor: int
     tile: int
     longest_edge: int
@@ -81,18 +73,11 @@ class Idefics3TowerSpec:
 
     def __post_init__(self) -> None:
         p = Problems()
-        for f in ("depth", "hidden_size", "intermediate_size", "num_heads", "in_channels", "image_size",
-                  "patch_size", "out_hidden_size", "scale_factor", "tile", "longest_edge"):
-            value = getattr(self, f)
-            p.check(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                    f"{f} must be an integer ≥ 1, got {value!r}")
-        p.check(self.hidden_act in ACTIVATIONS,
-                f"vision_config.hidden_act {self.hidden_act!r}: what it keeps for backward is derived only for "
-                f"{', '.join(ACTIVATIONS)}")
+        check_counts(p, self, ("depth", "hidden_size", "intermediate_size", "num_heads", "in_channels", "image_size",
+                               "patch_size", "out_hidden_size", "scale_factor", "tile", "longest_edge"), prefix="")
+        check_activation(p, self.hidden_act, ACTIVATIONS)
         p.raise_if_any()
-        p.check(self.hidden_size % self.num_heads == 0,
-                f"vision_config.hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
-                f"{self.num_heads}")
+        check_heads(p, self.hidden_size, self.num_heads, "num_attention_heads")
         p.raise_if_any()
 
     @property

@@ -41,6 +41,7 @@ from hpcmem.errors import Problems, SpecError
 from hpcmem.models.siglip import gemma3_projector_params, gemma3_vision_values, siglip_tower_params
 from hpcmem.models.clip_tower import ClipTowerSpec, clip_tower_from_config
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
+from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 
 
 
@@ -132,22 +133,14 @@ class VisionLinear:
 
 
 @dataclass(frozen=True, kw_only=True)
-class VisionSpec:
+class VisionSpec(TowerBase):
     """A Qwen2-VL / Qwen2.5-VL style vision tower and patch merger (names follow Qwen2.5-VL's `vision_config`:
     hidden_size is the tower width, out_hidden_size the merger's output; window_size 0 and no
     fullatt_block_indexes: full attention in every block)."""
 
-    model_type: str
-    depth: int
-    hidden_size: int
-    intermediate_size: int
-    num_heads: int
-    in_channels: int
-    patch_size: int
     spatial_merge_size: int
     temporal_patch_size: int
     window_size: int
-    out_hidden_size: int
     fullatt_block_indexes: tuple[int, ...]
     hidden_act: str = "silu"
     norm: str = "rms"           # TowerLayout.norm
@@ -165,20 +158,16 @@ class VisionSpec:
 
     def __post_init__(self) -> None:
         p = Problems()
-        for f in ("depth", "hidden_size", "intermediate_size", "num_heads", "in_channels", "patch_size",
-                  "spatial_merge_size", "temporal_patch_size", "window_size", "out_hidden_size"):
-            value = getattr(self, f)
-            least = 0 if f == "window_size" else 1      # 0: no window attention (Qwen2-VL)
-            p.check(isinstance(value, int) and not isinstance(value, bool) and value >= least,
-                    f"vision_config.{f} must be an integer ≥ {least}, got {value!r}")
+        # window_size 0: no window attention (Qwen2-VL)
+        check_counts(p, self, ("depth", "hidden_size", "intermediate_size", "num_heads", "in_channels", "patch_size",
+                               "spatial_merge_size", "temporal_patch_size", "window_size", "out_hidden_size"),
+                     zero_ok=("window_size",))
         p.check(self.norm in ("rms", "layer"), f"vision tower norm must be rms or layer, got {self.norm!r}")
         p.check(self.mlp in ("gated", "fc"), f"vision tower mlp must be gated or fc, got {self.mlp!r}")
-        p.check(self.mlp != "fc" or self.hidden_act in FC_ACTIVATIONS,
-                f"vision_config.hidden_act {self.hidden_act!r}: what it keeps for backward is derived only for "
-                f"{', '.join(FC_ACTIVATIONS)}")
+        if self.mlp == "fc":
+            check_activation(p, self.hidden_act, FC_ACTIVATIONS)
         p.raise_if_any()
-        p.check(self.hidden_size % self.num_heads == 0,
-                f"vision_config.hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
+        check_heads(p, self.hidden_size, self.num_heads, "num_heads")
         p.check(all(0 <= i < self.depth for i in self.fullatt_block_indexes),
                 f"vision_config.fullatt_block_indexes {list(self.fullatt_block_indexes)} must lie in 0..{self.depth - 1}")
         p.check(all(0 <= i < self.depth for i in self.deepstack_visual_indexes),
