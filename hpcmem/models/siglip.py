@@ -28,6 +28,8 @@ SIGLIP_DEFAULTS: dict[str, Any] = {
     "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
     "num_channels": 3, "image_size": 224, "patch_size": 16, "hidden_act": "gelu_pytorch_tanh", "vision_use_head": True}
 GEMMA3_MM_TOKENS = 256          # Gemma3Config.mm_tokens_per_image
+# the SigLIP MLP activations whose saved tensors hpcmem.estimate.vision derives (fc1 → act → fc2)
+SIGLIP_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu")
 
 
 def gemma3_vision_values(cfg: dict[str, Any], name: str) -> dict[str, Any] | str:

@@ -30,6 +30,8 @@ Covered (transformers 5.24):
   what its text_config names.
 - smolvlm (SmolVLM2) and idefics3: a SigLIP-style tower, a pixel-shuffle connector and a Llama decoder
   (hpcmem.models.idefics3's `Idefics3TowerSpec`).
+- paligemma: a SigLIP tower and a one-Linear projector (hpcmem.models.paligemma's `PaliGemmaTowerSpec`); its decoder
+  is what its text_config names (Gemma 2 for PaliGemma 2).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from hpcmem.errors import Problems, SpecError
 from hpcmem.models.siglip import gemma3_projector_params, gemma3_vision_values, siglip_tower_params
 from hpcmem.models.clip_tower import ClipTowerSpec, clip_tower_from_config
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
+from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 
 
@@ -77,10 +80,12 @@ FC_ACTIVATIONS = ("quick_gelu", "gelu", "gelu_pytorch_tanh")
 # an estimate of one not traced says so
 IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                           "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
-                          "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",)}
+                          "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
+                          "paligemma": ("sft",)}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
-                         "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",)}
+                         "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
+                         "paligemma": ("sft",)}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -114,7 +119,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/smolvlm, models/idefics3: hpcmem.models.idefics3 reads the vision part; the decoder a Llama
     "smolvlm": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
     "idefics3": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    # models/paligemma: hpcmem.models.paligemma reads the vision part; the decoder is what text_config names
+    # (PaliGemmaConfig's default: gemma); PaliGemmaConfig.tie_word_embeddings True
+    "paligemma": TowerLayout(text="gemma", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
 }
+# the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
+_TEXT_FROM_CONFIG = ("llava", "paligemma")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,7 +272,8 @@ class VisionSpec(TowerBase):
         return self.tower_params + self.merger_params + self.deepstack_params
 
 
-def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | ClipTowerSpec | Idefics3TowerSpec | None:
+def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | ClipTowerSpec | Idefics3TowerSpec
+                                                                  | PaliGemmaTowerSpec | None):
     """The VisionSpec of a vision-language config.json dict (llava's: a ClipTowerSpec), None for any other; keys it
     omits take the vision config class's defaults, as `AutoConfig.for_model` fills them."""
     model_type = str(cfg.get("model_type", ""))
@@ -272,6 +283,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> VisionSpec | Clip
         return clip_tower_from_config(cfg, name)
     if model_type in ("smolvlm", "idefics3"):
         return idefics3_tower_from_config(cfg, name)
+    if model_type == "paligemma":
+        return paligemma_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
@@ -322,6 +335,6 @@ def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
         text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
     # Qwen2_5_VLConfig / Qwen2VLConfig / Qwen3VLConfig.tie_word_embeddings False, Gemma3Config's True
     text.setdefault("tie_word_embeddings", VISION_LANGUAGE[str(cfg["model_type"])].tie_default)
-    # llava's decoder is whatever its text_config names (LlavaConfig's default: llama)
-    text["model_type"] = str(text.get("model_type") or layout) if cfg["model_type"] == "llava" else layout
+    # llava's and paligemma's decoder is whatever their text_config names (LlavaConfig's default: llama)
+    text["model_type"] = str(text.get("model_type") or layout) if cfg["model_type"] in _TEXT_FROM_CONFIG else layout
     return text
