@@ -30,12 +30,17 @@ from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.idefics3 import Idefics3TowerSpec
+from hpcmem.models.paligemma import PaliGemmaTowerSpec
 
 INT64 = 8
 
 
 def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
-    v: Idefics3TowerSpec = job.model.vision
+    """SmolVLM's / Idefics3's terms, and PaliGemma's (hpcmem.models.paligemma): the same SigLIP layers over every
+    image's patches, post_layernorm and one Linear to the text width (PaliGemmaMultiModalProjector reads
+    post_layernorm's output itself, where SmolVLMConnector reads pixel_shuffle's copy of it: one [rows, width] tensor
+    kept either way), without the pixel mask."""
+    v: Idefics3TowerSpec | PaliGemmaTowerSpec = job.model.vision
     images, n = image_rows(job)             # n: the tower's rows, tiles × patches per tile
     adapted, adapter_params, weights = tower_weights(job, v, prec, lora)
     r, w, trained = job.train.lora_r, prec.weight, not lora.enabled
@@ -43,9 +48,10 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTer
         return unused_tower(weights)
     h = v.hidden_size
     m = images * image_geometry(job.train, v).tokens            # connector rows, image tokens
-    # the batch: pixel_values fp32 and pixel_attention_mask, int64 per pixel of every tile
+    # the batch: pixel_values fp32 and, SmolVLM / Idefics3 only, pixel_attention_mask, int64 per pixel of every tile
     # (image_processing_pil_smolvlm.py `_make_pixel_mask`: np.int64), both alive the whole step
-    pixels = n * v.patch_dim * FP32 + n // v.patches * v.tile ** 2 * INT64
+    mask = n // v.patches * v.tile ** 2 * INT64 if v.family == "idefics3" else 0
+    pixels = n * v.patch_dim * FP32 + mask
     if lora.enabled and not adapted and not job.train.gradient_checkpointing:
         # no adapter in the tower or the connector and no `enable_input_require_grads` hook (TRL installs it for PEFT
         # under checkpointing only): nothing there requires grad, so it builds no graph and runs no backward

@@ -35,14 +35,15 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.clip_tower import ClipTowerSpec
 from hpcmem.models.idefics3 import Idefics3TowerSpec
+from hpcmem.models.paligemma import PaliGemmaTowerSpec
 
 
 def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
-    """The tower's terms: llava's CLIP tower here, SmolVLM's / Idefics3's in hpcmem.estimate.vision_idefics3, the
-    Qwen towers in hpcmem.estimate.vision."""
+    """The tower's terms: llava's CLIP tower here, SmolVLM's / Idefics3's and PaliGemma's in
+    hpcmem.estimate.vision_idefics3, the Qwen towers in hpcmem.estimate.vision."""
     if isinstance(job.model.vision, ClipTowerSpec):
         return llava_terms(job, prec, lora)
-    if isinstance(job.model.vision, Idefics3TowerSpec):
+    if isinstance(job.model.vision, (Idefics3TowerSpec, PaliGemmaTowerSpec)):
         return idefics3_terms(job, prec, lora)
     return vision_terms(job, prec, lora)
 
