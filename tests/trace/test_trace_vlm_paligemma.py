@@ -1,0 +1,47 @@
+"""PaliGemma traced now against its estimate: TRL's SFTTrainer with its vision collator and transformers'
+PaliGemmaProcessor on real 480×640 images resized to 448 px, PaliGemma 2 3B's widths cut to 1 decoder layer and 4
+SigLIP layers (estimator/cases/vlm-paligemma.yaml), full fine-tuning without checkpointing: the step's peak and the
+tower's own backward within 3 %. And what TRL's collator hands the model: every image's 1,024 tokens, one bos, the
+words, and token_type_ids all 0 (no suffix: PaliGemmaModel's mask makes the whole row one bidirectional prefix)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("trl")
+
+from hpcmem.validate.cases import case_job  # noqa: E402
+from tests.helpers.trace_helpers import estimate_holds_vision_trace  # noqa: E402
+
+pytestmark = pytest.mark.torch
+ROOT = Path(__file__).resolve().parents[2]
+CASES = yaml.safe_load((ROOT / "estimator" / "cases" / "vlm-paligemma.yaml").read_text())
+
+
+def _job(case_id: str):
+    case = {**CASES["defaults"], **next(c for c in CASES["cases"] if c["id"] == case_id)}
+    return case_job({**case, "model_name_or_path": str(ROOT / case["model_name_or_path"])})
+
+
+def test_the_trace_of_today_agrees_with_the_estimate():
+    estimate_holds_vision_trace(_job("pg448-full-nogc"), 3.0)
+
+
+def test_the_collator_fills_the_row_and_marks_it_all_prefix():
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    from hpcmem.trace.vision import make_image_dataset, processor
+
+    job = _job("pg448-full-nogc")
+    proc = processor(job)
+    row = dict(make_image_dataset(job, (2560,), 1)[0])
+    batch = DataCollatorForVisionLanguageModeling(processor=proc)([row])
+    ids = batch["input_ids"][0]
+    assert ids.shape == (2560,)
+    assert int((ids == proc.image_token_id).sum()) == (448 // 14) ** 2
+    assert int((ids == proc.tokenizer.bos_token_id).sum()) == 1
+    assert int(batch["token_type_ids"].sum()) == 0
+    assert tuple(batch["pixel_values"].shape) == (1, 3, 448, 448)
