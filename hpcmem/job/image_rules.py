@@ -75,7 +75,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
     if not v.image_size:
         return out
     if t.min_pixels is not None or t.max_pixels is not None:
-        processor = {"siglip": "Gemma3ImageProcessor", "idefics3": "SmolVLMImageProcessor"}.get(
+        processor = {"siglip": "Gemma3ImageProcessor", "idefics3": "SmolVLMImageProcessor",
+                     "paligemma": "SiglipImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         does = (f"it cuts every image into {v.tile}-px tiles after resizing its longest edge to {v.longest_edge}"
                 if v.family == "idefics3" else f"it resizes every image to {v.image_size}×{v.image_size}")
@@ -83,6 +84,11 @@ def _fixed_size_problems(job: Job) -> list[str]:
                    "unset")
     if getattr(v, "family", "") == "idefics3" and v.fold_problem:
         out.append(v.fold_problem)
+    if getattr(v, "family", "") == "paligemma" and v.pooling_head:
+        # modeling_siglip.py SiglipVisionTransformer.forward runs the head on every image when vision_use_head
+        out.append("vision_config.vision_use_head true with paligemma images: SiglipVisionModel runs its attention-"
+                   "pooling head on every image, which hpcmem does not model for paligemma (its published configs "
+                   "set it false); set it false")
     side = v.image_size // v.patch_size
     if getattr(v, "family", "") == "siglip" and v.tokens_per_image * v.merge_unit != side * side:
         out.append(f"vision_config image_size {v.image_size} / patch_size {v.patch_size} gives a {side}×{side} patch "

@@ -15,6 +15,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.vision import ACTIVATIONS
 from hpcmem.estimate.workspaces import tensor_bytes
+from hpcmem.validate.cases import case_job
 from tests.helpers.stored_cases import largest_component, stored_case_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,3 +51,13 @@ def test_other_trainers_with_images_are_refused(trainer):
     with pytest.raises(SpecError, match=f"with trainer {trainer} on paligemma: hpcmem models paligemma's images for "
                                         "sft only"):
         stored_case_job(RECORDS["pg224-full-gc"], ROOT, trainer=trainer)
+
+
+def test_a_tower_with_its_pooling_head_is_refused_for_images(tmp_path):
+    """A vision_config that omits vision_use_head takes SiglipVisionConfig's True: the head runs on every image."""
+    cfg = json.loads((ROOT / RECORDS["pg224-full-gc"]["case"]["model_name_or_path"]).read_text())
+    del cfg["vision_config"]["vision_use_head"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(SpecError, match="vision_use_head true with paligemma images"):
+        case_job({**RECORDS["pg224-full-gc"]["case"], "model_name_or_path": str(path)})
