@@ -15,6 +15,14 @@ if TYPE_CHECKING:
     from hpcmem.job.protocol import Job
 
 
+# why TRL 1.16 itself fails a (type, trainer) pair that IMAGE_TRAINERS_ALLOWED leaves out, where a run showed it:
+# dpo_trainer.py DataCollatorForVisionPreference runs the processor on the chosen and rejected texts without images,
+# and processing_paligemma.py PaliGemmaProcessor.validate_inputs raises on a call without images
+PALIGEMMA_NEEDS_IMAGES = "`images` are expected as arguments to a `PaliGemmaProcessor` instance."
+TRAINER_FAILS = {("paligemma", "dpo"): "TRL 1.16's DataCollatorForVisionPreference tokenizes the chosen and rejected "
+                                       f"completions without images and PaliGemmaProcessor raises '{PALIGEMMA_NEEDS_IMAGES}'"}
+
+
 def image_job_problems(job: Job) -> list[str]:
     """What TRL 1.16 / transformers 5.24 refuse, or hpcmem does not model, for a job with images."""
     t, m = job.train, job.model
@@ -28,8 +36,9 @@ def image_job_problems(job: Job) -> list[str]:
     out = []
     allowed = IMAGE_TRAINERS_ALLOWED.get(m.vision.model_type, ())
     if t.trainer not in allowed:
+        fails = TRAINER_FAILS.get((m.vision.model_type, t.trainer))
         out.append(f"{said} with trainer {t.trainer} on {m.vision.model_type}: hpcmem models {m.vision.model_type}'s "
-                   f"images for {', '.join(allowed) or 'no trainer'} only")
+                   f"images for {', '.join(allowed) or 'no trainer'} only" + (f" ({fails})" if fails else ""))
     elif getattr(m.vision, "family", "") == "idefics3" and t.profile_images:
         out.append(f"{said} on {m.vision.model_type}: its images are read from images_per_example, image_height and "
                    "image_width only (a length profile of its tiles is not built; no video)")

@@ -45,3 +45,27 @@ def test_the_collator_fills_the_row_and_marks_it_all_prefix():
     assert int((ids == proc.tokenizer.bos_token_id).sum()) == 1
     assert int(batch["token_type_ids"].sum()) == 0
     assert tuple(batch["pixel_values"].shape) == (1, 3, 448, 448)
+
+
+def test_dpo_fails_in_trl_as_hpcmem_says():
+    """TRL 1.16's DPO vision collator runs PaliGemmaProcessor on the completions without images, which raises; hpcmem
+    refuses DPO with paligemma images naming that message."""
+    from PIL import Image
+    from trl.trainer.dpo_trainer import DataCollatorForVisionPreference
+
+    from hpcmem.errors import SpecError
+    from hpcmem.job.image_rules import PALIGEMMA_NEEDS_IMAGES
+    from hpcmem.trace.vision import processor
+
+    job = _job("pg224-full-gc")
+    example = {"images": [Image.new("RGB", (64, 48))], "prompt": [{"role": "user", "content": "t3"}],
+               "chosen": [{"role": "assistant", "content": "t3"}], "rejected": [{"role": "assistant", "content": "t3"}]}
+    with pytest.raises(ValueError, match=PALIGEMMA_NEEDS_IMAGES.replace("`", ".")):
+        DataCollatorForVisionPreference(processor=processor(job))([example])
+    with pytest.raises(SpecError, match="PaliGemmaProcessor raises"):
+        _job_with(trainer="dpo")
+
+
+def _job_with(**changes):
+    case = {**CASES["defaults"], **CASES["cases"][0], **changes}
+    return case_job({**case, "model_name_or_path": str(ROOT / case["model_name_or_path"])})
