@@ -2,7 +2,8 @@
 against the trace of TRL's SFTTrainer with its vision collator, transformers' PaliGemmaProcessor and
 SiglipImageProcessorPil on real 480×640 images (estimator/traces/vlm-paligemma.jsonl, written by `hpcmem validate trace
 --cases estimator/cases/vlm-paligemma.yaml`): full fine-tuning and LoRA all-linear, checkpointing on and off, 2 rows ×
-2 images, LoRA q_proj/v_proj; the batch by hand; which trainers are refused."""
+2 images, LoRA q_proj/v_proj; the full depth at 224 px (vlm-paligemma-3b.yaml, held out); the batch by hand; what is
+refused."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from hpcmem.validate.cases import case_job
 from tests.helpers.stored_cases import largest_component, stored_case_job
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for r in map(
-    json.loads, (ROOT / "estimator" / "traces" / "vlm-paligemma.jsonl").read_text().splitlines())}
+RECORDS = {r["case"]["id"]: r for name in ("vlm-paligemma", "vlm-paligemma-3b")
+           for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
 MAX_PCT = 3.0
 
 
@@ -32,7 +33,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 10
+    assert len(RECORDS) == 10 + 2
 
 
 def test_the_images_by_hand():
