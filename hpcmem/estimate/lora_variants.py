@@ -268,8 +268,10 @@ def gated_mlp_backward(lora: LoraLayout, mods: tuple[LinearModule, ...], tokens:
     three separate linears of `GATED_MLP`. Torch's autograd engine runs the ready node with the highest sequence
     number first (torch/csrc/autograd/engine.cpp ReadyQueue, CompareNodeTaskTime): the nodes run in reverse creation
     order, and each frees its saved tensors once it has run (retain_graph off). So:
-    - down_proj's backward, then the product's (MulBackward0): every saved tensor of the layer alive, the product's
-      gradients being written (`mlp_grads`); down_proj's DoRA backward if it is adapted;
+    - down_proj's backward (if it is adapted): every saved tensor of the layer alive, its base path's input gradient
+      (one [tokens, I] tensor in the compute dtype, `inter_tensor`) beside its DoRA backward;
+    - the product's (MulBackward0): its input gradient and the two it writes (`mlp_grads` + `inter_tensor`), with
+      down_proj's saved terms freed;
     - up_proj's: the product's saved inputs act(gate) and up's output are freed, and down_proj's saved terms; alive
       are up's output gradient and act's (2 × `inter_tensor`, one [tokens, I] tensor in the compute dtype);
     - gate_proj's, after act_fn's backward: gate's output is freed too (the MLP's three saved [tokens, I] tensors,
@@ -279,8 +281,10 @@ def gated_mlp_backward(lora: LoraLayout, mods: tuple[LinearModule, ...], tokens:
     if not mods or any(m.leaf not in GATED_MLP or m.kind != "mlp" or m.count_per_layer != 1 for m in mods):
         return None
     side = {m.leaf: _backward_one(lora, m, tokens, lora_per_input) for m in mods}
-    worst = mlp_grads + side.get("down_proj", 0)
     freed = kept.get("down_proj", 0)
+    worst = mlp_grads + inter_tensor - freed
+    if "down_proj" in side:
+        worst = max(worst, inter_tensor + side["down_proj"])
     if "up_proj" in side:
         worst = max(worst, -2 * inter_tensor - freed + 2 * inter_tensor + side["up_proj"])
     freed += kept.get("up_proj", 0)
