@@ -116,14 +116,25 @@ class LoraLayout:
         more (hpcmem.estimate.lora_variants)."""
         if not self.enabled:
             return 0
-        mask = LORA_DROPOUT_MASK_BYTES if self.dropout else 0
-        act = prec.act if prec.amp else self.adapter_bytes     # without autocast the adapters compute in their dtype
         mods = self.modules(part)
-        per_token = sum((m.in_features * (mask + act) + self.r * act)
-                        * m.count_per_layer * m.num_layers for m in mods)
+        per_token = sum(self._input_side(m, prec) * m.count_per_layer * m.num_layers for m in mods)
         per_token += lora_variants.saved_per_token(self, mods, prec)
         weights = lora_variants.saved_weights(self, mods, prec) if part in (None, "mlp") else 0
         return (per_token * tokens + weights) // max(self.num_layers, 1)  # averaged over layers that hold the module
+
+    def _input_side(self, m: LinearModule, prec: Precision) -> int:
+        """Bytes per token one adapted linear keeps on its input side: the dropout mask, lora_A's input in the
+        compute dtype, lora_A's [tokens, r] output."""
+        mask = LORA_DROPOUT_MASK_BYTES if self.dropout else 0
+        act = prec.act if prec.amp else self.adapter_bytes     # without autocast the adapters compute in their dtype
+        return m.in_features * (mask + act) + self.r * act
+
+    def module_saved(self, m: LinearModule, tokens: int, prec: Precision) -> int:
+        """What one layer's `m` (count_per_layer matrices) keeps for backward: `saved_per_layer`'s terms for that
+        module alone — freed when its backward has run."""
+        per_token = self._input_side(m, prec) + m.out_features * lora_variants.dora_out_bytes(self, prec)
+        weight = m.in_features * m.out_features * lora_variants.dora_weight_copy_bytes(self, prec)
+        return (per_token * tokens + weight) * m.count_per_layer
 
 
 def backward_transient(lora: LoraLayout, tokens: int, prec: Precision, part: str | None = None) -> int:

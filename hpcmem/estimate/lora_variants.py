@@ -52,16 +52,20 @@ def saved_per_token(lora: LoraLayout, mods: tuple[LinearModule, ...], prec: Prec
     autocast. Without autocast both are in the adapters' dtype — lora_B's output, and with dropout the base output
     recomputed by `F.linear` from the input cast to that dtype — except without dropout, where the base output is the
     base layer's own, in the weights' dtype."""
-    if not lora.dora:
-        return 0
-    if prec.amp:
-        per_out = 2 * prec.act
-    else:
-        per_out = lora.adapter_bytes + (lora.adapter_bytes if lora.dropout else prec.act)
+    per_out = dora_out_bytes(lora, prec)
     return sum(m.out_features * per_out * m.count_per_layer * m.num_layers for m in mods)
 
 
-def _dora_weight_copy_bytes(lora: LoraLayout, prec: Precision) -> int:
+def dora_out_bytes(lora: LoraLayout, prec: Precision) -> int:
+    """`saved_per_token`'s bytes per output feature of one adapted linear (0 without DoRA)."""
+    if not lora.dora:
+        return 0
+    if prec.amp:
+        return 2 * prec.act
+    return lora.adapter_bytes + (lora.adapter_bytes if lora.dropout else prec.act)
+
+
+def dora_weight_copy_bytes(lora: LoraLayout, prec: Precision) -> int:
     """Bytes per base-weight element DoRA's `F.linear(x, weight)` keeps (with dropout only: without it DoRA reuses the
     base output). dora.py DoraLinearLayer.forward casts the base weight to the input's dtype (`weight.to(x.dtype)`),
     and the input was cast to the adapters' dtype (layer.py Linear.forward `_cast_input_dtype`): under autocast the
@@ -76,8 +80,8 @@ def _dora_weight_copy_bytes(lora: LoraLayout, prec: Precision) -> int:
 
 def saved_weights(lora: LoraLayout, mods: tuple[LinearModule, ...], prec: Precision) -> int:
     """Weight-sized tensors kept for backward, over all layers: DoRA's copy of the base weight
-    (`_dora_weight_copy_bytes`); the adapted parameters of lora_target_parameters."""
-    dora = sum(m.in_features * m.out_features * _dora_weight_copy_bytes(lora, prec) * m.count_per_layer
+    (`dora_weight_copy_bytes`); the adapted parameters of lora_target_parameters."""
+    dora = sum(m.in_features * m.out_features * dora_weight_copy_bytes(lora, prec) * m.count_per_layer
                * m.num_layers for m in mods)
     targeted = sum(m.in_features * m.out_features * prec.weight * m.count_per_layer * m.num_layers
                    for m in lora.targeted)
@@ -159,7 +163,7 @@ def _weight_norm(lora: LoraLayout, m: LinearModule, tokens: int, prec: Precision
     dequantized to 16 bits) and `get_weight_norm` adds the scaled adapter weight to it (two [in, out] temporaries).
     Instants: the eye's, and the sum's; beside both, the linear's base output and its input cast to the adapter dtype
     (a copy when the input is 16-bit). The layer's saved terms count this linear's saved base-weight copy
-    (`_dora_weight_copy_bytes`), which does not exist yet at either instant — unless it is that same fp32 copy
+    (`dora_weight_copy_bytes`), which does not exist yet at either instant — unless it is that same fp32 copy
     (no autocast), alive at the sum's."""
     a = lora.adapter_bytes
     c = prec.act if prec.amp else a          # lora_A(eye)'s compute dtype
@@ -167,7 +171,7 @@ def _weight_norm(lora: LoraLayout, m: LinearModule, tokens: int, prec: Precision
     cast_eye = c * n_in * n_in if c != a else 0
     saved_eye = cast_eye or a * n_in * n_in  # what lora_A keeps for its weight's gradient
     base = 2 * n_in * n_out if quantized else (a * n_in * n_out if prec.weight != a else 0)
-    counted = n_in * n_out * _dora_weight_copy_bytes(lora, prec)
+    counted = n_in * n_out * dora_weight_copy_bytes(lora, prec)
     eye = a * n_in * n_in + cast_eye + c * n_in * (lora.rank(m) + n_out)
     norm = saved_eye + 3 * a * n_in * n_out + base
     beside = tokens * (n_in * a * (prec.act != a) + n_out * prec.act)
@@ -183,12 +187,107 @@ def forward_transient(lora: LoraLayout, tokens: int, prec: Precision, quantized:
                for m in lora.adapted)
 
 
+def _forward_instant(lora: LoraLayout, m: LinearModule, tokens: int, prec: Precision, quantized: bool) -> int:
+    """The worst instant of one adapted linear's whole DoRA forward, in bytes beyond the layer's saved terms, each
+    tensor named (peft/tuners/lora/variants.py DoraLinearVariant.forward, dora.py DoraLinearLayer.forward):
+    - the weight norm's two instants (`_weight_norm`), beside which with dropout lies the dropped input: nn.Dropout's
+      output in the adapter dtype, the `x` DoRA's forward reads (its mask is a saved term);
+    - then, to the end of the forward, the locals `lora_weight` and `weight` (the adapter weight and the base weight
+      in the input's dtype, [in, out] each; the base weight's is the saved copy itself without autocast) and what
+      lora_A saved of the eye stay alive beside the base output and the input casts;
+    - the output products `(mag_norm_scale - 1) * base_result`, `mag_norm_scale * lora_result`, `* scaling`: three
+      [tokens, out] tensors in the magnitude's dtype (the adapter dtype) before the sum frees two;
+    - with dropout, `F.linear(x, weight)` under autocast: its 16-bit cast of x [tokens, in], a transient.
+    lora_result, base_result and the base-weight copy F.linear keeps are saved terms."""
+    a = lora.adapter_bytes
+    c = prec.act if prec.amp else a
+    n_in, n_out = m.in_features, m.out_features
+    dropped = a * tokens * n_in if lora.dropout else 0
+    norm = _weight_norm(lora, m, tokens, prec, quantized) + dropped
+    saved_eye = c * n_in * n_in
+    base = 2 * n_in * n_out if quantized else (a * n_in * n_out if prec.weight != a else 0)
+    counted = n_in * n_out * dora_weight_copy_bytes(lora, prec)
+    weight_local = max(base - (0 if prec.amp else counted), 0)
+    held = (tokens * (n_in * a * (prec.act != a) + n_out * prec.act) + dropped + a * n_in * n_out + weight_local
+            + saved_eye)
+    products = held + 3 * a * tokens * n_out
+    base_output = held + (c * tokens * n_in if prec.amp and lora.dropout else 0)
+    return max(norm, products, base_output)
+
+
+def gated_mlp_recompute(lora: LoraLayout, tokens: int, prec: Precision, quantized: bool, *, inter_tensor: int,
+                        mlp_saved: int, kept: dict[str, int], hidden_tensor: int) -> int | None:
+    """The worst DoRA forward instant of a checkpointed layer's recompute, in bytes beyond the layer's saved terms
+    and its kept input; None where the layer's MLP is not the dense gated one of `GATED_MLP`. The recompute runs the
+    layer's forward in order (transformers models/llama/modeling_llama.py LlamaDecoderLayer.forward: attention, then
+    the MLP), so at an adapted linear's forward (`_forward_instant`) the saved terms made after it do not exist yet:
+    at the attention's projections none of the MLP's (its three [tokens, I] tensors, `mlp_saved`, and its adapters'
+    `kept`); at gate_proj's the same; at up_proj's, up's output and down_proj's; at down_proj's all of them exist and
+    its input, the product [tokens, I], is alive beside (not a saved term: the frozen down_proj keeps no input).
+    Beside every one lie the decoder layer's locals, [tokens, H] each (`hidden_tensor`, the residual stream's dtype),
+    which no backward node keeps: in the attention the input norm's output (the residual is the layer's input, kept by
+    the checkpoint); in the MLP the residual after the attention and the post-attention norm's output."""
+    mlp = tuple(m for m in lora.adapted if m.kind != "attention")
+    if any(m.leaf not in GATED_MLP or m.kind != "mlp" or m.count_per_layer != 1 for m in mlp):
+        return None
+    later = {"gate_proj": mlp_saved + kept.get("up_proj", 0) + kept.get("down_proj", 0),
+             "up_proj": inter_tensor + kept.get("down_proj", 0), "down_proj": -inter_tensor}
+    before_mlp = mlp_saved + sum(kept.values())
+
+    def at(m: LinearModule) -> int:
+        if m.kind == "attention":
+            return hidden_tensor - before_mlp
+        return 2 * hidden_tensor - later[m.leaf]
+
+    return max((max(_forward_instant(lora, m, tokens, prec, quantized) + at(m), 0) for m in lora.adapted), default=0)
+
+
+def _backward_one(lora: LoraLayout, m: LinearModule, tokens: int, lora_per_input: int) -> int:
+    side = max(tokens * m.in_features * lora_per_input, int(tokens * m.out_features * DORA_BACKWARD_OUT))
+    return side + (int(tokens * m.in_features * DORA_BACKWARD_DROPOUT_IN) if lora.dropout else 0)
+
+
 def backward_transient(lora: LoraLayout, mods: tuple[LinearModule, ...], tokens: int, lora_per_input: int) -> int:
     """The worst adapted linear's backward temporaries under DoRA: LoRA's input side (`lora_per_input` bytes per
     input element, hpcmem.estimate.lora.backward_transient) or DoRA's output side, whichever is larger, plus
     dropout's input side (measured as DORA_* above)."""
-    def one(m: LinearModule) -> int:
-        side = max(tokens * m.in_features * lora_per_input, int(tokens * m.out_features * DORA_BACKWARD_OUT))
-        return side + (int(tokens * m.in_features * DORA_BACKWARD_DROPOUT_IN) if lora.dropout else 0)
+    return max((_backward_one(lora, m, tokens, lora_per_input) for m in mods), default=0)
 
-    return max((one(m) for m in mods), default=0)
+
+# the gated MLP as transformers writes it (models/llama/modeling_llama.py LlamaMLP.forward, and the Qwen2, Qwen3,
+# Mistral, OLMo-2, Gemma 2/3 copies; EXAONE, InternLM3 and IQuestCoder run Llama's modeling):
+# down_proj(act_fn(gate_proj(x)) * up_proj(x)) — gate_proj's node is made first, then act_fn's, up_proj's, the
+# product's and down_proj's
+GATED_MLP = ("gate_proj", "up_proj", "down_proj")
+
+
+def gated_mlp_backward(lora: LoraLayout, mods: tuple[LinearModule, ...], tokens: int, lora_per_input: int, *,
+                       inter_tensor: int, mlp_grads: int, kept: dict[str, int]) -> int | None:
+    """The worst instant of a dense gated MLP's backward under DoRA, in bytes beyond the layer's saved terms, the
+    hidden-state gradients and the layer's weight gradients (hpcmem.estimate.step); None where the MLP is not the
+    three separate linears of `GATED_MLP`. Torch's autograd engine runs the ready node with the highest sequence
+    number first (torch/csrc/autograd/engine.cpp ReadyQueue, CompareNodeTaskTime): the nodes run in reverse creation
+    order, and each frees its saved tensors once it has run (retain_graph off). So:
+    - down_proj's backward (if it is adapted): every saved tensor of the layer alive, its base path's input gradient
+      (one [tokens, I] tensor in the compute dtype, `inter_tensor`) beside its DoRA backward;
+    - the product's (MulBackward0): its input gradient and the two it writes (`mlp_grads` + `inter_tensor`), with
+      down_proj's saved terms freed;
+    - up_proj's: the product's saved inputs act(gate) and up's output are freed, and down_proj's saved terms; alive
+      are up's output gradient and act's (2 × `inter_tensor`, one [tokens, I] tensor in the compute dtype);
+    - gate_proj's, after act_fn's backward: gate's output is freed too (the MLP's three saved [tokens, I] tensors,
+      hpcmem.estimate.activations `_mlp_saved`), and up_proj's saved terms; alive is gate's output gradient.
+    Each adapted linear's DoRA backward (`_backward_one`, its output gradient and saved outputs apart) sits at its own
+    instant; `kept`: leaf → what that module keeps for backward (LoraLayout.module_saved)."""
+    if not mods or any(m.leaf not in GATED_MLP or m.kind != "mlp" or m.count_per_layer != 1 for m in mods):
+        return None
+    side = {m.leaf: _backward_one(lora, m, tokens, lora_per_input) for m in mods}
+    freed = kept.get("down_proj", 0)
+    worst = mlp_grads + inter_tensor - freed
+    if "down_proj" in side:
+        worst = max(worst, inter_tensor + side["down_proj"])
+    if "up_proj" in side:
+        worst = max(worst, -2 * inter_tensor - freed + 2 * inter_tensor + side["up_proj"])
+    freed += kept.get("up_proj", 0)
+    if "gate_proj" in side:
+        worst = max(worst, -3 * inter_tensor - freed + inter_tensor + side["gate_proj"])
+    return worst

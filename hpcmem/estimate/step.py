@@ -15,6 +15,7 @@ from hpcmem.estimate import lora_variants
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import backward_components, closing_phases, resident_components
 from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate.lora import backward_bytes_per_input as lora_backward_bytes_per_input
 from hpcmem.estimate.lora import backward_transient as lora_backward_transient
 from hpcmem.estimate.loss import LossBytes
 from hpcmem.estimate.names import ACTIVATIONS, AUTOCAST_CACHE, FORWARD, GATHERED, GRADIENTS, PREFETCHED_UNIT
@@ -117,13 +118,17 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     # per-layer constants of the backward, then the worst layer k found numerically before any Phase is built
     hidden_t, mlp_t, scores_t = act.backward_parts(m, mb, prec, t.attn_implementation)
     # the recompute runs DoRA's forward again, before the layer's backward frees anything: its weight-norm
-    # temporaries (peft/tuners/lora/dora.py DoraLinearLayer.forward) sit on the whole recomputed layer and the
-    # gradient arriving at the layer (traced: the peak of a short-row DoRA job is in get_weight_norm of the recompute)
-    recompute_dora_t = dora_t if t.gradient_checkpointing else 0
+    # temporaries (peft/tuners/lora/dora.py DoraLinearLayer.forward) sit on the recomputed layer and the gradient
+    # arriving at the layer (traced: the peak of a short-row DoRA job is in get_weight_norm of the recompute); on a
+    # dense gated MLP each adapted linear's forward and backward sit beside what exists at its place in the order
+    ordered = _ordered_dora(job, mb, prec, lora, terms[0]["mlp"])
+    recompute_dora_t = 0
+    if t.gradient_checkpointing:
+        in_order = _recompute_dora(lora, mb, prec, t.quantized, m.hidden_size, ordered)
+        recompute_dora_t = dora_t if in_order is None else in_order
     lora_mlp_saved = lora.saved_per_layer(mb.tokens, prec, "mlp")
     # a wrapped expert stack's weight gradient comes at another instant than the [tokens, I] gradients (traced)
-    mlp_side = max(mlp_t + lora_backward_transient(lora, mb.tokens, prec, "mlp"),
-                   lora_variants.wrapped_weight_gradient(lora, prec))
+    mlp_side = max(_mlp_backward(lora, mb, prec, mlp_t, ordered), lora_variants.wrapped_weight_gradient(lora, prec))
     lora_attention_t = lora_backward_transient(lora, mb.tokens, prec, "attention")
     held = rope + (act.mask_bytes(mb) if t.gradient_checkpointing else 0)   # inputs kept for the recompute
     # under selective checkpointing the recompute does not run the attention op again: torch's
@@ -203,6 +208,43 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     phases = [forward, head_phase, *layer_phases,
               *closing_phases(job, mb, prec, parts, s, resident, opt_transient, lora)]
     return phases, host
+
+
+def _ordered_dora(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, mlp_saved: int) -> dict | None:
+    """What DoRA's ordered instants of a dense gated MLP read (hpcmem.estimate.lora_variants `gated_mlp_backward`,
+    `gated_mlp_recompute`): one [tokens, I] tensor, the MLP's saved tensors (the layer's "mlp" term: gate's, act's and
+    up's outputs under LoRA) and each adapted MLP linear's saved terms; None where they do not apply — no DoRA, an MoE
+    or ungated MLP, or saved tensors offloaded to the host (then a module's backward frees nothing on the GPU)."""
+    m, t = job.model, job.train
+    on_gpu = t.gradient_checkpointing or not t.activation_offloading
+    if not (lora.enabled and lora.dora and m.gated_mlp and not m.is_moe and on_gpu):
+        return None
+    return {"inter_tensor": mb.tokens * m.intermediate_size * prec.act, "mlp_saved": mlp_saved,
+            "kept": {mod.leaf: lora.module_saved(mod, mb.tokens, prec) for mod in lora.modules("mlp")}}
+
+
+def _recompute_dora(lora: LoraLayout, mb: MicroBatch, prec: Precision, quantized: bool, hidden_size: int,
+                    ordered: dict | None) -> int | None:
+    """DoRA's worst forward instant in the recompute of a dense gated layer (`_ordered_dora`), or None."""
+    if ordered is None:
+        return None
+    return lora_variants.gated_mlp_recompute(lora, mb.tokens, prec, quantized, inter_tensor=ordered["inter_tensor"],
+                                             mlp_saved=ordered["mlp_saved"], kept=ordered["kept"],
+                                             hidden_tensor=mb.tokens * hidden_size * prec.residual)
+
+
+def _mlp_backward(lora: LoraLayout, mb: MicroBatch, prec: Precision, mlp_t: int, ordered: dict | None) -> int:
+    """The MLP's backward temporaries beyond the layer's saved terms: its gradients and the adapters' worst backward
+    at one instant — or, under DoRA on a dense gated MLP (`_ordered_dora`), each adapted linear's DoRA backward at its
+    place in the backward order (hpcmem.estimate.lora_variants `gated_mlp_backward`)."""
+    mods = lora.modules("mlp") if lora.enabled else ()
+    if ordered is not None and mods:
+        worst = lora_variants.gated_mlp_backward(
+            lora, mods, mb.tokens, lora_backward_bytes_per_input(lora), inter_tensor=ordered["inter_tensor"],
+            mlp_grads=mlp_t, kept=ordered["kept"])
+        if worst is not None:
+            return worst
+    return mlp_t + lora_backward_transient(lora, mb.tokens, prec, "mlp")
 
 
 def _segment_ends(kept: list[int], terms: list[dict], prefix: list[int], cap: int | None) -> list[int]:
