@@ -26,6 +26,12 @@ TRAINER_FAILS = {("paligemma", "dpo"): "TRL 1.16's DataCollatorForVisionPreferen
 def image_job_problems(job: Job) -> list[str]:
     """What TRL 1.16 / transformers 5.24 refuse, or hpcmem does not model, for a job with images."""
     t, m = job.train, job.model
+    if getattr(m.vision, "family", "") == "mllama" and t.images_per_example == 0 and t.profile_images == 0:
+        # modeling_mllama.py MllamaTextModel.forward: `continue` past every cross-attention layer when there are no
+        # cross_attention_states, so a text-only step runs fewer layers than the decoder hpcmem counts
+        return [f"images_per_example 0 on {m.vision.model_type}: without images MllamaTextModel skips its "
+                f"{len(m.vision.cross_layers)} cross-attention layers, which hpcmem's count of its decoder runs; "
+                "text-only jobs on this type are not derived (give images_per_example ≥ 1)"]
     if t.images_per_example == 0 and t.profile_images == 0:
         return []
     said = (f"images_per_example {t.images_per_example}" if t.images_per_example else
