@@ -91,10 +91,13 @@ def _fixed_size_problems(job: Job) -> list[str]:
         return out
     if t.min_pixels is not None or t.max_pixels is not None:
         processor = {"siglip": "Gemma3ImageProcessor", "idefics3": "SmolVLMImageProcessor",
-                     "paligemma": "SiglipImageProcessor"}.get(
+                     "paligemma": "SiglipImageProcessor", "mllama": "MllamaImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         does = (f"it cuts every image into {v.tile}-px tiles after resizing its longest edge to {v.longest_edge}"
-                if v.family == "idefics3" else f"it resizes every image to {v.image_size}×{v.image_size}")
+                if v.family == "idefics3" else
+                f"it fits every image to at most {v.max_num_tiles} tiles of {v.image_size} px and pads it to "
+                f"{v.max_num_tiles}" if v.family == "mllama" else
+                f"it resizes every image to {v.image_size}×{v.image_size}")
         out.append(f"min_pixels/max_pixels with {v.model_type}: {processor} has no such setting; {does}; leave them "
                    "unset")
     if getattr(v, "family", "") == "idefics3" and v.fold_problem:
