@@ -57,6 +57,20 @@ def mllama_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
     n = tiles * v.padded_patches                # rows of every encoder layer
     m = tiles * v.patches                       # image states the projector and the cross-attention layers see
     pixels = tiles * (v.patches - 1) * v.patch_dim * FP32
+    shared, cross = cross_terms(job, v, prec, lora, m)
+    lm = job.model
+    q = lm.num_attention_heads * lm.head_dim
+    recompute = cross_extra(job, prec, trained, m) if job.train.gradient_checkpointing else 0
+    cross_backward = recompute + prec.act * (2 * q + lm.hidden_size) * m
+    if lora.enabled and not adapted and not job.train.gradient_checkpointing:
+        # no adapter in the tower or the projector and no `enable_input_require_grads` hook (TRL installs it for PEFT
+        # under checkpointing only): the tower builds no graph and runs no backward; the cross-attention layers still
+        # keep their attention over the image states (the text side requires grad)
+        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=pixels, saved=shared + cross,
+                           merger_saved=0, blocks_saved=(), block_full=0, block_backward=0, block_grads=0,
+                           merger_grads=0, patches=m, image_tokens=images, cross_backward=cross_backward,
+                           forward_only=FP32 * v.vision_output_dim * m,
+                           trained="frozen (no LoRA target reaches it, no checkpointing): no graph, no backward")
     gbytes = w if trained else lora.adapter_bytes
     tower_adapters = [x for x in adapted if x.part == "tower"]
     merger_adapters = [x for x in adapted if x.part == "merger"]
@@ -87,11 +101,6 @@ def mllama_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
     post = layer_norm_saved(h, prec, frozen=True) * n
     proj_in = prec.act * v.vision_output_dim * m if trained else 0
     merger_saved = post + proj_in + adapters_saved(merger_adapters, m, prec, lora)
-    shared, cross = cross_terms(job, v, prec, lora, m)
-    lm = job.model
-    q = lm.num_attention_heads * lm.head_dim
-    recompute = cross_extra(job, prec, trained, m) if job.train.gradient_checkpointing else 0
-    cross_backward = recompute + prec.act * (2 * q + lm.hidden_size) * m
     saved = sum(blocks) + tower_mask + conv + leaves + tile_table + pre + merger_saved + shared + cross
     hidden_t, mlp_t, scores_t = act.backward_parts(spec, mb, prec, "sdpa")
     # the concatenation's backward hands each intermediate_layers_indices output its gradient (fp32, the residual
