@@ -2,7 +2,8 @@
 vision layers, and to 4 decoder layers with two and 10 + 2) against the trace of TRL's SFTTrainer with its vision
 collator, transformers' MllamaImageProcessorPil and MllamaProcessor on real images (estimator/traces/vlm-mllama.jsonl,
 written by `hpcmem validate trace --cases estimator/cases/vlm-mllama.yaml`): full fine-tuning and LoRA, checkpointing
-on and off, 1 and 4 tiles, 1 and 2 images, 2 rows; the batch and the tower's states by hand; what is refused."""
+on and off, 1 and 4 tiles, 1 and 2 images, 2 rows; the catalog's 11B at full depth (vlm-mllama-11b.yaml); the
+batch and the tower's states by hand; what is refused."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.vision import GRADIENTS, OPTIMIZER, WEIGHTS
 from hpcmem.estimate.workspaces import tensor_bytes
+from hpcmem.validate.cases import case_job
 from tests.helpers.stored_cases import largest_component, stored_case_job
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for r in map(
-    json.loads, (ROOT / "estimator" / "traces" / "vlm-mllama.jsonl").read_text().splitlines())}
+RECORDS = {r["case"]["id"]: r for name in ("vlm-mllama", "vlm-mllama-11b") for r in map(
+    json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
 MAX_PCT = 3.0
 # the cut tower by hand (modeling_mllama.py MllamaVisionModel): 1280 wide, 5120 MLP, 560-px tiles of 14-px patches
 # (1,601 rows with the class token), 4 tiles, 8 aspect ratios (9 table rows)
@@ -32,11 +34,14 @@ EXTRAS = 8 * 4096 + (2 * 128 + 2)                                # embed_tokens'
 
 
 def _job(case_id: str, **changes):
+    case = RECORDS[case_id]["case"]
+    if not case["model_name_or_path"].endswith(".json"):        # the catalog's 11B
+        return case_job({**case, **changes})
     return stored_case_job(RECORDS[case_id], ROOT, **changes)
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 13
+    assert len(RECORDS) == 13 + 2
 
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
