@@ -43,8 +43,6 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision, micro_batch
 from hpcmem.models.mllama import MllamaTowerSpec
 
-INT64 = 8
-
 
 def mllama_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     v: MllamaTowerSpec = job.model.vision
@@ -53,7 +51,7 @@ def mllama_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
     r, w, trained = job.train.lora_r, prec.weight, not lora.enabled
     if images == 0:
         return unused_tower(weights)
-    h, tiles, layers = v.hidden_size, images * v.max_num_tiles, v.depth + v.global_depth
+    h, tiles = v.hidden_size, images * v.max_num_tiles
     n = tiles * v.padded_patches                # rows of every encoder layer
     m = tiles * v.patches                       # image states the projector and the cross-attention layers see
     pixels = tiles * (v.patches - 1) * v.patch_dim * FP32
@@ -87,7 +85,8 @@ def mllama_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
     block += casts
     gated = 2 * prec.act * h * n if trained else 0          # gate_attn, gate_ffn products in a global layer
     blocks = (block,) * v.depth + (block + gated,) * v.global_depth
-    tower_mask = prec.act * images * (v.max_num_tiles * v.padded_patches) ** 2
+    # in the model's dtype (`_prepare_aspect_ratio_attention_mask(dtype=self.dtype)`), the weights'
+    tower_mask = prec.weight * images * (v.max_num_tiles * v.padded_patches) ** 2
     # before the layers: the Conv2d's input in the weight dtype (trained), the hooked patch embedding's output and the
     # token embeddings' output (frozen under checkpointing: leaves), the tile-position table's output that the gated
     # product keeps (trained), layernorm_pre on the unpadded rows
@@ -123,7 +122,8 @@ def cross_terms(job: JobSpec, v: MllamaTowerSpec, prec: Precision, lora: LoraLay
     alive until the last cross-attention layer's backward; and, with checkpointing off, what each cross-attention
     layer keeps beyond the self-attention layer the language model counts in its place."""
     lm, mb, trained = job.model, micro_batch(job), not lora.enabled
-    shared = prec.act * lm.hidden_size * m + prec.act * mb.seq * m
+    # the mask in the model's dtype (`_prepare_cross_attention_mask(dtype=self.dtype)`), the weights'
+    shared = prec.act * lm.hidden_size * m + prec.weight * mb.seq * m
     if job.train.gradient_checkpointing:
         return shared, 0
     return shared, cross_extra(job, prec, trained, m) * len(v.cross_layers)

@@ -2,8 +2,8 @@
 vision layers, and to 4 decoder layers with two and 10 + 2) against the trace of TRL's SFTTrainer with its vision
 collator, transformers' MllamaImageProcessorPil and MllamaProcessor on real images (estimator/traces/vlm-mllama.jsonl,
 written by `hpcmem validate trace --cases estimator/cases/vlm-mllama.yaml`): full fine-tuning and LoRA, checkpointing
-on and off, 1 and 4 tiles, 1 and 2 images, 2 rows; the catalog's 11B at full depth (vlm-mllama-11b.yaml); the
-batch and the tower's states by hand; what is refused."""
+on and off, 1 and 4 tiles, 1 and 2 images, 2 rows, bf16 and fp32 weights; the catalog's 11B at full depth
+(vlm-mllama-11b.yaml); the batch and the tower's states by hand; what is refused."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.vision import GRADIENTS, OPTIMIZER, WEIGHTS
 from hpcmem.estimate.workspaces import tensor_bytes
-from hpcmem.validate.cases import case_job
 from tests.helpers.stored_cases import largest_component, stored_case_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,14 +33,11 @@ EXTRAS = 8 * 4096 + (2 * 128 + 2)                                # embed_tokens'
 
 
 def _job(case_id: str, **changes):
-    case = RECORDS[case_id]["case"]
-    if not case["model_name_or_path"].endswith(".json"):        # the catalog's 11B
-        return case_job({**case, **changes})
     return stored_case_job(RECORDS[case_id], ROOT, **changes)
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 13 + 2
+    assert len(RECORDS) == 15 + 2
 
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
@@ -99,6 +95,8 @@ def _vision(est, name: str) -> int:
     ({"trainer": "dpo"}, "trainer dpo on mllama: hpcmem models mllama's images for sft only"),
     ({"max_pixels": 1_000_000}, "MllamaImageProcessor has no such setting"),
     ({"images_per_example": 0}, "without images MllamaTextModel skips its 1 cross-attention layers"),
+    ({"images_per_example": 0, "profile_images": 1, "profile_patches": 6404, "profile_image_tokens": 1},
+     "its images are read from images_per_example, image_height and image_width only"),
 ])
 def test_what_is_not_modelled_is_a_one_line_refusal(changes, words):
     with pytest.raises(SpecError, match=words) as err:

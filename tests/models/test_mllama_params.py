@@ -81,3 +81,10 @@ def test_tiles_match_the_image_processor():
 def test_vision_output_dim_must_be_the_concatenation():
     with pytest.raises(SpecError, match="vision_output_dim 7000 must be hidden_size 1280 × \\(1 \\+ 5"):
         mllama_tower_from_config({"model_type": "mllama", "vision_config": {"vision_output_dim": 7000}}, "m")
+
+
+def test_the_traced_fixture_is_the_catalog_entry():
+    """estimator/cases/vlm-mllama-11b.yaml traces tests/fixtures/vlm/Llama-3.2-11B-Vision-Instruct.json: the
+    catalog's config, key for key."""
+    fixture = json.loads((FIXTURES / "Llama-3.2-11B-Vision-Instruct.json").read_text())
+    assert fixture == catalog()["meta-llama/Llama-3.2-11B-Vision-Instruct"]["config"]
