@@ -35,6 +35,7 @@ from typing import Any
 
 from hpcmem.errors import Problems, SpecError
 from hpcmem.models.clip_tower import TowerLinear
+from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 
 # MllamaVisionConfig's class defaults (configuration_mllama.py); MllamaTextConfig's that the extras read
 MLLAMA_VISION_DEFAULTS: dict[str, Any] = {
@@ -44,32 +45,26 @@ MLLAMA_VISION_DEFAULTS: dict[str, Any] = {
     "supported_aspect_ratios": [[1, 1], [1, 2], [1, 3], [1, 4], [2, 1], [2, 2], [3, 1], [4, 1]]}
 MLLAMA_TEXT_DEFAULTS: dict[str, Any] = {"hidden_size": 4096, "num_attention_heads": 32,
                                         "cross_attention_layers": [3, 8, 13, 18, 23, 28, 33, 38]}
+# the activations whose saved tensors hpcmem.estimate derives for the tower's fc1 → act → fc2 MLP
+ACTIVATIONS = ("gelu", "gelu_pytorch_tanh", "quick_gelu")
 EXTRA_EMBED_ROWS = 8        # MllamaTextModel.embed_tokens: nn.Embedding(vocab_size + 8, hidden_size)
 PAD_MULTIPLE = 8            # MllamaVisionModel.forward pads each tile's rows to a multiple of 8
 
 
 @dataclass(frozen=True, kw_only=True)
-class MllamaTowerSpec:
-    """Llama-3.2-Vision's vision model and projector; `out_hidden_size` is the text width, `text_heads` the text
-    model's attention heads, `cross_layers` its cross-attention layers' indices."""
+class MllamaTowerSpec(TowerBase):
+    """Llama-3.2-Vision's vision model and projector; `depth` is the local encoder's layers (num_hidden_layers),
+    `out_hidden_size` the text width, `text_heads` the text model's attention heads, `cross_layers` its
+    cross-attention layers' indices."""
 
-    model_type: str
-    depth: int                  # the local encoder's layers (num_hidden_layers)
     global_depth: int           # num_global_layers
-    hidden_size: int
-    intermediate_size: int
-    num_heads: int
-    in_channels: int
     image_size: int
-    patch_size: int
     max_num_tiles: int
     aspect_ratios: int          # len(supported_aspect_ratios), max_aspect_ratio_id
     intermediate_layers: tuple[int, ...]
     vision_output_dim: int
-    out_hidden_size: int
     text_heads: int
     cross_layers: tuple[int, ...]
-    hidden_act: str = "gelu"
     # what the shared vision code reads of a tower (hpcmem.models.vision.VisionSpec's names)
     norm: str = "layer"
     mlp: str = "fc"
@@ -80,15 +75,12 @@ class MllamaTowerSpec:
 
     def __post_init__(self) -> None:
         p = Problems()
-        for f in ("depth", "global_depth", "hidden_size", "intermediate_size", "num_heads", "in_channels",
-                  "image_size", "patch_size", "max_num_tiles", "aspect_ratios", "vision_output_dim",
-                  "out_hidden_size", "text_heads"):
-            value = getattr(self, f)
-            p.check(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                    f"{f} must be an integer ≥ 1, got {value!r}")
+        check_counts(p, self, ("depth", "global_depth", "hidden_size", "intermediate_size", "num_heads",
+                               "in_channels", "image_size", "patch_size", "max_num_tiles", "aspect_ratios",
+                               "vision_output_dim", "out_hidden_size", "text_heads"), prefix="")
+        check_activation(p, self.hidden_act, ACTIVATIONS)
         p.raise_if_any()
-        p.check(self.hidden_size % self.num_heads == 0,
-                f"vision_config.hidden_size {self.hidden_size} is not a multiple of attention_heads {self.num_heads}")
+        check_heads(p, self.hidden_size, self.num_heads, "attention_heads")
         p.check(all(0 <= i < self.depth for i in self.intermediate_layers),
                 f"vision_config.intermediate_layers_indices {list(self.intermediate_layers)} must lie in "
                 f"0..{self.depth - 1}")
