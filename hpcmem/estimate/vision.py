@@ -68,6 +68,7 @@ OPTIMIZER = "vision tower optimizer states"
 ACTIVATIONS = "vision activations"
 GRADIENTS = "vision tower gradients"
 VISION_BACKWARD = "backward (vision tower)"
+CROSS_BACKWARD = "backward (cross-attention layer)"
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,13 @@ class VisionTerms:
     trained: str                 # what trains, in words
     deepstack: tuple[tuple[int, int, int], ...] = ()   # per deepstack merger (block index, saved bytes, gradient bytes)
     forward_only: int = 0        # alive in the forward only: what the model's outputs hold (llava's unused layers)
+    recomputes: bool = True      # its blocks are checkpointed under gradient checkpointing (Mllama's are not)
+    # beyond the language model's worst layer backward while a decoder layer that reads the image states runs its
+    # backward (Mllama's cross-attention layers), or 0
+    cross_backward: int = 0
+    # the token embedding's backward runs before the tower's (Mllama: the tower runs first in the forward, so its
+    # nodes come last in the backward), so the tower's backward sees every language-model gradient
+    embedding_first: bool = False
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
@@ -354,6 +362,12 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
         else:
             extra = ()
         out.append(Phase(name=p.name, components=(*resident, *p.components, *extra)))
+    if terms.cross_backward:
+        worst = max((p for p in out if p.name.startswith("backward (layer")),
+                    key=lambda p: sum(c.bytes for c in p.components))
+        out.append(Phase(name=CROSS_BACKWARD, components=(*worst.components, Component(
+            name="cross-attention backward", bytes=terms.cross_backward,
+            note="its attention over the image states: recomputed under checkpointing, and its gradients"))))
     if terms.blocks_saved:
         out.append(_tower_backward(job, terms, resident, phases, embed_grad))
     return out
@@ -367,9 +381,10 @@ def _tower_backward(job: JobSpec, terms: VisionTerms, resident: tuple[Component,
     closing = next(p for p in phases if p.name == OPTIMIZER_STEP)
     deep_saved = sum(saved for _, saved, _ in terms.deepstack)
     lm = [Component(name=c.name, bytes=c.bytes - embed_grad, note="all but the token embedding's")
-          if c.name == LM_GRADIENTS else c for c in closing.components if c.name != OPTIMIZER_TEMPORARIES]
+          if c.name == LM_GRADIENTS and not terms.embedding_first else c
+          for c in closing.components if c.name != OPTIMIZER_TEMPORARIES]
     depth = len(terms.blocks_saved)
-    recompute = terms.block_full if job.train.gradient_checkpointing else 0
+    recompute = terms.block_full if job.train.gradient_checkpointing and terms.recomputes else 0
     outside = terms.saved - sum(terms.blocks_saved) - terms.merger_saved - deep_saved
 
     accumulating = job.train.gradient_accumulation_steps > 1

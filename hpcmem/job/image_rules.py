@@ -26,6 +26,12 @@ TRAINER_FAILS = {("paligemma", "dpo"): "TRL 1.16's DataCollatorForVisionPreferen
 def image_job_problems(job: Job) -> list[str]:
     """What TRL 1.16 / transformers 5.24 refuse, or hpcmem does not model, for a job with images."""
     t, m = job.train, job.model
+    if getattr(m.vision, "family", "") == "mllama" and t.images_per_example == 0 and t.profile_images == 0:
+        # modeling_mllama.py MllamaTextModel.forward: `continue` past every cross-attention layer when there are no
+        # cross_attention_states, so a text-only step runs fewer layers than the decoder hpcmem counts
+        return [f"images_per_example 0 on {m.vision.model_type}: without images MllamaTextModel skips its "
+                f"{len(m.vision.cross_layers)} cross-attention layers, which hpcmem's count of its decoder runs; "
+                "text-only jobs on this type are not derived (give images_per_example ≥ 1)"]
     if t.images_per_example == 0 and t.profile_images == 0:
         return []
     said = (f"images_per_example {t.images_per_example}" if t.images_per_example else
@@ -39,7 +45,7 @@ def image_job_problems(job: Job) -> list[str]:
         fails = TRAINER_FAILS.get((m.vision.model_type, t.trainer))
         out.append(f"{said} with trainer {t.trainer} on {m.vision.model_type}: hpcmem models {m.vision.model_type}'s "
                    f"images for {', '.join(allowed) or 'no trainer'} only" + (f" ({fails})" if fails else ""))
-    elif getattr(m.vision, "family", "") == "idefics3" and t.profile_images:
+    elif getattr(m.vision, "family", "") in ("idefics3", "mllama") and t.profile_images:
         out.append(f"{said} on {m.vision.model_type}: its images are read from images_per_example, image_height and "
                    "image_width only (a length profile of its tiles is not built; no video)")
     elif t.profile_images and t.trainer != "sft":
@@ -85,10 +91,13 @@ def _fixed_size_problems(job: Job) -> list[str]:
         return out
     if t.min_pixels is not None or t.max_pixels is not None:
         processor = {"siglip": "Gemma3ImageProcessor", "idefics3": "SmolVLMImageProcessor",
-                     "paligemma": "SiglipImageProcessor"}.get(
+                     "paligemma": "SiglipImageProcessor", "mllama": "MllamaImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         does = (f"it cuts every image into {v.tile}-px tiles after resizing its longest edge to {v.longest_edge}"
-                if v.family == "idefics3" else f"it resizes every image to {v.image_size}×{v.image_size}")
+                if v.family == "idefics3" else
+                f"it fits every image to at most {v.max_num_tiles} tiles of {v.image_size} px and pads it to "
+                f"{v.max_num_tiles}" if v.family == "mllama" else
+                f"it resizes every image to {v.image_size}×{v.image_size}")
         out.append(f"min_pixels/max_pixels with {v.model_type}: {processor} has no such setting; {does}; leave them "
                    "unset")
     if getattr(v, "family", "") == "idefics3" and v.fold_problem:

@@ -14,6 +14,10 @@ patches: sides rounded to multiples of 32. Gemma 3's (models/gemma3/image_proces
 (processing_gemma3.py) writes mm_tokens_per_image image tokens per image (`VisionSpec.image_size`, `tokens_per_image`).
 SmolVLM's and Idefics3's (image_processing_pil_smolvlm.py `SmolVLMImageProcessorPil._preprocess`) cut each image into
 tiles (hpcmem.models.idefics3 `idefics3_tiles`), each (tile / patch_size)² patches and tokens_per_tile image tokens.
+Llama-3.2-Vision's (image_processing_pil_mllama.py `MllamaImageProcessorPil`) fits each image to rows × cols tiles
+of image_size px (hpcmem.models.mllama `mllama_tiles`) but pads every image to max_num_tiles tiles (`pack_images`):
+the tower runs max_num_tiles · ((image_size / patch_size)² + 1) rows per image whatever its size, and the text holds
+one <|image|> token per image (the model reads the image through its cross-attention layers).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.models.idefics3 import idefics3_tiles
+from hpcmem.models.mllama import mllama_tiles
 
 if TYPE_CHECKING:
     from hpcmem.models.vision import VisionSpec
@@ -137,6 +142,13 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         tiles, side = rows * cols + 1 if rows else 1, vision.tile // vision.patch_size
         return ImageGeometry(resized=cut, grid_thw=(tiles, side, side), patches=tiles * vision.patches,
                              tokens=tiles * vision.tokens_per_tile)
+    if getattr(vision, "family", "") == "mllama":
+        # grid_thw is (max_num_tiles, side, side): the padded tiles the tower runs; `resized` the tiled canvas
+        rows, cols = mllama_tiles(t.image_height, t.image_width, vision.image_size, vision.max_num_tiles)
+        side = vision.image_size // vision.patch_size
+        return ImageGeometry(resized=(rows * vision.image_size, cols * vision.image_size),
+                             grid_thw=(vision.max_num_tiles, side, side),
+                             patches=vision.max_num_tiles * vision.patches, tokens=1)
     if getattr(vision, "fixed_resolution", False):
         # llava (hpcmem.models.clip_tower): CLIPImageProcessor resizes the shortest edge to image_size and crops the
         # centre square, whatever the image's size: one resolution, one token count

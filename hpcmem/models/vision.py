@@ -32,6 +32,9 @@ Covered (transformers 5.24):
   (hpcmem.models.idefics3's `Idefics3TowerSpec`).
 - paligemma: a SigLIP tower and a one-Linear projector (hpcmem.models.paligemma's `PaliGemmaTowerSpec`); its decoder
   is what its text_config names (Gemma 2 for PaliGemma 2).
+- mllama (Llama-3.2-Vision): a tiled ViT with a gated global encoder, a one-Linear projector and a Llama decoder
+  whose cross-attention layers read the image states (hpcmem.models.mllama's `MllamaTowerSpec`, which also counts
+  what those layers hold beyond a Llama layer).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from hpcmem.models.clip_tower import ClipTowerSpec, clip_tower_from_config
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
+from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
 
 
 
@@ -81,11 +85,11 @@ FC_ACTIVATIONS = ("quick_gelu", "gelu", "gelu_pytorch_tanh")
 IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                           "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                           "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
-                          "paligemma": ("sft",)}
+                          "paligemma": ("sft",), "mllama": ("sft",)}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
-                         "paligemma": ("sft",)}
+                         "paligemma": ("sft",), "mllama": ("sft",)}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -122,6 +126,9 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/paligemma: hpcmem.models.paligemma reads the vision part; the decoder is what text_config names
     # (PaliGemmaConfig's default: gemma); PaliGemmaConfig.tie_word_embeddings True
     "paligemma": TowerLayout(text="gemma", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
+    # models/mllama: hpcmem.models.mllama reads the vision part and the cross-attention layers' extras; the decoder's
+    # linears, norms and MLP are a Llama's (MllamaTextSelfAttention / MllamaTextMLP, no biases)
+    "mllama": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
 }
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "paligemma")
@@ -273,7 +280,7 @@ class VisionSpec(TowerBase):
 
 
 def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | ClipTowerSpec | Idefics3TowerSpec
-                                                                  | PaliGemmaTowerSpec | None):
+                                                                  | PaliGemmaTowerSpec | MllamaTowerSpec | None):
     """The VisionSpec of a vision-language config.json dict (llava's: a ClipTowerSpec), None for any other; keys it
     omits take the vision config class's defaults, as `AutoConfig.for_model` fills them."""
     model_type = str(cfg.get("model_type", ""))
@@ -285,6 +292,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return idefics3_tower_from_config(cfg, name)
     if model_type == "paligemma":
         return paligemma_tower_from_config(cfg, name)
+    if model_type == "mllama":
+        return mllama_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")

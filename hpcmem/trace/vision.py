@@ -22,7 +22,7 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace import vision_gemma3, vision_idefics3, vision_llava, vision_paligemma
+from hpcmem.trace import vision_gemma3, vision_idefics3, vision_llava, vision_mllama, vision_paligemma
 from hpcmem.trace.pieces import WORD, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -65,6 +65,8 @@ def processor(job: JobSpec) -> Any:
         return vision_idefics3.processor(job)
     if v.family == "paligemma":
         return vision_paligemma.processor(job)
+    if v.family == "mllama":
+        return vision_mllama.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -90,20 +92,25 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_idefics3.token_ids(proc)
     if proc.__class__.__name__ == "PaliGemmaProcessor":
         return vision_paligemma.token_ids(proc)
+    if proc.__class__.__name__ == "MllamaProcessor":
+        return vision_mllama.token_ids(proc)
     ids = proc.tokenizer.convert_tokens_to_ids([VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD])
     return dict(zip(("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id"), ids,
                     strict=True))
 
 
 def image_row_words(job: JobSpec, row: int) -> int:
-    """Words of a row of `row` tokens beside its images (each image: its tokens and two markers; PaliGemma's row one
-    bos besides)."""
+    """Words of a row of `row` tokens beside its images (each image: its tokens and two markers; PaliGemma's and
+    Llama-3.2-Vision's row one bos besides)."""
     t, family = job.train, job.model.vision.family
     markers = vision_llava.MARKERS_PER_IMAGE if job.model.vision.model_type == "llava" else \
         vision_idefics3.markers(job) if family == "idefics3" else \
-        vision_paligemma.MARKERS_PER_IMAGE if family == "paligemma" else MARKERS_PER_IMAGE
+        vision_paligemma.MARKERS_PER_IMAGE if family == "paligemma" else \
+        vision_mllama.MARKERS_PER_IMAGE if family == "mllama" else MARKERS_PER_IMAGE
     per_image = image_geometry(t, job.model.vision).tokens + markers
-    words = row - t.images_per_example * per_image - (vision_paligemma.ROW_TOKENS if family == "paligemma" else 0)
+    row_tokens = vision_paligemma.ROW_TOKENS if family == "paligemma" else \
+        vision_mllama.BOS_PER_ROW if family == "mllama" else 0
+    words = row - t.images_per_example * per_image - row_tokens
     if words < 1:
         raise SpecError(f"the trace fills rows of {row} tokens: {t.images_per_example} image(s) × {per_image} tokens "
                         "(image tokens and any markers around them) leave no room for text; raise max_length")
