@@ -1,4 +1,5 @@
-"""llava's CLIP tower and projector in a vision-language SFT job (hpcmem.models.clip_tower): their states, what their
+"""llava's CLIP tower and projector in a vision-language SFT job (hpcmem.models.clip_tower; llava_next's the same over
+its anyres tiles, hpcmem.models.llava_next): their states, what their
 forward keeps for the backward, and the tower's backward, as hpcmem.estimate.vision's `VisionTerms`, which
 `with_vision` places in the step's phases as it does for the Qwen towers.
 
@@ -32,6 +33,7 @@ from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_sav
 from hpcmem.estimate.vision_idefics3 import idefics3_terms
 from hpcmem.estimate.vision_mllama import mllama_terms
 from hpcmem.job.image_rules import image_rows
+from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.clip_tower import ClipTowerSpec
@@ -55,20 +57,24 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
 
 def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     v: ClipTowerSpec = job.model.vision
-    images, _ = image_rows(job)
+    images, patches = image_rows(job)
     adapted, adapter_params, weights = tower_weights(job, v, prec, lora)
     r, w, trained = job.train.lora_r, prec.weight, not lora.enabled
     if images == 0:
         return unused_tower(weights)
     layers, h = v.trained_layers, v.hidden_size
-    n, m = images * v.positions, images * v.tokens_per_image        # tower rows, projector rows
-    patches = images * v.patches
+    # llava: one image_size tile per image; llava_next: each image's anyres tiles and its base image, which the tower
+    # and the projector run as a batch of tiles (modeling_llava_next.py `get_image_features`)
+    tiles = patches // v.patches
+    n, m = tiles * v.positions, tiles * v.tokens_per_image        # tower rows, projector rows
+    # the image tokens in the text: llava_next's unpadded grid, newlines and base (`pack_image_features`)
+    text_tokens = images * image_geometry(job.train, v).tokens
     if lora.enabled and not adapted and not job.train.gradient_checkpointing:
         # no adapter in the tower or the projector and no `enable_input_require_grads` hook (TRL installs it for PEFT
         # under checkpointing only): nothing there requires grad, so it builds no graph and runs no backward
         return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=patches * v.patch_dim * FP32, saved=0,
                            merger_saved=0, blocks_saved=(), block_full=0, block_backward=0, block_grads=0,
-                           merger_grads=0, patches=patches, image_tokens=m,
+                           merger_grads=0, patches=patches, image_tokens=text_tokens,
                            trained="frozen (no LoRA target reaches it, no checkpointing): no graph, no backward")
     gbytes = w if trained else lora.adapter_bytes
     tower_adapters = [x for x in adapted if x.part == "tower"]
@@ -77,7 +83,8 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     merger = v.merger_params if trained else sum(r * (x.in_features + x.out_features) for x in merger_adapters)
     # on the loss's path: the embeddings and pre_layrnorm (trained only), the layers up to the feature layer, the
     # projector
-    outside = (v.embed_params + 2 * h) if trained else 0
+    # and llava_next's image_newline (num_params beyond the tower and the projector; llava has none)
+    outside = (v.embed_params + 2 * h + v.num_params - v.tower_params - v.merger_params) if trained else 0
     trainable = outside + per_block * layers + merger
     grads = trainable * gbytes
     opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
@@ -119,4 +126,4 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
                        saved=saved, merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
                        block_backward=hidden_t + max(mlp_t + adapter_t, scores_t),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=patches,
-                       image_tokens=m, trained=what, forward_only=tail + recorded)
+                       image_tokens=text_tokens, trained=what, forward_only=tail + recorded)

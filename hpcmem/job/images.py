@@ -18,6 +18,8 @@ Llama-3.2-Vision's (image_processing_pil_mllama.py `MllamaImageProcessorPil`) fi
 of image_size px (hpcmem.models.mllama `mllama_tiles`) but pads every image to max_num_tiles tiles (`pack_images`):
 the tower runs max_num_tiles · ((image_size / patch_size)² + 1) rows per image whatever its size, and the text holds
 one <|image|> token per image (the model reads the image through its cross-attention layers).
+LLaVA-NeXT's (image_processing_pil_llava_next.py) picks a best-fit resolution and cuts it into tiles plus a base image
+(hpcmem.models.llava_next `anyres_tiles`, `anyres_tokens`).
 """
 
 from __future__ import annotations
@@ -149,6 +151,12 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         return ImageGeometry(resized=(rows * vision.image_size, cols * vision.image_size),
                              grid_thw=(vision.max_num_tiles, side, side),
                              patches=vision.max_num_tiles * vision.patches, tokens=1)
+    if getattr(vision, "grid_pinpoints", None):
+        # LLaVA-NeXT (hpcmem.models.llava_next): the best-fit pinpoint's tiles and the base image, each image_size
+        # square; grid_thw is (tiles, side, side)
+        tiles, g = vision.anyres_tiles(t.image_height, t.image_width), vision.image_size // vision.patch_size
+        return ImageGeometry(resized=vision.best_resolution(t.image_height, t.image_width), grid_thw=(tiles, g, g),
+                             patches=tiles * g * g, tokens=vision.anyres_tokens(t.image_height, t.image_width))
     if getattr(vision, "fixed_resolution", False):
         # llava (hpcmem.models.clip_tower): CLIPImageProcessor resizes the shortest edge to image_size and crops the
         # centre square, whatever the image's size: one resolution, one token count

@@ -161,14 +161,15 @@ class ClipTowerSpec(TowerBase):
         return (self.depth - self.trained_layers) * self.block_params + 2 * self.hidden_size
 
 
-def clip_tower_from_config(cfg: dict[str, Any], name: str) -> ClipTowerSpec:
-    """The ClipTowerSpec of a llava config.json dict; keys it omits take the config classes' defaults."""
+def clip_tower_from_config(cfg: dict[str, Any], name: str, model_type: str = "llava") -> ClipTowerSpec:
+    """The ClipTowerSpec of a llava config.json dict (llava_next's: the same keys and defaults, LlavaNextConfig); keys
+    it omits take the config classes' defaults."""
     raw = cfg.get("vision_config")
     if raw is not None and not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
     if raw is not None and raw.get("model_type", "clip_vision_model") != "clip_vision_model":
-        raise SpecError(f"model {name}: llava's vision_config.model_type {raw.get('model_type')!r} is not modelled; "
-                        "hpcmem models llava with a CLIP tower (clip_vision_model)")
+        raise SpecError(f"model {name}: {model_type}'s vision_config.model_type {raw.get('model_type')!r} is not "
+                        f"modelled; hpcmem models {model_type} with a CLIP tower (clip_vision_model)")
     vc = {**CLIP_DEFAULTS, **(raw if raw is not None else LLAVA_VISION_DEFAULTS)}
     outer = {**LLAVA_DEFAULTS, **{k: cfg[k] for k in LLAVA_DEFAULTS if k in cfg}}
     layer = outer["vision_feature_layer"]
@@ -179,7 +180,7 @@ def clip_tower_from_config(cfg: dict[str, Any], name: str) -> ClipTowerSpec:
         raise SpecError(f"model {name}: vision_feature_select_strategy must be default or full, got {strategy!r}")
     text = cfg.get("text_config") or {}
     width = text.get("hidden_size", 4096) if isinstance(text, dict) else 4096     # LlamaConfig.hidden_size
-    return ClipTowerSpec(model_type="llava", depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
+    return ClipTowerSpec(model_type=model_type, depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
                          intermediate_size=vc["intermediate_size"], num_heads=vc["num_attention_heads"],
                          in_channels=vc["num_channels"], image_size=vc["image_size"], patch_size=vc["patch_size"],
                          out_hidden_size=width, hidden_act=str(vc["hidden_act"]),

@@ -28,6 +28,8 @@ Covered (transformers 5.24):
   no nn.Linear. Its decoder is Gemma 3's text model.
 - llava (LLaVA-1.5): its CLIP tower and projector are hpcmem.models.clip_tower's `ClipTowerSpec`; its decoder is
   what its text_config names.
+- llava_next (LLaVA-NeXT): llava's tower and projector with anyres tiles and an image_newline vector
+  (hpcmem.models.llava_next's `LlavaNextTowerSpec`).
 - smolvlm (SmolVLM2) and idefics3: a SigLIP-style tower, a pixel-shuffle connector and a Llama decoder
   (hpcmem.models.idefics3's `Idefics3TowerSpec`).
 - paligemma: a SigLIP tower and a one-Linear projector (hpcmem.models.paligemma's `PaliGemmaTowerSpec`); its decoder
@@ -45,6 +47,7 @@ from typing import Any
 from hpcmem.errors import Problems, SpecError
 from hpcmem.models.siglip import gemma3_projector_params, gemma3_vision_values, siglip_tower_params
 from hpcmem.models.clip_tower import ClipTowerSpec, clip_tower_from_config
+from hpcmem.models.llava_next import llava_next_tower_from_config
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
@@ -85,11 +88,11 @@ FC_ACTIVATIONS = ("quick_gelu", "gelu", "gelu_pytorch_tanh")
 IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                           "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                           "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
-                          "paligemma": ("sft",), "mllama": ("sft",)}
+                          "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft",)}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
-                         "paligemma": ("sft",), "mllama": ("sft",)}
+                         "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft",)}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -120,6 +123,9 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/llava: a CLIP tower and a two-linear projector (hpcmem.models.clip_tower), a Llama decoder; only `text`
     # is read (vision_spec_from_config hands the vision part to clip_tower_from_config)
     "llava": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    # models/llava_next: llava's tower and projector with anyres tiles (hpcmem.models.llava_next); LlavaNextConfig's
+    # text_config default: llama
+    "llava_next": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
     # models/smolvlm, models/idefics3: hpcmem.models.idefics3 reads the vision part; the decoder a Llama
     "smolvlm": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
     "idefics3": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
@@ -131,7 +137,7 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     "mllama": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
 }
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
-_TEXT_FROM_CONFIG = ("llava", "paligemma")
+_TEXT_FROM_CONFIG = ("llava", "llava_next", "paligemma")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -288,6 +294,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return None
     if model_type == "llava":
         return clip_tower_from_config(cfg, name)
+    if model_type == "llava_next":
+        return llava_next_tower_from_config(cfg, name)
     if model_type in ("smolvlm", "idefics3"):
         return idefics3_tower_from_config(cfg, name)
     if model_type == "paligemma":

@@ -59,7 +59,7 @@ def processor(job: JobSpec) -> Any:
     v = job.model.vision
     if getattr(v, "family", "") == "siglip":
         return vision_gemma3.processor(job)
-    if v.model_type == "llava":
+    if v.model_type in ("llava", "llava_next"):
         return vision_llava.processor(job)
     if v.family == "idefics3":
         return vision_idefics3.processor(job)
@@ -103,7 +103,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
     """Words of a row of `row` tokens beside its images (each image: its tokens and two markers; PaliGemma's and
     Llama-3.2-Vision's row one bos besides)."""
     t, family = job.train, job.model.vision.family
-    markers = vision_llava.MARKERS_PER_IMAGE if job.model.vision.model_type == "llava" else \
+    markers = vision_llava.MARKERS_PER_IMAGE if job.model.vision.model_type in ("llava", "llava_next") else \
         vision_idefics3.markers(job) if family == "idefics3" else \
         vision_paligemma.MARKERS_PER_IMAGE if family == "paligemma" else \
         vision_mllama.MARKERS_PER_IMAGE if family == "mllama" else MARKERS_PER_IMAGE

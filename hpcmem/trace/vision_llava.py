@@ -7,6 +7,8 @@ one) with llava-hf/llava-1.5-7b-hf's preprocessor settings (shortest edge and cr
 settings (patch_size 14, vision_feature_select_strategy "default", num_additional_image_tokens 1: the class token,
 which "default" drops again), so `replace_image_token` expands each "<image>" into (336 / 14)² = 576 image tokens.
 The chat template writes each image as "<image>" and the text as it is (no markers around the image).
+llava_next: models/llava_next/processing_llava_next.py `LlavaNextProcessor` around `LlavaNextImageProcessorPil`
+(anyres tiles, hpcmem.models.llava_next), the same image token and template.
 """
 
 from __future__ import annotations
@@ -24,18 +26,36 @@ CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content']
 
 
 def processor(job: JobSpec) -> Any:
-    """LlavaProcessor with the tower's image size and patch size (hpcmem.models.clip_tower.ClipTowerSpec)."""
+    """LlavaProcessor with the tower's image size and patch size (hpcmem.models.clip_tower.ClipTowerSpec);
+    llava_next's processor (`next_processor`)."""
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
     from transformers.models.llava.processing_llava import LlavaProcessor
 
     v = job.model.vision
     tok = tokenizer()
     tok.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
+    if v.model_type == "llava_next":
+        return next_processor(v, tok)
     images = CLIPImageProcessorPil(size={"shortest_edge": v.image_size},
                                    crop_size={"height": v.image_size, "width": v.image_size})
     return LlavaProcessor(image_processor=images, tokenizer=tok, patch_size=v.patch_size,
                           vision_feature_select_strategy="default" if v.drop_class_token else "full",
                           num_additional_image_tokens=1, chat_template=CHAT_TEMPLATE)
+
+
+def next_processor(v: Any, tok: Any) -> Any:
+    """LlavaNextProcessor around the PIL `LlavaNextImageProcessorPil` with the tower's image size as its shortest edge
+    and crop and the config's image_grid_pinpoints (hpcmem.models.llava_next.LlavaNextTowerSpec), as
+    llava-hf/llava-v1.6-mistral-7b-hf's preprocessor settings name them (336, its pinpoints)."""
+    from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
+    from transformers.models.llava_next.processing_llava_next import LlavaNextProcessor
+
+    images = LlavaNextImageProcessorPil(size={"shortest_edge": v.image_size},
+                                        crop_size={"height": v.image_size, "width": v.image_size},
+                                        image_grid_pinpoints=[list(p) for p in v.grid_pinpoints])
+    return LlavaNextProcessor(image_processor=images, tokenizer=tok, patch_size=v.patch_size,
+                              vision_feature_select_strategy="default" if v.drop_class_token else "full",
+                              num_additional_image_tokens=1, chat_template=CHAT_TEMPLATE)
 
 
 def token_ids(proc: Any) -> dict[str, int]:
