@@ -90,7 +90,7 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
     # CLIPAttention's q, k, v are three Linears (no fused storage kept alive by a slice)
     spec = replace(block_spec(v), fused_qkv=False)
-    mb = MicroBatch(rows=images, seq=v.positions, label_tokens=0, padding_free=False, source="",
+    mb = MicroBatch(rows=tiles, seq=v.positions, label_tokens=0, padding_free=False, source="",
                     attn_implementation="sdpa")
     # out_proj reads SDPA's output itself (sdpa_attention_forward's `transpose(1, 2).contiguous()` of the kernel's
     # [B, S, H, D] output copies nothing), not a concatenation as the Qwen towers' `proj` does
