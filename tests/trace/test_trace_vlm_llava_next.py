@@ -1,0 +1,47 @@
+"""LLaVA-NeXT traced now against its estimate: TRL's SFTTrainer with its vision collator and transformers'
+LlavaNextProcessor on a real 336×672 image, llava-v1.6-mistral-7b's widths cut to 1 decoder layer and 4 CLIP layers
+(estimator/cases/vlm-llava-next.yaml), full fine-tuning without checkpointing: the step's peak and the tower's own
+backward within 3 %. And what TRL's collator hands LlavaNextForConditionalGeneration for a 480×640 image: the 672×672
+pinpoint's 2 × 2 tiles and the base image as pixel_values [1, 5, 3, 336, 336], its size, and 2,340 image tokens
+(36 unpadded rows of 48 patches, 36 newlines, the base tile's 24² = 576)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("trl")
+
+from hpcmem.validate.cases import case_job  # noqa: E402
+from tests.helpers.trace_helpers import estimate_holds_vision_trace  # noqa: E402
+
+pytestmark = pytest.mark.torch
+ROOT = Path(__file__).resolve().parents[2]
+CASES = yaml.safe_load((ROOT / "estimator" / "cases" / "vlm-llava-next.yaml").read_text())
+
+
+def _job(case_id: str):
+    case = {**CASES["defaults"], **next(c for c in CASES["cases"] if c["id"] == case_id)}
+    return case_job({**case, "model_name_or_path": str(ROOT / case["model_name_or_path"])})
+
+
+def test_the_trace_of_today_agrees_with_the_estimate():
+    estimate_holds_vision_trace(_job("lnext-full-nogc-3t"), 3.0)
+
+
+def test_the_collator_hands_the_tiles_and_their_tokens():
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    from hpcmem.trace.vision import make_image_dataset, processor
+
+    job = _job("lnext-full-nogc-5t")
+    proc = processor(job)
+    row = dict(make_image_dataset(job, (3072,), 1)[0])
+    batch = DataCollatorForVisionLanguageModeling(processor=proc)([row])
+    ids = batch["input_ids"][0]
+    assert ids.shape == (3072,)
+    assert int((ids == proc.image_token_id).sum()) == 36 * 48 + 36 + 576
+    assert tuple(batch["pixel_values"].shape) == (1, 5, 3, 336, 336)
+    assert batch["image_sizes"].tolist() == [[480, 640]]
