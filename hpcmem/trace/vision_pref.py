@@ -20,7 +20,7 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.data import BatchDesign
-from hpcmem.trace import vision_idefics3
+from hpcmem.trace import vision_idefics3, vision_llava
 from hpcmem.trace.pieces import WORD
 from hpcmem.trace.vision import MARKERS_PER_IMAGE
 
@@ -29,9 +29,12 @@ PROMPT_WORDS = 1    # beside the images: the shortest prompt, the longest comple
 
 
 def prompt_tokens(job: JobSpec) -> int:
-    """Tokens of each prompt: its images (image tokens and the vision_start/vision_end markers) and one word."""
+    """Tokens of each prompt: its images (image tokens and any markers around them: Qwen's vision_start/vision_end,
+    none for llava_next) and one word."""
     t = job.train
-    markers = vision_idefics3.markers(job) if job.model.vision.family == "idefics3" else MARKERS_PER_IMAGE
+    v = job.model.vision
+    markers = vision_idefics3.markers(job) if v.family == "idefics3" else \
+        vision_llava.MARKERS_PER_IMAGE if v.model_type == "llava_next" else MARKERS_PER_IMAGE
     tokens = t.images_per_example * (image_geometry(t, job.model.vision).tokens + markers) + PROMPT_WORDS
     if tokens + 2 > (t.max_length or 0):
         raise SpecError(f"the DPO trace fills rows of max_length {t.max_length} tokens: a prompt of "

