@@ -112,6 +112,9 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
                     + adapters_saved(merger_adapters, m, prec, lora))
     saved = sum(blocks) + conv + leaves + pre + merger_saved
     hidden_t, mlp_t, scores_t = act.backward_parts(spec, mb, prec, "sdpa")
+    # without checkpointing the MLP's adapters run their backward before its base path's, one after the other (as
+    # SigLIP's, hpcmem.estimate.vision `vision_terms`; traced: llava and llava_next LoRA no-GC, estimator/LOG.md); under
+    # checkpointing the recomputed block's tensors are alive beside them
     adapter_t = n * max(x.in_features for x in tower_adapters) * backward_bytes_per_input(lora) \
         if tower_adapters else 0
     # alive until the trainer drops the model's outputs (the forward only): the layers past the feature layer (their
@@ -124,6 +127,7 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
             "get no gradient" if trained else f"frozen; LoRA on {len(adapted)} of its linear kinds")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=patches * v.patch_dim * FP32,
                        saved=saved, merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
-                       block_backward=hidden_t + max(mlp_t + adapter_t, scores_t),
+                       block_backward=hidden_t + max(mlp_t + adapter_t if job.train.gradient_checkpointing else
+                                                     max(mlp_t, adapter_t), scores_t),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=patches,
                        image_tokens=text_tokens, trained=what, forward_only=tail + recorded)
