@@ -137,6 +137,18 @@ class LoraLayout:
         return (per_token * tokens + weight) * m.count_per_layer
 
 
+    def saved_after_weight_norm(self, m: LinearModule, tokens: int, prec: Precision) -> int:
+        """`module_saved`'s part that does not exist yet at `m`'s DoRA weight norm (peft/tuners/lora/dora.py
+        DoraLinearLayer.forward runs get_lora_weight and get_weight_norm first): lora_A's input cast and output,
+        lora_B's output, and the base output — with dropout `F.linear`'s, made after the norm; without it the base
+        layer's own output, alive but already counted beside the norm (lora_variants `_weight_norm`). Not in it: the
+        dropout mask (variants.py DoraLinearVariant.forward drops x before the norm) and the base-weight copy
+        (`_weight_norm` leaves it out itself)."""
+        mask = LORA_DROPOUT_MASK_BYTES * m.in_features * tokens * m.count_per_layer if self.dropout else 0
+        copy = m.in_features * m.out_features * lora_variants.dora_weight_copy_bytes(self, prec) * m.count_per_layer
+        return self.module_saved(m, tokens, prec) - mask - copy
+
+
 def backward_transient(lora: LoraLayout, tokens: int, prec: Precision, part: str | None = None) -> int:
     """Gradient temporaries of one adapter's backward, alive beside the base path's input gradient: peft casts the
     input to the adapter dtype before dropout (peft/tuners/lora/layer.py `_cast_input_dtype`), so the gradient runs
