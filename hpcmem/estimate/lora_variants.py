@@ -50,8 +50,8 @@ def saved_per_token(lora: LoraLayout, mods: tuple[LinearModule, ...], prec: Prec
     """DoRA's base and LoRA outputs kept per token, over all layers, by the products `(m - 1) * base` and
     `m * lora` (variants.py DoraLinearVariant.forward → dora.py DoraLinearLayer.forward), in the compute dtype under
     autocast. Without autocast both are in the adapters' dtype — lora_B's output, and with dropout the base output
-    recomputed by `F.linear` from the input cast to that dtype — except without dropout, where the base output is the
-    base layer's own, in the weights' dtype."""
+    recomputed by `F.linear` from the input cast to that dtype — except without a dropout module
+    (`LoraLayout.dropout_module`), where the base output is the base layer's own, in the weights' dtype."""
     per_out = dora_out_bytes(lora, prec)
     return sum(m.out_features * per_out * m.count_per_layer * m.num_layers for m in mods)
 
@@ -62,16 +62,16 @@ def dora_out_bytes(lora: LoraLayout, prec: Precision) -> int:
         return 0
     if prec.amp:
         return 2 * prec.act
-    return lora.adapter_bytes + (lora.adapter_bytes if lora.dropout else prec.act)
+    return lora.adapter_bytes + (lora.adapter_bytes if lora.dropout_module else prec.act)
 
 
 def dora_weight_copy_bytes(lora: LoraLayout, prec: Precision) -> int:
-    """Bytes per base-weight element DoRA's `F.linear(x, weight)` keeps (with dropout only: without it DoRA reuses the
-    base output). dora.py DoraLinearLayer.forward casts the base weight to the input's dtype (`weight.to(x.dtype)`),
+    """Bytes per base-weight element DoRA's `F.linear(x, weight)` keeps (with an nn.Dropout only, `LoraLayout.dropout_module`:
+    without one DoRA reuses the base output). dora.py DoraLinearLayer.forward casts the base weight to the input's dtype (`weight.to(x.dtype)`),
     and the input was cast to the adapters' dtype (layer.py Linear.forward `_cast_input_dtype`): under autocast the
     matmul saves autocast's 16-bit cast of that copy; without it, that copy itself — a fresh one when the adapters'
     dtype is not the weights' (fp32 adapters over 16-bit weights), W itself when it is."""
-    if not (lora.dora and lora.dropout):
+    if not (lora.dora and lora.dropout_module):
         return 0
     if prec.amp:
         return prec.act
@@ -199,9 +199,10 @@ def _forward_instant(lora: LoraLayout, m: LinearModule, tokens: int, prec: Preci
     - the output products `(mag_norm_scale - 1) * base_result`, `mag_norm_scale * lora_result`, `* scaling`: three
       [tokens, out] tensors in the magnitude's dtype (the adapter dtype) before the sum frees two — `products` of
       them where a recompute stops early (torch/utils/checkpoint.py `_StopRecomputationError`);
-    - with dropout, `F.linear(x, weight)` under autocast: its 16-bit cast of x [tokens, in], a transient.
-    lora_result, base_result and the base-weight copy F.linear keeps are saved terms — without dropout base_result
-    is the base layer's own output, so it is not counted again among the locals; `unmade`: the linear's own saved
+    - with a dropout module (`LoraLayout.dropout_module`, also at p = 0), `F.linear(x, weight)` under autocast: its
+      16-bit cast of x [tokens, in], a transient.
+    lora_result, base_result and the base-weight copy F.linear keeps are saved terms — without a dropout module
+    base_result is the base layer's own output, so it is not counted again among the locals; `unmade`: the linear's own saved
     terms that the caller counts but that do not exist yet at the weight norm (LoraLayout
     `saved_after_weight_norm`)."""
     a = lora.adapter_bytes
@@ -213,11 +214,11 @@ def _forward_instant(lora: LoraLayout, m: LinearModule, tokens: int, prec: Preci
     base = 2 * n_in * n_out if quantized else (a * n_in * n_out if prec.weight != a else 0)
     counted = n_in * n_out * dora_weight_copy_bytes(lora, prec)
     weight_local = max(base - (0 if prec.amp else counted), 0)
-    base_local = n_out * prec.act if lora.dropout else 0
+    base_local = n_out * prec.act if lora.dropout_module else 0
     held = (tokens * (n_in * a * (prec.act != a) + base_local) + dropped + a * n_in * n_out + weight_local
             + saved_eye)
     product_instant = held + products * a * tokens * n_out
-    base_output = held + (c * tokens * n_in if prec.amp and lora.dropout else 0)
+    base_output = held + (c * tokens * n_in if prec.amp and lora.dropout_module else 0)
     return max(norm, product_instant, base_output)
 
 
