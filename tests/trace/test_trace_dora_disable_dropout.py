@@ -6,8 +6,9 @@ p = 0 dropout itself returns its input — no mask, no copy (`LoraLayout.dropout
 Expected values: the trace (hpcmem.trace.run_trace, CUDA kernel mapping) of DPO on a one-layer cut of the Qwen2 config
 the random jobs use (H 896, I 4,864), 1 pair × 1,024 tokens (2,048 rows' tokens), bf16 weights and autocast, DoRA r 6
 on all-linear, lora_dropout 0.05, checkpointing: 787,134,976 B at the recompute of layer 0, where the blocks alive
-include `F.linear`'s outputs and weight copies (dora.py) and none from nn.Dropout. The rule that treated the trainer
-as dropout-free (no F.linear, no weight copy) read −2.71 %."""
+include `F.linear`'s outputs and weight copies (dora.py) and none from nn.Dropout. With the recompute's weight-norm
+instants leaving out each linear's unmade saved terms, the rule that treated the trainer as dropout-free (no F.linear,
+no weight copy) read −2.71 %."""
 
 from __future__ import annotations
 
