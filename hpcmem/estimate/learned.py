@@ -119,7 +119,8 @@ def layer_adapters(kind: LayerKind, lora: LoraLayout, reference: dict | None) ->
     # the user's variant travels with the adapters (DoRA's saved tensors and forward: hpcmem.estimate.lora_variants)
     leaves = {m.leaf for m in lora.adapted}
     return LoraLayout(enabled=True, r=lora.r, adapted=_kind_modules(kind, leaves), adapter_bytes=lora.adapter_bytes,
-                      num_layers=1, dropout=lora.dropout, dora=lora.dora)
+                      num_layers=1, dropout=lora.dropout, dropout_module=lora.dropout_module,
+                      dora=lora.dora)
 
 
 @dataclass(frozen=True)

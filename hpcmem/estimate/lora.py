@@ -32,6 +32,11 @@ class LoraLayout:
     adapter_bytes: int = 4
     num_layers: int = 0
     dropout: bool = True          # lora_dropout > 0 (TRL's 0.05) and no disable_dropout (DPO/Reward/KTO set p = 0)
+    # lora_dropout > 0: peft built an nn.Dropout, kept (at p = 0) under disable_dropout — DoRA's forward then still
+    # recomputes the base output with F.linear (peft/tuners/lora/variants.py DoraLinearVariant.forward tests for
+    # nn.Identity, not for p); a p = 0 dropout returns its input itself (aten/src/ATen/native/Dropout.cpp `_dropout`,
+    # the fused CUDA kernel only for 0 < p < 1): no mask, no copy
+    dropout_module: bool = True
     dora: bool = False            # use_dora: a magnitude vector per adapted linear, and DoRA's forward (lora_variants)
     saved_modules: tuple[tuple[str, int], ...] = ()     # lora_modules_to_save: (name, elements of its trainable copy)
     targeted: tuple[LinearModule, ...] = ()   # target_parameters: the nn.Parameters adapted (fused experts, router)
@@ -137,6 +142,18 @@ class LoraLayout:
         return (per_token * tokens + weight) * m.count_per_layer
 
 
+    def saved_after_weight_norm(self, m: LinearModule, tokens: int, prec: Precision) -> int:
+        """`module_saved`'s part that does not exist yet at `m`'s DoRA weight norm (peft/tuners/lora/dora.py
+        DoraLinearLayer.forward runs get_lora_weight and get_weight_norm first): lora_A's input cast and output,
+        lora_B's output, and the base output — with a dropout module `F.linear`'s, made after the norm; without one
+        the base layer's own output, alive but already counted beside the norm (lora_variants `_weight_norm`). Not in it: the
+        dropout mask (variants.py DoraLinearVariant.forward drops x before the norm) and the base-weight copy
+        (`_weight_norm` leaves it out itself)."""
+        mask = LORA_DROPOUT_MASK_BYTES * m.in_features * tokens * m.count_per_layer if self.dropout else 0
+        copy = m.in_features * m.out_features * lora_variants.dora_weight_copy_bytes(self, prec) * m.count_per_layer
+        return self.module_saved(m, tokens, prec) - mask - copy
+
+
 def backward_transient(lora: LoraLayout, tokens: int, prec: Precision, part: str | None = None) -> int:
     """Gradient temporaries of one adapter's backward, alive beside the base path's input gradient: peft casts the
     input to the adapter dtype before dropout (peft/tuners/lora/layer.py `_cast_input_dtype`), so the gradient runs
@@ -171,8 +188,10 @@ def lora_layout(job: JobSpec) -> LoraLayout:
     else:
         adapter_bytes = 4
     # lora_dropout 0: peft builds nn.Identity (peft/tuners/lora/layer.py update_layer); DPO/Reward/KTO's
-    # disable_dropout sets every nn.Dropout to p = 0 (trl/trainer/utils.py disable_dropout_in_model): no mask either way
+    # disable_dropout sets every nn.Dropout to p = 0 (trl/trainer/utils.py disable_dropout_in_model): no mask either way,
+    # but the nn.Dropout module stays
     return LoraLayout(enabled=True, r=t.lora_r, adapted=chosen, adapter_bytes=adapter_bytes,
                       num_layers=m.num_hidden_layers, dropout=t.lora_dropout > 0 and not t.disable_dropout,
+                      dropout_module=t.lora_dropout > 0,
                       dora=t.use_dora, saved_modules=modules_to_save(job), targeted=params,
                       rank_factors=targets.rank_factors)

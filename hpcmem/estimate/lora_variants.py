@@ -50,8 +50,8 @@ def saved_per_token(lora: LoraLayout, mods: tuple[LinearModule, ...], prec: Prec
     """DoRA's base and LoRA outputs kept per token, over all layers, by the products `(m - 1) * base` and
     `m * lora` (variants.py DoraLinearVariant.forward → dora.py DoraLinearLayer.forward), in the compute dtype under
     autocast. Without autocast both are in the adapters' dtype — lora_B's output, and with dropout the base output
-    recomputed by `F.linear` from the input cast to that dtype — except without dropout, where the base output is the
-    base layer's own, in the weights' dtype."""
+    recomputed by `F.linear` from the input cast to that dtype — except without a dropout module
+    (`LoraLayout.dropout_module`), where the base output is the base layer's own, in the weights' dtype."""
     per_out = dora_out_bytes(lora, prec)
     return sum(m.out_features * per_out * m.count_per_layer * m.num_layers for m in mods)
 
@@ -62,16 +62,16 @@ def dora_out_bytes(lora: LoraLayout, prec: Precision) -> int:
         return 0
     if prec.amp:
         return 2 * prec.act
-    return lora.adapter_bytes + (lora.adapter_bytes if lora.dropout else prec.act)
+    return lora.adapter_bytes + (lora.adapter_bytes if lora.dropout_module else prec.act)
 
 
 def dora_weight_copy_bytes(lora: LoraLayout, prec: Precision) -> int:
-    """Bytes per base-weight element DoRA's `F.linear(x, weight)` keeps (with dropout only: without it DoRA reuses the
-    base output). dora.py DoraLinearLayer.forward casts the base weight to the input's dtype (`weight.to(x.dtype)`),
+    """Bytes per base-weight element DoRA's `F.linear(x, weight)` keeps (with an nn.Dropout only, `LoraLayout.dropout_module`:
+    without one DoRA reuses the base output). dora.py DoraLinearLayer.forward casts the base weight to the input's dtype (`weight.to(x.dtype)`),
     and the input was cast to the adapters' dtype (layer.py Linear.forward `_cast_input_dtype`): under autocast the
     matmul saves autocast's 16-bit cast of that copy; without it, that copy itself — a fresh one when the adapters'
     dtype is not the weights' (fp32 adapters over 16-bit weights), W itself when it is."""
-    if not (lora.dora and lora.dropout):
+    if not (lora.dora and lora.dropout_module):
         return 0
     if prec.amp:
         return prec.act
@@ -187,7 +187,8 @@ def forward_transient(lora: LoraLayout, tokens: int, prec: Precision, quantized:
                for m in lora.adapted)
 
 
-def _forward_instant(lora: LoraLayout, m: LinearModule, tokens: int, prec: Precision, quantized: bool) -> int:
+def _forward_instant(lora: LoraLayout, m: LinearModule, tokens: int, prec: Precision, quantized: bool,
+                     unmade: int = 0, products: int = 3) -> int:
     """The worst instant of one adapted linear's whole DoRA forward, in bytes beyond the layer's saved terms, each
     tensor named (peft/tuners/lora/variants.py DoraLinearVariant.forward, dora.py DoraLinearLayer.forward):
     - the weight norm's two instants (`_weight_norm`), beside which with dropout lies the dropped input: nn.Dropout's
@@ -196,23 +197,29 @@ def _forward_instant(lora: LoraLayout, m: LinearModule, tokens: int, prec: Preci
       in the input's dtype, [in, out] each; the base weight's is the saved copy itself without autocast) and what
       lora_A saved of the eye stay alive beside the base output and the input casts;
     - the output products `(mag_norm_scale - 1) * base_result`, `mag_norm_scale * lora_result`, `* scaling`: three
-      [tokens, out] tensors in the magnitude's dtype (the adapter dtype) before the sum frees two;
-    - with dropout, `F.linear(x, weight)` under autocast: its 16-bit cast of x [tokens, in], a transient.
-    lora_result, base_result and the base-weight copy F.linear keeps are saved terms."""
+      [tokens, out] tensors in the magnitude's dtype (the adapter dtype) before the sum frees two — `products` of
+      them where a recompute stops early (torch/utils/checkpoint.py `_StopRecomputationError`);
+    - with a dropout module (`LoraLayout.dropout_module`, also at p = 0), `F.linear(x, weight)` under autocast: its
+      16-bit cast of x [tokens, in], a transient.
+    lora_result, base_result and the base-weight copy F.linear keeps are saved terms — without a dropout module
+    base_result is the base layer's own output, so it is not counted again among the locals; `unmade`: the linear's own saved
+    terms that the caller counts but that do not exist yet at the weight norm (LoraLayout
+    `saved_after_weight_norm`)."""
     a = lora.adapter_bytes
     c = prec.act if prec.amp else a
     n_in, n_out = m.in_features, m.out_features
     dropped = a * tokens * n_in if lora.dropout else 0
-    norm = _weight_norm(lora, m, tokens, prec, quantized) + dropped
+    norm = _weight_norm(lora, m, tokens, prec, quantized) + dropped - unmade
     saved_eye = c * n_in * n_in
     base = 2 * n_in * n_out if quantized else (a * n_in * n_out if prec.weight != a else 0)
     counted = n_in * n_out * dora_weight_copy_bytes(lora, prec)
     weight_local = max(base - (0 if prec.amp else counted), 0)
-    held = (tokens * (n_in * a * (prec.act != a) + n_out * prec.act) + dropped + a * n_in * n_out + weight_local
+    base_local = n_out * prec.act if lora.dropout_module else 0
+    held = (tokens * (n_in * a * (prec.act != a) + base_local) + dropped + a * n_in * n_out + weight_local
             + saved_eye)
-    products = held + 3 * a * tokens * n_out
-    base_output = held + (c * tokens * n_in if prec.amp and lora.dropout else 0)
-    return max(norm, products, base_output)
+    product_instant = held + products * a * tokens * n_out
+    base_output = held + (c * tokens * n_in if prec.amp and lora.dropout_module else 0)
+    return max(norm, product_instant, base_output)
 
 
 def gated_mlp_recompute(lora: LoraLayout, tokens: int, prec: Precision, quantized: bool, *, inter_tensor: int,
@@ -230,6 +237,8 @@ def gated_mlp_recompute(lora: LoraLayout, tokens: int, prec: Precision, quantize
     mlp = tuple(m for m in lora.adapted if m.kind != "attention")
     if any(m.leaf not in GATED_MLP or m.kind != "mlp" or m.count_per_layer != 1 for m in mlp):
         return None
+    down = next((m for m in mlp if m.leaf == "down_proj"), None)
+    arrived = recompute_output_gradients(lora, down, tokens, prec) if down is not None else 0
     later = {"gate_proj": mlp_saved + kept.get("up_proj", 0) + kept.get("down_proj", 0),
              "up_proj": inter_tensor + kept.get("down_proj", 0), "down_proj": -inter_tensor}
     before_mlp = mlp_saved + sum(kept.values())
@@ -239,7 +248,29 @@ def gated_mlp_recompute(lora: LoraLayout, tokens: int, prec: Precision, quantize
             return hidden_tensor - before_mlp
         return 2 * hidden_tensor - later[m.leaf]
 
-    return max((max(_forward_instant(lora, m, tokens, prec, quantized) + at(m), 0) for m in lora.adapted), default=0)
+    # down_proj's is the layer's last saved product: the recompute stops after the first of its three (traced)
+    return max((max(_forward_instant(lora, m, tokens, prec, quantized,
+                                     unmade=lora.saved_after_weight_norm(m, tokens, prec),
+                                     products=1 if m.leaf == "down_proj" else 3) + at(m), 0)
+                for m in lora.adapted), default=0) + arrived
+
+
+def recompute_output_gradients(lora: LoraLayout, m: LinearModule, tokens: int, prec: Precision) -> int:
+    """The gradients an adapted down_proj's DoRA output side has made when a checkpointed layer's recompute starts,
+    [tokens, out] each. Non-reentrant checkpointing recomputes at the first backward node that unpacks a saved tensor
+    (torch/utils/checkpoint.py `_checkpoint_hook` unpack_hook); autograd runs the layer's nodes in reverse creation
+    order, and the last ones save nothing: the residual add (modeling_llama.py LlamaDecoderLayer.forward), the cast
+    `result.to(torch_result_dtype)` (peft/tuners/lora/layer.py Linear.forward), the sum `result + dora`
+    (variants.py DoraLinearVariant.forward), the sum of the two products and `* scaling` (a Python float; dora.py
+    DoraLinearLayer.forward) — the product `mag_norm_scale * lora_result` is the first that unpacks. By then exist:
+    the cast's backward, the gradient in the magnitude's dtype (the adapter dtype: fp32 magnitude × a 16-bit base
+    output promotes the sum) where the base output's dtype differs; the sum's backward cast of it to the base
+    output's dtype (autograd's validate_outputs casts a gradient to its input's dtype); and `* scaling`'s backward,
+    one more in the magnitude's dtype. The gradient arriving at the layer is counted by the caller."""
+    a = lora.adapter_bytes
+    base = prec.act if prec.amp else prec.residual
+    out = tokens * m.out_features
+    return out * a + (out * (a + base) if base != a else 0)
 
 
 def _backward_one(lora: LoraLayout, m: LinearModule, tokens: int, lora_per_input: int) -> int:

@@ -122,10 +122,11 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     # arriving at the layer (traced: the peak of a short-row DoRA job is in get_weight_norm of the recompute); on a
     # dense gated MLP each adapted linear's forward and backward sit beside what exists at its place in the order
     ordered = _ordered_dora(job, mb, prec, lora, terms[0]["mlp"])
-    recompute_dora_t = 0
+    recompute_dora_t, recompute_in_order = 0, False
     if t.gradient_checkpointing:
         in_order = _recompute_dora(lora, mb, prec, t.quantized, m.hidden_size, ordered)
         recompute_dora_t = dora_t if in_order is None else in_order
+        recompute_in_order = in_order is not None
     lora_mlp_saved = lora.saved_per_layer(mb.tokens, prec, "mlp")
     # a wrapped expert stack's weight gradient comes at another instant than the [tokens, I] gradients (traced)
     mlp_side = max(_mlp_backward(lora, mb, prec, mlp_t, ordered), lora_variants.wrapped_weight_gradient(lora, prec))
@@ -148,8 +149,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     if not lora.enabled and not m.is_moe and m.gated_mlp and parts.per_layer:
         down_grad = layer_grad * (m.hidden_size * m.intermediate_size) // parts.per_layer
 
-    def own_layer(d: dict, full_k: int) -> tuple[int, int, int]:
-        """(recompute, the MLP's / recompute's worst temporaries, the attention's) of a layer with saved terms `d`:
+    def own_layer(d: dict, full_k: int) -> tuple[int, int, int, int]:
+        """(recompute, the MLP's worst temporaries, the recompute's, the attention's) of a layer with saved terms `d`:
         the same for every layer of one kind."""
         recompute = full_k - sac_cached if t.gradient_checkpointing else 0
         # by the attention's backward the MLP's saved tensors (and the post-attention norm's) are already freed
@@ -158,10 +159,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
             hidden_t + mlp_side + layer_grad
         attention_instant = hidden_t + max(scores_t - freed, 0) + lora_attention_t + layer_grad
         recompute_instant = hidden_t // 2 + recompute_dora_t
-        return recompute, max(mlp_instant, recompute_instant), attention_instant
+        return recompute, mlp_instant, recompute_instant, attention_instant
 
     # layer_terms hands back one dict per kind of layer (dense, MoE): each kind's own terms are worked out once
-    kinds: dict[int, tuple[int, int, int]] = {}
+    kinds: dict[int, tuple[int, int, int, int]] = {}
     for k in range(L):
         if id(terms[k]) not in kinds:
             kinds[id(terms[k])] = own_layer(terms[k], full[k])
@@ -169,15 +170,20 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     def layer_instant(k: int) -> tuple[int, int, int, int, int]:
         """(activations, recompute, gradients done, the MLP's / recompute's worst temporaries, the attention's)."""
         below_and_own = on_gpu(prefix[k + 1]) + held
-        recompute, other, attention = kinds[id(terms[k])]
+        recompute, mlp_instant, recompute_instant, attention = kinds[id(terms[k])]
         done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
         both = max(seq.forward, seq.backward)
+        head = 0
         if k == L - 1 and lora.enabled:
             # with a frozen head the gradient the fused head returns, scattered back over every position, is still
             # alive in the first layer's backward; T, not the scored tokens: GRPO/RLOO score only completions
             # (estimator/LOG.md)
-            both += loss.backbone_gradient
-        return below_and_own, recompute, done, other + both, attention + both
+            head = loss.backbone_gradient
+        # DoRA's ordered recompute names the gradients alive when it starts (lora_variants
+        # `recompute_output_gradients`); the head's are gone by then (traced, estimator/LOG.md)
+        recompute_head = 0 if recompute_in_order else head
+        other = max(mlp_instant + head, recompute_instant + recompute_head)
+        return below_and_own, recompute, done, other + both, attention + head + both
 
     def worst_instant(k: int) -> int:
         # FSDP with LoRA leaves as units: the previous layer's unit arrives at the attention projections' backward
