@@ -73,6 +73,7 @@ from hpcmem.trace import layer_map as lay
 from hpcmem.trace import run_trace
 from hpcmem.trace.oracle import ROUTING_NOTE
 from hpcmem.trace.result import versions
+from hpcmem.trace.threads import share_cpus
 
 ROWS = 2
 SEQS = (512, 2048, 8192)
@@ -525,7 +526,7 @@ def _run_samples(probe: LearnedProfile, tasks: list[tuple], depth: int, workers:
     else:
         import multiprocessing as mp
 
-        pool = mp.get_context("spawn").Pool(processes=workers)
+        pool = mp.get_context("spawn").Pool(processes=workers, initializer=share_cpus, initargs=(workers,))
         results = pool.imap(_sample_task, args)
     try:
         for i, (task, result) in enumerate(zip(tasks, results, strict=True), 1):

@@ -52,6 +52,7 @@ from hpcmem.trace import layer_map as lay
 from hpcmem.trace import run_trace
 from hpcmem.trace.layer_map import subsequence
 from hpcmem.trace.learn import held_rows, learn, learning_probe, stderr_progress
+from hpcmem.trace.threads import share_cpus
 
 EVAL_LAYERS = 16
 # Types traced at fewer layers, and why. RecurrentGemma's RG-LRU scan is a Python loop over the tokens on every device
@@ -381,7 +382,8 @@ def run(types: list[str] | None, *, redo: bool = False, workers: int = 1, record
             progress(i, n, [rec])
     if not todo:
         return out
-    with mp.get_context("spawn").Pool(processes=max(1, workers), maxtasksperchild=1) as pool:
+    n = max(1, workers)
+    with mp.get_context("spawn").Pool(processes=n, maxtasksperchild=1, initializer=share_cpus, initargs=(n,)) as pool:
         for i, recs in enumerate(pool.imap_unordered(sweep_type, todo), 1):
             with path.open("a") as fh:
                 for rec in recs:

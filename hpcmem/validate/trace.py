@@ -26,6 +26,7 @@ from hpcmem.progress import Progress
 from hpcmem.record.cells import cell_of
 from hpcmem.trace import run_trace
 from hpcmem.trace.events import save
+from hpcmem.trace.threads import share_cpus
 from hpcmem.validate.cases import case_job
 from hpcmem.validate.reserved import report_reserved
 from hpcmem.validate.table import median, quantile
@@ -136,7 +137,8 @@ def trace_pool(workers: int = 2) -> Iterator[Any]:
     accumulate over a long matrix."""
     import multiprocessing as mp
 
-    with mp.get_context("spawn").Pool(processes=max(1, workers), maxtasksperchild=8) as pool:
+    n = max(1, workers)
+    with mp.get_context("spawn").Pool(processes=n, maxtasksperchild=8, initializer=share_cpus, initargs=(n,)) as pool:
         yield pool
 
 
