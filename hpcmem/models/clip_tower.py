@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
+from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, check_whole_grid
 
 # CLIPVisionConfig's class defaults (models/clip/configuration_clip.py) under LlavaConfig's `sub_configs_defaults`
 # init_kwargs for an omitted vision_config (models/llava/configuration_llava.py)
@@ -87,8 +87,7 @@ class ClipTowerSpec(TowerBase):
                 f"projector_hidden_act {self.projector_act!r}: what it keeps for backward is derived only for gelu")
         p.raise_if_any()
         check_heads(p, self.hidden_size, self.num_heads, "num_attention_heads")
-        p.check(self.image_size % self.patch_size == 0,
-                f"vision_config.image_size {self.image_size} is not a multiple of patch_size {self.patch_size}")
+        check_whole_grid(p, self.image_size, self.patch_size)
         p.check(-self.depth <= self.feature_layer <= self.depth and self.feature_layer != 0,
                 f"vision_feature_layer {self.feature_layer} must pick a layer's output: -{self.depth}..-1 or "
                 f"1..{self.depth} (hpcmem models one feature layer, not the embeddings)")
@@ -108,11 +107,6 @@ class ClipTowerSpec(TowerBase):
     def tokens_per_image(self) -> int:
         """Image tokens per image in the text: the projector's rows (the class token dropped under "default")."""
         return self.patches if self.drop_class_token else self.positions
-
-    @property
-    def patch_dim(self) -> int:
-        """Values per patch of pixel_values: in_channels × patch_size² ([images, 3, image_size, image_size])."""
-        return self.in_channels * self.patch_size ** 2
 
     @property
     def trained_layers(self) -> int:

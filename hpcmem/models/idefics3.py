@@ -103,11 +103,6 @@ class Idefics3TowerSpec(TowerBase):
         return self.patches // self.scale_factor ** 2
 
     @property
-    def patch_dim(self) -> int:
-        """Values per patch of pixel_values: in_channels × patch_size²."""
-        return self.in_channels * self.patch_size ** 2
-
-    @property
     def merged_width(self) -> int:
         """The connector's input width: hidden_size · scale_factor²."""
         return self.hidden_size * self.scale_factor ** 2

@@ -104,11 +104,6 @@ class MllamaTowerSpec(TowerBase):
         """Rows per tile in the encoders: `patches` padded to a multiple of 8."""
         return -(-self.patches // PAD_MULTIPLE) * PAD_MULTIPLE
 
-    @property
-    def patch_dim(self) -> int:
-        """Values per patch of pixel_values: in_channels × patch_size²."""
-        return self.in_channels * self.patch_size ** 2
-
     def linears(self) -> tuple[TowerLinear, ...]:
         h, i, layers = self.hidden_size, self.intermediate_size, self.depth + self.global_depth
         return (*(TowerLinear(name=f"self_attn.{n}", in_features=h, out_features=h, count=layers, part="tower",

@@ -25,7 +25,7 @@ from typing import Any
 from hpcmem.errors import Problems, SpecError
 from hpcmem.models.clip_tower import TowerLinear
 from hpcmem.models.siglip import SIGLIP_ACTIVATIONS, SIGLIP_DEFAULTS, siglip_tower_params
-from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
+from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, check_whole_grid
 
 # PaliGemmaConfig's `sub_configs_defaults` init_kwargs (models/paligemma/configuration_paligemma.py): the vision config
 # an omitted `vision_config` takes (one that is given takes SiglipVisionConfig's class defaults for what it omits), and
@@ -59,8 +59,7 @@ class PaliGemmaTowerSpec(TowerBase):
         check_activation(p, self.hidden_act, SIGLIP_ACTIVATIONS)
         p.raise_if_any()
         check_heads(p, self.hidden_size, self.num_heads, "num_attention_heads")
-        p.check(self.image_size % self.patch_size == 0,
-                f"vision_config.image_size {self.image_size} is not a multiple of patch_size {self.patch_size}")
+        check_whole_grid(p, self.image_size, self.patch_size)
         p.raise_if_any()
 
     @property
@@ -72,11 +71,6 @@ class PaliGemmaTowerSpec(TowerBase):
     def tokens_per_image(self) -> int:
         """Image tokens per image: one per patch (the projector keeps every row)."""
         return self.patches
-
-    @property
-    def patch_dim(self) -> int:
-        """Values per patch of pixel_values: in_channels × patch_size²."""
-        return self.in_channels * self.patch_size ** 2
 
     def linears(self) -> tuple[TowerLinear, ...]:
         h, i, d = self.hidden_size, self.intermediate_size, self.depth

@@ -1,6 +1,7 @@
 """TowerBase: the fields every vision tower spec names (hpcmem.models.vision VisionSpec, hpcmem.models.clip_tower
-ClipTowerSpec, hpcmem.models.idefics3 Idefics3TowerSpec) and the checks they share: whole counts, a known activation,
-a width the attention heads divide.
+ClipTowerSpec, hpcmem.models.idefics3 Idefics3TowerSpec, hpcmem.models.paligemma PaliGemmaTowerSpec,
+hpcmem.models.mllama MllamaTowerSpec), the values per patch they derive from them, and the checks they share: whole
+counts, a known activation, a width the attention heads divide, a square image cut into whole patches.
 
 The names follow transformers' vision configs read through VisionSpec's spelling: `depth` is num_hidden_layers,
 `num_heads` num_attention_heads, `in_channels` num_channels, `hidden_size` the tower width and `out_hidden_size` the
@@ -28,6 +29,12 @@ class TowerBase:
     out_hidden_size: int
     hidden_act: str
 
+    @property
+    def patch_dim(self) -> int:
+        """Values per patch of pixel_values: in_channels × patch_size² (the patch embedding's Conv2d input; a tower
+        with a temporal patch, Qwen's Conv3d, overrides it)."""
+        return self.in_channels * self.patch_size ** 2
+
 
 def check_counts(p: Problems, spec: object, fields: tuple[str, ...], *, prefix: str = "vision_config.",
                  zero_ok: tuple[str, ...] = ()) -> None:
@@ -48,3 +55,9 @@ def check_activation(p: Problems, act: str, known: tuple[str, ...]) -> None:
 def check_heads(p: Problems, hidden: int, heads: int, heads_key: str) -> None:
     """The tower width a multiple of the head count (each head hidden / heads wide); `heads_key` the config's name."""
     p.check(hidden % heads == 0, f"vision_config.hidden_size {hidden} is not a multiple of {heads_key} {heads}")
+
+
+def check_whole_grid(p: Problems, image_size: int, patch_size: int) -> None:
+    """A square image of `image_size` pixels cut into whole patches (the Conv2d patch embedding, stride patch_size)."""
+    p.check(image_size % patch_size == 0,
+            f"vision_config.image_size {image_size} is not a multiple of patch_size {patch_size}")
