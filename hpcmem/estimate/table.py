@@ -46,9 +46,10 @@ def render(est: Estimate) -> str:
         lines.append(_host_line(est.host))
     lines.append("")
     lines.append("phases (allocated):")
+    width = max([28] + [len(p.name) + 2 for p in est.phases])     # a long name ("backward (cross-attention layer)")
     for p in est.phases:
         mark = "  ← peak" if p is peak else ""
-        lines.append(f"  {p.name:<28}{gib(p.bytes):>14}{mark}")
+        lines.append(f"  {p.name:<{width}}{gib(p.bytes):>14}{mark}")
     if est.made != "derived":
         lines.append(f"layer terms: {est.made}")
     for a in est.assumed:

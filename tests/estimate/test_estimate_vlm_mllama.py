@@ -102,3 +102,16 @@ def test_what_is_not_modelled_is_a_one_line_refusal(changes, words):
     with pytest.raises(SpecError, match=words) as err:
         _job("mllama-full-gc-1tile", **changes)
     assert all("\n" not in p for p in err.value.problems)
+
+
+def test_the_phase_table_keeps_its_column_for_the_longest_phase_name():
+    """The text table's phase rows: every GiB figure ends in the same column, the cross-attention layer's long phase
+    name included (it ran into its number before)."""
+    from hpcmem.estimate.table import render
+
+    est = estimate(_job("mllama-lora-all-gc-1tile"))
+    text = render(est)
+    rows = text.split("phases (allocated):\n", 1)[1].splitlines()[:len(est.phases)]
+    assert any("cross-attention" in r for r in rows), rows
+    ends = {r.replace("  ← peak", "").rstrip().index(" GiB") for r in rows}
+    assert len(ends) == 1, rows
