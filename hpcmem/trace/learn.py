@@ -456,6 +456,9 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
           dora: bool = True, long_checks: bool = True) -> LearnedProfile:
     """Trace the reduced model for every cell and return the real model's profile (not yet saved)."""
     start = time.perf_counter()
+    if progress:    # the first trace line comes after torch, transformers and the meta model load (10-20 s)
+        progress(f"{name}: loading torch and transformers, building the model on the meta device to choose the "
+                 "layers to trace")
     sha = config_hash(cfg)                      # before anything reads it: the profile is this config's
     decoder = backbone_config(cfg)
     unmapped = xlstm_problems(str(cfg.get("model_type")), decoder)   # the trace would measure code the GPU skips

@@ -77,3 +77,25 @@ def test_an_out_folder_that_cannot_take_the_profile_is_refused_before_tracing(tm
     _fast_refusal(capsys, [str(model), "--out", str(afile / "sub")], "cannot write the profile", str(afile))
     _fast_refusal(capsys, [str(model), "--out", str(afile)], "--out", "is a file")
     assert afile.read_text() == "x"
+
+
+class _FirstLine(Exception):
+    pass
+
+
+def test_learn_says_a_line_before_torch_and_the_meta_model_load():
+    """torch, transformers and the meta model take 10-20 s before the first trace; the user sees a line before them
+    (the first progress call comes before anything is built: a config no code can build still gets it first)."""
+    from hpcmem.trace.learn import learn
+
+    said: list[str] = []
+
+    def first(message):
+        said.append(message)
+        raise _FirstLine
+
+    try:
+        learn({"model_type": "zzz_not_a_type"}, "my-model", progress=first)
+    except _FirstLine:
+        pass
+    assert said and "my-model" in said[0] and "torch" in said[0], said
