@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, check_whole_grid
+from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
+                                      check_whole_grid, encoder_layer_linears, grid_patches)
 
 # CLIPVisionConfig's class defaults (models/clip/configuration_clip.py) under LlavaConfig's `sub_configs_defaults`
 # init_kwargs for an omitted vision_config (models/llava/configuration_llava.py)
@@ -43,25 +44,7 @@ CLIP_ACTIVATIONS = ("quick_gelu", "gelu")
 
 
 @dataclass(frozen=True, kw_only=True)
-class TowerLinear:
-    """One linear of a CLIP/SigLIP-style tower or its projector: its module name below the encoder layer
-    (`vision_tower.encoder.layers.N.`, `vision_model.encoder.layers.N.`) or the projector (`multi_modal_projector.`,
-    `connector.`), its shape, how many there are, and whether it has a bias."""
-
-    name: str
-    in_features: int
-    out_features: int
-    count: int
-    part: str               # "tower" or "merger" (the projector)
-    bias: bool = True
-
-    @property
-    def params(self) -> int:
-        return (self.in_features * self.out_features + (self.out_features if self.bias else 0)) * self.count
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClipTowerSpec(TowerBase):
+class ClipTowerSpec(LinearTower):
     """A CLIP vision tower and a LLaVA projector (names follow CLIPVisionConfig: hidden_size is the tower width;
     out_hidden_size is the language model's width, the projector's output)."""
 
@@ -96,7 +79,7 @@ class ClipTowerSpec(TowerBase):
     @property
     def patches(self) -> int:
         """Patches per image: (image_size / patch_size)²."""
-        return (self.image_size // self.patch_size) ** 2
+        return grid_patches(self.image_size, self.patch_size)
 
     @property
     def positions(self) -> int:
@@ -115,19 +98,11 @@ class ClipTowerSpec(TowerBase):
 
     def linears(self) -> tuple[TowerLinear, ...]:
         h, i, d, o = self.hidden_size, self.intermediate_size, self.depth, self.out_hidden_size
-        return (*(TowerLinear(name=f"self_attn.{n}", in_features=h, out_features=h, count=d, part="tower")
-                  for n in ("q_proj", "k_proj", "v_proj", "out_proj")),
-                TowerLinear(name="mlp.fc1", in_features=h, out_features=i, count=d, part="tower"),
-                TowerLinear(name="mlp.fc2", in_features=i, out_features=h, count=d, part="tower"),
+        return (*encoder_layer_linears(h, i, d),
                 TowerLinear(name="linear_1", in_features=h, out_features=o, count=1, part="merger",
                            bias=self.projector_bias),
                 TowerLinear(name="linear_2", in_features=o, out_features=o, count=1, part="merger",
                            bias=self.projector_bias))
-
-    @property
-    def block_params(self) -> int:
-        """One encoder layer: its six linears and two LayerNorms (weight and bias)."""
-        return sum(x.params for x in self.linears() if x.part == "tower") // self.depth + 4 * self.hidden_size
 
     @property
     def embed_params(self) -> int:
@@ -139,14 +114,6 @@ class ClipTowerSpec(TowerBase):
     def tower_params(self) -> int:
         """Embeddings, pre_layrnorm, the encoder layers and post_layernorm."""
         return self.embed_params + 2 * (2 * self.hidden_size) + self.block_params * self.depth
-
-    @property
-    def merger_params(self) -> int:
-        return sum(x.params for x in self.linears() if x.part == "merger")
-
-    @property
-    def num_params(self) -> int:
-        return self.tower_params + self.merger_params
 
     @property
     def unused_params(self) -> int:

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.clip_tower import TowerLinear
 from hpcmem.models.siglip import siglip_tower_params
-from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
+from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
+                                      encoder_layer_linears, grid_patches)
 
 # SmolVLMVisionConfig / Idefics3VisionConfig class defaults (configuration_smolvlm.py, configuration_idefics3.py),
 # which a published vision_config may omit (SmolVLM2-500M-Video-Instruct's names neither num_hidden_layers nor
@@ -55,7 +55,7 @@ ACTIVATIONS = ("gelu_pytorch_tanh", "gelu")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Idefics3TowerSpec(TowerBase):
+class Idefics3TowerSpec(LinearTower):
     """A SmolVLM / Idefics3 tower and connector; `out_hidden_size` is the text model's width (the connector's
     output), `tile` the processor's max_image_size.longest_edge, `longest_edge` its size.longest_edge."""
 
@@ -95,7 +95,7 @@ class Idefics3TowerSpec(TowerBase):
     @property
     def patches(self) -> int:
         """Patches per tile, the tower's rows per tile: (tile / patch_size)²."""
-        return (self.tile // self.patch_size) ** 2
+        return grid_patches(self.tile, self.patch_size)
 
     @property
     def tokens_per_tile(self) -> int:
@@ -113,10 +113,7 @@ class Idefics3TowerSpec(TowerBase):
 
     def linears(self) -> tuple[TowerLinear, ...]:
         h, i, d = self.hidden_size, self.intermediate_size, self.depth
-        return (*(TowerLinear(name=f"self_attn.{n}", in_features=h, out_features=h, count=d, part="tower")
-                  for n in ("q_proj", "k_proj", "v_proj", "out_proj")),
-                TowerLinear(name="mlp.fc1", in_features=h, out_features=i, count=d, part="tower"),
-                TowerLinear(name="mlp.fc2", in_features=i, out_features=h, count=d, part="tower"),
+        return (*encoder_layer_linears(h, i, d),
                 TowerLinear(name="modality_projection.proj", in_features=self.merged_width,
                                out_features=self.out_hidden_size, count=1, part="merger", bias=False))
 
@@ -124,27 +121,14 @@ class Idefics3TowerSpec(TowerBase):
     def embed_params(self) -> int:
         """The patch embedding (weight and bias) and the position table of (image_size / patch_size)² rows."""
         h = self.hidden_size
-        return self.patch_dim * h + h + (self.image_size // self.patch_size) ** 2 * h
-
-    @property
-    def block_params(self) -> int:
-        """One encoder layer: its six linears and two LayerNorms (weight and bias)."""
-        return sum(x.params for x in self.linears() if x.part == "tower") // self.depth + 4 * self.hidden_size
+        return self.patch_dim * h + h + grid_patches(self.image_size, self.patch_size) * h
 
     @property
     def tower_params(self) -> int:
         """SiglipVisionModel's count without a head (hpcmem.models.siglip): embeddings, layers, post_layernorm."""
         return siglip_tower_params(depth=self.depth, hidden=self.hidden_size, intermediate=self.intermediate_size,
                                    channels=self.in_channels, patch=self.patch_size,
-                                   positions=(self.image_size // self.patch_size) ** 2)
-
-    @property
-    def merger_params(self) -> int:
-        return sum(x.params for x in self.linears() if x.part == "merger")
-
-    @property
-    def num_params(self) -> int:
-        return self.tower_params + self.merger_params
+                                   positions=grid_patches(self.image_size, self.patch_size))
 
 
 def _resize_longest(height: int, width: int, longest: int) -> tuple[int, int]:

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.clip_tower import TowerLinear
-from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
+from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
+                                      encoder_layer_linears, grid_patches)
 
 # MllamaVisionConfig's class defaults (configuration_mllama.py); MllamaTextConfig's that the extras read
 MLLAMA_VISION_DEFAULTS: dict[str, Any] = {
@@ -52,7 +52,7 @@ PAD_MULTIPLE = 8            # MllamaVisionModel.forward pads each tile's rows to
 
 
 @dataclass(frozen=True, kw_only=True)
-class MllamaTowerSpec(TowerBase):
+class MllamaTowerSpec(LinearTower):
     """Llama-3.2-Vision's vision model and projector; `depth` is the local encoder's layers (num_hidden_layers),
     `out_hidden_size` the text width, `text_heads` the text model's attention heads, `cross_layers` its
     cross-attention layers' indices."""
@@ -97,7 +97,7 @@ class MllamaTowerSpec(TowerBase):
     @property
     def patches(self) -> int:
         """Rows per tile: (image_size / patch_size)² patches and the class token (MllamaVisionModel.num_patches)."""
-        return (self.image_size // self.patch_size) ** 2 + 1
+        return grid_patches(self.image_size, self.patch_size) + 1
 
     @property
     def padded_patches(self) -> int:
@@ -105,11 +105,8 @@ class MllamaTowerSpec(TowerBase):
         return -(-self.patches // PAD_MULTIPLE) * PAD_MULTIPLE
 
     def linears(self) -> tuple[TowerLinear, ...]:
-        h, i, layers = self.hidden_size, self.intermediate_size, self.depth + self.global_depth
-        return (*(TowerLinear(name=f"self_attn.{n}", in_features=h, out_features=h, count=layers, part="tower",
-                              bias=False) for n in ("q_proj", "k_proj", "v_proj", "o_proj")),
-                TowerLinear(name="mlp.fc1", in_features=h, out_features=i, count=layers, part="tower"),
-                TowerLinear(name="mlp.fc2", in_features=i, out_features=h, count=layers, part="tower"),
+        h, i, layers = self.hidden_size, self.intermediate_size, self.encoder_layers
+        return (*encoder_layer_linears(h, i, layers, out_proj="o_proj", attention_bias=False),
                 TowerLinear(name="multi_modal_projector", in_features=self.vision_output_dim,
                             out_features=self.out_hidden_size, count=1, part="merger"))
 
@@ -123,20 +120,15 @@ class MllamaTowerSpec(TowerBase):
         return self.patch_dim * h + h + position + aspect
 
     @property
-    def block_params(self) -> int:
-        """One encoder layer (local; a global one has two gates more): six linears and two LayerNorms."""
-        layers = self.depth + self.global_depth
-        return sum(x.params for x in self.linears() if x.part == "tower") // layers + 4 * self.hidden_size
+    def encoder_layers(self) -> int:
+        """The local and the global layers (block_params is a local one's; a global one has two gates more)."""
+        return self.depth + self.global_depth
 
     @property
     def tower_params(self) -> int:
         """MllamaVisionModel: embeddings, layernorm_pre and layernorm_post, the local and the gated global layers."""
         return (self.embed_params + 2 * 2 * self.hidden_size
                 + (self.depth + self.global_depth) * self.block_params + 2 * self.global_depth)
-
-    @property
-    def merger_params(self) -> int:
-        return sum(x.params for x in self.linears() if x.part == "merger")
 
     @property
     def text_extra_params(self) -> int:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.clip_tower import TowerLinear
 from hpcmem.models.siglip import SIGLIP_ACTIVATIONS, SIGLIP_DEFAULTS, siglip_tower_params
-from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, check_whole_grid
+from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
+                                      check_whole_grid, encoder_layer_linears, grid_patches)
 
 # PaliGemmaConfig's `sub_configs_defaults` init_kwargs (models/paligemma/configuration_paligemma.py): the vision config
 # an omitted `vision_config` takes (one that is given takes SiglipVisionConfig's class defaults for what it omits), and
@@ -38,7 +38,7 @@ PROJECTION_DIM = 2048           # PaliGemmaConfig.projection_dim
 
 
 @dataclass(frozen=True, kw_only=True)
-class PaliGemmaTowerSpec(TowerBase):
+class PaliGemmaTowerSpec(LinearTower):
     """A SigLIP tower and PaliGemma's one-Linear projector; `out_hidden_size` is projection_dim (the text width)."""
 
     image_size: int
@@ -65,7 +65,7 @@ class PaliGemmaTowerSpec(TowerBase):
     @property
     def patches(self) -> int:
         """Patches per image, the tower's rows per image: (image_size / patch_size)²."""
-        return (self.image_size // self.patch_size) ** 2
+        return grid_patches(self.image_size, self.patch_size)
 
     @property
     def tokens_per_image(self) -> int:
@@ -74,10 +74,7 @@ class PaliGemmaTowerSpec(TowerBase):
 
     def linears(self) -> tuple[TowerLinear, ...]:
         h, i, d = self.hidden_size, self.intermediate_size, self.depth
-        return (*(TowerLinear(name=f"self_attn.{n}", in_features=h, out_features=h, count=d, part="tower")
-                  for n in ("q_proj", "k_proj", "v_proj", "out_proj")),
-                TowerLinear(name="mlp.fc1", in_features=h, out_features=i, count=d, part="tower"),
-                TowerLinear(name="mlp.fc2", in_features=i, out_features=h, count=d, part="tower"),
+        return (*encoder_layer_linears(h, i, d),
                 TowerLinear(name="linear", in_features=h, out_features=self.out_hidden_size, count=1, part="merger"))
 
     @property
@@ -87,23 +84,10 @@ class PaliGemmaTowerSpec(TowerBase):
         return self.patch_dim * h + h + self.patches * h
 
     @property
-    def block_params(self) -> int:
-        """One encoder layer: its six linears and two LayerNorms (weight and bias)."""
-        return sum(x.params for x in self.linears() if x.part == "tower") // self.depth + 4 * self.hidden_size
-
-    @property
     def tower_params(self) -> int:
         return siglip_tower_params(depth=self.depth, hidden=self.hidden_size, intermediate=self.intermediate_size,
                                    channels=self.in_channels, patch=self.patch_size, positions=self.patches,
                                    head=self.pooling_head)
-
-    @property
-    def merger_params(self) -> int:
-        return sum(x.params for x in self.linears() if x.part == "merger")
-
-    @property
-    def num_params(self) -> int:
-        return self.tower_params + self.merger_params
 
 
 def paligemma_tower_from_config(cfg: dict[str, Any], name: str) -> PaliGemmaTowerSpec:

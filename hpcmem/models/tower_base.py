@@ -1,7 +1,9 @@
 """TowerBase: the fields every vision tower spec names (hpcmem.models.vision VisionSpec, hpcmem.models.clip_tower
 ClipTowerSpec, hpcmem.models.idefics3 Idefics3TowerSpec, hpcmem.models.paligemma PaliGemmaTowerSpec,
 hpcmem.models.mllama MllamaTowerSpec), the values per patch they derive from them, and the checks they share: whole
-counts, a known activation, a width the attention heads divide, a square image cut into whole patches.
+counts, a known activation, a width the attention heads divide, a square image cut into whole patches. LinearTower adds
+what the towers built of CLIP/SigLIP-style encoder layers (ClipTowerSpec, Idefics3TowerSpec, PaliGemmaTowerSpec,
+MllamaTowerSpec) count alike from their linears: a layer's parameters, the projector's, the total.
 
 The names follow transformers' vision configs read through VisionSpec's spelling: `depth` is num_hidden_layers,
 `num_heads` num_attention_heads, `in_channels` num_channels, `hidden_size` the tower width and `out_hidden_size` the
@@ -34,6 +36,73 @@ class TowerBase:
         """Values per patch of pixel_values: in_channels × patch_size² (the patch embedding's Conv2d input; a tower
         with a temporal patch, Qwen's Conv3d, overrides it)."""
         return self.in_channels * self.patch_size ** 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class TowerLinear:
+    """One linear of a CLIP/SigLIP-style tower or its projector: its module name below the encoder layer
+    (`vision_tower.encoder.layers.N.`, `vision_model.encoder.layers.N.`) or the projector (`multi_modal_projector.`,
+    `connector.`), its shape, how many there are, and whether it has a bias."""
+
+    name: str
+    in_features: int
+    out_features: int
+    count: int
+    part: str               # "tower" or "merger" (the projector)
+    bias: bool = True
+
+    @property
+    def params(self) -> int:
+        return (self.in_features * self.out_features + (self.out_features if self.bias else 0)) * self.count
+
+
+def encoder_layer_linears(hidden: int, intermediate: int, count: int, *, out_proj: str = "out_proj",
+                          attention_bias: bool = True) -> tuple[TowerLinear, ...]:
+    """The six linears of `count` CLIP/SigLIP-style encoder layers (CLIPEncoderLayer, SiglipEncoderLayer,
+    MllamaVisionEncoderLayer): self_attn q/k/v and the output projection (named `out_proj`, Mllama's `o_proj`; biases
+    unless `attention_bias` is false, as in Mllama), mlp.fc1 and mlp.fc2 with biases."""
+    return (*(TowerLinear(name=f"self_attn.{n}", in_features=hidden, out_features=hidden, count=count, part="tower",
+                          bias=attention_bias) for n in ("q_proj", "k_proj", "v_proj", out_proj)),
+            TowerLinear(name="mlp.fc1", in_features=hidden, out_features=intermediate, count=count, part="tower"),
+            TowerLinear(name="mlp.fc2", in_features=intermediate, out_features=hidden, count=count, part="tower"))
+
+
+def grid_patches(image_size: int, patch_size: int) -> int:
+    """Patches of a square image (or tile) of `image_size` pixels: (image_size / patch_size)², the Conv2d patch
+    embedding's output rows at stride patch_size."""
+    return (image_size // patch_size) ** 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinearTower(TowerBase):
+    """A tower whose spec lists its linears (`linears()`, TowerLinear rows of part "tower" or "merger"): one encoder
+    layer's parameters are its linears' and two LayerNorms' (weight and bias); the projector's are its linears'."""
+
+    def linears(self) -> tuple[TowerLinear, ...]:
+        raise NotImplementedError
+
+    @property
+    def encoder_layers(self) -> int:
+        """Encoder layers the tower linears' counts span (Mllama's local and global layers together)."""
+        return self.depth
+
+    @property
+    def tower_params(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def block_params(self) -> int:
+        """One encoder layer: its six linears and two LayerNorms (weight and bias)."""
+        linear = sum(x.params for x in self.linears() if x.part == "tower")
+        return linear // self.encoder_layers + 4 * self.hidden_size
+
+    @property
+    def merger_params(self) -> int:
+        return sum(x.params for x in self.linears() if x.part == "merger")
+
+    @property
+    def num_params(self) -> int:
+        return self.tower_params + self.merger_params
 
 
 def check_counts(p: Problems, spec: object, fields: tuple[str, ...], *, prefix: str = "vision_config.",
