@@ -1,6 +1,13 @@
-"""Shared pieces of the trace self-check tests: the tiny model and the trace-vs-real-CPU comparison."""
+"""Shared pieces of the trace self-check tests: the tiny model, the trace-vs-real-CPU comparison and the shipped
+vision-language cases."""
+
+from pathlib import Path
+
+import yaml
 
 from hpcmem.models.spec import ModelSpec
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TOLERANCE = 0.01        # the bar: trace within 1 % of a real CPU step; measured: identical to the byte
 
@@ -40,3 +47,14 @@ def estimate_holds_vision_trace(job, max_pct: float) -> None:
     tower = max(p.current_bytes for p in traced.timeline
                 if p.phase.startswith("step 2 / backward / vision block ") and not p.phase.endswith(" 0"))
     assert abs(phases[VISION_BACKWARD] - tower) <= max_pct / 100 * tower, (phases[VISION_BACKWARD], tower)
+
+
+def shipped_case_job(cases_file: str, case_id: str | None, **changes):
+    """The JobSpec of one case of estimator/cases/<cases_file> (its defaults under the case's own keys; the defaults
+    alone for None) with `changes` over them, its model path taken from the repository root."""
+    from hpcmem.validate.cases import case_job
+
+    cases = yaml.safe_load((ROOT / "estimator" / "cases" / cases_file).read_text())
+    own = next(c for c in cases["cases"] if c["id"] == case_id) if case_id else {}
+    case = {**cases["defaults"], **own, **changes}
+    return case_job({**case, "model_name_or_path": str(ROOT / case["model_name_or_path"])})

@@ -7,25 +7,18 @@ tower's own backward (its layers from the last trained one down to layer 1) with
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
 
 pytest.importorskip("trl")
 
-from hpcmem.validate.cases import case_job  # noqa: E402
-from tests.helpers.trace_helpers import estimate_holds_vision_trace  # noqa: E402
+from tests.helpers.trace_helpers import estimate_holds_vision_trace, shipped_case_job  # noqa: E402
 
 pytestmark = pytest.mark.torch
-ROOT = Path(__file__).resolve().parents[2]
-CASES = yaml.safe_load((ROOT / "estimator" / "cases" / "vlm-llava.yaml").read_text())
 MAX_PCT = 3.0
 
 
 def _job(case_id: str):
-    case = {**CASES["defaults"], **next(c for c in CASES["cases"] if c["id"] == case_id)}
-    return case_job({**case, "model_name_or_path": str(ROOT / case["model_name_or_path"])})
+    return shipped_case_job("vlm-llava.yaml", case_id)
 
 
 @pytest.mark.parametrize("case_id", ["llava-full-nogc-2img", "llava-lora-all-gc-1img"])
@@ -52,9 +45,9 @@ def test_a_tower_no_adapter_reaches_builds_no_graph_without_checkpointing():
     from hpcmem.estimate.vision import ACTIVATIONS, VISION_BACKWARD
     from hpcmem.trace.run import run_trace
 
-    job = case_job({**CASES["defaults"], "trainer": "sft", "use_peft": True,
-                    "lora_target_modules": ["gate_proj", "up_proj"], "gradient_checkpointing": False,
-                    "images_per_example": 1, "model_name_or_path": str(ROOT / CASES["defaults"]["model_name_or_path"])})
+    job = shipped_case_job("vlm-llava.yaml", None, trainer="sft", use_peft=True,
+                           lora_target_modules=["gate_proj", "up_proj"], gradient_checkpointing=False,
+                           images_per_example=1)
     traced = run_trace(job, timeline=True)
     live = {p.phase: p.current_bytes for p in traced.timeline}
     blocks = [live[f"step 2 / forward / vision block {i}"] for i in range(4)]

@@ -6,24 +6,17 @@ words, and token_type_ids all 0 (no suffix: PaliGemmaModel's mask makes the whol
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
 
 pytest.importorskip("trl")
 
-from hpcmem.validate.cases import case_job  # noqa: E402
-from tests.helpers.trace_helpers import estimate_holds_vision_trace  # noqa: E402
+from tests.helpers.trace_helpers import estimate_holds_vision_trace, shipped_case_job  # noqa: E402
 
 pytestmark = pytest.mark.torch
-ROOT = Path(__file__).resolve().parents[2]
-CASES = yaml.safe_load((ROOT / "estimator" / "cases" / "vlm-paligemma.yaml").read_text())
 
 
 def _job(case_id: str):
-    case = {**CASES["defaults"], **next(c for c in CASES["cases"] if c["id"] == case_id)}
-    return case_job({**case, "model_name_or_path": str(ROOT / case["model_name_or_path"])})
+    return shipped_case_job("vlm-paligemma.yaml", case_id)
 
 
 def test_the_trace_of_today_agrees_with_the_estimate():
@@ -63,9 +56,4 @@ def test_dpo_fails_in_trl_as_hpcmem_says():
     with pytest.raises(ValueError, match=PALIGEMMA_NEEDS_IMAGES.replace("`", ".")):
         DataCollatorForVisionPreference(processor=processor(job))([example])
     with pytest.raises(SpecError, match="PaliGemmaProcessor raises"):
-        _job_with(trainer="dpo")
-
-
-def _job_with(**changes):
-    case = {**CASES["defaults"], **CASES["cases"][0], **changes}
-    return case_job({**case, "model_name_or_path": str(ROOT / case["model_name_or_path"])})
+        shipped_case_job("vlm-paligemma.yaml", "pg224-full-gc", trainer="dpo")
