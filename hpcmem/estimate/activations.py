@@ -172,28 +172,6 @@ def backward_parts(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -> 
     return mb.tokens * 2 * prec.residual * m.hidden_size, mlp, scores
 
 
-def routed_experts_backward(m: ModelSpec, mb: MicroBatch, prec: Precision, accumulating: bool) -> int:
-    """The highest instant of a trained MoE layer's routed experts in backward, over what the layer saved (all of it
-    counted alive; what its backward has freed by then is taken off), S = tokens·k routed rows
-    (transformers/integrations/moe.py `grouped_mm_experts_forward`, autograd in reverse):
-    - the routing multiply (`proj_out * sample_weights_g`): the gradient of its re-ordered output and its two
-      gradients, three [S, H];
-    - down_proj's grouped matmul: the experts' output is freed; the [S, H] gradient, the [S, I] input gradient and
-      down_proj's weight gradient [E, I, H];
-    - gate_up_proj's: the output, act(gate), the product and gate_up's output are freed ([S, H + (2 + g)·I], g = 2
-      gated); its [S, g·I] gradient, the [S, H] input gradient and its weight gradient [E, g·I, H] beside down_proj's.
-    A weight gradient is a new `.grad` on the first micro-batch (AccumulateGrad keeps the tensor); under gradient
-    accumulation `.grad` exists already (counted with the gradients) and the new one is added in place and freed,
-    so only the matmul's own is there, one at a time."""
-    s, h, i, g = mb.tokens * m.num_experts_per_tok, m.hidden_size, m.moe_intermediate_size, 2 if m.gated_mlp else 1
-    down = m.num_experts * i * h * prec.weight
-    gate_up = g * down
-    routing = 3 * s * h * prec.act
-    down_instant = s * i * prec.act + down
-    gate_up_instant = gate_up + (0 if accumulating else down) - 2 * s * i * prec.act
-    return max(routing, down_instant, gate_up_instant)
-
-
 def offloaded_on_gpu(saved_tensors_bytes: list[int]) -> int:
     """Activation offloading (trl/models/activation_offloading.py) moves saved tensors ≥ 1 KiB to pinned CPU memory;
     while copies stream, up to 5 recent tensors stay on the GPU, and backward prefetches the next ones. The GPU

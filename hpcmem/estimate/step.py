@@ -149,23 +149,15 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     if not lora.enabled and not m.is_moe and m.gated_mlp and parts.per_layer:
         down_grad = layer_grad * (m.hidden_size * m.intermediate_size) // parts.per_layer
 
-    def own_layer(d: dict, full_k: int, routed: bool) -> tuple[int, int, int, int]:
+    def own_layer(d: dict, full_k: int) -> tuple[int, int, int, int]:
         """(recompute, the MLP's worst temporaries, the recompute's, the attention's) of a layer with saved terms `d`:
-        the same for every layer of one kind. `routed`: an MoE layer whose experts train."""
+        the same for every layer of one kind."""
         recompute = full_k - sac_cached if t.gradient_checkpointing else 0
         # by the attention's backward the MLP's saved tensors (and the post-attention norm's) are already freed
         freed = d["mlp"] + d["norms"] // 2 + lora_mlp_saved
-        if routed:
-            # the experts run their backward before any other weight of the layer: no other gradient of it exists
-            mlp_instant = hidden_t + act.routed_experts_backward(m, mb, prec, accumulating=bool(accum_grads))
-            # by the attention's backward the experts' weight gradients (most of the layer's; under accumulation
-            # already counted with the gradients) exist and the MoE's saved tensors are freed: the two net out
-            own_grad = 0 if accum_grads else layer_grad
-            attention_instant = hidden_t + max(scores_t + own_grad - freed, 0) + lora_attention_t
-        else:
-            mlp_instant = hidden_t // 2 + mlp_side + down_grad if down_grad is not None else \
-                hidden_t + mlp_side + layer_grad
-            attention_instant = hidden_t + max(scores_t - freed, 0) + lora_attention_t + layer_grad
+        mlp_instant = hidden_t // 2 + mlp_side + down_grad if down_grad is not None else \
+            hidden_t + mlp_side + layer_grad
+        attention_instant = hidden_t + max(scores_t - freed, 0) + lora_attention_t + layer_grad
         recompute_instant = hidden_t // 2 + recompute_dora_t
         return recompute, mlp_instant, recompute_instant, attention_instant
 
@@ -173,8 +165,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     kinds: dict[int, tuple[int, int, int, int]] = {}
     for k in range(L):
         if id(terms[k]) not in kinds:
-            routed = m.is_moe and k >= m.num_dense_layers and not lora.enabled
-            kinds[id(terms[k])] = own_layer(terms[k], full[k], routed)
+            kinds[id(terms[k])] = own_layer(terms[k], full[k])
 
     def layer_instant(k: int) -> tuple[int, int, int, int, int]:
         """(activations, recompute, gradients done, the MLP's / recompute's worst temporaries, the attention's)."""
