@@ -94,7 +94,13 @@ def _mlp_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, layer: int, frozen
     tensors = (4 if m.gated_mlp else 2) - (1 if frozen else 0)
     if m.is_moe and layer >= m.num_dense_layers:
         routed = mb.tokens * m.num_experts_per_tok
-        experts = routed * (tensors * m.moe_intermediate_size + m.hidden_size) * prec.act
+        # [tokens·k, H] tensors of the routed experts (transformers/integrations/moe.py `grouped_mm_experts_forward`;
+        # the per-expert loops of the eager experts keep the same): the experts' output, kept by its product with
+        # the routing weights (`proj_out * sample_weights_g`) for the router's gradient, and — when the experts
+        # train — the routed copy of the hidden states (`hidden_states[perm // num_top_k]`), kept by gate_up_proj's
+        # grouped matmul for its weight gradient
+        routed_hidden = (1 if frozen else 2) * m.hidden_size
+        experts = routed * (tensors * m.moe_intermediate_size + routed_hidden) * prec.act
         router = mb.tokens * m.num_experts * FP32 * 2          # router logits (fp32 softmax in and out)
         shared = mb.tokens * tensors * m.shared_expert_intermediate_size * prec.act
         return experts + router + shared

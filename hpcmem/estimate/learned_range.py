@@ -66,4 +66,11 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
         out.append(f"learned profile of {p.model_type}: its LoRA cells were traced with dropout 0.05 and no modules "
                    f"to save; this job's {' and '.join(changed)} is the difference formulas' (hpcmem.estimate.lora): "
                    "not held")
+    if t.disable_dropout and p.provenance.get("dropout"):
+        # the profile's cells are SFTTrainer's (hpcmem/trace/learn.py), which keeps the model's nn.Dropout modules;
+        # TRL's disable_dropout_in_model (trl/trainer/utils.py) sets each to p = 0: no dropout masks are kept, and a
+        # model that hands a module's p to its attention (GPT-2's SDPA dropout) computes that with p = 0 too
+        out.append(f"learned profile of {p.model_type}: traced with the model's dropout on (it holds nn.Dropout "
+                   "modules with p > 0); this job sets them to p = 0 (disable_dropout, the default of DPO, KTO and "
+                   "Reward), so its layers keep less than the profile's terms: not held")
     return out

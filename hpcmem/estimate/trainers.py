@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.lora import LoraLayout, lora_layout
-from hpcmem.estimate.names import ACTIVATIONS, FORWARD
+from hpcmem.estimate.names import ACTIVATIONS, FORWARD, GRADIENTS, is_forward
 from hpcmem.estimate.states import ParamParts
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.rules import generation_batch_size
@@ -76,10 +76,14 @@ def adapters_off_reference(job: JobSpec) -> bool:
 
 def with_policy_saved(job: JobSpec, extra: tuple[Phase, ...], phases: list[Phase]) -> tuple[Phase, ...]:
     """The extra phases with the policy's saved activations added to a reference forward that runs after the policy's
-    forward and before its backward (DPO, KTO: `_compute_loss`); GRPO/RLOO score before the policy's forward."""
+    forward and before its backward (DPO, KTO: `_compute_loss`); GRPO/RLOO score before the policy's forward. From
+    the second micro-batch of gradient accumulation on, the gradients the earlier micro-batches' backward left in
+    `param.grad` are there too (transformers/trainer.py `_run_epoch` zeroes them only after the optimizer step): the
+    forward's gradients component, which it has only then."""
     if entry(job.train.trainer).generates:
         return extra
     saved = tuple(c for p in phases if p.name == FORWARD for c in p.components if c.name == ACTIVATIONS)
+    saved += tuple(c for p in phases if is_forward(p.name) for c in p.components if c.name == GRADIENTS)
     return tuple(Phase(name=p.name, components=(*saved, *p.components)) if p.name == REFERENCE_FORWARD else p
                  for p in extra)
 
@@ -101,11 +105,22 @@ def _no_grad_parts(job: JobSpec, rows: int, seq: int, prec: Precision) -> tuple[
     a no-grad forward over rows × seq tokens."""
     m = job.model
     tokens = rows * seq
-    inter = m.moe_intermediate_size * m.num_experts_per_tok if m.is_moe else m.intermediate_size
     hidden = 2 * tokens * m.hidden_size * max(prec.residual, prec.act)
-    mlp = 3 * tokens * inter * prec.act
+    mlp = routed_experts_no_grad(job, tokens, prec.act) if m.is_moe else 3 * tokens * m.intermediate_size * prec.act
     tile = min(tokens, 4096) * min(m.vocab_size, 32768) * prec.act
     return hidden, mlp, tile, tokens * 3 * FP32
+
+
+def routed_experts_no_grad(job: JobSpec, tokens: int, act: int) -> int:
+    """The widest instant of an MoE layer's routed experts without autograd, over `tokens` tokens routed to k experts
+    each (S = tokens·k rows; transformers/integrations/moe.py `grouped_mm_experts_forward`). Its locals live until it
+    returns: the routed copy of the hidden states [S, H] (`selected_hidden_states_g`) throughout; at the gate
+    (`_default_apply_gate`) gate_up_proj's output [S, 2I], act(gate) and the product [S, I] each; at the end the
+    experts' output `proj_out`, its product with the routing weights and that product's copy in token order
+    (`weighted_out[inv_perm]`), [S, H] each: max(H + 4I, 4H) per routed row."""
+    m = job.model
+    routed = tokens * m.num_experts_per_tok
+    return routed * max(m.hidden_size + 4 * m.moe_intermediate_size, 4 * m.hidden_size) * act
 
 
 def no_grad_pass(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:

@@ -51,6 +51,7 @@ class Layout(ParamLayout):
     signatures: tuple[Any, ...]
     attention: str                  # the attention implementation transformers chose (sdpa | eager | …)
     layers_key: str                 # the config key that holds the layer count
+    dropout: bool = False           # the model holds an nn.Dropout with p > 0 (`active_dropout`)
 
 
 def hf_config(cfg: dict[str, Any]) -> Any:
@@ -252,7 +253,18 @@ def layout(cfg: dict[str, Any]) -> Layout:
                   embed=embed_w.numel(), lm_head=lm_head, other=other, total=total, kinds=tuple(kinds),
                   layer_kinds=tuple(layer_kinds), signatures=tuple(sigs),
                   attention=str(getattr(config, "_attn_implementation", None) or "sdpa"),
-                  layers_key=layers_key(config, cfg, len(layers)))
+                  layers_key=layers_key(config, cfg, len(layers)), dropout=active_dropout(model))
+
+
+def active_dropout(model: Any) -> bool:
+    """Whether the model holds an `nn.Dropout` with p > 0: SFTTrainer trains with it active, while TRL's
+    `disable_dropout_in_model` (trl/trainer/utils.py: every `nn.Dropout` module's p set to 0; DPO, KTO and Reward by
+    default) turns it off — and with it what the dropout keeps for backward (its mask) and what its p decides
+    elsewhere (GPT-2 hands `self.attn_dropout.p` to SDPA, modeling_gpt2.py). A dropout probability a model reads from
+    its config as a float (`dropout=0.0 if not self.training else self.attention_dropout`) is no module and stays."""
+    import torch
+
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
 
 def choose_depth(kinds: tuple[int, ...]) -> int:

@@ -443,7 +443,7 @@ def learning_probe(cfg: dict[str, Any], cells: Any = CELLS) -> tuple[LearnedProf
     provenance: dict[str, Any] = {"attention": small.attention, "depth": depth, "rows": ROWS,
                                   "seqs": list(learn_lengths(full.max_position_embeddings)),
                                   "traced_type": full.model_type, "lora_reference": reference,
-                                  "lora_default": default}
+                                  "lora_default": default, "dropout": full.dropout}
     if keep != tuple(range(depth)):
         provenance["layers"] = list(keep)
     probe = _profile(small, model_type=outer, sha="", cfg=small_cfg, layer_map=tuple(range(depth)), cells={},

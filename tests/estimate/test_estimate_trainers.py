@@ -96,3 +96,25 @@ def test_phase_totals_are_sums(trainer):
               **({"num_generations": 2} if trainer in ("grpo", "rloo") else {}))
     for p in est.phases:
         assert p.bytes == sum(c.bytes for c in p.components)
+
+
+@pytest.mark.parametrize("trainer", ["dpo", "kto"])
+def test_reference_forward_holds_the_accumulated_gradients(trainer):
+    # the reference forward runs inside the policy's micro-batch; from the second micro-batch on every trained
+    # parameter's fp32 .grad is there (Trainer zeroes them only after the optimizer step): Ψ · 4 bytes
+    ga2 = phase(run(trainer, gradient_accumulation_steps=2), "reference forward")
+    assert component(ga2, "gradients") == PSI * 4
+    assert component(phase(run(trainer), "reference forward"), "gradients") == 0
+
+
+def test_moe_reference_forward_holds_four_routed_hidden_tensors():
+    # Qwen3-30B-A3B: H 2048, I 768, top-8 routing; without autograd the experts' call peaks at
+    # weighted_out[inv_perm] with four [T·8, H] tensors (4·2048 > 2048 + 4·768); bf16, 8 rows × 1024 tokens
+    moe = resolve_model("Qwen/Qwen3-30B-A3B")
+    job = JobSpec(model=moe, train=TrainSpec(trainer="kto", dtype="bfloat16", max_length=1024))
+    tokens, act = 8 * 1024, 2
+    routed = 4 * tokens * 8 * 2048 * act
+    hidden = 2 * tokens * 2048 * act
+    stats = tokens * 3 * 4
+    tile = min(tokens, 4096) * 32768 * act
+    assert component(phase(estimate(job), "reference forward"), "no-grad pass") == hidden + max(routed, tile) + stats

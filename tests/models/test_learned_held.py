@@ -145,3 +145,22 @@ def test_the_glm_moe_dsa_sweep_profile_is_held_at_two_rows_and_up_only():
     assert held_label("glm_moe_dsa").endswith("; 2–4 rows")
     assert held_label("smollm3").endswith("; 2 rows (rows not checked)") or "rows_held" in json.loads(
         (estimator_dir() / "coverage-profiles" / "smollm3.json").read_text())["provenance"]["held"]
+
+
+def test_a_profile_traced_with_dropout_on_is_not_held_where_trl_turns_it_off():
+    doc = json.loads(FIXTURE.read_text())
+    doc["format"] = "hpcmem-learned-profile/3"
+    doc["provenance"]["held"] = {"max_length": 8192, "techniques": {"full gc": 8192}, "rows": 2, "within_pct": 3.0}
+    doc["provenance"]["dropout"] = True
+
+    def dropout_warnings(p, trainer: str, **train) -> list[str]:
+        job = JobSpec(model=spec_from_profile(p, "tiny"), train=TrainSpec(
+            trainer=trainer, dtype="bfloat16", max_length=1024, per_device_train_batch_size=2, **train))
+        return [w for w in estimate(job).warnings if "model's dropout" in w]
+
+    p = profile_from_dict(doc)
+    assert dropout_warnings(p, "sft") == []                      # SFTTrainer keeps the dropout, as the profile's
+    (kto,) = dropout_warnings(p, "kto", disable_dropout=True)     # KTOConfig's default
+    assert "not held" in kto
+    doc["provenance"]["dropout"] = False
+    assert dropout_warnings(profile_from_dict(doc), "kto", disable_dropout=True) == []
