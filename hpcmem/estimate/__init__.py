@@ -151,12 +151,13 @@ class SharedStep:
             job.tokens_per_micro_batch == self.tokens_per_micro_batch
 
 
-def shared_step(job: JobSpec) -> SharedStep:
-    """The allocator-independent part of `estimate(job)` (`SharedStep`)."""
+def shared_step(job: JobSpec, lora: LoraLayout | None = None) -> SharedStep:
+    """The allocator-independent part of `estimate(job)` (`SharedStep`). `lora`: the job's adapters laid out otherwise
+    than `lora_layout(job)` (a published loop whose peft kept them in another dtype: hpcmem.validate.published_loop)."""
     prec = precision(job)
     mb = local_micro_batch(job, micro_batch(job))
     parts = job_param_parts(job)
-    lora = lora_layout(job)
+    lora = lora if lora is not None else lora_layout(job)
     states = model_states(job, prec, lora)
     loss = loss_bytes(job, mb, prec, head_trains=not lora.enabled or lora.trains_head)
     extras = trainer_extras(job, parts, prec)

@@ -21,9 +21,11 @@ LOOPS = {"trl": "TRL trainer", "hf-trainer": "transformers Trainer", "peft": "pl
          "accelerate": "plain accelerate loop", "other": "another framework"}
 OUTCOMES = ("ran", "oom")
 SOURCE_KEYS = {"id", "title", "citation", "loop", "loop_name", "software", "peak", "unit", "notes", "loss",
-               "keeps_output"}
+               "keeps_output", "adapters"}
 # how the loop takes its loss when not through TRL 1.16's fused head (hpcmem.validate.published_loop LOOP_LOSSES)
 LOOP_LOSS_KINDS = ("model-loss", "model-loss-4.4x")
+# the adapters' dtype where the loop's peft kept them otherwise than TRL 1.16's (hpcmem.validate.published_adapters)
+ADAPTER_DTYPES = ("base-dtype",)
 ROW_KEYS = {"id", "where", "settings", "gpu", "peak", "measured", "outcome", "scored", "reason", "cause",
             "gpu_assumed", "trainer", "reserved_at_reset"}
 CITATION_KEYS = {"repo", "path", "commit", "url", "paper", "table"}
@@ -57,6 +59,7 @@ class Row:
     loss: str = ""              # the loop's full-logits loss (LOOP_LOSS_KINDS), "" when it is TRL 1.16's fused head
     keeps_output: bool = False  # the loop holds the model's output (its logits) through the backward
     reserved_at_reset: float | None = None   # in `unit`: reserved when the loop reset its peak stats (the source's)
+    adapters: str = ""          # ADAPTER_DTYPES: the loop's peft kept the adapters in the base dtype; "" as TRL 1.16
 
     @property
     def measured_bytes(self) -> int | None:
@@ -121,6 +124,10 @@ def read_file(path: str | Path) -> list[Row]:
     if not isinstance(keeps_output, bool) or (keeps_output and not loss):
         raise PublishedError(f"{where}: source: keeps_output {keeps_output!r}: true or false, and true only with "
                              "`loss:` (the output's logits are the loss's)")
+    adapters = _choice(source["adapters"], ADAPTER_DTYPES, f"{where}: source: adapters") if source.get("adapters") else ""
+    if adapters and not loss:
+        raise PublishedError(f"{where}: source: adapters {adapters!r}: only with `loss:` (it enters the loop-adjusted "
+                             "estimate)")
     defaults = _mapping(data.get("defaults") or {}, where, "defaults")
     _only(defaults, {"trainer", "settings", "gpu"}, f"{where}: defaults")
     base_settings = _mapping(defaults.get("settings") or {}, where, "defaults: settings")
@@ -149,7 +156,7 @@ def read_file(path: str | Path) -> list[Row]:
             outcome=_choice(item.get("outcome"), OUTCOMES, f"{at}: outcome"), scored=scored,
             where=str(item.get("where", "")), reason=str(item.get("reason", "")), cause=str(item.get("cause", "")),
             gpu_assumed=str(item.get("gpu_assumed", "")), software=str(source.get("software", "")), loss=loss,
-            keeps_output=keeps_output, reserved_at_reset=None if reset is None else float(reset)))
+            keeps_output=keeps_output, reserved_at_reset=None if reset is None else float(reset), adapters=adapters))
     return out
 
 

@@ -19,9 +19,11 @@ from hpcmem.estimate.verdict import judge
 from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.job.trl_config import accelerate_settings, build_job
 from hpcmem.validate.published import PEAKS, Row
+from hpcmem.validate.published_adapters import base_dtype_lora_estimate
 from hpcmem.validate.published_loop import adjusted
 
 MISS_PCT = 5.0
+ADAPTERS_NOTE = "LoRA adapters, their gradients and AdamW states in the base dtype (peft <= 0.10, published_adapters); "
 GIB = 2**30
 
 
@@ -92,7 +94,9 @@ def score(row: Row) -> Scored:
     # has no reading: its estimate is held against torch's capacity as the verdict holds it
     seen = board_reserve_seen_by_nvml(est.gpu) if row.peak == "device" and row.measured_bytes is not None else 0
     got = getattr(est, PEAKS[row.peak]) + seen
-    adj = adjusted(job, est, row.loss, row.keeps_output, row.reserved_at_reset_bytes) if row.loss else None
+    # the source's step: its peft's adapter dtype where it differs from TRL 1.16's (published_adapters)
+    loop_est = base_dtype_lora_estimate(job) if row.loss and row.adapters else est
+    adj = adjusted(job, loop_est, row.loss, row.keeps_output, row.reserved_at_reset_bytes) if row.loss else None
     verdict = est.verdict
     if adj is not None and est.gpu is not None:     # judged on what the source's loop holds, not TRL's step
         verdict = judge(adj.device, est.gpu, est.reserved_spread_bytes, world_size=est.world_size,
@@ -104,7 +108,7 @@ def score(row: Row) -> Scored:
     return Scored(**base, estimated_gib=round(got / GIB, 3), error_pct=_pct(got, measured), verdict=level,
                   fits_agrees=agrees, adjusted_gib=None if adj_bytes is None else round(adj_bytes / GIB, 3),
                   adjusted_error_pct=None if adj_bytes is None else _pct(adj_bytes, measured),
-                  adjust_note=adj.note if adj else "", spread_gib=round(est.reserved_spread_bytes / GIB, 3),
+                  adjust_note=(ADAPTERS_NOTE if row.adapters else "") + adj.note if adj else "", spread_gib=round(est.reserved_spread_bytes / GIB, 3),
                   margin_note=verdict.calibration.note if verdict is not None else "",
                   capacity_gib=None if verdict is None else round(verdict.capacity_bytes / GIB, 3),
                   contradicted=None if verdict is None else (
