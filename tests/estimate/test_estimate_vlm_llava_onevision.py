@@ -2,8 +2,9 @@
 against the trace of TRL's SFTTrainer with its vision collator and transformers' LlavaOnevisionProcessor on real
 images of 384×768 (3 tiles) and 1152×1536 (13 tiles, the grid downscaled by anyres_max_9)
 (estimator/traces/vlm-llava-onevision.jsonl, written by `hpcmem validate trace --cases
-estimator/cases/vlm-llava-onevision.yaml`): full fine-tuning and LoRA all-linear, checkpointing on and off; the tiles
-and the trained parameters by hand; what is refused."""
+estimator/cases/vlm-llava-onevision.yaml`): full fine-tuning and LoRA all-linear, checkpointing on and off; DPO the
+same way (TRL's DataCollatorForVisionPreference, each image repeated for chosen and rejected;
+vlm-llava-onevision-dpo.yaml); the tiles and the trained parameters by hand; what is refused."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from tests.helpers.stored_cases import largest_component, stored_case_job
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for name in ("vlm-llava-onevision",)
+RECORDS = {r["case"]["id"]: r for name in ("vlm-llava-onevision", "vlm-llava-onevision-dpo")
            for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
 MAX_PCT = 3.0
 
@@ -32,7 +33,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8 + 2
+    assert len(RECORDS) == 8 + 2 + 4
 
 
 def test_the_tiles_by_hand():
@@ -61,10 +62,10 @@ def test_full_fine_tuning_trains_the_tower_but_post_layernorm():
     assert largest_component(estimate(job), OPTIMIZER) == (embed + 4 * layer + projector + o) * 4
 
 
-@pytest.mark.parametrize("trainer", ["dpo", "grpo", "rloo"])
+@pytest.mark.parametrize("trainer", ["grpo", "rloo"])
 def test_other_trainers_with_images_are_refused(trainer):
     with pytest.raises(SpecError, match=f"with trainer {trainer} on llava_onevision: hpcmem models llava_onevision's "
-                                        "images for sft only"):
+                                        "images for sft, dpo only"):
         stored_case_job(RECORDS["lov-full-gc-3t"], ROOT, trainer=trainer)
 
 

@@ -61,7 +61,7 @@ def test_coverage_lists_every_image_text_type_with_a_status():
         by_type["llava"]["reason"]
     assert "traced: SFT, DPO)" in by_type["llava_next"]["reason"] and "GRPO/RLOO with images refused" in \
         by_type["llava_next"]["reason"]
-    assert "traced: SFT)" in by_type["llava_onevision"]["reason"] and "DPO/GRPO/RLOO with images refused" in \
+    assert "traced: SFT, DPO)" in by_type["llava_onevision"]["reason"] and "GRPO/RLOO with images refused" in \
         by_type["llava_onevision"]["reason"]
     assert "traced: SFT, DPO)" in by_type["smolvlm"]["reason"] and "GRPO/RLOO with images refused" in \
         by_type["smolvlm"]["reason"]

@@ -53,3 +53,20 @@ def test_the_collator_hands_the_tiles_and_their_tokens(images, pixel_shape, toke
     assert tuple(batch["pixel_values"].shape) == pixel_shape
     assert batch["image_sizes"].tolist() == [[1152, 1536]] * images
     assert batch["batch_num_images"].tolist() == [images]
+
+
+def test_the_preference_collator_repeats_the_tiles_for_chosen_and_rejected():
+    """TRL 1.16's DPO collator runs LlavaOnevisionProcessor on the prompt twice (chosen, rejected), one image each
+    (batch_num_images [1, 1]: each is tiled): a 384×768 image's 1 × 2 tiles and base image in each row,
+    27·54 unpadded + 27 newlines + 729 = 2,214 image tokens per row."""
+    from PIL import Image
+    from trl.trainer.dpo_trainer import DataCollatorForVisionPreference
+
+    from hpcmem.trace.vision import processor
+
+    proc = processor(_job("lov-full-gc-3t"))
+    example = {"images": [Image.new("RGB", (768, 384))], "prompt": [{"role": "user", "content": "t3"}],
+               "chosen": [{"role": "assistant", "content": "t3"}], "rejected": [{"role": "assistant", "content": "t3"}]}
+    batch = DataCollatorForVisionPreference(processor=proc)([example])
+    assert tuple(batch["pixel_values"].shape) == (2, 3, 3, 384, 384)
+    assert (batch["input_ids"] == proc.image_token_id).sum(dim=1).tolist() == [27 * 54 + 27 + 729] * 2
