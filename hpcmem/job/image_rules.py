@@ -95,8 +95,9 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "paligemma": "SiglipImageProcessor", "mllama": "MllamaImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if getattr(v, "grid_pinpoints", None):
-            processor = {"llava_next": "LlavaNextImageProcessor",
-                         "llava_onevision": "LlavaOnevisionImageProcessor"}[v.model_type]
+            # LlavaNextVideoProcessor's image processor is LlavaNextImageProcessor
+            processor = {"llava_onevision": "LlavaOnevisionImageProcessor"}.get(v.model_type,
+                                                                                "LlavaNextImageProcessor")
         does = (f"it cuts every image into {v.tile}-px tiles after resizing its longest edge to {v.longest_edge}"
                 if v.family == "idefics3" else
                 f"it fits every image to at most {v.max_num_tiles} tiles of {v.image_size} px and pads it to "

@@ -1,6 +1,6 @@
-"""LlavaNextTowerSpec: LLaVA-NeXT's vision tower, projector and "anyres" image geometry — llava-1.5's CLIP tower and
-two-linear projector (hpcmem.models.clip_tower), the `image_newline` parameter, and the tiles and image tokens one
-image becomes.
+"""LlavaNextTowerSpec: LLaVA-NeXT's (and, for images, LLaVA-NeXT-Video's) vision tower, projector and "anyres" image
+geometry — llava-1.5's CLIP tower and two-linear projector (hpcmem.models.clip_tower), the `image_newline`
+parameter, and the tiles and image tokens one image becomes.
 
 transformers 5.24 models/llava_next/configuration_llava_next.py `LlavaNextConfig`: llava's keys and defaults (the same
 CLIP sub-config init_kwargs, vision_feature_layer -2, "default", gelu, projector bias) plus `image_grid_pinpoints`
@@ -109,9 +109,16 @@ def pinpoints_from_config(cfg: dict[str, Any], name: str, image_size: int,
     return tuple((int(p[0]), int(p[1])) for p in pins)
 
 
-def llava_next_tower_from_config(cfg: dict[str, Any], name: str) -> LlavaNextTowerSpec:
-    """The LlavaNextTowerSpec of a llava_next config.json dict; keys it omits take LlavaNextConfig's defaults."""
-    base = clip_tower_from_config(cfg, name, model_type="llava_next")
+def llava_next_tower_from_config(cfg: dict[str, Any], name: str, model_type: str = "llava_next") -> LlavaNextTowerSpec:
+    """The LlavaNextTowerSpec of a llava_next config.json dict; keys it omits take LlavaNextConfig's defaults. A
+    llava_next_video config (LlavaNextVideoConfig: the same keys and defaults, and its video pooler's) gives the same
+    spec: for images LlavaNextVideoModel.get_image_features is LlavaNextModel's, and its `vision_resampler`
+    (LlavaNextVideoPooler) runs on videos only; in its default "average" mode (and "max") it has no parameters."""
+    if model_type == "llava_next_video" and cfg.get("spatial_pool_mode", "average") not in ("average", "max"):
+        raise SpecError(f"model {name}: spatial_pool_mode {cfg.get('spatial_pool_mode')!r}: hpcmem models "
+                        "llava_next_video's video pooler without parameters (average or max, the config's default "
+                        "average); the conv pooler's Conv2d is not counted")
+    base = clip_tower_from_config(cfg, name, model_type=model_type)
     return LlavaNextTowerSpec(**{f.name: getattr(base, f.name) for f in fields(base) if f.init
                                  and f.name != "fixed_resolution"},
                               grid_pinpoints=pinpoints_from_config(cfg, name, base.image_size, DEFAULT_PINPOINTS))
