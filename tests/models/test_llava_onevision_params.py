@@ -1,6 +1,7 @@
 """LLaVA-OneVision's parts as hpcmem counts them (hpcmem.models.llava_onevision, the language model by the qwen2
 family) against `AutoModelForImageTextToText.from_config` on the meta device: llava-onevision-qwen2-7b's widths cut to
-1 decoder layer and 4 SigLIP layers, and LlavaOnevisionConfig's own defaults (26 SigLIP layers, a default Qwen2); the
+1 decoder layer and 4 SigLIP layers, LlavaOnevisionConfig's own defaults (26 SigLIP layers, a default Qwen2) and the
+catalog's llava-hf/llava-onevision-qwen2-7b-ov-hf (whose cut the fixture is: the same but for the layer counts); the
 anyres tiles and image tokens (anyres_max_9's downscaling among them) against transformers' own
 LlavaOnevisionProcessor and modeling arithmetic and a hand count; what is refused."""
 
@@ -14,16 +15,17 @@ import pytest
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.models.llava_onevision import onevision_tower_from_config
-from hpcmem.models.resolve import resolve_model
+from hpcmem.models.resolve import catalog, resolve_model
 from tests.helpers.meta_models import meta_image_text_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUT = FIXTURES / "llava-onevision-qwen2-7b-width-L1-D4.json"
+HUB = "llava-hf/llava-onevision-qwen2-7b-ov-hf"
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("cfg", [json.loads(CUT.read_text()), {"model_type": "llava_onevision"}],
-                         ids=["width-L1-D4", "class-defaults"])
+@pytest.mark.parametrize("cfg", [json.loads(CUT.read_text()), {"model_type": "llava_onevision"},
+                                 catalog()[HUB]["config"]], ids=["width-L1-D4", "class-defaults", "7b-ov"])
 def test_parts_equal_the_meta_model(cfg, tmp_path):
     pytest.importorskip("transformers")
     model = meta_image_text_model(cfg)
@@ -75,6 +77,17 @@ def test_anyres_geometry_by_hand_and_by_transformers(hw, tiles, tokens):
         image_height, image_width, images_per_example = h, w, 1
     g = image_geometry(Train, v)
     assert (g.grid_thw, g.patches, g.tokens) == ((tiles, 27, 27), tiles * 729, tokens)
+
+
+def test_the_fixture_is_the_catalog_entry_cut():
+    """The cut fixture the case matrices trace has the catalog entry's widths, pinpoints and vocab."""
+    full, cut = catalog()[HUB]["config"], json.loads(CUT.read_text())
+    assert resolve_model(HUB).vision.grid_pinpoints == resolve_model(str(CUT)).vision.grid_pinpoints
+    for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size"):
+        assert full["text_config"][key] == cut["text_config"][key], key
+    for key in ("hidden_size", "intermediate_size", "num_attention_heads", "image_size", "patch_size"):
+        assert full["vision_config"][key] == cut["vision_config"][key], key
+    assert (full["text_config"]["num_hidden_layers"], full["vision_config"]["num_hidden_layers"]) == (28, 26)
 
 
 def test_an_image_of_a_multi_image_row_is_one_tile():
