@@ -4,7 +4,9 @@ images of 384×768 (3 tiles) and 1152×1536 (13 tiles, the grid downscaled by an
 (estimator/traces/vlm-llava-onevision.jsonl, written by `hpcmem validate trace --cases
 estimator/cases/vlm-llava-onevision.yaml`): full fine-tuning and LoRA all-linear, checkpointing on and off; DPO the
 same way (TRL's DataCollatorForVisionPreference, each image repeated for chosen and rejected;
-vlm-llava-onevision-dpo.yaml); the tiles and the trained parameters by hand; what is refused."""
+vlm-llava-onevision-dpo.yaml); held out at the full depth of llava-hf/llava-onevision-qwen2-7b-ov-hf (28 Qwen2
+layers, 26 SigLIP layers; vlm-llava-onevision-7b.yaml, traced after the estimate was settled on the cut); the tiles
+and the trained parameters by hand; what is refused."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from tests.helpers.stored_cases import largest_component, stored_case_job
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for name in ("vlm-llava-onevision", "vlm-llava-onevision-dpo")
+RECORDS = {r["case"]["id"]: r for name in ("vlm-llava-onevision", "vlm-llava-onevision-dpo",
+                                           "vlm-llava-onevision-7b")
            for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
 MAX_PCT = 3.0
 
@@ -33,7 +36,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8 + 2 + 4
+    assert len(RECORDS) == 8 + 2 + 4 + 8
 
 
 def test_the_tiles_by_hand():

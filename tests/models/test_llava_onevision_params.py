@@ -88,6 +88,8 @@ def test_the_fixture_is_the_catalog_entry_cut():
     for key in ("hidden_size", "intermediate_size", "num_attention_heads", "image_size", "patch_size"):
         assert full["vision_config"][key] == cut["vision_config"][key], key
     assert (full["text_config"]["num_hidden_layers"], full["vision_config"]["num_hidden_layers"]) == (28, 26)
+    # the full-depth case matrix (estimator/cases/vlm-llava-onevision-7b.yaml) traces the catalog entry itself
+    assert json.loads((FIXTURES / "llava-onevision-qwen2-7b-ov-hf.json").read_text()) == full
 
 
 def test_an_image_of_a_multi_image_row_is_one_tile():
