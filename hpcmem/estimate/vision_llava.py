@@ -72,7 +72,7 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     if lora.enabled and not adapted and not job.train.gradient_checkpointing:
         # no adapter in the tower or the projector and no `enable_input_require_grads` hook (TRL installs it for PEFT
         # under checkpointing only): nothing there requires grad, so it builds no graph and runs no backward
-        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=patches * v.patch_dim * FP32, saved=0,
+        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=tiles * v.tile_values * FP32, saved=0,
                            merger_saved=0, blocks_saved=(), block_full=0, block_backward=0, block_grads=0,
                            merger_grads=0, patches=patches, image_tokens=text_tokens,
                            trained="frozen (no LoRA target reaches it, no checkpointing): no graph, no backward")
@@ -84,7 +84,7 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     # on the loss's path: the embeddings and pre_layrnorm (trained only), the layers up to the feature layer, the
     # projector
     # and llava_next's image_newline (num_params beyond the tower and the projector; llava has none)
-    outside = (v.embed_params + 2 * h + v.num_params - v.tower_params - v.merger_params) if trained else 0
+    outside = (v.embed_params + v.pre_norm_params + v.num_params - v.tower_params - v.merger_params) if trained else 0
     trainable = outside + per_block * layers + merger
     grads = trainable * gbytes
     opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
@@ -101,10 +101,11 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
         blocks = (block,) * layers
     # before the layers: the Conv2d's input (pixel_values in the weight dtype) for its weight gradient, pre_layrnorm;
     # frozen under checkpointing, the hooked patch embedding's output and the token embeddings' output are leaves
-    conv = patches * v.patch_dim * w if trained else 0
+    conv = tiles * v.tile_values * w if trained else 0
     hooked = not trained and job.train.gradient_checkpointing
     leaves = patches * h * w + token_leaf(job, prec) if hooked else 0
-    pre = layer_norm_saved(h, prec, frozen=True) * n      # its output feeds the residual stream, not a linear
+    # pre_layrnorm's output feeds the residual stream, not a linear (a SigLIP tower, LLaVA-OneVision's, has none)
+    pre = layer_norm_saved(h, prec, frozen=True) * n if v.pre_norm_params else 0
     # the projector: linear_1's input is a slice of the feature layer's output (the whole [images, 577, width] kept)
     # when it trains; GELU keeps its input; linear_2 keeps GELU's output when it trains; the adapters' own
     o = v.out_hidden_size
@@ -125,7 +126,7 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     tail = unused * (prec.residual * h * n if job.train.gradient_checkpointing else block)
     what = ("tower and projector trained (full fine-tuning); layers after vision_feature_layer and post_layernorm "
             "get no gradient" if trained else f"frozen; LoRA on {len(adapted)} of its linear kinds")
-    return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=patches * v.patch_dim * FP32,
+    return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=tiles * v.tile_values * FP32,
                        saved=saved, merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
                        block_backward=hidden_t + max(mlp_t + adapter_t if job.train.gradient_checkpointing else
                                                      max(mlp_t, adapter_t), scores_t),

@@ -45,7 +45,7 @@ def image_job_problems(job: Job) -> list[str]:
         fails = TRAINER_FAILS.get((m.vision.model_type, t.trainer))
         out.append(f"{said} with trainer {t.trainer} on {m.vision.model_type}: hpcmem models {m.vision.model_type}'s "
                    f"images for {', '.join(allowed) or 'no trainer'} only" + (f" ({fails})" if fails else ""))
-    elif (getattr(m.vision, "family", "") in ("idefics3", "mllama") or m.vision.model_type == "llava_next") \
+    elif (getattr(m.vision, "family", "") in ("idefics3", "mllama") or getattr(m.vision, "grid_pinpoints", None)) \
             and t.profile_images:
         out.append(f"{said} on {m.vision.model_type}: its images are read from images_per_example, image_height and "
                    "image_width only (a length profile of its tiles is not built; no video)")
@@ -94,14 +94,16 @@ def _fixed_size_problems(job: Job) -> list[str]:
         processor = {"siglip": "Gemma3ImageProcessor", "idefics3": "SmolVLMImageProcessor",
                      "paligemma": "SiglipImageProcessor", "mllama": "MllamaImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
-        if v.model_type == "llava_next":
-            processor = "LlavaNextImageProcessor"
+        if getattr(v, "grid_pinpoints", None):
+            # LlavaNextVideoProcessor's image processor is LlavaNextImageProcessor
+            processor = {"llava_onevision": "LlavaOnevisionImageProcessor"}.get(v.model_type,
+                                                                                "LlavaNextImageProcessor")
         does = (f"it cuts every image into {v.tile}-px tiles after resizing its longest edge to {v.longest_edge}"
                 if v.family == "idefics3" else
                 f"it fits every image to at most {v.max_num_tiles} tiles of {v.image_size} px and pads it to "
                 f"{v.max_num_tiles}" if v.family == "mllama" else
                 f"it cuts every image into {v.image_size}-px tiles of the image_grid_pinpoints resolution that fits it "
-                "best, plus one downscaled tile" if v.model_type == "llava_next" else
+                "best, plus one downscaled tile" if getattr(v, "grid_pinpoints", None) else
                 f"it resizes every image to {v.image_size}×{v.image_size}")
         out.append(f"min_pixels/max_pixels with {v.model_type}: {processor} has no such setting; {does}; leave them "
                    "unset")

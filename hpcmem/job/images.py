@@ -19,7 +19,9 @@ of image_size px (hpcmem.models.mllama `mllama_tiles`) but pads every image to m
 the tower runs max_num_tiles · ((image_size / patch_size)² + 1) rows per image whatever its size, and the text holds
 one <|image|> token per image (the model reads the image through its cross-attention layers).
 LLaVA-NeXT's (image_processing_pil_llava_next.py) picks a best-fit resolution and cuts it into tiles plus a base image
-(hpcmem.models.llava_next `anyres_tiles`, `anyres_tokens`).
+(hpcmem.models.llava_next `anyres_tiles`, `anyres_tokens`); LLaVA-OneVision's (image_processing_pil_llava_onevision.py)
+the same for an image alone in its row, its grid downscaled past anyres_max's tiles, and one square tile for each
+image of a row of several (hpcmem.models.llava_onevision).
 """
 
 from __future__ import annotations
@@ -151,9 +153,14 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         return ImageGeometry(resized=(rows * vision.image_size, cols * vision.image_size),
                              grid_thw=(vision.max_num_tiles, side, side),
                              patches=vision.max_num_tiles * vision.patches, tokens=1)
+    if getattr(vision, "max_num_patches", 0) and t.images_per_example > 1:
+        # LLaVA-OneVision (hpcmem.models.llava_onevision): each image of a multi-image row one square tile
+        g = vision.image_size // vision.patch_size
+        return ImageGeometry(resized=(vision.image_size,) * 2, grid_thw=(1, g, g), patches=g * g,
+                             tokens=vision.single_tile_tokens)
     if getattr(vision, "grid_pinpoints", None):
         # LLaVA-NeXT (hpcmem.models.llava_next): the best-fit pinpoint's tiles and the base image, each image_size
-        # square; grid_thw is (tiles, side, side)
+        # square; grid_thw is (tiles, side, side); LLaVA-OneVision's image alone in its row likewise
         tiles, g = vision.anyres_tiles(t.image_height, t.image_width), vision.image_size // vision.patch_size
         return ImageGeometry(resized=vision.best_resolution(t.image_height, t.image_width), grid_thw=(tiles, g, g),
                              patches=tiles * g * g, tokens=vision.anyres_tokens(t.image_height, t.image_width))

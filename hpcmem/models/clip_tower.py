@@ -23,7 +23,7 @@ size, and puts (image_size / patch_size)² image tokens into the text: one resol
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from hpcmem.errors import Problems, SpecError
 from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
@@ -60,17 +60,25 @@ class ClipTowerSpec(LinearTower):
     deepstack_params: int = 0
     fixed_resolution: bool = True
     family: str = "clip"        # VisionSpec.family's value for this tower (the Qwen towers "qwen", Gemma 3's "siglip")
+    # the MLP activations whose saved tensors the estimate derives for this tower (LLaVA-OneVision's SigLIP: its own)
+    activations: ClassVar[tuple[str, ...]] = CLIP_ACTIVATIONS
+    # the image cut into whole patches; SigLIP's 384 px at 14 px patches is not: its stride-14 Conv2d makes 27 × 27
+    # patches and leaves the last 6 pixels out (modeling_siglip.py SiglipVisionEmbeddings.num_patches)
+    whole_grid: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         p = Problems()
         check_counts(p, self, ("depth", "hidden_size", "intermediate_size", "num_heads", "in_channels", "image_size",
                                "patch_size", "out_hidden_size"))
-        check_activation(p, self.hidden_act, CLIP_ACTIVATIONS)
+        check_activation(p, self.hidden_act, self.activations)
         p.check(self.projector_act == "gelu",
                 f"projector_hidden_act {self.projector_act!r}: what it keeps for backward is derived only for gelu")
         p.raise_if_any()
         check_heads(p, self.hidden_size, self.num_heads, "num_attention_heads")
-        check_whole_grid(p, self.image_size, self.patch_size)
+        if self.whole_grid:
+            check_whole_grid(p, self.image_size, self.patch_size)
+        p.check(self.image_size >= self.patch_size,
+                f"vision_config.image_size {self.image_size} is smaller than patch_size {self.patch_size}")
         p.check(-self.depth <= self.feature_layer <= self.depth and self.feature_layer != 0,
                 f"vision_feature_layer {self.feature_layer} must pick a layer's output: -{self.depth}..-1 or "
                 f"1..{self.depth} (hpcmem models one feature layer, not the embeddings)")
@@ -111,9 +119,20 @@ class ClipTowerSpec(LinearTower):
         return self.patch_dim * h + h + self.positions * h
 
     @property
+    def tile_values(self) -> int:
+        """Values of one image_size × image_size tile of pixel_values: in_channels × image_size² (more than its
+        patches' when the patches do not cover the tile: the Conv2d leaves the rest out, but the tensor holds it)."""
+        return self.in_channels * self.image_size ** 2
+
+    @property
+    def pre_norm_params(self) -> int:
+        """`pre_layrnorm` (weight and bias) between the embeddings and the first layer; a SigLIP tower has none."""
+        return 2 * self.hidden_size
+
+    @property
     def tower_params(self) -> int:
         """Embeddings, pre_layrnorm, the encoder layers and post_layernorm."""
-        return self.embed_params + 2 * (2 * self.hidden_size) + self.block_params * self.depth
+        return self.embed_params + self.pre_norm_params + 2 * self.hidden_size + self.block_params * self.depth
 
     @property
     def unused_params(self) -> int:

@@ -1,6 +1,6 @@
-"""LlavaNextTowerSpec: LLaVA-NeXT's vision tower, projector and "anyres" image geometry — llava-1.5's CLIP tower and
-two-linear projector (hpcmem.models.clip_tower), the `image_newline` parameter, and the tiles and image tokens one
-image becomes.
+"""LlavaNextTowerSpec: LLaVA-NeXT's (and, for images, LLaVA-NeXT-Video's) vision tower, projector and "anyres" image
+geometry — llava-1.5's CLIP tower and two-linear projector (hpcmem.models.clip_tower), the `image_newline`
+parameter, and the tiles and image tokens one image becomes.
 
 transformers 5.24 models/llava_next/configuration_llava_next.py `LlavaNextConfig`: llava's keys and defaults (the same
 CLIP sub-config init_kwargs, vision_feature_layer -2, "default", gelu, projector bias) plus `image_grid_pinpoints`
@@ -67,9 +67,9 @@ class LlavaNextTowerSpec(ClipTowerSpec):
         s = self.image_size
         return -(-ph // s) * -(-pw // s) + 1
 
-    def anyres_tokens(self, height: int, width: int) -> int:
-        """Image tokens of one height × width image (processing_llava_next.py `_get_number_of_features`; the class
-        token only under "full")."""
+    def unpadded_grid(self, height: int, width: int) -> tuple[int, int]:
+        """(rows, cols) of the tiles' patch grid once the padding rows or columns are taken off
+        (processing_llava_next.py `_get_unpadded_features`, modeling_llava_next.py `unpad_image`)."""
         ph, pw = self.best_resolution(height, width)
         side = self.image_size // self.patch_size
         rows, cols = side * (ph // self.image_size), side * (pw // self.image_size)
@@ -79,25 +79,46 @@ class LlavaNextTowerSpec(ClipTowerSpec):
         else:
             kept = int(round(width * (rows / height), 7))
             cols -= (cols - kept) // 2 * 2
+        return rows, cols
+
+    def anyres_tokens(self, height: int, width: int) -> int:
+        """Image tokens of one height × width image (processing_llava_next.py `_get_number_of_features`; the class
+        token only under "full"): the unpadded grid, one newline per row, the base tile."""
+        rows, cols = self.unpadded_grid(height, width)
+        side = self.image_size // self.patch_size
         base = side * side + (0 if self.drop_class_token else 1)
         return rows * cols + rows + base
 
 
-def llava_next_tower_from_config(cfg: dict[str, Any], name: str) -> LlavaNextTowerSpec:
-    """The LlavaNextTowerSpec of a llava_next config.json dict; keys it omits take LlavaNextConfig's defaults."""
-    base = clip_tower_from_config(cfg, name, model_type="llava_next")
+def pinpoints_from_config(cfg: dict[str, Any], name: str, image_size: int,
+                          default: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """The config's image_grid_pinpoints ((height, width) pairs, `default` when it names none), each a whole number
+    of image_size tiles per side."""
     raw = cfg.get("image_grid_pinpoints")
-    pins = DEFAULT_PINPOINTS if raw is None else raw
+    pins = default if raw is None else raw
     ok = isinstance(pins, (list, tuple)) and len(pins) > 0 and all(
         isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x > 0
                                                               for x in p) for p in pins)
     if not ok:
         raise SpecError(f"model {name}: image_grid_pinpoints {raw!r} must be a non-empty list of [height, width] "
                         "pairs of positive integers")
-    bad = [list(p) for p in pins if p[0] % base.image_size or p[1] % base.image_size]
+    bad = [list(p) for p in pins if p[0] % image_size or p[1] % image_size]
     if bad:
         raise SpecError(f"model {name}: image_grid_pinpoints {bad} are not multiples of vision_config.image_size "
-                        f"{base.image_size}: hpcmem models pinpoints cut into whole tiles (the published ones are)")
+                        f"{image_size}: hpcmem models pinpoints cut into whole tiles (the published ones are)")
+    return tuple((int(p[0]), int(p[1])) for p in pins)
+
+
+def llava_next_tower_from_config(cfg: dict[str, Any], name: str, model_type: str = "llava_next") -> LlavaNextTowerSpec:
+    """The LlavaNextTowerSpec of a llava_next config.json dict; keys it omits take LlavaNextConfig's defaults. A
+    llava_next_video config (LlavaNextVideoConfig: the same keys and defaults, and its video pooler's) gives the same
+    spec: for images LlavaNextVideoModel.get_image_features is LlavaNextModel's, and its `vision_resampler`
+    (LlavaNextVideoPooler) runs on videos only; in its default "average" mode (and "max") it has no parameters."""
+    if model_type == "llava_next_video" and cfg.get("spatial_pool_mode", "average") not in ("average", "max"):
+        raise SpecError(f"model {name}: spatial_pool_mode {cfg.get('spatial_pool_mode')!r}: hpcmem models "
+                        "llava_next_video's video pooler without parameters (average or max, the config's default "
+                        "average); the conv pooler's Conv2d is not counted")
+    base = clip_tower_from_config(cfg, name, model_type=model_type)
     return LlavaNextTowerSpec(**{f.name: getattr(base, f.name) for f in fields(base) if f.init
                                  and f.name != "fixed_resolution"},
-                              grid_pinpoints=tuple((int(p[0]), int(p[1])) for p in pins))
+                              grid_pinpoints=pinpoints_from_config(cfg, name, base.image_size, DEFAULT_PINPOINTS))

@@ -30,6 +30,11 @@ Covered (transformers 5.24):
   what its text_config names.
 - llava_next (LLaVA-NeXT): llava's tower and projector with anyres tiles and an image_newline vector
   (hpcmem.models.llava_next's `LlavaNextTowerSpec`).
+- llava_next_video (LLaVA-NeXT-Video): with images llava_next's tower, projector, tiles and image_newline (its
+  video pooler, `vision_resampler`, runs on videos only and has no parameters in its average and max modes).
+- llava_onevision (LLaVA-OneVision): a SigLIP tower under llava_next's projector, tiles and image_newline, a large
+  image's grid downscaled to anyres_max's tile count (hpcmem.models.llava_onevision's `LlavaOnevisionTowerSpec`); its
+  decoder is what its text_config names (Qwen2).
 - smolvlm (SmolVLM2) and idefics3: a SigLIP-style tower, a pixel-shuffle connector and a Llama decoder
   (hpcmem.models.idefics3's `Idefics3TowerSpec`).
 - paligemma: a SigLIP tower and a one-Linear projector (hpcmem.models.paligemma's `PaliGemmaTowerSpec`); its decoder
@@ -48,6 +53,7 @@ from hpcmem.errors import Problems, SpecError
 from hpcmem.models.siglip import gemma3_projector_params, gemma3_vision_values, siglip_tower_params
 from hpcmem.models.clip_tower import ClipTowerSpec, clip_tower_from_config
 from hpcmem.models.llava_next import llava_next_tower_from_config
+from hpcmem.models.llava_onevision import onevision_tower_from_config
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
@@ -88,11 +94,13 @@ FC_ACTIVATIONS = ("quick_gelu", "gelu", "gelu_pytorch_tanh")
 IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                           "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                           "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
-                          "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo")}
+                          "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
+                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
-                         "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo")}
+                         "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
+                         "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -126,6 +134,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/llava_next: llava's tower and projector with anyres tiles (hpcmem.models.llava_next); LlavaNextConfig's
     # text_config default: llama
     "llava_next": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    # models/llava_next_video: for images llava_next's tower, projector and tiles (its video pooler runs on videos
+    # only); LlavaNextVideoConfig's text_config default: llama
+    "llava_next_video": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    # models/llava_onevision: a SigLIP tower under llava_next's projector and tiles (hpcmem.models.llava_onevision);
+    # LlavaOnevisionConfig's text_config default: qwen2
+    "llava_onevision": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc"),
     # models/smolvlm, models/idefics3: hpcmem.models.idefics3 reads the vision part; the decoder a Llama
     "smolvlm": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
     "idefics3": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
@@ -137,7 +151,7 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     "mllama": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
 }
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
-_TEXT_FROM_CONFIG = ("llava", "llava_next", "paligemma")
+_TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,8 +308,10 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return None
     if model_type == "llava":
         return clip_tower_from_config(cfg, name)
-    if model_type == "llava_next":
-        return llava_next_tower_from_config(cfg, name)
+    if model_type in ("llava_next", "llava_next_video"):
+        return llava_next_tower_from_config(cfg, name, model_type)
+    if model_type == "llava_onevision":
+        return onevision_tower_from_config(cfg, name)
     if model_type in ("smolvlm", "idefics3"):
         return idefics3_tower_from_config(cfg, name)
     if model_type == "paligemma":
@@ -353,5 +369,7 @@ def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
     # Qwen2_5_VLConfig / Qwen2VLConfig / Qwen3VLConfig.tie_word_embeddings False, Gemma3Config's True
     text.setdefault("tie_word_embeddings", VISION_LANGUAGE[str(cfg["model_type"])].tie_default)
     # llava's and paligemma's decoder is whatever their text_config names (LlavaConfig's default: llama)
-    text["model_type"] = str(text.get("model_type") or layout) if cfg["model_type"] in _TEXT_FROM_CONFIG else layout
+    # (without a text_config, the class's default text config: `layout`)
+    named = inner.get("model_type") if isinstance(inner, dict) else None
+    text["model_type"] = str(named or layout) if cfg["model_type"] in _TEXT_FROM_CONFIG else layout
     return text

@@ -53,13 +53,13 @@ def processor(job: JobSpec) -> Any:
     """transformers' processor of the model type (`PROCESSORS`) with the job's min_pixels / max_pixels and the vision
     config's patch geometry. ProcessorMixin checks each sub-processor's class against the auto mappings; without
     torchvision the video mapping is a placeholder that fails that check even for None, so the check skips the absent
-    video processor alone."""
+    video processor alone (hpcmem.trace.vision_llava `without_video`)."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     v = job.model.vision
     if getattr(v, "family", "") == "siglip":
         return vision_gemma3.processor(job)
-    if v.model_type in ("llava", "llava_next"):
+    if v.model_type in vision_llava.LLAVA_TYPES:
         return vision_llava.processor(job)
     if v.family == "idefics3":
         return vision_idefics3.processor(job)
@@ -70,16 +70,10 @@ def processor(job: JobSpec) -> Any:
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
-
-    class ImageOnlyProcessor(base):  # type: ignore[misc,valid-type]
-        def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
-            if argument_name == "video_processor" and argument is None:
-                return None
-            return super().check_argument_for_proper_class(argument_name, argument)
-
     images = Qwen2VLImageProcessorPil(min_pixels=lo, max_pixels=hi, patch_size=v.patch_size,
                                       temporal_patch_size=v.temporal_patch_size, merge_size=v.spatial_merge_size)
-    return ImageOnlyProcessor(image_processor=images, tokenizer=vision_tokenizer(), chat_template=CHAT_TEMPLATE)
+    return vision_llava.without_video(base)(image_processor=images, tokenizer=vision_tokenizer(),
+                                            chat_template=CHAT_TEMPLATE)
 
 
 def token_ids(proc: Any) -> dict[str, int]:
@@ -103,7 +97,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
     """Words of a row of `row` tokens beside its images (each image: its tokens and two markers; PaliGemma's and
     Llama-3.2-Vision's row one bos besides)."""
     t, family = job.train, job.model.vision.family
-    markers = vision_llava.MARKERS_PER_IMAGE if job.model.vision.model_type in ("llava", "llava_next") else \
+    markers = vision_llava.MARKERS_PER_IMAGE if job.model.vision.model_type in vision_llava.LLAVA_TYPES else \
         vision_idefics3.markers(job) if family == "idefics3" else \
         vision_paligemma.MARKERS_PER_IMAGE if family == "paligemma" else \
         vision_mllama.MARKERS_PER_IMAGE if family == "mllama" else MARKERS_PER_IMAGE

@@ -1,0 +1,66 @@
+"""LLaVA-NeXT-Video traced now against its estimate: TRL's SFTTrainer with its vision collator and transformers'
+LlavaNextVideoProcessor (LlavaNextImageProcessor for images, no video processor) on a real 336×672 image, a Vicuna-7B
+width cut to 1 decoder layer and 4 CLIP layers (estimator/cases/vlm-llava-next-video.yaml), full fine-tuning without
+checkpointing: the step's peak and the tower's own backward within 3 %. And what TRL's collators hand
+LlavaNextVideoForConditionalGeneration for an image: llava_next's tiles and image tokens (its vision_resampler runs on
+videos only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("trl")
+
+from hpcmem.validate.cases import case_job  # noqa: E402
+from tests.helpers.trace_helpers import estimate_holds_vision_trace  # noqa: E402
+
+pytestmark = pytest.mark.torch
+ROOT = Path(__file__).resolve().parents[2]
+CASES = yaml.safe_load((ROOT / "estimator" / "cases" / "vlm-llava-next-video.yaml").read_text())
+
+
+def _job(case_id: str):
+    case = {**CASES["defaults"], **next(c for c in CASES["cases"] if c["id"] == case_id)}
+    return case_job({**case, "model_name_or_path": str(ROOT / case["model_name_or_path"])})
+
+
+def test_the_trace_of_today_agrees_with_the_estimate():
+    estimate_holds_vision_trace(_job("lnv-full-nogc-3t"), 3.0)
+
+
+def test_the_collator_hands_the_tiles_and_their_tokens():
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    from hpcmem.trace.vision import make_image_dataset, processor
+
+    from transformers.models.llava_next_video.processing_llava_next_video import LlavaNextVideoProcessor
+
+    job = _job("lnv-full-nogc-5t")
+    proc = processor(job)
+    assert isinstance(proc, LlavaNextVideoProcessor) and proc.video_processor is None
+    row = dict(make_image_dataset(job, (3072,), 1)[0])
+    batch = DataCollatorForVisionLanguageModeling(processor=proc)([row])
+    ids = batch["input_ids"][0]
+    assert ids.shape == (3072,)
+    assert int((ids == proc.image_token_id).sum()) == 36 * 48 + 36 + 576
+    assert tuple(batch["pixel_values"].shape) == (1, 5, 3, 336, 336)
+    assert batch["image_sizes"].tolist() == [[480, 640]]
+
+
+def test_the_preference_collator_repeats_the_tiles_for_chosen_and_rejected():
+    """TRL 1.16's DPO collator runs LlavaNextVideoProcessor on the prompt twice (chosen, rejected): a 336×672 image's
+    1 × 2 tiles and base image in each row, 24·48 unpadded + 24 newlines + 576 = 1,752 image tokens per row."""
+    from PIL import Image
+    from trl.trainer.dpo_trainer import DataCollatorForVisionPreference
+
+    from hpcmem.trace.vision import processor
+
+    proc = processor(_job("lnv-full-gc-3t"))
+    example = {"images": [Image.new("RGB", (672, 336))], "prompt": [{"role": "user", "content": "t3"}],
+               "chosen": [{"role": "assistant", "content": "t3"}], "rejected": [{"role": "assistant", "content": "t3"}]}
+    batch = DataCollatorForVisionPreference(processor=proc)([example])
+    assert tuple(batch["pixel_values"].shape) == (2, 3, 3, 336, 336)
+    assert (batch["input_ids"] == proc.image_token_id).sum(dim=1).tolist() == [24 * 48 + 24 + 576] * 2
