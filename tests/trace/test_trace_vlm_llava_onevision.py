@@ -8,24 +8,17 @@ tower's own backward within 3 %. And what TRL's collator hands LlavaOnevisionFor
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
 
 pytest.importorskip("trl")
 
-from hpcmem.validate.cases import case_job  # noqa: E402
-from tests.helpers.trace_helpers import estimate_holds_vision_trace  # noqa: E402
+from tests.helpers.trace_helpers import estimate_holds_vision_trace, shipped_case_job  # noqa: E402
 
 pytestmark = pytest.mark.torch
-ROOT = Path(__file__).resolve().parents[2]
-CASES = yaml.safe_load((ROOT / "estimator" / "cases" / "vlm-llava-onevision.yaml").read_text())
 
 
 def _job(case_id: str, **over):
-    case = {**CASES["defaults"], **next(c for c in CASES["cases"] if c["id"] == case_id), **over}
-    return case_job({**case, "model_name_or_path": str(ROOT / case["model_name_or_path"])})
+    return shipped_case_job("vlm-llava-onevision.yaml", case_id, **over)
 
 
 def test_the_trace_of_today_agrees_with_the_estimate():
