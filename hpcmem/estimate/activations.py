@@ -127,7 +127,8 @@ def layer_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, *, attn: str, lay
         "attention": _attention_saved(m, mb, prec, attn, frozen),
         "mlp": _mlp_saved(m, mb, prec, layer, frozen) + lora_variants.trained_experts_saved(m, mb, prec, layer, lora),
         "autocast_weights": autocast_weight_copies(layer_params, prec),
-        "lora": lora.saved_per_layer(mb.tokens, prec),
+        "lora": lora.saved_per_layer(mb.tokens, prec) - (
+            0 if effective_attention(m, attn) == "eager" else lora.saved_attention_output(mb.tokens, prec)),
     }
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hpcmem.estimate.activations import mask_bytes
 from hpcmem.estimate.breakdown import Component
 from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes, fp32_grad_returned
 from hpcmem.estimate.states import ParamParts, param_parts
@@ -62,13 +63,25 @@ def extras(job: JobSpec, parts: ParamParts, prec: Precision) -> TrainerExtras:
 
 
 def teacher_pass(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
-    """The teacher's no-grad backbone pass over the micro-batch: its input and output hidden states, one layer's
-    widest intermediates, RoPE; its last hidden state [B, S, H_t] stays for the loss."""
+    """The teacher's no-grad backbone pass over the micro-batch: its input and output hidden states, RoPE, and the
+    worst of one layer's instants — the gated MLP's widest intermediates, or, on a padded micro-batch, the attention:
+    transformers builds the teacher its own 4-D boolean mask (masking_utils `create_causal_mask`, alive through the
+    pass) and SDPA turns it into an additive [rows, 1, seq, seq] bias beside q, the rotated k and v repeated to every
+    head (integrations/sdpa_attention.py `repeat_kv`: `use_gqa_in_sdpa` is false with a mask) and its output. Its
+    last hidden state [B, S, H_t] stays for the loss."""
     t = teacher_of(job)
     act = 2 if prec.act == 2 or teacher_weight_bytes(job) == 2 else 4
     inter = t.moe_intermediate_size * t.num_experts_per_tok if t.is_moe else t.intermediate_size
     hidden = mb.tokens * t.hidden_size * max(act, teacher_weight_bytes(job))
-    return 3 * hidden + 3 * mb.tokens * inter * act + 2 * mb.tokens * t.head_dim * FP32
+    mlp = 3 * mb.tokens * inter * act
+    q, kv = t.num_attention_heads * t.head_dim, t.num_key_value_heads * t.head_dim
+    attention = (act * mb.rows * mb.seq * mb.seq
+                 + mb.tokens * act * (2 * q + 2 * kv + (2 * q if kv != q else 0))) if mb.masked else 0
+    # the teacher's mask has the student's shape: without checkpointing the student's is gone by now (nothing saves
+    # the boolean mask) and the step's count of it (hpcmem.estimate.step `outside`) stands for the teacher's; with
+    # checkpointing the student's stays for the recompute, beside the teacher's
+    own_mask = mask_bytes(mb) if job.train.gradient_checkpointing else 0
+    return 3 * hidden + max(mlp, attention) + 2 * mb.tokens * t.head_dim * FP32 + own_mask
 
 
 def loss(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool) -> LossBytes:

@@ -22,6 +22,9 @@ from hpcmem.models.params import LinearModule, parameter_key, peft_default_targe
 from hpcmem.models.peft_targets import adapted, model_targets
 
 LORA_DROPOUT_MASK_BYTES = 1   # nn.Dropout (TRL's lora_dropout 0.05) keeps a bool mask per input element
+# linears that read one tensor (transformers' Llama-family modeling, modeling_llama.py: LlamaAttention.forward calls
+# q_proj, k_proj and v_proj on `hidden_states`, LlamaMLP.forward gate_proj and up_proj on `x`)
+SHARED_INPUT = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,9 +126,38 @@ class LoraLayout:
             return 0
         mods = self.modules(part)
         per_token = sum(self._input_side(m, prec) * m.count_per_layer * m.num_layers for m in mods)
+        per_token -= self._shared_inputs(mods, prec)
         per_token += lora_variants.saved_per_token(self, mods, prec)
         weights = lora_variants.saved_weights(self, mods, prec) if part in (None, "mlp") else 0
         return (per_token * tokens + weights) // max(self.num_layers, 1)  # averaged over layers that hold the module
+
+    def reads_input_itself(self, prec: Precision) -> bool:
+        """lora_A saves the adapted linear's input tensor itself: no dropout (nn.Identity, or p = 0, which returns its
+        input) and no cast (`_cast_input_dtype` returns x when its dtype is the adapter's; without autocast nothing
+        casts it either) — plain LoRA only."""
+        return not self.dropout and not self.dora and not prec.amp and self.adapter_bytes == prec.act
+
+    def _shared_inputs(self, mods: tuple[LinearModule, ...], prec: Precision) -> int:
+        """Bytes per token `_input_side` counts more than once when lora_A saves the input itself
+        (`reads_input_itself`): the linears of a SHARED_INPUT group read one tensor, saved once."""
+        if not self.reads_input_itself(prec):
+            return 0
+        extra = 0
+        for group in SHARED_INPUT:
+            members = [m for m in mods if m.leaf in group and m.count_per_layer == 1]
+            if len(members) > 1:
+                extra += sum(m.in_features * prec.act * m.num_layers for m in members[1:])
+        return extra
+
+    def saved_attention_output(self, tokens: int, prec: Precision) -> int:
+        """Of `saved_per_layer`, o_proj's saved input when lora_A saves the input itself (`reads_input_itself`): the
+        attention's output, which SDPA keeps for its own backward — one tensor: the CUDA kernels write it as
+        [batch, seq, heads, head_dim] (aten `_scaled_dot_product_flash_attention` / `_efficient_attention`), so
+        sdpa_attention_forward's `transpose(1, 2).contiguous()` copies nothing."""
+        if not self.enabled or not self.reads_input_itself(prec):
+            return 0
+        mods = [m for m in self.modules("attention") if m.leaf == "o_proj" and m.count_per_layer == 1]
+        return sum(m.in_features * prec.act * m.num_layers for m in mods) * tokens // max(self.num_layers, 1)
 
     def _input_side(self, m: LinearModule, prec: Precision) -> int:
         """Bytes per token one adapted linear keeps on its input side: the dropout mask, lora_A's input in the

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate import activations as act
-from hpcmem.estimate import lora_variants
+from hpcmem.estimate import lora_fp32_compute, lora_variants
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import backward_components, closing_phases, resident_components
 from hpcmem.estimate.lora import LoraLayout
@@ -127,9 +127,18 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         in_order = _recompute_dora(lora, mb, prec, t.quantized, m.hidden_size, ordered)
         recompute_dora_t = dora_t if in_order is None else in_order
         recompute_in_order = in_order is not None
+    # fp32 adapters computing in fp32 (no autocast): their input copies and down_proj's product sit on the recompute,
+    # and down_proj's LoRA backward runs before the product's gradients (hpcmem.estimate.lora_fp32_compute)
+    fp32_adapters = lora_fp32_compute.applies(lora, prec, m)
+    if fp32_adapters and t.gradient_checkpointing:
+        recompute_dora_t = lora_fp32_compute.recompute_transient(lora, mb.tokens, prec, m)
     lora_mlp_saved = lora.saved_per_layer(mb.tokens, prec, "mlp")
     # a wrapped expert stack's weight gradient comes at another instant than the [tokens, I] gradients (traced)
     mlp_side = max(_mlp_backward(lora, mb, prec, mlp_t, ordered), lora_variants.wrapped_weight_gradient(lora, prec))
+    if fp32_adapters and lora_fp32_compute.down_proj_adapted(lora):
+        mlp_side = lora_fp32_compute.gated_mlp_backward(
+            lora, mb.tokens, prec, inter_tensor=mb.tokens * m.intermediate_size * prec.act, mlp_grads=mlp_t,
+            kept={mod.leaf: lora.module_saved(mod, mb.tokens, prec) for mod in lora.modules("mlp")})
     lora_attention_t = lora_backward_transient(lora, mb.tokens, prec, "attention")
     held = rope + (act.mask_bytes(mb) if t.gradient_checkpointing else 0)   # inputs kept for the recompute
     # under selective checkpointing the recompute does not run the attention op again: torch's

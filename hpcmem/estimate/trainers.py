@@ -26,7 +26,7 @@ from hpcmem.estimate.lora import LoraLayout, lora_layout
 from hpcmem.estimate.names import ACTIVATIONS, FORWARD, GRADIENTS, is_forward
 from hpcmem.estimate.states import ParamParts
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.job.rules import generation_batch_size
+from hpcmem.job.generation_batch import generation_batch_size
 from hpcmem.job.shape import Precision, micro_batch
 from hpcmem.job.trainers import entry
 

@@ -36,7 +36,7 @@ from hpcmem.estimate.names import is_forward
 from hpcmem.estimate.trainers import GENERATION_INSTANTS, REFERENCE_FORWARD, no_grad_pass
 from hpcmem.estimate.vision import FP32, VisionTerms, vision_adapters
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.job.rules import generation_batch_size
+from hpcmem.job.generation_batch import generation_batch_size
 from hpcmem.job.shape import Precision
 from hpcmem.job.trainers import entry
 from hpcmem.models.vision import VisionLinear, VisionSpec

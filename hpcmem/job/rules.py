@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import Problems
 from hpcmem.job.auto_classes import auto_class_problems
+from hpcmem.job.generation_batch import generation_batch_size
 from hpcmem.job.image_rules import image_job_problems
 from hpcmem.job.kernel_limits import rwkv_problems, xlstm_problems
 from hpcmem.job.lora_linear_rules import linear_subclass_problems
@@ -194,16 +195,6 @@ def check_generation(job: Job, p: Problems) -> None:
         p.add(f"generation_batch_size {gen} must be divisible by num_generations {t.num_generations}")
     if t.use_vllm and not t.ds3_gather_for_generation and job.parallel.zero_stage == 3:
         p.add("ds3_gather_for_generation=False is not compatible with vLLM generation; keep it True or drop use_vllm")
-
-
-def generation_batch_size(job: Job) -> int:
-    """Rows generated per round across all ranks (grpo_config.py __post_init__)."""
-    t = job.train
-    world = job.parallel.world_size
-    if t.generation_batch_size is not None:
-        return t.generation_batch_size
-    steps = t.steps_per_generation or t.gradient_accumulation_steps
-    return t.per_device_train_batch_size * world * steps
 
 
 # ModelConfig's LoRA fields, read by trl/trainer/utils.py get_peft_config only when use_peft is set

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hpcmem.job.image_rules import image_mask, prompt_image_tokens
+from hpcmem.job.generation_batch import generation_batch_size
 from hpcmem.job.trainers import entry
 
 if TYPE_CHECKING:
@@ -29,18 +30,20 @@ class MicroBatch:
 
     attn_implementation: str = "sdpa"
     image_mask: bool = False    # Gemma 3's bidirectional mask over each image's tokens (hpcmem.job.image_rules)
+    padded_with: int = 0        # rows padded as one batch before the split into micro-batches (generating trainers)
 
     @property
     def masked(self) -> bool:
         """Whether attention gets a 4-D mask (transformers masking_utils): padded rows of different lengths (the worst
-        case keeps one row a token shorter, as real batches are), or — without a FlashAttention kernel — the
-        block-diagonal mask of several documents in one padding-free row, or Gemma 3's image mask. One unpadded
+        case keeps one row a token shorter, as real batches are) — a generating trainer's single row too, when the
+        generation batch it was cut from held more rows (`padded_with`) —, or — without a FlashAttention kernel —
+        the block-diagonal mask of several documents in one padding-free row, or Gemma 3's image mask. One unpadded
         row of text needs none."""
         if self.image_mask:
             return True
         if self.padding_free:
             return "flash" not in self.attn_implementation
-        return self.rows > 1
+        return max(self.rows, self.padded_with) > 1
 
     @property
     def tokens(self) -> int:
@@ -66,10 +69,14 @@ def micro_batch(job: Job) -> MicroBatch:
     b = t.per_device_train_batch_size
     if e.generates:
         seq = _round_up(t.max_prompt_length + t.max_completion_length, t.pad_to_multiple_of)
+        # the whole generation batch is padded as one (prompts left, completions right to the longest) and only then
+        # split into micro-batches (grpo_trainer.py / distillation_trainer.py `_generate_and_score_completions`, then
+        # `_prepare_inputs`: split_tensor_dict), so a one-row micro-batch carries the padding of the rows beside it
+        generated = generation_batch_size(job) // job.parallel.world_size
         # GRPO/RLOO hand the processor's token_type_ids to every forward (grpo_trainer.py
         # `_generate_and_score_completions`: extended with zeros over the completion), so Gemma 3 builds its image mask
         return MicroBatch(rows=b, seq=seq, label_tokens=b * t.max_completion_length, padding_free=False,
-                          image_mask=image_mask(job), source=f"{b} completions × (prompt {t.max_prompt_length} + completion "
+                          image_mask=image_mask(job), padded_with=generated, source=f"{b} completions × (prompt {t.max_prompt_length} + completion "
                                  f"{t.max_completion_length})")
     max_len = t.max_length if t.max_length is not None else m.max_position_embeddings
     if e.rows_per_example > 1:

@@ -52,9 +52,12 @@ def test_the_buffered_pixel_values_are_whole_images():
 
 def test_token_type_ids_give_even_one_row_the_image_mask():
     """GRPOTrainer passes the processor's token_type_ids with every forward, so Gemma3Model builds its image mask: one
-    unpadded row of text would have none, one row with an image has it."""
-    assert micro_batch(_job("g3-grpo-lora-gc-1img", per_device_train_batch_size=1, num_generations=2,
-                            generation_batch_size=2)).masked
-    assert not micro_batch(_job("g3-grpo-lora-gc-1img", per_device_train_batch_size=1, num_generations=2,
-                                generation_batch_size=2, images_per_example=0, image_height=0,
-                                image_width=0)).masked
+    row with an image has it. A row of text alone has no image mask, but still a padding mask: GRPO pads its whole
+    generation batch (num_generations ≥ 2 rows) as one before it splits it into micro-batches
+    (grpo_trainer.py `_generate_and_score_completions`, `_prepare_inputs`)."""
+    with_image = micro_batch(_job("g3-grpo-lora-gc-1img", per_device_train_batch_size=1, num_generations=2,
+                                  generation_batch_size=2))
+    assert with_image.image_mask and with_image.masked
+    text = micro_batch(_job("g3-grpo-lora-gc-1img", per_device_train_batch_size=1, num_generations=2,
+                            generation_batch_size=2, images_per_example=0, image_height=0, image_width=0))
+    assert not text.image_mask and text.rows == 1 and text.masked

@@ -83,3 +83,22 @@ def test_trls_rules(teacher):
         tiny_job(replace(teacher, vocab_size=2000))
     with pytest.raises(SpecError, match=r"beta must be in \[0.0, 1.0\]"):
         tiny_job(teacher, beta=1.5)
+
+
+def test_a_one_row_micro_batch_cut_from_a_padded_generation_batch_is_masked(teacher):
+    """B = 1, gradient_accumulation_steps 2: TRL pads both generated rows together, then splits them; the trace's
+    shorter last row gives its micro-batch padding, so transformers builds the 4-D mask for the student and again for
+    the teacher, and SDPA keeps a [seq, seq] bias per student layer. The peak is the teacher's attention over the
+    student's saved tensors; the estimate counts that micro-batch (without the mask it was 45 % under)."""
+    from hpcmem.estimate import estimate
+    from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.trace import run_trace
+
+    job = JobSpec(model=TINY_LLAMA, teacher=teacher, train=TrainSpec(
+        trainer="distillation", dtype="bfloat16", max_prompt_length=2000, max_completion_length=48,
+        per_device_train_batch_size=1, gradient_accumulation_steps=2, gradient_checkpointing=False,
+        teacher_model_name_or_path=teacher.name))
+    traced = run_trace(job)
+    est = max(tensor_bytes(p) for p in estimate(job).phases)
+    assert traced.phase == "step 2 / forward / layer 1"        # the teacher's second layer
+    assert abs(est - traced.peak_allocated_bytes) <= 0.03 * traced.peak_allocated_bytes, (est, traced.peak_allocated_bytes)

@@ -1,0 +1,86 @@
+"""Plain LoRA whose fp32 adapters compute in fp32 over 16-bit weights (no autocast: bf16 off, or a trainer that
+never enters accelerate's autocast wrapper): what a dense gated MLP's adapters add at the recompute's and the
+backward's worst instants, beyond the layer's saved terms.
+
+peft/tuners/lora/layer.py Linear.forward: `result = self.base_layer(x)` (16-bit), `x = self._cast_input_dtype(x,
+lora_A.weight.dtype)` (an fp32 copy, held by the local `x` until forward returns), then
+`result + lora_B(lora_A(dropout(x))) * scaling` (fp32: the sum promotes) and `result.to(torch_result_dtype)`.
+lora_A saves its fp32 input (dropout's output) and dropout its mask — the layer's saved terms (LoraLayout
+`saved_per_layer`).
+
+- The recompute holds, at an adapted linear's dropout, its fp32 input copy beside the 16-bit input
+  itself and the base output (and the MLP's input); down_proj's 16-bit input (the product act(gate) · up) is no saved term under LoRA
+  (down_proj's frozen base weight needs no input for a weight gradient; hpcmem.estimate.activations `_mlp_saved`).
+- The backward (torch/csrc/autograd/engine.cpp: nodes run in reverse creation order and free their saved tensors
+  once run): each adapted linear's LoRA path runs before its base path. On the input side lora_A's backward makes
+  the fp32 gradient of its input and frees the saved fp32 input; dropout's and the cast's backward follow, each
+  freeing the one before: one fp32 [tokens, in] tensor beyond the saved terms at once. On the output side the
+  16-bit output gradient becomes fp32 (`.to`'s backward), and the scaling's backward writes another fp32 [tokens,
+  out] beside the base path's 16-bit one, in place of the 16-bit output gradient: two fp32 [tokens, out] tensors.
+  down_proj's LoRA path thus runs before the product's gradients exist; by then down_proj's saved terms are freed.
+"""
+
+from __future__ import annotations
+
+from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate.lora_variants import GATED_MLP
+from hpcmem.job.shape import Precision
+from hpcmem.models.spec import ModelSpec
+
+
+def applies(lora: LoraLayout, prec: Precision, m: ModelSpec) -> bool:
+    """Plain LoRA (no DoRA) with fp32 adapters computing in fp32 over a 16-bit compute dtype, on a dense MLP of the
+    three separate linears gate_proj, up_proj, down_proj, adapted there."""
+    if not lora.enabled or lora.dora or prec.amp or lora.adapter_bytes == prec.act:
+        return False
+    if not m.gated_mlp or m.is_moe:
+        return False
+    mods = lora.modules("mlp")
+    return bool(mods) and all(x.leaf in GATED_MLP and x.count_per_layer == 1 for x in mods)
+
+
+def down_proj_adapted(lora: LoraLayout) -> bool:
+    """Whether down_proj carries an adapter: then its LoRA input side, the widest, runs first and frees its saved
+    fp32 input before the product's gradients exist (`gated_mlp_backward`); without it the step's generic MLP backward
+    (the product's gradients beside the widest adapter's backward) stands."""
+    return any(x.leaf == "down_proj" for x in lora.modules("mlp"))
+
+
+def recompute_transient(lora: LoraLayout, tokens: int, prec: Precision, m: ModelSpec) -> int:
+    """The worst adapted MLP linear's forward instant beyond the saved terms: its fp32 input copy, its 16-bit input
+    where that is no saved term (down_proj's product), and its 16-bit base output — beside the MLP's own 16-bit
+    input (the post-attention norm's output, held as the MLP's `x`; no saved term over frozen weights)."""
+    worst = 0
+    for x in lora.modules("mlp"):
+        own_input = tokens * x.in_features * prec.act if x.leaf == "down_proj" else 0
+        worst = max(worst, tokens * x.in_features * lora.adapter_bytes + own_input
+                    + tokens * x.out_features * prec.act)
+    return worst + tokens * m.hidden_size * prec.act
+
+
+def gated_mlp_backward(lora: LoraLayout, tokens: int, prec: Precision, *, inter_tensor: int, mlp_grads: int,
+                       kept: dict[str, int]) -> int:
+    """The MLP backward's worst instant beyond the layer's saved terms, the hidden-state gradients and the weight
+    gradients (the frame of hpcmem.estimate.lora_variants `gated_mlp_backward`, whose order this follows):
+    down_proj's LoRA input side with every saved term alive, then its base path beside its cast-back gradient and
+    their sum (three [tokens, I] tensors, down_proj's saved terms freed); the product's backward; up_proj's and
+    gate_proj's output sides, each in place of its 16-bit output gradient."""
+    mods = {x.leaf: x for x in lora.modules("mlp")}
+    a = lora.adapter_bytes
+
+    def side(leaf: str) -> int:
+        x = mods[leaf]
+        return max(2 * tokens * x.out_features * a, tokens * x.in_features * a)
+
+    freed = kept.get("down_proj", 0)
+    worst = mlp_grads + inter_tensor - freed                 # the product's: its input gradient and the two it writes
+    if "down_proj" in mods:
+        worst = max(worst, tokens * mods["down_proj"].in_features * a, 3 * inter_tensor - freed)
+    else:
+        worst = max(worst, inter_tensor)
+    if "up_proj" in mods:                                     # act's and up's gradients, the product's inputs freed
+        worst = max(worst, -2 * inter_tensor - freed + 2 * inter_tensor + side("up_proj"))
+    freed += kept.get("up_proj", 0)
+    if "gate_proj" in mods:                                   # gate's gradient, act_fn's and gate's saved freed too
+        worst = max(worst, -3 * inter_tensor - freed + inter_tensor + side("gate_proj"))
+    return worst
