@@ -1,7 +1,9 @@
 """Mistral 3 SFT with images (Mistral-Small-3.1-24B's widths cut to 1 decoder layer and 2 Pixtral layers) against the
 trace of TRL's SFTTrainer with its vision collator and transformers' PixtralProcessor on real images of 448×672 and
 1540×1540 (estimator/traces/vlm-mistral3.jsonl, written by `hpcmem validate trace --cases
-estimator/cases/vlm-mistral3.yaml`): full fine-tuning and LoRA all-linear, checkpointing on and off; the patches,
+estimator/cases/vlm-mistral3.yaml`): full fine-tuning and LoRA all-linear, checkpointing on and off; DPO the same
+way (TRL's DataCollatorForVisionPreference, each image repeated for chosen and rejected; vlm-mistral3-dpo.yaml); the
+patches,
 tokens and trained parameters by hand; what is refused."""
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from tests.helpers.stored_cases import largest_component, stored_case_job
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for name in ("vlm-mistral3",)
+RECORDS = {r["case"]["id"]: r for name in ("vlm-mistral3", "vlm-mistral3-dpo")
            for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
 MAX_PCT = 3.0
 
@@ -31,7 +33,20 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8
+    assert len(RECORDS) == 8 + 4
+
+
+def test_dpo_runs_both_copies_under_one_mask():
+    """DPO repeats each image for chosen and rejected: 2 × 12,100 patches at 1540 px run as one sequence, so the
+    block-diagonal mask is [1, 1, 24200, 24200] bf16 — 4× one image's, not 2× — beside the rest of the tower's saved
+    tensors (LoRA without checkpointing, dropout off as DPOTrainer's disable_dropout turns it off: the vision
+    activations exceed twice the single-image SFT case's by the extra 2 × 12,100² × 2 bytes of mask; all else in the
+    tower is linear in its rows)."""
+    n = 110 * 110
+    dpo = largest_component(estimate(stored_case_job(RECORDS["m3-dpo-lora-all-nogc-1540"], ROOT)), ACTIVATIONS)
+    sft = largest_component(estimate(stored_case_job(RECORDS["m3-lora-all-nogc-1540"], ROOT, lora_dropout=0.0)),
+                            ACTIVATIONS)
+    assert dpo - 2 * sft == (2 * n) ** 2 * 2 - 2 * n * n * 2
 
 
 def test_the_patches_and_tokens_by_hand():
@@ -63,10 +78,10 @@ def test_full_fine_tuning_trains_the_whole_tower_and_projector():
     assert largest_component(estimate(job), OPTIMIZER) == (embed + 2 * layer + projector) * 4
 
 
-@pytest.mark.parametrize("trainer", ["dpo", "grpo", "rloo"])
+@pytest.mark.parametrize("trainer", ["grpo", "rloo"])
 def test_other_trainers_with_images_are_refused(trainer):
     with pytest.raises(SpecError, match=f"with trainer {trainer} on mistral3: hpcmem models mistral3's images for "
-                                        "sft only"):
+                                        "sft, dpo only"):
         stored_case_job(RECORDS["m3-full-gc-448"], ROOT, trainer=trainer)
 
 

@@ -45,3 +45,21 @@ def test_the_collator_hands_each_image_and_its_tokens(hw, images, pixel_shape, t
     assert counted == tokens == images * image_geometry(job.train, job.model.vision).tokens
     assert tuple(batch["pixel_values"].shape) == pixel_shape
     assert batch["image_sizes"].tolist() == [list(pixel_shape[2:])] * images
+
+
+def test_the_preference_collator_repeats_each_image_for_chosen_and_rejected():
+    """TRL 1.16's DPO collator runs PixtralProcessor on the prompt twice (chosen, rejected): a 448×672 image in each
+    row, pixel_values [2, 3, 448, 672], 400 image tokens per row."""
+    from PIL import Image
+    from trl.trainer.dpo_trainer import DataCollatorForVisionPreference
+
+    from hpcmem.trace.vision import processor
+
+    proc = processor(_job("m3-full-gc-448"))
+    example = {"images": [Image.new("RGB", (672, 448))], "prompt": [{"role": "user", "content": "t3"}],
+               "chosen": [{"role": "assistant", "content": "t3"}], "rejected": [{"role": "assistant", "content": "t3"}]}
+    batch = DataCollatorForVisionPreference(processor=proc)([example])
+    assert tuple(batch["pixel_values"].shape) == (2, 3, 448, 672)
+    assert batch["image_sizes"].tolist() == [[448, 672]] * 2
+    counted = sum((batch["input_ids"] == i).sum(dim=1) for i in proc.image_token_ids)
+    assert counted.tolist() == [16 * 25] * 2
