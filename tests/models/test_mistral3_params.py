@@ -1,6 +1,7 @@
 """Mistral 3's parts as hpcmem counts them (hpcmem.models.pixtral, the language model by the mistral family) against
 `AutoModelForImageTextToText.from_config` on the meta device: Mistral-Small-3.1-24B's widths cut to 1 decoder layer
-and 2 Pixtral layers, and Mistral3Config's own defaults (24 Pixtral layers, its default Mistral decoder); the resize and
+and 2 Pixtral layers, Mistral3Config's own defaults (24 Pixtral layers, its default Mistral decoder) and the catalog's
+mistralai/Mistral-Small-3.1-24B-Instruct-2503 (whose cut the fixture is, but for the layer counts); the resize and
 image tokens against transformers' own PixtralProcessor arithmetic and a hand count; what is refused."""
 
 from __future__ import annotations
@@ -12,16 +13,17 @@ import pytest
 
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
-from hpcmem.models.resolve import resolve_model
+from hpcmem.models.resolve import catalog, resolve_model
 from tests.helpers.meta_models import meta_image_text_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUT = FIXTURES / "mistral-small-3.1-width-L1-D2.json"
+HUB = "mistralai/Mistral-Small-3.1-24B-Instruct-2503"
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("cfg", [json.loads(CUT.read_text()), {"model_type": "mistral3"}],
-                         ids=["width-L1-D2", "class-defaults"])
+@pytest.mark.parametrize("cfg", [json.loads(CUT.read_text()), {"model_type": "mistral3"}, catalog()[HUB]["config"]],
+                         ids=["width-L1-D2", "class-defaults", "small-3.1-24b"])
 def test_parts_equal_the_meta_model(cfg, tmp_path):
     pytest.importorskip("transformers")
     model = meta_image_text_model(cfg)
@@ -43,6 +45,18 @@ def test_parts_equal_the_meta_model(cfg, tmp_path):
     d = model.config.vision_config.num_hidden_layers
     assert v.tower_params == 3 * 14 * 14 * h + h + d * (4 * h * h + 3 * h * i + 2 * h)
     assert v.merger_params == h + 4 * h * h + h * o + o * o
+
+
+def test_the_catalog_entry_is_the_fixture_at_full_depth():
+    """The cut fixture is the catalog entry with 1 decoder layer and 2 Pixtral layers; the whole model is 24.0 B
+    parameters on the meta device (an untied 131,072 × 5,120 head)."""
+    full, cut = catalog()[HUB]["config"], json.loads(CUT.read_text())
+    strip = lambda c: {**c, "torch_dtype": None, "text_config": {**c["text_config"], "num_hidden_layers": None,  # noqa: E731
+                                                                "tie_word_embeddings": None},
+                       "vision_config": {**c["vision_config"], "num_hidden_layers": None}}
+    assert strip(full) == strip(cut)
+    spec = resolve_model(HUB)
+    assert spec.num_params + spec.vision.num_params == 24_011_361_280
 
 
 @pytest.mark.parametrize(("hw", "grid", "tokens"), [
