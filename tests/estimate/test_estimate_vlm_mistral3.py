@@ -2,8 +2,9 @@
 trace of TRL's SFTTrainer with its vision collator and transformers' PixtralProcessor on real images of 448×672 and
 1540×1540 (estimator/traces/vlm-mistral3.jsonl, written by `hpcmem validate trace --cases
 estimator/cases/vlm-mistral3.yaml`): full fine-tuning and LoRA all-linear, checkpointing on and off; DPO the same
-way (TRL's DataCollatorForVisionPreference, each image repeated for chosen and rejected; vlm-mistral3-dpo.yaml); the
-patches,
+way (TRL's DataCollatorForVisionPreference, each image repeated for chosen and rejected; vlm-mistral3-dpo.yaml); held
+out at the full depth of mistralai/Mistral-Small-3.1-24B-Instruct-2503 (40 Mistral layers, 24 Pixtral layers;
+vlm-mistral3-24b.yaml, traced after the estimate was settled on the cut); the patches,
 tokens and trained parameters by hand; what is refused."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from tests.helpers.stored_cases import largest_component, stored_case_job
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for name in ("vlm-mistral3", "vlm-mistral3-dpo")
+RECORDS = {r["case"]["id"]: r for name in ("vlm-mistral3", "vlm-mistral3-dpo", "vlm-mistral3-24b")
            for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
 MAX_PCT = 3.0
 
@@ -33,7 +34,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8 + 4
+    assert len(RECORDS) == 8 + 4 + 3
 
 
 def test_dpo_runs_both_copies_under_one_mask():
