@@ -34,7 +34,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8 + 4 + 3
+    assert len(RECORDS) == 10 + 4 + 3
 
 
 def test_dpo_runs_both_copies_under_one_mask():
