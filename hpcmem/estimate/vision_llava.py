@@ -31,6 +31,7 @@ from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, layer_norm_saved,
                                     token_leaf, tower_weights, unused_tower, vision_terms)
 from hpcmem.estimate.vision_idefics3 import idefics3_terms
+from hpcmem.estimate.vision_mistral3 import pixtral_terms
 from hpcmem.estimate.vision_mllama import mllama_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
@@ -40,18 +41,21 @@ from hpcmem.models.clip_tower import ClipTowerSpec
 from hpcmem.models.idefics3 import Idefics3TowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
+from hpcmem.models.pixtral import PixtralTowerSpec
 
 
 def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
     """The tower's terms: llava's CLIP tower here, SmolVLM's / Idefics3's and PaliGemma's in
-    hpcmem.estimate.vision_idefics3, Llama-3.2-Vision's in hpcmem.estimate.vision_mllama, the Qwen towers in
-    hpcmem.estimate.vision."""
+    hpcmem.estimate.vision_idefics3, Llama-3.2-Vision's in hpcmem.estimate.vision_mllama, Mistral 3's Pixtral in
+    hpcmem.estimate.vision_mistral3, the Qwen towers in hpcmem.estimate.vision."""
     if isinstance(job.model.vision, ClipTowerSpec):
         return llava_terms(job, prec, lora)
     if isinstance(job.model.vision, (Idefics3TowerSpec, PaliGemmaTowerSpec)):
         return idefics3_terms(job, prec, lora)
     if isinstance(job.model.vision, MllamaTowerSpec):
         return mllama_terms(job, prec, lora)
+    if isinstance(job.model.vision, PixtralTowerSpec):
+        return pixtral_terms(job, prec, lora)
     return vision_terms(job, prec, lora)
 
 
