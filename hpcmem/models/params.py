@@ -255,10 +255,11 @@ PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...] | None] = {
     "qwen2_moe": None,
     "qwen3_moe": None,
     # peft 0.21 utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING has no qwen2_5_vl, qwen2_vl or
-    # qwen3_vl row: get_peft_model raises without target_modules
+    # qwen3_vl (nor qwen3_vl_moe) row: get_peft_model raises without target_modules
     "qwen2_5_vl": None,
     "qwen2_vl": None,
     "qwen3_vl": None,
+    "qwen3_vl_moe": None,
 }
 
 

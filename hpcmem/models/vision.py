@@ -49,7 +49,7 @@ Covered (transformers 5.24):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
@@ -88,8 +88,19 @@ class TowerLayout:
     # the text config the outer config class builds when the config.json names none (its sub_configs_defaults
     # init_kwargs; None: the flat Hub layout's top-level keys, or the text class's own defaults)
     text_defaults: dict[str, Any] | None = None
+    # the text config class's own defaults where they differ from those of the decoder layout hpcmem builds it with
+    # (`text`): what a key the text_config omits, or an absent text_config, takes (None: the layout's)
+    text_class_defaults: dict[str, Any] | None = None
 
 
+# configuration_qwen3_vl_moe.py `Qwen3VLMoeTextConfig`'s field defaults (no norm_topk_prob: modeling_qwen3_vl_moe.py
+# `Qwen3VLMoeTextTopKRouter.forward` always renormalizes the top-k weights); its tie_word_embeddings is left out: the
+# outer Qwen3VLMoeConfig's (False) ties the head or not, whatever the text config says (measured on the meta model)
+QWEN3_VL_MOE_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+    "num_attention_heads": 16, "num_key_value_heads": 16, "hidden_act": "silu", "max_position_embeddings": 128000,
+    "attention_bias": False, "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
+    "num_experts_per_tok": 4, "num_experts": 60, "mlp_only_layers": None, "head_dim": None}
 # config.json spellings the vision config classes map onto their own names (their attribute_map, and `in_chans`, which
 # Hub configs of Qwen2-VL and Qwen2.5-VL carry beside the class's `in_channels`)
 _COMMON_ALIASES = {"num_attention_heads": "num_heads", "num_hidden_layers": "depth", "in_chans": "in_channels"}
@@ -100,12 +111,12 @@ FC_ACTIVATIONS = ("quick_gelu", "gelu", "gelu_pytorch_tanh")
 # an estimate of one not traced says so
 IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                           "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
-                          "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
+                          "qwen3_vl_moe": ("sft",), "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
                           "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
                           "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"), "mistral3": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
-                         "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
+                         "qwen3_vl_moe": ("sft",), "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
                          "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"), "mistral3": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
@@ -161,6 +172,13 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     "mistral3": TowerLayout(text="mistral", defaults={}, aliases={}, norm="rms", mlp="gated", tie_default=True,
                             text_defaults=MISTRAL3_TEXT_DEFAULTS),
 }
+# models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
+# `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
+# Qwen3-VL's: qwen3_vl's tower, merger and deepstack mergers, with qwen3_vl's defaults; the decoder is Qwen3-MoE's
+# (`Qwen3VLMoeTextDecoderLayer(Qwen3MoeDecoderLayer)`: fused experts and a bare-weight router;
+# `Qwen3VLMoeTextAttention(Qwen3VLTextAttention)`: q/k norms) with Qwen3VLMoeTextConfig's defaults
+VISION_LANGUAGE["qwen3_vl_moe"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwen3_moe",
+                                          text_class_defaults=QWEN3_VL_MOE_TEXT_DEFAULTS)
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3")
 
@@ -380,6 +398,9 @@ def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
         inner = dict(VISION_LANGUAGE[str(cfg["model_type"])].text_defaults)
     text = dict(inner) if isinstance(inner, dict) else {k: v for k, v in cfg.items()
                                                          if k not in ("vision_config", "text_config")}
+    class_defaults = VISION_LANGUAGE[str(cfg["model_type"])].text_class_defaults
+    if class_defaults is not None:      # the text config class fills what the text_config omits
+        text = {**class_defaults, **(inner if isinstance(inner, dict) else {})}
     if "tie_word_embeddings" not in text and "tie_word_embeddings" in cfg:
         text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
     # Qwen2_5_VLConfig / Qwen2VLConfig / Qwen3VLConfig.tie_word_embeddings False, Gemma3Config's True

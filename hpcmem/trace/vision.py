@@ -37,7 +37,8 @@ CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content']
 # PROCESSOR_MAPPING_NAMES)
 PROCESSORS = {"qwen2_5_vl": ("transformers.models.qwen2_5_vl.processing_qwen2_5_vl", "Qwen2_5_VLProcessor"),
               "qwen2_vl": ("transformers.models.qwen2_vl.processing_qwen2_vl", "Qwen2VLProcessor"),
-              "qwen3_vl": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor")}
+              "qwen3_vl": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor"),
+              "qwen3_vl_moe": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor")}
 # What the trace does that a real run does not (its notes).
 NOTES = ("vision-language: a Qwen processor's video_processor is left out (it needs torchvision; an image-only dataset "
          "never calls it; Gemma 3's processor has none); PixtralProcessor's import of the torchvision image "
