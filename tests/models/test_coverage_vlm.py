@@ -68,6 +68,8 @@ def test_coverage_lists_every_image_text_type_with_a_status():
         by_type["smolvlm"]["reason"]
     assert "traced: SFT)" in by_type["idefics3"]["reason"] and "DPO/GRPO/RLOO with images refused" in \
         by_type["idefics3"]["reason"]
+    assert by_type["qwen3_vl_moe"]["status"] == "derived" and "traced: SFT)" in by_type["qwen3_vl_moe"]["reason"] \
+        and "DPO/GRPO/RLOO with images refused" in by_type["qwen3_vl_moe"]["reason"]
     assert by_type["mllama"]["status"] == "derived" and "traced: SFT)" in by_type["mllama"]["reason"] and \
         "DPO/GRPO/RLOO with images refused" in by_type["mllama"]["reason"]
     assert all(r["reason"] and r["measured"] is None for r in rows)

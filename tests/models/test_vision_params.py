@@ -1,5 +1,5 @@
-"""Qwen2.5-VL's, Qwen2-VL's and Qwen3-VL's parts as hpcmem counts them (hpcmem.models.vision, the language model by
-the qwen2 / qwen3 family) against `AutoModelForImageTextToText.from_config` on the meta device: the published 7B configs (fixtures and
+"""Qwen2.5-VL's, Qwen2-VL's, Qwen3-VL's and Qwen3-VL-MoE's parts as hpcmem counts them (hpcmem.models.vision, the
+language model by the qwen2 / qwen3 / qwen3_moe family) against `AutoModelForImageTextToText.from_config` on the meta device: the published 7B configs (fixtures and
 the catalog's vision-language entries) and cut ones."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcmem.models.config import model_spec_from_config
 from hpcmem.models.resolve import catalog, catalog_ids, resolve_model
 from tests.helpers.meta_models import meta_image_text_model
 
@@ -27,7 +28,9 @@ def _config(name: str) -> dict:
 
 @pytest.mark.parametrize("name", ["Qwen2.5-VL-7B-Instruct.json", "qwen2_5_vl-7b-width-L1-D4.json",
                                   "Qwen2-VL-7B-Instruct.json", "qwen2_vl-7b-width-L1-D4.json",
-                                  "Qwen3-VL-8B-Instruct.json", "qwen3_vl-8b-width-L3-D4.json", *VLM_CATALOG])
+                                  "Qwen3-VL-8B-Instruct.json", "qwen3_vl-8b-width-L3-D4.json",
+                                  "Qwen3-VL-30B-A3B-Instruct.json", "qwen3_vl_moe-30b-width-L2-D4.json",
+                                  "qwen3_vl_moe-tiny.json", *VLM_CATALOG])
 def test_parts_equal_the_meta_model(name):
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
@@ -49,3 +52,13 @@ def test_parts_equal_the_meta_model(name):
     ours |= {f"deepstack_merger_list.{i}.{x.name}" for x in spec.vision.linears() if x.part == "deepstack"
              for i in range(x.count)}
     assert linear_names == ours
+
+
+def test_qwen3_vl_moe_text_defaults_equal_the_meta_model():
+    """A Qwen3-VL-MoE config whose text_config names one key: the rest are Qwen3VLMoeTextConfig's defaults (60
+    experts of 1408, top 4, 16 heads), counted as the class builds them, the head untied by the outer config."""
+    pytest.importorskip("transformers")
+    cfg = {**json.loads((FIXTURES / "qwen3_vl_moe-tiny.json").read_text()), "text_config": {"num_hidden_layers": 1}}
+    model = meta_image_text_model(cfg)
+    language = sum(p.numel() for n, p in model.named_parameters() if ".visual." not in n)
+    assert language == model_spec_from_config(cfg, "defaults").num_params
