@@ -22,6 +22,9 @@ Covered (transformers 5.24):
   per `deepstack_visual_indexes` entry (`deepstack_merger_list`, `use_postshuffle_norm=True`: its LayerNorm runs
   over 4·width), whose outputs the language model adds to the image tokens' hidden states after its first layers
   (modeling_qwen3_vl.py `Qwen3VLTextModel._deepstack_process`). Its decoder is Qwen3's (q/k norms, no biases).
+- Qwen3-VL-MoE (models/qwen3_vl_moe/modular_qwen3_vl_moe.py): Qwen3-VL's tower, merger and deepstack mergers unchanged
+  (`Qwen3VLMoeVisionModel(Qwen3VLVisionModel)`), its decoder Qwen3-MoE's layers (fused experts, a bare-weight router)
+  with `Qwen3VLMoeTextConfig`'s defaults.
 - Gemma 3 (models/gemma3/modeling_gemma3.py `Gemma3Model`): a SigLIP tower and Gemma 3's pooling projector
   (hpcmem.models.siglip, `family` "siglip"): separate q/k/v/out_proj, fc1 → gelu_pytorch_tanh → fc2, LayerNorms,
   a learned position table, post_layernorm; the projector pools spatial_merge_size² patches into one token and has
