@@ -2,7 +2,8 @@
 to 2 decoder layers and 4 vision blocks) against the trace of TRL's SFTTrainer with its vision collator and
 Qwen3VLProcessor (estimator/traces/vlm-qwen3-vl-moe.jsonl, written by `hpcmem validate trace --cases
 estimator/cases/vlm-qwen3-vl-moe.yaml`): full fine-tuning and LoRA (all-linear, q_proj/v_proj), checkpointing on and
-off, 448 and 896 px; and what peft does with all-linear on this type, by hand."""
+off, 448 and 896 px, and the catalog's 30B-A3B at full depth (vlm-qwen3-vl-moe-30b.yaml); and what peft does with
+all-linear on this type, by hand."""
 
 from __future__ import annotations
 
@@ -20,8 +21,16 @@ from tests.helpers.trace_helpers import shipped_case_job
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = "vlm-qwen3-vl-moe.yaml"
-RECORDS = {r["case"]["id"]: r for r in map(json.loads, (ROOT / "estimator" / "traces" / "vlm-qwen3-vl-moe.jsonl")
-                                           .read_text().splitlines())}
+HELD_OUT = "vlm-qwen3-vl-moe-30b.yaml"      # the catalog's 30B-A3B at full depth, traced after the cut's estimate
+
+
+def _records(cases: str) -> dict:
+    path = ROOT / "estimator" / "traces" / cases.replace(".yaml", ".jsonl")
+    return {r["case"]["id"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+RECORDS = _records(CASES)
+FULL_DEPTH = _records(HELD_OUT)
 MAX_PCT = 3.0
 
 
@@ -35,6 +44,13 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
     traced = RECORDS[case_id]["traced"]
     estimated = max(tensor_bytes(p) for p in estimate(shipped_case_job(CASES, case_id)).phases)
     assert abs(estimated - traced) <= MAX_PCT / 100 * traced, (estimated, traced)
+
+
+@pytest.mark.parametrize("case_id", sorted(FULL_DEPTH))
+def test_full_depth_estimate_within_1_percent_of_the_trace(case_id):
+    traced = FULL_DEPTH[case_id]["traced"]
+    estimated = max(tensor_bytes(p) for p in estimate(shipped_case_job(HELD_OUT, case_id)).phases)
+    assert abs(estimated - traced) <= 0.01 * traced, (estimated, traced)
 
 
 def test_all_linear_adapts_the_attention_and_the_tower_not_the_experts():
