@@ -39,6 +39,9 @@ Covered (transformers 5.24):
   (hpcmem.models.idefics3's `Idefics3TowerSpec`).
 - paligemma: a SigLIP tower and a one-Linear projector (hpcmem.models.paligemma's `PaliGemmaTowerSpec`); its decoder
   is what its text_config names (Gemma 2 for PaliGemma 2).
+- internvl (InternVL3): an InternViT tower (class token, layer scale), a pixel-shuffle projector (LayerNorm, two
+  linears) and GotOcr2-style tiles (hpcmem.models.internvl's `InternVLTowerSpec`); its decoder is what its
+  text_config names (Qwen2).
 - mllama (Llama-3.2-Vision): a tiled ViT with a gated global encoder, a one-Linear projector and a Llama decoder
   whose cross-attention layers read the image states (hpcmem.models.mllama's `MllamaTowerSpec`, which also counts
   what those layers hold beyond a Llama layer).
@@ -55,6 +58,7 @@ from hpcmem.models.clip_tower import ClipTowerSpec, clip_tower_from_config
 from hpcmem.models.llava_next import llava_next_tower_from_config
 from hpcmem.models.llava_onevision import onevision_tower_from_config
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
+from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
@@ -95,12 +99,14 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                           "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
                           "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
-                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo")}
+                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
+                          "internvl": ("sft",)}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
                          "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
-                         "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo")}
+                         "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
+                         "internvl": ("sft",)}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -149,9 +155,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/mllama: hpcmem.models.mllama reads the vision part and the cross-attention layers' extras; the decoder's
     # linears, norms and MLP are a Llama's (MllamaTextSelfAttention / MllamaTextMLP, no biases)
     "mllama": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    # models/internvl: hpcmem.models.internvl reads the vision part; the decoder is what text_config names
+    # (InternVLConfig's default: qwen2); InternVLConfig.tie_word_embeddings True
+    "internvl": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
 }
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
-_TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma")
+_TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "internvl")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -318,6 +327,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return paligemma_tower_from_config(cfg, name)
     if model_type == "mllama":
         return mllama_tower_from_config(cfg, name)
+    if model_type == "internvl":
+        return internvl_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
