@@ -25,10 +25,11 @@ its image processor, as the internvl config.json's `vision_config` and outer key
   <IMG_CONTEXT> tokens and </img> per image.
 
 Where the processor's settings come from: the config dict's own `crop_to_patches`, `min_patches`, `max_patches` (the
-names of the image processor's preprocessor_config.json keys, which a config.json does not carry); omitted, the
-GotOcr2ImageProcessor class defaults (crop_to_patches False: one tile per image; min_patches 1, max_patches 12). The
-tile is the vision config's image_size (InternVL's processors use size {"height": 448, "width": 448} with 448-px
-towers).
+names of the image processor's preprocessor_config.json keys, which a config.json does not carry); omitted, what
+InternVLProcessor runs: its class attribute `images_kwargs = {"crop_to_patches": True}` is merged into every call
+(processing_utils.py `ProcessorMixin._merge_kwargs`, step 7) over the image processor's own False, and min_patches 1,
+max_patches 12 are the GotOcr2ImageProcessor class defaults. The tile is the vision config's image_size (InternVL's
+processors use size {"height": 448, "width": 448} with 448-px towers).
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ INTERNVL_VISION_DEFAULTS: dict[str, Any] = {
 # InternVLConfig's own defaults
 INTERNVL_DEFAULTS: dict[str, Any] = {"downsample_ratio": 0.5, "projector_hidden_act": "gelu",
                                      "vision_feature_layer": -1, "vision_feature_select_strategy": "default"}
-# GotOcr2ImageProcessor's class defaults (image_processing_pil_got_ocr2.py)
-PROCESSOR_DEFAULTS: dict[str, Any] = {"crop_to_patches": False, "min_patches": 1, "max_patches": 12}
+# what InternVLProcessor's call runs with (processing_internvl.py `images_kwargs`; image_processing_pil_got_ocr2.py
+# GotOcr2ImageProcessorPil's min_patches, max_patches)
+PROCESSOR_DEFAULTS: dict[str, Any] = {"crop_to_patches": True, "min_patches": 1, "max_patches": 12}
 QWEN2_HIDDEN = 4096         # Qwen2Config.hidden_size: InternVLConfig's text_config default is a qwen2
 INTERNVL_ACTIVATIONS = ("gelu",)
 
