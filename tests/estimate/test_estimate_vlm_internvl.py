@@ -1,7 +1,8 @@
 """InternVL SFT with images (InternVL3-8B's widths cut to 1 decoder layer and 2 InternViT layers) against the trace of
 TRL's SFTTrainer with its vision collator, transformers' GotOcr2ImageProcessorPil and InternVLProcessor on real images
 (estimator/traces/vlm-internvl.jsonl, written by `hpcmem validate trace --cases estimator/cases/vlm-internvl.yaml`):
-full fine-tuning and LoRA all-linear, checkpointing on and off, 448×896 (3 tiles) and 800×1200 (7 tiles); the tower's
+full fine-tuning and LoRA all-linear, checkpointing on and off, 448×896 (3 tiles) and 800×1200 (7 tiles); DPO through
+TRL's DataCollatorForVisionPreference (vlm-internvl-dpo.yaml, each image tiled for chosen and rejected); the tower's
 states and the batch by hand; what is refused."""
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from hpcmem.validate.cases import case_job
 from tests.helpers.stored_cases import largest_component, stored_case_job
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for r in map(json.loads, (ROOT / "estimator" / "traces" / "vlm-internvl.jsonl")
-                                           .read_text().splitlines())}
+RECORDS = {r["case"]["id"]: r for name in ("vlm-internvl", "vlm-internvl-dpo")
+           for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
 MAX_PCT = 3.0
 H, I, O = 1024, 4096, 3584
 # one InternViT-300M layer: q/k/v/projection_layer 1024² + bias, fc1/fc2 1024 ↔ 4096 + bias, two LayerNorms, lambda_1/2
@@ -36,7 +37,15 @@ def _job(case_id: str, **changes):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8
+    assert len(RECORDS) == 8 + 4
+
+
+def test_dpo_tiles_each_image_for_chosen_and_rejected():
+    """DataCollatorForVisionPreference repeats each example's image for its chosen and its rejected row: 2 × 7 tiles
+    through the tower, 7 × 256 image tokens in each row's prompt."""
+    vision = estimate(_job("internvl-dpo-lora-all-gc-7t")).extra["vision"]
+    assert vision["patches_per_micro_batch"] == 2 * 7 * 1024
+    assert vision["image_tokens_per_micro_batch"] == 2 * 7 * 256
 
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
@@ -80,8 +89,8 @@ def test_lora_all_linear_adapts_the_tower_and_the_projector():
 
 
 @pytest.mark.parametrize(("changes", "words"), [
-    ({"trainer": "grpo"}, "trainer grpo on internvl: hpcmem models internvl's images for sft only"),
-    ({"trainer": "dpo"}, "trainer dpo on internvl: hpcmem models internvl's images for sft only"),
+    ({"trainer": "grpo"}, "trainer grpo on internvl: hpcmem models internvl's images for sft, dpo only"),
+    ({"trainer": "kto"}, "trainer kto on internvl: hpcmem models internvl's images for sft, dpo only"),
     ({"max_pixels": 1_000_000}, "GotOcr2ImageProcessor has no such setting"),
     ({"max_length": 512}, "768 image tokens"),
 ])

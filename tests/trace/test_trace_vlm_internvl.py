@@ -48,3 +48,19 @@ def test_the_collator_writes_each_tiles_image_tokens():
     assert ids.count(tok.convert_tokens_to_ids(vision_internvl.CONTEXT)) == 7 * 256
     assert ids.count(tok.convert_tokens_to_ids(vision_internvl.START)) == 1
     assert vision.token_ids(proc) == {"image_token_id": tok.convert_tokens_to_ids(vision_internvl.CONTEXT)}
+
+
+def test_the_preference_collator_tiles_each_image_for_chosen_and_rejected():
+    """TRL 1.16's DPO collator runs InternVLProcessor on the prompt twice (chosen, rejected), one image each: a
+    448×896 image's 2 × 1 tiles and thumbnail per row, 3 × 256 <IMG_CONTEXT> tokens in each row."""
+    from PIL import Image
+    from trl.trainer.dpo_trainer import DataCollatorForVisionPreference
+
+    from hpcmem.trace.vision import processor
+
+    proc = processor(_job("internvl-full-gc-3t"))
+    example = {"images": [Image.new("RGB", (896, 448))], "prompt": [{"role": "user", "content": "t3"}],
+               "chosen": [{"role": "assistant", "content": "t3"}], "rejected": [{"role": "assistant", "content": "t3"}]}
+    batch = DataCollatorForVisionPreference(processor=proc)([example])
+    assert tuple(batch["pixel_values"].shape) == (6, 3, 448, 448)
+    assert (batch["input_ids"] == proc.image_token_id).sum(dim=1).tolist() == [3 * 256] * 2
