@@ -85,6 +85,9 @@ class TowerLayout:
     hooked_input: bool = True
     family: str = "qwen"        # "siglip": Gemma 3's tower and projector (hpcmem.models.siglip reads its config)
     tie_default: bool = False   # tie_word_embeddings when neither config names it (Gemma3Config: True)
+    # the outer config's tie_word_embeddings (tie_default when it names none) decides, whatever text_config names:
+    # modeling_utils.py `PreTrainedModel.tie_weights` reads `self.config.tie_word_embeddings` of the composite config
+    tie_from_outer: bool = False
 
 
 # config.json spellings the vision config classes map onto their own names (their attribute_map, and `in_chans`, which
@@ -157,7 +160,8 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     "mllama": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
     # models/internvl: hpcmem.models.internvl reads the vision part; the decoder is what text_config names
     # (InternVLConfig's default: qwen2); InternVLConfig.tie_word_embeddings True
-    "internvl": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
+    "internvl": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True,
+                            tie_from_outer=True),
 }
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "internvl")
@@ -379,6 +383,9 @@ def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
         text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
     # Qwen2_5_VLConfig / Qwen2VLConfig / Qwen3VLConfig.tie_word_embeddings False, Gemma3Config's True
     text.setdefault("tie_word_embeddings", VISION_LANGUAGE[str(cfg["model_type"])].tie_default)
+    outer = VISION_LANGUAGE[str(cfg["model_type"])]
+    if outer.tie_from_outer:        # InternVLConfig: its own flag, default True
+        text["tie_word_embeddings"] = cfg.get("tie_word_embeddings", outer.tie_default)
     # llava's and paligemma's decoder is whatever their text_config names (LlavaConfig's default: llama)
     # (without a text_config, the class's default text config: `layout`)
     named = inner.get("model_type") if isinstance(inner, dict) else None

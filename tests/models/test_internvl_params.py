@@ -1,7 +1,8 @@
 """InternVL's parts as hpcmem counts them (hpcmem.models.internvl, the language model by the qwen2 family) against
 `AutoModelForImageTextToText.from_config` on the meta device: InternVL3-8B's widths cut to 1 decoder layer and 2
 InternViT layers, and variants that switch on what the published configs leave off (RMSNorm, qk-norm, a mask token,
-no mean pooling, no position table, no q/k/v bias, a downsample_ratio of 1/4, tied embeddings); the tiles and image
+no mean pooling, no position table, no q/k/v bias, a downsample_ratio of 1/4, tied embeddings, and the outer config
+naming no tie_word_embeddings: InternVLConfig's True ties them whatever text_config names); the tiles and image
 tokens against transformers' own GotOcr2ImageProcessorPil and a hand count; what is refused."""
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ def _variant(name: str) -> dict:
         vc.update(use_mean_pooling=False, use_absolute_position_embeddings=False)
         cfg["tie_word_embeddings"] = True
         cfg["text_config"].pop("tie_word_embeddings")
+    elif name == "text-untied-outer-unnamed":
+        # the converted checkpoints' layout: text_config names false, the outer config nothing (InternVLConfig's True)
+        cfg.pop("tie_word_embeddings")
     elif name == "no-qkv-bias-quarter-224":
         vc.update(attention_bias=False, image_size=[224, 224])
         cfg["downsample_ratio"] = 0.25
@@ -38,7 +42,7 @@ def _variant(name: str) -> dict:
 
 @pytest.mark.torch
 @pytest.mark.parametrize("name", ["width-L1-D2", "rms-qk-mask", "no-pooling-no-positions-tied",
-                                  "no-qkv-bias-quarter-224"])
+                                  "text-untied-outer-unnamed", "no-qkv-bias-quarter-224"])
 def test_parts_equal_the_meta_model(name, tmp_path):
     pytest.importorskip("transformers")
     cfg = _variant(name)
