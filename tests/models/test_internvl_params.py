@@ -3,7 +3,8 @@
 InternViT layers, and variants that switch on what the published configs leave off (RMSNorm, qk-norm, a mask token,
 no mean pooling, no position table, no q/k/v bias, a downsample_ratio of 1/4, tied embeddings, and the outer config
 naming no tie_word_embeddings: InternVLConfig's True ties them whatever text_config names); the tiles and image
-tokens against transformers' own GotOcr2ImageProcessorPil and a hand count; what is refused."""
+tokens against transformers' own GotOcr2ImageProcessorPil and a hand count; the catalog's OpenGVLab/InternVL3-8B-hf
+(whose cut the fixture is: the same widths, its layer counts cut); what is refused."""
 
 from __future__ import annotations
 
@@ -15,14 +16,17 @@ import pytest
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.models.internvl import internvl_tiles, internvl_tower_from_config
-from hpcmem.models.resolve import resolve_model
+from hpcmem.models.resolve import catalog, resolve_model
 from tests.helpers.meta_models import meta_image_text_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUT = FIXTURES / "internvl3-8b-width-L1-D2.json"
+HUB = "OpenGVLab/InternVL3-8B-hf"
 
 
 def _variant(name: str) -> dict:
+    if name == HUB:
+        return catalog()[HUB]["config"]
     cfg = json.loads(CUT.read_text())
     vc = cfg["vision_config"]
     if name == "rms-qk-mask":
@@ -42,7 +46,7 @@ def _variant(name: str) -> dict:
 
 @pytest.mark.torch
 @pytest.mark.parametrize("name", ["width-L1-D2", "rms-qk-mask", "no-pooling-no-positions-tied",
-                                  "text-untied-outer-unnamed", "no-qkv-bias-quarter-224"])
+                                  "text-untied-outer-unnamed", "no-qkv-bias-quarter-224", HUB])
 def test_parts_equal_the_meta_model(name, tmp_path):
     pytest.importorskip("transformers")
     cfg = _variant(name)
