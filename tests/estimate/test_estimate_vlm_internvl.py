@@ -2,8 +2,9 @@
 TRL's SFTTrainer with its vision collator, transformers' GotOcr2ImageProcessorPil and InternVLProcessor on real images
 (estimator/traces/vlm-internvl.jsonl, written by `hpcmem validate trace --cases estimator/cases/vlm-internvl.yaml`):
 full fine-tuning and LoRA all-linear, checkpointing on and off, 448×896 (3 tiles) and 800×1200 (7 tiles); DPO through
-TRL's DataCollatorForVisionPreference (vlm-internvl-dpo.yaml, each image tiled for chosen and rejected); the tower's
-states and the batch by hand; what is refused."""
+TRL's DataCollatorForVisionPreference (vlm-internvl-dpo.yaml, each image tiled for chosen and rejected); held out at
+the published depth (OpenGVLab/InternVL3-8B-hf: 28 decoder layers, 24 InternViT layers, vlm-internvl-8b.yaml); the
+tower's states and the batch by hand; what is refused."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from hpcmem.validate.cases import case_job
 from tests.helpers.stored_cases import largest_component, stored_case_job
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for name in ("vlm-internvl", "vlm-internvl-dpo")
+RECORDS = {r["case"]["id"]: r for name in ("vlm-internvl", "vlm-internvl-dpo", "vlm-internvl-8b")
            for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
 MAX_PCT = 3.0
 H, I, O = 1024, 4096, 3584
@@ -37,7 +38,7 @@ def _job(case_id: str, **changes):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8 + 4
+    assert len(RECORDS) == 8 + 4 + 4
 
 
 def test_dpo_tiles_each_image_for_chosen_and_rejected():
