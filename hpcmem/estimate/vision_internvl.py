@@ -15,9 +15,8 @@ Beyond llava's:
 - the layer scale: `self.lambda_1 * attention_output` and `self.lambda_2 * layer_output` (InternVLVisionLayer.forward)
   are muls by a parameter: trained, each keeps its other operand (projection_layer's output, fc2's output, in the
   compute dtype) for the parameter's gradient; frozen, they keep only the parameter;
-- no pre-norm (`pre_layrnorm`) and no recorded hidden states beyond the layers' own inputs: under autocast the
-  position table (an fp32 parameter) and the lambdas promote the residual stream to fp32, so layernorm_before's
-  saved fp32 input is the layer's input itself, the tensor `capture_outputs` records;
+- no pre-norm (`pre_layrnorm`); the layers' outputs `capture_outputs` records (`select_hidden_states` asks for them
+  with vision_feature_layer -1 as with llava's -2) are llava's forward-only term;
 - the projector: its LayerNorm over 4 · width on the tiles' image-token rows (`layer_norm_saved`: its input, fp32
   stats, its output for linear_1 when linear_1 trains), GELU's input, linear_2's input when it trains, and the
   adapters' own (the slice of the feature layer's output is not a linear's input here).
@@ -53,8 +52,9 @@ def internvl_terms(job: JobSpec, prec: Precision, lora: LoraLayout, base: Vision
     merger_saved = (layer_norm_saved(v.merged_width, prec, frozen=not trained) * m
                     + prec.act * o * m * (2 if trained else 1) + own)
     saved = base.saved - sum(base.blocks_saved) + sum(blocks) - base.merger_saved + merger_saved
+    # llava's forward-only tensors (the recorded hidden states, the layers past the feature layer), those layers'
+    # layer-scale operands besides
     unused = v.depth - v.trained_layers
-    tail = unused * (prec.residual * h * n if gc else block)
     return replace(base, saved=saved, merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
-                   forward_only=tail)
+                   forward_only=base.forward_only + (0 if gc else unused * scale))
 
