@@ -21,7 +21,8 @@ one <|image|> token per image (the model reads the image through its cross-atten
 LLaVA-NeXT's (image_processing_pil_llava_next.py) picks a best-fit resolution and cuts it into tiles plus a base image
 (hpcmem.models.llava_next `anyres_tiles`, `anyres_tokens`); LLaVA-OneVision's (image_processing_pil_llava_onevision.py)
 the same for an image alone in its row, its grid downscaled past anyres_max's tiles, and one square tile for each
-image of a row of several (hpcmem.models.llava_onevision).
+image of a row of several (hpcmem.models.llava_onevision). Mistral 3's (image_processing_pil_pixtral.py) fits each
+image to longest_edge at its own aspect ratio (hpcmem.models.pixtral).
 InternVL's (image_processing_pil_got_ocr2.py `GotOcr2ImageProcessorPil`) cuts each image into the tiles of the
 canvas whose aspect ratio fits it best and a thumbnail, or resizes it to one tile (hpcmem.models.internvl
 `internvl_tiles`); each tile (image_size / patch_size)² patches and tokens_per_image image tokens.
@@ -156,6 +157,12 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         return ImageGeometry(resized=(rows * vision.image_size, cols * vision.image_size),
                              grid_thw=(vision.max_num_tiles, side, side),
                              patches=vision.max_num_tiles * vision.patches, tokens=1)
+    if getattr(vision, "family", "") == "pixtral":
+        # Mistral 3 (hpcmem.models.pixtral): each image fit to longest_edge in patch · merge steps, one grid of
+        # patches at its own resolution; its [IMG] tokens, a break per merged row
+        rows, cols = vision.grid(t.image_height, t.image_width)
+        return ImageGeometry(resized=(rows * vision.patch_size, cols * vision.patch_size), grid_thw=(1, rows, cols),
+                             patches=rows * cols, tokens=vision.image_tokens(t.image_height, t.image_width))
     if getattr(vision, "family", "") == "internvl":
         # InternVL (hpcmem.models.internvl): columns × rows tiles and a thumbnail, or one tile; grid_thw is
         # (tiles, side, side); each tile's patches (the class token is the tower's own row) and tokens_per_image tokens

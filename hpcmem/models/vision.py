@@ -45,6 +45,9 @@ Covered (transformers 5.24):
 - mllama (Llama-3.2-Vision): a tiled ViT with a gated global encoder, a one-Linear projector and a Llama decoder
   whose cross-attention layers read the image states (hpcmem.models.mllama's `MllamaTowerSpec`, which also counts
   what those layers hold beyond a Llama layer).
+- mistral3 (Mistral Small 3.1): a Pixtral tower (RMSNorms, gated MLP, 2D rotary attention over each image at its own
+  resolution) and a patch-merging projector (hpcmem.models.pixtral's `PixtralTowerSpec`); its decoder is what its
+  text_config names (Mistral).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
+from hpcmem.models.pixtral import MISTRAL3_TEXT_DEFAULTS, PixtralTowerSpec, pixtral_tower_from_config
 
 
 
@@ -85,6 +89,9 @@ class TowerLayout:
     hooked_input: bool = True
     family: str = "qwen"        # "siglip": Gemma 3's tower and projector (hpcmem.models.siglip reads its config)
     tie_default: bool = False   # tie_word_embeddings when neither config names it (Gemma3Config: True)
+    # the text config the outer config class builds when the config.json names none (its sub_configs_defaults
+    # init_kwargs; None: the flat Hub layout's top-level keys, or the text class's own defaults)
+    text_defaults: dict[str, Any] | None = None
     # the outer config's tie_word_embeddings (tie_default when it names none) decides, whatever text_config names:
     # modeling_utils.py `PreTrainedModel.tie_weights` reads `self.config.tie_word_embeddings` of the composite config
     tie_from_outer: bool = False
@@ -102,13 +109,13 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                           "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
                           "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
-                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
+                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"), "mistral3": ("sft", "dpo"),
                           "internvl": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
                          "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
-                         "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
+                         "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"), "mistral3": ("sft", "dpo"),
                          "internvl": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
@@ -158,13 +165,18 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/mllama: hpcmem.models.mllama reads the vision part and the cross-attention layers' extras; the decoder's
     # linears, norms and MLP are a Llama's (MllamaTextSelfAttention / MllamaTextMLP, no biases)
     "mllama": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    # models/mistral3: hpcmem.models.pixtral reads the vision part; the decoder is what text_config names
+    # (Mistral3Config's default: mistral); Mistral3Config.tie_word_embeddings True
+    "mistral3": TowerLayout(text="mistral", defaults={}, aliases={}, norm="rms", mlp="gated", tie_default=True,
+                            text_defaults=MISTRAL3_TEXT_DEFAULTS),
     # models/internvl: hpcmem.models.internvl reads the vision part; the decoder is what text_config names
     # (InternVLConfig's default: qwen2); InternVLConfig.tie_word_embeddings True
     "internvl": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True,
                             tie_from_outer=True),
 }
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
-_TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "internvl")
+_TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
+                     "internvl")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -313,7 +325,8 @@ class VisionSpec(TowerBase):
 
 
 def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | ClipTowerSpec | Idefics3TowerSpec
-                                                                  | PaliGemmaTowerSpec | MllamaTowerSpec | None):
+                                                                  | PaliGemmaTowerSpec | MllamaTowerSpec
+                                                                  | PixtralTowerSpec | None):
     """The VisionSpec of a vision-language config.json dict (llava's: a ClipTowerSpec), None for any other; keys it
     omits take the vision config class's defaults, as `AutoConfig.for_model` fills them."""
     model_type = str(cfg.get("model_type", ""))
@@ -331,6 +344,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return paligemma_tower_from_config(cfg, name)
     if model_type == "mllama":
         return mllama_tower_from_config(cfg, name)
+    if model_type == "mistral3":
+        return pixtral_tower_from_config(cfg, name)
     if model_type == "internvl":
         return internvl_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
@@ -377,6 +392,8 @@ def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
     no o bias; Qwen3VLTextModel's are Qwen3's: q/k norms over the head dim, attention_bias)."""
     layout = VISION_LANGUAGE[str(cfg["model_type"])].text
     inner = cfg.get("text_config")
+    if inner is None and VISION_LANGUAGE[str(cfg["model_type"])].text_defaults is not None:
+        inner = dict(VISION_LANGUAGE[str(cfg["model_type"])].text_defaults)
     text = dict(inner) if isinstance(inner, dict) else {k: v for k, v in cfg.items()
                                                          if k not in ("vision_config", "text_config")}
     if "tie_word_embeddings" not in text and "tie_word_embeddings" in cfg:

@@ -11,7 +11,8 @@ each image as Qwen's vision_start, image_pad, vision_end and the text as it is, 
 the image's tokens. The processor is transformers' own `Qwen2_5_VLProcessor` (Qwen2-VL: `Qwen2VLProcessor`,
 `PROCESSORS`) around its PIL image processor `Qwen2VLImageProcessorPil` (the same `smart_resize` and `patchify` as
 the torchvision one) and the word tokenizer with Qwen's four vision tokens added; the model config's
-token ids are set to the tokenizer's. Gemma 3's processor is hpcmem.trace.vision_gemma3's.
+token ids are set to the tokenizer's. Gemma 3's processor is hpcmem.trace.vision_gemma3's, Mistral 3's
+hpcmem.trace.vision_mistral3's.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace import vision_gemma3, vision_idefics3, vision_internvl, vision_llava, vision_mllama, vision_paligemma
+from hpcmem.trace import (vision_gemma3, vision_idefics3, vision_internvl, vision_llava, vision_mistral3, vision_mllama,
+                          vision_paligemma)
 from hpcmem.trace.pieces import WORD, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -39,7 +41,9 @@ PROCESSORS = {"qwen2_5_vl": ("transformers.models.qwen2_5_vl.processing_qwen2_5_
               "qwen3_vl": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor")}
 # What the trace does that a real run does not (its notes).
 NOTES = ("vision-language: a Qwen processor's video_processor is left out (it needs torchvision; an image-only dataset "
-         "never calls it; Gemma 3's processor has none); the images are blank RGB images of the job's size",)
+         "never calls it; Gemma 3's processor has none); PixtralProcessor's import of the torchvision image "
+         "processor's get_resize_output_image_size is served by the PIL one's, the same function; the images are "
+         "blank RGB images of the job's size",)
 
 
 def vision_tokenizer() -> Any:
@@ -67,6 +71,8 @@ def processor(job: JobSpec) -> Any:
         return vision_paligemma.processor(job)
     if v.family == "mllama":
         return vision_mllama.processor(job)
+    if v.family == "pixtral":
+        return vision_mistral3.processor(job)
     if v.family == "internvl":
         return vision_internvl.processor(job)
     lo, hi = pixel_bounds(job.train)
@@ -90,6 +96,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_paligemma.token_ids(proc)
     if proc.__class__.__name__ == "MllamaProcessor":
         return vision_mllama.token_ids(proc)
+    if proc.__class__.__name__ == "PixtralProcessor":
+        return vision_mistral3.token_ids(proc)
     if isinstance(getattr(proc, "image_token", None), str) and proc.image_token == vision_internvl.CONTEXT:
         return vision_internvl.token_ids(proc)
     ids = proc.tokenizer.convert_tokens_to_ids([VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD])
@@ -105,6 +113,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_idefics3.markers(job) if family == "idefics3" else \
         vision_paligemma.MARKERS_PER_IMAGE if family == "paligemma" else \
         vision_mllama.MARKERS_PER_IMAGE if family == "mllama" else \
+        vision_mistral3.MARKERS_PER_IMAGE if family == "pixtral" else \
         vision_internvl.MARKERS_PER_IMAGE if family == "internvl" else MARKERS_PER_IMAGE
     per_image = image_geometry(t, job.model.vision).tokens + markers
     row_tokens = vision_paligemma.ROW_TOKENS if family == "paligemma" else \
