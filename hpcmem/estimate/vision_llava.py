@@ -32,6 +32,7 @@ from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_sav
                                     token_leaf, tower_weights, unused_tower, vision_terms)
 from hpcmem.estimate.vision_idefics3 import idefics3_terms
 from hpcmem.estimate.vision_mistral3 import pixtral_terms
+from hpcmem.estimate.vision_internvl import internvl_terms
 from hpcmem.estimate.vision_mllama import mllama_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
@@ -39,6 +40,7 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.clip_tower import ClipTowerSpec
 from hpcmem.models.idefics3 import Idefics3TowerSpec
+from hpcmem.models.internvl import InternVLTowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
 from hpcmem.models.pixtral import PixtralTowerSpec
@@ -47,7 +49,10 @@ from hpcmem.models.pixtral import PixtralTowerSpec
 def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
     """The tower's terms: llava's CLIP tower here, SmolVLM's / Idefics3's and PaliGemma's in
     hpcmem.estimate.vision_idefics3, Llama-3.2-Vision's in hpcmem.estimate.vision_mllama, Mistral 3's Pixtral in
-    hpcmem.estimate.vision_mistral3, the Qwen towers in hpcmem.estimate.vision."""
+    hpcmem.estimate.vision_mistral3, the Qwen towers in hpcmem.estimate.vision; InternVL's llava's with its own layer
+    scale and projector (hpcmem.estimate.vision_internvl)."""
+    if isinstance(job.model.vision, InternVLTowerSpec):
+        return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, ClipTowerSpec):
         return llava_terms(job, prec, lora)
     if isinstance(job.model.vision, (Idefics3TowerSpec, PaliGemmaTowerSpec)):

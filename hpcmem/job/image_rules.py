@@ -4,7 +4,7 @@ JobSpec is built need not import it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpcmem.job.image_rl_rules import rl_image_problems
 from hpcmem.job.images import image_geometry
@@ -45,7 +45,7 @@ def image_job_problems(job: Job) -> list[str]:
         fails = TRAINER_FAILS.get((m.vision.model_type, t.trainer))
         out.append(f"{said} with trainer {t.trainer} on {m.vision.model_type}: hpcmem models {m.vision.model_type}'s "
                    f"images for {', '.join(allowed) or 'no trainer'} only" + (f" ({fails})" if fails else ""))
-    elif (getattr(m.vision, "family", "") in ("idefics3", "mllama", "pixtral")
+    elif (getattr(m.vision, "family", "") in ("idefics3", "mllama", "pixtral", "internvl")
           or getattr(m.vision, "grid_pinpoints", None)) \
             and t.profile_images:
         out.append(f"{said} on {m.vision.model_type}: its images are read from images_per_example, image_height and "
@@ -94,7 +94,7 @@ def _fixed_size_problems(job: Job) -> list[str]:
     if t.min_pixels is not None or t.max_pixels is not None:
         processor = {"siglip": "Gemma3ImageProcessor", "idefics3": "SmolVLMImageProcessor",
                      "paligemma": "SiglipImageProcessor", "mllama": "MllamaImageProcessor",
-                     "pixtral": "PixtralImageProcessor"}.get(
+                     "pixtral": "PixtralImageProcessor", "internvl": "GotOcr2ImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if getattr(v, "grid_pinpoints", None):
             # LlavaNextVideoProcessor's image processor is LlavaNextImageProcessor
@@ -106,6 +106,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 f"{v.max_num_tiles}" if v.family == "mllama" else
                 f"it fits every image to {v.image_size} px on its longest edge, its sides rounded up to {v.step}-px "
                 "steps" if v.family == "pixtral" else
+                f"it cuts every image into {v.image_size}-px tiles of the canvas of {v.min_patches}..{v.max_patches} "
+                "tiles that fits its aspect ratio best, plus a thumbnail" if v.family == "internvl" else
                 f"it cuts every image into {v.image_size}-px tiles of the image_grid_pinpoints resolution that fits it "
                 "best, plus one downscaled tile" if getattr(v, "grid_pinpoints", None) else
                 f"it resizes every image to {v.image_size}×{v.image_size}")
@@ -113,6 +115,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                    "unset")
     if getattr(v, "family", "") == "idefics3" and v.fold_problem:
         out.append(v.fold_problem)
+    if getattr(v, "family", "") == "internvl":
+        out += _internvl_problems(v)
     if getattr(v, "family", "") == "paligemma" and v.pooling_head:
         # modeling_siglip.py SiglipVisionTransformer.forward runs the head on every image when vision_use_head
         out.append("vision_config.vision_use_head true with paligemma images: SiglipVisionModel runs its attention-"
@@ -123,6 +127,23 @@ def _fixed_size_problems(job: Job) -> list[str]:
         out.append(f"vision_config image_size {v.image_size} / patch_size {v.patch_size} gives a {side}×{side} patch "
                    f"grid that Gemma3MultiModalProjector cannot pool into mm_tokens_per_image {v.tokens_per_image} "
                    "tokens; the model fails on images")
+    return out
+
+
+def _internvl_problems(v: Any) -> list[str]:
+    """InternVL's images: a patch grid pixel_shuffle can fold (hpcmem.models.internvl `shuffle_problem`), and the
+    tower hpcmem derives what its layers keep for — InternViT-300M's, the InternVL3 1B–38B towers': LayerNorms, no
+    qk-norm, `layernorm` an nn.Identity (use_mean_pooling)."""
+    out = [v.shuffle_problem] if v.shuffle_problem else []
+    if v.norm_type != "layer_norm":
+        out.append(f"vision_config.norm_type {v.norm_type!r} with internvl images: what InternVLVisionRMSNorm keeps "
+                   "for backward is not derived (hpcmem derives InternViT's LayerNorm layers)")
+    if v.use_qk_norm:
+        out.append("vision_config.use_qk_norm true with internvl images: what the q/k RMSNorms keep for backward is "
+                   "not derived")
+    if not v.use_mean_pooling and v.feature_layer in (-1, v.depth):
+        out.append("vision_config.use_mean_pooling false with internvl images: the LayerNorm it puts after the last "
+                   "layer, on the loss's path, is not placed in the estimate")
     return out
 
 

@@ -23,6 +23,9 @@ LLaVA-NeXT's (image_processing_pil_llava_next.py) picks a best-fit resolution an
 the same for an image alone in its row, its grid downscaled past anyres_max's tiles, and one square tile for each
 image of a row of several (hpcmem.models.llava_onevision). Mistral 3's (image_processing_pil_pixtral.py) fits each
 image to longest_edge at its own aspect ratio (hpcmem.models.pixtral).
+InternVL's (image_processing_pil_got_ocr2.py `GotOcr2ImageProcessorPil`) cuts each image into the tiles of the
+canvas whose aspect ratio fits it best and a thumbnail, or resizes it to one tile (hpcmem.models.internvl
+`internvl_tiles`); each tile (image_size / patch_size)² patches and tokens_per_image image tokens.
 """
 
 from __future__ import annotations
@@ -160,6 +163,13 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         rows, cols = vision.grid(t.image_height, t.image_width)
         return ImageGeometry(resized=(rows * vision.patch_size, cols * vision.patch_size), grid_thw=(1, rows, cols),
                              patches=rows * cols, tokens=vision.image_tokens(t.image_height, t.image_width))
+    if getattr(vision, "family", "") == "internvl":
+        # InternVL (hpcmem.models.internvl): columns × rows tiles and a thumbnail, or one tile; grid_thw is
+        # (tiles, side, side); each tile's patches (the class token is the tower's own row) and tokens_per_image tokens
+        tiles, cols, rows = vision.tiles(t.image_height, t.image_width)
+        side = vision.image_size // vision.patch_size
+        return ImageGeometry(resized=(rows * vision.tile, cols * vision.tile), grid_thw=(tiles, side, side),
+                             patches=tiles * vision.patches, tokens=tiles * vision.tokens_per_image)
     if getattr(vision, "max_num_patches", 0) and t.images_per_example > 1:
         # LLaVA-OneVision (hpcmem.models.llava_onevision): each image of a multi-image row one square tile
         g = vision.image_size // vision.patch_size

@@ -57,12 +57,17 @@ class TowerLinear:
 
 
 def encoder_layer_linears(hidden: int, intermediate: int, count: int, *, out_proj: str = "out_proj",
-                          attention_bias: bool = True) -> tuple[TowerLinear, ...]:
+                          attention_bias: bool = True, attention: str = "self_attn",
+                          out_bias: bool | None = None) -> tuple[TowerLinear, ...]:
     """The six linears of `count` CLIP/SigLIP-style encoder layers (CLIPEncoderLayer, SiglipEncoderLayer,
-    MllamaVisionEncoderLayer): self_attn q/k/v and the output projection (named `out_proj`, Mllama's `o_proj`; biases
-    unless `attention_bias` is false, as in Mllama), mlp.fc1 and mlp.fc2 with biases."""
-    return (*(TowerLinear(name=f"self_attn.{n}", in_features=hidden, out_features=hidden, count=count, part="tower",
-                          bias=attention_bias) for n in ("q_proj", "k_proj", "v_proj", out_proj)),
+    MllamaVisionEncoderLayer, InternVLVisionLayer): the attention module's (`self_attn`, InternVL's `attention`) q/k/v
+    and output projection (named `out_proj`, Mllama's `o_proj`, InternVL's `projection_layer`; biases unless
+    `attention_bias` is false, as in Mllama; the output projection's bias `out_bias` when it differs, as InternVL's
+    always has one), mlp.fc1 and mlp.fc2 with biases."""
+    ob = attention_bias if out_bias is None else out_bias
+    return (*(TowerLinear(name=f"{attention}.{n}", in_features=hidden, out_features=hidden, count=count, part="tower",
+                          bias=attention_bias if n != out_proj else ob)
+              for n in ("q_proj", "k_proj", "v_proj", out_proj)),
             TowerLinear(name="mlp.fc1", in_features=hidden, out_features=intermediate, count=count, part="tower"),
             TowerLinear(name="mlp.fc2", in_features=intermediate, out_features=hidden, count=count, part="tower"))
 

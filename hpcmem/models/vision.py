@@ -42,6 +42,9 @@ Covered (transformers 5.24):
   (hpcmem.models.idefics3's `Idefics3TowerSpec`).
 - paligemma: a SigLIP tower and a one-Linear projector (hpcmem.models.paligemma's `PaliGemmaTowerSpec`); its decoder
   is what its text_config names (Gemma 2 for PaliGemma 2).
+- internvl (InternVL3): an InternViT tower (class token, layer scale), a pixel-shuffle projector (LayerNorm, two
+  linears) and GotOcr2-style tiles (hpcmem.models.internvl's `InternVLTowerSpec`); its decoder is what its
+  text_config names (Qwen2).
 - mllama (Llama-3.2-Vision): a tiled ViT with a gated global encoder, a one-Linear projector and a Llama decoder
   whose cross-attention layers read the image states (hpcmem.models.mllama's `MllamaTowerSpec`, which also counts
   what those layers hold beyond a Llama layer).
@@ -61,6 +64,7 @@ from hpcmem.models.clip_tower import ClipTowerSpec, clip_tower_from_config
 from hpcmem.models.llava_next import llava_next_tower_from_config
 from hpcmem.models.llava_onevision import onevision_tower_from_config
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
+from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
@@ -87,13 +91,22 @@ class TowerLayout:
     # `enable_input_require_grads` then hooks (modeling_utils.py); Qwen3VLVisionModel names none
     hooked_input: bool = True
     family: str = "qwen"        # "siglip": Gemma 3's tower and projector (hpcmem.models.siglip reads its config)
-    tie_default: bool = False   # tie_word_embeddings when neither config names it (Gemma3Config: True)
+    tie_default: bool = False   # the outer config class's tie_word_embeddings default (Gemma3Config: True)
     # the text config the outer config class builds when the config.json names none (its sub_configs_defaults
     # init_kwargs; None: the flat Hub layout's top-level keys, or the text class's own defaults)
     text_defaults: dict[str, Any] | None = None
     # the text config class's own defaults where they differ from those of the decoder layout hpcmem builds it with
     # (`text`): what a key the text_config omits, or an absent text_config, takes (None: the layout's)
     text_class_defaults: dict[str, Any] | None = None
+    # Whether lm_head is the input embedding's weight (transformers 5.24): the outer config's tie_word_embeddings
+    # decides, tie_default when config.json names none at the top — modeling_utils.py
+    # `PreTrainedModel.get_expanded_tied_weights_keys` reads `self.config.tie_word_embeddings` of the composite model,
+    # whatever text_config names. `tie_from_text`: the config class's backward-compatibility step forwards a true
+    # text_config.tie_word_embeddings to an outer false (configuration_llava.py `LlavaConfig.__post_init__`,
+    # configuration_qwen2_5_vl.py `Qwen2_5_VLConfig.__post_init__`: pre-v5 saves kept it inside text_config).
+    # `ties` False: the class declares no tied weights (modeling_mllama.py: `_tied_weights_keys` commented out).
+    tie_from_text: bool = False
+    ties: bool = True
 
 
 # configuration_qwen3_vl_moe.py `Qwen3VLMoeTextConfig`'s field defaults (no norm_topk_prob: modeling_qwen3_vl_moe.py
@@ -117,24 +130,26 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "qwen3_vl_moe": ("sft",),
                           "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
                           "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
-                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"), "mistral3": ("sft", "dpo")}
+                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"), "mistral3": ("sft", "dpo"),
+                          "internvl": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
                          "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
                          "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
-                         "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"), "mistral3": ("sft", "dpo")}
+                         "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"), "mistral3": ("sft", "dpo"),
+                         "internvl": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
-    "qwen2_5_vl": TowerLayout(text="qwen2", defaults={
+    "qwen2_5_vl": TowerLayout(text="qwen2", tie_from_text=True, defaults={
         "depth": 32, "hidden_size": 3584, "hidden_act": "silu", "intermediate_size": 3420, "num_heads": 16,
         "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
         "out_hidden_size": 3584, "fullatt_block_indexes": (7, 15, 23, 31)}, aliases=_COMMON_ALIASES, norm="rms",
         mlp="gated"),
     # configuration_qwen2_vl.py `Qwen2VLVisionConfig`: `embed_dim` is the tower width, `hidden_size` the merger's
     # output; the MLP width is int(embed_dim · mlp_ratio) (`Qwen2VLVisionBlock.__init__`); no window attention
-    "qwen2_vl": TowerLayout(text="qwen2", defaults={
+    "qwen2_vl": TowerLayout(text="qwen2", tie_from_text=True, defaults={
         "depth": 32, "embed_dim": 1280, "hidden_size": 3584, "hidden_act": "quick_gelu", "mlp_ratio": 4,
         "num_heads": 16, "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
         aliases=_COMMON_ALIASES, norm="layer", mlp="fc"),
@@ -153,16 +168,18 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
                           patch_bias=True, family="siglip", tie_default=True),
     # models/llava: a CLIP tower and a two-linear projector (hpcmem.models.clip_tower), a Llama decoder; only `text`
     # is read (vision_spec_from_config hands the vision part to clip_tower_from_config)
-    "llava": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    "llava": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_from_text=True),
     # models/llava_next: llava's tower and projector with anyres tiles (hpcmem.models.llava_next); LlavaNextConfig's
     # text_config default: llama
     "llava_next": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
     # models/llava_next_video: for images llava_next's tower, projector and tiles (its video pooler runs on videos
     # only); LlavaNextVideoConfig's text_config default: llama
-    "llava_next_video": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    "llava_next_video": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                    tie_from_text=True),
     # models/llava_onevision: a SigLIP tower under llava_next's projector and tiles (hpcmem.models.llava_onevision);
     # LlavaOnevisionConfig's text_config default: qwen2
-    "llava_onevision": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    "llava_onevision": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                   tie_from_text=True),
     # models/smolvlm, models/idefics3: hpcmem.models.idefics3 reads the vision part; the decoder a Llama
     "smolvlm": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
     "idefics3": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
@@ -171,11 +188,14 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     "paligemma": TowerLayout(text="gemma", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
     # models/mllama: hpcmem.models.mllama reads the vision part and the cross-attention layers' extras; the decoder's
     # linears, norms and MLP are a Llama's (MllamaTextSelfAttention / MllamaTextMLP, no biases)
-    "mllama": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    "mllama": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", ties=False),
     # models/mistral3: hpcmem.models.pixtral reads the vision part; the decoder is what text_config names
     # (Mistral3Config's default: mistral); Mistral3Config.tie_word_embeddings True
     "mistral3": TowerLayout(text="mistral", defaults={}, aliases={}, norm="rms", mlp="gated", tie_default=True,
                             text_defaults=MISTRAL3_TEXT_DEFAULTS),
+    # models/internvl: hpcmem.models.internvl reads the vision part; the decoder is what text_config names
+    # (InternVLConfig's default: qwen2); InternVLConfig.tie_word_embeddings True
+    "internvl": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
 }
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
@@ -185,7 +205,8 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
 VISION_LANGUAGE["qwen3_vl_moe"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwen3_moe",
                                           text_class_defaults=QWEN3_VL_MOE_TEXT_DEFAULTS)
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
-_TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3")
+_TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
+                     "internvl")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -355,6 +376,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return mllama_tower_from_config(cfg, name)
     if model_type == "mistral3":
         return pixtral_tower_from_config(cfg, name)
+    if model_type == "internvl":
+        return internvl_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
@@ -406,10 +429,13 @@ def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
     class_defaults = VISION_LANGUAGE[str(cfg["model_type"])].text_class_defaults
     if class_defaults is not None:      # the text config class fills what the text_config omits
         text = {**class_defaults, **(inner if isinstance(inner, dict) else {})}
-    if "tie_word_embeddings" not in text and "tie_word_embeddings" in cfg:
-        text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
-    # Qwen2_5_VLConfig / Qwen2VLConfig / Qwen3VLConfig.tie_word_embeddings False, Gemma3Config's True
-    text.setdefault("tie_word_embeddings", VISION_LANGUAGE[str(cfg["model_type"])].tie_default)
+    outer = VISION_LANGUAGE[str(cfg["model_type"])]
+    # the composite config's flag decides (TowerLayout.tie_from_text, .ties); the flat Hub layout's top-level keys
+    # are the outer config's too
+    tie = bool(cfg.get("tie_word_embeddings", outer.tie_default))
+    if not tie and outer.tie_from_text and isinstance(inner, dict) and inner.get("tie_word_embeddings"):
+        tie = True
+    text["tie_word_embeddings"] = tie and outer.ties
     # llava's and paligemma's decoder is whatever their text_config names (LlavaConfig's default: llama)
     # (without a text_config, the class's default text config: `layout`)
     named = inner.get("model_type") if isinstance(inner, dict) else None

@@ -23,7 +23,8 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace import vision_gemma3, vision_idefics3, vision_llava, vision_mistral3, vision_mllama, vision_paligemma
+from hpcmem.trace import (vision_gemma3, vision_idefics3, vision_internvl, vision_llava, vision_mistral3, vision_mllama,
+                          vision_paligemma)
 from hpcmem.trace.pieces import WORD, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -73,6 +74,8 @@ def processor(job: JobSpec) -> Any:
         return vision_mllama.processor(job)
     if v.family == "pixtral":
         return vision_mistral3.processor(job)
+    if v.family == "internvl":
+        return vision_internvl.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -96,6 +99,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_mllama.token_ids(proc)
     if proc.__class__.__name__ == "PixtralProcessor":
         return vision_mistral3.token_ids(proc)
+    if isinstance(getattr(proc, "image_token", None), str) and proc.image_token == vision_internvl.CONTEXT:
+        return vision_internvl.token_ids(proc)
     ids = proc.tokenizer.convert_tokens_to_ids([VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD])
     return dict(zip(("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id"), ids,
                     strict=True))
@@ -109,7 +114,8 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_idefics3.markers(job) if family == "idefics3" else \
         vision_paligemma.MARKERS_PER_IMAGE if family == "paligemma" else \
         vision_mllama.MARKERS_PER_IMAGE if family == "mllama" else \
-        vision_mistral3.MARKERS_PER_IMAGE if family == "pixtral" else MARKERS_PER_IMAGE
+        vision_mistral3.MARKERS_PER_IMAGE if family == "pixtral" else \
+        vision_internvl.MARKERS_PER_IMAGE if family == "internvl" else MARKERS_PER_IMAGE
     per_image = image_geometry(t, job.model.vision).tokens + markers
     row_tokens = vision_paligemma.ROW_TOKENS if family == "paligemma" else \
         vision_mllama.BOS_PER_ROW if family == "mllama" else 0

@@ -20,7 +20,7 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.data import BatchDesign
-from hpcmem.trace import vision_idefics3, vision_llava, vision_mistral3
+from hpcmem.trace import vision_idefics3, vision_internvl, vision_llava, vision_mistral3
 from hpcmem.trace.pieces import WORD
 from hpcmem.trace.vision import MARKERS_PER_IMAGE
 
@@ -30,10 +30,11 @@ PROMPT_WORDS = 1    # beside the images: the shortest prompt, the longest comple
 
 def prompt_tokens(job: JobSpec) -> int:
     """Tokens of each prompt: its images (image tokens and any markers around them: Qwen's vision_start/vision_end,
-    none for the llava types and Mistral 3) and one word."""
+    InternVL's <img>/</img>, none for the llava types and Mistral 3) and one word."""
     t = job.train
     v = job.model.vision
     markers = vision_idefics3.markers(job) if v.family == "idefics3" else \
+        vision_internvl.MARKERS_PER_IMAGE if v.family == "internvl" else \
         vision_llava.MARKERS_PER_IMAGE if v.model_type in vision_llava.LLAVA_TYPES else \
         vision_mistral3.MARKERS_PER_IMAGE if v.family == "pixtral" else MARKERS_PER_IMAGE
     tokens = t.images_per_example * (image_geometry(t, job.model.vision).tokens + markers) + PROMPT_WORDS
