@@ -21,14 +21,13 @@ from hpcmem.job.images import image_geometry
 from hpcmem.job.shape import micro_batch, precision
 from hpcmem.job.trl_config import build_job
 from hpcmem.validate.cases import case_job
+from tests.helpers.stored_cases import trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for r in map(json.loads, (ROOT / "estimator" / "traces" / "vlm-gemma3.jsonl")
-                                           .read_text().splitlines())}
+RECORDS = trace_records(ROOT, "vlm-gemma3")
 # DPO and two rows per micro-batch (vlm-gemma3-dpo.yaml, vlm-gemma3-rows.yaml): measured after the SFT matrix, nothing
 # fitted to them
-DPO = {r["case"]["id"]: r for name in ("vlm-gemma3-dpo", "vlm-gemma3-rows")
-       for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
+DPO = trace_records(ROOT, "vlm-gemma3-dpo", "vlm-gemma3-rows")
 FIXTURE = ROOT / "tests" / "fixtures" / "vlm" / "gemma3-4b-width-L2-D4.json"
 MAX_PCT = 3.0
 

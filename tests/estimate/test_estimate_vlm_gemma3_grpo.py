@@ -5,7 +5,6 @@ estimator/cases/<name>.yaml`), scored over the instants the trace runs (generati
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,11 @@ from hpcmem.job.shape import micro_batch
 from hpcmem.job.trl_config import read_yaml
 from hpcmem.validate.cases import case_job
 from hpcmem.validate.random_trace import as_traced
+from tests.helpers.stored_cases import trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("vlm-gemma3-grpo", "vlm-gemma3-rloo")
-RECORDS = {r["case"]["id"]: r for name in NAMES
-           for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
+RECORDS = trace_records(ROOT, *NAMES)
 CASES = {c["id"]: {**d.get("defaults", {}), **c} for d in
          (read_yaml(ROOT / "estimator" / "cases" / f"{name}.yaml") for name in NAMES) for c in d["cases"]}
 MAX_PCT = 3.0

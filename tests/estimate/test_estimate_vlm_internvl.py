@@ -18,11 +18,10 @@ from hpcmem.estimate import estimate
 from hpcmem.estimate.vision import GRADIENTS, OPTIMIZER, WEIGHTS
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.validate.cases import case_job
-from tests.helpers.stored_cases import largest_component, stored_case_job
+from tests.helpers.stored_cases import largest_component, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for name in ("vlm-internvl", "vlm-internvl-dpo", "vlm-internvl-8b")
-           for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
+RECORDS = trace_records(ROOT, "vlm-internvl", "vlm-internvl-dpo", "vlm-internvl-8b")
 MAX_PCT = 3.0
 H, I, O = 1024, 4096, 3584
 # one InternViT-300M layer: q/k/v/projection_layer 1024² + bias, fc1/fc2 1024 ↔ 4096 + bias, two LayerNorms, lambda_1/2

@@ -8,7 +8,6 @@ what is refused."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,10 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.vision import ACTIVATIONS
 from hpcmem.estimate.workspaces import tensor_bytes
-from tests.helpers.stored_cases import largest_component, stored_case_job
+from tests.helpers.stored_cases import largest_component, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for name in ("vlm-llava-next", "vlm-llava-next-7b", "vlm-llava-next-dpo",
-                                           "vlm-llava-next-7b-dpo")
-           for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
+RECORDS = trace_records(ROOT, "vlm-llava-next", "vlm-llava-next-7b", "vlm-llava-next-dpo", "vlm-llava-next-7b-dpo")
 MAX_PCT = 3.0
 # the cut model's single Mistral decoder layer at 3,072 tokens, not the tower (estimator/LOG.md 2026-12-03 LLaVA-NeXT):
 # full fine-tuning with checkpointing peaks in decoder layer 0's backward, where a text-only Mistral of the same shape

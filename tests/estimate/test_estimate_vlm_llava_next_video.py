@@ -7,7 +7,6 @@ fine-tuning and LoRA all-linear, checkpointing on and off; the two LoRA cases th
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -16,12 +15,10 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.vision import ACTIVATIONS
 from hpcmem.estimate.workspaces import tensor_bytes
-from tests.helpers.stored_cases import largest_component, stored_case_job
+from tests.helpers.stored_cases import largest_component, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for name in ("vlm-llava-next-video", "vlm-llava-next-video-dpo",
-                                           "vlm-llava-next-video-7b")
-           for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
+RECORDS = trace_records(ROOT, "vlm-llava-next-video", "vlm-llava-next-video-dpo", "vlm-llava-next-video-7b")
 MAX_PCT = 3.0
 # the cut model's single Llama decoder layer, not the tower (estimator/LOG.md 2026-12-03 LLaVA-NeXT-Video): LoRA
 # without checkpointing peaks inside that layer's forward (its MLP's intermediates, the fp32 cast of down_proj's input

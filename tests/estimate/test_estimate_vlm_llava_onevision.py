@@ -10,7 +10,6 @@ and the trained parameters by hand; what is refused."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,10 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.vision import ACTIVATIONS, OPTIMIZER
 from hpcmem.estimate.workspaces import tensor_bytes
-from tests.helpers.stored_cases import largest_component, stored_case_job
+from tests.helpers.stored_cases import largest_component, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for name in ("vlm-llava-onevision", "vlm-llava-onevision-dpo",
-                                           "vlm-llava-onevision-7b")
-           for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
+RECORDS = trace_records(ROOT, "vlm-llava-onevision", "vlm-llava-onevision-dpo", "vlm-llava-onevision-7b")
 MAX_PCT = 3.0
 
 

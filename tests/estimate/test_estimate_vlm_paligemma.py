@@ -17,11 +17,10 @@ from hpcmem.estimate import estimate
 from hpcmem.estimate.vision import ACTIVATIONS
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.validate.cases import case_job
-from tests.helpers.stored_cases import largest_component, stored_case_job
+from tests.helpers.stored_cases import largest_component, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for name in ("vlm-paligemma", "vlm-paligemma-3b")
-           for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
+RECORDS = trace_records(ROOT, "vlm-paligemma", "vlm-paligemma-3b")
 # the largest: pg896-lora-all-gc +3.14 % (the Gemma 2 decoder layer's backward at 4,608 tokens, the estimate over; a
 # text-only Gemma 2 of the same shape reads +3.35 % there, estimator/LOG.md 2026-12-03 PaliGemma)
 MAX_PCT = 3.2

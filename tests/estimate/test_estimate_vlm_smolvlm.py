@@ -8,7 +8,6 @@ layers, 12 vision layers, vlm-smolvlm-500m.yaml, held out); DPO (vlm-smolvlm-dpo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,10 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.vision import GRADIENTS, OPTIMIZER, WEIGHTS
 from hpcmem.estimate.workspaces import tensor_bytes
-from tests.helpers.stored_cases import largest_component, stored_case_job
+from tests.helpers.stored_cases import largest_component, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = {r["case"]["id"]: r for name in ("vlm-smolvlm", "vlm-smolvlm-500m", "vlm-smolvlm-dpo",
-                                                                  "vlm-idefics3")
-           for r in map(json.loads, (ROOT / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
+RECORDS = trace_records(ROOT, "vlm-smolvlm", "vlm-smolvlm-500m", "vlm-smolvlm-dpo", "vlm-idefics3")
 # the largest: smolvlm-full-gc-2048 +3.07 % (the tower's backward under checkpointing, the estimate over)
 MAX_PCT = 3.1
 # one SigLIP-base layer: q/k/v/out_proj 768² + bias, fc1/fc2 768 ↔ 3072 + bias, two LayerNorms

@@ -3,10 +3,17 @@ what the vision-language estimate tests read off their stored traces."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from hpcmem.validate.cases import case_job
+
+
+def trace_records(root: Path, *names: str) -> dict[str, dict[str, Any]]:
+    """The stored trace records of estimator/traces/<name>.jsonl under `root`, for every name, by case id."""
+    return {r["case"]["id"]: r for name in names
+            for r in map(json.loads, (root / "estimator" / "traces" / f"{name}.jsonl").read_text().splitlines())}
 
 
 def stored_case_job(record: dict[str, Any], root: Path, **changes: Any):

@@ -14,7 +14,7 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.models.clip_tower import clip_tower_from_config
 from hpcmem.models.resolve import catalog, resolve_model
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 LLAVA = ["llava-1.5-7b-hf.json", "llava-1.5-7b-width-L1-D4.json", "llava-hf/llava-1.5-7b-hf"]
@@ -36,11 +36,7 @@ def test_parts_equal_the_meta_model(name):
     cfg = _config(name)
     model = meta_image_text_model(cfg)
     assert type(model).__name__ == "LlavaForConditionalGeneration"
-    count = {"tower": 0, "merger": 0, "language": 0}
-    for param_name, p in model.named_parameters():
-        part = ("merger" if ".multi_modal_projector." in param_name else
-                "tower" if ".vision_tower." in param_name else "language")
-        count[part] += p.numel()
+    count = meta_part_counts(model)
     spec = resolve_model(_path(name))
     assert count == {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params,
                      "language": spec.num_params}

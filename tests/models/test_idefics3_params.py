@@ -16,7 +16,7 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.models.idefics3 import idefics3_tiles, idefics3_tower_from_config
 from hpcmem.models.resolve import catalog, resolve_model
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 SMOLVLM = ["SmolVLM2-500M-Video-Instruct.json", "smolvlm2-500m-width-L1-D3.json",
@@ -35,10 +35,7 @@ def test_parts_equal_the_meta_model(name):
     cfg = catalog()[name]["config"] if "/" in name else json.loads((FIXTURES / name).read_text())
     model = meta_image_text_model(cfg)
     assert type(model).__name__ == "SmolVLMForConditionalGeneration"
-    count = {"tower": 0, "merger": 0, "language": 0}
-    for param_name, p in model.named_parameters():
-        part = "merger" if ".connector." in param_name else "tower" if ".vision_model." in param_name else "language"
-        count[part] += p.numel()
+    count = meta_part_counts(model, tower=".vision_model.", merger=".connector.")
     spec = resolve_model(name if "/" in name else str(FIXTURES / name))
     assert count == {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params,
                      "language": spec.num_params}

@@ -17,7 +17,7 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.models.internvl import internvl_tiles, internvl_tower_from_config
 from hpcmem.models.resolve import catalog, resolve_model
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUT = FIXTURES / "internvl3-8b-width-L1-D2.json"
@@ -52,11 +52,7 @@ def test_parts_equal_the_meta_model(name, tmp_path):
     cfg = _variant(name)
     model = meta_image_text_model(cfg)
     assert type(model).__name__ == "InternVLForConditionalGeneration"
-    count = {"tower": 0, "merger": 0, "language": 0}
-    for param_name, p in model.named_parameters():
-        part = ("merger" if ".multi_modal_projector." in param_name else "tower" if ".vision_tower." in param_name
-                else "language")
-        count[part] += p.numel()
+    count = meta_part_counts(model)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     spec = resolve_model(str(path))

@@ -14,7 +14,7 @@ import pytest
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.models.resolve import catalog, resolve_model
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUT = FIXTURES / "mistral-small-3.1-width-L1-D2.json"
@@ -28,11 +28,7 @@ def test_parts_equal_the_meta_model(cfg, tmp_path):
     pytest.importorskip("transformers")
     model = meta_image_text_model(cfg)
     assert type(model).__name__ == "Mistral3ForConditionalGeneration"
-    count = {"tower": 0, "merger": 0, "language": 0}
-    for param_name, p in model.named_parameters():
-        part = ("merger" if ".multi_modal_projector." in param_name else "tower" if ".vision_tower." in param_name
-                else "language")
-        count[part] += p.numel()
+    count = meta_part_counts(model)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     spec = resolve_model(str(path))

@@ -13,7 +13,7 @@ import pytest
 from hpcmem.errors import SpecError
 from hpcmem.models.mllama import mllama_tiles, mllama_tower_from_config
 from hpcmem.models.resolve import catalog, resolve_model
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 MLLAMA = ["meta-llama/Llama-3.2-11B-Vision-Instruct", "mllama-11b-width-L3-D5G2.json"]
@@ -27,11 +27,7 @@ def test_parts_equal_the_meta_model(name):
     cfg = catalog()[name]["config"] if "/" in name else json.loads((FIXTURES / name).read_text())
     model = meta_image_text_model(cfg)
     assert type(model).__name__ == "MllamaForConditionalGeneration"
-    count = {"tower": 0, "merger": 0, "language": 0}
-    for param_name, p in model.named_parameters():
-        part = ("merger" if ".multi_modal_projector." in param_name else
-                "tower" if ".vision_model." in param_name else "language")
-        count[part] += p.numel()
+    count = meta_part_counts(model, tower=".vision_model.")
     spec = resolve_model(name if "/" in name else str(FIXTURES / name))
     v = spec.vision
     assert count == {"tower": v.tower_params, "merger": v.merger_params,

@@ -11,7 +11,7 @@ import pytest
 
 from hpcmem.errors import SpecError
 from hpcmem.models.resolve import resolve_model
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 
@@ -23,11 +23,7 @@ def test_parts_equal_the_meta_model(name):
     pytest.importorskip("transformers")
     model = meta_image_text_model(json.loads((FIXTURES / name).read_text()))
     assert type(model).__name__ == "PaliGemmaForConditionalGeneration"
-    count = {"tower": 0, "merger": 0, "language": 0}
-    for param_name, p in model.named_parameters():
-        part = ("merger" if ".multi_modal_projector." in param_name else
-                "tower" if ".vision_tower." in param_name else "language")
-        count[part] += p.numel()
+    count = meta_part_counts(model)
     spec = resolve_model(str(FIXTURES / name))
     assert count == {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params,
                      "language": spec.num_params}
