@@ -120,12 +120,10 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
         # input embeddings: without it and without adapters, nothing in the tower requires grad, so its forward builds
         # no graph, keeps nothing and runs no backward; the batch's pixel_values stay alive, and under checkpointing
         # the hooked token embeddings' output (`token_leaf`)
-        why = "no checkpointing" if not gc else "nothing hooks its patch embedding"
-        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=n * v.patch_dim * FP32,
-                           saved=token_leaf(job, prec) if gc else 0, merger_saved=0, blocks_saved=(), block_full=0,
-                           block_backward=0, block_grads=0, merger_grads=0, patches=n,
-                           image_tokens=images * image_geometry(job.train, v).tokens,
-                           trained=f"frozen (no LoRA target reaches it, {why}): no graph, no backward")
+        return graphless_tower(weights=weights, pixels=n * v.patch_dim * FP32, patches=n,
+                               image_tokens=images * image_geometry(job.train, v).tokens,
+                               saved=token_leaf(job, prec) if gc else 0,
+                               why="no checkpointing" if not gc else "nothing hooks its patch embedding")
     gbytes = w if trained else lora.adapter_bytes
     trainable = v.num_params if trained else adapter_params
     grads = trainable * gbytes
@@ -319,6 +317,18 @@ def tower_weights(job: JobSpec, v: Any, prec: Precision, lora: LoraLayout) -> tu
     adapted = vision_adapters(job, v) if lora.enabled else ()
     adapter_params = sum(job.train.lora_r * (x.in_features + x.out_features) * x.count for x in adapted)
     return adapted, adapter_params, v.num_params * prec.weight + adapter_params * lora.adapter_bytes
+
+
+def graphless_tower(*, weights: int, pixels: int, patches: int, image_tokens: int, saved: int = 0,
+                    why: str = "no checkpointing", **extra: Any) -> VisionTerms:
+    """The terms of a tower nothing in which requires grad (no LoRA target reaches it and no
+    `enable_input_require_grads` hook: TRL installs it for PEFT under checkpointing only): its forward builds no
+    graph and keeps nothing, it runs no backward; `pixels` (the batch's pixel_values) and `saved` (what outside its
+    blocks still keeps) stay alive; `extra`: further VisionTerms fields a type's tower has."""
+    return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=pixels, saved=saved, merger_saved=0,
+                       blocks_saved=(), block_full=0, block_backward=0, block_grads=0, merger_grads=0, patches=patches,
+                       image_tokens=image_tokens, trained=f"frozen (no LoRA target reaches it, {why}): no graph, no "
+                                                          "backward", **extra)
 
 
 def unused_tower(weights: int) -> VisionTerms:

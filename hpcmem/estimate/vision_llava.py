@@ -28,8 +28,8 @@ from dataclasses import replace
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
-from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, layer_norm_saved,
-                                    token_leaf, tower_weights, unused_tower, vision_terms)
+from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, graphless_tower,
+                                    layer_norm_saved, token_leaf, tower_weights, unused_tower, vision_terms)
 from hpcmem.estimate.vision_idefics3 import idefics3_terms
 from hpcmem.estimate.vision_mistral3 import pixtral_terms
 from hpcmem.estimate.vision_internvl import internvl_terms
@@ -81,10 +81,8 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     if lora.enabled and not adapted and not job.train.gradient_checkpointing:
         # no adapter in the tower or the projector and no `enable_input_require_grads` hook (TRL installs it for PEFT
         # under checkpointing only): nothing there requires grad, so it builds no graph and runs no backward
-        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=tiles * v.tile_values * FP32, saved=0,
-                           merger_saved=0, blocks_saved=(), block_full=0, block_backward=0, block_grads=0,
-                           merger_grads=0, patches=patches, image_tokens=text_tokens,
-                           trained="frozen (no LoRA target reaches it, no checkpointing): no graph, no backward")
+        return graphless_tower(weights=weights, pixels=tiles * v.tile_values * FP32, patches=patches,
+                               image_tokens=text_tokens)
     gbytes = w if trained else lora.adapter_bytes
     tower_adapters = [x for x in adapted if x.part == "tower"]
     merger_adapters = [x for x in adapted if x.part == "merger"]

@@ -30,8 +30,8 @@ from dataclasses import replace
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
-from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, token_leaf,
-                                    tower_weights, unused_tower)
+from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, graphless_tower,
+                                    token_leaf, tower_weights, unused_tower)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -53,10 +53,7 @@ def pixtral_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerm
     if lora.enabled and not adapted and not gc:
         # no adapter in the tower or the projector and no `enable_input_require_grads` hook (TRL installs it for PEFT
         # under checkpointing only): nothing there requires grad, so it builds no graph and runs no backward
-        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=pixels, saved=0, merger_saved=0,
-                           blocks_saved=(), block_full=0, block_backward=0, block_grads=0, merger_grads=0, patches=n,
-                           image_tokens=text_tokens,
-                           trained="frozen (no LoRA target reaches it, no checkpointing): no graph, no backward")
+        return graphless_tower(weights=weights, pixels=pixels, patches=n, image_tokens=text_tokens)
     gbytes = w if trained else lora.adapter_bytes
     tower_adapters = [x for x in adapted if x.part == "tower"]
     merger_adapters = [x for x in adapted if x.part == "merger"]

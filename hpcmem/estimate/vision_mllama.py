@@ -36,8 +36,8 @@ from dataclasses import replace
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
-from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, layer_norm_saved,
-                                    token_leaf, tower_weights, unused_tower)
+from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, graphless_tower,
+                                    layer_norm_saved, token_leaf, tower_weights, unused_tower)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision, micro_batch
@@ -64,11 +64,8 @@ def mllama_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
         # no adapter in the tower or the projector and no `enable_input_require_grads` hook (TRL installs it for PEFT
         # under checkpointing only): the tower builds no graph and runs no backward; the cross-attention layers still
         # keep their attention over the image states (the text side requires grad)
-        return VisionTerms(weights=weights, gradients=0, optimizer=0, pixels=pixels, saved=shared + cross,
-                           merger_saved=0, blocks_saved=(), block_full=0, block_backward=0, block_grads=0,
-                           merger_grads=0, patches=m, image_tokens=images, cross_backward=cross_backward,
-                           forward_only=FP32 * v.vision_output_dim * m,
-                           trained="frozen (no LoRA target reaches it, no checkpointing): no graph, no backward")
+        return graphless_tower(weights=weights, pixels=pixels, patches=m, image_tokens=images, saved=shared + cross,
+                               cross_backward=cross_backward, forward_only=FP32 * v.vision_output_dim * m)
     gbytes = w if trained else lora.adapter_bytes
     tower_adapters = [x for x in adapted if x.part == "tower"]
     merger_adapters = [x for x in adapted if x.part == "merger"]
