@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from hpcmem.errors import Problems, SpecError
 from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
-                                      check_whole_grid, encoder_layer_linears, grid_patches)
+                                      check_whole_grid, encoder_layer_linears, grid_patches, text_width)
 
 # CLIPVisionConfig's class defaults (models/clip/configuration_clip.py) under LlavaConfig's `sub_configs_defaults`
 # init_kwargs for an omitted vision_config (models/llava/configuration_llava.py)
@@ -152,18 +152,26 @@ def clip_tower_from_config(cfg: dict[str, Any], name: str, model_type: str = "ll
                         f"modelled; hpcmem models {model_type} with a CLIP tower (clip_vision_model)")
     vc = {**CLIP_DEFAULTS, **(raw if raw is not None else LLAVA_VISION_DEFAULTS)}
     outer = {**LLAVA_DEFAULTS, **{k: cfg[k] for k in LLAVA_DEFAULTS if k in cfg}}
-    layer = outer["vision_feature_layer"]
-    if not isinstance(layer, int) or isinstance(layer, bool):
-        raise SpecError(f"model {name}: vision_feature_layer {layer!r}: hpcmem models one feature layer (an integer)")
-    strategy = outer["vision_feature_select_strategy"]
-    if strategy not in ("default", "full"):
-        raise SpecError(f"model {name}: vision_feature_select_strategy must be default or full, got {strategy!r}")
-    text = cfg.get("text_config") or {}
-    width = text.get("hidden_size", 4096) if isinstance(text, dict) else 4096     # LlamaConfig.hidden_size
     return ClipTowerSpec(model_type=model_type, depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
                          intermediate_size=vc["intermediate_size"], num_heads=vc["num_attention_heads"],
                          in_channels=vc["num_channels"], image_size=vc["image_size"], patch_size=vc["patch_size"],
-                         out_hidden_size=width, hidden_act=str(vc["hidden_act"]),
-                         projector_act=str(outer["projector_hidden_act"]),
-                         projector_bias=bool(outer["multimodal_projector_bias"]), feature_layer=layer,
-                         drop_class_token=strategy == "default")
+                         out_hidden_size=text_width(cfg, 4096),      # LlamaConfig.hidden_size
+                         hidden_act=str(vc["hidden_act"]), projector_act=str(outer["projector_hidden_act"]),
+                         projector_bias=bool(outer["multimodal_projector_bias"]),
+                         feature_layer=feature_layer(outer, name), drop_class_token=drops_class_token(outer, name))
+
+
+def feature_layer(outer: dict[str, Any], name: str) -> int:
+    """The outer config's vision_feature_layer: one integer (a list of layers is not modelled)."""
+    layer = outer["vision_feature_layer"]
+    if not isinstance(layer, int) or isinstance(layer, bool):
+        raise SpecError(f"model {name}: vision_feature_layer {layer!r}: hpcmem models one feature layer (an integer)")
+    return layer
+
+
+def drops_class_token(outer: dict[str, Any], name: str) -> bool:
+    """vision_feature_select_strategy "default" drops the class token's row, "full" keeps it."""
+    strategy = outer["vision_feature_select_strategy"]
+    if strategy not in ("default", "full"):
+        raise SpecError(f"model {name}: vision_feature_select_strategy must be default or full, got {strategy!r}")
+    return strategy == "default"

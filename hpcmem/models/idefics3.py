@@ -38,7 +38,7 @@ from typing import Any
 from hpcmem.errors import Problems, SpecError
 from hpcmem.models.siglip import siglip_tower_params
 from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
-                                      encoder_layer_linears, grid_patches)
+                                      encoder_layer_linears, grid_patches, text_width)
 
 # SmolVLMVisionConfig / Idefics3VisionConfig class defaults (configuration_smolvlm.py, configuration_idefics3.py),
 # which a published vision_config may omit (SmolVLM2-500M-Video-Instruct's names neither num_hidden_layers nor
@@ -185,8 +185,7 @@ def idefics3_tower_from_config(cfg: dict[str, Any], name: str) -> Idefics3TowerS
             raise SpecError(f"model {name}: vision_config.{key} {vc[key]!r}: hpcmem models square tiles (an integer)")
     tile = (vc.get("max_image_size") or {}).get("longest_edge", vc["image_size"])
     longest = (vc.get("size") or {}).get("longest_edge", SIZE_OVER_TILE * tile if isinstance(tile, int) else tile)
-    text = cfg.get("text_config") or {}
-    width = text.get("hidden_size", TEXT_HIDDEN) if isinstance(text, dict) else TEXT_HIDDEN
+    width = text_width(cfg, TEXT_HIDDEN)
     return Idefics3TowerSpec(model_type=str(cfg["model_type"]), depth=vc["num_hidden_layers"],
                              hidden_size=vc["hidden_size"], intermediate_size=vc["intermediate_size"],
                              num_heads=vc["num_attention_heads"], in_channels=vc["num_channels"],

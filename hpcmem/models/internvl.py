@@ -39,8 +39,8 @@ from functools import lru_cache
 from typing import Any, ClassVar
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.clip_tower import ClipTowerSpec
-from hpcmem.models.tower_base import TowerLinear, encoder_layer_linears
+from hpcmem.models.clip_tower import ClipTowerSpec, drops_class_token, feature_layer
+from hpcmem.models.tower_base import TowerLinear, encoder_layer_linears, text_width
 
 # InternVLVisionConfig's class defaults (configuration_internvl.py)
 INTERNVL_VISION_DEFAULTS: dict[str, Any] = {
@@ -224,24 +224,17 @@ def internvl_tower_from_config(cfg: dict[str, Any], name: str) -> InternVLTowerS
                 raise SpecError(f"model {name}: vision_config.{key} {value!r}: hpcmem models square tiles")
             vc[key] = value[0]
     outer = {**INTERNVL_DEFAULTS, **{k: cfg[k] for k in INTERNVL_DEFAULTS if k in cfg}}
-    layer = outer["vision_feature_layer"]
-    if not isinstance(layer, int) or isinstance(layer, bool):
-        raise SpecError(f"model {name}: vision_feature_layer {layer!r}: hpcmem models one feature layer (an integer)")
-    strategy = outer["vision_feature_select_strategy"]
-    if strategy not in ("default", "full"):
-        raise SpecError(f"model {name}: vision_feature_select_strategy must be default or full, got {strategy!r}")
+    layer, drop = feature_layer(outer, name), drops_class_token(outer, name)
     ratio = outer["downsample_ratio"]
     if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not 0 < ratio <= 1:
         raise SpecError(f"model {name}: downsample_ratio must be a number in (0, 1], got {ratio!r}")
     proc = {**PROCESSOR_DEFAULTS, **{k: cfg[k] for k in PROCESSOR_DEFAULTS if k in cfg}}
-    text = cfg.get("text_config") or {}
-    width = text.get("hidden_size", QWEN2_HIDDEN) if isinstance(text, dict) else QWEN2_HIDDEN
     return InternVLTowerSpec(
         model_type="internvl", depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
         intermediate_size=vc["intermediate_size"], num_heads=vc["num_attention_heads"], in_channels=vc["num_channels"],
-        image_size=vc["image_size"], patch_size=vc["patch_size"], out_hidden_size=width,
+        image_size=vc["image_size"], patch_size=vc["patch_size"], out_hidden_size=text_width(cfg, QWEN2_HIDDEN),
         hidden_act=str(vc["hidden_act"]), projector_act=str(outer["projector_hidden_act"]), projector_bias=True,
-        feature_layer=layer, drop_class_token=strategy == "default", attention_bias=bool(vc["attention_bias"]),
+        feature_layer=layer, drop_class_token=drop, attention_bias=bool(vc["attention_bias"]),
         norm_type=str(vc["norm_type"]), use_qk_norm=bool(vc["use_qk_norm"]), use_mask_token=bool(vc["use_mask_token"]),
         use_positions=bool(vc["use_absolute_position_embeddings"]), use_mean_pooling=bool(vc["use_mean_pooling"]),
         scale_factor=int(1 / ratio), crop_to_patches=bool(proc["crop_to_patches"]),

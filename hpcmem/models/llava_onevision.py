@@ -31,9 +31,10 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from hpcmem.errors import SpecError
-from hpcmem.models.clip_tower import LLAVA_DEFAULTS
+from hpcmem.models.clip_tower import LLAVA_DEFAULTS, feature_layer
 from hpcmem.models.llava_next import LlavaNextTowerSpec, pinpoints_from_config
 from hpcmem.models.siglip import SIGLIP_ACTIVATIONS, SIGLIP_DEFAULTS, siglip_tower_params
+from hpcmem.models.tower_base import text_width
 
 # LlavaOnevisionConfig's sub_configs_defaults init_kwargs for an omitted vision_config
 ONEVISION_VISION_DEFAULTS: dict[str, Any] = {"hidden_size": 1152, "intermediate_size": 4304, "patch_size": 14,
@@ -117,9 +118,7 @@ def onevision_tower_from_config(cfg: dict[str, Any], name: str) -> LlavaOnevisio
                         "pooling head on every tile, which hpcmem does not model for llava_onevision (the published "
                         "configs set it false)")
     outer = {**ONEVISION_DEFAULTS, **{k: cfg[k] for k in ONEVISION_DEFAULTS if k in cfg}}
-    layer = outer["vision_feature_layer"]
-    if not isinstance(layer, int) or isinstance(layer, bool):
-        raise SpecError(f"model {name}: vision_feature_layer {layer!r}: hpcmem models one feature layer (an integer)")
+    layer = feature_layer(outer, name)
     if outer["vision_feature_select_strategy"] != "full":
         # pack_image_features: "default" drops each tile's first patch, and the base tile's side² - 1 rows then fail
         # its check `height * width != base_image_feature.shape[0]` (a ValueError on every multi-tile image)
@@ -131,12 +130,10 @@ def onevision_tower_from_config(cfg: dict[str, Any], name: str) -> LlavaOnevisio
     if not match:
         raise SpecError(f"model {name}: vision_aspect_ratio {aspect!r}: pack_image_features reads the maximum tile "
                         "count as int(vision_aspect_ratio.strip('anyres_max_')); hpcmem models 'anyres_max_N'")
-    text = cfg.get("text_config") or {}
-    width = text.get("hidden_size", QWEN2_HIDDEN) if isinstance(text, dict) else QWEN2_HIDDEN
     spec = LlavaOnevisionTowerSpec(
         model_type="llava_onevision", depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
         intermediate_size=vc["intermediate_size"], num_heads=vc["num_attention_heads"], in_channels=vc["num_channels"],
-        image_size=vc["image_size"], patch_size=vc["patch_size"], out_hidden_size=width,
+        image_size=vc["image_size"], patch_size=vc["patch_size"], out_hidden_size=text_width(cfg, QWEN2_HIDDEN),
         hidden_act=str(vc["hidden_act"]), projector_act=str(outer["projector_hidden_act"]),
         projector_bias=bool(outer["multimodal_projector_bias"]), feature_layer=layer, drop_class_token=False,
         fixed_resolution=False, max_num_patches=int(match.group(1)))

@@ -25,7 +25,7 @@ from typing import Any
 from hpcmem.errors import Problems, SpecError
 from hpcmem.models.siglip import SIGLIP_ACTIVATIONS, SIGLIP_DEFAULTS, siglip_tower_params
 from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
-                                      check_whole_grid, encoder_layer_linears, grid_patches)
+                                      check_whole_grid, encoder_layer_linears, grid_patches, text_width)
 
 # PaliGemmaConfig's `sub_configs_defaults` init_kwargs (models/paligemma/configuration_paligemma.py): the vision config
 # an omitted `vision_config` takes (one that is given takes SiglipVisionConfig's class defaults for what it omits), and
@@ -102,8 +102,7 @@ def paligemma_tower_from_config(cfg: dict[str, Any], name: str) -> PaliGemmaTowe
     for key in ("image_size", "patch_size"):
         if isinstance(vc[key], (list, tuple)):
             raise SpecError(f"model {name}: vision_config.{key} {vc[key]!r}: hpcmem models square images (an integer)")
-    text = cfg.get("text_config")
-    width = text.get("hidden_size", PALIGEMMA_TEXT_HIDDEN) if isinstance(text, dict) else PALIGEMMA_TEXT_HIDDEN
+    width = text_width(cfg, PALIGEMMA_TEXT_HIDDEN)
     projection = cfg.get("projection_dim", PROJECTION_DIM)
     if projection != width:
         raise SpecError(f"model {name}: projection_dim {projection!r} must equal text_config.hidden_size {width!r}: "

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.tower_base import LinearTower, TowerLinear, check_activation, check_counts, check_heads
+from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
+                                      text_width)
 
 # Mistral3Config's sub_configs_defaults init_kwargs for an omitted vision_config, over PixtralVisionConfig's class
 # defaults (models/pixtral/configuration_pixtral.py)
@@ -164,8 +165,7 @@ def pixtral_tower_from_config(cfg: dict[str, Any], name: str) -> PixtralTowerSpe
         # get_image_features reads hidden_states[vision_feature_layer]; a list concatenates several layers
         raise SpecError(f"model {name}: vision_feature_layer {outer['vision_feature_layer']!r}: hpcmem models "
                         "mistral3 reading the last layer's output (-1, Mistral3Config's default)")
-    text = cfg.get("text_config") or {}
-    width = text.get("hidden_size", MISTRAL_HIDDEN) if isinstance(text, dict) else MISTRAL_HIDDEN
+    width = text_width(cfg, MISTRAL_HIDDEN)
     return PixtralTowerSpec(
         model_type="mistral3", depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
         intermediate_size=vc["intermediate_size"], num_heads=vc["num_attention_heads"], in_channels=vc["num_channels"],

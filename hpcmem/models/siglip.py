@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpcmem.models.tower_base import text_width
+
 # SiglipVisionConfig's class defaults (configuration_siglip.py) that a Gemma 3 config.json omits, as transformers fills
 # them (also Gemma3Config's own when `vision_config` is absent: AutoConfig.for_model("gemma3")). Gemma 3's published
 # vision_config names hidden_size 1152, image_size 896, intermediate_size 4304, num_attention_heads 16,
@@ -57,8 +59,7 @@ def gemma3_vision_values(cfg: dict[str, Any], name: str) -> dict[str, Any] | str
     # mm_tokens_per_image tokens (AutoConfig.for_model("gemma3")'s 224 px, 16 px patches) is refused for images by
     # hpcmem.job.image_rules, and a text-only job never runs it
     kernel = side // per_side if per_side * per_side == tokens and side % per_side == 0 else 1
-    text = cfg.get("text_config") or {}
-    out = text.get("hidden_size", 2304) if isinstance(text, dict) else 2304
+    out = text_width(cfg, 2304)
     return {
         "depth": vc["num_hidden_layers"], "hidden_size": vc["hidden_size"],
         "intermediate_size": vc["intermediate_size"],

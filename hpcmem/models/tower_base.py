@@ -72,6 +72,13 @@ def encoder_layer_linears(hidden: int, intermediate: int, count: int, *, out_pro
             TowerLinear(name="mlp.fc2", in_features=intermediate, out_features=hidden, count=count, part="tower"))
 
 
+def text_width(cfg: dict, default: int) -> int:
+    """The language model's width, which the projector hands its rows to: text_config.hidden_size, else `default`
+    (the hidden_size of the text config class the outer config builds when the file names none)."""
+    text = cfg.get("text_config")
+    return text.get("hidden_size", default) if isinstance(text, dict) else default
+
+
 def grid_patches(image_size: int, patch_size: int) -> int:
     """Patches of a square image (or tile) of `image_size` pixels: (image_size / patch_size)², the Conv2d patch
     embedding's output rows at stride patch_size."""
