@@ -319,6 +319,16 @@ def tower_weights(job: JobSpec, v: Any, prec: Precision, lora: LoraLayout) -> tu
     return adapted, adapter_params, v.num_params * prec.weight + adapter_params * lora.adapter_bytes
 
 
+def trained_parts(v: Any, tower_adapters: list[Any], merger_adapters: list[Any], r: int,
+                  trained: bool) -> tuple[int, int]:
+    """One encoder block's and the projector's trainable parameters: all of them when the tower trains whole, else
+    their adapted linears' r·(in + out) each (Hu et al. 2021)."""
+    if trained:
+        return v.block_params, v.merger_params
+    return (sum(r * (x.in_features + x.out_features) for x in tower_adapters),
+            sum(r * (x.in_features + x.out_features) for x in merger_adapters))
+
+
 def graphless_tower(*, weights: int, pixels: int, patches: int, image_tokens: int, saved: int = 0,
                     why: str = "no checkpointing", **extra: Any) -> VisionTerms:
     """The terms of a tower nothing in which requires grad (no LoRA target reaches it and no

@@ -24,7 +24,7 @@ from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, graphless_tower,
-                                    layer_norm_saved, token_leaf, tower_weights, unused_tower)
+                                    layer_norm_saved, token_leaf, tower_weights, trained_parts, unused_tower)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -59,8 +59,7 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTer
     gbytes = w if trained else lora.adapter_bytes
     tower_adapters = [x for x in adapted if x.part == "tower"]
     merger_adapters = [x for x in adapted if x.part == "merger"]
-    per_block = v.block_params if trained else sum(r * (x.in_features + x.out_features) for x in tower_adapters)
-    merger = v.merger_params if trained else sum(r * (x.in_features + x.out_features) for x in merger_adapters)
+    per_block, merger = trained_parts(v, tower_adapters, merger_adapters, r, trained)
     outside = v.embed_params + 2 * h if trained else 0        # embeddings and post_layernorm
     trainable = outside + per_block * v.depth + merger
     grads = trainable * gbytes

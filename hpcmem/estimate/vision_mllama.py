@@ -37,7 +37,7 @@ from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, graphless_tower,
-                                    layer_norm_saved, token_leaf, tower_weights, unused_tower)
+                                    layer_norm_saved, token_leaf, tower_weights, trained_parts, unused_tower)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision, micro_batch
@@ -69,8 +69,7 @@ def mllama_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
     gbytes = w if trained else lora.adapter_bytes
     tower_adapters = [x for x in adapted if x.part == "tower"]
     merger_adapters = [x for x in adapted if x.part == "merger"]
-    per_block = v.block_params if trained else sum(r * (x.in_features + x.out_features) for x in tower_adapters)
-    merger = v.merger_params if trained else sum(r * (x.in_features + x.out_features) for x in merger_adapters)
+    per_block, merger = trained_parts(v, tower_adapters, merger_adapters, r, trained)
     trainable = v.num_params if trained else adapter_params
     grads = trainable * gbytes
     opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
