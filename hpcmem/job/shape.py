@@ -76,7 +76,8 @@ def micro_batch(job: Job) -> MicroBatch:
         # GRPO/RLOO hand the processor's token_type_ids to every forward (grpo_trainer.py
         # `_generate_and_score_completions`: extended with zeros over the completion), so Gemma 3 builds its image mask
         return MicroBatch(rows=b, seq=seq, label_tokens=b * t.max_completion_length, padding_free=False,
-                          image_mask=image_mask(job), padded_with=generated, source=f"{b} completions × (prompt {t.max_prompt_length} + completion "
+                          image_mask=image_mask(job), padded_with=generated,
+                          source=f"{b} completions × (prompt {t.max_prompt_length} + completion "
                                  f"{t.max_completion_length})")
     max_len = t.max_length if t.max_length is not None else m.max_position_embeddings
     if e.rows_per_example > 1:

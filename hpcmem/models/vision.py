@@ -130,14 +130,16 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "qwen3_vl_moe": ("sft",),
                           "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
                           "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
-                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"), "mistral3": ("sft", "dpo"),
+                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
+                          "mistral3": ("sft", "dpo"),
                           "internvl": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
                          "llava": ("sft",), "smolvlm": ("sft", "dpo"), "idefics3": ("sft",),
                          "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
-                         "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"), "mistral3": ("sft", "dpo"),
+                         "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
+                         "mistral3": ("sft", "dpo"),
                          "internvl": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {

@@ -124,7 +124,8 @@ def read_file(path: str | Path) -> list[Row]:
     if not isinstance(keeps_output, bool) or (keeps_output and not loss):
         raise PublishedError(f"{where}: source: keeps_output {keeps_output!r}: true or false, and true only with "
                              "`loss:` (the output's logits are the loss's)")
-    adapters = _choice(source["adapters"], ADAPTER_DTYPES, f"{where}: source: adapters") if source.get("adapters") else ""
+    adapters = (_choice(source["adapters"], ADAPTER_DTYPES, f"{where}: source: adapters") if source.get("adapters")
+                else "")
     if adapters and not loss:
         raise PublishedError(f"{where}: source: adapters {adapters!r}: only with `loss:` (it enters the loop-adjusted "
                              "estimate)")

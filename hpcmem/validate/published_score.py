@@ -108,7 +108,8 @@ def score(row: Row) -> Scored:
     return Scored(**base, estimated_gib=round(got / GIB, 3), error_pct=_pct(got, measured), verdict=level,
                   fits_agrees=agrees, adjusted_gib=None if adj_bytes is None else round(adj_bytes / GIB, 3),
                   adjusted_error_pct=None if adj_bytes is None else _pct(adj_bytes, measured),
-                  adjust_note=(ADAPTERS_NOTE if row.adapters else "") + adj.note if adj else "", spread_gib=round(est.reserved_spread_bytes / GIB, 3),
+                  adjust_note=(ADAPTERS_NOTE if row.adapters else "") + adj.note if adj else "",
+                  spread_gib=round(est.reserved_spread_bytes / GIB, 3),
                   margin_note=verdict.calibration.note if verdict is not None else "",
                   capacity_gib=None if verdict is None else round(verdict.capacity_bytes / GIB, 3),
                   contradicted=None if verdict is None else (
