@@ -153,7 +153,7 @@ class SharedStep:
 
 def shared_step(job: JobSpec, lora: LoraLayout | None = None) -> SharedStep:
     """The allocator-independent part of `estimate(job)` (`SharedStep`). `lora`: the job's adapters laid out otherwise
-    than `lora_layout(job)` (a published loop whose peft kept them in another dtype: hpcmem.validate.published_loop)."""
+    than `lora_layout(job)` (a published loop whose peft kept them in another dtype: hpcmem.validate.published_adapters)."""
     prec = precision(job)
     mb = local_micro_batch(job, micro_batch(job))
     parts = job_param_parts(job)
