@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hpcmem.probe.rank_exit import end_rank
 from hpcmem.probe.runner import measure, quiet
 from hpcmem.record import job_from_dict, job_to_dict
 
@@ -171,4 +172,4 @@ def rank_worker(payload_path: str | Path, out_dir: str | Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(rank_worker(sys.argv[1], sys.argv[2]))
+    end_rank(rank_worker(sys.argv[1], sys.argv[2]))

@@ -28,6 +28,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hpcmem.probe.rank_exit import end_rank
+
 from hpcmem.probe.cpu_ring import BACKWARD, FORWARD
 from hpcmem.trace.tracker import StorageTracker
 
@@ -126,10 +128,7 @@ def main(argv: list[str]) -> int:
         fn = ring if kind == "cp" else ulysses
         runs = [fn(int(tokens), int(heads), int(kv_heads), int(head_dim)) for _ in range(REPEATS)]
         result = {key: min(r[key] for r in runs) for key in runs[0]}
-        # every rank done communicating before any tears its group down: a rank that destroys its gloo group while
-        # its peer's last transfers are in flight can abort the peer ("terminate called without an active
-        # exception", seen once in CI at this point's place, not reproduced in 90 runs)
-        dist.barrier()
+        dist.barrier()      # every rank done communicating before any tears its group down
     finally:
         dist.destroy_process_group()
     with open(f"{out_path}.rank{os.environ['RANK']}", "w") as f:
@@ -139,4 +138,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    end_rank(main(sys.argv[1:]))

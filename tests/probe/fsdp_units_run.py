@@ -20,6 +20,8 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
+from hpcmem.probe.rank_exit import end_rank
+
 TARGETS = ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj"]
 WATCHED = ("q_proj", "up_proj", "down_proj")
 BIG = 100_000          # bytes: decoder units and the root, not single LoRA leaves
@@ -110,3 +112,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_rank(0)     # FSDP2's device mesh keeps the gloo group past destroy_process_group (see rank_exit)
