@@ -18,6 +18,7 @@ from hpcmem.job.generation_batch import generation_batch_size
 from hpcmem.job.image_rules import image_job_problems
 from hpcmem.job.kernel_limits import rwkv_problems, xlstm_problems
 from hpcmem.job.lora_linear_rules import linear_subclass_problems
+from hpcmem.job.lora_task_rules import lora_task_problems
 from hpcmem.job.mesh_rules import check_layout, layout_warnings
 from hpcmem.job.spec import DTYPES, TrainSpec
 from hpcmem.job.trainers import REGISTRY, entry
@@ -164,7 +165,7 @@ def _check_lora_variants(job: Job, p: Problems) -> None:
     if unsized:
         p.add(f"lora_modules_to_save {', '.join(unsized)}: hpcmem sizes the trainable copies of "
               f"{', '.join(SIZED_MODULES)} only")
-    for problem in param_wrapper_problems(job) + linear_subclass_problems(job):
+    for problem in param_wrapper_problems(job) + linear_subclass_problems(job) + lora_task_problems(job):
         p.add(problem)
 
 

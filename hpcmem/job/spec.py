@@ -56,6 +56,7 @@ class TrainSpec:
     use_dora: bool = False                       # DoRA: a magnitude vector per adapted linear (peft/tuners/lora/dora.py)
     lora_modules_to_save: tuple[str, ...] = ()   # whole modules trained beside the adapters (peft ModulesToSaveWrapper)
     lora_target_parameters: tuple[str, ...] = ()     # LoRA on nn.Parameters by name (peft ParamWrapper: MoE experts)
+    lora_task_type: str = "CAUSAL_LM"            # peft's PeftModel class; a reward model needs SEQ_CLS (lora_task_rules)
     load_in_4bit: bool = False
     load_in_8bit: bool = False
     use_bnb_nested_quant: bool = False

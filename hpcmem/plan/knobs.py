@@ -14,6 +14,7 @@ from typing import Collection, Mapping, NamedTuple
 
 from hpcmem.errors import SpecError
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.lora_task_rules import planned_task_type
 from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.plan.fixed import MAX_SEARCHED_BATCH, _divisors, axis_fixed
 from hpcmem.plan.sequence_split import layout_fields, split, train_changes
@@ -252,5 +253,7 @@ def _train(t: TrainSpec, k: Knobs, sharding_changes: dict) -> TrainSpec:
         changes["optim"] = k.optim
     if k.peft != GIVEN:
         changes.update(use_peft=k.peft != "none", load_in_4bit=k.peft == "qlora", load_in_8bit=False)
+        if k.peft != "none" and not t.use_peft:
+            changes["lora_task_type"] = planned_task_type(t.trainer)   # a reward model's LoRA runs as SEQ_CLS only
     changes.update(sharding_changes)
     return replace(t, **changes)

@@ -20,7 +20,6 @@ from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.job.trainers import entry
 from hpcmem.models import catalog_entry
 from hpcmem.models.profile import backbone_config
 from hpcmem.models.spec import ModelSpec
@@ -88,9 +87,9 @@ def auto_config(cfg: dict[str, Any], model_id: str | None = None) -> Any:
 
 
 def peft_config(job: JobSpec) -> Any:
-    """`trl.get_peft_config(ModelConfig(...))` of the job's LoRA fields, or None without PEFT. A reward model's
-    adapters take task_type SEQ_CLS, TRL's documented reward setup (peft then trains the score head as a module to
-    save)."""
+    """`trl.get_peft_config(ModelConfig(...))` of the job's LoRA fields, or None without PEFT. The task type is the
+    job's: a reward model's adapters run only as SEQ_CLS (peft then trains the score head as a module to save;
+    hpcmem.job.lora_task_rules)."""
     t = job.train
     if not t.use_peft:
         return None
@@ -104,7 +103,7 @@ def peft_config(job: JobSpec) -> Any:
         lora_dropout=t.lora_dropout, use_dora=t.use_dora,
         lora_modules_to_save=list(t.lora_modules_to_save) or None,
         lora_target_parameters=list(t.lora_target_parameters) or None,
-        lora_task_type="SEQ_CLS" if entry(t.trainer).head == "score" else "CAUSAL_LM"))
+        lora_task_type=t.lora_task_type))
 
 
 def tokenizer(num_words: int = 1) -> Any:

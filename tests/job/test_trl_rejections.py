@@ -63,6 +63,10 @@ EXTRA: dict[str, dict[str, dict[str, Any]]] = {
                                             "lora_dropout": 0.0, "use_dora": True},
             "lora+one-target": {"use_peft": True, "lora_target_modules": ["q_proj"]},
             "lora+two-targets": {"use_peft": True, "lora_target_modules": ["q_proj", "v_proj"]}},
+    # the PEFT axis above runs a reward model's LoRA with TRL's default task type (CAUSAL_LM), which peft refuses
+    "reward": {"lora+seq-cls": {"use_peft": True, "lora_task_type": "SEQ_CLS"},
+               "lora+seq2seq": {"use_peft": True, "lora_task_type": "SEQ_2_SEQ_LM"},
+               "lora+lowercase-task": {"use_peft": True, "lora_task_type": "seq_cls"}},
     "kto": {"lora+head-adapter": {"use_peft": True, "lora_target_modules": ["q_proj", "lm_head"]}},
     "distillation": {"lora+head-adapter": {"use_peft": True, "lora_target_modules": ["q_proj", "lm_head"],
                                            "beta": 1.0}},

@@ -33,7 +33,8 @@ CASES = {
     "dpo-precompute": ("dpo", {"precompute_ref_log_probs": True}),
     "dpo-optimizer-peak": ("dpo", {"optim": "adamw_torch", "max_length": 8, "per_device_train_batch_size": 1}),
     "reward-full": ("reward", {}),
-    "reward-lora": ("reward", {"use_peft": True, "lora_r": 8, "gradient_checkpointing": False}),
+    "reward-lora": ("reward", {"use_peft": True, "lora_r": 8, "lora_task_type": "SEQ_CLS",
+                               "gradient_checkpointing": False}),
 }
 
 

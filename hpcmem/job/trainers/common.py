@@ -6,7 +6,7 @@ from hpcmem.job.trainers.entry import Hooks
 
 MODEL_CONFIG_FIELDS = ("dtype", "attn_implementation", "use_peft", "lora_r", "lora_alpha", "lora_target_modules",
                        "lora_dropout", "use_dora", "lora_modules_to_save", "lora_target_parameters",
-                       "load_in_4bit", "load_in_8bit", "use_bnb_nested_quant")
+                       "lora_task_type", "load_in_4bit", "load_in_8bit", "use_bnb_nested_quant")
 # TrainingArguments fields hpcmem models, as every TRL config inherits them (TRL's _BaseConfig overrides some defaults)
 COMMON = ("per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
           "gradient_checkpointing_kwargs", "bf16", "fp16", "optim", "max_grad_norm", "torch_compile",

@@ -127,7 +127,8 @@ FIELDS: dict[str, Field] = {
     "resume_from_checkpoint": _no("loads the states the step holds anyway"), "local_rank": _RUN,
     # trl ModelConfig ------------------------------------------------------------------------------------------------
     "model_name_or_path": _mod("the model (hpcmem models)"), "model_revision": _RUN,
-    "lora_task_type": _no("names peft's model class; a reward model's SEQ_CLS also trains the [hidden, 1] score head"),
+    "lora_task_type": _mod("peft's model class: a reward model needs SEQ_CLS, which also trains its [hidden, 1] score "
+                           "head; other trainers CAUSAL_LM (hpcmem.job.lora_task_rules)"),
     "use_rslora": _no("rank-stabilised scaling, a number: the same adapters"),
     "bnb_4bit_quant_type": _no("nf4 or fp4: both pack two weights per byte with the same absmax blocks"),
     "bnb_4bit_quant_storage": _no("the dtype the packed 4-bit weights are stored in: the same bytes"),
