@@ -17,9 +17,10 @@ import yaml
 from hpcmem.validate.random_jobs import RANDOM_LAYERS
 from hpcmem.validate.random_props import properties_record
 from hpcmem.validate.random_trace import OUTSIDE_HELD, WITHIN_PCT, score
+from hpcmem.validate.random_trainer import rescore as trainer_rescore
 
 # verdicts that are discrepancies of the estimate (a case each); the rest are agreement or the instruments' limits
-DISCREPANCIES = ("over 3 %", "missed refusal", "false refusal", "estimate crashed", "fails")
+DISCREPANCIES = ("over 3 %", "missed refusal", "false refusal", "estimate crashed", "hpcmem crashed", "fails")
 UNEXPLAINED = "unexplained"
 
 
@@ -44,7 +45,11 @@ def rescore(oracle: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append({"id": rec["id"], "verdict": "trace failed", "why": rec.get("outcome", "")})
             continue
         if oracle == "trainer":
-            out.append({"id": rec["id"], "verdict": rec.get("verdict", "recorded"), "why": rec.get("why", "")})
+            # the trainer's outcome as measured, hpcmem's side taken again from today's code
+            got = trainer_rescore(rec)
+            why = got.get("hpcmem_refused") or (got.get("trainer") or {}).get("reason") or rec.get("why", "")
+            out.append({"id": rec["id"], "verdict": got.get("verdict", "recorded"), "why": why, "job": rec["job"],
+                        "seconds": rec.get("seconds")})
             continue
         got = scorer(rec)
         out.append({**got, "job": rec["job"], "seconds": rec.get("seconds")})
@@ -150,7 +155,7 @@ def report_markdown(oracle: str, scored: list[dict[str, Any]], versions: dict[st
 
 def cases(scored: list[dict[str, Any]], oracle: str, old: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One case per discrepancy, causes already named in `old` kept."""
-    named = {c["id"]: c.get("cause", UNEXPLAINED) for c in old}
+    named = {(c.get("oracle", "trace"), c["id"]): c.get("cause", UNEXPLAINED) for c in old}
     out = [c for c in old if c.get("oracle", "trace") != oracle]
     for s in scored:
         # a number outside the held range that missed is kept as a case too: the warning says the estimate cannot
@@ -162,7 +167,7 @@ def cases(scored: list[dict[str, Any]], oracle: str, old: list[dict[str, Any]]) 
         out.append({"id": s["id"], "oracle": oracle, "seed": seed, "index": index, "trainer": job.get("trainer"),
                     "model_type": job.get("model_type"), "layer_terms": made(s), "verdict": s["verdict"],
                     "failed": str(s.get("why") or "; ".join(s.get("failures") or []))[:300],
-                    "cause": named.get(s["id"], UNEXPLAINED)})
+                    "cause": named.get((oracle, s["id"]), UNEXPLAINED)})
     return sorted(out, key=lambda c: (c["oracle"], c["seed"], c["index"]))
 
 

@@ -45,6 +45,7 @@ from hpcmem.validate.trl_run import config_refusal
 WITHIN_PCT = 3.0
 OUTSIDE_HELD = "outside held range"
 REAL_CODE = ("trl", "transformers", "peft", "accelerate")
+MODULE_GETATTR = "torch/nn/modules/module.py:"
 # the sources a stored trace depends on beside the job (which the record holds whole, config included): hpcmem's trace
 DIGESTED = ("trace",)
 
@@ -93,6 +94,10 @@ def _where(f: Any) -> str:
 
 def classify(exc: BaseException) -> str:
     where = origin(exc)
+    if isinstance(exc, AttributeError) and where.startswith(MODULE_GETATTR):
+        # torch's Module.__getattr__ only reports a missing attribute: the code that asked for it raised (peft's
+        # PeftModelForCausalLM reading a sequence-classification model's prepare_inputs_for_generation)
+        where = origin(exc, depth=2).split(" < ")[-1]
     line = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400]
     if where.split("/", 1)[0] in REAL_CODE:
         return f"refused: {line}"

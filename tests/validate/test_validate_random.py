@@ -181,6 +181,41 @@ def test_a_field_trl_s_config_has_not_is_the_real_code_s_refusal(job_id: str) ->
     assert score(rec)["verdict"] == "parity"
 
 
+@pytest.mark.torch
+def test_a_reward_model_s_lora_with_trl_s_default_task_type_is_peft_s_refusal() -> None:
+    """s1-217 (reward, gpt-sw3, LoRA, TRL's default lora_task_type CAUSAL_LM): peft's PeftModelForCausalLM asks the
+    sequence-classification model for prepare_inputs_for_generation, and torch's Module.__getattr__ raises the
+    AttributeError — the record says the real code refused (not that the trace failed), and hpcmem's refusal scores
+    as parity."""
+    pytest.importorskip("trl")
+    from hpcmem.validate.random_trace import score, trace_record
+
+    job = draw(1, 217)
+    assert job.trainer == "reward" and job.settings.get("use_peft") and "lora_task_type" not in job.settings
+    rec = trace_record(job.to_dict())
+    assert rec["outcome"].startswith("refused: AttributeError:") and "prepare_inputs_for_generation" in rec["outcome"]
+    assert score(rec)["verdict"] == "parity"
+
+
+def test_the_trainer_oracle_s_report_takes_hpcmem_s_side_from_today_s_code(tmp_path: Path) -> None:
+    """s1-217's record says what the real RewardTrainer did (peft raised on LoRA with TRL's default task type) and
+    what hpcmem answered when it was run (an estimate: a missed refusal). `--report` keeps the first and asks
+    today's hpcmem again, which refuses: parity; and it writes its cases beside the records it was given."""
+    from hpcmem.cli import cli
+
+    stored = [json.loads(line) for line in (estimator_dir() / "random" / "trainer.jsonl").read_text().splitlines()]
+    rec = next(r for r in stored if r["id"] == "s1-217")
+    assert rec["verdict"] == "missed refusal" and "prepare_inputs_for_generation" in rec["trainer"]["reason"]
+    path = tmp_path / "trainer.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    res = CliRunner().invoke(cli, ["validate", "random", "--oracle", "trainer", "--report", "--json",
+                                   "--records", str(path)], catch_exceptions=False)
+    job = json.loads(res.output)["jobs"][0]
+    assert job["verdict"] == "parity" and job["job"]["trainer"] == "reward"
+    assert "lora_task_type" in job["why"]
+    assert (tmp_path / "cases.yaml").is_file()
+
+
 def test_only_names_ids_of_the_stream_and_replaces_their_records_in_place(tmp_path: Path) -> None:
     from hpcmem.validate.random_run import _store, parse_only
 
