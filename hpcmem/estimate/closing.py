@@ -45,6 +45,23 @@ def backward_components(job: JobSpec) -> list[Component]:
                       note=f"{2 if b.overlap_comm else 1} × {b.reduce_bucket:,} elements, 16-bit ({b.source})")]
 
 
+def tied_head_gradient(job: JobSpec, prec: Precision, parts: ParamParts, lora: LoraLayout) -> list[Component]:
+    """Full fine-tuning of a tied LM head under gradient accumulation: the head's [V, H] weight gradient (TRL's fused
+    head returns it whole) reaches the shared weight's AccumulateGrad only together with the embedding's, at the end
+    of backward; until then it waits in autograd's input buffer (torch/csrc/autograd/input_buffer.cpp, one slot per
+    input of the node), through every layer's backward. From the second micro-batch on `.grad` holds the earlier
+    micro-batches' sum beside it (counted in the gradients). Without accumulation `.grad` is None at that time and the
+    gradients component already stands for these bytes. Sharded gradients (ZeRO-2/3, FSDP) as in `_embedding_backward`:
+    not added."""
+    par = job.parallel
+    if (lora.enabled or job.train.gradient_accumulation_steps <= 1 or parts.lm_head != 0
+            or entry(job.train.trainer).head != "lm" or (par.deepspeed and par.zero_stage >= 2) or par.fsdp):
+        return []
+    m = job.model
+    return [Component(name="tied head gradient", bytes=m.vocab_size * m.hidden_size * prec.weight,
+                      note="waits in autograd's input buffer for the embedding's, beside the accumulated .grad")]
+
+
 def closing_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States,
                    resident: list[Component], opt_transient: int, lora: LoraLayout | None = None) -> list[Phase]:
     """The last instant of backward (embeddings) and the optimizer step: states and gradients only, whatever the
@@ -87,6 +104,11 @@ def _embedding_backward(job: JobSpec, mb: MicroBatch, prec: Precision, parts: Pa
     if parts.lm_head == 0 and entry(job.train.trainer).head == "lm":
         extra = m.vocab_size * m.hidden_size * prec.weight + mb.tokens * m.hidden_size * prec.residual
         note = "tied: embedding gradient, summed into the head's in place, + the incoming [T, H] gradient"
+        waiting = tied_head_gradient(job, prec, parts, lora)
+        if waiting:     # accumulating: the head's buffered gradient is not the .grad the gradients count
+            return Phase(name="backward (embeddings)", components=(
+                *resident, grads_all, *backward_components(job), *waiting,
+                Component(name="embedding backward", bytes=extra, note=note)))
     elif parts.lm_head == 0:
         extra = 2 * m.vocab_size * m.hidden_size * prec.weight
         note = "tied weights, no LM head: embedding gradient and a copy"

@@ -13,7 +13,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import activations as act
 from hpcmem.estimate import lora_fp32_compute, lora_variants
 from hpcmem.estimate.breakdown import Component, Phase
-from hpcmem.estimate.closing import backward_components, closing_phases, resident_components
+from hpcmem.estimate.closing import backward_components, closing_phases, resident_components, tied_head_gradient
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.lora import backward_bytes_per_input as lora_backward_bytes_per_input
 from hpcmem.estimate.lora import backward_transient as lora_backward_transient
@@ -107,6 +107,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     layer_grad = (s.gradients - head_grad_bytes - (parts.embed * prec.weight if head_trains and parts.lm_head else 0))
     layer_grad = max(layer_grad, 0) // L
     buckets = backward_components(job)
+    waiting = tied_head_gradient(job, prec, parts, lora)    # after the head's backward, through the layers'
     late_unit = s.prefetched if s.prefetch_late else 0
     prefetched = [Component(name=PREFETCHED_UNIT, bytes=s.prefetched, note="the next layer, all-gathered ahead")] \
         if s.prefetched and not s.prefetch_late else []
@@ -210,15 +211,15 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     if late_unit:
         layer_phases = [
             Phase(name=f"backward (layer {worst_k})", components=(
-                *resident, *gathered, *buckets, *layer_held,
+                *resident, *gathered, *buckets, *waiting, *layer_held,
                 Component(name="backward temporaries", bytes=other, note=seq_note))),
             Phase(name=f"backward (layer {worst_k}, attention projections)", components=(
-                *resident, *gathered, *buckets,
+                *resident, *gathered, *buckets, *waiting,
                 Component(name=PREFETCHED_UNIT, bytes=late_unit, note="the previous layer, fetched here"),
                 *layer_held, Component(name="backward temporaries", bytes=attention, note=seq_note)))]
     else:
         layer_phases = [Phase(name=f"backward (layer {worst_k})", components=(
-            *resident, *gathered, *buckets, *prefetched, *layer_held,
+            *resident, *gathered, *buckets, *waiting, *prefetched, *layer_held,
             Component(name="backward temporaries", bytes=max(other, attention), note=seq_note)))]
     phases = [forward, head_phase, *layer_phases,
               *closing_phases(job, mb, prec, parts, s, resident, opt_transient, lora)]
