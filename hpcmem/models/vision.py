@@ -137,7 +137,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
                           "mistral3": ("sft", "dpo"),
                           "internvl": ("sft", "dpo"),
-                          "shieldgemma2": ("sft",), "cosmos3_omni": ("sft",)}
+                          "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -146,7 +146,7 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
                          "mistral3": ("sft", "dpo"),
                          "internvl": ("sft", "dpo"),
-                         "shieldgemma2": ("sft",), "cosmos3_omni": ("sft",)}
+                         "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
