@@ -48,6 +48,10 @@ Covered (transformers 5.24):
 - mllama (Llama-3.2-Vision): a tiled ViT with a gated global encoder, a one-Linear projector and a Llama decoder
   whose cross-attention layers read the image states (hpcmem.models.mllama's `MllamaTowerSpec`, which also counts
   what those layers hold beyond a Llama layer).
+- shieldgemma2 (ShieldGemma 2): transformers builds Gemma3ForConditionalGeneration from its config, so Gemma 3's
+  tower, projector and decoder; only the head's tying is read otherwise (ShieldGemma2Config).
+- cosmos3_omni (Cosmos3-Omni): Cosmos3OmniForConditionalGeneration subclasses Qwen3-VL's and builds Qwen3-VL's tower
+  and decoder, so Qwen3-VL's layout and defaults.
 - mistral3 (Mistral Small 3.1): a Pixtral tower (RMSNorms, gated MLP, 2D rotary attention over each image at its own
   resolution) and a patch-merging projector (hpcmem.models.pixtral's `PixtralTowerSpec`); its decoder is what its
   text_config names (Mistral).
