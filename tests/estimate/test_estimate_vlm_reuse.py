@@ -106,3 +106,15 @@ def test_the_trainers_whose_reserved_peak_missed_are_refused(cases, trainer):
 
     with pytest.raises(SpecError, match="reserved peak"):
         shipped_case_job(cases, None, trainer=trainer, image_height=448, image_width=448)
+
+
+def test_submit_warns_that_trl_would_load_shieldgemma2s_own_class_and_processor():
+    """`hpcmem submit` runs trl.scripts.sft, which loads the checkpoint's `architectures` class and AutoProcessor's
+    ShieldGemma2Processor, not what the estimate holds; with the user's own --entry it says nothing."""
+    from tests.helpers.launch_helpers import job, launch
+
+    path = str(ROOT / "tests" / "fixtures" / "vlm" / "shieldgemma2-4b-width-L2-D4.json")
+    spec = job("sft", model_name_or_path=path, images_per_example=1, image_height=896, image_width=896,
+               max_length=1024, bf16=True)
+    assert any("ShieldGemma2Processor" in w and "--entry" in w for w in launch(spec).warnings)
+    assert not any("ShieldGemma2Processor" in w for w in launch(spec, entry="train.py").warnings)
