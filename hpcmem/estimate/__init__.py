@@ -37,7 +37,7 @@ from hpcmem.estimate.vision_rl import with_rl_vision
 from hpcmem.estimate.workspaces import cublas_workspaces, cublaslt_threads
 from hpcmem.job.assumptions import describe as describe_assumptions
 from hpcmem.gpus.spec import GpuSpec
-from hpcmem.job.images import published_pixels_note
+from hpcmem.job.images import LOADING_NOTES, published_pixels_note
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.rules import job_warnings
 from hpcmem.job.shape import MicroBatch, Precision, micro_batch, precision
@@ -219,6 +219,8 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
             t.trainer not in IMAGE_TRAINERS_TRACED.get(v.model_type, ()):
         warnings.append(f"{t.trainer} with {v.model_type}'s images: not traced — estimated by the rules traced on "
                         f"{', '.join(k for k, tr in IMAGE_TRAINERS_TRACED.items() if t.trainer in tr)}")
+    if v is not None and (t.images_per_example or t.profile_images) and v.model_type in LOADING_NOTES:
+        warnings.append(LOADING_NOTES[v.model_type])
     if job.model.vision is not None and published_pixels_note(job.train, job.model.vision):
         warnings.append(published_pixels_note(job.train, job.model.vision))
     if job.train.max_length is None and job.tokens_per_micro_batch is None and not entry(job.train.trainer).generates:

@@ -49,6 +49,17 @@ MAX_ASPECT = 200            # smart_resize raises above this aspect ratio
 # change what small or large images become: Qwen3-VL's `size` {"shortest_edge": 65536, "longest_edge": 16777216}
 # (Qwen/Qwen3-VL-8B-Instruct); keyed by the model config's model_type
 PUBLISHED_PIXELS = {"qwen3_vl": (65536, 16777216)}
+# What a type's own checkpoint files make TRL do other than what the estimate holds (keyed by model_type).
+# ShieldGemma 2: the estimate (and the trace) is Gemma3ForConditionalGeneration, what AutoModelForImageTextToText
+# builds from a ShieldGemma2Config, fed by a Gemma3Processor; trl/trainer/utils.py `create_model_from_path` loads the
+# class config.json's `architectures` names, and modeling_shieldgemma2.py `ShieldGemma2ForImageClassification.forward`
+# returns the last position's yes/no logits only; processing_shieldgemma2.py `ShieldGemma2Processor.__call__`
+# replaces the text it is given by one policy prompt per image and policy and raises on text without images
+LOADING_NOTES = {"shieldgemma2": (
+    "shieldgemma2 is estimated as Gemma3ForConditionalGeneration (AutoModelForImageTextToText) with a Gemma3Processor "
+    "as processing_class; ShieldGemma2ForImageClassification returns no loss and no per-token logits, and "
+    "ShieldGemma2Processor drops the dataset's text for one policy prompt per image and policy (3 rows per image "
+    "by default): load the model with AutoModelForImageTextToText and pass a Gemma3Processor")}
 # The flags' help: which names are hpcmem's own and which transformers'
 FIELD_HELP = {
     "images_per_example": "hpcmem's own: images in each row's \"images\" list (0: text only) (default 0)",

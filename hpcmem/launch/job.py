@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from hpcmem.errors import Problems, SpecError
 from hpcmem.inputs.values import InputError, shown, text
-from hpcmem.job.images import pixel_bounds, processor_kwargs
+from hpcmem.job.images import LOADING_NOTES, pixel_bounds, processor_kwargs
 from hpcmem.job.trainers import entry
 from hpcmem.launch import slurm_time
 from hpcmem.launch.container_paths import invisible, job_mounts, needed_paths, unmountable
@@ -209,6 +209,10 @@ class Launch:
             out.append(f"--entry {self.options.entry} builds its own processor: the estimate assumed images resized "
                        f"into [{lo:,}, {hi:,}] pixels (min_pixels, max_pixels); pass the same to "
                        "AutoProcessor.from_pretrained there")
+        v = self.job.model.vision
+        if v is not None and t.images_per_example and v.model_type in LOADING_NOTES and not self.options.entry:
+            out.append(f"{LOADING_NOTES[v.model_type]}; trl.scripts.{t.trainer} loads the checkpoint's own class and "
+                       "processor: give --entry a script that loads these")
         if self.options.requeue and fields.get("save_only_model"):
             out.append("save_only_model: true keeps no optimizer/scheduler/RNG state, which \"prevents resuming "
                        "training from the checkpoint\" (transformers TrainingArguments); a restart cannot resume")

@@ -4,7 +4,8 @@ tests/models/test_coverage_vlm.py).
 
 hpcmem models images for the types of hpcmem.models.vision (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: their vision tower,
 patch merger — Qwen3-VL's deepstack mergers too — and image tokens; Gemma 3: its SigLIP tower, pooling projector and
-image tokens; the trainers hpcmem.models.vision `IMAGE_TRAINERS_ALLOWED` names per type; llava, LLaVA-NeXT,
+image tokens; ShieldGemma 2 and Cosmos3-Omni as Gemma 3 and Qwen3-VL, whose classes transformers builds for them;
+the trainers hpcmem.models.vision `IMAGE_TRAINERS_ALLOWED` names per type; llava, LLaVA-NeXT,
 LLaVA-NeXT-Video, LLaVA-OneVision, SmolVLM, Idefics3, PaliGemma, Mllama, Mistral 3 and InternVL likewise, their
 towers in hpcmem.models.clip_tower, llava_next, llava_onevision, idefics3, paligemma, mllama, pixtral and
 internvl); any other type that is only image-text-to-text is refused with that reason.

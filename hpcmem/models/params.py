@@ -260,6 +260,9 @@ PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...] | None] = {
     "qwen2_vl": None,
     "qwen3_vl": None,
     "qwen3_vl_moe": None,
+    # nor a shieldgemma2 or cosmos3_omni row (the loaded model's model_type: ShieldGemma2Config's, Cosmos3OmniConfig's)
+    "shieldgemma2": None,
+    "cosmos3_omni": None,
 }
 
 

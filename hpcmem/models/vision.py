@@ -48,6 +48,10 @@ Covered (transformers 5.24):
 - mllama (Llama-3.2-Vision): a tiled ViT with a gated global encoder, a one-Linear projector and a Llama decoder
   whose cross-attention layers read the image states (hpcmem.models.mllama's `MllamaTowerSpec`, which also counts
   what those layers hold beyond a Llama layer).
+- shieldgemma2 (ShieldGemma 2): transformers builds Gemma3ForConditionalGeneration from its config, so Gemma 3's
+  tower, projector and decoder; only the head's tying is read otherwise (ShieldGemma2Config).
+- cosmos3_omni (Cosmos3-Omni): Cosmos3OmniForConditionalGeneration subclasses Qwen3-VL's and builds Qwen3-VL's tower
+  and decoder, so Qwen3-VL's layout and defaults.
 - mistral3 (Mistral Small 3.1): a Pixtral tower (RMSNorms, gated MLP, 2D rotary attention over each image at its own
   resolution) and a patch-merging projector (hpcmem.models.pixtral's `PixtralTowerSpec`); its decoder is what its
   text_config names (Mistral).
@@ -107,6 +111,10 @@ class TowerLayout:
     # `ties` False: the class declares no tied weights (modeling_mllama.py: `_tied_weights_keys` commented out).
     tie_from_text: bool = False
     ties: bool = True
+    # what `tie_from_text` reads when text_config omits the flag (or is absent): the text config class's default
+    # (ShieldGemma2Config.__post_init__ reads `getattr(self.text_config, "tie_word_embeddings", True)` of a
+    # Gemma3TextConfig, whose default is True)
+    text_tie_default: bool = False
 
 
 # configuration_qwen3_vl_moe.py `Qwen3VLMoeTextConfig`'s field defaults (no norm_topk_prob: modeling_qwen3_vl_moe.py
@@ -132,7 +140,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
                           "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
                           "mistral3": ("sft", "dpo"),
-                          "internvl": ("sft", "dpo")}
+                          "internvl": ("sft", "dpo"),
+                          "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -140,7 +149,8 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
                          "mistral3": ("sft", "dpo"),
-                         "internvl": ("sft", "dpo")}
+                         "internvl": ("sft", "dpo"),
+                         "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -206,6 +216,19 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
 # `Qwen3VLMoeTextAttention(Qwen3VLTextAttention)`: q/k norms) with Qwen3VLMoeTextConfig's defaults
 VISION_LANGUAGE["qwen3_vl_moe"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwen3_moe",
                                           text_class_defaults=QWEN3_VL_MOE_TEXT_DEFAULTS)
+# models/cosmos3_omni (modular_cosmos3_omni.py): `Cosmos3OmniConfig(Qwen3VLConfig)` with the same fields and defaults
+# and sub-configs qwen3_vl_vision / qwen3_vl_text (Qwen3VLVisionConfig, Qwen3VLTextConfig);
+# `Cosmos3OmniForConditionalGeneration(Qwen3VLForConditionalGeneration)` is a `pass` subclass, and the generated
+# modeling_cosmos3_omni.py `Cosmos3OmniModel` builds `AutoModel.from_config` of those sub-configs (Qwen3VLVisionModel,
+# Qwen3VLTextModel) with Qwen3VLModel's forward line for line; only `_no_split_modules`, `_can_record_outputs`
+# (None) and the load-time key filter differ, none of which a single-device training step reads: qwen3_vl's layout
+VISION_LANGUAGE["cosmos3_omni"] = replace(VISION_LANGUAGE["qwen3_vl"])
+# models/shieldgemma2: MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES builds Gemma3ForConditionalGeneration from a
+# ShieldGemma2Config (configuration_shieldgemma2.py: Gemma3Config's fields and defaults, text_config a gemma3_text,
+# vision_config a siglip_vision_model), except tie_word_embeddings: False by default, and `__post_init__` sets it True
+# when the text config's flag is true (Gemma3TextConfig's default True)
+VISION_LANGUAGE["shieldgemma2"] = replace(VISION_LANGUAGE["gemma3"], tie_default=False, tie_from_text=True,
+                                          text_tie_default=True)
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
                      "internvl")
@@ -435,8 +458,9 @@ def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
     # the composite config's flag decides (TowerLayout.tie_from_text, .ties); the flat Hub layout's top-level keys
     # are the outer config's too
     tie = bool(cfg.get("tie_word_embeddings", outer.tie_default))
-    if not tie and outer.tie_from_text and isinstance(inner, dict) and inner.get("tie_word_embeddings"):
-        tie = True
+    if not tie and outer.tie_from_text:
+        tie = bool(inner.get("tie_word_embeddings", outer.text_tie_default) if isinstance(inner, dict)
+                   else outer.text_tie_default)
     text["tie_word_embeddings"] = tie and outer.ties
     # llava's and paligemma's decoder is whatever their text_config names (LlavaConfig's default: llama)
     # (without a text_config, the class's default text config: `layout`)

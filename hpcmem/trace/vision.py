@@ -39,7 +39,10 @@ CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content']
 PROCESSORS = {"qwen2_5_vl": ("transformers.models.qwen2_5_vl.processing_qwen2_5_vl", "Qwen2_5_VLProcessor"),
               "qwen2_vl": ("transformers.models.qwen2_vl.processing_qwen2_vl", "Qwen2VLProcessor"),
               "qwen3_vl": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor"),
-              "qwen3_vl_moe": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor")}
+              "qwen3_vl_moe": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor"),
+              # no mapping row (the checkpoint's processor_config names the class); its image processor and tokenizer
+              # rows are Qwen3-VL's (image_processing_auto.py: Qwen2VLImageProcessor; tokenization_auto.py: Qwen2)
+              "cosmos3_omni": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor")}
 # What the trace does that a real run does not (its notes).
 NOTES = ("vision-language: a Qwen processor's video_processor is left out (it needs torchvision; an image-only dataset "
          "never calls it; Gemma 3's processor has none); PixtralProcessor's import of the torchvision image "
