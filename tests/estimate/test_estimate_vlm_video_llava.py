@@ -3,7 +3,8 @@ layers per tower) against the trace of TRL's SFTTrainer / DPOTrainer with their 
 VideoLlavaProcessor (VideoLlavaImageProcessor, no video processor) on real images (estimator/traces/
 vlm-video-llava*.jsonl, written by `hpcmem validate trace --cases estimator/cases/vlm-video-llava.yaml`,
 `vlm-video-llava-dpo.yaml`): full fine-tuning and LoRA all-linear, checkpointing on and off, 1 and 2 images per row,
-2 rows of 480×640; the idle video tower by hand; what is refused."""
+2 rows of 480×640; held out at the published depth (32 decoder layers, two 24-layer CLIP towers,
+vlm-video-llava-7b.yaml); the idle video tower by hand; what is refused."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from tests.helpers.stored_cases import largest_component, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = trace_records(ROOT, "vlm-video-llava", "vlm-video-llava-dpo")
+RECORDS = trace_records(ROOT, "vlm-video-llava", "vlm-video-llava-dpo", "vlm-video-llava-7b")
 MAX_PCT = 3.0
 H, I, O = 1024, 4096, 4096
 LAYER = 4 * (H * H + H) + 2 * H * I + I + H + 4 * H
@@ -33,7 +34,7 @@ def _job(case_id: str, **changes):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 9 + 4
+    assert len(RECORDS) == 9 + 4 + 4
 
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))

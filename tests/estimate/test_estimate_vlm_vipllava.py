@@ -2,7 +2,8 @@
 against the trace of TRL's SFTTrainer / DPOTrainer with their vision collators and transformers' LlavaProcessor on real
 336×336 images (estimator/traces/vlm-vipllava*.jsonl, written by `hpcmem validate trace --cases
 estimator/cases/vlm-vipllava.yaml`, `vlm-vipllava-dpo.yaml`): full fine-tuning and LoRA all-linear, checkpointing on
-and off, 1 and 2 images per row; the trained parameters and the adapters by hand; what is refused."""
+and off, 1 and 2 images per row; held out at the published depth (32 decoder layers, 24 CLIP layers,
+vlm-vipllava-7b.yaml); the trained parameters and the adapters by hand; what is refused."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from tests.helpers.stored_cases import largest_component, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = trace_records(ROOT, "vlm-vipllava", "vlm-vipllava-dpo")
+RECORDS = trace_records(ROOT, "vlm-vipllava", "vlm-vipllava-dpo", "vlm-vipllava-7b")
 MAX_PCT = 3.0
 H, I, O, K = 1024, 4096, 4096, 5        # CLIP width, CLIP MLP, Vicuna-7B width, feature layers (-2, -5, -8, -11, 6)
 # one CLIPEncoderLayer: q/k/v/out_proj 1024² + bias, fc1/fc2 1024 ↔ 4096 + bias, two LayerNorms
@@ -33,7 +34,7 @@ def _job(case_id: str, **changes):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8 + 4
+    assert len(RECORDS) == 8 + 4 + 4
 
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
