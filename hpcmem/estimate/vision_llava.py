@@ -33,6 +33,7 @@ from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_sav
 from hpcmem.estimate.vision_idefics3 import idefics3_terms
 from hpcmem.estimate.vision_mistral3 import pixtral_terms
 from hpcmem.estimate.vision_internvl import internvl_terms
+from hpcmem.estimate.vision_vipllava import vipllava_terms
 from hpcmem.estimate.vision_mllama import mllama_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
@@ -44,15 +45,19 @@ from hpcmem.models.internvl import InternVLTowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
 from hpcmem.models.pixtral import PixtralTowerSpec
+from hpcmem.models.vipllava import VipLlavaTowerSpec
 
 
 def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
     """The tower's terms: llava's CLIP tower here, SmolVLM's / Idefics3's and PaliGemma's in
     hpcmem.estimate.vision_idefics3, Llama-3.2-Vision's in hpcmem.estimate.vision_mllama, Mistral 3's Pixtral in
     hpcmem.estimate.vision_mistral3, the Qwen towers in hpcmem.estimate.vision; InternVL's llava's with its own layer
-    scale and projector (hpcmem.estimate.vision_internvl)."""
+    scale and projector (hpcmem.estimate.vision_internvl); ViP-LLaVA's llava's with its concatenating, normalizing
+    projector (hpcmem.estimate.vision_vipllava); Video-LLaVA's llava's (its idle video tower weights only)."""
     if isinstance(job.model.vision, InternVLTowerSpec):
         return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))
+    if isinstance(job.model.vision, VipLlavaTowerSpec):
+        return vipllava_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, ClipTowerSpec):
         return llava_terms(job, prec, lora)
     if isinstance(job.model.vision, (Idefics3TowerSpec, PaliGemmaTowerSpec)):
@@ -90,8 +95,10 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     merger = v.merger_params if trained else sum(r * (x.in_features + x.out_features) for x in merger_adapters)
     # on the loss's path: the embeddings and pre_layrnorm (trained only), the layers up to the feature layer, the
     # projector
-    # and llava_next's image_newline (num_params beyond the tower and the projector; llava has none)
-    outside = (v.embed_params + v.pre_norm_params + v.num_params - v.tower_params - v.merger_params) if trained else 0
+    # and llava_next's image_newline (num_params beyond the tower, the projector and any idle module such as
+    # Video-LLaVA's video tower; llava has none)
+    outside = (v.embed_params + v.pre_norm_params + v.num_params - v.tower_params - v.merger_params
+               - v.idle_params) if trained else 0
     trainable = outside + per_block * layers + merger
     grads = trainable * gbytes
     opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
@@ -131,8 +138,10 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     unused = v.depth - layers
     recorded = (v.depth + 1) * prec.residual * h * n if prec.amp and not job.train.gradient_checkpointing else 0
     tail = unused * (prec.residual * h * n if job.train.gradient_checkpointing else block)
+    idle = " and the idle video tower's, which images never run" if v.idle_params else ""
     what = ("tower and projector trained (full fine-tuning); layers after vision_feature_layer and post_layernorm "
-            "get no gradient" if trained else f"frozen; LoRA on {len(adapted)} of its linear kinds")
+            f"get no gradient{idle and '; the video tower is loaded and idle'}" if trained else
+            f"frozen; LoRA on {len(tower_adapters) + len(merger_adapters)} of its linear kinds{idle}")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=tiles * v.tile_values * FP32,
                        saved=saved, merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
                        block_backward=hidden_t + max(mlp_t + adapter_t if job.train.gradient_checkpointing else

@@ -108,6 +108,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "paligemma": "SiglipImageProcessor", "mllama": "MllamaImageProcessor",
                      "pixtral": "PixtralImageProcessor", "internvl": "GotOcr2ImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
+        if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
+            processor = "VideoLlavaImageProcessor"
         if getattr(v, "grid_pinpoints", None):
             # LlavaNextVideoProcessor's image processor is LlavaNextImageProcessor
             processor = {"llava_onevision": "LlavaOnevisionImageProcessor"}.get(v.model_type,

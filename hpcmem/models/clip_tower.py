@@ -135,22 +135,30 @@ class ClipTowerSpec(LinearTower):
         return self.embed_params + self.pre_norm_params + 2 * self.hidden_size + self.block_params * self.depth
 
     @property
+    def idle_params(self) -> int:
+        """Parameters of modules an image never runs (Video-LLaVA's video tower, hpcmem.models.video_llava); llava has
+        none."""
+        return 0
+
+    @property
     def unused_params(self) -> int:
-        """Parameters off the loss's path (no gradient, no optimizer state): the layers after the feature layer and
-        post_layernorm."""
-        return (self.depth - self.trained_layers) * self.block_params + 2 * self.hidden_size
+        """Parameters off the loss's path (no gradient, no optimizer state): the layers after the feature layer,
+        post_layernorm and any idle module."""
+        return (self.depth - self.trained_layers) * self.block_params + 2 * self.hidden_size + self.idle_params
 
 
-def clip_tower_from_config(cfg: dict[str, Any], name: str, model_type: str = "llava") -> ClipTowerSpec:
+def clip_tower_from_config(cfg: dict[str, Any], name: str, model_type: str = "llava",
+                           vision_defaults: dict[str, Any] = LLAVA_VISION_DEFAULTS) -> ClipTowerSpec:
     """The ClipTowerSpec of a llava config.json dict (llava_next's: the same keys and defaults, LlavaNextConfig); keys
-    it omits take the config classes' defaults."""
+    it omits take the config classes' defaults (`vision_defaults`: the outer config's init_kwargs for an omitted
+    vision_config)."""
     raw = cfg.get("vision_config")
     if raw is not None and not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
     if raw is not None and raw.get("model_type", "clip_vision_model") != "clip_vision_model":
         raise SpecError(f"model {name}: {model_type}'s vision_config.model_type {raw.get('model_type')!r} is not "
                         f"modelled; hpcmem models {model_type} with a CLIP tower (clip_vision_model)")
-    vc = {**CLIP_DEFAULTS, **(raw if raw is not None else LLAVA_VISION_DEFAULTS)}
+    vc = {**CLIP_DEFAULTS, **(raw if raw is not None else vision_defaults)}
     outer = {**LLAVA_DEFAULTS, **{k: cfg[k] for k in LLAVA_DEFAULTS if k in cfg}}
     return ClipTowerSpec(model_type=model_type, depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
                          intermediate_size=vc["intermediate_size"], num_heads=vc["num_attention_heads"],

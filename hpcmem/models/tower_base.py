@@ -48,7 +48,7 @@ class TowerLinear:
     in_features: int
     out_features: int
     count: int
-    part: str               # "tower" or "merger" (the projector)
+    part: str               # "tower", "merger" (the projector) or "video" (Video-LLaVA's idle video tower)
     bias: bool = True
 
     @property

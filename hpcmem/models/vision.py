@@ -38,6 +38,10 @@ Covered (transformers 5.24):
 - llava_onevision (LLaVA-OneVision): a SigLIP tower under llava_next's projector, tiles and image_newline, a large
   image's grid downscaled to anyres_max's tile count (hpcmem.models.llava_onevision's `LlavaOnevisionTowerSpec`); its
   decoder is what its text_config names (Qwen2).
+- vipllava (ViP-LLaVA): llava's CLIP tower; the projector reads several layers' outputs concatenated through a
+  LayerNorm (hpcmem.models.vipllava's `VipLlavaTowerSpec`).
+- video_llava (Video-LLaVA): with images llava's tower and projector, beside an idle video tower of the same config
+  (hpcmem.models.video_llava's `VideoLlavaTowerSpec`).
 - smolvlm (SmolVLM2) and idefics3: a SigLIP-style tower, a pixel-shuffle connector and a Llama decoder
   (hpcmem.models.idefics3's `Idefics3TowerSpec`).
 - paligemma: a SigLIP tower and a one-Linear projector (hpcmem.models.paligemma's `PaliGemmaTowerSpec`); its decoder
@@ -67,6 +71,8 @@ from hpcmem.models.siglip import gemma3_projector_params, gemma3_vision_values, 
 from hpcmem.models.clip_tower import ClipTowerSpec, clip_tower_from_config
 from hpcmem.models.llava_next import llava_next_tower_from_config
 from hpcmem.models.llava_onevision import onevision_tower_from_config
+from hpcmem.models.video_llava import video_llava_tower_from_config
+from hpcmem.models.vipllava import vipllava_tower_from_config
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
 from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
@@ -141,7 +147,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
                           "mistral3": ("sft", "dpo"),
                           "internvl": ("sft", "dpo"),
-                          "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo")}
+                          "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
+                          "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -150,7 +157,8 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
                          "mistral3": ("sft", "dpo"),
                          "internvl": ("sft", "dpo"),
-                         "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo")}
+                         "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
+                         "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -208,6 +216,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/internvl: hpcmem.models.internvl reads the vision part; the decoder is what text_config names
     # (InternVLConfig's default: qwen2); InternVLConfig.tie_word_embeddings True
     "internvl": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
+    # models/vipllava: llava's tower with several feature layers and a LayerNorm in the projector
+    # (hpcmem.models.vipllava); models/video_llava: llava's image path beside an idle video tower
+    # (hpcmem.models.video_llava); both decoders what text_config names (their configs' default: llama), neither
+    # config forwards a text_config tie flag (no __post_init__)
+    "vipllava": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    "video_llava": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
 }
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
@@ -231,7 +245,7 @@ VISION_LANGUAGE["shieldgemma2"] = replace(VISION_LANGUAGE["gemma3"], tie_default
                                           text_tie_default=True)
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
-                     "internvl")
+                     "internvl", "vipllava", "video_llava")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -389,6 +403,10 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return None
     if model_type == "llava":
         return clip_tower_from_config(cfg, name)
+    if model_type == "vipllava":
+        return vipllava_tower_from_config(cfg, name)
+    if model_type == "video_llava":
+        return video_llava_tower_from_config(cfg, name)
     if model_type in ("llava_next", "llava_next_video"):
         return llava_next_tower_from_config(cfg, name, model_type)
     if model_type == "llava_onevision":

@@ -86,7 +86,7 @@ def decoder_layers(model: Any) -> list[Any]:
     import torch
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    tower = {id(b) for b in vision_blocks(model)}
+    tower = {id(b) for b in (*vision_blocks(model), *idle_tower_blocks(model))}
     layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer) and id(m) not in tower]
     inner = {id(c) for m in layers for c in m.modules()
              if c is not m and isinstance(c, GradientCheckpointingLayer)}
@@ -101,11 +101,27 @@ def vision_blocks(model: Any) -> list[Any]:
     """A vision-language model's vision tower blocks (GradientCheckpointingLayers too, which `decoder_layers` leaves
     out): those of the module transformers names `visual` (modeling_qwen2_5_vl.py Qwen2_5_VLModel.visual) or
     `vision_tower` (modeling_gemma3.py Gemma3Model.vision_tower, a SiglipVisionModel; modeling_llava.py
-    LlavaModel.vision_tower) or `vision_model` (modeling_smolvlm.py SmolVLMModel.vision_model, Idefics3's too)."""
+    LlavaModel.vision_tower) or `vision_model` (modeling_smolvlm.py SmolVLMModel.vision_model, Idefics3's too) or
+    `image_tower` (modeling_video_llava.py VideoLlavaModel.image_tower; its `video_tower`, which images never run, is
+    not the one)."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    towers = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] in ("visual", "vision_tower", "vision_model")]
+    towers = [m for name, m in model.named_modules()
+              if name.rsplit(".", 1)[-1] in ("visual", "vision_tower", "vision_model", "image_tower")
+              and IDLE_TOWER not in name.split(".")]
     return [b for t in towers[:1] for b in t.modules() if isinstance(b, GradientCheckpointingLayer)]
+
+
+# modeling_video_llava.py VideoLlavaModel.video_tower: a second CLIP tower that runs on videos only
+IDLE_TOWER = "video_tower"
+
+
+def idle_tower_blocks(model: Any) -> list[Any]:
+    """The blocks of a tower no image runs (`IDLE_TOWER`): neither the vision tower's nor the decoder's."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [b for name, m in model.named_modules() if name.rsplit(".", 1)[-1] == IDLE_TOWER
+            for b in m.modules() if isinstance(b, GradientCheckpointingLayer)]
 
 
 def owners(layers: list[Any]) -> dict[int, int]:

@@ -11,6 +11,9 @@ llava_next: models/llava_next/processing_llava_next.py `LlavaNextProcessor` arou
 (anyres tiles, hpcmem.models.llava_next), the same image token and template.
 llava_next_video: models/llava_next_video/processing_llava_next_video.py `LlavaNextVideoProcessor` around the same
 image processor (`next_processor`), its video processor left out.
+vipllava: LlavaProcessor as llava's (models/auto/processing_auto.py maps vipllava to it; its projector always drops
+the class token: "default"). video_llava: models/video_llava/processing_video_llava.py `VideoLlavaProcessor` around
+`VideoLlavaImageProcessor` (`video_llava_processor`), the same image token count rule, its video processor left out.
 llava_onevision: models/llava_onevision/processing_llava_onevision.py `LlavaOnevisionProcessor` around
 `LlavaOnevisionImageProcessorPil` (anyres tiles, a large image's grid downscaled: hpcmem.models.llava_onevision), the
 same image token and template; its video processor left out (`without_video`), as for the Qwen processors.
@@ -26,7 +29,7 @@ from hpcmem.trace.pieces import tokenizer
 IMAGE_TOKEN = "<image>"
 VIDEO_TOKEN = "<video>"     # LlavaOnevisionProcessor's and LlavaNextVideoProcessor's video_token (looked up)
 # the llava types this module builds the processor of (no markers around their image tokens)
-LLAVA_TYPES = ("llava", "llava_next", "llava_next_video", "llava_onevision")
+LLAVA_TYPES = ("llava", "llava_next", "llava_next_video", "llava_onevision", "vipllava", "video_llava")
 MARKERS_PER_IMAGE = 0
 CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
                  "{% if part['type'] == 'image' %}" + IMAGE_TOKEN + "{% elif part['type'] == 'text' %}"
@@ -47,11 +50,30 @@ def processor(job: JobSpec) -> Any:
     if v.model_type in ("llava_onevision", "llava_next_video"):
         tok.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN, VIDEO_TOKEN]})
         return onevision_processor(v, tok) if v.model_type == "llava_onevision" else next_processor(v, tok)
+    if v.model_type == "video_llava":
+        tok.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN, VIDEO_TOKEN]})
+        return video_llava_processor(v, tok)
     images = CLIPImageProcessorPil(size={"shortest_edge": v.image_size},
                                    crop_size={"height": v.image_size, "width": v.image_size})
     return LlavaProcessor(image_processor=images, tokenizer=tok, patch_size=v.patch_size,
                           vision_feature_select_strategy="default" if v.drop_class_token else "full",
                           num_additional_image_tokens=1, chat_template=CHAT_TEMPLATE)
+
+
+def video_llava_processor(v: Any, tok: Any) -> Any:
+    """VideoLlavaProcessor around `VideoLlavaImageProcessor` (resize the shortest edge, centre-crop; LanguageBind/
+    Video-LLaVA-7B-hf's settings are its defaults at the tower's 224 px), patch_size, "default" and
+    num_additional_image_tokens 1 (its class defaults, as convert_video_llava_weights_to_hf.py saves them), no video
+    processor (it needs torchvision; an image-only dataset never calls it)."""
+    from transformers.models.video_llava.image_processing_video_llava import VideoLlavaImageProcessor
+    from transformers.models.video_llava.processing_video_llava import VideoLlavaProcessor
+
+    images = VideoLlavaImageProcessor(size={"shortest_edge": v.image_size},
+                                      crop_size={"height": v.image_size, "width": v.image_size})
+    return without_video(VideoLlavaProcessor)(
+        image_processor=images, video_processor=None, tokenizer=tok, patch_size=v.patch_size,
+        vision_feature_select_strategy="default" if v.drop_class_token else "full", num_additional_image_tokens=1,
+        image_token=IMAGE_TOKEN, video_token=VIDEO_TOKEN, chat_template=CHAT_TEMPLATE)
 
 
 def next_processor(v: Any, tok: Any) -> Any:

@@ -51,7 +51,7 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     assert by_type["qwen2_5_vl"]["status"] == "derived" and "with images" in by_type["qwen2_5_vl"]["reason"]
     assert all(by_type[name]["status"] == "derived" for name in ("qwen2_vl", "qwen3_vl", "gemma3", "llava",
                                                                  "llava_next", "llava_onevision", "llava_next_video",
-                                                                 "mistral3"))
+                                                                 "mistral3", "vipllava", "video_llava"))
     # what each type's case matrices traced (estimator/cases/vlm-*.yaml), and what is refused
     assert "traced: SFT, DPO, GRPO, RLOO)" in by_type["qwen2_5_vl"]["reason"]
     assert all("traced: SFT, DPO, GRPO, RLOO)" in by_type[name]["reason"] and "not traced" not in
@@ -63,7 +63,8 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     assert "traced: SFT, DPO)" in by_type["llava_next"]["reason"] and "GRPO/RLOO with images refused" in \
         by_type["llava_next"]["reason"]
     assert all("traced: SFT, DPO)" in by_type[name]["reason"] and "GRPO/RLOO with images refused" in
-               by_type[name]["reason"] for name in ("llava_onevision", "llava_next_video", "mistral3"))
+               by_type[name]["reason"] for name in ("llava_onevision", "llava_next_video", "mistral3", "vipllava",
+                                                    "video_llava"))
     assert "traced: SFT, DPO)" in by_type["smolvlm"]["reason"] and "GRPO/RLOO with images refused" in \
         by_type["smolvlm"]["reason"]
     assert "traced: SFT)" in by_type["idefics3"]["reason"] and "DPO/GRPO/RLOO with images refused" in \
