@@ -51,6 +51,9 @@ Covered (transformers 5.24):
 - mistral3 (Mistral Small 3.1): a Pixtral tower (RMSNorms, gated MLP, 2D rotary attention over each image at its own
   resolution) and a patch-merging projector (hpcmem.models.pixtral's `PixtralTowerSpec`); its decoder is what its
   text_config names (Mistral).
+- lighton_ocr (LightOnOCR): Mistral 3's Pixtral tower and projector (GELU, no biases) with the image processor's own
+  patch-size resize, image tokens without breaks and a Qwen3 decoder (hpcmem.models.lighton_ocr's
+  `LightOnOcrTowerSpec`).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_con
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
 from hpcmem.models.pixtral import MISTRAL3_TEXT_DEFAULTS, PixtralTowerSpec, pixtral_tower_from_config
+from hpcmem.models.lighton_ocr import LIGHTON_TEXT_DEFAULTS, lighton_tower_from_config
 
 
 
@@ -132,7 +136,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
                           "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
                           "mistral3": ("sft", "dpo"),
-                          "internvl": ("sft", "dpo")}
+                          "internvl": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -140,7 +144,7 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
                          "mistral3": ("sft", "dpo"),
-                         "internvl": ("sft", "dpo")}
+                         "internvl": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -198,6 +202,10 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/internvl: hpcmem.models.internvl reads the vision part; the decoder is what text_config names
     # (InternVLConfig's default: qwen2); InternVLConfig.tie_word_embeddings True
     "internvl": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
+    # models/lighton_ocr: hpcmem.models.lighton_ocr reads the vision part; the decoder is what text_config names
+    # (LightOnOcrConfig's default: qwen3); LightOnOcrConfig.tie_word_embeddings True
+    "lighton_ocr": TowerLayout(text="qwen3", defaults={}, aliases={}, norm="rms", mlp="gated", tie_default=True,
+                               text_defaults=LIGHTON_TEXT_DEFAULTS),
 }
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
@@ -208,7 +216,7 @@ VISION_LANGUAGE["qwen3_vl_moe"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwe
                                           text_class_defaults=QWEN3_VL_MOE_TEXT_DEFAULTS)
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
-                     "internvl")
+                     "internvl", "lighton_ocr")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -380,6 +388,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return pixtral_tower_from_config(cfg, name)
     if model_type == "internvl":
         return internvl_tower_from_config(cfg, name)
+    if model_type == "lighton_ocr":
+        return lighton_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
