@@ -101,10 +101,12 @@ def vision_blocks(model: Any) -> list[Any]:
     """A vision-language model's vision tower blocks (GradientCheckpointingLayers too, which `decoder_layers` leaves
     out): those of the module transformers names `visual` (modeling_qwen2_5_vl.py Qwen2_5_VLModel.visual) or
     `vision_tower` (modeling_gemma3.py Gemma3Model.vision_tower, a SiglipVisionModel; modeling_llava.py
-    LlavaModel.vision_tower) or `vision_model` (modeling_smolvlm.py SmolVLMModel.vision_model, Idefics3's too)."""
+    LlavaModel.vision_tower) or `vision_model` (modeling_smolvlm.py SmolVLMModel.vision_model, Idefics3's too) or
+    `vision_encoder` (modeling_lighton_ocr.py LightOnOcrModel.vision_encoder)."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    towers = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] in ("visual", "vision_tower", "vision_model")]
+    names = ("visual", "vision_tower", "vision_model", "vision_encoder")
+    towers = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] in names]
     return [b for t in towers[:1] for b in t.modules() if isinstance(b, GradientCheckpointingLayer)]
 
 
