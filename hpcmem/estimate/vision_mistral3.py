@@ -94,10 +94,17 @@ def pixtral_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerm
     # last_hidden_state records none (modeling_lighton_ocr.py `LightOnOcrModel.get_image_features`)
     recorded = (v.depth + 1) * prec.residual * h * n \
         if v.records_hidden_states and prec.residual != FP32 and not gc else 0
+    # DPO's reference forward (no grad) beside the policy's saved tensors: patch_conv's output (the per-image views
+    # `patch_embeds_list` keeps), ln_pre's output (the transformer's input), the mask and rotary tables, and at the
+    # last block's MLP its input, the attention's residual sum, ffn_norm's output and act(gate), up and their product
+    # [N, intermediate] (PixtralVisionModel.forward, PixtralAttentionLayer.forward, PixtralMLP.forward)
+    last_input = prec.residual * h * n if v.depth > 1 else 0
+    reference = (prec.act * h * n + prec.residual * h * n + mask + rope + last_input
+                 + 2 * prec.residual * h * n + 3 * prec.act * v.intermediate_size * n)
     what = ("tower and projector trained (full fine-tuning)" if trained else
             f"frozen; LoRA on {len(adapted)} of its linear kinds")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,
                        merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
                        block_backward=hidden_t + max(mlp_t + adapter_t if gc else max(mlp_t, adapter_t), scores_t),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=n,
-                       image_tokens=text_tokens, trained=what, forward_only=recorded)
+                       image_tokens=text_tokens, trained=what, forward_only=recorded, reference_pass=reference)

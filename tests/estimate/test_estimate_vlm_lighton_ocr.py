@@ -1,8 +1,9 @@
 """LightOnOCR SFT with images (LightOnOCR-1B's widths cut to 1 decoder layer and 2 Pixtral layers) against the trace
 of TRL's SFTTrainer with its vision collator and transformers' LightOnOcrProcessor on real images of 448×658 and
 1540×1540 (estimator/traces/vlm-lighton-ocr.jsonl, written by `hpcmem validate trace --reserved --cases
-estimator/cases/vlm-lighton-ocr.yaml`): full fine-tuning and LoRA all-linear, checkpointing on and off; the patches,
-tokens and what differs from Mistral 3 by hand; what is refused."""
+estimator/cases/vlm-lighton-ocr.yaml`): full fine-tuning and LoRA all-linear, checkpointing on and off; DPO the same
+way (TRL's DataCollatorForVisionPreference, each image repeated for chosen and rejected; vlm-lighton-ocr-dpo.yaml);
+the patches, tokens, the reference's tower pass and what differs from Mistral 3 by hand; what is refused."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from tests.helpers.stored_cases import largest_component, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = trace_records(ROOT, "vlm-lighton-ocr")
+RECORDS = trace_records(ROOT, "vlm-lighton-ocr", "vlm-lighton-ocr-dpo")
 MAX_PCT = 3.0
 
 
@@ -30,7 +31,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8
+    assert len(RECORDS) == 8 + 4
 
 
 def test_the_patches_and_tokens_by_hand():
@@ -54,6 +55,20 @@ def test_no_hidden_states_are_recorded():
     name = "vision outputs (forward only)"
     assert all(c.name != name for p in estimate(job).phases for c in p.components)
     assert largest_component(estimate(mistral), name) == 3 * n * 1024 * 2
+
+
+def test_dpo_reference_runs_the_tower_beside_the_policys_saved_tensors():
+    """DPO's reference forward (adapters disabled, no grad) runs the tower on both copies of the 1540 px image while
+    the policy's saved tensors are alive: N = 2 · 12,100 patches, bf16 throughout: patch_conv's output and ln_pre's
+    (N · 1024 each), the [1, 1, N, N] mask, cos and sin [N, 64], and at block 1's MLP block 0's output, the attention's
+    residual sum and ffn_norm's output (N · 1024 each) beside act(gate), up and their product (N · 4096 each). The
+    language model's own no-grad pass runs after it and is not counted there."""
+    n = 2 * 110 * 110
+    est = estimate(stored_case_job(RECORDS["lo-dpo-lora-all-nogc-1540"], ROOT))
+    phase = next(p for p in est.phases if p.name == "reference forward (vision tower)")
+    tower = next(c.bytes for c in phase.components if c.name == "vision no-grad pass")
+    assert tower == 2 * (5 * n * 1024 + n * n + 2 * n * 64 + 3 * n * 4096)
+    assert all(c.name != "no-grad pass" for c in phase.components)
 
 
 def test_full_fine_tuning_trains_the_whole_tower_and_projector():
