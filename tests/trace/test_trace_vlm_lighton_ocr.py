@@ -1,9 +1,9 @@
 """LightOnOCR traced now against its estimate: TRL's SFTTrainer with its vision collator and transformers'
 LightOnOcrProcessor on a real 1540×1540 image, LightOnOCR-1B's widths cut to 1 decoder layer and 2 Pixtral layers
 (estimator/cases/vlm-lighton-ocr.yaml), LoRA all-linear with checkpointing: the step's peak and the tower's own
-backward within 3 % (without checkpointing the tower's backward reads +5.8 % high, estimator/LOG.md). And what TRL's collators hand LightOnOcrForConditionalGeneration: each image at its own resized
-size (sides in 14 px steps) in pixel_values, its image_sizes, and (height // 28) · (width // 28) image tokens, no
-breaks."""
+backward within 3 % (without checkpointing the tower's backward reads +5.8 % high, estimator/LOG.md). And what TRL's
+collators hand LightOnOcrForConditionalGeneration: each image at its own resized size (sides in 14 px steps) in
+pixel_values, its image_sizes, and (height // 28) · (width // 28) image tokens, no breaks."""
 
 from __future__ import annotations
 
