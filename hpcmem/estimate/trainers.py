@@ -32,6 +32,7 @@ from hpcmem.job.trainers import entry
 
 FP32 = 4
 REFERENCE_FORWARD = "reference forward"
+NO_GRAD_PASS = "no-grad pass"      # the reference forward's component (hpcmem.estimate.vision replaces it)
 
 
 def computes_old_logps(job: JobSpec) -> bool:
@@ -241,7 +242,7 @@ def _generic_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> Trainer
         rows = e.rows_per_example * b
         what = "the policy, adapters disabled" if adapters_off_reference(job) else "the reference model"
         phases.append(Phase(name=REFERENCE_FORWARD, components=(
-            Component(name="no-grad pass", bytes=reference_pass(job, rows, mb.seq, prec),
+            Component(name=NO_GRAD_PASS, bytes=reference_pass(job, rows, mb.seq, prec),
                       note=f"chosen+rejected through {what}" if rows > b else what),)))
     if not e.generates:
         return TrainerExtras(resident=tuple(resident), phases=tuple(phases), vllm_pool=0, vllm_pool_asleep=0,

@@ -45,7 +45,7 @@ from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout, backward_b
 from hpcmem.estimate.names import BACKWARD, FORWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES
 from hpcmem.estimate.names import GRADIENTS as LM_GRADIENTS
 from hpcmem.estimate.states import optimizer_bytes_per_param
-from hpcmem.estimate.trainers import REFERENCE_FORWARD
+from hpcmem.estimate.trainers import NO_GRAD_PASS, REFERENCE_FORWARD
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -98,6 +98,10 @@ class VisionTerms:
     # the token embedding's backward runs before the tower's (Mllama: the tower runs first in the forward, so its
     # nodes come last in the backward), so the tower's backward sees every language-model gradient
     embedding_first: bool = False
+    # the tower's own no-grad pass in DPO's reference forward, beside the policy's saved tensors, when it outgrows the
+    # tower's backward (what every block shares, as Pixtral's [1, 1, N, N] mask, and one block's widest instant); 0:
+    # bounded by the tower's backward phase
+    reference_pass: int = 0
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
@@ -377,6 +381,8 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
             if p.name == FORWARD and terms.forward_only:
                 extra += (Component(name="vision outputs (forward only)", bytes=terms.forward_only,
                                     note="dropped with the model's outputs before the backward"),)
+            if after_policy and terms.reference_pass:
+                out.append(_reference_tower_pass(p, resident, extra, terms.reference_pass))
         elif p.name.startswith(BACKWARD) or p.name == OPTIMIZER_STEP:
             extra = (grads, pixels) if p.name != OPTIMIZER_STEP else (grads,)
         else:
@@ -391,6 +397,17 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
     if terms.blocks_saved:
         out.append(_tower_backward(job, terms, resident, phases, embed_grad))
     return out
+
+
+def _reference_tower_pass(p: Phase, resident: tuple[Component, ...], extra: tuple[Component, ...],
+                          tower_pass: int) -> Phase:
+    """DPO's reference forward while its tower runs (dpo_trainer.py `_compute_loss`: the reference model's forward
+    after the policy's, under no_grad): the policy's saved tensors, and the tower's no-grad pass in place of the
+    language model's, which runs after it."""
+    kept = tuple(c for c in p.components if c.name != NO_GRAD_PASS)
+    return Phase(name=f"{p.name} (vision tower)", components=(*resident, *kept, *extra, Component(
+        name="vision no-grad pass", bytes=tower_pass, note="the reference's tower pass: the shared tensors and one "
+                                                           "block's widest instant")))
 
 
 def _tower_backward(job: JobSpec, terms: VisionTerms, resident: tuple[Component, ...],

@@ -47,7 +47,8 @@ def pixtral_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerm
     gc = job.train.gradient_checkpointing
     if images == 0:
         return unused_tower(weights)
-    h, o, m = v.hidden_size, v.out_hidden_size, n // v.merge_unit
+    # the merger's rows: each image's grid unfolded in merge × merge blocks (Mistral3PatchMerger.forward)
+    h, o, m = v.hidden_size, v.out_hidden_size, images * v.merged_tokens(job.train.image_height, job.train.image_width)
     text_tokens = images * image_geometry(job.train, v).tokens
     pixels = n * v.patch_dim * FP32
     if lora.enabled and not adapted and not gc:
@@ -77,10 +78,10 @@ def pixtral_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerm
     rope = 2 * n * (h // v.num_heads) * prec.residual
     mask = n * n * prec.residual
     # the projector: its RMSNorm's fp32 upcast (and normalised tensor when its weight trains), merging_layer's input
-    # (the unfolded [N / merge², merge²·width] concatenation) and linear_1's when they train, GELU's input, linear_2's
-    # input when it trains, the adapters' own
+    # (the unfolded [M, merge²·width] concatenation, M the merged blocks) and linear_1's when they train, GELU's
+    # input, linear_2's input when it trains, the adapters' own
     merger_saved = ((FP32 + (prec.residual if trained else 0)) * h * n
-                    + (prec.act * (h * n + h * m) if trained else 0)
+                    + (prec.act * (h * v.merge_unit * m + h * m) if trained else 0)
                     + prec.act * o * m * (2 if trained else 1)
                     + adapters_saved(merger_adapters, m, prec, lora))
     saved = sum(blocks) + conv + leaves + pre + rope + mask + merger_saved
@@ -89,12 +90,21 @@ def pixtral_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerm
         if tower_adapters else 0
     # alive until the trainer drops the model's outputs: the layers' outputs `capture_outputs` records for
     # hidden_states (the embeddings' and each layer's), which without checkpointing nothing else keeps when the
-    # residual stream is 16-bit (PixtralRMSNorm saves its fp32 upcast, not its input)
-    recorded = (v.depth + 1) * prec.residual * h * n if prec.residual != FP32 and not gc else 0
+    # residual stream is 16-bit (PixtralRMSNorm saves its fp32 upcast, not its input); a tower read through
+    # last_hidden_state records none (modeling_lighton_ocr.py `LightOnOcrModel.get_image_features`)
+    recorded = (v.depth + 1) * prec.residual * h * n \
+        if v.records_hidden_states and prec.residual != FP32 and not gc else 0
+    # DPO's reference forward (no grad) beside the policy's saved tensors: patch_conv's output (the per-image views
+    # `patch_embeds_list` keeps), ln_pre's output (the transformer's input), the mask and rotary tables, and at the
+    # last block's MLP its input, the attention's residual sum, ffn_norm's output and act(gate), up and their product
+    # [N, intermediate] (PixtralVisionModel.forward, PixtralAttentionLayer.forward, PixtralMLP.forward)
+    last_input = prec.residual * h * n if v.depth > 1 else 0
+    reference = (prec.act * h * n + prec.residual * h * n + mask + rope + last_input
+                 + 2 * prec.residual * h * n + 3 * prec.act * v.intermediate_size * n)
     what = ("tower and projector trained (full fine-tuning)" if trained else
             f"frozen; LoRA on {len(adapted)} of its linear kinds")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,
                        merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
                        block_backward=hidden_t + max(mlp_t + adapter_t if gc else max(mlp_t, adapter_t), scores_t),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=n,
-                       image_tokens=text_tokens, trained=what, forward_only=recorded)
+                       image_tokens=text_tokens, trained=what, forward_only=recorded, reference_pass=reference)

@@ -77,6 +77,9 @@ class PixtralTowerSpec(LinearTower):
     family: str = "pixtral"
     fixed_resolution: bool = False
     deepstack_visual_indexes: tuple[int, ...] = ()
+    # the projector reads hidden_states[-1], which `get_image_features` asks the tower to record for every layer
+    # (`select_hidden_states`: output_hidden_states); a tower read through last_hidden_state records none
+    records_hidden_states: bool = True
 
     def __post_init__(self) -> None:
         p = Problems()
@@ -102,6 +105,12 @@ class PixtralTowerSpec(LinearTower):
         """(rows, cols) of one image's patches after the processor's resize."""
         h, w = pixtral_resize(height, width, self.image_size, self.step)
         return h // self.patch_size, w // self.patch_size
+
+    def merged_tokens(self, height: int, width: int) -> int:
+        """Rows the patch merger makes of one image: its grid unfolded in merge × merge blocks (torch's `unfold`
+        drops a last odd row or column of patches)."""
+        rows, cols = self.grid(height, width)
+        return (rows // self.spatial_merge_size) * (cols // self.spatial_merge_size)
 
     def image_tokens(self, height: int, width: int) -> int:
         """[IMG], [IMG_BREAK] and [IMG_END] tokens of one image: a row of cols / merge [IMG] and one break per merged
@@ -147,19 +156,27 @@ class PixtralTowerSpec(LinearTower):
         return self.hidden_size + sum(x.params for x in self.linears() if x.part == "merger")
 
 
-def pixtral_tower_from_config(cfg: dict[str, Any], name: str) -> PixtralTowerSpec:
-    """The PixtralTowerSpec of a mistral3 config.json dict; keys it omits take the config classes' defaults."""
+def pixtral_vision_values(cfg: dict[str, Any], name: str, model_type: str,
+                          omitted: dict[str, Any]) -> dict[str, Any]:
+    """The Pixtral vision_config of a config.json dict over PixtralVisionConfig's class defaults; `omitted`: what the
+    outer config class builds when the config.json names no vision_config (its sub_configs_defaults)."""
     raw = cfg.get("vision_config")
     if raw is not None and not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
     if raw is not None and raw.get("model_type", "pixtral") != "pixtral":
-        raise SpecError(f"model {name}: mistral3's vision_config.model_type {raw.get('model_type')!r} is not "
-                        "modelled; hpcmem models mistral3 with a Pixtral tower (pixtral)")
-    vc = {**PIXTRAL_DEFAULTS, **(raw if raw is not None else MISTRAL3_VISION_DEFAULTS)}
+        raise SpecError(f"model {name}: {model_type}'s vision_config.model_type {raw.get('model_type')!r} is not "
+                        f"modelled; hpcmem models {model_type} with a Pixtral tower (pixtral)")
+    vc = {**PIXTRAL_DEFAULTS, **(raw if raw is not None else omitted)}
     for key in ("image_size", "patch_size"):
         if isinstance(vc[key], (list, tuple)):
             raise SpecError(f"model {name}: vision_config.{key} {vc[key]!r}: hpcmem models one integer (the "
                             "processor's longest_edge, a square patch)")
+    return vc
+
+
+def pixtral_tower_from_config(cfg: dict[str, Any], name: str) -> PixtralTowerSpec:
+    """The PixtralTowerSpec of a mistral3 config.json dict; keys it omits take the config classes' defaults."""
+    vc = pixtral_vision_values(cfg, name, "mistral3", MISTRAL3_VISION_DEFAULTS)
     outer = {**MISTRAL3_DEFAULTS, **{k: cfg[k] for k in MISTRAL3_DEFAULTS if k in cfg}}
     if outer["vision_feature_layer"] != -1:
         # get_image_features reads hidden_states[vision_feature_layer]; a list concatenates several layers

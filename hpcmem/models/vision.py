@@ -59,6 +59,9 @@ Covered (transformers 5.24):
 - mistral3 (Mistral Small 3.1): a Pixtral tower (RMSNorms, gated MLP, 2D rotary attention over each image at its own
   resolution) and a patch-merging projector (hpcmem.models.pixtral's `PixtralTowerSpec`); its decoder is what its
   text_config names (Mistral).
+- lighton_ocr (LightOnOCR): Mistral 3's Pixtral tower and projector (GELU, no biases) with the image processor's own
+  patch-size resize, image tokens without breaks and a Qwen3 decoder (hpcmem.models.lighton_ocr's
+  `LightOnOcrTowerSpec`).
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_con
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
 from hpcmem.models.pixtral import MISTRAL3_TEXT_DEFAULTS, PixtralTowerSpec, pixtral_tower_from_config
+from hpcmem.models.lighton_ocr import LIGHTON_TEXT_DEFAULTS, lighton_tower_from_config
 
 
 
@@ -148,7 +152,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "mistral3": ("sft", "dpo"),
                           "internvl": ("sft", "dpo"),
                           "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
-                          "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo")}
+                          "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -158,7 +162,7 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "mistral3": ("sft", "dpo"),
                          "internvl": ("sft", "dpo"),
                          "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
-                         "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo")}
+                         "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -222,6 +226,10 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # config forwards a text_config tie flag (no __post_init__)
     "vipllava": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
     "video_llava": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    # models/lighton_ocr: hpcmem.models.lighton_ocr reads the vision part; the decoder is what text_config names
+    # (LightOnOcrConfig's default: qwen3); LightOnOcrConfig.tie_word_embeddings True
+    "lighton_ocr": TowerLayout(text="qwen3", defaults={}, aliases={}, norm="rms", mlp="gated", tie_default=True,
+                               text_defaults=LIGHTON_TEXT_DEFAULTS),
 }
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
@@ -245,7 +253,7 @@ VISION_LANGUAGE["shieldgemma2"] = replace(VISION_LANGUAGE["gemma3"], tie_default
                                           text_tie_default=True)
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
-                     "internvl", "vipllava", "video_llava")
+                     "internvl", "vipllava", "video_llava", "lighton_ocr")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -421,6 +429,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return pixtral_tower_from_config(cfg, name)
     if model_type == "internvl":
         return internvl_tower_from_config(cfg, name)
+    if model_type == "lighton_ocr":
+        return lighton_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")

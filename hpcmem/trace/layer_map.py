@@ -103,12 +103,12 @@ def vision_blocks(model: Any) -> list[Any]:
     `vision_tower` (modeling_gemma3.py Gemma3Model.vision_tower, a SiglipVisionModel; modeling_llava.py
     LlavaModel.vision_tower) or `vision_model` (modeling_smolvlm.py SmolVLMModel.vision_model, Idefics3's too) or
     `image_tower` (modeling_video_llava.py VideoLlavaModel.image_tower; its `video_tower`, which images never run, is
-    not the one)."""
+    not the one), `vision_encoder` (modeling_lighton_ocr.py LightOnOcrModel.vision_encoder)."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
+    names = ("visual", "vision_tower", "vision_model", "image_tower", "vision_encoder")
     towers = [m for name, m in model.named_modules()
-              if name.rsplit(".", 1)[-1] in ("visual", "vision_tower", "vision_model", "image_tower")
-              and IDLE_TOWER not in name.split(".")]
+              if name.rsplit(".", 1)[-1] in names and IDLE_TOWER not in name.split(".")]
     return [b for t in towers[:1] for b in t.modules() if isinstance(b, GradientCheckpointingLayer)]
 
 

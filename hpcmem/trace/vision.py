@@ -12,7 +12,7 @@ the image's tokens. The processor is transformers' own `Qwen2_5_VLProcessor` (Qw
 `PROCESSORS`) around its PIL image processor `Qwen2VLImageProcessorPil` (the same `smart_resize` and `patchify` as
 the torchvision one) and the word tokenizer with Qwen's four vision tokens added; the model config's
 token ids are set to the tokenizer's. Gemma 3's processor is hpcmem.trace.vision_gemma3's, Mistral 3's
-hpcmem.trace.vision_mistral3's.
+hpcmem.trace.vision_mistral3's, LightOnOCR's hpcmem.trace.vision_lighton_ocr's.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace import (vision_gemma3, vision_idefics3, vision_internvl, vision_llava, vision_mistral3, vision_mllama,
-                          vision_paligemma)
+from hpcmem.trace import (vision_gemma3, vision_idefics3, vision_internvl, vision_lighton_ocr, vision_llava,
+                          vision_mistral3, vision_mllama, vision_paligemma)
 from hpcmem.trace.pieces import WORD, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -75,6 +75,8 @@ def processor(job: JobSpec) -> Any:
         return vision_paligemma.processor(job)
     if v.family == "mllama":
         return vision_mllama.processor(job)
+    if v.model_type == "lighton_ocr":
+        return vision_lighton_ocr.processor(job)
     if v.family == "pixtral":
         return vision_mistral3.processor(job)
     if v.family == "internvl":
@@ -102,6 +104,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_mllama.token_ids(proc)
     if proc.__class__.__name__ == "PixtralProcessor":
         return vision_mistral3.token_ids(proc)
+    if proc.__class__.__name__ == "LightOnOcrProcessor":
+        return vision_lighton_ocr.token_ids(proc)
     if isinstance(getattr(proc, "image_token", None), str) and proc.image_token == vision_internvl.CONTEXT:
         return vision_internvl.token_ids(proc)
     ids = proc.tokenizer.convert_tokens_to_ids([VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD])
