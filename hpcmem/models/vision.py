@@ -51,6 +51,8 @@ Covered (transformers 5.24):
 - mistral3 (Mistral Small 3.1): a Pixtral tower (RMSNorms, gated MLP, 2D rotary attention over each image at its own
   resolution) and a patch-merging projector (hpcmem.models.pixtral's `PixtralTowerSpec`); its decoder is what its
   text_config names (Mistral).
+- deepseek_vl (DeepSeek-VL): a SigLIP tower read whole under a two-linear GELU aligner (hpcmem.models.deepseek_vl's
+  `DeepseekVLTowerSpec`); its decoder is what its text_config names (Llama).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from hpcmem.models.llava_next import llava_next_tower_from_config
 from hpcmem.models.llava_onevision import onevision_tower_from_config
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
 from hpcmem.models.internvl import internvl_tower_from_config
+from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
@@ -132,7 +135,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
                           "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
                           "mistral3": ("sft", "dpo"),
-                          "internvl": ("sft", "dpo")}
+                          "internvl": ("sft", "dpo"),
+                          "deepseek_vl": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -140,7 +144,8 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
                          "mistral3": ("sft", "dpo"),
-                         "internvl": ("sft", "dpo")}
+                         "internvl": ("sft", "dpo"),
+                         "deepseek_vl": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -198,6 +203,9 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/internvl: hpcmem.models.internvl reads the vision part; the decoder is what text_config names
     # (InternVLConfig's default: qwen2); InternVLConfig.tie_word_embeddings True
     "internvl": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
+    # models/deepseek_vl: hpcmem.models.deepseek_vl reads the vision part; the decoder is what text_config names
+    # (DeepseekVLConfig's default: llama); DeepseekVLConfig.tie_word_embeddings True
+    "deepseek_vl": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
 }
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
@@ -208,7 +216,7 @@ VISION_LANGUAGE["qwen3_vl_moe"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwe
                                           text_class_defaults=QWEN3_VL_MOE_TEXT_DEFAULTS)
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
-                     "internvl")
+                     "internvl", "deepseek_vl")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -380,6 +388,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return pixtral_tower_from_config(cfg, name)
     if model_type == "internvl":
         return internvl_tower_from_config(cfg, name)
+    if model_type == "deepseek_vl":
+        return deepseek_vl_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
