@@ -1,8 +1,9 @@
 """DeepSeek-VL SFT and DPO with images (DeepSeek-VL 1.3B's widths cut to 1 decoder layer and 4 SigLIP layers, 384 and
 512 px) against the trace of TRL's SFTTrainer / DPOTrainer with their vision collators, transformers'
 DeepseekVLProcessor and DeepseekVLImageProcessorPil on real 480×640 images (estimator/traces/vlm-deepseek-vl*.jsonl,
-written by `hpcmem validate trace --cases estimator/cases/vlm-deepseek-vl.yaml` and `-dpo.yaml`): full fine-tuning
-and LoRA all-linear, checkpointing on and off; the batch by hand; what is refused."""
+written by `hpcmem validate trace --cases estimator/cases/vlm-deepseek-vl.yaml`, `-dpo.yaml`, and `-1.3b.yaml` held
+out at full depth): full fine-tuning and LoRA all-linear, checkpointing on and off; the batch by hand; what is
+refused."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from hpcmem.validate.cases import case_job
 from tests.helpers.stored_cases import largest_component, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = trace_records(ROOT, "vlm-deepseek-vl", "vlm-deepseek-vl-dpo")
+RECORDS = trace_records(ROOT, "vlm-deepseek-vl", "vlm-deepseek-vl-dpo", "vlm-deepseek-vl-1.3b")
 
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
@@ -33,7 +34,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8 + 4
+    assert len(RECORDS) == 8 + 4 + 4
 
 
 @pytest.mark.parametrize(("case_id", "images"), [("dsvl384-full-nogc", 1), ("dsvl-dpo-full-nogc-384", 2)])
