@@ -77,3 +77,18 @@ def test_a_tower_with_its_pooling_head_is_refused_for_images(tmp_path):
     path.write_text(json.dumps(cfg))
     with pytest.raises(SpecError, match="vision_use_head true with deepseek_vl images"):
         case_job({**RECORDS["dsvl384-full-gc"]["case"], "model_name_or_path": str(path)})
+
+
+def test_the_reference_forward_tiles_only_the_completions():
+    """DPO, LoRA without checkpointing at 512 px: chosen + rejected, 2 rows × 1,536 tokens, each prompt 1,024 image
+    tokens and a word. The reference pass through the adapter-disabled policy holds the hidden state in and out
+    (2 · 3,072 · 2,048 bf16), the widest of one layer's MLP intermediates (3 · 3,072 · 5,632 bf16) and the fused
+    head's tile — TRL's head tiles only the 2 × (1,536 − 1 − 1,024) = 1,022 labelled positions (1,022 · 32,768 bf16,
+    smaller than the MLP's; over all 3,072 tokens it would be 3,072 · 32,768 bf16, larger) — and 3 fp32 statistics
+    per token."""
+    est = estimate(stored_case_job(RECORDS["dsvl-dpo-lora-all-nogc-512"], ROOT))
+    ref = next(p for p in est.phases if p.name == "reference forward")
+    no_grad = next(c.bytes for c in ref.components if c.name == "no-grad pass")
+    mlp, tile = 3 * 3072 * 5632 * 2, 1022 * 32768 * 2
+    assert tile < mlp < 3072 * 32768 * 2
+    assert no_grad == 2 * 3072 * 2048 * 2 + mlp + 3072 * 3 * 4
