@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmem.estimate.breakdown import Component, Phase
+from hpcmem.estimate.loss import logits_tile
 from hpcmem.estimate.lora import LoraLayout, lora_layout
 from hpcmem.estimate.names import ACTIVATIONS, FORWARD, GRADIENTS, is_forward
 from hpcmem.estimate.states import ParamParts
@@ -130,11 +131,14 @@ def no_grad_pass(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
     return hidden + mlp + tile + stats
 
 
-def reference_pass(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
+def reference_pass(job: JobSpec, rows: int, seq: int, prec: Precision, scored: int) -> int:
     """Live bytes of DPO's / KTO's reference forward beside the policy's saved activations: `no_grad_pass` with the
-    widest layer's intermediates and the fused head's tile apart, as they run (the head after the last layer)."""
-    hidden, mlp, tile, stats = _no_grad_parts(job, rows, seq, prec)
-    return hidden + max(mlp, tile) + stats
+    widest layer's intermediates and the fused head's tile apart, as they run (the head after the last layer). The
+    reference forward gets the policy's labels, and TRL's fused head projects only the `scored` positions whose
+    next-token label is not -100 (trl/trainer/utils.py `add_fused_lm_head`): the prompt's (a vision prompt's image
+    tokens) are not tiled."""
+    hidden, mlp, _, stats = _no_grad_parts(job, rows, seq, prec)
+    return hidden + max(mlp, logits_tile(scored, job.model.vocab_size, prec.act)) + stats
 
 
 def kv_cache_bytes(job: JobSpec, rows: int, tokens_per_row: int, dtype_bytes: int) -> int:
@@ -242,7 +246,7 @@ def _generic_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> Trainer
         rows = e.rows_per_example * b
         what = "the policy, adapters disabled" if adapters_off_reference(job) else "the reference model"
         phases.append(Phase(name=REFERENCE_FORWARD, components=(
-            Component(name=NO_GRAD_PASS, bytes=reference_pass(job, rows, mb.seq, prec),
+            Component(name=NO_GRAD_PASS, bytes=reference_pass(job, rows, mb.seq, prec, mb.label_tokens),
                       note=f"chosen+rejected through {what}" if rows > b else what),)))
     if not e.generates:
         return TrainerExtras(resident=tuple(resident), phases=tuple(phases), vllm_pool=0, vllm_pool_asleep=0,

@@ -106,7 +106,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
     if t.min_pixels is not None or t.max_pixels is not None:
         processor = {"siglip": "Gemma3ImageProcessor", "idefics3": "SmolVLMImageProcessor",
                      "paligemma": "SiglipImageProcessor", "mllama": "MllamaImageProcessor",
-                     "pixtral": "PixtralImageProcessor", "internvl": "GotOcr2ImageProcessor"}.get(
+                     "pixtral": "PixtralImageProcessor", "internvl": "GotOcr2ImageProcessor",
+                     "deepseek_vl": "DeepseekVLImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
@@ -120,6 +121,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 f"{v.max_num_tiles}" if v.family == "mllama" else
                 f"it fits every image to {v.image_size} px on its longest edge, its sides rounded up to {v.step}-px "
                 "steps" if v.family == "pixtral" else
+                f"it resizes every image's longest edge to {v.image_size} px and pads it to a square"
+                if v.family == "deepseek_vl" else
                 f"it cuts every image into {v.image_size}-px tiles of the canvas of {v.min_patches}..{v.max_patches} "
                 "tiles that fits its aspect ratio best, plus a thumbnail" if v.family == "internvl" else
                 f"it cuts every image into {v.image_size}-px tiles of the image_grid_pinpoints resolution that fits it "
@@ -131,6 +134,13 @@ def _fixed_size_problems(job: Job) -> list[str]:
         out.append(v.fold_problem)
     if getattr(v, "family", "") == "internvl":
         out += _internvl_problems(v)
+    if getattr(v, "family", "") == "deepseek_vl" and v.pooling_head:
+        # modeling_siglip.py SiglipVisionTransformer.forward runs the head whenever vision_use_head
+        # (SiglipVisionConfig's default); DeepseekVLModel.get_image_features overwrites its pooler_output
+        out.append("vision_config.vision_use_head true with deepseek_vl images: SiglipVisionModel runs its attention-"
+                   "pooling head on every image and get_image_features discards its output, so in full fine-tuning "
+                   "its parameters get no gradient; hpcmem does not model that head's forward or its ungraded "
+                   "parameters; set it false")
     if getattr(v, "family", "") == "paligemma" and v.pooling_head:
         # modeling_siglip.py SiglipVisionTransformer.forward runs the head on every image when vision_use_head
         out.append("vision_config.vision_use_head true with paligemma images: SiglipVisionModel runs its attention-"

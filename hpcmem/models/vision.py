@@ -62,6 +62,8 @@ Covered (transformers 5.24):
 - lighton_ocr (LightOnOCR): Mistral 3's Pixtral tower and projector (GELU, no biases) with the image processor's own
   patch-size resize, image tokens without breaks and a Qwen3 decoder (hpcmem.models.lighton_ocr's
   `LightOnOcrTowerSpec`).
+- deepseek_vl (DeepSeek-VL): a SigLIP tower read whole under a two-linear GELU aligner (hpcmem.models.deepseek_vl's
+  `DeepseekVLTowerSpec`); its decoder is what its text_config names (Llama).
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ from hpcmem.models.video_llava import video_llava_tower_from_config
 from hpcmem.models.vipllava import vipllava_tower_from_config
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
 from hpcmem.models.internvl import internvl_tower_from_config
+from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
@@ -152,7 +155,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "mistral3": ("sft", "dpo"),
                           "internvl": ("sft", "dpo"),
                           "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
-                          "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo")}
+                          "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
+                          "deepseek_vl": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -162,7 +166,8 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "mistral3": ("sft", "dpo"),
                          "internvl": ("sft", "dpo"),
                          "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
-                         "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo")}
+                         "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
+                         "deepseek_vl": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -230,6 +235,9 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # (LightOnOcrConfig's default: qwen3); LightOnOcrConfig.tie_word_embeddings True
     "lighton_ocr": TowerLayout(text="qwen3", defaults={}, aliases={}, norm="rms", mlp="gated", tie_default=True,
                                text_defaults=LIGHTON_TEXT_DEFAULTS),
+    # models/deepseek_vl: hpcmem.models.deepseek_vl reads the vision part; the decoder is what text_config names
+    # (DeepseekVLConfig's default: llama); DeepseekVLConfig.tie_word_embeddings True
+    "deepseek_vl": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
 }
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
@@ -253,7 +261,7 @@ VISION_LANGUAGE["shieldgemma2"] = replace(VISION_LANGUAGE["gemma3"], tie_default
                                           text_tie_default=True)
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
-                     "internvl", "vipllava", "video_llava", "lighton_ocr")
+                     "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -431,6 +439,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return internvl_tower_from_config(cfg, name)
     if model_type == "lighton_ocr":
         return lighton_tower_from_config(cfg, name)
+    if model_type == "deepseek_vl":
+        return deepseek_vl_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")

@@ -77,6 +77,9 @@ def test_coverage_lists_every_image_text_type_with_a_status():
         "GRPO/RLOO with images refused" in by_type["internvl"]["reason"]
     assert by_type["lighton_ocr"]["status"] == "derived" and "traced: SFT, DPO)" in by_type["lighton_ocr"]["reason"] \
         and "GRPO/RLOO with images refused" in by_type["lighton_ocr"]["reason"]
+    assert by_type["deepseek_vl"]["status"] == "derived" and "traced: SFT, DPO)" in by_type["deepseek_vl"]["reason"] \
+        and "GRPO/RLOO with images refused" in by_type["deepseek_vl"]["reason"]
+    assert by_type["deepseek_vl_hybrid"]["status"] == "refused"
     assert all(r["reason"] and r["measured"] is None for r in rows)
     assert len(vision_language_rows()) == len(rows)
 
