@@ -38,6 +38,8 @@ Covered (transformers 5.24):
 - llava_onevision (LLaVA-OneVision): a SigLIP tower under llava_next's projector, tiles and image_newline, a large
   image's grid downscaled to anyres_max's tile count (hpcmem.models.llava_onevision's `LlavaOnevisionTowerSpec`); its
   decoder is what its text_config names (Qwen2).
+- idefics2: Idefics3's SigLIP-style tower under a gated-MLP modality projection and a perceiver resampler, a Mistral
+  decoder (hpcmem.models.idefics2's `Idefics2TowerSpec`).
 - smolvlm (SmolVLM2) and idefics3: a SigLIP-style tower, a pixel-shuffle connector and a Llama decoder
   (hpcmem.models.idefics3's `Idefics3TowerSpec`).
 - paligemma: a SigLIP tower and a one-Linear projector (hpcmem.models.paligemma's `PaliGemmaTowerSpec`); its decoder
@@ -63,6 +65,7 @@ from hpcmem.models.siglip import gemma3_projector_params, gemma3_vision_values, 
 from hpcmem.models.clip_tower import ClipTowerSpec, clip_tower_from_config
 from hpcmem.models.llava_next import llava_next_tower_from_config
 from hpcmem.models.llava_onevision import onevision_tower_from_config
+from hpcmem.models.idefics2 import IDEFICS2_TEXT_DEFAULTS, Idefics2TowerSpec, idefics2_tower_from_config
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
 from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
@@ -132,7 +135,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
                           "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
                           "mistral3": ("sft", "dpo"),
-                          "internvl": ("sft", "dpo")}
+                          "internvl": ("sft", "dpo"), "idefics2": ("sft",)}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -140,7 +143,7 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
                          "mistral3": ("sft", "dpo"),
-                         "internvl": ("sft", "dpo")}
+                         "internvl": ("sft", "dpo"), "idefics2": ("sft",)}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -198,6 +201,10 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/internvl: hpcmem.models.internvl reads the vision part; the decoder is what text_config names
     # (InternVLConfig's default: qwen2); InternVLConfig.tie_word_embeddings True
     "internvl": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
+    # models/idefics2: hpcmem.models.idefics2 reads the vision part; the decoder is what text_config names
+    # (Idefics2Config's default: mistral, IDEFICS2_TEXT_DEFAULTS); Idefics2Config.tie_word_embeddings False
+    "idefics2": TowerLayout(text="mistral", defaults={}, aliases={}, norm="layer", mlp="fc",
+                            text_defaults=IDEFICS2_TEXT_DEFAULTS),
 }
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
@@ -208,7 +215,7 @@ VISION_LANGUAGE["qwen3_vl_moe"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwe
                                           text_class_defaults=QWEN3_VL_MOE_TEXT_DEFAULTS)
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
-                     "internvl")
+                     "internvl", "idefics2")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -358,7 +365,7 @@ class VisionSpec(TowerBase):
 
 def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | ClipTowerSpec | Idefics3TowerSpec
                                                                   | PaliGemmaTowerSpec | MllamaTowerSpec
-                                                                  | PixtralTowerSpec | None):
+                                                                  | PixtralTowerSpec | Idefics2TowerSpec | None):
     """The VisionSpec of a vision-language config.json dict (llava's: a ClipTowerSpec), None for any other; keys it
     omits take the vision config class's defaults, as `AutoConfig.for_model` fills them."""
     model_type = str(cfg.get("model_type", ""))
@@ -380,6 +387,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return pixtral_tower_from_config(cfg, name)
     if model_type == "internvl":
         return internvl_tower_from_config(cfg, name)
+    if model_type == "idefics2":
+        return idefics2_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
