@@ -69,6 +69,7 @@ ACTIVATIONS = "vision activations"
 GRADIENTS = "vision tower gradients"
 VISION_BACKWARD = "backward (vision tower)"
 CROSS_BACKWARD = "backward (cross-attention layer)"
+CONNECTOR_BACKWARD = "backward (vision connector)"
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,9 @@ class VisionTerms:
     # the token embedding's backward runs before the tower's (Mllama: the tower runs first in the forward, so its
     # nodes come last in the backward), so the tower's backward sees every language-model gradient
     embedding_first: bool = False
+    # a connector whose backward holds more than the blocks' (Idefics2's modality projection and perceiver): the
+    # bytes beyond the tower's saved tensors at its worst instant (its own saved tensors, its backward's), or 0
+    connector_backward: int = 0
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
@@ -390,7 +394,25 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
             note="its attention over the image states: recomputed under checkpointing, and its gradients"))))
     if terms.blocks_saved:
         out.append(_tower_backward(job, terms, resident, phases, embed_grad))
+    if terms.blocks_saved and terms.connector_backward:
+        out.append(_connector_backward(terms, out[-1]))
     return out
+
+
+def _connector_backward(terms: VisionTerms, tower: Phase) -> Phase:
+    """The connector's backward, before the tower's: the tower-backward phase's residents and language-model gradients,
+    every block's saved tensors (or checkpoint inputs), the connector's own at its worst instant
+    (`VisionTerms.connector_backward`) and its gradients."""
+    keep = [c for c in tower.components if c.name not in (ACTIVATIONS, GRADIENTS, "vision backward temporaries")
+            and not c.name.startswith("recompute")]
+    outside = terms.saved - sum(terms.blocks_saved) - terms.merger_saved
+    return Phase(name=CONNECTOR_BACKWARD, components=(
+        *keep,
+        Component(name=ACTIVATIONS, bytes=terms.pixels + outside + sum(terms.blocks_saved),
+                  note="every block, pixel_values, patch embedding input"),
+        Component(name=GRADIENTS, bytes=terms.merger_grads, note="the connector's"),
+        Component(name="vision connector backward", bytes=terms.connector_backward,
+                  note="its saved tensors and backward temporaries")))
 
 
 def _tower_backward(job: JobSpec, terms: VisionTerms, resident: tuple[Component, ...],

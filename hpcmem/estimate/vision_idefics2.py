@@ -1,0 +1,93 @@
+"""Idefics2's tower and connector in a vision-language SFT job (hpcmem.models.idefics2): Idefics3's tower terms
+(hpcmem.estimate.vision_idefics3, the same SigLIP-style layers and post_layernorm) with Idefics2's batch and connector
+in place of the pixel-shuffle Linear.
+
+How the step runs (transformers 5.24 models/idefics2/modeling_idefics2.py `Idefics2Model.get_image_features`,
+`Idefics2Connector.forward`, `Idefics2PerceiverResampler.forward`): pixel_values [batch, images, 3, H, W] fp32 and
+pixel_attention_mask int64 [batch, images, H, W] (image_processing_pil_idefics2.py `_make_pixel_mask`), both alive
+the whole step → cast to the weight dtype, the real images gathered (`.contiguous()`: the Conv2d's input) → the tower
+over (H // patch) · (W // patch) patches per image → post_layernorm → `modality_projection` (Idefics2MLP:
+down_proj(act(gate_proj(x)) · up_proj(x)) on every patch row, text intermediate wide) → the perceiver's layers on
+[images, n_latents] latents reading the projected patches as context → its final RMSNorm → the image tokens'
+embeddings. No module of the connector is a GradientCheckpointingLayer: it keeps its saved tensors under
+checkpointing too. Every image is the same size here, so every patch mask is all ones and `create_bidirectional_mask`
+returns None for the tower and the perceiver alike (no 4-D mask; GQA inside SDPA without repeating k and v:
+integrations/sdpa_attention.py `use_gqa_in_sdpa`).
+
+What the connector keeps (N patch rows, L = images · n_latents latent rows, T the text width, I the text
+intermediate size; 16-bit `act` under autocast):
+- post_layernorm (counted by the tower terms): under autocast its fp32 output is cast by gate_proj and by up_proj,
+  each keeping its own copy when they train (autocast caches only parameters' casts): one more [N, width] copy;
+- modality_projection: gate_proj's output (act_fn's input), act_fn's and up_proj's outputs (the product's inputs) and,
+  when down_proj trains, the product: 4 (frozen 3) [N, I] tensors (activations.py `_mlp_saved`);
+- per perceiver layer: input_context_norm (Idefics2RMSNorm: its fp32 upcast of the [N, T] context; trained, the
+  normalised tensor its weight multiplies) and input_latents_norm, post_attention_layernorm on L rows
+  (activations.py `_norm_saved`); `torch.concat([context, latents])`, the input of k_proj and v_proj: one
+  [N + L, T] tensor kept when they train; SDPA's q [L, heads · head_dim], k and v [N + L, kv_heads · head_dim], its
+  output [L, heads · head_dim] and fp32 logsumexp; the gated MLP 4 (frozen 3) [L, 4T] tensors;
+- the final norm on L rows (its output feeds no linear);
+- the adapters' own (hpcmem.estimate.vision `adapters_saved`) at each linear's rows.
+Its backward runs before the tower's: at modality_projection's backward the tower's saved tensors, post_layernorm's
+and the projection's own are alive beside two [N, I] gradients (activations.py `backward_parts`' MLP term).
+"""
+
+from __future__ import annotations
+
+from hpcmem.estimate import activations as act
+from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate.vision import FP32, VisionTerms, adapters_saved, layer_norm_saved, vision_adapters
+from hpcmem.estimate.vision_idefics3 import INT64, Connector, idefics3_terms
+from hpcmem.job.image_rules import image_rows
+from hpcmem.job.images import image_geometry
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import Precision
+from hpcmem.models.idefics2 import Idefics2TowerSpec
+
+
+def _norm(width: int, prec: Precision, frozen: bool, feeds_linear: bool) -> int:
+    """Bytes per row of one Idefics2RMSNorm (LlamaRMSNorm's code): activations.py `_norm_saved` at the connector's
+    16-bit rows."""
+    return act._norm_saved(width, prec, feeds_linear=feeds_linear, frozen=frozen, normed=prec.act)
+
+
+def connector(job: JobSpec, prec: Precision, lora: LoraLayout) -> Connector:
+    v: Idefics2TowerSpec = job.model.vision
+    images, n = image_rows(job)
+    height, width = image_geometry(job.train, v).resized
+    frozen, a = lora.enabled, prec.act
+    t, i, depth = v.out_hidden_size, v.text_intermediate, v.resampler_depth
+    latents = images * v.n_latents
+    context = n + latents
+    pixels = images * height * width * (v.in_channels * FP32 + INT64)
+    conv = 0 if frozen else images * v.in_channels * height * width * prec.weight
+    casts = a * v.hidden_size * n if not frozen and prec.amp else 0
+    projection = (3 if frozen else 4) * i * a * n
+    q, kv = v.resampler_width, v.resampler_kv_width
+    attention = a * (2 * q * latents + 2 * kv * context) + act.LSE_BYTES * v.resampler_heads * latents
+    layer = (_norm(t, prec, frozen, feeds_linear=False) * n + _norm(t, prec, frozen, feeds_linear=True) * latents
+             + (0 if frozen else a * t * context) + attention
+             + _norm(t, prec, frozen, feeds_linear=True) * latents + (3 if frozen else 4) * 4 * t * a * latents)
+    final = _norm(t, prec, frozen, feeds_linear=False) * latents
+    adapted = [x for x in vision_adapters(job, v) if x.part == "merger"] if frozen else []
+    rows = {"q_proj": latents, "k_proj": context, "v_proj": context, "o_proj": latents}
+    own = 0
+    for x in adapted:
+        kind = x.name.rsplit(".", 1)[1]
+        if x.name.startswith("modality_projection."):
+            own += adapters_saved([x], n, prec, lora)
+        else:
+            own += adapters_saved([x], rows.get(kind, latents), prec, lora) * x.count
+    trainable = v.merger_params if not frozen else sum(
+        job.train.lora_r * (x.in_features + x.out_features) * x.count for x in adapted)
+    saved = casts + projection + depth * layer + final + own
+    post = layer_norm_saved(v.hidden_size, prec, frozen) * n
+    backward = post + casts + projection + 2 * a * i * n + own
+    return Connector(pixels=pixels, conv=conv, saved=saved, trainable=trainable, backward=backward)
+
+
+def idefics2_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
+    """Idefics3's tower terms with Idefics2's batch and connector (`connector`); a job without images only its
+    weights."""
+    if image_rows(job)[0] == 0:
+        return idefics3_terms(job, prec, lora)
+    return idefics3_terms(job, prec, lora, connector(job, prec, lora))
