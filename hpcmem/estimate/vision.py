@@ -43,6 +43,7 @@ from hpcmem.estimate import activations as act
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.names import BACKWARD, FORWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES
+from hpcmem.estimate.names import ACTIVATIONS as LM_ACTIVATIONS
 from hpcmem.estimate.names import GRADIENTS as LM_GRADIENTS
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.trainers import REFERENCE_FORWARD
@@ -70,6 +71,7 @@ GRADIENTS = "vision tower gradients"
 VISION_BACKWARD = "backward (vision tower)"
 CROSS_BACKWARD = "backward (cross-attention layer)"
 CONNECTOR_BACKWARD = "backward (vision connector)"
+CONNECTOR_FORWARD = "forward (vision connector)"
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,9 @@ class VisionTerms:
     # a connector whose backward holds more than the blocks' (Idefics2's modality projection and perceiver): the
     # bytes beyond the tower's saved tensors at its worst instant (its own saved tensors, its backward's), or 0
     connector_backward: int = 0
+    # its forward's worst instant beyond the tower's saved tensors (its saved tensors so far and what its forward holds
+    # besides), before the language model's layers run, or 0
+    connector_forward: int = 0
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
@@ -396,7 +401,24 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
         out.append(_tower_backward(job, terms, resident, phases, embed_grad))
     if terms.blocks_saved and terms.connector_backward:
         out.append(_connector_backward(terms, out[-1]))
+    if terms.blocks_saved and terms.connector_forward:
+        out.append(_connector_forward(terms, next(p for p in out if p.name == FORWARD)))
     return out
+
+
+def _connector_forward(terms: VisionTerms, forward: Phase) -> Phase:
+    """The connector's forward, before the language model's layers: the forward phase without the language model's
+    saved tensors and its loss, the tower's saved tensors and the connector's worst instant
+    (`VisionTerms.connector_forward`)."""
+    keep = [c for c in forward.components if c.name not in (LM_ACTIVATIONS, ACTIVATIONS)
+            and not c.name.startswith("loss")]
+    outside = terms.saved - sum(terms.blocks_saved) - terms.merger_saved
+    return Phase(name=CONNECTOR_FORWARD, components=(
+        *keep,
+        Component(name=ACTIVATIONS, bytes=terms.pixels + outside + sum(terms.blocks_saved),
+                  note="every block, pixel_values, patch embedding input"),
+        Component(name="vision connector forward", bytes=terms.connector_forward,
+                  note="its saved tensors so far and its forward's own")))
 
 
 def _connector_backward(terms: VisionTerms, tower: Phase) -> Phase:

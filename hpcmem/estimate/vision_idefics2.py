@@ -27,7 +27,8 @@ intermediate size; 16-bit `act` under autocast):
   output [L, heads · head_dim] and fp32 logsumexp; the gated MLP 4 (frozen 3) [L, 4T] tensors;
 - the final norm on L rows (its output feeds no linear);
 - the adapters' own (hpcmem.estimate.vision `adapters_saved`) at each linear's rows.
-Its backward runs before the tower's: at modality_projection's backward the tower's saved tensors, post_layernorm's
+Its forward's worst instant comes before the language model's layers (`connector` names the two candidates); its
+backward runs before the tower's: at modality_projection's backward the tower's saved tensors, post_layernorm's
 and the projection's own are alive beside two [N, I] gradients (activations.py `backward_parts`' MLP term).
 """
 
@@ -70,19 +71,39 @@ def connector(job: JobSpec, prec: Precision, lora: LoraLayout) -> Connector:
     final = _norm(t, prec, frozen, feeds_linear=False) * latents
     adapted = [x for x in vision_adapters(job, v) if x.part == "merger"] if frozen else []
     rows = {"q_proj": latents, "k_proj": context, "v_proj": context, "o_proj": latents}
-    own = 0
-    for x in adapted:
-        kind = x.name.rsplit(".", 1)[1]
-        if x.name.startswith("modality_projection."):
-            own += adapters_saved([x], n, prec, lora)
-        else:
-            own += adapters_saved([x], rows.get(kind, latents), prec, lora) * x.count
+    own_projection = adapters_saved([x for x in adapted if x.name.startswith("modality_projection.")], n, prec, lora)
+    own_layer = sum(adapters_saved([x], rows.get(x.name.rsplit(".", 1)[1], latents), prec, lora)
+                    for x in adapted if not x.name.startswith("modality_projection."))
+    own = own_projection + depth * own_layer
     trainable = v.merger_params if not frozen else sum(
         job.train.lora_r * (x.in_features + x.out_features) * x.count for x in adapted)
     saved = casts + projection + depth * layer + final + own
     post = layer_norm_saved(v.hidden_size, prec, frozen) * n
     backward = post + casts + projection + 2 * a * i * n + own
-    return Connector(pixels=pixels, conv=conv, saved=saved, trainable=trainable, backward=backward)
+    # the forward's worst instant, before the language model's layers, with post_layernorm's output, which the tower's
+    # output (`image_outputs.last_hidden_state`, get_image_features) holds until the connector returns (fp32 under
+    # autocast; else the weight dtype, kept by gate_proj and up_proj anyway when they train): in modality_projection, gate_proj's and
+    # act_fn's outputs beside up_proj's (with an adapter: its base output, lora_B's scaled output and their sum), or a
+    # frozen down_proj's input (the product, alive though not saved) and its [N, T] output; or in the last perceiver
+    # layer's v_proj, with the context (the projection's output, held by the resampler's `context` argument through
+    # every layer), the earlier layers' saved tensors, this layer's context norm, its output and the concatenation
+    # (alive as locals), k_proj's adapter's and, for v_proj's adapter, peft's cast of its input to the adapter dtype
+    # and the dropout's output of that (peft/tuners/lora/layer.py Linear.forward `_cast_input_dtype`, `dropout`) beside
+    # the tensors the adapter keeps (the dropout mask, lora_A's input cast)
+    names = {x.name.rsplit(".", 1)[1] for x in adapted}
+    up = "modality_projection.up_proj" in {x.name for x in adapted}
+    held = (FP32 if prec.amp else prec.residual if frozen else 0) * v.hidden_size * n
+    before = post + held + casts + projection + own_projection
+    at_projection = before + max(a * i * n * (2 if up else 0),
+                                 (a * i * n if frozen else 0) + 2 * a * t * n)
+    cast = lora.adapter_bytes if lora.adapter_bytes != a or not prec.amp else 0
+    copies = (cast + (lora.adapter_bytes if lora.dropout else 0)) * t * context if "v_proj" in names else 0
+    kv_own = sum(adapters_saved([x], context, prec, lora) for x in adapted
+                 if x.name.endswith(("self_attn.k_proj", "self_attn.v_proj")))
+    at_v = before + a * t * n + (depth - 1) * (layer + own_layer) + _norm(t, prec, frozen, False) * n + a * t * n + (
+        a * t * context) + kv_own + copies
+    return Connector(pixels=pixels, conv=conv, saved=saved, trainable=trainable, backward=backward,
+                     forward=max(at_projection, at_v))
 
 
 def idefics2_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:

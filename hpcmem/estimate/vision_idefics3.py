@@ -40,13 +40,14 @@ class Connector:
     """What a connector other than Idefics3's pixel-shuffle Linear and PaliGemma's Linear puts beside the shared
     SigLIP-style tower (Idefics2's: hpcmem.estimate.vision_idefics2): the batch's tensors, the Conv2d's saved input
     when it trains, what the connector keeps after post_layernorm's output (its own saved tensors and adapters'),
-    its trainable parameters and its backward's worst instant beyond the tower's saved tensors."""
+    its trainable parameters and its backward's and forward's worst instants beyond the tower's saved tensors."""
 
     pixels: int
     conv: int
     saved: int
     trainable: int
     backward: int
+    forward: int
 
 
 def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: Connector | None = None) -> VisionTerms:
@@ -125,4 +126,5 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
                        block_backward=hidden_t + max((mlp_t // 2 if trained else mlp_t) + adapter_t(True),
                                                      scores_t + adapter_t(False)),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=n, image_tokens=m,
-                       trained=what, connector_backward=connector.backward if connector else 0)
+                       trained=what, connector_backward=connector.backward if connector else 0,
+                       connector_forward=connector.forward if connector else 0)
