@@ -72,6 +72,7 @@ VISION_BACKWARD = "backward (vision tower)"
 CROSS_BACKWARD = "backward (cross-attention layer)"
 CONNECTOR_BACKWARD = "backward (vision connector)"
 CONNECTOR_FORWARD = "forward (vision connector)"
+REFERENCE_CONNECTOR = "reference forward (vision connector)"
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,8 @@ class VisionTerms:
     # its forward's worst instant beyond the tower's saved tensors (its saved tensors so far and what its forward holds
     # besides), before the language model's layers run, or 0
     connector_forward: int = 0
+    # a no-grad pass's worst instant in the connector (DPO's reference forward, after the policy's), or 0
+    reference_connector: int = 0
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
@@ -403,6 +406,13 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
         out.append(_connector_backward(terms, out[-1]))
     if terms.blocks_saved and terms.connector_forward:
         out.append(_connector_forward(terms, next(p for p in out if p.name == FORWARD)))
+    reference = next((p for p in out if p.name == REFERENCE_FORWARD and not entry(job.train.trainer).generates), None)
+    if reference is not None and terms.reference_connector:
+        # the reference's pass through the connector, before its language model: the policy's saved tensors beside it
+        out.append(Phase(name=REFERENCE_CONNECTOR, components=(
+            *(c for c in reference.components if not c.name.startswith("no-grad")),
+            Component(name="vision connector (no grad)", bytes=terms.reference_connector,
+                      note="the reference's pass: its live tensors, nothing saved"))))
     return out
 
 

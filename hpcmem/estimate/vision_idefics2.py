@@ -102,8 +102,12 @@ def connector(job: JobSpec, prec: Precision, lora: LoraLayout) -> Connector:
                  if x.name.endswith(("self_attn.k_proj", "self_attn.v_proj")))
     at_v = before + a * t * n + (depth - 1) * (layer + own_layer) + _norm(t, prec, frozen, False) * n + a * t * n + (
         a * t * context) + kv_own + copies
+    # a no-grad pass (DPO's reference forward): nothing saved; post_layernorm's output held, then act_fn's and
+    # up_proj's outputs and their product alive together (the operands freed once the product exists), or in a
+    # perceiver layer the context beside its norm's fp32 upcast and normalised tensor
+    no_grad = (FP32 if prec.amp else prec.residual) * v.hidden_size * n + max(3 * a * i * n, (a + 2 * FP32) * t * n)
     return Connector(pixels=pixels, conv=conv, saved=saved, trainable=trainable, backward=backward,
-                     forward=max(at_projection, at_v))
+                     forward=max(at_projection, at_v), reference=no_grad)
 
 
 def idefics2_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:

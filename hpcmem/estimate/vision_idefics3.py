@@ -48,6 +48,7 @@ class Connector:
     trainable: int
     backward: int
     forward: int
+    reference: int = 0
 
 
 def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: Connector | None = None) -> VisionTerms:
@@ -127,4 +128,5 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
                                                      scores_t + adapter_t(False)),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=n, image_tokens=m,
                        trained=what, connector_backward=connector.backward if connector else 0,
-                       connector_forward=connector.forward if connector else 0)
+                       connector_forward=connector.forward if connector else 0,
+                       reference_connector=connector.reference if connector else 0)
