@@ -143,7 +143,7 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "paligemma": ("sft",), "mllama": ("sft",), "llava_next": ("sft", "dpo"),
                          "llava_onevision": ("sft", "dpo"), "llava_next_video": ("sft", "dpo"),
                          "mistral3": ("sft", "dpo"),
-                         "internvl": ("sft", "dpo"), "idefics2": ("sft",)}
+                         "internvl": ("sft", "dpo"), "idefics2": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`

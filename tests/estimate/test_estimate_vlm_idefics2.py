@@ -2,8 +2,9 @@
 the perceiver's 3 layers) against the trace of TRL's SFTTrainer with its vision collator, transformers'
 Idefics2Processor and Idefics2ImageProcessorPil on blank images (estimator/traces/vlm-idefics2.jsonl, written by
 `hpcmem validate trace --cases estimator/cases/vlm-idefics2.yaml`): full fine-tuning and LoRA all-linear,
-checkpointing on and off, 448 and 980 px, several images and rows, LoRA q_proj/v_proj; the batch and the adapters by
-hand; what is refused."""
+checkpointing on and off, 448 and 980 px, several images and rows, LoRA q_proj/v_proj; DPO likewise
+(vlm-idefics2-dpo.yaml, TRL's DataCollatorForVisionPreference); the batch and the adapters by hand; what is
+refused."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from tests.helpers.stored_cases import stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = trace_records(ROOT, "vlm-idefics2")
+RECORDS = trace_records(ROOT, "vlm-idefics2", "vlm-idefics2-dpo")
 
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
@@ -28,7 +29,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 15
+    assert len(RECORDS) == 15 + 6
 
 
 def test_the_images_by_hand():
@@ -50,10 +51,10 @@ def test_the_connector_adapters_by_hand():
     assert states == params * 4 * 2         # AdamW's two fp32 moments of the fp32 adapters
 
 
-@pytest.mark.parametrize("trainer", ["dpo", "grpo"])
+@pytest.mark.parametrize("trainer", ["grpo", "rloo"])
 def test_other_trainers_with_images_are_refused(trainer):
     with pytest.raises(SpecError, match=f"with trainer {trainer} on idefics2: hpcmem models idefics2's images for "
-                                        "sft only"):
+                                        "sft, dpo only"):
         stored_case_job(RECORDS["i2-448-full-gc"], ROOT, trainer=trainer)
 
 
