@@ -5,9 +5,9 @@ tests/models/test_coverage_vlm.py).
 hpcmem models images for the types of hpcmem.models.vision (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: their vision tower,
 patch merger — Qwen3-VL's deepstack mergers too — and image tokens; Gemma 3: its SigLIP tower, pooling projector and
 image tokens; the trainers hpcmem.models.vision `IMAGE_TRAINERS_ALLOWED` names per type; llava, LLaVA-NeXT,
-LLaVA-NeXT-Video, LLaVA-OneVision, SmolVLM, Idefics3, PaliGemma, Mllama, Mistral 3 and InternVL likewise, their
-towers in hpcmem.models.clip_tower, llava_next, llava_onevision, idefics3, paligemma, mllama, pixtral and
-internvl); any other type that is only image-text-to-text is refused with that reason.
+LLaVA-NeXT-Video, LLaVA-OneVision, SmolVLM, Idefics3, Idefics2, PaliGemma, Mllama, Mistral 3 and InternVL likewise,
+their towers in hpcmem.models.clip_tower, llava_next, llava_onevision, idefics3, idefics2, paligemma, mllama, pixtral
+and internvl); any other type that is only image-text-to-text is refused with that reason.
 A type that also has a causal-LM class (qwen3_5 …) and no tower hpcmem models is estimated as its text decoder, as
 hpcmem/models/coverage.json classifies it, and the estimate says the towers are not counted.
 """
