@@ -82,8 +82,8 @@ def connector(job: JobSpec, prec: Precision, lora: LoraLayout) -> Connector:
     backward = post + casts + projection + 2 * a * i * n + own
     # the forward's worst instant, before the language model's layers, with post_layernorm's output, which the tower's
     # output (`image_outputs.last_hidden_state`, get_image_features) holds until the connector returns (fp32 under
-    # autocast; else the weight dtype, kept by gate_proj and up_proj anyway when they train): in modality_projection, gate_proj's and
-    # act_fn's outputs beside up_proj's (with an adapter: its base output, lora_B's scaled output and their sum), or a
+    # autocast; else the weight dtype, kept by gate_proj and up_proj anyway when they train): in modality_projection,
+    # gate_proj's and act_fn's outputs beside up_proj's (with an adapter: its base output, lora_B's scaled output and their sum), or a
     # frozen down_proj's input (the product, alive though not saved) and its [N, T] output; or in the last perceiver
     # layer's v_proj, with the context (the projection's output, held by the resampler's `context` argument through
     # every layer), the earlier layers' saved tensors, this layer's context norm, its output and the concatenation
