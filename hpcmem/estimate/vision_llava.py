@@ -51,8 +51,9 @@ from hpcmem.models.pixtral import PixtralTowerSpec
 def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
     """The tower's terms: llava's CLIP tower here, SmolVLM's / Idefics3's and PaliGemma's in
     hpcmem.estimate.vision_idefics3 (Idefics2's with its own connector, hpcmem.estimate.vision_idefics2),
-    Llama-3.2-Vision's in hpcmem.estimate.vision_mllama, Mistral 3's Pixtral in hpcmem.estimate.vision_mistral3, the Qwen towers in hpcmem.estimate.vision; InternVL's llava's with its own layer
-    scale and projector (hpcmem.estimate.vision_internvl)."""
+    Llama-3.2-Vision's in hpcmem.estimate.vision_mllama, Mistral 3's Pixtral in hpcmem.estimate.vision_mistral3, the
+    Qwen towers in hpcmem.estimate.vision; InternVL's llava's with its own layer scale and projector
+    (hpcmem.estimate.vision_internvl)."""
     if isinstance(job.model.vision, InternVLTowerSpec):
         return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, ClipTowerSpec):
