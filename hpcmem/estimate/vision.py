@@ -43,6 +43,7 @@ from hpcmem.estimate import activations as act
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.names import BACKWARD, FORWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES
+from hpcmem.estimate.names import ACTIVATIONS as LM_ACTIVATIONS
 from hpcmem.estimate.names import GRADIENTS as LM_GRADIENTS
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.trainers import NO_GRAD_PASS, REFERENCE_FORWARD
@@ -69,6 +70,9 @@ ACTIVATIONS = "vision activations"
 GRADIENTS = "vision tower gradients"
 VISION_BACKWARD = "backward (vision tower)"
 CROSS_BACKWARD = "backward (cross-attention layer)"
+CONNECTOR_BACKWARD = "backward (vision connector)"
+CONNECTOR_FORWARD = "forward (vision connector)"
+REFERENCE_CONNECTOR = "reference forward (vision connector)"
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,14 @@ class VisionTerms:
     # tower's backward (what every block shares, as Pixtral's [1, 1, N, N] mask, and one block's widest instant); 0:
     # bounded by the tower's backward phase
     reference_pass: int = 0
+    # a connector whose backward holds more than the blocks' (Idefics2's modality projection and perceiver): the
+    # bytes beyond the tower's saved tensors at its worst instant (its own saved tensors, its backward's), or 0
+    connector_backward: int = 0
+    # its forward's worst instant beyond the tower's saved tensors (its saved tensors so far and what its forward holds
+    # besides), before the language model's layers run, or 0
+    connector_forward: int = 0
+    # a no-grad pass's worst instant in the connector (DPO's reference forward, after the policy's), or 0
+    reference_connector: int = 0
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
@@ -396,6 +408,17 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
             note="its attention over the image states: recomputed under checkpointing, and its gradients"))))
     if terms.blocks_saved:
         out.append(_tower_backward(job, terms, resident, phases, embed_grad))
+    if terms.blocks_saved and terms.connector_backward:
+        out.append(_connector_backward(terms, out[-1]))
+    if terms.blocks_saved and terms.connector_forward:
+        out.append(_connector_forward(terms, next(p for p in out if p.name == FORWARD)))
+    reference = next((p for p in out if p.name == REFERENCE_FORWARD and not entry(job.train.trainer).generates), None)
+    if reference is not None and terms.reference_connector:
+        # the reference's pass through the connector, before its language model: the policy's saved tensors beside it
+        out.append(Phase(name=REFERENCE_CONNECTOR, components=(
+            *(c for c in reference.components if not c.name.startswith("no-grad")),
+            Component(name="vision connector (no grad)", bytes=terms.reference_connector,
+                      note="the reference's pass: its live tensors, nothing saved"))))
     return out
 
 
@@ -408,6 +431,37 @@ def _reference_tower_pass(p: Phase, resident: tuple[Component, ...], extra: tupl
     return Phase(name=f"{p.name} (vision tower)", components=(*resident, *kept, *extra, Component(
         name="vision no-grad pass", bytes=tower_pass, note="the reference's tower pass: the shared tensors and one "
                                                            "block's widest instant")))
+
+
+def _connector_forward(terms: VisionTerms, forward: Phase) -> Phase:
+    """The connector's forward, before the language model's layers: the forward phase without the language model's
+    saved tensors and its loss, the tower's saved tensors and the connector's worst instant
+    (`VisionTerms.connector_forward`)."""
+    keep = [c for c in forward.components if c.name not in (LM_ACTIVATIONS, ACTIVATIONS)
+            and not c.name.startswith("loss")]
+    outside = terms.saved - sum(terms.blocks_saved) - terms.merger_saved
+    return Phase(name=CONNECTOR_FORWARD, components=(
+        *keep,
+        Component(name=ACTIVATIONS, bytes=terms.pixels + outside + sum(terms.blocks_saved),
+                  note="every block, pixel_values, patch embedding input"),
+        Component(name="vision connector forward", bytes=terms.connector_forward,
+                  note="its saved tensors so far and its forward's own")))
+
+
+def _connector_backward(terms: VisionTerms, tower: Phase) -> Phase:
+    """The connector's backward, before the tower's: the tower-backward phase's residents and language-model gradients,
+    every block's saved tensors (or checkpoint inputs), the connector's own at its worst instant
+    (`VisionTerms.connector_backward`) and its gradients."""
+    keep = [c for c in tower.components if c.name not in (ACTIVATIONS, GRADIENTS, "vision backward temporaries")
+            and not c.name.startswith("recompute")]
+    outside = terms.saved - sum(terms.blocks_saved) - terms.merger_saved
+    return Phase(name=CONNECTOR_BACKWARD, components=(
+        *keep,
+        Component(name=ACTIVATIONS, bytes=terms.pixels + outside + sum(terms.blocks_saved),
+                  note="every block, pixel_values, patch embedding input"),
+        Component(name=GRADIENTS, bytes=terms.merger_grads, note="the connector's"),
+        Component(name="vision connector backward", bytes=terms.connector_backward,
+                  note="its saved tensors and backward temporaries")))
 
 
 def _tower_backward(job: JobSpec, terms: VisionTerms, resident: tuple[Component, ...],

@@ -18,7 +18,7 @@ output are leaves kept to the end of the backward (hpcmem.estimate.vision `outsi
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
@@ -35,7 +35,23 @@ from hpcmem.models.paligemma import PaliGemmaTowerSpec
 INT64 = 8
 
 
-def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
+@dataclass(frozen=True)
+class Connector:
+    """What a connector other than Idefics3's pixel-shuffle Linear and PaliGemma's Linear puts beside the shared
+    SigLIP-style tower (Idefics2's: hpcmem.estimate.vision_idefics2): the batch's tensors, the Conv2d's saved input
+    when it trains, what the connector keeps after post_layernorm's output (its own saved tensors and adapters'),
+    its trainable parameters and its backward's and forward's worst instants beyond the tower's saved tensors."""
+
+    pixels: int
+    conv: int
+    saved: int
+    trainable: int
+    backward: int
+    forward: int
+    reference: int = 0
+
+
+def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: Connector | None = None) -> VisionTerms:
     """SmolVLM's / Idefics3's terms, and PaliGemma's (hpcmem.models.paligemma): the same SigLIP layers over every
     image's patches, post_layernorm and one Linear to the text width (PaliGemmaMultiModalProjector reads
     post_layernorm's output itself, where SmolVLMConnector reads pixel_shuffle's copy of it: one [rows, width] tensor
@@ -52,7 +68,7 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTer
     # the batch: pixel_values fp32 and, SmolVLM / Idefics3 only, pixel_attention_mask, int64 per pixel of every tile
     # (image_processing_pil_smolvlm.py `_make_pixel_mask`: np.int64), both alive the whole step
     mask = n // v.patches * v.tile ** 2 * INT64 if v.family == "idefics3" else 0
-    pixels = n * v.patch_dim * FP32 + mask
+    pixels = n * v.patch_dim * FP32 + mask if connector is None else connector.pixels
     if lora.enabled and not adapted and not job.train.gradient_checkpointing:
         # no adapter in the tower or the connector and no `enable_input_require_grads` hook (TRL installs it for PEFT
         # under checkpointing only): nothing there requires grad, so it builds no graph and runs no backward
@@ -61,6 +77,7 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTer
     tower_adapters = [x for x in adapted if x.part == "tower"]
     merger_adapters = [x for x in adapted if x.part == "merger"]
     per_block, merger = trained_parts(v, tower_adapters, merger_adapters, r, trained)
+    merger = merger if connector is None else connector.trainable
     outside = v.embed_params + 2 * h if trained else 0        # embeddings and post_layernorm
     trainable = outside + per_block * v.depth + merger
     grads = trainable * gbytes
@@ -82,12 +99,13 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTer
         blocks = (block,) * v.depth
     # before the layers: the Conv2d's input (the gathered tiles in the weight dtype) for its weight gradient; frozen
     # under checkpointing, the hooked embeddings' output and the token embeddings' output are leaves
-    conv = n * v.patch_dim * w if trained else 0
+    conv = (n * v.patch_dim * w if trained else 0) if connector is None else connector.conv
     hooked = not trained and job.train.gradient_checkpointing
     leaves = n * h * w + token_leaf(job, prec) if hooked else 0
     # after them: post_layernorm (its output, reshaped by pixel_shuffle, is proj's input: kept when proj trains) and
     # the connector adapters' own
-    merger_saved = layer_norm_saved(h, prec, frozen=not trained) * n + adapters_saved(merger_adapters, m, prec, lora)
+    merger_saved = layer_norm_saved(h, prec, frozen=not trained) * n + (
+        adapters_saved(merger_adapters, m, prec, lora) if connector is None else connector.saved)
     if v.family == "deepseek_vl":
         # DeepSeek-VL's aligner (modeling_deepseek_vl.py DeepseekVLAligner.forward: linear2(GELU(linear1(x)))): GELU
         # keeps its input, linear1's [m, text width] output, and linear2 keeps GELU's output when it trains
@@ -114,4 +132,6 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTer
                        block_backward=hidden_t + max((mlp_t // 2 if trained else mlp_t) + adapter_t(True),
                                                      scores_t + adapter_t(False)),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=n, image_tokens=m,
-                       trained=what)
+                       trained=what, connector_backward=connector.backward if connector else 0,
+                       connector_forward=connector.forward if connector else 0,
+                       reference_connector=connector.reference if connector else 0)

@@ -30,6 +30,7 @@ from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, graphless_tower,
                                     layer_norm_saved, token_leaf, tower_weights, unused_tower, vision_terms)
+from hpcmem.estimate.vision_idefics2 import idefics2_terms
 from hpcmem.estimate.vision_idefics3 import idefics3_terms
 from hpcmem.estimate.vision_mistral3 import pixtral_terms
 from hpcmem.estimate.vision_internvl import internvl_terms
@@ -40,6 +41,7 @@ from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.clip_tower import ClipTowerSpec
+from hpcmem.models.idefics2 import Idefics2TowerSpec
 from hpcmem.models.idefics3 import Idefics3TowerSpec
 from hpcmem.models.internvl import InternVLTowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
@@ -50,16 +52,19 @@ from hpcmem.models.vipllava import VipLlavaTowerSpec
 
 def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
     """The tower's terms: llava's CLIP tower here, SmolVLM's / Idefics3's and PaliGemma's in
-    hpcmem.estimate.vision_idefics3, Llama-3.2-Vision's in hpcmem.estimate.vision_mllama, Mistral 3's Pixtral in
-    hpcmem.estimate.vision_mistral3, the Qwen towers in hpcmem.estimate.vision; InternVL's llava's with its own layer
-    scale and projector (hpcmem.estimate.vision_internvl); ViP-LLaVA's llava's with its concatenating, normalizing
-    projector (hpcmem.estimate.vision_vipllava); Video-LLaVA's llava's (its idle video tower weights only)."""
+    hpcmem.estimate.vision_idefics3 (Idefics2's with its own connector, hpcmem.estimate.vision_idefics2),
+    Llama-3.2-Vision's in hpcmem.estimate.vision_mllama, Mistral 3's Pixtral in hpcmem.estimate.vision_mistral3, the
+    Qwen towers in hpcmem.estimate.vision; InternVL's llava's with its own layer scale and projector
+    (hpcmem.estimate.vision_internvl); ViP-LLaVA's llava's with its concatenating, normalizing projector
+    (hpcmem.estimate.vision_vipllava); Video-LLaVA's llava's (its idle video tower weights only)."""
     if isinstance(job.model.vision, InternVLTowerSpec):
         return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, VipLlavaTowerSpec):
         return vipllava_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, ClipTowerSpec):
         return llava_terms(job, prec, lora)
+    if isinstance(job.model.vision, Idefics2TowerSpec):
+        return idefics2_terms(job, prec, lora)
     if isinstance(job.model.vision, (Idefics3TowerSpec, PaliGemmaTowerSpec)):
         return idefics3_terms(job, prec, lora)
     if isinstance(job.model.vision, MllamaTowerSpec):

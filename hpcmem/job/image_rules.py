@@ -57,7 +57,7 @@ def image_job_problems(job: Job) -> list[str]:
         fails = TRAINER_FAILS.get((m.vision.model_type, t.trainer))
         out.append(f"{said} with trainer {t.trainer} on {m.vision.model_type}: hpcmem models {m.vision.model_type}'s "
                    f"images for {', '.join(allowed) or 'no trainer'} only" + (f" ({fails})" if fails else ""))
-    elif (getattr(m.vision, "family", "") in ("idefics3", "mllama", "pixtral", "internvl")
+    elif (getattr(m.vision, "family", "") in ("idefics3", "mllama", "pixtral", "internvl", "idefics2")
           or getattr(m.vision, "grid_pinpoints", None)) \
             and t.profile_images:
         out.append(f"{said} on {m.vision.model_type}: its images are read from images_per_example, image_height and "
@@ -107,7 +107,7 @@ def _fixed_size_problems(job: Job) -> list[str]:
         processor = {"siglip": "Gemma3ImageProcessor", "idefics3": "SmolVLMImageProcessor",
                      "paligemma": "SiglipImageProcessor", "mllama": "MllamaImageProcessor",
                      "pixtral": "PixtralImageProcessor", "internvl": "GotOcr2ImageProcessor",
-                     "deepseek_vl": "DeepseekVLImageProcessor"}.get(
+                     "deepseek_vl": "DeepseekVLImageProcessor", "idefics2": "Idefics2ImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
@@ -117,6 +117,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                                                                                 "LlavaNextImageProcessor")
         does = (f"it cuts every image into {v.tile}-px tiles after resizing its longest edge to {v.longest_edge}"
                 if v.family == "idefics3" else
+                f"it resizes every image to at most {v.longest_edge} px on its longest side and at least "
+                f"{v.shortest_edge} px on each" if v.family == "idefics2" else
                 f"it fits every image to at most {v.max_num_tiles} tiles of {v.image_size} px and pads it to "
                 f"{v.max_num_tiles}" if v.family == "mllama" else
                 f"it fits every image to {v.image_size} px on its longest edge, its sides rounded up to {v.step}-px "

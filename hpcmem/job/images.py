@@ -23,6 +23,9 @@ LLaVA-NeXT's (image_processing_pil_llava_next.py) picks a best-fit resolution an
 the same for an image alone in its row, its grid downscaled past anyres_max's tiles, and one square tile for each
 image of a row of several (hpcmem.models.llava_onevision). Mistral 3's (image_processing_pil_pixtral.py) fits each
 image to longest_edge at its own aspect ratio (hpcmem.models.pixtral).
+Idefics2's (image_processing_pil_idefics2.py `Idefics2ImageProcessorPil`, no splitting) resizes each image between its
+shortest and longest edge (hpcmem.models.idefics2 `idefics2_resize`); the tower runs its whole patch grid and the
+perceiver resampler makes n_latents image tokens of it.
 InternVL's (image_processing_pil_got_ocr2.py `GotOcr2ImageProcessorPil`) cuts each image into the tiles of the
 canvas whose aspect ratio fits it best and a thumbnail, or resizes it to one tile (hpcmem.models.internvl
 `internvl_tiles`); each tile (image_size / patch_size)² patches and tokens_per_image image tokens.
@@ -161,6 +164,10 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         tiles, side = rows * cols + 1 if rows else 1, vision.tile // vision.patch_size
         return ImageGeometry(resized=cut, grid_thw=(tiles, side, side), patches=tiles * vision.patches,
                              tokens=tiles * vision.tokens_per_tile)
+    if getattr(vision, "family", "") == "idefics2":
+        resized, rows, cols = vision.grid(t.image_height, t.image_width)
+        return ImageGeometry(resized=resized, grid_thw=(1, rows, cols), patches=rows * cols,
+                             tokens=vision.tokens_per_image)
     if getattr(vision, "family", "") == "mllama":
         # grid_thw is (max_num_tiles, side, side): the padded tiles the tower runs; `resized` the tiled canvas
         rows, cols = mllama_tiles(t.image_height, t.image_width, vision.image_size, vision.max_num_tiles)

@@ -42,6 +42,8 @@ Covered (transformers 5.24):
   LayerNorm (hpcmem.models.vipllava's `VipLlavaTowerSpec`).
 - video_llava (Video-LLaVA): with images llava's tower and projector, beside an idle video tower of the same config
   (hpcmem.models.video_llava's `VideoLlavaTowerSpec`).
+- idefics2: Idefics3's SigLIP-style tower under a gated-MLP modality projection and a perceiver resampler, a Mistral
+  decoder (hpcmem.models.idefics2's `Idefics2TowerSpec`).
 - smolvlm (SmolVLM2) and idefics3: a SigLIP-style tower, a pixel-shuffle connector and a Llama decoder
   (hpcmem.models.idefics3's `Idefics3TowerSpec`).
 - paligemma: a SigLIP tower and a one-Linear projector (hpcmem.models.paligemma's `PaliGemmaTowerSpec`); its decoder
@@ -78,6 +80,7 @@ from hpcmem.models.llava_next import llava_next_tower_from_config
 from hpcmem.models.llava_onevision import onevision_tower_from_config
 from hpcmem.models.video_llava import video_llava_tower_from_config
 from hpcmem.models.vipllava import vipllava_tower_from_config
+from hpcmem.models.idefics2 import IDEFICS2_TEXT_DEFAULTS, Idefics2TowerSpec, idefics2_tower_from_config
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
 from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
@@ -156,7 +159,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "internvl": ("sft", "dpo"),
                           "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
                           "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
-                          "deepseek_vl": ("sft", "dpo")}
+                          "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -167,7 +170,7 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "internvl": ("sft", "dpo"),
                          "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
                          "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
-                         "deepseek_vl": ("sft", "dpo")}
+                         "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -238,6 +241,10 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/deepseek_vl: hpcmem.models.deepseek_vl reads the vision part; the decoder is what text_config names
     # (DeepseekVLConfig's default: llama); DeepseekVLConfig.tie_word_embeddings True
     "deepseek_vl": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
+    # models/idefics2: hpcmem.models.idefics2 reads the vision part; the decoder is what text_config names
+    # (Idefics2Config's default: mistral, IDEFICS2_TEXT_DEFAULTS); Idefics2Config.tie_word_embeddings False
+    "idefics2": TowerLayout(text="mistral", defaults={}, aliases={}, norm="layer", mlp="fc",
+                            text_defaults=IDEFICS2_TEXT_DEFAULTS),
 }
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
@@ -261,7 +268,7 @@ VISION_LANGUAGE["shieldgemma2"] = replace(VISION_LANGUAGE["gemma3"], tie_default
                                           text_tie_default=True)
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
-                     "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl")
+                     "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "idefics2")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -411,7 +418,7 @@ class VisionSpec(TowerBase):
 
 def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | ClipTowerSpec | Idefics3TowerSpec
                                                                   | PaliGemmaTowerSpec | MllamaTowerSpec
-                                                                  | PixtralTowerSpec | None):
+                                                                  | PixtralTowerSpec | Idefics2TowerSpec | None):
     """The VisionSpec of a vision-language config.json dict (llava's: a ClipTowerSpec), None for any other; keys it
     omits take the vision config class's defaults, as `AutoConfig.for_model` fills them."""
     model_type = str(cfg.get("model_type", ""))
@@ -441,6 +448,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return lighton_tower_from_config(cfg, name)
     if model_type == "deepseek_vl":
         return deepseek_vl_tower_from_config(cfg, name)
+    if model_type == "idefics2":
+        return idefics2_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
