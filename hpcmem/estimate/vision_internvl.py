@@ -20,6 +20,12 @@ Beyond llava's:
 - the projector: its LayerNorm over 4 · width on the tiles' image-token rows (`layer_norm_saved`: its input, fp32
   stats, its output for linear_1 when linear_1 trains), GELU's input, linear_2's input when it trains, and the
   adapters' own (the slice of the feature layer's output is not a linear's input here).
+
+Qianfan-OCR's tower (hpcmem.models.qianfan_ocr) is this one with a DropPath after each layer scale of every layer but
+the first (models/qianfan_ocr/modeling_qianfan_ocr.py `QianfanOCRDropPath.forward`: `hidden_states.div(keep_prob) *
+random_tensor`): the scalar div keeps nothing and the mul, its mask not requiring grad, keeps only the [tiles, 1, 1]
+mask — one 512-byte block a DropPath, no term at this scale; its div output is a forward transient beside the layer
+scale's output, below the step's peak.
 """
 
 from __future__ import annotations

@@ -73,6 +73,7 @@ class InternVLTowerSpec(ClipTowerSpec):
     min_patches: int
     max_patches: int
     fixed_resolution: bool = False
+    drop_path_rate: float = 0.0     # stochastic depth's top rate (QianfanOCRVisionLayer's DropPath; InternVL: none)
     family: str = "internvl"
     activations: ClassVar[tuple[str, ...]] = INTERNVL_ACTIVATIONS
 
@@ -207,16 +208,19 @@ def internvl_tiles(height: int, width: int, tile: int, min_patches: int, max_pat
     return cols * rows + (1 if cols * rows > 1 else 0), cols, rows
 
 
-def internvl_tower_from_config(cfg: dict[str, Any], name: str) -> InternVLTowerSpec:
-    """The InternVLTowerSpec of an internvl config.json dict; keys it omits take the config classes' defaults and the
-    processor's the GotOcr2ImageProcessor class defaults (module docstring)."""
+def internvl_tower_from_config(cfg: dict[str, Any], name: str, model_type: str = "internvl",
+                               defaults: dict[str, Any] | None = None) -> InternVLTowerSpec:
+    """The InternVLTowerSpec of an internvl config.json dict (or of a type whose tower is InternViT's, `model_type`
+    with its vision config class's `defaults`); keys it omits take the config classes' defaults and the processor's
+    the GotOcr2ImageProcessor class defaults (module docstring)."""
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
-    if raw.get("model_type", "internvl_vision") != "internvl_vision":
-        raise SpecError(f"model {name}: internvl's vision_config.model_type {raw.get('model_type')!r} is not "
-                        "modelled; hpcmem models internvl with its InternViT tower (internvl_vision)")
-    vc = {**INTERNVL_VISION_DEFAULTS, **raw}
+    vision_type = f"{model_type}_vision"
+    if raw.get("model_type", vision_type) != vision_type:
+        raise SpecError(f"model {name}: {model_type}'s vision_config.model_type {raw.get('model_type')!r} is not "
+                        f"modelled; hpcmem models {model_type} with its InternViT tower ({vision_type})")
+    vc = {**(INTERNVL_VISION_DEFAULTS if defaults is None else defaults), **raw}
     for key in ("image_size", "patch_size"):
         value = vc[key]
         if isinstance(value, (list, tuple)):
@@ -229,8 +233,11 @@ def internvl_tower_from_config(cfg: dict[str, Any], name: str) -> InternVLTowerS
     if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not 0 < ratio <= 1:
         raise SpecError(f"model {name}: downsample_ratio must be a number in (0, 1], got {ratio!r}")
     proc = {**PROCESSOR_DEFAULTS, **{k: cfg[k] for k in PROCESSOR_DEFAULTS if k in cfg}}
+    rate = vc.get("drop_path_rate", 0.0)
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate < 1:
+        raise SpecError(f"model {name}: vision_config.drop_path_rate must be a number in [0, 1), got {rate!r}")
     return InternVLTowerSpec(
-        model_type="internvl", depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
+        model_type=model_type, drop_path_rate=float(rate), depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
         intermediate_size=vc["intermediate_size"], num_heads=vc["num_attention_heads"], in_channels=vc["num_channels"],
         image_size=vc["image_size"], patch_size=vc["patch_size"], out_hidden_size=text_width(cfg, QWEN2_HIDDEN),
         hidden_act=str(vc["hidden_act"]), projector_act=str(outer["projector_hidden_act"]), projector_bias=True,

@@ -88,6 +88,7 @@ from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_con
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
 from hpcmem.models.pixtral import MISTRAL3_TEXT_DEFAULTS, PixtralTowerSpec, pixtral_tower_from_config
+from hpcmem.models.qianfan_ocr import qianfan_tower_from_config
 from hpcmem.models.lighton_ocr import LIGHTON_TEXT_DEFAULTS, lighton_tower_from_config
 
 
@@ -159,7 +160,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "internvl": ("sft", "dpo"),
                           "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
                           "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
-                          "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo")}
+                          "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
+                          "qianfan_ocr": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -170,7 +172,8 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "internvl": ("sft", "dpo"),
                          "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
                          "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
-                         "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo")}
+                         "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
+                         "qianfan_ocr": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -245,6 +248,9 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # (Idefics2Config's default: mistral, IDEFICS2_TEXT_DEFAULTS); Idefics2Config.tie_word_embeddings False
     "idefics2": TowerLayout(text="mistral", defaults={}, aliases={}, norm="layer", mlp="fc",
                             text_defaults=IDEFICS2_TEXT_DEFAULTS),
+    # models/qianfan_ocr: InternVL's tower, projector and tiles (hpcmem.models.qianfan_ocr); the decoder is what
+    # text_config names (QianfanOCRConfig's default: qwen3); QianfanOCRConfig.tie_word_embeddings False
+    "qianfan_ocr": TowerLayout(text="qwen3", defaults={}, aliases={}, norm="layer", mlp="fc"),
 }
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
@@ -268,7 +274,8 @@ VISION_LANGUAGE["shieldgemma2"] = replace(VISION_LANGUAGE["gemma3"], tie_default
                                           text_tie_default=True)
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
-                     "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "idefics2")
+                     "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "idefics2",
+                     "qianfan_ocr")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -446,6 +453,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return internvl_tower_from_config(cfg, name)
     if model_type == "lighton_ocr":
         return lighton_tower_from_config(cfg, name)
+    if model_type == "qianfan_ocr":
+        return qianfan_tower_from_config(cfg, name)
     if model_type == "deepseek_vl":
         return deepseek_vl_tower_from_config(cfg, name)
     if model_type == "idefics2":

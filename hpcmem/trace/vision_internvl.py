@@ -11,6 +11,10 @@ extra special tokens): the word tokenizer gets them added and set. `replace_imag
 count × image_seq_length <IMG_CONTEXT> tokens and </img> per image: two tokens around each image's tokens. The
 video processor is left out (`without_video`). The chat template writes each image as "<IMG_CONTEXT>" and the text
 as it is.
+
+Qianfan-OCR (models/qianfan_ocr/modular_qianfan_ocr.py `QianfanOCRProcessor(InternVLProcessor)`): the same image
+processor, tokenizer attributes and replacement, built without a video processor; its chat template's image
+placeholder is `image_placeholder_token` ("<image>"), which `get_text_with_replacements` expands.
 """
 
 from __future__ import annotations
@@ -22,15 +26,24 @@ from hpcmem.trace.pieces import tokenizer
 from hpcmem.trace.vision_llava import without_video
 
 START, END, CONTEXT, VIDEO = "<img>", "</img>", "<IMG_CONTEXT>", "<video>"
+QIANFAN_PLACEHOLDER = "<image>"
 MARKERS_PER_IMAGE = 2
-CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
-                 "{% if part['type'] == 'image' %}" + CONTEXT + "{% elif part['type'] == 'text' %}"
-                 "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+
+
+def chat_template(image: str) -> str:
+    """Each image written as `image`, the text as it is."""
+    return ("{% for message in messages %}{% for part in message['content'] %}"
+            "{% if part['type'] == 'image' %}" + image + "{% elif part['type'] == 'text' %}"
+            "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+
+
+CHAT_TEMPLATE = chat_template(CONTEXT)
 
 
 def processor(job: JobSpec) -> Any:
     from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
     from transformers.models.internvl.processing_internvl import InternVLProcessor
+    from transformers.models.qianfan_ocr.processing_qianfan_ocr import QianfanOCRProcessor
 
     v = job.model.vision
     tok = tokenizer()
@@ -41,8 +54,12 @@ def processor(job: JobSpec) -> Any:
         setattr(tok, f"{attr}_id", tok.convert_tokens_to_ids(token))
     images = GotOcr2ImageProcessorPil(size={"height": v.tile, "width": v.tile}, crop_to_patches=v.crop_to_patches,
                                       min_patches=v.min_patches, max_patches=v.max_patches)
-    proc = without_video(InternVLProcessor)(image_processor=images, tokenizer=tok, video_processor=None,
-                                            image_seq_length=v.tokens_per_image, chat_template=CHAT_TEMPLATE)
+    if v.model_type == "qianfan_ocr":
+        proc = QianfanOCRProcessor(image_processor=images, tokenizer=tok, image_seq_length=v.tokens_per_image,
+                                   chat_template=chat_template(QIANFAN_PLACEHOLDER))
+    else:
+        proc = without_video(InternVLProcessor)(image_processor=images, tokenizer=tok, video_processor=None,
+                                                image_seq_length=v.tokens_per_image, chat_template=CHAT_TEMPLATE)
     # the class attribute images_kwargs {"crop_to_patches": True} overrides the image processor's; a spec that turns
     # tiling off passes it on as the user's processor would
     proc.images_kwargs = {"crop_to_patches": v.crop_to_patches}
