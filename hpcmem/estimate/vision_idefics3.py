@@ -127,7 +127,9 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
         return n * max(ins) * backward_bytes_per_input(lora) if ins else 0
     what = ("tower and connector trained (full fine-tuning)" if trained else
             f"frozen; LoRA on {len(adapted)} of its linear kinds" if adapted else
-            "frozen (no LoRA target reaches it); its backward still runs (input gradients)")
+            "frozen (no LoRA target reaches it); its backward still runs (input gradients)") + (
+        "; the VQ model and generation embeddings/aligner/head loaded and idle (weights only)" if v.family == "janus"
+        else "")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,
                        merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
                        block_backward=hidden_t + max((mlp_t // 2 if trained else mlp_t) + adapter_t(True),

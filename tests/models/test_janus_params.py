@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from hpcmem.errors import SpecError
-from hpcmem.models.resolve import resolve_model
+from hpcmem.models.resolve import catalog, resolve_model
 from tests.helpers.meta_models import meta_image_text_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUTS = ["janus-pro-1b-width-L1-D4-384.json", "janus-pro-1b-width-L1-D4-512.json"]
+HUB = "deepseek-community/Janus-Pro-1B"
 IDLE = (".vqmodel.", ".generation_")
 
 
@@ -28,17 +29,21 @@ def _part(name: str) -> str:
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("name", CUTS)
+@pytest.mark.parametrize("name", [*CUTS, HUB])
 def test_parts_and_linears_equal_the_meta_model(name, tmp_path):
+    """The two cuts and the catalog's Janus-Pro-1B (its tie as the real class ties it too)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    cfg = json.loads((FIXTURES / name).read_text())
+    cfg = catalog()[HUB]["config"] if name == HUB else json.loads((FIXTURES / name).read_text())
     model = meta_image_text_model(cfg)
     assert type(model).__name__ == "JanusForConditionalGeneration"
     count = {"tower": 0, "merger": 0, "idle": 0, "language": 0}
     for n, p in model.named_parameters():
         count[_part(n)] += p.numel()
-    spec = resolve_model(str(FIXTURES / name))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = resolve_model(str(path))
+    assert spec.tie_word_embeddings is (model.get_output_embeddings().weight is model.get_input_embeddings().weight)
     v = spec.vision
     assert count == {"tower": v.tower_params, "merger": v.merger_params, "idle": v.idle_params,
                      "language": spec.num_params}
