@@ -7,6 +7,7 @@ generation parts by hand; what is refused."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.vision_llava import tower_terms
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.shape import precision
-from hpcmem.validate.cases import case_job
+from hpcmem.models.resolve import catalog
 from tests.helpers.stored_cases import stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,12 +27,8 @@ RECORDS = trace_records(ROOT, "vlm-janus", "vlm-janus-dpo", "vlm-janus-pro-1b")
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
 def test_estimate_within_3_percent_of_the_trace(case_id):
-    """The held-out cases name the catalog id, the others a fixture under the repository."""
-    record = RECORDS[case_id]
-    on_disk = (ROOT / record["case"]["model_name_or_path"]).is_file()
-    job = stored_case_job(record, ROOT) if on_disk else case_job(record["case"])
-    traced = record["traced"]
-    estimated = max(tensor_bytes(p) for p in estimate(job).phases)
+    traced = RECORDS[case_id]["traced"]
+    estimated = max(tensor_bytes(p) for p in estimate(stored_case_job(RECORDS[case_id], ROOT)).phases)
     assert abs(estimated - traced) <= 3 / 100 * traced, (estimated, traced)
 
 
@@ -70,6 +67,12 @@ def test_all_linear_adapts_the_generation_linears_without_gradients():
     idle = 16 * 2056 + 2 * 16 * 4096 + 16 * 18432
     assert terms.gradients == trained * lora.adapter_bytes
     assert terms.weights == (51_764_224 + 6_295_552 + 113_996_427) * 2 + (trained + idle) * lora.adapter_bytes
+
+
+def test_the_held_out_shape_is_the_catalog_entry():
+    """tests/fixtures/vlm/janus-pro-1b-shape.json, which the held-out cases trace, is the catalog's config."""
+    shape = json.loads((ROOT / "tests/fixtures/vlm/janus-pro-1b-shape.json").read_text())
+    assert shape == catalog()["deepseek-community/Janus-Pro-1B"]["config"]
 
 
 def test_grpo_with_images_is_refused():
