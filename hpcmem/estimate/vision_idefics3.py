@@ -56,7 +56,7 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
     image's patches, post_layernorm and one Linear to the text width (PaliGemmaMultiModalProjector reads
     post_layernorm's output itself, where SmolVLMConnector reads pixel_shuffle's copy of it: one [rows, width] tensor
     kept either way), without the pixel mask; DeepSeek-VL's (hpcmem.models.deepseek_vl) PaliGemma's with its
-    two-linear aligner."""
+    two-linear aligner; Janus's (hpcmem.models.janus) DeepSeek-VL's, its idle generation parts weights only."""
     v: Idefics3TowerSpec | PaliGemmaTowerSpec = job.model.vision
     images, n = image_rows(job)             # n: the tower's rows, tiles × patches per tile
     adapted, adapter_params, weights = tower_weights(job, v, prec, lora)
@@ -106,10 +106,11 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
     # the connector adapters' own
     merger_saved = layer_norm_saved(h, prec, frozen=not trained) * n + (
         adapters_saved(merger_adapters, m, prec, lora) if connector is None else connector.saved)
-    if v.family == "deepseek_vl":
+    if v.family in ("deepseek_vl", "janus"):
         # DeepSeek-VL's aligner (modeling_deepseek_vl.py DeepseekVLAligner.forward: linear2(GELU(linear1(x)))): GELU
-        # keeps its input, linear1's [m, text width] output, and linear2 keeps GELU's output when it trains
-        merger_saved += prec.act * v.out_hidden_size * m * (2 if trained else 1)
+        # keeps its input, linear1's [m, text width] output, and linear2 keeps GELU's output when it trains; Janus's
+        # (modeling_janus.py JanusVisionAlignerMLP.forward) does so once per hidden layer after fc1
+        merger_saved += prec.act * v.out_hidden_size * m * (2 if trained else 1) * v.aligner_hidden_layers
     saved = sum(blocks) + conv + leaves + merger_saved
     # trained, the MLP's backward holds one [N, intermediate] gradient beside the block's saved tensors, not
     # backward_parts' two (a gated MLP's): fc2's input gradient, beside which GELU's backward writes its own once
@@ -126,7 +127,9 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
         return n * max(ins) * backward_bytes_per_input(lora) if ins else 0
     what = ("tower and connector trained (full fine-tuning)" if trained else
             f"frozen; LoRA on {len(adapted)} of its linear kinds" if adapted else
-            "frozen (no LoRA target reaches it); its backward still runs (input gradients)")
+            "frozen (no LoRA target reaches it); its backward still runs (input gradients)") + (
+        "; the VQ model and generation embeddings/aligner/head loaded and idle (weights only)" if v.family == "janus"
+        else "")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,
                        merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
                        block_backward=hidden_t + max((mlp_t // 2 if trained else mlp_t) + adapter_t(True),

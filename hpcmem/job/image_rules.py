@@ -107,7 +107,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
         processor = {"siglip": "Gemma3ImageProcessor", "idefics3": "SmolVLMImageProcessor",
                      "paligemma": "SiglipImageProcessor", "mllama": "MllamaImageProcessor",
                      "pixtral": "PixtralImageProcessor", "internvl": "GotOcr2ImageProcessor",
-                     "deepseek_vl": "DeepseekVLImageProcessor", "idefics2": "Idefics2ImageProcessor"}.get(
+                     "deepseek_vl": "DeepseekVLImageProcessor", "idefics2": "Idefics2ImageProcessor",
+                     "janus": "JanusImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
@@ -124,7 +125,7 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 f"it fits every image to {v.image_size} px on its longest edge, its sides rounded up to {v.step}-px "
                 "steps" if v.family == "pixtral" else
                 f"it resizes every image's longest edge to {v.image_size} px and pads it to a square"
-                if v.family == "deepseek_vl" else
+                if v.family in ("deepseek_vl", "janus") else
                 f"it cuts every image into {v.image_size}-px tiles of the canvas of {v.min_patches}..{v.max_patches} "
                 "tiles that fits its aspect ratio best, plus a thumbnail" if v.family == "internvl" else
                 f"it cuts every image into {v.image_size}-px tiles of the image_grid_pinpoints resolution that fits it "

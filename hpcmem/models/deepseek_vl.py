@@ -38,6 +38,11 @@ class DeepseekVLTowerSpec(PaliGemmaTowerSpec):
 
     family: str = "deepseek_vl"
 
+    @property
+    def aligner_hidden_layers(self) -> int:
+        """The aligner's Linears after the first, each behind a GELU: DeepseekVLAligner's linear2."""
+        return 1
+
     def linears(self) -> tuple[TowerLinear, ...]:
         h, i, d, o = self.hidden_size, self.intermediate_size, self.depth, self.out_hidden_size
         return (*encoder_layer_linears(h, i, d),

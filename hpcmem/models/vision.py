@@ -64,6 +64,9 @@ Covered (transformers 5.24):
 - lighton_ocr (LightOnOCR): Mistral 3's Pixtral tower and projector (GELU, no biases) with the image processor's own
   patch-size resize, image tokens without breaks and a Qwen3 decoder (hpcmem.models.lighton_ocr's
   `LightOnOcrTowerSpec`).
+- janus (Janus, Janus-Pro): DeepSeek-VL's SigLIP-layout tower and GELU aligner, beside image-generation parts (a VQ
+  model, generation embeddings, aligner and head) no image-understanding step runs (hpcmem.models.janus's
+  `JanusTowerSpec`); a Llama decoder.
 - deepseek_vl (DeepSeek-VL): a SigLIP tower read whole under a two-linear GELU aligner (hpcmem.models.deepseek_vl's
   `DeepseekVLTowerSpec`); its decoder is what its text_config names (Llama).
 """
@@ -84,6 +87,7 @@ from hpcmem.models.idefics2 import IDEFICS2_TEXT_DEFAULTS, Idefics2TowerSpec, id
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
 from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
+from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
@@ -161,7 +165,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
                           "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
                           "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
-                          "qianfan_ocr": ("sft", "dpo")}
+                          "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -173,7 +177,7 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
                          "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
                          "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
-                         "qianfan_ocr": ("sft", "dpo")}
+                         "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -244,6 +248,9 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/deepseek_vl: hpcmem.models.deepseek_vl reads the vision part; the decoder is what text_config names
     # (DeepseekVLConfig's default: llama); DeepseekVLConfig.tie_word_embeddings True
     "deepseek_vl": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
+    # models/janus: hpcmem.models.janus reads the vision and generation parts; the decoder is what text_config names
+    # (JanusConfig's default: llama); JanusConfig.tie_word_embeddings True
+    "janus": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
     # models/idefics2: hpcmem.models.idefics2 reads the vision part; the decoder is what text_config names
     # (Idefics2Config's default: mistral, IDEFICS2_TEXT_DEFAULTS); Idefics2Config.tie_word_embeddings False
     "idefics2": TowerLayout(text="mistral", defaults={}, aliases={}, norm="layer", mlp="fc",
@@ -275,7 +282,7 @@ VISION_LANGUAGE["shieldgemma2"] = replace(VISION_LANGUAGE["gemma3"], tie_default
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
                      "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "idefics2",
-                     "qianfan_ocr")
+                     "qianfan_ocr", "janus")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -459,6 +466,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return deepseek_vl_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
+    if model_type == "janus":
+        return janus_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")

@@ -24,7 +24,8 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_deepseek_vl, vision_gemma3, vision_idefics2, vision_idefics3, vision_internvl,
-                          vision_lighton_ocr, vision_llava, vision_mistral3, vision_mllama, vision_paligemma)
+                          vision_janus, vision_lighton_ocr, vision_llava, vision_mistral3, vision_mllama,
+                          vision_paligemma)
 from hpcmem.trace.pieces import WORD, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -75,6 +76,8 @@ def processor(job: JobSpec) -> Any:
         return vision_paligemma.processor(job)
     if v.family == "deepseek_vl":
         return vision_deepseek_vl.processor(job)
+    if v.family == "janus":
+        return vision_janus.processor(job)
     if v.family == "idefics2":
         return vision_idefics2.processor(job)
     if v.family == "mllama":
@@ -106,6 +109,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_paligemma.token_ids(proc)
     if proc.__class__.__name__ == "DeepseekVLProcessor":
         return vision_deepseek_vl.token_ids(proc)
+    if proc.__class__.__name__ == "JanusProcessor":
+        return vision_janus.token_ids(proc)
     if proc.__class__.__name__ == "Idefics2Processor":
         return vision_idefics2.token_ids(proc)
     if proc.__class__.__name__ == "MllamaProcessor":
@@ -129,6 +134,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_idefics3.markers(job) if family == "idefics3" else \
         vision_paligemma.MARKERS_PER_IMAGE if family == "paligemma" else \
         vision_deepseek_vl.MARKERS_PER_IMAGE if family == "deepseek_vl" else \
+        vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
         vision_idefics2.MARKERS_PER_IMAGE if family == "idefics2" else \
         vision_mllama.MARKERS_PER_IMAGE if family == "mllama" else \
         vision_mistral3.MARKERS_PER_IMAGE if family == "pixtral" else \

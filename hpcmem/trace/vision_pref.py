@@ -20,8 +20,8 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.data import BatchDesign
-from hpcmem.trace import (vision_deepseek_vl, vision_idefics2, vision_idefics3, vision_internvl, vision_llava,
-                          vision_mistral3)
+from hpcmem.trace import (vision_deepseek_vl, vision_idefics2, vision_idefics3, vision_internvl, vision_janus,
+                          vision_llava, vision_mistral3)
 from hpcmem.trace.pieces import WORD
 from hpcmem.trace.vision import MARKERS_PER_IMAGE
 
@@ -39,7 +39,8 @@ def prompt_tokens(job: JobSpec) -> int:
         vision_internvl.MARKERS_PER_IMAGE if v.family == "internvl" else \
         vision_llava.MARKERS_PER_IMAGE if v.model_type in vision_llava.LLAVA_TYPES else \
         vision_mistral3.MARKERS_PER_IMAGE if v.family == "pixtral" else \
-        vision_deepseek_vl.MARKERS_PER_IMAGE if v.family == "deepseek_vl" else MARKERS_PER_IMAGE
+        vision_deepseek_vl.MARKERS_PER_IMAGE if v.family == "deepseek_vl" else \
+        vision_janus.MARKERS_PER_IMAGE if v.family == "janus" else MARKERS_PER_IMAGE
     row = vision_idefics2.ROW_TOKENS if v.family == "idefics2" else 0
     tokens = t.images_per_example * (image_geometry(t, job.model.vision).tokens + markers) + PROMPT_WORDS + row
     if tokens + 2 > (t.max_length or 0):
