@@ -57,7 +57,8 @@ def image_job_problems(job: Job) -> list[str]:
         fails = TRAINER_FAILS.get((m.vision.model_type, t.trainer))
         out.append(f"{said} with trainer {t.trainer} on {m.vision.model_type}: hpcmem models {m.vision.model_type}'s "
                    f"images for {', '.join(allowed) or 'no trainer'} only" + (f" ({fails})" if fails else ""))
-    elif (getattr(m.vision, "family", "") in ("idefics3", "mllama", "pixtral", "internvl", "idefics2")
+    elif (getattr(m.vision, "family", "") in ("idefics3", "mllama", "pixtral", "internvl", "idefics2",
+                                                "video_llama_3")
           or getattr(m.vision, "grid_pinpoints", None)) \
             and t.profile_images:
         out.append(f"{said} on {m.vision.model_type}: its images are read from images_per_example, image_height and "
