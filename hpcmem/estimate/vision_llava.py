@@ -35,6 +35,7 @@ from hpcmem.estimate.vision_idefics3 import idefics3_terms
 from hpcmem.estimate.vision_mistral3 import pixtral_terms
 from hpcmem.estimate.vision_internvl import internvl_terms
 from hpcmem.estimate.vision_vipllava import vipllava_terms
+from hpcmem.estimate.vision_video_llama_3 import video_llama_3_terms
 from hpcmem.estimate.vision_mllama import mllama_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
@@ -47,6 +48,7 @@ from hpcmem.models.internvl import InternVLTowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
 from hpcmem.models.pixtral import PixtralTowerSpec
+from hpcmem.models.video_llama_3 import VideoLlama3TowerSpec
 from hpcmem.models.vipllava import VipLlavaTowerSpec
 
 
@@ -56,7 +58,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     Llama-3.2-Vision's in hpcmem.estimate.vision_mllama, Mistral 3's Pixtral in hpcmem.estimate.vision_mistral3, the
     Qwen towers in hpcmem.estimate.vision; InternVL's llava's with its own layer scale and projector
     (hpcmem.estimate.vision_internvl); ViP-LLaVA's llava's with its concatenating, normalizing projector
-    (hpcmem.estimate.vision_vipllava); Video-LLaVA's llava's (its idle video tower weights only)."""
+    (hpcmem.estimate.vision_vipllava); Video-LLaVA's llava's (its idle video tower weights only); VideoLLaMA3's
+    in hpcmem.estimate.vision_video_llama_3."""
     if isinstance(job.model.vision, InternVLTowerSpec):
         return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, VipLlavaTowerSpec):
@@ -71,6 +74,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return mllama_terms(job, prec, lora)
     if isinstance(job.model.vision, PixtralTowerSpec):
         return pixtral_terms(job, prec, lora)
+    if isinstance(job.model.vision, VideoLlama3TowerSpec):
+        return video_llama_3_terms(job, prec, lora)
     return vision_terms(job, prec, lora)
 
 

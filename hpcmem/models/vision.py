@@ -69,6 +69,9 @@ Covered (transformers 5.24):
   `JanusTowerSpec`); a Llama decoder.
 - deepseek_vl (DeepSeek-VL): a SigLIP tower read whole under a two-linear GELU aligner (hpcmem.models.deepseek_vl's
   `DeepseekVLTowerSpec`); its decoder is what its text_config names (Llama).
+- video_llama_3 (VideoLLaMA3) with images: a SigLIP-NaViT-style tower (2D rotary attention per image at its own
+  resolution, no position table) under a two-linear GELU projector (hpcmem.models.video_llama_3's
+  `VideoLlama3TowerSpec`); its decoder is what its text_config names (Qwen2).
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
 from hpcmem.models.pixtral import MISTRAL3_TEXT_DEFAULTS, PixtralTowerSpec, pixtral_tower_from_config
 from hpcmem.models.qianfan_ocr import qianfan_tower_from_config
 from hpcmem.models.lighton_ocr import LIGHTON_TEXT_DEFAULTS, lighton_tower_from_config
+from hpcmem.models.video_llama_3 import video_llama_3_tower_from_config
 
 
 
@@ -165,7 +169,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
                           "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
                           "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
-                          "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo")}
+                          "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",)}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -177,7 +181,7 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
                          "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
                          "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
-                         "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo")}
+                         "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",)}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -258,6 +262,9 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/qianfan_ocr: InternVL's tower, projector and tiles (hpcmem.models.qianfan_ocr); the decoder is what
     # text_config names (QianfanOCRConfig's default: qwen3); QianfanOCRConfig.tie_word_embeddings False
     "qianfan_ocr": TowerLayout(text="qwen3", defaults={}, aliases={}, norm="layer", mlp="fc"),
+    # models/video_llama_3: hpcmem.models.video_llama_3 reads the vision part; the decoder is what text_config names
+    # (VideoLlama3Config's default: qwen2); tie_word_embeddings False, set by __post_init__ from a true text flag
+    "video_llama_3": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_from_text=True),
 }
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
@@ -282,7 +289,7 @@ VISION_LANGUAGE["shieldgemma2"] = replace(VISION_LANGUAGE["gemma3"], tie_default
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
                      "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "idefics2",
-                     "qianfan_ocr", "janus")
+                     "qianfan_ocr", "janus", "video_llama_3")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -468,6 +475,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return idefics2_tower_from_config(cfg, name)
     if model_type == "janus":
         return janus_tower_from_config(cfg, name)
+    if model_type == "video_llama_3":
+        return video_llama_3_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")

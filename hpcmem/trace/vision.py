@@ -12,7 +12,8 @@ the image's tokens. The processor is transformers' own `Qwen2_5_VLProcessor` (Qw
 `PROCESSORS`) around its PIL image processor `Qwen2VLImageProcessorPil` (the same `smart_resize` and `patchify` as
 the torchvision one) and the word tokenizer with Qwen's four vision tokens added; the model config's
 token ids are set to the tokenizer's. Gemma 3's processor is hpcmem.trace.vision_gemma3's, Mistral 3's
-hpcmem.trace.vision_mistral3's, LightOnOCR's hpcmem.trace.vision_lighton_ocr's.
+hpcmem.trace.vision_mistral3's, LightOnOCR's hpcmem.trace.vision_lighton_ocr's, VideoLLaMA3's
+hpcmem.trace.vision_video_llama_3's.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_deepseek_vl, vision_gemma3, vision_idefics2, vision_idefics3, vision_internvl,
                           vision_janus, vision_lighton_ocr, vision_llava, vision_mistral3, vision_mllama,
-                          vision_paligemma)
+                          vision_paligemma, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -88,6 +89,8 @@ def processor(job: JobSpec) -> Any:
         return vision_mistral3.processor(job)
     if v.family == "internvl":
         return vision_internvl.processor(job)
+    if v.family == "video_llama_3":
+        return vision_video_llama_3.processor(job, vision_tokenizer())
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -101,6 +104,8 @@ def token_ids(proc: Any) -> dict[str, int]:
     """The config keys of the vision tokens and their ids in the processor's tokenizer."""
     if proc.__class__.__name__ == "Gemma3Processor":
         return vision_gemma3.token_ids(proc)
+    if vision_video_llama_3.is_processor(proc):
+        return vision_video_llama_3.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
         return vision_llava.token_ids(proc)
     if proc.__class__.__name__ == "Idefics3Processor":
@@ -138,7 +143,8 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_idefics2.MARKERS_PER_IMAGE if family == "idefics2" else \
         vision_mllama.MARKERS_PER_IMAGE if family == "mllama" else \
         vision_mistral3.MARKERS_PER_IMAGE if family == "pixtral" else \
-        vision_internvl.MARKERS_PER_IMAGE if family == "internvl" else MARKERS_PER_IMAGE
+        vision_internvl.MARKERS_PER_IMAGE if family == "internvl" else \
+        vision_video_llama_3.MARKERS_PER_IMAGE if family == "video_llama_3" else MARKERS_PER_IMAGE
     per_image = image_geometry(t, job.model.vision).tokens + markers
     row_tokens = vision_paligemma.ROW_TOKENS if family == "paligemma" else \
         vision_mllama.BOS_PER_ROW if family == "mllama" else \

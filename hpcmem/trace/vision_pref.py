@@ -21,7 +21,7 @@ from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.data import BatchDesign
 from hpcmem.trace import (vision_deepseek_vl, vision_idefics2, vision_idefics3, vision_internvl, vision_janus,
-                          vision_llava, vision_mistral3)
+                          vision_llava, vision_mistral3, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD
 from hpcmem.trace.vision import MARKERS_PER_IMAGE
 
@@ -31,7 +31,7 @@ PROMPT_WORDS = 1    # beside the images: the shortest prompt, the longest comple
 
 def prompt_tokens(job: JobSpec) -> int:
     """Tokens of each prompt: its images (image tokens and any markers around them: Qwen's vision_start/vision_end,
-    InternVL's <img>/</img>, none for the llava types, Mistral 3 and DeepSeek-VL) and one word."""
+    InternVL's <img>/</img>, none for the llava types, Mistral 3, DeepSeek-VL and VideoLLaMA3) and one word."""
     t = job.train
     v = job.model.vision
     markers = vision_idefics3.markers(job) if v.family == "idefics3" else \
@@ -40,7 +40,8 @@ def prompt_tokens(job: JobSpec) -> int:
         vision_llava.MARKERS_PER_IMAGE if v.model_type in vision_llava.LLAVA_TYPES else \
         vision_mistral3.MARKERS_PER_IMAGE if v.family == "pixtral" else \
         vision_deepseek_vl.MARKERS_PER_IMAGE if v.family == "deepseek_vl" else \
-        vision_janus.MARKERS_PER_IMAGE if v.family == "janus" else MARKERS_PER_IMAGE
+        vision_janus.MARKERS_PER_IMAGE if v.family == "janus" else \
+        vision_video_llama_3.MARKERS_PER_IMAGE if v.family == "video_llama_3" else MARKERS_PER_IMAGE
     row = vision_idefics2.ROW_TOKENS if v.family == "idefics2" else 0
     tokens = t.images_per_example * (image_geometry(t, job.model.vision).tokens + markers) + PROMPT_WORDS + row
     if tokens + 2 > (t.max_length or 0):
