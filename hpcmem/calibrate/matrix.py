@@ -28,6 +28,7 @@ from hpcmem.errors import HpcmemError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.gpus.spec import GpuSpec
+from hpcmem.job.lora_task_rules import planned_task_type
 from hpcmem.job.trainers import entry
 from hpcmem.job.trl_config import accelerate_settings, build_job
 from hpcmem.probe import boundary
@@ -183,7 +184,10 @@ def _sized(gpu, resolve, peak, tiny, notes, wanted) -> list[CampaignCase]:
         name = f"{trainer}-{short}-{technique}-{round(100 * target)}"
         if not wanted(name):
             continue
-        base = Case(name, trainer, SWEEP_MODELS[short], dict(SWEEP_TECHNIQUES[technique]))
+        flags = dict(SWEEP_TECHNIQUES[technique])
+        if flags.get("use_peft"):
+            flags["lora_task_type"] = planned_task_type(trainer)     # a reward model's LoRA runs as SEQ_CLS only
+        base = Case(name, trainer, SWEEP_MODELS[short], flags)
         sized = _size(base, target, gpu, resolve, peak, tiny)
         if sized is None:
             notes.append(f"{name}: left out, cannot be sized to {round(100 * target)} % of {gpu.name} (its states alone pass it, or no batch × max_length reaches it)")
