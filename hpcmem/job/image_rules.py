@@ -113,7 +113,7 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "paligemma": "SiglipImageProcessor", "mllama": "MllamaImageProcessor",
                      "pixtral": "PixtralImageProcessor", "internvl": "GotOcr2ImageProcessor",
                      "deepseek_vl": "DeepseekVLImageProcessor", "idefics2": "Idefics2ImageProcessor",
-                     "janus": "JanusImageProcessor"}.get(
+                     "janus": "JanusImageProcessor", "ovis2": "Ovis2ImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"

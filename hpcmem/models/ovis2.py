@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.tower_base import LinearTower, TowerLinear, check_counts, check_heads, check_whole_grid, \
-    grid_patches
+from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_counts, check_heads, check_whole_grid,
+                                      grid_patches, text_width)
 
 # Ovis2VisionConfig's class defaults (models/ovis2/configuration_ovis2.py)
 OVIS2_VISION_DEFAULTS: dict[str, Any] = {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24,
@@ -41,14 +41,17 @@ OVIS2_VISION_DEFAULTS: dict[str, Any] = {"hidden_size": 1024, "intermediate_size
                                          "patch_size": 14, "qkv_bias": False, "mlp_bias": False, "hidden_act": "silu",
                                          "vocab_size": 16384, "hidden_stride": 1, "num_visual_indicator_tokens": 5,
                                          "tokenize_function": "softmax"}
-OVIS2_HIDDEN = 1536             # Ovis2Config.hidden_size: the visual embedding table's width
+OVIS2_HIDDEN = 1536             # Ovis2Config.hidden_size: the visual embedding table's and lm_head's width
+OVIS2_VOCAB = 151643            # Ovis2Config.vocab_size: lm_head's rows
+QWEN2_HIDDEN, QWEN2_VOCAB = 4096, 151936    # Qwen2Config's: an omitted text_config's width and vocabulary
 TOKENIZE_FUNCTIONS = ("softmax", "st_argmax", "gumbel_argmax")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Ovis2TowerSpec(LinearTower):
-    """An Ovis2 tower (RMSNorm, SwiGLU MLP), its visual-tokenizer head and the visual embedding table (the "merger":
-    vocab_size × out_hidden_size, the outer hidden_size)."""
+    """An Ovis2 tower (RMSNorm, SwiGLU MLP; Ovis2VisionTransformer) and, as its "merger", the visual tokenizer
+    (head_linear, head_norm, softmax) and the visual embedding table (vocab_size × out_hidden_size, the outer
+    hidden_size)."""
 
     image_size: int
     hidden_stride: int
@@ -57,6 +60,15 @@ class Ovis2TowerSpec(LinearTower):
     qkv_bias: bool = False
     mlp_bias: bool = False
     tokenize_function: str = "softmax"
+    # what the shared vision code reads of a tower (hpcmem.models.vision.VisionSpec's names): Ovis2VisionModel names
+    # no input embeddings (get_input_embeddings raises NotImplementedError), so `enable_input_require_grads` hooks
+    # the token embeddings alone
+    norm: str = "rms"
+    mlp: str = "gated"
+    deepstack_visual_indexes: tuple[int, ...] = ()
+    deepstack_params: int = 0
+    hooked_input: bool = False
+    fixed_resolution: bool = True
     family: str = "ovis2"
 
     def __post_init__(self) -> None:
@@ -96,7 +108,7 @@ class Ovis2TowerSpec(LinearTower):
                TowerLinear(name="ffn.down_proj", in_features=i, out_features=h, count=d, part="tower",
                            bias=self.mlp_bias))
         head = TowerLinear(name="head_linear", in_features=h * s * s, out_features=self.head_width, count=1,
-                           part="head", bias=False)
+                           part="merger", bias=False)
         return (*attn, *mlp, head)
 
     @property
@@ -105,18 +117,22 @@ class Ovis2TowerSpec(LinearTower):
         return sum(x.params for x in self.linears() if x.part == "tower") // self.depth + 2 * self.hidden_size
 
     @property
-    def tower_params(self) -> int:
-        """Embeddings (Conv2d with bias, RMSNorm, position table), the layers, the last RMSNorm, head_linear and
-        head_norm (LayerNorm weight and bias)."""
+    def embed_params(self) -> int:
+        """Ovis2VisionEmbeddings: the Conv2d (weight and bias), its RMSNorm and the position table."""
         h = self.hidden_size
-        embeddings = self.patch_dim * h + h + h + self.patches * h
-        head = sum(x.params for x in self.linears() if x.part == "head") + 2 * self.head_width
-        return embeddings + self.depth * self.block_params + h + head
+        return self.patch_dim * h + h + h + self.patches * h
+
+    @property
+    def tower_params(self) -> int:
+        """Ovis2VisionTransformer: the embeddings, the layers and the last RMSNorm."""
+        return self.embed_params + self.depth * self.block_params + self.hidden_size
 
     @property
     def merger_params(self) -> int:
-        """The visual embedding table: vocab_size rows of the outer hidden_size."""
-        return self.visual_vocab_size * self.out_hidden_size
+        """The visual tokenizer and the table: head_linear, head_norm (LayerNorm weight and bias) and the visual
+        embedding table (vocab_size rows of the outer hidden_size)."""
+        head = sum(x.params for x in self.linears() if x.part == "merger")
+        return head + 2 * self.head_width + self.visual_vocab_size * self.out_hidden_size
 
 
 def ovis2_tower_from_config(cfg: dict[str, Any], name: str) -> Ovis2TowerSpec:
@@ -128,10 +144,16 @@ def ovis2_tower_from_config(cfg: dict[str, Any], name: str) -> Ovis2TowerSpec:
     for key in ("image_size", "patch_size"):
         if isinstance(vc[key], (list, tuple)):
             raise SpecError(f"model {name}: vision_config.{key} {vc[key]!r}: hpcmem models square images (an integer)")
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    width, vocab = cfg.get("hidden_size", OVIS2_HIDDEN), cfg.get("vocab_size", OVIS2_VOCAB)
+    if width != text_width(cfg, QWEN2_HIDDEN) or vocab != text.get("vocab_size", QWEN2_VOCAB):
+        raise SpecError(f"model {name}: ovis2's hidden_size {width!r} and vocab_size {vocab!r} must equal text_config's "
+                        f"({text_width(cfg, QWEN2_HIDDEN)!r}, {text.get('vocab_size', QWEN2_VOCAB)!r}): the table's rows "
+                        "are scattered into the token embeddings and lm_head (outer widths) is tied to embed_tokens")
     return Ovis2TowerSpec(model_type="ovis2", depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
                           intermediate_size=vc["intermediate_size"], num_heads=vc["num_attention_heads"],
                           in_channels=vc["num_channels"], image_size=vc["image_size"], patch_size=vc["patch_size"],
-                          out_hidden_size=cfg.get("hidden_size", OVIS2_HIDDEN), hidden_act=str(vc["hidden_act"]),
+                          out_hidden_size=width, hidden_act=str(vc["hidden_act"]),
                           hidden_stride=vc["hidden_stride"], visual_vocab_size=vc["vocab_size"],
                           indicator_tokens=vc["num_visual_indicator_tokens"], qkv_bias=bool(vc["qkv_bias"]),
                           mlp_bias=bool(vc["mlp_bias"]), tokenize_function=str(vc["tokenize_function"]))
