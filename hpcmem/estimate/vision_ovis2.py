@@ -42,12 +42,29 @@ def rms_norm_saved(h: int, prec: Precision, trained: bool) -> int:
 
 def head_saved(v: Ovis2TowerSpec, m: int, prec: Precision, trained: bool) -> int:
     """What the visual tokenizer and the table keep on the m image-token rows: head_linear's input (the concatenated
-    [m, stride²·width] copy) when it trains; head_norm's input and its fp32 mean and rstd (`layer_norm_saved`; its
-    output feeds softmax, not a linear); softmax's output (its backward reads it); and, when the table trains, the
-    matmul's input, the [m, vocab_size] concatenation with the zero indicator columns."""
+    [m, stride²·width] copy) when it trains; head_norm's input (cast to fp32 under autocast, where layer_norm is an
+    fp32 op) and its fp32 mean and rstd (`layer_norm_saved`; its output feeds softmax, not a linear); softmax's output
+    (its backward reads it; fp32 under autocast, where softmax is an fp32 op too); and, when the table trains, the
+    matmul's input, the [m, vocab_size] concatenation with the zero indicator columns (autocast's compute-dtype copy
+    of the fp32 concatenation)."""
     s2h = v.hidden_stride ** 2 * v.hidden_size
+    probs = FP32 if prec.amp else prec.act
     return m * ((prec.act * s2h if trained else 0) + layer_norm_saved(v.head_width, prec, frozen=True)
-                + prec.act * v.head_width + (prec.act * v.visual_vocab_size if trained else 0))
+                + probs * v.head_width + (prec.act * v.visual_vocab_size if trained else 0))
+
+
+def reference_head(v: Ovis2TowerSpec, n: int, m: int, prec: Precision) -> int:
+    """The visual tokenizer's worst instant in a no-grad pass (DPO's reference forward), in head_norm: the
+    transformer's output (`outputs`, [n, width]), the concatenated [m, stride²·width] copy (`last_hidden_state`,
+    returned in the output), head_linear's output and head_norm's output, [m, vocab_size − indicators] each, and
+    under autocast head_norm's fp32 copy of its input, its output fp32 too. At softmax head_linear's output is gone
+    (`logits` renamed to head_norm's output) and softmax's output (fp32 under autocast) takes its place: no more.
+    Later, at the table's matmul in `get_image_features`, the transformer's output is gone and the probabilities,
+    their [m, vocab_size] concatenation, its compute-dtype copy under autocast and the [m, text width] product are
+    alive beside the copy."""
+    s2h, vocab = v.hidden_stride ** 2 * v.hidden_size, v.head_width
+    head = vocab * (prec.act + 2 * FP32 if prec.amp else 2 * prec.act)
+    return prec.act * (v.hidden_size * n + s2h * m) + head * m
 
 
 def ovis2_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
@@ -100,4 +117,4 @@ def ovis2_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
                        merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
                        block_backward=hidden_t + max(mlp_t + adapter_t(True), scores_t + adapter_t(False)),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=n, image_tokens=m,
-                       trained=what)
+                       trained=what, reference_connector=reference_head(v, n, m, prec))
