@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_counts, check_heads, check_whole_grid,
-                                      grid_patches, text_width)
+from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
+                                      check_whole_grid, grid_patches, text_width)
 
 # Ovis2VisionConfig's class defaults (models/ovis2/configuration_ovis2.py)
 OVIS2_VISION_DEFAULTS: dict[str, Any] = {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24,
@@ -76,6 +76,7 @@ class Ovis2TowerSpec(LinearTower):
         check_counts(p, self, ("depth", "hidden_size", "intermediate_size", "num_heads", "in_channels", "image_size",
                                "patch_size", "out_hidden_size", "hidden_stride", "visual_vocab_size"))
         check_heads(p, self.hidden_size, self.num_heads, "num_attention_heads")
+        check_activation(p, self.hidden_act, ("silu",))
         check_whole_grid(p, self.image_size, self.patch_size)
         p.check(0 <= self.indicator_tokens < self.visual_vocab_size,
                 f"vision_config.num_visual_indicator_tokens {self.indicator_tokens} must lie in [0, vocab_size)")
@@ -146,10 +147,11 @@ def ovis2_tower_from_config(cfg: dict[str, Any], name: str) -> Ovis2TowerSpec:
             raise SpecError(f"model {name}: vision_config.{key} {vc[key]!r}: hpcmem models square images (an integer)")
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
     width, vocab = cfg.get("hidden_size", OVIS2_HIDDEN), cfg.get("vocab_size", OVIS2_VOCAB)
-    if width != text_width(cfg, QWEN2_HIDDEN) or vocab != text.get("vocab_size", QWEN2_VOCAB):
+    inner = (text_width(cfg, QWEN2_HIDDEN), text.get("vocab_size", QWEN2_VOCAB))
+    if (width, vocab) != inner:
         raise SpecError(f"model {name}: ovis2's hidden_size {width!r} and vocab_size {vocab!r} must equal text_config's "
-                        f"({text_width(cfg, QWEN2_HIDDEN)!r}, {text.get('vocab_size', QWEN2_VOCAB)!r}): the table's rows "
-                        "are scattered into the token embeddings and lm_head (outer widths) is tied to embed_tokens")
+                        f"{inner!r}: the table's rows are scattered into the token embeddings and lm_head (outer "
+                        "widths) is tied to embed_tokens")
     return Ovis2TowerSpec(model_type="ovis2", depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
                           intermediate_size=vc["intermediate_size"], num_heads=vc["num_attention_heads"],
                           in_channels=vc["num_channels"], image_size=vc["image_size"], patch_size=vc["patch_size"],

@@ -7,6 +7,7 @@ reference's pass through it by hand; what is refused."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.vision_llava import tower_terms
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.shape import precision
+from hpcmem.validate.cases import case_job
 from tests.helpers.stored_cases import stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,3 +74,13 @@ def test_the_reference_pass_through_the_visual_tokenizer():
 def test_grpo_with_images_is_refused():
     with pytest.raises(SpecError, match="with trainer grpo on ovis2: hpcmem models ovis2's images for sft, dpo only"):
         stored_case_job(RECORDS["ovis448-full-gc"], ROOT, trainer="grpo")
+
+
+def test_a_hard_visual_tokenizer_is_refused_for_images(tmp_path):
+    """tokenize_function "st_argmax": Ovis2VisionModel.forward's hard_softmax (a one-hot scatter beside softmax)."""
+    cfg = json.loads((ROOT / RECORDS["ovis448-full-gc"]["case"]["model_name_or_path"]).read_text())
+    cfg["vision_config"]["tokenize_function"] = "st_argmax"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(SpecError, match="tokenize_function 'st_argmax' with ovis2 images"):
+        case_job({**RECORDS["ovis448-full-gc"]["case"], "model_name_or_path": str(path)})
