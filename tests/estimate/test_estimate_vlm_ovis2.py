@@ -1,8 +1,8 @@
 """Ovis2 SFT and DPO with images (Ovis2-2B's widths cut to 1 decoder layer and 2 tower layers, 448 and 560 px)
 against the trace of TRL's SFTTrainer / DPOTrainer with their vision collators, transformers' Ovis2Processor and
 Ovis2ImageProcessorPil on real 480×640 images (estimator/traces/vlm-ovis2*.jsonl, written by
-`hpcmem validate trace --cases estimator/cases/vlm-ovis2.yaml --reserved` and `-dpo.yaml`): full fine-tuning and LoRA,
-checkpointing on and off, one and four images; the image tokens, the visual tokenizer's saved tensors and the
+`hpcmem validate trace --cases estimator/cases/vlm-ovis2.yaml --reserved`, `-dpo.yaml` and `-d4.yaml`, held out at 2 +
+4 layers, 504 px, two images): full fine-tuning and LoRA, checkpointing on and off, one, two and four images; the image tokens, the visual tokenizer's saved tensors and the
 reference's pass through it by hand; what is refused."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from hpcmem.validate.cases import case_job
 from tests.helpers.stored_cases import stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS = trace_records(ROOT, "vlm-ovis2", "vlm-ovis2-dpo")
+RECORDS = trace_records(ROOT, "vlm-ovis2", "vlm-ovis2-dpo", "vlm-ovis2-d4")
 
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
@@ -33,7 +33,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 13 + 4
+    assert len(RECORDS) == 13 + 4 + 3
 
 
 @pytest.mark.parametrize(("case_id", "patches", "tokens"), [("ovis448-full-nogc", 1024, 256),
