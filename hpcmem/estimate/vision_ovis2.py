@@ -97,8 +97,12 @@ def ovis2_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     block = block_saved(job, v, spec, mb, prec, v.block_params, adapted, lora)
     if job.train.gradient_checkpointing:     # Ovis2VisionEncoderLayer is a GradientCheckpointingLayer: its input
         blocks = (prec.residual * h * n,) * v.depth
-    else:
+    elif trained:
         blocks = (block,) * v.depth
+    else:
+        # frozen: the first layer's input (the embeddings' output) needs no grad (nothing hooks the tower), so its
+        # rms_norm1 keeps nothing; the later layers' inputs carry their adapters' grad and theirs keeps its fp32 upcast
+        blocks = (block - rms_norm_saved(h, prec, False) * n,) + (block,) * (v.depth - 1)
     # before the layers, trained: the Conv2d's input (pixel_values in the weight dtype) and the embeddings' RMSNorm;
     # frozen, nothing there requires grad. Under checkpointing with PEFT the token embeddings' output is a leaf
     before = n * (v.patch_dim * w + rms_norm_saved(h, prec, True)) if trained else 0
@@ -111,10 +115,14 @@ def ovis2_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     def adapter_t(mlp: bool) -> int:
         ins = [x.in_features for x in tower_adapters if x.name.startswith("ffn.") == mlp]
         return n * max(ins) * backward_bytes_per_input(lora) if ins else 0
+    # without checkpointing the MLP's adapters run their backward and then the base path's, one after the other (as
+    # hpcmem.estimate.vision's rule for SigLIP's MLP); a recomputed block makes the adapters' copies beside the base's
+    gc = job.train.gradient_checkpointing
+    mlp = mlp_t + adapter_t(True) if gc else max(mlp_t, adapter_t(True))
     what = ("tower, visual tokenizer and table trained (full fine-tuning)" if trained else
             f"frozen; LoRA on {len(adapted)} of its linear kinds")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,
                        merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
-                       block_backward=hidden_t + max(mlp_t + adapter_t(True), scores_t + adapter_t(False)),
+                       block_backward=hidden_t + max(mlp, scores_t + adapter_t(False)),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=n, image_tokens=m,
                        trained=what, reference_connector=reference_head(v, n, m, prec))
