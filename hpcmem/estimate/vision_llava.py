@@ -37,6 +37,7 @@ from hpcmem.estimate.vision_internvl import internvl_terms
 from hpcmem.estimate.vision_vipllava import vipllava_terms
 from hpcmem.estimate.vision_video_llama_3 import video_llama_3_terms
 from hpcmem.estimate.vision_mllama import mllama_terms
+from hpcmem.estimate.vision_ovis2 import ovis2_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -46,6 +47,7 @@ from hpcmem.models.idefics2 import Idefics2TowerSpec
 from hpcmem.models.idefics3 import Idefics3TowerSpec
 from hpcmem.models.internvl import InternVLTowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
+from hpcmem.models.ovis2 import Ovis2TowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
 from hpcmem.models.pixtral import PixtralTowerSpec
 from hpcmem.models.video_llama_3 import VideoLlama3TowerSpec
@@ -59,7 +61,7 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     Qwen towers in hpcmem.estimate.vision; InternVL's llava's with its own layer scale and projector
     (hpcmem.estimate.vision_internvl); ViP-LLaVA's llava's with its concatenating, normalizing projector
     (hpcmem.estimate.vision_vipllava); Video-LLaVA's llava's (its idle video tower weights only); VideoLLaMA3's
-    in hpcmem.estimate.vision_video_llama_3."""
+    in hpcmem.estimate.vision_video_llama_3; Ovis2's in hpcmem.estimate.vision_ovis2."""
     if isinstance(job.model.vision, InternVLTowerSpec):
         return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, VipLlavaTowerSpec):
@@ -76,6 +78,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return pixtral_terms(job, prec, lora)
     if isinstance(job.model.vision, VideoLlama3TowerSpec):
         return video_llama_3_terms(job, prec, lora)
+    if isinstance(job.model.vision, Ovis2TowerSpec):
+        return ovis2_terms(job, prec, lora)
     return vision_terms(job, prec, lora)
 
 

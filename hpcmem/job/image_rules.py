@@ -113,7 +113,7 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "paligemma": "SiglipImageProcessor", "mllama": "MllamaImageProcessor",
                      "pixtral": "PixtralImageProcessor", "internvl": "GotOcr2ImageProcessor",
                      "deepseek_vl": "DeepseekVLImageProcessor", "idefics2": "Idefics2ImageProcessor",
-                     "janus": "JanusImageProcessor"}.get(
+                     "janus": "JanusImageProcessor", "ovis2": "Ovis2ImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
@@ -142,6 +142,12 @@ def _fixed_size_problems(job: Job) -> list[str]:
         out.append(v.fold_problem)
     if getattr(v, "family", "") == "internvl":
         out += _internvl_problems(v)
+    if getattr(v, "family", "") == "ovis2" and v.tokenize_function != "softmax":
+        # modeling_ovis2.py Ovis2VisionModel.forward: "st_argmax" (hard_softmax) and "gumbel_argmax" add a one-hot
+        # scatter and a straight-through sum over the visual vocabulary beside softmax's output
+        out.append(f"vision_config.tokenize_function {v.tokenize_function!r} with ovis2 images: hpcmem models the "
+                   "visual tokenizer's softmax only (Ovis2VisionConfig's default); the hard one-hot variants keep "
+                   "more [image tokens, visual vocabulary] tensors")
     if getattr(v, "family", "") == "deepseek_vl" and v.pooling_head:
         # modeling_siglip.py SiglipVisionTransformer.forward runs the head whenever vision_use_head
         # (SiglipVisionConfig's default); DeepseekVLModel.get_image_features overwrites its pooler_output

@@ -72,6 +72,8 @@ Covered (transformers 5.24):
 - video_llama_3 (VideoLLaMA3) with images: a SigLIP-NaViT-style tower (2D rotary attention per image at its own
   resolution, no position table) under a two-linear GELU projector (hpcmem.models.video_llama_3's
   `VideoLlama3TowerSpec`); its decoder is what its text_config names (Qwen2).
+- ovis2 (Ovis2): an RMSNorm/SwiGLU tower under a visual tokenizer (head_linear, LayerNorm, softmax over a visual
+  vocabulary) and a visual embedding table (hpcmem.models.ovis2's `Ovis2TowerSpec`); a Qwen2 decoder.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
 from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
 from hpcmem.models.janus import janus_tower_from_config
+from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
 from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
@@ -169,7 +172,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
                           "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
                           "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
-                          "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",)}
+                          "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
+                          "ovis2": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -181,7 +185,8 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
                          "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
                          "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
-                         "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",)}
+                         "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
+                         "ovis2": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -265,6 +270,9 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/video_llama_3: hpcmem.models.video_llama_3 reads the vision part; the decoder is what text_config names
     # (VideoLlama3Config's default: qwen2); tie_word_embeddings False, set by __post_init__ from a true text flag
     "video_llama_3": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_from_text=True),
+    # models/ovis2: hpcmem.models.ovis2 reads the vision part; the decoder is what text_config names (Ovis2Config's
+    # default: qwen2); Ovis2Config.tie_word_embeddings True
+    "ovis2": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="rms", mlp="gated", tie_default=True),
 }
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
@@ -289,7 +297,7 @@ VISION_LANGUAGE["shieldgemma2"] = replace(VISION_LANGUAGE["gemma3"], tie_default
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
                      "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "idefics2",
-                     "qianfan_ocr", "janus", "video_llama_3")
+                     "qianfan_ocr", "janus", "video_llama_3", "ovis2")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -477,6 +485,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return janus_tower_from_config(cfg, name)
     if model_type == "video_llama_3":
         return video_llama_3_tower_from_config(cfg, name)
+    if model_type == "ovis2":
+        return ovis2_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}
     if not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")

@@ -82,6 +82,8 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     assert by_type["deepseek_vl_hybrid"]["status"] == "refused"
     assert by_type["janus"]["status"] == "derived" and "traced: SFT, DPO)" in by_type["janus"]["reason"] \
         and "GRPO/RLOO with images refused" in by_type["janus"]["reason"]
+    assert by_type["ovis2"]["status"] == "derived" and "traced: SFT, DPO)" in by_type["ovis2"]["reason"] \
+        and "GRPO/RLOO with images refused" in by_type["ovis2"]["reason"]
     assert by_type["idefics2"]["status"] == "derived" and "traced: SFT, DPO)" in by_type["idefics2"]["reason"] and \
         "GRPO/RLOO with images refused" in by_type["idefics2"]["reason"]
     assert by_type["qianfan_ocr"]["status"] == "derived" and "traced: SFT, DPO)" in by_type["qianfan_ocr"]["reason"] \
