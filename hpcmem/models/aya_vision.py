@@ -142,6 +142,8 @@ def aya_vision_tower_from_config(cfg: dict[str, Any], name: str) -> AyaVisionTow
         model_type="aya_vision", depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
         intermediate_size=vc["intermediate_size"], num_heads=vc["num_attention_heads"], in_channels=vc["num_channels"],
         image_size=vc["image_size"], patch_size=vc["patch_size"], out_hidden_size=text,
+        # projector_act and projector_bias are ClipTowerSpec's llava fields, not read for Aya's SwiGLU projector
+        # (its saved tensors: hpcmem.estimate.vision_aya)
         hidden_act=str(vc["hidden_act"]), projector_act="gelu", projector_bias=True,
         feature_layer=feature_layer(outer, "aya_vision"), drop_class_token=False, scale_factor=factor,
         alignment=alignment, min_patches=proc["min_patches"], max_patches=proc["max_patches"],
