@@ -30,6 +30,8 @@ from hpcmem.models.coverage import (coverage_rows, installed_mapping, refusal, r
 from hpcmem.models.profile import KIND, config_hash, load_profile, profile_filename, save_profile
 from hpcmem.models.resolve import _read_json
 from hpcmem.models.spec import ModelSpec
+from hpcmem.models.vision import text_part
+from hpcmem.models.vlm_learned import learned_text
 from hpcmem.trace.learn import learn, stderr_progress
 
 
@@ -92,6 +94,8 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
     text("model", name, max_len=4096)    # one line in every message and in the profile's provenance
     cfg = model_config_dict(name)
     check_model_config(cfg, name)      # the estimate's own type and range checks, before torch is imported
+    if learned_text(cfg):   # a vision-language type on a learned decoder: its text part is what is learned
+        cfg = text_part(cfg)
     learnable(cfg, name)
     require("models learn", "torch", "transformers", "trl", "peft")
     # every refusal comes before the traces: the file is checked and the folder written to first

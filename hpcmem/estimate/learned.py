@@ -23,7 +23,7 @@ GPT-BigCode's c_attn, Falcon's query_key_value; estimator/LOG.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate.breakdown import Component, Phase
@@ -35,6 +35,7 @@ from hpcmem.estimate.names import ACTIVATIONS, GATHERED, PREFETCHED_UNIT
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
+from hpcmem.job.trainers import entry
 from hpcmem.models.params import LinearModule
 from hpcmem.models.profile import Cell, LayerKind, LearnedProfile, cell_key
 
@@ -205,6 +206,18 @@ def _forward_phase(lb: LayerBytes, entry: int, head_other: int, loss: LossBytes,
         *held, Component(name=ACTIVATIONS, bytes=max(worst, 0), note=f"{note}; layers < {worst_at} and layer {worst_at}")))
 
 
+def traced_head(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout) -> LossBytes:
+    """The fused LM head's own bytes in the job the cells were traced on (hpcmem.trace.learn `learn_job`): SFT on
+    unmasked rows of this micro-batch's shape, every position scored but each row's last (hpcmem.job.shape
+    `micro_batch`), whatever this job scores — a DPO row's image prompt, or its prompt, scores nothing
+    (dpo_trainer.py `concatenated_forward`: labels -100 there), and the fused head's saved hidden rows, statistics
+    and tiles are those of the scored positions only (hpcmem.estimate.loss `loss_bytes`). A trainer with its own
+    loss (hpcmem.job.trainers `hook("loss")`) or score head keeps its own bytes here."""
+    if entry(job.train.trainer).hook("loss") is not None or entry(job.train.trainer).head == "score":
+        return loss_bytes(job, mb, prec, head_trains=not lora.enabled)     # a trainer's own loss: as before
+    return loss_bytes(job, replace(mb, label_tokens=mb.rows * (mb.seq - 1)), prec, head_trains=not lora.enabled)
+
+
 def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
                    loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()) -> list[Phase]:
     t, p = job.train, job.model.learned
@@ -218,7 +231,7 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     how = f"learned profile ({p.provenance.get('summary', 'traced')})"
     forward_other, head_other = cell.forward_other.at(tokens, quad), cell.head_other.at(tokens, quad)
     if cell.head_with_loss:     # the traced job's fused LM head is in the terms: the estimate's own for that job out
-        traced = loss_bytes(job, mb, prec, head_trains=not lora.enabled)
+        traced = traced_head(job, mb, prec, lora)
         forward_other -= traced.saved + traced.forward_transient
         head_other -= traced.backward_transient
     forward = _forward_phase(lb, cell.forward_entry.at(tokens, quad), forward_other, loss,

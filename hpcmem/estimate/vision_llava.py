@@ -33,6 +33,7 @@ from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_sav
 from hpcmem.estimate.vision_idefics2 import idefics2_terms
 from hpcmem.estimate.vision_idefics3 import idefics3_terms
 from hpcmem.estimate.vision_mistral3 import pixtral_terms
+from hpcmem.estimate.vision_aya import aya_terms
 from hpcmem.estimate.vision_internvl import internvl_terms
 from hpcmem.estimate.vision_vipllava import vipllava_terms
 from hpcmem.estimate.vision_video_llama_3 import video_llama_3_terms
@@ -42,6 +43,7 @@ from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
+from hpcmem.models.aya_vision import AyaVisionTowerSpec
 from hpcmem.models.clip_tower import ClipTowerSpec
 from hpcmem.models.idefics2 import Idefics2TowerSpec
 from hpcmem.models.idefics3 import Idefics3TowerSpec
@@ -64,6 +66,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     in hpcmem.estimate.vision_video_llama_3; Ovis2's in hpcmem.estimate.vision_ovis2."""
     if isinstance(job.model.vision, InternVLTowerSpec):
         return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))
+    if isinstance(job.model.vision, AyaVisionTowerSpec):
+        return aya_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, VipLlavaTowerSpec):
         return vipllava_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, ClipTowerSpec):

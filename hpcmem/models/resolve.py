@@ -17,6 +17,7 @@ from hpcmem.models.checkpoint import checkpoint_load_dtype
 from hpcmem.models.config import checkpoint_dtype, has_family, model_spec_from_config
 from hpcmem.models.coverage import refusal
 from hpcmem.models.spec import ModelSpec
+from hpcmem.models.vlm_learned import learned_text, vlm_spec_from_learned
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # huggingface_hub/constants.py: HF_HUB_OFFLINE is on when its value is one of these (case-insensitive).
@@ -90,6 +91,8 @@ def _spec_from_path(path: Path, name: str) -> ModelSpec:
 def spec_from_config(cfg: Any, name: str) -> ModelSpec:
     """A config.json dict → ModelSpec: by its family descriptor (derived), else by a learned profile of this very
     config (hpcmem.models.profile), else a SpecError that says why (refused, not applicable) or what to run."""
+    if isinstance(cfg, dict) and learned_text(cfg):
+        return vlm_spec_from_learned(cfg, name)
     if not isinstance(cfg, dict) or has_family(cfg) or "model_type" not in cfg:
         return model_spec_from_config(cfg, name)
     from hpcmem.models.profile import find_profile, load_profile, spec_from_profile  # deferred: only learned types

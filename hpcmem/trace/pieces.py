@@ -35,7 +35,9 @@ SIZES = ("hidden_size", "num_hidden_layers", "vocab_size")
 
 def config_dict(name: str, spec: ModelSpec | None = None) -> dict[str, Any]:
     """The config.json dict of model `name` (see the module docstring for the order)."""
-    if spec is not None and spec.learned is not None:     # a learned profile carries its config.json (hpcmem.models)
+    # a learned profile carries its config.json (hpcmem.models); a vision-language model with a learned text part
+    # (hpcmem.models.vlm_learned) is built from its own whole config below
+    if spec is not None and spec.learned is not None and spec.vision is None:
         return copy.deepcopy(dict(backbone_config(spec.learned.config)))
     cfg: Any = _local_config(name)
     if cfg is None:

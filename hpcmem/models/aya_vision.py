@@ -1,0 +1,150 @@
+"""AyaVisionTowerSpec: Aya Vision's (model_type "aya_vision") SigLIP tower and pixel-shuffle SwiGLU projector, as its
+config.json's `vision_config` and outer keys describe them, their linear layers and parameter count (transformers
+5.24).
+
+- The config (models/aya_vision/configuration_aya_vision.py `AyaVisionConfig`): `sub_configs_defaults` builds an
+  omitted `vision_config` as a `siglip_vision_model` (width 1152, MLP 4304, 14 px patches, 384 px, 26 layers,
+  vision_use_head false; SiglipVisionConfig's class defaults for the rest) and an omitted `text_config` as a bare
+  `cohere2`; vision_feature_layer -1, vision_feature_select_strategy "full", downsample_factor 2,
+  tie_word_embeddings True.
+- The tower (modeling_aya_vision.py `AyaVisionModel.vision_tower`, `AutoModel.from_config`): modeling_siglip.py
+  `SiglipVisionModel`, counted by hpcmem.models.siglip `siglip_tower_params`; `get_image_features` reads
+  hidden_states[-1] (the last layer's output, before post_layernorm, which runs off the loss's path), every patch
+  kept ("full"): LLaVA-OneVision's reading of the same tower (hpcmem.models.llava_onevision).
+- The projector (`AyaVisionMultiModalProjector`): `pixel_shuffle` folds each 2 × 2 block of patches into one row of
+  4 · width, `layernorm` over it, linear_1 (4 · width → alignment_intermediate_size, bias), the output chunked into
+  x and gate, `silu(gate) * x`, linear_2 (alignment_intermediate_size / 2 → text width, bias);
+  alignment_intermediate_size defaults to the text width (`getattr(config, ..., text_config.hidden_size)`).
+- The processor (processing_aya_vision.py `AyaVisionProcessor`, `images_kwargs = {"crop_to_patches": True}`, around
+  GotOcr2ImageProcessorPil with max_patches 12): InternVL's tiles and thumbnail (hpcmem.models.internvl
+  `internvl_tiles`), each tile (image_size / patch_size)² / downsample_factor² image tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from hpcmem.errors import SpecError
+from hpcmem.models.clip_tower import ClipTowerSpec, feature_layer
+from hpcmem.models.internvl import PROCESSOR_DEFAULTS, internvl_tiles
+from hpcmem.models.siglip import SIGLIP_ACTIVATIONS, SIGLIP_DEFAULTS, siglip_tower_params
+from hpcmem.models.tower_base import TowerLinear, encoder_layer_linears, text_width
+
+# AyaVisionConfig's sub_configs_defaults init_kwargs for an omitted vision_config
+AYA_VISION_DEFAULTS: dict[str, Any] = {"hidden_size": 1152, "intermediate_size": 4304, "patch_size": 14,
+                                       "image_size": 384, "num_hidden_layers": 26, "num_attention_heads": 14,
+                                       "vision_use_head": False}
+# AyaVisionConfig's own defaults
+AYA_DEFAULTS: dict[str, Any] = {"vision_feature_layer": -1, "vision_feature_select_strategy": "full",
+                                "downsample_factor": 2}
+COHERE2_HIDDEN = 8192       # Cohere2Config.hidden_size: the text width of an omitted text_config
+
+
+@dataclass(frozen=True, kw_only=True)
+class AyaVisionTowerSpec(ClipTowerSpec):
+    """A SigLIP tower read at its last layer under Aya Vision's pixel-shuffle SwiGLU projector; InternVL's tiles."""
+
+    scale_factor: int           # downsample_factor
+    alignment: int              # alignment_intermediate_size: linear_1's output, twice linear_2's input
+    min_patches: int
+    max_patches: int
+    crop_to_patches: bool
+    fixed_resolution: bool = False
+    family: str = "aya_vision"
+    activations: ClassVar[tuple[str, ...]] = SIGLIP_ACTIVATIONS
+
+    @property
+    def tile(self) -> int:
+        return self.image_size
+
+    @property
+    def positions(self) -> int:
+        """Rows the tower runs per tile: its patches (SiglipVisionEmbeddings has no class token)."""
+        return self.patches
+
+    @property
+    def tokens_per_image(self) -> int:
+        """Image tokens per tile: the patches pixel_shuffle folds, downsample_factor² into one."""
+        return self.patches // self.scale_factor ** 2
+
+    @property
+    def merged_width(self) -> int:
+        return self.hidden_size * self.scale_factor ** 2
+
+    def linears(self) -> tuple[TowerLinear, ...]:
+        h, i, d, o = self.hidden_size, self.intermediate_size, self.depth, self.out_hidden_size
+        return (*encoder_layer_linears(h, i, d),
+                TowerLinear(name="linear_1", in_features=self.merged_width, out_features=self.alignment, count=1,
+                            part="merger"),
+                TowerLinear(name="linear_2", in_features=self.alignment // 2, out_features=o, count=1, part="merger"))
+
+    @property
+    def embed_params(self) -> int:
+        """The patch embedding (weight and bias) and the position table."""
+        h = self.hidden_size
+        return self.patch_dim * h + h + self.patches * h
+
+    @property
+    def pre_norm_params(self) -> int:
+        return 0
+
+    @property
+    def tower_params(self) -> int:
+        """SiglipVisionModel without its head: embeddings, the encoder layers, post_layernorm."""
+        return siglip_tower_params(depth=self.depth, hidden=self.hidden_size, intermediate=self.intermediate_size,
+                                   channels=self.in_channels, patch=self.patch_size, positions=self.patches)
+
+    @property
+    def merger_params(self) -> int:
+        """The projector's LayerNorm over the merged width and its two linears."""
+        return 2 * self.merged_width + sum(x.params for x in self.linears() if x.part == "merger")
+
+    @property
+    def unused_params(self) -> int:
+        """Off the loss's path: the layers after the feature layer and post_layernorm (hidden_states are read, not
+        last_hidden_state)."""
+        return (self.depth - self.trained_layers) * self.block_params + 2 * self.hidden_size
+
+    def tiles(self, height: int, width: int) -> tuple[int, int, int]:
+        """(tiles, columns, rows) of one image (hpcmem.models.internvl `internvl_tiles`)."""
+        return internvl_tiles(height, width, self.tile, self.min_patches, self.max_patches, self.crop_to_patches)
+
+
+def aya_vision_tower_from_config(cfg: dict[str, Any], name: str) -> AyaVisionTowerSpec:
+    """The AyaVisionTowerSpec of an aya_vision config.json dict; keys it omits take the config classes' defaults."""
+    raw = cfg.get("vision_config")
+    if raw is not None and not isinstance(raw, dict):
+        raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
+    if raw is not None and raw.get("model_type", "siglip_vision_model") != "siglip_vision_model":
+        raise SpecError(f"model {name}: aya_vision's vision_config.model_type {raw.get('model_type')!r} is not "
+                        "modelled; hpcmem models aya_vision with a SigLIP tower (siglip_vision_model)")
+    vc = {**SIGLIP_DEFAULTS, **(raw if raw is not None else AYA_VISION_DEFAULTS)}
+    for key in ("image_size", "patch_size"):
+        if isinstance(vc[key], (list, tuple)):
+            raise SpecError(f"model {name}: vision_config.{key} {vc[key]!r}: hpcmem models square images (an integer)")
+    if vc.get("vision_use_head"):
+        raise SpecError(f"model {name}: vision_config.vision_use_head true: SiglipVisionModel runs its attention-"
+                        "pooling head on every tile, which hpcmem does not model for aya_vision")
+    outer = {**AYA_DEFAULTS, **{k: cfg[k] for k in AYA_DEFAULTS if k in cfg}}
+    if outer["vision_feature_select_strategy"] != "full":
+        raise SpecError(f"model {name}: vision_feature_select_strategy {outer['vision_feature_select_strategy']!r}: "
+                        "a SigLIP tower has no class token to drop; hpcmem models aya_vision with 'full'")
+    factor = outer["downsample_factor"]
+    side = vc["image_size"] // vc["patch_size"]
+    if not isinstance(factor, int) or isinstance(factor, bool) or factor < 1 or side % factor:
+        raise SpecError(f"model {name}: downsample_factor {factor!r} must be a positive integer dividing the "
+                        f"{side} patches a side (AyaVisionMultiModalProjector.pixel_shuffle)")
+    text = text_width(cfg, COHERE2_HIDDEN)
+    alignment = cfg.get("alignment_intermediate_size", text)
+    proc = {**PROCESSOR_DEFAULTS, **{k: cfg[k] for k in PROCESSOR_DEFAULTS if k in cfg}}
+    return AyaVisionTowerSpec(
+        model_type="aya_vision", depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
+        intermediate_size=vc["intermediate_size"], num_heads=vc["num_attention_heads"], in_channels=vc["num_channels"],
+        image_size=vc["image_size"], patch_size=vc["patch_size"], out_hidden_size=text,
+        # projector_act and projector_bias are ClipTowerSpec's llava fields, not read for Aya's SwiGLU projector
+        # (its saved tensors: hpcmem.estimate.vision_aya)
+        hidden_act=str(vc["hidden_act"]), projector_act="gelu", projector_bias=True,
+        feature_layer=feature_layer(outer, "aya_vision"), drop_class_token=False, scale_factor=factor,
+        alignment=alignment, min_patches=proc["min_patches"], max_patches=proc["max_patches"],
+        crop_to_patches=bool(proc["crop_to_patches"]))

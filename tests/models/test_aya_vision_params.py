@@ -1,0 +1,60 @@
+"""Aya Vision's parts as hpcmem counts them (hpcmem.models.aya_vision; the language model from the learned profile
+of its text config, hpcmem.models.vlm_learned) against `AutoModelForImageTextToText.from_config` on the meta device:
+AyaVisionConfig's SigLIP at 364 px cut to 2 layers, Cohere2Config's defaults cut to 2 layers; tiles, image tokens
+and the projector by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hpcmem.errors import SpecError
+from hpcmem.job.images import image_geometry
+from hpcmem.models.resolve import resolve_model
+from hpcmem.validate.cases import case_job
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
+CUT = FIXTURES / "aya-vision-L2-D2-364.json"
+
+
+@pytest.mark.torch
+def test_parts_and_linears_equal_the_meta_model():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    model = meta_image_text_model(json.loads(CUT.read_text()))
+    spec = resolve_model(str(CUT))
+    assert type(model).__name__ == "AyaVisionForConditionalGeneration"
+    ours = {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params, "language": spec.num_params}
+    assert meta_part_counts(model, tower=".vision_tower.", merger=".multi_modal_projector.") == ours
+    linears = {n.split("model.", 1)[1] for n, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and (".vision_tower." in n or ".multi_modal_projector." in n)}
+    mine = {f"vision_tower.encoder.layers.{i}.{x.name}" for x in spec.vision.linears()
+            if x.part == "tower" for i in range(x.count)}
+    mine |= {f"multi_modal_projector.{x.name}" for x in spec.vision.linears() if x.part == "merger"}
+    assert linears == mine
+    assert spec.tie_word_embeddings is (model.get_output_embeddings().weight is model.get_input_embeddings().weight)
+
+
+@pytest.mark.parametrize(("width", "tiles"), [(364, 1), (728, 3)])
+def test_tiles_and_image_tokens_by_hand(width, tiles):
+    """(364 / 14)² = 26² = 676 patches a tile, pixel_shuffle by 2: 13² = 169 image tokens a tile; a 364×728 image is
+    GotOcr2's 2 × 1 canvas (aspect 2) and a thumbnail; the projector LayerNorm(4 · 1152), Linear(4608 → 8192),
+    Linear(4096 → 8192) (alignment_intermediate_size: the text width, halved by the SwiGLU)."""
+    job = case_job({"trainer": "sft", "model_name_or_path": str(CUT), "max_length": 1024, "images_per_example": 1,
+                    "image_height": 364, "image_width": width, "dtype": "bfloat16", "bf16": True})
+    g = image_geometry(job.train, job.model.vision)
+    assert (g.grid_thw[0], g.patches, g.tokens) == (tiles, tiles * 676, tiles * 169)
+    merger = {x.name: (x.in_features, x.out_features) for x in job.model.vision.linears() if x.part == "merger"}
+    assert merger == {"linear_1": (4608, 8192), "linear_2": (4096, 8192)}
+    assert job.model.vision.merger_params == 2 * 4608 + 4608 * 8192 + 8192 + 4096 * 8192 + 8192
+
+
+def test_a_text_config_without_a_learned_profile_is_refused(tmp_path):
+    cfg = json.loads(CUT.read_text())
+    cfg["text_config"]["num_hidden_layers"] = 3
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(SpecError, match="no learned profile of its text config"):
+        resolve_model(str(tmp_path / "config.json"))
