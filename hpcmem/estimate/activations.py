@@ -133,6 +133,17 @@ def layer_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, *, attn: str, lay
     }
 
 
+def post_mlp_norm_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, frozen: bool) -> int:
+    """What the sandwich norm after the MLP keeps (Gemma2/3 post_feedforward_layernorm, GLM-4 post_mlp_layernorm), 0
+    without one: the layer's backward runs it first, so its saved tensors are freed before the MLP's backward starts
+    (modeling_gemma2.py Gemma2DecoderLayer.forward, modeling_glm4.py Glm4DecoderLayer.forward: the norm's output is
+    the residual add's last input)."""
+    if m.norms_per_layer != 4:
+        return 0
+    normed = _normed_bytes(m, prec)
+    return _norm_saved(m.hidden_size, prec, feeds_linear=False, frozen=frozen, normed=normed) * mb.tokens
+
+
 def checkpoint_bytes(m: ModelSpec, mb: MicroBatch, prec: Precision) -> int:
     """Full checkpointing (non-reentrant, TRL's default) keeps only each layer's input hidden state."""
     return prec.residual * m.hidden_size * mb.tokens
