@@ -65,6 +65,12 @@ def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str, f
     if m.fused_qkv and not repeated:
         # Phi-3's v is a slice of the fused qkv_proj output: saving v keeps the whole [T, q + 2kv] storage alive
         per_token += prec.act * (q + kv)
+    if m.rope_cat and not eager and not frozen:
+        # GLM-4's apply_rotary_pos_emb (modeling_glm4.py) returns torch.cat([q_embed, q_pass], -1): q is contiguous per
+        # head [b, h, s, d], so SDPA's output is too and the attention's `transpose(1, 2).contiguous()`
+        # (integrations/sdpa_attention.py) copies it: o_proj keeps that copy for its weight gradient beside SDPA's
+        # own saved output (Llama's rotated q keeps q_proj's [b, s, h, d] layout, and the copy is a no-op)
+        per_token += prec.act * q
     if m.qk_norm:   # per-head RMSNorm on q and k before RoPE (Qwen3, Gemma3): fp32 input + normalised tensor
         # (frozen norm weights under LoRA: only the fp32 upcast, as for the layer norms)
         per_token += (FP32 + (0 if frozen else _normed_bytes(m, prec))) * (q + kv)
@@ -128,9 +134,22 @@ def layer_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, *, attn: str, lay
         "attention": _attention_saved(m, mb, prec, attn, frozen),
         "mlp": _mlp_saved(m, mb, prec, layer, frozen) + lora_variants.trained_experts_saved(m, mb, prec, layer, lora),
         "autocast_weights": autocast_weight_copies(layer_params, prec),
+        # o_proj's adapter keeps SDPA's own output unless the attention copies it first (eager, GLM-4's RoPE)
         "lora": lora.saved_per_layer(mb.tokens, prec) - (
-            0 if effective_attention(m, attn) == "eager" else lora.saved_attention_output(mb.tokens, prec)),
+            0 if effective_attention(m, attn) == "eager" or m.rope_cat else
+            lora.saved_attention_output(mb.tokens, prec)),
     }
+
+
+def post_mlp_norm_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, frozen: bool) -> int:
+    """What the sandwich norm after the MLP keeps (Gemma2/3 post_feedforward_layernorm, GLM-4 post_mlp_layernorm), 0
+    without one: the layer's backward runs it first, so its saved tensors are freed before the MLP's backward starts
+    (modeling_gemma2.py Gemma2DecoderLayer.forward, modeling_glm4.py Glm4DecoderLayer.forward: the norm's output is
+    the residual add's last input)."""
+    if m.norms_per_layer != 4:
+        return 0
+    normed = _normed_bytes(m, prec)
+    return _norm_saved(m.hidden_size, prec, feeds_linear=False, frozen=frozen, normed=normed) * mb.tokens
 
 
 def checkpoint_bytes(m: ModelSpec, mb: MicroBatch, prec: Precision) -> int:

@@ -159,6 +159,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     if not lora.enabled and not m.is_moe and m.gated_mlp and parts.per_layer:
         down_grad = layer_grad * (m.hidden_size * m.intermediate_size) // parts.per_layer
 
+    post_norm = act.post_mlp_norm_saved(m, mb, prec, lora.enabled)
+    if t.activation_offloading and not t.gradient_checkpointing:
+        post_norm = 0       # offloaded saved tensors free host memory, not the GPU's
+
     def own_layer(d: dict, full_k: int) -> tuple[int, int, int, int]:
         """(recompute, the MLP's worst temporaries, the recompute's, the attention's) of a layer with saved terms `d`:
         the same for every layer of one kind."""
@@ -167,6 +171,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         freed = d["mlp"] + d["norms"] // 2 + lora_mlp_saved
         mlp_instant = hidden_t // 2 + mlp_side + down_grad if down_grad is not None else \
             hidden_t + mlp_side + layer_grad
+        mlp_instant -= post_norm
         attention_instant = hidden_t + max(scores_t - freed, 0) + lora_attention_t + layer_grad
         recompute_instant = hidden_t // 2 + recompute_dora_t
         return recompute, mlp_instant, recompute_instant, attention_instant

@@ -21,8 +21,9 @@ from hpcmem.models.vision import VISION_LANGUAGE, text_part, vision_spec_from_co
 #   attention_bias — q, k, v and o all follow config.attention_bias (Llama, Qwen3, Gemma2/3, OLMo2, Qwen3-MoE)
 #   qkv_always     — q, k, v always carry a bias, o never (Qwen2Attention: `bias=True` hard-coded)
 #   qkv_bias_key   — q, k, v follow config.qkv_bias, o never (Qwen2-MoE)
+#   qkv_attention_bias — q, k, v follow config.attention_bias, o never (GLM-4)
 #   none           — no bias anywhere (Mistral, Mixtral, Phi-3)
-BiasRule = Literal["attention_bias", "qkv_always", "qkv_bias_key", "none"]
+BiasRule = Literal["attention_bias", "qkv_always", "qkv_bias_key", "qkv_attention_bias", "none"]
 MoeRule = Literal["", "mixtral", "qwen2_moe", "qwen3_moe"]
 
 
@@ -36,6 +37,8 @@ class Arch:
     qk_norm: Literal["", "head", "proj"] = ""
     norms_per_layer: int = 2
     fused: bool = False                        # Phi-3: qkv_proj + gate_up_proj
+    fused_gate_up: bool = False                # GLM-4: gate_up_proj only (q/k/v stay apart)
+    rope_cat: bool = False                     # GLM-4: apply_rotary_pos_emb rebuilds q and k with torch.cat
     act_key: str = "hidden_act"                # Gemma reads hidden_activation
     moe: MoeRule = ""
     notes: tuple[str, ...] = ()                # quirks worth knowing (documentation only)
@@ -82,6 +85,18 @@ ARCHITECTURES: dict[str, Arch] = {
         "num_attention_heads": 32, "num_key_value_heads": None, "head_dim": None, "attention_bias": False,
         "max_position_embeddings": 2048},
         notes=("norms after attention and MLP only (no input_layernorm); q/k norms span all heads",)),
+    # modeling_glm4.py: q/k/v follow config.attention_bias, o never (Glm4Attention.__init__); four RMSNorms per layer
+    # around attention and MLP (Glm4DecoderLayer: post_self_attn_layernorm, post_mlp_layernorm feed the residual add),
+    # cast to the input dtype before the weight multiply (Glm4RMSNorm.forward, as Llama's); one gate_up_proj
+    # (Glm4MLP); `apply_rotary_pos_emb` rotates the first rotary_dim channels and concatenates the rest back.
+    # Defaults: configuration_glm4.py Glm4Config.
+    "glm4": Arch(bias="qkv_attention_bias", norms_per_layer=4, fused_gate_up=True, rope_cat=True, defaults={
+        **_DENSE, "vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
+        "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "attention_bias": True,
+        "max_position_embeddings": 131072},
+        notes=("fused gate_up_proj Linear (LoRA target gate_up_proj); q/k/v bias, o without",
+               "partial rotary (partial_rotary_factor 0.5): q and k rebuilt by torch.cat",
+               "not counted: each layer's interleaved cos/sin copies (2 · tokens · rotary_dim, ~0.2 % of a layer)")),
     # Types transformers' causal-LM mapping builds with LlamaForCausalLM itself: Llama's layout, their config class's
     # defaults and attribute_map (configuration_exaone.py, configuration_internlm3.py, configuration_iquestcoder.py).
     "exaone": Arch(bias="attention_bias", mlp_bias_key=True, aliases={
@@ -182,7 +197,8 @@ def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
     head_dim = get("head_dim") or hidden // heads
     _check_rotary_dim(cfg, head_dim, name)
     bias_on = {"attention_bias": bool(get("attention_bias")), "qkv_always": True,
-               "qkv_bias_key": bool(get("qkv_bias")), "none": False}[arch.bias]
+               "qkv_bias_key": bool(get("qkv_bias")), "qkv_attention_bias": bool(get("attention_bias")),
+               "none": False}[arch.bias]
     return ModelSpec(
         name=name, model_type=outer_type if vision is not None else str(model_type), vision=vision, vocab_size=get("vocab_size"), hidden_size=hidden,
         intermediate_size=get("intermediate_size"), num_hidden_layers=get("num_hidden_layers"),
@@ -191,7 +207,7 @@ def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
         qkv_bias=bias_on, o_bias=bias_on and arch.bias == "attention_bias",
         mlp_bias=bool(get("mlp_bias")) if arch.mlp_bias_key else False,
         qk_norm=bool(arch.qk_norm), qk_norm_scope=arch.qk_norm or "head", norms_per_layer=arch.norms_per_layer,
-        fused_qkv=arch.fused, fused_gate_up=arch.fused,
+        fused_qkv=arch.fused, fused_gate_up=arch.fused or arch.fused_gate_up, rope_cat=arch.rope_cat,
         max_position_embeddings=int(get("max_position_embeddings") or 0) or 4096,
         final_logit_softcapping=float(get("final_logit_softcapping") or 0.0),
         attn_logit_softcapping=float(get("attn_logit_softcapping") or 0.0),

@@ -251,6 +251,7 @@ PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...] | None] = {
     "internlm3": None,
     "iquestcoder": None,
     "phi3": None,
+    "glm4": None,
     "olmo2": None,
     "qwen2_moe": None,
     "qwen3_moe": None,

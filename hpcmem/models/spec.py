@@ -44,7 +44,8 @@ class ModelSpec:
     # Layout quirks, set by hpcmem.models.config (transformers 5.24 modeling_<type>.py)
     qk_norm_scope: Literal["head", "proj"] = "head"  # RMSNorm over head_dim (Qwen3, Gemma3) or all heads (OLMo2)
     fused_qkv: bool = False         # one qkv_proj Linear instead of q/k/v_proj (Phi-3); same weight count
-    fused_gate_up: bool = False     # one gate_up_proj Linear instead of gate/up_proj (Phi-3); same weight count
+    fused_gate_up: bool = False     # one gate_up_proj Linear instead of gate/up_proj (Phi-3, GLM-4); same weight count
+    rope_cat: bool = False          # q and k leave RoPE through torch.cat (GLM-4's partial rotary): contiguous per head
     final_logit_softcapping: float = 0.0   # tanh cap on logits, 0: none (Gemma2 30.0: extra logits-sized tensors)
     attn_logit_softcapping: float = 0.0    # tanh cap on scores, 0: none (Gemma2 50.0: no sdpa, eager attention)
     wrapper_model_type: str = ""    # outer model_type of a config with text_config (gemma3): its towers are not counted

@@ -19,7 +19,7 @@ from hpcmem.errors import SpecError
 from hpcmem.models.spec import ModelSpec
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
-    "llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "mixtral", "qwen3_moe")
+    "llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "mixtral", "qwen3_moe", "glm4")
 
 
 def attn_implementation_arg(train: Any) -> str | None:
@@ -50,7 +50,7 @@ def hf_config_dict(spec: ModelSpec) -> dict[str, Any]:
     }
     act_key = "hidden_activation" if kind == "gemma2" else "hidden_act"
     cfg[act_key] = spec.hidden_act
-    if kind in ("llama", "qwen3", "gemma2", "qwen3_moe"):
+    if kind in ("llama", "qwen3", "gemma2", "qwen3_moe", "glm4"):
         cfg["attention_bias"] = spec.qkv_bias
     if kind == "llama":
         cfg["mlp_bias"] = spec.mlp_bias
