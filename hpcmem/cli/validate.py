@@ -271,20 +271,22 @@ def _published_speed(rows_path: str | None, as_json: bool) -> None:
               help="records file (default estimator/random/<oracle>.jsonl); recorded ids are skipped")
 @click.option("--only", default=None, help="ids to run again, comma-separated (s1-62,s1-583): each replaces its "
               "stored record")
+@click.option("--redraw", is_flag=True, help="run again, in place, the records of s<seed>-0 … s<seed>-<n-1> whose job "
+              "is no longer today's draw of their id (the stream follows the types this hpcmem covers)")
 @click.option("--report", is_flag=True, help="run nothing: rescore every record against today's estimate, print the "
               "table, write estimator/random/REPORT.md (trace oracle) and cases.yaml")
 @JSON
 @NO_PNG
-def random_command(oracle: str, n: int, seed: int, records: str | None, only: str | None, report: bool,
-                   as_json: bool, no_png: bool) -> None:
+def random_command(oracle: str, n: int, seed: int, records: str | None, only: str | None, redraw: bool,
+                   report: bool, as_json: bool, no_png: bool) -> None:
     """Random jobs over everything a user can set (hpcmem/validate/random_jobs.py), each held to an oracle; records
     appended to estimator/random/<oracle>.jsonl as each job finishes, a rerun skipping recorded ids."""
     path = Path(records) if records else random_run.records_path(oracle)
     if not report:
         new = random_run.run(oracle, n, seed, records=path,
-                             only=random_run.parse_only(only, seed) if only is not None else ())
+                             only=random_run.parse_only(only, seed) if only is not None else (), redraw=redraw)
         if not as_json:
-            click.echo(f"{len(new)} jobs {'run again in' if only else 'appended to'} {path}; `--report` scores every "
+            click.echo(f"{len(new)} jobs {'run again in' if only else 'recorded in'} {path}; `--report` scores every "
                        "record")
             return
     stored = random_run.load(path)
@@ -296,11 +298,13 @@ def random_command(oracle: str, n: int, seed: int, records: str | None, only: st
     random_report.write_cases(cases_file, random_report.cases(scored, oracle, random_report.read_cases(cases_file)))
     versions = next((r["versions"] for r in stored if r.get("versions")), {})
     types = len({s["job"]["model_type"] for s in scored if "job" in s})
-    text = random_report.report_markdown(oracle, scored, versions, types)
+    stale = random_run.stale_ids(stored)
+    text = random_report.report_markdown(oracle, scored, versions, types, stale=len(stale))
     if oracle == "trace":
         (folder / "REPORT.md").write_text(text)
     if as_json:
-        click.echo(json.dumps({"summary": random_report.summary(scored), "jobs": scored}, indent=1, default=str))
+        click.echo(json.dumps({"summary": random_report.summary(scored), "stale": stale, "jobs": scored}, indent=1,
+                              default=str))
     else:
         click.echo(text)
 

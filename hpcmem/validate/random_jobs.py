@@ -15,6 +15,11 @@ transformers' config classes and a meta-device model, no weights): max_length on
 max_position_embeddings, explicit LoRA targets from the model's linear modules. Jobs hpcmem refuses are drawn and
 kept (a field of another trainer, checkpointing a type refuses, a LoRA target peft has no default for): they are
 half of refusal parity.
+
+The stream follows the install: the types drawn are the ones this hpcmem covers, so a type that becomes usable re-draws
+the stream, and a type that turns derived re-draws the distillation jobs it outweighs (`_teacher_type`). A record holds
+the job it ran; one whose job is no longer today's draw is stale, and the next `hpcmem validate random` runs it again
+(hpcmem.validate.random_run).
 """
 
 from __future__ import annotations
@@ -140,13 +145,20 @@ def _readable_profile(path: Path) -> bool:
     return True
 
 
+def _teacher_type(seed: int, index: int, derived: tuple[str, ...]) -> str:
+    """A distillation job's type (its teacher must be derived), by highest random weight (rendezvous hashing: each type
+    draws its own weight for this job, the heaviest wins): a type that turns derived, or a new one, takes only the jobs
+    it outweighs; every other distillation job stays as it was drawn (a plain choice from the list re-drew them all)."""
+    return max(derived, key=lambda name: random.Random(f"{seed}:{index}:teacher:{name}").random())
+
+
 def choices(seed: int, index: int) -> dict[str, Any]:
     """The pure half of a draw: every random choice, with lengths as fractions of their range (0..1, log scale) and
     LoRA targets as a kind ("default", "all-linear", or explicit with a draw of which)."""
     rng = random.Random(f"{seed}:{index}")
     usable, derived = model_types()
     trainer = _pick(rng, "trainer")
-    model_type = rng.choice(derived if trainer == "distillation" else usable)
+    model_type = _teacher_type(seed, index, derived) if trainer == "distillation" else rng.choice(usable)
     c: dict[str, Any] = {"trainer": trainer, "model_type": model_type,
                          "layers": LAYERS_FOR.get(model_type, RANDOM_LAYERS)}
     s: dict[str, Any] = {"dtype": _pick(rng, "dtype")}

@@ -103,7 +103,8 @@ def properties_markdown(scored: list[dict[str, Any]], n_types: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report_markdown(oracle: str, scored: list[dict[str, Any]], versions: dict[str, str], n_types: int) -> str:
+def report_markdown(oracle: str, scored: list[dict[str, Any]], versions: dict[str, str], n_types: int,
+                    stale: int = 0) -> str:
     if oracle == "properties":
         return properties_markdown(scored, n_types)
     verdicts = Counter(s["verdict"] for s in scored)
@@ -117,7 +118,10 @@ def report_markdown(oracle: str, scored: list[dict[str, Any]], versions: dict[st
              f"are. The estimate is today's, recomputed from each stored job. Versions: "
              f"{', '.join(f'{k} {v}' for k, v in sorted(versions.items())) or 'n/a'}.", "",
              f"{len(scored)} jobs over {n_types} model types; trace wall time {sum(secs):.0f} s "
-             f"(median {sorted(secs)[len(secs) // 2] if secs else 0:.1f} s per job).", "",
+             f"(median {sorted(secs)[len(secs) // 2] if secs else 0:.1f} s per job)." + (
+                 f" {stale} of the records are no longer today's draw of their id (the stream follows the types this "
+                 "hpcmem covers); each is scored as the job it ran, and `--redraw` runs today's draw in its place."
+                 if stale else ""), "",
              "| verdict | jobs |", "|---|---|"] + [f"| {k} | {v} |" for k, v in verdicts.most_common()]
     lines += ["", "Verdicts: *within / over 3 %* both ran; *both refuse* hpcmem and the real code refuse (parity); "
               "*missed refusal* hpcmem estimates a job the real TRL/peft/transformers code raises on; *false refusal* "

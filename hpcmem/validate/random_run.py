@@ -1,7 +1,8 @@
 """`hpcmem validate random`: N random jobs (hpcmem.validate.random_jobs) held to an oracle, resumably.
 
 Records: one JSON line per job appended to estimator/random/<oracle>.jsonl as it finishes; a run skips the ids already
-there. The trace and trainer oracles run each job in a worker process (spawn: torch imported once per worker), which a
+there. A record whose job is no longer today's draw of its id (stale: drawn by an hpcmem that covered other types) stays
+the evidence of the job it ran and is reported as stale; `redraw` runs the stale ones again in place. The trace and trainer oracles run each job in a worker process (spawn: torch imported once per worker), which a
 job that runs past JOB_TIMEOUT_S is killed with (recorded `trace failed: timeout`) and which is replaced every
 RECYCLE jobs, so a long run holds no more memory than a short one. The trainer oracle is
 hpcmem.validate.random_trainer.run_one(job) -> dict, where installed.
@@ -107,19 +108,26 @@ class _Worker:
 
 
 def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout: float = JOB_TIMEOUT_S,
-        progress: bool = True, only: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+        progress: bool = True, only: tuple[int, ...] = (), redraw: bool = False) -> list[dict[str, Any]]:
     """Jobs s{seed}-0 … s{seed}-{n-1} not yet in `records`, each appended as it finishes; returns the new records.
-    `only`: exactly these indices, run again whether recorded or not, each record replacing the stored one in place."""
+    `only`: exactly these indices, run again whether recorded or not, each record replacing the stored one in place.
+    `redraw`: the stale records of s{seed}-0 … s{seed}-{n-1} too, each replacing its record in place."""
     if n < 1:
         raise HpcmemError(f"--n {n}: the number of random jobs must be ≥ 1")
     oracle_task(oracle) if oracle == "trainer" else None        # "not installed" before any worker starts
     path = records or records_path(oracle)
     path.parent.mkdir(parents=True, exist_ok=True)
-    done = {r["id"] for r in load(path)}
+    ids = {f"s{seed}-{i}" for i in range(n)}
+    stored = [r for r in load(path) if r["id"] in ids]
+    stale = set() if only else set(stale_ids(stored))
+    done = {r["id"] for r in stored} - (stale if redraw else set())
     todo = list(dict.fromkeys(only)) or [i for i in range(n) if f"s{seed}-{i}" not in done]
+    note = ("" if not stale else f"; {len(stale)} stale records (no longer today's draw of their id) run again in "
+            "place" if redraw else f"; {len(stale)} of them stale (no longer today's draw of their id: --redraw runs "
+            "them again)")
     _say(progress, f"validate random --oracle {oracle}: {len(todo)} jobs to run again, each replacing its record in "
                    f"{path}" if only else f"validate random --oracle {oracle}: {len(todo)} of {n} jobs to run "
-                   f"({n - len(todo)} recorded in {path})")
+                   f"({n - len(todo)} recorded in {path}{note})")
     out: list[dict[str, Any]] = []
     worker: _Worker | None = None
     start = time.monotonic()
@@ -138,13 +146,24 @@ def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout:
                 what = f"timeout after {timeout:.0f} s" if alive else "the worker died (out of memory?)"
                 rec = {"id": f"s{seed}-{index}", "outcome": f"trace failed: {what}",
                        "seconds": round(time.monotonic() - t0, 1)}
-            _store(path, rec, replace=bool(only))
+            _store(path, rec, replace=bool(only) or rec["id"] in stale)
             out.append(rec)
             _say(progress, f"[{k}/{len(todo)}] {rec['id']} {_brief(rec)} ({time.monotonic() - t0:.1f} s, "
                            f"{time.monotonic() - start:.0f} s in all)")
     finally:
         if worker is not None:
             worker.stop()
+    return out
+
+
+def stale_ids(records: list[dict[str, Any]]) -> list[str]:
+    """Ids of the records whose stored job is no longer today's draw of their id (records without a job — a trace
+    that failed before its job was laid out — are not judged)."""
+    out = []
+    for rec in records:
+        seed, _, index = rec["id"][1:].partition("-")
+        if "job" in rec and draw(int(seed), int(index)).to_dict() != rec["job"]:
+            out.append(rec["id"])
     return out
 
 

@@ -153,7 +153,7 @@ def test_cli_refuses_in_one_line(tmp_path: Path) -> None:
 
 # The random jobs that set a field of another trainer's config (drawn as such: random_jobs "foreign_sft_field", and
 # router_aux_loss_coef, a type's required setting, on a reward job): TRL 1.16's config class has no such field
-DISTILLATION_FIELDS = {"s1-213": "packing", "s1-280": "packing", "s1-524": "padding_free", "s1-544": "padding_free",
+DISTILLATION_FIELDS = {"s1-213": "packing", "s1-226": "packing", "s1-280": "packing", "s1-524": "padding_free",
                        "s1-472": "router_aux_loss_coef"}
 
 
