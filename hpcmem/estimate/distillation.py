@@ -103,4 +103,4 @@ def loss(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool) -> Lo
     note = (f"chunked divergence vs teacher {t.name}: {n} scored tokens, tiles {rows}×{min(v, VOCAB_CHUNK_SIZE)} "
             "fp32 ×2, no [N, V] logits")
     return LossBytes(saved=saved, forward_transient=fwd, backward_transient=bwd, note=note,
-                     backbone_gradient=mb.tokens * m.hidden_size * (FP32 + hs))
+                     backbone_gradient=fp32_grad_returned(mb.tokens * m.hidden_size, hs))

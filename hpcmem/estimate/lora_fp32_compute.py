@@ -1,6 +1,8 @@
-"""Plain LoRA whose fp32 adapters compute in fp32 over 16-bit weights (no autocast: bf16 off, or a trainer that
-never enters accelerate's autocast wrapper): what a dense gated MLP's adapters add at the recompute's and the
-backward's worst instants, beyond the layer's saved terms.
+"""Plain LoRA whose fp32 adapters compute in fp32 without autocast (bf16 off, or a trainer that never enters
+accelerate's autocast wrapper — TRL's DistillationTrainer), over 16-bit or fp32 weights: what a dense gated MLP's
+adapters add at the recompute's and the backward's worst instants, beyond the layer's saved terms. Over fp32 weights
+the input needs no cast (`_cast_input_dtype` returns x itself), so the fp32 copy below is not made; the backward's
+order is the same.
 
 peft/tuners/lora/layer.py Linear.forward: `result = self.base_layer(x)` (16-bit), `x = self._cast_input_dtype(x,
 lora_A.weight.dtype)` (an fp32 copy, held by the local `x` until forward returns), then
@@ -29,9 +31,9 @@ from hpcmem.models.spec import ModelSpec
 
 
 def applies(lora: LoraLayout, prec: Precision, m: ModelSpec) -> bool:
-    """Plain LoRA (no DoRA) with fp32 adapters computing in fp32 over a 16-bit compute dtype, on a dense MLP of the
+    """Plain LoRA (no DoRA) with its adapters computing in their own dtype (no autocast), on a dense MLP of the
     three separate linears gate_proj, up_proj, down_proj, adapted there."""
-    if not lora.enabled or lora.dora or prec.amp or lora.adapter_bytes == prec.act:
+    if not lora.enabled or lora.dora or prec.amp:
         return False
     if not m.gated_mlp or m.is_moe:
         return False
@@ -47,14 +49,15 @@ def down_proj_adapted(lora: LoraLayout) -> bool:
 
 
 def recompute_transient(lora: LoraLayout, tokens: int, prec: Precision, m: ModelSpec) -> int:
-    """The worst adapted MLP linear's forward instant beyond the saved terms: its fp32 input copy, its 16-bit input
-    where that is no saved term (down_proj's product), and its 16-bit base output — beside the MLP's own 16-bit
-    input (the post-attention norm's output, held as the MLP's `x`; no saved term over frozen weights)."""
+    """The worst adapted MLP linear's forward instant beyond the saved terms: its fp32 input copy (none when the
+    input is fp32 already), its input where that is no saved term (down_proj's product), and its base output — beside
+    the MLP's own input (the post-attention norm's output, held as the MLP's `x`; no saved term over frozen
+    weights)."""
     worst = 0
     for x in lora.modules("mlp"):
         own_input = tokens * x.in_features * prec.act if x.leaf == "down_proj" else 0
-        worst = max(worst, tokens * x.in_features * lora.adapter_bytes + own_input
-                    + tokens * x.out_features * prec.act)
+        copy = tokens * x.in_features * lora.adapter_bytes if lora.adapter_bytes != prec.act else 0
+        worst = max(worst, copy + own_input + tokens * x.out_features * prec.act)
     return worst + tokens * m.hidden_size * prec.act
 
 

@@ -31,8 +31,9 @@ class LossBytes:
     forward_transient: int
     backward_transient: int      # fp32 gradient accumulators + tile + casts, at the backward's return
     note: str
-    # the gradient the head returns to the backbone: fp32 grad_hidden and its cast, spread by the index/slice backward
-    # over all T positions of [B, S, H] (GRPO/RLOO score only the completion, T ≫ N)
+    # the gradient the head returns to the backbone: fp32 grad_hidden and its cast (none for an fp32 hidden state:
+    # `fp32_grad_returned`), spread by the index/slice backward over all T positions of [B, S, H] (GRPO/RLOO score
+    # only the completion, T ≫ N)
     backbone_gradient: int = 0
 
 
@@ -80,4 +81,4 @@ def loss_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool)
     note = (f"fused LM head: {n} scored tokens, tiles {min(n, TOKEN_CHUNK_SIZE)}×{min(v, VOCAB_CHUNK_SIZE)}, "
             "no [B,S,V] logits")
     return LossBytes(saved=saved, forward_transient=fwd, backward_transient=bwd, note=note,
-                     backbone_gradient=mb.tokens * h * (FP32 + hidden_bytes))
+                     backbone_gradient=fp32_grad_returned(mb.tokens * h, hidden_bytes))
