@@ -38,7 +38,8 @@ def applies(lora: LoraLayout, prec: Precision, m: ModelSpec) -> bool:
     if not m.gated_mlp or m.is_moe:
         return False
     mods = lora.modules("mlp")
-    return bool(mods) and all(x.leaf in GATED_MLP and x.count_per_layer == 1 for x in mods)
+    leaves = GATED_MLP + ((FUSED,) if m.fused_gate_up else ())
+    return bool(mods) and all(x.leaf in leaves and x.count_per_layer == 1 for x in mods)
 
 
 def down_proj_adapted(lora: LoraLayout) -> bool:
@@ -48,16 +49,24 @@ def down_proj_adapted(lora: LoraLayout) -> bool:
     return any(x.leaf == "down_proj" for x in lora.modules("mlp"))
 
 
+FUSED = "gate_up_proj"      # Phi-3's and GLM-4's gate and up in one linear (modeling_phi3.py Phi3MLP.forward: chunk)
+
+
 def recompute_transient(lora: LoraLayout, tokens: int, prec: Precision, m: ModelSpec) -> int:
     """The worst adapted MLP linear's forward instant beyond the saved terms: its fp32 input copy (none when the
     input is fp32 already), its input where that is no saved term (down_proj's product), and its base output — beside
     the MLP's own input (the post-attention norm's output, held as the MLP's `x`; no saved term over frozen
     weights)."""
+    mods = lora.modules("mlp")
+    # a linear before down_proj runs before the activation's output and down_proj's saved terms exist
+    later = tokens * m.intermediate_size * prec.act + sum(lora.module_saved(x, tokens, prec) for x in mods
+                                                          if x.leaf == "down_proj")
     worst = 0
-    for x in lora.modules("mlp"):
+    for x in mods:
         own_input = tokens * x.in_features * prec.act if x.leaf == "down_proj" else 0
         copy = tokens * x.in_features * lora.adapter_bytes if lora.adapter_bytes != prec.act else 0
-        worst = max(worst, copy + own_input + tokens * x.out_features * prec.act)
+        worst = max(worst, copy + own_input + tokens * x.out_features * prec.act
+                    - (0 if x.leaf == "down_proj" else later))
     return worst + tokens * m.hidden_size * prec.act
 
 
@@ -86,4 +95,9 @@ def gated_mlp_backward(lora: LoraLayout, tokens: int, prec: Precision, *, inter_
     freed += kept.get("up_proj", 0)
     if "gate_proj" in mods:                                   # gate's gradient, act_fn's and gate's saved freed too
         worst = max(worst, -3 * inter_tensor - freed + inter_tensor + side("gate_proj"))
+    if FUSED in mods:
+        # chunk's backward joins gate's and up's gradients into one [tokens, 2I] output gradient of gate_up_proj, in
+        # whose place its output side runs; act_fn's output and gate_up_proj's own (the views act_fn and the product
+        # saved) are freed by then
+        worst = max(worst, -3 * inter_tensor - freed + side(FUSED))
     return worst
