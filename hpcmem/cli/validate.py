@@ -152,15 +152,20 @@ def boundary_command(records: tuple[str, ...], gpu: str | None, stored: bool, as
               "replaying each trace (traced with the model on, resumably; with --rescore, from the stored numbers)")
 @click.option("--events", "events_dir", type=click.Path(file_okay=False), default=None,
               help="with --reserved: also keep each case's device stream here (gzip JSON)")
+@click.option("--only", default=None, help="case ids to trace again, comma-separated: each record is replaced in "
+              "its file, the others kept (with the allocator model where the stored records have it)")
 @JSON
 @NO_PNG
 def trace_command(cases: str | None, ci_only: bool, workers: int, rescore: bool, reserved: bool,
-                  events_dir: str | None, as_json: bool, no_png: bool) -> None:
+                  events_dir: str | None, only: str | None, as_json: bool, no_png: bool) -> None:
     """The estimate against the trace matrix (estimator/cases/, records in estimator/traces/)."""
     if events_dir is not None and not reserved:
         raise HpcmemError("--events keeps the streams --reserved records; add --reserved or drop it")
+    ids = tuple(x.strip() for x in only.split(",") if x.strip()) if only is not None else ()
+    if only is not None and (not ids or rescore or ci_only):
+        raise HpcmemError(f"--only {only!r}: give case ids (comma-separated), without --rescore or --ci")
     trace.run(cases=cases, ci_only=ci_only, workers=workers, as_json=as_json, rescore_only=rescore,
-              reserved=reserved, events_dir=events_dir)
+              reserved=reserved, events_dir=events_dir, only=ids)
 
 
 @command.command("coverage")

@@ -193,6 +193,17 @@ def backward_parts(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -> 
     return mb.tokens * 2 * prec.residual * m.hidden_size, mlp, scores
 
 
+def routing_weight_backward(m: ModelSpec, mb: MicroBatch, prec: Precision) -> int:
+    """The routed experts' first backward instant beyond the layer's saved tensors, [tokens·k, H] three times
+    (transformers/integrations/moe.py `grouped_mm_experts_forward`, backward order): the inverse permutation's
+    gradient (`weighted_out[inv_perm]`: IndexBackward0 scatters into a zeros tensor of [tokens·k, H]), and the
+    routing product's (`proj_out * sample_weights_g`: MulBackward0 writes proj_out's gradient and, for the routing
+    weights', the product grad · proj_out before its sum over H). 0 for a dense model."""
+    if not m.is_moe:
+        return 0
+    return 3 * mb.tokens * m.num_experts_per_tok * m.hidden_size * prec.act
+
+
 def offloaded_on_gpu(saved_tensors_bytes: list[int]) -> int:
     """Activation offloading (trl/models/activation_offloading.py) moves saved tensors ≥ 1 KiB to pinned CPU memory;
     while copies stream, up to 5 recent tensors stay on the GPU, and backward prefetches the next ones. The GPU

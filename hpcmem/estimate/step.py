@@ -136,6 +136,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     lora_mlp_saved = lora.saved_per_layer(mb.tokens, prec, "mlp")
     # a wrapped expert stack's weight gradient comes at another instant than the [tokens, I] gradients (traced)
     mlp_side = max(_mlp_backward(lora, mb, prec, mlp_t, ordered), lora_variants.wrapped_weight_gradient(lora, prec))
+    routing = act.routing_weight_backward(m, mb, prec)      # the MoE backward's first instant: no weight gradient yet
     if fp32_adapters and lora_fp32_compute.down_proj_adapted(lora):
         mlp_side = lora_fp32_compute.gated_mlp_backward(
             lora, mb.tokens, prec, inter_tensor=mb.tokens * m.intermediate_size * prec.act, mlp_grads=mlp_t,
@@ -171,7 +172,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         freed = d["mlp"] + d["norms"] // 2 + lora_mlp_saved
         mlp_instant = hidden_t // 2 + mlp_side + down_grad if down_grad is not None else \
             hidden_t + mlp_side + layer_grad
-        mlp_instant -= post_norm
+        mlp_instant = max(mlp_instant, hidden_t + routing) - post_norm
         attention_instant = hidden_t + max(scores_t - freed, 0) + lora_attention_t + layer_grad
         recompute_instant = hidden_t // 2 + recompute_dora_t
         return recompute, mlp_instant, recompute_instant, attention_instant

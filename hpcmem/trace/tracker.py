@@ -18,7 +18,9 @@ a tied [V, H] weight that is V × H more bytes at the embedding's backward than 
 a mode: `aten::add_`, 0 B; with a mode that only forwards the call: `aten::add`, V × H × 2 B; the H200 records of
 2026-11-29 read the in-place step). `accumulation_op()` turns that one sum — the one made while EmbeddingBackward0 is
 the running node, whose own formula is a single op — back into `add_` when the first gradient is a dense, non-view
-tensor, as it is from TRL's fused LM head.
+tensor, as it is from TRL's fused LM head. The same check turns the gradient of an indexing (`x[idx]`, IndexBackward0)
+from an in-place scatter into the zeros it allocated into an out-of-place `index_put`: `accumulation_op()` turns it
+back into `index_put_`.
 
 `round_to=512` reproduces the CUDA caching allocator's rounding of every request to 512 bytes (c10/cuda/
 CUDACachingAllocator.cpp, `kMinBlockSize`); `round_to=1` counts exact bytes as a CPU run allocates them.
@@ -41,6 +43,7 @@ from typing import Any
 CATEGORIES: tuple[str, ...] = ("param", "grad", "optimizer", "activation", "temporary")
 CUDA_BLOCK_BYTES = 512
 ACCUMULATE_IN_PLACE_UNDER = frozenset({"EmbeddingBackward0"})   # nodes whose formula makes no add of its own
+INDEX_PUT_IN_PLACE_UNDER = frozenset({"IndexBackward0"})         # index_backward's scatter into its own zeros
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ class StorageTracker:
 
         self._tensor_type: Any = torch.Tensor
         self._aten_add, self._aten_add_ = torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor   # accumulation_op
+        self._aten_index_put, self._aten_index_put_ = torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default
         # op -> fn(args, kwargs, out) -> bytes a kernel allocates internally while it runs (CUDA mapping)
         self.workspace: dict[Any, Any] = {}
         self.allocator = allocator           # optional malloc/free listener (see the module docstring)
@@ -106,8 +110,11 @@ class StorageTracker:
 
     # -- autograd's in-place accumulation (see the module docstring) ---------------------------------------------
     def accumulation_op(self, func: Any, args: Any, kwargs: Any) -> Any:
-        """`aten.add_.Tensor` for the input buffer's sum of a tied weight's two gradients, else `func` unchanged.
-        Called for every op the trace sees: anything but `add.Tensor` leaves at the first comparison."""
+        """`aten.add_.Tensor` for the input buffer's sum of a tied weight's two gradients, `aten.index_put_` for
+        index_backward's scatter into its zeros, else `func` unchanged. Called for every op the trace sees: anything
+        but `add.Tensor` and `index_put` leaves at the first comparisons."""
+        if func is self._aten_index_put:
+            return self._index_put_in_place(func, args, kwargs)
         if func is not self._aten_add:
             return func
         import torch
@@ -124,6 +131,25 @@ class StorageTracker:
                 or not first.is_contiguous()):
             return func
         return self._aten_add_
+
+    def _index_put_in_place(self, func: Any, args: Any, kwargs: Any) -> Any:
+        """The gradient of `x[idx]` (IndexBackward0): torch/csrc/autograd/FunctionsManual.cpp `index_backward`
+        scatters the gradient into the zeros it was handed with `_index_put_impl_` in place, unless a tensor
+        subclass or a Python dispatch mode is about (`areAnyTensorSubclassLike`) — then with `index_put`, out of
+        place: one more tensor of x's size (an MoE layer's [tokens·k, H] routed states, a loss's masked hidden
+        states) that a run without the tracker never makes (profiler without a mode: `aten::_index_put_impl_`)."""
+        import torch
+
+        accumulate = args[3] if len(args) > 3 else (kwargs or {}).get("accumulate", False)
+        if not accumulate or torch.is_grad_enabled():
+            return func
+        node = torch._C._current_autograd_node()
+        if node is None or node.name() not in INDEX_PUT_IN_PLACE_UNDER:
+            return func
+        zeros = args[0]
+        if not isinstance(zeros, torch.Tensor) or zeros._base is not None or not zeros.is_contiguous():
+            return func
+        return self._aten_index_put_
 
     # -- context management ------------------------------------------------------------------------------------
     def __enter__(self) -> StorageTracker:

@@ -40,7 +40,10 @@ def traced_model(model_type: str, layers: int) -> tuple[Any, dict[str, Any], int
             raise SpecError(f"model_type {model_type!r}: no learned profile in estimator/coverage-profiles/ "
                             "(`hpcmem validate coverage --types` learns one)")
     # a cut transformers refuses (OLMo-Hybrid's first layers are all linear attention: configuration_olmo_hybrid.py
-    # validate_architecture wants one attention layer) grows a layer at a time to the sweep's depth
+    # validate_architecture wants one attention layer), or one without a kind of layer the model has (the first three
+    # of Qwen3.5's are linear attention: a model of those alone is no model a user trains, and its generation fails
+    # on a cache without an attention layer), grows a layer at a time to the sweep's depth
+    kinds = _layer_kinds(cfg)
     for depth in range(layers, EVAL_LAYERS + 1):
         try:
             spec, depth, _ = eval_model(cfg, model_type, profile, _folder(), depth)
@@ -48,8 +51,18 @@ def traced_model(model_type: str, layers: int) -> tuple[Any, dict[str, Any], int
             if depth == EVAL_LAYERS:
                 raise
             continue
-        return spec, json.loads(Path(spec.name).read_text()), depth
+        cut = json.loads(Path(spec.name).read_text())
+        if _layer_kinds(cut) != kinds and depth < EVAL_LAYERS:
+            continue
+        return spec, cut, depth
     raise SpecError(f"model_type {model_type!r}: no cut of {layers}–{EVAL_LAYERS} layers builds")
+
+
+def _layer_kinds(cfg: dict[str, Any]) -> set[str]:
+    """The kinds of layer a config's `layer_types` names (its text config's where it has one); empty without a list."""
+    inner = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    types = inner.get("layer_types", cfg.get("layer_types"))
+    return {str(t) for t in types} if isinstance(types, list) else set()
 
 
 def explicit_targets(spec: Any, us: list[float]) -> list[str]:

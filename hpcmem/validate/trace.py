@@ -246,10 +246,13 @@ def _trace_reserved(chosen: list[dict[str, Any]], records: Path, *, pool: Any, e
 
 def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as_json: bool = False,
         write: bool = True, rescore_only: bool = False, reserved: bool = False, events_dir: str | None = None,
-        **_ignored) -> list[dict[str, Any]]:
+        only: tuple[str, ...] = (), **_ignored) -> list[dict[str, Any]]:
     """CLI entry: run the matrix (or re-estimate stored traces), write records and estimator/ACCURACY-trace.md,
     print the table. `reserved`: trace with the allocator model (or, with `rescore_only`, read its stored numbers)
-    and print the estimate's reserved peak against it as well (hpcmem.validate.reserved)."""
+    and print the estimate's reserved peak against it as well (hpcmem.validate.reserved). `only`: trace these case
+    ids again, each record replacing its stored one (`retrace`)."""
+    if only:
+        return retrace(only, cases=cases, workers=workers, as_json=as_json)
     import click
 
     root = estimator_dir()
@@ -296,6 +299,45 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
         for r in worst(all_results):
             click.echo(f"largest: {r.case_id} {r.err_pct:+.2f} % (estimate phase {r.record['estimated_phase']}, "
                        f"trace phase {r.record['traced_phase']})")
+    return rows
+
+
+def retrace(ids: tuple[str, ...], *, cases: str | None = None, workers: int = 2, as_json: bool = False
+            ) -> list[dict[str, Any]]:
+    """Trace the named cases again, each with the allocator model when its file's stored records carry reserved
+    peaks, and put each record in the place of the stored one (the file's other records kept, re-estimated);
+    ACCURACY-trace.md rewritten. An id no case file names is refused before anything runs."""
+    import click
+
+    root = estimator_dir()
+    paths = [Path(cases)] if cases else sorted((root / "cases").glob("*.yaml"))
+    chosen = {p: [c for c in load_cases(p) if c["id"] in ids] for p in paths}
+    missing = sorted(set(ids) - {c["id"] for found in chosen.values() for c in found})
+    if missing:
+        raise HpcmemError(f"--only: no case file names {', '.join(missing)}")
+    done: list[CaseResult] = []
+    with trace_pool(workers) as pool:
+        for path, found in chosen.items():
+            if not found:
+                continue
+            records = root / "traces" / f"{path.stem}.jsonl"
+            stored = rescore(records) if records.is_file() else []
+            with_model = any("reserved" in r.record for r in stored)
+            with Progress(len(found), f"{path.name}: {len(found)} cases again", enabled=not as_json) as bar:
+                new = run_cases(found, pool=pool, progress=bar, reserved=with_model)
+            fresh = {r.case_id for r in new}
+            write_records(sorted([r for r in stored if r.case_id not in fresh] + new, key=lambda r: r.case_id),
+                          records)
+            done += new
+    stored_all = [r for f in sorted((root / "traces").glob("*.jsonl")) if not f.stem.endswith("-ci")
+                  for r in rescore(f)]
+    rows = cell_table(stored_all)
+    (root / "ACCURACY-trace.md").write_text(report_markdown(rows, stored_all))
+    if as_json:
+        click.echo(json.dumps({"cases": [r.record for r in done]}, indent=1))
+    else:
+        for r in done:
+            click.echo(f"{r.case_id}: traced {r.traced / 2**30:.2f} GiB, estimate {r.err_pct:+.2f} %")
     return rows
 
 

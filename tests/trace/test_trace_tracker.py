@@ -240,3 +240,49 @@ def test_tracker_keeps_that_sum_in_place(monkeypatch):
     assert peak_in_place == 2 * V * H * 2 + T * H * 2 + 4
     assert peak_out_of_place == 3 * V * H * 2 + 4
     assert torch.equal(grad_in_place, grad_out_of_place)
+
+
+# An MoE layer's routed copy of its input: x [N, D] indexed by N·K row numbers (transformers' grouped experts:
+# `hidden_states[perm // num_top_k]`), its gradient scattered back by IndexBackward0
+N, D, K = 64, 32, 4
+
+
+def _routed_loss():
+    torch.manual_seed(0)
+    x = torch.randn(N, D, requires_grad=True)
+    rows = torch.randint(0, N, (N * K,))
+    return (x[rows] * 3).sum(), x
+
+
+def test_unobserved_index_backward_scatters_into_its_zeros_in_place():
+    """The independent reference, torch's profiler and no dispatch mode: the gradient of x[rows] is one zeros tensor
+    of x's size with the gradient added into it in place (`aten::_index_put_impl_`), no out-of-place index_put."""
+    from torch.profiler import ProfilerActivity, profile
+
+    loss, _ = _routed_loss()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        loss.backward()
+    names = {e.name for e in prof.events()}
+    assert "aten::_index_put_impl_" in names and "aten::index_put" not in names, sorted(names)
+
+
+def test_tracker_keeps_the_index_backward_in_place(monkeypatch):
+    """Under the tracker autograd would scatter out of place (`index_put`: a second [N, D]); `accumulation_op`
+    restores the in-place scatter. By hand: the loss's backward holds the fp32 seed (4 B), the expanded ones of the
+    sum's backward are a view; the mul's backward makes grad [N·K, D] fp32, IndexBackward0 its zeros [N, D] — and,
+    out of place, one more [N, D]. The gradient is the same."""
+    import hpcmem.trace.tracker as tracker_module
+
+    def backward_peak(in_place: bool):
+        if not in_place:
+            monkeypatch.setattr(tracker_module, "INDEX_PUT_IN_PLACE_UNDER", frozenset())
+        loss, x = _routed_loss()
+        tr = StorageTracker()
+        with tr:
+            loss.backward()
+        return tr.peak_bytes, x.grad.clone()
+
+    peak_in_place, grad_in_place = backward_peak(True)
+    peak_out_of_place, grad_out_of_place = backward_peak(False)
+    assert peak_out_of_place - peak_in_place == N * D * 4
+    assert torch.equal(grad_in_place, grad_out_of_place)

@@ -198,13 +198,15 @@ def test_a_reward_model_s_lora_with_trl_s_default_task_type_is_peft_s_refusal() 
 
 
 def test_the_trainer_oracle_s_report_takes_hpcmem_s_side_from_today_s_code(tmp_path: Path) -> None:
-    """s1-217's record says what the real RewardTrainer did (peft raised on LoRA with TRL's default task type) and
-    what hpcmem answered when it was run (an estimate: a missed refusal). `--report` keeps the first and asks
-    today's hpcmem again, which refuses: parity; and it writes its cases beside the records it was given."""
+    """A trainer-oracle record written before hpcmem knew lora_task_type (s1-217 as drawn then, kept as
+    tests/fixtures/random/: the stream has since re-drawn that id) says what the real RewardTrainer did (peft raised
+    on LoRA with TRL's default task type) and what hpcmem answered when it was run (an estimate: a missed refusal).
+    `--report` keeps the first and asks today's hpcmem again, which refuses: parity; and it writes its cases beside
+    the records it was given."""
     from hpcmem.cli import cli
 
-    stored = [json.loads(line) for line in (estimator_dir() / "random" / "trainer.jsonl").read_text().splitlines()]
-    rec = next(r for r in stored if r["id"] == "s1-217")
+    fixture = Path(__file__).parents[1] / "fixtures" / "random" / "trainer-s1-217-before-task-type.jsonl"
+    rec = json.loads(fixture.read_text())
     assert rec["verdict"] == "missed refusal" and "prepare_inputs_for_generation" in rec["trainer"]["reason"]
     path = tmp_path / "trainer.jsonl"
     path.write_text(json.dumps(rec) + "\n")
