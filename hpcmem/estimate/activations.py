@@ -77,8 +77,9 @@ def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str, f
     total = per_token * mb.tokens
     if eager:
         # eager_attention_forward: softmax(dtype=fp32) keeps its fp32 output and the 16-bit probabilities are kept
-        # by the product with v; Gemma2's tanh soft-capping keeps its output too. [rows, heads, seq, seq] each.
-        per_score = FP32 + prec.act + (prec.act if m.attn_logit_softcapping else 0)
+        # by the product with v (under fp32 compute `.to(query.dtype)` returns the softmax output itself: one tensor);
+        # Gemma2's tanh soft-capping keeps its output too. [rows, heads, seq, seq] each.
+        per_score = FP32 + (prec.act if prec.act != FP32 else 0) + (prec.act if m.attn_logit_softcapping else 0)
         total += per_score * m.num_attention_heads * mb.rows * mb.seq * mb.seq
     elif mb.masked:
         total += prec.act * mb.rows * mb.seq * mb.seq

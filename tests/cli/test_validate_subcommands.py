@@ -63,3 +63,21 @@ def test_a_flag_or_mode_of_no_instrument_here_is_one_line_naming_the_right_one(a
     assert status == 2 and not out and err.count("\n") == 1 and err.startswith("hpcmem: error: "), err
     for word in words:
         assert word in err, err
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["validate", "trace", "--only", "no-such-case"], ("--only", "no-such-case")),
+    (["validate", "trace", "--only", " , "], ("--only", "case ids")),
+    (["validate", "trace", "--only", "qwen15moe-lora-2k", "--rescore"], ("--only", "--rescore")),
+])
+def test_trace_only_refuses_in_one_line_before_anything_runs(argv, words, tmp_path, monkeypatch):
+    for part in ("cases", "traces"):
+        shutil.copytree(ESTIMATOR / part, tmp_path / part)
+    monkeypatch.setenv("HPCMEM_ESTIMATOR_DIR", str(tmp_path))
+    before = {p.name: p.read_bytes() for p in (tmp_path / "traces").iterdir()}
+    status, out, err = _run(argv)
+    assert status != 0 and not out and err.count("\n") == 1 and err.startswith("hpcmem: error: "), err
+    for word in words:
+        assert word in err, err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "traces").iterdir()} == before
+    assert not (tmp_path / "ACCURACY-trace.md").exists()
