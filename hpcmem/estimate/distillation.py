@@ -15,7 +15,8 @@ either model's [N, V] logits. What the GPU holds, by instant:
 - kept for backward: both compact hidden states [N, H] and [N, H_t] (Triton path: `h[valid]`), and three fp32
   statistics per position;
 - backward of the loss: an fp32 grad_hidden [N, H], an fp32 grad_weight [V, H] when the head trains, the two tiles
-  and the tile's cast, then the gradient scattered back over all T positions.
+  and the tile's cast (two casts where a next tile follows), then the gradient scattered back over all T
+  positions.
 The teacher never sees a gradient, an optimizer state or a generation.
 """
 
@@ -97,9 +98,16 @@ def loss(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool) -> Lo
     teacher_hidden = mb.tokens * t.hidden_size * ht       # the teacher's last hidden state, referenced till the end
     saved = n * (m.hidden_size * hs + t.hidden_size * ht) + n * SAVED_STATS * FP32 + mb.tokens
     fwd = max(teacher_pass(job, mb, prec), teacher_hidden + tiles + STATS * n * FP32 + weight_cast + chunk_cast)
-    grad_weight = fp32_grad_returned(v * m.hidden_size, prec.weight) if head_trains else 0
-    bwd = tiles + rows * min(v, VOCAB_CHUNK_SIZE) * prec.act + weight_cast + chunk_cast + fp32_grad_returned(
-        n * m.hidden_size, hs) + grad_weight
+    # fp32 accumulators for the hidden states and (when the head trains) the head, cast back at the return
+    accumulators = n * m.hidden_size * FP32 + (v * m.hidden_size * FP32 if head_trains else 0)
+    returned = (fp32_grad_returned(n * m.hidden_size, hs) - n * m.hidden_size * FP32
+                + (fp32_grad_returned(v * m.hidden_size, prec.weight) - v * m.hidden_size * FP32 if head_trains else 0))
+    # the backward names its tile's cast (`grad_tile = s_tile.to(s_dtype)`), so the previous tile's cast is still
+    # referenced while the next one is made: two at once wherever there is a next tile — or, at the return, the last
+    # tile's cast beside the accumulators' casts
+    grad_tile = rows * min(v, VOCAB_CHUNK_SIZE) * prec.act
+    next_tile = grad_tile if v > VOCAB_CHUNK_SIZE or n > TOKEN_CHUNK_SIZE else 0
+    bwd = tiles + grad_tile + weight_cast + chunk_cast + accumulators + max(next_tile, returned)
     note = (f"chunked divergence vs teacher {t.name}: {n} scored tokens, tiles {rows}×{min(v, VOCAB_CHUNK_SIZE)} "
             "fp32 ×2, no [N, V] logits")
     return LossBytes(saved=saved, forward_transient=fwd, backward_transient=bwd, note=note,
