@@ -207,6 +207,20 @@ def _tied_loss():
     return _FreshGradHead.apply(x, weight), weight
 
 
+def _backward_peak(monkeypatch, make_loss, undone: str | None):
+    """The tracker's peak over `make_loss()`'s backward and the leaf's gradient; `undone` names the tracker's table of
+    nodes whose op it keeps in place, emptied for this run (autograd's out-of-place op under a dispatch mode)."""
+    import hpcmem.trace.tracker as tracker_module
+
+    if undone is not None:
+        monkeypatch.setattr(tracker_module, undone, frozenset())
+    loss, leaf = make_loss()
+    tr = StorageTracker()
+    with tr:
+        loss.backward()
+    return tr.peak_bytes, leaf.grad.clone()
+
+
 def test_unobserved_autograd_sums_a_tied_weights_gradients_in_place():
     """The independent reference, taken with torch's profiler and no dispatch mode: the input buffer adds the
     embedding's gradient into the head's in place (`aten::add_`, no bytes), never an out-of-place [V, H] sum."""
@@ -224,19 +238,8 @@ def test_tracker_keeps_that_sum_in_place(monkeypatch):
     sum. By hand (the weight was born before the tracker; 4 B is the fp32 seed gradient of the loss):
     in place, the peak is at the embedding's backward: head gradient + embedding gradient + the incoming [T, H];
     out of place, at the sum: head gradient + embedding gradient + their sum. The gradient is the same."""
-    import hpcmem.trace.tracker as tracker_module
-
-    def backward_peak(in_place: bool):
-        if not in_place:
-            monkeypatch.setattr(tracker_module, "ACCUMULATE_IN_PLACE_UNDER", frozenset())
-        loss, weight = _tied_loss()
-        tr = StorageTracker()
-        with tr:
-            loss.backward()
-        return tr.peak_bytes, weight.grad.clone()
-
-    peak_in_place, grad_in_place = backward_peak(True)
-    peak_out_of_place, grad_out_of_place = backward_peak(False)
+    peak_in_place, grad_in_place = _backward_peak(monkeypatch, _tied_loss, None)
+    peak_out_of_place, grad_out_of_place = _backward_peak(monkeypatch, _tied_loss, "ACCUMULATE_IN_PLACE_UNDER")
     assert peak_in_place == 2 * V * H * 2 + T * H * 2 + 4
     assert peak_out_of_place == 3 * V * H * 2 + 4
     assert torch.equal(grad_in_place, grad_out_of_place)
@@ -271,18 +274,7 @@ def test_tracker_keeps_the_index_backward_in_place(monkeypatch):
     restores the in-place scatter. By hand: the loss's backward holds the fp32 seed (4 B), the expanded ones of the
     sum's backward are a view; the mul's backward makes grad [N·K, D] fp32, IndexBackward0 its zeros [N, D] — and,
     out of place, one more [N, D]. The gradient is the same."""
-    import hpcmem.trace.tracker as tracker_module
-
-    def backward_peak(in_place: bool):
-        if not in_place:
-            monkeypatch.setattr(tracker_module, "INDEX_PUT_IN_PLACE_UNDER", frozenset())
-        loss, x = _routed_loss()
-        tr = StorageTracker()
-        with tr:
-            loss.backward()
-        return tr.peak_bytes, x.grad.clone()
-
-    peak_in_place, grad_in_place = backward_peak(True)
-    peak_out_of_place, grad_out_of_place = backward_peak(False)
+    peak_in_place, grad_in_place = _backward_peak(monkeypatch, _routed_loss, None)
+    peak_out_of_place, grad_out_of_place = _backward_peak(monkeypatch, _routed_loss, "INDEX_PUT_IN_PLACE_UNDER")
     assert peak_out_of_place - peak_in_place == N * D * 4
     assert torch.equal(grad_in_place, grad_out_of_place)
