@@ -287,6 +287,9 @@ def random_command(oracle: str, n: int, seed: int, records: str | None, only: st
     """Random jobs over everything a user can set (hpcmem/validate/random_jobs.py), each held to an oracle; records
     appended to estimator/random/<oracle>.jsonl as each job finishes, a rerun skipping recorded ids."""
     path = Path(records) if records else random_run.records_path(oracle)
+    if redraw and (report or only is not None):
+        raise HpcmemError(f"--redraw runs the stale records of the first --n ids again; it does nothing with "
+                          f"{'--report' if report else '--only'} (drop one of them)")
     if not report:
         new = random_run.run(oracle, n, seed, records=path,
                              only=random_run.parse_only(only, seed) if only is not None else (), redraw=redraw)

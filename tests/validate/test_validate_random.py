@@ -218,6 +218,29 @@ def test_the_trainer_oracle_s_report_takes_hpcmem_s_side_from_today_s_code(tmp_p
     assert (tmp_path / "cases.yaml").is_file()
 
 
+@pytest.mark.parametrize("extra", [["--report"], ["--only", "s1-3"]])
+def test_redraw_with_a_flag_it_does_nothing_with_is_refused(extra: list[str], tmp_path: Path) -> None:
+    from hpcmem.cli import cli
+
+    path = tmp_path / "trace.jsonl"
+    res = CliRunner().invoke(cli, ["validate", "random", "--redraw", "--records", str(path), *extra])
+    assert isinstance(res.exception, HpcmemError) and "--redraw" in str(res.exception) and extra[0] in str(
+        res.exception)
+    assert not path.exists()
+
+
+def test_stale_records_are_the_ones_today_s_draw_no_longer_gives(tmp_path: Path) -> None:
+    """A record keeps the job it ran; one whose job is not today's `draw` of its id is stale (an hpcmem that covered
+    other types drew it), one without a job (a trace that failed before its job was laid out) is not judged."""
+    from hpcmem.validate.random_run import stale_ids
+
+    today, six = draw(1, 5).to_dict(), draw(1, 6).to_dict()
+    older = {**six, "settings": {**six["settings"], "per_device_train_batch_size": 99}}
+    records = [{"id": "s1-5", "job": today}, {"id": "s1-6", "job": older},
+               {"id": "s1-7", "outcome": "trace failed: the worker died"}]
+    assert stale_ids(records) == ["s1-6"]
+
+
 def test_only_names_ids_of_the_stream_and_replaces_their_records_in_place(tmp_path: Path) -> None:
     from hpcmem.validate.random_run import _store, parse_only
 
