@@ -7,6 +7,7 @@
   architecture (dtype, quantization, auto_map), with the tokenizer's special ids.
 - `peft_config(job)`: TRL's own LoRA config from the ModelConfig fields (`trl.get_peft_config`), as `trl <trainer>`
   builds it.
+- `chat_template(image)`: a vision-language job's chat template, each image written as `image`.
 - `tokenizer(num_words)`: a word-level tokenizer, pad/eos/unk = 0/1/2 (`SPECIAL_IDS`), then the words "t3", "t4", …
   (one word, one token, whitespace-split), built in-process: no Hub.
 """
@@ -106,6 +107,14 @@ def peft_config(job: JobSpec) -> Any:
         lora_modules_to_save=list(t.lora_modules_to_save) or None,
         lora_target_parameters=list(t.lora_target_parameters) or None,
         lora_task_type=t.lora_task_type))
+
+
+def chat_template(image: str) -> str:
+    """The chat template of a vision-language trace: each image part written as `image` (the processor's placeholder,
+    which it expands to the image's tokens), each text part as it is."""
+    return ("{% for message in messages %}{% for part in message['content'] %}"
+            "{% if part['type'] == 'image' %}" + image + "{% elif part['type'] == 'text' %}"
+            "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
 
 
 def tokenizer(num_words: int = 1) -> Any:

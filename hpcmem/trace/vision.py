@@ -27,15 +27,13 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aya_vision, vision_deepseek_vl, vision_gemma3, vision_idefics2, vision_idefics3,
                           vision_internvl, vision_janus, vision_lighton_ocr, vision_llava, vision_mistral3,
                           vision_mllama, vision_ovis2, vision_paligemma, vision_video_llama_3)
-from hpcmem.trace.pieces import WORD, tokenizer
+from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
 # what one image takes in the text before the processor expands IMAGE_PAD (Qwen2.5-VL's chat template)
 PLACEHOLDER = VISION_START + IMAGE_PAD + VISION_END
 MARKERS_PER_IMAGE = 2      # vision_start and vision_end around each image's tokens
-CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
-                 "{% if part['type'] == 'image' %}" + PLACEHOLDER + "{% elif part['type'] == 'text' %}"
-                 "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+CHAT_TEMPLATE = chat_template(PLACEHOLDER)
 # model_type → (module, class) of the processor transformers pairs with it (models/auto/processing_auto.py
 # PROCESSOR_MAPPING_NAMES)
 PROCESSORS = {"qwen2_5_vl": ("transformers.models.qwen2_5_vl.processing_qwen2_5_vl", "Qwen2_5_VLProcessor"),

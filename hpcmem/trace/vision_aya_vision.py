@@ -16,8 +16,7 @@ from typing import Any
 
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace.pieces import tokenizer
-from hpcmem.trace.vision_internvl import chat_template
+from hpcmem.trace.pieces import chat_template, tokenizer
 
 IMAGE, START, END, PATCH, BREAK = "<image>", "<|START_OF_IMG|>", "<|END_OF_IMG|>", "<|IMG_PATCH|>", "<|IMG_LINE_BREAK|>"
 TILE, GLOBAL = "TILE", "TILE_GLOBAL"

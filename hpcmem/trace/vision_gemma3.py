@@ -15,12 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace.pieces import tokenizer
+from hpcmem.trace.pieces import chat_template, tokenizer
 
 BOI, EOI, IMAGE = "<start_of_image>", "<end_of_image>", "<image_soft_token>"     # Gemma 3's tokenizer's spellings
-CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
-                 "{% if part['type'] == 'image' %}" + BOI + "{% elif part['type'] == 'text' %}"
-                 "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+CHAT_TEMPLATE = chat_template(BOI)
 
 
 def gemma3_tokenizer() -> Any:

@@ -15,14 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace.pieces import tokenizer
+from hpcmem.trace.pieces import chat_template, tokenizer
 
 IMAGE = "<image>"
 MARKERS_PER_IMAGE = 1
 ROW_TOKENS = 1
-CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
-                 "{% if part['type'] == 'image' %}" + IMAGE + "{% elif part['type'] == 'text' %}"
-                 "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+CHAT_TEMPLATE = chat_template(IMAGE)
 
 
 def processor(job: JobSpec) -> Any:

@@ -20,13 +20,11 @@ from typing import Any
 
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace.pieces import tokenizer
+from hpcmem.trace.pieces import chat_template, tokenizer
 
 IMAGE, FAKE, GLOBAL, END = "<image>", "<fake_token_around_image>", "<global-img>", "<end_of_utterance>"
 ROW_COL = tuple(f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7))    # Idefics3Processor's 6 × 6
-CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
-                 "{% if part['type'] == 'image' %}" + IMAGE + "{% elif part['type'] == 'text' %}"
-                 "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+CHAT_TEMPLATE = chat_template(IMAGE)
 IMAGE_PROCESSORS = {
     "smolvlm": ("transformers.models.smolvlm.image_processing_pil_smolvlm", "SmolVLMImageProcessorPil"),
     "idefics3": ("transformers.models.idefics3.image_processing_pil_idefics3", "Idefics3ImageProcessorPil")}

@@ -22,19 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace.pieces import tokenizer
+from hpcmem.trace.pieces import chat_template, tokenizer
 from hpcmem.trace.vision_llava import without_video
 
 START, END, CONTEXT, VIDEO = "<img>", "</img>", "<IMG_CONTEXT>", "<video>"
 QIANFAN_PLACEHOLDER = "<image>"
 MARKERS_PER_IMAGE = 2
-
-
-def chat_template(image: str) -> str:
-    """Each image written as `image`, the text as it is."""
-    return ("{% for message in messages %}{% for part in message['content'] %}"
-            "{% if part['type'] == 'image' %}" + image + "{% elif part['type'] == 'text' %}"
-            "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
 
 
 CHAT_TEMPLATE = chat_template(CONTEXT)

@@ -14,13 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace.pieces import tokenizer
+from hpcmem.trace.pieces import chat_template, tokenizer
 
 IMAGE_TOKEN, BOI, EOI = "<image_placeholder>", "<begin_of_image>", "<end_of_image>"
 MARKERS_PER_IMAGE = 2
-CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
-                 "{% if part['type'] == 'image' %}" + IMAGE_TOKEN + "{% elif part['type'] == 'text' %}"
-                 "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+CHAT_TEMPLATE = chat_template(IMAGE_TOKEN)
 
 
 def processor(job: JobSpec) -> Any:

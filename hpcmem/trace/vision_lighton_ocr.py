@@ -16,13 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace.pieces import tokenizer
+from hpcmem.trace.pieces import chat_template, tokenizer
 
 TOKENS = {"image_token": "<|image_pad|>", "image_break_token": "<|vision_pad|>", "image_end_token": "<|vision_end|>"}
 MARKERS_PER_IMAGE = 0
-CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
-                 "{% if part['type'] == 'image' %}" + TOKENS["image_token"] + "{% elif part['type'] == 'text' %}"
-                 "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+CHAT_TEMPLATE = chat_template(TOKENS["image_token"])
 
 
 def processor(job: JobSpec) -> Any:

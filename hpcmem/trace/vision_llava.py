@@ -24,16 +24,14 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace.pieces import tokenizer
+from hpcmem.trace.pieces import chat_template, tokenizer
 
 IMAGE_TOKEN = "<image>"
 VIDEO_TOKEN = "<video>"     # LlavaOnevisionProcessor's and LlavaNextVideoProcessor's video_token (looked up)
 # the llava types this module builds the processor of (no markers around their image tokens)
 LLAVA_TYPES = ("llava", "llava_next", "llava_next_video", "llava_onevision", "vipllava", "video_llava")
 MARKERS_PER_IMAGE = 0
-CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
-                 "{% if part['type'] == 'image' %}" + IMAGE_TOKEN + "{% elif part['type'] == 'text' %}"
-                 "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+CHAT_TEMPLATE = chat_template(IMAGE_TOKEN)
 
 
 def processor(job: JobSpec) -> Any:

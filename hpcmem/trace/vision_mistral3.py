@@ -16,13 +16,11 @@ import sys
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace.pieces import tokenizer
+from hpcmem.trace.pieces import chat_template, tokenizer
 
 IMAGE_TOKEN, BREAK, END = "[IMG]", "[IMG_BREAK]", "[IMG_END]"
 MARKERS_PER_IMAGE = 0       # the break and end tokens are counted with the image's (PixtralTowerSpec.image_tokens)
-CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
-                 "{% if part['type'] == 'image' %}" + IMAGE_TOKEN + "{% elif part['type'] == 'text' %}"
-                 "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+CHAT_TEMPLATE = chat_template(IMAGE_TOKEN)
 
 
 def processor(job: JobSpec) -> Any:

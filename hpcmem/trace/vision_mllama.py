@@ -15,14 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace.pieces import tokenizer
+from hpcmem.trace.pieces import chat_template, tokenizer
 
 IMAGE, BOS, PYTHON = "<|image|>", "<|begin_of_text|>", "<|python_tag|>"
 MARKERS_PER_IMAGE = 0
 BOS_PER_ROW = 1
-CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
-                 "{% if part['type'] == 'image' %}" + IMAGE + "{% elif part['type'] == 'text' %}"
-                 "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+CHAT_TEMPLATE = chat_template(IMAGE)
 
 
 def processor(job: JobSpec) -> Any:

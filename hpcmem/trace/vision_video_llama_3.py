@@ -16,13 +16,12 @@ from typing import Any
 
 from hpcmem.job.images import pixel_bounds
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.trace.pieces import chat_template
 from hpcmem.trace.vision_llava import without_video
 
 IMAGE_TOKEN, VIDEO_TOKEN = "<|image_pad|>", "<|video_pad|>"
 MARKERS_PER_IMAGE = 0
-CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
-                 "{% if part['type'] == 'image' %}" + IMAGE_TOKEN + "{% elif part['type'] == 'text' %}"
-                 "{{ part['text'] }}{% endif %}{% endfor %}{% endfor %}")
+CHAT_TEMPLATE = chat_template(IMAGE_TOKEN)
 IMAGE_PROCESSOR = "VideoLlama3ImageProcessorPil"
 
 
