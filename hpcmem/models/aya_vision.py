@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from hpcmem.errors import SpecError
 from hpcmem.models.clip_tower import ClipTowerSpec, feature_layer
 from hpcmem.models.internvl import PROCESSOR_DEFAULTS, internvl_tiles
-from hpcmem.models.siglip import SIGLIP_ACTIVATIONS, SIGLIP_DEFAULTS, siglip_tower_params
+from hpcmem.models.siglip import SIGLIP_ACTIVATIONS, SIGLIP_DEFAULTS, SiglipTowerCounts
 from hpcmem.models.tower_base import TowerLinear, encoder_layer_linears, text_width
 
 # AyaVisionConfig's sub_configs_defaults init_kwargs for an omitted vision_config
@@ -42,7 +42,7 @@ COHERE2_HIDDEN = 8192       # Cohere2Config.hidden_size: the text width of an om
 
 
 @dataclass(frozen=True, kw_only=True)
-class AyaVisionTowerSpec(ClipTowerSpec):
+class AyaVisionTowerSpec(SiglipTowerCounts, ClipTowerSpec):
     """A SigLIP tower read at its last layer under Aya Vision's pixel-shuffle SwiGLU projector; InternVL's tiles."""
 
     scale_factor: int           # downsample_factor
@@ -59,11 +59,6 @@ class AyaVisionTowerSpec(ClipTowerSpec):
         return self.image_size
 
     @property
-    def positions(self) -> int:
-        """Rows the tower runs per tile: its patches (SiglipVisionEmbeddings has no class token)."""
-        return self.patches
-
-    @property
     def tokens_per_image(self) -> int:
         """Image tokens per tile: the patches pixel_shuffle folds, downsample_factor² into one."""
         return self.patches // self.scale_factor ** 2
@@ -78,22 +73,6 @@ class AyaVisionTowerSpec(ClipTowerSpec):
                 TowerLinear(name="linear_1", in_features=self.merged_width, out_features=self.alignment, count=1,
                             part="merger"),
                 TowerLinear(name="linear_2", in_features=self.alignment // 2, out_features=o, count=1, part="merger"))
-
-    @property
-    def embed_params(self) -> int:
-        """The patch embedding (weight and bias) and the position table."""
-        h = self.hidden_size
-        return self.patch_dim * h + h + self.patches * h
-
-    @property
-    def pre_norm_params(self) -> int:
-        return 0
-
-    @property
-    def tower_params(self) -> int:
-        """SiglipVisionModel without its head: embeddings, the encoder layers, post_layernorm."""
-        return siglip_tower_params(depth=self.depth, hidden=self.hidden_size, intermediate=self.intermediate_size,
-                                   channels=self.in_channels, patch=self.patch_size, positions=self.patches)
 
     @property
     def merger_params(self) -> int:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.siglip import siglip_tower_params
+from hpcmem.models.siglip import SiglipTowerCounts
 from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
                                       encoder_layer_linears, grid_patches)
 
@@ -72,7 +72,7 @@ def idefics2_resize(height: int, width: int, shortest: int = SHORTEST_EDGE,
 
 
 @dataclass(frozen=True, kw_only=True)
-class Idefics2TowerSpec(LinearTower):
+class Idefics2TowerSpec(SiglipTowerCounts, LinearTower):
     """Idefics2's tower and connector; `out_hidden_size` is the text width (the perceiver's width),
     `text_intermediate` and `text_act` the text config's, which size the modality projection."""
 
@@ -148,17 +148,9 @@ class Idefics2TowerSpec(LinearTower):
                 lin(f"{layer}.mlp.down_proj", 4 * t, t, n))
 
     @property
-    def embed_params(self) -> int:
-        """The patch embedding (weight and bias) and the position table of (image_size / patch_size)² rows."""
-        h = self.hidden_size
-        return self.patch_dim * h + h + grid_patches(self.image_size, self.patch_size) * h
-
-    @property
-    def tower_params(self) -> int:
-        """SiglipVisionModel's count without a head (hpcmem.models.siglip): embeddings, layers, post_layernorm."""
-        return siglip_tower_params(depth=self.depth, hidden=self.hidden_size, intermediate=self.intermediate_size,
-                                   channels=self.in_channels, patch=self.patch_size,
-                                   positions=grid_patches(self.image_size, self.patch_size))
+    def table_positions(self) -> int:
+        """The position table's rows: (image_size / patch_size)², not a tile's patches."""
+        return grid_patches(self.image_size, self.patch_size)
 
     @property
     def resampler_norm_params(self) -> int:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.siglip import siglip_tower_params
+from hpcmem.models.siglip import SiglipTowerCounts
 from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
                                       encoder_layer_linears, grid_patches, text_width)
 
@@ -55,7 +55,7 @@ ACTIVATIONS = ("gelu_pytorch_tanh", "gelu")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Idefics3TowerSpec(LinearTower):
+class Idefics3TowerSpec(SiglipTowerCounts, LinearTower):
     """A SmolVLM / Idefics3 tower and connector; `out_hidden_size` is the text model's width (the connector's
     output), `tile` the processor's max_image_size.longest_edge, `longest_edge` its size.longest_edge."""
 
@@ -118,17 +118,9 @@ class Idefics3TowerSpec(LinearTower):
                                out_features=self.out_hidden_size, count=1, part="merger", bias=False))
 
     @property
-    def embed_params(self) -> int:
-        """The patch embedding (weight and bias) and the position table of (image_size / patch_size)² rows."""
-        h = self.hidden_size
-        return self.patch_dim * h + h + grid_patches(self.image_size, self.patch_size) * h
-
-    @property
-    def tower_params(self) -> int:
-        """SiglipVisionModel's count without a head (hpcmem.models.siglip): embeddings, layers, post_layernorm."""
-        return siglip_tower_params(depth=self.depth, hidden=self.hidden_size, intermediate=self.intermediate_size,
-                                   channels=self.in_channels, patch=self.patch_size,
-                                   positions=grid_patches(self.image_size, self.patch_size))
+    def table_positions(self) -> int:
+        """The position table's rows: (image_size / patch_size)², not a tile's patches."""
+        return grid_patches(self.image_size, self.patch_size)
 
 
 def _resize_longest(height: int, width: int, longest: int) -> tuple[int, int]:

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 from hpcmem.errors import SpecError
 from hpcmem.models.clip_tower import LLAVA_DEFAULTS, feature_layer
 from hpcmem.models.llava_next import LlavaNextTowerSpec, pinpoints_from_config
-from hpcmem.models.siglip import SIGLIP_ACTIVATIONS, SIGLIP_DEFAULTS, siglip_tower_params
+from hpcmem.models.siglip import SIGLIP_ACTIVATIONS, SIGLIP_DEFAULTS, SiglipTowerCounts
 from hpcmem.models.tower_base import text_width
 
 # LlavaOnevisionConfig's sub_configs_defaults init_kwargs for an omitted vision_config
@@ -50,34 +50,13 @@ DOWNSCALE_ABOVE = 1.1           # `if ratio > 1.1` in pack_image_features and _g
 
 
 @dataclass(frozen=True, kw_only=True)
-class LlavaOnevisionTowerSpec(LlavaNextTowerSpec):
+class LlavaOnevisionTowerSpec(SiglipTowerCounts, LlavaNextTowerSpec):
     """A SigLIP tower under llava's projector, anyres tiles whose grid is downscaled past max_num_patches tiles, and
     an image_newline vector of the text width."""
 
     max_num_patches: int = 9    # vision_aspect_ratio "anyres_max_N"
     activations: ClassVar[tuple[str, ...]] = SIGLIP_ACTIVATIONS
     whole_grid: ClassVar[bool] = False
-
-    @property
-    def positions(self) -> int:
-        """Rows the tower runs per tile: its patches (SiglipVisionEmbeddings has no class token)."""
-        return self.patches
-
-    @property
-    def embed_params(self) -> int:
-        """The patch embedding (weight and bias) and the position table."""
-        h = self.hidden_size
-        return self.patch_dim * h + h + self.patches * h
-
-    @property
-    def pre_norm_params(self) -> int:
-        return 0
-
-    @property
-    def tower_params(self) -> int:
-        """SiglipVisionModel without its head: embeddings, the encoder layers, post_layernorm."""
-        return siglip_tower_params(depth=self.depth, hidden=self.hidden_size, intermediate=self.intermediate_size,
-                                   channels=self.in_channels, patch=self.patch_size, positions=self.patches)
 
     def kept_grid(self, height: int, width: int) -> tuple[int, int]:
         """(rows, cols) of the unpadded grid after anyres_max's downscaling (`pack_image_features`)."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.siglip import SIGLIP_ACTIVATIONS, SIGLIP_DEFAULTS, siglip_tower_params
+from hpcmem.models.siglip import SIGLIP_ACTIVATIONS, SIGLIP_DEFAULTS, SiglipTowerCounts
 from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
                                       check_whole_grid, encoder_layer_linears, grid_patches, text_width)
 
@@ -38,7 +38,7 @@ PROJECTION_DIM = 2048           # PaliGemmaConfig.projection_dim
 
 
 @dataclass(frozen=True, kw_only=True)
-class PaliGemmaTowerSpec(LinearTower):
+class PaliGemmaTowerSpec(SiglipTowerCounts, LinearTower):
     """A SigLIP tower and PaliGemma's one-Linear projector; `out_hidden_size` is projection_dim (the text width)."""
 
     image_size: int
@@ -77,17 +77,6 @@ class PaliGemmaTowerSpec(LinearTower):
         return (*encoder_layer_linears(h, i, d),
                 TowerLinear(name="linear", in_features=h, out_features=self.out_hidden_size, count=1, part="merger"))
 
-    @property
-    def embed_params(self) -> int:
-        """The patch embedding (weight and bias) and the position table."""
-        h = self.hidden_size
-        return self.patch_dim * h + h + self.patches * h
-
-    @property
-    def tower_params(self) -> int:
-        return siglip_tower_params(depth=self.depth, hidden=self.hidden_size, intermediate=self.intermediate_size,
-                                   channels=self.in_channels, patch=self.patch_size, positions=self.patches,
-                                   head=self.pooling_head)
 
 
 def paligemma_tower_from_config(cfg: dict[str, Any], name: str) -> PaliGemmaTowerSpec:

@@ -80,6 +80,43 @@ def siglip_tower_params(*, depth: int, hidden: int, intermediate: int, channels:
     return embed + depth * layer + 2 * hidden + (pooling_head_params(hidden, intermediate) if head else 0)
 
 
+class SiglipTowerCounts:
+    """The counts of a SigLIP tower (SiglipVisionModel, without its head unless `pooling_head`) for a tower spec that
+    lists this class before its base: a Conv2d patch embedding with bias, a position table of `table_positions` rows,
+    no class token and no pre-norm, so the tower runs its patches. The spec supplies TowerBase's sizes, `patch_dim`
+    and `patches`."""
+
+    pooling_head = False    # a spec that loads SiglipMultiheadAttentionPoolingHead has it as a field (PaliGemma)
+
+    @property
+    def table_positions(self) -> int:
+        """Rows of the position table: the patches of one image (a tiling spec whose tile is not its image_size says
+        otherwise)."""
+        return self.patches
+
+    @property
+    def positions(self) -> int:
+        """Rows the tower runs per tile: its patches (SiglipVisionEmbeddings has no class token)."""
+        return self.patches
+
+    @property
+    def embed_params(self) -> int:
+        """The patch embedding (weight and bias) and the position table."""
+        h = self.hidden_size
+        return self.patch_dim * h + h + self.table_positions * h
+
+    @property
+    def pre_norm_params(self) -> int:
+        return 0
+
+    @property
+    def tower_params(self) -> int:
+        """SiglipVisionModel: embeddings, the encoder layers, post_layernorm (and the pooling head it loads)."""
+        return siglip_tower_params(depth=self.depth, hidden=self.hidden_size, intermediate=self.intermediate_size,
+                                   channels=self.in_channels, patch=self.patch_size, positions=self.table_positions,
+                                   head=self.pooling_head)
+
+
 def pooling_head_params(hidden: int, intermediate: int) -> int:
     """SiglipMultiheadAttentionPoolingHead: the probe [1, 1, hidden], nn.MultiheadAttention (in_proj weight and bias
     for q, k, v; out_proj with bias), a LayerNorm and a SiglipMLP."""
