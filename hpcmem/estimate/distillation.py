@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from hpcmem.estimate.activations import mask_bytes
 from hpcmem.estimate.breakdown import Component
-from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes, fp32_grad_returned
+from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes, fp32_grad_returned, returned_cast
 from hpcmem.estimate.states import ParamParts, param_parts
 from hpcmem.estimate.trainers import TrainerExtras, reference_bytes
 from hpcmem.job.jobspec import JobSpec
@@ -100,8 +100,8 @@ def loss(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool) -> Lo
     fwd = max(teacher_pass(job, mb, prec), teacher_hidden + tiles + STATS * n * FP32 + weight_cast + chunk_cast)
     # fp32 accumulators for the hidden states and (when the head trains) the head, cast back at the return
     accumulators = n * m.hidden_size * FP32 + (v * m.hidden_size * FP32 if head_trains else 0)
-    returned = (fp32_grad_returned(n * m.hidden_size, hs) - n * m.hidden_size * FP32
-                + (fp32_grad_returned(v * m.hidden_size, prec.weight) - v * m.hidden_size * FP32 if head_trains else 0))
+    returned = returned_cast(n * m.hidden_size, hs) + (returned_cast(v * m.hidden_size, prec.weight) if head_trains
+                                                        else 0)
     # the backward names its tile's cast (`grad_tile = s_tile.to(s_dtype)`), so the previous tile's cast is still
     # referenced while the next one is made: two at once wherever there is a next tile — or, at the return, the last
     # tile's cast beside the accumulators' casts

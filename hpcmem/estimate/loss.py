@@ -38,12 +38,17 @@ class LossBytes:
 
 
 def fp32_grad_returned(numel: int, dtype_bytes: int) -> int:
-    """Bytes of an fp32 gradient accumulator of `numel` elements and its cast back to an input of `dtype_bytes`.
+    """Bytes of an fp32 gradient accumulator of `numel` elements and its cast back to an input of `dtype_bytes`."""
+    return numel * FP32 + returned_cast(numel, dtype_bytes)
+
+
+def returned_cast(numel: int, dtype_bytes: int) -> int:
+    """Bytes of the cast of an fp32 gradient of `numel` elements back to an input of `dtype_bytes`.
 
     TRL's backward returns `grad.to(input.dtype)` (chunked_logprob.py _ChunkedLogprobFunction.backward,
     chunked_divergence.py's backward): torch's `Tensor.to` returns the tensor itself when the dtype already matches
     (aten/src/ATen/native/TensorConversions.cpp `to`: `to_will_alias`), so an fp32 input gets no second copy."""
-    return numel * (FP32 + (dtype_bytes if dtype_bytes != FP32 else 0))
+    return numel * dtype_bytes if dtype_bytes != FP32 else 0
 
 
 def logits_tile(tokens: int, vocab: int, width: int) -> int:

@@ -99,7 +99,8 @@ class StorageTracker:
 
         self._tensor_type: Any = torch.Tensor
         self._aten_add, self._aten_add_ = torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor   # accumulation_op
-        self._aten_index_put, self._aten_index_put_ = torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default
+        self._aten_index_put = torch.ops.aten.index_put.default                                  # accumulation_op
+        self._aten_index_put_ = torch.ops.aten.index_put_.default
         # op -> fn(args, kwargs, out) -> bytes a kernel allocates internally while it runs (CUDA mapping)
         self.workspace: dict[Any, Any] = {}
         self.allocator = allocator           # optional malloc/free listener (see the module docstring)

@@ -286,9 +286,7 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
     rows = cell_table(all_results)
     if write and not ci_only:
         # the published report always covers every stored matrix, whichever files this run traced
-        stored = [r for f in sorted((root / "traces").glob("*.jsonl")) if not f.stem.endswith("-ci")
-                  for r in rescore(f)]
-        (root / "ACCURACY-trace.md").write_text(report_markdown(cell_table(stored), stored))
+        write_report(root)
     if reserved:
         report_reserved(all_results, as_json=as_json, write=write and not ci_only and not cases)
         return rows
@@ -299,6 +297,15 @@ def run(*, cases: str | None = None, ci_only: bool = False, workers: int = 2, as
         for r in worst(all_results):
             click.echo(f"largest: {r.case_id} {r.err_pct:+.2f} % (estimate phase {r.record['estimated_phase']}, "
                        f"trace phase {r.record['traced_phase']})")
+    return rows
+
+
+def write_report(root: Path) -> list[dict[str, Any]]:
+    """estimator/ACCURACY-trace.md over every stored matrix (not the CI subsets), whichever files a run traced; the
+    cell table it holds."""
+    stored = [r for f in sorted((root / "traces").glob("*.jsonl")) if not f.stem.endswith("-ci") for r in rescore(f)]
+    rows = cell_table(stored)
+    (root / "ACCURACY-trace.md").write_text(report_markdown(rows, stored))
     return rows
 
 
@@ -329,10 +336,7 @@ def retrace(ids: tuple[str, ...], *, cases: str | None = None, workers: int = 2,
             write_records(sorted([r for r in stored if r.case_id not in fresh] + new, key=lambda r: r.case_id),
                           records)
             done += new
-    stored_all = [r for f in sorted((root / "traces").glob("*.jsonl")) if not f.stem.endswith("-ci")
-                  for r in rescore(f)]
-    rows = cell_table(stored_all)
-    (root / "ACCURACY-trace.md").write_text(report_markdown(rows, stored_all))
+    rows = write_report(root)
     if as_json:
         click.echo(json.dumps({"cases": [r.record for r in done]}, indent=1))
     else:
