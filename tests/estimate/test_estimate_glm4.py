@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from hpcmem.estimate import estimate
 from hpcmem.estimate.activations import layer_saved
 from hpcmem.estimate.lora import LoraLayout
-from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.config import model_spec_from_config
-from tests.helpers.stored_cases import stored_case_job, trace_records
+from tests.helpers.stored_cases import estimated_tensor_peak, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "glm4")
@@ -28,7 +26,7 @@ def test_the_matrix_is_all_there():
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
 def test_estimate_within_3_percent_of_the_trace(case_id):
     traced = RECORDS[case_id]["traced"]
-    estimated = max(tensor_bytes(p) for p in estimate(stored_case_job(RECORDS[case_id], ROOT)).phases)
+    estimated = estimated_tensor_peak(RECORDS[case_id], ROOT)
     assert abs(estimated - traced) <= MAX_PCT / 100 * traced, (estimated, traced)
 
 

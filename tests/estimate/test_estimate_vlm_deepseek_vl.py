@@ -18,9 +18,8 @@ from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.vision import ACTIVATIONS
 from hpcmem.estimate.vision_llava import tower_terms
 from hpcmem.job.shape import precision
-from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.validate.cases import case_job
-from tests.helpers.stored_cases import largest_component, stored_case_job, trace_records
+from tests.helpers.stored_cases import estimated_tensor_peak, largest_component, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-deepseek-vl", "vlm-deepseek-vl-dpo", "vlm-deepseek-vl-1.3b")
@@ -29,7 +28,7 @@ RECORDS = trace_records(ROOT, "vlm-deepseek-vl", "vlm-deepseek-vl-dpo", "vlm-dee
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
 def test_estimate_within_3_percent_of_the_trace(case_id):
     traced = RECORDS[case_id]["traced"]
-    estimated = max(tensor_bytes(p) for p in estimate(stored_case_job(RECORDS[case_id], ROOT)).phases)
+    estimated = estimated_tensor_peak(RECORDS[case_id], ROOT)
     assert abs(estimated - traced) <= 3 / 100 * traced, (estimated, traced)
 
 

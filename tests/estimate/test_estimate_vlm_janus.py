@@ -16,10 +16,9 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.vision_llava import tower_terms
-from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.shape import precision
 from hpcmem.models.resolve import catalog
-from tests.helpers.stored_cases import stored_case_job, trace_records
+from tests.helpers.stored_cases import estimated_tensor_peak, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-janus", "vlm-janus-dpo", "vlm-janus-pro-1b")
@@ -28,7 +27,7 @@ RECORDS = trace_records(ROOT, "vlm-janus", "vlm-janus-dpo", "vlm-janus-pro-1b")
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
 def test_estimate_within_3_percent_of_the_trace(case_id):
     traced = RECORDS[case_id]["traced"]
-    estimated = max(tensor_bytes(p) for p in estimate(stored_case_job(RECORDS[case_id], ROOT)).phases)
+    estimated = estimated_tensor_peak(RECORDS[case_id], ROOT)
     assert abs(estimated - traced) <= 3 / 100 * traced, (estimated, traced)
 
 

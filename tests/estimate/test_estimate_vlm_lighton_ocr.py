@@ -15,8 +15,7 @@ import pytest
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.vision import OPTIMIZER
-from hpcmem.estimate.workspaces import tensor_bytes
-from tests.helpers.stored_cases import largest_component, stored_case_job, trace_records
+from tests.helpers.stored_cases import estimated_tensor_peak, largest_component, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-lighton-ocr", "vlm-lighton-ocr-dpo")
@@ -26,7 +25,7 @@ MAX_PCT = 3.0
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
 def test_estimate_within_3_percent_of_the_trace(case_id):
     traced = RECORDS[case_id]["traced"]
-    estimated = max(tensor_bytes(p) for p in estimate(stored_case_job(RECORDS[case_id], ROOT)).phases)
+    estimated = estimated_tensor_peak(RECORDS[case_id], ROOT)
     assert abs(estimated - traced) <= MAX_PCT / 100 * traced, (estimated, traced)
 
 

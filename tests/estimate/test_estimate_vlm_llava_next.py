@@ -15,8 +15,7 @@ import pytest
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.vision import ACTIVATIONS
-from hpcmem.estimate.workspaces import tensor_bytes
-from tests.helpers.stored_cases import largest_component, stored_case_job, trace_records
+from tests.helpers.stored_cases import estimated_tensor_peak, largest_component, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-llava-next", "vlm-llava-next-7b", "vlm-llava-next-dpo", "vlm-llava-next-7b-dpo")
@@ -34,7 +33,7 @@ CUT_DECODER = {"lnext-full-gc-3t": 3.5, "lnext-full-gc-5t": 3.5, "lnext-lora-all
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
 def test_estimate_within_3_percent_of_the_trace(case_id):
     traced = RECORDS[case_id]["traced"]
-    estimated = max(tensor_bytes(p) for p in estimate(stored_case_job(RECORDS[case_id], ROOT)).phases)
+    estimated = estimated_tensor_peak(RECORDS[case_id], ROOT)
     assert abs(estimated - traced) <= CUT_DECODER.get(case_id, MAX_PCT) / 100 * traced, (estimated, traced)
 
 

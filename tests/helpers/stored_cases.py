@@ -1,5 +1,5 @@
 """A stored case-matrix record's job (its model path made absolute) and an estimate's largest component by name:
-what the vision-language estimate tests read off their stored traces."""
+and the estimate's tensor peak: what the vision-language estimate tests read off their stored traces."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hpcmem.estimate import estimate
+from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.validate.cases import case_job
 
 
@@ -20,6 +22,12 @@ def stored_case_job(record: dict[str, Any], root: Path, **changes: Any):
     """The JobSpec of a stored record's case, `changes` applied, its model_name_or_path resolved under `root`."""
     case = record["case"]
     return case_job({**case, **changes, "model_name_or_path": str(root / case["model_name_or_path"])})
+
+
+def estimated_tensor_peak(record: dict[str, Any], root: Path) -> int:
+    """The estimate's tensor peak for a stored record's case (cuBLAS workspaces and block tails left out, as the
+    trace counts tensors): what each record's `traced` is held to."""
+    return max(tensor_bytes(p) for p in estimate(stored_case_job(record, root)).phases)
 
 
 def largest_component(est: Any, name: str) -> int:
