@@ -28,6 +28,7 @@ from hpcmem.validate.random_trace import trace_record
 
 ORACLES = ("trace", "trainer", "properties")
 RECYCLE = 50
+MAX_JOBS = 1_000_000       # a bound on --n: the ids of a run are listed before it starts
 JOB_TIMEOUT_S = 240          # ~4× the slowest trace the caps aim at (60 s) on two shared cores
 TRAINER_MODULE = "hpcmem.validate.random_trainer"
 
@@ -112,8 +113,9 @@ def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout:
     """Jobs s{seed}-0 … s{seed}-{n-1} not yet in `records`, each appended as it finishes; returns the new records.
     `only`: exactly these indices, run again whether recorded or not, each record replacing the stored one in place.
     `redraw`: the stale records of s{seed}-0 … s{seed}-{n-1} too, each replacing its record in place."""
-    if n < 1:
-        raise HpcmemError(f"--n {n}: the number of random jobs must be ≥ 1")
+    if not 1 <= n <= MAX_JOBS:
+        raise HpcmemError(f"--n {n}: the number of random jobs must be 1 to {MAX_JOBS:,} (each is a trace or a "
+                          "trainer run of seconds to minutes)")
     oracle_task(oracle) if oracle == "trainer" else None        # "not installed" before any worker starts
     path = records or records_path(oracle)
     path.parent.mkdir(parents=True, exist_ok=True)

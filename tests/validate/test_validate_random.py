@@ -146,6 +146,10 @@ def test_cli_refuses_in_one_line(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["validate", "--against", "random", "--n", "0", "--records",
                                    str(tmp_path / "r.jsonl"), "--oracle", "properties"])
     assert isinstance(res.exception, HpcmemError) and "--n 0" in str(res.exception)
+    res = CliRunner().invoke(cli, ["validate", "random", "--n", "99999999999999999999", "--records",
+                                   str(tmp_path / "r.jsonl"), "--oracle", "properties"])
+    assert isinstance(res.exception, HpcmemError) and "--n 99999999999999999999" in str(res.exception)
+    assert not (tmp_path / "r.jsonl").exists()
     if importlib.util.find_spec("hpcmem.validate.random_trainer") is None:
         res = CliRunner().invoke(cli, ["validate", "random", "--oracle", "trainer", "--n", "1"])
         assert isinstance(res.exception, HpcmemError) and "trainer oracle not installed" in str(res.exception)
