@@ -37,11 +37,14 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.job.trainers import entry
 from hpcmem.models.params import LinearModule
-from hpcmem.models.profile import Cell, LayerKind, LearnedProfile, cell_key
+from hpcmem.models.profile import Cell, Envelope, LayerKind, LearnedProfile, Term, cell_key, fit_poly
 
 REFERENCE_ADAPTER_BYTES = 4       # peft keeps adapters in fp32 (autocast_adapter_dtype) in the traced jobs
 DEFAULT_LORA = "lora-default"     # the technique name of the cells traced on peft's default targets
 DORA = "dora"                     # the cells traced with use_dora on the reference adapters
+# the traced heads lie on one line where the quadratic part of the polynomial through them is at most this share of
+# the head's bytes at the longest learned length (hpcmem.estimate.loss is linear below the tile's limit: c is rounding)
+LINE_TOLERANCE = 1e-3
 
 
 def precision_key(prec: Precision) -> str | None:
@@ -218,6 +221,47 @@ def traced_head(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout)
     return loss_bytes(job, replace(mb, label_tokens=mb.rows * (mb.seq - 1)), prec, head_trains=not lora.enabled)
 
 
+def _without_head(term: Term, tokens: int, quad: int, traced: list[int], at_job: int, seqs: tuple[int, ...],
+                  rows: int) -> int:
+    """A head term's bytes at this micro-batch with the traced jobs' fused LM head taken out (see `head_out`)."""
+    pieces = term.pieces if isinstance(term, Envelope) else (term,)
+    line = fit_poly([float(v) for v in traced], seqs, rows)
+    through = line.at(tokens, quad)
+    if abs(line.c) * rows * seqs[-1] ** 2 <= LINE_TOLERANCE * traced[-1]:
+        return max(p.at(tokens, quad) for p in pieces) - through
+    return max(p.at(tokens, quad) - (through if p.c < 0 else at_job) for p in pieces)
+
+
+def head_out(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, cell: Cell) -> tuple[int, int]:
+    """forward_other and head_other at this micro-batch without the fused LM head of the jobs the cell was traced on
+    (the estimate adds this job's own head).
+
+    The learner solves each instant of a head term through three lengths at its rows (provenance "seqs", "rows"); the
+    terms are linear in the values they are solved from, so an instant that holds the head holds the polynomial
+    through the head's bytes of the traced jobs. Those bytes are linear in the scored tokens until the head's tile
+    stops growing at TOKEN_CHUNK_SIZE scored tokens (hpcmem.estimate.loss), then linear with a smaller slope:
+    - where every learned length lies below that limit (types of ≤ 2,048 positions) the traced heads lie on one line,
+      which the term carries on past the limit, where the head no longer rises: that line comes out;
+    - where the limit falls between the learned lengths the polynomial through them bends (c < 0: a concave
+      quadratic, which nothing else in a layer's or the head's instants is — masks and scores are c ≥ 0), so the
+      pieces of the term (profile.Envelope) with c < 0 hold the head and lose that polynomial; the other pieces —
+      instants before the tile — hold the head's linear part only, which is this job's shape's own (`traced_head`).
+    A trainer with its own loss or a score head keeps its own bytes at this micro-batch (`traced_head`)."""
+    p: LearnedProfile = job.model.learned
+    tokens, quad = mb.tokens, _quad(mb, p)
+    at = traced_head(job, mb, prec, lora)
+    at_fwd, at_bwd = at.saved + at.forward_transient, at.backward_transient
+    seqs, rows = tuple(p.provenance.get("seqs") or ()), int(p.provenance.get("rows") or 0)
+    own = entry(job.train.trainer).hook("loss") is not None or entry(job.train.trainer).head == "score"
+    if own or len(seqs) != 3 or not rows:
+        return cell.forward_other.at(tokens, quad) - at_fwd, cell.head_other.at(tokens, quad) - at_bwd
+    heads = [traced_head(job, replace(mb, rows=rows, seq=s, padding_free=False, padded_with=0), prec, lora)
+             for s in seqs]
+    return (_without_head(cell.forward_other, tokens, quad, [h.saved + h.forward_transient for h in heads], at_fwd,
+                          seqs, rows),
+            _without_head(cell.head_other, tokens, quad, [h.backward_transient for h in heads], at_bwd, seqs, rows))
+
+
 def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
                    loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()) -> list[Phase]:
     t, p = job.train, job.model.learned
@@ -229,11 +273,10 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     accum = s.gradients if t.gradient_accumulation_steps > 1 else 0
     accum_c = [Component(name="gradients", bytes=accum, note="kept across gradient accumulation")] if accum else []
     how = f"learned profile ({p.provenance.get('summary', 'traced')})"
-    forward_other, head_other = cell.forward_other.at(tokens, quad), cell.head_other.at(tokens, quad)
-    if cell.head_with_loss:     # the traced job's fused LM head is in the terms: the estimate's own for that job out
-        traced = traced_head(job, mb, prec, lora)
-        forward_other -= traced.saved + traced.forward_transient
-        head_other -= traced.backward_transient
+    if cell.head_with_loss:     # the traced jobs' fused LM head is in the terms: what they hold of it out
+        forward_other, head_other = head_out(job, mb, prec, lora, cell)
+    else:
+        forward_other, head_other = cell.forward_other.at(tokens, quad), cell.head_other.at(tokens, quad)
     forward = _forward_phase(lb, cell.forward_entry.at(tokens, quad), forward_other, loss,
                              (*resident, *gathered, *accum_c), f"{how}: {mb.source}; {L} layers")
     buckets = backward_components(job)

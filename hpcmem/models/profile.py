@@ -89,6 +89,26 @@ class Poly:
         return Poly(self.a - other.a, self.b - other.b, self.c - other.c)
 
 
+def _solve3(rows: list[list[float]], rhs: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting for a 3×3 system."""
+    m = [r[:] + [v] for r, v in zip(rows, rhs, strict=True)]
+    for col in range(3):
+        piv = max(range(col, 3), key=lambda r: abs(m[r][col]))
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(3):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [a - f * b for a, b in zip(m[r], m[col], strict=True)]
+    return [m[i][3] / m[i][i] for i in range(3)]
+
+
+def fit_poly(values: list[float], seqs: tuple[int, ...], rows: int) -> Poly:
+    """The Poly through three values measured at `rows` rows of each of three lengths `seqs` (solved exactly): how
+    the learner turns one term's samples into a + b·tokens + c·rows·seq² (hpcmem/trace/learn.py)."""
+    a, b, c = _solve3([[1.0, rows * s, rows * s * s] for s in seqs], values)
+    return Poly(a, b, c)
+
+
 @dataclass(frozen=True)
 class Envelope:
     """bytes = the highest of several Polys: a term that is a phase's highest instant (a layer's forward or backward

@@ -67,6 +67,7 @@ from hpcmem.models.profile import (
     backbone_config,
     cell_key,
     config_hash,
+    fit_poly,
     spec_from_profile,
 )
 from hpcmem.trace import layer_map as lay
@@ -89,24 +90,6 @@ PEFT_MAMBA_REFUSED = {"out_proj", "conv1d"}
 # end (same bytes at every point of forward and backward, minus those states: compared on Llama, full and LoRA), at
 # half the tracing time.
 TRACED_STEP = 1
-
-
-def _solve3(rows: list[list[float]], rhs: list[float]) -> list[float]:
-    """Gaussian elimination with partial pivoting for a 3×3 system."""
-    m = [r[:] + [v] for r, v in zip(rows, rhs, strict=True)]
-    for col in range(3):
-        piv = max(range(col, 3), key=lambda r: abs(m[r][col]))
-        m[col], m[piv] = m[piv], m[col]
-        for r in range(3):
-            if r != col:
-                f = m[r][col] / m[col][col]
-                m[r] = [a - f * b for a, b in zip(m[r], m[col], strict=True)]
-    return [m[i][3] / m[i][i] for i in range(3)]
-
-
-def fit(values: list[float], seqs: tuple[int, ...] = SEQS, rows: int = ROWS) -> Poly:
-    a, b, c = _solve3([[1.0, rows * s, rows * s * s] for s in seqs], values)
-    return Poly(a, b, c)
 
 
 def learn_lengths(max_positions: int) -> tuple[int, ...]:
@@ -237,7 +220,7 @@ def fit_cell(samples: list[dict[str, Any]], kinds: tuple[int, ...] | None = None
     def term(name: str, values: list[float], series: list[list[int]] | None) -> Any:
         if series is not None and len({len(x) for x in series}) == 1 and series[0]:
             return envelope(series, seqs)
-        return fit(values, seqs)
+        return fit_poly(values, seqs, ROWS)
 
     def series_of(name: str, k: int | None = None) -> list[list[int]] | None:
         got = [s.get("series", {}).get(name) for s in samples]

@@ -12,7 +12,8 @@ from hpcmem.estimate import estimate
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.spec import TrainSpec
 from hpcmem.models.profile import Envelope, Poly, profile_from_dict, profile_to_dict, spec_from_profile
-from hpcmem.trace.learn import envelope, fit
+from hpcmem.models.profile import fit_poly
+from hpcmem.trace.learn import ROWS, envelope
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "learned-profile-tiny.json"
 SEQS, ROWS = (512, 2048, 8192), 2
@@ -36,7 +37,7 @@ def test_envelope_of_instants_holds_past_the_learned_lengths():
     for seq in (256, 1024, 8192, 32768, 131072):
         assert env.at(ROWS * seq, ROWS * seq * seq) == _highest(seq)
     # one polynomial through the highest instant of the three lengths bends where a and b cross
-    poly = fit([_highest(s) for s in SEQS], SEQS)
+    poly = fit_poly([_highest(s) for s in SEQS], SEQS, ROWS)
     at = 32768
     assert abs(poly.at(ROWS * at, ROWS * at * at) - _highest(at)) > 0.01 * _highest(at)
 
