@@ -51,15 +51,32 @@ def _norm_saved(h: int, prec: Precision, feeds_linear: bool, frozen: bool, norme
     return FP32 * h + (prec.residual if normed is None else normed) * h + out
 
 
-def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str, frozen: bool = False) -> int:
-    """q, k, v, out and the fp32 logsumexp. With a padding mask, transformers' `use_gqa_in_sdpa` is false, so k and v
-    are repeated to every head before SDPA (integrations/sdpa_attention.py), and SDPA turns the boolean mask into an
-    additive [rows, 1, seq, seq] bias in the compute dtype that it keeps for backward (CUDA: memory-efficient kernel)."""
+def sliding_mask_alone(m: ModelSpec, mb: MicroBatch, attn: str) -> bool:
+    """Whether the sliding-window layers get a 4-D mask where the batch itself needs none (`mb.masked` false: one
+    unpadded row): transformers skips a mask only while the keys are fewer than the window (masking_utils.py
+    `_ignore_causal_mask_sdpa`: `kv_length >= local_attention_size` keeps it; `create_sliding_window_causal_mask` passes
+    `local_size=config.sliding_window`); a FlashAttention kernel takes the window itself."""
+    return (not mb.masked and bool(m.sliding_layers) and mb.seq >= m.sliding_window
+            and "flash" not in effective_attention(m, attn))
+
+
+def layer_masked(m: ModelSpec, mb: MicroBatch, attn: str, layer: int) -> bool:
+    """Whether layer `layer`'s attention gets a 4-D mask: the batch's (`mb.masked`), or its sliding window's."""
+    return mb.masked or (layer in m.sliding_layers and sliding_mask_alone(m, mb, attn))
+
+
+def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str, frozen: bool = False,
+                     masked: bool | None = None) -> int:
+    """q, k, v, out and the fp32 logsumexp. With a mask (the batch's, or a sliding layer's: `layer_masked`),
+    transformers' `use_gqa_in_sdpa` is false, so k and v are repeated to every head before SDPA
+    (integrations/sdpa_attention.py), and SDPA turns the boolean mask into an additive [rows, 1, seq, seq] bias in the
+    compute dtype that it keeps for backward (CUDA: memory-efficient kernel)."""
     q = m.num_attention_heads * m.head_dim
     kv = m.num_key_value_heads * m.head_dim
+    masked = mb.masked if masked is None else masked
     attn = effective_attention(m, attn)
     eager = attn == "eager"
-    repeated = (mb.masked or eager) and m.num_key_value_heads != m.num_attention_heads
+    repeated = (masked or eager) and m.num_key_value_heads != m.num_attention_heads
     kv_saved = q if repeated else kv
     per_token = prec.act * (2 * q + 2 * kv_saved) + LSE_BYTES * m.num_attention_heads
     if m.fused_qkv and not repeated:
@@ -81,7 +98,7 @@ def _attention_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str, f
         # Gemma2's tanh soft-capping keeps its output too. [rows, heads, seq, seq] each.
         per_score = FP32 + (prec.act if prec.act != FP32 else 0) + (prec.act if m.attn_logit_softcapping else 0)
         total += per_score * m.num_attention_heads * mb.rows * mb.seq * mb.seq
-    elif mb.masked:
+    elif masked:
         total += prec.act * mb.rows * mb.seq * mb.seq
     return total
 
@@ -92,9 +109,12 @@ def effective_attention(m: ModelSpec, attn: str) -> str:
     return "eager" if m.attn_logit_softcapping else attn
 
 
-def mask_bytes(mb: MicroBatch) -> int:
-    """The boolean 4-D mask [rows, 1, seq, seq] built once per forward and shared by the layers."""
-    return mb.rows * mb.seq * mb.seq if mb.masked else 0
+def mask_bytes(mb: MicroBatch, m: ModelSpec | None = None, attn: str = "sdpa") -> int:
+    """The boolean 4-D mask [rows, 1, seq, seq] built once per forward and shared by the layers — or, for an
+    unpadded row, the sliding layers' own (`sliding_mask_alone`)."""
+    if mb.masked or (m is not None and sliding_mask_alone(m, mb, attn)):
+        return mb.rows * mb.seq * mb.seq
+    return 0
 
 
 def _mlp_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, layer: int, frozen: bool) -> int:
@@ -132,7 +152,7 @@ def layer_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, *, attn: str, lay
         norms += 2 * _norm_saved(h, prec, feeds_linear=False, frozen=frozen, normed=normed) * mb.tokens
     return {
         "norms": norms,
-        "attention": _attention_saved(m, mb, prec, attn, frozen),
+        "attention": _attention_saved(m, mb, prec, attn, frozen, masked=layer_masked(m, mb, attn, layer)),
         "mlp": _mlp_saved(m, mb, prec, layer, frozen) + lora_variants.trained_experts_saved(m, mb, prec, layer, lora),
         "autocast_weights": autocast_weight_copies(layer_params, prec),
         # o_proj's adapter keeps SDPA's own output unless the attention copies it first (eager, GLM-4's RoPE)

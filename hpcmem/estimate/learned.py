@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hpcmem.errors import SpecError
+from hpcmem.estimate.activations import sliding_mask_alone
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import backward_components, closing_phases, resident_components
 from hpcmem.estimate.lora import LoraLayout, backward_transient
@@ -37,7 +38,16 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.job.trainers import entry
 from hpcmem.models.params import LinearModule
-from hpcmem.models.profile import Cell, Envelope, LayerKind, LearnedProfile, Term, cell_key, fit_poly
+from hpcmem.models.profile import (
+    UNMASKED_SCORES,
+    Cell,
+    Envelope,
+    LayerKind,
+    LearnedProfile,
+    Term,
+    cell_key,
+    fit_poly,
+)
 
 REFERENCE_ADAPTER_BYTES = 4       # peft keeps adapters in fp32 (autocast_adapter_dtype) in the traced jobs
 DEFAULT_LORA = "lora-default"     # the technique name of the cells traced on peft's default targets
@@ -137,15 +147,22 @@ class LayerBytes:
     left: list[int]           # other bytes each layer's backward leaves alive until its next forward (profile `left`)
 
 
-def _quad(mb: MicroBatch, p: LearnedProfile) -> int:
-    """rows·seq² where the traced terms had it: masked batches, or attention that always builds scores (eager)."""
-    return mb.rows * mb.seq * mb.seq if mb.masked or p.provenance.get("attention") == "eager" else 0
+def _quad(job: JobSpec, mb: MicroBatch, layer: int | None = None) -> int:
+    """rows·seq² where the traced terms had it (the cells are learned on padded rows): masked batches, attention that
+    always builds scores (eager, or what the rows check found holding them: UNMASKED_SCORES), and a sliding layer whose window needs its own mask on an unpadded row
+    (hpcmem.estimate.activations `sliding_mask_alone`) — `layer` None: the terms outside the layers, which hold the
+    masks (there the padded rows' causal mask counts beside the sliding one: one [rows, seq, seq] boolean more)."""
+    m, attn = job.model, job.train.attn_implementation
+    if mb.masked or m.learned.provenance.get("attention") == "eager" or m.learned.held.get(UNMASKED_SCORES):
+        return mb.rows * mb.seq * mb.seq
+    alone = sliding_mask_alone(m, mb, attn) and (layer is None or layer in m.sliding_layers)
+    return mb.rows * mb.seq * mb.seq if alone else 0
 
 
 def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, cell: Cell,
                 reference: dict | None = None) -> LayerBytes:
     p: LearnedProfile = job.model.learned
-    tokens, quad, gc = mb.tokens, _quad(mb, p), job.train.gradient_checkpointing
+    tokens, gc = mb.tokens, job.train.gradient_checkpointing
     out = LayerBytes([], [], [], [], [], [])
     per_kind: dict[int, tuple[int, int, int]] = {}
     for kind_id in set(p.layer_kinds):
@@ -164,6 +181,7 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes, dora_t)
     for j, r in enumerate(p.layer_map):
         d_saved, d_temp, grad, dora_t = per_kind[p.layer_kinds[j]]
+        quad = _quad(job, mb, j)
         raw = (cell.fwd[r].at(tokens, quad), cell.fpeak[r].at(tokens, quad), cell.kept[r].at(tokens, quad),
                cell.peak[r].at(tokens, quad))
         fwd, fpeak, kept, peak = raw
@@ -248,7 +266,7 @@ def head_out(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, ce
       instants before the tile — hold the head's linear part only, which is this job's shape's own (`traced_head`).
     A trainer with its own loss or a score head keeps its own bytes at this micro-batch (`traced_head`)."""
     p: LearnedProfile = job.model.learned
-    tokens, quad = mb.tokens, _quad(mb, p)
+    tokens, quad = mb.tokens, _quad(job, mb)
     at = traced_head(job, mb, prec, lora)
     at_fwd, at_bwd = at.saved + at.forward_transient, at.backward_transient
     seqs, rows = tuple(p.provenance.get("seqs") or ()), int(p.provenance.get("rows") or 0)
@@ -267,7 +285,7 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     t, p = job.train, job.model.learned
     cell, reference = learned_cell(job, prec, lora)
     lb = layer_bytes(job, mb, prec, lora, cell, reference)
-    tokens, quad, L = mb.tokens, _quad(mb, p), len(lb.kept)
+    tokens, quad, L = mb.tokens, _quad(job, mb), len(lb.kept)
     resident = resident_components(s, lora) + list(extra_resident)
     gathered = [Component(name=GATHERED, bytes=s.gathered)] if s.gathered else []
     accum = s.gradients if t.gradient_accumulation_steps > 1 else 0

@@ -33,12 +33,18 @@ def layer_terms(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts
         return act.layer_saved(m, mb, prec, attn=job.train.attn_implementation, layer=k, layer_params=parts.per_layer,
                                lora=lora)
 
-    # layers differ only by dense vs MoE MLP: compute each kind once (the planner calls this thousands of times)
-    first = saved(0)
-    if not m.is_moe or m.num_dense_layers == 0:
-        return [first] * m.num_hidden_layers
-    sparse = saved(m.num_dense_layers)
-    return [first if k < m.num_dense_layers else sparse for k in range(m.num_hidden_layers)]
+    # layers differ only by dense vs MoE MLP and by a sliding window's own mask: compute each kind once (the planner
+    # calls this thousands of times)
+    attn = job.train.attn_implementation
+    kinds: dict[tuple[bool, bool], dict] = {}
+
+    def kind(k: int) -> dict:
+        key = (m.is_moe and k >= m.num_dense_layers, act.layer_masked(m, mb, attn, k))
+        if key not in kinds:
+            kinds[key] = saved(k)
+        return kinds[key]
+
+    return [kind(k) for k in range(m.num_hidden_layers)]
 
 
 def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
@@ -70,7 +76,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         mode = "full checkpointing"
     rope = 2 * mb.tokens * m.head_dim * prec.residual
     final_norm = (4 + prec.residual) * m.hidden_size * mb.tokens
-    outside = rope + final_norm + loss.saved + act.mask_bytes(mb)
+    outside = rope + final_norm + loss.saved + act.mask_bytes(mb, m, job.train.attn_implementation)
     host = 0
     on_gpu_cap = None                   # activation offloading: at most this many saved bytes stay on the GPU
     if t.activation_offloading:
@@ -142,7 +148,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
             lora, mb.tokens, prec, inter_tensor=mb.tokens * m.intermediate_size * prec.act, mlp_grads=mlp_t,
             kept={mod.leaf: lora.module_saved(mod, mb.tokens, prec) for mod in lora.modules("mlp")})
     lora_attention_t = lora_backward_transient(lora, mb.tokens, prec, "attention")
-    held = rope + (act.mask_bytes(mb) if t.gradient_checkpointing else 0)   # inputs kept for the recompute
+    # inputs kept for the recompute
+    held = rope + (act.mask_bytes(mb, m, job.train.attn_implementation) if t.gradient_checkpointing else 0)
     # under selective checkpointing the recompute does not run the attention op again: torch's
     # _CachedTorchDispatchMode (torch/utils/checkpoint.py) hands back the MUST_SAVE outputs already counted in `kept`
     sac_cached = act.sac_saved_attention(m, mb, prec, t.attn_implementation) \

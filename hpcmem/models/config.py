@@ -212,6 +212,7 @@ def model_spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
         final_logit_softcapping=float(get("final_logit_softcapping") or 0.0),
         attn_logit_softcapping=float(get("attn_logit_softcapping") or 0.0),
         wrapper_model_type=wrapper, sliding_window=sliding_window(cfg, str(model_type)), dtype=dtype,
+        sliding_layers=sliding_layers(cfg, str(model_type), int(get("num_hidden_layers"))),
         **_moe_fields(arch.moe, get),
     )
 
@@ -244,6 +245,30 @@ def sliding_window(cfg: dict[str, Any], model_type: str) -> int:
     if model_type in _USE_FLAG:
         return window if cfg.get("use_sliding_window") else 0
     return window
+
+
+# sliding_window_pattern defaults of the alternating configs (configuration_gemma2.py: every other layer;
+# configuration_gemma3.py `_sliding_window_pattern`: 6)
+_PATTERN_DEFAULT = {"gemma2": 2, "gemma3": 6, "gemma3_text": 6}
+
+
+def sliding_layers(cfg: dict[str, Any], model_type: str, num_layers: int) -> tuple[int, ...]:
+    """The decoder layers that attend within the sliding window, as transformers' config classes lay them out:
+    `layer_types` where config.json names it; else Gemma2/3's pattern (configuration_gemma2.py, configuration_gemma3.py:
+    layer i slides unless (i + 1) % pattern == 0); the Qwen families' layers from max_window_layers on, with
+    use_sliding_window (configuration_qwen2.py); else every layer where a window is set (Mistral, Phi-3: one
+    create_sliding_window_causal_mask for the model, modeling_mistral.py)."""
+    if not sliding_window(cfg, model_type):
+        return ()
+    types = cfg.get("layer_types")
+    if isinstance(types, list):
+        return tuple(i for i, t in enumerate(types[:num_layers]) if t == "sliding_attention")
+    if model_type in _ALTERNATING:
+        pattern = int(cfg.get("sliding_window_pattern") or _PATTERN_DEFAULT[model_type])
+        return tuple(i for i in range(num_layers) if (i + 1) % pattern)
+    if model_type in _USE_FLAG:
+        return tuple(range(int(cfg.get("max_window_layers") or 0), num_layers))
+    return tuple(range(num_layers))
 
 
 def _moe_fields(rule: MoeRule, get: Any) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from typing import Any
 from hpcmem.datapath import search_dirs, write_dir
 from hpcmem.errors import SpecError
 from hpcmem.inputs.files import load_json_file
-from hpcmem.models.config import sliding_window
+from hpcmem.models.config import sliding_layers, sliding_window
 from hpcmem.models.coverage import classification
 from hpcmem.models.profile_check import check_profile_doc
 from hpcmem.models.spec import ModelSpec
@@ -49,6 +49,9 @@ FORMAT = "hpcmem-learned-profile/3"
 # `hpcmem validate coverage` held it: 2 rows of 1,024 tokens (its quadratic bends away beyond: estimator/LOG.md)
 OLD_FORMATS = {"hpcmem-learned-profile/2": 1024}
 KIND = "profiles"
+# `held` key: the rows·seq² terms stay on an unpadded row (the layers build [seq, seq] tensors without a mask; set by
+# the rows check, hpcmem/trace/learn.py `held_rows`)
+UNMASKED_SCORES = "unmasked_scores"
 PRECISIONS = ("w4a2", "w2a2")           # fp32 weights + bf16 autocast (TRL's default load) | bf16/fp16 weights
 TECHNIQUES = ("full", "lora")
 CHECKPOINTING = ("gc", "nogc")
@@ -370,7 +373,8 @@ def spec_from_profile(p: LearnedProfile, name: str):
         intermediate_size=_int(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", default=4 * p.hidden_size),
         num_hidden_layers=p.num_layers, num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
         tie_word_embeddings=p.tie_word_embeddings, max_position_embeddings=p.max_position_embeddings or 4096,
-        sliding_window=sliding_window(decoder, str(decoder.get("model_type", p.model_type))), learned=p)
+        sliding_window=sliding_window(decoder, str(decoder.get("model_type", p.model_type))),
+        sliding_layers=sliding_layers(decoder, str(decoder.get("model_type", p.model_type)), p.num_layers), learned=p)
 
 
 def backbone_config(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -50,6 +50,7 @@ class ModelSpec:
     attn_logit_softcapping: float = 0.0    # tanh cap on scores, 0: none (Gemma2 50.0: no sdpa, eager attention)
     wrapper_model_type: str = ""    # outer model_type of a config with text_config (gemma3): its towers are not counted
     sliding_window: int = 0         # a window some layer attends within (0: every layer sees the whole sequence)
+    sliding_layers: tuple[int, ...] = ()    # the layers that attend within it (hpcmem.models.config.sliding_layers)
     # The checkpoint's dtype as config.json names it (`dtype`, else the older `torch_dtype`): what from_pretrained
     # loads under dtype="auto"; None when config.json says nothing
     dtype: str | None = None

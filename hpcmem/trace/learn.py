@@ -65,6 +65,7 @@ from hpcmem.models.profile import (
     ParamLayout,
     Poly,
     backbone_config,
+    UNMASKED_SCORES,
     cell_key,
     config_hash,
     fit_poly,
@@ -593,11 +594,22 @@ def held_rows(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtype: s
     """The held check at ROWS_CHECKED rows per micro-batch (one technique, at `length` tokens per row): the rows
     range the profile is held over ("rows_held": [fewest, most]; ROWS alone where a check missed) and the errors."""
     errors: dict[str, float | str] = {}
+    unmasked_scores = False
     for rows in ROWS_CHECKED:
         if progress:
             progress(f"rows check: {held_name(technique, gc)} at {length:,} tokens per row × {rows} rows")
         try:
-            errors[str(rows)] = _check(probe, cells, learn_job(spec, dtype, technique, gc, length, rows=rows))
+            job = learn_job(spec, dtype, technique, gc, length, rows=rows)
+            traced = run_trace(job).peak_allocated_bytes
+            errors[str(rows)] = err = _error(probe, cells, job, traced)
+            if rows == 1 and err < -HELD_PCT:
+                # one unpadded row runs unmasked, and the estimate drops the rows·seq² terms the padded rows learned:
+                # right for a mask, wrong for [seq, seq] tensors a layer builds anyway (a DSA indexer's scores). The
+                # same trace tells them apart: kept where the terms with rows·seq² hold it (UNMASKED_SCORES)
+                kept = _error(probe, cells, job, traced, {UNMASKED_SCORES: True})
+                errors["1 with rows·seq²"] = kept
+                if abs(kept) <= HELD_PCT:
+                    errors[str(rows)], unmasked_scores = kept, True
         except Exception as exc:  # noqa: BLE001 — a check that cannot run holds nothing
             errors[str(rows)] = f"{type(exc).__name__}: {exc}"[:200]
 
@@ -609,7 +621,7 @@ def held_rows(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtype: s
     more = [r for r in ROWS_CHECKED if r > ROWS]
     lo = min((r for r in fewer if all(held_at(x) for x in fewer if x >= r)), default=ROWS)
     hi = max((r for r in more if all(held_at(x) for x in more if x <= r)), default=ROWS)
-    return {"rows_held": [lo, hi],
+    return {"rows_held": [lo, hi], UNMASKED_SCORES: unmasked_scores,
             "rows_err_pct": {f"{PRECISIONS[dtype]} {held_name(technique, gc)} {length}": errors}}
 
 
@@ -621,8 +633,14 @@ def not_held(seqs: tuple[int, ...]) -> dict[str, Any]:
 def _check(probe: LearnedProfile, cells: dict[str, Cell], job: JobSpec) -> float:
     """Signed error (%) of the estimate against a full two-step trace of one traced job (the states, the optimizer
     step and the last instant of backward are the estimate's own there: this is what the check sees)."""
-    traced = run_trace(job).peak_allocated_bytes
-    spec = spec_from_profile(replace(probe, cells=cells), job.model.name)
+    return _error(probe, cells, job, run_trace(job).peak_allocated_bytes)
+
+
+def _error(probe: LearnedProfile, cells: dict[str, Cell], job: JobSpec, traced: int,
+           held: dict[str, Any] | None = None) -> float:
+    """`_check`'s error against a traced peak, the profile's `held` given `held`'s keys."""
+    provenance = {**probe.provenance, "held": {**(probe.provenance.get("held") or {}), **(held or {})}}
+    spec = spec_from_profile(replace(probe, cells=cells, provenance=provenance), job.model.name)
     est = max(tensor_bytes(p) for p in estimate(replace(job, model=spec)).phases)
     return round(100.0 * (est - traced) / traced, 3)
 
