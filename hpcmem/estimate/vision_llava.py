@@ -160,7 +160,9 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
         and not v.reads_last_hidden_state else 0
     tail = unused * (prec.residual * h * n if job.train.gradient_checkpointing else block)
     idle = " and the idle video tower's, which images never run" if v.idle_params else ""
-    what = ("tower and projector trained (full fine-tuning); layers after vision_feature_layer and post_layernorm "
+    off_path = "layers after vision_feature_layer" if v.reads_last_hidden_state else \
+        "layers after vision_feature_layer and post_layernorm"
+    what = (f"tower and projector trained (full fine-tuning); {off_path} "
             f"get no gradient{idle and '; the video tower is loaded and idle'}" if trained else
             f"frozen; LoRA on {len(tower_adapters) + len(merger_adapters)} of its linear kinds{idle}")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=tiles * v.tile_values * FP32,
