@@ -42,7 +42,7 @@ from typing import Any
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout, backward_bytes_per_input
-from hpcmem.estimate.names import BACKWARD, FORWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES
+from hpcmem.estimate.names import BACKWARD, FORWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES, is_forward
 from hpcmem.estimate.names import ACTIVATIONS as LM_ACTIVATIONS
 from hpcmem.estimate.names import GRADIENTS as LM_GRADIENTS
 from hpcmem.estimate.states import optimizer_bytes_per_param
@@ -386,11 +386,13 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
         # backward, so the tower's backward phase bounds it
         # (GRPO/RLOO score before the policy's forward: hpcmem.estimate.vision_rl)
         after_policy = p.name == REFERENCE_FORWARD and not entry(job.train.trainer).generates
-        if p.name == FORWARD or after_policy or p.name in ("backward (LM head)",) or \
+        # the forward's phase: "forward", or a learned text part's "forward (layer k)" (hpcmem.estimate.learned
+        # `_forward_phase`), where the tower has run and its saved tensors are alive alike
+        if is_forward(p.name) or after_policy or p.name in ("backward (LM head)",) or \
                 p.name.startswith("backward (layer"):
             # under gradient accumulation the tower's gradients of the earlier micro-batches are alive throughout
             extra: tuple[Component, ...] = (held, grads) if accumulating else (held,)
-            if p.name == FORWARD and terms.forward_only:
+            if is_forward(p.name) and terms.forward_only:
                 extra += (Component(name="vision outputs (forward only)", bytes=terms.forward_only,
                                     note="dropped with the model's outputs before the backward"),)
             if after_policy and terms.reference_pass:

@@ -9,6 +9,13 @@ linear_1 → `x, gate = hidden_states.chunk(2, dim=-1)` (two views of linear_1's
 its input, a view that keeps linear_1's whole [rows, alignment] output alive, and the product keeps both factors
 (SiLU's new [rows, alignment / 2] output and x, a view of the same output) → linear_2 keeps its input (the product)
 when it trains; the adapters' own (`adapters_saved`).
+
+Cohere2Vision (hpcmem.models.cohere2_vision) is the same with its LayerNorm elsewhere: models/cohere2_vision/
+modeling_cohere2_vision.py `Cohere2VisionModel.get_image_features` reads the tower's `last_hidden_state`, the output of
+SiglipVisionModel's `post_layernorm` over the width on the tower's rows (`layer_norm_saved` there: its input, fp32
+stats, its output for linear_1 when linear_1 trains: pixel_shuffle's copy, the same bytes), and
+`Cohere2VisionMultiModalProjector.forward` runs pixel_shuffle → linear_1 → the same SwiGLU → linear_2 with no
+LayerNorm of its own.
 """
 
 from __future__ import annotations
@@ -33,7 +40,11 @@ def aya_terms(job: JobSpec, prec: Precision, lora: LoraLayout, base: VisionTerms
     m = patches // v.patches * v.tokens_per_image            # the projector's rows: each tile's image tokens
     half = v.alignment // 2
     merger_adapters = [x for x in vision_adapters(job, v) if x.part == "merger"] if lora.enabled else []
-    merger_saved = (layer_norm_saved(v.merged_width, prec, frozen=not trained) * m
+    # the LayerNorm linear_1 reads: the projector's over 4 · width on its rows, or post_layernorm's over the width on
+    # the tower's (`patches`)
+    norm = layer_norm_saved(v.merged_width, prec, frozen=not trained) * m if v.projector_norm else \
+        layer_norm_saved(v.hidden_size, prec, frozen=not trained) * patches
+    merger_saved = (norm
                     + prec.act * m * (v.alignment + half + (half if trained else 0))
                     + adapters_saved(merger_adapters, m, prec, lora))
     return replace(base, saved=base.saved - base.merger_saved + merger_saved, merger_saved=merger_saved)

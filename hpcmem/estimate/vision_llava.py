@@ -112,10 +112,11 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     per_block = (v.block_params if trained else sum(r * (x.in_features + x.out_features) for x in tower_adapters))
     merger = v.merger_params if trained else sum(r * (x.in_features + x.out_features) for x in merger_adapters)
     # on the loss's path: the embeddings and pre_layrnorm (trained only), the layers up to the feature layer, the
-    # projector
+    # projector, post_layernorm where last_hidden_state is read (Cohere2Vision's)
     # and llava_next's image_newline (num_params beyond the tower, the projector and any idle module such as
     # Video-LLaVA's video tower; llava has none)
-    outside = (v.embed_params + v.pre_norm_params + v.num_params - v.tower_params - v.merger_params
+    post = v.post_norm_params if v.reads_last_hidden_state else 0
+    outside = (v.embed_params + v.pre_norm_params + post + v.num_params - v.tower_params - v.merger_params
                - v.idle_params) if trained else 0
     trainable = outside + per_block * layers + merger
     grads = trainable * gbytes
@@ -152,12 +153,16 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
         if tower_adapters else 0
     # alive until the trainer drops the model's outputs (the forward only): the layers past the feature layer (their
     # saved tensors, or under checkpointing their outputs) and the layers' outputs `capture_outputs` records for
-    # hidden_states, which under autocast nothing else keeps (LayerNorm saves its fp32 cast), [n, width] each
+    # hidden_states, which under autocast nothing else keeps (LayerNorm saves its fp32 cast), [n, width] each; none
+    # recorded where last_hidden_state is read (Cohere2VisionModel.get_image_features asks for no hidden states)
     unused = v.depth - layers
-    recorded = (v.depth + 1) * prec.residual * h * n if prec.amp and not job.train.gradient_checkpointing else 0
+    recorded = (v.depth + 1) * prec.residual * h * n if prec.amp and not job.train.gradient_checkpointing \
+        and not v.reads_last_hidden_state else 0
     tail = unused * (prec.residual * h * n if job.train.gradient_checkpointing else block)
     idle = " and the idle video tower's, which images never run" if v.idle_params else ""
-    what = ("tower and projector trained (full fine-tuning); layers after vision_feature_layer and post_layernorm "
+    off_path = "layers after vision_feature_layer" if v.reads_last_hidden_state else \
+        "layers after vision_feature_layer and post_layernorm"
+    what = (f"tower and projector trained (full fine-tuning); {off_path} "
             f"get no gradient{idle and '; the video tower is loaded and idle'}" if trained else
             f"frozen; LoRA on {len(tower_adapters) + len(merger_adapters)} of its linear kinds{idle}")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=tiles * v.tile_values * FP32,

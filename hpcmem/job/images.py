@@ -181,7 +181,7 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         rows, cols = vision.grid(t.image_height, t.image_width)
         return ImageGeometry(resized=(rows * vision.patch_size, cols * vision.patch_size), grid_thw=(1, rows, cols),
                              patches=rows * cols, tokens=vision.image_tokens(t.image_height, t.image_width))
-    if getattr(vision, "family", "") in ("internvl", "aya_vision"):
+    if getattr(vision, "family", "") in ("internvl", "aya_vision", "cohere2_vision"):
         # InternVL (hpcmem.models.internvl): columns × rows tiles and a thumbnail, or one tile; grid_thw is
         # (tiles, side, side); each tile's patches (the class token is the tower's own row) and tokens_per_image tokens
         tiles, cols, rows = vision.tiles(t.image_height, t.image_width)

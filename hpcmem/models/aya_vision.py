@@ -53,6 +53,9 @@ class AyaVisionTowerSpec(SiglipTowerCounts, ClipTowerSpec):
     fixed_resolution: bool = False
     family: str = "aya_vision"
     activations: ClassVar[tuple[str, ...]] = SIGLIP_ACTIVATIONS
+    # AyaVisionMultiModalProjector's `layernorm` over 4 · width after pixel_shuffle (Cohere2Vision's projector has
+    # none: hpcmem.models.cohere2_vision)
+    projector_norm: ClassVar[bool] = True
 
     @property
     def tile(self) -> int:
@@ -76,54 +79,55 @@ class AyaVisionTowerSpec(SiglipTowerCounts, ClipTowerSpec):
 
     @property
     def merger_params(self) -> int:
-        """The projector's LayerNorm over the merged width and its two linears."""
-        return 2 * self.merged_width + sum(x.params for x in self.linears() if x.part == "merger")
-
-    @property
-    def unused_params(self) -> int:
-        """Off the loss's path: the layers after the feature layer and post_layernorm (hidden_states are read, not
-        last_hidden_state)."""
-        return (self.depth - self.trained_layers) * self.block_params + 2 * self.hidden_size
+        """The projector's LayerNorm over the merged width (`projector_norm`) and its two linears."""
+        norm = 2 * self.merged_width if self.projector_norm else 0
+        return norm + sum(x.params for x in self.linears() if x.part == "merger")
 
     def tiles(self, height: int, width: int) -> tuple[int, int, int]:
         """(tiles, columns, rows) of one image (hpcmem.models.internvl `internvl_tiles`)."""
         return internvl_tiles(height, width, self.tile, self.min_patches, self.max_patches, self.crop_to_patches)
 
 
-def aya_vision_tower_from_config(cfg: dict[str, Any], name: str) -> AyaVisionTowerSpec:
-    """The AyaVisionTowerSpec of an aya_vision config.json dict; keys it omits take the config classes' defaults."""
+def aya_vision_tower_from_config(cfg: dict[str, Any], name: str, *, model_type: str = "aya_vision",
+                                 vision_defaults: dict[str, Any] = AYA_VISION_DEFAULTS,
+                                 outer_keys: tuple[str, ...] = tuple(AYA_DEFAULTS), alignment: int | None = None,
+                                 spec: type[AyaVisionTowerSpec] = AyaVisionTowerSpec) -> AyaVisionTowerSpec:
+    """The AyaVisionTowerSpec of an aya_vision config.json dict; keys it omits take the config classes' defaults.
+    A type built on Aya Vision's classes (hpcmem.models.cohere2_vision) passes its own `model_type`, the init_kwargs
+    of an omitted vision_config (`vision_defaults`), the outer keys its config class has (`outer_keys`, the others
+    at AYA_DEFAULTS), alignment_intermediate_size's default (`alignment`: None, the text width) and its `spec`."""
     raw = cfg.get("vision_config")
     if raw is not None and not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
     if raw is not None and raw.get("model_type", "siglip_vision_model") != "siglip_vision_model":
-        raise SpecError(f"model {name}: aya_vision's vision_config.model_type {raw.get('model_type')!r} is not "
-                        "modelled; hpcmem models aya_vision with a SigLIP tower (siglip_vision_model)")
-    vc = {**SIGLIP_DEFAULTS, **(raw if raw is not None else AYA_VISION_DEFAULTS)}
+        raise SpecError(f"model {name}: {model_type}'s vision_config.model_type {raw.get('model_type')!r} is not "
+                        f"modelled; hpcmem models {model_type} with a SigLIP tower (siglip_vision_model)")
+    vc = {**SIGLIP_DEFAULTS, **(raw if raw is not None else vision_defaults)}
     for key in ("image_size", "patch_size"):
         if isinstance(vc[key], (list, tuple)):
             raise SpecError(f"model {name}: vision_config.{key} {vc[key]!r}: hpcmem models square images (an integer)")
     if vc.get("vision_use_head"):
         raise SpecError(f"model {name}: vision_config.vision_use_head true: SiglipVisionModel runs its attention-"
-                        "pooling head on every tile, which hpcmem does not model for aya_vision")
-    outer = {**AYA_DEFAULTS, **{k: cfg[k] for k in AYA_DEFAULTS if k in cfg}}
+                        f"pooling head on every tile, which hpcmem does not model for {model_type}")
+    outer = {**AYA_DEFAULTS, **{k: cfg[k] for k in outer_keys if k in cfg}}
     if outer["vision_feature_select_strategy"] != "full":
         raise SpecError(f"model {name}: vision_feature_select_strategy {outer['vision_feature_select_strategy']!r}: "
-                        "a SigLIP tower has no class token to drop; hpcmem models aya_vision with 'full'")
+                        f"a SigLIP tower has no class token to drop; hpcmem models {model_type} with 'full'")
     factor = outer["downsample_factor"]
     side = vc["image_size"] // vc["patch_size"]
     if not isinstance(factor, int) or isinstance(factor, bool) or factor < 1 or side % factor:
         raise SpecError(f"model {name}: downsample_factor {factor!r} must be a positive integer dividing the "
                         f"{side} patches a side (AyaVisionMultiModalProjector.pixel_shuffle)")
     text = text_width(cfg, COHERE2_HIDDEN)
-    alignment = cfg.get("alignment_intermediate_size", text)
+    alignment = cfg.get("alignment_intermediate_size", text if alignment is None else alignment)
     proc = {**PROCESSOR_DEFAULTS, **{k: cfg[k] for k in PROCESSOR_DEFAULTS if k in cfg}}
-    return AyaVisionTowerSpec(
-        model_type="aya_vision", depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
+    return spec(
+        model_type=model_type, depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
         intermediate_size=vc["intermediate_size"], num_heads=vc["num_attention_heads"], in_channels=vc["num_channels"],
         image_size=vc["image_size"], patch_size=vc["patch_size"], out_hidden_size=text,
         # projector_act and projector_bias are ClipTowerSpec's llava fields, not read for Aya's SwiGLU projector
         # (its saved tensors: hpcmem.estimate.vision_aya)
         hidden_act=str(vc["hidden_act"]), projector_act="gelu", projector_bias=True,
-        feature_layer=feature_layer(outer, "aya_vision"), drop_class_token=False, scale_factor=factor,
+        feature_layer=feature_layer(outer, model_type), drop_class_token=False, scale_factor=factor,
         alignment=alignment, min_patches=proc["min_patches"], max_patches=proc["max_patches"],
         crop_to_patches=bool(proc["crop_to_patches"]))

@@ -65,6 +65,10 @@ class ClipTowerSpec(LinearTower):
     # the image cut into whole patches; SigLIP's 384 px at 14 px patches is not: its stride-14 Conv2d makes 27 × 27
     # patches and leaves the last 6 pixels out (modeling_siglip.py SiglipVisionEmbeddings.num_patches)
     whole_grid: ClassVar[bool] = True
+    # what get_image_features reads: a layer's output from the hidden states `capture_outputs` records (llava's), so
+    # post_layernorm runs off the loss's path; or `last_hidden_state`, after post_layernorm, with no hidden states
+    # asked for (models/cohere2_vision/modeling_cohere2_vision.py `Cohere2VisionModel.get_image_features`)
+    reads_last_hidden_state: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         p = Problems()
@@ -132,7 +136,7 @@ class ClipTowerSpec(LinearTower):
     @property
     def tower_params(self) -> int:
         """Embeddings, pre_layrnorm, the encoder layers and post_layernorm."""
-        return self.embed_params + self.pre_norm_params + 2 * self.hidden_size + self.block_params * self.depth
+        return self.embed_params + self.pre_norm_params + self.post_norm_params + self.block_params * self.depth
 
     @property
     def idle_params(self) -> int:
@@ -141,10 +145,16 @@ class ClipTowerSpec(LinearTower):
         return 0
 
     @property
+    def post_norm_params(self) -> int:
+        """`post_layernorm` (weight and bias) after the layers."""
+        return 2 * self.hidden_size
+
+    @property
     def unused_params(self) -> int:
         """Parameters off the loss's path (no gradient, no optimizer state): the layers after the feature layer,
-        post_layernorm and any idle module."""
-        return (self.depth - self.trained_layers) * self.block_params + 2 * self.hidden_size + self.idle_params
+        post_layernorm (unless `reads_last_hidden_state`) and any idle module."""
+        post = 0 if self.reads_last_hidden_state else self.post_norm_params
+        return (self.depth - self.trained_layers) * self.block_params + post + self.idle_params
 
 
 def clip_tower_from_config(cfg: dict[str, Any], name: str, model_type: str = "llava",

@@ -92,6 +92,7 @@ from hpcmem.models.idefics2 import IDEFICS2_TEXT_DEFAULTS, Idefics2TowerSpec, id
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
 from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.aya_vision import aya_vision_tower_from_config
+from hpcmem.models.cohere2_vision import cohere2_vision_tower_from_config
 from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
 from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
@@ -174,7 +175,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
                           "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
                           "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
-                          "ovis2": ("sft", "dpo"), "aya_vision": ("sft",)}
+                          "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
+                          "cohere2_vision": ("sft",)}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -187,7 +189,8 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
                          "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
                          "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
-                         "ovis2": ("sft", "dpo"), "aya_vision": ("sft",)}
+                         "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
+                         "cohere2_vision": ("sft",)}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -261,6 +264,9 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/aya_vision: hpcmem.models.aya_vision reads the vision part; the decoder is what text_config names
     # (AyaVisionConfig's default: cohere2, a learned type: hpcmem.models.vlm_learned); tie_word_embeddings True
     "aya_vision": TowerLayout(text="cohere2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
+    # models/cohere2_vision: hpcmem.models.cohere2_vision reads the vision part; the decoder is what text_config
+    # names (Cohere2VisionConfig's default: cohere2, learned as Aya Vision's); tie_word_embeddings True
+    "cohere2_vision": TowerLayout(text="cohere2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
     # models/janus: hpcmem.models.janus reads the vision and generation parts; the decoder is what text_config names
     # (JanusConfig's default: llama); JanusConfig.tie_word_embeddings True
     "janus": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
@@ -301,7 +307,7 @@ VISION_LANGUAGE["shieldgemma2"] = replace(VISION_LANGUAGE["gemma3"], tie_default
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
                      "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "idefics2", "aya_vision",
-                     "qianfan_ocr", "janus", "video_llama_3", "ovis2")
+                     "cohere2_vision", "qianfan_ocr", "janus", "video_llama_3", "ovis2")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -485,6 +491,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return deepseek_vl_tower_from_config(cfg, name)
     if model_type == "aya_vision":
         return aya_vision_tower_from_config(cfg, name)
+    if model_type == "cohere2_vision":
+        return cohere2_vision_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "janus":

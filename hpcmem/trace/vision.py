@@ -24,9 +24,10 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace import (vision_aya_vision, vision_deepseek_vl, vision_gemma3, vision_idefics2, vision_idefics3,
-                          vision_internvl, vision_janus, vision_lighton_ocr, vision_llava, vision_mistral3,
-                          vision_mllama, vision_ovis2, vision_paligemma, vision_video_llama_3)
+from hpcmem.trace import (vision_aya_vision, vision_cohere2_vision, vision_deepseek_vl, vision_gemma3,
+                          vision_idefics2, vision_idefics3, vision_internvl, vision_janus, vision_lighton_ocr,
+                          vision_llava, vision_mistral3, vision_mllama, vision_ovis2, vision_paligemma,
+                          vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -77,6 +78,8 @@ def processor(job: JobSpec) -> Any:
         return vision_deepseek_vl.processor(job)
     if v.family == "aya_vision":
         return vision_aya_vision.processor(job)
+    if v.family == "cohere2_vision":
+        return vision_cohere2_vision.processor(job)
     if v.family == "janus":
         return vision_janus.processor(job)
     if v.family == "ovis2":
@@ -112,6 +115,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_ovis2.token_ids(proc)
     if proc.__class__.__name__ == "AyaVisionProcessor":     # its image_token is llava's "<image>": first
         return vision_aya_vision.token_ids(proc)
+    if proc.__class__.__name__ == "Cohere2VisionProcessor":
+        return vision_cohere2_vision.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
         return vision_llava.token_ids(proc)
     if proc.__class__.__name__ == "Idefics3Processor":
@@ -146,6 +151,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_paligemma.MARKERS_PER_IMAGE if family == "paligemma" else \
         vision_deepseek_vl.MARKERS_PER_IMAGE if family == "deepseek_vl" else \
         vision_aya_vision.markers(job) if family == "aya_vision" else \
+        vision_cohere2_vision.markers(job) if family == "cohere2_vision" else \
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
         vision_ovis2.MARKERS_PER_IMAGE if family == "ovis2" else \
         vision_idefics2.MARKERS_PER_IMAGE if family == "idefics2" else \
