@@ -23,3 +23,27 @@ def meta_part_counts(model: Any, *, tower: str = ".vision_tower.", merger: str =
     for name, p in model.named_parameters():
         count["merger" if merger in name else "tower" if tower in name else "language"] += p.numel()
     return count
+
+
+def assert_tower_and_projector_match(cut: Any, class_name: str) -> tuple[Any, Any]:
+    """The meta model transformers builds from the cut config file `cut` is `class_name`, and its tower, projector
+    and language parts' parameters and its tower's and projector's nn.Linear layers (`.vision_tower.encoder.layers`,
+    `.multi_modal_projector.`) are those hpcmem's spec counts. Returns (meta model, spec)."""
+    import json
+
+    import torch
+
+    from hpcmem.models.resolve import resolve_model
+
+    model = meta_image_text_model(json.loads(cut.read_text()))
+    spec = resolve_model(str(cut))
+    assert type(model).__name__ == class_name
+    ours = {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params, "language": spec.num_params}
+    assert meta_part_counts(model, tower=".vision_tower.", merger=".multi_modal_projector.") == ours
+    linears = {n.split("model.", 1)[1] for n, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and (".vision_tower." in n or ".multi_modal_projector." in n)}
+    mine = {f"vision_tower.encoder.layers.{i}.{x.name}" for x in spec.vision.linears()
+            if x.part == "tower" for i in range(x.count)}
+    mine |= {f"multi_modal_projector.{x.name}" for x in spec.vision.linears() if x.part == "merger"}
+    assert linears == mine
+    return model, spec

@@ -19,7 +19,7 @@ from hpcmem.models.cohere2_vision import cohere2_canvas
 from hpcmem.models.internvl import optimal_canvas
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
+from tests.helpers.meta_models import assert_tower_and_projector_match
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUT = FIXTURES / "cohere2-vision-L2-D2-512.json"
@@ -34,17 +34,7 @@ def _job(width: int, height: int = 512):
 def test_parts_and_linears_equal_the_meta_model():
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    model = meta_image_text_model(json.loads(CUT.read_text()))
-    spec = resolve_model(str(CUT))
-    assert type(model).__name__ == "Cohere2VisionForConditionalGeneration"
-    ours = {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params, "language": spec.num_params}
-    assert meta_part_counts(model, tower=".vision_tower.", merger=".multi_modal_projector.") == ours
-    linears = {n.split("model.", 1)[1] for n, m in model.named_modules()
-               if isinstance(m, torch.nn.Linear) and (".vision_tower." in n or ".multi_modal_projector." in n)}
-    mine = {f"vision_tower.encoder.layers.{i}.{x.name}" for x in spec.vision.linears()
-            if x.part == "tower" for i in range(x.count)}
-    mine |= {f"multi_modal_projector.{x.name}" for x in spec.vision.linears() if x.part == "merger"}
-    assert linears == mine
+    model, spec = assert_tower_and_projector_match(CUT, "Cohere2VisionForConditionalGeneration")
     # the projector has no LayerNorm; post_layernorm is on the loss's path (last_hidden_state is read)
     assert not [n for n, m in model.named_modules() if ".multi_modal_projector" in n and isinstance(m, torch.nn.LayerNorm)]
     assert spec.vision.unused_params == 0
