@@ -29,16 +29,7 @@ def _learned_text(case_id: str):
     return replace(job, model=replace(job.model, learned=profile))
 
 
-# one row of 512-px DPO with LoRA and no checkpointing: −2.91 % while the cell's head terms carried their polynomial
-# through the traced heads at this unmasked row (the head's concave part dropped with rows·seq²: +15 MB of head), −3.36 %
-# since that polynomial comes out (hpcmem.estimate.learned `head_out`); what is left is the unmasked row's own
-# difference from the padded rows the profile was learned on (not modelled)
-MISSED = {"dsvl-dpo-lora-all-nogc-512"}
-
-
-@pytest.mark.parametrize("case_id", [pytest.param(c, marks=pytest.mark.xfail(
-    strict=True, reason="one unmasked DPO row on a cell learned on padded rows: -3.36 %")) if c in MISSED else c
-    for c in sorted(RECORDS)])
+@pytest.mark.parametrize("case_id", sorted(RECORDS))
 def test_learned_text_with_the_tower_within_3_percent_of_the_trace(case_id):
     traced = RECORDS[case_id]["traced"]
     est = estimate(_learned_text(case_id))
