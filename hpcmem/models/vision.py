@@ -182,7 +182,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
                           "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                           "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
-                          "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo")}
+                          "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -196,7 +196,7 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
                          "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                          "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
-                         "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo")}
+                         "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -314,6 +314,11 @@ VISION_LANGUAGE["cosmos3_omni"] = replace(VISION_LANGUAGE["qwen3_vl"])
 VISION_LANGUAGE["qwen3_5"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwen3_5_text", deepstack=False,
                                      defaults={k: v for k, v in VISION_LANGUAGE["qwen3_vl"].defaults.items()
                                                if k != "deepstack_visual_indexes"}, text_defaults={})
+# models/qwen3_5_moe (modular_qwen3_5_moe.py): `Qwen3_5MoeVisionConfig(Qwen3_5VisionConfig)` and
+# `Qwen3_5MoeVisionModel(Qwen3_5VisionModel)`, Qwen3.5's tower and merger; its decoder `Qwen3_5MoeTextModel` (Gated
+# DeltaNet and full-attention layers over routed and shared experts), learned likewise; Qwen3_5MoeConfig's
+# tie_word_embeddings False
+VISION_LANGUAGE["qwen3_5_moe"] = replace(VISION_LANGUAGE["qwen3_5"], text="qwen3_5_moe_text")
 # models/shieldgemma2: MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES builds Gemma3ForConditionalGeneration from a
 # ShieldGemma2Config (configuration_shieldgemma2.py: Gemma3Config's fields and defaults, text_config a gemma3_text,
 # vision_config a siglip_vision_model), except tie_word_embeddings: False by default, and `__post_init__` sets it True
