@@ -25,6 +25,9 @@ Covered (transformers 5.24):
 - Qwen3-VL-MoE (models/qwen3_vl_moe/modular_qwen3_vl_moe.py): Qwen3-VL's tower, merger and deepstack mergers unchanged
   (`Qwen3VLMoeVisionModel(Qwen3VLVisionModel)`), its decoder Qwen3-MoE's layers (fused experts, a bare-weight router)
   with `Qwen3VLMoeTextConfig`'s defaults.
+- Qwen3.5 (models/qwen3_5/modular_qwen3_5.py): Qwen3-VL's tower and merger without the deepstack mergers
+  (`Qwen3_5VisionModel(Qwen3VLVisionModel)` deletes them); its decoder, Gated DeltaNet and full-attention layers, from
+  a learned profile of its text config (hpcmem.models.vlm_learned).
 - Gemma 3 (models/gemma3/modeling_gemma3.py `Gemma3Model`): a SigLIP tower and Gemma 3's pooling projector
   (hpcmem.models.siglip, `family` "siglip"): separate q/k/v/out_proj, fc1 → gelu_pytorch_tanh → fc2, LayerNorms,
   a learned position table, post_layernorm; the projector pools spatial_merge_size² patches into one token and has
@@ -145,6 +148,9 @@ class TowerLayout:
     # (ShieldGemma2Config.__post_init__ reads `getattr(self.text_config, "tie_word_embeddings", True)` of a
     # Gemma3TextConfig, whose default is True)
     text_tie_default: bool = False
+    # Qwen3-VL's deepstack mergers built from vision_config.deepstack_visual_indexes; False: the tower deletes them
+    # whatever the config says (modular_qwen3_5.py `Qwen3_5VisionModel.__init__`: `del self.deepstack_merger_list`)
+    deepstack: bool = True
 
 
 # configuration_qwen3_vl_moe.py `Qwen3VLMoeTextConfig`'s field defaults (no norm_topk_prob: modeling_qwen3_vl_moe.py
@@ -176,7 +182,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
                           "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                           "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
-                          "cohere2_vision": ("sft",)}
+                          "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo")}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -190,7 +196,7 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
                          "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                          "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
-                         "cohere2_vision": ("sft",)}
+                         "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo")}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -298,6 +304,21 @@ VISION_LANGUAGE["qwen3_vl_moe"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwe
 # Qwen3VLTextModel) with Qwen3VLModel's forward line for line; only `_no_split_modules`, `_can_record_outputs`
 # (None) and the load-time key filter differ, none of which a single-device training step reads: qwen3_vl's layout
 VISION_LANGUAGE["cosmos3_omni"] = replace(VISION_LANGUAGE["qwen3_vl"])
+# models/qwen3_5 (modular_qwen3_5.py): `Qwen3_5VisionConfig(Qwen3VLVisionConfig)` with Qwen3-VL's vision defaults and
+# no deepstack_visual_indexes, and `Qwen3_5VisionModel(Qwen3VLVisionModel)` deletes the deepstack mergers: Qwen3-VL's
+# tower and merger (`Qwen3_5Model.get_image_features` reads the merger's pooler_output alone, and Qwen3_5TextModel adds
+# nothing to the image tokens' hidden states). Its decoder is `Qwen3_5TextModel`'s hybrid of Gated DeltaNet and
+# full-attention layers, which no family descriptor covers: a learned profile of the text config
+# (hpcmem.models.vlm_learned); an omitted text_config is Qwen3_5TextConfig's defaults (`sub_configs_defaults`), and
+# Qwen3_5Config.tie_word_embeddings (False) decides the head's tying, no __post_init__ reading the text config's flag.
+VISION_LANGUAGE["qwen3_5"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwen3_5_text", deepstack=False,
+                                     defaults={k: v for k, v in VISION_LANGUAGE["qwen3_vl"].defaults.items()
+                                               if k != "deepstack_visual_indexes"}, text_defaults={})
+# models/qwen3_5_moe (modular_qwen3_5_moe.py): `Qwen3_5MoeVisionConfig(Qwen3_5VisionConfig)` and
+# `Qwen3_5MoeVisionModel(Qwen3_5VisionModel)`, Qwen3.5's tower and merger; its decoder `Qwen3_5MoeTextModel` (Gated
+# DeltaNet and full-attention layers over routed and shared experts), learned likewise; Qwen3_5MoeConfig's
+# tie_word_embeddings False
+VISION_LANGUAGE["qwen3_5_moe"] = replace(VISION_LANGUAGE["qwen3_5"], text="qwen3_5_moe_text")
 # models/shieldgemma2: MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES builds Gemma3ForConditionalGeneration from a
 # ShieldGemma2Config (configuration_shieldgemma2.py: Gemma3Config's fields and defaults, text_config a gemma3_text,
 # vision_config a siglip_vision_model), except tie_word_embeddings: False by default, and `__post_init__` sets it True
@@ -523,7 +544,7 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
     full = vc.get("fullatt_block_indexes") or ()
     if not isinstance(full, (list, tuple)) or not all(isinstance(x, int) for x in full):
         raise SpecError(f"model {name}: vision_config.fullatt_block_indexes must be a list of integers, got {full!r}")
-    deep = vc.get("deepstack_visual_indexes") or ()
+    deep = (vc.get("deepstack_visual_indexes") or ()) if layout.deepstack else ()
     if not isinstance(deep, (list, tuple)) or not all(isinstance(x, int) for x in deep):
         raise SpecError(f"model {name}: vision_config.deepstack_visual_indexes must be a list of integers, got "
                         f"{deep!r}")

@@ -43,7 +43,9 @@ PROCESSORS = {"qwen2_5_vl": ("transformers.models.qwen2_5_vl.processing_qwen2_5_
               "qwen3_vl_moe": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor"),
               # no mapping row (the checkpoint's processor_config names the class); its image processor and tokenizer
               # rows are Qwen3-VL's (image_processing_auto.py: Qwen2VLImageProcessor; tokenization_auto.py: Qwen2)
-              "cosmos3_omni": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor")}
+              "cosmos3_omni": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor"),
+              "qwen3_5": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor"),
+              "qwen3_5_moe": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor")}
 # What the trace does that a real run does not (its notes).
 NOTES = ("vision-language: a Qwen processor's video_processor is left out (it needs torchvision; an image-only dataset "
          "never calls it; Gemma 3's processor has none); PixtralProcessor's import of the torchvision image "

@@ -14,10 +14,9 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.vision_llava import tower_terms
-from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.shape import precision
 from hpcmem.validate.cases import case_job
-from tests.helpers.stored_cases import stored_case_job, trace_records
+from tests.helpers.stored_cases import assert_learned_case_holds, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-aya-vision")
@@ -26,10 +25,7 @@ CUT = "tests/fixtures/vlm/aya-vision-L2-D2-364.json"
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
 def test_estimate_within_3_percent_of_the_trace(case_id):
-    traced = RECORDS[case_id]["traced"]
-    est = estimate(stored_case_job(RECORDS[case_id], ROOT))
-    assert est.made.startswith("learned profile")
-    assert abs(max(tensor_bytes(p) for p in est.phases) - traced) <= 3 / 100 * traced
+    assert_learned_case_holds(RECORDS[case_id], ROOT)
 
 
 def test_the_matrix_is_all_there():

@@ -30,6 +30,15 @@ def estimated_tensor_peak(record: dict[str, Any], root: Path) -> int:
     return max(tensor_bytes(p) for p in estimate(stored_case_job(record, root)).phases)
 
 
+def assert_learned_case_holds(record: dict[str, Any], root: Path, max_pct: float = 3.0) -> None:
+    """A stored record of a vision-language type on a learned text part (hpcmem.models.vlm_learned): its estimate is
+    made from the learned profile, and its tensor peak is within max_pct % of the trace's."""
+    est = estimate(stored_case_job(record, root))
+    assert est.made.startswith("learned profile")
+    traced = record["traced"]
+    assert abs(max(tensor_bytes(p) for p in est.phases) - traced) <= max_pct / 100 * traced
+
+
 def largest_component(est: Any, name: str) -> int:
     """The largest bytes of the component `name` over the estimate's phases."""
     return max(c.bytes for p in est.phases for c in p.components if c.name == name)

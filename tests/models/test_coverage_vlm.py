@@ -52,6 +52,10 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     for name in ("aya_vision", "cohere2_vision"):
         assert by_type[name]["status"] == "derived" and "traced: SFT)" in by_type[name]["reason"] \
             and "DPO/GRPO/RLOO with images refused" in by_type[name]["reason"], name
+    # Qwen3-VL's tower on a learned hybrid text part (Gated DeltaNet and full attention): SFT and DPO traced
+    for name in ("qwen3_5", "qwen3_5_moe"):
+        assert by_type[name]["status"] == "derived" and "traced: SFT, DPO)" in by_type[name]["reason"] \
+            and "GRPO/RLOO with images refused" in by_type[name]["reason"], name
     assert by_type["qwen2_5_vl"]["status"] == "derived" and "with images" in by_type["qwen2_5_vl"]["reason"]
     assert all(by_type[name]["status"] == "derived" for name in ("qwen2_vl", "qwen3_vl", "gemma3", "llava",
                                                                  "llava_next", "llava_onevision", "llava_next_video",
