@@ -78,10 +78,11 @@ def gemma4_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
     mb = MicroBatch(rows=images, seq=p, label_tokens=0, padding_free=False, source="", attn_implementation="sdpa")
     padded = g.grid_thw[1] * g.grid_thw[2] < p
     kv = v.num_key_value_heads * v.head_dim
-    # v_norm's fp32 upcast; with padding, SDPA's additive bias of the mask (its kv repeated to every head with a mask
-    # under GQA: transformers' `use_gqa_in_sdpa`)
-    extra = FP32 * kv * n + (prec.act * images * p * p if padded else 0) \
-        + (prec.act * 2 * (v.num_heads * v.head_dim - kv) * n if padded and kv != v.num_heads * v.head_dim else 0)
+    # v_norm's fp32 upcast; SDPA's additive bias of the mask and k/v repeated to every head under GQA
+    # (transformers' `use_gqa_in_sdpa`) where the images are padded, which the decoder-layer terms count where
+    # several rows are (`MicroBatch.masked`)
+    masked = prec.act * (images * p * p + 2 * (v.num_heads * v.head_dim - kv) * n)
+    extra = FP32 * kv * n + (0 if padded == mb.masked else masked if padded else -masked)
     block = block_saved(job, v, spec, mb, prec, v.block_params, tuple(adapted), lora) + extra
     blocks = (prec.residual * h * n,) * v.depth if gc else (block,) * v.depth
     # before the layers: input_proj's input (pixel_values cast to the weight dtype) when it trains, the adapter's own
