@@ -9,8 +9,9 @@ the trainers hpcmem.models.vision `IMAGE_TRAINERS_ALLOWED` names per type; llava
 LLaVA-NeXT-Video, LLaVA-OneVision, SmolVLM, Idefics3, Idefics2, PaliGemma, Mllama, Mistral 3, InternVL, ViP-LLaVA,
 Video-LLaVA, LightOnOCR, DeepSeek-VL, Janus, VideoLLaMA3 and Ovis2 likewise, their towers in
 hpcmem.models.clip_tower, llava_next, llava_onevision, idefics3, idefics2, paligemma, mllama, pixtral, internvl,
-vipllava, video_llava, lighton_ocr, deepseek_vl, janus, video_llama_3 and ovis2); any other type that is only image-text-to-text is refused with
-that reason.
+vipllava, video_llava, lighton_ocr, deepseek_vl, janus, video_llama_3 and ovis2; Aya Vision, Cohere2 Vision and
+Gemma 4 on a learned text part, hpcmem.models.vlm_learned, their towers in aya_vision, cohere2_vision and gemma4);
+any other type that is only image-text-to-text is refused with that reason.
 A type that also has a causal-LM class (qwen3_5 …) and no tower hpcmem models is estimated as its text decoder, as
 hpcmem/models/coverage.json classifies it, and the estimate says the towers are not counted.
 """
