@@ -99,8 +99,8 @@ def test_clipped_linears_are_refused(tmp_path):
 
 
 def test_a_text_config_without_a_learned_profile_is_refused(tmp_path):
-    path = _write(tmp_path, lambda c: c["text_config"].update(num_hidden_layers=3,
-                                                              layer_types=["sliding_attention"] * 2 + ["full_attention"]))
+    layers = ["sliding_attention"] * 2 + ["full_attention"]
+    path = _write(tmp_path, lambda c: c["text_config"].update(num_hidden_layers=3, layer_types=layers))
     with pytest.raises(SpecError, match="no learned profile of its text config"):
         resolve_model(path)
 
