@@ -31,8 +31,10 @@ LSE_BYTES = FP32
 # OLMo-2's by weight (modeling_olmo2.py Olmo2RMSNorm: `(self.weight * hidden_states).to(input_dtype)`, where Llama
 # casts before the multiply), so the normalised tensor it keeps for the weight gradient is fp32 whatever the residual
 # dtype — for the layer norms and OLMo-2's q/k norms alike. A vision-language spec carries its outer model_type:
-# shieldgemma2's decoder is Gemma 3's (Gemma3ForConditionalGeneration built from a ShieldGemma2Config).
-FP32_NORM_MULTIPLY = ("gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "shieldgemma2")
+# shieldgemma2's decoder is Gemma 3's (Gemma3ForConditionalGeneration built from a ShieldGemma2Config). Gemma 4's
+# vision encoder layers likewise (modeling_gemma4.py Gemma4RMSNorm: `normed_output * self.weight.float()`, then
+# `type_as`): hpcmem.estimate.vision_gemma4's block spec.
+FP32_NORM_MULTIPLY = ("gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "shieldgemma2", "gemma4_vision")
 
 
 def _normed_bytes(m: ModelSpec, prec: Precision) -> int:

@@ -77,7 +77,7 @@ def image_job_problems(job: Job) -> list[str]:
     if t.padding_free and t.trainer == "sft":
         out.append("padding_free with images: TRL 1.16's SFTTrainer raises 'Padding-free training is yet not "
                    "supported for vision datasets'")
-    out += _preference_problems(job) + _fixed_size_problems(job) + rl_image_problems(job)
+    out += _preference_problems(job) + _fixed_size_problems(job) + _gemma4_problems(job) + rl_image_problems(job)
     g = image_geometry(t, m.vision) if t.images_per_example else None
     tokens = g.tokens * t.images_per_example if g else 0     # a profile's cuts are checked where it is read
     if g and t.max_length is not None and tokens > t.max_length:
@@ -182,6 +182,24 @@ def _internvl_problems(v: Any) -> list[str]:
     if not v.use_mean_pooling and v.feature_layer in (-1, v.depth):
         out.append("vision_config.use_mean_pooling false with internvl images: the LayerNorm it puts after the last "
                    "layer, on the loss's path, is not placed in the estimate")
+    return out
+
+
+def _gemma4_problems(job: Job) -> list[str]:
+    """Gemma 4 (hpcmem.models.gemma4): its image processor sizes images by max_soft_tokens, not min/max pixels; a text
+    config with use_bidirectional_attention builds blockwise masks over the image tokens (modeling_gemma4.py
+    `create_masks_for_vision_model`), which its learned text profile, traced on text alone, does not hold."""
+    t, v, out = job.train, job.model.vision, []
+    if getattr(v, "family", "") != "gemma4":
+        return out
+    if t.min_pixels is not None or t.max_pixels is not None:
+        out.append("min_pixels/max_pixels on gemma4: Gemma4ImageProcessor fits each image to max_soft_tokens · "
+                   f"{v.merge_unit} patches ({v.max_soft_tokens} soft tokens; a `max_soft_tokens` key in the model "
+                   "config sets it), not to pixel bounds")
+    if v.text_bidirectional is not None:
+        out.append(f"text_config.use_bidirectional_attention {v.text_bidirectional!r} on gemma4 with images: the "
+                   "blockwise masks Gemma4Model builds over each image's tokens are not modelled (its learned text "
+                   "profile is traced on causal text)")
     return out
 
 

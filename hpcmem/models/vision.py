@@ -77,6 +77,9 @@ Covered (transformers 5.24):
   `VideoLlama3TowerSpec`); its decoder is what its text_config names (Qwen2).
 - ovis2 (Ovis2): an RMSNorm/SwiGLU tower under a visual tokenizer (head_linear, LayerNorm, softmax over a visual
   vocabulary) and a visual embedding table (hpcmem.models.ovis2's `Ovis2TowerSpec`); a Qwen2 decoder.
+- gemma4 (Gemma 4) with images: its own encoder (sandwich RMSNorms, q/k/v norms, 2-D rotary, gated MLP) over each
+  image's patches padded to max_soft_tokens · k², a k × k average pooler and an RMSNorm + Linear embedder
+  (hpcmem.models.gemma4's `Gemma4TowerSpec`); its decoder Gemma 4's text model, learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.aya_vision import aya_vision_tower_from_config
 from hpcmem.models.cohere2_vision import cohere2_vision_tower_from_config
 from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
+from hpcmem.models.gemma4 import gemma4_tower_from_config
 from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
@@ -182,7 +186,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
                           "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                           "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
-                          "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo")}
+                          "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo"),
+                          "gemma4": ("sft",)}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -196,7 +201,8 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
                          "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                          "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
-                         "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo")}
+                         "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo"),
+                         "gemma4": ("sft",)}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -273,6 +279,11 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/cohere2_vision: hpcmem.models.cohere2_vision reads the vision part; the decoder is what text_config
     # names (Cohere2VisionConfig's default: cohere2, learned as Aya Vision's); tie_word_embeddings True
     "cohere2_vision": TowerLayout(text="cohere2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
+    # models/gemma4: hpcmem.models.gemma4 reads the vision part; Gemma4Config's text_config is always a
+    # Gemma4TextConfig (`sub_configs_defaults`, class defaults when omitted), a learned type
+    # (hpcmem.models.vlm_learned); Gemma4Config.tie_word_embeddings True
+    "gemma4": TowerLayout(text="gemma4_text", defaults={}, aliases={}, norm="rms", mlp="gated", tie_default=True,
+                          text_defaults={}),
     # models/janus: hpcmem.models.janus reads the vision and generation parts; the decoder is what text_config names
     # (JanusConfig's default: llama); JanusConfig.tie_word_embeddings True
     "janus": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
@@ -514,6 +525,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return aya_vision_tower_from_config(cfg, name)
     if model_type == "cohere2_vision":
         return cohere2_vision_tower_from_config(cfg, name)
+    if model_type == "gemma4":
+        return gemma4_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "janus":

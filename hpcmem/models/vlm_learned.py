@@ -28,6 +28,11 @@ def vlm_spec_from_learned(cfg: dict[str, Any], name: str) -> ModelSpec:
     vision = vision_spec_from_config(cfg, name)
     text = text_part(cfg)
     path = find_profile(text)
+    whole = find_profile(cfg) if path is None else None
+    if whole is not None:
+        # a profile learned on the whole config before its type took images (gemma4: Gemma4ForCausalLM's text
+        # model, what AutoModelForCausalLM builds of it): its text-only estimate, as before, no tower
+        return replace(spec_from_profile(load_profile(whole), name), dtype=checkpoint_dtype(cfg))
     if path is None:
         raise SpecError(f"model {name}: {cfg['model_type']}'s decoder ({text['model_type']}) has no family "
                         "descriptor and no learned profile of its text config; learn one with `hpcmem models learn` "

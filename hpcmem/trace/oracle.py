@@ -93,8 +93,14 @@ def make_oracle(fake_mode: Any, max_known_numel: int = MAX_KNOWN_NUMEL) -> Any:
             # whatever its size: SmolVLM reads which tiles are all zeros (modeling_smolvlm.py `get_image_features`,
             # `pixel_values[real_images_inds]`); weights are never known, so nothing past the patch embedding is
             self.batch_floats = WeakIdKeyDictionary()
+            # fake tensor -> True: a floating tensor made of known integer or boolean values alone (a cast of a
+            # one-hot: modeling_gemma4.py Gemma4VisionPooler `_avg_pool_by_positions` reads which pooled rows its
+            # one-hot weights leave empty and drops them by a boolean index), or of such tensors: known up to
+            # max_known_numel elements, as integer tensors are
+            self.value_floats = WeakIdKeyDictionary()
             self.routing_reads: Counter[str] = Counter()
             self._writes: dict[Any, tuple[int, ...]] = {}
+            self._views: dict[Any, bool] = {}
 
         # -- public helpers ------------------------------------------------------------------------------------
         def fake_of(self, real: Any) -> Any:
@@ -197,20 +203,38 @@ def make_oracle(fake_mode: Any, max_known_numel: int = MAX_KNOWN_NUMEL) -> Any:
             floats = [x for x in _flat([*args, *kwargs.values()])
                       if isinstance(x, FakeTensor) and x.dtype.is_floating_point]
             from_batch = bool(floats) and all(x in self.batch_floats for x in floats)
-            if not from_batch and any(f.numel() > (MAX_KNOWN_FLOAT_NUMEL if f.dtype.is_floating_point or
-                                                   f.dtype.is_complex else limit) for f in fakes):
+            tensors = [x for x in _flat([*args, *kwargs.values()]) if isinstance(x, FakeTensor)]
+            from_values = not from_batch and bool(tensors) and all(x in self.value_floats for x in floats) and (
+                bool(floats) or any(not (x.dtype.is_floating_point or x.dtype.is_complex) for x in tensors))
+            float_limit = limit if from_values else MAX_KNOWN_FLOAT_NUMEL
+            # a view of known values (expand, unsqueeze) holds no storage of its own, whatever its size: Gemma4Model
+            # indexes the embeddings by its image mask expanded to [rows, seq, width] (modeling_gemma4.py
+            # `Gemma4Model.forward`, `inputs_embeds[image_mask]`), past the integer limit at two 1,024-token rows
+            if not from_batch and not self._is_view(func) and any(
+                    f.numel() > (float_limit if f.dtype.is_floating_point or f.dtype.is_complex else limit)
+                    for f in fakes):
                 self._forget_written(func, args, kwargs)
                 return
             real_out = self._run_real(func, reals)
-            if from_batch:
+            if from_batch or from_values:
                 for f in fakes:
                     if f.dtype.is_floating_point:
-                        self.batch_floats[f] = True
+                        (self.batch_floats if from_batch else self.value_floats)[f] = True
             for f, r in zip(_flat(out), _flat(real_out), strict=False):
                 if isinstance(f, torch.Tensor) and isinstance(r, torch.Tensor):
                     self.known[f] = r
             if routed:
                 self._mark_routed(out)
+
+        def _is_view(self, func: Any) -> bool:
+            """Whether every output of `func` aliases an input without writing to it (a view op)."""
+            views = self._views.get(func)
+            if views is None:
+                returns = func._schema.returns
+                views = bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write
+                                              for r in returns)
+                self._views[func] = views
+            return views
 
         # -- the assumed routing ------------------------------------------------------------------------------
         def _assume_routing(self, out: Any, args: Any, kwargs: Any) -> None:

@@ -49,7 +49,7 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     for name in ("lfm2_vl",):      # VLMs users fine-tune
         assert by_type[name]["status"] == "refused" and "not modelled" in by_type[name]["reason"], name
     # a learned text part (hpcmem.models.vlm_learned): SFT traced, DPO/GRPO/RLOO refused
-    for name in ("aya_vision", "cohere2_vision"):
+    for name in ("aya_vision", "cohere2_vision", "gemma4"):
         assert by_type[name]["status"] == "derived" and "traced: SFT)" in by_type[name]["reason"] \
             and "DPO/GRPO/RLOO with images refused" in by_type[name]["reason"], name
     # Qwen3-VL's tower on a learned hybrid text part (Gated DeltaNet and full attention): SFT and DPO traced
