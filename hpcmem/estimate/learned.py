@@ -32,7 +32,7 @@ from hpcmem.estimate.closing import backward_components, closing_phases, residen
 from hpcmem.estimate.lora import LoraLayout, backward_transient
 from hpcmem.estimate.lora_variants import forward_transient
 from hpcmem.estimate.loss import LossBytes, loss_bytes
-from hpcmem.estimate.names import ACTIVATIONS, GATHERED, PREFETCHED_UNIT
+from hpcmem.estimate.names import ACTIVATIONS, GATHERED, HEAD_BACKWARD, PREFETCHED_UNIT
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
@@ -298,7 +298,7 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     forward = _forward_phase(lb, cell.forward_entry.at(tokens, quad), forward_other, loss,
                              (*resident, *gathered, *accum_c), f"{how}: {mb.source}; {L} layers")
     buckets = backward_components(job)
-    head = Phase(name="backward (LM head)", components=(
+    head = Phase(name=HEAD_BACKWARD, components=(
         *resident, *gathered, *buckets, *accum_c,
         Component(name=ACTIVATIONS, bytes=max(sum(lb.kept) + head_other, 0), note=how),
         Component(name="loss / fused LM head", bytes=loss.backward_transient,

@@ -22,6 +22,7 @@ class PhaseName(Name):
     OPTIMIZER_STEP = "optimizer step"
     CHECKPOINT_SAVE = "checkpoint save"
     EVALUATION = "evaluation"
+    HEAD_BACKWARD = "backward (LM head)"         # the LM head's backward: what the forward left, the head's backward
 
 
 class ComponentName(Name):
@@ -45,7 +46,7 @@ class Level(Name):
     DOES_NOT_FIT = "does not fit"
 
 
-FORWARD, BACKWARD, OPTIMIZER_STEP, CHECKPOINT_SAVE, EVALUATION = PhaseName
+FORWARD, BACKWARD, OPTIMIZER_STEP, CHECKPOINT_SAVE, EVALUATION, HEAD_BACKWARD = PhaseName
 (OPTIMIZER_STATES, GRADIENTS, ACTIVATIONS, OPTIMIZER_TEMPORARIES, AUTOCAST_CACHE, BLOCK_TAILS, CUBLAS_WORKSPACES,
  PROCESS_BASELINE, GATHERED, PREFETCHED_UNIT) = ComponentName
 

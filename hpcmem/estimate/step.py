@@ -18,7 +18,15 @@ from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.lora import backward_bytes_per_input as lora_backward_bytes_per_input
 from hpcmem.estimate.lora import backward_transient as lora_backward_transient
 from hpcmem.estimate.loss import LossBytes
-from hpcmem.estimate.names import ACTIVATIONS, AUTOCAST_CACHE, FORWARD, GATHERED, GRADIENTS, PREFETCHED_UNIT
+from hpcmem.estimate.names import (
+    ACTIVATIONS,
+    AUTOCAST_CACHE,
+    FORWARD,
+    GATHERED,
+    GRADIENTS,
+    HEAD_BACKWARD,
+    PREFETCHED_UNIT,
+)
 from hpcmem.estimate.parallel import SequenceBuffers
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.job.jobspec import JobSpec
@@ -117,7 +125,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     late_unit = s.prefetched if s.prefetch_late else 0
     prefetched = [Component(name=PREFETCHED_UNIT, bytes=s.prefetched, note="the next layer, all-gathered ahead")] \
         if s.prefetched and not s.prefetch_late else []
-    head_phase = Phase(name="backward (LM head)", components=(
+    head_phase = Phase(name=HEAD_BACKWARD, components=(
         *resident, *gathered, *buckets, activations,
         *([Component(name=GRADIENTS, bytes=accum_grads, note=grads_note)] if accum_grads else []),
         Component(name="loss / fused LM head", bytes=loss.backward_transient,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.loss import logits_tile
 from hpcmem.estimate.lora import LoraLayout, lora_layout
-from hpcmem.estimate.names import ACTIVATIONS, FORWARD, GRADIENTS, is_forward
+from hpcmem.estimate.names import ACTIVATIONS, FORWARD, GRADIENTS, HEAD_BACKWARD, is_forward
 from hpcmem.estimate.states import ParamParts
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.generation_batch import generation_batch_size
@@ -85,6 +85,10 @@ def with_policy_saved(job: JobSpec, extra: tuple[Phase, ...], phases: list[Phase
     if entry(job.train.trainer).generates:
         return extra
     saved = tuple(c for p in phases if p.name == FORWARD for c in p.components if c.name == ACTIVATIONS)
+    if not any(p.name == FORWARD for p in phases):
+        # a learned profile's forward that peaks inside a layer ("forward (layer k)", hpcmem.estimate.learned) holds
+        # that layer's instant, not what the forward left: what the policy's backward finds at the LM head stands in
+        saved = tuple(c for p in phases if p.name == HEAD_BACKWARD for c in p.components if c.name == ACTIVATIONS)
     saved += tuple(c for p in phases if is_forward(p.name) for c in p.components if c.name == GRADIENTS)
     return tuple(Phase(name=p.name, components=(*saved, *p.components)) if p.name == REFERENCE_FORWARD else p
                  for p in extra)

@@ -42,7 +42,7 @@ from typing import Any
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout, backward_bytes_per_input
-from hpcmem.estimate.names import BACKWARD, FORWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES, is_forward
+from hpcmem.estimate.names import BACKWARD, FORWARD, HEAD_BACKWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES, is_forward
 from hpcmem.estimate.names import ACTIVATIONS as LM_ACTIVATIONS
 from hpcmem.estimate.names import GRADIENTS as LM_GRADIENTS
 from hpcmem.estimate.states import optimizer_bytes_per_param
@@ -388,7 +388,7 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
         after_policy = p.name == REFERENCE_FORWARD and not entry(job.train.trainer).generates
         # the forward's phase: "forward", or a learned text part's "forward (layer k)" (hpcmem.estimate.learned
         # `_forward_phase`), where the tower has run and its saved tensors are alive alike
-        if is_forward(p.name) or after_policy or p.name in ("backward (LM head)",) or \
+        if is_forward(p.name) or after_policy or p.name == HEAD_BACKWARD or \
                 p.name.startswith("backward (layer"):
             # under gradient accumulation the tower's gradients of the earlier micro-batches are alive throughout
             extra: tuple[Component, ...] = (held, grads) if accumulating else (held,)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from hpcmem.estimate.breakdown import Component, Estimate, Phase
 from hpcmem.estimate.fsdp_units import stream_pool_extra
-from hpcmem.estimate.names import BACKWARD, GATHERED, GRADIENTS, OPTIMIZER_STEP, PREFETCHED_UNIT
+from hpcmem.estimate.names import BACKWARD, GATHERED, GRADIENTS, HEAD_BACKWARD, OPTIMIZER_STEP, PREFETCHED_UNIT
 from hpcmem.estimate.parallel import local_micro_batch
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import micro_batch
@@ -58,7 +58,6 @@ LOOP_LOSSES = {
     "model-loss-4.4x": (16, "transformers 4.36-4.45 LlamaForCausalLM.forward (fp32 logits kept, shifted copy, "
                             "CrossEntropyLoss)"),
 }
-HEAD_PHASE = "backward (LM head)"          # hpcmem.estimate.step build_phases
 HEAD_COMPONENT = "loss / fused LM head"
 
 
@@ -102,7 +101,7 @@ def adjusted(job: JobSpec, est: Estimate, loss: str, keeps_output: bool = False,
     elements, loss_bytes = full_logits_bytes(job, loss)
     blocks = rank_loss_blocks(job, loss)
     kept = blocks.kept if keeps_output else 0
-    head = next((p for p in est.phases if p.name == HEAD_PHASE), None)
+    head = next((p for p in est.phases if p.name == HEAD_BACKWARD), None)
     fused = next((c.bytes for c in head.components if c.name == HEAD_COMPONENT), 0) if head else 0
     after = est.phases.index(head) + 1 if head else len(est.phases)
     phases = []
@@ -117,7 +116,7 @@ def adjusted(job: JobSpec, est: Estimate, loss: str, keeps_output: bool = False,
     allocated = max(est.peak_allocated_bytes, head_bytes, *(p.bytes for p in phases))
     # the stranded blocks are reserved beside the head's backward, not allocated; FSDP's all-gather pool sits beside
     # whichever phase peaks now (hpcmem.estimate.fsdp_units)
-    beside = [p if p.name != HEAD_PHASE or not blocks.stranded else Phase(name=p.name, components=(
+    beside = [p if p.name != HEAD_BACKWARD or not blocks.stranded else Phase(name=p.name, components=(
         *p.components, Component(name="stranded loss blocks", bytes=blocks.stranded))) for p in phases]
     reserved = (max(allocated, *(p.bytes for p in beside)) + stream_pool_extra(job, beside)
                 + est.reserved_extra_bytes - est.reserved_pool_bytes)
