@@ -56,13 +56,14 @@ def test_the_adjusted_head_phase_holds_the_full_logits_in_place_of_the_fused_hea
     from hpcmem.gpus.lookup import gpu_spec
     from hpcmem.job.trl_config import build_job
     from hpcmem.validate.published import load
-    from hpcmem.validate.published_loop import HEAD_COMPONENT, HEAD_PHASE, adjusted
+    from hpcmem.estimate.names import HEAD_BACKWARD
+    from hpcmem.validate.published_loop import HEAD_COMPONENT, adjusted
     from hpcmem.validate.published_score import job_settings
 
     row = next(r for r in load().rows if r.id == "pmc-lora-r32-qv")     # Llama-3.2-3B, 4 × 768 tokens, no packing
     job, _ = build_job(row.trainer, job_settings(row), gpu=gpu_spec(row.gpu))
     est = estimate(job)
-    head = next(p for p in est.phases if p.name == HEAD_PHASE)
+    head = next(p for p in est.phases if p.name == HEAD_BACKWARD)
     fused = next(c.bytes for c in head.components if c.name == HEAD_COMPONENT)
     full = 4 * 768 * 128256 * 14                                         # tokens × vocab × 14 B
     adj = adjusted(job, est, "model-loss")
