@@ -25,7 +25,7 @@ from dataclasses import replace
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.vision import (FP32, VisionLinear, VisionTerms, adapters_saved, block_spec, layer_norm_saved,
-                                    vision_terms)
+                                    token_leaf, vision_terms)
 from hpcmem.estimate.vision_ovis2 import rms_norm_saved
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
@@ -44,7 +44,9 @@ def outside_saved(job: JobSpec, v: Glm4vTowerSpec, n: int, prec: Precision, adap
     - the rotary cos and sin, fp32 [N, head_dim] each (read by every block's `apply_rotary_pos_emb_vision`);
     - trained: the Conv3d's input (pixel_values in the weight dtype), post_conv_layernorm's (an RMSNorm,
       hpcmem.estimate.vision_ovis2 `rms_norm_saved`), and grid_sample's fp32 table copy and grid (its backward reaches
-      the position table); frozen, nothing before the first block requires grad, so none of these keeps anything;
+      the position table); frozen, nothing before the first block requires grad, so none of these keeps anything,
+      and under checkpointing the token embeddings' output that `enable_input_require_grads` makes a leaf
+      (hpcmem.estimate.vision `token_leaf`);
     - post_layernorm (`rms_norm_saved`: its input requires grad whether the tower trains or its adapters do), and when
       the downsample Conv2d trains its input, the permuted view of post_layernorm's output [N, width];
     - the merger on m rows: proj's input [m, out_hidden_size] when proj trains, post_projection_norm (a LayerNorm:
@@ -55,7 +57,8 @@ def outside_saved(job: JobSpec, v: Glm4vTowerSpec, n: int, prec: Precision, adap
     m = n // v.merge_unit
     rope = 2 * n * (h // v.num_heads) * FP32
     table = ((v.table_image_size // v.patch_size) ** 2 * h + 2 * n) * FP32
-    before = rope + (n * (v.patch_dim * prec.weight + rms_norm_saved(h, prec, True)) + table if trained else 0)
+    leaf = token_leaf(job, prec) if job.train.gradient_checkpointing else 0
+    before = rope + (n * (v.patch_dim * prec.weight + rms_norm_saved(h, prec, True)) + table if trained else leaf)
     post = rms_norm_saved(h, prec, trained) * n + (prec.act * h * n if trained else 0)
     gelu_in = (FP32 if prec.amp else prec.act) * o
     norm = layer_norm_saved(o, prec, frozen=True) + gelu_in
