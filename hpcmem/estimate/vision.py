@@ -116,7 +116,9 @@ class VisionTerms:
     reference_connector: int = 0
 
 
-def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
+def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout, outside: Any = None) -> VisionTerms | None:
+    """The Qwen towers' terms; `outside` replaces `outside_saved` for a tower of Qwen's blocks whose parts outside
+    them differ (GLM-4.1V's, hpcmem.estimate.vision_glm4v)."""
     v = job.model.vision
     images, n = image_rows(job)
     if v is None:
@@ -153,7 +155,7 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
         blocks = (prec.residual * v.hidden_size * n,) * v.depth
     else:
         blocks = (block,) * v.depth
-    before, merger_saved = outside_saved(job, v, n, prec, adapted, lora)
+    before, merger_saved = (outside or outside_saved)(job, v, n, prec, adapted, lora)
     ds_saved = deepstack_saved(v, n, prec, adapted, lora)
     ds_adapted = [x for x in adapted if x.part == "deepstack"]
     ds_grads = (v.deepstack_params // max(1, len(v.deepstack_visual_indexes)) if trained else sum(
@@ -195,7 +197,7 @@ def block_spec(v: VisionSpec) -> ModelSpec:
     fused qkv Linear (Qwen2_5_VLVisionAttention.qkv: q, k and v are views of one output; SigLIP's q/k/v_proj are
     three Linears, modeling_siglip.py SiglipAttention), biases everywhere."""
     return ModelSpec(name=f"{v.model_type} vision block", model_type=f"{v.model_type}_vision", vocab_size=1,
-                     hidden_size=v.hidden_size, intermediate_size=v.intermediate_size, num_hidden_layers=v.depth,
+                     hidden_size=v.hidden_size, intermediate_size=v.block_mlp_width, num_hidden_layers=v.depth,
                      num_attention_heads=v.num_heads, num_key_value_heads=v.num_heads,
                      head_dim=v.hidden_size // v.num_heads, tie_word_embeddings=False, hidden_act=v.hidden_act,
                      qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=v.family != "siglip",

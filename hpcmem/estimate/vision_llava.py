@@ -40,6 +40,7 @@ from hpcmem.estimate.vision_video_llama_3 import video_llama_3_terms
 from hpcmem.estimate.vision_mllama import mllama_terms
 from hpcmem.estimate.vision_ovis2 import ovis2_terms
 from hpcmem.estimate.vision_gemma4 import gemma4_terms
+from hpcmem.estimate.vision_glm4v import glm4v_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -47,6 +48,7 @@ from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.aya_vision import AyaVisionTowerSpec
 from hpcmem.models.clip_tower import ClipTowerSpec
 from hpcmem.models.gemma4 import Gemma4TowerSpec
+from hpcmem.models.glm4v import Glm4vTowerSpec
 from hpcmem.models.idefics2 import Idefics2TowerSpec
 from hpcmem.models.idefics3 import Idefics3TowerSpec
 from hpcmem.models.internvl import InternVLTowerSpec
@@ -66,7 +68,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     (hpcmem.estimate.vision_internvl); ViP-LLaVA's llava's with its concatenating, normalizing projector
     (hpcmem.estimate.vision_vipllava); Video-LLaVA's llava's (its idle video tower weights only); VideoLLaMA3's
     in hpcmem.estimate.vision_video_llama_3; Ovis2's in hpcmem.estimate.vision_ovis2; Gemma 4's in
-    hpcmem.estimate.vision_gemma4."""
+    hpcmem.estimate.vision_gemma4; GLM-4.1V's the Qwen towers' with its own parts outside the blocks
+    (hpcmem.estimate.vision_glm4v)."""
     if isinstance(job.model.vision, InternVLTowerSpec):
         return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, AyaVisionTowerSpec):
@@ -89,6 +92,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return ovis2_terms(job, prec, lora)
     if isinstance(job.model.vision, Gemma4TowerSpec):
         return gemma4_terms(job, prec, lora)
+    if isinstance(job.model.vision, Glm4vTowerSpec):
+        return glm4v_terms(job, prec, lora)
     return vision_terms(job, prec, lora)
 
 

@@ -29,6 +29,8 @@ perceiver resampler makes n_latents image tokens of it.
 InternVL's (image_processing_pil_got_ocr2.py `GotOcr2ImageProcessorPil`) cuts each image into the tiles of the
 canvas whose aspect ratio fits it best and a thumbnail, or resizes it to one tile (hpcmem.models.internvl
 `internvl_tiles`); each tile (image_size / patch_size)² patches and tokens_per_image image tokens.
+GLM-4.1V's (image_processing_glm4v.py `Glm4vImageProcessor`) is Qwen2-VL's with its own `smart_resize` (a still image
+taken as temporal_patch_size frames) and size bounds (hpcmem.models.glm4v `glm4v_resize`).
 """
 
 from __future__ import annotations
@@ -113,10 +115,12 @@ def image_problems(t: Any) -> list[str]:
     return out
 
 
-def pixel_bounds(t: Any) -> tuple[int, int]:
-    """(min_pixels, max_pixels) the processor uses: the job's, else the class defaults."""
-    lo = DEFAULT_MIN_PIXELS if t.min_pixels is None else t.min_pixels
-    hi = DEFAULT_MAX_PIXELS if t.max_pixels is None else t.max_pixels
+def pixel_bounds(t: Any, vision: Any = None) -> tuple[int, int]:
+    """(min_pixels, max_pixels) the processor uses: the job's, else the class defaults (Qwen2-VL's, or the tower's
+    `default_pixels` where its processor's differ: GLM-4.1V's, hpcmem.models.glm4v)."""
+    dlo, dhi = getattr(vision, "default_pixels", (DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS))
+    lo = dlo if t.min_pixels is None else t.min_pixels
+    hi = dhi if t.max_pixels is None else t.max_pixels
     return lo, hi
 
 
@@ -127,7 +131,7 @@ def processor_kwargs(t: Any, vision: VisionSpec | None) -> dict[str, Any]:
     (Gemma 3's: its checkpoint's own size is what the estimate takes)."""
     if vision is None or vision.image_size or (t.images_per_example == 0 and t.profile_images == 0):
         return {}
-    lo, hi = pixel_bounds(t)
+    lo, hi = pixel_bounds(t, vision)
     return {"size": {"shortest_edge": lo, "longest_edge": hi}}
 
 
@@ -194,6 +198,12 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         h, w = vision.resized(t.image_height, t.image_width)
         return ImageGeometry(resized=(h, w), grid_thw=(1, h // vision.patch_size, w // vision.patch_size),
                              patches=vision.max_patches, tokens=vision.image_tokens(t.image_height, t.image_width))
+    if getattr(vision, "family", "") == "glm4v":
+        # GLM-4.1V (hpcmem.models.glm4v): its own smart_resize (a still image as temporal_patch_size frames)
+        h, w = vision.resized(t.image_height, t.image_width, *pixel_bounds(t, vision))
+        gh, gw = h // vision.patch_size, w // vision.patch_size
+        return ImageGeometry(resized=(h, w), grid_thw=(1, gh, gw), patches=gh * gw,
+                             tokens=gh * gw // vision.merge_unit)
     if getattr(vision, "max_num_patches", 0) and t.images_per_example > 1:
         # LLaVA-OneVision (hpcmem.models.llava_onevision): each image of a multi-image row one square tile
         g = vision.image_size // vision.patch_size

@@ -205,7 +205,7 @@ class Launch:
                        "the job is never requeued")
         t = self.job.train
         if self.options.entry and processor_kwargs(t, self.job.model.vision):
-            lo, hi = pixel_bounds(t)
+            lo, hi = pixel_bounds(t, self.job.model.vision)
             out.append(f"--entry {self.options.entry} builds its own processor: the estimate assumed images resized "
                        f"into [{lo:,}, {hi:,}] pixels (min_pixels, max_pixels); pass the same to "
                        "AutoProcessor.from_pretrained there")

@@ -1,7 +1,8 @@
 """Glm4vTowerSpec: GLM-4.1V's (model_type "glm4v"; "glm46v" and "glmga" build the same classes) vision tower and
 patch merger, as its config.json's `vision_config` describes them, their linear layers and parameter count
-(transformers 5.24 models/glm4v/modeling_glm4v.py). Not yet wired into hpcmem.models.vision: the type stays refused
-until the tower's activations are derived and traced.
+(transformers 5.24 models/glm4v/modeling_glm4v.py), and the image processor's resize (image_processing_glm4v.py
+`smart_resize`). hpcmem.models.vision registers it for glm4v; hpcmem.estimate.vision_glm4v sizes what its forward
+keeps.
 
 - `Glm4vVisionModel.__init__`: `patch_embed` a Conv3d (in_channels → hidden_size, kernel temporal_patch_size ×
   patch_size², bias), `embeddings` an nn.Embedding of (image_size / patch_size)² rows (the position table
@@ -12,10 +13,18 @@ until the tower's activations are derived and traced.
   config.out_hidden_size`), not intermediate_size.
 - `Glm4vVisionPatchMerger(dim=out_hidden_size, context_dim=intermediate_size, bias=False)`: proj, post_projection_norm
   (LayerNorm, weight and bias), gate/up/down_proj at intermediate_size.
+- `Glm4vVisionModel` names no `_input_embed_layer` and no `embed_tokens`, so `get_input_embeddings` finds none and
+  `enable_input_require_grads` (modeling_utils.py) does not hook the tower (`hooked_input` False, as Qwen3-VL's).
+- The image processor (image_processing_glm4v.py `Glm4vImageProcessor`, its PIL twin the same): `size` shortest_edge
+  112·112 and longest_edge 28·28·15000 pixels, a still image taken as temporal_patch_size frames (`num_frames=
+  temporal_factor`), sides rounded to patch_size · merge_size; the processor (processing_glm4v.py
+  `replace_image_token`) writes grid_t·grid_h·grid_w / merge_size² `<|image|>` tokens between the chat template's
+  `<|begin_of_image|>` and `<|end_of_image|>`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +36,40 @@ GLM4V_VISION_DEFAULTS: dict[str, Any] = {
     "depth": 24, "hidden_size": 1536, "hidden_act": "silu", "attention_bias": False, "num_heads": 12,
     "in_channels": 3, "image_size": 336, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
     "out_hidden_size": 4096, "intermediate_size": 13696}
+# image_processing_glm4v.py `Glm4vImageProcessor.size`: what min_pixels / max_pixels None stand for
+GLM4V_MIN_PIXELS = 112 * 112
+GLM4V_MAX_PIXELS = 28 * 28 * 15000
+# configuration_glm4v.py `Glm4vTextConfig` field defaults, what a text_config key it omits takes (hpcmem builds the
+# decoder with the glm4 layout: Glm4vTextDecoderLayer is Glm4DecoderLayer's computation). Glm4vTextAttention hard-codes
+# q/k/v bias on and o_proj's off and reads head_dim as hidden_size // num_attention_heads whatever the config says
+GLM4V_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
+    "num_attention_heads": 32, "num_key_value_heads": 2, "hidden_act": "silu", "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-05, "attention_bias": True, "head_dim": None}
+
+
+def glm4v_resize(height: int, width: int, factor: int, temporal_factor: int, min_pixels: int,
+                 max_pixels: int) -> tuple[int, int]:
+    """transformers 5.24 models/glm4v/image_processing_glm4v.py `smart_resize` for a still image (num_frames =
+    temporal_factor, as `Glm4vImageProcessor.resize` calls it), line for line: a side under `factor` scaled up first,
+    both sides rounded to multiples of `factor`, then scaled (aspect kept) so that frames · height · width lies in
+    [min_pixels, max_pixels]."""
+    frames = temporal_factor
+    if height < factor or width < factor:
+        scale = max(factor / height, factor / width)
+        height, width = int(height * scale), int(width * scale)
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    t_bar = round(frames / temporal_factor) * temporal_factor
+    if t_bar * h_bar * w_bar > max_pixels:
+        beta = math.sqrt((frames * height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif t_bar * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (frames * height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,11 +77,37 @@ class Glm4vTowerSpec(TowerBase):
     """GLM-4.1V's tower: `hidden_size` its width, `out_hidden_size` the block MLP's and the merger's width (the text
     width), `intermediate_size` the merger's gated MLP."""
 
-    image_size: int
+    table_image_size: int       # vision_config.image_size: the position table's side in pixels, not a resize
     spatial_merge_size: int
     temporal_patch_size: int
     attention_bias: bool = False
     family: str = "glm4v"
+    # what hpcmem.estimate.vision's Qwen-tower terms read: RMSNorm blocks, a gated MLP, full attention per image,
+    # no deepstack mergers, a tower enable_input_require_grads does not hook
+    norm: str = "rms"
+    mlp: str = "gated"
+    window_size: int = 0
+    fullatt_block_indexes: tuple[int, ...] = ()
+    deepstack_visual_indexes: tuple[int, ...] = ()
+    hooked_input: bool = False
+    image_size: int = 0         # no fixed square resize (hpcmem.job.images): the processor's smart_resize
+    default_pixels: tuple[int, int] = (GLM4V_MIN_PIXELS, GLM4V_MAX_PIXELS)
+
+    @property
+    def merge_unit(self) -> int:
+        """Patches the downsample Conv2d merges into one language-model token (spatial_merge_size²)."""
+        return self.spatial_merge_size ** 2
+
+    @property
+    def block_mlp_width(self) -> int:
+        """The block MLP's width: out_hidden_size (`Glm4VisionMlp.__init__`: `self.intermediate_size =
+        config.out_hidden_size`)."""
+        return self.out_hidden_size
+
+    def resized(self, height: int, width: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+        """The image's size after the image processor's resize (`glm4v_resize`)."""
+        return glm4v_resize(height, width, self.patch_size * self.spatial_merge_size, self.temporal_patch_size,
+                            min_pixels, max_pixels)
 
     @property
     def patch_dim(self) -> int:
@@ -59,13 +128,26 @@ class Glm4vTowerSpec(TowerBase):
                 TowerLinear(name="down_proj", in_features=i, out_features=o, count=1, part="merger", bias=False))
 
     @property
-    def tower_params(self) -> int:
-        """Patch embedding (Conv3d with bias), position table, the blocks (linears and two RMSNorms each),
+    def embed_params(self) -> int:
+        """The tower's parameters outside its blocks: patch embedding (Conv3d with bias), position table,
         post_conv_layernorm, post_layernorm and the downsample Conv2d (with bias)."""
         h, o, s = self.hidden_size, self.out_hidden_size, self.spatial_merge_size
-        embed = self.patch_dim * h + h + grid_patches(self.image_size, self.patch_size) * h
-        blocks = sum(x.params for x in self.linears() if x.part == "tower") + 2 * h * self.depth
-        return embed + blocks + 2 * h + h * o * s * s + o
+        embed = self.patch_dim * h + h + grid_patches(self.table_image_size, self.patch_size) * h
+        return embed + 2 * h + h * o * s * s + o
+
+    @property
+    def block_params(self) -> int:
+        """One block's parameters: its linears and two RMSNorms."""
+        return sum(x.params for x in self.linears() if x.part == "tower") // self.depth + 2 * self.hidden_size
+
+    @property
+    def tower_params(self) -> int:
+        return self.embed_params + self.block_params * self.depth
+
+    @property
+    def deepstack_params(self) -> int:
+        """No deepstack mergers (Qwen3-VL's; hpcmem.estimate.vision reads the count)."""
+        return 0
 
     @property
     def merger_params(self) -> int:
@@ -91,6 +173,6 @@ def glm4v_tower_from_config(cfg: dict[str, Any], name: str) -> Glm4vTowerSpec:
                           hidden_size=vc["hidden_size"], intermediate_size=vc["intermediate_size"],
                           num_heads=vc["num_heads"], in_channels=vc["in_channels"], patch_size=vc["patch_size"],
                           out_hidden_size=vc["out_hidden_size"], hidden_act=str(vc["hidden_act"]),
-                          image_size=vc["image_size"], spatial_merge_size=vc["spatial_merge_size"],
+                          table_image_size=vc["image_size"], spatial_merge_size=vc["spatial_merge_size"],
                           temporal_patch_size=vc["temporal_patch_size"],
                           attention_bias=bool(vc["attention_bias"]))

@@ -37,6 +37,11 @@ class TowerBase:
         with a temporal patch, Qwen's Conv3d, overrides it)."""
         return self.in_channels * self.patch_size ** 2
 
+    @property
+    def block_mlp_width(self) -> int:
+        """An encoder block MLP's width: intermediate_size (GLM-4.1V's tower differs, hpcmem.models.glm4v)."""
+        return self.intermediate_size
+
 
 @dataclass(frozen=True, kw_only=True)
 class TowerLinear:

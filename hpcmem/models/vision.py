@@ -80,6 +80,10 @@ Covered (transformers 5.24):
 - gemma4 (Gemma 4) with images: its own encoder (sandwich RMSNorms, q/k/v norms, 2-D rotary, gated MLP) over each
   image's patches padded to max_soft_tokens · k², a k × k average pooler and an RMSNorm + Linear embedder
   (hpcmem.models.gemma4's `Gemma4TowerSpec`); its decoder Gemma 4's text model, learned (hpcmem.models.vlm_learned).
+- glm4v (GLM-4.1V) with images: Qwen2.5-VL's block layout (RMSNorms, fused qkv, gated MLP, 2-D rotary, full attention
+  per image) with its own MLP width, a position table resampled per image, post-conv and post-block RMSNorms, a Conv2d
+  downsample and a gated merger (hpcmem.models.glm4v's `Glm4vTowerSpec`); its decoder `Glm4vTextModel`, whose layer is
+  GLM-4's (the glm4 layout) under 3-D M-RoPE.
 """
 
 from __future__ import annotations
@@ -101,6 +105,7 @@ from hpcmem.models.aya_vision import aya_vision_tower_from_config
 from hpcmem.models.cohere2_vision import cohere2_vision_tower_from_config
 from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
 from hpcmem.models.gemma4 import gemma4_tower_from_config
+from hpcmem.models.glm4v import GLM4V_TEXT_DEFAULTS, glm4v_tower_from_config
 from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
@@ -187,7 +192,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                           "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
                           "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo"),
-                          "gemma4": ("sft",)}
+                          "gemma4": ("sft",), "glm4v": ("sft",)}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -202,7 +207,7 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                          "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
                          "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo"),
-                         "gemma4": ("sft",)}
+                         "gemma4": ("sft",), "glm4v": ("sft",)}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -300,6 +305,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/ovis2: hpcmem.models.ovis2 reads the vision part; the decoder is what text_config names (Ovis2Config's
     # default: qwen2); Ovis2Config.tie_word_embeddings True
     "ovis2": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="rms", mlp="gated", tie_default=True),
+    # models/glm4v: hpcmem.models.glm4v reads the vision part; Glm4vConfig's text_config is always a Glm4vTextConfig
+    # (`sub_configs_defaults`), whose layer (modeling_glm4v.py Glm4vTextDecoderLayer) is Glm4DecoderLayer's: the glm4
+    # layout with Glm4vTextConfig's defaults; Glm4vConfig.tie_word_embeddings False, set by __post_init__ from a true
+    # text flag
+    "glm4v": TowerLayout(text="glm4", defaults={}, aliases={}, norm="rms", mlp="gated", tie_from_text=True,
+                         text_class_defaults=GLM4V_TEXT_DEFAULTS),
 }
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
@@ -527,6 +538,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return cohere2_vision_tower_from_config(cfg, name)
     if model_type == "gemma4":
         return gemma4_tower_from_config(cfg, name)
+    if model_type == "glm4v":
+        return glm4v_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "janus":

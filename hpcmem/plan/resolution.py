@@ -39,7 +39,7 @@ def largest_fitting_max_pixels(job: JobSpec, estimate: Callable) -> ResolutionFi
     if vision is None or vision.image_size or t.images_per_example == 0 or job.gpu is None:
         return None         # no images of the job's own size, or a processor that resizes to one fixed size
     unit = (vision.patch_size * vision.spatial_merge_size) ** 2
-    lo_pixels, _ = pixel_bounds(t)
+    lo_pixels, _ = pixel_bounds(t, vision)
     now = image_geometry(t, vision).tokens
     lo_k = max(1, -(-lo_pixels // unit))
 

@@ -25,12 +25,13 @@ def meta_part_counts(model: Any, *, tower: str = ".vision_tower.", merger: str =
     return count
 
 
-def assert_tower_and_projector_match(cut: Any, class_name: str, *,
-                                     projector: str = "multi_modal_projector") -> tuple[Any, Any]:
+def assert_tower_and_projector_match(cut: Any, class_name: str, *, projector: str = "multi_modal_projector",
+                                     tower: str = "vision_tower", layers: str = "encoder.layers") -> tuple[Any, Any]:
     """The meta model transformers builds from the cut config file `cut` is `class_name`, and its tower, projector
-    and language parts' parameters and its tower's and projector's nn.Linear layers (`.vision_tower.encoder.layers`,
-    `.<projector>.`; a linear of any other part named below `vision_tower.`, as Gemma 4's patch embedder) are those
-    hpcmem's spec counts. Returns (meta model, spec)."""
+    and language parts' parameters and its tower's and projector's nn.Linear layers (`.<tower>.<layers>`,
+    `.<projector>.`; a linear of any other part named below `<tower>.`, as Gemma 4's patch embedder) are those
+    hpcmem's spec counts (GLM-4.1V: tower `visual`, layers `blocks`, projector `visual.merger`). Returns (meta model,
+    spec)."""
     import json
 
     import torch
@@ -41,12 +42,12 @@ def assert_tower_and_projector_match(cut: Any, class_name: str, *,
     spec = resolve_model(str(cut))
     assert type(model).__name__ == class_name
     ours = {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params, "language": spec.num_params}
-    assert meta_part_counts(model, tower=".vision_tower.", merger=f".{projector}.") == ours
+    assert meta_part_counts(model, tower=f".{tower}.", merger=f".{projector}.") == ours
     linears = {n.split("model.", 1)[1] for n, m in model.named_modules()
-               if isinstance(m, torch.nn.Linear) and (".vision_tower." in n or f".{projector}." in n)}
-    mine = {f"vision_tower.encoder.layers.{i}.{x.name}" for x in spec.vision.linears()
+               if isinstance(m, torch.nn.Linear) and (f".{tower}." in n or f".{projector}." in n)}
+    mine = {f"{tower}.{layers}.{i}.{x.name}" for x in spec.vision.linears()
             if x.part == "tower" for i in range(x.count)}
     mine |= {f"{projector}.{x.name}" for x in spec.vision.linears() if x.part == "merger"}
-    mine |= {f"vision_tower.{x.name}" for x in spec.vision.linears() if x.part not in ("tower", "merger")}
+    mine |= {f"{tower}.{x.name}" for x in spec.vision.linears() if x.part not in ("tower", "merger")}
     assert linears == mine
     return model, spec
