@@ -194,6 +194,13 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         h, w = vision.resized(t.image_height, t.image_width)
         return ImageGeometry(resized=(h, w), grid_thw=(1, h // vision.patch_size, w // vision.patch_size),
                              patches=vision.max_patches, tokens=vision.image_tokens(t.image_height, t.image_width))
+    if getattr(vision, "family", "") == "lfm2_vl":
+        # LFM2-VL (hpcmem.models.lfm2_vl): columns × rows tiles and a thumbnail, or one smart_resize'd image; the
+        # tower runs each padded to max_num_patches rows; grid_thw is (tiles, the resized image's patch grid)
+        _, _, (h, w) = vision.layout(t.image_height, t.image_width)
+        tiles = vision.tiles(t.image_height, t.image_width)
+        return ImageGeometry(resized=(h, w), grid_thw=(tiles, h // vision.patch_size, w // vision.patch_size),
+                             patches=tiles * vision.patches, tokens=vision.image_tokens(t.image_height, t.image_width))
     if getattr(vision, "max_num_patches", 0) and t.images_per_example > 1:
         # LLaVA-OneVision (hpcmem.models.llava_onevision): each image of a multi-image row one square tile
         g = vision.image_size // vision.patch_size
