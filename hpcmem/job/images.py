@@ -33,12 +33,12 @@ canvas whose aspect ratio fits it best and a thumbnail, or resizes it to one til
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.models.idefics3 import idefics3_tiles
 from hpcmem.models.mllama import mllama_tiles
+from hpcmem.models.tower_base import fit_pixels
 
 if TYPE_CHECKING:
     from hpcmem.models.vision import VisionSpec
@@ -134,17 +134,8 @@ def processor_kwargs(t: Any, vision: VisionSpec | None) -> dict[str, Any]:
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     """transformers 5.24 models/qwen2_vl/image_processing_qwen2_vl.py `smart_resize`, line for line: both sides
     rounded to multiples of `factor`, then scaled (aspect kept) into [min_pixels, max_pixels]."""
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    return fit_pixels(height, width, round(height / factor) * factor, round(width / factor) * factor, factor,
+                      min_pixels, max_pixels)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 from hpcmem.errors import SpecError
 from hpcmem.models.clip_tower import ClipTowerSpec
 from hpcmem.models.siglip import SIGLIP_ACTIVATIONS, SiglipTowerCounts
-from hpcmem.models.tower_base import TowerLinear, encoder_layer_linears, text_width
+from hpcmem.models.tower_base import TowerLinear, encoder_layer_linears, fit_pixels, text_width
 
 # configuration_siglip2.py `Siglip2VisionConfig`'s field defaults the tower reads (an omitted vision_config)
 SIGLIP2_DEFAULTS: dict[str, Any] = {
@@ -162,17 +162,9 @@ def lfm2_smart_resize(height: int, width: int, patch: int, factor: int, min_toke
     multiple of patch · factor (`round_by_factor`: Python's round), scaled down (floor) to at most max_tokens ·
     (patch · factor)² pixels or up (ceil) to at least min_tokens · (patch · factor)²."""
     total = patch * factor
-    lo, hi = min_tokens * total ** 2, max_tokens * total ** 2
-    h, w = max(total, round(height / total) * total), max(total, round(width / total) * total)
-    if h * w > hi:
-        beta = math.sqrt(height * width / hi)
-        h = max(total, math.floor(height / beta / total) * total)
-        w = max(total, math.floor(width / beta / total) * total)
-    elif h * w < lo:
-        beta = math.sqrt(lo / (height * width))
-        h = math.ceil(height * beta / total) * total
-        w = math.ceil(width * beta / total) * total
-    return h, w
+    return fit_pixels(height, width, max(total, round(height / total) * total),
+                      max(total, round(width / total) * total), total, min_tokens * total ** 2,
+                      max_tokens * total ** 2)
 
 
 @lru_cache(maxsize=256)
