@@ -229,6 +229,18 @@ def block_saved(job: JobSpec, v: VisionSpec, spec: ModelSpec, mb: MicroBatch, pr
     return sum(terms.values()) + proj_in + own
 
 
+def padding_mask_difference(prec: Precision, mb: MicroBatch, padded: bool, repeated: int = 0) -> int:
+    """What a tower block keeps beyond the decoder-layer terms for its own padding mask: those terms count SDPA's
+    additive bias [rows, 1, seq, seq] of the boolean mask, and k and v repeated to every head (`repeated`: the query
+    width less the kv width, under GQA: transformers' `use_gqa_in_sdpa` is false with a mask), where several rows are
+    (`MicroBatch.masked`); a tower padding its images to one row count gets a mask where a row is padded
+    (`create_bidirectional_mask` returns none for an all-ones mask under SDPA): `padded`."""
+    if padded == mb.masked:
+        return 0
+    bias = prec.act * (mb.rows * mb.seq * mb.seq + 2 * repeated * mb.tokens)
+    return bias if padded else -bias
+
+
 def layer_norm_saved(h: int, prec: Precision, frozen: bool) -> int:
     """Bytes per row one torch LayerNorm before a linear keeps: its input (cast to fp32 under autocast, where
     layer_norm is an fp32 op; else the input itself) and the fp32 mean and rstd (native_layer_norm's saved tensors,

@@ -35,7 +35,7 @@ from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, graphless_tower,
-                                    token_leaf, tower_weights, trained_parts, unused_tower)
+                                    padding_mask_difference, token_leaf, tower_weights, trained_parts, unused_tower)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -81,8 +81,7 @@ def gemma4_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
     # v_norm's fp32 upcast; SDPA's additive bias of the mask and k/v repeated to every head under GQA
     # (transformers' `use_gqa_in_sdpa`) where the images are padded, which the decoder-layer terms count where
     # several rows are (`MicroBatch.masked`)
-    masked = prec.act * (images * p * p + 2 * (v.num_heads * v.head_dim - kv) * n)
-    extra = FP32 * kv * n + (0 if padded == mb.masked else masked if padded else -masked)
+    extra = FP32 * kv * n + padding_mask_difference(prec, mb, padded, v.num_heads * v.head_dim - kv)
     block = block_saved(job, v, spec, mb, prec, v.block_params, tuple(adapted), lora) + extra
     blocks = (prec.residual * h * n,) * v.depth if gc else (block,) * v.depth
     # before the layers: input_proj's input (pixel_values cast to the weight dtype) when it trains, the adapter's own

@@ -113,7 +113,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "paligemma": "SiglipImageProcessor", "mllama": "MllamaImageProcessor",
                      "pixtral": "PixtralImageProcessor", "internvl": "GotOcr2ImageProcessor",
                      "deepseek_vl": "DeepseekVLImageProcessor", "idefics2": "Idefics2ImageProcessor",
-                     "janus": "JanusImageProcessor", "ovis2": "Ovis2ImageProcessor"}.get(
+                     "janus": "JanusImageProcessor", "ovis2": "Ovis2ImageProcessor",
+                     "lfm2_vl": "Lfm2VlImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
@@ -131,6 +132,9 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 "steps" if v.family == "pixtral" else
                 f"it resizes every image's longest edge to {v.image_size} px and pads it to a square"
                 if v.family in ("deepseek_vl", "janus") else
+                f"it fits every image to {v.min_image_tokens}..{v.max_image_tokens} image tokens and cuts a large one "
+                f"into {v.image_size}-px tiles ({v.min_tiles}..{v.max_tiles}) and a thumbnail"
+                if v.family == "lfm2_vl" else
                 f"it cuts every image into {v.image_size}-px tiles of the canvas of {v.min_patches}..{v.max_patches} "
                 "tiles that fits its aspect ratio best, plus a thumbnail" if v.family == "internvl" else
                 f"it cuts every image into {v.image_size}-px tiles of the image_grid_pinpoints resolution that fits it "

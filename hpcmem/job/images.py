@@ -35,12 +35,12 @@ taken as temporal_patch_size frames) and size bounds (hpcmem.models.glm4v `glm4v
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.models.idefics3 import idefics3_tiles
 from hpcmem.models.mllama import mllama_tiles
+from hpcmem.models.tower_base import fit_pixels
 
 if TYPE_CHECKING:
     from hpcmem.models.vision import VisionSpec
@@ -138,17 +138,8 @@ def processor_kwargs(t: Any, vision: VisionSpec | None) -> dict[str, Any]:
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     """transformers 5.24 models/qwen2_vl/image_processing_qwen2_vl.py `smart_resize`, line for line: both sides
     rounded to multiples of `factor`, then scaled (aspect kept) into [min_pixels, max_pixels]."""
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    return fit_pixels(height, width, round(height / factor) * factor, round(width / factor) * factor, factor,
+                      min_pixels, max_pixels)
 
 
 @dataclass(frozen=True)
@@ -204,6 +195,13 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         gh, gw = h // vision.patch_size, w // vision.patch_size
         return ImageGeometry(resized=(h, w), grid_thw=(1, gh, gw), patches=gh * gw,
                              tokens=gh * gw // vision.merge_unit)
+    if getattr(vision, "family", "") == "lfm2_vl":
+        # LFM2-VL (hpcmem.models.lfm2_vl): columns × rows tiles and a thumbnail, or one smart_resize'd image; the
+        # tower runs each padded to max_num_patches rows; grid_thw is (tiles, the resized image's patch grid)
+        _, _, (h, w) = vision.layout(t.image_height, t.image_width)
+        tiles = vision.tiles(t.image_height, t.image_width)
+        return ImageGeometry(resized=(h, w), grid_thw=(tiles, h // vision.patch_size, w // vision.patch_size),
+                             patches=tiles * vision.patches, tokens=vision.image_tokens(t.image_height, t.image_width))
     if getattr(vision, "max_num_patches", 0) and t.images_per_example > 1:
         # LLaVA-OneVision (hpcmem.models.llava_onevision): each image of a multi-image row one square tile
         g = vision.image_size // vision.patch_size

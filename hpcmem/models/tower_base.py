@@ -12,6 +12,7 @@ width the projector (merger, connector) hands to the language model.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hpcmem.errors import Problems
@@ -82,6 +83,23 @@ def text_width(cfg: dict, default: int) -> int:
     (the hidden_size of the text config class the outer config builds when the file names none)."""
     text = cfg.get("text_config")
     return text.get("hidden_size", default) if isinstance(text, dict) else default
+
+
+def fit_pixels(height: int, width: int, h_bar: int, w_bar: int, factor: int, min_pixels: int,
+               max_pixels: int) -> tuple[int, int]:
+    """The scaling step of the smart_resize functions (models/qwen2_vl/image_processing_qwen2_vl.py `smart_resize`,
+    models/lfm2_vl/image_processing_lfm2_vl.py `Lfm2VlImageProcessor.smart_resize`): the sides already rounded to
+    multiples of `factor` (`h_bar`, `w_bar`, each function its own way) are scaled, aspect kept, down (floor, at
+    least `factor`) into max_pixels or up (ceil) to min_pixels."""
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
 
 
 def grid_patches(image_size: int, patch_size: int) -> int:

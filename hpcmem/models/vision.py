@@ -84,6 +84,9 @@ Covered (transformers 5.24):
   per image) with its own MLP width, a position table resampled per image, post-conv and post-block RMSNorms, a Conv2d
   downsample and a gated merger (hpcmem.models.glm4v's `Glm4vTowerSpec`); its decoder `Glm4vTextModel`, whose layer is
   GLM-4's (the glm4 layout) under 3-D M-RoPE.
+- lfm2_vl (LFM2-VL) with images: a SigLIP2 NaFlex tower over tiles padded to the processor's max_num_patches rows,
+  read at last_hidden_state, under a pixel-unshuffle LayerNorm/GELU projector (hpcmem.models.lfm2_vl's
+  `Lfm2VlTowerSpec`); its decoder LFM2's short-convolution and attention layers, learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
 from hpcmem.models.gemma4 import gemma4_tower_from_config
 from hpcmem.models.glm4v import GLM4V_TEXT_DEFAULTS, glm4v_tower_from_config
 from hpcmem.models.janus import janus_tower_from_config
+from hpcmem.models.lfm2_vl import lfm2_vl_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
@@ -192,7 +196,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                           "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
                           "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo"),
-                          "gemma4": ("sft",), "glm4v": ("sft",)}
+                          "gemma4": ("sft",), "glm4v": ("sft",), "lfm2_vl": ("sft",)}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -207,7 +211,7 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                          "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
                          "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo"),
-                         "gemma4": ("sft",), "glm4v": ("sft",)}
+                         "gemma4": ("sft",), "glm4v": ("sft",), "lfm2_vl": ("sft",)}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -289,6 +293,11 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # (hpcmem.models.vlm_learned); Gemma4Config.tie_word_embeddings True
     "gemma4": TowerLayout(text="gemma4_text", defaults={}, aliases={}, norm="rms", mlp="gated", tie_default=True,
                           text_defaults={}),
+    # models/lfm2_vl: hpcmem.models.lfm2_vl reads the vision part; the decoder is what text_config names
+    # (Lfm2VlConfig's default: lfm2, a learned type: hpcmem.models.vlm_learned; an omitted text_config is Lfm2Config's
+    # defaults); Lfm2VlConfig.tie_word_embeddings True
+    "lfm2_vl": TowerLayout(text="lfm2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True,
+                           text_defaults={}),
     # models/janus: hpcmem.models.janus reads the vision and generation parts; the decoder is what text_config names
     # (JanusConfig's default: llama); JanusConfig.tie_word_embeddings True
     "janus": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
@@ -350,7 +359,7 @@ VISION_LANGUAGE["shieldgemma2"] = replace(VISION_LANGUAGE["gemma3"], tie_default
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
                      "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "idefics2", "aya_vision",
-                     "cohere2_vision", "qianfan_ocr", "janus", "video_llama_3", "ovis2")
+                     "cohere2_vision", "qianfan_ocr", "janus", "video_llama_3", "ovis2", "lfm2_vl")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -540,6 +549,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return gemma4_tower_from_config(cfg, name)
     if model_type == "glm4v":
         return glm4v_tower_from_config(cfg, name)
+    if model_type == "lfm2_vl":
+        return lfm2_vl_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "janus":

@@ -13,7 +13,8 @@ the image's tokens. The processor is transformers' own `Qwen2_5_VLProcessor` (Qw
 the torchvision one) and the word tokenizer with Qwen's four vision tokens added; the model config's
 token ids are set to the tokenizer's. Gemma 3's processor is hpcmem.trace.vision_gemma3's, Mistral 3's
 hpcmem.trace.vision_mistral3's, LightOnOCR's hpcmem.trace.vision_lighton_ocr's, VideoLLaMA3's
-hpcmem.trace.vision_video_llama_3's, Gemma 4's hpcmem.trace.vision_gemma4's, GLM-4.1V's hpcmem.trace.vision_glm4v's.
+hpcmem.trace.vision_video_llama_3's, Gemma 4's hpcmem.trace.vision_gemma4's, GLM-4.1V's hpcmem.trace.vision_glm4v's,
+LFM2-VL's hpcmem.trace.vision_lfm2_vl's (a PIL stand-in for its torchvision-only image processor).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aya_vision, vision_cohere2_vision, vision_deepseek_vl, vision_gemma3,
                           vision_gemma4, vision_glm4v, vision_idefics2, vision_idefics3, vision_internvl, vision_janus,
-                          vision_lighton_ocr, vision_llava, vision_mistral3, vision_mllama, vision_ovis2,
-                          vision_paligemma, vision_video_llama_3)
+                          vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_mistral3, vision_mllama,
+                          vision_ovis2, vision_paligemma, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -86,6 +87,8 @@ def processor(job: JobSpec) -> Any:
         return vision_gemma4.processor(job)
     if v.family == "glm4v":
         return vision_glm4v.processor(job)
+    if v.family == "lfm2_vl":
+        return vision_lfm2_vl.processor(job)
     if v.family == "janus":
         return vision_janus.processor(job)
     if v.family == "ovis2":
@@ -127,6 +130,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_gemma4.token_ids(proc)
     if vision_glm4v.is_processor(proc):
         return vision_glm4v.token_ids(proc)
+    if vision_lfm2_vl.is_processor(proc):      # its image_token is llava's "<image>": before llava's
+        return vision_lfm2_vl.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
         return vision_llava.token_ids(proc)
     if proc.__class__.__name__ == "Idefics3Processor":
@@ -164,6 +169,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_cohere2_vision.markers(job) if family == "cohere2_vision" else \
         vision_gemma4.MARKERS_PER_IMAGE if family == "gemma4" else \
         vision_glm4v.MARKERS_PER_IMAGE if family == "glm4v" else \
+        vision_lfm2_vl.markers(job) if family == "lfm2_vl" else \
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
         vision_ovis2.MARKERS_PER_IMAGE if family == "ovis2" else \
         vision_idefics2.MARKERS_PER_IMAGE if family == "idefics2" else \
