@@ -24,12 +24,11 @@ keeps.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import SpecError
-from hpcmem.models.tower_base import TowerBase, TowerLinear, grid_patches
+from hpcmem.models.tower_base import TowerBase, TowerLinear, fit_pixels, grid_patches
 
 # configuration_glm4v.py `Glm4vVisionConfig` field defaults (the GLM-4.1V-9B tower)
 GLM4V_VISION_DEFAULTS: dict[str, Any] = {
@@ -51,25 +50,14 @@ GLM4V_TEXT_DEFAULTS: dict[str, Any] = {
 def glm4v_resize(height: int, width: int, factor: int, temporal_factor: int, min_pixels: int,
                  max_pixels: int) -> tuple[int, int]:
     """transformers 5.24 models/glm4v/image_processing_glm4v.py `smart_resize` for a still image (num_frames =
-    temporal_factor, as `Glm4vImageProcessor.resize` calls it), line for line: a side under `factor` scaled up first,
-    both sides rounded to multiples of `factor`, then scaled (aspect kept) so that frames · height · width lies in
-    [min_pixels, max_pixels]."""
-    frames = temporal_factor
+    temporal_factor, as `Glm4vImageProcessor.resize` calls it): a side under `factor` scaled up first, both sides
+    rounded to multiples of `factor`, then scaled (aspect kept) so that frames · height · width lies in
+    [min_pixels, max_pixels] — the Qwen scaling step (`fit_pixels`) with the bounds per frame."""
     if height < factor or width < factor:
         scale = max(factor / height, factor / width)
         height, width = int(height * scale), int(width * scale)
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    t_bar = round(frames / temporal_factor) * temporal_factor
-    if t_bar * h_bar * w_bar > max_pixels:
-        beta = math.sqrt((frames * height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif t_bar * h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (frames * height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    return fit_pixels(height, width, round(height / factor) * factor, round(width / factor) * factor, factor,
+                      min_pixels / temporal_factor, max_pixels / temporal_factor)
 
 
 @dataclass(frozen=True, kw_only=True)
