@@ -165,7 +165,6 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     prefix = [0]
     for v in kept:
         prefix.append(prefix[-1] + v)
-    base = sum(c.bytes for c in (*resident, *gathered, *buckets, *prefetched))
     # The gated MLP's backward peaks in the product's backward (torch autograd, MulBackward0): down_proj has made the
     # product's gradient and its own weight gradient, the product's two gradients are being written, the saved
     # product is released, and the only [T, H] gradient alive is the one arriving at the layer; gate_proj's and

@@ -5,16 +5,14 @@ and the projector by hand."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
-from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
 from tests.helpers.meta_models import assert_tower_and_projector_match
+from tests.helpers.vlm_cuts import assert_refused_without_text_profile
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUT = FIXTURES / "aya-vision-L2-D2-364.json"
@@ -43,8 +41,4 @@ def test_tiles_and_image_tokens_by_hand(width, tiles):
 
 
 def test_a_text_config_without_a_learned_profile_is_refused(tmp_path):
-    cfg = json.loads(CUT.read_text())
-    cfg["text_config"]["num_hidden_layers"] = 3
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(SpecError, match="no learned profile of its text config"):
-        resolve_model(str(tmp_path / "config.json"))
+    assert_refused_without_text_profile(CUT, tmp_path, num_hidden_layers=3)

@@ -20,6 +20,7 @@ from hpcmem.models.internvl import optimal_canvas
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
 from tests.helpers.meta_models import assert_tower_and_projector_match
+from tests.helpers.vlm_cuts import assert_refused_without_text_profile, processed_one_image
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUT = FIXTURES / "cohere2-vision-L2-D2-512.json"
@@ -95,16 +96,10 @@ def test_the_processor_writes_the_spec_s_tokens(height, width):
     """Cohere2VisionProcessor (hpcmem.trace.vision_cohere2_vision) on one image: its image tokens and pixel_values'
     tiles are the spec's, its markers start, end and one line break a tile."""
     pytest.importorskip("transformers")
-    from PIL import Image
-
-    from hpcmem.trace.vision import processor
     from hpcmem.trace.vision_aya_vision import BREAK, END, START
 
     job = _job(width, height)
-    proc = processor(job)
-    out = proc(text=[proc.image_token + " t3"], images=[[Image.new("RGB", (width, height))]], return_tensors="pt")
-    ids = out["input_ids"][0]
-    g = image_geometry(job.train, job.model.vision)
+    out, ids, g, proc = processed_one_image(job, height, width)
     assert int((ids == proc.image_token_id).sum()) == g.tokens
     assert out["pixel_values"].shape[0] == g.grid_thw[0]
     counts = [int((ids == t).sum()) for t in proc.tokenizer.convert_tokens_to_ids([START, END, BREAK])]
@@ -112,11 +107,8 @@ def test_the_processor_writes_the_spec_s_tokens(height, width):
 
 
 def test_a_text_config_without_a_learned_profile_is_refused(tmp_path):
-    cfg = json.loads(CUT.read_text())
-    cfg["text_config"]["num_hidden_layers"] = 3
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(SpecError, match="no learned profile of its text config"):
-        resolve_model(str(tmp_path / "config.json"))
+    assert_refused_without_text_profile(CUT, tmp_path, num_hidden_layers=3)
+
 
 
 def test_the_pooling_head_is_refused(tmp_path):

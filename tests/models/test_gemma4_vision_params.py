@@ -17,6 +17,7 @@ from hpcmem.models.gemma4 import gemma4_resized
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
 from tests.helpers.meta_models import assert_tower_and_projector_match
+from tests.helpers.vlm_cuts import processed_one_image
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUT = FIXTURES / "gemma4-L2-D2.json"
@@ -61,16 +62,10 @@ def test_the_processor_writes_the_spec_s_tokens(height, width):
     """Gemma4Processor (hpcmem.trace.vision_gemma4) on one image: its image tokens are the spec's, one boi and one
     eoi around them, and pixel_values one image padded to 280 · 9 = 2,520 patch rows of 3 · 16² values."""
     pytest.importorskip("transformers")
-    from PIL import Image
-
-    from hpcmem.trace.vision import processor
     from hpcmem.trace.vision_gemma4 import BOI, EOI
 
     job = _job(height, width)
-    proc = processor(job)
-    out = proc(text=[proc.image_token + " t3"], images=[[Image.new("RGB", (width, height))]], return_tensors="pt")
-    ids = out["input_ids"][0]
-    g = image_geometry(job.train, job.model.vision)
+    out, ids, g, proc = processed_one_image(job, height, width)
     assert int((ids == proc.image_token_id).sum()) == g.tokens
     assert [int((ids == t).sum()) for t in proc.tokenizer.convert_tokens_to_ids([BOI, EOI])] == [1, 1]
     assert tuple(out["pixel_values"].shape) == (1, g.patches, 768) == (1, 2520, 768)

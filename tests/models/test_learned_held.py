@@ -13,7 +13,7 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.spec import TrainSpec
 from hpcmem.models.profile import Envelope, Poly, profile_from_dict, profile_to_dict, spec_from_profile
 from hpcmem.models.profile import fit_poly
-from hpcmem.trace.learn import ROWS, envelope
+from hpcmem.trace.learn import envelope
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "learned-profile-tiny.json"
 SEQS, ROWS = (512, 2048, 8192), 2

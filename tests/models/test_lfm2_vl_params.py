@@ -18,6 +18,7 @@ from hpcmem.job.images import image_geometry
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
 from tests.helpers.meta_models import assert_tower_and_projector_match
+from tests.helpers.vlm_cuts import assert_refused_without_text_profile, processed_one_image
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUT = FIXTURES / "lfm2-vl-L2-D2.json"
@@ -112,17 +113,11 @@ def test_the_processor_writes_the_spec_s_tokens(height, width):
     """Lfm2VlProcessor around the PIL stand-in (hpcmem.trace.vision_lfm2_vl) on one image: its image tokens, pixel
     rows, unpadded rows and markers are the spec's."""
     pytest.importorskip("transformers")
-    from PIL import Image
-
-    from hpcmem.trace.vision import processor
     from hpcmem.trace.vision_lfm2_vl import END, START, THUMBNAIL, markers
 
     job = _job(height, width)
     v = job.model.vision
-    proc = processor(job)
-    out = proc(text=[proc.image_token + " t3"], images=[[Image.new("RGB", (width, height))]], return_tensors="pt")
-    ids = out["input_ids"][0]
-    g = image_geometry(job.train, v)
+    out, ids, g, proc = processed_one_image(job, height, width)
     assert int((ids == proc.image_token_id).sum()) == g.tokens
     assert tuple(out["pixel_values"].shape) == (g.grid_thw[0], 1024, 768)
     assert bool((out["pixel_attention_mask"] == 0).any()) is v.padded(height, width)
@@ -132,12 +127,9 @@ def test_the_processor_writes_the_spec_s_tokens(height, width):
 
 
 def test_a_text_config_without_a_learned_profile_is_refused(tmp_path):
-    cfg = json.loads(CUT.read_text())
-    cfg["text_config"]["num_hidden_layers"] = 3
-    cfg["text_config"]["layer_types"] = ["conv", "full_attention", "conv"]
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(SpecError, match="no learned profile of its text config"):
-        resolve_model(str(tmp_path / "config.json"))
+    assert_refused_without_text_profile(CUT, tmp_path, num_hidden_layers=3,
+                                        layer_types=["conv", "full_attention", "conv"])
+
 
 
 def test_the_pooling_head_is_refused(tmp_path):

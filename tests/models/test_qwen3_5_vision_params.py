@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
 from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.vlm_cuts import assert_refused_without_text_profile
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUTS = {"Qwen3_5ForConditionalGeneration": FIXTURES / "qwen3_5-defaults-L2-D2.json",
@@ -106,9 +106,5 @@ def test_896_px_by_hand():
 
 
 def test_a_text_config_without_a_learned_profile_is_refused(tmp_path):
-    cfg = json.loads(CUTS["Qwen3_5ForConditionalGeneration"].read_text())
-    cfg["text_config"]["num_hidden_layers"] = 3
-    cfg["text_config"]["layer_types"] = ["linear_attention", "linear_attention", "full_attention"]
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(SpecError, match="no learned profile of its text config"):
-        resolve_model(str(tmp_path / "config.json"))
+    assert_refused_without_text_profile(CUTS["Qwen3_5ForConditionalGeneration"], tmp_path, num_hidden_layers=3,
+                                        layer_types=["linear_attention", "linear_attention", "full_attention"])
