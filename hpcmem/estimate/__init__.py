@@ -190,7 +190,7 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
     if shared is not None and not shared.serves(job):
         raise ValueError("estimate: the shared step was worked out for another job")
     st = shared or shared_step(job)
-    prec, mb, lora, states, extras = st.prec, st.mb, st.lora, st.states, st.extras
+    prec, mb, lora, extras = st.prec, st.mb, st.lora, st.extras
     tails_bytes, tails_note = block_tails(job, prec, lora)
     tails = (Component(name=TAILS, bytes=tails_bytes, note=tails_note),) if tails_bytes else ()
     phases = [Phase(name=p.name, components=(*p.components, *tails)) for p in st.phases] if tails else \

@@ -49,7 +49,6 @@ from hpcmem.estimate.loss import logits_tile
 from hpcmem.estimate.names import (
     AUTOCAST_CACHE,
     BACKWARD,
-    FORWARD,
     GRADIENTS,
     OPTIMIZER_STATES,
     OPTIMIZER_STEP,

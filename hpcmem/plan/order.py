@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from itertools import groupby
 from operator import itemgetter
-from typing import Iterator, NamedTuple, Sequence
+from typing import Iterator, Sequence
 
 from hpcmem.plan.knobs import Knobs, Space
 from hpcmem.plan.speed import Speeds
