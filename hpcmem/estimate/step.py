@@ -83,8 +83,13 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         kept = [act.checkpoint_bytes(m, mb, prec)] * L
         mode = "full checkpointing"
     rope = 2 * mb.tokens * m.head_dim * prec.residual
-    final_norm = (4 + prec.residual) * m.hidden_size * mb.tokens
-    outside = rope + final_norm + loss.saved + act.mask_bytes(mb, m, job.train.attn_implementation)
+    # the final norm keeps its fp32 input, and its normalised output for its weight's gradient unless the weight is
+    # frozen (LoRA: the layers' norms' rule, hpcmem.estimate.activations `_norm_saved`)
+    final_norm = (4 + (0 if lora.enabled else prec.residual)) * m.hidden_size * mb.tokens
+    # the 4-D mask lives while the decoder's forward runs (a local of the model's forward, handed to every layer);
+    # only checkpointing keeps it past that, as an input of every layer's recompute
+    mask = act.mask_bytes(mb, m, job.train.attn_implementation) if t.gradient_checkpointing else 0
+    outside = rope + final_norm + loss.saved + mask
     host = 0
     on_gpu_cap = None                   # activation offloading: at most this many saved bytes stay on the GPU
     if t.activation_offloading:
@@ -157,7 +162,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
             kept={mod.leaf: lora.module_saved(mod, mb.tokens, prec) for mod in lora.modules("mlp")})
     lora_attention_t = lora_backward_transient(lora, mb.tokens, prec, "attention")
     # inputs kept for the recompute
-    held = rope + (act.mask_bytes(mb, m, job.train.attn_implementation) if t.gradient_checkpointing else 0)
+    held = rope + mask
     # under selective checkpointing the recompute does not run the attention op again: torch's
     # _CachedTorchDispatchMode (torch/utils/checkpoint.py) hands back the MUST_SAVE outputs already counted in `kept`
     sac_cached = act.sac_saved_attention(m, mb, prec, t.attn_implementation) \
