@@ -78,10 +78,10 @@ def teacher_pass(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
     q, kv = t.num_attention_heads * t.head_dim, t.num_key_value_heads * t.head_dim
     attention = (act * mb.rows * mb.seq * mb.seq
                  + mb.tokens * act * (2 * q + 2 * kv + (2 * q if kv != q else 0))) if mb.masked else 0
-    # the teacher's mask has the student's shape: without checkpointing the student's is gone by now (nothing saves
-    # the boolean mask) and the step's count of it (hpcmem.estimate.step `outside`) stands for the teacher's; with
-    # checkpointing the student's stays for the recompute, beside the teacher's
-    own_mask = mask_bytes(mb) if job.train.gradient_checkpointing else 0
+    # the teacher builds its own mask of the student's shape, alive through its pass; the student's is gone by now
+    # without checkpointing (a local of its forward), and with checkpointing it stays for the recompute, beside it
+    # (hpcmem.estimate.step counts the student's then)
+    own_mask = mask_bytes(mb)
     return 3 * hidden + max(mlp, attention) + 2 * mb.tokens * t.head_dim * FP32 + own_mask
 
 
