@@ -35,7 +35,7 @@ from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, graphless_tower,
-                                    padding_mask_difference, token_leaf, tower_weights, trained_parts, unused_tower)
+                                    layer_norm_saved, padding_mask_difference, token_leaf, tower_weights, trained_parts, unused_tower)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -109,3 +109,60 @@ def gemma4_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
                        block_backward=hidden_t + max(mlp_t + adapter_t if gc else max(mlp_t, adapter_t), scores_t),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=n,
                        image_tokens=tokens, trained=what)
+
+
+def gemma4_unified_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
+    """Gemma 4 unified's encoder-free embedder (hpcmem.models.gemma4 `Gemma4UnifiedTowerSpec`;
+    modular_gemma4_unified.py `Gemma4UnifiedVisionEmbedder.forward`, `Gemma4UnifiedModel.get_image_features`):
+    pixel_values [images, S, pd] fp32 (S = max_soft_tokens rows, pd = (patch · k)² · 3) cast to the weight dtype →
+    patch_ln1 → patch_dense → patch_ln2 → + the gathered x/y position rows times the validity mask, summed → pos_norm
+    → the weightless Gemma4RMSNorm (fp32) → embedding_projection on all N = images · S rows → the boolean index that
+    drops the padding rows → masked_scatter. No blocks: everything it keeps is the connector's (`merger_saved`)."""
+    v = job.model.vision
+    images, n = image_rows(job)
+    adapted, _, weights = tower_weights(job, v, prec, lora)
+    r, w, trained = job.train.lora_r, prec.weight, not lora.enabled
+    gc = job.train.gradient_checkpointing
+    if images == 0:
+        return unused_tower(weights)
+    g = image_geometry(job.train, v)
+    d, pd, tokens = v.hidden_size, v.patch_dim, images * g.tokens
+    pixels = n * pd * FP32
+    if lora.enabled and not adapted:
+        return graphless_tower(weights=weights, pixels=pixels, patches=n, image_tokens=tokens,
+                               saved=token_leaf(job, prec) if gc else 0,
+                               why="no checkpointing" if not gc else "nothing hooks its embedder")
+    gbytes = w if trained else lora.adapter_bytes
+    a = prec.act if prec.amp else lora.adapter_bytes
+    embed_adapters = [x for x in adapted if x.part == "embed"]
+    merger_adapters = [x for x in adapted if x.part == "merger"]
+    embed = v.embed_params if trained else sum(r * (x.in_features + x.out_features) for x in embed_adapters)
+    merger = v.merger_params if trained else sum(r * (x.in_features + x.out_features) for x in merger_adapters)
+    trainable = embed + merger
+    grads = trainable * gbytes
+    opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
+    # patch_ln1 (its input, the cast pixels, and its stats; its output, patch_dense's input, when patch_dense
+    # trains) only when it trains: under LoRA nothing before patch_dense's adapter needs a gradient
+    ln1 = layer_norm_saved(pd, prec, frozen=False) * n if trained else 0
+    # patch_ln2 and pos_norm: their inputs and stats (the graph runs through both from patch_dense on)
+    norms = 2 * layer_norm_saved(d, prec, frozen=True) * n
+    # the position lookup: its int64 [N, 2] index and, when the table trains, the validity mask the mul keeps
+    positions = 2 * INT64 * n + (2 * w * n if trained else 0)
+    # embed_vision's RMSNorm keeps its fp32 upcast over N rows, the projection its input when it trains; the
+    # padding rows' boolean mask
+    proj = FP32 * d * n + (prec.act * d * n if trained else 0) + n
+    # patch_dense's adapter keeps lora_A's input and output but no dropout mask: its input (patch_ln1's output) needs
+    # no gradient, so peft's dropout saves none
+    embed_saved = sum(x.in_features * a + lora.r * a for x in embed_adapters) * n if embed_adapters else 0
+    saved = (ln1 + norms + positions + proj + embed_saved + adapters_saved(merger_adapters, n, prec, lora)
+             + (token_leaf(job, prec) if gc and lora.enabled else 0))
+    # alive in the forward with the model's output (Gemma4UnifiedModelOutputWithPast.image_outputs): pos_norm's output
+    # (last_hidden_state, fp32 under autocast, where layer_norm is an fp32 op) and the image tokens' rows
+    # (pooler_output, split views of one [T, text width] tensor); Gemma4UnifiedModel.forward's `image_features`, the
+    # torch.cat copy of them that masked_scatter reads, a local until the forward returns
+    forward_only = (FP32 if prec.amp else prec.residual) * d * n + 2 * prec.act * v.out_hidden_size * tokens
+    what = ("embedder trained (full fine-tuning)" if trained else
+            f"frozen; LoRA on {len(adapted)} of its linear kinds")
+    return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,
+                       merger_saved=saved, blocks_saved=(), block_full=0, block_backward=0, block_grads=0,
+                       merger_grads=grads, patches=n, image_tokens=tokens, trained=what, forward_only=forward_only)

@@ -39,7 +39,7 @@ from hpcmem.estimate.vision_vipllava import vipllava_terms
 from hpcmem.estimate.vision_video_llama_3 import video_llama_3_terms
 from hpcmem.estimate.vision_mllama import mllama_terms
 from hpcmem.estimate.vision_ovis2 import ovis2_terms
-from hpcmem.estimate.vision_gemma4 import gemma4_terms
+from hpcmem.estimate.vision_gemma4 import gemma4_terms, gemma4_unified_terms
 from hpcmem.estimate.vision_glm4v import glm4v_terms
 from hpcmem.estimate.vision_lfm2_vl import lfm2_vl_terms
 from hpcmem.job.image_rules import image_rows
@@ -48,7 +48,7 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.aya_vision import AyaVisionTowerSpec
 from hpcmem.models.clip_tower import ClipTowerSpec
-from hpcmem.models.gemma4 import Gemma4TowerSpec
+from hpcmem.models.gemma4 import Gemma4TowerSpec, Gemma4UnifiedTowerSpec
 from hpcmem.models.glm4v import Glm4vTowerSpec
 from hpcmem.models.idefics2 import Idefics2TowerSpec
 from hpcmem.models.idefics3 import Idefics3TowerSpec
@@ -97,6 +97,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return ovis2_terms(job, prec, lora)
     if isinstance(job.model.vision, Gemma4TowerSpec):
         return gemma4_terms(job, prec, lora)
+    if isinstance(job.model.vision, Gemma4UnifiedTowerSpec):
+        return gemma4_unified_terms(job, prec, lora)
     if isinstance(job.model.vision, Glm4vTowerSpec):
         return glm4v_terms(job, prec, lora)
     return vision_terms(job, prec, lora)

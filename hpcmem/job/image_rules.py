@@ -194,14 +194,15 @@ def _gemma4_problems(job: Job) -> list[str]:
     config with use_bidirectional_attention builds blockwise masks over the image tokens (modeling_gemma4.py
     `create_masks_for_vision_model`), which its learned text profile, traced on text alone, does not hold."""
     t, v, out = job.train, job.model.vision, []
-    if getattr(v, "family", "") != "gemma4":
+    family = getattr(v, "family", "")
+    if family not in ("gemma4", "gemma4_unified"):
         return out
     if t.min_pixels is not None or t.max_pixels is not None:
-        out.append("min_pixels/max_pixels on gemma4: Gemma4ImageProcessor fits each image to max_soft_tokens · "
+        out.append(f"min_pixels/max_pixels on {family}: Gemma4ImageProcessor fits each image to max_soft_tokens · "
                    f"{v.merge_unit} patches ({v.max_soft_tokens} soft tokens; a `max_soft_tokens` key in the model "
                    "config sets it), not to pixel bounds")
     if v.text_bidirectional is not None:
-        out.append(f"text_config.use_bidirectional_attention {v.text_bidirectional!r} on gemma4 with images: the "
+        out.append(f"text_config.use_bidirectional_attention {v.text_bidirectional!r} on {family} with images: the "
                    "blockwise masks Gemma4Model builds over each image's tokens are not modelled (its learned text "
                    "profile is traced on causal text)")
     return out

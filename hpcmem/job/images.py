@@ -183,9 +183,10 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         side = vision.image_size // vision.patch_size
         return ImageGeometry(resized=(rows * vision.tile, cols * vision.tile), grid_thw=(tiles, side, side),
                              patches=tiles * vision.patches, tokens=tiles * vision.tokens_per_image)
-    if getattr(vision, "family", "") == "gemma4":
+    if getattr(vision, "family", "") in ("gemma4", "gemma4_unified"):
         # Gemma 4 (hpcmem.models.gemma4): the aspect-ratio resize's grid; the tower runs every image padded to
-        # max_soft_tokens · k² rows, the text holds the resized grid's soft tokens
+        # max_soft_tokens · k² rows (Gemma 4 unified's embedder: max_soft_tokens merged rows), the text holds the
+        # resized grid's soft tokens
         h, w = vision.resized(t.image_height, t.image_width)
         return ImageGeometry(resized=(h, w), grid_thw=(1, h // vision.patch_size, w // vision.patch_size),
                              patches=vision.max_patches, tokens=vision.image_tokens(t.image_height, t.image_width))

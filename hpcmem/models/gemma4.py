@@ -192,3 +192,124 @@ def gemma4_tower_from_config(cfg: dict[str, Any], name: str) -> Gemma4TowerSpec 
         max_soft_tokens=cfg.get("max_soft_tokens", GEMMA4_MAX_SOFT_TOKENS),
         text_bidirectional=text.get("use_bidirectional_attention") if isinstance(text := cfg.get("text_config"),
                                                                                  dict) else None)
+
+
+# configuration_gemma4_unified.py `Gemma4UnifiedVisionConfig`'s field defaults
+GEMMA4_UNIFIED_VISION_DEFAULTS: dict[str, Any] = {
+    "patch_size": 16, "pooling_kernel_size": 3, "mm_embed_dim": 3840, "mm_posemb_size": 1120, "output_proj_dims": 3840}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gemma4UnifiedTowerSpec(TowerBase):
+    """Gemma 4 unified's (model_type "gemma4_unified") encoder-free vision embedder (transformers 5.24
+    models/gemma4_unified/modular_gemma4_unified.py `Gemma4UnifiedVisionEmbedder`): no encoder layers (`depth` 0).
+    Each merged k × k patch of (patch_size · k)² · 3 pixels is one row: `patch_ln1` (LayerNorm over those pixels) →
+    `patch_dense` (nn.Linear to mm_embed_dim, with bias) → `patch_ln2` → plus the x and y rows of `pos_embedding`
+    [mm_posemb_size, 2, mm_embed_dim] (zero on padding) → `pos_norm` → `multimodal_embedder`
+    (`Gemma4UnifiedMultimodalEmbedder`: a weightless Gemma4RMSNorm over output_proj_dims and `embedding_projection`,
+    nn.Linear(output_proj_dims, text width, bias=False)) on every padded row; `Gemma4UnifiedModel.get_image_features`
+    then drops the padding rows by a boolean index. The processor (`Gemma4UnifiedImageProcessor._preprocess`) resizes
+    as Gemma 4's (`gemma4_resized` with max_soft_tokens · k² patches), patchifies at patch_size, merges each k × k
+    block into one row (`patches_merge`) and pads to max_soft_tokens rows: one row per image token."""
+
+    pooling_kernel_size: int
+    mm_posemb_size: int
+    output_proj_dims: int
+    max_soft_tokens: int = GEMMA4_MAX_SOFT_TOKENS
+    text_bidirectional: str | None = None     # as Gemma4TowerSpec's (Gemma4UnifiedModel.forward reads it alike)
+    image_size: int = 0
+    norm: str = "layer"
+    mlp: str = "fc"
+    fixed_resolution: bool = False
+    deepstack_visual_indexes: tuple[int, ...] = ()
+    family: str = "gemma4_unified"
+    hooked_input: bool = False    # the embedder is no input embedding: enable_input_require_grads hooks none of it
+
+    def __post_init__(self) -> None:
+        p = Problems()
+        check_counts(p, self, ("hidden_size", "patch_size", "pooling_kernel_size", "mm_posemb_size",
+                               "output_proj_dims", "out_hidden_size"))
+        p.check(self.max_soft_tokens in GEMMA4_SOFT_TOKENS, f"max_soft_tokens {self.max_soft_tokens!r} must be one "
+                f"of {GEMMA4_SOFT_TOKENS} (image_processing_gemma4_unified.py _SUPPORTED_SOFT_TOKENS)")
+        p.check(self.output_proj_dims == self.hidden_size, f"vision_config.output_proj_dims {self.output_proj_dims} "
+                f"≠ mm_embed_dim {self.hidden_size}: the embedder's projection would not take pos_norm's output")
+        p.raise_if_any()
+
+    @property
+    def patch_dim(self) -> int:
+        """Values per row of pixel_values: a merged patch, (patch_size · k)² · 3 (`model_patch_size`)."""
+        return self.in_channels * (self.patch_size * self.pooling_kernel_size) ** 2
+
+    @property
+    def max_patches(self) -> int:
+        """Rows of pixel_values per image: max_soft_tokens, every image padded to it (`pad_along_first_dim`)."""
+        return self.max_soft_tokens
+
+    @property
+    def merge_unit(self) -> int:
+        """Patch-size patches one row (one soft token) merges: pooling_kernel_size²."""
+        return self.pooling_kernel_size ** 2
+
+    def resized(self, height: int, width: int) -> tuple[int, int]:
+        """The processor's resize of one image: Gemma 4's (`gemma4_resized`) at max_soft_tokens · k² patches."""
+        return gemma4_resized(height, width, self.patch_size, self.max_soft_tokens * self.merge_unit,
+                              self.pooling_kernel_size)
+
+    def image_tokens(self, height: int, width: int) -> int:
+        """Soft tokens of one image: its merged rows (`num_soft_tokens_per_image`)."""
+        h, w = self.resized(height, width)
+        return (h // self.patch_size) * (w // self.patch_size) // self.merge_unit
+
+    def linears(self) -> tuple[TowerLinear, ...]:
+        """The embedder's two nn.Linears (peft's "all-linear" wraps both): patch_dense ("embed", with bias) and
+        embedding_projection ("merger", none)."""
+        return (TowerLinear(name="patch_dense", in_features=self.patch_dim, out_features=self.hidden_size, count=1,
+                            part="embed"),
+                TowerLinear(name="embedding_projection", in_features=self.output_proj_dims,
+                            out_features=self.out_hidden_size, count=1, part="merger", bias=False))
+
+    @property
+    def embed_params(self) -> int:
+        """patch_ln1, patch_dense, patch_ln2, pos_embedding and pos_norm."""
+        pd, d = self.patch_dim, self.hidden_size
+        return 2 * pd + pd * d + d + 2 * d + 2 * self.mm_posemb_size * d + 2 * d
+
+    @property
+    def block_params(self) -> int:
+        return 0
+
+    @property
+    def tower_params(self) -> int:
+        return self.embed_params
+
+    @property
+    def merger_params(self) -> int:
+        """embedding_projection (the pre-projection RMSNorm has no weight)."""
+        return self.output_proj_dims * self.out_hidden_size
+
+    @property
+    def num_params(self) -> int:
+        return self.tower_params + self.merger_params
+
+
+def gemma4_unified_tower_from_config(cfg: dict[str, Any], name: str) -> Gemma4UnifiedTowerSpec | None:
+    """The Gemma4UnifiedTowerSpec of a gemma4_unified config.json dict (None without a vision_config:
+    Gemma4UnifiedModel builds no embed_vision); keys it omits take Gemma4UnifiedVisionConfig's defaults."""
+    raw = cfg.get("vision_config")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
+    if raw.get("model_type", "gemma4_unified_vision") != "gemma4_unified_vision":
+        raise SpecError(f"model {name}: gemma4_unified's vision_config.model_type {raw.get('model_type')!r} is not "
+                        "gemma4_unified_vision")
+    vc = {**GEMMA4_UNIFIED_VISION_DEFAULTS, **raw}
+    text = cfg.get("text_config")
+    # Gemma4UnifiedTextConfig's class default is "vision"
+    bidirectional = text.get("use_bidirectional_attention", "vision") if isinstance(text, dict) else "vision"
+    return Gemma4UnifiedTowerSpec(
+        model_type="gemma4_unified", depth=0, hidden_size=vc["mm_embed_dim"], intermediate_size=0, num_heads=0,
+        in_channels=3, patch_size=vc["patch_size"], out_hidden_size=text_width(cfg, GEMMA4_TEXT_HIDDEN),
+        hidden_act="", pooling_kernel_size=vc["pooling_kernel_size"], mm_posemb_size=vc["mm_posemb_size"],
+        output_proj_dims=vc["output_proj_dims"], max_soft_tokens=cfg.get("max_soft_tokens", GEMMA4_MAX_SOFT_TOKENS),
+        text_bidirectional=bidirectional)

@@ -80,6 +80,9 @@ Covered (transformers 5.24):
 - gemma4 (Gemma 4) with images: its own encoder (sandwich RMSNorms, q/k/v norms, 2-D rotary, gated MLP) over each
   image's patches padded to max_soft_tokens · k², a k × k average pooler and an RMSNorm + Linear embedder
   (hpcmem.models.gemma4's `Gemma4TowerSpec`); its decoder Gemma 4's text model, learned (hpcmem.models.vlm_learned).
+- gemma4_unified (Gemma 4 unified) with images: no encoder; an embedder of merged k × k patches (LayerNorm, Linear,
+  LayerNorm, a factorized position table, LayerNorm, RMSNorm + Linear) over max_soft_tokens rows per image
+  (hpcmem.models.gemma4's `Gemma4UnifiedTowerSpec`); its decoder Gemma4UnifiedTextModel, learned.
 - glm4v (GLM-4.1V) with images: Qwen2.5-VL's block layout (RMSNorms, fused qkv, gated MLP, 2-D rotary, full attention
   per image) with its own MLP width, a position table resampled per image, post-conv and post-block RMSNorms, a Conv2d
   downsample and a gated merger (hpcmem.models.glm4v's `Glm4vTowerSpec`); its decoder `Glm4vTextModel`, whose layer is
@@ -107,7 +110,7 @@ from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.aya_vision import aya_vision_tower_from_config
 from hpcmem.models.cohere2_vision import cohere2_vision_tower_from_config
 from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
-from hpcmem.models.gemma4 import gemma4_tower_from_config
+from hpcmem.models.gemma4 import gemma4_tower_from_config, gemma4_unified_tower_from_config
 from hpcmem.models.glm4v import GLM4V_TEXT_DEFAULTS, glm4v_tower_from_config
 from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.lfm2_vl import lfm2_vl_tower_from_config
@@ -196,7 +199,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                           "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
                           "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo"),
-                          "gemma4": ("sft",), "glm4v": ("sft",), "lfm2_vl": ("sft",)}
+                          "gemma4": ("sft",), "gemma4_unified": ("sft",), "glm4v": ("sft",),
+                          "lfm2_vl": ("sft",)}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl_moe": ("sft",),
@@ -211,7 +215,8 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                          "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
                          "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo"),
-                         "gemma4": ("sft",), "glm4v": ("sft",), "lfm2_vl": ("sft",)}
+                         "gemma4": ("sft",), "gemma4_unified": ("sft",), "glm4v": ("sft",),
+                         "lfm2_vl": ("sft",)}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
     # configuration_qwen2_5_vl.py `Qwen2_5_VLVisionConfig`
@@ -293,6 +298,11 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # (hpcmem.models.vlm_learned); Gemma4Config.tie_word_embeddings True
     "gemma4": TowerLayout(text="gemma4_text", defaults={}, aliases={}, norm="rms", mlp="gated", tie_default=True,
                           text_defaults={}),
+    # models/gemma4_unified: hpcmem.models.gemma4 reads its encoder-free vision embedder; Gemma4UnifiedConfig's
+    # text_config is always a Gemma4UnifiedTextConfig (class defaults when omitted), a learned type
+    # (hpcmem.models.vlm_learned); Gemma4UnifiedConfig.tie_word_embeddings True
+    "gemma4_unified": TowerLayout(text="gemma4_unified_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                  tie_default=True, text_defaults={}),
     # models/lfm2_vl: hpcmem.models.lfm2_vl reads the vision part; the decoder is what text_config names
     # (Lfm2VlConfig's default: lfm2, a learned type: hpcmem.models.vlm_learned; an omitted text_config is Lfm2Config's
     # defaults); Lfm2VlConfig.tie_word_embeddings True
@@ -547,6 +557,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return cohere2_vision_tower_from_config(cfg, name)
     if model_type == "gemma4":
         return gemma4_tower_from_config(cfg, name)
+    if model_type == "gemma4_unified":
+        return gemma4_unified_tower_from_config(cfg, name)
     if model_type == "glm4v":
         return glm4v_tower_from_config(cfg, name)
     if model_type == "lfm2_vl":

@@ -85,6 +85,8 @@ def processor(job: JobSpec) -> Any:
         return vision_cohere2_vision.processor(job)
     if v.family == "gemma4":
         return vision_gemma4.processor(job)
+    if v.family == "gemma4_unified":
+        return vision_gemma4.unified_processor(job)
     if v.family == "glm4v":
         return vision_glm4v.processor(job)
     if v.family == "lfm2_vl":
@@ -167,7 +169,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_deepseek_vl.MARKERS_PER_IMAGE if family == "deepseek_vl" else \
         vision_aya_vision.markers(job) if family == "aya_vision" else \
         vision_cohere2_vision.markers(job) if family == "cohere2_vision" else \
-        vision_gemma4.MARKERS_PER_IMAGE if family == "gemma4" else \
+        vision_gemma4.MARKERS_PER_IMAGE if family in ("gemma4", "gemma4_unified") else \
         vision_glm4v.MARKERS_PER_IMAGE if family == "glm4v" else \
         vision_lfm2_vl.markers(job) if family == "lfm2_vl" else \
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
