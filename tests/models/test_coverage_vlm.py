@@ -49,7 +49,7 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     for name in ("aria",):      # VLMs users fine-tune
         assert by_type[name]["status"] == "refused" and "not modelled" in by_type[name]["reason"], name
     # a learned text part (hpcmem.models.vlm_learned): SFT traced, DPO/GRPO/RLOO refused
-    for name in ("aya_vision", "cohere2_vision", "gemma4", "lfm2_vl"):
+    for name in ("aya_vision", "cohere2_vision", "gemma4", "gemma4_unified", "lfm2_vl"):
         assert by_type[name]["status"] == "derived" and "traced: SFT)" in by_type[name]["reason"] \
             and "DPO/GRPO/RLOO with images refused" in by_type[name]["reason"], name
     # GLM-4.1V on the glm4 layout: SFT traced; glm46v and glmga build its classes but no case backs them
