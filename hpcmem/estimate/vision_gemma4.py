@@ -1,4 +1,5 @@
-"""Gemma 4's vision encoder, pooler and embedder in a vision-language SFT job (hpcmem.models.gemma4): their states,
+"""Gemma 4's vision encoder, pooler and embedder in a vision-language SFT job (hpcmem.models.gemma4; Gemma 4
+unified's encoder-free embedder in `gemma4_unified_terms`): their states,
 what their forward keeps for the backward, and the encoder's backward, as hpcmem.estimate.vision's `VisionTerms`,
 which `with_vision` places in the learned text part's phases (hpcmem.models.vlm_learned).
 
@@ -35,7 +36,8 @@ from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, graphless_tower,
-                                    layer_norm_saved, padding_mask_difference, token_leaf, tower_weights, trained_parts, unused_tower)
+                                    layer_norm_saved, padding_mask_difference, token_leaf, tower_weights, trained_parts,
+                                    unused_tower)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
