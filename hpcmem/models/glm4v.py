@@ -1,4 +1,5 @@
-"""Glm4vTowerSpec: GLM-4.1V's (model_type "glm4v"; "glm46v" and "glmga" build the same classes) vision tower and
+"""Glm4vTowerSpec: GLM-4.1V's (model_type "glm4v"; "glm46v" and "glmga" build the same classes from glm4v_vision /
+glm4v_text sub-configs) vision tower and
 patch merger, as its config.json's `vision_config` describes them, their linear layers and parameter count
 (transformers 5.24 models/glm4v/modeling_glm4v.py), and the image processor's resize (image_processing_glm4v.py
 `smart_resize`). hpcmem.models.vision registers it for glm4v; hpcmem.estimate.vision_glm4v sizes what its forward
@@ -38,6 +39,10 @@ GLM4V_VISION_DEFAULTS: dict[str, Any] = {
 # image_processing_glm4v.py `Glm4vImageProcessor.size`: what min_pixels / max_pixels None stand for
 GLM4V_MIN_PIXELS = 112 * 112
 GLM4V_MAX_PIXELS = 28 * 28 * 15000
+# types whose config builds its parts by sub-config model_type (modular_glm46v.py `Glm46VConfig`, modular_glmga.py
+# `GlmgaConfig(Glm46VConfig)`), and the types of glm4v's own classes
+GLM46V_TYPES = ("glm46v", "glmga")
+SUB_CONFIG_TYPES = {"vision_config": "glm4v_vision", "text_config": "glm4v_text"}
 # configuration_glm4v.py `Glm4vTextConfig` field defaults, what a text_config key it omits takes (hpcmem builds the
 # decoder with the glm4 layout: Glm4vTextDecoderLayer is Glm4DecoderLayer's computation). Glm4vTextAttention hard-codes
 # q/k/v bias on and o_proj's off and reads head_dim as hidden_size // num_attention_heads whatever the config says
@@ -149,10 +154,19 @@ class Glm4vTowerSpec(TowerBase):
 
 def glm4v_tower_from_config(cfg: dict[str, Any], name: str) -> Glm4vTowerSpec:
     """The Glm4vTowerSpec of a glm4v / glm46v / glmga config.json dict; keys vision_config omits take
-    Glm4vVisionConfig's defaults."""
+    Glm4vVisionConfig's defaults. glm46v and glmga build their sub-configs by model_type (`Glm46VConfig`
+    sub_configs_defaults, `Glm46VModel.__init__`: `AutoModel.from_config`): another type than glm4v_vision /
+    glm4v_text (GLM-4.6V's glm4v_moe_text: GLM-4.5V's MoE decoder) is not the model hpcmem builds, and is refused."""
     raw = cfg.get("vision_config")
     if raw is not None and not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
+    if cfg.get("model_type") in GLM46V_TYPES:
+        for key, expected in SUB_CONFIG_TYPES.items():
+            sub = cfg.get(key)
+            got = sub.get("model_type", expected) if isinstance(sub, dict) else expected
+            if got != expected:
+                raise SpecError(f"model {name}: {cfg['model_type']} {key}.model_type {got!r}: hpcmem models "
+                                f"{cfg['model_type']} with {expected} (glm4v's classes) only")
     vc = {**GLM4V_VISION_DEFAULTS, **(raw or {})}
     if isinstance(vc["image_size"], (list, tuple)):
         raise SpecError(f"model {name}: vision_config.image_size {vc['image_size']!r}: hpcmem reads a square "

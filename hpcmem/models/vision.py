@@ -87,6 +87,8 @@ Covered (transformers 5.24):
   per image) with its own MLP width, a position table resampled per image, post-conv and post-block RMSNorms, a Conv2d
   downsample and a gated merger (hpcmem.models.glm4v's `Glm4vTowerSpec`); its decoder `Glm4vTextModel`, whose layer is
   GLM-4's (the glm4 layout) under 3-D M-RoPE.
+- glm46v (GLM-4.6V) and glmga with images: glm4v's tower and text model, which their classes build from glm4v_vision /
+  glm4v_text sub-configs (hpcmem.models.glm4v), behind Glm46VProcessor.
 - lfm2_vl (LFM2-VL) with images: a SigLIP2 NaFlex tower over tiles padded to the processor's max_num_patches rows,
   read at last_hidden_state, under a pixel-unshuffle LayerNorm/GELU projector (hpcmem.models.lfm2_vl's
   `Lfm2VlTowerSpec`); its decoder LFM2's short-convolution and attention layers, learned (hpcmem.models.vlm_learned).
@@ -200,6 +202,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
                           "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo"),
                           "gemma4": ("sft",), "gemma4_unified": ("sft",), "glm4v": ("sft",),
+                          "glm46v": ("sft",), "glmga": ("sft",),
                           "lfm2_vl": ("sft",)}
 IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl": ("sft", "dpo", "grpo", "rloo"),
                          "qwen3_vl": ("sft", "dpo", "grpo", "rloo"), "gemma3": ("sft", "dpo", "grpo", "rloo"),
@@ -216,6 +219,7 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
                          "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo"),
                          "gemma4": ("sft",), "gemma4_unified": ("sft",), "glm4v": ("sft",),
+                         "glm46v": ("sft",), "glmga": ("sft",),
                          "lfm2_vl": ("sft",)}
 # model_type of the outer config → its tower's layout
 VISION_LANGUAGE: dict[str, TowerLayout] = {
@@ -331,6 +335,13 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     "glm4v": TowerLayout(text="glm4", defaults={}, aliases={}, norm="rms", mlp="gated", tie_from_text=True,
                          text_class_defaults=GLM4V_TEXT_DEFAULTS),
 }
+# models/glm46v (modular_glm46v.py): `Glm46VConfig`'s sub-configs default to glm4v_vision / glm4v_text
+# (`sub_configs_defaults`) and `Glm46VModel(Glm4vModel)` builds them with `AutoModel.from_config`: Glm4vVisionModel and
+# Glm4vTextModel under Glm4vModel's forward (hpcmem.models.glm4v refuses other sub-config types); glmga
+# (modular_glmga.py `GlmgaConfig(Glm46VConfig)`) builds Glm46VForConditionalGeneration (modeling_auto.py). Neither
+# config has Glm4vConfig's `__post_init__` that forwards a true text_config.tie_word_embeddings: the outer flag alone
+VISION_LANGUAGE["glm46v"] = replace(VISION_LANGUAGE["glm4v"], tie_from_text=False)
+VISION_LANGUAGE["glmga"] = replace(VISION_LANGUAGE["glm46v"])
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
 # Qwen3-VL's: qwen3_vl's tower, merger and deepstack mergers, with qwen3_vl's defaults; the decoder is Qwen3-MoE's
@@ -559,7 +570,7 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return gemma4_tower_from_config(cfg, name)
     if model_type == "gemma4_unified":
         return gemma4_unified_tower_from_config(cfg, name)
-    if model_type == "glm4v":
+    if model_type in ("glm4v", "glm46v", "glmga"):
         return glm4v_tower_from_config(cfg, name)
     if model_type == "lfm2_vl":
         return lfm2_vl_tower_from_config(cfg, name)

@@ -52,12 +52,13 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     for name in ("aya_vision", "cohere2_vision", "gemma4", "gemma4_unified", "lfm2_vl"):
         assert by_type[name]["status"] == "derived" and "traced: SFT)" in by_type[name]["reason"] \
             and "DPO/GRPO/RLOO with images refused" in by_type[name]["reason"], name
-    # GLM-4.1V on the glm4 layout: SFT traced; glm46v and glmga build its classes but no case backs them
-    assert by_type["glm4v"]["status"] == "derived" and "traced: SFT)" in by_type["glm4v"]["reason"] \
-        and "DPO/GRPO/RLOO with images refused" in by_type["glm4v"]["reason"]
-    for name in ("glm46v", "glmga"):
-        assert by_type[name]["status"] == "refused" and "builds glm4v's vision tower" in by_type[name]["reason"] \
-            and "no traced case" in by_type[name]["reason"], name
+    # GLM-4.1V on the glm4 layout, and glm46v / glmga, which build its classes: SFT traced (their own case files)
+    for name in ("glm4v", "glm46v", "glmga"):
+        assert by_type[name]["status"] == "derived" and "traced: SFT)" in by_type[name]["reason"] \
+            and "DPO/GRPO/RLOO with images refused" in by_type[name]["reason"], name
+    # GLM-4.5V: glm4v's tower over an MoE text decoder hpcmem neither derives nor can learn
+    assert by_type["glm4v_moe"]["status"] == "refused" and "MoE text decoder" in by_type["glm4v_moe"]["reason"] \
+        and "no causal-LM class" in by_type["glm4v_moe"]["reason"]
     # Qwen3-VL's tower on a learned hybrid text part (Gated DeltaNet and full attention): SFT and DPO traced
     for name in ("qwen3_5", "qwen3_5_moe"):
         assert by_type[name]["status"] == "derived" and "traced: SFT, DPO)" in by_type[name]["reason"] \
