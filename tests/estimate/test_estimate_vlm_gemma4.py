@@ -16,7 +16,7 @@ from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.vision_llava import tower_terms
 from hpcmem.job.shape import precision
 from hpcmem.validate.cases import case_job
-from tests.helpers.stored_cases import estimated_tensor_peak, stored_case_job, trace_records
+from tests.helpers.stored_cases import assert_learned_case_holds, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-gemma4")
@@ -25,9 +25,7 @@ CUT = "tests/fixtures/vlm/gemma4-L2-D2.json"
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
 def test_estimate_within_3_percent_of_the_trace(case_id):
-    traced = RECORDS[case_id]["traced"]
-    assert estimate(stored_case_job(RECORDS[case_id], ROOT)).made.startswith("learned profile")
-    assert abs(estimated_tensor_peak(RECORDS[case_id], ROOT) - traced) <= 3 / 100 * traced
+    assert_learned_case_holds(RECORDS[case_id], ROOT)
 
 
 def test_the_matrix_is_all_there():
