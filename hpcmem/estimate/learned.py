@@ -149,9 +149,10 @@ class LayerBytes:
 
 def _quad(job: JobSpec, mb: MicroBatch, layer: int | None = None) -> int:
     """rows·seq² where the traced terms had it (the cells are learned on padded rows): masked batches, attention that
-    always builds scores (eager, or what the rows check found holding them: UNMASKED_SCORES), and a sliding layer whose window needs its own mask on an unpadded row
-    (hpcmem.estimate.activations `sliding_mask_alone`) — `layer` None: the terms outside the layers, which hold the
-    masks (there the padded rows' causal mask counts beside the sliding one: one [rows, seq, seq] boolean more)."""
+    always builds scores (eager, or what the rows check found holding them: UNMASKED_SCORES), and a sliding layer
+    whose window needs its own mask on an unpadded row (hpcmem.estimate.activations `sliding_mask_alone`) — `layer`
+    None: the terms outside the layers, which hold the masks (there the padded rows' causal mask counts beside the
+    sliding one: one [rows, seq, seq] boolean more)."""
     m, attn = job.model, job.train.attn_implementation
     if mb.masked or m.learned.provenance.get("attention") == "eager" or m.learned.held.get(UNMASKED_SCORES):
         return mb.rows * mb.seq * mb.seq

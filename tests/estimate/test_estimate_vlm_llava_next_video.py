@@ -25,8 +25,8 @@ MAX_PCT = 3.0
 # DPO −5.48 %); the estimate under. The same two at 32 decoder layers and 24 CLIP layers (vlm-llava-next-video-7b.yaml,
 # held out): −0.12 % and −0.49 %
 CUT_DECODER = {"lnv-lora-all-nogc-5t": 4.0, "lnv-dpo-lora-all-nogc-3t": 6.5}
-# lnv-lora-all-nogc-5t: −3.93 % until the final norm's output stopped counting for a frozen norm (LoRA), −4.02 % since:
-# the forward instant inside the layer is what is missing, and it lies past the 4 % this case was held to
+# lnv-lora-all-nogc-5t: −3.93 % until the final norm's output stopped counting for a frozen norm (LoRA), −4.02 %
+# since: the forward instant inside the layer is what is missing, and it lies past the 4 % this case was held to
 BEYOND = {"lnv-lora-all-nogc-5t"}
 
 

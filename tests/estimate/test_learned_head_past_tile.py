@@ -1,5 +1,5 @@
-"""A learned profile's head terms hold the fused LM head of the jobs they were traced on, solved through three lengths at
-2 rows. The head's tile stops growing at 4,096 scored tokens (trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE), so
+"""A learned profile's head terms hold the fused LM head of the jobs they were traced on, solved through three lengths
+at 2 rows. The head's tile stops growing at 4,096 scored tokens (trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE), so
 the polynomial through those heads is not the head past that: OPT (2,048 positions, learned at 2 × 128/512/2,048
 tokens, all below the limit) carried a straight line on, and a 4-row job at 2,048 tokens stood +18 % over its
 trace (+27 % in the profile's own rows check), DPO at 14 × 1,012 (s1-186) +62 %. The estimate now takes out the
