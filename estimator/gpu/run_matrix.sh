@@ -20,8 +20,8 @@
 # Time plan (KIT_TOTAL_S, default 420 s = 7 min: a minute short of the 8 the lease's command should take, and run's
 # timeout_s of 540 s stops a hang well inside the 10-minute limit): wheels ~10 s, import check ~10 s, GPU detection
 # ~10 s, then the probes get what is left after reserving REPLAY_S (default 90 s) for the replays and 15 s for
-# detection — about 285 s: the boundary sweep 70 % (6 runs of ~32 s: one Latin round), the new cells 25 % (the first
-# two), the rest in priority order (the solo-vs-shared check only when all three of its runs fit; in 285 s, one rest
+# detection — about 285 s: the boundary sweep 60 % (5-6 runs of ~32 s), the new cells 35 % (the first two,
+# a 30 B MoE load among them), the rest in priority order (the solo-vs-shared check only when all three of its runs fit; in 285 s, one rest
 # case) — then the replays, each cut off at the deadline (`timeout`), smallest streams first. --budget-s or BUDGET_S
 # overrides the probes' share. Every step writes to $OUT as it ends: each probe its record, the kit its summary after
 # each of its steps, the replays one JSON line per stream, kit.log the whole console with each step's time, so a lease

@@ -42,8 +42,8 @@ from hpcmem.probe.matrix import CASES, Case, command_line, missing, run_case, ti
 from hpcmem.record import read_records, records_path
 from hpcmem.trace.pieces import auto_config, config_dict
 
-BOUNDARY_SHARE = 0.7      # of the ~285 s budget (estimator/gpu/run_matrix.sh): 6 boundary runs of ~32 s, one Latin round
-NEW_SHARE = 0.25          # then ~70 s: the first two new cells
+BOUNDARY_SHARE = 0.6      # of the ~285 s budget (estimator/gpu/run_matrix.sh): 5-6 boundary runs of ~32 s
+NEW_SHARE = 0.35          # then ~100 s: the first two new cells (a 30 B MoE load among them)
 TINY_CAPACITY = 24 * 1024**2
 DETECT = ("import json, torch; p = torch.cuda.get_device_properties(0); "
           "print(json.dumps({'name': p.name, 'total': int(p.total_memory)}))")

@@ -89,6 +89,15 @@ CASES: tuple[Case, ...] = (
                                                              "lora_target_modules": "q_proj,k_proj,v_proj,o_proj"},
          90.0),
     # cells no GPU has measured yet (the kit runs them right after the boundary sweep)
+    # LoRA all-linear on fused experts: peft 0.21 wraps each expert parameter (lora.ParamWrapper), which needs
+    # lora_dropout 0 — the derived profile's expert adapters, held on a GPU
+    Case("sft-qwen3moe-lora-all-linear", "sft", "Qwen/Qwen3-30B-A3B",
+         {"max_length": 1024, "per_device_train_batch_size": 1, **BF16, "use_peft": True,
+          "lora_target_modules": "all-linear", "lora_dropout": 0.0}, 90.0, new=True),
+    # a learned type (SmolLM3: learned from rows of 512-8,192 tokens, held by the trace to 32,768) at 16k
+    Case("sft-smollm3-lora-16k", "sft", "HuggingFaceTB/SmolLM3-3B",
+         {"max_length": 16384, "per_device_train_batch_size": 1, **BF16, "use_peft": True,
+          "lora_target_modules": "all-linear"}, 40.0, new=True),
     Case("sft-qwen05-actoffload", "sft", Q05, {**SFT, **BF16, "activation_offloading": True}, 30.0, new=True),
     Case("sft-llama1b-actoffload-nogc", "sft", L1, {**SFT, **BF16, "activation_offloading": True,
                                                     "gradient_checkpointing": False}, 35.0, new=True),
@@ -112,7 +121,17 @@ TINY_LENGTHS = {"max_length": 64, "per_device_train_batch_size": 2, "max_prompt_
 
 def tiny_config(model: str, folder: Path) -> str:
     """The catalog model's config with tiny dimensions, written as folder/<name>.json."""
-    cfg = {**hf_config(model), **TINY}
+    full = hf_config(model)
+    cfg = {**full, **TINY}
+    layers = full.get("num_hidden_layers")
+    for key, value in full.items():      # per-layer lists (layer_types, no_rope_layers, …) follow the layer count
+        if isinstance(value, list) and layers and len(value) == layers:
+            cfg[key] = value[:TINY["num_hidden_layers"]]
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):      # special tokens inside the tiny vocabulary
+        value = cfg.get(key)
+        if isinstance(value, int) or isinstance(value, list):
+            ids = [v % TINY["vocab_size"] for v in (value if isinstance(value, list) else [value])]
+            cfg[key] = ids if isinstance(value, list) else ids[0]
     for key in ("num_local_experts", "num_experts"):
         if key in cfg:
             cfg[key] = min(int(cfg[key]), 4)
