@@ -310,6 +310,31 @@ def profile_to_dict(p: LearnedProfile) -> dict[str, Any]:
     }
 
 
+def profile_from_record(d: dict[str, Any]) -> LearnedProfile:
+    """The profile a record's job carries: the file's form (`profile_to_dict`), or — records written before a job
+    stored it so — `dataclasses.asdict` of the LearnedProfile (Poly as {a, b, c}, Envelope as {pieces})."""
+    if "format" in d:
+        return profile_from_dict(d)
+
+    def term(v: Any) -> Any:
+        return {"max": [term(x) for x in v["pieces"]]} if "pieces" in v else [v["a"], v["b"], v["c"]]
+
+    def cell(c: dict[str, Any]) -> dict[str, Any]:
+        return {k: ([term(x) for x in v] if isinstance(v, list) else term(v) if isinstance(v, dict) else v)
+                for k, v in c.items()}
+
+    linear = ("name", "in_features", "out_features", "count", "nn_linear", "bias", "held", "runs")
+    return profile_from_dict({
+        "format": FORMAT, "model_type": d["model_type"], "config_sha256": d["config_sha256"],
+        "provenance": d.get("provenance") or {},
+        "model": {k: d[k] for k in ("hidden_size", "vocab_size", "tie_word_embeddings", "max_position_embeddings",
+                                    "embed", "lm_head", "other")},
+        "kinds": [{**k, "linears": [[x[f] for f in linear] for x in k["linears"]]} for k in d["kinds"]],
+        "layer_kinds": d["layer_kinds"], "layer_map": d["layer_map"],
+        "peft_default_targets": d.get("peft_default_targets"),
+        "cells": {key: cell(c) for key, c in d["cells"].items()}, "config": d.get("config") or {}})
+
+
 # -- where profiles live ----------------------------------------------------------------------------------------------
 def profile_filename(model_type: str, sha: str) -> str:
     return f"{model_type}-{sha}.json"

@@ -12,6 +12,7 @@ from typing import Any
 from hpcmem.gpus.spec import GpuSpec, PeakMargin
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.spec import ParallelSpec, TrainSpec
+from hpcmem.models.profile import profile_from_record, profile_to_dict
 from hpcmem.models.spec import ModelSpec
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "deepspeed", "datasets", "nvidia-ml-py", "hpcmem")
@@ -55,7 +56,12 @@ def relevant_env(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def job_to_dict(job: Any) -> dict[str, Any]:
-    return json.loads(json.dumps(asdict(job), default=_jsonable))
+    """The job as JSON; a learned model's profile in its file's form (hpcmem.models.profile), which reads back."""
+    data = json.loads(json.dumps(asdict(job), default=_jsonable))
+    learned = getattr(job.model, "learned", None) if job.model is not None else None
+    if learned is not None:
+        data["model"]["learned"] = json.loads(json.dumps(profile_to_dict(learned), default=_jsonable))
+    return data
 
 
 def job_from_dict(data: Any, env: Any = None) -> Any:
@@ -66,6 +72,8 @@ def job_from_dict(data: Any, env: Any = None) -> Any:
             return None
         names = {f.name for f in fields(cls)}
         kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names}
+        if cls is ModelSpec and isinstance(kw.get("learned"), dict):
+            kw["learned"] = profile_from_record(kw["learned"])
         if cls is GpuSpec and kw.get("margins"):
             kw["margins"] = tuple(PeakMargin(**m) if isinstance(m, dict) else m for m in kw["margins"])
         for key in ("multi_gpu_margin", "single_gpu_margin"):
