@@ -18,7 +18,7 @@ trace (hpcmem trace; estimator/LOG.md):
 from __future__ import annotations
 
 from hpcmem.estimate import lora_variants
-from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate.lora import SHARED_INPUT, LoraLayout
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.spec import ModelSpec
 
@@ -34,6 +34,10 @@ LSE_BYTES = FP32
 # shieldgemma2's decoder is Gemma 3's (Gemma3ForConditionalGeneration built from a ShieldGemma2Config). Gemma 4's
 # vision encoder layers likewise (modeling_gemma4.py Gemma4RMSNorm: `normed_output * self.weight.float()`, then
 # `type_as`): hpcmem.estimate.vision_gemma4's block spec.
+# q/k norms applied right after each projection, before the next one runs (modeling_qwen3.py, modeling_qwen3_moe.py
+# `self.q_norm(self.q_proj(hidden_states)...)`, modeling_olmo2.py `self.q_norm(self.q_proj(hidden_states))`); Gemma 3
+# projects q, k and v first and normalises after (modeling_gemma3.py Gemma3Attention.forward)
+QK_NORM_BETWEEN_PROJECTIONS = ("qwen3", "qwen3_moe", "olmo2")
 FP32_NORM_MULTIPLY = ("gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "shieldgemma2", "gemma4_vision")
 
 
@@ -225,6 +229,35 @@ def routing_weight_backward(m: ModelSpec, mb: MicroBatch, prec: Precision) -> in
     if not m.is_moe:
         return 0
     return 3 * mb.tokens * m.num_experts_per_tok * m.hidden_size * prec.act
+
+
+def offload_kept_on_gpu(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str, lora: LoraLayout, layer: int) -> int:
+    """What one layer leaves on the GPU under activation offloading without checkpointing: the storages saved twice.
+    TRL's pack hook offloads a storage once; when the same storage is saved again while it is tracked, the new saved
+    tensor is kept on the GPU as is ("Storage already offloaded - don't offload again, just track the reference":
+    trl/models/activation_offloading.py `pack_tensor`), until the end of the backward. In a decoder layer: each
+    RMSNorm's fp32 upcast (saved by `pow` and by the multiply with its rsqrt; the per-head q/k norms' too), and, where
+    trained linears save their inputs, a norm output read by several linears (q/k/v, gate/up; under LoRA when lora_A
+    saves the input itself: `LoraLayout.shared_input_groups`) and the attention output that SDPA saves and o_proj
+    reads (one tensor: `LoraLayout.saved_attention_output`). The hook tracks a storage while it sits in the forward
+    stash (the last five offloaded tensors): q/k/v's input is saved again in time unless a q/k norm's own saves come
+    between q_proj's and k_proj's (`QK_NORM_BETWEEN_PROJECTIONS`; traced: Qwen3 offloads it twice, Llama and Gemma 3
+    keep it)."""
+    h, q, kv = m.hidden_size, m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim
+    per_token = FP32 * h * m.norms_per_layer + (FP32 * (q + kv) if m.qk_norm else 0)
+    sdpa_output = effective_attention(m, attn) != "eager" and not m.rope_cat
+    qkv_shared = not (m.fused_qkv or m.qk_norm and m.model_type in QK_NORM_BETWEEN_PROJECTIONS)
+    if lora.enabled:
+        groups = tuple(g for g in SHARED_INPUT if qkv_shared or "q_proj" not in g)
+        per_token += lora.shared_input_groups(prec, groups)
+        return per_token * mb.tokens + (lora.saved_attention_output(mb.tokens, prec) if sdpa_output else 0)
+    moe = m.is_moe and layer >= m.num_dense_layers
+    per_token += prec.act * h * (1 if qkv_shared else 0)                  # q/k/v read the input norm's output
+    # gate/up read the post-attention norm's output; an MoE layer's router and shared expert do
+    per_token += prec.act * h * ((1 if m.shared_expert_intermediate_size else 0) if moe else
+                                 (1 if m.gated_mlp and not m.fused_gate_up else 0))
+    per_token += prec.act * q if sdpa_output else 0
+    return per_token * mb.tokens
 
 
 def offloaded_on_gpu(saved_tensors_bytes: list[int]) -> int:

@@ -149,6 +149,19 @@ class LoraLayout:
                 extra += sum(m.in_features * prec.act * m.num_layers for m in members[1:])
         return extra
 
+    def shared_input_groups(self, prec: Precision, groups: tuple[tuple[str, ...], ...] = SHARED_INPUT) -> int:
+        """Bytes per token of the inputs two or more adapters save as one tensor (`groups`, by default
+        `_shared_inputs`' q/k/v and gate/up), each counted once; 0 unless lora_A saves the input itself
+        (`reads_input_itself`)."""
+        if not self.enabled or not self.reads_input_itself(prec):
+            return 0
+        total = 0
+        for group in groups:
+            members = [m for m in self.adapted if m.leaf in group and m.count_per_layer == 1]
+            if len(members) > 1:
+                total += members[0].in_features * prec.act
+        return total
+
     def saved_attention_output(self, tokens: int, prec: Precision) -> int:
         """Of `saved_per_layer`, o_proj's saved input when lora_A saves the input itself (`reads_input_itself`): the
         attention's output, which SDPA keeps for its own backward — one tensor: the CUDA kernels write it as

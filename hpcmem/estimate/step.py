@@ -91,17 +91,23 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     mask = act.mask_bytes(mb, m, job.train.attn_implementation) if t.gradient_checkpointing else 0
     outside = rope + final_norm + loss.saved + mask
     host = 0
-    on_gpu_cap = None                   # activation offloading: at most this many saved bytes stay on the GPU
+    on_gpu_cap = None                   # activation offloading with checkpointing: at most this many saved bytes stay
+    # without checkpointing: what each layer leaves on the GPU (storages saved twice); the forward stash (the last
+    # five offloaded tensors) is emptied by the first backward node
+    stays: list[int] | None = None
     if t.activation_offloading:
         host = sum(kept)
-        on_gpu_cap = act.offloaded_on_gpu(kept if t.gradient_checkpointing else
-                                          [v for d in terms for v in d.values()])
         mode += " + activation offloading"
+        if t.gradient_checkpointing:
+            on_gpu_cap = act.offloaded_on_gpu(kept)
+        else:
+            stays = [act.offload_kept_on_gpu(m, mb, prec, t.attn_implementation, lora, k) for k in range(L)]
+            host -= sum(stays)
 
     def on_gpu(saved: int) -> int:
         return saved if on_gpu_cap is None else min(saved, on_gpu_cap)
 
-    saved_total = on_gpu(sum(kept)) + outside
+    saved_total = (on_gpu(sum(kept)) if stays is None else sum(stays)) + outside
     gathered = [Component(name=GATHERED, bytes=s.gathered)] if s.gathered else []
     accum_grads = s.gradients if t.gradient_accumulation_steps > 1 else 0
     grads_note = "kept across gradient accumulation" if accum_grads else ""
@@ -170,6 +176,9 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     prefix = [0]
     for v in kept:
         prefix.append(prefix[-1] + v)
+    stays_below = [0]               # offloading without checkpointing: what the layers below k left on the GPU
+    for v in stays or ():
+        stays_below.append(stays_below[-1] + v)
     # The gated MLP's backward peaks in the product's backward (torch autograd, MulBackward0): down_proj has made the
     # product's gradient and its own weight gradient, the product's two gradients are being written, the saved
     # product is released, and the only [T, H] gradient alive is the one arriving at the layer; gate_proj's and
@@ -194,6 +203,13 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         mlp_instant = max(mlp_instant, hidden_t + routing) - post_norm
         attention_instant = hidden_t + max(scores_t - freed, 0) + lora_attention_t + layer_grad
         recompute_instant = hidden_t // 2 + recompute_dora_t
+        if stays is not None:
+            # offloaded without checkpointing, a saved tensor comes back when its autograd node runs and goes with
+            # the node after it: the MLP's come back for the MLP's backward, the attention's (and the input norm's
+            # beyond its fp32 upcast, which stayed) for the attention's, one part at a time
+            mlp_instant += d["mlp"] + lora_mlp_saved
+            attention_instant = hidden_t + scores_t + lora_attention_t + layer_grad + d["attention"] + \
+                d["lora"] - lora_mlp_saved + max(d["norms"] // 2 - act.FP32 * m.hidden_size * mb.tokens, 0)
         return recompute, mlp_instant, recompute_instant, attention_instant
 
     # layer_terms hands back one dict per kind of layer (dense, MoE): each kind's own terms are worked out once
@@ -204,7 +220,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
 
     def layer_instant(k: int) -> tuple[int, int, int, int, int]:
         """(activations, recompute, gradients done, the MLP's / recompute's worst temporaries, the attention's)."""
-        below_and_own = on_gpu(prefix[k + 1]) + held
+        # offloaded without checkpointing: what the layers up to k left on the GPU (their own parts: `own_layer`)
+        below_and_own = (on_gpu(prefix[k + 1]) if stays is None else stays_below[k + 1]) + held
         recompute, mlp_instant, recompute_instant, attention = kinds[id(terms[k])]
         done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
         both = max(seq.forward, seq.backward)

@@ -90,6 +90,8 @@ class OffloadEmulation:
         if (key in self.storage_to_id or t.element_size() * t.nelement() < MIN_OFFLOAD_BYTES
                 or isinstance(t, self._torch.nn.Parameter) or id(t.untyped_storage()) in self.param_storages):
             self.saved[tid] = (t, False, None)
+            if key in self.storage_to_id:       # TRL tracks the storage under the newest id (`track_storage_key`)
+                self.storage_to_id[key] = tid
             return tid
         if 0 not in t.stride() and (not t.is_contiguous() or t.storage_offset() != 0):
             t = t.clone(memory_format=self._torch.contiguous_format)
