@@ -43,9 +43,16 @@ MIB = 1024**2
 
 
 def scored(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Records the probe table scores: ran to the end, not excluded, named by a matrix case."""
-    return [r for r in records if r.get("measured", {}).get("status") == "ok" and not r.get("excluded")
-            and r.get("case")]
+    """Records the probe table scores: ran to the end, not excluded, named by a matrix case — the first run of each
+    case (a stream is stored per case, `<case>.json.gz`; a later lease's repeat of the case has no stream of its own)."""
+    seen: set[str] = set()
+    out = []
+    for r in records:
+        if r.get("measured", {}).get("status") == "ok" and not r.get("excluded") and r.get("case") \
+                and r["case"] not in seen:
+            seen.add(r["case"])
+            out.append(r)
+    return out
 
 
 def record_job(rec: dict[str, Any]) -> Any:
