@@ -11,6 +11,7 @@ import click
 from hpcmem.cli.extras import require
 from hpcmem.datapath import write_dir
 from hpcmem.errors import SpecError
+from hpcmem.estimate.loss import VOCAB_CHUNK_SIZE
 from hpcmem.inputs.model_config import check_model_config
 from hpcmem.inputs.values import text
 from hpcmem.models import (
@@ -150,11 +151,15 @@ def profile_target(cfg: dict[str, Any], folder, *, force: bool):
     return path
 
 
+# the largest vocabulary `models learn` traces: 32 of the fused LM head's tiles (4 × Gemma 3's 262,144)
+LEARN_MAX_VOCAB = 32 * VOCAB_CHUNK_SIZE
+
+
 def learnable(cfg: dict[str, Any], name: str) -> None:
     """Refuse before any trace what no trace can learn: a type the coverage table refuses or finds not applicable
     (with its reason, as `hpcmem estimate` says it), a type a family descriptor derives (the estimate never reads a
     profile for it: hpcmem.models.resolve.spec_from_config), or a model_type the installed transformers cannot
-    build."""
+    build; and a vocabulary too large to trace in reasonable time (LEARN_MAX_VOCAB)."""
     model_type = cfg["model_type"]
     if has_family(cfg):
         raise SpecError(f"model {name}: model_type {model_type!r} is derived from its family descriptor "
@@ -163,6 +168,12 @@ def learnable(cfg: dict[str, Any], name: str) -> None:
     why = refusal(model_type)
     if why is not None:
         raise SpecError(f"model {name}: model_type {model_type!r} is {why}")
+    inner = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    vocab = cfg.get("vocab_size", inner.get("vocab_size"))
+    if isinstance(vocab, int) and vocab > LEARN_MAX_VOCAB:
+        raise SpecError(f"model {name}: vocab_size must be at most {LEARN_MAX_VOCAB:,} to learn a profile (each "
+                        f"trace runs TRL's fused LM head one {VOCAB_CHUNK_SIZE:,}-column tile at a time, so its time "
+                        f"grows with the vocabulary; the largest public ones are under 300,000); got {vocab:,}")
     mapping = installed_mapping()
     if mapping is not None and model_type not in mapping:
         from importlib.metadata import version

@@ -27,6 +27,12 @@ LORA_DROPOUT_MASK_BYTES = 1   # nn.Dropout (TRL's lora_dropout 0.05) keeps a boo
 SHARED_INPUT = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
+def _sharing(mods: tuple[LinearModule, ...], groups: tuple[tuple[str, ...], ...]) -> list[list[LinearModule]]:
+    """Of `mods`, each group's one-matrix linears that read the same input, where two or more do."""
+    found = ([m for m in mods if m.leaf in group and m.count_per_layer == 1] for group in groups)
+    return [members for members in found if len(members) > 1]
+
+
 @dataclass(frozen=True, kw_only=True)
 class LoraLayout:
     enabled: bool
@@ -142,12 +148,8 @@ class LoraLayout:
         (`reads_input_itself`): the linears of a SHARED_INPUT group read one tensor, saved once."""
         if not self.reads_input_itself(prec):
             return 0
-        extra = 0
-        for group in SHARED_INPUT:
-            members = [m for m in mods if m.leaf in group and m.count_per_layer == 1]
-            if len(members) > 1:
-                extra += sum(m.in_features * prec.act * m.num_layers for m in members[1:])
-        return extra
+        return sum(m.in_features * prec.act * m.num_layers
+                   for members in _sharing(mods, SHARED_INPUT) for m in members[1:])
 
     def shared_input_groups(self, prec: Precision, groups: tuple[tuple[str, ...], ...] = SHARED_INPUT) -> int:
         """Bytes per token of the inputs two or more adapters save as one tensor (`groups`, by default
@@ -155,12 +157,7 @@ class LoraLayout:
         (`reads_input_itself`)."""
         if not self.enabled or not self.reads_input_itself(prec):
             return 0
-        total = 0
-        for group in groups:
-            members = [m for m in self.adapted if m.leaf in group and m.count_per_layer == 1]
-            if len(members) > 1:
-                total += members[0].in_features * prec.act
-        return total
+        return sum(members[0].in_features * prec.act for members in _sharing(self.adapted, groups))
 
     def saved_attention_output(self, tokens: int, prec: Precision) -> int:
         """Of `saved_per_layer`, o_proj's saved input when lora_A saves the input itself (`reads_input_itself`): the

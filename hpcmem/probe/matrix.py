@@ -129,7 +129,7 @@ def tiny_config(model: str, folder: Path) -> str:
             cfg[key] = value[:TINY["num_hidden_layers"]]
     for key in ("pad_token_id", "bos_token_id", "eos_token_id"):      # special tokens inside the tiny vocabulary
         value = cfg.get(key)
-        if isinstance(value, int) or isinstance(value, list):
+        if isinstance(value, (int, list)):
             ids = [v % TINY["vocab_size"] for v in (value if isinstance(value, list) else [value])]
             cfg[key] = ids if isinstance(value, list) else ids[0]
     for key in ("num_local_experts", "num_experts"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +57,16 @@ def relevant_env(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 def job_to_dict(job: Any) -> dict[str, Any]:
     """The job as JSON; a learned model's profile in its file's form (hpcmem.models.profile), which reads back."""
-    data = json.loads(json.dumps(asdict(job), default=_jsonable))
     learned = getattr(job.model, "learned", None) if job.model is not None else None
-    if learned is not None:
-        data["model"]["learned"] = json.loads(json.dumps(profile_to_dict(learned), default=_jsonable))
+    if learned is None:
+        return json.loads(json.dumps(asdict(job), default=_jsonable))
+    # the job's fields one by one (a JobSpec rebuilt without the profile would be checked again, and fail), the
+    # model's without its profile, which `asdict` would otherwise walk only to be replaced
+    parts = {f.name: getattr(job, f.name) for f in fields(job)}
+    parts["model"] = replace(job.model, learned=None)
+    data = json.loads(json.dumps({k: asdict(v) if is_dataclass(v) else v for k, v in parts.items()},
+                                 default=_jsonable))
+    data["model"]["learned"] = json.loads(json.dumps(profile_to_dict(learned), default=_jsonable))
     return data
 
 

@@ -40,6 +40,11 @@ def test_inputs_no_trace_can_learn_from_are_refused_before_tracing(tmp_path, cap
     _fast_refusal(capsys, [str(_config(tmp_path / "a\nb")), *out], "model", "control characters")
     # a type a family descriptor derives: the estimate never reads a learned profile for it (it was learned anyway)
     _fast_refusal(capsys, ["Qwen/Qwen2.5-0.5B", *out], "'qwen2'", "family descriptor", "nothing to learn")
+    # a vocabulary of two billion: in range for a count, but each trace walks the fused LM head's 32,768-column tiles
+    # (61,036 per tile of tokens): the learning ran past a minute without finishing its first trace
+    huge = {**TINY_OLMO3, "vocab_size": 2_000_000_000}
+    _fast_refusal(capsys, [str(_config(tmp_path / "huge-vocab", huge)), *out], "vocab_size", "at most 1,048,576",
+                  "2,000,000,000")
     assert not (tmp_path / "data").exists()
 
 
