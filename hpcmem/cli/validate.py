@@ -94,19 +94,25 @@ WORKERS = click.option("--workers", type=click.IntRange(1, 64), default=2, show_
               "checkout, else ~/.config/hpcmem/calibrations)")
 @click.option("--fit-dir", "--fit_dir", "fit_dir", type=click.Path(file_okay=False), default=None,
               help="with --fit: write the calibration into this folder instead")
+@click.option("--fit-speed", "--fit_speed", "fit_speed", is_flag=True,
+              help="refit only the MFU curve of each GPU's existing calibration from the runs that timed their steps "
+              "(context, allocator and margins stay as fitted); prints in-sample and leave-one-out ratios")
 @STORED
 @click.option("--speed", is_flag=True, help="predicted vs measured tokens/s per run and the rank agreement "
               "(Kendall's tau) of the planner's ordering; with --fit the GPU's MFU curve is fitted from the runs that "
               "timed their steps")
 @JSON
 def probes(records: tuple[str, ...], gpu: str | None, png: str | None, no_png: bool, fit: bool, fit_dir: str | None,
-           stored: bool, speed: bool, as_json: bool) -> None:
+           fit_speed: bool, stored: bool, speed: bool, as_json: bool) -> None:
     """The estimate against GPU/CPU probe records (estimator/probes)."""
-    if fit_dir is not None and not fit:
-        raise HpcmemError("--fit-dir says where --fit writes the calibration; add --fit or drop it")
+    if fit_dir is not None and not (fit or fit_speed):
+        raise HpcmemError("--fit-dir says where --fit writes the calibration; add --fit (or --fit-speed) or drop it")
+    if fit and fit_speed:
+        raise HpcmemError("--fit refits the whole calibration (its MFU curve included) and --fit-speed only the MFU "
+                          "curve: give one of them")
     out_png = None if no_png else (png or estimator_dir() / "accuracy-probes.png")
     report = against_probes(list(records) or None, png=out_png, fit=fit, stored=stored, gpu=gpu, fit_dir=fit_dir,
-                            speed=speed)
+                            speed=speed, fit_speed=fit_speed)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=1))
         return

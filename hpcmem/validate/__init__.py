@@ -15,7 +15,7 @@ from hpcmem.datapath import estimator_dir
 from hpcmem.validate import calibration
 from hpcmem.validate.plot import scatter
 from hpcmem.validate.probes import load
-from hpcmem.validate.speed import rows_for, to_json
+from hpcmem.validate.speed import held_out_ratios, rows_for, to_json
 from hpcmem.validate.table import CellStats, table
 
 
@@ -41,15 +41,18 @@ class Report:
 
 def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | None = None, fit: bool = False,
                    stored: bool = False, gpu: str | None = None, fit_dir: str | Path | None = None,
-                   speed: bool = False, extra: dict[str, Any] | None = None) -> Report:
+                   speed: bool = False, extra: dict[str, Any] | None = None, fit_speed: bool = False) -> Report:
     """`fit=True` stores each GPU's calibration in `fit_dir` (default: calibration.default_fit_dir()), with `extra`
     keys added to each file (a campaign's provenance); `speed=True` also holds the planner's throughput model to the
-    timed runs (hpcmem.validate.speed), and a fit then carries the GPU's MFU curve when enough runs were timed."""
+    timed runs (hpcmem.validate.speed), and a fit then carries the GPU's MFU curve when enough runs were timed.
+    `fit_speed=True` refits only the MFU curve of each GPU's existing calibration (`calibration.with_throughput`)."""
     loaded = load(list(paths) if paths else [estimator_dir() / "probes"], stored=stored, gpu=gpu)
     report = Report(rows=[], notes=list(loaded.notes), files=loaded.files, num_records=len(loaded.records))
     slugs = sorted({p.gpu for p in loaded.points})
-    if speed or fit:
+    if speed or fit or fit_speed:
         report.speed = rows_for(loaded)
+    if fit_speed:
+        _fit_speed(report, slugs, Path(fit_dir) if fit_dir else calibration.default_fit_dir())
     if fit:
         for slug in slugs:
             recs = loaded.by_gpu.get(slug, [])
@@ -57,7 +60,7 @@ def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | N
                                   speed=[r for r in report.speed if r.gpu == slug])
             folder = Path(fit_dir) if fit_dir else calibration.default_fit_dir()
             report.calibrations.append(str(calibration.save({**cal, **(extra or {})}, folder)))
-    if not speed:
+    if not (speed or fit_speed):
         report.speed = []
     margins: dict[tuple[str, str], float] = {}
     for slug in slugs:
@@ -71,3 +74,22 @@ def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | N
         report.png = str(scatter(loaded.points, png))
     return report
 
+
+
+def _fit_speed(report: Report, slugs: list[str], folder: Path) -> None:
+    for slug in slugs:
+        rows = [r for r in report.speed if r.gpu == slug]
+        cal = calibration.with_throughput(slug, rows)
+        if cal is None:
+            report.notes.append(f"{slug}: no MFU curve written (no calibration to add it to — fit one with --fit — "
+                                "or fewer timed runs than the fit needs)")
+            continue
+        report.calibrations.append(str(calibration.save(cal, folder)))
+        scored = held_out_ratios(rows)
+        if scored:
+            inside, loo = sorted(x[1] for x in scored), sorted(x[2] for x in scored)
+            report.notes.append(f"{slug}: MFU curve mfu_max {cal['throughput']['mfu_max']:.3f}, half at "
+                                f"{cal['throughput']['mfu_half_tokens']:,.0f} tokens, from {len(scored)} timed runs; "
+                                f"predicted/measured in sample median {inside[len(inside) // 2]:.2f} "
+                                f"({inside[0]:.2f}–{inside[-1]:.2f}), each run left out of its own fit median "
+                                f"{loo[len(loo) // 2]:.2f} ({loo[0]:.2f}–{loo[-1]:.2f})")

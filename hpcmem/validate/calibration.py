@@ -102,6 +102,17 @@ def fit(records: list[Record], points: list[Point], gpu: str, sources: list[str]
     }
 
 
+def with_throughput(gpu: str, speed: list[Any]) -> dict[str, Any] | None:
+    """The GPU's calibration on the search path with only its MFU curve refitted from `speed` (its timed runs);
+    context, allocator and margins stay as they were fitted, so records that did not fit them stay out of sample.
+    None when the GPU has no calibration yet (fit one first) or too few timed runs."""
+    current, mfu = load_calibration(gpu), fit_mfu(speed)
+    if current is None or mfu is None:
+        return None
+    current.pop("_path", None)
+    return {**current, "throughput": mfu}
+
+
 def save(calibration: dict[str, Any], folder: Path) -> Path:
     path = Path(folder) / f"{calibration['gpu']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -135,6 +135,25 @@ def fit_mfu(rows: list[SpeedRow]) -> dict[str, Any] | None:
                      "(hpcmem.plan.throughput)"}
 
 
+def held_out_ratios(rows: list[SpeedRow]) -> list[tuple[str, float, float]]:
+    """(case, in-sample ratio, leave-one-out ratio) of predicted/measured tokens/s for each run the fit may use, with
+    the curve fitted on all runs and on all runs but that one. On these runs the modelled step is compute alone, so
+    the predicted rate is proportional to the curve's MFU and the ratio is MFU_fit(t) / MFU_achieved."""
+    usable = [r for r in rows if r.mfu_achieved]
+    full = fit_mfu(usable)
+    out = []
+    for i, r in enumerate(usable):
+        loo = fit_mfu(usable[:i] + usable[i + 1:])
+        if full is None or loo is None:
+            continue
+        out.append((r.case, _curve(full, r.micro_tokens) / r.mfu_achieved, _curve(loo, r.micro_tokens) / r.mfu_achieved))
+    return out
+
+
+def _curve(fit: dict[str, Any], tokens: float) -> float:
+    return fit["mfu_max"] * tokens / (tokens + fit["mfu_half_tokens"])
+
+
 def summary(rows: list[SpeedRow]) -> dict[str, Any]:
     by_gpu: dict[str, list[SpeedRow]] = {}
     for r in rows:

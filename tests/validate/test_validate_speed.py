@@ -82,3 +82,34 @@ def test_the_h200_records_give_a_speed_table_and_a_fit_from_timed_steps_only(h20
     curve = json.loads(open(report.calibrations[0]).read())["throughput"]
     assert 0 < curve["mfu_max"] < 1 and 10 <= curve["n"] <= s["timed_steps"]
     assert set(curve["records"]) <= {r["record_id"] for r in rows if r["source"] == "steps"}
+
+
+def test_leaving_a_run_out_of_a_curve_it_lies_on_changes_nothing():
+    """Runs exactly on MFU(t) = 0.3 · t / (t + 2000): fitted with or without any one of them, the curve predicts each
+    within the half-point grid's step (2^(1/8)); a run off the curve by ×2 is seen ×2 off when left out."""
+    from hpcmem.validate.speed import held_out_ratios
+
+    on = [_row(t, 0.3 * t / (t + 2000.0), i) for i, t in enumerate((256, 1024, 4096, 16384, 65536))]
+    for _, inside, loo in held_out_ratios(on):
+        assert inside == pytest.approx(1.0, abs=0.05) and loo == pytest.approx(1.0, abs=0.05)
+    off = on + [_row(2048, 0.3 * 2048 / 4048 / 2, 9)]
+    last = held_out_ratios(off)[-1]
+    assert last[2] == pytest.approx(2.0, rel=0.1) and last[2] > last[1]
+
+
+def test_fit_speed_writes_the_curve_and_leaves_the_margins_alone(tmp_path):
+    """`--fit-speed` adds the MFU curve to the shipped H200 calibration; its margins, context and allocator terms —
+    fitted before the boundary runs, which are scored against them — are the shipped ones, unchanged."""
+    from hpcmem.gpus.calibration import load_calibration
+
+    shipped = load_calibration("nvidia-h200")
+    out = CliRunner().invoke(cli, ["validate", "probes", "--gpu", "nvidia-h200", "--fit-speed", "--fit-dir",
+                                   str(tmp_path), "--no-png"], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    assert "each run left out of its own fit" in out.output
+    written = json.loads((tmp_path / "h200.json").read_text())
+    for key in ("margins", "context", "allocator", "held_out", "provenance"):
+        assert written[key] == shipped[key]
+    assert 0 < written["throughput"]["mfu_max"] < 1
+    both = CliRunner().invoke(cli, ["validate", "probes", "--fit", "--fit-speed", "--no-png"])
+    assert both.exit_code != 0 and "give one of them" in str(both.exception)
