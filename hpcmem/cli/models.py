@@ -27,7 +27,7 @@ from hpcmem.models import (
 )
 from hpcmem.models.config import has_family
 from hpcmem.models.coverage import (coverage_rows, installed_mapping, refusal, render_coverage, sweep_summary,
-                                    vision_language_rows)
+                                    vision_language_rows, vlm_summary)
 from hpcmem.models.profile import KIND, config_hash, load_profile, profile_filename, save_profile
 from hpcmem.models.resolve import _read_json
 from hpcmem.models.spec import ModelSpec
@@ -65,11 +65,12 @@ def coverage_cmd(as_json: bool) -> None:
     """Every model type of the installed transformers' causal-LM mapping: its class (decoder, multimodal, not
     applicable), how hpcmem covers it (derived, learned, refused) and why, and the measured error against the trace
     where the coverage sweep has one (estimator/coverage.jsonl); then every image-text-to-text (vision-language)
-    type, refused or estimated as its text decoder."""
+    type: estimated with its images (and at how many resolutions the stored image traces hold it within 3 %), as
+    its text decoder, or refused."""
     rows = coverage_rows() + vision_language_rows()
-    measured = sweep_summary()
-    for row in rows:       # the sweep traces text jobs: an image-text row has no measured error
-        row["measured"] = measured.get(row["model_type"]) if row["task"] == "causal-lm" else None
+    measured, images = sweep_summary(), vlm_summary()
+    for row in rows:       # text rows: the coverage sweep; image-text rows: the stored image traces
+        row["measured"] = (measured if row["task"] == "causal-lm" else images).get(row["model_type"])
     click.echo(json.dumps(rows, indent=2) if as_json else render_coverage(rows))
 
 

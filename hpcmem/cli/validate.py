@@ -16,8 +16,10 @@ from hpcmem.cli.outputs import PNG
 from hpcmem.datapath import PACKAGE_DIR, estimator_dir
 from hpcmem.errors import HpcmemError
 from hpcmem.gpus.calibration import MULTI_GPU_FILE, SINGLE_GPU_FILE
-from hpcmem.models.coverage import SHIPPED_SUMMARY, classification, installed_mapping, summary_to_ship
-from hpcmem.validate import against_probes, boundary, coverage, published_score, random_report, random_run, trace
+from hpcmem.models.coverage import (SHIPPED_SUMMARY, SHIPPED_VLM_SUMMARY, classification, installed_mapping,
+                                    summary_to_ship, vision_language_rows)
+from hpcmem.validate import (against_probes, boundary, coverage, coverage_vlm, published_score, random_report,
+                             random_run, trace)
 from hpcmem.validate import published as published_rows
 from hpcmem.validate import published_margin, published_speed, published_speed_score
 from hpcmem.validate.calibration import default_fit_dir
@@ -214,11 +216,14 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
     else:
         recs = coverage.run(chosen, redo=redo, workers=workers, progress=coverage.print_progress)
     report = estimator_dir() / "COVERAGE.md"
-    report.write_text(coverage.report_markdown(coverage.load_records()))
+    images = coverage_vlm.summary(coverage_vlm.case_rows())
+    report.write_text(coverage.report_markdown(coverage.load_records())
+                      + coverage_vlm.report_markdown(images, vision_language_rows()))
     # the package's own copy of the summary, so `hpcmem models coverage` from a wheel shows the measured accuracy —
     # written only from the checkout's own records (never from a scratch estimator folder into the package)
     if estimator_dir().resolve() == (PACKAGE_DIR.parent / "estimator").resolve():
         SHIPPED_SUMMARY.write_text(json.dumps(summary_to_ship(coverage.load_records()), indent=1) + "\n")
+        SHIPPED_VLM_SUMMARY.write_text(json.dumps(images, indent=1, sort_keys=True) + "\n")
     skipped = [r["model_type"] for r in recs if "skipped" in r and not (rescore or relearn or rows_checks)]
     verb = "rescored in" if rescore or relearn or rows_checks else "appended to"
     written = f"{len(recs) - len(skipped)} records {verb} estimator/coverage.jsonl"

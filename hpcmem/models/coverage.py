@@ -158,6 +158,16 @@ def sweep_records() -> list[dict[str, Any]]:
 
 
 SHIPPED_SUMMARY = PACKAGE_DIR / "models" / "coverage_measured.json"
+# image-text types held with their images: model_type → cases, trainers, techniques, resolutions, max |err| %, held
+# (hpcmem.validate.coverage_vlm summarises the stored image traces; `hpcmem validate coverage` writes this file)
+SHIPPED_VLM_SUMMARY = PACKAGE_DIR / "models" / "coverage_vlm_measured.json"
+
+
+def vlm_summary() -> dict[str, dict[str, Any]]:
+    """The image-text types' measured summary shipped with the package (empty before a sweep wrote it)."""
+    if not SHIPPED_VLM_SUMMARY.is_file():
+        return {}
+    return json.loads(SHIPPED_VLM_SUMMARY.read_text(encoding="utf-8"))
 
 
 def sweep_summary(records: list[dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
@@ -234,6 +244,18 @@ def use_label(row: dict[str, Any], shipped: set[str] | None = None) -> str:
     return status
 
 
+def images_held_label(m: dict[str, Any] | None) -> str:
+    """An image-text type's column: at how many resolutions its image cases are held, or why not."""
+    if not m:
+        return ""
+    n = len(m.get("resolutions", []))
+    if m.get("held"):
+        return f"{n} resolutions"
+    if m.get("held_fixed"):
+        return "1 (fixed by processor)"
+    return f"not held ({n} res.)"
+
+
 def render_coverage(rows: list[dict[str, Any]]) -> str:
     shipped = shipped_profile_types()
     lines = [f"{'model type':28} {'class':15} {'status':15} {'max |err|':>9}  {'held at (tokens/row)':22}  "
@@ -243,6 +265,8 @@ def render_coverage(rows: list[dict[str, Any]]) -> str:
         err = f"{m['max_abs_err_pct']:.2f} %" if m else "-"
         reason = r["reason"] if len(r["reason"]) <= 70 else r["reason"][:67] + "..."
         held = (held_label(r["model_type"]) or (m or {}).get("held", "")) if r["status"] == "learned" else ""
+        if r.get("task") == "image-text-to-text":
+            held = images_held_label(m)
         held = held if len(held) <= 22 else held[:19] + "..."
         use = use_label(r, shipped)
         lines.append(f"{r['model_type']:28} {r['class']:15} {r['status']:15} {err:>9}  {held:22}  {use:38}  {reason}")
@@ -252,5 +276,11 @@ def render_coverage(rows: list[dict[str, Any]]) -> str:
         for r in mine:
             counts[r["status"]] = counts.get(r["status"], 0) + 1
         lines.append(f"{task}: {len(mine)} types: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    lines.append("`--json` for the full reasons; max |err|: estimate vs trace over the sweep's techniques")
+    vlm = [r.get("measured") or {} for r in rows if r.get("task") == "image-text-to-text"]
+    if vlm:
+        lines.append(f"image-text-to-text with images: {sum(bool(m.get('held')) for m in vlm)} held within 3 % at ≥ 2 "
+                     f"resolutions, {sum(bool(m.get('held_fixed')) for m in vlm)} more at the one resolution their "
+                     "processor makes of every image")
+    lines.append("`--json` for the full reasons; max |err|: estimate vs trace over the sweep's techniques (image-text: "
+                 "over the stored image traces, estimator/COVERAGE.md)")
     return "\n".join(lines)
