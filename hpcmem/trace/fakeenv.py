@@ -24,7 +24,8 @@ Why each adjustment (each checked on torch 2.13 / transformers 5.24):
   (Qwen2.5-VL's `get_rope_index` builds `mrope_position_deltas` that way). A list holding fake tensors is turned into
   their values first (`.item()`, which the oracle answers: the values are known there).
 - The real collator runs on real tensors (its `nonzero`/`int(...)` need values); its batch becomes fake tensors whose
-  values the oracle knows.
+  values the oracle knows. They count as host memory until the trainer takes them for a step (`sent_to_device`):
+  with device placement off, nothing else marks the moment a real run sends them to the GPU.
 """
 
 from __future__ import annotations
@@ -102,7 +103,10 @@ def fake_world() -> Iterator[tuple[Any, Any]]:
 
 
 def fake_collator(collator: Any, oracle: Any, tracker: Any) -> Any:
-    """Run TRL's collator on real tensors, hand the model fake copies with known values (tagged as activation)."""
+    """Run TRL's collator on real tensors, hand the model fake copies with known values. They are host memory until
+    the trainer takes them from the data loader (`sent_to_device`): accelerate's DataLoaderShard collates the next
+    micro-batch before it yields the current one (data_loader.py `DataLoaderShard.__iter__`, "iterate one batch
+    ahead"), and that next batch stays on the host through the current step."""
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
 
@@ -114,7 +118,25 @@ def fake_collator(collator: Any, oracle: Any, tracker: Any) -> Any:
             if isinstance(v, torch.Tensor) and id(v) not in fakes:
                 fakes[id(v)] = oracle.fake_of(v)
         fake = {k: fakes[id(v)] if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-        tracker.tag([v for v in fake.values() if isinstance(v, torch.Tensor)], "activation")
+        tracker.tag([v for v in fake.values() if isinstance(v, torch.Tensor)], "host")
         return fake
 
     return collate
+
+
+@contextlib.contextmanager
+def sent_to_device(trainer: Any, tracker: Any) -> Iterator[None]:
+    """Count a step's micro-batches as device memory from the moment the trainer takes them from the data loader
+    (transformers trainer.py `Trainer.get_batch_samples`, all of a step's micro-batches at once). In a real run
+    accelerate's DataLoaderShard sends each batch to the device as it yields it (its `send_to_device`); the trace turns
+    device placement off (fake parameters cannot be moved), so that call does not happen here and this stands in for
+    it. The batch the loader collated one ahead stays host memory (`fake_collator`) until its own step takes it."""
+    original = trainer.get_batch_samples
+
+    def get_batch_samples(*args: Any, **kwargs: Any) -> Any:
+        batches, num_items = original(*args, **kwargs)
+        tracker.tag(batches, "activation")
+        return batches, num_items
+
+    with patched(trainer, "get_batch_samples", get_batch_samples):
+        yield

@@ -27,7 +27,7 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
 from hpcmem.trace.data import design_batch, profiled_rows
 from hpcmem.trace.events import EventLog
-from hpcmem.trace.fakeenv import fake_collator, fake_world
+from hpcmem.trace.fakeenv import fake_collator, fake_world, sent_to_device
 from hpcmem.trace.kernels import cuda_mapping
 from hpcmem.trace.offload import OffloadEmulation
 from hpcmem.trace.oracle import ROUTING_NOTE
@@ -45,6 +45,8 @@ KERNELS: tuple[str, ...] = ("cuda", "cpu")
 ADJUSTMENTS: tuple[str, ...] = (
     "Trainer._move_model_to_device skipped and accelerate device_placement off (fake parameters cannot be swapped)",
     "collator runs on real tensors; the batch is handed over as fake tensors with known values",
+    "a collated batch counts as host memory until Trainer.get_batch_samples takes it (where device placement would "
+    "send it to the GPU; the batch the data loader collates one ahead waits on the host)",
     "transformers.masking_utils.is_tracing ignores FakeTensor (mask decisions use the batch's real values)",
     "values read from tensors computed from fake weights (loss, metrics) read as 0 / False",
 )
@@ -107,7 +109,8 @@ def run_trace(job: JobSpec, kernels: Kernels = "cuda", *, timeline: bool = False
             if not entry(job.train.trainer).generates:    # generating trainers collate nothing (identity on prompts)
                 trainer.data_collator = fake_collator(trainer.data_collator, oracle, tracker)
             _offload(job, trainer, tracker, notes)
-            result = _train(trainer, tracker, oracle)
+            with sent_to_device(trainer, tracker):
+                result = _train(trainer, tracker, oracle)
         notes += list(mapped)
     if oracle.unknown_reads:
         notes.append(f"unknown values read as defaults: {dict(oracle.unknown_reads)}")

@@ -278,3 +278,33 @@ def test_tracker_keeps_the_index_backward_in_place(monkeypatch):
     peak_out_of_place, grad_out_of_place = _backward_peak(monkeypatch, _routed_loss, "INDEX_PUT_IN_PLACE_UNDER")
     assert peak_out_of_place - peak_in_place == N * D * 4
     assert torch.equal(grad_in_place, grad_out_of_place)
+
+
+def test_a_collated_batch_is_host_memory_until_its_step_takes_it():
+    """accelerate's DataLoaderShard collates the next micro-batch before it yields the current one; on a GPU that next
+    batch waits on the host. The trace counts a collated batch from the moment the trainer's get_batch_samples takes
+    it: 4 × 256 int64 ids (8,192 B) and a 3 × 224 × 224 fp32 image (602,112 B), by hand."""
+    from hpcmem.trace.fakeenv import fake_collator, fake_world, sent_to_device
+
+    def collator(rows):
+        return {"input_ids": torch.zeros(4, 256, dtype=torch.int64), "pixel_values": torch.zeros(1, 3, 224, 224)}
+
+    class Trainer:
+        def __init__(self, loader):
+            self.loader = loader
+
+        def get_batch_samples(self, epoch_iterator, num_batches, device):
+            return [next(epoch_iterator) for _ in range(num_batches)], None
+
+    tr = StorageTracker()
+    with fake_world() as (_, oracle), tr:
+        collate = fake_collator(collator, oracle, tr)
+        loader = iter([collate([0]), collate([1])])       # both collated: the second one ahead, as the shard does
+        trainer = Trainer(loader)
+        assert tr.current_bytes == 0
+        with sent_to_device(trainer, tr):
+            first, _ = trainer.get_batch_samples(loader, 1, "cpu")
+            assert tr.current_bytes == 8192 + 602112      # the step's batch only; the next one is still host memory
+            second, _ = trainer.get_batch_samples(loader, 1, "cpu")
+            assert tr.current_bytes == 2 * (8192 + 602112)
+        del first, second

@@ -26,8 +26,8 @@ def test_full_fine_tuning_agrees_with_the_estimate():
 
 
 def test_lora_under_checkpointing_agrees_with_step_2():
-    """Step 2's peak and the tower's backward: step 1 of the trace also holds the next micro-batch, which a real run
-    keeps on the host (accelerate's DataLoaderShard fetches it before step 1; estimator/LOG.md 2026-12-03 SmolVLM2)."""
+    """Step 2's peak and the tower's backward (the estimate models step 2; the trace's step 1 differs from it by
+    the optimizer states that do not exist yet)."""
     from hpcmem.estimate import estimate
     from hpcmem.estimate.vision import VISION_BACKWARD
     from hpcmem.estimate.workspaces import tensor_bytes
