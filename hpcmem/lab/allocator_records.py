@@ -56,7 +56,7 @@ def scored(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def record_job(rec: dict[str, Any]) -> Any:
-    return job_from_dict(rec["job"], rec.get("env"))
+    return job_from_dict(rec["job"], rec.get("env"), rec.get("model_config"))
 
 
 @contextlib.contextmanager

@@ -4,7 +4,9 @@ The model reaches TRL the way a user's does — as a model id string — so TRL'
 `model_init_kwargs={"dtype": ...}`, reference models built "like the policy", device_map None under DDP/DeepSpeed).
 `random_weights(config, model_id)` swaps TRL's `create_model_from_path` for one that builds the architecture from its
 config with random weights (`from_config`, which honours DeepSpeed ZeRO-3's `zero.Init` like `from_pretrained`),
-for that id only. A local folder with real weights is loaded for real.
+for that id only. A local folder with real weights is loaded for real. An SFT job with images gets the trace's
+processor (transformers' own processor class around a PIL image processor and the word tokenizer with the type's
+vision tokens, hpcmem.trace.vision) and the trace's image rows.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from hpcmem.job.shape import rows_needed
 from hpcmem.job.spec import load_dtype
 from hpcmem.job.trainers import entry, names
 from hpcmem.models.config import checkpoint_dtype
+from hpcmem.trace import vision
 from hpcmem.trace.data import design_batch, design_preference, make_dataset, make_preference_dataset
 from hpcmem.trace.pieces import auto_config, config_dict
 from hpcmem.trace.pieces import tokenizer as word_tokenizer
@@ -36,8 +39,12 @@ def has_weights(model_name: str) -> bool:
 
 
 @contextlib.contextmanager
-def random_weights(cfg: dict[str, Any], model_id: str, init_device: str | None = None) -> Iterator[None]:
-    """While active, TRL's `create_model_from_path(model_id, ...)` builds random weights from `cfg` (no download)."""
+def random_weights(cfg: dict[str, Any], model_id: str, init_device: str | None = None,
+                   image_text: bool = False) -> Iterator[None]:
+    """While active, TRL's `create_model_from_path(model_id, ...)` builds random weights from `cfg` (no download).
+    With `image_text`, AutoModelForImageTextToText, the class the trace builds (hpcmem.trace.vision `build_vlm`): for
+    a checkpoint's config it resolves to the class its `architectures` names, which create_model_from_path loads
+    (trl/trainer/utils.py: `getattr(transformers, config.architectures[0])`)."""
     import importlib
 
     import torch
@@ -53,7 +60,8 @@ def random_weights(cfg: dict[str, Any], model_id: str, init_device: str | None =
         if isinstance(dtype, str):
             # `auto`: the checkpoint's dtype as config.json names it, as from_pretrained
             dtype = getattr(torch, load_dtype(dtype, checkpoint_dtype(cfg)))
-        arch = architecture or transformers.AutoModelForCausalLM
+        arch = architecture or (transformers.AutoModelForImageTextToText if image_text
+                                else transformers.AutoModelForCausalLM)
         config = auto_config(cfg, model_id)
         attn = kwargs.get("attn_implementation")
         device = init_device if init_device and not _zero3_enabled() else None
@@ -71,6 +79,18 @@ def random_weights(cfg: dict[str, Any], model_id: str, init_device: str | None =
         for m, fn in saved:
             m.create_model_from_path = fn
         trl_utils.create_model_from_path = original
+
+
+def image_config(job: Any, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config with the image/video token ids of the processor the probe hands TRL (the trace's,
+    hpcmem.trace.vision), so the model finds the image tokens that processor writes."""
+    return {**cfg, **vision.token_ids(vision.processor(job))}
+
+
+def image_dataset(job: Any, steps: int) -> Any:
+    """SFT with images: the trace's rows (blank images of the job's size, text filling each designed row), so a
+    probe and a trace of the same job see the same batches."""
+    return vision.make_image_dataset(job, design_batch(job).documents, _micro_batches(job, steps))
 
 
 def _zero3_enabled() -> bool:

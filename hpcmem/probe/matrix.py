@@ -47,6 +47,7 @@ class Case:
 
 Q05, L1, L8, M7, Q7 = ("Qwen/Qwen2.5-0.5B", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B",
                        "mistralai/Mistral-7B-v0.3", "Qwen/Qwen2.5-7B")
+QVL7 = "Qwen/Qwen2.5-VL-7B-Instruct"
 SFT = {"max_length": 2048, "per_device_train_batch_size": 4}
 CASES: tuple[Case, ...] = (
     Case("sft-qwen05-full", "sft", Q05, {**SFT, **BF16}),
@@ -98,6 +99,16 @@ CASES: tuple[Case, ...] = (
     Case("sft-smollm3-lora-16k", "sft", "HuggingFaceTB/SmolLM3-3B",
          {"max_length": 16384, "per_device_train_batch_size": 1, **BF16, "use_peft": True,
           "lora_target_modules": "all-linear"}, 40.0, new=True),
+    # images: no GPU has measured a vision-language job. Qwen2.5-VL-7B, one 1024×768 image a row (smart_resize to
+    # 1036×756: 3,996 patches, 999 image tokens), LoRA all-linear with GC (peft has no default targets for it), and
+    # full fine-tuning with two 896×672 images a row (768 image tokens each) without GC
+    Case("sft-qwen25vl7b-lora-img", "sft", QVL7, {"max_length": 2048, "per_device_train_batch_size": 2, **BF16,
+                                                  "use_peft": True, "lora_target_modules": "all-linear",
+                                                  "images_per_example": 1,
+                                                  "image_height": 768, "image_width": 1024}, 60.0, new=True),
+    Case("sft-qwen25vl7b-full-img-nogc", "sft", QVL7, {"max_length": 2048, "per_device_train_batch_size": 1, **BF16,
+                                                       "gradient_checkpointing": False, "images_per_example": 2,
+                                                       "image_height": 672, "image_width": 896}, 70.0, new=True),
     Case("sft-qwen05-actoffload", "sft", Q05, {**SFT, **BF16, "activation_offloading": True}, 30.0, new=True),
     Case("sft-llama1b-actoffload-nogc", "sft", L1, {**SFT, **BF16, "activation_offloading": True,
                                                     "gradient_checkpointing": False}, 35.0, new=True),
@@ -116,7 +127,10 @@ CASES: tuple[Case, ...] = (
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512}
 TINY_LENGTHS = {"max_length": 64, "per_device_train_batch_size": 2, "max_prompt_length": 16,
-                "max_completion_length": 16, "num_generations": 2}
+                "max_completion_length": 16, "num_generations": 2, "image_height": 56, "image_width": 56}
+# Qwen2.5-VL's vision tower shrunk with the text part (its merger projects to the text width)
+TINY_VISION = {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 4,
+               "out_hidden_size": TINY["hidden_size"], "fullatt_block_indexes": [1]}
 
 
 def tiny_config(model: str, folder: Path) -> str:
@@ -140,6 +154,10 @@ def tiny_config(model: str, folder: Path) -> str:
     for key in ("moe_intermediate_size", "shared_expert_intermediate_size"):
         if key in cfg:
             cfg[key] = 32
+    if cfg.get("model_type") == "qwen2_5_vl":
+        cfg["vision_config"] = {**cfg["vision_config"], **TINY_VISION}
+        # M-RoPE's sections split half the head (16 / 2 = 8 rotary pairs) over time, height and width
+        cfg["rope_scaling"] = {**cfg.get("rope_scaling", {}), "mrope_section": [2, 3, 3]}
     path = folder / (model.replace("/", "--") + ".json")
     path.write_text(json.dumps(cfg))
     return str(path)

@@ -143,7 +143,9 @@ def measure(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int 
     """Run the trainer and return what was measured (no estimate, no file); then the job phases `after` asks for."""
     import torch
 
+    images = bool(job.train.images_per_example)
     cfg = fixtures.hf_config(job.model.name)
+    cfg = fixtures.image_config(job, cfg) if images else cfg
     real = fixtures.has_weights(job.model.name)
     model_id = job.model.name if real else f"hpcmem-random/{job.model.name}"
     shards = job.parallel.world_size > 1 if shards is None else shards
@@ -157,7 +159,7 @@ def measure(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int 
         trainer = None
         try:
             init_device = None if device == "cpu" else f"cuda:{local_rank}"
-            with (fixtures.random_weights(cfg, model_id, init_device) if not real else _nothing()):
+            with (fixtures.random_weights(cfg, model_id, init_device, image_text=images) if not real else _nothing()):
                 trainer, dropped = build_trainer(job, steps=steps, device=device, model_id=model_id, cfg=cfg)
             result["not_applied"] = dropped
             _count_loaded_weights(meter, trainer)

@@ -19,6 +19,7 @@ from hpcmem.job.trainers import MODEL_CONFIG_FIELDS, REGISTRY, entry
 from hpcmem.launch.configs import deepspeed_config, fsdp_config
 from hpcmem.probe import fixtures
 from hpcmem.probe.parallel_env import attach_parallelism_on_cpu, needs_cpu_fsdp_mesh, parallelism_env
+from hpcmem.trace import vision
 from hpcmem.trace.hf_config import attn_implementation_arg
 from hpcmem.trace.pieces import peft_config as lora_config
 
@@ -41,6 +42,9 @@ def check_supported(job: Any, device: str) -> None:
                         "and --device cuda, or probe the unquantized LoRA job")
     if t.use_vllm:
         problems.append("use_vllm: the probe runs transformers generation; vLLM pools are not probed yet")
+    if t.images_per_example and (t.trainer != "sft" or job.parallel.world_size > 1):
+        problems.append(f"images with {t.trainer} on {job.parallel.world_size} process(es): the probe runs SFT with "
+                        "images in one process only (the trace holds the other trainers' image jobs)")
     if device == "cpu" and job.parallel.fsdp and job.parallel.fsdp_version != 2:
         problems.append("FSDP1 on CPU is not supported by the probe (FSDP2 is)")
     if problems:
@@ -140,6 +144,8 @@ def build_trainer(job: Any, *, steps: int, device: str, model_id: str, cfg: dict
                           "train_dataset": fixtures.dataset(job, steps),
                           "processing_class": fixtures.tokenizer(job.model.vocab_size),
                           "peft_config": peft_config(job)}
+    if t.images_per_example:
+        kw.update(train_dataset=fixtures.image_dataset(job, steps), processing_class=vision.processor(job))
     extra = e.hook("probe_kwargs")
     if extra is not None:
         kw.update(extra(job))

@@ -9,11 +9,13 @@ from dataclasses import asdict, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from hpcmem.errors import SpecError
 from hpcmem.gpus.spec import GpuSpec, PeakMargin
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.models.profile import profile_from_record, profile_to_dict
 from hpcmem.models.spec import ModelSpec
+from hpcmem.models.vision import vision_spec_from_config
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "deepspeed", "datasets", "nvidia-ml-py", "hpcmem")
 ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -70,9 +72,11 @@ def job_to_dict(job: Any) -> dict[str, Any]:
     return data
 
 
-def job_from_dict(data: Any, env: Any = None) -> Any:
+def job_from_dict(data: Any, env: Any = None, model_config: dict[str, Any] | None = None) -> Any:
     """Rebuild a JobSpec from `job_to_dict`; keys the current specs no longer have are dropped. `env` is the record's
-    allocator environment: a run made under expandable_segments:True is such a job, whatever its spec said."""
+    allocator environment: a run made under expandable_segments:True is such a job, whatever its spec said. A
+    vision-language model's tower spec is rebuilt from `model_config` (the record's config.json), as the estimate
+    built it (hpcmem.models.vision `vision_spec_from_config`); without one such a job cannot be rebuilt."""
     def build(cls: type, d: dict[str, Any] | None) -> Any:
         if d is None:
             return None
@@ -80,6 +84,11 @@ def job_from_dict(data: Any, env: Any = None) -> Any:
         kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names}
         if cls is ModelSpec and isinstance(kw.get("learned"), dict):
             kw["learned"] = profile_from_record(kw["learned"])
+        if cls is ModelSpec and isinstance(kw.get("vision"), dict):
+            if not model_config:
+                raise SpecError(f"model {kw.get('name')!r}: a vision-language job is rebuilt from its config.json "
+                                "(the record's model_config), and none was given")
+            kw["vision"] = vision_spec_from_config(model_config, str(kw.get("name", "")))
         if cls is GpuSpec and kw.get("margins"):
             kw["margins"] = tuple(PeakMargin(**m) if isinstance(m, dict) else m for m in kw["margins"])
         for key in ("multi_gpu_margin", "single_gpu_margin"):

@@ -321,7 +321,7 @@ class Record:
 
     def job_spec(self) -> Any:
         """The JobSpec as it ran: the record's spec and its allocator environment (hpcmem.record.job)."""
-        return job_from_dict(self.job, self.env)
+        return job_from_dict(self.job, self.env, self.model_config)
 
 
 def _rest(r: _Reader) -> dict[str, Any]:

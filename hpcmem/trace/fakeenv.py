@@ -124,6 +124,18 @@ def fake_collator(collator: Any, oracle: Any, tracker: Any) -> Any:
     return collate
 
 
+def host_collator(collator: Any, tracker: Any) -> Any:
+    """TRL's collator, its batch counted as host memory until `sent_to_device` (the real CPU step's counterpart of
+    `fake_collator`: it changes what is counted, not what runs)."""
+
+    def collate(examples: Any) -> Any:
+        batch = collator(examples)
+        tracker.tag(batch, "host")
+        return batch
+
+    return collate
+
+
 @contextlib.contextmanager
 def sent_to_device(trainer: Any, tracker: Any) -> Iterator[None]:
     """Count a step's micro-batches as device memory from the moment the trainer takes them from the data loader

@@ -2,7 +2,8 @@
 
 `measure_cpu(job)` builds the model with real (random) weights, hands it to TRL's plain `SFTTrainer` (no fake
 world, no oracle, no patches: the real collator, the real `is_tracing`, `_move_model_to_device` and accelerate's
-device placement) and counts every storage while `trainer.train()` runs two optimizer steps. For a tiny model this
+device placement) and counts every storage while `trainer.train()` runs two optimizer steps — a collated batch from
+the step that takes it, as the trace counts it (hpcmem.trace.fakeenv `host_collator`, `sent_to_device`). For a tiny model this
 takes seconds; `run_trace(job, kernels="cpu")` must land on the same peak (tests/trace/test_trace_selfcheck.py).
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 import time
 
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.trainers import entry
+from hpcmem.trace.fakeenv import host_collator, sent_to_device
 from hpcmem.trace.data import design_batch
 from hpcmem.trace.phases import instrument
 from hpcmem.trace.result import TraceResult, versions
@@ -29,9 +32,11 @@ def measure_cpu(job: JobSpec) -> TraceResult:
         model = build_model(job)
         num_params = sum(p.numel() for p in model.parameters())
         trainer = build_trainer(job, model, design, fake=False)
+        if not entry(job.train.trainer).generates:     # generating trainers collate nothing (identity on prompts)
+            trainer.data_collator = host_collator(trainer.data_collator, tracker)
         inst = instrument(trainer, tracker)
         try:
-            with tracker:
+            with tracker, sent_to_device(trainer, tracker):
                 trainer.train()
             inst.close_step()
         finally:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -387,7 +387,7 @@ def _iter_tensors(obj: Any) -> Iterable[Any]:
     elif isinstance(obj, (list, tuple)):
         for o in obj:
             yield from _iter_tensors(o)
-    elif isinstance(obj, dict):
+    elif isinstance(obj, Mapping):       # a dict, or transformers' BatchFeature / BatchEncoding (a UserDict)
         for o in obj.values():
             yield from _iter_tensors(o)
 

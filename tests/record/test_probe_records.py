@@ -85,6 +85,22 @@ def test_job_round_trips_through_a_record() -> None:
     assert job_from_dict(data) == job
 
 
+@pytest.mark.parametrize("model", ["Qwen/Qwen2.5-VL-7B-Instruct", "google/gemma-3-4b-it", "llava-hf/llava-1.5-7b-hf"])
+def test_an_image_job_round_trips_with_its_config(model: str) -> None:
+    """A vision-language job's tower spec (a nested dataclass per family) comes back from the record's config.json;
+    without the config the record says so in one line instead of handing the estimate a dict."""
+    from hpcmem.errors import SpecError
+    from hpcmem.job.trl_config import build_job
+    from hpcmem.probe.fixtures import hf_config
+
+    job, _ = build_job("sft", {"model_name_or_path": model, "use_peft": True, "lora_target_modules": "all-linear",
+                               "images_per_example": 2, "image_height": 480, "image_width": 640, "max_length": 4096})
+    data = json.loads(json.dumps(job_to_dict(job)))
+    assert job_from_dict(data, model_config=hf_config(model)) == job
+    with pytest.raises(SpecError, match="model_config"):
+        job_from_dict(data)
+
+
 def test_versions_and_env_are_read_without_importing_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
