@@ -1,7 +1,7 @@
 """Fit the reserved-slack coefficients of hpcmem.estimate.allocator to the caching-allocator model over the trace
 matrix, and report how they do on cases left out of the fit.
 
-    python -m hpcmem.lab.reserved_fit [--save estimator/reserved-fit.json] [--thirds]
+    python -m hpcmem.lab.reserved_fit [--save estimator/reserved-fit.json] [--thirds] [--with-random]
 
 Rows: every stored trace record that carries the allocator model's reserved peak (`hpcmem validate trace
 --reserved`), once per allocator mode. Target: the model's slack, reserved − (traced tensors + the estimate's cuBLAS
@@ -35,7 +35,11 @@ from hpcmem.estimate.allocator import TERMS, slack_terms
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.shape import micro_batch, precision
+from hpcmem.errors import SpecError
 from hpcmem.validate.cases import case_job
+from hpcmem.validate.random_jobs import RandomJob
+from hpcmem.validate.random_model import job_spec
+from hpcmem.validate.random_trace import as_traced
 from hpcmem.validate.table import median, quantile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,10 +53,12 @@ def held_out(case_id: str, third: int = 0) -> bool:
 
 
 def rows(traces: Path | None = None) -> list[dict[str, Any]]:
-    """One row per (case, mode): the terms, the model's slack, the estimate's allocated and the model's reserved."""
+    """One row per (case, mode): the terms, the model's slack, the estimate's allocated and the model's reserved.
+    Image-text matrices (vlm-*) are left out: the terms describe a decoder's blocks, not a vision tower's, and an
+    estimate with images carries its own reserved warning."""
     out = []
     for path in sorted((traces or ROOT / "estimator" / "traces").glob("*.jsonl")):
-        if path.stem.endswith("-ci") or path.stem.endswith(".partial"):
+        if path.stem.endswith("-ci") or path.stem.endswith(".partial") or path.stem.startswith("vlm"):
             continue
         for line in path.read_text().splitlines():
             rec = json.loads(line)
@@ -67,6 +73,33 @@ def rows(traces: Path | None = None) -> list[dict[str, Any]]:
                 out.append({"case": str(rec["case"]["id"]), "file": path.stem, "mode": mode, "terms": terms,
                             "slack": reserved - rec["traced"] - ws, "reserved": reserved,
                             "allocated": est.peak_allocated_bytes})
+    return out
+
+
+def random_rows(path: Path | None = None) -> list[dict[str, Any]]:
+    """One row per random job the trace ran with the allocator model (default mode only: `hpcmem validate random
+    --oracle trace` replays that one), single GPU, as `rows` makes them; the estimate over the instants the trace
+    runs (hpcmem.validate.random_trace `as_traced`)."""
+    out = []
+    path = path or ROOT / "estimator" / "random" / "trace.jsonl"
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        rec = json.loads(line)
+        trace = rec.get("trace") or {}
+        reserved = (trace.get("reserved") or {}).get("default")
+        if not reserved:
+            continue
+        try:
+            job = job_spec(RandomJob.from_dict(rec["job"]))
+            est, _ = as_traced(job)
+        except SpecError:
+            continue                    # refused or declined today: nothing to fit
+        if job.parallel.world_size > 1:
+            continue
+        ws = est.peak_phase.bytes - tensor_bytes(est.peak_phase)
+        terms = slack_terms(job, micro_batch(job), precision(job), lora_layout(job), list(est.phases))
+        out.append({"case": str(rec["id"]), "file": "random", "mode": "default", "terms": terms,
+                    "slack": reserved - trace["peak_allocated_bytes"] - ws, "reserved": reserved,
+                    "allocated": est.peak_allocated_bytes})
     return out
 
 
@@ -138,7 +171,12 @@ def fit(data: list[dict[str, Any]], third: int = 0) -> dict[str, Any]:
         y = [r["slack"] / r["reserved"] for r in train]
         coef = [round(c, 4) for c in lad(x, y)]
         entry: dict[str, Any] = {"coefficients": dict(zip(TERMS, coef, strict=True))}
-        for name, part in (("train", train), ("held_out", [r for r in rows_m if held_out(r["case"], third)])):
+        held = [r for r in rows_m if held_out(r["case"], third)]
+        parts = [("train", train), ("held_out", held)]
+        if any(r.get("file") == "random" for r in data):          # `--with-random`: held out per source too
+            parts += [("held_out_matrix", [r for r in held if r["file"] != "random"]),
+                      ("held_out_random", [r for r in held if r["file"] == "random"])]
+        for name, part in parts:
             entry[name] = score(part, entry["coefficients"])
         out[mode] = entry
     # What the estimate ships for the default allocator is the larger of the two rules (`allocator_slack`): score
@@ -188,8 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hpcmem.lab.reserved_fit", description=__doc__.splitlines()[0])
     ap.add_argument("--save", type=Path, default=None, help="write the rows and the fit here (JSON)")
     ap.add_argument("--thirds", action="store_true", help="also fit and score with each third held out in turn")
+    ap.add_argument("--with-random", action="store_true",
+                    help="fit on the random jobs the trace ran too (estimator/random/trace.jsonl, default mode); the "
+                    "held-out score is then split into matrix and random rows")
     args = ap.parse_args(argv)
-    data = rows()
+    data = rows() + (random_rows() if args.with_random else [])
     if not data:
         print("no trace record carries the allocator model's reserved peak; run "
               "`hpcmem validate trace --reserved` first", file=sys.stderr)

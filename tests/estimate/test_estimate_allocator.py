@@ -759,3 +759,19 @@ def test_reward_spread_takes_a_layer_block_where_the_second_steps_layer_blocks_f
     else:
         assert moved > 8 * 2048 * 3072 * 2
     assert estimate(job).reserved_spread_bytes == spread
+
+
+def test_the_random_jobs_rows_are_the_traced_ones_with_a_reserved_peak():
+    """`reserved_fit --with-random`: one default-mode row per random job the trace replayed through the allocator model
+    and today's estimate accepts, its slack the model's reserved − the traced tensors − the estimate's workspaces."""
+    from hpcmem.lab.reserved_fit import random_rows
+
+    records = {json.loads(line)["id"]: json.loads(line)
+               for line in (ROOT / "estimator" / "random" / "trace.jsonl").read_text().splitlines()}
+    got = random_rows()
+    assert len(got) >= 300 and {r["mode"] for r in got} == {"default"}
+    for row in got[:50]:
+        trace = records[row["case"]]["trace"]
+        assert row["reserved"] == trace["reserved"]["default"]
+        assert row["slack"] <= row["reserved"] - trace["peak_allocated_bytes"]         # workspaces are ≥ 0
+        assert set(row["terms"]) == set(TERMS)
