@@ -90,15 +90,6 @@ CASES: tuple[Case, ...] = (
                                                              "lora_target_modules": "q_proj,k_proj,v_proj,o_proj"},
          90.0),
     # cells no GPU has measured yet (the kit runs them right after the boundary sweep)
-    # LoRA all-linear on fused experts: peft 0.21 wraps each expert parameter (lora.ParamWrapper), which needs
-    # lora_dropout 0 — the derived profile's expert adapters, held on a GPU
-    Case("sft-qwen3moe-lora-all-linear", "sft", "Qwen/Qwen3-30B-A3B",
-         {"max_length": 1024, "per_device_train_batch_size": 1, **BF16, "use_peft": True,
-          "lora_target_modules": "all-linear", "lora_dropout": 0.0}, 90.0, new=True),
-    # a learned type (SmolLM3: learned from rows of 512-8,192 tokens, held by the trace to 32,768) at 16k
-    Case("sft-smollm3-lora-16k", "sft", "HuggingFaceTB/SmolLM3-3B",
-         {"max_length": 16384, "per_device_train_batch_size": 1, **BF16, "use_peft": True,
-          "lora_target_modules": "all-linear"}, 40.0, new=True),
     # images: no GPU has measured a vision-language job. Qwen2.5-VL-7B, one 1024×768 image a row (smart_resize to
     # 1036×756: 3,996 patches, 999 image tokens), LoRA all-linear with GC (peft has no default targets for it), and
     # full fine-tuning with two 896×672 images a row (768 image tokens each) without GC
@@ -109,6 +100,20 @@ CASES: tuple[Case, ...] = (
     Case("sft-qwen25vl7b-full-img-nogc", "sft", QVL7, {"max_length": 2048, "per_device_train_batch_size": 1, **BF16,
                                                        "gradient_checkpointing": False, "images_per_example": 2,
                                                        "image_height": 672, "image_width": 896}, 70.0, new=True),
+    # DPO with images: one image a prompt, repeated for chosen and rejected (DataCollatorForVisionPreference)
+    Case("dpo-qwen25vl7b-lora-img", "dpo", QVL7, {"max_length": 2048, "per_device_train_batch_size": 1, **BF16,
+                                                  "use_peft": True, "lora_target_modules": "all-linear",
+                                                  "images_per_example": 1, "image_height": 768,
+                                                  "image_width": 1024}, 70.0, new=True),
+    # LoRA all-linear on fused experts: peft 0.21 wraps each expert parameter (lora.ParamWrapper), which needs
+    # lora_dropout 0 — the derived profile's expert adapters, held on a GPU
+    Case("sft-qwen3moe-lora-all-linear", "sft", "Qwen/Qwen3-30B-A3B",
+         {"max_length": 1024, "per_device_train_batch_size": 1, **BF16, "use_peft": True,
+          "lora_target_modules": "all-linear", "lora_dropout": 0.0}, 90.0, new=True),
+    # a learned type (SmolLM3: learned from rows of 512-8,192 tokens, held by the trace to 32,768) at 16k
+    Case("sft-smollm3-lora-16k", "sft", "HuggingFaceTB/SmolLM3-3B",
+         {"max_length": 16384, "per_device_train_batch_size": 1, **BF16, "use_peft": True,
+          "lora_target_modules": "all-linear"}, 40.0, new=True),
     Case("sft-qwen05-actoffload", "sft", Q05, {**SFT, **BF16, "activation_offloading": True}, 30.0, new=True),
     Case("sft-llama1b-actoffload-nogc", "sft", L1, {**SFT, **BF16, "activation_offloading": True,
                                                     "gradient_checkpointing": False}, 35.0, new=True),

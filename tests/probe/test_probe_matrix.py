@@ -33,21 +33,24 @@ def test_tiny_matrix_on_cpu_writes_records(tmp_path: Path) -> None:
     assert all(r.job["model"]["hidden_size"] == 64 for r in records)
 
 
-def test_the_kit_probes_an_image_job_as_the_trace_builds_it(tmp_path: Path) -> None:
-    """The kit's Qwen2.5-VL cell, shrunk: TRL's SFTTrainer on the trace's processor and image rows (56 × 56 px, one
-    image a row: 4 × 4 patches of 14 px, 2 × 2 merged = 4 image tokens by hand). The CPU probe's peak is the real
-    trainer's tensors, so it matches the real CPU step the trace holds itself to (hpcmem.trace.measure_cpu) within the
-    next micro-batch, which the probe's meter counts and measure_cpu leaves on the host."""
+@pytest.mark.parametrize(("case", "cell"), [("sft-qwen25vl7b-lora-img", ("sft", "lora+gc")),
+                                           ("dpo-qwen25vl7b-lora-img", ("dpo", "lora+gc"))])
+def test_the_kit_probes_an_image_job_as_the_trace_builds_it(tmp_path: Path, case: str, cell: tuple) -> None:
+    """The kit's Qwen2.5-VL cells, shrunk: TRL's SFTTrainer / DPOTrainer on the trace's processor and image rows
+    (56 × 56 px, one image a row or prompt: 4 × 4 patches of 14 px, 2 × 2 merged = 4 image tokens by hand). The CPU
+    probe's peak is the real trainer's tensors, so it matches the real CPU step the trace holds itself to
+    (hpcmem.trace.measure_cpu) within the next micro-batch, which the probe's meter counts and measure_cpu leaves on
+    the host."""
     from hpcmem.record import read_records
     from hpcmem.trace import measure_cpu
 
     out = tmp_path / "cpu.jsonl"
     proc = subprocess.run([sys.executable, "-m", "hpcmem.probe.matrix", "--device", "cpu", "--tiny", "--steps", "2",
-                           "--only", "sft-qwen25vl7b-lora-img", "--out", str(out), "--budget-s", "300"],
+                           "--only", case, "--out", str(out), "--budget-s", "300"],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (record,) = read_records(out)
-    assert record.status == "ok" and record.cell == ("sft", "lora+gc")
+    assert record.status == "ok" and record.cell == cell
     train = record.job["train"]
     assert (train["images_per_example"], train["image_height"], train["image_width"]) == (1, 56, 56)
     assert record.estimate["vision"]["tokens_per_image"] == 4 and record.estimate["vision"]["patches_per_image"] == 16
