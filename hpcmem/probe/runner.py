@@ -160,7 +160,11 @@ def measure(job: Any, *, device: str = "cpu", steps: int = 3, warmup_steps: int 
         try:
             init_device = None if device == "cpu" else f"cuda:{local_rank}"
             with (fixtures.random_weights(cfg, model_id, init_device, image_text=images) if not real else _nothing()):
-                trainer, dropped = build_trainer(job, steps=steps, device=device, model_id=model_id, cfg=cfg)
+                try:
+                    trainer, dropped = build_trainer(job, steps=steps, device=device, model_id=model_id, cfg=cfg)
+                except ValueError as exc:       # TRL, peft or transformers refusing the job's settings as they stand
+                    raise HpcmemError("the real trainer refused the job before its first step: "
+                                      + " ".join(str(exc).split())[:400]) from None
             result["not_applied"] = dropped
             _count_loaded_weights(meter, trainer)
             timings["setup_s"] = time.perf_counter() - t0

@@ -131,3 +131,21 @@ def test_a_local_checkpoint_is_loaded_for_real(sft_record: tuple[dict, Path], tm
     record = _probe(["sft", "--model_name_or_path", str(tmp_path / "ckpt"), *FLAGS, "--device", "cpu", "--no-record"])
     random_weights = sft_record[0]["measured"]["peak_allocated_bytes"]
     assert record["measured"]["peak_allocated_bytes"] == pytest.approx(random_weights, rel=1e-3)
+
+
+def test_a_job_the_real_trainer_refuses_is_one_line_and_no_record(tmp_path: Path) -> None:
+    """peft has no default LoRA targets for Qwen2.5-VL (its table has no qwen2_5_vl row): get_peft_model raises
+    before the first step. The probe says so in one line, writes nothing, and `hpcmem estimate` refuses the same job
+    for the same reason."""
+    from hpcmem.cli import cli
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "cpu.jsonl"
+    args = ["sft", "--model_name_or_path", str(root / "tests" / "fixtures" / "vlm" / "qwen2_5_vl-tiny.json"),
+            "--dtype", "bfloat16", "--max_length", "128", "--use_peft", "true", "--images_per_example", "1",
+            "--image_height", "56", "--image_width", "56"]
+    got = CliRunner().invoke(cli, ["probe", *args, "--device", "cpu", "--out", str(out)])
+    assert got.exit_code != 0 and "the real trainer refused the job" in str(got.exception)
+    assert "target_modules" in str(got.exception) and not out.exists()
+    refused = CliRunner().invoke(cli, ["estimate", *args])
+    assert refused.exit_code != 0 and "no default LoRA target_modules" in str(refused.exception)
