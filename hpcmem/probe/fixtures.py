@@ -6,7 +6,7 @@ The model reaches TRL the way a user's does — as a model id string — so TRL'
 config with random weights (`from_config`, which honours DeepSpeed ZeRO-3's `zero.Init` like `from_pretrained`),
 for that id only. A local folder with real weights is loaded for real. An SFT job with images gets the trace's
 processor (transformers' own processor class around a PIL image processor and the word tokenizer with the type's
-vision tokens, hpcmem.trace.vision) and the trace's image rows; so does a DPO job with images.
+vision tokens, hpcmem.trace.vision) and the trace's image rows; so do DPO, GRPO and RLOO jobs with images.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from hpcmem.trace import vision
 from hpcmem.trace.data import design_batch, design_preference, make_dataset, make_preference_dataset
 from hpcmem.trace.pieces import auto_config, config_dict
 from hpcmem.trace.vision_pref import make_vision_preference_dataset
+from hpcmem.trace.vision_rl import make_image_prompt_dataset
 from hpcmem.trace.pieces import tokenizer as word_tokenizer
 
 NUM_SPECIAL = 3     # pad 0, eos 1, unk 2 — hpcmem.trace.pieces.SPECIAL_IDS, so trace and probe feed TRL the same rows
@@ -89,11 +90,13 @@ def image_config(job: Any, cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def image_dataset(job: Any, steps: int) -> Any:
-    """SFT or DPO with images: the trace's rows (blank images of the job's size, text filling each designed row; DPO:
-    an image prompt with chosen and rejected completions, hpcmem.trace.vision_pref), so a probe and a trace of the
-    same job see the same batches."""
+    """SFT, DPO, GRPO or RLOO with images: the trace's rows (blank images of the job's size, text filling each
+    designed row; DPO: an image prompt with chosen and rejected completions, hpcmem.trace.vision_pref; GRPO/RLOO: an
+    image prompt, hpcmem.trace.vision_rl), so a probe and a trace of the same job see the same batches."""
     if job.train.trainer == "dpo":
         return make_vision_preference_dataset(job, design_batch(job), _micro_batches(job, steps))
+    if entry(job.train.trainer).generates:      # GRPO/RLOO: conversational image prompts (hpcmem.trace.vision_rl)
+        return make_image_prompt_dataset(job, rows_needed(job, steps))
     return vision.make_image_dataset(job, design_batch(job).documents, _micro_batches(job, steps))
 
 

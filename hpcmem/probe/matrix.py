@@ -105,6 +105,12 @@ CASES: tuple[Case, ...] = (
                                                   "use_peft": True, "lora_target_modules": "all-linear",
                                                   "images_per_example": 1, "image_height": 768,
                                                   "image_width": 1024}, 70.0, new=True),
+    # GRPO with images: one 448×448 image a prompt (256 image tokens), generation by transformers on the GPU
+    Case("grpo-qwen25vl7b-lora-img", "grpo", QVL7, {"per_device_train_batch_size": 4, "num_generations": 4,
+                                                    "max_prompt_length": 512, "max_completion_length": 256, **BF16,
+                                                    "use_peft": True, "lora_target_modules": "all-linear",
+                                                    "images_per_example": 1, "image_height": 448,
+                                                    "image_width": 448}, 90.0, new=True),
     # LoRA all-linear on fused experts: peft 0.21 wraps each expert parameter (lora.ParamWrapper), which needs
     # lora_dropout 0 — the derived profile's expert adapters, held on a GPU
     Case("sft-qwen3moe-lora-all-linear", "sft", "Qwen/Qwen3-30B-A3B",

@@ -42,9 +42,9 @@ def check_supported(job: Any, device: str) -> None:
                         "and --device cuda, or probe the unquantized LoRA job")
     if t.use_vllm:
         problems.append("use_vllm: the probe runs transformers generation; vLLM pools are not probed yet")
-    if t.images_per_example and (t.trainer not in ("sft", "dpo") or job.parallel.world_size > 1):
-        problems.append(f"images with {t.trainer} on {job.parallel.world_size} process(es): the probe runs SFT and DPO "
-                        "with images in one process only (the trace holds the other trainers' image jobs)")
+    if t.images_per_example and (t.trainer not in ("sft", "dpo", "grpo", "rloo") or job.parallel.world_size > 1):
+        problems.append(f"images with {t.trainer} on {job.parallel.world_size} process(es): the probe runs SFT, DPO, "
+                        "GRPO and RLOO with images, in one process")
     if device == "cpu" and job.parallel.fsdp and job.parallel.fsdp_version != 2:
         problems.append("FSDP1 on CPU is not supported by the probe (FSDP2 is)")
     if problems:

