@@ -206,9 +206,12 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         if stays is not None:
             # offloaded without checkpointing, a saved tensor comes back when its autograd node runs and goes with
             # the node after it: the MLP's come back for the MLP's backward, the attention's (and the input norm's
-            # beyond its fp32 upcast, which stayed) for the attention's, one part at a time
+            # beyond its fp32 upcast, which stayed) for the attention's, one part at a time — less the q/k norms'
+            # fp32 upcasts, which stayed on the GPU too (`act.offload_kept_on_gpu`, counted with the layer's stays)
+            qk_stayed = act.FP32 * m.head_dim * (m.num_attention_heads + m.num_key_value_heads) * mb.tokens \
+                if m.qk_norm else 0
             mlp_instant += d["mlp"] + lora_mlp_saved
-            attention_instant = hidden_t + scores_t + lora_attention_t + layer_grad + d["attention"] + \
+            attention_instant = hidden_t + scores_t + lora_attention_t + layer_grad + d["attention"] - qk_stayed + \
                 d["lora"] - lora_mlp_saved + max(d["norms"] // 2 - act.FP32 * m.hidden_size * mb.tokens, 0)
         return recompute, mlp_instant, recompute_instant, attention_instant
 
