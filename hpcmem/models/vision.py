@@ -25,6 +25,9 @@ Covered (transformers 5.24):
 - Qwen3-VL-MoE (models/qwen3_vl_moe/modular_qwen3_vl_moe.py): Qwen3-VL's tower, merger and deepstack mergers unchanged
   (`Qwen3VLMoeVisionModel(Qwen3VLVisionModel)`), its decoder Qwen3-MoE's layers (fused experts, a bare-weight router)
   with `Qwen3VLMoeTextConfig`'s defaults.
+- EXAONE 4.5 (models/exaone4_5/modular_exaone4_5.py): Qwen2.5-VL's tower and merger with grouped-query attention in
+  its blocks (`num_key_value_heads`: qkv projects to q_dim + 2 · kv_dim); its EXAONE 4 decoder from a learned profile
+  of its text config (hpcmem.models.vlm_learned).
 - Qwen3.5 (models/qwen3_5/modular_qwen3_5.py): Qwen3-VL's tower and merger without the deepstack mergers
   (`Qwen3_5VisionModel(Qwen3VLVisionModel)` deletes them); its decoder, Gated DeltaNet and full-attention layers, from
   a learned profile of its text config (hpcmem.models.vlm_learned).
@@ -201,6 +204,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                           "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
                           "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo"),
+                          "exaone4_5": ("sft",),
                           "gemma4": ("sft",), "gemma4_unified": ("sft",), "glm4v": ("sft",),
                           "glm46v": ("sft",), "glmga": ("sft",),
                           "lfm2_vl": ("sft",)}
@@ -218,6 +222,7 @@ IMAGE_TRAINERS_TRACED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_vl
                          "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                          "ovis2": ("sft", "dpo"), "aya_vision": ("sft",),
                          "cohere2_vision": ("sft",), "qwen3_5": ("sft", "dpo"), "qwen3_5_moe": ("sft", "dpo"),
+                         "exaone4_5": ("sft",),
                          "gemma4": ("sft",), "gemma4_unified": ("sft",), "glm4v": ("sft",),
                          "glm46v": ("sft",), "glmga": ("sft",),
                          "lfm2_vl": ("sft",)}
@@ -377,6 +382,16 @@ VISION_LANGUAGE["qwen3_5_moe"] = replace(VISION_LANGUAGE["qwen3_5"], text="qwen3
 # when the text config's flag is true (Gemma3TextConfig's default True)
 VISION_LANGUAGE["shieldgemma2"] = replace(VISION_LANGUAGE["gemma3"], tie_default=False, tie_from_text=True,
                                           text_tie_default=True)
+# models/exaone4_5 (modular_exaone4_5.py): `Exaone4_5_VisionModel` is Qwen2.5-VL's tower (patch embedding, windowed
+# blocks with RMSNorm and a gated MLP, Qwen2_5_VLPatchMerger) whose attention is grouped: `Exaone4_5_VisionAttention`
+# rebuilds `qkv` as Linear(width, q_dim + 2 · kv_dim) and splits it ([q_dim, kv_dim, kv_dim]); its
+# `Exaone4_5_VisionConfig` defaults (num_key_value_heads 8 of 16 heads). The decoder is `AutoModel.from_config` of the
+# text config (model_type exaone4, `sub_configs_defaults`: Exaone4Config's defaults when it is omitted), with 1-D
+# positions (`Exaone4_5_Model.forward`: no M-RoPE); no family descriptor derives EXAONE 4's decoder: a learned profile
+# of the text config (hpcmem.models.vlm_learned). Exaone4_5_Config.tie_word_embeddings (False) decides the tying.
+VISION_LANGUAGE["exaone4_5"] = replace(VISION_LANGUAGE["qwen2_5_vl"], text="exaone4", tie_from_text=False,
+                                       defaults={**VISION_LANGUAGE["qwen2_5_vl"].defaults, "num_key_value_heads": 8},
+                                       text_defaults={})
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
                      "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "idefics2", "aya_vision",
@@ -421,6 +436,9 @@ class VisionSpec(TowerBase):
     image_size: int = 0         # the processor's fixed square resize (Gemma 3: 896); 0: smart_resize (Qwen)
     tokens_per_image: int = 0   # Gemma 3's mm_tokens_per_image; 0: patches / spatial_merge_size² (Qwen)
     pooling_head: bool = False  # SigLIP's attention-pooling head loaded (vision_use_head), never run by Gemma 3
+    # grouped-query attention in the tower (EXAONE 4.5: qkv projects to num_heads + 2 · num_key_value_heads heads);
+    # 0: as many key/value heads as query heads (Qwen2.5-VL's fused qkv of 3 · width)
+    num_key_value_heads: int = 0
 
     def __post_init__(self) -> None:
         p = Problems()
@@ -434,6 +452,10 @@ class VisionSpec(TowerBase):
             check_activation(p, self.hidden_act, FC_ACTIVATIONS)
         p.raise_if_any()
         check_heads(p, self.hidden_size, self.num_heads, "num_heads")
+        p.check(isinstance(self.num_key_value_heads, int) and self.num_key_value_heads >= 0
+                and (self.num_key_value_heads == 0 or self.num_heads % self.num_key_value_heads == 0),
+                f"vision_config.num_key_value_heads must divide num_heads ({self.num_heads}), got "
+                f"{self.num_key_value_heads!r}")
         p.check(all(0 <= i < self.depth for i in self.fullatt_block_indexes),
                 f"vision_config.fullatt_block_indexes {list(self.fullatt_block_indexes)} must lie in 0..{self.depth - 1}")
         p.check(all(0 <= i < self.depth for i in self.deepstack_visual_indexes),
@@ -445,6 +467,11 @@ class VisionSpec(TowerBase):
         p.check(isinstance(self.num_position_embeddings, int) and self.num_position_embeddings >= 0,
                 f"vision_config.num_position_embeddings must be an integer ≥ 0, got {self.num_position_embeddings!r}")
         p.raise_if_any()
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads of the tower's attention (num_heads unless grouped)."""
+        return self.num_key_value_heads or self.num_heads
 
     @property
     def merge_unit(self) -> int:
@@ -481,7 +508,8 @@ class VisionSpec(TowerBase):
         deepstack = (VisionLinear(name=first, in_features=m, out_features=m, count=ds, part="deepstack"),
                      VisionLinear(name=second, in_features=m, out_features=self.out_hidden_size, count=ds,
                                   part="deepstack")) if ds else ()
-        return (VisionLinear(name="attn.qkv", in_features=h, out_features=3 * h, count=d, part="tower"),
+        qkv = h + 2 * self.kv_heads * (h // self.num_heads)       # EXAONE 4.5: q_dim + 2 · kv_dim
+        return (VisionLinear(name="attn.qkv", in_features=h, out_features=qkv, count=d, part="tower"),
                 VisionLinear(name="attn.proj", in_features=h, out_features=h, count=d, part="tower"),
                 *mlp,
                 VisionLinear(name=first, in_features=m, out_features=m, count=1, part="merger"),
@@ -616,7 +644,7 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         out_hidden_size=vc["out_hidden_size"], fullatt_block_indexes=tuple(full), hidden_act=str(vc["hidden_act"]),
         norm=layout.norm, mlp=layout.mlp, fc_names=layout.fc_names, merger_names=layout.merger_names,
         patch_bias=layout.patch_bias, hooked_input=layout.hooked_input, num_position_embeddings=vc.get("num_position_embeddings", 0),
-        deepstack_visual_indexes=tuple(deep))
+        deepstack_visual_indexes=tuple(deep), num_key_value_heads=vc.get("num_key_value_heads", 0))
 
 
 def text_part(cfg: dict[str, Any]) -> dict[str, Any]:

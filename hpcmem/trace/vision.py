@@ -46,6 +46,8 @@ PROCESSORS = {"qwen2_5_vl": ("transformers.models.qwen2_5_vl.processing_qwen2_5_
               # rows are Qwen3-VL's (image_processing_auto.py: Qwen2VLImageProcessor; tokenization_auto.py: Qwen2)
               "cosmos3_omni": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor"),
               "qwen3_5": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor"),
+              # Exaone4_5_Processor(Qwen2VLProcessor): Qwen2-VL's image processor and vision tokens
+              "exaone4_5": ("transformers.models.exaone4_5.processing_exaone4_5", "Exaone4_5_Processor"),
               "qwen3_5_moe": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor")}
 # What the trace does that a real run does not (its notes).
 NOTES = ("vision-language: a Qwen processor's video_processor is left out (it needs torchvision; an image-only dataset "
