@@ -29,7 +29,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8
+    assert len(RECORDS) == 8 + 2
 
 
 def _job(**kw):
@@ -48,8 +48,9 @@ def test_the_projector_keeps_by_hand():
     assert terms.merger_saved == 507 * (4 * 4608 + 8 + 2 * 4608) + 507 * 2 * (8192 + 4096 + 4096)
 
 
-def test_dpo_with_images_is_refused():
-    with pytest.raises(SpecError):
-        estimate(case_job({"trainer": "dpo", "model_name_or_path": str(ROOT / CUT), "max_length": 1024,
-                           "images_per_example": 1, "image_height": 364, "image_width": 364, "dtype": "bfloat16",
-                           "bf16": True}))
+def test_grpo_with_images_is_refused():
+    """DPO with images holds (the stored DPO traces above); GRPO and RLOO with images are not traced: refused."""
+    with pytest.raises(SpecError, match="with trainer grpo on aya_vision: hpcmem models aya_vision's images for sft, dpo only"):
+        estimate(case_job({"trainer": "grpo", "model_name_or_path": str(ROOT / CUT), "max_prompt_length": 1024,
+                           "max_completion_length": 64, "images_per_example": 1, "image_height": 364,
+                           "image_width": 364, "dtype": "bfloat16", "bf16": True}))

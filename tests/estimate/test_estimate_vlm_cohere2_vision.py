@@ -30,7 +30,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8
+    assert len(RECORDS) == 8 + 2
     assert {r["case"]["image_width"] for r in RECORDS.values()} == {512, 1024}
 
 
@@ -63,8 +63,9 @@ def test_post_layernorm_trains_and_no_hidden_state_is_recorded():
     assert terms.forward_only == 0
 
 
-def test_dpo_with_images_is_refused():
-    with pytest.raises(SpecError):
-        estimate(case_job({"trainer": "dpo", "model_name_or_path": str(ROOT / CUT), "max_length": 1024,
-                           "images_per_example": 1, "image_height": 512, "image_width": 512, "dtype": "bfloat16",
-                           "bf16": True}))
+def test_grpo_with_images_is_refused():
+    """DPO with images holds (the stored DPO traces above); GRPO and RLOO with images are not traced: refused."""
+    with pytest.raises(SpecError, match="with trainer grpo on cohere2_vision: hpcmem models cohere2_vision's images for sft, dpo only"):
+        estimate(case_job({"trainer": "grpo", "model_name_or_path": str(ROOT / CUT), "max_prompt_length": 1024,
+                           "max_completion_length": 64, "images_per_example": 1, "image_height": 512,
+                           "image_width": 512, "dtype": "bfloat16", "bf16": True}))

@@ -29,7 +29,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 10
+    assert len(RECORDS) == 10 + 2
     assert {(r["case"].get("image_height", 768), r["case"].get("image_width", 768)) for r in RECORDS.values()} == \
         {(768, 768), (384, 1536)}
 
@@ -72,6 +72,9 @@ def test_lora_trains_the_adapters_only():
     assert terms.gradients == trainable * 4
 
 
-def test_dpo_with_images_is_refused():
-    with pytest.raises(SpecError):
-        estimate(_job(trainer="dpo"))
+def test_grpo_with_images_is_refused():
+    """DPO with images holds (the stored DPO traces above); GRPO and RLOO with images are not traced: refused."""
+    with pytest.raises(SpecError, match="with trainer grpo on gemma4: hpcmem models gemma4's images for sft, dpo only"):
+        estimate(case_job({"trainer": "grpo", "model_name_or_path": str(ROOT / CUT), "max_prompt_length": 1024,
+                           "max_completion_length": 64, "images_per_example": 1, "image_height": 768,
+                           "image_width": 768, "dtype": "bfloat16", "bf16": True}))

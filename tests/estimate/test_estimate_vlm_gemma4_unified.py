@@ -30,7 +30,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8
+    assert len(RECORDS) == 8 + 2
     assert {(r["case"].get("image_height", 768), r["case"].get("image_width", 768)) for r in RECORDS.values()} == \
         {(768, 768), (384, 1536)}
 
@@ -74,6 +74,9 @@ def test_the_same_padded_rows_at_both_sizes():
     assert ta.saved == tb.saved and (ta.image_tokens, tb.image_tokens) == (256, 264)
 
 
-def test_dpo_with_images_is_refused():
-    with pytest.raises(SpecError):
-        estimate(_job(trainer="dpo"))
+def test_grpo_with_images_is_refused():
+    """DPO with images holds (the stored DPO traces above); GRPO and RLOO with images are not traced: refused."""
+    with pytest.raises(SpecError, match="with trainer grpo on gemma4_unified: hpcmem models gemma4_unified's images for sft, dpo only"):
+        estimate(case_job({"trainer": "grpo", "model_name_or_path": str(ROOT / CUT), "max_prompt_length": 1024,
+                           "max_completion_length": 64, "images_per_example": 1, "image_height": 768,
+                           "image_width": 768, "dtype": "bfloat16", "bf16": True}))

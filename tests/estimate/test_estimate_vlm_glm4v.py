@@ -29,7 +29,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8
+    assert len(RECORDS) == 8 + 2
     assert {(r["case"].get("image_height", 448), r["case"].get("image_width", 448)) for r in RECORDS.values()} == \
         {(448, 448), (480, 640)}
 
@@ -63,6 +63,9 @@ def test_lora_keeps_no_weight_inputs_outside_the_blocks():
     assert before == 2 * 1024 * 128 * 4 + 1024 * 4096 * 2
 
 
-def test_dpo_with_images_is_refused():
-    with pytest.raises(SpecError):
-        estimate(_job(trainer="dpo"))
+def test_grpo_with_images_is_refused():
+    """DPO with images holds (the stored DPO traces above); GRPO and RLOO with images are not traced: refused."""
+    with pytest.raises(SpecError, match="with trainer grpo on glm4v: hpcmem models glm4v's images for sft, dpo only"):
+        estimate(case_job({"trainer": "grpo", "model_name_or_path": str(ROOT / CUT), "max_prompt_length": 1024,
+                           "max_completion_length": 64, "images_per_example": 1, "image_height": 448,
+                           "image_width": 448, "dtype": "bfloat16", "bf16": True}))

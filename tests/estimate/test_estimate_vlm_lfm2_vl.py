@@ -30,7 +30,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 8
+    assert len(RECORDS) == 8 + 2
     assert {(r["case"]["image_height"], r["case"]["image_width"]) for r in RECORDS.values()} == {(384, 768),
                                                                                                (1024, 1024)}
 
@@ -80,6 +80,9 @@ def test_the_patch_embedding_s_adapter_trains():
     assert terms.gradients == 4 * adapters
 
 
-def test_dpo_with_images_is_refused():
-    with pytest.raises(SpecError):
-        estimate(_job(trainer="dpo"))
+def test_grpo_with_images_is_refused():
+    """DPO with images holds (the stored DPO traces above); GRPO and RLOO with images are not traced: refused."""
+    with pytest.raises(SpecError, match="with trainer grpo on lfm2_vl: hpcmem models lfm2_vl's images for sft, dpo only"):
+        estimate(case_job({"trainer": "grpo", "model_name_or_path": str(ROOT / CUT), "max_prompt_length": 1024,
+                           "max_completion_length": 64, "images_per_example": 1, "image_height": 384,
+                           "image_width": 768, "dtype": "bfloat16", "bf16": True}))

@@ -35,7 +35,7 @@ _component = largest_component
 
 
 def test_the_matrix_is_all_there():
-    assert len(RECORDS) == 10 + 4
+    assert len(RECORDS) == 10 + 4 + 2
 
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
@@ -81,6 +81,6 @@ def test_lora_all_linear_adapts_the_tower_and_the_projector():
     assert ACTIVATIONS in {c.name for p in est.phases for c in p.components}
 
 
-def test_dpo_with_llava_images_is_a_one_line_refusal():
-    with pytest.raises(SpecError, match="with trainer dpo on llava: hpcmem models llava's images for sft only"):
-        _job("llava-full-gc-1img", trainer="dpo")
+def test_grpo_with_llava_images_is_a_one_line_refusal():
+    with pytest.raises(SpecError, match="with trainer grpo on llava: hpcmem models llava's images for sft, dpo only"):
+        _job("llava-full-gc-1img", trainer="grpo", max_length=None, max_prompt_length=1024, max_completion_length=64)
