@@ -87,7 +87,9 @@ def image_job_problems(job: Job) -> list[str]:
     out += _preference_problems(job) + _fixed_size_problems(job) + _gemma4_problems(job) + rl_image_problems(job)
     g = image_geometry(t, m.vision) if t.images_per_example else None
     tokens = g.tokens * t.images_per_example if g else 0     # a profile's cuts are checked where it is read
-    if g and t.max_length is not None and tokens > t.max_length:
+    # GRPO/RLOO have no max_length (GRPOConfig/RLOOConfig: their prompt bound is max_prompt_length, checked with the
+    # images' tokens by image_rl_rules); TrainSpec's default 1,024 there is no truncation of theirs
+    if g and t.max_length is not None and tokens > t.max_length and not entry(t.trainer).generates:
         # processing_utils.py ProcessorMixin._check_special_mm_tokens: truncation that cuts image tokens raises
         lower = "" if m.vision.image_size else " or lower max_pixels"     # llava, Gemma 3: one resolution
         out.append(f"images_per_example {t.images_per_example} × {g.tokens} image tokens ({g.resized[0]}×"

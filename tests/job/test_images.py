@@ -59,8 +59,10 @@ def test_images_need_a_vision_tower_and_a_trainer_with_an_image_path():
     llava = {"model_name_or_path": "llava-hf/llava-1.5-7b-hf", "images_per_example": 1, "image_height": 336,
              "image_width": 336, "max_length": 1024}
     build_job("sft", llava)
-    with pytest.raises(SpecError, match=r"with trainer dpo on llava: hpcmem models llava's images for sft only"):
-        build_job("dpo", llava)
+    build_job("dpo", llava)
+    grpo = {**{k: v for k, v in llava.items() if k != "max_length"}, "max_prompt_length": 1024}
+    with pytest.raises(SpecError, match=r"with trainer grpo on llava: hpcmem models llava's images for sft, dpo only"):
+        build_job("grpo", grpo)
 
 
 # -- against transformers' processor (torch tier) ---------------------------------------------------------------------
@@ -102,3 +104,21 @@ def test_smart_resize_is_transformers():
 def test_fixture_is_the_published_config():
     cfg = json.loads(CONFIG.read_text())
     assert cfg["model_type"] == "qwen2_5_vl" and cfg["vision_config"]["fullatt_block_indexes"] == [7, 15, 23, 31]
+
+
+def test_grpo_image_tokens_are_bounded_by_max_prompt_length_not_max_length():
+    """GRPOConfig has no max_length (TRL's own dataclass, read here); a GRPO prompt's image tokens count against
+    max_prompt_length (1,344² px → 980² after smart_resize: 35 × 35 = 1,225 tokens, by hand). TrainSpec's max_length
+    default (1,024) once refused this job in words a GRPO user cannot act on."""
+    import dataclasses
+
+    trl = pytest.importorskip("trl")
+    assert "max_length" not in {f.name for f in dataclasses.fields(trl.GRPOConfig)}
+    settings = {"model_name_or_path": "Qwen/Qwen2.5-VL-7B-Instruct", "use_peft": True,
+                "lora_target_modules": "all-linear", "images_per_example": 1, "image_height": 1344,
+                "image_width": 1344, "max_completion_length": 256, "num_generations": 4,
+                "per_device_train_batch_size": 4, "dtype": "bfloat16"}
+    job, _ = build_job("grpo", {**settings, "max_prompt_length": 4096})
+    assert job.train.images_per_example == 1
+    with pytest.raises(SpecError, match="max_prompt_length 1024 with images_per_example 1 × \\(1225 image tokens"):
+        build_job("grpo", {**settings, "max_prompt_length": 1024})
