@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from hpcmem.trace.oracle import make_oracle
+from hpcmem.trace.tracker import WAITING_BATCH
 
 
 @contextlib.contextmanager
@@ -118,7 +119,7 @@ def fake_collator(collator: Any, oracle: Any, tracker: Any) -> Any:
             if isinstance(v, torch.Tensor) and id(v) not in fakes:
                 fakes[id(v)] = oracle.fake_of(v)
         fake = {k: fakes[id(v)] if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-        tracker.tag([v for v in fake.values() if isinstance(v, torch.Tensor)], "host")
+        tracker.tag([v for v in fake.values() if isinstance(v, torch.Tensor)], WAITING_BATCH)
         return fake
 
     return collate
@@ -130,7 +131,7 @@ def host_collator(collator: Any, tracker: Any) -> Any:
 
     def collate(examples: Any) -> Any:
         batch = collator(examples)
-        tracker.tag(batch, "host")
+        tracker.tag(batch, WAITING_BATCH)
         return batch
 
     return collate

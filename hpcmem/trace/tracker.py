@@ -40,6 +40,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# a collated batch the data loader made ahead of its step: host memory until the step takes it (hpcmem.trace.fakeenv)
+WAITING_BATCH = "batch (host, waiting)"
+
 CATEGORIES: tuple[str, ...] = ("param", "grad", "optimizer", "activation", "temporary")
 CUDA_BLOCK_BYTES = 512
 ACCUMULATE_IN_PLACE_UNDER = frozenset({"EmbeddingBackward0"})   # nodes whose formula makes no add of its own
@@ -70,12 +73,12 @@ class StorageTracker:
     alive at the peak instant moves its bytes in `peak_by_category` too (a gradient born just before the peak is
     counted as a gradient, not as a temporary). `phase(name)` names what is
     running; the innermost names are joined with " / " in `peak_phase`. Categories in `uncounted` (default "host":
-    activation-offloading copies in pinned host memory) are tracked in `by_category` but left out of the device
-    total; `peak_uncounted_bytes` is their own peak.
+    activation-offloading copies in pinned host memory; WAITING_BATCH: a collated batch not yet taken for a step) are
+    tracked in `by_category` but left out of the device total; `peak_uncounted_bytes` is the offloaded copies' peak.
     """
 
     def __init__(self, *, round_to: int = 1, timeline: bool = False, default_category: str = "temporary",
-                 uncounted: tuple[str, ...] = ("host",), allocator: Any = None) -> None:
+                 uncounted: tuple[str, ...] = ("host", WAITING_BATCH), allocator: Any = None) -> None:
         if round_to < 1:
             raise ValueError(f"round_to must be ≥ 1 (512 for the CUDA mapping, 1 for cpu); got {round_to}")
         self.round_to = round_to
@@ -344,7 +347,9 @@ class StorageTracker:
         self.peak_by_category = {k: v for k, v in self.peak_by_category.items() if v}
 
     def _uncounted_now(self) -> int:
-        return sum(self.by_category.get(c, 0) for c in self.uncounted)
+        """Host bytes of offloaded copies: the collated batches waiting for their step (WAITING_BATCH) are host
+        memory too, but not what `peak_uncounted_bytes` reports."""
+        return sum(self.by_category.get(c, 0) for c in self.uncounted if c != WAITING_BATCH)
 
     def _note(self) -> None:
         if self.timeline is not None:

@@ -308,3 +308,4 @@ def test_a_collated_batch_is_host_memory_until_its_step_takes_it():
             second, _ = trainer.get_batch_samples(loader, 1, "cpu")
             assert tr.current_bytes == 2 * (8192 + 602112)
         del first, second
+    assert tr.peak_uncounted_bytes == 0          # a waiting batch is not an offloaded activation copy
