@@ -13,7 +13,7 @@ import pytest
 from hpcmem.job.images import image_geometry
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
 from tests.helpers.vlm_cuts import assert_refused_without_text_profile
 
 CUT = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "exaone4_5-defaults-L2-D2.json"
@@ -38,11 +38,8 @@ def test_parts_and_linears_equal_the_meta_model():
     model = meta_image_text_model(json.loads(CUT.read_text()))
     assert type(model).__name__ == "Exaone4_5_ForConditionalGeneration"
     spec = resolve_model(str(CUT))
-    count = {"tower": 0, "merger": 0, "language": 0}
-    for name, p in model.named_parameters():
-        count["merger" if ".visual.merger." in name else "tower" if ".visual." in name else "language"] += p.numel()
-    assert count == {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params,
-                     "language": spec.num_params}
+    assert meta_part_counts(model, tower=".visual.", merger=".visual.merger.") == {
+        "tower": spec.vision.tower_params, "merger": spec.vision.merger_params, "language": spec.num_params}
     linears = {n.rsplit("visual.", 1)[-1]: (m.in_features, m.out_features) for n, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and ".visual." in f".{n}."}
     ours = {f"blocks.{i}.{x.name}": (x.in_features, x.out_features)
