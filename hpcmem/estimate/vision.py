@@ -198,7 +198,7 @@ def block_spec(v: VisionSpec) -> ModelSpec:
     three Linears, modeling_siglip.py SiglipAttention), biases everywhere."""
     return ModelSpec(name=f"{v.model_type} vision block", model_type=f"{v.model_type}_vision", vocab_size=1,
                      hidden_size=v.hidden_size, intermediate_size=v.block_mlp_width, num_hidden_layers=v.depth,
-                     num_attention_heads=v.num_heads, num_key_value_heads=getattr(v, "kv_heads", v.num_heads),
+                     num_attention_heads=v.num_heads, num_key_value_heads=v.kv_heads,
                      head_dim=v.hidden_size // v.num_heads, tie_word_embeddings=False, hidden_act=v.hidden_act,
                      qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=v.family != "siglip",
                      gated_mlp=v.mlp == "gated")

@@ -74,9 +74,8 @@ def gemma4_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
     grads = trainable * gbytes
     opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
     # Gemma4VisionAttention: q/k/v/o_proj without bias, q_norm and k_norm over head_dim; four sandwich RMSNorms
-    spec = replace(block_spec(v), model_type="gemma4_vision", num_key_value_heads=v.num_key_value_heads,
-                   head_dim=v.head_dim, qkv_bias=False, o_bias=False, mlp_bias=False, fused_qkv=False, qk_norm=True,
-                   norms_per_layer=4)
+    spec = replace(block_spec(v), model_type="gemma4_vision", head_dim=v.head_dim, qkv_bias=False, o_bias=False,
+                   mlp_bias=False, fused_qkv=False, qk_norm=True, norms_per_layer=4)
     mb = MicroBatch(rows=images, seq=p, label_tokens=0, padding_free=False, source="", attn_implementation="sdpa")
     padded = g.grid_thw[1] * g.grid_thw[2] < p
     kv = v.num_key_value_heads * v.head_dim

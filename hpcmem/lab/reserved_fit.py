@@ -30,12 +30,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.allocator import TERMS, slack_terms
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.shape import micro_batch, precision
-from hpcmem.errors import SpecError
 from hpcmem.validate.cases import case_job
 from hpcmem.validate.random_jobs import RandomJob
 from hpcmem.validate.random_model import job_spec
@@ -90,11 +90,11 @@ def random_rows(path: Path | None = None) -> list[dict[str, Any]]:
             continue
         try:
             job = job_spec(RandomJob.from_dict(rec["job"]))
+            if job.parallel.world_size > 1:
+                continue
             est, _ = as_traced(job)
         except SpecError:
             continue                    # refused or declined today: nothing to fit
-        if job.parallel.world_size > 1:
-            continue
         ws = est.peak_phase.bytes - tensor_bytes(est.peak_phase)
         terms = slack_terms(job, micro_batch(job), precision(job), lora_layout(job), list(est.phases))
         out.append({"case": str(rec["id"]), "file": "random", "mode": "default", "terms": terms,

@@ -39,6 +39,11 @@ class TowerBase:
         return self.in_channels * self.patch_size ** 2
 
     @property
+    def kv_heads(self) -> int:
+        """Key/value heads of a block's attention: every head unless the tower groups them (EXAONE 4.5, Gemma 4)."""
+        return self.num_heads
+
+    @property
     def block_mlp_width(self) -> int:
         """An encoder block MLP's width: intermediate_size (GLM-4.1V's tower differs, hpcmem.models.glm4v)."""
         return self.intermediate_size

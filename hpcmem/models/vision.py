@@ -203,7 +203,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
                           "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                           "ovis2": ("sft", "dpo"), "aya_vision": ("sft", "dpo"),
-                          "cohere2_vision": ("sft", "dpo"), "qwen3_5": ("sft", "dpo", "grpo"), "qwen3_5_moe": ("sft", "dpo"),
+                          "cohere2_vision": ("sft", "dpo"), "qwen3_5": ("sft", "dpo", "grpo"),
+                          "qwen3_5_moe": ("sft", "dpo"),
                           "exaone4_5": ("sft", "dpo", "grpo"),
                           "gemma4": ("sft", "dpo"), "gemma4_unified": ("sft", "dpo"), "glm4v": ("sft", "dpo"),
                           "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"),
@@ -456,7 +457,6 @@ class VisionSpec(TowerBase):
 
     @property
     def kv_heads(self) -> int:
-        """Key/value heads of the tower's attention (num_heads unless grouped)."""
         return self.num_key_value_heads or self.num_heads
 
     @property
