@@ -67,6 +67,7 @@ def _check(cfg: dict, p: Problems) -> None:
     if types is not None and (not isinstance(types, list) or len(types) > MAX_LAYERS or
                               not all(isinstance(t, str) and len(t) <= 64 for t in types)):
         p.add(v.fail("layer_types", types, "a list of attention type names").problems[0])
+    _check_head_width(cfg, p)
     for key in _FLAGS:
         if cfg.get(key) is not None:
             _gather(p, v.boolean, key, cfg[key], text_ok=False)
@@ -76,3 +77,14 @@ def _check(cfg: dict, p: Problems) -> None:
     for key in _NAMES:
         if cfg.get(key) is not None:
             _gather(p, v.text, key, cfg[key], max_len=128)
+
+
+def _check_head_width(cfg: dict, p: Problems) -> None:
+    """Without a head_dim, transformers' attention takes hidden_size // num_attention_heads as the head width (e.g.
+    modeling_llama.py LlamaAttention: `getattr(config, "head_dim", hidden_size // num_attention_heads)`), which must
+    be at least 1 (a width of 0 ends the model's build in `head_dim ** -0.5`)."""
+    hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+    counts = all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in (hidden, heads))
+    if cfg.get("head_dim") is None and counts and hidden // heads < 1:
+        p.add(v.fail("num_attention_heads", heads, f"at most hidden_size ({hidden:,}) when head_dim is not given "
+                     "(head_dim = hidden_size // num_attention_heads must be ≥ 1)").problems[0])

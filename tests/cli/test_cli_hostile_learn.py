@@ -45,6 +45,11 @@ def test_inputs_no_trace_can_learn_from_are_refused_before_tracing(tmp_path, cap
     huge = {**TINY_OLMO3, "vocab_size": 2_000_000_000}
     _fast_refusal(capsys, [str(_config(tmp_path / "huge-vocab", huge)), *out], "vocab_size", "at most 1,048,576",
                   "2,000,000,000")
+    # a million heads over a 64-wide model: head_dim = 64 // 10**6 = 0, which transformers' attention divides by
+    # (`head_dim ** -0.5`, an internal error before)
+    heads = {**TINY_OLMO3, "num_attention_heads": 10**6, "num_key_value_heads": 10**6}
+    _fast_refusal(capsys, [str(_config(tmp_path / "heads", heads)), *out], "num_attention_heads",
+                  "at most hidden_size (64)", "1000000")
     assert not (tmp_path / "data").exists()
 
 
