@@ -38,8 +38,8 @@ TRAINER_FAILS[("idefics3", "dpo")] = (
     "over the allocated peak (full fine-tuning without checkpointing +0.94 %): the tower's LoRA backward bound under "
     "checkpointing is loose, as on SmolVLM")
 TRAINER_FAILS[("mllama", "dpo")] = (
-    "not traced: the trace of TRL's DPO step on its cut stops in the cross-attention, a [2, 1, 3, 6404] cross-attention "
-    "mask against [2, 32, 1024, …] scores (whether TRL's own run fails there was not tried)")
+    "not traced: the trace of TRL's DPO step on its cut stops in the cross-attention, a [2, 1, 3, 6404] "
+    "cross-attention mask against [2, 32, 1024, …] scores (whether TRL's own run fails there was not tried)")
 TRAINER_FAILS[("cosmos3_omni", "grpo")] = (
     "traced on its cut, allocated within 3 % but full fine-tuning without checkpointing 3.7 % low on the reserved "
     "peak beyond the estimate's spread: the caching allocator holds 1.18 GiB over the allocated peak where the "

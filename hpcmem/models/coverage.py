@@ -278,9 +278,9 @@ def render_coverage(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{task}: {len(mine)} types: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     vlm = [r.get("measured") or {} for r in rows if r.get("task") == "image-text-to-text"]
     if vlm:
-        lines.append(f"image-text-to-text with images: {sum(bool(m.get('held')) for m in vlm)} held within 3 % at ≥ 2 "
-                     f"resolutions, {sum(bool(m.get('held_fixed')) for m in vlm)} more at the one resolution their "
-                     "processor makes of every image")
+        held, fixed = sum(bool(m.get("held")) for m in vlm), sum(bool(m.get("held_fixed")) for m in vlm)
+        lines.append(f"image-text-to-text with images: {held} held within 3 % at ≥ 2 resolutions, {fixed} more at "
+                     "the one resolution their processor makes of every image")
     lines.append("`--json` for the full reasons; max |err|: estimate vs trace over the sweep's techniques (image-text: "
                  "over the stored image traces, estimator/COVERAGE.md)")
     return "\n".join(lines)

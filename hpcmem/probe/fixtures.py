@@ -23,9 +23,9 @@ from hpcmem.models.config import checkpoint_dtype
 from hpcmem.trace import vision
 from hpcmem.trace.data import design_batch, design_preference, make_dataset, make_preference_dataset
 from hpcmem.trace.pieces import auto_config, config_dict
+from hpcmem.trace.pieces import tokenizer as word_tokenizer
 from hpcmem.trace.vision_pref import make_vision_preference_dataset
 from hpcmem.trace.vision_rl import make_image_prompt_dataset
-from hpcmem.trace.pieces import tokenizer as word_tokenizer
 
 NUM_SPECIAL = 3     # pad 0, eos 1, unk 2 — hpcmem.trace.pieces.SPECIAL_IDS, so trace and probe feed TRL the same rows
 

@@ -3,8 +3,8 @@
 `measure_cpu(job)` builds the model with real (random) weights, hands it to TRL's plain `SFTTrainer` (no fake
 world, no oracle, no patches: the real collator, the real `is_tracing`, `_move_model_to_device` and accelerate's
 device placement) and counts every storage while `trainer.train()` runs two optimizer steps — a collated batch from
-the step that takes it, as the trace counts it (hpcmem.trace.fakeenv `host_collator`, `sent_to_device`). For a tiny model this
-takes seconds; `run_trace(job, kernels="cpu")` must land on the same peak (tests/trace/test_trace_selfcheck.py).
+the step that takes it, as the trace counts it (hpcmem.trace.fakeenv `host_collator`, `sent_to_device`). For a tiny
+model this takes seconds; `run_trace(job, kernels="cpu")` must land on the same peak (tests/trace/test_trace_selfcheck.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
-from hpcmem.trace.fakeenv import host_collator, sent_to_device
 from hpcmem.trace.data import design_batch
+from hpcmem.trace.fakeenv import host_collator, sent_to_device
 from hpcmem.trace.phases import instrument
 from hpcmem.trace.result import TraceResult, versions
 from hpcmem.trace.run import _quiet

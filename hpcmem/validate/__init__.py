@@ -75,7 +75,6 @@ def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | N
     return report
 
 
-
 def _fit_speed(report: Report, slugs: list[str], folder: Path) -> None:
     for slug in slugs:
         rows = [r for r in report.speed if r.gpu == slug]

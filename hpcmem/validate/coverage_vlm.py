@@ -87,28 +87,35 @@ def resolutions(m: dict[str, Any]) -> str:
     return ", ".join(f"{p:,} / {t:,}" for p, t in m["resolutions"]) + fixed
 
 
+OUTCOMES = ("held", "fixed", "one resolution", "over", "not measured")
+
+
+def outcome(m: dict[str, Any] | None) -> str:
+    """Where a type estimated with images stands (OUTCOMES), from its `summary` entry (None: no stored trace)."""
+    if m is None:
+        return "not measured"
+    if m["held"] or m["held_fixed"]:
+        return "held" if m["held"] else "fixed"
+    return "one resolution" if m["max_abs_err_pct"] <= HELD_PCT else "over"
+
+
 def report_markdown(measured: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> str:
     """COVERAGE.md's image-text section: every image-text-to-text type (`rows`: hpcmem.models.coverage
     vision_language_rows), its status, and for those estimated with images what the stored traces hold."""
     with_images = [r for r in rows if r["status"] == "derived"]
     applicable = [r for r in rows if r["status"] != "not applicable"]
-    held = [r["model_type"] for r in with_images if measured.get(r["model_type"], {}).get("held")]
-    fixed_res = [r["model_type"] for r in with_images if measured.get(r["model_type"], {}).get("held_fixed")]
-    one_res = [r["model_type"] for r in with_images if r["model_type"] in measured and not measured[
-        r["model_type"]]["held"] and not measured[r["model_type"]]["held_fixed"]
-        and measured[r["model_type"]]["max_abs_err_pct"] <= HELD_PCT]
-    over = [r["model_type"] for r in with_images if measured.get(r["model_type"], {}).get("max_abs_err_pct", 0) >
-            HELD_PCT]
-    unmeasured = [r["model_type"] for r in with_images if r["model_type"] not in measured]
+    groups: dict[str, list[str]] = {k: [] for k in OUTCOMES}
+    for r in with_images:
+        groups[outcome(measured.get(r["model_type"]))].append(r["model_type"])
+    held, fixed_res, one_res, over, unmeasured = (groups[k] for k in OUTCOMES)
     lines = ["", "## Image-text-to-text types (vision-language), held to the trace with images", "",
              "Every type of transformers' image-text-to-text mapping (the classes TRL loads for image-text "
              "fine-tuning). \"derived\" types are estimated with their images (vision tower, projector, image tokens); "
              "a \"learned\" or other status here is the text decoder's, images not counted; \"refused\" types say why. "
              "Measured: every stored image trace (estimator/traces/vlm-*.jsonl; hpcmem/validate/coverage_vlm.py) "
-             "re-estimated now. A resolution is the vision patches and image tokens the processor makes of one image; a "
-             "type is held when "
-             f"every case is within {HELD_PCT:g} % of its trace's allocated peak over ≥ {MIN_RESOLUTIONS} "
-             "resolutions.", "",
+             "re-estimated now. A resolution is the vision patches and image tokens the processor makes of one "
+             f"image; a type is held when every case is within {HELD_PCT:g} % of its trace's allocated peak over "
+             f"≥ {MIN_RESOLUTIONS} resolutions.", "",
              f"Types: {len(rows)} ({len(applicable)} applicable); estimated with images: {len(with_images)}; held at "
              f"≥ {MIN_RESOLUTIONS} resolutions: {len(held)} ({pct(100 * len(held) / max(len(with_images), 1))} % of "
              f"those estimated with images, {pct(100 * len(held) / max(len(applicable), 1))} % of the applicable "

@@ -146,7 +146,8 @@ def held_out_ratios(rows: list[SpeedRow]) -> list[tuple[str, float, float]]:
         loo = fit_mfu(usable[:i] + usable[i + 1:])
         if full is None or loo is None:
             continue
-        out.append((r.case, _curve(full, r.micro_tokens) / r.mfu_achieved, _curve(loo, r.micro_tokens) / r.mfu_achieved))
+        out.append((r.case, _curve(full, r.micro_tokens) / r.mfu_achieved,
+                    _curve(loo, r.micro_tokens) / r.mfu_achieved))
     return out
 
 

@@ -50,7 +50,8 @@ def test_the_projector_keeps_by_hand():
 
 def test_grpo_with_images_is_refused():
     """DPO with images holds (the stored DPO traces above); GRPO and RLOO with images are not traced: refused."""
-    with pytest.raises(SpecError, match="with trainer grpo on aya_vision: hpcmem models aya_vision's images for sft, dpo only"):
+    with pytest.raises(SpecError, match="with trainer grpo on aya_vision: hpcmem models aya_vision's images for "
+                                         "sft, dpo only"):
         estimate(case_job({"trainer": "grpo", "model_name_or_path": str(ROOT / CUT), "max_prompt_length": 1024,
                            "max_completion_length": 64, "images_per_example": 1, "image_height": 364,
                            "image_width": 364, "dtype": "bfloat16", "bf16": True}))

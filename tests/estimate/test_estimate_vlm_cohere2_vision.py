@@ -65,7 +65,8 @@ def test_post_layernorm_trains_and_no_hidden_state_is_recorded():
 
 def test_grpo_with_images_is_refused():
     """DPO with images holds (the stored DPO traces above); GRPO and RLOO with images are not traced: refused."""
-    with pytest.raises(SpecError, match="with trainer grpo on cohere2_vision: hpcmem models cohere2_vision's images for sft, dpo only"):
+    with pytest.raises(SpecError, match="with trainer grpo on cohere2_vision: hpcmem models cohere2_vision's images for "
+                                         "sft, dpo only"):
         estimate(case_job({"trainer": "grpo", "model_name_or_path": str(ROOT / CUT), "max_prompt_length": 1024,
                            "max_completion_length": 64, "images_per_example": 1, "image_height": 512,
                            "image_width": 512, "dtype": "bfloat16", "bf16": True}))

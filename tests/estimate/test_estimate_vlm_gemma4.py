@@ -74,7 +74,8 @@ def test_lora_trains_the_adapters_only():
 
 def test_grpo_with_images_is_refused():
     """DPO with images holds (the stored DPO traces above); GRPO and RLOO with images are not traced: refused."""
-    with pytest.raises(SpecError, match="with trainer grpo on gemma4: hpcmem models gemma4's images for sft, dpo only"):
+    with pytest.raises(SpecError, match="with trainer grpo on gemma4: hpcmem models gemma4's images for "
+                                         "sft, dpo only"):
         estimate(case_job({"trainer": "grpo", "model_name_or_path": str(ROOT / CUT), "max_prompt_length": 1024,
                            "max_completion_length": 64, "images_per_example": 1, "image_height": 768,
                            "image_width": 768, "dtype": "bfloat16", "bf16": True}))

@@ -82,7 +82,8 @@ def test_the_patch_embedding_s_adapter_trains():
 
 def test_grpo_with_images_is_refused():
     """DPO with images holds (the stored DPO traces above); GRPO and RLOO with images are not traced: refused."""
-    with pytest.raises(SpecError, match="with trainer grpo on lfm2_vl: hpcmem models lfm2_vl's images for sft, dpo only"):
+    with pytest.raises(SpecError, match="with trainer grpo on lfm2_vl: hpcmem models lfm2_vl's images for "
+                                         "sft, dpo only"):
         estimate(case_job({"trainer": "grpo", "model_name_or_path": str(ROOT / CUT), "max_prompt_length": 1024,
                            "max_completion_length": 64, "images_per_example": 1, "image_height": 384,
                            "image_width": 768, "dtype": "bfloat16", "bf16": True}))

@@ -108,8 +108,8 @@ def test_fixture_is_the_published_config():
 
 def test_grpo_image_tokens_are_bounded_by_max_prompt_length_not_max_length():
     """GRPOConfig has no max_length (TRL's own dataclass, read here); a GRPO prompt's image tokens count against
-    max_prompt_length (1,344² px → 980² after smart_resize: 35 × 35 = 1,225 tokens, by hand). TrainSpec's max_length
-    default (1,024) once refused this job in words a GRPO user cannot act on."""
+    max_prompt_length (1,344² px → 980² after smart_resize: 35 × 35 = 1,225 tokens, by hand). TrainSpec's
+    max_length default (1,024) once refused this job in words a GRPO user cannot act on."""
     import dataclasses
 
     trl = pytest.importorskip("trl")
