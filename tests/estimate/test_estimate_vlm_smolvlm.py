@@ -40,9 +40,7 @@ def test_the_matrix_is_all_there():
 
 
 # over by more than MAX_PCT, the safe direction: the tower's backward under LoRA q_proj/v_proj with checkpointing is
-# bounded loosely by its backward temporaries (estimator/LOG.md, SmolVLM2, open item b). It read −2.20 % while the trace
-# counted the next micro-batch in step 1; with that batch on the host the trace peaks in step 2 and the estimate is
-# +4.92 % over it.
+# bounded loosely by its backward temporaries (estimator/LOG.md, SmolVLM2, open item b, and the next-batch entry)
 OVER = {"smolvlm-lora-qv-gc-2048": "+4.92 %: the LoRA q,v tower backward bound is loose (open)"}
 
 
