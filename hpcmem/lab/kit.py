@@ -123,6 +123,8 @@ class Kit:
 
     def shared(self, group: list[Case], suffix: str = "") -> None:
         """Run a group at once on the one GPU (each probe reads its own per-process device peak)."""
+        if not group:                                       # every case of it had a record already (--skip-done)
+            return
         cost = max(c.cost_s for c in group) * 1.5          # they share the GPU's time as well
         if self.left() < cost:
             for c in group:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from hpcmem.estimate import estimate
 from hpcmem.job.trl_config import build_job
-from hpcmem.probe.meters import SHARED_ENV
+from hpcmem.record.job import SHARED_ENV
 
 COMPARE = ("sft-qwen05-lora", "dpo-qwen05-lora")
 SHARED_SUFFIX = "+shared"
@@ -91,6 +91,10 @@ def compare(records: list[Any], names: tuple[str, ...] = COMPARE, device: str = 
         for key, tol in checks:
             row[key] = [m1.get(key), m2.get(key)]
             ok &= _close(m1.get(key), m2.get(key), tol)
+        if device == "cuda" and m1.get("device_peak_bytes") and m2.get("device_peak_bytes"):
+            # what the per-process reading leaves out of the device level; on the 2026-12-04 H200 lease the same
+            # 654,180,352 bytes in both cases (estimator/LOG.md) — a constant would be a context term, not noise
+            row["device_offset_bytes"] = m1["device_peak_bytes"] - m2["device_peak_bytes"]
         nvml = (m2.get("totals") or {}).get("nvml", "")
         if device == "cuda" and nvml != "nvml per-process":
             ok, row["why"] = False, f"the shared run read {nvml or 'no NVML'}, not NVML per process"

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from hpcmem.record.job import SHARED_ENV
 from hpcmem.trace.tracker import StorageTracker
 
 
@@ -178,9 +179,6 @@ class CudaMeter:
         return {"device": "cuda", "gpu_name": props.name, "memory_bytes": props.total_memory,
                 "capability": f"{props.major}.{props.minor}", "cuda": torch.version.cuda,
                 "driver": self.nvml.driver(), "cudnn": torch.backends.cudnn.version()}
-
-
-SHARED_ENV = "HPCMEM_PROBE_SHARED_GPU"
 
 
 class NvmlSampler:

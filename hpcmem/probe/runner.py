@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from hpcmem.errors import HpcmemError
@@ -287,7 +288,7 @@ def count_tokens(inputs: Any) -> int:
     """Tokens one micro-batch trains on: the ones of its attention mask (TRL 1.16's SFT/DPO/Reward collators pad and
     mask; DPO's holds chosen and rejected rows), else the prompt and completion masks (GRPO/RLOO after
     `_prepare_inputs`), else every input id (packed and padding-free rows hold no padding)."""
-    if not isinstance(inputs, dict):
+    if not isinstance(inputs, Mapping):     # a vision-language collator's BatchFeature is a Mapping, not a dict
         return 0
     masks = [inputs[k] for k in ("attention_mask",) if k in inputs] or \
         [inputs[k] for k in ("prompt_mask", "completion_mask") if k in inputs]

@@ -19,8 +19,8 @@ from hpcmem.models.vision import vision_spec_from_config
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "deepspeed", "datasets", "nvidia-ml-py", "hpcmem")
 ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-ENV_KEYS = ALLOC_ENV + ("CUDA_VISIBLE_DEVICES", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "OMP_NUM_THREADS",
-                       "HPCMEM_PROBE_SHARED_GPU")
+SHARED_ENV = "HPCMEM_PROBE_SHARED_GPU"    # "1": the probe shared its GPU with other probes (hpcmem.probe.concurrent)
+ENV_KEYS = ALLOC_ENV + ("CUDA_VISIBLE_DEVICES", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "OMP_NUM_THREADS", SHARED_ENV)
 
 
 def expandable_in_env(env: dict[str, str] | None) -> bool:

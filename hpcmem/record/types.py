@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from hpcmem.errors import SpecError
 from hpcmem.record.cells import cell_of
-from hpcmem.record.job import job_from_dict, ran_expandable
+from hpcmem.record.job import SHARED_ENV, job_from_dict, ran_expandable
 
 SCHEMA = 2
 PEAK_KEYS = {"allocated": "peak_allocated_bytes", "reserved": "peak_reserved_bytes", "device": "device_peak_bytes"}
@@ -312,6 +312,13 @@ class Record:
     @property
     def expandable(self) -> bool:
         return ran_expandable(self.job, self.env)
+
+    @property
+    def shared_gpu(self) -> bool:
+        """The probe ran beside other probes on its GPU (hpcmem.probe.concurrent): its step times include their work,
+        and its device level is NVML's per-process used memory, which leaves out part of the CUDA context that a solo
+        run's device-wide reading holds — its allocated and reserved peaks are its own."""
+        return self.env.get(SHARED_ENV) == "1"
 
     def predicted(self, peak: str) -> int | None:
         """The stored estimate's peak ("allocated", "reserved", "device"), None when the record has none."""

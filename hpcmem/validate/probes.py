@@ -54,6 +54,9 @@ def load(paths: list[str | Path], *, stored: bool = False, gpu: str | None = Non
             loaded.records.append(rec)
             if not estimate:
                 continue
+            if rec.shared_gpu:
+                loaded.notes.append(f"record {rec.id[:8]} ({rec.case or '-'}) shared its GPU: allocated and reserved "
+                                    "scored, its device level (NVML per process) and step times left out")
             est, note = estimate_for(rec, stored)
             if note:
                 loaded.notes.append(note)
@@ -99,6 +102,8 @@ def points_of(rec: Record, estimate: dict[str, Any], slug: str) -> list[Point]:
         predicted = per_gpu.get(PEAK_KEYS[peak])
         value = capacity if oom else rec.measured.peak(peak)
         if oom and peak != _oom_peak(rec):
+            continue
+        if peak == "device" and rec.shared_gpu:     # NVML's per-process figure: not the device level a job sees
             continue
         if predicted is None or not value:
             continue

@@ -73,8 +73,8 @@ def measured(rec: Record, job: Any) -> tuple[int, float, str] | None:
 
 def row_of(rec: Record, job: Any, slug: str) -> SpeedRow | None:
     trainer, technique = rec.cell
-    if trainer in NOT_MODELLED or job.gpu is None or rec.status != "ok" or rec.device == "cpu":
-        return None             # the throughput model is a GPU's: a CPU rehearsal's speed says nothing of it
+    if trainer in NOT_MODELLED or job.gpu is None or rec.status != "ok" or rec.device == "cpu" or rec.shared_gpu:
+        return None             # the throughput model is a GPU's, alone: a CPU rehearsal's or a shared run's speed
     got = measured(rec, job)
     if got is None:
         return None

@@ -122,3 +122,20 @@ def test_aborted_peer_does_not_hide_the_oom() -> None:
     merged = merge_ranks([{"status": "oom", "rank": 0, "peak_allocated_bytes": 5, "oom": {"phase": "backward"}},
                           {"status": "aborted", "rank": 1, "reason": "stopped after rank 0 finished with 'oom'"}])
     assert merged["status"] == "oom" and merged["oom"]["phase"] == "backward"
+
+
+def test_tokens_are_counted_in_a_vision_language_batch():
+    """TRL's vision-language collators return transformers' BatchFeature, a Mapping that is not a dict: its masked
+    tokens count like a text batch's (the 2026-12-04 Qwen2.5-VL runs on the H200 recorded 0 tokens per step)."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from transformers import BatchFeature
+
+    from hpcmem.probe.runner import count_tokens
+
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])            # 3 + 5 real tokens by hand
+    batch = BatchFeature({"input_ids": torch.ones(2, 5, dtype=torch.long), "attention_mask": mask,
+                          "pixel_values": torch.zeros(8, 1176)})
+    assert not isinstance(batch, dict) and count_tokens(batch) == 8
+    assert count_tokens(dict(batch)) == 8 and count_tokens([1, 2]) == 0
