@@ -26,6 +26,7 @@ from hpcmem.estimate.names import CHECKPOINT_SAVE as SAVE_PHASE
 from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
 from hpcmem.estimate.names import GATHERED, PREFETCHED_UNIT
 from hpcmem.estimate.parallel import layout_json, layout_note, local_micro_batch, sequence_buffers
+from hpcmem.estimate.recurrent_tail import worst_tail_note
 from hpcmem.estimate.shapes import needed_bytes, shapes_bytes, shapes_note
 from hpcmem.estimate.states import States, job_param_parts, model_states, optimizer_step_transient
 from hpcmem.estimate.step import build_phases
@@ -206,6 +207,8 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
                 + not_held)
     if quantized_unit_warning(job):
         warnings.append(quantized_unit_warning(job))
+    if worst_tail_note(job, mb, prec):
+        warnings.append(worst_tail_note(job, mb, prec))
     if job.gpu is None:
         warnings.append("no --gpu given: no fit verdict")
     if job.train.torch_compile:

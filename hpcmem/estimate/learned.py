@@ -33,6 +33,7 @@ from hpcmem.estimate.lora import LoraLayout, backward_transient
 from hpcmem.estimate.lora_variants import forward_transient
 from hpcmem.estimate.loss import LossBytes, loss_bytes
 from hpcmem.estimate.names import ACTIVATIONS, GATHERED, HEAD_BACKWARD, PREFETCHED_UNIT
+from hpcmem.estimate.recurrent_tail import tail_bytes
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
@@ -180,12 +181,17 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         q = job.train.quantized
         dora_t = forward_transient(mine, tokens, prec, q) - forward_transient(ref, tokens, prec, q)
         per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes, dora_t)
+    tail = tail_bytes(job, mb, prec)        # xLSTM's step-by-step remainder, which no learned length ran
     for j, r in enumerate(p.layer_map):
         d_saved, d_temp, grad, dora_t = per_kind[p.layer_kinds[j]]
         quad = _quad(job, mb, j)
         raw = (cell.fwd[r].at(tokens, quad), cell.fpeak[r].at(tokens, quad), cell.kept[r].at(tokens, quad),
                cell.peak[r].at(tokens, quad))
         fwd, fpeak, kept, peak = raw
+        if gc:
+            peak += tail
+        else:
+            fwd, fpeak, kept = fwd + tail, fpeak + tail, kept + tail
         if gc:              # the adapters' saved inputs exist only in the recompute
             # DoRA's forward temporaries and the backward's compete for the recompute's peak; without DoRA on either
             # side there are none, and the adapters' backward difference (negative for fewer targets) applies as is

@@ -15,7 +15,9 @@ save), and transformers' fallback is that code op for op (einops `rearrange` of 
 takes `view`; the same fp32 initial states in the inference wrapper); xlstm_large's mLSTMLayer, FeedForward, RMSNorm and
 MultiHeadLayerNorm (xlstm_large/model.py, components.py) match transformers' xLSTMLayer, xLSTMFeedForward,
 xLSTMRMSNorm and xLSTMMultiHeadLayerNorm the same way. So for a config naming the torch kernels the trace of the
-fallback is the GPU's own computation, with or without the package, and no stand-in is needed.
+fallback is the GPU's own computation, with or without the package, and no stand-in is needed — but for the tokens
+past a row's last whole chunk of 64: the fallback runs them all step by step, the package's wrapper chunks of 32 and
+16 first (the estimate counts the fallback's steps: hpcmem/estimate/recurrent_tail.py).
 
 A config naming another chunkwise kernel (the Triton `chunkwise--triton_limit_chunk`, `--triton_xl_chunk`,
 `--triton_xl_chunk_siging`; the custom-backward `chunkwise--native_custbw`; the quadratic `parallel--*`) or the Triton
