@@ -99,22 +99,26 @@ WORKERS = click.option("--workers", type=click.IntRange(1, 64), default=2, show_
 @click.option("--fit-speed", "--fit_speed", "fit_speed", is_flag=True,
               help="refit only the MFU curve of each GPU's existing calibration from the runs that timed their steps "
               "(context, allocator and margins stay as fitted); prints in-sample and leave-one-out ratios")
+@click.option("--score-since-fit", "--score_since_fit", "score_since_fit", is_flag=True,
+              help="score each GPU's calibrated margins on the runs made after it was fitted (never in its fit) and "
+              "store the tally in its calibration (margins unchanged); verdicts then show it")
 @STORED
 @click.option("--speed", is_flag=True, help="predicted vs measured tokens/s per run and the rank agreement "
               "(Kendall's tau) of the planner's ordering; with --fit the GPU's MFU curve is fitted from the runs that "
               "timed their steps")
 @JSON
 def probes(records: tuple[str, ...], gpu: str | None, png: str | None, no_png: bool, fit: bool, fit_dir: str | None,
-           fit_speed: bool, stored: bool, speed: bool, as_json: bool) -> None:
+           fit_speed: bool, score_since_fit: bool, stored: bool, speed: bool, as_json: bool) -> None:
     """The estimate against GPU/CPU probe records (estimator/probes)."""
-    if fit_dir is not None and not (fit or fit_speed):
-        raise HpcmemError("--fit-dir says where --fit writes the calibration; add --fit (or --fit-speed) or drop it")
-    if fit and fit_speed:
-        raise HpcmemError("--fit refits the whole calibration (its MFU curve included) and --fit-speed only the MFU "
-                          "curve: give one of them")
+    if fit_dir is not None and not (fit or fit_speed or score_since_fit):
+        raise HpcmemError("--fit-dir says where --fit writes the calibration; add --fit (or --fit-speed, "
+                          "--score-since-fit) or drop it")
+    if fit + fit_speed + score_since_fit > 1:
+        raise HpcmemError("--fit refits the whole calibration (its MFU curve included), --fit-speed only the MFU "
+                          "curve, --score-since-fit only scores the margins on later runs: give one of them")
     out_png = None if no_png else (png or estimator_dir() / "accuracy-probes.png")
     report = against_probes(list(records) or None, png=out_png, fit=fit, stored=stored, gpu=gpu, fit_dir=fit_dir,
-                            speed=speed, fit_speed=fit_speed)
+                            speed=speed, fit_speed=fit_speed, score_since_fit=score_since_fit)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=1))
         return

@@ -67,6 +67,8 @@ class Calibration:
     campaign: Campaign | None = None
     held_out_covered: int = 0          # rows / runs not used to fit the margin that its bound covered …
     held_out_n: int = 0                # … of these
+    since_fit_covered: int = 0         # runs made after the fit (hpcmem validate probes --score-since-fit) covered …
+    since_fit_n: int = 0               # … of these
     world_size: int = 1
     evidence: str = ""                 # what a published margin was fitted on ("published single-GPU rows")
 
@@ -74,12 +76,18 @@ class Calibration:
         return {"status": self.status, "gpu": self.gpu, "n": self.n, "coverage": self.coverage, "note": self.note,
                 "evidence": self.evidence,
                 "held_out": {"covered": self.held_out_covered, "n": self.held_out_n},
+                "since_fit": {"covered": self.since_fit_covered, "n": self.since_fit_n},
                 "world_size": self.world_size,
                 "campaign": None if self.campaign is None else asdict(self.campaign)}
 
     @property
     def held_out(self) -> str:
         return f"{self.held_out_covered}/{self.held_out_n}" if self.held_out_n else "none"
+
+    @property
+    def since_fit(self) -> str:
+        """"; runs since the fit: 23/26 covered", or "" when none was scored."""
+        return f"; runs since the fit: {self.since_fit_covered}/{self.since_fit_n} covered" if self.since_fit_n else ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,7 +145,7 @@ class FitVerdict:
         lent = f"; single-GPU margin lent to {cal.world_size} GPUs" if cal.world_size > 1 else ""
         if cal.status == MarginSource.CALIBRATED:
             return (f"{head} with {pct(100 * self.coverage)} % coverage: {bound}, calibrated on {cal.gpu}, "
-                    f"n = {cal.n} (in-sample; held out: {cal.held_out} covered){lent}")
+                    f"n = {cal.n} (in-sample; held out: {cal.held_out} covered{cal.since_fit}){lent}")
         if cal.status == MarginSource.DEFAULT:
             rehearsed = (f"; campaign {campaign.name} at {campaign.site} on {campaign.date} ran on "
                          f"{campaign.device}" if campaign else "")
@@ -229,7 +237,10 @@ def _calibration(gpu: GpuSpec, m: PeakMargin | None) -> Calibration:
                            note=f"{why}: the largest device margin of the calibrated GPUs ({m.calibrated_on}); its "
                                 f"coverage was measured there, not on {gpu.name}")
     where = f"campaign {gpu.campaign.name} at {gpu.campaign.site}" if gpu.campaign else m.calibrated_on
+    since = (f"; runs made after the fit, scored against it: {m.since_fit_covered}/{m.since_fit_n} covered"
+             if m.since_fit_n else "")
     return Calibration(status=MarginSource.CALIBRATED, gpu=m.calibrated_on, n=m.n, coverage=m.coverage,
                        campaign=gpu.campaign, held_out_covered=m.held_out_covered, held_out_n=m.held_out_n,
+                       since_fit_covered=m.since_fit_covered, since_fit_n=m.since_fit_n,
                        note=f"margin fitted on {m.n} probe runs on {m.calibrated_on} ({where}); its coverage is "
-                            f"in-sample, held-out runs covered: {m.held_out_covered}/{m.held_out_n}")
+                            f"in-sample, held-out runs covered: {m.held_out_covered}/{m.held_out_n}{since}")

@@ -103,13 +103,15 @@ def peak_margins(calibration: dict[str, Any], *, default: bool = False) -> dict[
     out = {}
     for peak, m in (calibration.get("margins") or {}).items():
         held = (calibration.get("held_out") or {}).get(peak) or {}
+        since = (calibration.get("since_fit") or {}).get(peak) or {}
         try:
             held_n = int(held.get("n", 0))
             # held-out runs the bound covered: the fit reports their under-estimate rate (hpcmem.validate.calibration)
             held_covered = round(held_n * (1 - float(held.get("under_rate_pct", 0.0)) / 100))
             out[peak] = PeakMargin(peak=peak, margin=float(m["margin"]), coverage=float(m["coverage"]),
                                    n=int(m["n"]), calibrated_on=on, default=default, held_out_n=held_n,
-                                   held_out_covered=held_covered)
+                                   held_out_covered=held_covered, since_fit_n=int(since.get("n", 0)),
+                                   since_fit_covered=int(since.get("covered", 0)))
         except (KeyError, TypeError, ValueError):
             continue
     return out

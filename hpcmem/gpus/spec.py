@@ -21,6 +21,8 @@ class PeakMargin:
     evidence: str = ""              # "" for probe runs; else what the margin was fitted on (published multi-GPU rows)
     held_out_covered: int = 0       # of held_out_n rows not used to fit it, how many the bound covered
     held_out_n: int = 0
+    since_fit_covered: int = 0      # of since_fit_n runs made after the fit (never in it), how many the bound covered
+    since_fit_n: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -41,11 +41,13 @@ class Report:
 
 def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | None = None, fit: bool = False,
                    stored: bool = False, gpu: str | None = None, fit_dir: str | Path | None = None,
-                   speed: bool = False, extra: dict[str, Any] | None = None, fit_speed: bool = False) -> Report:
+                   speed: bool = False, extra: dict[str, Any] | None = None, fit_speed: bool = False,
+                   score_since_fit: bool = False) -> Report:
     """`fit=True` stores each GPU's calibration in `fit_dir` (default: calibration.default_fit_dir()), with `extra`
     keys added to each file (a campaign's provenance); `speed=True` also holds the planner's throughput model to the
     timed runs (hpcmem.validate.speed), and a fit then carries the GPU's MFU curve when enough runs were timed.
-    `fit_speed=True` refits only the MFU curve of each GPU's existing calibration (`calibration.with_throughput`)."""
+    `fit_speed=True` refits only the MFU curve of each GPU's existing calibration (`calibration.with_throughput`);
+    `score_since_fit=True` scores its margins on the runs made after it was fitted (`calibration.with_since_fit`)."""
     loaded = load(list(paths) if paths else [estimator_dir() / "probes"], stored=stored, gpu=gpu)
     report = Report(rows=[], notes=list(loaded.notes), files=loaded.files, num_records=len(loaded.records))
     slugs = sorted({p.gpu for p in loaded.points})
@@ -53,6 +55,8 @@ def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | N
         report.speed = rows_for(loaded)
     if fit_speed:
         _fit_speed(report, slugs, Path(fit_dir) if fit_dir else calibration.default_fit_dir())
+    if score_since_fit:
+        _score_since_fit(report, loaded, slugs, Path(fit_dir) if fit_dir else calibration.default_fit_dir())
     if fit:
         for slug in slugs:
             recs = loaded.by_gpu.get(slug, [])
@@ -73,6 +77,20 @@ def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | N
     if png and loaded.points:
         report.png = str(scatter(loaded.points, png))
     return report
+
+
+def _score_since_fit(report: Report, loaded: Any, slugs: list[str], folder: Path) -> None:
+    for slug in slugs:
+        cal = calibration.with_since_fit(slug, loaded.by_gpu.get(slug, []),
+                                         [p for p in loaded.points if p.gpu == slug])
+        if cal is None:
+            report.notes.append(f"{slug}: nothing scored (no calibration, or no run made after its fit)")
+            continue
+        report.calibrations.append(str(calibration.save(cal, folder)))
+        for peak, got in cal["since_fit"].items():
+            report.notes.append(f"{slug}: {peak} margin {100 * cal['margins'][peak]['margin']:.2f} % on the "
+                                f"{got['n']} runs made after its fit ({got['after'][:10]}): {got['covered']} covered, "
+                                f"largest need {got['worst_need_pct']:.2f} %")
 
 
 def _fit_speed(report: Report, slugs: list[str], folder: Path) -> None:

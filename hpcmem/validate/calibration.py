@@ -113,6 +113,34 @@ def with_throughput(gpu: str, speed: list[Any]) -> dict[str, Any] | None:
     return {**current, "throughput": mfu}
 
 
+def since_fit(calibration: dict[str, Any], records: list[Record], points: list[Point]) -> dict[str, Any]:
+    """Per peak, the runs made after the calibration was fitted (`created` later than `provenance.fitted_at`), so
+    never in its fit, scored against its margins: how many the bound (upper outcome · (1 + margin)) covered, and the
+    largest margin one of them needed. OOM runs are left out (a bound on their need is the boundary report's)."""
+    after = str((calibration.get("provenance") or {}).get("fitted_at") or "")
+    late = {r.id for r in records if after and (r.created or "") > after}
+    out: dict[str, Any] = {}
+    for peak, m in (calibration.get("margins") or {}).items():
+        pts = [p for p in points if p.peak == peak and p.record_id in late and not p.censored]
+        if not pts:
+            continue
+        needs = [max(0.0, p.measured / p.upper - 1.0) for p in pts]
+        out[peak] = {"n": len(pts), "covered": sum(need <= float(m["margin"]) for need in needs),
+                     "worst_need_pct": round(100 * max(needs), 3), "after": after}
+    return out
+
+
+def with_since_fit(gpu: str, records: list[Record], points: list[Point]) -> dict[str, Any] | None:
+    """The GPU's calibration on the search path with `since_fit` (above) scored anew; its margins, context, allocator
+    and MFU curve as they were. None when the GPU has no calibration or no run was made after its fit."""
+    current = load_calibration(gpu)
+    if current is None:
+        return None
+    current.pop("_path", None)
+    scored = since_fit(current, records, points)
+    return {**current, "since_fit": scored} if scored else None
+
+
 def save(calibration: dict[str, Any], folder: Path) -> Path:
     path = Path(folder) / f"{calibration['gpu']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
