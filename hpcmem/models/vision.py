@@ -203,9 +203,9 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
                           "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                           "ovis2": ("sft", "dpo"), "aya_vision": ("sft", "dpo"),
-                          "cohere2_vision": ("sft", "dpo"), "qwen3_5": ("sft", "dpo", "grpo"),
+                          "cohere2_vision": ("sft", "dpo"), "qwen3_5": ("sft", "dpo", "grpo", "rloo"),
                           "qwen3_5_moe": ("sft", "dpo"),
-                          "exaone4_5": ("sft", "dpo", "grpo"),
+                          "exaone4_5": ("sft", "dpo", "grpo", "rloo"),
                           "gemma4": ("sft", "dpo"), "gemma4_unified": ("sft", "dpo"), "glm4v": ("sft", "dpo"),
                           "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"),
                           "lfm2_vl": ("sft", "dpo")}

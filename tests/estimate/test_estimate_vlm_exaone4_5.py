@@ -46,7 +46,7 @@ def test_the_grouped_tower_keeps_less_than_an_ungrouped_one():
     assert grouped < every
 
 
-@pytest.mark.parametrize("trainer", ["rloo", "kto"])
+@pytest.mark.parametrize("trainer", ["kto"])
 def test_other_trainers_with_images_are_refused(trainer):
     settings = {"model_name_or_path": CUT, "dtype": "bfloat16", "images_per_example": 1, "image_height": 448,
                 "image_width": 448}

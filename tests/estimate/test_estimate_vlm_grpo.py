@@ -21,7 +21,9 @@ from hpcmem.validate.cases import case_job
 from hpcmem.validate.random_trace import as_traced
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMES = ("vlm-grpo", "vlm-rloo", "vlm-qwen2-vl-grpo", "vlm-qwen3-vl-grpo")
+# and GRPO / RLOO on two learned text parts (Qwen3.5 and EXAONE 4.5, traced once with the estimate untouched)
+NAMES = ("vlm-grpo", "vlm-rloo", "vlm-qwen2-vl-grpo", "vlm-qwen3-vl-grpo", "vlm-qwen3-5-grpo", "vlm-qwen3-5-rloo",
+         "vlm-exaone4-5-grpo", "vlm-exaone4-5-rloo")
 TRACES = [ROOT / "estimator" / "traces" / f"{name}.jsonl" for name in NAMES]
 RECORDS = {r["case"]["id"]: r for f in TRACES for r in map(json.loads, f.read_text().splitlines())}
 CASES = {c["id"]: {**d.get("defaults", {}), **c} for d in

@@ -56,10 +56,11 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     for name in ("glm4v", "glm46v", "glmga", "llava", "qwen3_vl_moe"):
         assert by_type[name]["status"] == "derived" and "traced: SFT, DPO)" in by_type[name]["reason"] \
             and "GRPO/RLOO with images refused" in by_type[name]["reason"], name
-    # GRPO with images traced on two learned-text types (vlm-qwen3-5-grpo.yaml, vlm-exaone4-5-grpo.yaml)
+    # GRPO and RLOO with images traced on two learned-text types (vlm-qwen3-5-grpo.yaml, vlm-qwen3-5-rloo.yaml,
+    # vlm-exaone4-5-grpo.yaml, vlm-exaone4-5-rloo.yaml)
     for name in ("qwen3_5", "exaone4_5"):
-        assert by_type[name]["status"] == "derived" and "traced: SFT, DPO, GRPO)" in by_type[name]["reason"] \
-            and "RLOO with images refused" in by_type[name]["reason"], name
+        assert by_type[name]["status"] == "derived" and "traced: SFT, DPO, GRPO, RLOO)" in by_type[name]["reason"] \
+            and "refused" not in by_type[name]["reason"], name
     # DPO traced and refused on its measured result (hpcmem.job.image_rules TRAINER_FAILS): Idefics3, Mllama
     for name in ("idefics3", "mllama"):
         assert "traced: SFT)" in by_type[name]["reason"], name
