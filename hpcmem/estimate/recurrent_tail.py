@@ -13,7 +13,9 @@ three tensors of [rows, num_heads, qk_head_dim, v_head_dim]:
   agree, a copy otherwise).
 The learned terms of an xLSTM are traced at row lengths that are multiples of chunk_size (hpcmem/trace/learn.py), where
 no step runs, so a row of another length adds these bytes to every layer: saved across the forward without
-checkpointing, held by the one layer being recomputed with it.
+checkpointing, held by the one layer being recomputed with it. Added to the layer's backward peak they are an upper
+bound: the steps ran last, so their backward runs first and frees them before the chunks' backward, where a layer's
+peak may fall.
 
 With the `xlstm` package installed, mlstm_kernels' wrapper runs chunks of 64, 32 and 16 before the steps
 (hpcmem/trace/kernels_xlstm.py), leaving fewer than 16 steps: the term is then an upper bound.
