@@ -50,6 +50,9 @@ def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | N
     `score_since_fit=True` scores its margins on the runs made after it was fitted (`calibration.with_since_fit`)."""
     loaded = load(list(paths) if paths else [estimator_dir() / "probes"], stored=stored, gpu=gpu)
     report = Report(rows=[], notes=list(loaded.notes), files=loaded.files, num_records=len(loaded.records))
+    if gpu and not loaded.records:
+        report.notes.append(f"no records of GPU {gpu!r} in {', '.join(loaded.files) or 'no records file'} (each file "
+                            "is named by the GPU its runs measured)")
     slugs = sorted({p.gpu for p in loaded.points})
     if speed or fit or fit_speed:
         report.speed = rows_for(loaded)

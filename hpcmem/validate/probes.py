@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.estimate import estimate
-from hpcmem.gpus.catalog import gpu_slug
+from hpcmem.gpus.catalog import catalog_entry, gpu_slug
 from hpcmem.gpus.lookup import gpu_for_device, recalibrated
 from hpcmem.record import PEAK_KEYS, Record, read_records
 from hpcmem.validate.table import PEAKS, Point
@@ -42,9 +42,10 @@ def load(paths: list[str | Path], *, stored: bool = False, gpu: str | None = Non
     loaded = Loaded(records=[], points=[], files=[str(f) for f in files])
     for f in files:
         slug = f.stem
-        if gpu and slug != gpu_slug(gpu):
+        records = read_records(f)
+        if gpu and not same_gpu(gpu, slug, records):
             continue
-        for rec in read_records(f):
+        for rec in records:
             if not rec.finished:
                 continue
             if rec.excluded:               # kept for the record, left out of the accuracy, and said so
@@ -63,6 +64,17 @@ def load(paths: list[str | Path], *, stored: bool = False, gpu: str | None = Non
             if est is not None:
                 loaded.points.extend(points_of(rec, est, slug))
     return loaded
+
+
+def same_gpu(wanted: str, slug: str, records: list[Record]) -> bool:
+    """Whether a records file (named by its GPU's device-name slug: nvidia-h200) holds the GPU a user named — by that
+    slug, or by a catalog name or alias of the GPU its records ran on (H200, H200-SXM)."""
+    if slug == gpu_slug(wanted):
+        return True
+    info = next((r.gpu for r in records if r.gpu is not None), None)
+    spec = gpu_for_device(info.gpu_name, info.memory_bytes) if info else None
+    entry = catalog_entry(wanted)
+    return spec is not None and entry is not None and spec.name == entry["name"]
 
 
 def estimate_for(rec: Record, stored: bool) -> tuple[dict[str, Any] | None, str | None]:
