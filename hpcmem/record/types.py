@@ -254,6 +254,8 @@ class Record:
     estimate_error: str | None = None
     timings: Mapping[str, float] = field(default_factory=dict)
     excluded: str | None = None                   # why the record is kept but left out of the accuracy
+    repeat_of: str | None = None                  # the record whose peaks this run repeated byte for byte: its
+    #                                               memory counts once in the accuracy, its step times still count
     model_config: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -281,6 +283,7 @@ class Record:
             env=dict(env), versions=r.get("versions", (dict,), "an object", {}), estimate=_estimate(r),
             estimate_error=r.text("estimate_error"), timings=r.get("timings", (dict,), "an object", {}),
             excluded=(excluded or None) if not isinstance(excluded, bool) else ("excluded" if excluded else None),
+            repeat_of=r.text("repeat_of"),
             model_config=r.get("model_config", (dict,), "an object or null"), extra=_rest(r))
 
     def to_json(self) -> dict[str, Any]:
@@ -293,6 +296,8 @@ class Record:
                "timings": dict(self.timings)}
         if self.excluded:
             out["excluded"] = self.excluded
+        if self.repeat_of:
+            out["repeat_of"] = self.repeat_of
         return out
 
     # -- what readers ask of a record ---------------------------------------------------------------------------------

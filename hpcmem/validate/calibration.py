@@ -70,7 +70,7 @@ def fit(records: list[Record], points: list[Point], gpu: str, sources: list[str]
         speed: list[Any] | None = None) -> dict[str, Any]:
     """Fit one GPU's constants from its records and the estimate/measurement points made from them; with `speed`
     rows (hpcmem.validate.speed) also the throughput model's MFU curve when enough runs timed their steps."""
-    ok = [r for r in records if r.status == "ok"]
+    ok = [r for r in records if r.status == "ok" and not r.repeat_of]     # a repeat's context is its original's
     train_ids = {r.id for r in records if not held_out(r.id)}
     train = [p for p in points if p.record_id in train_ids]
     test = [p for p in points if p.record_id not in train_ids]

@@ -55,6 +55,10 @@ def load(paths: list[str | Path], *, stored: bool = False, gpu: str | None = Non
             loaded.records.append(rec)
             if not estimate:
                 continue
+            if rec.repeat_of:              # its memory is the earlier record's: counted once; its speed counts
+                loaded.notes.append(f"record {rec.id[:8]} ({rec.case or '-'}) repeats record {rec.repeat_of[:8]}'s "
+                                    "peaks byte for byte: scored once (its step times are)")
+                continue
             if rec.shared_gpu:
                 loaded.notes.append(f"record {rec.id[:8]} ({rec.case or '-'}) shared its GPU: allocated and reserved "
                                     "scored, its device level (NVML per process) and step times left out")
