@@ -23,6 +23,7 @@ from hpcmem.validate import (against_probes, boundary, coverage, coverage_vlm, p
 from hpcmem.validate import published as published_rows
 from hpcmem.validate import published_margin, published_speed, published_speed_score
 from hpcmem.validate.calibration import default_fit_dir
+from hpcmem.validate.probes import filter_problems
 from hpcmem.validate.speed import render as render_speed
 from hpcmem.validate.table import render
 
@@ -110,6 +111,9 @@ WORKERS = click.option("--workers", type=click.IntRange(1, 64), default=2, show_
 def probes(records: tuple[str, ...], gpu: str | None, png: str | None, no_png: bool, fit: bool, fit_dir: str | None,
            fit_speed: bool, score_since_fit: bool, stored: bool, speed: bool, as_json: bool) -> None:
     """The estimate against GPU/CPU probe records (estimator/probes)."""
+    _check_selection(records, gpu)
+    if fit_dir is not None and (not fit_dir.strip() or any(ord(c) < 32 for c in fit_dir)):
+        raise HpcmemError(f"--fit-dir {fit_dir!r}: give a folder name (no empty name, no control characters)")
     if fit_dir is not None and not (fit or fit_speed or score_since_fit):
         raise HpcmemError("--fit-dir says where --fit writes the calibration; add --fit (or --fit-speed, "
                           "--score-since-fit) or drop it")
@@ -133,6 +137,12 @@ def probes(records: tuple[str, ...], gpu: str | None, png: str | None, no_png: b
         click.echo(f"scatter: {report.png}")
 
 
+def _check_selection(records: tuple[str, ...], gpu: str | None) -> None:
+    problems = filter_problems(list(records) or [estimator_dir() / "probes"], gpu)
+    if problems:
+        raise HpcmemError(problems[0])
+
+
 @command.command("boundary")
 @RECORDS
 @GPU
@@ -142,6 +152,7 @@ def probes(records: tuple[str, ...], gpu: str | None, png: str | None, no_png: b
 def boundary_command(records: tuple[str, ...], gpu: str | None, stored: bool, as_json: bool, no_png: bool) -> None:
     """The probe runs predicted at 85–105 % of their capacity: false fits and false refusals, by the point estimate
     and by the safe bound."""
+    _check_selection(records, gpu)
     table, notes = boundary.rows(list(records) or [estimator_dir() / "probes"], stored=stored, gpu=gpu)
     if as_json:
         click.echo(json.dumps({"window": boundary.WINDOW, "summary": boundary.summary(table),

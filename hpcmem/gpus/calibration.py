@@ -81,14 +81,16 @@ def _names(path: Path, data: dict[str, Any]) -> set[str]:
     return {path.stem, gpu_slug(data.get("catalog_name")), *map(gpu_slug, data.get("device_names", []))} - {"cpu"}
 
 
-def load_calibration(gpu_name: str | None) -> dict[str, Any] | None:
+def load_calibration(gpu_name: str | None, first: Path | None = None) -> dict[str, Any] | None:
     """The calibration of a GPU model (catalog name, alias, or the driver's name such as "NVIDIA H100 80GB HBM3"),
-    or None when it was never probed. `_path` in the result says which file was read."""
+    or None when it was never probed; the folder `first`, when given, is looked in before the search path (where a
+    refit writes: its own file is the one to update). `_path` in the result says which file was read."""
     wanted = {gpu_slug(gpu_name)}
     entry = catalog_entry(gpu_name or "")
     if entry is not None:
         wanted |= {gpu_slug(n) for n in [entry["name"], *entry.get("aliases", [])]}
-    for path in calibration_files():
+    own = sorted(Path(first).glob("*.json")) if first is not None and Path(first).is_dir() else []
+    for path in [p for p in own if p.name not in PUBLISHED_FILES] + calibration_files():
         data = _read(path)
         if data is None:
             continue
@@ -103,7 +105,7 @@ def peak_margins(calibration: dict[str, Any], *, default: bool = False) -> dict[
     out = {}
     for peak, m in (calibration.get("margins") or {}).items():
         held = (calibration.get("held_out") or {}).get(peak) or {}
-        since = (calibration.get("since_fit") or {}).get(peak) or {}
+        since = _since_fit(calibration, peak)
         try:
             held_n = int(held.get("n", 0))
             # held-out runs the bound covered: the fit reports their under-estimate rate (hpcmem.validate.calibration)
@@ -115,6 +117,18 @@ def peak_margins(calibration: dict[str, Any], *, default: bool = False) -> dict[
         except (KeyError, TypeError, ValueError):
             continue
     return out
+
+
+def _since_fit(calibration: dict[str, Any], peak: str) -> dict[str, Any]:
+    """A peak's tally of runs made after the fit (hpcmem.validate.calibration `since_fit`), or {} where it does not
+    belong to this fit (scored against another `fitted_at`) or does not add up (0 ≤ covered ≤ n)."""
+    since = (calibration.get("since_fit") or {}).get(peak)
+    fitted = (calibration.get("provenance") or {}).get("fitted_at")
+    try:
+        n, covered = int(since["n"]), int(since["covered"])
+        return since if since.get("after") == fitted and 0 <= covered <= n else {}
+    except (KeyError, TypeError, ValueError):
+        return {}
 
 
 def campaign_of(calibration: dict[str, Any]) -> Campaign | None:

@@ -87,9 +87,13 @@ def image_problems(t: Any) -> list[str]:
     out = []
     if t.images_per_example < 0:
         out.append(f"images_per_example must be ≥ 0 (0: text only); got {t.images_per_example}")
+    missing = [n for n in ("image_height", "image_width") if t.images_per_example > 0 and getattr(t, n) == 0]
+    if len(missing) == 2:       # neither given: one line that says so, not two that read the default 0 as a value
+        out.append(f"images_per_example {t.images_per_example} needs image_height and image_width (each image's "
+                   "size in pixels before the processor resizes it), or a length profile of the data (--lengths)")
     for name in ("image_height", "image_width"):
         value = getattr(t, name)
-        if value < 0 or (t.images_per_example > 0 and value < 1):
+        if (value < 0 or (t.images_per_example > 0 and value < 1)) and len(missing) < 2:
             out.append(f"{name} must be ≥ 1 pixel when images_per_example > 0; got {value}")
     for name in ("profile_images", "profile_patches", "profile_image_tokens"):
         if getattr(t, name) < 0:

@@ -201,7 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-done", action="store_true", help="skip cases with an ok record in --out already "
                     "(a second lease continues the first)")
     args = ap.parse_args(argv)
-    gpu, device_name = detect_gpu(args.device, args.gpu, args.tiny)
+    if args.dry_run and not args.tiny and not (args.gpu or "").strip():
+        ap.error("--dry-run sizes the schedule for a catalog GPU: give --gpu NAME (hpcmem gpus lists them)")
+    try:
+        gpu, device_name = detect_gpu(args.device, args.gpu, args.tiny)
+    except HpcmemError as exc:
+        ap.error(str(exc).splitlines()[0])
     with tempfile.TemporaryDirectory(prefix="hpcmem-kit-") as tmp:
         kit = Kit(args, Path(tmp)) if args.tiny or not args.dry_run else None
         plan = schedule(gpu, kit, args)

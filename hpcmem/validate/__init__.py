@@ -85,7 +85,7 @@ def against_probes(paths: list[str | Path] | None = None, *, png: str | Path | N
 def _score_since_fit(report: Report, loaded: Any, slugs: list[str], folder: Path) -> None:
     for slug in slugs:
         cal = calibration.with_since_fit(slug, loaded.by_gpu.get(slug, []),
-                                         [p for p in loaded.points if p.gpu == slug])
+                                         [p for p in loaded.points if p.gpu == slug], folder)
         if cal is None:
             report.notes.append(f"{slug}: nothing scored (no calibration, or no run made after its fit)")
             continue
@@ -99,7 +99,7 @@ def _score_since_fit(report: Report, loaded: Any, slugs: list[str], folder: Path
 def _fit_speed(report: Report, slugs: list[str], folder: Path) -> None:
     for slug in slugs:
         rows = [r for r in report.speed if r.gpu == slug]
-        cal = calibration.with_throughput(slug, rows)
+        cal = calibration.with_throughput(slug, rows, folder)
         if cal is None:
             report.notes.append(f"{slug}: no MFU curve written (no calibration to add it to — fit one with --fit — "
                                 "or fewer timed runs than the fit needs)")

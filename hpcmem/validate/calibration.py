@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.datapath import ENV_DATA, PACKAGE_DIR, write_dir
+from hpcmem.errors import HpcmemError
 from hpcmem.gpus.calibration import KIND, load_calibration, peak_margins
 from hpcmem.gpus.catalog import catalog_name_for, gpu_slug
 from hpcmem.record import Record
@@ -102,11 +103,12 @@ def fit(records: list[Record], points: list[Point], gpu: str, sources: list[str]
     }
 
 
-def with_throughput(gpu: str, speed: list[Any]) -> dict[str, Any] | None:
+def with_throughput(gpu: str, speed: list[Any], folder: Path | None = None) -> dict[str, Any] | None:
     """The GPU's calibration on the search path with only its MFU curve refitted from `speed` (its timed runs);
     context, allocator and margins stay as they were fitted, so records that did not fit them stay out of sample.
-    None when the GPU has no calibration yet (fit one first) or too few timed runs."""
-    current, mfu = load_calibration(gpu), fit_mfu(speed)
+    None when the GPU has no calibration yet (fit one first) or too few timed runs. The calibration in `folder`
+    (where the result is written) is the one updated when it has one for the GPU."""
+    current, mfu = load_calibration(gpu, folder), fit_mfu(speed)
     if current is None or mfu is None:
         return None
     current.pop("_path", None)
@@ -130,10 +132,12 @@ def since_fit(calibration: dict[str, Any], records: list[Record], points: list[P
     return out
 
 
-def with_since_fit(gpu: str, records: list[Record], points: list[Point]) -> dict[str, Any] | None:
-    """The GPU's calibration on the search path with `since_fit` (above) scored anew; its margins, context, allocator
-    and MFU curve as they were. None when the GPU has no calibration or no run was made after its fit."""
-    current = load_calibration(gpu)
+def with_since_fit(gpu: str, records: list[Record], points: list[Point],
+                   folder: Path | None = None) -> dict[str, Any] | None:
+    """The GPU's calibration — the one in `folder` (where the result is written) when it has one, else the search
+    path's — with `since_fit` (above) scored anew; its margins, context, allocator and MFU curve as they were. None
+    when the GPU has no calibration or no run was made after its fit."""
+    current = load_calibration(gpu, folder)
     if current is None:
         return None
     current.pop("_path", None)
@@ -143,10 +147,14 @@ def with_since_fit(gpu: str, records: list[Record], points: list[Point]) -> dict
 
 def save(calibration: dict[str, Any], folder: Path) -> Path:
     path = Path(folder) / f"{calibration['gpu']}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(calibration, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(calibration, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise HpcmemError(f"calibration folder {str(folder)!r}: cannot write {path.name} ({exc.strerror or exc})") \
+            from None
     return path
 
 

@@ -34,6 +34,23 @@ def record_files(paths: list[str | Path]) -> list[Path]:
     return out
 
 
+def filter_problems(paths: list[str | Path], gpu: str | None) -> list[str]:
+    """What is wrong with a records selection before anything is read: a folder without a records file, and a --gpu
+    that names nothing — neither "cpu", a catalog GPU (or alias), nor the GPU slug a records file is named by. A
+    catalog GPU without records is no error (the report says so)."""
+    out = [f"--records {str(p)!r}: a folder without a .jsonl records file" for p in map(Path, paths)
+           if p.is_dir() and not any(p.glob("*.jsonl"))]
+    if gpu is None:
+        return out
+    stems = sorted({f.stem for f in record_files(paths)})
+    if not gpu.strip() or any(ord(c) < 32 for c in gpu):
+        out.append(f"--gpu {gpu!r}: give a GPU name (a catalog name such as H200, or cpu)")
+    elif gpu_slug(gpu) != "cpu" and catalog_entry(gpu) is None and gpu_slug(gpu) not in stems:
+        out.append(f"--gpu {gpu!r}: neither a catalog GPU (hpcmem gpus lists them) nor the GPU of a records file "
+                   f"({', '.join(stems) or 'none'})")
+    return out
+
+
 def load(paths: list[str | Path], *, stored: bool = False, gpu: str | None = None,
          estimate: bool = True) -> Loaded:
     """Records of every file (the file's name is its GPU), each re-estimated unless `stored`; `estimate=False` reads

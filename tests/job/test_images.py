@@ -122,3 +122,16 @@ def test_grpo_image_tokens_are_bounded_by_max_prompt_length_not_max_length():
     assert job.train.images_per_example == 1
     with pytest.raises(SpecError, match="max_prompt_length 1024 with images_per_example 1 × \\(1225 image tokens"):
         build_job("grpo", {**settings, "max_prompt_length": 1024})
+
+
+def test_images_without_a_size_are_one_problem_that_says_what_is_missing():
+    """images_per_example with neither image_height nor image_width: one line naming both (not two reading the unset
+    default 0 as a value the user gave)."""
+    from hpcmem.errors import SpecError
+    from hpcmem.job.trl_config import build_job
+
+    with pytest.raises(SpecError) as refused:
+        build_job("sft", {"model_name_or_path": "Qwen/Qwen2.5-VL-7B-Instruct", "images_per_example": 1})
+    problems = [p for p in refused.value.problems if "image_" in p]
+    assert problems == ["images_per_example 1 needs image_height and image_width (each image's size in pixels before "
+                        "the processor resizes it), or a length profile of the data (--lengths)"]

@@ -192,3 +192,11 @@ def test_the_h200_shared_runs_match_solo_in_torch_and_sit_a_constant_below_in_nv
     loaded = load([one], gpu="nvidia-h200")
     assert {p.peak for p in loaded.points} == {"allocated", "reserved"}
     assert any("shared its GPU" in n for n in loaded.notes)
+
+
+def test_the_dry_run_refuses_an_unknown_or_missing_gpu_in_one_line() -> None:
+    for args in (["--gpu", "NOPE"], ["--gpu", ""], []):
+        done = subprocess.run([sys.executable, "-m", "hpcmem.lab.kit", "--dry-run", *args], capture_output=True,
+                              text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert done.stderr.strip().splitlines()[-1].startswith("python -m hpcmem.lab.kit: error:")

@@ -53,9 +53,30 @@ def test_the_verdict_names_the_runs_since_the_fit(tmp_path, monkeypatch):
     folder.mkdir(parents=True)
     (folder / "h200.json").write_text(json.dumps({
         "catalog_name": "H200", "gpu": "h200", "context_bytes": 1_000_000_000, "source": "test",
+        "provenance": {"fitted_at": "2026-12-01"},
         "margins": {"device": {"margin": 0.02, "n": 30, "k": 30, "coverage": round(30 / 31, 4)}},
         "since_fit": {"device": {"n": 5, "covered": 4, "worst_need_pct": 2.5, "after": "2026-12-01"}}}))
     monkeypatch.setenv("HPCMEM_DATA", str(tmp_path / "site"))
     v = judge(10 * 1024**3, gpu_spec("H200"))
     assert "runs since the fit: 4/5 covered" in v.line()
     assert v.calibration.to_json()["since_fit"] == {"covered": 4, "n": 5}
+
+
+def test_a_tally_that_does_not_belong_to_the_fit_or_does_not_add_up_is_not_shown(tmp_path, monkeypatch):
+    from hpcmem.estimate.verdict import judge
+    from hpcmem.gpus.lookup import gpu_spec
+
+    folder = tmp_path / "site" / "calibrations"
+    folder.mkdir(parents=True)
+    base = {"catalog_name": "H200", "gpu": "h200", "context_bytes": 1_000_000_000, "source": "test",
+            "provenance": {"fitted_at": "2026-12-04"},
+            "margins": {"device": {"margin": 0.02, "n": 30, "k": 30, "coverage": round(30 / 31, 4)}}}
+    monkeypatch.setenv("HPCMEM_DATA", str(tmp_path / "site"))
+    for tally in ({"n": 5, "covered": 4, "after": "2026-12-01"},       # scored against another fit
+                  {"n": 5, "covered": 9, "after": "2026-12-04"},       # more covered than scored
+                  {"n": "x", "covered": 1, "after": "2026-12-04"}):
+        (folder / "h200.json").write_text(json.dumps({**base, "since_fit": {"device": tally}}))
+        assert "since the fit" not in judge(10 * 1024**3, gpu_spec("H200")).line()
+    (folder / "h200.json").write_text(json.dumps({**base, "since_fit": {"device": {"n": 5, "covered": 4,
+                                                                                    "after": "2026-12-04"}}}))
+    assert "runs since the fit: 4/5 covered" in judge(10 * 1024**3, gpu_spec("H200")).line()

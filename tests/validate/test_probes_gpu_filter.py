@@ -8,6 +8,7 @@ from click.testing import CliRunner
 from hpcmem.cli import cli
 from hpcmem.datapath import estimator_dir
 from hpcmem.validate.probes import load
+from tests.helpers.cli_main import run_main
 
 PROBES = estimator_dir() / "probes"
 
@@ -25,3 +26,47 @@ def test_a_gpu_without_records_is_named():
     out = CliRunner().invoke(cli, ["validate", "probes", "--gpu", "L40S", "--no-png"])
     assert out.exit_code == 0, out.output
     assert "no records of GPU 'L40S'" in out.output
+
+
+def _probes(*args: str):
+    return CliRunner().invoke(cli, ["validate", "probes", "--no-png", *args])
+
+
+def test_a_selection_that_names_nothing_is_refused_in_one_line(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args, said in ((["--gpu", ""], "--gpu ''"), (["--gpu", "bogus"], "neither a catalog GPU"),
+                       (["--records", str(empty)], "a folder without a .jsonl records file"),
+                       (["--fit", "--fit-dir", ""], "--fit-dir ''"), (["--fit", "--fit-dir", "a\nb"], "control")):
+        code, out, err = run_main(["validate", "probes", "--no-png", *args], capsys)
+        assert code == 2 and not out and said in err and err.count("\n") == 1, (args, err)
+
+
+def test_an_unwritable_calibration_folder_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, _, err = run_main(["validate", "probes", "--no-png", "--gpu", "H200", "--score-since-fit", "--fit-dir",
+                             str(blocker / "sub")], capsys)
+    assert code == 2 and "cannot write h200.json" in err and err.count("\n") == 1, err
+
+
+def test_score_since_fit_updates_the_calibration_in_the_folder_it_writes_to(tmp_path):
+    """A folder that holds its own H200 calibration (fitted later than the shipped one) gets its own tally: its
+    margins and fit date stay, the shipped file is not copied over it."""
+    import json
+
+    from hpcmem.gpus.calibration import load_calibration
+
+    shipped = load_calibration("H200")
+    shipped.pop("_path")
+    own = {**shipped, "provenance": {**shipped["provenance"], "fitted_at": "2026-12-04T16:00:00+00:00"},
+           "margins": {**shipped["margins"], "device": {**shipped["margins"]["device"], "margin": 0.05}}}
+    own.pop("since_fit", None)
+    (tmp_path / "h200.json").write_text(json.dumps(own))
+    out = _probes("--gpu", "H200", "--score-since-fit", "--fit-dir", str(tmp_path))
+    assert out.exit_code == 0, out.output
+    written = json.loads((tmp_path / "h200.json").read_text())
+    assert written["margins"]["device"]["margin"] == 0.05
+    assert written["since_fit"]["device"]["after"] == "2026-12-04T16:00:00+00:00"
+    # only the runs after 16:00 on 2026-12-04 (the third lease's), fewer than after the shipped fit
+    assert 0 < written["since_fit"]["device"]["n"] < shipped["since_fit"]["device"]["n"]
