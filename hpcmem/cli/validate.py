@@ -16,6 +16,7 @@ from hpcmem.cli.outputs import PNG
 from hpcmem.datapath import PACKAGE_DIR, estimator_dir
 from hpcmem.errors import HpcmemError
 from hpcmem.gpus.calibration import MULTI_GPU_FILE, SINGLE_GPU_FILE
+from hpcmem.inputs.values import text
 from hpcmem.models.coverage import (SHIPPED_SUMMARY, SHIPPED_VLM_SUMMARY, classification, installed_mapping,
                                     summary_to_ship, vision_language_rows)
 from hpcmem.validate import (against_probes, boundary, coverage, coverage_vlm, published_score, random_report,
@@ -112,8 +113,8 @@ def probes(records: tuple[str, ...], gpu: str | None, png: str | None, no_png: b
            fit_speed: bool, score_since_fit: bool, stored: bool, speed: bool, as_json: bool) -> None:
     """The estimate against GPU/CPU probe records (estimator/probes)."""
     _check_selection(records, gpu)
-    if fit_dir is not None and (not fit_dir.strip() or any(ord(c) < 32 for c in fit_dir)):
-        raise HpcmemError(f"--fit-dir {fit_dir!r}: give a folder name (no empty name, no control characters)")
+    if fit_dir is not None and not text("--fit-dir", fit_dir).strip():
+        raise HpcmemError(f"--fit-dir {fit_dir!r}: give a folder name")
     if fit_dir is not None and not (fit or fit_speed or score_since_fit):
         raise HpcmemError("--fit-dir says where --fit writes the calibration; add --fit (or --fit-speed, "
                           "--score-since-fit) or drop it")

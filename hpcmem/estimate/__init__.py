@@ -205,10 +205,7 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
     not_held = learned_warnings(job, mb)
     warnings = (list(job_warnings(job)) + list(extras.notes) + lora_variants.wrapped_notes(job, lora, prec)
                 + not_held)
-    if quantized_unit_warning(job):
-        warnings.append(quantized_unit_warning(job))
-    if worst_tail_note(job, mb, prec):
-        warnings.append(worst_tail_note(job, mb, prec))
+    warnings += [w for w in (quantized_unit_warning(job), worst_tail_note(job, mb, prec)) if w]
     if job.gpu is None:
         warnings.append("no --gpu given: no fit verdict")
     if job.train.torch_compile:

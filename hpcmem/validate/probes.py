@@ -14,6 +14,7 @@ from typing import Any
 from hpcmem.estimate import estimate
 from hpcmem.gpus.catalog import catalog_entry, gpu_slug
 from hpcmem.gpus.lookup import gpu_for_device, recalibrated
+from hpcmem.inputs.values import InputError, text
 from hpcmem.record import PEAK_KEYS, Record, read_records
 from hpcmem.validate.table import PEAKS, Point
 
@@ -42,8 +43,12 @@ def filter_problems(paths: list[str | Path], gpu: str | None) -> list[str]:
            if p.is_dir() and not any(p.glob("*.jsonl"))]
     if gpu is None:
         return out
+    try:
+        text("--gpu", gpu)
+    except InputError as exc:
+        return out + list(exc.problems)
     stems = sorted({f.stem for f in record_files(paths)})
-    if not gpu.strip() or any(ord(c) < 32 for c in gpu):
+    if not gpu.strip():
         out.append(f"--gpu {gpu!r}: give a GPU name (a catalog name such as H200, or cpu)")
     elif gpu_slug(gpu) != "cpu" and catalog_entry(gpu) is None and gpu_slug(gpu) not in stems:
         out.append(f"--gpu {gpu!r}: neither a catalog GPU (hpcmem gpus lists them) nor the GPU of a records file "

@@ -17,7 +17,7 @@ from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.vision_llava import tower_terms
 from hpcmem.job.shape import precision
 from hpcmem.validate.cases import case_job
-from tests.helpers.stored_cases import assert_learned_case_holds, trace_records
+from tests.helpers.stored_cases import assert_learned_case_holds, grpo_with_images_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-cohere2-vision")
@@ -67,6 +67,4 @@ def test_grpo_with_images_is_refused():
     """DPO with images holds (the stored DPO traces above); GRPO and RLOO with images are not traced: refused."""
     with pytest.raises(SpecError, match="with trainer grpo on cohere2_vision: hpcmem models cohere2_vision's images for "
                                          "sft, dpo only"):
-        estimate(case_job({"trainer": "grpo", "model_name_or_path": str(ROOT / CUT), "max_prompt_length": 1024,
-                           "max_completion_length": 64, "images_per_example": 1, "image_height": 512,
-                           "image_width": 512, "dtype": "bfloat16", "bf16": True}))
+        estimate(grpo_with_images_job(ROOT / CUT, 512, 512))

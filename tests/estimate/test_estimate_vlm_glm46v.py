@@ -11,8 +11,7 @@ import pytest
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
-from hpcmem.validate.cases import case_job
-from tests.helpers.stored_cases import estimated_tensor_peak, trace_records
+from tests.helpers.stored_cases import estimated_tensor_peak, grpo_with_images_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-glm46v", "vlm-glmga")
@@ -38,6 +37,4 @@ def test_grpo_with_images_is_refused(model_type):
     """DPO with images holds (the stored DPO traces); GRPO and RLOO with images are not traced: refused."""
     cut = ROOT / "tests" / "fixtures" / "vlm" / f"{model_type}-defaults-L2-D2.json"
     with pytest.raises(SpecError, match="sft, dpo only"):
-        estimate(case_job({"trainer": "grpo", "model_name_or_path": str(cut), "max_prompt_length": 1024,
-                           "max_completion_length": 64, "images_per_example": 1, "image_height": 448,
-                           "image_width": 448, "dtype": "bfloat16", "bf16": True}))
+        estimate(grpo_with_images_job(cut, 448, 448))

@@ -42,3 +42,11 @@ def assert_learned_case_holds(record: dict[str, Any], root: Path, max_pct: float
 def largest_component(est: Any, name: str) -> int:
     """The largest bytes of the component `name` over the estimate's phases."""
     return max(c.bytes for p in est.phases for c in p.components if c.name == name)
+
+
+def grpo_with_images_job(cut: Path, height: int, width: int) -> Any:
+    """`case_job` of a GRPO job with one image of height × width a prompt (bf16, 1,024 prompt and 64 completion
+    tokens) on the cut config `cut`: for the types whose images hpcmem models under SFT and DPO only, it raises."""
+    return case_job({"trainer": "grpo", "model_name_or_path": str(cut), "max_prompt_length": 1024,
+                     "max_completion_length": 64, "images_per_example": 1, "image_height": height,
+                     "image_width": width, "dtype": "bfloat16", "bf16": True})
