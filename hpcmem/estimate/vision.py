@@ -195,13 +195,14 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout, outside: Any =
 def block_spec(v: VisionSpec) -> ModelSpec:
     """A vision block as the decoder layer hpcmem.estimate.activations sizes: the tower's width, heads and MLP, a
     fused qkv Linear (Qwen2_5_VLVisionAttention.qkv: q, k and v are views of one output; SigLIP's q/k/v_proj are
-    three Linears, modeling_siglip.py SiglipAttention), biases everywhere."""
+    three Linears, modeling_siglip.py SiglipAttention), biases everywhere; q/k RMSNorms over the head dim where the
+    tower has them (GLM-OCR's)."""
     return ModelSpec(name=f"{v.model_type} vision block", model_type=f"{v.model_type}_vision", vocab_size=1,
                      hidden_size=v.hidden_size, intermediate_size=v.block_mlp_width, num_hidden_layers=v.depth,
                      num_attention_heads=v.num_heads, num_key_value_heads=v.kv_heads,
                      head_dim=v.hidden_size // v.num_heads, tie_word_embeddings=False, hidden_act=v.hidden_act,
                      qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=v.family != "siglip",
-                     gated_mlp=v.mlp == "gated")
+                     gated_mlp=v.mlp == "gated", qk_norm=getattr(v, "qk_norm", False))
 
 
 def block_saved(job: JobSpec, v: VisionSpec, spec: ModelSpec, mb: MicroBatch, prec: Precision, block_params: int,

@@ -12,6 +12,11 @@ image over the cu_seqlens chunks, `torch.cat`, proj → RMSNorm → gate/up/down
 (proj → LayerNorm → nn.GELU → SiLU-gated gate/up/down_proj at intermediate_size) on N / merge² rows → the image
 tokens' embeddings (`masked_scatter`).
 
+GLM-OCR's tower (hpcmem.models.glm4v `GlmOcrTowerSpec`, modeling_glm_ocr.py `GlmOcrVisionModel.forward`) runs the
+same steps without `post_conv_layernorm` and the position table, with q_norm / k_norm in every block's attention
+(counted by the block terms: hpcmem.estimate.vision `block_spec`) and its merger's gated MLP out_hidden_size ·
+in_channels wide.
+
 Trained or frozen is what TRL and peft do: full fine-tuning trains everything; LoRA "all-linear" adapts every qkv,
 proj, gate/up/down_proj of the blocks and the merger's five linears (the Conv3d and Conv2d are not nn.Linear). The
 tower names no input embeddings (`Glm4vTowerSpec.hooked_input`), so a LoRA job none of whose targets reaches it runs it
@@ -29,7 +34,7 @@ from hpcmem.estimate.vision import (FP32, VisionLinear, VisionTerms, adapters_sa
 from hpcmem.estimate.vision_ovis2 import rms_norm_saved
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
-from hpcmem.models.glm4v import Glm4vTowerSpec
+from hpcmem.models.glm4v import Glm4vTowerSpec, GlmOcrTowerSpec
 
 
 def glm4v_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
@@ -44,27 +49,30 @@ def outside_saved(job: JobSpec, v: Glm4vTowerSpec, n: int, prec: Precision, adap
     - the rotary cos and sin, fp32 [N, head_dim] each (read by every block's `apply_rotary_pos_emb_vision`);
     - trained: the Conv3d's input (pixel_values in the weight dtype), post_conv_layernorm's (an RMSNorm,
       hpcmem.estimate.vision_ovis2 `rms_norm_saved`), and grid_sample's fp32 table copy and grid (its backward reaches
-      the position table); frozen, nothing before the first block requires grad, so none of these keeps anything,
+      the position table) — GLM-OCR has neither of the last two; frozen, nothing before the first block requires grad, so none of these keeps anything,
       and under checkpointing the token embeddings' output that `enable_input_require_grads` makes a leaf
       (hpcmem.estimate.vision `token_leaf`);
     - post_layernorm (`rms_norm_saved`: its input requires grad whether the tower trains or its adapters do), and when
       the downsample Conv2d trains its input, the permuted view of post_layernorm's output [N, width];
     - the merger on m rows: proj's input [m, out_hidden_size] when proj trains, post_projection_norm (a LayerNorm:
       `layer_norm_saved`, its output GELU's input, fp32 under autocast, kept by GELU whether or not a linear trains),
-      GELU's output cast for gate/up_proj when they train, and the SiLU-gated MLP at intermediate_size (the decoder
-      MLP's tensors, hpcmem.estimate.activations `_mlp_saved`), and the merger adapters' own."""
+      GELU's output cast for gate/up_proj when they train, and the SiLU-gated MLP at the merger's width
+      (`Glm4vTowerSpec.merger_width`; the decoder MLP's tensors, hpcmem.estimate.activations `_mlp_saved`), and the
+      merger adapters' own."""
     h, o, trained = v.hidden_size, v.out_hidden_size, not lora.enabled
     m = n // v.merge_unit
     rope = 2 * n * (h // v.num_heads) * FP32
-    table = ((v.table_image_size // v.patch_size) ** 2 * h + 2 * n) * FP32
+    ocr = isinstance(v, GlmOcrTowerSpec)
+    table = 0 if ocr else ((v.table_image_size // v.patch_size) ** 2 * h + 2 * n) * FP32
+    post_conv = 0 if ocr else rms_norm_saved(h, prec, True)
     leaf = token_leaf(job, prec) if job.train.gradient_checkpointing else 0
-    before = rope + (n * (v.patch_dim * prec.weight + rms_norm_saved(h, prec, True)) + table if trained else leaf)
+    before = rope + (n * (v.patch_dim * prec.weight + post_conv) + table if trained else leaf)
     post = rms_norm_saved(h, prec, trained) * n + (prec.act * h * n if trained else 0)
     gelu_in = (FP32 if prec.amp else prec.act) * o
     norm = layer_norm_saved(o, prec, frozen=True) + gelu_in
     proj = prec.act * o if trained else 0
     gate_up_in = prec.act * o if trained else 0
-    mlp = act._mlp_saved(replace(block_spec(v), intermediate_size=v.intermediate_size),
+    mlp = act._mlp_saved(replace(block_spec(v), intermediate_size=v.merger_width),
                          MicroBatch(rows=1, seq=m, label_tokens=0, padding_free=False, source="",
                                     attn_implementation="sdpa"), prec, 0, not trained)
     own = adapters_saved([x for x in adapted if x.part == "merger"], m, prec, lora)

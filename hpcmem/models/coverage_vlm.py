@@ -8,7 +8,7 @@ image tokens; ShieldGemma 2 and Cosmos3-Omni as Gemma 3 and Qwen3-VL, whose clas
 the trainers hpcmem.models.vision `IMAGE_TRAINERS_ALLOWED` names per type; llava, LLaVA-NeXT,
 LLaVA-NeXT-Video, LLaVA-OneVision, SmolVLM, Idefics3, Idefics2, PaliGemma, Mllama, Mistral 3, InternVL, ViP-LLaVA,
 Video-LLaVA, LightOnOCR, DeepSeek-VL, Janus, VideoLLaMA3, Ovis2, Aya Vision, Cohere2 Vision, Gemma 4, Gemma 4
-unified, GLM-4.1V (and glm46v and glmga, which build its classes), Qwen3.5, Qwen3.5-MoE, LFM2-VL and EXAONE 4.5
+unified, GLM-4.1V (and glm46v and glmga, which build its classes, and GLM-OCR, its subclass), Qwen3.5, Qwen3.5-MoE, LFM2-VL and EXAONE 4.5
 likewise (EXAONE 4.5 on Qwen2.5-VL's tower with grouped-query attention; Aya Vision, Cohere2 Vision, Gemma 4,
 Gemma 4 unified, Qwen3.5, Qwen3.5-MoE, LFM2-VL and EXAONE 4.5 on a learned text part,
 hpcmem.models.vlm_learned), their towers in

@@ -21,6 +21,16 @@ keeps.
   temporal_factor`), sides rounded to patch_size · merge_size; the processor (processing_glm4v.py
   `replace_image_token`) writes grid_t·grid_h·grid_w / merge_size² `<|image|>` tokens between the chat template's
   `<|begin_of_image|>` and `<|end_of_image|>`.
+
+GlmOcrTowerSpec: GLM-OCR's (model_type "glm_ocr"; transformers 5.24 models/glm_ocr/modeling_glm_ocr.py) tower, a
+Glm4vVisionModel with these differences (`GlmOcrVisionModel.__init__` deletes `embeddings` and
+`post_conv_layernorm`):
+- no position table and no post-conv RMSNorm: the patch embedding feeds the first block directly;
+- `GlmOcrVisionAttention`: qkv and proj both follow attention_bias (GlmOcrVisionConfig default True), and q_norm /
+  k_norm, RMSNorms over head_dim applied to q and k before the 2-D rotary;
+- `GlmOcrVisionMlp(bias=attention_bias)` at intermediate_size (glm4v's runs at out_hidden_size);
+- `GlmOcrVisionPatchMerger(dim=out_hidden_size, context_dim=out_hidden_size · in_channels)`: the merger's gated MLP is
+  out_hidden_size · in_channels wide, not intermediate_size.
 """
 
 from __future__ import annotations
@@ -50,6 +60,17 @@ GLM4V_TEXT_DEFAULTS: dict[str, Any] = {
     "vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
     "num_attention_heads": 32, "num_key_value_heads": 2, "hidden_act": "silu", "max_position_embeddings": 32768,
     "rms_norm_eps": 1e-05, "attention_bias": True, "head_dim": None}
+# configuration_glm_ocr.py `GlmOcrVisionConfig` / `GlmOcrTextConfig` field defaults (the GLM-OCR 0.9B model). The text
+# model is Glm4vTextModel's computation with `GlmOcrTextAttention`, which builds q/k/v_proj without bias whatever
+# attention_bias says (`GLM_OCR_TEXT_FORCED`) and takes head_dim from the config when it names one, else
+# hidden_size // num_attention_heads
+GLM_OCR_VISION_DEFAULTS: dict[str, Any] = {
+    **GLM4V_VISION_DEFAULTS, "hidden_size": 1024, "attention_bias": True, "num_heads": 16, "out_hidden_size": 1536,
+    "intermediate_size": 4096}
+GLM_OCR_TEXT_DEFAULTS: dict[str, Any] = {
+    **GLM4V_TEXT_DEFAULTS, "vocab_size": 59392, "hidden_size": 1024, "intermediate_size": 4096,
+    "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 8, "max_position_embeddings": 131072}
+GLM_OCR_TEXT_FORCED: dict[str, Any] = {"attention_bias": False}
 
 
 def glm4v_resize(height: int, width: int, factor: int, temporal_factor: int, min_pixels: int,
@@ -74,6 +95,7 @@ class Glm4vTowerSpec(TowerBase):
     spatial_merge_size: int
     temporal_patch_size: int
     attention_bias: bool = False
+    qk_norm: bool = False       # q_norm / k_norm over head_dim in every block's attention (GLM-OCR's)
     family: str = "glm4v"
     # what hpcmem.estimate.vision's Qwen-tower terms read: RMSNorm blocks, a gated MLP, full attention per image,
     # no deepstack mergers, a tower enable_input_require_grads does not hook
@@ -97,6 +119,11 @@ class Glm4vTowerSpec(TowerBase):
         config.out_hidden_size`)."""
         return self.out_hidden_size
 
+    @property
+    def merger_width(self) -> int:
+        """The merger's gated MLP width: intermediate_size (`Glm4vVisionPatchMerger(context_dim=...)`)."""
+        return self.intermediate_size
+
     def resized(self, height: int, width: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
         """The image's size after the image processor's resize (`glm4v_resize`)."""
         return glm4v_resize(height, width, self.patch_size * self.spatial_merge_size, self.temporal_patch_size,
@@ -108,13 +135,14 @@ class Glm4vTowerSpec(TowerBase):
         return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
 
     def linears(self) -> tuple[TowerLinear, ...]:
-        h, o, i, d = self.hidden_size, self.out_hidden_size, self.intermediate_size, self.depth
-        return (TowerLinear(name="attn.qkv", in_features=h, out_features=3 * h, count=d, part="tower",
-                            bias=self.attention_bias),
-                TowerLinear(name="attn.proj", in_features=h, out_features=h, count=d, part="tower", bias=False),
-                TowerLinear(name="mlp.gate_proj", in_features=h, out_features=o, count=d, part="tower", bias=False),
-                TowerLinear(name="mlp.up_proj", in_features=h, out_features=o, count=d, part="tower", bias=False),
-                TowerLinear(name="mlp.down_proj", in_features=o, out_features=h, count=d, part="tower", bias=False),
+        h, o, i, d = self.hidden_size, self.out_hidden_size, self.merger_width, self.depth
+        b, w, mb = self.attention_bias, self.block_mlp_width, self.block_mlp_bias
+        return (TowerLinear(name="attn.qkv", in_features=h, out_features=3 * h, count=d, part="tower", bias=b),
+                TowerLinear(name="attn.proj", in_features=h, out_features=h, count=d, part="tower",
+                            bias=self.proj_bias),
+                TowerLinear(name="mlp.gate_proj", in_features=h, out_features=w, count=d, part="tower", bias=mb),
+                TowerLinear(name="mlp.up_proj", in_features=h, out_features=w, count=d, part="tower", bias=mb),
+                TowerLinear(name="mlp.down_proj", in_features=w, out_features=h, count=d, part="tower", bias=mb),
                 TowerLinear(name="proj", in_features=o, out_features=o, count=1, part="merger", bias=False),
                 TowerLinear(name="gate_proj", in_features=o, out_features=i, count=1, part="merger", bias=False),
                 TowerLinear(name="up_proj", in_features=o, out_features=i, count=1, part="merger", bias=False),
@@ -129,9 +157,20 @@ class Glm4vTowerSpec(TowerBase):
         return embed + 2 * h + h * o * s * s + o
 
     @property
+    def proj_bias(self) -> bool:
+        """attn.proj's bias: none in glm4v's `Glm4vVisionAttention`."""
+        return False
+
+    @property
+    def block_mlp_bias(self) -> bool:
+        """The block MLP's biases: none (`Glm4VisionMlp(bias=False)`)."""
+        return False
+
+    @property
     def block_params(self) -> int:
-        """One block's parameters: its linears and two RMSNorms."""
-        return sum(x.params for x in self.linears() if x.part == "tower") // self.depth + 2 * self.hidden_size
+        """One block's parameters: its linears and two RMSNorms (and q_norm / k_norm over head_dim where it has them)."""
+        qk = 2 * (self.hidden_size // self.num_heads) if self.qk_norm else 0
+        return sum(x.params for x in self.linears() if x.part == "tower") // self.depth + 2 * self.hidden_size + qk
 
     @property
     def tower_params(self) -> int:
@@ -156,7 +195,8 @@ def glm4v_tower_from_config(cfg: dict[str, Any], name: str) -> Glm4vTowerSpec:
     """The Glm4vTowerSpec of a glm4v / glm46v / glmga config.json dict; keys vision_config omits take
     Glm4vVisionConfig's defaults. glm46v and glmga build their sub-configs by model_type (`Glm46VConfig`
     sub_configs_defaults, `Glm46VModel.__init__`: `AutoModel.from_config`): another type than glm4v_vision /
-    glm4v_text (GLM-4.6V's glm4v_moe_text: GLM-4.5V's MoE decoder) is not the model hpcmem builds, and is refused."""
+    glm4v_text (GLM-4.6V's glm4v_moe_text: GLM-4.5V's MoE decoder) is not the model hpcmem builds, and is refused.
+    glm_ocr: a GlmOcrTowerSpec with GlmOcrVisionConfig's defaults."""
     raw = cfg.get("vision_config")
     if raw is not None and not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
@@ -171,10 +211,49 @@ def glm4v_tower_from_config(cfg: dict[str, Any], name: str) -> Glm4vTowerSpec:
     if isinstance(vc["image_size"], (list, tuple)):
         raise SpecError(f"model {name}: vision_config.image_size {vc['image_size']!r}: hpcmem reads a square "
                         "position table (an integer)")
-    return Glm4vTowerSpec(model_type=str(cfg.get("model_type", "glm4v")), depth=vc["depth"],
+    spec_class: type[Glm4vTowerSpec] = Glm4vTowerSpec
+    if cfg.get("model_type") == "glm_ocr":
+        vc = {**GLM_OCR_VISION_DEFAULTS, **(raw or {})}
+        spec_class = GlmOcrTowerSpec
+    return spec_class(model_type=str(cfg.get("model_type", "glm4v")), depth=vc["depth"],
                           hidden_size=vc["hidden_size"], intermediate_size=vc["intermediate_size"],
                           num_heads=vc["num_heads"], in_channels=vc["in_channels"], patch_size=vc["patch_size"],
                           out_hidden_size=vc["out_hidden_size"], hidden_act=str(vc["hidden_act"]),
                           table_image_size=vc["image_size"], spatial_merge_size=vc["spatial_merge_size"],
                           temporal_patch_size=vc["temporal_patch_size"],
                           attention_bias=bool(vc["attention_bias"]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class GlmOcrTowerSpec(Glm4vTowerSpec):
+    """GLM-OCR's tower (the module docstring): glm4v's blocks with q/k norms and biases, the block MLP at
+    intermediate_size, no position table or post-conv norm, the merger's MLP out_hidden_size · in_channels wide."""
+
+    qk_norm: bool = True
+
+    @property
+    def block_mlp_width(self) -> int:
+        """`GlmOcrVisionMlp`: intermediate_size."""
+        return self.intermediate_size
+
+    @property
+    def merger_width(self) -> int:
+        """`GlmOcrVisionPatchMerger(context_dim=config.out_hidden_size * config.in_channels)`."""
+        return self.out_hidden_size * self.in_channels
+
+    @property
+    def proj_bias(self) -> bool:
+        """`GlmOcrVisionAttention.proj`: bias=attention_bias."""
+        return self.attention_bias
+
+    @property
+    def block_mlp_bias(self) -> bool:
+        """`GlmOcrVisionBlock`: `GlmOcrVisionMlp(config, bias=config.attention_bias)`."""
+        return self.attention_bias
+
+    @property
+    def embed_params(self) -> int:
+        """Patch embedding (Conv3d with bias), post_layernorm and the downsample Conv2d (with bias): no position
+        table, no post_conv_layernorm."""
+        h, o, s = self.hidden_size, self.out_hidden_size, self.spatial_merge_size
+        return self.patch_dim * h + h + h + h * o * s * s + o

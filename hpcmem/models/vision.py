@@ -92,6 +92,9 @@ Covered (transformers 5.24):
   GLM-4's (the glm4 layout) under 3-D M-RoPE.
 - glm46v (GLM-4.6V) and glmga with images: glm4v's tower and text model, which their classes build from glm4v_vision /
   glm4v_text sub-configs (hpcmem.models.glm4v), behind Glm46VProcessor.
+- glm_ocr (GLM-OCR) with images: glm4v's tower with q/k norms, biases, no position table or post-conv norm and its own
+  MLP widths (hpcmem.models.glm4v `GlmOcrTowerSpec`); its decoder Glm4vTextModel's computation with q/k/v_proj
+  without bias (`GlmOcrTextAttention`), behind Glm46VProcessor.
 - lfm2_vl (LFM2-VL) with images: a SigLIP2 NaFlex tower over tiles padded to the processor's max_num_patches rows,
   read at last_hidden_state, under a pixel-unshuffle LayerNorm/GELU projector (hpcmem.models.lfm2_vl's
   `Lfm2VlTowerSpec`); its decoder LFM2's short-convolution and attention layers, learned (hpcmem.models.vlm_learned).
@@ -116,7 +119,7 @@ from hpcmem.models.aya_vision import aya_vision_tower_from_config
 from hpcmem.models.cohere2_vision import cohere2_vision_tower_from_config
 from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
 from hpcmem.models.gemma4 import gemma4_tower_from_config, gemma4_unified_tower_from_config
-from hpcmem.models.glm4v import GLM4V_TEXT_DEFAULTS, glm4v_tower_from_config
+from hpcmem.models.glm4v import GLM4V_TEXT_DEFAULTS, GLM_OCR_TEXT_DEFAULTS, GLM_OCR_TEXT_FORCED, glm4v_tower_from_config
 from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.lfm2_vl import lfm2_vl_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
@@ -156,6 +159,9 @@ class TowerLayout:
     # the text config class's own defaults where they differ from those of the decoder layout hpcmem builds it with
     # (`text`): what a key the text_config omits, or an absent text_config, takes (None: the layout's)
     text_class_defaults: dict[str, Any] | None = None
+    # text config keys the text model's classes ignore, set whatever the text_config says (GlmOcrTextAttention builds
+    # q/k/v_proj without bias, hpcmem.models.glm4v `GLM_OCR_TEXT_FORCED`)
+    text_forced: dict[str, Any] | None = None
     # Whether lm_head is the input embedding's weight (transformers 5.24): the outer config's tie_word_embeddings
     # decides, tie_default when config.json names none at the top — modeling_utils.py
     # `PreTrainedModel.get_expanded_tied_weights_keys` reads `self.config.tie_word_embeddings` of the composite model,
@@ -207,7 +213,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "qwen3_5_moe": ("sft", "dpo"),
                           "exaone4_5": ("sft", "dpo", "grpo", "rloo"),
                           "gemma4": ("sft", "dpo"), "gemma4_unified": ("sft", "dpo"), "glm4v": ("sft", "dpo"),
-                          "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"),
+                          "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"), "glm_ocr": ("sft", "dpo"),
                           "lfm2_vl": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
@@ -334,6 +340,11 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
 # config has Glm4vConfig's `__post_init__` that forwards a true text_config.tie_word_embeddings: the outer flag alone
 VISION_LANGUAGE["glm46v"] = replace(VISION_LANGUAGE["glm4v"], tie_from_text=False)
 VISION_LANGUAGE["glmga"] = replace(VISION_LANGUAGE["glm46v"])
+# models/glm_ocr (modular_glm_ocr.py): `GlmOcrConfig(Glm4vConfig)`, its text_config a GlmOcrTextConfig (Glm4vTextConfig's
+# fields, GLM-OCR's defaults) whose layer is Glm4vTextDecoderLayer's with `GlmOcrTextAttention` (no q/k/v bias);
+# tie_word_embeddings False, forwarded from a true text flag by Glm4vConfig's `__post_init__`
+VISION_LANGUAGE["glm_ocr"] = replace(VISION_LANGUAGE["glm4v"], text_class_defaults=GLM_OCR_TEXT_DEFAULTS,
+                                     text_forced=GLM_OCR_TEXT_FORCED)
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
 # Qwen3-VL's: qwen3_vl's tower, merger and deepstack mergers, with qwen3_vl's defaults; the decoder is Qwen3-MoE's
@@ -584,7 +595,7 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return gemma4_tower_from_config(cfg, name)
     if model_type == "gemma4_unified":
         return gemma4_unified_tower_from_config(cfg, name)
-    if model_type in ("glm4v", "glm46v", "glmga"):
+    if model_type in ("glm4v", "glm46v", "glmga", "glm_ocr"):
         return glm4v_tower_from_config(cfg, name)
     if model_type == "lfm2_vl":
         return lfm2_vl_tower_from_config(cfg, name)
@@ -648,6 +659,7 @@ def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
     if class_defaults is not None:      # the text config class fills what the text_config omits
         text = {**class_defaults, **(inner if isinstance(inner, dict) else {})}
     outer = VISION_LANGUAGE[str(cfg["model_type"])]
+    text.update(outer.text_forced or {})
     # the composite config's flag decides (TowerLayout.tie_from_text, .ties); the flat Hub layout's top-level keys
     # are the outer config's too
     tie = bool(cfg.get("tie_word_embeddings", outer.tie_default))

@@ -34,7 +34,12 @@ PROCESSORS = {"glm4v": ("glm4v.processing_glm4v", "Glm4vProcessor", "glm4v.image
               "glm46v": ("glm46v.processing_glm46v", "Glm46VProcessor", "glm46v.image_processing_pil_glm46v",
                          "Glm46VImageProcessorPil"),
               "glmga": ("glm46v.processing_glm46v", "Glm46VProcessor", "glmga.image_processing_pil_glmga",
-                        "GlmgaImageProcessorPil")}
+                        "GlmgaImageProcessorPil"),
+              # glm_ocr: no processor or image processor in transformers' auto mappings either; the model's own
+              # class is Glm4v's computation, and ports of GLM-OCR name Glm46VProcessor (mlx-vlm
+              # mlx_vlm/models/glm_ocr/__init__.py), so Glm46V's processor and PIL image processor
+              "glm_ocr": ("glm46v.processing_glm46v", "Glm46VProcessor", "glm46v.image_processing_pil_glm46v",
+                          "Glm46VImageProcessorPil")}
 
 
 def processor(job: JobSpec) -> Any:
