@@ -58,18 +58,23 @@ def filter_problems(paths: list[str | Path], gpu: str | None) -> list[str]:
 
 def load(paths: list[str | Path], *, stored: bool = False, gpu: str | None = None,
          estimate: bool = True) -> Loaded:
-    """Records of every file (the file's name is its GPU), each re-estimated unless `stored`; `estimate=False` reads
-    the records only."""
+    """Records of every file, each re-estimated unless `stored`; `estimate=False` reads the records only. A record is
+    labelled by the GPU it says it ran on (its device name's slug: nvidia-h200), the file's name only where it names
+    none: a file renamed or records copied between files do not move a run to another GPU (a note says where a
+    record's GPU and its file's name disagree)."""
     files = record_files(paths)
     loaded = Loaded(records=[], points=[], files=[str(f) for f in files])
     for f in files:
-        slug = f.stem
         records = read_records(f)
-        if gpu and not same_gpu(gpu, slug, records):
-            continue
         for rec in records:
+            slug = gpu_slug(rec.gpu_name) if rec.gpu_name else f.stem
+            if gpu and not same_gpu(gpu, slug, [rec]):
+                continue
             if not rec.finished:
                 continue
+            if slug != f.stem:
+                loaded.notes.append(f"record {rec.id[:8]} ({rec.case or '-'}) ran on {rec.gpu_name} but is stored in "
+                                    f"{f.name}: scored as {slug}")
             if rec.excluded:               # kept for the record, left out of the accuracy, and said so
                 loaded.notes.append(f"record {rec.id[:8]} ({rec.case or '-'}) excluded: {rec.excluded}")
                 continue

@@ -70,3 +70,20 @@ def test_score_since_fit_updates_the_calibration_in_the_folder_it_writes_to(tmp_
     assert written["since_fit"]["device"]["after"] == "2026-12-04T16:00:00+00:00"
     # only the runs after 16:00 on 2026-12-04 (the third lease's), fewer than after the shipped fit
     assert 0 < written["since_fit"]["device"]["n"] < shipped["since_fit"]["device"]["n"]
+
+
+def test_a_record_is_labelled_by_the_gpu_it_ran_on_not_by_its_file(tmp_path):
+    """An H200 record copied into a file named for another GPU stays an H200 run: selected by --gpu H200, not by the
+    file's GPU, grouped under nvidia-h200, and a note names the mismatch."""
+    import json
+
+    line = next(x for x in (PROBES / "nvidia-h200.jsonl").read_text().splitlines()
+                if (json.loads(x).get("gpu") or {}).get("gpu_name") == "NVIDIA H200"
+                and json.loads(x).get("status") == "ok")
+    (tmp_path / "nvidia-a100-sxm4-80gb.jsonl").write_text(line + "\n")
+    as_h200 = load([tmp_path], gpu="H200", estimate=False)
+    assert len(as_h200.records) == 1 and set(as_h200.by_gpu) == {"nvidia-h200"}
+    assert any("is stored in nvidia-a100-sxm4-80gb.jsonl: scored as nvidia-h200" in n for n in as_h200.notes)
+    assert not load([tmp_path], gpu="A100-80GB", estimate=False).records
+    # the shipped files hold their own GPU's records: no such note
+    assert not any("is stored in" in n for n in load([PROBES], estimate=False).notes)
