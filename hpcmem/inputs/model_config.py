@@ -31,8 +31,10 @@ def check_model_config(cfg: Any, name: str) -> None:
     if not isinstance(cfg, dict):
         raise v.InputError(f"model {name}: config must be a JSON object; got {v.shown(cfg)}")
     problems = Problems()
-    _check(cfg, problems)
     inner = cfg.get("text_config")
+    # the embedding is the decoder's: a composite config's own pad_token_id builds nothing (SmolVLM2's top level
+    # says 128002 over its text_config's 49,280 rows)
+    _check(cfg, problems, embedding=not isinstance(inner, dict))
     if isinstance(inner, dict):
         _check(inner, problems)
     elif inner is not None:
@@ -49,7 +51,7 @@ def _gather(problems: Problems, check, *args: Any, **kw: Any) -> Any:
         return None
 
 
-def _check(cfg: dict, p: Problems) -> None:
+def _check(cfg: dict, p: Problems, embedding: bool = True) -> None:
     for key, (lo, nullable) in _COUNTS.items():
         if key in cfg and not (nullable and cfg[key] is None):
             _gather(p, v.integer, key, cfg[key], lo=lo, text_ok=False)
@@ -68,6 +70,8 @@ def _check(cfg: dict, p: Problems) -> None:
                               not all(isinstance(t, str) and len(t) <= 64 for t in types)):
         p.add(v.fail("layer_types", types, "a list of attention type names").problems[0])
     _check_head_width(cfg, p)
+    if embedding:
+        _check_pad_token(cfg, p)
     for key in _FLAGS:
         if cfg.get(key) is not None:
             _gather(p, v.boolean, key, cfg[key], text_ok=False)
@@ -77,6 +81,20 @@ def _check(cfg: dict, p: Problems) -> None:
     for key in _NAMES:
         if cfg.get(key) is not None:
             _gather(p, v.text, key, cfg[key], max_len=128)
+
+
+def _check_pad_token(cfg: dict, p: Problems) -> None:
+    """A pad_token_id the config names must be a row of the embedding: transformers' models build
+    `nn.Embedding(vocab_size, hidden_size, padding_idx=config.pad_token_id)` (modeling_llama.py `LlamaModel.__init__`
+    and its copies), and torch refuses a padding_idx outside [-vocab_size, vocab_size) (torch/nn/modules/sparse.py
+    `Embedding.__init__`: "Padding_idx must be within num_embeddings"). The class default of a config that names none
+    is checked where transformers builds the config (hpcmem.trace.layer_map `hf_config`)."""
+    pad, vocab = cfg.get("pad_token_id"), cfg.get("vocab_size")
+    if pad is None or not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
+        return
+    if _gather(p, v.integer, "pad_token_id", pad, text_ok=False) is not None and not -vocab <= pad < vocab:
+        p.add(v.fail("pad_token_id", pad, f"a row of the embedding: below vocab_size ({vocab:,}); torch's "
+                     "nn.Embedding refuses a padding_idx outside it").problems[0])
 
 
 def _check_head_width(cfg: dict, p: Problems) -> None:

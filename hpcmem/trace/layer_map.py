@@ -63,7 +63,17 @@ def hf_config(cfg: dict[str, Any]) -> Any:
     data = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in (
         "architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "quantization_config")}
     model_type = data.pop("model_type")
-    return AutoConfig.for_model(model_type, **data)
+    config = AutoConfig.for_model(model_type, **data)
+    text = config.get_text_config()       # the decoder's config builds the embedding (a composite's own id builds none)
+    pad, vocab = getattr(text, "pad_token_id", None), getattr(text, "vocab_size", None)
+    if isinstance(pad, int) and isinstance(vocab, int) and not -vocab <= pad < vocab:
+        # the config class's default pad_token_id (the config.json named none: hpcmem.inputs.model_config checks a
+        # named one) outside the vocabulary: torch's nn.Embedding(padding_idx=...) refuses it as the model is built
+        raise SpecError(f"model config: pad_token_id {pad} ({type(text).__name__}'s default: the config names none) "
+                        f"is not below vocab_size {vocab:,}: transformers builds nn.Embedding(vocab_size, hidden_size, "
+                        "padding_idx=pad_token_id), which torch refuses; set pad_token_id in the config to a token id "
+                        "below vocab_size (or null)")
+    return config
 
 
 def build_meta(cfg: dict[str, Any]) -> Any:

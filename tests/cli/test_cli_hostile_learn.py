@@ -50,7 +50,26 @@ def test_inputs_no_trace_can_learn_from_are_refused_before_tracing(tmp_path, cap
     heads = {**TINY_OLMO3, "num_attention_heads": 10**6, "num_key_value_heads": 10**6}
     _fast_refusal(capsys, [str(_config(tmp_path / "heads", heads)), *out], "num_attention_heads",
                   "at most hidden_size (64)", "1000000")
+    # a pad_token_id past the vocabulary, named or the config class's default (SmolLM3Config's 128004 over 1,000
+    # rows): torch's nn.Embedding(padding_idx=...) asserts as the model is built (an internal error before)
+    named = {**TINY_OLMO3, "pad_token_id": 512}
+    _fast_refusal(capsys, [str(_config(tmp_path / "pad", named)), *out], "pad_token_id", "below vocab_size (512)",
+                  "512")
+    smollm3 = {"model_type": "smollm3", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}
     assert not (tmp_path / "data").exists()
+    # (the class default needs transformers' config class: after the progress line and the write check of --out, an
+    # error line of its own, and no profile)
+    capsys.readouterr()
+    start = time.monotonic()
+    assert run(["models", "learn", str(_config(tmp_path / "pad-default", smollm3)), *out]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    # between them, transformers' own warnings about the config's special ids
+    assert lines[0].startswith("learn: ") and lines[-1].startswith("hpcmem: error: ")
+    assert all(x.startswith("[transformers]") for x in lines[1:-1]), lines
+    assert all(w in lines[-1] for w in ("pad_token_id 128004", "SmolLM3Config's default", "below vocab_size 1,000"))
+    assert time.monotonic() - start < 10
+    assert not list((tmp_path / "data").rglob("*.json"))
 
 
 def test_learn_never_writes_over_what_it_did_not_learn_for_this_config(tmp_path, capsys):
