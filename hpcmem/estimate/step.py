@@ -266,9 +266,47 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         layer_phases = [Phase(name=f"backward (layer {worst_k})", components=(
             *resident, *gathered, *buckets, *waiting, *prefetched, *layer_held,
             Component(name="backward temporaries", bytes=max(other, attention), note=seq_note)))]
-    phases = [forward, head_phase, *layer_phases,
-              *closing_phases(job, mb, prec, parts, s, resident, opt_transient, lora)]
+    phases = [forward, *_last_layer_forward(job, mb, prec, lora, forward, final_norm + loss.saved),
+              head_phase, *layer_phases, *closing_phases(job, mb, prec, parts, s, resident, opt_transient, lora)]
     return phases, host
+
+
+def _last_layer_forward(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, forward: Phase,
+                        after_layers: int) -> list[Phase]:
+    """The forward's instant inside the last layer's MLP, for LoRA on a dense gated MLP without checkpointing: every
+    layer's saved tensors exist (the last layer's too, down to down_proj's adapter input), the final norm's and the
+    loss's not yet (`after_layers`), and the adapted MLP linear's forward temporaries sit beside them — peft's fp32
+    copy of its input (peft/tuners/tuners_utils.py `_cast_input_dtype`, to the adapter's dtype), down_proj's input
+    (the activation's product, which a frozen down_proj does not keep) and the outputs
+    (hpcmem.estimate.lora_fp32_compute `recompute_transient`, the same instant a recompute meets). With many layers the
+    backward is higher; with few (a cut, a short model beside a large vision tower) this instant is the step's peak
+    (traced: LLaVA-NeXT DPO LoRA without checkpointing, "step 2 / forward / layer 0")."""
+    t, m = job.train, job.model
+    if t.gradient_checkpointing or not lora.enabled or not m.gated_mlp or m.is_moe or not lora.modules("mlp"):
+        return []
+    # beyond the recompute's instant: the residual stream the MLP's add will read (the attention block's sum), and in
+    # peft's `result = result + lora_B(lora_A(dropout(x))) * scaling` (peft/tuners/lora/layer.py `Linear.forward`)
+    # the larger of two instants: lora_A's, where an active dropout's output (in the adapter dtype) sits beside the
+    # copy it was made from — under autocast, where lora_A keeps its own 16-bit cast instead (without autocast it
+    # keeps the dropout's output itself, a saved term) — and the sum's, where the scaled adapter output and the new
+    # sum sit beside the base output: in the compute dtype under autocast, in the adapters' without (lora_B's output
+    # is fp32 there, and the sum promotes to it; traced: a distillation job without autocast, random seed 1 job 636)
+    th = mb.tokens * m.hidden_size
+    widest = max(x.in_features for x in lora.modules("mlp"))
+    dropped = mb.tokens * widest * lora.adapter_bytes if lora.dropout and prec.amp else 0
+    transient = lora_fp32_compute.recompute_transient(lora, mb.tokens, prec, m) + th * prec.residual + \
+        max(dropped, 2 * th * (prec.act if prec.amp else lora.adapter_bytes))
+    out: list[Component] = []
+    for c in forward.components:
+        if c.name == ACTIVATIONS:
+            out.append(Component(name=ACTIVATIONS, bytes=max(c.bytes - after_layers, 0),
+                                 note=c.note + "; the final norm's and the loss's not yet"))
+        elif c.name != "loss / fused LM head":
+            out.append(c)
+    return [Phase(name=f"{FORWARD} (last layer)", components=(
+        *out, Component(name="forward temporaries", bytes=transient,
+                        note="the last layer's adapted MLP linear: its input, peft's copy of it, its outputs; "
+                             "the residual stream")))]
 
 
 def _ordered_dora(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, mlp_saved: int) -> dict | None:
