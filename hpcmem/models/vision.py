@@ -92,6 +92,8 @@ Covered (transformers 5.24):
   GLM-4's (the glm4 layout) under 3-D M-RoPE.
 - glm46v (GLM-4.6V) and glmga with images: glm4v's tower and text model, which their classes build from glm4v_vision /
   glm4v_text sub-configs (hpcmem.models.glm4v), behind Glm46VProcessor.
+- cohere_compass (Cohere Compass, North-Micro-Vision) with images: Qwen3-VL's tower, merger and deepstack mergers, its
+  Cohere2-style decoder from a learned profile of its text config, behind CohereCompassProcessor.
 - glm_ocr (GLM-OCR) with images: glm4v's tower with q/k norms, biases, no position table or post-conv norm and its own
   MLP widths (hpcmem.models.glm4v `GlmOcrTowerSpec`); its decoder Glm4vTextModel's computation with q/k/v_proj
   without bias (`GlmOcrTextAttention`), behind Glm46VProcessor.
@@ -214,7 +216,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "exaone4_5": ("sft", "dpo", "grpo", "rloo"),
                           "gemma4": ("sft", "dpo"), "gemma4_unified": ("sft", "dpo"), "glm4v": ("sft", "dpo"),
                           "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"), "glm_ocr": ("sft", "dpo"),
-                          "lfm2_vl": ("sft", "dpo")}
+                          "lfm2_vl": ("sft", "dpo"), "cohere_compass": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -374,6 +376,14 @@ VISION_LANGUAGE["qwen3_5"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwen3_5_
 # DeltaNet and full-attention layers over routed and shared experts), learned likewise; Qwen3_5MoeConfig's
 # tie_word_embeddings False
 VISION_LANGUAGE["qwen3_5_moe"] = replace(VISION_LANGUAGE["qwen3_5"], text="qwen3_5_moe_text")
+# models/cohere_compass (modular_cohere_compass.py): `CohereCompassVisionConfig(Qwen3VLVisionConfig)` adds nothing and
+# `CohereCompassVisionModel(Qwen3VLVisionModel)` only renames its config class, and `CohereCompassModel(Qwen3VLModel)`
+# keeps the deepstack mergers and Qwen3-VL's forward: qwen3_vl's tower, merger and deepstack mergers with its defaults.
+# Its decoder `CohereCompassTextModel` (Cohere2's layers under per-layer-type M-RoPE, one LayerNorm a layer) has no
+# family descriptor: a learned profile of the text config (hpcmem.models.vlm_learned; CohereCompassForCausalLM is
+# what `models learn` builds). CohereCompassConfig.tie_word_embeddings False decides the head's tying (no
+# __post_init__ reads the text config's flag, whose own default is True)
+VISION_LANGUAGE["cohere_compass"] = replace(VISION_LANGUAGE["qwen3_vl"], text="cohere_compass_text", text_defaults={})
 # models/shieldgemma2: MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES builds Gemma3ForConditionalGeneration from a
 # ShieldGemma2Config (configuration_shieldgemma2.py: Gemma3Config's fields and defaults, text_config a gemma3_text,
 # vision_config a siglip_vision_model), except tie_word_embeddings: False by default, and `__post_init__` sets it True

@@ -14,6 +14,7 @@ the torchvision one) and the word tokenizer with Qwen's four vision tokens added
 token ids are set to the tokenizer's. Gemma 3's processor is hpcmem.trace.vision_gemma3's, Mistral 3's
 hpcmem.trace.vision_mistral3's, LightOnOCR's hpcmem.trace.vision_lighton_ocr's, VideoLLaMA3's
 hpcmem.trace.vision_video_llama_3's, Gemma 4's hpcmem.trace.vision_gemma4's, GLM-4.1V's hpcmem.trace.vision_glm4v's,
+Cohere Compass's hpcmem.trace.vision_cohere_compass's,
 LFM2-VL's hpcmem.trace.vision_lfm2_vl's (a PIL stand-in for its torchvision-only image processor).
 """
 
@@ -25,7 +26,8 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace import (vision_aya_vision, vision_cohere2_vision, vision_deepseek_vl, vision_gemma3,
+from hpcmem.trace import (vision_aya_vision, vision_cohere2_vision, vision_cohere_compass, vision_deepseek_vl,
+                          vision_gemma3,
                           vision_gemma4, vision_glm4v, vision_idefics2, vision_idefics3, vision_internvl, vision_janus,
                           vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_mistral3, vision_mllama,
                           vision_ovis2, vision_paligemma, vision_video_llama_3)
@@ -109,6 +111,8 @@ def processor(job: JobSpec) -> Any:
         return vision_internvl.processor(job)
     if v.family == "video_llama_3":
         return vision_video_llama_3.processor(job, vision_tokenizer())
+    if v.model_type == "cohere_compass":
+        return vision_cohere_compass.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -134,6 +138,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_gemma4.token_ids(proc)
     if vision_glm4v.is_processor(proc):
         return vision_glm4v.token_ids(proc)
+    if vision_cohere_compass.is_processor(proc):
+        return vision_cohere_compass.token_ids(proc)
     if vision_lfm2_vl.is_processor(proc):      # its image_token is llava's "<image>": before llava's
         return vision_lfm2_vl.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
