@@ -46,9 +46,36 @@ TRAINER_FAILS[("cosmos3_omni", "grpo")] = (
     "estimate's slack (hpcmem/estimate/allocator.py) counts 0.35")
 
 
-def image_job_problems(job: Job) -> list[str]:
-    """What TRL 1.16 / transformers 5.24 refuse, or hpcmem does not model, for a job with images."""
+# Vision-language types whose MoE decoder TRL 1.16 cannot train with its load-balancing loss on: SFTTrainer and
+# DPOTrainer enable it when router_aux_loss_coef ≠ 0 (sft_trainer.py / dpo_trainer.py `aux_loss_enabled`: the
+# argument, else the text config's own coefficient), and the fused LM head's forward then reads
+# `text_config.num_experts` (trl/trainer/utils.py `add_fused_lm_head._fused_forward`), which the config class does
+# not have (Glm4vMoeTextConfig names n_routed_experts; traced: AttributeError)
+NO_AUX_LOSS = ("glm4v_moe",)
+
+
+def aux_loss_problems(job: Job) -> list[str]:
+    """A NO_AUX_LOSS type's job whose router_aux_loss_coef (the job's, else its text config's: the tower spec's
+    `text_aux_loss_coef`, hpcmem.models.glm4v) is not 0: the real trainer raises before its first step."""
     t, m = job.train, job.model
+    kind = getattr(m.vision, "model_type", None)
+    if kind not in NO_AUX_LOSS:
+        return []
+    coef = t.router_aux_loss_coef if t.router_aux_loss_coef is not None else m.vision.text_aux_loss_coef
+    if not coef:
+        return []
+    return [f"router_aux_loss_coef {coef}: on {kind} TRL 1.16 turns the MoE load-balancing loss on and its fused LM "
+            "head then reads text_config.num_experts, which its text config does not have (AttributeError in "
+            "trl/trainer/utils.py); set router_aux_loss_coef: 0"]
+
+
+def image_job_problems(job: Job) -> list[str]:
+    """What TRL 1.16 / transformers 5.24 refuse, or hpcmem does not model, for a job with images (and a NO_AUX_LOSS
+    type's job with or without them)."""
+    t, m = job.train, job.model
+    aux = aux_loss_problems(job)
+    if aux:
+        return aux
     if getattr(m.vision, "family", "") == "mllama" and t.images_per_example == 0 and t.profile_images == 0:
         # modeling_mllama.py MllamaTextModel.forward: `continue` past every cross-attention layer when there are no
         # cross_attention_states, so a text-only step runs fewer layers than the decoder hpcmem counts

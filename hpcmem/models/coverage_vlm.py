@@ -8,15 +8,15 @@ image tokens; ShieldGemma 2 and Cosmos3-Omni as Gemma 3 and Qwen3-VL, whose clas
 the trainers hpcmem.models.vision `IMAGE_TRAINERS_ALLOWED` names per type; llava, LLaVA-NeXT,
 LLaVA-NeXT-Video, LLaVA-OneVision, SmolVLM, Idefics3, Idefics2, PaliGemma, Mllama, Mistral 3, InternVL, ViP-LLaVA,
 Video-LLaVA, LightOnOCR, DeepSeek-VL, Janus, VideoLLaMA3, Ovis2, Aya Vision, Cohere2 Vision, Gemma 4, Gemma 4
-unified, GLM-4.1V (and glm46v and glmga, which build its classes, and GLM-OCR, its subclass), Cohere Compass (Qwen3-VL's
-tower), Qwen3.5, Qwen3.5-MoE, LFM2-VL and EXAONE 4.5
+unified, GLM-4.1V (and glm46v and glmga, which build its classes, GLM-OCR, its subclass, and GLM-4.5V over a learned
+MoE decoder), Cohere Compass (Qwen3-VL's tower), Qwen3.5, Qwen3.5-MoE, LFM2-VL and EXAONE 4.5
 likewise (EXAONE 4.5 on Qwen2.5-VL's tower with grouped-query attention; Aya Vision, Cohere2 Vision, Gemma 4,
 Gemma 4 unified, Cohere Compass, Qwen3.5, Qwen3.5-MoE, LFM2-VL and EXAONE 4.5 on a learned text part,
 hpcmem.models.vlm_learned), their towers in
 hpcmem.models.clip_tower, llava_next, llava_onevision, idefics3, idefics2, paligemma, mllama, pixtral, internvl,
 vipllava, video_llava, lighton_ocr, deepseek_vl, janus, video_llama_3, ovis2, aya_vision, cohere2_vision, gemma4
 (Gemma 4 unified's encoder-free embedder too), glm4v and lfm2_vl; Qwen3.5's and Cohere Compass's are Qwen3-VL's); any other type that is
-only image-text-to-text is refused with that reason (glm4v_moe with its own: `SPECIFIC_REASONS`).
+only image-text-to-text is refused with that reason (or its own: `SPECIFIC_REASONS`).
 A type that also has a causal-LM class (gemma3n …) and no tower hpcmem models is estimated as its text decoder, as
 hpcmem/models/coverage.json classifies it, and the estimate says the towers are not counted.
 """
@@ -34,16 +34,8 @@ DERIVED = ("derived with images (traced: {trainers}): vision tower, patch merger
            "(hpcmem.models.vision, hpcmem.estimate.vision){left}")
 NOT_MODELLED = ("vision-language only (image-text-to-text: {cls}): its vision tower, projector and image tokens are "
                 "not modelled yet, and it has no causal-LM class whose text decoder hpcmem could estimate instead")
-# types refused for a reason of their own, more specific than NOT_MODELLED's. glm4v_moe (GLM-4.5V,
-# modular_glm4v_moe.py): `Glm4vMoeVisionModel(Glm4vVisionModel)` is a `pass` subclass (glm4v's tower, which hpcmem
-# models), but its text model `Glm4vMoeTextModel` runs Glm4MoeDecoderLayer's routed experts (DeepseekV3Experts,
-# Glm4MoeTopkRouter) and shared expert under 3-D M-RoPE: no family descriptor derives that decoder (glm4_moe is
-# learned), and `hpcmem models learn` needs a causal-LM class, which glm4v_moe_text has none of
-SPECIFIC_REASONS = {
-    "glm4v_moe": ("vision-language only (image-text-to-text: {cls}): its vision tower is glm4v's "
-                  "(Glm4vMoeVisionModel), which hpcmem models, but its MoE text decoder (Glm4vMoeTextModel: "
-                  "GLM-4.5's routed and shared experts under M-RoPE) has no derived layout and no causal-LM class "
-                  "to learn a profile on")}
+# types refused for a reason of their own, more specific than NOT_MODELLED's (none today)
+SPECIFIC_REASONS: dict[str, str] = {}
 
 
 def derived_reason(model_type: str) -> str:

@@ -71,6 +71,17 @@ GLM_OCR_TEXT_DEFAULTS: dict[str, Any] = {
     **GLM4V_TEXT_DEFAULTS, "vocab_size": 59392, "hidden_size": 1024, "intermediate_size": 4096,
     "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 8, "max_position_embeddings": 131072}
 GLM_OCR_TEXT_FORCED: dict[str, Any] = {"attention_bias": False}
+# configuration_glm4v_moe.py `Glm4vMoeTextConfig(Glm4MoeConfig)` field defaults (GLM-4.5V's decoder): what a key the
+# text_config omits takes. It names no head_dim: Glm4Attention then reads hidden_size // num_attention_heads (GLM-4.5V's
+# config.json names 128)
+GLM4V_MOE_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 151424, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
+    "num_attention_heads": 96, "num_key_value_heads": 8, "hidden_act": "silu", "max_position_embeddings": 65536,
+    "rms_norm_eps": 1e-05, "attention_bias": True, "moe_intermediate_size": 1408, "num_experts_per_tok": 8,
+    "n_shared_experts": 1, "n_routed_experts": 128, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1,
+    "first_k_dense_replace": 1, "norm_topk_prob": True, "head_dim": None}
+# Glm4vMoeTextConfig.router_aux_loss_coef's default: what TRL reads when neither the job nor the config names one
+GLM4V_MOE_AUX_LOSS_DEFAULT = 0.0001
 
 
 def glm4v_resize(height: int, width: int, factor: int, temporal_factor: int, min_pixels: int,
@@ -96,6 +107,9 @@ class Glm4vTowerSpec(TowerBase):
     temporal_patch_size: int
     attention_bias: bool = False
     qk_norm: bool = False       # q_norm / k_norm over head_dim in every block's attention (GLM-OCR's)
+    # GLM-4.5V (glm4v_moe): its text config's router_aux_loss_coef, which TRL takes when the job names none
+    # (hpcmem.job.image_rules `aux_loss_problems`); the decoder built as glm4_moe's has no such field
+    text_aux_loss_coef: float | None = None
     family: str = "glm4v"
     # what hpcmem.estimate.vision's Qwen-tower terms read: RMSNorm blocks, a gated MLP, full attention per image,
     # no deepstack mergers, a tower enable_input_require_grads does not hook
@@ -196,7 +210,8 @@ def glm4v_tower_from_config(cfg: dict[str, Any], name: str) -> Glm4vTowerSpec:
     Glm4vVisionConfig's defaults. glm46v and glmga build their sub-configs by model_type (`Glm46VConfig`
     sub_configs_defaults, `Glm46VModel.__init__`: `AutoModel.from_config`): another type than glm4v_vision /
     glm4v_text (GLM-4.6V's glm4v_moe_text: GLM-4.5V's MoE decoder) is not the model hpcmem builds, and is refused.
-    glm_ocr: a GlmOcrTowerSpec with GlmOcrVisionConfig's defaults."""
+    glm_ocr: a GlmOcrTowerSpec with GlmOcrVisionConfig's defaults; glm4v_moe (GLM-4.5V): glm4v's tower
+    (`Glm4vMoeVisionModel(Glm4vVisionModel)` is a `pass` subclass, Glm4vMoeVisionConfig Glm4vVisionConfig's fields)."""
     raw = cfg.get("vision_config")
     if raw is not None and not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
@@ -215,13 +230,20 @@ def glm4v_tower_from_config(cfg: dict[str, Any], name: str) -> Glm4vTowerSpec:
     if cfg.get("model_type") == "glm_ocr":
         vc = {**GLM_OCR_VISION_DEFAULTS, **(raw or {})}
         spec_class = GlmOcrTowerSpec
+    coef = None
+    if cfg.get("model_type") == "glm4v_moe":
+        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+        coef = text.get("router_aux_loss_coef", GLM4V_MOE_AUX_LOSS_DEFAULT)
+        if isinstance(coef, bool) or not isinstance(coef, (int, float)):
+            raise SpecError(f"model {name}: text_config.router_aux_loss_coef must be a number, got {coef!r}")
     return spec_class(model_type=str(cfg.get("model_type", "glm4v")), depth=vc["depth"],
                           hidden_size=vc["hidden_size"], intermediate_size=vc["intermediate_size"],
                           num_heads=vc["num_heads"], in_channels=vc["in_channels"], patch_size=vc["patch_size"],
                           out_hidden_size=vc["out_hidden_size"], hidden_act=str(vc["hidden_act"]),
                           table_image_size=vc["image_size"], spatial_merge_size=vc["spatial_merge_size"],
                           temporal_patch_size=vc["temporal_patch_size"],
-                          attention_bias=bool(vc["attention_bias"]))
+                          attention_bias=bool(vc["attention_bias"]),
+                          text_aux_loss_coef=None if coef is None else float(coef))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -92,6 +92,8 @@ Covered (transformers 5.24):
   GLM-4's (the glm4 layout) under 3-D M-RoPE.
 - glm46v (GLM-4.6V) and glmga with images: glm4v's tower and text model, which their classes build from glm4v_vision /
   glm4v_text sub-configs (hpcmem.models.glm4v), behind Glm46VProcessor.
+- glm4v_moe (GLM-4.5V) with images: glm4v's tower over GLM-4.5's MoE decoder, taken as glm4_moe's layers and learned
+  (hpcmem.models.vlm_learned), behind Glm4vProcessor.
 - cohere_compass (Cohere Compass, North-Micro-Vision) with images: Qwen3-VL's tower, merger and deepstack mergers, its
   Cohere2-style decoder from a learned profile of its text config, behind CohereCompassProcessor.
 - glm_ocr (GLM-OCR) with images: glm4v's tower with q/k norms, biases, no position table or post-conv norm and its own
@@ -121,7 +123,8 @@ from hpcmem.models.aya_vision import aya_vision_tower_from_config
 from hpcmem.models.cohere2_vision import cohere2_vision_tower_from_config
 from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
 from hpcmem.models.gemma4 import gemma4_tower_from_config, gemma4_unified_tower_from_config
-from hpcmem.models.glm4v import GLM4V_TEXT_DEFAULTS, GLM_OCR_TEXT_DEFAULTS, GLM_OCR_TEXT_FORCED, glm4v_tower_from_config
+from hpcmem.models.glm4v import (GLM4V_MOE_TEXT_DEFAULTS, GLM4V_TEXT_DEFAULTS, GLM_OCR_TEXT_DEFAULTS, GLM_OCR_TEXT_FORCED,
+                                 glm4v_tower_from_config)
 from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.lfm2_vl import lfm2_vl_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
@@ -164,6 +167,10 @@ class TowerLayout:
     # text config keys the text model's classes ignore, set whatever the text_config says (GlmOcrTextAttention builds
     # q/k/v_proj without bias, hpcmem.models.glm4v `GLM_OCR_TEXT_FORCED`)
     text_forced: dict[str, Any] | None = None
+    # text config keys left out of the text part: fields the decoder hpcmem builds it as does not have (GLM-4.5V's
+    # router_aux_loss_coef: Glm4MoeConfig names none; the value TRL reads is checked where the job is,
+    # hpcmem.job.image_rules `aux_loss_problems`)
+    text_dropped: tuple[str, ...] = ()
     # Whether lm_head is the input embedding's weight (transformers 5.24): the outer config's tie_word_embeddings
     # decides, tie_default when config.json names none at the top — modeling_utils.py
     # `PreTrainedModel.get_expanded_tied_weights_keys` reads `self.config.tie_word_embeddings` of the composite model,
@@ -216,7 +223,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "exaone4_5": ("sft", "dpo", "grpo", "rloo"),
                           "gemma4": ("sft", "dpo"), "gemma4_unified": ("sft", "dpo"), "glm4v": ("sft", "dpo"),
                           "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"), "glm_ocr": ("sft", "dpo"),
-                          "lfm2_vl": ("sft", "dpo"), "cohere_compass": ("sft", "dpo")}
+                          "lfm2_vl": ("sft", "dpo"), "cohere_compass": ("sft", "dpo"), "glm4v_moe": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -347,6 +354,16 @@ VISION_LANGUAGE["glmga"] = replace(VISION_LANGUAGE["glm46v"])
 # tie_word_embeddings False, forwarded from a true text flag by Glm4vConfig's `__post_init__`
 VISION_LANGUAGE["glm_ocr"] = replace(VISION_LANGUAGE["glm4v"], text_class_defaults=GLM_OCR_TEXT_DEFAULTS,
                                      text_forced=GLM_OCR_TEXT_FORCED)
+# models/glm4v_moe (modular_glm4v_moe.py): `Glm4vMoeConfig(Glm4vConfig)` (its __post_init__ forwarding a true text tie
+# flag), `Glm4vMoeVisionModel(Glm4vVisionModel)` a `pass` subclass: glm4v's tower. Its decoder `Glm4vMoeTextModel` runs
+# `Glm4vMoeTextDecoderLayer(Glm4MoeDecoderLayer)` — Glm4Attention's projections, Glm4MoE's routed experts
+# (DeepseekV3Experts), top-k router and shared expert, dense below first_k_dense_replace — under 3-D M-RoPE, and
+# `Glm4vMoeTextConfig(Glm4MoeConfig)` has Glm4MoeConfig's fields: the text part is taken as glm4_moe's, whose
+# Glm4MoeForCausalLM builds the same layers with 1-D RoPE (parameters equal: tests/models/test_glm4v_moe_params.py),
+# from a learned profile of that config (glm4_moe has no family descriptor); the trace of the real class holds it
+VISION_LANGUAGE["glm4v_moe"] = replace(VISION_LANGUAGE["glm4v"], text="glm4_moe",
+                                       text_class_defaults=GLM4V_MOE_TEXT_DEFAULTS,
+                                       text_dropped=("router_aux_loss_coef",))
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
 # Qwen3-VL's: qwen3_vl's tower, merger and deepstack mergers, with qwen3_vl's defaults; the decoder is Qwen3-MoE's
@@ -605,7 +622,7 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return gemma4_tower_from_config(cfg, name)
     if model_type == "gemma4_unified":
         return gemma4_unified_tower_from_config(cfg, name)
-    if model_type in ("glm4v", "glm46v", "glmga", "glm_ocr"):
+    if model_type in ("glm4v", "glm46v", "glmga", "glm_ocr", "glm4v_moe"):
         return glm4v_tower_from_config(cfg, name)
     if model_type == "lfm2_vl":
         return lfm2_vl_tower_from_config(cfg, name)
@@ -670,6 +687,8 @@ def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
         text = {**class_defaults, **(inner if isinstance(inner, dict) else {})}
     outer = VISION_LANGUAGE[str(cfg["model_type"])]
     text.update(outer.text_forced or {})
+    for key in outer.text_dropped:
+        text.pop(key, None)
     # the composite config's flag decides (TowerLayout.tie_from_text, .ties); the flat Hub layout's top-level keys
     # are the outer config's too
     tie = bool(cfg.get("tie_word_embeddings", outer.tie_default))

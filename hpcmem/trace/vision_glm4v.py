@@ -39,7 +39,11 @@ PROCESSORS = {"glm4v": ("glm4v.processing_glm4v", "Glm4vProcessor", "glm4v.image
               # class is Glm4v's computation, and ports of GLM-OCR name Glm46VProcessor (mlx-vlm
               # mlx_vlm/models/glm_ocr/__init__.py), so Glm46V's processor and PIL image processor
               "glm_ocr": ("glm46v.processing_glm46v", "Glm46VProcessor", "glm46v.image_processing_pil_glm46v",
-                          "Glm46VImageProcessorPil")}
+                          "Glm46VImageProcessorPil"),
+              # glm4v_moe: no mapping row either; GLM-4.5V's processor is GLM-4.1V's (its checkpoints name
+              # Glm4vProcessor and Glm4vImageProcessor, and its image path is glm4v's classes)
+              "glm4v_moe": ("glm4v.processing_glm4v", "Glm4vProcessor", "glm4v.image_processing_pil_glm4v",
+                            "Glm4vImageProcessorPil")}
 
 
 def processor(job: JobSpec) -> Any:

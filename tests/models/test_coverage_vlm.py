@@ -64,9 +64,10 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     # DPO traced and refused on its measured result (hpcmem.job.image_rules TRAINER_FAILS): Idefics3, Mllama
     for name in ("idefics3", "mllama"):
         assert "traced: SFT)" in by_type[name]["reason"], name
-    # GLM-4.5V: glm4v's tower over an MoE text decoder hpcmem neither derives nor can learn
-    assert by_type["glm4v_moe"]["status"] == "refused" and "MoE text decoder" in by_type["glm4v_moe"]["reason"] \
-        and "no causal-LM class" in by_type["glm4v_moe"]["reason"]
+    # glm4v's tower over GLM-4.5's MoE decoder (learned as glm4_moe), GLM-OCR (glm4v's classes), Cohere Compass
+    # (Qwen3-VL's tower over a learned decoder): SFT and DPO traced
+    for name in ("glm4v_moe", "glm_ocr", "cohere_compass"):
+        assert by_type[name]["status"] == "derived" and "traced: SFT, DPO)" in by_type[name]["reason"], name
     # Qwen3-VL's tower on a learned hybrid text part (Gated DeltaNet and full attention): SFT and DPO traced
     for name in ("qwen3_5_moe",):
         assert by_type[name]["status"] == "derived" and "traced: SFT, DPO)" in by_type[name]["reason"] \
