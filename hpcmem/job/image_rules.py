@@ -50,18 +50,20 @@ TRAINER_FAILS[("cosmos3_omni", "grpo")] = (
 # DPOTrainer enable it when router_aux_loss_coef ≠ 0 (sft_trainer.py / dpo_trainer.py `aux_loss_enabled`: the
 # argument, else the text config's own coefficient), and the fused LM head's forward then reads
 # `text_config.num_experts` (trl/trainer/utils.py `add_fused_lm_head._fused_forward`), which the config class does
-# not have (Glm4vMoeTextConfig names n_routed_experts; traced: AttributeError)
-NO_AUX_LOSS = ("glm4v_moe",)
+# not have (Glm4vMoeTextConfig names n_routed_experts; traced: AttributeError). The types: those over GLM-4.5's MoE
+# decoder (glm4v_moe, glm46v / glmga with a glm4v_moe_text sub-config), whose tower spec carries the config's
+# coefficient (hpcmem.models.glm4v `Glm4vTowerSpec.text_aux_loss_coef`)
 
 
 def aux_loss_problems(job: Job) -> list[str]:
-    """A NO_AUX_LOSS type's job whose router_aux_loss_coef (the job's, else its text config's: the tower spec's
-    `text_aux_loss_coef`, hpcmem.models.glm4v) is not 0: the real trainer raises before its first step."""
+    """A job on a GLM-4.5 MoE decoder whose router_aux_loss_coef (the job's, else its text config's, else the class
+    default 0.0001) is not 0: the real trainer raises before its first step."""
     t, m = job.train, job.model
-    kind = getattr(m.vision, "model_type", None)
-    if kind not in NO_AUX_LOSS:
+    config_coef = getattr(m.vision, "text_aux_loss_coef", None)
+    if config_coef is None:
         return []
-    coef = t.router_aux_loss_coef if t.router_aux_loss_coef is not None else m.vision.text_aux_loss_coef
+    kind = m.vision.model_type
+    coef = t.router_aux_loss_coef if t.router_aux_loss_coef is not None else config_coef
     if not coef:
         return []
     return [f"router_aux_loss_coef {coef}: on {kind} TRL 1.16 turns the MoE load-balancing loss on and its fused LM "
@@ -70,8 +72,8 @@ def aux_loss_problems(job: Job) -> list[str]:
 
 
 def image_job_problems(job: Job) -> list[str]:
-    """What TRL 1.16 / transformers 5.24 refuse, or hpcmem does not model, for a job with images (and a NO_AUX_LOSS
-    type's job with or without them)."""
+    """What TRL 1.16 / transformers 5.24 refuse, or hpcmem does not model, for a job with images (and a job on a
+    GLM-4.5 MoE decoder with or without them: `aux_loss_problems`)."""
     t, m = job.train, job.model
     aux = aux_loss_problems(job)
     if aux:

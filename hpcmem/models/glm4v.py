@@ -53,6 +53,8 @@ GLM4V_MAX_PIXELS = 28 * 28 * 15000
 # `GlmgaConfig(Glm46VConfig)`), and the types of glm4v's own classes
 GLM46V_TYPES = ("glm46v", "glmga")
 SUB_CONFIG_TYPES = {"vision_config": "glm4v_vision", "text_config": "glm4v_text"}
+# the MoE text sub-config GLM-4.6V's checkpoints name (GLM-4.5V's decoder; hpcmem.models.vision SUB_CONFIG_LAYOUTS)
+MOE_TEXT_TYPE = "glm4v_moe_text"
 # configuration_glm4v.py `Glm4vTextConfig` field defaults, what a text_config key it omits takes (hpcmem builds the
 # decoder with the glm4 layout: Glm4vTextDecoderLayer is Glm4DecoderLayer's computation). Glm4vTextAttention hard-codes
 # q/k/v bias on and o_proj's off and reads head_dim as hidden_size // num_attention_heads whatever the config says
@@ -107,8 +109,9 @@ class Glm4vTowerSpec(TowerBase):
     temporal_patch_size: int
     attention_bias: bool = False
     qk_norm: bool = False       # q_norm / k_norm over head_dim in every block's attention (GLM-OCR's)
-    # GLM-4.5V (glm4v_moe): its text config's router_aux_loss_coef, which TRL takes when the job names none
-    # (hpcmem.job.image_rules `aux_loss_problems`); the decoder built as glm4_moe's has no such field
+    # a GLM-4.5 MoE decoder's (glm4v_moe, or glm46v / glmga over glm4v_moe_text): its text config's
+    # router_aux_loss_coef, which TRL takes when the job names none (hpcmem.job.image_rules `aux_loss_problems`); the
+    # decoder built as glm4_moe's has no such field. None: a dense decoder
     text_aux_loss_coef: float | None = None
     family: str = "glm4v"
     # what hpcmem.estimate.vision's Qwen-tower terms read: RMSNorm blocks, a gated MLP, full attention per image,
@@ -208,20 +211,24 @@ class Glm4vTowerSpec(TowerBase):
 def glm4v_tower_from_config(cfg: dict[str, Any], name: str) -> Glm4vTowerSpec:
     """The Glm4vTowerSpec of a glm4v / glm46v / glmga config.json dict; keys vision_config omits take
     Glm4vVisionConfig's defaults. glm46v and glmga build their sub-configs by model_type (`Glm46VConfig`
-    sub_configs_defaults, `Glm46VModel.__init__`: `AutoModel.from_config`): another type than glm4v_vision /
-    glm4v_text (GLM-4.6V's glm4v_moe_text: GLM-4.5V's MoE decoder) is not the model hpcmem builds, and is refused.
+    sub_configs_defaults, `Glm46VModel.__init__`: `AutoModel.from_config`): glm4v_vision, and glm4v_text or
+    glm4v_moe_text (GLM-4.5V's MoE decoder, which GLM-4.6V's released checkpoints name); another type is refused.
     glm_ocr: a GlmOcrTowerSpec with GlmOcrVisionConfig's defaults; glm4v_moe (GLM-4.5V): glm4v's tower
     (`Glm4vMoeVisionModel(Glm4vVisionModel)` is a `pass` subclass, Glm4vMoeVisionConfig Glm4vVisionConfig's fields)."""
     raw = cfg.get("vision_config")
     if raw is not None and not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    moe_text = cfg.get("model_type") == "glm4v_moe"
     if cfg.get("model_type") in GLM46V_TYPES:
+        moe_text = text.get("model_type") == MOE_TEXT_TYPE
         for key, expected in SUB_CONFIG_TYPES.items():
             sub = cfg.get(key)
             got = sub.get("model_type", expected) if isinstance(sub, dict) else expected
-            if got != expected:
+            if got != expected and not (key == "text_config" and moe_text):
                 raise SpecError(f"model {name}: {cfg['model_type']} {key}.model_type {got!r}: hpcmem models "
-                                f"{cfg['model_type']} with {expected} (glm4v's classes) only")
+                                f"{cfg['model_type']} with {expected} (glm4v's classes) or a {MOE_TEXT_TYPE} "
+                                "text_config only")
     vc = {**GLM4V_VISION_DEFAULTS, **(raw or {})}
     if isinstance(vc["image_size"], (list, tuple)):
         raise SpecError(f"model {name}: vision_config.image_size {vc['image_size']!r}: hpcmem reads a square "
@@ -231,8 +238,7 @@ def glm4v_tower_from_config(cfg: dict[str, Any], name: str) -> Glm4vTowerSpec:
         vc = {**GLM_OCR_VISION_DEFAULTS, **(raw or {})}
         spec_class = GlmOcrTowerSpec
     coef = None
-    if cfg.get("model_type") == "glm4v_moe":
-        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    if moe_text:
         coef = text.get("router_aux_loss_coef", GLM4V_MOE_AUX_LOSS_DEFAULT)
         if isinstance(coef, bool) or not isinstance(coef, (int, float)):
             raise SpecError(f"model {name}: text_config.router_aux_loss_coef must be a number, got {coef!r}")

@@ -364,6 +364,15 @@ VISION_LANGUAGE["glm_ocr"] = replace(VISION_LANGUAGE["glm4v"], text_class_defaul
 VISION_LANGUAGE["glm4v_moe"] = replace(VISION_LANGUAGE["glm4v"], text="glm4_moe",
                                        text_class_defaults=GLM4V_MOE_TEXT_DEFAULTS,
                                        text_dropped=("router_aux_loss_coef",))
+# (outer model_type, text_config model_type) → the layout of a type whose sub-config picks another decoder: GLM-4.6V
+# (glm46v, and glmga) builds its language model with AutoModel.from_config of the text sub-config (modular_glm46v.py
+# `Glm46VModel.__init__`), and its released checkpoints name glm4v_moe_text: GLM-4.5V's MoE decoder, as glm4v_moe
+# takes it, with glm46v's own tie rule (no __post_init__ forwarding the text flag)
+SUB_CONFIG_LAYOUTS: dict[tuple[str, str], TowerLayout] = {
+    (kind, "glm4v_moe_text"): replace(VISION_LANGUAGE[kind], text="glm4_moe",
+                                      text_class_defaults=GLM4V_MOE_TEXT_DEFAULTS,
+                                      text_dropped=("router_aux_loss_coef",))
+    for kind in ("glm46v", "glmga")}
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
 # Qwen3-VL's: qwen3_vl's tower, merger and deepstack mergers, with qwen3_vl's defaults; the decoder is Qwen3-MoE's
@@ -671,21 +680,27 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         deepstack_visual_indexes=tuple(deep), num_key_value_heads=vc.get("num_key_value_heads", 0))
 
 
+def layout_of(cfg: dict[str, Any]) -> TowerLayout:
+    """The covered type's TowerLayout, or the variant its text sub-config selects (`SUB_CONFIG_LAYOUTS`)."""
+    inner = cfg.get("text_config")
+    named = inner.get("model_type") if isinstance(inner, dict) else None
+    return SUB_CONFIG_LAYOUTS.get((str(cfg["model_type"]), str(named)), VISION_LANGUAGE[str(cfg["model_type"])])
+
+
 def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
     """The decoder's config dict of a vision-language config: its `text_config` when it nests one, else the flat Hub
     layout's top-level keys (Qwen2_5_VLConfig.__post_init__ moves those into text_config), with model_type set to the
     decoder layout hpcmem builds it with (Qwen2_5_VLTextModel's and Qwen2VLTextModel's layers are Qwen2's: q/k/v bias,
     no o bias; Qwen3VLTextModel's are Qwen3's: q/k norms over the head dim, attention_bias)."""
-    layout = VISION_LANGUAGE[str(cfg["model_type"])].text
+    outer = layout_of(cfg)
+    layout = outer.text
     inner = cfg.get("text_config")
-    if inner is None and VISION_LANGUAGE[str(cfg["model_type"])].text_defaults is not None:
-        inner = dict(VISION_LANGUAGE[str(cfg["model_type"])].text_defaults)
+    if inner is None and outer.text_defaults is not None:
+        inner = dict(outer.text_defaults)
     text = dict(inner) if isinstance(inner, dict) else {k: v for k, v in cfg.items()
                                                          if k not in ("vision_config", "text_config")}
-    class_defaults = VISION_LANGUAGE[str(cfg["model_type"])].text_class_defaults
-    if class_defaults is not None:      # the text config class fills what the text_config omits
-        text = {**class_defaults, **(inner if isinstance(inner, dict) else {})}
-    outer = VISION_LANGUAGE[str(cfg["model_type"])]
+    if outer.text_class_defaults is not None:      # the text config class fills what the text_config omits
+        text = {**outer.text_class_defaults, **(inner if isinstance(inner, dict) else {})}
     text.update(outer.text_forced or {})
     for key in outer.text_dropped:
         text.pop(key, None)

@@ -17,14 +17,16 @@ from tests.helpers.stored_cases import estimated_tensor_peak, grpo_with_images_j
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-glm4v-moe")
+# GLM-4.6V as released: glm46v over a glm4v_moe_text sub-config, the same decoder (estimator/cases/vlm-glm46v-moe.yaml)
+GLM46V_MOE = trace_records(ROOT, "vlm-glm46v-moe")
 CUT = ROOT / "tests" / "fixtures" / "vlm" / "glm4v-moe-L2-D2.json"
 JOB = {"trainer": "sft", "model_name_or_path": str(CUT), "dtype": "bfloat16", "bf16": True, "max_length": 1024,
        "images_per_example": 1, "image_height": 448, "image_width": 448}
 
 
-@pytest.mark.parametrize("case_id", sorted(RECORDS))
+@pytest.mark.parametrize("case_id", sorted(RECORDS) + sorted(GLM46V_MOE))
 def test_estimate_within_3_percent_of_the_trace(case_id):
-    record = RECORDS[case_id]
+    record = {**RECORDS, **GLM46V_MOE}[case_id]
     assert abs(estimated_tensor_peak(record, ROOT) - record["traced"]) <= 0.03 * record["traced"]
 
 
@@ -59,3 +61,19 @@ def test_all_linear_lora_at_trls_dropout_is_refused_as_peft_refuses_it():
 def test_grpo_with_images_is_refused():
     with pytest.raises(SpecError, match="sft, dpo only"):
         estimate(grpo_with_images_job(CUT, 448, 448))
+
+
+def test_glm46v_over_the_moe_decoder_takes_the_same_profile_and_rule(tmp_path):
+    """glm46v with a glm4v_moe_text sub-config: the same text part (one learned profile serves both), and the same
+    refusal of a load-balancing loss."""
+    import json
+
+    from hpcmem.models.vision import text_part
+
+    glm46v = ROOT / "tests" / "fixtures" / "vlm" / "glm46v-moe-L2-D2.json"
+    assert len(GLM46V_MOE) == 5
+    same = {**text_part(json.loads(glm46v.read_text()))}
+    assert same == text_part(json.loads(CUT.read_text())) and "router_aux_loss_coef" not in same
+    estimate(case_job({**JOB, "model_name_or_path": str(glm46v)}))
+    with pytest.raises(SpecError, match="router_aux_loss_coef 0.01: on glm46v"):
+        estimate(case_job({**JOB, "model_name_or_path": str(glm46v), "router_aux_loss_coef": 0.01}))

@@ -1,6 +1,6 @@
 """GLM-4.5V (glm4v_moe) traced now: the estimate of a LoRA job on the cut of estimator/cases/vlm-glm4v-moe.yaml holds
 against TRL's SFTTrainer on the real classes; and with the text config's default router_aux_loss_coef (0.0001) the
-real trainer raises in TRL 1.16's fused LM head, which is why hpcmem refuses it (hpcmem.job.image_rules NO_AUX_LOSS)."""
+real trainer raises in TRL 1.16's fused LM head, which is why hpcmem refuses it (hpcmem.job.image_rules `aux_loss_problems`)."""
 
 from __future__ import annotations
 
