@@ -13,7 +13,8 @@ import pytest
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.validate.cases import case_job
-from tests.helpers.stored_cases import estimated_tensor_peak, grpo_with_images_job, trace_records
+from tests.helpers.stored_cases import (SIX_CELLS, assert_matrix, estimated_tensor_peak, grpo_with_images_job,
+                                       trace_records)
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-glm4v-moe")
@@ -31,10 +32,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_spans_two_resolutions_and_both_trainers():
-    sizes = {(r["case"].get("image_height", 448), r["case"].get("image_width", 448)) for r in RECORDS.values()}
-    assert len(RECORDS) == 10 and sizes == {(448, 448), (480, 640)}
-    assert {r["cell"] for r in RECORDS.values()} == {"sft/full+gc", "sft/full+nogc", "sft/lora+gc", "sft/lora+nogc",
-                                                     "dpo/full+nogc", "dpo/lora+gc"}
+    assert_matrix(RECORDS, 10, {(448, 448), (480, 640)}, (448, 448), SIX_CELLS)
 
 
 @pytest.mark.parametrize("coef", [None, 0.0001, 0.01])

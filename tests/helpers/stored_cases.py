@@ -50,3 +50,18 @@ def grpo_with_images_job(cut: Path, height: int, width: int) -> Any:
     return case_job({"trainer": "grpo", "model_name_or_path": str(cut), "max_prompt_length": 1024,
                      "max_completion_length": 64, "images_per_example": 1, "image_height": height,
                      "image_width": width, "dtype": "bfloat16", "bf16": True})
+
+
+# the trainer/technique cells of an image matrix of SFT and DPO: SFT full and LoRA, checkpointing on and off; DPO
+# LoRA with checkpointing and full without
+SIX_CELLS = {"sft/full+gc", "sft/full+nogc", "sft/lora+gc", "sft/lora+nogc", "dpo/full+nogc", "dpo/lora+gc"}
+
+
+def assert_matrix(records: dict[str, dict[str, Any]], n: int, sizes: set[tuple[int, int]], default_size: tuple[int, int],
+                  cells: set[str]) -> None:
+    """A stored image matrix has `n` cases at the image sizes (height, width) `sizes` (a case naming none takes the
+    file's `default_size`) over the trainer/technique cells `cells`."""
+    got = {(r["case"].get("image_height", default_size[0]), r["case"].get("image_width", default_size[1]))
+           for r in records.values()}
+    assert len(records) == n and got == sizes, (len(records), got)
+    assert {r["cell"] for r in records.values()} == cells

@@ -21,6 +21,21 @@ def processed_one_image(job: Any, height: int, width: int) -> tuple[Any, Any, An
     return out, out["input_ids"][0], image_geometry(job.train, job.model.vision), proc
 
 
+def assert_processor_geometry(cut: Path, height: int, width: int, processor_class: str) -> Any:
+    """The cut's processor (of class `processor_class` or a subclass) on one blank width × height image: its
+    image_grid_thw, pixel rows and image tokens equal hpcmem.job.images' geometry. Returns the processor."""
+    from hpcmem.validate.cases import case_job
+
+    job = case_job({"trainer": "sft", "model_name_or_path": str(cut), "max_length": 8192, "images_per_example": 1,
+                    "image_height": height, "image_width": width, "dtype": "bfloat16", "bf16": True})
+    out, ids, g, proc = processed_one_image(job, height, width)
+    assert processor_class in [c.__name__ for c in type(proc).__mro__]
+    assert tuple(out["image_grid_thw"][0].tolist()) == g.grid_thw
+    assert out["pixel_values"].shape[0] == g.patches
+    assert int((ids == proc.image_token_id).sum()) == g.tokens
+    return proc
+
+
 def assert_refused_without_text_profile(cut: Path, tmp_path: Path, **text_config: Any) -> None:
     """The cut with `text_config` changed (a depth no profile was learned for) is refused in one line naming it."""
     import pytest

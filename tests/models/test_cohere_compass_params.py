@@ -47,17 +47,6 @@ def test_the_cut_equals_the_meta_model():
 def test_image_tokens_and_patches_are_the_processors(height, width):
     """CohereCompassProcessor around CohereCompassImageProcessorPil (hpcmem.trace.vision_cohere_compass) on one blank
     image: image_grid_thw, pixel rows and <|IMAGE_PAD|> tokens equal hpcmem.job.images' geometry."""
-    from PIL import Image
+    from tests.helpers.vlm_cuts import assert_processor_geometry
 
-    from hpcmem.job.images import image_geometry
-    from hpcmem.trace.vision_cohere_compass import IMAGE, processor
-    from hpcmem.validate.cases import case_job
-
-    job = case_job({"trainer": "sft", "model_name_or_path": str(CUT), "max_length": 8192, "images_per_example": 1,
-                    "image_height": height, "image_width": width, "dtype": "bfloat16", "bf16": True})
-    proc = processor(job)
-    out = proc(text=[IMAGE], images=[Image.new("RGB", (width, height))], return_tensors="pt")
-    g = image_geometry(job.train, job.model.vision)
-    assert tuple(out["image_grid_thw"][0].tolist()) == g.grid_thw
-    assert out["pixel_values"].shape[0] == g.patches
-    assert int((out["input_ids"][0] == proc.image_token_id).sum()) == g.tokens
+    assert_processor_geometry(CUT, height, width, "CohereCompassProcessor")

@@ -71,16 +71,9 @@ def test_image_tokens_and_patches_are_the_processors(model_type, height, width):
     """The type's processor (hpcmem.trace.vision_glm4v PROCESSORS) on one blank image: its class, image_grid_thw,
     pixel rows and <|image|> tokens equal hpcmem.job.images' geometry."""
     from hpcmem.trace.vision_glm4v import is_processor
-    from hpcmem.validate.cases import case_job
-    from tests.helpers.vlm_cuts import processed_one_image
+    from tests.helpers.vlm_cuts import assert_processor_geometry
 
-    job = case_job({"trainer": "sft", "model_name_or_path": str(CUTS[model_type]), "max_length": 8192,
-                    "images_per_example": 1, "image_height": height, "image_width": width, "dtype": "bfloat16",
-                    "bf16": True})
-    out, ids, g, proc = processed_one_image(job, height, width)
-    assert "Glm46VProcessor" in [c.__name__ for c in type(proc).__mro__] and is_processor(proc)
+    proc = assert_processor_geometry(CUTS[model_type], height, width, "Glm46VProcessor")
+    assert is_processor(proc)
     assert type(proc.image_processor).__name__ == ("GlmgaImageProcessorPil" if model_type == "glmga"
                                                    else "Glm46VImageProcessorPil")
-    assert tuple(out["image_grid_thw"][0].tolist()) == g.grid_thw
-    assert out["pixel_values"].shape[0] == g.patches
-    assert int((ids == proc.image_token_id).sum()) == g.tokens

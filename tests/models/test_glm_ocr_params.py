@@ -70,17 +70,6 @@ def test_the_cut_equals_the_meta_model(tmp_path):
 def test_image_tokens_and_patches_are_the_processors(height, width):
     """Glm46VProcessor around Glm46VImageProcessorPil (hpcmem.trace.vision_glm4v) on one blank image: its
     image_grid_thw, pixel rows and <|image|> tokens equal hpcmem.job.images' geometry."""
-    from PIL import Image
+    from tests.helpers.vlm_cuts import assert_processor_geometry
 
-    from hpcmem.job.images import image_geometry
-    from hpcmem.trace.vision_glm4v import IMAGE, processor
-    from hpcmem.validate.cases import case_job
-
-    job = case_job({"trainer": "sft", "model_name_or_path": str(CUT), "max_length": 8192, "images_per_example": 1,
-                    "image_height": height, "image_width": width, "dtype": "bfloat16", "bf16": True})
-    proc = processor(job)
-    out = proc(text=[IMAGE], images=[Image.new("RGB", (width, height))], return_tensors="pt")
-    g = image_geometry(job.train, job.model.vision)
-    assert tuple(out["image_grid_thw"][0].tolist()) == g.grid_thw
-    assert out["pixel_values"].shape[0] == g.patches
-    assert int((out["input_ids"][0] == proc.image_token_id).sum()) == g.tokens
+    assert_processor_geometry(CUT, height, width, "Glm46VProcessor")
