@@ -82,8 +82,16 @@ def build_meta(cfg: dict[str, Any]) -> Any:
     from transformers import AutoModelForCausalLM
 
     config = hf_config(cfg)
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config)
+    try:
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(config)
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError, AssertionError) as exc:
+        # the real code refuses this config as it builds the model (e.g. CohereCompassRotaryEmbedding's KeyError for a
+        # rope_parameters with no entry per layer type): a run of it would fail the same way, before any memory
+        where = type(config).__name__
+        raise SpecError(f"model config: transformers cannot build {cfg.get('model_type')!r} from it ({where}: "
+                        f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}); a training run of this config "
+                        "fails the same way — fix the config") from None
 
 
 def decoder_layers(model: Any) -> list[Any]:
