@@ -92,9 +92,9 @@ def spec_from_config(cfg: Any, name: str) -> ModelSpec:
     """A config.json dict → ModelSpec: by its family descriptor (derived), else by a learned profile of this very
     config (hpcmem.models.profile), else a SpecError that says why (refused, not applicable) or what to run."""
     if isinstance(cfg, dict) and learned_text(cfg):
-        return vlm_spec_from_learned(cfg, name)
+        return _placeable(vlm_spec_from_learned(cfg, name), name)
     if not isinstance(cfg, dict) or has_family(cfg) or "model_type" not in cfg:
-        return model_spec_from_config(cfg, name)
+        return _placeable(model_spec_from_config(cfg, name), name)
     from hpcmem.models.profile import find_profile, load_profile, spec_from_profile  # deferred: only learned types
 
     path = find_profile(cfg)
@@ -107,6 +107,22 @@ def spec_from_config(cfg: Any, name: str) -> ModelSpec:
     raise SpecError(f"model {name}: model_type {model_type!r} has no family descriptor and no learned profile of this "
                     f"config; learn one with `hpcmem models learn {name}` (needs torch; about a minute on a login node), "
                     "then estimate again (`hpcmem models coverage` lists every type)")
+
+
+def _placeable(spec: ModelSpec, name: str) -> ModelSpec:
+    """A vision-language spec whose projector hands the language model image features of another width than its
+    embeddings is refused: transformers places them into the embeddings (`get_placeholder_mask`: "Image features and
+    image tokens do not match", the numels differ) before any training step, and TRL 1.16's SFTTrainer reports that as
+    a too-short max_length (sft_trainer.py `compute_loss`; traced on GLM-OCR's class defaults, text 1,024 wide under a
+    1,536-wide merger)."""
+    v = spec.vision
+    width = getattr(v, "out_hidden_size", None)
+    if v is not None and width and width != spec.hidden_size:
+        raise SpecError(f"model {name}: vision_config.out_hidden_size {width} is not the language model's hidden_size "
+                        f"{spec.hidden_size}: the {v.model_type} projector's image features cannot be placed into its "
+                        "token embeddings (transformers raises 'Image features and image tokens do not match'); "
+                        "make them equal")
+    return spec
 
 
 def _read_json(file: Path) -> Any:

@@ -73,3 +73,17 @@ def test_image_tokens_and_patches_are_the_processors(height, width):
     from tests.helpers.vlm_cuts import assert_processor_geometry
 
     assert_processor_geometry(CUT, height, width, "Glm46VProcessor")
+
+
+def test_the_class_defaults_widths_that_cannot_meet_are_refused(tmp_path, capsys):
+    """GlmOcrConfig's defaults: a 1,536-wide merger over a 1,024-wide text model. transformers cannot place the image
+    features into the embeddings (TRL 1.16 reports it as a too-short max_length: traced), so the estimate refuses it
+    in one line naming both widths."""
+    from tests.helpers.cli_main import run_main
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "glm_ocr", "text_config": {"num_hidden_layers": 2},
+                                                      "vision_config": {"depth": 2}}))
+    code, out, err = run_main(["estimate", "sft", "--model_name_or_path", str(tmp_path / "config.json"),
+                               "--images_per_example", "1", "--image_height", "512", "--image_width", "512"], capsys)
+    assert code == 2 and not out and err.count("\n") == 1
+    assert "vision_config.out_hidden_size 1536 is not the language model's hidden_size 1024" in err

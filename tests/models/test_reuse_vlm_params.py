@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from hpcmem.errors import SpecError
+
 from hpcmem.models.resolve import resolve_model
 from tests.helpers.meta_models import meta_image_text_model
 
@@ -58,6 +60,13 @@ def test_shieldgemma2_parts_equal_the_meta_model(name, tmp_path):
 @pytest.mark.parametrize("name", ["cosmos3_omni-8b-width-L3-D4.json", "cosmos3_omni-tiny.json", "cosmos3_omni"])
 def test_cosmos3_omni_parts_equal_the_meta_model(name, tmp_path):
     cfg = _config(name)
+    if name == "cosmos3_omni":
+        # the class defaults pair Qwen3VLTextConfig's 4,096-wide text with a 3,584-wide merger: a run of them fails as
+        # transformers places the image features (hpcmem.models.resolve `_placeable`); the parts are counted at the
+        # text width the merger hands
+        with pytest.raises(SpecError, match="out_hidden_size 3584 is not the language model's hidden_size 4096"):
+            _spec(cfg, tmp_path)
+        cfg["vision_config"]["out_hidden_size"] = cfg["text_config"]["hidden_size"]
     model = meta_image_text_model(cfg)
     count = {"tower": 0, "merger": 0, "deepstack": 0, "language": 0}
     for param_name, p in model.named_parameters():
