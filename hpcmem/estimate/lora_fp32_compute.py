@@ -54,9 +54,9 @@ FUSED = "gate_up_proj"      # Phi-3's and GLM-4's gate and up in one linear (mod
 
 def recompute_transient(lora: LoraLayout, tokens: int, prec: Precision, m: ModelSpec) -> int:
     """The worst adapted MLP linear's forward instant beyond the saved terms: its fp32 input copy (none when the
-    input is fp32 already, or when the copy is what lora_A keeps), its input where that is no saved term (down_proj's product), and its base output — beside
-    the MLP's own input (the post-attention norm's output, held as the MLP's `x`; no saved term over frozen
-    weights)."""
+    input is fp32 already, or when the copy is what lora_A keeps), its input where that is no saved term (down_proj's
+    product), and its base output — beside the MLP's own input (the post-attention norm's output, held as the MLP's
+    `x`; no saved term over frozen weights)."""
     mods = lora.modules("mlp")
     # a linear before down_proj runs before the activation's output and down_proj's saved terms exist
     later = tokens * m.intermediate_size * prec.act + sum(lora.module_saved(x, tokens, prec) for x in mods

@@ -49,8 +49,8 @@ def outside_saved(job: JobSpec, v: Glm4vTowerSpec, n: int, prec: Precision, adap
     - the rotary cos and sin, fp32 [N, head_dim] each (read by every block's `apply_rotary_pos_emb_vision`);
     - trained: the Conv3d's input (pixel_values in the weight dtype), post_conv_layernorm's (an RMSNorm,
       hpcmem.estimate.vision_ovis2 `rms_norm_saved`), and grid_sample's fp32 table copy and grid (its backward reaches
-      the position table) — GLM-OCR has neither of the last two; frozen, nothing before the first block requires grad, so none of these keeps anything,
-      and under checkpointing the token embeddings' output that `enable_input_require_grads` makes a leaf
+      the position table) — GLM-OCR has neither of the last two; frozen, nothing before the first block requires
+      grad, so none of these keeps anything, and under checkpointing the token embeddings' output that `enable_input_require_grads` makes a leaf
       (hpcmem.estimate.vision `token_leaf`);
     - post_layernorm (`rms_norm_saved`: its input requires grad whether the tower trains or its adapters do), and when
       the downsample Conv2d trains its input, the permuted view of post_layernorm's output [N, width];

@@ -46,18 +46,14 @@ TRAINER_FAILS[("cosmos3_omni", "grpo")] = (
     "estimate's slack (hpcmem/estimate/allocator.py) counts 0.35")
 
 
-# Vision-language types whose MoE decoder TRL 1.16 cannot train with its load-balancing loss on: SFTTrainer and
-# DPOTrainer enable it when router_aux_loss_coef ≠ 0 (sft_trainer.py / dpo_trainer.py `aux_loss_enabled`: the
-# argument, else the text config's own coefficient), and the fused LM head's forward then reads
-# `text_config.num_experts` (trl/trainer/utils.py `add_fused_lm_head._fused_forward`), which the config class does
-# not have (Glm4vMoeTextConfig names n_routed_experts; traced: AttributeError). The types: those over GLM-4.5's MoE
-# decoder (glm4v_moe, glm46v / glmga with a glm4v_moe_text sub-config), whose tower spec carries the config's
-# coefficient (hpcmem.models.glm4v `Glm4vTowerSpec.text_aux_loss_coef`)
-
-
 def aux_loss_problems(job: Job) -> list[str]:
-    """A job on a GLM-4.5 MoE decoder whose router_aux_loss_coef (the job's, else its text config's, else the class
-    default 0.0001) is not 0: the real trainer raises before its first step."""
+    """A job on a GLM-4.5 MoE decoder (glm4v_moe, or glm46v / glmga over a glm4v_moe_text sub-config) whose
+    router_aux_loss_coef — the job's, else its text config's, which the tower spec carries (hpcmem.models.glm4v
+    `Glm4vTowerSpec.text_aux_loss_coef`), else the class default 0.0001 — is not 0: the real trainer raises before its
+    first step. TRL 1.16's SFTTrainer and DPOTrainer enable the load-balancing loss when the coefficient is not 0
+    (sft_trainer.py / dpo_trainer.py `aux_loss_enabled`), and the fused LM head's forward then reads
+    `text_config.num_experts` (trl/trainer/utils.py `add_fused_lm_head._fused_forward`), which Glm4vMoeTextConfig
+    does not have (it names n_routed_experts; traced: AttributeError)."""
     t, m = job.train, job.model
     config_coef = getattr(m.vision, "text_aux_loss_coef", None)
     if config_coef is None:

@@ -123,8 +123,8 @@ from hpcmem.models.aya_vision import aya_vision_tower_from_config
 from hpcmem.models.cohere2_vision import cohere2_vision_tower_from_config
 from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
 from hpcmem.models.gemma4 import gemma4_tower_from_config, gemma4_unified_tower_from_config
-from hpcmem.models.glm4v import (GLM4V_MOE_TEXT_DEFAULTS, GLM4V_TEXT_DEFAULTS, GLM_OCR_TEXT_DEFAULTS, GLM_OCR_TEXT_FORCED,
-                                 glm4v_tower_from_config)
+from hpcmem.models.glm4v import (GLM4V_MOE_TEXT_DEFAULTS, GLM4V_TEXT_DEFAULTS, GLM46V_TYPES, GLM_OCR_TEXT_DEFAULTS,
+                                 GLM_OCR_TEXT_FORCED, MOE_TEXT_TYPE, glm4v_tower_from_config)
 from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.lfm2_vl import lfm2_vl_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
@@ -361,18 +361,20 @@ VISION_LANGUAGE["glm_ocr"] = replace(VISION_LANGUAGE["glm4v"], text_class_defaul
 # `Glm4vMoeTextConfig(Glm4MoeConfig)` has Glm4MoeConfig's fields: the text part is taken as glm4_moe's, whose
 # Glm4MoeForCausalLM builds the same layers with 1-D RoPE (parameters equal: tests/models/test_glm4v_moe_params.py),
 # from a learned profile of that config (glm4_moe has no family descriptor); the trace of the real class holds it
-VISION_LANGUAGE["glm4v_moe"] = replace(VISION_LANGUAGE["glm4v"], text="glm4_moe",
-                                       text_class_defaults=GLM4V_MOE_TEXT_DEFAULTS,
-                                       text_dropped=("router_aux_loss_coef",))
+def _over_glm45_moe(layout: TowerLayout) -> TowerLayout:
+    """`layout` with GLM-4.5's MoE decoder as its text part: glm4_moe's layers with Glm4vMoeTextConfig's defaults,
+    router_aux_loss_coef left out (Glm4MoeConfig has no such field)."""
+    return replace(layout, text="glm4_moe", text_class_defaults=GLM4V_MOE_TEXT_DEFAULTS,
+                   text_dropped=("router_aux_loss_coef",))
+
+
+VISION_LANGUAGE["glm4v_moe"] = _over_glm45_moe(VISION_LANGUAGE["glm4v"])
 # (outer model_type, text_config model_type) → the layout of a type whose sub-config picks another decoder: GLM-4.6V
 # (glm46v, and glmga) builds its language model with AutoModel.from_config of the text sub-config (modular_glm46v.py
 # `Glm46VModel.__init__`), and its released checkpoints name glm4v_moe_text: GLM-4.5V's MoE decoder, as glm4v_moe
 # takes it, with glm46v's own tie rule (no __post_init__ forwarding the text flag)
 SUB_CONFIG_LAYOUTS: dict[tuple[str, str], TowerLayout] = {
-    (kind, "glm4v_moe_text"): replace(VISION_LANGUAGE[kind], text="glm4_moe",
-                                      text_class_defaults=GLM4V_MOE_TEXT_DEFAULTS,
-                                      text_dropped=("router_aux_loss_coef",))
-    for kind in ("glm46v", "glmga")}
+    (kind, MOE_TEXT_TYPE): _over_glm45_moe(VISION_LANGUAGE[kind]) for kind in GLM46V_TYPES}
 # models/qwen3_vl_moe (modular_qwen3_vl_moe.py): `Qwen3VLMoeVisionConfig(Qwen3VLVisionConfig)` adds nothing, and
 # `Qwen3VLMoeVisionModel(Qwen3VLVisionModel)` and its blocks, attention and rotary table are `pass` subclasses of
 # Qwen3-VL's: qwen3_vl's tower, merger and deepstack mergers, with qwen3_vl's defaults; the decoder is Qwen3-MoE's
