@@ -70,6 +70,7 @@ def _check(cfg: dict, p: Problems, embedding: bool = True) -> None:
                               not all(isinstance(t, str) and len(t) <= 64 for t in types)):
         p.add(v.fail("layer_types", types, "a list of attention type names").problems[0])
     _check_head_width(cfg, p)
+    _check_kv_heads(cfg, p)
     if embedding:
         _check_pad_token(cfg, p)
     for key in _FLAGS:
@@ -95,6 +96,18 @@ def _check_pad_token(cfg: dict, p: Problems) -> None:
     if _gather(p, v.integer, "pad_token_id", pad, text_ok=False) is not None and not -vocab <= pad < vocab:
         p.add(v.fail("pad_token_id", pad, f"a row of the embedding: below vocab_size ({vocab:,}); torch's "
                      "nn.Embedding refuses a padding_idx outside it").problems[0])
+
+
+def _check_kv_heads(cfg: dict, p: Problems) -> None:
+    """The attention heads share key/value heads in equal groups: transformers' `repeat_kv` repeats each key/value head
+    num_attention_heads // num_key_value_heads times (modeling_llama.py and its copies), and a count that does not
+    divide fails in the first forward. The same rule as hpcmem.models.spec's, here where the config is read, so that
+    `models learn` refuses it before a minute of traces that all fail."""
+    heads, kv = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads")
+    counts = all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in (heads, kv))
+    if counts and heads % kv:
+        p.add(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv} (each key/value head serves "
+              "an equal group of heads)")
 
 
 def _check_head_width(cfg: dict, p: Problems) -> None:

@@ -56,6 +56,7 @@ class Layout(ParamLayout):
 
 def hf_config(cfg: dict[str, Any]) -> Any:
     """The transformers config object of a config.json dict (architecture keys only)."""
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
 
     # a deep copy: transformers standardises nested dicts (rope_scaling) in place, which would change the caller's
@@ -63,7 +64,11 @@ def hf_config(cfg: dict[str, Any]) -> Any:
     data = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in (
         "architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "quantization_config")}
     model_type = data.pop("model_type")
-    config = AutoConfig.for_model(model_type, **data)
+    try:
+        config = AutoConfig.for_model(model_type, **data)
+    except (*BUILD_ERRORS, StrictDataclassError) as exc:
+        # transformers' strict config classes validate each field (rms_norm_eps "x": StrictDataclassFieldValidationError)
+        raise refused_by_transformers(model_type, "its config class", exc) from None
     text = config.get_text_config()       # the decoder's config builds the embedding (a composite's own id builds none)
     pad, vocab = getattr(text, "pad_token_id", None), getattr(text, "vocab_size", None)
     if isinstance(pad, int) and isinstance(vocab, int) and not -vocab <= pad < vocab:
@@ -85,13 +90,21 @@ def build_meta(cfg: dict[str, Any]) -> Any:
     try:
         with torch.device("meta"):
             return AutoModelForCausalLM.from_config(config)
-    except (KeyError, ValueError, TypeError, AttributeError, IndexError, AssertionError) as exc:
-        # the real code refuses this config as it builds the model (e.g. CohereCompassRotaryEmbedding's KeyError for a
-        # rope_parameters with no entry per layer type): a run of it would fail the same way, before any memory
-        where = type(config).__name__
-        raise SpecError(f"model config: transformers cannot build {cfg.get('model_type')!r} from it ({where}: "
-                        f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}); a training run of this config "
-                        "fails the same way — fix the config") from None
+    except BUILD_ERRORS as exc:
+        # e.g. CohereCompassRotaryEmbedding's KeyError for a rope_parameters with no entry per layer type
+        raise refused_by_transformers(cfg.get("model_type"), type(config).__name__, exc) from None
+
+
+# what transformers raises on a config it cannot turn into a model (beside its strict classes' StrictDataclassError)
+BUILD_ERRORS = (KeyError, ValueError, TypeError, AttributeError, IndexError, AssertionError)
+
+
+def refused_by_transformers(model_type: Any, where: str, exc: BaseException) -> SpecError:
+    """The real code refuses this config as it builds the config or the model: a run of it would fail the same way,
+    before any memory is used. One line naming transformers' error."""
+    return SpecError(f"model config: transformers cannot build {model_type!r} from it ({where}: "
+                     f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}); a training run of this config "
+                     "fails the same way — fix the config")
 
 
 def decoder_layers(model: Any) -> list[Any]:

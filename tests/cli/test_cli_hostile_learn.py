@@ -50,6 +50,10 @@ def test_inputs_no_trace_can_learn_from_are_refused_before_tracing(tmp_path, cap
     heads = {**TINY_OLMO3, "num_attention_heads": 10**6, "num_key_value_heads": 10**6}
     _fast_refusal(capsys, [str(_config(tmp_path / "heads", heads)), *out], "num_attention_heads",
                   "at most hidden_size (64)", "1000000")
+    # key/value heads that do not divide the heads: transformers' repeat_kv fails in every trace (a minute of cells
+    # that all failed before the refusal)
+    _fast_refusal(capsys, [str(_config(tmp_path / "kv", {**TINY_OLMO3, "num_key_value_heads": 3})), *out],
+                  "num_attention_heads 4 is not a multiple of num_key_value_heads 3")
     # a pad_token_id past the vocabulary, named or the config class's default (SmolLM3Config's 128004 over 1,000
     # rows): torch's nn.Embedding(padding_idx=...) asserts as the model is built (an internal error before)
     named = {**TINY_OLMO3, "pad_token_id": 512}
@@ -144,4 +148,18 @@ def test_a_config_transformers_cannot_build_is_one_line(tmp_path, capsys):
     # (between them transformers' own warnings, whose logging handler may still hold an earlier test's stream)
     assert lines[0].startswith("learn: ") and lines[-1].startswith("hpcmem: error: ")
     assert "transformers cannot build 'cohere_compass_text'" in lines[-1] and "KeyError: 'full_attention'" in lines[-1]
+    assert not list((tmp_path / "data").rglob("*.json"))
+
+
+def test_a_field_transformers_strict_config_rejects_is_one_line(tmp_path, capsys):
+    """rms_norm_eps "x": transformers' strict config class raises as it builds the config (an internal error before);
+    one line naming the field, fast, nothing written."""
+    start = time.monotonic()
+    capsys.readouterr()
+    assert run(["models", "learn", str(_config(tmp_path / "eps", {**TINY_OLMO3, "rms_norm_eps": "x"})),
+                "--out", str(tmp_path / "data")]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("hpcmem: error: ") and "transformers cannot build 'olmo3'" in last
+    assert "rms_norm_eps" in last and "expected float" in last
+    assert time.monotonic() - start < 10
     assert not list((tmp_path / "data").rglob("*.json"))
