@@ -196,12 +196,14 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         """(recompute, the MLP's worst temporaries, the recompute's, the attention's) of a layer with saved terms `d`:
         the same for every layer of one kind."""
         recompute = full_k - sac_cached if t.gradient_checkpointing else 0
-        # by the attention's backward the MLP's saved tensors (and the post-attention norm's) are already freed
+        # by the attention's backward the MLP's saved tensors (and the post-attention norm's) are already freed; they
+        # can outweigh the attention's own gradients, so they come off the instant as a whole, floored at zero
+        # (traced: a one-layer checkpointed Llama whose weights outweigh its tokens)
         freed = d["mlp"] + d["norms"] // 2 + lora_mlp_saved
         mlp_instant = hidden_t // 2 + mlp_side + down_grad if down_grad is not None else \
             hidden_t + mlp_side + layer_grad
         mlp_instant = max(mlp_instant, hidden_t + routing) - post_norm
-        attention_instant = hidden_t + max(scores_t - freed, 0) + lora_attention_t + layer_grad
+        attention_instant = max(hidden_t + scores_t - freed + lora_attention_t + layer_grad, 0)
         recompute_instant = hidden_t // 2 + recompute_dora_t
         if stays is not None:
             # offloaded without checkpointing, a saved tensor comes back when its autograd node runs and goes with
