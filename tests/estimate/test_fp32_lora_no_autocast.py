@@ -65,11 +65,13 @@ def test_eager_softmax_in_fp32_is_kept_once() -> None:
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("job_id,bound", [("s1-544", 3.0), ("s1-131", 6.0)])
+@pytest.mark.parametrize("job_id,bound", [("s1-544", 3.0), ("s1-131", 4.5)])
 def test_gemma2_eager_attention_in_fp32_against_its_trace(job_id: str, bound: float) -> None:
     """Gemma 2 runs eager attention; s1-544 (fp32 weights, bf16 on — TRL's distillation never enters autocast) stood
-    +3.1 % and s1-131 (fp32, bf16 off) +21.7 % over their traces counting the fp32 probabilities twice. s1-131 is
-    left +5.7 % over (its peak is the attention's backward at 4,224 tokens × 7 rows; not yet understood)."""
+    +3.1 % and s1-131 (fp32, bf16 off) +21.7 % over their traces counting the fp32 probabilities twice. s1-131 went
+    +5.7 → +4.0 % when the adapters' attention backward stopped stacking on eager's score gradients (freed before q/k/v
+    run theirs); it is left over: its peak, the softmax's backward at 4,224 tokens × 7 rows, has the attention output,
+    the repeated v and three of the four sandwich norms freed too, which the estimate still holds."""
     from hpcmem.validate.random_trace import score
 
     scored = score(stored_trace_record(job_id))
