@@ -23,8 +23,9 @@ from dataclasses import dataclass, replace
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
-from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, graphless_tower,
-                                    layer_norm_saved, token_leaf, tower_weights, trained_parts, unused_tower)
+from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, fc_mlp_saved,
+                                    graphless_tower, layer_norm_saved, token_leaf, tower_weights, trained_parts,
+                                    unused_tower)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -101,7 +102,7 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
     # under checkpointing, the hooked embeddings' output and the token embeddings' output are leaves
     conv = (n * v.patch_dim * w if trained else 0) if connector is None else connector.conv
     hooked = not trained and job.train.gradient_checkpointing
-    leaves = n * h * w + token_leaf(job, prec) if hooked else 0
+    leaves = token_leaf(job, prec) if hooked else 0
     # after them: post_layernorm (its output, reshaped by pixel_shuffle, is proj's input: kept when proj trains) and
     # the connector adapters' own
     merger_saved = layer_norm_saved(h, prec, frozen=not trained) * n + (
@@ -125,6 +126,26 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
         the MLP's adapters and beside the attention's for the attention's (as hpcmem.estimate.vision does)."""
         ins = [x.in_features for x in tower_adapters if x.name.startswith("mlp.") == mlp]
         return n * max(ins) * backward_bytes_per_input(lora) if ins else 0
+    # The block's backward instants beyond its saved tensors (recomputed, under checkpointing). The MLP's: the
+    # gradient arriving at the block and the MLP's gradients (`mlp_t`), beside the adapters' (traced: GELU's backward
+    # is the step's peak of SmolVLM with LoRA on q, v). The attention's: the two [N, h] gradients, SDPA's and the
+    # attention adapters', once the MLP's saved tensors and the second norm's are freed (as hpcmem.estimate.step's
+    # decoder layer). The recompute's, where fc2 has an adapter: at fc2's adapter everything the block saves exists
+    # but fc2's, beside the arriving gradient, the residual and the MLP's input (layer_norm2's output: fp32 under
+    # autocast) still held by the block's forward, fc2's input (GELU's output, no saved term of a frozen fc2) and its
+    # base output, and peft's copy of its input in the adapters' dtype (`_cast_input_dtype`) with the dropout's
+    # output made from it (traced: the step's peak of SmolVLM with LoRA on every linear, 487.5 MiB beyond the block's
+    # 500 MiB at 13,312 patches)
+    mlp_freed = (fc_mlp_saved(v, prec, not trained) + layer_norm_saved(h, prec, not trained)) * n + adapters_saved(
+        [x for x in tower_adapters if x.name.startswith("mlp.")], n, prec, lora)
+    fc2 = [x.in_features for x in tower_adapters if x.name == "mlp.fc2"]
+    recompute_t = 0
+    if fc2 and job.train.gradient_checkpointing:
+        i, a = fc2[0], lora.adapter_bytes
+        copy = a if a != prec.act and (prec.amp or lora.dropout) else 0
+        dropped = a if lora.dropout and prec.amp else 0
+        recompute_t = hidden_t // 2 + n * h * (prec.residual + (FP32 if prec.amp else prec.act) + prec.act) + \
+            n * i * (prec.act + copy + dropped)
     what = ("tower and connector trained (full fine-tuning)" if trained else
             f"frozen; LoRA on {len(adapted)} of its linear kinds" if adapted else
             "frozen (no LoRA target reaches it); its backward still runs (input gradients)") + (
@@ -132,8 +153,8 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
         else "")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,
                        merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
-                       block_backward=hidden_t + max((mlp_t // 2 if trained else mlp_t) + adapter_t(True),
-                                                     scores_t + adapter_t(False)),
+                       block_backward=max(hidden_t // 2 + (mlp_t // 2 if trained else mlp_t) + adapter_t(True),
+                                          hidden_t + scores_t + adapter_t(False) - mlp_freed, recompute_t),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=n, image_tokens=m,
                        trained=what, connector_backward=connector.backward if connector else 0,
                        connector_forward=connector.forward if connector else 0,
