@@ -129,7 +129,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
           if dora_t else [])))
     head_trains = not lora.enabled or lora.trains_head
     head_grad_bytes = (parts.lm_head or parts.embed) * prec.weight if head_trains else 0
-    layer_grad = (s.gradients - head_grad_bytes - (parts.embed * prec.weight if head_trains and parts.lm_head else 0))
+    # a trained input embedding (full fine-tuning, or peft's modules_to_save copy of embed_tokens) gets its gradient
+    # in the embeddings' backward, after every layer's: none of it is done while the layers run theirs
+    embed_trains = (head_trains and parts.lm_head) or (lora.enabled and lora.trains_embedding and not head_trains)
+    layer_grad = (s.gradients - head_grad_bytes - (parts.embed * prec.weight if embed_trains else 0))
     layer_grad = max(layer_grad, 0) // L
     buckets = backward_components(job)
     waiting = tied_head_gradient(job, prec, parts, lora)    # after the head's backward, through the layers'
