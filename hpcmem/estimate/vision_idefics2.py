@@ -29,7 +29,8 @@ intermediate size; 16-bit `act` under autocast):
 - the adapters' own (hpcmem.estimate.vision `adapters_saved`) at each linear's rows.
 Its forward's worst instant comes before the language model's layers (`connector` names the two candidates); its
 backward runs before the tower's: at modality_projection's backward the tower's saved tensors, post_layernorm's
-and the projection's own are alive beside two [N, I] gradients (activations.py `backward_parts`' MLP term).
+and the projection's own are alive beside two [N, I] gradients (activations.py `backward_parts`' MLP term); before
+that, each perceiver layer's input_context_norm runs its backward in fp32 on the N context rows (`connector`).
 """
 
 from __future__ import annotations
@@ -79,7 +80,29 @@ def connector(job: JobSpec, prec: Precision, lora: LoraLayout) -> Connector:
         job.train.lora_r * (x.in_features + x.out_features) * x.count for x in adapted)
     saved = casts + projection + depth * layer + final + own
     post = layer_norm_saved(v.hidden_size, prec, frozen) * n
-    backward = post + casts + projection + 2 * a * i * n + own
+    # The perceiver's backward, before modality_projection's: in each layer (the last first) input_context_norm's
+    # backward on the N context rows runs in fp32 (Idefics2RMSNorm upcasts; autograd: the gradient cast to fp32, the
+    # multiply's input gradient held for the sum and its rsqrt-side product, the mean's expanded gradient, pow's product
+    # with the input) — five fp32 [N, T] tensors at once beside the norm's saved upcast, the bf16 gradient that
+    # arrived there freed. In the last layer every earlier layer's saved tensors are alive and no layer's gradients
+    # are made; in the first, the others' saved tensors are freed, their gradients made, and the context's gradient
+    # from them waits. The phase counts every connector gradient as made (`VisionTerms.merger_grads`), so the
+    # gradients not made yet (the other layers' in the last layer's instant, modality_projection's in both) come off.
+    per_layer = [x for x in v.linears() if x.name.startswith("perceiver_resampler.layers.")]
+    on_projection = [x for x in v.linears() if x.name.startswith("modality_projection.")]
+    if frozen:
+        r = job.train.lora_r
+        layer_grads = sum(r * (x.in_features + x.out_features) for x in adapted if x in per_layer) * \
+            lora.adapter_bytes
+        projection_grads = sum(r * (x.in_features + x.out_features) for x in adapted if x in on_projection) * \
+            lora.adapter_bytes
+    else:
+        layer_grads = (sum(x.params // x.count for x in per_layer) + 3 * t) * prec.weight
+        projection_grads = sum(x.params for x in on_projection) * prec.weight
+    norm_backward = _norm(t, prec, frozen, feeds_linear=False) * n + 5 * FP32 * t * n - a * t * n
+    base = post + casts + projection + own_projection + norm_backward - projection_grads
+    context_norm = max(base + (depth - 1) * (layer + own_layer - layer_grads), base + a * t * n)
+    backward = max(post + casts + projection + 2 * a * i * n + own, context_norm)
     # the forward's worst instant, before the language model's layers, with post_layernorm's output, which the tower's
     # output (`image_outputs.last_hidden_state`, get_image_features) holds until the connector returns (fp32 under
     # autocast; else the weight dtype, kept by gate_proj and up_proj anyway when they train): in modality_projection,
