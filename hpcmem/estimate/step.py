@@ -223,9 +223,15 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
             # fp32 upcasts, which stayed on the GPU too (`act.offload_kept_on_gpu`, counted with the layer's stays)
             qk_stayed = act.FP32 * m.head_dim * (m.num_attention_heads + m.num_key_value_heads) * mb.tokens \
                 if m.qk_norm else 0
+            # the attention's saved tensors come back for SDPA's backward and go with it; the q/k/v adapters' come
+            # back for the projections' backward, where dq, dk and dv (not SDPA's own workspace) are what is left of
+            # its gradients
             mlp_instant += d["mlp"] + lora_mlp_saved
-            attention_instant = hidden_t + scores_t + lora_attention_t + layer_grad + d["attention"] - qk_stayed + \
-                d["lora"] - lora_mlp_saved + max(d["norms"] // 2 - act.FP32 * m.hidden_size * mb.tokens, 0)
+            projections = mb.tokens * prec.act * m.head_dim * (m.num_attention_heads + 2 * m.num_key_value_heads)
+            attention_instant = hidden_t + layer_grad + max(
+                scores_t + d["attention"] - qk_stayed,
+                projections + lora_attention_t + d["lora"] - lora_mlp_saved) + \
+                max(d["norms"] // 2 - act.FP32 * m.hidden_size * mb.tokens, 0)
         return recompute, mlp_instant, recompute_instant, attention_instant
 
     # layer_terms hands back one dict per kind of layer (dense, MoE): each kind's own terms are worked out once

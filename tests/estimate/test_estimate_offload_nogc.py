@@ -47,9 +47,10 @@ def test_trace_of_offloading_without_checkpointing(model):
 def test_lora_on_qwen3_counts_the_kept_qk_norm_upcasts_once():
     """Qwen3-0.6B LoRA, 4 × 2,048, offloaded without checkpointing (the stored trace, estimator/traces/sft.jsonl): the
     q/k norms' fp32 upcasts stay on the GPU with the layer (its `stays`), so the attention's backward does not get them
-    back again: the estimate is over the trace, by less than 4 % (counted twice it is 5.5 % over; the rest is the
-    last layer's backward temporaries, open: estimator/LOG.md)."""
+    back again; and the attention's saved tensors come back for SDPA's backward and go with it, before the q/k/v
+    adapters' come back for the projections' (their instants apart): the estimate is over the trace, by less than
+    3 % (+2.1 %; +3.85 % with both attention instants stacked, +5.5 % with the upcasts counted twice too)."""
     rec = next(json.loads(line) for line in (ROOT / "estimator" / "traces" / "sft.jsonl").read_text().splitlines()
                if json.loads(line)["case"]["id"] == "qwen3-06-offload-nogc-lora-2k")
     peak = max(tensor_bytes(p) for p in estimate(case_job(rec["case"])).phases)
-    assert 0 <= peak - rec["traced"] <= 0.04 * rec["traced"], (peak, rec["traced"])
+    assert 0 <= peak - rec["traced"] <= 0.03 * rec["traced"], (peak, rec["traced"])
