@@ -42,7 +42,7 @@ from typing import Any
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout, backward_bytes_per_input
-from hpcmem.estimate.names import BACKWARD, FORWARD, HEAD_BACKWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES, is_forward
+from hpcmem.estimate.names import BACKWARD, HEAD_BACKWARD, OPTIMIZER_STEP, OPTIMIZER_TEMPORARIES, is_forward
 from hpcmem.estimate.names import ACTIVATIONS as LM_ACTIVATIONS
 from hpcmem.estimate.names import GRADIENTS as LM_GRADIENTS
 from hpcmem.estimate.states import optimizer_bytes_per_param
@@ -72,6 +72,7 @@ VISION_BACKWARD = "backward (vision tower)"
 CROSS_BACKWARD = "backward (cross-attention layer)"
 CONNECTOR_BACKWARD = "backward (vision connector)"
 CONNECTOR_FORWARD = "forward (vision connector)"
+TOWER_FORWARD = "forward (vision tower)"
 REFERENCE_CONNECTOR = "reference forward (vision connector)"
 
 
@@ -114,6 +115,9 @@ class VisionTerms:
     connector_forward: int = 0
     # a no-grad pass's worst instant in the connector (DPO's reference forward, after the policy's), or 0
     reference_connector: int = 0
+    # the last block's forward instant beyond every block's saved tensors (what it holds besides), where that can
+    # outgrow the language model's forward (an adapted fc2 without checkpointing), or 0
+    block_forward: int = 0
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout, outside: Any = None) -> VisionTerms | None:
@@ -428,7 +432,13 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
     if terms.blocks_saved and terms.connector_backward:
         out.append(_connector_backward(terms, out[-1]))
     if terms.blocks_saved and terms.connector_forward:
-        out.append(_connector_forward(terms, next(p for p in out if p.name == FORWARD)))
+        out.append(_forward_instant(terms, next(p for p in out if is_forward(p.name)), CONNECTOR_FORWARD,
+                                    "vision connector forward", terms.connector_forward,
+                                    "its saved tensors so far and its forward's own"))
+    if terms.blocks_saved and terms.block_forward:
+        out.append(_forward_instant(terms, next(p for p in out if is_forward(p.name)), TOWER_FORWARD,
+                                    "vision block forward", terms.block_forward,
+                                    "the last block's forward temporaries at fc2's adapter"))
     reference = next((p for p in out if p.name == REFERENCE_FORWARD and not entry(job.train.trainer).generates), None)
     if reference is not None and terms.reference_connector:
         # the reference's pass through the connector, before its language model: the policy's saved tensors beside it
@@ -450,19 +460,18 @@ def _reference_tower_pass(p: Phase, resident: tuple[Component, ...], extra: tupl
                                                            "block's widest instant")))
 
 
-def _connector_forward(terms: VisionTerms, forward: Phase) -> Phase:
-    """The connector's forward, before the language model's layers: the forward phase without the language model's
-    saved tensors and its loss, the tower's saved tensors and the connector's worst instant
-    (`VisionTerms.connector_forward`)."""
+def _forward_instant(terms: VisionTerms, forward: Phase, name: str, label: str, bytes_: int, note: str) -> Phase:
+    """An instant of the image path's forward before the language model's layers (the connector's worst,
+    `VisionTerms.connector_forward`; the last block's, `VisionTerms.block_forward`): the forward phase without the
+    language model's saved tensors and its loss, the tower's saved tensors and the instant's own bytes."""
     keep = [c for c in forward.components if c.name not in (LM_ACTIVATIONS, ACTIVATIONS)
             and not c.name.startswith("loss")]
     outside = terms.saved - sum(terms.blocks_saved) - terms.merger_saved
-    return Phase(name=CONNECTOR_FORWARD, components=(
+    return Phase(name=name, components=(
         *keep,
         Component(name=ACTIVATIONS, bytes=terms.pixels + outside + sum(terms.blocks_saved),
                   note="every block, pixel_values, patch embedding input"),
-        Component(name="vision connector forward", bytes=terms.connector_forward,
-                  note="its saved tensors so far and its forward's own")))
+        Component(name=label, bytes=bytes_, note=note)))
 
 
 def _connector_backward(terms: VisionTerms, tower: Phase) -> Phase:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hpcmem.estimate import activations as act
-from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
+from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, fc_mlp_saved,
                                     graphless_tower, layer_norm_saved, token_leaf, tower_weights, trained_parts,
@@ -96,8 +96,17 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
     block = block_saved(job, v, spec, mb, prec, v.block_params, adapted, lora) + casts
     if job.train.gradient_checkpointing:      # SmolVLMEncoderLayer is a GradientCheckpointingLayer: its input alone
         blocks = (prec.residual * h * n,) * v.depth
-    else:
+    elif trained:
         blocks = (block,) * v.depth
+    else:
+        # frozen without checkpointing, the first block's input requires no grad (frozen embeddings, no hook): its
+        # first LayerNorm keeps nothing and the dropout before each q/k/v adapter no mask (autograd records no node
+        # for an op none of whose inputs require grad); lora_A still keeps its input (traced: PaddleOCR-VL's block 0
+        # keeps 30.7 MiB less than block 1 at 3,996 patches)
+        on_norm = [x for x in tower_adapters if x.name.rsplit(".", 1)[-1] in ("q_proj", "k_proj", "v_proj")]
+        masks = LORA_DROPOUT_MASK_BYTES * h * n * len(on_norm) if lora.dropout else 0
+        first = block - layer_norm_saved(h, prec, frozen=True) * n - masks
+        blocks = (first,) + (block,) * (v.depth - 1)
     # before the layers: the Conv2d's input (the gathered tiles in the weight dtype) for its weight gradient; frozen
     # under checkpointing, the hooked embeddings' output and the token embeddings' output are leaves
     conv = (n * v.patch_dim * w if trained else 0) if connector is None else connector.conv
@@ -138,14 +147,27 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
     # 500 MiB at 13,312 patches)
     mlp_freed = (fc_mlp_saved(v, prec, not trained) + layer_norm_saved(h, prec, not trained)) * n + adapters_saved(
         [x for x in tower_adapters if x.name.startswith("mlp.")], n, prec, lora)
-    fc2 = [x.in_features for x in tower_adapters if x.name == "mlp.fc2"]
-    recompute_t = 0
-    if fc2 and job.train.gradient_checkpointing:
-        i, a = fc2[0], lora.adapter_bytes
+    # Without checkpointing the same instant comes in the last block's forward, beside every block's saved tensors:
+    # the block's input (held by the encoder's loop) in place of the arriving gradient, and what the image path's
+    # forward holds until the tower returns — the embeddings' output (the encoder's input, no saved tensor when nothing
+    # before the blocks trains), the token embeddings' output (computed before the image features), and SmolVLM's /
+    # Idefics3's copies of the real images and their pixel mask (modeling_smolvlm.py `get_image_features`:
+    # `pixel_values[real_images_inds].contiguous()`) (traced: the step's peak of SmolVLM with LoRA on every linear
+    # without checkpointing)
+    fc2 = [x for x in tower_adapters if x.name == "mlp.fc2"]
+    recompute_t = block_forward = 0
+    if fc2:
+        i, a = fc2[0].in_features, lora.adapter_bytes
         copy = a if a != prec.act and (prec.amp or lora.dropout) else 0
         dropped = a if lora.dropout and prec.amp else 0
-        recompute_t = hidden_t // 2 + n * h * (prec.residual + (FP32 if prec.amp else prec.act) + prec.act) + \
+        at_fc2 = n * h * (prec.residual + (FP32 if prec.amp else prec.act) + prec.act) + \
             n * i * (prec.act + copy + dropped)
+        if job.train.gradient_checkpointing:
+            recompute_t = hidden_t // 2 + at_fc2
+        else:
+            copies = n * v.patch_dim * w + mask if v.family == "idefics3" else 0
+            embeddings = n * h * prec.residual if v.depth > 1 else 0
+            block_forward = n * h * prec.residual + at_fc2 + embeddings + token_leaf(job, prec) + copies
     what = ("tower and connector trained (full fine-tuning)" if trained else
             f"frozen; LoRA on {len(adapted)} of its linear kinds" if adapted else
             "frozen (no LoRA target reaches it); its backward still runs (input gradients)") + (
@@ -158,4 +180,4 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=n, image_tokens=m,
                        trained=what, connector_backward=connector.backward if connector else 0,
                        connector_forward=connector.forward if connector else 0,
-                       reference_connector=connector.reference if connector else 0)
+                       reference_connector=connector.reference if connector else 0, block_forward=block_forward)

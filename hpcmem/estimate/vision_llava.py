@@ -36,6 +36,7 @@ from hpcmem.estimate.vision_mistral3 import pixtral_terms
 from hpcmem.estimate.vision_aya import aya_terms
 from hpcmem.estimate.vision_internvl import internvl_terms
 from hpcmem.estimate.vision_vipllava import vipllava_terms
+from hpcmem.estimate.vision_paddleocr_vl import paddleocr_terms
 from hpcmem.estimate.vision_video_llama_3 import video_llama_3_terms
 from hpcmem.estimate.vision_mllama import mllama_terms
 from hpcmem.estimate.vision_ovis2 import ovis2_terms
@@ -58,6 +59,7 @@ from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.ovis2 import Ovis2TowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
 from hpcmem.models.pixtral import PixtralTowerSpec
+from hpcmem.models.paddleocr_vl import PaddleOcrTowerSpec
 from hpcmem.models.video_llama_3 import VideoLlama3TowerSpec
 from hpcmem.models.vipllava import VipLlavaTowerSpec
 
@@ -69,7 +71,7 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     Qwen towers in hpcmem.estimate.vision; InternVL's llava's with its own layer scale and projector
     (hpcmem.estimate.vision_internvl); ViP-LLaVA's llava's with its concatenating, normalizing projector
     (hpcmem.estimate.vision_vipllava); Video-LLaVA's llava's (its idle video tower weights only); VideoLLaMA3's
-    in hpcmem.estimate.vision_video_llama_3; Ovis2's in hpcmem.estimate.vision_ovis2; Gemma 4's in
+    in hpcmem.estimate.vision_video_llama_3; PaddleOCR-VL's in hpcmem.estimate.vision_paddleocr_vl; Ovis2's in hpcmem.estimate.vision_ovis2; Gemma 4's in
     hpcmem.estimate.vision_gemma4; GLM-4.1V's the Qwen towers' with its own parts outside the blocks
     (hpcmem.estimate.vision_glm4v); LFM2-VL's llava's with its padded tiles and projector
     (hpcmem.estimate.vision_lfm2_vl)."""
@@ -93,6 +95,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return pixtral_terms(job, prec, lora)
     if isinstance(job.model.vision, VideoLlama3TowerSpec):
         return video_llama_3_terms(job, prec, lora)
+    if isinstance(job.model.vision, PaddleOcrTowerSpec):
+        return paddleocr_terms(job, prec, lora)
     if isinstance(job.model.vision, Ovis2TowerSpec):
         return ovis2_terms(job, prec, lora)
     if isinstance(job.model.vision, Gemma4TowerSpec):

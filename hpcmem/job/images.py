@@ -227,7 +227,7 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         side = vision.image_size // vision.patch_size
         return ImageGeometry(resized=(vision.image_size,) * 2, grid_thw=(1, side, side), patches=side * side,
                              tokens=vision.tokens_per_image)
-    lo, hi = pixel_bounds(t)
+    lo, hi = pixel_bounds(t, vision)
     h, w = smart_resize(t.image_height, t.image_width, vision.patch_size * vision.spatial_merge_size, lo, hi)
     gh, gw = h // vision.patch_size, w // vision.patch_size
     return ImageGeometry(resized=(h, w), grid_thw=(1, gh, gw), patches=gh * gw, tokens=gh * gw // vision.merge_unit)

@@ -78,6 +78,9 @@ Covered (transformers 5.24):
 - video_llama_3 (VideoLLaMA3) with images: a SigLIP-NaViT-style tower (2D rotary attention per image at its own
   resolution, no position table) under a two-linear GELU projector (hpcmem.models.video_llama_3's
   `VideoLlama3TowerSpec`); its decoder is what its text_config names (Qwen2).
+- paddleocr_vl (PaddleOCR-VL) with images: VideoLLaMA3's encoder layers over a patch embedding plus a resampled
+  position table, under a 2 × 2-merging LayerNorm + two-linear GELU projector (hpcmem.models.paddleocr_vl's
+  `PaddleOcrTowerSpec`); its decoder ERNIE-4.5's layers, learned (hpcmem.models.vlm_learned).
 - ovis2 (Ovis2): an RMSNorm/SwiGLU tower under a visual tokenizer (head_linear, LayerNorm, softmax over a visual
   vocabulary) and a visual embedding table (hpcmem.models.ovis2's `Ovis2TowerSpec`); a Qwen2 decoder.
 - gemma4 (Gemma 4) with images: its own encoder (sandwich RMSNorms, q/k/v norms, 2-D rotary, gated MLP) over each
@@ -134,6 +137,7 @@ from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
 from hpcmem.models.pixtral import MISTRAL3_TEXT_DEFAULTS, PixtralTowerSpec, pixtral_tower_from_config
 from hpcmem.models.qianfan_ocr import qianfan_tower_from_config
 from hpcmem.models.lighton_ocr import LIGHTON_TEXT_DEFAULTS, lighton_tower_from_config
+from hpcmem.models.paddleocr_vl import PADDLEOCR_TEXT_DEFAULTS, paddleocr_tower_from_config
 from hpcmem.models.video_llama_3 import video_llama_3_tower_from_config
 
 
@@ -223,7 +227,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "exaone4_5": ("sft", "dpo", "grpo", "rloo"),
                           "gemma4": ("sft", "dpo"), "gemma4_unified": ("sft", "dpo"), "glm4v": ("sft", "dpo"),
                           "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"), "glm_ocr": ("sft", "dpo"),
-                          "lfm2_vl": ("sft", "dpo"), "cohere_compass": ("sft", "dpo"), "glm4v_moe": ("sft", "dpo")}
+                          "lfm2_vl": ("sft", "dpo"), "cohere_compass": ("sft", "dpo"), "glm4v_moe": ("sft", "dpo"),
+                          "paddleocr_vl": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -332,6 +337,14 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/video_llama_3: hpcmem.models.video_llama_3 reads the vision part; the decoder is what text_config names
     # (VideoLlama3Config's default: qwen2); tie_word_embeddings False, set by __post_init__ from a true text flag
     "video_llama_3": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_from_text=True),
+    # models/paddleocr_vl: hpcmem.models.paddleocr_vl reads the vision part; `PaddleOCRVLConfig`'s text_config is a
+    # PaddleOCRTextConfig (Ernie4_5Config's fields; `sub_configs_defaults`), whose layer (`PaddleOCRDecoderLayer`) is
+    # Ernie4_5DecoderLayer's with multimodal RoPE: the ernie4_5 layout (a learned type: hpcmem.models.vlm_learned)
+    # with PaddleOCRTextConfig's defaults; PaddleOCRVLConfig.tie_word_embeddings True, and Qwen2VLConfig's
+    # __post_init__ forwards a true text flag (the text config class's own default True)
+    "paddleocr_vl": TowerLayout(text="ernie4_5", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True,
+                                tie_from_text=True, text_tie_default=True,
+                                text_class_defaults=PADDLEOCR_TEXT_DEFAULTS),
     # models/ovis2: hpcmem.models.ovis2 reads the vision part; the decoder is what text_config names (Ovis2Config's
     # default: qwen2); Ovis2Config.tie_word_embeddings True
     "ovis2": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="rms", mlp="gated", tie_default=True),
@@ -643,6 +656,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return janus_tower_from_config(cfg, name)
     if model_type == "video_llama_3":
         return video_llama_3_tower_from_config(cfg, name)
+    if model_type == "paddleocr_vl":
+        return paddleocr_tower_from_config(cfg, name)
     if model_type == "ovis2":
         return ovis2_tower_from_config(cfg, name)
     raw = cfg.get("vision_config") or {}

@@ -14,7 +14,7 @@ the torchvision one) and the word tokenizer with Qwen's four vision tokens added
 token ids are set to the tokenizer's. Gemma 3's processor is hpcmem.trace.vision_gemma3's, Mistral 3's
 hpcmem.trace.vision_mistral3's, LightOnOCR's hpcmem.trace.vision_lighton_ocr's, VideoLLaMA3's
 hpcmem.trace.vision_video_llama_3's, Gemma 4's hpcmem.trace.vision_gemma4's, GLM-4.1V's hpcmem.trace.vision_glm4v's,
-Cohere Compass's hpcmem.trace.vision_cohere_compass's,
+Cohere Compass's hpcmem.trace.vision_cohere_compass's, PaddleOCR-VL's hpcmem.trace.vision_paddleocr_vl's,
 LFM2-VL's hpcmem.trace.vision_lfm2_vl's (a PIL stand-in for its torchvision-only image processor).
 """
 
@@ -30,7 +30,7 @@ from hpcmem.trace import (vision_aya_vision, vision_cohere2_vision, vision_coher
                           vision_gemma3,
                           vision_gemma4, vision_glm4v, vision_idefics2, vision_idefics3, vision_internvl, vision_janus,
                           vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_mistral3, vision_mllama,
-                          vision_ovis2, vision_paligemma, vision_video_llama_3)
+                          vision_ovis2, vision_paddleocr_vl, vision_paligemma, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -113,6 +113,8 @@ def processor(job: JobSpec) -> Any:
         return vision_video_llama_3.processor(job, vision_tokenizer())
     if v.model_type == "cohere_compass":
         return vision_cohere_compass.processor(job)
+    if v.family == "paddleocr_vl":
+        return vision_paddleocr_vl.processor(job, vision_tokenizer(), CHAT_TEMPLATE, IMAGE_PAD)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
