@@ -93,10 +93,10 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return mllama_terms(job, prec, lora)
     if isinstance(job.model.vision, PixtralTowerSpec):
         return pixtral_terms(job, prec, lora)
+    if isinstance(job.model.vision, PaddleOcrTowerSpec):        # a VideoLlama3TowerSpec: first
+        return paddleocr_terms(job, prec, lora)
     if isinstance(job.model.vision, VideoLlama3TowerSpec):
         return video_llama_3_terms(job, prec, lora)
-    if isinstance(job.model.vision, PaddleOcrTowerSpec):
-        return paddleocr_terms(job, prec, lora)
     if isinstance(job.model.vision, Ovis2TowerSpec):
         return ovis2_terms(job, prec, lora)
     if isinstance(job.model.vision, Gemma4TowerSpec):

@@ -21,38 +21,22 @@ under checkpointing with PEFT only the token embeddings' output is hooked (hpcme
 from __future__ import annotations
 
 from hpcmem.estimate.lora import LoraLayout
-from hpcmem.estimate.vision import FP32, VisionTerms, adapters_saved, layer_norm_saved, tower_weights
-from hpcmem.estimate.vision_idefics3 import Connector, idefics3_terms
-from hpcmem.job.image_rules import image_rows
-from hpcmem.job.images import image_geometry
+from hpcmem.estimate.vision import VisionTerms, layer_norm_saved
+from hpcmem.estimate.vision_video_llama_3 import navit_terms
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import Precision
 from hpcmem.models.paddleocr_vl import PaddleOcrTowerSpec
 
 
 def paddleocr_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
-    """The shared SigLIP-layer terms (`idefics3_terms`) with PaddleOCR-VL's batch, embeddings, rotary tables and
-    projector."""
-    images, _ = image_rows(job)
-    if images == 0:
-        return idefics3_terms(job, prec, lora)
-    return idefics3_terms(job, prec, lora, connector(job, prec, lora))
+    """VideoLLaMA3's tower terms (hpcmem.estimate.vision_video_llama_3 `navit_terms`: the batch, the Conv2d's input,
+    the rotary tables) with PaddleOCR-VL's projector."""
+    return navit_terms(job, prec, lora, _projector_saved)
 
 
-def connector(job: JobSpec, prec: Precision, lora: LoraLayout) -> Connector:
-    """What PaddleOCR-VL keeps outside its encoder layers (see the module's docstring)."""
-    v: PaddleOcrTowerSpec = job.model.vision
-    images, n = image_rows(job)
-    m = images * image_geometry(job.train, v).tokens
-    adapted, _, _ = tower_weights(job, v, prec, lora)
-    trained = not lora.enabled
-    merger_adapters = [x for x in adapted if x.part == "merger"]
-    rope = 2 * n * (v.hidden_size // v.num_heads) * FP32
-    conv = n * v.patch_dim * prec.weight if trained else 0
-    pre_norm = layer_norm_saved(v.hidden_size, prec, frozen=not trained) * n
-    gelu = prec.act * v.merged_width * m * (2 if trained else 1)
-    r = job.train.lora_r
-    trainable = v.merger_params if trained else sum(r * (x.in_features + x.out_features) for x in merger_adapters)
-    return Connector(pixels=n * v.patch_dim * FP32, conv=conv + rope,
-                     saved=pre_norm + gelu + adapters_saved(merger_adapters, m, prec, lora), trainable=trainable,
-                     backward=0, forward=0)
+def _projector_saved(v: PaddleOcrTowerSpec, m: int, prec: Precision, trained: bool) -> int:
+    """pre_norm on the N = m · merge² patch rows (its fp32 input and statistics, and the compute-dtype cast of its
+    output a trained linear_1 keeps) and GELU's input, [m, merged width], and its output when linear_2 trains."""
+    n = m * v.merge_unit
+    return layer_norm_saved(v.hidden_size, prec, frozen=not trained) * n + \
+        prec.act * v.merged_width * m * (2 if trained else 1)

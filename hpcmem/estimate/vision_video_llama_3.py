@@ -22,6 +22,9 @@ embedding, which `enable_input_require_grads` hooks under checkpointing with PEF
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.vision import FP32, VisionTerms, adapters_saved, tower_weights
 from hpcmem.estimate.vision_idefics3 import Connector, idefics3_terms
@@ -35,15 +38,31 @@ from hpcmem.models.video_llama_3 import VideoLlama3TowerSpec
 def video_llama_3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     """The shared SigLIP-layer terms (`idefics3_terms`) with VideoLLaMA3's batch, Conv2d input, rotary tables and
     projector."""
+    return navit_terms(job, prec, lora, _aligner_saved)
+
+
+def _aligner_saved(v: VideoLlama3TowerSpec, m: int, prec: Precision, trained: bool) -> int:
+    """`projector.readout`: GELU keeps its input, readout.0's [tokens, text width] output, and readout.2 keeps GELU's
+    output when it trains."""
+    return prec.act * v.out_hidden_size * m * (2 if trained else 1)
+
+
+def navit_terms(job: JobSpec, prec: Precision, lora: LoraLayout,
+                projector_saved: Callable[[Any, int, Precision, bool], int]) -> VisionTerms:
+    """`idefics3_terms` of a SigLIP-NaViT tower of VideoLLaMA3's layers (VideoLLaMA3's, PaddleOCR-VL's:
+    hpcmem.estimate.vision_paddleocr_vl) with its `connector`; `projector_saved(tower, image tokens, precision,
+    trained)` is what its projector keeps beyond its adapters."""
     images, _ = image_rows(job)
     if images == 0:
         return idefics3_terms(job, prec, lora)
-    return idefics3_terms(job, prec, lora, connector(job, prec, lora))
+    return idefics3_terms(job, prec, lora, connector(job, prec, lora, projector_saved))
 
 
-def connector(job: JobSpec, prec: Precision, lora: LoraLayout) -> Connector:
-    """What VideoLLaMA3 keeps outside its encoder layers (see the module's docstring)."""
-    v: VideoLlama3TowerSpec = job.model.vision
+def connector(job: JobSpec, prec: Precision, lora: LoraLayout,
+              projector_saved: Callable[[Any, int, Precision, bool], int]) -> Connector:
+    """What such a tower keeps outside its encoder layers (see the module's docstring): the batch, the Conv2d's input
+    when it trains, the rotary tables, and the projector's saved tensors and adapters'."""
+    v = job.model.vision
     images, n = image_rows(job)
     m = images * image_geometry(job.train, v).tokens
     adapted, _, _ = tower_weights(job, v, prec, lora)
@@ -51,9 +70,8 @@ def connector(job: JobSpec, prec: Precision, lora: LoraLayout) -> Connector:
     merger_adapters = [x for x in adapted if x.part == "merger"]
     rope = 2 * n * (v.hidden_size // v.num_heads) * FP32
     conv = n * v.patch_dim * prec.weight if trained else 0
-    aligner = prec.act * v.out_hidden_size * m * (2 if trained else 1)
     r = job.train.lora_r
     trainable = v.merger_params if trained else sum(r * (x.in_features + x.out_features) for x in merger_adapters)
     return Connector(pixels=n * v.patch_dim * FP32, conv=conv + rope,
-                     saved=aligner + adapters_saved(merger_adapters, m, prec, lora), trainable=trainable, backward=0,
-                     forward=0)
+                     saved=projector_saved(v, m, prec, trained) + adapters_saved(merger_adapters, m, prec, lora),
+                     trainable=trainable, backward=0, forward=0)

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.siglip import SIGLIP_ACTIVATIONS
-from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
-                                      encoder_layer_linears, grid_patches, text_width)
+from hpcmem.models.tower_base import TowerLinear, check_counts, encoder_layer_linears, grid_patches, text_width
+from hpcmem.models.video_llama_3 import VideoLlama3TowerSpec
 
 # configuration_paddleocr_vl.py `PaddleOCRVisionConfig`'s field defaults (with SiglipVisionConfig's it keeps)
 PADDLEOCR_VISION_DEFAULTS: dict[str, Any] = {
@@ -49,40 +48,25 @@ ERNIE_HIDDEN = PADDLEOCR_TEXT_DEFAULTS["hidden_size"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class PaddleOcrTowerSpec(LinearTower):
-    """PaddleOCR-VL's SigLIP-NaViT tower under its merging two-linear projector; `out_hidden_size` is the text width.
-    The names hpcmem.job.images reads for Qwen2-VL's smart_resize geometry: `spatial_merge_size` (the projector's
-    and the image processor's merge), `temporal_patch_size` 1, `image_size` 0 (a dynamic resolution; the position
-    table's side is `table_size`), `default_pixels` the processor class's bounds."""
+class PaddleOcrTowerSpec(VideoLlama3TowerSpec):
+    """PaddleOCR-VL's SigLIP-NaViT tower (VideoLLaMA3's encoder layers, hpcmem.models.video_llama_3) under its merging
+    two-linear projector; `out_hidden_size` is the text width. What differs from VideoLLaMA3's: the position table
+    (its side `table_size`), the merge (`spatial_merge_size` 2: the projector's and the image processor's), the
+    processor class's pixel bounds (`default_pixels`), no hooked input, and the projector."""
 
     table_size: int
     spatial_merge_size: int = 2
-    temporal_patch_size: int = 1
-    image_size: int = 0
     default_pixels: tuple[int, int] = (PADDLEOCR_MIN_PIXELS, PADDLEOCR_MAX_PIXELS)
-    # what the shared vision code reads of a tower (hpcmem.models.vision.VisionSpec's names)
-    norm: str = "layer"
-    mlp: str = "fc"
-    deepstack_visual_indexes: tuple[int, ...] = ()
-    deepstack_params: int = 0
     # `PaddleOCRVisionModel` names no input embeddings of its own: `enable_input_require_grads` hooks the language
     # model's token embeddings only
     hooked_input: bool = False
     family: str = "paddleocr_vl"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         p = Problems()
-        check_counts(p, self, ("depth", "hidden_size", "intermediate_size", "num_heads", "in_channels", "patch_size",
-                               "out_hidden_size", "spatial_merge_size", "table_size"))
-        check_activation(p, self.hidden_act, SIGLIP_ACTIVATIONS)
+        check_counts(p, self, ("table_size",))
         p.raise_if_any()
-        check_heads(p, self.hidden_size, self.num_heads, "num_attention_heads")
-        p.raise_if_any()
-
-    @property
-    def merge_unit(self) -> int:
-        """Patches per image token: merge_size²."""
-        return self.spatial_merge_size ** 2
 
     @property
     def merged_width(self) -> int:
@@ -104,11 +88,6 @@ class PaddleOcrTowerSpec(LinearTower):
     def embed_params(self) -> int:
         """The Conv2d patch embedding (weight and bias) and the position table."""
         return self.patch_dim * self.hidden_size + self.hidden_size + self.num_positions * self.hidden_size
-
-    @property
-    def tower_params(self) -> int:
-        """The embeddings, the encoder layers and post_layernorm (weight and bias)."""
-        return self.embed_params + self.depth * self.block_params + 2 * self.hidden_size
 
     @property
     def merger_params(self) -> int:
