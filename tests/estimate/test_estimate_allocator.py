@@ -576,6 +576,33 @@ def test_validate_reserved_scores_each_mode_against_the_stored_model_peak():
     assert rows[("all", "both")]["with_spread"] == 2
 
 
+
+def test_validate_reserved_scores_image_cases_apart():
+    """A text case and an image case (the first of estimator/cases/sft.yaml and of vlm-qwen2-vl.yaml), each with model
+    peaks 10 % above its estimate: the text rows count the text case alone, the "images" row per mode the other."""
+    import dataclasses
+
+    from hpcmem.estimate import estimate
+    from hpcmem.validate.cases import case_job
+    from hpcmem.validate.reserved import cell_rows, reserved_points
+    from hpcmem.validate.trace import CaseResult, load_cases
+
+    results = []
+    for name, technique in (("sft.yaml", "full+gc"), ("vlm-qwen2-vl.yaml", "full+gc-image")):
+        case = load_cases(ROOT / "estimator" / "cases" / name)[0]
+        job = case_job(case)
+        model = {mode: round(estimate(dataclasses.replace(job, expandable_segments=mode == "expandable"))
+                             .peak_reserved_bytes * 1.1) for mode in ("default", "expandable")}
+        results.append(CaseResult(case_id=case["id"], trainer="sft", technique=technique, estimated=1, traced=1,
+                                  seconds=0.0, record={"case": case, "reserved": model}))
+    points = reserved_points(results)
+    assert sorted(p["images"] for p in points) == [False, False, True, True]
+    rows = {(r["trainer"], r["technique"], r["mode"]): r for r in cell_rows(points)}
+    assert rows[("all", "all", "both")]["n"] == 2 and ("sft", "full+gc-image", "default") not in rows
+    assert rows[("images", "all", "default")]["n"] == rows[("images", "all", "expandable")]["n"] == 1
+    assert rows[("images", "all", "default")]["median_abs_err_pct"] == pytest.approx(100 * (1 - 1 / 1.1), abs=1e-3)
+
+
 @pytest.mark.parametrize(("stream", "micro_batches"), [
     ("reward-qwen3-06-full-gc-2k", 1),           # tied embeddings, no accumulation
     ("reward-gemma3-1b-full-ga4-1k-4micro", 4),  # tied, 4 accumulation steps, all four micro-batches traced
