@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.job.image_rl_rules import rl_image_problems
-from hpcmem.job.images import image_geometry
+from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.trainers import entry
 from hpcmem.models.vision import IMAGE_TRAINERS_ALLOWED, VISION_LANGUAGE
 
@@ -110,6 +110,9 @@ def image_job_problems(job: Job) -> list[str]:
         out.append("padding_free with images: TRL 1.16's SFTTrainer raises 'Padding-free training is yet not "
                    "supported for vision datasets'")
     out += _preference_problems(job) + _fixed_size_problems(job) + _gemma4_problems(job) + rl_image_problems(job)
+    bounds = pixel_bounds_problems(t, m.vision)
+    if bounds:              # no geometry to check the row against
+        return out + bounds
     g = image_geometry(t, m.vision) if t.images_per_example else None
     tokens = g.tokens * t.images_per_example if g else 0     # a profile's cuts are checked where it is read
     # GRPO/RLOO have no max_length (GRPOConfig/RLOOConfig: their prompt bound is max_prompt_length, checked with the
@@ -293,3 +296,16 @@ def prompt_image_tokens(job: Job) -> int:
     if t.images_per_example == 0 or job.model.vision is None:
         return 0
     return t.images_per_example * image_geometry(t, job.model.vision).tokens
+
+
+def pixel_bounds_problems(t: Any, vision: Any) -> list[str]:
+    """min_pixels above max_pixels where one of them is the processor class's default: Qwen2-VL's, or the tower's own
+    (`default_pixels`: GLM-4.1V's, PaddleOCR-VL's), which the job's TrainSpec alone cannot know."""
+    if t.min_pixels is not None and t.max_pixels is not None:
+        return []           # both the user's: hpcmem.job.images `image_problems` compares them
+    lo, hi = pixel_bounds(t, vision)
+    if lo <= hi:
+        return []
+    default = "max_pixels" if t.min_pixels is not None else "min_pixels"
+    return [f"min_pixels {lo} must be ≤ max_pixels {hi} ({default} is {vision.model_type}'s processor default; "
+            "set both)"]

@@ -108,9 +108,10 @@ def image_problems(t: Any) -> list[str]:
         value = getattr(t, name)
         if value is not None and value < 1:
             out.append(f"{name} must be ≥ 1 or None (the processor's default); got {value}")
-    lo, hi = pixel_bounds(t)
-    if lo > hi:
-        out.append(f"min_pixels {lo} must be ≤ max_pixels {hi}")
+    # both given: their order is the user's; with one left to the processor's default, the model's tower says which
+    # default (hpcmem.job.image_rules `pixel_bounds_problems`)
+    if t.min_pixels is not None and t.max_pixels is not None and t.min_pixels > t.max_pixels:
+        out.append(f"min_pixels {t.min_pixels} must be ≤ max_pixels {t.max_pixels}")
     if t.images_per_example > 0 and min(t.image_height, t.image_width) >= 1:
         ratio = max(t.image_height, t.image_width) / min(t.image_height, t.image_width)
         if ratio > MAX_ASPECT:

@@ -60,3 +60,19 @@ def test_grpo_with_images_is_refused():
     """SFT and DPO with images hold (the stored traces); GRPO and RLOO with images are not traced: refused."""
     with pytest.raises(SpecError, match="sft, dpo only"):
         estimate(grpo_with_images_job(CUT, 512, 512))
+
+
+@pytest.mark.parametrize("given,default", [({"min_pixels": 3_000_000}, "max_pixels"), ({"max_pixels": 1000}, "min_pixels")])
+def test_one_pixel_bound_past_the_processors_other_default_is_refused_naming_it(given, default):
+    """min_pixels above the processor's default max_pixels (or max_pixels below its default min_pixels): the default is
+    PaddleOCR-VL's own (PaddleOCRVLImageProcessorPil.size, read from transformers here), not Qwen2-VL's."""
+    pytest.importorskip("transformers")
+    from transformers.models.paddleocr_vl.image_processing_pil_paddleocr_vl import PaddleOCRVLImageProcessorPil
+
+    from hpcmem.validate.cases import case_job
+
+    size = PaddleOCRVLImageProcessorPil.size
+    lo, hi = given.get("min_pixels", size["shortest_edge"]), given.get("max_pixels", size["longest_edge"])
+    with pytest.raises(SpecError, match=f"min_pixels {lo} must be ≤ max_pixels {hi} \\({default} is paddleocr_vl's"):
+        estimate(case_job({"trainer": "sft", "model_name_or_path": str(CUT), "images_per_example": 1,
+                           "image_height": 768, "image_width": 1024, **given}))
