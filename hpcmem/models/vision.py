@@ -188,6 +188,10 @@ class TowerLayout:
     # (ShieldGemma2Config.__post_init__ reads `getattr(self.text_config, "tie_word_embeddings", True)` of a
     # Gemma3TextConfig, whose default is True)
     text_tie_default: bool = False
+    # the config class builds text_config from a flat config.json's top-level keys, over the text config class's
+    # defaults (`text_class_defaults`), the tie flag staying the outer config's (PaddleOCRVLConfig.__post_init__: "Hub
+    # configs are saved as flat dicts")
+    flat_text: bool = False
     # Qwen3-VL's deepstack mergers built from vision_config.deepstack_visual_indexes; False: the tower deletes them
     # whatever the config says (modular_qwen3_5.py `Qwen3_5VisionModel.__init__`: `del self.deepstack_merger_list`)
     deepstack: bool = True
@@ -344,7 +348,7 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # __post_init__ forwards a true text flag (the text config class's own default True)
     "paddleocr_vl": TowerLayout(text="ernie4_5", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True,
                                 tie_from_text=True, text_tie_default=True,
-                                text_class_defaults=PADDLEOCR_TEXT_DEFAULTS),
+                                text_class_defaults=PADDLEOCR_TEXT_DEFAULTS, flat_text=True),
     # models/ovis2: hpcmem.models.ovis2 reads the vision part; the decoder is what text_config names (Ovis2Config's
     # default: qwen2); Ovis2Config.tie_word_embeddings True
     "ovis2": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="rms", mlp="gated", tie_default=True),
@@ -714,6 +718,8 @@ def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
     inner = cfg.get("text_config")
     if inner is None and outer.text_defaults is not None:
         inner = dict(outer.text_defaults)
+    if inner is None and outer.flat_text:
+        inner = {k: v for k, v in cfg.items() if k not in ("vision_config", "text_config", "tie_word_embeddings")}
     text = dict(inner) if isinstance(inner, dict) else {k: v for k, v in cfg.items()
                                                          if k not in ("vision_config", "text_config")}
     if outer.text_class_defaults is not None:      # the text config class fills what the text_config omits

@@ -63,3 +63,27 @@ def test_image_tokens_and_patches_are_the_processors(height, width):
     from tests.helpers.vlm_cuts import assert_processor_geometry
 
     assert_processor_geometry(CUT, height, width, "PaddleOCRVLProcessor")
+
+
+@pytest.mark.parametrize("tie", [None, False, True])
+def test_a_flat_config_is_read_as_transformers_reads_it(tie):
+    """PaddleOCR-VL's Hub configs are flat (the text fields at the top, PaddleOCRVLConfig.__post_init__ builds
+    text_config from them over PaddleOCRTextConfig's defaults): hpcmem's text part takes the same widths, and the head
+    is tied as the real class ties it — whatever the top-level flag says, the outer config forwards the text config's
+    true default."""
+    from hpcmem.models.vision import text_part
+
+    cfg = {"model_type": "paddleocr_vl", "hidden_size": 256, "num_hidden_layers": 3, "intermediate_size": 512,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+           "vision_config": {"num_hidden_layers": 1, "hidden_size": 128, "intermediate_size": 256,
+                             "num_attention_heads": 2}}
+    if tie is not None:
+        cfg["tie_word_embeddings"] = tie
+    config = transformers.AutoConfig.for_model(**cfg)
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(config)
+    text = text_part(cfg)
+    keys = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+            "vocab_size", "head_dim", "max_position_embeddings")
+    assert {k: text[k] for k in keys} == {k: getattr(config.text_config, k) for k in keys}
+    assert text["tie_word_embeddings"] is (model.get_output_embeddings().weight is model.get_input_embeddings().weight)
