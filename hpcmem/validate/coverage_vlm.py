@@ -122,8 +122,13 @@ def report_markdown(measured: dict[str, dict[str, Any]], rows: list[dict[str, An
              f"types); {len(fixed_res)} more held at the one resolution their processor makes of every image "
              f"(with them {len(held) + len(fixed_res)}, "
              f"{pct(100 * (len(held) + len(fixed_res)) / max(len(applicable), 1))} % of the applicable types). "
-             "Whether TRL 1.16 trains each refused type has not been tried, so the share of the types TRL "
-             "can train is not stated.", "",
+             "Whether TRL 1.16 trains each type not estimated with images has not been tried (every type estimated "
+             "with images was: its traces ran TRL's own trainer), so the held share of the types TRL can train "
+             f"lies between {pct(100 * len(held) / max(len(applicable), 1))} % (if TRL trains all "
+             f"{len(applicable)}) and {pct(100 * len(held) / max(len(with_images), 1))} % (if only those "
+             f"{len(with_images)}) at two resolutions; with the fixed-resolution ones between "
+             f"{pct(100 * (len(held) + len(fixed_res)) / max(len(applicable), 1))} % and "
+             f"{pct(100 * (len(held) + len(fixed_res)) / max(len(with_images), 1))} %.", "",
              "| outcome | types | which |", "|---|---|---|",
              f"| held (≥ {MIN_RESOLUTIONS} resolutions, within {HELD_PCT:g} %) | {len(held)} | {', '.join(held)} |",
              f"| within {HELD_PCT:g} %, the one resolution the processor makes | {len(fixed_res)} | "

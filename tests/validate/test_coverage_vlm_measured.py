@@ -49,6 +49,21 @@ def test_held_needs_every_case_within_3_percent_at_two_resolutions():
     assert not s["d"]["held"] and not s["d"]["held_fixed"]        # one resolution traced, the processor makes others
 
 
+def test_the_trainable_share_is_bounded_by_what_was_tried():
+    """Four image-text types: two estimated with images (one held at two resolutions, one not), one refused, one not
+    applicable. Which of the refused TRL trains is untried, so the held share of the types TRL can train lies between
+    1 of the 3 applicable (33.3 %) and 1 of the 2 estimated (50 %)."""
+    from hpcmem.validate.coverage_vlm import report_markdown
+
+    measured = summary([_row("a", (256, 64), 1.0), _row("a", (1024, 256), -1.0), _row("b", (256, 64), 5.0)])
+    rows = [{"model_type": "a", "status": "derived", "reason": ""}, {"model_type": "b", "status": "derived",
+                                                                    "reason": ""},
+            {"model_type": "c", "status": "refused", "reason": "not modelled"},
+            {"model_type": "d", "status": "not applicable", "reason": "image-to-text"}]
+    text = report_markdown(measured, rows)
+    assert "lies between 33.3 % (if TRL trains all 3) and 50 % (if only those 2) at two resolutions" in text
+
+
 @pytest.fixture(scope="module")
 def fresh() -> dict:
     return json.loads(json.dumps(summary(case_rows())))
