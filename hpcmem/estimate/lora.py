@@ -143,6 +143,20 @@ class LoraLayout:
         casts it either) — plain LoRA only."""
         return not self.dropout and not self.dora and not prec.amp and self.adapter_bytes == prec.act
 
+    def input_copy_bytes(self, prec: Precision) -> int:
+        """Bytes per input element of peft's cast of an adapted linear's input to the adapters' dtype
+        (peft/tuners/tuners_utils.py `_cast_input_dtype`), a forward temporary beyond the saved terms: none when the
+        input has that dtype already, or when the copy is lora_A's saved input itself — nothing between them, no
+        autocast (lora_A computes in fp32 on it) and no dropout (nn.Identity, or p = 0 under TRL's disable_dropout)."""
+        a = self.adapter_bytes
+        return a if a != prec.act and (prec.amp or self.dropout) else 0
+
+    def dropout_output_bytes(self, prec: Precision) -> int:
+        """Bytes per input element of an active dropout's output (in the adapters' dtype), a forward temporary beyond
+        the saved terms under autocast, where lora_A keeps its own 16-bit cast instead; without autocast lora_A keeps
+        the dropout's output itself (a saved term)."""
+        return self.adapter_bytes if self.dropout and prec.amp else 0
+
     def _shared_inputs(self, mods: tuple[LinearModule, ...], prec: Precision) -> int:
         """Bytes per token `_input_side` counts more than once when lora_A saves the input itself
         (`reads_input_itself`): the linears of a SHARED_INPUT group read one tensor, saved once."""

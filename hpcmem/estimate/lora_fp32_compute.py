@@ -64,12 +64,9 @@ def recompute_transient(lora: LoraLayout, tokens: int, prec: Precision, m: Model
     worst = 0
     for x in mods:
         own_input = tokens * x.in_features * prec.act if x.leaf == "down_proj" else 0
-        # the fp32 copy peft makes of the input (`_cast_input_dtype`) is lora_A's saved input itself when nothing
-        # comes between them — no autocast (lora_A computes in fp32 on it) and no dropout (nn.Identity, or p = 0
-        # under TRL's disable_dropout) — and counted with the saved terms then (traced: a Gemma 3 DPO job without
-        # autocast, random seed 1 job 85, +7.2 % with it counted twice)
-        copy = tokens * x.in_features * lora.adapter_bytes \
-            if lora.adapter_bytes != prec.act and (prec.amp or lora.dropout) else 0
+        # not when the copy is lora_A's saved input itself (traced: a Gemma 3 DPO job without autocast, random seed
+        # 1 job 85, +7.2 % with it counted twice)
+        copy = tokens * x.in_features * lora.input_copy_bytes(prec)
         worst = max(worst, copy + own_input + tokens * x.out_features * prec.act
                     - (0 if x.leaf == "down_proj" else later))
     return worst + tokens * m.hidden_size * prec.act

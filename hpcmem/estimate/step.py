@@ -173,8 +173,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     # eager attention's score gradients are freed (the softmax's and the two matmuls' backward) before q/k/v's
     # projections and their adapters run their backward on [tokens, q + 2·kv] gradients; SDPA's dq/dk/dv are
     # those gradients (traced: PaliGemma 2 at 4,608 tokens, Gemma 2's eager layer)
+    projections = mb.tokens * prec.act * m.head_dim * (m.num_attention_heads + 2 * m.num_key_value_heads)
     if act.effective_attention(m, t.attn_implementation) == "eager":
-        projections = mb.tokens * prec.act * m.head_dim * (m.num_attention_heads + 2 * m.num_key_value_heads)
         attention_side = max(scores_t, projections + lora_attention_t)
     else:
         attention_side = scores_t + lora_attention_t
@@ -227,7 +227,6 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
             # back for the projections' backward, where dq, dk and dv (not SDPA's own workspace) are what is left of
             # its gradients
             mlp_instant += d["mlp"] + lora_mlp_saved
-            projections = mb.tokens * prec.act * m.head_dim * (m.num_attention_heads + 2 * m.num_key_value_heads)
             attention_instant = hidden_t + layer_grad + max(
                 scores_t + d["attention"] - qk_stayed,
                 projections + lora_attention_t + d["lora"] - lora_mlp_saved) + \
@@ -312,7 +311,7 @@ def _last_layer_forward(job: JobSpec, mb: MicroBatch, prec: Precision, lora: Lor
     # is fp32 there, and the sum promotes to it; traced: a distillation job without autocast, random seed 1 job 636)
     th = mb.tokens * m.hidden_size
     widest = max(x.in_features for x in lora.modules("mlp"))
-    dropped = mb.tokens * widest * lora.adapter_bytes if lora.dropout and prec.amp else 0
+    dropped = mb.tokens * widest * lora.dropout_output_bytes(prec)
     transient = lora_fp32_compute.recompute_transient(lora, mb.tokens, prec, m) + th * prec.residual + \
         max(dropped, 2 * th * (prec.act if prec.amp else lora.adapter_bytes))
     out: list[Component] = []

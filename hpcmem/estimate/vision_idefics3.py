@@ -157,11 +157,8 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
     fc2 = [x for x in tower_adapters if x.name == "mlp.fc2"]
     recompute_t = block_forward = 0
     if fc2:
-        i, a = fc2[0].in_features, lora.adapter_bytes
-        copy = a if a != prec.act and (prec.amp or lora.dropout) else 0
-        dropped = a if lora.dropout and prec.amp else 0
         at_fc2 = n * h * (prec.residual + (FP32 if prec.amp else prec.act) + prec.act) + \
-            n * i * (prec.act + copy + dropped)
+            n * fc2[0].in_features * (prec.act + lora.input_copy_bytes(prec) + lora.dropout_output_bytes(prec))
         if job.train.gradient_checkpointing:
             recompute_t = hidden_t // 2 + at_fc2
         else:
