@@ -70,7 +70,7 @@ def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
             f"vision tower + merger{'s' if m.vision.deepstack_visual_indexes else ''} "
             f"{m.vision.num_params / 1e9:.2f} B")
     bits = [f"model {m.name} ({size})", t.trainer.upper(), f"dtype {t.dtype}{loaded}"]
-    if (t.images_per_example or t.profile_images) and m.vision is not None:
+    if t.has_images and m.vision is not None:
         bits.append(images_note(job))
     if lora_note:
         bits.append(lora_note)
@@ -212,16 +212,16 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
         warnings.append(TORCH_COMPILE_NOTE)
     if job.model.wrapper_model_type:
         warnings.append(multimodal_note(job.model.wrapper_model_type))
-    if job.model.vision is not None and not job.train.images_per_example and not job.train.profile_images:
+    if job.model.vision is not None and not job.train.has_images:
         warnings.append(VISION_UNUSED_NOTE)
     v, t = job.model.vision, job.train
-    if v is not None and (t.images_per_example or t.profile_images) and \
+    if v is not None and t.has_images and \
             t.trainer not in IMAGE_TRAINERS_TRACED.get(v.model_type, ()):
         warnings.append(f"{t.trainer} with {v.model_type}'s images: not traced — estimated by the rules traced on "
                         f"{', '.join(k for k, tr in IMAGE_TRAINERS_TRACED.items() if t.trainer in tr)}")
-    if v is not None and (t.images_per_example or t.profile_images):
+    if v is not None and t.has_images:
         warnings.append(IMAGE_RESERVED_NOTE)
-    if v is not None and (t.images_per_example or t.profile_images) and v.model_type in LOADING_NOTES:
+    if v is not None and t.has_images and v.model_type in LOADING_NOTES:
         warnings.append(LOADING_NOTES[v.model_type])
     if job.model.vision is not None and published_pixels_note(job.train, job.model.vision):
         warnings.append(published_pixels_note(job.train, job.model.vision))

@@ -74,13 +74,13 @@ def image_job_problems(job: Job) -> list[str]:
     aux = aux_loss_problems(job)
     if aux:
         return aux
-    if getattr(m.vision, "family", "") == "mllama" and t.images_per_example == 0 and t.profile_images == 0:
+    if getattr(m.vision, "family", "") == "mllama" and not t.has_images:
         # modeling_mllama.py MllamaTextModel.forward: `continue` past every cross-attention layer when there are no
         # cross_attention_states, so a text-only step runs fewer layers than the decoder hpcmem counts
         return [f"images_per_example 0 on {m.vision.model_type}: without images MllamaTextModel skips its "
                 f"{len(m.vision.cross_layers)} cross-attention layers, which hpcmem's count of its decoder runs; "
                 "text-only jobs on this type are not derived (give images_per_example ≥ 1)"]
-    if t.images_per_example == 0 and t.profile_images == 0:
+    if not t.has_images:
         return []
     said = (f"images_per_example {t.images_per_example}" if t.images_per_example else
             f"a length profile with images ({t.profile_images} per micro-batch)")
@@ -285,7 +285,7 @@ def image_mask(job: Job) -> bool:
     `create_masks_for_vision_model`, `blockwise_overlay`), so even one unpadded row's SDPA runs with a materialised
     mask (traced: 8,192-token rows, estimator/LOG.md). Qwen's models build no such mask."""
     v = job.model.vision
-    return v is not None and v.family == "siglip" and (job.train.images_per_example > 0 or job.train.profile_images > 0)
+    return v is not None and v.family == "siglip" and job.train.has_images
 
 
 def prompt_image_tokens(job: Job) -> int:

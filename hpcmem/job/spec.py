@@ -174,6 +174,12 @@ class TrainSpec:
         return bool(self.gradient_checkpointing_kwargs.get("selective"))
 
     @property
+    def has_images(self) -> bool:
+        """Whether the job's rows carry images: by count and size (`images_per_example`) or from an image-text
+        length profile (`profile_images`)."""
+        return bool(self.images_per_example or self.profile_images)
+
+    @property
     def teacher_dtype(self) -> str:
         """The teacher's load dtype: teacher_model_init_kwargs' dtype, else the student's (trl/scripts/distillation.py
         hands ModelConfig.dtype to both)."""

@@ -40,7 +40,7 @@ def case_rows(files: list[Path] | None = None) -> list[dict[str, Any]]:
         for r in rescore(path):
             job = case_job(r.record["case"])
             vision = job.model.vision
-            if vision is None or not (job.train.images_per_example or job.train.profile_images):
+            if vision is None or not job.train.has_images:
                 continue
             g = image_geometry(job.train, vision) if job.train.images_per_example else None
             out.append({"model_type": vision.model_type, "case": r.case_id, "file": path.name,

@@ -44,7 +44,7 @@ def reserved_points(results: list[Any]) -> list[dict[str, Any]]:
             ws = est.peak_phase.bytes - tensor_bytes(est.peak_phase)      # workspaces + block tails
             slack = est.peak_reserved_bytes - est.peak_allocated_bytes
             beyond = max(0.0, abs(est.peak_reserved_bytes - model[mode]) - est.reserved_spread_bytes / 2)
-            images = bool(job.train.images_per_example or job.train.profile_images)
+            images = job.train.has_images
             rows.append({"case": r.case_id, "trainer": r.trainer, "technique": r.technique, "mode": mode,
                          "images": images,
                          "model": model[mode], "estimate": est.peak_reserved_bytes,
