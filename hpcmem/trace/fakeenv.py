@@ -94,9 +94,27 @@ def fake_world() -> Iterator[tuple[Any, Any]]:
             data = [x.item() if isinstance(x, FakeTensor) else x for x in data]
         return original_tensor(data, *args, **kwargs)
 
+    def deepcopy_in_mode(self: Any, memo: dict[int, Any]) -> Any:
+        """`copy.deepcopy` of a fake tensor, in its own fake mode. torch's `Tensor.__deepcopy__` copies the storage
+        (torch/_tensor.py, `_typed_storage()._deepcopy`) and the copy comes back bound to a new FakeTensorMode (torch
+        2.13), so every later op on it converts it into this mode as a fresh tensor of the whole storage: peft's
+        `modules_to_save` copy of the LM head (peft/utils/other.py `ModulesToSaveWrapper.update`, `copy.deepcopy`)
+        counted a second [V, H] each time TRL's fused head slices it (trl/kernels/chunked_logprob.py `weight[start:
+        end]`), where a GPU run makes a view. A clone in the same mode is what a GPU run allocates for the copy."""
+        if id(self) in memo:
+            return memo[id(self)]
+        new = self.detach().clone()
+        if isinstance(self, torch.nn.Parameter):     # a fake parameter is a FakeTensor marked `_is_param`
+            new = torch.nn.Parameter(new, requires_grad=self.requires_grad)
+        else:
+            new.requires_grad_(self.requires_grad)
+        memo[id(self)] = new
+        return new
+
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     oracle = make_oracle(fake_mode)
     with patched(masking_utils, "is_tracing", is_tracing_real), patched(torch.utils, "swap_tensors", swap_tensors), \
+            patched(FakeTensor, "__deepcopy__", deepcopy_in_mode), \
             patched(moe, "_can_use_grouped_mm", can_use_grouped_mm), \
             patched(JetMoeParallelExperts, "forward", jetmoe_experts), patched(torch, "tensor", tensor), \
             fake_mode, oracle:
