@@ -173,13 +173,17 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
             per_kind[kind_id] = (0, 0, kind.params * prec.weight, 0)
             continue
         mine, ref = layer_adapters(kind, lora, None), layer_adapters(kind, lora, reference or p.lora_reference)
-        d_saved = mine.saved_per_layer(tokens, prec) - ref.saved_per_layer(tokens, prec)
-        d_temp = backward_transient(mine, tokens, prec) - backward_transient(ref, tokens, prec)
+        # the cells were traced under autocast (TRL's bf16: a w2a2 / w4a2 cell); a job without it (bf16 and fp16
+        # off) has peft's fp32 adapters compute in fp32 on fp32 copies of their inputs: its side of the difference
+        # is taken at its own precision, the reference's at the traced one
+        traced = replace(prec, amp=True)
+        d_saved = mine.saved_per_layer(tokens, prec) - ref.saved_per_layer(tokens, traced)
+        d_temp = backward_transient(mine, tokens, prec) - backward_transient(ref, tokens, traced)
         # DoRA's forward temporaries (the weight norm's dense copies, its fp32 output products: one linear at a time,
         # hpcmem.estimate.lora_variants) sit on top of the layer's forward, and of its recompute under checkpointing,
         # as in the derived step (hpcmem.estimate.step), beyond the reference's (a DoRA cell traced its own)
         q = job.train.quantized
-        dora_t = forward_transient(mine, tokens, prec, q) - forward_transient(ref, tokens, prec, q)
+        dora_t = forward_transient(mine, tokens, prec, q) - forward_transient(ref, tokens, traced, q)
         per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes, dora_t)
     tail = tail_bytes(job, mb, prec)        # xLSTM's step-by-step remainder, which no learned length ran
     for j, r in enumerate(p.layer_map):
