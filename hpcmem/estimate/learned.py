@@ -166,7 +166,15 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     p: LearnedProfile = job.model.learned
     tokens, gc = mb.tokens, job.train.gradient_checkpointing
     out = LayerBytes([], [], [], [], [], [])
-    per_kind: dict[int, tuple[int, int, int]] = {}
+    per_kind: dict[int, tuple[int, int, int, int]] = {}
+    # a DoRA cell traced DoRA on the reference's adapters: its backward peak may be the reference's DoRA instant (the
+    # recompute's weight-norm copies, `forward_transient`) or a backward instant. The user's DoRA instant is the
+    # reference's shifted by the difference of their forward transients; the user's backward instants are bounded
+    # from the plain LoRA cell with DoRA's saved terms and backward by the formulas (hpcmem.estimate.lora_variants).
+    # Without this split, a user's DoRA on fewer or narrower linears kept the reference's larger DoRA instant (random
+    # jobs s1-54 nanochat +72 %, s1-427 Gemma +60 %)
+    plain = _cell(job, prec) if gc and reference is not None and reference.get("use_dora") else None
+    backward_bound: dict[int, tuple[int, int]] = {}
     for kind_id in set(p.layer_kinds):
         kind = p.kinds[kind_id]
         if not lora.enabled:
@@ -185,6 +193,10 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         q = job.train.quantized
         dora_t = forward_transient(mine, tokens, prec, q) - forward_transient(ref, tokens, traced, q)
         per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes, dora_t)
+        if plain is not None:       # DoRA's saved terms and backward beyond plain LoRA, on the reference's adapters
+            base = layer_adapters(kind, lora, p.lora_reference)
+            backward_bound[kind_id] = (ref.saved_per_layer(tokens, traced) - base.saved_per_layer(tokens, traced),
+                                       backward_transient(ref, tokens, traced) - backward_transient(base, tokens, traced))
     tail = tail_bytes(job, mb, prec)        # xLSTM's step-by-step remainder, which no learned length ran
     for j, r in enumerate(p.layer_map):
         d_saved, d_temp, grad, dora_t = per_kind[p.layer_kinds[j]]
@@ -199,7 +211,14 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         if gc:              # the adapters' saved inputs exist only in the recompute
             # DoRA's forward temporaries and the backward's compete for the recompute's peak; without DoRA on either
             # side there are none, and the adapters' backward difference (negative for fewer targets) applies as is
-            fpeak, peak = fpeak + dora_t, peak + d_saved + (max(d_temp, dora_t) if dora_t else d_temp)
+            if plain is not None:
+                dora_saved, dora_temp = backward_bound[p.layer_kinds[j]]
+                # the cell's backward instants: at least the plain cell's with DoRA's own terms, at most its peak
+                backward = min(peak, plain.peak[r].at(tokens, quad) + tail + dora_saved + dora_temp)
+                fpeak = fpeak + dora_t
+                peak = max(peak + d_saved + dora_t, backward + d_saved + d_temp)
+            else:
+                fpeak, peak = fpeak + dora_t, peak + d_saved + (max(d_temp, dora_t) if dora_t else d_temp)
         else:
             fwd, fpeak, kept, peak = fwd + d_saved, fpeak + d_saved + dora_t, kept + d_saved, peak + d_temp
         # an adapter change never takes a term below zero; a learned term that is negative stays as learned (layer 0's
