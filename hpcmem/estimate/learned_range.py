@@ -60,14 +60,19 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
     t = job.train
     # the cells were traced with TRL's LoRA dropout 0.05 and no module copies (hpcmem/trace/learn.py learn_job); other
     # adapters add hpcmem.estimate.lora's difference formulas, which no check holds on a learned type
-    # and under autocast (bf16 on): without it peft's fp32 adapters compute in fp32 on fp32 copies of their inputs
     changed = ([] if t.lora_dropout > 0 and not t.disable_dropout else ["no LoRA dropout"]) + \
-        ([f"lora_modules_to_save {', '.join(t.lora_modules_to_save)}"] if t.lora_modules_to_save else []) + \
-        ([] if precision(job).amp else ["fp32 adapter compute (no autocast)"])
+        ([f"lora_modules_to_save {', '.join(t.lora_modules_to_save)}"] if t.lora_modules_to_save else [])
     if t.use_peft and changed:
-        out.append(f"learned profile of {p.model_type}: its LoRA cells were traced with dropout 0.05, no modules "
-                   f"to save and under autocast; this job's {' and '.join(changed)} is the difference formulas' "
-                   "(hpcmem.estimate.lora): not held")
+        out.append(f"learned profile of {p.model_type}: its LoRA cells were traced with dropout 0.05 and no modules "
+                   f"to save; this job's {' and '.join(changed)} is the difference formulas' (hpcmem.estimate.lora): "
+                   "not held")
+    if not precision(job).amp:
+        # every cell is traced under autocast (hpcmem/trace/learn.py: bf16 on); without it an op that mixes a 16-bit
+        # tensor with an fp32 one promotes to fp32 (an MoE's fp32 routing weights times its experts' outputs: their
+        # gradients fp32 too, random job s1-568), and peft's fp32 adapters compute in fp32 on fp32 input copies
+        out.append(f"learned profile of {p.model_type}: its cells were traced under autocast (bf16 on); this job "
+                   "computes without it (bf16 and fp16 off), where 16-bit and fp32 operands promote to fp32 and "
+                   "LoRA adapters compute in fp32: not held")
     if t.disable_dropout and p.provenance.get("dropout"):
         # the profile's cells are SFTTrainer's (hpcmem/trace/learn.py), which keeps the model's nn.Dropout modules;
         # TRL's disable_dropout_in_model (trl/trainer/utils.py) sets each to p = 0: no dropout masks are kept, and a

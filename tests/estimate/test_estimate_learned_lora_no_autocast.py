@@ -39,4 +39,4 @@ def test_a_learned_lora_job_without_autocast_is_within_3_pct_of_its_trace_and_sa
     peak = max(tensor_bytes(p) for p in est.phases)
     assert abs(peak - traced.peak_allocated_bytes) <= 0.03 * traced.peak_allocated_bytes, \
         (peak, traced.peak_allocated_bytes)
-    assert any("no autocast" in w and "not held" in w for w in est.warnings)
+    assert any("without it (bf16 and fp16 off)" in w and "not held" in w for w in est.warnings)
