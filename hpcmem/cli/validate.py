@@ -301,8 +301,8 @@ def _published_speed(rows_path: str | None, as_json: bool) -> None:
 @click.option("--seed", type=int, default=1, show_default=True, help="the random stream")
 @click.option("--records", type=click.Path(dir_okay=False), default=None,
               help="records file (default estimator/random/<oracle>.jsonl); recorded ids are skipped")
-@click.option("--only", default=None, help="ids to run again, comma-separated (s1-62,s1-583): each replaces its "
-              "stored record")
+@click.option("--only", default=None, help="ids to run again, comma-separated (s1-62,s1-583): the job each record "
+              "holds (today's draw for an id without one), its new record replacing the stored one")
 @click.option("--redraw", is_flag=True, help="run again, in place, the records of s<seed>-0 … s<seed>-<n-1> whose job "
               "is no longer today's draw of their id (the stream follows the types this hpcmem covers)")
 @click.option("--report", is_flag=True, help="run nothing: rescore every record against today's estimate, print the "

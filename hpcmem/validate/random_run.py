@@ -67,12 +67,13 @@ def _worker(oracle: str, tasks: Any, results: Any) -> None:
         item = tasks.get()
         if item is None:
             return
-        seed, index = item
-        try:
-            job = draw(seed, index).to_dict()
-        except Exception as exc:  # noqa: BLE001 — a job that cannot be drawn is a record too
-            results.put({"id": f"s{seed}-{index}", "outcome": f"draw failed: {type(exc).__name__}: {exc}"[:400]})
-            continue
+        seed, index, job = item
+        if job is None:
+            try:
+                job = draw(seed, index).to_dict()
+            except Exception as exc:  # noqa: BLE001 — a job that cannot be drawn is a record too
+                results.put({"id": f"s{seed}-{index}", "outcome": f"draw failed: {type(exc).__name__}: {exc}"[:400]})
+                continue
         results.put(task(job))
 
 
@@ -86,8 +87,9 @@ class _Worker:
         self.proc.start()
         self.done = 0
 
-    def ask(self, seed: int, index: int, timeout: float) -> dict[str, Any] | None:
-        self.tasks.put((seed, index))
+    def ask(self, seed: int, index: int, timeout: float, job: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The record of job `index` of stream `seed`: `job` when given (a stored record's), else today's draw."""
+        self.tasks.put((seed, index, job))
         self.done += 1
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -111,8 +113,10 @@ class _Worker:
 def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout: float = JOB_TIMEOUT_S,
         progress: bool = True, only: tuple[int, ...] = (), redraw: bool = False) -> list[dict[str, Any]]:
     """Jobs s{seed}-0 … s{seed}-{n-1} not yet in `records`, each appended as it finishes; returns the new records.
-    `only`: exactly these indices, run again whether recorded or not, each record replacing the stored one in place.
-    `redraw`: the stale records of s{seed}-0 … s{seed}-{n-1} too, each replacing its record in place."""
+    `only`: exactly these indices, run again whether recorded or not, each record replacing the stored one in place:
+    the job its record holds (the job that ran, even where today's draw of the id differs — a fix to the oracle or to
+    hpcmem is scored on the same jobs), else today's draw. `redraw`: the stale records of s{seed}-0 … s{seed}-{n-1}
+    too, each replacing its record with today's draw of its id."""
     if not 1 <= n <= MAX_JOBS:
         raise HpcmemError(f"--n {n}: the number of random jobs must be 1 to {MAX_JOBS:,} (each is a trace or a "
                           "trainer run of seconds to minutes)")
@@ -121,6 +125,7 @@ def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout:
     path.parent.mkdir(parents=True, exist_ok=True)
     ids = {f"s{seed}-{i}" for i in range(n)}
     stored = [r for r in load(path) if r["id"] in ids]
+    jobs = {r["id"]: r["job"] for r in load(path) if "job" in r} if only else {}
     stale = set() if only else set(stale_ids(stored))
     done = {r["id"] for r in stored} - (stale if redraw else set())
     todo = list(dict.fromkeys(only)) or [i for i in range(n) if f"s{seed}-{i}" not in done]
@@ -140,7 +145,7 @@ def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout:
                     worker.stop()
                 worker = _Worker(oracle)
             t0 = time.monotonic()
-            rec = worker.ask(seed, index, timeout)
+            rec = worker.ask(seed, index, timeout, jobs.get(f"s{seed}-{index}"))
             if rec is None:
                 alive = worker.proc.is_alive()
                 worker.stop(kill=True)

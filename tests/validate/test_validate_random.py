@@ -258,3 +258,20 @@ def test_only_names_ids_of_the_stream_and_replaces_their_records_in_place(tmp_pa
     _store(path, {"id": "s1-9", "v": 1}, replace=True)
     assert [(r["id"], r["v"]) for r in map(json.loads, path.read_text().splitlines())] == [
         ("s1-0", 0), ("s1-1", 1), ("s1-2", 0), ("s1-9", 1)]
+
+
+def test_only_runs_the_job_a_record_holds_not_today_s_draw(tmp_path: Path) -> None:
+    """`--only` re-runs a stored job (a fix to the oracle or to hpcmem is scored on the same job), even when today's
+    draw of the id is another job; an id without a record is drawn. Properties oracle: no torch, no trace."""
+    from hpcmem.validate.random_run import run
+
+    six = draw(1, 6).to_dict()
+    older = {**six, "settings": {**six["settings"], "per_device_train_batch_size": 3}}
+    path = tmp_path / "properties.jsonl"
+    path.write_text(json.dumps({"id": "s1-6", "job": older}) + "\n")
+    out = run("properties", 8, 1, records=path, progress=False, only=(6, 7))
+    assert [r["id"] for r in out] == ["s1-6", "s1-7"]
+    assert out[0]["job"] == older and out[0]["job"] != six
+    assert out[1]["job"] == draw(1, 7).to_dict()
+    stored = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["id"] for r in stored] == ["s1-6", "s1-7"] and stored[0]["job"] == older
