@@ -300,6 +300,19 @@ def runnable_cells(model_type: str, cells: Any) -> list[tuple[str, bool]]:
     return [(t, g) for t, g in cells if gc is None or g == gc]
 
 
+def _linear_like(m: Any) -> bool:
+    """Whether an nn.Linear subclass with its own forward still maps [.., in] to one [.., out] tensor, as peft's LoRA
+    Linear assumes when it adds its delta to the base output (Falcon's FalconLinear: `input @ weight.T` + bias), run on
+    the meta device. PhiMoE's router (a tuple) and DeepSeek-V4's grouped o_a_proj (a reshaped weight) do not."""
+    import torch
+
+    try:
+        out = m(torch.empty(2, m.in_features, device="meta", dtype=m.weight.dtype))
+    except Exception:  # noqa: BLE001 — a forward that cannot take a plain [rows, in] input is not linear-like
+        return False
+    return isinstance(out, torch.Tensor) and tuple(out.shape) == (2, m.out_features)
+
+
 def lora_reference(cfg: dict[str, Any], lo: lay.Layout) -> dict[str, Any] | None:
     """The LoRA the lora cells are traced with: TRL's (r 16, dropout 0.05) on all-linear where peft takes it on this
     model (peft turns fused experts into ParamWrappers, which refuse dropout), else on the attention projections —
@@ -313,7 +326,8 @@ def lora_reference(cfg: dict[str, Any], lo: lay.Layout) -> dict[str, Any] | None
     import torch
 
     odd = {n.rsplit(".", 1)[-1] for n, m in lay.build_meta(cfg).named_modules()
-           if isinstance(m, torch.nn.Linear) and type(m).forward is not torch.nn.Linear.forward}
+           if isinstance(m, torch.nn.Linear) and type(m).forward is not torch.nn.Linear.forward
+           and not _linear_like(m)}
     layer_linears = [x for k in lo.kinds for x in k.linears]
     attention = sorted({x.name.rsplit(".", 1)[-1] for x in layer_linears
                         if x.nn_linear and "attn" in x.name.lower()} - odd)
@@ -463,7 +477,10 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     tasks = [(PRECISIONS[d], d, tech, gc, seq) for d in dtypes for tech, gc in wanted for seq in seqs]
     done = _run_samples(probe, [t[1:] for t in tasks], depth, workers, progress, start)
     fitted: dict[str, Cell] = {}
-    skipped: dict[str, str] = {}
+    skipped: dict[str, str] = {cell_key(PRECISIONS[d], tech, gc): "peft adapts none of this model's linears as "
+                               "learn tries them (all-linear, the attention projections, the other linears): no LoRA "
+                               "reference" for d in dtypes for tech, gc in runnable_cells(outer, CELLS)
+                               if (tech, gc) in set(cells) and tech != "full" and not reference}
     ends_last = lay.last_only(full.layer_kinds)
     for dtype in dtypes:
         for technique, gc in wanted:

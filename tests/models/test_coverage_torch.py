@@ -140,3 +140,24 @@ def test_gemma3n_cut_builds_the_real_layers_it_keeps_with_their_kv_sharing_and_s
     assert cut.kv_sharing_modes[5:7] == ["store", "store"] and cut.num_kv_shared_layers == 3
     assert cut.activation_sparsity_pattern == [0.95, 0.95, 0.95] + [0.0] * 7
     assert small.signatures == tuple(full.signatures[j] for j in keep)
+
+
+TINY_FALCON = {"model_type": "falcon", "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "new_decoder_architecture": False, "multi_query": True}
+
+
+def test_lora_reference_takes_all_linear_on_a_linear_subclass_that_maps_in_to_out():
+    """Falcon's linears are FalconLinear, an nn.Linear subclass with its own forward (`input @ weight.T` + bias) that
+    still maps [.., in] to [.., out], as peft's LoRA Linear needs: all-linear is its reference (the learner had left it
+    out with the subclasses that do not, and Falcon's relearned profile came back without LoRA cells). The real
+    all-linear run on it adapts every linear of its layers."""
+    import peft
+
+    from hpcmem.trace import layer_map as lay
+    from hpcmem.trace.learn import lora_reference
+
+    assert lora_reference(TINY_FALCON, lay.layout(TINY_FALCON)) == {"lora_r": 16, "lora_target_modules": ["all-linear"]}
+    model = peft.get_peft_model(lay.build_meta(TINY_FALCON), peft.LoraConfig(
+        r=16, lora_dropout=0.05, task_type="CAUSAL_LM", target_modules="all-linear"))
+    adapted = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if hasattr(m, "lora_A")}
+    assert adapted == {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"}
