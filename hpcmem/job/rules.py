@@ -161,6 +161,16 @@ def _check_lora_variants(job: Job, p: Problems) -> None:
         p.add(f"lora_target_modules {t.lora_target_modules[0]!r}: TRL 1.16 hands a single target to peft as a "
               "regex over the module's full path, which a bare name never matches (peft raises 'Target modules … not "
               "found'); name two or more modules (or the one twice: TRL keeps a two-name list), or all-linear")
+    layers = [n for n in t.lora_target_modules if n.isdecimal() and int(n) < job.model.num_hidden_layers]
+    if layers and len(t.lora_target_modules) > 1:
+        # peft matches a listed target against every module whose path ends with ".<target>" (peft/tuners/
+        # tuners_utils.py check_target_module_exists: key.endswith(f".{target_key}")); a number also names that
+        # element of the decoder's layer list (model.layers.<n>), a decoder layer, which LoRA cannot wrap: peft/tuners/
+        # lora/model.py `_create_new_module` raises "Target module … is not supported"
+        p.add(f"lora_target_modules {', '.join(repr(n) for n in layers)}: peft matches a target against every module "
+              f"path ending in it, and a number is also an element of the decoder's layer list (e.g. model.layers."
+              f"{layers[0]}), which LoRA cannot wrap (peft raises 'Target module … is not supported'); name the "
+              "linear by a path that only it ends with, or use all-linear")
     unsized = [n for n in t.lora_modules_to_save if n not in SIZED_MODULES]
     if unsized:
         p.add(f"lora_modules_to_save {', '.join(unsized)}: hpcmem sizes the trainable copies of "

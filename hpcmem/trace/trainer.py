@@ -88,7 +88,14 @@ def build_model(job: JobSpec) -> Any:
         # RewardTrainer's create_model_from_path: AutoModelForSequenceClassification with num_labels=1; the pad id
         # tells the head which position is the last token of each row (the trace's tokenizer pads with 0)
         from transformers import AutoModelForSequenceClassification
+        from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
 
+        outer = job.model.learned.config if job.model.learned is not None else None
+        if outer and outer.get("model_type") not in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES:
+            # a learned type traced as its text part (Fuyu as Persimmon): TRL loads the checkpoint's own config, and
+            # transformers' auto class raises on a type it maps to no sequence-classification class — raised here
+            # by transformers itself, on that config
+            AutoModelForSequenceClassification.from_config(pieces.auto_config(dict(outer)))
         config = model_config(job)
         config.num_labels = 1
         config.pad_token_id = 0

@@ -164,3 +164,37 @@ def test_every_linear_subclass_of_transformers_is_accounted_for():
              for m in re.finditer(r"^class (\w+)\((?:nn|torch\.nn)\.Linear\)", f.read_text(), re.M)}
     listed = {cls for leaves in BROKEN.values() for cls, _ in leaves.values()} | set(HARMLESS)
     assert found == listed
+
+
+def test_a_number_as_a_target_names_a_decoder_layer_and_peft_refuses_it_as_hpcmem_does():
+    """Random job s2-250: CTRL's MLP is an nn.Sequential whose first linear is `ffn.0`, so "0" is a linear's last name
+    part — but peft matches every module path ending in ".0", and the first is the decoder layer list's element 0
+    (transformer.h.0), which LoRA cannot wrap: get_peft_model raises. With the linear's other names it runs."""
+    spec, config, depth = traced_model("ctrl", 3)
+    settings = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.05, "use_dora": False,
+                "lora_target_modules": ["0", "Wv"]}
+    job = RandomJob(id="ctrl", seed=1, index=0, trainer="sft", model_type="ctrl", config=config,
+                    settings={**settings, "use_peft": True, "max_length": 128, "gradient_checkpointing": False},
+                    layers=depth)
+    assert peft_raises(config, settings).startswith("ValueError: Target module EncoderLayer(")
+    assert "a number is also an element of the decoder's layer list" in hpcmem_refusal(job)
+    fine = {**settings, "lora_target_modules": ["Wq", "Wv"]}
+    assert peft_raises(config, fine) == ""
+    assert hpcmem_refusal(RandomJob(**{**job.to_dict(), "settings": {**job.settings, **fine}})) == ""
+
+
+def test_reward_on_a_type_learned_as_its_text_part_is_refused_by_transformers_in_the_trace_as_by_hpcmem():
+    """Random job s2-128: Fuyu is learned as its Persimmon text part, and the trace built the reward model from that
+    part, which transformers maps to a sequence-classification class — so the trace ran a job TRL cannot load
+    (AutoModelForSequenceClassification on Fuyu's own config raises). The trace now asks transformers with the
+    checkpoint's config first, and both sides refuse."""
+    from hpcmem.validate.random_trace import score, trace_record
+
+    spec, config, depth = traced_model("fuyu", 3)
+    job = RandomJob(id="fuyu", seed=1, index=0, trainer="reward", model_type="fuyu", config=config,
+                    settings={"dtype": "bfloat16", "bf16": True, "max_length": 64, "per_device_train_batch_size": 2,
+                              "gradient_checkpointing": False}, layers=depth)
+    assert "no sequence-classification class for model_type 'fuyu'" in hpcmem_refusal(job)
+    rec = trace_record(job.to_dict())
+    assert rec["outcome"].startswith("refused: ValueError: Unrecognized configuration class")
+    assert score(rec)["verdict"] == "parity"
