@@ -18,10 +18,12 @@ max_position_embeddings, explicit LoRA targets from the model's linear modules. 
 kept (a field of another trainer, checkpointing a type refuses, a LoRA target peft has no default for): they are
 half of refusal parity.
 
-The stream follows the install: the types drawn are the ones this hpcmem covers, so a type that becomes usable re-draws
-the stream, and a type that turns derived re-draws the distillation jobs it outweighs (`_teacher_type`). A record holds
-the job it ran; one whose job is no longer today's draw is stale, and the next `hpcmem validate random` runs it again
-(hpcmem.validate.random_run).
+A seed's types are frozen at its first run: estimator/random/streams.json keeps, per seed, the types it draws from
+(and the derived ones its distillation teachers come from), written by the first `hpcmem validate random --seed S`
+(hpcmem.validate.random_run), so a type that becomes usable later (a profile learned again in a readable format)
+does not re-draw every job of an existing seed — it enters the next seed. Without a frozen list a seed follows the
+install (`model_types`). What a type's cut depends on (its learned profile's layers) still moves its own jobs: a
+record holds the job it ran; one whose job is no longer today's draw is stale, and `--redraw` runs it again.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from hpcmem.datapath import estimator_dir
 from hpcmem.errors import SpecError
 from hpcmem.models.coverage import classification, settings_beside_checkpointing, type_status
 from hpcmem.models.profile import backbone_config, profile_from_dict
@@ -154,11 +157,30 @@ def _teacher_type(seed: int, index: int, derived: tuple[str, ...]) -> str:
     return max(derived, key=lambda name: random.Random(f"{seed}:{index}:teacher:{name}").random())
 
 
+def streams_path() -> Path:
+    return estimator_dir() / "random" / "streams.json"
+
+
+@lru_cache(maxsize=1)
+def frozen_streams() -> dict[str, dict[str, list[str]]]:
+    """Seed → {"usable": types, "derived": types} as each seed's first run froze them (module docstring)."""
+    path = streams_path()
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def stream_types(seed: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the types seed `seed` draws from, the derived ones): its frozen lists, else this install's `model_types`."""
+    frozen = frozen_streams().get(str(seed))
+    if frozen is None:
+        return model_types()
+    return tuple(frozen["usable"]), tuple(frozen["derived"])
+
+
 def choices(seed: int, index: int) -> dict[str, Any]:
     """The pure half of a draw: every random choice, with lengths as fractions of their range (0..1, log scale) and
     LoRA targets as a kind ("default", "all-linear", or explicit with a draw of which)."""
     rng = random.Random(f"{seed}:{index}")
-    usable, derived = model_types()
+    usable, derived = stream_types(seed)
     trainer = _pick(rng, "trainer")
     model_type = _teacher_type(seed, index, derived) if trainer == "distillation" else rng.choice(usable)
     c: dict[str, Any] = {"trainer": trainer, "model_type": model_type,

@@ -22,7 +22,7 @@ from typing import Any
 
 from hpcmem.datapath import estimator_dir
 from hpcmem.errors import HpcmemError
-from hpcmem.validate.random_jobs import RandomJob, draw
+from hpcmem.validate.random_jobs import RandomJob, draw, frozen_streams, model_types, streams_path
 from hpcmem.validate.random_props import properties_record
 from hpcmem.validate.random_trace import trace_record
 
@@ -35,6 +35,23 @@ TRAINER_MODULE = "hpcmem.validate.random_trainer"
 
 def records_path(oracle: str) -> Path:
     return estimator_dir() / "random" / f"{oracle}.jsonl"
+
+
+def freeze_stream(seed: int) -> None:
+    """Write this install's types for `seed` into estimator/random/streams.json unless the seed has them already
+    (hpcmem.validate.random_jobs: a seed's stream is frozen at its first run); other seeds' lists are kept as they
+    are."""
+    frozen = frozen_streams()
+    if str(seed) in frozen:
+        return
+    usable, derived = model_types()
+    path = streams_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({**frozen, str(seed): {"usable": list(usable), "derived": list(derived)}}, indent=1)
+                   + "\n", encoding="utf-8")
+    tmp.replace(path)
+    frozen_streams.cache_clear()
 
 
 def load(path: Path) -> list[dict[str, Any]]:
@@ -123,6 +140,7 @@ def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout:
     oracle_task(oracle) if oracle == "trainer" else None        # "not installed" before any worker starts
     path = records or records_path(oracle)
     path.parent.mkdir(parents=True, exist_ok=True)
+    freeze_stream(seed)
     ids = {f"s{seed}-{i}" for i in range(n)}
     stored = [r for r in load(path) if r["id"] in ids]
     jobs = {r["id"]: r["job"] for r in load(path) if "job" in r} if only else {}

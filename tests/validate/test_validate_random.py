@@ -24,6 +24,7 @@ from hpcmem.validate.random_jobs import (
     draw,
     max_positions,
     model_types,
+    stream_types,
 )
 
 N_SPACE = 2000
@@ -39,7 +40,8 @@ def test_draw_is_deterministic_and_round_trips() -> None:
 
 def test_choices_reach_the_whole_input_space() -> None:
     drawn = [choices(1, i) for i in range(N_SPACE)]
-    usable, derived = model_types()
+    usable, derived = stream_types(1)                   # seed 1's types as its first run froze them
+    assert set(usable) <= set(model_types()[0])         # all still covered by this install
     assert {c["model_type"] for c in drawn} == set(usable)
     assert {c["trainer"] for c in drawn} == set(WEIGHTS["trainer"])
     assert all(c["model_type"] in derived for c in drawn if c["trainer"] == "distillation")
@@ -94,9 +96,11 @@ def test_estimate_properties_hold_on_random_jobs() -> None:
 
 # The CI slice: jobs of the recorded run (seed 1) traced again for real and scored against today's estimate, chosen
 # among the fast ones (~10 s each on two shared cores): SFT LoRA without GC on a derived type, distillation on a
-# derived MoE, SFT full + GC on a learned type, and two jobs hpcmem and peft both refuse (no default LoRA targets; a
-# single target TRL hands peft as a regex that matches nothing).
-CI_SLICE = {"s1-27": "within 3 %", "s1-34": "within 3 %", "s1-18": "within 3 %", "s1-15": "parity", "s1-25": "parity"}
+# derived MoE, SFT LoRA + GC without autocast on a learned type (its cells are traced under autocast: the estimate
+# says it is not held, and the score keeps its errors), and two jobs hpcmem and peft both refuse (no default LoRA
+# targets; a single target TRL hands peft as a regex that matches nothing).
+CI_SLICE = {"s1-27": "within 3 %", "s1-34": "within 3 %", "s1-18": "outside held range", "s1-15": "parity",
+            "s1-25": "parity"}
 
 
 @pytest.mark.torch
@@ -107,7 +111,10 @@ def test_ci_slice_traced_and_scored(job_id: str) -> None:
 
     seed, index = map(int, job_id[1:].split("-"))
     rec = trace_record(draw(seed, index).to_dict())
-    assert score(rec)["verdict"] == CI_SLICE[job_id], score(rec)
+    scored = score(rec)
+    assert scored["verdict"] == CI_SLICE[job_id], scored
+    if scored["verdict"] == "outside held range":       # not held, and still held to the trace: allocated within 3 %
+        assert abs(scored["err_pct"]) <= 3.0, scored
 
 
 def _cases() -> list[dict]:
@@ -275,3 +282,27 @@ def test_only_runs_the_job_a_record_holds_not_today_s_draw(tmp_path: Path) -> No
     assert out[1]["job"] == draw(1, 7).to_dict()
     stored = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["id"] for r in stored] == ["s1-6", "s1-7"] and stored[0]["job"] == older
+
+
+def test_a_seed_s_types_are_frozen_at_its_first_run_and_others_kept(tmp_path: Path, monkeypatch) -> None:
+    """A type that becomes usable later (a profile learned again in a readable format) must not re-draw an existing
+    seed: the first run of a seed writes its types to streams.json, later runs and other seeds leave them alone, and
+    `choices` draws from them."""
+    from hpcmem.validate import random_jobs
+    from hpcmem.validate.random_run import run
+
+    monkeypatch.setenv("HPCMEM_ESTIMATOR_DIR", str(tmp_path))
+    (tmp_path / "random").mkdir()
+    kept = {"usable": ["llama"], "derived": ["llama"]}
+    (tmp_path / "random" / "streams.json").write_text(json.dumps({"1": kept}))
+    random_jobs.frozen_streams.cache_clear()
+    try:
+        assert {choices(1, i)["model_type"] for i in range(50)} == {"llama"}          # seed 1 draws its own list
+        run("properties", 1, 5, records=tmp_path / "p.jsonl", progress=False)
+        streams = json.loads((tmp_path / "random" / "streams.json").read_text())
+        usable, derived = model_types()
+        assert streams == {"1": kept, "5": {"usable": list(usable), "derived": list(derived)}}
+        run("properties", 2, 5, records=tmp_path / "p.jsonl", progress=False)
+        assert json.loads((tmp_path / "random" / "streams.json").read_text()) == streams
+    finally:
+        random_jobs.frozen_streams.cache_clear()
