@@ -28,7 +28,7 @@ from hpcmem.estimate.activations import mask_bytes
 from hpcmem.estimate.breakdown import Component
 from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes, fp32_grad_returned, returned_cast
 from hpcmem.estimate.states import ParamParts, param_parts
-from hpcmem.estimate.trainers import TrainerExtras, reference_bytes
+from hpcmem.estimate.trainers import TrainerExtras, reference_bytes, routed_experts_no_grad
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.job.spec import DTYPES, load_dtype
@@ -72,9 +72,11 @@ def teacher_pass(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
     last hidden state [B, S, H_t] stays for the loss."""
     t = teacher_of(job)
     act = 2 if prec.act == 2 or teacher_weight_bytes(job) == 2 else 4
-    inter = t.moe_intermediate_size * t.num_experts_per_tok if t.is_moe else t.intermediate_size
     hidden = mb.tokens * t.hidden_size * max(act, teacher_weight_bytes(job))
-    mlp = 3 * mb.tokens * inter * act
+    # an MoE teacher's routed experts hold [tokens·k, H]-wide locals (`routed_experts_no_grad`), wider than the
+    # gated MLP's three [tokens, I] intermediates of a dense one
+    mlp = (routed_experts_no_grad(replace(job, model=t), mb.tokens, act) if t.is_moe
+           else 3 * mb.tokens * t.intermediate_size * act)
     q, kv = t.num_attention_heads * t.head_dim, t.num_key_value_heads * t.head_dim
     attention = (act * mb.rows * mb.seq * mb.seq
                  + mb.tokens * act * (2 * q + 2 * kv + (2 * q if kv != q else 0))) if mb.masked else 0
