@@ -11,33 +11,20 @@ estimate read it 5.2 % under.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("trl")
 
-from hpcmem.validate.random_jobs import RandomJob  # noqa: E402
+from tests.helpers.trace_helpers import stored_random_job, traced_and_estimated  # noqa: E402
 
 pytestmark = pytest.mark.torch
-
-JOB = Path(__file__).resolve().parents[1] / "fixtures" / "random" / "s2-236-qwen3-moe-distillation.json"
 
 
 @pytest.mark.slow
 def test_the_moe_teachers_pass_holds_its_routed_experts_locals():
-    from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.trace.run import run_trace
-    from hpcmem.validate.random_model import job_spec
-    from hpcmem.validate.random_trace import as_traced, trl_rules_off
-
-    spec = job_spec(RandomJob.from_dict(json.loads(JOB.read_text())))
+    spec = stored_random_job("s2-236-qwen3-moe-distillation.json")
     assert spec.train.trainer == "distillation" and spec.teacher.is_moe and not spec.train.gradient_checkpointing
-    with trl_rules_off():
-        traced = run_trace(spec, kernels="cuda")
+    traced, _, peak = traced_and_estimated(spec)
     assert traced.phase.startswith("step 2 / forward / layer")          # the teacher's pass, after the student's
-    est, _ = as_traced(spec)
-    peak = max(tensor_bytes(p) for p in est.phases)
     assert abs(peak - traced.peak_allocated_bytes) <= 0.03 * traced.peak_allocated_bytes, \
         (peak, traced.peak_allocated_bytes)

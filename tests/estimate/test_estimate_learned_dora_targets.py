@@ -11,33 +11,20 @@ DoRA instant; now +8 % (DoRA's difference formulas over the reference adapters; 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("trl")
 
-from hpcmem.validate.random_jobs import RandomJob  # noqa: E402
+from tests.helpers.trace_helpers import stored_random_job, traced_and_estimated  # noqa: E402
 
 pytestmark = pytest.mark.torch
-
-JOB = Path(__file__).resolve().parents[1] / "fixtures" / "random" / "s1-427-gemma-dora-two-targets.json"
 
 
 @pytest.mark.slow
 def test_dora_on_two_linears_of_a_learned_type_does_not_keep_the_references_dora_instant():
-    from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.trace.run import run_trace
-    from hpcmem.validate.random_model import job_spec
-    from hpcmem.validate.random_trace import as_traced, trl_rules_off
-
-    spec = job_spec(RandomJob.from_dict(json.loads(JOB.read_text())))
+    spec = stored_random_job("s1-427-gemma-dora-two-targets.json")
     assert spec.model.learned is not None and spec.train.use_dora
     assert set(spec.train.lora_target_modules) == {"gate_proj", "o_proj"}
-    with trl_rules_off():
-        traced = run_trace(spec, kernels="cuda")
-    est, _ = as_traced(spec)
-    peak = max(tensor_bytes(p) for p in est.phases)
+    traced, _, peak = traced_and_estimated(spec)
     assert traced.peak_allocated_bytes <= peak <= 1.10 * traced.peak_allocated_bytes, \
         (peak, traced.peak_allocated_bytes)

@@ -10,33 +10,20 @@ took the job's precision. The profile's checks ran under autocast, so the estima
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("trl")
 
-from hpcmem.validate.random_jobs import RandomJob  # noqa: E402
+from tests.helpers.trace_helpers import stored_random_job, traced_and_estimated  # noqa: E402
 
 pytestmark = pytest.mark.torch
-
-JOB = Path(__file__).resolve().parents[1] / "fixtures" / "random" / "s1-621-olmo-hybrid-lora-no-autocast.json"
 
 
 @pytest.mark.slow
 def test_a_learned_lora_job_without_autocast_is_within_3_pct_of_its_trace_and_says_it_is_not_held():
-    from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.trace.run import run_trace
-    from hpcmem.validate.random_model import job_spec
-    from hpcmem.validate.random_trace import as_traced, trl_rules_off
-
-    spec = job_spec(RandomJob.from_dict(json.loads(JOB.read_text())))
+    spec = stored_random_job("s1-621-olmo-hybrid-lora-no-autocast.json")
     assert spec.model.learned is not None and spec.train.use_peft and not spec.train.bf16
-    with trl_rules_off():
-        traced = run_trace(spec, kernels="cuda")
-    est, _ = as_traced(spec)
-    peak = max(tensor_bytes(p) for p in est.phases)
+    traced, est, peak = traced_and_estimated(spec)
     assert abs(peak - traced.peak_allocated_bytes) <= 0.03 * traced.peak_allocated_bytes, \
         (peak, traced.peak_allocated_bytes)
     assert any("without it (bf16 and fp16 off)" in w and "not held" in w for w in est.warnings)

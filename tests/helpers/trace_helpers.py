@@ -58,3 +58,26 @@ def shipped_case_job(cases_file: str, case_id: str | None, **changes):
     own = next(c for c in cases["cases"] if c["id"] == case_id) if case_id else {}
     case = {**cases["defaults"], **own, **changes}
     return case_job({**case, "model_name_or_path": str(ROOT / case["model_name_or_path"])})
+
+
+def stored_random_job(fixture: str):
+    """The JobSpec of a random job stored as tests/fixtures/random/<fixture> (its job dict: the job that ran)."""
+    import json
+
+    from hpcmem.validate.random_jobs import RandomJob
+    from hpcmem.validate.random_model import job_spec
+
+    return job_spec(RandomJob.from_dict(json.loads((ROOT / "tests" / "fixtures" / "random" / fixture).read_text())))
+
+
+def traced_and_estimated(spec):
+    """(the trace's result with TRL's rules off and CUDA's kernels, as the random oracle runs it; the estimate's step
+    peak over the instants the trace runs, tensors only — hpcmem.validate.random_trace `as_traced`)."""
+    from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.trace.run import run_trace
+    from hpcmem.validate.random_trace import as_traced, trl_rules_off
+
+    with trl_rules_off():
+        traced = run_trace(spec, kernels="cuda")
+    est, _ = as_traced(spec)
+    return traced, est, max(tensor_bytes(p) for p in est.phases)
