@@ -25,11 +25,11 @@ def test_the_drawn_xlstm_jobs_are_within_4_percent_of_their_trace():
     pytest.importorskip("transformers")
     from hpcmem.validate.random_trace import score
 
-    records = _xlstm_records()
-    assert {r["id"] for r in records} == {"s1-109", "s1-276", "s1-301", "s1-390"}
-    for rec in records:
-        s = score(rec)
-        assert abs(s["err_pct"]) <= 4.0, (rec["id"], s["err_pct"])
+    scored = {r["id"]: s for r in _xlstm_records() if "err_pct" in (s := score(r))}
+    # seed 2's two xLSTM jobs are refused by both sides and declined (activation offloading is not learned)
+    assert set(scored) >= {"s1-109", "s1-276", "s1-301", "s1-390"}
+    for job_id, s in scored.items():
+        assert abs(s["err_pct"]) <= 4.0, (job_id, s["err_pct"])
 
 
 @pytest.mark.torch
