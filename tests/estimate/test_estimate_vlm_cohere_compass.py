@@ -13,7 +13,7 @@ import pytest
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from tests.helpers.stored_cases import (SIX_CELLS, assert_matrix, estimated_tensor_peak, grpo_with_images_job,
-                                       trace_records)
+                                       sft_with_images_job, trace_records)
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-cohere-compass")
@@ -31,10 +31,7 @@ def test_the_matrix_spans_two_resolutions_and_both_trainers():
 
 
 def test_the_estimate_names_the_tower_and_the_learned_decoder():
-    from hpcmem.validate.cases import case_job
-
-    e = estimate(case_job({"trainer": "sft", "model_name_or_path": str(CUT), "dtype": "bfloat16", "bf16": True,
-                           "max_length": 2048, "images_per_example": 1, "image_height": 768, "image_width": 1024}))
+    e = estimate(sft_with_images_job(CUT, 768, 1024))
     assert {"vision tower weights", "vision activations"} <= {c.name for p in e.phases for c in p.components}
     # 1024×768 at 16 px patches, merged 2 × 2: a 64 × 48 grid, 3,072 patches, 768 image tokens
     assert "3,072 patches, 768 image tokens" in e.summary

@@ -15,7 +15,7 @@ import pytest
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from tests.helpers.stored_cases import (SIX_CELLS, assert_matrix, estimated_tensor_peak, grpo_with_images_job,
-                                       trace_records)
+                                       sft_with_images_job, trace_records)
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-paddleocr-vl")
@@ -33,10 +33,7 @@ def test_the_matrix_spans_two_resolutions_and_both_trainers():
 
 
 def test_the_estimate_names_the_tower_the_image_tokens_and_the_learned_text_part():
-    from hpcmem.validate.cases import case_job
-
-    e = estimate(case_job({"trainer": "sft", "model_name_or_path": str(CUT), "dtype": "bfloat16", "bf16": True,
-                           "max_length": 2048, "images_per_example": 1, "image_height": 768, "image_width": 1024}))
+    e = estimate(sft_with_images_job(CUT, 768, 1024))
     names = {c.name for p in e.phases for c in p.components}
     assert {"vision tower weights", "vision activations"} <= names
     # 1,024×768 → smart_resize 1,036×756 (multiples of 14 · 2): 74 × 54 patches, 2 × 2 of them a token

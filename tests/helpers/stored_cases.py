@@ -44,6 +44,13 @@ def largest_component(est: Any, name: str) -> int:
     return max(c.bytes for p in est.phases for c in p.components if c.name == name)
 
 
+def sft_with_images_job(cut: Path, height: int, width: int) -> Any:
+    """`case_job` of an SFT job with one image of height × width a row (bf16, rows of 2,048 tokens) on the cut config
+    `cut`."""
+    return case_job({"trainer": "sft", "model_name_or_path": str(cut), "dtype": "bfloat16", "bf16": True,
+                     "max_length": 2048, "images_per_example": 1, "image_height": height, "image_width": width})
+
+
 def grpo_with_images_job(cut: Path, height: int, width: int) -> Any:
     """`case_job` of a GRPO job with one image of height × width a prompt (bf16, 1,024 prompt and 64 completion
     tokens) on the cut config `cut`: for the types whose images hpcmem models under SFT and DPO only, it raises."""
