@@ -81,3 +81,15 @@ def traced_and_estimated(spec):
         traced = run_trace(spec, kernels="cuda")
     est, _ = as_traced(spec)
     return traced, est, max(tensor_bytes(p) for p in est.phases)
+
+
+def collated_image_row(job, length: int):
+    """(the trace's processor for `job`, TRL's vision collator's batch of one image row of `length` tokens the
+    trace's dataset makes: hpcmem.trace.vision `make_image_dataset`)."""
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    from hpcmem.trace.vision import make_image_dataset, processor
+
+    proc = processor(job)
+    row = dict(make_image_dataset(job, (length,), 1)[0])
+    return proc, DataCollatorForVisionLanguageModeling(processor=proc)([row])

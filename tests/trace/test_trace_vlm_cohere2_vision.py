@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tests.helpers.trace_helpers import estimate_holds_vision_trace, shipped_case_job  # noqa: E402
+from tests.helpers.trace_helpers import collated_image_row, estimate_holds_vision_trace, shipped_case_job  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -20,15 +20,10 @@ def test_the_trace_of_today_agrees_with_the_estimate():
 
 
 def test_the_collator_fills_the_row_with_the_tiles_tokens():
-    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
-
-    from hpcmem.trace.vision import make_image_dataset, processor
     from hpcmem.trace.vision_aya_vision import BREAK, END, START
 
     job = shipped_case_job("vlm-cohere2-vision.yaml", "c2v3t-full-nogc")
-    proc = processor(job)
-    row = dict(make_image_dataset(job, (1024,), 1)[0])
-    batch = DataCollatorForVisionLanguageModeling(processor=proc)([row])
+    proc, batch = collated_image_row(job, 1024)
     ids = batch["input_ids"][0]
     assert ids.shape == (1024,)
     assert int((ids == proc.image_token_id).sum()) == 3 * (512 // 16 // 2) ** 2

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tests.helpers.trace_helpers import estimate_holds_vision_trace, shipped_case_job  # noqa: E402
+from tests.helpers.trace_helpers import collated_image_row, estimate_holds_vision_trace, shipped_case_job  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -20,15 +20,10 @@ def test_the_trace_of_today_agrees_with_the_estimate():
 
 
 def test_the_collator_fills_the_row_with_the_images_tokens():
-    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
-
-    from hpcmem.trace.vision import make_image_dataset, processor
     from hpcmem.trace.vision_cohere_compass import END, IMAGE, START
 
     job = shipped_case_job("vlm-cohere-compass.yaml", "ccomp1024-lora-all-gc")
-    proc = processor(job)
-    row = dict(make_image_dataset(job, (2048,), 1)[0])
-    batch = DataCollatorForVisionLanguageModeling(processor=proc)([row])
+    proc, batch = collated_image_row(job, 2048)
     ids = batch["input_ids"][0]
     assert ids.shape == (2048,)
     assert proc.image_token == IMAGE and int((ids == proc.image_token_id).sum()) == 48 * 64 // 4

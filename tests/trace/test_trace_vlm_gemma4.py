@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tests.helpers.trace_helpers import estimate_holds_vision_trace, shipped_case_job  # noqa: E402
+from tests.helpers.trace_helpers import collated_image_row, estimate_holds_vision_trace, shipped_case_job  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -20,15 +20,10 @@ def test_the_trace_of_today_agrees_with_the_estimate():
 
 
 def test_the_collator_fills_the_row_with_the_image_s_tokens():
-    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
-
-    from hpcmem.trace.vision import make_image_dataset, processor
     from hpcmem.trace.vision_gemma4 import BOI, EOI
 
     job = shipped_case_job("vlm-gemma4.yaml", "g4sq-full-gc")
-    proc = processor(job)
-    row = dict(make_image_dataset(job, (1024,), 1)[0])
-    batch = DataCollatorForVisionLanguageModeling(processor=proc)([row])
+    proc, batch = collated_image_row(job, 1024)
     ids = batch["input_ids"][0]
     assert ids.shape == (1024,)
     assert int((ids == proc.image_token_id).sum()) == 256

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tests.helpers.trace_helpers import estimate_holds_vision_trace, shipped_case_job  # noqa: E402
+from tests.helpers.trace_helpers import collated_image_row, estimate_holds_vision_trace, shipped_case_job  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -26,14 +26,8 @@ def test_the_trace_of_today_agrees_with_the_estimate():
 
 
 def test_the_collator_fills_the_row():
-    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
-
-    from hpcmem.trace.vision import make_image_dataset, processor
-
     job = _job("i2-1200x1600-lora-all-gc-2img")
-    proc = processor(job)
-    row = dict(make_image_dataset(job, (512,), 1)[0])
-    batch = DataCollatorForVisionLanguageModeling(processor=proc)([row])
+    proc, batch = collated_image_row(job, 512)
     ids = batch["input_ids"][0]
     fake = proc.tokenizer.convert_tokens_to_ids(proc.fake_image_token)
     assert ids.shape == (512,)

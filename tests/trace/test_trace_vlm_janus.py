@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tests.helpers.trace_helpers import estimate_holds_vision_trace, shipped_case_job  # noqa: E402
+from tests.helpers.trace_helpers import collated_image_row, estimate_holds_vision_trace, shipped_case_job  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -24,15 +24,10 @@ def test_the_trace_of_today_agrees_with_the_estimate():
 
 
 def test_the_collator_writes_boi_the_images_tokens_and_eoi():
-    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
-
-    from hpcmem.trace.vision import make_image_dataset, processor
     from hpcmem.trace.vision_janus import BOI, EOI, IMAGE_TOKEN
 
     job = _job("janus384-full-nogc")
-    proc = processor(job)
-    row = dict(make_image_dataset(job, (1024,), 1)[0])
-    batch = DataCollatorForVisionLanguageModeling(processor=proc)([row])
+    proc, batch = collated_image_row(job, 1024)
     ids = batch["input_ids"][0]
     assert ids.shape == (1024,)
     tok = proc.tokenizer.convert_tokens_to_ids

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tests.helpers.trace_helpers import estimate_holds_vision_trace, shipped_case_job  # noqa: E402
+from tests.helpers.trace_helpers import collated_image_row, estimate_holds_vision_trace, shipped_case_job  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -32,15 +32,10 @@ def test_the_trace_of_today_agrees_with_the_estimate():
     ((3000, 2000), 2, (2, 3, 1540, 1036), 2 * 55 * 37),
 ])
 def test_the_collator_hands_each_image_and_its_tokens(hw, images, pixel_shape, tokens):
-    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
-
     from hpcmem.job.images import image_geometry
-    from hpcmem.trace.vision import make_image_dataset, processor
 
     job = _job("lo-full-nogc-448", image_height=hw[0], image_width=hw[1], images_per_example=images, max_length=8192)
-    proc = processor(job)
-    row = dict(make_image_dataset(job, (8192,), 1)[0])
-    batch = DataCollatorForVisionLanguageModeling(processor=proc)([row])
+    proc, batch = collated_image_row(job, 8192)
     ids = batch["input_ids"][0]
     assert ids.shape == (8192,)
     assert int((ids == proc.image_token_id).sum()) == tokens

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tests.helpers.trace_helpers import estimate_holds_vision_trace, shipped_case_job  # noqa: E402
+from tests.helpers.trace_helpers import collated_image_row, estimate_holds_vision_trace, shipped_case_job  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -25,14 +25,8 @@ def test_the_trace_of_today_agrees_with_the_estimate():
 
 
 def test_the_collator_hands_the_tiles_and_their_tokens():
-    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
-
-    from hpcmem.trace.vision import make_image_dataset, processor
-
     job = _job("lnext-full-nogc-5t")
-    proc = processor(job)
-    row = dict(make_image_dataset(job, (3072,), 1)[0])
-    batch = DataCollatorForVisionLanguageModeling(processor=proc)([row])
+    proc, batch = collated_image_row(job, 3072)
     ids = batch["input_ids"][0]
     assert ids.shape == (3072,)
     assert int((ids == proc.image_token_id).sum()) == 36 * 48 + 36 + 576

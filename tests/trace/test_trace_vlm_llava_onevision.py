@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tests.helpers.trace_helpers import estimate_holds_vision_trace, shipped_case_job  # noqa: E402
+from tests.helpers.trace_helpers import collated_image_row, estimate_holds_vision_trace, shipped_case_job  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -30,15 +30,10 @@ def test_the_trace_of_today_agrees_with_the_estimate():
     (2, (2, 1, 3, 384, 384), 2 * (729 + 1)),
 ])
 def test_the_collator_hands_the_tiles_and_their_tokens(images, pixel_shape, tokens):
-    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
-
     from hpcmem.job.images import image_geometry
-    from hpcmem.trace.vision import make_image_dataset, processor
 
     job = _job("lov-full-nogc-13t", images_per_example=images, max_length=8192)
-    proc = processor(job)
-    row = dict(make_image_dataset(job, (8192,), 1)[0])
-    batch = DataCollatorForVisionLanguageModeling(processor=proc)([row])
+    proc, batch = collated_image_row(job, 8192)
     ids = batch["input_ids"][0]
     assert ids.shape == (8192,)
     assert int((ids == proc.image_token_id).sum()) == tokens

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tests.helpers.trace_helpers import estimate_holds_vision_trace, shipped_case_job  # noqa: E402
+from tests.helpers.trace_helpers import collated_image_row, estimate_holds_vision_trace, shipped_case_job  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -35,14 +35,10 @@ def test_the_last_layers_forward_instant_is_the_traces():
 
 
 def test_the_collator_fills_the_row_with_the_images_tokens():
-    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
-
-    from hpcmem.trace.vision import VISION_END, VISION_START, make_image_dataset, processor
+    from hpcmem.trace.vision import VISION_END, VISION_START
 
     job = shipped_case_job("vlm-paddleocr-vl.yaml", "pocr1024-lora-all-gc")
-    proc = processor(job)
-    row = dict(make_image_dataset(job, (2048,), 1)[0])
-    batch = DataCollatorForVisionLanguageModeling(processor=proc)([row])
+    proc, batch = collated_image_row(job, 2048)
     ids = batch["input_ids"][0]
     assert ids.shape == (2048,)
     assert int((ids == proc.image_token_id).sum()) == 54 * 74 // 4

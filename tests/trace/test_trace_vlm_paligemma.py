@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tests.helpers.trace_helpers import estimate_holds_vision_trace, shipped_case_job  # noqa: E402
+from tests.helpers.trace_helpers import collated_image_row, estimate_holds_vision_trace, shipped_case_job  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -24,14 +24,8 @@ def test_the_trace_of_today_agrees_with_the_estimate():
 
 
 def test_the_collator_fills_the_row_and_marks_it_all_prefix():
-    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
-
-    from hpcmem.trace.vision import make_image_dataset, processor
-
     job = _job("pg448-full-nogc")
-    proc = processor(job)
-    row = dict(make_image_dataset(job, (2560,), 1)[0])
-    batch = DataCollatorForVisionLanguageModeling(processor=proc)([row])
+    proc, batch = collated_image_row(job, 2560)
     ids = batch["input_ids"][0]
     assert ids.shape == (2560,)
     assert int((ids == proc.image_token_id).sum()) == (448 // 14) ** 2

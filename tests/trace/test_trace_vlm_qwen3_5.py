@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tests.helpers.trace_helpers import estimate_holds_vision_trace, shipped_case_job  # noqa: E402
+from tests.helpers.trace_helpers import collated_image_row, estimate_holds_vision_trace, shipped_case_job  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -21,14 +21,10 @@ def test_the_trace_of_today_agrees_with_the_estimate():
 
 
 def test_the_collator_hands_the_model_the_image_s_tokens():
-    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
-
-    from hpcmem.trace.vision import IMAGE_PAD, VISION_END, VISION_START, make_image_dataset, processor
+    from hpcmem.trace.vision import IMAGE_PAD, VISION_END, VISION_START
 
     job = shipped_case_job("vlm-qwen3-5.yaml", "q35-full-nogc-896")
-    proc = processor(job)
-    row = dict(make_image_dataset(job, (1536,), 1)[0])
-    batch = DataCollatorForVisionLanguageModeling(processor=proc)([row])
+    proc, batch = collated_image_row(job, 1536)
     ids = batch["input_ids"][0]
     assert ids.shape == (1536,)
     pad, start, end = proc.tokenizer.convert_tokens_to_ids([IMAGE_PAD, VISION_START, VISION_END])
