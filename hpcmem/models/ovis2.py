@@ -33,7 +33,7 @@ from typing import Any
 
 from hpcmem.errors import Problems, SpecError
 from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
-                                      check_whole_grid, grid_patches, text_width)
+                                      check_whole_grid, grid_patches, text_width, vision_values)
 
 # Ovis2VisionConfig's class defaults (models/ovis2/configuration_ovis2.py)
 OVIS2_VISION_DEFAULTS: dict[str, Any] = {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24,
@@ -138,10 +138,7 @@ class Ovis2TowerSpec(LinearTower):
 
 def ovis2_tower_from_config(cfg: dict[str, Any], name: str) -> Ovis2TowerSpec:
     """The Ovis2TowerSpec of an ovis2 config.json dict; keys it omits take Ovis2VisionConfig's defaults."""
-    raw = cfg.get("vision_config")
-    if raw is not None and not isinstance(raw, dict):
-        raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
-    vc = {**OVIS2_VISION_DEFAULTS, **(raw or {})}
+    vc = vision_values(cfg, name, OVIS2_VISION_DEFAULTS)
     for key in ("image_size", "patch_size"):
         if isinstance(vc[key], (list, tuple)):
             raise SpecError(f"model {name}: vision_config.{key} {vc[key]!r}: hpcmem models square images (an integer)")

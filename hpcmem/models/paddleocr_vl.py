@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.tower_base import TowerLinear, check_counts, encoder_layer_linears, grid_patches, text_width
+from hpcmem.models.tower_base import (TowerLinear, check_counts, encoder_layer_linears, grid_patches, text_width,
+                                      vision_values)
 from hpcmem.models.video_llama_3 import VideoLlama3TowerSpec
 
 # configuration_paddleocr_vl.py `PaddleOCRVisionConfig`'s field defaults (with SiglipVisionConfig's it keeps)
@@ -98,10 +99,7 @@ class PaddleOcrTowerSpec(VideoLlama3TowerSpec):
 def paddleocr_tower_from_config(cfg: dict[str, Any], name: str) -> PaddleOcrTowerSpec:
     """The PaddleOcrTowerSpec of a paddleocr_vl config.json dict; keys it omits take PaddleOCRVisionConfig's
     defaults."""
-    raw = cfg.get("vision_config")
-    if raw is not None and not isinstance(raw, dict):
-        raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
-    vc = {**PADDLEOCR_VISION_DEFAULTS, **(raw or {})}
+    vc = vision_values(cfg, name, PADDLEOCR_VISION_DEFAULTS)
     for key in ("patch_size", "image_size"):
         if isinstance(vc[key], (list, tuple)):
             raise SpecError(f"model {name}: vision_config.{key} {vc[key]!r}: hpcmem models square patches and "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hpcmem.errors import Problems
+from hpcmem.errors import Problems, SpecError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +81,15 @@ def encoder_layer_linears(hidden: int, intermediate: int, count: int, *, out_pro
               for n in ("q_proj", "k_proj", "v_proj", out_proj)),
             TowerLinear(name="mlp.fc1", in_features=hidden, out_features=intermediate, count=count, part="tower"),
             TowerLinear(name="mlp.fc2", in_features=intermediate, out_features=hidden, count=count, part="tower"))
+
+
+def vision_values(cfg: dict, name: str, defaults: dict) -> dict:
+    """The config.json's vision_config over the vision config class's `defaults` (keys it omits take them); a
+    vision_config that is not an object is refused."""
+    raw = cfg.get("vision_config")
+    if raw is not None and not isinstance(raw, dict):
+        raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
+    return {**defaults, **(raw or {})}
 
 
 def text_width(cfg: dict, default: int) -> int:

@@ -29,7 +29,7 @@ from typing import Any
 from hpcmem.errors import Problems, SpecError
 from hpcmem.models.siglip import SIGLIP_ACTIVATIONS
 from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
-                                      encoder_layer_linears, text_width)
+                                      encoder_layer_linears, text_width, vision_values)
 
 # configuration_video_llama_3.py `VideoLlama3VisionConfig`'s field defaults
 VIDEO_LLAMA_3_VISION_DEFAULTS: dict[str, Any] = {
@@ -92,10 +92,7 @@ class VideoLlama3TowerSpec(LinearTower):
 def video_llama_3_tower_from_config(cfg: dict[str, Any], name: str) -> VideoLlama3TowerSpec:
     """The VideoLlama3TowerSpec of a video_llama_3 config.json dict; keys it omits take VideoLlama3VisionConfig's
     defaults."""
-    raw = cfg.get("vision_config")
-    if raw is not None and not isinstance(raw, dict):
-        raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
-    vc = {**VIDEO_LLAMA_3_VISION_DEFAULTS, **(raw or {})}
+    vc = vision_values(cfg, name, VIDEO_LLAMA_3_VISION_DEFAULTS)
     if isinstance(vc["patch_size"], (list, tuple)):
         raise SpecError(f"model {name}: vision_config.patch_size {vc['patch_size']!r}: hpcmem models square patches "
                         "(an integer)")
