@@ -170,21 +170,20 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     # a DoRA cell traced DoRA on the reference's adapters: its backward peak may be the reference's DoRA instant (the
     # recompute's weight-norm copies, `forward_transient`) or a backward instant. The user's DoRA instant is the
     # reference's shifted by the difference of their forward transients; the user's backward instants are bounded
-    # from the plain LoRA cell with DoRA's saved terms and backward by the formulas (hpcmem.estimate.lora_variants).
-    # Without this split, a user's DoRA on fewer or narrower linears kept the reference's larger DoRA instant (random
-    # jobs s1-54 nanochat +72 %, s1-427 Gemma +60 %)
+    # from the plain LoRA cell with DoRA's saved terms and backward by the formulas (hpcmem.estimate.lora_variants),
+    # so a user's DoRA on fewer or narrower linears does not keep the reference's larger DoRA instant (estimator/LOG.md)
     plain = _cell(job, prec) if gc and reference is not None and reference.get("use_dora") else None
     backward_bound: dict[int, tuple[int, int]] = {}
+    # the cells were traced under autocast (TRL's bf16: a w2a2 / w4a2 cell); a job without it (bf16 and fp16 off) has
+    # peft's fp32 adapters compute in fp32 on fp32 copies of their inputs: its side of each difference is taken at its
+    # own precision, the reference's at the traced one
+    traced = replace(prec, amp=True)
     for kind_id in set(p.layer_kinds):
         kind = p.kinds[kind_id]
         if not lora.enabled:
             per_kind[kind_id] = (0, 0, kind.params * prec.weight, 0)
             continue
         mine, ref = layer_adapters(kind, lora, None), layer_adapters(kind, lora, reference or p.lora_reference)
-        # the cells were traced under autocast (TRL's bf16: a w2a2 / w4a2 cell); a job without it (bf16 and fp16
-        # off) has peft's fp32 adapters compute in fp32 on fp32 copies of their inputs: its side of the difference
-        # is taken at its own precision, the reference's at the traced one
-        traced = replace(prec, amp=True)
         d_saved = mine.saved_per_layer(tokens, prec) - ref.saved_per_layer(tokens, traced)
         d_temp = backward_transient(mine, tokens, prec) - backward_transient(ref, tokens, traced)
         # DoRA's forward temporaries (the weight norm's dense copies, its fp32 output products: one linear at a time,
@@ -211,14 +210,14 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         if gc:              # the adapters' saved inputs exist only in the recompute
             # DoRA's forward temporaries and the backward's compete for the recompute's peak; without DoRA on either
             # side there are none, and the adapters' backward difference (negative for fewer targets) applies as is
+            fpeak += dora_t
             if plain is not None:
                 dora_saved, dora_temp = backward_bound[p.layer_kinds[j]]
                 # the cell's backward instants: at least the plain cell's with DoRA's own terms, at most its peak
                 backward = min(peak, plain.peak[r].at(tokens, quad) + tail + dora_saved + dora_temp)
-                fpeak = fpeak + dora_t
                 peak = max(peak + d_saved + dora_t, backward + d_saved + d_temp)
             else:
-                fpeak, peak = fpeak + dora_t, peak + d_saved + (max(d_temp, dora_t) if dora_t else d_temp)
+                peak += d_saved + (max(d_temp, dora_t) if dora_t else d_temp)
         else:
             fwd, fpeak, kept, peak = fwd + d_saved, fpeak + d_saved + dora_t, kept + d_saved, peak + d_temp
         # an adapter change never takes a term below zero; a learned term that is negative stays as learned (layer 0's

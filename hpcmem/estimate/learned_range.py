@@ -69,7 +69,7 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
     if not precision(job).amp:
         # every cell is traced under autocast (hpcmem/trace/learn.py: bf16 on); without it an op that mixes a 16-bit
         # tensor with an fp32 one promotes to fp32 (an MoE's fp32 routing weights times its experts' outputs: their
-        # gradients fp32 too, random job s1-568), and peft's fp32 adapters compute in fp32 on fp32 input copies
+        # gradients fp32 too; estimator/LOG.md), and peft's fp32 adapters compute in fp32 on fp32 input copies
         out.append(f"learned profile of {p.model_type}: its cells were traced under autocast (bf16 on); this job "
                    "computes without it (bf16 and fp16 off), where 16-bit and fp32 operands promote to fp32 and "
                    "LoRA adapters compute in fp32: not held")

@@ -468,8 +468,9 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     prefix = keep == tuple(range(depth))
     outer, peft = probe.model_type, probe.peft_default_targets
     spec = spec_from_profile(probe, probe.model_type)
-    wanted = [(tech, gc) for tech, gc in runnable_cells(outer, CELLS)
-              if (tech, gc) in set(cells) and (tech == "full" or reference)]
+    asked = [(tech, gc) for tech, gc in runnable_cells(outer, CELLS) if (tech, gc) in set(cells)]
+    unreferenced = [(tech, gc) for tech, gc in asked if tech != "full" and not reference]
+    wanted = [c for c in asked if c not in unreferenced]
     wanted += runnable_cells(outer, [(DEFAULT_LORA, True)]) if default else []
     # DoRA on the reference adapters, beside each LoRA cell: its weight norms and fp32 products are traced, not the
     # difference formulas' (hpcmem.estimate.lora_variants), which a layer's own instants place better
@@ -479,8 +480,7 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     fitted: dict[str, Cell] = {}
     skipped: dict[str, str] = {cell_key(PRECISIONS[d], tech, gc): "peft adapts none of this model's linears as "
                                "learn tries them (all-linear, the attention projections, the other linears): no LoRA "
-                               "reference" for d in dtypes for tech, gc in runnable_cells(outer, CELLS)
-                               if (tech, gc) in set(cells) and tech != "full" and not reference}
+                               "reference" for d in dtypes for tech, gc in unreferenced}
     ends_last = lay.last_only(full.layer_kinds)
     for dtype in dtypes:
         for technique, gc in wanted:

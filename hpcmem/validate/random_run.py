@@ -142,8 +142,9 @@ def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout:
     path.parent.mkdir(parents=True, exist_ok=True)
     freeze_stream(seed)
     ids = {f"s{seed}-{i}" for i in range(n)}
-    stored = [r for r in load(path) if r["id"] in ids]
-    jobs = {r["id"]: r["job"] for r in load(path) if "job" in r} if only else {}
+    records = load(path)
+    stored = [r for r in records if r["id"] in ids]
+    jobs = {r["id"]: r["job"] for r in records if "job" in r} if only else {}
     stale = set() if only else set(stale_ids(stored))
     done = {r["id"] for r in stored} - (stale if redraw else set())
     todo = list(dict.fromkeys(only)) or [i for i in range(n) if f"s{seed}-{i}" not in done]
