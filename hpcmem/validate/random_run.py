@@ -140,7 +140,8 @@ def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout:
     oracle_task(oracle) if oracle == "trainer" else None        # "not installed" before any worker starts
     path = records or records_path(oracle)
     path.parent.mkdir(parents=True, exist_ok=True)
-    freeze_stream(seed)
+    if records is None:     # the project's records: their seed's types are frozen beside them; a records file of
+        freeze_stream(seed)  # the user's own leaves the project's streams.json as it is
     ids = {f"s{seed}-{i}" for i in range(n)}
     records = load(path)
     stored = [r for r in records if r["id"] in ids]

@@ -286,8 +286,8 @@ def test_only_runs_the_job_a_record_holds_not_today_s_draw(tmp_path: Path) -> No
 
 def test_a_seed_s_types_are_frozen_at_its_first_run_and_others_kept(tmp_path: Path, monkeypatch) -> None:
     """A type that becomes usable later (a profile learned again in a readable format) must not re-draw an existing
-    seed: the first run of a seed writes its types to streams.json, later runs and other seeds leave them alone, and
-    `choices` draws from them."""
+    seed: the first run of a seed on the project's records writes its types to streams.json, later runs, other seeds
+    and runs on a records file of one's own leave them alone, and `choices` draws from them."""
     from hpcmem.validate import random_jobs
     from hpcmem.validate.random_run import run
 
@@ -298,11 +298,13 @@ def test_a_seed_s_types_are_frozen_at_its_first_run_and_others_kept(tmp_path: Pa
     random_jobs.frozen_streams.cache_clear()
     try:
         assert {choices(1, i)["model_type"] for i in range(50)} == {"llama"}          # seed 1 draws its own list
-        run("properties", 1, 5, records=tmp_path / "p.jsonl", progress=False)
+        run("properties", 1, 7, records=tmp_path / "mine.jsonl", progress=False)     # a records file of one's own
+        assert json.loads((tmp_path / "random" / "streams.json").read_text()) == {"1": kept}
+        run("properties", 1, 5, progress=False)          # the project's records (here under HPCMEM_ESTIMATOR_DIR)
         streams = json.loads((tmp_path / "random" / "streams.json").read_text())
         usable, derived = model_types()
         assert streams == {"1": kept, "5": {"usable": list(usable), "derived": list(derived)}}
-        run("properties", 2, 5, records=tmp_path / "p.jsonl", progress=False)
+        run("properties", 2, 5, progress=False)
         assert json.loads((tmp_path / "random" / "streams.json").read_text()) == streams
     finally:
         random_jobs.frozen_streams.cache_clear()
