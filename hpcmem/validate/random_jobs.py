@@ -19,11 +19,12 @@ kept (a field of another trainer, checkpointing a type refuses, a LoRA target pe
 half of refusal parity.
 
 A seed's types are frozen at its first run: estimator/random/streams.json keeps, per seed, the types it draws from
-(and the derived ones its distillation teachers come from), written by the first `hpcmem validate random --seed S`
-on the project's records (hpcmem.validate.random_run; a `--records` file of one's own writes nothing there), so a type that becomes usable later (a profile learned again in a readable format)
-does not re-draw every job of an existing seed — it enters the next seed. Without a frozen list a seed follows the
-install (`model_types`). What a type's cut depends on (its learned profile's layers) still moves its own jobs: a
-record holds the job it ran; one whose job is no longer today's draw is stale, and `--redraw` runs it again.
+(and the derived ones its distillation teachers come from), written by the first `hpcmem validate random --seed S` on
+the project's records (hpcmem.validate.random_run; a `--records` file of one's own writes nothing there), so a type
+that becomes usable later (a profile learned again in a readable format) does not re-draw every job of an existing
+seed — it enters the next seed. Without a frozen list a seed follows the install (`model_types`). What a type's cut
+depends on (its learned profile's layers) still moves its own jobs: a record holds the job it ran; one whose job is no
+longer today's draw is stale, and `--redraw` runs it again.
 """
 
 from __future__ import annotations
