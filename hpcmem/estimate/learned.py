@@ -31,13 +31,12 @@ from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import backward_components, closing_phases, resident_components
 from hpcmem.estimate.lora import LoraLayout, backward_transient
 from hpcmem.estimate.lora_variants import forward_transient
-from hpcmem.estimate.loss import LossBytes, loss_bytes
+from hpcmem.estimate.loss import LossBytes, fused_head_bytes
 from hpcmem.estimate.names import ACTIVATIONS, GATHERED, HEAD_BACKWARD, PREFETCHED_UNIT
 from hpcmem.estimate.recurrent_tail import tail_bytes
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
-from hpcmem.job.trainers import entry
 from hpcmem.models.params import LinearModule
 from hpcmem.models.profile import (
     UNMASKED_SCORES,
@@ -261,11 +260,10 @@ def traced_head(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout)
     unmasked rows of this micro-batch's shape, every position scored but each row's last (hpcmem.job.shape
     `micro_batch`), whatever this job scores — a DPO row's image prompt, or its prompt, scores nothing
     (dpo_trainer.py `concatenated_forward`: labels -100 there), and the fused head's saved hidden rows, statistics
-    and tiles are those of the scored positions only (hpcmem.estimate.loss `loss_bytes`). A trainer with its own
-    loss (hpcmem.job.trainers `hook("loss")`) or score head keeps its own bytes here."""
-    if entry(job.train.trainer).hook("loss") is not None or entry(job.train.trainer).head == "score":
-        return loss_bytes(job, mb, prec, head_trains=not lora.enabled)     # a trainer's own loss: as before
-    return loss_bytes(job, replace(mb, label_tokens=mb.rows * (mb.seq - 1)), prec, head_trains=not lora.enabled)
+    and tiles are those of the scored positions only (hpcmem.estimate.loss `fused_head_bytes`). The same for a
+    trainer with its own loss (hpcmem.job.trainers `hook("loss")`) or a score head: the terms hold the SFT head
+    either way, and the estimate adds the job's own loss or head beside them."""
+    return fused_head_bytes(job, replace(mb, label_tokens=mb.rows * (mb.seq - 1)), prec, head_trains=not lora.enabled)
 
 
 def _without_head(term: Term, tokens: int, quad: int, traced: list[int], at_job: int, seqs: tuple[int, ...],
@@ -292,15 +290,13 @@ def head_out(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, ce
     - where the limit falls between the learned lengths the polynomial through them bends (c < 0: a concave
       quadratic, which nothing else in a layer's or the head's instants is — masks and scores are c ≥ 0), so the
       pieces of the term (profile.Envelope) with c < 0 hold the head and lose that polynomial; the other pieces —
-      instants before the tile — hold the head's linear part only, which is this job's shape's own (`traced_head`).
-    A trainer with its own loss or a score head keeps its own bytes at this micro-batch (`traced_head`)."""
+      instants before the tile — hold the head's linear part only, which is this job's shape's own (`traced_head`)."""
     p: LearnedProfile = job.model.learned
     tokens, quad = mb.tokens, _quad(job, mb)
     at = traced_head(job, mb, prec, lora)
     at_fwd, at_bwd = at.saved + at.forward_transient, at.backward_transient
     seqs, rows = tuple(p.provenance.get("seqs") or ()), int(p.provenance.get("rows") or 0)
-    own = entry(job.train.trainer).hook("loss") is not None or entry(job.train.trainer).head == "score"
-    if own or len(seqs) != 3 or not rows:
+    if len(seqs) != 3 or not rows:
         return cell.forward_other.at(tokens, quad) - at_fwd, cell.head_other.at(tokens, quad) - at_bwd
     heads = [traced_head(job, replace(mb, rows=rows, seq=s, padding_free=False, padded_with=0), prec, lora)
              for s in seqs]

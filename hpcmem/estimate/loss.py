@@ -63,12 +63,17 @@ def loss_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool)
     own = entry(job.train.trainer).hook("loss")
     if own is not None:
         return own(job, mb, prec, head_trains)
-    m = job.model
-    h, v, n = m.hidden_size, m.vocab_size, mb.label_tokens
     if entry(job.train.trainer).head == "score":
         # score head: [rows, seq, 1] logits; the pooled value per row
         return LossBytes(saved=mb.tokens * prec.act, forward_transient=mb.tokens * FP32, backward_transient=
-                         mb.tokens * h * prec.residual, note="score head (1 output)")
+                         mb.tokens * job.model.hidden_size * prec.residual, note="score head (1 output)")
+    return fused_head_bytes(job, mb, prec, head_trains)
+
+
+def fused_head_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool) -> LossBytes:
+    """TRL's fused LM head and cross-entropy over `mb.label_tokens` scored tokens, whatever the job's trainer."""
+    m = job.model
+    h, v, n = m.hidden_size, m.vocab_size, mb.label_tokens
     compute = 4 if job.train.cast_lm_head_to_fp32 else prec.act
     hidden_bytes = 4 if job.train.cast_lm_head_to_fp32 else prec.residual
     tile = logits_tile(n, v, compute)
