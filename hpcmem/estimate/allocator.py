@@ -23,6 +23,12 @@ cannot use. The terms (bytes, `slack_terms`):
   backward, which split it (`head_tile_kept`);
 - `layer_blocks`: the largest block of a decoder layer (`largest_layer_block`);
 - `allocated`: a small share of the peak for everything else (rounding of requests, short-lived blocks).
+- `accumulated_stacks` (not fitted, coefficient 1; default segments, full fine-tuning of an MoE type with fused
+  experts under gradient accumulation): each micro-batch after the first writes a weight's new gradient, adds it
+  into .grad and frees it (torch/csrc/autograd/functions/accumulate_grad.h), so the backward's peak holds only the
+  largest expert stack's new gradient (hpcmem.estimate.step) while the smaller stacks' freed gradients stay cached:
+  a block never serves a larger request (best fit, `get_free_block`), so the largest stack's gradient maps its own
+  segment beside them (traced: Mixtral, 4 micro-batches, fp32: the [E, H, I] down stack's 1.8 GB block).
 
 (b) is not replayed tensor by tensor: each term's coefficient is fitted per allocator mode by hpcmem.lab.reserved_fit
 on the trace matrix (estimator/reserved-fit.json; estimator/LOG.md). Jobs the trace does not run (ZeRO, FSDP: flat
@@ -56,7 +62,7 @@ from hpcmem.estimate.names import (
     is_forward,
 )
 from hpcmem.estimate.names import CUBLAS_WORKSPACES as WORKSPACES
-from hpcmem.estimate.states import FOREACH_OPTIMS
+from hpcmem.estimate.states import FOREACH_OPTIMS, param_parts
 from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parameter_sizes
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
@@ -189,6 +195,13 @@ def slack_terms(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
                                                        - ordinary - reward),
         "embedding_grad": reward,
     }
+
+
+def accumulated_stacks(job: JobSpec, prec: Precision, lora: LoraLayout, expandable: bool) -> int:
+    """The `accumulated_stacks` term (module docstring): not fitted, so outside `slack_terms` and the fit's slack."""
+    if job.train.gradient_accumulation_steps == 1 or lora.enabled or job.parallel.flat_partitions or expandable:
+        return 0
+    return param_parts(job.model).moe_stack_rest * prec.weight
 
 
 def head_tile_kept(job: JobSpec, lora: LoraLayout, expandable: bool) -> bool:
@@ -545,6 +558,7 @@ def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLay
 
     def rule(expandable: bool) -> int:
         coef = COEFFICIENTS["expandable" if expandable else "default"]
-        return max(0, int(sum(coef[k] * terms[expandable][k] for k in TERMS)))
+        return max(0, int(sum(coef[k] * terms[expandable][k] for k in TERMS)
+                          + accumulated_stacks(job, prec, lora, expandable)))
 
     return max(rule(mode) for mode in modes), placement_spread(job, mb, prec, lora, terms[job.expandable_segments])

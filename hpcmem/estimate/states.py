@@ -46,6 +46,15 @@ class ParamParts:
     linear_rows: int             # output rows of those linears (LLM.int8 keeps an fp32 scale per row)
     largest_tensor: int = 0      # elements of the largest single parameter (embedding, head, a linear, fused experts)
     largest_module: int = 0      # elements a module holds directly (fused experts: gate_up + down in one module)
+    # elements of the layers' weights autocast keeps a 16-bit copy of (aten/src/ATen/autocast_mode.cpp `cached_cast`:
+    # a leaf that requires grad, cast by a lower-precision op): every nn.Linear and bare router weight. A fused expert
+    # stack is not: transformers' experts index it or hand it to grouped_mm with the input cast to the weight's dtype
+    # (integrations/moe.py `_grouped_mm`), so no cast of the stack is made or cached; norms are not cast
+    autocast_cached: int = 0
+    autocast_cached_per_layer: int = 0   # the same, the largest decoder layer's
+    largest_moe_tensor: int = 0  # elements of an MoE layer's largest MLP weight (a fused expert stack, or one expert)
+    largest_attention_tensor: int = 0   # elements of the largest attention projection's weight
+    moe_stack_rest: int = 0      # elements of an MoE layer's fused expert stacks but its largest
 
     @property
     def layers(self) -> int:
@@ -58,7 +67,12 @@ def reward_parts(parts: ParamParts, m: ModelSpec) -> ParamParts:
     score = m.hidden_size
     return ParamParts(total=parts.total - parts.lm_head + score, embed=parts.embed, lm_head=score,
                       per_layer=parts.per_layer, quantizable=parts.quantizable, linear_rows=parts.linear_rows,
-                      largest_tensor=parts.largest_tensor, largest_module=parts.largest_module)
+                      largest_tensor=parts.largest_tensor, largest_module=parts.largest_module,
+                      autocast_cached=parts.autocast_cached,
+                      autocast_cached_per_layer=parts.autocast_cached_per_layer,
+                      largest_moe_tensor=parts.largest_moe_tensor,
+                      largest_attention_tensor=parts.largest_attention_tensor,
+                      moe_stack_rest=parts.moe_stack_rest)
 
 
 def job_param_parts(job: JobSpec) -> ParamParts:
@@ -77,13 +91,26 @@ def param_parts(m: ModelSpec) -> ParamParts:
     linears = [mod for mod in mods if mod.nn_linear]
     tensors = [mod.in_features * mod.out_features * mod.count_per_layer for mod in mods]
     experts = sum(t for mod, t in zip(mods, tensors) if mod.kind == "expert")   # one Experts module per layer
+    stack_sizes = [t for mod, t in zip(mods, tensors) if mod.kind == "expert" and not mod.nn_linear]
+    stacks = sum(stack_sizes)
+    # one tensor each: a fused stack holds its count_per_layer matrices, an nn.Linear expert one
+    moe_tensors = [mod.in_features * mod.out_features * (1 if mod.nn_linear else mod.count_per_layer)
+                   for mod in mods if mod.kind in ("expert", "shared_expert", "router")]
     return ParamParts(total=b.total, embed=b.embed, lm_head=b.lm_head,
                       largest_tensor=max([b.embed, b.lm_head, *tensors]),
                       largest_module=max([b.embed, b.lm_head, experts, *tensors]),
                       per_layer=max(dense if b.num_dense_layers else 0, moe if b.num_moe_layers else 0),
                       quantizable=sum(mod.in_features * mod.out_features * mod.count_per_layer * mod.weight_layers
                                       for mod in linears),
-                      linear_rows=sum(mod.out_features * mod.count_per_layer * mod.weight_layers for mod in linears))
+                      linear_rows=sum(mod.out_features * mod.count_per_layer * mod.weight_layers for mod in linears),
+                      autocast_cached=sum(mod.in_features * mod.out_features * mod.count_per_layer * mod.weight_layers
+                                          for mod in mods if mod.nn_linear or mod.kind != "expert"),
+                      autocast_cached_per_layer=max(dense if b.num_dense_layers else 0,
+                                                    moe - stacks if b.num_moe_layers else 0) - b.norms_per_layer,
+                      largest_moe_tensor=max(moe_tensors, default=0),
+                      largest_attention_tensor=max((mod.in_features * mod.out_features for mod in mods
+                                                    if mod.kind == "attention"), default=0),
+                      moe_stack_rest=stacks - max(stack_sizes, default=0))
 
 
 @dataclass(frozen=True, kw_only=True)

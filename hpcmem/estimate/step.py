@@ -38,7 +38,7 @@ def layer_terms(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts
     m = job.model
 
     def saved(k: int) -> dict:
-        return act.layer_saved(m, mb, prec, attn=job.train.attn_implementation, layer=k, layer_params=parts.per_layer,
+        return act.layer_saved(m, mb, prec, attn=job.train.attn_implementation, layer=k, layer_params=parts.autocast_cached_per_layer,
                                lora=lora)
 
     # layers differ only by dense vs MoE MLP and by a sliding window's own mask: compute each kind once (the planner
@@ -111,9 +111,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     gathered = [Component(name=GATHERED, bytes=s.gathered)] if s.gathered else []
     accum_grads = s.gradients if t.gradient_accumulation_steps > 1 else 0
     grads_note = "kept across gradient accumulation" if accum_grads else ""
-    # torch autocast caches the 16-bit copy only of leaf weights that require grad (cached_cast): all layer weights
-    # in full fine-tuning, only the adapters under LoRA; the cache lives until autocast exits (end of forward)
-    cached = lora.num_params if lora.enabled else parts.layers
+    # torch autocast caches the 16-bit copy only of leaf weights that require grad (cached_cast): the layers' linear
+    # weights in full fine-tuning (ParamParts.autocast_cached), only the adapters under LoRA; the cache lives until
+    # autocast exits (end of forward)
+    cached = lora.num_params if lora.enabled else parts.autocast_cached
     autocast_cache = 2 * cached if prec.autocast and t.gradient_checkpointing else 0
     dora_t = lora_variants.forward_transient(lora, mb.tokens, prec, t.quantized)
     activations = Component(name=ACTIVATIONS, bytes=saved_total,
@@ -203,7 +204,16 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     if t.activation_offloading and not t.gradient_checkpointing:
         post_norm = 0       # offloaded saved tensors free host memory, not the GPU's
 
-    def own_layer(d: dict, full_k: int) -> tuple[int, int, int, int]:
+    # Under gradient accumulation a weight's new gradient is added into its .grad by AccumulateGrad as soon as it is
+    # made, and freed (torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad`: in place when .grad exists):
+    # in an MoE layer only the weight gradient being written is alive — in the MLP's backward the largest is an
+    # expert stack's, in the attention's a projection's (traced: Mixtral, fp32 weights, 4 micro-batches: one
+    # [E, 2I, H] fp32 gradient at the peak, not the layer's)
+    moe_mlp_written, moe_attention_written = (
+        (min(layer_grad, parts.largest_moe_tensor * prec.weight),
+         min(layer_grad, parts.largest_attention_tensor * prec.weight)) if accum_grads else (layer_grad, layer_grad))
+
+    def own_layer(d: dict, full_k: int, moe_layer: bool) -> tuple[int, int, int, int]:
         """(recompute, the MLP's worst temporaries, the recompute's, the attention's) of a layer with saved terms `d`:
         the same for every layer of one kind."""
         recompute = full_k - sac_cached if t.gradient_checkpointing else 0
@@ -212,9 +222,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         # (traced: a one-layer checkpointed Llama whose weights outweigh its tokens)
         freed = d["mlp"] + d["norms"] // 2 + lora_mlp_saved
         mlp_instant = hidden_t // 2 + mlp_side + down_grad if down_grad is not None else \
-            hidden_t + mlp_side + layer_grad
+            hidden_t + mlp_side + (moe_mlp_written if moe_layer else layer_grad)
         mlp_instant = max(mlp_instant, hidden_t + routing) - post_norm
-        attention_instant = max(hidden_t + attention_side - freed + layer_grad, 0)
+        attention_instant = max(hidden_t + attention_side - freed
+                                + (moe_attention_written if moe_layer else layer_grad), 0)
         recompute_instant = hidden_t // 2 + recompute_dora_t
         if stays is not None:
             # offloaded without checkpointing, a saved tensor comes back when its autograd node runs and goes with
@@ -237,7 +248,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     kinds: dict[int, tuple[int, int, int, int]] = {}
     for k in range(L):
         if id(terms[k]) not in kinds:
-            kinds[id(terms[k])] = own_layer(terms[k], full[k])
+            kinds[id(terms[k])] = own_layer(terms[k], full[k], m.is_moe and k >= m.num_dense_layers)
 
     def layer_instant(k: int) -> tuple[int, int, int, int, int]:
         """(activations, recompute, gradients done, the MLP's / recompute's worst temporaries, the attention's)."""
