@@ -70,7 +70,7 @@ def probe_batches(job: Any, steps: int) -> Iterator[None]:
     - GRPO/RLOO: the probe forces every completion to max_completion_length (`min_new_tokens`): no shorter one."""
     t = job.train
     micro_batches = t.gradient_accumulation_steps * job.parallel.world_size * (steps + 2)
-    saved = (builders.common_args, builders.make_dataset, pref.make_preference_dataset, rl.PAD_LAST_COMPLETION)
+    saved = (builders.common_args, builders.make_dataset, pref.make_preference_dataset, rl.PAD_COMPLETIONS)
     common_args, make_dataset, make_preference_dataset, _ = saved
 
     def probe_args(job: Any, output_dir: str | None = None) -> dict[str, Any]:
@@ -85,11 +85,11 @@ def probe_batches(job: Any, steps: int) -> Iterator[None]:
         return make_preference_dataset(job, design, micro_batches)
 
     builders.common_args, builders.make_dataset = probe_args, probe_dataset
-    pref.make_preference_dataset, rl.PAD_LAST_COMPLETION = probe_preference, False
+    pref.make_preference_dataset, rl.PAD_COMPLETIONS = probe_preference, False
     try:
         yield
     finally:
-        builders.common_args, builders.make_dataset, pref.make_preference_dataset, rl.PAD_LAST_COMPLETION = saved
+        builders.common_args, builders.make_dataset, pref.make_preference_dataset, rl.PAD_COMPLETIONS = saved
 
 
 def trace_record(rec: dict[str, Any], out: Path, *, generation: bool = False) -> float:

@@ -2,10 +2,11 @@
 distillation — the student generates, then learns the teacher's next-token distribution on its own completions.
 
 As for GRPO/RLOO (hpcmem.trace.rl), the generated tokens are not TRL's: `_generate_single_turn` answers every prompt
-with max_completion_length copies of one ordinary token (the last row one token shorter, so the batch is padded like
-real completions of different lengths); with `generation=True` TRL's own `generate` call runs first, to full length,
-and its output is dropped. Everything after is TRL's: the prompt + completion batch, the split into micro-batches,
-the student's backbone forward, the teacher's no-grad forward, `_chunked_divergence_loss`, backward, optimizer step.
+with max_completion_length copies of one ordinary token (all rows but the first one token shorter, so every
+micro-batch is padded like real completions of different lengths: hpcmem.trace.rl `PAD_COMPLETIONS`); with
+`generation=True` TRL's own `generate` call runs first, to full length, and its output is dropped. Everything after
+is TRL's: the prompt + completion batch, the split into micro-batches, the student's backbone forward, the teacher's
+no-grad forward, `_chunked_divergence_loss`, backward, optimizer step.
 
 The teacher: TRL loads `teacher_model_name_or_path` with `create_model_from_path(**teacher_model_init_kwargs)` and
 prepares it for evaluation (no DDP wrapper); here the same call builds it from its config (the catalog, a
@@ -24,7 +25,7 @@ from hpcmem.trace.data import BatchDesign
 from hpcmem.trace.fakeenv import patched
 from hpcmem.trace.pieces import FIRST_TOKEN_ID, WORD
 from hpcmem.trace.rl import design_rl as design  # noqa: F401  (the same prompt + completion rows)
-from hpcmem.trace.rl import traced_generate
+from hpcmem.trace.rl import traced_completions, traced_generate
 from hpcmem.trace.trainer import TRACE_STEPS, build_model_in_dtype, common_args, traced_accumulation
 
 GENERATION_NOTE = ("DISTILLATION: generation is not traced — the trainer's _generate_single_turn is replaced by fixed "
@@ -106,10 +107,7 @@ def _distillation_class(fake: bool, completion_length: int, generation: bool) ->
                                   has_tool_images: bool = False) -> Any:
             if fake and generation:
                 self._traced_generate(prompt_ids)
-            completions = [[FIRST_TOKEN_ID] * completion_length for _ in prompt_ids]
-            if len(completions) > 1 and completion_length > 1:
-                completions[-1] = completions[-1][:-1]
-            return completions
+            return traced_completions(len(prompt_ids), completion_length, FIRST_TOKEN_ID)
 
         _traced_generate = traced_generate
 

@@ -5,8 +5,8 @@ The training step is TRL's: `_prepare_inputs` → `_generate_and_score_completio
 advantages) → `compute_loss` (per-token log-probs through the fused LM head, the loss) → backward → optimizer step.
 
 What is not TRL's: the generated tokens. HF `generate` on fake tensors cannot decide which token comes next, so the
-trainer's `_generate_single_turn` is replaced by one that answers every prompt (the last one token shorter, so the batch is
-padded like real completions of different lengths) with `max_completion_length` copies of one
+trainer's `_generate_single_turn` is replaced by one that answers every prompt (all but the first one token shorter, so
+every micro-batch is padded like real completions of different lengths: `PAD_COMPLETIONS`) with `max_completion_length` copies of one
 ordinary token (no EOS: every completion runs to the limit, the longest batch TRL can build), and the reward is a
 constant function. Prompts are `max_prompt_length` words of the word tokenizer (one token per word); with images,
 conversational prompts of the images and words, through the processor (hpcmem.trace.vision_rl). With
@@ -118,10 +118,23 @@ def rl_notes(job: JobSpec, generation: bool = False) -> list[str]:
     return notes
 
 
-# the trace's worst case: the last completion one token shorter (a padded batch). A GPU probe forces every completion
-# to max_completion_length (hpcmem.probe.fixtures.dataset), so hpcmem.lab.allocator_records turns this off to
-# replay the probe's own batches.
-PAD_LAST_COMPLETION = True
+# the trace's worst case: every completion but the first one token shorter, so every micro-batch of the generation
+# batch is padded. TRL shuffles the generation batch before it splits it into micro-batches
+# (grpo_trainer.py / rloo_trainer.py / distillation_trainer.py `_prepare_inputs`: shuffle_sequence_dict, then
+# split_tensor_dict), and real completions end at many lengths, so each micro-batch carries padding and its 4-D
+# attention mask; with only one shorter row, only the micro-batch that drew it did. A GPU probe forces every
+# completion to max_completion_length (hpcmem.probe.fixtures.dataset), so hpcmem.lab.allocator_records turns this off
+# to replay the probe's own batches.
+PAD_COMPLETIONS = True
+
+
+def traced_completions(prompts: int, completion_length: int, token: int) -> list[list[int]]:
+    """What the replaced `_generate_single_turn` answers: `prompts` completions of `completion_length` copies of
+    `token`, all but the first one token shorter (`PAD_COMPLETIONS`)."""
+    completions = [[token] * completion_length for _ in range(prompts)]
+    if PAD_COMPLETIONS and completion_length > 1:
+        completions[1:] = [c[:-1] for c in completions[1:]]
+    return completions
 
 
 def _constant_reward(completions: Any, **kwargs: Any) -> list[float]:
@@ -158,11 +171,9 @@ def _rl_class(trainer: str, fake: bool, completion_length: int, generation: bool
                 # GRPO/RLOO pass (images, multimodal_fields, ...) after the prompt ids: a vision-language prompt's
                 # pixel_values and image_grid_thw go to generate as TRL hands them (hpcmem.trace.vision_rl)
                 self._traced_generate(prompt_ids, args[1] if len(args) > 1 else None)
-            # every completion runs to max_completion_length but the last, one token shorter: real completions end at
-            # different lengths, so the batch carries a padding mask (the same convention as SFT's padded worst case)
-            completions = [[FIRST_TOKEN_ID] * completion_length for _ in prompt_ids]
-            if PAD_LAST_COMPLETION and len(completions) > 1 and completion_length > 1:
-                completions[-1] = completions[-1][:-1]
+            # the first completion runs to max_completion_length, the others one token shorter: real completions end
+            # at different lengths, so every micro-batch carries a padding mask (`PAD_COMPLETIONS`)
+            completions = traced_completions(len(prompt_ids), completion_length, FIRST_TOKEN_ID)
             return (completions, None) if with_logprobs else completions     # GRPO: (ids, sampling logprobs)
 
         _traced_generate = traced_generate
