@@ -33,6 +33,11 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 
 GIB = 1024**3
+# fp32 [tokens, H] gradients alive in an RMSNorm's backward (its fp32 upcast, `x * rsqrt(var + eps)`, the mean of
+# squares: transformers' *RMSNorm.forward), beside the 16-bit gradient arriving at it. Traced at five at the peak of
+# GLM-4's post-MLP norm (random job s2-4); four is what the trace matrix's sandwich-norm cases and the random jobs
+# agree with (estimator/LOG.md) — a count chosen on those cases, in sample
+SANDWICH_NORM_FP32 = 4
 # phase and component names other modules read back (hpcmem.estimate.allocator replays the step from them)
 def layer_terms(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, lora: LoraLayout) -> list[dict]:
     m = job.model
@@ -226,6 +231,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         mlp_instant = hidden_t // 2 + mlp_side + down_grad if down_grad is not None else \
             hidden_t + mlp_side + (moe_mlp_written if moe_layer else layer_grad)
         mlp_instant = max(mlp_instant, hidden_t + routing) - post_norm
+        if m.norms_per_layer == 4:
+            # a sandwich norm after the MLP (Gemma 2/3, GLM-4) runs its backward first, with every saved tensor of
+            # the layer (its own included) still alive
+            mlp_instant = max(mlp_instant, hidden_t // 2 + SANDWICH_NORM_FP32 * act.FP32 * m.hidden_size * mb.tokens)
         attention_instant = max(hidden_t + attention_side - freed
                                 + (moe_attention_written if moe_layer else layer_grad), 0)
         recompute_instant = hidden_t // 2 + recompute_dora_t
