@@ -14,8 +14,8 @@ from hpcmem.validate.random_model import job_spec
 from hpcmem.validate.random_trace import score
 from tests.helpers.random_records import stored_trace_record
 
-# GRPO jais2 full GC, GRPO minicpm3 LoRA GC: traced peak in "step 2 / backward / layer 2"
-JOBS = ("s1-57", "s1-696")
+# GRPO ministral3 LoRA GC, GRPO minicpm3 LoRA GC: traced peak in "step 2 / backward / layer 2"
+JOBS = ("s1-220", "s1-696")
 
 
 @pytest.mark.parametrize("job_id", JOBS)
