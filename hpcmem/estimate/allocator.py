@@ -28,7 +28,7 @@ cannot use. The terms (bytes, `slack_terms`):
   into .grad and frees it (torch/csrc/autograd/functions/accumulate_grad.h), so the backward's peak holds only the
   largest expert stack's new gradient (hpcmem.estimate.step) while the smaller stacks' freed gradients stay cached:
   a block never serves a larger request (best fit, `get_free_block`), so the largest stack's gradient maps its own
-  segment beside them (traced: Mixtral, 4 micro-batches, fp32: the [E, H, I] down stack's 1.8 GB block).
+  segment beside them (traced on Mixtral: the [E, H, I] down stack's block).
 
 (b) is not replayed tensor by tensor: each term's coefficient is fitted per allocator mode by hpcmem.lab.reserved_fit
 on the trace matrix (estimator/reserved-fit.json; estimator/LOG.md). Jobs the trace does not run (ZeRO, FSDP: flat

@@ -34,17 +34,16 @@ from hpcmem.job.shape import MicroBatch, Precision
 
 GIB = 1024**3
 # fp32 [tokens, H] gradients alive in an RMSNorm's backward (its fp32 upcast, `x * rsqrt(var + eps)`, the mean of
-# squares: transformers' *RMSNorm.forward), beside the 16-bit gradient arriving at it. Traced at five at the peak of
-# GLM-4's post-MLP norm (random job s2-4); four is what the trace matrix's sandwich-norm cases and the random jobs
-# agree with (estimator/LOG.md) — a count chosen on those cases, in sample
+# squares: transformers' *RMSNorm.forward), beside the 16-bit gradient arriving at it: five traced at one peak, four
+# chosen on the trace matrix's sandwich-norm cases and random jobs (in sample; estimator/LOG.md)
 SANDWICH_NORM_FP32 = 4
 # phase and component names other modules read back (hpcmem.estimate.allocator replays the step from them)
 def layer_terms(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, lora: LoraLayout) -> list[dict]:
     m = job.model
 
     def saved(k: int) -> dict:
-        return act.layer_saved(m, mb, prec, attn=job.train.attn_implementation, layer=k, layer_params=parts.autocast_cached_per_layer,
-                               lora=lora)
+        return act.layer_saved(m, mb, prec, attn=job.train.attn_implementation, layer=k,
+                               layer_params=parts.autocast_cached_per_layer, lora=lora)
 
     # layers differ only by dense vs MoE MLP and by a sliding window's own mask: compute each kind once (the planner
     # calls this thousands of times)
@@ -201,8 +200,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     # product is released, and the only [T, H] gradient alive is the one arriving at the layer; gate_proj's and
     # up_proj's weight gradients (and the attention's) do not exist yet (estimator/LOG.md).
     # Without a known down_proj share (LoRA, MoE, plain MLP) the whole layer's gradient stays counted. Under gradient
-    # accumulation down_proj's new weight gradient has been added into its .grad and freed by then (AccumulateGrad, as in
-    # the MoE layers below; traced: the GA-4 cases of Gemma 3 1B and Qwen2.5-0.5B, +0.29 → +0.11 % and +0.20 → +0.01 %).
+    # accumulation down_proj's new weight gradient has been added into its .grad and freed by then (AccumulateGrad, as
+    # in the MoE layers below; the trace matrix's accumulation cases, estimator/LOG.md).
     down_grad = None
     if not lora.enabled and not m.is_moe and m.gated_mlp and parts.per_layer:
         down_grad = 0 if accum_grads else layer_grad * (m.hidden_size * m.intermediate_size) // parts.per_layer
@@ -214,8 +213,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     # Under gradient accumulation a weight's new gradient is added into its .grad by AccumulateGrad as soon as it is
     # made, and freed (torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad`: in place when .grad exists):
     # in an MoE layer only the weight gradient being written is alive — in the MLP's backward the largest is an
-    # expert stack's, in the attention's a projection's (traced: Mixtral, fp32 weights, 4 micro-batches: one
-    # [E, 2I, H] fp32 gradient at the peak, not the layer's)
+    # expert stack's, in the attention's a projection's (traced on Mixtral: one [E, 2I, H] gradient at the peak)
     moe_mlp_written, moe_attention_written = (
         (min(layer_grad, parts.largest_moe_tensor * prec.weight),
          min(layer_grad, parts.largest_attention_tensor * prec.weight)) if accum_grads else (layer_grad, layer_grad))

@@ -3,15 +3,15 @@ matrix, and report how they do on cases left out of the fit.
 
     python -m hpcmem.lab.reserved_fit [--save estimator/reserved-fit.json] [--thirds] [--with-random]
 
-Rows: every stored trace record that carries the allocator model's reserved peak (`hpcmem validate trace
---reserved`), once per allocator mode. Target: the model's slack, reserved − (traced tensors + the estimate's cuBLAS
-workspaces and block tails + the unfitted `accumulated_stacks` term, the row's "fixed"). Terms: `slack_terms` of the estimate for the same job. Fit: least absolute deviations of
-the slack relative to the reserved peak, non-negative coefficients, on the training split — cases whose
-sha1(id) % 3 != 0 — then scored on the held-out third. Least absolute deviations, not least squares: the scores are the median and p95 of |error|,
-and a squared loss lets the few cases whose stranded blocks no term describes (path-specific fragmentation) pull
-every coefficient. Solved by iteratively reweighted least squares (weights 1 / max(|residual|, 1e-5), each step a
-non-negative least squares on the k × k normal equations, every subset of terms solved exactly); stops when no
-coefficient moves by 1e-9 (at most 500 steps). Stdlib only.
+Rows: every stored trace record that carries the allocator model's reserved peak (`hpcmem validate trace --reserved`),
+once per allocator mode. Target: the model's slack, reserved − (traced tensors + the estimate's cuBLAS workspaces and
+block tails + the unfitted `accumulated_stacks` term, the row's "fixed"). Terms: `slack_terms` of the estimate for the
+same job. Fit: least absolute deviations of the slack relative to the reserved peak, non-negative coefficients, on the
+training split — cases whose sha1(id) % 3 != 0 — then scored on the held-out third. Least absolute deviations, not least
+squares: the scores are the median and p95 of |error|, and a squared loss lets the few cases whose stranded blocks no
+term describes (path-specific fragmentation) pull every coefficient. Solved by iteratively reweighted least squares
+(weights 1 / max(|residual|, 1e-5), each step a non-negative least squares on the k × k normal equations, every subset
+of terms solved exactly); stops when no coefficient moves by 1e-9 (at most 500 steps). Stdlib only.
 
 `--thirds` also fits and scores with each third held out in turn (sha1(id) % 3 == 0, 1, 2): one 63-case third's p95
 moves by a few tenths with its fourth-largest error, so a change to the terms is judged on all three. Each mode's rule

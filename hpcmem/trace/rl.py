@@ -6,10 +6,10 @@ advantages) → `compute_loss` (per-token log-probs through the fused LM head, t
 
 What is not TRL's: the generated tokens. HF `generate` on fake tensors cannot decide which token comes next, so the
 trainer's `_generate_single_turn` is replaced by one that answers every prompt (all but the first one token shorter, so
-every micro-batch is padded like real completions of different lengths: `PAD_COMPLETIONS`) with `max_completion_length` copies of one
-ordinary token (no EOS: every completion runs to the limit, the longest batch TRL can build), and the reward is a
-constant function. Prompts are `max_prompt_length` words of the word tokenizer (one token per word); with images,
-conversational prompts of the images and words, through the processor (hpcmem.trace.vision_rl). With
+every micro-batch is padded like real completions of different lengths: `PAD_COMPLETIONS`) with `max_completion_length`
+copies of one ordinary token (no EOS: every completion runs to the limit, the longest batch TRL can build), and the
+reward is a constant function. Prompts are `max_prompt_length` words of the word tokenizer (one token per word); with
+images, conversational prompts of the images and words, through the processor (hpcmem.trace.vision_rl). With
 `generation=True` (`run_trace(..., generation=True)`) the replacement first runs TRL's own `generate` call to full
 length — KV cache, logits, sampling — under the phase "generation", then drops its output; off by default because a
 decode step costs a whole forward of fake-tensor dispatch (~1.4 s per token for a 0.5B model with LoRA).
