@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from hpcmem.errors import SpecError
 from hpcmem.estimate.activations import sliding_mask_alone
 from hpcmem.estimate.breakdown import Component, Phase
-from hpcmem.estimate.closing import backward_components, closing_phases, resident_components
+from hpcmem.estimate.closing import backward_components, closing_phases, resident_components, tied_head_gradient
 from hpcmem.estimate.lora import LoraLayout, backward_transient
 from hpcmem.estimate.lora_variants import forward_transient
 from hpcmem.estimate.loss import LossBytes, fused_head_bytes
@@ -346,8 +346,11 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     # layer, also where it arrives only at the attention projections (hpcmem.estimate.fsdp_units)
     prefetched = [Component(name=PREFETCHED_UNIT, bytes=s.prefetched, note="the next layer, all-gathered ahead")] \
         if s.prefetched else []
+    # a tied head's new gradient waits for the embedding's through the layers' backward under accumulation; the
+    # cells were traced without accumulation, where it is the head's `.grad` (`head_grads`)
+    waiting = tied_head_gradient(job, prec, parts, lora)
     layer = Phase(name=f"backward (layer {worst})", components=(
-        *resident, *gathered, *buckets, *prefetched,
+        *resident, *gathered, *buckets, *waiting, *prefetched,
         Component(name=ACTIVATIONS, bytes=max(below[worst + 1] + entry, 0) + left[worst + 1],
                   note=f"{how}: layers ≤ {worst}" + (f"; what the backward of layers > {worst} left"
                                                      if left[worst + 1] else "")),
