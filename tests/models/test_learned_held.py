@@ -108,8 +108,8 @@ def test_the_held_column_reads_each_sweep_profile():
     doc = json.loads((folder / "smollm3.json").read_text())
     lengths = set(doc["provenance"]["held"]["techniques"].values())
     assert doc["format"] == "hpcmem-learned-profile/3" and held_label("smollm3").startswith(f"≤ {max(lengths):,}: ")
-    assert json.loads((folder / "gemma3n_text.json").read_text())["format"] == "hpcmem-learned-profile/2"
-    assert held_label("gemma3n_text") == "≤ 1,024 (format 2)"
+    assert json.loads((folder / "qwen4_exp.json").read_text())["format"] == "hpcmem-learned-profile/2"
+    assert held_label("qwen4_exp") == "≤ 1,024 (format 2)"
     assert held_label("llama") == ""                       # derived: no profile
 
 
