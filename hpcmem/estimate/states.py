@@ -55,6 +55,8 @@ class ParamParts:
     largest_moe_tensor: int = 0  # elements of an MoE layer's largest MLP weight (a fused expert stack, or one expert)
     largest_attention_tensor: int = 0   # elements of the largest attention projection's weight
     moe_stack_rest: int = 0      # elements of an MoE layer's fused expert stacks but its largest
+    moe_down_stack: int = 0      # elements of the fused stack whose output is the hidden size (down_proj): the first
+    #                              whose gradient the layer's backward writes
 
     @property
     def layers(self) -> int:
@@ -72,7 +74,7 @@ def reward_parts(parts: ParamParts, m: ModelSpec) -> ParamParts:
                       autocast_cached_per_layer=parts.autocast_cached_per_layer,
                       largest_moe_tensor=parts.largest_moe_tensor,
                       largest_attention_tensor=parts.largest_attention_tensor,
-                      moe_stack_rest=parts.moe_stack_rest)
+                      moe_stack_rest=parts.moe_stack_rest, moe_down_stack=parts.moe_down_stack)
 
 
 def job_param_parts(job: JobSpec) -> ParamParts:
@@ -110,7 +112,9 @@ def param_parts(m: ModelSpec) -> ParamParts:
                       largest_moe_tensor=max(moe_tensors, default=0),
                       largest_attention_tensor=max((mod.in_features * mod.out_features for mod in mods
                                                     if mod.kind == "attention"), default=0),
-                      moe_stack_rest=stacks - max(stack_sizes, default=0))
+                      moe_stack_rest=stacks - max(stack_sizes, default=0),
+                      moe_down_stack=max((t for mod, t in zip(mods, tensors) if mod.kind == "expert"
+                                          and not mod.nn_linear and mod.out_features == m.hidden_size), default=0))
 
 
 @dataclass(frozen=True, kw_only=True)

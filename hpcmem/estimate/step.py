@@ -212,11 +212,14 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
 
     # Under gradient accumulation a weight's new gradient is added into its .grad by AccumulateGrad as soon as it is
     # made, and freed (torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad`: in place when .grad exists):
-    # in an MoE layer only the weight gradient being written is alive — in the MLP's backward the largest is an
-    # expert stack's, in the attention's a projection's (traced on Mixtral: one [E, 2I, H] gradient at the peak)
+    # in an MoE layer only the weight gradient being written is alive. The MLP's backward writes the down stack's
+    # first, with every saved tensor of the layer alive, and the larger gate/up stack's after the activation's saved
+    # tensors are freed (`moe_late_written`); the attention's backward writes a projection's (traced on Mixtral:
+    # estimator/LOG.md)
     moe_mlp_written, moe_attention_written = (
-        (min(layer_grad, parts.largest_moe_tensor * prec.weight),
+        (min(layer_grad, (parts.moe_down_stack or parts.largest_moe_tensor) * prec.weight),
          min(layer_grad, parts.largest_attention_tensor * prec.weight)) if accum_grads else (layer_grad, layer_grad))
+    moe_late_written = min(layer_grad, parts.largest_moe_tensor * prec.weight) if accum_grads else 0
 
     def own_layer(d: dict, full_k: int, moe_layer: bool) -> tuple[int, int, int, int]:
         """(recompute, the MLP's worst temporaries, the recompute's, the attention's) of a layer with saved terms `d`:
@@ -229,6 +232,8 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         mlp_instant = hidden_t // 2 + mlp_side + down_grad if down_grad is not None else \
             hidden_t + mlp_side + (moe_mlp_written if moe_layer else layer_grad)
         mlp_instant = max(mlp_instant, hidden_t + routing) - post_norm
+        if moe_layer and moe_late_written:
+            mlp_instant = max(mlp_instant, hidden_t + mlp_side + moe_late_written - d["mlp"] - post_norm)
         if m.norms_per_layer == 4:
             # a sandwich norm after the MLP (Gemma 2/3, GLM-4) runs its backward first, with every saved tensor of
             # the layer (its own included) still alive
