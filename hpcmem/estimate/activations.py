@@ -115,6 +115,24 @@ def effective_attention(m: ModelSpec, attn: str) -> str:
     return "eager" if m.attn_logit_softcapping else attn
 
 
+def eager_scores_no_grad(m: ModelSpec, rows: int, seq: int, act: int, attn: str) -> int:
+    """The widest instant of an eager attention outside autograd (a teacher's or reference model's pass), 0 for any
+    other kernel. At `softmax(attn_weights, dim=-1, dtype=torch.float32)` (modeling_gemma2.py
+    `eager_attention_forward`) three [rows, heads, seq, seq] tensors are alive: the masked scores in the compute
+    dtype, the fp32 copy softmax makes of a 16-bit input (aten/src/ATen/native/SoftMax.cpp `softmax`: `input_.toType
+    (dtype)` then `_softmax`; on CUDA only a Half input takes `half_to_float` without the copy, so fp16 is counted
+    as bf16, one fp32 tensor high) and the fp32 output; beside them k and v repeated to every head (`repeat_kv`) and
+    the eager masks in the compute dtype, the causal one and — where the model has sliding layers — the sliding one
+    (masking_utils.py `eager_mask`, both built before the first layer)."""
+    if effective_attention(m, attn) != "eager":
+        return 0
+    scores = m.num_attention_heads * rows * seq * seq * (act + FP32 + (FP32 if act != FP32 else 0))
+    repeated = 2 * rows * seq * m.num_attention_heads * m.head_dim * act \
+        if m.num_key_value_heads != m.num_attention_heads else 0
+    masks = (2 if m.sliding_layers else 1) * act * rows * seq * seq
+    return scores + repeated + masks
+
+
 def mask_bytes(mb: MicroBatch, m: ModelSpec | None = None, attn: str = "sdpa") -> int:
     """The boolean 4-D mask [rows, 1, seq, seq] built once per forward and shared by the layers — or, for an
     unpadded row, the sliding layers' own (`sliding_mask_alone`)."""

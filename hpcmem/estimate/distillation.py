@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hpcmem.estimate.activations import mask_bytes
+from hpcmem.estimate.activations import eager_scores_no_grad, mask_bytes
 from hpcmem.estimate.breakdown import Component
 from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes, fp32_grad_returned, returned_cast
 from hpcmem.estimate.states import ParamParts, param_parts
@@ -68,8 +68,10 @@ def teacher_pass(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
     worst of one layer's instants — the gated MLP's widest intermediates, or, on a padded micro-batch, the attention:
     transformers builds the teacher its own 4-D boolean mask (masking_utils `create_causal_mask`, alive through the
     pass) and SDPA turns it into an additive [rows, 1, seq, seq] bias beside q, the rotated k and v repeated to every
-    head (integrations/sdpa_attention.py `repeat_kv`: `use_gqa_in_sdpa` is false with a mask) and its output. Its
-    last hidden state [B, S, H_t] stays for the loss."""
+    head (integrations/sdpa_attention.py `repeat_kv`: `use_gqa_in_sdpa` is false with a mask) and its output. A
+    teacher whose attention runs eager (Gemma 2's soft-capping) builds its scores whatever the padding: its softmax's
+    instant (`eager_scores_no_grad`, with its own float masks in place of the boolean one). Its last hidden state
+    [B, S, H_t] stays for the loss."""
     t = teacher_of(job)
     act = 2 if prec.act == 2 or teacher_weight_bytes(job) == 2 else 4
     hidden = mb.tokens * t.hidden_size * max(act, teacher_weight_bytes(job))
@@ -84,6 +86,9 @@ def teacher_pass(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
     # without checkpointing (a local of its forward), and with checkpointing it stays for the recompute, beside it
     # (hpcmem.estimate.step counts the student's then)
     own_mask = mask_bytes(mb)
+    eager = eager_scores_no_grad(t, mb.rows, mb.seq, act, job.train.attn_implementation)
+    if eager:
+        attention, own_mask = eager, 0
     return 3 * hidden + max(mlp, attention) + 2 * mb.tokens * t.head_dim * FP32 + own_mask
 
 

@@ -129,9 +129,9 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         *([Component(name=AUTOCAST_CACHE, bytes=autocast_cache,
                      note="bf16 copies of fp32 weights held until autocast exits")] if autocast_cache else []),
         *([Component(name=seq.name, bytes=seq.forward, note=seq.note)] if seq.forward else []),
-        Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note),
-        *([Component(name="DoRA forward", bytes=dora_t, note="the worst adapted linear's, one at a time")]
-          if dora_t else [])))
+        Component(name="loss / fused LM head", bytes=loss.forward_transient, note=loss.note)))
+    # DoRA's worst adapted linear runs inside a layer, before the final norm and the loss exist: its own instant
+    dora = Component(name="DoRA forward", bytes=dora_t, note="the worst adapted linear's, one at a time")
     head_trains = not lora.enabled or lora.trains_head
     head_grad_bytes = (parts.lm_head or parts.embed) * prec.weight if head_trains else 0
     # a trained input embedding (full fine-tuning, or peft's modules_to_save copy of embed_tokens) gets its gradient
@@ -309,7 +309,11 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         layer_phases = [Phase(name=f"backward (layer {worst_k})", components=(
             *resident, *gathered, *buckets, *waiting, *prefetched, *layer_held,
             Component(name="backward temporaries", bytes=max(other, attention), note=seq_note)))]
-    phases = [forward, *_last_layer_forward(job, mb, prec, lora, forward, final_norm + loss.saved),
+    with_dora = Phase(name=FORWARD, components=(*forward.components, dora)) if dora_t else forward
+    last_layer = _last_layer_forward(job, mb, prec, lora, with_dora, final_norm + loss.saved)
+    if dora_t and not last_layer:
+        last_layer = [_inside_layer(with_dora, final_norm + loss.saved)]
+    phases = [forward, *last_layer,
               head_phase, *layer_phases, *closing_phases(job, mb, prec, parts, s, resident, opt_transient, lora)]
     return phases, host
 
@@ -339,17 +343,20 @@ def _last_layer_forward(job: JobSpec, mb: MicroBatch, prec: Precision, lora: Lor
     dropped = mb.tokens * widest * lora.dropout_output_bytes(prec)
     transient = lora_fp32_compute.recompute_transient(lora, mb.tokens, prec, m) + th * prec.residual + \
         max(dropped, 2 * th * (prec.act if prec.amp else lora.adapter_bytes))
-    out: list[Component] = []
-    for c in forward.components:
-        if c.name == ACTIVATIONS:
-            out.append(Component(name=ACTIVATIONS, bytes=max(c.bytes - after_layers, 0),
-                                 note=c.note + "; the final norm's and the loss's not yet"))
-        elif c.name != "loss / fused LM head":
-            out.append(c)
-    return [Phase(name=f"{FORWARD} (last layer)", components=(
-        *out, Component(name="forward temporaries", bytes=transient,
-                        note="the last layer's adapted MLP linear: its input, peft's copy of it, its outputs; "
-                             "the residual stream")))]
+    inside = _inside_layer(forward, after_layers)
+    return [Phase(name=inside.name, components=(
+        *inside.components, Component(name="forward temporaries", bytes=transient,
+                                      note="the last layer's adapted MLP linear: its input, peft's copy of it, its "
+                                           "outputs; the residual stream")))]
+
+
+def _inside_layer(forward: Phase, after_layers: int) -> Phase:
+    """The forward's instant inside the last layer: `forward` without the loss's transient and without what only
+    exists after the layers (`after_layers`: the final norm's and the loss's saved tensors)."""
+    out = [Component(name=ACTIVATIONS, bytes=max(c.bytes - after_layers, 0),
+                     note=c.note + "; the final norm's and the loss's not yet")
+           if c.name == ACTIVATIONS else c for c in forward.components if c.name != "loss / fused LM head"]
+    return Phase(name=f"{FORWARD} (last layer)", components=tuple(out))
 
 
 def _ordered_dora(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, mlp_saved: int) -> dict | None:

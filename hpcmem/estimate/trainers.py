@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpcmem.estimate.activations import eager_scores_no_grad
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.loss import logits_tile
 from hpcmem.estimate.lora import LoraLayout, lora_layout
@@ -113,6 +114,8 @@ def _no_grad_parts(job: JobSpec, rows: int, seq: int, prec: Precision) -> tuple[
     tokens = rows * seq
     hidden = 2 * tokens * m.hidden_size * max(prec.residual, prec.act)
     mlp = routed_experts_no_grad(job, tokens, prec.act) if m.is_moe else 3 * tokens * m.intermediate_size * prec.act
+    # an eager attention's softmax instant (Gemma 2) is a layer's widest where the rows are long
+    mlp = max(mlp, eager_scores_no_grad(m, rows, seq, prec.act, job.train.attn_implementation))
     tile = min(tokens, 4096) * min(m.vocab_size, 32768) * prec.act
     return hidden, mlp, tile, tokens * 3 * FP32
 
