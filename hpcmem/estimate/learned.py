@@ -64,6 +64,22 @@ def precision_key(prec: Precision) -> str | None:
     return {4: "w4a2", 2: "w2a2"}.get(prec.weight)
 
 
+def no_grad_layer_peak(job: JobSpec, rows: int, seq: int, prec: Precision) -> int | None:
+    """The highest bytes above a layer's input while a no-grad pass of the learned model runs its widest layer over
+    rows × seq padded tokens (a reference's or a teacher's pass): the checkpointed full-fine-tuning cell's forward peak
+    `fpeak`, the layer's output included. A checkpointed layer's forward keeps nothing for backward
+    (torch/utils/checkpoint.py: the reentrant variant runs it under no_grad, the non-reentrant one packs every saved
+    tensor into a placeholder), so its highest instant is the one a no-grad pass holds — attention scores, MLA's
+    expanded keys, routed experts and all. None without a learned profile or that cell, or for fp32 weights (their
+    cell's forward holds autocast's cached weight copies, which a frozen model's pass does not make)."""
+    p = job.model.learned
+    key = precision_key(prec)
+    if p is None or key != "w2a2" or (cell := p.cell(key, "full", True)) is None:
+        return None
+    quad = rows * seq * seq         # the passes' rows are padded to the longest (chosen and rejected, or completions)
+    return max(cell.fpeak[r].at(rows * seq, quad) for r in set(p.layer_map))
+
+
 def _adapted_leaves(p: LearnedProfile, targets: list[str] | tuple[str, ...]) -> set[str]:
     return {leaf for k in p.kinds for lin in k.linears if lin.nn_linear
             and (leaf := lin.name.rsplit(".", 1)[-1]) in set(targets)}

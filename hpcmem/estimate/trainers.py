@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from hpcmem.estimate.activations import eager_scores_no_grad
 from hpcmem.estimate.breakdown import Component, Phase
+from hpcmem.estimate.learned import no_grad_layer_peak
 from hpcmem.estimate.loss import logits_tile
 from hpcmem.estimate.lora import LoraLayout, lora_layout
 from hpcmem.estimate.names import ACTIVATIONS, FORWARD, GRADIENTS, HEAD_BACKWARD, is_forward
@@ -116,6 +117,9 @@ def _no_grad_parts(job: JobSpec, rows: int, seq: int, prec: Precision) -> tuple[
     mlp = routed_experts_no_grad(job, tokens, prec.act) if m.is_moe else 3 * tokens * m.intermediate_size * prec.act
     # an eager attention's softmax instant (Gemma 2) is a layer's widest where the rows are long
     mlp = max(mlp, eager_scores_no_grad(m, rows, seq, prec.act, job.train.attn_implementation))
+    traced = no_grad_layer_peak(job, rows, seq, prec)
+    if traced is not None:      # a learned model: its traced layer instant (output included) instead of the formulas
+        mlp = max(traced - tokens * m.hidden_size * prec.act, 0)
     tile = min(tokens, 4096) * min(m.vocab_size, 32768) * prec.act
     return hidden, mlp, tile, tokens * 3 * FP32
 
