@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcmem.estimate.activations import eager_scores_no_grad
+from hpcmem.estimate.activations import eager_scores_no_grad, effective_attention, mask_bytes
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.learned import no_grad_layer_peak
 from hpcmem.estimate.loss import logits_tile
@@ -36,6 +36,7 @@ from hpcmem.job.trainers import entry
 FP32 = 4
 REFERENCE_FORWARD = "reference forward"
 NO_GRAD_PASS = "no-grad pass"      # the reference forward's component (hpcmem.estimate.vision replaces it)
+REFERENCE_MASK = "reference pass's mask"    # built by its language model: not there while a vision tower runs
 
 
 def computes_old_logps(job: JobSpec) -> bool:
@@ -256,9 +257,16 @@ def _generic_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> Trainer
         mb = micro_batch(job)
         rows = e.rows_per_example * b
         what = "the policy, adapters disabled" if adapters_off_reference(job) else "the reference model"
+        # the pass builds its own 4-D mask for padded rows (masking_utils `create_causal_mask`, alive through it);
+        # the policy's is gone by then without checkpointing and kept for the recompute with it (hpcmem.estimate.step
+        # counts that one). Eager attention builds float masks instead, counted in its scores' instant.
+        own_mask = 0 if effective_attention(job.model, t.attn_implementation) == "eager" else \
+            mask_bytes(mb, job.model, t.attn_implementation)
         phases.append(Phase(name=REFERENCE_FORWARD, components=(
             Component(name=NO_GRAD_PASS, bytes=reference_pass(job, rows, mb.seq, prec, mb.label_tokens),
-                      note=f"chosen+rejected through {what}" if rows > b else what),)))
+                      note=f"chosen+rejected through {what}" if rows > b else what),
+            *([Component(name=REFERENCE_MASK, bytes=own_mask, note="[rows, 1, seq, seq] boolean")]
+              if own_mask else []))))
     if not e.generates:
         return TrainerExtras(resident=tuple(resident), phases=tuple(phases), vllm_pool=0, vllm_pool_asleep=0,
                              notes=tuple(notes))

@@ -46,7 +46,7 @@ from hpcmem.estimate.names import BACKWARD, HEAD_BACKWARD, OPTIMIZER_STEP, OPTIM
 from hpcmem.estimate.names import ACTIVATIONS as LM_ACTIVATIONS
 from hpcmem.estimate.names import GRADIENTS as LM_GRADIENTS
 from hpcmem.estimate.states import optimizer_bytes_per_param
-from hpcmem.estimate.trainers import NO_GRAD_PASS, REFERENCE_FORWARD
+from hpcmem.estimate.trainers import NO_GRAD_PASS, REFERENCE_FORWARD, REFERENCE_MASK
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -443,7 +443,7 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
     if reference is not None and terms.reference_connector:
         # the reference's pass through the connector, before its language model: the policy's saved tensors beside it
         out.append(Phase(name=REFERENCE_CONNECTOR, components=(
-            *(c for c in reference.components if not c.name.startswith("no-grad")),
+            *(c for c in reference.components if not c.name.startswith("no-grad") and c.name != REFERENCE_MASK),
             Component(name="vision connector (no grad)", bytes=terms.reference_connector,
                       note="the reference's pass: its live tensors, nothing saved"))))
     return out
@@ -454,7 +454,7 @@ def _reference_tower_pass(p: Phase, resident: tuple[Component, ...], extra: tupl
     """DPO's reference forward while its tower runs (dpo_trainer.py `_compute_loss`: the reference model's forward
     after the policy's, under no_grad): the policy's saved tensors, and the tower's no-grad pass in place of the
     language model's, which runs after it."""
-    kept = tuple(c for c in p.components if c.name != NO_GRAD_PASS)
+    kept = tuple(c for c in p.components if c.name not in (NO_GRAD_PASS, REFERENCE_MASK))
     return Phase(name=f"{p.name} (vision tower)", components=(*resident, *kept, *extra, Component(
         name="vision no-grad pass", bytes=tower_pass, note="the reference's tower pass: the shared tensors and one "
                                                            "block's widest instant")))
