@@ -138,6 +138,14 @@ def report_markdown(oracle: str, scored: list[dict[str, Any]], versions: dict[st
               "## Per technique", "", table(scored, lambda s: technique(s["job"]), "technique"), "",
               "## Derived or learned layer terms", "", table(scored, made, "layer terms"), "",
               "## Per model type", "", table(scored, lambda s: s["job"]["model_type"], "model type"), "",
+              "## Discrepancies by class", "",
+              "Each job beyond 3 % (over 3 %, or outside the held range and over 3 %), by what kind of miss it is "
+              "(hpcmem/validate/random_report.py `discrepancy_class`; its cause where one is named: "
+              "estimator/random/cases.yaml).", "", "| class | jobs |", "|---|---|",
+              *(f"| {k} | {n} |" for k, n in Counter(
+                  discrepancy_class(s) for s in scored
+                  if s["verdict"] in DISCREPANCIES or (s["verdict"] == OUTSIDE_HELD and not s.get("held_within"))
+              ).most_common()), "",
               "## Discrepancies", "", "estimator/random/cases.yaml keeps each with its cause.", ""]
     for s in sorted((s for s in scored if s["verdict"] in DISCREPANCIES),
                     key=lambda s: (s["verdict"], -abs(s.get("err_pct", 0)))):
@@ -157,9 +165,49 @@ def report_markdown(oracle: str, scored: list[dict[str, Any]], versions: dict[st
     return "\n".join(lines) + "\n"
 
 
+def discrepancy_class(s: dict[str, Any]) -> str:
+    """What kind of miss a scored job is, read off its score alone (always current, unlike a named `cause`): the
+    learned profile's range it lies outside, a miss of the reserved peak alone (the allocator's slack is a fitted rule:
+    hpcmem.estimate.allocator), or of the allocated peak — over or under, at the same phase as the trace's peak or
+    another — or a refusal mismatch."""
+    verdict = s["verdict"]
+    if "err_pct" not in s:
+        return verdict
+    held = s.get("estimate", {}).get("not_held") or []
+    if verdict == OUTSIDE_HELD and held:
+        return "outside held range: " + _held_reason(held[0])
+    err, res = s["err_pct"], s.get("reserved_err_pct")
+    if abs(err) <= WITHIN_PCT:
+        return f"reserved only ({'under' if (res or 0) < 0 else 'over'}): the allocator slack rule"
+    est_phase = str((s.get("estimate") or {}).get("phase") or "")
+    same = _phase_key(est_phase) == _phase_key(str(s.get("traced_phase") or ""))
+    where = "at the trace's peak" if same else "at another instant than the trace's peak"
+    return f"allocated {'under' if err < 0 else 'over'}, {where}"
+
+
+def _held_reason(line: str) -> str:
+    for key, label in (("rows per micro-batch", "rows per micro-batch"), ("tokens per row", "row length"),
+                       ("dropout", "LoRA dropout / modules to save"), ("autocast", "no autocast"),
+                       ("format 2", "format-2 profile"), ("technique", "technique")):
+        if key in line:
+            return label
+    return "other"
+
+
+def _phase_key(phase: str) -> str:
+    """The estimate's and the trace's names of an instant, reduced to what both say: forward / backward / head."""
+    p = phase.lower()
+    for key in ("reference", "lm head", "embeddings", "optimizer", "backward", "forward"):
+        if key in p:
+            return key
+    return p
+
+
 def cases(scored: list[dict[str, Any]], oracle: str, old: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One case per discrepancy, causes already named in `old` kept."""
-    named = {(c.get("oracle", "trace"), c["id"]): c.get("cause", UNEXPLAINED) for c in old}
+    """One case per discrepancy, causes already named in `old` kept — not a placeholder that starts "unexplained"
+    (earlier files carried such notes; each case's `class`, read off its score, replaces them)."""
+    named = {(c.get("oracle", "trace"), c["id"]): c.get("cause", UNEXPLAINED) for c in old
+             if not str(c.get("cause", UNEXPLAINED)).startswith(UNEXPLAINED)}
     out = [c for c in old if c.get("oracle", "trace") != oracle]
     for s in scored:
         # a number outside the held range that missed is kept as a case too: the warning says the estimate cannot
@@ -171,6 +219,7 @@ def cases(scored: list[dict[str, Any]], oracle: str, old: list[dict[str, Any]]) 
         out.append({"id": s["id"], "oracle": oracle, "seed": seed, "index": index, "trainer": job.get("trainer"),
                     "model_type": job.get("model_type"), "layer_terms": made(s), "verdict": s["verdict"],
                     "failed": str(s.get("why") or "; ".join(s.get("failures") or []))[:300],
+                    "class": discrepancy_class(s) if oracle == "trace" else s["verdict"],
                     "cause": named.get((oracle, s["id"]), UNEXPLAINED)})
     return sorted(out, key=lambda c: (c["oracle"], c["seed"], c["index"]))
 
@@ -183,7 +232,8 @@ def read_cases(path: Path) -> list[dict[str, Any]]:
 
 def write_cases(path: Path, items: list[dict[str, Any]]) -> None:
     head = ("# Discrepancies of random jobs (hpcmem validate random --report): each job is draw(seed, index) of\n"
-            "# hpcmem/validate/random_jobs.py; `cause` is unexplained until someone names it (kept on rewrite).\n")
+            "# hpcmem/validate/random_jobs.py; `class` is read off the score each time; `cause` is unexplained until\n"
+            "# someone names it (kept on rewrite).\n")
     path.write_text(head + yaml.safe_dump({"cases": items}, sort_keys=False, allow_unicode=True, width=120))
 
 

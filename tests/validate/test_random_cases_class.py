@@ -1,0 +1,41 @@
+"""Each discrepancy of the random oracle carries a `class` read off its score (never stale), and a cause named in an
+earlier file is kept only where it names one — a note that begins "unexplained" is a placeholder, not a cause."""
+
+from __future__ import annotations
+
+from hpcmem.validate.random_report import UNEXPLAINED, cases, discrepancy_class
+
+
+def _scored(**kw):
+    base = {"id": "s9-1", "verdict": "over 3 %", "job": {"trainer": "sft", "model_type": "llama", "settings": {}},
+            "estimate": {"phase": "backward (layer 2)", "not_held": [], "made": "derived"},
+            "traced_phase": "step 2 / backward / layer 2"}
+    return {**base, **kw}
+
+
+def test_the_class_reads_the_score():
+    # allocated within 3 %, reserved 5 % under: the allocator's slack rule missed, nothing else
+    assert discrepancy_class(_scored(err_pct=0.4, reserved_err_pct=-5.0)) == \
+        "reserved only (under): the allocator slack rule"
+    # allocated 6 % over at the trace's instant (both backward), and 5 % under at another (reference vs backward)
+    assert discrepancy_class(_scored(err_pct=6.0, reserved_err_pct=1.0)) == \
+        "allocated over, at the trace's peak"
+    assert discrepancy_class(_scored(err_pct=-5.0, traced_phase="step 2 / forward / reference forward / layer 1")) \
+        == "allocated under, at another instant than the trace's peak"
+    # a learned profile outside the rows it was held at: the estimate's own warning names the range
+    held = ["learned profile of olmo: held at 1–4 rows per micro-batch (…); this job's 8 rows …: not held"]
+    assert discrepancy_class(_scored(verdict="outside held range", err_pct=8.0,
+                                     estimate={"phase": "backward (layer 2)", "not_held": held})) == \
+        "outside held range: rows per micro-batch"
+    assert discrepancy_class(_scored(verdict="missed refusal")) == "missed refusal"
+
+
+def test_a_named_cause_is_kept_and_a_placeholder_is_not():
+    old = [{"id": "s9-1", "oracle": "trace", "cause": "eager attention in fp32 at the softmax's backward"},
+           {"id": "s9-2", "oracle": "trace", "cause": "unexplained; class: something an earlier file guessed"}]
+    scored = [_scored(id="s9-1", err_pct=5.0, reserved_err_pct=0.0),
+              _scored(id="s9-2", err_pct=0.1, reserved_err_pct=-7.0)]
+    got = {c["id"]: c for c in cases(scored, "trace", old)}
+    assert got["s9-1"]["cause"] == "eager attention in fp32 at the softmax's backward"
+    assert got["s9-2"]["cause"] == UNEXPLAINED
+    assert got["s9-2"]["class"] == "reserved only (under): the allocator slack rule"
