@@ -85,7 +85,7 @@ def teacher_pass(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
     # the teacher builds its own mask of the student's shape, alive through its pass; the student's is gone by now
     # without checkpointing (a local of its forward), and with checkpointing it stays for the recompute, beside it
     # (hpcmem.estimate.step counts the student's then)
-    own_mask = mask_bytes(mb)
+    own_mask = mask_bytes(mb, t, job.train.attn_implementation)
     eager = eager_scores_no_grad(t, mb.rows, mb.seq, act, job.train.attn_implementation)
     if eager:
         attention, own_mask = eager, 0
