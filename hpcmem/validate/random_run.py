@@ -140,8 +140,10 @@ def run(oracle: str, n: int, seed: int, *, records: Path | None = None, timeout:
     oracle_task(oracle) if oracle == "trainer" else None        # "not installed" before any worker starts
     path = records or records_path(oracle)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if records is None:     # the project's records: their seed's types are frozen beside them; a records file of
-        freeze_stream(seed)  # the user's own leaves the project's streams.json as it is
+    # the project's records (named or not: the CLI names its default): their seed's types are frozen beside them; a
+    # records file of the user's own leaves the project's streams.json as it is
+    if Path(path).resolve() == records_path(oracle).resolve():
+        freeze_stream(seed)
     ids = {f"s{seed}-{i}" for i in range(n)}
     records = load(path)
     stored = [r for r in records if r["id"] in ids]

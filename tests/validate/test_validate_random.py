@@ -306,5 +306,9 @@ def test_a_seed_s_types_are_frozen_at_its_first_run_and_others_kept(tmp_path: Pa
         assert streams == {"1": kept, "5": {"usable": list(usable), "derived": list(derived)}}
         run("properties", 2, 5, progress=False)
         assert json.loads((tmp_path / "random" / "streams.json").read_text()) == streams
+        # the CLI names the project's records file itself: that is the project's records too
+        from hpcmem.validate.random_run import records_path
+        run("properties", 1, 6, records=records_path("properties"), progress=False)
+        assert set(json.loads((tmp_path / "random" / "streams.json").read_text())) == {"1", "5", "6"}
     finally:
         random_jobs.frozen_streams.cache_clear()
