@@ -133,6 +133,12 @@ def eager_scores_no_grad(m: ModelSpec, rows: int, seq: int, act: int, attn: str)
     return scores + repeated + masks
 
 
+def own_pass_mask_bytes(mb: MicroBatch, m: ModelSpec, attn: str) -> int:
+    """The boolean masks a no-grad pass (a teacher's, a reference's) builds for its own forward (`mask_bytes`); 0 for
+    eager attention, whose float masks `eager_scores_no_grad` counts."""
+    return 0 if effective_attention(m, attn) == "eager" else mask_bytes(mb, m, attn)
+
+
 def mask_bytes(mb: MicroBatch, m: ModelSpec | None = None, attn: str = "sdpa") -> int:
     """The boolean 4-D masks [rows, 1, seq, seq] built once per forward and shared by the layers — or, for an
     unpadded row, the sliding layers' own (`sliding_mask_alone`). Padded rows of a model with full and sliding layers

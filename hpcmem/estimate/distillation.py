@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hpcmem.estimate.activations import eager_scores_no_grad, mask_bytes
+from hpcmem.estimate.activations import eager_scores_no_grad, own_pass_mask_bytes
 from hpcmem.estimate.breakdown import Component
 from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes, fp32_grad_returned, returned_cast
 from hpcmem.estimate.states import ParamParts, param_parts
@@ -85,10 +85,8 @@ def teacher_pass(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
     # the teacher builds its own mask of the student's shape, alive through its pass; the student's is gone by now
     # without checkpointing (a local of its forward), and with checkpointing it stays for the recompute, beside it
     # (hpcmem.estimate.step counts the student's then)
-    own_mask = mask_bytes(mb, t, job.train.attn_implementation)
-    eager = eager_scores_no_grad(t, mb.rows, mb.seq, act, job.train.attn_implementation)
-    if eager:
-        attention, own_mask = eager, 0
+    own_mask = own_pass_mask_bytes(mb, t, job.train.attn_implementation)
+    attention = eager_scores_no_grad(t, mb.rows, mb.seq, act, job.train.attn_implementation) or attention
     return 3 * hidden + max(mlp, attention) + 2 * mb.tokens * t.head_dim * FP32 + own_mask
 
 

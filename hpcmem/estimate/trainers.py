@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcmem.estimate.activations import eager_scores_no_grad, effective_attention, mask_bytes
+from hpcmem.estimate.activations import eager_scores_no_grad, own_pass_mask_bytes
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.learned import no_grad_layer_peak
 from hpcmem.estimate.loss import logits_tile
@@ -115,12 +115,13 @@ def _no_grad_parts(job: JobSpec, rows: int, seq: int, prec: Precision) -> tuple[
     m = job.model
     tokens = rows * seq
     hidden = 2 * tokens * m.hidden_size * max(prec.residual, prec.act)
-    mlp = routed_experts_no_grad(job, tokens, prec.act) if m.is_moe else 3 * tokens * m.intermediate_size * prec.act
-    # an eager attention's softmax instant (Gemma 2) is a layer's widest where the rows are long
-    mlp = max(mlp, eager_scores_no_grad(m, rows, seq, prec.act, job.train.attn_implementation))
     traced = no_grad_layer_peak(job, rows, seq, prec)
     if traced is not None:      # a learned model: its traced layer instant (output included) instead of the formulas
         mlp = max(traced - tokens * m.hidden_size * prec.act, 0)
+    else:                       # the MLP's intermediates, or an eager attention's softmax instant (Gemma 2) if wider
+        mlp = max(routed_experts_no_grad(job, tokens, prec.act) if m.is_moe
+                  else 3 * tokens * m.intermediate_size * prec.act,
+                  eager_scores_no_grad(m, rows, seq, prec.act, job.train.attn_implementation))
     tile = min(tokens, 4096) * min(m.vocab_size, 32768) * prec.act
     return hidden, mlp, tile, tokens * 3 * FP32
 
@@ -260,8 +261,7 @@ def _generic_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> Trainer
         # the pass builds its own 4-D mask for padded rows (masking_utils `create_causal_mask`, alive through it);
         # the policy's is gone by then without checkpointing and kept for the recompute with it (hpcmem.estimate.step
         # counts that one). Eager attention builds float masks instead, counted in its scores' instant.
-        own_mask = 0 if effective_attention(job.model, t.attn_implementation) == "eager" else \
-            mask_bytes(mb, job.model, t.attn_implementation)
+        own_mask = own_pass_mask_bytes(mb, job.model, t.attn_implementation)
         phases.append(Phase(name=REFERENCE_FORWARD, components=(
             Component(name=NO_GRAD_PASS, bytes=reference_pass(job, rows, mb.seq, prec, mb.label_tokens),
                       note=f"chosen+rejected through {what}" if rows > b else what),

@@ -24,6 +24,13 @@ DISCREPANCIES = ("over 3 %", "missed refusal", "false refusal", "estimate crashe
 UNEXPLAINED = "unexplained"
 
 
+def is_case(s: dict[str, Any]) -> bool:
+    """A discrepancy kept as a case: a verdict of DISCREPANCIES, or a number outside the held range that missed — the
+    warning says the estimate cannot stand behind it, not that the range is the cause (a job may warn of its LoRA
+    dropout and miss for its experts)."""
+    return s["verdict"] in DISCREPANCIES or (s["verdict"] == OUTSIDE_HELD and not s.get("held_within"))
+
+
 def technique(job: dict[str, Any]) -> str:
     s = job["settings"]
     kind = ("dora" if s.get("use_dora") else "lora") if s.get("use_peft") else "full"
@@ -142,10 +149,8 @@ def report_markdown(oracle: str, scored: list[dict[str, Any]], versions: dict[st
               "Each job beyond 3 % (over 3 %, or outside the held range and over 3 %), by what kind of miss it is "
               "(hpcmem/validate/random_report.py `discrepancy_class`; its cause where one is named: "
               "estimator/random/cases.yaml).", "", "| class | jobs |", "|---|---|",
-              *(f"| {k} | {n} |" for k, n in Counter(
-                  discrepancy_class(s) for s in scored
-                  if s["verdict"] in DISCREPANCIES or (s["verdict"] == OUTSIDE_HELD and not s.get("held_within"))
-              ).most_common()), "",
+              *(f"| {k} | {n} |" for k, n in Counter(discrepancy_class(s) for s in scored if is_case(s)).most_common()),
+              "",
               "## Discrepancies", "", "estimator/random/cases.yaml keeps each with its cause.", ""]
     for s in sorted((s for s in scored if s["verdict"] in DISCREPANCIES),
                     key=lambda s: (s["verdict"], -abs(s.get("err_pct", 0)))):
@@ -173,14 +178,14 @@ def discrepancy_class(s: dict[str, Any]) -> str:
     verdict = s["verdict"]
     if "err_pct" not in s:
         return verdict
-    held = s.get("estimate", {}).get("not_held") or []
+    est = s.get("estimate") or {}
+    held = est.get("not_held") or []
     if verdict == OUTSIDE_HELD and held:
         return "outside held range: " + _held_reason(held[0])
     err, res = s["err_pct"], s.get("reserved_err_pct")
     if abs(err) <= WITHIN_PCT:
         return f"reserved only ({'under' if (res or 0) < 0 else 'over'}): the allocator slack rule"
-    est_phase = str((s.get("estimate") or {}).get("phase") or "")
-    same = _phase_key(est_phase) == _phase_key(str(s.get("traced_phase") or ""))
+    same = _phase_key(str(est.get("phase") or "")) == _phase_key(str(s.get("traced_phase") or ""))
     where = "at the trace's peak" if same else "at another instant than the trace's peak"
     return f"allocated {'under' if err < 0 else 'over'}, {where}"
 
@@ -210,9 +215,7 @@ def cases(scored: list[dict[str, Any]], oracle: str, old: list[dict[str, Any]]) 
              if not str(c.get("cause", UNEXPLAINED)).startswith(UNEXPLAINED)}
     out = [c for c in old if c.get("oracle", "trace") != oracle]
     for s in scored:
-        # a number outside the held range that missed is kept as a case too: the warning says the estimate cannot
-        # stand behind it, not that the range is the cause (a job may warn of its LoRA dropout and miss for its experts)
-        if s["verdict"] not in DISCREPANCIES and not (s["verdict"] == OUTSIDE_HELD and not s.get("held_within")):
+        if not is_case(s):
             continue
         seed, index = map(int, re.fullmatch(r"s(\d+)-(\d+)", s["id"]).groups())
         job = s.get("job") or {}
