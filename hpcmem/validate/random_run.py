@@ -55,9 +55,27 @@ def freeze_stream(seed: int) -> None:
 
 
 def load(path: Path) -> list[dict[str, Any]]:
+    """The records of a records file, one JSON object per line; a file that is not that is refused in one line."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise HpcmemError(f"--records {path}: not UTF-8 text (byte {exc.start}): a records file holds one JSON "
+                          "object per line") from None
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise HpcmemError(f"--records {path}: line {n} is not JSON ({exc.msg}): a records file holds one JSON "
+                              "object per line") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
+            raise HpcmemError(f"--records {path}: line {n} is no record (a JSON object with an \"id\")")
+        out.append(rec)
+    return out
 
 
 def oracle_task(oracle: str) -> Callable[[dict[str, Any]], dict[str, Any]]:

@@ -157,6 +157,14 @@ def test_cli_refuses_in_one_line(tmp_path: Path) -> None:
                                    str(tmp_path / "r.jsonl"), "--oracle", "properties"])
     assert isinstance(res.exception, HpcmemError) and "--n 99999999999999999999" in str(res.exception)
     assert not (tmp_path / "r.jsonl").exists()
+    # a records file that is not UTF-8, a line that is not JSON, a line that is no record: named, never a traceback
+    for name, content, says in (("bytes.jsonl", b"\xff\xfe{", "not UTF-8 text (byte 0)"),
+                                ("text.jsonl", b'{"id": "s1-0"}\nnot json\n', "line 2 is not JSON"),
+                                ("list.jsonl", b"[1, 2]\n", "line 1 is no record")):
+        (tmp_path / name).write_bytes(content)
+        res = CliRunner().invoke(cli, ["validate", "random", "--report", "--records", str(tmp_path / name)])
+        assert isinstance(res.exception, HpcmemError) and says in str(res.exception), res.exception
+        assert (tmp_path / name).read_bytes() == content            # nothing the user had is rewritten
     if importlib.util.find_spec("hpcmem.validate.random_trainer") is None:
         res = CliRunner().invoke(cli, ["validate", "random", "--oracle", "trainer", "--n", "1"])
         assert isinstance(res.exception, HpcmemError) and "trainer oracle not installed" in str(res.exception)
