@@ -143,9 +143,9 @@ def mask_bytes(mb: MicroBatch, m: ModelSpec | None = None, attn: str = "sdpa") -
     """The boolean 4-D masks [rows, 1, seq, seq] built once per forward and shared by the layers — or, for an
     unpadded row, the sliding layers' own (`sliding_mask_alone`). Padded rows of a model with full and sliding layers
     get both: the forward builds one mask per kind (e.g. modeling_gemma3.py `causal_mask_mapping`: masking_utils
-    `create_causal_mask` and `create_sliding_window_causal_mask`), each materialized for SDPA (traced: random job
-    s5-85, Gemma 3 under checkpointing, both alive through the backward); a FlashAttention kernel takes the window
-    itself, and eager attention (Gemma 2) is counted as one mask, as traced before."""
+    `create_causal_mask` and `create_sliding_window_causal_mask`), each materialized for SDPA and both kept for the
+    recompute under checkpointing (estimator/LOG.md); a FlashAttention kernel takes the window itself, and eager
+    attention (Gemma 2) is counted as one mask, as its traces hold."""
     if mb.masked:
         both = m is not None and 0 < len(m.sliding_layers) < m.num_hidden_layers \
             and effective_attention(m, attn) == "sdpa"

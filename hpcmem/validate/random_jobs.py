@@ -182,9 +182,8 @@ def stream_types(seed: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
 def depth(seed: int, index: int, model_type: str) -> int:
     """Decoder layers of the job's cut: RANDOM_LAYERS up to seed DEEP_FROM − 1; from there one of DEPTHS, drawn from its
     own stream (`random.Random(f"{seed}:{index}:depth")`, so no other choice of a job moves). At 3 layers one layer's
-    transients are most of the peak, and the allocator's slack a larger share than at a real model's depth (traced:
-    reserved within 3 % for 29 of 52 derived jobs at 12 layers that missed it at 3, estimator/LOG.md). LAYERS_FOR caps
-    the types whose trace grows too slow with depth."""
+    transients are most of the peak, and the allocator's slack a larger share than at a real model's depth
+    (estimator/LOG.md). LAYERS_FOR caps the types whose trace grows too slow with depth."""
     if seed < DEEP_FROM:
         return LAYERS_FOR.get(model_type, RANDOM_LAYERS)
     drawn = random.Random(f"{seed}:{index}:depth").choice(DEPTHS)
