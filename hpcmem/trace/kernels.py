@@ -8,14 +8,18 @@ Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Map
    CPU tensors), plus the philox seed/offset tensors. The trace calls the CUDA op itself (its meta kernel runs on
    fake tensors), so those small tensors and the op identity TRL's selective-checkpointing policy matches are the
    GPU's. With a mask (padding, packed documents) CUDA takes memory-efficient attention, whose saved set (q, k, v,
-   the bias, out, logsumexp) equals the CPU flash kernel's with a mask: not remapped.
+   the bias, out, logsumexp) equals the CPU flash kernel's with a mask: not remapped — unless the call also drops out
+   (GPT-2's attn_pdrop in SFT): the CPU flash kernel refuses dropout (sdp_utils_cpp.cpp `check_for_dropout`) and the
+   math path keeps fp32 [B, H, S, S] scores and probabilities, where CUDA's cuDNN or memory-efficient attention take
+   mask and dropout and keep the CPU flash kernel's set plus the philox seed/offset; the trace calls that op as for
+   MLA below (`mla_backend`: equal head sizes are its ≤ 128 case or memory-efficient).
    SDPA whose value heads differ in size from the query/key heads (Multi-head Latent Attention: DeepSeek-V2/V3,
    Kimi-Linear, Bailing-hybrid, …): flash refuses them (cuda/sdp_utils.cpp `check_head_dim_size_flash`) and the CPU
    takes the math path (sdp_utils_cpp.cpp `check_head_dim_size_cpp`), which keeps fp32 [B, H, S, S] scores and
    probabilities. On sm90 torch 2.13 tries cuDNN attention first (`check_prefer_cudnn_attention`: cuDNN > 9.15.0,
    which the CUDA 13 wheels ship), and `check_cudnn_tensor_shapes` takes head dims ≤ 128 or exactly d_qk 192 /
    d_v 128 (every MLA type of transformers 5.24 with unequal dims: 192/128, 96/64), masked or not; other unequal
-   dims go to memory-efficient attention. The trace calls that CUDA op itself (`mla_backend`, `_mla_sdpa`):
+   dims go to memory-efficient attention. The trace calls that CUDA op itself (`mla_backend`, `_cuda_sdpa`):
    `_scaled_dot_product_cudnn_attention` saves q, k, v, out [B, H, S, D_v], fp32 logsumexp [B, H, S, 1] and the
    philox seed/offset; `_scaled_dot_product_efficient_attention` the same with logsumexp [B, H, S↑32]; a boolean mask
    becomes an additive one in the query's dtype first (attention.cpp `convert_boolean_attn_mask_cudnn`), which
@@ -128,6 +132,7 @@ def _flash_sdpa(tracker: Any, notes: list[str]) -> Iterator[None]:
     aten = torch.ops.aten
     used = [0]
     mla = {"cudnn": 0, "efficient": 0}
+    masked_dropout = {"cudnn": 0, "efficient": 0}
 
     def sdpa(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
              is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
@@ -145,7 +150,16 @@ def _flash_sdpa(tracker: Any, notes: list[str]) -> Iterator[None]:
             if backend == "cudnn" or (backend is not None and key.shape[-3] == query.shape[-3]):
                 mla[backend] += 1
                 q, k, v = (t.to(dtype) for t in (query, key, value))
-                return _mla_sdpa(backend, q, k, v, attn_mask, dropout_p, is_causal, scale)
+                return _cuda_sdpa(backend, q, k, v, attn_mask, dropout_p, is_causal, scale)
+        if attn_mask is not None and dropout_p > 0 and half and same_dim and heads_ok:
+            # a mask and dropout: the CPU's flash kernel refuses dropout (sdp_utils_cpp.cpp `check_for_dropout`) and
+            # the math path keeps fp32 [B, H, S, S] scores and probabilities; CUDA's flash refuses the mask, and
+            # cuDNN or memory-efficient attention take both (sdp_utils.cpp), keeping no scores
+            backend = mla_backend(head_dim, head_dim)
+            if backend == "cudnn" or (backend is not None and key.shape[-3] == query.shape[-3]):
+                masked_dropout[backend] += 1
+                q, k, v = (t.to(dtype) for t in (query, key, value))
+                return _cuda_sdpa(backend, q, k, v, attn_mask, dropout_p, is_causal, scale)
         if (attn_mask is not None or not half or head_dim > FLASH_MAX_HEAD_DIM
                 or head_dim % 8 or not heads_ok or not same_dim):
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
@@ -175,10 +189,14 @@ def _flash_sdpa(tracker: Any, notes: list[str]) -> Iterator[None]:
         if calls:
             notes.append(f"SDPA with value heads of another size (MLA) → CUDA {backend} attention op, "
                          f"in {calls} calls")
+    for backend, calls in masked_dropout.items():
+        if calls:
+            notes.append(f"SDPA with a mask and dropout → CUDA {backend} attention op, in {calls} calls")
 
 
 def mla_backend(d_qk: int, d_v: int) -> str | None:
-    """The CUDA backend torch 2.13 picks on sm90 for a 16-bit SDPA call whose value heads differ in size (MLA).
+    """The CUDA backend torch 2.13 picks on sm90 for a 16-bit SDPA call flash does not take: value heads of another
+    size (MLA), or a mask with dropout (flash takes no mask; equal sizes d_qk = d_v).
 
     aten/src/ATen/native/transformers/cuda/sdp_utils.cpp: `check_prefer_cudnn_attention` puts cuDNN first on sm90
     with cuDNN > 9.15.0 (torch 2.13.0+cu132 requires 9.20 / 9.21; the H200 probes ran 9.19);
@@ -194,7 +212,7 @@ def mla_backend(d_qk: int, d_v: int) -> str | None:
     return "efficient"
 
 
-def _mla_sdpa(backend: str, q: Any, k: Any, v: Any, attn_mask: Any, dropout_p: float, is_causal: bool,
+def _cuda_sdpa(backend: str, q: Any, k: Any, v: Any, attn_mask: Any, dropout_p: float, is_causal: bool,
               scale: float | None) -> Any:
     """Call the CUDA op itself (its meta kernel runs on fake tensors), as aten/src/ATen/native/transformers/
     attention.cpp `scaled_dot_product_attention` does: a boolean mask becomes an additive one in the query's dtype

@@ -382,8 +382,9 @@ def run(types: list[str] | None, *, redo: bool = False, workers: int = 1, record
             progress(i, n, [rec])
     if not todo:
         return out
-    n = max(1, workers)
-    with mp.get_context("spawn").Pool(processes=n, maxtasksperchild=1, initializer=share_cpus, initargs=(n,)) as pool:
+    procs = max(1, workers)
+    with mp.get_context("spawn").Pool(processes=procs, maxtasksperchild=1, initializer=share_cpus,
+                                      initargs=(procs,)) as pool:
         for i, recs in enumerate(pool.imap_unordered(sweep_type, todo), 1):
             with path.open("a") as fh:
                 for rec in recs:

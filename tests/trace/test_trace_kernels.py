@@ -209,3 +209,36 @@ def test_mla_sdpa_with_fewer_key_value_heads_takes_cudnn_attention_unexpanded():
     # supports_gqa). Kept: out [1, 8, 64, 128] bf16 + fp32 logsumexp [1, 8, 64, 1] + seed and offset.
     kept, notes = _mla_forward_bytes(64, 192, 128, masked=False, heads=8, kv_heads=2)
     assert kept == 8 * 64 * 128 * 2 + 8 * 64 * 4 + 2 * 8 and len(notes) == 1
+
+
+def _masked_dropout_kept(s: int, mapped: bool, dropout_p: float = 0.1) -> tuple[int, list[str]]:
+    """(bytes live after forward, notes) of one masked SDPA call with dropout, equal head sizes (GPT-2's attention in
+    training: attn_pdrop 0.1 on padded rows)."""
+    from hpcmem.trace.fakeenv import fake_world
+    from hpcmem.trace.kernels import _flash_sdpa
+
+    tracker, notes = StorageTracker(), []
+    with fake_world() as (_, oracle), (_flash_sdpa(tracker, notes) if mapped else _null()):
+        q, k, v = (torch.randn(1, 2, s, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        mask = torch.ones(s, s, dtype=torch.bool).tril()[None, None]
+        oracle.observer = tracker
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        kept = tracker.current_bytes
+        out.sum().backward()
+        oracle.observer = None
+    return kept, notes
+
+
+def test_masked_sdpa_with_dropout_keeps_no_scores_on_cuda():
+    # The CPU's flash kernel refuses dropout, so a masked call with dropout takes the math path and keeps fp32
+    # [1, 2, S, S] scores; CUDA takes cuDNN attention (head size 64 ≤ 128, sm90): out [1, 2, 64, 64] bf16 + fp32
+    # logsumexp [1, 2, 64, 1] + philox seed and offset + the bf16 additive mask it is given
+    # (attention.cpp convert_boolean_attn_mask_cudnn) — the same as the MLA mapping's masked case, by hand.
+    kept, notes = _masked_dropout_kept(64, mapped=True)
+    assert kept == 2 * 64 * 64 * 2 + 2 * 64 * 4 + 2 * 8 + 64 * 64 * 2
+    assert notes == ["SDPA with a mask and dropout → CUDA cudnn attention op, in 1 calls"]
+    cpu_kept, _ = _masked_dropout_kept(64, mapped=False)
+    assert cpu_kept >= kept + 2 * 64 * 64 * 4               # the math path keeps at least fp32 [1, 2, 64, 64]
+    # without dropout nothing is remapped: the CPU flash kernel takes the mask and keeps CUDA's set
+    _, plain = _masked_dropout_kept(64, mapped=True, dropout_p=0.0)
+    assert plain == []
