@@ -240,7 +240,12 @@ def _check_processor(vision: dict, path: str, job: JobSpec) -> None:
 def _apply_profile(path: str, trainer: str, settings: dict[str, Any]) -> dict | None:
     """--lengths: the worst micro-batch's tokens (tokens_per_micro_batch), or for a trainer that generates its
     completions the longest prompt (max_prompt_length, hpcmem's own field)."""
-    from hpcmem.data.profile import load_profile, longest_prompt, tokens_per_micro_batch  # deferred: --lengths only
+    from hpcmem.data.profile import (  # deferred: --lengths only
+        label_tokens_per_micro_batch,
+        load_profile,
+        longest_prompt,
+        tokens_per_micro_batch,
+    )
 
     profile = load_profile(path)
     if profile.get("vision") is not None and trainer != "sft":
@@ -268,6 +273,10 @@ def _apply_profile(path: str, trainer: str, settings: dict[str, Any]) -> dict | 
         raise ProfileError(f"the length profile {path} leaves no row to train on with these settings (no examples, "
                            "or every one dropped by max_length)")
     settings["tokens_per_micro_batch"] = tokens
+    labels = label_tokens_per_micro_batch(profile, trainer=trainer, max_length=settings.get("max_length", 1024),
+                                          per_device_train_batch_size=settings.get("per_device_train_batch_size", 8))
+    if labels is not None:
+        settings["label_tokens_per_micro_batch"] = labels
     if profile.get("vision") is not None:
         _apply_images(profile, path, settings)
     return profile.get("vision")

@@ -65,7 +65,8 @@ from hpcmem.inputs.files import load_json_file
 from hpcmem.job.trainers import REGISTRY
 
 __all__ = ["ENCODING", "SCHEMA", "SCHEMAS", "SCHEMA_VISION", "VISION_PARTS", "check_profile", "decode_lengths",
-           "encode_lengths", "image_cut", "load_profile", "longest_prompt", "tokens_per_micro_batch",
+           "encode_lengths", "image_cut", "label_tokens_per_micro_batch", "load_profile", "longest_prompt",
+           "tokens_per_micro_batch",
            "vision_per_micro_batch"]
 MAX_ORDERED_EXAMPLES = 2_000_000   # above this, only the histogram is stored (a few MiB of JSON at most)
 
@@ -183,6 +184,32 @@ def tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_devi
                                 pad_to_multiple_of=pad_to_multiple_of)
         return max((tensor for _, tensor in batches), default=0)
     return _bound_from_histogram(profile, trainer, max_length, batch, flatten, pad_to_multiple_of)
+
+
+def label_tokens_per_micro_batch(profile: Mapping, *, max_length: int | None, per_device_train_batch_size: int,
+                                 trainer: str | None = None) -> int | None:
+    """The most tokens one micro-batch scores, for DPO and KTO: each row's completion, its length less the prompt —
+    DPOTrainer and KTOTrainer label the prompt -100 (trl/trainer/dpo_trainer.py, kto_trainer.py) and TRL's fused LM
+    head gathers the labelled positions only. Over the micro-batches taken in dataset order after the trainer's
+    max_length rules (an example whose prompt reaches max_length is dropped, rows are cut to max_length: as
+    `tokens_per_micro_batch`); KTO's KL rows run without gradients and are not counted. None where the profile cannot
+    say: another trainer, or no per-example order with a prompt part (the estimate then scores every position)."""
+    check_profile(profile)
+    made_for = _made_for(profile, trainer)
+    parts = ordered_parts(profile) if made_for in ("dpo", "kto") and profile["schema"] != SCHEMA_VISION else None
+    if parts is None or "prompt" not in parts:
+        return None
+    batch = per_device_train_batch_size
+    if batch < 1:
+        raise ProfileError(f"per_device_train_batch_size must be ≥ 1; got {batch}")
+    cut = max_length
+    scored: list[int] = []
+    for i, prompt in enumerate(parts["prompt"]):
+        if cut is not None and prompt >= cut:
+            continue
+        rows = [parts[name][i] for name in REGISTRY[made_for].lengths.row_parts]
+        scored.append(sum(max((n if cut is None else min(n, cut)) - prompt, 0) for n in rows))
+    return max((sum(scored[s:s + batch]) for s in range(0, len(scored), batch)), default=0) or None
 
 
 def _vision_tokens(profile: Mapping, trainer: str, max_length: int | None, batch: int, *, packing: bool,

@@ -134,6 +134,7 @@ class SharedStep:
     model: ModelSpec
     gpu: GpuSpec | None
     tokens_per_micro_batch: int | None
+    label_tokens_per_micro_batch: int | None
     teacher: ModelSpec | None
     prec: Precision
     mb: MicroBatch
@@ -149,7 +150,8 @@ class SharedStep:
         """Whether `job` is the job this was worked out for, whatever its expandable_segments."""
         return (job.model is self.model or job.model == self.model) and job.train == self.train and \
             job.parallel == self.parallel and job.gpu == self.gpu and job.teacher == self.teacher and \
-            job.tokens_per_micro_batch == self.tokens_per_micro_batch
+            job.tokens_per_micro_batch == self.tokens_per_micro_batch and \
+            job.label_tokens_per_micro_batch == self.label_tokens_per_micro_batch
 
 
 def shared_step(job: JobSpec, lora: LoraLayout | None = None) -> SharedStep:
@@ -180,7 +182,9 @@ def shared_step(job: JobSpec, lora: LoraLayout | None = None) -> SharedStep:
     ws_bytes, ws_note = cublas_workspaces(job.gpu, cublaslt_threads(job))
     workspaces = Component(name=WORKSPACES, bytes=ws_bytes, note=ws_note)
     return SharedStep(train=job.train, parallel=job.parallel, model=job.model, gpu=job.gpu,
-                tokens_per_micro_batch=job.tokens_per_micro_batch, teacher=job.teacher, prec=prec, mb=mb, lora=lora,
+                tokens_per_micro_batch=job.tokens_per_micro_batch,
+                label_tokens_per_micro_batch=job.label_tokens_per_micro_batch, teacher=job.teacher, prec=prec, mb=mb,
+                lora=lora,
                 states=states, extras=extras, phases=tuple(Phase(name=p.name, components=(*p.components, workspaces))
                                                             for p in phases), vision=vision,
                 host=host_estimate(job, parts, states, act_host, save), host_bytes=states.host + act_host)

@@ -34,7 +34,7 @@ def eval_phase(job: JobSpec, parts: ParamParts, prec: Precision, held: tuple[Com
     if t.eval_strategy == "no":
         return None
     eval_job = replace(job, train=replace(t, per_device_train_batch_size=t.per_device_eval_batch_size),
-                       tokens_per_micro_batch=None)
+                       tokens_per_micro_batch=None, label_tokens_per_micro_batch=None)
     mb = local_micro_batch(job, micro_batch(eval_job), evaluation=True)
     score = Component(name="eval forward (no grad)", bytes=no_grad_pass(job, mb.rows, mb.seq, prec),
                       note=f"per_device_eval_batch_size {t.per_device_eval_batch_size}: {mb.source}")

@@ -4,7 +4,8 @@
   field — the prompt's length is the dataset's — so hpcmem takes its own field's value (512 unless set) as the
   longest prompt of a batch.
 - row lengths (every other trainer): without a length profile every row is taken max_length tokens long (TRL's
-  collators pad each batch to its longest row: the worst case).
+  collators pad each batch to its longest row: the worst case) — and, for DPO and KTO, every position of it scored
+  (TRL labels the prompt -100; a profile counts the completions: JobSpec `label_tokens_per_micro_batch`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def describe(job: JobSpec) -> list[dict[str, Any]]:
             value = job.train.max_length if job.train.max_length is not None else job.model.max_position_embeddings
             out.append({"field": "row lengths", "value": value,
                         "why": "no length profile: every row is taken this long (TRL pads a batch to its longest "
-                               "row)",
+                               "row)" + (", every position of it scored (TRL scores the completions only)"
+                                         if job.train.trainer in ("dpo", "kto") else ""),
                         "set_with": "--lengths PROFILE (hpcmem lengths --save)"})
     return out

@@ -22,6 +22,9 @@ class JobSpec:
     gpu: GpuSpec | None = None
     expandable_segments: bool = False
     tokens_per_micro_batch: int | None = None   # hpcmem-only: from a length profile (hpcmem lengths), else worst case
+    # hpcmem-only: from a length profile, the most tokens a micro-batch scores (DPO's and KTO's completions; TRL
+    # labels prompts -100); None: every position but each row's last (the bound without a profile)
+    label_tokens_per_micro_batch: int | None = None
     teacher: ModelSpec | None = None            # distillation: the model teacher_model_name_or_path names
     assumed: tuple[str, ...] = ()               # values taken as hpcmem's assumption (hpcmem.job.assumptions)
 
@@ -29,6 +32,9 @@ class JobSpec:
         tokens = self.tokens_per_micro_batch
         if tokens is not None and tokens < 1:
             raise SpecError(f"tokens_per_micro_batch must be ≥ 1 or None; got {tokens}")
+        labels = self.label_tokens_per_micro_batch
+        if labels is not None and labels < 1:
+            raise SpecError(f"label_tokens_per_micro_batch must be ≥ 1 or None; got {labels}")
         check_job(self)
 
     @property

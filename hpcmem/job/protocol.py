@@ -32,6 +32,9 @@ class Job(Protocol):
     def tokens_per_micro_batch(self) -> int | None: ...
 
     @property
+    def label_tokens_per_micro_batch(self) -> int | None: ...
+
+    @property
     def teacher(self) -> ModelSpec | None: ...
 
     @property

@@ -50,6 +50,7 @@ _EXTRA: dict[str, Checker] = {
     "accelerate_config": lambda n, x: v.text(n, x),
     "expandable_segments": v.boolean,
     "tokens_per_micro_batch": v.optional_integer,
+    "label_tokens_per_micro_batch": v.optional_integer,
     "model_init_kwargs": _nullable(v.json_object),
     "torch_dtype": _nullable(lambda n, x: v.text(n, x, max_len=64)),
     "dtype": _nullable(lambda n, x: v.text(n, x, max_len=64)),

@@ -63,6 +63,14 @@ def _round_up(value: int, multiple: int | None) -> int:
     return value if not multiple else -(-value // multiple) * multiple
 
 
+def scored(job: Job, positions: int) -> int:
+    """The tokens a micro-batch scores: every position but each row's last (`positions`, the bound), or fewer where a
+    length profile counted them (`label_tokens_per_micro_batch`: a DPO or KTO row's prompt is labelled -100,
+    trl/trainer/dpo_trainer.py and kto_trainer.py, and TRL's fused LM head gathers the labelled positions only)."""
+    counted = job.label_tokens_per_micro_batch
+    return positions if counted is None else min(positions, counted)
+
+
 def micro_batch(job: Job) -> MicroBatch:
     t, m = job.train, job.model
     e = entry(t.trainer)
@@ -92,7 +100,7 @@ def micro_batch(job: Job) -> MicroBatch:
                 f" (max_length none: every row max_position_embeddings {m.max_position_embeddings} — pass --lengths)"
         # a row's images sit in its prompt (vision DPO), so their tokens are never labels (hpcmem.job.image_rules)
         labels = max(seq - 1 - prompt_image_tokens(job), 0)
-        return MicroBatch(rows=rows, seq=seq, label_tokens=rows * labels, padding_free=False,
+        return MicroBatch(rows=rows, seq=seq, label_tokens=scored(job, rows * labels), padding_free=False,
                           image_mask=image_mask(job), source=f"chosen+rejected: {e.rows_per_example}×{b} rows × {seq}{src}")
     padding_free = t.padding_free or (t.packing and t.packing_strategy in ("bfd", "bfd_split"))
     if job.tokens_per_micro_batch is not None:
@@ -104,11 +112,12 @@ def micro_batch(job: Job) -> MicroBatch:
                f"max_length none: every row max_position_embeddings {m.max_position_embeddings} — pass --lengths")
     if padding_free:
         seq = _round_up(tokens, t.pad_to_multiple_of)
-        return MicroBatch(rows=1, seq=seq, label_tokens=seq - 1, padding_free=True,
+        return MicroBatch(rows=1, seq=seq, label_tokens=scored(job, seq - 1), padding_free=True,
                           attn_implementation=t.attn_implementation,
                           source=f"padding-free: one row of {seq} tokens ({src})")
     seq = _round_up(-(-tokens // b), t.pad_to_multiple_of)
-    return MicroBatch(rows=b, seq=seq, label_tokens=b * (seq - 1), padding_free=False, image_mask=image_mask(job),
+    return MicroBatch(rows=b, seq=seq, label_tokens=scored(job, b * (seq - 1)), padding_free=False,
+                      image_mask=image_mask(job),
                       source=f"padded: {b} rows × {seq} ({src})")
 
 

@@ -47,7 +47,7 @@ CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")     # torch.compile modes
 PARALLEL_FIELDS = {f.name for f in fields(ParallelSpec)}
 # Settings that live outside TrainSpec but in the same YAML / flag namespace.
 JOB_FIELDS = {"model_name_or_path", "expandable_segments", "gpu", "tokens_per_micro_batch",
-              "accelerate_config"}   # accelerate_config: `trl --accelerate_config`, applied by the CLI before build_job
+              "label_tokens_per_micro_batch", "accelerate_config"}   # accelerate_config: `trl --accelerate_config`, applied by the CLI before build_job
 
 
 def read_yaml(path: str | os.PathLike, what: str = "config") -> dict[str, Any]:
@@ -183,7 +183,8 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None,
     try:
         job = JobSpec(model=model, train=TrainSpec(trainer=trainer, **train_kw), parallel=ParallelSpec(**par_kw),
                       gpu=gpu, expandable_segments=bool(s.get("expandable_segments", False)),
-                      tokens_per_micro_batch=s.get("tokens_per_micro_batch"), teacher=teacher,
+                      tokens_per_micro_batch=s.get("tokens_per_micro_batch"),
+                      label_tokens_per_micro_batch=s.get("label_tokens_per_micro_batch"), teacher=teacher,
                       assumed=assumed_names(trainer, s, s.get("tokens_per_micro_batch")))
     except TypeError as exc:
         raise SpecError(f"invalid setting: {exc}") from None

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 # Names that belong to hpcmem/accelerate, not to TRL: removed from a user's TRL YAML before it is written.
 HPCMEM_ONLY = ("profile_images", "profile_patches", "profile_image_tokens",
-               "gpu", "accelerate_config", "lengths", "max_prompt_length", "expandable_segments", "tokens_per_micro_batch", "num_processes", "num_machines",
+               "gpu", "accelerate_config", "lengths", "max_prompt_length", "expandable_segments", "tokens_per_micro_batch",
+               "label_tokens_per_micro_batch", "num_processes", "num_machines",
                "distributed_type", "zero_stage", "offload_optimizer_device", "offload_param_device", "fsdp_version",
                "fsdp_offload_params", "fsdp_reshard_after_forward", "zero3_init_flag", "zero3_save_16bit_model",
                "fsdp_state_dict_type", "fsdp_cpu_ram_efficient_loading", "zero_bucket_sizes",

@@ -233,7 +233,8 @@ class Applier:
         if par.sp_size > 1 and k.sharding != GIVEN:
             par = replace(par, sp_attn_implementation=train.attn_implementation)   # Ulysses wraps the model's kernel
         return JobSpec(model=job.model, train=train, parallel=par, gpu=job.gpu,
-                       expandable_segments=k.expandable_segments, tokens_per_micro_batch=job.tokens_per_micro_batch)
+                       expandable_segments=k.expandable_segments, tokens_per_micro_batch=job.tokens_per_micro_batch,
+                       label_tokens_per_micro_batch=job.label_tokens_per_micro_batch)
 
 
 def _train(t: TrainSpec, k: Knobs, sharding_changes: dict) -> TrainSpec:

@@ -49,7 +49,8 @@ class Speeds:
             t = replace(self.job.train, per_device_train_batch_size=batch, packing=pack == "packing",
                         padding_free=pack == "padding_free")
             mb = micro_batch(SimpleNamespace(train=t, model=self.job.model,
-                                             tokens_per_micro_batch=self.job.tokens_per_micro_batch))
+                                             tokens_per_micro_batch=self.job.tokens_per_micro_batch,
+                                             label_tokens_per_micro_batch=self.job.label_tokens_per_micro_batch))
             max_len = t.max_length or self.job.model.max_position_embeddings
             if mb.padding_free:
                 self.shape[key] = (mb.tokens, 1.0, max(1, int(max_len * PADDED_FILL_FRACTION)))

@@ -100,6 +100,7 @@ def job_from_dict(data: Any, env: Any = None, model_config: dict[str, Any] | Non
                    parallel=build(ParallelSpec, data.get("parallel") or {}), gpu=build(GpuSpec, data.get("gpu")),
                    expandable_segments=ran_expandable(data, env),
                    tokens_per_micro_batch=data.get("tokens_per_micro_batch"),
+                   label_tokens_per_micro_batch=data.get("label_tokens_per_micro_batch"),
                    assumed=tuple(data.get("assumed") or ()))
 
 

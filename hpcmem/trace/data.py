@@ -52,7 +52,8 @@ def profiled_rows(job: JobSpec) -> JobSpec:
     if job.tokens_per_micro_batch is None or t.trainer == "sft" or entry(t.trainer).generates:
         return job
     seq = micro_batch(job).seq
-    return dataclasses.replace(job, train=dataclasses.replace(t, max_length=seq), tokens_per_micro_batch=None)
+    return dataclasses.replace(job, train=dataclasses.replace(t, max_length=seq), tokens_per_micro_batch=None,
+                               label_tokens_per_micro_batch=None)
 
 
 def design_batch(job: JobSpec) -> BatchDesign:
@@ -142,6 +143,13 @@ def design_preference(job: JobSpec) -> BatchDesign:
 def preference_prompt_length(job: JobSpec) -> int:
     """DPO prompt tokens per row: half of max_length (a prompt must be shorter than max_length or TRL drops it)."""
     return max(1, (job.train.max_length or 4) // 2)
+
+
+def preference_label_tokens(job: JobSpec) -> int:
+    """The tokens a DPO micro-batch of this design scores, at most: each of the 2·B rows' completion, max_length less
+    the prompt (DPOTrainer labels the prompt -100)."""
+    t = job.train
+    return 2 * t.per_device_train_batch_size * max((t.max_length or 4) - preference_prompt_length(job), 1)
 
 
 def make_preference_dataset(job: JobSpec, design: BatchDesign, num_micro_batches: int) -> Any:

@@ -63,6 +63,18 @@ def design(job: JobSpec) -> BatchDesign:
                        f"{b} rows of {length} tokens (last one token shorter), and as many KL rows")
 
 
+def prompt_length(job: JobSpec) -> int:
+    """Prompt tokens per row of this design: half of max_length."""
+    return (job.train.max_length or 4) // 2
+
+
+def label_tokens(job: JobSpec) -> int:
+    """The tokens a KTO micro-batch of this design scores, at most: each of the B rows' completion, max_length less
+    the prompt (KTOTrainer labels the prompt -100; the KL rows run without gradients)."""
+    t = job.train
+    return t.per_device_train_batch_size * max((t.max_length or 4) - prompt_length(job), 1)
+
+
 def dataset(job: JobSpec, num_micro_batches: int) -> Any:
     """Unpaired text rows of the word tokenizer: a prompt of max_length // 2 words, a completion past max_length
     (+ EOS), the last row of each micro-batch one token shorter; labels alternate."""
@@ -70,7 +82,7 @@ def dataset(job: JobSpec, num_micro_batches: int) -> Any:
 
     t = job.train
     b, length = t.per_device_train_batch_size, t.max_length or 4
-    prompt = length // 2
+    prompt = prompt_length(job)
     words = lambda n: " ".join([WORD] * n)      # noqa: E731
     rows: dict[str, list[Any]] = {"prompt": [], "completion": [], "label": []}
     for _ in range(num_micro_batches):

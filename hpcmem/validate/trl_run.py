@@ -34,7 +34,7 @@ WORDS = 64                 # words of the tokenizer (ids 3 … 66: inside any sh
 # not settings of TRL's classes: hpcmem's own (the GPU, the launcher, the allocator) — the trainer never sees them
 HPCMEM_ONLY = ("profile_images", "profile_patches", "profile_image_tokens",
                "gpu", "num_processes", "num_machines", "distributed_type", "expandable_segments",
-               "tokens_per_micro_batch", "mixed_precision", "fsdp_config", "deepspeed_config")
+               "tokens_per_micro_batch", "label_tokens_per_micro_batch", "mixed_precision", "fsdp_config", "deepspeed_config")
 # hpcmem's description of the data, where TRL's config has no such field (GRPO/RLOO/distillation in TRL 1.16 have no
 # max_prompt_length: the prompt is as long as the dataset's); it shapes the oracle's dataset instead
 DATA_ONLY = ("max_prompt_length",)

@@ -228,13 +228,21 @@ def test_an_assumed_row_length_is_said_for_every_trainer():
 def test_a_length_profile_shapes_dpo_and_reward_micro_batches(tmp_path):
     """`--lengths` for a preference trainer: the profile's two examples have chosen rows of 6 and 12 tokens and
     rejected rows of 4 and 10 (prompt included), so with batch 2 the one micro-batch is 2 chosen + 2 rejected rows
-    padded to the longest, 12 (hand count) — the estimate is the one for max_length 12, not for the default 1024."""
+    padded to the longest, 12 (hand count) — the estimate is the one for max_length 12, not for the default 1024. DPO
+    scores the completions only: 6 − 2 + 4 − 2 + 12 − 9 + 10 − 9 = 10 tokens (hand count), not 4 rows × 11."""
     for trainer in ("dpo", "reward"):
         parts = {"prompt": [2, 9], "chosen": [6, 12], "rejected": [4, 10]}
         path = _profile(tmp_path / f"{trainer}.json", trainer, parts, [6, 4, 12, 10])
         common = [trainer, *SMALL, "--per_device_train_batch_size", "2", "--json"]
         got = json.loads(_run("estimate", *common, "--lengths", str(path)).output)
         want = json.loads(_run("estimate", *common, "--max_length", "12").output)
+        if trainer == "dpo":
+            # 34 fewer scored tokens: the fused head's backward holds at least a bf16 [N, 32768] tile row less for
+            # each (trl/kernels/chunked_logprob.py `mm_buf`); the layers' phases are those of max_length 12
+            head = "backward (LM head)"
+            assert want["phases"][head] - got["phases"][head] >= 34 * 32768 * 2
+            assert got["phases"]["backward (layer 0)"] == want["phases"]["backward (layer 0)"]
+            continue
         assert "length profile" in got["summary"], got["summary"]
         assert got["per_gpu"]["peak_allocated_bytes"] == want["per_gpu"]["peak_allocated_bytes"], trainer
         # the reference model's no-grad pass sees the same rows (it took max_length, 1024 here, whatever the data)

@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import datasets  # noqa: E402
 
-from hpcmem.data.profile import decode_lengths, tokens_per_micro_batch  # noqa: E402
+from hpcmem.data.profile import decode_lengths, label_tokens_per_micro_batch, tokens_per_micro_batch  # noqa: E402
 from hpcmem.data.profiler import profile_dataset  # noqa: E402
 from tests.helpers.cli_main import run_main
 
@@ -347,6 +347,30 @@ def test_a_file_that_does_not_parse_is_one_line_without_the_librarys_log(tok_dir
     assert "broken-pref.jsonl" in line and "row 1" in line, line
 
 
+@pytest.mark.parametrize("config", [{}, {"max_length": 30}, {"max_length": 12}])
+def test_the_scored_tokens_of_a_dpo_micro_batch_are_trls_completion_mask(config, tok_dir, tmp):
+    """label_tokens_per_micro_batch = max over TRL's own collated DPO micro-batches (in order) of the completion mask's
+    sum: the positions DPOTrainer scores (the prompt is not), after its max_length rules (cut, prompt ≥ max_length
+    dropped)."""
+    from transformers import AutoTokenizer
+
+    from hpcmem.data.profiler import build_profile
+    from hpcmem.data.tokenize import tokenize_lengths
+
+    batch = 4
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    data = datasets.Dataset.from_dict(_datasets(random.Random(5))["pref"])
+    t = _trl_trainer("dpo", data, tok, tmp / "out", per_device_train_batch_size=batch, **config)
+    rows = [t.train_dataset[i] for i in range(len(t.train_dataset))]
+    theirs = max(int(t.data_collator(rows[i:i + batch])["completion_mask"].sum()) for i in range(0, len(rows), batch))
+    _, parts = tokenize_lengths(data, tok, trainer="dpo")
+    profile = build_profile(parts, source={"trainer": "dpo"}, per_device_train_batch_size=batch,
+                            pad_to_multiple_of=None, max_lengths=[])
+    got = label_tokens_per_micro_batch(json.loads(json.dumps(profile)), max_length=config.get("max_length"),
+                                       per_device_train_batch_size=batch, trainer="dpo")
+    assert got == theirs
+
+
 def test_kto_lengths_unpair_as_trl_and_feed_the_estimate(tok_dir, tmp, capsys):
     """`hpcmem lengths --trainer kto`: a paired dataset becomes TRL's unpaired one (trl.unpair_preference_dataset:
     the chosen examples of a map batch, then its rejected ones), each tokenized as prompt and prompt + completion +
@@ -364,6 +388,9 @@ def test_kto_lengths_unpair_as_trl_and_feed_the_estimate(tok_dir, tmp, capsys):
     assert decode_lengths(p["order"]["parts"]["length"]) == [4, 4, 6, 3]
     assert tokens_per_micro_batch(p, trainer="kto", max_length=None, per_device_train_batch_size=2, packing=False,
                                   packing_strategy="bfd", padding_free=False, pad_to_multiple_of=None) == 12
+    # the completions KTO scores (its prompt is labelled -100), by hand: (4 − 2) + (4 − 1) | (6 − 2) + (3 − 1) → 6
+    assert label_tokens_per_micro_batch(p, trainer="kto", max_length=None, per_device_train_batch_size=2) == 6
+    assert label_tokens_per_micro_batch(p, trainer="kto", max_length=5, per_device_train_batch_size=2) == 5
     saved = tmp / "kto-profile.json"
     code, out, err = _run_cli(["lengths", str(path), "--tokenizer", tok_dir, "--trainer", "kto", "--save",
                                str(saved), "--per_device_train_batch_size", "2"], capsys)
