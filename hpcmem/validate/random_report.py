@@ -181,7 +181,9 @@ def discrepancy_class(s: dict[str, Any]) -> str:
     est = s.get("estimate") or {}
     held = est.get("not_held") or []
     if verdict == OUTSIDE_HELD and held:
-        return "outside held range: " + _held_reason(held[0])
+        # every range the job lies outside, in one order (a job past two of them is not the first one's alone)
+        reasons = {_held_reason(line) for line in held}
+        return "outside held range: " + " + ".join(r for r in HELD_REASONS if r in reasons)
     err, res = s["err_pct"], s.get("reserved_err_pct")
     if abs(err) <= WITHIN_PCT:
         return f"reserved only ({'under' if (res or 0) < 0 else 'over'}): the allocator slack rule"
@@ -190,10 +192,19 @@ def discrepancy_class(s: dict[str, Any]) -> str:
     return f"allocated {'under' if err < 0 else 'over'}, {where}"
 
 
+# (the words of the estimate's warning, the class's name for it), in the order a class names them
+# (hpcmem.estimate.learned_range `learned_warnings`)
+_HELD_KEYS = (("rows per micro-batch", "rows per micro-batch"), ("this job's rows are", "row length"),
+              ("LoRA cells were traced", "LoRA dropout / modules to save"),
+              ("traced with the model's dropout on", "model dropout"),
+              ("computes without it (bf16 and fp16 off)", "no autocast"),
+              ("DoRA was not traced in that format", "format-2 profile"), ("is not among them", "technique"),
+              ("learned without its checks", "not held anywhere"))
+HELD_REASONS = tuple(label for _, label in _HELD_KEYS) + ("other",)
+
+
 def _held_reason(line: str) -> str:
-    for key, label in (("rows per micro-batch", "rows per micro-batch"), ("tokens per row", "row length"),
-                       ("dropout", "LoRA dropout / modules to save"), ("autocast", "no autocast"),
-                       ("format 2", "format-2 profile"), ("technique", "technique")):
+    for key, label in _HELD_KEYS:
         if key in line:
             return label
     return "other"

@@ -27,6 +27,20 @@ def test_the_class_reads_the_score():
     assert discrepancy_class(_scored(verdict="outside held range", err_pct=8.0,
                                      estimate={"phase": "backward (layer 2)", "not_held": held})) == \
         "outside held range: rows per micro-batch"
+    # outside two ranges (s1-537, jais2: 8 rows, and bf16 off): both named, in one order whichever warning came first
+    no_amp = ("learned profile of jais2: its cells were traced under autocast (bf16 on); this job computes without it "
+              "(bf16 and fp16 off), where 16-bit and fp32 operands promote to fp32 and LoRA adapters compute in fp32: "
+              "not held")
+    for lines in ([held[0], no_amp], [no_amp, held[0]]):
+        assert discrepancy_class(_scored(verdict="outside held range", err_pct=15.3,
+                                         estimate={"phase": "backward (layer 2)", "not_held": lines})) == \
+            "outside held range: rows per micro-batch + no autocast"
+    # the technique warning quotes where the profile is held ("≤ 8,192 tokens per row"): a technique, not a length
+    technique = ("learned profile of olmo held within 3 % at ≤ 8,192 tokens per row (full gc 8,192); this job's "
+                 "technique (dora no gc) is not among them (not learned, or its check was not within): not held")
+    assert discrepancy_class(_scored(verdict="outside held range", err_pct=4.0,
+                                     estimate={"phase": "backward (layer 2)", "not_held": [technique]})) == \
+        "outside held range: technique"
     assert discrepancy_class(_scored(verdict="missed refusal")) == "missed refusal"
 
 
