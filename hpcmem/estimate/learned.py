@@ -70,14 +70,29 @@ def no_grad_layer_peak(job: JobSpec, rows: int, seq: int, prec: Precision) -> in
     `fpeak`, the layer's output included. A checkpointed layer's forward keeps nothing for backward
     (torch/utils/checkpoint.py: the reentrant variant runs it under no_grad, the non-reentrant one packs every saved
     tensor into a placeholder), so its highest instant is the one a no-grad pass holds — attention scores, MLA's
-    expanded keys, routed experts and all. None without a learned profile or that cell, or for fp32 weights (their
-    cell's forward holds autocast's cached weight copies, which a frozen model's pass does not make)."""
+    expanded keys, routed experts and all. A type transformers will not checkpoint has no such cell: its profile
+    traced the no-grad pass itself (`LearnedProfile.no_grad`, a DPO reference pass). None without a learned profile
+    or either, or for fp32 weights (their cell's forward holds autocast's cached weight copies, which a frozen model's
+    pass does not make)."""
     p = job.model.learned
     key = precision_key(prec)
-    if p is None or key != "w2a2" or (cell := p.cell(key, "full", True)) is None:
+    if p is None or key != "w2a2":
         return None
     quad = rows * seq * seq         # the passes' rows are padded to the longest (chosen and rejected, or completions)
-    return max(cell.fpeak[r].at(rows * seq, quad) for r in set(p.layer_map))
+    if (cell := p.cell(key, "full", True)) is not None:
+        return max(cell.fpeak[r].at(rows * seq, quad) for r in set(p.layer_map))
+    if p.no_grad:
+        return max(p.no_grad[r].at(rows * seq, quad) for r in set(p.layer_map))
+    return None
+
+
+def no_grad_entry(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
+    """What a learned no-grad pass (`LearnedProfile.no_grad`) holds from its start beyond the embeddings' output and
+    the boolean mask counted apart (CPM-Ant's [rows, heads, seq, seq] position bias, a float mask); 0 elsewhere."""
+    p = job.model.learned
+    if p is None or p.no_grad_entry is None or precision_key(prec) != "w2a2" or p.cell("w2a2", "full", True):
+        return 0
+    return max(p.no_grad_entry.at(rows * seq, rows * seq * seq), 0)
 
 
 def _adapted_leaves(p: LearnedProfile, targets: list[str] | tuple[str, ...]) -> set[str]:

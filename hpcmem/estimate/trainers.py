@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from hpcmem.estimate.activations import eager_scores_no_grad, own_pass_mask_bytes
 from hpcmem.estimate.breakdown import Component, Phase
-from hpcmem.estimate.learned import no_grad_layer_peak
+from hpcmem.estimate.learned import no_grad_entry, no_grad_layer_peak
 from hpcmem.estimate.loss import logits_tile
 from hpcmem.estimate.lora import LoraLayout, lora_layout
 from hpcmem.estimate.names import ACTIVATIONS, FORWARD, GRADIENTS, HEAD_BACKWARD, is_forward
@@ -114,7 +114,8 @@ def _no_grad_parts(job: JobSpec, rows: int, seq: int, prec: Precision) -> tuple[
     a no-grad forward over rows × seq tokens."""
     m = job.model
     tokens = rows * seq
-    hidden = 2 * tokens * m.hidden_size * max(prec.residual, prec.act)
+    # a learned pass's model-level tensors (position biases, float masks) ride with the hidden states throughout
+    hidden = 2 * tokens * m.hidden_size * max(prec.residual, prec.act) + no_grad_entry(job, rows, seq, prec)
     traced = no_grad_layer_peak(job, rows, seq, prec)
     if traced is not None:      # a learned model: its traced layer instant (output included) instead of the formulas
         mlp = max(traced - tokens * m.hidden_size * prec.act, 0)

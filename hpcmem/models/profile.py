@@ -211,6 +211,13 @@ class LearnedProfile(ParamLayout):
     cells: dict[str, Cell] = field(compare=False, repr=False)
     config: dict[str, Any] = field(compare=False, repr=False)
     provenance: dict[str, Any] = field(compare=False, repr=False)
+    # per traced layer: the highest bytes above the layer's input while a no-grad pass runs it (a reference model's,
+    # a teacher's), output included; learned where no checkpointed cell stands in for it (hpcmem/trace/learn.py
+    # `no_grad_terms`), else empty
+    no_grad: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+    # with `no_grad`: what that pass holds from its start to its first layer's beyond the embeddings' output and the
+    # boolean mask the estimate counts (model-level position biases, float masks), else None
+    no_grad_entry: Any = field(default=None, compare=False, repr=False)
 
     @property
     def num_layers(self) -> int:
@@ -277,7 +284,8 @@ def profile_from_dict(doc: dict[str, Any]) -> LearnedProfile:
         other=m["other"], kinds=kinds, layer_kinds=tuple(doc["layer_kinds"]), layer_map=tuple(doc["layer_map"]),
         peft_default_targets=tuple(targets) if targets is not None else None,
         cells={key: _cell(c) for key, c in doc["cells"].items()}, config=doc["config"],
-        provenance=provenance)
+        provenance=provenance, no_grad=tuple(map(_poly, doc.get("no_grad") or ())),
+        no_grad_entry=_poly(doc["no_grad_entry"]) if doc.get("no_grad_entry") is not None else None)
 
 
 def _p(p: Any) -> Any:
@@ -306,6 +314,8 @@ def profile_to_dict(p: LearnedProfile) -> dict[str, Any]:
                         **({"left": [_p(x) for x in c.left]} if any(x.a or x.b or x.c for x in c.left) else {}),
                         **({"head_with_loss": True} if c.head_with_loss else {})}
                   for key, c in sorted(p.cells.items())},
+        **({"no_grad": [_p(x) for x in p.no_grad]} if p.no_grad else {}),
+        **({"no_grad_entry": _p(p.no_grad_entry)} if p.no_grad_entry is not None else {}),
         "config": p.config,
     }
 
@@ -332,7 +342,9 @@ def profile_from_record(d: dict[str, Any]) -> LearnedProfile:
         "kinds": [{**k, "linears": [[x[f] for f in linear] for x in k["linears"]]} for k in d["kinds"]],
         "layer_kinds": d["layer_kinds"], "layer_map": d["layer_map"],
         "peft_default_targets": d.get("peft_default_targets"),
-        "cells": {key: cell(c) for key, c in d["cells"].items()}, "config": d.get("config") or {}})
+        "cells": {key: cell(c) for key, c in d["cells"].items()}, "config": d.get("config") or {},
+        "no_grad": [term(x) for x in d.get("no_grad") or ()],
+        "no_grad_entry": term(d["no_grad_entry"]) if d.get("no_grad_entry") is not None else None})
 
 
 # -- where profiles live ----------------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
+from hpcmem.estimate.activations import own_pass_mask_bytes
 from hpcmem.estimate.closing import resident_components
 from hpcmem.estimate.learned import DEFAULT_LORA, DORA, layer_adapters
 from hpcmem.estimate.learned_range import held_name
@@ -54,7 +55,7 @@ from hpcmem.estimate.states import job_param_parts, model_states
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.kernel_limits import xlstm_problems
-from hpcmem.job.shape import precision
+from hpcmem.job.shape import micro_batch, precision
 from hpcmem.job.spec import TrainSpec
 from hpcmem.models.coverage import required_settings, settings_beside_checkpointing
 from hpcmem.models.profile import (
@@ -276,10 +277,65 @@ def _loaded_type(cfg: dict[str, Any]) -> str:
 
 
 def _profile(lo: lay.Layout, *, model_type: str, sha: str, cfg: dict[str, Any], layer_map: tuple[int, ...],
-             cells: dict[str, Cell], peft: tuple[str, ...] | None, provenance: dict[str, Any]) -> LearnedProfile:
+             cells: dict[str, Cell], peft: tuple[str, ...] | None, provenance: dict[str, Any],
+             no_grad: tuple[Any, ...] = (), no_grad_entry: Any = None) -> LearnedProfile:
     params = {f.name: getattr(lo, f.name) for f in fields(ParamLayout)}
     return LearnedProfile(**params, model_type=model_type, config_sha256=sha, layer_map=layer_map,
-                          peft_default_targets=peft, cells=cells, config=cfg, provenance=provenance)
+                          peft_default_targets=peft, cells=cells, config=cfg, provenance=provenance, no_grad=no_grad,
+                          no_grad_entry=no_grad_entry)
+
+
+# -- a no-grad pass's layer instants (reference and teacher passes) ---------------------------------------------------
+NO_GRAD_ROWS = 2 * ROWS     # DPO's reference pass runs the chosen and the rejected rows together
+
+
+def no_grad_job(spec: Any, seq: int) -> JobSpec:
+    """The traced job whose reference pass is a no-grad pass of the model: DPO with the LoRA reference adapters (the
+    reference is the policy with its adapters disabled, under no_grad: trl/trainer/dpo_trainer.py), bf16, without
+    checkpointing, ROWS chosen and ROWS rejected rows of `seq` tokens, padded together."""
+    ref = spec.learned.lora_reference
+    return JobSpec(model=spec, train=TrainSpec(
+        trainer="dpo", dtype="bfloat16", use_peft=True, lora_r=ref["lora_r"],
+        lora_target_modules=tuple(ref["lora_target_modules"]), gradient_checkpointing=False, max_length=seq,
+        per_device_train_batch_size=ROWS, **settings_beside_checkpointing(spec.model_type)))
+
+
+def no_grad_sample(job: JobSpec, depth: int) -> tuple[list[list[int]], int]:
+    """(each traced layer's instants while the reference pass runs it, in bytes above the bytes just before it; what
+    the pass holds when its first layer starts beyond the embeddings' output and the boolean mask the estimate counts,
+    hpcmem.estimate.activations `own_pass_mask_bytes`)."""
+    result = run_trace(job, timeline=True, steps=TRACED_STEP)
+    before, _, points = _segments(result.timeline, TRACED_STEP)
+    start = f"step {TRACED_STEP} / forward / reference forward"
+    first = f"{start} / layer 0"
+    if start not in before or first not in before:
+        raise SpecError(f"the no-grad trace's timeline has no phase {first!r}: the reference pass did not run as "
+                        "hpcmem.trace.phases expects")
+    mb = micro_batch(job)
+    entry = before[first] - before[start] - mb.tokens * job.model.hidden_size * 2 - \
+        own_pass_mask_bytes(mb, job.model, job.train.attn_implementation)
+    out = []
+    for k in range(depth):
+        name = f"step {TRACED_STEP} / forward / reference forward / layer {k}"
+        if name not in before:
+            raise SpecError(f"the no-grad trace's timeline has no phase {name!r}: the reference pass did not run its "
+                            "layers as hpcmem.trace.phases expects")
+        out.append([p.current_bytes - before[name] for p in points if p.phase == name])
+    return out, entry
+
+
+def no_grad_terms(samples: list[list[list[int]]], seqs: tuple[int, ...], kinds: tuple[int, ...] | None,
+                  depth: int) -> tuple[Any, ...]:
+    """Per traced layer (plus the last layer's stand-in, as `fit_cell`): its no-grad instants over the lengths, each
+    solved on its own (`envelope`) where every length ran the same ops, else the highest one as one polynomial."""
+    terms = []
+    for k in range(depth):
+        series = [s[k] for s in samples]
+        if len({len(x) for x in series}) == 1 and series[0]:
+            terms.append(envelope(series, seqs, rows=NO_GRAD_ROWS))
+        else:
+            terms.append(fit_poly([float(max(x, default=0)) for x in series], seqs, NO_GRAD_ROWS))
+    return tuple(lay.last_layer_terms(terms, kinds, depth) if kinds else terms)
 
 
 def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int, rows: int = ROWS) -> JobSpec:
@@ -496,6 +552,25 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
         layer_map = tuple(depth - 1 if r == depth else r for r in layer_map)
     if not fitted:
         raise SpecError(f"model {name}: no cell could be traced: " + _grouped(skipped))
+    # where transformers refuses checkpointing no checkpointed cell gives a no-grad pass's layer instant
+    # (hpcmem.estimate.learned `no_grad_layer_peak`): trace one (the LoRA reference's DPO reference pass)
+    no_grad: tuple[Any, ...] = ()
+    no_grad_entry = None
+    if not runnable_cells(outer, [("full", True)]) and "bfloat16" in dtypes and reference:
+        samples, entries = [], []
+        for seq in seqs:
+            if progress:
+                progress(f"no-grad pass: a DPO reference pass at {seq:,} tokens per row")
+            try:
+                layers, entry = no_grad_sample(no_grad_job(spec, seq), depth)
+            except Exception as exc:  # noqa: BLE001 — without it the estimate keeps the formulas' instant
+                skipped["no-grad pass"] = f"{type(exc).__name__}: {exc}"[:300]
+                break
+            samples.append(layers)
+            entries.append(float(entry))
+        else:
+            no_grad = no_grad_terms(samples, seqs, None if ends_last or not prefix else full.layer_kinds, depth)
+            no_grad_entry = fit_poly(entries, seqs, NO_GRAD_ROWS)
     gc = runnable_cells(outer, (("full", True), ("full", False)))[0][1]     # checkpointing where it runs
     if progress and check:
         progress(f"check: full {'gc' if gc else 'no gc'} at {seqs[1]:,} tokens per row")
@@ -513,7 +588,8 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     if routed:
         provenance["routing"] = ROUTING_NOTE
     return _profile(full, model_type=outer, sha=sha, cfg=cfg,
-                    layer_map=layer_map, cells=fitted, peft=peft, provenance=provenance)
+                    layer_map=layer_map, cells=fitted, peft=peft, provenance=provenance, no_grad=no_grad,
+                    no_grad_entry=no_grad_entry)
 
 
 def _run_samples(probe: LearnedProfile, tasks: list[tuple], depth: int, workers: int, progress: Any,
