@@ -84,7 +84,7 @@ def test_one_name_per_setting_across_spec_trl_yaml_and_cli():
     spec = set(field_names(TrainSpec)) | set(field_names(ParallelSpec))
     written = set(MODEL_CONFIG_FIELDS).union(*(e.fields for e in REGISTRY.values()))
     assert written <= spec and set(HPCMEM_ONLY) - {"gpu", "accelerate_config", "lengths"} <= spec | {
-        "expandable_segments", "tokens_per_micro_batch"}
+        "expandable_segments", "tokens_per_micro_batch", "label_tokens_per_micro_batch"}     # JobSpec's own
     assert (set(field_names(TrainSpec)) - {"trainer"}) <= written | set(HPCMEM_ONLY)
     flags = {o.name for o in spec_options()}
     assert written <= flags and set(presets.default_keys()) <= flags | {"expandable_segments", "tokens_per_micro_batch"}
