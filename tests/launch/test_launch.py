@@ -87,7 +87,8 @@ def test_one_name_per_setting_across_spec_trl_yaml_and_cli():
         "expandable_segments", "tokens_per_micro_batch", "label_tokens_per_micro_batch"}     # JobSpec's own
     assert (set(field_names(TrainSpec)) - {"trainer"}) <= written | set(HPCMEM_ONLY)
     flags = {o.name for o in spec_options()}
-    assert written <= flags and set(presets.default_keys()) <= flags | {"expandable_segments", "tokens_per_micro_batch"}
+    assert written <= flags and set(presets.default_keys()) <= flags | {"expandable_segments", "tokens_per_micro_batch",
+                                                                          "label_tokens_per_micro_batch"}
 
 
 # ---- the sbatch script ----------------------------------------------------------------------------------------
