@@ -36,10 +36,9 @@ from hpcmem.estimate.trainers import is_generation_phase
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
-from hpcmem.trace import kto as trace_kto
 from hpcmem.trace import run_trace
-from hpcmem.trace.data import preference_label_tokens
 from hpcmem.validate.random_jobs import RandomJob
+from hpcmem.validate.oracle_data import scored_as_traced
 from hpcmem.validate.random_model import job_spec
 from hpcmem.validate.trace import model_reserved
 from hpcmem.validate.trl_run import config_refusal
@@ -150,14 +149,6 @@ def as_traced(spec: JobSpec) -> tuple[Estimate, tuple[str, ...]]:
     left = tuple(p.name for p in st.phases if is_generation_phase(p.name))
     kept = tuple(p for p in st.phases if not is_generation_phase(p.name))
     return estimate(spec, shared=dataclasses.replace(st, phases=kept)), left
-
-
-def scored_as_traced(spec: JobSpec) -> JobSpec:
-    """The job with the label count of the rows the trace builds for it, as a length profile of that data would give
-    it (JobSpec `label_tokens_per_micro_batch`): DPO's and KTO's rows are half prompt, which TRL does not score
-    (hpcmem.trace.data `preference_label_tokens`, hpcmem.trace.kto `label_tokens`); others are left as they are."""
-    counted = {"dpo": preference_label_tokens, "kto": trace_kto.label_tokens}.get(spec.train.trainer)
-    return spec if counted is None else dataclasses.replace(spec, label_tokens_per_micro_batch=counted(spec))
 
 
 def estimated(job: RandomJob) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from hpcmem.trace import run_trace
 from hpcmem.trace.events import save
 from hpcmem.trace.threads import share_cpus
 from hpcmem.validate.cases import case_job
+from hpcmem.validate.oracle_data import scored_as_traced
 from hpcmem.validate.reserved import report_reserved
 from hpcmem.validate.table import median, quantile
 
@@ -87,7 +88,7 @@ def _trace_one(task: tuple[dict[str, Any], bool, str | None]) -> dict[str, Any]:
 
 def _result(done: dict[str, Any]) -> CaseResult:
     case = done["case"]
-    job = case_job(case)
+    job = scored_as_traced(case_job(case))       # the trace's rows, as a length profile of them would tell it
     full = estimate(job)
     est = full.to_json()
     # the trace sees tensors only: compare it with the estimate's tensor peak (cuBLAS workspaces left out)

@@ -20,7 +20,8 @@ pytest.importorskip("trl")
 
 from hpcmem.estimate.workspaces import tensor_bytes  # noqa: E402
 from hpcmem.models.profile import profile_from_dict, profile_from_record, profile_to_dict  # noqa: E402
-from hpcmem.validate.random_trace import as_traced, scored_as_traced  # noqa: E402
+from hpcmem.validate.oracle_data import scored_as_traced  # noqa: E402
+from hpcmem.validate.random_trace import as_traced  # noqa: E402
 from tests.helpers.trace_helpers import ROOT, stored_random_job, traced_and_estimated  # noqa: E402
 
 pytestmark = pytest.mark.torch

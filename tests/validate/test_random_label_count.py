@@ -25,7 +25,8 @@ def test_a_preference_job_with_the_traces_label_count_is_within_1_pct(fixture, t
     from dataclasses import replace
 
     from hpcmem.estimate.workspaces import tensor_bytes
-    from hpcmem.validate.random_trace import as_traced, scored_as_traced
+    from hpcmem.validate.oracle_data import scored_as_traced
+    from hpcmem.validate.random_trace import as_traced
 
     spec = stored_random_job(fixture)
     assert spec.train.trainer == trainer and spec.label_tokens_per_micro_batch is None
