@@ -155,6 +155,15 @@ def mask_bytes(mb: MicroBatch, m: ModelSpec | None = None, attn: str = "sdpa") -
     return 0
 
 
+def expert_bytes(prec: Precision) -> int:
+    """Bytes per element of the routed experts' tensors (transformers/integrations/moe.py `grouped_mm_experts_forward`):
+    torch's grouped matmul has no autocast kernel on any device (torch 2.13: `torch._C._dispatch_dump("aten::_grouped_mm")`
+    lists no Autocast* key, where aten::mm lists AutocastCUDA), so it runs in its operands' dtype — the expert stacks'
+    and the residual stream's, fp32 for fp32 weights under bf16/fp16 autocast (traced: s6-55, Qwen1.5-MoE GRPO, holds
+    its [tokens·k, I] gate product in fp32) — and in the compute dtype otherwise."""
+    return prec.weight if prec.autocast else prec.act
+
+
 def _mlp_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, layer: int, frozen: bool) -> int:
     # gate out, act out, up out, and the product for down_proj's weight gradient (not kept when down_proj is frozen)
     tensors = (4 if m.gated_mlp else 2) - (1 if frozen else 0)
@@ -166,7 +175,7 @@ def _mlp_saved(m: ModelSpec, mb: MicroBatch, prec: Precision, layer: int, frozen
         # train — the routed copy of the hidden states (`hidden_states[perm // num_top_k]`), kept by gate_up_proj's
         # grouped matmul for its weight gradient
         routed_hidden = (1 if frozen else 2) * m.hidden_size
-        experts = routed * (tensors * m.moe_intermediate_size + routed_hidden) * prec.act
+        experts = routed * (tensors * m.moe_intermediate_size + routed_hidden) * expert_bytes(prec)
         router = mb.tokens * m.num_experts * FP32 * 2          # router logits (fp32 softmax in and out)
         shared = mb.tokens * tensors * m.shared_expert_intermediate_size * prec.act
         return experts + router + shared
@@ -239,7 +248,7 @@ def backward_parts(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str) -> 
     backward first, while the whole layer's saved tensors are alive; by the attention's backward, the MLP's saved
     tensors are freed (autograd drops each once unpacked), which the caller accounts for."""
     inter = m.moe_intermediate_size * m.num_experts_per_tok if m.is_moe else m.intermediate_size
-    mlp = mb.tokens * 2 * prec.act * inter
+    mlp = mb.tokens * 2 * (expert_bytes(prec) if m.is_moe else prec.act) * inter
     q = m.num_attention_heads * m.head_dim
     kv = m.num_key_value_heads * m.head_dim
     if effective_attention(m, attn) == "eager":
@@ -260,7 +269,7 @@ def routing_weight_backward(m: ModelSpec, mb: MicroBatch, prec: Precision) -> in
     weights', the product grad · proj_out before its sum over H). 0 for a dense model."""
     if not m.is_moe:
         return 0
-    return 3 * mb.tokens * m.num_experts_per_tok * m.hidden_size * prec.act
+    return 3 * mb.tokens * m.num_experts_per_tok * m.hidden_size * expert_bytes(prec)
 
 
 def offload_kept_on_gpu(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str, lora: LoraLayout, layer: int) -> int:

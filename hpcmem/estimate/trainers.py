@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcmem.estimate.activations import eager_scores_no_grad, own_pass_mask_bytes
+from hpcmem.estimate.activations import eager_scores_no_grad, expert_bytes, own_pass_mask_bytes
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.learned import no_grad_entry, no_grad_layer_peak
 from hpcmem.estimate.loss import logits_tile
@@ -120,7 +120,7 @@ def _no_grad_parts(job: JobSpec, rows: int, seq: int, prec: Precision) -> tuple[
     if traced is not None:      # a learned model: its traced layer instant (output included) instead of the formulas
         mlp = max(traced - tokens * m.hidden_size * prec.act, 0)
     else:                       # the MLP's intermediates, or an eager attention's softmax instant (Gemma 2) if wider
-        mlp = max(routed_experts_no_grad(job, tokens, prec.act) if m.is_moe
+        mlp = max(routed_experts_no_grad(job, tokens, expert_bytes(prec)) if m.is_moe
                   else 3 * tokens * m.intermediate_size * prec.act,
                   eager_scores_no_grad(m, rows, seq, prec.act, job.train.attn_implementation))
     tile = min(tokens, 4096) * min(m.vocab_size, 32768) * prec.act
