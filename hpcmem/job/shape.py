@@ -71,6 +71,11 @@ def scored(job: Job, positions: int) -> int:
     return positions if counted is None else min(positions, counted)
 
 
+def _counted(job: Job, labels: int) -> str:
+    """The micro-batch's description of a counted label total (`scored`), or nothing where every position counts."""
+    return "" if job.label_tokens_per_micro_batch is None else f", {labels:,} scored tokens (length profile)"
+
+
 def micro_batch(job: Job) -> MicroBatch:
     t, m = job.train, job.model
     e = entry(t.trainer)
@@ -99,9 +104,9 @@ def micro_batch(job: Job) -> MicroBatch:
             src = "" if t.max_length is not None else \
                 f" (max_length none: every row max_position_embeddings {m.max_position_embeddings} — pass --lengths)"
         # a row's images sit in its prompt (vision DPO), so their tokens are never labels (hpcmem.job.image_rules)
-        labels = max(seq - 1 - prompt_image_tokens(job), 0)
-        return MicroBatch(rows=rows, seq=seq, label_tokens=scored(job, rows * labels), padding_free=False,
-                          image_mask=image_mask(job), source=f"chosen+rejected: {e.rows_per_example}×{b} rows × {seq}{src}")
+        labels = scored(job, rows * max(seq - 1 - prompt_image_tokens(job), 0))
+        return MicroBatch(rows=rows, seq=seq, label_tokens=labels, padding_free=False, image_mask=image_mask(job),
+                          source=f"chosen+rejected: {e.rows_per_example}×{b} rows × {seq}{src}{_counted(job, labels)}")
     padding_free = t.padding_free or (t.packing and t.packing_strategy in ("bfd", "bfd_split"))
     if job.tokens_per_micro_batch is not None:
         tokens = job.tokens_per_micro_batch
@@ -112,13 +117,14 @@ def micro_batch(job: Job) -> MicroBatch:
                f"max_length none: every row max_position_embeddings {m.max_position_embeddings} — pass --lengths")
     if padding_free:
         seq = _round_up(tokens, t.pad_to_multiple_of)
-        return MicroBatch(rows=1, seq=seq, label_tokens=scored(job, seq - 1), padding_free=True,
+        labels = scored(job, seq - 1)
+        return MicroBatch(rows=1, seq=seq, label_tokens=labels, padding_free=True,
                           attn_implementation=t.attn_implementation,
-                          source=f"padding-free: one row of {seq} tokens ({src})")
+                          source=f"padding-free: one row of {seq} tokens ({src}){_counted(job, labels)}")
     seq = _round_up(-(-tokens // b), t.pad_to_multiple_of)
-    return MicroBatch(rows=b, seq=seq, label_tokens=scored(job, b * (seq - 1)), padding_free=False,
-                      image_mask=image_mask(job),
-                      source=f"padded: {b} rows × {seq} ({src})")
+    labels = scored(job, b * (seq - 1))
+    return MicroBatch(rows=b, seq=seq, label_tokens=labels, padding_free=False, image_mask=image_mask(job),
+                      source=f"padded: {b} rows × {seq} ({src}){_counted(job, labels)}")
 
 
 def precision(job: Job) -> Precision:

@@ -241,6 +241,7 @@ def test_a_length_profile_shapes_dpo_and_reward_micro_batches(tmp_path):
             # each (trl/kernels/chunked_logprob.py `mm_buf`); the layers' phases are those of max_length 12
             head = "backward (LM head)"
             assert want["phases"][head] - got["phases"][head] >= 34 * 32768 * 2
+            assert "10 scored tokens (length profile)" in got["summary"], got["summary"]     # said where it counts
             assert got["phases"]["backward (layer 0)"] == want["phases"]["backward (layer 0)"]
             continue
         assert "length profile" in got["summary"], got["summary"]
