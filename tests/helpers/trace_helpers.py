@@ -70,17 +70,30 @@ def stored_random_job(fixture: str):
     return job_spec(RandomJob.from_dict(json.loads((ROOT / "tests" / "fixtures" / "random" / fixture).read_text())))
 
 
-def traced_and_estimated(spec):
-    """(the trace's result with TRL's rules off and CUDA's kernels, as the random oracle runs it; the estimate's step
-    peak over the instants the trace runs, tensors only — hpcmem.validate.random_trace `as_traced`)."""
+def estimated_peak(spec):
+    """(the estimate over the instants the trace runs, its step peak in tensors only — hpcmem.validate.random_trace
+    `as_traced`, as the random oracle scores it)."""
     from hpcmem.estimate.workspaces import tensor_bytes
+    from hpcmem.validate.random_trace import as_traced
+
+    est, _ = as_traced(spec)
+    return est, max(tensor_bytes(p) for p in est.phases)
+
+
+def traced_and_estimated(spec):
+    """(the trace's result with TRL's rules off and CUDA's kernels, as the random oracle runs it; `estimated_peak`'s
+    estimate and peak)."""
     from hpcmem.trace.run import run_trace
-    from hpcmem.validate.random_trace import as_traced, trl_rules_off
+    from hpcmem.validate.random_trace import trl_rules_off
 
     with trl_rules_off():
         traced = run_trace(spec, kernels="cuda")
-    est, _ = as_traced(spec)
-    return traced, est, max(tensor_bytes(p) for p in est.phases)
+    return (traced, *estimated_peak(spec))
+
+
+def assert_within(estimated: int, traced: int, share: float) -> None:
+    """The estimate within `share` (0.03: 3 %) of the traced peak, both numbers in the failure."""
+    assert abs(estimated - traced) <= share * traced, (estimated, traced)
 
 
 def collated_image_row(job, length: int):

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tests.helpers.trace_helpers import stored_random_job, traced_and_estimated  # noqa: E402
+from tests.helpers.trace_helpers import assert_within, stored_random_job, traced_and_estimated  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -33,5 +33,4 @@ def test_an_accumulating_distillation_job_is_within_3_pct_of_its_trace():
     spec = stored_random_job("s2-81-qwen2-distillation-accumulation.json")
     assert spec.train.gradient_accumulation_steps == 2 and spec.train.trainer == "distillation"
     traced, _, peak = traced_and_estimated(spec)
-    assert abs(peak - traced.peak_allocated_bytes) <= 0.03 * traced.peak_allocated_bytes, \
-        (peak, traced.peak_allocated_bytes)
+    assert_within(peak, traced.peak_allocated_bytes, 0.03)
