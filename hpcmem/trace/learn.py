@@ -312,7 +312,7 @@ def no_grad_sample(job: JobSpec, depth: int) -> tuple[list[list[int]], int]:
         raise SpecError(f"the no-grad trace's timeline has no phase {first!r}: the reference pass did not run as "
                         "hpcmem.trace.phases expects")
     mb = micro_batch(job)
-    entry = before[first] - before[start] - mb.tokens * job.model.hidden_size * 2 - \
+    entry = before[first] - before[start] - mb.tokens * job.model.hidden_size * precision(job).act - \
         own_pass_mask_bytes(mb, job.model, job.train.attn_implementation)
     out = []
     for k in range(depth):
