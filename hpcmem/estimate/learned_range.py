@@ -23,6 +23,19 @@ def job_technique(job: JobSpec) -> str:
                      t.gradient_checkpointing)
 
 
+# What each "not held" warning says lies outside the profile's range, and the words it carries whatever its numbers
+# (`learned_warnings` writes them; hpcmem.validate.random_report classes a random job's miss by them), in the order a
+# class names them
+OUTSIDE = {"rows per micro-batch": "per micro-batch (its rows check",
+           "row length": "this job's rows are",
+           "LoRA dropout / modules to save": "its LoRA cells were traced with dropout",
+           "model dropout": "traced with the model's dropout on",
+           "no autocast": "computes without it (bf16 and fp16 off)",
+           "format-2 profile": "DoRA was not traced in that format",
+           "technique": "is not among them",
+           "not held anywhere": "not held (learned without its checks"}
+
+
 def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
     """The estimate's warnings for a learned model outside where its profile is held; [] inside (or derived)."""
     p = job.model.learned
@@ -38,23 +51,23 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
              f"{longest:,} tokens per row" + (f" ({', '.join(f'{k} {v:,}' for k, v in techniques.items())})"
                                               if techniques else ""))
     if not held.get("format") and not longest and not techniques:
-        return [f"learned profile of {p.model_type}: not held (learned without its checks, "
+        return [f"learned profile of {p.model_type}: {OUTSIDE['not held anywhere']}, "
                 f"up to {held.get('learned_to', '?')} tokens per row): the layer terms are not checked against a "
                 "trace; `hpcmem models learn` checks them"]
     out = []
     if held.get("format") and job.train.use_peft and job.train.use_dora:
-        out.append(f"{where}; DoRA was not traced in that format (its adapters are the difference formulas' over "
+        out.append(f"{where}; {OUTSIDE['format-2 profile']} (its adapters are the difference formulas' over "
                    "plain LoRA): not held; `hpcmem models learn` traces it")
     elif techniques and name not in techniques:
-        out.append(f"{where}; this job's technique ({name}) is not among them (not learned, or its check was not "
+        out.append(f"{where}; this job's technique ({name}) {OUTSIDE['technique']} (not learned, or its check was not "
                    "within): not held")
     elif mb.seq > techniques.get(name, longest):
-        out.append(f"{where}; this job's rows are {mb.seq:,} tokens: its layer terms are extrapolated past where "
+        out.append(f"{where}; {OUTSIDE['row length']} {mb.seq:,} tokens: its layer terms are extrapolated past where "
                    "they were held")
     rows = held.get("rows_held")
     if rows and not rows[0] <= mb.rows <= rows[1]:
         span = f"{rows[0]}–{rows[1]} rows" if rows[0] != rows[1] else f"{rows[0]} rows only"
-        out.append(f"learned profile of {p.model_type}: held at {span} per micro-batch (its rows check: "
+        out.append(f"learned profile of {p.model_type}: held at {span} {OUTSIDE['rows per micro-batch']}: "
                    f"hpcmem validate coverage --rows-checks); this job's {mb.rows} rows scale its terms per row "
                    "past that: not held")
     t = job.train
@@ -63,7 +76,7 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
     changed = ([] if t.lora_dropout > 0 and not t.disable_dropout else ["no LoRA dropout"]) + \
         ([f"lora_modules_to_save {', '.join(t.lora_modules_to_save)}"] if t.lora_modules_to_save else [])
     if t.use_peft and changed:
-        out.append(f"learned profile of {p.model_type}: its LoRA cells were traced with dropout 0.05 and no modules "
+        out.append(f"learned profile of {p.model_type}: {OUTSIDE['LoRA dropout / modules to save']} 0.05 and no modules "
                    f"to save; this job's {' and '.join(changed)} is the difference formulas' (hpcmem.estimate.lora): "
                    "not held")
     if not precision(job).amp:
@@ -71,13 +84,13 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
         # tensor with an fp32 one promotes to fp32 (an MoE's fp32 routing weights times its experts' outputs: their
         # gradients fp32 too; estimator/LOG.md), and peft's fp32 adapters compute in fp32 on fp32 input copies
         out.append(f"learned profile of {p.model_type}: its cells were traced under autocast (bf16 on); this job "
-                   "computes without it (bf16 and fp16 off), where 16-bit and fp32 operands promote to fp32 and "
+                   f"{OUTSIDE['no autocast']}, where 16-bit and fp32 operands promote to fp32 and "
                    "LoRA adapters compute in fp32: not held")
     if t.disable_dropout and p.provenance.get("dropout"):
         # the profile's cells are SFTTrainer's (hpcmem/trace/learn.py), which keeps the model's nn.Dropout modules;
         # TRL's disable_dropout_in_model (trl/trainer/utils.py) sets each to p = 0: no dropout masks are kept, and a
         # model that hands a module's p to its attention (GPT-2's SDPA dropout) computes that with p = 0 too
-        out.append(f"learned profile of {p.model_type}: traced with the model's dropout on (it holds nn.Dropout "
+        out.append(f"learned profile of {p.model_type}: {OUTSIDE['model dropout']} (it holds nn.Dropout "
                    "modules with p > 0); this job sets them to p = 0 (disable_dropout, the default of DPO, KTO and "
                    "Reward), so its layers keep less than the profile's terms: not held")
     return out

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from hpcmem.estimate.learned_range import OUTSIDE
 from hpcmem.validate.random_jobs import DEEP_FROM, DEPTHS, RANDOM_LAYERS
 from hpcmem.validate.random_props import properties_record
 from hpcmem.validate.random_trace import OUTSIDE_HELD, WITHIN_PCT, score
@@ -192,22 +193,12 @@ def discrepancy_class(s: dict[str, Any]) -> str:
     return f"allocated {'under' if err < 0 else 'over'}, {where}"
 
 
-# (the words of the estimate's warning, the class's name for it), in the order a class names them
-# (hpcmem.estimate.learned_range `learned_warnings`)
-_HELD_KEYS = (("rows per micro-batch", "rows per micro-batch"), ("this job's rows are", "row length"),
-              ("LoRA cells were traced", "LoRA dropout / modules to save"),
-              ("traced with the model's dropout on", "model dropout"),
-              ("computes without it (bf16 and fp16 off)", "no autocast"),
-              ("DoRA was not traced in that format", "format-2 profile"), ("is not among them", "technique"),
-              ("learned without its checks", "not held anywhere"))
-HELD_REASONS = tuple(label for _, label in _HELD_KEYS) + ("other",)
+HELD_REASONS = (*OUTSIDE, "other")
 
 
 def _held_reason(line: str) -> str:
-    for key, label in _HELD_KEYS:
-        if key in line:
-            return label
-    return "other"
+    """The range a "not held" warning names, by the words hpcmem.estimate.learned_range writes into it (`OUTSIDE`)."""
+    return next((label for label, words in OUTSIDE.items() if words in line), "other")
 
 
 def _phase_key(phase: str) -> str:

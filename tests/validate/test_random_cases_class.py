@@ -23,7 +23,8 @@ def test_the_class_reads_the_score():
     assert discrepancy_class(_scored(err_pct=-5.0, traced_phase="step 2 / forward / reference forward / layer 1")) \
         == "allocated under, at another instant than the trace's peak"
     # a learned profile outside the rows it was held at: the estimate's own warning names the range
-    held = ["learned profile of olmo: held at 1–4 rows per micro-batch (…); this job's 8 rows …: not held"]
+    held = ["learned profile of olmo: held at 1–4 rows per micro-batch (its rows check: hpcmem validate coverage "
+            "--rows-checks); this job's 8 rows scale its terms per row past that: not held"]
     assert discrepancy_class(_scored(verdict="outside held range", err_pct=8.0,
                                      estimate={"phase": "backward (layer 2)", "not_held": held})) == \
         "outside held range: rows per micro-batch"
@@ -53,3 +54,25 @@ def test_a_named_cause_is_kept_and_a_placeholder_is_not():
     assert got["s9-1"]["cause"] == "eager attention in fp32 at the softmax's backward"
     assert got["s9-2"]["cause"] == UNEXPLAINED
     assert got["s9-2"]["class"] == "reserved only (under): the allocator slack rule"
+
+
+def test_the_estimate_s_own_rows_warning_is_classed_whatever_its_span():
+    """The warning `learned_warnings` writes for a job past its profile's rows, read back by the class: a range of one
+    row count ("held at 2 rows only per micro-batch") too, whose words the class once did not match (it matched
+    "rows per micro-batch", which only a span of two counts writes)."""
+    from dataclasses import replace
+
+    from hpcmem.estimate.learned_range import learned_warnings
+    from hpcmem.job.shape import micro_batch
+    from tests.helpers.trace_helpers import stored_random_job
+
+    spec = stored_random_job("s3-27-cpmant-kto-no-grad-pass.json")          # learned cpmant, 4 rows per micro-batch
+    p = spec.model.learned
+    for rows in ([2, 2], [1, 2]):
+        profile = replace(p, provenance={**p.provenance, "held": {**p.held, "rows_held": rows}})
+        job = replace(spec, model=replace(spec.model, learned=profile))
+        lines = learned_warnings(job, micro_batch(job))
+        assert any("rows" in line and "per micro-batch" in line for line in lines), lines
+        got = discrepancy_class(_scored(verdict="outside held range", err_pct=5.0,
+                                        estimate={"phase": "backward (layer 2)", "not_held": lines}))
+        assert got.startswith("outside held range: rows per micro-batch"), (rows, got)
