@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from hpcmem.estimate.activations import eager_scores_no_grad, own_pass_mask_bytes
 from hpcmem.estimate.breakdown import Component
-from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes, fp32_grad_returned, returned_cast
+from hpcmem.estimate.loss import TOKEN_CHUNK_SIZE, VOCAB_CHUNK_SIZE, LossBytes, returned_cast
 from hpcmem.estimate.states import ParamParts, param_parts
 from hpcmem.estimate.trainers import TrainerExtras, reference_bytes, routed_experts_no_grad
 from hpcmem.job.jobspec import JobSpec
@@ -116,4 +116,4 @@ def loss(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool) -> Lo
     note = (f"chunked divergence vs teacher {t.name}: {n} scored tokens, tiles {rows}×{min(v, VOCAB_CHUNK_SIZE)} "
             "fp32 ×2, no [N, V] logits")
     return LossBytes(saved=saved, forward_transient=fwd, backward_transient=bwd, note=note,
-                     backbone_gradient=fp32_grad_returned(mb.tokens * m.hidden_size, hs))
+                     backbone_gradient=mb.tokens * m.hidden_size * hs)

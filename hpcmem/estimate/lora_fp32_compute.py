@@ -10,9 +10,11 @@ lora_A.weight.dtype)` (an fp32 copy, held by the local `x` until forward returns
 lora_A saves its fp32 input (dropout's output) and dropout its mask — the layer's saved terms (LoraLayout
 `saved_per_layer`).
 
-- The recompute holds, at an adapted linear's dropout, its fp32 input copy beside the 16-bit input
-  itself and the base output (and the MLP's input); down_proj's 16-bit input (the product act(gate) · up) is no saved term under LoRA
-  (down_proj's frozen base weight needs no input for a weight gradient; hpcmem.estimate.activations `_mlp_saved`).
+- The recompute holds, at an adapted linear's dropout, its fp32 input copy beside the 16-bit input itself and the
+  base output (and the MLP's input), and at the sum two [tokens, out] tensors beside the base output
+  (`recompute_transient`, which the recompute takes under autocast too); down_proj's 16-bit input (the product
+  act(gate) · up) is no saved term under LoRA (down_proj's frozen base weight needs no input for a weight gradient;
+  hpcmem.estimate.activations `_mlp_saved`).
 - The backward (torch/csrc/autograd/engine.cpp: nodes run in reverse creation order and free their saved tensors
   once run): each adapted linear's LoRA path runs before its base path. On the input side lora_A's backward makes
   the fp32 gradient of its input and frees the saved fp32 input; dropout's and the cast's backward follow, each
@@ -33,7 +35,13 @@ from hpcmem.models.spec import ModelSpec
 def applies(lora: LoraLayout, prec: Precision, m: ModelSpec) -> bool:
     """Plain LoRA (no DoRA) with its adapters computing in their own dtype (no autocast), on a dense MLP of the
     three separate linears gate_proj, up_proj, down_proj, adapted there."""
-    if not lora.enabled or lora.dora or prec.amp:
+    return not prec.amp and plain_mlp_lora(lora, m)
+
+
+def plain_mlp_lora(lora: LoraLayout, m: ModelSpec) -> bool:
+    """Plain LoRA (no DoRA) on a dense gated MLP (gate_proj, up_proj, down_proj or a fused gate_up_proj), adapted
+    there."""
+    if not lora.enabled or lora.dora:
         return False
     if not m.gated_mlp or m.is_moe:
         return False
@@ -53,22 +61,35 @@ FUSED = "gate_up_proj"      # Phi-3's and GLM-4's gate and up in one linear (mod
 
 
 def recompute_transient(lora: LoraLayout, tokens: int, prec: Precision, m: ModelSpec) -> int:
-    """The worst adapted MLP linear's forward instant beyond the saved terms: its fp32 input copy (none when the
-    input is fp32 already, or when the copy is what lora_A keeps), its input where that is no saved term (down_proj's
-    product), and its base output — beside the MLP's own input (the post-attention norm's output, held as the MLP's
-    `x`; no saved term over frozen weights)."""
+    """The worst adapted MLP linear's forward instant beyond the saved terms, beside the MLP's own input (the
+    post-attention norm's output, held as the MLP's `x`; no saved term over frozen weights). peft's
+    `result = self.base_layer(x)`, `x = self._cast_input_dtype(x, ...)`, `result = result +
+    lora_B(lora_A(dropout(x))) * scaling`, `result.to(torch_result_dtype)` (peft/tuners/lora/layer.py
+    `Linear.forward`) holds, beside the linear's fp32 input copy (none when the input is fp32 already, or when the copy
+    is what lora_A keeps) and its input where that is no saved term (down_proj's product), the larger of two instants:
+    lora_A's, where an active dropout's output (in the adapters' dtype) sits beside the base output under autocast
+    (without it lora_A keeps the dropout's output itself, a saved term), and the sum's, where two [tokens, out] tensors
+    sit beside the base output — lora_B's output and the scaled one at `* scaling`, the scaled one and the sum at `+` —
+    in the adapters' dtype without autocast (lora_B computes in fp32 and the sum promotes to it), in the compute dtype
+    under it. gate/up's final output is a saved term of the MLP (the activation's and the product's input) that does not
+    exist yet at either instant, and the base output takes its place; down_proj's output is no saved term (traced: a
+    GLM-4 distillation job without autocast, LoRA on gate_up_proj, random seed 2 job 188: two fp32 [tokens, 2I]
+    beside the 16-bit base output at the recompute's peak)."""
     mods = lora.modules("mlp")
     # a linear before down_proj runs before the activation's output and down_proj's saved terms exist
     later = tokens * m.intermediate_size * prec.act + sum(lora.module_saved(x, tokens, prec) for x in mods
                                                           if x.leaf == "down_proj")
+    summed = prec.act if prec.amp else lora.adapter_bytes
     worst = 0
     for x in mods:
-        own_input = tokens * x.in_features * prec.act if x.leaf == "down_proj" else 0
+        down = x.leaf == "down_proj"
+        own_input = tokens * x.in_features * prec.act if down else 0
         # not when the copy is lora_A's saved input itself (traced: a Gemma 3 DPO job without autocast, random seed
         # 1 job 85, +7.2 % with it counted twice)
         copy = tokens * x.in_features * lora.input_copy_bytes(prec)
-        worst = max(worst, copy + own_input + tokens * x.out_features * prec.act
-                    - (0 if x.leaf == "down_proj" else later))
+        base = tokens * x.out_features * prec.act if down else 0
+        beside = max(tokens * x.in_features * lora.dropout_output_bytes(prec), 2 * tokens * x.out_features * summed)
+        worst = max(worst, copy + own_input + base + beside - (0 if down else later))
     return worst + tokens * m.hidden_size * prec.act
 
 

@@ -31,9 +31,11 @@ class LossBytes:
     forward_transient: int
     backward_transient: int      # fp32 gradient accumulators + tile + casts, at the backward's return
     note: str
-    # the gradient the head returns to the backbone: fp32 grad_hidden and its cast (none for an fp32 hidden state:
-    # `fp32_grad_returned`), spread by the index/slice backward over all T positions of [B, S, H] (GRPO/RLOO score
-    # only the completion, T ≫ N)
+    # the gradient the head returns to the backbone, alive through the last layer's backward: grad_hidden in the
+    # hidden state's dtype (`returned_cast`; the fp32 accumulator itself for an fp32 hidden state — the accumulator
+    # of a 16-bit one is freed once the head's backward returns its cast), spread by the index/slice backward over all
+    # T positions of [B, S, H] (GRPO/RLOO score only the completion, T ≫ N; the model's `logits_to_keep` slice hands
+    # the head [N, H], whose returned gradient stays beside the [T, H] one: traced, Qwen3-VL RLOO LoRA)
     backbone_gradient: int = 0
 
 
@@ -91,4 +93,5 @@ def fused_head_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains:
     note = (f"fused LM head: {n} scored tokens, tiles {min(n, TOKEN_CHUNK_SIZE)}×{min(v, VOCAB_CHUNK_SIZE)}, "
             "no [B,S,V] logits")
     return LossBytes(saved=saved, forward_transient=fwd, backward_transient=bwd, note=note,
-                     backbone_gradient=fp32_grad_returned(mb.tokens * h, hidden_bytes))
+                     backbone_gradient=(mb.tokens + (n if entry(job.train.trainer).generates and n < mb.tokens
+                                                     else 0)) * h * hidden_bytes)

@@ -37,6 +37,14 @@ GIB = 1024**3
 # squares: transformers' *RMSNorm.forward), beside the 16-bit gradient arriving at it: five traced at one peak, four
 # chosen on the trace matrix's sandwich-norm cases and random jobs (in sample; estimator/LOG.md)
 SANDWICH_NORM_FP32 = 4
+
+
+def sandwich_norm_fp32(prec: Precision) -> int:
+    """SANDWICH_NORM_FP32 over a 16-bit residual stream; five over an fp32 one, as traced (Gemma 3 full fine-tuning
+    over fp32 weights, random seed 1 job 480 as SFT on one 32,768-token row: five fp32 [T, H] engine buffers beside
+    the gradient arriving at the layer), where the four had leaned on the recompute counting the layer's input twice
+    (`fp32_layer_input`)."""
+    return SANDWICH_NORM_FP32 + (1 if prec.residual == act.FP32 else 0)
 # phase and component names other modules read back (hpcmem.estimate.allocator replays the step from them)
 def layer_terms(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, lora: LoraLayout) -> list[dict]:
     m = job.model
@@ -164,9 +172,22 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     # fp32 adapters computing in fp32 (no autocast): their input copies and down_proj's product sit on the recompute,
     # and down_proj's LoRA backward runs before the product's gradients (hpcmem.estimate.lora_fp32_compute)
     fp32_adapters = lora_fp32_compute.applies(lora, prec, m)
-    if fp32_adapters and t.gradient_checkpointing:
+    plain_mlp = not recompute_dora_t and lora_fp32_compute.plain_mlp_lora(lora, m)
+    if t.gradient_checkpointing and (fp32_adapters or plain_mlp):
+        # under autocast too the recompute meets each adapted MLP linear's forward instant (peft's input copy,
+        # lora_B's and the sum's outputs; traced: ViP-LLaVA DPO LoRA all-linear, the recompute's down_proj)
         recompute_dora_t = lora_fp32_compute.recompute_transient(lora, mb.tokens, prec, m)
     lora_mlp_saved = lora.saved_per_layer(mb.tokens, prec, "mlp")
+    # an fp32 residual stream: the input norm's fp32 "upcast" is the layer's input itself (`Tensor.to` to its own
+    # dtype returns it), which the recompute's layer counts among its saved terms and the checkpoint already holds
+    # (traced: a GLM-4 distillation job over fp32 weights, random seed 1 job 474: no norm upcast in the recomputed
+    # layer)
+    fp32_layer_input = mb.tokens * m.hidden_size * act.FP32 if prec.residual == act.FP32 else 0
+    # LoRA on a dense gated MLP whose down_proj carries no adapter: its input, the product act(gate)·up, is no saved
+    # term, so none is freed before the product's backward (`own_layer`)
+    frozen_product = mb.tokens * m.intermediate_size * prec.act if (
+        lora.enabled and m.gated_mlp and not m.is_moe
+        and not any(x.leaf == "down_proj" for x in lora.modules("mlp"))) else 0
     # a wrapped expert stack's weight gradient comes at another instant than the [tokens, I] gradients (traced)
     mlp_side = max(_mlp_backward(lora, mb, prec, mlp_t, ordered), lora_variants.wrapped_weight_gradient(lora, prec))
     routing = act.routing_weight_backward(m, mb, prec)      # the MoE backward's first instant: no weight gradient yet
@@ -224,20 +245,28 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     def own_layer(d: dict, full_k: int, moe_layer: bool) -> tuple[int, int, int, int]:
         """(recompute, the MLP's worst temporaries, the recompute's, the attention's) of a layer with saved terms `d`:
         the same for every layer of one kind."""
-        recompute = full_k - sac_cached if t.gradient_checkpointing else 0
+        recompute = full_k - sac_cached - fp32_layer_input if t.gradient_checkpointing else 0
         # by the attention's backward the MLP's saved tensors (and the post-attention norm's) are already freed; they
         # can outweigh the attention's own gradients, so they come off the instant as a whole, floored at zero
         # (traced: a one-layer checkpointed Llama whose weights outweigh its tokens)
         freed = d["mlp"] + d["norms"] // 2 + lora_mlp_saved
         mlp_instant = hidden_t // 2 + mlp_side + down_grad if down_grad is not None else \
             hidden_t + mlp_side + (moe_mlp_written if moe_layer else layer_grad)
+        if frozen_product and not moe_layer:
+            # a frozen down_proj without an adapter keeps nothing of the product for its backward: the product's
+            # backward (MulBackward0) writes its two [tokens, I] gradients beside the one down_proj returned and the
+            # saved product's inputs, with nothing of the MLP freed yet, and the gradient arriving at the layer is
+            # the only [tokens, H] one (traced: Llama-3.2-1B LoRA q/v SFT at 16k tokens, three [T, I] engine
+            # buffers at the last layer's peak)
+            mlp_instant = hidden_t // 2 + mlp_side + frozen_product + layer_grad
         mlp_instant = max(mlp_instant, hidden_t + routing) - post_norm
         if moe_layer and moe_late_written:
             mlp_instant = max(mlp_instant, hidden_t + mlp_side + moe_late_written - d["mlp"] - post_norm)
         if m.norms_per_layer == 4:
             # a sandwich norm after the MLP (Gemma 2/3, GLM-4) runs its backward first, with every saved tensor of
             # the layer (its own included) still alive
-            mlp_instant = max(mlp_instant, hidden_t // 2 + SANDWICH_NORM_FP32 * act.FP32 * m.hidden_size * mb.tokens)
+            mlp_instant = max(mlp_instant,
+                              hidden_t // 2 + sandwich_norm_fp32(prec) * act.FP32 * m.hidden_size * mb.tokens)
         attention_instant = max(hidden_t + attention_side - freed
                                 + (moe_attention_written if moe_layer else layer_grad), 0)
         recompute_instant = hidden_t // 2 + recompute_dora_t
@@ -273,10 +302,13 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         both = max(seq.forward, seq.backward)
         head = 0
         if k == L - 1 and lora.enabled:
-            # with a frozen head the gradient the fused head returns, scattered back over every position, is still
-            # alive in the first layer's backward; T, not the scored tokens: GRPO/RLOO score only completions
-            # (estimator/LOG.md)
-            head = loss.backbone_gradient
+            # with a frozen head the gradient the fused head returns, scattered back over every position (T, not the
+            # scored tokens: GRPO/RLOO score only completions), is the gradient arriving at the last layer, which
+            # `hidden_t` counts; only what it holds beyond that: its fp32 accumulator is freed once the head's
+            # backward returns the cast (traced: a Llama-3.2-1B LoRA SFT at 16k tokens and a GLM-4 distillation job,
+            # random seed 2 job 188, hold one [T, H] in the hidden state's dtype from the head through the last
+            # layer's backward)
+            head = max(loss.backbone_gradient - hidden_t // 2, 0)
         # DoRA's ordered recompute names the gradients alive when it starts (lora_variants
         # `recompute_output_gradients`); the head's are gone by then (traced, estimator/LOG.md)
         recompute_head = 0 if recompute_in_order else head
@@ -331,18 +363,10 @@ def _last_layer_forward(job: JobSpec, mb: MicroBatch, prec: Precision, lora: Lor
     t, m = job.train, job.model
     if t.gradient_checkpointing or not lora.enabled or not m.gated_mlp or m.is_moe or not lora.modules("mlp"):
         return []
-    # beyond the recompute's instant: the residual stream the MLP's add will read (the attention block's sum), and in
-    # peft's `result = result + lora_B(lora_A(dropout(x))) * scaling` (peft/tuners/lora/layer.py `Linear.forward`)
-    # the larger of two instants: lora_A's, where an active dropout's output (in the adapter dtype) sits beside the
-    # copy it was made from — under autocast, where lora_A keeps its own 16-bit cast instead (without autocast it
-    # keeps the dropout's output itself, a saved term) — and the sum's, where the scaled adapter output and the new
-    # sum sit beside the base output: in the compute dtype under autocast, in the adapters' without (lora_B's output
-    # is fp32 there, and the sum promotes to it; traced: a distillation job without autocast, random seed 1 job 636)
-    th = mb.tokens * m.hidden_size
-    widest = max(x.in_features for x in lora.modules("mlp"))
-    dropped = mb.tokens * widest * lora.dropout_output_bytes(prec)
-    transient = lora_fp32_compute.recompute_transient(lora, mb.tokens, prec, m) + th * prec.residual + \
-        max(dropped, 2 * th * (prec.act if prec.amp else lora.adapter_bytes))
+    # beyond the recompute's instant (hpcmem.estimate.lora_fp32_compute `recompute_transient`: lora_A's and the
+    # sum's instants of peft's forward): the residual stream the MLP's add will read (the attention block's sum)
+    transient = lora_fp32_compute.recompute_transient(lora, mb.tokens, prec, m) + \
+        mb.tokens * m.hidden_size * prec.residual
     inside = _inside_layer(forward, after_layers)
     return [Phase(name=inside.name, components=(
         *inside.components, Component(name="forward temporaries", bytes=transient,
