@@ -185,14 +185,26 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout, outside: Any =
     what = ("tower and merger trained (full fine-tuning)" if trained else
             f"frozen; LoRA on {len(adapted)} of its linear kinds" if adapted else
             "frozen (no LoRA target reaches it); its backward still runs (input gradients)")
+    image_tokens = job.train.profile_image_tokens or images * image_geometry(job.train, v).tokens
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=n * v.patch_dim * FP32, saved=saved,
                        merger_saved=merger_saved,
                        blocks_saved=blocks, block_full=block,
                        block_backward=hidden_t + max(mlp_t + adapter_t(True) if gc or v.family != "siglip" else
                                                      max(mlp_t, adapter_t(True)), scores_t + adapter_t(False)),
                        block_grads=per_block, merger_grads=merger, deepstack=deepstack, patches=n,
-                       image_tokens=job.train.profile_image_tokens or images * image_geometry(job.train, v).tokens,
-                       trained=what)
+                       image_tokens=image_tokens, trained=what,
+                       forward_only=0 if v.family == "siglip" else feature_locals(v, image_tokens, prec))
+
+
+def feature_locals(v: VisionSpec, image_tokens: int, prec: Precision) -> int:
+    """The image features the Qwen-tower models keep as locals of their forward while the language model runs, freed
+    when it returns: the merger's output (split per image into `pooler_output`, views that keep it) and the
+    `torch.cat` of those views cast to the token embeddings' dtype, which masked_scatter reads
+    (modeling_qwen2_5_vl.py, modeling_qwen3_vl.py, modeling_glm4v.py `*Model.forward`); Qwen3-VL's deepstack mergers'
+    outputs likewise, each with its `torch.cat` copy (`deepstack_visual_embeds`). Traced: Qwen3-VL RLOO LoRA without
+    checkpointing at 896 px, 24.5 MiB each at the last decoder layer's forward."""
+    main = (prec.act + prec.weight) * v.out_hidden_size * image_tokens
+    return main + len(v.deepstack_visual_indexes) * 2 * prec.act * v.out_hidden_size * image_tokens
 
 
 @lru_cache(maxsize=64)

@@ -82,18 +82,7 @@ def test_the_estimate_is_the_parent_types_estimate(case_id):
     assert ours.peak_reserved_bytes == theirs.peak_reserved_bytes
 
 
-# known misses, each with its cause; strict: the test fails once the estimate holds the case
-RESERVED_MISSES = {
-    "c3o-rloo-lora-nogc-896": "allocated -2.1 % at the last decoder layer's forward: Qwen3-VL's forward keeps the image "
-                              "features as locals while its decoder runs (each merger's and deepstack merger's output, "
-                              "their per-image copies, masked_scatter's new inputs_embeds: about 240 MiB here), which "
-                              "the estimate does not hold; the last layer's backward hid it while it counted the "
-                              "head's freed fp32 gradient accumulator",
-}
-
-
-@pytest.mark.parametrize("case_id", [pytest.param(c, marks=pytest.mark.xfail(reason=RESERVED_MISSES[c], strict=True))
-                                     if c in RESERVED_MISSES else c for c in sorted(RECORDS)])
+@pytest.mark.parametrize("case_id", sorted(RECORDS))
 def test_reserved_within_3_percent_beyond_the_estimates_spread(case_id):
     """The reserved peak against the trace's caching-allocator model (default and expandable segments): within 3 %
     once the estimate's own ± spread (the step-to-step shape term) is allowed for."""
