@@ -30,7 +30,7 @@ from hpcmem.estimate.activations import sliding_mask_alone
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import backward_components, closing_phases, resident_components, tied_head_gradient
 from hpcmem.estimate.lora import LoraLayout, backward_transient
-from hpcmem.estimate.lora_variants import forward_transient
+from hpcmem.estimate.lora_variants import forward_instant
 from hpcmem.estimate.loss import LossBytes, fused_head_bytes
 from hpcmem.estimate.names import ACTIVATIONS, GATHERED, HEAD_BACKWARD, PREFETCHED_UNIT
 from hpcmem.estimate.recurrent_tail import tail_bytes
@@ -198,7 +198,7 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     out = LayerBytes([], [], [], [], [], [])
     per_kind: dict[int, tuple[int, int, int, int]] = {}
     # a DoRA cell traced DoRA on the reference's adapters: its backward peak may be the reference's DoRA instant (the
-    # recompute's weight-norm copies, `forward_transient`) or a backward instant. The user's DoRA instant is the
+    # recompute's weight-norm copies, `forward_instant`) or a backward instant. The user's DoRA instant is the
     # reference's shifted by the difference of their forward transients; the user's backward instants are bounded
     # from the plain LoRA cell with DoRA's saved terms and backward by the formulas (hpcmem.estimate.lora_variants),
     # so a user's DoRA on fewer or narrower linears does not keep the reference's larger DoRA instant (estimator/LOG.md)
@@ -216,11 +216,14 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         mine, ref = layer_adapters(kind, lora, None), layer_adapters(kind, lora, reference or p.lora_reference)
         d_saved = mine.saved_per_layer(tokens, prec) - ref.saved_per_layer(tokens, traced)
         d_temp = backward_transient(mine, tokens, prec) - backward_transient(ref, tokens, traced)
-        # DoRA's forward temporaries (the weight norm's dense copies, its fp32 output products: one linear at a time,
-        # hpcmem.estimate.lora_variants) sit on top of the layer's forward, and of its recompute under checkpointing,
-        # as in the derived step (hpcmem.estimate.step), beyond the reference's (a DoRA cell traced its own)
+        # DoRA's forward instant (the weight norm's dense copies beside the dropped input, the locals, the output
+        # products: one linear at a time, hpcmem.estimate.lora_variants `forward_instant`) sits on top of the layer's
+        # forward, and of its recompute under checkpointing, as in the derived step (hpcmem.estimate.step), beyond the
+        # reference's (a DoRA cell traced its own): a job without dropout loses the dropped input and F.linear's cast
+        # the cell's instant held (traced: learned DoRA jobs with lora_dropout 0, random seed 1 job 154: +7.6 % with
+        # the weight norm and products alone)
         q = job.train.quantized
-        dora_t = forward_transient(mine, tokens, prec, q) - forward_transient(ref, tokens, traced, q)
+        dora_t = forward_instant(mine, tokens, prec, q) - forward_instant(ref, tokens, traced, q)
         per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes, dora_t)
         if plain is not None:       # DoRA's saved terms and backward beyond plain LoRA, on the reference's adapters
             base = layer_adapters(kind, lora, p.lora_reference)

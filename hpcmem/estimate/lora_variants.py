@@ -187,6 +187,14 @@ def forward_transient(lora: LoraLayout, tokens: int, prec: Precision, quantized:
                for m in lora.adapted)
 
 
+def forward_instant(lora: LoraLayout, tokens: int, prec: Precision, quantized: bool) -> int:
+    """DoRA's worst whole-forward instant over the adapted linears, one linear at a time (`_forward_instant`), beyond
+    the layer's saved terms; 0 without DoRA."""
+    if not (lora.enabled and lora.dora and lora.adapted):
+        return 0
+    return max(_forward_instant(lora, m, tokens, prec, quantized) for m in lora.adapted)
+
+
 def _forward_instant(lora: LoraLayout, m: LinearModule, tokens: int, prec: Precision, quantized: bool,
                      unmade: int = 0, products: int = 3) -> int:
     """The worst instant of one adapted linear's whole DoRA forward, in bytes beyond the layer's saved terms, each
