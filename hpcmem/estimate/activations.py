@@ -157,10 +157,11 @@ def mask_bytes(mb: MicroBatch, m: ModelSpec | None = None, attn: str = "sdpa") -
 
 def expert_bytes(prec: Precision) -> int:
     """Bytes per element of the routed experts' tensors (transformers/integrations/moe.py `grouped_mm_experts_forward`):
-    torch's grouped matmul has no autocast kernel on any device (torch 2.13: `torch._C._dispatch_dump("aten::_grouped_mm")`
-    lists no Autocast* key, where aten::mm lists AutocastCUDA), so it runs in its operands' dtype — the expert stacks'
-    and the residual stream's, fp32 for fp32 weights under bf16/fp16 autocast (traced: s6-55, Qwen1.5-MoE GRPO, holds
-    its [tokens·k, I] gate product in fp32) — and in the compute dtype otherwise."""
+    torch's grouped matmul has no autocast kernel on any device (torch 2.13:
+    `torch._C._dispatch_dump("aten::_grouped_mm")` lists no Autocast* key, where aten::mm lists AutocastCUDA), so it
+    runs in its operands' dtype — the expert stacks' and the residual stream's, fp32 for fp32 weights under bf16/fp16
+    autocast (traced: s6-55, Qwen1.5-MoE GRPO, holds its [tokens·k, I] gate product in fp32) — and in the compute
+    dtype otherwise."""
     return prec.weight if prec.autocast else prec.act
 
 

@@ -76,9 +76,9 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
     changed = ([] if t.lora_dropout > 0 and not t.disable_dropout else ["no LoRA dropout"]) + \
         ([f"lora_modules_to_save {', '.join(t.lora_modules_to_save)}"] if t.lora_modules_to_save else [])
     if t.use_peft and changed:
-        out.append(f"learned profile of {p.model_type}: {OUTSIDE['LoRA dropout / modules to save']} 0.05 and no modules "
-                   f"to save; this job's {' and '.join(changed)} is the difference formulas' (hpcmem.estimate.lora): "
-                   "not held")
+        out.append(f"learned profile of {p.model_type}: {OUTSIDE['LoRA dropout / modules to save']} 0.05 and no "
+                   f"modules to save; this job's {' and '.join(changed)} is the difference formulas' "
+                   "(hpcmem.estimate.lora): not held")
     if not precision(job).amp:
         # every cell is traced under autocast (hpcmem/trace/learn.py: bf16 on); without it an op that mixes a 16-bit
         # tensor with an fp32 one promotes to fp32 (an MoE's fp32 routing weights times its experts' outputs: their

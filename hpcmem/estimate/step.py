@@ -186,8 +186,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     # LoRA on a dense gated MLP whose down_proj carries no adapter: its input, the product act(gate)·up, is no saved
     # term, so none is freed before the product's backward (`own_layer`)
     frozen_product = mb.tokens * m.intermediate_size * prec.act if (
-        lora.enabled and m.gated_mlp and not m.is_moe
-        and not any(x.leaf == "down_proj" for x in lora.modules("mlp"))) else 0
+        lora.enabled and m.gated_mlp and not m.is_moe and not lora_fp32_compute.down_proj_adapted(lora)) else 0
     # a wrapped expert stack's weight gradient comes at another instant than the [tokens, I] gradients (traced)
     mlp_side = max(_mlp_backward(lora, mb, prec, mlp_t, ordered), lora_variants.wrapped_weight_gradient(lora, prec))
     routing = act.routing_weight_backward(m, mb, prec)      # the MoE backward's first instant: no weight gradient yet

@@ -37,8 +37,8 @@ from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
 from hpcmem.trace import run_trace
-from hpcmem.validate.random_jobs import RandomJob
 from hpcmem.validate.oracle_data import scored_as_traced
+from hpcmem.validate.random_jobs import RandomJob
 from hpcmem.validate.random_model import job_spec
 from hpcmem.validate.trace import model_reserved
 from hpcmem.validate.trl_run import config_refusal

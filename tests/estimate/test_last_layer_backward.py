@@ -13,13 +13,15 @@ Each job or case below was beyond its bound before these terms (the old figure i
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 
 import pytest
 
-from hpcmem.datapath import estimator_dir
 from tests.helpers.random_records import stored_trace_record
+from tests.helpers.stored_cases import trace_records
 from tests.helpers.trace_helpers import assert_within
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("job_id", "share"), [
@@ -37,14 +39,6 @@ def test_random_jobs_within_their_bound_of_the_stored_trace(job_id: str, share: 
     assert abs(scored["err_pct"]) <= 100 * share, scored
 
 
-def _stored_case(file: str, case_id: str) -> dict:
-    for line in (estimator_dir() / "traces" / file).read_text().splitlines():
-        rec = json.loads(line)
-        if rec["case"]["id"] == case_id:
-            return rec
-    raise AssertionError(f"{case_id}: not in {file}")
-
-
 @pytest.mark.parametrize(("cases", "case_id"), [
     ("kto.yaml", "qwen05-peft-gc-2k"),      # Qwen2.5-0.5B KTO LoRA q,v: +1.77 %
     ("sft.yaml", "qwen05-lora-gc-2k"),      # Qwen2.5-0.5B SFT LoRA q,v: +1.62 %
@@ -55,7 +49,7 @@ def test_lora_cases_within_half_a_percent_of_their_trace(cases: str, case_id: st
     from hpcmem.estimate.workspaces import tensor_bytes
     from hpcmem.validate.cases import case_job
 
-    rec = _stored_case(cases.replace(".yaml", ".jsonl"), case_id)
+    rec = trace_records(ROOT, cases.removesuffix(".yaml"))[case_id]
     assert_within(max(tensor_bytes(p) for p in estimate(case_job(rec["case"])).phases), rec["traced"], 0.005)
 
 

@@ -8,29 +8,19 @@ tensors beside the merger's: 24.5 MiB each), and a hand count of those tensors."
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 
-from hpcmem.datapath import estimator_dir
+from tests.helpers.stored_cases import estimated_tensor_peak, trace_records
 from tests.helpers.trace_helpers import assert_within, shipped_case_job
 
-
-def _record(case_id: str) -> dict:
-    for line in (estimator_dir() / "traces" / "vlm-qwen3-vl-rloo.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if rec["case"]["id"] == case_id:
-            return rec
-    raise AssertionError(case_id)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_qwen3_vl_without_checkpointing_within_1_percent_of_its_trace() -> None:
     """-2.13 % before the features were counted."""
-    from hpcmem.estimate import estimate
-    from hpcmem.estimate.workspaces import tensor_bytes
-
-    job = shipped_case_job("vlm-qwen3-vl-rloo.yaml", "q3vl-rloo-lora-nogc-896")
-    rec = _record("q3vl-rloo-lora-nogc-896")
+    rec = trace_records(ROOT, "vlm-qwen3-vl-rloo")["q3vl-rloo-lora-nogc-896"]
     assert rec["traced_phase"].startswith("step 2 / forward / layer")
-    assert_within(max(tensor_bytes(p) for p in estimate(job).phases), rec["traced"], 0.01)
+    assert_within(estimated_tensor_peak(rec, ROOT), rec["traced"], 0.01)
 
 
 def test_the_feature_locals_by_hand() -> None:
