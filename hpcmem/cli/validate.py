@@ -20,7 +20,7 @@ from hpcmem.inputs.values import text
 from hpcmem.models.coverage import (SHIPPED_SUMMARY, SHIPPED_VLM_SUMMARY, classification, installed_mapping,
                                     summary_to_ship, vision_language_rows)
 from hpcmem.validate import (against_probes, boundary, coverage, coverage_vlm, published_score, random_report,
-                             random_run, trace)
+                             random_run, trace, vlm_trainable)
 from hpcmem.validate import published as published_rows
 from hpcmem.validate import published_margin, published_speed, published_speed_score
 from hpcmem.validate.calibration import default_fit_dir
@@ -203,13 +203,26 @@ def trace_command(cases: str | None, ci_only: bool, workers: int, rescore: bool,
               "(skips the checks at 32,768, about half the time; estimates past 8,192 then say they are not held)")
 @click.option("--rows-checks", is_flag=True, help="hold the --types' stored sweep profiles at 1 and 4 rows per "
               "micro-batch too (two traces each at the longest held length), without learning them again")
+@click.option("--trainable", is_flag=True, help="image-text types: run TRL's SFTTrainer one CPU step on a tiny model "
+              "of each of --types (default every image-text type not estimated with images), store "
+              "estimator/vlm-trainable.jsonl, and write the table; nothing else is traced or rescored")
 @JSON
 @NO_PNG
 def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool, relearn: bool, short_checks: bool,
-                     rows_checks: bool, as_json: bool, no_png: bool) -> None:
+                     rows_checks: bool, trainable: bool, as_json: bool, no_png: bool) -> None:
     """Every covered model type against a trace: traces the types without records and appends theirs to
     estimator/coverage.jsonl (types it does not trace are listed, not written), and writes estimator/COVERAGE.md."""
     chosen = [t.strip() for t in types.split(",")] if types else None
+    if trainable:
+        if rescore or redo or relearn or rows_checks or short_checks:
+            raise HpcmemError("--trainable: alone (with --types); it runs TRL on image-text types and rescores "
+                              "nothing")
+        recs = _trainable(chosen)
+        _write_coverage_report()
+        click.echo(json.dumps(recs, indent=1) if as_json else
+                   f"{len(recs)} records written to {vlm_trainable.records_path()}; table: "
+                   f"{estimator_dir() / 'COVERAGE.md'}")
+        return
     _check_types(chosen)
     if short_checks and not relearn:
         raise HpcmemError("--short-checks: only with --relearn (it sets where a relearned profile is checked)")
@@ -231,15 +244,7 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
         coverage.write_records(recs)
     else:
         recs = coverage.run(chosen, redo=redo, workers=workers, progress=coverage.print_progress)
-    report = estimator_dir() / "COVERAGE.md"
-    images = coverage_vlm.summary(coverage_vlm.case_rows())
-    report.write_text(coverage.report_markdown(coverage.load_records())
-                      + coverage_vlm.report_markdown(images, vision_language_rows()))
-    # the package's own copy of the summary, so `hpcmem models coverage` from a wheel shows the measured accuracy —
-    # written only from the checkout's own records (never from a scratch estimator folder into the package)
-    if estimator_dir().resolve() == (PACKAGE_DIR.parent / "estimator").resolve():
-        SHIPPED_SUMMARY.write_text(json.dumps(summary_to_ship(coverage.load_records()), indent=1) + "\n")
-        SHIPPED_VLM_SUMMARY.write_text(json.dumps(images, indent=1, sort_keys=True) + "\n")
+    report = _write_coverage_report()
     skipped = [r["model_type"] for r in recs if "skipped" in r and not (rescore or relearn or rows_checks)]
     verb = "rescored in" if rescore or relearn or rows_checks else "appended to"
     written = f"{len(recs) - len(skipped)} records {verb} estimator/coverage.jsonl"
@@ -342,6 +347,38 @@ def random_command(oracle: str, n: int, seed: int, records: str | None, only: st
                               default=str))
     else:
         click.echo(text)
+
+
+def _write_coverage_report() -> Path:
+    """estimator/COVERAGE.md from the stored records, and the package's own copies of the summaries."""
+    report = estimator_dir() / "COVERAGE.md"
+    images = coverage_vlm.summary(coverage_vlm.case_rows())
+    report.write_text(coverage.report_markdown(coverage.load_records())
+                      + coverage_vlm.report_markdown(images, vision_language_rows(), vlm_trainable.load_records()))
+    # the package's own copy of the summary, so `hpcmem models coverage` from a wheel shows the measured accuracy —
+    # written only from the checkout's own records (never from a scratch estimator folder into the package)
+    if estimator_dir().resolve() == (PACKAGE_DIR.parent / "estimator").resolve():
+        SHIPPED_SUMMARY.write_text(json.dumps(summary_to_ship(coverage.load_records()), indent=1) + "\n")
+        SHIPPED_VLM_SUMMARY.write_text(json.dumps(images, indent=1, sort_keys=True) + "\n")
+    return report
+
+
+def _trainable(chosen: list[str] | None) -> list[dict[str, object]]:
+    """TRL's trainer on tiny image-text models of `chosen` (default: every image-text type hpcmem does not estimate
+    with images), progress on stderr."""
+    rows = vision_language_rows()
+    known = {r["model_type"] for r in rows}
+    unknown = [t for t in chosen or () if t not in known]
+    if unknown:
+        raise HpcmemError(f"--types {','.join(unknown)}: not an image-text-to-text type of the installed transformers "
+                          "(`hpcmem models coverage` lists them)")
+    types = chosen or [r["model_type"] for r in rows if r["status"] != "derived"]
+
+    def progress(i: int, n: int, rec: dict[str, object]) -> None:
+        click.echo(f"[{i}/{n}] {rec['model_type']}: {vlm_trainable.outcome(rec)} {str(rec.get('reason') or '')[:140]}",
+                   err=True)
+
+    return vlm_trainable.run(types, progress=progress)
 
 
 def _check_types(chosen: list[str] | None) -> None:

@@ -16,7 +16,8 @@ hpcmem.models.vlm_learned), their towers in
 hpcmem.models.clip_tower, llava_next, llava_onevision, idefics3, idefics2, paligemma, mllama, pixtral, internvl,
 vipllava, video_llava, lighton_ocr, deepseek_vl, janus, video_llama_3, paddleocr_vl, ovis2, aya_vision, cohere2_vision, gemma4
 (Gemma 4 unified's encoder-free embedder too), glm4v and lfm2_vl; Qwen3.5's and Cohere Compass's are Qwen3-VL's); any other type that is
-only image-text-to-text is refused with that reason (or its own: `SPECIFIC_REASONS`).
+only image-text-to-text is refused with that reason, or with TRL's own where TRL's trainers cannot train it at all
+(`TRL_REFUSES`).
 A type that also has a causal-LM class (gemma3n …) and no tower hpcmem models is estimated as its text decoder, as
 hpcmem/models/coverage.json classifies it, and the estimate says the towers are not counted.
 """
@@ -34,8 +35,43 @@ DERIVED = ("derived with images (traced: {trainers}): vision tower, patch merger
            "(hpcmem.models.vision, hpcmem.estimate.vision){left}")
 NOT_MODELLED = ("vision-language only (image-text-to-text: {cls}): its vision tower, projector and image tokens are "
                 "not modelled yet, and it has no causal-LM class whose text decoder hpcmem could estimate instead")
-# types refused for a reason of their own, more specific than NOT_MODELLED's (none today)
-SPECIFIC_REASONS: dict[str, str] = {}
+# Image-text types TRL 1.16's trainers cannot train: every trainer that takes images (SFT, DPO, GRPO, RLOO) scores
+# tokens through TRL's fused LM head (trl/trainer/utils.py `add_fused_lm_head._fused_forward`), which calls
+# `model.base_model` with the batch minus the labels and reads `last_hidden_state[:, :-1]` against `labels[:, 1:]`.
+# Each reason names where the real trainer raised on a tiny model of the type with text rows (one CPU step,
+# hpcmem.validate.vlm_trainable; tests/validate/test_vlm_trainable.py) and why image rows raise there too.
+_FUSED = "TRL 1.16's fused LM head (trl/trainer/utils.py add_fused_lm_head._fused_forward, through which SFT, DPO, " \
+         "GRPO and RLOO score every token)"
+TRL_REFUSES: dict[str, str] = {
+    "kosmos-2.5": "its backbone is the model itself and has no last_hidden_state: " + _FUSED + " runs "
+                  "model.base_model, and {cls} declares base_model_prefix '', so base_model is the model, whose output "
+                  "(Kosmos2_5ForConditionalGenerationModelOutput) has no last_hidden_state; every step raises "
+                  "AttributeError, with images as with text (checked on CPU)",
+    "nemotron_h_omni": "its backbone is the model itself and has no last_hidden_state: " + _FUSED + " runs "
+                       "model.base_model, and {cls} declares base_model_prefix '', so base_model is the model, whose "
+                       "output (MultimodalCausalLMOutputWithPast) has no last_hidden_state; every step raises "
+                       "AttributeError, with images as with text (checked on CPU)",
+    "florence2": "an encoder-decoder whose decoder gets one position without labels: " + _FUSED + " calls the "
+                 "backbone (Florence2Model) without labels, so its decoder runs on the one start token it makes when "
+                 "no decoder_input_ids are given, one position against the labels' T - 1, and every step raises "
+                 "(RuntimeError on CPU; the encoder's image features do not change the decoder's length)",
+    "t5gemma2": "an encoder-decoder whose decoder gets no input without labels: " + _FUSED + " calls the backbone "
+                "(T5Gemma2Model) without labels, the only source of its decoder's input ids, so the decoder raises "
+                "ValueError ('You must specify exactly one of input_ids or inputs_embeds') at every step, with images "
+                "as with text (checked on CPU)",
+    "pi0": "{cls} has no generation_config: TRL 1.16's trainers copy the pad token onto model.generation_config "
+           "(trl/trainer/sft_trainer.py SFTTrainer.__init__ when it builds its own collator, as the trl command line "
+           "always has it; dpo_trainer.py, grpo_trainer.py and rloo_trainer.py unconditionally), and {cls} is not a "
+           "GenerationMixin: building the trainer raises AttributeError before its first step (checked on CPU)",
+}
+# image-text types whose text decoder hpcmem refuses because TRL's trainer cannot train it (their reason is the text
+# decoder's, hpcmem/models/coverage.json): no image job of theirs trains either
+TRL_REFUSES_TEXT_DECODER = ("llama4",)
+
+
+def trl_cannot_train(model_type: str) -> bool:
+    """TRL 1.16's trainers cannot train this image-text type (`TRL_REFUSES`, `TRL_REFUSES_TEXT_DECODER`)."""
+    return model_type in TRL_REFUSES or model_type in TRL_REFUSES_TEXT_DECODER
 
 
 def derived_reason(model_type: str) -> str:
@@ -58,6 +94,6 @@ def vision_language_types() -> dict[str, str]:
 def vision_language_reason(model_type: str) -> str | None:
     """Why a type that transformers builds only as image-text-to-text is refused, or None for any other type."""
     cls = vision_language_types().get(model_type)
-    if cls and model_type in SPECIFIC_REASONS:
-        return SPECIFIC_REASONS[model_type].format(cls=cls)
+    if cls and model_type in TRL_REFUSES:
+        return f"TRL cannot train it: {TRL_REFUSES[model_type].format(cls=cls)}"
     return NOT_MODELLED.format(cls=cls) if cls and model_type not in VISION_LANGUAGE else None

@@ -20,8 +20,10 @@ from typing import Any
 from hpcmem.datapath import estimator_dir
 from hpcmem.estimate.verdict import pct
 from hpcmem.job.images import image_geometry
+from hpcmem.models.coverage_vlm import trl_cannot_train
 from hpcmem.validate.cases import case_job
 from hpcmem.validate.trace import rescore
+from hpcmem.validate.vlm_trainable import outcome as run_outcome
 
 HELD_PCT = 3.0
 MIN_RESOLUTIONS = 2
@@ -99,7 +101,45 @@ def outcome(m: dict[str, Any] | None) -> str:
     return "one resolution" if m["max_abs_err_pct"] <= HELD_PCT else "over"
 
 
-def report_markdown(measured: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+def trainable_lines(rows: list[dict[str, Any]], with_images: list[dict[str, Any]], held: list[str],
+                    fixed_res: list[str], trainable: list[dict[str, Any]]) -> list[str]:
+    """The held share of the types TRL can train, bounded by what the real trainer showed: types TRL cannot train
+    (hpcmem.models.coverage_vlm `trl_cannot_train`) leave the denominator; a type not estimated with images is counted
+    as trainable when TRL's SFTTrainer ran a step on it with text rows (hpcmem.validate.vlm_trainable: TRL takes its
+    classes; its image rows are not tried), and as unknown when the run raised where text rows do not decide (a
+    forward that needs images to run, a setting) or the tiny model did not build: the share lies between the one with
+    every unknown trainable and the one with none."""
+    runs = {r["model_type"]: r for r in trainable if r.get("trainer") == "sft"}
+    derived = {r["model_type"] for r in with_images}
+    refused = [r["model_type"] for r in rows if r["status"] != "not applicable" and trl_cannot_train(r["model_type"])]
+    others = [r["model_type"] for r in rows if r["status"] != "not applicable" and r["model_type"] not in derived
+              and r["model_type"] not in refused]
+    ran = [t for t in others if t in runs and run_outcome(runs[t]) == "ran"]
+    raised = [t for t in others if t in runs and run_outcome(runs[t]) == "raised"]
+    unbuilt = [t for t in others if t in runs and run_outcome(runs[t]) == "not built"]
+    untried = [t for t in others if t not in runs]
+    most = len(derived) + len(others)            # every unknown trainable
+    least = len(derived) + len(ran)              # only those shown
+    h, hf = len(held), len(held) + len(fixed_res)
+    return [
+        f"Which types TRL 1.16 can train: {len(refused)} applicable types it cannot ({', '.join(refused)}: their "
+        "rows say where the real trainer raises), so at most "
+        f"{most} of the applicable types; every type estimated with images ({len(derived)}) is trainable (its "
+        "traces ran TRL's own trainer with images). Of the other "
+        f"{len(others)}, TRL's SFTTrainer ran one CPU step with text rows on a tiny model of {len(ran)} "
+        f"({', '.join(ran) or 'none'}: counted as trainable, TRL takes their classes; their image rows were not "
+        "tried; `hpcmem validate coverage --trainable`, estimator/vlm-trainable.jsonl); it raised on "
+        f"{len(raised)} where text rows do not decide (a forward that needs images or other inputs to run, a "
+        f"setting, a shrunk width: {', '.join(raised) or 'none'}), {len(unbuilt)} did not build as tiny models "
+        f"({', '.join(unbuilt) or 'none'}) and {len(untried)} were not tried"
+        f"{' (' + ', '.join(untried) + ')' if untried else ''}: unknown. So the held share of the types TRL can "
+        f"train lies between {pct(100 * h / max(most, 1))} % (every unknown trainable: {h} of {most}) and "
+        f"{pct(100 * h / max(least, 1))} % (only those shown: {h} of {least}) at two resolutions; with the "
+        f"fixed-resolution ones between {pct(100 * hf / max(most, 1))} % and {pct(100 * hf / max(least, 1))} %.", ""]
+
+
+def report_markdown(measured: dict[str, dict[str, Any]], rows: list[dict[str, Any]],
+                    trainable: list[dict[str, Any]] | None = None) -> str:
     """COVERAGE.md's image-text section: every image-text-to-text type (`rows`: hpcmem.models.coverage
     vision_language_rows), its status, and for those estimated with images what the stored traces hold."""
     with_images = [r for r in rows if r["status"] == "derived"]
@@ -121,14 +161,8 @@ def report_markdown(measured: dict[str, dict[str, Any]], rows: list[dict[str, An
              f"those estimated with images, {pct(100 * len(held) / max(len(applicable), 1))} % of the applicable "
              f"types); {len(fixed_res)} more held at the one resolution their processor makes of every image "
              f"(with them {len(held) + len(fixed_res)}, "
-             f"{pct(100 * (len(held) + len(fixed_res)) / max(len(applicable), 1))} % of the applicable types). "
-             "Whether TRL 1.16 trains each type not estimated with images has not been tried (every type estimated "
-             "with images was: its traces ran TRL's own trainer), so the held share of the types TRL can train "
-             f"lies between {pct(100 * len(held) / max(len(applicable), 1))} % (if TRL trains all "
-             f"{len(applicable)}) and {pct(100 * len(held) / max(len(with_images), 1))} % (if only those "
-             f"{len(with_images)}) at two resolutions; with the fixed-resolution ones between "
-             f"{pct(100 * (len(held) + len(fixed_res)) / max(len(applicable), 1))} % and "
-             f"{pct(100 * (len(held) + len(fixed_res)) / max(len(with_images), 1))} %.", "",
+             f"{pct(100 * (len(held) + len(fixed_res)) / max(len(applicable), 1))} % of the applicable types).", ""
+             ] + trainable_lines(rows, with_images, held, fixed_res, trainable or []) + [
              "| outcome | types | which |", "|---|---|---|",
              f"| held (≥ {MIN_RESOLUTIONS} resolutions, within {HELD_PCT:g} %) | {len(held)} | {', '.join(held)} |",
              f"| within {HELD_PCT:g} %, the one resolution the processor makes | {len(fixed_res)} | "

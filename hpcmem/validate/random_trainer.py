@@ -19,14 +19,11 @@ a GPU-only package), `shrink failed` (the shrunken config builds no model: the o
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import signal
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
@@ -40,7 +37,7 @@ from hpcmem.trace.trainer import check_traceable
 from hpcmem.validate.random_jobs import RandomJob, draw
 from hpcmem.validate.random_model import job_spec
 from hpcmem.validate.shrink import shrink_config
-from hpcmem.validate.trl_run import run_trl
+from hpcmem.validate.trl_run import deadline, quiet, run_trl
 
 TOLERANCE = 0.01           # the trace's own bar against a real CPU step (tests/helpers/trace_helpers.py)
 SHORTEST, LONGEST = 16, 64  # the shrunken max_length: the full one / 32, within these
@@ -75,7 +72,7 @@ def run_one(job: RandomJob, *, steps: int = 1, peaks: bool = True) -> dict[str, 
     full, short, settings = shrunk_lengths(job.settings)
     config = shrink_config(job.config, full_length=full, max_length=short)
     rec["shrunk"] = {"config": config, "settings": settings}
-    with _quiet(), _deadline(STAGE_SECONDS):
+    with quiet(), deadline(STAGE_SECONDS):
         try:
             trl = run_trl(job.trainer, settings, config, steps=steps)
         except TimeoutError:
@@ -164,7 +161,7 @@ def _peak_parity(trainer: str, settings: dict[str, Any], config: dict[str, Any])
         if problems:
             return {"verdict": "not traced", "why": "; ".join(problems)[:400]}
         out: dict[str, Any] = {}
-        with _quiet(), _deadline(STAGE_SECONDS):
+        with quiet(), deadline(STAGE_SECONDS):
             try:
                 real = measure_cpu(job)
                 out["real"] = {"peak_allocated_bytes": real.peak_allocated_bytes, "phase": real.phase,
@@ -183,37 +180,6 @@ def _peak_parity(trainer: str, settings: dict[str, Any], config: dict[str, Any])
     out["verdict"] = "within 1 %" if abs(delta) <= TOLERANCE and same_phase else (
         "over 1 %" if abs(delta) > TOLERANCE else "other phase")
     return out
-
-
-@contextlib.contextmanager
-def _deadline(seconds: int) -> Iterator[None]:
-    """TimeoutError in the main thread after `seconds` (signal.alarm): one stuck run does not stop the batch."""
-    def fire(*_: Any) -> None:
-        raise TimeoutError(f"over {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """No progress bars, metrics or warnings on the terminal (datasets, transformers, TRL print them)."""
-    import datasets
-    import transformers
-
-    datasets.disable_progress_bars()
-    level = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            yield
-    finally:
-        transformers.logging.set_verbosity(level)
 
 
 def run_many(seed: int, indices: range, out: Path, peak_every: int = 1) -> None:

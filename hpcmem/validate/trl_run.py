@@ -20,12 +20,15 @@ Liger, vLLM, more than one process) and what TRL runs only on an accelerator is 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import signal
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from hpcmem.job.trainers import entry
 from hpcmem.trace import pieces
@@ -47,6 +50,7 @@ class TrlVerdict:
     reason: str = ""
     adjusted: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    raised_in: str = ""             # where it raised: "trl/<file>:<function> > <file>:<function>" (`_raised_in`)
 
 
 def cpu_limit(trainer: str, settings: dict[str, Any]) -> str:
@@ -76,8 +80,10 @@ NO_TEACHER = "distillation: the oracle builds no teacher"
 
 
 def run_trl(trainer: str, settings: dict[str, Any], config: dict[str, Any], *, steps: int = 2,
-            workdir: str | None = None) -> TrlVerdict:
-    """Run `steps` optimizer steps of TRL's `trainer` on `config` (shrunken) with `settings` (TRL field → value)."""
+            workdir: str | None = None, image_text: bool = False) -> TrlVerdict:
+    """Run `steps` optimizer steps of TRL's `trainer` on `config` (shrunken) with `settings` (TRL field → value);
+    `image_text`: the type's image-text-to-text class is saved (its config's `architectures`, which TRL's
+    create_model_from_path loads), else its causal-LM class."""
     start = time.perf_counter()
     limit = cpu_limit(trainer, settings)
     if limit:
@@ -90,7 +96,7 @@ def run_trl(trainer: str, settings: dict[str, Any], config: dict[str, Any], *, s
     adjusted: list[str] = []
     with tempfile.TemporaryDirectory(prefix="hpcmem-trl-", dir=workdir) as tmp:
         try:
-            model_path = save_model(config, Path(tmp) / "model")
+            model_path = save_model(config, Path(tmp) / "model", image_text=image_text)
         except Exception as exc:                       # the shrink's limit, not the trainer's verdict
             return TrlVerdict(None, f"shrunken model does not build: {type(exc).__name__}: {_one_line(exc)}")
         try:
@@ -98,20 +104,25 @@ def run_trl(trainer: str, settings: dict[str, Any], config: dict[str, Any], *, s
             built.train()
         except Exception as exc:                       # the verdict: TRL (or torch under it) raised
             return TrlVerdict(False, f"{type(exc).__name__}: {_one_line(exc)}", adjusted,
-                              time.perf_counter() - start)
+                              time.perf_counter() - start, _raised_in(exc))
     return TrlVerdict(True, "", adjusted, time.perf_counter() - start)
 
 
-def save_model(config: dict[str, Any], folder: Path) -> str:
+def save_model(config: dict[str, Any], folder: Path, *, image_text: bool = False) -> str:
     """The config with random weights in its own dtype (what `dtype="auto"` reads back), and the tokenizer."""
     import torch
+    import transformers
     from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
     data = {k: v for k, v in config.items() if k not in ("model_type", "transformers_version", "architectures",
                                                             "auto_map", "quantization_config")}
     cfg = AutoConfig.for_model(config["model_type"], **data)
     dtype = getattr(torch, str(config.get("dtype") or config.get("torch_dtype") or "float32"), torch.float32)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    # the image-text class by its name in transformers' mapping (AutoModelForImageTextToText.from_config does not
+    # resolve every type's config class, Evolla's among them)
+    model = (getattr(transformers, MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES[config["model_type"]])._from_config(
+        cfg, dtype=dtype) if image_text else AutoModelForCausalLM.from_config(cfg, dtype=dtype))
     model.save_pretrained(folder)
     pieces.tokenizer(WORDS).save_pretrained(folder)
     return str(folder)
@@ -207,6 +218,52 @@ def _length_reward(completions: list[Any], **_: Any) -> list[float]:
     return [float(len(str(c))) for c in completions]
 
 
+def _raised_in(exc: BaseException) -> str:
+    """Where TRL's code last ran before the exception ("trl/<file>:<function>", its innermost frame in the trl
+    package) and the frame that raised ("<file>:<function>"), joined by " > " when they differ."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    where = [f"{Path(f.filename).name}:{f.name}" for f in frames]
+    in_trl = [i for i, f in enumerate(frames) if "/trl/" in Path(f.filename).as_posix()]
+    if in_trl and in_trl[-1] != len(frames) - 1:
+        return f"trl/{where[in_trl[-1]]} > {where[-1]}"
+    return f"trl/{where[-1]}" if in_trl else where[-1]
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:400]
+
+
+@contextlib.contextmanager
+def deadline(seconds: int) -> Iterator[None]:
+    """TimeoutError in the main thread after `seconds` (signal.alarm): one stuck run does not stop the batch."""
+    def fire(*_: Any) -> None:
+        raise TimeoutError(f"over {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """No progress bars, metrics or warnings on the terminal (datasets, transformers, TRL print them)."""
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    level = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        transformers.logging.set_verbosity(level)

@@ -49,19 +49,25 @@ def test_held_needs_every_case_within_3_percent_at_two_resolutions():
     assert not s["d"]["held"] and not s["d"]["held_fixed"]        # one resolution traced, the processor makes others
 
 
-def test_the_trainable_share_is_bounded_by_what_was_tried():
-    """Four image-text types: two estimated with images (one held at two resolutions, one not), one refused, one not
-    applicable. Which of the refused TRL trains is untried, so the held share of the types TRL can train lies between
-    1 of the 3 applicable (33.3 %) and 1 of the 2 estimated (50 %)."""
+def test_the_trainable_share_is_bounded_by_what_the_real_trainer_showed():
+    """Seven image-text types, by hand: a and b estimated with images (a held at two resolutions, b not); pi0, which
+    TRL cannot train (out of the denominator); f, on which TRL's trainer ran with text rows (trainable); g, on which
+    it raised needing images, and c, never tried (both unknown); d not applicable. TRL can train between 3 (a, b, f)
+    and 5 (a, b, c, f, g) of them, so the held share lies between 1 of 5 (20 %) and 1 of 3 (33.3 %)."""
     from hpcmem.validate.coverage_vlm import report_markdown
 
     measured = summary([_row("a", (256, 64), 1.0), _row("a", (1024, 256), -1.0), _row("b", (256, 64), 5.0)])
-    rows = [{"model_type": "a", "status": "derived", "reason": ""}, {"model_type": "b", "status": "derived",
-                                                                    "reason": ""},
-            {"model_type": "c", "status": "refused", "reason": "not modelled"},
-            {"model_type": "d", "status": "not applicable", "reason": "image-to-text"}]
-    text = report_markdown(measured, rows)
-    assert "lies between 33.3 % (if TRL trains all 3) and 50 % (if only those 2) at two resolutions" in text
+    rows = [{"model_type": t, "status": st, "reason": ""} for t, st in
+            (("a", "derived"), ("b", "derived"), ("pi0", "refused"), ("f", "refused"), ("g", "refused"),
+             ("c", "refused"), ("d", "not applicable"))]
+    runs = [{"model_type": "f", "trainer": "sft", "ran": True, "built": True},
+            {"model_type": "g", "trainer": "sft", "ran": False, "built": True, "reason": "needs pixel_values"},
+            {"model_type": "f", "trainer": "dpo", "ran": False, "built": True}]       # another trainer: not read
+    text = report_markdown(measured, rows, runs)
+    assert "1 applicable types it cannot (pi0" in text
+    assert "lies between 20 % (every unknown trainable: 1 of 5) and 33.3 % (only those shown: 1 of 3)" in text
+    assert "a tiny model of 1 (f:" in text and "raised on 1 where text rows do not decide" in text
+    assert "1 were not tried (c)" in text
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +96,16 @@ def test_models_coverage_shows_the_image_types_measured(fresh):
     assert all(rows[t]["measured"] for t in derived) and set(derived) == set(fresh)
     text = CliRunner().invoke(cli, ["models", "coverage"], catch_exceptions=False).output
     assert "image-text-to-text with images:" in text and "held within 3 %" in text
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--trainable", "--types", "llama"], "--types llama: not an image-text-to-text type"),
+    (["--trainable", "--rescore"], "--trainable: alone"),
+])
+def test_the_trainer_sweep_refuses_what_it_cannot_run_in_one_line(args, says, capsys):
+    """A causal-LM type (or a typo) and a flag of the other modes are refused before anything runs or is written."""
+    from hpcmem.cli import run
+
+    assert run(["validate", "coverage", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err

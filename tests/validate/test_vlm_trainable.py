@@ -1,0 +1,66 @@
+"""Image-text types TRL cannot train, held to the real trainer: TRL 1.16's SFTTrainer, one CPU step on a tiny model
+of each type (its config class's defaults, widths shrunk) with text rows, raises where hpcmem's reason says, and a
+type it trains runs. The stored sweep (estimator/vlm-trainable.jsonl) says what a fresh run says."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("trl")
+
+from hpcmem.models.coverage import vision_language_rows  # noqa: E402
+from hpcmem.models.coverage_vlm import TRL_REFUSES, TRL_REFUSES_TEXT_DECODER  # noqa: E402
+from hpcmem.validate.vlm_trainable import load_records, outcome, run_type  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
+# where each raise happens and what it says, read off the TRL and transformers sources by hand: the fused LM head
+# (trl/trainer/utils.py add_fused_lm_head._fused_forward) reads `last_hidden_state` off a backbone that is the model
+# itself (base_model_prefix ''), slices one decoder position to nothing (Florence-2), calls a decoder without its
+# inputs (T5Gemma 2) or Llama-4's own forward; SFTTrainer.__init__ sets generation_config's pad token (PI0)
+RAISES = {
+    "kosmos-2.5": ("trl/utils.py:_fused_forward", "AttributeError", "last_hidden_state"),
+    "nemotron_h_omni": ("trl/utils.py:_fused_forward", "AttributeError", "last_hidden_state"),
+    "florence2": ("trl/utils.py:", "RuntimeError", "is invalid for input of size 0"),
+    "t5gemma2": ("trl/utils.py:_fused_forward > modeling_t5gemma2.py:forward", "ValueError",
+                 "exactly one of input_ids or inputs_embeds"),
+    "pi0": ("trl/sft_trainer.py:__init__", "AttributeError", "generation_config"),
+    "llama4": ("trl/utils.py:_fused_forward", "AttributeError", "object has no attribute"),
+}
+
+
+def test_every_named_refusal_has_its_raise_here():
+    assert set(RAISES) == set(TRL_REFUSES) | set(TRL_REFUSES_TEXT_DECODER)
+
+
+@pytest.fixture(scope="module")
+def fresh() -> dict[str, dict]:
+    return {t: run_type(t) for t in [*RAISES, "aria", "llava"]}
+
+
+@pytest.mark.parametrize("model_type", sorted(RAISES))
+def test_the_real_trainer_raises_where_the_reason_says(fresh, model_type):
+    rec = fresh[model_type]
+    where, exc, text = RAISES[model_type]
+    assert rec["built"] and rec["ran"] is False, rec
+    assert rec["raised_in"].startswith(where) and rec["reason"].startswith(exc + ":") and text in rec["reason"], rec
+    if model_type in TRL_REFUSES:                     # hpcmem's reason names the exception the trainer raised
+        assert exc in TRL_REFUSES[model_type], TRL_REFUSES[model_type]
+
+
+def test_a_type_trl_trains_runs(fresh):
+    """Aria (not estimated with images) and LLaVA (estimated, its traces ran TRL with images) take the step."""
+    assert fresh["aria"]["ran"] is True and fresh["llava"]["ran"] is True, (fresh["aria"], fresh["llava"])
+
+
+def test_the_stored_sweep_says_what_a_fresh_run_says(fresh):
+    stored = {r["model_type"]: r for r in load_records() if r["trainer"] == "sft"}
+    for t in RAISES:
+        assert outcome(stored[t]) == outcome(fresh[t]) and stored[t]["raised_in"] == fresh[t]["raised_in"], t
+    assert outcome(stored["aria"]) == "ran"
+
+
+def test_the_coverage_rows_say_trl_cannot_train_them():
+    rows = {r["model_type"]: r for r in vision_language_rows()}
+    for t in TRL_REFUSES:
+        assert rows[t]["status"] == "refused" and rows[t]["reason"].startswith("TRL cannot train it: "), rows[t]
