@@ -42,6 +42,15 @@ NOT_MODELLED = ("vision-language only (image-text-to-text: {cls}): its vision to
 # hpcmem.validate.vlm_trainable; tests/validate/test_vlm_trainable.py) and why image rows raise there too.
 _FUSED = "TRL 1.16's fused LM head (trl/trainer/utils.py add_fused_lm_head._fused_forward, through which SFT, DPO, " \
          "GRPO and RLOO score every token)"
+# the backbone TRL runs is the model itself: base_model_prefix names no attribute, so PreTrainedModel.base_model
+# (transformers/modeling_utils.py) returns the model, whose own output the head reads
+_SELF = ("its backbone is the model itself and has no last_hidden_state: " + _FUSED + " runs model.base_model, and "
+         "{{cls}}'s base_model_prefix '{prefix}' names no attribute, so base_model is the model, whose output ({out}) "
+         "has no last_hidden_state: AttributeError at every step (checked on CPU with {inputs})")
+_SEQ2SEQ = ("an encoder-decoder whose decoder gets no input without labels: " + _FUSED + " runs model.base_model, "
+            "and {{cls}}'s base_model_prefix '{prefix}' names no attribute, so it calls the model's own forward "
+            "without labels, the only source of its decoder's input ids: {error} at every step (checked on CPU with "
+            "{inputs})")
 TRL_REFUSES: dict[str, str] = {
     "kosmos-2.5": "its backbone is the model itself and has no last_hidden_state: " + _FUSED + " runs "
                   "model.base_model, and {cls} declares base_model_prefix '', so base_model is the model, whose output "
@@ -59,6 +68,27 @@ TRL_REFUSES: dict[str, str] = {
                 "(T5Gemma2Model) without labels, the only source of its decoder's input ids, so the decoder raises "
                 "ValueError ('You must specify exactly one of input_ids or inputs_embeds') at every step, with images "
                 "as with text (checked on CPU)",
+    "blip": "its output's last_hidden_state is the vision tower's and it has no lm_head: " + _FUSED + " runs "
+            "model.base_model, which is the model itself (base_model_prefix 'blip' names no attribute of {cls}), reads "
+            "its last_hidden_state (BlipForConditionalGenerationModelOutput's: the vision tower's, not the text's) and "
+            "then model.get_output_embeddings(), None for a model without an lm_head attribute (its head is "
+            "text_decoder.cls.predictions.decoder): AttributeError at every step (checked on CPU with pixel values)",
+    "blip-2": _SELF.format(prefix="blip", out="Blip2ForConditionalGenerationModelOutput",
+                           inputs="pixel values and query-token ids"),
+    "instructblip": _SELF.format(prefix="blip", out="InstructBlipForConditionalGenerationModelOutput",
+                                 inputs="pixel values, query-token ids and Q-Former ids"),
+    "instructblipvideo": _SELF.format(prefix="blip", out="InstructBlipVideoForConditionalGenerationModelOutput",
+                                      inputs="video frames, query-token ids and Q-Former ids"),
+    "kosmos-2": _SELF.format(prefix="", out="Kosmos2ForConditionalGenerationModelOutput",
+                             inputs="pixel values and an image-embedding position mask"),
+    "pix2struct": _SEQ2SEQ.format(prefix="", error="ValueError ('You have to specify either decoder_input_ids or "
+                                  "decoder_inputs_embeds')", inputs="flattened patches") +
+                  "; TRL's default gradient_checkpointing is refused before that (Pix2Struct does not support it)",
+    "udop": _SEQ2SEQ.format(prefix="transformer", error="ValueError ('You must specify exactly one of "
+                            "decoder_input_ids or decoder_inputs_embeds')", inputs="pixel values and token boxes"),
+    "vision-encoder-decoder": _SEQ2SEQ.format(prefix="vision_encoder_decoder", error="ValueError ('You must specify "
+                                              "exactly one of input_ids or inputs_embeds', from its decoder)",
+                                              inputs="pixel values"),
     "pi0": "{cls} has no generation_config: TRL 1.16's trainers copy the pad token onto model.generation_config "
            "(trl/trainer/sft_trainer.py SFTTrainer.__init__ when it builds its own collator, as the trl command line "
            "always has it; dpo_trainer.py, grpo_trainer.py and rloo_trainer.py unconditionally), and {cls} is not a "

@@ -50,7 +50,7 @@ class TrlVerdict:
     reason: str = ""
     adjusted: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    raised_in: str = ""             # where it raised: "trl/<file>:<function> > <file>:<function>" (`_raised_in`)
+    raised_in: str = ""             # where it raised: "trl/<file>:<function> > <file>:<function>" (`raised_in_frames`)
 
 
 def cpu_limit(trainer: str, settings: dict[str, Any]) -> str:
@@ -98,18 +98,26 @@ def run_trl(trainer: str, settings: dict[str, Any], config: dict[str, Any], *, s
         try:
             model_path = save_model(config, Path(tmp) / "model", image_text=image_text)
         except Exception as exc:                       # the shrink's limit, not the trainer's verdict
-            return TrlVerdict(None, f"shrunken model does not build: {type(exc).__name__}: {_one_line(exc)}")
+            return TrlVerdict(None, f"shrunken model does not build: {type(exc).__name__}: {one_line(exc)}")
         try:
             built = _build(trainer, settings, model_path, Path(tmp) / "out", steps, adjusted)
             built.train()
         except Exception as exc:                       # the verdict: TRL (or torch under it) raised
-            return TrlVerdict(False, f"{type(exc).__name__}: {_one_line(exc)}", adjusted,
-                              time.perf_counter() - start, _raised_in(exc))
+            return TrlVerdict(False, f"{type(exc).__name__}: {one_line(exc)}", adjusted,
+                              time.perf_counter() - start, raised_in_frames(exc))
     return TrlVerdict(True, "", adjusted, time.perf_counter() - start)
 
 
 def save_model(config: dict[str, Any], folder: Path, *, image_text: bool = False) -> str:
     """The config with random weights in its own dtype (what `dtype="auto"` reads back), and the tokenizer."""
+    build_model(config, image_text=image_text).save_pretrained(folder)
+    pieces.tokenizer(WORDS).save_pretrained(folder)
+    return str(folder)
+
+
+def build_model(config: dict[str, Any], *, image_text: bool = False) -> Any:
+    """The config's causal-LM class (`image_text`: its image-text-to-text class) with random weights in the config's
+    dtype."""
     import torch
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -119,13 +127,12 @@ def save_model(config: dict[str, Any], folder: Path, *, image_text: bool = False
                                                             "auto_map", "quantization_config")}
     cfg = AutoConfig.for_model(config["model_type"], **data)
     dtype = getattr(torch, str(config.get("dtype") or config.get("torch_dtype") or "float32"), torch.float32)
+    if not image_text:
+        return AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     # the image-text class by its name in transformers' mapping (AutoModelForImageTextToText.from_config does not
     # resolve every type's config class, Evolla's among them)
-    model = (getattr(transformers, MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES[config["model_type"]])._from_config(
-        cfg, dtype=dtype) if image_text else AutoModelForCausalLM.from_config(cfg, dtype=dtype))
-    model.save_pretrained(folder)
-    pieces.tokenizer(WORDS).save_pretrained(folder)
-    return str(folder)
+    cls = getattr(transformers, MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES[config["model_type"]])
+    return cls._from_config(cfg, dtype=dtype)
 
 
 def trl_args(trainer: str, settings: dict[str, Any], model_path: str, out: Path, steps: int,
@@ -160,7 +167,7 @@ def config_refusal(trainer: str, settings: dict[str, Any]) -> str:
         except ImportError:
             return ""
         except Exception as exc:  # noqa: BLE001 — whatever TRL's classes raise is their refusal
-            return f"{type(exc).__name__}: {_one_line(exc)}"
+            return f"{type(exc).__name__}: {one_line(exc)}"
     return ""
 
 
@@ -218,7 +225,7 @@ def _length_reward(completions: list[Any], **_: Any) -> list[float]:
     return [float(len(str(c))) for c in completions]
 
 
-def _raised_in(exc: BaseException) -> str:
+def raised_in_frames(exc: BaseException) -> str:
     """Where TRL's code last ran before the exception ("trl/<file>:<function>", its innermost frame in the trl
     package) and the frame that raised ("<file>:<function>"), joined by " > " when they differ."""
     import traceback
@@ -233,7 +240,7 @@ def _raised_in(exc: BaseException) -> str:
     return f"trl/{where[-1]}" if in_trl else where[-1]
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:400]
 

@@ -1,5 +1,6 @@
 """Image-text types TRL cannot train, held to the real trainer: TRL 1.16's SFTTrainer, one CPU step on a tiny model
-of each type (its config class's defaults, widths shrunk) with text rows, raises where hpcmem's reason says, and a
+of each type (its config class's defaults, widths shrunk) with text rows — or, where the type's forward needs image
+inputs before TRL's fused LM head is reached, that head's call given them — raises where hpcmem's reason says, and a
 type it trains runs. The stored sweep (estimator/vlm-trainable.jsonl) says what a fresh run says."""
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ RAISES = {
                  "exactly one of input_ids or inputs_embeds"),
     "pi0": ("trl/sft_trainer.py:__init__", "AttributeError", "generation_config"),
     "llama4": ("trl/utils.py:_fused_forward", "AttributeError", "object has no attribute"),
+    # given image inputs (hpcmem.validate.vlm_image_call: their forwards need them to reach TRL's head)
+    "blip": ("trl/utils.py:_fused_forward", "AttributeError", "'NoneType' object has no attribute 'weight'"),
+    "blip-2": ("trl/utils.py:_fused_forward", "AttributeError", "last_hidden_state"),
+    "instructblip": ("trl/utils.py:_fused_forward", "AttributeError", "last_hidden_state"),
+    "instructblipvideo": ("trl/utils.py:_fused_forward", "AttributeError", "last_hidden_state"),
+    "kosmos-2": ("trl/utils.py:_fused_forward", "AttributeError", "last_hidden_state"),
+    "pix2struct": ("trl/utils.py:_fused_forward > modeling_pix2struct.py:forward", "ValueError", "decoder_input_ids"),
+    "udop": ("trl/utils.py:_fused_forward > modeling_udop.py:forward", "ValueError", "decoder_input_ids"),
+    "vision-encoder-decoder": ("trl/utils.py:_fused_forward > modeling_bert.py:forward", "ValueError",
+                               "exactly one of input_ids or inputs_embeds"),
 }
 
 
@@ -43,6 +54,8 @@ def test_the_real_trainer_raises_where_the_reason_says(fresh, model_type):
     rec = fresh[model_type]
     where, exc, text = RAISES[model_type]
     assert rec["built"] and rec["ran"] is False, rec
+    rec = rec.get("image_call") or rec            # where the text rows stop before TRL's head: with image inputs
+    assert rec["ran"] is False, rec
     assert rec["raised_in"].startswith(where) and rec["reason"].startswith(exc + ":") and text in rec["reason"], rec
     if model_type in TRL_REFUSES:                     # hpcmem's reason names the exception the trainer raised
         assert exc in TRL_REFUSES[model_type], TRL_REFUSES[model_type]
@@ -57,6 +70,8 @@ def test_the_stored_sweep_says_what_a_fresh_run_says(fresh):
     stored = {r["model_type"]: r for r in load_records() if r["trainer"] == "sft"}
     for t in RAISES:
         assert outcome(stored[t]) == outcome(fresh[t]) and stored[t]["raised_in"] == fresh[t]["raised_in"], t
+        assert (stored[t].get("image_call") or {}).get("raised_in") == (fresh[t].get("image_call") or {}).get(
+            "raised_in"), t
     assert outcome(stored["aria"]) == "ran"
 
 
