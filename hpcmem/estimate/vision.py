@@ -202,8 +202,11 @@ def feature_locals(v: VisionSpec, image_tokens: int, prec: Precision) -> int:
     `torch.cat` of those views cast to the token embeddings' dtype, which masked_scatter reads
     (modeling_qwen2_5_vl.py, modeling_qwen3_vl.py, modeling_glm4v.py `*Model.forward`); Qwen3-VL's deepstack mergers'
     outputs likewise, each with its `torch.cat` copy (`deepstack_visual_embeds`). Traced: Qwen3-VL RLOO LoRA without
-    checkpointing at 896 px, 24.5 MiB each at the last decoder layer's forward."""
-    main = (prec.act + prec.weight) * v.out_hidden_size * image_tokens
+    checkpointing at 896 px, 24.5 MiB each at the last decoder layer's forward. HyperCLOVAX Vision V2
+    (modular_hyperclovax_vision_v2.py `HyperCLOVAXVisionV2Model.get_image_features`) splits its projector's output
+    instead, of the text width (`VisionSpec.feature_width`): the merger's output is then no local but the projector's
+    input (`outside_saved`)."""
+    main = (prec.act + prec.weight) * v.feature_width * image_tokens
     return main + len(v.deepstack_visual_indexes) * 2 * prec.act * v.out_hidden_size * image_tokens
 
 
@@ -284,7 +287,11 @@ def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted:
       Qwen2-VL's LayerNorm `ln_q`: `layer_norm_saved`),
       the first Linear's output (GELU's input) and GELU's output (the second Linear's input), [N / merge², 4·width]
       each — the same bytes as [N, width]; frozen (LoRA), only the fp32 upcast and GELU's input;
-    - the merger adapters' own under LoRA (a frozen linear keeps no input: its adapter keeps its dropout output)."""
+    - the merger adapters' own under LoRA (a frozen linear keeps no input: its adapter keeps its dropout output);
+    - HyperCLOVAX Vision V2's projector after the merger (modular_hyperclovax_vision_v2.py
+      `HyperCLOVAXVisionV2Model.get_image_features`: `self.projector(vision_outputs.pooler_output)`): its input, the
+      merger's output [N / merge², out_hidden_size], kept for its weight gradient when it trains; frozen, its adapter's
+      own (counted with the merger's adapters, `VisionSpec.linears`)."""
     h, trained = v.hidden_size, not lora.enabled
     conv = n * v.patch_dim * prec.weight if trained else 0
     # frozen (LoRA): the patch embedding's output has no grad_fn, so `enable_input_require_grads`' hook makes it a leaf
@@ -302,8 +309,9 @@ def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted:
     else:
         norm = (FP32 * h + (0 if not trained else prec.residual * h + prec.act * h)) * n
     mlp = prec.act * h * n + (prec.act * h * n if trained else 0)
+    projector = prec.act * v.out_hidden_size * (n // v.merge_unit) if trained and v.projector_width else 0
     own = adapters_saved([x for x in adapted if x.part == "merger"], n // v.merge_unit, prec, lora)
-    return conv + rope + leaves, norm + mlp + own
+    return conv + rope + leaves, norm + mlp + projector + own
 
 
 def siglip_head_saved(v: VisionSpec, n: int, prec: Precision, trained: bool) -> int:

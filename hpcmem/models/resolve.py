@@ -116,7 +116,8 @@ def _placeable(spec: ModelSpec, name: str) -> ModelSpec:
     a too-short max_length (sft_trainer.py `compute_loss`; traced on GLM-OCR's class defaults, text 1,024 wide under a
     1,536-wide merger)."""
     v = spec.vision
-    width = getattr(v, "out_hidden_size", None)
+    # out_hidden_size, or the width of HyperCLOVAX Vision V2's projector after the merger (TowerBase.feature_width)
+    width = getattr(v, "feature_width", None)
     if v is not None and width and width != spec.hidden_size:
         raise SpecError(f"model {name}: vision_config.out_hidden_size {width} is not the language model's hidden_size "
                         f"{spec.hidden_size}: the {v.model_type} projector's image features cannot be placed into its "

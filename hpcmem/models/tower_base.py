@@ -44,6 +44,12 @@ class TowerBase:
         return self.num_heads
 
     @property
+    def feature_width(self) -> int:
+        """The width of the rows the image tokens take: out_hidden_size (HyperCLOVAX Vision V2's projector after the
+        merger differs, hpcmem.models.vision `VisionSpec`)."""
+        return self.out_hidden_size
+
+    @property
     def block_mlp_width(self) -> int:
         """An encoder block MLP's width: intermediate_size (GLM-4.1V's tower differs, hpcmem.models.glm4v)."""
         return self.intermediate_size

@@ -28,6 +28,10 @@ Covered (transformers 5.24):
 - EXAONE 4.5 (models/exaone4_5/modular_exaone4_5.py): Qwen2.5-VL's tower and merger with grouped-query attention in
   its blocks (`num_key_value_heads`: qkv projects to q_dim + 2 · kv_dim); its EXAONE 4 decoder from a learned profile
   of its text config (hpcmem.models.vlm_learned).
+- HyperCLOVAX Vision V2 (models/hyperclovax_vision_v2/modular_hyperclovax_vision_v2.py): Qwen2.5-VL's tower and merger
+  with Qwen2_5_VLVisionConfig's defaults, then a `projector` Linear(out_hidden_size → text hidden_size, with bias) on
+  the merger's output (`HyperCLOVAXVisionV2Model.get_image_features`); its HyperCLOVAX decoder from a learned profile of
+  its text config (hpcmem.models.vlm_learned).
 - Qwen3.5 (models/qwen3_5/modular_qwen3_5.py): Qwen3-VL's tower and merger without the deepstack mergers
   (`Qwen3_5VisionModel(Qwen3VLVisionModel)` deletes them); its decoder, Gated DeltaNet and full-attention layers, from
   a learned profile of its text config (hpcmem.models.vlm_learned).
@@ -132,7 +136,7 @@ from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.lfm2_vl import lfm2_vl_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
-from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads
+from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
 from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
 from hpcmem.models.pixtral import MISTRAL3_TEXT_DEFAULTS, PixtralTowerSpec, pixtral_tower_from_config
 from hpcmem.models.qianfan_ocr import qianfan_tower_from_config
@@ -195,6 +199,10 @@ class TowerLayout:
     # Qwen3-VL's deepstack mergers built from vision_config.deepstack_visual_indexes; False: the tower deletes them
     # whatever the config says (modular_qwen3_5.py `Qwen3_5VisionModel.__init__`: `del self.deepstack_merger_list`)
     deepstack: bool = True
+    # a Linear(out_hidden_size → the text width, with bias) after the merger, whose output the image tokens take
+    # (HyperCLOVAX Vision V2's `projector`): the text config class's hidden_size, what an omitted
+    # text_config.hidden_size takes; 0: none (the merger's output is the image tokens' embeddings)
+    projector_text_width: int = 0
 
 
 # configuration_qwen3_vl_moe.py `Qwen3VLMoeTextConfig`'s field defaults (no norm_topk_prob: modeling_qwen3_vl_moe.py
@@ -228,7 +236,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "ovis2": ("sft", "dpo"), "aya_vision": ("sft", "dpo"),
                           "cohere2_vision": ("sft", "dpo"), "qwen3_5": ("sft", "dpo", "grpo", "rloo"),
                           "qwen3_5_moe": ("sft", "dpo"),
-                          "exaone4_5": ("sft", "dpo", "grpo", "rloo"),
+                          "exaone4_5": ("sft", "dpo", "grpo", "rloo"), "hyperclovax_vision_v2": ("sft", "dpo"),
                           "gemma4": ("sft", "dpo"), "gemma4_unified": ("sft", "dpo"), "glm4v": ("sft", "dpo"),
                           "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"), "glm_ocr": ("sft", "dpo"),
                           "lfm2_vl": ("sft", "dpo"), "cohere_compass": ("sft", "dpo"), "glm4v_moe": ("sft", "dpo"),
@@ -445,6 +453,22 @@ VISION_LANGUAGE["shieldgemma2"] = replace(VISION_LANGUAGE["gemma3"], tie_default
 VISION_LANGUAGE["exaone4_5"] = replace(VISION_LANGUAGE["qwen2_5_vl"], text="exaone4", tie_from_text=False,
                                        defaults={**VISION_LANGUAGE["qwen2_5_vl"].defaults, "num_key_value_heads": 8},
                                        text_defaults={})
+# models/hyperclovax_vision_v2 (modular_hyperclovax_vision_v2.py): `HyperCLOVAXVisionV2Config.sub_configs_defaults`
+# builds vision_config as qwen2_5_vl_vision (Qwen2_5_VLVisionConfig, its class defaults: no grouped attention) and
+# text_config as hyperclovax; `HyperCLOVAXVisionV2Model` (VideoLlama3Model's structure) builds `AutoModel.from_config`
+# of each — Qwen2_5_VisionTransformerPretrainedModel (blocks and Qwen2_5_VLPatchMerger) and HyperCLOVAXModel — and
+# `projector = nn.Linear(vision_config.out_hidden_size, text_config.hidden_size)` (bias), which `get_image_features`
+# runs on the merger's output (`pooler_output`) before the image tokens take it; `forward` hands position_ids to the
+# language model as they are (1-D, no M-RoPE). No family descriptor derives HyperCLOVAX's decoder (MuP multipliers,
+# post-norms): a learned profile of the text config (hpcmem.models.vlm_learned), HyperCLOVAXConfig's defaults
+# (hidden_size 4096) when it is omitted. HyperCLOVAXVisionV2Config.tie_word_embeddings (True) decides the tying, no
+# __post_init__ reading the text config's flag. The forward's `lm_head(...) * text_config.logits_scaling` does not run
+# in TRL's SFT and DPO steps: they call the fused LM head (trl/trainer/utils.py `add_fused_lm_head`, sft_trainer.py
+# and dpo_trainer.py `fused_lm_head=True`), which runs the backbone (`HyperCLOVAXVisionV2Model`) and scales each
+# tile of the head by logit_scale (logits_scaling for hyperclovax): no tensor beyond the head's own.
+VISION_LANGUAGE["hyperclovax_vision_v2"] = replace(VISION_LANGUAGE["qwen2_5_vl"], text="hyperclovax",
+                                                   tie_from_text=False, tie_default=True, text_defaults={},
+                                                   projector_text_width=4096)
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
                      "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "idefics2", "aya_vision",
@@ -455,11 +479,13 @@ _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision
 class VisionLinear:
     """One linear layer of the tower or the merger: peft's module name suffix, its shape, how many there are."""
 
-    name: str               # module path below the vision model (blocks.N.<name> or merger.<name>)
+    name: str               # module path below the vision model (blocks.N.<name> or merger.<name>; "projector":
+    #                         HyperCLOVAX Vision V2's, below the outer model)
     in_features: int
     out_features: int
     count: int              # blocks that hold it (depth), or 1 for the merger's
-    part: str               # "tower", "merger", or "deepstack" (Qwen3-VL's deepstack mergers, `count` of them)
+    part: str               # "tower", "merger" (with a projector after it), or "deepstack" (Qwen3-VL's deepstack
+    #                         mergers, `count` of them)
 
     @property
     def params(self) -> int:
@@ -492,6 +518,9 @@ class VisionSpec(TowerBase):
     # grouped-query attention in the tower (EXAONE 4.5: qkv projects to num_heads + 2 · num_key_value_heads heads);
     # 0: as many key/value heads as query heads (Qwen2.5-VL's fused qkv of 3 · width)
     num_key_value_heads: int = 0
+    # HyperCLOVAX Vision V2's `projector`, Linear(out_hidden_size → projector_width) after the merger (TowerLayout.
+    # projector_text_width); 0: none
+    projector_width: int = 0
 
     def __post_init__(self) -> None:
         p = Problems()
@@ -517,6 +546,9 @@ class VisionSpec(TowerBase):
         p.check(len(set(self.deepstack_visual_indexes)) == len(self.deepstack_visual_indexes),
                 f"vision_config.deepstack_visual_indexes {list(self.deepstack_visual_indexes)}: each block once "
                 "(Qwen3VLVisionModel.forward finds a block's merger by `.index`)")
+        p.check(isinstance(self.projector_width, int) and self.projector_width >= 0,
+                f"text_config.hidden_size (the projector's output) must be an integer ≥ 0, got "
+                f"{self.projector_width!r}")
         p.check(isinstance(self.num_position_embeddings, int) and self.num_position_embeddings >= 0,
                 f"vision_config.num_position_embeddings must be an integer ≥ 0, got {self.num_position_embeddings!r}")
         p.raise_if_any()
@@ -540,6 +572,12 @@ class VisionSpec(TowerBase):
         """The merger's input width: the tower width × spatial_merge_size² (Qwen2_5_VLPatchMerger.hidden_size)."""
         return self.hidden_size * self.merge_unit
 
+    @property
+    def feature_width(self) -> int:
+        """The width of the rows the image tokens take: the projector's output (HyperCLOVAX Vision V2), else the
+        merger's."""
+        return self.projector_width or self.out_hidden_size
+
     def linears(self) -> tuple[VisionLinear, ...]:
         h, i, m, d = self.hidden_size, self.intermediate_size, self.merged_width, self.depth
         if self.family == "siglip":     # modeling_siglip.py SiglipAttention, SiglipMLP; the projector has none
@@ -561,12 +599,17 @@ class VisionSpec(TowerBase):
                      VisionLinear(name=second, in_features=m, out_features=self.out_hidden_size, count=ds,
                                   part="deepstack")) if ds else ()
         qkv = h + 2 * self.kv_heads * (h // self.num_heads)       # EXAONE 4.5: q_dim + 2 · kv_dim
+        # HyperCLOVAX Vision V2's projector (modular_hyperclovax_vision_v2.py `HyperCLOVAXVisionV2Model.__init__`:
+        # `model.projector`, beside `model.vision_model`), counted with the merger whose output it reads
+        projector = (VisionLinear(name="projector", in_features=self.out_hidden_size,
+                                  out_features=self.projector_width, count=1, part="merger"),) \
+            if self.projector_width else ()
         return (VisionLinear(name="attn.qkv", in_features=h, out_features=qkv, count=d, part="tower"),
                 VisionLinear(name="attn.proj", in_features=h, out_features=h, count=d, part="tower"),
                 *mlp,
                 VisionLinear(name=first, in_features=m, out_features=m, count=1, part="merger"),
                 VisionLinear(name=second, in_features=m, out_features=self.out_hidden_size, count=1, part="merger"),
-                *deepstack)
+                *projector, *deepstack)
 
     @property
     def norm_params(self) -> int:
@@ -592,7 +635,8 @@ class VisionSpec(TowerBase):
 
     @property
     def merger_params(self) -> int:
-        """The merger's norm (ln_q, the tower width) and its two linears; Gemma 3's projector (hpcmem.models.siglip)."""
+        """The merger's norm (ln_q, the tower width) and its two linears (HyperCLOVAX Vision V2: and the projector
+        after it); Gemma 3's projector (hpcmem.models.siglip)."""
         if self.family == "siglip":
             return gemma3_projector_params(self.hidden_size, self.out_hidden_size)
         return self.norm_params + sum(x.params for x in self.linears() if x.part == "merger")
@@ -698,7 +742,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         out_hidden_size=vc["out_hidden_size"], fullatt_block_indexes=tuple(full), hidden_act=str(vc["hidden_act"]),
         norm=layout.norm, mlp=layout.mlp, fc_names=layout.fc_names, merger_names=layout.merger_names,
         patch_bias=layout.patch_bias, hooked_input=layout.hooked_input, num_position_embeddings=vc.get("num_position_embeddings", 0),
-        deepstack_visual_indexes=tuple(deep), num_key_value_heads=vc.get("num_key_value_heads", 0))
+        deepstack_visual_indexes=tuple(deep), num_key_value_heads=vc.get("num_key_value_heads", 0),
+        projector_width=text_width(cfg, layout.projector_text_width) if layout.projector_text_width else 0)
 
 
 def layout_of(cfg: dict[str, Any]) -> TowerLayout:

@@ -50,6 +50,10 @@ PROCESSORS = {"qwen2_5_vl": ("transformers.models.qwen2_5_vl.processing_qwen2_5_
               "qwen3_5": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor"),
               # Exaone4_5_Processor(Qwen2VLProcessor): Qwen2-VL's image processor and vision tokens
               "exaone4_5": ("transformers.models.exaone4_5.processing_exaone4_5", "Exaone4_5_Processor"),
+              # HyperCLOVAXVisionV2Processor (modular_hyperclovax_vision_v2.py: Exaone4_5_Processor's subclass, its
+              # overrides touching videos only): Qwen2-VL's image processor and vision tokens
+              "hyperclovax_vision_v2": ("transformers.models.hyperclovax_vision_v2.processing_hyperclovax_vision_v2",
+                                        "HyperCLOVAXVisionV2Processor"),
               "qwen3_5_moe": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor")}
 # What the trace does that a real run does not (its notes).
 NOTES = ("vision-language: a Qwen processor's video_processor is left out (it needs torchvision; an image-only dataset "
