@@ -90,6 +90,16 @@ def _udop(config: dict[str, Any]) -> dict[str, Any]:
     return {**_text(ids), "bbox": torch.zeros(1, ids.shape[1], 4, dtype=torch.long), "pixel_values": _pixels(config)}
 
 
+def _idefics(config: dict[str, Any]) -> dict[str, Any]:
+    """IDEFICS (modeling_idefics.py `IdeficsForVisionText2Text.forward`): pixel_values [1, images, channels, size,
+    size] and image_attention_mask [1, tokens, images] (which text tokens attend to which image)."""
+    import torch
+
+    ids = _ids(TEXT_TOKENS)
+    return {**_text(ids), "pixel_values": _pixels(config).unsqueeze(1),
+            "image_attention_mask": torch.ones(1, ids.shape[1], 1, dtype=torch.long)}
+
+
 IMAGE_INPUTS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "blip": lambda c: {**_text(_ids(TEXT_TOKENS)), "pixel_values": _pixels(c)},
     "blip-2": _queries,
@@ -98,6 +108,9 @@ IMAGE_INPUTS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "kosmos-2": _kosmos2,
     "pix2struct": _pix2struct,
     "udop": _udop,
+    "idefics": _idefics,
+    # PP-FormulaNet (modeling_pp_formulanet.py `PPFormulaNetForConditionalGeneration.forward`): the page's pixel_values
+    "pp_formulanet": lambda c: {**_text(_ids(TEXT_TOKENS)), "pixel_values": _pixels(c)},
     "vision-encoder-decoder": lambda c: {**_text(_ids(TEXT_TOKENS)), "pixel_values": _pixels(c)},
 }
 # the config keys that name where image features go (a shrunk default config leaves them None)

@@ -30,8 +30,8 @@ def tiny_config(model_type: str) -> dict[str, Any]:
 
 def _text_hidden(config: dict[str, Any]) -> int | None:
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    value = text.get("hidden_size")
-    return value if isinstance(value, int) else None
+    value = next((text[k] for k in ("hidden_size", "d_model") if isinstance(text.get(k), int)), None)
+    return value
 
 
 def _keep_equal_widths(before: dict[str, Any], after: dict[str, Any], text_before: int | None,

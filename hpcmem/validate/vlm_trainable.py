@@ -30,13 +30,14 @@ from typing import Any
 
 from hpcmem.datapath import estimator_dir
 from hpcmem.trace.result import versions
-from hpcmem.validate.trl_run import deadline, one_line, quiet, run_trl
+from hpcmem.validate.trl_run import build_model, deadline, one_line, quiet, run_trl
 from hpcmem.validate.vlm_image_call import IMAGE_INPUTS, image_call
 from hpcmem.validate.vlm_tiny import MAX_LENGTH, tiny_config
 
 RECORDS = "vlm-trainable.jsonl"
 SETTINGS = {"max_length": MAX_LENGTH, "per_device_train_batch_size": 1}
 TIMEOUT_S = 240
+MAX_PARAMS = 1_000_000_000  # what one CPU process trains with Adam in memory; more: a width the shrink left full size
 
 
 def run_type(model_type: str, trainer: str = "sft") -> dict[str, Any]:
@@ -49,6 +50,12 @@ def run_type(model_type: str, trainer: str = "sft") -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 — the config class's refusal of its own defaults
         rec.update(built=False, ran=None, reason=f"config: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
         return _done(rec, start)
+    params = _meta_params(config)
+    if isinstance(params, str) or params > MAX_PARAMS:
+        rec.update(built=False, ran=None, reason=f"shrunken model does not build: {params}" if isinstance(params, str)
+                   else f"shrunken model does not build: still {params:,} parameters (over {MAX_PARAMS:,}: a width "
+                   "the shrink does not name)")
+        return _done(rec, start)
     with quiet(), deadline(TIMEOUT_S):
         try:
             verdict = run_trl(trainer, SETTINGS, config, steps=1, image_text=True)
@@ -60,6 +67,18 @@ def run_type(model_type: str, trainer: str = "sft") -> dict[str, Any]:
     if model_type in IMAGE_INPUTS and trainer == "sft":
         rec["image_call"] = _image_call(model_type)
     return _done(rec, start)
+
+
+def _meta_params(config: dict[str, Any]) -> int | str:
+    """The tiny model's parameter count, built on the meta device (no memory), or why it does not build."""
+    import torch
+
+    with quiet():
+        try:
+            with torch.device("meta"):
+                return sum(p.numel() for p in build_model(config, image_text=True).parameters())
+        except Exception as exc:  # noqa: BLE001 — the shrink's limit, recorded as not built
+            return f"{type(exc).__name__}: {one_line(exc)}"
 
 
 def _image_call(model_type: str) -> dict[str, Any]:
