@@ -151,7 +151,7 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "pixtral": "PixtralImageProcessor", "internvl": "GotOcr2ImageProcessor",
                      "deepseek_vl": "DeepseekVLImageProcessor", "idefics2": "Idefics2ImageProcessor",
                      "janus": "JanusImageProcessor", "ovis2": "Ovis2ImageProcessor",
-                     "lfm2_vl": "Lfm2VlImageProcessor"}.get(
+                     "lfm2_vl": "Lfm2VlImageProcessor", "minicpmv4_6": "MiniCPMV4_6ImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
@@ -172,6 +172,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 f"it fits every image to {v.min_image_tokens}..{v.max_image_tokens} image tokens and cuts a large one "
                 f"into {v.image_size}-px tiles ({v.min_tiles}..{v.max_tiles}) and a thumbnail"
                 if v.family == "lfm2_vl" else
+                f"it resizes every image to about {v.scale_resolution}² pixels and cuts a larger one into up to "
+                f"{v.max_slice_nums} slices of about that size" if v.family == "minicpmv4_6" else
                 f"it cuts every image into {v.image_size}-px tiles of the canvas of {v.min_patches}..{v.max_patches} "
                 "tiles that fits its aspect ratio best, plus a thumbnail" if v.family == "internvl" else
                 f"it cuts every image into {v.image_size}-px tiles of the image_grid_pinpoints resolution that fits it "

@@ -201,6 +201,14 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         gh, gw = h // vision.patch_size, w // vision.patch_size
         return ImageGeometry(resized=(h, w), grid_thw=(1, gh, gw), patches=gh * gw,
                              tokens=gh * gw // vision.merge_unit)
+    if getattr(vision, "family", "") == "minicpmv4_6":
+        # MiniCPM-V 4.6 (hpcmem.models.minicpmv4_6): the resized source and any grid of slices, each its own patch
+        # grid; grid_thw is (slices, the source's patch grid)
+        slices = vision.slices(t.image_height, t.image_width)
+        (gh, gw) = slices[0]
+        return ImageGeometry(resized=(gh * vision.patch_size, gw * vision.patch_size), grid_thw=(len(slices), gh, gw),
+                             patches=vision.image_patches(t.image_height, t.image_width),
+                             tokens=vision.image_tokens(t.image_height, t.image_width))
     if getattr(vision, "family", "") == "lfm2_vl":
         # LFM2-VL (hpcmem.models.lfm2_vl): columns × rows tiles and a thumbnail, or one smart_resize'd image; the
         # tower runs each padded to max_num_patches rows; grid_thw is (tiles, the resized image's patch grid)

@@ -9,13 +9,13 @@ the trainers hpcmem.models.vision `IMAGE_TRAINERS_ALLOWED` names per type; llava
 LLaVA-NeXT-Video, LLaVA-OneVision, SmolVLM, Idefics3, Idefics2, PaliGemma, Mllama, Mistral 3, InternVL, ViP-LLaVA,
 Video-LLaVA, LightOnOCR, DeepSeek-VL, Janus, VideoLLaMA3, Ovis2, Aya Vision, Cohere2 Vision, Gemma 4, Gemma 4
 unified, GLM-4.1V (and glm46v and glmga, which build its classes, GLM-OCR, its subclass, and GLM-4.5V over a learned
-MoE decoder), Cohere Compass (Qwen3-VL's tower), PaddleOCR-VL, Qwen3.5, Qwen3.5-MoE, LFM2-VL and EXAONE 4.5
-likewise (EXAONE 4.5 on Qwen2.5-VL's tower with grouped-query attention; Aya Vision, Cohere2 Vision, Gemma 4,
-Gemma 4 unified, Cohere Compass, PaddleOCR-VL, Qwen3.5, Qwen3.5-MoE, LFM2-VL and EXAONE 4.5 on a learned text part,
-hpcmem.models.vlm_learned), their towers in
+MoE decoder), Cohere Compass (Qwen3-VL's tower), PaddleOCR-VL, Qwen3.5, Qwen3.5-MoE, LFM2-VL, EXAONE 4.5 and
+MiniCPM-V 4.6 likewise (EXAONE 4.5 on Qwen2.5-VL's tower with grouped-query attention; Aya Vision, Cohere2 Vision,
+Gemma 4, Gemma 4 unified, Cohere Compass, PaddleOCR-VL, Qwen3.5, Qwen3.5-MoE, LFM2-VL, EXAONE 4.5 and MiniCPM-V 4.6
+on a learned text part, hpcmem.models.vlm_learned), their towers in
 hpcmem.models.clip_tower, llava_next, llava_onevision, idefics3, idefics2, paligemma, mllama, pixtral, internvl,
 vipllava, video_llava, lighton_ocr, deepseek_vl, janus, video_llama_3, paddleocr_vl, ovis2, aya_vision, cohere2_vision, gemma4
-(Gemma 4 unified's encoder-free embedder too), glm4v and lfm2_vl; Qwen3.5's and Cohere Compass's are Qwen3-VL's); any other type that is
+(Gemma 4 unified's encoder-free embedder too), glm4v, lfm2_vl and minicpmv4_6; Qwen3.5's and Cohere Compass's are Qwen3-VL's); any other type that is
 only image-text-to-text is refused with that reason, or with TRL's own where TRL's trainers cannot train it at all
 (`TRL_REFUSES`).
 A type that also has a causal-LM class (gemma3n …) and no tower hpcmem models is estimated as its text decoder, as

@@ -109,6 +109,9 @@ Covered (transformers 5.24):
 - lfm2_vl (LFM2-VL) with images: a SigLIP2 NaFlex tower over tiles padded to the processor's max_num_patches rows,
   read at last_hidden_state, under a pixel-unshuffle LayerNorm/GELU projector (hpcmem.models.lfm2_vl's
   `Lfm2VlTowerSpec`); its decoder LFM2's short-convolution and attention layers, learned (hpcmem.models.vlm_learned).
+- minicpmv4_6 (MiniCPM-V 4.6) with images: a SigLIP-style tower over the processor's slices with a window-attention
+  merger after layer insert_layer_id and an MLP merger after it (hpcmem.models.minicpmv4_6's `MiniCpmV46TowerSpec`);
+  its decoder Qwen3.5's, learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -134,6 +137,7 @@ from hpcmem.models.glm4v import (GLM4V_MOE_TEXT_DEFAULTS, GLM4V_TEXT_DEFAULTS, G
                                  GLM_OCR_TEXT_FORCED, MOE_TEXT_TYPE, glm4v_tower_from_config)
 from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.lfm2_vl import lfm2_vl_tower_from_config
+from hpcmem.models.minicpmv4_6 import minicpmv4_6_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -240,7 +244,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "gemma4": ("sft", "dpo"), "gemma4_unified": ("sft", "dpo"), "glm4v": ("sft", "dpo"),
                           "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"), "glm_ocr": ("sft", "dpo"),
                           "lfm2_vl": ("sft", "dpo"), "cohere_compass": ("sft", "dpo"), "glm4v_moe": ("sft", "dpo"),
-                          "paddleocr_vl": ("sft", "dpo")}
+                          "paddleocr_vl": ("sft", "dpo"), "minicpmv4_6": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -336,6 +340,11 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # defaults); Lfm2VlConfig.tie_word_embeddings True
     "lfm2_vl": TowerLayout(text="lfm2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True,
                            text_defaults={}),
+    # models/minicpmv4_6: hpcmem.models.minicpmv4_6 reads the vision part; MiniCPMV4_6Model builds the decoder with
+    # `AutoModel.from_config(config.text_config)` (`sub_configs_defaults`: qwen3_5_text, Qwen3_5TextConfig's class
+    # defaults when omitted), a learned type (hpcmem.models.vlm_learned); MiniCPMV4_6Config.tie_word_embeddings False
+    "minicpmv4_6": TowerLayout(text="qwen3_5_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                               text_defaults={}),
     # models/janus: hpcmem.models.janus reads the vision and generation parts; the decoder is what text_config names
     # (JanusConfig's default: llama); JanusConfig.tie_word_embeddings True
     "janus": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
@@ -698,6 +707,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return glm4v_tower_from_config(cfg, name)
     if model_type == "lfm2_vl":
         return lfm2_vl_tower_from_config(cfg, name)
+    if model_type == "minicpmv4_6":
+        return minicpmv4_6_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "janus":
