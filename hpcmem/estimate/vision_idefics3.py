@@ -162,7 +162,9 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
         if job.train.gradient_checkpointing:
             recompute_t = hidden_t // 2 + at_fc2
         else:
-            copies = n * v.patch_dim * w + mask if v.family == "idefics3" else 0
+            # (Granite-Docling's likewise: modular_granite_docling.py `GraniteDoclingModel.get_image_features`,
+            # `pixel_values[pixel_attention_mask].to(self.dtype)`, no pixel mask)
+            copies = n * v.patch_dim * w + mask if v.family in ("idefics3", "granite_docling") else 0
             embeddings = n * h * prec.residual if v.depth > 1 else 0
             block_forward = n * h * prec.residual + at_fc2 + embeddings + token_leaf(job, prec) + copies
     what = ("tower and connector trained (full fine-tuning)" if trained else
