@@ -62,7 +62,15 @@ def connector(job: JobSpec, prec: Precision, lora: LoraLayout) -> Connector:
     # LayerNorm's fp32 input gradient and its cast back to the tap's dtype — beside the connector's saved tensors and
     # post_layernorm's (not yet reached)
     post = layer_norm_saved(h, prec, frozen) * n
-    backward = post + saved + (2 * FP32 + a) * h * n
+    # Each tap's gradient, made by its merger's backward, waits in the backward's input buffer of that layer's output
+    # until the layers above hand theirs (`GraniteDoclingVisionModel.encode` appends the layer's output itself to
+    # `deepstack_hidden_states`): one [n, h] gradient per tap below the last layer beside every layer's backward
+    # above it — counted beside the last layer's, the worst — and every tap's during the connector's backward
+    # (traced on the cut at 896×672, LoRA with checkpointing: a tap at layer 0 alone keeps 19.5 MiB more at layer 1's
+    # backward than a tap at layer 1 alone or no tap)
+    tap_grad = prec.residual * h * n
+    waiting = sum(1 for i in v.deepstack_layers if i < v.depth - 1) * tap_grad
+    backward = post + saved + (2 * FP32 + a) * h * n + k * tap_grad
     # its forward's worst instant, before the language model's layers: post_layernorm's fp32 output (the tower's
     # last_hidden_state) and the k taps (the layers' outputs, `deepstack_hidden_states`) held, every saved tensor but
     # the last merger's, and at the last merger's LayerNorm pixel_shuffle's copy of its tap, its fp32 upcast and
@@ -72,7 +80,7 @@ def connector(job: JobSpec, prec: Precision, lora: LoraLayout) -> Connector:
     # LayerNorm (the shuffle copy, its upcast and output) alive together
     reference = 2 * FP32 * h * n + k * a * h * n + (a + 2 * FP32) * h * n
     return Connector(pixels=pixels, conv=conv, saved=saved, trainable=trainable, backward=backward, forward=forward,
-                     reference=reference)
+                     reference=reference, waiting=waiting)
 
 
 def granite_docling_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
