@@ -266,8 +266,8 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
 MULTIMODAL_NOT_MODELLED = "a multimodal model's vision/audio towers, projector and image tokens"
 IMAGE_RESERVED_NOTE = ("reserved with images is not held to 3 %: the allocator's slack terms are fitted on "
                        "text-only jobs and do not count the segments the vision tower's and connector's blocks strand; "
-                       "on 348 traced image cases the trace's allocator model reserved up to 14 % more than the "
-                       "estimate under default segments (109 beyond 3 %), up to 10 % more under expandable segments "
+                       "on 372 traced image cases the trace's allocator model reserved up to 14 % more than the "
+                       "estimate under default segments (124 beyond 3 %), up to 11 % more under expandable segments "
                        "(estimator/LOG.md) — keep that headroom")
 VISION_UNUSED_NOTE = ("images_per_example 0 on a vision-language model: a text-only job; the vision tower's weights "
                       "are counted, its activations and gradients are not (set images_per_example, image_height and "

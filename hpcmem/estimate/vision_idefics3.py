@@ -50,6 +50,9 @@ class Connector:
     backward: int
     forward: int
     reference: int = 0
+    # alive beside every block's backward (Granite-Docling's deepstack taps' gradients, waiting for the blocks above
+    # them: hpcmem.estimate.vision_granite_docling)
+    waiting: int = 0
 
 
 def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: Connector | None = None) -> VisionTerms:
@@ -162,7 +165,9 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
         if job.train.gradient_checkpointing:
             recompute_t = hidden_t // 2 + at_fc2
         else:
-            copies = n * v.patch_dim * w + mask if v.family == "idefics3" else 0
+            # (Granite-Docling's likewise: modular_granite_docling.py `GraniteDoclingModel.get_image_features`,
+            # `pixel_values[pixel_attention_mask].to(self.dtype)`, no pixel mask)
+            copies = n * v.patch_dim * w + mask if v.family in ("idefics3", "granite_docling") else 0
             embeddings = n * h * prec.residual if v.depth > 1 else 0
             block_forward = n * h * prec.residual + at_fc2 + embeddings + token_leaf(job, prec) + copies
     what = ("tower and connector trained (full fine-tuning)" if trained else
@@ -173,7 +178,8 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,
                        merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
                        block_backward=max(hidden_t // 2 + (mlp_t // 2 if trained else mlp_t) + adapter_t(True),
-                                          hidden_t + scores_t + adapter_t(False) - mlp_freed, recompute_t),
+                                          hidden_t + scores_t + adapter_t(False) - mlp_freed, recompute_t) + (
+                           connector.waiting if connector else 0),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=n, image_tokens=m,
                        trained=what, connector_backward=connector.backward if connector else 0,
                        connector_forward=connector.forward if connector else 0,

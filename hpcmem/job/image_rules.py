@@ -94,7 +94,7 @@ def image_job_problems(job: Job) -> list[str]:
         out.append(f"{said} with trainer {t.trainer} on {m.vision.model_type}: hpcmem models {m.vision.model_type}'s "
                    f"images for {', '.join(allowed) or 'no trainer'} only" + (f" ({fails})" if fails else ""))
     elif (getattr(m.vision, "family", "") in ("idefics3", "mllama", "pixtral", "internvl", "idefics2",
-                                                "video_llama_3")
+                                                "video_llama_3", "granite_docling")
           or getattr(m.vision, "grid_pinpoints", None)) \
             and t.profile_images:
         out.append(f"{said} on {m.vision.model_type}: its images are read from images_per_example, image_height and "
@@ -151,7 +151,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "pixtral": "PixtralImageProcessor", "internvl": "GotOcr2ImageProcessor",
                      "deepseek_vl": "DeepseekVLImageProcessor", "idefics2": "Idefics2ImageProcessor",
                      "janus": "JanusImageProcessor", "ovis2": "Ovis2ImageProcessor",
-                     "lfm2_vl": "Lfm2VlImageProcessor", "minicpmv4_6": "MiniCPMV4_6ImageProcessor"}.get(
+                     "lfm2_vl": "Lfm2VlImageProcessor", "minicpmv4_6": "MiniCPMV4_6ImageProcessor",
+                     "granite_docling": "GraniteDoclingImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
@@ -175,13 +176,14 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 f"it resizes every image to about {v.scale_resolution}² pixels and cuts a larger one into up to "
                 f"{v.max_slice_nums} slices of about that size" if v.family == "minicpmv4_6" else
                 f"it cuts every image into {v.image_size}-px tiles of the canvas of {v.min_patches}..{v.max_patches} "
-                "tiles that fits its aspect ratio best, plus a thumbnail" if v.family == "internvl" else
+                "tiles that fits its aspect ratio best, plus a thumbnail" if v.family in ("internvl",
+                                                                          "granite_docling") else
                 f"it cuts every image into {v.image_size}-px tiles of the image_grid_pinpoints resolution that fits it "
                 "best, plus one downscaled tile" if getattr(v, "grid_pinpoints", None) else
                 f"it resizes every image to {v.image_size}×{v.image_size}")
         out.append(f"min_pixels/max_pixels with {v.model_type}: {processor} has no such setting; {does}; leave them "
                    "unset")
-    if getattr(v, "family", "") == "idefics3" and v.fold_problem:
+    if getattr(v, "family", "") in ("idefics3", "granite_docling") and v.fold_problem:
         out.append(v.fold_problem)
     if getattr(v, "family", "") == "internvl":
         out += _internvl_problems(v)

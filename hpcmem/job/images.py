@@ -28,7 +28,9 @@ shortest and longest edge (hpcmem.models.idefics2 `idefics2_resize`); the tower 
 perceiver resampler makes n_latents image tokens of it.
 InternVL's (image_processing_pil_got_ocr2.py `GotOcr2ImageProcessorPil`) cuts each image into the tiles of the
 canvas whose aspect ratio fits it best and a thumbnail, or resizes it to one tile (hpcmem.models.internvl
-`internvl_tiles`); each tile (image_size / patch_size)² patches and tokens_per_image image tokens.
+`internvl_tiles`); each tile (image_size / patch_size)² patches and tokens_per_image image tokens. Granite-Docling's
+(modular_granite_docling.py `GraniteDoclingImageProcessorPil`, GotOcr2's subclass) the same with 512 px tiles and
+up to 32 of them (hpcmem.models.granite_docling).
 GLM-4.1V's (image_processing_glm4v.py `Glm4vImageProcessor`) is Qwen2-VL's with its own `smart_resize` (a still image
 taken as temporal_patch_size frames) and size bounds (hpcmem.models.glm4v `glm4v_resize`).
 """
@@ -164,6 +166,13 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         tiles, side = rows * cols + 1 if rows else 1, vision.tile // vision.patch_size
         return ImageGeometry(resized=cut, grid_thw=(tiles, side, side), patches=tiles * vision.patches,
                              tokens=tiles * vision.tokens_per_tile)
+    if getattr(vision, "family", "") == "granite_docling":
+        # Granite-Docling (hpcmem.models.granite_docling): GotOcr2's columns × rows tiles and a thumbnail, or one
+        # tile; grid_thw is (tiles, side, side); each tile's patches and tokens_per_tile image tokens
+        tiles, cols, rows = vision.tiles(t.image_height, t.image_width)
+        side = vision.tile // vision.patch_size
+        return ImageGeometry(resized=(rows * vision.tile, cols * vision.tile), grid_thw=(tiles, side, side),
+                             patches=tiles * vision.patches, tokens=tiles * vision.tokens_per_tile)
     if getattr(vision, "family", "") == "idefics2":
         resized, rows, cols = vision.grid(t.image_height, t.image_width)
         return ImageGeometry(resized=resized, grid_thw=(1, rows, cols), patches=rows * cols,

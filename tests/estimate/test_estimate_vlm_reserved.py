@@ -1,6 +1,6 @@
 """What an image job's estimate says about its reserved peak holds on the stored traces: the allocator's slack terms
 are fitted on text-only jobs, so the estimate warns that with images the trace's caching-allocator model may reserve
-up to 14 % more (default segments) and 10 % more (expandable segments). Every stored image trace with an allocator
+up to 14 % more (default segments) and 11 % more (expandable segments). Every stored image trace with an allocator
 model (estimator/traces/vlm-*.jsonl) is held to that bound, in both modes; a change that widens the gap fails here
 until the warning says so."""
 
@@ -16,7 +16,7 @@ from hpcmem.estimate import IMAGE_RESERVED_NOTE, estimate
 from hpcmem.validate.cases import case_job
 
 TRACES = Path(__file__).resolve().parents[2] / "estimator" / "traces"
-BOUND = {"default": 14.0, "expandable": 10.0}      # the warning's figures
+BOUND = {"default": 14.0, "expandable": 11.0}      # the warning's figures
 
 
 def _records() -> list[dict]:
