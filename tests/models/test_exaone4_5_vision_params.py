@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcmem.job.images import image_geometry
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
 from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
-from tests.helpers.vlm_cuts import assert_refused_without_text_profile
+from tests.helpers.vlm_cuts import assert_processor_geometry, assert_refused_without_text_profile
 
 CUT = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "exaone4_5-defaults-L2-D2.json"
 
@@ -56,22 +55,8 @@ def test_the_processor_counts_the_spec_s_image_tokens(height, width):
     """Exaone4_5_Processor (hpcmem.trace.vision `processor`, transformers' own class) on one image: its image_pad
     tokens, pixel_values rows and image_grid_thw are the spec's (smart_resize to 28 px multiples, 14 px patches, 2 × 2
     merged into one token)."""
-    pytest.importorskip("transformers")
-    from PIL import Image
-    from transformers.models.exaone4_5.processing_exaone4_5 import Exaone4_5_Processor
-
-    from hpcmem.trace.vision import IMAGE_PAD, VISION_END, VISION_START, processor
-
-    job = _job(height, width)
-    proc = processor(job)
-    assert isinstance(proc, Exaone4_5_Processor)
-    out = proc(text=[VISION_START + IMAGE_PAD + VISION_END + " t3"], images=[Image.new("RGB", (width, height))],
-               return_tensors="pt")
-    g = image_geometry(job.train, job.model.vision)
-    pad = proc.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
-    assert int((out["input_ids"][0] == pad).sum()) == g.tokens
-    assert tuple(out["image_grid_thw"][0].tolist()) == g.grid_thw
-    assert tuple(out["pixel_values"].shape) == (g.patches, job.model.vision.patch_dim)
+    proc = assert_processor_geometry(CUT, height, width, "Exaone4_5_Processor")
+    assert proc.image_processor.patch_size == 14
 
 
 def test_a_text_config_without_a_learned_profile_is_refused(tmp_path):
