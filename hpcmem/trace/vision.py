@@ -55,7 +55,10 @@ PROCESSORS = {"qwen2_5_vl": ("transformers.models.qwen2_5_vl.processing_qwen2_5_
               # overrides touching videos only): Qwen2-VL's image processor and vision tokens
               "hyperclovax_vision_v2": ("transformers.models.hyperclovax_vision_v2.processing_hyperclovax_vision_v2",
                                         "HyperCLOVAXVisionV2Processor"),
-              "qwen3_5_moe": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor")}
+              "qwen3_5_moe": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor"),
+              # Lfm3VlProcessor (modular_lfm3_vl.py: Qwen3VLProcessor's, without mm_token_type_ids): Qwen2-VL's image
+              # processor (image_processing_auto.py) and Qwen's vision tokens
+              "lfm3_vl": ("transformers.models.lfm3_vl.processing_lfm3_vl", "Lfm3VlProcessor")}
 # What the trace does that a real run does not (its notes).
 NOTES = ("vision-language: a Qwen processor's video_processor is left out (it needs torchvision; an image-only dataset "
          "never calls it; Gemma 3's processor has none); PixtralProcessor's import of the torchvision image "
