@@ -115,6 +115,9 @@ Covered (transformers 5.24):
 - minicpmv4_6 (MiniCPM-V 4.6) with images: a SigLIP-style tower over the processor's slices with a window-attention
   merger after layer insert_layer_id and an MLP merger after it (hpcmem.models.minicpmv4_6's `MiniCpmV46TowerSpec`);
   its decoder Qwen3.5's, learned (hpcmem.models.vlm_learned).
+- kimi_k25 (Kimi K2.5) with images: a SigLIP-shaped NaViT tower over each image's own patch grid with axial 2-D rope
+  and a 2 x 2 merge into a LayerNorm/GELU projector (hpcmem.models.kimi_k25's `KimiK25TowerSpec`); its decoder
+  DeepSeek-V3's, learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -142,6 +145,7 @@ from hpcmem.models.glm4v import (GLM4V_MOE_TEXT_DEFAULTS, GLM4V_TEXT_DEFAULTS, G
 from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.lfm2_vl import lfm2_vl_tower_from_config
 from hpcmem.models.minicpmv4_6 import minicpmv4_6_tower_from_config
+from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -249,7 +253,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "gemma4": ("sft", "dpo"), "gemma4_unified": ("sft", "dpo"), "glm4v": ("sft", "dpo"),
                           "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"), "glm_ocr": ("sft", "dpo"),
                           "lfm2_vl": ("sft", "dpo"), "cohere_compass": ("sft", "dpo"), "glm4v_moe": ("sft", "dpo"),
-                          "paddleocr_vl": ("sft", "dpo"), "minicpmv4_6": ("sft", "dpo")}
+                          "paddleocr_vl": ("sft", "dpo"), "minicpmv4_6": ("sft", "dpo"),
+                          "kimi_k25": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -357,6 +362,11 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # defaults when omitted), a learned type (hpcmem.models.vlm_learned); MiniCPMV4_6Config.tie_word_embeddings False
     "minicpmv4_6": TowerLayout(text="qwen3_5_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                text_defaults={}),
+    # models/kimi_k25: hpcmem.models.kimi_k25 reads the vision part; Kimi_K25Model builds the decoder with
+    # `AutoModel.from_config(config.text_config)` (`sub_configs_defaults`: deepseek_v3, DeepseekV3Config's class
+    # defaults when omitted), a learned type (hpcmem.models.vlm_learned); Kimi_K25Config.tie_word_embeddings True
+    "kimi_k25": TowerLayout(text="deepseek_v3", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True,
+                            text_defaults={}),
     # models/janus: hpcmem.models.janus reads the vision and generation parts; the decoder is what text_config names
     # (JanusConfig's default: llama); JanusConfig.tie_word_embeddings True
     "janus": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
@@ -723,6 +733,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return lfm2_vl_tower_from_config(cfg, name)
     if model_type == "minicpmv4_6":
         return minicpmv4_6_tower_from_config(cfg, name)
+    if model_type == "kimi_k25":
+        return kimi_k25_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "janus":
