@@ -45,6 +45,7 @@ from hpcmem.estimate.vision_gemma4 import gemma4_terms, gemma4_unified_terms
 from hpcmem.estimate.vision_glm4v import glm4v_terms
 from hpcmem.estimate.vision_lfm2_vl import lfm2_vl_terms
 from hpcmem.estimate.vision_minicpmv4_6 import minicpmv4_6_terms
+from hpcmem.estimate.vision_kimi_k25 import kimi_k25_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -59,6 +60,7 @@ from hpcmem.models.idefics3 import Idefics3TowerSpec
 from hpcmem.models.internvl import InternVLTowerSpec
 from hpcmem.models.lfm2_vl import Lfm2VlTowerSpec
 from hpcmem.models.minicpmv4_6 import MiniCpmV46TowerSpec
+from hpcmem.models.kimi_k25 import KimiK25TowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.ovis2 import Ovis2TowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
@@ -79,7 +81,7 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     in hpcmem.estimate.vision_video_llama_3; PaddleOCR-VL's in hpcmem.estimate.vision_paddleocr_vl; Ovis2's in hpcmem.estimate.vision_ovis2; Gemma 4's in
     hpcmem.estimate.vision_gemma4; GLM-4.1V's the Qwen towers' with its own parts outside the blocks
     (hpcmem.estimate.vision_glm4v); LFM2-VL's llava's with its padded tiles and projector
-    (hpcmem.estimate.vision_lfm2_vl); MiniCPM-V 4.6's in hpcmem.estimate.vision_minicpmv4_6."""
+    (hpcmem.estimate.vision_lfm2_vl); MiniCPM-V 4.6's in hpcmem.estimate.vision_minicpmv4_6; Kimi K2.5's in hpcmem.estimate.vision_kimi_k25."""
     if isinstance(job.model.vision, InternVLTowerSpec):
         return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, AyaVisionTowerSpec):
@@ -88,6 +90,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return lfm2_vl_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, MiniCpmV46TowerSpec):
         return minicpmv4_6_terms(job, prec, lora)
+    if isinstance(job.model.vision, KimiK25TowerSpec):
+        return kimi_k25_terms(job, prec, lora)
     if isinstance(job.model.vision, VipLlavaTowerSpec):
         return vipllava_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, ClipTowerSpec):
