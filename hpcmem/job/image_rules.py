@@ -152,6 +152,7 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "deepseek_vl": "DeepseekVLImageProcessor", "idefics2": "Idefics2ImageProcessor",
                      "janus": "JanusImageProcessor", "ovis2": "Ovis2ImageProcessor",
                      "lfm2_vl": "Lfm2VlImageProcessor", "minicpmv4_6": "MiniCPMV4_6ImageProcessor",
+                     "kimi_k25": "Kimi_K25ImageProcessor",
                      "granite_docling": "GraniteDoclingImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
@@ -175,6 +176,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 if v.family == "lfm2_vl" else
                 f"it resizes every image to about {v.scale_resolution}² pixels and cuts a larger one into up to "
                 f"{v.max_slice_nums} slices of about that size" if v.family == "minicpmv4_6" else
+                f"it scales every image down into {v.max_patches} patches of {v.patch_size} px and pads its sides to "
+                f"multiples of {2 * v.patch_size} px" if v.family == "kimi_k25" else
                 f"it cuts every image into {v.image_size}-px tiles of the canvas of {v.min_patches}..{v.max_patches} "
                 "tiles that fits its aspect ratio best, plus a thumbnail" if v.family in ("internvl",
                                                                           "granite_docling") else

@@ -210,6 +210,11 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         gh, gw = h // vision.patch_size, w // vision.patch_size
         return ImageGeometry(resized=(h, w), grid_thw=(1, gh, gw), patches=gh * gw,
                              tokens=gh * gw // vision.merge_unit)
+    if getattr(vision, "family", "") == "kimi_k25":
+        # Kimi K2.5 (hpcmem.models.kimi_k25): navit_resize's size padded to multiples of 28 px, one patch grid
+        gh, gw = vision.grid(t.image_height, t.image_width)
+        return ImageGeometry(resized=(gh * vision.patch_size, gw * vision.patch_size), grid_thw=(1, gh, gw),
+                             patches=gh * gw, tokens=vision.image_tokens(t.image_height, t.image_width))
     if getattr(vision, "family", "") == "minicpmv4_6":
         # MiniCPM-V 4.6 (hpcmem.models.minicpmv4_6): the resized source and any grid of slices, each its own patch
         # grid; grid_thw is (slices, the source's patch grid)

@@ -118,6 +118,9 @@ Covered (transformers 5.24):
 - lfm3_vl (LFM3-VL) with images: gated 2-D convolution and grouped-query attention layers (LFM2's decoder layer) over
   Qwen-style patches, under a LayerNorm/GELU projector of each 2 × 2 block (hpcmem.models.lfm3_vl's
   `Lfm3VlTowerSpec`); its decoder LFM3's, learned (hpcmem.models.vlm_learned).
+- kimi_k25 (Kimi K2.5) with images: a SigLIP-shaped NaViT tower over each image's own patch grid with axial 2-D rope
+  and a 2 x 2 merge into a LayerNorm/GELU projector (hpcmem.models.kimi_k25's `KimiK25TowerSpec`); its decoder
+  DeepSeek-V3's, learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -146,6 +149,7 @@ from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.lfm2_vl import lfm2_vl_tower_from_config
 from hpcmem.models.lfm3_vl import lfm3_vl_tower_from_config
 from hpcmem.models.minicpmv4_6 import minicpmv4_6_tower_from_config
+from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -254,7 +258,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"), "glm_ocr": ("sft", "dpo"),
                           "lfm2_vl": ("sft", "dpo"), "cohere_compass": ("sft", "dpo"), "glm4v_moe": ("sft", "dpo"),
                           "paddleocr_vl": ("sft", "dpo"), "minicpmv4_6": ("sft", "dpo"),
-                          "lfm3_vl": ("sft", "dpo")}
+                          "lfm3_vl": ("sft", "dpo"),
+                          "kimi_k25": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -367,6 +372,11 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # omitted), a learned type (hpcmem.models.vlm_learned); Lfm3VlConfig.tie_word_embeddings True
     "lfm3_vl": TowerLayout(text="lfm3", defaults={}, aliases={}, norm="rms", mlp="gated", tie_default=True,
                            text_defaults={}),
+    # models/kimi_k25: hpcmem.models.kimi_k25 reads the vision part; Kimi_K25Model builds the decoder with
+    # `AutoModel.from_config(config.text_config)` (`sub_configs_defaults`: deepseek_v3, DeepseekV3Config's class
+    # defaults when omitted), a learned type (hpcmem.models.vlm_learned); Kimi_K25Config.tie_word_embeddings True
+    "kimi_k25": TowerLayout(text="deepseek_v3", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True,
+                            text_defaults={}),
     # models/janus: hpcmem.models.janus reads the vision and generation parts; the decoder is what text_config names
     # (JanusConfig's default: llama); JanusConfig.tie_word_embeddings True
     "janus": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
@@ -735,6 +745,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return minicpmv4_6_tower_from_config(cfg, name)
     if model_type == "lfm3_vl":
         return lfm3_vl_tower_from_config(cfg, name)
+    if model_type == "kimi_k25":
+        return kimi_k25_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "janus":
