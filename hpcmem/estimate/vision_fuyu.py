@@ -18,14 +18,16 @@ are the language model's), its forward then builds no graph.
 
 from __future__ import annotations
 
-from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout
 from hpcmem.estimate.states import optimizer_bytes_per_param
-from hpcmem.estimate.vision import FP32, VisionTerms, graphless_tower, token_leaf, tower_weights, unused_tower
+from hpcmem.estimate.vision import (FP32, LAYER_NORM_STATS, VisionTerms, graphless_tower, token_leaf, tower_weights,
+                                    unused_tower)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import Precision, micro_batch
 from hpcmem.models.fuyu import FuyuTowerSpec
+from hpcmem.models.peft_targets import ALL_LINEAR
 
 
 def fuyu_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
@@ -58,7 +60,8 @@ def fuyu_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     # masked_scatter keeps its boolean mask [rows, seq, 1]; under LoRA with checkpointing the hooked token embeddings'
     # output stays a leaf beside the scattered copy (hpcmem.estimate.vision `token_leaf`)
     mask = micro_batch(job).tokens
-    saved = linear_in + adapter + mask + (token_leaf(job, prec) if gc and lora.enabled else 0)
+    saved = linear_in + adapter + mask + (token_leaf(job, prec) if gc and lora.enabled else 0) \
+        + first_layer_input(job, prec, lora, adapted)
     # alive in the forward only: `patch_embeddings`, the Linear's [N, width] output (BaseModelOutputWithPooling's
     # last_hidden_state in mm_encoder_outputs), a local of FuyuModel.forward until it returns
     forward_only = prec.act * width * n
@@ -68,3 +71,21 @@ def fuyu_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
                        merger_saved=saved, blocks_saved=(), block_full=0, block_backward=0, block_grads=0,
                        merger_grads=grads, patches=n, image_tokens=tokens, trained=what, forward_only=forward_only)
 
+
+def first_layer_input(job: JobSpec, prec: Precision, lora: LoraLayout, adapted: tuple) -> int:
+    """What decoder layer 0 keeps only because its input requires grad, under LoRA without checkpointing when
+    vision_embed_tokens is adapted: its adapter's output makes `masked_scatter`'s output (layer 0's input) require
+    grad, where a text-only step's input (the frozen token embeddings' output, no `enable_input_require_grads` hook
+    without checkpointing) does not, which the learned text profile was traced as. modeling_persimmon.py
+    `PersimmonDecoderLayer.forward`: `input_layernorm` (nn.LayerNorm, frozen; an fp32 op under autocast) then keeps its
+    input cast to fp32 and its fp32 mean and rstd for the input gradient, and peft's dropout before
+    `self_attn.query_key_value`'s adapter (its input, the norm's output, now requiring grad) keeps its mask.
+    Checkpointing hooks the token embeddings in both (the profile has it), full fine-tuning trains them (likewise)."""
+    if not lora.enabled or not adapted or job.train.gradient_checkpointing:
+        return 0
+    tokens, width = micro_batch(job).tokens, job.model.hidden_size
+    norm = ((FP32 if prec.amp else prec.residual) * width + LAYER_NORM_STATS) * tokens
+    targets = job.train.lora_target_modules
+    qkv = ALL_LINEAR in targets or "query_key_value" in targets
+    dropout = LORA_DROPOUT_MASK_BYTES * width * tokens if lora.dropout and qkv else 0
+    return norm + dropout
