@@ -41,6 +41,7 @@ from hpcmem.estimate.vision_paddleocr_vl import paddleocr_terms
 from hpcmem.estimate.vision_video_llama_3 import video_llama_3_terms
 from hpcmem.estimate.vision_mllama import mllama_terms
 from hpcmem.estimate.vision_ovis2 import ovis2_terms
+from hpcmem.estimate.vision_fuyu import fuyu_terms
 from hpcmem.estimate.vision_gemma4 import gemma4_terms, gemma4_unified_terms
 from hpcmem.estimate.vision_glm4v import glm4v_terms
 from hpcmem.estimate.vision_lfm2_vl import lfm2_vl_terms
@@ -53,6 +54,7 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.aya_vision import AyaVisionTowerSpec
 from hpcmem.models.clip_tower import ClipTowerSpec
+from hpcmem.models.fuyu import FuyuTowerSpec
 from hpcmem.models.gemma4 import Gemma4TowerSpec, Gemma4UnifiedTowerSpec
 from hpcmem.models.glm4v import Glm4vTowerSpec
 from hpcmem.models.granite_docling import GraniteDoclingTowerSpec
@@ -85,7 +87,10 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     (hpcmem.estimate.vision_glm4v); LFM2-VL's llava's with its padded tiles and projector
     (hpcmem.estimate.vision_lfm2_vl); MiniCPM-V 4.6's in hpcmem.estimate.vision_minicpmv4_6; LFM3-VL's in
     hpcmem.estimate.vision_lfm3_vl; Kimi K2.5's in
-    hpcmem.estimate.vision_kimi_k25."""
+    hpcmem.estimate.vision_kimi_k25; Fuyu's patch Linear in
+    hpcmem.estimate.vision_fuyu."""
+    if isinstance(job.model.vision, FuyuTowerSpec):
+        return fuyu_terms(job, prec, lora)
     if isinstance(job.model.vision, InternVLTowerSpec):
         return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, AyaVisionTowerSpec):

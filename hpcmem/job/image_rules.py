@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from hpcmem.job.image_rl_rules import rl_image_problems
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.trainers import entry
+from hpcmem.models.fuyu import fuyu_problems
 from hpcmem.models.vision import IMAGE_TRAINERS_ALLOWED, VISION_LANGUAGE
 
 if TYPE_CHECKING:
@@ -110,6 +111,8 @@ def image_job_problems(job: Job) -> list[str]:
         out.append("padding_free with images: TRL 1.16's SFTTrainer raises 'Padding-free training is yet not "
                    "supported for vision datasets'")
     out += _preference_problems(job) + _fixed_size_problems(job) + _gemma4_problems(job) + rl_image_problems(job)
+    if getattr(m.vision, "family", "") == "fuyu":
+        out += fuyu_problems(t.images_per_example, t.min_pixels, t.max_pixels)
     bounds = pixel_bounds_problems(t, m.vision)
     if bounds:              # no geometry to check the row against
         return out + bounds

@@ -215,6 +215,12 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         gh, gw = vision.grid(t.image_height, t.image_width)
         return ImageGeometry(resized=(gh * vision.patch_size, gw * vision.patch_size), grid_thw=(1, gh, gw),
                              patches=gh * gw, tokens=vision.image_tokens(t.image_height, t.image_width))
+    if getattr(vision, "family", "") == "fuyu":
+        # Fuyu (hpcmem.models.fuyu): the image fitted into the 1080 × 1920 canvas when larger, cropped to whole 30 px
+        # patches; one |SPEAKER| token per patch (the |NEWLINE| per patch row is text)
+        rows, cols = vision.grid(t.image_height, t.image_width)
+        return ImageGeometry(resized=(rows * vision.patch_size, cols * vision.patch_size), grid_thw=(1, rows, cols),
+                             patches=rows * cols, tokens=rows * cols)
     if getattr(vision, "family", "") == "minicpmv4_6":
         # MiniCPM-V 4.6 (hpcmem.models.minicpmv4_6): the resized source and any grid of slices, each its own patch
         # grid; grid_thw is (slices, the source's patch grid)

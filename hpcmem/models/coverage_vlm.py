@@ -12,7 +12,8 @@ unified, GLM-4.1V (and glm46v and glmga, which build its classes, GLM-OCR, its s
 MoE decoder), Cohere Compass (Qwen3-VL's tower), PaddleOCR-VL, Qwen3.5, Qwen3.5-MoE, LFM2-VL, EXAONE 4.5 and
 MiniCPM-V 4.6 likewise (EXAONE 4.5 on Qwen2.5-VL's tower with grouped-query attention; Aya Vision, Cohere2 Vision,
 Gemma 4, Gemma 4 unified, Cohere Compass, PaddleOCR-VL, Qwen3.5, Qwen3.5-MoE, LFM2-VL, EXAONE 4.5 and MiniCPM-V 4.6
-on a learned text part, hpcmem.models.vlm_learned), their towers in
+on a learned text part, hpcmem.models.vlm_learned), and Fuyu (no tower: its patch Linear, hpcmem.models.fuyu, on a
+learned Persimmon text part), their towers in
 hpcmem.models.clip_tower, llava_next, llava_onevision, idefics3, idefics2, paligemma, mllama, pixtral, internvl,
 vipllava, video_llava, lighton_ocr, deepseek_vl, janus, video_llama_3, paddleocr_vl, ovis2, aya_vision, cohere2_vision, gemma4
 (Gemma 4 unified's encoder-free embedder too), glm4v, lfm2_vl, minicpmv4_6 and kimi_k25 (Kimi K2.5, on a learned

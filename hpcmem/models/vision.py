@@ -121,6 +121,8 @@ Covered (transformers 5.24):
 - kimi_k25 (Kimi K2.5) with images: a SigLIP-shaped NaViT tower over each image's own patch grid with axial 2-D rope
   and a 2 x 2 merge into a LayerNorm/GELU projector (hpcmem.models.kimi_k25's `KimiK25TowerSpec`); its decoder
   DeepSeek-V3's, learned (hpcmem.models.vlm_learned).
+- fuyu (Fuyu) with images: no tower; `vision_embed_tokens`, one Linear over each raw 30 × 30 pixel patch
+  (hpcmem.models.fuyu's `FuyuTowerSpec`); its decoder Persimmon's, learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -143,6 +145,7 @@ from hpcmem.models.aya_vision import aya_vision_tower_from_config
 from hpcmem.models.cohere2_vision import cohere2_vision_tower_from_config
 from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
 from hpcmem.models.gemma4 import gemma4_tower_from_config, gemma4_unified_tower_from_config
+from hpcmem.models.fuyu import FUYU_TEXT_DEFAULTS, fuyu_tower_from_config
 from hpcmem.models.glm4v import (GLM4V_MOE_TEXT_DEFAULTS, GLM4V_TEXT_DEFAULTS, GLM46V_TYPES, GLM_OCR_TEXT_DEFAULTS,
                                  GLM_OCR_TEXT_FORCED, MOE_TEXT_TYPE, glm4v_tower_from_config)
 from hpcmem.models.janus import janus_tower_from_config
@@ -259,7 +262,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "lfm2_vl": ("sft", "dpo"), "cohere_compass": ("sft", "dpo"), "glm4v_moe": ("sft", "dpo"),
                           "paddleocr_vl": ("sft", "dpo"), "minicpmv4_6": ("sft", "dpo"),
                           "lfm3_vl": ("sft", "dpo"),
-                          "kimi_k25": ("sft", "dpo")}
+                          "kimi_k25": ("sft", "dpo"),
+                          "fuyu": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -377,6 +381,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # defaults when omitted), a learned type (hpcmem.models.vlm_learned); Kimi_K25Config.tie_word_embeddings True
     "kimi_k25": TowerLayout(text="deepseek_v3", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True,
                             text_defaults={}),
+    # models/fuyu: hpcmem.models.fuyu reads the image path (vision_embed_tokens); FuyuModel builds the decoder with
+    # `AutoModel.from_config(config.text_config)`, persimmon (`sub_configs_defaults`, its init_kwargs when omitted;
+    # FuyuConfig.__post_init__ builds it from a flat config.json's top-level keys), a learned type
+    # (hpcmem.models.vlm_learned); FuyuConfig.tie_word_embeddings False
+    "fuyu": TowerLayout(text="persimmon", defaults={}, aliases={}, norm="layer", mlp="fc",
+                        text_class_defaults=FUYU_TEXT_DEFAULTS, flat_text=True),
     # models/janus: hpcmem.models.janus reads the vision and generation parts; the decoder is what text_config names
     # (JanusConfig's default: llama); JanusConfig.tie_word_embeddings True
     "janus": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
@@ -749,6 +759,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return kimi_k25_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
+    if model_type == "fuyu":
+        return fuyu_tower_from_config(cfg, name)
     if model_type == "janus":
         return janus_tower_from_config(cfg, name)
     if model_type == "video_llama_3":

@@ -17,7 +17,7 @@ hpcmem.trace.vision_video_llama_3's, Gemma 4's hpcmem.trace.vision_gemma4's, GLM
 Cohere Compass's hpcmem.trace.vision_cohere_compass's, PaddleOCR-VL's hpcmem.trace.vision_paddleocr_vl's,
 LFM2-VL's hpcmem.trace.vision_lfm2_vl's (a PIL stand-in for its torchvision-only image processor), MiniCPM-V 4.6's
 hpcmem.trace.vision_minicpmv4_6's, Kimi K2.5's hpcmem.trace.vision_kimi_k25's (a PIL stand-in for its
-torchvision-only image processor).
+torchvision-only image processor), Fuyu's hpcmem.trace.vision_fuyu's.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aya_vision, vision_cohere2_vision, vision_cohere_compass, vision_deepseek_vl,
-                          vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling, vision_idefics2,
+                          vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling, vision_idefics2,
                           vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr,
                           vision_llava, vision_minicpmv4_6, vision_mistral3, vision_mllama,
                           vision_ovis2, vision_paddleocr_vl, vision_paligemma, vision_video_llama_3)
@@ -110,6 +110,8 @@ def processor(job: JobSpec) -> Any:
         return vision_minicpmv4_6.processor(job)
     if v.family == "kimi_k25":
         return vision_kimi_k25.processor(job)
+    if v.family == "fuyu":
+        return vision_fuyu.processor(job)
     if v.family == "janus":
         return vision_janus.processor(job)
     if v.family == "ovis2":
@@ -164,6 +166,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_minicpmv4_6.token_ids(proc)
     if vision_kimi_k25.is_processor(proc):
         return vision_kimi_k25.token_ids(proc)
+    if vision_fuyu.is_processor(proc):
+        return vision_fuyu.token_ids(proc)
     if vision_lfm2_vl.is_processor(proc):      # its image_token is llava's "<image>": before llava's
         return vision_lfm2_vl.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
@@ -207,6 +211,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_lfm2_vl.markers(job) if family == "lfm2_vl" else \
         vision_minicpmv4_6.markers(job) if family == "minicpmv4_6" else \
         vision_kimi_k25.MARKERS_PER_IMAGE if family == "kimi_k25" else \
+        vision_fuyu.markers(job) if family == "fuyu" else \
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
         vision_ovis2.MARKERS_PER_IMAGE if family == "ovis2" else \
         vision_idefics2.MARKERS_PER_IMAGE if family == "idefics2" else \

@@ -20,7 +20,7 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.data import BatchDesign
-from hpcmem.trace import (vision_deepseek_vl, vision_granite_docling, vision_idefics2, vision_idefics3,
+from hpcmem.trace import (vision_deepseek_vl, vision_fuyu, vision_granite_docling, vision_idefics2, vision_idefics3,
                           vision_internvl, vision_janus, vision_llava, vision_mistral3, vision_ovis2,
                           vision_video_llama_3)
 from hpcmem.trace.pieces import WORD
@@ -44,7 +44,8 @@ def prompt_tokens(job: JobSpec) -> int:
         vision_deepseek_vl.MARKERS_PER_IMAGE if v.family == "deepseek_vl" else \
         vision_janus.MARKERS_PER_IMAGE if v.family == "janus" else \
         vision_ovis2.MARKERS_PER_IMAGE if v.family == "ovis2" else \
-        vision_video_llama_3.MARKERS_PER_IMAGE if v.family == "video_llama_3" else MARKERS_PER_IMAGE
+        vision_video_llama_3.MARKERS_PER_IMAGE if v.family == "video_llama_3" else \
+        vision_fuyu.markers(job) if v.family == "fuyu" else MARKERS_PER_IMAGE
     row = vision_idefics2.ROW_TOKENS if v.family == "idefics2" else 0
     tokens = t.images_per_example * (image_geometry(t, job.model.vision).tokens + markers) + PROMPT_WORDS + row
     if tokens + 2 > (t.max_length or 0):
