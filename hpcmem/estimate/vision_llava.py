@@ -32,6 +32,7 @@ from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_sav
                                     layer_norm_saved, token_leaf, tower_weights, unused_tower, vision_terms)
 from hpcmem.estimate.vision_idefics2 import idefics2_terms
 from hpcmem.estimate.vision_granite_docling import granite_docling_terms
+from hpcmem.estimate.vision_aria import aria_terms
 from hpcmem.estimate.vision_idefics3 import idefics3_terms
 from hpcmem.estimate.vision_mistral3 import pixtral_terms
 from hpcmem.estimate.vision_aya import aya_terms
@@ -58,6 +59,7 @@ from hpcmem.models.fuyu import FuyuTowerSpec
 from hpcmem.models.gemma4 import Gemma4TowerSpec, Gemma4UnifiedTowerSpec
 from hpcmem.models.glm4v import Glm4vTowerSpec
 from hpcmem.models.granite_docling import GraniteDoclingTowerSpec
+from hpcmem.models.aria import AriaTowerSpec
 from hpcmem.models.idefics2 import Idefics2TowerSpec
 from hpcmem.models.idefics3 import Idefics3TowerSpec
 from hpcmem.models.internvl import InternVLTowerSpec
@@ -77,7 +79,7 @@ from hpcmem.models.vipllava import VipLlavaTowerSpec
 def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
     """The tower's terms: llava's CLIP tower here, SmolVLM's / Idefics3's and PaliGemma's in
     hpcmem.estimate.vision_idefics3 (Idefics2's with its own connector, hpcmem.estimate.vision_idefics2;
-    Granite-Docling's with its own, hpcmem.estimate.vision_granite_docling),
+    Granite-Docling's with its own, hpcmem.estimate.vision_granite_docling; Aria's, hpcmem.estimate.vision_aria),
     Llama-3.2-Vision's in hpcmem.estimate.vision_mllama, Mistral 3's Pixtral in hpcmem.estimate.vision_mistral3, the
     Qwen towers in hpcmem.estimate.vision; InternVL's llava's with its own layer scale and projector
     (hpcmem.estimate.vision_internvl); ViP-LLaVA's llava's with its concatenating, normalizing projector
@@ -109,6 +111,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return llava_terms(job, prec, lora)
     if isinstance(job.model.vision, Idefics2TowerSpec):
         return idefics2_terms(job, prec, lora)
+    if isinstance(job.model.vision, AriaTowerSpec):                 # an Idefics3TowerSpec: first
+        return aria_terms(job, prec, lora)
     if isinstance(job.model.vision, GraniteDoclingTowerSpec):       # an Idefics3TowerSpec: first
         return granite_docling_terms(job, prec, lora)
     if isinstance(job.model.vision, (Idefics3TowerSpec, PaliGemmaTowerSpec)):

@@ -95,7 +95,7 @@ def image_job_problems(job: Job) -> list[str]:
         out.append(f"{said} with trainer {t.trainer} on {m.vision.model_type}: hpcmem models {m.vision.model_type}'s "
                    f"images for {', '.join(allowed) or 'no trainer'} only" + (f" ({fails})" if fails else ""))
     elif (getattr(m.vision, "family", "") in ("idefics3", "mllama", "pixtral", "internvl", "idefics2",
-                                                "video_llama_3", "granite_docling")
+                                                "video_llama_3", "granite_docling", "aria")
           or getattr(m.vision, "grid_pinpoints", None)) \
             and t.profile_images:
         out.append(f"{said} on {m.vision.model_type}: its images are read from images_per_example, image_height and "
@@ -156,7 +156,7 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "janus": "JanusImageProcessor", "ovis2": "Ovis2ImageProcessor",
                      "lfm2_vl": "Lfm2VlImageProcessor", "minicpmv4_6": "MiniCPMV4_6ImageProcessor",
                      "kimi_k25": "Kimi_K25ImageProcessor",
-                     "granite_docling": "GraniteDoclingImageProcessor"}.get(
+                     "granite_docling": "GraniteDoclingImageProcessor", "aria": "AriaImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
@@ -174,6 +174,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 "steps" if v.family == "pixtral" else
                 f"it resizes every image's longest edge to {v.image_size} px and pads it to a square"
                 if v.family in ("deepseek_vl", "janus") else
+                f"it resizes every image's longest edge to {v.tile} px and pads it to a square"
+                if v.family == "aria" else
                 f"it fits every image to {v.min_image_tokens}..{v.max_image_tokens} image tokens and cuts a large one "
                 f"into {v.image_size}-px tiles ({v.min_tiles}..{v.max_tiles}) and a thumbnail"
                 if v.family == "lfm2_vl" else
@@ -189,7 +191,7 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 f"it resizes every image to {v.image_size}×{v.image_size}")
         out.append(f"min_pixels/max_pixels with {v.model_type}: {processor} has no such setting; {does}; leave them "
                    "unset")
-    if getattr(v, "family", "") in ("idefics3", "granite_docling") and v.fold_problem:
+    if getattr(v, "family", "") in ("idefics3", "granite_docling", "aria") and v.fold_problem:
         out.append(v.fold_problem)
     if getattr(v, "family", "") == "internvl":
         out += _internvl_problems(v)

@@ -166,6 +166,12 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         tiles, side = rows * cols + 1 if rows else 1, vision.tile // vision.patch_size
         return ImageGeometry(resized=cut, grid_thw=(tiles, side, side), patches=tiles * vision.patches,
                              tokens=tiles * vision.tokens_per_tile)
+    if getattr(vision, "family", "") == "aria":
+        # Aria (hpcmem.models.aria): one max_image_size² square per image (the resized image padded), all its
+        # patches through the tower, patch_to_query's tokens; `resized` the real pixels before the padding
+        side = vision.tile // vision.patch_size
+        return ImageGeometry(resized=vision.resized(t.image_height, t.image_width), grid_thw=(1, side, side),
+                             patches=vision.patches, tokens=vision.tokens_per_tile)
     if getattr(vision, "family", "") == "granite_docling":
         # Granite-Docling (hpcmem.models.granite_docling): GotOcr2's columns × rows tiles and a thumbnail, or one
         # tile; grid_thw is (tiles, side, side); each tile's patches and tokens_per_tile image tokens

@@ -59,6 +59,8 @@ Covered (transformers 5.24):
 - granite_docling (Granite-Docling): Idefics3's tower with its own connector (ln_in, pixel shuffle, projection, a fixed
   2-D position table, deepstack mergers whose outputs the text layers add, an idle fine path) over GotOcr2-style
   tiles, and a Granite decoder from a learned profile (hpcmem.models.granite_docling's `GraniteDoclingTowerSpec`).
+- aria (Aria): Idefics3's tower over each padded 980² image, the AriaProjector (learned queries cross-attending to the
+  patches, an MLP) and an MoE decoder (aria_text) from a learned profile (hpcmem.models.aria's `AriaTowerSpec`).
 - paligemma: a SigLIP tower and a one-Linear projector (hpcmem.models.paligemma's `PaliGemmaTowerSpec`); its decoder
   is what its text_config names (Gemma 2 for PaliGemma 2).
 - internvl (InternVL3): an InternViT tower (class token, layer scale), a pixel-shuffle projector (LayerNorm, two
@@ -139,6 +141,7 @@ from hpcmem.models.video_llava import video_llava_tower_from_config
 from hpcmem.models.vipllava import vipllava_tower_from_config
 from hpcmem.models.idefics2 import IDEFICS2_TEXT_DEFAULTS, Idefics2TowerSpec, idefics2_tower_from_config
 from hpcmem.models.granite_docling import GRANITE_DOCLING_TEXT_DEFAULTS, granite_docling_tower_from_config
+from hpcmem.models.aria import ARIA_TEXT_DEFAULTS, aria_tower_from_config
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
 from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.aya_vision import aya_vision_tower_from_config
@@ -256,7 +259,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "cohere2_vision": ("sft", "dpo"), "qwen3_5": ("sft", "dpo", "grpo", "rloo"),
                           "qwen3_5_moe": ("sft", "dpo"),
                           "exaone4_5": ("sft", "dpo", "grpo", "rloo"), "hyperclovax_vision_v2": ("sft", "dpo"),
-                          "granite_docling": ("sft", "dpo"),
+                          "granite_docling": ("sft", "dpo"), "aria": ("sft", "dpo"),
                           "gemma4": ("sft", "dpo"), "gemma4_unified": ("sft", "dpo"), "glm4v": ("sft", "dpo"),
                           "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"), "glm_ocr": ("sft", "dpo"),
                           "lfm2_vl": ("sft", "dpo"), "cohere_compass": ("sft", "dpo"), "glm4v_moe": ("sft", "dpo"),
@@ -319,6 +322,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # .tie_word_embeddings True
     "granite_docling": TowerLayout(text="granite", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True,
                                    text_class_defaults=GRANITE_DOCLING_TEXT_DEFAULTS),
+    # models/aria (modular_aria.py): hpcmem.models.aria reads the vision part; AriaConfig's text_config is always an
+    # AriaTextConfig(LlamaConfig) (`sub_configs_defaults`), whose AriaTextModel runs Llama attention and
+    # AriaTextMoELayer (routed and shared experts): no family descriptor, a learned profile (hpcmem.models
+    # .vlm_learned) with that class's defaults; AriaConfig.tie_word_embeddings False
+    "aria": TowerLayout(text="aria_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                        text_class_defaults=ARIA_TEXT_DEFAULTS),
     # models/paligemma: hpcmem.models.paligemma reads the vision part; the decoder is what text_config names
     # (PaliGemmaConfig's default: gemma); PaliGemmaConfig.tie_word_embeddings True
     "paligemma": TowerLayout(text="gemma", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
@@ -725,6 +734,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return idefics3_tower_from_config(cfg, name)
     if model_type == "granite_docling":
         return granite_docling_tower_from_config(cfg, name)
+    if model_type == "aria":
+        return aria_tower_from_config(cfg, name)
     if model_type == "paligemma":
         return paligemma_tower_from_config(cfg, name)
     if model_type == "mllama":

@@ -65,14 +65,16 @@ Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Map
    of the per-token loop, from the Function and the kernel's source (hpcmem/trace/kernels_rwkv.py); rows over its
    compiled 1,024-token Tmax refused.
 12. layer_norm under autocast: CUDA autocast runs it in fp32, CPU autocast in 16 bits; mapped for vision-language
-   models only (hpcmem/trace/kernels_autocast.py says why).
+   models only (hpcmem/trace/kernels_autocast.py says why); softmax and pow likewise for Aria's projector, whose
+   ops see 16-bit inputs (kernels_autocast.py `softmax_pow_fp32`).
 
 Not mapped (documented in the result's not_modelled): cuBLAS/cuBLASLt workspaces (constant per handle, seen by
 probes), memory-efficient attention's backward workspace (the masked SDPA path), cuDNN attention's backward
 workspace (MLA calls, entry 1: cuDNN sizes it per graph, aten/src/ATen/native/cudnn/MHA.cpp), MLA calls that go
 to memory-efficient attention with fewer key/value heads than query heads (they stay on the CPU math path; no type
 of transformers 5.24 makes one: its unequal head dims are all cuDNN's), the rest of CUDA autocast's fp32 op list (CPU
-autocast keeps exp/log/pow/softmax in bf16; in the supported families these ops already see fp32 inputs), and its
+autocast keeps exp/log/pow/softmax in bf16; in the supported families these ops already see fp32 inputs, but for
+Aria's projector: entry 12), and its
 layer_norm outside vision-language models (entry 12), the 8-byte RNG
 state tensors of CUDA flash, `_foreach_norm` in gradient clipping (same outputs as the CPU norms).
 """
@@ -85,7 +87,7 @@ from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.fakeenv import patched
-from hpcmem.trace.kernels_autocast import layer_norm_fp32
+from hpcmem.trace.kernels_autocast import layer_norm_fp32, softmax_pow_fp32
 from hpcmem.trace.kernels_kda import kda_kernels
 from hpcmem.trace.kernels_linear import linear_attention_kernels
 from hpcmem.trace.kernels_mamba import mamba_kernels
@@ -114,6 +116,7 @@ def cuda_mapping(tracker: Any, job: JobSpec) -> Iterator[list[str]]:
         stack.enter_context(rwkv_kernels(notes, job))                # 11: RWKV's WKV kernel
 
         stack.enter_context(layer_norm_fp32(notes, job))             # 12: layer_norm in fp32 (vision-language)
+        stack.enter_context(softmax_pow_fp32(notes, job))            # 12: softmax and pow in fp32 (Aria)
         notes.append("every block rounded up to 512 bytes (CUDA caching allocator)")
         yield notes
 

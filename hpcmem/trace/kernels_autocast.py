@@ -51,3 +51,46 @@ def layer_norm_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
     with patched(F, "layer_norm", layer_norm):
         notes.append(NOTE)
         yield
+
+
+SOFTMAX_POW_NOTE = ("softmax and pow under autocast run in fp32 as CUDA autocast runs them (fp32 cast policy; CPU "
+                    "autocast keeps them in 16 bits) — mapped for Aria's projector, whose ops see 16-bit inputs")
+
+
+@contextlib.contextmanager
+def softmax_pow_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
+    """CUDA autocast's fp32 policy for `softmax` and `pow` (aten/src/ATen/autocast_mode.cpp, "CUDA Ops that can
+    autocast to float32"), for Aria only: its projector's nn.MultiheadAttention runs the explicit path
+    (torch/nn/functional.py `multi_head_attention_forward` with need_weights True: `softmax` over the bf16 baddbmm
+    scores, kept fp32 for backward, cast back to bf16 by bmm) and its AriaProjectorMLP's gelu_new
+    (transformers/activations.py `NewGELUActivation`: `torch.pow(input, 3.0)`) both see 16-bit inputs, where CPU
+    autocast keeps them in 16 bits. Scoped to Aria so the other types' stored traces stay what they were (in their
+    families these ops see fp32 inputs, hpcmem.trace.kernels)."""
+    v = job.model.vision
+    if v is None or getattr(v, "family", "") != "aria":
+        yield
+        return
+    import torch
+    import torch.nn.functional as F
+
+    softmax, pow_ = F.softmax, torch.pow
+
+    def up(t: Any) -> Any:
+        return t.to(torch.float32) if isinstance(t, torch.Tensor) and t.is_floating_point() and \
+            t.dtype not in (torch.float32, torch.float64) else t
+
+    def fp32_softmax(input: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> Any:
+        if not torch.is_autocast_enabled("cpu"):
+            return softmax(input, dim, _stacklevel, dtype)
+        with torch.autocast("cpu", enabled=False):
+            return softmax(up(input), dim, _stacklevel, dtype)
+
+    def fp32_pow(input: Any, exponent: Any, *args: Any, **kwargs: Any) -> Any:
+        if not torch.is_autocast_enabled("cpu"):
+            return pow_(input, exponent, *args, **kwargs)
+        with torch.autocast("cpu", enabled=False):
+            return pow_(up(input), up(exponent), *args, **kwargs)
+
+    with patched(F, "softmax", fp32_softmax), patched(torch, "pow", fp32_pow):
+        notes.append(SOFTMAX_POW_NOTE)
+        yield

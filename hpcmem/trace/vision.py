@@ -28,11 +28,12 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace import (vision_aya_vision, vision_cohere2_vision, vision_cohere_compass, vision_deepseek_vl,
-                          vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling, vision_idefics2,
-                          vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr,
-                          vision_llava, vision_minicpmv4_6, vision_mistral3, vision_mllama,
-                          vision_ovis2, vision_paddleocr_vl, vision_paligemma, vision_video_llama_3)
+from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
+                          vision_deepseek_vl, vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v,
+                          vision_granite_docling, vision_idefics2, vision_idefics3, vision_internvl, vision_janus,
+                          vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6,
+                          vision_mistral3, vision_mllama, vision_ovis2, vision_paddleocr_vl, vision_paligemma,
+                          vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -90,6 +91,8 @@ def processor(job: JobSpec) -> Any:
         return vision_idefics3.processor(job)
     if v.family == "granite_docling":
         return vision_granite_docling.processor(job)
+    if v.family == "aria":
+        return vision_aria.processor(job)
     if v.family == "paligemma":
         return vision_paligemma.processor(job)
     if v.family == "deepseek_vl":
@@ -146,6 +149,8 @@ def token_ids(proc: Any) -> dict[str, int]:
     # an Idefics3Processor subclass whose image_token is llava's "<image>": first
     if vision_granite_docling.is_processor(proc):
         return vision_granite_docling.token_ids(proc)
+    if vision_aria.is_processor(proc):
+        return vision_aria.token_ids(proc)
     if proc.__class__.__name__ == "Gemma3Processor":
         return vision_gemma3.token_ids(proc)
     if vision_video_llama_3.is_processor(proc):
@@ -202,6 +207,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
     markers = vision_llava.MARKERS_PER_IMAGE if job.model.vision.model_type in vision_llava.LLAVA_TYPES else \
         vision_idefics3.markers(job) if family == "idefics3" else \
         vision_granite_docling.markers(job) if family == "granite_docling" else \
+        vision_aria.MARKERS_PER_IMAGE if family == "aria" else \
         vision_paligemma.MARKERS_PER_IMAGE if family == "paligemma" else \
         vision_deepseek_vl.MARKERS_PER_IMAGE if family == "deepseek_vl" else \
         vision_aya_vision.markers(job) if family == "aya_vision" else \

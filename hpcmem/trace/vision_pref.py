@@ -20,7 +20,7 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.data import BatchDesign
-from hpcmem.trace import (vision_deepseek_vl, vision_fuyu, vision_granite_docling, vision_idefics2, vision_idefics3,
+from hpcmem.trace import (vision_aria, vision_deepseek_vl, vision_fuyu, vision_granite_docling, vision_idefics2, vision_idefics3,
                           vision_internvl, vision_janus, vision_llava, vision_mistral3, vision_ovis2,
                           vision_video_llama_3)
 from hpcmem.trace.pieces import WORD
@@ -37,6 +37,7 @@ def prompt_tokens(job: JobSpec) -> int:
     v = job.model.vision
     markers = vision_idefics3.markers(job) if v.family == "idefics3" else \
         vision_granite_docling.markers(job) if v.family == "granite_docling" else \
+        vision_aria.MARKERS_PER_IMAGE if v.family == "aria" else \
         vision_idefics2.MARKERS_PER_IMAGE if v.family == "idefics2" else \
         vision_internvl.MARKERS_PER_IMAGE if v.family == "internvl" else \
         vision_llava.MARKERS_PER_IMAGE if v.model_type in vision_llava.LLAVA_TYPES else \

@@ -46,7 +46,7 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     rows = [r for r in json.loads(out.stdout) if r["task"] == "image-text-to-text"]
     assert {r["model_type"] for r in rows} == set(installed_mapping(IMAGE_TEXT_MAPPING_NAME) or vision_language_types())
     by_type = {r["model_type"]: r for r in rows}
-    for name in ("aria",):      # VLMs users fine-tune
+    for name in ("perception_lm",):      # VLMs users fine-tune
         assert by_type[name]["status"] == "refused" and "not modelled" in by_type[name]["reason"], name
     # a learned text part (hpcmem.models.vlm_learned): SFT and DPO traced, GRPO/RLOO refused
     for name in ("aya_vision", "cohere2_vision", "gemma4", "gemma4_unified", "lfm2_vl", "fuyu"):
@@ -116,6 +116,8 @@ def test_coverage_lists_every_image_text_type_with_a_status():
         "GRPO/RLOO with images refused" in by_type["granite_docling"]["reason"]
     assert by_type["kimi_k25"]["status"] == "derived" and "traced: SFT, DPO)" in by_type["kimi_k25"]["reason"] \
         and "GRPO/RLOO with images refused" in by_type["kimi_k25"]["reason"]
+    assert by_type["aria"]["status"] == "derived" and "traced: SFT, DPO)" in by_type["aria"]["reason"] and \
+        "GRPO/RLOO with images refused" in by_type["aria"]["reason"]
     assert by_type["video_llama_3"]["status"] == "derived" and "traced: SFT)" in by_type["video_llama_3"]["reason"] \
         and "DPO/GRPO/RLOO with images refused" in by_type["video_llama_3"]["reason"]
     # measured: the stored image traces of the types estimated with images, nothing for the others
@@ -125,10 +127,10 @@ def test_coverage_lists_every_image_text_type_with_a_status():
 
 @pytest.mark.parametrize("command", [["estimate", "sft", "--model_name_or_path"], ["models", "learn"]])
 def test_an_image_text_only_type_is_refused_in_one_line(command, tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "aria", "text_config": {}}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "perception_lm", "text_config": {}}))
     out = _hpcmem(*command, str(tmp_path), *(["--out", str(tmp_path / "out")] if command[0] == "models" else []))
     assert out.returncode == 2, out.stderr
-    assert out.stderr.count("\n") == 1 and "vision-language only" in out.stderr and "Aria" in out.stderr
+    assert out.stderr.count("\n") == 1 and "vision-language only" in out.stderr and "PerceptionLM" in out.stderr
     assert not (tmp_path / "out").exists()
 
 

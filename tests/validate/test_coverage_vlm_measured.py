@@ -91,7 +91,7 @@ def test_models_coverage_shows_the_image_types_measured(fresh):
     assert out.exit_code == 0, out.output
     rows = {r["model_type"]: r for r in json.loads(out.output) if r["task"] == "image-text-to-text"}
     assert rows["qwen2_5_vl"]["status"] == "derived" and rows["qwen2_5_vl"]["measured"]["held"]
-    assert rows["aria"]["measured"] is None                       # refused: nothing traced
+    assert rows["perception_lm"]["measured"] is None              # refused: nothing traced
     derived = [t for t, r in rows.items() if r["status"] == "derived"]
     assert all(rows[t]["measured"] for t in derived) and set(derived) == set(fresh)
     text = CliRunner().invoke(cli, ["models", "coverage"], catch_exceptions=False).output
