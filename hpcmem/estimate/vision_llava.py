@@ -44,6 +44,7 @@ from hpcmem.estimate.vision_gemma4 import gemma4_terms, gemma4_unified_terms
 from hpcmem.estimate.vision_glm4v import glm4v_terms
 from hpcmem.estimate.vision_lfm2_vl import lfm2_vl_terms
 from hpcmem.estimate.vision_minicpmv4_6 import minicpmv4_6_terms
+from hpcmem.estimate.vision_deepseek_vl_hybrid import deepseek_vl_hybrid_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -57,6 +58,7 @@ from hpcmem.models.idefics3 import Idefics3TowerSpec
 from hpcmem.models.internvl import InternVLTowerSpec
 from hpcmem.models.lfm2_vl import Lfm2VlTowerSpec
 from hpcmem.models.minicpmv4_6 import MiniCpmV46TowerSpec
+from hpcmem.models.deepseek_vl_hybrid import DeepseekVLHybridTowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.ovis2 import Ovis2TowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
@@ -76,7 +78,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     in hpcmem.estimate.vision_video_llama_3; PaddleOCR-VL's in hpcmem.estimate.vision_paddleocr_vl; Ovis2's in hpcmem.estimate.vision_ovis2; Gemma 4's in
     hpcmem.estimate.vision_gemma4; GLM-4.1V's the Qwen towers' with its own parts outside the blocks
     (hpcmem.estimate.vision_glm4v); LFM2-VL's llava's with its padded tiles and projector
-    (hpcmem.estimate.vision_lfm2_vl); MiniCPM-V 4.6's in hpcmem.estimate.vision_minicpmv4_6."""
+    (hpcmem.estimate.vision_lfm2_vl); MiniCPM-V 4.6's in hpcmem.estimate.vision_minicpmv4_6; DeepSeek-VL hybrid's
+    in hpcmem.estimate.vision_deepseek_vl_hybrid."""
     if isinstance(job.model.vision, InternVLTowerSpec):
         return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, AyaVisionTowerSpec):
@@ -85,6 +88,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return lfm2_vl_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, MiniCpmV46TowerSpec):
         return minicpmv4_6_terms(job, prec, lora)
+    if isinstance(job.model.vision, DeepseekVLHybridTowerSpec):     # a PaliGemmaTowerSpec: before idefics3's
+        return deepseek_vl_hybrid_terms(job, prec, lora)
     if isinstance(job.model.vision, VipLlavaTowerSpec):
         return vipllava_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, ClipTowerSpec):
