@@ -34,7 +34,8 @@ def _name(name: str) -> str | None:
     `vision_model.encoder.layers.N.` as `blocks.N.<name>`, SAM's below `high_res_vision_model.vision_encoder.layers.N.`
     as `sam.N.<name>`, the aligner's as `aligner.<name>`; None elsewhere."""
     for prefix, ours in (("model.vision_model.encoder.layers.", "blocks."),
-                         ("model.high_res_vision_model.vision_encoder.layers.", "sam."), ("model.aligner.", "aligner.")):
+                         ("model.high_res_vision_model.vision_encoder.layers.", "sam."),
+                         ("model.aligner.", "aligner.")):
         if name.startswith(prefix):
             return ours + name[len(prefix):]
     return None
