@@ -118,6 +118,12 @@ class VisionTerms:
     # the last block's forward instant beyond every block's saved tensors (what it holds besides), where that can
     # outgrow the language model's forward (an adapted fc2 without checkpointing), or 0
     block_forward: int = 0
+    # per block, where blocks differ (DeepSeek-VL hybrid's SigLIP blocks, then its SAM tower's windowed and global
+    # ones): each block's recompute, backward temporaries and gradients in place of block_full, block_backward and
+    # block_grads, in blocks_saved's order; empty: every block alike
+    blocks_full: tuple[int, ...] = ()
+    blocks_backward: tuple[int, ...] = ()
+    blocks_grads: tuple[int, ...] = ()
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout, outside: Any = None) -> VisionTerms | None:
@@ -521,22 +527,27 @@ def _tower_backward(job: JobSpec, terms: VisionTerms, resident: tuple[Component,
           if c.name == LM_GRADIENTS and not terms.embedding_first else c
           for c in closing.components if c.name != OPTIMIZER_TEMPORARIES]
     depth = len(terms.blocks_saved)
-    recompute = terms.block_full if job.train.gradient_checkpointing and terms.recomputes else 0
     outside = terms.saved - sum(terms.blocks_saved) - terms.merger_saved - deep_saved
 
     accumulating = job.train.gradient_accumulation_steps > 1
 
+    gc = job.train.gradient_checkpointing and terms.recomputes
+    fulls = terms.blocks_full or (terms.block_full,) * depth
+    backwards = terms.blocks_backward or (terms.block_backward,) * depth
+    block_grads = terms.blocks_grads or (terms.block_grads,) * depth
+
     def done(k: int) -> int:
         deep = sum(grads for i, _, grads in terms.deepstack if i >= k)
-        return terms.gradients if accumulating else terms.merger_grads + terms.block_grads * (depth - 1 - k) + deep
+        return terms.gradients if accumulating else terms.merger_grads + sum(block_grads[k + 1:]) + deep
 
     def pending(k: int) -> int:     # the deepstack mergers of blocks < k, not yet reached
         return sum(saved for i, saved, _ in terms.deepstack if i < k)
 
     def instant(k: int) -> int:
-        return sum(terms.blocks_saved[:k + 1]) + pending(k) + recompute + terms.block_backward + done(k)
+        return sum(terms.blocks_saved[:k + 1]) + pending(k) + (fulls[k] if gc else 0) + backwards[k] + done(k)
 
     k = max(range(depth - 1, -1, -1), key=instant)
+    recompute = fulls[k] if gc else 0
     return Phase(name=VISION_BACKWARD, components=(
         *resident, *lm,
         Component(name=ACTIVATIONS, bytes=terms.pixels + outside + sum(terms.blocks_saved[:k + 1]) + pending(k),
@@ -546,7 +557,7 @@ def _tower_backward(job: JobSpec, terms: VisionTerms, resident: tuple[Component,
         Component(name=GRADIENTS, bytes=done(k),
                   note="kept across gradient accumulation" if accumulating else
                   f"merger, blocks > {k}" + (f", deepstack mergers of blocks ≥ {k}" if terms.deepstack else "")),
-        Component(name="vision backward temporaries", bytes=terms.block_backward)))
+        Component(name="vision backward temporaries", bytes=backwards[k])))
 
 
 def images_note(job: JobSpec) -> str:

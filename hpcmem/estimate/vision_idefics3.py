@@ -119,10 +119,12 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
     # the connector adapters' own
     merger_saved = layer_norm_saved(h, prec, frozen=not trained) * n + (
         adapters_saved(merger_adapters, m, prec, lora) if connector is None else connector.saved)
-    if v.family in ("deepseek_vl", "janus"):
+    if v.family in ("deepseek_vl", "janus", "deepseek_vl_hybrid"):
         # DeepSeek-VL's aligner (modeling_deepseek_vl.py DeepseekVLAligner.forward: linear2(GELU(linear1(x)))): GELU
         # keeps its input, linear1's [m, text width] output, and linear2 keeps GELU's output when it trains; Janus's
-        # (modeling_janus.py JanusVisionAlignerMLP.forward) does so once per hidden layer after fc1
+        # (modeling_janus.py JanusVisionAlignerMLP.forward) does so once per hidden layer after fc1; DeepSeek-VL
+        # hybrid's (modular_deepseek_vl_hybrid.py DeepseekVLHybridAligner.forward: proj(GELU(concat(high_res_vision_proj
+        # (..), vision_proj(..))))) keeps the concatenation for GELU and GELU's output for proj alike
         merger_saved += prec.act * v.out_hidden_size * m * (2 if trained else 1) * v.aligner_hidden_layers
     saved = sum(blocks) + conv + leaves + merger_saved
     # trained, the MLP's backward holds one [N, intermediate] gradient beside the block's saved tensors, not

@@ -49,6 +49,7 @@ from hpcmem.estimate.vision_lfm2_vl import lfm2_vl_terms
 from hpcmem.estimate.vision_minicpmv4_6 import minicpmv4_6_terms
 from hpcmem.estimate.vision_lfm3_vl import lfm3_vl_terms
 from hpcmem.estimate.vision_kimi_k25 import kimi_k25_terms
+from hpcmem.estimate.vision_deepseek_vl_hybrid import deepseek_vl_hybrid_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -67,6 +68,7 @@ from hpcmem.models.lfm2_vl import Lfm2VlTowerSpec
 from hpcmem.models.minicpmv4_6 import MiniCpmV46TowerSpec
 from hpcmem.models.lfm3_vl import Lfm3VlTowerSpec
 from hpcmem.models.kimi_k25 import KimiK25TowerSpec
+from hpcmem.models.deepseek_vl_hybrid import DeepseekVLHybridTowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.ovis2 import Ovis2TowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
@@ -90,7 +92,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     (hpcmem.estimate.vision_lfm2_vl); MiniCPM-V 4.6's in hpcmem.estimate.vision_minicpmv4_6; LFM3-VL's in
     hpcmem.estimate.vision_lfm3_vl; Kimi K2.5's in
     hpcmem.estimate.vision_kimi_k25; Fuyu's patch Linear in
-    hpcmem.estimate.vision_fuyu."""
+    hpcmem.estimate.vision_fuyu; DeepSeek-VL hybrid's in
+    hpcmem.estimate.vision_deepseek_vl_hybrid."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
     if isinstance(job.model.vision, InternVLTowerSpec):
@@ -101,6 +104,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return lfm2_vl_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, MiniCpmV46TowerSpec):
         return minicpmv4_6_terms(job, prec, lora)
+    if isinstance(job.model.vision, DeepseekVLHybridTowerSpec):     # a PaliGemmaTowerSpec: before idefics3's
+        return deepseek_vl_hybrid_terms(job, prec, lora)
     if isinstance(job.model.vision, Lfm3VlTowerSpec):
         return lfm3_vl_terms(job, prec, lora)
     if isinstance(job.model.vision, KimiK25TowerSpec):

@@ -152,7 +152,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
         processor = {"siglip": "Gemma3ImageProcessor", "idefics3": "SmolVLMImageProcessor",
                      "paligemma": "SiglipImageProcessor", "mllama": "MllamaImageProcessor",
                      "pixtral": "PixtralImageProcessor", "internvl": "GotOcr2ImageProcessor",
-                     "deepseek_vl": "DeepseekVLImageProcessor", "idefics2": "Idefics2ImageProcessor",
+                     "deepseek_vl": "DeepseekVLImageProcessor",
+                     "deepseek_vl_hybrid": "DeepseekVLHybridImageProcessor", "idefics2": "Idefics2ImageProcessor",
                      "janus": "JanusImageProcessor", "ovis2": "Ovis2ImageProcessor",
                      "lfm2_vl": "Lfm2VlImageProcessor", "minicpmv4_6": "MiniCPMV4_6ImageProcessor",
                      "kimi_k25": "Kimi_K25ImageProcessor",
@@ -176,6 +177,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 if v.family in ("deepseek_vl", "janus") else
                 f"it resizes every image's longest edge to {v.tile} px and pads it to a square"
                 if v.family == "aria" else
+                f"it resizes every image's longest edge to {v.image_size} px and to {v.sam_image_size} px (the SAM "
+                "tower's) and pads each to a square" if v.family == "deepseek_vl_hybrid" else
                 f"it fits every image to {v.min_image_tokens}..{v.max_image_tokens} image tokens and cuts a large one "
                 f"into {v.image_size}-px tiles ({v.min_tiles}..{v.max_tiles}) and a thumbnail"
                 if v.family == "lfm2_vl" else
@@ -201,13 +204,13 @@ def _fixed_size_problems(job: Job) -> list[str]:
         out.append(f"vision_config.tokenize_function {v.tokenize_function!r} with ovis2 images: hpcmem models the "
                    "visual tokenizer's softmax only (Ovis2VisionConfig's default); the hard one-hot variants keep "
                    "more [image tokens, visual vocabulary] tensors")
-    if getattr(v, "family", "") == "deepseek_vl" and v.pooling_head:
+    if getattr(v, "family", "") in ("deepseek_vl", "deepseek_vl_hybrid") and v.pooling_head:
         # modeling_siglip.py SiglipVisionTransformer.forward runs the head whenever vision_use_head
         # (SiglipVisionConfig's default); DeepseekVLModel.get_image_features overwrites its pooler_output
-        out.append("vision_config.vision_use_head true with deepseek_vl images: SiglipVisionModel runs its attention-"
-                   "pooling head on every image and get_image_features discards its output, so in full fine-tuning "
-                   "its parameters get no gradient; hpcmem does not model that head's forward or its ungraded "
-                   "parameters; set it false")
+        out.append(f"vision_config.vision_use_head true with {v.model_type} images: SiglipVisionModel runs its "
+                   "attention-pooling head on every image and get_image_features discards its output, so in full "
+                   "fine-tuning its parameters get no gradient; hpcmem does not model that head's forward or its "
+                   "ungraded parameters; set it false")
     if getattr(v, "family", "") == "paligemma" and v.pooling_head:
         # modeling_siglip.py SiglipVisionTransformer.forward runs the head on every image when vision_use_head
         out.append("vision_config.vision_use_head true with paligemma images: SiglipVisionModel runs its attention-"

@@ -82,6 +82,8 @@ Covered (transformers 5.24):
 - janus (Janus, Janus-Pro): DeepSeek-VL's SigLIP-layout tower and GELU aligner, beside image-generation parts (a VQ
   model, generation embeddings, aligner and head) no image-understanding step runs (hpcmem.models.janus's
   `JanusTowerSpec`); a Llama decoder.
+- deepseek_vl_hybrid (DeepSeek-VL hybrid) with images: DeepSeek-VL's SigLIP tower beside a SAM high-resolution tower
+  whose features the hybrid aligner fuses (hpcmem.models.deepseek_vl_hybrid's `DeepseekVLHybridTowerSpec`).
 - deepseek_vl (DeepSeek-VL): a SigLIP tower read whole under a two-linear GELU aligner (hpcmem.models.deepseek_vl's
   `DeepseekVLTowerSpec`); its decoder is what its text_config names (Llama).
 - video_llama_3 (VideoLLaMA3) with images: a SigLIP-NaViT-style tower (2D rotary attention per image at its own
@@ -147,6 +149,7 @@ from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.aya_vision import aya_vision_tower_from_config
 from hpcmem.models.cohere2_vision import cohere2_vision_tower_from_config
 from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
+from hpcmem.models.deepseek_vl_hybrid import deepseek_vl_hybrid_tower_from_config
 from hpcmem.models.gemma4 import gemma4_tower_from_config, gemma4_unified_tower_from_config
 from hpcmem.models.fuyu import FUYU_TEXT_DEFAULTS, fuyu_tower_from_config
 from hpcmem.models.glm4v import (GLM4V_MOE_TEXT_DEFAULTS, GLM4V_TEXT_DEFAULTS, GLM46V_TYPES, GLM_OCR_TEXT_DEFAULTS,
@@ -253,7 +256,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "internvl": ("sft", "dpo"),
                           "shieldgemma2": ("sft",), "cosmos3_omni": ("sft", "dpo", "rloo"),
                           "vipllava": ("sft", "dpo"), "video_llava": ("sft", "dpo"), "lighton_ocr": ("sft", "dpo"),
-                          "deepseek_vl": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
+                          "deepseek_vl": ("sft", "dpo"), "deepseek_vl_hybrid": ("sft", "dpo"), "idefics2": ("sft", "dpo"),
                           "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                           "ovis2": ("sft", "dpo"), "aya_vision": ("sft", "dpo"),
                           "cohere2_vision": ("sft", "dpo"), "qwen3_5": ("sft", "dpo", "grpo", "rloo"),
@@ -354,6 +357,10 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/deepseek_vl: hpcmem.models.deepseek_vl reads the vision part; the decoder is what text_config names
     # (DeepseekVLConfig's default: llama); DeepseekVLConfig.tie_word_embeddings True
     "deepseek_vl": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
+    # models/deepseek_vl_hybrid: hpcmem.models.deepseek_vl_hybrid reads both towers and the aligner; the decoder is
+    # what text_config names (DeepseekVLHybridConfig's default: llama); tie_word_embeddings True
+    "deepseek_vl_hybrid": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                      tie_default=True),
     # models/aya_vision: hpcmem.models.aya_vision reads the vision part; the decoder is what text_config names
     # (AyaVisionConfig's default: cohere2, a learned type: hpcmem.models.vlm_learned); tie_word_embeddings True
     "aya_vision": TowerLayout(text="cohere2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
@@ -531,7 +538,8 @@ VISION_LANGUAGE["hyperclovax_vision_v2"] = replace(VISION_LANGUAGE["qwen2_5_vl"]
                                                    projector_text_width=4096)
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
-                     "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "idefics2", "aya_vision",
+                     "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "deepseek_vl_hybrid", "idefics2",
+                     "aya_vision",
                      "cohere2_vision", "qianfan_ocr", "janus", "video_llama_3", "ovis2", "lfm2_vl")
 
 
@@ -750,6 +758,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return qianfan_tower_from_config(cfg, name)
     if model_type == "deepseek_vl":
         return deepseek_vl_tower_from_config(cfg, name)
+    if model_type == "deepseek_vl_hybrid":
+        return deepseek_vl_hybrid_tower_from_config(cfg, name)
     if model_type == "aya_vision":
         return aya_vision_tower_from_config(cfg, name)
     if model_type == "cohere2_vision":

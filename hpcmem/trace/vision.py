@@ -29,11 +29,11 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
-                          vision_deepseek_vl, vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v,
-                          vision_granite_docling, vision_idefics2, vision_idefics3, vision_internvl, vision_janus,
-                          vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6,
-                          vision_mistral3, vision_mllama, vision_ovis2, vision_paddleocr_vl, vision_paligemma,
-                          vision_video_llama_3)
+                          vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_fuyu, vision_gemma3, vision_gemma4,
+                          vision_glm4v, vision_granite_docling, vision_idefics2, vision_idefics3, vision_internvl,
+                          vision_janus, vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr, vision_llava,
+                          vision_minicpmv4_6, vision_mistral3, vision_mllama, vision_ovis2, vision_paddleocr_vl,
+                          vision_paligemma, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -97,6 +97,8 @@ def processor(job: JobSpec) -> Any:
         return vision_paligemma.processor(job)
     if v.family == "deepseek_vl":
         return vision_deepseek_vl.processor(job)
+    if v.family == "deepseek_vl_hybrid":
+        return vision_deepseek_vl_hybrid.processor(job)
     if v.family == "aya_vision":
         return vision_aya_vision.processor(job)
     if v.family == "cohere2_vision":
@@ -183,6 +185,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_paligemma.token_ids(proc)
     if proc.__class__.__name__ == "DeepseekVLProcessor":
         return vision_deepseek_vl.token_ids(proc)
+    if proc.__class__.__name__ == "DeepseekVLHybridProcessor":
+        return vision_deepseek_vl_hybrid.token_ids(proc)
     if proc.__class__.__name__ == "JanusProcessor":
         return vision_janus.token_ids(proc)
     if proc.__class__.__name__ == "Idefics2Processor":
@@ -210,6 +214,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_aria.MARKERS_PER_IMAGE if family == "aria" else \
         vision_paligemma.MARKERS_PER_IMAGE if family == "paligemma" else \
         vision_deepseek_vl.MARKERS_PER_IMAGE if family == "deepseek_vl" else \
+        vision_deepseek_vl_hybrid.MARKERS_PER_IMAGE if family == "deepseek_vl_hybrid" else \
         vision_aya_vision.markers(job) if family == "aya_vision" else \
         vision_cohere2_vision.markers(job) if family == "cohere2_vision" else \
         vision_gemma4.MARKERS_PER_IMAGE if family in ("gemma4", "gemma4_unified") else \

@@ -42,7 +42,7 @@ def prompt_tokens(job: JobSpec) -> int:
         vision_internvl.MARKERS_PER_IMAGE if v.family == "internvl" else \
         vision_llava.MARKERS_PER_IMAGE if v.model_type in vision_llava.LLAVA_TYPES else \
         vision_mistral3.MARKERS_PER_IMAGE if v.family == "pixtral" else \
-        vision_deepseek_vl.MARKERS_PER_IMAGE if v.family == "deepseek_vl" else \
+        vision_deepseek_vl.MARKERS_PER_IMAGE if v.family in ("deepseek_vl", "deepseek_vl_hybrid") else \
         vision_janus.MARKERS_PER_IMAGE if v.family == "janus" else \
         vision_ovis2.MARKERS_PER_IMAGE if v.family == "ovis2" else \
         vision_video_llama_3.MARKERS_PER_IMAGE if v.family == "video_llama_3" else \
