@@ -179,16 +179,18 @@ def minicpmv4_6_slices(height: int, width: int, patch: int, scale: int, max_slic
     return tuple(out)
 
 
-def minicpmv4_6_tower_from_config(cfg: dict[str, Any], name: str) -> MiniCpmV46TowerSpec:
+def minicpmv4_6_tower_from_config(cfg: dict[str, Any], name: str,
+                                  model_type: str = "minicpmv4_6") -> MiniCpmV46TowerSpec:
     """The MiniCpmV46TowerSpec of a minicpmv4_6 config.json dict; keys it omits take the config classes' defaults,
-    the processor's settings MiniCPMV4_6ImageProcessorPil's class defaults."""
+    the processor's settings MiniCPMV4_6ImageProcessorPil's class defaults. model_type names a subclass that keeps
+    these classes' fields and defaults (minicpmv4_7: hpcmem.models.minicpmv4_7)."""
     vc = vision_values(cfg, name, MINICPMV4_6_VISION_DEFAULTS)
     outer = {**MINICPMV4_6_DEFAULTS, **{k: cfg[k] for k in MINICPMV4_6_DEFAULTS if k in cfg}}
     proc = {**MINICPMV4_6_PROCESSOR_DEFAULTS, **{k: cfg[k] for k in MINICPMV4_6_PROCESSOR_DEFAULTS if k in cfg}}
     if outer["downsample_mode"] != "16x" or outer["merger_times"] != 1 \
             or tuple(outer["merge_kernel_size"]) != (MERGE, MERGE) \
             or tuple(vc["window_kernel_size"]) != (MERGE, MERGE):
-        raise SpecError(f"model {name}: hpcmem models minicpmv4_6 at downsample_mode 16x, merger_times 1 and 2 × 2 "
+        raise SpecError(f"model {name}: hpcmem models {model_type} at downsample_mode 16x, merger_times 1 and 2 × 2 "
                         "window and merge kernels (MiniCPMV4_6Config's defaults)")
     depth, insert = vc["num_hidden_layers"], outer["insert_layer_id"]
     if not isinstance(insert, int) or not 0 <= insert < depth:
@@ -199,7 +201,7 @@ def minicpmv4_6_tower_from_config(cfg: dict[str, Any], name: str) -> MiniCpmV46T
     if isinstance(vc["patch_size"], (list, tuple)) or isinstance(vc["image_size"], (list, tuple)):
         raise SpecError(f"model {name}: hpcmem models square patches and position tables (integers)")
     return MiniCpmV46TowerSpec(
-        model_type="minicpmv4_6", depth=depth, hidden_size=vc["hidden_size"],
+        model_type=model_type, depth=depth, hidden_size=vc["hidden_size"],
         intermediate_size=vc["intermediate_size"], num_heads=vc["num_attention_heads"], in_channels=vc["num_channels"],
         image_size=vc["image_size"], patch_size=vc["patch_size"], out_hidden_size=text_width(cfg, QWEN3_5_HIDDEN),
         hidden_act=str(vc["hidden_act"]), projector_act="gelu", projector_bias=True, feature_layer=-1,

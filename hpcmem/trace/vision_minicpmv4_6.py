@@ -15,6 +15,13 @@ The image processor is transformers' own PIL one (image_processing_pil_minicpmv4
 checkpoint's; the tower's Conv2d runs at vision_config.patch_size) and the spec's scale_resolution, max_slice_nums and
 slice_mode. Its video processor needs torchvision, which an image-only dataset never calls: a stand-in carrying the
 two attributes `__init__` reads, which the processor's class check skips.
+
+MiniCPM-V 4.7 (model type minicpmv4_7) runs transformers' MiniCPMV4_7Processor (modular_minicpmv4_7.py: 4.6's with
+mm_token_type_ids returned and one placeholder per image checked; the same image text, so the same `markers`) around
+the same PIL image processor (image_processing_auto.py maps minicpmv4_7 to MiniCPMV4_6ImageProcessorPil), and its
+config gets the marker ids canvas M-RoPE reads (`MiniCPMV4_7Config` image_start_id … newline_id, required for
+images) from the tokenizer (`token_ids`); "\n" is whitespace the word tokenizer drops, so no slice row ends at a
+newline token.
 """
 
 from __future__ import annotations
@@ -40,8 +47,11 @@ def markers(job: JobSpec) -> int:
 def processor(job: JobSpec) -> Any:
     from transformers.models.minicpmv4_6.image_processing_pil_minicpmv4_6 import MiniCPMV4_6ImageProcessorPil
     from transformers.models.minicpmv4_6.processing_minicpmv4_6 import MiniCPMV4_6Processor
+    from transformers.models.minicpmv4_7.processing_minicpmv4_7 import MiniCPMV4_7Processor
 
-    class ImageOnlyProcessor(MiniCPMV4_6Processor):
+    base = MiniCPMV4_7Processor if job.model.vision.model_type == "minicpmv4_7" else MiniCPMV4_6Processor
+
+    class ImageOnlyProcessor(base):
         def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
             if argument_name == "video_processor" and isinstance(argument, SimpleNamespace):
                 return None
@@ -66,5 +76,15 @@ def is_processor(proc: Any) -> bool:
 
 
 def token_ids(proc: Any) -> dict[str, int]:
-    """MiniCPMV4_6Config's image and video token ids in the processor's tokenizer."""
-    return {"image_token_id": proc.image_token_id, "video_token_id": proc.video_token_id}
+    """MiniCPMV4_6Config's image and video token ids in the processor's tokenizer; for MiniCPMV4_7Processor also
+    MiniCPMV4_7Config's marker ids (modular_minicpmv4_7.py `MiniCPMV4_7Model._group_visual_frames` reads them);
+    newline_id one past the tokenizer's ids: the word tokenizer writes no "\n" token (the unknown word's id would
+    also match the image's local id and the template's words)."""
+    ids = {"image_token_id": proc.image_token_id, "video_token_id": proc.video_token_id}
+    if getattr(proc, "return_mm_token_type_ids", False):
+        tok = proc.tokenizer
+        ids.update({key: tok.convert_tokens_to_ids(TOKENS[token]) for key, token in (
+            ("image_start_id", "image_start_token"), ("image_end_id", "image_end_token"),
+            ("slice_start_id", "slice_start_token"), ("slice_end_id", "slice_end_token"))})
+        ids["newline_id"] = len(tok)
+    return ids
