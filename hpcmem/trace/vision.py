@@ -17,7 +17,7 @@ hpcmem.trace.vision_video_llama_3's, Gemma 4's hpcmem.trace.vision_gemma4's, GLM
 Cohere Compass's hpcmem.trace.vision_cohere_compass's, PaddleOCR-VL's hpcmem.trace.vision_paddleocr_vl's,
 LFM2-VL's hpcmem.trace.vision_lfm2_vl's (a PIL stand-in for its torchvision-only image processor), MiniCPM-V 4.6's
 hpcmem.trace.vision_minicpmv4_6's, Kimi K2.5's hpcmem.trace.vision_kimi_k25's (a PIL stand-in for its
-torchvision-only image processor).
+torchvision-only image processor), Cosmos3 Edge's hpcmem.trace.vision_cosmos3_edge's.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.trace import vision_cosmos3_edge
 from hpcmem.trace import (vision_aya_vision, vision_cohere2_vision, vision_cohere_compass, vision_deepseek_vl,
                           vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling, vision_idefics2,
                           vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr,
@@ -130,6 +131,8 @@ def processor(job: JobSpec) -> Any:
         return vision_cohere_compass.processor(job)
     if v.family == "paddleocr_vl":
         return vision_paddleocr_vl.processor(job, vision_tokenizer(), CHAT_TEMPLATE, IMAGE_PAD)
+    if v.family == "cosmos3_edge":
+        return vision_cosmos3_edge.processor(job, vision_tokenizer(), CHAT_TEMPLATE)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
