@@ -385,9 +385,10 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # models/cosmos3_edge: hpcmem.models.cosmos3_edge reads the vision part; Cosmos3EdgeModel (Qwen2VLModel's
     # __init__) builds the decoder with `AutoModel.from_config(config.text_config)` (`sub_configs_defaults`:
     # cosmos3_edge_text, Cosmos3EdgeTextConfig's class defaults when omitted), a learned type
-    # (hpcmem.models.vlm_learned); Cosmos3EdgeConfig.tie_word_embeddings False
+    # (hpcmem.models.vlm_learned); Cosmos3EdgeConfig.tie_word_embeddings False, and the head is never tied:
+    # `Cosmos3EdgeForConditionalGeneration._tied_weights_keys = {}` (modular_cosmos3_edge.py), whatever the flags say
     "cosmos3_edge": TowerLayout(text="cosmos3_edge_text", defaults={}, aliases={}, norm="layer", mlp="fc",
-                                text_defaults={}),
+                                text_defaults={}, ties=False),
     # models/janus: hpcmem.models.janus reads the vision and generation parts; the decoder is what text_config names
     # (JanusConfig's default: llama); JanusConfig.tie_word_embeddings True
     "janus": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
