@@ -32,6 +32,7 @@ from hpcmem.models.profile import KIND, config_hash, load_profile, profile_filen
 from hpcmem.models.resolve import _read_json
 from hpcmem.models.spec import ModelSpec
 from hpcmem.models.vision import text_part
+from hpcmem.trace.text_heads import TEXT_ONLY_TYPES
 from hpcmem.models.vlm_learned import learned_text
 from hpcmem.trace.learn import learn, stderr_progress
 
@@ -176,7 +177,8 @@ def learnable(cfg: dict[str, Any], name: str) -> None:
                         f"trace runs TRL's fused LM head one {VOCAB_CHUNK_SIZE:,}-column tile at a time, so its time "
                         f"grows with the vocabulary; the largest public ones are under 300,000); got {vocab:,}")
     mapping = installed_mapping()
-    if mapping is not None and model_type not in mapping:
+    if mapping is not None and model_type not in mapping and model_type not in TEXT_ONLY_TYPES:
+        # (TEXT_ONLY_TYPES: an image-text type's text config the trace gives a causal-LM class, hpcmem.trace.text_heads)
         from importlib.metadata import version
 
         raise SpecError(f"model {name}: model_type {model_type!r} is not a causal-LM type of the installed "

@@ -50,6 +50,7 @@ from hpcmem.estimate.vision_minicpmv4_6 import minicpmv4_6_terms
 from hpcmem.estimate.vision_lfm3_vl import lfm3_vl_terms
 from hpcmem.estimate.vision_kimi_k25 import kimi_k25_terms
 from hpcmem.estimate.vision_deepseek_vl_hybrid import deepseek_vl_hybrid_terms
+from hpcmem.estimate.vision_cosmos3_edge import cosmos3_edge_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -69,6 +70,7 @@ from hpcmem.models.minicpmv4_6 import MiniCpmV46TowerSpec
 from hpcmem.models.lfm3_vl import Lfm3VlTowerSpec
 from hpcmem.models.kimi_k25 import KimiK25TowerSpec
 from hpcmem.models.deepseek_vl_hybrid import DeepseekVLHybridTowerSpec
+from hpcmem.models.cosmos3_edge import Cosmos3EdgeTowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.ovis2 import Ovis2TowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
@@ -110,6 +112,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return lfm3_vl_terms(job, prec, lora)
     if isinstance(job.model.vision, KimiK25TowerSpec):
         return kimi_k25_terms(job, prec, lora)
+    if isinstance(job.model.vision, Cosmos3EdgeTowerSpec):
+        return cosmos3_edge_terms(job, prec, lora)
     if isinstance(job.model.vision, VipLlavaTowerSpec):
         return vipllava_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, ClipTowerSpec):

@@ -210,8 +210,9 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         h, w = vision.resized(t.image_height, t.image_width)
         return ImageGeometry(resized=(h, w), grid_thw=(1, h // vision.patch_size, w // vision.patch_size),
                              patches=vision.max_patches, tokens=vision.image_tokens(t.image_height, t.image_width))
-    if getattr(vision, "family", "") == "glm4v":
-        # GLM-4.1V (hpcmem.models.glm4v): its own smart_resize (a still image as temporal_patch_size frames)
+    if getattr(vision, "family", "") in ("glm4v", "cosmos3_edge"):
+        # GLM-4.1V (hpcmem.models.glm4v): its own smart_resize (a still image as temporal_patch_size frames);
+        # Cosmos3 Edge's processor is GLM-4.1V's at one frame (hpcmem.models.cosmos3_edge)
         h, w = vision.resized(t.image_height, t.image_width, *pixel_bounds(t, vision))
         gh, gw = h // vision.patch_size, w // vision.patch_size
         return ImageGeometry(resized=(h, w), grid_thw=(1, gh, gw), patches=gh * gw,

@@ -129,6 +129,10 @@ Covered (transformers 5.24):
   DeepSeek-V3's, learned (hpcmem.models.vlm_learned).
 - fuyu (Fuyu) with images: no tower; `vision_embed_tokens`, one Linear over each raw 30 × 30 pixel patch
   (hpcmem.models.fuyu's `FuyuTowerSpec`); its decoder Persimmon's, learned (hpcmem.models.vlm_learned).
+- cosmos3_edge (Cosmos3 Edge) with images: a packed SigLIP2 tower over each image's own patch grid (GLM-4.1V's
+  smart_resize at 16 px patches) and a 2 x 2 LayerNorm/GELU patch merger (hpcmem.models.cosmos3_edge's
+  `Cosmos3EdgeTowerSpec`); its decoder cosmos3_edge_text (Llama's shape, ReLU² fc1/fc2 MLP), learned
+  (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -162,6 +166,7 @@ from hpcmem.models.lfm3_vl import lfm3_vl_tower_from_config
 from hpcmem.models.minicpmv4_6 import minicpmv4_6_tower_from_config
 from hpcmem.models.minicpmv4_7 import minicpmv4_7_tower_from_config
 from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
+from hpcmem.models.cosmos3_edge import cosmos3_edge_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -273,7 +278,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "minicpmv4_7": ("sft", "dpo"),
                           "lfm3_vl": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
-                          "fuyu": ("sft", "dpo")}
+                          "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -411,6 +416,13 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # (hpcmem.models.vlm_learned); FuyuConfig.tie_word_embeddings False
     "fuyu": TowerLayout(text="persimmon", defaults={}, aliases={}, norm="layer", mlp="fc",
                         text_class_defaults=FUYU_TEXT_DEFAULTS, flat_text=True),
+    # models/cosmos3_edge: hpcmem.models.cosmos3_edge reads the vision part; Cosmos3EdgeModel (Qwen2VLModel's
+    # __init__) builds the decoder with `AutoModel.from_config(config.text_config)` (`sub_configs_defaults`:
+    # cosmos3_edge_text, Cosmos3EdgeTextConfig's class defaults when omitted), a learned type
+    # (hpcmem.models.vlm_learned); Cosmos3EdgeConfig.tie_word_embeddings False, and the head is never tied:
+    # `Cosmos3EdgeForConditionalGeneration._tied_weights_keys = {}` (modular_cosmos3_edge.py), whatever the flags say
+    "cosmos3_edge": TowerLayout(text="cosmos3_edge_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                text_defaults={}, ties=False),
     # models/janus: hpcmem.models.janus reads the vision and generation parts; the decoder is what text_config names
     # (JanusConfig's default: llama); JanusConfig.tie_word_embeddings True
     "janus": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
@@ -788,6 +800,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return lfm3_vl_tower_from_config(cfg, name)
     if model_type == "kimi_k25":
         return kimi_k25_tower_from_config(cfg, name)
+    if model_type == "cosmos3_edge":
+        return cosmos3_edge_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":

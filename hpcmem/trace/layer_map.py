@@ -86,6 +86,9 @@ def build_meta(cfg: dict[str, Any]) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from hpcmem.trace import text_heads
+
+    text_heads.register()       # a text config transformers maps to no causal-LM class (Cosmos3 Edge's)
     config = hf_config(cfg)
     try:
         with torch.device("meta"):

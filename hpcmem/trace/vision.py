@@ -17,7 +17,8 @@ hpcmem.trace.vision_video_llama_3's, Gemma 4's hpcmem.trace.vision_gemma4's, GLM
 Cohere Compass's hpcmem.trace.vision_cohere_compass's, PaddleOCR-VL's hpcmem.trace.vision_paddleocr_vl's,
 LFM2-VL's hpcmem.trace.vision_lfm2_vl's (a PIL stand-in for its torchvision-only image processor), MiniCPM-V 4.6's
 hpcmem.trace.vision_minicpmv4_6's, Kimi K2.5's hpcmem.trace.vision_kimi_k25's (a PIL stand-in for its
-torchvision-only image processor), Fuyu's hpcmem.trace.vision_fuyu's.
+torchvision-only image processor), Fuyu's hpcmem.trace.vision_fuyu's, Cosmos3 Edge's
+hpcmem.trace.vision_cosmos3_edge's.
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
-                          vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_fuyu, vision_gemma3, vision_gemma4,
-                          vision_glm4v, vision_granite_docling, vision_idefics2, vision_idefics3, vision_internvl,
-                          vision_janus, vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr, vision_llava,
-                          vision_minicpmv4_6, vision_mistral3, vision_mllama, vision_ovis2, vision_paddleocr_vl,
-                          vision_paligemma, vision_video_llama_3)
+                          vision_cosmos3_edge, vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_fuyu,
+                          vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling, vision_idefics2,
+                          vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl,
+                          vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_mistral3, vision_mllama,
+                          vision_ovis2, vision_paddleocr_vl, vision_paligemma, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -137,6 +138,8 @@ def processor(job: JobSpec) -> Any:
         return vision_cohere_compass.processor(job)
     if v.family == "paddleocr_vl":
         return vision_paddleocr_vl.processor(job, vision_tokenizer(), CHAT_TEMPLATE, IMAGE_PAD)
+    if v.family == "cosmos3_edge":
+        return vision_cosmos3_edge.processor(job, vision_tokenizer(), CHAT_TEMPLATE)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
