@@ -2,24 +2,10 @@
 through AutoModelForImageTextToText), as data (coverage_vlm.json, regenerated from the installed transformers by
 tests/models/test_coverage_vlm.py).
 
-hpcmem models images for the types of hpcmem.models.vision (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: their vision tower,
-patch merger — Qwen3-VL's deepstack mergers too — and image tokens; Gemma 3: its SigLIP tower, pooling projector and
-image tokens; ShieldGemma 2 and Cosmos3-Omni as Gemma 3 and Qwen3-VL, whose classes transformers builds for them;
-the trainers hpcmem.models.vision `IMAGE_TRAINERS_ALLOWED` names per type; llava, LLaVA-NeXT,
-LLaVA-NeXT-Video, LLaVA-OneVision, SmolVLM, Idefics3, Idefics2, PaliGemma, Mllama, Mistral 3, InternVL, ViP-LLaVA,
-Video-LLaVA, LightOnOCR, DeepSeek-VL, Janus, VideoLLaMA3, Ovis2, Aya Vision, Cohere2 Vision, Gemma 4, Gemma 4
-unified, GLM-4.1V (and glm46v and glmga, which build its classes, GLM-OCR, its subclass, and GLM-4.5V over a learned
-MoE decoder), Cohere Compass (Qwen3-VL's tower), PaddleOCR-VL, Qwen3.5, Qwen3.5-MoE, LFM2-VL, EXAONE 4.5 and
-MiniCPM-V 4.6 likewise (EXAONE 4.5 on Qwen2.5-VL's tower with grouped-query attention; Aya Vision, Cohere2 Vision,
-Gemma 4, Gemma 4 unified, Cohere Compass, PaddleOCR-VL, Qwen3.5, Qwen3.5-MoE, LFM2-VL, EXAONE 4.5 and MiniCPM-V 4.6
-on a learned text part, hpcmem.models.vlm_learned), and Fuyu (no tower: its patch Linear, hpcmem.models.fuyu, on a
-learned Persimmon text part), their towers in
-hpcmem.models.clip_tower, llava_next, llava_onevision, idefics3, idefics2, paligemma, mllama, pixtral, internvl,
-vipllava, video_llava, lighton_ocr, deepseek_vl, janus, video_llama_3, paddleocr_vl, ovis2, aya_vision, cohere2_vision, gemma4
-(Gemma 4 unified's encoder-free embedder too), glm4v, lfm2_vl, minicpmv4_6 (MiniCPM-V 4.7's too) kimi_k25 (Kimi K2.5, on a learned
-DeepSeek-V3 text part) and cosmos3_edge (Cosmos3 Edge, on a learned cosmos3_edge_text part); Qwen3.5's and Cohere Compass's are Qwen3-VL's); any other type that is
-only image-text-to-text is refused with that reason, or with TRL's own where TRL's trainers cannot train it at all
-(`TRL_REFUSES`).
+hpcmem models images for the types of hpcmem.models.vision `VISION_LANGUAGE` (that module's docstring lists each
+with its tower, projector and text part, and the module that reads its vision config), for the trainers
+`IMAGE_TRAINERS_ALLOWED` names per type; any other type that is only image-text-to-text is refused with that reason,
+or with TRL's own where TRL's trainers cannot train it at all (`TRL_REFUSES`).
 A type that also has a causal-LM class (gemma3n …) and no tower hpcmem models is estimated as its text decoder, as
 hpcmem/models/coverage.json classifies it, and the estimate says the towers are not counted.
 """
