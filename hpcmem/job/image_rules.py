@@ -152,7 +152,7 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "deepseek_vl": "DeepseekVLImageProcessor", "idefics2": "Idefics2ImageProcessor",
                      "janus": "JanusImageProcessor", "ovis2": "Ovis2ImageProcessor",
                      "lfm2_vl": "Lfm2VlImageProcessor", "minicpmv4_6": "MiniCPMV4_6ImageProcessor",
-                     "kimi_k25": "Kimi_K25ImageProcessor",
+                     "kimi_k25": "Kimi_K25ImageProcessor", "got_ocr2": "PPChart2TableImageProcessor",
                      "granite_docling": "GraniteDoclingImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
