@@ -46,6 +46,7 @@ from hpcmem.estimate.vision_glm4v import glm4v_terms
 from hpcmem.estimate.vision_lfm2_vl import lfm2_vl_terms
 from hpcmem.estimate.vision_minicpmv4_6 import minicpmv4_6_terms
 from hpcmem.estimate.vision_lfm3_vl import lfm3_vl_terms
+from hpcmem.estimate.vision_got_ocr2 import got_ocr2_terms
 from hpcmem.estimate.vision_kimi_k25 import kimi_k25_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
@@ -62,6 +63,7 @@ from hpcmem.models.internvl import InternVLTowerSpec
 from hpcmem.models.lfm2_vl import Lfm2VlTowerSpec
 from hpcmem.models.minicpmv4_6 import MiniCpmV46TowerSpec
 from hpcmem.models.lfm3_vl import Lfm3VlTowerSpec
+from hpcmem.models.got_ocr2_tower import GotOcr2TowerSpec
 from hpcmem.models.kimi_k25 import KimiK25TowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.ovis2 import Ovis2TowerSpec
@@ -85,7 +87,7 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     (hpcmem.estimate.vision_glm4v); LFM2-VL's llava's with its padded tiles and projector
     (hpcmem.estimate.vision_lfm2_vl); MiniCPM-V 4.6's in hpcmem.estimate.vision_minicpmv4_6; LFM3-VL's in
     hpcmem.estimate.vision_lfm3_vl; Kimi K2.5's in
-    hpcmem.estimate.vision_kimi_k25."""
+    hpcmem.estimate.vision_kimi_k25; PP-Chart2Table's GOT-OCR 2.0 tower in hpcmem.estimate.vision_got_ocr2."""
     if isinstance(job.model.vision, InternVLTowerSpec):
         return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, AyaVisionTowerSpec):
@@ -98,6 +100,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return lfm3_vl_terms(job, prec, lora)
     if isinstance(job.model.vision, KimiK25TowerSpec):
         return kimi_k25_terms(job, prec, lora)
+    if isinstance(job.model.vision, GotOcr2TowerSpec):
+        return got_ocr2_terms(job, prec, lora)
     if isinstance(job.model.vision, VipLlavaTowerSpec):
         return vipllava_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, ClipTowerSpec):

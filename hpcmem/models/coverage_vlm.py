@@ -16,7 +16,7 @@ on a learned text part, hpcmem.models.vlm_learned), their towers in
 hpcmem.models.clip_tower, llava_next, llava_onevision, idefics3, idefics2, paligemma, mllama, pixtral, internvl,
 vipllava, video_llava, lighton_ocr, deepseek_vl, janus, video_llama_3, paddleocr_vl, ovis2, aya_vision, cohere2_vision, gemma4
 (Gemma 4 unified's encoder-free embedder too), glm4v, lfm2_vl, minicpmv4_6 and kimi_k25 (Kimi K2.5, on a learned
-DeepSeek-V3 text part); Qwen3.5's and Cohere Compass's are Qwen3-VL's); any other type that is
+DeepSeek-V3 text part), PP-Chart2Table's GOT-OCR 2.0 tower in got_ocr2_tower; Qwen3.5's and Cohere Compass's are Qwen3-VL's); any other type that is
 only image-text-to-text is refused with that reason, or with TRL's own where TRL's trainers cannot train it at all
 (`TRL_REFUSES`).
 A type that also has a causal-LM class (gemma3n …) and no tower hpcmem models is estimated as its text decoder, as

@@ -264,7 +264,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "paddleocr_vl": ("sft", "dpo"), "minicpmv4_6": ("sft", "dpo"),
                           "lfm3_vl": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
-                          "pp_chart2table": ("sft", "dpo")}
+                          "pp_chart2table": ("sft",)}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))

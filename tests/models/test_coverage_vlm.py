@@ -116,6 +116,9 @@ def test_coverage_lists_every_image_text_type_with_a_status():
         "GRPO/RLOO with images refused" in by_type["granite_docling"]["reason"]
     assert by_type["kimi_k25"]["status"] == "derived" and "traced: SFT, DPO)" in by_type["kimi_k25"]["reason"] \
         and "GRPO/RLOO with images refused" in by_type["kimi_k25"]["reason"]
+    assert by_type["pp_chart2table"]["status"] == "derived" and \
+        "traced: SFT, DPO)" in by_type["pp_chart2table"]["reason"] and \
+        "GRPO/RLOO with images refused" in by_type["pp_chart2table"]["reason"]
     assert by_type["video_llama_3"]["status"] == "derived" and "traced: SFT)" in by_type["video_llama_3"]["reason"] \
         and "DPO/GRPO/RLOO with images refused" in by_type["video_llama_3"]["reason"]
     # measured: the stored image traces of the types estimated with images, nothing for the others
