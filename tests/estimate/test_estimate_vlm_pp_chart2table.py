@@ -63,3 +63,9 @@ def test_grpo_and_dpo_with_images_are_refused():
     with pytest.raises(SpecError, match="PPChart2TableProcessor raises"):
         case_job({"trainer": "dpo", "model_name_or_path": str(CUT), "max_length": 1024, "images_per_example": 1,
                   "image_height": 480, "image_width": 640, "dtype": "bfloat16", "bf16": True})
+
+
+def test_the_estimate_warns_of_the_reserved_and_lora_gaps():
+    job = case_job({**RECORDS["ppc2t-lora-all-gc-768"]["case"],
+                    "model_name_or_path": str(ROOT / RECORDS["ppc2t-lora-all-gc-768"]["case"]["model_name_or_path"])})
+    assert any(w.startswith("pp_chart2table: on its 12 traced SFT cases") for w in estimate(job).warnings)
