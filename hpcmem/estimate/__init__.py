@@ -273,10 +273,10 @@ IMAGE_RESERVED_NOTE = ("reserved with images is not held to 3 %: the allocator's
                        "(estimator/LOG.md) — keep that headroom")
 # modeling_got_ocr2.py GotOcr2VisionAttention: eager attention keeps [heads, N, N] fp32 and 16-bit scores per image on
 # a global layer (hundreds of MiB each), which strand allocator segments beyond the image headroom above
-PP_CHART2TABLE_NOTE = ("pp_chart2table: on its 12 traced SFT cases the trace's allocator model reserved 8-30 % more than "
-                       "this estimate under default segments and 1-29 % more under expandable segments (the global "
-                       "layers' eager attention scores strand whole segments), and LoRA all-linear's allocated peak "
-                       "was 3.1-5.3 % below this estimate (estimator/LOG.md, PP-Chart2Table) — keep that headroom")
+PP_CHART2TABLE_NOTE = ("pp_chart2table: on its 12 traced SFT cases the trace's allocator model reserved 8-33 % more than "
+                       "this estimate under default segments and 1-32 % more under expandable segments (the global "
+                       "layers' eager attention scores strand whole segments; estimator/LOG.md, PP-Chart2Table) — "
+                       "keep that headroom")
 VISION_UNUSED_NOTE = ("images_per_example 0 on a vision-language model: a text-only job; the vision tower's weights "
                       "are counted, its activations and gradients are not (set images_per_example, image_height and "
                       "image_width for an image dataset)")

@@ -25,12 +25,15 @@ conv_upsampler2 (its input when trained), the flattened rows' copy multimodal_pr
 `pooler_output` [images, tokens, text width], masked_scatter into the token embeddings. `last_hidden_state` and
 `pooler_output` are held by the model's output (`GotOcr2ModelOutputWithPast.image_outputs`): forward-only locals here.
 
-The widest instants are the global layer's attention: its forward holds, beside its saved fp32 and 16-bit
-probabilities, `decomposed_rel_pos` (a local alive until the attention returns) and the sum with the raw scores
-while `.to` runs (2 + 2 bytes a score beyond the 6 kept); its backward the fp32 gradient of the softmax output and
-the softmax's own fp32 input gradient (hpcmem.estimate.activations `backward_parts`, eager). A DPO reference pass
-(no grad) holds the raw scores' sum, `decomposed_rel_pos`, the fp32 softmax and its 16-bit copy at once: 10 bytes a
-score (DPO itself is refused on this type: hpcmem.job.image_rules `TRAINER_FAILS`).
+The widest instants are the global layer's attention. Its forward, at the softmax: `softmax(x, dtype=float32)`
+converts the 16-bit sum to fp32 before it runs (aten SoftMax.cpp: only a Half input on CUDA has the half_to_float
+kernel), so the fp32 input copy, the fp32 output, `decomposed_rel_pos` (a local alive until the attention returns) and
+the sum are alive at once: 12 bytes a score, before the layer's later saved tensors exist. Its backward, at the
+softmax's: the saved fp32 output and two fp32 gradients (the `.to` copy's and the softmax input's; hpcmem.estimate.
+activations `backward_parts`, eager), the 16-bit probabilities and everything the layer kept after its attention
+(layer_norm2's, the MLP's, proj's input and their adapters') already freed by their own backward. A DPO reference
+pass (no grad) would hold the same 12 bytes a score (DPO itself is refused on this type: hpcmem.job.image_rules
+`TRAINER_FAILS`).
 """
 
 from __future__ import annotations
@@ -77,16 +80,22 @@ def got_ocr2_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTer
     opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
     norm_in = FP32 * h + LAYER_NORM_STATS       # an autocast LayerNorm's fp32 input copy and mean/rstd, per row
 
+    def post_attention(global_attention: bool) -> int:
+        """What a layer keeps after its attention: proj's input when it trains, layer_norm2's fp32 input and stats and
+        its output for lin1 when lin1 trains, GELU's input, lin2's input when it trains, their adapters'."""
+        rows = n if global_attention else images * v.padded_grid ** 2
+        return (norm_in * n + (a * h * (rows + n) if trained else 0) + a * i * n * (2 if trained else 1)
+                + adapters_saved([x for x in layer_adapters if x.name == "attn.proj"], rows, prec, lora)
+                + adapters_saved([x for x in layer_adapters if x.name.startswith("mlp.")], n, prec, lora))
+
     def layer_saved(global_attention: bool) -> int:
         rows = n if global_attention else images * v.padded_grid ** 2
-        norms = 2 * norm_in * n + (a * h * (rows + n) if trained else 0)
-        # the qkv copy (3 · width), query · scale, the two einsums' query copies, proj's input when it trains
-        attention = a * h * rows * (3 + 1 + 2 + (1 if trained else 0)) + (FP32 + a) * _scores(v, images,
-                                                                                             global_attention)
-        mlp = a * i * n * (2 if trained else 1)
-        own = (adapters_saved([x for x in layer_adapters if x.name.startswith("attn.")], rows, prec, lora)
-               + adapters_saved([x for x in layer_adapters if x.name.startswith("mlp.")], n, prec, lora))
-        return norms + attention + mlp + own
+        before_scores = norm_in * n + (a * h * rows if trained else 0)
+        # the qkv copy (3 · width), query · scale, the two einsums' query copies (kept only for the gradients of the
+        # trained rel_pos tables: a frozen table's einsum keeps the table alone)
+        attention = a * h * rows * (3 + 1 + (2 if trained else 0)) + (FP32 + a) * _scores(v, images, global_attention)
+        own = adapters_saved([x for x in layer_adapters if x.name == "attn.qkv"], rows, prec, lora)
+        return before_scores + attention + own + post_attention(global_attention)
 
     full = {True: layer_saved(True), False: layer_saved(False)}
     kinds = tuple(k in v.global_attn_indexes for k in range(v.depth))
@@ -109,19 +118,26 @@ def got_ocr2_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTer
     # softmax output and the softmax input's, beyond the probabilities it frees), the adapters'
     hidden_t = 2 * prec.residual * h * n
     mlp_t = 2 * a * i * n
-    scores_t = (FP32 + a) * global_scores
+    # the attention's backward runs after the MLP's and layer_norm2's: their saved tensors and proj's are freed by
+    # then (autograd drops each node's saved tensors once its backward has run)
+    scores_t = max(0, (FP32 + a) * global_scores - post_attention(any(kinds)))
     adapter_t = n * max(x.in_features for x in layer_adapters) * backward_bytes_per_input(lora) \
         if layer_adapters else 0
     per_block = (v.block_params if trained else adapter_params(layer_adapters) // v.depth) * gbytes
     merger_grads = ((v.merger_params + v.neck_params if trained else
                      adapter_params([x for x in adapted if x.part == "merger"])) * gbytes)
-    # the global layer's forward instant at `.to(query.dtype)` beyond what it keeps: decomposed_rel_pos and the scores'
-    # sum, 16-bit; under checkpointing nothing is kept, so the fp32 softmax output, its copy and the qkv copy with
-    # query · scale too
-    block_forward = 2 * a * global_scores if not gc else (3 * a + FP32) * global_scores + 4 * a * h * n
-    # DPO's reference pass (no grad): the widest layer's scores sum, decomposed_rel_pos, fp32 softmax, its copy, and
-    # the qkv copy with query · scale
-    reference = (a + a + FP32 + a) * global_scores + 4 * a * h * n
+    # the global layer's forward instant at its softmax: `softmax(x, dtype=torch.float32)` on a 16-bit x converts it
+    # to fp32 first (aten/src/ATen/native/SoftMax.cpp `softmax`: only a Half input on CUDA takes the half_to_float
+    # kernel; bf16 does not), so the fp32 input copy lives beside the fp32 output, with decomposed_rel_pos and the
+    # scores' sum (16-bit): 12 bytes a score where 6 are kept, and the layer's later saved tensors (the 16-bit
+    # probabilities, post_attention) not yet made; under checkpointing nothing is kept, so the whole 12, the qkv
+    # output and query · scale, and layer_norm1's fp32 output
+    block_forward = (max(0, (2 * a + 2 * FP32) * global_scores - (FP32 + a) * global_scores
+                         - post_attention(any(kinds))) if not gc else
+                     (2 * a + 2 * FP32) * global_scores + 4 * a * h * n + FP32 * h * n)
+    # DPO's reference pass (no grad): the widest layer's scores sum, decomposed_rel_pos, the softmax's fp32 input copy
+    # and output, and the qkv copy with query · scale
+    reference = (2 * a + 2 * FP32) * global_scores + 4 * a * h * n
     what = ("tower and projector trained (full fine-tuning)" if trained else
             f"frozen; LoRA on {len(adapted)} of its linear kinds")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,

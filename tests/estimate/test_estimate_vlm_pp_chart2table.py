@@ -22,14 +22,7 @@ RECORDS = trace_records(ROOT, "vlm-pp-chart2table")
 CUT = ROOT / "tests" / "fixtures" / "vlm" / "pp-chart2table-defaults-L2-D2.json"
 
 
-# LoRA all-linear: over by 3.1-5.3 % (the global layer's forward instant under by ~1 byte a score, its backward over
-# by ~1.2; estimator/LOG.md, "PP-Chart2Table"): not held, strict xfail until the mechanism is found
-LORA_OVER = {k for k, r in RECORDS.items() if r["cell"].startswith("sft/lora")}
-
-
-@pytest.mark.parametrize("case_id", [pytest.param(k, marks=pytest.mark.xfail(
-    strict=True, reason="LoRA all-linear over by 3.1-5.3 % at the global layer")) if k in LORA_OVER else k
-    for k in sorted(RECORDS)])
+@pytest.mark.parametrize("case_id", sorted(RECORDS))
 def test_estimate_within_3_percent_of_the_trace(case_id):
     traced = RECORDS[case_id]["traced"]
     assert abs(estimated_tensor_peak(RECORDS[case_id], ROOT) - traced) <= 0.03 * traced
@@ -43,7 +36,23 @@ def test_the_matrix_is_all_there():
         "pp-chart2table-defaults-L2-D2.json", "pp-chart2table-defaults-L2-D2-768.json"}
     assert {r["cell"] for r in RECORDS.values()} == {f"sft/{c}" for c in ("full+gc", "full+nogc", "lora+gc",
                                                                           "lora+nogc")}
-    assert len(LORA_OVER) == 6
+
+
+def test_the_global_layer_s_forward_instant_by_hand():
+    """modeling_got_ocr2.py `GotOcr2VisionAttention.forward`, LoRA without checkpointing at 768 px (63.7 M scores):
+    at the global layer's softmax the fp32 input copy, the fp32 output, decomposed_rel_pos and the scores' sum (12 bytes
+    a score) where the layer's saved tensors count 6; the estimate's forward instant moves by the 6 less what the
+    layer keeps after its attention (not yet made then)."""
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.vision_llava import tower_terms
+    from hpcmem.job.shape import precision
+
+    record = RECORDS["ppc2t-lora-all-nogc-768"]
+    job = case_job({**record["case"], "model_name_or_path": str(ROOT / record["case"]["model_name_or_path"])})
+    terms = tower_terms(job, precision(job), lora_layout(job))
+    scores = _scores(job.model.vision, 1, True)
+    assert scores == 12 * 2304 * 2304
+    assert 5 * scores < terms.block_forward < 6 * scores
 
 
 def test_the_global_layer_s_scores_by_hand():
@@ -65,7 +74,7 @@ def test_grpo_and_dpo_with_images_are_refused():
                   "image_height": 480, "image_width": 640, "dtype": "bfloat16", "bf16": True})
 
 
-def test_the_estimate_warns_of_the_reserved_and_lora_gaps():
+def test_the_estimate_warns_of_the_reserved_gap():
     job = case_job({**RECORDS["ppc2t-lora-all-gc-768"]["case"],
                     "model_name_or_path": str(ROOT / RECORDS["ppc2t-lora-all-gc-768"]["case"]["model_name_or_path"])})
     assert any(w.startswith("pp_chart2table: on its 12 traced SFT cases") for w in estimate(job).warnings)

@@ -17,6 +17,9 @@ from hpcmem.validate.cases import case_job
 
 TRACES = Path(__file__).resolve().parents[2] / "estimator" / "traces"
 BOUND = {"default": 14.0, "expandable": 11.0}      # the warning's figures
+# a type whose estimate warns of a wider gap of its own (hpcmem.estimate `PP_CHART2TABLE_NOTE`: the eager global
+# attention's score tensors strand segments): held to that warning's figures instead
+TYPE_BOUND = {"pp_chart2table": {"default": 33.0, "expandable": 32.0}}
 
 
 def _records() -> list[dict]:
@@ -35,7 +38,8 @@ def test_the_warned_headroom_covers_every_stored_image_trace():
             est = estimate(replace(job, expandable_segments=mode == "expandable"))
             short = 100.0 * (traced - est.peak_reserved_bytes) / traced
             worst[mode] = max(worst[mode], short)
-            assert short <= BOUND[mode], (rec["case"]["id"], mode, round(short, 2))
+            bound = TYPE_BOUND.get(job.model.model_type, BOUND)[mode]
+            assert short <= bound, (rec["case"]["id"], mode, round(short, 2))
     assert worst["default"] > 3.0       # the gap is real: the warning is not idle
 
 
