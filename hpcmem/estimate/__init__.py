@@ -275,8 +275,13 @@ IMAGE_RESERVED_NOTE = ("reserved with images is not held to 3 %: the allocator's
 # DeepSeek-VL hybrid: SAM's global attention on the trace's SDPA math path (modeling_sam.py SamVisionSdpaAttention)
 # makes and frees fp32 [heads, grid², grid²] tensors in the forward and the backward whose cached blocks the allocator
 # model keeps and the estimate's slack terms do not (estimator/LOG.md, 12 traced cases)
+# PP-Chart2Table: modeling_got_ocr2.py GotOcr2VisionAttention's eager attention keeps [heads, N, N] fp32 and 16-bit
+# scores per image on a global layer (hundreds of MiB each), which strand whole segments (estimator/LOG.md, 12 traced
+# SFT cases: 8-33 % default, 1-32 % expandable)
 WIDER_IMAGE_RESERVED = {"deepseek_vl_hybrid": (26, 22, "the SAM tower's global attention makes and frees fp32 "
-                                                       "[heads, grid², grid²] tensors")}
+                                                       "[heads, grid², grid²] tensors"),
+                        "pp_chart2table": (33, 32, "the GOT-OCR 2.0 tower's global layers keep eager [heads, N, N] "
+                                                   "attention scores, fp32 and 16-bit, per image")}
 
 
 def wider_reserved_note(model_type: str) -> str:

@@ -48,6 +48,7 @@ from hpcmem.estimate.vision_glm4v import glm4v_terms
 from hpcmem.estimate.vision_lfm2_vl import lfm2_vl_terms
 from hpcmem.estimate.vision_minicpmv4_6 import minicpmv4_6_terms
 from hpcmem.estimate.vision_lfm3_vl import lfm3_vl_terms
+from hpcmem.estimate.vision_got_ocr2 import got_ocr2_terms
 from hpcmem.estimate.vision_kimi_k25 import kimi_k25_terms
 from hpcmem.estimate.vision_deepseek_vl_hybrid import deepseek_vl_hybrid_terms
 from hpcmem.estimate.vision_cosmos3_edge import cosmos3_edge_terms
@@ -68,6 +69,7 @@ from hpcmem.models.internvl import InternVLTowerSpec
 from hpcmem.models.lfm2_vl import Lfm2VlTowerSpec
 from hpcmem.models.minicpmv4_6 import MiniCpmV46TowerSpec
 from hpcmem.models.lfm3_vl import Lfm3VlTowerSpec
+from hpcmem.models.got_ocr2_tower import GotOcr2TowerSpec
 from hpcmem.models.kimi_k25 import KimiK25TowerSpec
 from hpcmem.models.deepseek_vl_hybrid import DeepseekVLHybridTowerSpec
 from hpcmem.models.cosmos3_edge import Cosmos3EdgeTowerSpec
@@ -95,7 +97,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     hpcmem.estimate.vision_lfm3_vl; Kimi K2.5's in
     hpcmem.estimate.vision_kimi_k25; Fuyu's patch Linear in
     hpcmem.estimate.vision_fuyu; DeepSeek-VL hybrid's in
-    hpcmem.estimate.vision_deepseek_vl_hybrid."""
+    hpcmem.estimate.vision_deepseek_vl_hybrid; PP-Chart2Table's GOT-OCR 2.0 tower in
+    hpcmem.estimate.vision_got_ocr2."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
     if isinstance(job.model.vision, InternVLTowerSpec):
@@ -114,6 +117,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return kimi_k25_terms(job, prec, lora)
     if isinstance(job.model.vision, Cosmos3EdgeTowerSpec):
         return cosmos3_edge_terms(job, prec, lora)
+    if isinstance(job.model.vision, GotOcr2TowerSpec):
+        return got_ocr2_terms(job, prec, lora)
     if isinstance(job.model.vision, VipLlavaTowerSpec):
         return vipllava_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, ClipTowerSpec):

@@ -124,6 +124,9 @@ Covered (transformers 5.24):
 - lfm3_vl (LFM3-VL) with images: gated 2-D convolution and grouped-query attention layers (LFM2's decoder layer) over
   Qwen-style patches, under a LayerNorm/GELU projector of each 2 × 2 block (hpcmem.models.lfm3_vl's
   `Lfm3VlTowerSpec`); its decoder LFM3's, learned (hpcmem.models.vlm_learned).
+- pp_chart2table (PP-Chart2Table, GotOcr2ForConditionalGeneration) with images: GOT-OCR 2.0's SAM-style ViTDet tower
+  (windowed and global attention with relative positions, a convolution neck) under a convolution and Linear
+  projector (hpcmem.models.got_ocr2_tower's `GotOcr2TowerSpec`); a Qwen2 decoder.
 - kimi_k25 (Kimi K2.5) with images: a SigLIP-shaped NaViT tower over each image's own patch grid with axial 2-D rope
   and a 2 x 2 merge into a LayerNorm/GELU projector (hpcmem.models.kimi_k25's `KimiK25TowerSpec`); its decoder
   DeepSeek-V3's, learned (hpcmem.models.vlm_learned).
@@ -163,6 +166,7 @@ from hpcmem.models.glm4v import (GLM4V_MOE_TEXT_DEFAULTS, GLM4V_TEXT_DEFAULTS, G
 from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.lfm2_vl import lfm2_vl_tower_from_config
 from hpcmem.models.lfm3_vl import lfm3_vl_tower_from_config
+from hpcmem.models.got_ocr2_tower import PP_CHART2TABLE_TEXT_DEFAULTS, got_ocr2_tower_from_config
 from hpcmem.models.minicpmv4_6 import minicpmv4_6_tower_from_config
 from hpcmem.models.minicpmv4_7 import minicpmv4_7_tower_from_config
 from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
@@ -278,7 +282,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "minicpmv4_7": ("sft", "dpo"),
                           "lfm3_vl": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
-                          "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo")}
+                          "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
+                          "pp_chart2table": ("sft",)}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -423,6 +428,11 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # `Cosmos3EdgeForConditionalGeneration._tied_weights_keys = {}` (modular_cosmos3_edge.py), whatever the flags say
     "cosmos3_edge": TowerLayout(text="cosmos3_edge_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                 text_defaults={}, ties=False),
+    # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
+    # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
+    # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
+    "pp_chart2table": TowerLayout(text="qwen2", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True,
+                                  text_defaults=PP_CHART2TABLE_TEXT_DEFAULTS),
     # models/janus: hpcmem.models.janus reads the vision and generation parts; the decoder is what text_config names
     # (JanusConfig's default: llama); JanusConfig.tie_word_embeddings True
     "janus": TowerLayout(text="llama", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True),
@@ -560,7 +570,7 @@ VISION_LANGUAGE["hyperclovax_vision_v2"] = replace(VISION_LANGUAGE["qwen2_5_vl"]
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
                      "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "deepseek_vl_hybrid", "idefics2",
                      "aya_vision",
-                     "cohere2_vision", "qianfan_ocr", "janus", "video_llama_3", "ovis2", "lfm2_vl")
+                     "cohere2_vision", "qianfan_ocr", "janus", "video_llama_3", "ovis2", "lfm2_vl", "pp_chart2table")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -798,6 +808,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return minicpmv4_7_tower_from_config(cfg, name)
     if model_type == "lfm3_vl":
         return lfm3_vl_tower_from_config(cfg, name)
+    if model_type == "pp_chart2table":
+        return got_ocr2_tower_from_config(cfg, name)
     if model_type == "kimi_k25":
         return kimi_k25_tower_from_config(cfg, name)
     if model_type == "cosmos3_edge":

@@ -18,7 +18,7 @@ Cohere Compass's hpcmem.trace.vision_cohere_compass's, PaddleOCR-VL's hpcmem.tra
 LFM2-VL's hpcmem.trace.vision_lfm2_vl's (a PIL stand-in for its torchvision-only image processor), MiniCPM-V 4.6's
 hpcmem.trace.vision_minicpmv4_6's, Kimi K2.5's hpcmem.trace.vision_kimi_k25's (a PIL stand-in for its
 torchvision-only image processor), Fuyu's hpcmem.trace.vision_fuyu's, Cosmos3 Edge's
-hpcmem.trace.vision_cosmos3_edge's.
+hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision,
                           vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling, vision_idefics2,
                           vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl,
                           vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_mistral3, vision_mllama,
-                          vision_ovis2, vision_paddleocr_vl, vision_paligemma, vision_video_llama_3)
+                          vision_ovis2, vision_paddleocr_vl, vision_paligemma, vision_pp_chart2table,
+                          vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -122,6 +123,8 @@ def processor(job: JobSpec) -> Any:
         return vision_janus.processor(job)
     if v.family == "ovis2":
         return vision_ovis2.processor(job)
+    if v.family == "got_ocr2":
+        return vision_pp_chart2table.processor(job)
     if v.family == "idefics2":
         return vision_idefics2.processor(job)
     if v.family == "mllama":
@@ -178,6 +181,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_kimi_k25.token_ids(proc)
     if vision_fuyu.is_processor(proc):
         return vision_fuyu.token_ids(proc)
+    if vision_pp_chart2table.is_processor(proc):
+        return vision_pp_chart2table.token_ids(proc)
     if vision_lfm2_vl.is_processor(proc):      # its image_token is llava's "<image>": before llava's
         return vision_lfm2_vl.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
@@ -228,6 +233,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_fuyu.markers(job) if family == "fuyu" else \
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
         vision_ovis2.MARKERS_PER_IMAGE if family == "ovis2" else \
+        vision_pp_chart2table.MARKERS_PER_IMAGE if family == "got_ocr2" else \
         vision_idefics2.MARKERS_PER_IMAGE if family == "idefics2" else \
         vision_mllama.MARKERS_PER_IMAGE if family == "mllama" else \
         vision_mistral3.MARKERS_PER_IMAGE if family == "pixtral" else \
