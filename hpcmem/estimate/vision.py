@@ -380,6 +380,37 @@ def tower_weights(job: JobSpec, v: Any, prec: Precision, lora: LoraLayout) -> tu
     return adapted, adapter_params, v.num_params * prec.weight + adapter_params * lora.adapter_bytes
 
 
+@dataclass(frozen=True)
+class TowerStates:
+    """What trains in a tower of `depth` equal blocks and its other parts (patch embedding, projector): the blocks'
+    adapted linears, one block's and the rest's trainable parameters, the gradients' dtype bytes, the gradients' and
+    the optimizer states' bytes."""
+
+    layer_adapters: tuple[Any, ...]
+    per_block: int
+    rest: int
+    gbytes: int
+    grads: int
+    opt: int
+
+
+def tower_states(job: JobSpec, v: Any, prec: Precision, lora: LoraLayout, adapted: tuple[Any, ...]) -> TowerStates:
+    """`TowerStates` of a tower whose spec names `block_params`, `depth` and `num_params`: everything trains when the
+    tower trains whole (gradients in the weights' dtype), else the adapted linears' r·(in + out) each (Hu et al. 2021;
+    gradients in the adapters' dtype); optimizer states per trainable parameter (hpcmem.estimate.states)."""
+    r, trained = job.train.lora_r, not lora.enabled
+    gbytes = prec.weight if trained else lora.adapter_bytes
+    layer_adapters = tuple(x for x in adapted if x.part == "tower")
+    others = [x for x in adapted if x.part != "tower"]
+    per_block = v.block_params if trained else sum(r * (x.in_features + x.out_features) for x in layer_adapters)
+    rest = (v.num_params - v.block_params * v.depth) if trained else \
+        sum(r * (x.in_features + x.out_features) for x in others)
+    trainable = per_block * v.depth + rest
+    return TowerStates(layer_adapters=layer_adapters, per_block=per_block, rest=rest, gbytes=gbytes,
+                       grads=trainable * gbytes,
+                       opt=int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes)))
+
+
 def trained_parts(v: Any, tower_adapters: list[Any], merger_adapters: list[Any], r: int,
                   trained: bool) -> tuple[int, int]:
     """One encoder block's and the projector's trainable parameters: all of them when the tower trains whole, else

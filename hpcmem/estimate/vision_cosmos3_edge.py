@@ -33,10 +33,9 @@ from dataclasses import replace
 
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
-from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, LAYER_NORM_STATS, VisionTerms, adapters_saved, block_saved, block_spec,
-                                    feature_locals, graphless_tower, layer_norm_saved, token_leaf, tower_weights,
-                                    unused_tower)
+                                    feature_locals, graphless_tower, layer_norm_saved, token_leaf, tower_states,
+                                    tower_weights, unused_tower)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
@@ -64,22 +63,15 @@ def cosmos3_edge_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> Visio
     adapted, _, weights = tower_weights(job, v, prec, lora)
     if images == 0:
         return unused_tower(weights)
-    r, w, trained, gc = job.train.lora_r, prec.weight, not lora.enabled, job.train.gradient_checkpointing
+    trained, gc = not lora.enabled, job.train.gradient_checkpointing
     h = v.hidden_size
     tokens = n // v.merge_unit
     pixels = n * v.patch_dim * FP32
     if lora.enabled and not adapted and not gc:
         return graphless_tower(weights=weights, pixels=pixels, patches=n, image_tokens=tokens)
-    gbytes = w if trained else lora.adapter_bytes
-    adapted = list(adapted)
-    layer_adapters = [x for x in adapted if x.part == "tower"]
-    others = [x for x in adapted if x.part != "tower"]
-    per_block = v.block_params if trained else sum(r * (x.in_features + x.out_features) for x in layer_adapters)
-    rest = (v.num_params - v.block_params * v.depth) if trained else \
-        sum(r * (x.in_features + x.out_features) for x in others)
-    trainable = per_block * v.depth + rest
-    grads = trainable * gbytes
-    opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
+    st = tower_states(job, v, prec, lora, adapted)
+    gbytes, layer_adapters, per_block, rest, grads, opt = st.gbytes, st.layer_adapters, st.per_block, st.rest, \
+        st.grads, st.opt
     # the layers: q/k/v three Linears (Siglip2Attention); each image one chunk of the cu_seqlens attention, whose
     # outputs' concatenation out_proj keeps (block_saved's `proj_in`)
     spec = replace(block_spec(v), fused_qkv=False)

@@ -31,9 +31,8 @@ from dataclasses import replace
 
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
-from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, graphless_tower,
-                                    layer_norm_saved, token_leaf, tower_weights, unused_tower)
+                                    layer_norm_saved, token_leaf, tower_states, tower_weights, unused_tower)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
@@ -80,22 +79,15 @@ def minicpmv4_6_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> Vision
     adapted, _, weights = tower_weights(job, v, prec, lora)
     if images == 0:
         return unused_tower(weights)
-    r, w, trained, gc = job.train.lora_r, prec.weight, not lora.enabled, job.train.gradient_checkpointing
+    w, trained, gc = prec.weight, not lora.enabled, job.train.gradient_checkpointing
     h, late = v.hidden_size, n // MERGE ** 2
     tokens = late // MERGE ** 2
     pixels = n * v.patch_dim * FP32
     if lora.enabled and not adapted and not gc:
         return graphless_tower(weights=weights, pixels=pixels, patches=n, image_tokens=tokens)
-    gbytes = w if trained else lora.adapter_bytes
-    adapted = list(adapted)
-    layer_adapters = [x for x in adapted if x.part == "tower"]
-    others = [x for x in adapted if x.part != "tower"]
-    per_block = v.block_params if trained else sum(r * (x.in_features + x.out_features) for x in layer_adapters)
-    rest = (v.num_params - v.block_params * v.depth) if trained else \
-        sum(r * (x.in_features + x.out_features) for x in others)
-    trainable = per_block * v.depth + rest
-    grads = trainable * gbytes
-    opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
+    st = tower_states(job, v, prec, lora, adapted)
+    gbytes, layer_adapters, per_block, rest, grads, opt = st.gbytes, st.layer_adapters, st.per_block, st.rest, \
+        st.grads, st.opt
     # the layers: SigLIP's q/k/v are three Linears; each slice one chunk of the cu_seqlens attention, whose outputs'
     # concatenation out_proj keeps (block_saved's `proj_in`, as the Qwen towers' `proj`)
     spec = replace(block_spec(v), fused_qkv=False)
