@@ -18,6 +18,7 @@ from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.models.profile import LayerKind, Linear, ParamLayout
+from hpcmem.trace import text_heads
 
 MAX_DEPTH = 12            # the deepest reduced model the learner traces
 LAYER_ATTRS = ("attention_type", "layer_type", "is_sliding", "sliding_window", "use_rope", "is_causal",
@@ -85,8 +86,6 @@ def build_meta(cfg: dict[str, Any]) -> Any:
     """`AutoModelForCausalLM.from_config` on the meta device (no memory), attention left to transformers."""
     import torch
     from transformers import AutoModelForCausalLM
-
-    from hpcmem.trace import text_heads
 
     text_heads.register()       # a text config transformers maps to no causal-LM class (Cosmos3 Edge's)
     config = hf_config(cfg)

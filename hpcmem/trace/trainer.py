@@ -14,7 +14,7 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import REGISTRY, entry
-from hpcmem.trace import pieces, vision
+from hpcmem.trace import pieces, text_heads, vision
 from hpcmem.trace.data import BatchDesign, make_dataset
 from hpcmem.trace.hf_config import attn_implementation_arg
 
@@ -82,8 +82,6 @@ def load_dtype(job: JobSpec) -> Any:
 def build_model(job: JobSpec) -> Any:
     """`AutoModelForCausalLM.from_config` in the load dtype (random weights: from_pretrained's tensors, no file)."""
     from transformers import AutoModelForCausalLM
-
-    from hpcmem.trace import text_heads
 
     text_heads.register()       # a text config transformers maps to no causal-LM class (Cosmos3 Edge's)
     attn = attn_implementation_arg(job.train)

@@ -94,7 +94,7 @@ def run_trl(trainer: str, settings: dict[str, Any], config: dict[str, Any], *, s
     if trainer == "distillation":
         return TrlVerdict(None, NO_TEACHER)
     adjusted: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="hpcmem-trl-", dir=workdir) as tmp:
+    with tempfile.TemporaryDirectory(prefix="hpcmem-trl-", dir=workdir) as tmp, kept_autocast():
         try:
             model_path = save_model(config, Path(tmp) / "model", image_text=image_text)
         except Exception as exc:                       # the shrink's limit, not the trainer's verdict
@@ -274,3 +274,22 @@ def quiet() -> Iterator[None]:
             yield
     finally:
         transformers.logging.set_verbosity(level)
+
+
+@contextlib.contextmanager
+def kept_autocast() -> Iterator[None]:
+    """The CPU autocast state (enabled, dtype, cache) as it was before, whatever the run inside left: a forward that
+    re-enters its own autocast-wrapped forward (accelerate's `prepare_model` wraps `model.forward` in one
+    torch.autocast instance; TRL's fused LM head on a model that is its own `base_model` calls it again) overwrites
+    the instance's saved state on the inner `__enter__` (torch/amp/autocast_mode.py `autocast.__enter__` keeps
+    `self.prev` on the instance), so the outer `__exit__` leaves autocast on for the rest of the process — every
+    later trace in it then runs under bf16 autocast."""
+    import torch
+
+    state = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"), torch.is_autocast_cache_enabled())
+    try:
+        yield
+    finally:
+        torch.set_autocast_enabled("cpu", state[0])
+        torch.set_autocast_dtype("cpu", state[1])
+        torch.set_autocast_cache_enabled(state[2])

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hpcmem.validate.trl_run import build_model, one_line, raised_in_frames
+from hpcmem.validate.trl_run import build_model, kept_autocast, one_line, raised_in_frames
 from hpcmem.validate.vlm_tiny import tiny_config
 
 TEXT_TOKENS = 16
@@ -132,7 +132,8 @@ def image_call(model_type: str) -> dict[str, Any]:
     inputs = make(config)
     labels = inputs.get("input_ids", _ids(TEXT_TOKENS)).clone()
     try:
-        model(**inputs, labels=labels, fused_lm_head=True)
+        with kept_autocast():
+            model(**inputs, labels=labels, fused_lm_head=True)
     except Exception as exc:  # noqa: BLE001 — the verdict: TRL's head (or the model under it) raised
         return {"ran": False, "reason": f"{type(exc).__name__}: {one_line(exc)}", "raised_in": raised_in_frames(exc)}
     return {"ran": True, "reason": "", "raised_in": ""}

@@ -79,3 +79,13 @@ def test_the_coverage_rows_say_trl_cannot_train_them():
     rows = {r["model_type"]: r for r in vision_language_rows()}
     for t in TRL_REFUSES:
         assert rows[t]["status"] == "refused" and rows[t]["reason"].startswith("TRL cannot train it: "), rows[t]
+
+
+def test_a_run_that_raises_leaves_autocast_as_it_was(fresh):
+    """BLIP, Kosmos-2.5 and Llama 4 re-enter their own autocast-wrapped forward through TRL's head and raise: the
+    torch.autocast instance accelerate wraps the forward in then left CPU autocast on for the rest of the process
+    (every later trace in a test worker ran under bf16 autocast), until hpcmem.validate.trl_run `kept_autocast`."""
+    import torch
+
+    assert {fresh[t]["ran"] for t in ("blip", "kosmos-2.5", "llama4")} == {False}
+    assert not torch.is_autocast_enabled("cpu")
