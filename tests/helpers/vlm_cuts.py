@@ -21,9 +21,11 @@ def processed_one_image(job: Any, height: int, width: int) -> tuple[Any, Any, An
     return out, out["input_ids"][0], image_geometry(job.train, job.model.vision), proc
 
 
-def assert_processor_geometry(cut: Path, height: int, width: int, processor_class: str) -> Any:
+def assert_processor_geometry(cut: Path, height: int, width: int, processor_class: str,
+                              patch_columns: bool = False) -> Any:
     """The cut's processor (of class `processor_class` or a subclass) on one blank width × height image: its
-    image_grid_thw, pixel rows and image tokens equal hpcmem.job.images' geometry. Returns the processor."""
+    image_grid_thw, pixel rows and image tokens equal hpcmem.job.images' geometry (`patch_columns`: pixel_values is
+    [patches, the spec's patch_dim], a Qwen-style processor's flattened patches). Returns the processor."""
     from hpcmem.validate.cases import case_job
 
     job = case_job({"trainer": "sft", "model_name_or_path": str(cut), "max_length": 8192, "images_per_example": 1,
@@ -32,6 +34,8 @@ def assert_processor_geometry(cut: Path, height: int, width: int, processor_clas
     assert processor_class in [c.__name__ for c in type(proc).__mro__]
     assert tuple(out["image_grid_thw"][0].tolist()) == g.grid_thw
     assert out["pixel_values"].shape[0] == g.patches
+    if patch_columns:
+        assert tuple(out["pixel_values"].shape) == (g.patches, job.model.vision.patch_dim)
     assert int((ids == proc.image_token_id).sum()) == g.tokens
     return proc
 

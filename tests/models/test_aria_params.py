@@ -15,7 +15,7 @@ from hpcmem.estimate.vision import vision_adapters
 from hpcmem.job.images import image_geometry
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
 from tests.helpers.vlm_cuts import assert_refused_without_text_profile
 
 CUT = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "aria-defaults-L2-D2.json"
@@ -59,10 +59,7 @@ def test_parts_and_linears_equal_the_meta_model():
     model = meta_image_text_model(json.loads(CUT.read_text()))
     assert type(model).__name__ == "AriaForConditionalGeneration"
     spec = resolve_model(str(CUT))
-    count = {"tower": 0, "merger": 0, "language": 0}
-    for name, p in model.named_parameters():
-        part = "merger" if "multi_modal_projector." in name else "tower" if ".vision_tower." in name else "language"
-        count[part] += p.numel()
+    count = meta_part_counts(model, tower=".vision_tower.", merger="multi_modal_projector.")
     assert count == {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params,
                      "language": spec.num_params}
     theirs: dict[str, list[tuple[int, int, bool]]] = {}

@@ -13,12 +13,11 @@ import pytest
 
 from hpcmem.errors import SpecError
 from hpcmem.estimate.vision import vision_adapters
-from hpcmem.job.images import image_geometry
 from hpcmem.models.lfm3_vl import default_layer_types, lfm3_vl_tower_from_config
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model
-from tests.helpers.vlm_cuts import assert_refused_without_text_profile
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
+from tests.helpers.vlm_cuts import assert_processor_geometry, assert_refused_without_text_profile
 
 CUT = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "lfm3-vl-defaults-L2-D2.json"
 
@@ -81,10 +80,7 @@ def test_parts_and_linears_equal_the_meta_model():
     model = meta_image_text_model(json.loads(CUT.read_text()))
     assert type(model).__name__ == "Lfm3VlForConditionalGeneration"
     spec = resolve_model(str(CUT))
-    count = {"tower": 0, "merger": 0, "language": 0}
-    for name, p in model.named_parameters():
-        count["merger" if ".multi_modal_projector." in name else "tower" if ".vision_tower." in name
-              else "language"] += p.numel()
+    count = meta_part_counts(model, tower=".vision_tower.", merger=".multi_modal_projector.")
     assert count == {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params,
                      "language": spec.num_params}
     linears = {_vision_name(n): (m.in_features, m.out_features) for n, m in model.named_modules()
@@ -117,22 +113,7 @@ def test_the_processor_counts_the_spec_s_image_tokens(height, width):
     """Lfm3VlProcessor (hpcmem.trace.vision `processor`, transformers' own class) on one image: its image_pad tokens,
     pixel_values rows and image_grid_thw are the spec's (smart_resize to 32 px multiples, 16 px patches, 2 × 2 merged
     into one token)."""
-    pytest.importorskip("transformers")
-    from PIL import Image
-    from transformers.models.lfm3_vl.processing_lfm3_vl import Lfm3VlProcessor
-
-    from hpcmem.trace.vision import IMAGE_PAD, VISION_END, VISION_START, processor
-
-    job = _job(height, width)
-    proc = processor(job)
-    assert isinstance(proc, Lfm3VlProcessor)
-    out = proc(text=[VISION_START + IMAGE_PAD + VISION_END + " t3"], images=[Image.new("RGB", (width, height))],
-               return_tensors="pt")
-    g = image_geometry(job.train, job.model.vision)
-    pad = proc.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
-    assert int((out["input_ids"][0] == pad).sum()) == g.tokens
-    assert tuple(out["image_grid_thw"][0].tolist()) == g.grid_thw
-    assert tuple(out["pixel_values"].shape) == (g.patches, job.model.vision.patch_dim)
+    assert_processor_geometry(CUT, height, width, "Lfm3VlProcessor", patch_columns=True)
 
 
 def test_a_text_config_without_a_learned_profile_is_refused(tmp_path):

@@ -17,7 +17,7 @@ from hpcmem.job.images import image_geometry
 from hpcmem.models.minicpmv4_6 import minicpmv4_6_tower_from_config
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
 from tests.helpers.vlm_cuts import assert_refused_without_text_profile
 
 CUT = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "minicpmv4-6-defaults-L2-D2.json"
@@ -58,9 +58,7 @@ def test_parts_and_linears_equal_the_meta_model():
     model = meta_image_text_model(json.loads(CUT.read_text()))
     assert type(model).__name__ == "MiniCPMV4_6ForConditionalGeneration"
     spec = resolve_model(str(CUT))
-    count = {"tower": 0, "merger": 0, "language": 0}
-    for name, p in model.named_parameters():
-        count["merger" if ".merger." in name else "tower" if ".vision_tower." in name else "language"] += p.numel()
+    count = meta_part_counts(model, tower=".vision_tower.", merger=".merger.")
     assert count == {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params,
                      "language": spec.num_params}
     linears = {_vision_name(n): (m.in_features, m.out_features) for n, m in model.named_modules()

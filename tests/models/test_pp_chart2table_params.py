@@ -18,7 +18,7 @@ from hpcmem.job.images import image_geometry
 from hpcmem.models.got_ocr2_tower import got_ocr2_tower_from_config
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUTS = {1024: FIXTURES / "pp-chart2table-defaults-L2-D2.json", 768: FIXTURES / "pp-chart2table-defaults-L2-D2-768.json"}
@@ -76,10 +76,7 @@ def test_parts_and_linears_equal_the_meta_model(size):
     assert type(model).__name__ == "GotOcr2ForConditionalGeneration"
     spec = resolve_model(str(cut))
     assert spec.vision.image_size == size
-    count = {"tower": 0, "merger": 0, "language": 0}
-    for name, p in model.named_parameters():
-        count["merger" if ".multi_modal_projector." in name else "tower" if ".vision_tower." in name
-              else "language"] += p.numel()
+    count = meta_part_counts(model, tower=".vision_tower.", merger=".multi_modal_projector.")
     assert count == {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params,
                      "language": spec.num_params}
     linears = {_vision_name(n): (m.in_features, m.out_features) for n, m in model.named_modules()

@@ -15,7 +15,7 @@ import pytest
 from hpcmem.job.images import image_geometry
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
 from tests.helpers.vlm_cuts import assert_refused_without_text_profile
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
@@ -37,9 +37,7 @@ def test_parts_and_linears_equal_the_meta_model(class_name):
     model = meta_image_text_model(json.loads(cut.read_text()))
     assert type(model).__name__ == class_name
     spec = resolve_model(str(cut))
-    count = {"tower": 0, "merger": 0, "language": 0}
-    for name, p in model.named_parameters():
-        count["merger" if ".visual.merger." in name else "tower" if ".visual." in name else "language"] += p.numel()
+    count = meta_part_counts(model, tower=".visual.", merger=".visual.merger.")
     assert count == {"tower": spec.vision.tower_params, "merger": spec.vision.merger_params,
                      "language": spec.num_params}
     assert spec.vision.deepstack_visual_indexes == () and spec.vision.deepstack_params == 0
