@@ -368,9 +368,14 @@ def _trainable(chosen: list[str] | None) -> list[dict[str, object]]:
     with images), progress on stderr."""
     rows = vision_language_rows()
     known = {r["model_type"] for r in rows}
+    if chosen is not None:
+        chosen = list(dict.fromkeys(t for t in chosen if t))        # each named once, in order, no empty names
+        if not chosen:
+            raise HpcmemError("--types: names no model type (comma-separated image-text types)")
     unknown = [t for t in chosen or () if t not in known]
     if unknown:
-        raise HpcmemError(f"--types {','.join(unknown)}: not an image-text-to-text type of the installed transformers "
+        shown = ",".join(unknown[:10]) + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
+        raise HpcmemError(f"--types {shown}: not an image-text-to-text type of the installed transformers "
                           "(`hpcmem models coverage` lists them)")
     types = chosen or [r["model_type"] for r in rows if r["status"] != "derived"]
 

@@ -101,6 +101,8 @@ def test_models_coverage_shows_the_image_types_measured(fresh):
 @pytest.mark.parametrize("args, says", [
     (["--trainable", "--types", "llama"], "--types llama: not an image-text-to-text type"),
     (["--trainable", "--rescore"], "--trainable: alone"),
+    (["--trainable", "--types", ",,"], "--types: names no model type"),
+    (["--trainable", "--types", ",".join(f"x{i}" for i in range(50))], "x9 and 40 more: not an image-text-to-text"),
 ])
 def test_the_trainer_sweep_refuses_what_it_cannot_run_in_one_line(args, says, capsys):
     """A causal-LM type (or a typo) and a flag of the other modes are refused before anything runs or is written."""
