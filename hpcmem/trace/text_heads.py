@@ -8,6 +8,15 @@ Cosmos3 Edge (transformers 5.24 models/cosmos3_edge/modeling_cosmos3_edge.py): `
 kept positions and `self.loss_function` — what LlamaForCausalLM.forward does around its decoder. The class below is
 that: transformers' own `Cosmos3EdgeTextModel` under LlamaForCausalLM's forward, registered with
 AutoModelForCausalLM only inside hpcmem's trace processes (`register`); no other code of it is hpcmem's.
+
+Mistral Large 4 (models/mistral_large4/modeling_mistral_large4.py): `mistral_large4_text` maps to
+`MistralLarge4TextModel` in AutoModel only. `MistralLarge4ForConditionalGeneration.forward` runs on a text row its
+`model.language_model` (MistralLarge4TextModel), `lm_head` (untied: MistralLarge4Config.tie_word_embeddings False)
+on the kept positions, the final logit softcapping (logits / cap → tanh → · cap, cap the text config's
+final_logit_softcapping) and `self.loss_function` — what Gemma2ForCausalLM.forward does around its decoder (it reads
+`config.final_logit_softcapping` the same way). TRL's fused LM head (trl/trainer/utils.py `add_fused_lm_head`) runs
+neither forward's head: it reads the backbone (`base_model`, here `model`), `get_output_embeddings` and the text
+config's final_logit_softcapping, alike for both classes.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
@@ -15,7 +24,7 @@ AutoModelForCausalLM only inside hpcmem's trace processes (`register`); no other
 from typing import Any
 
 # text config model_type → the causal-LM class `register` builds for it
-TEXT_ONLY_TYPES = ("cosmos3_edge_text",)
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "mistral_large4_text")
 _DONE: list[bool] = []
 
 
@@ -48,12 +57,42 @@ def _cosmos3_edge_text_lm() -> tuple[Any, Any]:
     return Cosmos3EdgeTextConfig, Cosmos3EdgeTextForCausalLM
 
 
+def _mistral_large4_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.gemma2.modeling_gemma2 import Gemma2ForCausalLM
+    from transformers.models.mistral_large4.configuration_mistral_large4 import MistralLarge4TextConfig
+    from transformers.models.mistral_large4.modeling_mistral_large4 import (MistralLarge4PreTrainedModel,
+                                                                            MistralLarge4TextModel)
+
+    class MistralLarge4TextForCausalLM(MistralLarge4PreTrainedModel, GenerationMixin):
+        """MistralLarge4TextModel and the untied head MistralLarge4ForConditionalGeneration puts on it, under
+        Gemma2ForCausalLM's forward (the same final logit softcapping)."""
+
+        config: MistralLarge4TextConfig
+        config_class = MistralLarge4TextConfig
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: MistralLarge4TextConfig) -> None:
+            super().__init__(config)
+            self.model = MistralLarge4TextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = Gemma2ForCausalLM.forward
+
+    return MistralLarge4TextConfig, MistralLarge4TextForCausalLM
+
+
 def register() -> None:
     """Register the classes above with AutoModelForCausalLM (once per process)."""
     if _DONE:
         return
     from transformers import AutoModelForCausalLM
 
-    config, model = _cosmos3_edge_text_lm()
-    AutoModelForCausalLM.register(config, model, exist_ok=True)
+    for build in (_cosmos3_edge_text_lm, _mistral_large4_text_lm):
+        config, model = build()
+        AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)
