@@ -84,8 +84,9 @@ def _mistral_large4_text_lm() -> tuple[Any, Any]:
         forward = Gemma2ForCausalLM.forward
 
     # transformers lets a class choose its experts implementation (grouped_mm by default) only when its module's
-    # source uses `@use_experts_implementation` (modeling_utils.py `_can_set_experts_implementation`, a cached class
-    # flag); this module does not, so the class would fall back to eager experts where
+    # source text holds the experts-implementation decorator, written with its at sign (modeling_utils.py
+    # `_can_set_experts_implementation`, a cached class flag; this comment does not spell it so, or it would pass that
+    # check itself); this module uses none, so the class would fall back to eager experts where
     # MistralLarge4ForConditionalGeneration (modeling_mistral_large4.py, which does) runs grouped_mm: the class takes
     # transformers' answer for the text model's module
     MistralLarge4TextForCausalLM._can_set_experts_implementation_cached_value = \

@@ -121,5 +121,40 @@ def test_the_processor_counts_the_spec_s_image_tokens(height, width):
     assert tuple(int(x) for x in out["image_sizes"][0]) == g.resized
 
 
+@pytest.mark.torch
+def test_the_learned_text_model_is_the_image_text_model_s_language_model():
+    """`hpcmem models learn` traced the cut's text config through hpcmem.trace.text_heads' causal-LM class (transformers
+    maps mistral_large4_text to no causal-LM class): on the meta device in bf16 it holds the parameters
+    MistralLarge4ForConditionalGeneration's language model and lm_head hold, name by name with their shapes and dtypes
+    (the router weight and LeRoPE's alpha fp32 in both), the head untied, and runs the same experts and attention
+    implementations (grouped_mm, sdpa: transformers gives eager experts to a class whose module
+    lacks the experts-implementation decorator)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from hpcmem.trace import text_heads
+
+    text_heads.register()
+    cfg = json.loads(CUT.read_text())
+
+    def config():
+        data = {k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype")}
+        return transformers.AutoConfig.for_model(data.pop("model_type"), **data)
+
+    with torch.device("meta"):
+        vlm = transformers.AutoModelForImageTextToText.from_config(config(), dtype=torch.bfloat16)
+        text = transformers.AutoModelForCausalLM.from_config(config().text_config, dtype=torch.bfloat16)
+    theirs = {n.replace("model.language_model.", "model.", 1): (tuple(p.shape), p.dtype)
+              for n, p in vlm.named_parameters() if n.startswith(("model.language_model.", "lm_head."))}
+    ours = {n: (tuple(p.shape), p.dtype) for n, p in text.named_parameters()}
+    assert ours == theirs
+    assert {n for n, (_, dtype) in ours.items() if dtype != torch.bfloat16} == {"model.layers.1.mlp.gate.weight",
+                                                                                "model.rotary_emb.alpha"}
+    assert text.get_output_embeddings().weight is not text.get_input_embeddings().weight
+    assert type(text.model) is type(vlm.model.language_model)
+    assert (text.config._experts_implementation, text.config._attn_implementation) == \
+        (vlm.config.text_config._experts_implementation, vlm.config.text_config._attn_implementation) == \
+        ("grouped_mm", "sdpa")
+
+
 def test_a_text_config_without_a_learned_profile_is_refused(tmp_path):
     assert_refused_without_text_profile(CUT, tmp_path, num_hidden_layers=3)
