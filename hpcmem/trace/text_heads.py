@@ -8,14 +8,19 @@ Cosmos3 Edge (transformers 5.24 models/cosmos3_edge/modeling_cosmos3_edge.py): `
 kept positions and `self.loss_function` — what LlamaForCausalLM.forward does around its decoder. The class below is
 that: transformers' own `Cosmos3EdgeTextModel` under LlamaForCausalLM's forward, registered with
 AutoModelForCausalLM only inside hpcmem's trace processes (`register`); no other code of it is hpcmem's.
+
+Mistral 4 (models/mistral4/modeling_mistral4.py): transformers 5.24 maps `mistral4` to `Mistral4ForCausalLM` in the
+image-text-to-text mapping only (auto/modeling_auto.py), though that class is a text decoder with no image input.
+TRL's create_model_from_path (trl/trainer/utils.py) builds `getattr(transformers, config.architectures[0])`, that
+class itself; `register` maps Mistral4Config to it for AutoModelForCausalLM, so the trace builds what TRL trains.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
 
 from typing import Any
 
-# text config model_type → the causal-LM class `register` builds for it
-TEXT_ONLY_TYPES = ("cosmos3_edge_text",)
+# model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "mistral4")
 _DONE: list[bool] = []
 
 
@@ -54,6 +59,9 @@ def register() -> None:
         return
     from transformers import AutoModelForCausalLM
 
-    config, model = _cosmos3_edge_text_lm()
-    AutoModelForCausalLM.register(config, model, exist_ok=True)
+    from transformers.models.mistral4.configuration_mistral4 import Mistral4Config
+    from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
+
+    for config, model in (_cosmos3_edge_text_lm(), (Mistral4Config, Mistral4ForCausalLM)):
+        AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)
