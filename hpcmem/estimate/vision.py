@@ -397,13 +397,15 @@ class TowerStates:
 def tower_states(job: JobSpec, v: Any, prec: Precision, lora: LoraLayout, adapted: tuple[Any, ...]) -> TowerStates:
     """`TowerStates` of a tower whose spec names `block_params`, `depth` and `num_params`: everything trains when the
     tower trains whole (gradients in the weights' dtype), else the adapted linears' r·(in + out) each (Hu et al. 2021;
-    gradients in the adapters' dtype); optimizer states per trainable parameter (hpcmem.estimate.states)."""
+    gradients in the adapters' dtype); optimizer states per trainable parameter (hpcmem.estimate.states). A module
+    no image runs (the spec's `idle_params`, its linears' part "idle") gets no gradient and so no optimizer state
+    (torch/optim/adamw.py `_init_group` skips a parameter whose grad is None), trained or adapted."""
     r, trained = job.train.lora_r, not lora.enabled
     gbytes = prec.weight if trained else lora.adapter_bytes
     layer_adapters = tuple(x for x in adapted if x.part == "tower")
-    others = [x for x in adapted if x.part != "tower"]
+    others = [x for x in adapted if x.part not in ("tower", "idle")]
     per_block = v.block_params if trained else sum(r * (x.in_features + x.out_features) for x in layer_adapters)
-    rest = (v.num_params - v.block_params * v.depth) if trained else \
+    rest = (v.num_params - v.block_params * v.depth - getattr(v, "idle_params", 0)) if trained else \
         sum(r * (x.in_features + x.out_features) for x in others)
     trainable = per_block * v.depth + rest
     return TowerStates(layer_adapters=layer_adapters, per_block=per_block, rest=rest, gbytes=gbytes,

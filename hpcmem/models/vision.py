@@ -121,6 +121,8 @@ Covered (transformers 5.24):
   its decoder Qwen3.5's, learned (hpcmem.models.vlm_learned).
 - minicpmv4_7 (MiniCPM-V 4.7) with images: MiniCPM-V 4.6's modules and processor text; its canvas M-RoPE position ids
   (int64, no term of their own) as hpcmem.models.minicpmv4_7 says.
+- minicpm_ocr (MiniCPM-OCR) with images: MiniCPM-V 4.6's modules at downsample_mode "4x" (the window merger idle,
+  one image token per 4 patches; hpcmem.models.minicpm_ocr).
 - lfm3_vl (LFM3-VL) with images: gated 2-D convolution and grouped-query attention layers (LFM2's decoder layer) over
   Qwen-style patches, under a LayerNorm/GELU projector of each 2 × 2 block (hpcmem.models.lfm3_vl's
   `Lfm3VlTowerSpec`); its decoder LFM3's, learned (hpcmem.models.vlm_learned).
@@ -167,6 +169,7 @@ from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.lfm2_vl import lfm2_vl_tower_from_config
 from hpcmem.models.lfm3_vl import lfm3_vl_tower_from_config
 from hpcmem.models.got_ocr2_tower import PP_CHART2TABLE_TEXT_DEFAULTS, got_ocr2_tower_from_config
+from hpcmem.models.minicpm_ocr import minicpm_ocr_tower_from_config
 from hpcmem.models.minicpmv4_6 import minicpmv4_6_tower_from_config
 from hpcmem.models.minicpmv4_7 import minicpmv4_7_tower_from_config
 from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
@@ -279,7 +282,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"), "glm_ocr": ("sft", "dpo"),
                           "lfm2_vl": ("sft", "dpo"), "cohere_compass": ("sft", "dpo"), "glm4v_moe": ("sft", "dpo"),
                           "paddleocr_vl": ("sft", "dpo"), "minicpmv4_6": ("sft", "dpo"),
-                          "minicpmv4_7": ("sft", "dpo"),
+                          "minicpmv4_7": ("sft", "dpo"), "minicpm_ocr": ("sft", "dpo"),
                           "lfm3_vl": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
@@ -405,6 +408,10 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # tie_word_embeddings False), MiniCPMV4_7Model builds MiniCPMV4_6Model's modules (modular_minicpmv4_7.py)
     "minicpmv4_7": TowerLayout(text="qwen3_5_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                text_defaults={}),
+    # models/minicpm_ocr: MiniCPMOcrConfig keeps 4.6's sub-configs and defaults but downsample_mode "4x" and
+    # tie_word_embeddings True; MiniCPMOcrModel is MiniCPMV4_6Model (modular_minicpm_ocr.py)
+    "minicpm_ocr": TowerLayout(text="qwen3_5_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                               tie_default=True, text_defaults={}),
     # models/lfm3_vl: hpcmem.models.lfm3_vl reads the vision part; Lfm3VlModel builds the decoder with
     # `AutoModel.from_config(config.text_config)` (`sub_configs_defaults`: lfm3, Lfm3Config's class defaults when
     # omitted), a learned type (hpcmem.models.vlm_learned); Lfm3VlConfig.tie_word_embeddings True
@@ -806,6 +813,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return minicpmv4_6_tower_from_config(cfg, name)
     if model_type == "minicpmv4_7":
         return minicpmv4_7_tower_from_config(cfg, name)
+    if model_type == "minicpm_ocr":
+        return minicpm_ocr_tower_from_config(cfg, name)
     if model_type == "lfm3_vl":
         return lfm3_vl_tower_from_config(cfg, name)
     if model_type == "pp_chart2table":
