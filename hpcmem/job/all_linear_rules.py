@@ -39,4 +39,4 @@ def numbered_leaf_problems(job: Job) -> list[str]:
             f"into the last name part of every nn.Linear, among them {', '.join(repr(x) for x in leaves)} (of "
             f"{', '.join(names)}), which also end the paths of layers (e.g. model.language_model.layers.{leaves[0]}) "
             "that LoRA cannot wrap: get_peft_model raises 'Target module … is not supported'; name the linears "
-            "instead (e.g. q_proj,k_proj,v_proj,o_proj,qkv,proj,linear_fc1,linear_fc2)"]
+            "instead (e.g. q_proj,k_proj,v_proj,o_proj,qkv,attn.proj,linear_fc1,linear_fc2)"]
