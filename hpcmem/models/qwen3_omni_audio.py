@@ -18,7 +18,6 @@ from typing import Any
 from hpcmem.errors import Problems, SpecError
 from hpcmem.models.tower_base import TowerLinear, check_counts
 
-MODEL_TYPE = "qwen3_omni_moe_thinker"
 # configuration_qwen3_omni_moe.py `Qwen3OmniMoeAudioEncoderConfig`'s field defaults (the keys the encoder's modules
 # read) and its attribute_map (num_hidden_layers → encoder_layers, hidden_size → d_model, …)
 AUDIO_DEFAULTS: dict[str, Any] = {"num_mel_bins": 128, "encoder_layers": 32, "encoder_attention_heads": 20,
