@@ -138,6 +138,10 @@ Covered (transformers 5.24):
   smart_resize at 16 px patches) and a 2 x 2 LayerNorm/GELU patch merger (hpcmem.models.cosmos3_edge's
   `Cosmos3EdgeTowerSpec`); its decoder cosmos3_edge_text (Llama's shape, ReLU² fc1/fc2 MLP), learned
   (hpcmem.models.vlm_learned).
+- qwen3_omni_moe_thinker (Qwen3-Omni's thinker) with images: Qwen3-VL's tower, merger and deepstack mergers (their
+  linears named `mlp.0` / `mlp.2`, the deepstack mergers `merger_list.N`) beside an audio encoder no image runs, whose
+  weights load and get no gradient (hpcmem.models.qwen3_omni_moe `Qwen3OmniThinkerSpec`); its decoder Qwen3-MoE's
+  layers (the qwen3_moe layout) with Qwen3OmniMoeTextConfig's defaults.
 """
 
 from __future__ import annotations
@@ -183,6 +187,7 @@ from hpcmem.models.qianfan_ocr import qianfan_tower_from_config
 from hpcmem.models.lighton_ocr import LIGHTON_TEXT_DEFAULTS, lighton_tower_from_config
 from hpcmem.models.paddleocr_vl import PADDLEOCR_TEXT_DEFAULTS, paddleocr_tower_from_config
 from hpcmem.models.video_llama_3 import video_llama_3_tower_from_config
+from hpcmem.models.qwen3_omni_audio import QWEN3_OMNI_TEXT_DEFAULTS
 
 
 
@@ -286,7 +291,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "lfm3_vl": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
-                          "pp_chart2table": ("sft",)}
+                          "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -518,6 +523,17 @@ VISION_LANGUAGE["qwen3_vl_moe"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwe
 # Qwen3VLTextModel) with Qwen3VLModel's forward line for line; only `_no_split_modules`, `_can_record_outputs`
 # (None) and the load-time key filter differ, none of which a single-device training step reads: qwen3_vl's layout
 VISION_LANGUAGE["cosmos3_omni"] = replace(VISION_LANGUAGE["qwen3_vl"])
+# models/qwen3_omni_moe (modeling_qwen3_omni_moe.py): `Qwen3OmniMoeVisionEncoderConfig` has Qwen3VLVisionConfig's
+# fields and defaults, and `Qwen3OmniMoeVisionEncoder` is Qwen3VLVisionModel's modules and forward with its mergers
+# (`Qwen3OmniMoeVisionPatchMerger`: `ln_q`, and `mlp` an nn.ModuleList Linear → nn.GELU → Linear) named as
+# Qwen2.5-VL's are; `Qwen3OmniMoeThinkerTextDecoderLayer` is Qwen3-MoE's (q/k norms, fused experts, a bare-weight
+# router, norm_topk_prob, dense layers by mlp_only_layers / decoder_sparse_step), under 3-D M-RoPE with the deepstack
+# additions, with Qwen3OmniMoeTextConfig's defaults; Qwen3OmniMoeThinkerConfig.tie_word_embeddings (False) decides
+# the head's tying, no __post_init__ reading the text config's flag. The audio encoder beside them:
+# hpcmem.models.qwen3_omni_moe
+VISION_LANGUAGE["qwen3_omni_moe_thinker"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwen3_moe",
+                                                    merger_names=("mlp.0", "mlp.2"),
+                                                    text_class_defaults=QWEN3_OMNI_TEXT_DEFAULTS)
 # models/qwen3_5 (modular_qwen3_5.py): `Qwen3_5VisionConfig(Qwen3VLVisionConfig)` with Qwen3-VL's vision defaults and
 # no deepstack_visual_indexes, and `Qwen3_5VisionModel(Qwen3VLVisionModel)` deletes the deepstack mergers: Qwen3-VL's
 # tower and merger (`Qwen3_5Model.get_image_features` reads the merger's pooler_output alone, and Qwen3_5TextModel adds
@@ -861,7 +877,7 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
     if not isinstance(deep, (list, tuple)) or not all(isinstance(x, int) for x in deep):
         raise SpecError(f"model {name}: vision_config.deepstack_visual_indexes must be a list of integers, got "
                         f"{deep!r}")
-    return VisionSpec(
+    spec = VisionSpec(
         model_type=model_type, depth=vc["depth"], hidden_size=vc["hidden_size"],
         intermediate_size=vc["intermediate_size"], num_heads=vc["num_heads"], in_channels=vc["in_channels"],
         patch_size=vc["patch_size"], spatial_merge_size=vc["spatial_merge_size"],
@@ -871,6 +887,11 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         patch_bias=layout.patch_bias, hooked_input=layout.hooked_input, num_position_embeddings=vc.get("num_position_embeddings", 0),
         deepstack_visual_indexes=tuple(deep), num_key_value_heads=vc.get("num_key_value_heads", 0),
         projector_width=text_width(cfg, layout.projector_text_width) if layout.projector_text_width else 0)
+    if model_type == "qwen3_omni_moe_thinker":
+        # deferred: hpcmem.models.qwen3_omni_moe subclasses VisionSpec for the audio encoder beside the image path
+        from hpcmem.models.qwen3_omni_moe import thinker_spec
+        return thinker_spec(spec, cfg, name)
+    return spec
 
 
 def layout_of(cfg: dict[str, Any]) -> TowerLayout:

@@ -130,6 +130,9 @@ def test_coverage_lists_every_image_text_type_with_a_status():
         "DPO/GRPO/RLOO with images refused" in by_type["pp_chart2table"]["reason"]
     assert by_type["video_llama_3"]["status"] == "derived" and "traced: SFT)" in by_type["video_llama_3"]["reason"] \
         and "DPO/GRPO/RLOO with images refused" in by_type["video_llama_3"]["reason"]
+    omni = by_type["qwen3_omni_moe_thinker"]
+    assert omni["status"] == "derived" and "traced: SFT, DPO)" in omni["reason"] \
+        and "GRPO/RLOO with images refused" in omni["reason"]
     # measured: the stored image traces of the types estimated with images, nothing for the others
     assert all(r["reason"] and (r["measured"] is not None) == (r["status"] == "derived") for r in rows)
     assert len(vision_language_rows()) == len(rows)
