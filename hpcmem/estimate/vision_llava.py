@@ -74,7 +74,6 @@ from hpcmem.models.got_ocr2_tower import GotOcr2TowerSpec
 from hpcmem.models.kimi_k25 import KimiK25TowerSpec
 from hpcmem.models.deepseek_vl_hybrid import DeepseekVLHybridTowerSpec
 from hpcmem.models.cosmos3_edge import Cosmos3EdgeTowerSpec
-from hpcmem.models.qwen3_omni_moe import Qwen3OmniThinkerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.ovis2 import Ovis2TowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
@@ -82,6 +81,7 @@ from hpcmem.models.pixtral import PixtralTowerSpec
 from hpcmem.models.paddleocr_vl import PaddleOcrTowerSpec
 from hpcmem.models.video_llama_3 import VideoLlama3TowerSpec
 from hpcmem.models.vipllava import VipLlavaTowerSpec
+from hpcmem.models.vision import VisionSpec
 
 
 def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
@@ -104,7 +104,7 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     (hpcmem.estimate.vision_qwen3_omni)."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
-    if isinstance(job.model.vision, Qwen3OmniThinkerSpec):      # a VisionSpec: before the Qwen towers'
+    if isinstance(job.model.vision, VisionSpec) and job.model.vision.audio is not None:   # before the Qwen towers'
         return qwen3_omni_terms(job, prec, lora)
     if isinstance(job.model.vision, InternVLTowerSpec):
         return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))

@@ -1,4 +1,4 @@
-"""Qwen3-Omni thinker's image path and idle audio encoder in a vision-language job (hpcmem.models.qwen3_omni_moe), as
+"""Qwen3-Omni thinker's image path and idle audio encoder in a vision-language job (hpcmem.models.qwen3_omni_audio), as
 hpcmem.estimate.vision's `VisionTerms`.
 
 How the step runs (transformers 5.24 models/qwen3_omni_moe/modeling_qwen3_omni_moe.py
@@ -26,13 +26,13 @@ from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.vision import FP32, VisionTerms, vision_adapters, vision_terms
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import Precision
-from hpcmem.models.qwen3_omni_moe import Qwen3OmniThinkerSpec
+from hpcmem.models.vision import VisionSpec
 
 
 def qwen3_omni_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
     """The image path's terms (Qwen3-VL's) with the idle audio encoder's weights, buffer and adapters added to the
     tower's weights."""
-    v: Qwen3OmniThinkerSpec = job.model.vision
+    v: VisionSpec = job.model.vision
     terms = vision_terms(replace(job, model=replace(job.model, vision=v.image_path)), prec, lora)
     if terms is None:
         return None

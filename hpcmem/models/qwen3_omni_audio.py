@@ -1,5 +1,15 @@
-"""Qwen3-Omni thinker's audio encoder and text config defaults (stdlib): what hpcmem.models.qwen3_omni_moe puts beside
-the image path, and what hpcmem.models.vision fills an omitted text key with.
+"""Qwen3-Omni thinker's audio encoder and text config defaults (stdlib): what hpcmem.models.vision puts beside the
+image path of a qwen3_omni_moe_thinker (`VisionSpec.audio`), and what it fills an omitted text key with.
+
+transformers 5.24 models/qwen3_omni_moe/modeling_qwen3_omni_moe.py `Qwen3OmniMoeThinkerModel.__init__` builds
+`audio_tower` (Qwen3OmniMoeAudioEncoder), `visual` (Qwen3OmniMoeVisionEncoder: Qwen3-VL's tower line for line, its
+merger's linears `mlp.0` / `mlp.2`, its deepstack mergers `merger_list.N`) and `language_model`
+(Qwen3OmniMoeThinkerTextModel); `Qwen3OmniMoeThinkerForConditionalGeneration` adds an untied `lm_head`
+(Qwen3OmniMoeThinkerConfig.tie_word_embeddings False). The audio encoder runs only in `get_audio_features`, on
+input_features, which an image-text batch never carries (`Qwen3OmniMoeThinkerModel.forward`: `if input_features is
+not None`): with images only its parameters get no gradient and AdamW makes them no state (torch/optim/adamw.py
+skips parameters whose grad is None); its weights, its buffer and, under LoRA, the adapters peft puts on its linears
+are loaded all the same.
 
 transformers 5.24 models/qwen3_omni_moe/modeling_qwen3_omni_moe.py `Qwen3OmniMoeAudioEncoder.__init__`: three
 Conv2d(3 × 3, stride 2, padding 1, with bias) from 1 to downsample_hidden_size channels, `conv_out`

@@ -140,7 +140,7 @@ Covered (transformers 5.24):
   (hpcmem.models.vlm_learned).
 - qwen3_omni_moe_thinker (Qwen3-Omni's thinker) with images: Qwen3-VL's tower, merger and deepstack mergers (their
   linears named `mlp.0` / `mlp.2`, the deepstack mergers `merger_list.N`) beside an audio encoder no image runs, whose
-  weights load and get no gradient (hpcmem.models.qwen3_omni_moe `Qwen3OmniThinkerSpec`); its decoder Qwen3-MoE's
+  weights load and get no gradient (hpcmem.models.qwen3_omni_audio, VisionSpec.audio); its decoder Qwen3-MoE's
   layers (the qwen3_moe layout) with Qwen3OmniMoeTextConfig's defaults.
 """
 
@@ -187,7 +187,7 @@ from hpcmem.models.qianfan_ocr import qianfan_tower_from_config
 from hpcmem.models.lighton_ocr import LIGHTON_TEXT_DEFAULTS, lighton_tower_from_config
 from hpcmem.models.paddleocr_vl import PADDLEOCR_TEXT_DEFAULTS, paddleocr_tower_from_config
 from hpcmem.models.video_llama_3 import video_llama_3_tower_from_config
-from hpcmem.models.qwen3_omni_audio import QWEN3_OMNI_TEXT_DEFAULTS
+from hpcmem.models.qwen3_omni_audio import QWEN3_OMNI_TEXT_DEFAULTS, AudioEncoderSpec, audio_spec_from_config
 
 
 
@@ -232,6 +232,9 @@ class TowerLayout:
     # configuration_qwen2_5_vl.py `Qwen2_5_VLConfig.__post_init__`: pre-v5 saves kept it inside text_config).
     # `ties` False: the class declares no tied weights (modeling_mllama.py: `_tied_weights_keys` commented out).
     tie_from_text: bool = False
+    # an audio encoder beside the tower (`VisionSpec.audio`), which an image batch never runs: "qwen3_omni"
+    # (hpcmem.models.qwen3_omni_audio); "": none
+    audio: str = ""
     ties: bool = True
     # what `tie_from_text` reads when text_config omits the flag (or is absent): the text config class's default
     # (ShieldGemma2Config.__post_init__ reads `getattr(self.text_config, "tie_word_embeddings", True)` of a
@@ -530,10 +533,10 @@ VISION_LANGUAGE["cosmos3_omni"] = replace(VISION_LANGUAGE["qwen3_vl"])
 # router, norm_topk_prob, dense layers by mlp_only_layers / decoder_sparse_step), under 3-D M-RoPE with the deepstack
 # additions, with Qwen3OmniMoeTextConfig's defaults; Qwen3OmniMoeThinkerConfig.tie_word_embeddings (False) decides
 # the head's tying, no __post_init__ reading the text config's flag. The audio encoder beside them:
-# hpcmem.models.qwen3_omni_moe
+# hpcmem.models.qwen3_omni_audio (VisionSpec.audio)
 VISION_LANGUAGE["qwen3_omni_moe_thinker"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwen3_moe",
                                                     merger_names=("mlp.0", "mlp.2"),
-                                                    text_class_defaults=QWEN3_OMNI_TEXT_DEFAULTS)
+                                                    text_class_defaults=QWEN3_OMNI_TEXT_DEFAULTS, audio="qwen3_omni")
 # models/qwen3_5 (modular_qwen3_5.py): `Qwen3_5VisionConfig(Qwen3VLVisionConfig)` with Qwen3-VL's vision defaults and
 # no deepstack_visual_indexes, and `Qwen3_5VisionModel(Qwen3VLVisionModel)` deletes the deepstack mergers: Qwen3-VL's
 # tower and merger (`Qwen3_5Model.get_image_features` reads the merger's pooler_output alone, and Qwen3_5TextModel adds
@@ -642,6 +645,9 @@ class VisionSpec(TowerBase):
     # HyperCLOVAX Vision V2's `projector`, Linear(out_hidden_size → projector_width) after the merger (TowerLayout.
     # projector_text_width); 0: none
     projector_width: int = 0
+    # an audio encoder beside the tower that no image runs (Qwen3-Omni's thinker: hpcmem.models.qwen3_omni_audio
+    # `AudioEncoderSpec`): its weights load, its linears take adapters (part "audio"), nothing of it gets a gradient
+    audio: AudioEncoderSpec | None = None
 
     def __post_init__(self) -> None:
         p = Problems()
@@ -730,7 +736,7 @@ class VisionSpec(TowerBase):
                 *mlp,
                 VisionLinear(name=first, in_features=m, out_features=m, count=1, part="merger"),
                 VisionLinear(name=second, in_features=m, out_features=self.out_hidden_size, count=1, part="merger"),
-                *projector, *deepstack)
+                *projector, *deepstack, *(self.audio.linears() if self.audio else ()))
 
     @property
     def norm_params(self) -> int:
@@ -769,8 +775,18 @@ class VisionSpec(TowerBase):
         return norms + sum(x.params for x in self.linears() if x.part == "deepstack")
 
     @property
+    def idle_params(self) -> int:
+        """The audio encoder's parameters (loaded, never run on images); 0 without one."""
+        return self.audio.params if self.audio else 0
+
+    @property
+    def image_path(self) -> VisionSpec:
+        """The tower, merger and deepstack mergers alone, what an image runs through."""
+        return replace(self, audio=None)
+
+    @property
     def num_params(self) -> int:
-        return self.tower_params + self.merger_params + self.deepstack_params
+        return self.tower_params + self.merger_params + self.deepstack_params + self.idle_params
 
 
 def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | ClipTowerSpec | Idefics3TowerSpec
@@ -877,7 +893,7 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
     if not isinstance(deep, (list, tuple)) or not all(isinstance(x, int) for x in deep):
         raise SpecError(f"model {name}: vision_config.deepstack_visual_indexes must be a list of integers, got "
                         f"{deep!r}")
-    spec = VisionSpec(
+    return VisionSpec(
         model_type=model_type, depth=vc["depth"], hidden_size=vc["hidden_size"],
         intermediate_size=vc["intermediate_size"], num_heads=vc["num_heads"], in_channels=vc["in_channels"],
         patch_size=vc["patch_size"], spatial_merge_size=vc["spatial_merge_size"],
@@ -886,12 +902,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         norm=layout.norm, mlp=layout.mlp, fc_names=layout.fc_names, merger_names=layout.merger_names,
         patch_bias=layout.patch_bias, hooked_input=layout.hooked_input, num_position_embeddings=vc.get("num_position_embeddings", 0),
         deepstack_visual_indexes=tuple(deep), num_key_value_heads=vc.get("num_key_value_heads", 0),
-        projector_width=text_width(cfg, layout.projector_text_width) if layout.projector_text_width else 0)
-    if model_type == "qwen3_omni_moe_thinker":
-        # deferred: hpcmem.models.qwen3_omni_moe subclasses VisionSpec for the audio encoder beside the image path
-        from hpcmem.models.qwen3_omni_moe import thinker_spec
-        return thinker_spec(spec, cfg, name)
-    return spec
+        projector_width=text_width(cfg, layout.projector_text_width) if layout.projector_text_width else 0,
+        audio=audio_spec_from_config(cfg, name) if layout.audio == "qwen3_omni" else None)
 
 
 def layout_of(cfg: dict[str, Any]) -> TowerLayout:

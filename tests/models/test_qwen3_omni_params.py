@@ -1,4 +1,4 @@
-"""Qwen3-Omni thinker's parts as hpcmem counts them (hpcmem.models.qwen3_omni_moe: Qwen3-VL's tower, merger and
+"""Qwen3-Omni thinker's parts as hpcmem counts them (hpcmem.models.vision with hpcmem.models.qwen3_omni_audio: Qwen3-VL's tower, merger and
 deepstack mergers, the idle audio encoder, a Qwen3-MoE text part) against `AutoModelForImageTextToText.from_config`
 on the meta device, on the cut of estimator/cases/vlm-qwen3-omni.yaml; what peft does with the cases' named targets
 and with all-linear on that model; the image tokens a picture takes counted by transformers' Qwen3OmniMoeProcessor."""
