@@ -52,6 +52,7 @@ from hpcmem.estimate.vision_got_ocr2 import got_ocr2_terms
 from hpcmem.estimate.vision_kimi_k25 import kimi_k25_terms
 from hpcmem.estimate.vision_deepseek_vl_hybrid import deepseek_vl_hybrid_terms
 from hpcmem.estimate.vision_cosmos3_edge import cosmos3_edge_terms
+from hpcmem.estimate.vision_qwen2_5_omni import qwen2_5_omni_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -98,7 +99,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     hpcmem.estimate.vision_kimi_k25; Fuyu's patch Linear in
     hpcmem.estimate.vision_fuyu; DeepSeek-VL hybrid's in
     hpcmem.estimate.vision_deepseek_vl_hybrid; PP-Chart2Table's GOT-OCR 2.0 tower in
-    hpcmem.estimate.vision_got_ocr2."""
+    hpcmem.estimate.vision_got_ocr2; Qwen2.5-Omni's thinker the Qwen towers' without its idle audio tower's
+    gradients (hpcmem.estimate.vision_qwen2_5_omni)."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
     if isinstance(job.model.vision, InternVLTowerSpec):
@@ -147,6 +149,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return gemma4_unified_terms(job, prec, lora)
     if isinstance(job.model.vision, Glm4vTowerSpec):
         return glm4v_terms(job, prec, lora)
+    if getattr(job.model.vision, "audio", None) is not None:
+        return qwen2_5_omni_terms(job, prec, lora)
     return vision_terms(job, prec, lora)
 
 
