@@ -1,7 +1,7 @@
-"""Qwen25OmniTowerSpec: Qwen2.5-Omni's thinker (model_type "qwen2_5_omni_thinker",
+"""Qwen2.5-Omni's thinker (model_type "qwen2_5_omni_thinker",
 Qwen2_5OmniThinkerForConditionalGeneration) with images: Qwen2.5-VL's tower and merger with three q/k/v Linears in
-place of the fused qkv, beside an audio tower that no image runs (transformers 5.24
-models/qwen2_5_omni/modeling_qwen2_5_omni.py).
+place of the fused qkv (a hpcmem.models.vision VisionSpec of family "qwen2_5_omni"), beside an audio tower that no
+image runs (`AudioTower`, the spec's `audio`) (transformers 5.24 models/qwen2_5_omni/modeling_qwen2_5_omni.py).
 
 - The config (configuration_qwen2_5_omni.py `Qwen2_5OmniThinkerConfig.sub_configs_defaults`): an omitted
   vision_config is `Qwen2_5OmniVisionEncoderConfig` (Qwen2_5_VLVisionConfig's fields and defaults: width 3584, MLP
@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.tower_base import check_counts, check_heads
 
 FP32 = 4
 # configuration_qwen2_5_omni.py `Qwen2_5OmniAudioEncoderConfig`'s field defaults that shape its parameters
@@ -132,11 +131,3 @@ def audio_tower_from_config(cfg: dict[str, Any], name: str) -> AudioTower:
     p.raise_if_any()
     return tower
 
-
-def check_vision_counts(spec: Any) -> None:
-    """The checks VisionSpec runs, for the subclass's extra fields: none beyond them (kept for symmetry with the other
-    tower modules' `check_*`)."""
-    p = Problems()
-    check_counts(p, spec, ("depth", "hidden_size", "num_heads"))
-    p.raise_if_any()
-    check_heads(p, spec.hidden_size, spec.num_heads, "num_heads")
