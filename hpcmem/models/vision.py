@@ -278,7 +278,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "cohere2_vision": ("sft", "dpo"), "qwen3_5": ("sft", "dpo", "grpo", "rloo"),
                           "qwen3_5_moe": ("sft", "dpo"),
                           "exaone4_5": ("sft", "dpo", "grpo", "rloo"), "hyperclovax_vision_v2": ("sft", "dpo"),
-                          "qwen2_5_omni_thinker": ("sft", "dpo"),
+                          "qwen2_5_omni_thinker": ("sft", "dpo", "grpo", "rloo"),
                           "granite_docling": ("sft", "dpo"), "aria": ("sft", "dpo"),
                           "gemma4": ("sft", "dpo"), "gemma4_unified": ("sft", "dpo"), "glm4v": ("sft", "dpo"),
                           "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"), "glm_ocr": ("sft", "dpo"),

@@ -3,7 +3,9 @@ Qwen2 decoder layers at Qwen2_5OmniTextConfig's widths, Qwen2.5-VL's tower with 
 the audio tower cut to 2 layers) against the trace of TRL's SFTTrainer and DPOTrainer with their vision collators and
 transformers' Qwen2_5OmniProcessor on blank 448×448 and 896×672 images
 (estimator/traces/vlm-qwen2-5-omni-thinker.jsonl, written once by `hpcmem validate trace --cases
-estimator/cases/vlm-qwen2-5-omni-thinker.yaml`, the estimate untouched after)."""
+estimator/cases/vlm-qwen2-5-omni-thinker.yaml`, the estimate untouched after); GRPO and RLOO with an image per prompt
+against TRL's GRPOTrainer/RLOOTrainer (vlm-qwen2-5-omni-thinker-grpo.jsonl, -rloo.jsonl, traced once likewise; scored
+over the instants the trace runs, its generation replaced, hpcmem.trace.rl)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,12 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.validate.cases import case_job
-from tests.helpers.stored_cases import (grpo_with_images_job, largest_component, stored_case_job,
-                                        trace_records)
+from hpcmem.validate.random_trace import as_traced
+from tests.helpers.stored_cases import largest_component, stored_case_job, trace_records
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-qwen2-5-omni-thinker")
+RL_RECORDS = trace_records(ROOT, "vlm-qwen2-5-omni-thinker-grpo", "vlm-qwen2-5-omni-thinker-rloo")
 CUT = "tests/fixtures/vlm/qwen2_5_omni_thinker-defaults-L2-D2.json"
 
 
@@ -92,11 +95,18 @@ def test_three_qkv_linears_keep_no_fused_storage():
         estimate(job), "vision activations") == 2 * (2 * 3584) * 3072 * 2 == 88_080_384
 
 
-def test_grpo_with_images_is_refused():
-    """SFT and DPO with images hold (the stored traces above); GRPO and RLOO with images are not traced: refused."""
-    with pytest.raises(SpecError, match="with trainer grpo on qwen2_5_omni_thinker: hpcmem models "
-                                        "qwen2_5_omni_thinker's images for sft, dpo only"):
-        estimate(grpo_with_images_job(ROOT / CUT, 448, 448))
+@pytest.mark.parametrize("case_id", sorted(RL_RECORDS))
+def test_grpo_and_rloo_within_3_percent_of_the_trace(case_id):
+    record = RL_RECORDS[case_id]
+    est, _ = as_traced(stored_case_job(record, ROOT))
+    assert abs(max(tensor_bytes(p) for p in est.phases) - record["traced"]) <= 0.03 * record["traced"]
+
+
+def test_the_rl_matrix_is_all_there():
+    """Full fine-tuning without checkpointing at 448×448 and LoRA all-linear with it at 896×672, for each trainer."""
+    assert {r["cell"]: (r["case"]["image_height"], r["case"]["image_width"]) for r in RL_RECORDS.values()} == {
+        "grpo/full+nogc": (448, 448), "grpo/lora+gc": (672, 896), "rloo/full+nogc": (448, 448),
+        "rloo/lora+gc": (672, 896)}
 
 
 def test_kto_with_images_is_refused():
