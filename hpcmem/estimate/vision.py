@@ -64,6 +64,8 @@ LAYER_NORM_STATS = 2 * FP32
 # torch.sigmoid(1.702 * input)`: sigmoid keeps its output, the product keeps both factors); GELU, exact or tanh
 # (aten gelu), keeps its input alone. Keys: hpcmem.models.vision.FC_ACTIVATIONS
 ACT_TENSORS = {"quick_gelu": 2, "gelu": 1, "gelu_pytorch_tanh": 1}
+# the tower families whose attention has three q/k/v Linears (`block_spec`)
+SEPARATE_QKV = ("siglip", "qwen2_5_omni")
 WEIGHTS = "vision tower weights"
 OPTIMIZER = "vision tower optimizer states"
 ACTIVATIONS = "vision activations"
@@ -220,13 +222,14 @@ def feature_locals(v: VisionSpec, image_tokens: int, prec: Precision) -> int:
 def block_spec(v: VisionSpec) -> ModelSpec:
     """A vision block as the decoder layer hpcmem.estimate.activations sizes: the tower's width, heads and MLP, a
     fused qkv Linear (Qwen2_5_VLVisionAttention.qkv: q, k and v are views of one output; SigLIP's q/k/v_proj are
-    three Linears, modeling_siglip.py SiglipAttention), biases everywhere; q/k RMSNorms over the head dim where the
-    tower has them (GLM-OCR's)."""
+    three Linears, modeling_siglip.py SiglipAttention, and so are Qwen2.5-Omni's q/k/v, modeling_qwen2_5_omni.py
+    Qwen2_5OmniVisionAttention), biases everywhere; q/k RMSNorms over the head dim where the tower has them
+    (GLM-OCR's)."""
     return ModelSpec(name=f"{v.model_type} vision block", model_type=f"{v.model_type}_vision", vocab_size=1,
                      hidden_size=v.hidden_size, intermediate_size=v.block_mlp_width, num_hidden_layers=v.depth,
                      num_attention_heads=v.num_heads, num_key_value_heads=v.kv_heads,
                      head_dim=v.hidden_size // v.num_heads, tie_word_embeddings=False, hidden_act=v.hidden_act,
-                     qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=v.family != "siglip",
+                     qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=v.family not in SEPARATE_QKV,
                      gated_mlp=v.mlp == "gated", qk_norm=getattr(v, "qk_norm", False))
 
 

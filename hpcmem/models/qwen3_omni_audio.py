@@ -102,6 +102,12 @@ class AudioEncoderSpec:
         """`positional_embedding`'s values ([max_source_positions, d_model]; fp32, hpcmem.estimate's)."""
         return self.max_source_positions * self.d_model
 
+    @property
+    def buffer_bytes(self) -> int:
+        """The sinusoid table in fp32 (`SinusoidsPositionEmbedding` builds it with `.float()` whatever the load
+        dtype)."""
+        return 4 * self.buffer_values
+
 
 def audio_spec_from_config(cfg: dict[str, Any], name: str) -> AudioEncoderSpec:
     """The audio encoder of a qwen3_omni_moe_thinker config.json dict; keys its audio_config omits take

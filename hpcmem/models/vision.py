@@ -32,6 +32,9 @@ Covered (transformers 5.24):
   with Qwen2_5_VLVisionConfig's defaults, then a `projector` Linear(out_hidden_size → text hidden_size, with bias) on
   the merger's output (`HyperCLOVAXVisionV2Model.get_image_features`); its HyperCLOVAX decoder from a learned profile of
   its text config (hpcmem.models.vlm_learned).
+- Qwen2.5-Omni's thinker (models/qwen2_5_omni/modeling_qwen2_5_omni.py, model type qwen2_5_omni_thinker): Qwen2.5-VL's
+  tower and merger with three q/k/v Linears for the fused qkv (hpcmem.models.qwen2_5_omni), beside an audio tower that
+  images never run (loaded, no gradient); its decoder Qwen2's with M-RoPE, as Qwen2.5-VL's.
 - Qwen3.5 (models/qwen3_5/modular_qwen3_5.py): Qwen3-VL's tower and merger without the deepstack mergers
   (`Qwen3_5VisionModel(Qwen3VLVisionModel)` deletes them); its decoder, Gated DeltaNet and full-attention layers, from
   a learned profile of its text config (hpcmem.models.vlm_learned).
@@ -184,6 +187,7 @@ from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, 
 from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
 from hpcmem.models.pixtral import MISTRAL3_TEXT_DEFAULTS, PixtralTowerSpec, pixtral_tower_from_config
 from hpcmem.models.qianfan_ocr import qianfan_tower_from_config
+from hpcmem.models.qwen2_5_omni import QWEN2_5_OMNI_TEXT_DEFAULTS, AudioTower, audio_tower_from_config
 from hpcmem.models.lighton_ocr import LIGHTON_TEXT_DEFAULTS, lighton_tower_from_config
 from hpcmem.models.paddleocr_vl import PADDLEOCR_TEXT_DEFAULTS, paddleocr_tower_from_config
 from hpcmem.models.video_llama_3 import video_llama_3_tower_from_config
@@ -233,7 +237,7 @@ class TowerLayout:
     # `ties` False: the class declares no tied weights (modeling_mllama.py: `_tied_weights_keys` commented out).
     tie_from_text: bool = False
     # an audio encoder beside the tower (`VisionSpec.audio`), which an image batch never runs: "qwen3_omni"
-    # (hpcmem.models.qwen3_omni_audio); "": none
+    # (hpcmem.models.qwen3_omni_audio), "qwen2_5_omni" (hpcmem.models.qwen2_5_omni); "": none
     audio: str = ""
     ties: bool = True
     # what `tie_from_text` reads when text_config omits the flag (or is absent): the text config class's default
@@ -285,6 +289,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "cohere2_vision": ("sft", "dpo"), "qwen3_5": ("sft", "dpo", "grpo", "rloo"),
                           "qwen3_5_moe": ("sft", "dpo"),
                           "exaone4_5": ("sft", "dpo", "grpo", "rloo"), "hyperclovax_vision_v2": ("sft", "dpo"),
+                          "qwen2_5_omni_thinker": ("sft", "dpo", "grpo", "rloo"),
                           "granite_docling": ("sft", "dpo"), "aria": ("sft", "dpo"),
                           "gemma4": ("sft", "dpo"), "gemma4_unified": ("sft", "dpo"), "glm4v": ("sft", "dpo"),
                           "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"), "glm_ocr": ("sft", "dpo"),
@@ -592,6 +597,15 @@ VISION_LANGUAGE["exaone4_5"] = replace(VISION_LANGUAGE["qwen2_5_vl"], text="exao
 VISION_LANGUAGE["hyperclovax_vision_v2"] = replace(VISION_LANGUAGE["qwen2_5_vl"], text="hyperclovax",
                                                    tie_from_text=False, tie_default=True, text_defaults={},
                                                    projector_text_width=4096)
+# models/qwen2_5_omni (configuration_qwen2_5_omni.py): `Qwen2_5OmniThinkerConfig.sub_configs_defaults` builds
+# vision_config as Qwen2_5OmniVisionEncoderConfig (Qwen2_5_VLVisionConfig's fields and defaults), text_config as
+# Qwen2_5OmniTextConfig (its own defaults, `QWEN2_5_OMNI_TEXT_DEFAULTS`) and audio_config as
+# Qwen2_5OmniAudioEncoderConfig; `Qwen2_5OmniThinkerTextModel`'s layers are Qwen2's (q/k/v bias, no o bias) under
+# M-RoPE, as Qwen2_5_VLTextModel's. The thinker config's tie_word_embeddings (False) decides the tying, no
+# __post_init__ forwarding the text config's (True).
+VISION_LANGUAGE["qwen2_5_omni_thinker"] = replace(VISION_LANGUAGE["qwen2_5_vl"], tie_from_text=False,
+                                                  text_class_defaults=QWEN2_5_OMNI_TEXT_DEFAULTS,
+                                                  family="qwen2_5_omni", audio="qwen2_5_omni")
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
                      "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "deepseek_vl_hybrid", "idefics2",
@@ -608,8 +622,8 @@ class VisionLinear:
     in_features: int
     out_features: int
     count: int              # blocks that hold it (depth), or 1 for the merger's
-    part: str               # "tower", "merger" (with a projector after it), or "deepstack" (Qwen3-VL's deepstack
-    #                         mergers, `count` of them)
+    part: str               # "tower", "merger" (with a projector after it), "deepstack" (Qwen3-VL's deepstack
+    #                         mergers, `count` of them), or "audio" (an Omni thinker's audio encoder, which images never run)
 
     @property
     def params(self) -> int:
@@ -645,9 +659,10 @@ class VisionSpec(TowerBase):
     # HyperCLOVAX Vision V2's `projector`, Linear(out_hidden_size → projector_width) after the merger (TowerLayout.
     # projector_text_width); 0: none
     projector_width: int = 0
-    # an audio encoder beside the tower that no image runs (Qwen3-Omni's thinker: hpcmem.models.qwen3_omni_audio
-    # `AudioEncoderSpec`): its weights load, its linears take adapters (part "audio"), nothing of it gets a gradient
-    audio: AudioEncoderSpec | None = None
+    # an audio encoder beside the tower that no image runs (the Omni thinkers: hpcmem.models.qwen3_omni_audio
+    # `AudioEncoderSpec`, hpcmem.models.qwen2_5_omni `AudioTower`): its weights load, its linears take adapters
+    # (part "audio"), nothing of it gets a gradient; None: none
+    audio: AudioEncoderSpec | AudioTower | None = None
 
     def __post_init__(self) -> None:
         p = Problems()
@@ -726,17 +741,25 @@ class VisionSpec(TowerBase):
                      VisionLinear(name=second, in_features=m, out_features=self.out_hidden_size, count=ds,
                                   part="deepstack")) if ds else ()
         qkv = h + 2 * self.kv_heads * (h // self.num_heads)       # EXAONE 4.5: q_dim + 2 · kv_dim
+        # Qwen2.5-Omni's `Qwen2_5OmniVisionAttention`: q, k, v three Linears (width → width, bias) for the fused qkv
+        attention = tuple(VisionLinear(name=f"attn.{x}", in_features=h, out_features=h, count=d, part="tower")
+                          for x in ("q", "k", "v")) if self.family == "qwen2_5_omni" else \
+            (VisionLinear(name="attn.qkv", in_features=h, out_features=qkv, count=d, part="tower"),)
+        # its audio tower's linears (part "audio": peft wraps them, nothing runs them; their parameters are counted
+        # by `idle_params`, k_proj having no bias)
+        audio = tuple(VisionLinear(name=x.name, in_features=x.in_features, out_features=x.out_features,
+                                   count=x.count, part="audio") for x in self.audio.linears()) if self.audio else ()
         # HyperCLOVAX Vision V2's projector (modular_hyperclovax_vision_v2.py `HyperCLOVAXVisionV2Model.__init__`:
         # `model.projector`, beside `model.vision_model`), counted with the merger whose output it reads
         projector = (VisionLinear(name="projector", in_features=self.out_hidden_size,
                                   out_features=self.projector_width, count=1, part="merger"),) \
             if self.projector_width else ()
-        return (VisionLinear(name="attn.qkv", in_features=h, out_features=qkv, count=d, part="tower"),
+        return (*attention,
                 VisionLinear(name="attn.proj", in_features=h, out_features=h, count=d, part="tower"),
                 *mlp,
                 VisionLinear(name=first, in_features=m, out_features=m, count=1, part="merger"),
                 VisionLinear(name=second, in_features=m, out_features=self.out_hidden_size, count=1, part="merger"),
-                *projector, *deepstack, *(self.audio.linears() if self.audio else ()))
+                *projector, *deepstack, *audio)
 
     @property
     def norm_params(self) -> int:
@@ -903,7 +926,17 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         patch_bias=layout.patch_bias, hooked_input=layout.hooked_input, num_position_embeddings=vc.get("num_position_embeddings", 0),
         deepstack_visual_indexes=tuple(deep), num_key_value_heads=vc.get("num_key_value_heads", 0),
         projector_width=text_width(cfg, layout.projector_text_width) if layout.projector_text_width else 0,
-        audio=audio_spec_from_config(cfg, name) if layout.audio == "qwen3_omni" else None)
+        family=layout.family,
+        audio=audio_encoder(cfg, name, layout.audio))
+
+
+def audio_encoder(cfg: dict[str, Any], name: str, kind: str) -> AudioEncoderSpec | AudioTower | None:
+    """The audio encoder TowerLayout.audio names beside the tower, read from the config's audio_config."""
+    if kind == "qwen3_omni":
+        return audio_spec_from_config(cfg, name)
+    if kind == "qwen2_5_omni":
+        return audio_tower_from_config(cfg, name)
+    return None
 
 
 def layout_of(cfg: dict[str, Any]) -> TowerLayout:
