@@ -17,14 +17,19 @@ final_logit_softcapping) and `self.loss_function` — what Gemma2ForCausalLM.for
 `config.final_logit_softcapping` the same way). TRL's fused LM head (trl/trainer/utils.py `add_fused_lm_head`) runs
 neither forward's head: it reads the backbone (`base_model`, here `model`), `get_output_embeddings` and the text
 config's final_logit_softcapping, alike for both classes.
+
+Mistral 4 (models/mistral4/modeling_mistral4.py): transformers 5.24 maps `mistral4` to `Mistral4ForCausalLM` in the
+image-text-to-text mapping only (auto/modeling_auto.py), though that class is a text decoder with no image input.
+TRL's create_model_from_path (trl/trainer/utils.py) builds `getattr(transformers, config.architectures[0])`, that
+class itself; `register` maps Mistral4Config to it for AutoModelForCausalLM, so the trace builds what TRL trains.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
 
 from typing import Any
 
-# text config model_type → the causal-LM class `register` builds for it
-TEXT_ONLY_TYPES = ("cosmos3_edge_text", "mistral_large4_text")
+# model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "mistral4", "mistral_large4_text")
 _DONE: list[bool] = []
 
 
@@ -100,7 +105,9 @@ def register() -> None:
         return
     from transformers import AutoModelForCausalLM
 
-    for build in (_cosmos3_edge_text_lm, _mistral_large4_text_lm):
-        config, model = build()
+    from transformers.models.mistral4.configuration_mistral4 import Mistral4Config
+    from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
+
+    for config, model in (_cosmos3_edge_text_lm(), _mistral_large4_text_lm(), (Mistral4Config, Mistral4ForCausalLM)):
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)
