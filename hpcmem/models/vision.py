@@ -141,6 +141,9 @@ Covered (transformers 5.24):
   smart_resize at 16 px patches) and a 2 x 2 LayerNorm/GELU patch merger (hpcmem.models.cosmos3_edge's
   `Cosmos3EdgeTowerSpec`); its decoder cosmos3_edge_text (Llama's shape, ReLU² fc1/fc2 MLP), learned
   (hpcmem.models.vlm_learned).
+- mistral_large4 (Mistral Large 4) with images: Mistral 3's Pixtral tower and patch-merging projector at its own
+  defaults (hpcmem.models.mistral_large4, hpcmem.models.pixtral's `PixtralTowerSpec`); its decoder mistral_large4_text
+  (MLA attention, a sparse-attention indexer, routed and shared experts), learned (hpcmem.models.vlm_learned).
 - qwen3_omni_moe_thinker (Qwen3-Omni's thinker) with images: Qwen3-VL's tower, merger and deepstack mergers (their
   linears named `mlp.0` / `mlp.2`, the deepstack mergers `merger_list.N`) beside an audio encoder no image runs, whose
   weights load and get no gradient (hpcmem.models.qwen3_omni_audio, VisionSpec.audio); its decoder Qwen3-MoE's
@@ -181,6 +184,7 @@ from hpcmem.models.minicpmv4_6 import minicpmv4_6_tower_from_config
 from hpcmem.models.minicpmv4_7 import minicpmv4_7_tower_from_config
 from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
 from hpcmem.models.cosmos3_edge import cosmos3_edge_tower_from_config
+from hpcmem.models.mistral_large4 import mistral_large4_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -299,6 +303,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "lfm3_vl": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
+                          "mistral_large4": ("sft", "dpo"),
                           "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
@@ -448,6 +453,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # `Cosmos3EdgeForConditionalGeneration._tied_weights_keys = {}` (modular_cosmos3_edge.py), whatever the flags say
     "cosmos3_edge": TowerLayout(text="cosmos3_edge_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                 text_defaults={}, ties=False),
+    # models/mistral_large4: hpcmem.models.mistral_large4 reads the vision part (Pixtral, as mistral3's);
+    # MistralLarge4Config's text_config is always a MistralLarge4TextConfig (`sub_configs_defaults`, its class defaults
+    # when omitted), which Mistral3Model's __init__ builds with `AutoModel.from_config`: MistralLarge4TextModel, a
+    # learned type (hpcmem.models.vlm_learned); MistralLarge4Config.tie_word_embeddings False
+    "mistral_large4": TowerLayout(text="mistral_large4_text", defaults={}, aliases={}, norm="rms", mlp="gated",
+                                  text_defaults={}),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -842,6 +853,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return mllama_tower_from_config(cfg, name)
     if model_type == "mistral3":
         return pixtral_tower_from_config(cfg, name)
+    if model_type == "mistral_large4":
+        return mistral_large4_tower_from_config(cfg, name)
     if model_type == "internvl":
         return internvl_tower_from_config(cfg, name)
     if model_type == "lighton_ocr":
