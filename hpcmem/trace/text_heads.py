@@ -104,7 +104,6 @@ def register() -> None:
     if _DONE:
         return
     from transformers import AutoModelForCausalLM
-
     from transformers.models.mistral4.configuration_mistral4 import Mistral4Config
     from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
