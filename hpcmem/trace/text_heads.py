@@ -73,6 +73,12 @@ def _ernie4_5_vl_moe_text_lm() -> tuple[Any, Any]:
         base_model_prefix = "model"
         _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
         input_modalities = ("text",)
+        # PreTrainedModel picks the experts' implementation only for a class whose module's source holds
+        # "@use_experts_implementation" (modeling_utils.py `_can_set_experts_implementation`), so this class, defined
+        # here, would run the eager per-expert loop while Ernie4_5_VLMoeForConditionalGeneration, from
+        # modeling_ernie4_5_vl_moe.py, runs `get_correct_experts_implementation`'s default, grouped_mm: the flag the
+        # heuristic caches, set to what it finds for the real class
+        _can_set_experts_implementation_cached_value = True
 
         def __init__(self, config: Ernie4_5_VLMoeTextConfig) -> None:
             super().__init__(config)
