@@ -36,6 +36,15 @@ TRAINER_FAILS.update({("shieldgemma2", trainer): _SG2_RESERVED for trainer in ("
 TRAINER_FAILS[("pp_chart2table", "dpo")] = (
     "TRL 1.16's DataCollatorForVisionPreference tokenizes the chosen and rejected completions without images and "
     "PPChart2TableProcessor raises 'Both `images` and `text` must be provided'")
+# dpo_trainer.py DataCollatorForVisionPreference returns the prompts' processor output with input_ids, attention_mask
+# and mm_token_type_ids extended over the completions, but not the moe_mm_token_type_ids Ernie4_5_VLMoeProcessor
+# adds; modeling_ernie4_5_vl_moe.py Ernie4_5_VLMoeMoeBlock.forward then indexes the [rows, prompt + completion,
+# hidden] states with the [rows, prompt, hidden] mask (a real CPU forward of TRL's collated batch:
+# tests/estimate/test_estimate_vlm_ernie4_5_vl_moe.py)
+TRAINER_FAILS[("ernie4_5_vl_moe", "dpo")] = (
+    "TRL 1.16's DataCollatorForVisionPreference leaves the prompts' moe_mm_token_type_ids unextended over the "
+    "completions and Ernie4_5_VLMoeMoeBlock.forward raises 'IndexError: The shape of the mask ... does not match the "
+    "shape of the indexed tensor'")
 TRAINER_FAILS[("video_llama_3", "dpo")] = (
     "traced on its cut (TRL's preference collator runs VideoLlama3Processor), LoRA all-linear with checkpointing "
     "+3.02 % over the allocated peak at the Qwen2 layer's backward: the decoder's LoRA backward under checkpointing "

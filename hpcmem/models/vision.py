@@ -288,7 +288,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "lfm3_vl": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
-                          "ernie4_5_vl_moe": ("sft", "dpo"),
+                          "ernie4_5_vl_moe": ("sft",),
                           "pp_chart2table": ("sft",)}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
