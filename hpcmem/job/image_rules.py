@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from hpcmem.job.image_rl_rules import rl_image_problems
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.trainers import entry
+from hpcmem.models.ernie4_5_vl_moe import ernie45vl_text_only_problems
 from hpcmem.models.fuyu import fuyu_problems
 from hpcmem.models.vision import IMAGE_TRAINERS_ALLOWED, VISION_LANGUAGE
 
@@ -96,6 +97,8 @@ def image_job_problems(job: Job) -> list[str]:
         return [f"images_per_example 0 on {m.vision.model_type}: without images MllamaTextModel skips its "
                 f"{len(m.vision.cross_layers)} cross-attention layers, which hpcmem's count of its decoder runs; "
                 "text-only jobs on this type are not derived (give images_per_example ≥ 1)"]
+    if getattr(m.vision, "family", "") == "ernie4_5_vl_moe" and not t.has_images:
+        return ernie45vl_text_only_problems(t.use_peft)
     if not t.has_images:
         return []
     said = (f"images_per_example {t.images_per_example}" if t.images_per_example else
