@@ -126,6 +126,10 @@ class VisionTerms:
     blocks_full: tuple[int, ...] = ()
     blocks_backward: tuple[int, ...] = ()
     blocks_grads: tuple[int, ...] = ()
+    # what the language model's layers keep for the image tokens beyond the text part's own terms, alive where the
+    # tower's saved tensors are until the language model's backward is done (ERNIE-4.5-VL's vision experts,
+    # hpcmem.estimate.vision_ernie4_5_vl_moe `routing_saved`; negative where the image tokens keep less), or 0
+    text_saved: int = 0
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout, outside: Any = None) -> VisionTerms | None:
@@ -454,9 +458,11 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
                 *([Component(name=OPTIMIZER, bytes=terms.optimizer)] if terms.optimizer else []))
     if not terms.patches:
         return [Phase(name=p.name, components=(*resident, *p.components)) for p in phases]
-    held = Component(name=ACTIVATIONS, bytes=terms.pixels + terms.saved,
+    held = Component(name=ACTIVATIONS, bytes=terms.pixels + terms.saved + terms.text_saved,
                      note=f"{terms.patches:,} patches → {terms.image_tokens:,} image tokens; pixel_values fp32 "
-                          f"{terms.pixels / 2**20:.1f} MiB")
+                          f"{terms.pixels / 2**20:.1f} MiB" + (f"; the decoder's image-token routing "
+                                                              f"{terms.text_saved / 2**20:+.1f} MiB"
+                                                              if terms.text_saved else ""))
     grads = Component(name=GRADIENTS, bytes=terms.gradients)
     accumulating = job.train.gradient_accumulation_steps > 1
     pixels = Component(name="pixel_values", bytes=terms.pixels, note="the batch, fp32")

@@ -148,6 +148,10 @@ Covered (transformers 5.24):
   linears named `mlp.0` / `mlp.2`, the deepstack mergers `merger_list.N`) beside an audio encoder no image runs, whose
   weights load and get no gradient (hpcmem.models.qwen3_omni_audio, VisionSpec.audio); its decoder Qwen3-MoE's
   layers (the qwen3_moe layout) with Qwen3OmniMoeTextConfig's defaults.
+- ernie4_5_vl_moe (ERNIE-4.5-VL) with images: Qwen2-VL's LayerNorm blocks under a Linear patch embedding and a final
+  LayerNorm, then a resampler (2 x 2 spatial MLP, the temporal MLP over each image's rows taken twice, a Linear to
+  the text width, an RMSNorm) (hpcmem.models.ernie4_5_vl_moe's `Ernie45VlTowerSpec`); its decoder
+  ernie4_5_vl_moe_text (ERNIE-4.5's MoE layers with text and vision experts), learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -185,6 +189,7 @@ from hpcmem.models.minicpmv4_7 import minicpmv4_7_tower_from_config
 from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
 from hpcmem.models.cosmos3_edge import cosmos3_edge_tower_from_config
 from hpcmem.models.mistral_large4 import mistral_large4_tower_from_config
+from hpcmem.models.ernie4_5_vl_moe import ernie45vl_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -303,7 +308,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "lfm3_vl": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
-                          "mistral_large4": ("sft", "dpo"),
+                          "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",),
                           "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
@@ -459,6 +464,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # learned type (hpcmem.models.vlm_learned); MistralLarge4Config.tie_word_embeddings False
     "mistral_large4": TowerLayout(text="mistral_large4_text", defaults={}, aliases={}, norm="rms", mlp="gated",
                                   text_defaults={}),
+    # models/ernie4_5_vl_moe: hpcmem.models.ernie4_5_vl_moe reads the vision part; Ernie4_5_VLMoeModel (Qwen2VLModel's
+    # __init__) builds the decoder with `AutoModel.from_config(config.text_config)`, Ernie4_5_VLMoeTextModel
+    # (`sub_configs_defaults`: Ernie4_5_VLMoeTextConfig's class defaults when omitted), a learned type
+    # (hpcmem.models.vlm_learned); Ernie4_5_VLMoeConfig.tie_word_embeddings True
+    "ernie4_5_vl_moe": TowerLayout(text="ernie4_5_vl_moe_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                   tie_default=True, text_defaults={}),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -891,6 +902,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return kimi_k25_tower_from_config(cfg, name)
     if model_type == "cosmos3_edge":
         return cosmos3_edge_tower_from_config(cfg, name)
+    if model_type == "ernie4_5_vl_moe":
+        return ernie45vl_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":

@@ -9,6 +9,14 @@ kept positions and `self.loss_function` — what LlamaForCausalLM.forward does a
 that: transformers' own `Cosmos3EdgeTextModel` under LlamaForCausalLM's forward, registered with
 AutoModelForCausalLM only inside hpcmem's trace processes (`register`); no other code of it is hpcmem's.
 
+ERNIE-4.5-VL (models/ernie4_5_vl_moe/modular_ernie4_5_vl_moe.py): `ernie4_5_vl_moe_text` maps to no class in
+transformers' auto mappings. What `Ernie4_5_VLMoeForConditionalGeneration` (Glm4vForConditionalGeneration's layout,
+its own forward) runs on a text row is `Ernie4_5_VLMoeTextModel` (`model.language_model`) with no
+moe_mm_token_type_ids, so every token through the text experts (`Ernie4_5_VLMoeMoeBlock.forward`'s else branch), then
+`lm_head` (nn.Linear(hidden, vocab, bias=False), tied to the token embeddings by the outer
+tie_word_embeddings, True by default) on the kept positions and `self.loss_function` (the router's aux loss only under
+output_router_logits, False by default) — again LlamaForCausalLM.forward around the decoder.
+
 Mistral Large 4 (models/mistral_large4/modeling_mistral_large4.py): `mistral_large4_text` maps to
 `MistralLarge4TextModel` in AutoModel only. `MistralLarge4ForConditionalGeneration.forward` runs on a text row its
 `model.language_model` (MistralLarge4TextModel), `lm_head` (untied: MistralLarge4Config.tie_word_embeddings False)
@@ -29,7 +37,7 @@ class itself; `register` maps Mistral4Config to it for AutoModelForCausalLM, so 
 from typing import Any
 
 # model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
-TEXT_ONLY_TYPES = ("cosmos3_edge_text", "mistral4", "mistral_large4_text")
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "ernie4_5_vl_moe_text", "mistral4", "mistral_large4_text")
 _DONE: list[bool] = []
 
 
@@ -60,6 +68,40 @@ def _cosmos3_edge_text_lm() -> tuple[Any, Any]:
         forward = LlamaForCausalLM.forward
 
     return Cosmos3EdgeTextConfig, Cosmos3EdgeTextForCausalLM
+
+
+def _ernie4_5_vl_moe_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.ernie4_5_vl_moe.configuration_ernie4_5_vl_moe import Ernie4_5_VLMoeTextConfig
+    from transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe import (Ernie4_5_VLMoePreTrainedModel,
+                                                                              Ernie4_5_VLMoeTextModel)
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+
+    class Ernie4_5_VLMoeTextForCausalLM(Ernie4_5_VLMoePreTrainedModel, GenerationMixin):
+        """Ernie4_5_VLMoeTextModel and the head Ernie4_5_VLMoeForConditionalGeneration puts on it (tied when the
+        text config's tie_word_embeddings says so, as the outer config's), under LlamaForCausalLM's forward."""
+
+        config: Ernie4_5_VLMoeTextConfig
+        config_class = Ernie4_5_VLMoeTextConfig
+        base_model_prefix = "model"
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: Ernie4_5_VLMoeTextConfig) -> None:
+            super().__init__(config)
+            self.model = Ernie4_5_VLMoeTextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    # as for Mistral Large 4's class below: the experts' implementation transformers picks for the text model's module
+    # (grouped_mm), not the eager per-expert loop a class defined here would get
+    Ernie4_5_VLMoeTextForCausalLM._can_set_experts_implementation_cached_value = \
+        Ernie4_5_VLMoeTextModel._can_set_experts_implementation()
+    return Ernie4_5_VLMoeTextConfig, Ernie4_5_VLMoeTextForCausalLM
 
 
 def _mistral_large4_text_lm() -> tuple[Any, Any]:
@@ -107,6 +149,7 @@ def register() -> None:
     from transformers.models.mistral4.configuration_mistral4 import Mistral4Config
     from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
-    for config, model in (_cosmos3_edge_text_lm(), _mistral_large4_text_lm(), (Mistral4Config, Mistral4ForCausalLM)):
+    for config, model in (_cosmos3_edge_text_lm(), _ernie4_5_vl_moe_text_lm(), _mistral_large4_text_lm(),
+                          (Mistral4Config, Mistral4ForCausalLM)):
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)

@@ -20,7 +20,8 @@ hpcmem.trace.vision_minicpmv4_6's, Kimi K2.5's hpcmem.trace.vision_kimi_k25's (a
 torchvision-only image processor), Fuyu's hpcmem.trace.vision_fuyu's, Cosmos3 Edge's
 hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's, the Qwen3-Omni
 thinker's hpcmem.trace.vision_qwen3_omni's, Qwen2.5-Omni's thinker's hpcmem.trace.vision_qwen2_5_omni's (Omni's
-token spellings, a real feature extractor, a stand-in video processor).
+token spellings, a real feature extractor, a stand-in video processor), ERNIE-4.5-VL's
+hpcmem.trace.vision_ernie4_5_vl_moe's.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
-                          vision_cosmos3_edge, vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_fuyu,
-                          vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling, vision_idefics2,
-                          vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl,
-                          vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_mistral3, vision_mllama,
-                          vision_ovis2, vision_paddleocr_vl, vision_paligemma, vision_pp_chart2table,
+                          vision_cosmos3_edge, vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_ernie4_5_vl_moe,
+                          vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling,
+                          vision_idefics2, vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25,
+                          vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_mistral3,
+                          vision_mllama, vision_ovis2, vision_paddleocr_vl, vision_paligemma, vision_pp_chart2table,
                           vision_qwen2_5_omni, vision_qwen3_omni, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
@@ -149,6 +150,8 @@ def processor(job: JobSpec) -> Any:
         return vision_qwen3_omni.processor(job)
     if v.family == "qwen2_5_omni":
         return vision_qwen2_5_omni.processor(job)
+    if v.family == "ernie4_5_vl_moe":
+        return vision_ernie4_5_vl_moe.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -187,6 +190,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_kimi_k25.token_ids(proc)
     if vision_fuyu.is_processor(proc):
         return vision_fuyu.token_ids(proc)
+    if vision_ernie4_5_vl_moe.is_processor(proc):
+        return vision_ernie4_5_vl_moe.token_ids(proc)
     if vision_pp_chart2table.is_processor(proc):
         return vision_pp_chart2table.token_ids(proc)
     if vision_qwen3_omni.is_processor(proc):
@@ -240,6 +245,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_lfm2_vl.markers(job) if family == "lfm2_vl" else \
         vision_minicpmv4_6.markers(job) if family == "minicpmv4_6" else \
         vision_kimi_k25.MARKERS_PER_IMAGE if family == "kimi_k25" else \
+        vision_ernie4_5_vl_moe.MARKERS_PER_IMAGE if family == "ernie4_5_vl_moe" else \
         vision_fuyu.markers(job) if family == "fuyu" else \
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
         vision_ovis2.MARKERS_PER_IMAGE if family == "ovis2" else \
