@@ -18,7 +18,8 @@ Cohere Compass's hpcmem.trace.vision_cohere_compass's, PaddleOCR-VL's hpcmem.tra
 LFM2-VL's hpcmem.trace.vision_lfm2_vl's (a PIL stand-in for its torchvision-only image processor), MiniCPM-V 4.6's
 hpcmem.trace.vision_minicpmv4_6's, Kimi K2.5's hpcmem.trace.vision_kimi_k25's (a PIL stand-in for its
 torchvision-only image processor), Fuyu's hpcmem.trace.vision_fuyu's, Cosmos3 Edge's
-hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's.
+hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's, Granite 4 Vision's
+hpcmem.trace.vision_granite4_vision's.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
                           vision_cosmos3_edge, vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_fuyu,
-                          vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling, vision_idefics2,
+                          vision_gemma3, vision_gemma4, vision_glm4v, vision_granite4_vision, vision_granite_docling,
+                          vision_idefics2,
                           vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl,
                           vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_mistral3, vision_mllama,
                           vision_ovis2, vision_paddleocr_vl, vision_paligemma, vision_pp_chart2table,
@@ -89,6 +91,8 @@ def processor(job: JobSpec) -> Any:
         return vision_gemma3.processor(job)
     if v.model_type in vision_llava.LLAVA_TYPES:
         return vision_llava.processor(job)
+    if v.family == "granite4_vision":
+        return vision_granite4_vision.processor(job)
     if v.family == "idefics3":
         return vision_idefics3.processor(job)
     if v.family == "granite_docling":
@@ -219,6 +223,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
     markers = vision_llava.MARKERS_PER_IMAGE if job.model.vision.model_type in vision_llava.LLAVA_TYPES else \
         vision_idefics3.markers(job) if family == "idefics3" else \
         vision_granite_docling.markers(job) if family == "granite_docling" else \
+        vision_granite4_vision.MARKERS_PER_IMAGE if family == "granite4_vision" else \
         vision_aria.MARKERS_PER_IMAGE if family == "aria" else \
         vision_paligemma.MARKERS_PER_IMAGE if family == "paligemma" else \
         vision_deepseek_vl.MARKERS_PER_IMAGE if family == "deepseek_vl" else \
