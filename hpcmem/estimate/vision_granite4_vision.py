@@ -49,7 +49,8 @@ from dataclasses import replace
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.vision import (FP32, LAYER_NORM_STATS, VisionTerms, adapters_saved, block_saved, block_spec,
-                                    graphless_tower, token_leaf, tower_states, tower_weights, unused_tower)
+                                    graphless_tower, token_leaf, tower_states, tower_weights, unused_tower,
+                                    vision_adapters)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -122,6 +123,26 @@ def projector_backward(job: JobSpec, v: Granite4VisionTowerSpec, n: int, prec: P
     return max(recompute + workspace, (3 * FP32 + a) * h * n)
 
 
+def _tap(v: Granite4VisionTowerSpec, k: int) -> int:
+    """The hidden-state index projector k reads (the layerwise ones' pairs, then the spatial layer), counted from 0."""
+    x = v.deepstack[k][0] if k < len(v.deepstack) else v.spatial_layer
+    return x if x >= 0 else v.depth + 1 + x
+
+
+def _backward_order(v: Granite4VisionTowerSpec) -> list[int]:
+    """The projectors in the order their backward runs: the last made first (`Granite4VisionModel.get_image_features`
+    runs the layerwise ones, then the spatial ones; autograd runs the ready node made last first)."""
+    return list(reversed(range(v.projectors)))
+
+
+def projector_grads(job: JobSpec, v: Granite4VisionTowerSpec, lora: LoraLayout, gbytes: int) -> int:
+    """One projector's gradient bytes: all its parameters when it trains, else its adapters' r · (in + out) each."""
+    if not lora.enabled:
+        return v.projector_params * gbytes
+    adapted = [x for x in vision_adapters(job, v) if x.part == "merger"]
+    return sum(job.train.lora_r * (x.in_features + x.out_features) * x.count for x in adapted) // v.projectors * gbytes
+
+
 def granite4_vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     v: Granite4VisionTowerSpec = job.model.vision
     images, n = image_rows(job)
@@ -153,10 +174,10 @@ def granite4_vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> Vi
     leaves = n * h * prec.weight + token_leaf(job, prec) if not trained and gc else 0
     # the projectors; each one's feature gradient [image tokens, o] waits through the text layers' backward and the
     # projectors' (counted here), the second copy of its features (the model's concatenation) in the forward only
-    features = v.projectors * a * o * tokens
-    projectors = sum(projector_saved(job, v, n, prec, lora, layerwise=k < len(v.deepstack))
-                     for k in range(v.projectors))
-    merger = projectors + features
+    feature = a * o * tokens
+    features = v.projectors * feature
+    own = [projector_saved(job, v, n, prec, lora, layerwise=k < len(v.deepstack)) for k in range(v.projectors)]
+    merger = sum(own) + features
     saved = sum(blocks) + conv + leaves + merger
     # the taps: the hidden states the projectors read, alive until the model's forward returns; a layer's output is
     # already the next layer's checkpointed input under checkpointing
@@ -172,8 +193,17 @@ def granite4_vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> Vi
     adapter_t = n * max(x.in_features for x in layer_adapters) * backward_bytes_per_input(lora) \
         if layer_adapters else 0
     block_backward = hidden_t + max(mlp_t + adapter_t if gc else max(mlp_t, adapter_t), scores_t) + waiting
-    # the projectors' backward (the first of them, the others' saved tensors beside it, every feature gradient)
-    connector = merger + projector_backward(job, v, n, prec, lora)
+    # the projectors' backward, the last made first (`_backward_order`): at the k-th, the saved tensors and waiting
+    # feature gradients of it and those after it, the gradients of it and those before it, their taps' gradients
+    # (one per distinct tap) and its own backward; the phase adds every trainable part outside the blocks as the
+    # connector's gradients (`merger_grads`), so the instant is given beyond them
+    grad_each = [projector_grads(job, v, lora, st.gbytes)] * v.projectors
+    order = _backward_order(v)
+    back = projector_backward(job, v, n, prec, lora)
+    worst = max(sum(own[j] + feature for j in order[k:]) + sum(grad_each[j] for j in order[:k + 1])
+                + len({_tap(v, j) for j in order[:k + 1]}) * prec.residual * h * n + back
+                for k in range(len(order)))
+    connector = worst - st.rest * st.gbytes
     what = ("tower and projectors trained (full fine-tuning); post_layernorm gets no gradient" if trained else
             f"frozen; LoRA on {len(adapted)} of its linear kinds")
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,

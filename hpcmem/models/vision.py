@@ -136,6 +136,11 @@ Covered (transformers 5.24):
   smart_resize at 16 px patches) and a 2 x 2 LayerNorm/GELU patch merger (hpcmem.models.cosmos3_edge's
   `Cosmos3EdgeTowerSpec`); its decoder cosmos3_edge_text (Llama's shape, ReLU² fc1/fc2 MLP), learned
   (hpcmem.models.vlm_learned).
+- granite4_vision (Granite 4 Vision) with images: a SigLIP tower over LLaVA-NeXT's anyres tiles, one Window Q-Former
+  projector (a one-layer Blip2QFormer over each w × w window of a tap, q × q queries) per deepstack pair and four over
+  the spatial layer, each projector's rows added to the image tokens before its text layer
+  (hpcmem.models.granite4_vision's `Granite4VisionTowerSpec`); its decoder Granite's, learned
+  (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
