@@ -49,7 +49,7 @@ from dataclasses import replace
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.vision import (FP32, LAYER_NORM_STATS, VisionTerms, adapters_saved, block_saved, block_spec,
-                                    graphless_tower, token_leaf, tower_states, tower_weights, unused_tower,
+                                    graphless_tower, tower_states, tower_weights, unused_tower,
                                     vision_adapters)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
@@ -169,22 +169,25 @@ def granite4_vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> Vi
     layers = v.trained_layers
     blocks = (prec.residual * h * n,) * layers if gc else (full,) * layers
     # before the layers: the Conv2d's bf16 input when it trains; frozen under checkpointing, the hooked patch
-    # embedding's output and the token embeddings' output are leaves (hpcmem.estimate.vision `outside_saved`)
+    # embedding's output is a leaf (hpcmem.estimate.vision `outside_saved`). The token embeddings' hooked output is a
+    # leaf too, but not beside a first-layer input of its own as for the Qwen towers: GraniteModel.forward multiplies
+    # it by embedding_multiplier into a new tensor with or without images, so the learned text profile holds it already
     conv = tiles * v.tile_values * prec.weight if trained else 0
-    leaves = n * h * prec.weight + token_leaf(job, prec) if not trained and gc else 0
-    # the projectors; each one's feature gradient [image tokens, o] waits through the text layers' backward and the
-    # projectors' (counted here), the second copy of its features (the model's concatenation) in the forward only
+    leaves = n * h * prec.weight if not trained and gc else 0
+    # the projectors; their features twice each in the forward (`pack_image_features`' rows and the model's
+    # concatenation), forward-only; in the backward each one's gradient [image tokens, o] appears once the text
+    # layers' backward has passed its layer (`injected_grads`: none at the last text layer's backward, all but the
+    # first layer's at the first layer's) and waits for the projectors' backward (`worst` below)
     feature = a * o * tokens
-    features = v.projectors * feature
     own = [projector_saved(job, v, n, prec, lora, layerwise=k < len(v.deepstack)) for k in range(v.projectors)]
-    merger = sum(own) + features
+    merger = sum(own)
     saved = sum(blocks) + conv + leaves + merger
     # the taps: the hidden states the projectors read, alive until the model's forward returns; a layer's output is
     # already the next layer's checkpointed input under checkpointing
     taps = {x if x > 0 else v.depth + 1 + x for x, _ in v.deepstack} | {
         v.spatial_layer if v.spatial_layer > 0 else v.depth + 1 + v.spatial_layer}
     kept = sum(1 for k in taps if not gc or k == v.depth) * prec.residual * h * n
-    forward_only = features + kept
+    forward_only = 2 * v.projectors * feature + kept
     # the tower's backward: each tap below the last layer hands its gradient early (the projectors run first); it
     # waits beside the layers above it (counted at the last layer's, the worst)
     waiting = sum(1 for k in taps if k < v.depth) * prec.residual * h * n
@@ -209,4 +212,5 @@ def granite4_vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> Vi
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,
                        merger_saved=merger, blocks_saved=blocks, block_full=full, block_backward=block_backward,
                        block_grads=st.per_block * st.gbytes, merger_grads=st.rest * st.gbytes, patches=n,
-                       image_tokens=tokens, trained=what, forward_only=forward_only, connector_backward=connector)
+                       image_tokens=tokens, trained=what, forward_only=forward_only, connector_backward=connector,
+                       injected_grads=tuple((t, feature) for t in v.targets))
