@@ -167,6 +167,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
+        if v.model_type == "minicpm_ocr":       # MiniCPMOcrProcessor's (modular_minicpm_ocr.py)
+            processor = "MiniCPMOcrImageProcessor"
         if getattr(v, "grid_pinpoints", None):
             # LlavaNextVideoProcessor's image processor is LlavaNextImageProcessor
             processor = {"llava_onevision": "LlavaOnevisionImageProcessor"}.get(v.model_type,

@@ -8,14 +8,28 @@ Cosmos3 Edge (transformers 5.24 models/cosmos3_edge/modeling_cosmos3_edge.py): `
 kept positions and `self.loss_function` — what LlamaForCausalLM.forward does around its decoder. The class below is
 that: transformers' own `Cosmos3EdgeTextModel` under LlamaForCausalLM's forward, registered with
 AutoModelForCausalLM only inside hpcmem's trace processes (`register`); no other code of it is hpcmem's.
+
+Mistral Large 4 (models/mistral_large4/modeling_mistral_large4.py): `mistral_large4_text` maps to
+`MistralLarge4TextModel` in AutoModel only. `MistralLarge4ForConditionalGeneration.forward` runs on a text row its
+`model.language_model` (MistralLarge4TextModel), `lm_head` (untied: MistralLarge4Config.tie_word_embeddings False)
+on the kept positions, the final logit softcapping (logits / cap → tanh → · cap, cap the text config's
+final_logit_softcapping) and `self.loss_function` — what Gemma2ForCausalLM.forward does around its decoder (it reads
+`config.final_logit_softcapping` the same way). TRL's fused LM head (trl/trainer/utils.py `add_fused_lm_head`) runs
+neither forward's head: it reads the backbone (`base_model`, here `model`), `get_output_embeddings` and the text
+config's final_logit_softcapping, alike for both classes.
+
+Mistral 4 (models/mistral4/modeling_mistral4.py): transformers 5.24 maps `mistral4` to `Mistral4ForCausalLM` in the
+image-text-to-text mapping only (auto/modeling_auto.py), though that class is a text decoder with no image input.
+TRL's create_model_from_path (trl/trainer/utils.py) builds `getattr(transformers, config.architectures[0])`, that
+class itself; `register` maps Mistral4Config to it for AutoModelForCausalLM, so the trace builds what TRL trains.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
 
 from typing import Any
 
-# text config model_type → the causal-LM class `register` builds for it
-TEXT_ONLY_TYPES = ("cosmos3_edge_text",)
+# model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "mistral4", "mistral_large4_text")
 _DONE: list[bool] = []
 
 
@@ -48,12 +62,51 @@ def _cosmos3_edge_text_lm() -> tuple[Any, Any]:
     return Cosmos3EdgeTextConfig, Cosmos3EdgeTextForCausalLM
 
 
+def _mistral_large4_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.gemma2.modeling_gemma2 import Gemma2ForCausalLM
+    from transformers.models.mistral_large4.configuration_mistral_large4 import MistralLarge4TextConfig
+    from transformers.models.mistral_large4.modeling_mistral_large4 import (MistralLarge4PreTrainedModel,
+                                                                            MistralLarge4TextModel)
+
+    class MistralLarge4TextForCausalLM(MistralLarge4PreTrainedModel, GenerationMixin):
+        """MistralLarge4TextModel and the untied head MistralLarge4ForConditionalGeneration puts on it, under
+        Gemma2ForCausalLM's forward (the same final logit softcapping)."""
+
+        config: MistralLarge4TextConfig
+        config_class = MistralLarge4TextConfig
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: MistralLarge4TextConfig) -> None:
+            super().__init__(config)
+            self.model = MistralLarge4TextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = Gemma2ForCausalLM.forward
+
+    # transformers lets a class choose its experts implementation (grouped_mm by default) only when its module's
+    # source text holds the experts-implementation decorator, written with its at sign (modeling_utils.py
+    # `_can_set_experts_implementation`, a cached class flag; this comment does not spell it so, or it would pass that
+    # check itself); this module uses none, so the class would fall back to eager experts where
+    # MistralLarge4ForConditionalGeneration (modeling_mistral_large4.py, which does) runs grouped_mm: the class takes
+    # transformers' answer for the text model's module
+    MistralLarge4TextForCausalLM._can_set_experts_implementation_cached_value = \
+        MistralLarge4TextModel._can_set_experts_implementation()
+    return MistralLarge4TextConfig, MistralLarge4TextForCausalLM
+
+
 def register() -> None:
     """Register the classes above with AutoModelForCausalLM (once per process)."""
     if _DONE:
         return
     from transformers import AutoModelForCausalLM
+    from transformers.models.mistral4.configuration_mistral4 import Mistral4Config
+    from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
-    config, model = _cosmos3_edge_text_lm()
-    AutoModelForCausalLM.register(config, model, exist_ok=True)
+    for config, model in (_cosmos3_edge_text_lm(), _mistral_large4_text_lm(), (Mistral4Config, Mistral4ForCausalLM)):
+        AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)

@@ -18,7 +18,9 @@ Cohere Compass's hpcmem.trace.vision_cohere_compass's, PaddleOCR-VL's hpcmem.tra
 LFM2-VL's hpcmem.trace.vision_lfm2_vl's (a PIL stand-in for its torchvision-only image processor), MiniCPM-V 4.6's
 hpcmem.trace.vision_minicpmv4_6's, Kimi K2.5's hpcmem.trace.vision_kimi_k25's (a PIL stand-in for its
 torchvision-only image processor), Fuyu's hpcmem.trace.vision_fuyu's, Cosmos3 Edge's
-hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's, Granite 4 Vision's
+hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's, the Qwen3-Omni
+thinker's hpcmem.trace.vision_qwen3_omni's, Qwen2.5-Omni's thinker's hpcmem.trace.vision_qwen2_5_omni's (Omni's
+token spellings, a real feature extractor, a stand-in video processor), Granite 4 Vision's
 hpcmem.trace.vision_granite4_vision's.
 """
 
@@ -37,7 +39,7 @@ from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision,
                           vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl,
                           vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_mistral3, vision_mllama,
                           vision_ovis2, vision_paddleocr_vl, vision_paligemma, vision_pp_chart2table,
-                          vision_video_llama_3)
+                          vision_qwen2_5_omni, vision_qwen3_omni, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -147,6 +149,10 @@ def processor(job: JobSpec) -> Any:
         return vision_paddleocr_vl.processor(job, vision_tokenizer(), CHAT_TEMPLATE, IMAGE_PAD)
     if v.family == "cosmos3_edge":
         return vision_cosmos3_edge.processor(job, vision_tokenizer(), CHAT_TEMPLATE)
+    if v.model_type == "qwen3_omni_moe_thinker":
+        return vision_qwen3_omni.processor(job)
+    if v.family == "qwen2_5_omni":
+        return vision_qwen2_5_omni.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -187,6 +193,10 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_fuyu.token_ids(proc)
     if vision_pp_chart2table.is_processor(proc):
         return vision_pp_chart2table.token_ids(proc)
+    if vision_qwen3_omni.is_processor(proc):
+        return vision_qwen3_omni.token_ids(proc)
+    if vision_qwen2_5_omni.is_processor(proc):
+        return vision_qwen2_5_omni.token_ids(proc)
     if vision_lfm2_vl.is_processor(proc):      # its image_token is llava's "<image>": before llava's
         return vision_lfm2_vl.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
@@ -243,7 +253,8 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_mllama.MARKERS_PER_IMAGE if family == "mllama" else \
         vision_mistral3.MARKERS_PER_IMAGE if family == "pixtral" else \
         vision_internvl.MARKERS_PER_IMAGE if family == "internvl" else \
-        vision_video_llama_3.MARKERS_PER_IMAGE if family == "video_llama_3" else MARKERS_PER_IMAGE
+        vision_video_llama_3.MARKERS_PER_IMAGE if family == "video_llama_3" else \
+        vision_qwen2_5_omni.MARKERS_PER_IMAGE if family == "qwen2_5_omni" else MARKERS_PER_IMAGE
     per_image = image_geometry(t, job.model.vision).tokens + markers
     row_tokens = vision_paligemma.ROW_TOKENS if family == "paligemma" else \
         vision_mllama.BOS_PER_ROW if family == "mllama" else \
