@@ -125,6 +125,9 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     assert by_type["cosmos3_edge"]["status"] == "derived" and \
         "traced: SFT, DPO)" in by_type["cosmos3_edge"]["reason"] and \
         "GRPO/RLOO with images refused" in by_type["cosmos3_edge"]["reason"]
+    assert by_type["granite4_vision"]["status"] == "derived" and \
+        "traced: SFT, DPO)" in by_type["granite4_vision"]["reason"] and \
+        "GRPO/RLOO with images refused" in by_type["granite4_vision"]["reason"]
     assert by_type["mistral_large4"]["status"] == "derived" and \
         "traced: SFT, DPO)" in by_type["mistral_large4"]["reason"] and \
         "GRPO/RLOO with images refused" in by_type["mistral_large4"]["reason"]
