@@ -163,7 +163,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "janus": "JanusImageProcessor", "ovis2": "Ovis2ImageProcessor",
                      "lfm2_vl": "Lfm2VlImageProcessor", "minicpmv4_6": "MiniCPMV4_6ImageProcessor",
                      "kimi_k25": "Kimi_K25ImageProcessor", "got_ocr2": "PPChart2TableImageProcessor",
-                     "granite_docling": "GraniteDoclingImageProcessor", "aria": "AriaImageProcessor"}.get(
+                     "granite_docling": "GraniteDoclingImageProcessor", "aria": "AriaImageProcessor",
+                     "molmo2": "Molmo2ImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
@@ -183,6 +184,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 if v.family in ("deepseek_vl", "janus") else
                 f"it resizes every image's longest edge to {v.tile} px and pads it to a square"
                 if v.family == "aria" else
+                f"it cuts every image into {v.image_size}-px overlapping crops of a canvas of at most {v.max_crops} "
+                "crops, plus a global crop" if v.family == "molmo2" else
                 f"it resizes every image's longest edge to {v.image_size} px and to {v.sam_image_size} px (the SAM "
                 "tower's) and pads each to a square" if v.family == "deepseek_vl_hybrid" else
                 f"it fits every image to {v.min_image_tokens}..{v.max_image_tokens} image tokens and cuts a large one "
@@ -304,9 +307,11 @@ def image_mask(job: Job) -> bool:
     token_type_ids (1 on image tokens), TRL's vision collators pass them on, and Gemma3Model.forward then builds
     full- and sliding-attention masks that let each image's tokens see each other (modeling_gemma3.py
     `create_masks_for_vision_model`, `blockwise_overlay`), so even one unpadded row's SDPA runs with a materialised
-    mask (traced: 8,192-token rows, estimator/LOG.md). Qwen's models build no such mask."""
+    mask (traced: 8,192-token rows, estimator/LOG.md). Molmo2's likewise: Molmo2Processor returns mm_token_type_ids (1
+    on its image tokens), and Molmo2Model.forward hands them to `create_causal_mask` as `block_sequence_ids`, one
+    block that all image tokens attend within (modeling_molmo2.py). Qwen's models build no such mask."""
     v = job.model.vision
-    return v is not None and v.family == "siglip" and job.train.has_images
+    return v is not None and v.family in ("siglip", "molmo2") and job.train.has_images
 
 
 def prompt_image_tokens(job: Job) -> int:

@@ -136,6 +136,11 @@ Covered (transformers 5.24):
   smart_resize at 16 px patches) and a 2 x 2 LayerNorm/GELU patch merger (hpcmem.models.cosmos3_edge's
   `Cosmos3EdgeTowerSpec`); its decoder cosmos3_edge_text (Llama's shape, ReLU² fc1/fc2 MLP), learned
   (hpcmem.models.vlm_learned).
+- molmo2 (Molmo2) with images: a ViT over fixed 378² overlapping crops (a global one and up to max_crops of a canvas)
+  whose chosen layers' outputs, concatenated, an adapter pools per 2 × 2 window (attention from the window's mean to
+  its patches, then a SiLU-gated MLP) into the image tokens (hpcmem.models.molmo2's `Molmo2TowerSpec`); its decoder
+  Molmo2TextModel (Qwen3-style layers, an embedding of vocab_size + additional_vocab_size rows), learned
+  (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -171,6 +176,7 @@ from hpcmem.models.minicpmv4_6 import minicpmv4_6_tower_from_config
 from hpcmem.models.minicpmv4_7 import minicpmv4_7_tower_from_config
 from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
 from hpcmem.models.cosmos3_edge import cosmos3_edge_tower_from_config
+from hpcmem.models.molmo2 import molmo2_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -283,6 +289,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "lfm3_vl": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
+                          "molmo2": ("sft", "dpo"),
                           "pp_chart2table": ("sft",)}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
@@ -428,6 +435,13 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # `Cosmos3EdgeForConditionalGeneration._tied_weights_keys = {}` (modular_cosmos3_edge.py), whatever the flags say
     "cosmos3_edge": TowerLayout(text="cosmos3_edge_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                 text_defaults={}, ties=False),
+    # models/molmo2: hpcmem.models.molmo2 reads the vision and adapter parts; Molmo2Model builds the decoder as
+    # `Molmo2TextModel(config.text_config)` (`sub_configs_defaults`: molmo2_text, Molmo2TextConfig's class defaults
+    # when omitted), a learned type (hpcmem.models.vlm_learned: hpcmem.trace.text_heads gives it a causal-LM head);
+    # Molmo2Config.tie_word_embeddings False, and `Molmo2ForConditionalGeneration` declares no tied weights (its
+    # embedding has additional_vocab_size rows more than lm_head)
+    "molmo2": TowerLayout(text="molmo2_text", defaults={}, aliases={}, norm="layer", mlp="fc", text_defaults={},
+                          ties=False),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -814,6 +828,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return kimi_k25_tower_from_config(cfg, name)
     if model_type == "cosmos3_edge":
         return cosmos3_edge_tower_from_config(cfg, name)
+    if model_type == "molmo2":
+        return molmo2_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":

@@ -8,6 +8,11 @@ Cosmos3 Edge (transformers 5.24 models/cosmos3_edge/modeling_cosmos3_edge.py): `
 kept positions and `self.loss_function` — what LlamaForCausalLM.forward does around its decoder. The class below is
 that: transformers' own `Cosmos3EdgeTextModel` under LlamaForCausalLM's forward, registered with
 AutoModelForCausalLM only inside hpcmem's trace processes (`register`); no other code of it is hpcmem's.
+
+Molmo2 (models/molmo2/modeling_molmo2.py): `molmo2_text` maps to `Molmo2TextModel` in AutoModel only.
+`Molmo2ForConditionalGeneration.forward` runs `Molmo2TextModel` (its `model.language_model`: an embedding of
+vocab_size + additional_vocab_size rows) and then its own `lm_head` (nn.Linear(hidden, vocab_size, bias=False): the
+base vocabulary only) on the kept positions and `self.loss_function`; the class below is that, likewise.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
@@ -15,7 +20,7 @@ AutoModelForCausalLM only inside hpcmem's trace processes (`register`); no other
 from typing import Any
 
 # text config model_type → the causal-LM class `register` builds for it
-TEXT_ONLY_TYPES = ("cosmos3_edge_text",)
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "molmo2_text")
 _DONE: list[bool] = []
 
 
@@ -48,12 +53,42 @@ def _cosmos3_edge_text_lm() -> tuple[Any, Any]:
     return Cosmos3EdgeTextConfig, Cosmos3EdgeTextForCausalLM
 
 
+def _molmo2_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+    from transformers.models.molmo2.configuration_molmo2 import Molmo2TextConfig
+    from transformers.models.molmo2.modeling_molmo2 import Molmo2PreTrainedModel, Molmo2TextModel
+
+    class Molmo2TextForCausalLM(Molmo2PreTrainedModel, GenerationMixin):
+        """Molmo2TextModel and the head Molmo2ForConditionalGeneration puts on it (vocab_size columns, untied by
+        default: Molmo2Config.tie_word_embeddings False), under LlamaForCausalLM's forward."""
+
+        config: Molmo2TextConfig
+        config_class = Molmo2TextConfig
+        base_model_prefix = "model"
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: Molmo2TextConfig) -> None:
+            super().__init__(config)
+            self.model = Molmo2TextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    return Molmo2TextConfig, Molmo2TextForCausalLM
+
+
 def register() -> None:
     """Register the classes above with AutoModelForCausalLM (once per process)."""
     if _DONE:
         return
     from transformers import AutoModelForCausalLM
 
-    config, model = _cosmos3_edge_text_lm()
-    AutoModelForCausalLM.register(config, model, exist_ok=True)
+    for build in (_cosmos3_edge_text_lm, _molmo2_text_lm):
+        config, model = build()
+        AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)
