@@ -87,6 +87,13 @@ def image_job_problems(job: Job) -> list[str]:
         return [f"images_per_example 0 on {m.vision.model_type}: without images MllamaTextModel skips its "
                 f"{len(m.vision.cross_layers)} cross-attention layers, which hpcmem's count of its decoder runs; "
                 "text-only jobs on this type are not derived (give images_per_example ≥ 1)"]
+    if getattr(m.vision, "family", "") == "molmo2" and not t.has_images:
+        # modeling_molmo2.py Molmo2Model.forward raises "`mm_token_type_ids` is required as a model input when
+        # training"; only Molmo2Processor makes them, which TRL's text collators never call (the real SFTTrainer
+        # raised so on text rows: estimator/vlm-trainable.jsonl)
+        return [f"images_per_example 0 on {m.vision.model_type}: Molmo2Model.forward requires mm_token_type_ids when "
+                "training, which only Molmo2Processor makes and TRL 1.16's text collators do not (the real "
+                "SFTTrainer raises on text rows); give images_per_example ≥ 1"]
     if not t.has_images:
         return []
     said = (f"images_per_example {t.images_per_example}" if t.images_per_example else

@@ -190,7 +190,8 @@ class Molmo2TowerSpec(TowerBase):
         margin = (left + right) * self.patch_size
         if min(height, width) <= margin:
             raise SpecError(f"image_height × image_width {height}×{width}: Molmo2ImageProcessor tiles an image less "
-                            f"its {margin}-px overlap margins; give sides above {margin} px")
+                            f"its {margin}-px overlap margins (`select_tiling` then scales by a size ≤ 0), which "
+                            f"hpcmem does not model; give sides above {margin} px")
         th, tw = select_tiling(height - margin, width - margin, window, self.max_crops)
         return th, tw, th * window + margin, tw * window + margin
 
