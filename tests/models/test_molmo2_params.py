@@ -149,3 +149,42 @@ def test_the_processor_counts_the_spec_s_crops_and_tokens(height, width):
 
 def test_a_text_config_without_a_learned_profile_is_refused(tmp_path):
     assert_refused_without_text_profile(CUT, tmp_path, num_hidden_layers=3)
+
+
+def test_the_trace_s_image_processor_differs_from_transformers_only_in_resize_and_normalize():
+    """hpcmem.trace.vision_molmo2's stand-in overrides the two TorchvisionBackend methods that need torchvision and
+    nothing of Molmo2ImageProcessor's own."""
+    pytest.importorskip("torch")
+    from transformers.models.molmo2.image_processing_molmo2 import Molmo2ImageProcessor
+
+    from hpcmem.trace.vision_molmo2 import _image_processor_class
+
+    cls = _image_processor_class()
+    assert cls.__mro__[1] is Molmo2ImageProcessor
+    assert {k for k, x in vars(cls).items() if callable(x)} == {"resize", "normalize"}
+
+
+@pytest.mark.torch
+def test_trl_s_vision_collators_pass_the_processor_s_mm_token_type_ids():
+    """Molmo2Model.forward raises in training without mm_token_type_ids: TRL 1.16's SFT collator
+    (`DataCollatorForVisionLanguageModeling`) returns the processor's, and its DPO collator
+    (`DataCollatorForVisionPreference`) the prompt's with zeros for the completions, 1 on the image's tokens alone."""
+    pytest.importorskip("trl")
+    from PIL import Image
+    from trl.trainer.dpo_trainer import DataCollatorForVisionPreference
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    from hpcmem.trace.vision import processor
+
+    job = _job(480, 640)
+    proc, image = processor(job), Image.new("RGB", (640, 480))
+    tokens = job.model.vision.text_tokens(480, 640)
+    sft = DataCollatorForVisionLanguageModeling(processor=proc, max_length=2048)(
+        [{"images": [image], "messages": [{"role": "user", "content": "t3 t3"}]}])
+    assert int(sft["mm_token_type_ids"].sum()) == tokens
+    dpo = DataCollatorForVisionPreference(processor=proc, max_length=2048)(
+        [{"images": [image], "prompt": [{"role": "user", "content": "t3"}],
+          "chosen": [{"role": "assistant", "content": " t3 t3"}],
+          "rejected": [{"role": "assistant", "content": " t3"}]}])
+    assert dpo["mm_token_type_ids"].shape == dpo["input_ids"].shape
+    assert dpo["mm_token_type_ids"].sum(dim=1).tolist() == [tokens, tokens]
