@@ -99,6 +99,13 @@ def image_job_problems(job: Job) -> list[str]:
                 "text-only jobs on this type are not derived (give images_per_example ≥ 1)"]
     if getattr(m.vision, "family", "") == "ernie4_5_vl_moe" and not t.has_images:
         return ernie45vl_text_only_problems(t.use_peft)
+    if getattr(m.vision, "family", "") == "molmo2" and not t.has_images:
+        # modeling_molmo2.py Molmo2Model.forward raises "`mm_token_type_ids` is required as a model input when
+        # training"; only Molmo2Processor makes them, which TRL's text collators never call (the real SFTTrainer
+        # raised so on text rows: estimator/vlm-trainable.jsonl)
+        return [f"images_per_example 0 on {m.vision.model_type}: Molmo2Model.forward requires mm_token_type_ids when "
+                "training, which only Molmo2Processor makes and TRL 1.16's text collators do not (the real "
+                "SFTTrainer raises on text rows); give images_per_example ≥ 1"]
     if not t.has_images:
         return []
     said = (f"images_per_example {t.images_per_example}" if t.images_per_example else
@@ -175,7 +182,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "janus": "JanusImageProcessor", "ovis2": "Ovis2ImageProcessor",
                      "lfm2_vl": "Lfm2VlImageProcessor", "minicpmv4_6": "MiniCPMV4_6ImageProcessor",
                      "kimi_k25": "Kimi_K25ImageProcessor", "got_ocr2": "PPChart2TableImageProcessor",
-                     "granite_docling": "GraniteDoclingImageProcessor", "aria": "AriaImageProcessor"}.get(
+                     "granite_docling": "GraniteDoclingImageProcessor", "aria": "AriaImageProcessor",
+                     "molmo2": "Molmo2ImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
@@ -197,6 +205,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 if v.family in ("deepseek_vl", "janus") else
                 f"it resizes every image's longest edge to {v.tile} px and pads it to a square"
                 if v.family == "aria" else
+                f"it cuts every image into {v.image_size}-px overlapping crops of a canvas of at most {v.max_crops} "
+                "crops, plus a global crop" if v.family == "molmo2" else
                 f"it resizes every image's longest edge to {v.image_size} px and to {v.sam_image_size} px (the SAM "
                 "tower's) and pads each to a square" if v.family == "deepseek_vl_hybrid" else
                 f"it fits every image to {v.min_image_tokens}..{v.max_image_tokens} image tokens and cuts a large one "
@@ -318,9 +328,11 @@ def image_mask(job: Job) -> bool:
     token_type_ids (1 on image tokens), TRL's vision collators pass them on, and Gemma3Model.forward then builds
     full- and sliding-attention masks that let each image's tokens see each other (modeling_gemma3.py
     `create_masks_for_vision_model`, `blockwise_overlay`), so even one unpadded row's SDPA runs with a materialised
-    mask (traced: 8,192-token rows, estimator/LOG.md). Qwen's models build no such mask."""
+    mask (traced: 8,192-token rows, estimator/LOG.md). Molmo2's likewise: Molmo2Processor returns mm_token_type_ids (1
+    on its image tokens), and Molmo2Model.forward hands them to `create_causal_mask` as `block_sequence_ids`, one
+    block that all image tokens attend within (modeling_molmo2.py). Qwen's models build no such mask."""
     v = job.model.vision
-    return v is not None and v.family == "siglip" and job.train.has_images
+    return v is not None and v.family in ("siglip", "molmo2") and job.train.has_images
 
 
 def prompt_image_tokens(job: Job) -> int:

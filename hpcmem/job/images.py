@@ -217,6 +217,13 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         gh, gw = h // vision.patch_size, w // vision.patch_size
         return ImageGeometry(resized=(h, w), grid_thw=(1, gh, gw), patches=gh * gw,
                              tokens=gh * gw // vision.merge_unit)
+    if getattr(vision, "family", "") == "molmo2":
+        # Molmo2 (hpcmem.models.molmo2): the global crop and the canvas's overlapping crops, each side² patches;
+        # grid_thw is (crops, side, side); one image token per pooling window of each view
+        _, _, ch, cw = vision.layout(t.image_height, t.image_width)
+        crops = vision.crops(t.image_height, t.image_width)
+        return ImageGeometry(resized=(ch, cw), grid_thw=(crops, vision.side, vision.side),
+                             patches=crops * vision.patches, tokens=vision.image_tokens(t.image_height, t.image_width))
     if getattr(vision, "family", "") == "kimi_k25":
         # Kimi K2.5 (hpcmem.models.kimi_k25): navit_resize's size padded to multiples of 28 px, one patch grid
         gh, gw = vision.grid(t.image_height, t.image_width)

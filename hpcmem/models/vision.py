@@ -157,6 +157,11 @@ Covered (transformers 5.24):
   LayerNorm, then a resampler (2 x 2 spatial MLP, the temporal MLP over each image's rows taken twice, a Linear to
   the text width, an RMSNorm) (hpcmem.models.ernie4_5_vl_moe's `Ernie45VlTowerSpec`); its decoder
   ernie4_5_vl_moe_text (ERNIE-4.5's MoE layers with text and vision experts), learned (hpcmem.models.vlm_learned).
+- molmo2 (Molmo2) with images: a ViT over fixed 378² overlapping crops (a global one and up to max_crops of a canvas)
+  whose chosen layers' outputs, concatenated, an adapter pools per 2 × 2 window (attention from the window's mean to
+  its patches, then a SiLU-gated MLP) into the image tokens (hpcmem.models.molmo2's `Molmo2TowerSpec`); its decoder
+  Molmo2TextModel (Qwen3-style layers, an embedding of vocab_size + additional_vocab_size rows), learned
+  (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -196,6 +201,7 @@ from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
 from hpcmem.models.cosmos3_edge import cosmos3_edge_tower_from_config
 from hpcmem.models.mistral_large4 import mistral_large4_tower_from_config
 from hpcmem.models.ernie4_5_vl_moe import ernie45vl_tower_from_config
+from hpcmem.models.molmo2 import molmo2_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -314,7 +320,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "lfm3_vl": ("sft", "dpo"), "granite4_vision": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
-                          "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",),
+                          "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",), "molmo2": ("sft", "dpo"),
                           "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
@@ -482,6 +488,13 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # (hpcmem.models.vlm_learned); Ernie4_5_VLMoeConfig.tie_word_embeddings True
     "ernie4_5_vl_moe": TowerLayout(text="ernie4_5_vl_moe_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                    tie_default=True, text_defaults={}),
+    # models/molmo2: hpcmem.models.molmo2 reads the vision and adapter parts; Molmo2Model builds the decoder as
+    # `Molmo2TextModel(config.text_config)` (`sub_configs_defaults`: molmo2_text, Molmo2TextConfig's class defaults
+    # when omitted), a learned type (hpcmem.models.vlm_learned: hpcmem.trace.text_heads gives it a causal-LM head);
+    # Molmo2Config.tie_word_embeddings False, and `Molmo2ForConditionalGeneration` declares no tied weights (its
+    # embedding has additional_vocab_size rows more than lm_head)
+    "molmo2": TowerLayout(text="molmo2_text", defaults={}, aliases={}, norm="layer", mlp="fc", text_defaults={},
+                          ties=False),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -918,6 +931,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return cosmos3_edge_tower_from_config(cfg, name)
     if model_type == "ernie4_5_vl_moe":
         return ernie45vl_tower_from_config(cfg, name)
+    if model_type == "molmo2":
+        return molmo2_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":

@@ -17,6 +17,11 @@ moe_mm_token_type_ids, so every token through the text experts (`Ernie4_5_VLMoeM
 tie_word_embeddings, True by default) on the kept positions and `self.loss_function` (the router's aux loss only under
 output_router_logits, False by default) — again LlamaForCausalLM.forward around the decoder.
 
+Molmo2 (models/molmo2/modeling_molmo2.py): `molmo2_text` maps to `Molmo2TextModel` in AutoModel only.
+`Molmo2ForConditionalGeneration.forward` runs `Molmo2TextModel` (its `model.language_model`: an embedding of
+vocab_size + additional_vocab_size rows) and then its own `lm_head` (nn.Linear(hidden, vocab_size, bias=False): the
+base vocabulary only) on the kept positions and `self.loss_function`; the class below is that, likewise.
+
 Mistral Large 4 (models/mistral_large4/modeling_mistral_large4.py): `mistral_large4_text` maps to
 `MistralLarge4TextModel` in AutoModel only. `MistralLarge4ForConditionalGeneration.forward` runs on a text row its
 `model.language_model` (MistralLarge4TextModel), `lm_head` (untied: MistralLarge4Config.tie_word_embeddings False)
@@ -37,7 +42,8 @@ class itself; `register` maps Mistral4Config to it for AutoModelForCausalLM, so 
 from typing import Any
 
 # model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
-TEXT_ONLY_TYPES = ("cosmos3_edge_text", "ernie4_5_vl_moe_text", "mistral4", "mistral_large4_text")
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "ernie4_5_vl_moe_text", "mistral4", "mistral_large4_text",
+                   "molmo2_text")
 _DONE: list[bool] = []
 
 
@@ -104,6 +110,35 @@ def _ernie4_5_vl_moe_text_lm() -> tuple[Any, Any]:
     return Ernie4_5_VLMoeTextConfig, Ernie4_5_VLMoeTextForCausalLM
 
 
+def _molmo2_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+    from transformers.models.molmo2.configuration_molmo2 import Molmo2TextConfig
+    from transformers.models.molmo2.modeling_molmo2 import Molmo2PreTrainedModel, Molmo2TextModel
+
+    class Molmo2TextForCausalLM(Molmo2PreTrainedModel, GenerationMixin):
+        """Molmo2TextModel and the head Molmo2ForConditionalGeneration puts on it (vocab_size columns, untied by
+        default: Molmo2Config.tie_word_embeddings False), under LlamaForCausalLM's forward."""
+
+        config: Molmo2TextConfig
+        config_class = Molmo2TextConfig
+        base_model_prefix = "model"
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: Molmo2TextConfig) -> None:
+            super().__init__(config)
+            self.model = Molmo2TextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    return Molmo2TextConfig, Molmo2TextForCausalLM
+
+
 def _mistral_large4_text_lm() -> tuple[Any, Any]:
     from torch import nn
     from transformers.generation import GenerationMixin
@@ -150,6 +185,6 @@ def register() -> None:
     from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
     for config, model in (_cosmos3_edge_text_lm(), _ernie4_5_vl_moe_text_lm(), _mistral_large4_text_lm(),
-                          (Mistral4Config, Mistral4ForCausalLM)):
+                          _molmo2_text_lm(), (Mistral4Config, Mistral4ForCausalLM)):
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)

@@ -21,7 +21,8 @@ torchvision-only image processor), Fuyu's hpcmem.trace.vision_fuyu's, Cosmos3 Ed
 hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's, the Qwen3-Omni
 thinker's hpcmem.trace.vision_qwen3_omni's, Qwen2.5-Omni's thinker's hpcmem.trace.vision_qwen2_5_omni's (Omni's
 token spellings, a real feature extractor, a stand-in video processor), ERNIE-4.5-VL's
-hpcmem.trace.vision_ernie4_5_vl_moe's, Granite 4 Vision's hpcmem.trace.vision_granite4_vision's.
+hpcmem.trace.vision_ernie4_5_vl_moe's, Granite 4 Vision's hpcmem.trace.vision_granite4_vision's, Molmo2's
+hpcmem.trace.vision_molmo2's (its torchvision-only image processor with torch's resize and normalize).
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision,
                           vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v, vision_granite4_vision,
                           vision_granite_docling, vision_idefics2, vision_idefics3, vision_internvl, vision_janus,
                           vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6,
-                          vision_mistral3, vision_mllama, vision_ovis2, vision_paddleocr_vl, vision_paligemma,
-                          vision_pp_chart2table, vision_qwen2_5_omni, vision_qwen3_omni, vision_video_llama_3)
+                          vision_mistral3, vision_mllama, vision_molmo2, vision_ovis2, vision_paddleocr_vl,
+                          vision_paligemma, vision_pp_chart2table, vision_qwen2_5_omni, vision_qwen3_omni,
+                          vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -154,6 +156,8 @@ def processor(job: JobSpec) -> Any:
         return vision_qwen2_5_omni.processor(job)
     if v.family == "ernie4_5_vl_moe":
         return vision_ernie4_5_vl_moe.processor(job)
+    if v.family == "molmo2":
+        return vision_molmo2.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -200,6 +204,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_qwen3_omni.token_ids(proc)
     if vision_qwen2_5_omni.is_processor(proc):
         return vision_qwen2_5_omni.token_ids(proc)
+    if vision_molmo2.is_processor(proc):
+        return vision_molmo2.token_ids(proc)
     if vision_lfm2_vl.is_processor(proc):      # its image_token is llava's "<image>": before llava's
         return vision_lfm2_vl.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
@@ -230,8 +236,8 @@ def token_ids(proc: Any) -> dict[str, int]:
 
 
 def image_row_words(job: JobSpec, row: int) -> int:
-    """Words of a row of `row` tokens beside its images (each image: its tokens and two markers; PaliGemma's and
-    Llama-3.2-Vision's row one bos besides)."""
+    """Words of a row of `row` tokens beside its images (each image: its tokens and two markers; PaliGemma's,
+    Llama-3.2-Vision's and Molmo2's row one bos besides)."""
     t, family = job.train, job.model.vision.family
     markers = vision_llava.MARKERS_PER_IMAGE if job.model.vision.model_type in vision_llava.LLAVA_TYPES else \
         vision_idefics3.markers(job) if family == "idefics3" else \
@@ -258,11 +264,13 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_mistral3.MARKERS_PER_IMAGE if family == "pixtral" else \
         vision_internvl.MARKERS_PER_IMAGE if family == "internvl" else \
         vision_video_llama_3.MARKERS_PER_IMAGE if family == "video_llama_3" else \
-        vision_qwen2_5_omni.MARKERS_PER_IMAGE if family == "qwen2_5_omni" else MARKERS_PER_IMAGE
+        vision_qwen2_5_omni.MARKERS_PER_IMAGE if family == "qwen2_5_omni" else \
+        vision_molmo2.markers(job) if family == "molmo2" else MARKERS_PER_IMAGE
     per_image = image_geometry(t, job.model.vision).tokens + markers
     row_tokens = vision_paligemma.ROW_TOKENS if family == "paligemma" else \
         vision_mllama.BOS_PER_ROW if family == "mllama" else \
-        vision_idefics2.ROW_TOKENS if family == "idefics2" else 0
+        vision_idefics2.ROW_TOKENS if family == "idefics2" else \
+        vision_molmo2.ROW_TOKENS if family == "molmo2" else 0
     words = row - t.images_per_example * per_image - row_tokens
     if words < 1:
         raise SpecError(f"the trace fills rows of {row} tokens: {t.images_per_example} image(s) × {per_image} tokens "
