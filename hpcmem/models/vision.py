@@ -136,6 +136,11 @@ Covered (transformers 5.24):
   smart_resize at 16 px patches) and a 2 x 2 LayerNorm/GELU patch merger (hpcmem.models.cosmos3_edge's
   `Cosmos3EdgeTowerSpec`); its decoder cosmos3_edge_text (Llama's shape, ReLU² fc1/fc2 MLP), learned
   (hpcmem.models.vlm_learned).
+- muse_glimmer (Muse Glimmer) with images: a NaViT tower of Kimi K2.5's layers over each image's own patch grid
+  (Linear patch embedding of two repeated frames, a bilinearly resampled learned position table, 32 x 32-patch
+  windows as Qwen2.5-VL's, axial 2-D rope), a 2 x 2 pixel shuffle into a GELU adapter and projection
+  (hpcmem.models.muse_glimmer's `MuseGlimmerTowerSpec`); its decoder muse_glimmer_text, learned
+  (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -171,6 +176,7 @@ from hpcmem.models.minicpmv4_6 import minicpmv4_6_tower_from_config
 from hpcmem.models.minicpmv4_7 import minicpmv4_7_tower_from_config
 from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
 from hpcmem.models.cosmos3_edge import cosmos3_edge_tower_from_config
+from hpcmem.models.muse_glimmer import muse_glimmer_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -283,7 +289,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "lfm3_vl": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
-                          "pp_chart2table": ("sft",)}
+                          "pp_chart2table": ("sft",), "muse_glimmer": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -428,6 +434,13 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # `Cosmos3EdgeForConditionalGeneration._tied_weights_keys = {}` (modular_cosmos3_edge.py), whatever the flags say
     "cosmos3_edge": TowerLayout(text="cosmos3_edge_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                 text_defaults={}, ties=False),
+    # models/muse_glimmer: hpcmem.models.muse_glimmer reads the vision part; MuseGlimmerModel builds the decoder with
+    # `AutoModel.from_config(config.text_config)` (`sub_configs_defaults`: muse_glimmer_text, MuseGlimmerTextConfig's
+    # class defaults when omitted), a learned type (hpcmem.models.vlm_learned); MuseGlimmerConfig declares no
+    # tie_word_embeddings (unset: the head stays untied), and a config.json's top-level true ties it (measured on
+    # the meta model), a text_config's does not
+    "muse_glimmer": TowerLayout(text="muse_glimmer_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                text_defaults={}),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -814,6 +827,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return kimi_k25_tower_from_config(cfg, name)
     if model_type == "cosmos3_edge":
         return cosmos3_edge_tower_from_config(cfg, name)
+    if model_type == "muse_glimmer":
+        return muse_glimmer_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":

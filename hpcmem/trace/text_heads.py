@@ -8,6 +8,15 @@ Cosmos3 Edge (transformers 5.24 models/cosmos3_edge/modeling_cosmos3_edge.py): `
 kept positions and `self.loss_function` — what LlamaForCausalLM.forward does around its decoder. The class below is
 that: transformers' own `Cosmos3EdgeTextModel` under LlamaForCausalLM's forward, registered with
 AutoModelForCausalLM only inside hpcmem's trace processes (`register`); no other code of it is hpcmem's.
+
+Muse Glimmer (models/muse_glimmer/modeling_muse_glimmer.py): `muse_glimmer_text` maps to `MuseGlimmerTextModel` in
+AutoModel only. `MuseGlimmerForConditionalGeneration.forward` runs `MuseGlimmerModel` (on a text row: the token ids
+with image/video ids zeroed, a clone, `language_model` = MuseGlimmerTextModel) and then `lm_head`
+(nn.Linear(hidden, vocab, bias=False), untied unless the outer config.json sets tie_word_embeddings) with its
+`output_multiplier` and tanh softcap. TRL trains through its fused head instead (trl/trainer/utils.py
+`add_fused_lm_head`: the backbone's last_hidden_state, then the head in tiles with `final_logit_softcapping` and
+`output_multiplier` read from the text config), which is the same on the class below: transformers'
+`MuseGlimmerTextModel` under LlamaForCausalLM's forward, registered the same way.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
@@ -15,7 +24,7 @@ AutoModelForCausalLM only inside hpcmem's trace processes (`register`); no other
 from typing import Any
 
 # text config model_type → the causal-LM class `register` builds for it
-TEXT_ONLY_TYPES = ("cosmos3_edge_text",)
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "muse_glimmer_text")
 _DONE: list[bool] = []
 
 
@@ -48,12 +57,42 @@ def _cosmos3_edge_text_lm() -> tuple[Any, Any]:
     return Cosmos3EdgeTextConfig, Cosmos3EdgeTextForCausalLM
 
 
+def _muse_glimmer_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+    from transformers.models.muse_glimmer.configuration_muse_glimmer import MuseGlimmerTextConfig
+    from transformers.models.muse_glimmer.modeling_muse_glimmer import (MuseGlimmerPreTrainedModel,
+                                                                        MuseGlimmerTextModel)
+
+    class MuseGlimmerTextForCausalLM(MuseGlimmerPreTrainedModel, GenerationMixin):
+        """MuseGlimmerTextModel and the head MuseGlimmerForConditionalGeneration puts on it, under
+        LlamaForCausalLM's forward (TRL's fused head applies the output multiplier and softcap)."""
+
+        config: MuseGlimmerTextConfig
+        config_class = MuseGlimmerTextConfig
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: MuseGlimmerTextConfig) -> None:
+            super().__init__(config)
+            self.model = MuseGlimmerTextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    return MuseGlimmerTextConfig, MuseGlimmerTextForCausalLM
+
+
 def register() -> None:
     """Register the classes above with AutoModelForCausalLM (once per process)."""
     if _DONE:
         return
     from transformers import AutoModelForCausalLM
 
-    config, model = _cosmos3_edge_text_lm()
-    AutoModelForCausalLM.register(config, model, exist_ok=True)
+    for build in (_cosmos3_edge_text_lm, _muse_glimmer_text_lm):
+        config, model = build()
+        AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)
