@@ -18,7 +18,8 @@ Cohere Compass's hpcmem.trace.vision_cohere_compass's, PaddleOCR-VL's hpcmem.tra
 LFM2-VL's hpcmem.trace.vision_lfm2_vl's (a PIL stand-in for its torchvision-only image processor), MiniCPM-V 4.6's
 hpcmem.trace.vision_minicpmv4_6's, Kimi K2.5's hpcmem.trace.vision_kimi_k25's (a PIL stand-in for its
 torchvision-only image processor), Fuyu's hpcmem.trace.vision_fuyu's, Cosmos3 Edge's
-hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's.
+hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's, Muse Glimmer's
+hpcmem.trace.vision_muse_glimmer's (a PIL stand-in for its torchvision-only image processor).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision,
                           vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling, vision_idefics2,
                           vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl,
                           vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_mistral3, vision_mllama,
-                          vision_ovis2, vision_paddleocr_vl, vision_paligemma, vision_pp_chart2table,
-                          vision_video_llama_3)
+                          vision_muse_glimmer, vision_ovis2, vision_paddleocr_vl, vision_paligemma,
+                          vision_pp_chart2table, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -117,6 +118,8 @@ def processor(job: JobSpec) -> Any:
         return vision_minicpmv4_6.processor(job)
     if v.family == "kimi_k25":
         return vision_kimi_k25.processor(job)
+    if v.family == "muse_glimmer":
+        return vision_muse_glimmer.processor(job)
     if v.family == "fuyu":
         return vision_fuyu.processor(job)
     if v.family == "janus":
@@ -179,6 +182,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_minicpmv4_6.token_ids(proc)
     if vision_kimi_k25.is_processor(proc):
         return vision_kimi_k25.token_ids(proc)
+    if vision_muse_glimmer.is_processor(proc):
+        return vision_muse_glimmer.token_ids(proc)
     if vision_fuyu.is_processor(proc):
         return vision_fuyu.token_ids(proc)
     if vision_pp_chart2table.is_processor(proc):
@@ -230,6 +235,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_lfm2_vl.markers(job) if family == "lfm2_vl" else \
         vision_minicpmv4_6.markers(job) if family == "minicpmv4_6" else \
         vision_kimi_k25.MARKERS_PER_IMAGE if family == "kimi_k25" else \
+        vision_muse_glimmer.MARKERS_PER_IMAGE if family == "muse_glimmer" else \
         vision_fuyu.markers(job) if family == "fuyu" else \
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
         vision_ovis2.MARKERS_PER_IMAGE if family == "ovis2" else \
