@@ -100,7 +100,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     hpcmem.estimate.vision_kimi_k25; Fuyu's patch Linear in
     hpcmem.estimate.vision_fuyu; DeepSeek-VL hybrid's in
     hpcmem.estimate.vision_deepseek_vl_hybrid; PP-Chart2Table's GOT-OCR 2.0 tower in
-    hpcmem.estimate.vision_got_ocr2; Muse Glimmer's in hpcmem.estimate.vision_muse_glimmer."""
+    hpcmem.estimate.vision_got_ocr2; Muse Glimmer's and Muse Spark's (its idle audio
+    tower's weights besides) in hpcmem.estimate.vision_muse_glimmer."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
     if isinstance(job.model.vision, InternVLTowerSpec):

@@ -141,6 +141,9 @@ Covered (transformers 5.24):
   windows as Qwen2.5-VL's, axial 2-D rope), a 2 x 2 pixel shuffle into a GELU adapter and projection
   (hpcmem.models.muse_glimmer's `MuseGlimmerTowerSpec`); its decoder muse_glimmer_text, learned
   (hpcmem.models.vlm_learned).
+- muse_spark (Muse Spark) with images: Muse Glimmer's image path beside an audio tower that loads and never runs on
+  images (hpcmem.models.muse_spark's `MuseSparkTowerSpec`); its MoE decoder muse_spark_text, learned
+  (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -177,6 +180,7 @@ from hpcmem.models.minicpmv4_7 import minicpmv4_7_tower_from_config
 from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
 from hpcmem.models.cosmos3_edge import cosmos3_edge_tower_from_config
 from hpcmem.models.muse_glimmer import muse_glimmer_tower_from_config
+from hpcmem.models.muse_spark import muse_spark_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -289,7 +293,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "lfm3_vl": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
-                          "pp_chart2table": ("sft",), "muse_glimmer": ("sft", "dpo")}
+                          "pp_chart2table": ("sft",), "muse_glimmer": ("sft", "dpo"),
+                          "muse_spark": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -441,6 +446,13 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # the meta model), a text_config's does not
     "muse_glimmer": TowerLayout(text="muse_glimmer_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                 text_defaults={}),
+    # models/muse_spark: hpcmem.models.muse_spark reads the vision and audio parts; MuseSparkModel (MuseGlimmerModel's
+    # __init__) builds the decoder with `AutoModel.from_config(config.text_config)` (`sub_configs_defaults`:
+    # muse_spark_text, MuseSparkTextConfig's class defaults when omitted), a learned type (hpcmem.models.vlm_learned);
+    # the head is never tied: `MuseSparkForConditionalGeneration._tied_weights_keys` is deleted (modular_muse_spark.py),
+    # whatever tie_word_embeddings says
+    "muse_spark": TowerLayout(text="muse_spark_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                              text_defaults={}, ties=False),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -829,6 +841,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return cosmos3_edge_tower_from_config(cfg, name)
     if model_type == "muse_glimmer":
         return muse_glimmer_tower_from_config(cfg, name)
+    if model_type == "muse_spark":
+        return muse_spark_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":

@@ -17,6 +17,12 @@ with image/video ids zeroed, a clone, `language_model` = MuseGlimmerTextModel) a
 `add_fused_lm_head`: the backbone's last_hidden_state, then the head in tiles with `final_logit_softcapping` and
 `output_multiplier` read from the text config), which is the same on the class below: transformers'
 `MuseGlimmerTextModel` under LlamaForCausalLM's forward, registered the same way.
+
+Muse Spark (models/muse_spark/modeling_muse_spark.py): `muse_spark_text` maps to `MuseSparkTextModel` in AutoModel
+only; `MuseSparkForConditionalGeneration` is Muse Glimmer's forward with an MoE decoder (its head never tied:
+`_tied_weights_keys` deleted) and TRL's fused head reads the same two text config fields. The class below is
+transformers' `MuseSparkTextModel` under LlamaForCausalLM's forward (`output_router_logits` is False by default, and
+the fused head asks for router logits only when the config does), registered the same way.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
@@ -24,7 +30,7 @@ with image/video ids zeroed, a clone, `language_model` = MuseGlimmerTextModel) a
 from typing import Any
 
 # text config model_type → the causal-LM class `register` builds for it
-TEXT_ONLY_TYPES = ("cosmos3_edge_text", "muse_glimmer_text")
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "muse_glimmer_text", "muse_spark_text")
 _DONE: list[bool] = []
 
 
@@ -86,13 +92,44 @@ def _muse_glimmer_text_lm() -> tuple[Any, Any]:
     return MuseGlimmerTextConfig, MuseGlimmerTextForCausalLM
 
 
+def _muse_spark_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+    from transformers.models.muse_spark.configuration_muse_spark import MuseSparkTextConfig
+    from transformers.models.muse_spark.modeling_muse_spark import MuseSparkPreTrainedModel, MuseSparkTextModel
+
+    class MuseSparkTextForCausalLM(MuseSparkPreTrainedModel, GenerationMixin):
+        """MuseSparkTextModel and the untied head MuseSparkForConditionalGeneration puts on it, under
+        LlamaForCausalLM's forward (TRL's fused head applies the output multiplier and softcap)."""
+
+        config: MuseSparkTextConfig
+        config_class = MuseSparkTextConfig
+        input_modalities = ("text",)
+        # modeling_utils.py `_can_set_experts_implementation` looks for "@use_experts_implementation" in the source of
+        # the class's module, which here is hpcmem's: without this the experts would fall back to their eager loop,
+        # where MuseSparkForConditionalGeneration (modeling_muse_spark.py holds the decorator) runs grouped_mm
+        _can_set_experts_implementation_cached_value = True
+
+        def __init__(self, config: MuseSparkTextConfig) -> None:
+            super().__init__(config)
+            self.model = MuseSparkTextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    return MuseSparkTextConfig, MuseSparkTextForCausalLM
+
+
 def register() -> None:
     """Register the classes above with AutoModelForCausalLM (once per process)."""
     if _DONE:
         return
     from transformers import AutoModelForCausalLM
 
-    for build in (_cosmos3_edge_text_lm, _muse_glimmer_text_lm):
+    for build in (_cosmos3_edge_text_lm, _muse_glimmer_text_lm, _muse_spark_text_lm):
         config, model = build()
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)

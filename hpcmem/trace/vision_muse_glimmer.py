@@ -3,7 +3,8 @@ token and the tokens around each image.
 
 transformers 5.24 models/muse_glimmer/processing_muse_glimmer.py `MuseGlimmerProcessor` reads its tokenizer's ids of
 <|patch|> (the image token, also the placeholder the chat template writes for each image), <|image_start|>,
-<|image_end|> and <|video|> in `__init__`; `replace_image_token` expands each placeholder to <|image_start|>, then
+<|image_end|> and <|video|> in `__init__` (processing_muse_spark.py `MuseSparkProcessor`: the same spellings,
+where its tokenizer names none, and <|audio|>); `replace_image_token` expands each placeholder to <|image_start|>, then
 grid_thw.prod() / merge_size² image tokens, then <|image_end|>: `MARKERS_PER_IMAGE` 2. The word tokenizer gets the
 spellings added as special tokens.
 
@@ -27,6 +28,7 @@ from hpcmem.models.muse_glimmer import MuseGlimmerTowerSpec
 from hpcmem.trace.pieces import chat_template, tokenizer
 
 IMAGE, IMAGE_START, IMAGE_END, VIDEO = "<|patch|>", "<|image_start|>", "<|image_end|>", "<|video|>"
+AUDIO = "<|audio|>"         # MuseSparkProcessor's audio token
 MARKERS_PER_IMAGE = 2
 
 
@@ -68,10 +70,8 @@ def _image_processor_class() -> type:
     return MuseGlimmerImageProcessorPil
 
 
-def processor(job: JobSpec) -> Any:
-    from transformers.models.muse_glimmer.processing_muse_glimmer import MuseGlimmerProcessor
-
-    class ImageOnlyProcessor(MuseGlimmerProcessor):
+def _image_only(base: type) -> type:
+    class ImageOnlyProcessor(base):  # type: ignore[misc,valid-type]
         def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
             if argument_name == "video_processor" and argument is None:
                 return None
@@ -79,10 +79,27 @@ def processor(job: JobSpec) -> Any:
                 return None
             return super().check_argument_for_proper_class(argument_name, argument)
 
+    return ImageOnlyProcessor
+
+
+def processor(job: JobSpec) -> Any:
+    """MuseGlimmerProcessor; Muse Spark's `MuseSparkProcessor` (processing_muse_spark.py: Muse Glimmer's with an
+    audio token and transformers' own `MuseSparkFeatureExtractor`, which an image-only dataset never calls)."""
     tok = tokenizer()
+    images = _image_processor_class()(job.model.vision)
+    if job.model.vision.model_type == "muse_spark":
+        from transformers.models.muse_spark.feature_extraction_muse_spark import MuseSparkFeatureExtractor
+        from transformers.models.muse_spark.processing_muse_spark import MuseSparkProcessor
+
+        tok.add_special_tokens({"additional_special_tokens": [IMAGE, IMAGE_START, IMAGE_END, VIDEO, AUDIO]})
+        return _image_only(MuseSparkProcessor)(image_processor=images, tokenizer=tok, video_processor=None,
+                                               feature_extractor=MuseSparkFeatureExtractor(),
+                                               chat_template=chat_template(IMAGE))
+    from transformers.models.muse_glimmer.processing_muse_glimmer import MuseGlimmerProcessor
+
     tok.add_special_tokens({"additional_special_tokens": [IMAGE, IMAGE_START, IMAGE_END, VIDEO]})
-    return ImageOnlyProcessor(image_processor=_image_processor_class()(job.model.vision), tokenizer=tok,
-                              video_processor=None, chat_template=chat_template(IMAGE))
+    return _image_only(MuseGlimmerProcessor)(image_processor=images, tokenizer=tok, video_processor=None,
+                                             chat_template=chat_template(IMAGE))
 
 
 def is_processor(proc: Any) -> bool:
@@ -90,5 +107,9 @@ def is_processor(proc: Any) -> bool:
 
 
 def token_ids(proc: Any) -> dict[str, int]:
-    """MuseGlimmerConfig's image and video token ids in the processor's tokenizer."""
-    return {"image_token_id": proc.image_token_id, "video_token_id": proc.video_token_id}
+    """MuseGlimmerConfig's image and video token ids in the processor's tokenizer; MuseSparkConfig's audio token id
+    too (MuseSparkModel.forward zeroes the audio token's ids before the embedding, so no text token may take it)."""
+    ids = {"image_token_id": proc.image_token_id, "video_token_id": proc.video_token_id}
+    if getattr(proc, "audio_token_id", None) is not None:
+        ids["audio_token_id"] = proc.audio_token_id
+    return ids
