@@ -133,3 +133,26 @@ def test_an_audio_width_other_than_the_text_s_is_refused():
 
 def test_a_text_config_without_a_learned_profile_is_refused(tmp_path):
     assert_refused_without_text_profile(CUT, tmp_path, num_hidden_layers=3)
+
+
+@pytest.mark.torch
+def test_the_learned_text_head_runs_the_experts_as_the_image_text_model_does():
+    """hpcmem.trace.text_heads' MuseSparkTextForCausalLM (what `hpcmem models learn` traces) keeps transformers'
+    grouped_mm experts, as MuseSparkForConditionalGeneration does (modeling_utils.py
+    `get_correct_experts_implementation` falls back to the eager loop for a class whose module lacks
+    "@use_experts_implementation")."""
+    torch = pytest.importorskip("torch")
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from hpcmem.models.vision import text_part
+    from hpcmem.trace import text_heads
+
+    text_heads.register()
+    text = dict(text_part(json.loads(CUT.read_text())))
+    config = AutoConfig.for_model(text.pop("model_type"), **text)
+    with torch.device("meta"):
+        head = AutoModelForCausalLM.from_config(config)
+    assert type(head).__name__ == "MuseSparkTextForCausalLM"
+    assert head.config._experts_implementation == "grouped_mm"
+    model = meta_image_text_model(json.loads(CUT.read_text()))
+    assert model.config.text_config._experts_implementation == "grouped_mm"
