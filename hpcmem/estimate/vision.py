@@ -64,6 +64,8 @@ LAYER_NORM_STATS = 2 * FP32
 # torch.sigmoid(1.702 * input)`: sigmoid keeps its output, the product keeps both factors); GELU, exact or tanh
 # (aten gelu), keeps its input alone. Keys: hpcmem.models.vision.FC_ACTIVATIONS
 ACT_TENSORS = {"quick_gelu": 2, "gelu": 1, "gelu_pytorch_tanh": 1}
+# the tower families whose attention has three q/k/v Linears (`block_spec`)
+SEPARATE_QKV = ("siglip", "qwen2_5_omni")
 WEIGHTS = "vision tower weights"
 OPTIMIZER = "vision tower optimizer states"
 ACTIVATIONS = "vision activations"
@@ -124,6 +126,10 @@ class VisionTerms:
     blocks_full: tuple[int, ...] = ()
     blocks_backward: tuple[int, ...] = ()
     blocks_grads: tuple[int, ...] = ()
+    # what the language model's layers keep for the image tokens beyond the text part's own terms, alive where the
+    # tower's saved tensors are until the language model's backward is done (ERNIE-4.5-VL's vision experts,
+    # hpcmem.estimate.vision_ernie4_5_vl_moe `routing_saved`; negative where the image tokens keep less), or 0
+    text_saved: int = 0
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout, outside: Any = None) -> VisionTerms | None:
@@ -220,13 +226,14 @@ def feature_locals(v: VisionSpec, image_tokens: int, prec: Precision) -> int:
 def block_spec(v: VisionSpec) -> ModelSpec:
     """A vision block as the decoder layer hpcmem.estimate.activations sizes: the tower's width, heads and MLP, a
     fused qkv Linear (Qwen2_5_VLVisionAttention.qkv: q, k and v are views of one output; SigLIP's q/k/v_proj are
-    three Linears, modeling_siglip.py SiglipAttention), biases everywhere; q/k RMSNorms over the head dim where the
-    tower has them (GLM-OCR's)."""
+    three Linears, modeling_siglip.py SiglipAttention, and so are Qwen2.5-Omni's q/k/v, modeling_qwen2_5_omni.py
+    Qwen2_5OmniVisionAttention), biases everywhere; q/k RMSNorms over the head dim where the tower has them
+    (GLM-OCR's)."""
     return ModelSpec(name=f"{v.model_type} vision block", model_type=f"{v.model_type}_vision", vocab_size=1,
                      hidden_size=v.hidden_size, intermediate_size=v.block_mlp_width, num_hidden_layers=v.depth,
                      num_attention_heads=v.num_heads, num_key_value_heads=v.kv_heads,
                      head_dim=v.hidden_size // v.num_heads, tie_word_embeddings=False, hidden_act=v.hidden_act,
-                     qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=v.family != "siglip",
+                     qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=v.family not in SEPARATE_QKV,
                      gated_mlp=v.mlp == "gated", qk_norm=getattr(v, "qk_norm", False))
 
 
@@ -397,13 +404,15 @@ class TowerStates:
 def tower_states(job: JobSpec, v: Any, prec: Precision, lora: LoraLayout, adapted: tuple[Any, ...]) -> TowerStates:
     """`TowerStates` of a tower whose spec names `block_params`, `depth` and `num_params`: everything trains when the
     tower trains whole (gradients in the weights' dtype), else the adapted linears' r·(in + out) each (Hu et al. 2021;
-    gradients in the adapters' dtype); optimizer states per trainable parameter (hpcmem.estimate.states)."""
+    gradients in the adapters' dtype); optimizer states per trainable parameter (hpcmem.estimate.states). A module
+    no image runs (the spec's `idle_params`, its linears' part "idle") gets no gradient and so no optimizer state
+    (torch/optim/adamw.py `_init_group` skips a parameter whose grad is None), trained or adapted."""
     r, trained = job.train.lora_r, not lora.enabled
     gbytes = prec.weight if trained else lora.adapter_bytes
     layer_adapters = tuple(x for x in adapted if x.part == "tower")
-    others = [x for x in adapted if x.part != "tower"]
+    others = [x for x in adapted if x.part not in ("tower", "idle")]
     per_block = v.block_params if trained else sum(r * (x.in_features + x.out_features) for x in layer_adapters)
-    rest = (v.num_params - v.block_params * v.depth) if trained else \
+    rest = (v.num_params - v.block_params * v.depth - getattr(v, "idle_params", 0)) if trained else \
         sum(r * (x.in_features + x.out_features) for x in others)
     trainable = per_block * v.depth + rest
     return TowerStates(layer_adapters=layer_adapters, per_block=per_block, rest=rest, gbytes=gbytes,
@@ -449,9 +458,11 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
                 *([Component(name=OPTIMIZER, bytes=terms.optimizer)] if terms.optimizer else []))
     if not terms.patches:
         return [Phase(name=p.name, components=(*resident, *p.components)) for p in phases]
-    held = Component(name=ACTIVATIONS, bytes=terms.pixels + terms.saved,
+    held = Component(name=ACTIVATIONS, bytes=terms.pixels + terms.saved + terms.text_saved,
                      note=f"{terms.patches:,} patches → {terms.image_tokens:,} image tokens; pixel_values fp32 "
-                          f"{terms.pixels / 2**20:.1f} MiB")
+                          f"{terms.pixels / 2**20:.1f} MiB" + (f"; the decoder's image-token routing "
+                                                              f"{terms.text_saved / 2**20:+.1f} MiB"
+                                                              if terms.text_saved else ""))
     grads = Component(name=GRADIENTS, bytes=terms.gradients)
     accumulating = job.train.gradient_accumulation_steps > 1
     pixels = Component(name="pixel_values", bytes=terms.pixels, note="the batch, fp32")

@@ -53,6 +53,8 @@ from hpcmem.estimate.vision_kimi_k25 import kimi_k25_terms
 from hpcmem.estimate.vision_deepseek_vl_hybrid import deepseek_vl_hybrid_terms
 from hpcmem.estimate.vision_cosmos3_edge import cosmos3_edge_terms
 from hpcmem.estimate.vision_muse_glimmer import muse_glimmer_terms
+from hpcmem.estimate.vision_ernie4_5_vl_moe import ernie45vl_terms
+from hpcmem.estimate.vision_idle_audio import idle_audio_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -75,6 +77,7 @@ from hpcmem.models.kimi_k25 import KimiK25TowerSpec
 from hpcmem.models.deepseek_vl_hybrid import DeepseekVLHybridTowerSpec
 from hpcmem.models.cosmos3_edge import Cosmos3EdgeTowerSpec
 from hpcmem.models.muse_glimmer import MuseGlimmerTowerSpec
+from hpcmem.models.ernie4_5_vl_moe import Ernie45VlTowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.ovis2 import Ovis2TowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
@@ -82,6 +85,7 @@ from hpcmem.models.pixtral import PixtralTowerSpec
 from hpcmem.models.paddleocr_vl import PaddleOcrTowerSpec
 from hpcmem.models.video_llama_3 import VideoLlama3TowerSpec
 from hpcmem.models.vipllava import VipLlavaTowerSpec
+from hpcmem.models.vision import VisionSpec
 
 
 def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
@@ -100,10 +104,14 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     hpcmem.estimate.vision_kimi_k25; Fuyu's patch Linear in
     hpcmem.estimate.vision_fuyu; DeepSeek-VL hybrid's in
     hpcmem.estimate.vision_deepseek_vl_hybrid; PP-Chart2Table's GOT-OCR 2.0 tower in
-    hpcmem.estimate.vision_got_ocr2; Muse Glimmer's and Muse Spark's (its idle audio
-    tower's weights besides) in hpcmem.estimate.vision_muse_glimmer."""
+    hpcmem.estimate.vision_got_ocr2; the Omni thinkers' the Qwen towers' beside their idle audio encoder
+    (hpcmem.estimate.vision_idle_audio); ERNIE-4.5-VL's (and its decoder's image-token routing) in
+    hpcmem.estimate.vision_ernie4_5_vl_moe; Muse Glimmer's and Muse Spark's (its idle audio tower's weights besides)
+    in hpcmem.estimate.vision_muse_glimmer."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
+    if isinstance(job.model.vision, VisionSpec) and job.model.vision.audio is not None:   # before the Qwen towers'
+        return idle_audio_terms(job, prec, lora)
     if isinstance(job.model.vision, InternVLTowerSpec):
         return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, AyaVisionTowerSpec):
@@ -122,6 +130,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return cosmos3_edge_terms(job, prec, lora)
     if isinstance(job.model.vision, MuseGlimmerTowerSpec):
         return muse_glimmer_terms(job, prec, lora)
+    if isinstance(job.model.vision, Ernie45VlTowerSpec):
+        return ernie45vl_terms(job, prec, lora)
     if isinstance(job.model.vision, GotOcr2TowerSpec):
         return got_ocr2_terms(job, prec, lora)
     if isinstance(job.model.vision, VipLlavaTowerSpec):

@@ -23,6 +23,11 @@ last_hidden_state is read after post_layernorm); LoRA all-linear adapts every li
 and the MLP merger (peft tuners_utils.py `_maybe_include_all_linear_layers`). The tower names its patch embedding as
 its input embeddings (`MiniCPMV4_6VisionPreTrainedModel._input_embed_layer = "patch_embedding"`), which
 `enable_input_require_grads` hooks under checkpointing with PEFT.
+
+At downsample_mode "4x" (MiniCPM-OCR's default) `get_image_features` passes `use_vit_merger=False`: every layer runs
+the N rows, the window merger keeps nothing and gets no gradient (hpcmem.estimate.vision `tower_states` leaves its
+parameters and adapters out of the gradients and optimizer states), and the MLP merger runs over N rows: N / 4 image
+tokens.
 """
 
 from __future__ import annotations
@@ -80,7 +85,8 @@ def minicpmv4_6_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> Vision
     if images == 0:
         return unused_tower(weights)
     w, trained, gc = prec.weight, not lora.enabled, job.train.gradient_checkpointing
-    h, late = v.hidden_size, n // MERGE ** 2
+    # the rows after the window merger (a quarter), or all of them at downsample_mode "4x" (it does not run)
+    h, late = v.hidden_size, n // MERGE ** 2 if v.window_merger else n
     tokens = late // MERGE ** 2
     pixels = n * v.patch_dim * FP32
     if lora.enabled and not adapted and not gc:
@@ -105,7 +111,7 @@ def minicpmv4_6_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> Vision
     conv = n * v.patch_dim * w + INT64 * n if trained else 0
     hooked = not trained and gc
     leaves = n * h * w + token_leaf(job, prec) if hooked else 0
-    window = _window_merger_saved(v, n, prec, trained, adapted, lora)
+    window = _window_merger_saved(v, n, prec, trained, adapted, lora) if v.window_merger else 0
     merger_saved = _merger_saved(v, late, prec, trained, adapted, lora)
     saved = sum(blocks) + conv + leaves + window + merger_saved
     hidden_t, mlp_t, scores_t = act.backward_parts(spec, mbs[0], prec, "sdpa")
@@ -114,8 +120,10 @@ def minicpmv4_6_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> Vision
     # alive until the trainer drops the model's outputs: last_hidden_state (post_layernorm's output) and the merger's
     # output rows
     forward_only = (FP32 if prec.amp else prec.residual) * h * late + prec.act * v.out_hidden_size * tokens
-    what = ("tower, window merger and merger trained (full fine-tuning)" if trained else
-            f"frozen; LoRA on {len(adapted)} of its linear kinds")
+    idle = "" if v.window_merger else "; the window merger loaded and idle (downsample_mode 4x: no gradient)"
+    what = ("tower, window merger and merger trained (full fine-tuning)" if trained and v.window_merger else
+            "tower and merger trained (full fine-tuning)" if trained else
+            f"frozen; LoRA on {len(adapted)} of its linear kinds") + idle
     return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,
                        merger_saved=merger_saved, blocks_saved=blocks, block_full=full[0],
                        block_backward=hidden_t + max(mlp_t + adapter_t if gc else max(mlp_t, adapter_t), scores_t),

@@ -40,7 +40,6 @@ from dataclasses import replace
 
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
-from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, feature_locals,
                                     graphless_tower, layer_norm_saved, token_leaf, tower_states, tower_weights,
                                     unused_tower)
@@ -83,19 +82,6 @@ def merger_saved(v: MuseGlimmerTowerSpec, n: int, prec: Precision, trained: bool
             + adapters_saved([x for x in adapted if x.part == "merger"], rows, prec, lora))
 
 
-def _states(job: JobSpec, v: MuseGlimmerTowerSpec, prec: Precision, lora: LoraLayout,
-            adapted: tuple) -> tuple[int, tuple, int, int, int, int]:
-    """hpcmem.estimate.vision `tower_states` without what no image-text step reaches (Muse Spark's audio tower,
-    `idle_params`, and its Linears' adapters): those parameters load but get no gradient, so AdamW keeps no state for
-    them (torch/optim/adamw.py initializes a parameter's state only when its grad is not None)."""
-    idle = getattr(v, "idle_params", 0)
-    st = tower_states(job, v, prec, lora, tuple(x for x in adapted if x.part != "audio"))
-    rest = st.rest - (idle if not lora.enabled else 0)
-    trainable = st.per_block * v.depth + rest
-    opt = int(trainable * optimizer_bytes_per_param(job.train.optim, st.gbytes))
-    return st.gbytes, st.layer_adapters, st.per_block, rest, trainable * st.gbytes, opt
-
-
 def muse_glimmer_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     v: MuseGlimmerTowerSpec = job.model.vision
     images, n = image_rows(job)
@@ -108,7 +94,11 @@ def muse_glimmer_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> Visio
     pixels = n * v.patch_dim * FP32
     if lora.enabled and not adapted and not gc:
         return graphless_tower(weights=weights, pixels=pixels, patches=n, image_tokens=tokens)
-    gbytes, layer_adapters, per_block, rest, grads, opt = _states(job, v, prec, lora, adapted)
+    # Muse Spark's audio tower (`idle_params`, its Linears part "idle") loads and gets no gradient: tower_states
+    # leaves it out of the gradients and optimizer states, trained or adapted
+    st = tower_states(job, v, prec, lora, adapted)
+    gbytes, layer_adapters, per_block, rest, grads, opt = st.gbytes, st.layer_adapters, st.per_block, st.rest, \
+        st.grads, st.opt
     # ln_pre's fp32 output under autocast: the layers' residual stream (their checkpointed inputs, their hidden-state
     # gradients) is fp32
     res = replace(prec, residual=FP32) if prec.amp else prec

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from hpcmem.job.image_rl_rules import rl_image_problems
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.trainers import entry
+from hpcmem.models.ernie4_5_vl_moe import ernie45vl_text_only_problems
 from hpcmem.models.fuyu import fuyu_problems
 from hpcmem.models.vision import IMAGE_TRAINERS_ALLOWED, VISION_LANGUAGE
 
@@ -36,6 +37,15 @@ TRAINER_FAILS.update({("shieldgemma2", trainer): _SG2_RESERVED for trainer in ("
 TRAINER_FAILS[("pp_chart2table", "dpo")] = (
     "TRL 1.16's DataCollatorForVisionPreference tokenizes the chosen and rejected completions without images and "
     "PPChart2TableProcessor raises 'Both `images` and `text` must be provided'")
+# dpo_trainer.py DataCollatorForVisionPreference returns the prompts' processor output with input_ids, attention_mask
+# and mm_token_type_ids extended over the completions, but not the moe_mm_token_type_ids Ernie4_5_VLMoeProcessor
+# adds; modeling_ernie4_5_vl_moe.py Ernie4_5_VLMoeMoeBlock.forward then indexes the [rows, prompt + completion,
+# hidden] states with the [rows, prompt, hidden] mask (a real CPU forward of TRL's collated batch:
+# tests/estimate/test_estimate_vlm_ernie4_5_vl_moe.py)
+TRAINER_FAILS[("ernie4_5_vl_moe", "dpo")] = (
+    "TRL 1.16's DataCollatorForVisionPreference leaves the prompts' moe_mm_token_type_ids unextended over the "
+    "completions and Ernie4_5_VLMoeMoeBlock.forward raises 'IndexError: The shape of the mask ... does not match the "
+    "shape of the indexed tensor'")
 TRAINER_FAILS[("video_llama_3", "dpo")] = (
     "traced on its cut (TRL's preference collator runs VideoLlama3Processor), LoRA all-linear with checkpointing "
     "+3.02 % over the allocated peak at the Qwen2 layer's backward: the decoder's LoRA backward under checkpointing "
@@ -87,6 +97,8 @@ def image_job_problems(job: Job) -> list[str]:
         return [f"images_per_example 0 on {m.vision.model_type}: without images MllamaTextModel skips its "
                 f"{len(m.vision.cross_layers)} cross-attention layers, which hpcmem's count of its decoder runs; "
                 "text-only jobs on this type are not derived (give images_per_example ≥ 1)"]
+    if getattr(m.vision, "family", "") == "ernie4_5_vl_moe" and not t.has_images:
+        return ernie45vl_text_only_problems(t.use_peft)
     if not t.has_images:
         return []
     said = (f"images_per_example {t.images_per_example}" if t.images_per_example else
@@ -168,6 +180,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
+        if v.model_type == "minicpm_ocr":       # MiniCPMOcrProcessor's (modular_minicpm_ocr.py)
+            processor = "MiniCPMOcrImageProcessor"
         if getattr(v, "grid_pinpoints", None):
             # LlavaNextVideoProcessor's image processor is LlavaNextImageProcessor
             processor = {"llava_onevision": "LlavaOnevisionImageProcessor"}.get(v.model_type,

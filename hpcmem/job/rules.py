@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from hpcmem.errors import Problems
 from hpcmem.job.auto_classes import auto_class_problems
 from hpcmem.job.generation_batch import generation_batch_size
+from hpcmem.job.all_linear_rules import numbered_leaf_problems
 from hpcmem.job.image_rules import image_job_problems
 from hpcmem.job.kernel_limits import rwkv_problems, xlstm_problems
 from hpcmem.job.lora_linear_rules import linear_subclass_problems
@@ -151,7 +152,8 @@ def _check_model_type(job: Job, p: Problems) -> None:
 
 
 def _check_lora_variants(job: Job, p: Problems) -> None:
-    """peft's own refusals (hpcmem.job.param_wrapper_rules, hpcmem.job.lora_linear_rules) and what hpcmem sizes
+    """peft's own refusals (hpcmem.job.param_wrapper_rules, hpcmem.job.lora_linear_rules,
+    hpcmem.job.all_linear_rules) and what hpcmem sizes
     (hpcmem.estimate.lora_variants)."""
     t = job.train
     if len(t.lora_target_modules) == 1 and t.lora_target_modules[0] != "all-linear":
@@ -175,7 +177,8 @@ def _check_lora_variants(job: Job, p: Problems) -> None:
     if unsized:
         p.add(f"lora_modules_to_save {', '.join(unsized)}: hpcmem sizes the trainable copies of "
               f"{', '.join(SIZED_MODULES)} only")
-    for problem in param_wrapper_problems(job) + linear_subclass_problems(job) + lora_task_problems(job):
+    for problem in (param_wrapper_problems(job) + linear_subclass_problems(job) + lora_task_problems(job)
+                    + numbered_leaf_problems(job)):
         p.add(problem)
 
 

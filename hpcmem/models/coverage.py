@@ -22,8 +22,8 @@ from typing import Any
 
 from hpcmem.datapath import PACKAGE_DIR, estimator_dir
 from hpcmem.models.config import ARCHITECTURES
-from hpcmem.models.coverage_vlm import (IMAGE_TEXT_MAPPING_NAME, derived_reason, vision_language_reason,
-                                        vision_language_types)
+from hpcmem.models.coverage_vlm import (IMAGE_TEXT_MAPPING_NAME, NO_IMAGE_INPUT, derived_reason,
+                                        vision_language_reason, vision_language_types)
 from hpcmem.models.vision import VISION_LANGUAGE
 
 MAPPING_NAME = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
@@ -128,6 +128,8 @@ def vision_language_rows(mapping: dict[str, str] | None = None) -> list[dict[str
         entry = table.get(name)
         if name in VISION_LANGUAGE:
             status, reason = "derived", derived_reason(name)
+        elif name in NO_IMAGE_INPUT:
+            status, reason = "not applicable", vision_language_reason(name)
         elif entry is None:
             status, reason = "refused", vision_language_reason(name) or f"vision-language only ({cls}): not modelled"
         else:
@@ -144,7 +146,7 @@ def refusal(model_type: str) -> str | None:
     entry = classification()["types"].get(model_type)
     vision_only = vision_language_reason(model_type) if entry is None else None
     if vision_only:
-        return f"refused: {vision_only}"
+        return f"{'not applicable' if model_type in NO_IMAGE_INPUT else 'refused'}: {vision_only}"
     status, reason = type_status(model_type, entry)
     return f"{status}: {reason}" if status in ("refused", "not applicable") else None
 

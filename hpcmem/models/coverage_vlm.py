@@ -87,6 +87,20 @@ TRL_REFUSES: dict[str, str] = {
 TRL_REFUSES_TEXT_DECODER = ("llama4",)
 
 
+# image-text-to-text types with no image input: nothing of an image job applies to them, so the image-text table lists
+# them as not applicable (a text job on mistral4 is a text decoder's: hpcmem/models/coverage.json classifies it)
+NO_IMAGE_INPUT: dict[str, str] = {
+    "evolla": "protein-text, not image-text: {cls} reads protein sequences through a SaProt encoder and a resampler "
+              "(models/evolla/modeling_evolla.py), and EvollaProcessor.__call__ (processing_evolla.py) takes proteins "
+              "(amino-acid and Foldseek strings) and messages, no images; hpcmem models neither the protein encoder "
+              "nor protein tokens",
+    "mistral4": "a text decoder with no image input: {cls} (models/mistral4/modeling_mistral4.py) is the class "
+                "transformers maps mistral4 to for image-text-to-text, and it has no vision tower and takes token ids "
+                "only (TRL builds it by the config's architectures[0]); a text job on it is a text "
+                "decoder's, estimated from a learned profile (hpcmem models learn CONFIG)",
+}
+
+
 def trl_cannot_train(model_type: str) -> bool:
     """TRL 1.16's trainers cannot train this image-text type (`TRL_REFUSES`, `TRL_REFUSES_TEXT_DECODER`)."""
     return model_type in TRL_REFUSES or model_type in TRL_REFUSES_TEXT_DECODER
@@ -112,6 +126,8 @@ def vision_language_types() -> dict[str, str]:
 def vision_language_reason(model_type: str) -> str | None:
     """Why a type that transformers builds only as image-text-to-text is refused, or None for any other type."""
     cls = vision_language_types().get(model_type)
+    if cls and model_type in NO_IMAGE_INPUT:
+        return NO_IMAGE_INPUT[model_type].format(cls=cls)
     if cls and model_type in TRL_REFUSES:
         return f"TRL cannot train it: {TRL_REFUSES[model_type].format(cls=cls)}"
     return NOT_MODELLED.format(cls=cls) if cls and model_type not in VISION_LANGUAGE else None

@@ -45,7 +45,8 @@ class MuseSparkTowerSpec(MuseGlimmerTowerSpec):
     audio_other: int
 
     def linears(self) -> tuple[TowerLinear, ...]:
-        """Muse Glimmer's and the audio tower's (`audio_tower.…`, part "audio": peft's all-linear wraps them too)."""
+        """Muse Glimmer's and the audio tower's (`audio_tower.…`, part "idle": peft's all-linear wraps them too; no
+        image runs them, so their adapters get no gradient: hpcmem.estimate.vision `tower_states`)."""
         return (*super().linears(), *self.audio_linears)
 
     @property
@@ -79,17 +80,17 @@ def audio_parts(ac: dict[str, Any], name: str) -> tuple[tuple[TowerLinear, ...],
     for i, (patch, h, depth) in enumerate(zip(patches, widths, depths, strict=True)):
         inner = int(h * ac["mlp_ratio"])
         linears.append(TowerLinear(name=f"audio_tower.layers.{i}.patch_embedder.proj", in_features=previous * patch,
-                                   out_features=h, count=1, part="audio"))
+                                   out_features=h, count=1, part="idle"))
         other += h                                              # the patch embedding's RMSNorm
         for b in range(depth):
             prefix = f"audio_tower.layers.{i}.conv_blocks.{b}.mlp"
-            linears += [TowerLinear(name=f"{prefix}.fc1", in_features=h, out_features=inner, count=1, part="audio"),
-                        TowerLinear(name=f"{prefix}.fc2", in_features=inner, out_features=h, count=1, part="audio")]
+            linears += [TowerLinear(name=f"{prefix}.fc1", in_features=h, out_features=inner, count=1, part="idle"),
+                        TowerLinear(name=f"{prefix}.fc2", in_features=inner, out_features=h, count=1, part="idle")]
             other += h * ac["conv_kernel_size"] + h + h         # the depthwise Conv1d (weight, bias), its RMSNorm
         previous = h
     out = ac["out_hidden_size"]
     linears.append(TowerLinear(name="audio_tower.proj", in_features=previous, out_features=out, count=1,
-                               part="audio"))
+                               part="idle"))
     return tuple(linears), other + previous + out               # `norm`, `post_proj_norm`
 
 

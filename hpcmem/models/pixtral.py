@@ -176,15 +176,22 @@ def pixtral_vision_values(cfg: dict[str, Any], name: str, model_type: str,
 
 def pixtral_tower_from_config(cfg: dict[str, Any], name: str) -> PixtralTowerSpec:
     """The PixtralTowerSpec of a mistral3 config.json dict; keys it omits take the config classes' defaults."""
-    vc = pixtral_vision_values(cfg, name, "mistral3", MISTRAL3_VISION_DEFAULTS)
+    return pixtral_spec(cfg, name, "mistral3", MISTRAL3_VISION_DEFAULTS, MISTRAL_HIDDEN)
+
+
+def pixtral_spec(cfg: dict[str, Any], name: str, model_type: str, omitted: dict[str, Any],
+                 text_hidden: int) -> PixtralTowerSpec:
+    """The PixtralTowerSpec of a config.json dict of a type built on Mistral3Config's outer keys (`omitted`: the
+    vision_config its class builds when none is named; `text_hidden`: the text width of an omitted text_config)."""
+    vc = pixtral_vision_values(cfg, name, model_type, omitted)
     outer = {**MISTRAL3_DEFAULTS, **{k: cfg[k] for k in MISTRAL3_DEFAULTS if k in cfg}}
     if outer["vision_feature_layer"] != -1:
         # get_image_features reads hidden_states[vision_feature_layer]; a list concatenates several layers
         raise SpecError(f"model {name}: vision_feature_layer {outer['vision_feature_layer']!r}: hpcmem models "
-                        "mistral3 reading the last layer's output (-1, Mistral3Config's default)")
-    width = text_width(cfg, MISTRAL_HIDDEN)
+                        f"{model_type} reading the last layer's output (-1, Mistral3Config's default)")
+    width = text_width(cfg, text_hidden)
     return PixtralTowerSpec(
-        model_type="mistral3", depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
+        model_type=model_type, depth=vc["num_hidden_layers"], hidden_size=vc["hidden_size"],
         intermediate_size=vc["intermediate_size"], num_heads=vc["num_attention_heads"], in_channels=vc["num_channels"],
         image_size=vc["image_size"], patch_size=vc["patch_size"], out_hidden_size=width,
         hidden_act=str(vc["hidden_act"]), spatial_merge_size=outer["spatial_merge_size"],

@@ -32,6 +32,9 @@ Covered (transformers 5.24):
   with Qwen2_5_VLVisionConfig's defaults, then a `projector` Linear(out_hidden_size → text hidden_size, with bias) on
   the merger's output (`HyperCLOVAXVisionV2Model.get_image_features`); its HyperCLOVAX decoder from a learned profile of
   its text config (hpcmem.models.vlm_learned).
+- Qwen2.5-Omni's thinker (models/qwen2_5_omni/modeling_qwen2_5_omni.py, model type qwen2_5_omni_thinker): Qwen2.5-VL's
+  tower and merger with three q/k/v Linears for the fused qkv (hpcmem.models.qwen2_5_omni), beside an audio tower that
+  images never run (loaded, no gradient); its decoder Qwen2's with M-RoPE, as Qwen2.5-VL's.
 - Qwen3.5 (models/qwen3_5/modular_qwen3_5.py): Qwen3-VL's tower and merger without the deepstack mergers
   (`Qwen3_5VisionModel(Qwen3VLVisionModel)` deletes them); its decoder, Gated DeltaNet and full-attention layers, from
   a learned profile of its text config (hpcmem.models.vlm_learned).
@@ -121,6 +124,8 @@ Covered (transformers 5.24):
   its decoder Qwen3.5's, learned (hpcmem.models.vlm_learned).
 - minicpmv4_7 (MiniCPM-V 4.7) with images: MiniCPM-V 4.6's modules and processor text; its canvas M-RoPE position ids
   (int64, no term of their own) as hpcmem.models.minicpmv4_7 says.
+- minicpm_ocr (MiniCPM-OCR) with images: MiniCPM-V 4.6's modules at downsample_mode "4x" (the window merger idle,
+  one image token per 4 patches; hpcmem.models.minicpm_ocr).
 - lfm3_vl (LFM3-VL) with images: gated 2-D convolution and grouped-query attention layers (LFM2's decoder layer) over
   Qwen-style patches, under a LayerNorm/GELU projector of each 2 × 2 block (hpcmem.models.lfm3_vl's
   `Lfm3VlTowerSpec`); its decoder LFM3's, learned (hpcmem.models.vlm_learned).
@@ -136,6 +141,17 @@ Covered (transformers 5.24):
   smart_resize at 16 px patches) and a 2 x 2 LayerNorm/GELU patch merger (hpcmem.models.cosmos3_edge's
   `Cosmos3EdgeTowerSpec`); its decoder cosmos3_edge_text (Llama's shape, ReLU² fc1/fc2 MLP), learned
   (hpcmem.models.vlm_learned).
+- mistral_large4 (Mistral Large 4) with images: Mistral 3's Pixtral tower and patch-merging projector at its own
+  defaults (hpcmem.models.mistral_large4, hpcmem.models.pixtral's `PixtralTowerSpec`); its decoder mistral_large4_text
+  (MLA attention, a sparse-attention indexer, routed and shared experts), learned (hpcmem.models.vlm_learned).
+- qwen3_omni_moe_thinker (Qwen3-Omni's thinker) with images: Qwen3-VL's tower, merger and deepstack mergers (their
+  linears named `mlp.0` / `mlp.2`, the deepstack mergers `merger_list.N`) beside an audio encoder no image runs, whose
+  weights load and get no gradient (hpcmem.models.qwen3_omni_audio, VisionSpec.audio); its decoder Qwen3-MoE's
+  layers (the qwen3_moe layout) with Qwen3OmniMoeTextConfig's defaults.
+- ernie4_5_vl_moe (ERNIE-4.5-VL) with images: Qwen2-VL's LayerNorm blocks under a Linear patch embedding and a final
+  LayerNorm, then a resampler (2 x 2 spatial MLP, the temporal MLP over each image's rows taken twice, a Linear to
+  the text width, an RMSNorm) (hpcmem.models.ernie4_5_vl_moe's `Ernie45VlTowerSpec`); its decoder
+  ernie4_5_vl_moe_text (ERNIE-4.5's MoE layers with text and vision experts), learned (hpcmem.models.vlm_learned).
 - muse_glimmer (Muse Glimmer) with images: a NaViT tower of Kimi K2.5's layers over each image's own patch grid
   (Linear patch embedding of two repeated frames, a bilinearly resampled learned position table, 32 x 32-patch
   windows as Qwen2.5-VL's, axial 2-D rope), a 2 x 2 pixel shuffle into a GELU adapter and projection
@@ -175,21 +191,26 @@ from hpcmem.models.janus import janus_tower_from_config
 from hpcmem.models.lfm2_vl import lfm2_vl_tower_from_config
 from hpcmem.models.lfm3_vl import lfm3_vl_tower_from_config
 from hpcmem.models.got_ocr2_tower import PP_CHART2TABLE_TEXT_DEFAULTS, got_ocr2_tower_from_config
+from hpcmem.models.minicpm_ocr import minicpm_ocr_tower_from_config
 from hpcmem.models.minicpmv4_6 import minicpmv4_6_tower_from_config
 from hpcmem.models.minicpmv4_7 import minicpmv4_7_tower_from_config
 from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
 from hpcmem.models.cosmos3_edge import cosmos3_edge_tower_from_config
 from hpcmem.models.muse_glimmer import muse_glimmer_tower_from_config
 from hpcmem.models.muse_spark import muse_spark_tower_from_config
+from hpcmem.models.mistral_large4 import mistral_large4_tower_from_config
+from hpcmem.models.ernie4_5_vl_moe import ernie45vl_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
 from hpcmem.models.mllama import MllamaTowerSpec, mllama_tower_from_config
 from hpcmem.models.pixtral import MISTRAL3_TEXT_DEFAULTS, PixtralTowerSpec, pixtral_tower_from_config
 from hpcmem.models.qianfan_ocr import qianfan_tower_from_config
+from hpcmem.models.qwen2_5_omni import QWEN2_5_OMNI_TEXT_DEFAULTS, AudioTower, audio_tower_from_config
 from hpcmem.models.lighton_ocr import LIGHTON_TEXT_DEFAULTS, lighton_tower_from_config
 from hpcmem.models.paddleocr_vl import PADDLEOCR_TEXT_DEFAULTS, paddleocr_tower_from_config
 from hpcmem.models.video_llama_3 import video_llama_3_tower_from_config
+from hpcmem.models.qwen3_omni_audio import QWEN3_OMNI_TEXT_DEFAULTS, AudioEncoderSpec, audio_spec_from_config
 
 
 
@@ -234,6 +255,9 @@ class TowerLayout:
     # configuration_qwen2_5_vl.py `Qwen2_5_VLConfig.__post_init__`: pre-v5 saves kept it inside text_config).
     # `ties` False: the class declares no tied weights (modeling_mllama.py: `_tied_weights_keys` commented out).
     tie_from_text: bool = False
+    # an audio encoder beside the tower (`VisionSpec.audio`), which an image batch never runs: "qwen3_omni"
+    # (hpcmem.models.qwen3_omni_audio), "qwen2_5_omni" (hpcmem.models.qwen2_5_omni); "": none
+    audio: str = ""
     ties: bool = True
     # what `tie_from_text` reads when text_config omits the flag (or is absent): the text config class's default
     # (ShieldGemma2Config.__post_init__ reads `getattr(self.text_config, "tie_word_embeddings", True)` of a
@@ -284,17 +308,19 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "cohere2_vision": ("sft", "dpo"), "qwen3_5": ("sft", "dpo", "grpo", "rloo"),
                           "qwen3_5_moe": ("sft", "dpo"),
                           "exaone4_5": ("sft", "dpo", "grpo", "rloo"), "hyperclovax_vision_v2": ("sft", "dpo"),
+                          "qwen2_5_omni_thinker": ("sft", "dpo", "grpo", "rloo"),
                           "granite_docling": ("sft", "dpo"), "aria": ("sft", "dpo"),
                           "gemma4": ("sft", "dpo"), "gemma4_unified": ("sft", "dpo"), "glm4v": ("sft", "dpo"),
                           "glm46v": ("sft", "dpo"), "glmga": ("sft", "dpo"), "glm_ocr": ("sft", "dpo"),
                           "lfm2_vl": ("sft", "dpo"), "cohere_compass": ("sft", "dpo"), "glm4v_moe": ("sft", "dpo"),
                           "paddleocr_vl": ("sft", "dpo"), "minicpmv4_6": ("sft", "dpo"),
-                          "minicpmv4_7": ("sft", "dpo"),
+                          "minicpmv4_7": ("sft", "dpo"), "minicpm_ocr": ("sft", "dpo"),
                           "lfm3_vl": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
-                          "pp_chart2table": ("sft",), "muse_glimmer": ("sft", "dpo"),
-                          "muse_spark": ("sft", "dpo")}
+                          "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",),
+                          "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo"),
+                          "muse_glimmer": ("sft", "dpo"), "muse_spark": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -416,6 +442,10 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # tie_word_embeddings False), MiniCPMV4_7Model builds MiniCPMV4_6Model's modules (modular_minicpmv4_7.py)
     "minicpmv4_7": TowerLayout(text="qwen3_5_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                text_defaults={}),
+    # models/minicpm_ocr: MiniCPMOcrConfig keeps 4.6's sub-configs and defaults but downsample_mode "4x" and
+    # tie_word_embeddings True; MiniCPMOcrModel is MiniCPMV4_6Model (modular_minicpm_ocr.py)
+    "minicpm_ocr": TowerLayout(text="qwen3_5_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                               tie_default=True, text_defaults={}),
     # models/lfm3_vl: hpcmem.models.lfm3_vl reads the vision part; Lfm3VlModel builds the decoder with
     # `AutoModel.from_config(config.text_config)` (`sub_configs_defaults`: lfm3, Lfm3Config's class defaults when
     # omitted), a learned type (hpcmem.models.vlm_learned); Lfm3VlConfig.tie_word_embeddings True
@@ -453,6 +483,18 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # whatever tie_word_embeddings says
     "muse_spark": TowerLayout(text="muse_spark_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                               text_defaults={}, ties=False),
+    # models/mistral_large4: hpcmem.models.mistral_large4 reads the vision part (Pixtral, as mistral3's);
+    # MistralLarge4Config's text_config is always a MistralLarge4TextConfig (`sub_configs_defaults`, its class defaults
+    # when omitted), which Mistral3Model's __init__ builds with `AutoModel.from_config`: MistralLarge4TextModel, a
+    # learned type (hpcmem.models.vlm_learned); MistralLarge4Config.tie_word_embeddings False
+    "mistral_large4": TowerLayout(text="mistral_large4_text", defaults={}, aliases={}, norm="rms", mlp="gated",
+                                  text_defaults={}),
+    # models/ernie4_5_vl_moe: hpcmem.models.ernie4_5_vl_moe reads the vision part; Ernie4_5_VLMoeModel (Qwen2VLModel's
+    # __init__) builds the decoder with `AutoModel.from_config(config.text_config)`, Ernie4_5_VLMoeTextModel
+    # (`sub_configs_defaults`: Ernie4_5_VLMoeTextConfig's class defaults when omitted), a learned type
+    # (hpcmem.models.vlm_learned); Ernie4_5_VLMoeConfig.tie_word_embeddings True
+    "ernie4_5_vl_moe": TowerLayout(text="ernie4_5_vl_moe_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                   tie_default=True, text_defaults={}),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -536,6 +578,17 @@ VISION_LANGUAGE["qwen3_vl_moe"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwe
 # Qwen3VLTextModel) with Qwen3VLModel's forward line for line; only `_no_split_modules`, `_can_record_outputs`
 # (None) and the load-time key filter differ, none of which a single-device training step reads: qwen3_vl's layout
 VISION_LANGUAGE["cosmos3_omni"] = replace(VISION_LANGUAGE["qwen3_vl"])
+# models/qwen3_omni_moe (modeling_qwen3_omni_moe.py): `Qwen3OmniMoeVisionEncoderConfig` has Qwen3VLVisionConfig's
+# fields and defaults, and `Qwen3OmniMoeVisionEncoder` is Qwen3VLVisionModel's modules and forward with its mergers
+# (`Qwen3OmniMoeVisionPatchMerger`: `ln_q`, and `mlp` an nn.ModuleList Linear → nn.GELU → Linear) named as
+# Qwen2.5-VL's are; `Qwen3OmniMoeThinkerTextDecoderLayer` is Qwen3-MoE's (q/k norms, fused experts, a bare-weight
+# router, norm_topk_prob, dense layers by mlp_only_layers / decoder_sparse_step), under 3-D M-RoPE with the deepstack
+# additions, with Qwen3OmniMoeTextConfig's defaults; Qwen3OmniMoeThinkerConfig.tie_word_embeddings (False) decides
+# the head's tying, no __post_init__ reading the text config's flag. The audio encoder beside them:
+# hpcmem.models.qwen3_omni_audio (VisionSpec.audio)
+VISION_LANGUAGE["qwen3_omni_moe_thinker"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwen3_moe",
+                                                    merger_names=("mlp.0", "mlp.2"),
+                                                    text_class_defaults=QWEN3_OMNI_TEXT_DEFAULTS, audio="qwen3_omni")
 # models/qwen3_5 (modular_qwen3_5.py): `Qwen3_5VisionConfig(Qwen3VLVisionConfig)` with Qwen3-VL's vision defaults and
 # no deepstack_visual_indexes, and `Qwen3_5VisionModel(Qwen3VLVisionModel)` deletes the deepstack mergers: Qwen3-VL's
 # tower and merger (`Qwen3_5Model.get_image_features` reads the merger's pooler_output alone, and Qwen3_5TextModel adds
@@ -591,6 +644,15 @@ VISION_LANGUAGE["exaone4_5"] = replace(VISION_LANGUAGE["qwen2_5_vl"], text="exao
 VISION_LANGUAGE["hyperclovax_vision_v2"] = replace(VISION_LANGUAGE["qwen2_5_vl"], text="hyperclovax",
                                                    tie_from_text=False, tie_default=True, text_defaults={},
                                                    projector_text_width=4096)
+# models/qwen2_5_omni (configuration_qwen2_5_omni.py): `Qwen2_5OmniThinkerConfig.sub_configs_defaults` builds
+# vision_config as Qwen2_5OmniVisionEncoderConfig (Qwen2_5_VLVisionConfig's fields and defaults), text_config as
+# Qwen2_5OmniTextConfig (its own defaults, `QWEN2_5_OMNI_TEXT_DEFAULTS`) and audio_config as
+# Qwen2_5OmniAudioEncoderConfig; `Qwen2_5OmniThinkerTextModel`'s layers are Qwen2's (q/k/v bias, no o bias) under
+# M-RoPE, as Qwen2_5_VLTextModel's. The thinker config's tie_word_embeddings (False) decides the tying, no
+# __post_init__ forwarding the text config's (True).
+VISION_LANGUAGE["qwen2_5_omni_thinker"] = replace(VISION_LANGUAGE["qwen2_5_vl"], tie_from_text=False,
+                                                  text_class_defaults=QWEN2_5_OMNI_TEXT_DEFAULTS,
+                                                  family="qwen2_5_omni", audio="qwen2_5_omni")
 # the types whose decoder is whatever their text_config names (`TowerLayout.text` only when it names none)
 _TEXT_FROM_CONFIG = ("llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma", "mistral3",
                      "internvl", "vipllava", "video_llava", "lighton_ocr", "deepseek_vl", "deepseek_vl_hybrid", "idefics2",
@@ -607,8 +669,8 @@ class VisionLinear:
     in_features: int
     out_features: int
     count: int              # blocks that hold it (depth), or 1 for the merger's
-    part: str               # "tower", "merger" (with a projector after it), or "deepstack" (Qwen3-VL's deepstack
-    #                         mergers, `count` of them)
+    part: str               # "tower", "merger" (with a projector after it), "deepstack" (Qwen3-VL's deepstack
+    #                         mergers, `count` of them), or "audio" (an Omni thinker's audio encoder, which images never run)
 
     @property
     def params(self) -> int:
@@ -644,6 +706,10 @@ class VisionSpec(TowerBase):
     # HyperCLOVAX Vision V2's `projector`, Linear(out_hidden_size → projector_width) after the merger (TowerLayout.
     # projector_text_width); 0: none
     projector_width: int = 0
+    # an audio encoder beside the tower that no image runs (the Omni thinkers: hpcmem.models.qwen3_omni_audio
+    # `AudioEncoderSpec`, hpcmem.models.qwen2_5_omni `AudioTower`): its weights load, its linears take adapters
+    # (part "audio"), nothing of it gets a gradient; None: none
+    audio: AudioEncoderSpec | AudioTower | None = None
 
     def __post_init__(self) -> None:
         p = Problems()
@@ -722,17 +788,25 @@ class VisionSpec(TowerBase):
                      VisionLinear(name=second, in_features=m, out_features=self.out_hidden_size, count=ds,
                                   part="deepstack")) if ds else ()
         qkv = h + 2 * self.kv_heads * (h // self.num_heads)       # EXAONE 4.5: q_dim + 2 · kv_dim
+        # Qwen2.5-Omni's `Qwen2_5OmniVisionAttention`: q, k, v three Linears (width → width, bias) for the fused qkv
+        attention = tuple(VisionLinear(name=f"attn.{x}", in_features=h, out_features=h, count=d, part="tower")
+                          for x in ("q", "k", "v")) if self.family == "qwen2_5_omni" else \
+            (VisionLinear(name="attn.qkv", in_features=h, out_features=qkv, count=d, part="tower"),)
+        # its audio tower's linears (part "audio": peft wraps them, nothing runs them; their parameters are counted
+        # by `idle_params`, k_proj having no bias)
+        audio = tuple(VisionLinear(name=x.name, in_features=x.in_features, out_features=x.out_features,
+                                   count=x.count, part="audio") for x in self.audio.linears()) if self.audio else ()
         # HyperCLOVAX Vision V2's projector (modular_hyperclovax_vision_v2.py `HyperCLOVAXVisionV2Model.__init__`:
         # `model.projector`, beside `model.vision_model`), counted with the merger whose output it reads
         projector = (VisionLinear(name="projector", in_features=self.out_hidden_size,
                                   out_features=self.projector_width, count=1, part="merger"),) \
             if self.projector_width else ()
-        return (VisionLinear(name="attn.qkv", in_features=h, out_features=qkv, count=d, part="tower"),
+        return (*attention,
                 VisionLinear(name="attn.proj", in_features=h, out_features=h, count=d, part="tower"),
                 *mlp,
                 VisionLinear(name=first, in_features=m, out_features=m, count=1, part="merger"),
                 VisionLinear(name=second, in_features=m, out_features=self.out_hidden_size, count=1, part="merger"),
-                *projector, *deepstack)
+                *projector, *deepstack, *audio)
 
     @property
     def norm_params(self) -> int:
@@ -771,8 +845,18 @@ class VisionSpec(TowerBase):
         return norms + sum(x.params for x in self.linears() if x.part == "deepstack")
 
     @property
+    def idle_params(self) -> int:
+        """The audio encoder's parameters (loaded, never run on images); 0 without one."""
+        return self.audio.params if self.audio else 0
+
+    @property
+    def image_path(self) -> VisionSpec:
+        """The tower, merger and deepstack mergers alone, what an image runs through."""
+        return replace(self, audio=None)
+
+    @property
     def num_params(self) -> int:
-        return self.tower_params + self.merger_params + self.deepstack_params
+        return self.tower_params + self.merger_params + self.deepstack_params + self.idle_params
 
 
 def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | ClipTowerSpec | Idefics3TowerSpec
@@ -805,6 +889,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return mllama_tower_from_config(cfg, name)
     if model_type == "mistral3":
         return pixtral_tower_from_config(cfg, name)
+    if model_type == "mistral_large4":
+        return mistral_large4_tower_from_config(cfg, name)
     if model_type == "internvl":
         return internvl_tower_from_config(cfg, name)
     if model_type == "lighton_ocr":
@@ -831,6 +917,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return minicpmv4_6_tower_from_config(cfg, name)
     if model_type == "minicpmv4_7":
         return minicpmv4_7_tower_from_config(cfg, name)
+    if model_type == "minicpm_ocr":
+        return minicpm_ocr_tower_from_config(cfg, name)
     if model_type == "lfm3_vl":
         return lfm3_vl_tower_from_config(cfg, name)
     if model_type == "pp_chart2table":
@@ -843,6 +931,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return muse_glimmer_tower_from_config(cfg, name)
     if model_type == "muse_spark":
         return muse_spark_tower_from_config(cfg, name)
+    if model_type == "ernie4_5_vl_moe":
+        return ernie45vl_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":
@@ -890,7 +980,18 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         norm=layout.norm, mlp=layout.mlp, fc_names=layout.fc_names, merger_names=layout.merger_names,
         patch_bias=layout.patch_bias, hooked_input=layout.hooked_input, num_position_embeddings=vc.get("num_position_embeddings", 0),
         deepstack_visual_indexes=tuple(deep), num_key_value_heads=vc.get("num_key_value_heads", 0),
-        projector_width=text_width(cfg, layout.projector_text_width) if layout.projector_text_width else 0)
+        projector_width=text_width(cfg, layout.projector_text_width) if layout.projector_text_width else 0,
+        family=layout.family,
+        audio=audio_encoder(cfg, name, layout.audio))
+
+
+def audio_encoder(cfg: dict[str, Any], name: str, kind: str) -> AudioEncoderSpec | AudioTower | None:
+    """The audio encoder TowerLayout.audio names beside the tower, read from the config's audio_config."""
+    if kind == "qwen3_omni":
+        return audio_spec_from_config(cfg, name)
+    if kind == "qwen2_5_omni":
+        return audio_tower_from_config(cfg, name)
+    return None
 
 
 def layout_of(cfg: dict[str, Any]) -> TowerLayout:

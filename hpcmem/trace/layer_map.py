@@ -87,7 +87,7 @@ def build_meta(cfg: dict[str, Any]) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    text_heads.register()       # a text config transformers maps to no causal-LM class (Cosmos3 Edge's)
+    text_heads.register()       # a text config transformers maps to no causal-LM class (Cosmos3 Edge's, Mistral Large 4's)
     config = hf_config(cfg)
     try:
         with torch.device("meta"):

@@ -9,6 +9,28 @@ kept positions and `self.loss_function` — what LlamaForCausalLM.forward does a
 that: transformers' own `Cosmos3EdgeTextModel` under LlamaForCausalLM's forward, registered with
 AutoModelForCausalLM only inside hpcmem's trace processes (`register`); no other code of it is hpcmem's.
 
+ERNIE-4.5-VL (models/ernie4_5_vl_moe/modular_ernie4_5_vl_moe.py): `ernie4_5_vl_moe_text` maps to no class in
+transformers' auto mappings. What `Ernie4_5_VLMoeForConditionalGeneration` (Glm4vForConditionalGeneration's layout,
+its own forward) runs on a text row is `Ernie4_5_VLMoeTextModel` (`model.language_model`) with no
+moe_mm_token_type_ids, so every token through the text experts (`Ernie4_5_VLMoeMoeBlock.forward`'s else branch), then
+`lm_head` (nn.Linear(hidden, vocab, bias=False), tied to the token embeddings by the outer
+tie_word_embeddings, True by default) on the kept positions and `self.loss_function` (the router's aux loss only under
+output_router_logits, False by default) — again LlamaForCausalLM.forward around the decoder.
+
+Mistral Large 4 (models/mistral_large4/modeling_mistral_large4.py): `mistral_large4_text` maps to
+`MistralLarge4TextModel` in AutoModel only. `MistralLarge4ForConditionalGeneration.forward` runs on a text row its
+`model.language_model` (MistralLarge4TextModel), `lm_head` (untied: MistralLarge4Config.tie_word_embeddings False)
+on the kept positions, the final logit softcapping (logits / cap → tanh → · cap, cap the text config's
+final_logit_softcapping) and `self.loss_function` — what Gemma2ForCausalLM.forward does around its decoder (it reads
+`config.final_logit_softcapping` the same way). TRL's fused LM head (trl/trainer/utils.py `add_fused_lm_head`) runs
+neither forward's head: it reads the backbone (`base_model`, here `model`), `get_output_embeddings` and the text
+config's final_logit_softcapping, alike for both classes.
+
+Mistral 4 (models/mistral4/modeling_mistral4.py): transformers 5.24 maps `mistral4` to `Mistral4ForCausalLM` in the
+image-text-to-text mapping only (auto/modeling_auto.py), though that class is a text decoder with no image input.
+TRL's create_model_from_path (trl/trainer/utils.py) builds `getattr(transformers, config.architectures[0])`, that
+class itself; `register` maps Mistral4Config to it for AutoModelForCausalLM, so the trace builds what TRL trains.
+
 Muse Glimmer (models/muse_glimmer/modeling_muse_glimmer.py): `muse_glimmer_text` maps to `MuseGlimmerTextModel` in
 AutoModel only. `MuseGlimmerForConditionalGeneration.forward` runs `MuseGlimmerModel` (on a text row: the token ids
 with image/video ids zeroed, a clone, `language_model` = MuseGlimmerTextModel) and then `lm_head`
@@ -22,15 +44,17 @@ Muse Spark (models/muse_spark/modeling_muse_spark.py): `muse_spark_text` maps to
 only; `MuseSparkForConditionalGeneration` is Muse Glimmer's forward with an MoE decoder (its head never tied:
 `_tied_weights_keys` deleted) and TRL's fused head reads the same two text config fields. The class below is
 transformers' `MuseSparkTextModel` under LlamaForCausalLM's forward (`output_router_logits` is False by default, and
-the fused head asks for router logits only when the config does), registered the same way.
+the fused head asks for router logits only when the config does), registered the same way, and taking the
+experts' implementation transformers picks for the text model's module, as Mistral Large 4's does.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
 
 from typing import Any
 
-# text config model_type → the causal-LM class `register` builds for it
-TEXT_ONLY_TYPES = ("cosmos3_edge_text", "muse_glimmer_text", "muse_spark_text")
+# model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "ernie4_5_vl_moe_text", "mistral4", "mistral_large4_text",
+                   "muse_glimmer_text", "muse_spark_text")
 _DONE: list[bool] = []
 
 
@@ -61,6 +85,77 @@ def _cosmos3_edge_text_lm() -> tuple[Any, Any]:
         forward = LlamaForCausalLM.forward
 
     return Cosmos3EdgeTextConfig, Cosmos3EdgeTextForCausalLM
+
+
+def _ernie4_5_vl_moe_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.ernie4_5_vl_moe.configuration_ernie4_5_vl_moe import Ernie4_5_VLMoeTextConfig
+    from transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe import (Ernie4_5_VLMoePreTrainedModel,
+                                                                              Ernie4_5_VLMoeTextModel)
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+
+    class Ernie4_5_VLMoeTextForCausalLM(Ernie4_5_VLMoePreTrainedModel, GenerationMixin):
+        """Ernie4_5_VLMoeTextModel and the head Ernie4_5_VLMoeForConditionalGeneration puts on it (tied when the
+        text config's tie_word_embeddings says so, as the outer config's), under LlamaForCausalLM's forward."""
+
+        config: Ernie4_5_VLMoeTextConfig
+        config_class = Ernie4_5_VLMoeTextConfig
+        base_model_prefix = "model"
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: Ernie4_5_VLMoeTextConfig) -> None:
+            super().__init__(config)
+            self.model = Ernie4_5_VLMoeTextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    # as for Mistral Large 4's class below: the experts' implementation transformers picks for the text model's module
+    # (grouped_mm), not the eager per-expert loop a class defined here would get
+    Ernie4_5_VLMoeTextForCausalLM._can_set_experts_implementation_cached_value = \
+        Ernie4_5_VLMoeTextModel._can_set_experts_implementation()
+    return Ernie4_5_VLMoeTextConfig, Ernie4_5_VLMoeTextForCausalLM
+
+
+def _mistral_large4_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.gemma2.modeling_gemma2 import Gemma2ForCausalLM
+    from transformers.models.mistral_large4.configuration_mistral_large4 import MistralLarge4TextConfig
+    from transformers.models.mistral_large4.modeling_mistral_large4 import (MistralLarge4PreTrainedModel,
+                                                                            MistralLarge4TextModel)
+
+    class MistralLarge4TextForCausalLM(MistralLarge4PreTrainedModel, GenerationMixin):
+        """MistralLarge4TextModel and the untied head MistralLarge4ForConditionalGeneration puts on it, under
+        Gemma2ForCausalLM's forward (the same final logit softcapping)."""
+
+        config: MistralLarge4TextConfig
+        config_class = MistralLarge4TextConfig
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: MistralLarge4TextConfig) -> None:
+            super().__init__(config)
+            self.model = MistralLarge4TextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = Gemma2ForCausalLM.forward
+
+    # transformers lets a class choose its experts implementation (grouped_mm by default) only when its module's
+    # source text holds the experts-implementation decorator, written with its at sign (modeling_utils.py
+    # `_can_set_experts_implementation`, a cached class flag; this comment does not spell it so, or it would pass that
+    # check itself); this module uses none, so the class would fall back to eager experts where
+    # MistralLarge4ForConditionalGeneration (modeling_mistral_large4.py, which does) runs grouped_mm: the class takes
+    # transformers' answer for the text model's module
+    MistralLarge4TextForCausalLM._can_set_experts_implementation_cached_value = \
+        MistralLarge4TextModel._can_set_experts_implementation()
+    return MistralLarge4TextConfig, MistralLarge4TextForCausalLM
 
 
 def _muse_glimmer_text_lm() -> tuple[Any, Any]:
@@ -106,10 +201,6 @@ def _muse_spark_text_lm() -> tuple[Any, Any]:
         config: MuseSparkTextConfig
         config_class = MuseSparkTextConfig
         input_modalities = ("text",)
-        # modeling_utils.py `_can_set_experts_implementation` looks for "@use_experts_implementation" in the source of
-        # the class's module, which here is hpcmem's: without this the experts would fall back to their eager loop,
-        # where MuseSparkForConditionalGeneration (modeling_muse_spark.py holds the decorator) runs grouped_mm
-        _can_set_experts_implementation_cached_value = True
 
         def __init__(self, config: MuseSparkTextConfig) -> None:
             super().__init__(config)
@@ -120,6 +211,10 @@ def _muse_spark_text_lm() -> tuple[Any, Any]:
 
         forward = LlamaForCausalLM.forward
 
+    # as for Mistral Large 4's class: the experts' implementation transformers picks for the text model's module
+    # (grouped_mm), not the eager per-expert loop a class defined here would get
+    MuseSparkTextForCausalLM._can_set_experts_implementation_cached_value = \
+        MuseSparkTextModel._can_set_experts_implementation()
     return MuseSparkTextConfig, MuseSparkTextForCausalLM
 
 
@@ -128,8 +223,10 @@ def register() -> None:
     if _DONE:
         return
     from transformers import AutoModelForCausalLM
+    from transformers.models.mistral4.configuration_mistral4 import Mistral4Config
+    from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
-    for build in (_cosmos3_edge_text_lm, _muse_glimmer_text_lm, _muse_spark_text_lm):
-        config, model = build()
+    for config, model in (_cosmos3_edge_text_lm(), _ernie4_5_vl_moe_text_lm(), _mistral_large4_text_lm(),
+                          _muse_glimmer_text_lm(), _muse_spark_text_lm(), (Mistral4Config, Mistral4ForCausalLM)):
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)

@@ -83,7 +83,7 @@ def build_model(job: JobSpec) -> Any:
     """`AutoModelForCausalLM.from_config` in the load dtype (random weights: from_pretrained's tensors, no file)."""
     from transformers import AutoModelForCausalLM
 
-    text_heads.register()       # a text config transformers maps to no causal-LM class (Cosmos3 Edge's)
+    text_heads.register()       # a text config transformers maps to no causal-LM class (Cosmos3 Edge's, Mistral Large 4's)
     attn = attn_implementation_arg(job.train)
     if entry(job.train.trainer).head == "score":
         # RewardTrainer's create_model_from_path: AutoModelForSequenceClassification with num_labels=1; the pad id

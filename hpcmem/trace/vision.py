@@ -18,8 +18,11 @@ Cohere Compass's hpcmem.trace.vision_cohere_compass's, PaddleOCR-VL's hpcmem.tra
 LFM2-VL's hpcmem.trace.vision_lfm2_vl's (a PIL stand-in for its torchvision-only image processor), MiniCPM-V 4.6's
 hpcmem.trace.vision_minicpmv4_6's, Kimi K2.5's hpcmem.trace.vision_kimi_k25's (a PIL stand-in for its
 torchvision-only image processor), Fuyu's hpcmem.trace.vision_fuyu's, Cosmos3 Edge's
-hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's, Muse Glimmer's
-hpcmem.trace.vision_muse_glimmer's (a PIL stand-in for its torchvision-only image processor).
+hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's, the Qwen3-Omni
+thinker's hpcmem.trace.vision_qwen3_omni's, Qwen2.5-Omni's thinker's hpcmem.trace.vision_qwen2_5_omni's (Omni's
+token spellings, a real feature extractor, a stand-in video processor), ERNIE-4.5-VL's
+hpcmem.trace.vision_ernie4_5_vl_moe's, Muse Glimmer's and Muse Spark's hpcmem.trace.vision_muse_glimmer's (a PIL
+stand-in for their torchvision-only image processor).
 """
 
 from __future__ import annotations
@@ -31,12 +34,12 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
-                          vision_cosmos3_edge, vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_fuyu,
-                          vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling, vision_idefics2,
-                          vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl,
-                          vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_mistral3, vision_mllama,
-                          vision_muse_glimmer, vision_ovis2, vision_paddleocr_vl, vision_paligemma,
-                          vision_pp_chart2table, vision_video_llama_3)
+                          vision_cosmos3_edge, vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_ernie4_5_vl_moe,
+                          vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling,
+                          vision_idefics2, vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25,
+                          vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_mistral3,
+                          vision_mllama, vision_muse_glimmer, vision_ovis2, vision_paddleocr_vl, vision_paligemma,
+                          vision_pp_chart2table, vision_qwen2_5_omni, vision_qwen3_omni, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -146,6 +149,12 @@ def processor(job: JobSpec) -> Any:
         return vision_paddleocr_vl.processor(job, vision_tokenizer(), CHAT_TEMPLATE, IMAGE_PAD)
     if v.family == "cosmos3_edge":
         return vision_cosmos3_edge.processor(job, vision_tokenizer(), CHAT_TEMPLATE)
+    if v.model_type == "qwen3_omni_moe_thinker":
+        return vision_qwen3_omni.processor(job)
+    if v.family == "qwen2_5_omni":
+        return vision_qwen2_5_omni.processor(job)
+    if v.family == "ernie4_5_vl_moe":
+        return vision_ernie4_5_vl_moe.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -186,8 +195,14 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_muse_glimmer.token_ids(proc)
     if vision_fuyu.is_processor(proc):
         return vision_fuyu.token_ids(proc)
+    if vision_ernie4_5_vl_moe.is_processor(proc):
+        return vision_ernie4_5_vl_moe.token_ids(proc)
     if vision_pp_chart2table.is_processor(proc):
         return vision_pp_chart2table.token_ids(proc)
+    if vision_qwen3_omni.is_processor(proc):
+        return vision_qwen3_omni.token_ids(proc)
+    if vision_qwen2_5_omni.is_processor(proc):
+        return vision_qwen2_5_omni.token_ids(proc)
     if vision_lfm2_vl.is_processor(proc):      # its image_token is llava's "<image>": before llava's
         return vision_lfm2_vl.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
@@ -236,6 +251,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_minicpmv4_6.markers(job) if family == "minicpmv4_6" else \
         vision_kimi_k25.MARKERS_PER_IMAGE if family == "kimi_k25" else \
         vision_muse_glimmer.MARKERS_PER_IMAGE if family == "muse_glimmer" else \
+        vision_ernie4_5_vl_moe.MARKERS_PER_IMAGE if family == "ernie4_5_vl_moe" else \
         vision_fuyu.markers(job) if family == "fuyu" else \
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
         vision_ovis2.MARKERS_PER_IMAGE if family == "ovis2" else \
@@ -244,7 +260,8 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_mllama.MARKERS_PER_IMAGE if family == "mllama" else \
         vision_mistral3.MARKERS_PER_IMAGE if family == "pixtral" else \
         vision_internvl.MARKERS_PER_IMAGE if family == "internvl" else \
-        vision_video_llama_3.MARKERS_PER_IMAGE if family == "video_llama_3" else MARKERS_PER_IMAGE
+        vision_video_llama_3.MARKERS_PER_IMAGE if family == "video_llama_3" else \
+        vision_qwen2_5_omni.MARKERS_PER_IMAGE if family == "qwen2_5_omni" else MARKERS_PER_IMAGE
     per_image = image_geometry(t, job.model.vision).tokens + markers
     row_tokens = vision_paligemma.ROW_TOKENS if family == "paligemma" else \
         vision_mllama.BOS_PER_ROW if family == "mllama" else \

@@ -22,6 +22,12 @@ the same PIL image processor (image_processing_auto.py maps minicpmv4_7 to MiniC
 config gets the marker ids canvas M-RoPE reads (`MiniCPMV4_7Config` image_start_id … newline_id, required for
 images) from the tokenizer (`token_ids`); "\n" is whitespace the word tokenizer drops, so no slice row ends at a
 newline token.
+
+MiniCPM-OCR (model type minicpm_ocr) runs transformers' MiniCPMOcrProcessor (processing_minicpm_ocr.py: 4.6's text
+per image, slices' counts read one by one) around the same PIL image processor at the spec's downsample_mode ("4x":
+sides rounded to patch · 2, patches / 4 image tokens). Its own image processor, `MiniCPMOcrImageProcessor`, needs
+torchvision; at its default small_image_upsize "always" (the only one hpcmem models, hpcmem.models.minicpm_ocr) its
+`_preprocess` resizes the source and the slices as the PIL class's does.
 """
 
 from __future__ import annotations
@@ -45,11 +51,13 @@ def markers(job: JobSpec) -> int:
 
 
 def processor(job: JobSpec) -> Any:
+    from transformers.models.minicpm_ocr.processing_minicpm_ocr import MiniCPMOcrProcessor
     from transformers.models.minicpmv4_6.image_processing_pil_minicpmv4_6 import MiniCPMV4_6ImageProcessorPil
     from transformers.models.minicpmv4_6.processing_minicpmv4_6 import MiniCPMV4_6Processor
     from transformers.models.minicpmv4_7.processing_minicpmv4_7 import MiniCPMV4_7Processor
 
-    base = MiniCPMV4_7Processor if job.model.vision.model_type == "minicpmv4_7" else MiniCPMV4_6Processor
+    base = {"minicpmv4_7": MiniCPMV4_7Processor, "minicpm_ocr": MiniCPMOcrProcessor}.get(
+        job.model.vision.model_type, MiniCPMV4_6Processor)
 
     class ImageOnlyProcessor(base):
         def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
@@ -65,9 +73,10 @@ def processor(job: JobSpec) -> Any:
     tok.image_token_id = tok.convert_tokens_to_ids(TOKENS["image_token"])
     tok.video_token_id = tok.convert_tokens_to_ids(TOKENS["video_token"])
     images = MiniCPMV4_6ImageProcessorPil(patch_size=v.patch_size, scale_resolution=v.scale_resolution,
-                                          max_slice_nums=v.max_slice_nums, slice_mode=v.slice_mode)
+                                          max_slice_nums=v.max_slice_nums, slice_mode=v.slice_mode,
+                                          downsample_mode=v.downsample_mode)
     return ImageOnlyProcessor(image_processor=images,
-                              video_processor=SimpleNamespace(slice_mode=True, downsample_mode="16x"),
+                              video_processor=SimpleNamespace(slice_mode=True, downsample_mode=v.downsample_mode),
                               tokenizer=tok, chat_template=chat_template(TOKENS["image_token"]))
 
 

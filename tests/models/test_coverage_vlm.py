@@ -131,11 +131,23 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     assert by_type["muse_spark"]["status"] == "derived" and \
         "traced: SFT, DPO)" in by_type["muse_spark"]["reason"] and \
         "GRPO/RLOO with images refused" in by_type["muse_spark"]["reason"]
+    assert by_type["mistral_large4"]["status"] == "derived" and \
+        "traced: SFT, DPO)" in by_type["mistral_large4"]["reason"] and \
+        "GRPO/RLOO with images refused" in by_type["mistral_large4"]["reason"]
+    assert by_type["qwen2_5_omni_thinker"]["status"] == "derived" and \
+        "traced: SFT, DPO, GRPO, RLOO)" in by_type["qwen2_5_omni_thinker"]["reason"] and \
+        "refused" not in by_type["qwen2_5_omni_thinker"]["reason"]
     assert by_type["pp_chart2table"]["status"] == "derived" and \
         "traced: SFT)" in by_type["pp_chart2table"]["reason"] and \
         "DPO/GRPO/RLOO with images refused" in by_type["pp_chart2table"]["reason"]
+    assert by_type["ernie4_5_vl_moe"]["status"] == "derived" and \
+        "traced: SFT)" in by_type["ernie4_5_vl_moe"]["reason"] and \
+        "DPO/GRPO/RLOO with images refused" in by_type["ernie4_5_vl_moe"]["reason"]
     assert by_type["video_llama_3"]["status"] == "derived" and "traced: SFT)" in by_type["video_llama_3"]["reason"] \
         and "DPO/GRPO/RLOO with images refused" in by_type["video_llama_3"]["reason"]
+    omni = by_type["qwen3_omni_moe_thinker"]
+    assert omni["status"] == "derived" and "traced: SFT, DPO)" in omni["reason"] \
+        and "GRPO/RLOO with images refused" in omni["reason"]
     # measured: the stored image traces of the types estimated with images, nothing for the others
     assert all(r["reason"] and (r["measured"] is not None) == (r["status"] == "derived") for r in rows)
     assert len(vision_language_rows()) == len(rows)
@@ -167,3 +179,44 @@ def test_the_traced_trainers_are_the_case_matrices():
             seen.setdefault(model_type, set()).add(case["trainer"])
     assert seen == {k: set(v) for k, v in IMAGE_TRAINERS_TRACED.items()}
     assert all(set(IMAGE_TRAINERS_TRACED[k]) <= set(v) for k, v in IMAGE_TRAINERS_ALLOWED.items())
+
+
+@pytest.mark.torch
+def test_the_types_without_image_input_are_those_whose_class_takes_no_images():
+    """transformers' own `input_modalities` of each image-text-to-text class: the ones with neither images nor video
+    (Evolla: protein sequences; Mistral 4: a text decoder) are listed as not applicable with their reason, every other
+    type stays applicable."""
+    transformers = pytest.importorskip("transformers")
+    from hpcmem.models.coverage import refusal
+    from hpcmem.models.coverage_vlm import NO_IMAGE_INPUT
+
+    def takes_pixels(cls_name: str) -> bool:
+        modalities = getattr(getattr(transformers, cls_name), "input_modalities", ())
+        modalities = (modalities,) if isinstance(modalities, str) else tuple(modalities)
+        return "image" in modalities or "video" in modalities
+
+    without = {t for t, cls in vision_language_types().items() if not takes_pixels(cls)}
+    assert without == set(NO_IMAGE_INPUT) == {"evolla", "mistral4"}
+    rows = {r["model_type"]: r for r in vision_language_rows()}
+    assert {t for t, r in rows.items() if r["status"] == "not applicable"} >= without
+    assert "no images" in rows["evolla"]["reason"] and "no vision tower" in rows["mistral4"]["reason"]
+    assert refusal("evolla").startswith("not applicable: protein-text")
+    assert refusal("mistral4") is None          # its text jobs: a learned profile, as for any text decoder
+
+
+@pytest.mark.torch
+def test_the_trace_builds_mistral4_as_trl_does():
+    """TRL builds getattr(transformers, config.architectures[0]): Mistral4ForCausalLM, which AutoModelForCausalLM does
+    not map; the trace's registration makes it build that class (a tiny config on the meta device)."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from hpcmem.trace import text_heads
+
+    cfg = transformers.Mistral4Config(hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                                      num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4,
+                                      n_routed_experts=4, num_experts_per_tok=2, vocab_size=128)
+    text_heads.register()
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    assert type(model) is transformers.Mistral4ForCausalLM

@@ -146,9 +146,12 @@ def test_an_insert_layer_outside_the_tower_is_refused():
         minicpmv4_7_tower_from_config(cfg, "cut")
 
 
-def test_4x_downsampling_is_refused_naming_the_type():
-    cfg = {**json.loads(CUT.read_text()), "downsample_mode": "4x"}
-    with pytest.raises(SpecError, match="hpcmem models minicpmv4_7 at downsample_mode 16x"):
+def test_a_downsample_mode_the_model_does_not_have_is_refused_naming_the_type():
+    """MiniCPMV4_6Model.get_image_features knows "4x" (the window merger skipped) and anything else as "16x"; hpcmem
+    takes those two spellings only."""
+    cfg = {**json.loads(CUT.read_text()), "downsample_mode": "8x"}
+    with pytest.raises(SpecError, match="hpcmem models minicpmv4_7 at downsample_mode 16x or 4x.*got downsample_mode "
+                                        "'8x'"):
         minicpmv4_7_tower_from_config(cfg, "cut")
 
 
