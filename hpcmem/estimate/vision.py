@@ -35,6 +35,7 @@ blocks ≥ k have made their gradients (`_tower_backward`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -130,6 +131,10 @@ class VisionTerms:
     # tower's saved tensors are until the language model's backward is done (ERNIE-4.5-VL's vision experts,
     # hpcmem.estimate.vision_ernie4_5_vl_moe `routing_saved`; negative where the image tokens keep less), or 0
     text_saved: int = 0
+    # image features added to the hidden states before a text layer (Granite 4 Vision's projectors): per feature (that
+    # layer, its gradient's bytes); the gradient exists from the backward of that layer on and waits until the
+    # backward reaches the image path, so the language model's "backward (layer k)" holds those of layers above k
+    injected_grads: tuple[tuple[int, int], ...] = ()
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout, outside: Any = None) -> VisionTerms | None:
@@ -484,6 +489,12 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
                                     note="dropped with the model's outputs before the backward"),)
             if after_policy and terms.reference_pass:
                 out.append(_reference_tower_pass(p, resident, extra, terms.reference_pass))
+            layer = _backward_layer(p.name)
+            waiting = sum(b for target, b in terms.injected_grads if layer is not None and target > layer)
+            if waiting:
+                extra += (Component(name="image feature gradients", bytes=waiting,
+                                    note="of the features added above this layer, waiting for the image path's "
+                                         "backward"),)
         elif p.name.startswith(BACKWARD) or p.name == OPTIMIZER_STEP:
             extra = (grads, pixels) if p.name != OPTIMIZER_STEP else (grads,)
         else:
@@ -515,6 +526,12 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
             Component(name="vision connector (no grad)", bytes=terms.reference_connector,
                       note="the reference's pass: its live tensors, nothing saved"))))
     return out
+
+
+def _backward_layer(name: str) -> int | None:
+    """The decoder layer of a "backward (layer k)" phase, else None."""
+    match = re.fullmatch(r"backward \(layer (\d+)\)", name)
+    return int(match.group(1)) if match else None
 
 
 def _reference_tower_pass(p: Phase, resident: tuple[Component, ...], extra: tuple[Component, ...],

@@ -54,6 +54,7 @@ from hpcmem.estimate.vision_deepseek_vl_hybrid import deepseek_vl_hybrid_terms
 from hpcmem.estimate.vision_cosmos3_edge import cosmos3_edge_terms
 from hpcmem.estimate.vision_muse_glimmer import muse_glimmer_terms
 from hpcmem.estimate.vision_ernie4_5_vl_moe import ernie45vl_terms
+from hpcmem.estimate.vision_granite4_vision import granite4_vision_terms
 from hpcmem.estimate.vision_idle_audio import idle_audio_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
@@ -78,6 +79,7 @@ from hpcmem.models.deepseek_vl_hybrid import DeepseekVLHybridTowerSpec
 from hpcmem.models.cosmos3_edge import Cosmos3EdgeTowerSpec
 from hpcmem.models.muse_glimmer import MuseGlimmerTowerSpec
 from hpcmem.models.ernie4_5_vl_moe import Ernie45VlTowerSpec
+from hpcmem.models.granite4_vision import Granite4VisionTowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.ovis2 import Ovis2TowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
@@ -106,8 +108,9 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     hpcmem.estimate.vision_deepseek_vl_hybrid; PP-Chart2Table's GOT-OCR 2.0 tower in
     hpcmem.estimate.vision_got_ocr2; the Omni thinkers' the Qwen towers' beside their idle audio encoder
     (hpcmem.estimate.vision_idle_audio); ERNIE-4.5-VL's (and its decoder's image-token routing) in
-    hpcmem.estimate.vision_ernie4_5_vl_moe; Muse Glimmer's and Muse Spark's (its idle audio tower's weights besides)
-    in hpcmem.estimate.vision_muse_glimmer."""
+    hpcmem.estimate.vision_ernie4_5_vl_moe; Granite 4 Vision's SigLIP tower and Window Q-Former projectors in
+    hpcmem.estimate.vision_granite4_vision; Muse Glimmer's and Muse Spark's (its idle audio tower's weights
+    besides) in hpcmem.estimate.vision_muse_glimmer."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
     if isinstance(job.model.vision, VisionSpec) and job.model.vision.audio is not None:   # before the Qwen towers'
@@ -134,6 +137,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return ernie45vl_terms(job, prec, lora)
     if isinstance(job.model.vision, GotOcr2TowerSpec):
         return got_ocr2_terms(job, prec, lora)
+    if isinstance(job.model.vision, Granite4VisionTowerSpec):      # a ClipTowerSpec: before llava's
+        return granite4_vision_terms(job, prec, lora)
     if isinstance(job.model.vision, VipLlavaTowerSpec):
         return vipllava_terms(job, prec, lora, llava_terms(job, prec, lora))
     if isinstance(job.model.vision, ClipTowerSpec):

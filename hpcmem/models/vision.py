@@ -141,6 +141,11 @@ Covered (transformers 5.24):
   smart_resize at 16 px patches) and a 2 x 2 LayerNorm/GELU patch merger (hpcmem.models.cosmos3_edge's
   `Cosmos3EdgeTowerSpec`); its decoder cosmos3_edge_text (Llama's shape, ReLU² fc1/fc2 MLP), learned
   (hpcmem.models.vlm_learned).
+- granite4_vision (Granite 4 Vision) with images: a SigLIP tower over LLaVA-NeXT's anyres tiles, one Window Q-Former
+  projector (a one-layer Blip2QFormer over each w × w window of a tap, q × q queries) per deepstack pair and four over
+  the spatial layer, each projector's rows added to the image tokens before its text layer
+  (hpcmem.models.granite4_vision's `Granite4VisionTowerSpec`); its decoder Granite's, learned
+  (hpcmem.models.vlm_learned).
 - mistral_large4 (Mistral Large 4) with images: Mistral 3's Pixtral tower and patch-merging projector at its own
   defaults (hpcmem.models.mistral_large4, hpcmem.models.pixtral's `PixtralTowerSpec`); its decoder mistral_large4_text
   (MLA attention, a sparse-attention indexer, routed and shared experts), learned (hpcmem.models.vlm_learned).
@@ -176,6 +181,7 @@ from hpcmem.models.video_llava import video_llava_tower_from_config
 from hpcmem.models.vipllava import vipllava_tower_from_config
 from hpcmem.models.idefics2 import IDEFICS2_TEXT_DEFAULTS, Idefics2TowerSpec, idefics2_tower_from_config
 from hpcmem.models.granite_docling import GRANITE_DOCLING_TEXT_DEFAULTS, granite_docling_tower_from_config
+from hpcmem.models.granite4_vision import granite4_vision_tower_from_config
 from hpcmem.models.aria import ARIA_TEXT_DEFAULTS, aria_tower_from_config
 from hpcmem.models.idefics3 import Idefics3TowerSpec, idefics3_tower_from_config
 from hpcmem.models.internvl import internvl_tower_from_config
@@ -315,7 +321,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "lfm2_vl": ("sft", "dpo"), "cohere_compass": ("sft", "dpo"), "glm4v_moe": ("sft", "dpo"),
                           "paddleocr_vl": ("sft", "dpo"), "minicpmv4_6": ("sft", "dpo"),
                           "minicpmv4_7": ("sft", "dpo"), "minicpm_ocr": ("sft", "dpo"),
-                          "lfm3_vl": ("sft", "dpo"),
+                          "lfm3_vl": ("sft", "dpo"), "granite4_vision": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
                           "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",),
@@ -376,6 +382,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # .tie_word_embeddings True
     "granite_docling": TowerLayout(text="granite", defaults={}, aliases={}, norm="layer", mlp="fc", tie_default=True,
                                    text_class_defaults=GRANITE_DOCLING_TEXT_DEFAULTS),
+    # models/granite4_vision (modular_granite4_vision.py): hpcmem.models.granite4_vision reads the vision part and
+    # the projectors; Granite4VisionConfig's text_config is always a Granite4VisionTextConfig(GraniteConfig)
+    # (`sub_configs_defaults`, GraniteConfig's defaults when omitted), whose Granite4VisionTextModel(GraniteModel) runs
+    # Granite's layers: the granite layout (a learned type: hpcmem.models.vlm_learned); tie_word_embeddings False
+    "granite4_vision": TowerLayout(text="granite", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                   text_defaults={}),
     # models/aria (modular_aria.py): hpcmem.models.aria reads the vision part; AriaConfig's text_config is always an
     # AriaTextConfig(LlamaConfig) (`sub_configs_defaults`), whose AriaTextModel runs Llama attention and
     # AriaTextMoELayer (routed and shared experts): no family descriptor, a learned profile (hpcmem.models
@@ -883,6 +895,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return granite_docling_tower_from_config(cfg, name)
     if model_type == "aria":
         return aria_tower_from_config(cfg, name)
+    if model_type == "granite4_vision":
+        return granite4_vision_tower_from_config(cfg, name)
     if model_type == "paligemma":
         return paligemma_tower_from_config(cfg, name)
     if model_type == "mllama":

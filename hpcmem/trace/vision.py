@@ -21,8 +21,8 @@ torchvision-only image processor), Fuyu's hpcmem.trace.vision_fuyu's, Cosmos3 Ed
 hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's, the Qwen3-Omni
 thinker's hpcmem.trace.vision_qwen3_omni's, Qwen2.5-Omni's thinker's hpcmem.trace.vision_qwen2_5_omni's (Omni's
 token spellings, a real feature extractor, a stand-in video processor), ERNIE-4.5-VL's
-hpcmem.trace.vision_ernie4_5_vl_moe's, Muse Glimmer's and Muse Spark's hpcmem.trace.vision_muse_glimmer's (a PIL
-stand-in for their torchvision-only image processor).
+hpcmem.trace.vision_ernie4_5_vl_moe's, Granite 4 Vision's hpcmem.trace.vision_granite4_vision's, Muse Glimmer's
+and Muse Spark's hpcmem.trace.vision_muse_glimmer's (a PIL stand-in for their torchvision-only image processor).
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
                           vision_cosmos3_edge, vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_ernie4_5_vl_moe,
-                          vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling,
-                          vision_idefics2, vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25,
-                          vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_mistral3,
-                          vision_mllama, vision_muse_glimmer, vision_ovis2, vision_paddleocr_vl, vision_paligemma,
-                          vision_pp_chart2table, vision_qwen2_5_omni, vision_qwen3_omni, vision_video_llama_3)
+                          vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v, vision_granite4_vision,
+                          vision_granite_docling, vision_idefics2, vision_idefics3, vision_internvl, vision_janus,
+                          vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6,
+                          vision_mistral3, vision_mllama, vision_muse_glimmer, vision_ovis2, vision_paddleocr_vl,
+                          vision_paligemma, vision_pp_chart2table, vision_qwen2_5_omni, vision_qwen3_omni,
+                          vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -93,6 +94,8 @@ def processor(job: JobSpec) -> Any:
         return vision_gemma3.processor(job)
     if v.model_type in vision_llava.LLAVA_TYPES:
         return vision_llava.processor(job)
+    if v.family == "granite4_vision":
+        return vision_granite4_vision.processor(job)
     if v.family == "idefics3":
         return vision_idefics3.processor(job)
     if v.family == "granite_docling":
@@ -239,6 +242,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
     markers = vision_llava.MARKERS_PER_IMAGE if job.model.vision.model_type in vision_llava.LLAVA_TYPES else \
         vision_idefics3.markers(job) if family == "idefics3" else \
         vision_granite_docling.markers(job) if family == "granite_docling" else \
+        vision_granite4_vision.MARKERS_PER_IMAGE if family == "granite4_vision" else \
         vision_aria.MARKERS_PER_IMAGE if family == "aria" else \
         vision_paligemma.MARKERS_PER_IMAGE if family == "paligemma" else \
         vision_deepseek_vl.MARKERS_PER_IMAGE if family == "deepseek_vl" else \

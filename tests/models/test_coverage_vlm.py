@@ -131,6 +131,9 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     assert by_type["muse_spark"]["status"] == "derived" and \
         "traced: SFT, DPO)" in by_type["muse_spark"]["reason"] and \
         "GRPO/RLOO with images refused" in by_type["muse_spark"]["reason"]
+    assert by_type["granite4_vision"]["status"] == "derived" and \
+        "traced: SFT, DPO)" in by_type["granite4_vision"]["reason"] and \
+        "GRPO/RLOO with images refused" in by_type["granite4_vision"]["reason"]
     assert by_type["mistral_large4"]["status"] == "derived" and \
         "traced: SFT, DPO)" in by_type["mistral_large4"]["reason"] and \
         "GRPO/RLOO with images refused" in by_type["mistral_large4"]["reason"]
