@@ -52,6 +52,7 @@ from hpcmem.estimate.vision_got_ocr2 import got_ocr2_terms
 from hpcmem.estimate.vision_kimi_k25 import kimi_k25_terms
 from hpcmem.estimate.vision_deepseek_vl_hybrid import deepseek_vl_hybrid_terms
 from hpcmem.estimate.vision_cosmos3_edge import cosmos3_edge_terms
+from hpcmem.estimate.vision_muse_glimmer import muse_glimmer_terms
 from hpcmem.estimate.vision_ernie4_5_vl_moe import ernie45vl_terms
 from hpcmem.estimate.vision_granite4_vision import granite4_vision_terms
 from hpcmem.estimate.vision_idle_audio import idle_audio_terms
@@ -77,6 +78,7 @@ from hpcmem.models.got_ocr2_tower import GotOcr2TowerSpec
 from hpcmem.models.kimi_k25 import KimiK25TowerSpec
 from hpcmem.models.deepseek_vl_hybrid import DeepseekVLHybridTowerSpec
 from hpcmem.models.cosmos3_edge import Cosmos3EdgeTowerSpec
+from hpcmem.models.muse_glimmer import MuseGlimmerTowerSpec
 from hpcmem.models.ernie4_5_vl_moe import Ernie45VlTowerSpec
 from hpcmem.models.granite4_vision import Granite4VisionTowerSpec
 from hpcmem.models.molmo2 import Molmo2TowerSpec
@@ -109,7 +111,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     hpcmem.estimate.vision_got_ocr2; the Omni thinkers' the Qwen towers' beside their idle audio encoder
     (hpcmem.estimate.vision_idle_audio); ERNIE-4.5-VL's (and its decoder's image-token routing) in
     hpcmem.estimate.vision_ernie4_5_vl_moe; Granite 4 Vision's SigLIP tower and Window Q-Former projectors in
-    hpcmem.estimate.vision_granite4_vision; Molmo2's in hpcmem.estimate.vision_molmo2."""
+    hpcmem.estimate.vision_granite4_vision; Molmo2's in hpcmem.estimate.vision_molmo2; Muse Glimmer's and Muse
+    Spark's (its idle audio tower's weights besides) in hpcmem.estimate.vision_muse_glimmer."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
     if isinstance(job.model.vision, VisionSpec) and job.model.vision.audio is not None:   # before the Qwen towers'
@@ -130,6 +133,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return kimi_k25_terms(job, prec, lora)
     if isinstance(job.model.vision, Cosmos3EdgeTowerSpec):
         return cosmos3_edge_terms(job, prec, lora)
+    if isinstance(job.model.vision, MuseGlimmerTowerSpec):
+        return muse_glimmer_terms(job, prec, lora)
     if isinstance(job.model.vision, Ernie45VlTowerSpec):
         return ernie45vl_terms(job, prec, lora)
     if isinstance(job.model.vision, Molmo2TowerSpec):

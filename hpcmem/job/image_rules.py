@@ -181,7 +181,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "deepseek_vl_hybrid": "DeepseekVLHybridImageProcessor", "idefics2": "Idefics2ImageProcessor",
                      "janus": "JanusImageProcessor", "ovis2": "Ovis2ImageProcessor",
                      "lfm2_vl": "Lfm2VlImageProcessor", "minicpmv4_6": "MiniCPMV4_6ImageProcessor",
-                     "kimi_k25": "Kimi_K25ImageProcessor", "got_ocr2": "PPChart2TableImageProcessor",
+                     "kimi_k25": "Kimi_K25ImageProcessor", "muse_glimmer": "MuseGlimmerImageProcessor",
+                     "got_ocr2": "PPChart2TableImageProcessor",
                      "granite_docling": "GraniteDoclingImageProcessor", "aria": "AriaImageProcessor",
                      "molmo2": "Molmo2ImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
@@ -216,6 +217,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 f"{v.max_slice_nums} slices of about that size" if v.family == "minicpmv4_6" else
                 f"it scales every image down into {v.max_patches} patches of {v.patch_size} px and pads its sides to "
                 f"multiples of {2 * v.patch_size} px" if v.family == "kimi_k25" else
+                f"it resizes every image to the grid of {v.patch_size * v.merge_size}-px blocks nearest its aspect "
+                f"ratio within {v.max_image_tokens} blocks" if v.family == "muse_glimmer" else
                 f"it cuts every image into {v.image_size}-px tiles of the canvas of {v.min_patches}..{v.max_patches} "
                 "tiles that fits its aspect ratio best, plus a thumbnail" if v.family in ("internvl",
                                                                           "granite_docling") else

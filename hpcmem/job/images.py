@@ -229,6 +229,12 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         gh, gw = vision.grid(t.image_height, t.image_width)
         return ImageGeometry(resized=(gh * vision.patch_size, gw * vision.patch_size), grid_thw=(1, gh, gw),
                              patches=gh * gw, tokens=vision.image_tokens(t.image_height, t.image_width))
+    if getattr(vision, "family", "") == "muse_glimmer":
+        # Muse Glimmer (hpcmem.models.muse_glimmer): smart_resize's grid of 28 px blocks under max_image_tokens, one
+        # patch grid
+        gh, gw = vision.grid(t.image_height, t.image_width)
+        return ImageGeometry(resized=(gh * vision.patch_size, gw * vision.patch_size), grid_thw=(1, gh, gw),
+                             patches=gh * gw, tokens=vision.image_tokens(t.image_height, t.image_width))
     if getattr(vision, "family", "") == "fuyu":
         # Fuyu (hpcmem.models.fuyu): the image fitted into the 1080 × 1920 canvas when larger, cropped to whole 30 px
         # patches; one |SPEAKER| token per patch (the |NEWLINE| per patch row is text)

@@ -161,6 +161,13 @@ Covered (transformers 5.24):
   whose chosen layers' outputs, concatenated, an adapter pools per 2 × 2 window (attention from the window's mean to
   its patches, then a SiLU-gated MLP) into the image tokens (hpcmem.models.molmo2's `Molmo2TowerSpec`); its decoder
   Molmo2TextModel (Qwen3-style layers, an embedding of vocab_size + additional_vocab_size rows), learned
+- muse_glimmer (Muse Glimmer) with images: a NaViT tower of Kimi K2.5's layers over each image's own patch grid
+  (Linear patch embedding of two repeated frames, a bilinearly resampled learned position table, 32 x 32-patch
+  windows as Qwen2.5-VL's, axial 2-D rope), a 2 x 2 pixel shuffle into a GELU adapter and projection
+  (hpcmem.models.muse_glimmer's `MuseGlimmerTowerSpec`); its decoder muse_glimmer_text, learned
+  (hpcmem.models.vlm_learned).
+- muse_spark (Muse Spark) with images: Muse Glimmer's image path beside an audio tower that loads and never runs on
+  images (hpcmem.models.muse_spark's `MuseSparkTowerSpec`); its MoE decoder muse_spark_text, learned
   (hpcmem.models.vlm_learned).
 """
 
@@ -199,6 +206,8 @@ from hpcmem.models.minicpmv4_6 import minicpmv4_6_tower_from_config
 from hpcmem.models.minicpmv4_7 import minicpmv4_7_tower_from_config
 from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
 from hpcmem.models.cosmos3_edge import cosmos3_edge_tower_from_config
+from hpcmem.models.muse_glimmer import muse_glimmer_tower_from_config
+from hpcmem.models.muse_spark import muse_spark_tower_from_config
 from hpcmem.models.mistral_large4 import mistral_large4_tower_from_config
 from hpcmem.models.ernie4_5_vl_moe import ernie45vl_tower_from_config
 from hpcmem.models.molmo2 import molmo2_tower_from_config
@@ -321,7 +330,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
                           "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",), "molmo2": ("sft", "dpo"),
-                          "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo")}
+                          "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo"),
+                          "muse_glimmer": ("sft", "dpo"), "muse_spark": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -476,6 +486,20 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # `Cosmos3EdgeForConditionalGeneration._tied_weights_keys = {}` (modular_cosmos3_edge.py), whatever the flags say
     "cosmos3_edge": TowerLayout(text="cosmos3_edge_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                 text_defaults={}, ties=False),
+    # models/muse_glimmer: hpcmem.models.muse_glimmer reads the vision part; MuseGlimmerModel builds the decoder with
+    # `AutoModel.from_config(config.text_config)` (`sub_configs_defaults`: muse_glimmer_text, MuseGlimmerTextConfig's
+    # class defaults when omitted), a learned type (hpcmem.models.vlm_learned); MuseGlimmerConfig declares no
+    # tie_word_embeddings (unset: the head stays untied), and a config.json's top-level true ties it (measured on
+    # the meta model), a text_config's does not
+    "muse_glimmer": TowerLayout(text="muse_glimmer_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                text_defaults={}),
+    # models/muse_spark: hpcmem.models.muse_spark reads the vision and audio parts; MuseSparkModel (MuseGlimmerModel's
+    # __init__) builds the decoder with `AutoModel.from_config(config.text_config)` (`sub_configs_defaults`:
+    # muse_spark_text, MuseSparkTextConfig's class defaults when omitted), a learned type (hpcmem.models.vlm_learned);
+    # the head is never tied: `MuseSparkForConditionalGeneration._tied_weights_keys` is deleted (modular_muse_spark.py),
+    # whatever tie_word_embeddings says
+    "muse_spark": TowerLayout(text="muse_spark_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                              text_defaults={}, ties=False),
     # models/mistral_large4: hpcmem.models.mistral_large4 reads the vision part (Pixtral, as mistral3's);
     # MistralLarge4Config's text_config is always a MistralLarge4TextConfig (`sub_configs_defaults`, its class defaults
     # when omitted), which Mistral3Model's __init__ builds with `AutoModel.from_config`: MistralLarge4TextModel, a
@@ -929,6 +953,10 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return kimi_k25_tower_from_config(cfg, name)
     if model_type == "cosmos3_edge":
         return cosmos3_edge_tower_from_config(cfg, name)
+    if model_type == "muse_glimmer":
+        return muse_glimmer_tower_from_config(cfg, name)
+    if model_type == "muse_spark":
+        return muse_spark_tower_from_config(cfg, name)
     if model_type == "ernie4_5_vl_moe":
         return ernie45vl_tower_from_config(cfg, name)
     if model_type == "molmo2":

@@ -35,6 +35,22 @@ Mistral 4 (models/mistral4/modeling_mistral4.py): transformers 5.24 maps `mistra
 image-text-to-text mapping only (auto/modeling_auto.py), though that class is a text decoder with no image input.
 TRL's create_model_from_path (trl/trainer/utils.py) builds `getattr(transformers, config.architectures[0])`, that
 class itself; `register` maps Mistral4Config to it for AutoModelForCausalLM, so the trace builds what TRL trains.
+
+Muse Glimmer (models/muse_glimmer/modeling_muse_glimmer.py): `muse_glimmer_text` maps to `MuseGlimmerTextModel` in
+AutoModel only. `MuseGlimmerForConditionalGeneration.forward` runs `MuseGlimmerModel` (on a text row: the token ids
+with image/video ids zeroed, a clone, `language_model` = MuseGlimmerTextModel) and then `lm_head`
+(nn.Linear(hidden, vocab, bias=False), untied unless the outer config.json sets tie_word_embeddings) with its
+`output_multiplier` and tanh softcap. TRL trains through its fused head instead (trl/trainer/utils.py
+`add_fused_lm_head`: the backbone's last_hidden_state, then the head in tiles with `final_logit_softcapping` and
+`output_multiplier` read from the text config), which is the same on the class below: transformers'
+`MuseGlimmerTextModel` under LlamaForCausalLM's forward, registered the same way.
+
+Muse Spark (models/muse_spark/modeling_muse_spark.py): `muse_spark_text` maps to `MuseSparkTextModel` in AutoModel
+only; `MuseSparkForConditionalGeneration` is Muse Glimmer's forward with an MoE decoder (its head never tied:
+`_tied_weights_keys` deleted) and TRL's fused head reads the same two text config fields. The class below is
+transformers' `MuseSparkTextModel` under LlamaForCausalLM's forward (`output_router_logits` is False by default, and
+the fused head asks for router logits only when the config does), registered the same way, and taking the
+experts' implementation transformers picks for the text model's module, as Mistral Large 4's does.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
@@ -43,7 +59,7 @@ from typing import Any
 
 # model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
 TEXT_ONLY_TYPES = ("cosmos3_edge_text", "ernie4_5_vl_moe_text", "mistral4", "mistral_large4_text",
-                   "molmo2_text")
+                   "molmo2_text", "muse_glimmer_text", "muse_spark_text")
 _DONE: list[bool] = []
 
 
@@ -176,6 +192,66 @@ def _mistral_large4_text_lm() -> tuple[Any, Any]:
     return MistralLarge4TextConfig, MistralLarge4TextForCausalLM
 
 
+def _muse_glimmer_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+    from transformers.models.muse_glimmer.configuration_muse_glimmer import MuseGlimmerTextConfig
+    from transformers.models.muse_glimmer.modeling_muse_glimmer import (MuseGlimmerPreTrainedModel,
+                                                                        MuseGlimmerTextModel)
+
+    class MuseGlimmerTextForCausalLM(MuseGlimmerPreTrainedModel, GenerationMixin):
+        """MuseGlimmerTextModel and the head MuseGlimmerForConditionalGeneration puts on it, under
+        LlamaForCausalLM's forward (TRL's fused head applies the output multiplier and softcap)."""
+
+        config: MuseGlimmerTextConfig
+        config_class = MuseGlimmerTextConfig
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: MuseGlimmerTextConfig) -> None:
+            super().__init__(config)
+            self.model = MuseGlimmerTextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    return MuseGlimmerTextConfig, MuseGlimmerTextForCausalLM
+
+
+def _muse_spark_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+    from transformers.models.muse_spark.configuration_muse_spark import MuseSparkTextConfig
+    from transformers.models.muse_spark.modeling_muse_spark import MuseSparkPreTrainedModel, MuseSparkTextModel
+
+    class MuseSparkTextForCausalLM(MuseSparkPreTrainedModel, GenerationMixin):
+        """MuseSparkTextModel and the untied head MuseSparkForConditionalGeneration puts on it, under
+        LlamaForCausalLM's forward (TRL's fused head applies the output multiplier and softcap)."""
+
+        config: MuseSparkTextConfig
+        config_class = MuseSparkTextConfig
+        input_modalities = ("text",)
+
+        def __init__(self, config: MuseSparkTextConfig) -> None:
+            super().__init__(config)
+            self.model = MuseSparkTextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    # as for Mistral Large 4's class: the experts' implementation transformers picks for the text model's module
+    # (grouped_mm), not the eager per-expert loop a class defined here would get
+    MuseSparkTextForCausalLM._can_set_experts_implementation_cached_value = \
+        MuseSparkTextModel._can_set_experts_implementation()
+    return MuseSparkTextConfig, MuseSparkTextForCausalLM
+
+
 def register() -> None:
     """Register the classes above with AutoModelForCausalLM (once per process)."""
     if _DONE:
@@ -185,6 +261,7 @@ def register() -> None:
     from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
     for config, model in (_cosmos3_edge_text_lm(), _ernie4_5_vl_moe_text_lm(), _mistral_large4_text_lm(),
-                          _molmo2_text_lm(), (Mistral4Config, Mistral4ForCausalLM)):
+                          _molmo2_text_lm(), _muse_glimmer_text_lm(), _muse_spark_text_lm(),
+                          (Mistral4Config, Mistral4ForCausalLM)):
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)

@@ -22,7 +22,8 @@ hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_char
 thinker's hpcmem.trace.vision_qwen3_omni's, Qwen2.5-Omni's thinker's hpcmem.trace.vision_qwen2_5_omni's (Omni's
 token spellings, a real feature extractor, a stand-in video processor), ERNIE-4.5-VL's
 hpcmem.trace.vision_ernie4_5_vl_moe's, Granite 4 Vision's hpcmem.trace.vision_granite4_vision's, Molmo2's
-hpcmem.trace.vision_molmo2's (its torchvision-only image processor with torch's resize and normalize).
+hpcmem.trace.vision_molmo2's (its torchvision-only image processor with torch's resize and normalize), Muse Glimmer's
+and Muse Spark's hpcmem.trace.vision_muse_glimmer's (a PIL stand-in for their torchvision-only image processor).
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision,
                           vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v, vision_granite4_vision,
                           vision_granite_docling, vision_idefics2, vision_idefics3, vision_internvl, vision_janus,
                           vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6,
-                          vision_mistral3, vision_mllama, vision_molmo2, vision_ovis2, vision_paddleocr_vl,
-                          vision_paligemma, vision_pp_chart2table, vision_qwen2_5_omni, vision_qwen3_omni,
-                          vision_video_llama_3)
+                          vision_mistral3, vision_mllama, vision_molmo2, vision_muse_glimmer, vision_ovis2,
+                          vision_paddleocr_vl, vision_paligemma, vision_pp_chart2table, vision_qwen2_5_omni,
+                          vision_qwen3_omni, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -124,6 +125,8 @@ def processor(job: JobSpec) -> Any:
         return vision_minicpmv4_6.processor(job)
     if v.family == "kimi_k25":
         return vision_kimi_k25.processor(job)
+    if v.family == "muse_glimmer":
+        return vision_muse_glimmer.processor(job)
     if v.family == "fuyu":
         return vision_fuyu.processor(job)
     if v.family == "janus":
@@ -194,6 +197,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_minicpmv4_6.token_ids(proc)
     if vision_kimi_k25.is_processor(proc):
         return vision_kimi_k25.token_ids(proc)
+    if vision_muse_glimmer.is_processor(proc):
+        return vision_muse_glimmer.token_ids(proc)
     if vision_fuyu.is_processor(proc):
         return vision_fuyu.token_ids(proc)
     if vision_ernie4_5_vl_moe.is_processor(proc):
@@ -254,6 +259,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_lfm2_vl.markers(job) if family == "lfm2_vl" else \
         vision_minicpmv4_6.markers(job) if family == "minicpmv4_6" else \
         vision_kimi_k25.MARKERS_PER_IMAGE if family == "kimi_k25" else \
+        vision_muse_glimmer.MARKERS_PER_IMAGE if family == "muse_glimmer" else \
         vision_ernie4_5_vl_moe.MARKERS_PER_IMAGE if family == "ernie4_5_vl_moe" else \
         vision_fuyu.markers(job) if family == "fuyu" else \
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \

@@ -125,6 +125,12 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     assert by_type["cosmos3_edge"]["status"] == "derived" and \
         "traced: SFT, DPO)" in by_type["cosmos3_edge"]["reason"] and \
         "GRPO/RLOO with images refused" in by_type["cosmos3_edge"]["reason"]
+    assert by_type["muse_glimmer"]["status"] == "derived" and \
+        "traced: SFT, DPO)" in by_type["muse_glimmer"]["reason"] and \
+        "GRPO/RLOO with images refused" in by_type["muse_glimmer"]["reason"]
+    assert by_type["muse_spark"]["status"] == "derived" and \
+        "traced: SFT, DPO)" in by_type["muse_spark"]["reason"] and \
+        "GRPO/RLOO with images refused" in by_type["muse_spark"]["reason"]
     assert by_type["granite4_vision"]["status"] == "derived" and \
         "traced: SFT, DPO)" in by_type["granite4_vision"]["reason"] and \
         "GRPO/RLOO with images refused" in by_type["granite4_vision"]["reason"]
