@@ -14,8 +14,9 @@ The phases are the derived ones' (hpcmem.estimate.step) with those terms in plac
                      layer k and the optimizer step also hold the left_j they find)
 
 The lora cells were traced with TRL's LoRA at r = 16 on every Linear, or on the attention projections where peft
-refuses that (the profile's `lora_reference`); a job with other targets or rank gets the difference of the two
-adapters' saved inputs and backward temporaries, from hpcmem.estimate.lora. A profile may also hold the `lora-default`
+refuses that (the profile's `lora_reference`), as peft resolved those targets on the traced model (`traced_leaves`:
+its MoE conversion leaves a dense layer's MLP of DeepSeek-V3 unadapted under all-linear); a job with other targets or
+rank gets the difference of the two adapters' saved inputs and backward temporaries, from hpcmem.estimate.lora. A profile may also hold the `lora-default`
 cell, traced on peft's default targets (provenance `lora_default`): a job whose adapters sit where those put them
 takes that cell instead (the formulas' difference from all-linear misses where the default is a fused projection:
 GPT-BigCode's c_attn, Falcon's query_key_value; estimator/LOG.md).
@@ -38,6 +39,7 @@ from hpcmem.estimate.states import ParamParts, States
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.params import LinearModule
+from hpcmem.models.peft_targets import resolve
 from hpcmem.models.profile import (
     UNMASKED_SCORES,
     Cell,
@@ -95,9 +97,19 @@ def no_grad_entry(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
     return max(p.no_grad_entry.at(rows * seq, rows * seq * seq), 0)
 
 
-def _adapted_leaves(p: LearnedProfile, targets: list[str] | tuple[str, ...]) -> set[str]:
-    return {leaf for k in p.kinds for lin in k.linears if lin.nn_linear
-            and (leaf := lin.name.rsplit(".", 1)[-1]) in set(targets)}
+def traced_leaves(p: LearnedProfile, targets: list[str] | tuple[str, ...]) -> frozenset[str]:
+    """The last name parts of the nn.Linear layers peft adapted in the traced jobs for these target_modules (the
+    reference's, the default's): peft's own resolution for the model the learner traced — its cut decoder config,
+    provenance "traced_type" (hpcmem/trace/learn.py `learning_probe`) —, which may not be the type a user's job loads.
+    "all-linear" is every nn.Linear leaf of the layers (peft/tuners/tuners_utils.py
+    `_maybe_include_all_linear_layers`), and on a type whose LoraConfig peft's transformers-5 MoE conversion rewrites
+    (peft/utils/transformers_weight_conversion.py `_convert_peft_config_moe`: DeepSeek-V3, GLM-4-MoE, …) the names
+    it moves to target_parameters leave target_modules whole: a dense layer's gate_proj / up_proj / down_proj
+    nn.Linear is not adapted there (hpcmem.models.peft_targets `resolve`). The Kimi K2.5 image model, whose
+    model_type peft does not convert, adapts them: the text cut traced as deepseek_v3 did not."""
+    leaves = tuple(dict.fromkeys(lin.name.rsplit(".", 1)[-1] for k in p.kinds for lin in k.linears if lin.nn_linear))
+    peft_type = str(p.provenance.get("traced_type") or p.model_type)
+    return frozenset(resolve(peft_type, tuple(targets), (), leaves).modules) & frozenset(leaves)
 
 
 def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[Cell, dict]:
@@ -118,7 +130,7 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[Cell,
         return cell, {**p.lora_reference, "use_dora": True}
     if (t.use_peft and not t.use_dora and default and key
             and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
-            and {m.leaf for m in lora.adapted} == _adapted_leaves(p, default["lora_target_modules"])
+            and {m.leaf for m in lora.adapted} == traced_leaves(p, default["lora_target_modules"])
             and (cell := p.cell(key, DEFAULT_LORA, t.gradient_checkpointing)) is not None):
         return cell, default
     return _cell(job, prec), p.lora_reference
@@ -154,13 +166,16 @@ def _kind_modules(kind: LayerKind, leaves: set[str] | None) -> tuple[LinearModul
                  and (leaves is None or lin.name.rsplit(".", 1)[-1] in leaves))
 
 
-def layer_adapters(kind: LayerKind, lora: LoraLayout, reference: dict | None) -> LoraLayout:
-    """The adapters one layer of `kind` carries: the user's, or (`reference`) those the lora cells were traced with."""
+def layer_adapters(kind: LayerKind, lora: LoraLayout, reference: dict | None,
+                   profile: LearnedProfile | None = None) -> LoraLayout:
+    """The adapters one layer of `kind` carries: the user's, or (`reference`) those the lora cells were traced with —
+    the reference's targets as peft resolved them on the traced model (`traced_leaves`, from `profile`)."""
     if reference is not None:
-        targets = reference["lora_target_modules"]
+        if profile is None:
+            raise ValueError("layer_adapters: a reference's adapters need the profile whose traced model peft adapted")
         return LoraLayout(enabled=True, r=reference["lora_r"], adapted=_kind_modules(
-            kind, None if targets == ["all-linear"] else set(targets)), adapter_bytes=REFERENCE_ADAPTER_BYTES,
-            num_layers=1, dropout=True, dora=bool(reference.get("use_dora")))
+            kind, set(traced_leaves(profile, reference["lora_target_modules"]))),
+            adapter_bytes=REFERENCE_ADAPTER_BYTES, num_layers=1, dropout=True, dora=bool(reference.get("use_dora")))
     # the user's variant travels with the adapters (DoRA's saved tensors and forward: hpcmem.estimate.lora_variants)
     leaves = {m.leaf for m in lora.adapted}
     return LoraLayout(enabled=True, r=lora.r, adapted=_kind_modules(kind, leaves), adapter_bytes=lora.adapter_bytes,
@@ -213,7 +228,7 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         if not lora.enabled:
             per_kind[kind_id] = (0, 0, kind.params * prec.weight, 0)
             continue
-        mine, ref = layer_adapters(kind, lora, None), layer_adapters(kind, lora, reference or p.lora_reference)
+        mine, ref = layer_adapters(kind, lora, None), layer_adapters(kind, lora, reference or p.lora_reference, p)
         d_saved = mine.saved_per_layer(tokens, prec) - ref.saved_per_layer(tokens, traced)
         d_temp = backward_transient(mine, tokens, prec) - backward_transient(ref, tokens, traced)
         # DoRA's forward instant (the weight norm's dense copies beside the dropped input, the locals, the output
@@ -226,7 +241,7 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         dora_t = forward_instant(mine, tokens, prec, q) - forward_instant(ref, tokens, traced, q)
         per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes, dora_t)
         if plain is not None:       # DoRA's saved terms and backward beyond plain LoRA, on the reference's adapters
-            base = layer_adapters(kind, lora, p.lora_reference)
+            base = layer_adapters(kind, lora, p.lora_reference, p)
             backward_bound[kind_id] = (ref.saved_per_layer(tokens, traced) - base.saved_per_layer(tokens, traced),
                                        backward_transient(ref, tokens, traced) - backward_transient(base, tokens, traced))
     tail = tail_bytes(job, mb, prec)        # xLSTM's step-by-step remainder, which no learned length ran
