@@ -5,11 +5,15 @@ against the trace of TRL's SFTTrainer and DPOTrainer with their vision collators
 on blank 448×448 and 896×672 images (estimator/traces/vlm-kimi-k25.jsonl, written once by
 `hpcmem validate trace --cases estimator/cases/vlm-kimi-k25.yaml`, the estimate untouched after).
 
-The full fine-tuning cases hold within 3 %. The LoRA all-linear cases do not: the learned DeepSeek-V3 profile is not
-held under LoRA (its check held full fine-tuning only; the estimate warns so), and the same jobs without images are
-under by as much (traced text-only at 1,536 tokens: LoRA all-linear GC −5.9 %, no GC −6.7 %; GC at 1,024 −4.3 %, at
-4,096 −11.3 %), so the miss is the text part's, not the tower's (estimator/LOG.md). They stay in the matrix, marked
-strict xfail, so a fix of the text part shows here."""
+The full fine-tuning cases hold within 3 %. The LoRA all-linear cases were 6-10 % under while the estimate took the
+reference's dense-MLP adapters off the learned terms: the profile's LoRA cells were traced on the text cut as
+deepseek_v3, where peft's MoE conversion leaves gate_proj / up_proj / down_proj unadapted under all-linear
+(hpcmem.estimate.learned `traced_leaves`; tests/estimate/test_estimate_learned_reference_adapters.py). With that
+fixed, SFT LoRA GC at 448 (−2.9 %) and DPO LoRA without GC (−1.4 %) hold; four are still 3.1-5.2 % under: Kimi K2.5
+itself (model_type kimi_k25, which peft does not convert) adapts the MLP, which no learned cell traced, and the
+recompute's (or the last layer's forward's) instant at down_proj's adapter — peft's fp32 copy of its 18,432-wide input
+and the dropout's output beside everything the layer saved — is above the reference cell's instant at o_proj plus the
+difference formulas' saved inputs (estimator/LOG.md). Those stay strict xfail, so a fix shows here."""
 
 from __future__ import annotations
 
@@ -25,11 +29,13 @@ from tests.helpers.stored_cases import assert_learned_case_holds, grpo_with_imag
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-kimi-k25")
 CUT = "tests/fixtures/vlm/kimi-k25-defaults-L2-D2.json"
-TEXT_PART_UNDER = pytest.mark.xfail(strict=True, reason="the learned deepseek_v3 profile is not held under LoRA: "
-                                                        "text-only LoRA jobs are under by 4-11 % as well")
+MLP_ADAPTERS_UNDER = pytest.mark.xfail(strict=True, reason="the MLP adapters no learned cell traced: their "
+                                                           "instant at down_proj's adapter is above the difference "
+                                                           "formulas' (3.1-5.2 % under)")
+STILL_UNDER = {"kimi-lora-all-gc-896", "kimi-lora-all-nogc-448", "kimi-lora-all-nogc-896", "kimi-dpo-lora-all-gc-896"}
 
 
-@pytest.mark.parametrize("case_id", [pytest.param(c, marks=TEXT_PART_UNDER) if "lora" in c else c
+@pytest.mark.parametrize("case_id", [pytest.param(c, marks=MLP_ADAPTERS_UNDER) if c in STILL_UNDER else c
                                      for c in sorted(RECORDS)])
 def test_estimate_within_3_percent_of_the_trace(case_id):
     assert_learned_case_holds(RECORDS[case_id], ROOT)
