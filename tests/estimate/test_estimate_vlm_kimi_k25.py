@@ -3,7 +3,7 @@ DeepSeek-V3 layers of the text config class's widths, both dense under first_k_d
 learned profile in hpcmem/profiles/; Kimi_K25VisionConfig's tower cut to 2 layers, then Kimi_K25MultimodalProjection)
 against the trace of TRL's SFTTrainer and DPOTrainer with their vision collators and transformers' Kimi_K25Processor
 on blank 448×448 and 896×672 images (estimator/traces/vlm-kimi-k25.jsonl, written once by
-`hpcmem validate trace --cases estimator/cases/vlm-kimi-k25.yaml`, the estimate untouched after).
+`hpcmem validate trace --cases estimator/cases/vlm-kimi-k25.yaml`; the LoRA estimate changed after, in-sample).
 
 Every case holds within 3 % (estimator/LOG.md). The LoRA all-linear cases were 6-10 % under, for two reasons in the
 learned estimate (hpcmem.estimate.learned), both tested in tests/estimate/test_estimate_learned_reference_adapters.py:
