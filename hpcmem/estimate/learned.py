@@ -14,11 +14,13 @@ The phases are the derived ones' (hpcmem.estimate.step) with those terms in plac
                      layer k and the optimizer step also hold the left_j they find)
 
 The lora cells were traced with TRL's LoRA at r = 16 on every Linear, or on the attention projections where peft
-refuses that (the profile's `lora_reference`); a job with other targets or rank gets the difference of the two
-adapters' saved inputs and backward temporaries, from hpcmem.estimate.lora. A profile may also hold the `lora-default`
-cell, traced on peft's default targets (provenance `lora_default`): a job whose adapters sit where those put them
-takes that cell instead (the formulas' difference from all-linear misses where the default is a fused projection:
-GPT-BigCode's c_attn, Falcon's query_key_value; estimator/LOG.md).
+refuses that (the profile's `lora_reference`), as peft resolved those targets on the traced model (`traced_leaves`:
+its MoE conversion leaves a dense DeepSeek-V3 layer's MLP unadapted under all-linear); a job with other targets or
+rank gets the difference of the two adapters' saved inputs and backward temporaries, from hpcmem.estimate.lora, and
+an adapted dense MLP linear the reference left out its forward instant (`untraced_mlp_instant`). A profile may also
+hold the `lora-default` cell, traced on peft's default targets (provenance `lora_default`): a job whose adapters sit
+where those put them takes that cell instead (the formulas' difference from all-linear misses where the default is a
+fused projection: GPT-BigCode's c_attn, Falcon's query_key_value; estimator/LOG.md).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from hpcmem.estimate.activations import sliding_mask_alone
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import backward_components, closing_phases, resident_components, tied_head_gradient
 from hpcmem.estimate.lora import LoraLayout, backward_transient
-from hpcmem.estimate.lora_variants import forward_instant
+from hpcmem.estimate.lora_fp32_compute import recompute_transient
+from hpcmem.estimate.lora_variants import GATED_MLP, forward_instant
 from hpcmem.estimate.loss import LossBytes, fused_head_bytes
 from hpcmem.estimate.names import ACTIVATIONS, GATHERED, HEAD_BACKWARD, PREFETCHED_UNIT
 from hpcmem.estimate.recurrent_tail import tail_bytes
@@ -38,6 +41,7 @@ from hpcmem.estimate.states import ParamParts, States
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.params import LinearModule
+from hpcmem.models.peft_targets import resolve
 from hpcmem.models.profile import (
     UNMASKED_SCORES,
     Cell,
@@ -95,9 +99,19 @@ def no_grad_entry(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
     return max(p.no_grad_entry.at(rows * seq, rows * seq * seq), 0)
 
 
-def _adapted_leaves(p: LearnedProfile, targets: list[str] | tuple[str, ...]) -> set[str]:
-    return {leaf for k in p.kinds for lin in k.linears if lin.nn_linear
-            and (leaf := lin.name.rsplit(".", 1)[-1]) in set(targets)}
+def traced_leaves(p: LearnedProfile, targets: list[str] | tuple[str, ...]) -> frozenset[str]:
+    """The last name parts of the nn.Linear layers peft adapted in the traced jobs for these target_modules (the
+    reference's, the default's): peft's own resolution for the model the learner traced — its cut decoder config,
+    provenance "traced_type" (hpcmem/trace/learn.py `learning_probe`) —, which may not be the type a user's job loads.
+    "all-linear" is every nn.Linear leaf of the layers (peft/tuners/tuners_utils.py
+    `_maybe_include_all_linear_layers`), and on a type whose LoraConfig peft's transformers-5 MoE conversion rewrites
+    (peft/utils/transformers_weight_conversion.py `_convert_peft_config_moe`: DeepSeek-V3, GLM-4-MoE, …) the names
+    it moves to target_parameters leave target_modules whole: a dense layer's gate_proj / up_proj / down_proj
+    nn.Linear is not adapted there (hpcmem.models.peft_targets `resolve`). The Kimi K2.5 image model, whose
+    model_type peft does not convert, adapts them: the text cut traced as deepseek_v3 did not."""
+    leaves = tuple(dict.fromkeys(lin.name.rsplit(".", 1)[-1] for k in p.kinds for lin in k.linears if lin.nn_linear))
+    peft_type = str(p.provenance.get("traced_type") or p.model_type)
+    return frozenset(resolve(peft_type, tuple(targets), (), leaves).modules) & frozenset(leaves)
 
 
 def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[Cell, dict]:
@@ -118,7 +132,7 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[Cell,
         return cell, {**p.lora_reference, "use_dora": True}
     if (t.use_peft and not t.use_dora and default and key
             and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
-            and {m.leaf for m in lora.adapted} == _adapted_leaves(p, default["lora_target_modules"])
+            and {m.leaf for m in lora.adapted} == traced_leaves(p, default["lora_target_modules"])
             and (cell := p.cell(key, DEFAULT_LORA, t.gradient_checkpointing)) is not None):
         return cell, default
     return _cell(job, prec), p.lora_reference
@@ -154,18 +168,43 @@ def _kind_modules(kind: LayerKind, leaves: set[str] | None) -> tuple[LinearModul
                  and (leaves is None or lin.name.rsplit(".", 1)[-1] in leaves))
 
 
-def layer_adapters(kind: LayerKind, lora: LoraLayout, reference: dict | None) -> LoraLayout:
-    """The adapters one layer of `kind` carries: the user's, or (`reference`) those the lora cells were traced with."""
+def layer_adapters(kind: LayerKind, lora: LoraLayout, reference: dict | None,
+                   profile: LearnedProfile | None = None) -> LoraLayout:
+    """The adapters one layer of `kind` carries: the user's, or (`reference`) those the lora cells were traced with —
+    the reference's targets as peft resolved them on the traced model (`traced_leaves`, from `profile`)."""
     if reference is not None:
-        targets = reference["lora_target_modules"]
+        if profile is None:
+            raise ValueError("layer_adapters: a reference's adapters need the profile whose traced model peft adapted")
         return LoraLayout(enabled=True, r=reference["lora_r"], adapted=_kind_modules(
-            kind, None if targets == ["all-linear"] else set(targets)), adapter_bytes=REFERENCE_ADAPTER_BYTES,
-            num_layers=1, dropout=True, dora=bool(reference.get("use_dora")))
+            kind, set(traced_leaves(profile, reference["lora_target_modules"]))),
+            adapter_bytes=REFERENCE_ADAPTER_BYTES, num_layers=1, dropout=True, dora=bool(reference.get("use_dora")))
     # the user's variant travels with the adapters (DoRA's saved tensors and forward: hpcmem.estimate.lora_variants)
     leaves = {m.leaf for m in lora.adapted}
     return LoraLayout(enabled=True, r=lora.r, adapted=_kind_modules(kind, leaves), adapter_bytes=lora.adapter_bytes,
                       num_layers=1, dropout=lora.dropout, dropout_module=lora.dropout_module,
                       dora=lora.dora)
+
+
+def untraced_mlp_instant(job: JobSpec, kind: LayerKind, mine: LoraLayout, ref: LoraLayout, tokens: int,
+                         prec: Precision) -> int:
+    """The forward instant — and its recompute's under checkpointing — at an adapter of a dense gated MLP's linear
+    that the reference did not adapt, beyond what the layer's forward keeps; 0 where the job adapts no such linear
+    (plain LoRA only). The cells never ran it: a Kimi K2.5 job (model_type kimi_k25, which peft does not convert)
+    adapts the DeepSeek-V3 layers' gate_proj / up_proj / down_proj, the text cut traced as deepseek_v3 did not
+    (`traced_leaves`). down_proj runs last in a dense gated MLP layer (modeling_deepseek_v3.py DeepseekV3MLP.forward,
+    then the residual add of DeepseekV3DecoderLayer.forward), with every tensor the layer keeps already made; beside
+    them peft's forward of its adapter holds its input, the fp32 copy, the dropout's output and the outputs — the
+    derived estimate's instant (hpcmem.estimate.lora_fp32_compute `recompute_transient`, with the kind's own widths:
+    down_proj's input is the MLP's width)."""
+    traced = {m.leaf for m in ref.adapted}
+    extra = tuple(m for m in mine.adapted if m.leaf in GATED_MLP and m.leaf not in traced)
+    widths = {lin.name.rsplit(".", 1)[-1]: lin for lin in kind.linears if lin.nn_linear}
+    if not extra or mine.dora or any(leaf not in widths for leaf in GATED_MLP):
+        return 0
+    down = widths["down_proj"]
+    mlp = replace(job.model, intermediate_size=down.in_features, hidden_size=down.out_features, gated_mlp=True,
+                  fused_gate_up=False)
+    return recompute_transient(replace(mine, adapted=extra, targeted=()), tokens, prec, mlp)
 
 
 @dataclass(frozen=True)
@@ -211,9 +250,9 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     for kind_id in set(p.layer_kinds):
         kind = p.kinds[kind_id]
         if not lora.enabled:
-            per_kind[kind_id] = (0, 0, kind.params * prec.weight, 0)
+            per_kind[kind_id] = (0, 0, kind.params * prec.weight, 0, 0)
             continue
-        mine, ref = layer_adapters(kind, lora, None), layer_adapters(kind, lora, reference or p.lora_reference)
+        mine, ref = layer_adapters(kind, lora, None), layer_adapters(kind, lora, reference or p.lora_reference, p)
         d_saved = mine.saved_per_layer(tokens, prec) - ref.saved_per_layer(tokens, traced)
         d_temp = backward_transient(mine, tokens, prec) - backward_transient(ref, tokens, traced)
         # DoRA's forward instant (the weight norm's dense copies beside the dropped input, the locals, the output
@@ -224,18 +263,25 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         # the weight norm and products alone)
         q = job.train.quantized
         dora_t = forward_instant(mine, tokens, prec, q) - forward_instant(ref, tokens, traced, q)
-        per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes, dora_t)
+        per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes, dora_t,
+                             untraced_mlp_instant(job, kind, mine, ref, tokens, prec))
         if plain is not None:       # DoRA's saved terms and backward beyond plain LoRA, on the reference's adapters
-            base = layer_adapters(kind, lora, p.lora_reference)
+            base = layer_adapters(kind, lora, p.lora_reference, p)
             backward_bound[kind_id] = (ref.saved_per_layer(tokens, traced) - base.saved_per_layer(tokens, traced),
                                        backward_transient(ref, tokens, traced) - backward_transient(base, tokens, traced))
     tail = tail_bytes(job, mb, prec)        # xLSTM's step-by-step remainder, which no learned length ran
     for j, r in enumerate(p.layer_map):
-        d_saved, d_temp, grad, dora_t = per_kind[p.layer_kinds[j]]
+        d_saved, d_temp, grad, dora_t, untraced = per_kind[p.layer_kinds[j]]
         quad = _quad(job, mb, j)
         raw = (cell.fwd[r].at(tokens, quad), cell.fpeak[r].at(tokens, quad), cell.kept[r].at(tokens, quad),
                cell.peak[r].at(tokens, quad))
         fwd, fpeak, kept, peak = raw
+        # an untraced MLP adapter's instant (`untraced_mlp_instant`) sits on what the layer's forward keeps: the
+        # plain LoRA cell without checkpointing measured that (its `fwd`); the recompute under checkpointing keeps
+        # the same
+        forward_kept = None
+        if untraced and (nogc := p.cell(precision_key(prec) or "", "lora", False)) is not None:
+            forward_kept = nogc.fwd[r].at(tokens, quad) + d_saved + untraced
         if gc:
             peak += tail
         else:
@@ -251,8 +297,12 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
                 peak = max(peak + d_saved + dora_t, backward + d_saved + d_temp)
             else:
                 peak += d_saved + (max(d_temp, dora_t) if dora_t else d_temp)
+            if forward_kept is not None:
+                peak = max(peak, forward_kept + tail)
         else:
             fwd, fpeak, kept, peak = fwd + d_saved, fpeak + d_saved + dora_t, kept + d_saved, peak + d_temp
+            if forward_kept is not None:
+                fpeak = max(fpeak, forward_kept + tail)
         # an adapter change never takes a term below zero; a learned term that is negative stays as learned (layer 0's
         # kept is, where the embeddings' backward entry holds more than layer 0 left: Gemma-4's per-layer inputs)
         for dest, value, learned in zip((out.fwd, out.fpeak, out.kept, out.peak), (fwd, fpeak, kept, peak), raw,
