@@ -22,7 +22,7 @@ from typing import Any
 
 from hpcmem.datapath import PACKAGE_DIR, estimator_dir
 from hpcmem.models.config import ARCHITECTURES
-from hpcmem.models.coverage_vlm import (IMAGE_TEXT_MAPPING_NAME, NO_IMAGE_INPUT, derived_reason,
+from hpcmem.models.coverage_vlm import (IMAGE_TEXT_MAPPING_NAME, NO_IMAGE_INPUT, TEXT_PART_REFUSED, derived_reason,
                                         vision_language_reason, vision_language_types)
 from hpcmem.models.vision import VISION_LANGUAGE
 
@@ -71,6 +71,19 @@ def type_status(model_type: str, entry: dict[str, Any] | None) -> tuple[str, str
 
 def _settings(requires: dict[str, Any]) -> str:
     return ", ".join(f"{k}: {json.dumps(v)}" for k, v in requires.items())
+
+
+def text_part_refusal(model_type: str) -> str | None:
+    """Why an image-text type refused for its text part (hpcmem.models.coverage_vlm `TEXT_PART_REFUSED`) is: the text
+    type's coverage.json refusal and the settings its trainer runs only with; None for any other type."""
+    text = TEXT_PART_REFUSED.get(model_type)
+    if text is None:
+        return None
+    entry = classification()["types"][text]
+    needs = f"; it trains only with {_settings(entry['requires'])}: {entry['requires_reason']}" \
+        if "requires" in entry else ""
+    return (f"vision-language only (image-text-to-text: {vision_language_types().get(model_type, model_type)}): its "
+            f"text part {text} is refused: {entry['refused']}{needs}")
 
 
 def required_settings(model_type: str) -> dict[str, Any]:
@@ -131,7 +144,8 @@ def vision_language_rows(mapping: dict[str, str] | None = None) -> list[dict[str
         elif name in NO_IMAGE_INPUT:
             status, reason = "not applicable", vision_language_reason(name)
         elif entry is None:
-            status, reason = "refused", vision_language_reason(name) or f"vision-language only ({cls}): not modelled"
+            status, reason = "refused", (text_part_refusal(name) or vision_language_reason(name)
+                                         or f"vision-language only ({cls}): not modelled")
         else:
             status, reason = type_status(name, entry)
             reason = f"text decoder only, images not modelled: {reason}"
@@ -144,7 +158,7 @@ def vision_language_rows(mapping: dict[str, str] | None = None) -> list[dict[str
 def refusal(model_type: str) -> str | None:
     """Why hpcmem refuses a type (not applicable, refused, or vision-language only), or None."""
     entry = classification()["types"].get(model_type)
-    vision_only = vision_language_reason(model_type) if entry is None else None
+    vision_only = (text_part_refusal(model_type) or vision_language_reason(model_type)) if entry is None else None
     if vision_only:
         return f"{'not applicable' if model_type in NO_IMAGE_INPUT else 'refused'}: {vision_only}"
     status, reason = type_status(model_type, entry)

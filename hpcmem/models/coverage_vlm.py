@@ -85,6 +85,10 @@ TRL_REFUSES: dict[str, str] = {
 # image-text types whose text decoder hpcmem refuses because TRL's trainer cannot train it (their reason is the text
 # decoder's, hpcmem/models/coverage.json): no image job of theirs trains either
 TRL_REFUSES_TEXT_DECODER = ("llama4",)
+# image-text types refused for their text part: model_type → the text config's type, which hpcmem/models/coverage.json
+# classifies (its "refused" reason, and the settings it trains only with: "requires"). glm5_next
+# (models/glm5_next/configuration_glm5_next.py `Glm5NextConfig.sub_configs_defaults`): Glm5NextTextConfig
+TEXT_PART_REFUSED: dict[str, str] = {"glm5_next": "glm5_next_text"}
 
 
 # image-text-to-text types with no image input: nothing of an image job applies to them, so the image-text table lists

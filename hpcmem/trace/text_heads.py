@@ -17,6 +17,19 @@ moe_mm_token_type_ids, so every token through the text experts (`Ernie4_5_VLMoeM
 tie_word_embeddings, True by default) on the kept positions and `self.loss_function` (the router's aux loss only under
 output_router_logits, False by default) — again LlamaForCausalLM.forward around the decoder.
 
+GLM-5.3-Flash (models/glm5_next/modeling_glm5_next.py): `glm5_next_text` maps to `Glm5NextTextModel` in AutoModel
+only. What `Glm5NextForConditionalGeneration.forward` runs on a text row is `Glm5NextTextModel` (its
+`model.language_model`, through `Glm5NextModel.forward`), then `lm_head` (nn.Linear(hidden, vocab, bias=False), untied
+by default: Glm5NextConfig.tie_word_embeddings False) on the kept positions and `self.loss_function`; the router's
+load-balancing loss only when output_router_logits, which TRL turns off at router_aux_loss_coef 0 (the one setting
+the type trains with: hpcmem/models/coverage.json "requires"). The class below is that, under LlamaForCausalLM's
+forward, as for Cosmos3 Edge.
+
+Mistral 4 (models/mistral4/modeling_mistral4.py): transformers 5.24 maps `mistral4` to `Mistral4ForCausalLM` in the
+image-text-to-text mapping only (auto/modeling_auto.py), though that class is a text decoder with no image input.
+TRL's create_model_from_path (trl/trainer/utils.py) builds `getattr(transformers, config.architectures[0])`, that
+class itself; `register` maps Mistral4Config to it for AutoModelForCausalLM, so the trace builds what TRL trains.
+
 Molmo2 (models/molmo2/modeling_molmo2.py): `molmo2_text` maps to `Molmo2TextModel` in AutoModel only.
 `Molmo2ForConditionalGeneration.forward` runs `Molmo2TextModel` (its `model.language_model`: an embedding of
 vocab_size + additional_vocab_size rows) and then its own `lm_head` (nn.Linear(hidden, vocab_size, bias=False): the
@@ -58,7 +71,7 @@ experts' implementation transformers picks for the text model's module, as Mistr
 from typing import Any
 
 # model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
-TEXT_ONLY_TYPES = ("cosmos3_edge_text", "ernie4_5_vl_moe_text", "mistral4", "mistral_large4_text",
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "ernie4_5_vl_moe_text", "glm5_next_text", "mistral4", "mistral_large4_text",
                    "molmo2_text", "muse_glimmer_text", "muse_spark_text")
 _DONE: list[bool] = []
 
@@ -153,6 +166,34 @@ def _molmo2_text_lm() -> tuple[Any, Any]:
         forward = LlamaForCausalLM.forward
 
     return Molmo2TextConfig, Molmo2TextForCausalLM
+
+
+def _glm5_next_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.glm5_next.configuration_glm5_next import Glm5NextTextConfig
+    from transformers.models.glm5_next.modeling_glm5_next import Glm5NextPreTrainedModel, Glm5NextTextModel
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+
+    class Glm5NextTextForCausalLM(Glm5NextPreTrainedModel, GenerationMixin):
+        """Glm5NextTextModel and the head Glm5NextForConditionalGeneration puts on it, under LlamaForCausalLM's
+        forward."""
+
+        config: Glm5NextTextConfig
+        config_class = Glm5NextTextConfig
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: Glm5NextTextConfig) -> None:
+            super().__init__(config)
+            self.model = Glm5NextTextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    return Glm5NextTextConfig, Glm5NextTextForCausalLM
 
 
 def _mistral_large4_text_lm() -> tuple[Any, Any]:
@@ -260,8 +301,8 @@ def register() -> None:
     from transformers.models.mistral4.configuration_mistral4 import Mistral4Config
     from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
-    for config, model in (_cosmos3_edge_text_lm(), _ernie4_5_vl_moe_text_lm(), _mistral_large4_text_lm(),
-                          _molmo2_text_lm(), _muse_glimmer_text_lm(), _muse_spark_text_lm(),
-                          (Mistral4Config, Mistral4ForCausalLM)):
+    for config, model in (_cosmos3_edge_text_lm(), _ernie4_5_vl_moe_text_lm(), _glm5_next_text_lm(),
+                          _mistral_large4_text_lm(), _molmo2_text_lm(), _muse_glimmer_text_lm(),
+                          _muse_spark_text_lm(), (Mistral4Config, Mistral4ForCausalLM)):
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)
