@@ -52,6 +52,7 @@ from hpcmem.estimate.vision_got_ocr2 import got_ocr2_terms
 from hpcmem.estimate.vision_kimi_k25 import kimi_k25_terms
 from hpcmem.estimate.vision_deepseek_vl_hybrid import deepseek_vl_hybrid_terms
 from hpcmem.estimate.vision_cosmos3_edge import cosmos3_edge_terms
+from hpcmem.estimate.vision_hunyuan_vl import hunyuan_vl_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -73,6 +74,7 @@ from hpcmem.models.got_ocr2_tower import GotOcr2TowerSpec
 from hpcmem.models.kimi_k25 import KimiK25TowerSpec
 from hpcmem.models.deepseek_vl_hybrid import DeepseekVLHybridTowerSpec
 from hpcmem.models.cosmos3_edge import Cosmos3EdgeTowerSpec
+from hpcmem.models.hunyuan_vl import HunYuanVLTowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.ovis2 import Ovis2TowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
@@ -98,7 +100,7 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     hpcmem.estimate.vision_kimi_k25; Fuyu's patch Linear in
     hpcmem.estimate.vision_fuyu; DeepSeek-VL hybrid's in
     hpcmem.estimate.vision_deepseek_vl_hybrid; PP-Chart2Table's GOT-OCR 2.0 tower in
-    hpcmem.estimate.vision_got_ocr2."""
+    hpcmem.estimate.vision_got_ocr2; HunYuanVL's in hpcmem.estimate.vision_hunyuan_vl."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
     if isinstance(job.model.vision, InternVLTowerSpec):
@@ -117,6 +119,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return kimi_k25_terms(job, prec, lora)
     if isinstance(job.model.vision, Cosmos3EdgeTowerSpec):
         return cosmos3_edge_terms(job, prec, lora)
+    if isinstance(job.model.vision, HunYuanVLTowerSpec):
+        return hunyuan_vl_terms(job, prec, lora)
     if isinstance(job.model.vision, GotOcr2TowerSpec):
         return got_ocr2_terms(job, prec, lora)
     if isinstance(job.model.vision, VipLlavaTowerSpec):

@@ -136,6 +136,11 @@ Covered (transformers 5.24):
   smart_resize at 16 px patches) and a 2 x 2 LayerNorm/GELU patch merger (hpcmem.models.cosmos3_edge's
   `Cosmos3EdgeTowerSpec`); its decoder cosmos3_edge_text (Llama's shape, ReLU² fc1/fc2 MLP), learned
   (hpcmem.models.vlm_learned).
+- hunyuan_vl (HunyuanOCR) with images: a SigLIP-shaped tower over each image's own patch grid (Qwen2-VL's smart_resize
+  at 16 px patches, a learned position grid resized per image) and a convolution patch merger (RMSNorm, 2 x 2 Conv2d,
+  GELU, 1 x 1 Conv2d, a newline column, Linear, begin/end rows, RMSNorm) (hpcmem.models.hunyuan_vl's
+  `HunYuanVLTowerSpec`); its decoder hunyuan_vl_text (HunYuan dense layers under 4-axis M-RoPE), learned
+  (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -171,6 +176,7 @@ from hpcmem.models.minicpmv4_6 import minicpmv4_6_tower_from_config
 from hpcmem.models.minicpmv4_7 import minicpmv4_7_tower_from_config
 from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
 from hpcmem.models.cosmos3_edge import cosmos3_edge_tower_from_config
+from hpcmem.models.hunyuan_vl import hunyuan_vl_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -283,7 +289,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "lfm3_vl": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
-                          "pp_chart2table": ("sft",)}
+                          "pp_chart2table": ("sft",), "hunyuan_vl": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -428,6 +434,13 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # `Cosmos3EdgeForConditionalGeneration._tied_weights_keys = {}` (modular_cosmos3_edge.py), whatever the flags say
     "cosmos3_edge": TowerLayout(text="cosmos3_edge_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                 text_defaults={}, ties=False),
+    # models/hunyuan_vl: hpcmem.models.hunyuan_vl reads the vision part; HunYuanVLModel builds the decoder with
+    # `HunYuanVLTextModel._from_config(config.text_config)` (`sub_configs_defaults`: hunyuan_vl_text,
+    # HunYuanVLTextConfig's class defaults when omitted), a learned type (hpcmem.models.vlm_learned);
+    # HunYuanVLConfig.tie_word_embeddings True, and `__post_init__` sets it True from a true text flag (the text
+    # config class's own default True); `_tied_weights_keys` ties lm_head to the token embeddings
+    "hunyuan_vl": TowerLayout(text="hunyuan_vl_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                              tie_default=True, tie_from_text=True, text_tie_default=True, text_defaults={}),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -814,6 +827,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return kimi_k25_tower_from_config(cfg, name)
     if model_type == "cosmos3_edge":
         return cosmos3_edge_tower_from_config(cfg, name)
+    if model_type == "hunyuan_vl":
+        return hunyuan_vl_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":

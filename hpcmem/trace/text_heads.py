@@ -8,6 +8,12 @@ Cosmos3 Edge (transformers 5.24 models/cosmos3_edge/modeling_cosmos3_edge.py): `
 kept positions and `self.loss_function` — what LlamaForCausalLM.forward does around its decoder. The class below is
 that: transformers' own `Cosmos3EdgeTextModel` under LlamaForCausalLM's forward, registered with
 AutoModelForCausalLM only inside hpcmem's trace processes (`register`); no other code of it is hpcmem's.
+
+HunYuanVL (models/hunyuan_vl/modeling_hunyuan_vl.py): `hunyuan_vl_text` maps to `HunYuanVLTextModel` in AutoModel only
+likewise. `HunYuanVLForConditionalGeneration.forward` runs it (`model.language_model`; on a text row
+`compute_3d_position_ids` returns None and the text model lays the sequence positions on every M-RoPE axis) and then
+`lm_head` (nn.Linear(hidden, vocab, bias=False), tied to the token embeddings: `_tied_weights_keys`) and
+`self.loss_function`: transformers' own `HunYuanVLTextModel` under LlamaForCausalLM's forward, tied the same way.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
@@ -15,7 +21,7 @@ AutoModelForCausalLM only inside hpcmem's trace processes (`register`); no other
 from typing import Any
 
 # text config model_type → the causal-LM class `register` builds for it
-TEXT_ONLY_TYPES = ("cosmos3_edge_text",)
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "hunyuan_vl_text")
 _DONE: list[bool] = []
 
 
@@ -48,12 +54,41 @@ def _cosmos3_edge_text_lm() -> tuple[Any, Any]:
     return Cosmos3EdgeTextConfig, Cosmos3EdgeTextForCausalLM
 
 
+def _hunyuan_vl_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.hunyuan_vl.configuration_hunyuan_vl import HunYuanVLTextConfig
+    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLPreTrainedModel, HunYuanVLTextModel
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+
+    class HunYuanVLTextForCausalLM(HunYuanVLPreTrainedModel, GenerationMixin):
+        """HunYuanVLTextModel and the head HunYuanVLForConditionalGeneration puts on it (tied by default:
+        HunYuanVLConfig.tie_word_embeddings True), under LlamaForCausalLM's forward."""
+
+        config: HunYuanVLTextConfig
+        config_class = HunYuanVLTextConfig
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: HunYuanVLTextConfig) -> None:
+            super().__init__(config)
+            self.model = HunYuanVLTextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    return HunYuanVLTextConfig, HunYuanVLTextForCausalLM
+
+
 def register() -> None:
     """Register the classes above with AutoModelForCausalLM (once per process)."""
     if _DONE:
         return
     from transformers import AutoModelForCausalLM
 
-    config, model = _cosmos3_edge_text_lm()
-    AutoModelForCausalLM.register(config, model, exist_ok=True)
+    for make in (_cosmos3_edge_text_lm, _hunyuan_vl_text_lm):
+        config, model = make()
+        AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)

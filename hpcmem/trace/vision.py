@@ -18,7 +18,8 @@ Cohere Compass's hpcmem.trace.vision_cohere_compass's, PaddleOCR-VL's hpcmem.tra
 LFM2-VL's hpcmem.trace.vision_lfm2_vl's (a PIL stand-in for its torchvision-only image processor), MiniCPM-V 4.6's
 hpcmem.trace.vision_minicpmv4_6's, Kimi K2.5's hpcmem.trace.vision_kimi_k25's (a PIL stand-in for its
 torchvision-only image processor), Fuyu's hpcmem.trace.vision_fuyu's, Cosmos3 Edge's
-hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's.
+hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's, HunYuanVL's
+hpcmem.trace.vision_hunyuan_vl's.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
                           vision_cosmos3_edge, vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_fuyu,
-                          vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling, vision_idefics2,
+                          vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling, vision_hunyuan_vl,
+                          vision_idefics2,
                           vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl,
                           vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_mistral3, vision_mllama,
                           vision_ovis2, vision_paddleocr_vl, vision_paligemma, vision_pp_chart2table,
@@ -143,6 +145,8 @@ def processor(job: JobSpec) -> Any:
         return vision_paddleocr_vl.processor(job, vision_tokenizer(), CHAT_TEMPLATE, IMAGE_PAD)
     if v.family == "cosmos3_edge":
         return vision_cosmos3_edge.processor(job, vision_tokenizer(), CHAT_TEMPLATE)
+    if v.family == "hunyuan_vl":
+        return vision_hunyuan_vl.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -183,6 +187,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_fuyu.token_ids(proc)
     if vision_pp_chart2table.is_processor(proc):
         return vision_pp_chart2table.token_ids(proc)
+    if vision_hunyuan_vl.is_processor(proc):
+        return vision_hunyuan_vl.token_ids(proc)
     if vision_lfm2_vl.is_processor(proc):      # its image_token is llava's "<image>": before llava's
         return vision_lfm2_vl.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
@@ -234,6 +240,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
         vision_ovis2.MARKERS_PER_IMAGE if family == "ovis2" else \
         vision_pp_chart2table.MARKERS_PER_IMAGE if family == "got_ocr2" else \
+        vision_hunyuan_vl.MARKERS_PER_IMAGE if family == "hunyuan_vl" else \
         vision_idefics2.MARKERS_PER_IMAGE if family == "idefics2" else \
         vision_mllama.MARKERS_PER_IMAGE if family == "mllama" else \
         vision_mistral3.MARKERS_PER_IMAGE if family == "pixtral" else \
