@@ -29,14 +29,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hpcmem.estimate import activations as act
-from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
+from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, feature_locals,
-                                    graphless_tower, token_leaf, tower_states, tower_weights, unused_tower)
+                                    graphless_tower, layer_norm_saved, token_leaf, tower_states, tower_weights,
+                                    unused_tower)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.job.shape import MicroBatch, Precision
+from hpcmem.job.shape import MicroBatch, Precision, micro_batch
 from hpcmem.models.hunyuan_vl import EXTRA_TOKENS, HunYuanVLTowerSpec
+from hpcmem.models.peft_targets import ALL_LINEAR
+
+QKV = ("q_proj", "k_proj", "v_proj")
 
 # what HunYuanVLRMSNorm keeps per row besides its fp32 input: rsqrt's fp32 [rows, 1] output
 RMS_STATS = FP32
@@ -69,6 +73,42 @@ def merger_saved(v: HunYuanVLTowerSpec, n: int, images: int, tokens: int, prec: 
     return before + convs + mlp_in + own + after
 
 
+def _qkv_adapted(names: tuple[str, ...], targets: tuple[str, ...]) -> int:
+    """How many of q_proj, k_proj, v_proj (each below `names`' prefix) the LoRA targets reach."""
+    return sum(1 for x in names if ALL_LINEAR in targets or any(x == t or x.endswith("." + t) for t in targets))
+
+
+def first_block_difference(v: HunYuanVLTowerSpec, n: int, prec: Precision, lora: LoraLayout, adapted: tuple,
+                           gc: bool) -> int:
+    """What block 0 keeps less than the others under LoRA without checkpointing: its input, the embeddings' output,
+    needs no gradient (patch_embedding frozen, pixel_values none, and nothing hooks the tower), so `layer_norm1`
+    (frozen) keeps neither its fp32 input nor its statistics, and the dropouts before self_attn.q/k/v_proj's adapters
+    keep no mask (modeling_hunyuan_vl.py `HunYuanVLVisionBlock.forward`, `HunYuanVLVisionAttention.forward`); from
+    block 0's adapters on, every later tensor requires grad."""
+    if not lora.enabled or gc:
+        return 0
+    qkv = sum(1 for x in adapted if x.part == "tower" and x.name in tuple(f"self_attn.{q}" for q in QKV))
+    mask = LORA_DROPOUT_MASK_BYTES * v.hidden_size * qkv if lora.dropout else 0
+    return (layer_norm_saved(v.hidden_size, prec, frozen=True) + mask) * n
+
+
+def first_layer_input(job: JobSpec, prec: Precision, lora: LoraLayout, adapted: tuple) -> int:
+    """What decoder layer 0 keeps only because its input requires grad, under LoRA without checkpointing when an
+    adapter reaches the tower: the image rows `masked_scatter` writes into the token embeddings require grad, so layer
+    0's input does, where a text-only step's (the frozen token embeddings' output, no `enable_input_require_grads`
+    hook without checkpointing) does not, which the learned text profile was traced as (hpcmem.estimate.vision_fuyu
+    `first_layer_input`, the same mechanism). modeling_hunyuan_vl.py `HunYuanVLDenseV1DecoderLayer.forward`:
+    `input_layernorm` (HunYuanVLRMSNorm, frozen) then keeps its fp32 input and rsqrt's output (`rms_norm_saved`), and
+    peft's dropout before each adapted self_attn.q/k/v_proj keeps its mask. Checkpointing hooks the token embeddings
+    in both (the profile has it), full fine-tuning trains them (likewise)."""
+    if not lora.enabled or not adapted or job.train.gradient_checkpointing:
+        return 0
+    tokens, width = micro_batch(job).tokens, job.model.hidden_size
+    qkv = _qkv_adapted(QKV, tuple(job.train.lora_target_modules))
+    mask = LORA_DROPOUT_MASK_BYTES * width * qkv if lora.dropout else 0
+    return (rms_norm_saved(width, prec, trained=False) + mask) * tokens
+
+
 def hunyuan_vl_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     v: HunYuanVLTowerSpec = job.model.vision
     images, n = image_rows(job)
@@ -88,13 +128,14 @@ def hunyuan_vl_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionT
     mb = MicroBatch(rows=images, seq=n // images, label_tokens=0, padding_free=False, source="",
                     attn_implementation="sdpa")
     full = block_saved(job, v, spec, mb, prec, v.block_params, tuple(adapted), lora)
-    blocks = (prec.residual * h * n,) * v.depth if gc else (full,) * v.depth
+    blocks = (prec.residual * h * n,) * v.depth if gc else \
+        (full - first_block_difference(v, n, prec, lora, tuple(adapted), gc),) + (full,) * (v.depth - 1)
     # before the blocks: patch_embedding's 16-bit input copy when it trains; under checkpointing with PEFT the token
     # embeddings' hooked output
     patch_in = n * v.patch_dim * prec.act if trained else 0
     leaves = token_leaf(job, prec) if not trained and gc else 0
     merger = merger_saved(v, n, images, tokens, prec, trained, list(adapted), lora)
-    saved = sum(blocks) + patch_in + leaves + merger
+    saved = sum(blocks) + patch_in + leaves + merger + first_layer_input(job, prec, lora, tuple(adapted))
     hidden_t, mlp_t, scores_t = act.backward_parts(spec, mb, prec, "sdpa")
     adapter_t = n * max(x.in_features for x in st.layer_adapters) * backward_bytes_per_input(lora) \
         if st.layer_adapters else 0
