@@ -37,7 +37,7 @@ from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision, micro_batch
-from hpcmem.models.hunyuan_vl import EXTRA_TOKENS, HunYuanVLTowerSpec
+from hpcmem.models.hunyuan_vl import HunYuanVLTowerSpec
 from hpcmem.models.peft_targets import ALL_LINEAR
 
 QKV = ("q_proj", "k_proj", "v_proj")
@@ -62,11 +62,16 @@ def merger_saved(v: HunYuanVLTowerSpec, n: int, images: int, tokens: int, prec: 
       input, gelu's output [2 · width, N / 4], kept frozen or not (Conv2d); gelu's input [2 · width, N / 4];
     - mlp's input when it trains: the rows `torch.cat` with image_newline makes, permuted, copied contiguous by the
       matmul ([tokens − 2 per image, 4 · width]); its adapter's own under LoRA;
-    - after_rms over the `tokens` rows of the text width (`rms_norm_saved`)."""
+    - after_rms over the `tokens` rows of the text width (`rms_norm_saved`).
+    HY-V4-VL's merger (modular_hy_v4_vl.py `HYV4VLVisionPatchMerger.forward`) has neither mlp nor after_rms: before_rms,
+    proj_conv's input (the permuted view of before_rms's output, no copy: the same bytes), gelu's input and proj_out's
+    input [width · 4, N / 4] each."""
     h, rows = v.hidden_size, n // v.merge_unit
-    columns = tokens - EXTRA_TOKENS * images
+    columns = tokens - v.extra_tokens * images
     before = rms_norm_saved(h, prec, trained) * n
     convs = prec.act * h * n + 2 * prec.act * v.conv_width * rows
+    if not v.merger_linear:     # HY-V4-VL: proj_out's output, with its newline column, is the image rows
+        return before + convs
     mlp_in = prec.act * v.merged_width * columns if trained else 0
     own = adapters_saved([x for x in adapted if x.part == "merger"], columns, prec, lora)
     after = rms_norm_saved(v.out_hidden_size, prec, trained) * tokens
@@ -100,8 +105,9 @@ def first_layer_input(job: JobSpec, prec: Precision, lora: LoraLayout, adapted: 
     `first_layer_input`, the same mechanism). modeling_hunyuan_vl.py `HunYuanVLDenseV1DecoderLayer.forward`:
     `input_layernorm` (HunYuanVLRMSNorm, frozen) then keeps its fp32 input and rsqrt's output (`rms_norm_saved`), and
     peft's dropout before each adapted self_attn.q/k/v_proj keeps its mask. Checkpointing hooks the token embeddings
-    in both (the profile has it), full fine-tuning trains them (likewise)."""
-    if not lora.enabled or not adapted or job.train.gradient_checkpointing:
+    in both (the profile has it), full fine-tuning trains them (likewise). HunYuanVL's decoder layer only: HY-V4-VL's
+    (hyper-connections, MLA) is not derived here, 0."""
+    if not lora.enabled or not adapted or job.train.gradient_checkpointing or job.model.vision.family != "hunyuan_vl":
         return 0
     tokens, width = micro_batch(job).tokens, job.model.hidden_size
     qkv = _qkv_adapted(QKV, tuple(job.train.lora_target_modules))

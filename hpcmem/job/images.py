@@ -246,9 +246,10 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         tiles = vision.tiles(t.image_height, t.image_width)
         return ImageGeometry(resized=(h, w), grid_thw=(tiles, h // vision.patch_size, w // vision.patch_size),
                              patches=tiles * vision.patches, tokens=vision.image_tokens(t.image_height, t.image_width))
-    if getattr(vision, "family", "") == "hunyuan_vl":
+    if getattr(vision, "family", "") in ("hunyuan_vl", "hy_v4_vl"):
         # HunYuanVL (hpcmem.models.hunyuan_vl): Qwen2-VL's smart_resize within its own size bounds, one frame; its
-        # tokens the merged grid's rows with a newline column each, begin and end
+        # tokens the merged grid's rows with a newline column each, begin and end (HY-V4-VL's: none,
+        # hpcmem.models.hy_v4_vl)
         lo, hi = pixel_bounds(t, vision)
         h, w = smart_resize(t.image_height, t.image_width, vision.patch_size * vision.spatial_merge_size, lo, hi)
         gh, gw = h // vision.patch_size, w // vision.patch_size

@@ -61,6 +61,8 @@ class HunYuanVLTowerSpec(TowerBase):
     fixed_resolution: bool = False
     hooked_input: bool = False  # HunYuanVLVisionTransformer names no input embeddings (get_input_embeddings raises)
     deepstack_visual_indexes: tuple[int, ...] = ()
+    merger_linear: bool = True  # the merger's `mlp` Linear and `after_rms` after the convolutions (HY-V4-VL's has none)
+    extra_tokens: int = EXTRA_TOKENS    # image rows beyond the merged grid's: image_begin, image_end
     activations: ClassVar[tuple[str, ...]] = SIGLIP_ACTIVATIONS
 
     def __post_init__(self) -> None:
@@ -128,7 +130,7 @@ class HunYuanVLTowerSpec(TowerBase):
         """`HunYuanVLProcessor.replace_image_token`: patch_h · (patch_w + 1) + 2 of an image of grid_h × grid_w
         patches (the merged grid, a newline column, begin and end)."""
         ph, pw = grid_h // self.spatial_merge_size, grid_w // self.spatial_merge_size
-        return ph * (pw + 1) + EXTRA_TOKENS
+        return ph * (pw + 1) + self.extra_tokens
 
 
 def hunyuan_vl_tower_from_config(cfg: dict[str, Any], name: str) -> HunYuanVLTowerSpec:

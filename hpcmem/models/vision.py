@@ -141,6 +141,9 @@ Covered (transformers 5.24):
   GELU, 1 x 1 Conv2d, a newline column, Linear, begin/end rows, RMSNorm) (hpcmem.models.hunyuan_vl's
   `HunYuanVLTowerSpec`); its decoder hunyuan_vl_text (HunYuan dense layers under 4-axis M-RoPE), learned
   (hpcmem.models.vlm_learned).
+- hy_v4_vl (HY-V4-VL) with images: HunYuanVL's tower at its own widths under a merger of two convolutions and a newline
+  column, no Linear (hpcmem.models.hy_v4_vl's `HYV4VLTowerSpec`); its decoder hy_v4_vl_text (HY-V4's MLA / DSA /
+  hyper-connection MoE layers under 3-axis M-RoPE), learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -177,6 +180,7 @@ from hpcmem.models.minicpmv4_7 import minicpmv4_7_tower_from_config
 from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
 from hpcmem.models.cosmos3_edge import cosmos3_edge_tower_from_config
 from hpcmem.models.hunyuan_vl import hunyuan_vl_tower_from_config
+from hpcmem.models.hy_v4_vl import hy_v4_vl_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -289,7 +293,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "lfm3_vl": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
-                          "pp_chart2table": ("sft",), "hunyuan_vl": ("sft", "dpo")}
+                          "pp_chart2table": ("sft",), "hunyuan_vl": ("sft", "dpo"),
+                          "hy_v4_vl": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -441,6 +446,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # config class's own default True); `_tied_weights_keys` ties lm_head to the token embeddings
     "hunyuan_vl": TowerLayout(text="hunyuan_vl_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                               tie_default=True, tie_from_text=True, text_tie_default=True, text_defaults={}),
+    # models/hy_v4_vl: hpcmem.models.hy_v4_vl reads the vision part; HYV4VLModel (Qwen2VLModel's __init__) builds the
+    # decoder with `AutoModel.from_config(config.text_config)` (`sub_configs_defaults`: hy_v4_vl_text,
+    # HYV4VLTextConfig's class defaults when omitted), a learned type (hpcmem.models.vlm_learned);
+    # HYV4VLConfig.tie_word_embeddings False, no __post_init__ reading the text flag (whose default is False too)
+    "hy_v4_vl": TowerLayout(text="hy_v4_vl_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                            text_defaults={}),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -829,6 +840,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return cosmos3_edge_tower_from_config(cfg, name)
     if model_type == "hunyuan_vl":
         return hunyuan_vl_tower_from_config(cfg, name)
+    if model_type == "hy_v4_vl":
+        return hy_v4_vl_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":

@@ -14,6 +14,12 @@ likewise. `HunYuanVLForConditionalGeneration.forward` runs it (`model.language_m
 `compute_3d_position_ids` returns None and the text model lays the sequence positions on every M-RoPE axis) and then
 `lm_head` (nn.Linear(hidden, vocab, bias=False), tied to the token embeddings: `_tied_weights_keys`) and
 `self.loss_function`: transformers' own `HunYuanVLTextModel` under LlamaForCausalLM's forward, tied the same way.
+
+HY-V4-VL (models/hy_v4_vl/modular_hy_v4_vl.py): `hy_v4_vl_text` maps to `HYV4VLTextModel` in AutoModel only.
+`HYV4VLForConditionalGeneration.forward` runs it and then its fp32 `lm_head` (nn.Linear(hidden, vocab, bias=False,
+dtype=torch.float32), `_keep_in_fp32_modules_strict`) on the hidden states cast to fp32, and `self.loss_function` —
+what HYV4ForCausalLM.forward does around HYV4Model: transformers' own `HYV4VLTextModel` under HYV4ForCausalLM's
+forward, with the same fp32 head, untied (HYV4VLConfig.tie_word_embeddings False).
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
@@ -21,7 +27,7 @@ likewise. `HunYuanVLForConditionalGeneration.forward` runs it (`model.language_m
 from typing import Any
 
 # text config model_type → the causal-LM class `register` builds for it
-TEXT_ONLY_TYPES = ("cosmos3_edge_text", "hunyuan_vl_text")
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "hunyuan_vl_text", "hy_v4_vl_text")
 _DONE: list[bool] = []
 
 
@@ -82,13 +88,43 @@ def _hunyuan_vl_text_lm() -> tuple[Any, Any]:
     return HunYuanVLTextConfig, HunYuanVLTextForCausalLM
 
 
+def _hy_v4_vl_text_lm() -> tuple[Any, Any]:
+    import torch
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.hy_v4.modeling_hy_v4 import HYV4ForCausalLM
+    from transformers.models.hy_v4_vl.configuration_hy_v4_vl import HYV4VLTextConfig
+    from transformers.models.hy_v4_vl.modeling_hy_v4_vl import HYV4VLPreTrainedModel, HYV4VLTextModel
+
+    class HYV4VLTextForCausalLM(HYV4VLPreTrainedModel, GenerationMixin):
+        """HYV4VLTextModel and the fp32 head HYV4VLForConditionalGeneration puts on it, under HYV4ForCausalLM's
+        forward."""
+
+        config: HYV4VLTextConfig
+        config_class = HYV4VLTextConfig
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        _keep_in_fp32_modules_strict = [*HYV4VLPreTrainedModel._keep_in_fp32_modules_strict, "lm_head"]
+        input_modalities = ("text",)
+
+        def __init__(self, config: HYV4VLTextConfig) -> None:
+            super().__init__(config)
+            self.model = HYV4VLTextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, dtype=torch.float32)
+            self.post_init()
+
+        forward = HYV4ForCausalLM.forward
+
+    return HYV4VLTextConfig, HYV4VLTextForCausalLM
+
+
 def register() -> None:
     """Register the classes above with AutoModelForCausalLM (once per process)."""
     if _DONE:
         return
     from transformers import AutoModelForCausalLM
 
-    for make in (_cosmos3_edge_text_lm, _hunyuan_vl_text_lm):
+    for make in (_cosmos3_edge_text_lm, _hunyuan_vl_text_lm, _hy_v4_vl_text_lm):
         config, model = make()
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)

@@ -19,7 +19,7 @@ LFM2-VL's hpcmem.trace.vision_lfm2_vl's (a PIL stand-in for its torchvision-only
 hpcmem.trace.vision_minicpmv4_6's, Kimi K2.5's hpcmem.trace.vision_kimi_k25's (a PIL stand-in for its
 torchvision-only image processor), Fuyu's hpcmem.trace.vision_fuyu's, Cosmos3 Edge's
 hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's, HunYuanVL's
-hpcmem.trace.vision_hunyuan_vl's.
+hpcmem.trace.vision_hunyuan_vl's, HY-V4-VL's hpcmem.trace.vision_hy_v4_vl's.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
                           vision_cosmos3_edge, vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_fuyu,
                           vision_gemma3, vision_gemma4, vision_glm4v, vision_granite_docling, vision_hunyuan_vl,
-                          vision_idefics2,
+                          vision_hy_v4_vl, vision_idefics2,
                           vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl,
                           vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_mistral3, vision_mllama,
                           vision_ovis2, vision_paddleocr_vl, vision_paligemma, vision_pp_chart2table,
@@ -147,6 +147,8 @@ def processor(job: JobSpec) -> Any:
         return vision_cosmos3_edge.processor(job, vision_tokenizer(), CHAT_TEMPLATE)
     if v.family == "hunyuan_vl":
         return vision_hunyuan_vl.processor(job)
+    if v.family == "hy_v4_vl":
+        return vision_hy_v4_vl.processor(job, vision_tokenizer(), CHAT_TEMPLATE)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
