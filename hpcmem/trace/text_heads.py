@@ -105,6 +105,10 @@ def _hy_v4_vl_text_lm() -> tuple[Any, Any]:
         _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
         _keep_in_fp32_modules_strict = [*HYV4VLPreTrainedModel._keep_in_fp32_modules_strict, "lm_head"]
         input_modalities = ("text",)
+        # modeling_utils.py `_can_set_experts_implementation` reads the class's module source for
+        # `@use_experts_implementation`: modeling_hy_v4_vl.py has it, so HYV4VLForConditionalGeneration's experts run
+        # grouped_mm; this module has not, which would leave the stand-in's on the eager per-expert loop
+        _can_set_experts_implementation_cached_value = True
 
         def __init__(self, config: HYV4VLTextConfig) -> None:
             super().__init__(config)
