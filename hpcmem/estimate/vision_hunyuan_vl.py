@@ -79,8 +79,9 @@ def merger_saved(v: HunYuanVLTowerSpec, n: int, images: int, tokens: int, prec: 
 
 
 def _qkv_adapted(names: tuple[str, ...], targets: tuple[str, ...]) -> int:
-    """How many of q_proj, k_proj, v_proj (each below `names`' prefix) the LoRA targets reach."""
-    return sum(1 for x in names if ALL_LINEAR in targets or any(x == t or x.endswith("." + t) for t in targets))
+    """How many of the decoder attention's `names` (q_proj, k_proj, v_proj) the LoRA targets reach (all-linear: every
+    one; else a target equal to the name or ending in "." + it, peft's `check_target_module_exists`)."""
+    return sum(1 for x in names if ALL_LINEAR in targets or any(x == t or t.endswith("." + x) for t in targets))
 
 
 def first_block_difference(v: HunYuanVLTowerSpec, n: int, prec: Precision, lora: LoraLayout, adapted: tuple,
