@@ -31,6 +31,11 @@ from hpcmem.models.params import count_params, linear_modules
 from hpcmem.models.spec import ModelSpec
 
 ADAM_STATES = 2
+# model types whose lm_head transformers keeps in fp32 whatever the load dtype (`_keep_in_fp32_modules_strict =
+# ["lm_head"]`, an nn.Linear built with dtype=torch.float32): models/hy_v4_vl/modular_hy_v4_vl.py
+# `HYV4VLForConditionalGeneration` (its text part hy_v4_vl_text, which hpcmem.trace.text_heads builds the same way);
+# its weight, gradient and optimizer states are fp32 (`fp32_head_extra`)
+FP32_HEAD_TYPES = ("hy_v4_vl", "hy_v4_vl_text")
 BNB_BLOCK = 256                 # 8-bit optimizer absmax block
 NF4_BLOCK = 64                  # 4-bit weight quantization block (QLoRA)
 NESTED_BLOCK = 256              # double quantization: blocks of absmax values
@@ -176,6 +181,19 @@ def _quantized_weights(parts: ParamParts, job: JobSpec, w: int) -> tuple[int, in
     return int(rest + linear), int(parts.linear_rows * 4)       # LLM.int8: 1 B/param + an fp32 scale per output row
 
 
+def fp32_head_extra(head: int, w: int, gbytes: int, optim: str, trained: bool) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer states) an fp32 lm_head of `head` elements (`FP32_HEAD_TYPES`; 0 when tied)
+    holds beyond what the weights' dtype would: 4 − w bytes per weight, and when it trains (full fine-tuning) an fp32
+    gradient and its optimizer states over fp32 parameters (torch/optim/adamw.py: exp_avg, exp_avg_sq like the
+    parameter)."""
+    if not head:
+        return 0, 0, 0
+    if not trained:
+        return head * (4 - w), 0, 0
+    return (head * (4 - w), head * (4 - gbytes),
+            int(head * (optimizer_bytes_per_param(optim, 4) - optimizer_bytes_per_param(optim, gbytes))))
+
+
 def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
     t, par, m = job.train, job.parallel, job.model
     parts = job_param_parts(job)
@@ -193,6 +211,9 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
     adapters = lora.num_params * lora.adapter_bytes
     grads = trainable * gbytes
     opt = int(trainable * optimizer_bytes_per_param(t.optim, gbytes))
+    if m.model_type in FP32_HEAD_TYPES and not t.quantized:
+        w_extra, g_extra, o_extra = fp32_head_extra(parts.lm_head, w, gbytes, t.optim, trained=not lora.enabled)
+        weights, grads, opt = weights + w_extra, grads + g_extra, opt + o_extra
     copies = lora.saved_numel if lora.enabled else 0
     if copies:
         # lora_modules_to_save: trainable copies in the base dtype (hpcmem.estimate.lora_variants)

@@ -33,6 +33,9 @@ canvas whose aspect ratio fits it best and a thumbnail, or resizes it to one til
 up to 32 of them (hpcmem.models.granite_docling).
 GLM-4.1V's (image_processing_glm4v.py `Glm4vImageProcessor`) is Qwen2-VL's with its own `smart_resize` (a still image
 taken as temporal_patch_size frames) and size bounds (hpcmem.models.glm4v `glm4v_resize`).
+HunYuanVL's (image_processing_pil_hunyuan_vl.py `HunYuanVLImageProcessorPil`) is Qwen2-VL's smart_resize within its
+own size bounds at one frame; its processor writes a newline token per merged row and two more per image
+(hpcmem.models.hunyuan_vl).
 """
 
 from __future__ import annotations
@@ -256,6 +259,15 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         tiles = vision.tiles(t.image_height, t.image_width)
         return ImageGeometry(resized=(h, w), grid_thw=(tiles, h // vision.patch_size, w // vision.patch_size),
                              patches=tiles * vision.patches, tokens=vision.image_tokens(t.image_height, t.image_width))
+    if getattr(vision, "family", "") in ("hunyuan_vl", "hy_v4_vl"):
+        # HunYuanVL (hpcmem.models.hunyuan_vl): Qwen2-VL's smart_resize within its own size bounds, one frame; its
+        # tokens the merged grid's rows with a newline column each, begin and end (HY-V4-VL's: none,
+        # hpcmem.models.hy_v4_vl)
+        lo, hi = pixel_bounds(t, vision)
+        h, w = smart_resize(t.image_height, t.image_width, vision.patch_size * vision.spatial_merge_size, lo, hi)
+        gh, gw = h // vision.patch_size, w // vision.patch_size
+        return ImageGeometry(resized=(h, w), grid_thw=(1, gh, gw), patches=gh * gw,
+                             tokens=vision.image_tokens(gh, gw))
     if getattr(vision, "max_num_patches", 0) and t.images_per_example > 1:
         # LLaVA-OneVision (hpcmem.models.llava_onevision): each image of a multi-image row one square tile
         g = vision.image_size // vision.patch_size

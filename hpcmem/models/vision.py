@@ -161,6 +161,7 @@ Covered (transformers 5.24):
   whose chosen layers' outputs, concatenated, an adapter pools per 2 × 2 window (attention from the window's mean to
   its patches, then a SiLU-gated MLP) into the image tokens (hpcmem.models.molmo2's `Molmo2TowerSpec`); its decoder
   Molmo2TextModel (Qwen3-style layers, an embedding of vocab_size + additional_vocab_size rows), learned
+  (hpcmem.models.vlm_learned).
 - muse_glimmer (Muse Glimmer) with images: a NaViT tower of Kimi K2.5's layers over each image's own patch grid
   (Linear patch embedding of two repeated frames, a bilinearly resampled learned position table, 32 x 32-patch
   windows as Qwen2.5-VL's, axial 2-D rope), a 2 x 2 pixel shuffle into a GELU adapter and projection
@@ -169,6 +170,14 @@ Covered (transformers 5.24):
 - muse_spark (Muse Spark) with images: Muse Glimmer's image path beside an audio tower that loads and never runs on
   images (hpcmem.models.muse_spark's `MuseSparkTowerSpec`); its MoE decoder muse_spark_text, learned
   (hpcmem.models.vlm_learned).
+- hunyuan_vl (HunyuanOCR) with images: a SigLIP-shaped tower over each image's own patch grid (Qwen2-VL's smart_resize
+  at 16 px patches, a learned position grid resized per image) and a convolution patch merger (RMSNorm, 2 x 2 Conv2d,
+  GELU, 1 x 1 Conv2d, a newline column, Linear, begin/end rows, RMSNorm) (hpcmem.models.hunyuan_vl's
+  `HunYuanVLTowerSpec`); its decoder hunyuan_vl_text (HunYuan dense layers under 4-axis M-RoPE), learned
+  (hpcmem.models.vlm_learned).
+- hy_v4_vl (HY-V4-VL) with images: HunYuanVL's tower at its own widths under a merger of two convolutions and a newline
+  column, no Linear (hpcmem.models.hy_v4_vl's `HYV4VLTowerSpec`); its decoder hy_v4_vl_text (HY-V4's MLA / DSA /
+  hyper-connection MoE layers under 3-axis M-RoPE), learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -211,6 +220,8 @@ from hpcmem.models.muse_spark import muse_spark_tower_from_config
 from hpcmem.models.mistral_large4 import mistral_large4_tower_from_config
 from hpcmem.models.ernie4_5_vl_moe import ernie45vl_tower_from_config
 from hpcmem.models.molmo2 import molmo2_tower_from_config
+from hpcmem.models.hunyuan_vl import hunyuan_vl_tower_from_config
+from hpcmem.models.hy_v4_vl import hy_v4_vl_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -331,7 +342,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
                           "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",), "molmo2": ("sft", "dpo"),
                           "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo"),
-                          "muse_glimmer": ("sft", "dpo"), "muse_spark": ("sft", "dpo")}
+                          "muse_glimmer": ("sft", "dpo"), "muse_spark": ("sft", "dpo"), "hunyuan_vl": ("sft", "dpo"),
+                          "hy_v4_vl": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -519,6 +531,19 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # embedding has additional_vocab_size rows more than lm_head)
     "molmo2": TowerLayout(text="molmo2_text", defaults={}, aliases={}, norm="layer", mlp="fc", text_defaults={},
                           ties=False),
+    # models/hunyuan_vl: hpcmem.models.hunyuan_vl reads the vision part; HunYuanVLModel builds the decoder with
+    # `HunYuanVLTextModel._from_config(config.text_config)` (`sub_configs_defaults`: hunyuan_vl_text,
+    # HunYuanVLTextConfig's class defaults when omitted), a learned type (hpcmem.models.vlm_learned);
+    # HunYuanVLConfig.tie_word_embeddings True, and `__post_init__` sets it True from a true text flag (the text
+    # config class's own default True); `_tied_weights_keys` ties lm_head to the token embeddings
+    "hunyuan_vl": TowerLayout(text="hunyuan_vl_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                              tie_default=True, tie_from_text=True, text_tie_default=True, text_defaults={}),
+    # models/hy_v4_vl: hpcmem.models.hy_v4_vl reads the vision part; HYV4VLModel (Qwen2VLModel's __init__) builds the
+    # decoder with `AutoModel.from_config(config.text_config)` (`sub_configs_defaults`: hy_v4_vl_text,
+    # HYV4VLTextConfig's class defaults when omitted), a learned type (hpcmem.models.vlm_learned);
+    # HYV4VLConfig.tie_word_embeddings False, no __post_init__ reading the text flag (whose default is False too)
+    "hy_v4_vl": TowerLayout(text="hy_v4_vl_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                            text_defaults={}),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -961,6 +986,10 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return ernie45vl_tower_from_config(cfg, name)
     if model_type == "molmo2":
         return molmo2_tower_from_config(cfg, name)
+    if model_type == "hunyuan_vl":
+        return hunyuan_vl_tower_from_config(cfg, name)
+    if model_type == "hy_v4_vl":
+        return hy_v4_vl_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":

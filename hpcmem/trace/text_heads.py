@@ -30,6 +30,18 @@ image-text-to-text mapping only (auto/modeling_auto.py), though that class is a 
 TRL's create_model_from_path (trl/trainer/utils.py) builds `getattr(transformers, config.architectures[0])`, that
 class itself; `register` maps Mistral4Config to it for AutoModelForCausalLM, so the trace builds what TRL trains.
 
+HunYuanVL (models/hunyuan_vl/modeling_hunyuan_vl.py): `hunyuan_vl_text` maps to `HunYuanVLTextModel` in AutoModel only
+likewise. `HunYuanVLForConditionalGeneration.forward` runs it (`model.language_model`; on a text row
+`compute_3d_position_ids` returns None and the text model lays the sequence positions on every M-RoPE axis) and then
+`lm_head` (nn.Linear(hidden, vocab, bias=False), tied to the token embeddings: `_tied_weights_keys`) and
+`self.loss_function`: transformers' own `HunYuanVLTextModel` under LlamaForCausalLM's forward, tied the same way.
+
+HY-V4-VL (models/hy_v4_vl/modular_hy_v4_vl.py): `hy_v4_vl_text` maps to `HYV4VLTextModel` in AutoModel only.
+`HYV4VLForConditionalGeneration.forward` runs it and then its fp32 `lm_head` (nn.Linear(hidden, vocab, bias=False,
+dtype=torch.float32), `_keep_in_fp32_modules_strict`) on the hidden states cast to fp32, and `self.loss_function` —
+what HYV4ForCausalLM.forward does around HYV4Model: transformers' own `HYV4VLTextModel` under HYV4ForCausalLM's
+forward, with the same fp32 head, untied (HYV4VLConfig.tie_word_embeddings False).
+
 Molmo2 (models/molmo2/modeling_molmo2.py): `molmo2_text` maps to `Molmo2TextModel` in AutoModel only.
 `Molmo2ForConditionalGeneration.forward` runs `Molmo2TextModel` (its `model.language_model`: an embedding of
 vocab_size + additional_vocab_size rows) and then its own `lm_head` (nn.Linear(hidden, vocab_size, bias=False): the
@@ -71,8 +83,8 @@ experts' implementation transformers picks for the text model's module, as Mistr
 from typing import Any
 
 # model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
-TEXT_ONLY_TYPES = ("cosmos3_edge_text", "ernie4_5_vl_moe_text", "glm5_next_text", "mistral4", "mistral_large4_text",
-                   "molmo2_text", "muse_glimmer_text", "muse_spark_text")
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "ernie4_5_vl_moe_text", "glm5_next_text", "hunyuan_vl_text", "hy_v4_vl_text",
+                   "mistral4", "mistral_large4_text", "molmo2_text", "muse_glimmer_text", "muse_spark_text")
 _DONE: list[bool] = []
 
 
@@ -196,6 +208,68 @@ def _glm5_next_text_lm() -> tuple[Any, Any]:
     return Glm5NextTextConfig, Glm5NextTextForCausalLM
 
 
+def _hunyuan_vl_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.hunyuan_vl.configuration_hunyuan_vl import HunYuanVLTextConfig
+    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLPreTrainedModel, HunYuanVLTextModel
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+
+    class HunYuanVLTextForCausalLM(HunYuanVLPreTrainedModel, GenerationMixin):
+        """HunYuanVLTextModel and the head HunYuanVLForConditionalGeneration puts on it (tied by default:
+        HunYuanVLConfig.tie_word_embeddings True), under LlamaForCausalLM's forward."""
+
+        config: HunYuanVLTextConfig
+        config_class = HunYuanVLTextConfig
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: HunYuanVLTextConfig) -> None:
+            super().__init__(config)
+            self.model = HunYuanVLTextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    return HunYuanVLTextConfig, HunYuanVLTextForCausalLM
+
+
+def _hy_v4_vl_text_lm() -> tuple[Any, Any]:
+    import torch
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.hy_v4.modeling_hy_v4 import HYV4ForCausalLM
+    from transformers.models.hy_v4_vl.configuration_hy_v4_vl import HYV4VLTextConfig
+    from transformers.models.hy_v4_vl.modeling_hy_v4_vl import HYV4VLPreTrainedModel, HYV4VLTextModel
+
+    class HYV4VLTextForCausalLM(HYV4VLPreTrainedModel, GenerationMixin):
+        """HYV4VLTextModel and the fp32 head HYV4VLForConditionalGeneration puts on it, under HYV4ForCausalLM's
+        forward."""
+
+        config: HYV4VLTextConfig
+        config_class = HYV4VLTextConfig
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        _keep_in_fp32_modules_strict = [*HYV4VLPreTrainedModel._keep_in_fp32_modules_strict, "lm_head"]
+        input_modalities = ("text",)
+
+        def __init__(self, config: HYV4VLTextConfig) -> None:
+            super().__init__(config)
+            self.model = HYV4VLTextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, dtype=torch.float32)
+            self.post_init()
+
+        forward = HYV4ForCausalLM.forward
+
+    # as for ERNIE-4.5-VL's class: the experts' implementation transformers picks for the text model's module
+    # (modeling_hy_v4_vl.py: grouped_mm), not the eager per-expert loop a class defined here would get
+    HYV4VLTextForCausalLM._can_set_experts_implementation_cached_value = \
+        HYV4VLTextModel._can_set_experts_implementation()
+    return HYV4VLTextConfig, HYV4VLTextForCausalLM
+
+
 def _mistral_large4_text_lm() -> tuple[Any, Any]:
     from torch import nn
     from transformers.generation import GenerationMixin
@@ -302,7 +376,7 @@ def register() -> None:
     from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
     for config, model in (_cosmos3_edge_text_lm(), _ernie4_5_vl_moe_text_lm(), _glm5_next_text_lm(),
-                          _mistral_large4_text_lm(), _molmo2_text_lm(), _muse_glimmer_text_lm(),
+                          _hunyuan_vl_text_lm(), _hy_v4_vl_text_lm(), _mistral_large4_text_lm(), _molmo2_text_lm(), _muse_glimmer_text_lm(),
                           _muse_spark_text_lm(), (Mistral4Config, Mistral4ForCausalLM)):
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)

@@ -23,7 +23,8 @@ thinker's hpcmem.trace.vision_qwen3_omni's, Qwen2.5-Omni's thinker's hpcmem.trac
 token spellings, a real feature extractor, a stand-in video processor), ERNIE-4.5-VL's
 hpcmem.trace.vision_ernie4_5_vl_moe's, Granite 4 Vision's hpcmem.trace.vision_granite4_vision's, Molmo2's
 hpcmem.trace.vision_molmo2's (its torchvision-only image processor with torch's resize and normalize), Muse Glimmer's
-and Muse Spark's hpcmem.trace.vision_muse_glimmer's (a PIL stand-in for their torchvision-only image processor).
+and Muse Spark's hpcmem.trace.vision_muse_glimmer's (a PIL stand-in for their torchvision-only image processor), HunYuanVL's
+hpcmem.trace.vision_hunyuan_vl's, HY-V4-VL's hpcmem.trace.vision_hy_v4_vl's.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
                           vision_cosmos3_edge, vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_ernie4_5_vl_moe,
                           vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v, vision_granite4_vision,
-                          vision_granite_docling, vision_idefics2, vision_idefics3, vision_internvl, vision_janus,
-                          vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6,
-                          vision_mistral3, vision_mllama, vision_molmo2, vision_muse_glimmer, vision_ovis2,
-                          vision_paddleocr_vl, vision_paligemma, vision_pp_chart2table, vision_qwen2_5_omni,
-                          vision_qwen3_omni, vision_video_llama_3)
+                          vision_granite_docling, vision_hunyuan_vl, vision_hy_v4_vl, vision_idefics2, vision_idefics3,
+                          vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr,
+                          vision_llava, vision_minicpmv4_6, vision_mistral3, vision_mllama, vision_molmo2,
+                          vision_muse_glimmer, vision_ovis2, vision_paddleocr_vl, vision_paligemma,
+                          vision_pp_chart2table, vision_qwen2_5_omni, vision_qwen3_omni, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -161,6 +162,10 @@ def processor(job: JobSpec) -> Any:
         return vision_ernie4_5_vl_moe.processor(job)
     if v.family == "molmo2":
         return vision_molmo2.processor(job)
+    if v.family == "hunyuan_vl":
+        return vision_hunyuan_vl.processor(job)
+    if v.family == "hy_v4_vl":
+        return vision_hy_v4_vl.processor(job, vision_tokenizer(), CHAT_TEMPLATE)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -211,6 +216,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_qwen2_5_omni.token_ids(proc)
     if vision_molmo2.is_processor(proc):
         return vision_molmo2.token_ids(proc)
+    if vision_hunyuan_vl.is_processor(proc):
+        return vision_hunyuan_vl.token_ids(proc)
     if vision_lfm2_vl.is_processor(proc):      # its image_token is llava's "<image>": before llava's
         return vision_lfm2_vl.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
@@ -265,6 +272,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
         vision_ovis2.MARKERS_PER_IMAGE if family == "ovis2" else \
         vision_pp_chart2table.MARKERS_PER_IMAGE if family == "got_ocr2" else \
+        vision_hunyuan_vl.MARKERS_PER_IMAGE if family == "hunyuan_vl" else \
         vision_idefics2.MARKERS_PER_IMAGE if family == "idefics2" else \
         vision_mllama.MARKERS_PER_IMAGE if family == "mllama" else \
         vision_mistral3.MARKERS_PER_IMAGE if family == "pixtral" else \
