@@ -53,6 +53,7 @@ from hpcmem.estimate.vision_kimi_k25 import kimi_k25_terms
 from hpcmem.estimate.vision_deepseek_vl_hybrid import deepseek_vl_hybrid_terms
 from hpcmem.estimate.vision_cosmos3_edge import cosmos3_edge_terms
 from hpcmem.estimate.vision_ernie4_5_vl_moe import ernie45vl_terms
+from hpcmem.estimate.vision_minimax_m3_vl import minimax_m3_terms
 from hpcmem.estimate.vision_granite4_vision import granite4_vision_terms
 from hpcmem.estimate.vision_idle_audio import idle_audio_terms
 from hpcmem.job.image_rules import image_rows
@@ -77,6 +78,7 @@ from hpcmem.models.kimi_k25 import KimiK25TowerSpec
 from hpcmem.models.deepseek_vl_hybrid import DeepseekVLHybridTowerSpec
 from hpcmem.models.cosmos3_edge import Cosmos3EdgeTowerSpec
 from hpcmem.models.ernie4_5_vl_moe import Ernie45VlTowerSpec
+from hpcmem.models.minimax_m3_vl import MiniMaxM3VlTowerSpec
 from hpcmem.models.granite4_vision import Granite4VisionTowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.ovis2 import Ovis2TowerSpec
@@ -107,7 +109,7 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     hpcmem.estimate.vision_got_ocr2; the Omni thinkers' the Qwen towers' beside their idle audio encoder
     (hpcmem.estimate.vision_idle_audio); ERNIE-4.5-VL's (and its decoder's image-token routing) in
     hpcmem.estimate.vision_ernie4_5_vl_moe; Granite 4 Vision's SigLIP tower and Window Q-Former projectors in
-    hpcmem.estimate.vision_granite4_vision."""
+    hpcmem.estimate.vision_granite4_vision; MiniMax M3 VL's in hpcmem.estimate.vision_minimax_m3_vl."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
     if isinstance(job.model.vision, VisionSpec) and job.model.vision.audio is not None:   # before the Qwen towers'
@@ -130,6 +132,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return cosmos3_edge_terms(job, prec, lora)
     if isinstance(job.model.vision, Ernie45VlTowerSpec):
         return ernie45vl_terms(job, prec, lora)
+    if isinstance(job.model.vision, MiniMaxM3VlTowerSpec):      # before VideoLLaMA3's, its base class
+        return minimax_m3_terms(job, prec, lora)
     if isinstance(job.model.vision, GotOcr2TowerSpec):
         return got_ocr2_terms(job, prec, lora)
     if isinstance(job.model.vision, Granite4VisionTowerSpec):      # a ClipTowerSpec: before llava's

@@ -157,6 +157,10 @@ Covered (transformers 5.24):
   LayerNorm, then a resampler (2 x 2 spatial MLP, the temporal MLP over each image's rows taken twice, a Linear to
   the text width, an RMSNorm) (hpcmem.models.ernie4_5_vl_moe's `Ernie45VlTowerSpec`); its decoder
   ernie4_5_vl_moe_text (ERNIE-4.5's MoE layers with text and vision experts), learned (hpcmem.models.vlm_learned).
+- minimax_m3_vl (MiniMax M3 VL) with images: CLIP encoder layers under Qwen2.5-VL's Conv3d patch embedding and a
+  pre-layernorm, partial 3-D rotary attention per image, then a per-patch GELU MLP and a 2 x 2 merging GELU MLP
+  (hpcmem.models.minimax_m3_vl's `MiniMaxM3VlTowerSpec`); its decoder minimax_m3_vl_text (sparse and dense MLP
+  layers, routed and shared experts, a sparse-attention indexer), learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -196,6 +200,7 @@ from hpcmem.models.kimi_k25 import kimi_k25_tower_from_config
 from hpcmem.models.cosmos3_edge import cosmos3_edge_tower_from_config
 from hpcmem.models.mistral_large4 import mistral_large4_tower_from_config
 from hpcmem.models.ernie4_5_vl_moe import ernie45vl_tower_from_config
+from hpcmem.models.minimax_m3_vl import minimax_m3_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -315,6 +320,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
                           "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",),
+                          "minimax_m3_vl": ("sft", "dpo"),
                           "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
@@ -482,6 +488,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # (hpcmem.models.vlm_learned); Ernie4_5_VLMoeConfig.tie_word_embeddings True
     "ernie4_5_vl_moe": TowerLayout(text="ernie4_5_vl_moe_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                    tie_default=True, text_defaults={}),
+    # models/minimax_m3_vl: hpcmem.models.minimax_m3_vl reads the vision part; MiniMaxM3VLModel builds the decoder as
+    # `MiniMaxM3VLTextModel(config.text_config)` (`sub_configs_defaults`: MiniMaxM3VLTextConfig's class defaults when
+    # omitted), a learned type (hpcmem.models.vlm_learned); MiniMaxM3VLConfig.tie_word_embeddings False, set True by
+    # `__post_init__` when the text config's is
+    "minimax_m3_vl": TowerLayout(text="minimax_m3_vl_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                 text_defaults={}, tie_from_text=True),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -918,6 +930,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return cosmos3_edge_tower_from_config(cfg, name)
     if model_type == "ernie4_5_vl_moe":
         return ernie45vl_tower_from_config(cfg, name)
+    if model_type == "minimax_m3_vl":
+        return minimax_m3_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":
