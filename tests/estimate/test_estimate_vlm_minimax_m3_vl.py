@@ -3,8 +3,9 @@ two minimax_m3_vl_text layers of the text config class's widths — 64 heads, 4 
 a shared one — their terms from the learned profile in hpcmem/profiles/; MiniMaxM3VLVisionConfig's tower cut to 2
 layers under its two-stage merging projector) against the trace of TRL's SFTTrainer and DPOTrainer with their vision
 collators and transformers' MiniMaxM3VLProcessor (a PIL stand-in for its torchvision-only image processor) on blank
-448×448 and 672×560 images (estimator/traces/vlm-minimax-m3-vl.jsonl, written by `hpcmem validate trace --cases
-estimator/cases/vlm-minimax-m3-vl.yaml --reserved --workers 1`)."""
+448×448 and 672×560 images, then three LoRA cases of four and two images a row added after those twelve were traced
+(estimator/traces/vlm-minimax-m3-vl.jsonl, written by `hpcmem validate trace --cases
+estimator/cases/vlm-minimax-m3-vl.yaml --reserved --workers 1`; the estimate untouched after either)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert_matrix(RECORDS, 12, {(448, 448), (672, 560)}, (0, 0),
+    assert_matrix(RECORDS, 12 + 3, {(448, 448), (672, 560)}, (0, 0),
                   {f"{t}/{c}" for t in ("sft", "dpo") for c in ("full+gc", "full+nogc", "lora+gc", "lora+nogc")})
     for c in ("full+gc", "full+nogc", "lora+gc", "lora+nogc"):
         sizes = {r["case"]["image_height"] for r in RECORDS.values() if r["cell"] == f"sft/{c}"}
