@@ -7,10 +7,10 @@ get_image_features`, `MiniMaxM3VLVisionModel.forward`): pixel_values [N, channel
 input, kept for its weight gradient when it trains) → the rotary cos and sin (`MiniMaxM3VLVisionRotaryEmbedding.
 forward`: [N, rotary_dim] each, cast to the embeddings' dtype, read by every layer's `apply_rotary_pos_emb_vision`, so
 kept until the first layer's backward) → `pre_layrnorm` (its input and statistics kept when the tower trains; its
-output is the residual stream, no linear's input) → `depth` CLIPEncoderLayers over [N, width] (q/k/v/out_proj, SDPA
-per image over the cu_seqlens chunks, `torch.cat` for out_proj) → no post-layernorm → the projector
-(`MiniMaxM3VLMultiModalProjector.forward`): `linear_1` over the N patch rows (its input, the last layer's output,
-kept when it trains) → GELU (its input kept) → `linear_2` (GELU's output kept when it trains) → the merge_size² rows
+output, fp32 under autocast, is the residual stream, no linear's input) → `depth` CLIPEncoderLayers over [N, width]
+(q/k/v/out_proj, SDPA per image over the cu_seqlens chunks, `torch.cat` for out_proj) → no post-layernorm → the
+projector (`MiniMaxM3VLMultiModalProjector.forward`): `linear_1` over the N patch rows (its input, the last layer's
+output cast to the compute dtype, kept when it trains) → GELU (its input kept) → `linear_2` (GELU's output kept when it trains) → the merge_size² rows
 viewed as one ([N / 4, 4 · text width]: `merge_linear_1`'s input, kept when it trains) → `merge_linear_1` → GELU (its
 input kept) → `merge_linear_2` (GELU's output kept when it trains) → the image tokens' embeddings (`masked_scatter`).
 N patches, N / merge_size² image tokens.
@@ -21,6 +21,8 @@ adapts every q/k/v/out_proj, fc1, fc2 and the four projector linears. The tower 
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.vision import FP32, VisionTerms, adapters_saved, layer_norm_saved, tower_weights
@@ -37,10 +39,19 @@ PATCH_ROWS = ("linear_1", "linear_2")          # the projector's linears over th
 def minimax_m3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     """The shared CLIP/SigLIP-layer terms (`idefics3_terms`) with MiniMax M3 VL's batch, Conv3d input, rotary tables,
     pre-layernorm and projector."""
-    images, _ = image_rows(job)
+    images, n = image_rows(job)
     if images == 0:
         return idefics3_terms(job, prec, lora)
-    return idefics3_terms(job, prec, lora, connector(job, prec, lora))
+    terms = idefics3_terms(job, prec, lora, connector(job, prec, lora))
+    if not (job.train.gradient_checkpointing and prec.amp and prec.residual < FP32):
+        return terms
+    # under autocast pre_layrnorm returns fp32 (CUDA autocast's fp32 policy for layer_norm, as the trace runs it:
+    # hpcmem.trace.kernels_autocast), and each layer adds its 16-bit attention and MLP outputs to that fp32 stream
+    # (`residual + hidden_states`): the input every checkpointed CLIPEncoderLayer keeps is fp32 [N, width], where
+    # `idefics3_terms` counts the residual dtype
+    extra = (FP32 - prec.residual) * job.model.vision.hidden_size * n
+    return replace(terms, blocks_saved=tuple(b + extra for b in terms.blocks_saved),
+                   saved=terms.saved + extra * len(terms.blocks_saved))
 
 
 def projector_saved(v: MiniMaxM3VlTowerSpec, n: int, m: int, prec: Precision, trained: bool) -> int:

@@ -43,7 +43,8 @@ def test_the_matrix_is_all_there():
 def test_the_tower_at_448_by_hand():
     """448×448 stays 448×448 (smart_resize at 28 px within 3,136 … 451,584 pixels): 32 × 32 = 1,024 patches of
     3 · 2 · 14² = 1,176 fp32 values, 256 image tokens. Under checkpointing each of the two CLIPEncoderLayers
-    (GradientCheckpointingLayers) keeps its bf16 input [1,024, 1280] alone. Full fine-tuning trains the Conv3d
+    (GradientCheckpointingLayers) keeps its input [1,024, 1280] alone, fp32: pre_layrnorm's output under autocast
+    (layer_norm's fp32 policy) is the residual stream the layers add their bf16 outputs to. Full fine-tuning trains the Conv3d
     (1176 · 1280, no bias), pre_layrnorm, both layers (q/k/v/out_proj 1280² with biases, fc1/fc2 1280 ↔ 5120 with
     biases, two LayerNorms) and the projector (1280 → 6144, 6144 → 6144, 24576 → 6144, 6144 → 6144, biases): AdamW's
     two bf16 states, 4 bytes a parameter. The projector keeps linear_1's bf16 input [1024, 1280], both GELUs' inputs
@@ -53,7 +54,7 @@ def test_the_tower_at_448_by_hand():
     terms = minimax_m3_terms(job, precision(job), LoraLayout(enabled=False))
     n, m, h, i, p, o = 32 * 32, 256, 1280, 5120, 6144, 6144
     assert (terms.patches, terms.image_tokens) == (n, m)
-    assert terms.blocks_saved == (2 * h * n,) * 2
+    assert terms.blocks_saved == (4 * h * n,) * 2
     assert terms.pixels == n * 1176 * 4
     layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 4 * h
     projector = (h * p + p) + (p * o + o) + (4 * o * p + p) + (p * o + o)
