@@ -54,6 +54,7 @@ from hpcmem.estimate.vision_deepseek_vl_hybrid import deepseek_vl_hybrid_terms
 from hpcmem.estimate.vision_cosmos3_edge import cosmos3_edge_terms
 from hpcmem.estimate.vision_muse_glimmer import muse_glimmer_terms
 from hpcmem.estimate.vision_ernie4_5_vl_moe import ernie45vl_terms
+from hpcmem.estimate.vision_minimax_m3_vl import minimax_m3_terms
 from hpcmem.estimate.vision_granite4_vision import granite4_vision_terms
 from hpcmem.estimate.vision_idle_audio import idle_audio_terms
 from hpcmem.estimate.vision_molmo2 import molmo2_terms
@@ -81,6 +82,7 @@ from hpcmem.models.deepseek_vl_hybrid import DeepseekVLHybridTowerSpec
 from hpcmem.models.cosmos3_edge import Cosmos3EdgeTowerSpec
 from hpcmem.models.muse_glimmer import MuseGlimmerTowerSpec
 from hpcmem.models.ernie4_5_vl_moe import Ernie45VlTowerSpec
+from hpcmem.models.minimax_m3_vl import MiniMaxM3VlTowerSpec
 from hpcmem.models.granite4_vision import Granite4VisionTowerSpec
 from hpcmem.models.molmo2 import Molmo2TowerSpec
 from hpcmem.models.hunyuan_vl import HunYuanVLTowerSpec
@@ -114,7 +116,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     (hpcmem.estimate.vision_idle_audio); ERNIE-4.5-VL's (and its decoder's image-token routing) in
     hpcmem.estimate.vision_ernie4_5_vl_moe; Granite 4 Vision's SigLIP tower and Window Q-Former projectors in
     hpcmem.estimate.vision_granite4_vision; Molmo2's in hpcmem.estimate.vision_molmo2; Muse Glimmer's and Muse
-    Spark's (its idle audio tower's weights besides) in hpcmem.estimate.vision_muse_glimmer; HunYuanVL's and HY-V4-VL's in hpcmem.estimate.vision_hunyuan_vl."""
+    Spark's (its idle audio tower's weights besides) in hpcmem.estimate.vision_muse_glimmer; HunYuanVL's and
+    HY-V4-VL's in hpcmem.estimate.vision_hunyuan_vl; MiniMax M3 VL's in hpcmem.estimate.vision_minimax_m3_vl."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
     if isinstance(job.model.vision, VisionSpec) and job.model.vision.audio is not None:   # before the Qwen towers'
@@ -143,6 +146,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return molmo2_terms(job, prec, lora)
     if isinstance(job.model.vision, HunYuanVLTowerSpec):
         return hunyuan_vl_terms(job, prec, lora)
+    if isinstance(job.model.vision, MiniMaxM3VlTowerSpec):      # before VideoLLaMA3's, its base class
+        return minimax_m3_terms(job, prec, lora)
     if isinstance(job.model.vision, GotOcr2TowerSpec):
         return got_ocr2_terms(job, prec, lora)
     if isinstance(job.model.vision, Granite4VisionTowerSpec):      # a ClipTowerSpec: before llava's

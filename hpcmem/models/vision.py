@@ -178,6 +178,10 @@ Covered (transformers 5.24):
 - hy_v4_vl (HY-V4-VL) with images: HunYuanVL's tower at its own widths under a merger of two convolutions and a newline
   column, no Linear (hpcmem.models.hy_v4_vl's `HYV4VLTowerSpec`); its decoder hy_v4_vl_text (HY-V4's MLA / DSA /
   hyper-connection MoE layers under 3-axis M-RoPE), learned (hpcmem.models.vlm_learned).
+- minimax_m3_vl (MiniMax M3 VL) with images: CLIP encoder layers under Qwen2.5-VL's Conv3d patch embedding and a
+  pre-layernorm, partial 3-D rotary attention per image, then a per-patch GELU MLP and a 2 x 2 merging GELU MLP
+  (hpcmem.models.minimax_m3_vl's `MiniMaxM3VlTowerSpec`); its decoder minimax_m3_vl_text (sparse and dense MLP
+  layers, routed and shared experts, a sparse-attention indexer), learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -222,6 +226,7 @@ from hpcmem.models.ernie4_5_vl_moe import ernie45vl_tower_from_config
 from hpcmem.models.molmo2 import molmo2_tower_from_config
 from hpcmem.models.hunyuan_vl import hunyuan_vl_tower_from_config
 from hpcmem.models.hy_v4_vl import hy_v4_vl_tower_from_config
+from hpcmem.models.minimax_m3_vl import minimax_m3_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -343,7 +348,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",), "molmo2": ("sft", "dpo"),
                           "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo"),
                           "muse_glimmer": ("sft", "dpo"), "muse_spark": ("sft", "dpo"), "hunyuan_vl": ("sft", "dpo"),
-                          "hy_v4_vl": ("sft", "dpo")}
+                          "hy_v4_vl": ("sft", "dpo"), "minimax_m3_vl": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -544,6 +549,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # HYV4VLConfig.tie_word_embeddings False, no __post_init__ reading the text flag (whose default is False too)
     "hy_v4_vl": TowerLayout(text="hy_v4_vl_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                             text_defaults={}),
+    # models/minimax_m3_vl: hpcmem.models.minimax_m3_vl reads the vision part; MiniMaxM3VLModel builds the decoder as
+    # `MiniMaxM3VLTextModel(config.text_config)` (`sub_configs_defaults`: MiniMaxM3VLTextConfig's class defaults when
+    # omitted), a learned type (hpcmem.models.vlm_learned); MiniMaxM3VLConfig.tie_word_embeddings False, set True by
+    # `__post_init__` when the text config's is
+    "minimax_m3_vl": TowerLayout(text="minimax_m3_vl_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                 text_defaults={}, tie_from_text=True),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -990,6 +1001,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return hunyuan_vl_tower_from_config(cfg, name)
     if model_type == "hy_v4_vl":
         return hy_v4_vl_tower_from_config(cfg, name)
+    if model_type == "minimax_m3_vl":
+        return minimax_m3_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":

@@ -23,8 +23,9 @@ thinker's hpcmem.trace.vision_qwen3_omni's, Qwen2.5-Omni's thinker's hpcmem.trac
 token spellings, a real feature extractor, a stand-in video processor), ERNIE-4.5-VL's
 hpcmem.trace.vision_ernie4_5_vl_moe's, Granite 4 Vision's hpcmem.trace.vision_granite4_vision's, Molmo2's
 hpcmem.trace.vision_molmo2's (its torchvision-only image processor with torch's resize and normalize), Muse Glimmer's
-and Muse Spark's hpcmem.trace.vision_muse_glimmer's (a PIL stand-in for their torchvision-only image processor), HunYuanVL's
-hpcmem.trace.vision_hunyuan_vl's, HY-V4-VL's hpcmem.trace.vision_hy_v4_vl's.
+and Muse Spark's hpcmem.trace.vision_muse_glimmer's (a PIL stand-in for their torchvision-only image processor),
+HunYuanVL's hpcmem.trace.vision_hunyuan_vl's, HY-V4-VL's hpcmem.trace.vision_hy_v4_vl's, MiniMax M3 VL's
+hpcmem.trace.vision_minimax_m3_vl's (a PIL stand-in for its torchvision-only image processor).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision,
                           vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v, vision_granite4_vision,
                           vision_granite_docling, vision_hunyuan_vl, vision_hy_v4_vl, vision_idefics2, vision_idefics3,
                           vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr,
-                          vision_llava, vision_minicpmv4_6, vision_mistral3, vision_mllama, vision_molmo2,
-                          vision_muse_glimmer, vision_ovis2, vision_paddleocr_vl, vision_paligemma,
+                          vision_llava, vision_minicpmv4_6, vision_minimax_m3_vl, vision_mistral3, vision_mllama,
+                          vision_molmo2, vision_muse_glimmer, vision_ovis2, vision_paddleocr_vl, vision_paligemma,
                           vision_pp_chart2table, vision_qwen2_5_omni, vision_qwen3_omni, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
@@ -166,6 +167,8 @@ def processor(job: JobSpec) -> Any:
         return vision_hunyuan_vl.processor(job)
     if v.family == "hy_v4_vl":
         return vision_hy_v4_vl.processor(job, vision_tokenizer(), CHAT_TEMPLATE)
+    if v.family == "minimax_m3_vl":
+        return vision_minimax_m3_vl.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -208,6 +211,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_fuyu.token_ids(proc)
     if vision_ernie4_5_vl_moe.is_processor(proc):
         return vision_ernie4_5_vl_moe.token_ids(proc)
+    if vision_minimax_m3_vl.is_processor(proc):
+        return vision_minimax_m3_vl.token_ids(proc)
     if vision_pp_chart2table.is_processor(proc):
         return vision_pp_chart2table.token_ids(proc)
     if vision_qwen3_omni.is_processor(proc):
@@ -268,6 +273,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_kimi_k25.MARKERS_PER_IMAGE if family == "kimi_k25" else \
         vision_muse_glimmer.MARKERS_PER_IMAGE if family == "muse_glimmer" else \
         vision_ernie4_5_vl_moe.MARKERS_PER_IMAGE if family == "ernie4_5_vl_moe" else \
+        vision_minimax_m3_vl.MARKERS_PER_IMAGE if family == "minimax_m3_vl" else \
         vision_fuyu.markers(job) if family == "fuyu" else \
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
         vision_ovis2.MARKERS_PER_IMAGE if family == "ovis2" else \

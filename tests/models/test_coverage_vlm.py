@@ -154,6 +154,9 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     assert by_type["ernie4_5_vl_moe"]["status"] == "derived" and \
         "traced: SFT)" in by_type["ernie4_5_vl_moe"]["reason"] and \
         "DPO/GRPO/RLOO with images refused" in by_type["ernie4_5_vl_moe"]["reason"]
+    assert by_type["minimax_m3_vl"]["status"] == "derived" and \
+        "traced: SFT, DPO)" in by_type["minimax_m3_vl"]["reason"] and \
+        "GRPO/RLOO with images refused" in by_type["minimax_m3_vl"]["reason"]
     assert by_type["video_llama_3"]["status"] == "derived" and "traced: SFT)" in by_type["video_llama_3"]["reason"] \
         and "DPO/GRPO/RLOO with images refused" in by_type["video_llama_3"]["reason"]
     omni = by_type["qwen3_omni_moe_thinker"]
