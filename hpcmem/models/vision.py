@@ -146,6 +146,11 @@ Covered (transformers 5.24):
   the spatial layer, each projector's rows added to the image tokens before its text layer
   (hpcmem.models.granite4_vision's `Granite4VisionTowerSpec`); its decoder Granite's, learned
   (hpcmem.models.vlm_learned).
+- deepseek_ocr2 (DeepSeek-OCR 2) with images: a SAM ViT-B tower and two downsampling convolutions under a Qwen2
+  decoder run as an encoder over the features and learned queries, a Linear projector; a 1024 px global view and up
+  to six 768 px tiles per image (hpcmem.models.deepseek_ocr2's `DeepseekOcr2TowerSpec`); its decoder
+  deepseek_ocr2_text (DeepSeek-V2's routed and shared experts under multi-head attention), learned
+  (hpcmem.models.vlm_learned).
 - mistral_large4 (Mistral Large 4) with images: Mistral 3's Pixtral tower and patch-merging projector at its own
   defaults (hpcmem.models.mistral_large4, hpcmem.models.pixtral's `PixtralTowerSpec`); its decoder mistral_large4_text
   (MLA attention, a sparse-attention indexer, routed and shared experts), learned (hpcmem.models.vlm_learned).
@@ -180,6 +185,7 @@ from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.aya_vision import aya_vision_tower_from_config
 from hpcmem.models.cohere2_vision import cohere2_vision_tower_from_config
 from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
+from hpcmem.models.deepseek_ocr2 import deepseek_ocr2_tower_from_config
 from hpcmem.models.deepseek_vl_hybrid import deepseek_vl_hybrid_tower_from_config
 from hpcmem.models.gemma4 import gemma4_tower_from_config, gemma4_unified_tower_from_config
 from hpcmem.models.fuyu import FUYU_TEXT_DEFAULTS, fuyu_tower_from_config
@@ -315,7 +321,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
                           "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",),
-                          "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo")}
+                          "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo"),
+                          "deepseek_ocr2": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -482,6 +489,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # (hpcmem.models.vlm_learned); Ernie4_5_VLMoeConfig.tie_word_embeddings True
     "ernie4_5_vl_moe": TowerLayout(text="ernie4_5_vl_moe_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                    tie_default=True, text_defaults={}),
+    # models/deepseek_ocr2: hpcmem.models.deepseek_ocr2 reads the vision part (SAM, its convolutions, the Qwen2
+    # encoder and its queries) and the projector; DeepseekOcr2Config's text_config is always a DeepseekOcr2TextConfig
+    # (`sub_configs_defaults`, its class defaults when omitted), DeepseekOcr2TextModel, a learned type
+    # (hpcmem.models.vlm_learned); DeepseekOcr2Config.tie_word_embeddings False
+    "deepseek_ocr2": TowerLayout(text="deepseek_ocr2_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                 text_defaults={}),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -890,6 +903,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return deepseek_vl_tower_from_config(cfg, name)
     if model_type == "deepseek_vl_hybrid":
         return deepseek_vl_hybrid_tower_from_config(cfg, name)
+    if model_type == "deepseek_ocr2":
+        return deepseek_ocr2_tower_from_config(cfg, name)
     if model_type == "aya_vision":
         return aya_vision_tower_from_config(cfg, name)
     if model_type == "cohere2_vision":

@@ -30,6 +30,12 @@ Mistral 4 (models/mistral4/modeling_mistral4.py): transformers 5.24 maps `mistra
 image-text-to-text mapping only (auto/modeling_auto.py), though that class is a text decoder with no image input.
 TRL's create_model_from_path (trl/trainer/utils.py) builds `getattr(transformers, config.architectures[0])`, that
 class itself; `register` maps Mistral4Config to it for AutoModelForCausalLM, so the trace builds what TRL trains.
+
+DeepSeek-OCR 2 (models/deepseek_ocr2/modeling_deepseek_ocr2.py): `deepseek_ocr2_text` maps to no model class at all
+(auto/auto_mappings.py names its config only). `DeepseekOcr2ForConditionalGeneration.forward` runs on a text row its
+`model.language_model` (`DeepseekOcr2TextModel`: DeepSeek-V2's decoder with Llama's multi-head attention and
+cos/sin RoPE), `lm_head` (untied: DeepseekOcr2Config.tie_word_embeddings False) on the kept positions and
+`self.loss_function` (no router aux loss) — LlamaForCausalLM.forward around the decoder.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
@@ -37,7 +43,8 @@ class itself; `register` maps Mistral4Config to it for AutoModelForCausalLM, so 
 from typing import Any
 
 # model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
-TEXT_ONLY_TYPES = ("cosmos3_edge_text", "ernie4_5_vl_moe_text", "mistral4", "mistral_large4_text")
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "ernie4_5_vl_moe_text", "mistral4", "mistral_large4_text",
+                   "deepseek_ocr2_text")
 _DONE: list[bool] = []
 
 
@@ -141,6 +148,39 @@ def _mistral_large4_text_lm() -> tuple[Any, Any]:
     return MistralLarge4TextConfig, MistralLarge4TextForCausalLM
 
 
+def _deepseek_ocr2_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.deepseek_ocr2.configuration_deepseek_ocr2 import DeepseekOcr2TextConfig
+    from transformers.models.deepseek_ocr2.modeling_deepseek_ocr2 import (DeepseekOcr2TextModel,
+                                                                          DeepseekOcr2TextPreTrainedModel)
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+
+    class DeepseekOcr2TextForCausalLM(DeepseekOcr2TextPreTrainedModel, GenerationMixin):
+        """DeepseekOcr2TextModel and the untied head DeepseekOcr2ForConditionalGeneration puts on it, under
+        LlamaForCausalLM's forward."""
+
+        config: DeepseekOcr2TextConfig
+        config_class = DeepseekOcr2TextConfig
+        base_model_prefix = "model"
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: DeepseekOcr2TextConfig) -> None:
+            super().__init__(config)
+            self.model = DeepseekOcr2TextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    # as for Mistral Large 4's class above: the experts' implementation the text model's module picks (grouped_mm)
+    DeepseekOcr2TextForCausalLM._can_set_experts_implementation_cached_value = \
+        DeepseekOcr2TextModel._can_set_experts_implementation()
+    return DeepseekOcr2TextConfig, DeepseekOcr2TextForCausalLM
+
+
 def register() -> None:
     """Register the classes above with AutoModelForCausalLM (once per process)."""
     if _DONE:
@@ -150,6 +190,6 @@ def register() -> None:
     from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
     for config, model in (_cosmos3_edge_text_lm(), _ernie4_5_vl_moe_text_lm(), _mistral_large4_text_lm(),
-                          (Mistral4Config, Mistral4ForCausalLM)):
+                          _deepseek_ocr2_text_lm(), (Mistral4Config, Mistral4ForCausalLM)):
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)

@@ -21,7 +21,8 @@ torchvision-only image processor), Fuyu's hpcmem.trace.vision_fuyu's, Cosmos3 Ed
 hpcmem.trace.vision_cosmos3_edge's, PP-Chart2Table's hpcmem.trace.vision_pp_chart2table's, the Qwen3-Omni
 thinker's hpcmem.trace.vision_qwen3_omni's, Qwen2.5-Omni's thinker's hpcmem.trace.vision_qwen2_5_omni's (Omni's
 token spellings, a real feature extractor, a stand-in video processor), ERNIE-4.5-VL's
-hpcmem.trace.vision_ernie4_5_vl_moe's, Granite 4 Vision's hpcmem.trace.vision_granite4_vision's.
+hpcmem.trace.vision_ernie4_5_vl_moe's, Granite 4 Vision's hpcmem.trace.vision_granite4_vision's, DeepSeek-OCR 2's
+hpcmem.trace.vision_deepseek_ocr2's.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
-                          vision_cosmos3_edge, vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_ernie4_5_vl_moe,
+                          vision_cosmos3_edge, vision_deepseek_ocr2, vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_ernie4_5_vl_moe,
                           vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v, vision_granite4_vision,
                           vision_granite_docling, vision_idefics2, vision_idefics3, vision_internvl, vision_janus,
                           vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6,
@@ -106,6 +107,8 @@ def processor(job: JobSpec) -> Any:
         return vision_deepseek_vl.processor(job)
     if v.family == "deepseek_vl_hybrid":
         return vision_deepseek_vl_hybrid.processor(job)
+    if v.family == "deepseek_ocr2":
+        return vision_deepseek_ocr2.processor(job)
     if v.family == "aya_vision":
         return vision_aya_vision.processor(job)
     if v.family == "cohere2_vision":
@@ -200,6 +203,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_qwen3_omni.token_ids(proc)
     if vision_qwen2_5_omni.is_processor(proc):
         return vision_qwen2_5_omni.token_ids(proc)
+    if vision_deepseek_ocr2.is_processor(proc):     # its image_token is llava's "<image>": before llava's
+        return vision_deepseek_ocr2.token_ids(proc)
     if vision_lfm2_vl.is_processor(proc):      # its image_token is llava's "<image>": before llava's
         return vision_lfm2_vl.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
@@ -241,6 +246,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_paligemma.MARKERS_PER_IMAGE if family == "paligemma" else \
         vision_deepseek_vl.MARKERS_PER_IMAGE if family == "deepseek_vl" else \
         vision_deepseek_vl_hybrid.MARKERS_PER_IMAGE if family == "deepseek_vl_hybrid" else \
+        vision_deepseek_ocr2.MARKERS_PER_IMAGE if family == "deepseek_ocr2" else \
         vision_aya_vision.markers(job) if family == "aya_vision" else \
         vision_cohere2_vision.markers(job) if family == "cohere2_vision" else \
         vision_gemma4.MARKERS_PER_IMAGE if family in ("gemma4", "gemma4_unified") else \
