@@ -130,3 +130,27 @@ def test_an_encoder_narrower_than_the_sam_features_is_refused():
     cfg["vision_config"]["encoder_config"]["hidden_size"] = 1024
     with pytest.raises(SpecError, match="downsample_channels"):
         deepseek_ocr2_tower_from_config(cfg, "cut")
+
+
+@pytest.mark.torch
+def test_the_learned_text_part_is_the_model_s_decoder():
+    """`deepseek_ocr2_text` maps to no model class; the trace's stand-in (hpcmem.trace.text_heads) is transformers' own
+    DeepseekOcr2TextModel under an untied head: the same parameters as the real model's language model and lm_head,
+    and the same experts implementation (grouped_mm) and attention."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from hpcmem.models.vision import text_part
+    from hpcmem.trace import text_heads
+
+    text_heads.register()
+    cfg = json.loads(CUT.read_text())
+    model = meta_image_text_model(cfg)
+    text = dict(text_part(cfg))
+    config = transformers.AutoConfig.for_model(text.pop("model_type"), **text)
+    with torch.device("meta"):
+        lm = transformers.AutoModelForCausalLM.from_config(config)
+    ours = sum(p.numel() for p in lm.parameters())
+    theirs = sum(p.numel() for n, p in model.named_parameters() if ".language_model." in n or n.startswith("lm_head"))
+    assert ours == theirs
+    assert lm.config._experts_implementation == model.config.text_config._experts_implementation == "grouped_mm"
+    assert lm.config._attn_implementation == model.config.text_config._attn_implementation
