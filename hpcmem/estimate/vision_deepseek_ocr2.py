@@ -72,49 +72,115 @@ def encoder_spec(v: DeepseekOcr2TowerSpec) -> ModelSpec:
                      tie_word_embeddings=False, hidden_act="silu", qkv_bias=True)
 
 
-def _run(job: JobSpec, v: DeepseekOcr2TowerSpec, views: int, size: int, prec: Precision, lora: LoraLayout,
-         adapted: list) -> Run:
-    """The vision model over `views` squares of `size` px."""
+@dataclass(frozen=True)
+class Sam:
+    """SAM's part of a run: its layers' terms (hpcmem.estimate.vision_deepseek_vl_hybrid `SamLayer`), what each layer
+    keeps (its checkpoint input under checkpointing), the neck's and convolutions' saved bytes, the patch
+    embedding's input."""
+
+    layers: tuple
+    blocks: tuple[int, ...]
+    head: int
+    embed: int
+
+
+def sam_run(job: JobSpec, v: DeepseekOcr2TowerSpec, views: int, size: int, prec: Precision, lora: LoraLayout,
+            adapted: list) -> Sam:
+    """SAM, its neck and its two convolutions over `views` squares of `size` px."""
     trained, gc = not lora.enabled, job.train.gradient_checkpointing
-    a, h, c, (c1, c2) = prec.act, v.hidden_size, v.sam_channels, v.downsample_channels
+    a, c, (c1, _) = prec.act, v.sam_channels, v.downsample_channels
     view = v.view(size)
     g = view.sam_grid
     n = views * g * g
-    layers = [sam_layer(view, i, views, prec, trained, adapted, lora) for i in range(v.sam_depth)]
-    sam_blocks = tuple(prec.residual * v.sam_hidden * n for _ in layers) if gc else tuple(x.full for x in layers)
+    layers = tuple(sam_layer(view, i, views, prec, trained, adapted, lora) for i in range(v.sam_depth))
+    blocks = tuple(prec.residual * v.sam_hidden * n for _ in layers) if gc else tuple(x.full for x in layers)
     # the neck: conv1's input (the last layer's output), two channels-first LayerNorms, conv2's 16-bit input; the
     # projection: conv1's 16-bit input copy of the fp32 norm output, conv2's input at half the grid
     half = views * down(g) ** 2
-    head = 2 * layer_norm_saved(c, prec, frozen=True) * n + a * v.sam_hidden * n + a * c * n + a * c * n + a * c1 * half
-    # the encoder: L = 2F rows per view (the features and as many queries)
+    head = 2 * layer_norm_saved(c, prec, frozen=True) * n + a * v.sam_hidden * n + 2 * a * c * n + a * c1 * half
+    embed = views * v.in_channels * size * size * a if trained else 0
+    return Sam(layers=layers, blocks=blocks, head=head, embed=embed)
+
+
+def with_encoder(sam: Sam, enc_full: int, enc_checkpoint: int, enc_backward: int, depth: int, gc: bool,
+                 head: int) -> Run:
+    """A run: SAM's layers, then `depth` encoder layers alike, SAM's head and the encoder's own (`head`) with the
+    merger."""
+    enc_blocks = (enc_checkpoint if gc else enc_full,) * depth
+    forward = max(sum(sam.blocks[:k]) + sam.layers[k].forward for k in range(len(sam.layers)))
+    return Run(blocks=sam.blocks + enc_blocks, full=tuple(x.full for x in sam.layers) + (enc_full,) * depth,
+               backward=tuple(x.backward for x in sam.layers) + (enc_backward,) * depth,
+               head=sam.head + head, embed=sam.embed, forward=forward - sum(sam.blocks),
+               no_grad=max(x.no_grad for x in sam.layers))
+
+
+def _run(job: JobSpec, v: DeepseekOcr2TowerSpec, views: int, size: int, prec: Precision, lora: LoraLayout,
+         adapted: list) -> Run:
+    """The vision model over `views` squares of `size` px: SAM, then the Qwen2 encoder over L = 2F rows a view."""
+    trained, gc = not lora.enabled, job.train.gradient_checkpointing
+    a, h = prec.act, v.hidden_size
+    sam = sam_run(job, v, views, size, prec, lora, adapted)
     f = v.features(size)
     rows = 2 * f
     spec = encoder_spec(v)
     mb = MicroBatch(rows=views, seq=rows, label_tokens=0, padding_free=False, source="", image_mask=True)
-    block_params = v.block_params
-    no_lora = LoraLayout(enabled=False)
-    terms = act.layer_saved(spec, mb, prec, attn="sdpa", layer=0, layer_params=block_params, lora=no_lora if trained
-                            else LoraLayout(enabled=True, r=lora.r))
+    terms = act.layer_saved(spec, mb, prec, attn="sdpa", layer=0, layer_params=v.block_params,
+                            lora=LoraLayout(enabled=False) if trained else LoraLayout(enabled=True, r=lora.r))
     terms = {**terms, "autocast_weights": 0}
     own = [x for x in adapted if x.part == "encoder"]
     enc_full = sum(terms.values()) + adapters_saved(own, views * rows, prec, lora)
-    enc_blocks = tuple(prec.residual * h * views * rows for _ in range(v.depth)) if gc else (enc_full,) * v.depth
     hidden_t, mlp_t, scores_t = act.backward_parts(spec, mb, prec, "sdpa")
     ins = [x.in_features for x in own]
     adapter_t = views * rows * max(ins) * backward_bytes_per_input(lora) if ins else 0
-    enc_backward = hidden_t + max(mlp_t, scores_t) + adapter_t
     # the final RMSNorm (its fp32 input, and its output for the projector when that trains: the queries' rows are a
     # view of it) and the projector's adapter
     norm = (FP32 * h + (prec.residual * h if trained else 0)) * views * rows
     projector = (a * h * views * rows if trained else 0) + \
         adapters_saved([x for x in adapted if x.part == "merger"], views * f, prec, lora)
-    embed = views * v.in_channels * size * size * a if trained else 0
-    # the forward's widest instant: SAM layer k's, beside the earlier layers' saved tensors
-    forward = max(sum(sam_blocks[:k]) + layers[k].forward for k in range(len(layers)))
-    return Run(blocks=sam_blocks + enc_blocks, full=tuple(x.full for x in layers) + (enc_full,) * v.depth,
-               backward=tuple(x.backward for x in layers) + (enc_backward,) * v.depth,
-               head=head + norm + projector, embed=embed, forward=forward - sum(sam_blocks),
-               no_grad=max(x.no_grad for x in layers))
+    return with_encoder(sam, enc_full, prec.residual * h * views * rows, hidden_t + max(mlp_t, scores_t) + adapter_t,
+                        v.depth, gc, norm + projector)
+
+
+def runs_terms(job: JobSpec, v: DeepseekOcr2TowerSpec, prec: Precision, lora: LoraLayout, adapted: list,
+               weights: int, runs: list[Run], enc_block: int, unused: int, pixels: int, n: int,
+               tokens: int, forward_only: int) -> VisionTerms:
+    """VisionTerms of the runs in the forward's order (the last run's backward first: it allocates the gradients);
+    `enc_block` an encoder layer's parameters, `unused` those no view reads (no gradient, no optimizer state)."""
+    trained, r = not lora.enabled, job.train.lora_r
+    gbytes = prec.weight if trained else lora.adapter_bytes
+    trainable = (v.num_params - unused) if trained else sum(r * (x.in_features + x.out_features) * x.count
+                                                            for x in adapted)
+    grads = trainable * gbytes
+    opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
+    sam_grads = [v.sam_layer_params(k) if trained else sum(r * (x.in_features + x.out_features)
+                                                            for x in adapted if x.part == "sam")
+                 for k in range(v.sam_depth)]
+    enc_grads = [enc_block if trained else sum(r * (x.in_features + x.out_features)
+                                               for x in adapted if x.part == "encoder")] * v.depth
+    per_run = tuple(x * gbytes for x in sam_grads + enc_grads)
+    blocks_grads = tuple(x for i, _ in enumerate(runs)
+                         for x in (per_run if i == len(runs) - 1 else (0,) * len(per_run)))
+    blocks = tuple(x for run in runs for x in run.blocks)
+    head = sum(run.head for run in runs)
+    saved = sum(blocks) + head + sum(run.embed for run in runs)
+    # the forward's widest instant, beyond every block's saved tensors (hpcmem.estimate.vision `_forward_instant`
+    # adds them and the tensors outside blocks and merger): in run i, the earlier runs' blocks and heads beside
+    # run i's own instant
+    forward, before = 0, 0
+    for run in runs:
+        forward = max(forward, before + sum(run.blocks) + run.forward)
+        before += sum(run.blocks) + run.head
+    what = ("SAM, the encoder and the projector trained (full fine-tuning)" if trained else
+            f"frozen; LoRA on {len(adapted)} of its linear kinds")
+    return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,
+                       merger_saved=head, blocks_saved=blocks, block_full=max(x for run in runs for x in run.full),
+                       block_backward=max(x for run in runs for x in run.backward), block_grads=max(per_run),
+                       merger_grads=grads - sum(blocks_grads), patches=n, image_tokens=tokens, trained=what,
+                       forward_only=forward_only, block_forward=max(0, forward - sum(blocks)),
+                       reference_pass=max(run.no_grad for run in runs),
+                       blocks_full=tuple(x for run in runs for x in run.full),
+                       blocks_backward=tuple(x for run in runs for x in run.backward),
+                       blocks_grads=blocks_grads)
 
 
 def deepseek_ocr2_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
@@ -125,51 +191,12 @@ def deepseek_ocr2_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> Visi
         return unused_tower(weights)
     adapted = list(adapted)
     t = job.train
-    trained = not lora.enabled
     tiles = images * v.tiles(t.image_height, t.image_width)
     tokens = images * image_geometry(t, v).tokens
     pixels = FP32 * v.in_channels * (images * GLOBAL_SIZE ** 2 + tiles * TILE_SIZE ** 2)
-    gbytes = prec.weight if trained else lora.adapter_bytes
-    r = job.train.lora_r
-    unused = 0 if tiles else QUERIES_768 * v.hidden_size    # query_768_resolution: read by tiles only
-    trainable = (v.num_params - unused) if trained else sum(r * (x.in_features + x.out_features) * x.count
-                                                            for x in adapted)
-    grads = trainable * gbytes
-    opt = int(trainable * optimizer_bytes_per_param(job.train.optim, gbytes))
     runs = [_run(job, v, images, GLOBAL_SIZE, prec, lora, adapted)]
     if tiles:
         runs.append(_run(job, v, tiles, TILE_SIZE, prec, lora, adapted))
-    # per block gradients: SAM's layers, then the encoder's; allocated by the last run's backward (the first to run)
-    sam_grads = [v.sam_layer_params(k) if trained else sum(r * (x.in_features + x.out_features)
-                                                            for x in adapted if x.part == "sam")
-                 for k in range(v.sam_depth)]
-    enc_grads = [v.block_params if trained else sum(r * (x.in_features + x.out_features)
-                                                    for x in adapted if x.part == "encoder")] * v.depth
-    per_run = tuple(x * gbytes for x in sam_grads + enc_grads)
-    blocks_grads = tuple(x for i, run in enumerate(runs)
-                         for x in (per_run if i == len(runs) - 1 else (0,) * len(per_run)))
-    merger_grads = grads - sum(blocks_grads)
-    blocks = tuple(x for run in runs for x in run.blocks)
-    head = sum(run.head for run in runs)
-    embed = sum(run.embed for run in runs)
-    saved = sum(blocks) + head + embed
-    # the forward's widest instant, beyond every block's saved tensors (hpcmem.estimate.vision `_forward_instant`
-    # adds them and the tensors outside blocks and merger): in run i, the earlier runs' blocks and heads beside
-    # run i's own instant
-    forward = 0
-    before = 0
-    for run in runs:
-        forward = max(forward, before + sum(run.blocks) + run.forward)
-        before += sum(run.blocks) + run.head
-    block_forward = max(0, forward - sum(blocks))
-    what = ("SAM, the encoder and the projector trained (full fine-tuning)" if trained else
-            f"frozen; LoRA on {len(adapted)} of its linear kinds")
-    return VisionTerms(weights=weights, gradients=grads, optimizer=opt, pixels=pixels, saved=saved,
-                       merger_saved=head, blocks_saved=blocks, block_full=max(x for run in runs for x in run.full),
-                       block_backward=max(x for run in runs for x in run.backward), block_grads=max(per_run),
-                       merger_grads=merger_grads, patches=n, image_tokens=tokens, trained=what,
-                       forward_only=2 * prec.act * v.out_hidden_size * tokens, block_forward=block_forward,
-                       reference_pass=max(run.no_grad for run in runs),
-                       blocks_full=tuple(x for run in runs for x in run.full),
-                       blocks_backward=tuple(x for run in runs for x in run.backward),
-                       blocks_grads=blocks_grads)
+    unused = 0 if tiles else QUERIES_768 * v.hidden_size    # query_768_resolution: read by tiles only
+    return runs_terms(job, v, prec, lora, adapted, weights, runs, v.block_params, unused, pixels, n, tokens,
+                      2 * prec.act * v.out_hidden_size * tokens)

@@ -50,6 +50,7 @@ from hpcmem.estimate.vision_minicpmv4_6 import minicpmv4_6_terms
 from hpcmem.estimate.vision_lfm3_vl import lfm3_vl_terms
 from hpcmem.estimate.vision_got_ocr2 import got_ocr2_terms
 from hpcmem.estimate.vision_deepseek_ocr2 import deepseek_ocr2_terms
+from hpcmem.estimate.vision_unlimited_ocr import unlimited_ocr_terms
 from hpcmem.estimate.vision_kimi_k25 import kimi_k25_terms
 from hpcmem.estimate.vision_deepseek_vl_hybrid import deepseek_vl_hybrid_terms
 from hpcmem.estimate.vision_cosmos3_edge import cosmos3_edge_terms
@@ -75,6 +76,7 @@ from hpcmem.models.minicpmv4_6 import MiniCpmV46TowerSpec
 from hpcmem.models.lfm3_vl import Lfm3VlTowerSpec
 from hpcmem.models.got_ocr2_tower import GotOcr2TowerSpec
 from hpcmem.models.deepseek_ocr2 import DeepseekOcr2TowerSpec
+from hpcmem.models.unlimited_ocr import UnlimitedOcrTowerSpec
 from hpcmem.models.kimi_k25 import KimiK25TowerSpec
 from hpcmem.models.deepseek_vl_hybrid import DeepseekVLHybridTowerSpec
 from hpcmem.models.cosmos3_edge import Cosmos3EdgeTowerSpec
@@ -110,7 +112,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     (hpcmem.estimate.vision_idle_audio); ERNIE-4.5-VL's (and its decoder's image-token routing) in
     hpcmem.estimate.vision_ernie4_5_vl_moe; Granite 4 Vision's SigLIP tower and Window Q-Former projectors in
     hpcmem.estimate.vision_granite4_vision; DeepSeek-OCR 2's SAM tower, Qwen2 encoder and projector in
-    hpcmem.estimate.vision_deepseek_ocr2."""
+    hpcmem.estimate.vision_deepseek_ocr2; Unlimited-OCR's (the same SAM under a CLIP encoder) in
+    hpcmem.estimate.vision_unlimited_ocr."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
     if isinstance(job.model.vision, VisionSpec) and job.model.vision.audio is not None:   # before the Qwen towers'
@@ -135,6 +138,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return ernie45vl_terms(job, prec, lora)
     if isinstance(job.model.vision, GotOcr2TowerSpec):
         return got_ocr2_terms(job, prec, lora)
+    if isinstance(job.model.vision, UnlimitedOcrTowerSpec):        # a DeepseekOcr2TowerSpec: first
+        return unlimited_ocr_terms(job, prec, lora)
     if isinstance(job.model.vision, DeepseekOcr2TowerSpec):
         return deepseek_ocr2_terms(job, prec, lora)
     if isinstance(job.model.vision, Granite4VisionTowerSpec):      # a ClipTowerSpec: before llava's

@@ -176,7 +176,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "lfm2_vl": "Lfm2VlImageProcessor", "minicpmv4_6": "MiniCPMV4_6ImageProcessor",
                      "kimi_k25": "Kimi_K25ImageProcessor", "got_ocr2": "PPChart2TableImageProcessor",
                      "granite_docling": "GraniteDoclingImageProcessor", "aria": "AriaImageProcessor",
-                     "deepseek_ocr2": "DeepseekOcr2ImageProcessor"}.get(
+                     "deepseek_ocr2": "DeepseekOcr2ImageProcessor",
+                     "unlimited_ocr": "UnlimitedOcrImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
@@ -202,6 +203,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 "tower's) and pads each to a square" if v.family == "deepseek_vl_hybrid" else
                 f"it resizes every image's longest edge to {v.image_size} px and pads it to a square, and cuts one "
                 "larger than 768 px into 2..6 tiles of 768 px" if v.family == "deepseek_ocr2" else
+                f"it resizes every image's longest edge to {v.image_size} px and pads it to a square, and cuts one "
+                "larger than 640 px into 2..32 tiles of 640 px" if v.family == "unlimited_ocr" else
                 f"it fits every image to {v.min_image_tokens}..{v.max_image_tokens} image tokens and cuts a large one "
                 f"into {v.image_size}-px tiles ({v.min_tiles}..{v.max_tiles}) and a thumbnail"
                 if v.family == "lfm2_vl" else

@@ -246,7 +246,9 @@ class DeepseekOcr2TowerSpec(TowerBase):
         return self.tower_params + self.merger_params
 
 
-def _sub(raw: Any, key: str, name: str) -> dict[str, Any]:
+def sub_config(raw: Any, key: str, name: str) -> dict[str, Any]:
+    """A vision_config sub-config (sam_config, encoder_config) as a dict: {} when omitted, refused when not an
+    object."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -260,8 +262,8 @@ def deepseek_ocr2_tower_from_config(cfg: dict[str, Any], name: str) -> DeepseekO
     raw = cfg.get("vision_config")
     if raw is not None and not isinstance(raw, dict):
         raise SpecError(f"model {name}: vision_config must be an object, got {type(raw).__name__}")
-    sc = {**SAM_DEFAULTS, **_sub((raw or {}).get("sam_config"), "sam_config", name)}
-    ec = {**ENCODER_DEFAULTS, **_sub((raw or {}).get("encoder_config"), "encoder_config", name)}
+    sc = {**SAM_DEFAULTS, **sub_config((raw or {}).get("sam_config"), "sam_config", name)}
+    ec = {**ENCODER_DEFAULTS, **sub_config((raw or {}).get("encoder_config"), "encoder_config", name)}
     for key in ("image_size", "patch_size"):
         if isinstance(sc[key], (list, tuple)):
             raise SpecError(f"model {name}: vision_config.sam_config.{key} {sc[key]!r}: hpcmem models square images "

@@ -36,6 +36,12 @@ DeepSeek-OCR 2 (models/deepseek_ocr2/modeling_deepseek_ocr2.py): `deepseek_ocr2_
 `model.language_model` (`DeepseekOcr2TextModel`: DeepSeek-V2's decoder with Llama's multi-head attention and
 cos/sin RoPE), `lm_head` (untied: DeepseekOcr2Config.tie_word_embeddings False) on the kept positions and
 `self.loss_function` (no router aux loss) — LlamaForCausalLM.forward around the decoder.
+
+Unlimited-OCR (models/unlimited_ocr/modular_unlimited_ocr.py): `unlimited_ocr_text` likewise maps to no model class.
+`UnlimitedOcrForConditionalGeneration.forward` runs on a text row `UnlimitedOcrTextModel` (DeepSeek-OCR 2's decoder
+whose layers take the reference sliding-window mask: with no cache, causal over every earlier token, always
+materialised), its untied `lm_head` on the kept positions and `self.loss_function` — again LlamaForCausalLM.forward
+around the decoder.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
@@ -44,7 +50,7 @@ from typing import Any
 
 # model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
 TEXT_ONLY_TYPES = ("cosmos3_edge_text", "ernie4_5_vl_moe_text", "mistral4", "mistral_large4_text",
-                   "deepseek_ocr2_text")
+                   "deepseek_ocr2_text", "unlimited_ocr_text")
 _DONE: list[bool] = []
 
 
@@ -181,6 +187,38 @@ def _deepseek_ocr2_text_lm() -> tuple[Any, Any]:
     return DeepseekOcr2TextConfig, DeepseekOcr2TextForCausalLM
 
 
+def _unlimited_ocr_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+    from transformers.models.unlimited_ocr.configuration_unlimited_ocr import UnlimitedOcrTextConfig
+    from transformers.models.unlimited_ocr.modeling_unlimited_ocr import (UnlimitedOcrTextModel,
+                                                                          UnlimitedOcrTextPreTrainedModel)
+
+    class UnlimitedOcrTextForCausalLM(UnlimitedOcrTextPreTrainedModel, GenerationMixin):
+        """UnlimitedOcrTextModel and the untied head UnlimitedOcrForConditionalGeneration puts on it, under
+        LlamaForCausalLM's forward."""
+
+        config: UnlimitedOcrTextConfig
+        config_class = UnlimitedOcrTextConfig
+        base_model_prefix = "model"
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: UnlimitedOcrTextConfig) -> None:
+            super().__init__(config)
+            self.model = UnlimitedOcrTextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    UnlimitedOcrTextForCausalLM._can_set_experts_implementation_cached_value = \
+        UnlimitedOcrTextModel._can_set_experts_implementation()
+    return UnlimitedOcrTextConfig, UnlimitedOcrTextForCausalLM
+
+
 def register() -> None:
     """Register the classes above with AutoModelForCausalLM (once per process)."""
     if _DONE:
@@ -190,6 +228,7 @@ def register() -> None:
     from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
     for config, model in (_cosmos3_edge_text_lm(), _ernie4_5_vl_moe_text_lm(), _mistral_large4_text_lm(),
-                          _deepseek_ocr2_text_lm(), (Mistral4Config, Mistral4ForCausalLM)):
+                          _deepseek_ocr2_text_lm(), _unlimited_ocr_text_lm(),
+                          (Mistral4Config, Mistral4ForCausalLM)):
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)
