@@ -278,10 +278,20 @@ IMAGE_RESERVED_NOTE = ("reserved with images is not held to 3 %: the allocator's
 # PP-Chart2Table: modeling_got_ocr2.py GotOcr2VisionAttention's eager attention keeps [heads, N, N] fp32 and 16-bit
 # scores per image on a global layer (hundreds of MiB each), which strand whole segments (estimator/LOG.md, 12 traced
 # SFT cases: 8-33 % default, 1-32 % expandable)
+# DeepSeek-OCR 2: DeepSeek-VL hybrid's SAM attention (modular_deepseek_ocr2.py, SamVisionSdpaAttention's) run twice,
+# on the 1024 px global views and on the 768 px tiles (estimator/LOG.md, 12 traced cases: 7-32 % default, 3-21 %
+# expandable); Unlimited-OCR: the same SAM (modular_unlimited_ocr.py) under a CLIP encoder (12 traced cases: 9-24 %
+# default, 3-21 % expandable)
 WIDER_IMAGE_RESERVED = {"deepseek_vl_hybrid": (26, 22, "the SAM tower's global attention makes and frees fp32 "
                                                        "[heads, grid², grid²] tensors"),
                         "pp_chart2table": (33, 32, "the GOT-OCR 2.0 tower's global layers keep eager [heads, N, N] "
-                                                   "attention scores, fp32 and 16-bit, per image")}
+                                                   "attention scores, fp32 and 16-bit, per image"),
+                        "deepseek_ocr2": (32, 21, "the SAM tower's global attention makes and frees fp32 "
+                                                  "[heads, grid², grid²] tensors for the global view and again for "
+                                                  "the tiles"),
+                        "unlimited_ocr": (25, 21, "the SAM tower's global attention makes and frees fp32 "
+                                                  "[heads, grid², grid²] tensors for the global view and again for "
+                                                  "the tiles")}
 
 
 def wider_reserved_note(model_type: str) -> str:

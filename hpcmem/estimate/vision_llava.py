@@ -49,6 +49,8 @@ from hpcmem.estimate.vision_lfm2_vl import lfm2_vl_terms
 from hpcmem.estimate.vision_minicpmv4_6 import minicpmv4_6_terms
 from hpcmem.estimate.vision_lfm3_vl import lfm3_vl_terms
 from hpcmem.estimate.vision_got_ocr2 import got_ocr2_terms
+from hpcmem.estimate.vision_deepseek_ocr2 import deepseek_ocr2_terms
+from hpcmem.estimate.vision_unlimited_ocr import unlimited_ocr_terms
 from hpcmem.estimate.vision_kimi_k25 import kimi_k25_terms
 from hpcmem.estimate.vision_deepseek_vl_hybrid import deepseek_vl_hybrid_terms
 from hpcmem.estimate.vision_cosmos3_edge import cosmos3_edge_terms
@@ -77,6 +79,8 @@ from hpcmem.models.lfm2_vl import Lfm2VlTowerSpec
 from hpcmem.models.minicpmv4_6 import MiniCpmV46TowerSpec
 from hpcmem.models.lfm3_vl import Lfm3VlTowerSpec
 from hpcmem.models.got_ocr2_tower import GotOcr2TowerSpec
+from hpcmem.models.deepseek_ocr2 import DeepseekOcr2TowerSpec
+from hpcmem.models.unlimited_ocr import UnlimitedOcrTowerSpec
 from hpcmem.models.kimi_k25 import KimiK25TowerSpec
 from hpcmem.models.deepseek_vl_hybrid import DeepseekVLHybridTowerSpec
 from hpcmem.models.cosmos3_edge import Cosmos3EdgeTowerSpec
@@ -117,7 +121,9 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     hpcmem.estimate.vision_ernie4_5_vl_moe; Granite 4 Vision's SigLIP tower and Window Q-Former projectors in
     hpcmem.estimate.vision_granite4_vision; Molmo2's in hpcmem.estimate.vision_molmo2; Muse Glimmer's and Muse
     Spark's (its idle audio tower's weights besides) in hpcmem.estimate.vision_muse_glimmer; HunYuanVL's and
-    HY-V4-VL's in hpcmem.estimate.vision_hunyuan_vl; MiniMax M3 VL's in hpcmem.estimate.vision_minimax_m3_vl."""
+    HY-V4-VL's in hpcmem.estimate.vision_hunyuan_vl; MiniMax M3 VL's in hpcmem.estimate.vision_minimax_m3_vl; DeepSeek-OCR 2's SAM
+    tower, Qwen2 encoder and projector in hpcmem.estimate.vision_deepseek_ocr2; Unlimited-OCR's (the same SAM under a
+    CLIP encoder) in hpcmem.estimate.vision_unlimited_ocr."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
     if isinstance(job.model.vision, VisionSpec) and job.model.vision.audio is not None:   # before the Qwen towers'
@@ -150,6 +156,10 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return minimax_m3_terms(job, prec, lora)
     if isinstance(job.model.vision, GotOcr2TowerSpec):
         return got_ocr2_terms(job, prec, lora)
+    if isinstance(job.model.vision, UnlimitedOcrTowerSpec):        # a DeepseekOcr2TowerSpec: first
+        return unlimited_ocr_terms(job, prec, lora)
+    if isinstance(job.model.vision, DeepseekOcr2TowerSpec):
+        return deepseek_ocr2_terms(job, prec, lora)
     if isinstance(job.model.vision, Granite4VisionTowerSpec):      # a ClipTowerSpec: before llava's
         return granite4_vision_terms(job, prec, lora)
     if isinstance(job.model.vision, VipLlavaTowerSpec):

@@ -184,7 +184,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "kimi_k25": "Kimi_K25ImageProcessor", "muse_glimmer": "MuseGlimmerImageProcessor",
                      "got_ocr2": "PPChart2TableImageProcessor",
                      "granite_docling": "GraniteDoclingImageProcessor", "aria": "AriaImageProcessor",
-                     "molmo2": "Molmo2ImageProcessor"}.get(
+                     "molmo2": "Molmo2ImageProcessor", "deepseek_ocr2": "DeepseekOcr2ImageProcessor",
+                     "unlimited_ocr": "UnlimitedOcrImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
@@ -210,6 +211,10 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 "crops, plus a global crop" if v.family == "molmo2" else
                 f"it resizes every image's longest edge to {v.image_size} px and to {v.sam_image_size} px (the SAM "
                 "tower's) and pads each to a square" if v.family == "deepseek_vl_hybrid" else
+                f"it resizes every image's longest edge to {v.image_size} px and pads it to a square, and cuts one "
+                "larger than 768 px into 2..6 tiles of 768 px" if v.family == "deepseek_ocr2" else
+                f"it resizes every image's longest edge to {v.image_size} px and pads it to a square, and cuts one "
+                "larger than 640 px into 2..32 tiles of 640 px" if v.family == "unlimited_ocr" else
                 f"it fits every image to {v.min_image_tokens}..{v.max_image_tokens} image tokens and cuts a large one "
                 f"into {v.image_size}-px tiles ({v.min_tiles}..{v.max_tiles}) and a thumbnail"
                 if v.family == "lfm2_vl" else

@@ -238,6 +238,15 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         gh, gw = vision.grid(t.image_height, t.image_width)
         return ImageGeometry(resized=(gh * vision.patch_size, gw * vision.patch_size), grid_thw=(1, gh, gw),
                              patches=gh * gw, tokens=vision.image_tokens(t.image_height, t.image_width))
+    if getattr(vision, "family", "") in ("deepseek_ocr2", "unlimited_ocr"):
+        # DeepSeek-OCR 2 (hpcmem.models.deepseek_ocr2): the 1024 px global view and any 768 px tiles (Unlimited-OCR's
+        # 640 px, hpcmem.models.unlimited_ocr); grid_thw is (views, the global view's patch grid); the SAM patches of
+        # every view
+        g = vision.image_size // vision.patch_size
+        tiles = vision.tiles(t.image_height, t.image_width)
+        return ImageGeometry(resized=(vision.image_size,) * 2, grid_thw=(1 + tiles, g, g),
+                             patches=vision.image_patches(t.image_height, t.image_width),
+                             tokens=vision.image_tokens(t.image_height, t.image_width))
     if getattr(vision, "family", "") == "fuyu":
         # Fuyu (hpcmem.models.fuyu): the image fitted into the 1080 × 1920 canvas when larger, cropped to whole 30 px
         # patches; one |SPEAKER| token per patch (the |NEWLINE| per patch row is text)

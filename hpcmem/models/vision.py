@@ -146,6 +146,15 @@ Covered (transformers 5.24):
   the spatial layer, each projector's rows added to the image tokens before its text layer
   (hpcmem.models.granite4_vision's `Granite4VisionTowerSpec`); its decoder Granite's, learned
   (hpcmem.models.vlm_learned).
+- deepseek_ocr2 (DeepSeek-OCR 2) with images: a SAM ViT-B tower and two downsampling convolutions under a Qwen2
+  decoder run as an encoder over the features and learned queries, a Linear projector; a 1024 px global view and up
+  to six 768 px tiles per image (hpcmem.models.deepseek_ocr2's `DeepseekOcr2TowerSpec`); its decoder
+  deepseek_ocr2_text (DeepSeek-V2's routed and shared experts under multi-head attention), learned
+  (hpcmem.models.vlm_learned).
+- unlimited_ocr (Unlimited-OCR) with images: DeepSeek-OCR 2's SAM tower and convolutions under a CLIP encoder that
+  takes the SAM features as its patch embeddings, a Linear projector over both; a 1024 px global view and up to 32
+  640 px tiles per image (hpcmem.models.unlimited_ocr's `UnlimitedOcrTowerSpec`); its decoder unlimited_ocr_text
+  (DeepSeek-OCR 2's under a reference sliding-window mask), learned (hpcmem.models.vlm_learned).
 - mistral_large4 (Mistral Large 4) with images: Mistral 3's Pixtral tower and patch-merging projector at its own
   defaults (hpcmem.models.mistral_large4, hpcmem.models.pixtral's `PixtralTowerSpec`); its decoder mistral_large4_text
   (MLA attention, a sparse-attention indexer, routed and shared experts), learned (hpcmem.models.vlm_learned).
@@ -205,6 +214,8 @@ from hpcmem.models.internvl import internvl_tower_from_config
 from hpcmem.models.aya_vision import aya_vision_tower_from_config
 from hpcmem.models.cohere2_vision import cohere2_vision_tower_from_config
 from hpcmem.models.deepseek_vl import deepseek_vl_tower_from_config
+from hpcmem.models.deepseek_ocr2 import deepseek_ocr2_tower_from_config
+from hpcmem.models.unlimited_ocr import unlimited_ocr_tower_from_config
 from hpcmem.models.deepseek_vl_hybrid import deepseek_vl_hybrid_tower_from_config
 from hpcmem.models.gemma4 import gemma4_tower_from_config, gemma4_unified_tower_from_config
 from hpcmem.models.fuyu import FUYU_TEXT_DEFAULTS, fuyu_tower_from_config
@@ -348,7 +359,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",), "molmo2": ("sft", "dpo"),
                           "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo"),
                           "muse_glimmer": ("sft", "dpo"), "muse_spark": ("sft", "dpo"), "hunyuan_vl": ("sft", "dpo"),
-                          "hy_v4_vl": ("sft", "dpo"), "minimax_m3_vl": ("sft", "dpo")}
+                          "hy_v4_vl": ("sft", "dpo"), "minimax_m3_vl": ("sft", "dpo"),
+                          "deepseek_ocr2": ("sft", "dpo"), "unlimited_ocr": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -555,6 +567,18 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # `__post_init__` when the text config's is
     "minimax_m3_vl": TowerLayout(text="minimax_m3_vl_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                  text_defaults={}, tie_from_text=True),
+    # models/deepseek_ocr2: hpcmem.models.deepseek_ocr2 reads the vision part (SAM, its convolutions, the Qwen2
+    # encoder and its queries) and the projector; DeepseekOcr2Config's text_config is always a DeepseekOcr2TextConfig
+    # (`sub_configs_defaults`, its class defaults when omitted), DeepseekOcr2TextModel, a learned type
+    # (hpcmem.models.vlm_learned); DeepseekOcr2Config.tie_word_embeddings False
+    "deepseek_ocr2": TowerLayout(text="deepseek_ocr2_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                 text_defaults={}),
+    # models/unlimited_ocr: hpcmem.models.unlimited_ocr reads the vision part (SAM, its convolutions, a CLIP encoder
+    # over the SAM features) and the projector; UnlimitedOcrConfig's text_config is always an UnlimitedOcrTextConfig
+    # (`sub_configs_defaults`, its class defaults when omitted), UnlimitedOcrTextModel, a learned type
+    # (hpcmem.models.vlm_learned); UnlimitedOcrConfig.tie_word_embeddings False
+    "unlimited_ocr": TowerLayout(text="unlimited_ocr_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                                 text_defaults={}),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -963,6 +987,10 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return deepseek_vl_tower_from_config(cfg, name)
     if model_type == "deepseek_vl_hybrid":
         return deepseek_vl_hybrid_tower_from_config(cfg, name)
+    if model_type == "deepseek_ocr2":
+        return deepseek_ocr2_tower_from_config(cfg, name)
+    if model_type == "unlimited_ocr":
+        return unlimited_ocr_tower_from_config(cfg, name)
     if model_type == "aya_vision":
         return aya_vision_tower_from_config(cfg, name)
     if model_type == "cohere2_vision":

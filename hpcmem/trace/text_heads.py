@@ -9,6 +9,18 @@ kept positions and `self.loss_function` — what LlamaForCausalLM.forward does a
 that: transformers' own `Cosmos3EdgeTextModel` under LlamaForCausalLM's forward, registered with
 AutoModelForCausalLM only inside hpcmem's trace processes (`register`); no other code of it is hpcmem's.
 
+DeepSeek-OCR 2 (models/deepseek_ocr2/modeling_deepseek_ocr2.py): `deepseek_ocr2_text` maps to no model class at all
+(auto/auto_mappings.py names its config only). `DeepseekOcr2ForConditionalGeneration.forward` runs on a text row its
+`model.language_model` (`DeepseekOcr2TextModel`: DeepSeek-V2's decoder with Llama's multi-head attention and
+cos/sin RoPE), `lm_head` (untied: DeepseekOcr2Config.tie_word_embeddings False) on the kept positions and
+`self.loss_function` (no router aux loss) — LlamaForCausalLM.forward around the decoder.
+
+Unlimited-OCR (models/unlimited_ocr/modular_unlimited_ocr.py): `unlimited_ocr_text` likewise maps to no model class.
+`UnlimitedOcrForConditionalGeneration.forward` runs on a text row `UnlimitedOcrTextModel` (DeepSeek-OCR 2's decoder
+whose layers take the reference sliding-window mask: with no cache, causal over every earlier token, always
+materialised), its untied `lm_head` on the kept positions and `self.loss_function` — again LlamaForCausalLM.forward
+around the decoder.
+
 ERNIE-4.5-VL (models/ernie4_5_vl_moe/modular_ernie4_5_vl_moe.py): `ernie4_5_vl_moe_text` maps to no class in
 transformers' auto mappings. What `Ernie4_5_VLMoeForConditionalGeneration` (Glm4vForConditionalGeneration's layout,
 its own forward) runs on a text row is `Ernie4_5_VLMoeTextModel` (`model.language_model`) with no
@@ -83,8 +95,9 @@ experts' implementation transformers picks for the text model's module, as Mistr
 from typing import Any
 
 # model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
-TEXT_ONLY_TYPES = ("cosmos3_edge_text", "ernie4_5_vl_moe_text", "glm5_next_text", "hunyuan_vl_text", "hy_v4_vl_text",
-                   "mistral4", "mistral_large4_text", "molmo2_text", "muse_glimmer_text", "muse_spark_text")
+TEXT_ONLY_TYPES = ("cosmos3_edge_text", "deepseek_ocr2_text", "ernie4_5_vl_moe_text", "glm5_next_text",
+                   "hunyuan_vl_text", "hy_v4_vl_text", "mistral4", "mistral_large4_text", "molmo2_text",
+                   "muse_glimmer_text", "muse_spark_text", "unlimited_ocr_text")
 _DONE: list[bool] = []
 
 
@@ -115,6 +128,71 @@ def _cosmos3_edge_text_lm() -> tuple[Any, Any]:
         forward = LlamaForCausalLM.forward
 
     return Cosmos3EdgeTextConfig, Cosmos3EdgeTextForCausalLM
+
+
+def _deepseek_ocr2_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.deepseek_ocr2.configuration_deepseek_ocr2 import DeepseekOcr2TextConfig
+    from transformers.models.deepseek_ocr2.modeling_deepseek_ocr2 import (DeepseekOcr2TextModel,
+                                                                          DeepseekOcr2TextPreTrainedModel)
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+
+    class DeepseekOcr2TextForCausalLM(DeepseekOcr2TextPreTrainedModel, GenerationMixin):
+        """DeepseekOcr2TextModel and the untied head DeepseekOcr2ForConditionalGeneration puts on it, under
+        LlamaForCausalLM's forward."""
+
+        config: DeepseekOcr2TextConfig
+        config_class = DeepseekOcr2TextConfig
+        base_model_prefix = "model"
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: DeepseekOcr2TextConfig) -> None:
+            super().__init__(config)
+            self.model = DeepseekOcr2TextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    # as for Mistral Large 4's class above: the experts' implementation the text model's module picks (grouped_mm)
+    DeepseekOcr2TextForCausalLM._can_set_experts_implementation_cached_value = \
+        DeepseekOcr2TextModel._can_set_experts_implementation()
+    return DeepseekOcr2TextConfig, DeepseekOcr2TextForCausalLM
+
+
+def _unlimited_ocr_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+    from transformers.models.unlimited_ocr.configuration_unlimited_ocr import UnlimitedOcrTextConfig
+    from transformers.models.unlimited_ocr.modeling_unlimited_ocr import (UnlimitedOcrTextModel,
+                                                                          UnlimitedOcrTextPreTrainedModel)
+
+    class UnlimitedOcrTextForCausalLM(UnlimitedOcrTextPreTrainedModel, GenerationMixin):
+        """UnlimitedOcrTextModel and the untied head UnlimitedOcrForConditionalGeneration puts on it, under
+        LlamaForCausalLM's forward."""
+
+        config: UnlimitedOcrTextConfig
+        config_class = UnlimitedOcrTextConfig
+        base_model_prefix = "model"
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: UnlimitedOcrTextConfig) -> None:
+            super().__init__(config)
+            self.model = UnlimitedOcrTextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    UnlimitedOcrTextForCausalLM._can_set_experts_implementation_cached_value = \
+        UnlimitedOcrTextModel._can_set_experts_implementation()
+    return UnlimitedOcrTextConfig, UnlimitedOcrTextForCausalLM
 
 
 def _ernie4_5_vl_moe_text_lm() -> tuple[Any, Any]:
@@ -375,8 +453,9 @@ def register() -> None:
     from transformers.models.mistral4.configuration_mistral4 import Mistral4Config
     from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
-    for config, model in (_cosmos3_edge_text_lm(), _ernie4_5_vl_moe_text_lm(), _glm5_next_text_lm(),
-                          _hunyuan_vl_text_lm(), _hy_v4_vl_text_lm(), _mistral_large4_text_lm(), _molmo2_text_lm(), _muse_glimmer_text_lm(),
-                          _muse_spark_text_lm(), (Mistral4Config, Mistral4ForCausalLM)):
+    heads = (_cosmos3_edge_text_lm, _deepseek_ocr2_text_lm, _unlimited_ocr_text_lm, _ernie4_5_vl_moe_text_lm,
+             _glm5_next_text_lm, _hunyuan_vl_text_lm, _hy_v4_vl_text_lm, _mistral_large4_text_lm, _molmo2_text_lm,
+             _muse_glimmer_text_lm, _muse_spark_text_lm)
+    for config, model in (*(head() for head in heads), (Mistral4Config, Mistral4ForCausalLM)):
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)

@@ -25,7 +25,9 @@ hpcmem.trace.vision_ernie4_5_vl_moe's, Granite 4 Vision's hpcmem.trace.vision_gr
 hpcmem.trace.vision_molmo2's (its torchvision-only image processor with torch's resize and normalize), Muse Glimmer's
 and Muse Spark's hpcmem.trace.vision_muse_glimmer's (a PIL stand-in for their torchvision-only image processor),
 HunYuanVL's hpcmem.trace.vision_hunyuan_vl's, HY-V4-VL's hpcmem.trace.vision_hy_v4_vl's, MiniMax M3 VL's
-hpcmem.trace.vision_minimax_m3_vl's (a PIL stand-in for its torchvision-only image processor).
+hpcmem.trace.vision_minimax_m3_vl's (a PIL stand-in for its torchvision-only image processor), DeepSeek-OCR 2's
+hpcmem.trace.vision_deepseek_ocr2's, Unlimited-OCR's hpcmem.trace.vision_unlimited_ocr's (a PIL stand-in for its
+torchvision-only image processor).
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
-                          vision_cosmos3_edge, vision_deepseek_vl, vision_deepseek_vl_hybrid, vision_ernie4_5_vl_moe,
-                          vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v, vision_granite4_vision,
-                          vision_granite_docling, vision_hunyuan_vl, vision_hy_v4_vl, vision_idefics2, vision_idefics3,
-                          vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr,
-                          vision_llava, vision_minicpmv4_6, vision_minimax_m3_vl, vision_mistral3, vision_mllama,
-                          vision_molmo2, vision_muse_glimmer, vision_ovis2, vision_paddleocr_vl, vision_paligemma,
-                          vision_pp_chart2table, vision_qwen2_5_omni, vision_qwen3_omni, vision_video_llama_3)
+                          vision_cosmos3_edge, vision_deepseek_ocr2, vision_deepseek_vl, vision_deepseek_vl_hybrid,
+                          vision_ernie4_5_vl_moe, vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v,
+                          vision_granite4_vision, vision_granite_docling, vision_hunyuan_vl, vision_hy_v4_vl,
+                          vision_idefics2, vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25,
+                          vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_minimax_m3_vl,
+                          vision_mistral3, vision_mllama, vision_molmo2, vision_muse_glimmer, vision_ovis2,
+                          vision_paddleocr_vl, vision_paligemma, vision_pp_chart2table, vision_qwen2_5_omni,
+                          vision_qwen3_omni, vision_unlimited_ocr, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -111,6 +114,10 @@ def processor(job: JobSpec) -> Any:
         return vision_deepseek_vl.processor(job)
     if v.family == "deepseek_vl_hybrid":
         return vision_deepseek_vl_hybrid.processor(job)
+    if v.family == "deepseek_ocr2":
+        return vision_deepseek_ocr2.processor(job)
+    if v.family == "unlimited_ocr":
+        return vision_unlimited_ocr.processor(job)
     if v.family == "aya_vision":
         return vision_aya_vision.processor(job)
     if v.family == "cohere2_vision":
@@ -219,6 +226,10 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_qwen3_omni.token_ids(proc)
     if vision_qwen2_5_omni.is_processor(proc):
         return vision_qwen2_5_omni.token_ids(proc)
+    if vision_deepseek_ocr2.is_processor(proc):     # its image_token is llava's "<image>": before llava's
+        return vision_deepseek_ocr2.token_ids(proc)
+    if vision_unlimited_ocr.is_processor(proc):     # its image_token is llava's "<image>": before llava's
+        return vision_unlimited_ocr.token_ids(proc)
     if vision_molmo2.is_processor(proc):
         return vision_molmo2.token_ids(proc)
     if vision_hunyuan_vl.is_processor(proc):
@@ -264,6 +275,8 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_paligemma.MARKERS_PER_IMAGE if family == "paligemma" else \
         vision_deepseek_vl.MARKERS_PER_IMAGE if family == "deepseek_vl" else \
         vision_deepseek_vl_hybrid.MARKERS_PER_IMAGE if family == "deepseek_vl_hybrid" else \
+        vision_deepseek_ocr2.MARKERS_PER_IMAGE if family == "deepseek_ocr2" else \
+        vision_unlimited_ocr.MARKERS_PER_IMAGE if family == "unlimited_ocr" else \
         vision_aya_vision.markers(job) if family == "aya_vision" else \
         vision_cohere2_vision.markers(job) if family == "cohere2_vision" else \
         vision_gemma4.MARKERS_PER_IMAGE if family in ("gemma4", "gemma4_unified") else \

@@ -32,7 +32,8 @@ PROMPT_WORDS = 1    # beside the images: the shortest prompt, the longest comple
 
 def prompt_tokens(job: JobSpec) -> int:
     """Tokens of each prompt: its images (image tokens and any markers around them: Qwen's vision_start/vision_end,
-    InternVL's <img>/</img>, none for the llava types, Mistral 3, DeepSeek-VL and VideoLLaMA3) and one word."""
+    InternVL's <img>/</img>, none for the llava types, Mistral 3, DeepSeek-VL, DeepSeek-OCR 2, Unlimited-OCR and
+    VideoLLaMA3) and one word."""
     t = job.train
     v = job.model.vision
     markers = vision_idefics3.markers(job) if v.family == "idefics3" else \
@@ -42,7 +43,8 @@ def prompt_tokens(job: JobSpec) -> int:
         vision_internvl.MARKERS_PER_IMAGE if v.family == "internvl" else \
         vision_llava.MARKERS_PER_IMAGE if v.model_type in vision_llava.LLAVA_TYPES else \
         vision_mistral3.MARKERS_PER_IMAGE if v.family == "pixtral" else \
-        vision_deepseek_vl.MARKERS_PER_IMAGE if v.family in ("deepseek_vl", "deepseek_vl_hybrid") else \
+        vision_deepseek_vl.MARKERS_PER_IMAGE if v.family in ("deepseek_vl", "deepseek_vl_hybrid",
+                                                             "deepseek_ocr2", "unlimited_ocr") else \
         vision_janus.MARKERS_PER_IMAGE if v.family == "janus" else \
         vision_ovis2.MARKERS_PER_IMAGE if v.family == "ovis2" else \
         vision_video_llama_3.MARKERS_PER_IMAGE if v.family == "video_llama_3" else \

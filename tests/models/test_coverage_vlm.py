@@ -137,6 +137,12 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     assert by_type["mistral_large4"]["status"] == "derived" and \
         "traced: SFT, DPO)" in by_type["mistral_large4"]["reason"] and \
         "GRPO/RLOO with images refused" in by_type["mistral_large4"]["reason"]
+    assert by_type["deepseek_ocr2"]["status"] == "derived" and \
+        "traced: SFT, DPO)" in by_type["deepseek_ocr2"]["reason"] and \
+        "GRPO/RLOO with images refused" in by_type["deepseek_ocr2"]["reason"]
+    assert by_type["unlimited_ocr"]["status"] == "derived" and \
+        "traced: SFT, DPO)" in by_type["unlimited_ocr"]["reason"] and \
+        "GRPO/RLOO with images refused" in by_type["unlimited_ocr"]["reason"]
     assert by_type["qwen2_5_omni_thinker"]["status"] == "derived" and \
         "traced: SFT, DPO, GRPO, RLOO)" in by_type["qwen2_5_omni_thinker"]["reason"] and \
         "refused" not in by_type["qwen2_5_omni_thinker"]["reason"]
