@@ -39,7 +39,7 @@ from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, layer_norm_saved, tower_weights,
                                     unused_tower)
-from hpcmem.estimate.vision_deepseek_vl_hybrid import _layer as sam_layer
+from hpcmem.estimate.vision_deepseek_vl_hybrid import sam_layer
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec

@@ -69,7 +69,7 @@ class SamLayer:
     no_grad: int
 
 
-def _layer(v: DeepseekVLHybridTowerSpec, i: int, images: int, prec: Precision, trained: bool, adapted: list,
+def sam_layer(v: DeepseekVLHybridTowerSpec, i: int, images: int, prec: Precision, trained: bool, adapted: list,
            lora: LoraLayout) -> SamLayer:
     """SAM layer i over `images` images."""
     h, heads, g = v.sam_hidden, v.sam_heads, v.sam_grid
@@ -142,7 +142,7 @@ def deepseek_vl_hybrid_terms(job: JobSpec, prec: Precision, lora: LoraLayout) ->
         return replace(base, pixels=base.pixels + pixels)
     gbytes = prec.weight if trained else lora.adapter_bytes
     sam = [x for x in adapted if x.part == "sam"]
-    layers = [_layer(v, i, images, prec, trained, adapted, lora) for i in range(v.sam_depth)]
+    layers = [sam_layer(v, i, images, prec, trained, adapted, lora) for i in range(v.sam_depth)]
     rel = [2 * (2 * (v.sam_grid if v.sam_global(i) else v.window_size) - 1) * (v.sam_hidden // v.sam_heads)
            if v.use_rel_pos else 0 for i in range(v.sam_depth)]
     linear = sum(x.params // x.count for x in v.linears() if x.part == "sam")
