@@ -57,6 +57,7 @@ from hpcmem.estimate.vision_ernie4_5_vl_moe import ernie45vl_terms
 from hpcmem.estimate.vision_granite4_vision import granite4_vision_terms
 from hpcmem.estimate.vision_idle_audio import idle_audio_terms
 from hpcmem.estimate.vision_molmo2 import molmo2_terms
+from hpcmem.estimate.vision_step3p7 import step3p7_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -82,6 +83,7 @@ from hpcmem.models.muse_glimmer import MuseGlimmerTowerSpec
 from hpcmem.models.ernie4_5_vl_moe import Ernie45VlTowerSpec
 from hpcmem.models.granite4_vision import Granite4VisionTowerSpec
 from hpcmem.models.molmo2 import Molmo2TowerSpec
+from hpcmem.models.step3p7 import Step3p7TowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.ovis2 import Ovis2TowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
@@ -112,7 +114,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     (hpcmem.estimate.vision_idle_audio); ERNIE-4.5-VL's (and its decoder's image-token routing) in
     hpcmem.estimate.vision_ernie4_5_vl_moe; Granite 4 Vision's SigLIP tower and Window Q-Former projectors in
     hpcmem.estimate.vision_granite4_vision; Molmo2's in hpcmem.estimate.vision_molmo2; Muse Glimmer's and Muse
-    Spark's (its idle audio tower's weights besides) in hpcmem.estimate.vision_muse_glimmer."""
+    Spark's (its idle audio tower's weights besides) in hpcmem.estimate.vision_muse_glimmer; Step 3.7 Flash's tower,
+    downsamplers and projector in hpcmem.estimate.vision_step3p7."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
     if isinstance(job.model.vision, VisionSpec) and job.model.vision.audio is not None:   # before the Qwen towers'
@@ -139,6 +142,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return ernie45vl_terms(job, prec, lora)
     if isinstance(job.model.vision, Molmo2TowerSpec):
         return molmo2_terms(job, prec, lora)
+    if isinstance(job.model.vision, Step3p7TowerSpec):     # a ClipTowerSpec: before llava's
+        return step3p7_terms(job, prec, lora)
     if isinstance(job.model.vision, GotOcr2TowerSpec):
         return got_ocr2_terms(job, prec, lora)
     if isinstance(job.model.vision, Granite4VisionTowerSpec):      # a ClipTowerSpec: before llava's

@@ -169,6 +169,10 @@ Covered (transformers 5.24):
 - muse_spark (Muse Spark) with images: Muse Glimmer's image path beside an audio tower that loads and never runs on
   images (hpcmem.models.muse_spark's `MuseSparkTowerSpec`); its MoE decoder muse_spark_text, learned
   (hpcmem.models.vlm_learned).
+- step3p7 (Step 3.7 Flash) with images: a 728² global view and any 504² local crops of each image through a ViT
+  (CLIP attention with an axial 2-D rope, layer scale, quick_gelu MLP), two stride-2 convolutions, one Linear to the
+  text width (hpcmem.models.step3p7's `Step3p7TowerSpec`); its decoder Step3p7TextModel (step3p5), learned
+  (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -211,6 +215,7 @@ from hpcmem.models.muse_spark import muse_spark_tower_from_config
 from hpcmem.models.mistral_large4 import mistral_large4_tower_from_config
 from hpcmem.models.ernie4_5_vl_moe import ernie45vl_tower_from_config
 from hpcmem.models.molmo2 import molmo2_tower_from_config
+from hpcmem.models.step3p7 import step3p7_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -329,7 +334,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "lfm3_vl": ("sft", "dpo"), "granite4_vision": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
-                          "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",), "molmo2": ("sft", "dpo"),
+                          "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",), "molmo2": ("sft", "dpo"), "step3p7": ("sft", "dpo"),
                           "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo"),
                           "muse_glimmer": ("sft", "dpo"), "muse_spark": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
@@ -519,6 +524,11 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # embedding has additional_vocab_size rows more than lm_head)
     "molmo2": TowerLayout(text="molmo2_text", defaults={}, aliases={}, norm="layer", mlp="fc", text_defaults={},
                           ties=False),
+    # models/step3p7: hpcmem.models.step3p7 reads the vision part; Step3p7Model builds the decoder as
+    # `Step3p7TextModel(config.text_config)` (`sub_configs_defaults`: step3p5, Step3p7TextConfig's class defaults when
+    # omitted), a learned type (hpcmem.models.vlm_learned: hpcmem.trace.text_heads gives it a causal-LM head);
+    # Step3p7Config declares no tie_word_embeddings (unset: the head stays untied, measured on the meta model)
+    "step3p7": TowerLayout(text="step3p5", defaults={}, aliases={}, norm="layer", mlp="fc", text_defaults={}),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -961,6 +971,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return ernie45vl_tower_from_config(cfg, name)
     if model_type == "molmo2":
         return molmo2_tower_from_config(cfg, name)
+    if model_type == "step3p7":
+        return step3p7_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":
