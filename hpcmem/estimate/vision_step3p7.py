@@ -33,7 +33,8 @@ from dataclasses import replace
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, graphless_tower,
-                                    layer_norm_saved, token_leaf, tower_states, tower_weights, unused_tower)
+                                    layer_norm_saved, padding_mask_difference, token_leaf, tower_states, tower_weights,
+                                    unused_tower)
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
@@ -79,6 +80,9 @@ def step3p7_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerm
         # output itself: taken back; the layer scales keep out_proj's and fc2's outputs when they train
         full = block_saved(job, v, spec, mb, prec, v.block_params, tuple(adapted), lora)
         full += (prec.act * h * mb.tokens) if trained else 0
+        # the views of a pass are all one size and the layers get no attention mask (Step3p7VisionModel.forward
+        # passes none): no additive bias, though the pass has several rows
+        full += padding_mask_difference(prec, mb, padded=False)
         fulls.append(full)
         hidden_t, mlp_t, scores_t = act.backward_parts(spec, mb, prec, "sdpa")
         layer_adapters = st.layer_adapters

@@ -4,7 +4,8 @@ their terms from the learned profile in hpcmem/profiles/; Step3p7VisionConfig's 
 Conv2d downsamplers and the Linear projector) against the trace of TRL's SFTTrainer and DPOTrainer with their vision
 collators and transformers' Step3p7Processor on blank 728×728 (the global view only) and 1008×1008 (the global view
 and 2 × 2 local crops) images (estimator/traces/vlm-step3p7.jsonl, written once by
-`hpcmem validate trace --cases estimator/cases/vlm-step3p7.yaml`). Every case holds within 3 % (estimator/LOG.md)."""
+`hpcmem validate trace --cases estimator/cases/vlm-step3p7.yaml`). Every case holds within 3 % (estimator/LOG.md); one
+fix after the trace, in-sample: the tower's passes get no attention mask, so no padding bias is counted."""
 
 from __future__ import annotations
 
