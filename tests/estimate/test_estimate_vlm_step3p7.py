@@ -20,12 +20,26 @@ from tests.helpers.stored_cases import assert_learned_case_holds, grpo_with_imag
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = trace_records(ROOT, "vlm-step3p7")
+# two more crop layouts, traced after the matrix (estimator/cases/vlm-step3p7-crops.yaml): 504×1008 (2 × 1 crops) and
+# 1512×1512 (3 × 3)
+CROPS = trace_records(ROOT, "vlm-step3p7-crops")
 CUT = "tests/fixtures/vlm/step3p7-defaults-L2-D2.json"
 
 
 @pytest.mark.parametrize("case_id", sorted(RECORDS))
 def test_estimate_within_3_percent_of_the_trace(case_id):
     assert_learned_case_holds(RECORDS[case_id], ROOT)
+
+
+@pytest.mark.parametrize("case_id", sorted(CROPS))
+def test_more_crop_layouts_within_3_percent_of_the_trace(case_id):
+    assert_learned_case_holds(CROPS[case_id], ROOT)
+
+
+def test_the_crop_layouts_are_there():
+    assert {(r["case"]["image_height"], r["case"]["image_width"]) for r in CROPS.values()} == {(504, 1008),
+                                                                                             (1512, 1512)}
+    assert len(CROPS) == 4
 
 
 def test_the_matrix_is_all_there():
