@@ -61,6 +61,7 @@ from hpcmem.estimate.vision_granite4_vision import granite4_vision_terms
 from hpcmem.estimate.vision_idle_audio import idle_audio_terms
 from hpcmem.estimate.vision_molmo2 import molmo2_terms
 from hpcmem.estimate.vision_hunyuan_vl import hunyuan_vl_terms
+from hpcmem.estimate.vision_step3p7 import step3p7_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -90,6 +91,7 @@ from hpcmem.models.minimax_m3_vl import MiniMaxM3VlTowerSpec
 from hpcmem.models.granite4_vision import Granite4VisionTowerSpec
 from hpcmem.models.molmo2 import Molmo2TowerSpec
 from hpcmem.models.hunyuan_vl import HunYuanVLTowerSpec
+from hpcmem.models.step3p7 import Step3p7TowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.ovis2 import Ovis2TowerSpec
 from hpcmem.models.paligemma import PaliGemmaTowerSpec
@@ -123,7 +125,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     Spark's (its idle audio tower's weights besides) in hpcmem.estimate.vision_muse_glimmer; HunYuanVL's and
     HY-V4-VL's in hpcmem.estimate.vision_hunyuan_vl; MiniMax M3 VL's in hpcmem.estimate.vision_minimax_m3_vl; DeepSeek-OCR 2's SAM
     tower, Qwen2 encoder and projector in hpcmem.estimate.vision_deepseek_ocr2; Unlimited-OCR's (the same SAM under a
-    CLIP encoder) in hpcmem.estimate.vision_unlimited_ocr."""
+    CLIP encoder) in hpcmem.estimate.vision_unlimited_ocr; Step 3.7 Flash's tower,
+    downsamplers and projector in hpcmem.estimate.vision_step3p7."""
     if isinstance(job.model.vision, FuyuTowerSpec):
         return fuyu_terms(job, prec, lora)
     if isinstance(job.model.vision, VisionSpec) and job.model.vision.audio is not None:   # before the Qwen towers'
@@ -154,6 +157,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
         return hunyuan_vl_terms(job, prec, lora)
     if isinstance(job.model.vision, MiniMaxM3VlTowerSpec):      # before VideoLLaMA3's, its base class
         return minimax_m3_terms(job, prec, lora)
+    if isinstance(job.model.vision, Step3p7TowerSpec):     # a ClipTowerSpec: before llava's
+        return step3p7_terms(job, prec, lora)
     if isinstance(job.model.vision, GotOcr2TowerSpec):
         return got_ocr2_terms(job, prec, lora)
     if isinstance(job.model.vision, UnlimitedOcrTowerSpec):        # a DeepseekOcr2TowerSpec: first

@@ -185,7 +185,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "got_ocr2": "PPChart2TableImageProcessor",
                      "granite_docling": "GraniteDoclingImageProcessor", "aria": "AriaImageProcessor",
                      "molmo2": "Molmo2ImageProcessor", "deepseek_ocr2": "DeepseekOcr2ImageProcessor",
-                     "unlimited_ocr": "UnlimitedOcrImageProcessor"}.get(
+                     "unlimited_ocr": "UnlimitedOcrImageProcessor",
+                     "step3p7": "Step3p7ImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
@@ -209,6 +210,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 if v.family == "aria" else
                 f"it cuts every image into {v.image_size}-px overlapping crops of a canvas of at most {v.max_crops} "
                 "crops, plus a global crop" if v.family == "molmo2" else
+                f"it resizes every image to a {v.image_size}-px global view and cuts a larger or elongated one into "
+                f"{v.crop}-px local crops" if v.family == "step3p7" else
                 f"it resizes every image's longest edge to {v.image_size} px and to {v.sam_image_size} px (the SAM "
                 "tower's) and pads each to a square" if v.family == "deepseek_vl_hybrid" else
                 f"it resizes every image's longest edge to {v.image_size} px and pads it to a square, and cuts one "
@@ -232,6 +235,12 @@ def _fixed_size_problems(job: Job) -> list[str]:
                 f"it resizes every image to {v.image_size}×{v.image_size}")
         out.append(f"min_pixels/max_pixels with {v.model_type}: {processor} has no such setting; {does}; leave them "
                    "unset")
+    if getattr(v, "family", "") == "step3p7" and t.has_images and min(t.image_height, t.image_width) < 32 and \
+            max(t.image_height, t.image_width) > 4 * min(t.image_height, t.image_width):
+        # image_processing_step3p7.py `_is_extreme_aspect`: such an image is zero-padded to a square first (`pad`)
+        out.append(f"image {t.image_height}x{t.image_width} with step3p7: Step3p7ImageProcessor pads an image under "
+                   "32 px a side and over 4:1 to a square before planning its crops, which hpcmem does not model; "
+                   "give at least 32 px a side or an aspect ratio within 4:1")
     if getattr(v, "family", "") in ("idefics3", "granite_docling", "aria") and v.fold_problem:
         out.append(v.fold_problem)
     if getattr(v, "family", "") == "internvl":

@@ -227,6 +227,14 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         crops = vision.crops(t.image_height, t.image_width)
         return ImageGeometry(resized=(ch, cw), grid_thw=(crops, vision.side, vision.side),
                              patches=crops * vision.patches, tokens=vision.image_tokens(t.image_height, t.image_width))
+    if getattr(vision, "family", "") == "step3p7":
+        # Step 3.7 Flash (hpcmem.models.step3p7): the global view and its local crops; grid_thw is (views, the global
+        # view's side, side); the rows are the views' patches
+        x, y = vision.crops(t.image_height, t.image_width)
+        side = vision.image_size // vision.patch_size
+        return ImageGeometry(resized=(vision.image_size, vision.image_size), grid_thw=(1 + x * y, side, side),
+                             patches=vision.image_patches(t.image_height, t.image_width),
+                             tokens=vision.image_tokens(t.image_height, t.image_width))
     if getattr(vision, "family", "") == "kimi_k25":
         # Kimi K2.5 (hpcmem.models.kimi_k25): navit_resize's size padded to multiples of 28 px, one patch grid
         gh, gw = vision.grid(t.image_height, t.image_width)

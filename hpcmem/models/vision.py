@@ -191,6 +191,10 @@ Covered (transformers 5.24):
   pre-layernorm, partial 3-D rotary attention per image, then a per-patch GELU MLP and a 2 x 2 merging GELU MLP
   (hpcmem.models.minimax_m3_vl's `MiniMaxM3VlTowerSpec`); its decoder minimax_m3_vl_text (sparse and dense MLP
   layers, routed and shared experts, a sparse-attention indexer), learned (hpcmem.models.vlm_learned).
+- step3p7 (Step 3.7 Flash) with images: a 728² global view and any 504² local crops of each image through a ViT
+  (CLIP attention with an axial 2-D rope, layer scale, quick_gelu MLP), two stride-2 convolutions, one Linear to the
+  text width (hpcmem.models.step3p7's `Step3p7TowerSpec`); its decoder Step3p7TextModel (step3p5), learned
+  (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -238,6 +242,7 @@ from hpcmem.models.molmo2 import molmo2_tower_from_config
 from hpcmem.models.hunyuan_vl import hunyuan_vl_tower_from_config
 from hpcmem.models.hy_v4_vl import hy_v4_vl_tower_from_config
 from hpcmem.models.minimax_m3_vl import minimax_m3_tower_from_config
+from hpcmem.models.step3p7 import step3p7_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import TowerBase, check_activation, check_counts, check_heads, text_width
@@ -357,6 +362,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
                           "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",), "molmo2": ("sft", "dpo"),
+                          "step3p7": ("sft", "dpo"),
                           "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo"),
                           "muse_glimmer": ("sft", "dpo"), "muse_spark": ("sft", "dpo"), "hunyuan_vl": ("sft", "dpo"),
                           "hy_v4_vl": ("sft", "dpo"), "minimax_m3_vl": ("sft", "dpo"),
@@ -579,6 +585,11 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # (hpcmem.models.vlm_learned); UnlimitedOcrConfig.tie_word_embeddings False
     "unlimited_ocr": TowerLayout(text="unlimited_ocr_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                                  text_defaults={}),
+    # models/step3p7: hpcmem.models.step3p7 reads the vision part; Step3p7Model builds the decoder as
+    # `Step3p7TextModel(config.text_config)` (`sub_configs_defaults`: step3p5, Step3p7TextConfig's class defaults when
+    # omitted), a learned type (hpcmem.models.vlm_learned: hpcmem.trace.text_heads gives it a causal-LM head);
+    # Step3p7Config declares no tie_word_embeddings (unset: the head stays untied, measured on the meta model)
+    "step3p7": TowerLayout(text="step3p5", defaults={}, aliases={}, norm="layer", mlp="fc", text_defaults={}),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -1031,6 +1042,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return hy_v4_vl_tower_from_config(cfg, name)
     if model_type == "minimax_m3_vl":
         return minimax_m3_tower_from_config(cfg, name)
+    if model_type == "step3p7":
+        return step3p7_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":

@@ -59,6 +59,13 @@ Molmo2 (models/molmo2/modeling_molmo2.py): `molmo2_text` maps to `Molmo2TextMode
 vocab_size + additional_vocab_size rows) and then its own `lm_head` (nn.Linear(hidden, vocab_size, bias=False): the
 base vocabulary only) on the kept positions and `self.loss_function`; the class below is that, likewise.
 
+Step 3.7 Flash (models/step3p7/modeling_step3p7.py): its text config's model_type `step3p5` (Step3p7TextConfig) maps
+to no model class in transformers' auto mappings. `Step3p7ForConditionalGeneration.forward` runs on a text row
+`Step3p7TextModel` (its `model.language_model`, through `Step3p7Model.forward`), then `lm_head` (nn.Linear(hidden,
+vocab, bias=False), untied: Step3p7Config declares no tie_word_embeddings) on the kept positions and
+`self.loss_function`; the class below is that, under LlamaForCausalLM's forward, taking the experts' implementation
+transformers picks for the text model's module, as Mistral Large 4's does.
+
 Mistral Large 4 (models/mistral_large4/modeling_mistral_large4.py): `mistral_large4_text` maps to
 `MistralLarge4TextModel` in AutoModel only. `MistralLarge4ForConditionalGeneration.forward` runs on a text row its
 `model.language_model` (MistralLarge4TextModel), `lm_head` (untied: MistralLarge4Config.tie_word_embeddings False)
@@ -97,7 +104,7 @@ from typing import Any
 # model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
 TEXT_ONLY_TYPES = ("cosmos3_edge_text", "deepseek_ocr2_text", "ernie4_5_vl_moe_text", "glm5_next_text",
                    "hunyuan_vl_text", "hy_v4_vl_text", "mistral4", "mistral_large4_text", "molmo2_text",
-                   "muse_glimmer_text", "muse_spark_text", "unlimited_ocr_text")
+                   "muse_glimmer_text", "muse_spark_text", "step3p5", "unlimited_ocr_text")
 _DONE: list[bool] = []
 
 
@@ -348,6 +355,37 @@ def _hy_v4_vl_text_lm() -> tuple[Any, Any]:
     return HYV4VLTextConfig, HYV4VLTextForCausalLM
 
 
+def _step3p5_text_lm() -> tuple[Any, Any]:
+    from torch import nn
+    from transformers.generation import GenerationMixin
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+    from transformers.models.step3p7.configuration_step3p7 import Step3p7TextConfig
+    from transformers.models.step3p7.modeling_step3p7 import Step3p7PreTrainedModel, Step3p7TextModel
+
+    class Step3p7TextForCausalLM(Step3p7PreTrainedModel, GenerationMixin):
+        """Step3p7TextModel and the untied head Step3p7ForConditionalGeneration puts on it, under
+        LlamaForCausalLM's forward."""
+
+        config: Step3p7TextConfig
+        config_class = Step3p7TextConfig
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+        input_modalities = ("text",)
+
+        def __init__(self, config: Step3p7TextConfig) -> None:
+            super().__init__(config)
+            self.model = Step3p7TextModel(config)
+            self.vocab_size = config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        forward = LlamaForCausalLM.forward
+
+    # as for Mistral Large 4's class: the experts' implementation transformers picks for the text model's module
+    Step3p7TextForCausalLM._can_set_experts_implementation_cached_value = \
+        Step3p7TextModel._can_set_experts_implementation()
+    return Step3p7TextConfig, Step3p7TextForCausalLM
+
+
 def _mistral_large4_text_lm() -> tuple[Any, Any]:
     from torch import nn
     from transformers.generation import GenerationMixin
@@ -455,7 +493,7 @@ def register() -> None:
 
     heads = (_cosmos3_edge_text_lm, _deepseek_ocr2_text_lm, _unlimited_ocr_text_lm, _ernie4_5_vl_moe_text_lm,
              _glm5_next_text_lm, _hunyuan_vl_text_lm, _hy_v4_vl_text_lm, _mistral_large4_text_lm, _molmo2_text_lm,
-             _muse_glimmer_text_lm, _muse_spark_text_lm)
+             _muse_glimmer_text_lm, _muse_spark_text_lm, _step3p5_text_lm)
     for config, model in (*(head() for head in heads), (Mistral4Config, Mistral4ForCausalLM)):
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)

@@ -27,7 +27,8 @@ and Muse Spark's hpcmem.trace.vision_muse_glimmer's (a PIL stand-in for their to
 HunYuanVL's hpcmem.trace.vision_hunyuan_vl's, HY-V4-VL's hpcmem.trace.vision_hy_v4_vl's, MiniMax M3 VL's
 hpcmem.trace.vision_minimax_m3_vl's (a PIL stand-in for its torchvision-only image processor), DeepSeek-OCR 2's
 hpcmem.trace.vision_deepseek_ocr2's, Unlimited-OCR's hpcmem.trace.vision_unlimited_ocr's (a PIL stand-in for its
-torchvision-only image processor).
+torchvision-only image processor), Step 3.7 Flash's
+hpcmem.trace.vision_step3p7's (its torchvision-only image processor with torch's resize and normalize).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision,
                           vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_minimax_m3_vl,
                           vision_mistral3, vision_mllama, vision_molmo2, vision_muse_glimmer, vision_ovis2,
                           vision_paddleocr_vl, vision_paligemma, vision_pp_chart2table, vision_qwen2_5_omni,
-                          vision_qwen3_omni, vision_unlimited_ocr, vision_video_llama_3)
+                          vision_qwen3_omni, vision_step3p7, vision_unlimited_ocr, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -176,6 +177,8 @@ def processor(job: JobSpec) -> Any:
         return vision_hy_v4_vl.processor(job, vision_tokenizer(), CHAT_TEMPLATE)
     if v.family == "minimax_m3_vl":
         return vision_minimax_m3_vl.processor(job)
+    if v.family == "step3p7":
+        return vision_step3p7.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -234,6 +237,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_molmo2.token_ids(proc)
     if vision_hunyuan_vl.is_processor(proc):
         return vision_hunyuan_vl.token_ids(proc)
+    if vision_step3p7.is_processor(proc):
+        return vision_step3p7.token_ids(proc)
     if vision_lfm2_vl.is_processor(proc):      # its image_token is llava's "<image>": before llava's
         return vision_lfm2_vl.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
@@ -298,7 +303,8 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_internvl.MARKERS_PER_IMAGE if family == "internvl" else \
         vision_video_llama_3.MARKERS_PER_IMAGE if family == "video_llama_3" else \
         vision_qwen2_5_omni.MARKERS_PER_IMAGE if family == "qwen2_5_omni" else \
-        vision_molmo2.markers(job) if family == "molmo2" else MARKERS_PER_IMAGE
+        vision_molmo2.markers(job) if family == "molmo2" else \
+        vision_step3p7.markers(job) if family == "step3p7" else MARKERS_PER_IMAGE
     per_image = image_geometry(t, job.model.vision).tokens + markers
     row_tokens = vision_paligemma.ROW_TOKENS if family == "paligemma" else \
         vision_mllama.BOS_PER_ROW if family == "mllama" else \
