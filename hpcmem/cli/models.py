@@ -97,14 +97,16 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
     text("model", name, max_len=4096)    # one line in every message and in the profile's provenance
     cfg = model_config_dict(name)
     check_model_config(cfg, name)      # the estimate's own type and range checks, before torch is imported
-    if learned_text(cfg):   # a vision-language type on a learned decoder: its text part is what is learned
+    image_text = learned_text(cfg)
+    if image_text:          # a vision-language type on a learned decoder: its text part is what is learned
         cfg = text_part(cfg)
     learnable(cfg, name)
     require("models learn", "torch", "transformers", "trl", "peft")
     # every refusal comes before the traces: the file is checked and the folder written to first
     target = profile_target(cfg, Path(out_dir) / "profiles" if out_dir else None, force=force)
 
-    profile = learn(cfg, name, dtypes=dtypes or ("float32", "bfloat16"), workers=workers, progress=stderr_progress)
+    profile = learn(cfg, name, dtypes=dtypes or ("float32", "bfloat16"), workers=workers, progress=stderr_progress,
+                    image_text=image_text)
     path = save_profile(profile, target.parent)
     summary = {"profile": str(path), "model_type": profile.model_type, "num_params": profile.total,
                "cells": profile.cell_keys(), **{k: profile.provenance[k] for k in (

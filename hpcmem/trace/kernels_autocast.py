@@ -11,7 +11,10 @@ off inside.
 Mapped only for vision-language models (Qwen2-VL's vision tower: torch LayerNorm for norm1, norm2 and the merger's
 ln_q, modeling_qwen2_vl.py): the text families' stored traces and the learned profiles fitted on them were traced
 without it, and a LayerNorm text family traced with it would no longer match them; Qwen2.5-VL has no LayerNorm, so
-its traces are unchanged.
+its traces are unchanged. A learned profile of a vision-language type's text part (hpcmem.trace.learn
+`learning_probe`, provenance LAYER_NORM_FP32) is traced with it too: the image jobs its cells stand for run their
+text part's LayerNorms (Persimmon's, under Fuyu) in fp32, which keeps fp32 copies of their inputs where the cells
+traced without it kept the 16-bit ones.
 """
 
 from __future__ import annotations
@@ -23,13 +26,16 @@ from typing import Any
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.fakeenv import patched
 
+LAYER_NORM_FP32 = "layer_norm_fp32"     # a learned profile's provenance key: its cells traced with the mapping
+
 NOTE = ("layer_norm under autocast runs in fp32 as CUDA autocast runs it (fp32 cast policy; CPU autocast keeps it "
         "in 16 bits) — mapped for vision-language models")
 
 
 @contextlib.contextmanager
 def layer_norm_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
-    if job.model.vision is None:
+    learned = job.model.learned
+    if job.model.vision is None and not (learned is not None and learned.provenance.get(LAYER_NORM_FP32)):
         yield
         return
     import torch

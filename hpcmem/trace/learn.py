@@ -74,6 +74,7 @@ from hpcmem.models.profile import (
 )
 from hpcmem.trace import layer_map as lay
 from hpcmem.trace import run_trace
+from hpcmem.trace.kernels_autocast import LAYER_NORM_FP32
 from hpcmem.trace.oracle import ROUTING_NOTE
 from hpcmem.trace.result import versions
 from hpcmem.trace.threads import share_cpus
@@ -483,10 +484,11 @@ def _grouped(skipped: dict[str, str]) -> str:
     return "; ".join(f"{'cells' if len(keys) > 1 else 'cell'} {', '.join(keys)}: {why}" for why, keys in by_why.items())
 
 
-def learning_probe(cfg: dict[str, Any], cells: Any = CELLS) -> tuple[LearnedProfile, lay.Layout, tuple[int, ...],
-                                                                   dict[str, Any] | None, dict[str, Any] | None]:
+def learning_probe(cfg: dict[str, Any], cells: Any = CELLS, *, image_text: bool = False
+                   ) -> tuple[LearnedProfile, lay.Layout, tuple[int, ...], dict[str, Any] | None, dict[str, Any] | None]:
     """The reduced model a learn traces, as a profile without cells (the held checks estimate it with the cells
-    learned), the full model's layout, the real layers kept, the LoRA reference adapters and peft's default ones."""
+    learned), the full model's layout, the real layers kept, the LoRA reference adapters and peft's default ones.
+    `image_text`: `cfg` is a vision-language type's text part (hpcmem.models.vlm_learned `learned_text`)."""
     decoder = backbone_config(cfg)
     full, small, keep, small_cfg = reduced_cut(decoder)
     depth = len(keep)
@@ -498,6 +500,10 @@ def learning_probe(cfg: dict[str, Any], cells: Any = CELLS) -> tuple[LearnedProf
                                   "seqs": list(learn_lengths(full.max_position_embeddings)),
                                   "traced_type": full.model_type, "lora_reference": reference,
                                   "lora_default": default, "dropout": full.dropout}
+    if image_text:
+        # the text part of a vision-language type: its jobs are traced with layer_norm in fp32 under autocast
+        # (hpcmem.trace.kernels_autocast `layer_norm_fp32`, mapped for vision-language models), so its cells are too
+        provenance[LAYER_NORM_FP32] = True
     if keep != tuple(range(depth)):
         provenance["layers"] = list(keep)
     probe = _profile(small, model_type=outer, sha="", cfg=small_cfg, layer_map=tuple(range(depth)), cells={},
@@ -507,8 +513,9 @@ def learning_probe(cfg: dict[str, Any], cells: Any = CELLS) -> tuple[LearnedProf
 
 def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] = tuple(PRECISIONS),
           cells: Any = CELLS, workers: int = 2, check: bool = True, progress: Any = None,
-          dora: bool = True, long_checks: bool = True) -> LearnedProfile:
-    """Trace the reduced model for every cell and return the real model's profile (not yet saved)."""
+          dora: bool = True, long_checks: bool = True, image_text: bool = False) -> LearnedProfile:
+    """Trace the reduced model for every cell and return the real model's profile (not yet saved); `image_text`: `cfg`
+    is a vision-language type's text part (`learning_probe`)."""
     start = time.perf_counter()
     if progress:    # the first trace line comes after torch, transformers and the meta model load (10-20 s)
         progress(f"{name}: loading torch and transformers, building the model on the meta device to choose the "
@@ -518,7 +525,7 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     unmapped = xlstm_problems(str(cfg.get("model_type")), decoder)   # the trace would measure code the GPU skips
     if unmapped:
         raise SpecError(f"model {name}: " + "; ".join(unmapped))
-    probe, full, keep, reference, default = learning_probe(cfg, cells)
+    probe, full, keep, reference, default = learning_probe(cfg, cells, image_text=image_text)
     depth, provenance = len(keep), dict(probe.provenance)
     seqs = learn_lengths(full.max_position_embeddings)
     prefix = keep == tuple(range(depth))
