@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]      # four tiny-model traces, ~45 s
 pytest.importorskip("transformers")
 
 from hpcmem.models.profile import spec_from_profile  # noqa: E402
