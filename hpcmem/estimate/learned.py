@@ -162,9 +162,10 @@ def _cell(job: JobSpec, prec: Precision) -> Cell:
 
 def _kind_modules(kind: LayerKind, leaves: set[str] | None) -> tuple[LinearModule, ...]:
     """The kind's nn.Linear layers whose last name part is in `leaves` (None: all of them), one layer's worth; not
-    those the layer never calls (their adapters save nothing and get no gradient)."""
+    those the layer never calls, nor those it calls without a graph (`LayerKind.idle_linears`: the traced step left
+    their adapters without a gradient): their adapters save nothing and get no gradient."""
     return tuple(LinearModule(lin.name, lin.in_features, lin.out_features, lin.count, 1, "mlp", True, lin.bias)
-                 for lin in kind.linears if lin.nn_linear and lin.runs
+                 for lin in kind.linears if lin.nn_linear and lin.runs and lin.name not in kind.idle_linears
                  and (leaves is None or lin.name.rsplit(".", 1)[-1] in leaves))
 
 
@@ -250,7 +251,8 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     for kind_id in set(p.layer_kinds):
         kind = p.kinds[kind_id]
         if not lora.enabled:
-            per_kind[kind_id] = (0, 0, kind.params * prec.weight, 0, 0)
+            # what the traced step left without a gradient gets none (`LayerKind.idle`)
+            per_kind[kind_id] = (0, 0, (kind.params - kind.idle) * prec.weight, 0, 0)
             continue
         mine, ref = layer_adapters(kind, lora, None), layer_adapters(kind, lora, reference or p.lora_reference, p)
         d_saved = mine.saved_per_layer(tokens, prec) - ref.saved_per_layer(tokens, traced)

@@ -204,9 +204,11 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         weights, consts = _quantized_weights(parts, job, w)
     else:
         weights, consts = parts.total * w, 0
-    # the parameters that get a gradient: an adapter on a linear its layer never calls gets none
-    # (LoraLayout.idle_params)
-    trainable = lora.num_params - lora.idle_params if lora.enabled else parts.total
+    # the parameters that get a gradient: an adapter on a linear its layer never calls, or calls without a graph, gets
+    # none (LoraLayout.idle_params); under full fine-tuning a learned layer's parameters the traced step left without
+    # one (`idle_layer_params`)
+    idle = 0 if lora.enabled else idle_layer_params(m)
+    trainable = lora.num_params - lora.idle_params if lora.enabled else parts.total - idle
     gbytes = lora.adapter_bytes if lora.enabled else w
     adapters = lora.num_params * lora.adapter_bytes
     grads = trainable * gbytes
@@ -232,6 +234,11 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         # (integrations/deepspeed.py `deepspeed_optim_sched`), which steps the flat fp32 partitions
         # (`flat_partition_state_bytes`); offloaded, accelerate swaps it for DeepSpeedCPUAdam
         # (accelerator.py `prepare_deepspeed`: map_pytorch_optim_to_deepspeed), Adam's 8 B whatever `optim` says.
+        # ... over every parameter that requires grad: the flat fp32 groups are built from all of them, a parameter
+        # that gets no gradient too (stage_1_and_2.py `DeepSpeedZeroOptimizer.__init__`: `trainable_parameters`
+        # are those with requires_grad; not measured here for a layer's idle ones)
+        trainable += idle
+        grads += idle * gbytes
         master = trainable * 4 // n
         offloaded = par.offload_optimizer_device != "none"
         opt = int(trainable * (2 * 4 if offloaded else flat_partition_state_bytes(t.optim))) // n
@@ -298,6 +305,15 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
     return States(weights=weights, adapters=adapters, quant_constants=consts, gradients=grads, optimizer=opt, master=master,
                   grad_buffers=grad_buffers, reduce_bucket=reduce_bucket, gathered=gathered, prefetched=prefetched,
                   prefetch_late=prefetch_late, host=host, trainable=trainable, notes=notes)
+
+
+def idle_layer_params(m: ModelSpec) -> int:
+    """A learned model's layer parameters that its traced full fine-tuning step left without a gradient
+    (`LayerKind.idle`, hpcmem/trace/learn.py `idle_kinds`: a sparse-attention indexer runs under torch.no_grad) — no
+    gradient, and no optimizer state: torch/optim/adamw.py `_init_group` skips a parameter whose grad is None. 0 for
+    a family descriptor's model."""
+    p = getattr(m, "learned", None)
+    return sum(p.kinds[k].idle for k in p.layer_kinds) if p is not None else 0
 
 
 def offload_staging(unit: int, n: int) -> int:

@@ -87,7 +87,8 @@ class LinearModule(NamedTuple):
     nn_linear: bool           # an nn.Linear (LoRA target_modules / "all-linear" reach it); False: a bare nn.Parameter
     bias: bool
     tied: int = 0             # of num_layers, those whose weight is another layer's (peft adapts them all the same)
-    idle: int = 0             # of num_layers, those whose forward never calls it (its adapters get no gradient)
+    idle: int = 0             # of num_layers, those whose forward never calls it, or calls it without a graph (its
+    #                           adapters get no gradient)
 
     @property
     def weight_layers(self) -> int:
@@ -210,7 +211,7 @@ def learned_linear_modules(p) -> list[LinearModule]:
             count = held.setdefault(key, [0, 0, 0])
             count[0] += 1
             count[1] += not lin.held
-            count[2] += not lin.runs
+            count[2] += not lin.runs or lin.name in p.kinds[kind].idle_linears
     return [LinearModule(name, i, o, n, layers, _linear_kind(name), lin, bias, tied, idle)
             for (name, i, o, n, lin, bias), (layers, tied, idle) in held.items()]
 

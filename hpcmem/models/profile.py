@@ -185,6 +185,13 @@ class LayerKind:
     experts: int              # routed-expert parameters (3-D weights) of the layer
     experts_active: int       # of those, what one token passes through (top-k of E)
     linears: tuple[Linear, ...]
+    # of `params`, those the traced full fine-tuning step left without a gradient (a module run under torch.no_grad:
+    # a sparse-attention indexer) — no gradient, no optimizer state (torch/optim/adamw.py `_init_group` skips a
+    # parameter whose grad is None); 0 in profiles learned before it was measured
+    idle: int = 0
+    # the linears (`Linear.name`) whose LoRA adapters the traced LoRA step left without a gradient, or, with no LoRA
+    # cell, whose weight the full step did: they run without a graph, so their adapters neither save nor train
+    idle_linears: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,7 +282,8 @@ def profile_from_dict(doc: dict[str, Any]) -> LearnedProfile:
                                        "format": doc["format"]})
     m = doc["model"]
     kinds = tuple(LayerKind(params=k["params"], experts=k["experts"], experts_active=k["experts_active"],
-                            linears=tuple(Linear(*row) for row in k["linears"])) for k in doc["kinds"])
+                            linears=tuple(Linear(*row) for row in k["linears"]), idle=int(k.get("idle", 0)),
+                            idle_linears=tuple(k.get("idle_linears", ()))) for k in doc["kinds"])
     targets = doc.get("peft_default_targets")
     return LearnedProfile(
         model_type=doc["model_type"], config_sha256=doc["config_sha256"], hidden_size=m["hidden_size"],
@@ -304,7 +312,9 @@ def profile_to_dict(p: LearnedProfile) -> dict[str, Any]:
         "kinds": [{"params": k.params, "experts": k.experts, "experts_active": k.experts_active,
                    "linears": [[x.name, x.in_features, x.out_features, x.count, x.nn_linear, x.bias]
                                + ([x.held, x.runs] if not x.runs else [] if x.held else [False])
-                               for x in k.linears]} for k in p.kinds],
+                               for x in k.linears],
+                   **({"idle": k.idle} if k.idle else {}),
+                   **({"idle_linears": list(k.idle_linears)} if k.idle_linears else {})} for k in p.kinds],
         "layer_kinds": list(p.layer_kinds), "layer_map": list(p.layer_map),
         "peft_default_targets": list(p.peft_default_targets) if p.peft_default_targets is not None else None,
         "cells": {key: {"fwd": [_p(x) for x in c.fwd], "fpeak": [_p(x) for x in c.fpeak],

@@ -86,6 +86,10 @@ def check_profile_doc(doc: Any, source: str) -> None:
         kind = _mapping(source, f"kinds[{i}]", kind)
         for key in ("params", "experts", "experts_active"):
             _int(source, f"kinds[{i}].{key}", kind.get(key))
+        _int(source, f"kinds[{i}].idle", kind.get("idle", 0), hi=kind.get("params"))
+        idle_linears = _list(source, f"kinds[{i}].idle_linears", kind.get("idle_linears", []), hi=4096)
+        if not all(isinstance(x, str) for x in idle_linears):
+            raise _fail(source, f"kinds[{i}].idle_linears", "linear names", idle_linears)
         for j, row in enumerate(_list(source, f"kinds[{i}].linears", kind.get("linears"), hi=4096)):
             where = f"kinds[{i}].linears[{j}]"
             if not isinstance(row, list) or not 6 <= len(row) <= 8 or not isinstance(row[0], str):

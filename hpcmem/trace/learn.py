@@ -62,6 +62,7 @@ from hpcmem.models.profile import (
     REFERENCE_LORA,
     Cell,
     Envelope,
+    LayerKind,
     LearnedProfile,
     ParamLayout,
     Poly,
@@ -173,14 +174,22 @@ def measure(timeline: list[Any], depth: int, step: int = 2) -> dict[str, Any]:
                        "head_other": series[f"{bwd} / lm head / loss"]}}
 
 
-def known_parts(job: JobSpec) -> dict[str, Any]:
+def known_parts(job: JobSpec, idle: list[dict[str, list[int]]] | None = None) -> dict[str, Any]:
     """What the estimate computes itself for the job: states, each layer's gradients, the head's gradients (the fused
-    LM head's activation bytes stay in the head terms: Cell.head_with_loss)."""
+    LM head's activation bytes stay in the head terms: Cell.head_with_loss). `idle`: per traced layer, the parameters
+    the trace left without a gradient (TraceResult.idle_in_layers, of a probe that has none recorded): their bytes
+    are no gradient the layer's backward leaves."""
     prec, parts, lora = precision(job), job_param_parts(job), lora_layout(job)
     s = model_states(job, prec, lora)
     p = job.model.learned
     grads = [(layer_adapters(p.kinds[k], lora, None).num_params * lora.adapter_bytes) if lora.enabled
              else p.kinds[k].params * prec.weight for k in p.layer_kinds]
+    if idle:
+        # an adapter on a linear the layer never calls (`Linear.runs`) is out of `layer_adapters` already
+        gone = [{lin.name for lin in p.kinds[k].linears if not lin.runs} for k in p.layer_kinds]
+        grads = [g - sum(n * size for name, (n, size) in idle[j].items()
+                         if not (lora.enabled and name.split(".lora_", 1)[0] in gone[j]))
+                 for j, g in enumerate(grads)]
     # the traced step is the first: no optimizer state exists yet (every activation term is step 2's: checked)
     base = sum(c.bytes for c in resident_components(s, lora)) + s.gathered - s.optimizer - s.master
     return {"base": base, "grads": grads,
@@ -559,6 +568,10 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
         layer_map = tuple(depth - 1 if r == depth else r for r in layer_map)
     if not fitted:
         raise SpecError(f"model {name}: no cell could be traced: " + _grouped(skipped))
+    # what the traced steps left without a gradient (a module under torch.no_grad), on the reduced model's kinds (the
+    # held checks estimate it) and the real model's (traced layer k is real layer keep[k])
+    probe = replace(probe, kinds=idle_kinds(probe.kinds, list(probe.layer_kinds), done))
+    full = replace(full, kinds=idle_kinds(full.kinds, [full.layer_kinds[j] for j in keep], done))
     # where transformers refuses checkpointing no checkpointed cell gives a no-grad pass's layer instant
     # (hpcmem.estimate.learned `no_grad_layer_peak`): trace one (the LoRA reference's DPO reference pass)
     no_grad: tuple[Any, ...] = ()
@@ -644,7 +657,46 @@ def _sample(job: JobSpec, depth: int) -> dict[str, Any]:
     meas = measure(result.timeline, depth, TRACED_STEP)
     meas["left"] = [result.left_after_backward.get(f"step {TRACED_STEP} / backward / layer {k}", 0)
                     for k in range(depth)]
-    return {**terms(meas, known_parts(job)), "routing_assumed": routed}
+    idle = result.idle_in_layers[:depth]
+    return {**terms(meas, known_parts(job, idle)), "routing_assumed": routed, "idle": idle}
+
+
+def idle_kinds(kinds: tuple[LayerKind, ...], traced_kinds: list[int],
+               samples: dict[tuple, Any]) -> tuple[LayerKind, ...]:
+    """`kinds` with what the traced steps left without a gradient (`_sample`'s "idle": per traced layer, name inside
+    the layer → [elements, bytes]; traced layer k is of kind traced_kinds[k]): `LayerKind.idle`, the elements of the
+    full fine-tuning samples' idle parameters (the same in every full sample, or SpecError), and `idle_linears`, the
+    linears whose LoRA adapters (lora_A / lora_B, peft's names) got no gradient in a LoRA sample — or, where no LoRA
+    cell was traced, whose weight got none in a full one."""
+    idle: dict[int, set[int]] = {}
+    lora_linears: dict[int, set[str]] = {}
+    weight_linears: dict[int, set[str]] = {}
+    any_lora = False
+    for (_, technique, _, _), got in samples.items():
+        if isinstance(got, str):
+            continue
+        for k, names in enumerate(got.get("idle") or ()):
+            kind = traced_kinds[k]
+            linears = {lin.name for lin in kinds[kind].linears if lin.nn_linear}
+            if technique == "full":
+                idle.setdefault(kind, set()).add(sum(n for n, _ in names.values()))
+                weight_linears.setdefault(kind, set()).update(
+                    name[:-len(".weight")] for name in names if name.endswith(".weight")
+                    and name[:-len(".weight")] in linears)
+            else:
+                any_lora = True
+                lora_linears.setdefault(kind, set()).update(
+                    name.split(".lora_", 1)[0] for name in names if ".lora_" in name
+                    and name.split(".lora_", 1)[0] in linears)
+    out = []
+    for i, kind in enumerate(kinds):
+        counts = idle.get(i, {0})
+        if len(counts) > 1:
+            raise SpecError(f"layer kind {i}: the full fine-tuning traces left different parameter counts without a "
+                            f"gradient ({sorted(counts)}); the profile would hold one")
+        names = (lora_linears if any_lora else weight_linears).get(i, set())
+        out.append(replace(kind, idle=counts.pop(), idle_linears=tuple(sorted(names))))
+    return tuple(out)
 
 
 def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple[str, ...],

@@ -44,6 +44,9 @@ class Instrumented:
     # with a timeline: when each backward ends, the bytes still alive (not parameters, gradients or optimizer
     # states) by the phase they were born in — what a layer's backward leaves behind (hpcmem.trace.learn reads it)
     left_after_backward: dict[str, int] = field(default_factory=dict)
+    # the parameters a gradient landed on (their ids), and the decoder layers (`idle_in_layers` reads both)
+    graded: set[int] = field(default_factory=set)
+    layers: list[Any] = field(default_factory=list)
     _handles: list[Any] = field(default_factory=list)
     _undo: list[Any] = field(default_factory=list)
     _step: int = 0
@@ -55,6 +58,14 @@ class Instrumented:
             undo()
         self._handles.clear()
         self._undo.clear()
+
+    def idle_in_layers(self) -> list[dict[str, list[int]]]:
+        """Per decoder layer: its parameters that require grad and got none in the steps run (the name inside the
+        layer → [elements, bytes per element]) — a module run under torch.no_grad (a sparse-attention indexer), or
+        one the batch never reaches. AdamW makes no state for them (torch/optim/adamw.py `_init_group` skips a
+        parameter whose grad is None)."""
+        return [{name: [p.numel(), p.element_size()] for name, p in layer.named_parameters()
+                 if p.requires_grad and id(p) not in self.graded} for layer in self.layers]
 
     def close_step(self) -> None:
         """Record the peak of the step that just ended and start the next one from what is live."""
@@ -68,9 +79,14 @@ def instrument(trainer: Any, tracker: StorageTracker) -> Instrumented:
     inst = Instrumented(tracker)
     model = trainer.model
     tracker.tag(list(model.parameters()) + list(model.buffers()), "param")
+
+    def landed(p: Any) -> None:
+        inst.graded.add(id(p))
+        tracker.tag(p.grad, "grad")
+
     for p in model.parameters():
         if p.requires_grad:
-            inst._handles.append(p.register_post_accumulate_grad_hook(lambda p: tracker.tag(p.grad, "grad")))
+            inst._handles.append(p.register_post_accumulate_grad_hook(landed))
     _wrap_method(inst, trainer, trainer, "compute_loss", "forward", "activation")
     if hasattr(trainer, "_generate_and_score_completions"):     # GRPO/RLOO: the batch and its no-grad scoring passes
         _wrap_method(inst, trainer, trainer, "_generate_and_score_completions", "scoring", "activation")
@@ -80,6 +96,7 @@ def instrument(trainer: Any, tracker: StorageTracker) -> Instrumented:
     _wrap_method(inst, trainer, trainer, "_clip_grad_norm", "optimizer", "temporary")
     _hook_optimizer(inst, trainer)
     _hook_layers(inst, model)
+    inst.layers = decoder_layers(model.get_base_model() if hasattr(model, "get_base_model") else model)
     for other in (getattr(trainer, "ref_model", None), getattr(trainer, "teacher_model", None)):
         if other is not None:       # a reference model, a distillation teacher: frozen weights, counted as params
             tracker.tag(list(other.parameters()) + list(other.buffers()), "param")

@@ -40,6 +40,9 @@ class TraceResult:
     timeline: list[Any] | None = None       # TimelinePoints when run_trace(..., timeline=True); not in the JSON
     # with the timeline: bytes alive when a backward ended, by the phase they were born in; not in the JSON
     left_after_backward: dict[str, int] = field(default_factory=dict)
+    # per decoder layer, its parameters that require grad and got none (name → [elements, bytes per element]:
+    # hpcmem.trace.phases `Instrumented.idle_in_layers`); not in the JSON
+    idle_in_layers: list[dict[str, list[int]]] = field(default_factory=list)
     allocator: dict[str, dict[str, Any]] | None = None  # mode -> simulated allocator stats (run_trace allocator=)
     reserved_mode: str | None = None    # the allocator mode whose reserved peak is the JSON's peak_reserved_bytes
     events: list[Any] | None = None     # the recorded device stream (hpcmem.trace.events); not in the JSON

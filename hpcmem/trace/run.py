@@ -252,7 +252,7 @@ def _result(job: JobSpec, tracker: Any, inst: Any, kernels: str, notes: list[str
         batch={"layout": design.layout, "shape": list(design.batch_shape), "tokens": design.tokens,
                "documents": len(design.documents), "note": design.note},
         offloaded_host_peak_bytes=tracker.peak_uncounted_bytes, num_ops=tracker.num_ops, timeline=tracker.timeline,
-        left_after_backward=dict(inst.left_after_backward),
+        left_after_backward=dict(inst.left_after_backward), idle_in_layers=inst.idle_in_layers(),
     )
 
 

@@ -158,3 +158,35 @@ def test_the_learned_text_model_is_the_image_text_model_s_language_model():
 
 def test_a_text_config_without_a_learned_profile_is_refused(tmp_path):
     assert_refused_without_text_profile(CUT, tmp_path, num_hidden_layers=3)
+
+
+@pytest.mark.torch
+def test_the_learned_idle_parameters_are_the_indexer_s():
+    """MistralLarge4TextIndexer runs under torch.no_grad (modeling_mistral_large4.py: its forward is decorated so, and
+    the attention calls it inside `with torch.no_grad()`), so its parameters get no gradient and AdamW no state. What
+    `hpcmem models learn` measured on the trace (`LayerKind.idle`, `idle_linears`) is the meta model's indexer
+    modules, counted here on MistralLarge4ForConditionalGeneration: 52,322,944 parameters on the cut's two layers;
+    the full fine-tuning states leave them out, and LoRA all-linear's adapters on the indexer's linears
+    (r·(in + out) each, Hu et al. 2021) train no more than they."""
+    pytest.importorskip("torch")
+    from hpcmem.estimate.lora import lora_layout
+    from hpcmem.estimate.states import model_states, param_parts
+    from hpcmem.job.shape import precision
+
+    model = meta_image_text_model(json.loads(CUT.read_text()))
+    indexers = [(path, m) for path, m in model.named_modules() if type(m).__name__ == "MistralLarge4TextIndexer"]
+    params = sum(p.numel() for _, m in indexers for p in m.parameters())
+    linears = {f"{path}.{n}".split("layers.", 1)[1].split(".", 1)[1]: x for path, m in indexers
+               for n, x in m.named_modules() if type(x).__name__ == "Linear"}
+    assert params == 52_322_944 and len(indexers) == 2
+    job = _job(448, 448)
+    p = job.model.learned
+    assert sum(p.kinds[k].idle for k in p.layer_kinds) == params
+    assert {name for k in p.layer_kinds for name in p.kinds[k].idle_linears} == set(linears) == {
+        "self_attn.indexer.wq_b", "self_attn.indexer.wk", "self_attn.indexer.weights_proj"}
+    full = model_states(job, precision(job), lora_layout(job))
+    assert full.gradients == (param_parts(job.model).total - params) * 2
+    assert full.optimizer == (param_parts(job.model).total - params) * 2 * 2
+    lora_job = _job(448, 448, use_peft=True, lora_target_modules="all-linear", lora_r=16)
+    lora = lora_layout(lora_job)
+    assert lora.idle_params == 16 * sum(x.in_features + x.out_features for x in linears.values()) * len(indexers)

@@ -32,6 +32,8 @@ CASES = {
     "short row": (["kinds", 0, "linears", 0], ["q_proj", 1, 2], "[name, in, out, count"),
     "absurd coefficients": (["cells", CELL, "peak", 0], [-1e12, -1e12, -1e12], "magnitude"),
     "huge negative count": (["model", "embed"], -3999998681856, "model.embed must be an integer in 0.."),
+    "more idle than held": (["kinds", 0, "idle"], BASE["kinds"][0]["params"] + 1, "kinds[0].idle must be an integer"),
+    "idle linears not names": (["kinds", 0, "idle_linears"], [3], "kinds[0].idle_linears must be linear names"),
 }
 
 
