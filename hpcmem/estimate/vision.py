@@ -264,7 +264,23 @@ def block_saved(job: JobSpec, v: VisionSpec, spec: ModelSpec, mb: MicroBatch, pr
     # adapter keeps its own dropout output (`adapters_saved`), not its input
     proj_in = 0 if frozen else prec.act * v.hidden_size * mb.tokens
     own = adapters_saved([x for x in adapted if x.part == "tower"], mb.tokens, prec, lora)
-    return sum(terms.values()) + proj_in + own
+    return sum(terms.values()) + proj_in + own + qkv_casts(v, spec, mb, prec, frozen)
+
+
+def qkv_casts(v: VisionSpec, spec: ModelSpec, mb: MicroBatch, prec: Precision, frozen: bool) -> int:
+    """The 16-bit copies of norm1's output beyond the one `layer_norm_saved` counts, where q, k and v are three
+    Linears after a torch LayerNorm under autocast: layer_norm is on autocast's fp32 list (its output is fp32 whatever
+    the weights' dtype), and each Linear casts that activation to the compute dtype itself — autocast's cast cache
+    holds casts of leaf tensors that require grad only (aten/src/ATen/autocast_mode.cpp `cached_cast`), i.e. of
+    trained weights, not activations — and keeps its own copy for its weight gradient when it trains
+    (modeling_siglip.py SiglipAttention, modeling_clip.py CLIPAttention: `q_proj(hidden_states)`,
+    `k_proj(hidden_states)`, `v_proj(hidden_states)`). A fused qkv Linear casts once; an RMSNorm returns its input's
+    dtype (`hidden_states.to(input_dtype)`, modeling_qwen2_5_vl.py Qwen2RMSNorm), so its Linears share one tensor;
+    frozen Linears keep no input (their adapters' casts are `adapters_saved`'s); without autocast the norm's output
+    is itself the Linears' input."""
+    if spec.fused_qkv or v.norm != "layer" or frozen or not prec.amp:
+        return 0
+    return 2 * prec.act * v.hidden_size * mb.tokens
 
 
 def padding_mask_difference(prec: Precision, mb: MicroBatch, padded: bool, repeated: int = 0) -> int:
