@@ -171,6 +171,11 @@ def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout, outside: Any =
     mb = MicroBatch(rows=1, seq=n, label_tokens=0, padding_free=False, source="", attn_implementation="sdpa")
     block_params = (v.tower_params - v.embed_params) // v.depth
     block = block_saved(job, v, spec, mb, prec, block_params, adapted, lora)
+    if v.family == "siglip" and trained:
+        # SiglipAttention's out_proj reads SDPA's output itself (sdpa_attention_forward's `transpose(1, 2)
+        # .contiguous()` of the kernel's [B, S, H, D] output copies nothing), not a concatenation as the Qwen
+        # towers' `proj` does: block_saved's `proj_in` is that output, already counted with the attention
+        block -= prec.act * v.hidden_size * mb.tokens
     if job.train.gradient_checkpointing:
         # each block is a GradientCheckpointingLayer: non-reentrant checkpointing keeps its input alone
         blocks = (prec.residual * v.hidden_size * n,) * v.depth
@@ -264,7 +269,23 @@ def block_saved(job: JobSpec, v: VisionSpec, spec: ModelSpec, mb: MicroBatch, pr
     # adapter keeps its own dropout output (`adapters_saved`), not its input
     proj_in = 0 if frozen else prec.act * v.hidden_size * mb.tokens
     own = adapters_saved([x for x in adapted if x.part == "tower"], mb.tokens, prec, lora)
-    return sum(terms.values()) + proj_in + own
+    return sum(terms.values()) + proj_in + own + qkv_casts(v, spec, mb, prec, frozen)
+
+
+def qkv_casts(v: VisionSpec, spec: ModelSpec, mb: MicroBatch, prec: Precision, frozen: bool) -> int:
+    """The 16-bit copies of norm1's output beyond the one `layer_norm_saved` counts, where q, k and v are three
+    Linears after a torch LayerNorm under autocast: layer_norm is on autocast's fp32 list (its output is fp32 whatever
+    the weights' dtype), and each Linear casts that activation to the compute dtype itself — autocast's cast cache
+    holds casts of leaf tensors that require grad only (aten/src/ATen/autocast_mode.cpp `cached_cast`), i.e. of
+    trained weights, not activations — and keeps its own copy for its weight gradient when it trains
+    (modeling_siglip.py SiglipAttention, modeling_clip.py CLIPAttention: `q_proj(hidden_states)`,
+    `k_proj(hidden_states)`, `v_proj(hidden_states)`). A fused qkv Linear casts once; an RMSNorm returns its input's
+    dtype (`hidden_states.to(input_dtype)`, modeling_qwen2_5_vl.py Qwen2RMSNorm), so its Linears share one tensor;
+    frozen Linears keep no input (their adapters' casts are `adapters_saved`'s); without autocast the norm's output
+    is itself the Linears' input."""
+    if spec.fused_qkv or v.norm != "layer" or frozen or not prec.amp:
+        return 0
+    return 2 * prec.act * v.hidden_size * mb.tokens
 
 
 def padding_mask_difference(prec: Precision, mb: MicroBatch, padded: bool, repeated: int = 0) -> int:
@@ -335,13 +356,15 @@ def outside_saved(job: JobSpec, v: VisionSpec, n: int, prec: Precision, adapted:
 def siglip_head_saved(v: VisionSpec, n: int, prec: Precision, trained: bool) -> int:
     """What Gemma 3's tower keeps after its layers (no rotary tables: SigLIP adds a learned position table once):
     post_layernorm (`layer_norm_saved`; its output feeds no linear), the projector's AvgPool2d input (the contiguous
-    [images, width, side, side] copy in the weight dtype, which avg_pool2d keeps for its backward), and on the
+    [images, width, side, side] copy of post_layernorm's output, which avg_pool2d keeps for its backward: fp32 under
+    autocast, where layer_norm runs in fp32 and avg_pool2d is on no autocast list, else the weights' dtype), and on the
     pooled N / pool² rows Gemma3RMSNorm's fp32 input (its normalised fp32 tensor too when its weight trains) and the
     matmul's input (modeling_gemma3.py Gemma3MultiModalProjector.forward)."""
     h, rows = v.hidden_size, n // v.merge_unit
     post = (FP32 * h + LAYER_NORM_STATS) * n
     pooled = (FP32 * h + (FP32 * h if trained else 0) + prec.act * h) * rows
-    return post + prec.weight * h * n + pooled
+    pool_in = (FP32 if prec.amp else prec.weight) * h * n
+    return post + pool_in + pooled
 
 
 def token_leaf(job: JobSpec, prec: Precision) -> int:

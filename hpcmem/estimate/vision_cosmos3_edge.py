@@ -79,10 +79,12 @@ def cosmos3_edge_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> Visio
                     attn_implementation="sdpa")
     full = block_saved(job, v, spec, mb, prec, v.block_params, tuple(adapted), lora)
     blocks = (prec.residual * h * n,) * v.depth if gc else (full,) * v.depth
-    # before the layers: patch_embedding's 16-bit input copy when it trains, its adapter's own; under checkpointing
-    # with PEFT the token embeddings' hooked output
+    # before the layers: patch_embedding's 16-bit input copy when it trains, its adapter's own — without a dropout
+    # mask: the adapter's input, the pixel rows' 16-bit copy, requires no grad, so its dropout records no autograd
+    # node and keeps nothing (lora_A keeps its own input); under checkpointing with PEFT the token embeddings' hooked
+    # output
     patch_in = n * v.patch_dim * prec.act if trained else 0
-    embed_own = adapters_saved([x for x in adapted if x.part == "embed"], n, prec, lora)
+    embed_own = adapters_saved([x for x in adapted if x.part == "embed"], n, prec, replace(lora, dropout=False))
     leaves = token_leaf(job, prec) if not trained and gc else 0
     merger = merger_saved(v, n, prec, trained, adapted, lora)
     saved = sum(blocks) + patch_in + embed_own + leaves + merger

@@ -92,11 +92,9 @@ def idefics3_terms(job: JobSpec, prec: Precision, lora: LoraLayout, connector: C
     # tokens sizes alike (no 4-D mask term)
     spec = replace(block_spec(v), fused_qkv=False)
     mb = MicroBatch(rows=1, seq=n, label_tokens=0, padding_free=False, source="", attn_implementation="sdpa")
-    # trained under autocast, q_proj, k_proj and v_proj each cast layer_norm1's fp32 output to the compute dtype (an
-    # activation's cast is not cached, autocast caches only parameters' casts) and each keeps its own copy for its
-    # weight gradient: two more than `block_saved` counts
-    casts = 2 * prec.act * h * n if trained and prec.amp else 0
-    block = block_saved(job, v, spec, mb, prec, v.block_params, adapted, lora) + casts
+    # trained under autocast, q_proj, k_proj and v_proj each keep their own cast of layer_norm1's fp32 output
+    # (block_saved's `qkv_casts`)
+    block = block_saved(job, v, spec, mb, prec, v.block_params, adapted, lora)
     if job.train.gradient_checkpointing:      # SmolVLMEncoderLayer is a GradientCheckpointingLayer: its input alone
         blocks = (prec.residual * h * n,) * v.depth
     elif trained:

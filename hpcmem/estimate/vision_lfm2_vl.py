@@ -53,9 +53,10 @@ def lfm2_vl_terms(job: JobSpec, prec: Precision, lora: LoraLayout, base: VisionT
     adapted = vision_adapters(job, v) if lora.enabled else ()
     embed_adapters = [x for x in adapted if x.part == "embed"]
     merger_adapters = [x for x in adapted if x.part == "merger"]
-    # the blocks: llava's at [tiles, P] with the padding mask's bias where a tile is padded, not where several are
+    # the blocks: llava's at [tiles, P] (no mask: llava's keep no bias however many rows) with the padding mask's bias
+    # where a tile is padded
     mb = MicroBatch(rows=tiles, seq=p, label_tokens=0, padding_free=False, source="", attn_implementation="sdpa")
-    block = base.block_full + padding_mask_difference(prec, mb, padded)
+    block = base.block_full + padding_mask_difference(prec, mb, padded) - padding_mask_difference(prec, mb, False)
     blocks = base.blocks_saved if gc else (block,) * len(base.blocks_saved)
     # before the layers: llava's patch-embedding input (trained) and hooked leaves are in `base.saved`; the hooked
     # patch embedding's output is no leaf where its adapter makes it; the adapter's own; the position weights' cast;

@@ -29,7 +29,8 @@ from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
 from hpcmem.estimate.states import optimizer_bytes_per_param
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, graphless_tower,
-                                    layer_norm_saved, token_leaf, tower_weights, unused_tower, vision_terms)
+                                    layer_norm_saved, padding_mask_difference, token_leaf, tower_weights,
+                                    unused_tower, vision_terms)
 from hpcmem.estimate.vision_idefics2 import idefics2_terms
 from hpcmem.estimate.vision_granite_docling import granite_docling_terms
 from hpcmem.estimate.vision_aria import aria_terms
@@ -237,8 +238,12 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     mb = MicroBatch(rows=tiles, seq=v.positions, label_tokens=0, padding_free=False, source="",
                     attn_implementation="sdpa")
     # out_proj reads SDPA's output itself (sdpa_attention_forward's `transpose(1, 2).contiguous()` of the kernel's
-    # [B, S, H, D] output copies nothing), not a concatenation as the Qwen towers' `proj` does
-    block = block_saved(job, v, spec, mb, prec, v.block_params, adapted, lora) - (prec.act * h * n if trained else 0)
+    # [B, S, H, D] output copies nothing), not a concatenation as the Qwen towers' `proj` does; and no attention mask
+    # however many tiles are rows (modeling_clip.py CLIPVisionTransformer.forward, modeling_siglip.py
+    # SiglipVisionTransformer.forward, modeling_internvl.py InternVLVisionModel.forward: `self.encoder(...)` without
+    # one), so no additive bias where the rows are several (`padding_mask_difference`)
+    block = (block_saved(job, v, spec, mb, prec, v.block_params, adapted, lora) - (prec.act * h * n if trained else 0)
+             + padding_mask_difference(prec, mb, padded=False))
     if job.train.gradient_checkpointing:      # CLIPEncoderLayer is a GradientCheckpointingLayer: its input alone
         blocks = (prec.residual * h * n,) * layers
     else:

@@ -76,9 +76,8 @@ def mllama_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms
     spec = replace(block_spec(v), fused_qkv=False)
     # one row of all n encoder rows: what a layer keeps is per row (the shared aspect-ratio mask is `tower_mask`)
     mb = MicroBatch(rows=1, seq=n, label_tokens=0, padding_free=False, source="", attn_implementation="sdpa")
-    casts = 2 * prec.act * h * n if trained and prec.amp else 0
+    # q/k/v_proj's own casts of the LayerNorm's fp32 output: block_saved's `qkv_casts`
     block = block_saved(job, v, spec, mb, prec, v.block_params, adapted, lora) - (prec.act * h * n if trained else 0)
-    block += casts
     gated = 2 * prec.act * h * n if trained else 0          # gate_attn, gate_ffn products in a global layer
     blocks = (block,) * v.depth + (block + gated,) * v.global_depth
     # in the model's dtype (`_prepare_aspect_ratio_attention_mask(dtype=self.dtype)`), the weights'

@@ -108,10 +108,8 @@ def muse_glimmer_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> Visio
     mb = MicroBatch(rows=images, seq=n // images, label_tokens=0, padding_free=False, source="",
                     attn_implementation="sdpa")
     # norm1's output is fp32 under autocast (layer_norm runs in fp32) and q_proj, k_proj and v_proj each cast it to
-    # 16 bits themselves (autocast caches casts of leaf weights only), each cast kept for its weight gradient when it
-    # trains: two copies beyond the one block_saved counts with the norm
-    casts = 2 * prec.act * h * n if trained and prec.amp else 0
-    full = block_saved(job, v, spec, mb, prec, v.block_params, tuple(adapted), lora) + casts
+    # 16 bits themselves, each cast kept for its weight gradient when it trains (block_saved's `qkv_casts`)
+    full = block_saved(job, v, spec, mb, prec, v.block_params, tuple(adapted), lora)
     blocks = (res.residual * h * n,) * v.depth if gc else (full,) * v.depth
     rope = 2 * FP32 * (h // v.num_heads) * n
     leaves = token_leaf(job, prec) if not trained and gc else 0

@@ -90,13 +90,14 @@ def test_the_tower_is_counted_with_its_pixels_and_states():
 def test_siglip_blocks_save_what_their_modeling_code_keeps():
     """One SigLIP layer with nothing recomputed (full fine-tuning, bf16, CUDA autocast), by hand from
     modeling_siglip.py `SiglipEncoderLayer`, per patch at h = 1152, I = 4304, 16 heads: two LayerNorms (fp32 input
-    copy 4h, mean and rstd 8 B, the 16-bit output the next linears keep 2h); attention (q, k and v from three Linears
-    2h each — no fused storage, no rotary — SDPA's output 2h, fp32 logsumexp per head, out_proj's input 2h); the MLP
-    (fc1's output that GELU keeps, GELU's output that fc2 keeps: 2 × 2I)."""
+    copy 4h, mean and rstd 8 B, the 16-bit output the next linear keeps 2h — layer_norm1's fp32 output cast by
+    q_proj, k_proj and v_proj each, three copies 3 · 2h: autocast caches no activation's cast); attention (q, k and v
+    from three Linears 2h each — no fused storage, no rotary — SDPA's output 2h, which out_proj reads as its input,
+    fp32 logsumexp per head); the MLP (fc1's output that GELU keeps, GELU's output that fc2 keeps: 2 × 2I)."""
     job = _sft(gradient_checkpointing=False)
     h, i, n = 1152, 4304, 64 * 64
-    norms = 2 * (4 * h + 8 + 2 * h)
-    attention = 3 * 2 * h + 2 * h + 4 * 16 + 2 * h
+    norms = 2 * (4 * h + 8 + 2 * h) + 2 * 2 * h
+    attention = 3 * 2 * h + 2 * h + 4 * 16
     per_patch = norms + attention + 2 * 2 * i
     assert vision_terms(job, precision(job), LoraLayout(enabled=False)).block_full == per_patch * n
 
