@@ -533,6 +533,7 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     depth, provenance = len(keep), dict(probe.provenance)
     layer_types = tuple(getattr(lay.hf_config(decoder), "layer_types", None) or ())
     seqs = seqs or learn_lengths(min(full.max_position_embeddings or SEQS[-1], mask_read_limit(layer_types)))
+    provenance["seqs"] = list(seqs)
     prefix = keep == tuple(range(depth))
     outer, peft = probe.model_type, probe.peft_default_targets
     spec = spec_from_profile(probe, probe.model_type)
