@@ -38,6 +38,9 @@ Covered (transformers 5.24):
 - Qwen3.5 (models/qwen3_5/modular_qwen3_5.py): Qwen3-VL's tower and merger without the deepstack mergers
   (`Qwen3_5VisionModel(Qwen3VLVisionModel)` deletes them); its decoder, Gated DeltaNet and full-attention layers, from
   a learned profile of its text config (hpcmem.models.vlm_learned).
+- Qwen4-Exp (models/qwen4_exp/modular_qwen4_exp.py): Qwen3.5's tower and merger (`Qwen4ExpVisionModel(
+  Qwen3_5MoeVisionModel)`); its decoder (Gated DeltaNet and QSA-indexed attention layers, experts, hyper-connections)
+  from a learned profile of its text config (hpcmem.models.vlm_learned).
 - Gemma 3 (models/gemma3/modeling_gemma3.py `Gemma3Model`): a SigLIP tower and Gemma 3's pooling projector
   (hpcmem.models.siglip, `family` "siglip"): separate q/k/v/out_proj, fc1 → gelu_pytorch_tanh → fc2, LayerNorms,
   a learned position table, post_layernorm; the projector pools spatial_merge_size² patches into one token and has
@@ -349,7 +352,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "qianfan_ocr": ("sft", "dpo"), "janus": ("sft", "dpo"), "video_llama_3": ("sft",),
                           "ovis2": ("sft", "dpo"), "aya_vision": ("sft", "dpo"),
                           "cohere2_vision": ("sft", "dpo"), "qwen3_5": ("sft", "dpo", "grpo", "rloo"),
-                          "qwen3_5_moe": ("sft", "dpo"),
+                          "qwen3_5_moe": ("sft", "dpo"), "qwen4_exp": ("sft", "dpo"),
                           "exaone4_5": ("sft", "dpo", "grpo", "rloo"), "hyperclovax_vision_v2": ("sft", "dpo"),
                           "qwen2_5_omni_thinker": ("sft", "dpo", "grpo", "rloo"),
                           "granite_docling": ("sft", "dpo"), "aria": ("sft", "dpo"),
@@ -699,6 +702,12 @@ VISION_LANGUAGE["qwen3_5"] = replace(VISION_LANGUAGE["qwen3_vl"], text="qwen3_5_
 # DeltaNet and full-attention layers over routed and shared experts), learned likewise; Qwen3_5MoeConfig's
 # tie_word_embeddings False
 VISION_LANGUAGE["qwen3_5_moe"] = replace(VISION_LANGUAGE["qwen3_5"], text="qwen3_5_moe_text")
+# models/qwen4_exp (modular_qwen4_exp.py): `Qwen4ExpVisionConfig(Qwen3_5MoeVisionConfig)` and
+# `Qwen4ExpVisionModel(Qwen3_5MoeVisionModel)`, Qwen3.5's tower and merger; `Qwen4ExpModel.forward` scatters the
+# merger's pooler_output into the image tokens and adds nothing else to them. Its decoder `Qwen4ExpTextModel` (Gated
+# DeltaNet and QSA-indexed attention layers over routed and shared experts, hyper-connection streams) is learned
+# likewise (hpcmem.models.vlm_learned); Qwen4ExpConfig's tie_word_embeddings False (Qwen3_5MoeConfig's)
+VISION_LANGUAGE["qwen4_exp"] = replace(VISION_LANGUAGE["qwen3_5"], text="qwen4_exp_text")
 # models/cohere_compass (modular_cohere_compass.py): `CohereCompassVisionConfig(Qwen3VLVisionConfig)` adds nothing and
 # `CohereCompassVisionModel(Qwen3VLVisionModel)` only renames its config class, and `CohereCompassModel(Qwen3VLModel)`
 # keeps the deepstack mergers and Qwen3-VL's forward: qwen3_vl's tower, merger and deepstack mergers with its defaults.

@@ -76,7 +76,7 @@ from hpcmem.models.profile import (
 from hpcmem.trace import layer_map as lay
 from hpcmem.trace import run_trace
 from hpcmem.trace.kernels_autocast import LAYER_NORM_FP32
-from hpcmem.trace.oracle import ROUTING_NOTE
+from hpcmem.trace.oracle import MAX_KNOWN_NUMEL, ROUTING_NOTE
 from hpcmem.trace.result import versions
 from hpcmem.trace.threads import share_cpus
 
@@ -101,6 +101,16 @@ def learn_lengths(max_positions: int) -> tuple[int, ...]:
     if not max_positions or max_positions >= SEQS[-1]:
         return SEQS
     return tuple(max(16, max_positions * s // SEQS[-1]) for s in SEQS)
+
+
+def mask_read_limit(layer_types: tuple[str, ...], rows: int = ROWS) -> int:
+    """The longest row length the trace can run where a layer reads the causal mask's values: Qwen4-Exp's QSA indexer
+    (modeling_qwen4_exp.py `Qwen4ExpTextQSAIndexer.forward`: `torch.nonzero` of each query's row of the [rows, 1, S, S]
+    mask) needs them, and the trace knows a tensor's values up to hpcmem.trace.oracle.MAX_KNOWN_NUMEL elements: the
+    longest multiple of 64 tokens whose mask fits. Other layers read none (SEQS[-1])."""
+    if "indexed_attention" not in layer_types:
+        return SEQS[-1]
+    return int((MAX_KNOWN_NUMEL // rows) ** 0.5) // 64 * 64
 
 
 # a grid of (rows, tokens per row) that keeps an envelope's pieces: those highest at some point of it, with and without
@@ -522,9 +532,11 @@ def learning_probe(cfg: dict[str, Any], cells: Any = CELLS, *, image_text: bool 
 
 def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] = tuple(PRECISIONS),
           cells: Any = CELLS, workers: int = 2, check: bool = True, progress: Any = None,
-          dora: bool = True, long_checks: bool = True, image_text: bool = False) -> LearnedProfile:
+          dora: bool = True, long_checks: bool = True, image_text: bool = False,
+          seqs: tuple[int, ...] = ()) -> LearnedProfile:
     """Trace the reduced model for every cell and return the real model's profile (not yet saved); `image_text`: `cfg`
-    is a vision-language type's text part (`learning_probe`)."""
+    is a vision-language type's text part (`learning_probe`); `seqs`: the three row lengths to learn at (default: SEQS
+    within the model's positions and the trace's mask limit)."""
     start = time.perf_counter()
     if progress:    # the first trace line comes after torch, transformers and the meta model load (10-20 s)
         progress(f"{name}: loading torch and transformers, building the model on the meta device to choose the "
@@ -536,7 +548,9 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
         raise SpecError(f"model {name}: " + "; ".join(unmapped))
     probe, full, keep, reference, default = learning_probe(cfg, cells, image_text=image_text)
     depth, provenance = len(keep), dict(probe.provenance)
-    seqs = learn_lengths(full.max_position_embeddings)
+    layer_types = tuple(getattr(lay.hf_config(decoder), "layer_types", None) or ())
+    seqs = seqs or learn_lengths(min(full.max_position_embeddings or SEQS[-1], mask_read_limit(layer_types)))
+    provenance["seqs"] = list(seqs)
     prefix = keep == tuple(range(depth))
     outer, peft = probe.model_type, probe.peft_default_targets
     spec = spec_from_profile(probe, probe.model_type)

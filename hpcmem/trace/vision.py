@@ -72,6 +72,8 @@ PROCESSORS = {"qwen2_5_vl": ("transformers.models.qwen2_5_vl.processing_qwen2_5_
               "hyperclovax_vision_v2": ("transformers.models.hyperclovax_vision_v2.processing_hyperclovax_vision_v2",
                                         "HyperCLOVAXVisionV2Processor"),
               "qwen3_5_moe": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor"),
+              # processing_auto.py's qwen4_exp row: Qwen3VLProcessor (image_processing_auto.py: Qwen2VLImageProcessor)
+              "qwen4_exp": ("transformers.models.qwen3_vl.processing_qwen3_vl", "Qwen3VLProcessor"),
               # Lfm3VlProcessor (modular_lfm3_vl.py: Qwen3VLProcessor's, without mm_token_type_ids): Qwen2-VL's image
               # processor (image_processing_auto.py) and Qwen's vision tokens
               "lfm3_vl": ("transformers.models.lfm3_vl.processing_lfm3_vl", "Lfm3VlProcessor")}

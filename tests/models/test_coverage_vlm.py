@@ -69,7 +69,7 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     for name in ("glm4v_moe", "glm_ocr", "cohere_compass"):
         assert by_type[name]["status"] == "derived" and "traced: SFT, DPO)" in by_type[name]["reason"], name
     # Qwen3-VL's tower on a learned hybrid text part (Gated DeltaNet and full attention): SFT and DPO traced
-    for name in ("qwen3_5_moe",):
+    for name in ("qwen3_5_moe", "qwen4_exp"):
         assert by_type[name]["status"] == "derived" and "traced: SFT, DPO)" in by_type[name]["reason"] \
             and "GRPO/RLOO with images refused" in by_type[name]["reason"], name
     assert by_type["qwen2_5_vl"]["status"] == "derived" and "with images" in by_type["qwen2_5_vl"]["reason"]
