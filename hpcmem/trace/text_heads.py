@@ -99,388 +99,106 @@ experts' implementation transformers picks for the text model's module, as Mistr
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
 
-from typing import Any
+from importlib import import_module
+from typing import Any, NamedTuple
 
 # model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
 TEXT_ONLY_TYPES = ("cosmos3_edge_text", "deepseek_ocr2_text", "ernie4_5_vl_moe_text", "glm5_next_text",
                    "hunyuan_vl_text", "hy_v4_vl_text", "mistral4", "mistral_large4_text", "molmo2_text",
                    "muse_glimmer_text", "muse_spark_text", "step3p5", "unlimited_ocr_text")
 _DONE: list[bool] = []
+LLAMA_FORWARD = "transformers.models.llama.modeling_llama.LlamaForCausalLM"
 
 
-def _cosmos3_edge_text_lm() -> tuple[Any, Any]:
-    from torch import nn
-    from transformers.generation import GenerationMixin
-    from transformers.models.cosmos3_edge.configuration_cosmos3_edge import Cosmos3EdgeTextConfig
-    from transformers.models.cosmos3_edge.modeling_cosmos3_edge import (Cosmos3EdgePreTrainedModel,
-                                                                        Cosmos3EdgeTextModel)
-    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+class TextHead(NamedTuple):
+    """One causal-LM class to build: transformers' text model `model` (its config `config`, its pretrained base
+    `pretrained`, all in `module`'s configuration_/modeling_ files) under the forward of `forward` (a dotted class
+    path) with an nn.Linear(hidden, vocab, bias=False) head, as the paragraphs above say per type."""
 
-    class Cosmos3EdgeTextForCausalLM(Cosmos3EdgePreTrainedModel, GenerationMixin):
-        """Cosmos3EdgeTextModel and the head Cosmos3EdgeForConditionalGeneration puts on it (untied by default:
-        Cosmos3EdgeConfig.tie_word_embeddings False), under LlamaForCausalLM's forward."""
-
-        config: Cosmos3EdgeTextConfig
-        config_class = Cosmos3EdgeTextConfig
-        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-        input_modalities = ("text",)
-
-        def __init__(self, config: Cosmos3EdgeTextConfig) -> None:
-            super().__init__(config)
-            self.model = Cosmos3EdgeTextModel(config)
-            self.vocab_size = config.vocab_size
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-            self.post_init()
-
-        forward = LlamaForCausalLM.forward
-
-    return Cosmos3EdgeTextConfig, Cosmos3EdgeTextForCausalLM
+    name: str
+    module: str
+    config: str
+    model: str
+    pretrained: str
+    forward: str = LLAMA_FORWARD
+    base_model_prefix: bool = False     # the pretrained base names another prefix than `model`
+    tied_keys: bool = True              # the head may be tied to the token embeddings (MuseSpark's never is)
+    experts: bool = False               # take the experts implementation transformers picks for the text model's
+    #                                     module (grouped_mm): modeling_utils.py `_can_set_experts_implementation`
+    #                                     scans the class's own module source for the decorator, which this module
+    #                                     does not hold, so the class would otherwise run the eager per-expert loop
+    fp32_head: bool = False             # HY-V4-VL's lm_head, kept in fp32 (`_keep_in_fp32_modules_strict`)
 
 
-def _deepseek_ocr2_text_lm() -> tuple[Any, Any]:
-    from torch import nn
-    from transformers.generation import GenerationMixin
-    from transformers.models.deepseek_ocr2.configuration_deepseek_ocr2 import DeepseekOcr2TextConfig
-    from transformers.models.deepseek_ocr2.modeling_deepseek_ocr2 import (DeepseekOcr2TextModel,
-                                                                          DeepseekOcr2TextPreTrainedModel)
-    from transformers.models.llama.modeling_llama import LlamaForCausalLM
-
-    class DeepseekOcr2TextForCausalLM(DeepseekOcr2TextPreTrainedModel, GenerationMixin):
-        """DeepseekOcr2TextModel and the untied head DeepseekOcr2ForConditionalGeneration puts on it, under
-        LlamaForCausalLM's forward."""
-
-        config: DeepseekOcr2TextConfig
-        config_class = DeepseekOcr2TextConfig
-        base_model_prefix = "model"
-        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-        input_modalities = ("text",)
-
-        def __init__(self, config: DeepseekOcr2TextConfig) -> None:
-            super().__init__(config)
-            self.model = DeepseekOcr2TextModel(config)
-            self.vocab_size = config.vocab_size
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-            self.post_init()
-
-        forward = LlamaForCausalLM.forward
-
-    # as for Mistral Large 4's class above: the experts' implementation the text model's module picks (grouped_mm)
-    DeepseekOcr2TextForCausalLM._can_set_experts_implementation_cached_value = \
-        DeepseekOcr2TextModel._can_set_experts_implementation()
-    return DeepseekOcr2TextConfig, DeepseekOcr2TextForCausalLM
+HEADS = (
+    TextHead("Cosmos3EdgeTextForCausalLM", "cosmos3_edge", "Cosmos3EdgeTextConfig", "Cosmos3EdgeTextModel",
+             "Cosmos3EdgePreTrainedModel"),
+    TextHead("DeepseekOcr2TextForCausalLM", "deepseek_ocr2", "DeepseekOcr2TextConfig", "DeepseekOcr2TextModel",
+             "DeepseekOcr2TextPreTrainedModel", base_model_prefix=True, experts=True),
+    TextHead("UnlimitedOcrTextForCausalLM", "unlimited_ocr", "UnlimitedOcrTextConfig", "UnlimitedOcrTextModel",
+             "UnlimitedOcrTextPreTrainedModel", base_model_prefix=True, experts=True),
+    TextHead("Ernie4_5_VLMoeTextForCausalLM", "ernie4_5_vl_moe", "Ernie4_5_VLMoeTextConfig",
+             "Ernie4_5_VLMoeTextModel", "Ernie4_5_VLMoePreTrainedModel", base_model_prefix=True, experts=True),
+    TextHead("Molmo2TextForCausalLM", "molmo2", "Molmo2TextConfig", "Molmo2TextModel", "Molmo2PreTrainedModel",
+             base_model_prefix=True),
+    TextHead("Glm5NextTextForCausalLM", "glm5_next", "Glm5NextTextConfig", "Glm5NextTextModel",
+             "Glm5NextPreTrainedModel"),
+    TextHead("HunYuanVLTextForCausalLM", "hunyuan_vl", "HunYuanVLTextConfig", "HunYuanVLTextModel",
+             "HunYuanVLPreTrainedModel"),
+    TextHead("HYV4VLTextForCausalLM", "hy_v4_vl", "HYV4VLTextConfig", "HYV4VLTextModel", "HYV4VLPreTrainedModel",
+             forward="transformers.models.hy_v4.modeling_hy_v4.HYV4ForCausalLM", experts=True, fp32_head=True),
+    TextHead("Step3p7TextForCausalLM", "step3p7", "Step3p7TextConfig", "Step3p7TextModel", "Step3p7PreTrainedModel",
+             experts=True),
+    TextHead("MistralLarge4TextForCausalLM", "mistral_large4", "MistralLarge4TextConfig", "MistralLarge4TextModel",
+             "MistralLarge4PreTrainedModel", forward="transformers.models.gemma2.modeling_gemma2.Gemma2ForCausalLM",
+             experts=True),
+    TextHead("MuseGlimmerTextForCausalLM", "muse_glimmer", "MuseGlimmerTextConfig", "MuseGlimmerTextModel",
+             "MuseGlimmerPreTrainedModel"),
+    TextHead("MuseSparkTextForCausalLM", "muse_spark", "MuseSparkTextConfig", "MuseSparkTextModel",
+             "MuseSparkPreTrainedModel", tied_keys=False, experts=True),
+)
 
 
-def _unlimited_ocr_text_lm() -> tuple[Any, Any]:
-    from torch import nn
-    from transformers.generation import GenerationMixin
-    from transformers.models.llama.modeling_llama import LlamaForCausalLM
-    from transformers.models.unlimited_ocr.configuration_unlimited_ocr import UnlimitedOcrTextConfig
-    from transformers.models.unlimited_ocr.modeling_unlimited_ocr import (UnlimitedOcrTextModel,
-                                                                          UnlimitedOcrTextPreTrainedModel)
-
-    class UnlimitedOcrTextForCausalLM(UnlimitedOcrTextPreTrainedModel, GenerationMixin):
-        """UnlimitedOcrTextModel and the untied head UnlimitedOcrForConditionalGeneration puts on it, under
-        LlamaForCausalLM's forward."""
-
-        config: UnlimitedOcrTextConfig
-        config_class = UnlimitedOcrTextConfig
-        base_model_prefix = "model"
-        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-        input_modalities = ("text",)
-
-        def __init__(self, config: UnlimitedOcrTextConfig) -> None:
-            super().__init__(config)
-            self.model = UnlimitedOcrTextModel(config)
-            self.vocab_size = config.vocab_size
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-            self.post_init()
-
-        forward = LlamaForCausalLM.forward
-
-    UnlimitedOcrTextForCausalLM._can_set_experts_implementation_cached_value = \
-        UnlimitedOcrTextModel._can_set_experts_implementation()
-    return UnlimitedOcrTextConfig, UnlimitedOcrTextForCausalLM
+def _attr(path: str) -> Any:
+    module, _, name = path.rpartition(".")
+    return getattr(import_module(module), name)
 
 
-def _ernie4_5_vl_moe_text_lm() -> tuple[Any, Any]:
-    from torch import nn
-    from transformers.generation import GenerationMixin
-    from transformers.models.ernie4_5_vl_moe.configuration_ernie4_5_vl_moe import Ernie4_5_VLMoeTextConfig
-    from transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe import (Ernie4_5_VLMoePreTrainedModel,
-                                                                              Ernie4_5_VLMoeTextModel)
-    from transformers.models.llama.modeling_llama import LlamaForCausalLM
-
-    class Ernie4_5_VLMoeTextForCausalLM(Ernie4_5_VLMoePreTrainedModel, GenerationMixin):
-        """Ernie4_5_VLMoeTextModel and the head Ernie4_5_VLMoeForConditionalGeneration puts on it (tied when the
-        text config's tie_word_embeddings says so, as the outer config's), under LlamaForCausalLM's forward."""
-
-        config: Ernie4_5_VLMoeTextConfig
-        config_class = Ernie4_5_VLMoeTextConfig
-        base_model_prefix = "model"
-        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-        input_modalities = ("text",)
-
-        def __init__(self, config: Ernie4_5_VLMoeTextConfig) -> None:
-            super().__init__(config)
-            self.model = Ernie4_5_VLMoeTextModel(config)
-            self.vocab_size = config.vocab_size
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-            self.post_init()
-
-        forward = LlamaForCausalLM.forward
-
-    # as for Mistral Large 4's class below: the experts' implementation transformers picks for the text model's module
-    # (grouped_mm), not the eager per-expert loop a class defined here would get
-    Ernie4_5_VLMoeTextForCausalLM._can_set_experts_implementation_cached_value = \
-        Ernie4_5_VLMoeTextModel._can_set_experts_implementation()
-    return Ernie4_5_VLMoeTextConfig, Ernie4_5_VLMoeTextForCausalLM
-
-
-def _molmo2_text_lm() -> tuple[Any, Any]:
-    from torch import nn
-    from transformers.generation import GenerationMixin
-    from transformers.models.llama.modeling_llama import LlamaForCausalLM
-    from transformers.models.molmo2.configuration_molmo2 import Molmo2TextConfig
-    from transformers.models.molmo2.modeling_molmo2 import Molmo2PreTrainedModel, Molmo2TextModel
-
-    class Molmo2TextForCausalLM(Molmo2PreTrainedModel, GenerationMixin):
-        """Molmo2TextModel and the head Molmo2ForConditionalGeneration puts on it (vocab_size columns, untied by
-        default: Molmo2Config.tie_word_embeddings False), under LlamaForCausalLM's forward."""
-
-        config: Molmo2TextConfig
-        config_class = Molmo2TextConfig
-        base_model_prefix = "model"
-        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-        input_modalities = ("text",)
-
-        def __init__(self, config: Molmo2TextConfig) -> None:
-            super().__init__(config)
-            self.model = Molmo2TextModel(config)
-            self.vocab_size = config.vocab_size
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-            self.post_init()
-
-        forward = LlamaForCausalLM.forward
-
-    return Molmo2TextConfig, Molmo2TextForCausalLM
-
-
-def _glm5_next_text_lm() -> tuple[Any, Any]:
-    from torch import nn
-    from transformers.generation import GenerationMixin
-    from transformers.models.glm5_next.configuration_glm5_next import Glm5NextTextConfig
-    from transformers.models.glm5_next.modeling_glm5_next import Glm5NextPreTrainedModel, Glm5NextTextModel
-    from transformers.models.llama.modeling_llama import LlamaForCausalLM
-
-    class Glm5NextTextForCausalLM(Glm5NextPreTrainedModel, GenerationMixin):
-        """Glm5NextTextModel and the head Glm5NextForConditionalGeneration puts on it, under LlamaForCausalLM's
-        forward."""
-
-        config: Glm5NextTextConfig
-        config_class = Glm5NextTextConfig
-        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-        input_modalities = ("text",)
-
-        def __init__(self, config: Glm5NextTextConfig) -> None:
-            super().__init__(config)
-            self.model = Glm5NextTextModel(config)
-            self.vocab_size = config.vocab_size
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-            self.post_init()
-
-        forward = LlamaForCausalLM.forward
-
-    return Glm5NextTextConfig, Glm5NextTextForCausalLM
-
-
-def _hunyuan_vl_text_lm() -> tuple[Any, Any]:
-    from torch import nn
-    from transformers.generation import GenerationMixin
-    from transformers.models.hunyuan_vl.configuration_hunyuan_vl import HunYuanVLTextConfig
-    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLPreTrainedModel, HunYuanVLTextModel
-    from transformers.models.llama.modeling_llama import LlamaForCausalLM
-
-    class HunYuanVLTextForCausalLM(HunYuanVLPreTrainedModel, GenerationMixin):
-        """HunYuanVLTextModel and the head HunYuanVLForConditionalGeneration puts on it (tied by default:
-        HunYuanVLConfig.tie_word_embeddings True), under LlamaForCausalLM's forward."""
-
-        config: HunYuanVLTextConfig
-        config_class = HunYuanVLTextConfig
-        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-        input_modalities = ("text",)
-
-        def __init__(self, config: HunYuanVLTextConfig) -> None:
-            super().__init__(config)
-            self.model = HunYuanVLTextModel(config)
-            self.vocab_size = config.vocab_size
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-            self.post_init()
-
-        forward = LlamaForCausalLM.forward
-
-    return HunYuanVLTextConfig, HunYuanVLTextForCausalLM
-
-
-def _hy_v4_vl_text_lm() -> tuple[Any, Any]:
+def build(head: TextHead) -> tuple[Any, Any]:
+    """(config class, causal-LM class) of one TextHead: the class PreTrainedModel subclasses are built as, made with
+    `type` so that every head is the same code."""
     import torch
     from torch import nn
     from transformers.generation import GenerationMixin
-    from transformers.models.hy_v4.modeling_hy_v4 import HYV4ForCausalLM
-    from transformers.models.hy_v4_vl.configuration_hy_v4_vl import HYV4VLTextConfig
-    from transformers.models.hy_v4_vl.modeling_hy_v4_vl import HYV4VLPreTrainedModel, HYV4VLTextModel
 
-    class HYV4VLTextForCausalLM(HYV4VLPreTrainedModel, GenerationMixin):
-        """HYV4VLTextModel and the fp32 head HYV4VLForConditionalGeneration puts on it, under HYV4ForCausalLM's
-        forward."""
+    base = f"transformers.models.{head.module}"
+    config = _attr(f"{base}.configuration_{head.module}.{head.config}")
+    text_model = _attr(f"{base}.modeling_{head.module}.{head.model}")
+    pretrained = _attr(f"{base}.modeling_{head.module}.{head.pretrained}")
+    dtype = {"dtype": torch.float32} if head.fp32_head else {}
 
-        config: HYV4VLTextConfig
-        config_class = HYV4VLTextConfig
-        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-        _keep_in_fp32_modules_strict = [*HYV4VLPreTrainedModel._keep_in_fp32_modules_strict, "lm_head"]
-        input_modalities = ("text",)
+    def __init__(self: Any, config: Any) -> None:
+        pretrained.__init__(self, config)       # the next class in the MRO, what super() would call
+        self.model = text_model(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, **dtype)
+        self.post_init()
 
-        def __init__(self, config: HYV4VLTextConfig) -> None:
-            super().__init__(config)
-            self.model = HYV4VLTextModel(config)
-            self.vocab_size = config.vocab_size
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, dtype=torch.float32)
-            self.post_init()
-
-        forward = HYV4ForCausalLM.forward
-
-    # as for ERNIE-4.5-VL's class: the experts' implementation transformers picks for the text model's module
-    # (modeling_hy_v4_vl.py: grouped_mm), not the eager per-expert loop a class defined here would get
-    HYV4VLTextForCausalLM._can_set_experts_implementation_cached_value = \
-        HYV4VLTextModel._can_set_experts_implementation()
-    return HYV4VLTextConfig, HYV4VLTextForCausalLM
-
-
-def _step3p5_text_lm() -> tuple[Any, Any]:
-    from torch import nn
-    from transformers.generation import GenerationMixin
-    from transformers.models.llama.modeling_llama import LlamaForCausalLM
-    from transformers.models.step3p7.configuration_step3p7 import Step3p7TextConfig
-    from transformers.models.step3p7.modeling_step3p7 import Step3p7PreTrainedModel, Step3p7TextModel
-
-    class Step3p7TextForCausalLM(Step3p7PreTrainedModel, GenerationMixin):
-        """Step3p7TextModel and the untied head Step3p7ForConditionalGeneration puts on it, under
-        LlamaForCausalLM's forward."""
-
-        config: Step3p7TextConfig
-        config_class = Step3p7TextConfig
-        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-        input_modalities = ("text",)
-
-        def __init__(self, config: Step3p7TextConfig) -> None:
-            super().__init__(config)
-            self.model = Step3p7TextModel(config)
-            self.vocab_size = config.vocab_size
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-            self.post_init()
-
-        forward = LlamaForCausalLM.forward
-
-    # as for Mistral Large 4's class: the experts' implementation transformers picks for the text model's module
-    Step3p7TextForCausalLM._can_set_experts_implementation_cached_value = \
-        Step3p7TextModel._can_set_experts_implementation()
-    return Step3p7TextConfig, Step3p7TextForCausalLM
-
-
-def _mistral_large4_text_lm() -> tuple[Any, Any]:
-    from torch import nn
-    from transformers.generation import GenerationMixin
-    from transformers.models.gemma2.modeling_gemma2 import Gemma2ForCausalLM
-    from transformers.models.mistral_large4.configuration_mistral_large4 import MistralLarge4TextConfig
-    from transformers.models.mistral_large4.modeling_mistral_large4 import (MistralLarge4PreTrainedModel,
-                                                                            MistralLarge4TextModel)
-
-    class MistralLarge4TextForCausalLM(MistralLarge4PreTrainedModel, GenerationMixin):
-        """MistralLarge4TextModel and the untied head MistralLarge4ForConditionalGeneration puts on it, under
-        Gemma2ForCausalLM's forward (the same final logit softcapping)."""
-
-        config: MistralLarge4TextConfig
-        config_class = MistralLarge4TextConfig
-        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-        input_modalities = ("text",)
-
-        def __init__(self, config: MistralLarge4TextConfig) -> None:
-            super().__init__(config)
-            self.model = MistralLarge4TextModel(config)
-            self.vocab_size = config.vocab_size
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-            self.post_init()
-
-        forward = Gemma2ForCausalLM.forward
-
-    # transformers lets a class choose its experts implementation (grouped_mm by default) only when its module's
-    # source text holds the experts-implementation decorator, written with its at sign (modeling_utils.py
-    # `_can_set_experts_implementation`, a cached class flag; this comment does not spell it so, or it would pass that
-    # check itself); this module uses none, so the class would fall back to eager experts where
-    # MistralLarge4ForConditionalGeneration (modeling_mistral_large4.py, which does) runs grouped_mm: the class takes
-    # transformers' answer for the text model's module
-    MistralLarge4TextForCausalLM._can_set_experts_implementation_cached_value = \
-        MistralLarge4TextModel._can_set_experts_implementation()
-    return MistralLarge4TextConfig, MistralLarge4TextForCausalLM
-
-
-def _muse_glimmer_text_lm() -> tuple[Any, Any]:
-    from torch import nn
-    from transformers.generation import GenerationMixin
-    from transformers.models.llama.modeling_llama import LlamaForCausalLM
-    from transformers.models.muse_glimmer.configuration_muse_glimmer import MuseGlimmerTextConfig
-    from transformers.models.muse_glimmer.modeling_muse_glimmer import (MuseGlimmerPreTrainedModel,
-                                                                        MuseGlimmerTextModel)
-
-    class MuseGlimmerTextForCausalLM(MuseGlimmerPreTrainedModel, GenerationMixin):
-        """MuseGlimmerTextModel and the head MuseGlimmerForConditionalGeneration puts on it, under
-        LlamaForCausalLM's forward (TRL's fused head applies the output multiplier and softcap)."""
-
-        config: MuseGlimmerTextConfig
-        config_class = MuseGlimmerTextConfig
-        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-        input_modalities = ("text",)
-
-        def __init__(self, config: MuseGlimmerTextConfig) -> None:
-            super().__init__(config)
-            self.model = MuseGlimmerTextModel(config)
-            self.vocab_size = config.vocab_size
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-            self.post_init()
-
-        forward = LlamaForCausalLM.forward
-
-    return MuseGlimmerTextConfig, MuseGlimmerTextForCausalLM
-
-
-def _muse_spark_text_lm() -> tuple[Any, Any]:
-    from torch import nn
-    from transformers.generation import GenerationMixin
-    from transformers.models.llama.modeling_llama import LlamaForCausalLM
-    from transformers.models.muse_spark.configuration_muse_spark import MuseSparkTextConfig
-    from transformers.models.muse_spark.modeling_muse_spark import MuseSparkPreTrainedModel, MuseSparkTextModel
-
-    class MuseSparkTextForCausalLM(MuseSparkPreTrainedModel, GenerationMixin):
-        """MuseSparkTextModel and the untied head MuseSparkForConditionalGeneration puts on it, under
-        LlamaForCausalLM's forward (TRL's fused head applies the output multiplier and softcap)."""
-
-        config: MuseSparkTextConfig
-        config_class = MuseSparkTextConfig
-        input_modalities = ("text",)
-
-        def __init__(self, config: MuseSparkTextConfig) -> None:
-            super().__init__(config)
-            self.model = MuseSparkTextModel(config)
-            self.vocab_size = config.vocab_size
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-            self.post_init()
-
-        forward = LlamaForCausalLM.forward
-
-    # as for Mistral Large 4's class: the experts' implementation transformers picks for the text model's module
-    # (grouped_mm), not the eager per-expert loop a class defined here would get
-    MuseSparkTextForCausalLM._can_set_experts_implementation_cached_value = \
-        MuseSparkTextModel._can_set_experts_implementation()
-    return MuseSparkTextConfig, MuseSparkTextForCausalLM
+    body: dict[str, Any] = {"__module__": __name__, "__qualname__": head.name, "__annotations__": {"config": config},
+                            "__doc__": f"{head.model} and the head its image-text model puts on it, under "
+                                       f"{head.forward.rpartition('.')[2]}'s forward (hpcmem.trace.text_heads).",
+                            "config_class": config, "input_modalities": ("text",), "__init__": __init__,
+                            "forward": _attr(head.forward).forward}
+    if head.base_model_prefix:
+        body["base_model_prefix"] = "model"
+    if head.tied_keys:
+        body["_tied_weights_keys"] = {"lm_head.weight": "model.embed_tokens.weight"}
+    if head.fp32_head:
+        body["_keep_in_fp32_modules_strict"] = [*pretrained._keep_in_fp32_modules_strict, "lm_head"]
+    cls = type(head.name, (pretrained, GenerationMixin), body)
+    if head.experts:
+        cls._can_set_experts_implementation_cached_value = text_model._can_set_experts_implementation()
+    return config, cls
 
 
 def register() -> None:
@@ -491,9 +209,6 @@ def register() -> None:
     from transformers.models.mistral4.configuration_mistral4 import Mistral4Config
     from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
-    heads = (_cosmos3_edge_text_lm, _deepseek_ocr2_text_lm, _unlimited_ocr_text_lm, _ernie4_5_vl_moe_text_lm,
-             _glm5_next_text_lm, _hunyuan_vl_text_lm, _hy_v4_vl_text_lm, _mistral_large4_text_lm, _molmo2_text_lm,
-             _muse_glimmer_text_lm, _muse_spark_text_lm, _step3p5_text_lm)
-    for config, model in (*(head() for head in heads), (Mistral4Config, Mistral4ForCausalLM)):
+    for config, model in (*(build(head) for head in HEADS), (Mistral4Config, Mistral4ForCausalLM)):
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)
