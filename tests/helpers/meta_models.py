@@ -16,6 +16,16 @@ def meta_image_text_model(cfg: dict[str, Any]) -> Any:
         return transformers.AutoModelForImageTextToText.from_config(config)
 
 
+def peft_all_linear_targets(model: Any) -> set[str]:
+    """The module names peft's "all-linear" resolves to on `model` (peft/tuners/tuners_utils.py
+    `_maybe_include_all_linear_layers`: every nn.Linear but the output embedding), what the vision tests hold
+    hpcmem's adapted linears to."""
+    from peft import LoraConfig
+    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
+
+    return _maybe_include_all_linear_layers(LoraConfig(target_modules="all-linear"), model).target_modules
+
+
 def meta_part_counts(model: Any, *, tower: str = ".vision_tower.", merger: str = ".multi_modal_projector.") -> dict:
     """Parameters of a meta model by part: the projector's (names holding `merger`), the tower's (`tower`), the
     language model's (the rest)."""

@@ -17,7 +17,7 @@ from hpcmem.models.coverage_vlm import vision_language_reason
 from hpcmem.models.deepseek_vl_hybrid import deepseek_vl_hybrid_tower_from_config
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, peft_all_linear_targets
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUTS = {(224, 1024): FIXTURES / "deepseek-vl-hybrid-defaults-L1.json",
@@ -88,12 +88,10 @@ def test_peft_all_linear_reaches_what_the_spec_adapts():
     output embedding): its SigLIP, SAM and aligner targets are hpcmem's `vision_adapters`."""
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from peft import LoraConfig
-    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
 
     cut = CUTS[(224, 1024)]
     model = meta_image_text_model(json.loads(cut.read_text()))
-    targets = _maybe_include_all_linear_layers(LoraConfig(target_modules="all-linear"), model).target_modules
+    targets = peft_all_linear_targets(model)
     theirs = sorted(n for n in (_name(t) for t in targets) if n)
     job = _job(cut, use_peft=True, lora_target_modules="all-linear")
     assert theirs == _ours(vision_adapters(job, job.model.vision))

@@ -15,7 +15,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate.vision import vision_adapters
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, peft_all_linear_targets
 from tests.helpers.vlm_cuts import assert_refused_without_text_profile
 
 CUT = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "fuyu-defaults-L2.json"
@@ -65,11 +65,9 @@ def test_peft_all_linear_reaches_what_the_spec_adapts():
     nn.Linear but the output embedding): vision_embed_tokens is hpcmem's `vision_adapters`."""
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from peft import LoraConfig
-    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
 
     model = meta_image_text_model(json.loads(CUT.read_text()))
-    targets = _maybe_include_all_linear_layers(LoraConfig(target_modules="all-linear"), model).target_modules
+    targets = peft_all_linear_targets(model)
     assert "model.vision_embed_tokens" in targets and not any(t.endswith("lm_head") for t in targets)
     job = _job(448, 448, use_peft=True, lora_target_modules="all-linear")
     assert [x.name for x in vision_adapters(job, job.model.vision)] == ["vision_embed_tokens"]

@@ -16,7 +16,7 @@ from hpcmem.estimate.vision import vision_adapters
 from hpcmem.models.granite4_vision import granite4_vision_tower_from_config
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, peft_all_linear_targets
 from tests.helpers.vlm_cuts import assert_refused_without_text_profile, processed_one_image
 
 CUT = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "granite4-vision-released-L8-D4.json"
@@ -121,12 +121,10 @@ def test_peft_all_linear_reaches_what_the_spec_adapts():
     nn.Linear but the output embedding): its tower and projector targets are hpcmem's `vision_adapters`."""
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from peft import LoraConfig
-    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
 
     torch = pytest.importorskip("torch")
     model = meta_image_text_model(json.loads(CUT.read_text()))
-    targets = _maybe_include_all_linear_layers(LoraConfig(target_modules="all-linear"), model).target_modules
+    targets = peft_all_linear_targets(model)
     job = _job(384, 384, use_peft=True, lora_target_modules="all-linear")
     reached = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and _vision_name(n)
                and n in targets]

@@ -16,7 +16,7 @@ from hpcmem.estimate.vision import vision_adapters
 from hpcmem.models.hy_v4_vl import hy_v4_vl_tower_from_config
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts, peft_all_linear_targets
 from tests.helpers.vlm_cuts import assert_processor_geometry, assert_refused_without_text_profile
 from tests.models.test_hunyuan_vl_params import _ours, _vision_name
 
@@ -64,11 +64,9 @@ def test_parts_and_linears_equal_the_meta_model():
 def test_peft_all_linear_reaches_what_the_spec_adapts():
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from peft import LoraConfig
-    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
 
     model = meta_image_text_model(json.loads(CUT.read_text()))
-    targets = _maybe_include_all_linear_layers(LoraConfig(target_modules="all-linear"), model).target_modules
+    targets = peft_all_linear_targets(model)
     job = case_job({"trainer": "sft", "model_name_or_path": str(CUT), "max_length": 4096, "images_per_example": 1,
                     "image_height": 512, "image_width": 512, "dtype": "bfloat16", "bf16": True, "use_peft": True,
                     "lora_target_modules": "all-linear"})

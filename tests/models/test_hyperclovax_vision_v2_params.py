@@ -14,7 +14,7 @@ import pytest
 from hpcmem.estimate.vision import vision_adapters
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, peft_all_linear_targets
 from tests.helpers.vlm_cuts import assert_processor_geometry, assert_refused_without_text_profile
 
 CUT = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "hyperclovax-vision-v2-defaults-L2-D2.json"
@@ -74,11 +74,9 @@ def test_peft_all_linear_reaches_what_the_spec_adapts():
     nn.Linear but the output embedding): its tower, merger and projector targets are hpcmem's `vision_adapters`."""
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from peft import LoraConfig
-    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
 
     model = meta_image_text_model(json.loads(CUT.read_text()))
-    targets = _maybe_include_all_linear_layers(LoraConfig(target_modules="all-linear"), model).target_modules
+    targets = peft_all_linear_targets(model)
     theirs = sorted(n for n in (_vision_name(t) for t in targets) if n)
     job = _job(448, 448, use_peft=True, lora_target_modules="all-linear")
     ours = sorted(f"blocks.{i}.{x.name}" if x.part == "tower" else x.name if x.name == "projector" else

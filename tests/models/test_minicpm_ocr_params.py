@@ -18,7 +18,7 @@ from hpcmem.job.images import image_geometry
 from hpcmem.models.minicpm_ocr import minicpm_ocr_tower_from_config
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts, peft_all_linear_targets
 
 CUT = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "minicpm-ocr-defaults-L2-D2.json"
 
@@ -103,11 +103,9 @@ def test_the_window_merger_gets_no_gradient_at_4x():
 def test_peft_all_linear_reaches_what_the_spec_adapts():
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from peft import LoraConfig
-    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
 
     model = meta_image_text_model(json.loads(CUT.read_text()))
-    targets = _maybe_include_all_linear_layers(LoraConfig(target_modules="all-linear"), model).target_modules
+    targets = peft_all_linear_targets(model)
     theirs = sorted(n for n in (_vision_name(t) for t in targets) if n)
     job = _job(448, 448, use_peft=True, lora_target_modules="all-linear")
     ours = sorted(f"blocks.{i}.{x.name}" if x.part == "tower" else x.name

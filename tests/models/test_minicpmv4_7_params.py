@@ -18,7 +18,7 @@ from hpcmem.job.images import image_geometry
 from hpcmem.models.minicpmv4_7 import minicpmv4_7_tower_from_config
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts, peft_all_linear_targets
 from tests.helpers.vlm_cuts import assert_refused_without_text_profile
 
 CUT = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "minicpmv4-7-defaults-L2-D2.json"
@@ -73,11 +73,9 @@ def test_parts_and_linears_equal_the_meta_model():
 def test_peft_all_linear_reaches_what_the_spec_adapts():
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from peft import LoraConfig
-    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
 
     model = meta_image_text_model(json.loads(CUT.read_text()))
-    targets = _maybe_include_all_linear_layers(LoraConfig(target_modules="all-linear"), model).target_modules
+    targets = peft_all_linear_targets(model)
     theirs = sorted(n for n in (_vision_name(t) for t in targets) if n)
     job = _job(448, 448, use_peft=True, lora_target_modules="all-linear")
     ours = sorted(f"blocks.{i}.{x.name}" if x.part == "tower" else x.name

@@ -16,7 +16,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate.vision import vision_adapters
 from hpcmem.models.minimax_m3_vl import minimax_m3_tower_from_config
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import assert_tower_and_projector_match, meta_image_text_model
+from tests.helpers.meta_models import assert_tower_and_projector_match, meta_image_text_model, peft_all_linear_targets
 from tests.helpers.vlm_cuts import assert_processor_geometry, assert_refused_without_text_profile
 
 CUT = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "minimax-m3-vl-defaults-L2-D2.json"
@@ -56,11 +56,9 @@ def test_peft_all_linear_reaches_what_the_spec_adapts():
     nn.Linear but the output embedding): its tower and projector targets are hpcmem's `vision_adapters`."""
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from peft import LoraConfig
-    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
 
     model = meta_image_text_model(json.loads(CUT.read_text()))
-    targets = _maybe_include_all_linear_layers(LoraConfig(target_modules="all-linear"), model).target_modules
+    targets = peft_all_linear_targets(model)
     job = case_job({"trainer": "sft", "model_name_or_path": str(CUT), "max_length": 4096, "images_per_example": 1,
                     "image_height": 448, "image_width": 448, "dtype": "bfloat16", "bf16": True, "use_peft": True,
                     "lora_target_modules": "all-linear"})

@@ -18,7 +18,7 @@ from hpcmem.job.images import image_geometry
 from hpcmem.models.got_ocr2_tower import got_ocr2_tower_from_config
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model, meta_part_counts
+from tests.helpers.meta_models import meta_image_text_model, meta_part_counts, peft_all_linear_targets
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vlm"
 CUTS = {1024: FIXTURES / "pp-chart2table-defaults-L2-D2.json", 768: FIXTURES / "pp-chart2table-defaults-L2-D2-768.json"}
@@ -91,12 +91,10 @@ def test_peft_all_linear_reaches_what_the_spec_adapts():
     nn.Linear but the output embedding): its tower and projector targets are hpcmem's `vision_adapters`."""
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from peft import LoraConfig
-    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
 
     cut = CUTS[1024]
     model = meta_image_text_model(json.loads(cut.read_text()))
-    targets = _maybe_include_all_linear_layers(LoraConfig(target_modules="all-linear"), model).target_modules
+    targets = peft_all_linear_targets(model)
     job = _job(cut, use_peft=True, lora_target_modules="all-linear")
     theirs = {n for n in (_vision_name(t) for t in targets) if n}
     assert theirs == set(_ours(vision_adapters(job, job.model.vision), job.model.vision.depth))

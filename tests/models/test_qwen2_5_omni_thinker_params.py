@@ -15,7 +15,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate.vision import vision_adapters
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, peft_all_linear_targets
 from tests.helpers.vlm_cuts import assert_processor_geometry
 
 CUT = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "qwen2_5_omni_thinker-defaults-L2-D2.json"
@@ -98,11 +98,9 @@ def test_peft_all_linear_reaches_what_the_spec_adapts():
     tower's q/k/v/out_proj, fc1, fc2 and proj among them."""
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from peft import LoraConfig
-    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
 
     model = meta_image_text_model(json.loads(CUT.read_text()))
-    targets = _maybe_include_all_linear_layers(LoraConfig(target_modules="all-linear"), model).target_modules
+    targets = peft_all_linear_targets(model)
     theirs = {n for n in (_name(t) for t in targets) if n}
     job = _job(use_peft=True, lora_target_modules="all-linear")
     assert theirs == _ours(vision_adapters(job, job.model.vision))

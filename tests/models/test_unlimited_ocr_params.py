@@ -18,7 +18,7 @@ from hpcmem.models.coverage_vlm import vision_language_reason
 from hpcmem.models.resolve import resolve_model
 from hpcmem.models.unlimited_ocr import unlimited_ocr_tower_from_config
 from hpcmem.validate.cases import case_job
-from tests.helpers.meta_models import meta_image_text_model
+from tests.helpers.meta_models import meta_image_text_model, peft_all_linear_targets
 
 CUT = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "unlimited-ocr-defaults-L2-D2.json"
 
@@ -81,11 +81,9 @@ def test_parts_and_linears_equal_the_meta_model():
 def test_peft_all_linear_reaches_what_the_spec_adapts():
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from peft import LoraConfig
-    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
 
     model = meta_image_text_model(json.loads(CUT.read_text()))
-    targets = _maybe_include_all_linear_layers(LoraConfig(target_modules="all-linear"), model).target_modules
+    targets = peft_all_linear_targets(model)
     theirs = sorted(n for n in (_name(t) for t in targets) if n)
     job = _job(use_peft=True, lora_target_modules="all-linear")
     assert theirs == _ours(vision_adapters(job, job.model.vision))
