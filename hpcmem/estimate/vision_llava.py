@@ -23,6 +23,9 @@ embedding as its input embeddings (`CLIPVisionModel._input_embed_layer = "patch_
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from dataclasses import replace
 
 from hpcmem.estimate import activations as act
@@ -101,102 +104,6 @@ from hpcmem.models.paddleocr_vl import PaddleOcrTowerSpec
 from hpcmem.models.video_llama_3 import VideoLlama3TowerSpec
 from hpcmem.models.vipllava import VipLlavaTowerSpec
 from hpcmem.models.vision import VisionSpec
-
-
-def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
-    """The tower's terms: llava's CLIP tower here, SmolVLM's / Idefics3's and PaliGemma's in
-    hpcmem.estimate.vision_idefics3 (Idefics2's with its own connector, hpcmem.estimate.vision_idefics2;
-    Granite-Docling's with its own, hpcmem.estimate.vision_granite_docling; Aria's, hpcmem.estimate.vision_aria),
-    Llama-3.2-Vision's in hpcmem.estimate.vision_mllama, Mistral 3's Pixtral in hpcmem.estimate.vision_mistral3, the
-    Qwen towers in hpcmem.estimate.vision; InternVL's llava's with its own layer scale and projector
-    (hpcmem.estimate.vision_internvl); ViP-LLaVA's llava's with its concatenating, normalizing projector
-    (hpcmem.estimate.vision_vipllava); Video-LLaVA's llava's (its idle video tower weights only); VideoLLaMA3's
-    in hpcmem.estimate.vision_video_llama_3; PaddleOCR-VL's in hpcmem.estimate.vision_paddleocr_vl; Ovis2's in hpcmem.estimate.vision_ovis2; Gemma 4's in
-    hpcmem.estimate.vision_gemma4; GLM-4.1V's the Qwen towers' with its own parts outside the blocks
-    (hpcmem.estimate.vision_glm4v); LFM2-VL's llava's with its padded tiles and projector
-    (hpcmem.estimate.vision_lfm2_vl); MiniCPM-V 4.6's in hpcmem.estimate.vision_minicpmv4_6; LFM3-VL's in
-    hpcmem.estimate.vision_lfm3_vl; Kimi K2.5's in
-    hpcmem.estimate.vision_kimi_k25; Fuyu's patch Linear in
-    hpcmem.estimate.vision_fuyu; DeepSeek-VL hybrid's in
-    hpcmem.estimate.vision_deepseek_vl_hybrid; PP-Chart2Table's GOT-OCR 2.0 tower in
-    hpcmem.estimate.vision_got_ocr2; the Omni thinkers' the Qwen towers' beside their idle audio encoder
-    (hpcmem.estimate.vision_idle_audio); ERNIE-4.5-VL's (and its decoder's image-token routing) in
-    hpcmem.estimate.vision_ernie4_5_vl_moe; Granite 4 Vision's SigLIP tower and Window Q-Former projectors in
-    hpcmem.estimate.vision_granite4_vision; Molmo2's in hpcmem.estimate.vision_molmo2; Muse Glimmer's and Muse
-    Spark's (its idle audio tower's weights besides) in hpcmem.estimate.vision_muse_glimmer; HunYuanVL's and
-    HY-V4-VL's in hpcmem.estimate.vision_hunyuan_vl; MiniMax M3 VL's in hpcmem.estimate.vision_minimax_m3_vl; DeepSeek-OCR 2's SAM
-    tower, Qwen2 encoder and projector in hpcmem.estimate.vision_deepseek_ocr2; Unlimited-OCR's (the same SAM under a
-    CLIP encoder) in hpcmem.estimate.vision_unlimited_ocr; Step 3.7 Flash's tower,
-    downsamplers and projector in hpcmem.estimate.vision_step3p7."""
-    if isinstance(job.model.vision, FuyuTowerSpec):
-        return fuyu_terms(job, prec, lora)
-    if isinstance(job.model.vision, VisionSpec) and job.model.vision.audio is not None:   # before the Qwen towers'
-        return idle_audio_terms(job, prec, lora)
-    if isinstance(job.model.vision, InternVLTowerSpec):
-        return internvl_terms(job, prec, lora, llava_terms(job, prec, lora))
-    if isinstance(job.model.vision, AyaVisionTowerSpec):
-        return aya_terms(job, prec, lora, llava_terms(job, prec, lora))
-    if isinstance(job.model.vision, Lfm2VlTowerSpec):
-        return lfm2_vl_terms(job, prec, lora, llava_terms(job, prec, lora))
-    if isinstance(job.model.vision, MiniCpmV46TowerSpec):
-        return minicpmv4_6_terms(job, prec, lora)
-    if isinstance(job.model.vision, DeepseekVLHybridTowerSpec):     # a PaliGemmaTowerSpec: before idefics3's
-        return deepseek_vl_hybrid_terms(job, prec, lora)
-    if isinstance(job.model.vision, Lfm3VlTowerSpec):
-        return lfm3_vl_terms(job, prec, lora)
-    if isinstance(job.model.vision, KimiK25TowerSpec):
-        return kimi_k25_terms(job, prec, lora)
-    if isinstance(job.model.vision, Cosmos3EdgeTowerSpec):
-        return cosmos3_edge_terms(job, prec, lora)
-    if isinstance(job.model.vision, MuseGlimmerTowerSpec):
-        return muse_glimmer_terms(job, prec, lora)
-    if isinstance(job.model.vision, Ernie45VlTowerSpec):
-        return ernie45vl_terms(job, prec, lora)
-    if isinstance(job.model.vision, Molmo2TowerSpec):
-        return molmo2_terms(job, prec, lora)
-    if isinstance(job.model.vision, HunYuanVLTowerSpec):
-        return hunyuan_vl_terms(job, prec, lora)
-    if isinstance(job.model.vision, MiniMaxM3VlTowerSpec):      # before VideoLLaMA3's, its base class
-        return minimax_m3_terms(job, prec, lora)
-    if isinstance(job.model.vision, Step3p7TowerSpec):     # a ClipTowerSpec: before llava's
-        return step3p7_terms(job, prec, lora)
-    if isinstance(job.model.vision, GotOcr2TowerSpec):
-        return got_ocr2_terms(job, prec, lora)
-    if isinstance(job.model.vision, UnlimitedOcrTowerSpec):        # a DeepseekOcr2TowerSpec: first
-        return unlimited_ocr_terms(job, prec, lora)
-    if isinstance(job.model.vision, DeepseekOcr2TowerSpec):
-        return deepseek_ocr2_terms(job, prec, lora)
-    if isinstance(job.model.vision, Granite4VisionTowerSpec):      # a ClipTowerSpec: before llava's
-        return granite4_vision_terms(job, prec, lora)
-    if isinstance(job.model.vision, VipLlavaTowerSpec):
-        return vipllava_terms(job, prec, lora, llava_terms(job, prec, lora))
-    if isinstance(job.model.vision, ClipTowerSpec):
-        return llava_terms(job, prec, lora)
-    if isinstance(job.model.vision, Idefics2TowerSpec):
-        return idefics2_terms(job, prec, lora)
-    if isinstance(job.model.vision, AriaTowerSpec):                 # an Idefics3TowerSpec: first
-        return aria_terms(job, prec, lora)
-    if isinstance(job.model.vision, GraniteDoclingTowerSpec):       # an Idefics3TowerSpec: first
-        return granite_docling_terms(job, prec, lora)
-    if isinstance(job.model.vision, (Idefics3TowerSpec, PaliGemmaTowerSpec)):
-        return idefics3_terms(job, prec, lora)
-    if isinstance(job.model.vision, MllamaTowerSpec):
-        return mllama_terms(job, prec, lora)
-    if isinstance(job.model.vision, PixtralTowerSpec):
-        return pixtral_terms(job, prec, lora)
-    if isinstance(job.model.vision, PaddleOcrTowerSpec):        # a VideoLlama3TowerSpec: first
-        return paddleocr_terms(job, prec, lora)
-    if isinstance(job.model.vision, VideoLlama3TowerSpec):
-        return video_llama_3_terms(job, prec, lora)
-    if isinstance(job.model.vision, Ovis2TowerSpec):
-        return ovis2_terms(job, prec, lora)
-    if isinstance(job.model.vision, Gemma4TowerSpec):
-        return gemma4_terms(job, prec, lora)
-    if isinstance(job.model.vision, Gemma4UnifiedTowerSpec):
-        return gemma4_unified_terms(job, prec, lora)
-    if isinstance(job.model.vision, Glm4vTowerSpec):
-        return glm4v_terms(job, prec, lora)
-    return vision_terms(job, prec, lora)
 
 
 def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
@@ -287,3 +194,55 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
                                                      max(mlp_t, adapter_t), scores_t),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=patches,
                        image_tokens=text_tokens, trained=what, forward_only=tail + recorded)
+
+
+# Each tower spec's terms, first match wins (a subclass before its base); the flag: the function refines llava's terms
+# (llava_terms' result is its last argument). Where each type's terms come from: the module of its function.
+TOWER_TERMS: tuple[tuple[Any, Callable[..., VisionTerms | None], bool], ...] = (
+    (FuyuTowerSpec, fuyu_terms, False),
+    (InternVLTowerSpec, internvl_terms, True),
+    (AyaVisionTowerSpec, aya_terms, True),
+    (Lfm2VlTowerSpec, lfm2_vl_terms, True),
+    (MiniCpmV46TowerSpec, minicpmv4_6_terms, False),
+    (DeepseekVLHybridTowerSpec, deepseek_vl_hybrid_terms, False),  # a PaliGemmaTowerSpec: before idefics3's
+    (Lfm3VlTowerSpec, lfm3_vl_terms, False),
+    (KimiK25TowerSpec, kimi_k25_terms, False),
+    (Cosmos3EdgeTowerSpec, cosmos3_edge_terms, False),
+    (MuseGlimmerTowerSpec, muse_glimmer_terms, False),
+    (Ernie45VlTowerSpec, ernie45vl_terms, False),
+    (Molmo2TowerSpec, molmo2_terms, False),
+    (HunYuanVLTowerSpec, hunyuan_vl_terms, False),
+    (MiniMaxM3VlTowerSpec, minimax_m3_terms, False),  # before VideoLLaMA3's, its base class
+    (Step3p7TowerSpec, step3p7_terms, False),  # a ClipTowerSpec: before llava's
+    (GotOcr2TowerSpec, got_ocr2_terms, False),
+    (UnlimitedOcrTowerSpec, unlimited_ocr_terms, False),  # a DeepseekOcr2TowerSpec: first
+    (DeepseekOcr2TowerSpec, deepseek_ocr2_terms, False),
+    (Granite4VisionTowerSpec, granite4_vision_terms, False),  # a ClipTowerSpec: before llava's
+    (VipLlavaTowerSpec, vipllava_terms, True),
+    (ClipTowerSpec, llava_terms, False),
+    (Idefics2TowerSpec, idefics2_terms, False),
+    (AriaTowerSpec, aria_terms, False),  # an Idefics3TowerSpec: first
+    (GraniteDoclingTowerSpec, granite_docling_terms, False),  # an Idefics3TowerSpec: first
+    ((Idefics3TowerSpec, PaliGemmaTowerSpec), idefics3_terms, False),
+    (MllamaTowerSpec, mllama_terms, False),
+    (PixtralTowerSpec, pixtral_terms, False),
+    (PaddleOcrTowerSpec, paddleocr_terms, False),  # a VideoLlama3TowerSpec: first
+    (VideoLlama3TowerSpec, video_llama_3_terms, False),
+    (Ovis2TowerSpec, ovis2_terms, False),
+    (Gemma4TowerSpec, gemma4_terms, False),
+    (Gemma4UnifiedTowerSpec, gemma4_unified_terms, False),
+    (Glm4vTowerSpec, glm4v_terms, False),
+)
+
+
+def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
+    """The tower's terms: an Omni thinker's image path beside its idle audio encoder
+    (hpcmem.estimate.vision_idle_audio), else the function TOWER_TERMS names for the spec's class, else the Qwen
+    towers' (hpcmem.estimate.vision `vision_terms`)."""
+    v = job.model.vision
+    if isinstance(v, VisionSpec) and v.audio is not None:       # before the Qwen towers'
+        return idle_audio_terms(job, prec, lora)
+    for spec, terms, refines_llava in TOWER_TERMS:
+        if isinstance(v, spec):
+            return terms(job, prec, lora, llava_terms(job, prec, lora)) if refines_llava else terms(job, prec, lora)
+    return vision_terms(job, prec, lora)
