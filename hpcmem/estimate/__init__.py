@@ -268,8 +268,8 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
 MULTIMODAL_NOT_MODELLED = "a multimodal model's vision/audio towers, projector and image tokens"
 IMAGE_RESERVED_NOTE = ("reserved with images is not held to 3 %: the allocator's slack terms are fitted on "
                        "text-only jobs and do not count the segments the vision tower's and connector's blocks strand; "
-                       "on 456 traced image cases the trace's allocator model reserved up to 14 % more than the "
-                       "estimate under default segments (157 beyond 3 %), up to 11 % more under expandable segments "
+                       "on 640 traced image cases the trace's allocator model reserved up to 14 % more than the "
+                       "estimate under default segments (199 beyond 3 %), up to 11 % more under expandable segments "
                        "(estimator/LOG.md) — keep that headroom")
 # image types whose traced reserved peak goes past IMAGE_RESERVED_NOTE's figures: (default, expandable) % and why.
 # DeepSeek-VL hybrid: SAM's global attention on the trace's SDPA math path (modeling_sam.py SamVisionSdpaAttention)
