@@ -81,6 +81,15 @@ TRL_REFUSES: dict[str, str] = {
            "(trl/trainer/sft_trainer.py SFTTrainer.__init__ when it builds its own collator, as the trl command line "
            "always has it; dpo_trainer.py, grpo_trainer.py and rloo_trainer.py unconditionally), and {cls} is not a "
            "GenerationMixin: building the trainer raises AttributeError before its first step (checked on CPU)",
+    "diffusion_gemma": "a block-diffusion model, not a next-token predictor: {cls} (models/diffusion_gemma/"
+                       "modeling_diffusion_gemma.py) takes no labels and has no loss, and its backbone "
+                       "(DiffusionGemmaModel, which " + _FUSED + " runs without labels) encodes the row into a KV "
+                       "cache and returns the decoder's states over a canvas of canvas_length tokens it draws "
+                       "uniformly at random when no decoder_input_ids are given, whatever the row's length: the head "
+                       "scores canvas_length - 1 positions against the row's T - 1 shifted labels, and every step "
+                       "raises RuntimeError (trl/chunked_logprob.py _forward_tile, on CPU) unless the padded row is "
+                       "exactly canvas_length tokens, when it would score a random canvas against next tokens, no "
+                       "objective of the model's; image tokens lengthen the row, not the canvas",
 }
 # image-text types whose text decoder hpcmem refuses because TRL's trainer cannot train it (their reason is the text
 # decoder's, hpcmem/models/coverage.json): no image job of theirs trains either

@@ -26,6 +26,9 @@ RAISES = {
     "t5gemma2": ("trl/utils.py:_fused_forward > modeling_t5gemma2.py:forward", "ValueError",
                  "exactly one of input_ids or inputs_embeds"),
     "pi0": ("trl/sft_trainer.py:__init__", "AttributeError", "generation_config"),
+    # the decoder's states cover a random canvas of canvas_length (256 by default) positions, the labels the row's 32
+    "diffusion_gemma": ("trl/chunked_logprob.py:_forward_tile", "RuntimeError",
+                        "The size of tensor a (31) must match the size of tensor b (255)"),
     "llama4": ("trl/utils.py:_fused_forward", "AttributeError", "object has no attribute"),
     # given image inputs (hpcmem.validate.vlm_image_call: their forwards need them to reach TRL's head)
     "blip": ("trl/utils.py:_fused_forward", "AttributeError", "'NoneType' object has no attribute 'weight'"),
