@@ -95,7 +95,7 @@ TEXT_PART_REFUSED: dict[str, str] = {"glm5_next": "glm5_next_text"}
 # (checked on CPU with the type's own processor and the installed transformers; the test named in each), appended to
 # the not-modelled reason. idefics: tests/models/test_idefics_refused.py
 TRL_WITH_IMAGES: dict[str, str] = {
-    "idefics": "TRL 1.16 trains it with images only as SFT on language-modeling rows (messages or text: "
+    "idefics": "TRL 1.16 trains it with images only as SFT on language-modeling rows (messages: "
                "DataCollatorForVisionLanguageModeling gets pixel_values [rows, images, 3, image_size, image_size] and "
                "image_attention_mask [rows, tokens, images] from IdeficsProcessor); prompt-completion SFT and DPO "
                "raise, because IdeficsProcessor.__call__ (processing_idefics.py) joins a list of text-only strings, "
