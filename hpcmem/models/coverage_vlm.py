@@ -100,6 +100,28 @@ TRL_REFUSES_TEXT_DECODER = ("llama4",)
 TEXT_PART_REFUSED: dict[str, str] = {"glm5_next": "glm5_next_text"}
 
 
+# image-text types not modelled whose real trainer was run with images: model_type → what TRL 1.16 does with them
+# (checked on CPU with the type's own processor and the installed transformers; the test named in each), appended to
+# the not-modelled reason. idefics: tests/models/test_idefics_refused.py
+TRL_WITH_IMAGES: dict[str, str] = {
+    "idefics": "TRL 1.16 trains it with images only as SFT on language-modeling rows (messages: "
+               "DataCollatorForVisionLanguageModeling gets pixel_values [rows, images, 3, image_size, image_size] and "
+               "image_attention_mask [rows, tokens, images] from IdeficsProcessor); prompt-completion SFT and DPO "
+               "raise, because IdeficsProcessor.__call__ (processing_idefics.py) joins a list of text-only strings, "
+               "the completions the collators process without images, into one row (the collator's torch.cat raises "
+               "with 2 or more rows), and with one row the collator keeps the prompt's image_attention_mask beside "
+               "input_ids of prompt and completion, so the first gated cross-attention layer's SDPA raises on the "
+               "mask's length; text rows raise in IdeficsModel.forward (no pixel_values). Its full fine-tuning from a "
+               "model path trains every part: IdeficsConfig's freeze_text_layers and freeze_vision_layers (True) "
+               "freeze the decoder layers, norm, token embedding and tower at init (IdeficsModel."
+               "freeze_relevant_params), but from_pretrained, as TRL loads the path, sets each loaded weight as a new "
+               "nn.Parameter that requires grad (core_model_loading.py set_param_for_module); the gated "
+               "cross-attention layers (num_hidden_layers / cross_layer_interval more decoder-sized layers, k/v_proj "
+               "over the tower width, attending from every text token to every image's latents or patches) and the "
+               "perceiver resampler are what hpcmem would have to add to a LLaMA decoder",
+}
+
+
 # image-text-to-text types with no image input: nothing of an image job applies to them, so the image-text table lists
 # them as not applicable (a text job on mistral4 is a text decoder's: hpcmem/models/coverage.json classifies it)
 NO_IMAGE_INPUT: dict[str, str] = {
@@ -143,4 +165,7 @@ def vision_language_reason(model_type: str) -> str | None:
         return NO_IMAGE_INPUT[model_type].format(cls=cls)
     if cls and model_type in TRL_REFUSES:
         return f"TRL cannot train it: {TRL_REFUSES[model_type].format(cls=cls)}"
-    return NOT_MODELLED.format(cls=cls) if cls and model_type not in VISION_LANGUAGE else None
+    if not cls or model_type in VISION_LANGUAGE:
+        return None
+    found = TRL_WITH_IMAGES.get(model_type)
+    return NOT_MODELLED.format(cls=cls) + (f"; {found}" if found else "")
