@@ -27,7 +27,9 @@ NOT_MODELLED = ("vision-language only (image-text-to-text: {cls}): its vision to
 # tokens through TRL's fused LM head (trl/trainer/utils.py `add_fused_lm_head._fused_forward`), which calls
 # `model.base_model` with the batch minus the labels and reads `last_hidden_state[:, :-1]` against `labels[:, 1:]`.
 # Each reason names where the real trainer raised on a tiny model of the type with text rows (one CPU step,
-# hpcmem.validate.vlm_trainable; tests/validate/test_vlm_trainable.py) and why image rows raise there too.
+# hpcmem.validate.vlm_trainable; tests/validate/test_vlm_trainable.py) and why image rows raise there too, or, where
+# the type's forward runs under that head, where TRL's collators raised on image rows through the type's own processor
+# (hpcmem.validate.vlm_image_rows).
 _FUSED = "TRL 1.16's fused LM head (trl/trainer/utils.py add_fused_lm_head._fused_forward, through which SFT, DPO, " \
          "GRPO and RLOO score every token)"
 # the backbone TRL runs is the model itself: base_model_prefix names no attribute, so PreTrainedModel.base_model
@@ -77,6 +79,18 @@ TRL_REFUSES: dict[str, str] = {
     "vision-encoder-decoder": _SEQ2SEQ.format(prefix="vision_encoder_decoder", error="ValueError ('You must specify "
                                               "exactly one of input_ids or inputs_embeds', from its decoder)",
                                               inputs="pixel values"),
+    # the one refusal decided by the processor, not the forward: given input ids and pixel values the model runs under
+    # the fused head (hpcmem.validate.vlm_image_call), but TRL's rows never give it input ids
+    "pp_formulanet": "its processor makes no token ids: {cls}'s decoder gets the right-shifted input ids "
+                     "(PPFormulaNetModel.forward, shift_tokens_right) and the model runs under " + _FUSED + " given "
+                     "them and pixel values, but PPFormulaNetProcessor.__call__ (processing_pp_formulanet.py) takes "
+                     "images only and returns pixel_values alone, and TRL's vision collators read its input_ids: "
+                     "SFT's conversational rows raise KeyError ('input_ids') in "
+                     "DataCollatorForVisionLanguageModeling._collate_language_modeling (ValueError before that "
+                     "without a chat template, which the processor class does not set), its prompt-completion rows "
+                     "and DPO's preference rows TypeError (the completion's processor call has no images); text rows "
+                     "raise ValueError for want of pixel values (checked on CPU with image rows through the type's "
+                     "processor, hpcmem.validate.vlm_image_rows)",
     "pi0": "{cls} has no generation_config: TRL 1.16's trainers copy the pad token onto model.generation_config "
            "(trl/trainer/sft_trainer.py SFTTrainer.__init__ when it builds its own collator, as the trl command line "
            "always has it; dpo_trainer.py, grpo_trainer.py and rloo_trainer.py unconditionally), and {cls} is not a "
