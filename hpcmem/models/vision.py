@@ -194,6 +194,11 @@ Covered (transformers 5.24):
   pre-layernorm, partial 3-D rotary attention per image, then a per-patch GELU MLP and a 2 x 2 merging GELU MLP
   (hpcmem.models.minimax_m3_vl's `MiniMaxM3VlTowerSpec`); its decoder minimax_m3_vl_text (sparse and dense MLP
   layers, routed and shared experts, a sparse-attention indexer), learned (hpcmem.models.vlm_learned).
+- dots3_note (dots3 Note) with images: a tower of Qwen's frame (fused qkv with q/k RMSNorms, 2-D axial rotary,
+  gated MLP, RMSNorms, no biases) under a Conv2d patch embedding with an RMSNorm, a final RMSNorm and Qwen2-VL's
+  merger, beside an audio encoder that loads and never runs on images (hpcmem.models.dots3_note's
+  `Dots3NoteTowerSpec`; dense vision layers only); its decoder dots3_note_text (MLA with a sparse-attention indexer
+  and sliding-window MLA layers over routed and shared experts), learned (hpcmem.models.vlm_learned).
 - step3p7 (Step 3.7 Flash) with images: a 728² global view and any 504² local crops of each image through a ViT
   (CLIP attention with an axial 2-D rope, layer scale, quick_gelu MLP), two stride-2 convolutions, one Linear to the
   text width (hpcmem.models.step3p7's `Step3p7TowerSpec`); its decoder Step3p7TextModel (step3p5), learned
@@ -369,7 +374,8 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo"),
                           "muse_glimmer": ("sft", "dpo"), "muse_spark": ("sft", "dpo"), "hunyuan_vl": ("sft", "dpo"),
                           "hy_v4_vl": ("sft", "dpo"), "minimax_m3_vl": ("sft", "dpo"),
-                          "deepseek_ocr2": ("sft", "dpo"), "unlimited_ocr": ("sft", "dpo")}
+                          "deepseek_ocr2": ("sft", "dpo"), "unlimited_ocr": ("sft", "dpo"),
+                          "dots3_note": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -538,6 +544,13 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # whatever tie_word_embeddings says
     "muse_spark": TowerLayout(text="muse_spark_text", defaults={}, aliases={}, norm="layer", mlp="fc",
                               text_defaults={}, ties=False),
+    # models/dots3_note: hpcmem.models.dots3_note reads the vision and audio parts; Dots3NoteModel builds the decoder
+    # `Dots3NoteTextModel(config.text_config)` (`sub_configs_defaults`: dots3_note_text; Dots3NoteConfig.__post_init__
+    # builds it from a flat config.json's top-level keys when it names none), a learned type
+    # (hpcmem.models.vlm_learned); Dots3NoteConfig.tie_word_embeddings False (`_tied_weights_keys` ties lm_head when
+    # the outer flag is true)
+    "dots3_note": TowerLayout(text="dots3_note_text", defaults={}, aliases={}, norm="rms", mlp="gated",
+                              flat_text=True),
     # models/mistral_large4: hpcmem.models.mistral_large4 reads the vision part (Pixtral, as mistral3's);
     # MistralLarge4Config's text_config is always a MistralLarge4TextConfig (`sub_configs_defaults`, its class defaults
     # when omitted), which Mistral3Model's __init__ builds with `AutoModel.from_config`: MistralLarge4TextModel, a
@@ -1041,6 +1054,10 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return muse_glimmer_tower_from_config(cfg, name)
     if model_type == "muse_spark":
         return muse_spark_tower_from_config(cfg, name)
+    if model_type == "dots3_note":
+        # hpcmem.models.dots3_note subclasses VisionSpec: imported here, after this module
+        from hpcmem.models.dots3_note import dots3_note_tower_from_config
+        return dots3_note_tower_from_config(cfg, name)
     if model_type == "ernie4_5_vl_moe":
         return ernie45vl_tower_from_config(cfg, name)
     if model_type == "molmo2":
