@@ -2,9 +2,9 @@
 sparse-indexed MLA layer over a dense MLP and one sliding-window MLA layer over 256 routed experts and a shared one, of
 the text config class's widths, their terms from the learned profile in hpcmem/profiles/; the tower cut to its first 2
 (dense) blocks; the audio encoder at its defaults, idle) against the trace of TRL's trainers with their vision
-collators and transformers' Dots3NoteProcessor on blank 448×448 and 560×560 images (estimator/traces/vlm-dots3-note.jsonl,
-written by `hpcmem validate trace --cases estimator/cases/vlm-dots3-note.yaml --reserved`); the tower's terms outside
-its blocks by hand; what is refused."""
+collators and transformers' Dots3NoteProcessor on blank 448×448 and 560×560 images, LoRA also at 1120×1120
+(estimator/traces/vlm-dots3-note.jsonl, written by `hpcmem validate trace --cases estimator/cases/vlm-dots3-note.yaml
+--reserved`); the tower's terms outside its blocks by hand; what is refused."""
 
 from __future__ import annotations
 
@@ -31,9 +31,11 @@ def test_estimate_within_3_percent_of_the_trace(case_id):
 
 
 def test_the_matrix_is_all_there():
-    assert_matrix(RECORDS, 12, {(448, 448), (560, 560)}, (0, 0),
+    """The 12 cases at 448 and 560 px, and two LoRA cases at 1120 px (scaled to 980 px) where the tower's
+    activations are a visible share of the peak."""
+    assert_matrix(RECORDS, 14, {(448, 448), (560, 560), (1120, 1120)}, (0, 0),
                   {f"{t}/{c}" for t in ("sft", "dpo") for c in ("full+gc", "full+nogc", "lora+gc", "lora+nogc")})
-    assert sorted(r["case"]["trainer"] for r in RECORDS.values()) == ["dpo"] * 4 + ["sft"] * 8
+    assert sorted(r["case"]["trainer"] for r in RECORDS.values()) == ["dpo"] * 4 + ["sft"] * 10
 
 
 def _job(trainer="sft", **kw):
