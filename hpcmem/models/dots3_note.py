@@ -45,7 +45,7 @@ from hpcmem.models.vision import VisionSpec
 DOTS3_VISION_DEFAULTS: dict[str, Any] = {
     "hidden_size": 1536, "intermediate_size": 4224, "num_hidden_layers": 42, "num_attention_heads": 24,
     "num_channels": 3, "patch_size": 14, "hidden_act": "silu", "spatial_merge_size": 2, "attention_bias": False,
-    "mlp_bias": False, "adapter_merge_size": 2}
+    "mlp_bias": False, "adapter_merge_size": 2, "adapter_out_dim": 5120}
 # `Dots3NoteVisionConfig.__post_init__`'s pyramid_num_routed when neither it nor mlp_layer_types is given
 DOTS3_VISION_PYRAMID = [-1] * 25 + list(range(4, 65, 4)) + [64]
 # configuration_dots3_note.py `Dots3NoteAudioConfig`'s field defaults
@@ -180,7 +180,7 @@ def dots3_note_tower_from_config(cfg: dict[str, Any], name: str) -> Dots3NoteTow
                         f"got {vc['attention_bias']!r} / {vc['mlp_bias']!r}): biased blocks are not modelled")
     text = text_width(cfg, DOTS3_TEXT_HIDDEN)
     width_in = vc.get("adapter_in_dim", vc["hidden_size"])
-    width_out = vc.get("adapter_out_dim", DOTS3_VISION_DEFAULTS.get("adapter_out_dim", text))
+    width_out = vc["adapter_out_dim"]
     if width_in != vc["hidden_size"] or vc["adapter_merge_size"] != vc["spatial_merge_size"] or width_out != text:
         # Dots3NoteVisionConfig / Dots3NoteConfig.validate_architecture raise on each
         raise SpecError(f"model {name}: vision_config.adapter_in_dim {width_in!r}, adapter_merge_size "
@@ -199,10 +199,14 @@ def _audio(cfg: dict[str, Any], name: str, text: int) -> Dots3NoteAudioSpec:
     raw = cfg.get("audio_config")
     if raw is not None and not isinstance(raw, dict):
         raise SpecError(f"model {name}: audio_config must be an object, got {type(raw).__name__}")
-    ac = {**DOTS3_AUDIO_DEFAULTS, "adapter_out_dim": text, **(raw or {})}
+    ac = {**DOTS3_AUDIO_DEFAULTS, **(raw or {})}
     for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "feature_size",
                 "downsample_hidden_size", "adapter_out_dim"):
         _count(ac[key], f"audio_config.{key}", name)
+    if ac["adapter_out_dim"] != text:
+        # Dots3NoteConfig.validate_architecture raises on it
+        raise SpecError(f"model {name}: audio_config.adapter_out_dim {ac['adapter_out_dim']!r} must be the text width "
+                        f"{text} (Dots3NoteConfig refuses it)")
     if ac.get("whisper_config"):
         raise SpecError(f"model {name}: audio_config.whisper_config (a legacy layout) is not read; give the "
                         "Dots3NoteAudioConfig fields")

@@ -152,3 +152,11 @@ def test_a_text_config_without_a_learned_profile_is_refused(tmp_path):
     assert_refused_without_text_profile(CUT, tmp_path, num_hidden_layers=3,
                                         layer_types=["indexed_attention", "indexed_attention", "sliding_attention"],
                                         mlp_layer_types=["dense", "sparse", "sparse"])
+
+
+def test_an_audio_width_other_than_the_text_s_is_refused():
+    """Dots3NoteConfig.validate_architecture: the audio adapter's output is the text width (5120 by default)."""
+    cfg = json.loads(CUT.read_text())
+    cfg["audio_config"] = {"adapter_out_dim": 4096}
+    with pytest.raises(SpecError, match="audio_config.adapter_out_dim 4096"):
+        dots3_note_tower_from_config(cfg, "cut")
