@@ -55,7 +55,7 @@ from hpcmem.job.shape import MicroBatch, Precision, micro_batch
 from hpcmem.job.trainers import entry
 from hpcmem.models.peft_targets import ALL_LINEAR
 from hpcmem.models.spec import ModelSpec
-from hpcmem.models.vision import VisionLinear, VisionSpec
+from hpcmem.models.vision_spec import VisionLinear, VisionSpec
 
 FP32 = 4
 # LayerNorm's per-row statistics it keeps for backward: fp32 mean and rstd (aten native_layer_norm)
@@ -63,7 +63,7 @@ LAYER_NORM_STATS = 2 * FP32
 # Tensors of the MLP's width an fc1 → act → fc2 MLP keeps for backward, besides fc2's input: fc1's output (the
 # activation's input), and for quick_gelu the sigmoid's output too (activations.py QuickGELUActivation: `input *
 # torch.sigmoid(1.702 * input)`: sigmoid keeps its output, the product keeps both factors); GELU, exact or tanh
-# (aten gelu), keeps its input alone. Keys: hpcmem.models.vision.FC_ACTIVATIONS
+# (aten gelu), keeps its input alone. Keys: hpcmem.models.vision_spec.FC_ACTIVATIONS
 ACT_TENSORS = {"quick_gelu": 2, "gelu": 1, "gelu_pytorch_tanh": 1}
 # the tower families whose attention has three q/k/v Linears (`block_spec`)
 SEPARATE_QKV = ("siglip", "qwen2_5_omni")

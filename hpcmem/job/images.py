@@ -48,7 +48,7 @@ from hpcmem.models.mllama import mllama_tiles
 from hpcmem.models.tower_base import fit_pixels
 
 if TYPE_CHECKING:
-    from hpcmem.models.vision import VisionSpec
+    from hpcmem.models.vision_spec import VisionSpec
 
 # Qwen2VLImageProcessor.size's class defaults (image_processing_qwen2_vl.py): shortest_edge 56·56, longest_edge
 # 28·28·1280 pixels — what min_pixels / max_pixels None stand for

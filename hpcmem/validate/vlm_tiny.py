@@ -40,8 +40,9 @@ def _text_hidden(config: dict[str, Any]) -> int | None:
 def _keep_equal_widths(before: dict[str, Any], after: dict[str, Any], text_before: int | None,
                        text_after: int | None) -> None:
     """A width that equalled the text decoder's hidden size (a tower's output, an audio encoder's, a codebook) or its
-    own config's hidden size still equals it, as the config classes' validators require; attention heads the shrink
-    does not name (an audio encoder's `encoder_attention_heads`) go to 4, so the shrunk width divides."""
+    own config's hidden size (an adapter's input width) still equals it, as the config classes' validators require;
+    attention heads the shrink does not name (an audio encoder's `encoder_attention_heads`) go to 4, so the shrunk
+    width divides."""
     own = next((k for k in ("hidden_size", "d_model", "embed_dim") if isinstance(before.get(k), int)), "hidden_size")
     own_before, own_after = before.get(own), after.get(own)
     for key, value in after.items():
@@ -53,10 +54,16 @@ def _keep_equal_widths(before: dict[str, Any], after: dict[str, Any], text_befor
             continue
         elif text_before and text_after and value == text_before and ("hidden" in key or "dim" in key):
             after[key] = text_after
-        elif isinstance(own_before, int) and isinstance(own_after, int) and value == own_before and "dim" in key:
+        elif isinstance(own_before, int) and isinstance(own_after, int) and value == own_before and _names_width(key):
             after[key] = own_after
         elif key.endswith("attention_heads") and value > 4 and own_after != own_before:
             after[key] = 4
+
+
+def _names_width(key: str) -> bool:
+    """A key that names a layer's width: `*_dim`, or an adapter's `*input_size` (an audio adapter's
+    `adapter_input_size`), not a count or a picture size."""
+    return "dim" in key or key.endswith("input_size")
 
 
 def _fit_rope_sections(config: dict[str, Any], head_dim: int | None = None) -> None:
