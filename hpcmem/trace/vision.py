@@ -28,7 +28,8 @@ HunYuanVL's hpcmem.trace.vision_hunyuan_vl's, HY-V4-VL's hpcmem.trace.vision_hy_
 hpcmem.trace.vision_minimax_m3_vl's (a PIL stand-in for its torchvision-only image processor), DeepSeek-OCR 2's
 hpcmem.trace.vision_deepseek_ocr2's, Unlimited-OCR's hpcmem.trace.vision_unlimited_ocr's (a PIL stand-in for its
 torchvision-only image processor), Step 3.7 Flash's
-hpcmem.trace.vision_step3p7's (its torchvision-only image processor with torch's resize and normalize).
+hpcmem.trace.vision_step3p7's (its torchvision-only image processor with torch's resize and normalize), Apertus
+1.5's hpcmem.trace.vision_apertus1p5's (a PIL stand-in for its torchvision-only image processor, no feature extractor).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
+from hpcmem.trace import (vision_apertus1p5, vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
                           vision_cosmos3_edge, vision_deepseek_ocr2, vision_deepseek_vl, vision_deepseek_vl_hybrid,
                           vision_ernie4_5_vl_moe, vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v,
                           vision_granite4_vision, vision_granite_docling, vision_hunyuan_vl, vision_hy_v4_vl,
@@ -181,6 +182,8 @@ def processor(job: JobSpec) -> Any:
         return vision_minimax_m3_vl.processor(job)
     if v.family == "step3p7":
         return vision_step3p7.processor(job)
+    if v.family == "apertus1p5":
+        return vision_apertus1p5.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -241,6 +244,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_hunyuan_vl.token_ids(proc)
     if vision_step3p7.is_processor(proc):
         return vision_step3p7.token_ids(proc)
+    if vision_apertus1p5.is_processor(proc):
+        return vision_apertus1p5.token_ids(proc)
     if vision_lfm2_vl.is_processor(proc):      # its image_token is llava's "<image>": before llava's
         return vision_lfm2_vl.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
@@ -306,7 +311,8 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_video_llama_3.MARKERS_PER_IMAGE if family == "video_llama_3" else \
         vision_qwen2_5_omni.MARKERS_PER_IMAGE if family == "qwen2_5_omni" else \
         vision_molmo2.markers(job) if family == "molmo2" else \
-        vision_step3p7.markers(job) if family == "step3p7" else MARKERS_PER_IMAGE
+        vision_step3p7.markers(job) if family == "step3p7" else \
+        vision_apertus1p5.markers(job) if family == "apertus1p5" else MARKERS_PER_IMAGE
     per_image = image_geometry(t, job.model.vision).tokens + markers
     row_tokens = vision_paligemma.ROW_TOKENS if family == "paligemma" else \
         vision_mllama.BOS_PER_ROW if family == "mllama" else \
