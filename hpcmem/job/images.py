@@ -144,6 +144,8 @@ def processor_kwargs(t: Any, vision: VisionSpec | None) -> dict[str, Any]:
     if vision is None or vision.image_size or (t.images_per_example == 0 and t.profile_images == 0):
         return {}
     lo, hi = pixel_bounds(t, vision)
+    if getattr(vision, "family", "") == "apertus1p5":     # Apertus1p5ImageProcessor.resize reads these keys
+        return {"size": {"min_pixels": lo, "max_pixels": hi}}
     return {"size": {"shortest_edge": lo, "longest_edge": hi}}
 
 

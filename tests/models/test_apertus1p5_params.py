@@ -128,3 +128,14 @@ def _their_smart_resize():
 
 def test_a_text_config_without_a_learned_profile_is_refused(tmp_path):
     assert_refused_without_text_profile(CUT, tmp_path, num_hidden_layers=3)
+
+
+def test_pixel_bounds_reach_the_processor_by_its_own_keys():
+    """min_pixels / max_pixels: the geometry's smart_resize bounds and the processor keywords Apertus1p5ImageProcessor
+    reads (`resize`: size.min_pixels, size.max_pixels); 512 × 512 under max_pixels 256² → 256 × 256, 16 × 16 codes."""
+    from hpcmem.job.images import image_geometry, processor_kwargs
+
+    job = _job(512, 512, max_pixels=256 * 256)
+    assert image_geometry(job.train, job.model.vision).tokens == 256
+    assert processor_kwargs(job.train, job.model.vision) == {"size": {"min_pixels": 128 * 128,
+                                                                      "max_pixels": 256 * 256}}
