@@ -77,6 +77,7 @@ CONNECTOR_BACKWARD = "backward (vision connector)"
 CONNECTOR_FORWARD = "forward (vision connector)"
 TOWER_FORWARD = "forward (vision tower)"
 REFERENCE_CONNECTOR = "reference forward (vision connector)"
+EMBEDDING_BACKWARD = "backward (image token embedding)"
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,10 @@ class VisionTerms:
     # layer, its gradient's bytes); the gradient exists from the backward of that layer on and waits until the
     # backward reaches the image path, so the language model's "backward (layer k)" holds those of layers above k
     injected_grads: tuple[tuple[int, int], ...] = ()
+    # the image tokens embedded by the token embedding itself (Apertus 1.5's codes): that second embedding call's
+    # backward makes a dense gradient of the table while the first's waits to be summed with it, every other gradient
+    # done — its bytes, or 0
+    embedding_backward: int = 0
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout, outside: Any = None) -> VisionTerms | None:
@@ -533,7 +538,7 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
         out.append(_tower_backward(job, terms, resident, phases, embed_grad))
     if terms.blocks_saved and terms.connector_backward:
         out.append(_connector_backward(terms, out[-1]))
-    if terms.blocks_saved and terms.connector_forward:
+    if terms.connector_forward:
         out.append(_forward_instant(terms, next(p for p in out if is_forward(p.name)), CONNECTOR_FORWARD,
                                     "vision connector forward", terms.connector_forward,
                                     "its saved tensors so far and its forward's own"))
@@ -541,6 +546,8 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
         out.append(_forward_instant(terms, next(p for p in out if is_forward(p.name)), TOWER_FORWARD,
                                     "vision block forward", terms.block_forward,
                                     "the last block's forward temporaries at fc2's adapter"))
+    if terms.embedding_backward:
+        out.append(_embedding_backward(terms, resident, phases))
     reference = next((p for p in out if p.name == REFERENCE_FORWARD and not entry(job.train.trainer).generates), None)
     if reference is not None and terms.reference_connector:
         # the reference's pass through the connector, before its language model: the policy's saved tensors beside it
@@ -549,6 +556,18 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
             Component(name="vision connector (no grad)", bytes=terms.reference_connector,
                       note="the reference's pass: its live tensors, nothing saved"))))
     return out
+
+
+def _embedding_backward(terms: VisionTerms, resident: tuple[Component, ...], phases: list[Phase]) -> Phase:
+    """The step's last backward when the image tokens are embedded by the token embedding (`VisionTerms.
+    embedding_backward`): the optimizer step's residents and every gradient (no optimizer temporaries yet), the batch's
+    pixel_values, and the second dense gradient of the embedding table beside the first."""
+    closing = next(p for p in phases if p.name == OPTIMIZER_STEP)
+    return Phase(name=EMBEDDING_BACKWARD, components=(
+        *resident, *(c for c in closing.components if c.name != OPTIMIZER_TEMPORARIES),
+        Component(name="pixel_values", bytes=terms.pixels, note="the batch, fp32"),
+        Component(name="image token embedding gradient", bytes=terms.embedding_backward,
+                  note="the table's dense gradient of the image tokens' lookup, before it is summed")))
 
 
 def _backward_layer(name: str) -> int | None:

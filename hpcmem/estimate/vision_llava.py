@@ -67,6 +67,7 @@ from hpcmem.estimate.vision_dots3_note import dots3_note_terms
 from hpcmem.estimate.vision_molmo2 import molmo2_terms
 from hpcmem.estimate.vision_hunyuan_vl import hunyuan_vl_terms
 from hpcmem.estimate.vision_step3p7 import step3p7_terms
+from hpcmem.estimate.vision_apertus1p5 import apertus1p5_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -75,6 +76,7 @@ from hpcmem.models.aya_vision import AyaVisionTowerSpec
 from hpcmem.models.clip_tower import ClipTowerSpec
 from hpcmem.models.dots3_note import Dots3NoteTowerSpec
 from hpcmem.models.fuyu import FuyuTowerSpec
+from hpcmem.models.apertus1p5 import Apertus1p5TowerSpec
 from hpcmem.models.gemma4 import Gemma4TowerSpec, Gemma4UnifiedTowerSpec
 from hpcmem.models.glm4v import Glm4vTowerSpec
 from hpcmem.models.granite_docling import GraniteDoclingTowerSpec
@@ -202,6 +204,7 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
 # (llava_terms' result is its last argument). Where each type's terms come from: the module of its function.
 TOWER_TERMS: tuple[tuple[Any, Callable[..., VisionTerms | None], bool], ...] = (
     (FuyuTowerSpec, fuyu_terms, False),
+    (Apertus1p5TowerSpec, apertus1p5_terms, False),
     (InternVLTowerSpec, internvl_terms, True),
     (AyaVisionTowerSpec, aya_terms, True),
     (Lfm2VlTowerSpec, lfm2_vl_terms, True),

@@ -203,6 +203,10 @@ Covered (transformers 5.24):
   (CLIP attention with an axial 2-D rope, layer scale, quick_gelu MLP), two stride-2 convolutions, one Linear to the
   text width (hpcmem.models.step3p7's `Step3p7TowerSpec`); its decoder Step3p7TextModel (step3p5), learned
   (hpcmem.models.vlm_learned).
+- apertus1p5 (Apertus 1.5) with images: a VQ vision tokenizer (Chameleon's VQGAN encoder, a codebook Linear whose
+  argmax is each 16 × 16 cell's code), the codes embedded by the text embedding, nothing in the tower reached by a
+  gradient; an idle WavTokenizer audio encoder (hpcmem.models.apertus1p5's `Apertus1p5TowerSpec`); its decoder
+  apertus1p5_text, learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -253,6 +257,7 @@ from hpcmem.models.minimax_m3_vl import minimax_m3_tower_from_config
 from hpcmem.models.step3p7 import step3p7_tower_from_config
 from hpcmem.models.dots3_note import dots3_note_tower_from_config
 from hpcmem.models.vision_spec import VisionSpec
+from hpcmem.models.apertus1p5 import apertus1p5_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
 from hpcmem.models.tower_base import text_width
@@ -370,7 +375,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "kimi_k25": ("sft", "dpo"),
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
                           "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",), "molmo2": ("sft", "dpo"),
-                          "step3p7": ("sft", "dpo"),
+                          "step3p7": ("sft", "dpo"), "apertus1p5": ("sft", "dpo"),
                           "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo"),
                           "muse_glimmer": ("sft", "dpo"), "muse_spark": ("sft", "dpo"), "hunyuan_vl": ("sft", "dpo"),
                           "hy_v4_vl": ("sft", "dpo"), "minimax_m3_vl": ("sft", "dpo"),
@@ -606,6 +611,11 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # omitted), a learned type (hpcmem.models.vlm_learned: hpcmem.trace.text_heads gives it a causal-LM head);
     # Step3p7Config declares no tie_word_embeddings (unset: the head stays untied, measured on the meta model)
     "step3p7": TowerLayout(text="step3p5", defaults={}, aliases={}, norm="layer", mlp="fc", text_defaults={}),
+    # models/apertus1p5: hpcmem.models.apertus1p5 reads the vision part; Apertus1p5Model builds the decoder as
+    # `Apertus1p5TextModel(config.text_config)` (`sub_configs_defaults`: apertus1p5_text, Apertus1p5TextConfig's class
+    # defaults when omitted), a learned type (hpcmem.models.vlm_learned); Apertus1p5Config.tie_word_embeddings False
+    "apertus1p5": TowerLayout(text="apertus1p5_text", defaults={}, aliases={}, norm="layer", mlp="fc",
+                              text_defaults={}),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -869,6 +879,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return minimax_m3_tower_from_config(cfg, name)
     if model_type == "step3p7":
         return step3p7_tower_from_config(cfg, name)
+    if model_type == "apertus1p5":
+        return apertus1p5_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":

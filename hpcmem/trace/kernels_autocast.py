@@ -100,3 +100,53 @@ def softmax_pow_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
     with patched(F, "softmax", fp32_softmax), patched(torch, "pow", fp32_pow):
         notes.append(SOFTMAX_POW_NOTE)
         yield
+
+
+GROUP_NORM_NOTE = ("group_norm and softmax under autocast run in fp32 inside Apertus 1.5's vision tokenizer as CUDA "
+                   "autocast runs them (fp32 cast policy; CPU autocast keeps them in 16 bits)")
+
+
+@contextlib.contextmanager
+def vq_tokenizer_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
+    """CUDA autocast's fp32 policy for `group_norm` and `softmax` (aten/src/ATen/autocast_mode.cpp, "CUDA Ops that can
+    autocast to float32") inside Apertus 1.5's vision tokenizer (modeling_apertus1p5.py
+    `Apertus1p5VisionTokenizerModel.encode`: Chameleon's VQGAN encoder, whose GroupNorms see the 16-bit outputs of
+    autocast's convolutions and whose attention blocks `F.softmax` the 16-bit bmm scores): each keeps an fp32 copy of
+    its input (GroupNorm) or its fp32 output (softmax) for backward and returns fp32, where CPU autocast keeps both in
+    16 bits. Scoped to that method, so the text part runs as its learned profile was traced and the other types'
+    stored traces stay what they were."""
+    v = job.model.vision
+    if v is None or getattr(v, "family", "") != "apertus1p5":
+        yield
+        return
+    import torch
+    import torch.nn.functional as F
+    from transformers.models.apertus1p5 import modeling_apertus1p5
+
+    group_norm, softmax = F.group_norm, F.softmax
+    model = modeling_apertus1p5.Apertus1p5VisionTokenizerModel
+    encode = model.encode
+
+    def up(t: Any) -> Any:
+        return t.to(torch.float32) if isinstance(t, torch.Tensor) and t.is_floating_point() and \
+            t.dtype not in (torch.float32, torch.float64) else t
+
+    def fp32_group_norm(input: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
+        if not torch.is_autocast_enabled("cpu"):
+            return group_norm(input, num_groups, weight, bias, eps)
+        with torch.autocast("cpu", enabled=False):
+            return group_norm(up(input), num_groups, up(weight), up(bias), eps)
+
+    def fp32_softmax(input: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> Any:
+        if not torch.is_autocast_enabled("cpu"):
+            return softmax(input, dim, _stacklevel, dtype)
+        with torch.autocast("cpu", enabled=False):
+            return softmax(up(input), dim, _stacklevel, dtype)
+
+    def fp32_encode(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with patched(F, "group_norm", fp32_group_norm), patched(F, "softmax", fp32_softmax):
+            return encode(self, *args, **kwargs)
+
+    with patched(model, "encode", fp32_encode):
+        notes.append(GROUP_NORM_NOTE)
+        yield

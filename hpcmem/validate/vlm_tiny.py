@@ -2,7 +2,8 @@
 checkpoint), every width at every level of nesting shrunk by hpcmem.validate.shrink, the depth kept (layer-type lists
 and per-layer tables stay consistent), and what the config classes' validators require kept consistent: widths that
 equalled the text decoder's hidden size or their own config's stay equal, multimodal RoPE sections sum to the shrunk
-head width. Two widths no width key names: MoE widths a config class leaves None while its layers build experts get the
+head width, and the ranges of vocabulary ids a codebook's codes map to stay inside the shrunk vocabulary.
+Two widths no width key names: MoE widths a config class leaves None while its layers build experts get the
 shrink's small ones, and a tower whose layer widths are planned from its patch gets a small patch.
 
     config = tiny_config("blip-2")      # a config.json dict; hpcmem.validate.trl_run builds and saves it
@@ -15,6 +16,7 @@ from typing import Any
 from hpcmem.validate.shrink import EXPERT_FFN, EXPERT_FFN_KEYS, EXPERT_KEYS, EXPERTS, ROUTED, ROUTED_KEYS, shrink_config
 
 MAX_LENGTH = 32
+CODEBOOK = 64
 
 
 def tiny_config(model_type: str) -> dict[str, Any]:
@@ -28,6 +30,7 @@ def tiny_config(model_type: str) -> dict[str, Any]:
     _fit_rope_sections(small)
     _fill_unset_experts(small)
     _cut_planned_patches(small)
+    _fit_token_ranges(config, small)
     return small
 
 
@@ -127,6 +130,37 @@ def _cut_planned_patches(config: dict[str, Any]) -> None:
     patch = _PLANNED_PATCH.get(config.get("model_type"))
     if patch and isinstance(config.get("patch_size"), int) and config["patch_size"] > patch:
         config["patch_size"] = patch
+def _fit_token_ranges(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """A range of vocabulary ids that a codebook's codes map to (`<name>_token_offset` plus a sub-config's
+    `codebook_size`: modeling_apertus1p5.Apertus1p5Model.get_image_tokens adds image_token_offset to each code) stays
+    inside the shrunk vocabulary, the ranges in their order and adjacency (configuration_apertus1p5.Apertus1p5Config
+    .validate_architecture: the image range ends where the audio range begins, the audio range inside the vocabulary):
+    each codebook shrinks to CODEBOOK entries and the ranges start halfway up the shrunk vocabulary, the ids below
+    staying text ids as they were. A range no sub-config's codebook fills is left as it was."""
+    vocab_before, vocab_after = _text_vocab(before), _text_vocab(after)
+    offsets = sorted((v, k) for k, v in before.items() if k.endswith("_token_offset") and _is_int(v))
+    if not offsets or not vocab_before or not vocab_after:
+        return
+    books = {k: v["codebook_size"] for k, v in before.items() if isinstance(v, dict) and _is_int(v.get("codebook_size"))}
+    start = vocab_after // 2
+    for i, (offset, key) in enumerate(offsets):
+        end = offsets[i + 1][0] if i + 1 < len(offsets) else vocab_before
+        fits = [(size == end - offset, size, name) for name, size in books.items() if offset + size <= end]
+        if not fits:
+            continue
+        adjacent, size, name = max(fits)
+        after[key], after[name]["codebook_size"] = start, min(size, CODEBOOK)
+        start += after[name]["codebook_size"] + (0 if adjacent else 1)
+        del books[name]
+
+
+def _text_vocab(config: dict[str, Any]) -> int | None:
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return text.get("vocab_size") if _is_int(text.get("vocab_size")) else None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _shrink_nested(config: dict[str, Any]) -> dict[str, Any]:
