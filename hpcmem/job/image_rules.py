@@ -136,6 +136,7 @@ def image_job_problems(job: Job) -> list[str]:
         out.append("padding_free with images: TRL 1.16's SFTTrainer raises 'Padding-free training is yet not "
                    "supported for vision datasets'")
     out += _preference_problems(job) + _fixed_size_problems(job) + _gemma4_problems(job) + rl_image_problems(job)
+    out += _inkling2_problems(job)
     if getattr(m.vision, "family", "") == "fuyu":
         out += fuyu_problems(t.images_per_example, t.min_pixels, t.max_pixels)
     bounds = pixel_bounds_problems(t, m.vision)
@@ -305,6 +306,16 @@ def _gemma4_problems(job: Job) -> list[str]:
                    "blockwise masks Gemma4Model builds over each image's tokens are not modelled (its learned text "
                    "profile is traced on causal text)")
     return out
+
+
+def _inkling2_problems(job: Job) -> list[str]:
+    """Inkling 2 (hpcmem.models.inkling2): Inkling2ImageProcessor never resizes; it pads each image up to whole
+    40 px cells (image_processing_inkling2.py `_preprocess`), so it has no pixel bounds."""
+    t, v = job.train, job.model.vision
+    if getattr(v, "family", "") != "inkling2" or (t.min_pixels is None and t.max_pixels is None):
+        return []
+    return [f"min_pixels/max_pixels on inkling2: Inkling2ImageProcessor has no such setting; it pads every image up "
+            f"to whole {v.cell}-px cells, one image token each, without resizing; leave them unset"]
 
 
 def _preference_problems(job: Job) -> list[str]:

@@ -156,6 +156,8 @@ def test_coverage_lists_every_image_text_type_with_a_status():
         "GRPO/RLOO with images refused" in by_type["hy_v4_vl"]["reason"]
     assert by_type["step3p7"]["status"] == "derived" and "traced: SFT, DPO)" in by_type["step3p7"]["reason"] and \
         "GRPO/RLOO with images refused" in by_type["step3p7"]["reason"]
+    assert by_type["inkling2"]["status"] == "derived" and "traced: SFT, DPO)" in by_type["inkling2"]["reason"] and \
+        "GRPO/RLOO with images refused" in by_type["inkling2"]["reason"]
     assert by_type["pp_chart2table"]["status"] == "derived" and \
         "traced: SFT)" in by_type["pp_chart2table"]["reason"] and \
         "DPO/GRPO/RLOO with images refused" in by_type["pp_chart2table"]["reason"]

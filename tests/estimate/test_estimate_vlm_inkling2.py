@@ -1,0 +1,74 @@
+"""Inkling 2 SFT and DPO with images on a learned text part (tests/fixtures/vlm/inkling2-defaults-L2-D2.json: two
+inkling2_text layers of the text config class's widths, a sliding-window one and a full-attention one, 384 routed
+experts each, their terms from the learned profile in hpcmem/profiles/; Inkling2VisionConfig's tower cut to 2 layers
+and its 2 × 2 GELU merger) against the trace of TRL's SFTTrainer and DPOTrainer with their vision collators and
+transformers' Inkling2Processor around hpcmem.trace.vision_inkling2's numpy stand-in for its torchvision-only image
+processor, on blank 640×640 (16 × 16 cells) and 960×1280 (24 × 32 cells) images (estimator/traces/vlm-inkling2.jsonl,
+written once by `hpcmem validate trace --cases estimator/cases/vlm-inkling2.yaml`). Every case holds within 3 %
+(estimator/LOG.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpcmem.errors import SpecError
+from hpcmem.estimate import estimate
+from hpcmem.validate.cases import case_job
+from tests.helpers.stored_cases import assert_learned_case_holds, grpo_with_images_job, largest_component, trace_records
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDS = trace_records(ROOT, "vlm-inkling2")
+CUT = "tests/fixtures/vlm/inkling2-defaults-L2-D2.json"
+
+
+@pytest.mark.parametrize("case_id", sorted(RECORDS))
+def test_estimate_within_3_percent_of_the_trace(case_id):
+    assert_learned_case_holds(RECORDS[case_id], ROOT)
+
+
+def test_the_matrix_is_all_there():
+    assert len(RECORDS) == 8 + 4
+    assert {(r["case"]["image_height"], r["case"]["image_width"]) for r in RECORDS.values()} == {(640, 640),
+                                                                                               (960, 1280)}
+    assert {r["cell"] for r in RECORDS.values()} == {f"{t}/{c}" for t in ("sft", "dpo")
+                                                     for c in ("full+gc", "full+nogc", "lora+gc", "lora+nogc")}
+
+
+def test_checkpointed_layers_keep_their_fp32_input_alone():
+    """modeling_inkling2.py `Inkling2VisionEncoderLayer` is a GradientCheckpointingLayer: under checkpointing each of
+    the two layers keeps its input, the residual stream after `pre_layernorm` — fp32 under autocast (layer_norm's
+    output), whatever the bf16 weights — 4 · 1024 bytes a row. At 960×1280: ⌈960 / 40⌉ · ⌈1280 / 40⌉ = 24 · 32 = 768
+    cells (image tokens), 4 patches each = 3,072 patches, and the image's class token: 3,073 rows."""
+    from hpcmem.estimate.lora import LoraLayout
+    from hpcmem.estimate.vision_inkling2 import inkling2_terms
+    from hpcmem.job.shape import precision
+
+    job = case_job({**RECORDS["inkling2-full-gc-960x1280"]["case"]})
+    terms = inkling2_terms(job, precision(job), LoraLayout(enabled=False))
+    assert terms.blocks_saved == (4 * 1024 * 3073,) * 2
+    assert terms.image_tokens == 768 and terms.patches == 3072
+
+
+def test_the_interpolation_transient_by_hand():
+    """The interpolated position embeddings at 640×640 (1,024 patches): the lookup [1024, 4, 1024] in bf16 (8 MiB)
+    and its product with the fp32 weights, fp32 [1024, 4, 1024] (16 MiB), plus the int64 indices and fp32 weights
+    [1024, 4] (48 KiB): 25,214,976 bytes."""
+    from hpcmem.estimate.vision_inkling2 import embedding_instant
+    from hpcmem.job.shape import precision
+
+    job = case_job({**RECORDS["inkling2-full-nogc-640"]["case"]})
+    assert embedding_instant(job.model.vision, 1024, precision(job)) == 8 * 2**20 + 16 * 2**20 + 1024 * 4 * 12
+
+
+def test_images_add_to_the_estimate():
+    job = case_job({**RECORDS["inkling2-full-nogc-960x1280"]["case"]})
+    assert largest_component(estimate(job), "vision activations") > 0
+
+
+def test_grpo_with_images_is_refused():
+    """SFT and DPO with images are traced (above); GRPO and RLOO with images are not: refused."""
+    with pytest.raises(SpecError, match="with trainer grpo on inkling2: hpcmem models inkling2's images for "
+                                        "sft, dpo only"):
+        estimate(grpo_with_images_job(ROOT / CUT, 640, 640))
