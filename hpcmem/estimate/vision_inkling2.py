@@ -29,7 +29,8 @@ gelu (keeps its input) → linear_2 (keeps gelu's output when it trains) → poo
 Trained or frozen is what TRL and peft do: full fine-tuning trains all of it; LoRA all-linear adapts every Linear of
 the layers, patch_embedding and the merger's two (peft tuners_utils.py `_maybe_include_all_linear_layers`).
 Inkling2VisionModel names no input embeddings, so under checkpointing with PEFT only the token embeddings' output is
-hooked (`enable_input_require_grads`).
+hooked (`enable_input_require_grads`). Under LoRA without checkpointing the adapted tower's features make the first
+decoder layer's input require grad, which the text profile was not traced with: hpcmem.estimate.vision_inkling2_text.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from dataclasses import replace
 
 from hpcmem.estimate import activations as act
 from hpcmem.estimate.lora import LoraLayout, backward_bytes_per_input
+from hpcmem.estimate.vision_inkling2_text import first_layer_input
 from hpcmem.estimate.vision import (FP32, VisionTerms, adapters_saved, block_saved, block_spec, feature_locals,
                                     graphless_tower, layer_norm_saved, padding_mask_difference, token_leaf,
                                     tower_states, tower_weights, unused_tower)
@@ -139,4 +141,4 @@ def inkling2_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTer
                        block_backward=hidden_t + max(mlp_t + adapter_t if gc else max(mlp_t, adapter_t), scores_t),
                        block_grads=st.per_block * st.gbytes, merger_grads=st.rest * st.gbytes, patches=n,
                        image_tokens=tokens, trained=what, forward_only=forward_only,
-                       connector_forward=connector_forward)
+                       connector_forward=connector_forward, text_saved=first_layer_input(job, prec, lora, adapted))

@@ -310,12 +310,20 @@ def _gemma4_problems(job: Job) -> list[str]:
 
 def _inkling2_problems(job: Job) -> list[str]:
     """Inkling 2 (hpcmem.models.inkling2): Inkling2ImageProcessor never resizes; it pads each image up to whole
-    40 px cells (image_processing_inkling2.py `_preprocess`), so it has no pixel bounds."""
-    t, v = job.train, job.model.vision
-    if getattr(v, "family", "") != "inkling2" or (t.min_pixels is None and t.max_pixels is None):
-        return []
-    return [f"min_pixels/max_pixels on inkling2: Inkling2ImageProcessor has no such setting; it pads every image up "
-            f"to whole {v.cell}-px cells, one image token each, without resizing; leave them unset"]
+    40 px cells (image_processing_inkling2.py `_preprocess`), so it has no pixel bounds; a full-attention first text
+    layer under LoRA without checkpointing is not modelled (hpcmem.estimate.vision_inkling2_text)."""
+    t, v, out = job.train, job.model.vision, []
+    if getattr(v, "family", "") != "inkling2":
+        return out
+    if t.min_pixels is not None or t.max_pixels is not None:
+        out.append(f"min_pixels/max_pixels on inkling2: Inkling2ImageProcessor has no such setting; it pads every "
+                   f"image up to whole {v.cell}-px cells, one image token each, without resizing; leave them unset")
+    if t.use_peft and not t.gradient_checkpointing and v.text_first_layer != "hybrid_sliding":
+        # hpcmem.estimate.vision_inkling2_text: what layer 0 keeps once the image features make its input require grad
+        out.append(f"text_config.layer_types[0] {v.text_first_layer!r} on inkling2 with images under LoRA without "
+                   "gradient checkpointing: what a full-attention first layer keeps for an input that requires grad "
+                   "is not modelled (a 'hybrid_sliding' first layer is); turn checkpointing on")
+    return out
 
 
 def _preference_problems(job: Job) -> list[str]:

@@ -57,6 +57,7 @@ class Inkling2TowerSpec(TowerBase):
     position_side: int
     projector_hidden: int       # projection_hidden_dim: linear_1's output
     projector_bias: bool
+    text_first_layer: str = "hybrid_sliding"    # text_config.layer_types[0] (hpcmem.estimate.vision_inkling2_text)
     cell: int = INKLING2_CELL
     projector_act: str = "gelu"
     norm: str = "layer"         # torch LayerNorms (hpcmem.estimate.vision `block_saved`)
@@ -158,6 +159,10 @@ def inkling2_tower_from_config(cfg: dict[str, Any], name: str) -> Inkling2TowerS
     if vc["text_hidden_size"] != text:
         raise SpecError(f"model {name}: vision_config.text_hidden_size {vc['text_hidden_size']!r} must equal "
                         f"text_config.hidden_size {text!r} (Inkling2Config.validate_architecture)")
+    text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    layer_types = text_cfg.get("layer_types")
+    # Inkling2TextConfig.__post_init__'s default: "hybrid" every sixth layer, so layer 0 is "hybrid_sliding"
+    first = str(layer_types[0]) if isinstance(layer_types, list) and layer_types else "hybrid_sliding"
     inner = vc["intermediate_size"]
     if inner is None:
         inner = int(vc["hidden_size"] * vc["mlp_ratio"])
@@ -166,4 +171,4 @@ def inkling2_tower_from_config(cfg: dict[str, Any], name: str) -> Inkling2TowerS
         num_heads=vc["num_attention_heads"], in_channels=vc["num_channels"], patch_size=vc["patch_size"],
         out_hidden_size=text, hidden_act=str(vc["hidden_act"]), spatial_merge_size=vc["spatial_merge_size"],
         position_side=vc["posemb_grid_size"], projector_hidden=vc["projection_hidden_dim"],
-        projector_bias=bool(vc["projector_bias"]))
+        projector_bias=bool(vc["projector_bias"]), text_first_layer=first)
