@@ -35,14 +35,15 @@ def _rows_held(model_type: str, rows: int) -> bool:
 
 def _plain_sft_records() -> list[tuple[dict, int]]:
     """Stored trace records of full fine-tuning SFT on a learned type, rows max_length long (no packing, no
-    padding-free: the estimate takes every row that long), with the length their profile holds."""
+    padding-free: the estimate takes every row that long), checkpointed as the profiles' cells are (not reentrant:
+    another range of its own), with the length their profile holds."""
     out = []
     for line in (estimator_dir() / "random" / "trace.jsonl").read_text().splitlines():
         rec = json.loads(line)
         job, s = rec.get("job"), (rec.get("job") or {}).get("settings", {})
         if (not job or "trace" not in rec or job["trainer"] != "sft" or s.get("use_peft") or s.get("packing")
                 or s.get("padding_free") or s.get("activation_offloading") or s.get("dtype") != "bfloat16"
-                or not s.get("bf16")):
+                or not s.get("bf16") or (s.get("gradient_checkpointing_kwargs") or {}).get("use_reentrant")):
             continue
         held = _held_length(job["model_type"], s.get("gradient_checkpointing", True))
         if held is not None:
