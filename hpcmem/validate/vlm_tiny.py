@@ -25,6 +25,7 @@ def tiny_config(model_type: str) -> dict[str, Any]:
     small = _shrink_nested(shrink_config(config, max_length=MAX_LENGTH))
     _keep_equal_widths(config, small, _text_hidden(config), _text_hidden(small))
     _fit_rope_sections(small)
+    _fill_vocabulary_map(small)
     return small
 
 
@@ -54,6 +55,21 @@ def _keep_equal_widths(before: dict[str, Any], after: dict[str, Any], text_befor
             after[key] = own_after
         elif key.endswith("attention_heads") and value > 4 and own_after != own_before:
             after[key] = 4
+
+
+def _fill_vocabulary_map(config: dict[str, Any]) -> None:
+    """A `vocabulary_map` the defaults leave None is the checkpoint tokenizer's vocabulary, which the model reads its
+    image placeholder from when it is built (modeling_chameleon.ChameleonImageVocabularyMapping and
+    modeling_emu3.Emu3ImageVocabularyMapping call `vocab_map.get("<image>")`): it becomes a map that holds the
+    placeholder alone, at the shrunk vocabulary's last id, and `image_token_id` follows it as the config classes'
+    __post_init__ set it."""
+    if "vocabulary_map" not in config or config["vocabulary_map"] is not None:
+        return
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    vocab = text.get("vocab_size")
+    if isinstance(vocab, int) and vocab > 0:
+        config["vocabulary_map"] = {"<image>": vocab - 1}
+        config["image_token_id"] = vocab - 1
 
 
 def _fit_rope_sections(config: dict[str, Any], head_dim: int | None = None) -> None:
