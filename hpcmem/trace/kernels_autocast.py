@@ -70,10 +70,11 @@ def softmax_pow_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
     (torch/nn/functional.py `multi_head_attention_forward` with need_weights True: `softmax` over the bf16 baddbmm
     scores, kept fp32 for backward, cast back to bf16 by bmm) and its AriaProjectorMLP's gelu_new
     (transformers/activations.py `NewGELUActivation`: `torch.pow(input, 3.0)`) both see 16-bit inputs, where CPU
-    autocast keeps them in 16 bits. Scoped to Aria so the other types' stored traces stay what they were (in their
-    families these ops see fp32 inputs, hpcmem.trace.kernels)."""
+    autocast keeps them in 16 bits; and for Chameleon, whose VQ-VAE's attention block takes softmax over bf16 bmm
+    scores (modeling_chameleon.py `ChameleonVQVAEEncoderAttnBlock`). Scoped to those two so the other types' stored
+    traces stay what they were (in their families these ops see fp32 inputs, hpcmem.trace.kernels)."""
     v = job.model.vision
-    if v is None or getattr(v, "family", "") != "aria":
+    if v is None or getattr(v, "family", "") not in ("aria", "chameleon"):
         yield
         return
     import torch
@@ -99,4 +100,41 @@ def softmax_pow_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
 
     with patched(F, "softmax", fp32_softmax), patched(torch, "pow", fp32_pow):
         notes.append(SOFTMAX_POW_NOTE)
+        yield
+
+
+GROUP_NORM_NOTE = ("group_norm, softmax and pow under autocast run in fp32 as CUDA autocast runs them (fp32 cast "
+                   "policy; CPU autocast keeps them in 16 bits) — mapped for Chameleon's VQ-VAE")
+
+
+@contextlib.contextmanager
+def group_norm_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
+    """CUDA autocast's fp32 policy for `group_norm` (aten/src/ATen/autocast_mode.cpp, "CUDA Ops that can autocast to
+    float32"; CPU autocast has no such entry and keeps it in 16 bits), for Chameleon only: its VQ-VAE encoder's
+    GroupNorms (modeling_chameleon.py `ChameleonVQVAEEncoderResnetBlock`, `ChameleonVQVAEEncoderAttnBlock`,
+    `norm_out`) see the 16-bit outputs of its convolutions, so native_group_norm keeps an fp32 copy of its input and
+    returns fp32, which the in-place x·sigmoid(x) keeps and the next convolution casts back to 16 bits; its attention
+    block's softmax and the quantizer's pow likewise (`softmax_pow_fp32`'s). Scoped to Chameleon so the other types'
+    stored traces stay what they were (Janus's VQ model, the one other covered type with GroupNorms, never runs)."""
+    v = job.model.vision
+    if v is None or getattr(v, "family", "") != "chameleon":
+        yield
+        return
+    import torch
+    import torch.nn.functional as F
+
+    original = F.group_norm
+
+    def up(t: Any) -> Any:
+        return t.to(torch.float32) if isinstance(t, torch.Tensor) and t.is_floating_point() and \
+            t.dtype not in (torch.float32, torch.float64) else t
+
+    def group_norm(input: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
+        if not torch.is_autocast_enabled("cpu"):
+            return original(input, num_groups, weight, bias, eps)
+        with torch.autocast("cpu", enabled=False):
+            return original(up(input), num_groups, up(weight), up(bias), eps)
+
+    with patched(F, "group_norm", group_norm):
+        notes.append(GROUP_NORM_NOTE)
         yield
