@@ -75,6 +75,7 @@ VISION_BACKWARD = "backward (vision tower)"
 CROSS_BACKWARD = "backward (cross-attention layer)"
 CONNECTOR_BACKWARD = "backward (vision connector)"
 CONNECTOR_FORWARD = "forward (vision connector)"
+EMBEDDING_BACKWARD = "backward (token embedding, image codes)"
 TOWER_FORWARD = "forward (vision tower)"
 REFERENCE_CONNECTOR = "reference forward (vision connector)"
 
@@ -135,6 +136,10 @@ class VisionTerms:
     # layer, its gradient's bytes); the gradient exists from the backward of that layer on and waits until the
     # backward reaches the image path, so the language model's "backward (layer k)" holds those of layers above k
     injected_grads: tuple[tuple[int, int], ...] = ()
+    # a second dense gradient of the token embeddings, made by the backward of a second embed_tokens call (Chameleon
+    # embeds its image codes with it, hpcmem.estimate.vision_chameleon) and added into .grad, beside every gradient at
+    # the backward's end, or 0
+    embedding_backward: int = 0
 
 
 def vision_terms(job: JobSpec, prec: Precision, lora: LoraLayout, outside: Any = None) -> VisionTerms | None:
@@ -533,7 +538,7 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
         out.append(_tower_backward(job, terms, resident, phases, embed_grad))
     if terms.blocks_saved and terms.connector_backward:
         out.append(_connector_backward(terms, out[-1]))
-    if terms.blocks_saved and terms.connector_forward:
+    if terms.connector_forward:      # (a tower with no blocks of its own: Chameleon's VQ-VAE)
         out.append(_forward_instant(terms, next(p for p in out if is_forward(p.name)), CONNECTOR_FORWARD,
                                     "vision connector forward", terms.connector_forward,
                                     "its saved tensors so far and its forward's own"))
@@ -541,6 +546,12 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
         out.append(_forward_instant(terms, next(p for p in out if is_forward(p.name)), TOWER_FORWARD,
                                     "vision block forward", terms.block_forward,
                                     "the last block's forward temporaries at fc2's adapter"))
+    if terms.embedding_backward:
+        closing = next(p for p in out if p.name == OPTIMIZER_STEP)
+        out.append(Phase(name=EMBEDDING_BACKWARD, components=(
+            *(c for c in closing.components if c.name != OPTIMIZER_TEMPORARIES),
+            Component(name="token embedding gradient (second call)", bytes=terms.embedding_backward,
+                      note="the image codes' embed_tokens call: its backward's dense gradient, added into .grad"))))
     reference = next((p for p in out if p.name == REFERENCE_FORWARD and not entry(job.train.trainer).generates), None)
     if reference is not None and terms.reference_connector:
         # the reference's pass through the connector, before its language model: the policy's saved tensors beside it
