@@ -17,8 +17,10 @@ nothing in it).
 What its forward leaves depends on whether autograd records it:
 - full fine-tuning: the VQ-VAE's parameters require grad, so every op records its saved tensors (`graph_saved`). They
   hang from the encode outputs (`last_hidden_state`, `quantized_last_hidden_state`, `embedding_loss`) that
-  `mm_encoder_outputs`, a local of `ChameleonModel.forward`, holds: alive through the decoder's forward, freed when
-  the backbone returns, before TRL's fused LM head runs (trl/trainer/utils.py `add_fused_lm_head`): forward only.
+  `mm_encoder_outputs` (a local of `ChameleonModel.forward`) holds, and nothing the loss reaches does: forward only.
+  Traced, they are still alive at TRL's fused LM head's forward (trl/trainer/utils.py `add_fused_lm_head`: the
+  no-checkpointing peaks are there, at the loss, with them) and gone by the backward; the forward phase holds them,
+  which under checkpointing a learned profile ends at its last layer, not at the head (not modelled there).
 - LoRA: nothing in it requires grad (peft freezes it, pixel_values need none, `enable_input_require_grads` hooks the
   token embeddings only): no graph, nothing kept; its forward's own instant is the encoder's `hidden_states` list
   (every level's outputs, alive until `forward` returns) and one ResnetBlock's temporaries (`no_graph_instant`).
