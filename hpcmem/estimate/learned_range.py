@@ -30,6 +30,7 @@ OUTSIDE = {"rows per micro-batch": "per micro-batch (its rows check",
            "row length": "this job's rows are",
            "LoRA dropout / modules to save": "its LoRA cells were traced with dropout",
            "model dropout": "traced with the model's dropout on",
+           "reentrant checkpointing": "traced with non-reentrant checkpointing",
            "no autocast": "computes without it (bf16 and fp16 off)",
            "format-2 profile": "DoRA was not traced in that format",
            "technique": "is not among them",
@@ -86,6 +87,17 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
         out.append(f"learned profile of {p.model_type}: its cells were traced under autocast (bf16 on); this job "
                    f"{OUTSIDE['no autocast']}, where 16-bit and fp32 operands promote to fp32 and "
                    "LoRA adapters compute in fp32: not held")
+    forced = t.use_peft and job.parallel.deepspeed and job.parallel.zero_stage == 3     # TRL forces it (job rules)
+    if t.gradient_checkpointing and (t.gradient_checkpointing_kwargs.get("use_reentrant") or forced):
+        # the cells run TRL's default, use_reentrant False (trl/trainer/sft_trainer.py sets it when unset); the reentrant
+        # variant (torch/utils/checkpoint.py CheckpointFunction) runs the layer's forward under no_grad and its whole
+        # recompute in the backward, the non-reentrant one packs saved tensors through hooks and recomputes up to the
+        # last one it needs. The peaks differ by type: the same traced jobs with use_reentrant True were 0.1 % (AXK1,
+        # full), 5.5 % (Gemma 4, LoRA) and 8.3 % (RecurrentGemma, LoRA) lower (estimator/LOG.md; why per type: not
+        # analysed)
+        out.append(f"learned profile of {p.model_type}: its cells were {OUTSIDE['reentrant checkpointing']} "
+                   "(TRL's default); this job's is reentrant, which keeps a different set of tensors per "
+                   "layer: not held")
     if t.disable_dropout and p.provenance.get("dropout"):
         # the profile's cells are SFTTrainer's (hpcmem/trace/learn.py), which keeps the model's nn.Dropout modules;
         # TRL's disable_dropout_in_model (trl/trainer/utils.py) sets each to p = 0: no dropout masks are kept, and a

@@ -32,10 +32,10 @@ from hpcmem.models.spec import ModelSpec
 
 ADAM_STATES = 2
 # model types whose lm_head transformers keeps in fp32 whatever the load dtype (`_keep_in_fp32_modules_strict =
-# ["lm_head"]`, an nn.Linear built with dtype=torch.float32): models/hy_v4_vl/modular_hy_v4_vl.py
-# `HYV4VLForConditionalGeneration` (its text part hy_v4_vl_text, which hpcmem.trace.text_heads builds the same way);
-# its weight, gradient and optimizer states are fp32 (`fp32_head_extra`)
-FP32_HEAD_TYPES = ("hy_v4_vl", "hy_v4_vl_text")
+# ["lm_head"]`, an nn.Linear built with dtype=torch.float32): models/hy_v4/modeling_hy_v4.py `HYV4ForCausalLM`,
+# models/hy_v4_vl/modular_hy_v4_vl.py `HYV4VLForConditionalGeneration` (its text part hy_v4_vl_text, which
+# hpcmem.trace.text_heads builds the same way); its weight, gradient and optimizer states are fp32 (`fp32_head_extra`)
+FP32_HEAD_TYPES = ("hy_v4", "hy_v4_vl", "hy_v4_vl_text")
 BNB_BLOCK = 256                 # 8-bit optimizer absmax block
 NF4_BLOCK = 64                  # 4-bit weight quantization block (QLoRA)
 NESTED_BLOCK = 256              # double quantization: blocks of absmax values

@@ -27,7 +27,9 @@ NOT_MODELLED = ("vision-language only (image-text-to-text: {cls}): its vision to
 # tokens through TRL's fused LM head (trl/trainer/utils.py `add_fused_lm_head._fused_forward`), which calls
 # `model.base_model` with the batch minus the labels and reads `last_hidden_state[:, :-1]` against `labels[:, 1:]`.
 # Each reason names where the real trainer raised on a tiny model of the type with text rows (one CPU step,
-# hpcmem.validate.vlm_trainable; tests/validate/test_vlm_trainable.py) and why image rows raise there too.
+# hpcmem.validate.vlm_trainable; tests/validate/test_vlm_trainable.py) and why image rows raise there too, or, where
+# the type's forward runs under that head, where TRL's collators raised on image rows through the type's own processor
+# (hpcmem.validate.vlm_image_rows).
 _FUSED = "TRL 1.16's fused LM head (trl/trainer/utils.py add_fused_lm_head._fused_forward, through which SFT, DPO, " \
          "GRPO and RLOO score every token)"
 # the backbone TRL runs is the model itself: base_model_prefix names no attribute, so PreTrainedModel.base_model
@@ -77,10 +79,31 @@ TRL_REFUSES: dict[str, str] = {
     "vision-encoder-decoder": _SEQ2SEQ.format(prefix="vision_encoder_decoder", error="ValueError ('You must specify "
                                               "exactly one of input_ids or inputs_embeds', from its decoder)",
                                               inputs="pixel values"),
+    # the one refusal decided by the processor, not the forward: given input ids and pixel values the model runs under
+    # the fused head (hpcmem.validate.vlm_image_call), but TRL's rows never give it input ids
+    "pp_formulanet": "its processor makes no token ids: {cls}'s decoder gets the right-shifted input ids "
+                     "(PPFormulaNetModel.forward, shift_tokens_right) and the model runs under " + _FUSED + " given "
+                     "them and pixel values, but PPFormulaNetProcessor.__call__ (processing_pp_formulanet.py) takes "
+                     "images only and returns pixel_values alone, and TRL's vision collators read its input_ids: "
+                     "SFT's conversational rows raise KeyError ('input_ids') in "
+                     "DataCollatorForVisionLanguageModeling._collate_language_modeling (ValueError before that "
+                     "without a chat template, which the processor class does not set), its prompt-completion rows "
+                     "and DPO's preference rows TypeError (the completion's processor call has no images); text rows "
+                     "raise ValueError for want of pixel values (checked on CPU with image rows through the type's "
+                     "processor, hpcmem.validate.vlm_image_rows)",
     "pi0": "{cls} has no generation_config: TRL 1.16's trainers copy the pad token onto model.generation_config "
            "(trl/trainer/sft_trainer.py SFTTrainer.__init__ when it builds its own collator, as the trl command line "
            "always has it; dpo_trainer.py, grpo_trainer.py and rloo_trainer.py unconditionally), and {cls} is not a "
            "GenerationMixin: building the trainer raises AttributeError before its first step (checked on CPU)",
+    "diffusion_gemma": "a block-diffusion model, not a next-token predictor: {cls} (models/diffusion_gemma/"
+                       "modeling_diffusion_gemma.py) takes no labels and has no loss, and its backbone "
+                       "(DiffusionGemmaModel, which " + _FUSED + " runs without labels) encodes the row into a KV "
+                       "cache and returns the decoder's states over a canvas of canvas_length tokens it draws "
+                       "uniformly at random when no decoder_input_ids are given, whatever the row's length: the head "
+                       "scores canvas_length - 1 positions against the row's T - 1 shifted labels, and every step "
+                       "raises RuntimeError (trl/chunked_logprob.py _forward_tile, on CPU) unless the padded row is "
+                       "exactly canvas_length tokens, when it would score a random canvas against next tokens, no "
+                       "objective of the model's; image tokens lengthen the row, not the canvas",
 }
 # image-text types whose text decoder hpcmem refuses because TRL's trainer cannot train it (their reason is the text
 # decoder's, hpcmem/models/coverage.json): no image job of theirs trains either
@@ -89,6 +112,28 @@ TRL_REFUSES_TEXT_DECODER = ("llama4",)
 # classifies (its "refused" reason, and the settings it trains only with: "requires"). glm5_next
 # (models/glm5_next/configuration_glm5_next.py `Glm5NextConfig.sub_configs_defaults`): Glm5NextTextConfig
 TEXT_PART_REFUSED: dict[str, str] = {"glm5_next": "glm5_next_text"}
+
+
+# image-text types not modelled whose real trainer was run with images: model_type → what TRL 1.16 does with them
+# (checked on CPU with the type's own processor and the installed transformers; the test named in each), appended to
+# the not-modelled reason. idefics: tests/models/test_idefics_refused.py
+TRL_WITH_IMAGES: dict[str, str] = {
+    "idefics": "TRL 1.16 trains it with images only as SFT on language-modeling rows (messages: "
+               "DataCollatorForVisionLanguageModeling gets pixel_values [rows, images, 3, image_size, image_size] and "
+               "image_attention_mask [rows, tokens, images] from IdeficsProcessor); prompt-completion SFT and DPO "
+               "raise, because IdeficsProcessor.__call__ (processing_idefics.py) joins a list of text-only strings, "
+               "the completions the collators process without images, into one row (the collator's torch.cat raises "
+               "with 2 or more rows), and with one row the collator keeps the prompt's image_attention_mask beside "
+               "input_ids of prompt and completion, so the first gated cross-attention layer's SDPA raises on the "
+               "mask's length; text rows raise in IdeficsModel.forward (no pixel_values). Its full fine-tuning from a "
+               "model path trains every part: IdeficsConfig's freeze_text_layers and freeze_vision_layers (True) "
+               "freeze the decoder layers, norm, token embedding and tower at init (IdeficsModel."
+               "freeze_relevant_params), but from_pretrained, as TRL loads the path, sets each loaded weight as a new "
+               "nn.Parameter that requires grad (core_model_loading.py set_param_for_module); the gated "
+               "cross-attention layers (num_hidden_layers / cross_layer_interval more decoder-sized layers, k/v_proj "
+               "over the tower width, attending from every text token to every image's latents or patches) and the "
+               "perceiver resampler are what hpcmem would have to add to a LLaMA decoder",
+}
 
 
 # image-text-to-text types with no image input: nothing of an image job applies to them, so the image-text table lists
@@ -134,4 +179,7 @@ def vision_language_reason(model_type: str) -> str | None:
         return NO_IMAGE_INPUT[model_type].format(cls=cls)
     if cls and model_type in TRL_REFUSES:
         return f"TRL cannot train it: {TRL_REFUSES[model_type].format(cls=cls)}"
-    return NOT_MODELLED.format(cls=cls) if cls and model_type not in VISION_LANGUAGE else None
+    if not cls or model_type in VISION_LANGUAGE:
+        return None
+    found = TRL_WITH_IMAGES.get(model_type)
+    return NOT_MODELLED.format(cls=cls) + (f"; {found}" if found else "")

@@ -103,12 +103,19 @@ def learn_lengths(max_positions: int) -> tuple[int, ...]:
     return tuple(max(16, max_positions * s // SEQS[-1]) for s in SEQS)
 
 
-def mask_read_limit(layer_types: tuple[str, ...], rows: int = ROWS) -> int:
-    """The longest row length the trace can run where a layer reads the causal mask's values: Qwen4-Exp's QSA indexer
-    (modeling_qwen4_exp.py `Qwen4ExpTextQSAIndexer.forward`: `torch.nonzero` of each query's row of the [rows, 1, S, S]
-    mask) needs them, and the trace knows a tensor's values up to hpcmem.trace.oracle.MAX_KNOWN_NUMEL elements: the
-    longest multiple of 64 tokens whose mask fits. Other layers read none (SEQS[-1])."""
-    if "indexed_attention" not in layer_types:
+# decoder types whose "indexed_attention" layers read the causal mask's values: Qwen4-Exp's QSA indexer
+# (modeling_qwen4_exp.py `Qwen4ExpTextQSAIndexer.forward`: `torch.nonzero` of each query's row of the [rows, 1, S, S]
+# mask). The other types that name a layer "indexed_attention" (deepseek_v32, glm_moe_dsa, hy_v4, mistral_large4, axk2,
+# dots3_note: a DeepSeek-style sparse-attention indexer) take top-k over scores with the mask added, which needs no
+# values, and learn at the usual lengths.
+MASK_READING_TYPES = frozenset({"qwen4_exp", "qwen4_exp_text"})
+
+
+def mask_read_limit(model_type: str, layer_types: tuple[str, ...], rows: int = ROWS) -> int:
+    """The longest row length the trace can run where a layer reads the causal mask's values (`MASK_READING_TYPES`):
+    the trace knows a tensor's values up to hpcmem.trace.oracle.MAX_KNOWN_NUMEL elements, so the longest multiple of
+    64 tokens whose mask fits. Other layers read none (SEQS[-1])."""
+    if model_type not in MASK_READING_TYPES or "indexed_attention" not in layer_types:
         return SEQS[-1]
     return int((MAX_KNOWN_NUMEL // rows) ** 0.5) // 64 * 64
 
@@ -549,7 +556,8 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     probe, full, keep, reference, default = learning_probe(cfg, cells, image_text=image_text)
     depth, provenance = len(keep), dict(probe.provenance)
     layer_types = tuple(getattr(lay.hf_config(decoder), "layer_types", None) or ())
-    seqs = seqs or learn_lengths(min(full.max_position_embeddings or SEQS[-1], mask_read_limit(layer_types)))
+    seqs = seqs or learn_lengths(min(full.max_position_embeddings or SEQS[-1],
+                                         mask_read_limit(str(decoder.get("model_type")), layer_types)))
     provenance["seqs"] = list(seqs)
     prefix = keep == tuple(range(depth))
     outer, peft = probe.model_type, probe.peft_default_targets

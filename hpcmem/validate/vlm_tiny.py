@@ -2,7 +2,10 @@
 checkpoint), every width at every level of nesting shrunk by hpcmem.validate.shrink, the depth kept (layer-type lists
 and per-layer tables stay consistent), and what the config classes' validators require kept consistent: widths that
 equalled the text decoder's hidden size or their own config's stay equal, multimodal RoPE sections sum to the shrunk
-head width.
+head width. Two widths no width key names: MoE widths a config class leaves None while its layers build experts get the
+shrink's small ones, and a tower whose layer widths are planned from its patch gets a small patch. A vocabulary_map
+the defaults leave None (the tokenizer's vocabulary, which Chameleon and Emu3 read their image id from) holds the image
+placeholder alone.
 
     config = tiny_config("blip-2")      # a config.json dict; hpcmem.validate.trl_run builds and saves it
 """
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcmem.validate.shrink import shrink_config
+from hpcmem.validate.shrink import EXPERT_FFN, EXPERT_FFN_KEYS, EXPERT_KEYS, EXPERTS, ROUTED, ROUTED_KEYS, shrink_config
 
 MAX_LENGTH = 32
 
@@ -25,6 +28,8 @@ def tiny_config(model_type: str) -> dict[str, Any]:
     small = _shrink_nested(shrink_config(config, max_length=MAX_LENGTH))
     _keep_equal_widths(config, small, _text_hidden(config), _text_hidden(small))
     _fit_rope_sections(small)
+    _fill_unset_experts(small)
+    _cut_planned_patches(small)
     _fill_vocabulary_map(small)
     return small
 
@@ -90,6 +95,49 @@ def _fit_rope_sections(config: dict[str, Any], head_dim: int | None = None) -> N
             sections = [max(1, v * target // total) for v in value]
             sections[0] += target - sum(sections)
             config[key] = sections
+
+
+# a mixture-of-experts block's widths: the expert count, the experts routed per token (Gemma 4's `top_k_experts` among
+# them) and one expert's FFN width, with the shrink's small value for each
+_MOE_WIDTHS = ((EXPERT_KEYS, EXPERTS), (ROUTED_KEYS + ("top_k_experts",), ROUTED), (EXPERT_FFN_KEYS, EXPERT_FFN))
+
+
+def _fill_unset_experts(config: dict[str, Any]) -> None:
+    """A config that names its MoE widths and leaves every one None, with no switch that turns the block off, gets the
+    shrink's small ones: its class leaves the example checkpoint's widths out of the defaults while its layers build a
+    router and experts unconditionally (models/diffusion_gemma/modeling_diffusion_gemma.py
+    `DiffusionGemmaEncoderTextLayer.__init__` builds `DiffusionGemmaTextRouter(config)`, an
+    nn.Linear(hidden_size, num_experts)). A switch (Gemma 4's `enable_moe_block`, any boolean key naming moe or experts)
+    means None is "no experts", and the widths stay None."""
+    for value in config.values():
+        if isinstance(value, dict):
+            _fill_unset_experts(value)
+    named = [[key for key in keys if key in config] for keys, _ in _MOE_WIDTHS]
+    switch = any(isinstance(v, bool) and isinstance(k, str) and ("moe" in k.lower() or "expert" in k.lower())
+                 for k, v in config.items())
+    if switch or not all(named) or any(config[key] is not None for keys in named for key in keys):
+        return
+    for keys, (_, small) in zip(named, _MOE_WIDTHS):
+        for key in keys:
+            config[key] = small
+
+
+# towers whose layer widths are planned from the patch, not named by a width key: the config class's model_type → the
+# patch size the tiny tower gets. Inkling's vision tower is the one transformers has (plan_out_scales is defined and
+# used only in models/inkling/modeling_inkling.py): InklingVisionModel.__init__ sizes its layers by `plan_out_scales(
+# temporal_patch_size, patch_size, …)`, whose last stage is patch_size² · channels · temporal_patch_size · 64 wide
+# (614,400 at the defaults' 40 × 40 × 2 patch: two 614,400² projections, 755 G parameters), and reads no hidden size;
+# 2 is the smallest patch that still folds space (a 1,536-wide last stage)
+_PLANNED_PATCH = {"inkling_vision": 2}
+
+
+def _cut_planned_patches(config: dict[str, Any]) -> None:
+    for value in config.values():
+        if isinstance(value, dict):
+            _cut_planned_patches(value)
+    patch = _PLANNED_PATCH.get(config.get("model_type"))
+    if patch and isinstance(config.get("patch_size"), int) and config["patch_size"] > patch:
+        config["patch_size"] = patch
 
 
 def _shrink_nested(config: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,9 @@ gets no input without labels) raises with text as with images, and one whose for
 (`pixel_values` required) says nothing here: "ran" and "raised" are evidence only where the raise is not about the
 missing images (hpcmem.models.coverage_vlm `TRL_REFUSES` names the types and why; tests/validate/test_vlm_trainable.py
 holds each to its raise). A run with text rows shows the trainer takes the type's classes, not that its processor's
-image rows train: a type that ran stays among those TRL can train.
+image rows train: a type that ran stays among those TRL can train. Where the forward ran under TRL's head given image
+inputs but the type's processor may not make TRL's rows, the record also holds one step on image rows through that
+processor (hpcmem.validate.vlm_image_rows), which decides.
 
 The tiny model: hpcmem.validate.vlm_tiny; a shrink the class's validation refuses is recorded as not built, not as
 TRL's verdict.
@@ -32,6 +34,7 @@ from hpcmem.datapath import estimator_dir
 from hpcmem.trace.result import versions
 from hpcmem.validate.trl_run import build_model, deadline, one_line, quiet, run_trl
 from hpcmem.validate.vlm_image_call import IMAGE_INPUTS, image_call
+from hpcmem.validate.vlm_image_rows import PROCESSORS, ROW_KINDS, image_rows
 from hpcmem.validate.vlm_tiny import MAX_LENGTH, tiny_config
 
 RECORDS = "vlm-trainable.jsonl"
@@ -66,6 +69,8 @@ def run_type(model_type: str, trainer: str = "sft") -> dict[str, Any]:
     rec.update(built=built, ran=verdict.ran if built else None, reason=verdict.reason, raised_in=verdict.raised_in)
     if model_type in IMAGE_INPUTS and trainer == "sft":
         rec["image_call"] = _image_call(model_type)
+    if model_type in PROCESSORS and trainer == "sft":
+        rec["image_rows"] = {kind: _image_rows(model_type, kind) for kind in ROW_KINDS}
     return _done(rec, start)
 
 
@@ -89,6 +94,17 @@ def _image_call(model_type: str) -> dict[str, Any]:
         except TimeoutError:
             return {"ran": None, "reason": f"timed out after {TIMEOUT_S} s"}
         except Exception as exc:  # noqa: BLE001 — building the tiny model or its inputs: no verdict
+            return {"ran": None, "reason": f"not built: {type(exc).__name__}: {one_line(exc)}"}
+
+
+def _image_rows(model_type: str, kind: str) -> dict[str, Any]:
+    """hpcmem.validate.vlm_image_rows' record for rows of `kind`, or why it did not run."""
+    with quiet(), deadline(TIMEOUT_S):
+        try:
+            return image_rows(model_type, kind)
+        except TimeoutError:
+            return {"ran": None, "reason": f"timed out after {TIMEOUT_S} s"}
+        except Exception as exc:  # noqa: BLE001 — building the tiny model, its processor or its rows: no verdict
             return {"ran": None, "reason": f"not built: {type(exc).__name__}: {one_line(exc)}"}
 
 
@@ -138,7 +154,13 @@ def write_records(new: list[dict[str, Any]]) -> None:
 
 def outcome(rec: dict[str, Any]) -> str:
     """"ran", "raised" or "not built" (the shrink's limit or a timeout: no verdict): with text rows, or, where the
-    record has it, TRL's head given image inputs (`image_call`, for types whose forward needs them to run)."""
+    record has it, TRL's head given image inputs (`image_call`, for types whose forward needs them to run), or, where
+    it has that, TRL's trainer on image rows through the type's own processor (`image_rows`: "ran" when rows of any
+    kind ran, "raised" when rows of every kind raised)."""
+    rows = list((rec.get("image_rows") or {}).values())
+    if rows:
+        verdicts = {r.get("ran") for r in rows}
+        return "ran" if True in verdicts else "raised" if verdicts == {False} else "not built"
     call = rec.get("image_call") or rec
     if call.get("ran") is True:
         return "ran"

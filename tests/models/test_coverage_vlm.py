@@ -170,6 +170,10 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     omni = by_type["qwen3_omni_moe_thinker"]
     assert omni["status"] == "derived" and "traced: SFT, DPO)" in omni["reason"] \
         and "GRPO/RLOO with images refused" in omni["reason"]
+    # refused with TRL's reason: PP-FormulaNet's processor gives TRL's collators no input ids
+    # (hpcmem.validate.vlm_image_rows; tests/validate/test_vlm_trainable.py holds the raise)
+    assert by_type["pp_formulanet"]["status"] == "refused" and by_type["pp_formulanet"]["reason"].startswith(
+        "TRL cannot train it: its processor makes no token ids") and "KeyError" in by_type["pp_formulanet"]["reason"]
     # measured: the stored image traces of the types estimated with images, nothing for the others
     assert all(r["reason"] and (r["measured"] is not None) == (r["status"] == "derived") for r in rows)
     assert len(vision_language_rows()) == len(rows)

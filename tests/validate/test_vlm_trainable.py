@@ -26,6 +26,9 @@ RAISES = {
     "t5gemma2": ("trl/utils.py:_fused_forward > modeling_t5gemma2.py:forward", "ValueError",
                  "exactly one of input_ids or inputs_embeds"),
     "pi0": ("trl/sft_trainer.py:__init__", "AttributeError", "generation_config"),
+    # the decoder's states cover a random canvas of canvas_length (256 by default) positions, the labels the row's 32
+    "diffusion_gemma": ("trl/chunked_logprob.py:_forward_tile", "RuntimeError",
+                        "The size of tensor a (31) must match the size of tensor b (255)"),
     "llama4": ("trl/utils.py:_fused_forward", "AttributeError", "object has no attribute"),
     # given image inputs (hpcmem.validate.vlm_image_call: their forwards need them to reach TRL's head)
     "blip": ("trl/utils.py:_fused_forward", "AttributeError", "'NoneType' object has no attribute 'weight'"),
@@ -37,6 +40,9 @@ RAISES = {
     "udop": ("trl/utils.py:_fused_forward > modeling_udop.py:forward", "ValueError", "decoder_input_ids"),
     "vision-encoder-decoder": ("trl/utils.py:_fused_forward > modeling_bert.py:forward", "ValueError",
                                "exactly one of input_ids or inputs_embeds"),
+    # given image rows through its own processor (hpcmem.validate.vlm_image_rows: its forward runs under TRL's head
+    # given input ids and pixel values, the processor gives no input ids): the conversational rows
+    "pp_formulanet": ("trl/sft_trainer.py:_collate_language_modeling", "KeyError", "input_ids"),
 }
 
 
@@ -55,6 +61,7 @@ def test_the_real_trainer_raises_where_the_reason_says(fresh, model_type):
     where, exc, text = RAISES[model_type]
     assert rec["built"] and rec["ran"] is False, rec
     rec = rec.get("image_call") or rec            # where the text rows stop before TRL's head: with image inputs
+    rec = (fresh[model_type].get("image_rows") or {}).get("messages") or rec   # where that ran: TRL's image rows
     assert rec["ran"] is False, rec
     assert rec["raised_in"].startswith(where) and rec["reason"].startswith(exc + ":") and text in rec["reason"], rec
     if model_type in TRL_REFUSES:                     # hpcmem's reason names the exception the trainer raised
@@ -72,7 +79,26 @@ def test_the_stored_sweep_says_what_a_fresh_run_says(fresh):
         assert outcome(stored[t]) == outcome(fresh[t]) and stored[t]["raised_in"] == fresh[t]["raised_in"], t
         assert (stored[t].get("image_call") or {}).get("raised_in") == (fresh[t].get("image_call") or {}).get(
             "raised_in"), t
+        stored_rows, fresh_rows = stored[t].get("image_rows") or {}, fresh[t].get("image_rows") or {}
+        assert {k: r.get("raised_in") for k, r in stored_rows.items()} == \
+            {k: r.get("raised_in") for k, r in fresh_rows.items()}, t
     assert outcome(stored["aria"]) == "ran"
+
+
+def test_pp_formulanets_forward_runs_under_trls_head_and_every_row_kind_raises_in_trls_collators(fresh):
+    """PP-FormulaNet: TRL's head given input ids and pixel values runs (its decoder takes the right-shifted ids,
+    modeling_pp_formulanet.py PPFormulaNetModel.forward), and each kind of image row raises in TRL's collators, which
+    read the input ids PPFormulaNetProcessor.__call__ (images only) never returns: read off trl/trainer/sft_trainer.py
+    and dpo_trainer.py by hand."""
+    rec = fresh["pp_formulanet"]
+    assert rec["image_call"]["ran"] is True, rec["image_call"]
+    rows = rec["image_rows"]
+    assert rows["messages"]["reason"] == "KeyError: 'input_ids'", rows
+    assert rows["prompt_completion"]["raised_in"] == "trl/sft_trainer.py:_collate_prompt_completion", rows
+    assert rows["preference"]["raised_in"] == "trl/dpo_trainer.py:torch_call", rows
+    for kind in ("prompt_completion", "preference"):
+        assert rows[kind]["reason"].startswith("TypeError: PPFormulaNetProcessor.__call__() missing 1 required "
+                                               "positional argument: 'images'"), rows
 
 
 def test_the_coverage_rows_say_trl_cannot_train_them():
