@@ -282,6 +282,9 @@ IMAGE_RESERVED_NOTE = ("reserved with images is not held to 3 %: the allocator's
 # on the 1024 px global views and on the 768 px tiles (estimator/LOG.md, 12 traced cases: 7-32 % default, 3-21 %
 # expandable); Unlimited-OCR: the same SAM (modular_unlimited_ocr.py) under a CLIP encoder (12 traced cases: 9-24 %
 # default, 3-21 % expandable)
+# Apertus 1.5: the vision tokenizer (modeling_apertus1p5.py, Chameleon's VQGAN encoder at full resolution, 256
+# channels) allocates and frees [256, H, W] tensors per ResNet block (12 traced cases: 2-19 % default, 0-6 %
+# expandable)
 WIDER_IMAGE_RESERVED = {"deepseek_vl_hybrid": (26, 22, "the SAM tower's global attention makes and frees fp32 "
                                                        "[heads, grid², grid²] tensors"),
                         "pp_chart2table": (33, 32, "the GOT-OCR 2.0 tower's global layers keep eager [heads, N, N] "
@@ -291,7 +294,10 @@ WIDER_IMAGE_RESERVED = {"deepseek_vl_hybrid": (26, 22, "the SAM tower's global a
                                                   "the tiles"),
                         "unlimited_ocr": (25, 21, "the SAM tower's global attention makes and frees fp32 "
                                                   "[heads, grid², grid²] tensors for the global view and again for "
-                                                  "the tiles")}
+                                                  "the tiles"),
+                        "apertus1p5": (19, 6, "the vision tokenizer's first stage makes and frees full-resolution "
+                                              "tensors (fp32 GroupNorm copies and outputs, 16-bit convolution "
+                                              "outputs) of hundreds of MiB each, per image")}
 
 
 def wider_reserved_note(model_type: str) -> str:

@@ -55,7 +55,7 @@ from hpcmem.job.shape import MicroBatch, Precision, micro_batch
 from hpcmem.job.trainers import entry
 from hpcmem.models.peft_targets import ALL_LINEAR
 from hpcmem.models.spec import ModelSpec
-from hpcmem.models.vision import VisionLinear, VisionSpec
+from hpcmem.models.vision_spec import VisionLinear, VisionSpec
 
 FP32 = 4
 # LayerNorm's per-row statistics it keeps for backward: fp32 mean and rstd (aten native_layer_norm)
@@ -63,7 +63,7 @@ LAYER_NORM_STATS = 2 * FP32
 # Tensors of the MLP's width an fc1 → act → fc2 MLP keeps for backward, besides fc2's input: fc1's output (the
 # activation's input), and for quick_gelu the sigmoid's output too (activations.py QuickGELUActivation: `input *
 # torch.sigmoid(1.702 * input)`: sigmoid keeps its output, the product keeps both factors); GELU, exact or tanh
-# (aten gelu), keeps its input alone. Keys: hpcmem.models.vision.FC_ACTIVATIONS
+# (aten gelu), keeps its input alone. Keys: hpcmem.models.vision_spec.FC_ACTIVATIONS
 ACT_TENSORS = {"quick_gelu": 2, "gelu": 1, "gelu_pytorch_tanh": 1}
 # the tower families whose attention has three q/k/v Linears (`block_spec`)
 SEPARATE_QKV = ("siglip", "qwen2_5_omni")
@@ -75,9 +75,9 @@ VISION_BACKWARD = "backward (vision tower)"
 CROSS_BACKWARD = "backward (cross-attention layer)"
 CONNECTOR_BACKWARD = "backward (vision connector)"
 CONNECTOR_FORWARD = "forward (vision connector)"
-EMBEDDING_BACKWARD = "backward (token embedding, image codes)"
 TOWER_FORWARD = "forward (vision tower)"
 REFERENCE_CONNECTOR = "reference forward (vision connector)"
+EMBEDDING_BACKWARD = "backward (image token embedding)"
 
 
 @dataclass(frozen=True)
@@ -136,9 +136,9 @@ class VisionTerms:
     # layer, its gradient's bytes); the gradient exists from the backward of that layer on and waits until the
     # backward reaches the image path, so the language model's "backward (layer k)" holds those of layers above k
     injected_grads: tuple[tuple[int, int], ...] = ()
-    # a second dense gradient of the token embeddings, made by the backward of a second embed_tokens call (Chameleon
-    # embeds its image codes with it, hpcmem.estimate.vision_chameleon) and added into .grad, beside every gradient at
-    # the backward's end, or 0
+    # the image tokens embedded by the token embedding itself (Apertus 1.5's codes): that second embedding call's
+    # backward makes a dense gradient of the table while the first's waits to be summed with it, every other gradient
+    # done — its bytes, or 0
     embedding_backward: int = 0
 
 
@@ -538,7 +538,7 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
         out.append(_tower_backward(job, terms, resident, phases, embed_grad))
     if terms.blocks_saved and terms.connector_backward:
         out.append(_connector_backward(terms, out[-1]))
-    if terms.connector_forward:      # (a tower with no blocks of its own: Chameleon's VQ-VAE)
+    if terms.connector_forward:
         out.append(_forward_instant(terms, next(p for p in out if is_forward(p.name)), CONNECTOR_FORWARD,
                                     "vision connector forward", terms.connector_forward,
                                     "its saved tensors so far and its forward's own"))
@@ -547,11 +547,7 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
                                     "vision block forward", terms.block_forward,
                                     "the last block's forward temporaries at fc2's adapter"))
     if terms.embedding_backward:
-        closing = next(p for p in out if p.name == OPTIMIZER_STEP)
-        out.append(Phase(name=EMBEDDING_BACKWARD, components=(
-            *(c for c in closing.components if c.name != OPTIMIZER_TEMPORARIES),
-            Component(name="token embedding gradient (second call)", bytes=terms.embedding_backward,
-                      note="the image codes' embed_tokens call: its backward's dense gradient, added into .grad"))))
+        out.append(_embedding_backward(terms, resident, phases))
     reference = next((p for p in out if p.name == REFERENCE_FORWARD and not entry(job.train.trainer).generates), None)
     if reference is not None and terms.reference_connector:
         # the reference's pass through the connector, before its language model: the policy's saved tensors beside it
@@ -560,6 +556,18 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
             Component(name="vision connector (no grad)", bytes=terms.reference_connector,
                       note="the reference's pass: its live tensors, nothing saved"))))
     return out
+
+
+def _embedding_backward(terms: VisionTerms, resident: tuple[Component, ...], phases: list[Phase]) -> Phase:
+    """The step's last backward when the image tokens are embedded by the token embedding (`VisionTerms.
+    embedding_backward`): the optimizer step's residents and every gradient (no optimizer temporaries yet), the batch's
+    pixel_values, and the second dense gradient of the embedding table beside the first."""
+    closing = next(p for p in phases if p.name == OPTIMIZER_STEP)
+    return Phase(name=EMBEDDING_BACKWARD, components=(
+        *resident, *(c for c in closing.components if c.name != OPTIMIZER_TEMPORARIES),
+        Component(name="pixel_values", bytes=terms.pixels, note="the batch, fp32"),
+        Component(name="image token embedding gradient", bytes=terms.embedding_backward,
+                  note="the table's dense gradient of the image tokens' lookup, before it is summed")))
 
 
 def _backward_layer(name: str) -> int | None:

@@ -21,19 +21,21 @@ no gradient either.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.vision import VisionTerms, vision_adapters, vision_terms
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import Precision
-from hpcmem.models.vision import VisionSpec
+from hpcmem.models.vision_spec import VisionSpec
 
 
-def idle_audio_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms | None:
-    """The image path's terms (the Qwen towers') with the idle audio encoder's weights, buffer and adapters added to the
-    tower's weights."""
+def idle_audio_terms(job: JobSpec, prec: Precision, lora: LoraLayout, outside: Any = None) -> VisionTerms | None:
+    """The image path's terms (the Qwen towers'; `outside`: `vision_terms`' own for a tower whose parts outside its
+    blocks differ, dots3 Note's) with the idle audio encoder's weights, buffer and adapters added to the tower's
+    weights."""
     v: VisionSpec = job.model.vision
-    terms = vision_terms(replace(job, model=replace(job.model, vision=v.image_path)), prec, lora)
+    terms = vision_terms(replace(job, model=replace(job.model, vision=v.image_path)), prec, lora, outside=outside)
     if terms is None:
         return None
     audio = [x for x in vision_adapters(job, v) if x.part == "audio"] if lora.enabled else []

@@ -64,9 +64,11 @@ from hpcmem.estimate.vision_ernie4_5_vl_moe import ernie45vl_terms
 from hpcmem.estimate.vision_minimax_m3_vl import minimax_m3_terms
 from hpcmem.estimate.vision_granite4_vision import granite4_vision_terms
 from hpcmem.estimate.vision_idle_audio import idle_audio_terms
+from hpcmem.estimate.vision_dots3_note import dots3_note_terms
 from hpcmem.estimate.vision_molmo2 import molmo2_terms
 from hpcmem.estimate.vision_hunyuan_vl import hunyuan_vl_terms
 from hpcmem.estimate.vision_step3p7 import step3p7_terms
+from hpcmem.estimate.vision_apertus1p5 import apertus1p5_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
@@ -74,7 +76,9 @@ from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.aya_vision import AyaVisionTowerSpec
 from hpcmem.models.clip_tower import ClipTowerSpec
 from hpcmem.models.chameleon import ChameleonTowerSpec
+from hpcmem.models.dots3_note import Dots3NoteTowerSpec
 from hpcmem.models.fuyu import FuyuTowerSpec
+from hpcmem.models.apertus1p5 import Apertus1p5TowerSpec
 from hpcmem.models.gemma4 import Gemma4TowerSpec, Gemma4UnifiedTowerSpec
 from hpcmem.models.glm4v import Glm4vTowerSpec
 from hpcmem.models.granite_docling import GraniteDoclingTowerSpec
@@ -105,7 +109,7 @@ from hpcmem.models.pixtral import PixtralTowerSpec
 from hpcmem.models.paddleocr_vl import PaddleOcrTowerSpec
 from hpcmem.models.video_llama_3 import VideoLlama3TowerSpec
 from hpcmem.models.vipllava import VipLlavaTowerSpec
-from hpcmem.models.vision import VisionSpec
+from hpcmem.models.vision_spec import VisionSpec
 
 
 def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
@@ -203,6 +207,7 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
 TOWER_TERMS: tuple[tuple[Any, Callable[..., VisionTerms | None], bool], ...] = (
     (FuyuTowerSpec, fuyu_terms, False),
     (ChameleonTowerSpec, chameleon_terms, False),
+    (Apertus1p5TowerSpec, apertus1p5_terms, False),
     (InternVLTowerSpec, internvl_terms, True),
     (AyaVisionTowerSpec, aya_terms, True),
     (Lfm2VlTowerSpec, lfm2_vl_terms, True),
@@ -243,6 +248,8 @@ def tower_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms 
     (hpcmem.estimate.vision_idle_audio), else the function TOWER_TERMS names for the spec's class, else the Qwen
     towers' (hpcmem.estimate.vision `vision_terms`)."""
     v = job.model.vision
+    if isinstance(v, Dots3NoteTowerSpec):       # its own parts outside the blocks beside an idle audio encoder
+        return dots3_note_terms(job, prec, lora)
     if isinstance(v, VisionSpec) and v.audio is not None:       # before the Qwen towers'
         return idle_audio_terms(job, prec, lora)
     for spec, terms, refines_llava in TOWER_TERMS:

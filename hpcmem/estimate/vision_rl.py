@@ -39,7 +39,7 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.generation_batch import generation_batch_size
 from hpcmem.job.shape import Precision
 from hpcmem.job.trainers import entry
-from hpcmem.models.vision import VisionLinear, VisionSpec
+from hpcmem.models.vision_spec import VisionLinear, VisionSpec
 
 OLD_LOGPS = "old log-prob pass"     # the phase hpcmem.estimate.trainers names so
 TOWER_GENERATION = "vision: " + GENERATION_INSTANTS[0]   # a generation instant (trainers `is_generation_phase`)

@@ -33,6 +33,8 @@ canvas whose aspect ratio fits it best and a thumbnail, or resizes it to one til
 up to 32 of them (hpcmem.models.granite_docling).
 GLM-4.1V's (image_processing_glm4v.py `Glm4vImageProcessor`) is Qwen2-VL's with its own `smart_resize` (a still image
 taken as temporal_patch_size frames) and size bounds (hpcmem.models.glm4v `glm4v_resize`).
+Apertus 1.5's (image_processing_apertus1p5.py `Apertus1p5ImageProcessor`) is its own smart_resize at 16 px within
+128² … 1400² pixels, one code (image token) per 16 × 16 cell (hpcmem.models.apertus1p5).
 HunYuanVL's (image_processing_pil_hunyuan_vl.py `HunYuanVLImageProcessorPil`) is Qwen2-VL's smart_resize within its
 own size bounds at one frame; its processor writes a newline token per merged row and two more per image
 (hpcmem.models.hunyuan_vl).
@@ -48,7 +50,7 @@ from hpcmem.models.mllama import mllama_tiles
 from hpcmem.models.tower_base import fit_pixels
 
 if TYPE_CHECKING:
-    from hpcmem.models.vision import VisionSpec
+    from hpcmem.models.vision_spec import VisionSpec
 
 # Qwen2VLImageProcessor.size's class defaults (image_processing_qwen2_vl.py): shortest_edge 56·56, longest_edge
 # 28·28·1280 pixels — what min_pixels / max_pixels None stand for
@@ -142,6 +144,8 @@ def processor_kwargs(t: Any, vision: VisionSpec | None) -> dict[str, Any]:
     if vision is None or vision.image_size or (t.images_per_example == 0 and t.profile_images == 0):
         return {}
     lo, hi = pixel_bounds(t, vision)
+    if getattr(vision, "family", "") == "apertus1p5":     # Apertus1p5ImageProcessor.resize reads these keys
+        return {"size": {"min_pixels": lo, "max_pixels": hi}}
     return {"size": {"shortest_edge": lo, "longest_edge": hi}}
 
 
@@ -255,6 +259,13 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         return ImageGeometry(resized=(vision.image_size,) * 2, grid_thw=(1 + tiles, g, g),
                              patches=vision.image_patches(t.image_height, t.image_width),
                              tokens=vision.image_tokens(t.image_height, t.image_width))
+    if getattr(vision, "family", "") == "apertus1p5":
+        # Apertus 1.5 (hpcmem.models.apertus1p5): its own smart_resize at 16 px within the size bounds, one code per
+        # 16 × 16 cell, one image token per code
+        lo, hi = pixel_bounds(t, vision)
+        h, w = vision.resized(t.image_height, t.image_width, lo, hi)
+        gh, gw = h // vision.patch_size, w // vision.patch_size
+        return ImageGeometry(resized=(h, w), grid_thw=(1, gh, gw), patches=gh * gw, tokens=gh * gw)
     if getattr(vision, "family", "") == "fuyu":
         # Fuyu (hpcmem.models.fuyu): the image fitted into the 1080 × 1920 canvas when larger, cropped to whole 30 px
         # patches; one |SPEAKER| token per patch (the |NEWLINE| per patch row is text)

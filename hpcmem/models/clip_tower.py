@@ -53,7 +53,7 @@ class ClipTowerSpec(LinearTower):
     projector_bias: bool
     feature_layer: int          # vision_feature_layer (an index into the hidden states: 0 the embeddings)
     drop_class_token: bool      # vision_feature_select_strategy "default"
-    # what the shared vision code reads of a tower (hpcmem.models.vision.VisionSpec's names): LayerNorm, fc1 → act → fc2
+    # what the shared vision code reads of a tower (hpcmem.models.vision_spec.VisionSpec's names): LayerNorm, fc1 → act → fc2
     norm: str = "layer"
     mlp: str = "fc"
     deepstack_visual_indexes: tuple[int, ...] = ()

@@ -66,7 +66,7 @@ class GotOcr2TowerSpec(TowerBase):
     qkv_bias: bool = True
     use_abs_pos: bool = True
     use_rel_pos: bool = True
-    # what the shared vision code reads of a tower (hpcmem.models.vision.VisionSpec's names): GotOcr2VisionEncoder
+    # what the shared vision code reads of a tower (hpcmem.models.vision_spec.VisionSpec's names): GotOcr2VisionEncoder
     # names patch_embed its input embeddings (`get_input_embeddings`), which `enable_input_require_grads` hooks
     norm: str = "layer"
     mlp: str = "fc"

@@ -87,7 +87,7 @@ class Idefics2TowerSpec(SiglipTowerCounts, LinearTower):
     resampler_act: str
     shortest_edge: int = SHORTEST_EDGE
     longest_edge: int = LONGEST_EDGE
-    # what the shared vision code reads of a tower (hpcmem.models.vision.VisionSpec's names)
+    # what the shared vision code reads of a tower (hpcmem.models.vision_spec.VisionSpec's names)
     norm: str = "layer"
     mlp: str = "fc"
     deepstack_visual_indexes: tuple[int, ...] = ()

@@ -63,7 +63,7 @@ class Idefics3TowerSpec(SiglipTowerCounts, LinearTower):
     scale_factor: int
     tile: int
     longest_edge: int
-    # what the shared vision code reads of a tower (hpcmem.models.vision.VisionSpec's names)
+    # what the shared vision code reads of a tower (hpcmem.models.vision_spec.VisionSpec's names)
     norm: str = "layer"
     mlp: str = "fc"
     deepstack_visual_indexes: tuple[int, ...] = ()

@@ -65,7 +65,7 @@ class MllamaTowerSpec(LinearTower):
     vision_output_dim: int
     text_heads: int
     cross_layers: tuple[int, ...]
-    # what the shared vision code reads of a tower (hpcmem.models.vision.VisionSpec's names)
+    # what the shared vision code reads of a tower (hpcmem.models.vision_spec.VisionSpec's names)
     norm: str = "layer"
     mlp: str = "fc"
     deepstack_visual_indexes: tuple[int, ...] = ()

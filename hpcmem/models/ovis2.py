@@ -60,7 +60,7 @@ class Ovis2TowerSpec(LinearTower):
     qkv_bias: bool = False
     mlp_bias: bool = False
     tokenize_function: str = "softmax"
-    # what the shared vision code reads of a tower (hpcmem.models.vision.VisionSpec's names): Ovis2VisionModel names
+    # what the shared vision code reads of a tower (hpcmem.models.vision_spec.VisionSpec's names): Ovis2VisionModel names
     # no input embeddings (get_input_embeddings raises NotImplementedError), so `enable_input_require_grads` hooks
     # the token embeddings alone
     norm: str = "rms"

@@ -43,7 +43,7 @@ class PaliGemmaTowerSpec(SiglipTowerCounts, LinearTower):
 
     image_size: int
     pooling_head: bool = False  # vision_use_head: SiglipMultiheadAttentionPoolingHead loaded, its output never read
-    # what the shared vision code reads of a tower (hpcmem.models.vision.VisionSpec's names)
+    # what the shared vision code reads of a tower (hpcmem.models.vision_spec.VisionSpec's names)
     norm: str = "layer"
     mlp: str = "fc"
     deepstack_visual_indexes: tuple[int, ...] = ()

@@ -1,6 +1,6 @@
 """Qwen2.5-Omni's thinker (model_type "qwen2_5_omni_thinker",
 Qwen2_5OmniThinkerForConditionalGeneration) with images: Qwen2.5-VL's tower and merger with three q/k/v Linears in
-place of the fused qkv (a hpcmem.models.vision VisionSpec of family "qwen2_5_omni"), beside an audio tower that no
+place of the fused qkv (a hpcmem.models.vision_spec VisionSpec of family "qwen2_5_omni"), beside an audio tower that no
 image runs (`AudioTower`, the spec's `audio`) (transformers 5.24 models/qwen2_5_omni/modeling_qwen2_5_omni.py).
 
 - The config (configuration_qwen2_5_omni.py `Qwen2_5OmniThinkerConfig.sub_configs_defaults`): an omitted

@@ -60,7 +60,7 @@ class ModelSpec:
     # A learned profile (hpcmem.models.profile.LearnedProfile) when no family descriptor covers the model type: its
     # parameter layout and per-layer terms replace the derived ones (the estimate says so)
     learned: Any = field(default=None, compare=False, repr=False)
-    # A vision-language model's vision tower and projector (hpcmem.models.vision.VisionSpec); the fields above then
+    # A vision-language model's vision tower and projector (hpcmem.models.vision_spec.VisionSpec); the fields above then
     # describe its language model (text_config). None for a text-only model.
     vision: Any = None
 

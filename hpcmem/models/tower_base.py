@@ -1,4 +1,4 @@
-"""TowerBase: the fields every vision tower spec names (hpcmem.models.vision VisionSpec, hpcmem.models.clip_tower
+"""TowerBase: the fields every vision tower spec names (hpcmem.models.vision_spec VisionSpec, hpcmem.models.clip_tower
 ClipTowerSpec, hpcmem.models.idefics3 Idefics3TowerSpec, hpcmem.models.paligemma PaliGemmaTowerSpec,
 hpcmem.models.mllama MllamaTowerSpec), the values per patch they derive from them, and the checks they share: whole
 counts, a known activation, a width the attention heads divide, a square image cut into whole patches. LinearTower adds

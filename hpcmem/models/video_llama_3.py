@@ -48,7 +48,7 @@ class VideoLlama3TowerSpec(LinearTower):
     spatial_merge_size: int = IMAGE_MERGE_SIZE
     temporal_patch_size: int = 1
     image_size: int = 0
-    # what the shared vision code reads of a tower (hpcmem.models.vision.VisionSpec's names)
+    # what the shared vision code reads of a tower (hpcmem.models.vision_spec.VisionSpec's names)
     norm: str = "layer"
     mlp: str = "fc"
     deepstack_visual_indexes: tuple[int, ...] = ()

@@ -70,11 +70,10 @@ def softmax_pow_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
     (torch/nn/functional.py `multi_head_attention_forward` with need_weights True: `softmax` over the bf16 baddbmm
     scores, kept fp32 for backward, cast back to bf16 by bmm) and its AriaProjectorMLP's gelu_new
     (transformers/activations.py `NewGELUActivation`: `torch.pow(input, 3.0)`) both see 16-bit inputs, where CPU
-    autocast keeps them in 16 bits; and for Chameleon, whose VQ-VAE's attention block takes softmax over bf16 bmm
-    scores (modeling_chameleon.py `ChameleonVQVAEEncoderAttnBlock`). Scoped to those two so the other types' stored
-    traces stay what they were (in their families these ops see fp32 inputs, hpcmem.trace.kernels)."""
+    autocast keeps them in 16 bits. Scoped to Aria so the other types' stored traces stay what they were (in their
+    families these ops see fp32 inputs, hpcmem.trace.kernels)."""
     v = job.model.vision
-    if v is None or getattr(v, "family", "") not in ("aria", "chameleon"):
+    if v is None or getattr(v, "family", "") != "aria":
         yield
         return
     import torch
@@ -103,38 +102,58 @@ def softmax_pow_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
         yield
 
 
-GROUP_NORM_NOTE = ("group_norm, softmax and pow under autocast run in fp32 as CUDA autocast runs them (fp32 cast "
-                   "policy; CPU autocast keeps them in 16 bits) — mapped for Chameleon's VQ-VAE")
+GROUP_NORM_NOTE = ("group_norm and softmax under autocast run in fp32 inside {what} as CUDA autocast runs them (fp32 "
+                   "cast policy; CPU autocast keeps them in 16 bits)")
+# the vision family → (its modeling module, the class whose `encode` runs the VQ encoder, in words); Chameleon's
+# VQ-VAE (modeling_chameleon.py `ChameleonVQVAE.encode`) is the encoder Apertus 1.5's tokenizer reuses
+VQ_ENCODERS = {"apertus1p5": ("apertus1p5", "Apertus1p5VisionTokenizerModel", "Apertus 1.5's vision tokenizer"),
+               "chameleon": ("chameleon", "ChameleonVQVAE", "Chameleon's VQ-VAE")}
 
 
 @contextlib.contextmanager
-def group_norm_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
-    """CUDA autocast's fp32 policy for `group_norm` (aten/src/ATen/autocast_mode.cpp, "CUDA Ops that can autocast to
-    float32"; CPU autocast has no such entry and keeps it in 16 bits), for Chameleon only: its VQ-VAE encoder's
-    GroupNorms (modeling_chameleon.py `ChameleonVQVAEEncoderResnetBlock`, `ChameleonVQVAEEncoderAttnBlock`,
-    `norm_out`) see the 16-bit outputs of its convolutions, so native_group_norm keeps an fp32 copy of its input and
-    returns fp32, which the in-place x·sigmoid(x) keeps and the next convolution casts back to 16 bits; its attention
-    block's softmax and the quantizer's pow likewise (`softmax_pow_fp32`'s). Scoped to Chameleon so the other types'
-    stored traces stay what they were (Janus's VQ model, the one other covered type with GroupNorms, never runs)."""
+def vq_tokenizer_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
+    """CUDA autocast's fp32 policy for `group_norm` and `softmax` (aten/src/ATen/autocast_mode.cpp, "CUDA Ops that can
+    autocast to float32") inside Apertus 1.5's vision tokenizer (modeling_apertus1p5.py
+    `Apertus1p5VisionTokenizerModel.encode`: Chameleon's VQGAN encoder, whose GroupNorms see the 16-bit outputs of
+    autocast's convolutions and whose attention blocks `F.softmax` the 16-bit bmm scores): each keeps an fp32 copy of
+    its input (GroupNorm) or its fp32 output (softmax) for backward and returns fp32, where CPU autocast keeps both in
+    16 bits. Scoped to that method, so the text part runs as its learned profile was traced and the other types'
+    stored traces stay what they were. Chameleon's VQ-VAE (`ChameleonVQVAE.encode`, the same encoder) likewise
+    (`VQ_ENCODERS`)."""
     v = job.model.vision
-    if v is None or getattr(v, "family", "") != "chameleon":
+    if v is None or getattr(v, "family", "") not in VQ_ENCODERS:
         yield
         return
+    import importlib
+
     import torch
     import torch.nn.functional as F
 
-    original = F.group_norm
+    module, name, what = VQ_ENCODERS[v.family]
+    group_norm, softmax = F.group_norm, F.softmax
+    model = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
+    encode = model.encode
 
     def up(t: Any) -> Any:
         return t.to(torch.float32) if isinstance(t, torch.Tensor) and t.is_floating_point() and \
             t.dtype not in (torch.float32, torch.float64) else t
 
-    def group_norm(input: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
+    def fp32_group_norm(input: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
         if not torch.is_autocast_enabled("cpu"):
-            return original(input, num_groups, weight, bias, eps)
+            return group_norm(input, num_groups, weight, bias, eps)
         with torch.autocast("cpu", enabled=False):
-            return original(up(input), num_groups, up(weight), up(bias), eps)
+            return group_norm(up(input), num_groups, up(weight), up(bias), eps)
 
-    with patched(F, "group_norm", group_norm):
-        notes.append(GROUP_NORM_NOTE)
+    def fp32_softmax(input: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> Any:
+        if not torch.is_autocast_enabled("cpu"):
+            return softmax(input, dim, _stacklevel, dtype)
+        with torch.autocast("cpu", enabled=False):
+            return softmax(up(input), dim, _stacklevel, dtype)
+
+    def fp32_encode(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with patched(F, "group_norm", fp32_group_norm), patched(F, "softmax", fp32_softmax):
+            return encode(self, *args, **kwargs)
+
+    with patched(model, "encode", fp32_encode):
+        notes.append(GROUP_NORM_NOTE.format(what=what))
         yield

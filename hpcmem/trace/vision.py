@@ -27,9 +27,12 @@ and Muse Spark's hpcmem.trace.vision_muse_glimmer's (a PIL stand-in for their to
 HunYuanVL's hpcmem.trace.vision_hunyuan_vl's, HY-V4-VL's hpcmem.trace.vision_hy_v4_vl's, MiniMax M3 VL's
 hpcmem.trace.vision_minimax_m3_vl's (a PIL stand-in for its torchvision-only image processor), DeepSeek-OCR 2's
 hpcmem.trace.vision_deepseek_ocr2's, Unlimited-OCR's hpcmem.trace.vision_unlimited_ocr's (a PIL stand-in for its
-torchvision-only image processor), Chameleon's hpcmem.trace.vision_chameleon's (its PIL image processor; the
-vocabulary map its model reads image ids from), Step 3.7 Flash's
-hpcmem.trace.vision_step3p7's (its torchvision-only image processor with torch's resize and normalize).
+torchvision-only image processor), Step 3.7 Flash's
+hpcmem.trace.vision_step3p7's (its torchvision-only image processor with torch's resize and normalize), dots3 Note's
+hpcmem.trace.vision_dots3_note's (Qwen2-VL's PIL image processor at temporal_patch_size 1), Apertus
+1.5's hpcmem.trace.vision_apertus1p5's (a PIL stand-in for its torchvision-only image processor, no feature extractor),
+Chameleon's hpcmem.trace.vision_chameleon's (its PIL image processor; the vocabulary map its model reads image ids
+from).
 """
 
 from __future__ import annotations
@@ -40,15 +43,16 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace import (vision_aria, vision_aya_vision, vision_chameleon, vision_cohere2_vision, vision_cohere_compass,
-                          vision_cosmos3_edge, vision_deepseek_ocr2, vision_deepseek_vl, vision_deepseek_vl_hybrid,
-                          vision_ernie4_5_vl_moe, vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v,
-                          vision_granite4_vision, vision_granite_docling, vision_hunyuan_vl, vision_hy_v4_vl,
-                          vision_idefics2, vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25,
-                          vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_minimax_m3_vl,
-                          vision_mistral3, vision_mllama, vision_molmo2, vision_muse_glimmer, vision_ovis2,
-                          vision_paddleocr_vl, vision_paligemma, vision_pp_chart2table, vision_qwen2_5_omni,
-                          vision_qwen3_omni, vision_step3p7, vision_unlimited_ocr, vision_video_llama_3)
+from hpcmem.trace import (vision_apertus1p5, vision_aria, vision_aya_vision, vision_chameleon, vision_cohere2_vision,
+                          vision_cohere_compass, vision_cosmos3_edge, vision_deepseek_ocr2, vision_deepseek_vl,
+                          vision_deepseek_vl_hybrid, vision_dots3_note, vision_ernie4_5_vl_moe, vision_fuyu,
+                          vision_gemma3, vision_gemma4, vision_glm4v, vision_granite4_vision, vision_granite_docling,
+                          vision_hunyuan_vl, vision_hy_v4_vl, vision_idefics2, vision_idefics3, vision_internvl,
+                          vision_janus, vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr, vision_llava,
+                          vision_minicpmv4_6, vision_minimax_m3_vl, vision_mistral3, vision_mllama, vision_molmo2,
+                          vision_muse_glimmer, vision_ovis2, vision_paddleocr_vl, vision_paligemma,
+                          vision_pp_chart2table, vision_qwen2_5_omni, vision_qwen3_omni, vision_step3p7,
+                          vision_unlimited_ocr, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -184,6 +188,10 @@ def processor(job: JobSpec) -> Any:
         return vision_minimax_m3_vl.processor(job)
     if v.family == "step3p7":
         return vision_step3p7.processor(job)
+    if v.family == "dots3_note":
+        return vision_dots3_note.processor(job)
+    if v.family == "apertus1p5":
+        return vision_apertus1p5.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -246,6 +254,10 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_hunyuan_vl.token_ids(proc)
     if vision_step3p7.is_processor(proc):
         return vision_step3p7.token_ids(proc)
+    if vision_dots3_note.is_processor(proc):
+        return vision_dots3_note.token_ids(proc)
+    if vision_apertus1p5.is_processor(proc):
+        return vision_apertus1p5.token_ids(proc)
     if vision_lfm2_vl.is_processor(proc):      # its image_token is llava's "<image>": before llava's
         return vision_lfm2_vl.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
@@ -312,7 +324,9 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_video_llama_3.MARKERS_PER_IMAGE if family == "video_llama_3" else \
         vision_qwen2_5_omni.MARKERS_PER_IMAGE if family == "qwen2_5_omni" else \
         vision_molmo2.markers(job) if family == "molmo2" else \
-        vision_step3p7.markers(job) if family == "step3p7" else MARKERS_PER_IMAGE
+        vision_step3p7.markers(job) if family == "step3p7" else \
+        vision_dots3_note.MARKERS_PER_IMAGE if family == "dots3_note" else \
+        vision_apertus1p5.markers(job) if family == "apertus1p5" else MARKERS_PER_IMAGE
     per_image = image_geometry(t, job.model.vision).tokens + markers
     row_tokens = vision_paligemma.ROW_TOKENS if family == "paligemma" else \
         vision_mllama.BOS_PER_ROW if family == "mllama" else \

@@ -2,7 +2,8 @@
 checkpoint), every width at every level of nesting shrunk by hpcmem.validate.shrink, the depth kept (layer-type lists
 and per-layer tables stay consistent), and what the config classes' validators require kept consistent: widths that
 equalled the text decoder's hidden size or their own config's stay equal, multimodal RoPE sections sum to the shrunk
-head width. Two widths no width key names: MoE widths a config class leaves None while its layers build experts get the
+head width, and the ranges of vocabulary ids a codebook's codes map to stay inside the shrunk vocabulary.
+Two widths no width key names: MoE widths a config class leaves None while its layers build experts get the
 shrink's small ones, and a tower whose layer widths are planned from its patch gets a small patch. A vocabulary_map
 the defaults leave None (the tokenizer's vocabulary, which Chameleon and Emu3 read their image id from) holds the image
 placeholder alone.
@@ -17,6 +18,7 @@ from typing import Any
 from hpcmem.validate.shrink import EXPERT_FFN, EXPERT_FFN_KEYS, EXPERT_KEYS, EXPERTS, ROUTED, ROUTED_KEYS, shrink_config
 
 MAX_LENGTH = 32
+CODEBOOK = 64
 
 
 def tiny_config(model_type: str) -> dict[str, Any]:
@@ -30,6 +32,7 @@ def tiny_config(model_type: str) -> dict[str, Any]:
     _fit_rope_sections(small)
     _fill_unset_experts(small)
     _cut_planned_patches(small)
+    _fit_token_ranges(config, small)
     _fill_vocabulary_map(small)
     return small
 
@@ -43,8 +46,9 @@ def _text_hidden(config: dict[str, Any]) -> int | None:
 def _keep_equal_widths(before: dict[str, Any], after: dict[str, Any], text_before: int | None,
                        text_after: int | None) -> None:
     """A width that equalled the text decoder's hidden size (a tower's output, an audio encoder's, a codebook) or its
-    own config's hidden size still equals it, as the config classes' validators require; attention heads the shrink
-    does not name (an audio encoder's `encoder_attention_heads`) go to 4, so the shrunk width divides."""
+    own config's hidden size (an adapter's input width) still equals it, as the config classes' validators require;
+    attention heads the shrink does not name (an audio encoder's `encoder_attention_heads`) go to 4, so the shrunk
+    width divides."""
     own = next((k for k in ("hidden_size", "d_model", "embed_dim") if isinstance(before.get(k), int)), "hidden_size")
     own_before, own_after = before.get(own), after.get(own)
     for key, value in after.items():
@@ -56,7 +60,7 @@ def _keep_equal_widths(before: dict[str, Any], after: dict[str, Any], text_befor
             continue
         elif text_before and text_after and value == text_before and ("hidden" in key or "dim" in key):
             after[key] = text_after
-        elif isinstance(own_before, int) and isinstance(own_after, int) and value == own_before and "dim" in key:
+        elif isinstance(own_before, int) and isinstance(own_after, int) and value == own_before and _names_width(key):
             after[key] = own_after
         elif key.endswith("attention_heads") and value > 4 and own_after != own_before:
             after[key] = 4
@@ -75,6 +79,12 @@ def _fill_vocabulary_map(config: dict[str, Any]) -> None:
     if isinstance(vocab, int) and vocab > 0:
         config["vocabulary_map"] = {"<image>": vocab - 1}
         config["image_token_id"] = vocab - 1
+
+
+def _names_width(key: str) -> bool:
+    """A key that names a layer's width: `*_dim`, or an adapter's `*input_size` (an audio adapter's
+    `adapter_input_size`), not a count or a picture size."""
+    return "dim" in key or key.endswith("input_size")
 
 
 def _fit_rope_sections(config: dict[str, Any], head_dim: int | None = None) -> None:
@@ -138,6 +148,37 @@ def _cut_planned_patches(config: dict[str, Any]) -> None:
     patch = _PLANNED_PATCH.get(config.get("model_type"))
     if patch and isinstance(config.get("patch_size"), int) and config["patch_size"] > patch:
         config["patch_size"] = patch
+def _fit_token_ranges(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """A range of vocabulary ids that a codebook's codes map to (`<name>_token_offset` plus a sub-config's
+    `codebook_size`: modeling_apertus1p5.Apertus1p5Model.get_image_tokens adds image_token_offset to each code) stays
+    inside the shrunk vocabulary, the ranges in their order and adjacency (configuration_apertus1p5.Apertus1p5Config
+    .validate_architecture: the image range ends where the audio range begins, the audio range inside the vocabulary):
+    each codebook shrinks to CODEBOOK entries and the ranges start halfway up the shrunk vocabulary, the ids below
+    staying text ids as they were. A range no sub-config's codebook fills is left as it was."""
+    vocab_before, vocab_after = _text_vocab(before), _text_vocab(after)
+    offsets = sorted((v, k) for k, v in before.items() if k.endswith("_token_offset") and _is_int(v))
+    if not offsets or not vocab_before or not vocab_after:
+        return
+    books = {k: v["codebook_size"] for k, v in before.items() if isinstance(v, dict) and _is_int(v.get("codebook_size"))}
+    start = vocab_after // 2
+    for i, (offset, key) in enumerate(offsets):
+        end = offsets[i + 1][0] if i + 1 < len(offsets) else vocab_before
+        fits = [(size == end - offset, size, name) for name, size in books.items() if offset + size <= end]
+        if not fits:
+            continue
+        adjacent, size, name = max(fits)
+        after[key], after[name]["codebook_size"] = start, min(size, CODEBOOK)
+        start += after[name]["codebook_size"] + (0 if adjacent else 1)
+        del books[name]
+
+
+def _text_vocab(config: dict[str, Any]) -> int | None:
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return text.get("vocab_size") if _is_int(text.get("vocab_size")) else None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _shrink_nested(config: dict[str, Any]) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 decoder layers of ChameleonConfig's widths, their terms from the learned chameleon_text profile in hpcmem/profiles/;
 the VQ-VAE whole) against the trace of TRL's SFTTrainer and DPOTrainer with their vision collators and transformers'
 ChameleonProcessor on blank images (estimator/traces/vlm-chameleon.jsonl, written by `hpcmem validate trace --cases
-estimator/cases/vlm-chameleon.yaml`, with the VQ-VAE's GroupNorms, softmax and pow in fp32 as CUDA autocast runs
-them, hpcmem.trace.kernels_autocast `group_norm_fp32`)."""
+estimator/cases/vlm-chameleon.yaml`, with the VQ-VAE's GroupNorms and softmax in fp32 as CUDA autocast runs
+them, hpcmem.trace.kernels_autocast `vq_tokenizer_fp32`)."""
 
 from __future__ import annotations
 

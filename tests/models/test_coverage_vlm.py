@@ -156,6 +156,11 @@ def test_coverage_lists_every_image_text_type_with_a_status():
         "GRPO/RLOO with images refused" in by_type["hy_v4_vl"]["reason"]
     assert by_type["step3p7"]["status"] == "derived" and "traced: SFT, DPO)" in by_type["step3p7"]["reason"] and \
         "GRPO/RLOO with images refused" in by_type["step3p7"]["reason"]
+    assert by_type["dots3_note"]["status"] == "derived" and "traced: SFT, DPO)" in by_type["dots3_note"]["reason"] \
+        and "GRPO/RLOO with images refused" in by_type["dots3_note"]["reason"]
+    assert by_type["apertus1p5"]["status"] == "derived" and \
+        "traced: SFT, DPO)" in by_type["apertus1p5"]["reason"] and \
+        "GRPO/RLOO with images refused" in by_type["apertus1p5"]["reason"]
     assert by_type["pp_chart2table"]["status"] == "derived" and \
         "traced: SFT)" in by_type["pp_chart2table"]["reason"] and \
         "DPO/GRPO/RLOO with images refused" in by_type["pp_chart2table"]["reason"]
