@@ -136,6 +136,7 @@ def image_job_problems(job: Job) -> list[str]:
         out.append("padding_free with images: TRL 1.16's SFTTrainer raises 'Padding-free training is yet not "
                    "supported for vision datasets'")
     out += _preference_problems(job) + _fixed_size_problems(job) + _gemma4_problems(job) + rl_image_problems(job)
+    out += _inkling2_problems(job)
     if getattr(m.vision, "family", "") == "fuyu":
         out += fuyu_problems(t.images_per_example, t.min_pixels, t.max_pixels)
     bounds = pixel_bounds_problems(t, m.vision)
@@ -306,6 +307,24 @@ def _gemma4_problems(job: Job) -> list[str]:
         out.append(f"text_config.use_bidirectional_attention {v.text_bidirectional!r} on {family} with images: the "
                    "blockwise masks Gemma4Model builds over each image's tokens are not modelled (its learned text "
                    "profile is traced on causal text)")
+    return out
+
+
+def _inkling2_problems(job: Job) -> list[str]:
+    """Inkling 2 (hpcmem.models.inkling2): Inkling2ImageProcessor never resizes; it pads each image up to whole
+    40 px cells (image_processing_inkling2.py `_preprocess`), so it has no pixel bounds; a full-attention first text
+    layer under LoRA without checkpointing is not modelled (hpcmem.estimate.vision_inkling2_text)."""
+    t, v, out = job.train, job.model.vision, []
+    if getattr(v, "family", "") != "inkling2":
+        return out
+    if t.min_pixels is not None or t.max_pixels is not None:
+        out.append(f"min_pixels/max_pixels on inkling2: Inkling2ImageProcessor has no such setting; it pads every "
+                   f"image up to whole {v.cell}-px cells, one image token each, without resizing; leave them unset")
+    if t.use_peft and not t.gradient_checkpointing and v.text_first_layer != "hybrid_sliding":
+        # hpcmem.estimate.vision_inkling2_text: what layer 0 keeps once the image features make its input require grad
+        out.append(f"text_config.layer_types[0] {v.text_first_layer!r} on inkling2 with images under LoRA without "
+                   "gradient checkpointing: what a full-attention first layer keeps for an input that requires grad "
+                   "is not modelled (a 'hybrid_sliding' first layer is); turn checkpointing on")
     return out
 
 

@@ -239,6 +239,13 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         return ImageGeometry(resized=(vision.image_size, vision.image_size), grid_thw=(1 + x * y, side, side),
                              patches=vision.image_patches(t.image_height, t.image_width),
                              tokens=vision.image_tokens(t.image_height, t.image_width))
+    if getattr(vision, "family", "") == "inkling2":
+        # Inkling 2 (hpcmem.models.inkling2): no resize, the image padded up to whole 40 px cells; grid_thw counts
+        # cells (image_grid_thw), the tower's rows are merge² patches a cell (its class tokens besides)
+        rows, cols = vision.grid(t.image_height, t.image_width)
+        return ImageGeometry(resized=(rows * vision.cell, cols * vision.cell), grid_thw=(1, rows, cols),
+                             patches=vision.image_patches(t.image_height, t.image_width),
+                             tokens=vision.image_tokens(t.image_height, t.image_width))
     if getattr(vision, "family", "") == "kimi_k25":
         # Kimi K2.5 (hpcmem.models.kimi_k25): navit_resize's size padded to multiples of 28 px, one patch grid
         gh, gw = vision.grid(t.image_height, t.image_width)
