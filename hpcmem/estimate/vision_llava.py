@@ -46,6 +46,7 @@ from hpcmem.estimate.vision_paddleocr_vl import paddleocr_terms
 from hpcmem.estimate.vision_video_llama_3 import video_llama_3_terms
 from hpcmem.estimate.vision_mllama import mllama_terms
 from hpcmem.estimate.vision_ovis2 import ovis2_terms
+from hpcmem.estimate.vision_chameleon import chameleon_terms
 from hpcmem.estimate.vision_fuyu import fuyu_terms
 from hpcmem.estimate.vision_gemma4 import gemma4_terms, gemma4_unified_terms
 from hpcmem.estimate.vision_glm4v import glm4v_terms
@@ -75,6 +76,7 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.aya_vision import AyaVisionTowerSpec
 from hpcmem.models.clip_tower import ClipTowerSpec
+from hpcmem.models.chameleon import ChameleonTowerSpec
 from hpcmem.models.dots3_note import Dots3NoteTowerSpec
 from hpcmem.models.fuyu import FuyuTowerSpec
 from hpcmem.models.apertus1p5 import Apertus1p5TowerSpec
@@ -206,6 +208,7 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
 # (llava_terms' result is its last argument). Where each type's terms come from: the module of its function.
 TOWER_TERMS: tuple[tuple[Any, Callable[..., VisionTerms | None], bool], ...] = (
     (FuyuTowerSpec, fuyu_terms, False),
+    (ChameleonTowerSpec, chameleon_terms, False),
     (Apertus1p5TowerSpec, apertus1p5_terms, False),
     (InternVLTowerSpec, internvl_terms, True),
     (AyaVisionTowerSpec, aya_terms, True),

@@ -187,7 +187,7 @@ def _fixed_size_problems(job: Job) -> list[str]:
                      "granite_docling": "GraniteDoclingImageProcessor", "aria": "AriaImageProcessor",
                      "molmo2": "Molmo2ImageProcessor", "deepseek_ocr2": "DeepseekOcr2ImageProcessor",
                      "unlimited_ocr": "UnlimitedOcrImageProcessor",
-                     "step3p7": "Step3p7ImageProcessor"}.get(
+                     "step3p7": "Step3p7ImageProcessor", "chameleon": "ChameleonImageProcessor"}.get(
             v.family, "CLIPImageProcessor")
         if v.model_type == "video_llava":       # VideoLlavaProcessor's (processing_video_llava.py)
             processor = "VideoLlavaImageProcessor"
@@ -233,6 +233,8 @@ def _fixed_size_problems(job: Job) -> list[str]:
                                                                           "granite_docling") else
                 f"it cuts every image into {v.image_size}-px tiles of the image_grid_pinpoints resolution that fits it "
                 "best, plus one downscaled tile" if getattr(v, "grid_pinpoints", None) else
+                f"it resizes every image's shortest edge to {v.image_size} px and crops the centre "
+                f"{v.image_size}×{v.image_size}" if v.family == "chameleon" else
                 f"it resizes every image to {v.image_size}×{v.image_size}")
         out.append(f"min_pixels/max_pixels with {v.model_type}: {processor} has no such setting; {does}; leave them "
                    "unset")

@@ -138,6 +138,9 @@ Covered (transformers 5.24):
 - kimi_k25 (Kimi K2.5) with images: a SigLIP-shaped NaViT tower over each image's own patch grid with axial 2-D rope
   and a 2 x 2 merge into a LayerNorm/GELU projector (hpcmem.models.kimi_k25's `KimiK25TowerSpec`); its decoder
   DeepSeek-V3's, learned (hpcmem.models.vlm_learned).
+- chameleon (Chameleon) with images: a VQ-VAE encoder turns each 512 × 512 crop into 1,024 codes the decoder embeds
+  as words; nothing in it trains (the codes are integers) or takes adapters (hpcmem.models.chameleon's
+  `ChameleonTowerSpec`); a learned decoder (LLaMA's layers with per-head q/k LayerNorms).
 - fuyu (Fuyu) with images: no tower; `vision_embed_tokens`, one Linear over each raw 30 × 30 pixel patch
   (hpcmem.models.fuyu's `FuyuTowerSpec`); its decoder Persimmon's, learned (hpcmem.models.vlm_learned).
 - cosmos3_edge (Cosmos3 Edge) with images: a packed SigLIP2 tower over each image's own patch grid (GLM-4.1V's
@@ -241,6 +244,7 @@ from hpcmem.models.fuyu import FUYU_TEXT_DEFAULTS, fuyu_tower_from_config
 from hpcmem.models.glm4v import (GLM4V_MOE_TEXT_DEFAULTS, GLM4V_TEXT_DEFAULTS, GLM46V_TYPES, GLM_OCR_TEXT_DEFAULTS,
                                  GLM_OCR_TEXT_FORCED, MOE_TEXT_TYPE, glm4v_tower_from_config)
 from hpcmem.models.janus import janus_tower_from_config
+from hpcmem.models.chameleon import chameleon_tower_from_config
 from hpcmem.models.lfm2_vl import lfm2_vl_tower_from_config
 from hpcmem.models.lfm3_vl import lfm3_vl_tower_from_config
 from hpcmem.models.got_ocr2_tower import PP_CHART2TABLE_TEXT_DEFAULTS, got_ocr2_tower_from_config
@@ -385,7 +389,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "muse_glimmer": ("sft", "dpo"), "muse_spark": ("sft", "dpo"), "hunyuan_vl": ("sft", "dpo"),
                           "hy_v4_vl": ("sft", "dpo"), "minimax_m3_vl": ("sft", "dpo"),
                           "deepseek_ocr2": ("sft", "dpo"), "unlimited_ocr": ("sft", "dpo"),
-                          "dots3_note": ("sft", "dpo")}
+                          "dots3_note": ("sft", "dpo"), "chameleon": ("sft", "dpo")}
 # the allowed pairs no case matrix has traced yet (an estimate of one says so): none today
 IMAGE_TRAINERS_UNTRACED: dict[str, tuple[str, ...]] = {}
 IMAGE_TRAINERS_TRACED = {t: tuple(x for x in allowed if x not in IMAGE_TRAINERS_UNTRACED.get(t, ()))
@@ -533,6 +537,11 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # (hpcmem.models.vlm_learned); FuyuConfig.tie_word_embeddings False
     "fuyu": TowerLayout(text="persimmon", defaults={}, aliases={}, norm="layer", mlp="fc",
                         text_class_defaults=FUYU_TEXT_DEFAULTS, flat_text=True),
+    # models/chameleon: hpcmem.models.chameleon reads the image path (the VQ-VAE in `vq_config`); the decoder's keys
+    # are ChameleonConfig's own, flat at the top (no text config class; hpcmem names the decoder's chameleon_text):
+    # ChameleonModel's layers (LLaMA's with per-head q/k LayerNorms), a learned type (hpcmem.models.vlm_learned: hpcmem.trace.text_heads gives it a
+    # causal-LM class without the VQ-VAE); ChameleonConfig.tie_word_embeddings False
+    "chameleon": TowerLayout(text="chameleon_text", defaults={}, aliases={}, norm="layer", mlp="fc", flat_text=True),
     # models/cosmos3_edge: hpcmem.models.cosmos3_edge reads the vision part; Cosmos3EdgeModel (Qwen2VLModel's
     # __init__) builds the decoder with `AutoModel.from_config(config.text_config)` (`sub_configs_defaults`:
     # cosmos3_edge_text, Cosmos3EdgeTextConfig's class defaults when omitted), a learned type
@@ -900,6 +909,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return fuyu_tower_from_config(cfg, name)
     if model_type == "janus":
         return janus_tower_from_config(cfg, name)
+    if model_type == "chameleon":
+        return chameleon_tower_from_config(cfg, name)
     if model_type == "video_llama_3":
         return video_llama_3_tower_from_config(cfg, name)
     if model_type == "paddleocr_vl":

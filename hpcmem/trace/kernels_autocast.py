@@ -102,8 +102,12 @@ def softmax_pow_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
         yield
 
 
-GROUP_NORM_NOTE = ("group_norm and softmax under autocast run in fp32 inside Apertus 1.5's vision tokenizer as CUDA "
-                   "autocast runs them (fp32 cast policy; CPU autocast keeps them in 16 bits)")
+GROUP_NORM_NOTE = ("group_norm and softmax under autocast run in fp32 inside {what} as CUDA autocast runs them (fp32 "
+                   "cast policy; CPU autocast keeps them in 16 bits)")
+# the vision family → (its modeling module, the class whose `encode` runs the VQ encoder, in words); Chameleon's
+# VQ-VAE (modeling_chameleon.py `ChameleonVQVAE.encode`) is the encoder Apertus 1.5's tokenizer reuses
+VQ_ENCODERS = {"apertus1p5": ("apertus1p5", "Apertus1p5VisionTokenizerModel", "Apertus 1.5's vision tokenizer"),
+               "chameleon": ("chameleon", "ChameleonVQVAE", "Chameleon's VQ-VAE")}
 
 
 @contextlib.contextmanager
@@ -114,17 +118,20 @@ def vq_tokenizer_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
     autocast's convolutions and whose attention blocks `F.softmax` the 16-bit bmm scores): each keeps an fp32 copy of
     its input (GroupNorm) or its fp32 output (softmax) for backward and returns fp32, where CPU autocast keeps both in
     16 bits. Scoped to that method, so the text part runs as its learned profile was traced and the other types'
-    stored traces stay what they were."""
+    stored traces stay what they were. Chameleon's VQ-VAE (`ChameleonVQVAE.encode`, the same encoder) likewise
+    (`VQ_ENCODERS`)."""
     v = job.model.vision
-    if v is None or getattr(v, "family", "") != "apertus1p5":
+    if v is None or getattr(v, "family", "") not in VQ_ENCODERS:
         yield
         return
+    import importlib
+
     import torch
     import torch.nn.functional as F
-    from transformers.models.apertus1p5 import modeling_apertus1p5
 
+    module, name, what = VQ_ENCODERS[v.family]
     group_norm, softmax = F.group_norm, F.softmax
-    model = modeling_apertus1p5.Apertus1p5VisionTokenizerModel
+    model = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
     encode = model.encode
 
     def up(t: Any) -> Any:
@@ -148,5 +155,5 @@ def vq_tokenizer_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
             return encode(self, *args, **kwargs)
 
     with patched(model, "encode", fp32_encode):
-        notes.append(GROUP_NORM_NOTE)
+        notes.append(GROUP_NORM_NOTE.format(what=what))
         yield

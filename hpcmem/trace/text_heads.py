@@ -95,6 +95,16 @@ only; `MuseSparkForConditionalGeneration` is Muse Glimmer's forward with an MoE 
 transformers' `MuseSparkTextModel` under LlamaForCausalLM's forward (`output_router_logits` is False by default, and
 the fused head asks for router logits only when the config does), registered the same way, and taking the
 experts' implementation transformers picks for the text model's module, as Mistral Large 4's does.
+
+Chameleon (models/chameleon/modeling_chameleon.py): ChameleonConfig is the decoder's config itself (no text config
+class) and maps to `ChameleonForConditionalGeneration` in the image-text-to-text mapping only; hpcmem names its
+decoder's config `chameleon_text` (ChameleonConfig under that model_type, registered with AutoConfig beside the class
+below), so that the text part is not taken for the image-text type. What it runs on a text
+row is `ChameleonModel` (its `model`: embed_tokens, the layers, norm; `get_image_features` and so `vqmodel` only when
+pixel_values are given), `lm_head` (untied: ChameleonConfig.tie_word_embeddings False), the image-code columns of the
+logits set to the dtype's minimum and `self.loss_function`; TRL's fused LM head runs the backbone and the head in tiles
+instead (trl/trainer/utils.py `add_fused_lm_head`), no masking. The class below is `ChameleonModel` with its
+`vqmodel` deleted (the image path's, hpcmem.models.chameleon, counted there) under LlamaForCausalLM's forward.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
@@ -103,7 +113,7 @@ from importlib import import_module
 from typing import Any, NamedTuple
 
 # model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
-TEXT_ONLY_TYPES = ("cosmos3_edge_text", "deepseek_ocr2_text", "ernie4_5_vl_moe_text", "glm5_next_text",
+TEXT_ONLY_TYPES = ("chameleon_text", "cosmos3_edge_text", "deepseek_ocr2_text", "ernie4_5_vl_moe_text", "glm5_next_text",
                    "hunyuan_vl_text", "hy_v4_vl_text", "mistral4", "mistral_large4_text", "molmo2_text",
                    "muse_glimmer_text", "muse_spark_text", "step3p5", "unlimited_ocr_text")
 _DONE: list[bool] = []
@@ -128,6 +138,9 @@ class TextHead(NamedTuple):
     #                                     scans the class's own module source for the decorator, which this module
     #                                     does not hold, so the class would otherwise run the eager per-expert loop
     fp32_head: bool = False             # HY-V4-VL's lm_head, kept in fp32 (`_keep_in_fp32_modules_strict`)
+    drop: tuple[str, ...] = ()          # submodules of the text model deleted once built: Chameleon's vqmodel
+    text_type: str = ""                 # the model_type `config` is registered under for its text part (Chameleon's
+    #                                     config is the image-text type's own); "": the config's own
 
 
 HEADS = (
@@ -156,6 +169,8 @@ HEADS = (
              "MuseGlimmerPreTrainedModel"),
     TextHead("MuseSparkTextForCausalLM", "muse_spark", "MuseSparkTextConfig", "MuseSparkTextModel",
              "MuseSparkPreTrainedModel", tied_keys=False, experts=True),
+    TextHead("ChameleonTextForCausalLM", "chameleon", "ChameleonConfig", "ChameleonModel",
+             "ChameleonPreTrainedModel", drop=("vqmodel",), text_type="chameleon_text"),
 )
 
 
@@ -175,11 +190,15 @@ def build(head: TextHead) -> tuple[Any, Any]:
     config = _attr(f"{base}.configuration_{head.module}.{head.config}")
     text_model = _attr(f"{base}.modeling_{head.module}.{head.model}")
     pretrained = _attr(f"{base}.modeling_{head.module}.{head.pretrained}")
+    if head.text_type:
+        config = type(f"{head.config}Text", (config,), {"__module__": __name__, "model_type": head.text_type})
     dtype = {"dtype": torch.float32} if head.fp32_head else {}
 
     def __init__(self: Any, config: Any) -> None:
         pretrained.__init__(self, config)       # the next class in the MRO, what super() would call
         self.model = text_model(config)
+        for name in head.drop:
+            delattr(self.model, name)
         self.vocab_size = config.vocab_size
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, **dtype)
         self.post_init()
@@ -209,6 +228,10 @@ def register() -> None:
     from transformers.models.mistral4.configuration_mistral4 import Mistral4Config
     from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
+    from transformers import AutoConfig
+
     for config, model in (*(build(head) for head in HEADS), (Mistral4Config, Mistral4ForCausalLM)):
+        if config.model_type in TEXT_ONLY_TYPES and config.__module__ == __name__:
+            AutoConfig.register(config.model_type, config, exist_ok=True)
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)

@@ -31,7 +31,8 @@ torchvision-only image processor), Step 3.7 Flash's
 hpcmem.trace.vision_step3p7's (its torchvision-only image processor with torch's resize and normalize), dots3 Note's
 hpcmem.trace.vision_dots3_note's (Qwen2-VL's PIL image processor at temporal_patch_size 1), Apertus
 1.5's hpcmem.trace.vision_apertus1p5's (a PIL stand-in for its torchvision-only image processor, no feature extractor), Inkling 2's
-hpcmem.trace.vision_inkling2's (a numpy stand-in for its torchvision-only image processor).
+hpcmem.trace.vision_inkling2's (a numpy stand-in for its torchvision-only image processor), Chameleon's
+hpcmem.trace.vision_chameleon's (its PIL image processor; the vocabulary map its model reads image ids from).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from typing import Any
 from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.trace import (vision_apertus1p5, vision_aria, vision_aya_vision, vision_cohere2_vision,
+from hpcmem.trace import (vision_apertus1p5, vision_aria, vision_aya_vision, vision_chameleon, vision_cohere2_vision,
                           vision_cohere_compass, vision_cosmos3_edge, vision_deepseek_ocr2, vision_deepseek_vl,
                           vision_deepseek_vl_hybrid, vision_dots3_note, vision_ernie4_5_vl_moe, vision_fuyu,
                           vision_gemma3, vision_gemma4, vision_glm4v, vision_granite4_vision, vision_granite_docling,
@@ -147,6 +148,8 @@ def processor(job: JobSpec) -> Any:
         return vision_fuyu.processor(job)
     if v.family == "janus":
         return vision_janus.processor(job)
+    if v.family == "chameleon":
+        return vision_chameleon.processor(job)
     if v.family == "ovis2":
         return vision_ovis2.processor(job)
     if v.family == "got_ocr2":
@@ -241,6 +244,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_qwen3_omni.token_ids(proc)
     if vision_qwen2_5_omni.is_processor(proc):
         return vision_qwen2_5_omni.token_ids(proc)
+    if vision_chameleon.is_processor(proc):     # its image_token is llava's "<image>": before llava's
+        return vision_chameleon.token_ids(proc)
     if vision_deepseek_ocr2.is_processor(proc):     # its image_token is llava's "<image>": before llava's
         return vision_deepseek_ocr2.token_ids(proc)
     if vision_unlimited_ocr.is_processor(proc):     # its image_token is llava's "<image>": before llava's
@@ -312,6 +317,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_minimax_m3_vl.MARKERS_PER_IMAGE if family == "minimax_m3_vl" else \
         vision_fuyu.markers(job) if family == "fuyu" else \
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
+        vision_chameleon.MARKERS_PER_IMAGE if family == "chameleon" else \
         vision_ovis2.MARKERS_PER_IMAGE if family == "ovis2" else \
         vision_pp_chart2table.MARKERS_PER_IMAGE if family == "got_ocr2" else \
         vision_hunyuan_vl.MARKERS_PER_IMAGE if family == "hunyuan_vl" else \
@@ -330,7 +336,8 @@ def image_row_words(job: JobSpec, row: int) -> int:
     row_tokens = vision_paligemma.ROW_TOKENS if family == "paligemma" else \
         vision_mllama.BOS_PER_ROW if family == "mllama" else \
         vision_idefics2.ROW_TOKENS if family == "idefics2" else \
-        vision_molmo2.ROW_TOKENS if family == "molmo2" else 0
+        vision_molmo2.ROW_TOKENS if family == "molmo2" else \
+        vision_chameleon.ROW_TOKENS if family == "chameleon" else 0
     words = row - t.images_per_example * per_image - row_tokens
     if words < 1:
         raise SpecError(f"the trace fills rows of {row} tokens: {t.images_per_example} image(s) × {per_image} tokens "

@@ -4,7 +4,9 @@ and per-layer tables stay consistent), and what the config classes' validators r
 equalled the text decoder's hidden size or their own config's stay equal, multimodal RoPE sections sum to the shrunk
 head width, and the ranges of vocabulary ids a codebook's codes map to stay inside the shrunk vocabulary.
 Two widths no width key names: MoE widths a config class leaves None while its layers build experts get the
-shrink's small ones, and a tower whose layer widths are planned from its patch gets a small patch.
+shrink's small ones, and a tower whose layer widths are planned from its patch gets a small patch. A vocabulary_map
+the defaults leave None (the tokenizer's vocabulary, which Chameleon and Emu3 read their image id from) holds the image
+placeholder alone.
 
     config = tiny_config("blip-2")      # a config.json dict; hpcmem.validate.trl_run builds and saves it
 """
@@ -31,6 +33,7 @@ def tiny_config(model_type: str) -> dict[str, Any]:
     _fill_unset_experts(small)
     _cut_planned_patches(small)
     _fit_token_ranges(config, small)
+    _fill_vocabulary_map(small)
     return small
 
 
@@ -61,6 +64,21 @@ def _keep_equal_widths(before: dict[str, Any], after: dict[str, Any], text_befor
             after[key] = own_after
         elif key.endswith("attention_heads") and value > 4 and own_after != own_before:
             after[key] = 4
+
+
+def _fill_vocabulary_map(config: dict[str, Any]) -> None:
+    """A `vocabulary_map` the defaults leave None is the checkpoint tokenizer's vocabulary, which the model reads its
+    image placeholder from when it is built (modeling_chameleon.ChameleonImageVocabularyMapping and
+    modeling_emu3.Emu3ImageVocabularyMapping call `vocab_map.get("<image>")`): it becomes a map that holds the
+    placeholder alone, at the shrunk vocabulary's last id, and `image_token_id` follows it as the config classes'
+    __post_init__ set it."""
+    if "vocabulary_map" not in config or config["vocabulary_map"] is not None:
+        return
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    vocab = text.get("vocab_size")
+    if isinstance(vocab, int) and vocab > 0:
+        config["vocabulary_map"] = {"<image>": vocab - 1}
+        config["image_token_id"] = vocab - 1
 
 
 def _names_width(key: str) -> bool:
