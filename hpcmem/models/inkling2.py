@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from hpcmem.errors import Problems, SpecError
-from hpcmem.models.tower_base import (TowerBase, TowerLinear, check_activation, check_counts, check_heads,
+from hpcmem.models.tower_base import (LinearTower, TowerLinear, check_activation, check_counts, check_heads,
                                       encoder_layer_linears, text_width, vision_values)
 
 # configuration_inkling2.py `Inkling2VisionConfig`'s field defaults (intermediate_size None: width · mlp_ratio)
@@ -49,7 +49,7 @@ def inkling2_grid(height: int, width: int, cell: int = INKLING2_CELL) -> tuple[i
 
 
 @dataclass(frozen=True, kw_only=True)
-class Inkling2TowerSpec(TowerBase):
+class Inkling2TowerSpec(LinearTower):
     """A ViT run over each image's own patch grid with a class token per image (no fixed resolution), its patches'
     rows merged 2 × 2 into the merger. `position_side` is the learned position grid's side (posemb_grid_size)."""
 
@@ -125,14 +125,6 @@ class Inkling2TowerSpec(TowerBase):
     def tower_params(self) -> int:
         """Inkling2VisionModel without its merger: embeddings, pre_layernorm, the encoder layers."""
         return self.embed_params + 2 * self.hidden_size + self.depth * self.block_params
-
-    @property
-    def merger_params(self) -> int:
-        return sum(x.params for x in self.linears() if x.part == "merger")
-
-    @property
-    def num_params(self) -> int:
-        return self.tower_params + self.merger_params
 
     def grid(self, height: int, width: int) -> tuple[int, int]:
         return inkling2_grid(height, width, self.cell)
