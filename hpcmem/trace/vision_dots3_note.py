@@ -21,19 +21,10 @@ from typing import Any
 from hpcmem.job.images import pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.pieces import chat_template, tokenizer
+from hpcmem.trace.vision_llava import without_video
 
 IMAGE, VIDEO, AUDIO = "<|imgpad|>", "<|video_pad|>", "<|audio_comp_pad|>"
 MARKERS_PER_IMAGE = 0
-
-
-def _image_only(base: type) -> type:
-    class ImageOnlyProcessor(base):  # type: ignore[misc,valid-type]
-        def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
-            if argument_name == "video_processor" and argument is None:
-                return None
-            return super().check_argument_for_proper_class(argument_name, argument)
-
-    return ImageOnlyProcessor
 
 
 def processor(job: JobSpec) -> Any:
@@ -48,7 +39,7 @@ def processor(job: JobSpec) -> Any:
                                       temporal_patch_size=v.temporal_patch_size, merge_size=v.spatial_merge_size)
     tok = tokenizer()
     tok.add_special_tokens({"additional_special_tokens": [IMAGE, VIDEO, AUDIO]})
-    return _image_only(Dots3NoteProcessor)(image_processor=images, tokenizer=tok, video_processor=None,
+    return without_video(Dots3NoteProcessor)(image_processor=images, tokenizer=tok, video_processor=None,
                                            feature_extractor=Dots3NoteFeatureExtractor(),
                                            chat_template=chat_template(IMAGE))
 
