@@ -2,7 +2,7 @@
 checkpoint), every width at every level of nesting shrunk by hpcmem.validate.shrink, the depth kept (layer-type lists
 and per-layer tables stay consistent), and what the config classes' validators require kept consistent: widths that
 equalled the text decoder's hidden size or their own config's stay equal, multimodal RoPE sections sum to the shrunk
-head width.
+head width, and a tokenizer vocabulary the model reads its image token from is given where the defaults leave none.
 
     config = tiny_config("blip-2")      # a config.json dict; hpcmem.validate.trl_run builds and saves it
 """
@@ -25,6 +25,7 @@ def tiny_config(model_type: str) -> dict[str, Any]:
     small = _shrink_nested(shrink_config(config, max_length=MAX_LENGTH))
     _keep_equal_widths(config, small, _text_hidden(config), _text_hidden(small))
     _fit_rope_sections(small)
+    _give_vocabulary_map(small)
     return small
 
 
@@ -74,6 +75,20 @@ def _fit_rope_sections(config: dict[str, Any], head_dim: int | None = None) -> N
             sections = [max(1, v * target // total) for v in value]
             sections[0] += target - sum(sections)
             config[key] = sections
+
+
+def _give_vocabulary_map(config: dict[str, Any]) -> None:
+    """A config holding a copy of the tokenizer's vocabulary (`vocabulary_map`: Chameleon's, Emu3's) that its
+    defaults leave None cannot build: the model reads its image token's id from it at construction
+    (transformers/models/emu3/modeling_emu3.py `Emu3ImageVocabularyMapping.__init__`, chameleon's alike). It gets
+    `<image>` at the shrunk text vocabulary's last id, and `image_token_id` follows, as the config's __post_init__
+    derives it."""
+    if "vocabulary_map" not in config or config["vocabulary_map"] is not None:
+        return
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    if isinstance(text.get("vocab_size"), int):
+        config["vocabulary_map"] = {"<image>": text["vocab_size"] - 1}
+        config["image_token_id"] = text["vocab_size"] - 1
 
 
 def _shrink_nested(config: dict[str, Any]) -> dict[str, Any]:
