@@ -46,6 +46,7 @@ from hpcmem.estimate.vision_paddleocr_vl import paddleocr_terms
 from hpcmem.estimate.vision_video_llama_3 import video_llama_3_terms
 from hpcmem.estimate.vision_mllama import mllama_terms
 from hpcmem.estimate.vision_ovis2 import ovis2_terms
+from hpcmem.estimate.vision_emu3 import emu3_terms
 from hpcmem.estimate.vision_fuyu import fuyu_terms
 from hpcmem.estimate.vision_gemma4 import gemma4_terms, gemma4_unified_terms
 from hpcmem.estimate.vision_glm4v import glm4v_terms
@@ -72,6 +73,7 @@ from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.aya_vision import AyaVisionTowerSpec
 from hpcmem.models.clip_tower import ClipTowerSpec
+from hpcmem.models.emu3 import Emu3TowerSpec
 from hpcmem.models.fuyu import FuyuTowerSpec
 from hpcmem.models.gemma4 import Gemma4TowerSpec, Gemma4UnifiedTowerSpec
 from hpcmem.models.glm4v import Glm4vTowerSpec
@@ -200,6 +202,7 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
 # (llava_terms' result is its last argument). Where each type's terms come from: the module of its function.
 TOWER_TERMS: tuple[tuple[Any, Callable[..., VisionTerms | None], bool], ...] = (
     (FuyuTowerSpec, fuyu_terms, False),
+    (Emu3TowerSpec, emu3_terms, False),
     (InternVLTowerSpec, internvl_terms, True),
     (AyaVisionTowerSpec, aya_terms, True),
     (Lfm2VlTowerSpec, lfm2_vl_terms, True),

@@ -198,6 +198,10 @@ Covered (transformers 5.24):
   (CLIP attention with an axial 2-D rope, layer scale, quick_gelu MLP), two stride-2 convolutions, one Linear to the
   text width (hpcmem.models.step3p7's `Step3p7TowerSpec`); its decoder Step3p7TextModel (step3p5), learned
   (hpcmem.models.vlm_learned).
+- emu3 (Emu3) with images: no encoder the language model reads; a VQ-VAE (Conv2d/GroupNorm res blocks, attention at
+  the last level, temporal Conv3d) turns each image into codes its argmin leaves without a gradient, which the text
+  model's own token embedding embeds, a row-end token per code row (hpcmem.models.emu3's `Emu3TowerSpec`); its
+  decoder Emu3TextModel (Llama's layout, attention dropout 0.1), learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -226,6 +230,7 @@ from hpcmem.models.unlimited_ocr import unlimited_ocr_tower_from_config
 from hpcmem.models.deepseek_vl_hybrid import deepseek_vl_hybrid_tower_from_config
 from hpcmem.models.gemma4 import gemma4_tower_from_config, gemma4_unified_tower_from_config
 from hpcmem.models.fuyu import FUYU_TEXT_DEFAULTS, fuyu_tower_from_config
+from hpcmem.models.emu3 import emu3_tower_from_config
 from hpcmem.models.glm4v import (GLM4V_MOE_TEXT_DEFAULTS, GLM4V_TEXT_DEFAULTS, GLM46V_TYPES, GLM_OCR_TEXT_DEFAULTS,
                                  GLM_OCR_TEXT_FORCED, MOE_TEXT_TYPE, glm4v_tower_from_config)
 from hpcmem.models.janus import janus_tower_from_config
@@ -363,7 +368,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "minicpmv4_7": ("sft", "dpo"), "minicpm_ocr": ("sft", "dpo"),
                           "lfm3_vl": ("sft", "dpo"), "granite4_vision": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
-                          "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
+                          "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"), "emu3": ("sft", "dpo"),
                           "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",), "molmo2": ("sft", "dpo"),
                           "step3p7": ("sft", "dpo"),
                           "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo"),
@@ -593,6 +598,10 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # omitted), a learned type (hpcmem.models.vlm_learned: hpcmem.trace.text_heads gives it a causal-LM head);
     # Step3p7Config declares no tie_word_embeddings (unset: the head stays untied, measured on the meta model)
     "step3p7": TowerLayout(text="step3p5", defaults={}, aliases={}, norm="layer", mlp="fc", text_defaults={}),
+    # models/emu3: hpcmem.models.emu3 reads the VQ-VAE; Emu3Model builds the decoder as
+    # `Emu3TextModel._from_config(config.text_config)` (`sub_configs_defaults`: emu3_text_model, Emu3TextConfig's class
+    # defaults when omitted), a learned type (hpcmem.models.vlm_learned); Emu3Config.tie_word_embeddings False
+    "emu3": TowerLayout(text="emu3_text_model", defaults={}, aliases={}, norm="layer", mlp="fc", text_defaults={}),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -1057,6 +1066,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":
         return fuyu_tower_from_config(cfg, name)
+    if model_type == "emu3":
+        return emu3_tower_from_config(cfg, name)
     if model_type == "janus":
         return janus_tower_from_config(cfg, name)
     if model_type == "video_llama_3":

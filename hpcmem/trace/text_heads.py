@@ -95,6 +95,12 @@ only; `MuseSparkForConditionalGeneration` is Muse Glimmer's forward with an MoE 
 transformers' `MuseSparkTextModel` under LlamaForCausalLM's forward (`output_router_logits` is False by default, and
 the fused head asks for router logits only when the config does), registered the same way, and taking the
 experts' implementation transformers picks for the text model's module, as Mistral Large 4's does.
+
+Emu3 (models/emu3/modeling_emu3.py): `emu3_text_model` (Emu3TextConfig) maps to no causal-LM class (auto's `emu3` entry
+is the outer Emu3Config's). `Emu3ForConditionalGeneration.forward` runs on a text row `Emu3TextModel` (its
+`model.text_model`), `lm_head` (nn.Linear(hidden, vocab, bias=False), untied: Emu3Config.tie_word_embeddings False)
+and `self.loss_function` — what transformers' own `Emu3ForCausalLM` (config Emu3TextConfig) does around the same
+Emu3TextModel; `register` maps Emu3TextConfig to that class, as Mistral4Config to Mistral4ForCausalLM.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
@@ -105,7 +111,7 @@ from typing import Any, NamedTuple
 # model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
 TEXT_ONLY_TYPES = ("cosmos3_edge_text", "deepseek_ocr2_text", "ernie4_5_vl_moe_text", "glm5_next_text",
                    "hunyuan_vl_text", "hy_v4_vl_text", "mistral4", "mistral_large4_text", "molmo2_text",
-                   "muse_glimmer_text", "muse_spark_text", "step3p5", "unlimited_ocr_text")
+                   "muse_glimmer_text", "muse_spark_text", "step3p5", "unlimited_ocr_text", "emu3_text_model")
 _DONE: list[bool] = []
 LLAMA_FORWARD = "transformers.models.llama.modeling_llama.LlamaForCausalLM"
 
@@ -208,7 +214,10 @@ def register() -> None:
     from transformers import AutoModelForCausalLM
     from transformers.models.mistral4.configuration_mistral4 import Mistral4Config
     from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
+    from transformers.models.emu3.configuration_emu3 import Emu3TextConfig
+    from transformers.models.emu3.modeling_emu3 import Emu3ForCausalLM
 
-    for config, model in (*(build(head) for head in HEADS), (Mistral4Config, Mistral4ForCausalLM)):
+    for config, model in (*(build(head) for head in HEADS), (Mistral4Config, Mistral4ForCausalLM),
+                          (Emu3TextConfig, Emu3ForCausalLM)):
         AutoModelForCausalLM.register(config, model, exist_ok=True)
     _DONE.append(True)

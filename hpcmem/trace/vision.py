@@ -28,7 +28,8 @@ HunYuanVL's hpcmem.trace.vision_hunyuan_vl's, HY-V4-VL's hpcmem.trace.vision_hy_
 hpcmem.trace.vision_minimax_m3_vl's (a PIL stand-in for its torchvision-only image processor), DeepSeek-OCR 2's
 hpcmem.trace.vision_deepseek_ocr2's, Unlimited-OCR's hpcmem.trace.vision_unlimited_ocr's (a PIL stand-in for its
 torchvision-only image processor), Step 3.7 Flash's
-hpcmem.trace.vision_step3p7's (its torchvision-only image processor with torch's resize and normalize).
+hpcmem.trace.vision_step3p7's (its torchvision-only image processor with torch's resize and normalize), Emu3's
+hpcmem.trace.vision_emu3's (a stand-in vocabulary map for the config).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_aria, vision_aya_vision, vision_cohere2_vision, vision_cohere_compass,
                           vision_cosmos3_edge, vision_deepseek_ocr2, vision_deepseek_vl, vision_deepseek_vl_hybrid,
-                          vision_ernie4_5_vl_moe, vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v,
+                          vision_emu3, vision_ernie4_5_vl_moe, vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v,
                           vision_granite4_vision, vision_granite_docling, vision_hunyuan_vl, vision_hy_v4_vl,
                           vision_idefics2, vision_idefics3, vision_internvl, vision_janus, vision_kimi_k25,
                           vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_minimax_m3_vl,
@@ -141,6 +142,8 @@ def processor(job: JobSpec) -> Any:
         return vision_muse_glimmer.processor(job)
     if v.family == "fuyu":
         return vision_fuyu.processor(job)
+    if v.family == "emu3":
+        return vision_emu3.processor(job)
     if v.family == "janus":
         return vision_janus.processor(job)
     if v.family == "ovis2":
@@ -221,6 +224,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_muse_glimmer.token_ids(proc)
     if vision_fuyu.is_processor(proc):
         return vision_fuyu.token_ids(proc)
+    if vision_emu3.is_processor(proc):      # its image_token is llava's "<image>": before llava's
+        return vision_emu3.token_ids(proc)
     if vision_ernie4_5_vl_moe.is_processor(proc):
         return vision_ernie4_5_vl_moe.token_ids(proc)
     if vision_minimax_m3_vl.is_processor(proc):
@@ -272,7 +277,7 @@ def token_ids(proc: Any) -> dict[str, int]:
 
 def image_row_words(job: JobSpec, row: int) -> int:
     """Words of a row of `row` tokens beside its images (each image: its tokens and two markers; PaliGemma's,
-    Llama-3.2-Vision's and Molmo2's row one bos besides)."""
+    Llama-3.2-Vision's, Molmo2's and Emu3's row one bos besides)."""
     t, family = job.train, job.model.vision.family
     markers = vision_llava.MARKERS_PER_IMAGE if job.model.vision.model_type in vision_llava.LLAVA_TYPES else \
         vision_idefics3.markers(job) if family == "idefics3" else \
@@ -295,6 +300,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_ernie4_5_vl_moe.MARKERS_PER_IMAGE if family == "ernie4_5_vl_moe" else \
         vision_minimax_m3_vl.MARKERS_PER_IMAGE if family == "minimax_m3_vl" else \
         vision_fuyu.markers(job) if family == "fuyu" else \
+        vision_emu3.MARKERS_PER_IMAGE if family == "emu3" else \
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
         vision_ovis2.MARKERS_PER_IMAGE if family == "ovis2" else \
         vision_pp_chart2table.MARKERS_PER_IMAGE if family == "got_ocr2" else \
@@ -311,7 +317,8 @@ def image_row_words(job: JobSpec, row: int) -> int:
     row_tokens = vision_paligemma.ROW_TOKENS if family == "paligemma" else \
         vision_mllama.BOS_PER_ROW if family == "mllama" else \
         vision_idefics2.ROW_TOKENS if family == "idefics2" else \
-        vision_molmo2.ROW_TOKENS if family == "molmo2" else 0
+        vision_molmo2.ROW_TOKENS if family == "molmo2" else \
+        vision_emu3.ROW_TOKENS if family == "emu3" else 0
     words = row - t.images_per_example * per_image - row_tokens
     if words < 1:
         raise SpecError(f"the trace fills rows of {row} tokens: {t.images_per_example} image(s) × {per_image} tokens "
