@@ -40,7 +40,9 @@ What that keeps (the rule CUDA autocast applies, as the trace maps it: conv/line
   hooked embed_tokens' output for the image codes is a leaf (`enable_input_require_grads` hooks every call of the
   input embeddings), alive beside them. Forward only: the image embeddings (`pooler_output`) and their concatenation.
 - With no graph (the levels before the first adapter under LoRA, DPO's reference pass) the widest instant is a res
-  block's norm2 (`nograd_peak`): its input (the residual), conv1's output, its fp32 copy and the norm's fp32 output.
+  block's norm2 (`nograd_peak`): its input (the residual), conv1's output, its fp32 copy and the norm's fp32 output,
+  beside conv_in's output, which the encoder's forward holds through the down block (in-sample: added after the first
+  trace, whose DPO LoRA reference passes held it).
 """
 
 from __future__ import annotations
@@ -131,14 +133,20 @@ def quantizer_peak(v: Emu3TowerSpec, images: int, h: int, w: int, prec: Precisio
 
 def nograd_peak(v: Emu3TowerSpec, images: int, h: int, w: int, prec: Precision) -> int:
     """The encoder's widest instant with no graph: a res block's norm2 call holds the block's input (the residual),
-    conv1's output, the norm's fp32 copy of it and its fp32 output; beside the 16-bit pixels encode() keeps."""
+    conv1's output, the norm's fp32 copy of it and its fp32 output; beside them conv_in's output, which
+    Emu3VQVAEEncoder.forward's `hidden_states` holds until down_block returns (the first block's input itself), and
+    the 16-bit pixels encode() keeps."""
     vq, act, n32 = v.vq, prec.act, FP32 if prec.amp else prec.act
     frames = images * vq["temporal_downsample_factor"]
-    base, mult = vq["base_channels"], list(vq["channel_multiplier"])
+    base, mult, blocks = vq["base_channels"], list(vq["channel_multiplier"]), vq["num_res_blocks"]
+    conv_in = act * frames * base * h * w
     ins, worst, pixels = [1, *mult], 0, h * w
     for i in range(len(mult)):
         cin, cout = base * ins[i], base * mult[i]
-        worst = max(worst, frames * pixels * (act * cin + (act + 2 * n32) * cout))
+        for j in range(blocks):
+            held = conv_in if (i, j) != (0, 0) else 0
+            worst = max(worst, held + frames * pixels * (act * cin + (act + 2 * n32) * cout))
+            cin = cout
         pixels //= 4
     return worst + act * frames * vq["in_channels"] * h * w
 
