@@ -282,6 +282,9 @@ IMAGE_RESERVED_NOTE = ("reserved with images is not held to 3 %: the allocator's
 # on the 1024 px global views and on the 768 px tiles (estimator/LOG.md, 12 traced cases: 7-32 % default, 3-21 %
 # expandable); Unlimited-OCR: the same SAM (modular_unlimited_ocr.py) under a CLIP encoder (12 traced cases: 9-24 %
 # default, 3-21 % expandable)
+# Emu3: its VQ-VAE encoder (modeling_emu3.py Emu3VQVAEEncoder) makes and frees GiB-sized fp32 GroupNorm copies and
+# outputs and 16-bit conv outputs over every image's frames, level by level, in the forward and again in DPO's
+# reference pass (estimator/LOG.md, 12 traced cases: 2-29 % default, up to 19 % expandable)
 WIDER_IMAGE_RESERVED = {"deepseek_vl_hybrid": (26, 22, "the SAM tower's global attention makes and frees fp32 "
                                                        "[heads, grid², grid²] tensors"),
                         "pp_chart2table": (33, 32, "the GOT-OCR 2.0 tower's global layers keep eager [heads, N, N] "
@@ -291,7 +294,9 @@ WIDER_IMAGE_RESERVED = {"deepseek_vl_hybrid": (26, 22, "the SAM tower's global a
                                                   "the tiles"),
                         "unlimited_ocr": (25, 21, "the SAM tower's global attention makes and frees fp32 "
                                                   "[heads, grid², grid²] tensors for the global view and again for "
-                                                  "the tiles")}
+                                                  "the tiles"),
+                        "emu3": (29, 19, "the VQ-VAE encoder makes and frees GiB-sized fp32 GroupNorm tensors and "
+                                         "16-bit conv outputs over each image's frames, level by level")}
 
 
 def wider_reserved_note(model_type: str) -> str:

@@ -1,7 +1,7 @@
 """Emu3's parts as hpcmem counts them (its VQ-VAE in hpcmem.models.emu3; the Emu3 text model from the learned
 profile of its text config, hpcmem.models.vlm_learned) against `AutoModelForImageTextToText.from_config` on the meta
-device, on the cut of estimator/cases/vlm-emu3.yaml (given a vocabulary map: Emu3Config's defaults leave it None, and
-the model reads its image token from it); peft's all-linear targets on that model; the image tokens of a picture as
+device, on the cut of estimator/cases/vlm-emu3.yaml (its two-entry vocabulary map stands in for the tokenizer's:
+Emu3Config's defaults leave it None, and the model reads its image token from it at construction); peft's all-linear targets on that model; the image tokens of a picture as
 transformers' Emu3Processor and Emu3ImageProcessor make them."""
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ def _job(height: int, width: int, **extra):
 
 
 def _meta_model():
-    cfg = json.loads(CUT.read_text())
-    cfg["vocabulary_map"] = {"<image>": 3, "<|extra_200|>": 4}
-    return meta_image_text_model(cfg)
+    return meta_image_text_model(json.loads(CUT.read_text()))
 
 
 def _spec_linears(v) -> dict[str, tuple[int, int]]:
