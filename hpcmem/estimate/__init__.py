@@ -285,6 +285,9 @@ IMAGE_RESERVED_NOTE = ("reserved with images is not held to 3 %: the allocator's
 # Apertus 1.5: the vision tokenizer (modeling_apertus1p5.py, Chameleon's VQGAN encoder at full resolution, 256
 # channels) allocates and frees [256, H, W] tensors per ResNet block (12 traced cases: 2-19 % default, 0-6 %
 # expandable)
+# Emu3: its VQ-VAE encoder (modeling_emu3.py Emu3VQVAEEncoder) makes and frees GiB-sized fp32 GroupNorm copies and
+# outputs and 16-bit conv outputs over every image's frames, level by level, in the forward and again in DPO's
+# reference pass (estimator/LOG.md, 12 traced cases: 2-29 % default, up to 19 % expandable)
 WIDER_IMAGE_RESERVED = {"deepseek_vl_hybrid": (26, 22, "the SAM tower's global attention makes and frees fp32 "
                                                        "[heads, grid², grid²] tensors"),
                         "pp_chart2table": (33, 32, "the GOT-OCR 2.0 tower's global layers keep eager [heads, N, N] "
@@ -297,7 +300,9 @@ WIDER_IMAGE_RESERVED = {"deepseek_vl_hybrid": (26, 22, "the SAM tower's global a
                                                   "the tiles"),
                         "apertus1p5": (19, 6, "the vision tokenizer's first stage makes and frees full-resolution "
                                               "tensors (fp32 GroupNorm copies and outputs, 16-bit convolution "
-                                              "outputs) of hundreds of MiB each, per image")}
+                                              "outputs) of hundreds of MiB each, per image"),
+                        "emu3": (29, 19, "the VQ-VAE encoder makes and frees GiB-sized fp32 GroupNorm tensors and "
+                                         "16-bit conv outputs over each image's frames, level by level")}
 
 
 def wider_reserved_note(model_type: str) -> str:

@@ -115,7 +115,8 @@ class VisionTerms:
     # bytes beyond the tower's saved tensors at its worst instant (its own saved tensors, its backward's), or 0
     connector_backward: int = 0
     # its forward's worst instant beyond the tower's saved tensors (its saved tensors so far and what its forward holds
-    # besides), before the language model's layers run, or 0
+    # besides), before the language model's layers run, or 0; a tower without blocks (Emu3's VQ-VAE): its worst
+    # instant beyond its saved and forward-only terms
     connector_forward: int = 0
     # a no-grad pass's worst instant in the connector (DPO's reference forward, after the policy's), or 0
     reference_connector: int = 0

@@ -47,6 +47,7 @@ from hpcmem.estimate.vision_video_llama_3 import video_llama_3_terms
 from hpcmem.estimate.vision_mllama import mllama_terms
 from hpcmem.estimate.vision_ovis2 import ovis2_terms
 from hpcmem.estimate.vision_chameleon import chameleon_terms
+from hpcmem.estimate.vision_emu3 import emu3_terms
 from hpcmem.estimate.vision_fuyu import fuyu_terms
 from hpcmem.estimate.vision_gemma4 import gemma4_terms, gemma4_unified_terms
 from hpcmem.estimate.vision_glm4v import glm4v_terms
@@ -78,6 +79,7 @@ from hpcmem.models.aya_vision import AyaVisionTowerSpec
 from hpcmem.models.clip_tower import ClipTowerSpec
 from hpcmem.models.chameleon import ChameleonTowerSpec
 from hpcmem.models.dots3_note import Dots3NoteTowerSpec
+from hpcmem.models.emu3 import Emu3TowerSpec
 from hpcmem.models.fuyu import FuyuTowerSpec
 from hpcmem.models.apertus1p5 import Apertus1p5TowerSpec
 from hpcmem.models.gemma4 import Gemma4TowerSpec, Gemma4UnifiedTowerSpec
@@ -210,6 +212,7 @@ TOWER_TERMS: tuple[tuple[Any, Callable[..., VisionTerms | None], bool], ...] = (
     (FuyuTowerSpec, fuyu_terms, False),
     (ChameleonTowerSpec, chameleon_terms, False),
     (Apertus1p5TowerSpec, apertus1p5_terms, False),
+    (Emu3TowerSpec, emu3_terms, False),
     (InternVLTowerSpec, internvl_terms, True),
     (AyaVisionTowerSpec, aya_terms, True),
     (Lfm2VlTowerSpec, lfm2_vl_terms, True),

@@ -10,6 +10,7 @@ from hpcmem.job.image_rl_rules import rl_image_problems
 from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.trainers import entry
 from hpcmem.models.ernie4_5_vl_moe import ernie45vl_text_only_problems
+from hpcmem.models.emu3 import emu3_problems
 from hpcmem.models.fuyu import fuyu_problems
 from hpcmem.models.vision import IMAGE_TRAINERS_ALLOWED, VISION_LANGUAGE
 
@@ -139,6 +140,8 @@ def image_job_problems(job: Job) -> list[str]:
     out += _inkling2_problems(job)
     if getattr(m.vision, "family", "") == "fuyu":
         out += fuyu_problems(t.images_per_example, t.min_pixels, t.max_pixels)
+    if getattr(m.vision, "family", "") == "emu3":
+        out += emu3_problems(t.min_pixels, t.max_pixels)
     bounds = pixel_bounds_problems(t, m.vision)
     if bounds:              # no geometry to check the row against
         return out + bounds

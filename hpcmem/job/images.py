@@ -273,6 +273,12 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         h, w = vision.resized(t.image_height, t.image_width, lo, hi)
         gh, gw = h // vision.patch_size, w // vision.patch_size
         return ImageGeometry(resized=(h, w), grid_thw=(1, gh, gw), patches=gh * gw, tokens=gh * gw)
+    if getattr(vision, "family", "") == "emu3":
+        # Emu3 (hpcmem.models.emu3): smart_resize to multiples of 8 within 512² .. 1024² pixels; the VQ-VAE's code
+        # grid is the resized sides / 8, one <image> token per code and one row end per code row
+        rows, cols = vision.grid(t.image_height, t.image_width)
+        return ImageGeometry(resized=vision.resized(t.image_height, t.image_width), grid_thw=(1, rows, cols),
+                             patches=rows * cols, tokens=rows * (cols + 1))
     if getattr(vision, "family", "") == "fuyu":
         # Fuyu (hpcmem.models.fuyu): the image fitted into the 1080 × 1920 canvas when larger, cropped to whole 30 px
         # patches; one |SPEAKER| token per patch (the |NEWLINE| per patch row is text)

@@ -213,6 +213,10 @@ Covered (transformers 5.24):
 - inkling2 (Inkling 2) with images: a ViT over each image's own grid of 40 px cells (20 px patches, a class token per
   image, a bilinearly interpolated learned position grid, an axial 2-D rope, layer scale) and a 2 x 2 GELU MLP merger
   (hpcmem.models.inkling2's `Inkling2TowerSpec`); its decoder inkling2_text, learned (hpcmem.models.vlm_learned).
+- emu3 (Emu3) with images: no encoder the language model reads; a VQ-VAE (Conv2d/GroupNorm res blocks, attention at
+  the last level, temporal Conv3d) turns each image into codes its argmin leaves without a gradient, which the text
+  model's own token embedding embeds, a row-end token per code row (hpcmem.models.emu3's `Emu3TowerSpec`); its
+  decoder Emu3TextModel (Llama's layout, attention dropout 0.1), learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -241,6 +245,7 @@ from hpcmem.models.unlimited_ocr import unlimited_ocr_tower_from_config
 from hpcmem.models.deepseek_vl_hybrid import deepseek_vl_hybrid_tower_from_config
 from hpcmem.models.gemma4 import gemma4_tower_from_config, gemma4_unified_tower_from_config
 from hpcmem.models.fuyu import FUYU_TEXT_DEFAULTS, fuyu_tower_from_config
+from hpcmem.models.emu3 import emu3_tower_from_config
 from hpcmem.models.glm4v import (GLM4V_MOE_TEXT_DEFAULTS, GLM4V_TEXT_DEFAULTS, GLM46V_TYPES, GLM_OCR_TEXT_DEFAULTS,
                                  GLM_OCR_TEXT_FORCED, MOE_TEXT_TYPE, glm4v_tower_from_config)
 from hpcmem.models.janus import janus_tower_from_config
@@ -381,7 +386,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "minicpmv4_7": ("sft", "dpo"), "minicpm_ocr": ("sft", "dpo"),
                           "lfm3_vl": ("sft", "dpo"), "granite4_vision": ("sft", "dpo"),
                           "kimi_k25": ("sft", "dpo"),
-                          "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
+                          "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"), "emu3": ("sft", "dpo"),
                           "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",), "molmo2": ("sft", "dpo"),
                           "step3p7": ("sft", "dpo"), "apertus1p5": ("sft", "dpo"),
                           "inkling2": ("sft", "dpo"),
@@ -636,6 +641,10 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # `Inkling2ForConditionalGeneration._tied_weights_keys = {}` and its lm_head has unpadded_vocab_size rows
     "inkling2": TowerLayout(text="inkling2_text", defaults={}, aliases={}, norm="layer", mlp="fc", text_defaults={},
                             ties=False),
+    # models/emu3: hpcmem.models.emu3 reads the VQ-VAE; Emu3Model builds the decoder as
+    # `Emu3TextModel._from_config(config.text_config)` (`sub_configs_defaults`: emu3_text_model, Emu3TextConfig's class
+    # defaults when omitted), a learned type (hpcmem.models.vlm_learned); Emu3Config.tie_word_embeddings False
+    "emu3": TowerLayout(text="emu3_text_model", defaults={}, aliases={}, norm="layer", mlp="fc", text_defaults={}),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -907,6 +916,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":
         return fuyu_tower_from_config(cfg, name)
+    if model_type == "emu3":
+        return emu3_tower_from_config(cfg, name)
     if model_type == "janus":
         return janus_tower_from_config(cfg, name)
     if model_type == "chameleon":

@@ -67,7 +67,8 @@ Each entry names the CPU behaviour, the CUDA behaviour, and the source read. Map
 12. layer_norm under autocast: CUDA autocast runs it in fp32, CPU autocast in 16 bits; mapped for vision-language
    models only (hpcmem/trace/kernels_autocast.py says why); softmax and pow likewise for Aria's projector, whose
    ops see 16-bit inputs (kernels_autocast.py `softmax_pow_fp32`), and group_norm and softmax inside Apertus 1.5's
-   vision tokenizer and Chameleon's VQ-VAE, the same encoder (`vq_tokenizer_fp32`).
+   vision tokenizer and Chameleon's VQ-VAE, the same encoder (`vq_tokenizer_fp32`), and group_norm and `**` for Emu3's VQ-VAE
+   (`group_norm_pow_fp32`).
 
 Not mapped (documented in the result's not_modelled): cuBLAS/cuBLASLt workspaces (constant per handle, seen by
 probes), memory-efficient attention's backward workspace (the masked SDPA path), cuDNN attention's backward
@@ -88,7 +89,7 @@ from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.fakeenv import patched
-from hpcmem.trace.kernels_autocast import layer_norm_fp32, softmax_pow_fp32, vq_tokenizer_fp32
+from hpcmem.trace.kernels_autocast import group_norm_pow_fp32, layer_norm_fp32, softmax_pow_fp32, vq_tokenizer_fp32
 from hpcmem.trace.kernels_kda import kda_kernels
 from hpcmem.trace.kernels_linear import linear_attention_kernels
 from hpcmem.trace.kernels_mamba import mamba_kernels
@@ -119,6 +120,7 @@ def cuda_mapping(tracker: Any, job: JobSpec) -> Iterator[list[str]]:
         stack.enter_context(layer_norm_fp32(notes, job))             # 12: layer_norm in fp32 (vision-language)
         stack.enter_context(softmax_pow_fp32(notes, job))            # 12: softmax and pow in fp32 (Aria)
         stack.enter_context(vq_tokenizer_fp32(notes, job))           # 12: group_norm, softmax (VQ encoders)
+        stack.enter_context(group_norm_pow_fp32(notes, job))         # 12: group_norm and ** in fp32 (Emu3)
         notes.append("every block rounded up to 512 bytes (CUDA caching allocator)")
         yield notes
 

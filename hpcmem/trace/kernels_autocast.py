@@ -157,3 +157,45 @@ def vq_tokenizer_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
     with patched(model, "encode", fp32_encode):
         notes.append(GROUP_NORM_NOTE.format(what=what))
         yield
+
+
+GROUP_NORM_POW_NOTE = ("group_norm and ** under autocast run in fp32 as CUDA autocast runs them (fp32 cast policy; "
+                       "CPU autocast keeps them in 16 bits) — mapped for Emu3's VQ-VAE")
+
+
+@contextlib.contextmanager
+def group_norm_pow_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
+    """CUDA autocast's fp32 policy for `group_norm` and `pow` (aten/src/ATen/autocast_mode.cpp, "CUDA Ops that can
+    autocast to float32"), for Emu3 only: its VQ-VAE (transformers 5.24 models/emu3/modeling_emu3.py) normalises every
+    res block's 16-bit input with nn.GroupNorm / `Emu3VQVAEGroupNorm` (F.group_norm: an fp32 copy of the input kept
+    for backward, an fp32 output the swish then runs on), and its quantizer squares the 16-bit latents and the
+    codebook with `**` (`Emu3VQVAEVectorQuantizer.forward`: fp32 sums, so the distances are fp32), where CPU autocast
+    keeps both in 16 bits. Scoped to Emu3 so the other types' stored traces stay what they were."""
+    v = job.model.vision
+    if v is None or getattr(v, "family", "") != "emu3":
+        yield
+        return
+    import torch
+    import torch.nn.functional as F
+
+    group_norm, tensor_pow = F.group_norm, torch.Tensor.__pow__
+
+    def up(t: Any) -> Any:
+        return t.to(torch.float32) if isinstance(t, torch.Tensor) and t.is_floating_point() and \
+            t.dtype not in (torch.float32, torch.float64) else t
+
+    def fp32_group_norm(input: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
+        if not torch.is_autocast_enabled("cpu"):
+            return group_norm(input, num_groups, weight, bias, eps)
+        with torch.autocast("cpu", enabled=False):
+            return group_norm(up(input), num_groups, up(weight), up(bias), eps)
+
+    def fp32_pow(self: Any, exponent: Any) -> Any:
+        if not torch.is_autocast_enabled("cpu"):
+            return tensor_pow(self, exponent)
+        with torch.autocast("cpu", enabled=False):
+            return tensor_pow(up(self), up(exponent))
+
+    with patched(F, "group_norm", fp32_group_norm), patched(torch.Tensor, "__pow__", fp32_pow):
+        notes.append(GROUP_NORM_POW_NOTE)
+        yield

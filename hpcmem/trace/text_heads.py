@@ -105,6 +105,11 @@ pixel_values are given), `lm_head` (untied: ChameleonConfig.tie_word_embeddings 
 logits set to the dtype's minimum and `self.loss_function`; TRL's fused LM head runs the backbone and the head in tiles
 instead (trl/trainer/utils.py `add_fused_lm_head`), no masking. The class below is `ChameleonModel` with its
 `vqmodel` deleted (the image path's, hpcmem.models.chameleon, counted there) under LlamaForCausalLM's forward.
+Emu3 (models/emu3/modeling_emu3.py): `emu3_text_model` (Emu3TextConfig) maps to no causal-LM class (auto's `emu3` entry
+is the outer Emu3Config's). `Emu3ForConditionalGeneration.forward` runs on a text row `Emu3TextModel` (its
+`model.text_model`), `lm_head` (nn.Linear(hidden, vocab, bias=False), untied: Emu3Config.tie_word_embeddings False)
+and `self.loss_function` — what transformers' own `Emu3ForCausalLM` (config Emu3TextConfig) does around the same
+Emu3TextModel; `register` maps Emu3TextConfig to that class, as Mistral4Config to Mistral4ForCausalLM.
 """
 
 # no `from __future__ import annotations`: PreTrainedModel reads the class body's `config` annotation as a class
@@ -115,7 +120,7 @@ from typing import Any, NamedTuple
 # model_types (text configs, mistral4) AutoModelForCausalLM builds only after `register`
 TEXT_ONLY_TYPES = ("chameleon_text", "cosmos3_edge_text", "deepseek_ocr2_text", "ernie4_5_vl_moe_text", "glm5_next_text",
                    "hunyuan_vl_text", "hy_v4_vl_text", "mistral4", "mistral_large4_text", "molmo2_text",
-                   "muse_glimmer_text", "muse_spark_text", "step3p5", "unlimited_ocr_text")
+                   "muse_glimmer_text", "muse_spark_text", "step3p5", "unlimited_ocr_text", "emu3_text_model")
 _DONE: list[bool] = []
 LLAMA_FORWARD = "transformers.models.llama.modeling_llama.LlamaForCausalLM"
 
@@ -227,10 +232,13 @@ def register() -> None:
     from transformers import AutoModelForCausalLM
     from transformers.models.mistral4.configuration_mistral4 import Mistral4Config
     from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
+    from transformers.models.emu3.configuration_emu3 import Emu3TextConfig
+    from transformers.models.emu3.modeling_emu3 import Emu3ForCausalLM
 
     from transformers import AutoConfig
 
-    for config, model in (*(build(head) for head in HEADS), (Mistral4Config, Mistral4ForCausalLM)):
+    for config, model in (*(build(head) for head in HEADS), (Mistral4Config, Mistral4ForCausalLM),
+                          (Emu3TextConfig, Emu3ForCausalLM)):
         if config.model_type in TEXT_ONLY_TYPES and config.__module__ == __name__:
             AutoConfig.register(config.model_type, config, exist_ok=True)
         AutoModelForCausalLM.register(config, model, exist_ok=True)

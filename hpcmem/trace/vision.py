@@ -32,7 +32,8 @@ hpcmem.trace.vision_step3p7's (its torchvision-only image processor with torch's
 hpcmem.trace.vision_dots3_note's (Qwen2-VL's PIL image processor at temporal_patch_size 1), Apertus
 1.5's hpcmem.trace.vision_apertus1p5's (a PIL stand-in for its torchvision-only image processor, no feature extractor), Inkling 2's
 hpcmem.trace.vision_inkling2's (a numpy stand-in for its torchvision-only image processor), Chameleon's
-hpcmem.trace.vision_chameleon's (its PIL image processor; the vocabulary map its model reads image ids from).
+hpcmem.trace.vision_chameleon's (its PIL image processor; the vocabulary map its model reads image ids from), Emu3's
+hpcmem.trace.vision_emu3's (a stand-in vocabulary map for the config).
 """
 
 from __future__ import annotations
@@ -45,14 +46,14 @@ from hpcmem.job.images import image_geometry, pixel_bounds
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace import (vision_apertus1p5, vision_aria, vision_aya_vision, vision_chameleon, vision_cohere2_vision,
                           vision_cohere_compass, vision_cosmos3_edge, vision_deepseek_ocr2, vision_deepseek_vl,
-                          vision_deepseek_vl_hybrid, vision_dots3_note, vision_ernie4_5_vl_moe, vision_fuyu,
-                          vision_gemma3, vision_gemma4, vision_glm4v, vision_granite4_vision, vision_granite_docling,
-                          vision_hunyuan_vl, vision_hy_v4_vl, vision_idefics2, vision_idefics3, vision_inkling2,
-                          vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl, vision_lighton_ocr,
-                          vision_llava, vision_minicpmv4_6, vision_minimax_m3_vl, vision_mistral3, vision_mllama,
-                          vision_molmo2, vision_muse_glimmer, vision_ovis2, vision_paddleocr_vl, vision_paligemma,
-                          vision_pp_chart2table, vision_qwen2_5_omni, vision_qwen3_omni, vision_step3p7,
-                          vision_unlimited_ocr, vision_video_llama_3)
+                          vision_deepseek_vl_hybrid, vision_dots3_note, vision_emu3, vision_ernie4_5_vl_moe,
+                          vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v, vision_granite4_vision,
+                          vision_granite_docling, vision_hunyuan_vl, vision_hy_v4_vl, vision_idefics2, vision_idefics3,
+                          vision_inkling2, vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl,
+                          vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_minimax_m3_vl, vision_mistral3,
+                          vision_mllama, vision_molmo2, vision_muse_glimmer, vision_ovis2, vision_paddleocr_vl,
+                          vision_paligemma, vision_pp_chart2table, vision_qwen2_5_omni, vision_qwen3_omni,
+                          vision_step3p7, vision_unlimited_ocr, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -146,6 +147,8 @@ def processor(job: JobSpec) -> Any:
         return vision_muse_glimmer.processor(job)
     if v.family == "fuyu":
         return vision_fuyu.processor(job)
+    if v.family == "emu3":
+        return vision_emu3.processor(job)
     if v.family == "janus":
         return vision_janus.processor(job)
     if v.family == "chameleon":
@@ -234,6 +237,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_muse_glimmer.token_ids(proc)
     if vision_fuyu.is_processor(proc):
         return vision_fuyu.token_ids(proc)
+    if vision_emu3.is_processor(proc):      # its image_token is llava's "<image>": before llava's
+        return vision_emu3.token_ids(proc)
     if vision_ernie4_5_vl_moe.is_processor(proc):
         return vision_ernie4_5_vl_moe.token_ids(proc)
     if vision_minimax_m3_vl.is_processor(proc):
@@ -293,7 +298,7 @@ def token_ids(proc: Any) -> dict[str, int]:
 
 def image_row_words(job: JobSpec, row: int) -> int:
     """Words of a row of `row` tokens beside its images (each image: its tokens and two markers; PaliGemma's,
-    Llama-3.2-Vision's and Molmo2's row one bos besides)."""
+    Llama-3.2-Vision's, Molmo2's and Emu3's row one bos besides)."""
     t, family = job.train, job.model.vision.family
     markers = vision_llava.MARKERS_PER_IMAGE if job.model.vision.model_type in vision_llava.LLAVA_TYPES else \
         vision_idefics3.markers(job) if family == "idefics3" else \
@@ -316,6 +321,7 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_ernie4_5_vl_moe.MARKERS_PER_IMAGE if family == "ernie4_5_vl_moe" else \
         vision_minimax_m3_vl.MARKERS_PER_IMAGE if family == "minimax_m3_vl" else \
         vision_fuyu.markers(job) if family == "fuyu" else \
+        vision_emu3.MARKERS_PER_IMAGE if family == "emu3" else \
         vision_janus.MARKERS_PER_IMAGE if family == "janus" else \
         vision_chameleon.MARKERS_PER_IMAGE if family == "chameleon" else \
         vision_ovis2.MARKERS_PER_IMAGE if family == "ovis2" else \
@@ -337,7 +343,8 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_mllama.BOS_PER_ROW if family == "mllama" else \
         vision_idefics2.ROW_TOKENS if family == "idefics2" else \
         vision_molmo2.ROW_TOKENS if family == "molmo2" else \
-        vision_chameleon.ROW_TOKENS if family == "chameleon" else 0
+        vision_chameleon.ROW_TOKENS if family == "chameleon" else \
+        vision_emu3.ROW_TOKENS if family == "emu3" else 0
     words = row - t.images_per_example * per_image - row_tokens
     if words < 1:
         raise SpecError(f"the trace fills rows of {row} tokens: {t.images_per_example} image(s) × {per_image} tokens "

@@ -20,8 +20,8 @@ from hpcmem.errors import SpecError
 from hpcmem.job.images import image_geometry
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.trace.data import BatchDesign
-from hpcmem.trace import (vision_aria, vision_deepseek_vl, vision_fuyu, vision_granite_docling, vision_idefics2, vision_idefics3,
-                          vision_internvl, vision_janus, vision_llava, vision_mistral3, vision_molmo2, vision_ovis2,
+from hpcmem.trace import (vision_aria, vision_deepseek_vl, vision_emu3, vision_fuyu, vision_granite_docling,
+                          vision_idefics2, vision_idefics3, vision_internvl, vision_janus, vision_llava, vision_mistral3, vision_molmo2, vision_ovis2,
                           vision_video_llama_3)
 from hpcmem.trace.pieces import WORD
 from hpcmem.trace.vision import MARKERS_PER_IMAGE
@@ -49,11 +49,13 @@ def prompt_tokens(job: JobSpec) -> int:
         vision_ovis2.MARKERS_PER_IMAGE if v.family == "ovis2" else \
         vision_video_llama_3.MARKERS_PER_IMAGE if v.family == "video_llama_3" else \
         vision_fuyu.markers(job) if v.family == "fuyu" else \
+        vision_emu3.MARKERS_PER_IMAGE if v.family == "emu3" else \
         vision_molmo2.markers(job) if v.family == "molmo2" else MARKERS_PER_IMAGE
-    # Molmo2's processor puts a bos before the prompt and before the completion, each tokenized alone: both counted
-    # here, so that the rejected completion's words leave its row one token short as designed
+    # Molmo2's and Emu3's processors put a bos before the prompt and before the completion, each tokenized alone: both
+    # counted here, so that the rejected completion's words leave its row one token short as designed
     row = vision_idefics2.ROW_TOKENS if v.family == "idefics2" else \
-        vision_molmo2.PREFERENCE_ROW_TOKENS if v.family == "molmo2" else 0
+        vision_molmo2.PREFERENCE_ROW_TOKENS if v.family == "molmo2" else \
+        vision_emu3.PREFERENCE_ROW_TOKENS if v.family == "emu3" else 0
     tokens = t.images_per_example * (image_geometry(t, job.model.vision).tokens + markers) + PROMPT_WORDS + row
     if tokens + 2 > (t.max_length or 0):
         raise SpecError(f"the DPO trace fills rows of max_length {t.max_length} tokens: a prompt of "

@@ -49,7 +49,8 @@ def test_coverage_lists_every_image_text_type_with_a_status():
     for name in ("perception_lm",):      # VLMs users fine-tune
         assert by_type[name]["status"] == "refused" and "not modelled" in by_type[name]["reason"], name
     # a learned text part (hpcmem.models.vlm_learned): SFT and DPO traced, GRPO/RLOO refused
-    for name in ("aya_vision", "cohere2_vision", "gemma4", "gemma4_unified", "lfm2_vl", "fuyu", "chameleon"):
+    for name in ("aya_vision", "cohere2_vision", "gemma4", "gemma4_unified", "lfm2_vl", "fuyu", "chameleon",
+                 "emu3"):
         assert by_type[name]["status"] == "derived" and "traced: SFT, DPO)" in by_type[name]["reason"] \
             and "GRPO/RLOO with images refused" in by_type[name]["reason"], name
     # GLM-4.1V on the glm4 layout, and glm46v / glmga, which build its classes: SFT and DPO traced (their own files)

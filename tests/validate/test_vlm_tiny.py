@@ -1,6 +1,8 @@
 """The tiny image-text models' shrink (hpcmem.validate.vlm_tiny) where a width is not named by a width key: MoE widths
 a config class leaves None while its layers build experts (DiffusionGemma), and a tower whose layer widths are planned
-from its patch (Inkling). Each tiny model is built on the meta device from the real classes."""
+from its patch (Inkling); and a config that reads its image token from a copy of the tokenizer's vocabulary its
+defaults leave None (Emu3's, Chameleon's `vocabulary_map`) is given one. Each tiny model is built on the meta device
+from the real classes."""
 
 from __future__ import annotations
 
@@ -59,3 +61,23 @@ def test_a_tower_planned_from_its_patch_gets_a_small_patch():
     widest = max(max(layer.projection.weight.shape) for layer in model.model.vision_tower.encoder_layers[:-1])
     assert widest == 2 * 2 * 3 * 2 * 64
     assert sum(p.numel() for p in model.parameters()) < MAX_PARAMS
+
+
+@pytest.mark.parametrize("model_type", ["emu3", "chameleon"])
+def test_a_vocabulary_map_the_defaults_leave_none_is_given(model_type: str) -> None:
+    import torch
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from hpcmem.validate.trl_run import build_model
+
+    assert CONFIG_MAPPING[model_type]().vocabulary_map is None
+    config = tiny_config(model_type)
+    vocab = (config.get("text_config") or config)["vocab_size"]
+    assert config["vocabulary_map"] == {"<image>": vocab - 1}   # the shrunk vocabulary (512 ids) holds it
+    with torch.device("meta"):
+        model = build_model(config, image_text=True)
+    assert model.config.image_token_id == vocab - 1
+
+
+def test_a_config_without_a_vocabulary_map_is_left_alone() -> None:
+    assert "vocabulary_map" not in tiny_config("llava")
