@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.models.inkling2 import inkling2_grid
 from hpcmem.trace.pieces import chat_template, tokenizer
 
 IMAGE = "<|unused_200054|>"
@@ -35,8 +36,6 @@ def _image_processor_class() -> type:
     import numpy as np
     from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
     from transformers.image_utils import make_flat_list_of_images
-
-    from hpcmem.models.inkling2 import inkling2_grid
 
     class Inkling2ImageProcessorPil(BaseImageProcessor):
         model_input_names = ["pixel_values", "image_grid_thw"]
