@@ -188,6 +188,15 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     recorded = (v.depth + 1) * prec.residual * h * n if prec.amp and not job.train.gradient_checkpointing \
         and not v.reads_last_hidden_state else 0
     tail = unused * (prec.residual * h * n if job.train.gradient_checkpointing else block)
+    # DPO's reference forward runs the same model forward under no_grad (hpcmem.estimate.vision `with_vision`): no
+    # layer saves anything, so the tower's output record (modeling_llava.py `LlavaModel.get_image_features`:
+    # `image_outputs`, every layer's output where hidden_states are read, last_hidden_state alone otherwise) stays
+    # alive in `mm_encoder_outputs` through the language model (`LlavaModel.forward`, returned as `image_outputs`),
+    # beside the projector's output (`pooler_output`, split into views) and its `torch.cat` copy, cast to the token
+    # embeddings' dtype where autocast left it in another (the cat's rows: the text's image tokens, llava_next's
+    # packed grid)
+    outputs = (1 if v.reads_last_hidden_state else v.depth + 1) * prec.residual * h * n
+    features = prec.act * o * m + (prec.act + (prec.weight if prec.weight != prec.act else 0)) * o * text_tokens
     idle = " and the idle video tower's, which images never run" if v.idle_params else ""
     off_path = "layers after vision_feature_layer" if v.reads_last_hidden_state else \
         "layers after vision_feature_layer and post_layernorm"
@@ -199,7 +208,8 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
                        block_backward=hidden_t + max(mlp_t + adapter_t if job.train.gradient_checkpointing else
                                                      max(mlp_t, adapter_t), scores_t),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=patches,
-                       image_tokens=text_tokens, trained=what, forward_only=tail + recorded)
+                       image_tokens=text_tokens, trained=what, forward_only=tail + recorded,
+                       reference_forward=outputs + features)
 
 
 # Each tower spec's terms, first match wins (a subclass before its base); the flag: the function refines llava's terms
