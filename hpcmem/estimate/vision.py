@@ -77,6 +77,7 @@ CONNECTOR_BACKWARD = "backward (vision connector)"
 CONNECTOR_FORWARD = "forward (vision connector)"
 TOWER_FORWARD = "forward (vision tower)"
 REFERENCE_CONNECTOR = "reference forward (vision connector)"
+REFERENCE_VISION = "vision outputs (reference pass)"
 EMBEDDING_BACKWARD = "backward (image token embedding)"
 
 
@@ -120,6 +121,10 @@ class VisionTerms:
     connector_forward: int = 0
     # a no-grad pass's worst instant in the connector (DPO's reference forward, after the policy's), or 0
     reference_connector: int = 0
+    # the image path's tensors the reference model's own forward holds while its language model runs, in DPO's
+    # reference forward (no grad: nothing saved, so every local its forward keeps); None: `forward_only`, the same
+    # forward's locals, where the policy's pass saves none of them either
+    reference_forward: int | None = None
     # the last block's forward instant beyond every block's saved tensors (what it holds besides), where that can
     # outgrow the language model's forward (an adapted fc2 without checkpointing), or 0
     block_forward: int = 0
@@ -518,6 +523,19 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
                                     note="dropped with the model's outputs before the backward"),)
             if after_policy and terms.reference_pass:
                 out.append(_reference_tower_pass(p, resident, extra, terms.reference_pass))
+            # DPO's reference forward (trl/trainer/dpo_trainer.py `_compute_loss`, TRL 1.16): the policy's forward
+            # first (line 1299), then the reference's under torch.no_grad() (lines 1327-1338), both before the
+            # backward; precompute_ref_log_probs is refused for vision datasets (lines 764-769), so the reference
+            # runs in every step. The policy's `outputs`, still referenced (lines 1531-1571), is the fused head's
+            # FusedCausalLMOutput (trl/trainer/utils.py `add_fused_lm_head._fused_forward`, lines 1686-1695): per-token
+            # fields only; the backbone's output that holds the image outputs (`backbone_outputs`, line 1616) is a
+            # local freed when the policy's forward returns, so of the policy's image path only its saved tensors
+            # (`held`) remain. The reference's own forward keeps its image path's locals through its language model
+            reference_vision = terms.forward_only if terms.reference_forward is None else terms.reference_forward
+            if after_policy and reference_vision:
+                extra += (Component(name=REFERENCE_VISION, bytes=reference_vision,
+                                    note="the reference forward's own image features, alive through its language "
+                                         "model"),)
             layer = _backward_layer(p.name)
             waiting = sum(b for target, b in terms.injected_grads if layer is not None and target > layer)
             if waiting:
@@ -553,7 +571,8 @@ def with_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase], em
     if reference is not None and terms.reference_connector:
         # the reference's pass through the connector, before its language model: the policy's saved tensors beside it
         out.append(Phase(name=REFERENCE_CONNECTOR, components=(
-            *(c for c in reference.components if not c.name.startswith("no-grad") and c.name != REFERENCE_MASK),
+            *(c for c in reference.components if not c.name.startswith("no-grad")
+              and c.name not in (REFERENCE_MASK, REFERENCE_VISION)),
             Component(name="vision connector (no grad)", bytes=terms.reference_connector,
                       note="the reference's pass: its live tensors, nothing saved"))))
     return out

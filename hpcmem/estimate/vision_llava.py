@@ -192,6 +192,18 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
     recorded = (v.depth + 1) * prec.residual * h * n if prec.amp and not job.train.gradient_checkpointing \
         and not v.reads_last_hidden_state else 0
     tail = unused * (prec.residual * h * n if job.train.gradient_checkpointing else block)
+    # DPO's reference forward runs the same model forward under no_grad (hpcmem.estimate.vision `with_vision`): no
+    # layer saves anything, so what the model's forward keeps through its language model is alive and no more: the
+    # tower's output (modeling_llava.py `LlavaModel.get_image_features`: `image_outputs`, held in `mm_encoder_outputs`
+    # through `language_model` by `LlavaModel.forward`) with its last_hidden_state and, where hidden_states are read,
+    # the selected layers' outputs alone (`select_hidden_states("vision_feature_layer")` has `capture_outputs` keep
+    # only those, transformers/utils/output_capturing.py; the last layer's is last_hidden_state itself), beside the
+    # projector's output (`pooler_output`, split into views) and its `torch.cat` copy, cast to the token embeddings'
+    # dtype where autocast left it in another (the cat's rows: the text's image tokens, llava_next's packed grid)
+    selected = 0 if v.reads_last_hidden_state else len(getattr(v, "feature_layers", (layers,)))
+    kept = selected + (0 if layers == v.depth and selected else 1)
+    outputs = kept * prec.residual * h * n
+    features = prec.act * o * m + (prec.act + (prec.weight if prec.weight != prec.act else 0)) * o * text_tokens
     idle = " and the idle video tower's, which images never run" if v.idle_params else ""
     off_path = "layers after vision_feature_layer" if v.reads_last_hidden_state else \
         "layers after vision_feature_layer and post_layernorm"
@@ -203,7 +215,8 @@ def llava_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
                        block_backward=hidden_t + max(mlp_t + adapter_t if job.train.gradient_checkpointing else
                                                      max(mlp_t, adapter_t), scores_t),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=patches,
-                       image_tokens=text_tokens, trained=what, forward_only=tail + recorded)
+                       image_tokens=text_tokens, trained=what, forward_only=tail + recorded,
+                       reference_forward=outputs + features)
 
 
 # Each tower spec's terms, first match wins (a subclass before its base); the flag: the function refines llava's terms

@@ -94,6 +94,14 @@ def pixtral_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerm
     # last_hidden_state records none (modeling_lighton_ocr.py `LightOnOcrModel.get_image_features`)
     recorded = (v.depth + 1) * prec.residual * h * n \
         if v.records_hidden_states and prec.residual != FP32 and not gc else 0
+    # DPO's reference forward past its tower, through its language model (no grad, so nothing saved): the tower's
+    # last_hidden_state, held in the image outputs the model's forward keeps (modeling_mistral3.py
+    # `Mistral3Model.get_image_features`, `forward`), which is also the one hidden state recorded
+    # (`select_hidden_states("vision_feature_layer")`, -1: transformers/utils/output_capturing.py keeps the selected
+    # layers' outputs alone), the projector's output (split into views) and its `torch.cat` copy, cast to the token
+    # embeddings' dtype where autocast left it in another
+    reference_lm = (prec.residual * h * n + prec.act * o * m
+                    + (prec.act + (prec.weight if prec.weight != prec.act else 0)) * o * m)
     # DPO's reference forward (no grad) beside the policy's saved tensors: patch_conv's output (the per-image views
     # `patch_embeds_list` keeps), ln_pre's output (the transformer's input), the mask and rotary tables, and at the
     # last block's MLP its input, the attention's residual sum, ffn_norm's output and act(gate), up and their product
@@ -107,4 +115,5 @@ def pixtral_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerm
                        merger_saved=merger_saved, blocks_saved=blocks, block_full=block,
                        block_backward=hidden_t + max(mlp_t + adapter_t if gc else max(mlp_t, adapter_t), scores_t),
                        block_grads=per_block * gbytes, merger_grads=merger * gbytes, patches=n,
-                       image_tokens=text_tokens, trained=what, forward_only=recorded, reference_pass=reference)
+                       image_tokens=text_tokens, trained=what, forward_only=recorded, reference_pass=reference,
+                       reference_forward=reference_lm)

@@ -85,3 +85,21 @@ def test_the_recorded_trace_is_the_trace_of_today():
 
     case_id = "qvl-dpo-lora-all-gc-448"
     assert run_trace(_job(case_id)).peak_allocated_bytes == RECORDS[case_id]["traced"]
+
+
+def test_the_reference_pass_s_own_image_features_by_hand():
+    """LoRA all-linear without checkpointing at 448 px: TRL's DPO runs the reference's forward under no_grad after the
+    policy's (trl/trainer/dpo_trainer.py `_compute_loss`), and the policy's outputs are the fused head's per-token
+    fields alone (trl/trainer/utils.py `add_fused_lm_head`), so of the image path only the reference's own forward
+    adds beside the policy's saved tensors: Qwen2_5_VLModel.forward keeps the merger's output (split per image into
+    views) and its `torch.cat` cast to the embeddings' dtype while its language model runs. 2 rows × 1,024 patches /
+    2² = 512 image tokens of the text width 3,584, bf16 each: 2 · 2 · 3,584 · 512 = 7,340,032 bytes (by hand). The
+    reference's tower pass, before its language model, has none of it yet."""
+    from hpcmem.estimate.trainers import REFERENCE_FORWARD
+    from hpcmem.estimate.vision import REFERENCE_VISION
+
+    phases = {p.name: p for p in estimate(_job("qvl-dpo-lora-all-nogc-448")).phases}
+    held = [c.bytes for c in phases[REFERENCE_FORWARD].components if c.name == REFERENCE_VISION]
+    assert held == [2 * 2 * 3584 * 512]
+    assert all(c.name != REFERENCE_VISION for name, p in phases.items() if name != REFERENCE_FORWARD
+               for c in p.components)

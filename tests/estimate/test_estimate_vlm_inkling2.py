@@ -54,8 +54,8 @@ def test_the_image_path_grows_with_the_image_as_traced(cell):
 def test_the_image_path_against_the_text_only_twin(case_id):
     """A case's peak less its text-only twin's, estimated and traced (the tower's saved tensors, gradients and
     optimizer states, pixel_values, the features, and under LoRA without checkpointing layer 0's input gradient
-    terms): within 2 %. DPO LoRA without checkpointing, at its reference forward, within 15 %: the estimate is 33 MiB
-    under there (estimator/LOG.md)."""
+    terms): within 2 %. DPO LoRA without checkpointing, at its reference forward, within 15 %: the estimate is 16 MiB
+    under there, with the reference pass's own image features (estimator/LOG.md)."""
     record, twin = RECORDS[case_id], _twin(case_id)
     traced = record["traced"] - twin["traced"]
     tolerance = 0.15 if case_id == "inkling2-dpo-lora-all-nogc-640" else 0.02

@@ -87,3 +87,17 @@ def test_pixel_bounds_and_a_length_profile_are_refused():
     with pytest.raises(SpecError, match="min_pixels/max_pixels with mistral3: PixtralImageProcessor has no such "
                                         "setting; it fits every image to 1540 px on its longest edge"):
         stored_case_job(RECORDS["m3-full-gc-448"], ROOT, max_pixels=200_000)
+
+
+def test_the_reference_pass_s_image_features_are_the_traced_live_tensors():
+    """DPO LoRA all-linear without checkpointing at 1540 px (24,200 patches of width 1024, merged to 6,050 rows of the
+    text width 5120, bf16): at the reference's first text layer the trace holds, born in the reference's image path,
+    the tower's last_hidden_state 2 · 1024 · 24,200 = 49,561,600 B and the projector's output and its cat
+    2 · 2 · 5120 · 6,050 = 123,904,000 B, and no other layer's output (read from the trace's live tensors at that
+    instant; the hidden states `select_hidden_states` does not select are not kept)."""
+    from hpcmem.estimate.trainers import REFERENCE_FORWARD
+    from hpcmem.estimate.vision import REFERENCE_VISION
+
+    phases = {p.name: p for p in estimate(stored_case_job(RECORDS["m3-dpo-lora-all-nogc-1540"], ROOT)).phases}
+    held = [c.bytes for c in phases[REFERENCE_FORWARD].components if c.name == REFERENCE_VISION]
+    assert held == [49_561_600 + 123_904_000]
