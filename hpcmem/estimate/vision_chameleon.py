@@ -73,6 +73,9 @@ def chameleon_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTe
                        blocks_saved=(), block_full=0, block_backward=0, block_grads=0, merger_grads=0,
                        patches=images * v.image_patches, image_tokens=tokens, trained=what,
                        forward_only=graph + features,
+                       # DPO's reference forward runs under no_grad (trl/trainer/dpo_trainer.py `_compute_loss`): no
+                       # recorded forward there, the codes' embeddings alone through its decoder
+                       reference_forward=features,
                        # full fine-tuning: its recorded forward, alive through the decoder's, bounds its own instant
                        connector_forward=0 if trained else instant,
                        reference_pass=instant + features if entry_has_reference(job) else 0,

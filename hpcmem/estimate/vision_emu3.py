@@ -188,4 +188,7 @@ def emu3_terms(job: JobSpec, prec: Precision, lora: LoraLayout) -> VisionTerms:
                        block_full=0, block_backward=0, block_grads=0, merger_grads=0, patches=images * g.patches,
                        image_tokens=tokens, trained=what, forward_only=forward_only,
                        connector_forward=max(quant - embeds, before - graph - embeds, 0),
-                       reference_pass=max(quant, before) if job.train.trainer == "dpo" else 0)
+                       reference_pass=max(quant, before) if job.train.trainer == "dpo" else 0,
+                       # DPO's reference forward runs under no_grad (trl/trainer/dpo_trainer.py `_compute_loss`): the
+                       # VQ-VAE records no graph there, so only the image embeddings stay alive through its decoder
+                       reference_forward=embeds)
