@@ -210,6 +210,9 @@ Covered (transformers 5.24):
 - inkling2 (Inkling 2) with images: a ViT over each image's own grid of 40 px cells (20 px patches, a class token per
   image, a bilinearly interpolated learned position grid, an axial 2-D rope, layer scale) and a 2 x 2 GELU MLP merger
   (hpcmem.models.inkling2's `Inkling2TowerSpec`); its decoder inkling2_text, learned (hpcmem.models.vlm_learned).
+- inkling_mm_model (Inkling) with images: a hierarchical MLP over each 40 × 40 × 2 patch (folds, Linears, RMSNorms
+  and GELUs at widths planned from the patch), one image token per patch; an idle audio embedding
+  (hpcmem.models.inkling's `InklingTowerSpec`); its decoder inkling_text, learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -261,6 +264,7 @@ from hpcmem.models.step3p7 import step3p7_tower_from_config
 from hpcmem.models.dots3_note import dots3_note_tower_from_config
 from hpcmem.models.vision_spec import VisionSpec
 from hpcmem.models.apertus1p5 import apertus1p5_tower_from_config
+from hpcmem.models.inkling import inkling_tower_from_config
 from hpcmem.models.inkling2 import inkling2_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
@@ -380,7 +384,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"),
                           "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",), "molmo2": ("sft", "dpo"),
                           "step3p7": ("sft", "dpo"), "apertus1p5": ("sft", "dpo"),
-                          "inkling2": ("sft", "dpo"),
+                          "inkling2": ("sft", "dpo"), "inkling_mm_model": ("sft", "dpo"),
                           "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo"),
                           "muse_glimmer": ("sft", "dpo"), "muse_spark": ("sft", "dpo"), "hunyuan_vl": ("sft", "dpo"),
                           "hy_v4_vl": ("sft", "dpo"), "minimax_m3_vl": ("sft", "dpo"),
@@ -627,6 +631,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # `Inkling2ForConditionalGeneration._tied_weights_keys = {}` and its lm_head has unpadded_vocab_size rows
     "inkling2": TowerLayout(text="inkling2_text", defaults={}, aliases={}, norm="layer", mlp="fc", text_defaults={},
                             ties=False),
+    # models/inkling: hpcmem.models.inkling reads the vision and audio parts; InklingModel builds the decoder as
+    # `InklingTextModel(config.text_config)` (`sub_configs_defaults`: inkling_text, InklingTextConfig's class defaults
+    # when omitted), a learned type (hpcmem.models.vlm_learned); the head is never tied:
+    # `InklingForConditionalGeneration._tied_weights_keys = {}`
+    "inkling_mm_model": TowerLayout(text="inkling_text", defaults={}, aliases={}, norm="rms", mlp="fc",
+                                    text_defaults={}, ties=False),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -894,6 +904,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return apertus1p5_tower_from_config(cfg, name)
     if model_type == "inkling2":
         return inkling2_tower_from_config(cfg, name)
+    if model_type == "inkling_mm_model":
+        return inkling_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":
