@@ -70,23 +70,26 @@ def precision_key(prec: Precision) -> str | None:
 
 def no_grad_layer_peak(job: JobSpec, rows: int, seq: int, prec: Precision) -> int | None:
     """The highest bytes above a layer's input while a no-grad pass of the learned model runs its widest layer over
-    rows × seq padded tokens (a reference's or a teacher's pass): the checkpointed full-fine-tuning cell's forward peak
+    rows × seq padded tokens (a reference's or a teacher's pass): the no-grad pass the profile traced itself
+    (`LearnedProfile.no_grad`, a DPO reference pass), else the checkpointed full-fine-tuning cell's forward peak
     `fpeak`, the layer's output included. A checkpointed layer's forward keeps nothing for backward
     (torch/utils/checkpoint.py: the reentrant variant runs it under no_grad, the non-reentrant one packs every saved
-    tensor into a placeholder), so its highest instant is the one a no-grad pass holds — attention scores, MLA's
-    expanded keys, routed experts and all. A type transformers will not checkpoint has no such cell: its profile
-    traced the no-grad pass itself (`LearnedProfile.no_grad`, a DPO reference pass). None without a learned profile
-    or either, or for fp32 weights (their cell's forward holds autocast's cached weight copies, which a frozen model's
-    pass does not make)."""
+    tensor into a placeholder), so its highest instant is mostly the one a no-grad pass holds — attention scores, MLA's
+    expanded keys, routed experts and all — but not where an op takes another kernel with grad enabled (SDPA with a
+    float mask that requires grad, Inkling's relative position bias: torch's CPU dispatch takes the math path and its
+    fp32 scores, the no-grad pass its flash kernel with the mask), hence the traced pass first. Profiles learned before
+    the learner traced it everywhere have it only where transformers will not checkpoint. None without a learned
+    profile or either, or for fp32 weights (their cell's forward holds autocast's cached weight copies, which a frozen
+    model's pass does not make)."""
     p = job.model.learned
     key = precision_key(prec)
     if p is None or key != "w2a2":
         return None
     quad = rows * seq * seq         # the passes' rows are padded to the longest (chosen and rejected, or completions)
-    if (cell := p.cell(key, "full", True)) is not None:
-        return max(cell.fpeak[r].at(rows * seq, quad) for r in set(p.layer_map))
     if p.no_grad:
         return max(p.no_grad[r].at(rows * seq, quad) for r in set(p.layer_map))
+    if (cell := p.cell(key, "full", True)) is not None:
+        return max(cell.fpeak[r].at(rows * seq, quad) for r in set(p.layer_map))
     return None
 
 
@@ -94,7 +97,7 @@ def no_grad_entry(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
     """What a learned no-grad pass (`LearnedProfile.no_grad`) holds from its start beyond the embeddings' output and
     the boolean mask counted apart (CPM-Ant's [rows, heads, seq, seq] position bias, a float mask); 0 elsewhere."""
     p = job.model.learned
-    if p is None or p.no_grad_entry is None or precision_key(prec) != "w2a2" or p.cell("w2a2", "full", True):
+    if p is None or p.no_grad_entry is None or precision_key(prec) != "w2a2":
         return 0
     return max(p.no_grad_entry.at(rows * seq, rows * seq * seq), 0)
 

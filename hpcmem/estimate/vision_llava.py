@@ -70,6 +70,7 @@ from hpcmem.estimate.vision_molmo2 import molmo2_terms
 from hpcmem.estimate.vision_hunyuan_vl import hunyuan_vl_terms
 from hpcmem.estimate.vision_step3p7 import step3p7_terms
 from hpcmem.estimate.vision_apertus1p5 import apertus1p5_terms
+from hpcmem.estimate.vision_inkling import inkling_terms
 from hpcmem.estimate.vision_inkling2 import inkling2_terms
 from hpcmem.job.image_rules import image_rows
 from hpcmem.job.images import image_geometry
@@ -105,6 +106,7 @@ from hpcmem.models.granite4_vision import Granite4VisionTowerSpec
 from hpcmem.models.molmo2 import Molmo2TowerSpec
 from hpcmem.models.hunyuan_vl import HunYuanVLTowerSpec
 from hpcmem.models.step3p7 import Step3p7TowerSpec
+from hpcmem.models.inkling import InklingTowerSpec
 from hpcmem.models.inkling2 import Inkling2TowerSpec
 from hpcmem.models.mllama import MllamaTowerSpec
 from hpcmem.models.ovis2 import Ovis2TowerSpec
@@ -235,6 +237,7 @@ TOWER_TERMS: tuple[tuple[Any, Callable[..., VisionTerms | None], bool], ...] = (
     (KimiK25TowerSpec, kimi_k25_terms, False),
     (Cosmos3EdgeTowerSpec, cosmos3_edge_terms, False),
     (Inkling2TowerSpec, inkling2_terms, False),
+    (InklingTowerSpec, inkling_terms, False),
     (MuseGlimmerTowerSpec, muse_glimmer_terms, False),
     (Ernie45VlTowerSpec, ernie45vl_terms, False),
     (Molmo2TowerSpec, molmo2_terms, False),

@@ -137,7 +137,7 @@ def image_job_problems(job: Job) -> list[str]:
         out.append("padding_free with images: TRL 1.16's SFTTrainer raises 'Padding-free training is yet not "
                    "supported for vision datasets'")
     out += _preference_problems(job) + _fixed_size_problems(job) + _gemma4_problems(job) + rl_image_problems(job)
-    out += _inkling2_problems(job)
+    out += _inkling2_problems(job) + _inkling_problems(job)
     if getattr(m.vision, "family", "") == "fuyu":
         out += fuyu_problems(t.images_per_example, t.min_pixels, t.max_pixels)
     if getattr(m.vision, "family", "") == "emu3":
@@ -329,6 +329,17 @@ def _inkling2_problems(job: Job) -> list[str]:
                    "gradient checkpointing: what a full-attention first layer keeps for an input that requires grad "
                    "is not modelled (a 'hybrid_sliding' first layer is); turn checkpointing on")
     return out
+
+
+def _inkling_problems(job: Job) -> list[str]:
+    """Inkling (hpcmem.models.inkling): InklingImageProcessor resizes only by rescale_image_frac (class default None:
+    never) and cuts each image into 40 px patches (image_processing_inkling.py `_preprocess`), so it has no pixel
+    bounds."""
+    t, v = job.train, job.model.vision
+    if getattr(v, "family", "") != "inkling" or (t.min_pixels is None and t.max_pixels is None):
+        return []
+    return [f"min_pixels/max_pixels on inkling_mm_model: InklingImageProcessor has no such setting; it cuts every "
+            f"image into {v.cell}-px patches, one image token each, without resizing; leave them unset"]
 
 
 def _preference_problems(job: Job) -> list[str]:

@@ -246,6 +246,13 @@ def image_geometry(t: Any, vision: VisionSpec) -> ImageGeometry:
         return ImageGeometry(resized=(rows * vision.cell, cols * vision.cell), grid_thw=(1, rows, cols),
                              patches=vision.image_patches(t.image_height, t.image_width),
                              tokens=vision.image_tokens(t.image_height, t.image_width))
+    if getattr(vision, "family", "") == "inkling":
+        # Inkling (hpcmem.models.inkling): no resize, each image cut into 40 px patches (`divide_to_patches`: a last
+        # column beyond the width), one image token each
+        rows, cols = vision.grid(t.image_height, t.image_width)
+        return ImageGeometry(resized=(rows * vision.cell, cols * vision.cell), grid_thw=(1, rows, cols),
+                             patches=vision.image_patches(t.image_height, t.image_width),
+                             tokens=vision.image_tokens(t.image_height, t.image_width))
     if getattr(vision, "family", "") == "kimi_k25":
         # Kimi K2.5 (hpcmem.models.kimi_k25): navit_resize's size padded to multiples of 28 px, one patch grid
         gh, gw = vision.grid(t.image_height, t.image_width)

@@ -219,8 +219,8 @@ class LearnedProfile(ParamLayout):
     config: dict[str, Any] = field(compare=False, repr=False)
     provenance: dict[str, Any] = field(compare=False, repr=False)
     # per traced layer: the highest bytes above the layer's input while a no-grad pass runs it (a reference model's,
-    # a teacher's), output included; learned where no checkpointed cell stands in for it (hpcmem/trace/learn.py
-    # `no_grad_terms`), else empty
+    # a teacher's), output included (hpcmem/trace/learn.py `no_grad_terms`); empty in profiles learned before the
+    # learner traced it for every type wherever a checkpointed cell stood in for it
     no_grad: tuple[Any, ...] = field(default=(), compare=False, repr=False)
     # with `no_grad`: what that pass holds from its start to its first layer's beyond the embeddings' output and the
     # boolean mask the estimate counts (model-level position biases, float masks), else None

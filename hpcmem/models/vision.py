@@ -217,6 +217,9 @@ Covered (transformers 5.24):
   the last level, temporal Conv3d) turns each image into codes its argmin leaves without a gradient, which the text
   model's own token embedding embeds, a row-end token per code row (hpcmem.models.emu3's `Emu3TowerSpec`); its
   decoder Emu3TextModel (Llama's layout, attention dropout 0.1), learned (hpcmem.models.vlm_learned).
+- inkling_mm_model (Inkling) with images: a hierarchical MLP over each 40 × 40 × 2 patch (folds, Linears, RMSNorms
+  and GELUs at widths planned from the patch), one image token per patch; an idle audio embedding
+  (hpcmem.models.inkling's `InklingTowerSpec`); its decoder inkling_text, learned (hpcmem.models.vlm_learned).
 """
 
 from __future__ import annotations
@@ -270,6 +273,7 @@ from hpcmem.models.step3p7 import step3p7_tower_from_config
 from hpcmem.models.dots3_note import dots3_note_tower_from_config
 from hpcmem.models.vision_spec import VisionSpec
 from hpcmem.models.apertus1p5 import apertus1p5_tower_from_config
+from hpcmem.models.inkling import inkling_tower_from_config
 from hpcmem.models.inkling2 import inkling2_tower_from_config
 from hpcmem.models.ovis2 import ovis2_tower_from_config
 from hpcmem.models.paligemma import PaliGemmaTowerSpec, paligemma_tower_from_config
@@ -389,7 +393,7 @@ IMAGE_TRAINERS_ALLOWED = {"qwen2_vl": ("sft", "dpo", "grpo", "rloo"), "qwen2_5_v
                           "fuyu": ("sft", "dpo"), "cosmos3_edge": ("sft", "dpo"), "emu3": ("sft", "dpo"),
                           "mistral_large4": ("sft", "dpo"), "ernie4_5_vl_moe": ("sft",), "molmo2": ("sft", "dpo"),
                           "step3p7": ("sft", "dpo"), "apertus1p5": ("sft", "dpo"),
-                          "inkling2": ("sft", "dpo"),
+                          "inkling2": ("sft", "dpo"), "inkling_mm_model": ("sft", "dpo"),
                           "pp_chart2table": ("sft",), "qwen3_omni_moe_thinker": ("sft", "dpo"),
                           "muse_glimmer": ("sft", "dpo"), "muse_spark": ("sft", "dpo"), "hunyuan_vl": ("sft", "dpo"),
                           "hy_v4_vl": ("sft", "dpo"), "minimax_m3_vl": ("sft", "dpo"),
@@ -645,6 +649,12 @@ VISION_LANGUAGE: dict[str, TowerLayout] = {
     # `Emu3TextModel._from_config(config.text_config)` (`sub_configs_defaults`: emu3_text_model, Emu3TextConfig's class
     # defaults when omitted), a learned type (hpcmem.models.vlm_learned); Emu3Config.tie_word_embeddings False
     "emu3": TowerLayout(text="emu3_text_model", defaults={}, aliases={}, norm="layer", mlp="fc", text_defaults={}),
+    # models/inkling: hpcmem.models.inkling reads the vision and audio parts; InklingModel builds the decoder as
+    # `InklingTextModel(config.text_config)` (`sub_configs_defaults`: inkling_text, InklingTextConfig's class defaults
+    # when omitted), a learned type (hpcmem.models.vlm_learned); the head is never tied:
+    # `InklingForConditionalGeneration._tied_weights_keys = {}`
+    "inkling_mm_model": TowerLayout(text="inkling_text", defaults={}, aliases={}, norm="rms", mlp="fc",
+                                    text_defaults={}, ties=False),
     # models/pp_chart2table: hpcmem.models.got_ocr2_tower reads the vision part; GotOcr2Model builds the decoder with
     # `AutoModel.from_config(config.text_config)` (PPChart2TableConfig's default: qwen2 at `sub_configs_defaults`'
     # init_kwargs when omitted); PPChart2TableConfig.tie_word_embeddings True
@@ -912,6 +922,8 @@ def vision_spec_from_config(cfg: dict[str, Any], name: str) -> (VisionSpec | Cli
         return apertus1p5_tower_from_config(cfg, name)
     if model_type == "inkling2":
         return inkling2_tower_from_config(cfg, name)
+    if model_type == "inkling_mm_model":
+        return inkling_tower_from_config(cfg, name)
     if model_type == "idefics2":
         return idefics2_tower_from_config(cfg, name)
     if model_type == "fuyu":

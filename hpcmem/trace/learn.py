@@ -594,11 +594,12 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     # held checks estimate it) and the real model's (traced layer k is real layer keep[k])
     probe = replace(probe, kinds=idle_kinds(probe.kinds, list(probe.layer_kinds), done))
     full = replace(full, kinds=idle_kinds(full.kinds, [full.layer_kinds[j] for j in keep], done))
-    # where transformers refuses checkpointing no checkpointed cell gives a no-grad pass's layer instant
-    # (hpcmem.estimate.learned `no_grad_layer_peak`): trace one (the LoRA reference's DPO reference pass)
+    # a no-grad pass's layer instant (hpcmem.estimate.learned `no_grad_layer_peak`): trace one (the LoRA reference's
+    # DPO reference pass); the checkpointed cell's forward stands in for it only where no op changes kernel with grad
+    # enabled, and where transformers refuses checkpointing there is no such cell
     no_grad: tuple[Any, ...] = ()
     no_grad_entry = None
-    if not runnable_cells(outer, [("full", True)]) and "bfloat16" in dtypes and reference:
+    if "bfloat16" in dtypes and reference:
         samples, entries = [], []
         for seq in seqs:
             if progress:

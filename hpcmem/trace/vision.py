@@ -33,7 +33,8 @@ hpcmem.trace.vision_dots3_note's (Qwen2-VL's PIL image processor at temporal_pat
 1.5's hpcmem.trace.vision_apertus1p5's (a PIL stand-in for its torchvision-only image processor, no feature extractor), Inkling 2's
 hpcmem.trace.vision_inkling2's (a numpy stand-in for its torchvision-only image processor), Chameleon's
 hpcmem.trace.vision_chameleon's (its PIL image processor; the vocabulary map its model reads image ids from), Emu3's
-hpcmem.trace.vision_emu3's (a stand-in vocabulary map for the config).
+hpcmem.trace.vision_emu3's (a stand-in vocabulary map for the config), Inkling's
+hpcmem.trace.vision_inkling's (a numpy stand-in for its torchvision-only image processor).
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ from hpcmem.trace import (vision_apertus1p5, vision_aria, vision_aya_vision, vis
                           vision_deepseek_vl_hybrid, vision_dots3_note, vision_emu3, vision_ernie4_5_vl_moe,
                           vision_fuyu, vision_gemma3, vision_gemma4, vision_glm4v, vision_granite4_vision,
                           vision_granite_docling, vision_hunyuan_vl, vision_hy_v4_vl, vision_idefics2, vision_idefics3,
-                          vision_inkling2, vision_internvl, vision_janus, vision_kimi_k25, vision_lfm2_vl,
-                          vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_minimax_m3_vl, vision_mistral3,
-                          vision_mllama, vision_molmo2, vision_muse_glimmer, vision_ovis2, vision_paddleocr_vl,
-                          vision_paligemma, vision_pp_chart2table, vision_qwen2_5_omni, vision_qwen3_omni,
-                          vision_step3p7, vision_unlimited_ocr, vision_video_llama_3)
+                          vision_inkling, vision_inkling2, vision_internvl, vision_janus, vision_kimi_k25,
+                          vision_lfm2_vl, vision_lighton_ocr, vision_llava, vision_minicpmv4_6, vision_minimax_m3_vl,
+                          vision_mistral3, vision_mllama, vision_molmo2, vision_muse_glimmer, vision_ovis2,
+                          vision_paddleocr_vl, vision_paligemma, vision_pp_chart2table, vision_qwen2_5_omni,
+                          vision_qwen3_omni, vision_step3p7, vision_unlimited_ocr, vision_video_llama_3)
 from hpcmem.trace.pieces import WORD, chat_template, tokenizer
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -197,6 +198,8 @@ def processor(job: JobSpec) -> Any:
         return vision_apertus1p5.processor(job)
     if v.family == "inkling2":
         return vision_inkling2.processor(job)
+    if v.family == "inkling":
+        return vision_inkling.processor(job)
     lo, hi = pixel_bounds(job.train)
     module, name = PROCESSORS[v.model_type]
     base = getattr(importlib.import_module(module), name)
@@ -267,6 +270,8 @@ def token_ids(proc: Any) -> dict[str, int]:
         return vision_apertus1p5.token_ids(proc)
     if vision_inkling2.is_processor(proc):
         return vision_inkling2.token_ids(proc)
+    if vision_inkling.is_processor(proc):
+        return vision_inkling.token_ids(proc)
     if vision_lfm2_vl.is_processor(proc):      # its image_token is llava's "<image>": before llava's
         return vision_lfm2_vl.token_ids(proc)
     if getattr(proc, "image_token", None) == vision_llava.IMAGE_TOKEN:
@@ -337,7 +342,8 @@ def image_row_words(job: JobSpec, row: int) -> int:
         vision_step3p7.markers(job) if family == "step3p7" else \
         vision_dots3_note.MARKERS_PER_IMAGE if family == "dots3_note" else \
         vision_apertus1p5.markers(job) if family == "apertus1p5" else \
-        vision_inkling2.MARKERS_PER_IMAGE if family == "inkling2" else MARKERS_PER_IMAGE
+        vision_inkling2.MARKERS_PER_IMAGE if family == "inkling2" else \
+        vision_inkling.MARKERS_PER_IMAGE if family == "inkling" else MARKERS_PER_IMAGE
     per_image = image_geometry(t, job.model.vision).tokens + markers
     row_tokens = vision_paligemma.ROW_TOKENS if family == "paligemma" else \
         vision_mllama.BOS_PER_ROW if family == "mllama" else \

@@ -164,6 +164,9 @@ def test_coverage_lists_every_image_text_type_with_a_status():
         "GRPO/RLOO with images refused" in by_type["apertus1p5"]["reason"]
     assert by_type["inkling2"]["status"] == "derived" and "traced: SFT, DPO)" in by_type["inkling2"]["reason"] and \
         "GRPO/RLOO with images refused" in by_type["inkling2"]["reason"]
+    assert by_type["inkling_mm_model"]["status"] == "derived" and \
+        "traced: SFT, DPO)" in by_type["inkling_mm_model"]["reason"] and \
+        "GRPO/RLOO with images refused" in by_type["inkling_mm_model"]["reason"]
     assert by_type["pp_chart2table"]["status"] == "derived" and \
         "traced: SFT)" in by_type["pp_chart2table"]["reason"] and \
         "DPO/GRPO/RLOO with images refused" in by_type["pp_chart2table"]["reason"]
