@@ -19,31 +19,17 @@ full-attention first layer (layer_types[0] "hybrid": three input norms, dynamic 
 
 from __future__ import annotations
 
-from hpcmem.estimate.lora import LORA_DROPOUT_MASK_BYTES, LoraLayout
-from hpcmem.estimate.vision import FP32
+from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate.vision_first_layer import rms_first_layer_input
 from hpcmem.job.jobspec import JobSpec
-from hpcmem.job.shape import Precision, micro_batch
-from hpcmem.models.peft_targets import ALL_LINEAR
+from hpcmem.job.shape import Precision
 
 # the Linears of a sliding layer's attention that read input_layernorm's output, by their module names below the layer
 NORM_READERS = ("self_attn.q_proj.linear", "self_attn.k_proj.linear", "self_attn.v_proj.linear",
                 "self_attn.relative_position_bias.linear", "self_attn.sink_proj", "self_attn.o_proj.gate_proj")
 
 
-def _adapted(name: str, targets: tuple[str, ...]) -> bool:
-    """peft's rule (tuners_utils.py `check_target_module_exists`): all-linear, or a target equal to the name or to its
-    tail after a dot."""
-    return ALL_LINEAR in targets or any(name == t or name.endswith("." + t) for t in targets)
-
-
 def first_layer_input(job: JobSpec, prec: Precision, lora: LoraLayout, adapted: tuple) -> int:
-    """Bytes layer 0 keeps beyond the text profile's layer 0 when an adapted tower feeds it (the module docstring);
-    0 unless LoRA reaches the tower and checkpointing is off."""
-    if not lora.enabled or not adapted or job.train.gradient_checkpointing:
-        return 0
-    tokens, width = micro_batch(job).tokens, job.model.hidden_size
-    copy = FP32 * width if prec.residual != FP32 else 0
-    norm = (copy + FP32) * tokens
-    readers = sum(_adapted(name, tuple(job.train.lora_target_modules)) for name in NORM_READERS)
-    masks = LORA_DROPOUT_MASK_BYTES * width * tokens * readers if lora.dropout else 0
-    return norm + masks
+    """Bytes layer 0 keeps beyond the text profile's layer 0 when an adapted tower feeds it (the module docstring;
+    hpcmem.estimate.vision_first_layer); 0 unless LoRA reaches the tower and checkpointing is off."""
+    return rms_first_layer_input(job, prec, lora, adapted, NORM_READERS)
