@@ -27,7 +27,7 @@ from hpcmem.estimate.learned import no_grad_entry, no_grad_layer_peak
 from hpcmem.estimate.loss import logits_tile
 from hpcmem.estimate.lora import LoraLayout, lora_layout
 from hpcmem.estimate.names import ACTIVATIONS, FORWARD, GRADIENTS, HEAD_BACKWARD, is_forward
-from hpcmem.estimate.states import ParamParts
+from hpcmem.estimate.states import FP32_HEAD_TYPES, ParamParts
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.generation_batch import generation_batch_size
 from hpcmem.job.shape import Precision, micro_batch
@@ -104,6 +104,10 @@ def reference_bytes(job: JobSpec, parts: ParamParts) -> int:
     ref_dtype = 2 if par.deepspeed and (t.bf16 or t.fp16) else job.weight_bytes
     tower = job.model.vision.num_params if job.model.vision is not None else 0
     full = (parts.total + tower) * ref_dtype
+    if job.model.model_type in FP32_HEAD_TYPES and not par.deepspeed and not t.quantized:
+        # the reference loads as the policy does (trl/trainer/dpo_trainer.py `create_model_from_path`): an fp32 head
+        # kept whatever the dtype (states.py `FP32_HEAD_TYPES`); DeepSpeed casts every parameter of the engine it wraps
+        full += parts.lm_head * (4 - ref_dtype)
     if (par.deepspeed and par.zero_stage == 3) or par.fsdp:
         return full // par.world_size
     return full
