@@ -298,13 +298,16 @@ def backward_transient(lora: LoraLayout, mods: tuple[LinearModule, ...], tokens:
 # down_proj(act_fn(gate_proj(x)) * up_proj(x)) — gate_proj's node is made first, then act_fn's, up_proj's, the
 # product's and down_proj's
 GATED_MLP = ("gate_proj", "up_proj", "down_proj")
+# Phi-3's and GLM-4's gate and up in one linear (modeling_phi3.py Phi3MLP.forward, modeling_glm4.py Glm4MLP.forward:
+# `gate, up_states = self.gate_up_proj(hidden_states).chunk(2, dim=-1)`, then down_proj(up_states * act_fn(gate)))
+FUSED_GATE_UP = "gate_up_proj"
 
 
 def gated_mlp_backward(lora: LoraLayout, mods: tuple[LinearModule, ...], tokens: int, lora_per_input: int, *,
                        inter_tensor: int, mlp_grads: int, kept: dict[str, int]) -> int | None:
     """The worst instant of a dense gated MLP's backward under DoRA, in bytes beyond the layer's saved terms, the
     hidden-state gradients and the layer's weight gradients (hpcmem.estimate.step); None where the MLP is not the
-    three separate linears of `GATED_MLP`. Torch's autograd engine runs the ready node with the highest sequence
+    linears of `GATED_MLP` or a fused gate_up_proj and down_proj. Torch's autograd engine runs the ready node with the highest sequence
     number first (torch/csrc/autograd/engine.cpp ReadyQueue, CompareNodeTaskTime): the nodes run in reverse creation
     order, and each frees its saved tensors once it has run (retain_graph off). So:
     - down_proj's backward (if it is adapted): every saved tensor of the layer alive, its base path's input gradient
@@ -315,9 +318,14 @@ def gated_mlp_backward(lora: LoraLayout, mods: tuple[LinearModule, ...], tokens:
       are up's output gradient and act's (2 × `inter_tensor`, one [tokens, I] tensor in the compute dtype);
     - gate_proj's, after act_fn's backward: gate's output is freed too (the MLP's three saved [tokens, I] tensors,
       hpcmem.estimate.activations `_mlp_saved`), and up_proj's saved terms; alive is gate's output gradient.
+    - a fused gate_up_proj's (`FUSED_GATE_UP`), after the product's and act_fn's backward: chunk's backward has joined
+      gate's and up's gradients into its one [tokens, 2I] output gradient (two `inter_tensor`), and the MLP's saved
+      tensors are freed — act_fn's output and gate_up_proj's own [tokens, 2I] output, which act_fn's `gate` and the
+      product's `up_states` (views of it) kept.
     Each adapted linear's DoRA backward (`_backward_one`, its output gradient and saved outputs apart) sits at its own
     instant; `kept`: leaf → what that module keeps for backward (LoraLayout.module_saved)."""
-    if not mods or any(m.leaf not in GATED_MLP or m.kind != "mlp" or m.count_per_layer != 1 for m in mods):
+    if not mods or any(m.leaf not in GATED_MLP + (FUSED_GATE_UP,) or m.kind != "mlp" or m.count_per_layer != 1
+                       for m in mods):
         return None
     side = {m.leaf: _backward_one(lora, m, tokens, lora_per_input) for m in mods}
     freed = kept.get("down_proj", 0)
@@ -329,4 +337,6 @@ def gated_mlp_backward(lora: LoraLayout, mods: tuple[LinearModule, ...], tokens:
     freed += kept.get("up_proj", 0)
     if "gate_proj" in side:
         worst = max(worst, -3 * inter_tensor - freed + inter_tensor + side["gate_proj"])
+    if FUSED_GATE_UP in side:
+        worst = max(worst, -3 * inter_tensor - freed + 2 * inter_tensor + side[FUSED_GATE_UP])
     return worst
