@@ -27,6 +27,7 @@ lora_A saves its fp32 input (dropout's output) and dropout its mask — the laye
 from __future__ import annotations
 
 from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate.lora_variants import FUSED_GATE_UP as FUSED
 from hpcmem.estimate.lora_variants import GATED_MLP
 from hpcmem.job.shape import Precision
 from hpcmem.models.spec import ModelSpec
@@ -55,9 +56,6 @@ def down_proj_adapted(lora: LoraLayout) -> bool:
     fp32 input before the product's gradients exist (`gated_mlp_backward`); without it the step's generic MLP backward
     (the product's gradients beside the widest adapter's backward) stands."""
     return any(x.leaf == "down_proj" for x in lora.modules("mlp"))
-
-
-FUSED = "gate_up_proj"      # Phi-3's and GLM-4's gate and up in one linear (modeling_phi3.py Phi3MLP.forward: chunk)
 
 
 def recompute_transient(lora: LoraLayout, tokens: int, prec: Precision, m: ModelSpec) -> int:
