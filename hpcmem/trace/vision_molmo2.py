@@ -11,22 +11,19 @@ text it is given (`ROW_TOKENS`: SFT's one text a row; DPO's prompt and completio
 `PREFERENCE_ROW_TOKENS`). The word tokenizer gets those spellings added as special tokens.
 
 Its image processor, image_processing_molmo2.py `Molmo2ImageProcessor`, is a TorchvisionBackend with no PIL twin;
-without torchvision only two of the methods it calls fail: `resize` (torchvision's interpolation mapping) and
-`normalize` (`tvF.normalize`). `Molmo2ImageProcessorTorch` here is that class with those two written in torch:
-`resize` as torch.nn.functional.interpolate (bilinear, align_corners False, the antialias flag as given:
-torchvision's tensor resize calls the same), `normalize` as (x − mean) / std per channel; every crop, index grid and
-pooling index is the real class's own code. Its video processor needs torchvision, which an image-only dataset never
-calls: left out (hpcmem.trace.vision_llava `without_video`).
+without torchvision only `resize` and `normalize` fail, which hpcmem.trace.torch_image_ops writes in torch; every crop,
+index grid and pooling index is the real class's own code. Its video processor needs torchvision, which an image-only
+dataset never calls: left out (hpcmem.trace.vision_llava `without_video`).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.models.molmo2 import Molmo2TowerSpec
 from hpcmem.trace.pieces import chat_template, tokenizer
+from hpcmem.trace.torch_image_ops import torch_resize_normalize
 from hpcmem.trace.vision_llava import without_video
 
 IMAGE, VIDEO = "<|image|>", "<|video|>"
@@ -44,24 +41,11 @@ def markers(job: JobSpec) -> int:
     return v.text_tokens(h, w) - v.image_tokens(h, w)
 
 
-@lru_cache(maxsize=1)
 def _image_processor_class() -> type:
-    """Molmo2ImageProcessor with torch's resize and normalize (the module docstring)."""
-    import torch
+    """Molmo2ImageProcessor with torch's resize and normalize (hpcmem.trace.torch_image_ops)."""
     from transformers.models.molmo2.image_processing_molmo2 import Molmo2ImageProcessor
 
-    class Molmo2ImageProcessorTorch(Molmo2ImageProcessor):
-        def resize(self, image: Any, size: Any, resample: Any = None, antialias: bool = True, **kwargs: Any) -> Any:
-            out = torch.nn.functional.interpolate(image.float(), size=(size.height, size.width), mode="bilinear",
-                                                  align_corners=False, antialias=antialias)
-            return out if image.dtype.is_floating_point else out.round().clamp(0, 255).to(image.dtype)
-
-        def normalize(self, image: Any, mean: Any, std: Any, inplace: bool = False, **kwargs: Any) -> Any:
-            mean = torch.as_tensor(mean, dtype=image.dtype, device=image.device).view(-1, 1, 1)
-            std = torch.as_tensor(std, dtype=image.dtype, device=image.device).view(-1, 1, 1)
-            return (image - mean) / std
-
-    return Molmo2ImageProcessorTorch
+    return torch_resize_normalize(Molmo2ImageProcessor)
 
 
 def processor(job: JobSpec) -> Any:

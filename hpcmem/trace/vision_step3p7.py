@@ -10,22 +10,19 @@ word tokenizer gets those spellings added as special tokens, one token each. The
 config.image_token_id (`get_placeholder_mask`), which the trace sets to <im_patch>'s id.
 
 Its image processor, image_processing_step3p7.py `Step3p7ImageProcessor`, is a TorchvisionBackend with no PIL twin;
-without torchvision only two of the methods it calls fail: `resize` (torchvision's interpolation mapping) and
-`normalize` (`tvF.normalize`). `Step3p7ImageProcessorTorch` here is that class with those two written in torch, as
-hpcmem.trace.vision_molmo2 does for Molmo2's: `resize` as torch.nn.functional.interpolate (bilinear, align_corners
-False, the antialias flag as given), `normalize` as (x − mean) / std per channel; every crop plan, slice and stack is
-the real class's own code (`pad`, for an extreme aspect ratio, stays torchvision's: hpcmem.job.image_rules refuses
-such images).
+without torchvision only `resize` and `normalize` fail, which hpcmem.trace.torch_image_ops writes in torch; every crop
+plan, slice and stack is the real class's own code (`pad`, for an extreme aspect ratio, stays torchvision's:
+hpcmem.job.image_rules refuses such images).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.models.step3p7 import Step3p7TowerSpec
 from hpcmem.trace.pieces import chat_template, tokenizer
+from hpcmem.trace.torch_image_ops import torch_resize_normalize
 
 IMAGE = "<im_patch>"
 MARKERS = ("<patch_start>", "<patch_end>", "<patch_newline>", "<im_start>", "<im_end>")
@@ -36,24 +33,11 @@ def markers(job: JobSpec) -> int:
     return v.markers(job.train.image_height, job.train.image_width)
 
 
-@lru_cache(maxsize=1)
 def _image_processor_class() -> type:
-    """Step3p7ImageProcessor with torch's resize and normalize (the module docstring)."""
-    import torch
+    """Step3p7ImageProcessor with torch's resize and normalize (hpcmem.trace.torch_image_ops)."""
     from transformers.models.step3p7.image_processing_step3p7 import Step3p7ImageProcessor
 
-    class Step3p7ImageProcessorTorch(Step3p7ImageProcessor):
-        def resize(self, image: Any, size: Any, resample: Any = None, antialias: bool = True, **kwargs: Any) -> Any:
-            out = torch.nn.functional.interpolate(image.float(), size=(size.height, size.width), mode="bilinear",
-                                                  align_corners=False, antialias=antialias)
-            return out if image.dtype.is_floating_point else out.round().clamp(0, 255).to(image.dtype)
-
-        def normalize(self, image: Any, mean: Any, std: Any, inplace: bool = False, **kwargs: Any) -> Any:
-            mean = torch.as_tensor(mean, dtype=image.dtype, device=image.device).view(-1, 1, 1)
-            std = torch.as_tensor(std, dtype=image.dtype, device=image.device).view(-1, 1, 1)
-            return (image - mean) / std
-
-    return Step3p7ImageProcessorTorch
+    return torch_resize_normalize(Step3p7ImageProcessor)
 
 
 def processor(job: JobSpec) -> Any:
