@@ -20,7 +20,7 @@ traced without it kept the 16-bit ones.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
@@ -32,29 +32,34 @@ NOTE = ("layer_norm under autocast runs in fp32 as CUDA autocast runs it (fp32 c
         "in 16 bits) — mapped for vision-language models")
 
 
+def fp32_policy(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` as CUDA autocast's fp32 cast policy runs it: under CPU autocast, every floating tensor argument that is not
+    fp32 cast to fp32 (autocast_mode.h `cached_cast(at::kFloat, …)`: anything else kept) and autocast off inside;
+    without autocast, `fn` as it is."""
+    import torch
+
+    def up(t: Any) -> Any:
+        return t.to(torch.float32) if isinstance(t, torch.Tensor) and t.is_floating_point() and \
+            t.dtype not in (torch.float32, torch.float64) else t
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_autocast_enabled("cpu"):
+            return fn(*args, **kwargs)
+        with torch.autocast("cpu", enabled=False):
+            return fn(*map(up, args), **{k: up(v) for k, v in kwargs.items()})
+
+    return wrapped
+
+
 @contextlib.contextmanager
 def layer_norm_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
     learned = job.model.learned
     if job.model.vision is None and not (learned is not None and learned.provenance.get(LAYER_NORM_FP32)):
         yield
         return
-    import torch
     import torch.nn.functional as F
 
-    original = F.layer_norm
-
-    def up(t: Any) -> Any:
-        # autocast_mode.h `cached_cast(at::kFloat, …)`: a floating tensor that is not fp32 is cast, anything else kept
-        return t.to(torch.float32) if isinstance(t, torch.Tensor) and t.is_floating_point() and \
-            t.dtype != torch.float32 and t.dtype != torch.float64 else t
-
-    def layer_norm(input: Any, normalized_shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
-        if not torch.is_autocast_enabled("cpu"):
-            return original(input, normalized_shape, weight, bias, eps)
-        with torch.autocast("cpu", enabled=False):
-            return original(up(input), normalized_shape, up(weight), up(bias), eps)
-
-    with patched(F, "layer_norm", layer_norm):
+    with patched(F, "layer_norm", fp32_policy(F.layer_norm)):
         notes.append(NOTE)
         yield
 
@@ -79,25 +84,7 @@ def softmax_pow_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
     import torch
     import torch.nn.functional as F
 
-    softmax, pow_ = F.softmax, torch.pow
-
-    def up(t: Any) -> Any:
-        return t.to(torch.float32) if isinstance(t, torch.Tensor) and t.is_floating_point() and \
-            t.dtype not in (torch.float32, torch.float64) else t
-
-    def fp32_softmax(input: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> Any:
-        if not torch.is_autocast_enabled("cpu"):
-            return softmax(input, dim, _stacklevel, dtype)
-        with torch.autocast("cpu", enabled=False):
-            return softmax(up(input), dim, _stacklevel, dtype)
-
-    def fp32_pow(input: Any, exponent: Any, *args: Any, **kwargs: Any) -> Any:
-        if not torch.is_autocast_enabled("cpu"):
-            return pow_(input, exponent, *args, **kwargs)
-        with torch.autocast("cpu", enabled=False):
-            return pow_(up(input), up(exponent), *args, **kwargs)
-
-    with patched(F, "softmax", fp32_softmax), patched(torch, "pow", fp32_pow):
+    with patched(F, "softmax", fp32_policy(F.softmax)), patched(torch, "pow", fp32_policy(torch.pow)):
         notes.append(SOFTMAX_POW_NOTE)
         yield
 
@@ -126,29 +113,13 @@ def vq_tokenizer_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
         return
     import importlib
 
-    import torch
     import torch.nn.functional as F
 
     module, name, what = VQ_ENCODERS[v.family]
-    group_norm, softmax = F.group_norm, F.softmax
     model = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
     encode = model.encode
 
-    def up(t: Any) -> Any:
-        return t.to(torch.float32) if isinstance(t, torch.Tensor) and t.is_floating_point() and \
-            t.dtype not in (torch.float32, torch.float64) else t
-
-    def fp32_group_norm(input: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
-        if not torch.is_autocast_enabled("cpu"):
-            return group_norm(input, num_groups, weight, bias, eps)
-        with torch.autocast("cpu", enabled=False):
-            return group_norm(up(input), num_groups, up(weight), up(bias), eps)
-
-    def fp32_softmax(input: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> Any:
-        if not torch.is_autocast_enabled("cpu"):
-            return softmax(input, dim, _stacklevel, dtype)
-        with torch.autocast("cpu", enabled=False):
-            return softmax(up(input), dim, _stacklevel, dtype)
+    fp32_group_norm, fp32_softmax = fp32_policy(F.group_norm), fp32_policy(F.softmax)
 
     def fp32_encode(self: Any, *args: Any, **kwargs: Any) -> Any:
         with patched(F, "group_norm", fp32_group_norm), patched(F, "softmax", fp32_softmax):
@@ -178,24 +149,7 @@ def group_norm_pow_fp32(notes: list[str], job: JobSpec) -> Iterator[None]:
     import torch
     import torch.nn.functional as F
 
-    group_norm, tensor_pow = F.group_norm, torch.Tensor.__pow__
-
-    def up(t: Any) -> Any:
-        return t.to(torch.float32) if isinstance(t, torch.Tensor) and t.is_floating_point() and \
-            t.dtype not in (torch.float32, torch.float64) else t
-
-    def fp32_group_norm(input: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
-        if not torch.is_autocast_enabled("cpu"):
-            return group_norm(input, num_groups, weight, bias, eps)
-        with torch.autocast("cpu", enabled=False):
-            return group_norm(up(input), num_groups, up(weight), up(bias), eps)
-
-    def fp32_pow(self: Any, exponent: Any) -> Any:
-        if not torch.is_autocast_enabled("cpu"):
-            return tensor_pow(self, exponent)
-        with torch.autocast("cpu", enabled=False):
-            return tensor_pow(up(self), up(exponent))
-
-    with patched(F, "group_norm", fp32_group_norm), patched(torch.Tensor, "__pow__", fp32_pow):
+    with patched(F, "group_norm", fp32_policy(F.group_norm)), \
+            patched(torch.Tensor, "__pow__", fp32_policy(torch.Tensor.__pow__)):
         notes.append(GROUP_NORM_POW_NOTE)
         yield
