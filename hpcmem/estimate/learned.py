@@ -48,6 +48,7 @@ from hpcmem.models.profile import (
     Envelope,
     LayerKind,
     LearnedProfile,
+    Poly,
     Term,
     cell_key,
     fit_poly,
@@ -234,6 +235,19 @@ def _quad(job: JobSpec, mb: MicroBatch, layer: int | None = None) -> int:
     return mb.rows * mb.seq * mb.seq if alone else 0
 
 
+def shared_once_quad(kept: Poly, quad: int, gc: bool, repeat: bool) -> int:
+    """The rows·seq² a real layer's `kept` takes from its traced layer: none of a positive c for a real layer that
+    repeats a traced one under checkpointing. There a layer keeps only its checkpointed inputs
+    (torch/utils/checkpoint.py), so a kept term growing with rows·seq² is a tensor made outside the layers — the
+    causal mask (transformers masking_utils `create_causal_mask`) — that every layer of the kind takes as an input and
+    that dies with the lowest one's backward: the traced layer that first holds the kind (hpcmem/trace/learn.py `kept`
+    is what dies at a layer's backward end). hpcmem.trace.layer_map maps the real layers past the traced depth onto
+    the last traced layer of their kind, which is that first one where the cut holds the kind once (LFM2's attention
+    layers: 1 of 4 traced), so without this each real layer of the kind would count one more mask. Without
+    checkpointing the layers save their own [rows, seq, seq] tensors (efficient attention's bias), which repeat."""
+    return 0 if gc and repeat and kept.c > 0 else quad
+
+
 def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, cell: Cell,
                 reference: dict | None = None) -> LayerBytes:
     p: LearnedProfile = job.model.learned
@@ -275,11 +289,14 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
             backward_bound[kind_id] = (ref.saved_per_layer(tokens, traced) - base.saved_per_layer(tokens, traced),
                                        backward_transient(ref, tokens, traced) - backward_transient(base, tokens, traced))
     tail = tail_bytes(job, mb, prec)        # xLSTM's step-by-step remainder, which no learned length ran
+    seen: set[int] = set()
     for j, r in enumerate(p.layer_map):
         d_saved, d_temp, grad, dora_t, untraced = per_kind[p.layer_kinds[j]]
         quad = _quad(job, mb, j)
-        raw = (cell.fwd[r].at(tokens, quad), cell.fpeak[r].at(tokens, quad), cell.kept[r].at(tokens, quad),
+        raw = (cell.fwd[r].at(tokens, quad), cell.fpeak[r].at(tokens, quad),
+               cell.kept[r].at(tokens, shared_once_quad(cell.kept[r], quad, gc, r in seen)),
                cell.peak[r].at(tokens, quad))
+        seen.add(r)
         fwd, fpeak, kept, peak = raw
         # an untraced MLP adapter's instant (`untraced_mlp_instant`) sits on what the layer's forward keeps: the
         # plain LoRA cell without checkpointing measured that (its `fwd`); the recompute under checkpointing keeps
