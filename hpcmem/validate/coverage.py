@@ -422,17 +422,43 @@ def rescore(path: Path | None = None, types: list[str] | None = None) -> list[di
             profile = None
             if rec.get("made") == "learned":
                 profile = sweep_profile(name, cfg)
-            specs[name] = eval_model(cfg, name, profile, folder)[0] if profile or rec.get("made") == "derived" \
-                else None
+            specs[name] = _eval_cut(cfg, name, profile, folder) if profile or rec.get("made") == "derived" else None
         if specs[name] is None:
             out.append(rec)
             continue
+        spec, cut = specs[name]
+        if (rec.get("layers"), rec.get("eval_layers")) != cut:
+            out.append(stale(rec, cut))
+            continue
         targets = rec.get("lora_targets")
-        est = estimate(eval_job(specs[name], rec["technique"], tuple(targets) if targets else None))
+        est = estimate(eval_job(spec, rec["technique"], tuple(targets) if targets else None))
         estimated = max(tensor_bytes(p) for p in est.phases)
         out.append({**rec, "estimated": estimated, "estimated_phase": est.peak_phase.name,
                     "err_pct": round(100.0 * (estimated - rec["traced"]) / rec["traced"], 3)})
     return out
+
+
+def _eval_cut(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tuple[Any, tuple[int, Any]]:
+    """(the eval model, its cut as a record names it: the traced layers and, for a profile learned from real layers
+    that are not a prefix, which real layers the cut keeps — `sweep_type`'s "layers" and "eval_layers")."""
+    spec, depth, real = eval_model(cfg, name, profile, folder)
+    keep = list(subsequence(profile.layer_kinds, depth)) if (
+        profile is not None and profile.provenance.get("layers") and depth < real) else None
+    return spec, (depth, keep)
+
+
+def stale(rec: dict[str, Any], cut: tuple[int, Any]) -> dict[str, Any]:
+    """A record whose trace ran on another cut than the one the sweep builds today (its profile was learned again
+    from other real layers, or the depth rule changed): re-estimating it would hold a model of one depth to the trace
+    of another, so it loses its score and says what to run."""
+    old = {k: v for k, v in rec.items() if k not in ("err_pct", "estimated", "estimated_phase")}
+
+    def where(layers: Any, keep: Any) -> str:
+        return f"{layers} layers ({f'real layers {keep}' if keep else 'a prefix'})"
+
+    return {**old, "stale": f"traced on {where(rec.get('layers'), rec.get('eval_layers'))}; the sweep now cuts "
+                            f"{where(*cut)}: trace it again (hpcmem validate coverage --types {rec['model_type']} "
+                            "--redo)"}
 
 
 def sweep_profile(name: str, cfg: dict[str, Any]) -> Any:
@@ -485,10 +511,12 @@ def outcomes(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> dict[
 
 
 def _notes(records: list[dict[str, Any]]) -> dict[str, str]:
-    """model_type → the first error the sweep recorded for it (type-level first, else a technique's)."""
+    """model_type → the first error the sweep recorded for it (type-level first, else a technique's), or why a record
+    is stale (`stale`)."""
     notes: dict[str, str] = {}
-    for r in sorted((r for r in records if "error" in r), key=lambda r: "technique" in r):
-        notes.setdefault(r["model_type"], (f"{r['technique']}: " if "technique" in r else "") + r["error"])
+    for r in sorted((r for r in records if "error" in r or "stale" in r), key=lambda r: "technique" in r):
+        notes.setdefault(r["model_type"], (f"{r['technique']}: " if "technique" in r else "")
+                         + r.get("error", r.get("stale", "")))
     return notes
 
 

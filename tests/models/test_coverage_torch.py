@@ -35,6 +35,30 @@ def test_stored_coverage_records_rescore_within_3_percent():
     assert not worse, "\n".join(worse)
 
 
+def test_a_record_traced_on_another_cut_is_stale_not_rescored(tmp_path):
+    """A stored trace holds the model it ran: one of 3 Llama-3.1-70B layers rescored against today's 16-layer cut would
+    compare two depths. Rescoring drops its error and says what to run; the record of the cut built today is scored."""
+    import json
+
+    from hpcmem.validate.coverage import load_records, rescore
+
+    same = next(r for r in load_records() if r["model_type"] == "llama" and r["technique"] == "full+gc")
+    assert same["layers"] == 16
+    path = tmp_path / "coverage.jsonl"
+    path.write_text(json.dumps(same) + "\n" + json.dumps({**same, "layers": 3}) + "\n")
+    kept, moved = rescore(path)
+    assert "err_pct" in kept and "stale" not in kept
+    assert "err_pct" not in moved and "estimated" not in moved
+    assert "traced on 3 layers (a prefix); the sweep now cuts 16 layers (a prefix)" in moved["stale"]
+    assert "--types llama --redo" in moved["stale"]
+
+
+def test_no_stored_coverage_record_is_stale():
+    from hpcmem.validate.coverage import rescore
+
+    assert [r["model_type"] for r in rescore() if "stale" in r] == []
+
+
 # tiny configs of the types whose layer count or LoRA targets the learner once could not read
 TINY_LONGCAT = {"model_type": "longcat_flash", "vocab_size": 256, "hidden_size": 64, "num_layers": 4,
                 "num_attention_heads": 4, "num_key_value_heads": 4, "ffn_hidden_size": 96, "q_lora_rank": 32,
