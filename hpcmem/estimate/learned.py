@@ -43,6 +43,7 @@ from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.models.params import LinearModule
 from hpcmem.models.peft_targets import resolve
 from hpcmem.models.profile import (
+    ONE_ROW_PACKED,
     UNMASKED_SCORES,
     Cell,
     Envelope,
@@ -118,11 +119,23 @@ def traced_leaves(p: LearnedProfile, targets: list[str] | tuple[str, ...]) -> fr
     return frozenset(resolve(peft_type, tuple(targets), (), leaves).modules) & frozenset(leaves)
 
 
-def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[Cell, dict]:
+def one_row(job: JobSpec, mb: MicroBatch) -> bool:
+    """Whether the micro-batch takes the profile's one-row cells where learned (hpcmem/trace/learn.py
+    `one_row_cells`, profile `one_row_key`): one row without padding — unmasked, or a packed row of several documents
+    where the learner held the one-row cells on one (`ONE_ROW_PACKED`); not one a generating trainer cut from a padded
+    batch."""
+    p = job.model.learned
+    return (mb.rows == 1 and not mb.padded_with
+            and (not mb.masked or (mb.padding_free and bool(p.held.get(ONE_ROW_PACKED)))))
+
+
+def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch) -> tuple[Cell, dict]:
     """(the profile's terms for this job, the LoRA reference they were traced with), or a SpecError naming what was
     not learned. A LoRA job on the adapters of peft's default targets takes the `lora-default` cell where learned, a
-    DoRA job the `dora` cell (the reference's targets with use_dora; other targets add the difference)."""
+    DoRA job the `dora` cell (the reference's targets with use_dora; other targets add the difference); each its
+    one-row variant where the micro-batch is one row (`one_row`) and the profile has it."""
     t, p = job.train, job.model.learned
+    one = one_row(job, mb)
     if lora.enabled and lora.targeted:
         # the profile's LoRA cells are traced with adapters on nn.Linear layers only (provenance lora_reference); what a
         # lora.ParamWrapper keeps (the adapted weight W + ΔW, its gradient) is not in them
@@ -132,17 +145,17 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout) -> tuple[Cell,
                         "this type); name nn.Linear modules instead")
     default, key = p.provenance.get("lora_default"), precision_key(prec)
     if (t.use_peft and t.use_dora and key and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
-            and (cell := p.cell(key, DORA, t.gradient_checkpointing)) is not None):
+            and (cell := p.cell(key, DORA, t.gradient_checkpointing, one)) is not None):
         return cell, {**p.lora_reference, "use_dora": True}
     if (t.use_peft and not t.use_dora and default and key
             and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
             and {m.leaf for m in lora.adapted} == traced_leaves(p, default["lora_target_modules"])
-            and (cell := p.cell(key, DEFAULT_LORA, t.gradient_checkpointing)) is not None):
+            and (cell := p.cell(key, DEFAULT_LORA, t.gradient_checkpointing, one)) is not None):
         return cell, default
-    return _cell(job, prec), p.lora_reference
+    return _cell(job, prec, one), p.lora_reference
 
 
-def _cell(job: JobSpec, prec: Precision) -> Cell:
+def _cell(job: JobSpec, prec: Precision, one: bool = False) -> Cell:
     t, p = job.train, job.model.learned
     problems = []
     if t.selective_checkpointing:
@@ -152,7 +165,7 @@ def _cell(job: JobSpec, prec: Precision) -> Cell:
     if t.quantized:
         problems.append("4/8-bit bases are not learned (the trace cannot run bitsandbytes)")
     key = precision_key(prec)
-    cell = p.cell(key, "lora" if t.use_peft else "full", t.gradient_checkpointing) if key else None
+    cell = p.cell(key, "lora" if t.use_peft else "full", t.gradient_checkpointing, one) if key else None
     if key is None:
         problems.append("only 16-bit compute is learned (bf16/fp16 on); this job computes in fp32")
     elif cell is None:
@@ -222,14 +235,16 @@ class LayerBytes:
     left: list[int]           # other bytes each layer's backward leaves alive until its next forward (profile `left`)
 
 
-def _quad(job: JobSpec, mb: MicroBatch, layer: int | None = None) -> int:
+def _quad(job: JobSpec, mb: MicroBatch, layer: int | None = None, cell: Cell | None = None) -> int:
     """rows·seq² where the traced terms had it (the cells are learned on padded rows): masked batches, attention that
     always builds scores (eager, or what the rows check found holding them: UNMASKED_SCORES), and a sliding layer
     whose window needs its own mask on an unpadded row (hpcmem.estimate.activations `sliding_mask_alone`) — `layer`
     None: the terms outside the layers, which hold the masks (there the padded rows' causal mask counts beside the
-    sliding one: one [rows, seq, seq] boolean more)."""
+    sliding one: one [rows, seq, seq] boolean more). A one-row cell (`cell.rows` 1) was traced on the row it is used
+    for: its rows·seq² terms are that row's own."""
     m, attn = job.model, job.train.attn_implementation
-    if mb.masked or m.learned.provenance.get("attention") == "eager" or m.learned.held.get(UNMASKED_SCORES):
+    if (cell is not None and cell.rows == 1) or mb.masked or m.learned.provenance.get("attention") == "eager" \
+            or m.learned.held.get(UNMASKED_SCORES):
         return mb.rows * mb.seq * mb.seq
     alone = sliding_mask_alone(m, mb, attn) and (layer is None or layer in m.sliding_layers)
     return mb.rows * mb.seq * mb.seq if alone else 0
@@ -259,7 +274,7 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     # reference's shifted by the difference of their forward transients; the user's backward instants are bounded
     # from the plain LoRA cell with DoRA's saved terms and backward by the formulas (hpcmem.estimate.lora_variants),
     # so a user's DoRA on fewer or narrower linears does not keep the reference's larger DoRA instant (estimator/LOG.md)
-    plain = _cell(job, prec) if gc and reference is not None and reference.get("use_dora") else None
+    plain = _cell(job, prec, cell.rows == 1) if gc and reference is not None and reference.get("use_dora") else None
     backward_bound: dict[int, tuple[int, int]] = {}
     # the cells were traced under autocast (TRL's bf16: a w2a2 / w4a2 cell); a job without it (bf16 and fp16 off) has
     # peft's fp32 adapters compute in fp32 on fp32 copies of their inputs: its side of each difference is taken at its
@@ -292,7 +307,7 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     seen: set[int] = set()
     for j, r in enumerate(p.layer_map):
         d_saved, d_temp, grad, dora_t, untraced = per_kind[p.layer_kinds[j]]
-        quad = _quad(job, mb, j)
+        quad = _quad(job, mb, j, cell)
         raw = (cell.fwd[r].at(tokens, quad), cell.fpeak[r].at(tokens, quad),
                cell.kept[r].at(tokens, shared_once_quad(cell.kept[r], quad, gc, r in seen)),
                cell.peak[r].at(tokens, quad))
@@ -302,7 +317,7 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         # plain LoRA cell without checkpointing measured that (its `fwd`); the recompute under checkpointing keeps
         # the same
         forward_kept = None
-        if untraced and (nogc := p.cell(precision_key(prec) or "", "lora", False)) is not None:
+        if untraced and (nogc := p.cell(precision_key(prec) or "", "lora", False, cell.rows == 1)) is not None:
             forward_kept = nogc.fwd[r].at(tokens, quad) + d_saved + untraced
         if gc:
             peak += tail
@@ -398,10 +413,10 @@ def head_out(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, ce
       pieces of the term (profile.Envelope) with c < 0 hold the head and lose that polynomial; the other pieces —
       instants before the tile — hold the head's linear part only, which is this job's shape's own (`traced_head`)."""
     p: LearnedProfile = job.model.learned
-    tokens, quad = mb.tokens, _quad(job, mb)
+    tokens, quad = mb.tokens, _quad(job, mb, cell=cell)
     at = traced_head(job, mb, prec, lora)
     at_fwd, at_bwd = at.saved + at.forward_transient, at.backward_transient
-    seqs, rows = tuple(p.provenance.get("seqs") or ()), int(p.provenance.get("rows") or 0)
+    seqs, rows = tuple(p.provenance.get("seqs") or ()), cell.rows or int(p.provenance.get("rows") or 0)
     if len(seqs) != 3 or not rows:
         return cell.forward_other.at(tokens, quad) - at_fwd, cell.head_other.at(tokens, quad) - at_bwd
     heads = [traced_head(job, replace(mb, rows=rows, seq=s, padding_free=False, padded_with=0), prec, lora)
@@ -414,9 +429,9 @@ def head_out(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, ce
 def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
                    loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()) -> list[Phase]:
     t, p = job.train, job.model.learned
-    cell, reference = learned_cell(job, prec, lora)
+    cell, reference = learned_cell(job, prec, lora, mb)
     lb = layer_bytes(job, mb, prec, lora, cell, reference)
-    tokens, quad, L = mb.tokens, _quad(job, mb), len(lb.kept)
+    tokens, quad, L = mb.tokens, _quad(job, mb, cell=cell), len(lb.kept)
     resident = resident_components(s, lora) + list(extra_resident)
     gathered = [Component(name=GATHERED, bytes=s.gathered)] if s.gathered else []
     accum = s.gradients if t.gradient_accumulation_steps > 1 else 0

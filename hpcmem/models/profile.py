@@ -52,6 +52,9 @@ KIND = "profiles"
 # `held` key: the rows·seq² terms stay on an unpadded row (the layers build [seq, seq] tensors without a mask; set by
 # the rows check, hpcmem/trace/learn.py `held_rows`)
 UNMASKED_SCORES = "unmasked_scores"
+ONE_ROW = "1row"
+# held: the one-row cells also hold a packed (padding-free) row of several documents (hpcmem/trace/learn.py)
+ONE_ROW_PACKED = "one_row_packed"
 PRECISIONS = ("w4a2", "w2a2")           # fp32 weights + bf16 autocast (TRL's default load) | bf16/fp16 weights
 TECHNIQUES = ("full", "lora")
 CHECKPOINTING = ("gc", "nogc")
@@ -163,6 +166,9 @@ class Cell:
     # forward_other and head_other hold the fused LM head's own bytes of the traced job (format 3; the estimate takes
     # its own formula for them out), not what is left beside them (format 2)
     head_with_loss: bool = False
+    # the rows per micro-batch its traces ran (hpcmem/trace/learn.py): 0 for the profile's own (provenance "rows"); 1
+    # for a one-row cell (`one_row_key`), traced on one unpadded row
+    rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -234,8 +240,10 @@ class LearnedProfile(ParamLayout):
     def total(self) -> int:
         return self.embed + self.lm_head + self.other + sum(self.kinds[k].params for k in self.layer_kinds)
 
-    def cell(self, precision: str, technique: str, gc: bool) -> Cell | None:
-        return self.cells.get(cell_key(precision, technique, gc))
+    def cell(self, precision: str, technique: str, gc: bool, one_row: bool = False) -> Cell | None:
+        """The cell of a technique; `one_row`: its one-row variant where learned (`one_row_key`), else the cell."""
+        key = cell_key(precision, technique, gc)
+        return (self.cells.get(one_row_key(key)) if one_row else None) or self.cells.get(key)
 
     def cell_keys(self) -> list[str]:
         return sorted(self.cells)
@@ -256,6 +264,12 @@ def cell_key(precision: str, technique: str, gc: bool) -> str:
     return f"{precision}/{technique}/{'gc' if gc else 'nogc'}"
 
 
+def one_row_key(key: str) -> str:
+    """The key of a cell's one-row variant: the same technique traced on one unpadded row per micro-batch, learned
+    where the cells of ROWS padded rows do not scale down to one (hpcmem/trace/learn.py `one_row_cells`)."""
+    return f"{key}/{ONE_ROW}"
+
+
 # -- JSON ---------------------------------------------------------------------------------------------------------
 def _poly(v: Any) -> Any:
     """[a, b, c] → Poly; {"max": [[a, b, c], …]} → Envelope (format 3)."""
@@ -269,7 +283,7 @@ def _cell(d: dict[str, Any]) -> Cell:
                 peak=tuple(map(_poly, d["peak"])), forward_entry=_poly(d["forward_entry"]),
                 forward_other=_poly(d["forward_other"]), head_other=_poly(d["head_other"]),
                 entry_other=_poly(d["entry_other"]), left=tuple(map(_poly, d.get("left", ()))),
-                head_with_loss=bool(d.get("head_with_loss", False)))
+                head_with_loss=bool(d.get("head_with_loss", False)), rows=int(d.get("rows", 0)))
 
 
 def profile_from_dict(doc: dict[str, Any]) -> LearnedProfile:
@@ -322,7 +336,8 @@ def profile_to_dict(p: LearnedProfile) -> dict[str, Any]:
                         "forward_entry": _p(c.forward_entry), "forward_other": _p(c.forward_other),
                         "head_other": _p(c.head_other), "entry_other": _p(c.entry_other),
                         **({"left": [_p(x) for x in c.left]} if any(x.a or x.b or x.c for x in c.left) else {}),
-                        **({"head_with_loss": True} if c.head_with_loss else {})}
+                        **({"head_with_loss": True} if c.head_with_loss else {}),
+                        **({"rows": c.rows} if c.rows else {})}
                   for key, c in sorted(p.cells.items())},
         **({"no_grad": [_p(x) for x in p.no_grad]} if p.no_grad else {}),
         **({"no_grad_entry": _p(p.no_grad_entry)} if p.no_grad_entry is not None else {}),

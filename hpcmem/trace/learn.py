@@ -59,6 +59,7 @@ from hpcmem.job.shape import micro_batch, precision
 from hpcmem.job.spec import TrainSpec
 from hpcmem.models.coverage import required_settings, settings_beside_checkpointing
 from hpcmem.models.profile import (
+    ONE_ROW_PACKED,
     REFERENCE_LORA,
     Cell,
     Envelope,
@@ -71,6 +72,7 @@ from hpcmem.models.profile import (
     cell_key,
     config_hash,
     fit_poly,
+    one_row_key,
     spec_from_profile,
 )
 from hpcmem.trace import layer_map as lay
@@ -243,13 +245,14 @@ def terms(meas: dict[str, Any], known: dict[str, Any]) -> dict[str, Any]:
 
 
 def fit_cell(samples: list[dict[str, Any]], kinds: tuple[int, ...] | None = None,
-             seqs: tuple[int, ...] = SEQS) -> Cell:
+             seqs: tuple[int, ...] = SEQS, rows: int = ROWS) -> Cell:
     """Fit every term; with the real model's layer kinds, add the real last layer's stand-in (layout.layer_map).
-    A highest-instant term whose phase has the same points at every length is an Envelope of its instants."""
+    A highest-instant term whose phase has the same points at every length is an Envelope of its instants. `rows`:
+    the rows per micro-batch the samples were traced with."""
     def term(name: str, values: list[float], series: list[list[int]] | None) -> Any:
         if series is not None and len({len(x) for x in series}) == 1 and series[0]:
-            return envelope(series, seqs)
-        return fit_poly(values, seqs, ROWS)
+            return envelope(series, seqs, rows)
+        return fit_poly(values, seqs, rows)
 
     def series_of(name: str, k: int | None = None) -> list[list[int]] | None:
         got = [s.get("series", {}).get(name) for s in samples]
@@ -269,7 +272,8 @@ def fit_cell(samples: list[dict[str, Any]], kinds: tuple[int, ...] | None = None
     return Cell(fwd=per_layer("fwd"), fpeak=per_layer("fpeak"), kept=per_layer("kept"), peak=per_layer("peak"),
                 left=per_layer("left") if any(any(s.get("left") or ()) for s in samples) else (),
                 forward_entry=one("forward_entry"), forward_other=one("forward_other"),
-                head_other=one("head_other"), entry_other=one("entry_other"), head_with_loss=True)
+                head_other=one("head_other"), entry_other=one("entry_other"), head_with_loss=True,
+                rows=0 if rows == ROWS else rows)
 
 
 ENVELOPED = ("fpeak", "peak", "forward_other", "head_other")
@@ -622,6 +626,10 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     provenance["held"] = held(probe, fitted, spec, dtypes, wanted, seqs, full.max_position_embeddings,
                               factor=CHECK_FACTOR if long_checks else 1, progress=progress) \
         if check else not_held(seqs)
+    if check and (provenance["held"].get("rows_held") or [1])[0] > 1:
+        fitted |= one_row_cells(probe, fitted, spec, dtypes, wanted, seqs, depth,
+                                None if ends_last or not prefix else full.layer_kinds, provenance["held"],
+                                workers=workers, progress=progress, start=start)
     routed = any(isinstance(d, dict) and d.get("routing_assumed") for d in done.values())
     provenance |= {"seconds": round(time.perf_counter() - start, 1), "check_err_pct": checks,
                    "not_learned": skipped, "versions": _versions(),
@@ -666,10 +674,11 @@ def _run_samples(probe: LearnedProfile, tasks: list[tuple], depth: int, workers:
 
 
 def _sample_task(args: tuple) -> Any:
-    """One traced job's terms (a worker's task): (probe profile, dtype, technique, gc, seq, depth)."""
-    probe, dtype, technique, gc, seq, depth = args
+    """One traced job's terms (a worker's task): (probe profile, dtype, technique, gc, seq[, rows], depth)."""
+    probe, dtype, technique, gc, seq = args[:5]
+    rows, depth = (args[5] if len(args) == 7 else ROWS), args[-1]
     try:
-        return _sample(learn_job(spec_from_profile(probe, probe.model_type), dtype, technique, gc, seq), depth)
+        return _sample(learn_job(spec_from_profile(probe, probe.model_type), dtype, technique, gc, seq, rows), depth)
     except Exception as exc:  # noqa: BLE001 — one cell that cannot run leaves the others learned
         return f"{type(exc).__name__}: {exc}"[:300]
 
@@ -798,6 +807,51 @@ def held_rows(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtype: s
     hi = max((r for r in more if all(held_at(x) for x in more if x <= r)), default=ROWS)
     return {"rows_held": [lo, hi], UNMASKED_SCORES: unmasked_scores,
             "rows_err_pct": {f"{PRECISIONS[dtype]} {held_name(technique, gc)} {length}": errors}}
+
+
+def one_row_cells(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple[str, ...],
+                  wanted: list[tuple[str, bool]], seqs: tuple[int, ...], depth: int, kinds: tuple[int, ...] | None,
+                  held: dict[str, Any], *, workers: int, progress: Any, start: float) -> dict[str, Cell]:
+    """Cells traced on one unpadded row per micro-batch, for a profile whose rows check missed at one row both ways
+    (`held_rows`: the padded rows' rows·seq² terms dropped, and kept): some of those terms exist on one unpadded row
+    and some not. DeepSeek-V3.2-style sparse attention always reads a 4-D mask and builds [rows, seq, seq] index
+    scores (models/deepseek_v32/modeling_deepseek_v32.py: `attention_mask[:, 0, :, :]` into the indexer), while
+    padded rows add more [rows, seq, seq] tensors on top. Each technique of `wanted` is traced again at `seqs` on one
+    row and fitted as its own cell (`one_row_key`); the estimate takes them for a micro-batch of one unpadded row
+    (hpcmem.estimate.learned `one_row`). Then the rows check at one row runs again with them — "rows_held" starts at
+    1 where it holds — and once more on a packed row (padding-free, two documents), which sets ONE_ROW_PACKED where
+    they hold it too. `held` gains both results; the cells come back keyed by `one_row_key`."""
+    tasks = [(d, tech, gc, seq, 1) for d in dtypes for tech, gc in wanted for seq in seqs]
+    if progress:
+        progress("one unpadded row: the rows check missed at one row; tracing each cell on one row")
+    done = _run_samples(probe, tasks, depth, workers, progress, start)
+    out: dict[str, Cell] = {}
+    for d in dtypes:
+        for tech, gc in wanted:
+            got = [done[(d, tech, gc, seq, 1)] for seq in seqs]
+            if not any(isinstance(g, str) for g in got):
+                out[one_row_key(cell_key(PRECISIONS[d], tech, gc))] = fit_cell(got, kinds, seqs, rows=1)
+    errors = next(iter((held.get("rows_err_pct") or {}).values()), None)
+    name = next(iter(held.get("rows_err_pct") or {}), "")
+    first = next(((t, gc) for t, gc in wanted if held_name(t, gc) in held.get("techniques", {})), None)
+    if not out or errors is None or first is None:
+        return out
+    job = learn_job(spec, dtypes[0], *first, held["techniques"][held_name(*first)], rows=1)
+    packed = replace(job, train=replace(job.train, packing=True, packing_strategy="bfd"))
+    for label, one, flag in (("1 with one-row cells", job, {}), ("1 packed with one-row cells", packed,
+                                                                 {ONE_ROW_PACKED: True})):
+        if progress:
+            progress(f"rows check: {name} × {label}")
+        try:
+            errors[label] = err = _error(probe, {**cells, **out}, one, run_trace(one).peak_allocated_bytes, flag)
+        except Exception as exc:  # noqa: BLE001 — a check that cannot run holds nothing
+            errors[label] = f"{type(exc).__name__}: {exc}"[:200]
+            continue
+        if abs(err) <= HELD_PCT and not flag:
+            held["rows_held"] = [1, held["rows_held"][1]]
+        elif abs(err) <= HELD_PCT:
+            held[ONE_ROW_PACKED] = True
+    return out
 
 
 def not_held(seqs: tuple[int, ...]) -> dict[str, Any]:
