@@ -436,7 +436,8 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     gathered = [Component(name=GATHERED, bytes=s.gathered)] if s.gathered else []
     accum = s.gradients if t.gradient_accumulation_steps > 1 else 0
     accum_c = [Component(name="gradients", bytes=accum, note="kept across gradient accumulation")] if accum else []
-    how = f"learned profile ({p.provenance.get('summary', 'traced')})"
+    one = "; its cells traced on one row" if cell.rows == 1 else ""
+    how = f"learned profile ({p.provenance.get('summary', 'traced')}{one})"
     if cell.head_with_loss:     # the traced jobs' fused LM head is in the terms: what they hold of it out
         forward_other, head_other = head_out(job, mb, prec, lora, cell)
     else:
