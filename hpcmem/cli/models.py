@@ -120,6 +120,13 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
         held = summary["held"]
         click.echo(f"held within {held['within_pct']} % at ≤ {held['max_length']:,} tokens per row: "
                    + (", ".join(f"{k} ≤ {v:,}" for k, v in held["techniques"].items()) or "no technique"))
+        if held.get("rows_held"):
+            lo, hi = held["rows_held"]
+            one = any(k.endswith("/1row") for k in summary["cells"])
+            click.echo(f"held at {lo}–{hi} rows per micro-batch" + (
+                "; one unpadded row by its one-row cells" + (", a packed row too" if held.get("one_row_packed")
+                                                             else " (a packed row keeps the padded rows' cells)")
+                if one else ""))
         for key, why in summary["not_learned"].items():
             click.echo(f"not learned: {key}: {why}")
         click.echo(f"wrote {path}")
