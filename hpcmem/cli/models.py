@@ -28,7 +28,8 @@ from hpcmem.models import (
 from hpcmem.models.config import has_family
 from hpcmem.models.coverage import (coverage_rows, installed_mapping, refusal, render_coverage, sweep_summary,
                                     vision_language_rows, vlm_summary)
-from hpcmem.models.profile import KIND, config_hash, load_profile, profile_filename, save_profile
+from hpcmem.models.profile import (KIND, ONE_ROW, ONE_ROW_PACKED, config_hash, load_profile, profile_filename,
+                                   save_profile)
 from hpcmem.models.resolve import _read_json
 from hpcmem.models.spec import ModelSpec
 from hpcmem.models.vision import text_part
@@ -122,11 +123,12 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
                    + (", ".join(f"{k} ≤ {v:,}" for k, v in held["techniques"].items()) or "no technique"))
         if held.get("rows_held"):
             lo, hi = held["rows_held"]
-            one = any(k.endswith("/1row") for k in summary["cells"])
-            click.echo(f"held at {lo}–{hi} rows per micro-batch" + (
-                "; one unpadded row by its one-row cells" + (", a packed row too" if held.get("one_row_packed")
-                                                             else " (a packed row keeps the padded rows' cells)")
-                if one else ""))
+            line = f"held at {lo}–{hi} rows per micro-batch"
+            if any(k.endswith(f"/{ONE_ROW}") for k in summary["cells"]):
+                packed = ", a packed row too" if held.get(ONE_ROW_PACKED) else \
+                    " (a packed row keeps the padded rows' cells)"
+                line += "; one unpadded row by its one-row cells" + packed
+            click.echo(line)
         for key, why in summary["not_learned"].items():
             click.echo(f"not learned: {key}: {why}")
         click.echo(f"wrote {path}")

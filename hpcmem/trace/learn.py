@@ -573,7 +573,7 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     # DoRA on the reference adapters, beside each LoRA cell: its weight norms and fp32 products are traced, not the
     # difference formulas' (hpcmem.estimate.lora_variants), which a layer's own instants place better
     wanted += [(DORA, gc) for tech, gc in wanted if tech == "lora" and dora]
-    tasks = [(PRECISIONS[d], d, tech, gc, seq) for d in dtypes for tech, gc in wanted for seq in seqs]
+    tasks = [(PRECISIONS[d], d, tech, gc, seq, ROWS) for d in dtypes for tech, gc in wanted for seq in seqs]
     done = _run_samples(probe, [t[1:] for t in tasks], depth, workers, progress, start)
     fitted: dict[str, Cell] = {}
     skipped: dict[str, str] = {cell_key(PRECISIONS[d], tech, gc): "peft adapts none of this model's linears as "
@@ -583,7 +583,7 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     for dtype in dtypes:
         for technique, gc in wanted:
             key = cell_key(PRECISIONS[dtype], technique, gc)
-            got = [done[(dtype, technique, gc, seq)] for seq in seqs]
+            got = [done[(dtype, technique, gc, seq, ROWS)] for seq in seqs]
             errors = [g for g in got if isinstance(g, str)]
             if errors:
                 skipped[key] = errors[0]
@@ -674,9 +674,8 @@ def _run_samples(probe: LearnedProfile, tasks: list[tuple], depth: int, workers:
 
 
 def _sample_task(args: tuple) -> Any:
-    """One traced job's terms (a worker's task): (probe profile, dtype, technique, gc, seq[, rows], depth)."""
-    probe, dtype, technique, gc, seq = args[:5]
-    rows, depth = (args[5] if len(args) == 7 else ROWS), args[-1]
+    """One traced job's terms (a worker's task): (probe profile, dtype, technique, gc, seq, rows, depth)."""
+    probe, dtype, technique, gc, seq, rows, depth = args
     try:
         return _sample(learn_job(spec_from_profile(probe, probe.model_type), dtype, technique, gc, seq, rows), depth)
     except Exception as exc:  # noqa: BLE001 — one cell that cannot run leaves the others learned
@@ -704,7 +703,7 @@ def idle_kinds(kinds: tuple[LayerKind, ...], traced_kinds: list[int],
     lora_linears: dict[int, set[str]] = {}
     weight_linears: dict[int, set[str]] = {}
     any_lora = False
-    for (_, technique, _, _), got in samples.items():
+    for (_, technique, *_), got in samples.items():
         if isinstance(got, str):
             continue
         for k, names in enumerate(got.get("idle") or ()):
@@ -767,10 +766,16 @@ def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple
             techniques[name] = min(reached)
     out = {"max_length": min(techniques.values(), default=0), "techniques": techniques, "rows": ROWS,
            "precisions": [PRECISIONS[d] for d in dtypes], "within_pct": HELD_PCT, "err_pct": errors}
-    first = next(((t, gc) for t, gc in wanted if held_name(t, gc) in techniques), None)
+    first = rows_checked(wanted, techniques)
     if first:
         out |= held_rows(probe, cells, spec, dtypes[0], *first, techniques[held_name(*first)], progress=progress)
     return out
+
+
+def rows_checked(wanted: list[tuple[str, bool]], techniques: dict[str, int]) -> tuple[str, bool] | None:
+    """The technique the rows check runs (`held_rows`, and `one_row_cells` after it): the first of `wanted` that is
+    held at some length."""
+    return next(((t, gc) for t, gc in wanted if held_name(t, gc) in techniques), None)
 
 
 def held_rows(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtype: str, technique: str, gc: bool,
@@ -831,11 +836,10 @@ def one_row_cells(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtyp
             got = [done[(d, tech, gc, seq, 1)] for seq in seqs]
             if not any(isinstance(g, str) for g in got):
                 out[one_row_key(cell_key(PRECISIONS[d], tech, gc))] = fit_cell(got, kinds, seqs, rows=1)
-    errors = next(iter((held.get("rows_err_pct") or {}).values()), None)
-    name = next(iter(held.get("rows_err_pct") or {}), "")
-    first = next(((t, gc) for t, gc in wanted if held_name(t, gc) in held.get("techniques", {})), None)
-    if not out or errors is None or first is None:
+    first = rows_checked(wanted, held.get("techniques", {}))
+    if not out or not held.get("rows_err_pct") or first is None:
         return out
+    ((name, errors),) = held["rows_err_pct"].items()
     job = learn_job(spec, dtypes[0], *first, held["techniques"][held_name(*first)], rows=1)
     packed = replace(job, train=replace(job.train, packing=True, packing_strategy="bfd"))
     for label, one, flag in (("1 with one-row cells", job, {}), ("1 packed with one-row cells", packed,

@@ -329,12 +329,12 @@ def sweep_type(model_type: str) -> list[dict[str, Any]]:
         stage = "eval model"
         import tempfile
 
-        spec, depth, real = eval_model(cfg, model_type, profile, Path(tempfile.mkdtemp(prefix="hpcmem-coverage-")))
+        spec, depth, real, keep = eval_cut(cfg, model_type, profile,
+                                           Path(tempfile.mkdtemp(prefix="hpcmem-coverage-")))
         base |= {"made": "learned" if profile else "derived", "layers": depth, "layers_real": real,
                  "num_params_traced": spec.num_params}
-        if profile is not None and profile.provenance.get("layers"):     # learned from real layers not a prefix
-            base |= {"learned_layers": profile.provenance["layers"],
-                     "eval_layers": list(subsequence(profile.layer_kinds, depth))}
+        if keep is not None:     # learned from real layers not a prefix
+            base |= {"learned_layers": profile.provenance["layers"], "eval_layers": keep}
     except Exception as exc:  # noqa: BLE001 — recorded with the stage it failed in
         return [{**base, "error": f"{stage}: {type(exc).__name__}: {exc}"[:600],
                  "seconds": round(time.perf_counter() - start, 1)}]
@@ -422,13 +422,13 @@ def rescore(path: Path | None = None, types: list[str] | None = None) -> list[di
             profile = None
             if rec.get("made") == "learned":
                 profile = sweep_profile(name, cfg)
-            specs[name] = _eval_cut(cfg, name, profile, folder) if profile or rec.get("made") == "derived" else None
+            specs[name] = eval_cut(cfg, name, profile, folder) if profile or rec.get("made") == "derived" else None
         if specs[name] is None:
             out.append(rec)
             continue
-        spec, cut = specs[name]
-        if (rec.get("layers"), rec.get("eval_layers")) != cut:
-            out.append(stale(rec, cut))
+        spec, depth, _, keep = specs[name]
+        if (rec.get("layers"), rec.get("eval_layers")) != (depth, keep):
+            out.append(stale(rec, (depth, keep)))
             continue
         targets = rec.get("lora_targets")
         est = estimate(eval_job(spec, rec["technique"], tuple(targets) if targets else None))
@@ -438,13 +438,14 @@ def rescore(path: Path | None = None, types: list[str] | None = None) -> list[di
     return out
 
 
-def _eval_cut(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tuple[Any, tuple[int, Any]]:
-    """(the eval model, its cut as a record names it: the traced layers and, for a profile learned from real layers
-    that are not a prefix, which real layers the cut keeps — `sweep_type`'s "layers" and "eval_layers")."""
+def eval_cut(cfg: dict[str, Any], name: str, profile: Any, folder: Path) -> tuple[Any, int, int, list[int] | None]:
+    """`eval_model`'s (model, traced layers, real layers) and, for a profile learned from real layers that are not
+    a prefix, which real layers the cut keeps (else None): a record's "layers" and "eval_layers", written by
+    `sweep_type` and compared by `rescore`."""
     spec, depth, real = eval_model(cfg, name, profile, folder)
-    keep = list(subsequence(profile.layer_kinds, depth)) if (
-        profile is not None and profile.provenance.get("layers") and depth < real) else None
-    return spec, (depth, keep)
+    keep = list(subsequence(profile.layer_kinds, depth)) if profile is not None and profile.provenance.get("layers") \
+        else None
+    return spec, depth, real, keep
 
 
 def stale(rec: dict[str, Any], cut: tuple[int, Any]) -> dict[str, Any]:
