@@ -8,12 +8,8 @@ that import, its `_preprocess` run with torch pad/normalize for the two Torchvis
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-import types
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -24,7 +20,11 @@ from hpcmem.models.inkling import inkling_tower_from_config, plan_scales, scale_
 from hpcmem.models.resolve import resolve_model
 from hpcmem.validate.cases import case_job
 from tests.helpers.meta_models import meta_image_text_model, peft_all_linear_targets
+from tests.helpers.torchvision_stand_in import real_image_processor_class, torch_backend
 from tests.helpers.vlm_cuts import assert_refused_without_text_profile
+
+# transformers' own image processor, run over a torchvision stand-in (tests.helpers.torchvision_stand_in)
+PROCESSOR = ("transformers.models.inkling.image_processing_inkling", "InklingImageProcessor")
 
 CUT = Path(__file__).resolve().parents[1] / "fixtures" / "vlm" / "inkling-defaults-L2-D2.json"
 
@@ -98,46 +98,6 @@ def test_peft_all_linear_reaches_what_the_spec_adapts():
     assert "lm_head" not in targets
 
 
-def _real_image_processor_class(monkeypatch):
-    """transformers' own InklingImageProcessor, its module executed over a stand-in `torchvision.transforms.v2.
-    functional` (an empty module: `_preprocess` calls none of it directly), in sys.modules for this test only."""
-    package = types.ModuleType("torchvision")
-    transforms = types.ModuleType("torchvision.transforms")
-    v2 = types.ModuleType("torchvision.transforms.v2")
-    functional = types.ModuleType("torchvision.transforms.v2.functional")
-    package.transforms, transforms.v2, v2.functional = transforms, v2, functional
-    for name, module in (("torchvision", package), ("torchvision.transforms", transforms),
-                         ("torchvision.transforms.v2", v2), ("torchvision.transforms.v2.functional", functional)):
-        monkeypatch.setitem(sys.modules, name, module)
-    spec = importlib.util.find_spec("transformers.models.inkling.image_processing_inkling")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)       # its decorators read it back; removed at teardown
-    spec.loader.exec_module(module)
-    return module.InklingImageProcessor
-
-
-def _torch_backend():
-    """The two TorchvisionBackend methods `_preprocess` calls with rescale_image_frac None, in torch: `pad`
-    (image_processing_backends.py: right and bottom, `tvF.pad(images, (0, 0, pad_w, pad_h), fill=fill_value)`) and
-    `rescale_and_normalize` (the fused (x · factor − mean) / std in fp32)."""
-    import torch
-
-    def pad(images, pad_size, fill_value=0, **kwargs):
-        out = []
-        for image in images:
-            h, w = image.shape[-2:]
-            out.append(torch.nn.functional.pad(image, (0, pad_size.width - w, 0, pad_size.height - h),
-                                               value=fill_value))
-        return out
-
-    def rescale_and_normalize(image, do_rescale, rescale_factor, do_normalize, mean, std):
-        mean = torch.tensor(mean).view(-1, 1, 1)
-        std = torch.tensor(std).view(-1, 1, 1)
-        return (image.float() * rescale_factor - mean) / std
-
-    return SimpleNamespace(pad=pad, rescale_and_normalize=rescale_and_normalize)
-
-
 @pytest.mark.torch
 @pytest.mark.parametrize(("height", "width", "rows", "cols"),
                          [(640, 640, 16, 17), (960, 1280, 24, 33), (90, 130, 3, 4), (41, 39, 2, 1), (1, 1, 1, 1)])
@@ -152,9 +112,9 @@ def test_the_real_preprocess_and_processor_count_the_spec_s_patches(monkeypatch,
 
     from hpcmem.trace.vision import processor
 
-    real = _real_image_processor_class(monkeypatch)
+    real = real_image_processor_class(monkeypatch, *PROCESSOR)
     image = torch.full((3, height, width), 7, dtype=torch.uint8)
-    out = real._preprocess(_torch_backend(), [image], size=SizeDict(height=40, width=40), do_rescale=True,
+    out = real._preprocess(torch_backend(), [image], size=SizeDict(height=40, width=40), do_rescale=True,
                            rescale_factor=1 / 255, do_normalize=True, image_mean=list(OPENAI_CLIP_MEAN),
                            image_std=list(OPENAI_CLIP_STD), resample=None, rescale_image_frac=None,
                            rescale_image_max_upscaled_long_edge=2048, return_tensors="pt")
