@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.position_table import model_positions
 from hpcmem.job.trainers import entry
 
 
@@ -33,7 +34,7 @@ def describe(job: JobSpec) -> list[dict[str, Any]]:
                                "prompt is the dataset's, not a setting",
                         "set_with": "--max_prompt_length N, or --lengths PROFILE (hpcmem lengths --save)"})
         elif name == "row_lengths":
-            value = job.train.max_length if job.train.max_length is not None else job.model.max_position_embeddings
+            value = job.train.max_length if job.train.max_length is not None else model_positions(job.model)[1]
             out.append({"field": "row lengths", "value": value,
                         "why": "no length profile: every row is taken this long (TRL pads a batch to its longest "
                                "row)" + (", every position of it scored (TRL scores the completions only)"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from hpcmem.job.image_rules import image_mask, prompt_image_tokens
 from hpcmem.job.generation_batch import generation_batch_size
+from hpcmem.job.position_table import model_positions
 from hpcmem.job.trainers import entry
 
 if TYPE_CHECKING:
@@ -92,7 +93,9 @@ def micro_batch(job: Job) -> MicroBatch:
                           image_mask=image_mask(job), padded_with=generated,
                           source=f"{b} completions × (prompt {t.max_prompt_length} + completion "
                                  f"{t.max_completion_length})")
-    max_len = t.max_length if t.max_length is not None else m.max_position_embeddings
+    # max_length None: TRL truncates nothing, every row is taken as long as the model's positions (MPT's max_seq_len)
+    positions_key, positions = model_positions(m)
+    max_len = t.max_length if t.max_length is not None else positions
     if e.rows_per_example > 1:
         rows = e.rows_per_example * b
         if job.tokens_per_micro_batch is not None:
@@ -102,7 +105,7 @@ def micro_batch(job: Job) -> MicroBatch:
         else:
             seq = _round_up(max_len, t.pad_to_multiple_of)
             src = "" if t.max_length is not None else \
-                f" (max_length none: every row max_position_embeddings {m.max_position_embeddings} — pass --lengths)"
+                f" (max_length none: every row {positions_key} {positions} — pass --lengths)"
         # a row's images sit in its prompt (vision DPO), so their tokens are never labels (hpcmem.job.image_rules)
         labels = scored(job, rows * max(seq - 1 - prompt_image_tokens(job), 0))
         return MicroBatch(rows=rows, seq=seq, label_tokens=labels, padding_free=False, image_mask=image_mask(job),
@@ -114,7 +117,7 @@ def micro_batch(job: Job) -> MicroBatch:
     else:
         tokens = b * max_len
         src = ("worst case: every row max_length" if t.max_length is not None else
-               f"max_length none: every row max_position_embeddings {m.max_position_embeddings} — pass --lengths")
+               f"max_length none: every row {positions_key} {positions} — pass --lengths")
     if padding_free:
         seq = _round_up(tokens, t.pad_to_multiple_of)
         labels = scored(job, seq - 1)

@@ -35,6 +35,7 @@ from hpcmem.estimate.breakdown import Estimate
 from hpcmem.estimate.trainers import is_generation_phase
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.position_limits import position_problems
 from hpcmem.job.trainers import entry
 from hpcmem.trace import run_trace
 from hpcmem.validate.oracle_data import scored_as_traced
@@ -44,9 +45,13 @@ from hpcmem.validate.trace import model_reserved
 from hpcmem.validate.trl_run import config_refusal
 
 WITHIN_PCT = 3.0
+POSITIONS_UNSEEN = "a position past the model's table, read on fake tensors, raises nothing"
 OUTSIDE_HELD = "outside held range"
 REAL_CODE = ("trl", "transformers", "peft", "accelerate")
 MODULE_GETATTR = "torch/nn/modules/module.py:"
+SHAPE_CHECK = "torch/__init__.py:"        # torch._check_with, under torch._check / _check_value / _check_index
+# the trace's TorchDispatchModes (hpcmem/trace/oracle.py, tracker.py `__torch_dispatch__`): every op passes them
+TRACE_DISPATCH = ("hpcmem/trace/oracle.py:", "hpcmem/trace/tracker.py:")
 # the sources a stored trace depends on beside the job (which the record holds whole, config included): hpcmem's trace
 DIGESTED = ("trace",)
 
@@ -93,12 +98,28 @@ def _where(f: Any) -> str:
     return f"{path.name}:{f.lineno}"
 
 
+def caller_of_shape_check(exc: BaseException) -> str | None:
+    """`package/file.py:line` of the code whose tensor op failed torch's own shape check (`torch._check*`,
+    torch/__init__.py, which the meta functions and refs that give fake tensors their shapes call), past torch's
+    frames and the trace's dispatch hook; None for any other exception. Shapes are values fake tensors carry, so a
+    shape check fails on them exactly where it fails on a GPU's tensors: the real code's refusal."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames or not _where(frames[-1]).startswith(SHAPE_CHECK):
+        return None
+    for f in reversed(frames):
+        where = _where(f)
+        if not where.startswith(("torch/", *TRACE_DISPATCH)):
+            return where
+    return None
+
+
 def classify(exc: BaseException) -> str:
     where = origin(exc)
     if isinstance(exc, AttributeError) and where.startswith(MODULE_GETATTR):
         # torch's Module.__getattr__ only reports a missing attribute: the code that asked for it raised (peft's
         # PeftModelForCausalLM reading a sequence-classification model's prepare_inputs_for_generation)
         where = origin(exc, depth=2).split(" < ")[-1]
+    where = caller_of_shape_check(exc) or where
     line = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400]
     if where.split("/", 1)[0] in REAL_CODE:
         return f"refused: {line}"
@@ -130,7 +151,7 @@ def trace_record(job_dict: dict[str, Any]) -> dict[str, Any]:
             rec["versions"] = r.versions
     except Exception as exc:  # noqa: BLE001 — every outcome is a record
         rec["outcome"] = classify(exc)
-        rec["origin"] = origin(exc)
+        rec["origin"] = caller_of_shape_check(exc) or origin(exc)
         rec["stack"] = origin(exc, 8)
     rec["seconds"] = round(time.perf_counter() - start, 2)
     return rec
@@ -151,6 +172,18 @@ def as_traced(spec: JobSpec) -> tuple[Estimate, tuple[str, ...]]:
     return estimate(spec, shared=dataclasses.replace(st, phases=kept)), left
 
 
+def refused_by(job: RandomJob, exc: SpecError) -> str:
+    """"positions" when the rules refuse the job only for a row past the model's position table
+    (hpcmem.job.position_limits) — a refusal the fake-tensor trace cannot check where the table is indexed by value —,
+    else "rules"."""
+    try:
+        with trl_rules_off():
+            spec = job_spec(job)
+    except SpecError:
+        return "rules"
+    return "positions" if exc.problems == position_problems(spec) else "rules"
+
+
 def estimated(job: RandomJob) -> dict[str, Any]:
     """hpcmem's answer for the job now: {"refused": line, "by": "rules"|"estimate"} or the allocated tensor peak
     (cuBLAS workspaces and block tails left out, as `validate trace` compares it), the reserved peak and the phase,
@@ -158,7 +191,7 @@ def estimated(job: RandomJob) -> dict[str, Any]:
     try:
         spec = job_spec(job)
     except SpecError as exc:
-        return {"refused": " ".join(str(exc).split())[:400], "by": "rules"}
+        return {"refused": " ".join(str(exc).split())[:400], "by": refused_by(job, exc)}
     try:
         est, unscored = as_traced(scored_as_traced(spec))
     except SpecError as exc:
@@ -193,6 +226,10 @@ def score(rec: dict[str, Any]) -> dict[str, Any]:
     if "refused" in est:
         if real_refuses:
             return {**out, "verdict": "parity", "why": outcome}
+        if est["by"] == "positions":
+            # an embedding read past its table runs on fake tensors (no values): the trace ran, a GPU would not;
+            # the trainer oracle, on real values, holds this refusal (hpcmem.validate.random_trainer)
+            return {**out, "verdict": "not traced", "why": f"not traced: {POSITIONS_UNSEEN}: {est['refused']}"}
         verdict = "false refusal" if est["by"] == "rules" else "declined"
         return {**out, "verdict": verdict, "why": est["refused"]}
     if real_refuses:
