@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hpcmem.errors import SpecError
-from hpcmem.estimate.activations import sliding_mask_alone
+from hpcmem.estimate.activations import offloaded_on_gpu, sliding_mask_alone
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import backward_components, closing_phases, resident_components, tied_head_gradient
 from hpcmem.estimate.lora import LoraLayout, backward_transient
@@ -40,6 +40,7 @@ from hpcmem.estimate.recurrent_tail import tail_bytes
 from hpcmem.estimate.states import ParamParts, States
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
+from hpcmem.job.spec import TrainSpec
 from hpcmem.models.params import LinearModule
 from hpcmem.models.peft_targets import resolve
 from hpcmem.models.profile import (
@@ -129,6 +130,11 @@ def one_row(job: JobSpec, mb: MicroBatch) -> bool:
             and (not mb.masked or (mb.padding_free and bool(p.held.get(ONE_ROW_PACKED)))))
 
 
+def unlearned_offloading(t: TrainSpec) -> bool:
+    """Activation offloading the cells do not hold: without checkpointing (`_cell`; with it, `offloaded_inputs`)."""
+    return t.activation_offloading and not t.gradient_checkpointing
+
+
 def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch) -> tuple[Cell, dict]:
     """(the profile's terms for this job, the LoRA reference they were traced with), or a SpecError naming what was
     not learned. A LoRA job on the adapters of peft's default targets takes the `lora-default` cell where learned, a
@@ -144,11 +150,11 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch
                         " only (peft wraps fused experts and routers as parameters for all-linear or expert names on "
                         "this type); name nn.Linear modules instead")
     default, key = p.provenance.get("lora_default"), precision_key(prec)
-    if (t.use_peft and t.use_dora and key and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
+    if (t.use_peft and t.use_dora and key and not (t.selective_checkpointing or unlearned_offloading(t) or t.quantized)
             and (cell := p.cell(key, DORA, t.gradient_checkpointing, one)) is not None):
         return cell, {**p.lora_reference, "use_dora": True}
     if (t.use_peft and not t.use_dora and default and key
-            and not (t.selective_checkpointing or t.activation_offloading or t.quantized)
+            and not (t.selective_checkpointing or unlearned_offloading(t) or t.quantized)
             and {m.leaf for m in lora.adapted} == traced_leaves(p, default["lora_target_modules"])
             and (cell := p.cell(key, DEFAULT_LORA, t.gradient_checkpointing, one)) is not None):
         return cell, default
@@ -160,8 +166,12 @@ def _cell(job: JobSpec, prec: Precision, one: bool = False) -> Cell:
     problems = []
     if t.selective_checkpointing:
         problems.append("selective checkpointing is not learned (the profile traces GC full and off)")
-    if t.activation_offloading:
-        problems.append("activation offloading is not learned (the profile traces GC full and off)")
+    if unlearned_offloading(t):
+        # without checkpointing what stays on the GPU is the storages a layer saves twice (hpcmem.estimate.activations
+        # `offload_kept_on_gpu`), which the learned terms do not split out; with checkpointing only the layers' inputs
+        # are saved, and they are the `kept` terms (`offloaded_inputs`)
+        problems.append("activation offloading without checkpointing is not learned (the profile traces GC full and "
+                        "off; with gradient_checkpointing on it is estimated)")
     if t.quantized:
         problems.append("4/8-bit bases are not learned (the trace cannot run bitsandbytes)")
     key = precision_key(prec)
@@ -355,18 +365,31 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
 # traced instant, never below).
 
 
+def offloaded_inputs(job: JobSpec) -> bool:
+    """Activation offloading under full checkpointing: every layer's checkpointed input — the learned `kept` term —
+    goes to the host (hpcmem.estimate.step `offloaded_inputs`, the derived step's rule)."""
+    t = job.train
+    return t.activation_offloading and t.gradient_checkpointing and not t.selective_checkpointing
+
+
 def _forward_phase(lb: LayerBytes, entry: int, head_other: int, loss: LossBytes, held: tuple[Component, ...],
-                   note: str) -> Phase:
+                   note: str, off: list[int] | None = None) -> Phase:
     """The forward's highest instant: inside a layer (what layers before it left + its own peak) or in the LM head
-    (every layer's + the head's saved and forward bytes + what else the head holds)."""
-    below, pending = entry, sum(lb.left)
+    (every layer's + the head's saved and forward bytes + what else the head holds). `off`: activation offloading —
+    the bytes of each layer's input that go to the host, of which the offloader's stash keeps the five largest on
+    the GPU (`offloaded_on_gpu`)."""
+    below, pending, gone = entry, sum(lb.left), 0
+    cap = offloaded_on_gpu(off) if off else 0
     worst, worst_at = -1, None
     for k, (fwd, top, left) in enumerate(zip(lb.fwd, lb.fpeak, lb.left, strict=True)):
         # the previous step's backward of this layer and those after it left lb.left until their forward runs
-        if below + top + pending > worst:
-            worst, worst_at = below + top + pending, k
+        here = below - gone + min(gone, cap) if off else below
+        if here + top + pending > worst:
+            worst, worst_at = here + top + pending, k
         below += fwd
         pending -= left
+        gone += off[k] if off else 0
+    below = below - gone + min(gone, cap) if off else below
     head = below + loss.saved + head_other + loss.forward_transient
     if head >= worst:
         return Phase(name="forward", components=(
@@ -427,7 +450,9 @@ def head_out(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, ce
 
 
 def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
-                   loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()) -> list[Phase]:
+                   loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()
+                   ) -> tuple[list[Phase], int]:
+    """(phases, host bytes of offloaded activations) from the profile's cells."""
     t, p = job.train, job.model.learned
     cell, reference = learned_cell(job, prec, lora, mb)
     lb = layer_bytes(job, mb, prec, lora, cell, reference)
@@ -442,19 +467,35 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
         forward_other, head_other = head_out(job, mb, prec, lora, cell)
     else:
         forward_other, head_other = cell.forward_other.at(tokens, quad), cell.head_other.at(tokens, quad)
+    # activation offloading under checkpointing: the layers' inputs live on the host; on the GPU, the offloader's
+    # stash in the forward and the head's backward (the five largest: `offloaded_on_gpu`), and in a layer's backward
+    # its own input and the next layer's, which the node running the recompute holds (hpcmem.estimate.step)
+    offload = offloaded_inputs(job)
+    # what goes: the hidden state each layer's checkpoint saves; the rest of a learned `kept` is not a saved tensor
+    # of the checkpoint (Gemma 4's K/V shared with later layers, referenced by its cache) and stays on the GPU
+    hidden = tokens * job.model.hidden_size * prec.residual
+    off = [min(max(v, 0), hidden) for v in lb.kept] if offload else [0] * L
+    stays = [v - o for v, o in zip(lb.kept, off, strict=True)]
+    cap = offloaded_on_gpu(off) if offload else None
+    host = sum(off)
+    if offload:
+        how += " + activation offloading (the layers' inputs on the host)"
     forward = _forward_phase(lb, cell.forward_entry.at(tokens, quad), forward_other, loss,
-                             (*resident, *gathered, *accum_c), f"{how}: {mb.source}; {L} layers")
+                             (*resident, *gathered, *accum_c), f"{how}: {mb.source}; {L} layers",
+                             off if offload else None)
     buckets = backward_components(job)
+    kept_all = sum(lb.kept) if cap is None else sum(stays) + min(sum(off), cap)
     head = Phase(name=HEAD_BACKWARD, components=(
         *resident, *gathered, *buckets, *accum_c,
-        Component(name=ACTIVATIONS, bytes=max(sum(lb.kept) + head_other, 0), note=how),
+        Component(name=ACTIVATIONS, bytes=max(kept_all + head_other, 0), note=how),
         Component(name="loss / fused LM head", bytes=loss.backward_transient,
                   note="fp32 grad accumulators + tile at the head's backward")))
     head_grads = 0 if lora.enabled else (parts.lm_head or parts.embed) * prec.weight
     entry = cell.entry_other.at(tokens, quad)
-    below = [0]
-    for v in lb.kept:
-        below.append(below[-1] + v)
+    below, stayed = [0], 0
+    for k, v in enumerate(lb.kept):
+        stayed += stays[k]
+        below.append(below[-1] + v if not offload else stayed + off[k] + (off[k + 1] if k + 1 < L else 0))
     after, left = [0] * (L + 1), [0] * (L + 1)
     for k in range(L - 1, -1, -1):
         after[k] = after[k + 1] + lb.grads[k]
@@ -481,4 +522,4 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
         Component(name="backward temporaries", bytes=max(lb.peak[worst], 0), note=f"{how}: recompute + temporaries")))
     kept_past = [Component(name="left by the layers' backward", bytes=left[0],
                            note=f"{how}: alive until each layer's next forward")] if left[0] else []
-    return [forward, head, layer, *closing_phases(job, mb, prec, parts, s, resident + kept_past, opt_transient)]
+    return [forward, head, layer, *closing_phases(job, mb, prec, parts, s, resident + kept_past, opt_transient)], host

@@ -79,7 +79,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
                             "parallelism")
         from hpcmem.estimate.learned import learned_phases  # deferred: learned models only (the profile types' import)
 
-        return learned_phases(job, mb, prec, parts, s, lora, loss, opt_transient, extra_resident), 0
+        return learned_phases(job, mb, prec, parts, s, lora, loss, opt_transient, extra_resident)
     t, m = job.train, job.model
     L = m.num_hidden_layers
     resident = resident_components(s, lora) + list(extra_resident)

@@ -1,0 +1,95 @@
+"""Stored random jobs with one setting changed, traced afresh and scored: a check of new work on jobs it was not
+built on.
+
+    python -m hpcmem.lab.random_variants --set activation_offloading=true --sample 25 --seed 17 \\
+        --trainer sft --gc --learned --new-types
+
+picks stored trace records (estimator/random/trace.jsonl) that both ran and were scored (within or over 3 %), at
+most one per model type; `--new-types` skips every type that already has a stored job with the changed setting (so
+none of the types a change was studied on). Each picked job gets the settings of `--set` (JSON values), is traced
+as the random run traces (hpcmem.validate.random_trace `trace_record`) under the id `<id>+` and scored against
+today's estimate (`score`). Prints one JSON row per job and the counts; writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import sys
+from typing import Any
+
+from hpcmem.datapath import estimator_dir
+from hpcmem.validate.random_trace import WITHIN_PCT, score, trace_record
+
+SCORED = ("within 3 %", "over 3 %")
+
+
+def records() -> list[dict[str, Any]]:
+    path = estimator_dir() / "random" / "trace.jsonl"
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("job")]
+
+
+def pick(recs: list[dict[str, Any]], changes: dict[str, Any], n: int, seed: int, *, trainer: str | None,
+         gc: bool, learned: bool, new_types: bool) -> list[dict[str, Any]]:
+    scored = {r["id"]: score(r) for r in recs}
+    changed_types = {r["job"]["model_type"] for r in recs
+                     if all(r["job"]["settings"].get(k) == v for k, v in changes.items())}
+    out: dict[str, dict[str, Any]] = {}
+    order = list(recs)
+    random.Random(seed).shuffle(order)
+    for r in order:
+        j, s = r["job"], scored[r["id"]]
+        st = j["settings"]
+        if (s.get("verdict") not in SCORED or (trainer and j["trainer"] != trainer)
+                or (gc and not st.get("gradient_checkpointing"))
+                or (gc and (st.get("gradient_checkpointing_kwargs") or {}).get("use_reentrant"))
+                or (learned and s["estimate"].get("made") == "derived")
+                or (new_types and j["model_type"] in changed_types)
+                or any(st.get(k) == v for k, v in changes.items()) or j["model_type"] in out):
+            continue
+        out[j["model_type"]] = r
+        if len(out) == n:
+            break
+    return list(out.values())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m hpcmem.lab.random_variants", description=__doc__.split("\n")[0])
+    ap.add_argument("--set", action="append", required=True, metavar="KEY=JSON", help="a setting to change")
+    ap.add_argument("--sample", type=int, default=20, help="jobs (one per model type)")
+    ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--trainer")
+    ap.add_argument("--gc", action="store_true", help="only jobs with non-reentrant checkpointing")
+    ap.add_argument("--learned", action="store_true", help="only learned types")
+    ap.add_argument("--new-types", action="store_true", help="skip types with a stored job of these settings")
+    args = ap.parse_args(argv)
+    changes = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            changes[key] = json.loads(value)
+        except json.JSONDecodeError:
+            ap.error(f"--set {item!r}: the value must be JSON (true, 3, \"bfd\")")
+    rows = []
+    for rec in pick(records(), changes, args.sample, args.seed, trainer=args.trainer, gc=args.gc,
+                    learned=args.learned, new_types=args.new_types):
+        job = copy.deepcopy(rec["job"])
+        job["settings"].update(changes)
+        job["id"] = f"{rec['id']}+"
+        got = score(trace_record(job))
+        row = {"id": job["id"], "model_type": job["model_type"], "verdict": got["verdict"],
+               "allocated_err_pct": got.get("err_pct"), "reserved_err_pct": got.get("reserved_err_pct")}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    ran = [r for r in rows if r["allocated_err_pct"] is not None]
+    within = [r for r in ran if abs(r["allocated_err_pct"]) <= WITHIN_PCT]
+    both = [r for r in within if abs(r["reserved_err_pct"] or 0) <= WITHIN_PCT]
+    print(f"{len(rows)} jobs, {len(ran)} scored: allocated within {WITHIN_PCT:g} % {len(within)}, both peaks "
+          f"{len(both)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
