@@ -50,7 +50,7 @@ from hpcmem.estimate.caching_allocator import (
     round_size,
     should_split,
 )
-from hpcmem.estimate.lora import LoraLayout
+from hpcmem.estimate.lora import LoraLayout, lora_layout
 from hpcmem.estimate.loss import logits_tile
 from hpcmem.estimate.names import (
     AUTOCAST_CACHE,
@@ -454,6 +454,11 @@ def largest_layer_block(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
     if effective_attention(m, job.train.attn_implementation) == "eager" or (
             job.train.gradient_checkpointing and learned_eager(m.learned)):
         block = max(block, FP32 * m.num_attention_heads * mb.rows * mb.seq * mb.seq)
+    if job.train.use_peft:
+        # a wrapped parameter's W + ΔW (lora.ParamWrapper: a fused expert stack in the weights' dtype), made in each
+        # layer's forward and recompute and freed after its backward (hpcmem.estimate.lora_variants)
+        block = max(block, *(w.in_features * w.out_features * w.count_per_layer * prec.weight
+                             for w in lora_layout(job).targeted), 0)
     return block
 
 

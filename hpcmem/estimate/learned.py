@@ -33,7 +33,7 @@ from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import backward_components, closing_phases, resident_components, tied_head_gradient
 from hpcmem.estimate.lora import LoraLayout, backward_transient
 from hpcmem.estimate.lora_fp32_compute import recompute_transient
-from hpcmem.estimate.lora_variants import GATED_MLP, forward_instant
+from hpcmem.estimate.lora_variants import GATED_MLP, forward_instant, saved_weights, wrapped_weight_gradient
 from hpcmem.estimate.loss import LossBytes, fused_head_bytes
 from hpcmem.estimate.names import ACTIVATIONS, GATHERED, HEAD_BACKWARD, PREFETCHED_UNIT
 from hpcmem.estimate.recurrent_tail import tail_bytes
@@ -142,13 +142,16 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch
     one-row variant where the micro-batch is one row (`one_row`) and the profile has it."""
     t, p = job.train, job.model.learned
     one = one_row(job, mb)
-    if lora.enabled and lora.targeted:
+    if lora.enabled and lora.targeted and not t.gradient_checkpointing:
         # the profile's LoRA cells are traced with adapters on nn.Linear layers only (provenance lora_reference); what a
-        # lora.ParamWrapper keeps (the adapted weight W + ΔW, its gradient) is not in them
+        # lora.ParamWrapper keeps (the adapted weight W + ΔW, its gradient) is added to a checkpointed layer's
+        # backward (`wrapped_stacks`), where the recompute holds it; without checkpointing it would sit among the
+        # forward's saved tensors, which the cells do not order
         raise SpecError(f"model {job.model.name} (learned profile): LoRA on parameters ({lora.placement()}) is not "
-                        f"learned: the profile's LoRA cells adapt {', '.join(p.lora_reference['lora_target_modules'])}"
-                        " only (peft wraps fused experts and routers as parameters for all-linear or expert names on "
-                        "this type); name nn.Linear modules instead")
+                        f"learned without checkpointing: the profile's LoRA cells adapt "
+                        f"{', '.join(p.lora_reference['lora_target_modules'])} only (peft wraps fused experts and "
+                        "routers as parameters for all-linear or expert names on this type); turn "
+                        "gradient_checkpointing on, or name nn.Linear modules instead")
     default, key = p.provenance.get("lora_default"), precision_key(prec)
     if (t.use_peft and t.use_dora and key and not (t.selective_checkpointing or unlearned_offloading(t) or t.quantized)
             and (cell := p.cell(key, DORA, t.gradient_checkpointing, one)) is not None):
@@ -273,6 +276,40 @@ def shared_once_quad(kept: Poly, quad: int, gc: bool, repeat: bool) -> int:
     return 0 if gc and repeat and kept.c > 0 else quad
 
 
+def _in_kind(kind: LayerKind, lora: LoraLayout) -> LoraLayout:
+    """The layout of the parameters peft wraps in one layer of `kind` (lora.ParamWrapper), one layer's worth."""
+    names = {lin.name for lin in kind.linears if not lin.nn_linear}
+    return replace(lora, adapted=(), targeted=tuple(m._replace(num_layers=1) for m in lora.targeted
+                                                    if m.name in names))
+
+
+def layer_targeted_params(kind: LayerKind, lora: LoraLayout) -> int:
+    """Adapter elements of the wrapped parameters in one layer of `kind` (their gradients' share of the layer)."""
+    return _in_kind(kind, lora).num_params if lora.targeted else 0
+
+
+def wrapped_stacks(kind: LayerKind, lora: LoraLayout, tokens: int, hidden: int, prec: Precision) -> int:
+    """What a checkpointed layer's backward holds beyond the learned LoRA cell when peft wraps the layer's parameters
+    (lora.ParamWrapper: fused expert stacks, a router's weight), by the derived step's terms
+    (hpcmem.estimate.lora_variants): the recompute's adapted weights W + ΔW and the factors' casts
+    (`saved_weights`), the routed input [tokens·k, H] and gated product [tokens·k, I] the trained experts keep
+    (`trained_experts_saved`; k from the kind's active share of its expert parameters), and the worst instant of the
+    stacks' weight gradients (`wrapped_weight_gradient`)."""
+    mine = _in_kind(kind, lora)
+    if not mine.targeted:
+        return 0
+    saved = saved_weights(mine, (), prec)
+    names = {m.name for m in mine.targeted}
+    stacks = [lin for lin in kind.linears if not lin.nn_linear and lin.count > 1 and lin.name in names]
+    routed = 0
+    if stacks and kind.experts:
+        k = round(stacks[0].count * kind.experts_active / kind.experts)
+        # gate_up [H ↔ 2I] and down [I ↔ H]: the smaller of the sides that are not the hidden size is I
+        inner = min(lin.in_features if lin.out_features == hidden else lin.out_features for lin in stacks)
+        routed = tokens * k * (hidden + inner) * prec.act
+    return saved + routed + wrapped_weight_gradient(mine, prec)
+
+
 def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, cell: Cell,
                 reference: dict | None = None) -> LayerBytes:
     p: LearnedProfile = job.model.learned
@@ -307,7 +344,9 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         # the weight norm and products alone)
         q = job.train.quantized
         dora_t = forward_instant(mine, tokens, prec, q) - forward_instant(ref, tokens, traced, q)
-        per_kind[kind_id] = (d_saved, d_temp, mine.num_params * lora.adapter_bytes, dora_t,
+        # wrapped parameters (fused experts, a router): their recompute-time terms join the backward's temporaries
+        per_kind[kind_id] = (d_saved, d_temp + wrapped_stacks(kind, lora, tokens, job.model.hidden_size, prec),
+                             (mine.num_params + layer_targeted_params(kind, lora)) * lora.adapter_bytes, dora_t,
                              untraced_mlp_instant(job, kind, mine, ref, tokens, prec))
         if plain is not None:       # DoRA's saved terms and backward beyond plain LoRA, on the reference's adapters
             base = layer_adapters(kind, lora, p.lora_reference, p)
