@@ -32,6 +32,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hpcmem.models.coverage import classification, type_status
+from hpcmem.validate.coverage import reference_config
+from hpcmem.validate.shrink import LENGTH_KEYS, shrink_config
+from hpcmem.validate.trl_run import quiet, run_trl
+
 POSITIONS = 32
 RUNS = {
     "control": {"max_length": POSITIONS // 2, "per_device_train_batch_size": 2},
@@ -48,8 +53,6 @@ def length_keys(model_type: str, cfg: dict[str, Any]) -> list[str]:
     names them, plus the one the config class maps `max_position_embeddings` to (`attribute_map`)."""
     from transformers import CONFIG_MAPPING
 
-    from hpcmem.validate.shrink import LENGTH_KEYS
-
     keys = [k for k in LENGTH_KEYS if k in cfg]
     mapped = getattr(CONFIG_MAPPING[model_type], "attribute_map", {}).get("max_position_embeddings")
     if mapped and mapped not in keys:
@@ -58,11 +61,7 @@ def length_keys(model_type: str, cfg: dict[str, Any]) -> list[str]:
 
 
 def probe(model_type: str) -> dict[str, Any]:
-    """The three runs of one type (module docstring)."""
-    from hpcmem.validate.coverage import reference_config
-    from hpcmem.validate.shrink import shrink_config
-    from hpcmem.validate.trl_run import quiet, run_trl
-
+    """The runs of one type (module docstring)."""
     cfg, source = reference_config(model_type)
     small = shrink_config(cfg, max_length=POSITIONS)
     keys = length_keys(model_type, small)
@@ -82,8 +81,6 @@ def probe(model_type: str) -> dict[str, Any]:
 
 
 def text_types() -> list[str]:
-    from hpcmem.models.coverage import classification, type_status
-
     types = classification()["types"]
     return sorted(t for t, c in types.items() if type_status(t, c)[0] in ("learned", "derived"))
 

@@ -34,6 +34,7 @@ from hpcmem.estimate import estimate
 from hpcmem.estimate.verdict import pct
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.position_table import limited_by, model_positions
 from hpcmem.job.spec import TrainSpec
 from hpcmem.models import catalog
 from hpcmem.models.config import model_spec_from_config
@@ -290,9 +291,11 @@ def eval_job(spec: Any, technique: str, targets: tuple[str, ...] | None = None) 
             else:
                 raise ValueError("no nn.Linear in the decoder layers for LoRA")
     needs = settings_beside_checkpointing(spec.model_type)
+    # a type whose position table ends before EVAL_SEQ (CTRL: 256) runs no longer rows (hpcmem.job.position_limits)
+    seq = min(EVAL_SEQ, model_positions(spec)[1]) if limited_by(spec.model_type) else EVAL_SEQ
     return JobSpec(model=spec, train=TrainSpec(
         trainer="sft", dtype="bfloat16", use_peft=kind == "lora", lora_target_modules=tuple(targets or ()),
-        gradient_checkpointing=gc, max_length=EVAL_SEQ, per_device_train_batch_size=EVAL_ROWS, **needs))
+        gradient_checkpointing=gc, max_length=seq, per_device_train_batch_size=EVAL_ROWS, **needs))
 
 
 def _classified(model_type: str) -> tuple[dict[str, Any], str | None]:

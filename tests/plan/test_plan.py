@@ -299,7 +299,8 @@ def test_a_type_without_checkpointing_is_planned_without_it(tmp_path, monkeypatc
     (tmp_path / "profiles" / profile_filename("ctrl", config_hash(doc["config"]))).write_text(json.dumps(doc))
     (tmp_path / "config.json").write_text(json.dumps(doc["config"]))
     monkeypatch.setenv("HPCMEM_DATA", str(tmp_path))
-    base = ["sft", "--model_name_or_path", str(tmp_path / "config.json"), "--max_length", "1024", "--gpu", "H100-80GB",
+    # 256 tokens: CTRL's position table (n_positions) ends there (hpcmem.job.position_limits)
+    base = ["sft", "--model_name_or_path", str(tmp_path / "config.json"), "--max_length", "256", "--gpu", "H100-80GB",
             "--dtype", "bfloat16"]          # the sweep learned bf16 weights only
     refused = CliRunner().invoke(cli, ["estimate", *base])
     assert isinstance(refused.exception, SpecError) and "gradient_checkpointing: false" in str(refused.exception)
