@@ -29,11 +29,13 @@ def limited_by(model_type: str) -> tuple[str, ...]:
 
 def model_positions(m: ModelSpec) -> tuple[str, int]:
     """(config key, value) of the model's position length: for a learned type its config's own value under the key
-    its config class names it by (MPT's `max_seq_len`, which MptConfig maps to no `max_position_embeddings`), else
+    its config class names it by (MPT's `max_seq_len`, which MptConfig maps to no `max_position_embeddings`), or the
+    class's default for that key where the config leaves it out (what transformers builds then), else
     max_position_embeddings as hpcmem read it."""
-    config = m.learned.config if m.learned is not None else {}
-    for key in table()["types"].get(m.model_type, {}).get("keys", []):
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return key, value
+    row = table()["types"].get(m.model_type, {})
+    if m.learned is not None:
+        for key in row.get("keys", []):
+            value = m.learned.config.get(key, row.get("defaults", {}).get(key))
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return key, value
     return "max_position_embeddings", m.max_position_embeddings

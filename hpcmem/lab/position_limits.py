@@ -20,8 +20,9 @@ checkpointing) three ways:
     packed_control   packing, 2 sequences of POSITIONS/4 in one row   (must run: else packing is not probed)
     packed           packing, 4 sequences of 3/4 × POSITIONS in one row (position ids below POSITIONS, row 3 ×)
 
-and writes hpcmem/job/position_limits.json: per type the config keys of its table and, per run, null when the step ran
-or the exception it raised (`packed` is "not probed: …" when packing fails even within the positions). hpcmem.job.position_limits refuses jobs from it.
+and writes hpcmem/job/position_limits.json: per type the config keys of its table and their config-class defaults and,
+per run, null when the step ran or the exception it raised (`packed` is "not probed: …" when packing fails even
+within the positions). hpcmem.job.position_limits refuses jobs from it.
 """
 
 from __future__ import annotations
@@ -60,6 +61,15 @@ def length_keys(model_type: str, cfg: dict[str, Any]) -> list[str]:
     return keys
 
 
+def class_defaults(model_type: str, keys: list[str]) -> dict[str, int]:
+    """What the type's config class sets each key to when a config.json leaves it out (the model then has a table of
+    that size)."""
+    from transformers import CONFIG_MAPPING
+
+    made = CONFIG_MAPPING[model_type]()
+    return {k: v for k in keys if isinstance(v := getattr(made, k, None), int) and not isinstance(v, bool)}
+
+
 def probe(model_type: str) -> dict[str, Any]:
     """The runs of one type (module docstring)."""
     cfg, source = reference_config(model_type)
@@ -67,7 +77,7 @@ def probe(model_type: str) -> dict[str, Any]:
     keys = length_keys(model_type, small)
     for key in keys:
         small[key] = POSITIONS
-    out: dict[str, Any] = {"keys": keys, "config": source}
+    out: dict[str, Any] = {"keys": keys, "defaults": class_defaults(model_type, keys), "config": source}
     for name, settings in RUNS.items():
         with quiet():
             verdict = run_trl("sft", {**settings, **COMMON}, small, steps=1)

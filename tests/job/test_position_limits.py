@@ -87,3 +87,29 @@ def test_a_position_past_an_indexed_table_is_not_judged_by_the_fake_tensor_trace
     rec["job"]["settings"].update(packing=False, max_length=1500, per_device_train_batch_size=1)
     got = score(rec)            # the stored trace "ran": an embedding read past its table raises nothing on fakes
     assert got["verdict"] == "not traced" and POSITIONS_UNSEEN in got["why"]
+
+
+def test_a_config_without_its_length_key_gets_the_class_default_as_transformers_builds_it(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """`hpcmem estimate` on an MPT config.json that leaves `max_seq_len` out: MptConfig's default 2,048 sizes the
+    ALiBi table (hpcmem's own fallback, 4,096, would let a packed row of 4 × 1,024 = 4,096 through). One line, exit 2."""
+    import json
+
+    from hpcmem.cli import run
+    from hpcmem.datapath import estimator_dir
+    from hpcmem.models.profile import config_hash, profile_filename
+
+    doc = json.loads((estimator_dir() / "coverage-profiles" / "mpt.json").read_text())
+    assert "max_seq_len" not in doc["config"]
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / profile_filename("mpt", config_hash(doc["config"]))).write_text(json.dumps(doc))
+    (tmp_path / "config.json").write_text(json.dumps(doc["config"]))
+    monkeypatch.setenv("HPCMEM_DATA", str(tmp_path))
+    base = ["estimate", "sft", "--model_name_or_path", str(tmp_path / "config.json"), "--dtype", "bfloat16",
+            "--max_length", "1024", "--packing", "true"]
+    capsys.readouterr()
+    assert run([*base, "--per_device_train_batch_size", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "4096 tokens in one padding-free row" in err and "max_seq_len 2048" in err and "Traceback" not in err
+    assert err.strip().count("\n") == 0
+    assert run([*base, "--per_device_train_batch_size", "2"]) == 0        # 2,048 tokens: runs
