@@ -20,6 +20,7 @@ from __future__ import annotations
 from hpcmem.estimate import lora_variants
 from hpcmem.estimate.lora import SHARED_INPUT, LoraLayout
 from hpcmem.job.shape import MicroBatch, Precision
+from hpcmem.job.spec import TrainSpec
 from hpcmem.models.spec import ModelSpec
 
 FP32 = 4
@@ -300,6 +301,14 @@ def offload_kept_on_gpu(m: ModelSpec, mb: MicroBatch, prec: Precision, attn: str
                                  (1 if m.gated_mlp and not m.fused_gate_up else 0))
     per_token += prec.act * q if sdpa_output else 0
     return per_token * mb.tokens
+
+
+def checkpoint_inputs_offloaded(t: TrainSpec) -> bool:
+    """Activation offloading under full checkpointing: a layer's checkpoint inputs (torch/utils/checkpoint.py
+    `_checkpoint_without_reentrant_generator`: `save_inputs` makes them saved tensors) are what the offload hooks pack;
+    they are on the host when the backward reaches the layer. Selective checkpointing's cached outputs are no saved
+    tensors (torch's `_CachedTorchDispatchMode` stores them itself) and keep the stash's cap."""
+    return t.activation_offloading and t.gradient_checkpointing and not t.selective_checkpointing
 
 
 def offloaded_on_gpu(saved_tensors_bytes: list[int]) -> int:

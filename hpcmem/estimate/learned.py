@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hpcmem.errors import SpecError
-from hpcmem.estimate.activations import offloaded_on_gpu, sliding_mask_alone
+from hpcmem.estimate.activations import checkpoint_inputs_offloaded, offloaded_on_gpu, sliding_mask_alone
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import backward_components, closing_phases, resident_components, tied_head_gradient
 from hpcmem.estimate.lora import LoraLayout, backward_transient
@@ -131,7 +131,8 @@ def one_row(job: JobSpec, mb: MicroBatch) -> bool:
 
 
 def unlearned_offloading(t: TrainSpec) -> bool:
-    """Activation offloading the cells do not hold: without checkpointing (`_cell`; with it, `offloaded_inputs`)."""
+    """Activation offloading the cells do not hold: without checkpointing (`_cell`; with it,
+    `checkpoint_inputs_offloaded`)."""
     return t.activation_offloading and not t.gradient_checkpointing
 
 
@@ -172,7 +173,7 @@ def _cell(job: JobSpec, prec: Precision, one: bool = False) -> Cell:
     if unlearned_offloading(t):
         # without checkpointing what stays on the GPU is the storages a layer saves twice (hpcmem.estimate.activations
         # `offload_kept_on_gpu`), which the learned terms do not split out; with checkpointing only the layers' inputs
-        # are saved, and they are the `kept` terms (`offloaded_inputs`)
+        # are saved, and they are the `kept` terms (`checkpoint_inputs_offloaded`)
         problems.append("activation offloading without checkpointing is not learned (the profile traces GC full and "
                         "off; with gradient_checkpointing on it is estimated)")
     if t.quantized:
@@ -283,23 +284,17 @@ def _in_kind(kind: LayerKind, lora: LoraLayout) -> LoraLayout:
                                                     if m.name in names))
 
 
-def layer_targeted_params(kind: LayerKind, lora: LoraLayout) -> int:
-    """Adapter elements of the wrapped parameters in one layer of `kind` (their gradients' share of the layer)."""
-    return _in_kind(kind, lora).num_params if lora.targeted else 0
-
-
-def wrapped_stacks(kind: LayerKind, lora: LoraLayout, tokens: int, hidden: int, prec: Precision) -> int:
+def wrapped_stacks(kind: LayerKind, wrapped: LoraLayout, tokens: int, hidden: int, prec: Precision) -> int:
     """What a checkpointed layer's backward holds beyond the learned LoRA cell when peft wraps the layer's parameters
-    (lora.ParamWrapper: fused expert stacks, a router's weight), by the derived step's terms
+    (`wrapped`: `_in_kind`; lora.ParamWrapper: fused expert stacks, a router's weight), by the derived step's terms
     (hpcmem.estimate.lora_variants): the recompute's adapted weights W + ΔW and the factors' casts
     (`saved_weights`), the routed input [tokens·k, H] and gated product [tokens·k, I] the trained experts keep
     (`trained_experts_saved`; k from the kind's active share of its expert parameters), and the worst instant of the
     stacks' weight gradients (`wrapped_weight_gradient`)."""
-    mine = _in_kind(kind, lora)
-    if not mine.targeted:
+    if not wrapped.targeted:
         return 0
-    saved = saved_weights(mine, (), prec)
-    names = {m.name for m in mine.targeted}
+    saved = saved_weights(wrapped, (), prec)
+    names = {m.name for m in wrapped.targeted}
     stacks = [lin for lin in kind.linears if not lin.nn_linear and lin.count > 1 and lin.name in names]
     routed = 0
     if stacks and kind.experts:
@@ -307,7 +302,7 @@ def wrapped_stacks(kind: LayerKind, lora: LoraLayout, tokens: int, hidden: int, 
         # gate_up [H ↔ 2I] and down [I ↔ H]: the smaller of the sides that are not the hidden size is I
         inner = min(lin.in_features if lin.out_features == hidden else lin.out_features for lin in stacks)
         routed = tokens * k * (hidden + inner) * prec.act
-    return saved + routed + wrapped_weight_gradient(mine, prec)
+    return saved + routed + wrapped_weight_gradient(wrapped, prec)
 
 
 def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, cell: Cell,
@@ -344,9 +339,11 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         # the weight norm and products alone)
         q = job.train.quantized
         dora_t = forward_instant(mine, tokens, prec, q) - forward_instant(ref, tokens, traced, q)
-        # wrapped parameters (fused experts, a router): their recompute-time terms join the backward's temporaries
-        per_kind[kind_id] = (d_saved, d_temp + wrapped_stacks(kind, lora, tokens, job.model.hidden_size, prec),
-                             (mine.num_params + layer_targeted_params(kind, lora)) * lora.adapter_bytes, dora_t,
+        # wrapped parameters (fused experts, a router): their recompute-time terms join the backward's temporaries,
+        # their adapters' gradients the layer's
+        wrapped = _in_kind(kind, lora)
+        per_kind[kind_id] = (d_saved, d_temp + wrapped_stacks(kind, wrapped, tokens, job.model.hidden_size, prec),
+                             (mine.num_params + wrapped.num_params) * lora.adapter_bytes, dora_t,
                              untraced_mlp_instant(job, kind, mine, ref, tokens, prec))
         if plain is not None:       # DoRA's saved terms and backward beyond plain LoRA, on the reference's adapters
             base = layer_adapters(kind, lora, p.lora_reference, p)
@@ -404,31 +401,23 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
 # traced instant, never below).
 
 
-def offloaded_inputs(job: JobSpec) -> bool:
-    """Activation offloading under full checkpointing: every layer's checkpointed input — the learned `kept` term —
-    goes to the host (hpcmem.estimate.step `offloaded_inputs`, the derived step's rule)."""
-    t = job.train
-    return t.activation_offloading and t.gradient_checkpointing and not t.selective_checkpointing
-
-
 def _forward_phase(lb: LayerBytes, entry: int, head_other: int, loss: LossBytes, held: tuple[Component, ...],
-                   note: str, off: list[int] | None = None) -> Phase:
+                   note: str, off: list[int], cap: int) -> Phase:
     """The forward's highest instant: inside a layer (what layers before it left + its own peak) or in the LM head
-    (every layer's + the head's saved and forward bytes + what else the head holds). `off`: activation offloading —
-    the bytes of each layer's input that go to the host, of which the offloader's stash keeps the five largest on
-    the GPU (`offloaded_on_gpu`)."""
+    (every layer's + the head's saved and forward bytes + what else the head holds). `off`: the bytes of each layer's
+    input activation offloading sends to the host (0 without it), of which the offloader's stash keeps up to `cap`
+    on the GPU (`offloaded_on_gpu`)."""
     below, pending, gone = entry, sum(lb.left), 0
-    cap = offloaded_on_gpu(off) if off else 0
     worst, worst_at = -1, None
     for k, (fwd, top, left) in enumerate(zip(lb.fwd, lb.fpeak, lb.left, strict=True)):
         # the previous step's backward of this layer and those after it left lb.left until their forward runs
-        here = below - gone + min(gone, cap) if off else below
+        here = below - gone + min(gone, cap)
         if here + top + pending > worst:
             worst, worst_at = here + top + pending, k
         below += fwd
         pending -= left
-        gone += off[k] if off else 0
-    below = below - gone + min(gone, cap) if off else below
+        gone += off[k]
+    below = below - gone + min(gone, cap)
     head = below + loss.saved + head_other + loss.forward_transient
     if head >= worst:
         return Phase(name="forward", components=(
@@ -509,21 +498,19 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     # activation offloading under checkpointing: the layers' inputs live on the host; on the GPU, the offloader's
     # stash in the forward and the head's backward (the five largest: `offloaded_on_gpu`), and in a layer's backward
     # its own input and the next layer's, which the node running the recompute holds (hpcmem.estimate.step)
-    offload = offloaded_inputs(job)
+    offload = checkpoint_inputs_offloaded(t)
     # what goes: the hidden state each layer's checkpoint saves; the rest of a learned `kept` is not a saved tensor
     # of the checkpoint (Gemma 4's K/V shared with later layers, referenced by its cache) and stays on the GPU
     hidden = tokens * job.model.hidden_size * prec.residual
-    off = [min(max(v, 0), hidden) for v in lb.kept] if offload else [0] * L
+    off = [min(max(v, 0), hidden) if offload else 0 for v in lb.kept]
     stays = [v - o for v, o in zip(lb.kept, off, strict=True)]
-    cap = offloaded_on_gpu(off) if offload else None
-    host = sum(off)
+    cap = offloaded_on_gpu(off)
     if offload:
         how += " + activation offloading (the layers' inputs on the host)"
     forward = _forward_phase(lb, cell.forward_entry.at(tokens, quad), forward_other, loss,
-                             (*resident, *gathered, *accum_c), f"{how}: {mb.source}; {L} layers",
-                             off if offload else None)
+                             (*resident, *gathered, *accum_c), f"{how}: {mb.source}; {L} layers", off, cap)
     buckets = backward_components(job)
-    kept_all = sum(lb.kept) if cap is None else sum(stays) + min(sum(off), cap)
+    kept_all = sum(stays) + min(sum(off), cap)
     head = Phase(name=HEAD_BACKWARD, components=(
         *resident, *gathered, *buckets, *accum_c,
         Component(name=ACTIVATIONS, bytes=max(kept_all + head_other, 0), note=how),
@@ -532,9 +519,9 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     head_grads = 0 if lora.enabled else (parts.lm_head or parts.embed) * prec.weight
     entry = cell.entry_other.at(tokens, quad)
     below, stayed = [0], 0
-    for k, v in enumerate(lb.kept):
-        stayed += stays[k]
-        below.append(below[-1] + v if not offload else stayed + off[k] + (off[k + 1] if k + 1 < L else 0))
+    for k, v in enumerate(stays):
+        stayed += v
+        below.append(stayed + off[k] + (off[k + 1] if k + 1 < L else 0))
     after, left = [0] * (L + 1), [0] * (L + 1)
     for k in range(L - 1, -1, -1):
         after[k] = after[k + 1] + lb.grads[k]
@@ -561,4 +548,5 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
         Component(name="backward temporaries", bytes=max(lb.peak[worst], 0), note=f"{how}: recompute + temporaries")))
     kept_past = [Component(name="left by the layers' backward", bytes=left[0],
                            note=f"{how}: alive until each layer's next forward")] if left[0] else []
-    return [forward, head, layer, *closing_phases(job, mb, prec, parts, s, resident + kept_past, opt_transient)], host
+    return [forward, head, layer, *closing_phases(job, mb, prec, parts, s, resident + kept_past, opt_transient)], \
+        sum(off)

@@ -119,16 +119,13 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     def on_gpu(saved: int) -> int:
         return saved if on_gpu_cap is None else min(saved, on_gpu_cap)
 
-    # offloaded under full checkpointing, a layer's checkpoint inputs (torch/utils/checkpoint.py
-    # `_checkpoint_without_reentrant_generator`: `save_inputs` makes them saved tensors, so the offload hooks pack
-    # them) are on the host when the backward reaches the layer: the forward stash is emptied after the first backward
-    # node (trl/models/activation_offloading.py `unpack_tensor_with_streams`), and each layer's input comes back only
-    # when its recompute unpacks it (`get_inputs`), held until the autograd node after that one starts — the layer's
-    # own input, and the next layer's through the node that runs the recompute (traced: random seed 1 job 191,
-    # Qwen3-MoE, and seed 5 job 26, GLM-4: one [tokens, H] input from `unpack` at a layer's peak, none of the layers
-    # below). Selective checkpointing's cached outputs are no saved tensors (torch's `_CachedTorchDispatchMode` stores
-    # them itself) and keep the cap.
-    offloaded_inputs = t.activation_offloading and t.gradient_checkpointing and not t.selective_checkpointing
+    # offloaded under full checkpointing (`act.checkpoint_inputs_offloaded`), a layer's checkpoint inputs are on the
+    # host when the backward reaches the layer: the forward stash is emptied after the first backward node
+    # (trl/models/activation_offloading.py `unpack_tensor_with_streams`), and each layer's input comes back only when
+    # its recompute unpacks it (`get_inputs`), held until the autograd node after that one starts — the layer's own
+    # input, and the next layer's through the node that runs the recompute (traced: random seed 1 job 191, Qwen3-MoE,
+    # and seed 5 job 26, GLM-4: one [tokens, H] input from `unpack` at a layer's peak, none of the layers below)
+    offloaded_inputs = act.checkpoint_inputs_offloaded(t)
 
     saved_total = (on_gpu(sum(kept)) if stays is None else sum(stays)) + outside
     gathered = [Component(name=GATHERED, bytes=s.gathered)] if s.gathered else []

@@ -33,7 +33,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from transformers import CONFIG_MAPPING
+
 from hpcmem.models.coverage import classification, type_status
+from hpcmem.trace.result import versions
 from hpcmem.validate.coverage import reference_config
 from hpcmem.validate.shrink import LENGTH_KEYS, shrink_config
 from hpcmem.validate.trl_run import quiet, run_trl
@@ -52,8 +55,6 @@ TABLE = Path(__file__).resolve().parents[1] / "job" / "position_limits.json"
 def length_keys(model_type: str, cfg: dict[str, Any]) -> list[str]:
     """The config keys that size a position table: the ones hpcmem.validate.shrink treats as lengths, as the config
     names them, plus the one the config class maps `max_position_embeddings` to (`attribute_map`)."""
-    from transformers import CONFIG_MAPPING
-
     keys = [k for k in LENGTH_KEYS if k in cfg]
     mapped = getattr(CONFIG_MAPPING[model_type], "attribute_map", {}).get("max_position_embeddings")
     if mapped and mapped not in keys:
@@ -64,8 +65,6 @@ def length_keys(model_type: str, cfg: dict[str, Any]) -> list[str]:
 def class_defaults(model_type: str, keys: list[str]) -> dict[str, int]:
     """What the type's config class sets each key to when a config.json leaves it out (the model then has a table of
     that size)."""
-    from transformers import CONFIG_MAPPING
-
     made = CONFIG_MAPPING[model_type]()
     return {k: v for k in keys if isinstance(v := getattr(made, k, None), int) and not isinstance(v, bool)}
 
@@ -95,20 +94,17 @@ def text_types() -> list[str]:
     return sorted(t for t, c in types.items() if type_status(t, c)[0] in ("learned", "derived"))
 
 
-def versions() -> dict[str, str]:
-    import torch
-    import transformers
-    import trl
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hpcmem.lab.position_limits", description=__doc__.split("\n")[0])
     ap.add_argument("--types", help="comma-separated model types (default: every learned and derived text type)")
     ap.add_argument("--print", action="store_true", help="print the rows; do not write the table")
     args = ap.parse_args(argv)
-    types = args.types.split(",") if args.types else text_types()
+    known = text_types()
+    types = args.types.split(",") if args.types else known
+    unknown = [t for t in types if t not in known]
+    if unknown:
+        ap.error(f"--types {','.join(map(repr, unknown))}: not a learned or derived text type (the table holds "
+                 f"{len(known)}: hpcmem models coverage lists them)")
     rows: dict[str, Any] = {}
     for i, t in enumerate(types, 1):
         try:
@@ -121,10 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.print:
         print(json.dumps(rows, indent=1))
         return 0
+    # --types probes some types again: the table's other rows stay
+    kept = json.loads(TABLE.read_text())["types"] if args.types and TABLE.is_file() else {}
     doc = {"about": "python -m hpcmem.lab.position_limits (hpcmem/lab/position_limits.py says what each run is)",
-           "positions": POSITIONS, "runs": RUNS, "versions": versions(), "types": rows}
+           "positions": POSITIONS, "runs": RUNS, "versions": versions(), "types": {**kept, **rows}}
     TABLE.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {TABLE} ({len(rows)} types)", file=sys.stderr)
+    print(f"wrote {TABLE} ({len(rows)} of {len(doc['types'])} types probed now)", file=sys.stderr)
     return 0
 
 

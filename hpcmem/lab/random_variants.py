@@ -21,15 +21,10 @@ import random
 import sys
 from typing import Any
 
-from hpcmem.datapath import estimator_dir
+from hpcmem.validate.random_run import load, records_path
 from hpcmem.validate.random_trace import WITHIN_PCT, score, trace_record
 
 SCORED = ("within 3 %", "over 3 %", "outside held range")    # the stored job ran both ways
-
-
-def records() -> list[dict[str, Any]]:
-    path = estimator_dir() / "random" / "trace.jsonl"
-    return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("job")]
 
 
 def pick(recs: list[dict[str, Any]], changes: dict[str, Any], n: int, seed: int, *, trainer: str | None,
@@ -68,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-types", action="store_true", help="skip types with a stored job of these settings")
     ap.add_argument("--types", help="only these model types (comma-separated)")
     args = ap.parse_args(argv)
+    if args.sample < 1:
+        ap.error(f"--sample {args.sample}: at least 1 job")
     changes = {}
     for item in args.set:
         key, _, value = item.partition("=")
@@ -76,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         except json.JSONDecodeError:
             ap.error(f"--set {item!r}: the value must be JSON (true, 3, \"bfd\")")
     rows = []
-    for rec in pick(records(), changes, args.sample, args.seed, trainer=args.trainer, gc=args.gc,
+    for rec in pick([r for r in load(records_path("trace")) if r.get("job")], changes, args.sample, args.seed, trainer=args.trainer, gc=args.gc,
                     learned=args.learned, new_types=args.new_types,
                     types=set(args.types.split(",")) if args.types else None):
         job = copy.deepcopy(rec["job"])
