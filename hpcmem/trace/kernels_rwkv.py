@@ -17,16 +17,20 @@ rwkv/wkv_cuda_bf16.cu: the launchers only write into the tensors they are given,
 - backward: g_time_decay [C] (bf16 for bf16 inputs, else fp32), g_time_first, g_key, g_value like their saved inputs,
   g_output made contiguous (fp32 first under fp16); each gradient cast back to the input dtype.
 
-Limits of the real kernel, refused here rather than estimated: build.toml compiles it with -DTmax=1024 and
-`kernel_backward` keeps two float[Tmax] per-thread arrays indexed by token, so a row longer than 1,024 tokens runs past
-them (transformers checks only `context_length`, and raises past it); B·C must be a multiple of min(C, 32) (the launch
-grid). Under `--kernels cuda` the per-token CPU loop never runs in place of the kernel: it is replaced by a refusal.
+Limits: transformers' own checks run first, as they run on a GPU — `RwkvLinearAttention.forward` raises past
+`context_length` tokens per row (the length the kernel was loaded for) and where B·C is no multiple of min(C, 32) (the
+launch grid); the stand-in calls that forward with a kernel handle of the config's `context_length` and goes on once
+it has passed them (`real_checks`), so such a refusal is transformers' own line. Beyond them, refused here rather than
+estimated: build.toml compiles the kernel with -DTmax=1024 and `kernel_backward` keeps two float[Tmax] per-thread
+arrays indexed by token, so with a `context_length` over 1,024 a longer row runs past them. Under `--kernels cuda` the
+per-token CPU loop never runs in place of the kernel: it is replaced by a refusal.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 from hpcmem.job.kernel_limits import RWKV_MODULES as MODULES
@@ -37,13 +41,10 @@ from hpcmem.trace.kernels_linear import hybrid_modules, stand_ins
 def _check(key: Any, time_first: Any) -> None:
     import torch
 
-    batch, tokens, channels = key.shape
+    tokens = key.shape[1]
     if tokens > TMAX:
         raise NotImplementedError(f"RWKV's WKV CUDA kernel is built for at most {TMAX} tokens per row (Tmax); a row "
                                   f"of {tokens} overruns its backward's per-token arrays")
-    if batch * channels % min(channels, 32):
-        raise ValueError(f"RWKV's WKV CUDA kernel needs batch × hidden ({batch} × {channels}) to be a multiple of "
-                         f"{min(channels, 32)} (RwkvLinearAttention.forward)")
     want = torch.bfloat16 if key.dtype == torch.bfloat16 else torch.float32
     if time_first.dtype != want:
         raise RuntimeError(f"RWKV's WKV CUDA kernel reads time_first as {want} for {key.dtype} keys "
@@ -84,15 +85,51 @@ def _wkv_function() -> Any:
     return RwkvLinearAttentionStandIn
 
 
-def replacements(cpu_loop: Any) -> dict[str, Any]:
-    """What `--kernels cuda` puts in modeling_rwkv: the kernel's Function where transformers dispatches to it, and a
-    refusal in place of the per-token loop (`cpu_loop`, the original, still serves one-token inputs as on a GPU)."""
+class _ChecksPassed(Exception):
+    """Raised by the kernel handle `real_checks` lends transformers: its forward reached the kernel call."""
+
+
+def _kernel_reached(*args: Any, **kwargs: Any) -> None:
+    raise _ChecksPassed
+
+
+# transformers' RwkvLinearAttention.forward raises this after its own checks when a tensor is not on a CUDA device
+# (the trace's tensors are not): the checks before it have passed
+_DEVICE_CHECK = "Calling the CUDA kernel"
+
+
+def real_checks(module: Any, context_length: int, time_decay: Any, time_first: Any, key: Any, value: Any) -> None:
+    """Run transformers' own checks in `module.RwkvLinearAttention.forward` (the row against the length the kernel was
+    loaded for, `load_wkv_cuda_kernel(config.context_length)`; batch × hidden against the launch grid) with a kernel
+    handle of that length in place of the Hub kernel; their ValueError propagates from transformers' line. Returns once
+    the forward is past them (its device check, or its call of the kernel)."""
+    handle = SimpleNamespace(max_seq_length=context_length, forward=_kernel_reached, forward_bf16=_kernel_reached,
+                             forward_with_state=_kernel_reached, forward_with_state_bf16=_kernel_reached)
+    loaded, module.rwkv_cuda_kernel = module.rwkv_cuda_kernel, handle
+    try:
+        module.RwkvLinearAttention.forward(SimpleNamespace(), time_decay, time_first, key, value)
+    except _ChecksPassed:
+        pass
+    except ValueError as exc:
+        if not str(exc).startswith(_DEVICE_CHECK):
+            raise
+    finally:
+        module.rwkv_cuda_kernel = loaded
+
+
+def replacements(module: Any, context_length: int) -> dict[str, Any]:
+    """What `--kernels cuda` puts in modeling_rwkv (`module`): the kernel's Function where transformers dispatches to
+    it, after transformers' own checks of it (`real_checks`, at the config's `context_length`), and a refusal in place
+    of the per-token loop (the original still serves one-token inputs, as on a GPU)."""
+    cpu_loop = module.rwkv_linear_attention_cpu
+
     def rwkv_linear_attention(time_decay: Any, time_first: Any, key: Any, value: Any, state: Any = None,
                               return_state: bool = False) -> Any:
         if key.size(1) == 1:
             return cpu_loop(time_decay, time_first, key, value, state=state, return_state=return_state)
         if state is not None or return_state:
             raise NotImplementedError("the RWKV kernel stand-in maps training (no state in or out)")
+        real_checks(module, context_length, time_decay, time_first, key, value)
         return _wkv_function().apply(time_decay, time_first, key, value), None
 
     def refusal(*args: Any, **kwargs: Any) -> Any:
@@ -110,7 +147,7 @@ def rwkv_kernels(notes: list[str], job: Any) -> Iterator[None]:
     if names:
         import transformers.models.rwkv.modeling_rwkv as rwkv
 
-        table = {"rwkv": replacements(rwkv.rwkv_linear_attention_cpu)}
+        table = {"rwkv": replacements(rwkv, job.model.max_position_embeddings)}    # RwkvConfig.context_length
     with stand_ins(table) as calls:
         yield
     if calls[0]:

@@ -1,7 +1,8 @@
 """The RWKV WKV kernel's stand-in (hpcmem/trace/kernels_rwkv.py) on small fake tensors: what transformers' RWKV time
 mixing keeps alive after its training forward with the stand-in in place, against byte counts written out from
 transformers' RwkvLinearAttention (models/rwkv/modeling_rwkv.py) and the kernel's launchers (kernels-community
-rwkv/torch-ext/torch_binding.cpp: no allocation); the kernel's limits; the per-token loop refusing to run."""
+rwkv/torch-ext/torch_binding.cpp: no allocation); the kernel's limits, transformers' own checks raising from its own
+line; the per-token loop refusing to run."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hpcmem.trace.tracker import StorageTracker  # noqa: E402
 
 pytestmark = pytest.mark.torch
 BF16 = torch.bfloat16
-JOB = SimpleNamespace(model=SimpleNamespace(model_type="rwkv", learned=None))
+JOB = SimpleNamespace(model=SimpleNamespace(model_type="rwkv", learned=None, max_position_embeddings=1024))
 
 
 def test_time_mixing_saves_what_the_wkv_function_saves():
@@ -78,16 +79,30 @@ def test_the_kernel_limits_and_the_loop_refuse():
 
     import transformers.models.rwkv.modeling_rwkv as rwkv
 
-    original = rwkv.rwkv_linear_attention_cpu
+    from hpcmem.validate.random_trace import classify, origin
+
+    original, kernel = rwkv.rwkv_linear_attention_cpu, rwkv.rwkv_cuda_kernel
     with fake_world(), rwkv_kernels([], JOB):
         w = torch.randn(32, dtype=BF16)
-        with pytest.raises(NotImplementedError, match="at most 1024 tokens"):
+        # past context_length (1,024 here) transformers' RwkvLinearAttention.forward raises, from its own line: the
+        # random oracle credits the refusal to the real code
+        with pytest.raises(ValueError, match="Cannot process a batch with 1025 tokens") as past:
             rwkv.rwkv_linear_attention(w, w, *(torch.randn(1, 1025, 32, dtype=BF16) for _ in range(2)))
+        assert origin(past.value).startswith("transformers/models/rwkv/modeling_rwkv.py:")
+        assert classify(past.value).startswith("refused: ValueError: Cannot process a batch with 1025 tokens")
         with pytest.raises(RuntimeError, match="fp32 weights under bf16 autocast"):
             rwkv.rwkv_linear_attention(w.float(), w.float(), *(torch.randn(1, 8, 32, dtype=BF16) for _ in range(2)))
-        with pytest.raises(ValueError, match="multiple of 32"):
+        with pytest.raises(ValueError, match="round multiple of 32"):
             w48 = torch.randn(48, dtype=BF16)
             rwkv.rwkv_linear_attention(w48, w48, *(torch.randn(1, 8, 48, dtype=BF16) for _ in range(2)))
         with pytest.raises(RuntimeError, match="per-token loop"):
             rwkv.rwkv_linear_attention_cpu(w, w, None, None)
-    assert rwkv.rwkv_linear_attention_cpu is original
+    long_context = SimpleNamespace(model=SimpleNamespace(model_type="rwkv", learned=None, max_position_embeddings=4096))
+    with fake_world(), rwkv_kernels([], long_context):
+        # transformers lets 1,025 tokens through at context_length 4,096; the kernel, built with Tmax 1,024, would run
+        # past its backward's per-token arrays: the trace refuses that itself
+        with pytest.raises(NotImplementedError, match="at most 1024 tokens"):
+            rwkv.rwkv_linear_attention(w, w, *(torch.randn(1, 1025, 32, dtype=BF16) for _ in range(2)))
+        y, _ = rwkv.rwkv_linear_attention(w, w, *(torch.randn(1, 1024, 32, dtype=BF16) for _ in range(2)))
+        assert y.shape == (1, 1024, 32)
+    assert rwkv.rwkv_linear_attention_cpu is original and rwkv.rwkv_cuda_kernel is kernel
