@@ -8,6 +8,8 @@ the terms are the profile's — but never silently: the estimate's warnings say 
 
 from __future__ import annotations
 
+from hpcmem.estimate.learned import NODROP, nodrop_cell
+from hpcmem.estimate.lora import lora_dropout_active
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, precision
 
@@ -18,7 +20,11 @@ def held_name(technique: str, gc: bool) -> str:
 
 
 def job_technique(job: JobSpec) -> str:
+    """The held name of the cell the job takes: full, LoRA, DoRA, or LoRA without dropout where the profile learned it
+    (hpcmem.estimate.learned `nodrop_cell`)."""
     t = job.train
+    if nodrop_cell(job, precision(job)) is not None:
+        return held_name(NODROP, t.gradient_checkpointing)
     return held_name("dora" if t.use_peft and t.use_dora else "lora" if t.use_peft else "full",
                      t.gradient_checkpointing)
 
@@ -72,13 +78,16 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
                    f"hpcmem validate coverage --rows-checks); this job's {mb.rows} rows scale its terms per row "
                    "past that: not held")
     t = job.train
-    # the cells were traced with TRL's LoRA dropout 0.05 and no module copies (hpcmem/trace/learn.py learn_job); other
-    # adapters add hpcmem.estimate.lora's difference formulas, which no check holds on a learned type
-    changed = ([] if t.lora_dropout > 0 and not t.disable_dropout else ["no LoRA dropout"]) + \
+    # the cells were traced with TRL's LoRA dropout 0.05 (or 0: the lora-nodrop cells, where learned) and no module
+    # copies (hpcmem/trace/learn.py learn_job); other adapters add hpcmem.estimate.lora's difference formulas, which no
+    # check holds on a learned type
+    nodrop = name == held_name(NODROP, t.gradient_checkpointing)     # the cell traced without dropout: held as such
+    changed = ([] if lora_dropout_active(t) or nodrop else ["no LoRA dropout"]) + \
         ([f"lora_modules_to_save {', '.join(t.lora_modules_to_save)}"] if t.lora_modules_to_save else [])
     if t.use_peft and changed:
-        out.append(f"learned profile of {p.model_type}: {OUTSIDE['LoRA dropout / modules to save']} 0.05 and no "
-                   f"modules to save; this job's {' and '.join(changed)} is the difference formulas' "
+        out.append(f"learned profile of {p.model_type}: {OUTSIDE['LoRA dropout / modules to save']} "
+                   f"{'0' if nodrop else '0.05'} and no modules to save; this job's {' and '.join(changed)} is the "
+                   "difference formulas' "
                    "(hpcmem.estimate.lora): not held")
     if not precision(job).amp:
         # every cell is traced under autocast (hpcmem/trace/learn.py: bf16 on); without it an op that mixes a 16-bit

@@ -18,6 +18,7 @@ from hpcmem.estimate import lora_variants
 from hpcmem.estimate.lora_variants import modules_to_save
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import Precision
+from hpcmem.job.spec import TrainSpec
 from hpcmem.models.params import LinearModule, parameter_key, peft_default_targets
 from hpcmem.models.peft_targets import adapted, model_targets
 
@@ -232,6 +233,14 @@ def backward_bytes_per_input(lora: LoraLayout) -> int:
     return 2 * lora.adapter_bytes - 1 - (0 if lora.dropout else lora.adapter_bytes)
 
 
+def lora_dropout_active(t: TrainSpec) -> bool:
+    """Whether peft's LoRA dropout masks and copies its input: lora_dropout > 0 and no TRL disable_dropout. lora_dropout
+    0: peft builds nn.Identity (peft/tuners/lora/layer.py update_layer); DPO/Reward/KTO's disable_dropout sets every
+    nn.Dropout to p = 0 (trl/trainer/utils.py disable_dropout_in_model): no mask either way, but the nn.Dropout module
+    stays."""
+    return t.lora_dropout > 0 and not t.disable_dropout
+
+
 def lora_layout(job: JobSpec) -> LoraLayout:
     t, m = job.train, job.model
     if not t.use_peft:
@@ -243,11 +252,8 @@ def lora_layout(job: JobSpec) -> LoraLayout:
         adapter_bytes = 2
     else:
         adapter_bytes = 4
-    # lora_dropout 0: peft builds nn.Identity (peft/tuners/lora/layer.py update_layer); DPO/Reward/KTO's
-    # disable_dropout sets every nn.Dropout to p = 0 (trl/trainer/utils.py disable_dropout_in_model): no mask either way,
-    # but the nn.Dropout module stays
     return LoraLayout(enabled=True, r=t.lora_r, adapted=chosen, adapter_bytes=adapter_bytes,
-                      num_layers=m.num_hidden_layers, dropout=t.lora_dropout > 0 and not t.disable_dropout,
+                      num_layers=m.num_hidden_layers, dropout=lora_dropout_active(t),
                       dropout_module=t.lora_dropout > 0,
                       dora=t.use_dora, saved_modules=modules_to_save(job), targeted=params,
                       rank_factors=targets.rank_factors)

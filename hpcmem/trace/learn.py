@@ -48,7 +48,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.activations import own_pass_mask_bytes
 from hpcmem.estimate.closing import resident_components
-from hpcmem.estimate.learned import DEFAULT_LORA, DORA, layer_adapters
+from hpcmem.estimate.learned import DEFAULT_LORA, DORA, NODROP, layer_adapters
 from hpcmem.estimate.learned_range import held_name
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.states import job_param_parts, model_states
@@ -372,12 +372,13 @@ def no_grad_terms(samples: list[list[list[int]]], seqs: tuple[int, ...], kinds: 
 def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int, rows: int = ROWS) -> JobSpec:
     """A traced job of a cell, with the settings the type trains only with (router_aux_loss_coef 0 for some MoE
     types: hpcmem.models.coverage.settings_beside_checkpointing; checkpointing is the cell's); `lora-default` leaves the targets
-    to peft (TRL passes target_modules=None)."""
-    lora, ref = technique in ("lora", DORA), spec.learned.lora_reference
+    to peft (TRL passes target_modules=None); `lora-nodrop` is the reference adapters at lora_dropout 0."""
+    lora, ref = technique in ("lora", DORA, NODROP), spec.learned.lora_reference
     needs = settings_beside_checkpointing(spec.model_type)
     return JobSpec(model=spec, train=TrainSpec(
         trainer="sft", dtype=dtype, use_peft=technique != "full", lora_r=ref["lora_r"], use_dora=technique == DORA,
         lora_target_modules=tuple(ref["lora_target_modules"]) if lora else (),
+        lora_dropout=0.0 if technique == NODROP else TrainSpec.lora_dropout,
         gradient_checkpointing=gc, max_length=seq, per_device_train_batch_size=rows, **needs))
 
 
@@ -543,7 +544,7 @@ def learning_probe(cfg: dict[str, Any], cells: Any = CELLS, *, image_text: bool 
 
 def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] = tuple(PRECISIONS),
           cells: Any = CELLS, workers: int = 2, check: bool = True, progress: Any = None,
-          dora: bool = True, long_checks: bool = True, image_text: bool = False,
+          dora: bool = True, nodrop: bool = True, long_checks: bool = True, image_text: bool = False,
           seqs: tuple[int, ...] = ()) -> LearnedProfile:
     """Trace the reduced model for every cell and return the real model's profile (not yet saved); `image_text`: `cfg`
     is a vision-language type's text part (`learning_probe`); `seqs`: the three row lengths to learn at (default: SEQS
@@ -573,6 +574,8 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     # DoRA on the reference adapters, beside each LoRA cell: its weight norms and fp32 products are traced, not the
     # difference formulas' (hpcmem.estimate.lora_variants), which a layer's own instants place better
     wanted += [(DORA, gc) for tech, gc in wanted if tech == "lora" and dora]
+    # and without dropout (DPO/KTO/Reward's disable_dropout, lora_dropout 0): `nodrop_cell`
+    wanted += [(NODROP, gc) for tech, gc in wanted if tech == "lora" and nodrop]
     tasks = [(PRECISIONS[d], d, tech, gc, seq, ROWS) for d in dtypes for tech, gc in wanted for seq in seqs]
     done = _run_samples(probe, [t[1:] for t in tasks], depth, workers, progress, start)
     fitted: dict[str, Cell] = {}
@@ -641,6 +644,68 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     return _profile(full, model_type=outer, sha=sha, cfg=cfg,
                     layer_map=layer_map, cells=fitted, peft=peft, provenance=provenance, no_grad=no_grad,
                     no_grad_entry=no_grad_entry)
+
+
+def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[str, bool]], *,
+                workers: int = 1, long_checks: bool = False, progress: Any = None) -> LearnedProfile:
+    """`stored` (a profile of `cfg`) with the cells `wanted` — (technique, checkpointing) — learned and held-checked
+    in its precisions, at its lengths and on its cut, its other cells, checks and terms untouched: the cells a
+    profile learned before the learner traced them (the `lora-nodrop` ones) without tracing the rest again. The held
+    checks run at the longest learned length (`long_checks`: and at CHECK_FACTOR times it); the rows check is the
+    stored one's. Where the stored profile has one-row LoRA cells, the added cells are traced on one row too (their
+    one-row variants). Refused in one line for another config, cut or LoRA reference."""
+    start = time.perf_counter()
+    name = stored.model_type
+    if config_hash(cfg) != stored.config_sha256:
+        raise SpecError(f"model {name}: the stored profile was learned from another config (config_sha256 "
+                        f"{stored.config_sha256[:12]}…, this one {config_hash(cfg)[:12]}…); learn it again instead")
+    probe, full, keep, reference, _ = learning_probe(cfg, CELLS, image_text=bool(stored.provenance.get(LAYER_NORM_FP32)))
+    depth, seqs = len(keep), tuple(stored.provenance.get("seqs") or ())
+    if depth != stored.provenance.get("depth") or reference != stored.provenance.get("lora_reference") or len(seqs) != 3:
+        raise SpecError(f"model {name}: the stored profile's cut, LoRA reference or lengths are not what the learner "
+                        "builds today; learn it again instead")
+    # an earlier held check named its one precision ("precision"), today's all of them ("precisions")
+    named = stored.held.get("precisions") or [stored.held.get("precision")]
+    dtypes = tuple(d for d, key in PRECISIONS.items() if key in named)
+    if not dtypes:
+        raise SpecError(f"model {name}: the stored profile names no held precision; learn it again instead")
+    probe = replace(probe, provenance={**probe.provenance, "seqs": list(seqs), "held": stored.held})
+    cells = runnable_cells(probe.model_type, [c for c in wanted if c[0] == "full" or reference])
+    prefix, ends_last = keep == tuple(range(depth)), lay.last_only(full.layer_kinds)
+    kinds = None if ends_last or not prefix else full.layer_kinds
+    # where the stored profile has one-row LoRA cells (`one_row_cells`: its padded cells do not scale down to one row),
+    # the added cells are traced on one row too
+    one = {(tech, gc) for tech, gc in cells if one_row_key(cell_key(PRECISIONS[dtypes[0]], "lora", gc)) in stored.cells}
+    tasks = [(d, tech, gc, seq, rows) for d in dtypes for tech, gc in cells for rows in (ROWS, 1)
+             if rows == ROWS or (tech, gc) in one for seq in seqs]
+    done = _run_samples(probe, tasks, depth, workers, progress, start)
+    fitted: dict[str, Cell] = {}
+    skipped = dict(stored.provenance.get("not_learned") or {})
+    for dtype in dtypes:
+        for technique, gc in cells:
+            for rows in (ROWS, 1) if (technique, gc) in one else (ROWS,):
+                key = cell_key(PRECISIONS[dtype], technique, gc)
+                key = key if rows == ROWS else one_row_key(key)
+                got = [done[(dtype, technique, gc, seq, rows)] for seq in seqs]
+                errors = [g for g in got if isinstance(g, str)]
+                if errors:
+                    skipped[key] = errors[0]
+                else:
+                    fitted[key] = fit_cell(got, kinds, seqs, rows=rows)
+    probe = replace(probe, kinds=idle_kinds(probe.kinds, list(probe.layer_kinds), done))
+    checked = held(probe, {**stored.cells, **fitted}, spec_from_profile(probe, probe.model_type), dtypes,
+                   [c for c in cells if cell_key(PRECISIONS[dtypes[0]], *c) in fitted], seqs,
+                   full.max_position_embeddings, factor=CHECK_FACTOR if long_checks else 1, progress=progress,
+                   rows=False)
+    was = stored.held
+    techniques = {**was.get("techniques", {}), **checked["techniques"]}
+    now = {**was, "techniques": techniques, "max_length": min(techniques.values(), default=0),
+           "err_pct": {**was.get("err_pct", {}), **checked["err_pct"]}}
+    provenance = {**stored.provenance, "held": now, "not_learned": skipped,
+                  "added_cells": {**(stored.provenance.get("added_cells") or {}),
+                                  **{key: {"seconds": round(time.perf_counter() - start, 1), "versions": _versions()}
+                                     for key in fitted}}}
+    return replace(stored, cells={**stored.cells, **fitted}, provenance=provenance)
 
 
 def _run_samples(probe: LearnedProfile, tasks: list[tuple], depth: int, workers: int, progress: Any,
@@ -732,11 +797,12 @@ def idle_kinds(kinds: tuple[LayerKind, ...], traced_kinds: list[int],
 
 def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple[str, ...],
          wanted: list[tuple[str, bool]], seqs: tuple[int, ...], max_positions: int,
-         factor: int = CHECK_FACTOR, progress: Any = None) -> dict[str, Any]:
+         factor: int = CHECK_FACTOR, progress: Any = None, rows: bool = True) -> dict[str, Any]:
     """Where the profile is held: each technique learned (full, LoRA, DoRA; the lora-default cell is the LoRA one's
     targets) checked against a two-step trace of the reduced model at the longest learned
     length and at `factor` times it (within max_position_embeddings; factor 1: that length only); a technique is held
-    up to the longest length from which every shorter check is within HELD_PCT, in every precision learned."""
+    up to the longest length from which every shorter check is within HELD_PCT, in every precision learned; `rows`:
+    the rows check after them (`held_rows`)."""
     lengths = [seqs[-1]] + ([seqs[-1] * factor] if factor > 1 and (
         not max_positions or max_positions >= seqs[-1] * factor) else [])
     errors: dict[str, dict[str, float | str]] = {}
@@ -766,7 +832,7 @@ def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple
             techniques[name] = min(reached)
     out = {"max_length": min(techniques.values(), default=0), "techniques": techniques, "rows": ROWS,
            "precisions": [PRECISIONS[d] for d in dtypes], "within_pct": HELD_PCT, "err_pct": errors}
-    first = rows_checked(wanted, techniques)
+    first = rows_checked(wanted, techniques) if rows else None
     if first:
         out |= held_rows(probe, cells, spec, dtypes[0], *first, techniques[held_name(*first)], progress=progress)
     return out

@@ -31,6 +31,7 @@ from typing import Any
 from hpcmem.datapath import estimator_dir
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
+from hpcmem.estimate.learned import NODROP
 from hpcmem.estimate.verdict import pct
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.jobspec import JobSpec
@@ -48,11 +49,11 @@ from hpcmem.models.coverage import (
     type_status,
 )
 from hpcmem.models.params import all_linear_targets, linear_modules, peft_default_targets
-from hpcmem.models.profile import backbone_config, profile_from_dict, profile_to_dict, spec_from_profile
+from hpcmem.models.profile import backbone_config, cell_key, profile_from_dict, profile_to_dict, spec_from_profile
 from hpcmem.trace import layer_map as lay
 from hpcmem.trace import run_trace
 from hpcmem.trace.layer_map import subsequence
-from hpcmem.trace.learn import held_rows, learn, learning_probe, stderr_progress
+from hpcmem.trace.learn import held_rows, learn, learn_cells, learning_probe, stderr_progress
 from hpcmem.trace.threads import share_cpus
 
 EVAL_LAYERS = 16
@@ -237,6 +238,43 @@ def relearn(types: list[str], *, long_checks: bool = True, progress: Any = stder
         save_sweep_profile(profile, model_type)
         out.append({"model_type": model_type, "seconds": round(time.perf_counter() - start, 1),
                     "held": held_label(model_type), "not_learned": profile.provenance["not_learned"]})
+    return out
+
+
+def add_nodrop(types: list[str], *, workers: int = 1, long_checks: bool = True,
+               progress: Any = stderr_progress) -> list[dict[str, Any]]:
+    """Add the LoRA cells without dropout (hpcmem.estimate.learned NODROP) to the --types' stored sweep profiles that
+    lack them, with their held checks as the sweep's own (hpcmem.trace.learn `learn_cells`: the longest learned length
+    and, `long_checks`, 4 × it), each saved as it finishes; a profile without LoRA cells, or that has them, is left as
+    it is. One summary per type."""
+    out = []
+    for model_type in types:
+        path = profiles_dir() / f"{model_type}.json"
+        doc = json.loads(path.read_text()) if path.is_file() else {}
+        if doc.get("format") != "hpcmem-learned-profile/3" or not doc.get("provenance", {}).get("held"):
+            out.append({"model_type": model_type, "error": "no format-3 sweep profile with held checks: learn it "
+                        f"again (hpcmem validate coverage --relearn --types {model_type})"})
+            continue
+        stored = profile_from_dict(doc)
+        wanted = [(NODROP, gc) for gc in (True, False)
+                  if cell_key("w2a2", "lora", gc) in stored.cells and cell_key("w2a2", NODROP, gc) not in stored.cells]
+        if not wanted:
+            out.append({"model_type": model_type, "skipped": "no LoRA cell without its no-dropout twin"})
+            continue
+        start = time.perf_counter()
+        try:
+            profile = learn_cells(reference_config(model_type)[0], stored, wanted, workers=workers,
+                                  long_checks=long_checks,
+                                  progress=lambda line, t=model_type: progress(f"{t}: {line}"))
+        except Exception as exc:  # noqa: BLE001 — the profile stays as it was; the others go on
+            out.append({"model_type": model_type, "error": f"{type(exc).__name__}: {exc}"[:600]})
+            continue
+        save_sweep_profile(profile, model_type)
+        techniques = profile.held.get("techniques", {})
+        out.append({"model_type": model_type, "seconds": round(time.perf_counter() - start, 1),
+                    "added": sorted(set(profile.cells) - set(stored.cells)),
+                    "held": {n: v for n, v in techniques.items() if n.startswith(NODROP)},
+                    "err_pct": {k: v for k, v in profile.held.get("err_pct", {}).items() if NODROP in k}})
     return out
 
 

@@ -1,8 +1,9 @@
 """LoRA on wrapped parameters (lora.ParamWrapper: fused expert stacks, a router's weight — what peft 0.21 makes of
 all-linear on transformers-5 MoE types) on a learned type under checkpointing (hpcmem.estimate.learned
-`wrapped_stacks`): the learned LoRA cell adapts the nn.Linear reference targets; the recompute's W + ΔW copies, the
-trained experts' routed input and gated product and the stacks' weight gradients are added to each MoE layer's
-backward by the derived step's terms.
+`wrapped_stacks`): the learned LoRA cell without dropout (`lora-nodrop`, as peft requires for wrapped parameters)
+adapts the nn.Linear reference targets; the recompute's W + ΔW copies, and the larger of the trained experts' routed
+input and gated product and the stacks' weight gradients, are added to each MoE layer's backward by the derived
+step's terms.
 
 Known answers: stored traces of random jobs on three types (estimator/random/trace.jsonl: the real TRL/peft/
 transformers step on fake tensors, lora_dropout 0 as peft requires), declined by hpcmem before: s1-282 GLM-4-MoE-Lite
