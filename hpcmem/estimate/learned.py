@@ -140,6 +140,13 @@ def unlearned_offloading(t: TrainSpec) -> bool:
     return t.activation_offloading and not t.gradient_checkpointing
 
 
+def variant_cells_apply(t: TrainSpec) -> bool:
+    """Whether a job may take a LoRA variant's cells (DoRA, lora-default, lora-nodrop): none under what no cell holds —
+    selective checkpointing, offloading without checkpointing, a 4/8-bit base —, which `_cell` refuses with its
+    reasons."""
+    return not (t.selective_checkpointing or unlearned_offloading(t) or t.quantized)
+
+
 def nodrop_cell(job: JobSpec, prec: Precision, one: bool = False) -> Cell | None:
     """The `lora-nodrop` cell a plain LoRA job without dropout takes where the profile has it (lora_dropout 0, or
     TRL's disable_dropout: `lora_dropout_active`), else None. Without dropout the saved tensors and backward of peft's
@@ -147,8 +154,7 @@ def nodrop_cell(job: JobSpec, prec: Precision, one: bool = False) -> Cell | None
     peak holds is the type's own (estimator/LOG.md) —, so the cell traced without it; other targets or rank add the
     formulas' difference at dropout 0 on both sides."""
     t, p, key = job.train, job.model.learned, precision_key(prec)
-    if not (t.use_peft and not t.use_dora and not lora_dropout_active(t) and key) \
-            or t.selective_checkpointing or unlearned_offloading(t) or t.quantized:
+    if not (t.use_peft and not t.use_dora and not lora_dropout_active(t) and key and variant_cells_apply(t)):
         return None
     if one and one_row_key(cell_key(key, "lora", t.gradient_checkpointing)) in p.cells \
             and one_row_key(cell_key(key, NODROP, t.gradient_checkpointing)) not in p.cells:
@@ -175,13 +181,12 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch
                         "routers as parameters for all-linear or expert names on this type); turn "
                         "gradient_checkpointing on, or name nn.Linear modules instead")
     default, key = p.provenance.get("lora_default"), precision_key(prec)
-    if (t.use_peft and t.use_dora and key and not (t.selective_checkpointing or unlearned_offloading(t) or t.quantized)
+    if (t.use_peft and t.use_dora and key and variant_cells_apply(t)
             and (cell := p.cell(key, DORA, t.gradient_checkpointing, one)) is not None):
         return cell, {**p.lora_reference, "use_dora": True}
     if (cell := nodrop_cell(job, prec, one)) is not None:
         return cell, {**p.lora_reference, "lora_dropout": 0.0}
-    if (t.use_peft and not t.use_dora and default and key
-            and not (t.selective_checkpointing or unlearned_offloading(t) or t.quantized)
+    if (t.use_peft and not t.use_dora and default and key and variant_cells_apply(t)
             and {m.leaf for m in lora.adapted} == traced_leaves(p, default["lora_target_modules"])
             and (cell := p.cell(key, DEFAULT_LORA, t.gradient_checkpointing, one)) is not None):
         return cell, default

@@ -578,20 +578,12 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     wanted += [(NODROP, gc) for tech, gc in wanted if tech == "lora" and nodrop]
     tasks = [(PRECISIONS[d], d, tech, gc, seq, ROWS) for d in dtypes for tech, gc in wanted for seq in seqs]
     done = _run_samples(probe, [t[1:] for t in tasks], depth, workers, progress, start)
-    fitted: dict[str, Cell] = {}
     skipped: dict[str, str] = {cell_key(PRECISIONS[d], tech, gc): "peft adapts none of this model's linears as "
                                "learn tries them (all-linear, the attention projections, the other linears): no LoRA "
                                "reference" for d in dtypes for tech, gc in unreferenced}
     ends_last = lay.last_only(full.layer_kinds)
-    for dtype in dtypes:
-        for technique, gc in wanted:
-            key = cell_key(PRECISIONS[dtype], technique, gc)
-            got = [done[(dtype, technique, gc, seq, ROWS)] for seq in seqs]
-            errors = [g for g in got if isinstance(g, str)]
-            if errors:
-                skipped[key] = errors[0]
-            else:
-                fitted[key] = fit_cell(got, None if ends_last or not prefix else full.layer_kinds, seqs)
+    fitted, failed = fit_cells(done, dtypes, wanted, seqs, None if ends_last or not prefix else full.layer_kinds)
+    skipped |= failed
     layer_map = lay.layer_map(full.layer_kinds, depth) if prefix else lay.subsequence_map(full.layer_kinds, keep)
     if ends_last and prefix:    # the traced last layer is the real last one's kind (layout.last_only): no stand-in
         layer_map = tuple(depth - 1 if r == depth else r for r in layer_map)
@@ -679,19 +671,10 @@ def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[
     tasks = [(d, tech, gc, seq, rows) for d in dtypes for tech, gc in cells for rows in (ROWS, 1)
              if rows == ROWS or (tech, gc) in one for seq in seqs]
     done = _run_samples(probe, tasks, depth, workers, progress, start)
-    fitted: dict[str, Cell] = {}
-    skipped = dict(stored.provenance.get("not_learned") or {})
-    for dtype in dtypes:
-        for technique, gc in cells:
-            for rows in (ROWS, 1) if (technique, gc) in one else (ROWS,):
-                key = cell_key(PRECISIONS[dtype], technique, gc)
-                key = key if rows == ROWS else one_row_key(key)
-                got = [done[(dtype, technique, gc, seq, rows)] for seq in seqs]
-                errors = [g for g in got if isinstance(g, str)]
-                if errors:
-                    skipped[key] = errors[0]
-                else:
-                    fitted[key] = fit_cell(got, kinds, seqs, rows=rows)
+    fitted, failed = fit_cells(done, dtypes, cells, seqs, kinds)
+    fitted_one, failed_one = fit_cells(done, dtypes, [c for c in cells if c in one], seqs, kinds, rows=1)
+    fitted |= fitted_one
+    skipped = {**(stored.provenance.get("not_learned") or {}), **failed, **failed_one}
     probe = replace(probe, kinds=idle_kinds(probe.kinds, list(probe.layer_kinds), done))
     checked = held(probe, {**stored.cells, **fitted}, spec_from_profile(probe, probe.model_type), dtypes,
                    [c for c in cells if cell_key(PRECISIONS[dtypes[0]], *c) in fitted], seqs,
@@ -706,6 +689,26 @@ def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[
                                   **{key: {"seconds": round(time.perf_counter() - start, 1), "versions": _versions()}
                                      for key in fitted}}}
     return replace(stored, cells={**stored.cells, **fitted}, provenance=provenance)
+
+
+def fit_cells(done: dict[tuple, Any], dtypes: tuple[str, ...], cells: list[tuple[str, bool]], seqs: tuple[int, ...],
+              kinds: tuple[int, ...] | None, rows: int = ROWS) -> tuple[dict[str, Cell], dict[str, str]]:
+    """The cells of `done`'s samples ((dtype, technique, gc, seq, rows) → terms or an error message) at `rows` rows
+    per micro-batch, keyed `cell_key` (`one_row_key` at one row), and for each cell a sample of which failed, the first
+    error instead."""
+    fitted: dict[str, Cell] = {}
+    skipped: dict[str, str] = {}
+    for dtype in dtypes:
+        for technique, gc in cells:
+            key = cell_key(PRECISIONS[dtype], technique, gc)
+            key = key if rows == ROWS else one_row_key(key)
+            got = [done[(dtype, technique, gc, seq, rows)] for seq in seqs]
+            errors = [g for g in got if isinstance(g, str)]
+            if errors:
+                skipped[key] = errors[0]
+            else:
+                fitted[key] = fit_cell(got, kinds, seqs, rows=rows)
+    return fitted, skipped
 
 
 def _run_samples(probe: LearnedProfile, tasks: list[tuple], depth: int, workers: int, progress: Any,
@@ -896,12 +899,7 @@ def one_row_cells(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtyp
     if progress:
         progress("one unpadded row: the rows check missed at one row; tracing each cell on one row")
     done = _run_samples(probe, tasks, depth, workers, progress, start)
-    out: dict[str, Cell] = {}
-    for d in dtypes:
-        for tech, gc in wanted:
-            got = [done[(d, tech, gc, seq, 1)] for seq in seqs]
-            if not any(isinstance(g, str) for g in got):
-                out[one_row_key(cell_key(PRECISIONS[d], tech, gc))] = fit_cell(got, kinds, seqs, rows=1)
+    out, _ = fit_cells(done, dtypes, wanted, seqs, kinds, rows=1)     # a cell a sample failed for is not kept
     first = rows_checked(wanted, held.get("techniques", {}))
     if not out or not held.get("rows_err_pct") or first is None:
         return out

@@ -53,7 +53,7 @@ from hpcmem.models.profile import backbone_config, cell_key, profile_from_dict, 
 from hpcmem.trace import layer_map as lay
 from hpcmem.trace import run_trace
 from hpcmem.trace.layer_map import subsequence
-from hpcmem.trace.learn import held_rows, learn, learn_cells, learning_probe, stderr_progress
+from hpcmem.trace.learn import PRECISIONS, held_rows, learn, learn_cells, learning_probe, stderr_progress
 from hpcmem.trace.threads import share_cpus
 
 EVAL_LAYERS = 16
@@ -241,6 +241,20 @@ def relearn(types: list[str], *, long_checks: bool = True, progress: Any = stder
     return out
 
 
+def held_sweep_doc(model_type: str) -> dict[str, Any] | None:
+    """A type's stored sweep profile as saved (estimator/coverage-profiles) where it is format 3 and held for some
+    technique — what the checks and cells added to a stored profile build on —, else None (`not_held_error`)."""
+    path = profiles_dir() / f"{model_type}.json"
+    doc = json.loads(path.read_text()) if path.is_file() else {}
+    held = doc.get("provenance", {}).get("held") or {}
+    return doc if doc.get("format") == "hpcmem-learned-profile/3" and held.get("techniques") else None
+
+
+def not_held_error(model_type: str) -> dict[str, Any]:
+    return {"model_type": model_type, "error": "no format-3 sweep profile with held checks: learn it again first "
+            f"(hpcmem validate coverage --relearn --types {model_type})"}
+
+
 def add_nodrop(types: list[str], *, workers: int = 1, long_checks: bool = True,
                progress: Any = stderr_progress) -> list[dict[str, Any]]:
     """Add the LoRA cells without dropout (hpcmem.estimate.learned NODROP) to the --types' stored sweep profiles that
@@ -248,16 +262,15 @@ def add_nodrop(types: list[str], *, workers: int = 1, long_checks: bool = True,
     and, `long_checks`, 4 × it), each saved as it finishes; a profile without LoRA cells, or that has them, is left as
     it is. One summary per type."""
     out = []
+    sweep = PRECISIONS["bfloat16"]                  # the sweep learns bf16 weights only (`learn_sweep_profile`)
     for model_type in types:
-        path = profiles_dir() / f"{model_type}.json"
-        doc = json.loads(path.read_text()) if path.is_file() else {}
-        if doc.get("format") != "hpcmem-learned-profile/3" or not doc.get("provenance", {}).get("held"):
-            out.append({"model_type": model_type, "error": "no format-3 sweep profile with held checks: learn it "
-                        f"again (hpcmem validate coverage --relearn --types {model_type})"})
+        doc = held_sweep_doc(model_type)
+        if doc is None:
+            out.append(not_held_error(model_type))
             continue
         stored = profile_from_dict(doc)
         wanted = [(NODROP, gc) for gc in (True, False)
-                  if cell_key("w2a2", "lora", gc) in stored.cells and cell_key("w2a2", NODROP, gc) not in stored.cells]
+                  if cell_key(sweep, "lora", gc) in stored.cells and cell_key(sweep, NODROP, gc) not in stored.cells]
         if not wanted:
             out.append({"model_type": model_type, "skipped": "no LoRA cell without its no-dropout twin"})
             continue
@@ -284,13 +297,11 @@ def check_rows(types: list[str], progress: Any = stderr_progress) -> list[dict[s
     `held` gains "rows_held" and "rows_err_pct" and is saved as it finishes. One summary per type."""
     out = []
     for model_type in types:
-        path = profiles_dir() / f"{model_type}.json"
-        doc = json.loads(path.read_text()) if path.is_file() else {}
-        held = doc.get("provenance", {}).get("held") or {}
-        if doc.get("format") != "hpcmem-learned-profile/3" or not held.get("techniques"):
-            out.append({"model_type": model_type, "error": "no format-3 sweep profile with held checks: "
-                        f"learn it again first (hpcmem validate coverage --relearn --types {model_type})"})
+        doc = held_sweep_doc(model_type)
+        if doc is None:
+            out.append(not_held_error(model_type))
             continue
+        held = doc["provenance"]["held"]
         start = time.perf_counter()
         name = next(n for n in ("full gc", "full no gc", *held["techniques"]) if n in held["techniques"])
         technique, gc = name.split(" ", 1)[0], not name.endswith("no gc")
@@ -304,7 +315,7 @@ def check_rows(types: list[str], progress: Any = stderr_progress) -> list[dict[s
             out.append({"model_type": model_type, "error": f"{type(exc).__name__}: {exc}"[:600]})
             continue
         held |= got
-        path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+        (profiles_dir() / f"{model_type}.json").write_text(json.dumps(doc, separators=(",", ":")) + "\n")
         out.append({"model_type": model_type, "seconds": round(time.perf_counter() - start, 1), **got})
     return out
 
