@@ -8,7 +8,7 @@ the terms are the profile's — but never silently: the estimate's warnings say 
 
 from __future__ import annotations
 
-from hpcmem.estimate.learned import NODROP, nodrop_cell
+from hpcmem.estimate.learned import NODROP, nodrop_cell, one_row
 from hpcmem.estimate.lora import lora_dropout_active
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, precision
@@ -19,11 +19,11 @@ def held_name(technique: str, gc: bool) -> str:
     return f"{technique} {'gc' if gc else 'no gc'}"
 
 
-def job_technique(job: JobSpec) -> str:
+def job_technique(job: JobSpec, mb: MicroBatch) -> str:
     """The held name of the cell the job takes: full, LoRA, DoRA, or LoRA without dropout where the profile learned it
-    (hpcmem.estimate.learned `nodrop_cell`)."""
+    (hpcmem.estimate.learned `nodrop_cell`, for this micro-batch's one-row variant as the estimate asks)."""
     t = job.train
-    if nodrop_cell(job, precision(job)) is not None:
+    if nodrop_cell(job, precision(job), one_row(job, mb)) is not None:
         return held_name(NODROP, t.gradient_checkpointing)
     return held_name("dora" if t.use_peft and t.use_dora else "lora" if t.use_peft else "full",
                      t.gradient_checkpointing)
@@ -50,7 +50,7 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
         return []
     held = p.held
     techniques: dict[str, int] = held.get("techniques") or {}
-    name = job_technique(job)
+    name = job_technique(job, mb)
     longest = int(held.get("max_length") or 0)
     where = (f"learned profile of {p.model_type} (format 2, learned at ≤ 768 tokens per row) held at ≤ "
              f"{longest:,} tokens per row by hpcmem validate coverage" if held.get("format") else
