@@ -321,8 +321,7 @@ def wrapped_stacks(kind: LayerKind, wrapped: LoraLayout, tokens: int, hidden: in
     (`trained_experts_saved`; k from the kind's active share of its expert parameters), or — not both — the worst
     instant of the stacks' weight gradients (`wrapped_weight_gradient`): a stack's gradient x^T · dy is made by the
     experts' backward that frees the routed input x after it, so the routed tensors and the gradients are not all
-    alive at one instant (random jobs on the `lora-nodrop` cells: with both summed 17 jobs +0.6 to +5.9 % over, with the
-    larger one 16 within 2.3 %; estimator/LOG.md)."""
+    alive at one instant (estimator/LOG.md)."""
     if not wrapped.targeted:
         return 0
     saved = saved_weights(wrapped, (), prec)
