@@ -219,13 +219,18 @@ def learn_sweep_profile(model_type: str, cfg: dict[str, Any], *, long_checks: bo
                  cells=[TECHNIQUES[t] for t in sweep_techniques(model_type)], progress=progress)
 
 
+def require_learned(types: list[str]) -> None:
+    """A one-line SpecError naming the --types that are not learned: only a learned type has a sweep profile."""
+    other = [t for t in types if _classified(t)[0]["status"] != "learned"]
+    if other:
+        raise SpecError(f"--types {','.join(other)}: not a learned type (hpcmem models coverage says how each is "
+                        "covered); only a learned type has a sweep profile to learn again or add cells to")
+
+
 def relearn(types: list[str], *, long_checks: bool = True, progress: Any = stderr_progress) -> list[dict[str, Any]]:
     """Learn the sweep's profiles of learned types again (after the learner changed) and save each as it finishes,
     without tracing the sweep's records again (`rescore` re-estimates them); one summary per type."""
-    other = [t for t in types if _classified(t)[0]["status"] != "learned"]
-    if other:          # before any learning: each learn takes minutes
-        raise SpecError(f"--types {','.join(other)}: not a learned type (hpcmem models coverage says how each is "
-                        "covered); only a learned type has a sweep profile to learn again")
+    require_learned(types)      # before any learning: each learn takes minutes
     out = []
     for model_type in types:
         start = time.perf_counter()
@@ -261,6 +266,7 @@ def add_nodrop(types: list[str], *, workers: int = 1, long_checks: bool = True,
     lack them, with their held checks as the sweep's own (hpcmem.trace.learn `learn_cells`: the longest learned length
     and, `long_checks`, 4 × it), each saved as it finishes; a profile without LoRA cells, or that has them, is left as
     it is. One summary per type."""
+    require_learned(types)
     out = []
     sweep = PRECISIONS["bfloat16"]                  # the sweep learns bf16 weights only (`learn_sweep_profile`)
     for model_type in types:
