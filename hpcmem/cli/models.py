@@ -11,6 +11,7 @@ import click
 from hpcmem.cli.extras import require
 from hpcmem.datapath import write_dir
 from hpcmem.errors import SpecError
+from hpcmem.estimate.learned import NODROP
 from hpcmem.estimate.loss import VOCAB_CHUNK_SIZE
 from hpcmem.inputs.model_config import check_model_config
 from hpcmem.inputs.values import text
@@ -35,7 +36,7 @@ from hpcmem.models.spec import ModelSpec
 from hpcmem.models.vision import text_part
 from hpcmem.trace.text_heads import TEXT_ONLY_TYPES
 from hpcmem.models.vlm_learned import learned_text
-from hpcmem.trace.learn import learn, stderr_progress
+from hpcmem.trace.learn import learn, learn_cells, missing_nodrop, stderr_progress
 
 
 @click.group("models")
@@ -87,8 +88,12 @@ def coverage_cmd(as_json: bool) -> None:
 @click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
               help="Processes tracing at once (each traces one job of the reduced model).")
 @click.option("--force", is_flag=True, help="Learn again and replace the profile already learned for this config.")
+@click.option("--add-nodrop", is_flag=True,
+              help="Keep the profile already learned for this config and add the LoRA cells traced without dropout "
+                   "(DPO/KTO/Reward LoRA jobs, lora_dropout 0, adapters on fused experts), in its own precisions, "
+                   "with their held checks; its other cells are not traced again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile's summary as JSON.")
-def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: int, force: bool,
+def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: int, force: bool, add_nodrop: bool,
               as_json: bool) -> None:
     """Learn the per-layer memory terms of a model that no family descriptor covers, from traces of a reduced-depth
     copy of its own transformers code (needs torch; about a minute on two cores, no GPU). NAME: a config.json, its
@@ -102,9 +107,16 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
     if image_text:          # a vision-language type on a learned decoder: its text part is what is learned
         cfg = text_part(cfg)
     learnable(cfg, name)
+    folder = Path(out_dir) / "profiles" if out_dir else None
+    if add_nodrop:
+        if force or dtypes:
+            raise SpecError("--add-nodrop keeps the learned profile and its precisions; it does not go with --force "
+                            "or --dtype")
+        add_nodrop_cells(cfg, name, folder, workers=workers, as_json=as_json)
+        return
     require("models learn", "torch", "transformers", "trl", "peft")
     # every refusal comes before the traces: the file is checked and the folder written to first
-    target = profile_target(cfg, Path(out_dir) / "profiles" if out_dir else None, force=force)
+    target = profile_target(cfg, folder, force=force)
 
     profile = learn(cfg, name, dtypes=dtypes or ("float32", "bfloat16"), workers=workers, progress=stderr_progress,
                     image_text=image_text)
@@ -134,11 +146,56 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
         click.echo(f"wrote {path}")
 
 
+def add_nodrop_cells(cfg: dict[str, Any], name: str, folder, *, workers: int, as_json: bool) -> None:
+    """`models learn NAME --add-nodrop`: the profile learned for this config in `folder` (default: where `models learn`
+    writes), with the no-dropout LoRA cells it lacks added (hpcmem.trace.learn `learn_cells`), written over it
+    atomically once every trace and check is done; a profile that has them is left untouched."""
+    folder = folder or write_dir(KIND)
+    path = folder / profile_filename(str(cfg["model_type"]), config_hash(cfg))
+    if not path.is_file() or path.is_symlink():
+        raise SpecError(f"model {name}: --add-nodrop: no profile learned for this config at {path}; learn it first "
+                        "(hpcmem models learn, with the same --out)")
+    stored = load_profile(path)
+    if stored.config_sha256 != config_hash(cfg):
+        raise SpecError(f"{path} is not the profile learned for this config; learn it again with --force")
+    wanted = missing_nodrop(stored)
+    summary: dict[str, Any] = {"profile": str(path), "model_type": stored.model_type, "added": []}
+    if wanted:
+        require("models learn", "torch", "transformers", "trl", "peft")
+        writable(folder)
+        profile = learn_cells(cfg, stored, wanted, workers=workers, long_checks=True, progress=stderr_progress)
+        save_profile(profile, folder)
+        summary |= {"added": sorted(set(profile.cells) - set(stored.cells)),
+                    "within_pct": profile.held.get("within_pct"),
+                    "held": {k: v for k, v in profile.held.get("techniques", {}).items() if k.startswith(NODROP)},
+                    "err_pct": {k: v for k, v in profile.held.get("err_pct", {}).items() if NODROP in k}}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    elif not wanted:
+        click.echo(f"{path}: nothing to add (it has a no-dropout LoRA cell beside each LoRA cell, or no LoRA cell)")
+    else:
+        click.echo(f"added {', '.join(summary['added'])} to {path}")
+        held = ", ".join(f"{k} {v:,}" for k, v in summary["held"].items())
+        click.echo(f"held within {summary['within_pct']} % at ≤ {held}" if held else
+                   "not held for any no-dropout technique (the estimate warns)")
+
+
+def writable(folder) -> None:
+    """Refuse in one line a folder the profile cannot be written into (before the traces)."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".hpcmem-write-check-"):
+            pass
+    except OSError as exc:
+        raise SpecError(f"cannot write the profile into {folder}: {exc.strerror or exc}; choose --out") from None
+
+
 def profile_target(cfg: dict[str, Any], folder, *, force: bool):
     """The file `save_profile` will write for this config, checked before the minute of tracing: a profile learned
     before is replaced only with --force, anything else at that name never; the folder must take a file."""
     import os
-    import tempfile
 
     folder = folder or write_dir(KIND)
     path = folder / profile_filename(str(cfg["model_type"]), config_hash(cfg))
@@ -155,12 +212,7 @@ def profile_target(cfg: dict[str, Any], folder, *, force: bool):
         if not force:
             raise SpecError(f"{path} already holds the profile learned for this config; pass --force to learn it "
                             "again and replace it")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".hpcmem-write-check-"):
-            pass
-    except OSError as exc:
-        raise SpecError(f"cannot write the profile into {folder}: {exc.strerror or exc}; choose --out") from None
+    writable(folder)
     return path
 
 

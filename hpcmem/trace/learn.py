@@ -691,6 +691,15 @@ def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[
     return replace(stored, cells={**stored.cells, **fitted}, provenance=provenance)
 
 
+def missing_nodrop(stored: LearnedProfile) -> list[tuple[str, bool]]:
+    """The no-dropout LoRA cells (NODROP, checkpointing) a stored profile lacks beside the LoRA cells it has — what
+    `learn_cells` adds to a profile learned before the learner traced them; empty where it has them all."""
+    named = stored.held.get("precisions") or [stored.held.get("precision")]
+    keys = [key for key in PRECISIONS.values() if key in named] or list(PRECISIONS.values())
+    return [(NODROP, gc) for gc in (True, False)
+            if cell_key(keys[0], "lora", gc) in stored.cells and cell_key(keys[0], NODROP, gc) not in stored.cells]
+
+
 def fit_cells(done: dict[tuple, Any], dtypes: tuple[str, ...], cells: list[tuple[str, bool]], seqs: tuple[int, ...],
               kinds: tuple[int, ...] | None, rows: int = ROWS) -> tuple[dict[str, Cell], dict[str, str]]:
     """The cells of `done`'s samples ((dtype, technique, gc, seq, rows) → terms or an error message) at `rows` rows

@@ -49,11 +49,11 @@ from hpcmem.models.coverage import (
     type_status,
 )
 from hpcmem.models.params import all_linear_targets, linear_modules, peft_default_targets
-from hpcmem.models.profile import backbone_config, cell_key, profile_from_dict, profile_to_dict, spec_from_profile
+from hpcmem.models.profile import backbone_config, profile_from_dict, profile_to_dict, spec_from_profile
 from hpcmem.trace import layer_map as lay
 from hpcmem.trace import run_trace
 from hpcmem.trace.layer_map import subsequence
-from hpcmem.trace.learn import PRECISIONS, held_rows, learn, learn_cells, learning_probe, stderr_progress
+from hpcmem.trace.learn import held_rows, learn, learn_cells, learning_probe, missing_nodrop, stderr_progress
 from hpcmem.trace.threads import share_cpus
 
 EVAL_LAYERS = 16
@@ -268,15 +268,13 @@ def add_nodrop(types: list[str], *, workers: int = 1, long_checks: bool = True,
     it is. One summary per type."""
     require_learned(types)
     out = []
-    sweep = PRECISIONS["bfloat16"]                  # the sweep learns bf16 weights only (`learn_sweep_profile`)
     for model_type in types:
         doc = held_sweep_doc(model_type)
         if doc is None:
             out.append(not_held_error(model_type))
             continue
         stored = profile_from_dict(doc)
-        wanted = [(NODROP, gc) for gc in (True, False)
-                  if cell_key(sweep, "lora", gc) in stored.cells and cell_key(sweep, NODROP, gc) not in stored.cells]
+        wanted = missing_nodrop(stored)
         if not wanted:
             out.append({"model_type": model_type, "skipped": "no LoRA cell without its no-dropout twin"})
             continue

@@ -83,3 +83,27 @@ def test_learn_cli_then_estimate_within_3_percent_of_the_trace(tmp_path, monkeyp
         traced = run_trace(job).peak_allocated_bytes
         err = 100 * (max(tensor_bytes(p) for p in est.phases) - traced) / traced
         assert abs(err) < 3.0, (extra, err)
+
+    # `--add-nodrop` on the profile with its no-dropout LoRA cells taken out (a profile learned before the learner
+    # traced them) puts them back, held, and an SFT LoRA job at lora_dropout 0 on every Linear is within 3 % of its trace
+    path = Path(summary["profile"])
+    doc = json.loads(path.read_text())
+    learned = {k: v for k, v in doc["cells"].items() if "lora-nodrop" in k}
+    assert learned, sorted(doc["cells"])
+    doc["cells"] = {k: v for k, v in doc["cells"].items() if k not in learned}
+    techniques = doc["provenance"]["held"]["techniques"]
+    doc["provenance"]["held"]["techniques"] = {k: v for k, v in techniques.items() if "lora-nodrop" not in k}
+    path.write_text(json.dumps(doc))
+    nodrop_args = {**base, "use_peft": True, "lora_target_modules": "all-linear", "lora_dropout": 0.0}
+    assert any("not held" in w for w in estimate(build_job("sft", nodrop_args)[0]).warnings)
+    added = subprocess.run([sys.executable, "-m", "hpcmem", "models", "learn", str(config), "--workers", "1",
+                            "--out", str(tmp_path / "data"), "--add-nodrop", "--json"],
+                           capture_output=True, text=True, env=env, check=True)
+    report = json.loads(added.stdout)
+    assert sorted(report["added"]) == sorted(learned) and report["held"], report
+    nodrop = build_job("sft", nodrop_args)[0]       # (a job carries the profile it was built with)
+    est = estimate(nodrop)
+    assert not any("not held" in w for w in est.warnings), est.warnings
+    traced = run_trace(nodrop).peak_allocated_bytes
+    err = 100 * (max(tensor_bytes(p) for p in est.phases) - traced) / traced
+    assert abs(err) < 3.0, err
