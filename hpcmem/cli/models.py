@@ -11,7 +11,6 @@ import click
 from hpcmem.cli.extras import require
 from hpcmem.datapath import write_dir
 from hpcmem.errors import SpecError
-from hpcmem.estimate.learned import NODROP
 from hpcmem.estimate.loss import VOCAB_CHUNK_SIZE
 from hpcmem.inputs.model_config import check_model_config
 from hpcmem.inputs.values import text
@@ -36,7 +35,7 @@ from hpcmem.models.spec import ModelSpec
 from hpcmem.models.vision import text_part
 from hpcmem.trace.text_heads import TEXT_ONLY_TYPES
 from hpcmem.models.vlm_learned import learned_text
-from hpcmem.trace.learn import learn, learn_cells, missing_nodrop, stderr_progress
+from hpcmem.trace.learn import added_held, learn, learn_cells, missing_cells, stderr_progress
 
 
 @click.group("models")
@@ -88,12 +87,13 @@ def coverage_cmd(as_json: bool) -> None:
 @click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
               help="Processes tracing at once (each traces one job of the reduced model).")
 @click.option("--force", is_flag=True, help="Learn again and replace the profile already learned for this config.")
-@click.option("--add-nodrop", is_flag=True,
-              help="Keep the profile already learned for this config and add the LoRA cells traced without dropout "
-                   "(DPO/KTO/Reward LoRA jobs, lora_dropout 0, adapters on fused experts), in its own precisions, "
-                   "with their held checks; its other cells are not traced again.")
+@click.option("--add-missing", is_flag=True,
+              help="Keep the profile already learned for this config and add the variant cells the learner traces "
+                   "today that it lacks — LoRA without dropout (DPO/KTO/Reward LoRA jobs, lora_dropout 0, adapters "
+                   "on fused experts), reentrant checkpointing (use_reentrant, PEFT under ZeRO-3) — in its own "
+                   "precisions, with their held checks; its other cells are not traced again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile's summary as JSON.")
-def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: int, force: bool, add_nodrop: bool,
+def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: int, force: bool, add_missing: bool,
               as_json: bool) -> None:
     """Learn the per-layer memory terms of a model that no family descriptor covers, from traces of a reduced-depth
     copy of its own transformers code (needs torch; about a minute on two cores, no GPU). NAME: a config.json, its
@@ -108,11 +108,11 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
         cfg = text_part(cfg)
     learnable(cfg, name)
     folder = Path(out_dir) / "profiles" if out_dir else None
-    if add_nodrop:
+    if add_missing:
         if force or dtypes:
-            raise SpecError("--add-nodrop keeps the learned profile and its precisions; it does not go with --force "
+            raise SpecError("--add-missing keeps the learned profile and its precisions; it does not go with --force "
                             "or --dtype")
-        add_nodrop_cells(cfg, name, folder, workers=workers, as_json=as_json)
+        add_missing_cells(cfg, name, folder, workers=workers, as_json=as_json)
         return
     require("models learn", "torch", "transformers", "trl", "peft")
     # every refusal comes before the traces: the file is checked and the folder written to first
@@ -146,19 +146,19 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
         click.echo(f"wrote {path}")
 
 
-def add_nodrop_cells(cfg: dict[str, Any], name: str, folder, *, workers: int, as_json: bool) -> None:
-    """`models learn NAME --add-nodrop`: the profile learned for this config in `folder` (default: where `models learn`
-    writes), with the no-dropout LoRA cells it lacks added (hpcmem.trace.learn `learn_cells`), written over it
-    atomically once every trace and check is done; a profile that has them is left untouched."""
+def add_missing_cells(cfg: dict[str, Any], name: str, folder, *, workers: int, as_json: bool) -> None:
+    """`models learn NAME --add-missing`: the profile learned for this config in `folder` (default: where `models
+    learn` writes), with the variant cells it lacks added (hpcmem.trace.learn `missing_cells`, `learn_cells`), written
+    over it atomically once every trace and check is done; a profile that has them is left untouched."""
     folder = folder or write_dir(KIND)
     path = folder / profile_filename(str(cfg["model_type"]), config_hash(cfg))
     if not path.is_file() or path.is_symlink():
-        raise SpecError(f"model {name}: --add-nodrop: no profile learned for this config at {path}; learn it first "
+        raise SpecError(f"model {name}: --add-missing: no profile learned for this config at {path}; learn it first "
                         "(hpcmem models learn, with the same --out)")
     stored = load_profile(path)
     if stored.config_sha256 != config_hash(cfg):
         raise SpecError(f"{path} is not the profile learned for this config; learn it again with --force")
-    wanted = missing_nodrop(stored)
+    wanted = missing_cells(stored)
     summary: dict[str, Any] = {"profile": str(path), "model_type": stored.model_type, "added": []}
     if wanted:
         require("models learn", "torch", "transformers", "trl", "peft")
@@ -166,18 +166,16 @@ def add_nodrop_cells(cfg: dict[str, Any], name: str, folder, *, workers: int, as
         profile = learn_cells(cfg, stored, wanted, workers=workers, long_checks=True, progress=stderr_progress)
         save_profile(profile, folder)
         summary |= {"added": sorted(set(profile.cells) - set(stored.cells)),
-                    "within_pct": profile.held.get("within_pct"),
-                    "held": {k: v for k, v in profile.held.get("techniques", {}).items() if k.startswith(NODROP)},
-                    "err_pct": {k: v for k, v in profile.held.get("err_pct", {}).items() if NODROP in k}}
+                    "within_pct": profile.held.get("within_pct"), **added_held(profile, wanted)}
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     elif not wanted:
-        click.echo(f"{path}: nothing to add (it has a no-dropout LoRA cell beside each LoRA cell, or no LoRA cell)")
+        click.echo(f"{path}: nothing to add (it has each variant cell the learner traces beside the cells it varies)")
     else:
         click.echo(f"added {', '.join(summary['added'])} to {path}")
         held = ", ".join(f"{k} {v:,}" for k, v in summary["held"].items())
         click.echo(f"held within {summary['within_pct']} % at ≤ {held}" if held else
-                   "not held for any no-dropout technique (the estimate warns)")
+                   "not held for any added technique (the estimate warns)")
 
 
 def writable(folder) -> None:

@@ -203,21 +203,22 @@ def trace_command(cases: str | None, ci_only: bool, workers: int, rescore: bool,
               "(skips the checks at 32,768, about half the time; estimates past 8,192 then say they are not held)")
 @click.option("--rows-checks", is_flag=True, help="hold the --types' stored sweep profiles at 1 and 4 rows per "
               "micro-batch too (two traces each at the longest held length), without learning them again")
-@click.option("--add-nodrop", "add_nodrop", is_flag=True, help="add the LoRA cells without dropout (DPO/KTO/Reward's "
-              "disable_dropout, lora_dropout 0) to the --types' stored sweep profiles that lack them, with their held "
-              "checks, without learning the rest again; then rescore their records")
+@click.option("--add-missing", "add_missing", is_flag=True, help="add the variant cells the learner traces today "
+              "to the --types' stored sweep profiles that lack them — LoRA without dropout (DPO/KTO/Reward's "
+              "disable_dropout, lora_dropout 0), reentrant checkpointing (use_reentrant, PEFT under ZeRO-3) — with "
+              "their held checks, without learning the rest again; then rescore their records")
 @click.option("--trainable", is_flag=True, help="image-text types: run TRL's SFTTrainer one CPU step on a tiny model "
               "of each of --types (default every image-text type not estimated with images), store "
               "estimator/vlm-trainable.jsonl, and write the table; nothing else is traced or rescored")
 @JSON
 @NO_PNG
 def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool, relearn: bool, short_checks: bool,
-                     rows_checks: bool, add_nodrop: bool, trainable: bool, as_json: bool, no_png: bool) -> None:
+                     rows_checks: bool, add_missing: bool, trainable: bool, as_json: bool, no_png: bool) -> None:
     """Every covered model type against a trace: traces the types without records and appends theirs to
     estimator/coverage.jsonl (types it does not trace are listed, not written), and writes estimator/COVERAGE.md."""
     chosen = [t.strip() for t in types.split(",")] if types else None
     if trainable:
-        if rescore or redo or relearn or rows_checks or short_checks or add_nodrop:
+        if rescore or redo or relearn or rows_checks or short_checks or add_missing:
             raise HpcmemError("--trainable: alone (with --types); it runs TRL on image-text types and rescores "
                               "nothing")
         recs = _trainable(chosen)
@@ -233,11 +234,11 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
         raise HpcmemError("--relearn: needs --types (each learn takes minutes: name the types to learn again)")
     if rows_checks and (not chosen or relearn):
         raise HpcmemError("--rows-checks: needs --types and no --relearn (a relearn runs the rows checks itself)")
-    if add_nodrop and (not chosen or relearn or rows_checks):
-        raise HpcmemError("--add-nodrop: needs --types and neither --relearn nor --rows-checks (a relearn learns "
+    if add_missing and (not chosen or relearn or rows_checks):
+        raise HpcmemError("--add-missing: needs --types and neither --relearn nor --rows-checks (a relearn learns "
                           "these cells itself)")
-    if add_nodrop:
-        for got in coverage.add_nodrop(chosen):
+    if add_missing:
+        for got in coverage.add_missing(chosen):
             click.echo(f"{got['model_type']}: " + (got.get("error") or got.get("skipped") or
                                                    f"{got['seconds']} s, added {', '.join(got['added'])}, held "
                                                    f"{json.dumps(got['held'])}"), err=True)
@@ -250,13 +251,13 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
         for got in coverage.relearn(chosen, long_checks=not short_checks):
             click.echo(f"{got['model_type']}: " + (got.get("error") or f"{got['seconds']} s, held {got['held']}"),
                        err=True)
-    if rescore or relearn or rows_checks or add_nodrop:
+    if rescore or relearn or rows_checks or add_missing:
         recs = coverage.rescore(types=chosen)
         coverage.write_records(recs)
     else:
         recs = coverage.run(chosen, redo=redo, workers=workers, progress=coverage.print_progress)
     report = _write_coverage_report()
-    again = rescore or relearn or rows_checks or add_nodrop
+    again = rescore or relearn or rows_checks or add_missing
     skipped = [r["model_type"] for r in recs if "skipped" in r and not again]
     verb = "rescored in" if again else "appended to"
     written = f"{len(recs) - len(skipped)} records {verb} estimator/coverage.jsonl"

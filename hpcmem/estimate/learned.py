@@ -63,6 +63,13 @@ DORA = "dora"                     # the cells traced with use_dora on the refere
 # the cells traced with the reference adapters at lora_dropout 0: what a LoRA job without dropout keeps — lora_dropout
 # 0 (peft's nn.Identity), or TRL's disable_dropout (DPO, KTO, Reward: an nn.Dropout at p = 0, which returns its input)
 NODROP = "lora-nodrop"
+# the cells traced with reentrant checkpointing, named for the technique they vary ("full-reentrant", …): a job with
+# gradient_checkpointing_kwargs use_reentrant True, or with PEFT under ZeRO-3, where TRL forces it. torch's
+# CheckpointFunction (torch/utils/checkpoint.py) runs the layer's forward under no_grad and its whole recompute in the
+# backward, where the non-reentrant default packs saved tensors through hooks and recomputes up to the last one it
+# needs: another set of tensors per layer, and which of them a layer's peak holds is the type's own
+REENTRANT = "-reentrant"
+REENTRANT_OF = ("full", "lora", NODROP)
 # the traced heads lie on one line where the quadratic part of the polynomial through them is at most this share of
 # the head's bytes at the longest learned length (hpcmem.estimate.loss is linear below the tile's limit: c is rounding)
 LINE_TOLERANCE = 1e-3
@@ -147,6 +154,34 @@ def variant_cells_apply(t: TrainSpec) -> bool:
     return not (t.selective_checkpointing or unlearned_offloading(t) or t.quantized)
 
 
+def reentrant(job: JobSpec) -> bool:
+    """Whether the job checkpoints reentrantly: use_reentrant True, or a PEFT model under ZeRO-3 with checkpointing,
+    where every TRL trainer sets it True whatever the user set (trl/trainer/sft_trainer.py: "`use_reentrant` is forced
+    to `True` in this configuration"; hpcmem.job.rules warns)."""
+    t, par = job.train, job.parallel
+    forced = t.use_peft and par.deepspeed and par.zero_stage == 3
+    return t.gradient_checkpointing and bool(t.gradient_checkpointing_kwargs.get("use_reentrant") or forced)
+
+
+def variant_cell(p: LearnedProfile, key: str, base: str, variant: str, gc: bool, one: bool) -> Cell | None:
+    """A variant's cell (`variant` of the `base` technique), its one-row variant where the micro-batch takes one; None
+    where it is not learned, or where the base has a one-row cell and the variant none (the padded cell does not scale
+    down to this profile's one row: `one_row`)."""
+    if one and one_row_key(cell_key(key, base, gc)) in p.cells \
+            and one_row_key(cell_key(key, variant, gc)) not in p.cells:
+        return None
+    return p.cell(key, variant, gc, one)
+
+
+def reentrant_cell(job: JobSpec, prec: Precision, technique: str, one: bool = False) -> Cell | None:
+    """The reentrant variant of a `technique` cell (REENTRANT_OF) a job checkpointing reentrantly takes where learned,
+    else None."""
+    key = precision_key(prec)
+    if not (key and technique in REENTRANT_OF and reentrant(job) and variant_cells_apply(job.train)):
+        return None
+    return variant_cell(job.model.learned, key, technique, technique + REENTRANT, True, one)
+
+
 def nodrop_cell(job: JobSpec, prec: Precision, one: bool = False) -> Cell | None:
     """The `lora-nodrop` cell a plain LoRA job without dropout takes where the profile has it (lora_dropout 0, or
     TRL's disable_dropout: `lora_dropout_active`), else None. Without dropout the saved tensors and backward of peft's
@@ -156,18 +191,16 @@ def nodrop_cell(job: JobSpec, prec: Precision, one: bool = False) -> Cell | None
     t, p, key = job.train, job.model.learned, precision_key(prec)
     if not (t.use_peft and not t.use_dora and not lora_dropout_active(t) and key and variant_cells_apply(t)):
         return None
-    if one and one_row_key(cell_key(key, "lora", t.gradient_checkpointing)) in p.cells \
-            and one_row_key(cell_key(key, NODROP, t.gradient_checkpointing)) not in p.cells:
-        return None     # the padded cell does not scale down to this profile's one row (`one_row`): the old path
-    return p.cell(key, NODROP, t.gradient_checkpointing, one)
+    return variant_cell(p, key, "lora", NODROP, t.gradient_checkpointing, one)
 
 
 def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch) -> tuple[Cell, dict]:
     """(the profile's terms for this job, the LoRA reference they were traced with), or a SpecError naming what was
     not learned. A LoRA job on the adapters of peft's default targets takes the `lora-default` cell where learned, a
     DoRA job the `dora` cell (the reference's targets with use_dora; other targets add the difference), a LoRA job
-    without dropout the `lora-nodrop` cell (`nodrop_cell`); each its one-row variant where the micro-batch is one row
-    (`one_row`) and the profile has it."""
+    without dropout the `lora-nodrop` cell (`nodrop_cell`); a job checkpointing reentrantly the reentrant variant of
+    its lora-nodrop, LoRA or full cell (`reentrant_cell`) before peft's default targets' cell; each its one-row variant
+    where the micro-batch is one row (`one_row`) and the profile has it."""
     t, p = job.train, job.model.learned
     one = one_row(job, mb)
     if lora.enabled and lora.targeted and not t.gradient_checkpointing:
@@ -185,7 +218,9 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch
             and (cell := p.cell(key, DORA, t.gradient_checkpointing, one)) is not None):
         return cell, {**p.lora_reference, "use_dora": True}
     if (cell := nodrop_cell(job, prec, one)) is not None:
-        return cell, {**p.lora_reference, "lora_dropout": 0.0}
+        return reentrant_cell(job, prec, NODROP, one) or cell, {**p.lora_reference, "lora_dropout": 0.0}
+    if (cell := reentrant_cell(job, prec, "lora" if t.use_peft else "full", one)) is not None:
+        return cell, p.lora_reference
     if (t.use_peft and not t.use_dora and default and key and variant_cells_apply(t)
             and {m.leaf for m in lora.adapted} == traced_leaves(p, default["lora_target_modules"])
             and (cell := p.cell(key, DEFAULT_LORA, t.gradient_checkpointing, one)) is not None):

@@ -8,7 +8,7 @@ the terms are the profile's — but never silently: the estimate's warnings say 
 
 from __future__ import annotations
 
-from hpcmem.estimate.learned import NODROP, nodrop_cell, one_row
+from hpcmem.estimate.learned import NODROP, REENTRANT, nodrop_cell, one_row, reentrant, reentrant_cell
 from hpcmem.estimate.lora import lora_dropout_active
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, precision
@@ -21,12 +21,14 @@ def held_name(technique: str, gc: bool) -> str:
 
 def job_technique(job: JobSpec, mb: MicroBatch) -> str:
     """The held name of the cell the job takes: full, LoRA, DoRA, or LoRA without dropout where the profile learned it
-    (hpcmem.estimate.learned `nodrop_cell`, for this micro-batch's one-row variant as the estimate asks)."""
-    t = job.train
-    if nodrop_cell(job, precision(job), one_row(job, mb)) is not None:
-        return held_name(NODROP, t.gradient_checkpointing)
-    return held_name("dora" if t.use_peft and t.use_dora else "lora" if t.use_peft else "full",
-                     t.gradient_checkpointing)
+    (hpcmem.estimate.learned `nodrop_cell`), each but DoRA its reentrant variant where the job checkpoints reentrantly
+    and the profile learned it (`reentrant_cell`) — for this micro-batch's one-row variant as the estimate asks."""
+    t, prec, one = job.train, precision(job), one_row(job, mb)
+    name = NODROP if nodrop_cell(job, prec, one) is not None else \
+        "dora" if t.use_peft and t.use_dora else "lora" if t.use_peft else "full"
+    if reentrant_cell(job, prec, name, one) is not None:
+        name += REENTRANT
+    return held_name(name, t.gradient_checkpointing)
 
 
 # What each "not held" warning says lies outside the profile's range, and the words it carries whatever its numbers
@@ -81,7 +83,7 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
     # the cells were traced with TRL's LoRA dropout 0.05 (or 0: the lora-nodrop cells, where learned) and no module
     # copies (hpcmem/trace/learn.py learn_job); other adapters add hpcmem.estimate.lora's difference formulas, which no
     # check holds on a learned type
-    nodrop = name == held_name(NODROP, t.gradient_checkpointing)     # the cell traced without dropout: held as such
+    nodrop = name.startswith(NODROP)        # a cell traced without dropout (or its reentrant variant): held as such
     changed = ([] if lora_dropout_active(t) or nodrop else ["no LoRA dropout"]) + \
         ([f"lora_modules_to_save {', '.join(t.lora_modules_to_save)}"] if t.lora_modules_to_save else [])
     if t.use_peft and changed:
@@ -96,10 +98,10 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
         out.append(f"learned profile of {p.model_type}: its cells were traced under autocast (bf16 on); this job "
                    f"{OUTSIDE['no autocast']}, where 16-bit and fp32 operands promote to fp32 and "
                    "LoRA adapters compute in fp32: not held")
-    forced = t.use_peft and job.parallel.deepspeed and job.parallel.zero_stage == 3     # TRL forces it (job rules)
-    if t.gradient_checkpointing and (t.gradient_checkpointing_kwargs.get("use_reentrant") or forced):
-        # the cells run TRL's default, use_reentrant False (trl/trainer/sft_trainer.py sets it when unset); the reentrant
-        # variant (torch/utils/checkpoint.py CheckpointFunction) runs the layer's forward under no_grad and its whole
+    if reentrant(job) and not name.endswith(REENTRANT + " gc"):
+        # no reentrant cell for this job's technique (DoRA and peft's default targets have none; profiles learned
+        # before the learner traced them): the cells run TRL's default, use_reentrant False
+        # (trl/trainer/sft_trainer.py sets it when unset); the reentrant variant (torch/utils/checkpoint.py CheckpointFunction) runs the layer's forward under no_grad and its whole
         # recompute in the backward, the non-reentrant one packs saved tensors through hooks and recomputes up to the
         # last one it needs. The peaks differ by type: the same traced jobs with use_reentrant True were 0.1 % (AXK1,
         # full), 5.5 % (Gemma 4, LoRA) and 8.3 % (RecurrentGemma, LoRA) lower (estimator/LOG.md; why per type: not

@@ -6,7 +6,8 @@
    a prefix (`layout.subsequence`: layer 0, each kind's first layer, the last layer), checked alike.
 2. For each precision (float32 load → `w4a2`, bfloat16 → `w2a2`), technique (full; LoRA at r = 16 on every Linear,
    or on the attention projections where peft refuses that: `lora_reference`; with checkpointing also LoRA on peft's
-   default targets, `default_lora`) and checkpointing (full, off), TRL's
+   default targets, `default_lora`; the variants beside them: DoRA, LoRA at lora_dropout 0 and, with checkpointing,
+   the reentrant full, LoRA and no-dropout cells) and checkpointing (full, off), TRL's
    SFTTrainer is traced (hpcmem.trace.run_trace, CUDA mapping, timeline on) on the D-layer model with 2 padded rows of
    SEQS tokens each, for one optimizer step (TRACED_STEP). From that step's timeline (hpcmem.trace.phases names the
    phase and layer of every point; start(k): bytes when layer k starts its forward, start(D): when the LM head does):
@@ -48,7 +49,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.activations import own_pass_mask_bytes
 from hpcmem.estimate.closing import resident_components
-from hpcmem.estimate.learned import DEFAULT_LORA, DORA, NODROP, layer_adapters
+from hpcmem.estimate.learned import DEFAULT_LORA, DORA, NODROP, REENTRANT, REENTRANT_OF, layer_adapters
 from hpcmem.estimate.learned_range import held_name
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.states import job_param_parts, model_states
@@ -372,14 +373,22 @@ def no_grad_terms(samples: list[list[list[int]]], seqs: tuple[int, ...], kinds: 
 def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int, rows: int = ROWS) -> JobSpec:
     """A traced job of a cell, with the settings the type trains only with (router_aux_loss_coef 0 for some MoE
     types: hpcmem.models.coverage.settings_beside_checkpointing; checkpointing is the cell's); `lora-default` leaves the targets
-    to peft (TRL passes target_modules=None); `lora-nodrop` is the reference adapters at lora_dropout 0."""
+    to peft (TRL passes target_modules=None); `lora-nodrop` is the reference adapters at lora_dropout 0; a technique's
+    REENTRANT variant checkpoints with use_reentrant True."""
+    technique, re = base_technique(technique)
     lora, ref = technique in ("lora", DORA, NODROP), spec.learned.lora_reference
     needs = settings_beside_checkpointing(spec.model_type)
     return JobSpec(model=spec, train=TrainSpec(
         trainer="sft", dtype=dtype, use_peft=technique != "full", lora_r=ref["lora_r"], use_dora=technique == DORA,
         lora_target_modules=tuple(ref["lora_target_modules"]) if lora else (),
         lora_dropout=0.0 if technique == NODROP else TrainSpec.lora_dropout,
-        gradient_checkpointing=gc, max_length=seq, per_device_train_batch_size=rows, **needs))
+        gradient_checkpointing=gc, gradient_checkpointing_kwargs={"use_reentrant": True} if re else {},
+        max_length=seq, per_device_train_batch_size=rows, **needs))
+
+
+def base_technique(technique: str) -> tuple[str, bool]:
+    """(the technique a cell's name varies, whether the cell is its REENTRANT variant)."""
+    return (technique[:-len(REENTRANT)], True) if technique.endswith(REENTRANT) else (technique, False)
 
 
 def runnable_cells(model_type: str, cells: Any) -> list[tuple[str, bool]]:
@@ -544,7 +553,8 @@ def learning_probe(cfg: dict[str, Any], cells: Any = CELLS, *, image_text: bool 
 
 def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] = tuple(PRECISIONS),
           cells: Any = CELLS, workers: int = 2, check: bool = True, progress: Any = None,
-          dora: bool = True, nodrop: bool = True, long_checks: bool = True, image_text: bool = False,
+          dora: bool = True, nodrop: bool = True, reentrant: bool = True, long_checks: bool = True,
+          image_text: bool = False,
           seqs: tuple[int, ...] = ()) -> LearnedProfile:
     """Trace the reduced model for every cell and return the real model's profile (not yet saved); `image_text`: `cfg`
     is a vision-language type's text part (`learning_probe`); `seqs`: the three row lengths to learn at (default: SEQS
@@ -576,6 +586,8 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     wanted += [(DORA, gc) for tech, gc in wanted if tech == "lora" and dora]
     # and without dropout (DPO/KTO/Reward's disable_dropout, lora_dropout 0): `nodrop_cell`
     wanted += [(NODROP, gc) for tech, gc in wanted if tech == "lora" and nodrop]
+    # and, with checkpointing, reentrant (use_reentrant True; PEFT under ZeRO-3): `reentrant_cell`
+    wanted += [(tech + REENTRANT, gc) for tech, gc in wanted if tech in REENTRANT_OF and gc and reentrant]
     tasks = [(PRECISIONS[d], d, tech, gc, seq, ROWS) for d in dtypes for tech, gc in wanted for seq in seqs]
     done = _run_samples(probe, [t[1:] for t in tasks], depth, workers, progress, start)
     skipped: dict[str, str] = {cell_key(PRECISIONS[d], tech, gc): "peft adapts none of this model's linears as "
@@ -662,7 +674,7 @@ def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[
     if not dtypes:
         raise SpecError(f"model {name}: the stored profile names no held precision; learn it again instead")
     probe = replace(probe, provenance={**probe.provenance, "seqs": list(seqs), "held": stored.held})
-    cells = runnable_cells(probe.model_type, [c for c in wanted if c[0] == "full" or reference])
+    cells = runnable_cells(probe.model_type, [c for c in wanted if base_technique(c[0])[0] == "full" or reference])
     prefix, ends_last = keep == tuple(range(depth)), lay.last_only(full.layer_kinds)
     kinds = None if ends_last or not prefix else full.layer_kinds
     # where the stored profile has one-row LoRA cells (`one_row_cells`: its padded cells do not scale down to one row),
@@ -691,13 +703,27 @@ def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[
     return replace(stored, cells={**stored.cells, **fitted}, provenance=provenance)
 
 
-def missing_nodrop(stored: LearnedProfile) -> list[tuple[str, bool]]:
-    """The no-dropout LoRA cells (NODROP, checkpointing) a stored profile lacks beside the LoRA cells it has — what
-    `learn_cells` adds to a profile learned before the learner traced them; empty where it has them all."""
+def missing_cells(stored: LearnedProfile, *, nodrop: bool = True, reentrant: bool = True) -> list[tuple[str, bool]]:
+    """The variant cells a stored profile lacks beside the cells it has — what `learn_cells` adds to a profile learned
+    before the learner traced them: the no-dropout LoRA cells (NODROP, with and without checkpointing), then the
+    reentrant variants (REENTRANT: checkpointing only) of its full, LoRA and no-dropout cells, those added here
+    included; empty where it has them all."""
     named = stored.held.get("precisions") or [stored.held.get("precision")]
-    keys = [key for key in PRECISIONS.values() if key in named] or list(PRECISIONS.values())
-    return [(NODROP, gc) for gc in (True, False)
-            if cell_key(keys[0], "lora", gc) in stored.cells and cell_key(keys[0], NODROP, gc) not in stored.cells]
+    key = next((k for k in PRECISIONS.values() if k in named), None) or next(iter(PRECISIONS.values()))
+    names = ("full", "lora", NODROP) + tuple(x + REENTRANT for x in REENTRANT_OF)
+    has = {(t, gc) for t in names for gc in (True, False) if cell_key(key, t, gc) in stored.cells}
+    wanted = [(NODROP, gc) for gc in (True, False) if nodrop and ("lora", gc) in has and (NODROP, gc) not in has]
+    base = has | set(wanted)
+    wanted += [(t + REENTRANT, True) for t in REENTRANT_OF
+               if reentrant and (t, True) in base and (t + REENTRANT, True) not in has]
+    return wanted
+
+
+def added_held(profile: LearnedProfile, wanted: list[tuple[str, bool]]) -> dict[str, Any]:
+    """Where the cells `learn_cells` added are held: {"held": technique → longest length, "err_pct": each check}."""
+    names = {held_name(t, gc) for t, gc in wanted}
+    return {"held": {k: v for k, v in profile.held.get("techniques", {}).items() if k in names},
+            "err_pct": {k: v for k, v in profile.held.get("err_pct", {}).items() if k.split(" ", 1)[1] in names}}
 
 
 def fit_cells(done: dict[tuple, Any], dtypes: tuple[str, ...], cells: list[tuple[str, bool]], seqs: tuple[int, ...],
@@ -786,7 +812,7 @@ def idle_kinds(kinds: tuple[LayerKind, ...], traced_kinds: list[int],
         for k, names in enumerate(got.get("idle") or ()):
             kind = traced_kinds[k]
             linears = {lin.name for lin in kinds[kind].linears if lin.nn_linear}
-            if technique == "full":
+            if base_technique(technique)[0] == "full":
                 idle.setdefault(kind, set()).add(sum(n for n, _ in names.values()))
                 weight_linears.setdefault(kind, set()).update(
                     name[:-len(".weight")] for name in names if name.endswith(".weight")

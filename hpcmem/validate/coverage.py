@@ -31,7 +31,6 @@ from typing import Any
 from hpcmem.datapath import estimator_dir
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
-from hpcmem.estimate.learned import NODROP
 from hpcmem.estimate.verdict import pct
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.jobspec import JobSpec
@@ -53,7 +52,8 @@ from hpcmem.models.profile import backbone_config, profile_from_dict, profile_to
 from hpcmem.trace import layer_map as lay
 from hpcmem.trace import run_trace
 from hpcmem.trace.layer_map import subsequence
-from hpcmem.trace.learn import held_rows, learn, learn_cells, learning_probe, missing_nodrop, stderr_progress
+from hpcmem.trace.learn import (added_held, held_rows, learn, learn_cells, learning_probe, missing_cells,
+                                stderr_progress)
 from hpcmem.trace.threads import share_cpus
 
 EVAL_LAYERS = 16
@@ -260,12 +260,12 @@ def not_held_error(model_type: str) -> dict[str, Any]:
             f"(hpcmem validate coverage --relearn --types {model_type})"}
 
 
-def add_nodrop(types: list[str], *, workers: int = 1, long_checks: bool = True,
+def add_missing(types: list[str], *, workers: int = 1, long_checks: bool = True,
                progress: Any = stderr_progress) -> list[dict[str, Any]]:
-    """Add the LoRA cells without dropout (hpcmem.estimate.learned NODROP) to the --types' stored sweep profiles that
-    lack them, with their held checks as the sweep's own (hpcmem.trace.learn `learn_cells`: the longest learned length
-    and, `long_checks`, 4 × it), each saved as it finishes; a profile without LoRA cells, or that has them, is left as
-    it is. One summary per type."""
+    """Add the variant cells the learner traces today (hpcmem.trace.learn `missing_cells`: LoRA without dropout,
+    reentrant checkpointing) to the --types' stored sweep profiles that lack them, with their held checks as the
+    sweep's own (`learn_cells`: the longest learned length and, `long_checks`, 4 × it), each saved as it finishes; a
+    profile that has them is left as it is. One summary per type."""
     require_learned(types)
     out = []
     for model_type in types:
@@ -274,9 +274,9 @@ def add_nodrop(types: list[str], *, workers: int = 1, long_checks: bool = True,
             out.append(not_held_error(model_type))
             continue
         stored = profile_from_dict(doc)
-        wanted = missing_nodrop(stored)
+        wanted = missing_cells(stored)
         if not wanted:
-            out.append({"model_type": model_type, "skipped": "no LoRA cell without its no-dropout twin"})
+            out.append({"model_type": model_type, "skipped": "it has each variant cell beside the cells it varies"})
             continue
         start = time.perf_counter()
         try:
@@ -287,11 +287,8 @@ def add_nodrop(types: list[str], *, workers: int = 1, long_checks: bool = True,
             out.append({"model_type": model_type, "error": f"{type(exc).__name__}: {exc}"[:600]})
             continue
         save_sweep_profile(profile, model_type)
-        techniques = profile.held.get("techniques", {})
         out.append({"model_type": model_type, "seconds": round(time.perf_counter() - start, 1),
-                    "added": sorted(set(profile.cells) - set(stored.cells)),
-                    "held": {n: v for n, v in techniques.items() if n.startswith(NODROP)},
-                    "err_pct": {k: v for k, v in profile.held.get("err_pct", {}).items() if NODROP in k}})
+                    "added": sorted(set(profile.cells) - set(stored.cells)), **added_held(profile, wanted)})
     return out
 
 

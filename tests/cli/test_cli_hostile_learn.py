@@ -165,32 +165,34 @@ def test_a_field_transformers_strict_config_rejects_is_one_line(tmp_path, capsys
     assert not list((tmp_path / "data").rglob("*.json"))
 
 
-def test_add_nodrop_refuses_in_one_line_and_leaves_a_complete_profile_untouched(tmp_path, capsys):
-    """`--add-nodrop` builds on the profile learned for this config: with none there, with a file that is not it, or
-    with --force / --dtype beside it, one line before any trace; a profile with its no-dropout cells is left byte for
+def test_add_missing_refuses_in_one_line_and_leaves_a_complete_profile_untouched(tmp_path, capsys):
+    """`--add-missing` builds on the profile learned for this config: with none there, with a file that is not it, or
+    with --force / --dtype beside it, one line before any trace; a profile with its variant cells is left byte for
     byte (no torch needed)."""
     from hpcmem.models.profile import config_hash, profile_filename
 
     out = ["--out", str(tmp_path / "data")]
     model = _config(tmp_path / "olmo3")
-    _fast_refusal(capsys, [str(model), *out, "--add-nodrop"], "--add-nodrop", "no profile learned for this config",
+    _fast_refusal(capsys, [str(model), *out, "--add-missing"], "--add-missing", "no profile learned for this config",
                   "learn it first")
-    _fast_refusal(capsys, [str(model), *out, "--add-nodrop", "--force"], "--add-nodrop", "--force")
-    _fast_refusal(capsys, [str(model), *out, "--add-nodrop", "--dtype", "bfloat16"], "--add-nodrop", "--dtype")
+    _fast_refusal(capsys, [str(model), *out, "--add-missing", "--force"], "--add-missing", "--force")
+    _fast_refusal(capsys, [str(model), *out, "--add-missing", "--dtype", "bfloat16"], "--add-missing", "--dtype")
     target = tmp_path / "data" / "profiles" / profile_filename("olmo3", config_hash(TINY_OLMO3))
     target.parent.mkdir(parents=True)
     target.write_text('{"mine": "a file of my own"}')
-    _fast_refusal(capsys, [str(model), *out, "--add-nodrop"], str(target))
+    _fast_refusal(capsys, [str(model), *out, "--add-missing"], str(target))
     assert target.read_text() == '{"mine": "a file of my own"}'
 
-    # a shipped profile that has its no-dropout LoRA cells, under its own config: nothing to add, nothing written
-    shipped = next(p for p in sorted(SHIPPED.glob("*.json")) if "lora-nodrop" in p.read_text())
+    # a shipped profile that has its variant cells (without dropout, reentrant), under its own config: nothing to add,
+    # nothing written
+    shipped = next(p for p in sorted(SHIPPED.glob("*.json"))
+                   if all(w in p.read_text() for w in ('"w2a2/lora-nodrop/gc"', '"w2a2/lora-nodrop-reentrant/gc"')))
     doc = json.loads(shipped.read_text())
     mine = tmp_path / "data" / "profiles" / shipped.name
     mine.write_bytes(shipped.read_bytes())
     before = mine.stat().st_mtime_ns
     capsys.readouterr()
-    assert run(["models", "learn", str(_config(tmp_path / "shipped", doc["config"])), *out, "--add-nodrop",
+    assert run(["models", "learn", str(_config(tmp_path / "shipped", doc["config"])), *out, "--add-missing",
                 "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["added"] == []
     assert mine.read_bytes() == shipped.read_bytes() and mine.stat().st_mtime_ns == before

@@ -57,9 +57,9 @@ def test_both_forms_rescore_the_stored_traces_alike(tmp_path, monkeypatch):
     (["validate", "coverage", "--short-checks"], ("--short-checks", "--relearn")),
     (["validate", "coverage", "--relearn"], ("--relearn", "--types")),
     (["validate", "coverage", "--relearn", "--types", "smollm3,llama"], ("--types llama", "not a learned type")),
-    (["validate", "coverage", "--add-nodrop"], ("--add-nodrop", "--types")),
-    (["validate", "coverage", "--add-nodrop", "--relearn", "--types", "gpt2"], ("--add-nodrop", "--relearn")),
-    (["validate", "coverage", "--add-nodrop", "--types", "gpt2,llama"], ("--types llama", "not a learned type")),
+    (["validate", "coverage", "--add-missing"], ("--add-missing", "--types")),
+    (["validate", "coverage", "--add-missing", "--relearn", "--types", "gpt2"], ("--add-missing", "--relearn")),
+    (["validate", "coverage", "--add-missing", "--types", "gpt2,llama"], ("--types llama", "not a learned type")),
 ])
 def test_a_flag_or_mode_of_no_instrument_here_is_one_line_naming_the_right_one(argv, words):
     status, out, err = _run(argv)

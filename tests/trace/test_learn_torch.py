@@ -84,26 +84,35 @@ def test_learn_cli_then_estimate_within_3_percent_of_the_trace(tmp_path, monkeyp
         err = 100 * (max(tensor_bytes(p) for p in est.phases) - traced) / traced
         assert abs(err) < 3.0, (extra, err)
 
-    # `--add-nodrop` on the profile with its no-dropout LoRA cells taken out (a profile learned before the learner
-    # traced them) puts them back, held, and an SFT LoRA job at lora_dropout 0 on every Linear is within 3 % of its trace
+    # `--add-missing` on the profile with its variant cells taken out — LoRA without dropout, reentrant checkpointing:
+    # a profile learned before the learner traced them — puts them back, held; an SFT LoRA job at lora_dropout 0 on
+    # every Linear and a full fine-tune with reentrant checkpointing are each within 3 % of their trace
     path = Path(summary["profile"])
     doc = json.loads(path.read_text())
-    learned = {k: v for k, v in doc["cells"].items() if "lora-nodrop" in k}
-    assert learned, sorted(doc["cells"])
+
+    def variant(name: str) -> bool:
+        return "lora-nodrop" in name or "-reentrant" in name
+
+    learned = {k: v for k, v in doc["cells"].items() if variant(k)}
+    assert {"w2a2/lora-nodrop/gc", "w2a2/lora-nodrop/nogc", "w2a2/full-reentrant/gc", "w2a2/lora-reentrant/gc",
+            "w2a2/lora-nodrop-reentrant/gc"} <= set(learned), sorted(doc["cells"])
     doc["cells"] = {k: v for k, v in doc["cells"].items() if k not in learned}
     techniques = doc["provenance"]["held"]["techniques"]
-    doc["provenance"]["held"]["techniques"] = {k: v for k, v in techniques.items() if "lora-nodrop" not in k}
+    doc["provenance"]["held"]["techniques"] = {k: v for k, v in techniques.items() if not variant(k)}
     path.write_text(json.dumps(doc))
+    reentrant_args = {**base, "gradient_checkpointing_kwargs": {"use_reentrant": True}}
+    assert any("non-reentrant" in w for w in estimate(build_job("sft", reentrant_args)[0]).warnings)
     nodrop_args = {**base, "use_peft": True, "lora_target_modules": "all-linear", "lora_dropout": 0.0}
     assert any("not held" in w for w in estimate(build_job("sft", nodrop_args)[0]).warnings)
     added = subprocess.run([sys.executable, "-m", "hpcmem", "models", "learn", str(config), "--workers", "1",
-                            "--out", str(tmp_path / "data"), "--add-nodrop", "--json"],
+                            "--out", str(tmp_path / "data"), "--add-missing", "--json"],
                            capture_output=True, text=True, env=env, check=True)
     report = json.loads(added.stdout)
     assert sorted(report["added"]) == sorted(learned) and report["held"], report
-    nodrop = build_job("sft", nodrop_args)[0]       # (a job carries the profile it was built with)
-    est = estimate(nodrop)
-    assert not any("not held" in w for w in est.warnings), est.warnings
-    traced = run_trace(nodrop).peak_allocated_bytes
-    err = 100 * (max(tensor_bytes(p) for p in est.phases) - traced) / traced
-    assert abs(err) < 3.0, err
+    for args in (nodrop_args, reentrant_args):
+        job = build_job("sft", args)[0]       # (a job carries the profile it was built with)
+        est = estimate(job)
+        assert not any("not held" in w for w in est.warnings), est.warnings
+        traced = run_trace(job).peak_allocated_bytes
+        err = 100 * (max(tensor_bytes(p) for p in est.phases) - traced) / traced
+        assert abs(err) < 3.0, (args, err)
