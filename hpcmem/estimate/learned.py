@@ -70,6 +70,11 @@ NODROP = "lora-nodrop"
 # needs: another set of tensors per layer, and which of them a layer's peak holds is the type's own
 REENTRANT = "-reentrant"
 REENTRANT_OF = ("full", "lora", NODROP)
+
+
+def base_technique(technique: str) -> tuple[str, bool]:
+    """(the technique a cell's name varies, whether the cell is its REENTRANT variant)."""
+    return (technique[:-len(REENTRANT)], True) if technique.endswith(REENTRANT) else (technique, False)
 # the traced heads lie on one line where the quadratic part of the polynomial through them is at most this share of
 # the head's bytes at the longest learned length (hpcmem.estimate.loss is linear below the tile's limit: c is rounding)
 LINE_TOLERANCE = 1e-3
@@ -154,15 +159,6 @@ def variant_cells_apply(t: TrainSpec) -> bool:
     return not (t.selective_checkpointing or unlearned_offloading(t) or t.quantized)
 
 
-def reentrant(job: JobSpec) -> bool:
-    """Whether the job checkpoints reentrantly: use_reentrant True, or a PEFT model under ZeRO-3 with checkpointing,
-    where every TRL trainer sets it True whatever the user set (trl/trainer/sft_trainer.py: "`use_reentrant` is forced
-    to `True` in this configuration"; hpcmem.job.rules warns)."""
-    t, par = job.train, job.parallel
-    forced = t.use_peft and par.deepspeed and par.zero_stage == 3
-    return t.gradient_checkpointing and bool(t.gradient_checkpointing_kwargs.get("use_reentrant") or forced)
-
-
 def variant_cell(p: LearnedProfile, key: str, base: str, variant: str, gc: bool, one: bool) -> Cell | None:
     """A variant's cell (`variant` of the `base` technique), its one-row variant where the micro-batch takes one; None
     where it is not learned, or where the base has a one-row cell and the variant none (the padded cell does not scale
@@ -177,7 +173,7 @@ def reentrant_cell(job: JobSpec, prec: Precision, technique: str, one: bool = Fa
     """The reentrant variant of a `technique` cell (REENTRANT_OF) a job checkpointing reentrantly takes where learned,
     else None."""
     key = precision_key(prec)
-    if not (key and technique in REENTRANT_OF and reentrant(job) and variant_cells_apply(job.train)):
+    if not (key and technique in REENTRANT_OF and job.reentrant_checkpointing and variant_cells_apply(job.train)):
         return None
     return variant_cell(job.model.learned, key, technique, technique + REENTRANT, True, one)
 

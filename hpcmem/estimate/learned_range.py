@@ -8,7 +8,7 @@ the terms are the profile's — but never silently: the estimate's warnings say 
 
 from __future__ import annotations
 
-from hpcmem.estimate.learned import NODROP, REENTRANT, nodrop_cell, one_row, reentrant, reentrant_cell
+from hpcmem.estimate.learned import NODROP, REENTRANT, nodrop_cell, one_row, reentrant_cell
 from hpcmem.estimate.lora import lora_dropout_active
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, precision
@@ -98,14 +98,14 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
         out.append(f"learned profile of {p.model_type}: its cells were traced under autocast (bf16 on); this job "
                    f"{OUTSIDE['no autocast']}, where 16-bit and fp32 operands promote to fp32 and "
                    "LoRA adapters compute in fp32: not held")
-    if reentrant(job) and not name.endswith(REENTRANT + " gc"):
-        # no reentrant cell for this job's technique (DoRA and peft's default targets have none; profiles learned
-        # before the learner traced them): the cells run TRL's default, use_reentrant False
-        # (trl/trainer/sft_trainer.py sets it when unset); the reentrant variant (torch/utils/checkpoint.py CheckpointFunction) runs the layer's forward under no_grad and its whole
-        # recompute in the backward, the non-reentrant one packs saved tensors through hooks and recomputes up to the
-        # last one it needs. The peaks differ by type: the same traced jobs with use_reentrant True were 0.1 % (AXK1,
-        # full), 5.5 % (Gemma 4, LoRA) and 8.3 % (RecurrentGemma, LoRA) lower (estimator/LOG.md; why per type: not
-        # analysed)
+    if job.reentrant_checkpointing and not name.endswith(REENTRANT + " gc"):
+        # no reentrant cell for this job's technique (DoRA and peft's default targets have none; profiles learned before
+        # the learner traced them): the cells run TRL's default, use_reentrant False (trl/trainer/sft_trainer.py sets it
+        # when unset); the reentrant variant (torch/utils/checkpoint.py CheckpointFunction) runs the layer's forward
+        # under no_grad and its whole recompute in the backward, the non-reentrant one packs saved tensors through hooks
+        # and recomputes up to the last one it needs. The peaks differ by type: the same traced jobs with use_reentrant
+        # True were 0.1 % (AXK1, full), 5.5 % (Gemma 4, LoRA) and 8.3 % (RecurrentGemma, LoRA) lower (estimator/LOG.md;
+        # why per type: not analysed)
         out.append(f"learned profile of {p.model_type}: its cells were {OUTSIDE['reentrant checkpointing']} "
                    "(TRL's default); this job's is reentrant, which keeps a different set of tensors per "
                    "layer: not held")

@@ -38,6 +38,20 @@ class JobSpec:
         check_job(self)
 
     @property
+    def trl_forces_reentrant(self) -> bool:
+        """PEFT under ZeRO-3 with checkpointing: every TRL trainer sets use_reentrant True there, whatever the user set
+        (trl/trainer/sft_trainer.py: "`use_reentrant` is forced to `True` in this configuration")."""
+        t, par = self.train, self.parallel
+        return bool(t.use_peft and par.deepspeed and par.zero_stage == 3 and t.gradient_checkpointing)
+
+    @property
+    def reentrant_checkpointing(self) -> bool:
+        """Whether the job checkpoints reentrantly: use_reentrant True, or where TRL forces it."""
+        t = self.train
+        return bool(t.gradient_checkpointing and t.gradient_checkpointing_kwargs.get("use_reentrant")) \
+            or self.trl_forces_reentrant
+
+    @property
     def load_dtype(self) -> str:
         """The dtype the weights load in (`load_dtype`'s rule)."""
         return load_dtype(self.train.dtype, self.model.dtype)

@@ -264,7 +264,7 @@ def job_warnings(job: Job) -> list[str]:
         # hpcmem.estimate.activations keeps eager's scores, FlashAttention's and SDPA's q, k, v, out and logsumexp
         out.append(f"attn_implementation {t.attn_implementation} is estimated as SDPA keeps its tensors; hpcmem has "
                    "not traced this kernel")
-    if t.use_peft and job.parallel.deepspeed and job.parallel.zero_stage == 3 and t.gradient_checkpointing:
+    if job.trl_forces_reentrant:
         out.append("PEFT + ZeRO-3 forces reentrant gradient checkpointing (TRL sets use_reentrant=True)")
     if job.parallel.distributed_type == "NO" and job.parallel.num_machines > 1:
         out.append("num_machines > 1 without a distributed type")

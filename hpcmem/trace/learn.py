@@ -49,7 +49,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.activations import own_pass_mask_bytes
 from hpcmem.estimate.closing import resident_components
-from hpcmem.estimate.learned import DEFAULT_LORA, DORA, NODROP, REENTRANT, REENTRANT_OF, layer_adapters
+from hpcmem.estimate.learned import DEFAULT_LORA, DORA, NODROP, REENTRANT, REENTRANT_OF, base_technique, layer_adapters
 from hpcmem.estimate.learned_range import held_name
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.states import job_param_parts, model_states
@@ -386,11 +386,6 @@ def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int, rows: i
         max_length=seq, per_device_train_batch_size=rows, **needs))
 
 
-def base_technique(technique: str) -> tuple[str, bool]:
-    """(the technique a cell's name varies, whether the cell is its REENTRANT variant)."""
-    return (technique[:-len(REENTRANT)], True) if technique.endswith(REENTRANT) else (technique, False)
-
-
 def runnable_cells(model_type: str, cells: Any) -> list[tuple[str, bool]]:
     """The cells whose jobs the type's real trainer runs: none with checkpointing where transformers refuses it."""
     gc = required_settings(model_type).get("gradient_checkpointing")
@@ -703,7 +698,7 @@ def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[
     return replace(stored, cells={**stored.cells, **fitted}, provenance=provenance)
 
 
-def missing_cells(stored: LearnedProfile, *, nodrop: bool = True, reentrant: bool = True) -> list[tuple[str, bool]]:
+def missing_cells(stored: LearnedProfile) -> list[tuple[str, bool]]:
     """The variant cells a stored profile lacks beside the cells it has — what `learn_cells` adds to a profile learned
     before the learner traced them: the no-dropout LoRA cells (NODROP, with and without checkpointing), then the
     reentrant variants (REENTRANT: checkpointing only) of its full, LoRA and no-dropout cells, those added here
@@ -712,10 +707,9 @@ def missing_cells(stored: LearnedProfile, *, nodrop: bool = True, reentrant: boo
     key = next((k for k in PRECISIONS.values() if k in named), None) or next(iter(PRECISIONS.values()))
     names = ("full", "lora", NODROP) + tuple(x + REENTRANT for x in REENTRANT_OF)
     has = {(t, gc) for t in names for gc in (True, False) if cell_key(key, t, gc) in stored.cells}
-    wanted = [(NODROP, gc) for gc in (True, False) if nodrop and ("lora", gc) in has and (NODROP, gc) not in has]
+    wanted = [(NODROP, gc) for gc in (True, False) if ("lora", gc) in has and (NODROP, gc) not in has]
     base = has | set(wanted)
-    wanted += [(t + REENTRANT, True) for t in REENTRANT_OF
-               if reentrant and (t, True) in base and (t + REENTRANT, True) not in has]
+    wanted += [(t + REENTRANT, True) for t in REENTRANT_OF if (t, True) in base and (t + REENTRANT, True) not in has]
     return wanted
 
 

@@ -261,7 +261,7 @@ def not_held_error(model_type: str) -> dict[str, Any]:
 
 
 def add_missing(types: list[str], *, workers: int = 1, long_checks: bool = True,
-               progress: Any = stderr_progress) -> list[dict[str, Any]]:
+                progress: Any = stderr_progress) -> list[dict[str, Any]]:
     """Add the variant cells the learner traces today (hpcmem.trace.learn `missing_cells`: LoRA without dropout,
     reentrant checkpointing) to the --types' stored sweep profiles that lack them, with their held checks as the
     sweep's own (`learn_cells`: the longest learned length and, `long_checks`, 4 × it), each saved as it finishes; a
