@@ -28,7 +28,8 @@ cannot use. The terms (bytes, `slack_terms`):
   into .grad and frees it (torch/csrc/autograd/functions/accumulate_grad.h), so the backward's peak holds only the
   largest expert stack's new gradient (hpcmem.estimate.step) while the smaller stacks' freed gradients stay cached:
   a block never serves a larger request (best fit, `get_free_block`), so the largest stack's gradient maps its own
-  segment beside them (traced on Mixtral: the [E, H, I] down stack's block).
+  segment beside them (traced on Mixtral: the [E, H, I] down stack's block). The slack is never below
+  `stacks_mapped_again`: the stacks' blocks the second step maps again, since the first step's AdamW states took them.
 
 (b) is not replayed tensor by tensor: each term's coefficient is fitted per allocator mode by hpcmem.lab.reserved_fit
 on the trace matrix (estimator/reserved-fit.json; estimator/LOG.md). Jobs the trace does not run (ZeRO, FSDP: flat
@@ -221,12 +222,19 @@ def second_step(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     """End of the first step's reserve + the [V, H] blocks the second step maps again − the peak (module docstring).
     0 when the states exist before the first step (DeepSpeed allocates them at engine init) or there are none, and for
     Reward (`embedding_grad`)."""
+    reserve = step_two_reserve(job, mb, prec, lora, phases, expandable)
+    return 0 if reserve is None else max(0, reserve - max(p.bytes for p in phases))
+
+
+def step_two_reserve(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase],
+                     expandable: bool, again: int = 0) -> int | None:
+    """End of the first step's reserve + the blocks the second step maps again (the [V, H] blocks, and `again` more);
+    None where `second_step` is 0 by rule."""
     step = None if entry(job.train.trainer).head == "score" else first_step(job, phases)
     if step is None:
-        return 0
+        return None
     forward, optimizer, states = step
-    peak = max(p.bytes for p in phases)
-    blocks = recreated_blocks(job, prec, lora)
+    blocks = recreated_blocks(job, prec, lora) + again
     if (blocks and not expandable and not job.parallel.flat_partitions
             and not head_gradient_mapped_again(job, mb, prec)):
         blocks -= job.model.vocab_size * job.model.hidden_size * prec.weight
@@ -237,7 +245,24 @@ def second_step(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
         # 512-byte norms, the fused step's only temporaries, sit in the small pool and host nothing)
         blocks = max(0, blocks - _bytes(optimizer, OPTIMIZER_TEMPORARIES))
     first = max(p.bytes - states for p in phases if is_forward(p.name) or p.name.startswith(BACKWARD))
-    return max(0, max(first, optimizer.bytes) + blocks - peak)
+    return max(first, optimizer.bytes) + blocks
+
+
+def stacks_mapped_again(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, phases: list[Phase]) -> int:
+    """Where `accumulated_stacks` applies (default segments, full fine-tuning of fused expert stacks under gradient
+    accumulation): the least slack the second step leaves, not fitted. Step one's later micro-batches write each
+    stack's new gradient and free it; the first `optimizer.step()` then creates the AdamW states (torch/optim/adamw.py
+    `_init_group`), and best fit (c10/cuda/CUDACachingAllocator.cpp `get_free_block`) hands them those cached
+    blocks of exactly their size, so the second step's later micro-batches map a block for the largest stack's new
+    gradient and one for the rest again, beside the [V, H] blocks `second_step` counts: the reserve reaches the end of
+    step one + all of them (traced: MiMo-V2-Flash, 3 layers, accumulation 2 — step two maps 2.3 + 1.2 GB for the head
+    and 4.3 + 8.6 GB for a layer's two stacks; estimator/LOG.md). Less the peak, which holds the largest one."""
+    if not accumulated_stacks(job, prec, lora, False):
+        return 0
+    parts = param_parts(job.model)
+    again = (parts.moe_stack_rest + parts.largest_moe_tensor) * prec.weight
+    reserve = step_two_reserve(job, mb, prec, lora, phases, False, again)
+    return 0 if reserve is None else max(0, reserve - max(p.bytes for p in phases))
 
 
 def second_micro_batch_accumulator(job: JobSpec, lora: LoraLayout, expandable: bool) -> int:
@@ -563,7 +588,8 @@ def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLay
 
     def rule(expandable: bool) -> int:
         coef = COEFFICIENTS["expandable" if expandable else "default"]
-        return max(0, int(sum(coef[k] * terms[expandable][k] for k in TERMS)
-                          + accumulated_stacks(job, prec, lora, expandable)))
+        fitted = int(sum(coef[k] * terms[expandable][k] for k in TERMS)
+                     + accumulated_stacks(job, prec, lora, expandable))
+        return max(0, fitted, 0 if expandable else stacks_mapped_again(job, mb, prec, lora, phases))
 
     return max(rule(mode) for mode in modes), placement_spread(job, mb, prec, lora, terms[job.expandable_segments])

@@ -458,6 +458,27 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     return out
 
 
+def accumulated_peaks(p: LearnedProfile, lb: LayerBytes, prec: Precision) -> list[int]:
+    """Each layer's backward peak under gradient accumulation, full fine-tuning. The cells were traced without
+    accumulation: a weight's new gradient became its `.grad` and stayed, so a layer's backward peak holds the
+    gradients made before it. Under accumulation every micro-batch after the first adds each new gradient into the
+    existing `.grad` and frees it (torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad`), so only the
+    gradient being written is alive beside the ones the estimate already counts whole (`gradients`). In an MoE layer
+    with fused expert stacks the backward peaks at its end, when the stacks' gradients — most of the layer's — have
+    all been made: the peak less the layer's gradients plus the largest single weight's, the one written last
+    (traced: MiMo-V2-Flash, 1 × 577 tokens, accumulation 1 → 2: the layer's backward holds 8.2 GB of temporaries, one
+    [E, 2I, H] stack's gradient, where the cell held all 12.2 GB; estimator/LOG.md). A dense layer's peak may sit
+    before most of its gradients exist (an activation-bound MLP backward), where nothing comes off: dense kinds keep
+    the cell's peak, as does a layer without routed-expert stacks."""
+    out = []
+    for j, (peak, grads) in enumerate(zip(lb.peak, lb.grads, strict=True)):
+        kind = p.kinds[p.layer_kinds[j]]
+        written = max((lin.in_features * lin.out_features * (1 if lin.nn_linear else lin.count)
+                       for lin in kind.linears if lin.runs), default=0) * prec.weight
+        out.append(peak - grads + min(written, grads) if kind.experts else peak)
+    return out
+
+
 # A learned term may be negative (the learner's accounting puts what a boundary holds on one side of it), and so may
 # a sum of them at some instant; a component is not: a negative sum counts as 0 there (the estimate is then above the
 # traced instant, never below).
@@ -545,11 +566,13 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     """(phases, host bytes of offloaded activations) from the profile's cells."""
     t, p = job.train, job.model.learned
     cell, reference = learned_cell(job, prec, lora, mb)
+    accum = s.gradients if t.gradient_accumulation_steps > 1 else 0
     lb = layer_bytes(job, mb, prec, lora, cell, reference)
+    if accum and not lora.enabled:
+        lb = replace(lb, peak=accumulated_peaks(p, lb, prec))
     tokens, quad, L = mb.tokens, _quad(job, mb, cell=cell), len(lb.kept)
     resident = resident_components(s, lora) + list(extra_resident)
     gathered = [Component(name=GATHERED, bytes=s.gathered)] if s.gathered else []
-    accum = s.gradients if t.gradient_accumulation_steps > 1 else 0
     accum_c = [Component(name="gradients", bytes=accum, note="kept across gradient accumulation")] if accum else []
     one = "; its cells traced on one row" if cell.rows == 1 else ""
     how = f"learned profile ({p.provenance.get('summary', 'traced')}{one})"
