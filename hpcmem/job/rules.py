@@ -21,6 +21,7 @@ from hpcmem.job.kernel_limits import rwkv_problems, xlstm_problems
 from hpcmem.job.lora_linear_rules import linear_subclass_problems
 from hpcmem.job.lora_task_rules import lora_task_problems
 from hpcmem.job.position_limits import position_problems
+from hpcmem.job.reentrant_rules import reentrant_graph_problems
 from hpcmem.job.mesh_rules import check_layout, layout_warnings
 from hpcmem.job.spec import DTYPES, TrainSpec
 from hpcmem.job.trainers import REGISTRY, entry
@@ -151,6 +152,8 @@ def _check_model_type(job: Job, p: Problems) -> None:
     for problem in xlstm_problems(job.model.model_type, learned.config if learned else None):
         p.add(problem)
     for problem in position_problems(job):      # a row past the model's position table (hpcmem.job.position_limits)
+        p.add(problem)
+    for problem in reentrant_graph_problems(job):   # a shared graph reentrant checkpointing frees (reentrant_rules)
         p.add(problem)
 
 
