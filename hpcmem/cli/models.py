@@ -35,7 +35,7 @@ from hpcmem.models.spec import ModelSpec
 from hpcmem.models.vision import text_part
 from hpcmem.trace.text_heads import TEXT_ONLY_TYPES
 from hpcmem.models.vlm_learned import learned_text
-from hpcmem.trace.learn import added_held, learn, learn_cells, missing_cells, stderr_progress
+from hpcmem.trace.learn import added_held, add_rows, learn, learn_cells, missing_cells, missing_rows, stderr_progress
 
 
 @click.group("models")
@@ -91,7 +91,8 @@ def coverage_cmd(as_json: bool) -> None:
               help="Keep the profile already learned for this config and add the variant cells the learner traces "
                    "today that it lacks — LoRA without dropout (DPO/KTO/Reward LoRA jobs, lora_dropout 0, adapters "
                    "on fused experts), reentrant checkpointing (use_reentrant, PEFT under ZeRO-3) — in its own "
-                   "precisions, with their held checks; its other cells are not traced again.")
+                   "precisions, with their held checks, and run its rows check at the row counts it lacks (8 and 16 "
+                   "rows per micro-batch); its other cells are not traced again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile's summary as JSON.")
 def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: int, force: bool, add_missing: bool,
               as_json: bool) -> None:
@@ -148,8 +149,9 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
 
 def add_missing_cells(cfg: dict[str, Any], name: str, folder, *, workers: int, as_json: bool) -> None:
     """`models learn NAME --add-missing`: the profile learned for this config in `folder` (default: where `models
-    learn` writes), with the variant cells it lacks added (hpcmem.trace.learn `missing_cells`, `learn_cells`), written
-    over it atomically once every trace and check is done; a profile that has them is left untouched."""
+    learn` writes), with the variant cells it lacks added (hpcmem.trace.learn `missing_cells`, `learn_cells`) and its
+    rows check run at the row counts it lacks (`missing_rows`, `add_rows`), written over it atomically once every
+    trace and check is done; a profile that has them all is left untouched."""
     folder = folder or write_dir(KIND)
     path = folder / profile_filename(str(cfg["model_type"]), config_hash(cfg))
     if not path.is_file() or path.is_symlink():
@@ -158,24 +160,35 @@ def add_missing_cells(cfg: dict[str, Any], name: str, folder, *, workers: int, a
     stored = load_profile(path)
     if stored.config_sha256 != config_hash(cfg):
         raise SpecError(f"{path} is not the profile learned for this config; learn it again with --force")
-    wanted = missing_cells(stored)
-    summary: dict[str, Any] = {"profile": str(path), "model_type": stored.model_type, "added": []}
-    if wanted:
+    wanted, rows = missing_cells(stored), missing_rows(stored)
+    summary: dict[str, Any] = {"profile": str(path), "model_type": stored.model_type, "added": [], "rows_added": []}
+    if wanted or rows:
         require("models learn", "torch", "transformers", "trl", "peft")
         writable(folder)
-        profile = learn_cells(cfg, stored, wanted, workers=workers, long_checks=True, progress=stderr_progress)
+        profile = stored
+        if wanted:
+            profile = learn_cells(cfg, profile, wanted, workers=workers, long_checks=True, progress=stderr_progress)
+            summary |= {"added": sorted(set(profile.cells) - set(stored.cells)),
+                        "within_pct": profile.held.get("within_pct"), **added_held(profile, wanted)}
+        if rows:
+            profile = add_rows(cfg, profile, progress=stderr_progress)
+            summary |= {"rows_added": list(rows), "rows_held": profile.held["rows_held"]}
         save_profile(profile, folder)
-        summary |= {"added": sorted(set(profile.cells) - set(stored.cells)),
-                    "within_pct": profile.held.get("within_pct"), **added_held(profile, wanted)}
     if as_json:
         click.echo(json.dumps(summary, indent=2))
-    elif not wanted:
-        click.echo(f"{path}: nothing to add (it has each variant cell the learner traces beside the cells it varies)")
+    elif not (wanted or rows):
+        click.echo(f"{path}: nothing to add (it has each variant cell the learner traces beside the cells it varies, "
+                   "and its rows check at every row count the learner checks)")
     else:
-        click.echo(f"added {', '.join(summary['added'])} to {path}")
-        held = ", ".join(f"{k} {v:,}" for k, v in summary["held"].items())
-        click.echo(f"held within {summary['within_pct']} % at ≤ {held}" if held else
-                   "not held for any added technique (the estimate warns)")
+        if wanted:
+            click.echo(f"added {', '.join(summary['added'])} to {path}")
+            held = ", ".join(f"{k} {v:,}" for k, v in summary["held"].items())
+            click.echo(f"held within {summary['within_pct']} % at ≤ {held}" if held else
+                       "not held for any added technique (the estimate warns)")
+        if rows:
+            lo, hi = summary["rows_held"]
+            click.echo(f"rows check run at {', '.join(map(str, rows))} rows per micro-batch in {path}: held at "
+                       f"{lo}–{hi} rows")
 
 
 def writable(folder) -> None:

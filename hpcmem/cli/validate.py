@@ -201,12 +201,13 @@ def trace_command(cases: str | None, ci_only: bool, workers: int, rescore: bool,
               "then rescore their records without tracing them again")
 @click.option("--short-checks", is_flag=True, help="with --relearn: hold each profile at 8,192 tokens per row only "
               "(skips the checks at 32,768, about half the time; estimates past 8,192 then say they are not held)")
-@click.option("--rows-checks", is_flag=True, help="hold the --types' stored sweep profiles at 1 and 4 rows per "
-              "micro-batch too (two traces each at the longest held length), without learning them again")
+@click.option("--rows-checks", is_flag=True, help="hold the --types' stored sweep profiles at 1, 4, 8 and 16 rows "
+              "per micro-batch too (a trace each at the longest held length), without learning them again")
 @click.option("--add-missing", "add_missing", is_flag=True, help="add the variant cells the learner traces today "
               "to the --types' stored sweep profiles that lack them — LoRA without dropout (DPO/KTO/Reward's "
               "disable_dropout, lora_dropout 0), reentrant checkpointing (use_reentrant, PEFT under ZeRO-3) — with "
-              "their held checks, without learning the rest again; then rescore their records")
+              "their held checks, and run the rows check at the row counts a profile lacks (8 and 16), without "
+              "learning the rest again; then rescore their records")
 @click.option("--trainable", is_flag=True, help="image-text types: run TRL's SFTTrainer one CPU step on a tiny model "
               "of each of --types (default every image-text type not estimated with images), store "
               "estimator/vlm-trainable.jsonl, and write the table; nothing else is traced or rescored")
@@ -239,9 +240,7 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
                           "these cells itself)")
     if add_missing:
         for got in coverage.add_missing(chosen):
-            click.echo(f"{got['model_type']}: " + (got.get("error") or got.get("skipped") or
-                                                   f"{got['seconds']} s, added {', '.join(got['added'])}, held "
-                                                   f"{json.dumps(got['held'])}"), err=True)
+            click.echo(f"{got['model_type']}: " + (got.get("error") or got.get("skipped") or _added(got)), err=True)
     if rows_checks:
         for got in coverage.check_rows(chosen):
             click.echo(f"{got['model_type']}: " + (got.get("error") or f"{got['seconds']} s, held at rows "
@@ -407,3 +406,14 @@ def _check_types(chosen: list[str] | None) -> None:
     if unknown:
         raise HpcmemError(f"--types {','.join(unknown)}: not a causal-LM model type of hpcmem/models/coverage.json or "
                           "the installed transformers (`hpcmem models coverage` lists them)")
+
+
+def _added(got: dict) -> str:
+    """One line for a profile `coverage.add_missing` completed: the cells added and where they hold, the rows run."""
+    parts = [f"{got['seconds']} s"]
+    if got["added"]:
+        parts.append(f"added {', '.join(got['added'])}, held {json.dumps(got['held'])}")
+    if got["rows_added"]:
+        lo, hi = got["rows_held"]
+        parts.append(f"rows check at {', '.join(map(str, got['rows_added']))} rows: held at {lo}–{hi} rows")
+    return ", ".join(parts)

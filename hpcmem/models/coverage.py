@@ -206,7 +206,7 @@ def sweep_summary(records: list[dict[str, Any]] | None = None) -> dict[str, dict
 
 def held_label(model_type: str) -> str:
     """Where the sweep's learned profile of a type (estimator/coverage-profiles) is held: "≤ 32,768: full (gc, no gc),
-    lora (gc, no gc), dora (gc, no gc); 1–4 rows" (tokens per row, each technique its own longest where they differ;
+    lora (gc, no gc), dora (gc, no gc); 1–16 rows" (tokens per row, each technique its own longest where they differ;
     the rows per micro-batch its rows check held, or "2 rows (rows not checked)"); a
     format-2 profile "≤ 1,024 (format 2)"; "" without a profile (derived types)."""
     path = estimator_dir() / "coverage-profiles" / f"{model_type}.json"

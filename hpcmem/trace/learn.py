@@ -88,8 +88,9 @@ SEQS = (512, 2048, 8192)
 CHECK_FACTOR = 4            # the held check also runs at 4 × the longest learned length (32,768 tokens per row)
 HELD_PCT = 3.0
 # the row counts beside ROWS the held check also runs at (one technique, at its longest held length): the cells are
-# learned at ROWS rows and the estimate scales them per row, which a type that mixes rows breaks
-ROWS_CHECKED = (1, 4)
+# learned at ROWS rows and the estimate scales them per row, which a type that mixes rows breaks; 8 is TRL's default
+# per_device_train_batch_size, 16 a preference trainer's chosen and rejected rows at 8
+ROWS_CHECKED = (1, 4, 8, 16)
 PRECISIONS = {"float32": "w4a2", "bfloat16": "w2a2"}
 CELLS = (("full", True), ("lora", True), ("full", False), ("lora", False))
 PEFT_MAMBA_REFUSED = {"out_proj", "conv1d"}
@@ -877,12 +878,15 @@ def rows_checked(wanted: list[tuple[str, bool]], techniques: dict[str, int]) -> 
 
 
 def held_rows(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtype: str, technique: str, gc: bool,
-              length: int, progress: Any = None) -> dict[str, Any]:
+              length: int, progress: Any = None, known: dict[str, float | str] | None = None) -> dict[str, Any]:
     """The held check at ROWS_CHECKED rows per micro-batch (one technique, at `length` tokens per row): the rows
-    range the profile is held over ("rows_held": [fewest, most]; ROWS alone where a check missed) and the errors."""
-    errors: dict[str, float | str] = {}
+    range the profile is held over ("rows_held": [fewest, most]; ROWS alone where a check missed) and the errors.
+    `known`: the errors of an earlier check of the same technique and length; only the rows it lacks are traced."""
+    errors: dict[str, float | str] = dict(known or {})
     unmasked_scores = False
     for rows in ROWS_CHECKED:
+        if str(rows) in errors:
+            continue
         if progress:
             progress(f"rows check: {held_name(technique, gc)} at {length:,} tokens per row × {rows} rows")
         try:
@@ -908,8 +912,56 @@ def held_rows(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtype: s
     more = [r for r in ROWS_CHECKED if r > ROWS]
     lo = min((r for r in fewer if all(held_at(x) for x in fewer if x >= r)), default=ROWS)
     hi = max((r for r in more if all(held_at(x) for x in more if x <= r)), default=ROWS)
-    return {"rows_held": [lo, hi], UNMASKED_SCORES: unmasked_scores,
-            "rows_err_pct": {f"{PRECISIONS[dtype]} {held_name(technique, gc)} {length}": errors}}
+    out: dict[str, Any] = {"rows_held": [lo, hi],
+                           "rows_err_pct": {f"{PRECISIONS[dtype]} {held_name(technique, gc)} {length}": errors}}
+    if known is None:
+        out[UNMASKED_SCORES] = unmasked_scores
+    return out
+
+
+def missing_rows(stored: LearnedProfile) -> tuple[int, ...]:
+    """The row counts of ROWS_CHECKED a stored profile's rows check has not run: those it lacks (a profile checked
+    before the check took 8 and 16 rows), or all of them where no rows check ran; empty where it has them all or holds
+    no technique to check them on."""
+    checks = stored.held.get("rows_err_pct") or {}
+    if not checks:
+        return ROWS_CHECKED if _rows_technique(stored) else ()
+    ((_, errors),) = checks.items()
+    return tuple(r for r in ROWS_CHECKED if str(r) not in errors)
+
+
+def _rows_technique(stored: LearnedProfile) -> str | None:
+    """The held technique a rows check runs on where none ran yet: full fine-tuning first, as `rows_checked` picks."""
+    techniques = stored.held.get("techniques") or {}
+    return next((n for n in ("full gc", "full no gc", *techniques) if n in techniques), None)
+
+
+def add_rows(cfg: dict[str, Any], stored: LearnedProfile, progress: Any = None) -> LearnedProfile:
+    """`stored` (a profile of `cfg`) with its rows check run at the rows it lacks (`missing_rows`), on its own
+    technique, precision, length and cells (where none ran: its first held technique at its held length, in its first
+    precision). A range checked before keeps its fewest rows (one row may hold on the strength of one-row cells,
+    `one_row_cells`) and reaches as far as every row count up to the new one holds; the rows already checked keep
+    their errors."""
+    if config_hash(cfg) != stored.config_sha256:
+        raise SpecError(f"model {stored.model_type}: the stored profile was learned from another config; learn it "
+                        "again instead")
+    checks = stored.held.get("rows_err_pct") or {}
+    if checks:
+        ((name, errors),) = checks.items()
+        key, rest = name.split(" ", 1)
+        label, length = rest.rsplit(" ", 1)
+    else:
+        named = stored.held.get("precisions") or [stored.held.get("precision")]
+        label = _rows_technique(stored)
+        key, length, errors = next(k for k in PRECISIONS.values() if k in named), stored.held["techniques"][label], None
+    technique, gc = label.split(" ", 1)[0], not label.endswith("no gc")
+    dtype = next(d for d, k in PRECISIONS.items() if k == key)
+    probe = learning_probe(cfg, CELLS, image_text=bool(stored.provenance.get(LAYER_NORM_FP32)))[0]
+    got = held_rows(probe, stored.cells, spec_from_profile(probe, probe.model_type), dtype, technique, gc,
+                    int(length), progress=progress, known=errors)
+    if errors is not None:
+        got["rows_held"][0] = (stored.held.get("rows_held") or [ROWS, ROWS])[0]
+    return replace(stored, provenance={**stored.provenance, "held": {**stored.held, **got}})
 
 
 def one_row_cells(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple[str, ...],

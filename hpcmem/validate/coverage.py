@@ -52,8 +52,8 @@ from hpcmem.models.profile import backbone_config, profile_from_dict, profile_to
 from hpcmem.trace import layer_map as lay
 from hpcmem.trace import run_trace
 from hpcmem.trace.layer_map import subsequence
-from hpcmem.trace.learn import (added_held, held_rows, learn, learn_cells, learning_probe, missing_cells,
-                                stderr_progress)
+from hpcmem.trace.learn import (add_rows, added_held, held_rows, learn, learn_cells, learning_probe, missing_cells,
+                                missing_rows, stderr_progress)
 from hpcmem.trace.threads import share_cpus
 
 EVAL_LAYERS = 16
@@ -264,8 +264,9 @@ def add_missing(types: list[str], *, workers: int = 1, long_checks: bool = True,
                 progress: Any = stderr_progress) -> list[dict[str, Any]]:
     """Add the variant cells the learner traces today (hpcmem.trace.learn `missing_cells`: LoRA without dropout,
     reentrant checkpointing) to the --types' stored sweep profiles that lack them, with their held checks as the
-    sweep's own (`learn_cells`: the longest learned length and, `long_checks`, 4 × it), each saved as it finishes; a
-    profile that has them is left as it is. One summary per type."""
+    sweep's own (`learn_cells`: the longest learned length and, `long_checks`, 4 × it), and run their rows check at
+    the row counts it lacks (`missing_rows`, `add_rows`), each saved as it finishes; a profile that has them all is
+    left as it is. One summary per type."""
     require_learned(types)
     out = []
     for model_type in types:
@@ -274,26 +275,31 @@ def add_missing(types: list[str], *, workers: int = 1, long_checks: bool = True,
             out.append(not_held_error(model_type))
             continue
         stored = profile_from_dict(doc)
-        wanted = missing_cells(stored)
-        if not wanted:
-            out.append({"model_type": model_type, "skipped": "it has each variant cell beside the cells it varies"})
+        wanted, rows = missing_cells(stored), missing_rows(stored)
+        if not (wanted or rows):
+            out.append({"model_type": model_type, "skipped": "it has each variant cell beside the cells it varies "
+                        "and its rows check at every row count"})
             continue
         start = time.perf_counter()
+        say = lambda line, t=model_type: progress(f"{t}: {line}")   # noqa: E731
         try:
-            profile = learn_cells(reference_config(model_type)[0], stored, wanted, workers=workers,
-                                  long_checks=long_checks,
-                                  progress=lambda line, t=model_type: progress(f"{t}: {line}"))
+            cfg, profile = reference_config(model_type)[0], stored
+            if wanted:
+                profile = learn_cells(cfg, profile, wanted, workers=workers, long_checks=long_checks, progress=say)
+            if rows:
+                profile = add_rows(cfg, profile, progress=say)
         except Exception as exc:  # noqa: BLE001 — the profile stays as it was; the others go on
             out.append({"model_type": model_type, "error": f"{type(exc).__name__}: {exc}"[:600]})
             continue
         save_sweep_profile(profile, model_type)
         out.append({"model_type": model_type, "seconds": round(time.perf_counter() - start, 1),
-                    "added": sorted(set(profile.cells) - set(stored.cells)), **added_held(profile, wanted)})
+                    "added": sorted(set(profile.cells) - set(stored.cells)), **added_held(profile, wanted),
+                    "rows_added": list(rows), "rows_held": profile.held.get("rows_held")})
     return out
 
 
 def check_rows(types: list[str], progress: Any = stderr_progress) -> list[dict[str, Any]]:
-    """Hold stored sweep profiles at the learner's other row counts (hpcmem.trace.learn `held_rows`: 1 and 4 rows
+    """Hold stored sweep profiles at the learner's other row counts (hpcmem.trace.learn `held_rows`: 1, 4, 8 and 16 rows
     per micro-batch, one held technique at its longest held length) without learning them again; each profile's
     `held` gains "rows_held" and "rows_err_pct" and is saved as it finishes. One summary per type."""
     out = []

@@ -39,15 +39,15 @@ def test_learn_cli_then_estimate_within_3_percent_of_the_trace(tmp_path, monkeyp
                          capture_output=True, text=True, env=env, check=True)
     summary = json.loads(out.stdout)
     assert summary["depth"] == 5 and summary["not_learned"] == {}
-    # the rows check: a two-step trace at 1 and at 4 rows (4,096 tokens) against the profile's estimate; learned at
+    # the rows check: a two-step trace at 1, 4, 8 and 16 rows (4,096 tokens) against the profile's estimate; learned at
     # 2 rows only, the tiny model's row-independent terms are scaled per row: both miss (+12 % / +64 % when written;
     # −40.7 % / +62.6 % since an unpadded row keeps its sliding layers' masks). One row under by more than 3 % is
     # tried again with the rows·seq² terms kept (the trace's own [seq, seq] tensors): −40.3 %, not held either; so
     # each cell is traced again on one unpadded row (hpcmem/trace/learn.py `one_row_cells`): −0.02 % at one row, −5.4 %
     # on one packed row (not held there)
     (rows_errors,) = summary["held"]["rows_err_pct"].values()
-    assert set(rows_errors) == {"1", "1 with rows·seq²", "4", "1 with one-row cells", "1 packed with one-row cells"}, \
-        summary["held"]
+    assert set(rows_errors) == {"1", "1 with rows·seq²", "4", "8", "16", "1 with one-row cells",
+                                "1 packed with one-row cells"}, summary["held"]
     assert abs(rows_errors["1 with one-row cells"]) <= 3.0 < abs(rows_errors["1 packed with one-row cells"])
     assert summary["held"]["rows_held"] == [1, 2] and "one_row_packed" not in summary["held"], summary["held"]
     assert summary["held"]["unmasked_scores"] is False
