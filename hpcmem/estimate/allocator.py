@@ -588,8 +588,8 @@ def allocator_slack(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLay
 
     def rule(expandable: bool) -> int:
         coef = COEFFICIENTS["expandable" if expandable else "default"]
-        fitted = int(sum(coef[k] * terms[expandable][k] for k in TERMS)
+        summed = int(sum(coef[k] * terms[expandable][k] for k in TERMS)
                      + accumulated_stacks(job, prec, lora, expandable))
-        return max(0, fitted, 0 if expandable else stacks_mapped_again(job, mb, prec, lora, phases))
+        return max(0, summed, 0 if expandable else stacks_mapped_again(job, mb, prec, lora, phases))
 
     return max(rule(mode) for mode in modes), placement_spread(job, mb, prec, lora, terms[job.expandable_segments])
