@@ -458,24 +458,30 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     return out
 
 
-def accumulated_peaks(p: LearnedProfile, lb: LayerBytes, prec: Precision) -> list[int]:
+def accumulated_peaks(job: JobSpec, mb: MicroBatch, cell: Cell, lb: LayerBytes, prec: Precision) -> list[int]:
     """Each layer's backward peak under gradient accumulation, full fine-tuning. The cells were traced without
-    accumulation: a weight's new gradient became its `.grad` and stayed, so a layer's backward peak holds the
-    gradients made before it. Under accumulation every micro-batch after the first adds each new gradient into the
-    existing `.grad` and frees it (torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad`), so only the
-    gradient being written is alive beside the ones the estimate already counts whole (`gradients`). In an MoE layer
-    with fused expert stacks the backward peaks at its end, when the stacks' gradients — most of the layer's — have
-    all been made: the peak less the layer's gradients plus the largest single weight's, the one written last
-    (traced: MiMo-V2-Flash, 1 × 577 tokens, accumulation 1 → 2: the layer's backward holds 8.2 GB of temporaries, one
-    [E, 2I, H] stack's gradient, where the cell held all 12.2 GB; estimator/LOG.md). A dense layer's peak may sit
-    before most of its gradients exist (an activation-bound MLP backward), where nothing comes off: dense kinds keep
-    the cell's peak, as does a layer without routed-expert stacks."""
+    accumulation: a weight's new gradient became its `.grad` and stayed, so each instant of a layer's backward holds
+    the gradients the layer has made by then. Under accumulation every micro-batch after the first adds each new
+    gradient into the existing `.grad` and frees it (torch/csrc/autograd/functions/accumulate_grad.h
+    `accumulateGrad`): only the one being written is alive beside the gradients the estimate counts whole
+    (`gradients`). The backward peak is the highest of the cell's instants (profile.Envelope, each a + b·tokens +
+    c·rows·seq²), and a gradient's bytes do not grow with the tokens: an instant's constant term, up to the layer's
+    gradients, is taken as the gradients made by then, replaced by at most the largest single weight's — and the
+    highest instant is taken again. An instant before the gradients (an activation-bound backward at long rows) keeps
+    its bytes; one at the end of an MoE layer's backward, after its expert stacks' gradients, loses all but one stack's
+    (traced: MiMo-V2-Flash, 1 × 577 tokens, accumulation 1 → 2: 8.2 GB of the layer's 12.2 GB; estimator/LOG.md)."""
+    p: LearnedProfile = job.model.learned
     out = []
     for j, (peak, grads) in enumerate(zip(lb.peak, lb.grads, strict=True)):
         kind = p.kinds[p.layer_kinds[j]]
         written = max((lin.in_features * lin.out_features * (1 if lin.nn_linear else lin.count)
                        for lin in kind.linears if lin.runs), default=0) * prec.weight
-        out.append(peak - grads + min(written, grads) if kind.experts else peak)
+        term, quad = cell.peak[p.layer_map[j]], _quad(job, mb, j, cell)
+        pieces = term.pieces if isinstance(term, Envelope) else (term,)
+        made = [min(max(piece.a, 0), grads) for piece in pieces]
+        highest = max(piece.at(mb.tokens, quad) - g + min(written, g) for piece, g in zip(pieces, made, strict=True))
+        # what layer_bytes added to the cell's instant (a recurrent tail) stays
+        out.append(min(peak, highest + peak - term.at(mb.tokens, quad)))
     return out
 
 
@@ -569,7 +575,7 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     accum = s.gradients if t.gradient_accumulation_steps > 1 else 0
     lb = layer_bytes(job, mb, prec, lora, cell, reference)
     if accum and not lora.enabled:
-        lb = replace(lb, peak=accumulated_peaks(p, lb, prec))
+        lb = replace(lb, peak=accumulated_peaks(job, mb, cell, lb, prec))
     tokens, quad, L = mb.tokens, _quad(job, mb, cell=cell), len(lb.kept)
     resident = resident_components(s, lora) + list(extra_resident)
     gathered = [Component(name=GATHERED, bytes=s.gathered)] if s.gathered else []
