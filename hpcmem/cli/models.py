@@ -35,7 +35,7 @@ from hpcmem.models.spec import ModelSpec
 from hpcmem.models.vision import text_part
 from hpcmem.trace.text_heads import TEXT_ONLY_TYPES
 from hpcmem.models.vlm_learned import learned_text
-from hpcmem.trace.learn import added_held, add_rows, learn, learn_cells, missing_cells, missing_rows, stderr_progress
+from hpcmem.trace.learn import added_held, complete, learn, missing_cells, missing_rows, stderr_progress
 
 
 @click.group("models")
@@ -165,13 +165,11 @@ def add_missing_cells(cfg: dict[str, Any], name: str, folder, *, workers: int, a
     if wanted or rows:
         require("models learn", "torch", "transformers", "trl", "peft")
         writable(folder)
-        profile = stored
+        profile = complete(cfg, stored, wanted, rows, workers=workers, progress=stderr_progress)
         if wanted:
-            profile = learn_cells(cfg, profile, wanted, workers=workers, long_checks=True, progress=stderr_progress)
             summary |= {"added": sorted(set(profile.cells) - set(stored.cells)),
                         "within_pct": profile.held.get("within_pct"), **added_held(profile, wanted)}
         if rows:
-            profile = add_rows(cfg, profile, progress=stderr_progress)
             summary |= {"rows_added": list(rows), "rows_held": profile.held["rows_held"]}
         save_profile(profile, folder)
     if as_json:

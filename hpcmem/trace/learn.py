@@ -925,14 +925,15 @@ def missing_rows(stored: LearnedProfile) -> tuple[int, ...]:
     no technique to check them on."""
     checks = stored.held.get("rows_err_pct") or {}
     if not checks:
-        return ROWS_CHECKED if _rows_technique(stored) else ()
+        return ROWS_CHECKED if rows_technique(stored.held) else ()
     ((_, errors),) = checks.items()
     return tuple(r for r in ROWS_CHECKED if str(r) not in errors)
 
 
-def _rows_technique(stored: LearnedProfile) -> str | None:
-    """The held technique a rows check runs on where none ran yet: full fine-tuning first, as `rows_checked` picks."""
-    techniques = stored.held.get("techniques") or {}
+def rows_technique(held: dict[str, Any]) -> str | None:
+    """The held technique (of a profile's `held`) a rows check runs on: full fine-tuning first, as `rows_checked`
+    picks."""
+    techniques = held.get("techniques") or {}
     return next((n for n in ("full gc", "full no gc", *techniques) if n in techniques), None)
 
 
@@ -952,7 +953,7 @@ def add_rows(cfg: dict[str, Any], stored: LearnedProfile, progress: Any = None) 
         label, length = rest.rsplit(" ", 1)
     else:
         named = stored.held.get("precisions") or [stored.held.get("precision")]
-        label = _rows_technique(stored)
+        label = rows_technique(stored.held)
         key, length, errors = next(k for k in PRECISIONS.values() if k in named), stored.held["techniques"][label], None
     technique, gc = label.split(" ", 1)[0], not label.endswith("no gc")
     dtype = next(d for d, k in PRECISIONS.items() if k == key)
@@ -962,6 +963,18 @@ def add_rows(cfg: dict[str, Any], stored: LearnedProfile, progress: Any = None) 
     if errors is not None:
         got["rows_held"][0] = (stored.held.get("rows_held") or [ROWS, ROWS])[0]
     return replace(stored, provenance={**stored.provenance, "held": {**stored.held, **got}})
+
+
+def complete(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[str, bool]], rows: tuple[int, ...], *,
+             workers: int = 1, long_checks: bool = True, progress: Any = None) -> LearnedProfile:
+    """`stored` (a profile of `cfg`) with the variant cells `wanted` added (`missing_cells`, `learn_cells`) and its
+    rows check run at `rows` (`missing_rows`, `add_rows`): what `--add-missing` does to a stored profile."""
+    profile = stored
+    if wanted:
+        profile = learn_cells(cfg, profile, wanted, workers=workers, long_checks=long_checks, progress=progress)
+    if rows:
+        profile = add_rows(cfg, profile, progress=progress)
+    return profile
 
 
 def one_row_cells(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple[str, ...],

@@ -52,8 +52,8 @@ from hpcmem.models.profile import backbone_config, profile_from_dict, profile_to
 from hpcmem.trace import layer_map as lay
 from hpcmem.trace import run_trace
 from hpcmem.trace.layer_map import subsequence
-from hpcmem.trace.learn import (add_rows, added_held, held_rows, learn, learn_cells, learning_probe, missing_cells,
-                                missing_rows, stderr_progress)
+from hpcmem.trace.learn import (added_held, complete, held_rows, learn, learning_probe, missing_cells,
+                                missing_rows, rows_technique, stderr_progress)
 from hpcmem.trace.threads import share_cpus
 
 EVAL_LAYERS = 16
@@ -283,11 +283,8 @@ def add_missing(types: list[str], *, workers: int = 1, long_checks: bool = True,
         start = time.perf_counter()
         say = lambda line, t=model_type: progress(f"{t}: {line}")   # noqa: E731
         try:
-            cfg, profile = reference_config(model_type)[0], stored
-            if wanted:
-                profile = learn_cells(cfg, profile, wanted, workers=workers, long_checks=long_checks, progress=say)
-            if rows:
-                profile = add_rows(cfg, profile, progress=say)
+            profile = complete(reference_config(model_type)[0], stored, wanted, rows, workers=workers,
+                               long_checks=long_checks, progress=say)
         except Exception as exc:  # noqa: BLE001 — the profile stays as it was; the others go on
             out.append({"model_type": model_type, "error": f"{type(exc).__name__}: {exc}"[:600]})
             continue
@@ -299,8 +296,8 @@ def add_missing(types: list[str], *, workers: int = 1, long_checks: bool = True,
 
 
 def check_rows(types: list[str], progress: Any = stderr_progress) -> list[dict[str, Any]]:
-    """Hold stored sweep profiles at the learner's other row counts (hpcmem.trace.learn `held_rows`: 1, 4, 8 and 16 rows
-    per micro-batch, one held technique at its longest held length) without learning them again; each profile's
+    """Hold stored sweep profiles at the learner's other row counts (hpcmem.trace.learn `held_rows`: 1, 4, 8 and 16
+    rows per micro-batch, one held technique at its longest held length) without learning them again; each profile's
     `held` gains "rows_held" and "rows_err_pct" and is saved as it finishes. One summary per type."""
     out = []
     for model_type in types:
@@ -310,7 +307,7 @@ def check_rows(types: list[str], progress: Any = stderr_progress) -> list[dict[s
             continue
         held = doc["provenance"]["held"]
         start = time.perf_counter()
-        name = next(n for n in ("full gc", "full no gc", *held["techniques"]) if n in held["techniques"])
+        name = rows_technique(held)
         technique, gc = name.split(" ", 1)[0], not name.endswith("no gc")
         try:
             probe = learning_probe(reference_config(model_type)[0],
