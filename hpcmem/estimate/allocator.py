@@ -465,19 +465,20 @@ def largest_layer_block(job: JobSpec, mb: MicroBatch, prec: Precision) -> int:
     (hpcmem.estimate.activations; transformers' `eager_attention_forward`, e.g. models/llama/modeling_llama.py:
     `softmax(attn_weights, dim=-1, dtype=torch.float32)`).
 
-    A learned profile traced with eager attention (`learned_eager`) counts the score tensor under gradient
-    checkpointing only. There the scores are the recompute's transients: each layer's forward and recompute
-    allocate and free them, and the sizes differ (the scores and, with attention sinks, the scores with one more
-    column, `torch.cat([attn_weights, sinks], dim=-1)` in e.g. models/flint/modeling_flint.py), so a freed block
-    of one size cannot serve a larger request (best fit, c10/cuda/CUDACachingAllocator.cpp `get_free_block`) and
-    each maps a segment of its own — segments beyond what the allocated peak holds. Without checkpointing every
-    layer saves its probabilities for the backward, so the segments the scores mapped are held at the peak, which
-    the allocated estimate already counts."""
+    A learned profile traced with eager attention (`learned_eager`), or whose layers took SDPA's math path
+    (`learned_math_scores`), counts the score tensor under gradient checkpointing only. There the scores are the
+    recompute's transients: each layer's forward and recompute allocate and free them, and the sizes differ (the
+    scores and, with attention sinks, the scores with one more column, `torch.cat([attn_weights, sinks], dim=-1)` in
+    e.g. models/flint/modeling_flint.py), so a freed block of one size cannot serve a larger request (best fit,
+    c10/cuda/CUDACachingAllocator.cpp `get_free_block`) and each maps a segment of its own — segments beyond what
+    the allocated peak holds. Without checkpointing every layer saves its probabilities for the backward, so the
+    segments the scores mapped are held at the peak, which the allocated estimate already counts."""
     m = job.model
     inter = m.moe_intermediate_size * m.num_experts_per_tok if m.is_moe else m.intermediate_size
     block = mb.tokens * max(inter * prec.act, m.hidden_size * FP32)
     if effective_attention(m, job.train.attn_implementation) == "eager" or (
-            job.train.gradient_checkpointing and learned_eager(m.learned)):
+            job.train.gradient_checkpointing and (learned_eager(m.learned)
+                                                  or learned_math_scores(m.learned, m.num_attention_heads))):
         block = max(block, FP32 * m.num_attention_heads * mb.rows * mb.seq * mb.seq)
     if job.train.use_peft:
         # a wrapped parameter's W + ΔW (lora.ParamWrapper: a fused expert stack in the weights' dtype), made in each
@@ -496,6 +497,25 @@ def learned_eager(p: LearnedProfile | None) -> bool:
     if p is None or p.provenance.get("attention") != "eager":
         return False
     return any(piece.c >= 1 for cell in p.cells.values() for term in cell.peak
+               for piece in (term.pieces if isinstance(term, Envelope) else (term,)))
+
+
+@functools.lru_cache(maxsize=64)
+def learned_math_scores(p: LearnedProfile | None, heads: int) -> bool:
+    """A learned profile whose checkpointed layer peak grows by at least three fp32 [rows, heads, S, S] tensors per
+    rows·seq² (hpcmem.models.profile `Poly.c`, bytes): the signature of SDPA's math path, which upcasts 16-bit q, k
+    and v to fp32 and keeps the fp32 scores, their masked sum and the softmax alive at once (torch 2.13
+    `_scaled_dot_product_attention_math`: `_to_copy`, `bmm`, `add`, `_safe_softmax`, read off the ops of a CPU call).
+    SDPA falls back to it where the fused kernels refuse the call whatever the profile's provenance says ("sdpa"):
+    Falcon's multi-query keys reach it with one head and no `enable_gqa` (modeling_falcon.py `FalconAttention.forward`;
+    the fused kernels check equal batch and head counts, sdp_utils.cpp `check_batch_size_and_num_heads_dense`).
+    Eager profiles pass it too (`learned_eager` counts them already). A sparse-attention indexer's [rows, S, S] or
+    [rows, S, index heads, S] scores (GLM-MoE-DSA, AXK2) stay under it: their largest block is not a score tensor of
+    every attention head."""
+    if p is None or heads <= 0:
+        return False
+    return any(piece.c >= 3 * FP32 * heads for key, cell in p.cells.items() if key.split("/")[2] == "gc"
+               for term in cell.peak
                for piece in (term.pieces if isinstance(term, Envelope) else (term,)))
 
 
