@@ -421,18 +421,19 @@ def _int(cfg: dict[str, Any], *keys: str, default: int = 0) -> int:
 
 
 def spec_from_profile(p: LearnedProfile, name: str):
-    """A ModelSpec whose sizes come from the meta model (hidden, vocab, layers) and, where the config names them, the
-    attention shape (for the planner's FLOP count only: the memory terms are the profile's)."""
-    cfg = p.config
-    decoder = backbone_config(cfg)
-    heads = _int(cfg, "num_attention_heads", "n_head", "num_heads", default=1)
-    kv = _int(cfg, "num_key_value_heads", "num_kv_heads", default=heads)
+    """A ModelSpec whose sizes come from the meta model (hidden, vocab, layers) and, where the decoder's config
+    (`backbone_config`: a vision-language type's text_config) names them, the attention shape and MLP width. The
+    layers' memory terms are the profile's; these shapes serve the planner's FLOP count and the allocator's largest
+    layer block (hpcmem.estimate.allocator `largest_layer_block`)."""
+    decoder = backbone_config(p.config)
+    heads = _int(decoder, "num_attention_heads", "n_head", "num_heads", default=1)
+    kv = _int(decoder, "num_key_value_heads", "num_kv_heads", default=heads)
     if heads % kv:
         kv = heads
-    head_dim = _int(cfg, "head_dim", default=max(p.hidden_size // heads, 1))
+    head_dim = _int(decoder, "head_dim", default=max(p.hidden_size // heads, 1))
     return ModelSpec(
         name=name, model_type=p.model_type, vocab_size=p.vocab_size, hidden_size=p.hidden_size,
-        intermediate_size=_int(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", default=4 * p.hidden_size),
+        intermediate_size=_int(decoder, "intermediate_size", "ffn_hidden_size", "n_inner", default=4 * p.hidden_size),
         num_hidden_layers=p.num_layers, num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
         tie_word_embeddings=p.tie_word_embeddings, max_position_embeddings=p.max_position_embeddings or 4096,
         sliding_window=sliding_window(decoder, str(decoder.get("model_type", p.model_type))),
