@@ -64,6 +64,13 @@ def rescore(oracle: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def depth_group(s: dict[str, Any]) -> str:
+    """"12 layers, seeds ≥ 5": a scored record's cut depth, apart by whether its seed drew the depth."""
+    job = s["job"]
+    seeds = f"seeds ≥ {DEEP_FROM}" if int(job.get("seed", 0)) >= DEEP_FROM else f"seeds 1–{DEEP_FROM - 1}"
+    return f"{int(job['layers']):2d} layers, {seeds}"
+
+
 def _row(name: str, scored: list[dict[str, Any]]) -> str:
     verdicts = Counter(s["verdict"] for s in scored)
     numbers = [s for s in scored if "err_pct" in s]
@@ -145,6 +152,11 @@ def report_markdown(oracle: str, scored: list[dict[str, Any]], versions: dict[st
               "## Per trainer", "", table(scored, lambda s: s["job"]["trainer"], "trainer"), "",
               "## Per technique", "", table(scored, lambda s: technique(s["job"]), "technique"), "",
               "## Derived or learned layer terms", "", table(scored, made, "layer terms"), "",
+              "## Per depth", "",
+              f"Decoder layers of the cut. From seed {DEEP_FROM} on the depth is drawn from its own stream, apart from "
+              "every other choice of the job, so those rows differ by depth alone; seeds 1–4 are all at "
+              f"{RANDOM_LAYERS}. The allocator's slack is a larger share of a shallow cut's reserved peak than of a "
+              "real model's.", "", table(scored, depth_group, "depth"), "",
               "## Per model type", "", table(scored, lambda s: s["job"]["model_type"], "model type"), "",
               "## Discrepancies by class", "",
               "Each job beyond 3 % (over 3 %, or outside the held range and over 3 %), by what kind of miss it is "

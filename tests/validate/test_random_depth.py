@@ -25,3 +25,16 @@ def test_later_seeds_draw_every_depth_from_their_own_stream():
         seen.add(c["layers"])
     assert set(DEPTHS) <= seen
     assert depth(DEEP_FROM, 0, "longcat_flash") <= LAYERS_FOR["longcat_flash"]
+
+
+def test_deepest_seeds_cut_at_sixteen_layers() -> None:
+    """From seed DEEPEST_FROM on every cut is 16 decoder layers deep (the coverage sweep's depth), but where a type's
+    trace is capped; the seeds before keep their own depths."""
+    from hpcmem.validate.random_jobs import DEEPEST_FROM
+
+    assert DEEPEST_FROM > DEEP_FROM
+    for index in range(20):
+        assert depth(DEEPEST_FROM, index, "llama") == 16
+        assert depth(DEEPEST_FROM - 1, index, "llama") == random.Random(
+            f"{DEEPEST_FROM - 1}:{index}:depth").choice(DEPTHS)
+    assert depth(DEEPEST_FROM, 0, "recurrent_gemma") == LAYERS_FOR["recurrent_gemma"]
