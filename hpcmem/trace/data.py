@@ -8,11 +8,13 @@ The documents are chosen so that every micro-batch is the worst case of its layo
 |---|---|---|
 | padded | B rows of L tokens; for B > 1 the last row is one token shorter | [B, L] (rounded up to pad_to_multiple_of) |
 | packing bfd / bfd_split | 2·B documents of ~L/2 tokens: B full bins of two documents | [1, B·L], position_ids restart per document |
-| packing wrapped | B rows of L tokens (rows are cut from the document stream) | [B, L] |
+| packing wrapped | B rows of L tokens cut from the document stream; for B > 1 the stream's last row shorter | [B, L] |
 | padding-free, no packing | B pre-truncated rows of T/B tokens (T = tokens_per_micro_batch) | [1, T] |
 
-Why these: tokens per micro-batch are at their maximum in every layout. The ragged last row of a padded batch and the
-two documents per bin are what real data gives, and they decide a memory term: with SDPA or eager attention,
+Why these: tokens per micro-batch are at their maximum in every layout. The ragged last row of a padded batch, the
+short wrapped chunk and the two documents per bin are what real data gives, and they decide a memory term (wrapped
+packing cuts each map batch of the dataset into chunks of L, so every map batch ends in a shorter chunk: trl/
+data_utils.py `_pack_wrapped`; the micro-batch that draws it is padded): with SDPA or eager attention,
 transformers materialises a [B, 1, S, S] mask (masking_utils.py `_ignore_causal_mask_sdpa`, `find_packed_sequence_
 indices`) and hands it to the kernel, where a batch of equal rows or a single document per bin would let SDPA run
 with `is_causal` and no mask. With B = 1 a padded row has no padding unless pad_to_multiple_of adds some.
@@ -70,9 +72,13 @@ def design_sft(job: JobSpec) -> BatchDesign:
         if length is None:
             raise SpecError("packing needs max_length (the bin size); TRL raises without it")
         if t.packing_strategy == "wrapped":
-            docs = (length,) * b
+            # the stream the copies make runs one token short per micro-batch: its chunks are full but the last,
+            # the last micro-batch's last row (sequential sampling: hpcmem.trace.trainer `common_args`)
+            short = b > 1 and length > 1
+            docs = (length,) * (b - 1) + (length - 1,) if short else (length,) * b
+            ragged = " (the last micro-batch's last row shorter: padding, so an attention mask)" if short else ""
             return BatchDesign("packing wrapped", docs, (b, _round(length, mult)), b * _round(length, mult),
-                               f"{b} rows cut from the document stream, {length} tokens each")
+                               f"{b} rows cut from the document stream, {length} tokens each{ragged}")
         half = max(length // 2, 1)
         docs = tuple(x for _ in range(b) for x in ((half, length - half) if length > 1 else (1,)))
         total = _round(b * length, mult)
