@@ -109,8 +109,10 @@ def loss(job: JobSpec, mb: MicroBatch, prec: Precision, head_trains: bool) -> Lo
                                                         else 0)
     # the backward names its tile's cast (`grad_tile = s_tile.to(s_dtype)`), so the previous tile's cast is still
     # referenced while the next one is made: two at once wherever there is a next tile — or, at the return, the last
-    # tile's cast beside the accumulators' casts
-    grad_tile = rows * min(v, VOCAB_CHUNK_SIZE) * prec.act
+    # tile's cast beside the accumulators' casts. Where the compute dtype is fp32 (`_compute_dtype`: fp32 weights, and
+    # this trainer's forward never enters accelerate's autocast) the cast is the tile itself — `Tensor.to` of a tensor
+    # already in that dtype returns it — and nothing is made
+    grad_tile = rows * min(v, VOCAB_CHUNK_SIZE) * prec.act if prec.act != FP32 else 0
     next_tile = grad_tile if v > VOCAB_CHUNK_SIZE or n > TOKEN_CHUNK_SIZE else 0
     bwd = tiles + grad_tile + weight_cast + chunk_cast + accumulators + max(next_tile, returned)
     note = (f"chunked divergence vs teacher {t.name}: {n} scored tokens, tiles {rows}×{min(v, VOCAB_CHUNK_SIZE)} "
