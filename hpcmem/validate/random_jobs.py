@@ -4,7 +4,7 @@ A job is what `hpcmem estimate` takes — a trainer and TRL settings — on a mo
 (derived or learned, hpcmem/models/coverage.json), MoE and hybrids included. The model is that type's reference config
 (hpcmem.validate.coverage.reference_config: the catalog entry, else the config class's defaults with CONFIG_FIXES) at
 **full width but at most RANDOM_LAYERS (3) decoder layers** — the first, one middle layer and the
-last — (seeds from DEEP_FROM on draw 3, 6 or 12, from DEEPEST_FROM on 16: `depth`; every per-layer list cut alike,
+last — (seeds from DEEP_FROM on draw 3, 6 or 12, seed 8 cuts at 16: `depth`; every per-layer list cut alike,
 as the coverage sweep cuts: hpcmem.trace.layer_map.reduced_config / subsequence), so that one trace of it takes
 seconds. A learned type whose
 layers need more than RANDOM_LAYERS to hold each kind once keeps the layers `subsequence` keeps, and a cut that holds
@@ -48,7 +48,9 @@ from hpcmem.validate.random_model import explicit_targets, save_module, traced_m
 RANDOM_LAYERS = 3
 DEEP_FROM = 5                  # the first seed whose cuts draw their depth from DEPTHS (seeds 1–4: RANDOM_LAYERS)
 DEPTHS = (3, 6, 12)
-DEEPEST_FROM = 8               # the first seed whose cuts are as deep as the coverage sweep's (EVAL_LAYERS, 16)
+# seeds whose every cut is as deep as the coverage sweep's (EVAL_LAYERS, 16); the other seeds from DEEP_FROM on draw
+# from DEPTHS, so a seed already drawn (seed 11: the properties test's) keeps its jobs
+DEEPEST_SEEDS = frozenset({8})
 MIN_LENGTH = 128
 
 # The distribution, in one table. Why these weights:
@@ -185,12 +187,12 @@ def depth(seed: int, index: int, model_type: str) -> int:
     """Decoder layers of the job's cut: RANDOM_LAYERS up to seed DEEP_FROM − 1; from there one of DEPTHS, drawn from its
     own stream (`random.Random(f"{seed}:{index}:depth")`, so no other choice of a job moves). At 3 layers one layer's
     transients are most of the peak, and the allocator's slack a larger share than at a real model's depth
-    (estimator/LOG.md). From seed DEEPEST_FROM on every cut is the coverage sweep's depth (EVAL_LAYERS, or the type's
+    (estimator/LOG.md). A seed of DEEPEST_SEEDS cuts every job at the coverage sweep's depth (EVAL_LAYERS, or the type's
     EVAL_LAYERS_FOR), the deepest the random jobs reach. LAYERS_FOR caps the types whose trace grows too slow with
     depth."""
     if seed < DEEP_FROM:
         return LAYERS_FOR.get(model_type, RANDOM_LAYERS)
-    if seed >= DEEPEST_FROM:
+    if seed in DEEPEST_SEEDS:
         return LAYERS_FOR.get(model_type, EVAL_LAYERS_FOR.get(model_type, EVAL_LAYERS))
     drawn = random.Random(f"{seed}:{index}:depth").choice(DEPTHS)
     return min(drawn, LAYERS_FOR.get(model_type, drawn))
