@@ -68,7 +68,7 @@ from hpcmem.estimate.tensors import adapter_sizes, optimizer_state_sizes, parame
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, Precision
 from hpcmem.job.trainers import entry
-from hpcmem.models.profile import Envelope, LearnedProfile
+from hpcmem.models.profile import LearnedProfile, pieces
 from hpcmem.models.spec import ModelSpec
 
 FP32 = 4
@@ -497,7 +497,7 @@ def learned_eager(p: LearnedProfile | None) -> bool:
     if p is None or p.provenance.get("attention") != "eager":
         return False
     return any(piece.c >= 1 for cell in p.cells.values() for term in cell.peak
-               for piece in (term.pieces if isinstance(term, Envelope) else (term,)))
+               for piece in pieces(term))
 
 
 @functools.lru_cache(maxsize=64)
@@ -515,8 +515,7 @@ def learned_math_scores(p: LearnedProfile | None, heads: int) -> bool:
     if p is None or heads <= 0:
         return False
     return any(piece.c >= 3 * FP32 * heads for key, cell in p.cells.items() if key.split("/")[2] == "gc"
-               for term in cell.peak
-               for piece in (term.pieces if isinstance(term, Envelope) else (term,)))
+               for term in cell.peak for piece in pieces(term))
 
 
 def placement_spread(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, terms: dict[str, int]) -> int:

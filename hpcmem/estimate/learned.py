@@ -47,7 +47,6 @@ from hpcmem.models.profile import (
     ONE_ROW_PACKED,
     UNMASKED_SCORES,
     Cell,
-    Envelope,
     LayerKind,
     LearnedProfile,
     Poly,
@@ -55,6 +54,7 @@ from hpcmem.models.profile import (
     cell_key,
     fit_poly,
     one_row_key,
+    pieces,
 )
 
 REFERENCE_ADAPTER_BYTES = 4       # peft keeps adapters in fp32 (autocast_adapter_dtype) in the traced jobs
@@ -477,9 +477,9 @@ def accumulated_peaks(job: JobSpec, mb: MicroBatch, cell: Cell, lb: LayerBytes, 
         written = max((lin.in_features * lin.out_features * (1 if lin.nn_linear else lin.count)
                        for lin in kind.linears if lin.runs), default=0) * prec.weight
         term, quad = cell.peak[p.layer_map[j]], _quad(job, mb, j, cell)
-        pieces = term.pieces if isinstance(term, Envelope) else (term,)
-        made = [min(max(piece.a, 0), grads) for piece in pieces]
-        highest = max(piece.at(mb.tokens, quad) - g + min(written, g) for piece, g in zip(pieces, made, strict=True))
+        instants = pieces(term)
+        made = [min(max(piece.a, 0), grads) for piece in instants]
+        highest = max(piece.at(mb.tokens, quad) - g + min(written, g) for piece, g in zip(instants, made, strict=True))
         # what layer_bytes added to the cell's instant (a recurrent tail) stays
         out.append(min(peak, highest + peak - term.at(mb.tokens, quad)))
     return out
@@ -530,12 +530,12 @@ def traced_head(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout)
 def _without_head(term: Term, tokens: int, quad: int, traced: list[int], at_job: int, seqs: tuple[int, ...],
                   rows: int) -> int:
     """A head term's bytes at this micro-batch with the traced jobs' fused LM head taken out (see `head_out`)."""
-    pieces = term.pieces if isinstance(term, Envelope) else (term,)
+    instants = pieces(term)
     line = fit_poly([float(v) for v in traced], seqs, rows)
     through = line.at(tokens, quad)
     if abs(line.c) * rows * seqs[-1] ** 2 <= LINE_TOLERANCE * traced[-1]:
-        return max(p.at(tokens, quad) for p in pieces) - through
-    return max(p.at(tokens, quad) - (through if p.c < 0 else at_job) for p in pieces)
+        return max(p.at(tokens, quad) for p in instants) - through
+    return max(p.at(tokens, quad) - (through if p.c < 0 else at_job) for p in instants)
 
 
 def head_out(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, cell: Cell) -> tuple[int, int]:

@@ -152,6 +152,11 @@ ENVELOPE_TOP = (2 * 8192, 2 * 8192 * 8192)
 Term = Poly | Envelope
 
 
+def pieces(term: Term) -> tuple[Poly, ...]:
+    """A term's instants: an Envelope's pieces, a Poly alone."""
+    return term.pieces if isinstance(term, Envelope) else (term,)
+
+
 @dataclass(frozen=True)
 class Cell:
     fwd: tuple[Poly, ...]

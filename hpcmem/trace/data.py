@@ -74,9 +74,9 @@ def design_sft(job: JobSpec) -> BatchDesign:
         if t.packing_strategy == "wrapped":
             # the stream the copies make runs one token short per micro-batch: its chunks are full but the last,
             # the last micro-batch's last row (sequential sampling: hpcmem.trace.trainer `common_args`)
-            short = b > 1 and length > 1
-            docs = (length,) * (b - 1) + (length - 1,) if short else (length,) * b
-            ragged = " (the last micro-batch's last row shorter: padding, so an attention mask)" if short else ""
+            docs = _last_row_short(length, b)
+            ragged = " (the last micro-batch's last row shorter: padding, so an attention mask)" if docs[-1] < length \
+                else ""
             return BatchDesign("packing wrapped", docs, (b, _round(length, mult)), b * _round(length, mult),
                                f"{b} rows cut from the document stream, {length} tokens each{ragged}")
         half = max(length // 2, 1)
@@ -96,10 +96,16 @@ def design_sft(job: JobSpec) -> BatchDesign:
     row = length if tpmb is None else min(-(-tpmb // b), length or tpmb)
     if row is None:
         raise SpecError("max_length None on a padded batch: give tokens_per_micro_batch (the longest batch)")
-    docs = (row,) * b if b == 1 or row == 1 else (row,) * (b - 1) + (row - 1,)
+    docs = _last_row_short(row, b)
     width = _round(row, mult)
-    ragged = " (last row one token shorter: padding, so an attention mask)" if b > 1 and row > 1 else ""
+    ragged = " (last row one token shorter: padding, so an attention mask)" if docs[-1] < row else ""
     return BatchDesign("padded", docs, (b, width), b * width, f"{b} rows of {row} tokens{ragged}")
+
+
+def _last_row_short(row: int, b: int) -> tuple[int, ...]:
+    """b rows of `row` tokens, the last one token shorter where there are two rows or more to differ (and a token to
+    spare): the ragged row real batches have."""
+    return (row,) * b if b == 1 or row == 1 else (row,) * (b - 1) + (row - 1,)
 
 
 def _round(n: int, multiple: int) -> int:

@@ -6,10 +6,9 @@ A job is what `hpcmem estimate` takes — a trainer and TRL settings — on a mo
 **full width but at most RANDOM_LAYERS (3) decoder layers** — the first, one middle layer and the
 last — (seeds from DEEP_FROM on draw 3, 6 or 12, seed 8 cuts at 16: `depth`; every per-layer list cut alike,
 as the coverage sweep cuts: hpcmem.trace.layer_map.reduced_config / subsequence), so that one trace of it takes
-seconds. A learned type whose
-layers need more than RANDOM_LAYERS to hold each kind once keeps the layers `subsequence` keeps, and a cut that holds
-no layer of a kind the model has (a prefix of sliding or linear-attention layers) grows a layer at a time until it
-does (hpcmem.validate.random_model.traced_model).
+seconds. A learned type whose layers need more than RANDOM_LAYERS to hold each kind once keeps the layers
+`subsequence` keeps, and a cut that holds no layer of a kind the model has (a prefix of sliding or linear-attention
+layers) grows a layer at a time until it does (hpcmem.validate.random_model.traced_model).
 
 Two halves. `choices(seed, index)` draws every choice from its own `random.Random(f"{seed}:{index}")` and is pure
 Python (no torch, no transformers): model type, trainer, technique, precision, lengths as fractions. `draw` then lays

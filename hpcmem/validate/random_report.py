@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from hpcmem.estimate.learned_range import OUTSIDE
+from hpcmem.validate.coverage import EVAL_LAYERS
 from hpcmem.validate.random_jobs import DEEP_FROM, DEEPEST_SEEDS, DEPTHS, RANDOM_LAYERS
 from hpcmem.validate.random_props import properties_record
 from hpcmem.validate.random_trace import OUTSIDE_HELD, WITHIN_PCT, score
@@ -128,7 +129,7 @@ def report_markdown(oracle: str, scored: list[dict[str, Any]], versions: dict[st
              f"Produced by `hpcmem validate random --oracle {oracle} --report` (hpcmem/validate/random_jobs.py says "
              "what a random job is: every derived or learned type at full width and at most "
              f"{RANDOM_LAYERS} decoder layers — from seed {DEEP_FROM} on one of {', '.join(map(str, DEPTHS))}, seed "
-             f"{', '.join(map(str, sorted(DEEPEST_SEEDS)))} at the coverage sweep's 16 — any "
+             f"{', '.join(map(str, sorted(DEEPEST_SEEDS)))} at the coverage sweep's {EVAL_LAYERS} — any "
              "trainer and technique a user can set). err % = 100·(estimate − trace)/trace, allocated tensor peak "
              "and reserved peak (the trace's caching-allocator model, default mode); a job is within 3 % when both "
              f"are. The estimate is today's, recomputed from each stored job. Versions: "
