@@ -60,6 +60,14 @@ from hpcmem.models.profile import (
 REFERENCE_ADAPTER_BYTES = 4       # peft keeps adapters in fp32 (autocast_adapter_dtype) in the traced jobs
 DEFAULT_LORA = "lora-default"     # the technique name of the cells traced on peft's default targets
 DORA = "dora"                     # the cells traced with use_dora on the reference adapters
+# the cells traced on peft's default targets (TRL passes target_modules=None unless the user names some) without
+# dropout and with DoRA: a DPO, KTO or Reward job on them (TRL's disable_dropout) or a DoRA one. From the reference's
+# cells (all-linear on most types) the difference formulas take every other adapter away at the cell's peak instant,
+# whether or not their tensors are alive there (estimator/LOG.md): DoRA on GPT-NeoX's query_key_value alone read
+# +7.7 %, the same job with all-linear +0.02 %
+DEFAULT_NODROP = "lora-default-nodrop"
+DORA_DEFAULT = "dora-default"
+DEFAULT_VARIANTS = (DEFAULT_LORA, DEFAULT_NODROP, DORA_DEFAULT)
 # the cells traced with the reference adapters at lora_dropout 0: what a LoRA job without dropout keeps — lora_dropout
 # 0 (peft's nn.Identity), or TRL's disable_dropout (DPO, KTO, Reward: an nn.Dropout at p = 0, which returns its input)
 NODROP = "lora-nodrop"
@@ -190,13 +198,58 @@ def nodrop_cell(job: JobSpec, prec: Precision, one: bool = False) -> Cell | None
     return variant_cell(p, key, "lora", NODROP, t.gradient_checkpointing, one)
 
 
+def default_targets(job: JobSpec, prec: Precision, lora: LoraLayout) -> bool:
+    """Whether a LoRA job adapts exactly peft's default targets on a learned type whose profile traced them
+    (provenance lora_default), in a precision and with techniques its variant cells hold."""
+    t, p = job.train, job.model.learned
+    default = p.provenance.get("lora_default")
+    return bool(t.use_peft and default and precision_key(prec) and variant_cells_apply(t)
+                and {m.leaf for m in lora.adapted} == traced_leaves(p, default["lora_target_modules"]))
+
+
+def default_cell(job: JobSpec, prec: Precision, lora: LoraLayout, one: bool = False) -> tuple[Cell, dict] | None:
+    """(the cell traced on peft's default targets for this job's variant, the LoRA it was traced with) where the
+    profile has it, else None: DoRA's (`DORA_DEFAULT`), LoRA without dropout's (`DEFAULT_NODROP`), else the
+    `lora-default` one (traced with dropout; a job without dropout then adds the dropout's difference:
+    `nodrop_taken`)."""
+    if not default_targets(job, prec, lora):
+        return None
+    t, p, key = job.train, job.model.learned, precision_key(prec)
+    gc, default = t.gradient_checkpointing, p.provenance["lora_default"]
+    if t.use_dora:
+        cell = variant_cell(p, key, DEFAULT_LORA, DORA_DEFAULT, gc, one)
+        return None if cell is None else (cell, {**default, "use_dora": True})
+    if not lora_dropout_active(t) and (cell := variant_cell(p, key, DEFAULT_LORA, DEFAULT_NODROP, gc, one)):
+        return cell, {**default, "lora_dropout": 0.0}
+    cell = p.cell(key, DEFAULT_LORA, gc, one)
+    return None if cell is None else (cell, default)
+
+
+def nodrop_taken(job: JobSpec, prec: Precision, lora: LoraLayout, one: bool = False) -> tuple[Cell, dict] | None:
+    """(the cell traced without dropout a job takes, its LoRA reference), else None: the `lora-nodrop` cell
+    (`nodrop_cell`), on peft's default targets the `DEFAULT_NODROP` one. A job without dropout on peft's default
+    targets whose profile has only the `lora-default` cell takes that one (None here), unless it checkpoints
+    reentrantly (the nodrop cell has a reentrant variant, the default cells none): the difference the formulas then
+    add is the dropout's on the default targets (two attention projections on most types), where from the nodrop cell
+    it is every other adapter of the reference's all-linear (random jobs of DPO and KTO on default targets:
+    estimator/LOG.md)."""
+    cell = nodrop_cell(job, prec, one)
+    if cell is None:
+        return None
+    ref = {**job.model.learned.lora_reference, "lora_dropout": 0.0}
+    if job.reentrant_checkpointing or (default := default_cell(job, prec, lora, one)) is None:
+        return reentrant_cell(job, prec, NODROP, one) or cell, ref
+    return default if default[1].get("lora_dropout") == 0.0 else None
+
+
 def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch) -> tuple[Cell, dict]:
     """(the profile's terms for this job, the LoRA reference they were traced with), or a SpecError naming what was
-    not learned. A LoRA job on the adapters of peft's default targets takes the `lora-default` cell where learned, a
-    DoRA job the `dora` cell (the reference's targets with use_dora; other targets add the difference), a LoRA job
-    without dropout the `lora-nodrop` cell (`nodrop_cell`); a job checkpointing reentrantly the reentrant variant of
-    its lora-nodrop, LoRA or full cell (`reentrant_cell`) before peft's default targets' cell; each its one-row variant
-    where the micro-batch is one row (`one_row`) and the profile has it."""
+    not learned. A LoRA job on the adapters of peft's default targets takes the cell traced on them for its variant
+    where learned (`default_cell`: with dropout, without, DoRA); a DoRA job else the `dora` cell (the reference's
+    targets with use_dora; other targets add the difference), a LoRA job without dropout the `lora-nodrop` cell
+    (`nodrop_taken`); a job checkpointing reentrantly the reentrant variant of its lora-nodrop, LoRA or full cell
+    (`reentrant_cell`) before peft's default targets' cells (which have none); each its one-row variant where the
+    micro-batch is one row (`one_row`) and the profile has it."""
     t, p = job.train, job.model.learned
     one = one_row(job, mb)
     if lora.enabled and lora.targeted and not t.gradient_checkpointing:
@@ -209,18 +262,19 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch
                         f"{', '.join(p.lora_reference['lora_target_modules'])} only (peft wraps fused experts and "
                         "routers as parameters for all-linear or expert names on this type); turn "
                         "gradient_checkpointing on, or name nn.Linear modules instead")
-    default, key = p.provenance.get("lora_default"), precision_key(prec)
+    key = precision_key(prec)
+    key = precision_key(prec)
+    if t.use_dora and not job.reentrant_checkpointing and (taken := default_cell(job, prec, lora, one)):
+        return taken
     if (t.use_peft and t.use_dora and key and variant_cells_apply(t)
             and (cell := p.cell(key, DORA, t.gradient_checkpointing, one)) is not None):
         return cell, {**p.lora_reference, "use_dora": True}
-    if (cell := nodrop_cell(job, prec, one)) is not None:
-        return reentrant_cell(job, prec, NODROP, one) or cell, {**p.lora_reference, "lora_dropout": 0.0}
+    if taken := nodrop_taken(job, prec, lora, one):
+        return taken
     if (cell := reentrant_cell(job, prec, "lora" if t.use_peft else "full", one)) is not None:
         return cell, p.lora_reference
-    if (t.use_peft and not t.use_dora and default and key and variant_cells_apply(t)
-            and {m.leaf for m in lora.adapted} == traced_leaves(p, default["lora_target_modules"])
-            and (cell := p.cell(key, DEFAULT_LORA, t.gradient_checkpointing, one)) is not None):
-        return cell, default
+    if taken := default_cell(job, prec, lora, one):
+        return taken
     return _cell(job, prec, one), p.lora_reference
 
 
@@ -378,7 +432,9 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     # reference's shifted by the difference of their forward transients; the user's backward instants are bounded
     # from the plain LoRA cell with DoRA's saved terms and backward by the formulas (hpcmem.estimate.lora_variants),
     # so a user's DoRA on fewer or narrower linears does not keep the reference's larger DoRA instant (estimator/LOG.md)
-    plain = _cell(job, prec, cell.rows == 1) if gc and reference is not None and reference.get("use_dora") else None
+    # (a DORA_DEFAULT cell traced DoRA on the job's own targets: no reference instant to shift)
+    plain = (_cell(job, prec, cell.rows == 1) if gc and reference is not None and reference.get("use_dora")
+             and reference.get("lora_target_modules") == p.lora_reference.get("lora_target_modules") else None)
     backward_bound: dict[int, tuple[int, int]] = {}
     # the cells were traced under autocast (TRL's bf16: a w2a2 / w4a2 cell); a job without it (bf16 and fp16 off) has
     # peft's fp32 adapters compute in fp32 on fp32 copies of their inputs: its side of each difference is taken at its

@@ -8,8 +8,8 @@ the terms are the profile's — but never silently: the estimate's warnings say 
 
 from __future__ import annotations
 
-from hpcmem.estimate.learned import NODROP, REENTRANT, nodrop_cell, one_row, reentrant_cell
-from hpcmem.estimate.lora import lora_dropout_active
+from hpcmem.estimate.learned import NODROP, REENTRANT, nodrop_taken, one_row, reentrant_cell
+from hpcmem.estimate.lora import lora_dropout_active, lora_layout
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, precision
 
@@ -21,10 +21,10 @@ def held_name(technique: str, gc: bool) -> str:
 
 def job_technique(job: JobSpec, mb: MicroBatch) -> str:
     """The held name of the cell the job takes: full, LoRA, DoRA, or LoRA without dropout where the profile learned it
-    (hpcmem.estimate.learned `nodrop_cell`), each but DoRA its reentrant variant where the job checkpoints reentrantly
+    (hpcmem.estimate.learned `nodrop_taken`), each but DoRA its reentrant variant where the job checkpoints reentrantly
     and the profile learned it (`reentrant_cell`) — for this micro-batch's one-row variant as the estimate asks."""
     t, prec, one = job.train, precision(job), one_row(job, mb)
-    name = NODROP if nodrop_cell(job, prec, one) is not None else \
+    name = NODROP if nodrop_taken(job, prec, lora_layout(job), one) else \
         "dora" if t.use_peft and t.use_dora else "lora" if t.use_peft else "full"
     if reentrant_cell(job, prec, name, one) is not None:
         name += REENTRANT

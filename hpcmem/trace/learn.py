@@ -49,7 +49,18 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.activations import own_pass_mask_bytes
 from hpcmem.estimate.closing import resident_components
-from hpcmem.estimate.learned import DEFAULT_LORA, DORA, NODROP, REENTRANT, REENTRANT_OF, base_technique, layer_adapters
+from hpcmem.estimate.learned import (
+    DEFAULT_LORA,
+    DEFAULT_NODROP,
+    DEFAULT_VARIANTS,
+    DORA,
+    DORA_DEFAULT,
+    NODROP,
+    REENTRANT,
+    REENTRANT_OF,
+    base_technique,
+    layer_adapters,
+)
 from hpcmem.estimate.learned_range import held_name
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.states import job_param_parts, model_states
@@ -373,16 +384,18 @@ def no_grad_terms(samples: list[list[list[int]]], seqs: tuple[int, ...], kinds: 
 
 def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int, rows: int = ROWS) -> JobSpec:
     """A traced job of a cell, with the settings the type trains only with (router_aux_loss_coef 0 for some MoE
-    types: hpcmem.models.coverage.settings_beside_checkpointing; checkpointing is the cell's); `lora-default` leaves the targets
-    to peft (TRL passes target_modules=None); `lora-nodrop` is the reference adapters at lora_dropout 0; a technique's
-    REENTRANT variant checkpoints with use_reentrant True."""
+    types: hpcmem.models.coverage.settings_beside_checkpointing; checkpointing is the cell's); `lora-default` and its
+    variants leave the targets to peft (TRL passes target_modules=None); `lora-nodrop` and `lora-default-nodrop` run
+    at lora_dropout 0, `dora` and `dora-default` with use_dora; a technique's REENTRANT variant checkpoints with
+    use_reentrant True."""
     technique, re = base_technique(technique)
     lora, ref = technique in ("lora", DORA, NODROP), spec.learned.lora_reference
     needs = settings_beside_checkpointing(spec.model_type)
     return JobSpec(model=spec, train=TrainSpec(
-        trainer="sft", dtype=dtype, use_peft=technique != "full", lora_r=ref["lora_r"], use_dora=technique == DORA,
+        trainer="sft", dtype=dtype, use_peft=technique != "full", lora_r=ref["lora_r"],
+        use_dora=technique in (DORA, DORA_DEFAULT),
         lora_target_modules=tuple(ref["lora_target_modules"]) if lora else (),
-        lora_dropout=0.0 if technique == NODROP else TrainSpec.lora_dropout,
+        lora_dropout=0.0 if technique in (NODROP, DEFAULT_NODROP) else TrainSpec.lora_dropout,
         gradient_checkpointing=gc, gradient_checkpointing_kwargs={"use_reentrant": True} if re else {},
         max_length=seq, per_device_train_batch_size=rows, **needs))
 
@@ -576,7 +589,10 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     asked = [(tech, gc) for tech, gc in runnable_cells(outer, CELLS) if (tech, gc) in set(cells)]
     unreferenced = [(tech, gc) for tech, gc in asked if tech != "full" and not reference]
     wanted = [c for c in asked if c not in unreferenced]
-    wanted += runnable_cells(outer, [(DEFAULT_LORA, True)]) if default else []
+    # peft's default targets, where they are not the reference's: with dropout, and (`default_cell`) without and with
+    # DoRA, what a DPO / KTO / Reward or a DoRA job without lora_target_modules runs
+    wanted += runnable_cells(outer, [(t, True) for t in (DEFAULT_LORA, *(DEFAULT_NODROP,) * nodrop,
+                                                         *(DORA_DEFAULT,) * dora)]) if default else []
     # DoRA on the reference adapters, beside each LoRA cell: its weight norms and fp32 products are traced, not the
     # difference formulas' (hpcmem.estimate.lora_variants), which a layer's own instants place better
     wanted += [(DORA, gc) for tech, gc in wanted if tech == "lora" and dora]
@@ -703,14 +719,18 @@ def missing_cells(stored: LearnedProfile) -> list[tuple[str, bool]]:
     """The variant cells a stored profile lacks beside the cells it has — what `learn_cells` adds to a profile learned
     before the learner traced them: the no-dropout LoRA cells (NODROP, with and without checkpointing), then the
     reentrant variants (REENTRANT: checkpointing only) of its full, LoRA and no-dropout cells, those added here
-    included; empty where it has them all."""
+    included, then beside a `lora-default` cell its no-dropout and DoRA variants (DEFAULT_NODROP, DORA_DEFAULT, where
+    it has the no-dropout and DoRA cells); empty where it has them all."""
     named = stored.held.get("precisions") or [stored.held.get("precision")]
     key = next((k for k in PRECISIONS.values() if k in named), None) or next(iter(PRECISIONS.values()))
-    names = ("full", "lora", NODROP) + tuple(x + REENTRANT for x in REENTRANT_OF)
+    names = ("full", "lora", NODROP, DORA, *DEFAULT_VARIANTS) + tuple(x + REENTRANT for x in REENTRANT_OF)
     has = {(t, gc) for t in names for gc in (True, False) if cell_key(key, t, gc) in stored.cells}
     wanted = [(NODROP, gc) for gc in (True, False) if ("lora", gc) in has and (NODROP, gc) not in has]
     base = has | set(wanted)
     wanted += [(t + REENTRANT, True) for t in REENTRANT_OF if (t, True) in base and (t + REENTRANT, True) not in has]
+    if (DEFAULT_LORA, True) in has:
+        wanted += [(variant, True) for variant, of in ((DEFAULT_NODROP, NODROP), (DORA_DEFAULT, DORA))
+                   if (of, True) in base and (variant, True) not in has]
     return wanted
 
 
@@ -831,8 +851,8 @@ def idle_kinds(kinds: tuple[LayerKind, ...], traced_kinds: list[int],
 def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple[str, ...],
          wanted: list[tuple[str, bool]], seqs: tuple[int, ...], max_positions: int,
          factor: int = CHECK_FACTOR, progress: Any = None, rows: bool = True) -> dict[str, Any]:
-    """Where the profile is held: each technique learned (full, LoRA, DoRA; the lora-default cell is the LoRA one's
-    targets) checked against a two-step trace of the reduced model at the longest learned
+    """Where the profile is held: each technique learned (full, LoRA, DoRA; the cells on peft's default targets are
+    the LoRA, no-dropout and DoRA ones' on other targets: not checked apart) checked against a two-step trace of the reduced model at the longest learned
     length and at `factor` times it (within max_position_embeddings; factor 1: that length only); a technique is held
     up to the longest length from which every shorter check is within HELD_PCT, in every precision learned; `rows`:
     the rows check after them (`held_rows`)."""
@@ -841,7 +861,7 @@ def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple
     errors: dict[str, dict[str, float | str]] = {}
     techniques: dict[str, int] = {}
     for t, gc in wanted:
-        if t == DEFAULT_LORA:
+        if t in DEFAULT_VARIANTS:
             continue
         name = held_name(t, gc)
         reached = []

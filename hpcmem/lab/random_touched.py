@@ -1,0 +1,87 @@
+"""Random jobs a change of the estimate touches, drawn from a fresh seed: a check of the change on jobs nobody chose.
+
+    python -m hpcmem.lab.random_touched default-nodrop --seed 21 --upto 20000 > ids
+    hpcmem validate random --oracle trace --seed 21 --only "$(cat ids)" --records FILE
+    python -m hpcmem.lab.random_touched default-nodrop --score FILE
+
+The first form walks jobs s<seed>-0 … s<seed>-<upto − 1> of the random stream (hpcmem.validate.random_jobs `draw`)
+and prints, comma-separated, the ids of those the named rule touches (RULES). The trace oracle then runs them into
+their own records file — not estimator/random/trace.jsonl, whose jobs are an unselected sample. `--score` scores a
+records file against today's estimate (hpcmem.validate.random_trace `score`) and prints one JSON row per job and the
+counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from hpcmem.errors import SpecError
+from hpcmem.estimate.learned import default_cell, nodrop_cell, one_row
+from hpcmem.estimate.lora import lora_layout
+from hpcmem.job.jobspec import JobSpec
+from hpcmem.job.shape import micro_batch, precision
+from hpcmem.validate.random_jobs import draw
+from hpcmem.validate.random_model import job_spec
+from hpcmem.validate.random_run import load
+from hpcmem.validate.random_trace import WITHIN_PCT, score
+
+
+def default_nodrop(job: JobSpec) -> bool:
+    """A LoRA job without dropout on peft's default targets of a learned type whose profile has both the `lora-nodrop`
+    and the `lora-default` cell, checkpointing non-reentrantly: the jobs hpcmem.estimate.learned `nodrop_taken` moves
+    from the first cell to the second."""
+    if job.model.learned is None or job.reentrant_checkpointing:
+        return False
+    prec, one = precision(job), one_row(job, micro_batch(job))
+    return nodrop_cell(job, prec, one) is not None and default_cell(job, prec, lora_layout(job), one) is not None
+
+
+RULES: dict[str, Callable[[JobSpec], bool]] = {"default-nodrop": default_nodrop}
+
+
+def touched(rule: Callable[[JobSpec], bool], seed: int, upto: int) -> list[str]:
+    out = []
+    for i in range(upto):
+        try:
+            hit = rule(job_spec(draw(seed, i)))
+        except (SpecError, ValueError):         # a draw hpcmem refuses is no job the rule changes
+            continue
+        if hit:
+            out.append(f"s{seed}-{i}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m hpcmem.lab.random_touched", description=__doc__.split("\n")[0])
+    ap.add_argument("rule", choices=sorted(RULES))
+    ap.add_argument("--seed", type=int, default=21)
+    ap.add_argument("--upto", type=int, default=20000, help="jobs of the stream to walk")
+    ap.add_argument("--score", type=Path, metavar="FILE", help="score this records file instead of drawing")
+    args = ap.parse_args(argv)
+    if args.score is None:
+        print(",".join(touched(RULES[args.rule], args.seed, args.upto)))
+        return 0
+    if not args.score.is_file():
+        ap.error(f"--score {args.score}: no such records file")
+    rows = []
+    for rec in load(args.score):
+        got = score(rec)
+        row = {"id": rec["id"], "trainer": rec["job"]["trainer"], "model_type": rec["job"]["model_type"],
+               "verdict": got["verdict"], "allocated_err_pct": got.get("err_pct"),
+               "reserved_err_pct": got.get("reserved_err_pct")}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    ran = [r for r in rows if r["allocated_err_pct"] is not None]
+    within = [r for r in ran if abs(r["allocated_err_pct"]) <= WITHIN_PCT]
+    both = [r for r in within if abs(r["reserved_err_pct"] or 0) <= WITHIN_PCT]
+    print(f"{len(rows)} jobs, {len(ran)} scored: allocated within {WITHIN_PCT:g} % {len(within)}, both peaks "
+          f"{len(both)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
