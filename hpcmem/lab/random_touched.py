@@ -40,7 +40,17 @@ def default_nodrop(job: JobSpec) -> bool:
     return nodrop_cell(job, prec, one) is not None and default_cell(job, prec, lora_layout(job), one) is not None
 
 
-RULES: dict[str, Callable[[JobSpec], bool]] = {"default-nodrop": default_nodrop}
+def dora_default(job: JobSpec) -> bool:
+    """A DoRA job on peft's default targets of a learned type whose profile has the `dora-default` cell,
+    checkpointing non-reentrantly: the jobs hpcmem.estimate.learned `learned_cell` moves there from the `dora` cell
+    with every other reference adapter taken away."""
+    if job.model.learned is None or job.reentrant_checkpointing or not job.train.use_dora:
+        return False
+    taken = default_cell(job, precision(job), lora_layout(job), one_row(job, micro_batch(job)))
+    return taken is not None and bool(taken[1].get("use_dora"))
+
+
+RULES: dict[str, Callable[[JobSpec], bool]] = {"default-nodrop": default_nodrop, "dora-default": dora_default}
 
 
 def touched(rule: Callable[[JobSpec], bool], seed: int, upto: int) -> list[str]:

@@ -8,8 +8,10 @@ import json
 from hpcmem.datapath import estimator_dir
 
 
-def stored_trace_record(job_id: str) -> dict:
-    for line in (estimator_dir() / "random" / "trace.jsonl").read_text().splitlines():
+def stored_trace_record(job_id: str, records: str = "trace.jsonl") -> dict:
+    """`records`: a file under estimator/random (touched/<rule>.jsonl: jobs drawn for a rule by hpcmem.lab.
+    random_touched)."""
+    for line in (estimator_dir() / "random" / records).read_text().splitlines():
         rec = json.loads(line)
         if rec["id"] == job_id:
             return rec
