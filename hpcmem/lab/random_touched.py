@@ -14,7 +14,6 @@ counts.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,12 +21,13 @@ from pathlib import Path
 from hpcmem.errors import SpecError
 from hpcmem.estimate.learned import default_cell, nodrop_cell, one_row
 from hpcmem.estimate.lora import lora_layout
+from hpcmem.lab.random_variants import print_scored
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import micro_batch, precision
 from hpcmem.validate.random_jobs import draw
 from hpcmem.validate.random_model import job_spec
 from hpcmem.validate.random_run import load
-from hpcmem.validate.random_trace import WITHIN_PCT, score
+from hpcmem.validate.random_trace import score
 
 
 def default_nodrop(job: JobSpec) -> bool:
@@ -77,21 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.score.is_file():
         ap.error(f"--score {args.score}: no such records file")
-    rows = []
-    for rec in load(args.score):
-        got = score(rec)
-        row = {"id": rec["id"], "trainer": rec["job"]["trainer"], "model_type": rec["job"]["model_type"],
-               "verdict": got["verdict"], "allocated_err_pct": got.get("err_pct"),
-               "reserved_err_pct": got.get("reserved_err_pct")}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    ran = [r for r in rows if r["allocated_err_pct"] is not None]
-    within = [r for r in ran if abs(r["allocated_err_pct"]) <= WITHIN_PCT]
-    both = [r for r in within if abs(r["reserved_err_pct"] or 0) <= WITHIN_PCT]
-    print(f"{len(rows)} jobs, {len(ran)} scored: allocated within {WITHIN_PCT:g} % {len(within)}, both peaks "
-          f"{len(both)}", file=sys.stderr)
+    print_scored((rec["job"] | {"id": rec["id"]}, score(rec)) for rec in load(args.score))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,6 +19,7 @@ import copy
 import json
 import random
 import sys
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from hpcmem.validate.random_run import load, records_path
@@ -72,15 +73,24 @@ def main(argv: list[str] | None = None) -> int:
             changes[key] = json.loads(value)
         except json.JSONDecodeError:
             ap.error(f"--set {item!r}: the value must be JSON (true, 3, \"bfd\")")
+    def traced() -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        for rec in pick([r for r in load(records_path("trace")) if r.get("job")], changes, args.sample, args.seed,
+                        trainer=args.trainer, gc=args.gc, learned=args.learned, new_types=args.new_types,
+                        types=set(args.types.split(",")) if args.types else None):
+            job = copy.deepcopy(rec["job"])
+            job["settings"].update(changes)
+            job["id"] = f"{rec['id']}+"
+            yield job, score(trace_record(job))
+
+    print_scored(traced())
+    return 0
+
+
+def print_scored(scored: Iterable[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """One JSON row per (job, its `score`) as it comes, then the counts on stderr."""
     rows = []
-    for rec in pick([r for r in load(records_path("trace")) if r.get("job")], changes, args.sample, args.seed, trainer=args.trainer, gc=args.gc,
-                    learned=args.learned, new_types=args.new_types,
-                    types=set(args.types.split(",")) if args.types else None):
-        job = copy.deepcopy(rec["job"])
-        job["settings"].update(changes)
-        job["id"] = f"{rec['id']}+"
-        got = score(trace_record(job))
-        row = {"id": job["id"], "model_type": job["model_type"], "verdict": got["verdict"],
+    for job, got in scored:
+        row = {"id": job["id"], "trainer": job["trainer"], "model_type": job["model_type"], "verdict": got["verdict"],
                "allocated_err_pct": got.get("err_pct"), "reserved_err_pct": got.get("reserved_err_pct")}
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -89,7 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     both = [r for r in within if abs(r["reserved_err_pct"] or 0) <= WITHIN_PCT]
     print(f"{len(rows)} jobs, {len(ran)} scored: allocated within {WITHIN_PCT:g} % {len(within)}, both peaks "
           f"{len(both)}", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":
