@@ -77,7 +77,7 @@ NODROP = "lora-nodrop"
 # backward, where the non-reentrant default packs saved tensors through hooks and recomputes up to the last one it
 # needs: another set of tensors per layer, and which of them a layer's peak holds is the type's own
 REENTRANT = "-reentrant"
-REENTRANT_OF = ("full", "lora", NODROP)
+REENTRANT_OF = ("full", "lora", NODROP, DEFAULT_NODROP)
 
 
 def base_technique(technique: str) -> tuple[str, bool]:
@@ -229,17 +229,23 @@ def nodrop_taken(job: JobSpec, prec: Precision, lora: LoraLayout, one: bool = Fa
     """(the cell traced without dropout a job takes, its LoRA reference), else None: the `lora-nodrop` cell
     (`nodrop_cell`), on peft's default targets the `DEFAULT_NODROP` one. A job without dropout on peft's default
     targets whose profile has only the `lora-default` cell takes that one (None here), unless it checkpoints
-    reentrantly (the nodrop cell has a reentrant variant, the default cells none): the difference the formulas then
-    add is the dropout's on the default targets (two attention projections on most types), where from the nodrop cell
+    reentrantly (the nodrop cell has a reentrant variant, `lora-default` none; `lora-default-nodrop` has one where
+    learned): the difference the formulas then add is the dropout's on the default targets (two attention projections on most types), where from the nodrop cell
     it is every other adapter of the reference's all-linear (random jobs of DPO and KTO on default targets:
     estimator/LOG.md)."""
     cell = nodrop_cell(job, prec, one)
     if cell is None:
         return None
     ref = {**job.model.learned.lora_reference, "lora_dropout": 0.0}
-    if job.reentrant_checkpointing or (default := default_cell(job, prec, lora, one)) is None:
+    default = default_cell(job, prec, lora, one)
+    nodrop_default = default is not None and default[1].get("lora_dropout") == 0.0
+    if job.reentrant_checkpointing:
+        if nodrop_default and (again := reentrant_cell(job, prec, DEFAULT_NODROP, one)) is not None:
+            return again, default[1]
         return reentrant_cell(job, prec, NODROP, one) or cell, ref
-    return default if default[1].get("lora_dropout") == 0.0 else None
+    if default is None:
+        return cell, ref
+    return default if nodrop_default else None
 
 
 def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch) -> tuple[Cell, dict]:

@@ -8,7 +8,7 @@ the terms are the profile's — but never silently: the estimate's warnings say 
 
 from __future__ import annotations
 
-from hpcmem.estimate.learned import NODROP, REENTRANT, nodrop_taken, one_row, reentrant_cell
+from hpcmem.estimate.learned import DEFAULT_NODROP, NODROP, REENTRANT, nodrop_taken, one_row, reentrant_cell
 from hpcmem.estimate.lora import lora_dropout_active, lora_layout
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, precision
@@ -24,9 +24,11 @@ def job_technique(job: JobSpec, mb: MicroBatch) -> str:
     (hpcmem.estimate.learned `nodrop_taken`), each but DoRA its reentrant variant where the job checkpoints reentrantly
     and the profile learned it (`reentrant_cell`) — for this micro-batch's one-row variant as the estimate asks."""
     t, prec, one = job.train, precision(job), one_row(job, mb)
-    name = NODROP if nodrop_taken(job, prec, lora_layout(job), one) else \
-        "dora" if t.use_peft and t.use_dora else "lora" if t.use_peft else "full"
-    if reentrant_cell(job, prec, name, one) is not None:
+    taken = nodrop_taken(job, prec, lora_layout(job), one)
+    name = NODROP if taken else "dora" if t.use_peft and t.use_dora else "lora" if t.use_peft else "full"
+    # the reentrant variant of the no-dropout cell on peft's default targets is held as the no-dropout one's
+    default_again = taken is not None and taken[0] is reentrant_cell(job, prec, DEFAULT_NODROP, one)
+    if default_again or reentrant_cell(job, prec, name, one) is not None:
         name += REENTRANT
     return held_name(name, t.gradient_checkpointing)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hpcmem.errors import SpecError
-from hpcmem.estimate.learned import default_cell, nodrop_cell, one_row
+from hpcmem.estimate.learned import DEFAULT_NODROP, default_cell, nodrop_cell, one_row, reentrant_cell
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.lab.random_variants import print_scored
 from hpcmem.job.jobspec import JobSpec
@@ -50,7 +50,19 @@ def dora_default(job: JobSpec) -> bool:
     return taken is not None and bool(taken[1].get("use_dora"))
 
 
-RULES: dict[str, Callable[[JobSpec], bool]] = {"default-nodrop": default_nodrop, "dora-default": dora_default}
+def default_nodrop_reentrant(job: JobSpec) -> bool:
+    """A LoRA job without dropout on peft's default targets, checkpointing reentrantly, of a learned type whose
+    profile has the reentrant variant of `lora-default-nodrop`: the jobs hpcmem.estimate.learned `nodrop_taken` moves
+    there from the reentrant no-dropout cell with every other reference adapter taken away."""
+    if job.model.learned is None or not job.reentrant_checkpointing:
+        return False
+    prec, one = precision(job), one_row(job, micro_batch(job))
+    return (nodrop_cell(job, prec, one) is not None and default_cell(job, prec, lora_layout(job), one) is not None
+            and reentrant_cell(job, prec, DEFAULT_NODROP, one) is not None)
+
+
+RULES: dict[str, Callable[[JobSpec], bool]] = {"default-nodrop": default_nodrop, "dora-default": dora_default,
+                                               "default-nodrop-reentrant": default_nodrop_reentrant}
 
 
 def touched(rule: Callable[[JobSpec], bool], seed: int, upto: int) -> list[str]:

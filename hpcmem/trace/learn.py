@@ -718,19 +718,19 @@ def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[
 def missing_cells(stored: LearnedProfile) -> list[tuple[str, bool]]:
     """The variant cells a stored profile lacks beside the cells it has — what `learn_cells` adds to a profile learned
     before the learner traced them: the no-dropout LoRA cells (NODROP, with and without checkpointing), then the
-    reentrant variants (REENTRANT: checkpointing only) of its full, LoRA and no-dropout cells, those added here
-    included, then beside a `lora-default` cell its no-dropout and DoRA variants (DEFAULT_NODROP, DORA_DEFAULT, where
-    it has the no-dropout and DoRA cells); empty where it has them all."""
+    variants on peft's default targets beside a `lora-default` cell (DEFAULT_NODROP, DORA_DEFAULT, where it has the
+    no-dropout and DoRA cells), then the reentrant variants (REENTRANT: checkpointing only) of its full, LoRA and
+    no-dropout cells, those added here included; empty where it has them all."""
     named = stored.held.get("precisions") or [stored.held.get("precision")]
     key = next((k for k in PRECISIONS.values() if k in named), None) or next(iter(PRECISIONS.values()))
     names = ("full", "lora", NODROP, DORA, *DEFAULT_VARIANTS) + tuple(x + REENTRANT for x in REENTRANT_OF)
     has = {(t, gc) for t in names for gc in (True, False) if cell_key(key, t, gc) in stored.cells}
     wanted = [(NODROP, gc) for gc in (True, False) if ("lora", gc) in has and (NODROP, gc) not in has]
-    base = has | set(wanted)
-    wanted += [(t + REENTRANT, True) for t in REENTRANT_OF if (t, True) in base and (t + REENTRANT, True) not in has]
     if (DEFAULT_LORA, True) in has:
         wanted += [(variant, True) for variant, of in ((DEFAULT_NODROP, NODROP), (DORA_DEFAULT, DORA))
-                   if (of, True) in base and (variant, True) not in has]
+                   if (of, True) in has | set(wanted) and (variant, True) not in has]
+    base = has | set(wanted)
+    wanted += [(t + REENTRANT, True) for t in REENTRANT_OF if (t, True) in base and (t + REENTRANT, True) not in has]
     return wanted
 
 
@@ -861,7 +861,7 @@ def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple
     errors: dict[str, dict[str, float | str]] = {}
     techniques: dict[str, int] = {}
     for t, gc in wanted:
-        if t in DEFAULT_VARIANTS:
+        if base_technique(t)[0] in DEFAULT_VARIANTS:
             continue
         name = held_name(t, gc)
         reached = []
