@@ -159,6 +159,17 @@ def reference_pass(job: JobSpec, rows: int, seq: int, prec: Precision, scored: i
     return hidden + max(mlp, logits_tile(scored, job.model.vocab_size, prec.act)) + stats
 
 
+def scoring_pass(job: JobSpec, prec: Precision) -> int:
+    """Live bytes of a generating trainer's no-grad scoring pass (old log-probs, the reference's): TRL's
+    `_get_per_token_logps_and_entropies` (trl/trainer/grpo_trainer.py, rloo_trainer.py) runs the model over chunks of
+    per_device_train_batch_size rows of prompt + completion with the prompt's labels set to -100, so the fused head
+    projects the completion positions only, after the last layer (`reference_pass`)."""
+    t = job.train
+    rows = t.per_device_train_batch_size
+    return reference_pass(job, rows, t.max_prompt_length + t.max_completion_length, prec,
+                          rows * t.max_completion_length)
+
+
 def kv_cache_bytes(job: JobSpec, rows: int, tokens_per_row: int, dtype_bytes: int) -> int:
     m = job.model
     return 2 * m.num_hidden_layers * m.num_key_value_heads * m.head_dim * tokens_per_row * rows * dtype_bytes
@@ -275,13 +286,12 @@ def _generic_extras(job: JobSpec, parts: ParamParts, prec: Precision) -> Trainer
     if not e.generates:
         return TrainerExtras(resident=tuple(resident), phases=tuple(phases), vllm_pool=0, vllm_pool_asleep=0,
                              notes=tuple(notes))
-    seq = t.max_prompt_length + t.max_completion_length
     if has_reference(job):
         phases.append(Phase(name=REFERENCE_FORWARD, components=(
-            Component(name="no-grad pass", bytes=no_grad_pass(job, b, seq, prec)),)))
+            Component(name="no-grad pass", bytes=scoring_pass(job, prec)),)))
     if computes_old_logps(job):
         phases.append(Phase(name="old log-prob pass", components=(
-            Component(name="no-grad pass", bytes=no_grad_pass(job, b, seq, prec),
+            Component(name="no-grad pass", bytes=scoring_pass(job, prec),
                       note="chunked by per_device_train_batch_size"),)))
     gen_rows = generation_batch_size(job) // par.world_size
     pool = asleep = 0

@@ -33,7 +33,7 @@ from __future__ import annotations
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.lora import LoraLayout
 from hpcmem.estimate.names import is_forward
-from hpcmem.estimate.trainers import GENERATION_INSTANTS, REFERENCE_FORWARD, no_grad_pass
+from hpcmem.estimate.trainers import GENERATION_INSTANTS, REFERENCE_FORWARD, scoring_pass
 from hpcmem.estimate.vision import FP32, VisionTerms, vision_adapters
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.generation_batch import generation_batch_size
@@ -181,10 +181,9 @@ def with_rl_vision(job: JobSpec, terms: VisionTerms | None, phases: list[Phase],
                   note=f"{gen_n:,} patches of all {generation_batch_size(job)} generation rows at once"))))
     if t.beta != 0.0 and t.use_peft and not any(p.name == REFERENCE_FORWARD for p in phases):
         # PEFT: the reference pass is the policy with its adapters disabled (grpo_trainer.py `use_adapter`)
-        rows, seq = t.per_device_train_batch_size, t.max_prompt_length + t.max_completion_length
         out.append(Phase(name=REFERENCE_FORWARD, components=(
             *resident, Component(name=BUFFERED, bytes=batch),
-            Component(name="no-grad pass", bytes=no_grad_pass(job, rows, seq, prec), note="adapters disabled"),
+            Component(name="no-grad pass", bytes=scoring_pass(job, prec), note="adapters disabled"),
             *scoring(job, v, n, batch, prec))))
     return out
 
@@ -195,7 +194,7 @@ def scoring(job: JobSpec, v: VisionSpec, n: int, batch: int, prec: Precision, ad
     its own peak or, after it, the image embeddings beside the language model's pass, whichever is larger over the
     language model's pass alone."""
     rows, seq = job.train.per_device_train_batch_size, job.train.max_prompt_length + job.train.max_completion_length
-    lm = no_grad_pass(job, rows, seq, prec)
+    lm = scoring_pass(job, prec)
     own = tower_no_grad(v, n, prec, adapted, lora, dropout=True, autocast=True) + token_embeds(job, rows, seq, prec)
     tower = max(own - lm, 0, image_embeds(job, n, prec))
     return [Component(name=SCORING, bytes=batch, note="forward_kwargs, beside the old buffer"),
