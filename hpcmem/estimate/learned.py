@@ -230,9 +230,9 @@ def nodrop_taken(job: JobSpec, prec: Precision, lora: LoraLayout, one: bool = Fa
     (`nodrop_cell`), on peft's default targets the `DEFAULT_NODROP` one. A job without dropout on peft's default
     targets whose profile has only the `lora-default` cell takes that one (None here), unless it checkpoints
     reentrantly (the nodrop cell has a reentrant variant, `lora-default` none; `lora-default-nodrop` has one where
-    learned): the difference the formulas then add is the dropout's on the default targets (two attention projections on most types), where from the nodrop cell
-    it is every other adapter of the reference's all-linear (random jobs of DPO and KTO on default targets:
-    estimator/LOG.md)."""
+    learned): the difference the formulas then add is the dropout's on the default targets (two attention
+    projections on most types), where from the nodrop cell it is every other adapter of the reference's all-linear
+    (random jobs of DPO and KTO on default targets: estimator/LOG.md)."""
     cell = nodrop_cell(job, prec, one)
     if cell is None:
         return None
@@ -268,7 +268,6 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch
                         f"{', '.join(p.lora_reference['lora_target_modules'])} only (peft wraps fused experts and "
                         "routers as parameters for all-linear or expert names on this type); turn "
                         "gradient_checkpointing on, or name nn.Linear modules instead")
-    key = precision_key(prec)
     key = precision_key(prec)
     if t.use_dora and not job.reentrant_checkpointing and (taken := default_cell(job, prec, lora, one)):
         return taken
@@ -541,7 +540,8 @@ def accumulated_peaks(job: JobSpec, mb: MicroBatch, cell: Cell, lb: LayerBytes, 
         term, quad = cell.peak[p.layer_map[j]], _quad(job, mb, j, cell)
         instants = pieces(term)
         made = [min(max(piece.a, 0), grads) for piece in instants]
-        highest = max(piece.at(mb.tokens, quad) - g + min(written, g) for piece, g in zip(instants, made, strict=True))
+        highest = max(piece.at(mb.tokens, quad) - g + min(written, g)
+                      for piece, g in zip(instants, made, strict=True))
         # what layer_bytes added to the cell's instant (a recurrent tail) stays
         out.append(min(peak, highest + peak - term.at(mb.tokens, quad)))
     return out

@@ -30,14 +30,19 @@ from hpcmem.validate.random_run import load
 from hpcmem.validate.random_trace import score
 
 
-def default_nodrop(job: JobSpec) -> bool:
-    """A LoRA job without dropout on peft's default targets of a learned type whose profile has both the `lora-nodrop`
-    and the `lora-default` cell, checkpointing non-reentrantly: the jobs hpcmem.estimate.learned `nodrop_taken` moves
-    from the first cell to the second."""
-    if job.model.learned is None or job.reentrant_checkpointing:
+def _nodrop_on_default(job: JobSpec) -> bool:
+    """A learned type's LoRA job without dropout on peft's default targets, its profile holding both the `lora-nodrop`
+    and a cell on the default targets."""
+    if job.model.learned is None:
         return False
     prec, one = precision(job), one_row(job, micro_batch(job))
     return nodrop_cell(job, prec, one) is not None and default_cell(job, prec, lora_layout(job), one) is not None
+
+
+def default_nodrop(job: JobSpec) -> bool:
+    """`_nodrop_on_default`, checkpointing non-reentrantly: the jobs hpcmem.estimate.learned `nodrop_taken` moves from
+    the `lora-nodrop` cell to the default targets' one."""
+    return not job.reentrant_checkpointing and _nodrop_on_default(job)
 
 
 def dora_default(job: JobSpec) -> bool:
@@ -51,14 +56,11 @@ def dora_default(job: JobSpec) -> bool:
 
 
 def default_nodrop_reentrant(job: JobSpec) -> bool:
-    """A LoRA job without dropout on peft's default targets, checkpointing reentrantly, of a learned type whose
-    profile has the reentrant variant of `lora-default-nodrop`: the jobs hpcmem.estimate.learned `nodrop_taken` moves
-    there from the reentrant no-dropout cell with every other reference adapter taken away."""
-    if job.model.learned is None or not job.reentrant_checkpointing:
-        return False
-    prec, one = precision(job), one_row(job, micro_batch(job))
-    return (nodrop_cell(job, prec, one) is not None and default_cell(job, prec, lora_layout(job), one) is not None
-            and reentrant_cell(job, prec, DEFAULT_NODROP, one) is not None)
+    """`_nodrop_on_default`, checkpointing reentrantly, where the profile has the reentrant variant of
+    `lora-default-nodrop`: the jobs hpcmem.estimate.learned `nodrop_taken` moves there from the reentrant no-dropout
+    cell with every other reference adapter taken away."""
+    return (job.reentrant_checkpointing and _nodrop_on_default(job)
+            and reentrant_cell(job, precision(job), DEFAULT_NODROP, one_row(job, micro_batch(job))) is not None)
 
 
 RULES: dict[str, Callable[[JobSpec], bool]] = {"default-nodrop": default_nodrop, "dora-default": dora_default,
@@ -91,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--score {args.score}: no such records file")
     print_scored((rec["job"] | {"id": rec["id"]}, score(rec)) for rec in load(args.score))
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             changes[key] = json.loads(value)
         except json.JSONDecodeError:
             ap.error(f"--set {item!r}: the value must be JSON (true, 3, \"bfd\")")
+
     def traced() -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
         for rec in pick([r for r in load(records_path("trace")) if r.get("job")], changes, args.sample, args.seed,
                         trainer=args.trainer, gc=args.gc, learned=args.learned, new_types=args.new_types,

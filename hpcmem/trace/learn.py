@@ -852,8 +852,8 @@ def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple
          wanted: list[tuple[str, bool]], seqs: tuple[int, ...], max_positions: int,
          factor: int = CHECK_FACTOR, progress: Any = None, rows: bool = True) -> dict[str, Any]:
     """Where the profile is held: each technique learned (full, LoRA, DoRA; the cells on peft's default targets are
-    the LoRA, no-dropout and DoRA ones' on other targets: not checked apart) checked against a two-step trace of the reduced model at the longest learned
-    length and at `factor` times it (within max_position_embeddings; factor 1: that length only); a technique is held
+    the LoRA, no-dropout and DoRA ones' on other targets: not checked apart) checked against a two-step trace of the
+    reduced model at the longest learned length and at `factor` times it (within max_position_embeddings; factor 1: that length only); a technique is held
     up to the longest length from which every shorter check is within HELD_PCT, in every precision learned; `rows`:
     the rows check after them (`held_rows`)."""
     lengths = [seqs[-1]] + ([seqs[-1] * factor] if factor > 1 and (

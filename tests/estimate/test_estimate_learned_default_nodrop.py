@@ -133,7 +133,8 @@ def test_add_missing_wants_the_default_variants_beside_a_default_cell() -> None:
     bare = dataclasses.replace(p, cells={k: c for k, c in p.cells.items() if k.split("/")[1] not in (
         "lora-default-nodrop", "dora-default", "lora-default-nodrop-reentrant")})
     wanted = missing_cells(bare)
-    assert {("lora-default-nodrop", True), ("dora-default", True), ("lora-default-nodrop-reentrant", True)} <= set(wanted)
+    assert {("lora-default-nodrop", True), ("dora-default", True),
+            ("lora-default-nodrop-reentrant", True)} <= set(wanted)
     # the no-dropout default cell before its reentrant variant: learn_cells traces them in this order
     assert wanted.index(("lora-default-nodrop", True)) < wanted.index(("lora-default-nodrop-reentrant", True))
     assert not {t for t, _ in missing_cells(p)} & {"lora-default-nodrop", "dora-default"}
