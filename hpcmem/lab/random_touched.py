@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from hpcmem.errors import SpecError
+from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.estimate.learned import DEFAULT_NODROP, default_cell, nodrop_cell, one_row, reentrant_cell
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.lab.random_variants import print_scored
@@ -86,12 +86,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--upto", type=int, default=20000, help="jobs of the stream to walk")
     ap.add_argument("--score", type=Path, metavar="FILE", help="score this records file instead of drawing")
     args = ap.parse_args(argv)
+    if args.upto < 1:
+        ap.error(f"--upto {args.upto}: at least 1 job")
     if args.score is None:
         print(",".join(touched(RULES[args.rule], args.seed, args.upto)))
         return 0
     if not args.score.is_file():
         ap.error(f"--score {args.score}: no such records file")
-    print_scored((rec["job"] | {"id": rec["id"]}, score(rec)) for rec in load(args.score))
+    try:
+        records = load(args.score)
+        missing = next((r["id"] for r in records if not isinstance(r.get("job"), dict)), None)
+    except HpcmemError as exc:
+        ap.error(str(exc).replace("--records", "--score", 1))
+    if missing is not None:
+        ap.error(f"--score {args.score}: record {missing!r} holds no job (a records file of hpcmem validate random)")
+    print_scored((rec["job"] | {"id": rec["id"]}, score(rec)) for rec in records)
     return 0
 
 
