@@ -15,6 +15,7 @@ import click
 from hpcmem.cli.outputs import PNG
 from hpcmem.datapath import PACKAGE_DIR, estimator_dir
 from hpcmem.errors import HpcmemError
+from hpcmem.estimate.learned import variant_techniques
 from hpcmem.gpus.calibration import MULTI_GPU_FILE, SINGLE_GPU_FILE
 from hpcmem.inputs.values import text
 from hpcmem.models.coverage import (SHIPPED_SUMMARY, SHIPPED_VLM_SUMMARY, classification, installed_mapping,
@@ -205,16 +206,20 @@ def trace_command(cases: str | None, ci_only: bool, workers: int, rescore: bool,
               "per micro-batch too (a trace each at the longest held length), without learning them again")
 @click.option("--add-missing", "add_missing", is_flag=True, help="add the variant cells the learner traces today "
               "to the --types' stored sweep profiles that lack them — LoRA without dropout (DPO/KTO/Reward's "
-              "disable_dropout, lora_dropout 0), reentrant checkpointing (use_reentrant, PEFT under ZeRO-3) — with "
+              "disable_dropout, lora_dropout 0), reentrant checkpointing (use_reentrant, PEFT under ZeRO-3), bf16 "
+              "and fp16 off on 16-bit weights (no autocast) — with "
               "their held checks, and run the rows check at the row counts a profile lacks (8 and 16), without "
               "learning the rest again; then rescore their records")
+@click.option("--cells", "cells", default=None, help="with --add-missing: only the missing variant cells of these "
+              "comma-separated techniques (full-noamp, lora-noamp, lora-nodrop, full-reentrant, …), and no rows check")
 @click.option("--trainable", is_flag=True, help="image-text types: run TRL's SFTTrainer one CPU step on a tiny model "
               "of each of --types (default every image-text type not estimated with images), store "
               "estimator/vlm-trainable.jsonl, and write the table; nothing else is traced or rescored")
 @JSON
 @NO_PNG
 def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool, relearn: bool, short_checks: bool,
-                     rows_checks: bool, add_missing: bool, trainable: bool, as_json: bool, no_png: bool) -> None:
+                     rows_checks: bool, add_missing: bool, cells: str | None, trainable: bool, as_json: bool,
+                     no_png: bool) -> None:
     """Every covered model type against a trace: traces the types without records and appends theirs to
     estimator/coverage.jsonl (types it does not trace are listed, not written), and writes estimator/COVERAGE.md."""
     chosen = [t.strip() for t in types.split(",")] if types else None
@@ -238,8 +243,16 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
     if add_missing and (not chosen or relearn or rows_checks):
         raise HpcmemError("--add-missing: needs --types and neither --relearn nor --rows-checks (a relearn learns "
                           "these cells itself)")
+    wanted = tuple(c.strip() for c in cells.split(",") if c.strip()) if cells is not None else ()
+    if cells is not None and not add_missing:
+        raise HpcmemError("--cells: only with --add-missing (it names which missing variant cells to add)")
+    if unknown := [c for c in wanted if c not in variant_techniques()]:
+        raise HpcmemError(f"--cells: {', '.join(unknown)} is not a variant cell the learner traces (one of "
+                          f"{', '.join(variant_techniques())})")
+    if cells is not None and not wanted:
+        raise HpcmemError("--cells: empty; name at least one technique (e.g. full-noamp,lora-noamp)")
     if add_missing:
-        for got in coverage.add_missing(chosen):
+        for got in coverage.add_missing(chosen, cells=wanted, workers=workers):
             click.echo(f"{got['model_type']}: " + (got.get("error") or got.get("skipped") or _added(got)), err=True)
     if rows_checks:
         for got in coverage.check_rows(chosen):

@@ -78,6 +78,18 @@ NODROP = "lora-nodrop"
 # needs: another set of tensors per layer, and which of them a layer's peak holds is the type's own
 REENTRANT = "-reentrant"
 REENTRANT_OF = ("full", "lora", NODROP, DEFAULT_NODROP)
+# the cells traced without autocast (TRL's bf16 and fp16 off) on 16-bit weights, named for the technique they vary: a
+# job that sets both off computes every op in its operands' dtype — an op that mixes a 16-bit tensor with an fp32 one
+# (an MoE's fp32 routing weights, a state-space model's fp32 A_log, a norm's fp32 upcast kept past it) promotes to
+# fp32, and peft's fp32 adapters compute, and save their inputs, in fp32 (accelerate's mixed_precision "no" runs the
+# forward without torch.autocast: accelerator.py `prepare_model`) — which of those a layer keeps is the type's own
+NOAMP_OF = {"full": "full-noamp", "lora": "lora-noamp"}
+
+
+def variant_techniques() -> tuple[str, ...]:
+    """The techniques of the variant cells the learner adds to a stored profile that lacks them (hpcmem.trace.learn
+    `missing_cells`)."""
+    return (NODROP, DEFAULT_NODROP, DORA_DEFAULT, *(t + REENTRANT for t in REENTRANT_OF), *NOAMP_OF.values())
 
 
 def base_technique(technique: str) -> tuple[str, bool]:
@@ -198,6 +210,19 @@ def nodrop_cell(job: JobSpec, prec: Precision, one: bool = False) -> Cell | None
     return variant_cell(p, key, "lora", NODROP, t.gradient_checkpointing, one)
 
 
+def noamp_taken(job: JobSpec, prec: Precision, one: bool = False) -> tuple[Cell, dict] | None:
+    """(the cell traced without autocast, its LoRA reference marked so) a full or plain LoRA job on 16-bit weights with
+    bf16 and fp16 off takes where the profile has it (NOAMP_OF), else None. Not for DoRA or reentrant checkpointing
+    (no such cell: their own cells, traced under autocast, keep the estimate's warning); a LoRA job on other targets,
+    rank or dropout adds the difference formulas at the job's own precision on both sides (`layer_bytes`)."""
+    t, p, key = job.train, job.model.learned, precision_key(prec)
+    if prec.amp or key != "w2a2" or t.use_dora or job.reentrant_checkpointing or not variant_cells_apply(t):
+        return None
+    base = "lora" if t.use_peft else "full"
+    cell = variant_cell(p, key, base, NOAMP_OF[base], t.gradient_checkpointing, one)
+    return None if cell is None else (cell, {**p.lora_reference, "autocast": False})
+
+
 def default_targets(job: JobSpec, prec: Precision, lora: LoraLayout) -> bool:
     """Whether a LoRA job adapts exactly peft's default targets on a learned type whose profile traced them
     (provenance lora_default), in a precision and with techniques its variant cells hold."""
@@ -268,6 +293,8 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch
                         f"{', '.join(p.lora_reference['lora_target_modules'])} only (peft wraps fused experts and "
                         "routers as parameters for all-linear or expert names on this type); turn "
                         "gradient_checkpointing on, or name nn.Linear modules instead")
+    if taken := noamp_taken(job, prec, one):
+        return taken
     key = precision_key(prec)
     if t.use_dora and not job.reentrant_checkpointing and (taken := default_cell(job, prec, lora, one)):
         return taken
@@ -441,10 +468,10 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     plain = (_cell(job, prec, cell.rows == 1) if gc and reference is not None and reference.get("use_dora")
              and reference.get("lora_target_modules") == p.lora_reference.get("lora_target_modules") else None)
     backward_bound: dict[int, tuple[int, int]] = {}
-    # the cells were traced under autocast (TRL's bf16: a w2a2 / w4a2 cell); a job without it (bf16 and fp16 off) has
-    # peft's fp32 adapters compute in fp32 on fp32 copies of their inputs: its side of each difference is taken at its
-    # own precision, the reference's at the traced one
-    traced = replace(prec, amp=True)
+    # the cells were traced under autocast (TRL's bf16: a w2a2 / w4a2 cell) but the NOAMP_OF ones; a job without it
+    # (bf16 and fp16 off) has peft's fp32 adapters compute in fp32 on fp32 copies of their inputs: its side of each
+    # difference is taken at its own precision, the reference's at the traced one
+    traced = prec if reference is not None and reference.get("autocast") is False else replace(prec, amp=True)
     for kind_id in set(p.layer_kinds):
         kind = p.kinds[kind_id]
         if not lora.enabled:

@@ -8,7 +8,16 @@ the terms are the profile's — but never silently: the estimate's warnings say 
 
 from __future__ import annotations
 
-from hpcmem.estimate.learned import DEFAULT_NODROP, NODROP, REENTRANT, nodrop_taken, one_row, reentrant_cell
+from hpcmem.estimate.learned import (
+    DEFAULT_NODROP,
+    NODROP,
+    NOAMP_OF,
+    REENTRANT,
+    noamp_taken,
+    nodrop_taken,
+    one_row,
+    reentrant_cell,
+)
 from hpcmem.estimate.lora import lora_dropout_active, lora_layout
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, precision
@@ -24,6 +33,8 @@ def job_technique(job: JobSpec, mb: MicroBatch) -> str:
     (hpcmem.estimate.learned `nodrop_taken`), each but DoRA its reentrant variant where the job checkpoints reentrantly
     and the profile learned it (`reentrant_cell`) — for this micro-batch's one-row variant as the estimate asks."""
     t, prec, one = job.train, precision(job), one_row(job, mb)
+    if noamp_taken(job, prec, one):
+        return held_name(NOAMP_OF["lora" if t.use_peft else "full"], t.gradient_checkpointing)
     taken = nodrop_taken(job, prec, lora_layout(job), one)
     name = NODROP if taken else "dora" if t.use_peft and t.use_dora else "lora" if t.use_peft else "full"
     # the reentrant variant of the no-dropout cell on peft's default targets is held as the no-dropout one's
@@ -93,8 +104,9 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
                    f"{'0' if nodrop else '0.05'} and no modules to save; this job's {' and '.join(changed)} is the "
                    "difference formulas' "
                    "(hpcmem.estimate.lora): not held")
-    if not precision(job).amp:
-        # every cell is traced under autocast (hpcmem/trace/learn.py: bf16 on); without it an op that mixes a 16-bit
+    if not precision(job).amp and not noamp_taken(job, precision(job), one_row(job, mb)):
+        # every cell but the NOAMP_OF ones is traced under autocast (hpcmem/trace/learn.py: bf16 on); where the job
+        # takes none of those (not learned; DoRA, reentrant checkpointing) an op that mixes a 16-bit
         # tensor with an fp32 one promotes to fp32 (an MoE's fp32 routing weights times its experts' outputs: their
         # gradients fp32 too; estimator/LOG.md), and peft's fp32 adapters compute in fp32 on fp32 input copies
         out.append(f"learned profile of {p.model_type}: its cells were traced under autocast (bf16 on); this job "

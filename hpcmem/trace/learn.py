@@ -55,6 +55,7 @@ from hpcmem.estimate.learned import (
     DEFAULT_VARIANTS,
     DORA,
     DORA_DEFAULT,
+    NOAMP_OF,
     NODROP,
     REENTRANT,
     REENTRANT_OF,
@@ -382,13 +383,21 @@ def no_grad_terms(samples: list[list[list[int]]], seqs: tuple[int, ...], kinds: 
     return tuple(lay.last_layer_terms(terms, kinds, depth) if kinds else terms)
 
 
+def traced_in(dtype: str, technique: str) -> bool:
+    """Whether a cell of `technique` is traced in `dtype`: the NOAMP_OF cells (autocast off) on 16-bit weights only —
+    fp32 weights without autocast compute in fp32, which no cell holds."""
+    return dtype == "bfloat16" or technique not in NOAMP_OF.values()
+
+
 def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int, rows: int = ROWS) -> JobSpec:
     """A traced job of a cell, with the settings the type trains only with (router_aux_loss_coef 0 for some MoE
     types: hpcmem.models.coverage.settings_beside_checkpointing; checkpointing is the cell's); `lora-default` and its
     variants leave the targets to peft (TRL passes target_modules=None); `lora-nodrop` and `lora-default-nodrop` run
     at lora_dropout 0, `dora` and `dora-default` with use_dora; a technique's REENTRANT variant checkpoints with
-    use_reentrant True."""
+    use_reentrant True; a NOAMP_OF variant runs its technique with bf16 and fp16 off."""
     technique, re = base_technique(technique)
+    noamp = technique in NOAMP_OF.values()
+    technique = next((base for base, v in NOAMP_OF.items() if v == technique), technique)
     lora, ref = technique in ("lora", DORA, NODROP), spec.learned.lora_reference
     needs = settings_beside_checkpointing(spec.model_type)
     return JobSpec(model=spec, train=TrainSpec(
@@ -397,7 +406,8 @@ def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int, rows: i
         lora_target_modules=tuple(ref["lora_target_modules"]) if lora else (),
         lora_dropout=0.0 if technique in (NODROP, DEFAULT_NODROP) else TrainSpec.lora_dropout,
         gradient_checkpointing=gc, gradient_checkpointing_kwargs={"use_reentrant": True} if re else {},
-        max_length=seq, per_device_train_batch_size=rows, **needs))
+        max_length=seq, per_device_train_batch_size=rows, **({"bf16": False, "fp16": False} if noamp else {}),
+        **needs))
 
 
 def runnable_cells(model_type: str, cells: Any) -> list[tuple[str, bool]]:
@@ -562,7 +572,8 @@ def learning_probe(cfg: dict[str, Any], cells: Any = CELLS, *, image_text: bool 
 
 def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] = tuple(PRECISIONS),
           cells: Any = CELLS, workers: int = 2, check: bool = True, progress: Any = None,
-          dora: bool = True, nodrop: bool = True, reentrant: bool = True, long_checks: bool = True,
+          dora: bool = True, nodrop: bool = True, reentrant: bool = True, noamp: bool = True,
+          long_checks: bool = True,
           image_text: bool = False,
           seqs: tuple[int, ...] = ()) -> LearnedProfile:
     """Trace the reduced model for every cell and return the real model's profile (not yet saved); `image_text`: `cfg`
@@ -600,7 +611,10 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     wanted += [(NODROP, gc) for tech, gc in wanted if tech == "lora" and nodrop]
     # and, with checkpointing, reentrant (use_reentrant True; PEFT under ZeRO-3): `reentrant_cell`
     wanted += [(tech + REENTRANT, gc) for tech, gc in wanted if tech in REENTRANT_OF and gc and reentrant]
-    tasks = [(PRECISIONS[d], d, tech, gc, seq, ROWS) for d in dtypes for tech, gc in wanted for seq in seqs]
+    # and, on 16-bit weights, without autocast (bf16 and fp16 off): `noamp_taken`
+    wanted += [(NOAMP_OF[tech], gc) for tech, gc in wanted if tech in NOAMP_OF and noamp and "bfloat16" in dtypes]
+    tasks = [(PRECISIONS[d], d, tech, gc, seq, ROWS) for d in dtypes for tech, gc in wanted for seq in seqs
+             if traced_in(d, tech)]
     done = _run_samples(probe, [t[1:] for t in tasks], depth, workers, progress, start)
     skipped: dict[str, str] = {cell_key(PRECISIONS[d], tech, gc): "peft adapts none of this model's linears as "
                                "learn tries them (all-linear, the attention projections, the other linears): no LoRA "
@@ -686,14 +700,15 @@ def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[
     if not dtypes:
         raise SpecError(f"model {name}: the stored profile names no held precision; learn it again instead")
     probe = replace(probe, provenance={**probe.provenance, "seqs": list(seqs), "held": stored.held})
-    cells = runnable_cells(probe.model_type, [c for c in wanted if base_technique(c[0])[0] == "full" or reference])
+    cells = runnable_cells(probe.model_type, [c for c in wanted if base_technique(c[0])[0] in ("full", NOAMP_OF["full"])
+                                              or reference])
     prefix, ends_last = keep == tuple(range(depth)), lay.last_only(full.layer_kinds)
     kinds = None if ends_last or not prefix else full.layer_kinds
     # where the stored profile has one-row LoRA cells (`one_row_cells`: its padded cells do not scale down to one row),
     # the added cells are traced on one row too
     one = {(tech, gc) for tech, gc in cells if one_row_key(cell_key(PRECISIONS[dtypes[0]], "lora", gc)) in stored.cells}
     tasks = [(d, tech, gc, seq, rows) for d in dtypes for tech, gc in cells for rows in (ROWS, 1)
-             if rows == ROWS or (tech, gc) in one for seq in seqs]
+             if (rows == ROWS or (tech, gc) in one) and traced_in(d, tech) for seq in seqs]
     done = _run_samples(probe, tasks, depth, workers, progress, start)
     fitted, failed = fit_cells(done, dtypes, cells, seqs, kinds)
     fitted_one, failed_one = fit_cells(done, dtypes, [c for c in cells if c in one], seqs, kinds, rows=1)
@@ -701,7 +716,7 @@ def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[
     skipped = {**(stored.provenance.get("not_learned") or {}), **failed, **failed_one}
     probe = replace(probe, kinds=idle_kinds(probe.kinds, list(probe.layer_kinds), done))
     checked = held(probe, {**stored.cells, **fitted}, spec_from_profile(probe, probe.model_type), dtypes,
-                   [c for c in cells if cell_key(PRECISIONS[dtypes[0]], *c) in fitted], seqs,
+                   [c for c in cells if any(cell_key(PRECISIONS[d], *c) in fitted for d in dtypes)], seqs,
                    full.max_position_embeddings, factor=CHECK_FACTOR if long_checks else 1, progress=progress,
                    rows=False)
     was = stored.held
@@ -720,17 +735,24 @@ def missing_cells(stored: LearnedProfile) -> list[tuple[str, bool]]:
     before the learner traced them: the no-dropout LoRA cells (NODROP, with and without checkpointing), then the
     variants on peft's default targets beside a `lora-default` cell (DEFAULT_NODROP, DORA_DEFAULT, where it has the
     no-dropout and DoRA cells), then the reentrant variants (REENTRANT: checkpointing only) of its full, LoRA and
-    no-dropout cells, those added here included; empty where it has them all."""
+    no-dropout cells, those added here included, then the cells without autocast (NOAMP_OF) of its full and LoRA
+    cells on 16-bit weights; empty where it has them all."""
     named = stored.held.get("precisions") or [stored.held.get("precision")]
     key = next((k for k in PRECISIONS.values() if k in named), None) or next(iter(PRECISIONS.values()))
-    names = ("full", "lora", NODROP, DORA, *DEFAULT_VARIANTS) + tuple(x + REENTRANT for x in REENTRANT_OF)
-    has = {(t, gc) for t in names for gc in (True, False) if cell_key(key, t, gc) in stored.cells}
+    names = ("full", "lora", NODROP, DORA, *DEFAULT_VARIANTS, *NOAMP_OF.values()) + tuple(x + REENTRANT
+                                                                                      for x in REENTRANT_OF)
+    has = {(t, gc) for t in names for gc in (True, False)
+           if cell_key("w2a2" if t in NOAMP_OF.values() else key, t, gc) in stored.cells}
     wanted = [(NODROP, gc) for gc in (True, False) if ("lora", gc) in has and (NODROP, gc) not in has]
     if (DEFAULT_LORA, True) in has:
         wanted += [(variant, True) for variant, of in ((DEFAULT_NODROP, NODROP), (DORA_DEFAULT, DORA))
                    if (of, True) in has | set(wanted) and (variant, True) not in has]
     base = has | set(wanted)
     wanted += [(t + REENTRANT, True) for t in REENTRANT_OF if (t, True) in base and (t + REENTRANT, True) not in has]
+    # then the cells without autocast beside the full and LoRA cells, on 16-bit weights (`traced_in`)
+    if "w2a2" in named:
+        wanted += [(NOAMP_OF[t], gc) for t in NOAMP_OF for gc in (True, False) if (t, gc) in has
+                   and (NOAMP_OF[t], gc) not in has]
     return wanted
 
 
@@ -750,6 +772,8 @@ def fit_cells(done: dict[tuple, Any], dtypes: tuple[str, ...], cells: list[tuple
     skipped: dict[str, str] = {}
     for dtype in dtypes:
         for technique, gc in cells:
+            if not traced_in(dtype, technique):
+                continue
             key = cell_key(PRECISIONS[dtype], technique, gc)
             key = key if rows == ROWS else one_row_key(key)
             got = [done[(dtype, technique, gc, seq, rows)] for seq in seqs]
@@ -1009,7 +1033,7 @@ def one_row_cells(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtyp
     (hpcmem.estimate.learned `one_row`). Then the rows check at one row runs again with them — "rows_held" starts at
     1 where it holds — and once more on a packed row (padding-free, two documents), which sets ONE_ROW_PACKED where
     they hold it too. `held` gains both results; the cells come back keyed by `one_row_key`."""
-    tasks = [(d, tech, gc, seq, 1) for d in dtypes for tech, gc in wanted for seq in seqs]
+    tasks = [(d, tech, gc, seq, 1) for d in dtypes for tech, gc in wanted for seq in seqs if traced_in(d, tech)]
     if progress:
         progress("one unpadded row: the rows check missed at one row; tracing each cell on one row")
     done = _run_samples(probe, tasks, depth, workers, progress, start)

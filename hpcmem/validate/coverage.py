@@ -260,13 +260,14 @@ def not_held_error(model_type: str) -> dict[str, Any]:
             f"(hpcmem validate coverage --relearn --types {model_type})"}
 
 
-def add_missing(types: list[str], *, workers: int = 1, long_checks: bool = True,
+def add_missing(types: list[str], *, workers: int = 1, long_checks: bool = True, cells: tuple[str, ...] = (),
                 progress: Any = stderr_progress) -> list[dict[str, Any]]:
     """Add the variant cells the learner traces today (hpcmem.trace.learn `missing_cells`: LoRA without dropout,
-    reentrant checkpointing) to the --types' stored sweep profiles that lack them, with their held checks as the
-    sweep's own (`learn_cells`: the longest learned length and, `long_checks`, 4 × it), and run their rows check at
-    the row counts it lacks (`missing_rows`, `add_rows`), each saved as it finishes; a profile that has them all is
-    left as it is. One summary per type."""
+    reentrant checkpointing, no autocast) to the --types' stored sweep profiles that lack them, with their held checks
+    as the sweep's own (`learn_cells`: the longest learned length and, `long_checks`, 4 × it), and run their rows
+    check at the row counts it lacks (`missing_rows`, `add_rows`), each saved as it finishes; a profile that has them
+    all is left as it is. `cells`: only the missing cells of these techniques, and no rows check. One summary per
+    type."""
     require_learned(types)
     out = []
     for model_type in types:
@@ -276,9 +277,11 @@ def add_missing(types: list[str], *, workers: int = 1, long_checks: bool = True,
             continue
         stored = profile_from_dict(doc)
         wanted, rows = missing_cells(stored), missing_rows(stored)
+        if cells:
+            wanted, rows = [c for c in wanted if c[0] in cells], ()
         if not (wanted or rows):
             out.append({"model_type": model_type, "skipped": "it has each variant cell beside the cells it varies "
-                        "and its rows check at every row count"})
+                        + ("of " + ", ".join(cells) if cells else "and its rows check at every row count")})
             continue
         start = time.perf_counter()
         say = lambda line, t=model_type: progress(f"{t}: {line}")   # noqa: E731
