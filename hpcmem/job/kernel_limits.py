@@ -54,3 +54,24 @@ def xlstm_problems(model_type: str, config: dict[str, Any] | None) -> list[str]:
                 f"whose autograd Function hpcmem has not mapped (the trace measures the torch code of {traced!r}); "
                 f"set {field}: {traced!r} to estimate the torch kernels")
     return problems
+
+
+def xlstm_dtype_problems(job: Job) -> list[str]:
+    """An xLSTM on 16-bit weights without autocast (bf16 and fp16 off) whose rows hold a whole chunk: the chunkwise
+    kernel (modeling_xlstm.py `mlstm_chunkwise_recurrent_fw_C`) multiplies keys gated by fp32 gate activations with the
+    16-bit values (`matK_chunk_gated.transpose(-2, -1) @ matV_chunk`), which torch's matmul refuses ("expected scalar
+    type Float but found BFloat16") where autocast would have cast both; a row shorter than `chunk_size` runs only the
+    step kernel, which promotes elementwise (traced: 40 tokens run, 130 refused)."""
+    if job.model.model_type not in XLSTM_MODULES:
+        return []
+    batch, prec = micro_batch(job), precision(job)
+    learned = job.model.learned
+    cfg = (learned.config if learned else None) or {}
+    chunk = int(cfg.get("chunk_size", 64))
+    # "train_with_padding" pads every row to whole chunks (modeling_xlstm.py `wrap_chunkwise_pad_zeros`)
+    if prec.amp or prec.weight != 2 or (batch.seq < chunk and cfg.get("mode") != "train_with_padding"):
+        return []
+    return [f"bf16 and fp16 off on {job.train.dtype} weights: xLSTM's chunkwise mLSTM kernel multiplies fp32-gated "
+            f"keys with {job.train.dtype} values (modeling_xlstm.py mlstm_chunkwise_recurrent_fw_C), which torch "
+            f"refuses without autocast once a row holds a whole chunk ({batch.seq} tokens per row, chunk_size "
+            f"{chunk}); turn bf16 (or fp16) on, or load fp32 weights"]

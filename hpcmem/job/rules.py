@@ -17,7 +17,7 @@ from hpcmem.job.auto_classes import auto_class_problems
 from hpcmem.job.generation_batch import generation_batch_size
 from hpcmem.job.all_linear_rules import numbered_leaf_problems
 from hpcmem.job.image_rules import image_job_problems
-from hpcmem.job.kernel_limits import rwkv_problems, xlstm_problems
+from hpcmem.job.kernel_limits import rwkv_problems, xlstm_dtype_problems, xlstm_problems
 from hpcmem.job.lora_linear_rules import linear_subclass_problems
 from hpcmem.job.lora_task_rules import lora_task_problems
 from hpcmem.job.position_limits import position_problems
@@ -150,6 +150,8 @@ def _check_model_type(job: Job, p: Problems) -> None:
     for problem in rwkv_problems(job):
         p.add(problem)
     for problem in xlstm_problems(job.model.model_type, learned.config if learned else None):
+        p.add(problem)
+    for problem in xlstm_dtype_problems(job):
         p.add(problem)
     for problem in position_problems(job):      # a row past the model's position table (hpcmem.job.position_limits)
         p.add(problem)

@@ -19,7 +19,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hpcmem.errors import HpcmemError, SpecError
-from hpcmem.estimate.learned import DEFAULT_NODROP, default_cell, nodrop_cell, one_row, reentrant_cell
+from hpcmem.estimate.learned import (
+    DEFAULT_NODROP,
+    default_cell,
+    nodrop_cell,
+    one_row,
+    precision_key,
+    reentrant_cell,
+    variant_cells_apply,
+)
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.lab.random_variants import print_scored
 from hpcmem.job.jobspec import JobSpec
@@ -63,8 +71,18 @@ def default_nodrop_reentrant(job: JobSpec) -> bool:
             and reentrant_cell(job, precision(job), DEFAULT_NODROP, one_row(job, micro_batch(job))) is not None)
 
 
+def noamp(job: JobSpec) -> bool:
+    """A full or plain LoRA job of a learned type on 16-bit weights with bf16 and fp16 off, checkpointing
+    non-reentrantly or not at all: the jobs hpcmem.estimate.learned `noamp_taken` moves to the cells traced without
+    autocast where the profile has them (whether it has them or not: the rule is the job's)."""
+    t, prec = job.train, precision(job)
+    return (job.model.learned is not None and not prec.amp and precision_key(prec) == "w2a2" and not t.use_dora
+            and not job.reentrant_checkpointing and variant_cells_apply(t))
+
+
 RULES: dict[str, Callable[[JobSpec], bool]] = {"default-nodrop": default_nodrop, "dora-default": dora_default,
-                                               "default-nodrop-reentrant": default_nodrop_reentrant}
+                                               "default-nodrop-reentrant": default_nodrop_reentrant,
+                                               "noamp": noamp}
 
 
 def touched(rule: Callable[[JobSpec], bool], seed: int, upto: int) -> list[str]:

@@ -60,6 +60,10 @@ def test_both_forms_rescore_the_stored_traces_alike(tmp_path, monkeypatch):
     (["validate", "coverage", "--add-missing"], ("--add-missing", "--types")),
     (["validate", "coverage", "--add-missing", "--relearn", "--types", "gpt2"], ("--add-missing", "--relearn")),
     (["validate", "coverage", "--add-missing", "--types", "gpt2,llama"], ("--types llama", "not a learned type")),
+    (["validate", "coverage", "--cells", "full-noamp"], ("--cells", "--add-missing")),
+    (["validate", "coverage", "--add-missing", "--types", "gpt2", "--cells", "full-noamp,bogus"],
+     ("--cells", "bogus", "lora-noamp")),
+    (["validate", "coverage", "--add-missing", "--types", "gpt2", "--cells", " , "], ("--cells", "empty")),
 ])
 def test_a_flag_or_mode_of_no_instrument_here_is_one_line_naming_the_right_one(argv, words):
     status, out, err = _run(argv)
