@@ -212,11 +212,14 @@ def nodrop_cell(job: JobSpec, prec: Precision, one: bool = False) -> Cell | None
 
 def noamp_taken(job: JobSpec, prec: Precision, one: bool = False) -> tuple[Cell, dict] | None:
     """(the cell traced without autocast, its LoRA reference marked so) a full or plain LoRA job on 16-bit weights with
-    bf16 and fp16 off takes where the profile has it (NOAMP_OF), else None. Not for DoRA or reentrant checkpointing
-    (no such cell: their own cells, traced under autocast, keep the estimate's warning); a LoRA job on other targets,
-    rank or dropout adds the difference formulas at the job's own precision on both sides (`layer_bytes`)."""
+    bf16 and fp16 off takes where the profile has it (NOAMP_OF), else None. Not for DoRA, reentrant checkpointing or
+    LoRA without dropout (no such cell: their own cells, traced under autocast, keep the estimate's warning; a LoRA job
+    without dropout read 1–6 % under its trace from the no-autocast cell with the dropout's difference, and as much
+    over from the no-dropout cell with the adapters' fp32 copies' difference: estimator/LOG.md); a LoRA job on other
+    targets or rank adds the difference formulas at the job's own precision on both sides (`layer_bytes`)."""
     t, p, key = job.train, job.model.learned, precision_key(prec)
-    if prec.amp or key != "w2a2" or t.use_dora or job.reentrant_checkpointing or not variant_cells_apply(t):
+    if prec.amp or key != "w2a2" or t.use_dora or job.reentrant_checkpointing or not variant_cells_apply(t) \
+            or (t.use_peft and not lora_dropout_active(t)):
         return None
     base = "lora" if t.use_peft else "full"
     cell = variant_cell(p, key, base, NOAMP_OF[base], t.gradient_checkpointing, one)

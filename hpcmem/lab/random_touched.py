@@ -74,7 +74,8 @@ def default_nodrop_reentrant(job: JobSpec) -> bool:
 def noamp(job: JobSpec) -> bool:
     """A full or plain LoRA job of a learned type on 16-bit weights with bf16 and fp16 off, checkpointing
     non-reentrantly or not at all: the jobs hpcmem.estimate.learned `noamp_taken` moves to the cells traced without
-    autocast where the profile has them (whether it has them or not: the rule is the job's)."""
+    autocast where the profile has them (whether it has them or not: the rule is the job's) — but LoRA without
+    dropout, which keeps its no-dropout cell (they stay in the set, unmoved)."""
     t, prec = job.train, precision(job)
     return (job.model.learned is not None and not prec.amp and precision_key(prec) == "w2a2" and not t.use_dora
             and not job.reentrant_checkpointing and variant_cells_apply(t))
