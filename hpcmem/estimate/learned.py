@@ -214,8 +214,8 @@ def noamp_taken(job: JobSpec, prec: Precision, one: bool = False) -> tuple[Cell,
     """(the cell traced without autocast, its LoRA reference marked so) a full or plain LoRA job on 16-bit weights with
     bf16 and fp16 off takes where the profile has it (NOAMP_OF), else None. Not for DoRA, reentrant checkpointing or
     LoRA without dropout (no such cell: their own cells, traced under autocast, keep the estimate's warning; a LoRA job
-    without dropout read 1–6 % under its trace from the no-autocast cell with the dropout's difference, and as much
-    over from the no-dropout cell with the adapters' fp32 copies' difference: estimator/LOG.md); a LoRA job on other
+    without dropout takes its no-dropout cell, and `learned_phases` the larger of that and this one:
+    `nodrop_noamp_alternative`); a LoRA job on other
     targets or rank adds the difference formulas at the job's own precision on both sides (`layer_bytes`)."""
     t, p, key = job.train, job.model.learned, precision_key(prec)
     if prec.amp or key != "w2a2" or t.use_dora or job.reentrant_checkpointing or not variant_cells_apply(t) \
@@ -658,12 +658,41 @@ def head_out(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, ce
             _without_head(cell.head_other, tokens, quad, [h.backward_transient for h in heads], at_bwd, seqs, rows))
 
 
+def nodrop_noamp_alternative(job: JobSpec, prec: Precision, mb: MicroBatch) -> tuple[Cell, dict] | None:
+    """For a plain LoRA job without dropout and without autocast, the no-autocast LoRA cell with its reference —
+    the other of the two cells that hold one of its two differences (the no-dropout cell `learned_cell` takes holds
+    the dropout's, and adds the fp32 copies of the adapters' inputs by the formulas; this one holds autocast's, and
+    adds the dropout's by the formulas); None where it does not apply or is not learned. Neither is traced both ways,
+    and each missed on the side of the mechanism it lacks: the no-dropout cell under where the type's own layers
+    promote to fp32 without autocast (AXK1's MoE: −5.6 %), the no-autocast cell under where the dropout's tensors
+    are most of the difference (Jamba −4.4 %, LFM2 −6.4 %); `learned_phases` keeps the larger (estimator/LOG.md)."""
+    t, p, key = job.train, job.model.learned, precision_key(prec)
+    if not (t.use_peft and not t.use_dora and not lora_dropout_active(t) and not prec.amp and key == "w2a2"
+            and not job.reentrant_checkpointing and variant_cells_apply(t)):
+        return None
+    cell = variant_cell(p, key, "lora", NOAMP_OF["lora"], t.gradient_checkpointing, one_row(job, mb))
+    return None if cell is None else (cell, {**p.lora_reference, "autocast": False})
+
+
 def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
                    loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...] = ()
                    ) -> tuple[list[Phase], int]:
-    """(phases, host bytes of offloaded activations) from the profile's cells."""
+    """(phases, host bytes of offloaded activations) from the profile's cells: the cell `learned_cell` takes, or for a
+    LoRA job without dropout and without autocast the larger of its two cells (`nodrop_noamp_alternative`)."""
+    args = (job, mb, prec, parts, s, lora, loss, opt_transient, extra_resident)
+    out = _phases_of(*args, learned_cell(job, prec, lora, mb))
+    if (other := nodrop_noamp_alternative(job, prec, mb)) is not None:
+        alt = _phases_of(*args, other)
+        if max(p.bytes for p in alt[0]) > max(p.bytes for p in out[0]):
+            return alt
+    return out
+
+
+def _phases_of(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
+               loss: LossBytes, opt_transient: int, extra_resident: tuple[Component, ...],
+               taken: tuple[Cell, dict]) -> tuple[list[Phase], int]:
     t, p = job.train, job.model.learned
-    cell, reference = learned_cell(job, prec, lora, mb)
+    cell, reference = taken
     accum = s.gradients if t.gradient_accumulation_steps > 1 else 0
     lb = layer_bytes(job, mb, prec, lora, cell, reference)
     if accum and not lora.enabled:

@@ -70,8 +70,8 @@ def test_a_job_without_autocast_takes_the_cells_traced_so(job_id: str, records: 
 
 def test_lora_without_dropout_keeps_its_no_dropout_cell_and_says_so() -> None:
     """OLMo KTO with LoRA at lora_dropout 0 and bf16 off: the no-dropout cell (traced under autocast) with the
-    adapters' fp32 copies by the formulas, and the warning — the no-autocast cell with the dropout's difference read
-    lower than the trace on the jobs tried (estimator/LOG.md)."""
+    adapters' fp32 copies by the formulas, and the warning — no cell is traced both ways; the estimate keeps the
+    larger of it and the no-autocast cell with the dropout's difference (`nodrop_noamp_alternative`)."""
     from hpcmem.estimate.learned import learned_cell
     from hpcmem.estimate.lora import lora_layout
     from hpcmem.job.shape import micro_batch, precision
@@ -83,3 +83,27 @@ def test_lora_without_dropout_keeps_its_no_dropout_cell_and_says_so() -> None:
     assert cell is spec.model.learned.cells["w2a2/lora-nodrop/gc"] and ref.get("autocast") is None
     assert any("traced under autocast" in w for w in _scored(spec).warnings)
     assert abs(_error_pct(spec, rec)) < 3.0
+
+
+@pytest.mark.parametrize(("job_id", "records", "no_dropout_cell", "no_autocast_cell"),
+                         [("s21-952", TOUCHED, -5.61, -0.93), ("s3-174", "trace.jsonl", -0.96, -6.41)])
+def test_lora_without_dropout_or_autocast_takes_the_larger_of_its_two_cells(
+        monkeypatch, job_id: str, records: str, no_dropout_cell: float, no_autocast_cell: float) -> None:
+    """AXK1 (fp32 routing promotes its MoE's tensors without autocast, which the no-dropout cell misses) and LFM2
+    (8 × 43,040 tokens: the dropout's tensors, which the no-autocast cell's difference misses), each SFT with LoRA at
+    lora_dropout 0 and bf16 off: each cell alone reads under the trace by the mechanism it lacks; the estimate is the
+    larger."""
+    import hpcmem.estimate.learned as learned
+
+    rec = stored_trace_record(job_id, records)
+    spec = _spec(rec)
+    from hpcmem.job.shape import micro_batch, precision
+
+    alternative = learned.nodrop_noamp_alternative(spec, precision(spec), micro_batch(spec))
+    assert alternative is not None and alternative[0] is spec.model.learned.cells["w2a2/lora-noamp/gc"]
+    both = _error_pct(spec, rec)
+    assert both == pytest.approx(max(no_dropout_cell, no_autocast_cell), abs=0.05)
+    monkeypatch.setattr(learned, "nodrop_noamp_alternative", lambda *a: None)
+    assert _error_pct(spec, rec) == pytest.approx(no_dropout_cell, abs=0.05)
+    monkeypatch.setattr(learned, "learned_cell", lambda *a: alternative)
+    assert _error_pct(spec, rec) == pytest.approx(no_autocast_cell, abs=0.05)
