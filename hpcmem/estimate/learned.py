@@ -71,6 +71,10 @@ DEFAULT_VARIANTS = (DEFAULT_LORA, DEFAULT_NODROP, DORA_DEFAULT)
 # the cells traced with the reference adapters at lora_dropout 0: what a LoRA job without dropout keeps — lora_dropout
 # 0 (peft's nn.Identity), or TRL's disable_dropout (DPO, KTO, Reward: an nn.Dropout at p = 0, which returns its input)
 NODROP = "lora-nodrop"
+# DoRA on the reference adapters at lora_dropout 0 (a DoRA job of DPO, KTO or Reward, or one at lora_dropout 0): peft's
+# DoRA forward without dropout keeps the input itself where the dropout cell kept the dropped copy beside it, which
+# changes what the weight norm's instant and the layer's backward hold together (`learned_cell`)
+DORA_NODROP = "dora-nodrop"
 # the cells traced with reentrant checkpointing, named for the technique they vary ("full-reentrant", …): a job with
 # gradient_checkpointing_kwargs use_reentrant True, or with PEFT under ZeRO-3, where TRL forces it. torch's
 # CheckpointFunction (torch/utils/checkpoint.py) runs the layer's forward under no_grad and its whole recompute in the
@@ -89,7 +93,8 @@ NOAMP_OF = {"full": "full-noamp", "lora": "lora-noamp"}
 def variant_techniques() -> tuple[str, ...]:
     """The techniques of the variant cells the learner adds to a stored profile that lacks them (hpcmem.trace.learn
     `missing_cells`)."""
-    return (NODROP, DEFAULT_NODROP, DORA_DEFAULT, *(t + REENTRANT for t in REENTRANT_OF), *NOAMP_OF.values())
+    return (NODROP, DORA_NODROP, DEFAULT_NODROP, DORA_DEFAULT, *(t + REENTRANT for t in REENTRANT_OF),
+            *NOAMP_OF.values())
 
 
 def base_technique(technique: str) -> tuple[str, bool]:
@@ -226,6 +231,16 @@ def noamp_taken(job: JobSpec, prec: Precision, one: bool = False) -> tuple[Cell,
     return None if cell is None else (cell, {**p.lora_reference, "autocast": False})
 
 
+def dora_nodrop_cell(job: JobSpec, prec: Precision, one: bool = False) -> Cell | None:
+    """The DORA_NODROP cell a DoRA job without dropout takes where the profile has it (after the DoRA cell on peft's
+    default targets, `default_cell`), else None; other targets or rank add the formulas' difference at dropout 0 on
+    both sides."""
+    t, key = job.train, precision_key(prec)
+    if not (t.use_peft and t.use_dora and key and variant_cells_apply(t) and not lora_dropout_active(t)):
+        return None
+    return variant_cell(job.model.learned, key, DORA, DORA_NODROP, t.gradient_checkpointing, one)
+
+
 def default_targets(job: JobSpec, prec: Precision, lora: LoraLayout) -> bool:
     """Whether a LoRA job adapts exactly peft's default targets on a learned type whose profile traced them
     (provenance lora_default), in a precision and with techniques its variant cells hold."""
@@ -301,6 +316,8 @@ def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch
     key = precision_key(prec)
     if t.use_dora and not job.reentrant_checkpointing and (taken := default_cell(job, prec, lora, one)):
         return taken
+    if (cell := dora_nodrop_cell(job, prec, one)) is not None:
+        return cell, {**p.lora_reference, "use_dora": True, "lora_dropout": 0.0}
     if (t.use_peft and t.use_dora and key and variant_cells_apply(t)
             and (cell := p.cell(key, DORA, t.gradient_checkpointing, one)) is not None):
         return cell, {**p.lora_reference, "use_dora": True}
@@ -467,9 +484,14 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     # reference's shifted by the difference of their forward transients; the user's backward instants are bounded
     # from the plain LoRA cell with DoRA's saved terms and backward by the formulas (hpcmem.estimate.lora_variants),
     # so a user's DoRA on fewer or narrower linears does not keep the reference's larger DoRA instant (estimator/LOG.md)
-    # (a DORA_DEFAULT cell traced DoRA on the job's own targets: no reference instant to shift)
-    plain = (_cell(job, prec, cell.rows == 1) if gc and reference is not None and reference.get("use_dora")
+    # (a DORA_DEFAULT cell traced DoRA on the job's own targets: no reference instant to shift; a DORA_NODROP cell's
+    # plain cell is the no-dropout one, its reference at lora_dropout 0)
+    nodrop_dora = reference is not None and reference.get("lora_dropout") == 0.0
+    plain = ((variant_cell(p, precision_key(prec) or "", "lora", NODROP, True, cell.rows == 1) if nodrop_dora
+              else _cell(job, prec, cell.rows == 1))
+             if gc and reference is not None and reference.get("use_dora")
              and reference.get("lora_target_modules") == p.lora_reference.get("lora_target_modules") else None)
+    plain_reference = {**p.lora_reference, "lora_dropout": 0.0} if nodrop_dora else p.lora_reference
     backward_bound: dict[int, tuple[int, int]] = {}
     # the cells were traced under autocast (TRL's bf16: a w2a2 / w4a2 cell) but the NOAMP_OF ones; a job without it
     # (bf16 and fp16 off) has peft's fp32 adapters compute in fp32 on fp32 copies of their inputs: its side of each
@@ -499,7 +521,7 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
                              (mine.num_params + wrapped.num_params) * lora.adapter_bytes, dora_t,
                              untraced_mlp_instant(job, kind, mine, ref, tokens, prec))
         if plain is not None:       # DoRA's saved terms and backward beyond plain LoRA, on the reference's adapters
-            base = layer_adapters(kind, lora, p.lora_reference, p)
+            base = layer_adapters(kind, lora, plain_reference, p)
             backward_bound[kind_id] = (ref.saved_per_layer(tokens, traced) - base.saved_per_layer(tokens, traced),
                                        backward_transient(ref, tokens, traced) - backward_transient(base, tokens, traced))
     tail = tail_bytes(job, mb, prec)        # xLSTM's step-by-step remainder, which no learned length ran

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from hpcmem.estimate.learned import (
     DEFAULT_NODROP,
+    DORA_NODROP,
     NODROP,
     NOAMP_OF,
     REENTRANT,
+    default_cell,
+    dora_nodrop_cell,
     noamp_taken,
     nodrop_taken,
     one_row,
@@ -35,8 +38,12 @@ def job_technique(job: JobSpec, mb: MicroBatch) -> str:
     t, prec, one = job.train, precision(job), one_row(job, mb)
     if noamp_taken(job, prec, one):
         return held_name(NOAMP_OF["lora" if t.use_peft else "full"], t.gradient_checkpointing)
-    taken = nodrop_taken(job, prec, lora_layout(job), one)
+    lora = lora_layout(job)
+    taken = nodrop_taken(job, prec, lora, one)
     name = NODROP if taken else "dora" if t.use_peft and t.use_dora else "lora" if t.use_peft else "full"
+    on_default = t.use_dora and not job.reentrant_checkpointing and default_cell(job, prec, lora, one) is not None
+    if name == "dora" and not on_default and dora_nodrop_cell(job, prec, one) is not None:
+        name = DORA_NODROP
     # the reentrant variant of the no-dropout cell on peft's default targets is held as the no-dropout one's
     default_again = taken is not None and taken[0] is reentrant_cell(job, prec, DEFAULT_NODROP, one)
     if default_again or reentrant_cell(job, prec, name, one) is not None:
@@ -96,7 +103,7 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
     # the cells were traced with TRL's LoRA dropout 0.05 (or 0: the lora-nodrop cells, where learned) and no module
     # copies (hpcmem/trace/learn.py learn_job); other adapters add hpcmem.estimate.lora's difference formulas, which no
     # check holds on a learned type
-    nodrop = name.startswith(NODROP)        # a cell traced without dropout (or its reentrant variant): held as such
+    nodrop = name.startswith((NODROP, DORA_NODROP))     # traced without dropout (or its reentrant variant): held
     changed = ([] if lora_dropout_active(t) or nodrop else ["no LoRA dropout"]) + \
         ([f"lora_modules_to_save {', '.join(t.lora_modules_to_save)}"] if t.lora_modules_to_save else [])
     if t.use_peft and changed:

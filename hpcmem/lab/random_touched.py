@@ -28,7 +28,7 @@ from hpcmem.estimate.learned import (
     reentrant_cell,
     variant_cells_apply,
 )
-from hpcmem.estimate.lora import lora_layout
+from hpcmem.estimate.lora import lora_dropout_active, lora_layout
 from hpcmem.lab.random_variants import print_scored
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import micro_batch, precision
@@ -81,9 +81,22 @@ def noamp(job: JobSpec) -> bool:
             and not job.reentrant_checkpointing and variant_cells_apply(t))
 
 
+def dora_nodrop(job: JobSpec) -> bool:
+    """A DoRA job of a learned type without LoRA dropout (lora_dropout 0, or DPO / KTO / Reward's disable_dropout),
+    not on peft's default targets where the profile has their DoRA cell: the jobs hpcmem.estimate.learned
+    `dora_nodrop_cell` moves from the `dora` cell with the dropout's difference (whether the profile has it or not:
+    the rule is the job's)."""
+    t, prec = job.train, precision(job)
+    if job.model.learned is None or not (t.use_peft and t.use_dora) or lora_dropout_active(t):
+        return False
+    one = one_row(job, micro_batch(job))
+    on_default = not job.reentrant_checkpointing and default_cell(job, prec, lora_layout(job), one) is not None
+    return precision_key(prec) is not None and variant_cells_apply(t) and not on_default
+
+
 RULES: dict[str, Callable[[JobSpec], bool]] = {"default-nodrop": default_nodrop, "dora-default": dora_default,
                                                "default-nodrop-reentrant": default_nodrop_reentrant,
-                                               "noamp": noamp}
+                                               "noamp": noamp, "dora-nodrop": dora_nodrop}
 
 
 def touched(rule: Callable[[JobSpec], bool], seed: int, upto: int) -> list[str]:

@@ -55,6 +55,7 @@ from hpcmem.estimate.learned import (
     DEFAULT_VARIANTS,
     DORA,
     DORA_DEFAULT,
+    DORA_NODROP,
     NOAMP_OF,
     NODROP,
     REENTRANT,
@@ -393,18 +394,19 @@ def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int, rows: i
     """A traced job of a cell, with the settings the type trains only with (router_aux_loss_coef 0 for some MoE
     types: hpcmem.models.coverage.settings_beside_checkpointing; checkpointing is the cell's); `lora-default` and its
     variants leave the targets to peft (TRL passes target_modules=None); `lora-nodrop` and `lora-default-nodrop` run
-    at lora_dropout 0, `dora` and `dora-default` with use_dora; a technique's REENTRANT variant checkpoints with
+    at lora_dropout 0, `dora` and `dora-default` with use_dora, `dora-nodrop` with both; a technique's REENTRANT
+    variant checkpoints with
     use_reentrant True; a NOAMP_OF variant runs its technique with bf16 and fp16 off."""
     technique, re = base_technique(technique)
     noamp = technique in NOAMP_OF.values()
     technique = next((base for base, v in NOAMP_OF.items() if v == technique), technique)
-    lora, ref = technique in ("lora", DORA, NODROP), spec.learned.lora_reference
+    lora, ref = technique in ("lora", DORA, NODROP, DORA_NODROP), spec.learned.lora_reference
     needs = settings_beside_checkpointing(spec.model_type)
     return JobSpec(model=spec, train=TrainSpec(
         trainer="sft", dtype=dtype, use_peft=technique != "full", lora_r=ref["lora_r"],
-        use_dora=technique in (DORA, DORA_DEFAULT),
+        use_dora=technique in (DORA, DORA_DEFAULT, DORA_NODROP),
         lora_target_modules=tuple(ref["lora_target_modules"]) if lora else (),
-        lora_dropout=0.0 if technique in (NODROP, DEFAULT_NODROP) else TrainSpec.lora_dropout,
+        lora_dropout=0.0 if technique in (NODROP, DEFAULT_NODROP, DORA_NODROP) else TrainSpec.lora_dropout,
         gradient_checkpointing=gc, gradient_checkpointing_kwargs={"use_reentrant": True} if re else {},
         max_length=seq, per_device_train_batch_size=rows, **({"bf16": False, "fp16": False} if noamp else {}),
         **needs))
@@ -607,8 +609,9 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     # DoRA on the reference adapters, beside each LoRA cell: its weight norms and fp32 products are traced, not the
     # difference formulas' (hpcmem.estimate.lora_variants), which a layer's own instants place better
     wanted += [(DORA, gc) for tech, gc in wanted if tech == "lora" and dora]
-    # and without dropout (DPO/KTO/Reward's disable_dropout, lora_dropout 0): `nodrop_cell`
+    # and without dropout (DPO/KTO/Reward's disable_dropout, lora_dropout 0): `nodrop_cell`, `dora_nodrop_cell`
     wanted += [(NODROP, gc) for tech, gc in wanted if tech == "lora" and nodrop]
+    wanted += [(DORA_NODROP, gc) for tech, gc in wanted if tech == DORA and nodrop]
     # and, with checkpointing, reentrant (use_reentrant True; PEFT under ZeRO-3): `reentrant_cell`
     wanted += [(tech + REENTRANT, gc) for tech, gc in wanted if tech in REENTRANT_OF and gc and reentrant]
     # and, on 16-bit weights, without autocast (bf16 and fp16 off): `noamp_taken`
@@ -732,18 +735,20 @@ def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[
 
 def missing_cells(stored: LearnedProfile) -> list[tuple[str, bool]]:
     """The variant cells a stored profile lacks beside the cells it has — what `learn_cells` adds to a profile learned
-    before the learner traced them: the no-dropout LoRA cells (NODROP, with and without checkpointing), then the
+    before the learner traced them: the no-dropout LoRA and DoRA cells (NODROP, DORA_NODROP, with and without
+    checkpointing), then the
     variants on peft's default targets beside a `lora-default` cell (DEFAULT_NODROP, DORA_DEFAULT, where it has the
     no-dropout and DoRA cells), then the reentrant variants (REENTRANT: checkpointing only) of its full, LoRA and
     no-dropout cells, those added here included, then the cells without autocast (NOAMP_OF) of its full and LoRA
     cells on 16-bit weights; empty where it has them all."""
     named = stored.held.get("precisions") or [stored.held.get("precision")]
     key = next((k for k in PRECISIONS.values() if k in named), None) or next(iter(PRECISIONS.values()))
-    names = ("full", "lora", NODROP, DORA, *DEFAULT_VARIANTS, *NOAMP_OF.values()) + tuple(x + REENTRANT
-                                                                                      for x in REENTRANT_OF)
+    names = ("full", "lora", NODROP, DORA, DORA_NODROP, *DEFAULT_VARIANTS, *NOAMP_OF.values(),
+             *(x + REENTRANT for x in REENTRANT_OF))
     has = {(t, gc) for t in names for gc in (True, False)
            if cell_key("w2a2" if t in NOAMP_OF.values() else key, t, gc) in stored.cells}
     wanted = [(NODROP, gc) for gc in (True, False) if ("lora", gc) in has and (NODROP, gc) not in has]
+    wanted += [(DORA_NODROP, gc) for gc in (True, False) if (DORA, gc) in has and (DORA_NODROP, gc) not in has]
     if (DEFAULT_LORA, True) in has:
         wanted += [(variant, True) for variant, of in ((DEFAULT_NODROP, NODROP), (DORA_DEFAULT, DORA))
                    if (of, True) in has | set(wanted) and (variant, True) not in has]
