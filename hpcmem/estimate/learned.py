@@ -114,8 +114,9 @@ def precision_key(prec: Precision) -> str | None:
 
 def no_grad_layer_peak(job: JobSpec, rows: int, seq: int, prec: Precision) -> int | None:
     """The highest bytes above a layer's input while a no-grad pass of the learned model runs its widest layer over
-    rows × seq padded tokens (a reference's or a teacher's pass): the no-grad pass the profile traced itself
-    (`LearnedProfile.no_grad`, a DPO reference pass), else the checkpointed full-fine-tuning cell's forward peak
+    rows × seq padded tokens (a reference's or a teacher's pass): without autocast, the checkpointed no-autocast full
+    cell's forward peak where learned; else the no-grad pass the profile traced itself (`LearnedProfile.no_grad`, a
+    DPO reference pass), else the checkpointed full-fine-tuning cell's forward peak
     `fpeak`, the layer's output included. A checkpointed layer's forward keeps nothing for backward
     (torch/utils/checkpoint.py: the reentrant variant runs it under no_grad, the non-reentrant one packs every saved
     tensor into a placeholder), so its highest instant is mostly the one a no-grad pass holds — attention scores, MLA's
@@ -130,6 +131,11 @@ def no_grad_layer_peak(job: JobSpec, rows: int, seq: int, prec: Precision) -> in
     if p is None or key != "w2a2":
         return None
     quad = rows * seq * seq         # the passes' rows are padded to the longest (chosen and rejected, or completions)
+    # without autocast the pass runs as the no-autocast cells' forward did (an MoE's fp32 routing promotes its experts'
+    # outputs there: dots3 Note's reference pass, traced, 64 % above its autocast one); the no-grad pass and the other
+    # cells were traced under autocast
+    if not prec.amp and (cell := p.cell(key, NOAMP_OF["full"], True)) is not None:
+        return max(cell.fpeak[r].at(rows * seq, quad) for r in set(p.layer_map))
     if p.no_grad:
         return max(p.no_grad[r].at(rows * seq, quad) for r in set(p.layer_map))
     if (cell := p.cell(key, "full", True)) is not None:

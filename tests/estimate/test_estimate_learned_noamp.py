@@ -7,7 +7,7 @@ which of those a layer keeps at its peak is the type's own.
 Known answers: traces of random jobs (the real TRL trainers on fake tensors at full width). s4-2 and s1-18 are of
 estimator/random/trace.jsonl (drawn before the cells, in-sample for the choice to add them: +3.80 and +1.75 %); the
 others were drawn after them from a fresh seed for this change (`python -m hpcmem.lab.random_touched noamp --seed 21`,
-estimator/random/touched/noamp.jsonl): +6.38, +5.55, +1.38 and -2.39 % from the autocast cells."""
+estimator/random/touched/noamp.jsonl): +6.38, +5.55, +1.38, -2.39 and -39.1 % from the autocast cells."""
 
 from __future__ import annotations
 
@@ -21,9 +21,12 @@ pytestmark = pytest.mark.torch
 
 TOUCHED = "touched/noamp.jsonl"
 # (id, records): StableLM SFT LoRA all-linear, GPT-BigCode SFT full; then GRPO LoRA on Gemma, SFT LoRA on Persimmon
-# and OLMo, SFT full on GPT-Neo — each with checkpointing
+# and OLMo, SFT full on GPT-Neo — each with checkpointing —, and DPO full without checkpointing on dots3 Note, whose
+# reference pass without autocast (fp32 routing promotes its experts' outputs) peaks 64 % above its autocast one: the
+# no-autocast cell's forward stands in for it (hpcmem.estimate.learned `no_grad_layer_peak`; -39.1 % from the autocast
+# cells, -5.4 % from the no-autocast cells with the autocast cell's forward)
 MOVED = [("s4-2", "trace.jsonl"), ("s1-18", "trace.jsonl"), ("s21-899", TOUCHED), ("s21-1062", TOUCHED),
-         ("s21-544", TOUCHED), ("s21-1399", TOUCHED)]
+         ("s21-544", TOUCHED), ("s21-1399", TOUCHED), ("s21-166", TOUCHED)]
 
 
 def _spec(rec: dict):
