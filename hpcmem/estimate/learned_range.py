@@ -36,7 +36,7 @@ def job_technique(job: JobSpec, mb: MicroBatch) -> str:
     (hpcmem.estimate.learned `nodrop_taken`), each but DoRA its reentrant variant where the job checkpoints reentrantly
     and the profile learned it (`reentrant_cell`) — for this micro-batch's one-row variant as the estimate asks."""
     t, prec, one = job.train, precision(job), one_row(job, mb)
-    if noamp_taken(job, prec, one):
+    if noamp_taken(job, prec, mb):
         return held_name(NOAMP_OF["lora" if t.use_peft else "full"], t.gradient_checkpointing)
     lora = lora_layout(job)
     taken = nodrop_taken(job, prec, lora, one)
@@ -111,7 +111,7 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
                    f"{'0' if nodrop else '0.05'} and no modules to save; this job's {' and '.join(changed)} is the "
                    "difference formulas' "
                    "(hpcmem.estimate.lora): not held")
-    if not precision(job).amp and not noamp_taken(job, precision(job), one_row(job, mb)):
+    if not precision(job).amp and not noamp_taken(job, precision(job), mb):
         # every cell but the NOAMP_OF ones is traced under autocast (hpcmem/trace/learn.py: bf16 on); where the job
         # takes none of those (not learned; DoRA, reentrant checkpointing) an op that mixes a 16-bit
         # tensor with an fp32 one promotes to fp32 (an MoE's fp32 routing weights times its experts' outputs: their

@@ -110,3 +110,17 @@ def test_lora_without_dropout_or_autocast_takes_the_larger_of_its_two_cells(
     assert _error_pct(spec, rec) == pytest.approx(no_dropout_cell, abs=0.05)
     monkeypatch.setattr(learned, "learned_cell", lambda *a: alternative)
     assert _error_pct(spec, rec) == pytest.approx(no_autocast_cell, abs=0.05)
+
+
+@pytest.mark.parametrize("job_id", ["s1-135", "s8-177"])
+def test_eager_attention_takes_them_on_padded_rows_only(job_id: str) -> None:
+    """HY-V4 (eager attention) without autocast, LoRA on one unpadded row of 9,760 tokens and full fine-tuning on a
+    packed row of 9,448: its traces equal those with autocast, and its no-autocast cells — traced on padded rows —
+    read +34 % and +8.4 % there. The estimate keeps the autocast cells and says the job is not held."""
+    from hpcmem.job.shape import micro_batch
+
+    rec = stored_trace_record(job_id, "trace.jsonl")
+    spec = _spec(rec)
+    assert spec.model.learned.provenance.get("attention") == "eager" and micro_batch(spec).rows == 1
+    assert any("traced under autocast" in w for w in _scored(spec).warnings)
+    assert abs(_error_pct(spec, rec)) < 1.5
