@@ -88,13 +88,19 @@ REENTRANT_OF = ("full", "lora", NODROP, DEFAULT_NODROP)
 # fp32, and peft's fp32 adapters compute, and save their inputs, in fp32 (accelerate's mixed_precision "no" runs the
 # forward without torch.autocast: accelerator.py `prepare_model`) — which of those a layer keeps is the type's own
 NOAMP_OF = {"full": "full-noamp", "lora": "lora-noamp"}
+# the cells traced with the model's own nn.Dropout modules at p = 0 (trl/trainer/utils.py `disable_dropout_in_model`,
+# which DPO, KTO and Reward apply by default: `disable_dropout`), named for the cell they vary: a type that holds
+# dropout modules with p > 0 (GPT-2's family; provenance "dropout") keeps their masks in the other cells, SFT's — and
+# GPT-2 hands its attention dropout's p to SDPA (modeling_gpt2.py), so the kernel changes with it
+NOMDROP = "-nomdrop"
+NOMDROP_OF = ("full", NODROP, DORA_NODROP, DEFAULT_NODROP)
 
 
 def variant_techniques() -> tuple[str, ...]:
     """The techniques of the variant cells the learner adds to a stored profile that lacks them (hpcmem.trace.learn
     `missing_cells`)."""
     return (NODROP, DORA_NODROP, DEFAULT_NODROP, DORA_DEFAULT, *(t + REENTRANT for t in REENTRANT_OF),
-            *NOAMP_OF.values())
+            *NOAMP_OF.values(), *(t + NOMDROP for t in NOMDROP_OF))
 
 
 def base_technique(technique: str) -> tuple[str, bool]:
@@ -303,7 +309,32 @@ def nodrop_taken(job: JobSpec, prec: Precision, lora: LoraLayout, one: bool = Fa
     return default if nodrop_default else None
 
 
+def model_dropout_off(job: JobSpec, taken: tuple[Cell, dict]) -> tuple[Cell, dict]:
+    """`taken`, or its NOMDROP variant where the job turns the model's dropout off (`disable_dropout`), the profile's
+    type holds dropout modules and the variant is learned."""
+    p = job.model.learned
+    if not (job.train.disable_dropout and p.provenance.get("dropout")):
+        return taken
+    key = next((k for k, c in p.cells.items() if c is taken[0]), "")
+    parts = key.split("/")
+    if len(parts) < 3 or parts[1] not in NOMDROP_OF:
+        return taken
+    other = p.cells.get("/".join([parts[0], parts[1] + NOMDROP, *parts[2:]]))
+    return taken if other is None else (other, taken[1])
+
+
+def takes_model_dropout_off(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch) -> bool:
+    """Whether `learned_cell` gives the job a NOMDROP cell."""
+    cell = learned_cell(job, prec, lora, mb)[0]
+    return any(c is cell and k.split("/")[1].endswith(NOMDROP) for k, c in job.model.learned.cells.items())
+
+
 def learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch) -> tuple[Cell, dict]:
+    """`_learned_cell`, its NOMDROP variant where the job turns the model's dropout off (`model_dropout_off`)."""
+    return model_dropout_off(job, _learned_cell(job, prec, lora, mb))
+
+
+def _learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch) -> tuple[Cell, dict]:
     """(the profile's terms for this job, the LoRA reference they were traced with), or a SpecError naming what was
     not learned. A LoRA job on the adapters of peft's default targets takes the cell traced on them for its variant
     where learned (`default_cell`: with dropout, without, DoRA); a DoRA job else the `dora` cell (the reference's

@@ -12,6 +12,7 @@ from hpcmem.estimate.learned import (
     DEFAULT_NODROP,
     DORA_NODROP,
     NODROP,
+    NOMDROP,
     NOAMP_OF,
     REENTRANT,
     default_cell,
@@ -20,6 +21,7 @@ from hpcmem.estimate.learned import (
     nodrop_taken,
     one_row,
     reentrant_cell,
+    takes_model_dropout_off,
 )
 from hpcmem.estimate.lora import lora_dropout_active, lora_layout
 from hpcmem.job.jobspec import JobSpec
@@ -48,6 +50,8 @@ def job_technique(job: JobSpec, mb: MicroBatch) -> str:
     default_again = taken is not None and taken[0] is reentrant_cell(job, prec, DEFAULT_NODROP, one)
     if default_again or reentrant_cell(job, prec, name, one) is not None:
         name += REENTRANT
+    if takes_model_dropout_off(job, prec, lora, mb):
+        name += NOMDROP
     return held_name(name, t.gradient_checkpointing)
 
 
@@ -130,7 +134,7 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
         out.append(f"learned profile of {p.model_type}: its cells were {OUTSIDE['reentrant checkpointing']} "
                    "(TRL's default); this job's is reentrant, which keeps a different set of tensors per "
                    "layer: not held")
-    if t.disable_dropout and p.provenance.get("dropout"):
+    if t.disable_dropout and p.provenance.get("dropout") and NOMDROP not in name:
         # the profile's cells are SFTTrainer's (hpcmem/trace/learn.py), which keeps the model's nn.Dropout modules;
         # TRL's disable_dropout_in_model (trl/trainer/utils.py) sets each to p = 0: no dropout masks are kept, and a
         # model that hands a module's p to its attention (GPT-2's SDPA dropout) computes that with p = 0 too

@@ -58,6 +58,8 @@ from hpcmem.estimate.learned import (
     DORA_NODROP,
     NOAMP_OF,
     NODROP,
+    NOMDROP,
+    NOMDROP_OF,
     REENTRANT,
     REENTRANT_OF,
     base_technique,
@@ -396,7 +398,10 @@ def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int, rows: i
     variants leave the targets to peft (TRL passes target_modules=None); `lora-nodrop` and `lora-default-nodrop` run
     at lora_dropout 0, `dora` and `dora-default` with use_dora, `dora-nodrop` with both; a technique's REENTRANT
     variant checkpoints with
-    use_reentrant True; a NOAMP_OF variant runs its technique with bf16 and fp16 off."""
+    use_reentrant True; a NOAMP_OF variant runs its technique with bf16 and fp16 off, a NOMDROP one with the model's
+    dropout modules at p = 0 (`disable_dropout`, which hpcmem.trace.trainer `build_sft` applies as DPO does)."""
+    mdrop_off = technique.endswith(NOMDROP)
+    technique = technique.removesuffix(NOMDROP)
     technique, re = base_technique(technique)
     noamp = technique in NOAMP_OF.values()
     technique = next((base for base, v in NOAMP_OF.items() if v == technique), technique)
@@ -409,7 +414,7 @@ def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int, rows: i
         lora_dropout=0.0 if technique in (NODROP, DEFAULT_NODROP, DORA_NODROP) else TrainSpec.lora_dropout,
         gradient_checkpointing=gc, gradient_checkpointing_kwargs={"use_reentrant": True} if re else {},
         max_length=seq, per_device_train_batch_size=rows, **({"bf16": False, "fp16": False} if noamp else {}),
-        **needs))
+        **({"disable_dropout": True} if mdrop_off else {}), **needs))
 
 
 def runnable_cells(model_type: str, cells: Any) -> list[tuple[str, bool]]:
@@ -614,6 +619,9 @@ def learn(cfg: dict[str, Any], name: str = "model", *, dtypes: tuple[str, ...] =
     wanted += [(DORA_NODROP, gc) for tech, gc in wanted if tech == DORA and nodrop]
     # and, with checkpointing, reentrant (use_reentrant True; PEFT under ZeRO-3): `reentrant_cell`
     wanted += [(tech + REENTRANT, gc) for tech, gc in wanted if tech in REENTRANT_OF and gc and reentrant]
+    # and, for a type that holds dropout modules, with them off (DPO/KTO/Reward's disable_dropout): `model_dropout_off`
+    if probe.provenance.get("dropout"):
+        wanted += [(tech + NOMDROP, gc) for tech, gc in wanted if tech in NOMDROP_OF]
     # and, on 16-bit weights, without autocast (bf16 and fp16 off): `noamp_taken`
     wanted += [(NOAMP_OF[tech], gc) for tech, gc in wanted if tech in NOAMP_OF and noamp and "bfloat16" in dtypes]
     tasks = [(PRECISIONS[d], d, tech, gc, seq, ROWS) for d in dtypes for tech, gc in wanted for seq in seqs
@@ -703,8 +711,8 @@ def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[
     if not dtypes:
         raise SpecError(f"model {name}: the stored profile names no held precision; learn it again instead")
     probe = replace(probe, provenance={**probe.provenance, "seqs": list(seqs), "held": stored.held})
-    cells = runnable_cells(probe.model_type, [c for c in wanted if base_technique(c[0])[0] in ("full", NOAMP_OF["full"])
-                                              or reference])
+    cells = runnable_cells(probe.model_type, [c for c in wanted if reference or base_technique(
+        c[0].removesuffix(NOMDROP))[0] in ("full", NOAMP_OF["full"])])
     prefix, ends_last = keep == tuple(range(depth)), lay.last_only(full.layer_kinds)
     kinds = None if ends_last or not prefix else full.layer_kinds
     # where the stored profile has one-row LoRA cells (`one_row_cells`: its padded cells do not scale down to one row),
@@ -744,6 +752,7 @@ def missing_cells(stored: LearnedProfile) -> list[tuple[str, bool]]:
     named = stored.held.get("precisions") or [stored.held.get("precision")]
     key = next((k for k in PRECISIONS.values() if k in named), None) or next(iter(PRECISIONS.values()))
     names = ("full", "lora", NODROP, DORA, DORA_NODROP, *DEFAULT_VARIANTS, *NOAMP_OF.values(),
+             *(t + NOMDROP for t in NOMDROP_OF),
              *(x + REENTRANT for x in REENTRANT_OF))
     has = {(t, gc) for t in names for gc in (True, False)
            if cell_key("w2a2" if t in NOAMP_OF.values() else key, t, gc) in stored.cells}
@@ -754,6 +763,10 @@ def missing_cells(stored: LearnedProfile) -> list[tuple[str, bool]]:
                    if (of, True) in has | set(wanted) and (variant, True) not in has]
     base = has | set(wanted)
     wanted += [(t + REENTRANT, True) for t in REENTRANT_OF if (t, True) in base and (t + REENTRANT, True) not in has]
+    # then, for a type that holds dropout modules, those with them off beside the cells they vary
+    if stored.provenance.get("dropout"):
+        wanted += [(t + NOMDROP, gc) for t in NOMDROP_OF for gc in (True, False)
+                   if ((t, gc) in has or (t, gc) in wanted) and (t + NOMDROP, gc) not in has]
     # then the cells without autocast beside the full and LoRA cells, on 16-bit weights (`traced_in`)
     if "w2a2" in named:
         wanted += [(NOAMP_OF[t], gc) for t in NOAMP_OF for gc in (True, False) if (t, gc) in has
@@ -890,7 +903,7 @@ def held(probe: LearnedProfile, cells: dict[str, Cell], spec: Any, dtypes: tuple
     errors: dict[str, dict[str, float | str]] = {}
     techniques: dict[str, int] = {}
     for t, gc in wanted:
-        if base_technique(t)[0] in DEFAULT_VARIANTS:
+        if base_technique(t.removesuffix(NOMDROP))[0] in DEFAULT_VARIANTS:
             continue
         name = held_name(t, gc)
         reached = []

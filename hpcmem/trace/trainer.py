@@ -187,8 +187,15 @@ def build_sft(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, gene
         return cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=vision.processor(job),
                    peft_config=peft_config(job))
     dataset = make_dataset(design, num_micro_batches, job.model.vocab_size)
-    return cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=pieces.tokenizer(),
-               peft_config=peft_config(job))
+    trainer = cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=pieces.tokenizer(),
+                  peft_config=peft_config(job))
+    if job.train.disable_dropout:
+        # SFTConfig has no disable_dropout; the learner's cells with the model's dropout off (hpcmem.trace.learn
+        # `learn_job`) turn it off as DPO, KTO and Reward do, after peft wrapped the model (trl/trainer/utils.py)
+        from trl.trainer.utils import disable_dropout_in_model
+
+        disable_dropout_in_model(trainer.model)
+    return trainer
 
 
 def _fake_trainer() -> type:
