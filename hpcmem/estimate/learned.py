@@ -313,7 +313,7 @@ def model_dropout_off(job: JobSpec, taken: tuple[Cell, dict]) -> tuple[Cell, dic
     """`taken`, or its NOMDROP variant where the job turns the model's dropout off (`disable_dropout`), the profile's
     type holds dropout modules and the variant is learned."""
     p = job.model.learned
-    if not (job.train.disable_dropout and p.provenance.get("dropout")):
+    if not ((job.train.disable_dropout or job.model_dropout_off) and p.provenance.get("dropout")):
         return taken
     key = next((k for k, c in p.cells.items() if c is taken[0]), "")
     parts = key.split("/")

@@ -134,7 +134,7 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
         out.append(f"learned profile of {p.model_type}: its cells were {OUTSIDE['reentrant checkpointing']} "
                    "(TRL's default); this job's is reentrant, which keeps a different set of tensors per "
                    "layer: not held")
-    if t.disable_dropout and p.provenance.get("dropout") and NOMDROP not in name:
+    if (t.disable_dropout or job.model_dropout_off) and p.provenance.get("dropout") and NOMDROP not in name:
         # the profile's cells are SFTTrainer's (hpcmem/trace/learn.py), which keeps the model's nn.Dropout modules;
         # TRL's disable_dropout_in_model (trl/trainer/utils.py) sets each to p = 0: no dropout masks are kept, and a
         # model that hands a module's p to its attention (GPT-2's SDPA dropout) computes that with p = 0 too

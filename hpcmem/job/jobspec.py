@@ -27,6 +27,9 @@ class JobSpec:
     label_tokens_per_micro_batch: int | None = None
     teacher: ModelSpec | None = None            # distillation: the model teacher_model_name_or_path names
     assumed: tuple[str, ...] = ()               # values taken as hpcmem's assumption (hpcmem.job.assumptions)
+    # hpcmem-only, the learner's: an SFT trace with the model's dropout modules at p = 0, as DPO, KTO and Reward's
+    # disable_dropout leaves them (SFTConfig has no such field; hpcmem.trace.learn `learn_job`, NOMDROP cells)
+    model_dropout_off: bool = False
 
     def __post_init__(self) -> None:
         tokens = self.tokens_per_micro_batch

@@ -399,7 +399,8 @@ def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int, rows: i
     at lora_dropout 0, `dora` and `dora-default` with use_dora, `dora-nodrop` with both; a technique's REENTRANT
     variant checkpoints with
     use_reentrant True; a NOAMP_OF variant runs its technique with bf16 and fp16 off, a NOMDROP one with the model's
-    dropout modules at p = 0 (`disable_dropout`, which hpcmem.trace.trainer `build_sft` applies as DPO does)."""
+    dropout modules at p = 0 (JobSpec `model_dropout_off`, which hpcmem.trace.trainer `build_sft` applies as DPO's
+    disable_dropout does)."""
     mdrop_off = technique.endswith(NOMDROP)
     technique = technique.removesuffix(NOMDROP)
     technique, re = base_technique(technique)
@@ -407,14 +408,14 @@ def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int, rows: i
     technique = next((base for base, v in NOAMP_OF.items() if v == technique), technique)
     lora, ref = technique in ("lora", DORA, NODROP, DORA_NODROP), spec.learned.lora_reference
     needs = settings_beside_checkpointing(spec.model_type)
-    return JobSpec(model=spec, train=TrainSpec(
+    return JobSpec(model=spec, model_dropout_off=mdrop_off, train=TrainSpec(
         trainer="sft", dtype=dtype, use_peft=technique != "full", lora_r=ref["lora_r"],
         use_dora=technique in (DORA, DORA_DEFAULT, DORA_NODROP),
         lora_target_modules=tuple(ref["lora_target_modules"]) if lora else (),
         lora_dropout=0.0 if technique in (NODROP, DEFAULT_NODROP, DORA_NODROP) else TrainSpec.lora_dropout,
         gradient_checkpointing=gc, gradient_checkpointing_kwargs={"use_reentrant": True} if re else {},
         max_length=seq, per_device_train_batch_size=rows, **({"bf16": False, "fp16": False} if noamp else {}),
-        **({"disable_dropout": True} if mdrop_off else {}), **needs))
+        **needs))
 
 
 def runnable_cells(model_type: str, cells: Any) -> list[tuple[str, bool]]:

@@ -189,7 +189,7 @@ def build_sft(job: JobSpec, model: Any, design: BatchDesign, *, fake: bool, gene
     dataset = make_dataset(design, num_micro_batches, job.model.vocab_size)
     trainer = cls(model=model, args=sft_config(job), train_dataset=dataset, processing_class=pieces.tokenizer(),
                   peft_config=peft_config(job))
-    if job.train.disable_dropout:
+    if job.model_dropout_off:
         # SFTConfig has no disable_dropout; the learner's cells with the model's dropout off (hpcmem.trace.learn
         # `learn_job`) turn it off as DPO, KTO and Reward do, after peft wrapped the model (trl/trainer/utils.py)
         from trl.trainer.utils import disable_dropout_in_model
