@@ -90,8 +90,9 @@ def coverage_cmd(as_json: bool) -> None:
 @click.option("--add-missing", is_flag=True,
               help="Keep the profile already learned for this config and add the variant cells the learner traces "
                    "today that it lacks — LoRA without dropout (DPO/KTO/Reward LoRA jobs, lora_dropout 0, adapters "
-                   "on fused experts), reentrant checkpointing (use_reentrant, PEFT under ZeRO-3), bf16 and fp16 "
-                   "off on 16-bit weights (no autocast) — in its own "
+                   "on fused experts; DoRA too), reentrant checkpointing (use_reentrant, PEFT under ZeRO-3), bf16 "
+                   "and fp16 off on 16-bit weights (no autocast), the model's dropout off (DPO/KTO/Reward's "
+                   "disable_dropout, types with dropout modules) — in its own "
                    "precisions, with their held checks, and run its rows check at the row counts it lacks (8 and 16 "
                    "rows per micro-batch); its other cells are not traced again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile's summary as JSON.")

@@ -206,8 +206,9 @@ def trace_command(cases: str | None, ci_only: bool, workers: int, rescore: bool,
               "per micro-batch too (a trace each at the longest held length), without learning them again")
 @click.option("--add-missing", "add_missing", is_flag=True, help="add the variant cells the learner traces today "
               "to the --types' stored sweep profiles that lack them — LoRA without dropout (DPO/KTO/Reward's "
-              "disable_dropout, lora_dropout 0), reentrant checkpointing (use_reentrant, PEFT under ZeRO-3), bf16 "
-              "and fp16 off on 16-bit weights (no autocast) — with "
+              "disable_dropout, lora_dropout 0; DoRA too), reentrant checkpointing (use_reentrant, PEFT under ZeRO-3), "
+              "bf16 and fp16 off on 16-bit weights (no autocast), the model's dropout off (disable_dropout on types "
+              "with dropout modules) — with "
               "their held checks, and run the rows check at the row counts a profile lacks (8 and 16), without "
               "learning the rest again; then rescore their records")
 @click.option("--cells", "cells", default=None, help="with --add-missing: only the missing variant cells of these "

@@ -183,10 +183,12 @@ def test_add_missing_refuses_in_one_line_and_leaves_a_complete_profile_untouched
     _fast_refusal(capsys, [str(model), *out, "--add-missing"], str(target))
     assert target.read_text() == '{"mine": "a file of my own"}'
 
-    # a shipped profile that has its variant cells (without dropout, reentrant), under its own config: nothing to add,
-    # nothing written
+    # a shipped profile that has its variant cells (without dropout, reentrant, without autocast, DoRA without
+    # dropout; it holds no dropout modules), under its own config: nothing to add, nothing written
     shipped = next(p for p in sorted(SHIPPED.glob("*.json"))
-                   if all(w in p.read_text() for w in ('"w2a2/lora-nodrop/gc"', '"w2a2/lora-nodrop-reentrant/gc"')))
+                   if all(w in p.read_text() for w in ('"w2a2/lora-nodrop/gc"', '"w2a2/lora-nodrop-reentrant/gc"',
+                                                       '"w2a2/lora-noamp/gc"', '"w2a2/dora-nodrop/gc"'))
+                   and not json.loads(p.read_text())["provenance"].get("dropout"))
     doc = json.loads(shipped.read_text())
     mine = tmp_path / "data" / "profiles" / shipped.name
     mine.write_bytes(shipped.read_bytes())

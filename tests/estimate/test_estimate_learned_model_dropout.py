@@ -1,0 +1,71 @@
+"""DPO, KTO and Reward turn the model's own nn.Dropout modules off (TRL's disable_dropout); a learned type that holds
+dropout modules (GPT-2's family) was traced by SFT, which keeps them. Such a job takes the cells traced with the
+modules at p = 0 (`-nomdrop`: hpcmem.estimate.learned `model_dropout_off`) where learned.
+
+Known answers: traces of random jobs (the real TRL trainers on fake tensors at full width), of
+estimator/random/trace.jsonl — in-sample for the choice to add the cells (their errors before: +7.15, +4.84, +4.35
+and +40.2 %); no fresh-seed set was drawn for them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.helpers.random_records import stored_trace_record
+
+pytestmark = pytest.mark.torch
+
+# DPO with LoRA on OpenAI-GPT (no checkpointing) and GPT-BigCode, KTO full fine-tuning on GPT-NeoX-Japanese
+MOVED = [("s1-247", 7.15), ("s1-462", 4.84), ("s4-52", 4.35), ("s5-37", 40.24)]
+
+
+def _spec(rec: dict):
+    from hpcmem.validate.random_jobs import RandomJob
+    from hpcmem.validate.random_model import job_spec
+
+    return job_spec(RandomJob.from_dict(rec["job"]))
+
+
+def _scored(spec):
+    from hpcmem.validate.random_trace import as_traced, scored_as_traced
+
+    return as_traced(scored_as_traced(spec))[0]
+
+
+def _error_pct(spec, rec: dict) -> float:
+    from hpcmem.estimate.workspaces import tensor_bytes
+
+    traced = rec["trace"]["peak_allocated_bytes"]
+    return 100.0 * (max(tensor_bytes(p) for p in _scored(spec).phases) - traced) / traced
+
+
+@pytest.mark.parametrize(("job_id", "before"), MOVED)
+def test_a_job_with_the_models_dropout_off_takes_the_cells_traced_so(job_id: str, before: float) -> None:
+    rec = stored_trace_record(job_id)
+    spec = _spec(rec)
+    assert spec.train.disable_dropout and spec.model.learned.provenance.get("dropout")
+    assert abs(_error_pct(spec, rec)) < 1.0
+    assert not any("model's dropout" in w for w in _scored(spec).warnings)
+    p = spec.model.learned
+    old = dataclasses.replace(spec, model=dataclasses.replace(spec.model, learned=dataclasses.replace(
+        p, cells={k: c for k, c in p.cells.items() if "-nomdrop/" not in k})))
+    assert _error_pct(old, rec) == pytest.approx(before, abs=0.01)
+    assert any("model's dropout on" in w for w in _scored(old).warnings)
+
+
+def test_the_learner_traces_sft_with_the_models_dropout_off() -> None:
+    import json
+
+    from hpcmem.datapath import estimator_dir
+    from hpcmem.models.profile import profile_from_dict, spec_from_profile
+    from hpcmem.trace.learn import learn_job, missing_cells
+
+    p = profile_from_dict(json.loads((estimator_dir() / "coverage-profiles" / "gpt2.json").read_text()))
+    spec = spec_from_profile(p, p.model_type)
+    off, on = learn_job(spec, "bfloat16", "lora-nodrop-nomdrop", True, 256), learn_job(spec, "bfloat16",
+                                                                                          "lora-nodrop", True, 256)
+    assert off.model_dropout_off and not on.model_dropout_off and off.train == on.train
+    assert not off.train.disable_dropout        # SFTConfig has no such field: the JobSpec carries it
+    bare = dataclasses.replace(p, cells={k: c for k, c in p.cells.items() if "-nomdrop/" not in k})
+    assert ("full-nomdrop", True) in missing_cells(bare) and not [c for c in missing_cells(p) if "nomdrop" in c[0]]
