@@ -13,7 +13,11 @@ import dataclasses
 
 import pytest
 
-from tests.helpers.random_records import stored_trace_record
+from tests.helpers.random_records import allocated_error_pct as _error_pct
+from tests.helpers.random_records import record_spec as _spec
+from tests.helpers.random_records import scored_estimate as _scored
+from tests.helpers.random_records import stored_trace_record, without_cells
+from tests.helpers.sweep_profiles import sweep_spec
 
 pytestmark = pytest.mark.torch
 
@@ -21,26 +25,6 @@ TOUCHED = "touched/dora-nodrop.jsonl"
 # SFT DoRA all-linear on MiniCPM3, GRPO on StableLM; KTO on MiniCPM3, DPO on Cohere, RLOO on Cohere2
 MOVED = [("s1-154", "trace.jsonl", 4.21), ("s8-229", "trace.jsonl", 3.19), ("s21-2665", TOUCHED, 5.79),
          ("s21-2334", TOUCHED, 3.63), ("s21-1254", TOUCHED, 2.19)]
-
-
-def _spec(rec: dict):
-    from hpcmem.validate.random_jobs import RandomJob
-    from hpcmem.validate.random_model import job_spec
-
-    return job_spec(RandomJob.from_dict(rec["job"]))
-
-
-def _scored(spec):
-    from hpcmem.validate.random_trace import as_traced, scored_as_traced
-
-    return as_traced(scored_as_traced(spec))[0]
-
-
-def _error_pct(spec, rec: dict) -> float:
-    from hpcmem.estimate.workspaces import tensor_bytes
-
-    traced = rec["trace"]["peak_allocated_bytes"]
-    return 100.0 * (max(tensor_bytes(p) for p in _scored(spec).phases) - traced) / traced
 
 
 @pytest.mark.parametrize(("job_id", "records", "before"), MOVED)
@@ -57,23 +41,16 @@ def test_dora_without_dropout_takes_its_cell(job_id: str, records: str, before: 
     assert abs(_error_pct(spec, rec)) < 0.6
     assert not any("not held" in w for w in _scored(spec).warnings)
     # the profile without it: the DoRA cell with the dropout's difference, said not held
-    p = spec.model.learned
-    old = dataclasses.replace(spec, model=dataclasses.replace(spec.model, learned=dataclasses.replace(
-        p, cells={k: c for k, c in p.cells.items() if "/dora-nodrop/" not in k})))
+    old = without_cells(spec, "/dora-nodrop/")
     assert _error_pct(old, rec) == pytest.approx(before, abs=0.01)
     assert any("traced with dropout 0.05" in w for w in _scored(old).warnings)
 
 
 def test_the_learner_traces_dora_at_dropout_0_on_the_reference_adapters() -> None:
-    import json
-
-    from hpcmem.datapath import estimator_dir
-    from hpcmem.models.profile import profile_from_dict, spec_from_profile
     from hpcmem.trace.learn import learn_job, missing_cells
 
-    p = profile_from_dict(json.loads((estimator_dir() / "coverage-profiles" / "stablelm.json").read_text()))
-    job = learn_job(spec_from_profile(p, p.model_type), "bfloat16", "dora-nodrop", True, 512)
-    dora = learn_job(spec_from_profile(p, p.model_type), "bfloat16", "dora", True, 512)
+    p, spec = sweep_spec("stablelm")
+    job, dora = (learn_job(spec, "bfloat16", t, True, 512) for t in ("dora-nodrop", "dora"))
     assert job.train.use_dora and job.train.lora_dropout == 0.0
     assert dataclasses.replace(job.train, lora_dropout=dora.train.lora_dropout) == dora.train
     bare = dataclasses.replace(p, cells={k: c for k, c in p.cells.items() if "/dora-nodrop/" not in k})

@@ -12,32 +12,16 @@ import dataclasses
 
 import pytest
 
-from tests.helpers.random_records import stored_trace_record
+from tests.helpers.random_records import allocated_error_pct as _error_pct
+from tests.helpers.random_records import record_spec as _spec
+from tests.helpers.random_records import scored_estimate as _scored
+from tests.helpers.random_records import stored_trace_record, without_cells
+from tests.helpers.sweep_profiles import sweep_spec
 
 pytestmark = pytest.mark.torch
 
 # DPO with LoRA on OpenAI-GPT (no checkpointing) and GPT-BigCode, KTO full fine-tuning on GPT-NeoX-Japanese
 MOVED = [("s1-247", 7.15), ("s1-462", 4.84), ("s4-52", 4.35), ("s5-37", 40.24)]
-
-
-def _spec(rec: dict):
-    from hpcmem.validate.random_jobs import RandomJob
-    from hpcmem.validate.random_model import job_spec
-
-    return job_spec(RandomJob.from_dict(rec["job"]))
-
-
-def _scored(spec):
-    from hpcmem.validate.random_trace import as_traced, scored_as_traced
-
-    return as_traced(scored_as_traced(spec))[0]
-
-
-def _error_pct(spec, rec: dict) -> float:
-    from hpcmem.estimate.workspaces import tensor_bytes
-
-    traced = rec["trace"]["peak_allocated_bytes"]
-    return 100.0 * (max(tensor_bytes(p) for p in _scored(spec).phases) - traced) / traced
 
 
 @pytest.mark.parametrize(("job_id", "before"), MOVED)
@@ -47,22 +31,15 @@ def test_a_job_with_the_models_dropout_off_takes_the_cells_traced_so(job_id: str
     assert spec.train.disable_dropout and spec.model.learned.provenance.get("dropout")
     assert abs(_error_pct(spec, rec)) < 1.0
     assert not any("model's dropout" in w for w in _scored(spec).warnings)
-    p = spec.model.learned
-    old = dataclasses.replace(spec, model=dataclasses.replace(spec.model, learned=dataclasses.replace(
-        p, cells={k: c for k, c in p.cells.items() if "-nomdrop/" not in k})))
+    old = without_cells(spec, "-nomdrop/")
     assert _error_pct(old, rec) == pytest.approx(before, abs=0.01)
     assert any("model's dropout on" in w for w in _scored(old).warnings)
 
 
 def test_the_learner_traces_sft_with_the_models_dropout_off() -> None:
-    import json
-
-    from hpcmem.datapath import estimator_dir
-    from hpcmem.models.profile import profile_from_dict, spec_from_profile
     from hpcmem.trace.learn import learn_job, missing_cells
 
-    p = profile_from_dict(json.loads((estimator_dir() / "coverage-profiles" / "gpt2.json").read_text()))
-    spec = spec_from_profile(p, p.model_type)
+    p, spec = sweep_spec("gpt2")
     off, on = learn_job(spec, "bfloat16", "lora-nodrop-nomdrop", True, 256), learn_job(spec, "bfloat16",
                                                                                           "lora-nodrop", True, 256)
     assert off.model_dropout_off and not on.model_dropout_off and off.train == on.train

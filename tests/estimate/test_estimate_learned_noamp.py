@@ -11,11 +11,12 @@ estimator/random/touched/noamp.jsonl): +6.38, +5.55, +1.38, -2.39 and -39.1 % fr
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from tests.helpers.random_records import stored_trace_record
+from tests.helpers.random_records import allocated_error_pct as _error_pct
+from tests.helpers.random_records import record_spec as _spec
+from tests.helpers.random_records import scored_estimate as _scored
+from tests.helpers.random_records import stored_trace_record, without_cells
 
 pytestmark = pytest.mark.torch
 
@@ -29,33 +30,6 @@ MOVED = [("s4-2", "trace.jsonl"), ("s1-18", "trace.jsonl"), ("s21-899", TOUCHED)
          ("s21-544", TOUCHED), ("s21-1399", TOUCHED), ("s21-166", TOUCHED)]
 
 
-def _spec(rec: dict):
-    from hpcmem.validate.random_jobs import RandomJob
-    from hpcmem.validate.random_model import job_spec
-
-    return job_spec(RandomJob.from_dict(rec["job"]))
-
-
-def _scored(spec):
-    from hpcmem.validate.random_trace import as_traced, scored_as_traced
-
-    return as_traced(scored_as_traced(spec))[0]
-
-
-def _error_pct(spec, rec: dict) -> float:
-    """The allocated peak's error as the random report scores it (hpcmem.validate.random_trace `estimated`)."""
-    from hpcmem.estimate.workspaces import tensor_bytes
-
-    traced = rec["trace"]["peak_allocated_bytes"]      # tensors only: cuBLAS's workspaces out, as the trace counts
-    return 100.0 * (max(tensor_bytes(p) for p in _scored(spec).phases) - traced) / traced
-
-
-def _without_noamp(spec):
-    p = spec.model.learned
-    cells = {k: c for k, c in p.cells.items() if "-noamp/" not in k}
-    return dataclasses.replace(spec, model=dataclasses.replace(spec.model, learned=dataclasses.replace(p, cells=cells)))
-
-
 @pytest.mark.parametrize(("job_id", "records"), MOVED)
 def test_a_job_without_autocast_takes_the_cells_traced_so(job_id: str, records: str) -> None:
     from hpcmem.job.shape import precision
@@ -66,7 +40,7 @@ def test_a_job_without_autocast_takes_the_cells_traced_so(job_id: str, records: 
     assert abs(_error_pct(spec, rec)) < 1.0
     assert not any("autocast" in w for w in _scored(spec).warnings)
     # the profile without them: the autocast cells, a warning, and the error the cells took away
-    old = _without_noamp(spec)
+    old = without_cells(spec, "-noamp/")
     assert any("traced under autocast" in w for w in _scored(old).warnings)
     assert abs(_error_pct(old, rec)) > 1.3
 

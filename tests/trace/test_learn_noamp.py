@@ -5,27 +5,19 @@ offered them by `--add-missing` (`missing_cells`)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
+
+from tests.helpers.sweep_profiles import sweep_profile, sweep_spec
 
 pytestmark = pytest.mark.torch
 
 
-def _stablelm():
-    from hpcmem.datapath import estimator_dir
-    from hpcmem.models.profile import profile_from_dict
-
-    return profile_from_dict(json.loads((estimator_dir() / "coverage-profiles" / "stablelm.json").read_text()))
-
-
 def test_noamp_jobs_turn_autocast_off_on_16_bit_weights_only() -> None:
     from hpcmem.job.shape import precision
-    from hpcmem.models.profile import spec_from_profile
     from hpcmem.trace.learn import learn_job, traced_in
 
-    p = _stablelm()
-    spec = spec_from_profile(p, p.model_type)
+    _, spec = sweep_spec("stablelm")
     full = learn_job(spec, "bfloat16", "full-noamp", True, 512)
     lora = learn_job(spec, "bfloat16", "lora-noamp", False, 512)
     plain = learn_job(spec, "bfloat16", "lora", False, 512)
@@ -42,7 +34,7 @@ def test_noamp_jobs_turn_autocast_off_on_16_bit_weights_only() -> None:
 def test_a_profile_without_them_is_offered_them_beside_its_full_and_lora_cells() -> None:
     from hpcmem.trace.learn import missing_cells
 
-    p = _stablelm()
+    p = sweep_profile("stablelm")
     bare = dataclasses.replace(p, cells={k: c for k, c in p.cells.items() if "noamp" not in k})
     got = [c for c in missing_cells(bare) if "noamp" in c[0]]
     # stablelm has full (gc, no gc) and LoRA (gc) cells: their three variants, nothing else
