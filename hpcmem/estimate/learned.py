@@ -238,11 +238,19 @@ def noamp_taken(job: JobSpec, prec: Precision, mb: MicroBatch) -> tuple[Cell, di
     and HY-V4's read +34 % on one unpadded row (LoRA, 1 × 9,760 tokens) and +8.4 % on a packed one, where its traces
     without autocast equal those with it (-1.1 / +1.0 % from the autocast cells) — at 2 padded rows -1.3 %: what its
     padded rows hold beyond, not located (estimator/LOG.md)."""
-    t, p, key = job.train, job.model.learned, precision_key(prec)
+    t = job.train
     padded = mb.masked and not mb.padding_free and mb.rows > 1
-    if prec.amp or key != "w2a2" or t.use_dora or job.reentrant_checkpointing or not variant_cells_apply(t) \
-            or (t.use_peft and not lora_dropout_active(t)) \
-            or (not padded and p.provenance.get("attention") == "eager"):
+    if (t.use_peft and not lora_dropout_active(t)) \
+            or (not padded and job.model.learned.provenance.get("attention") == "eager"):
+        return None
+    return _noamp_cell(job, prec, mb)
+
+
+def _noamp_cell(job: JobSpec, prec: Precision, mb: MicroBatch) -> tuple[Cell, dict] | None:
+    """(the NOAMP_OF cell of a full or plain LoRA job on 16-bit weights without autocast, its reference marked so)
+    where learned, else None: not for DoRA or reentrant checkpointing, whose cells have no such variant."""
+    t, p, key = job.train, job.model.learned, precision_key(prec)
+    if prec.amp or key != "w2a2" or t.use_dora or job.reentrant_checkpointing or not variant_cells_apply(t):
         return None
     base = "lora" if t.use_peft else "full"
     cell = variant_cell(p, key, base, NOAMP_OF[base], t.gradient_checkpointing, one_row(job, mb))
@@ -731,12 +739,8 @@ def nodrop_noamp_alternative(job: JobSpec, prec: Precision, mb: MicroBatch) -> t
     and each missed on the side of the mechanism it lacks: the no-dropout cell under where the type's own layers
     promote to fp32 without autocast (AXK1's MoE: −5.6 %), the no-autocast cell under where the dropout's tensors
     are most of the difference (Jamba −4.4 %, LFM2 −6.4 %); `learned_phases` keeps the larger (estimator/LOG.md)."""
-    t, p, key = job.train, job.model.learned, precision_key(prec)
-    if not (t.use_peft and not t.use_dora and not lora_dropout_active(t) and not prec.amp and key == "w2a2"
-            and not job.reentrant_checkpointing and variant_cells_apply(t)):
-        return None
-    cell = variant_cell(p, key, "lora", NOAMP_OF["lora"], t.gradient_checkpointing, one_row(job, mb))
-    return None if cell is None else (cell, {**p.lora_reference, "autocast": False})
+    t = job.train
+    return _noamp_cell(job, prec, mb) if t.use_peft and not lora_dropout_active(t) else None
 
 
 def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,
