@@ -85,3 +85,38 @@ def test_a_profile_without_reentrant_cells_still_says_not_held() -> None:
     older = dataclasses.replace(p, cells={k: v for k, v in p.cells.items() if "-reentrant" not in k})
     old = dataclasses.replace(spec, model=dataclasses.replace(spec.model, learned=older))
     assert any(REENTRANT_WORDS in w and "not held" in w for w in learned_warnings(old, micro_batch(old)))
+
+
+OFFLOAD_WORDS = "traced without activation offloading"
+
+
+def _offloaded_spec(job_id: str, offloading: bool):
+    """A stored SFT full fine-tuning job on a learned type, at 2 × 8,192 tokens with reentrant checkpointing, with or
+    without TRL's activation offloading."""
+    from hpcmem.validate.random_jobs import RandomJob
+    from hpcmem.validate.random_model import job_spec
+
+    job = stored_trace_record(job_id)["job"]
+    settings = {k: v for k, v in job["settings"].items()
+                if k not in ("packing", "packing_strategy", "padding_free", "activation_offloading")}
+    job["settings"] = {**settings, "max_length": 8192, "per_device_train_batch_size": 2,
+                       "gradient_accumulation_steps": 1, "gradient_checkpointing_kwargs": {"use_reentrant": True},
+                       **({"activation_offloading": True} if offloading else {})}
+    return job_spec(RandomJob.from_dict(job))
+
+
+@pytest.mark.slow
+def test_reentrant_recompute_offloaded_is_said_not_held() -> None:
+    """TRL's offloading context stays open through the backward (its `training_step`), so a reentrant recompute's
+    saved tensors go to the host too; the reentrant cells keep them on the GPU. Traced afresh on StableLM (s1-206's
+    type, a 3-layer cut): with offloading the trace peaks lower than without and the estimate reads over it by more
+    than 3 %, and says so; without offloading the same job is within 1 % and carries no such warning."""
+    offloaded, plain = _offloaded_spec("s1-206", True), _offloaded_spec("s1-206", False)
+    assert offloaded.model.learned is not None
+    traced_o, est_o, peak_o = traced_and_estimated(offloaded)
+    traced_p, est_p, peak_p = traced_and_estimated(plain)
+    assert traced_o.peak_allocated_bytes < traced_p.peak_allocated_bytes
+    assert peak_o > 1.03 * traced_o.peak_allocated_bytes
+    assert any(OFFLOAD_WORDS in w for w in est_o.warnings), est_o.warnings
+    assert_within(peak_p, traced_p.peak_allocated_bytes, 0.01)
+    assert not any(OFFLOAD_WORDS in w for w in est_p.warnings)
