@@ -213,19 +213,23 @@ def trace_command(cases: str | None, ci_only: bool, workers: int, rescore: bool,
               "learning the rest again; then rescore their records")
 @click.option("--cells", "cells", default=None, help="with --add-missing: only the missing variant cells of these "
               "comma-separated techniques (full-noamp, lora-noamp, lora-nodrop, full-reentrant, …), and no rows check")
+@click.option("--hold-longer", "hold_longer", default=None, help="hold the --types' stored sweep profiles at these "
+              "comma-separated longer row lengths too (e.g. 65536,131072: a two-step trace per technique and length, "
+              "within the model's max_position_embeddings; the rows check again at the new longest length), without "
+              "learning them again; then rescore their records")
 @click.option("--trainable", is_flag=True, help="image-text types: run TRL's SFTTrainer one CPU step on a tiny model "
               "of each of --types (default every image-text type not estimated with images), store "
               "estimator/vlm-trainable.jsonl, and write the table; nothing else is traced or rescored")
 @JSON
 @NO_PNG
 def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool, relearn: bool, short_checks: bool,
-                     rows_checks: bool, add_missing: bool, cells: str | None, trainable: bool, as_json: bool,
-                     no_png: bool) -> None:
+                     rows_checks: bool, add_missing: bool, cells: str | None, hold_longer: str | None,
+                     trainable: bool, as_json: bool, no_png: bool) -> None:
     """Every covered model type against a trace: traces the types without records and appends theirs to
     estimator/coverage.jsonl (types it does not trace are listed, not written), and writes estimator/COVERAGE.md."""
     chosen = [t.strip() for t in types.split(",")] if types else None
     if trainable:
-        if rescore or redo or relearn or rows_checks or short_checks or add_missing:
+        if rescore or redo or relearn or rows_checks or short_checks or add_missing or hold_longer is not None:
             raise HpcmemError("--trainable: alone (with --types); it runs TRL on image-text types and rescores "
                               "nothing")
         recs = _trainable(chosen)
@@ -252,6 +256,10 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
                           f"{', '.join(variant_techniques())})")
     if cells is not None and not wanted:
         raise HpcmemError("--cells: empty; name at least one technique (e.g. full-noamp,lora-noamp)")
+    longer = _lengths(hold_longer) if hold_longer is not None else ()
+    if hold_longer is not None and (not chosen or relearn or rows_checks or add_missing):
+        raise HpcmemError("--hold-longer: needs --types and none of --relearn, --rows-checks, --add-missing (run them "
+                          "first; this checks the profile they leave)")
     if add_missing:
         for got in coverage.add_missing(chosen, cells=wanted, workers=workers):
             click.echo(f"{got['model_type']}: " + (got.get("error") or got.get("skipped") or _added(got)), err=True)
@@ -260,17 +268,22 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
             click.echo(f"{got['model_type']}: " + (got.get("error") or f"{got['seconds']} s, held at rows "
                                                    f"{got['rows_held'][0]}–{got['rows_held'][1]}: "
                                                    f"{json.dumps(got['rows_err_pct'])}"), err=True)
+    if longer:
+        for got in coverage.hold_longer(chosen, longer):
+            click.echo(f"{got['model_type']}: " + (got.get("error") or f"{got['seconds']} s, held at "
+                                                   f"{json.dumps(got['held'])}, rows {got.get('rows_held')}"),
+                       err=True)
     if relearn:
         for got in coverage.relearn(chosen, long_checks=not short_checks):
             click.echo(f"{got['model_type']}: " + (got.get("error") or f"{got['seconds']} s, held {got['held']}"),
                        err=True)
-    if rescore or relearn or rows_checks or add_missing:
+    if rescore or relearn or rows_checks or add_missing or longer:
         recs = coverage.rescore(types=chosen)
         coverage.write_records(recs)
     else:
         recs = coverage.run(chosen, redo=redo, workers=workers, progress=coverage.print_progress)
     report = _write_coverage_report()
-    again = rescore or relearn or rows_checks or add_missing
+    again = rescore or relearn or rows_checks or add_missing or bool(longer)
     skipped = [r["model_type"] for r in recs if "skipped" in r and not again]
     verb = "rescored in" if again else "appended to"
     written = f"{len(recs) - len(skipped)} records {verb} estimator/coverage.jsonl"
@@ -278,6 +291,17 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
         written += (f"; {len(skipped)} types not traced, not written (not applicable or refused: `hpcmem models "
                     f"coverage` says why): {', '.join(skipped)}")
     click.echo(json.dumps(recs, indent=1) if as_json else f"{written}; table: {report}")
+
+
+def _lengths(text: str) -> tuple[int, ...]:
+    """--hold-longer's row lengths: positive whole numbers, comma-separated, or a one-line error naming the bad one."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part.isdigit() or int(part) <= 0:
+            raise HpcmemError(f"--hold-longer: {part!r} is not a row length (a positive whole number of tokens, e.g. "
+                              "65536,131072)")
+        out.append(int(part))
+    return tuple(sorted(set(out)))
 
 
 @command.command("published")

@@ -742,6 +742,68 @@ def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[
     return replace(stored, cells={**stored.cells, **fitted}, provenance=provenance)
 
 
+def hold_longer(cfg: dict[str, Any], stored: LearnedProfile, lengths: tuple[int, ...], *,
+                progress: Any = None) -> LearnedProfile:
+    """`stored` (a profile of `cfg`) held-checked again at longer rows: each technique held as far as the profile's
+    longest check is checked at each of `lengths` past it (within the model's max_position_embeddings), in every
+    precision it was held in, and held up to the longest length from which every shorter check is within HELD_PCT —
+    the check `held` runs, at lengths its CHECK_FACTOR does not reach. Where the longest held length grows, the rows
+    check (`held_rows`: 1, 4, 8 and 16 rows) runs again there and replaces the stored one, so the rows range is held
+    where the rows are longest. Cells and terms untouched: what a job at those lengths reads is what it read before,
+    now either held or still said not to be. Refused in one line for another config, cut or LoRA reference."""
+    name = stored.model_type
+    if config_hash(cfg) != stored.config_sha256:
+        raise SpecError(f"model {name}: the stored profile was learned from another config (config_sha256 "
+                        f"{stored.config_sha256[:12]}…, this one {config_hash(cfg)[:12]}…); learn it again instead")
+    probe, full, keep, reference, _ = learning_probe(cfg, CELLS, image_text=bool(stored.provenance.get(LAYER_NORM_FP32)))
+    seqs = tuple(stored.provenance.get("seqs") or ())
+    if len(keep) != stored.provenance.get("depth") or reference != stored.provenance.get("lora_reference") \
+            or len(seqs) != 3:
+        raise SpecError(f"model {name}: the stored profile's cut, LoRA reference or lengths are not what the learner "
+                        "builds today; learn it again instead")
+    named = stored.held.get("precisions") or [stored.held.get("precision")]
+    dtypes = tuple(d for d, key in PRECISIONS.items() if key in named)
+    techniques: dict[str, int] = dict(stored.held.get("techniques") or {})
+    if not dtypes or not techniques:
+        raise SpecError(f"model {name}: the stored profile names no held technique or precision; learn it again "
+                        "instead")
+    probe = replace(probe, provenance={**probe.provenance, "seqs": list(seqs), "held": stored.held})
+    spec = spec_from_profile(probe, probe.model_type)
+    top = max(techniques.values())
+    longer = sorted(n for n in set(lengths) if n > top and (not full.max_position_embeddings
+                                                           or n <= full.max_position_embeddings))
+    errors = {k: dict(v) for k, v in (stored.held.get("err_pct") or {}).items()}
+    for label, at in list(techniques.items()):
+        if at < top:
+            continue                # it missed a shorter check already: no longer one can hold it
+        technique, gc = (label[:-len(" no gc")], False) if label.endswith(" no gc") else (label[:-len(" gc")], True)
+        for n in longer:
+            ok = True
+            for dtype in dtypes:
+                if cell_key(PRECISIONS[dtype], technique, gc) not in stored.cells:
+                    continue
+                if progress:
+                    progress(f"held check: {PRECISIONS[dtype]} {label} at {n:,} tokens per row")
+                try:
+                    err: float | str = _check(probe, stored.cells, learn_job(spec, dtype, technique, gc, n))
+                except Exception as exc:  # noqa: BLE001 — a check that cannot run holds nothing
+                    err = f"{type(exc).__name__}: {exc}"[:200]
+                # profiles held before the keys named their precision keep their key
+                key = f"{PRECISIONS[dtype]} {label}"
+                errors.setdefault(label if key not in errors and label in errors else key, {})[str(n)] = err
+                ok = ok and isinstance(err, float) and abs(err) <= HELD_PCT
+            if not ok:
+                break
+            techniques[label] = n
+    now = {**stored.held, "techniques": techniques, "max_length": min(techniques.values(), default=0),
+           "err_pct": errors}
+    first = rows_technique(now)
+    if first and stored.held.get("rows_err_pct") and now["max_length"] > int(stored.held.get("max_length") or 0):
+        technique, gc = (first[:-len(" no gc")], False) if first.endswith(" no gc") else (first[:-len(" gc")], True)
+        now |= held_rows(probe, stored.cells, spec, dtypes[0], technique, gc, techniques[first], progress=progress)
+    return replace(stored, provenance={**stored.provenance, "held": now})
+
+
 def missing_cells(stored: LearnedProfile) -> list[tuple[str, bool]]:
     """The variant cells a stored profile lacks beside the cells it has — what `learn_cells` adds to a profile learned
     before the learner traced them: the no-dropout LoRA and DoRA cells (NODROP, DORA_NODROP, with and without

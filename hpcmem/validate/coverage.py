@@ -54,6 +54,7 @@ from hpcmem.trace import run_trace
 from hpcmem.trace.layer_map import subsequence
 from hpcmem.trace.learn import (added_held, complete, held_rows, learn, learning_probe, missing_cells,
                                 missing_rows, rows_technique, stderr_progress)
+from hpcmem.trace.learn import hold_longer as hold_profile_longer
 from hpcmem.trace.threads import share_cpus
 
 EVAL_LAYERS = 16
@@ -295,6 +296,31 @@ def add_missing(types: list[str], *, workers: int = 1, long_checks: bool = True,
         out.append({"model_type": model_type, "seconds": round(time.perf_counter() - start, 1),
                     "added": sorted(set(profile.cells) - set(stored.cells)), **added_held(profile, wanted),
                     "rows_added": list(rows), "rows_held": profile.held.get("rows_held")})
+    return out
+
+
+def hold_longer(types: list[str], lengths: tuple[int, ...], progress: Any = stderr_progress) -> list[dict[str, Any]]:
+    """Hold the --types' stored sweep profiles at `lengths` too (hpcmem.trace.learn `hold_longer`: each technique held
+    at the profile's longest check, traced again at each longer length within max_position_embeddings; the rows check
+    again at the new longest length), each saved as it finishes; cells untouched. One summary per type."""
+    require_learned(types)
+    out = []
+    for model_type in types:
+        doc = held_sweep_doc(model_type)
+        if doc is None:
+            out.append(not_held_error(model_type))
+            continue
+        start = time.perf_counter()
+        try:
+            profile = hold_profile_longer(reference_config(model_type)[0], profile_from_dict(doc), lengths,
+                                          progress=lambda line, t=model_type: progress(f"{t}: {line}"))
+        except Exception as exc:  # noqa: BLE001 — the profile stays as it was; the others go on
+            out.append({"model_type": model_type, "error": f"{type(exc).__name__}: {exc}"[:600]})
+            continue
+        save_sweep_profile(profile, model_type)
+        out.append({"model_type": model_type, "seconds": round(time.perf_counter() - start, 1),
+                    "held": profile.held.get("techniques"), "max_length": profile.held.get("max_length"),
+                    "rows_held": profile.held.get("rows_held")})
     return out
 
 
