@@ -13,7 +13,7 @@ from hpcmem.datapath import write_dir
 from hpcmem.errors import SpecError
 from hpcmem.estimate.loss import VOCAB_CHUNK_SIZE
 from hpcmem.inputs.model_config import check_model_config
-from hpcmem.inputs.values import text
+from hpcmem.inputs.values import row_lengths, text
 from hpcmem.models import (
     all_linear_targets,
     catalog,
@@ -35,7 +35,8 @@ from hpcmem.models.spec import ModelSpec
 from hpcmem.models.vision import text_part
 from hpcmem.trace.text_heads import TEXT_ONLY_TYPES
 from hpcmem.models.vlm_learned import learned_text
-from hpcmem.trace.learn import added_held, complete, learn, missing_cells, missing_rows, stderr_progress
+from hpcmem.trace.learn import (added_held, complete, hold_longer, learn, missing_cells, missing_rows,
+                                stderr_progress)
 
 
 @click.group("models")
@@ -95,9 +96,14 @@ def coverage_cmd(as_json: bool) -> None:
                    "disable_dropout, types with dropout modules) — in its own "
                    "precisions, with their held checks, and run its rows check at the row counts it lacks (8 and 16 "
                    "rows per micro-batch); its other cells are not traced again.")
+@click.option("--hold-longer", "hold_longer", default=None,
+              help="Keep the profile already learned for this config and hold it at these comma-separated longer "
+                   "row lengths too (e.g. 65536,131072: a two-step trace of the reduced model per technique and "
+                   "length, within its max_position_embeddings, and the rows check again at the new longest "
+                   "length); nothing is learned again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile's summary as JSON.")
 def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: int, force: bool, add_missing: bool,
-              as_json: bool) -> None:
+              hold_longer: str | None, as_json: bool) -> None:
     """Learn the per-layer memory terms of a model that no family descriptor covers, from traces of a reduced-depth
     copy of its own transformers code (needs torch; about a minute on two cores, no GPU). NAME: a config.json, its
     folder, or a catalog id. `hpcmem estimate` then finds the profile by the config's hash, without torch."""
@@ -111,6 +117,12 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
         cfg = text_part(cfg)
     learnable(cfg, name)
     folder = Path(out_dir) / "profiles" if out_dir else None
+    if hold_longer is not None:
+        if force or dtypes or add_missing:
+            raise SpecError("--hold-longer keeps the learned profile as it is; it does not go with --force, --dtype "
+                            "or --add-missing (run --add-missing first)")
+        hold_profile_longer(cfg, name, folder, row_lengths("--hold-longer", hold_longer), as_json=as_json)
+        return
     if add_missing:
         if force or dtypes:
             raise SpecError("--add-missing keeps the learned profile and its precisions; it does not go with --force "
@@ -149,19 +161,48 @@ def learn_cmd(name: str, dtypes: tuple[str, ...], out_dir: str | None, workers: 
         click.echo(f"wrote {path}")
 
 
+def stored_profile(cfg: dict[str, Any], name: str, folder, option: str) -> tuple[Any, Any]:
+    """(path, profile) learned for this config in `folder` (default: where `models learn` writes), or a one-line
+    refusal naming `option`."""
+    folder = folder or write_dir(KIND)
+    path = folder / profile_filename(str(cfg["model_type"]), config_hash(cfg))
+    if not path.is_file() or path.is_symlink():
+        raise SpecError(f"model {name}: {option}: no profile learned for this config at {path}; learn it first "
+                        "(hpcmem models learn, with the same --out)")
+    stored = load_profile(path)
+    if stored.config_sha256 != config_hash(cfg):
+        raise SpecError(f"{path} is not the profile learned for this config; learn it again with --force")
+    return path, stored
+
+
+def hold_profile_longer(cfg: dict[str, Any], name: str, folder, lengths: tuple[int, ...], *, as_json: bool) -> None:
+    """`models learn NAME --hold-longer L1,L2`: the profile learned for this config held at longer rows
+    (hpcmem.trace.learn `hold_longer`), written over it atomically once every check is done."""
+    path, stored = stored_profile(cfg, name, folder, "--hold-longer")
+    require("models learn", "torch", "transformers", "trl", "peft")
+    writable(path.parent)
+    profile = hold_longer(cfg, stored, lengths, progress=stderr_progress)
+    save_profile(profile, path.parent)
+    held = profile.held
+    summary = {"profile": str(path), "model_type": profile.model_type, "max_length": held.get("max_length"),
+               "techniques": held.get("techniques"), "rows_held": held.get("rows_held")}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    click.echo(f"held within {held.get('within_pct')} % at ≤ {held['max_length']:,} tokens per row: "
+               + ", ".join(f"{k} ≤ {v:,}" for k, v in held["techniques"].items()))
+    if held.get("rows_held"):
+        click.echo(f"held at {held['rows_held'][0]}–{held['rows_held'][1]} rows per micro-batch")
+    click.echo(f"wrote {path}")
+
+
 def add_missing_cells(cfg: dict[str, Any], name: str, folder, *, workers: int, as_json: bool) -> None:
     """`models learn NAME --add-missing`: the profile learned for this config in `folder` (default: where `models
     learn` writes), with the variant cells it lacks added (hpcmem.trace.learn `missing_cells`, `learn_cells`) and its
     rows check run at the row counts it lacks (`missing_rows`, `add_rows`), written over it atomically once every
     trace and check is done; a profile that has them all is left untouched."""
-    folder = folder or write_dir(KIND)
-    path = folder / profile_filename(str(cfg["model_type"]), config_hash(cfg))
-    if not path.is_file() or path.is_symlink():
-        raise SpecError(f"model {name}: --add-missing: no profile learned for this config at {path}; learn it first "
-                        "(hpcmem models learn, with the same --out)")
-    stored = load_profile(path)
-    if stored.config_sha256 != config_hash(cfg):
-        raise SpecError(f"{path} is not the profile learned for this config; learn it again with --force")
+    path, stored = stored_profile(cfg, name, folder, "--add-missing")
+    folder = path.parent
     wanted, rows = missing_cells(stored), missing_rows(stored)
     summary: dict[str, Any] = {"profile": str(path), "model_type": stored.model_type, "added": [], "rows_added": []}
     if wanted or rows:

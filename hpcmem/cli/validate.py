@@ -17,7 +17,7 @@ from hpcmem.datapath import PACKAGE_DIR, estimator_dir
 from hpcmem.errors import HpcmemError
 from hpcmem.estimate.learned import variant_techniques
 from hpcmem.gpus.calibration import MULTI_GPU_FILE, SINGLE_GPU_FILE
-from hpcmem.inputs.values import text
+from hpcmem.inputs.values import row_lengths, text
 from hpcmem.models.coverage import (SHIPPED_SUMMARY, SHIPPED_VLM_SUMMARY, classification, installed_mapping,
                                     summary_to_ship, vision_language_rows)
 from hpcmem.validate import (against_probes, boundary, coverage, coverage_vlm, published_score, random_report,
@@ -256,7 +256,7 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
                           f"{', '.join(variant_techniques())})")
     if cells is not None and not wanted:
         raise HpcmemError("--cells: empty; name at least one technique (e.g. full-noamp,lora-noamp)")
-    longer = _lengths(hold_longer) if hold_longer is not None else ()
+    longer = row_lengths("--hold-longer", hold_longer) if hold_longer is not None else ()
     if hold_longer is not None and (not chosen or relearn or rows_checks or add_missing):
         raise HpcmemError("--hold-longer: needs --types and none of --relearn, --rows-checks, --add-missing (run them "
                           "first; this checks the profile they leave)")
@@ -291,17 +291,6 @@ def coverage_command(workers: int, rescore: bool, types: str | None, redo: bool,
         written += (f"; {len(skipped)} types not traced, not written (not applicable or refused: `hpcmem models "
                     f"coverage` says why): {', '.join(skipped)}")
     click.echo(json.dumps(recs, indent=1) if as_json else f"{written}; table: {report}")
-
-
-def _lengths(text: str) -> tuple[int, ...]:
-    """--hold-longer's row lengths: positive whole numbers, comma-separated, or a one-line error naming the bad one."""
-    out = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part.isdigit() or int(part) <= 0:
-            raise HpcmemError(f"--hold-longer: {part!r} is not a row length (a positive whole number of tokens, e.g. "
-                              "65536,131072)")
-        out.append(int(part))
-    return tuple(sorted(set(out)))
 
 
 @command.command("published")

@@ -67,6 +67,11 @@ def integer(field: str, value: Any, *, lo: int | None = None, hi: int = MAX_COUN
     return value
 
 
+def row_lengths(field: str, value: str) -> tuple[int, ...]:
+    """Comma-separated row lengths (tokens per row, each 1..MAX_COUNT), sorted, each once."""
+    return tuple(sorted({integer(field, part, lo=1) for part in value.split(",")}))
+
+
 def optional_integer(field: str, value: Any, **kw: Any) -> int | None:
     """`integer`, or None for null / "none" / "null" (`--max_length none`)."""
     if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):

@@ -177,6 +177,11 @@ def test_add_missing_refuses_in_one_line_and_leaves_a_complete_profile_untouched
                   "learn it first")
     _fast_refusal(capsys, [str(model), *out, "--add-missing", "--force"], "--add-missing", "--force")
     _fast_refusal(capsys, [str(model), *out, "--add-missing", "--dtype", "bfloat16"], "--add-missing", "--dtype")
+    _fast_refusal(capsys, [str(model), *out, "--hold-longer", "65536"], "--hold-longer",
+                  "no profile learned for this config")
+    _fast_refusal(capsys, [str(model), *out, "--hold-longer", "65536", "--add-missing"], "--hold-longer",
+                  "--add-missing")
+    _fast_refusal(capsys, [str(model), *out, "--hold-longer", "64k"], "--hold-longer", "'64k'")
     target = tmp_path / "data" / "profiles" / profile_filename("olmo3", config_hash(TINY_OLMO3))
     target.parent.mkdir(parents=True)
     target.write_text('{"mine": "a file of my own"}')

@@ -64,6 +64,13 @@ def test_both_forms_rescore_the_stored_traces_alike(tmp_path, monkeypatch):
     (["validate", "coverage", "--add-missing", "--types", "gpt2", "--cells", "full-noamp,bogus"],
      ("--cells", "bogus", "lora-noamp")),
     (["validate", "coverage", "--add-missing", "--types", "gpt2", "--cells", " , "], ("--cells", "empty")),
+    (["validate", "coverage", "--hold-longer", "65536"], ("--hold-longer", "--types")),
+    (["validate", "coverage", "--hold-longer", "65536", "--add-missing", "--types", "gpt2"],
+     ("--hold-longer", "--add-missing")),
+    (["validate", "coverage", "--hold-longer", "65536,6x", "--types", "gpt2"], ("--hold-longer", "'6x'", "integer")),
+    (["validate", "coverage", "--hold-longer", "0", "--types", "gpt2"], ("--hold-longer", "got 0")),
+    (["validate", "coverage", "--hold-longer", "65536", "--types", "gpt2,llama"], ("--types llama",
+                                                                                   "not a learned type")),
 ])
 def test_a_flag_or_mode_of_no_instrument_here_is_one_line_naming_the_right_one(argv, words):
     status, out, err = _run(argv)
