@@ -39,9 +39,11 @@ def job_technique(job: JobSpec, mb: MicroBatch) -> str:
     (hpcmem.estimate.learned `nodrop_taken`), each but DoRA its reentrant variant where the job checkpoints reentrantly
     and the profile learned it (`reentrant_cell`) — for this micro-batch's one-row variant as the estimate asks."""
     t, prec, one = job.train, precision(job), one_row(job, mb)
-    if noamp_taken(job, prec, mb):
-        return held_name(NOAMP_OF["lora" if t.use_peft else "full"], t.gradient_checkpointing)
     lora = lora_layout(job)
+    if noamp_taken(job, prec, mb):
+        name = NOAMP_OF["lora" if t.use_peft else "full"]
+        return held_name(name + (NOMDROP if takes_model_dropout_off(job, prec, lora, mb) else ""),
+                         t.gradient_checkpointing)
     taken = nodrop_taken(job, prec, lora, one)
     name = NODROP if taken else "dora" if t.use_peft and t.use_dora else "lora" if t.use_peft else "full"
     on_default = t.use_dora and not job.reentrant_checkpointing and default_cell(job, prec, lora, one) is not None

@@ -389,7 +389,7 @@ def no_grad_terms(samples: list[list[list[int]]], seqs: tuple[int, ...], kinds: 
 def traced_in(dtype: str, technique: str) -> bool:
     """Whether a cell of `technique` is traced in `dtype`: the NOAMP_OF cells (autocast off) on 16-bit weights only —
     fp32 weights without autocast compute in fp32, which no cell holds."""
-    return dtype == "bfloat16" or technique not in NOAMP_OF.values()
+    return dtype == "bfloat16" or technique.removesuffix(NOMDROP) not in NOAMP_OF.values()
 
 
 def learn_job(spec: Any, dtype: str, technique: str, gc: bool, seq: int, rows: int = ROWS) -> JobSpec:
@@ -811,14 +811,15 @@ def missing_cells(stored: LearnedProfile) -> list[tuple[str, bool]]:
     variants on peft's default targets beside a `lora-default` cell (DEFAULT_NODROP, DORA_DEFAULT, where it has the
     no-dropout and DoRA cells), then the reentrant variants (REENTRANT: checkpointing only) of its full, LoRA and
     no-dropout cells, those added here included, then the cells without autocast (NOAMP_OF) of its full and LoRA
-    cells on 16-bit weights; empty where it has them all."""
+    cells on 16-bit weights, then — for a type that holds dropout modules — the NOMDROP variants of its full,
+    no-dropout and no-autocast full cells, those added here included; empty where it has them all."""
     named = stored.held.get("precisions") or [stored.held.get("precision")]
     key = next((k for k in PRECISIONS.values() if k in named), None) or next(iter(PRECISIONS.values()))
     names = ("full", "lora", NODROP, DORA, DORA_NODROP, *DEFAULT_VARIANTS, *NOAMP_OF.values(),
              *(t + NOMDROP for t in NOMDROP_OF),
              *(x + REENTRANT for x in REENTRANT_OF))
     has = {(t, gc) for t in names for gc in (True, False)
-           if cell_key("w2a2" if t in NOAMP_OF.values() else key, t, gc) in stored.cells}
+           if cell_key("w2a2" if t.removesuffix(NOMDROP) in NOAMP_OF.values() else key, t, gc) in stored.cells}
     wanted = [(NODROP, gc) for gc in (True, False) if ("lora", gc) in has and (NODROP, gc) not in has]
     wanted += [(DORA_NODROP, gc) for gc in (True, False) if (DORA, gc) in has and (DORA_NODROP, gc) not in has]
     if (DEFAULT_LORA, True) in has:
@@ -826,14 +827,14 @@ def missing_cells(stored: LearnedProfile) -> list[tuple[str, bool]]:
                    if (of, True) in has | set(wanted) and (variant, True) not in has]
     base = has | set(wanted)
     wanted += [(t + REENTRANT, True) for t in REENTRANT_OF if (t, True) in base and (t + REENTRANT, True) not in has]
-    # then, for a type that holds dropout modules, those with them off beside the cells they vary
-    if stored.provenance.get("dropout"):
-        wanted += [(t + NOMDROP, gc) for t in NOMDROP_OF for gc in (True, False)
-                   if ((t, gc) in has or (t, gc) in wanted) and (t + NOMDROP, gc) not in has]
     # then the cells without autocast beside the full and LoRA cells, on 16-bit weights (`traced_in`)
     if "w2a2" in named:
         wanted += [(NOAMP_OF[t], gc) for t in NOAMP_OF for gc in (True, False) if (t, gc) in has
                    and (NOAMP_OF[t], gc) not in has]
+    # then, for a type that holds dropout modules, those with them off beside the cells they vary
+    if stored.provenance.get("dropout"):
+        wanted += [(t + NOMDROP, gc) for t in NOMDROP_OF for gc in (True, False)
+                   if ((t, gc) in has or (t, gc) in wanted) and (t + NOMDROP, gc) not in has]
     return wanted
 
 
