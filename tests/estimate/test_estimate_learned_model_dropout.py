@@ -3,8 +3,8 @@ dropout modules (GPT-2's family) was traced by SFT, which keeps them. Such a job
 modules at p = 0 (`-nomdrop`: hpcmem.estimate.learned `model_dropout_off`) where learned.
 
 Known answers: traces of random jobs (the real TRL trainers on fake tensors at full width), of
-estimator/random/trace.jsonl — in-sample for the choice to add the cells (their errors before: +7.15, +4.84, +4.35
-and +40.2 %); no fresh-seed set was drawn for them."""
+estimator/random/trace.jsonl — in-sample for the choice to add the cells (their errors before: +7.15, +4.84, +4.35,
++40.2 % and, for the no-autocast full cell's variant, +24.56 %); no fresh-seed set was drawn for them."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from tests.helpers.sweep_profiles import sweep_spec
 
 pytestmark = pytest.mark.torch
 
-# DPO with LoRA on OpenAI-GPT (no checkpointing) and GPT-BigCode, KTO full fine-tuning on GPT-NeoX-Japanese
-MOVED = [("s1-247", 7.15), ("s1-462", 4.84), ("s4-52", 4.35), ("s5-37", 40.24)]
+# DPO with LoRA on OpenAI-GPT (no checkpointing) and GPT-BigCode, KTO full fine-tuning on GPT-NeoX-Japanese; Reward
+# full fine-tuning on OpenAI-GPT with bf16 and fp16 off (`full-noamp-nomdrop`)
+MOVED = [("s1-247", 7.15), ("s1-462", 4.84), ("s4-52", 4.35), ("s5-37", 40.24), ("s2-279", 24.56)]
 
 
 @pytest.mark.parametrize(("job_id", "before"), MOVED)
