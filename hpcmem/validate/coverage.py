@@ -269,40 +269,37 @@ def add_missing(types: list[str], *, workers: int = 1, long_checks: bool = True,
     check at the row counts it lacks (`missing_rows`, `add_rows`), each saved as it finishes; a profile that has them
     all is left as it is. `cells`: only the missing cells of these techniques, and no rows check. One summary per
     type."""
-    require_learned(types)
-    out = []
-    for model_type in types:
-        doc = held_sweep_doc(model_type)
-        if doc is None:
-            out.append(not_held_error(model_type))
-            continue
-        stored = profile_from_dict(doc)
+    def change(model_type: str, stored: Any, say: Any) -> Any:
         wanted, rows = missing_cells(stored), missing_rows(stored)
         if cells:
             wanted, rows = [c for c in wanted if c[0] in cells], ()
         if not (wanted or rows):
-            out.append({"model_type": model_type, "skipped": "it has each variant cell beside the cells it varies "
-                        + ("of " + ", ".join(cells) if cells else "and its rows check at every row count")})
-            continue
-        start = time.perf_counter()
-        say = lambda line, t=model_type: progress(f"{t}: {line}")   # noqa: E731
-        try:
-            profile = complete(reference_config(model_type)[0], stored, wanted, rows, workers=workers,
-                               long_checks=long_checks, progress=say)
-        except Exception as exc:  # noqa: BLE001 — the profile stays as it was; the others go on
-            out.append({"model_type": model_type, "error": f"{type(exc).__name__}: {exc}"[:600]})
-            continue
-        save_sweep_profile(profile, model_type)
-        out.append({"model_type": model_type, "seconds": round(time.perf_counter() - start, 1),
-                    "added": sorted(set(profile.cells) - set(stored.cells)), **added_held(profile, wanted),
-                    "rows_added": list(rows), "rows_held": profile.held.get("rows_held")})
-    return out
+            return {"skipped": "it has each variant cell beside the cells it varies "
+                    + ("of " + ", ".join(cells) if cells else "and its rows check at every row count")}
+        profile = complete(reference_config(model_type)[0], stored, wanted, rows, workers=workers,
+                           long_checks=long_checks, progress=say)
+        return profile, {"added": sorted(set(profile.cells) - set(stored.cells)), **added_held(profile, wanted),
+                         "rows_added": list(rows), "rows_held": profile.held.get("rows_held")}
+
+    return each_held_profile(types, change, progress)
 
 
 def hold_longer(types: list[str], lengths: tuple[int, ...], progress: Any = stderr_progress) -> list[dict[str, Any]]:
     """Hold the --types' stored sweep profiles at `lengths` too (hpcmem.trace.learn `hold_longer`: each technique held
     at the profile's longest check, traced again at each longer length within max_position_embeddings; the rows check
     again at the new longest length), each saved as it finishes; cells untouched. One summary per type."""
+    def change(model_type: str, stored: Any, say: Any) -> Any:
+        profile = hold_profile_longer(reference_config(model_type)[0], stored, lengths, progress=say)
+        return profile, {"held": profile.held.get("techniques"), "max_length": profile.held.get("max_length"),
+                         "rows_held": profile.held.get("rows_held")}
+
+    return each_held_profile(types, change, progress)
+
+
+def each_held_profile(types: list[str], change: Any, progress: Any) -> list[dict[str, Any]]:
+    """`change(model_type, stored profile, say)` on each type's held sweep profile: (the profile to save, its summary),
+    or a summary alone where nothing changes; a type without a held profile, or whose change raises, keeps its profile
+    and says why. One summary per type, each profile saved as it finishes."""
     require_learned(types)
     out = []
     for model_type in types:
@@ -312,15 +309,16 @@ def hold_longer(types: list[str], lengths: tuple[int, ...], progress: Any = stde
             continue
         start = time.perf_counter()
         try:
-            profile = hold_profile_longer(reference_config(model_type)[0], profile_from_dict(doc), lengths,
-                                          progress=lambda line, t=model_type: progress(f"{t}: {line}"))
+            got = change(model_type, profile_from_dict(doc), lambda line, t=model_type: progress(f"{t}: {line}"))
         except Exception as exc:  # noqa: BLE001 — the profile stays as it was; the others go on
             out.append({"model_type": model_type, "error": f"{type(exc).__name__}: {exc}"[:600]})
             continue
+        if isinstance(got, dict):
+            out.append({"model_type": model_type, **got})
+            continue
+        profile, summary = got
         save_sweep_profile(profile, model_type)
-        out.append({"model_type": model_type, "seconds": round(time.perf_counter() - start, 1),
-                    "held": profile.held.get("techniques"), "max_length": profile.held.get("max_length"),
-                    "rows_held": profile.held.get("rows_held")})
+        out.append({"model_type": model_type, "seconds": round(time.perf_counter() - start, 1), **summary})
     return out
 
 
