@@ -748,8 +748,9 @@ def hold_longer(cfg: dict[str, Any], stored: LearnedProfile, lengths: tuple[int,
     longest check is checked at each of `lengths` past it (within the model's max_position_embeddings), in every
     precision it was held in, and held up to the longest length from which every shorter check is within HELD_PCT —
     the check `held` runs, at lengths its CHECK_FACTOR does not reach. Where the longest held length grows, the rows
-    check (`held_rows`: 1, 4, 8 and 16 rows) runs again there and replaces the stored one, so the rows range is held
-    where the rows are longest. Cells and terms untouched: what a job at those lengths reads is what it read before,
+    check (`held_rows`: 1, 4, 8 and 16 rows) runs again there and replaces the stored one — at the longest new length
+    where it holds at least the stored rows range, to which the techniques' held lengths are then capped (none grows
+    where no new length keeps the range: a rows range is claimed only where it was checked). Cells and terms untouched: what a job at those lengths reads is what it read before,
     now either held or still said not to be. Refused in one line for another config, cut or LoRA reference."""
     name = stored.model_type
     if config_hash(cfg) != stored.config_sha256:
@@ -797,10 +798,22 @@ def hold_longer(cfg: dict[str, Any], stored: LearnedProfile, lengths: tuple[int,
             techniques[label] = n
     now = {**stored.held, "techniques": techniques, "max_length": min(techniques.values(), default=0),
            "err_pct": errors}
-    first = rows_technique(now)
-    if first and stored.held.get("rows_err_pct") and now["max_length"] > int(stored.held.get("max_length") or 0):
+    first, was = rows_technique(now), int(stored.held.get("max_length") or 0)
+    if first and stored.held.get("rows_err_pct") and now["max_length"] > was:
+        # the rows check at the longest new length the techniques reach that holds as many rows as the stored one
+        # did (one unpadded row's error grows with the row on some types); the techniques are held up to it — none
+        # past the stored lengths where no longer length keeps the rows range
         technique, gc = (first[:-len(" no gc")], False) if first.endswith(" no gc") else (first[:-len(" gc")], True)
-        now |= held_rows(probe, stored.cells, spec, dtypes[0], technique, gc, techniques[first], progress=progress)
+        lo, hi = stored.held.get("rows_held") or (ROWS, ROWS)
+        reach = [n for n in longer if n <= now["max_length"]]
+        for n in sorted(reach, reverse=True):
+            rows = held_rows(probe, stored.cells, spec, dtypes[0], technique, gc, n, progress=progress)
+            if rows["rows_held"][0] <= lo and rows["rows_held"][1] >= hi:
+                capped = {k: min(v, n) if v > was else v for k, v in techniques.items()}
+                now |= rows | {"techniques": capped, "max_length": min(capped.values(), default=0)}
+                break
+        else:
+            now |= {"techniques": dict(stored.held.get("techniques") or {}), "max_length": was}
     return replace(stored, provenance={**stored.provenance, "held": now})
 
 
