@@ -301,7 +301,7 @@ WIDER_IMAGE_RESERVED = {"deepseek_vl_hybrid": (26, 22, "the SAM tower's global a
                         "apertus1p5": (19, 6, "the vision tokenizer's first stage makes and frees full-resolution "
                                               "tensors (fp32 GroupNorm copies and outputs, 16-bit convolution "
                                               "outputs) of hundreds of MiB each, per image"),
-                        "emu3": (29, 19, "the VQ-VAE encoder makes and frees GiB-sized fp32 GroupNorm tensors and "
+                        "emu3": (30, 19, "the VQ-VAE encoder makes and frees GiB-sized fp32 GroupNorm tensors and "
                                          "16-bit conv outputs over each image's frames, level by level")}
 
 

@@ -75,6 +75,7 @@ from hpcmem.job.shape import micro_batch, precision
 from hpcmem.job.spec import TrainSpec
 from hpcmem.models.coverage import required_settings, settings_beside_checkpointing
 from hpcmem.models.profile import (
+    ONE_ROW,
     ONE_ROW_PACKED,
     REFERENCE_LORA,
     Cell,
@@ -762,6 +763,10 @@ def hold_longer(cfg: dict[str, Any], stored: LearnedProfile, lengths: tuple[int,
             or len(seqs) != 3:
         raise SpecError(f"model {name}: the stored profile's cut, LoRA reference or lengths are not what the learner "
                         "builds today; learn it again instead")
+    if any(key.endswith("/" + ONE_ROW) for key in stored.cells):
+        # one unpadded row takes these cells, whose packed-row check (`one_row_cells`) ran at the stored length only
+        raise SpecError(f"model {name}: its one-row cells were checked on a packed row at its stored length only; "
+                        "--hold-longer does not extend such a profile (learn it again with the longer checks)")
     named = stored.held.get("precisions") or [stored.held.get("precision")]
     dtypes = tuple(d for d, key in PRECISIONS.items() if key in named)
     techniques: dict[str, int] = dict(stored.held.get("techniques") or {})

@@ -83,3 +83,14 @@ def test_a_longer_length_whose_rows_check_holds_fewer_rows_is_not_held() -> None
     assert abs(errors[key]["131072"]) <= 3.0, errors[key]          # the technique's own check passed …
     assert got.held["techniques"] == {"full gc": 32768}             # … but its rows range does not hold there
     assert got.held["rows_held"] == [1, 16] and got.held["rows_err_pct"] == stored.held["rows_err_pct"]
+
+
+def test_a_profile_with_one_row_cells_is_not_extended() -> None:
+    """GLM-MoE-DSA's one unpadded row takes its one-row cells, whose packed-row check ran at its stored length only:
+    one line, before any trace."""
+    from hpcmem.errors import SpecError
+    from hpcmem.trace.learn import hold_longer
+    from hpcmem.validate.coverage import reference_config
+
+    with pytest.raises(SpecError, match="one-row cells"):
+        hold_longer(reference_config("glm_moe_dsa")[0], sweep_profile("glm_moe_dsa"), (65536,))
