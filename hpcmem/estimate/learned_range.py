@@ -34,6 +34,11 @@ def held_name(technique: str, gc: bool) -> str:
     return f"{technique} {'gc' if gc else 'no gc'}"
 
 
+def held_technique(name: str) -> tuple[str, bool]:
+    """(technique, checkpointing) of a `held_name`."""
+    return name.split(" ", 1)[0], not name.endswith(" no gc")
+
+
 def job_technique(job: JobSpec, mb: MicroBatch) -> str:
     """The held name of the cell the job takes: full, LoRA, DoRA, or LoRA without dropout where the profile learned it
     (hpcmem.estimate.learned `nodrop_taken`), each but DoRA its reentrant variant where the job checkpoints reentrantly

@@ -65,7 +65,7 @@ from hpcmem.estimate.learned import (
     base_technique,
     layer_adapters,
 )
-from hpcmem.estimate.learned_range import held_name
+from hpcmem.estimate.learned_range import held_name, held_technique
 from hpcmem.estimate.lora import lora_layout
 from hpcmem.estimate.states import job_param_parts, model_states
 from hpcmem.estimate.workspaces import tensor_bytes
@@ -698,21 +698,8 @@ def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[
     stored one's. Where the stored profile has one-row LoRA cells, the added cells are traced on one row too (their
     one-row variants). Refused in one line for another config, cut or LoRA reference."""
     start = time.perf_counter()
-    name = stored.model_type
-    if config_hash(cfg) != stored.config_sha256:
-        raise SpecError(f"model {name}: the stored profile was learned from another config (config_sha256 "
-                        f"{stored.config_sha256[:12]}…, this one {config_hash(cfg)[:12]}…); learn it again instead")
-    probe, full, keep, reference, _ = learning_probe(cfg, CELLS, image_text=bool(stored.provenance.get(LAYER_NORM_FP32)))
-    depth, seqs = len(keep), tuple(stored.provenance.get("seqs") or ())
-    if depth != stored.provenance.get("depth") or reference != stored.provenance.get("lora_reference") or len(seqs) != 3:
-        raise SpecError(f"model {name}: the stored profile's cut, LoRA reference or lengths are not what the learner "
-                        "builds today; learn it again instead")
-    # an earlier held check named its one precision ("precision"), today's all of them ("precisions")
-    named = stored.held.get("precisions") or [stored.held.get("precision")]
-    dtypes = tuple(d for d, key in PRECISIONS.items() if key in named)
-    if not dtypes:
-        raise SpecError(f"model {name}: the stored profile names no held precision; learn it again instead")
-    probe = replace(probe, provenance={**probe.provenance, "seqs": list(seqs), "held": stored.held})
+    probe, full, keep, reference, seqs, dtypes = _stored_cut(cfg, stored)
+    depth = len(keep)
     cells = runnable_cells(probe.model_type, [c for c in wanted if reference or base_technique(
         c[0].removesuffix(NOMDROP))[0] in ("full", NOAMP_OF["full"])])
     prefix, ends_last = keep == tuple(range(depth)), lay.last_only(full.layer_kinds)
@@ -743,6 +730,31 @@ def learn_cells(cfg: dict[str, Any], stored: LearnedProfile, wanted: list[tuple[
     return replace(stored, cells={**stored.cells, **fitted}, provenance=provenance)
 
 
+def _stored_cut(cfg: dict[str, Any], stored: LearnedProfile) -> tuple[LearnedProfile, Any, tuple[int, ...], Any,
+                                                                    tuple[int, ...], tuple[str, ...]]:
+    """(the learning probe of `cfg` with `stored`'s lengths and held checks, the full layout, the kept layers, the LoRA
+    reference, the stored lengths, the held precisions' load dtypes) for work on a stored profile without learning it
+    again (`learn_cells`, `hold_longer`); refused in one line for another config, cut, LoRA reference or lengths, or a
+    profile that names no held precision."""
+    name = stored.model_type
+    if config_hash(cfg) != stored.config_sha256:
+        raise SpecError(f"model {name}: the stored profile was learned from another config (config_sha256 "
+                        f"{stored.config_sha256[:12]}…, this one {config_hash(cfg)[:12]}…); learn it again instead")
+    probe, full, keep, reference, _ = learning_probe(cfg, CELLS, image_text=bool(stored.provenance.get(LAYER_NORM_FP32)))
+    seqs = tuple(stored.provenance.get("seqs") or ())
+    if len(keep) != stored.provenance.get("depth") or reference != stored.provenance.get("lora_reference") \
+            or len(seqs) != 3:
+        raise SpecError(f"model {name}: the stored profile's cut, LoRA reference or lengths are not what the learner "
+                        "builds today; learn it again instead")
+    # an earlier held check named its one precision ("precision"), today's all of them ("precisions")
+    named = stored.held.get("precisions") or [stored.held.get("precision")]
+    dtypes = tuple(d for d, key in PRECISIONS.items() if key in named)
+    if not dtypes:
+        raise SpecError(f"model {name}: the stored profile names no held precision; learn it again instead")
+    probe = replace(probe, provenance={**probe.provenance, "seqs": list(seqs), "held": stored.held})
+    return probe, full, keep, reference, seqs, dtypes
+
+
 def hold_longer(cfg: dict[str, Any], stored: LearnedProfile, lengths: tuple[int, ...], *,
                 progress: Any = None) -> LearnedProfile:
     """`stored` (a profile of `cfg`) held-checked again at longer rows: each technique held as far as the profile's
@@ -754,26 +766,14 @@ def hold_longer(cfg: dict[str, Any], stored: LearnedProfile, lengths: tuple[int,
     where no new length keeps the range: a rows range is claimed only where it was checked). Cells and terms untouched: what a job at those lengths reads is what it read before,
     now either held or still said not to be. Refused in one line for another config, cut or LoRA reference."""
     name = stored.model_type
-    if config_hash(cfg) != stored.config_sha256:
-        raise SpecError(f"model {name}: the stored profile was learned from another config (config_sha256 "
-                        f"{stored.config_sha256[:12]}…, this one {config_hash(cfg)[:12]}…); learn it again instead")
-    probe, full, keep, reference, _ = learning_probe(cfg, CELLS, image_text=bool(stored.provenance.get(LAYER_NORM_FP32)))
-    seqs = tuple(stored.provenance.get("seqs") or ())
-    if len(keep) != stored.provenance.get("depth") or reference != stored.provenance.get("lora_reference") \
-            or len(seqs) != 3:
-        raise SpecError(f"model {name}: the stored profile's cut, LoRA reference or lengths are not what the learner "
-                        "builds today; learn it again instead")
+    probe, full, _, _, _, dtypes = _stored_cut(cfg, stored)
     if any(key.endswith("/" + ONE_ROW) for key in stored.cells):
         # one unpadded row takes these cells, whose packed-row check (`one_row_cells`) ran at the stored length only
         raise SpecError(f"model {name}: its one-row cells were checked on a packed row at its stored length only; "
                         "--hold-longer does not extend such a profile (learn it again with the longer checks)")
-    named = stored.held.get("precisions") or [stored.held.get("precision")]
-    dtypes = tuple(d for d, key in PRECISIONS.items() if key in named)
     techniques: dict[str, int] = dict(stored.held.get("techniques") or {})
-    if not dtypes or not techniques:
-        raise SpecError(f"model {name}: the stored profile names no held technique or precision; learn it again "
-                        "instead")
-    probe = replace(probe, provenance={**probe.provenance, "seqs": list(seqs), "held": stored.held})
+    if not techniques:
+        raise SpecError(f"model {name}: the stored profile names no held technique; learn it again instead")
     spec = spec_from_profile(probe, probe.model_type)
     top = max(techniques.values())
     longer = sorted(n for n in set(lengths) if n > top and (not full.max_position_embeddings
@@ -782,7 +782,7 @@ def hold_longer(cfg: dict[str, Any], stored: LearnedProfile, lengths: tuple[int,
     for label, at in list(techniques.items()):
         if at < top:
             continue                # it missed a shorter check already: no longer one can hold it
-        technique, gc = (label[:-len(" no gc")], False) if label.endswith(" no gc") else (label[:-len(" gc")], True)
+        technique, gc = held_technique(label)
         for n in longer:
             ok = True
             for dtype in dtypes:
@@ -808,7 +808,7 @@ def hold_longer(cfg: dict[str, Any], stored: LearnedProfile, lengths: tuple[int,
         # the rows check at the longest new length the techniques reach that holds as many rows as the stored one
         # did (one unpadded row's error grows with the row on some types); the techniques are held up to it — none
         # past the stored lengths where no longer length keeps the rows range
-        technique, gc = (first[:-len(" no gc")], False) if first.endswith(" no gc") else (first[:-len(" gc")], True)
+        technique, gc = held_technique(first)
         lo, hi = stored.held.get("rows_held") or (ROWS, ROWS)
         reach = [n for n in longer if n <= now["max_length"]]
         for n in sorted(reach, reverse=True):
@@ -1099,7 +1099,7 @@ def add_rows(cfg: dict[str, Any], stored: LearnedProfile, progress: Any = None) 
         named = stored.held.get("precisions") or [stored.held.get("precision")]
         label = rows_technique(stored.held)
         key, length, errors = next(k for k in PRECISIONS.values() if k in named), stored.held["techniques"][label], None
-    technique, gc = label.split(" ", 1)[0], not label.endswith("no gc")
+    technique, gc = held_technique(label)
     dtype = next(d for d, k in PRECISIONS.items() if k == key)
     probe = learning_probe(cfg, CELLS, image_text=bool(stored.provenance.get(LAYER_NORM_FP32)))[0]
     got = held_rows(probe, stored.cells, spec_from_profile(probe, probe.model_type), dtype, technique, gc,

@@ -32,6 +32,7 @@ from hpcmem.datapath import estimator_dir
 from hpcmem.errors import SpecError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.verdict import pct
+from hpcmem.estimate.learned_range import held_technique
 from hpcmem.estimate.workspaces import tensor_bytes
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.position_table import limited_by, model_positions
@@ -335,7 +336,7 @@ def check_rows(types: list[str], progress: Any = stderr_progress) -> list[dict[s
         held = doc["provenance"]["held"]
         start = time.perf_counter()
         name = rows_technique(held)
-        technique, gc = name.split(" ", 1)[0], not name.endswith("no gc")
+        technique, gc = held_technique(name)
         try:
             probe = learning_probe(reference_config(model_type)[0],
                                    [TECHNIQUES[t] for t in sweep_techniques(model_type)])[0]
