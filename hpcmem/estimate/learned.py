@@ -779,8 +779,9 @@ def _phases_of(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts,
     else:
         forward_other, head_other = cell.forward_other.at(tokens, quad), cell.head_other.at(tokens, quad)
     # activation offloading under checkpointing: the layers' inputs live on the host; on the GPU, the offloader's
-    # stash in the forward and the head's backward (the five largest: `offloaded_on_gpu`), and in a layer's backward
-    # its own input and the next layer's, which the node running the recompute holds (hpcmem.estimate.step)
+    # stash in the forward (the five largest: `offloaded_on_gpu`), none at the head's backward (the loss's node, the
+    # first to bring an offloaded tensor back, empties the stash in its post-hook: hpcmem.estimate.step), and in a
+    # layer's backward its own input and the next layer's, which the node running the recompute holds
     offload = checkpoint_inputs_offloaded(t)
     # what goes: the hidden state each layer's checkpoint saves; the rest of a learned `kept` is not a saved tensor
     # of the checkpoint (Gemma 4's K/V shared with later layers, referenced by its cache) and stays on the GPU
@@ -793,7 +794,7 @@ def _phases_of(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts,
     forward = _forward_phase(lb, cell.forward_entry.at(tokens, quad), forward_other, loss,
                              (*resident, *gathered, *accum_c), f"{how}: {mb.source}; {L} layers", off, cap)
     buckets = backward_components(job)
-    kept_all = sum(stays) + min(sum(off), cap)
+    kept_all = sum(stays)
     head = Phase(name=HEAD_BACKWARD, components=(
         *resident, *gathered, *buckets, *accum_c,
         Component(name=ACTIVATIONS, bytes=max(kept_all + head_other, 0), note=how),

@@ -160,8 +160,14 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
     late_unit = s.prefetched if s.prefetch_late else 0
     prefetched = [Component(name=PREFETCHED_UNIT, bytes=s.prefetched, note="the next layer, all-gathered ahead")] \
         if s.prefetched and not s.prefetch_late else []
+    # offloaded under checkpointing, the head's backward holds none of the stash: the loss's saved tensors (its fp32
+    # log-softmax, packed outside the head's no-op context) are the first the backward brings back, and that node's
+    # post-hook empties the forward stash (trl/models/activation_offloading.py `unpack_tensor_with_streams`) before
+    # the head's matmul backward runs
+    head_acts = activations if on_gpu_cap is None else Component(
+        name=ACTIVATIONS, bytes=saved_total - on_gpu(sum(kept)), note=activations.note)
     head_phase = Phase(name=HEAD_BACKWARD, components=(
-        *resident, *gathered, *buckets, activations,
+        *resident, *gathered, *buckets, head_acts,
         *([Component(name=GRADIENTS, bytes=accum_grads, note=grads_note)] if accum_grads else []),
         Component(name="loss / fused LM head", bytes=loss.backward_transient,
                   note="fp32 grad accumulators + tile at the head's backward")))
