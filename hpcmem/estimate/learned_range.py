@@ -27,6 +27,7 @@ from hpcmem.estimate.activations import checkpoint_inputs_offloaded
 from hpcmem.estimate.lora import lora_dropout_active, lora_layout
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import MicroBatch, precision
+from hpcmem.models.module_names import reaches
 
 
 def held_name(technique: str, gc: bool) -> str:
@@ -117,8 +118,10 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
     # copies (hpcmem/trace/learn.py learn_job); other adapters add hpcmem.estimate.lora's difference formulas, which no
     # check holds on a learned type
     nodrop = name.startswith((NODROP, DORA_NODROP))     # traced without dropout (or its reentrant variant): held
+    # a lora_modules_to_save name that reaches no module of the type copies nothing (hpcmem.models.module_names)
+    copied = [n for n in t.lora_modules_to_save if reaches(p.model_type, n) is not None]
     changed = ([] if lora_dropout_active(t) or nodrop else ["no LoRA dropout"]) + \
-        ([f"lora_modules_to_save {', '.join(t.lora_modules_to_save)}"] if t.lora_modules_to_save else [])
+        ([f"lora_modules_to_save {', '.join(copied)}"] if copied else [])
     if t.use_peft and changed:
         out.append(f"learned profile of {p.model_type}: {OUTSIDE['LoRA dropout / modules to save']} "
                    f"{'0' if nodrop else '0.05'} and no modules to save; this job's {' and '.join(changed)} is the "

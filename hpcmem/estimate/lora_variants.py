@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trainers import entry
+from hpcmem.models.module_names import reaches
 from hpcmem.models.params import LinearModule
 
 if TYPE_CHECKING:
@@ -37,13 +38,17 @@ if TYPE_CHECKING:
     from hpcmem.models.spec import ModelSpec
 
 def modules_to_save(job: JobSpec) -> tuple[tuple[str, int], ...]:
-    """(name, elements) of each module peft copies for training."""
+    """(name, elements) of each module peft copies for training: none for a name no module of the type ends with
+    (hpcmem.models.module_names `reaches`: RWKV's head is `head`, so `lm_head` reaches nothing there)."""
     m = job.model
     sizes = {"lm_head": m.vocab_size * m.hidden_size, "embed_tokens": m.vocab_size * m.hidden_size,
-             "score": m.hidden_size}
+             "score": m.hidden_size,
+             # dense [H, H] and the LayerNorm's weight (their biases off by default: classifier_bias, norm_bias)
+             "prediction head": m.hidden_size * m.hidden_size + m.hidden_size}
     if entry(job.train.trainer).head == "score":
         sizes["lm_head"] = 0                          # a reward model has no vocabulary head to copy
-    return tuple((name, sizes[name]) for name in job.train.lora_modules_to_save if name in sizes)
+    reached = (reaches(m.model_type, name) for name in job.train.lora_modules_to_save if name in sizes)
+    return tuple((role, sizes[role]) for role in dict.fromkeys(reached) if role is not None)
 
 
 def saved_per_token(lora: LoraLayout, mods: tuple[LinearModule, ...], prec: Precision) -> int:

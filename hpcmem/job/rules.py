@@ -27,6 +27,7 @@ from hpcmem.job.spec import DTYPES, TrainSpec
 from hpcmem.job.trainers import REGISTRY, entry
 from hpcmem.models.coverage import requirement_problems
 from hpcmem.job.param_wrapper_rules import param_wrapper_problems
+from hpcmem.models.module_names import actual_names, reaches
 from hpcmem.models.params import SIZED_MODULES
 
 if TYPE_CHECKING:
@@ -244,6 +245,12 @@ def job_warnings(job: Job) -> list[str]:
             "flash" not in t.attn_implementation:
         out.append(f"padding-free rows with attn_implementation={t.attn_implementation}: transformers builds a "
                    "block-diagonal mask; a FlashAttention variant avoids it")
+    unreached = [n for n in t.lora_modules_to_save if n in SIZED_MODULES and reaches(job.model.model_type, n) is None]
+    if t.use_peft and unreached:
+        # peft/utils/other.py `_set_trainable`: modules whose path ends with a listed name, silently none
+        out.append(f"lora_modules_to_save {', '.join(unreached)}: no module of {job.model.model_type} has a path "
+                   f"ending in it ({actual_names(job.model.model_type)}), so peft copies nothing for it and the "
+                   "estimate counts no trainable copy")
     inert = [name for name in LORA_SETTINGS if getattr(t, name) != _default(name)] if not t.use_peft else []
     if inert:
         # trl/trainer/utils.py get_peft_config: None unless use_peft, so the model is trained in full
