@@ -22,6 +22,7 @@ from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.estimate.learned import (
     DEFAULT_NODROP,
     default_cell,
+    nearer_default_cell,
     nodrop_cell,
     one_row,
     precision_key,
@@ -94,9 +95,20 @@ def dora_nodrop(job: JobSpec) -> bool:
     return precision_key(prec) is not None and variant_cells_apply(t) and not on_default
 
 
+def nearer_default(job: JobSpec) -> bool:
+    """A plain LoRA job of a learned type whose adapted linears are nearer peft's default targets than the
+    reference's, where the profile has the default targets' cell for its dropout: the jobs hpcmem.estimate.learned
+    `nearer_default_cell` moves there from the reference's cell."""
+    if job.model.learned is None or not job.train.use_peft:
+        return False
+    one = one_row(job, micro_batch(job))
+    return nearer_default_cell(job, precision(job), lora_layout(job), one) is not None
+
+
 RULES: dict[str, Callable[[JobSpec], bool]] = {"default-nodrop": default_nodrop, "dora-default": dora_default,
                                                "default-nodrop-reentrant": default_nodrop_reentrant,
-                                               "noamp": noamp, "dora-nodrop": dora_nodrop}
+                                               "noamp": noamp, "dora-nodrop": dora_nodrop,
+                                               "nearer-default": nearer_default}
 
 
 def touched(rule: Callable[[JobSpec], bool], seed: int, upto: int) -> list[str]:
