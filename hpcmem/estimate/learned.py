@@ -31,7 +31,7 @@ from hpcmem.errors import SpecError
 from hpcmem.estimate.activations import checkpoint_inputs_offloaded, offloaded_on_gpu, sliding_mask_alone
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import backward_components, closing_phases, resident_components, tied_head_gradient
-from hpcmem.estimate.lora import LoraLayout, backward_transient, lora_dropout_active
+from hpcmem.estimate.lora import LoraLayout, backward_transient, lora_dropout_active, lora_layout
 from hpcmem.estimate.lora_fp32_compute import recompute_transient
 from hpcmem.estimate.lora_variants import GATED_MLP, forward_instant, saved_weights, wrapped_weight_gradient
 from hpcmem.estimate.loss import LossBytes, fused_head_bytes
@@ -81,13 +81,13 @@ DORA_NODROP = "dora-nodrop"
 # backward, where the non-reentrant default packs saved tensors through hooks and recomputes up to the last one it
 # needs: another set of tensors per layer, and which of them a layer's peak holds is the type's own
 REENTRANT = "-reentrant"
-REENTRANT_OF = ("full", "lora", NODROP, DEFAULT_NODROP)
+REENTRANT_OF = ("full", "lora", NODROP, DEFAULT_NODROP, DORA, DORA_NODROP)
 # the cells traced without autocast (TRL's bf16 and fp16 off) on 16-bit weights, named for the technique they vary: a
 # job that sets both off computes every op in its operands' dtype — an op that mixes a 16-bit tensor with an fp32 one
 # (an MoE's fp32 routing weights, a state-space model's fp32 A_log, a norm's fp32 upcast kept past it) promotes to
 # fp32, and peft's fp32 adapters compute, and save their inputs, in fp32 (accelerate's mixed_precision "no" runs the
 # forward without torch.autocast: accelerator.py `prepare_model`) — which of those a layer keeps is the type's own
-NOAMP_OF = {"full": "full-noamp", "lora": "lora-noamp"}
+NOAMP_OF = {"full": "full-noamp", "lora": "lora-noamp", NODROP: "lora-nodrop-noamp"}
 # the cells traced with the model's own nn.Dropout modules at p = 0 (trl/trainer/utils.py `disable_dropout_in_model`,
 # which DPO, KTO and Reward apply by default: `disable_dropout`), named for the cell they vary: a type that holds
 # dropout modules with p > 0 (GPT-2's family; provenance "dropout") keeps their masks in the other cells, SFT's — and
@@ -229,34 +229,48 @@ def nodrop_cell(job: JobSpec, prec: Precision, one: bool = False) -> Cell | None
     return variant_cell(p, key, "lora", NODROP, t.gradient_checkpointing, one)
 
 
+def noamp_base(job: JobSpec) -> str:
+    """The technique whose NOAMP_OF cell a job without autocast takes: LoRA without dropout (lora_dropout 0, or TRL's
+    disable_dropout) the no-dropout one's, other LoRA the LoRA one's, else the full one's."""
+    t = job.train
+    if not t.use_peft:
+        return "full"
+    return "lora" if lora_dropout_active(t) else NODROP
+
+
 def noamp_taken(job: JobSpec, prec: Precision, mb: MicroBatch) -> tuple[Cell, dict] | None:
     """(the cell traced without autocast, its LoRA reference marked so) a full or plain LoRA job on 16-bit weights with
-    bf16 and fp16 off takes where the profile has it (NOAMP_OF), else None. Not for DoRA, reentrant checkpointing or
-    LoRA without dropout (no such cell: their own cells, traced under autocast, keep the estimate's warning; a LoRA job
-    without dropout takes its no-dropout cell, and `learned_phases` the larger of that and this one:
-    `nodrop_noamp_alternative`); a LoRA job on other
+    bf16 and fp16 off takes where the profile has it (NOAMP_OF of `noamp_base`: a LoRA job without dropout the
+    `lora-nodrop-noamp` cell), else None. Not for DoRA or reentrant checkpointing (no such cell: their own cells,
+    traced under autocast, keep the estimate's warning); a LoRA job without dropout on a profile without its cell
+    takes its no-dropout cell, and `learned_phases` the larger of that and the no-autocast LoRA one
+    (`nodrop_noamp_alternative`); a LoRA job on other
     targets or rank adds the difference formulas at the job's own precision on both sides (`layer_bytes`). On a type
     with eager attention, only for padded rows: the cells were traced on padded rows and no rows check ran on them,
     and HY-V4's read +34 % on one unpadded row (LoRA, 1 × 9,760 tokens) and +8.4 % on a packed one, where its traces
     without autocast equal those with it (-1.1 / +1.0 % from the autocast cells) — at 2 padded rows -1.3 %: what its
     padded rows hold beyond, not located (estimator/LOG.md)."""
-    t = job.train
     padded = mb.masked and not mb.padding_free and mb.rows > 1
-    if (t.use_peft and not lora_dropout_active(t)) \
-            or (not padded and job.model.learned.provenance.get("attention") == "eager"):
+    if not padded and job.model.learned.provenance.get("attention") == "eager":
         return None
-    return _noamp_cell(job, prec, mb)
+    base = noamp_base(job)
+    if base == NODROP and default_targets(job, prec, lora_layout(job)):
+        # on peft's default targets the no-dropout cell traced there (under autocast) stays nearer than the
+        # reference's cell without autocast with every other adapter taken away (random jobs drawn for the default
+        # cells, seed 21: GPT-J DPO +0.05 → −9.66 %, GPT-SW3 DPO +0.86 → −3.87 %)
+        return None
+    return _noamp_cell(job, prec, mb, base)
 
 
-def _noamp_cell(job: JobSpec, prec: Precision, mb: MicroBatch) -> tuple[Cell, dict] | None:
-    """(the NOAMP_OF cell of a full or plain LoRA job on 16-bit weights without autocast, its reference marked so)
-    where learned, else None: not for DoRA or reentrant checkpointing, whose cells have no such variant."""
+def _noamp_cell(job: JobSpec, prec: Precision, mb: MicroBatch, base: str) -> tuple[Cell, dict] | None:
+    """(the NOAMP_OF cell of `base` for a full or plain LoRA job on 16-bit weights without autocast, its reference
+    marked so) where learned, else None: not for DoRA or reentrant checkpointing, whose cells have no such variant."""
     t, p, key = job.train, job.model.learned, precision_key(prec)
     if prec.amp or key != "w2a2" or t.use_dora or job.reentrant_checkpointing or not variant_cells_apply(t):
         return None
-    base = "lora" if t.use_peft else "full"
     cell = variant_cell(p, key, base, NOAMP_OF[base], t.gradient_checkpointing, one_row(job, mb))
-    return None if cell is None else (cell, {**p.lora_reference, "autocast": False})
+    dropout = {"lora_dropout": 0.0} if base == NODROP else {}
+    return None if cell is None else (cell, {**p.lora_reference, "autocast": False, **dropout})
 
 
 def dora_nodrop_cell(job: JobSpec, prec: Precision, one: bool = False) -> Cell | None:
@@ -400,9 +414,9 @@ def _learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatc
     where learned (`default_cell`: with dropout, without, DoRA); a DoRA job else the `dora` cell (the reference's
     targets with use_dora; other targets add the difference), a plain LoRA job on targets nearer peft's default
     ones than the reference's the default targets' cell (`nearer_default_cell`), a LoRA job without dropout the
-    `lora-nodrop` cell (`nodrop_taken`); a job checkpointing reentrantly the reentrant variant of its lora-nodrop, LoRA or full cell
-    (`reentrant_cell`) before peft's default targets' cells (which have none); each its one-row variant where the
-    micro-batch is one row (`one_row`) and the profile has it."""
+    `lora-nodrop` cell (`nodrop_taken`); a job checkpointing reentrantly the reentrant variant of its DoRA,
+    lora-nodrop, LoRA or full cell (`reentrant_cell`) before peft's default targets' cells (which have none); each its
+    one-row variant where the micro-batch is one row (`one_row`) and the profile has it."""
     t, p = job.train, job.model.learned
     one = one_row(job, mb)
     if lora.enabled and lora.targeted and not t.gradient_checkpointing:
@@ -421,10 +435,11 @@ def _learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatc
     if t.use_dora and not job.reentrant_checkpointing and (taken := default_cell(job, prec, lora, one)):
         return taken
     if (cell := dora_nodrop_cell(job, prec, one)) is not None:
-        return cell, {**p.lora_reference, "use_dora": True, "lora_dropout": 0.0}
+        return reentrant_cell(job, prec, DORA_NODROP, one) or cell, \
+            {**p.lora_reference, "use_dora": True, "lora_dropout": 0.0}
     if (t.use_peft and t.use_dora and key and variant_cells_apply(t)
             and (cell := p.cell(key, DORA, t.gradient_checkpointing, one)) is not None):
-        return cell, {**p.lora_reference, "use_dora": True}
+        return reentrant_cell(job, prec, DORA, one) or cell, {**p.lora_reference, "use_dora": True}
     if taken := nearer_default_cell(job, prec, lora, one):
         return taken
     if taken := nodrop_taken(job, prec, lora, one):
@@ -592,9 +607,13 @@ def layer_bytes(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout,
     # so a user's DoRA on fewer or narrower linears does not keep the reference's larger DoRA instant (estimator/LOG.md)
     # (a DORA_DEFAULT cell traced DoRA on the job's own targets: no reference instant to shift; a DORA_NODROP cell's
     # plain cell is the no-dropout one, its reference at lora_dropout 0)
+    # (a reentrant DoRA cell's plain cell is the reentrant variant of that one, where learned)
     nodrop_dora = reference is not None and reference.get("lora_dropout") == 0.0
-    plain = ((variant_cell(p, precision_key(prec) or "", "lora", NODROP, True, cell.rows == 1) if nodrop_dora
-              else _cell(job, prec, cell.rows == 1))
+    one = cell.rows == 1
+    again = (reentrant_cell(job, prec, NODROP if nodrop_dora else "lora", one)
+             if cell is reentrant_cell(job, prec, DORA_NODROP if nodrop_dora else DORA, one) else None)
+    plain = (again or (variant_cell(p, precision_key(prec) or "", "lora", NODROP, True, one) if nodrop_dora
+                       else _cell(job, prec, one))
              if gc and reference is not None and reference.get("use_dora")
              and reference.get("lora_target_modules") == p.lora_reference.get("lora_target_modules") else None)
     plain_reference = {**p.lora_reference, "lora_dropout": 0.0} if nodrop_dora else p.lora_reference
@@ -787,15 +806,17 @@ def head_out(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, ce
 
 
 def nodrop_noamp_alternative(job: JobSpec, prec: Precision, mb: MicroBatch) -> tuple[Cell, dict] | None:
-    """For a plain LoRA job without dropout and without autocast, the no-autocast LoRA cell with its reference —
+    """For a plain LoRA job without dropout and without autocast on a profile without the cell traced both ways
+    (`lora-nodrop-noamp`, which `noamp_taken` gives where learned), the no-autocast LoRA cell with its reference —
     the other of the two cells that hold one of its two differences (the no-dropout cell `learned_cell` takes holds
     the dropout's, and adds the fp32 copies of the adapters' inputs by the formulas; this one holds autocast's, and
     adds the dropout's by the formulas); None where it does not apply or is not learned. Neither is traced both ways,
     and each missed on the side of the mechanism it lacks: the no-dropout cell under where the type's own layers
     promote to fp32 without autocast (AXK1's MoE: −5.6 %), the no-autocast cell under where the dropout's tensors
     are most of the difference (Jamba −4.4 %, LFM2 −6.4 %); `learned_phases` keeps the larger (estimator/LOG.md)."""
-    t = job.train
-    return _noamp_cell(job, prec, mb) if t.use_peft and not lora_dropout_active(t) else None
+    if noamp_base(job) != NODROP or noamp_taken(job, prec, mb) is not None:
+        return None
+    return _noamp_cell(job, prec, mb, "lora")
 
 
 def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts, s: States, lora: LoraLayout,

@@ -17,6 +17,7 @@ from hpcmem.estimate.learned import (
     REENTRANT,
     default_cell,
     dora_nodrop_cell,
+    noamp_base,
     noamp_taken,
     nodrop_taken,
     one_row,
@@ -47,7 +48,7 @@ def job_technique(job: JobSpec, mb: MicroBatch) -> str:
     t, prec, one = job.train, precision(job), one_row(job, mb)
     lora = lora_layout(job)
     if noamp_taken(job, prec, mb):
-        name = NOAMP_OF["lora" if t.use_peft else "full"]
+        name = NOAMP_OF[noamp_base(job)]
         return held_name(name + (NOMDROP if takes_model_dropout_off(job, prec, lora, mb) else ""),
                          t.gradient_checkpointing)
     taken = nodrop_taken(job, prec, lora, one)
@@ -136,13 +137,13 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
                    f"{OUTSIDE['no autocast']}, where 16-bit and fp32 operands promote to fp32 and "
                    "LoRA adapters compute in fp32: not held")
     if job.reentrant_checkpointing and not name.endswith(REENTRANT + " gc"):
-        # no reentrant cell for this job's technique (DoRA and peft's default targets have none; profiles learned before
-        # the learner traced them): the cells run TRL's default, use_reentrant False (trl/trainer/sft_trainer.py sets it
-        # when unset); the reentrant variant (torch/utils/checkpoint.py CheckpointFunction) runs the layer's forward
-        # under no_grad and its whole recompute in the backward, the non-reentrant one packs saved tensors through hooks
-        # and recomputes up to the last one it needs. The peaks differ by type: the same traced jobs with use_reentrant
-        # True were 0.1 % (AXK1, full), 5.5 % (Gemma 4, LoRA) and 8.3 % (RecurrentGemma, LoRA) lower (estimator/LOG.md;
-        # why per type: not analysed)
+        # no reentrant cell for this job's technique (peft's default targets but the no-dropout one have none;
+        # profiles learned before the learner traced them): the cells run TRL's default, use_reentrant False
+        # (trl/trainer/sft_trainer.py sets it when unset); the reentrant variant (torch/utils/checkpoint.py
+        # CheckpointFunction) runs the layer's forward under no_grad and its whole recompute in the backward, the
+        # non-reentrant one packs saved tensors through hooks and recomputes up to the last one it needs. The peaks
+        # differ by type: the same traced jobs with use_reentrant True were 0.1 % (AXK1, full), 5.5 % (Gemma 4, LoRA)
+        # and 8.3 % (RecurrentGemma, LoRA) lower (estimator/LOG.md; why per type: not analysed)
         out.append(f"learned profile of {p.model_type}: its cells were {OUTSIDE['reentrant checkpointing']} "
                    "(TRL's default); this job's is reentrant, which keeps a different set of tensors per "
                    "layer: not held")

@@ -75,8 +75,9 @@ def default_nodrop_reentrant(job: JobSpec) -> bool:
 def noamp(job: JobSpec) -> bool:
     """A full or plain LoRA job of a learned type on 16-bit weights with bf16 and fp16 off, checkpointing
     non-reentrantly or not at all: the jobs hpcmem.estimate.learned `noamp_taken` moves to the cells traced without
-    autocast where the profile has them (whether it has them or not: the rule is the job's) — but LoRA without
-    dropout, which keeps its no-dropout cell (they stay in the set, unmoved)."""
+    autocast where the profile has them (whether it has them or not: the rule is the job's) — LoRA without dropout
+    to the no-dropout one's (`lora-nodrop-noamp`), but on peft's default targets, where it keeps its no-dropout
+    default cell (they stay in the set, unmoved)."""
     t, prec = job.train, precision(job)
     return (job.model.learned is not None and not prec.amp and precision_key(prec) == "w2a2" and not t.use_dora
             and not job.reentrant_checkpointing and variant_cells_apply(t))
@@ -105,10 +106,22 @@ def nearer_default(job: JobSpec) -> bool:
     return nearer_default_cell(job, precision(job), lora_layout(job), one) is not None
 
 
+def dora_reentrant(job: JobSpec) -> bool:
+    """A DoRA job of a learned type checkpointing reentrantly, where the profile has a DoRA cell for its dropout: the
+    jobs hpcmem.estimate.learned `learned_cell` moves to the DoRA cells' reentrant variants where learned (whether the
+    profile has them or not: the rule is the job's)."""
+    t, prec = job.train, precision(job)
+    if job.model.learned is None or not (t.use_peft and t.use_dora) or not job.reentrant_checkpointing:
+        return False
+    key = precision_key(prec)
+    one = one_row(job, micro_batch(job))
+    return key is not None and variant_cells_apply(t) and job.model.learned.cell(key, "dora", True, one) is not None
+
+
 RULES: dict[str, Callable[[JobSpec], bool]] = {"default-nodrop": default_nodrop, "dora-default": dora_default,
                                                "default-nodrop-reentrant": default_nodrop_reentrant,
                                                "noamp": noamp, "dora-nodrop": dora_nodrop,
-                                               "nearer-default": nearer_default}
+                                               "nearer-default": nearer_default, "dora-reentrant": dora_reentrant}
 
 
 def touched(rule: Callable[[JobSpec], bool], seed: int, upto: int) -> list[str]:
