@@ -828,8 +828,8 @@ def missing_cells(stored: LearnedProfile) -> list[tuple[str, bool]]:
     checkpointing), then the
     variants on peft's default targets beside a `lora-default` cell (DEFAULT_NODROP, DORA_DEFAULT, where it has the
     no-dropout and DoRA cells), then the reentrant variants (REENTRANT: checkpointing only) of its full, LoRA and
-    no-dropout cells, those added here included, then the cells without autocast (NOAMP_OF) of its full and LoRA
-    cells on 16-bit weights, then — for a type that holds dropout modules — the NOMDROP variants of its full,
+    no-dropout cells, those added here included, then the cells without autocast (NOAMP_OF) of its full, LoRA and
+    no-dropout cells (those added here included) on 16-bit weights, then — for a type that holds dropout modules — the NOMDROP variants of its full,
     no-dropout and no-autocast full cells, those added here included; empty where it has them all."""
     named = stored.held.get("precisions") or [stored.held.get("precision")]
     key = next((k for k in PRECISIONS.values() if k in named), None) or next(iter(PRECISIONS.values()))
@@ -845,10 +845,11 @@ def missing_cells(stored: LearnedProfile) -> list[tuple[str, bool]]:
                    if (of, True) in has | set(wanted) and (variant, True) not in has]
     base = has | set(wanted)
     wanted += [(t + REENTRANT, True) for t in REENTRANT_OF if (t, True) in base and (t + REENTRANT, True) not in has]
-    # then the cells without autocast beside the full and LoRA cells, on 16-bit weights (`traced_in`)
+    # then the cells without autocast beside the full, LoRA and no-dropout cells, those added here included, on 16-bit
+    # weights (`traced_in`)
     if "w2a2" in named:
-        wanted += [(NOAMP_OF[t], gc) for t in NOAMP_OF for gc in (True, False) if (t, gc) in has
-                   and (NOAMP_OF[t], gc) not in has]
+        wanted += [(NOAMP_OF[t], gc) for t in NOAMP_OF for gc in (True, False)
+                   if ((t, gc) in has or (t, gc) in wanted) and (NOAMP_OF[t], gc) not in has]
     # then, for a type that holds dropout modules, those with them off beside the cells they vary
     if stored.provenance.get("dropout"):
         wanted += [(t + NOMDROP, gc) for t in NOMDROP_OF for gc in (True, False)
