@@ -238,7 +238,7 @@ def noamp_base(job: JobSpec) -> str:
     return "lora" if lora_dropout_active(t) else NODROP
 
 
-def noamp_taken(job: JobSpec, prec: Precision, mb: MicroBatch) -> tuple[Cell, dict] | None:
+def noamp_taken(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch) -> tuple[Cell, dict] | None:
     """(the cell traced without autocast, its LoRA reference marked so) a full or plain LoRA job on 16-bit weights with
     bf16 and fp16 off takes where the profile has it (NOAMP_OF of `noamp_base`: a LoRA job without dropout the
     `lora-nodrop-noamp` cell), else None. Not for DoRA or reentrant checkpointing (no such cell: their own cells,
@@ -254,7 +254,7 @@ def noamp_taken(job: JobSpec, prec: Precision, mb: MicroBatch) -> tuple[Cell, di
     if not padded and job.model.learned.provenance.get("attention") == "eager":
         return None
     base = noamp_base(job)
-    if base == NODROP and default_targets(job, prec, lora_layout(job)):
+    if base == NODROP and default_targets(job, prec, lora):
         # on peft's default targets the no-dropout cell traced there (under autocast) stays nearer than the
         # reference's cell without autocast with every other adapter taken away (random jobs drawn for the default
         # cells, seed 21: GPT-J DPO +0.05 → −9.66 %, GPT-SW3 DPO +0.86 → −3.87 %)
@@ -429,7 +429,7 @@ def _learned_cell(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatc
                         f"{', '.join(p.lora_reference['lora_target_modules'])} only (peft wraps fused experts and "
                         "routers as parameters for all-linear or expert names on this type); turn "
                         "gradient_checkpointing on, or name nn.Linear modules instead")
-    if taken := noamp_taken(job, prec, mb):
+    if taken := noamp_taken(job, prec, lora, mb):
         return taken
     key = precision_key(prec)
     if t.use_dora and not job.reentrant_checkpointing and (taken := default_cell(job, prec, lora, one)):
@@ -805,7 +805,8 @@ def head_out(job: JobSpec, mb: MicroBatch, prec: Precision, lora: LoraLayout, ce
             _without_head(cell.head_other, tokens, quad, [h.backward_transient for h in heads], at_bwd, seqs, rows))
 
 
-def nodrop_noamp_alternative(job: JobSpec, prec: Precision, mb: MicroBatch) -> tuple[Cell, dict] | None:
+def nodrop_noamp_alternative(job: JobSpec, prec: Precision, lora: LoraLayout, mb: MicroBatch
+                             ) -> tuple[Cell, dict] | None:
     """For a plain LoRA job without dropout and without autocast on a profile without the cell traced both ways
     (`lora-nodrop-noamp`, which `noamp_taken` gives where learned), the no-autocast LoRA cell with its reference —
     the other of the two cells that hold one of its two differences (the no-dropout cell `learned_cell` takes holds
@@ -814,7 +815,7 @@ def nodrop_noamp_alternative(job: JobSpec, prec: Precision, mb: MicroBatch) -> t
     and each missed on the side of the mechanism it lacks: the no-dropout cell under where the type's own layers
     promote to fp32 without autocast (AXK1's MoE: −5.6 %), the no-autocast cell under where the dropout's tensors
     are most of the difference (Jamba −4.4 %, LFM2 −6.4 %); `learned_phases` keeps the larger (estimator/LOG.md)."""
-    if noamp_base(job) != NODROP or noamp_taken(job, prec, mb) is not None:
+    if noamp_base(job) != NODROP or noamp_taken(job, prec, lora, mb) is not None:
         return None
     return _noamp_cell(job, prec, mb, "lora")
 
@@ -826,7 +827,7 @@ def learned_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPa
     LoRA job without dropout and without autocast the larger of its two cells (`nodrop_noamp_alternative`)."""
     args = (job, mb, prec, parts, s, lora, loss, opt_transient, extra_resident)
     out = _phases_of(*args, learned_cell(job, prec, lora, mb))
-    if (other := nodrop_noamp_alternative(job, prec, mb)) is not None:
+    if (other := nodrop_noamp_alternative(job, prec, lora, mb)) is not None:
         alt = _phases_of(*args, other)
         if max(p.bytes for p in alt[0]) > max(p.bytes for p in out[0]):
             return alt

@@ -47,7 +47,7 @@ def job_technique(job: JobSpec, mb: MicroBatch) -> str:
     and the profile learned it (`reentrant_cell`) — for this micro-batch's one-row variant as the estimate asks."""
     t, prec, one = job.train, precision(job), one_row(job, mb)
     lora = lora_layout(job)
-    if noamp_taken(job, prec, mb):
+    if noamp_taken(job, prec, lora, mb):
         name = NOAMP_OF[noamp_base(job)]
         return held_name(name + (NOMDROP if takes_model_dropout_off(job, prec, lora, mb) else ""),
                          t.gradient_checkpointing)
@@ -128,7 +128,7 @@ def learned_warnings(job: JobSpec, mb: MicroBatch) -> list[str]:
                    f"{'0' if nodrop else '0.05'} and no modules to save; this job's {' and '.join(changed)} is the "
                    "difference formulas' "
                    "(hpcmem.estimate.lora): not held")
-    if not precision(job).amp and not noamp_taken(job, precision(job), mb):
+    if not precision(job).amp and not noamp_taken(job, precision(job), lora_layout(job), mb):
         # every cell but the NOAMP_OF ones is traced under autocast (hpcmem/trace/learn.py: bf16 on); where the job
         # takes none of those (not learned; DoRA, reentrant checkpointing) an op that mixes a 16-bit
         # tensor with an fp32 one promotes to fp32 (an MoE's fp32 routing weights times its experts' outputs: their
