@@ -28,7 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hpcmem.errors import SpecError
-from hpcmem.estimate.activations import checkpoint_inputs_offloaded, offloaded_on_gpu, sliding_mask_alone
+from hpcmem.estimate.activations import (
+    checkpoint_inputs_offloaded,
+    final_norm_restored,
+    offloaded_on_gpu,
+    sliding_mask_alone,
+)
 from hpcmem.estimate.breakdown import Component, Phase
 from hpcmem.estimate.closing import backward_components, closing_phases, resident_components, tied_head_gradient
 from hpcmem.estimate.lora import LoraLayout, backward_transient, lora_dropout_active, lora_layout
@@ -160,6 +165,11 @@ def no_grad_entry(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
     return max(p.no_grad_entry.at(rows * seq, rows * seq * seq), 0)
 
 
+def _adaptable_leaves(kind: LayerKind) -> list[str]:
+    """The last name parts of a layer kind's nn.Linear layers (what target_modules and all-linear reach), in order."""
+    return [lin.leaf for lin in kind.linears if lin.nn_linear]
+
+
 def traced_leaves(p: LearnedProfile, targets: list[str] | tuple[str, ...]) -> frozenset[str]:
     """The last name parts of the nn.Linear layers peft adapted in the traced jobs for these target_modules (the
     reference's, the default's): peft's own resolution for the model the learner traced — its cut decoder config,
@@ -170,7 +180,7 @@ def traced_leaves(p: LearnedProfile, targets: list[str] | tuple[str, ...]) -> fr
     it moves to target_parameters leave target_modules whole: a dense layer's gate_proj / up_proj / down_proj
     nn.Linear is not adapted there (hpcmem.models.peft_targets `resolve`). The Kimi K2.5 image model, whose
     model_type peft does not convert, adapts them: the text cut traced as deepseek_v3 did not."""
-    leaves = tuple(dict.fromkeys(lin.name.rsplit(".", 1)[-1] for k in p.kinds for lin in k.linears if lin.nn_linear))
+    leaves = tuple(dict.fromkeys(leaf for kind in p.kinds for leaf in _adaptable_leaves(kind)))
     peft_type = str(p.provenance.get("traced_type") or p.model_type)
     return frozenset(resolve(peft_type, tuple(targets), (), leaves).modules) & frozenset(leaves)
 
@@ -315,12 +325,12 @@ def widest_leaves(p: LearnedProfile) -> frozenset[str]:
     MLP's intermediate size: its up, gate and down projections)."""
     lins = [lin for kind in p.kinds for lin in kind.linears if lin.nn_linear]
     widest = max((max(lin.in_features, lin.out_features) for lin in lins), default=0)
-    return frozenset(lin.name.rsplit(".", 1)[-1] for lin in lins if widest in (lin.in_features, lin.out_features))
+    return frozenset(lin.leaf for lin in lins if widest in (lin.in_features, lin.out_features))
 
 
 def beside_leaves(p: LearnedProfile, leaves: frozenset[str]) -> frozenset[str]:
     """The last name parts of the nn.Linear layers of the layer kinds that hold one of `leaves`."""
-    kinds = [[lin.name.rsplit(".", 1)[-1] for lin in kind.linears if lin.nn_linear] for kind in p.kinds]
+    kinds = [_adaptable_leaves(kind) for kind in p.kinds]
     return frozenset(leaf for names in kinds if leaves & set(names) for leaf in names)
 
 
@@ -483,7 +493,7 @@ def _kind_modules(kind: LayerKind, leaves: set[str] | None) -> tuple[LinearModul
     their adapters without a gradient): their adapters save nothing and get no gradient."""
     return tuple(LinearModule(lin.name, lin.in_features, lin.out_features, lin.count, 1, "mlp", True, lin.bias)
                  for lin in kind.linears if lin.nn_linear and lin.runs and lin.name not in kind.idle_linears
-                 and (leaves is None or lin.name.rsplit(".", 1)[-1] in leaves))
+                 and (leaves is None or lin.leaf in leaves))
 
 
 def layer_adapters(kind: LayerKind, lora: LoraLayout, reference: dict | None,
@@ -517,7 +527,7 @@ def untraced_mlp_instant(job: JobSpec, kind: LayerKind, mine: LoraLayout, ref: L
     down_proj's input is the MLP's width)."""
     traced = {m.leaf for m in ref.adapted}
     extra = tuple(m for m in mine.adapted if m.leaf in GATED_MLP and m.leaf not in traced)
-    widths = {lin.name.rsplit(".", 1)[-1]: lin for lin in kind.linears if lin.nn_linear}
+    widths = {lin.leaf: lin for lin in kind.linears if lin.nn_linear}
     if not extra or mine.dora or any(leaf not in widths for leaf in GATED_MLP):
         return 0
     down = widths["down_proj"]
@@ -856,7 +866,8 @@ def _phases_of(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts,
     # activation offloading under checkpointing: the layers' inputs live on the host; on the GPU, the offloader's
     # stash in the forward (the five largest: `offloaded_on_gpu`), none at the head's backward (the loss's node, the
     # first to bring an offloaded tensor back, empties the stash in its post-hook: hpcmem.estimate.step), and in a
-    # layer's backward its own input and the next layer's, which the node running the recompute holds
+    # layer's backward its own input and the next layer's, which the node running the recompute holds — in the last
+    # layer's, the final norm's input its backward brought back (`final_norm_restored`)
     offload = checkpoint_inputs_offloaded(t)
     # what goes: the hidden state each layer's checkpoint saves; the rest of a learned `kept` is not a saved tensor
     # of the checkpoint (Gemma 4's K/V shared with later layers, referenced by its cache) and stays on the GPU
@@ -878,9 +889,11 @@ def _phases_of(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts,
     head_grads = 0 if lora.enabled else (parts.lm_head or parts.embed) * prec.weight
     entry = cell.entry_other.at(tokens, quad)
     below, stayed = [0], 0
+    last = final_norm_restored(p.model_type, job.model.hidden_size, tokens, prec.residual) if offload else 0
+    above = [*off[1:], last]
     for k, v in enumerate(stays):
         stayed += v
-        below.append(stayed + off[k] + (off[k + 1] if k + 1 < L else 0))
+        below.append(stayed + off[k] + above[k])
     after, left = [0] * (L + 1), [0] * (L + 1)
     for k in range(L - 1, -1, -1):
         after[k] = after[k + 1] + lb.grads[k]

@@ -314,8 +314,10 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
         else:
             below_and_own = (on_gpu(prefix[k + 1]) if stays is None else stays_below[k + 1]) + held
         recompute, mlp_instant, recompute_instant, attention = kinds[id(terms[k])]
-        if offloaded_inputs and k + 1 < len(kept):
-            recompute_instant += kept[k + 1]    # the layer above's input, until the recompute's node ends
+        if offloaded_inputs:
+            # the layer above's input, until the recompute's node ends; above the last layer the final norm's
+            recompute_instant += kept[k + 1] if k + 1 < len(kept) else \
+                act.final_norm_restored(m.model_type, m.hidden_size, mb.tokens, prec.residual)
         done = accum_grads or (head_grad_bytes + layer_grad * (L - 1 - k))
         both = max(seq.forward, seq.backward)
         head = 0

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hpcmem.errors import HpcmemError, SpecError
+from hpcmem.estimate.activations import checkpoint_inputs_offloaded
 from hpcmem.estimate.learned import (
     DEFAULT_NODROP,
     default_cell,
@@ -118,10 +119,17 @@ def dora_reentrant(job: JobSpec) -> bool:
     return key is not None and variant_cells_apply(t) and job.model.learned.cell(key, "dora", True, one) is not None
 
 
+def final_norm_offload(job: JobSpec) -> bool:
+    """A job offloading activations under full non-reentrant checkpointing: the jobs whose last layer's backward
+    hpcmem.estimate counts the final norm's brought-back input in (hpcmem.models.final_norm)."""
+    return checkpoint_inputs_offloaded(job.train) and not job.reentrant_checkpointing
+
+
 RULES: dict[str, Callable[[JobSpec], bool]] = {"default-nodrop": default_nodrop, "dora-default": dora_default,
                                                "default-nodrop-reentrant": default_nodrop_reentrant,
                                                "noamp": noamp, "dora-nodrop": dora_nodrop,
-                                               "nearer-default": nearer_default, "dora-reentrant": dora_reentrant}
+                                               "nearer-default": nearer_default, "dora-reentrant": dora_reentrant,
+                                               "final-norm-offload": final_norm_offload}
 
 
 def touched(rule: Callable[[JobSpec], bool], seed: int, upto: int) -> list[str]:

@@ -9,7 +9,8 @@ outside the held range), at most one per model type; `--new-types` skips every t
 with the changed settings (so none of the types a change was studied on); `--types` keeps the named ones. Each
 picked job gets the settings of `--set` (JSON values), is traced as the random run traces
 (hpcmem.validate.random_trace `trace_record`) under the id `<id>+` and scored against today's estimate (`score`).
-Prints one JSON row per job and the counts; writes nothing.
+Prints one JSON row per job and the counts; with `--write FILE` it appends each traced record to FILE too (a records
+file `python -m hpcmem.lab.random_touched --score FILE` scores again after a change), else it writes nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import random
 import sys
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from hpcmem.validate.random_run import load, records_path
@@ -63,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--learned", action="store_true", help="only learned types")
     ap.add_argument("--new-types", action="store_true", help="skip types with a stored job of these settings")
     ap.add_argument("--types", help="only these model types (comma-separated)")
+    ap.add_argument("--write", type=Path, metavar="FILE", help="append each traced record to FILE (JSON lines)")
     args = ap.parse_args(argv)
     if args.sample < 1:
         ap.error(f"--sample {args.sample}: at least 1 job")
@@ -81,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
             job = copy.deepcopy(rec["job"])
             job["settings"].update(changes)
             job["id"] = f"{rec['id']}+"
-            yield job, score(trace_record(job))
+            record = trace_record(job)
+            if args.write:
+                with args.write.open("a") as fh:
+                    fh.write(json.dumps(record) + "\n")
+            yield job, score(record)
 
     print_scored(traced())
     return 0

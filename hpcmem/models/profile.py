@@ -189,6 +189,11 @@ class Linear:
     held: bool = True         # False: its weight is tied to a later layer's, which holds it (peft still adapts it)
     runs: bool = True         # False: the layer holds it but its forward never calls it (no activations, no gradient)
 
+    @property
+    def leaf(self) -> str:
+        """The last name part, which peft target_modules match (as hpcmem.models.params `LinearModule.leaf`)."""
+        return self.name.rsplit(".", 1)[-1]
+
 
 @dataclass(frozen=True)
 class LayerKind:

@@ -70,21 +70,24 @@ def test_lora_without_dropout_takes_the_cell_traced_both_ways() -> None:
 
 
 @pytest.mark.parametrize(("job_id", "records", "no_dropout_cell", "no_autocast_cell"),
-                         [("s21-952", TOUCHED, -5.61, -0.93), ("s3-174", "trace.jsonl", -0.96, -6.41)])
+                         [("s21-952", TOUCHED, -5.61, -0.93), ("s3-174", "trace.jsonl", 1.52, -3.93)])
 def test_lora_without_dropout_or_autocast_takes_the_larger_of_its_two_cells(
         monkeypatch, job_id: str, records: str, no_dropout_cell: float, no_autocast_cell: float) -> None:
     """AXK1 (fp32 routing promotes its MoE's tensors without autocast, which the no-dropout cell misses) and LFM2
     (8 × 43,040 tokens: the dropout's tensors, which the no-autocast cell's difference misses), each SFT with LoRA at
-    lora_dropout 0 and bf16 off, on profiles without the cell traced both ways: each cell alone reads under the trace
-    by the mechanism it lacks; the estimate is the larger."""
+    lora_dropout 0 and bf16 off, on profiles without the cell traced both ways: the cell that lacks the job's larger
+    mechanism reads under the trace by it (AXK1's no-dropout cell, LFM2's no-autocast one); the estimate is the
+    larger. (LFM2's two read 2.48 points higher since the last layer's backward counts the final norm's input that
+    activation offloading brought back: hpcmem.models.final_norm.)"""
     import hpcmem.estimate.learned as learned
 
     rec = stored_trace_record(job_id, records)
     # a profile learned before the cell traced both ways (`lora-nodrop-noamp`), which the rule stands in for
     spec = without_cells(_spec(rec), "lora-nodrop-noamp/")
+    from hpcmem.estimate.lora import lora_layout
     from hpcmem.job.shape import micro_batch, precision
 
-    alternative = learned.nodrop_noamp_alternative(spec, precision(spec), micro_batch(spec))
+    alternative = learned.nodrop_noamp_alternative(spec, precision(spec), lora_layout(spec), micro_batch(spec))
     assert alternative is not None and alternative[0] is spec.model.learned.cells["w2a2/lora-noamp/gc"]
     both = _error_pct(spec, rec)
     assert both == pytest.approx(max(no_dropout_cell, no_autocast_cell), abs=0.05)
