@@ -54,6 +54,7 @@ from hpcmem.models.profile import (
     Cell,
     LayerKind,
     LearnedProfile,
+    Linear,
     Poly,
     Term,
     cell_key,
@@ -165,9 +166,9 @@ def no_grad_entry(job: JobSpec, rows: int, seq: int, prec: Precision) -> int:
     return max(p.no_grad_entry.at(rows * seq, rows * seq * seq), 0)
 
 
-def _adaptable_leaves(kind: LayerKind) -> list[str]:
-    """The last name parts of a layer kind's nn.Linear layers (what target_modules and all-linear reach), in order."""
-    return [lin.leaf for lin in kind.linears if lin.nn_linear]
+def _nn_linears(kind: LayerKind) -> list[Linear]:
+    """A layer kind's nn.Linear layers (what target_modules and all-linear reach), in order."""
+    return [lin for lin in kind.linears if lin.nn_linear]
 
 
 def traced_leaves(p: LearnedProfile, targets: list[str] | tuple[str, ...]) -> frozenset[str]:
@@ -180,7 +181,7 @@ def traced_leaves(p: LearnedProfile, targets: list[str] | tuple[str, ...]) -> fr
     it moves to target_parameters leave target_modules whole: a dense layer's gate_proj / up_proj / down_proj
     nn.Linear is not adapted there (hpcmem.models.peft_targets `resolve`). The Kimi K2.5 image model, whose
     model_type peft does not convert, adapts them: the text cut traced as deepseek_v3 did not."""
-    leaves = tuple(dict.fromkeys(leaf for kind in p.kinds for leaf in _adaptable_leaves(kind)))
+    leaves = tuple(dict.fromkeys(lin.leaf for kind in p.kinds for lin in _nn_linears(kind)))
     peft_type = str(p.provenance.get("traced_type") or p.model_type)
     return frozenset(resolve(peft_type, tuple(targets), (), leaves).modules) & frozenset(leaves)
 
@@ -323,14 +324,14 @@ def default_cell(job: JobSpec, prec: Precision, lora: LoraLayout, one: bool = Fa
 def widest_leaves(p: LearnedProfile) -> frozenset[str]:
     """The last name parts of the nn.Linear layers that read or write the profile's widest linear dimension (a dense
     MLP's intermediate size: its up, gate and down projections)."""
-    lins = [lin for kind in p.kinds for lin in kind.linears if lin.nn_linear]
+    lins = [lin for kind in p.kinds for lin in _nn_linears(kind)]
     widest = max((max(lin.in_features, lin.out_features) for lin in lins), default=0)
     return frozenset(lin.leaf for lin in lins if widest in (lin.in_features, lin.out_features))
 
 
 def beside_leaves(p: LearnedProfile, leaves: frozenset[str]) -> frozenset[str]:
     """The last name parts of the nn.Linear layers of the layer kinds that hold one of `leaves`."""
-    kinds = [_adaptable_leaves(kind) for kind in p.kinds]
+    kinds = [[lin.leaf for lin in _nn_linears(kind)] for kind in p.kinds]
     return frozenset(leaf for names in kinds if leaves & set(names) for leaf in names)
 
 
@@ -492,7 +493,7 @@ def _kind_modules(kind: LayerKind, leaves: set[str] | None) -> tuple[LinearModul
     those the layer never calls, nor those it calls without a graph (`LayerKind.idle_linears`: the traced step left
     their adapters without a gradient): their adapters save nothing and get no gradient."""
     return tuple(LinearModule(lin.name, lin.in_features, lin.out_features, lin.count, 1, "mlp", True, lin.bias)
-                 for lin in kind.linears if lin.nn_linear and lin.runs and lin.name not in kind.idle_linears
+                 for lin in _nn_linears(kind) if lin.runs and lin.name not in kind.idle_linears
                  and (leaves is None or lin.leaf in leaves))
 
 
@@ -527,7 +528,7 @@ def untraced_mlp_instant(job: JobSpec, kind: LayerKind, mine: LoraLayout, ref: L
     down_proj's input is the MLP's width)."""
     traced = {m.leaf for m in ref.adapted}
     extra = tuple(m for m in mine.adapted if m.leaf in GATED_MLP and m.leaf not in traced)
-    widths = {lin.leaf: lin for lin in kind.linears if lin.nn_linear}
+    widths = {lin.leaf: lin for lin in _nn_linears(kind)}
     if not extra or mine.dora or any(leaf not in widths for leaf in GATED_MLP):
         return 0
     down = widths["down_proj"]
