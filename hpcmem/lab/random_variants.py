@@ -77,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
         except json.JSONDecodeError:
             ap.error(f"--set {item!r}: the value must be JSON (true, 3, \"bfd\")")
 
+    out = None
+    if args.write:
+        try:
+            out = args.write.open("a")     # opened before any trace: a path it cannot write is refused at once
+        except OSError as exc:
+            ap.error(f"--write {args.write}: cannot append to it ({exc.strerror or exc})")
+
     def traced() -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
         for rec in pick([r for r in load(records_path("trace")) if r.get("job")], changes, args.sample, args.seed,
                         trainer=args.trainer, gc=args.gc, learned=args.learned, new_types=args.new_types,
@@ -85,12 +92,16 @@ def main(argv: list[str] | None = None) -> int:
             job["settings"].update(changes)
             job["id"] = f"{rec['id']}+"
             record = trace_record(job)
-            if args.write:
-                with args.write.open("a") as fh:
-                    fh.write(json.dumps(record) + "\n")
+            if out is not None:
+                out.write(json.dumps(record) + "\n")
+                out.flush()
             yield job, score(record)
 
-    print_scored(traced())
+    try:
+        print_scored(traced())
+    finally:
+        if out is not None:
+            out.close()
     return 0
 
 
