@@ -315,8 +315,7 @@ def checkpoint_inputs_offloaded(t: TrainSpec) -> bool:
 def final_norm_restored(model_type: str, hidden_size: int, tokens: int, residual: int) -> int:
     """Activation offloading under full checkpointing: the saved tensor the final norm's backward brought back, alive
     through the last layer's backward — [tokens, H] at the type's width (hpcmem.models.final_norm: the fp32 input of
-    an upcasting RMSNorm for most types; traced: random seed 3 job 120, Seed-OSS, 10.56 GB at the last layer's peak;
-    seed 1 job 222, SmolLM3, 181.6 MB)."""
+    an upcasting RMSNorm for most types; the traces that showed it: estimator/LOG.md)."""
     return restored_width(model_type, residual) * hidden_size * tokens
 
 
