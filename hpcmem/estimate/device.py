@@ -24,6 +24,10 @@ Named terms (`DeviceTerm`), each with where its number comes from:
   GPUs without peer access (GeForce cards over PCIe) NCCL's SHM transport keeps the channel buffers in host shared
   memory mapped to the device (nccl src/transport/shm.cc `shmRecvSetup`), so there the constant overstates; it is
   not split by transport until a run measures what stays on the device.
+- **NCCL NVLS** (more than two GPUs of the job on one NVSwitch node that does NVLink SHARP: H100 SXM, H200, B200):
+  the multicast buffers NCCL maps with cuMemCreate beside the channel buffers, sized from NCCL's code
+  (hpcmem.estimate.nccl: 256 MiB on 8 Hopper GPUs with torch 2.13's NCCL; 1.5–2.3 GiB with the NCCL 2.18–2.20 of
+  torch 2.1–2.4). NCCL_NVLS_ENABLE=0 removes it.
 - **vLLM pool** (colocate mode): vLLM preallocates `vllm_gpu_memory_utilization` × device memory for weights and KV
   cache through its own allocator (documented rule, not traced); sleep mode releases it while training.
 
@@ -34,12 +38,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpcmem.estimate.nccl import NCCL_OF_TORCH, nvls_bytes
 from hpcmem.gpus.spec import GpuSpec
 from hpcmem.job.jobspec import JobSpec
 
 MIB = 1024**2
 DEFAULT_CONTEXT_BYTES = 764 * MIB          # uncalibrated default: the H200's process context (see above)
 DEFAULT_NCCL_BYTES = 400 * MIB             # one NCCL communicator's buffers (world > 1), uncalibrated
+NVLS_SOURCE = f"NCCL {NCCL_OF_TORCH[0]}.{NCCL_OF_TORCH[1]}'s NVLS buffers, from its code"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +88,10 @@ def device_terms(job: JobSpec, reserved_extra: int, vllm_bytes: int = 0) -> Devi
     terms = [context]
     if job.parallel.world_size > 1:
         terms.append(DeviceTerm(name="NCCL", bytes=DEFAULT_NCCL_BYTES, source="uncalibrated", calibrated=False))
+        par = job.parallel
+        nvls = nvls_bytes(gpu, par.num_processes // max(par.num_machines, 1), par.num_machines)
+        if nvls:
+            terms.append(DeviceTerm(name="NCCL NVLS", bytes=nvls, source=NVLS_SOURCE, calibrated=False))
     if vllm_bytes:
         terms.append(DeviceTerm(name="vLLM pool", bytes=vllm_bytes, source="vllm_gpu_memory_utilization × memory",
                                 calibrated=False))

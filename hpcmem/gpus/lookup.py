@@ -24,7 +24,8 @@ def gpu_spec(name: str) -> GpuSpec:
             fp16_tflops=float(entry.get("fp16_tflops", 0.0)),
             compute_capability=str(entry.get("compute_capability", "")),
             capacity_bytes=int(entry.get("capacity_bytes") or 0),
-            capacity_note=entry.get("capacity_source", "") if entry.get("capacity_derived") else "")
+            capacity_note=entry.get("capacity_source", "") if entry.get("capacity_derived") else "",
+            nvls=bool(entry.get("nvls", False)))
 
     described = parse(name)
     if described is None:
@@ -59,7 +60,7 @@ def recalibrated(spec: GpuSpec) -> GpuSpec:
     return _with_calibration(spec.name, memory_bytes=spec.memory_bytes, bf16_tflops=spec.bf16_tflops,
                              memory_bandwidth_gbps=spec.memory_bandwidth_gbps, fp16_tflops=spec.fp16_tflops,
                              compute_capability=spec.compute_capability, capacity_bytes=spec.capacity_bytes,
-                             capacity_note=spec.capacity_note)
+                             capacity_note=spec.capacity_note, nvls=spec.nvls)
 
 
 def gpu_for_device(device_name: str | None, memory_bytes: int | None) -> GpuSpec | None:

@@ -53,6 +53,7 @@ class GpuSpec:
     capacity_bytes: int = 0         # what torch can use (mem_get_info's total); 0 → memory_bytes
     margins: tuple[PeakMargin, ...] = ()
     capacity_note: str = ""         # how the usable capacity is known when no measurement gave it (derived, described)
+    nvls: bool = False              # on an NVSwitch board that does NVLink SHARP: NCCL's NVLS buffers (estimate.nccl)
     campaign: Campaign | None = None
     multi_gpu_margin: PeakMargin | None = None  # the device margin of multi-GPU jobs (hpcmem.gpus.calibration)
     single_gpu_margin: PeakMargin | None = None  # published single-GPU rows' margin (uncalibrated GPUs, one GPU)

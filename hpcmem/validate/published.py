@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hpcmem.datapath import estimator_dir
+from hpcmem.estimate.nccl import layout, parse_version
 from hpcmem.errors import HpcmemError
 from hpcmem.job.trl_config import read_yaml
 
@@ -21,7 +22,7 @@ LOOPS = {"trl": "TRL trainer", "hf-trainer": "transformers Trainer", "peft": "pl
          "accelerate": "plain accelerate loop", "other": "another framework"}
 OUTCOMES = ("ran", "oom")
 SOURCE_KEYS = {"id", "title", "citation", "loop", "loop_name", "software", "peak", "unit", "notes", "loss",
-               "keeps_output", "adapters"}
+               "keeps_output", "adapters", "nccl"}
 # how the loop takes its loss when not through TRL 1.16's fused head (hpcmem.validate.published_loop LOOP_LOSSES)
 LOOP_LOSS_KINDS = ("model-loss", "model-loss-4.4x")
 # the adapters' dtype where the loop's peft kept them otherwise than TRL 1.16's (hpcmem.validate.published_adapters)
@@ -60,6 +61,7 @@ class Row:
     keeps_output: bool = False  # the loop holds the model's output (its logits) through the backward
     reserved_at_reset: float | None = None   # in `unit`: reserved when the loop reset its peak stats (the source's)
     adapters: str = ""          # ADAPTER_DTYPES: the loop's peft kept the adapters in the base dtype; "" as TRL 1.16
+    nccl: tuple[int, int] | None = None   # the NCCL release of the run's torch, where its NVLS buffers differ (nccl.py)
 
     @property
     def measured_bytes(self) -> int | None:
@@ -129,6 +131,7 @@ def read_file(path: str | Path) -> list[Row]:
     if adapters and not loss:
         raise PublishedError(f"{where}: source: adapters {adapters!r}: only with `loss:` (it enters the loop-adjusted "
                              "estimate)")
+    nccl = _nccl(source.get("nccl"), f"{where}: source: nccl")
     defaults = _mapping(data.get("defaults") or {}, where, "defaults")
     _only(defaults, {"trainer", "settings", "gpu"}, f"{where}: defaults")
     base_settings = _mapping(defaults.get("settings") or {}, where, "defaults: settings")
@@ -157,7 +160,8 @@ def read_file(path: str | Path) -> list[Row]:
             outcome=_choice(item.get("outcome"), OUTCOMES, f"{at}: outcome"), scored=scored,
             where=str(item.get("where", "")), reason=str(item.get("reason", "")), cause=str(item.get("cause", "")),
             gpu_assumed=str(item.get("gpu_assumed", "")), software=str(source.get("software", "")), loss=loss,
-            keeps_output=keeps_output, reserved_at_reset=None if reset is None else float(reset), adapters=adapters))
+            keeps_output=keeps_output, reserved_at_reset=None if reset is None else float(reset), adapters=adapters,
+            nccl=nccl))
     return out
 
 
@@ -194,6 +198,18 @@ def _scored(item: dict[str, Any], at: str) -> bool:
     if not scored and not item.get("reason"):
         raise PublishedError(f"{at}: a row with scored: false needs a reason")
     return scored
+
+
+def _nccl(value: Any, where: str) -> tuple[int, int] | None:
+    """The run's NCCL release ('2.19'), known from 2.18 on (hpcmem.estimate.nccl); None when the source gives none."""
+    if value in (None, ""):
+        return None
+    try:
+        version = parse_version(str(value))
+        layout(version, "9.0", False)
+    except ValueError as exc:
+        raise PublishedError(f"{where}: {exc}") from None
+    return version
 
 
 def _citation(value: Any, where: str) -> str:

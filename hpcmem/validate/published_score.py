@@ -9,18 +9,19 @@ unexplained."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from statistics import median
 
 from hpcmem.errors import HpcmemError
 from hpcmem.estimate import estimate
 from hpcmem.estimate.device import board_reserve_seen_by_nvml
+from hpcmem.estimate.nccl import nvls_bytes
 from hpcmem.estimate.verdict import judge
 from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.job.trl_config import accelerate_settings, build_job
 from hpcmem.validate.published import PEAKS, Row
 from hpcmem.validate.published_adapters import base_dtype_lora_estimate
-from hpcmem.validate.published_loop import adjusted
+from hpcmem.validate.published_loop import Adjusted, adjusted
 
 MISS_PCT = 5.0
 ADAPTERS_NOTE = "LoRA adapters, their gradients and AdamW states in the base dtype (peft <= 0.10, published_adapters); "
@@ -97,6 +98,7 @@ def score(row: Row) -> Scored:
     # the source's step: its peft's adapter dtype where it differs from TRL 1.16's (published_adapters)
     loop_est = base_dtype_lora_estimate(job) if row.loss and row.adapters else est
     adj = adjusted(job, loop_est, row.loss, row.keeps_output, row.reserved_at_reset_bytes) if row.loss else None
+    adj = with_run_nccl(job, est, adj, row.nccl)
     verdict = est.verdict
     if adj is not None and est.gpu is not None:     # judged on what the source's loop holds, not TRL's step
         verdict = judge(adj.device, est.gpu, est.reserved_spread_bytes, world_size=est.world_size,
@@ -114,6 +116,23 @@ def score(row: Row) -> Scored:
                   capacity_gib=None if verdict is None else round(verdict.capacity_bytes / GIB, 3),
                   contradicted=None if verdict is None else (
                       level == "does not fit" if row.outcome == "ran" else verdict.fits))
+
+
+def with_run_nccl(job, est, adj: Adjusted | None, nccl: tuple[int, int] | None) -> Adjusted | None:
+    """The adjusted estimate with the NVLS buffers of the run's NCCL in place of torch 2.13's (hpcmem.estimate.nccl):
+    a device term, outside the allocator; unchanged when the source names no NCCL or the two are the same size."""
+    if nccl is None:
+        return adj
+    par = job.parallel
+    on_node, machines = par.num_processes // max(par.num_machines, 1), par.num_machines
+    run, modelled = nvls_bytes(job.gpu, on_node, machines, nccl), nvls_bytes(job.gpu, on_node, machines)
+    if run == modelled:
+        return adj
+    base = adj or Adjusted(allocated=est.peak_allocated_bytes, reserved=est.peak_reserved_bytes,
+                           device=est.device_peak_bytes, note="")
+    note = (f"NCCL {nccl[0]}.{nccl[1]}'s NVLS buffers, {run / GIB:.2f} GiB on {on_node} GPUs of a node, in place of "
+            f"torch 2.13's NCCL's {modelled / GIB:.2f} GiB")
+    return replace(base, device=base.device + run - modelled, note="; ".join(n for n in (base.note, note) if n))
 
 
 def _pct(got: float, measured: float | None) -> float | None:

@@ -8,8 +8,9 @@ from importlib import resources
 
 import pytest
 
+from hpcmem.validate.published import load
 from hpcmem.validate.published_margin import evidence, fit, leave_one_source_out
-from hpcmem.validate.published_score import Scored
+from hpcmem.validate.published_score import Scored, score
 
 
 def _row(rid: str, source: str, measured: float, estimated: float, *, gpus: int = 2, peak: str = "device",
@@ -63,3 +64,15 @@ def test_single_gpu_rows_fit_their_own_margin_and_one_source_holds_nothing_out()
     assert m["margin"] == pytest.approx(0.03) and m["n"] == 2 and m["kind"] == "single-gpu margin"
     assert m["held_out"]["n"] == 0 and m["held_out"]["per_source"] == []
     assert fit(rows)["n"] == 4          # the multi-GPU fit never sees them
+
+
+@pytest.mark.parametrize("name, multi", [("multi-gpu.json", True), ("single-gpu.json", False)])
+def test_the_shipped_margins_are_what_todays_rows_fit(name: str, multi: bool) -> None:
+    # an estimator change moves the published rows' errors; the shipped margin must be refitted with them
+    # (`hpcmem validate published --fit-margin`), not left at what older estimates needed
+    shipped = json.loads(resources.files("hpcmem").joinpath(f"calibrations/{name}").read_text())
+    fresh = fit([score(r) for r in load().rows if r.scored], multi=multi)
+    assert shipped["margin"] == pytest.approx(fresh["margin"], abs=5e-4), (shipped["margin"], fresh["margin"])
+    assert shipped["evidence"]["rows"] == fresh["evidence"]["rows"]
+    assert [s["margin"] for s in shipped["held_out"]["per_source"]] == pytest.approx(
+        [s["margin"] for s in fresh["held_out"]["per_source"]], abs=5e-4)
