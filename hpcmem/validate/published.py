@@ -204,8 +204,10 @@ def _nccl(value: Any, where: str) -> tuple[int, int] | None:
     """The run's NCCL release ('2.19'), known from 2.18 on (hpcmem.estimate.nccl); None when the source gives none."""
     if value in (None, ""):
         return None
+    if not isinstance(value, str):      # YAML reads 2.20 as the float 2.2
+        raise PublishedError(f"{where}: {value!r}: a quoted release, e.g. \"2.20\" (unquoted, YAML reads a number)")
     try:
-        version = parse_version(str(value))
+        version = parse_version(value)
         layout(version, "9.0", False)
     except ValueError as exc:
         raise PublishedError(f"{where}: {exc}") from None

@@ -70,7 +70,8 @@ def test_a_published_row_is_adjusted_to_the_nccl_its_run_had() -> None:
     assert "NCCL 2.19's NVLS buffers" in s.adjust_note
 
 
-@pytest.mark.parametrize("value, rule", [("2.9", "known from 2.18 on"), ("two", "major.minor"), ("2", "major.minor")])
+@pytest.mark.parametrize("value, rule", [('"2.9"', "known from 2.18 on"), ('"two"', "major.minor"),
+                                         ('"2"', "major.minor"), ("2.20", "a quoted release")])
 def test_a_source_naming_an_nccl_it_cannot_size_is_refused(tmp_path, value, rule) -> None:
     path = tmp_path / "x.yaml"
     path.write_text(f"""source:
@@ -80,7 +81,7 @@ def test_a_source_naming_an_nccl_it_cannot_size_is_refused(tmp_path, value, rule
   loop_name: TRL
   peak: device
   unit: GB
-  nccl: "{value}"
+  nccl: {value}
 rows:
   - {{id: r, gpu: H100, measured: 1, outcome: ran, settings: {{model_name_or_path: Qwen/Qwen2.5-0.5B}}}}
 """)
