@@ -140,6 +140,9 @@ class States:
     host: int
     trainable: int
     notes: dict
+    # what a rank keeps between the micro-batches of a gradient-accumulation window: `gradients`, except under FSDP,
+    # whose gradients stay unsharded until the window's last micro-batch (`accumulated_gradients`)
+    accumulated: int = 0
 
 
 ADAM_OPTIMS = ("adamw_torch_fused", "adamw_torch", "adamw_torch_foreach", "paged_adamw_32bit")
@@ -226,6 +229,7 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         notes["adapters"] = "with the trainable copies of " + ", ".join(n for n, _ in lora.saved_modules)
     if t.optim == "adafactor":
         opt = int(trainable ** 0.5 * 4 * 2 * m.num_hidden_layers)      # factored rows + cols, fp32, order of √Ψ
+    accumulated = accumulated_gradients(job, grads, gbytes)
     master = grad_buffers = gathered = host = reduce_bucket = prefetched = 0
     prefetch_late = False
     if par.deepspeed and par.zero_stage >= 1:
@@ -304,7 +308,31 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         f", partitioned /{n}" if par.flat_partitions else ""))
     return States(weights=weights, adapters=adapters, quant_constants=consts, gradients=grads, optimizer=opt, master=master,
                   grad_buffers=grad_buffers, reduce_bucket=reduce_bucket, gathered=gathered, prefetched=prefetched,
-                  prefetch_late=prefetch_late, host=host, trainable=trainable, notes=notes)
+                  prefetch_late=prefetch_late, host=host, trainable=trainable, notes=notes,
+                  accumulated=accumulated if par.fsdp and not t.sync_each_batch else grads)
+
+
+def accumulated_gradients(job: JobSpec, whole: int, gbytes: int) -> int:
+    """Gradient bytes an FSDP rank keeps between the micro-batches of an accumulation window: all of them, unsharded.
+
+    transformers' Trainer runs every micro-batch of the window but the last under `accelerator.no_sync`
+    (trainer.py `_inner_training_loop`; DeepSpeed and accelerator_config's `sync_each_batch` excepted: then the
+    sharded `gradients`, hpcmem.job.accelerator_config), which for FSDP2 is
+    `set_requires_gradient_sync(False)` (accelerate accelerator.py `no_sync`) and for FSDP1 the wrapper's `no_sync`.
+    FSDP2 then skips the reduce-scatter and keeps each parameter's unsharded gradient, in the mixed-precision policy's
+    dtype (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `post_backward`: `if not self.reduce_grads: …
+    return`; _fsdp_param.py `to_accumulated_grad_if_needed`, `accumulate_unsharded_grad_if_needed`), which accelerate
+    sets to the 16-bit type for both the parameters and the reduction (utils/dataclasses.py
+    `FullyShardedDataParallelPlugin.set_mixed_precision`); FSDP1 keeps the unsharded flat gradient the same way. The
+    last micro-batch reduce-scatters each unit's sum after its backward, so a layer's backward still holds the
+    unsharded sums of the layers below it: counted whole. Offloaded parameters too: the offload copies sharded
+    gradients after the reduction, which these never reach. `whole`: every trainable parameter's gradient in
+    `gbytes` per element, before sharding (measured on 2 CPU ranks, FSDP2: tests/probe/test_probe_accumulation.py)."""
+    t = job.train
+    if t.gradient_accumulation_steps <= 1 or not gbytes:
+        return 0
+    per_element = 2 if (t.bf16 or t.fp16) else gbytes
+    return whole * per_element // gbytes
 
 
 def idle_layer_params(m: ModelSpec) -> int:

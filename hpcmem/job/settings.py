@@ -52,6 +52,9 @@ _EXTRA: dict[str, Checker] = {
     "tokens_per_micro_batch": v.optional_integer,
     "label_tokens_per_micro_batch": v.optional_integer,
     "model_init_kwargs": _nullable(v.json_object),
+    # a mapping, its JSON text, or the path of a JSON file, as TrainingArguments takes it (hpcmem.job.accelerator_config)
+    "accelerator_config": _nullable(lambda n, x: v.text(n, x, max_len=4096) if isinstance(x, str) and
+                                    not x.lstrip().startswith("{") else v.json_object(n, x)),
     "torch_dtype": _nullable(lambda n, x: v.text(n, x, max_len=64)),
     "dtype": _nullable(lambda n, x: v.text(n, x, max_len=64)),
     "attn_implementation": _nullable(lambda n, x: v.text(n, x, max_len=64)),

@@ -65,6 +65,9 @@ class TrainSpec:
     gradient_accumulation_steps: int = 1
     gradient_checkpointing: bool = True
     gradient_checkpointing_kwargs: dict[str, Any] = field(default_factory=dict)
+    # TrainingArguments.accelerator_config (hpcmem.job.accelerator_config): its gradient_accumulation_kwargs
+    # sync_each_batch is what changes memory
+    accelerator_config: dict[str, Any] = field(default_factory=dict)
     bf16: bool = True                            # None in TRL → True unless fp16
     fp16: bool = False
     optim: str = "adamw_torch_fused"
@@ -167,6 +170,12 @@ class TrainSpec:
         p.check(not (self.load_in_4bit and self.load_in_8bit), "load_in_4bit and load_in_8bit exclude each other")
         p.check(not (self.bf16 and self.fp16), "bf16 and fp16 exclude each other; set one of them")
         p.raise_if_any()
+
+    @property
+    def sync_each_batch(self) -> bool:
+        """Gradients reduced on every micro-batch of an accumulation window (accelerate's GradientAccumulationPlugin,
+        which the Trainer builds from accelerator_config's gradient_accumulation_kwargs)."""
+        return bool(((self.accelerator_config or {}).get("gradient_accumulation_kwargs") or {}).get("sync_each_batch"))
 
     @property
     def selective_checkpointing(self) -> bool:

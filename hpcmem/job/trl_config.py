@@ -16,6 +16,7 @@ from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.inputs.files import exists, is_file, load_yaml_file
 from hpcmem.inputs.values import json_object, shown
 from hpcmem.job.accelerate_blocks import READ as ACCELERATE_BLOCKS
+from hpcmem.job.accelerator_config import accumulation_settings, read_accelerator_config
 from hpcmem.job.accelerate_blocks import block_settings
 from hpcmem.job.accelerate_keys import check_accelerate_keys
 from hpcmem.job.assumptions import assumed_names
@@ -120,6 +121,9 @@ def _normalise(settings: dict[str, Any]) -> dict[str, Any]:
         out["bf16"] = not out.get("fp16", False)
     if out.get("attn_implementation") is None and "attn_implementation" in out:
         out["attn_implementation"] = "sdpa"
+    if "accelerator_config" in out:
+        out["accelerator_config"] = read_accelerator_config(out["accelerator_config"])
+        out.update(accumulation_settings(out["accelerator_config"], out))
     _aliases(out)
     return out
 

@@ -255,6 +255,10 @@ def _instrument(trainer: Any, clock: PhaseClock, job: Any, shards: bool) -> Any:
         def on_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             clock.switch("after_step")
 
+        def on_substep_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if inventory is not None:       # a micro-batch of an accumulation window that is not its last
+                inventory.snapshot("between_micro_batches")
+
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             clock.end_step(state.global_step - 1)       # global_step already counts the step just finished
             if inventory is not None:

@@ -7,8 +7,9 @@ Each snapshot counts unique storages (views and flat buffers once) in a fixed or
   optimizer    the optimizer's state tensors (Adam exp_avg, exp_avg_sq, step)
   grads        `.grad` of weights and master, and DeepSpeed optimizer attributes named *grad* (partitioned buffers)
   buffers      the model's registered buffers (rotary tables)
-Snapshots: "pre_step" (inside DeepSpeed's engine.step before it runs, or at on_pre_optimizer_step) and "resident"
-(step end). Inside backward the DeepSpeed optimizer's bucket methods are wrapped to record every tensor attribute's
+Snapshots: "pre_step" (inside DeepSpeed's engine.step before it runs, or at on_pre_optimizer_step), "resident"
+(step end) and, under gradient accumulation, "between_micro_batches" (at on_substep_end: what a rank keeps from one
+micro-batch to the next; FSDP2's unsharded gradients are counted in grads). Inside backward the DeepSpeed optimizer's bucket methods are wrapped to record every tensor attribute's
 bytes (`attributes`: ipg buffers, partition buffers — the bucket sizes); forward hooks record the gathered-parameter
 bytes that are live (ZeRO-3 `ds_status` available, FSDP2 unsharded views): `live_gathered_peak_bytes`.
 """
@@ -126,6 +127,8 @@ class ShardInventory:
         for q in list(model.parameters()) + params:
             if q.grad is not None:
                 cats["grads"] += _add_storage(_local(q.grad), seen)
+        for g in fsdp2_unsharded_grads(model):
+            cats["grads"] += _add_storage(g, seen)
         for name, value in (vars(ds_opt).items() if ds_opt is not None else ()):
             if "grad" in name.lower():
                 cats["grads"] += _bytes_of(value, seen)
@@ -183,6 +186,20 @@ def base_optimizer(opt: Any) -> Any:
             found = opt
         opt = getattr(opt, "optimizer", None)
     return found
+
+
+def fsdp2_unsharded_grads(model: Any) -> list[Any]:
+    """The gradients FSDP2 keeps unsharded, beside the registered (sharded) parameters: a unit's `_unsharded_param.grad`
+    and `unsharded_accumulated_grad` after a backward that did not reduce-scatter (`set_requires_gradient_sync(False)`,
+    torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `post_backward`)."""
+    out = []
+    for module in model.modules():
+        state = module._get_fsdp_state() if hasattr(module, "_get_fsdp_state") else None
+        for group in getattr(state, "_fsdp_param_groups", ()) if state is not None else ():
+            for fp in group.fsdp_params:
+                unsharded = getattr(fp, "_unsharded_param", None)
+                out += [g for g in (getattr(unsharded, "grad", None), fp.unsharded_accumulated_grad) if g is not None]
+    return out
 
 
 def _is_dtensor(t: Any) -> bool:

@@ -163,6 +163,7 @@ def build_trainer(job: Any, *, steps: int, device: str, model_id: str, cfg: dict
 
 
 def enable_fsdp_on_cpu(trainer: Any) -> None:
+    from accelerate.state import PartialState
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
     state = trainer.accelerator.state
@@ -176,4 +177,10 @@ def enable_fsdp_on_cpu(trainer: Any) -> None:
         plugin.cpu_offload = CPUOffloadPolicy(pin_memory=False)
     state.distributed_type = DistributedType.FSDP
     state.fsdp_plugin = plugin
+    # accelerate writes the type into PartialState's shared state too (state.py, the end of
+    # `AcceleratorState.__init__`): every later AcceleratorState() — AcceleratedOptimizer makes one — copies it back
+    # from there. Without it the optimizer's preparation turns the run into MULTI_CPU again, and what follows
+    # (Accelerator.no_sync → FSDP2's set_requires_gradient_sync under gradient accumulation, the FSDP gradient
+    # clipping) takes the CPU branches, not the ones a GPU run takes.
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
     trainer.is_fsdp_enabled = True

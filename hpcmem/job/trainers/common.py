@@ -9,7 +9,8 @@ MODEL_CONFIG_FIELDS = ("dtype", "attn_implementation", "use_peft", "lora_r", "lo
                        "lora_task_type", "load_in_4bit", "load_in_8bit", "use_bnb_nested_quant")
 # TrainingArguments fields hpcmem models, as every TRL config inherits them (TRL's _BaseConfig overrides some defaults)
 COMMON = ("per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
-          "gradient_checkpointing_kwargs", "bf16", "fp16", "optim", "max_grad_norm", "torch_compile",
+          "gradient_checkpointing_kwargs", "accelerator_config", "bf16", "fp16", "optim", "max_grad_norm",
+          "torch_compile",
           "torch_empty_cache_steps",
           "pad_to_multiple_of",
           "per_device_eval_batch_size", "eval_strategy", "save_strategy", "save_only_model", "dataloader_num_workers",

@@ -103,8 +103,6 @@ FIELDS: dict[str, Field] = {
         "deterministic kernels (CUBLAS_WORKSPACE_CONFIG=:4096:8, within cuBLAS's modelled workspaces)"),
     "seed": _RUN, "data_seed": _RUN,
     "use_cpu": _no("the job runs on the CPU: nothing on a GPU to estimate"),
-    "accelerator_config": _no("accelerate's dataloader options (dispatch_batches, split_batches): the same micro-batch "
-                              "per rank"),
     "parallelism_config": _ref("the layout (cp_size, sp_size, dp_shard_size, …) is read from the accelerate config "
                                "(its parallelism_config_* keys) or hpcmem's flags; one in the TRL YAML is not read"),
     "dataloader_drop_last": _RUN,
