@@ -857,7 +857,7 @@ def _phases_of(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts,
     tokens, quad, L = mb.tokens, _quad(job, mb, cell=cell), len(lb.kept)
     resident = resident_components(s, lora) + list(extra_resident)
     gathered = [Component(name=GATHERED, bytes=s.gathered)] if s.gathered else []
-    accum_c = [Component(name="gradients", bytes=accum, note="kept across gradient accumulation")] if accum else []
+    accum_c = [Component(name="gradients", bytes=accum, note=s.notes["accumulated"])] if accum else []
     one = "; its cells traced on one row" if cell.rows == 1 else ""
     how = f"learned profile ({p.provenance.get('summary', 'traced')}{one})"
     if cell.head_with_loss:     # the traced jobs' fused LM head is in the terms: what they hold of it out
@@ -917,7 +917,7 @@ def _phases_of(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts,
                   note=f"{how}: layers ≤ {worst}" + (f"; what the backward of layers > {worst} left"
                                                      if left[worst + 1] else "")),
         Component(name="gradients", bytes=accum or head_grads + after[worst + 1],
-                  note="kept across gradient accumulation" if accum else f"layers > {worst} done"),
+                  note=s.notes["accumulated"] if accum else f"layers > {worst} done"),
         Component(name="backward temporaries", bytes=max(lb.peak[worst], 0), note=f"{how}: recompute + temporaries")))
     kept_past = [Component(name="left by the layers' backward", bytes=left[0],
                            note=f"{how}: alive until each layer's next forward")] if left[0] else []

@@ -15,7 +15,7 @@ with nHeads the node's GPUs in the communicator, and per release:
 | 2.18, 2.19 | nvlsChannels = NCCL_NVLS_NCHANNELS, 16 | the SIMPLE buffer, NCCL_BUFFSIZE = 4 MiB | 2 MiB | 1,536 MiB |
 | 2.20 | comm->nChannels, 24 on 8 NVSwitch GPUs | 4 MiB | 2 MiB | 2,304 MiB |
 | 2.21 | comm->nChannels, 24 | NCCL_NVLS_CHUNKSIZE 128 KiB × NCCL_STEPS 8 = 1 MiB | 2 MiB | 1,152 MiB |
-| 2.22 and later | nvlsChannels: 16 (sm90); from 2.28 on sm100, 24 on one node, 32 across nodes | 1 MiB | none | 256 MiB |
+| 2.22 on | nvlsChannels: 16 (sm90); from 2.28 on sm100, 24 on one node, 32 across nodes | 1 MiB | none | 256 MiB |
 
 (2.20: `int nChannels = comm->nChannels`; the 24 channels of 8 NVSwitch GPUs are read off NCCL's own INFO line on 8
 H200s, "NVLS comm … nHeads 8 buffSize 4194304 memSize 2097152 nvlsPerRankSize 301989888 nvlsTotalSize 2415919104",

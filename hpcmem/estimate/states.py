@@ -306,10 +306,15 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         shard, "offloaded" if par.offload_param_device != "none" else "") if x))
     notes.setdefault("optimizer", f"{t.optim} on {trainable:,} trainable params" + (
         f", partitioned /{n}" if par.flat_partitions else ""))
-    return States(weights=weights, adapters=adapters, quant_constants=consts, gradients=grads, optimizer=opt, master=master,
+    unsharded = par.fsdp and not t.sync_each_batch and t.gradient_accumulation_steps > 1
+    notes["accumulated"] = "kept across gradient accumulation" + (
+        "; unsharded until the window's last micro-batch; accelerator_config gradient_accumulation_kwargs "
+        f"sync_each_batch true keeps {grads / 2**30:.2f} GiB on the GPU instead" if unsharded else "")
+    return States(weights=weights, adapters=adapters, quant_constants=consts, gradients=grads, optimizer=opt,
+                  master=master,
                   grad_buffers=grad_buffers, reduce_bucket=reduce_bucket, gathered=gathered, prefetched=prefetched,
                   prefetch_late=prefetch_late, host=host, trainable=trainable, notes=notes,
-                  accumulated=accumulated if par.fsdp and not t.sync_each_batch else grads)
+                  accumulated=accumulated if unsharded else grads)
 
 
 def accumulated_gradients(job: JobSpec, whole: int, gbytes: int) -> int:
