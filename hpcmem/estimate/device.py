@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcmem.estimate.nccl import NCCL_OF_TORCH, nvls_bytes
+from hpcmem.estimate.nccl import NCCL_OF_TORCH, job_nvls_bytes
 from hpcmem.gpus.spec import GpuSpec
 from hpcmem.job.jobspec import JobSpec
 
@@ -88,8 +88,7 @@ def device_terms(job: JobSpec, reserved_extra: int, vllm_bytes: int = 0) -> Devi
     terms = [context]
     if job.parallel.world_size > 1:
         terms.append(DeviceTerm(name="NCCL", bytes=DEFAULT_NCCL_BYTES, source="uncalibrated", calibrated=False))
-        par = job.parallel
-        nvls = nvls_bytes(gpu, par.num_processes // max(par.num_machines, 1), par.num_machines)
+        nvls = job_nvls_bytes(job)
         if nvls:
             terms.append(DeviceTerm(name="NCCL NVLS", bytes=nvls, source=NVLS_SOURCE, calibrated=False))
     if vllm_bytes:

@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmem.gpus.spec import GpuSpec
+from hpcmem.job.jobspec import JobSpec
 
 MIB = 1024**2
 GRANULARITY = 2 * MIB               # cuMemGetAllocationGranularity's recommended size on these boards
@@ -74,6 +75,12 @@ def nvls_bytes(gpu: GpuSpec | None, gpus_on_node: int, num_machines: int = 1,
     lay = layout(version, gpu.compute_capability, num_machines > 1)
     size = lay.channels * 2 * (lay.buff + lay.mem) * gpus_on_node
     return -(-size // GRANULARITY) * GRANULARITY
+
+
+def job_nvls_bytes(job: JobSpec, version: tuple[int, int] = NCCL_OF_TORCH) -> int:
+    """`nvls_bytes` for a job's GPU and its data-parallel communicator: its processes per node, its nodes."""
+    par = job.parallel
+    return nvls_bytes(job.gpu, par.num_processes // max(par.num_machines, 1), par.num_machines, version)
 
 
 def parse_version(text: str) -> tuple[int, int]:

@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass, replace
 from statistics import median
 
 from hpcmem.errors import HpcmemError
-from hpcmem.estimate import estimate
+from hpcmem.estimate import Estimate, estimate
 from hpcmem.estimate.device import board_reserve_seen_by_nvml
-from hpcmem.estimate.nccl import nvls_bytes
+from hpcmem.estimate.nccl import job_nvls_bytes
 from hpcmem.estimate.verdict import judge
 from hpcmem.gpus.lookup import gpu_spec
+from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.trl_config import accelerate_settings, build_job
 from hpcmem.validate.published import PEAKS, Row
 from hpcmem.validate.published_adapters import base_dtype_lora_estimate
@@ -118,20 +119,18 @@ def score(row: Row) -> Scored:
                       level == "does not fit" if row.outcome == "ran" else verdict.fits))
 
 
-def with_run_nccl(job, est, adj: Adjusted | None, nccl: tuple[int, int] | None) -> Adjusted | None:
+def with_run_nccl(job: JobSpec, est: Estimate, adj: Adjusted | None, nccl: tuple[int, int] | None) -> Adjusted | None:
     """The adjusted estimate with the NVLS buffers of the run's NCCL in place of torch 2.13's (hpcmem.estimate.nccl):
     a device term, outside the allocator; unchanged when the source names no NCCL or the two are the same size."""
     if nccl is None:
         return adj
-    par = job.parallel
-    on_node, machines = par.num_processes // max(par.num_machines, 1), par.num_machines
-    run, modelled = nvls_bytes(job.gpu, on_node, machines, nccl), nvls_bytes(job.gpu, on_node, machines)
+    run, modelled = job_nvls_bytes(job, nccl), job_nvls_bytes(job)
     if run == modelled:
         return adj
     base = adj or Adjusted(allocated=est.peak_allocated_bytes, reserved=est.peak_reserved_bytes,
                            device=est.device_peak_bytes, note="")
-    note = (f"NCCL {nccl[0]}.{nccl[1]}'s NVLS buffers, {run / GIB:.2f} GiB on {on_node} GPUs of a node, in place of "
-            f"torch 2.13's NCCL's {modelled / GIB:.2f} GiB")
+    note = (f"NCCL {nccl[0]}.{nccl[1]}'s NVLS buffers, {run / GIB:.2f} GiB a GPU, in place of torch 2.13's NCCL's "
+            f"{modelled / GIB:.2f} GiB")
     return replace(base, device=base.device + run - modelled, note="; ".join(n for n in (base.note, note) if n))
 
 
