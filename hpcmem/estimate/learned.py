@@ -850,7 +850,7 @@ def _phases_of(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamParts,
                taken: tuple[Cell, dict]) -> tuple[list[Phase], int]:
     t, p = job.train, job.model.learned
     cell, reference = taken
-    accum = s.accumulated if t.gradient_accumulation_steps > 1 else 0
+    accum = s.accumulated
     lb = layer_bytes(job, mb, prec, lora, cell, reference)
     if accum and not lora.enabled:
         lb = replace(lb, peak=accumulated_peaks(job, mb, cell, lb, prec))

@@ -140,8 +140,9 @@ class States:
     host: int
     trainable: int
     notes: dict
-    # what a rank keeps between the micro-batches of a gradient-accumulation window: `gradients`, except under FSDP,
-    # whose gradients stay unsharded until the window's last micro-batch (`accumulated_gradients`)
+    # what a rank keeps between the micro-batches of a gradient-accumulation window (0 without accumulation):
+    # `gradients`, except under FSDP, whose gradients stay unsharded until the window's last micro-batch
+    # (`unsharded_accumulation`, `accumulated_gradients`)
     accumulated: int = 0
 
 
@@ -229,7 +230,7 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         notes["adapters"] = "with the trainable copies of " + ", ".join(n for n, _ in lora.saved_modules)
     if t.optim == "adafactor":
         opt = int(trainable ** 0.5 * 4 * 2 * m.num_hidden_layers)      # factored rows + cols, fp32, order of √Ψ
-    accumulated = accumulated_gradients(job, grads, gbytes)
+    whole_grads = grads                 # every trainable gradient, before any sharding or offload
     master = grad_buffers = gathered = host = reduce_bucket = prefetched = 0
     prefetch_late = False
     if par.deepspeed and par.zero_stage >= 1:
@@ -306,15 +307,26 @@ def model_states(job: JobSpec, prec: Precision, lora: LoraLayout) -> States:
         shard, "offloaded" if par.offload_param_device != "none" else "") if x))
     notes.setdefault("optimizer", f"{t.optim} on {trainable:,} trainable params" + (
         f", partitioned /{n}" if par.flat_partitions else ""))
-    unsharded = par.fsdp and not t.sync_each_batch and t.gradient_accumulation_steps > 1
+    unsharded = unsharded_accumulation(job)
+    accumulated = 0
+    if unsharded:
+        accumulated = accumulated_gradients(job, whole_grads, gbytes)
+    elif t.gradient_accumulation_steps > 1:
+        accumulated = grads
     notes["accumulated"] = "kept across gradient accumulation" + (
         "; unsharded until the window's last micro-batch; accelerator_config gradient_accumulation_kwargs "
         f"sync_each_batch true keeps {grads / 2**30:.2f} GiB on the GPU instead" if unsharded else "")
     return States(weights=weights, adapters=adapters, quant_constants=consts, gradients=grads, optimizer=opt,
-                  master=master,
-                  grad_buffers=grad_buffers, reduce_bucket=reduce_bucket, gathered=gathered, prefetched=prefetched,
-                  prefetch_late=prefetch_late, host=host, trainable=trainable, notes=notes,
-                  accumulated=accumulated if unsharded else grads)
+                  master=master, grad_buffers=grad_buffers, reduce_bucket=reduce_bucket, gathered=gathered,
+                  prefetched=prefetched, prefetch_late=prefetch_late, host=host, trainable=trainable, notes=notes,
+                  accumulated=accumulated)
+
+
+def unsharded_accumulation(job: JobSpec) -> bool:
+    """FSDP keeps the gradients unsharded between micro-batches: accumulation without accelerator_config's
+    `sync_each_batch` (`accumulated_gradients`)."""
+    t = job.train
+    return job.parallel.fsdp and t.gradient_accumulation_steps > 1 and not t.sync_each_batch
 
 
 def accumulated_gradients(job: JobSpec, whole: int, gbytes: int) -> int:
@@ -334,8 +346,6 @@ def accumulated_gradients(job: JobSpec, whole: int, gbytes: int) -> int:
     gradients after the reduction, which these never reach. `whole`: every trainable parameter's gradient in
     `gbytes` per element, before sharding (measured on 2 CPU ranks, FSDP2: tests/probe/test_probe_accumulation.py)."""
     t = job.train
-    if t.gradient_accumulation_steps <= 1 or not gbytes:
-        return 0
     per_element = 2 if (t.bf16 or t.fp16) else gbytes
     return whole * per_element // gbytes
 

@@ -129,7 +129,7 @@ def build_phases(job: JobSpec, mb: MicroBatch, prec: Precision, parts: ParamPart
 
     saved_total = (on_gpu(sum(kept)) if stays is None else sum(stays)) + outside
     gathered = [Component(name=GATHERED, bytes=s.gathered)] if s.gathered else []
-    accum_grads = s.accumulated if t.gradient_accumulation_steps > 1 else 0
+    accum_grads = s.accumulated
     grads_note = s.notes["accumulated"] if accum_grads else ""
     # torch autocast caches the 16-bit copy only of leaf weights that require grad (cached_cast): the layers' linear
     # weights in full fine-tuning (ParamParts.autocast_cached), only the adapters under LoRA; the cache lives until

@@ -29,12 +29,17 @@ ACCUMULATION_KEYS = ("num_steps", "adjust_scheduler", "sync_with_dataloader", "s
 FIELD = "accelerator_config"
 
 
+def names_a_file(value: Any) -> bool:
+    """The field given as a path (transformers reads a string not starting with "{" as a JSON file's)."""
+    return isinstance(value, str) and not value.lstrip().startswith("{")
+
+
 def read_accelerator_config(value: Any) -> dict[str, Any]:
     """The field's mapping ({} for None), checked: known keys only, gradient_accumulation_kwargs a mapping of known
     keys, num_steps a positive integer and sync_each_batch a boolean. One-line SpecError otherwise."""
     if value is None:
         return {}
-    if isinstance(value, str) and not value.lstrip().startswith("{"):
+    if names_a_file(value):
         try:
             text = read_text(value, "config")
         except SpecError as exc:

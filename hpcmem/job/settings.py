@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from hpcmem.inputs import values as v
+from hpcmem.job.accelerator_config import names_a_file
 from hpcmem.job.spec import ParallelSpec, TrainSpec
 
 Checker = Callable[[str, Any], Any]
@@ -52,9 +53,10 @@ _EXTRA: dict[str, Checker] = {
     "tokens_per_micro_batch": v.optional_integer,
     "label_tokens_per_micro_batch": v.optional_integer,
     "model_init_kwargs": _nullable(v.json_object),
-    # a mapping, its JSON text, or the path of a JSON file, as TrainingArguments takes it (hpcmem.job.accelerator_config)
-    "accelerator_config": _nullable(lambda n, x: v.text(n, x, max_len=4096) if isinstance(x, str) and
-                                    not x.lstrip().startswith("{") else v.json_object(n, x)),
+    # a mapping, its JSON text, or the path of a JSON file, as TrainingArguments takes it
+    # (hpcmem.job.accelerator_config)
+    "accelerator_config": _nullable(lambda n, x: v.text(n, x, max_len=4096) if names_a_file(x) else
+                                    v.json_object(n, x)),
     "torch_dtype": _nullable(lambda n, x: v.text(n, x, max_len=64)),
     "dtype": _nullable(lambda n, x: v.text(n, x, max_len=64)),
     "attn_implementation": _nullable(lambda n, x: v.text(n, x, max_len=64)),

@@ -16,9 +16,9 @@ from hpcmem.gpus.lookup import gpu_spec
 from hpcmem.inputs.files import exists, is_file, load_yaml_file
 from hpcmem.inputs.values import json_object, shown
 from hpcmem.job.accelerate_blocks import READ as ACCELERATE_BLOCKS
-from hpcmem.job.accelerator_config import accumulation_settings, read_accelerator_config
 from hpcmem.job.accelerate_blocks import block_settings
 from hpcmem.job.accelerate_keys import check_accelerate_keys
+from hpcmem.job.accelerator_config import accumulation_settings, read_accelerator_config
 from hpcmem.job.assumptions import assumed_names
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.mesh_rules import check_layout_settings

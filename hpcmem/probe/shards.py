@@ -9,9 +9,10 @@ Each snapshot counts unique storages (views and flat buffers once) in a fixed or
   buffers      the model's registered buffers (rotary tables)
 Snapshots: "pre_step" (inside DeepSpeed's engine.step before it runs, or at on_pre_optimizer_step), "resident"
 (step end) and, under gradient accumulation, "between_micro_batches" (at on_substep_end: what a rank keeps from one
-micro-batch to the next; FSDP2's unsharded gradients are counted in grads). Inside backward the DeepSpeed optimizer's bucket methods are wrapped to record every tensor attribute's
-bytes (`attributes`: ipg buffers, partition buffers — the bucket sizes); forward hooks record the gathered-parameter
-bytes that are live (ZeRO-3 `ds_status` available, FSDP2 unsharded views): `live_gathered_peak_bytes`.
+micro-batch to the next; FSDP2's unsharded gradients are counted in grads). Inside backward the DeepSpeed
+optimizer's bucket methods are wrapped to record every tensor attribute's bytes (`attributes`: ipg buffers, partition
+buffers — the bucket sizes); forward hooks record the gathered-parameter bytes that are live (ZeRO-3 `ds_status`
+available, FSDP2 unsharded views): `live_gathered_peak_bytes`.
 """
 
 from __future__ import annotations
