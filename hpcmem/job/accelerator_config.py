@@ -19,7 +19,7 @@ from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.inputs.files import read_text
-from hpcmem.inputs.values import json_object
+from hpcmem.inputs.values import MAX_COUNT, json_object
 
 # transformers trainer_pt_utils.py `AcceleratorConfig`'s fields; accelerate utils/dataclasses.py
 # `GradientAccumulationPlugin`'s
@@ -65,8 +65,9 @@ def read_accelerator_config(value: Any) -> dict[str, Any]:
         raise SpecError(f"{FIELD} gradient_accumulation_kwargs: unknown key(s) {', '.join(map(repr, unknown))}; "
                         f"accelerate's GradientAccumulationPlugin has {', '.join(ACCUMULATION_KEYS)}")
     steps = kwargs.get("num_steps")
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise SpecError(f"{FIELD} gradient_accumulation_kwargs num_steps {steps!r}: a positive integer")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_COUNT):
+        raise SpecError(f"{FIELD} gradient_accumulation_kwargs num_steps {steps!r}: a positive integer ≤ {MAX_COUNT}, "
+                        "as gradient_accumulation_steps")
     sync = kwargs.get("sync_each_batch", False)
     if not isinstance(sync, bool):
         raise SpecError(f"{FIELD} gradient_accumulation_kwargs sync_each_batch {sync!r}: true or false")

@@ -63,6 +63,7 @@ def test_json_text_and_file_read_alike(tmp_path) -> None:
     ({"gradient_accumulation_kwargs": {"num_step": 2}}, "unknown key"),
     ({"gradient_accumulation_kwargs": [1]}, "a mapping"),
     ({"gradient_accumulation_kwargs": {"num_steps": 0}}, "a positive integer"),
+    ({"gradient_accumulation_kwargs": {"num_steps": 10**23}}, "a positive integer ≤ 2147483647"),
     ("/nonexistent/accelerator.json", "nor a JSON file"),
 ])
 def test_bad_values_are_one_line_errors(value, rule) -> None:
