@@ -6,6 +6,9 @@ the collect job after all of them (afterany). While the array runs, one task is 
 and must finish; the failing case is retried once and then recorded as failed with its reason. Collect fits and
 installs into a temporary $HPCMEM_DATA; an estimate on the preset then names the campaign. Running the same command
 again submits nothing.
+
+A second, faster test pins the retry's aim: the array task that fails is the one whose SLURM_JOB_ID is the array's own
+id, and its retry must restart it alone, not its siblings.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpcmem.calibrate.scripts import RETRY, Job, render_job
+from hpcmem.launch.presets import load as load_preset
 from tests.slurm import jobs
 from tests.slurm.cluster import PARTITION, SlurmCluster, running_cluster
 
@@ -137,3 +142,46 @@ def test_a_campaign_runs_retries_collects_and_installs(cluster, tmp_path):
     again = json.loads(_hpcmem(cluster, env, *args).stdout)        # a finished campaign: nothing new
     assert again["submitted"] == [] and again["jobs"] == []
     assert cluster.run("squeue", "-h").stdout.strip() == ""
+
+
+# Stands in for `hpcmem` in the array's script: the script, its retry and SLURM are real; what a case does is not
+# under test here. Every start is logged as "index restart job-id array-id"; task 2 fails its first attempt.
+_STUB = """#!/bin/bash
+[[ ${1:-} == --version ]] && exit 0
+index="" stage=""
+while (( $# )); do
+  case $1 in --index) index=$2; shift;; --stage) stage=$2; shift;; esac
+  shift
+done
+echo "$index ${SLURM_RESTART_COUNT:-0} $SLURM_JOB_ID $SLURM_ARRAY_JOB_ID $stage" >> STARTS
+[[ -n $stage ]] && exit 1
+case $index in
+  0) exit 0;;
+  1) sleep 25; exit 0;;
+  2) (( ${SLURM_RESTART_COUNT:-0} == 0 )) && exit RETRY; exit 0;;
+esac
+"""
+
+
+def test_a_retry_requeues_its_own_array_task_only(cluster, tmp_path):
+    """The last task SLURM starts from an array holds the array's id as its SLURM_JOB_ID, and `scontrol requeue` on
+    that id requeues every task of the array (job_array.html): a failed case's retry then restarted cases that were
+    running or done. Here task 2 is that task, fails once while task 1 runs, and only task 2 runs again."""
+    _site(tmp_path)
+    starts = tmp_path / "starts.log"
+    stub = tmp_path / "fake-hpcmem"
+    stub.write_text(_STUB.replace("STARTS", shlex.quote(str(starts))).replace("RETRY", str(RETRY)))
+    stub.chmod(0o755)
+    job = Job(group="g0", kind="array", cases=("a", "b", "c"), gpus=1, max_parallel=2)
+    script = render_job(job, load_preset(tmp_path / "testcal.yaml"), campaign_dir=str(tmp_path / "campaign"),
+                        campaign_name="aim", time="00:10:00", command=(str(stub),))
+    (tmp_path / "campaign" / "logs").mkdir(parents=True)
+    (tmp_path / "array.sh").write_text(script)
+    array_id = cluster.run("sbatch", "--parsable", str(tmp_path / "array.sh")).stdout.strip().split(";")[0]
+    for index in range(3):
+        assert cluster.wait_job(f"{array_id}_{index}", timeout_s=180) == "COMPLETED", cluster.logs()
+    rows = [line.split() for line in starts.read_text().splitlines()]
+    by_task = {i: [r for r in rows if r[0] == str(i)] for i in range(3)}
+    assert [r[2] for r in by_task[2]] == [array_id, array_id], rows       # task 2 carries the array's id
+    assert [r[1] for r in by_task[2]] == ["0", "1"], rows                 # failed once, retried once
+    assert [r[1] for r in by_task[0]] == ["0"] and [r[1] for r in by_task[1]] == ["0"], rows   # siblings left alone

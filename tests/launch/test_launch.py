@@ -119,7 +119,7 @@ def test_environment_and_directives():
                  "export WANDB_PROJECT='x y'", "module load cuda/12.4", "source /shared/venvs/trl/bin/activate",
                  "#SBATCH --gres=gpu:8", "#SBATCH --signal=B:USR1@300", "#SBATCH --requeue", "#SBATCH --mem=500G",
                  "#SBATCH --account=ml", "#SBATCH --chdir=/home/user/project", "#SBATCH --open-mode=append",
-                 "trap hpcmem_requeue USR1", "scontrol requeue \"$SLURM_JOB_ID\""):
+                 "trap hpcmem_requeue USR1", "scontrol requeue \"$(hpcmem_this_job)\""):
         assert line in script, line
     names = [v.name for v in environment(lnch)]
     assert names.index("NCCL_SOCKET_IFNAME") > names.index("OMP_NUM_THREADS")   # the preset can override hpcmem
