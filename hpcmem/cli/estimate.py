@@ -7,7 +7,7 @@ import json
 import click
 
 from hpcmem import launch
-from hpcmem.cli.options import TRAINER_ARG, job_from_cli, job_options
+from hpcmem.cli.options import ENV_HELP, TRAINER_ARG, env_pairs, job_from_cli, job_options
 from hpcmem.cli.outputs import PNG
 from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.estimate import estimate
@@ -24,23 +24,25 @@ CHECK_STATUS = {Level.TIGHT: 3, Level.DOES_NOT_FIT: 4}
 @job_options
 @click.option("--preset", "preset_ref", default=None, help="a site preset (hpcmem presets list): its GPU and defaults "
               "apply, as `hpcmem submit --preset` would run the job (--gpu still overrides the GPU)")
+@click.option("--env", "env", multiple=True, help=ENV_HELP)
 @click.option("--plot", "plot_path", type=PNG, default=None,
               help="also draw the phases as stacked bars with capacity and safe bound, as a PNG (needs matplotlib)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (stable contract) instead of a table")
 @click.option("--check", is_flag=True, help="exit 0 only when the job fits the GPU: 3 when it is tight (the point "
               "estimate fits, the safe bound does not), 4 when it does not fit (needs --gpu or --preset)")
 def command(trainer: str, plot_path: str | None, as_json: bool, preset_ref: str | None, check: bool,
-            **kwargs) -> None:
+            env: tuple[str, ...], **kwargs) -> None:
     """Estimate peak allocated / reserved / device memory per GPU for a TRL trainer.
 
     Flags and --config keys are TRL's own field names (SFTConfig, DPOConfig, GRPOConfig, ModelConfig …).
     Example: hpcmem estimate sft --model_name_or_path Qwen/Qwen2.5-7B --use_peft --gpu H100-80GB
     """
-    preset = None
+    preset, job_env = None, env_pairs(env)
     if preset_ref:
         found = launch.load_preset(preset_ref)
         preset = {**found.defaults, "gpu": found.gpu}
-    job, ignored = job_from_cli(trainer, kwargs, preset=preset)
+        job_env = {**found.env, **job_env}
+    job, ignored = job_from_cli(trainer, kwargs, preset=preset, env=job_env)
     if check and job.gpu is None:
         raise click.UsageError("--check judges the job against a GPU: give --gpu or --preset")
     est = estimate(job)

@@ -6,14 +6,16 @@ which lets `job_from_cli` apply the precedence: TRL defaults < preset < --config
 from __future__ import annotations
 
 from dataclasses import MISSING, fields
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import click
 
 from hpcmem.data.errors import ProfileError
-from hpcmem.errors import SpecError
+from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.inputs.values import json_object
 from hpcmem.job.images import FIELD_HELP as IMAGE_FIELD_HELP
+from hpcmem.job.job_env import JobEnv, read_env, with_env_settings
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.rules import check_given_fields
 from hpcmem.job.settings import check_settings
@@ -29,6 +31,20 @@ def typed(name: str) -> bool:
 
 
 TRAINER_ARG = click.argument("trainer", type=click.Choice(names()))
+ENV_HELP = ("NAME=VALUE exported in the job (repeatable), over the preset's env; what changes GPU memory "
+            "(PYTORCH_ALLOC_CONF, NCCL_NVLS_ENABLE, CUBLAS_WORKSPACE_CONFIG…) is read into the estimate")
+ENV_WHERE = "the job's environment (the preset's env and --env)"
+
+
+def env_pairs(values: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """--env NAME=VALUE … → {NAME: VALUE}, later wins."""
+    out = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise HpcmemError(f"--env {item!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
 
 
 class _OptionalBool(click.ParamType):
@@ -193,9 +209,11 @@ def collect(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | None = None, *,
-                 model: Any = None, settle_required: bool = False) -> tuple[JobSpec, list[str]]:
+                 model: Any = None, settle_required: bool = False,
+                 env: Mapping[str, str] | None = None) -> tuple[JobSpec, list[str]]:
     """Merge defaults < preset < --config YAML < flags, then build and validate the JobSpec (`settle_required`: the
-    planner's start, hpcmem.job.trl_config.build_job)."""
+    planner's start, hpcmem.job.trl_config.build_job). `env`: the variables the job runs with (the preset's env,
+    then --env), read for their memory effects (hpcmem.job.job_env)."""
     given = collect(kwargs)
     config_path = given.pop("config", None)
     accel = given.pop("accelerate_config", None)
@@ -216,7 +234,9 @@ def job_from_cli(trainer: str, kwargs: dict[str, Any], preset: dict[str, Any] | 
     settings.update(check_settings(given, "command line"))
     vision = _apply_profile(lengths_path, trainer, settings) if lengths_path else None
     check_given_fields(trainer, written)
-    job, notes = build_job(trainer, settings, model=model, settle_required=settle_required)
+    job_env = read_env(env, ENV_WHERE) if env else JobEnv()
+    settings = with_env_settings(settings, job_env, ENV_WHERE)
+    job, notes = build_job(trainer, settings, model=model, settle_required=settle_required, job_env=job_env)
     if vision is not None:
         _check_processor(vision, lengths_path, job)
     return job, notes

@@ -7,7 +7,7 @@ import json
 import click
 
 from hpcmem import launch
-from hpcmem.cli.options import TRAINER_ARG, collect, job_from_cli, job_options
+from hpcmem.cli.options import ENV_HELP, TRAINER_ARG, collect, env_pairs, job_from_cli, job_options
 from hpcmem.cli.outputs import PNG
 from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.errors import HpcmemError, SpecError
@@ -45,10 +45,11 @@ from hpcmem.plots.plan_plot import draw
               help="least free GPU memory a plan must leave above its safe bound: GiB (4) or % of capacity (10%%)")
 @click.option("--plot", "plot_path", type=PNG, default=None,
               help="also draw the searched combinations (speed vs safe device peak) as a PNG (needs matplotlib)")
+@click.option("--env", "env", multiple=True, help=ENV_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
 def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: int, explain: bool, as_json: bool,
             preset_ref: str | None, plot_path: str | None, host_ram_gib: float | None, headroom, allow_optim: bool,
-            **kwargs) -> None:
+            env: tuple[str, ...], **kwargs) -> None:
     """Search gradient checkpointing, activation offloading, packing, batch × accumulation, ZeRO / FSDP and
     offload, the load dtype (and LoRA/QLoRA with --allow_peft, 8-bit AdamW with --allow_optim) for the fastest setup
     that fits --gpu and the node's host RAM. A flag you give is fixed.
@@ -57,7 +58,7 @@ def command(trainer: str, global_batch_size: int | None, allow_peft: bool, top: 
     """
     preset = launch.load_preset(preset_ref) if preset_ref else None
     job, _ = job_from_cli(trainer, kwargs, preset=launch.preset_settings(preset, kwargs.get("gpu")) if preset else None,
-                          settle_required=True)
+                          settle_required=True, env={**(preset.env if preset else {}), **env_pairs(env)})
     if job.gpu is None:         # --gpu, the --config YAML's `gpu:` or the preset's
         raise HpcmemError("hpcmem plan needs --gpu (see `hpcmem gpus`), a `gpu:` in --config or --preset (see "
                           "`hpcmem presets list`)")

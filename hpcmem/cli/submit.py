@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from hpcmem.cli.options import TRAINER_ARG, collect, job_from_cli, job_options, typed
+from hpcmem.cli.options import ENV_HELP, TRAINER_ARG, collect, env_pairs, job_from_cli, job_options, typed
 from hpcmem.cli.trl_argv import TrlCommand
 from hpcmem.errors import HpcmemError, SpecError
 from hpcmem.inputs.files import is_file
@@ -18,16 +18,6 @@ from hpcmem.launch.presets import preset_settings
 from hpcmem.plan import search
 from hpcmem.plan.explain import host_lines
 from hpcmem.plan.flags import flags_line
-
-
-def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise HpcmemError(f"--env {item!r}: expected NAME=VALUE")
-        out[name] = value
-    return out
 
 
 def _trl_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -72,10 +62,12 @@ def _top_plan(job, kwargs: dict[str, Any], allow_peft: bool, preset):
 def _build(trainer: str, preset_ref: str, launch: dict[str, Any], kwargs: dict[str, Any], use_plan: bool = False,
            allow_peft: bool = False):
     preset = load_preset(preset_ref)
-    job, _ = job_from_cli(trainer, kwargs, preset=preset_settings(preset, kwargs.get("gpu")), settle_required=use_plan)
+    env = env_pairs(launch.pop("env"))
+    job, _ = job_from_cli(trainer, kwargs, preset=preset_settings(preset, kwargs.get("gpu")), settle_required=use_plan,
+                          env={**preset.env, **env})
     if use_plan:
         job = _top_plan(job, kwargs, allow_peft, preset)
-    options = LaunchOptions(env=_env_pairs(launch.pop("env")), trl_fields=_trl_fields(kwargs), **launch)
+    options = LaunchOptions(env=env, trl_fields=_trl_fields(kwargs), **launch)
     return job, preset, options
 
 
@@ -132,8 +124,8 @@ def _refuse_idle_flags(launch: dict[str, Any], use_plan: bool, allow_peft: bool)
               "or UNLIMITED (0 and -1 also mean no limit); default: the preset's max_time")
 @click.option("--job-name", "--job_name", "job_name", default="", help="default hpcmem-<trainer>")
 @click.option("--runs-dir", "runs_dir", default="runs", show_default=True, help="where run folders are created")
-@click.option("--env", "env", multiple=True, help="NAME=VALUE exported in the job (repeatable); secrets: export "
-              "them before submitting instead, sbatch passes your environment on and nothing is written")
+@click.option("--env", "env", multiple=True, help=ENV_HELP + "; secrets: export them before submitting instead, "
+              "sbatch passes your environment on and nothing is written")
 @click.option("--vllm-placement", "vllm_placement", type=click.Choice(["node", "split"]), default="node",
               show_default=True, help="vllm_mode server: trl vllm-serve on its own node, or on GPUs of the one node")
 @click.option("--account", default=None, help="default: the preset's")

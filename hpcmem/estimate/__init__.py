@@ -94,6 +94,8 @@ def _summary(job: JobSpec, mb_source: str, lora_note: str) -> str:
                 (f" ({par.num_machines} nodes)" if par.num_machines > 1 else ""))
     if layout_note(job):
         bits.append(layout_note(job))
+    if job.expandable_segments:
+        bits.append("expandable_segments")
     bits.append(f"micro-batch: {mb_source}")
     return " · ".join(bits)
 
@@ -179,7 +181,7 @@ def shared_step(job: JobSpec, lora: LoraLayout | None = None) -> SharedStep:
         phases.append(Phase(name="generation (vLLM awake)", components=base + (
             Component(name="vLLM pool", bytes=extras.vllm_pool_asleep,
                       note="vllm_gpu_memory_utilization × device memory; released by sleep mode while training"),)))
-    ws_bytes, ws_note = cublas_workspaces(job.gpu, cublaslt_threads(job))
+    ws_bytes, ws_note = cublas_workspaces(job.gpu, cublaslt_threads(job), job.env.cublas_workspace_bytes)
     workspaces = Component(name=WORKSPACES, bytes=ws_bytes, note=ws_note)
     return SharedStep(train=job.train, parallel=job.parallel, model=job.model, gpu=job.gpu,
                 tokens_per_micro_batch=job.tokens_per_micro_batch,
@@ -212,6 +214,7 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
     warnings += [w for w in (quantized_unit_warning(job), worst_tail_note(job, mb, prec)) if w]
     if job.gpu is None:
         warnings.append("no --gpu given: no fit verdict")
+    warnings += [f"not modelled, set in the job's environment: {what}" for what in job.env.unmodelled]
     if job.train.torch_compile:
         warnings.append(TORCH_COMPILE_NOTE)
     if job.model.wrapper_model_type:
@@ -255,7 +258,7 @@ def estimate(job: JobSpec, shared: SharedStep | None = None) -> Estimate:
         warnings=tuple(warnings),
         not_held=tuple(not_held),
         not_modelled=NOT_MODELLED + ((VLLM_NOT_TRACED,) if job.train.use_vllm else ())
-        + ((MULTIMODAL_NOT_MODELLED,) if job.model.wrapper_model_type else ()),
+        + ((MULTIMODAL_NOT_MODELLED,) if job.model.wrapper_model_type else ()) + job.env.unmodelled,
         calibrated=dev.calibrated,
         made=made_by(job),
         gpu=job.gpu,

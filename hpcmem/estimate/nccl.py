@@ -78,8 +78,11 @@ def nvls_bytes(gpu: GpuSpec | None, gpus_on_node: int, num_machines: int = 1,
 
 
 def job_nvls_bytes(job: JobSpec, version: tuple[int, int] = NCCL_OF_TORCH) -> int:
-    """`nvls_bytes` for a job's GPU and its data-parallel communicator: its processes per node, its nodes."""
+    """`nvls_bytes` for a job's GPU and its data-parallel communicator: its processes per node, its nodes; none
+    where the job's environment sets NCCL_NVLS_ENABLE=0 (hpcmem.job.job_env)."""
     par = job.parallel
+    if not job.env.nvls:
+        return 0
     return nvls_bytes(job.gpu, par.num_processes // max(par.num_machines, 1), par.num_machines, version)
 
 

@@ -2,7 +2,8 @@
 by no tensor, so the trace never sees them.
 
 Source: pytorch aten/src/ATen/cuda/CublasHandlePool.cpp, `parseChosenWorkspaceSize()`: without CUBLAS_WORKSPACE_CONFIG
-the workspace is 4096 KiB × 8 = 32 MiB on compute capability 9.0 (Hopper) and 4096 KiB × 2 + 16 KiB × 8 elsewhere;
+the workspace is 4096 KiB × 8 = 32 MiB on compute capability major 9, 10 and 12 (Hopper, Blackwell) and 4096 KiB × 2 +
+16 KiB × 8 elsewhere; with it, Σ SIZE KiB × COUNT over its `:SIZE:COUNT` pairs (hpcmem.job.job_env);
 one is allocated per (cuBLAS handle, stream) and kept, and handles are per thread (a thread-local PoolWindow). A
 training step multiplies matrices on two threads — Python's (forward, generation) and autograd's device thread
 (backward) — so two workspaces are live from the first backward on, in every later phase.
@@ -25,23 +26,29 @@ from hpcmem.models.params import linear_modules
 
 HANDLES = 2                                   # Python's thread + autograd's device thread
 KIB = 1024
-HOPPER_BYTES = 4096 * KIB * 8                 # sm_90 default: 32 MiB
+HOPPER_BYTES = 4096 * KIB * 8                 # default on majors 9, 10, 12: 32 MiB
+LARGE_DEFAULT_MAJORS = ("9", "10", "12")      # `use32mb` in parseChosenWorkspaceSize
 OTHER_BYTES = 4096 * KIB * 2 + 16 * KIB * 8   # every other capability: 8.125 MiB
 CUBLASLT_BYTES = 1024 * KIB                   # CUBLASLT_WORKSPACE_SIZE default
 
 
-def workspace_bytes(gpu: GpuSpec | None) -> int:
-    """Bytes of one cuBLAS workspace on this GPU; with no GPU named, Hopper's (the larger, so the safer)."""
-    if gpu is None or gpu.compute_capability in ("", "9.0"):
+def workspace_bytes(gpu: GpuSpec | None, configured: int | None = None) -> int:
+    """Bytes of one cuBLAS workspace on this GPU (`configured`: CUBLAS_WORKSPACE_CONFIG's, which replaces the
+    default); with no GPU named, Hopper's (the larger, so the safer)."""
+    if configured is not None:
+        return configured
+    if gpu is None or gpu.compute_capability.split(".")[0] in ("", *LARGE_DEFAULT_MAJORS):
         return HOPPER_BYTES
     return OTHER_BYTES
 
 
-def cublas_workspaces(gpu: GpuSpec | None, lt_threads: int = 0) -> tuple[int, str]:
+def cublas_workspaces(gpu: GpuSpec | None, lt_threads: int = 0, configured: int | None = None) -> tuple[int, str]:
     """Bytes of the workspaces a training process keeps, and the note that says where they come from; `lt_threads`:
-    how many threads run a bias GEMM (`cublaslt_threads`)."""
-    per = workspace_bytes(gpu)
+    how many threads run a bias GEMM (`cublaslt_threads`); `configured`: CUBLAS_WORKSPACE_CONFIG's workspace."""
+    per = workspace_bytes(gpu, configured)
     where = "no --gpu: Hopper's size assumed" if gpu is None else f"compute capability {gpu.compute_capability or '?'}"
+    if configured is not None:
+        where = "CUBLAS_WORKSPACE_CONFIG"
     note = f"{HANDLES} × {per / KIB**2:g} MiB (one per thread that runs cuBLAS; {where})"
     if lt_threads:
         note += f" + {lt_threads} × 1 MiB cuBLASLt (bias GEMMs)"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from hpcmem.errors import SpecError
 from hpcmem.gpus.spec import GpuSpec
+from hpcmem.job.job_env import JobEnv
 from hpcmem.job.rules import check_job
 from hpcmem.job.spec import DTYPES, ParallelSpec, TrainSpec, load_dtype
 from hpcmem.models.spec import ModelSpec
@@ -14,7 +15,8 @@ from hpcmem.models.spec import ModelSpec
 
 @dataclass(frozen=True, kw_only=True)
 class JobSpec:
-    """Everything an estimate needs. `expandable_segments` mirrors PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."""
+    """Everything an estimate needs. `expandable_segments` mirrors PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True;
+    `env` what the job's environment changes in GPU memory (hpcmem.job.job_env)."""
 
     model: ModelSpec
     train: TrainSpec
@@ -30,6 +32,7 @@ class JobSpec:
     # hpcmem-only, the learner's: an SFT trace with the model's dropout modules at p = 0, as DPO, KTO and Reward's
     # disable_dropout leaves them (SFTConfig has no such field; hpcmem.trace.learn `learn_job`, NOMDROP cells)
     model_dropout_off: bool = False
+    env: JobEnv = field(default_factory=JobEnv)
 
     def __post_init__(self) -> None:
         tokens = self.tokens_per_micro_batch

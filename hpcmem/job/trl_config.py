@@ -20,6 +20,7 @@ from hpcmem.job.accelerate_blocks import block_settings
 from hpcmem.job.accelerate_keys import check_accelerate_keys
 from hpcmem.job.accelerator_config import accumulation_settings, read_accelerator_config
 from hpcmem.job.assumptions import assumed_names
+from hpcmem.job.job_env import JobEnv
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.mesh_rules import check_layout_settings
 from hpcmem.job.model_init import apply_model_init_kwargs
@@ -153,10 +154,11 @@ PLANNER_SETTLES = ("gradient_checkpointing",)
 
 
 def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None,
-              settle_required: bool = False) -> tuple[JobSpec, list[str]]:
+              settle_required: bool = False, job_env: JobEnv | None = None) -> tuple[JobSpec, list[str]]:
     """Settings (already merged by precedence) → JobSpec, plus the names hpcmem ignored (no memory effect modelled).
     `settle_required` (the planner): a knob of PLANNER_SETTLES the settings leave unset takes the value the model
-    type's real trainer requires, instead of TRL's default that the type refuses."""
+    type's real trainer requires, instead of TRL's default that the type refuses. `job_env`: what the job's
+    environment changes (hpcmem.job.job_env.read_env; its expandable_segments already in `settings`)."""
     s = _normalise(check_settings(settings, "settings"))
     e = entry(trainer)
     not_read = check_fields(e.config_class, {k: v for k, v in s.items() if k not in TRAIN_FIELDS | PARALLEL_FIELDS},
@@ -189,17 +191,8 @@ def build_job(trainer: str, settings: dict[str, Any], *, model=None, gpu=None,
                       gpu=gpu, expandable_segments=bool(s.get("expandable_segments", False)),
                       tokens_per_micro_batch=s.get("tokens_per_micro_batch"),
                       label_tokens_per_micro_batch=s.get("label_tokens_per_micro_batch"), teacher=teacher,
-                      assumed=assumed_names(trainer, s, s.get("tokens_per_micro_batch")))
+                      assumed=assumed_names(trainer, s, s.get("tokens_per_micro_batch")), env=job_env or JobEnv())
     except TypeError as exc:
         raise SpecError(f"invalid setting: {exc}") from None
     check_layout_settings(s, job)       # TRL fields outside the spec that a layout refuses (hpcmem.job.mesh_rules)
     return job, ignored
-
-
-def expandable_from_env(environ: dict[str, str]) -> bool:
-    """PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF = expandable_segments:True (torch allocator config syntax)."""
-    for key in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
-        conf = environ.get(key, "")
-        if "expandable_segments:true" in conf.replace(" ", "").lower():
-            return True
-    return False

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from hpcmem.errors import Problems, SpecError
 from hpcmem.inputs.values import InputError, shown, text
 from hpcmem.job.images import LOADING_NOTES, pixel_bounds, processor_kwargs
+from hpcmem.job.job_env import ALLOC_VARS, read_env
 from hpcmem.job.trainers import entry
 from hpcmem.launch import slurm_time
 from hpcmem.launch.container_paths import invisible, job_mounts, needed_paths, unmountable
@@ -175,7 +176,33 @@ class Launch:
                 "output_dir out for the run folder's output/")
         self._check_script_values(p)
         self._check_container_paths(p)
+        self._check_env(p)
         return p.items
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables the preset and --env export in the job (later wins)."""
+        return {**self.preset.env, **self.options.env}
+
+    @property
+    def sets_allocator(self) -> bool:
+        """Whether the preset or --env sets the caching allocator's variables (then hpcmem exports none of its own)."""
+        return any(name in self.env for name in ALLOC_VARS)
+
+    def _check_env(self, p: Problems) -> None:
+        """The job was estimated with the environment it runs with (hpcmem.job.job_env): the CLI builds it so; a
+        job built without it would be estimated for another run."""
+        try:
+            ran = read_env(self.env, "the preset's env and --env")
+        except SpecError as exc:
+            p.items.extend(exc.problems)
+            return
+        if ran != self.job.env:
+            p.add("the job was estimated without the environment it runs with (the preset's env and --env): "
+                  "build it with that environment (hpcmem.cli.options.job_from_cli env=)")
+        elif ran.allocator_value is not None and bool(ran.expandable) != self.job.expandable_segments:
+            p.add(f"expandable_segments {self.job.expandable_segments} disagrees with the allocator setting "
+                  f"{ran.allocator_value!r} of the preset's env and --env")
 
     def _check_container_paths(self, p: Problems) -> None:
         """Every path the job reads or writes is visible inside the preset's container

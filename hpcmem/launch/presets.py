@@ -333,8 +333,9 @@ def _container(value: Any, c: _Checked) -> Container | None:
 def default_keys() -> tuple[str, ...]:
     """Field names a preset may give defaults for: the spec's own names (one name per setting)."""
     # teacher: resolved from teacher_model_name_or_path; assumed: what the estimate takes, not a setting;
-    # model_dropout_off: the learner's own traces (hpcmem.trace.learn), not a setting
-    skip = {"trainer", "model", "train", "parallel", "gpu", "teacher", "assumed", "model_dropout_off"}
+    # model_dropout_off: the learner's own traces (hpcmem.trace.learn), not a setting; env: read from the preset's
+    # own `env` (hpcmem.job.job_env), not a default
+    skip = {"trainer", "model", "train", "parallel", "gpu", "teacher", "assumed", "model_dropout_off", "env"}
     names = field_names(TrainSpec) + field_names(ParallelSpec) + field_names(JobSpec)
     return tuple(n for n in dict.fromkeys(names) if n not in skip)
 

@@ -50,7 +50,8 @@ def environment(launch: Launch) -> list[EnvVar]:
                "a failed or hung NCCL collective aborts the process, so srun --kill-on-bad-exit ends the job instead "
                "of idling until the time limit"),
     ]
-    if launch.job.expandable_segments:
+    if launch.job.expandable_segments and not launch.sets_allocator:
+        # the preset's or --env's allocator variable says the same (Launch._check_env): one source, not two
         why = "the estimate assumed expandable_segments (less fragmentation); "
         env += [EnvVar("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", why + "vLLM sleep mode reads only this"),
                 EnvVar("PYTORCH_ALLOC_CONF", "expandable_segments:True", why + "the name torch ≥ 2.9 reads")]

@@ -145,7 +145,9 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
         "sharding": axis("sharding", SHARDINGS),
         # without allow_peft the job keeps its own choice (full or LoRA): PEFT changes what is trained
         "peft": axis("peft", PEFT_VALUES) if allow_peft else [own.peft],
-        "expandable_segments": axis("expandable_segments", (False, True)),
+        # an allocator setting in the job's environment fixes it: the job runs what the variable says
+        "expandable_segments": [own.expandable_segments] if job.env.allocator_value is not None
+        else axis("expandable_segments", (False, True)),
         "dtype": axis("dtype", (own.dtype, *(d for d in DTYPE_VALUES if d != own.dtype))),   # the job's own first
         "optim": axis("optim", (own.optim, *(o for o in OPTIM_VALUES if o != own.optim))) if allow_optim
         else [own.optim],

@@ -160,7 +160,7 @@ def _allocator_sim(choice: Any) -> tuple[Any, tuple[str, ...]]:
 
 def replay_modes(job: JobSpec, events: list[Any], modes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     """The allocator model's stats per mode for a recorded stream, cuBLAS workspaces sized for the job's GPU."""
-    ws = Workspaces(cublas=workspace_bytes(job.gpu))
+    ws = Workspaces(cublas=workspace_bytes(job.gpu, job.env.cublas_workspace_bytes))
     out = {}
     for mode in modes:
         r = replay(events, expandable=mode == "expandable", workspaces=ws)

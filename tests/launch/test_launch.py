@@ -125,6 +125,28 @@ def test_environment_and_directives():
     assert names.index("NCCL_SOCKET_IFNAME") > names.index("OMP_NUM_THREADS")   # the preset can override hpcmem
 
 
+def test_an_allocator_setting_in_the_presets_env_is_the_only_one_exported():
+    """torch 2.13 reads generic allocator keys from PYTORCH_ALLOC_CONF first and CUDA keys from PYTORCH_CUDA_ALLOC_CONF
+    first: hpcmem adding its pair beside the preset's would split the settings, so the preset's stands alone."""
+    from hpcmem.cli.options import job_from_cli
+
+    site = preset(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,pinned_use_cuda_host_register:True"})
+    built, _ = job_from_cli("sft", {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "num_processes": 8},
+                            preset={"gpu": "H100-80GB"}, env=site.env)
+    assert built.expandable_segments is True
+    lnch = launch(built, site)
+    assert lnch.problems == []
+    exported = [(v.name, v.value) for v in environment(lnch) if "ALLOC_CONF" in v.name]
+    assert exported == [("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True,pinned_use_cuda_host_register:True")]
+
+
+def test_a_job_estimated_without_its_environment_is_not_launched():
+    lnch = launch(job(num_processes=8), preset(env={"NCCL_NVLS_ENABLE": "0"}))
+    assert any("estimated without the environment" in p for p in lnch.problems), lnch.problems
+    bad = launch(job(num_processes=8), preset(), env={"PYTORCH_ALLOC_CONF": "expandable_segments:on"})
+    assert any("expandable_segments:on" in p for p in bad.problems), bad.problems
+
+
 def test_gpus_per_node_form_and_typed_gres():
     lnch = launch(job(num_processes=4), preset(gpu_request="gpus_per_node", gres_type="h100"))
     assert "#SBATCH --gpus-per-node=h100:4" in render_sbatch(lnch, files(lnch))
