@@ -234,9 +234,8 @@ class Applier:
         par = _parallel(job.parallel, k.sharding)
         if par.sp_size > 1 and k.sharding != GIVEN:
             par = replace(par, sp_attn_implementation=train.attn_implementation)   # Ulysses wraps the model's kernel
-        return JobSpec(model=job.model, train=train, parallel=par, gpu=job.gpu,
-                       expandable_segments=k.expandable_segments, tokens_per_micro_batch=job.tokens_per_micro_batch,
-                       label_tokens_per_micro_batch=job.label_tokens_per_micro_batch)
+        # replace keeps what no knob changes (the teacher, the job's environment, the length profile's tokens)
+        return replace(job, train=train, parallel=par, expandable_segments=k.expandable_segments)
 
 
 def _train(t: TrainSpec, k: Knobs, sharding_changes: dict) -> TrainSpec:

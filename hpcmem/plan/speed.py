@@ -48,7 +48,8 @@ class Speeds:
         if key not in self.shape:
             t = replace(self.job.train, per_device_train_batch_size=batch, packing=pack == "packing",
                         padding_free=pack == "padding_free")
-            mb = micro_batch(SimpleNamespace(train=t, model=self.job.model,
+            # parallel: a generating trainer pads its whole generation batch, split over the ranks (job.shape)
+            mb = micro_batch(SimpleNamespace(train=t, model=self.job.model, parallel=self.job.parallel,
                                              tokens_per_micro_batch=self.job.tokens_per_micro_batch,
                                              label_tokens_per_micro_batch=self.job.label_tokens_per_micro_batch))
             max_len = t.max_length or self.job.model.max_position_embeddings
