@@ -109,7 +109,8 @@ class Speeds:
                     activation_offloading=k.activation_offloading, sharding=sharding,
                     offload_optimizer=offload_optimizer, offload_params=offload_params,
                     peft=k.peft if k.peft in ("none", "lora", "qlora") else "lora",
-                    trainable_params=self._trainable(k.peft), seq_shards=shards, seq_split=seq_split)
+                    trainable_params=self._trainable(k.peft), seq_shards=shards, seq_split=seq_split,
+                    sync_each_batch=self.job.train.sync_each_batch)
         return throughput(s, self.rates)
 
 

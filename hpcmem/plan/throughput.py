@@ -19,7 +19,10 @@ Formulas
   no gradients or optimizer states for frozen weights; the input-gradient half of the backward remains).
 - Communication per GPU (Rajbhandari et al. 2020 "ZeRO" §7.1): DDP and ZeRO-1/2 move 2Ψ per step (reduce-scatter +
   all-gather, like an all-reduce); ZeRO-3 / FSDP move 3Ψ per micro-step (parameter all-gather in forward and backward
-  + gradient reduce-scatter). Ring collectives move (n−1)/n of that over the slowest link.
+  + gradient reduce-scatter). Ring collectives move (n−1)/n of that over the slowest link. FSDP under gradient
+  accumulation reduce-scatters once per window: transformers' Trainer runs the other micro-batches under
+  `accelerator.no_sync` (FSDP2 `set_requires_gradient_sync(False)`, FSDP1 `no_sync`), unless accelerator_config's
+  `sync_each_batch` (then every micro-step, with the gradients kept sharded: hpcmem.estimate.states).
 """
 
 from __future__ import annotations
@@ -130,6 +133,7 @@ class Setting(NamedTuple):
     trainable_params: int
     seq_shards: int = 1         # ranks one row is split over (context / sequence parallelism); `tokens` is the share
     seq_split: str = ""         # "cp" | "sp" | ""
+    sync_each_batch: bool = False   # accelerator_config's: FSDP reduce-scatters every micro-step, not once a window
 
 
 class Rates(NamedTuple):
@@ -177,7 +181,9 @@ def _comm_bytes(s: Setting, n_params: int, world: int) -> float:
     grads = 2 * s.trainable_params
     if s.sharding in ("zero3", "fsdp"):
         gathers = 2 * (2 * n_params) * s.grad_accum       # all-gather params in forward and backward, each micro-step
-        return ring * (gathers + grads * s.grad_accum)    # reduce-scatter gradients every micro-step
+        # ZeRO-3 reduce-scatters every micro-step; FSDP once a window unless sync_each_batch (module docstring)
+        scatters = s.grad_accum if s.sharding == "zero3" or s.sync_each_batch else 1
+        return ring * (gathers + grads * scatters)
     return ring * 2 * grads                               # one all-reduce (or RS + AG) per step
 
 
