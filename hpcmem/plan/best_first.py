@@ -126,7 +126,7 @@ class PlanReport:
 # Sharding chains, most memory first: each step shards or offloads one more state (ZeRO §5: P_os ⊂ P_os+g ⊂ P_os+g+p;
 # offloading moves a GPU state to the host). Checked on the estimator by tests/plan/test_plan.py.
 SHARDING_CHAINS = (("zero1", "zero2", "zero2+offload_opt"), ("zero3", "zero3+offload_opt", "zero3+offload_all"),
-                   ("fsdp2", "fsdp2+offload"))
+                   ("fsdp2", "fsdp2+offload"), ("fsdp2+sync", "fsdp2+offload+sync"))
 _CHAIN = {name: (i, pos) for i, chain in enumerate(SHARDING_CHAINS) for pos, name in enumerate(chain)}
 
 

@@ -16,6 +16,7 @@ from hpcmem.plan.fixed import axis_fixed
 from hpcmem.plan.flags import flags_line
 from hpcmem.plan.knobs import GIVEN, Knobs, apply
 from hpcmem.plan.mechanism import mechanism
+from hpcmem.plan.sync_batch import base, is_sync
 from hpcmem.plan.ranking import headroom_share
 from hpcmem.plan.throughput import THROUGHPUT_UNCERTAINTY
 from hpcmem.plan.twins import difference
@@ -31,8 +32,10 @@ def _neighbours(k: Knobs, per_gpu: int) -> list[tuple[str, Knobs]]:
         out.append(("activation_offloading", k._replace(activation_offloading=False)))
     if k.pack != "padded":
         out.append((k.pack, k._replace(pack="padded")))
+    if is_sync(k.sharding):
+        out.append(("sync_each_batch", k._replace(sharding=base(k.sharding))))
     if k.sharding not in ("ddp", GIVEN):
-        out.append((k.sharding, k._replace(sharding="ddp")))
+        out.append((base(k.sharding), k._replace(sharding="ddp")))
     if k.peft not in ("none", GIVEN):
         out.append((k.peft, k._replace(peft="none")))
     if k.expandable_segments:
@@ -116,6 +119,8 @@ def _tie_note(report: PlanReport, p: Plan) -> list[str]:
 def _fixed(report: PlanReport, name: str) -> bool:
     axis = {"gradient_checkpointing": "gc", "activation_offloading": "activation_offloading",
             "expandable_segments": "expandable_segments", "dtype": "dtype", "optim": "optim"}.get(name.split(" ")[0])
+    if name == "sync_each_batch":       # an accelerator_config key (hpcmem.plan.sync_batch)
+        return "accelerator_config" in report.fixed
     if axis is None:
         axis = ("peft" if name in ("lora", "qlora") else "pack" if name in ("packing", "padding_free")
                 else "batch" if name.startswith("per_device") else "sharding")

@@ -18,6 +18,7 @@ from hpcmem.job.lora_task_rules import planned_task_type
 from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.plan.fixed import MAX_SEARCHED_BATCH, _divisors, axis_fixed
 from hpcmem.plan.sequence_split import layout_fields, split, train_changes
+from hpcmem.plan.sync_batch import FSDP_BASES, SYNC, base, is_sync, own_sharding, sync_changes
 
 GC_VALUES = ("off", "selective", "full")
 PACK_VALUES = ("padded", "packing", "padding_free")
@@ -42,6 +43,8 @@ SHARDINGS: dict[str, dict] = {
     "fsdp2": {"distributed_type": "FSDP", "fsdp_version": 2},
     "fsdp2+offload": {"distributed_type": "FSDP", "fsdp_version": 2, "fsdp_offload_params": True},
 }
+# the same layouts with accelerator_config's sync_each_batch (hpcmem.plan.sync_batch)
+SHARDINGS.update({name + SYNC: SHARDINGS[name] for name in FSDP_BASES})
 GIVEN = "given"          # axis value meaning "the job's own setting" (a fixed flag outside the named choices)
 
 
@@ -99,9 +102,9 @@ def job_knobs(job: JobSpec) -> Knobs:
     pack = "packing" if t.packing else ("padding_free" if t.padding_free else "padded")
     peft = ("qlora" if t.load_in_4bit else "lora") if t.use_peft and not t.load_in_8bit else \
         ("none" if not t.use_peft else GIVEN)
-    sharding = next((k for k in SHARDINGS if _parallel(par, k) == par), GIVEN)
+    sharding = next((k for k in SHARDINGS if not is_sync(k) and _parallel(par, k) == par), GIVEN)
     return Knobs(gc, t.activation_offloading, pack, t.per_device_train_batch_size, t.gradient_accumulation_steps,
-                 sharding, peft, job.expandable_segments, t.dtype, t.optim)
+                 own_sharding(sharding, t), peft, job.expandable_segments, t.dtype, t.optim)
 
 
 
@@ -142,7 +145,7 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
         "activation_offloading": axis("activation_offloading", (False, True)),
         "pack": axis("pack", PACK_VALUES),
         "batch": batches,
-        "sharding": axis("sharding", SHARDINGS),
+        "sharding": _shardings(axis("sharding", SHARDINGS), own.sharding, fixed, world),
         # without allow_peft the job keeps its own choice (full or LoRA): PEFT changes what is trained
         "peft": axis("peft", PEFT_VALUES) if allow_peft else [own.peft],
         # an allocator setting in the job's environment fixes it: the job runs what the variable says
@@ -153,6 +156,19 @@ def axes(job: JobSpec, fixed: Collection[str], global_batch_size: int, allow_pef
         else [own.optim],
         "_per_gpu": [per_gpu],
     }
+
+
+def _shardings(names: list[str], own: str, fixed: Collection[str], world: int) -> list[str]:
+    """The sharding axis with FSDP's sync_each_batch (hpcmem.plan.sync_batch): an accelerator_config the user gave
+    keeps its choice; a fixed FSDP layout still weighs the two, since sync_each_batch is not a layout flag; over one
+    data-parallel rank there is nothing to reduce-scatter, so only the job's own."""
+    if world <= 1:
+        return [s for s in names if not is_sync(s) or s == own]
+    if "accelerator_config" in fixed:
+        return [s for s in names if base(s) not in FSDP_BASES or is_sync(s) == is_sync(own)]
+    if names == [own] and base(own) in FSDP_BASES:
+        return [base(own), base(own) + SYNC]
+    return names
 
 
 class Space:
@@ -181,8 +197,10 @@ class Space:
 def space(ax: dict[str, list]) -> Space:
     per_gpu = ax["_per_gpu"][0]
     batches = [(b, max(1, per_gpu // b)) for b in ax["batch"]]
+    # "+sync" with one micro-batch a window is its base sharding's job (hpcmem.plan.sync_batch): not searched twice
     heads = tuple((gc, off, pack, b, accum, sh, peft) for gc, off, pack, (b, accum), sh, peft in
-                  product(ax["gc"], ax["activation_offloading"], ax["pack"], batches, ax["sharding"], ax["peft"]))
+                  product(ax["gc"], ax["activation_offloading"], ax["pack"], batches, ax["sharding"], ax["peft"])
+                  if accum > 1 or not is_sync(sh))
     tails = tuple(product(ax["expandable_segments"], ax.get("dtype", [GIVEN]), ax.get("optim", [GIVEN])))
     return Space(heads, tails)
 
@@ -195,10 +213,10 @@ def combinations(ax: dict[str, list]) -> list[Knobs]:
 def _parallel(par: ParallelSpec, sharding: str) -> ParallelSpec:
     if sharding == GIVEN:
         return par
-    base = {"distributed_type": "MULTI_GPU" if par.world_size > 1 else "NO"}
+    plain = {"distributed_type": "MULTI_GPU" if par.world_size > 1 else "NO"}
     data_parallel, _, _ = split(sharding)           # fsdp2+cp4: FSDP2's fields + the layout's (hpcmem.plan.sequence_split)
     return ParallelSpec(num_processes=par.num_processes, num_machines=par.num_machines,
-                        **{**base, **SHARDINGS[data_parallel], **layout_fields(sharding, par.world_size)})
+                        **{**plain, **SHARDINGS[data_parallel], **layout_fields(sharding, par.world_size)})
 
 
 def apply(job: JobSpec, k: Knobs) -> JobSpec:
@@ -215,14 +233,15 @@ class Applier:
     def __init__(self, job: JobSpec) -> None:
         self.job = job
         self.trains: dict[tuple, TrainSpec] = {}
-        self.sharding_changes: dict[str, dict] = {}
+        self.sharding_changes: dict[tuple[str, bool], dict] = {}
 
     def train(self, k: Knobs) -> TrainSpec:
-        changes = self.sharding_changes.get(k.sharding)
+        changes = self.sharding_changes.get((k.sharding, k.accum > 1))
         if changes is None:
-            changes = self.sharding_changes[k.sharding] = train_changes(self.job, k.sharding)
+            changes = self.sharding_changes[(k.sharding, k.accum > 1)] = {
+                **train_changes(self.job, k.sharding), **sync_changes(self.job.train, k.sharding, k.accum)}
         key = (k.gc, k.activation_offloading, k.pack, k.batch, k.accum, k.peft, k.dtype, k.optim,
-               tuple(sorted(changes.items())))
+               repr(sorted(changes.items())))
         train = self.trains.get(key)
         if train is None:
             train = self.trains[key] = _train(self.job.train, k, changes)

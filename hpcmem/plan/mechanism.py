@@ -48,6 +48,7 @@ MECHANISMS = {
     "lora": "freeze: only the adapters get gradients and optimizer states",
     "qlora": "freeze + quantize: adapters only, 4-bit base weights",
     "expandable_segments": "allocator: expandable segments cut fragmentation",
+    "sync_each_batch": "shard: gradients reduce-scattered every micro-batch, not kept whole until the window's last",
     "per_device_train_batch_size": "smaller micro-batch: fewer activations at once, accumulation keeps the batch",
 }
 

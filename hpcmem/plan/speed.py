@@ -12,7 +12,8 @@ from hpcmem.estimate.lora import lora_layout
 from hpcmem.gpus.spec import GpuSpec
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.shape import micro_batch
-from hpcmem.plan.knobs import Knobs, job_knobs
+from hpcmem.plan.knobs import GIVEN, Knobs, job_knobs
+from hpcmem.plan.sync_batch import is_sync
 from hpcmem.plan.throughput import (
     PADDED_FILL_FRACTION,
     Rates,
@@ -110,7 +111,7 @@ class Speeds:
                     offload_optimizer=offload_optimizer, offload_params=offload_params,
                     peft=k.peft if k.peft in ("none", "lora", "qlora") else "lora",
                     trainable_params=self._trainable(k.peft), seq_shards=shards, seq_split=seq_split,
-                    sync_each_batch=self.job.train.sync_each_batch)
+                    sync_each_batch=is_sync(k.sharding) or (k.sharding == GIVEN and self.job.train.sync_each_batch))
         return throughput(s, self.rates)
 
 

@@ -19,8 +19,9 @@ from typing import Any
 from hpcmem.plan.knobs import Knobs
 
 # sharding name → family; names outside every family are their own
-FAMILIES = {"ddp": "dp", "zero1": "dp", "zero2": "dp", "zero3": "sharded", "fsdp2": "sharded",
-            "zero3+offload_all": "sharded+offload", "fsdp2+offload": "sharded+offload"}
+FAMILIES = {"ddp": "dp", "zero1": "dp", "zero2": "dp", "zero3": "sharded", "fsdp2": "sharded", "fsdp2+sync": "sharded",
+            "zero3+offload_all": "sharded+offload", "fsdp2+offload": "sharded+offload",
+            "fsdp2+offload+sync": "sharded+offload"}
 
 
 def canonical(k: Knobs) -> Knobs:

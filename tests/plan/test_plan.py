@@ -128,7 +128,9 @@ def test_plan_memory_is_the_estimate():
              "--gradient_accumulation_steps", str(k.accum), "--expandable_segments", str(k.expandable_segments),
              "--json"]
     flags += {"zero3": ["--accelerate_config", "zero3"], "fsdp2": ["--accelerate_config", "fsdp2"],
-              "zero1": ["--accelerate_config", "zero1"], "zero2": ["--accelerate_config", "zero2"]}[k.sharding]
+              "zero1": ["--accelerate_config", "zero1"], "zero2": ["--accelerate_config", "zero2"],
+              "fsdp2+sync": ["--accelerate_config", "fsdp2", "--accelerator_config",
+                             '{"gradient_accumulation_kwargs": {"sync_each_batch": true}}']}[k.sharding]
     if k.gc == "selective":
         flags += ["--gradient_checkpointing_kwargs", '{"selective": true}']
     out = CliRunner().invoke(cli, flags, catch_exceptions=False)
