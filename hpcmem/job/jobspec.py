@@ -32,7 +32,7 @@ class JobSpec:
     # hpcmem-only, the learner's: an SFT trace with the model's dropout modules at p = 0, as DPO, KTO and Reward's
     # disable_dropout leaves them (SFTConfig has no such field; hpcmem.trace.learn `learn_job`, NOMDROP cells)
     model_dropout_off: bool = False
-    env: JobEnv = field(default_factory=JobEnv)
+    env: JobEnv = JobEnv()                      # frozen: one shared default is safe
 
     def __post_init__(self) -> None:
         tokens = self.tokens_per_micro_batch
