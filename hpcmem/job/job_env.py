@@ -159,6 +159,19 @@ def _allocator(env: Mapping[str, str], where: str) -> tuple[str | None, bool | N
     return value, expandable, unmodelled
 
 
+def allocator_expandable(env: Mapping[str, str]) -> bool:
+    """Whether torch ran the allocator with expandable segments under `env` (a recorded run's variables):
+    PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF (the device-generic parser's order, which reads
+    expandable_segments); a setting torch refuses ran nothing, so False."""
+    name = next((n for n in ALLOC_VARS if n in env), None)
+    if name is None:
+        return False
+    try:
+        return ("expandable_segments", "True") in _pairs(name, env[name])
+    except SpecError:
+        return False
+
+
 def cublas_workspace(value: str) -> int | None:
     """One cuBLAS workspace from CUBLAS_WORKSPACE_CONFIG: Σ SIZE KiB × COUNT over every `:SIZE:COUNT`; None when no
     such pair matches (torch warns and keeps its default). Source: aten/src/ATen/cuda/CublasHandlePool.cpp

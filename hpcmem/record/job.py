@@ -11,6 +11,7 @@ from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.gpus.spec import GpuSpec, PeakMargin
+from hpcmem.job.job_env import allocator_expandable
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.models.profile import profile_from_record, profile_to_dict
@@ -24,14 +25,9 @@ ENV_KEYS = ALLOC_ENV + ("CUDA_VISIBLE_DEVICES", "NCCL_BUFFSIZE", "NCCL_NVLS_ENAB
 
 
 def expandable_in_env(env: dict[str, str] | None) -> bool:
-    """Whether the allocator settings ask for expandable_segments:True. torch reads PYTORCH_CUDA_ALLOC_CONF and, since
-    2.9, PYTORCH_ALLOC_CONF, as comma-separated key:value pairs (c10/core/AllocatorConfig.cpp)."""
-    for key in ALLOC_ENV:
-        for part in (env or {}).get(key, "").replace(" ", "").split(","):
-            name, _, value = part.partition(":")
-            if name == "expandable_segments" and value.lower() == "true":
-                return True
-    return False
+    """Whether the recorded allocator settings ran expandable segments (read as torch reads them:
+    hpcmem.job.job_env.allocator_expandable)."""
+    return allocator_expandable(env or {})
 
 
 def ran_expandable(job_data: Any, env: Any) -> bool:

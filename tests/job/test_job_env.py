@@ -145,3 +145,15 @@ def test_the_cli_refuses_in_one_line_and_reads_the_presets_env(tmp_path):
     ok = subprocess.run([*base, "--preset", str(preset), "--json"], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "expandable" in ok.stdout and "NCCL NVLS" not in ok.stdout
+
+
+def test_a_recorded_run_is_read_with_the_same_rules():
+    """The generic parser takes PYTORCH_ALLOC_CONF first: expandable segments only where it (or, unset, the CUDA
+    variable) says True; a value torch refuses ran nothing."""
+    from hpcmem.record import expandable_in_env
+
+    assert expandable_in_env({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    assert not expandable_in_env({"PYTORCH_ALLOC_CONF": "max_split_size_mb:64",
+                                  "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    assert not expandable_in_env({"PYTORCH_ALLOC_CONF": "expandable_segments:true"})
+    assert not expandable_in_env(None)
