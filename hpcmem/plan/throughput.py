@@ -22,7 +22,10 @@ Formulas
   + gradient reduce-scatter). Ring collectives move (n−1)/n of that over the slowest link. FSDP under gradient
   accumulation reduce-scatters once per window: transformers' Trainer runs the other micro-batches under
   `accelerator.no_sync` (FSDP2 `set_requires_gradient_sync(False)`, FSDP1 `no_sync`), unless accelerator_config's
-  `sync_each_batch` (then every micro-step, with the gradients kept sharded: hpcmem.estimate.states).
+  `sync_each_batch` (then every micro-step, with the gradients kept sharded: hpcmem.estimate.states). ZeRO-2
+  reduces every micro-step as well and gathers the updated weights once a step; ZeRO-1 reduces at the accumulation
+  boundary only (DeepSpeed 0.19 runtime/engine.py `allreduce_gradients`: "ZeRO stage >= 2 communicates during non
+  gradient accumulation boundaries as well").
 """
 
 from __future__ import annotations
@@ -184,6 +187,8 @@ def _comm_bytes(s: Setting, n_params: int, world: int) -> float:
         # ZeRO-3 reduce-scatters every micro-step; FSDP once a window unless sync_each_batch (module docstring)
         scatters = s.grad_accum if s.sharding == "zero3" or s.sync_each_batch else 1
         return ring * (gathers + grads * scatters)
+    if s.sharding == "zero2":
+        return ring * (grads * s.grad_accum + grads)      # reduce every micro-step, gather the weights once
     return ring * 2 * grads                               # one all-reduce (or RS + AG) per step
 
 
