@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from hpcmem.errors import SpecError
 
 ALLOC_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
-MIB = 1024 * 1024
 KIB = 1024
 
 # the device-generic keys (c10/core/AllocatorConfig.cpp `parseArgs`): what each does to the device memory hpcmem
@@ -39,16 +38,14 @@ GENERIC_KEYS: dict[str, str | None] = {
     "pinned_max_round_threshold_mb": None,
     "pinned_max_cached_size_mb": None,
 }
-# CUDAAllocatorConfig::getKeys (c10/cuda/CUDAAllocatorConfig.h)
-CUDA_KEYS: dict[str, str | None] = {
-    "backend": None,                        # cudaMallocAsync: _check_backend
-    "release_lock_on_cudamalloc": None, "release_lock_on_hipmalloc": None,
-    "pinned_use_cuda_host_register": None, "pinned_use_hip_host_register": None,
-    "graph_capture_record_stream_reuse": None,      # CUDA graph capture only; TRL's step is eager
-    "pinned_reserve_segment_size_mb": None, "pinned_num_register_threads": None, "pinned_free_catch_all": None,
-    "throw_on_cudamalloc_oom": None,
-    "per_process_memory_fraction": None,    # refused: _check_fraction
-}
+# CUDAAllocatorConfig::getKeys (c10/cuda/CUDAAllocatorConfig.h): none changes device memory hpcmem models but
+# `backend` (cudaMallocAsync: named as not modelled) and `per_process_memory_fraction` (refused), both in `_allocator`;
+# graph_capture_record_stream_reuse acts on CUDA graph capture only, and TRL's step is eager
+CUDA_KEYS = frozenset({
+    "backend", "release_lock_on_cudamalloc", "release_lock_on_hipmalloc", "pinned_use_cuda_host_register",
+    "pinned_use_hip_host_register", "graph_capture_record_stream_reuse", "pinned_reserve_segment_size_mb",
+    "pinned_num_register_threads", "pinned_free_catch_all", "throw_on_cudamalloc_oom", "per_process_memory_fraction",
+})
 _BOOL_KEYS = {"expandable_segments", "pinned_use_background_threads", "release_lock_on_cudamalloc",
               "release_lock_on_hipmalloc", "pinned_use_cuda_host_register", "pinned_use_hip_host_register",
               "graph_capture_record_stream_reuse", "pinned_free_catch_all", "throw_on_cudamalloc_oom"}
@@ -112,7 +109,7 @@ def _check_value(name: str, key: str, item: str) -> None:
     where = f"{name} {key}:{item}"
     if key in _BOOL_KEYS and item not in ("True", "False"):
         raise SpecError(f"{where}: torch accepts only True or False here (capitalised)")
-    if key in _MB_FLOOR or key.endswith("_mb"):
+    if key.endswith("_mb"):
         if not item.isdigit():
             raise SpecError(f"{where}: a whole number of MiB is expected")
         if int(item) < _MB_FLOOR.get(key, 0):

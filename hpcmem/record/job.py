@@ -11,7 +11,7 @@ from typing import Any
 
 from hpcmem.errors import SpecError
 from hpcmem.gpus.spec import GpuSpec, PeakMargin
-from hpcmem.job.job_env import allocator_expandable
+from hpcmem.job.job_env import ALLOC_VARS, allocator_expandable
 from hpcmem.job.jobspec import JobSpec
 from hpcmem.job.spec import ParallelSpec, TrainSpec
 from hpcmem.models.profile import profile_from_record, profile_to_dict
@@ -19,9 +19,8 @@ from hpcmem.models.spec import ModelSpec
 from hpcmem.models.vision import vision_spec_from_config
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "deepspeed", "datasets", "nvidia-ml-py", "hpcmem")
-ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 SHARED_ENV = "HPCMEM_PROBE_SHARED_GPU"    # "1": the probe shared its GPU with other probes (hpcmem.probe.concurrent)
-ENV_KEYS = ALLOC_ENV + ("CUDA_VISIBLE_DEVICES", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "OMP_NUM_THREADS", SHARED_ENV)
+ENV_KEYS = ALLOC_VARS + ("CUDA_VISIBLE_DEVICES", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "OMP_NUM_THREADS", SHARED_ENV)
 
 
 def expandable_in_env(env: dict[str, str] | None) -> bool:
