@@ -22,6 +22,7 @@ from hpcmem.errors import SpecError
 
 ALLOC_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 KIB = 1024
+INT_MAX = 2**31 - 1         # std::stoi's range: a larger SIZE or COUNT throws where torch parses it
 
 # the device-generic keys (c10/core/AllocatorConfig.cpp `parseArgs`): what each does to the device memory hpcmem
 # estimates; None = no device effect (host pinned memory)
@@ -172,9 +173,13 @@ def allocator_expandable(env: Mapping[str, str]) -> bool:
 def cublas_workspace(value: str) -> int | None:
     """One cuBLAS workspace from CUBLAS_WORKSPACE_CONFIG: Σ SIZE KiB × COUNT over every `:SIZE:COUNT`; None when no
     such pair matches (torch warns and keeps its default). Source: aten/src/ATen/cuda/CublasHandlePool.cpp
-    `parseChosenWorkspaceSize` (regex `:([0-9]+):([0-9]+)`)."""
-    pairs = re.findall(r":([0-9]+):([0-9]+)", value)
-    return sum(int(size) * KIB * int(count) for size, count in pairs) if pairs else None
+    `parseChosenWorkspaceSize` (regex `:([0-9]+):([0-9]+)`, each number read with std::stoi). SpecError for a
+    number std::stoi cannot hold."""
+    pairs = [(int(size), int(count)) for size, count in re.findall(r":([0-9]+):([0-9]+)", value)]
+    if any(n > INT_MAX for pair in pairs for n in pair):
+        raise SpecError(f"CUBLAS_WORKSPACE_CONFIG={value!r}: SIZE and COUNT must each be ≤ {INT_MAX} (torch reads "
+                        "them with std::stoi, which throws beyond)")
+    return sum(size * KIB * count for size, count in pairs) if pairs else None
 
 
 def read_env(env: Mapping[str, str], where: str = "the job's environment") -> JobEnv:

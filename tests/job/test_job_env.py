@@ -80,6 +80,7 @@ def test_the_key_sets_are_torchs():
     ({"PYTORCH_ALLOC_CONF": "expandable_segments"}, ["key:value"]),
     ({"NCCL_NVLS_ENABLE": "off"}, ["NCCL_NVLS_ENABLE", "integer"]),
     ({"CUBLAS_WORKSPACE_CONFIG": "4096x8"}, ["CUBLAS_WORKSPACE_CONFIG", ":SIZE:COUNT"]),
+    ({"CUBLAS_WORKSPACE_CONFIG": ":99999999999999999999:8"}, ["CUBLAS_WORKSPACE_CONFIG", "2147483647"]),
 ])
 def test_what_the_job_would_refuse_or_hpcmem_cannot_hold_is_refused_by_name(env, words):
     with pytest.raises(SpecError) as err:
